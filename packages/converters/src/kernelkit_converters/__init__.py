@@ -1,0 +1,1 @@
+"""Converters from other model formats into kernelkit IR."""

@@ -1,0 +1,53 @@
+"""kernelkit: a deep-learning inference runtime with pluggable kernels.
+
+A NumPy reference defines what every op computes; backends (numba, opencl, plugins) register
+faster kernels keyed by (op, device, vendor, dtype) and are cross-checked against it.
+"""
+from __future__ import annotations
+
+import logging
+
+from . import ops as _ops  # registers the core op set and its reference kernels
+from .activation import ACTIVATIONS, apply_activation
+from .backends import load_backends
+from .builder import GraphBuilder
+from .devices import Device, create_device, register_device
+from .dtypes import dtype_name
+from .errors import (BackendUnavailableError, ConfigError, DeviceError, InputError, KernelBuildError,
+                     KernelExecutionError, KernelkitError, ModelFormatError, OpAttributeError,
+                     RegistryError, ShapeError, UnsupportedOpError)
+from .ir import Graph, Model, Node, TensorSpec, Value
+from .passes import PassContext, register_pass, run_passes
+from . import passes as _passes_pkg  # noqa: F401
+from .registry import REQUIRED, get_schema, kernels, ops, register_kernel, register_op
+from .session import KernelContext, Session
+from .shape import InferContext, broadcast_shapes, infer_shapes
+
+__version__ = "0.1.0"
+
+logging.getLogger("kernelkit").addHandler(logging.NullHandler())
+
+
+def save(model: Model, path) -> None:
+    """Write ``model`` to kernelkit's IR file (see ``kernelkit.io``)."""
+    from .io import save as _save
+
+    _save(model, path)
+
+
+def load(path) -> Model:
+    """Read a kernelkit IR file, validating it and mapping its weights read-only."""
+    from .io import load as _load
+
+    return _load(path)
+
+
+__all__ = [
+    "ACTIVATIONS", "BackendUnavailableError", "ConfigError", "Device", "DeviceError", "Graph",
+    "GraphBuilder", "InferContext", "InputError", "KernelBuildError", "KernelContext",
+    "KernelExecutionError", "KernelkitError", "Model", "ModelFormatError", "Node", "OpAttributeError",
+    "PassContext", "REQUIRED", "RegistryError", "Session", "ShapeError", "TensorSpec",
+    "UnsupportedOpError", "Value", "apply_activation", "broadcast_shapes", "create_device",
+    "dtype_name", "get_schema", "infer_shapes", "kernels", "load", "load_backends", "ops",
+    "register_device", "register_kernel", "register_op", "register_pass", "run_passes", "save",
+]

@@ -1,0 +1,41 @@
+"""Backend discovery through the ``kernelkit.backends`` entry-point group.
+
+Each entry point names a callable (``initialize``) that only registers kernels and devices. A
+backend that fails to load is a logged warning, never a crash.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from importlib.metadata import entry_points
+
+log = logging.getLogger("kernelkit.backends")
+
+GROUP = "kernelkit.backends"
+_loaded: dict[str, str] = {}  # backend name -> "ok" or the error text
+_lock = threading.RLock()
+_done = False
+
+
+def load_backends(force: bool = False) -> dict[str, str]:
+    """Load every installed backend once; returns name -> status ("ok" or the failure)."""
+    global _done
+    with _lock:
+        if _done and not force:
+            return dict(_loaded)
+        _done = True
+        for ep in entry_points(group=GROUP):
+            if ep.name in _loaded and not force:
+                continue
+            try:
+                init = ep.load()
+                init()
+                _loaded[ep.name] = "ok"
+                log.debug("loaded backend %s (%s)", ep.name, ep.value)
+            except Exception as exc:  # a broken plugin must not take the runtime down
+                _loaded[ep.name] = f"{type(exc).__name__}: {exc}"
+                msg = f"kernelkit backend {ep.name!r} ({ep.value}) failed to load: {type(exc).__name__}: {exc}"
+                log.warning(msg)
+                warnings.warn(msg, RuntimeWarning, stacklevel=2)
+        return dict(_loaded)

@@ -1,0 +1,77 @@
+"""Devices: where a kernel's tensors live, and how tensors move between host and device.
+
+The CPU device is built in (its tensors are NumPy arrays). A backend adds another device with
+``register_device(name, factory)``; the session calls ``factory(options)`` once when a model asks
+for that device, and moves tensors with ``upload``/``download`` at device boundaries.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+from .errors import BackendUnavailableError
+
+
+class Device:
+    """Base class: a place tensors live. Subclasses override the four methods."""
+
+    name = "cpu"
+
+    def upload(self, array: np.ndarray) -> Any:
+        """Host array -> this device's tensor (may be asynchronous)."""
+        return array
+
+    def download(self, tensor: Any) -> np.ndarray:
+        """This device's tensor -> host array; blocks until the data is ready."""
+        return np.asarray(tensor)
+
+    def owns(self, tensor: Any) -> bool:
+        """Whether ``tensor`` is this device's native tensor type."""
+        return isinstance(tensor, np.ndarray)
+
+    def synchronize(self) -> None:
+        """Wait for all work queued on this device."""
+
+    def describe(self) -> str:
+        return self.name
+
+
+class CPUDevice(Device):
+    name = "cpu"
+
+    def describe(self) -> str:
+        import platform
+
+        return f"cpu ({platform.processor() or platform.machine()})"
+
+
+_FACTORIES: dict[str, Callable[[dict], Device]] = {"cpu": lambda options: CPUDevice()}
+_lock = threading.Lock()
+
+
+def register_device(name: str, factory: Callable[[dict], Device]) -> None:
+    """Make ``name`` available as a Session device; ``factory(options)`` builds it lazily."""
+    with _lock:
+        _FACTORIES[name] = factory
+
+
+def device_names() -> list[str]:
+    from .backends import load_backends
+
+    load_backends()
+    return sorted(_FACTORIES)
+
+
+def create_device(name: str, options: dict | None = None) -> Device:
+    from .backends import load_backends
+
+    load_backends()
+    factory = _FACTORIES.get(name)
+    if factory is None:
+        raise BackendUnavailableError(
+            f"no installed backend provides device {name!r}; available: {', '.join(sorted(_FACTORIES))} "
+            f"(for 'gpu' install the opencl extra: pip install '.[opencl]')"
+        )
+    return factory(dict(options or {}))

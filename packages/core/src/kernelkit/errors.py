@@ -1,0 +1,78 @@
+"""One error hierarchy for everything kernelkit raises on bad input.
+
+Every error carries a stable ``code`` (for programs) and a message that names the node, file or key
+it is about (for people).
+"""
+from __future__ import annotations
+
+
+class KernelkitError(Exception):
+    """Base class of every error kernelkit raises on purpose."""
+
+    code = "KK_ERROR"
+
+
+class ModelFormatError(KernelkitError):
+    """A model file or IR structure is malformed, corrupt or unsafe."""
+
+    code = "KK_MODEL_FORMAT"
+
+
+class ShapeError(KernelkitError):
+    """Shapes or dtypes do not fit an op's rule."""
+
+    code = "KK_SHAPE"
+
+
+class OpAttributeError(KernelkitError):
+    """An attribute is unknown, missing or of the wrong type."""
+
+    code = "KK_ATTRIBUTE"
+
+
+class UnsupportedOpError(KernelkitError):
+    """No schema, or no kernel, exists for an op."""
+
+    code = "KK_UNSUPPORTED_OP"
+
+
+class InputError(KernelkitError):
+    """A feed passed to ``Session.run`` does not match the model's inputs."""
+
+    code = "KK_INPUT"
+
+
+class KernelBuildError(KernelkitError):
+    """A kernel could not be prepared or compiled (e.g. an OpenCL build log)."""
+
+    code = "KK_KERNEL_BUILD"
+
+
+class KernelExecutionError(KernelkitError):
+    """A kernel failed while running a node."""
+
+    code = "KK_KERNEL_EXECUTION"
+
+
+class DeviceError(KernelkitError):
+    """A device is missing, unusable or was asked for in an unsupported way."""
+
+    code = "KK_DEVICE"
+
+
+class BackendUnavailableError(DeviceError):
+    """The backend that provides a requested device is not installed or found no hardware."""
+
+    code = "KK_BACKEND_UNAVAILABLE"
+
+
+class RegistryError(KernelkitError):
+    """A registration conflicts with an existing one or is malformed."""
+
+    code = "KK_REGISTRY"
+
+
+class ConfigError(KernelkitError):
+    """A configuration file (deployment YAML, custom-kernel config) is malformed."""
+
+    code = "KK_CONFIG"

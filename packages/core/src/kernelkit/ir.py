@@ -1,0 +1,192 @@
+"""The graph IR: Model, Graph, Node, Value and TensorSpec.
+
+Values are named (as in ONNX); a node refers to its inputs and outputs by name, and an absent
+optional input is the empty string. Constants (initializers) are Values that carry ``data``.
+Shapes hold ints or strings; a string is a symbolic dimension resolved per run.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+from .dtypes import dtype_name
+from .errors import ModelFormatError
+
+Dim = int | str
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """The static description of a tensor: shape (ints or symbol names), dtype name, layout."""
+
+    shape: tuple[Dim, ...]
+    dtype: str
+    layout: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(d if isinstance(d, str) else int(d) for d in self.shape))
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
+
+    @property
+    def size(self) -> int | None:
+        """Number of elements, or None when a dimension is symbolic."""
+        return int(np.prod(self.shape, dtype=np.int64)) if self.is_static else None
+
+    @classmethod
+    def of(cls, array) -> "TensorSpec":
+        array = np.asarray(array)
+        return cls(array.shape, array.dtype.name)
+
+    def __str__(self) -> str:
+        dims = ",".join(str(d) for d in self.shape)
+        return f"{self.dtype}[{dims}]"
+
+
+@dataclass
+class Value:
+    """A named tensor in a graph: a graph input, a node output or a constant (``data`` set)."""
+
+    name: str
+    spec: TensorSpec | None = None
+    data: np.ndarray | None = None
+
+    @property
+    def is_constant(self) -> bool:
+        return self.data is not None
+
+    def __repr__(self) -> str:
+        kind = "const " if self.is_constant else ""
+        return f"Value({self.name!r}, {kind}{self.spec})"
+
+
+@dataclass
+class Node:
+    """One op application. ``inputs``/``outputs`` are value names; '' marks an absent optional input."""
+
+    op: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+    domain: str = ""
+
+    @property
+    def op_id(self) -> str:
+        """The op's qualified name: ``domain::op`` for custom domains, ``op`` for the default one."""
+        return f"{self.domain}::{self.op}" if self.domain else self.op
+
+    def __repr__(self) -> str:
+        return f"Node({self.name!r}, {self.op_id}, {self.inputs} -> {self.outputs})"
+
+
+class Graph:
+    """Nodes in topological order plus the values they connect."""
+
+    def __init__(self, nodes=(), inputs=(), outputs=(), values=None, name: str = "graph"):
+        self.name = name
+        self.nodes: list[Node] = list(nodes)
+        self.inputs: list[str] = list(inputs)
+        self.outputs: list[str] = list(outputs)
+        self.values: dict[str, Value] = dict(values or {})
+
+    # -- lookups -------------------------------------------------------------------------------
+    def value(self, name: str) -> Value:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise ModelFormatError(f"graph {self.name!r} has no value named {name!r}") from None
+
+    def spec(self, name: str) -> TensorSpec | None:
+        return self.values[name].spec if name in self.values else None
+
+    @property
+    def constants(self) -> dict[str, np.ndarray]:
+        return {n: v.data for n, v in self.values.items() if v.data is not None}
+
+    def producers(self) -> dict[str, Node]:
+        """Map each node output name to the node producing it."""
+        return {out: node for node in self.nodes for out in node.outputs if out}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        """Map each value name to the nodes reading it (graph outputs are not counted)."""
+        users: dict[str, list[Node]] = {}
+        for node in self.nodes:
+            for name in node.inputs:
+                if name:
+                    users.setdefault(name, []).append(node)
+        return users
+
+    def fresh_name(self, base: str) -> str:
+        """A value or node name not used yet in this graph."""
+        taken = set(self.values) | {n.name for n in self.nodes}
+        if base not in taken:
+            return base
+        i = 1
+        while f"{base}_{i}" in taken:
+            i += 1
+        return f"{base}_{i}"
+
+    # -- ordering ------------------------------------------------------------------------------
+    def levels(self) -> list[list[Node]]:
+        """Topological order as level sets: each level holds the nodes whose inputs are all ready
+        once the previous levels ran, the unit of parallel or asynchronous scheduling."""
+        ready = set(self.inputs) | {n for n, v in self.values.items() if v.data is not None} | {""}
+        pending = list(self.nodes)
+        out: list[list[Node]] = []
+        while pending:
+            level = [n for n in pending if all(i in ready for i in n.inputs)]
+            if not level:
+                missing = sorted({i for n in pending for i in n.inputs if i not in ready})
+                node = next(n for n in pending if any(i not in ready for i in n.inputs))
+                raise ModelFormatError(
+                    f"graph {self.name!r} has a cycle or dangling inputs at node {node.name!r}: "
+                    f"values {missing[:8]} are never produced"
+                )
+            out.append(level)
+            taken = {id(n) for n in level}
+            pending = [n for n in pending if id(n) not in taken]
+            ready.update(o for n in level for o in n.outputs)
+        return out
+
+    def toposort(self) -> None:
+        """Reorder ``nodes`` topologically (stable by level)."""
+        self.nodes = [n for level in self.levels() for n in level]
+
+    def iter_constant_bytes(self) -> Iterator[tuple[str, np.ndarray]]:
+        for name, value in self.values.items():
+            if value.data is not None:
+                yield name, value.data
+
+    def copy(self) -> "Graph":
+        """A structural copy; constant arrays are shared (they are treated as read-only)."""
+        g = Graph(name=self.name, inputs=self.inputs, outputs=self.outputs)
+        g.nodes = [Node(n.op, list(n.inputs), list(n.outputs), copy.copy(n.attrs), n.name, n.domain) for n in self.nodes]
+        g.values = {k: Value(v.name, v.spec, v.data) for k, v in self.values.items()}
+        return g
+
+    def __repr__(self) -> str:
+        return f"Graph({self.name!r}, {len(self.nodes)} nodes, inputs={self.inputs}, outputs={self.outputs})"
+
+
+@dataclass
+class Model:
+    """A graph plus metadata (producer, opset imports, free-form metadata)."""
+
+    graph: Graph
+    opsets: dict[str, int] = field(default_factory=lambda: {"": 17})
+    producer: str = "kernelkit"
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def copy(self) -> "Model":
+        return Model(self.graph.copy(), dict(self.opsets), self.producer, dict(self.metadata))

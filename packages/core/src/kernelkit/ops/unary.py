@@ -1,0 +1,76 @@
+"""Elementwise unary ops, one table row each: name -> (NumPy expression, attrs, dtypes, sample range).
+
+Each row becomes a schema (output = input shape and dtype) and a reference kernel."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..activation import erf
+from ..dtypes import FLOAT_TYPES, INT_TYPES, SIGNED_TYPES
+from ..registry import register_kernel, register_op
+from ._util import random, same_as_input
+
+
+def _hard_sigmoid(x, *, alpha, beta):
+    return np.clip(x * x.dtype.type(alpha) + x.dtype.type(beta), 0, 1).astype(x.dtype)
+
+
+def _selu(x, *, alpha, gamma):
+    a, g = x.dtype.type(alpha), x.dtype.type(gamma)
+    return np.where(x > 0, g * x, g * (a * np.exp(x) - a)).astype(x.dtype)
+
+
+def _elu(x, *, alpha):
+    return np.where(x > 0, x, x.dtype.type(alpha) * np.expm1(x)).astype(x.dtype)
+
+
+def _gelu(x, *, approximate):
+    if approximate == "tanh":
+        c = x.dtype.type(math.sqrt(2 / math.pi))
+        return (0.5 * x * (1 + np.tanh(c * (x + x.dtype.type(0.044715) * x**3)))).astype(x.dtype)
+    return (0.5 * x * (1 + erf(x / x.dtype.type(math.sqrt(2))))).astype(x.dtype)
+
+
+FLOAT = FLOAT_TYPES
+# name: (fn(x, **attrs), attrs schema, dtypes, sample range)
+UNARY = {
+    "Relu": (lambda x: np.maximum(x, x.dtype.type(0)), {}, SIGNED_TYPES, (-2, 2)),
+    "LeakyRelu": (lambda x, *, alpha: np.where(x >= 0, x, x * x.dtype.type(alpha)).astype(x.dtype),
+                  {"alpha": ("float", 0.01)}, FLOAT, (-2, 2)),
+    "Sigmoid": (lambda x: (1 / (1 + np.exp(-x))).astype(x.dtype), {}, FLOAT, (-6, 6)),
+    "HardSigmoid": (_hard_sigmoid, {"alpha": ("float", 0.2), "beta": ("float", 0.5)}, FLOAT, (-4, 4)),
+    "HardSwish": (lambda x: (x * np.clip(x / x.dtype.type(6) + x.dtype.type(0.5), 0, 1)).astype(x.dtype),
+                  {}, FLOAT, (-5, 5)),
+    "Tanh": (np.tanh, {}, FLOAT, (-4, 4)),
+    "Elu": (_elu, {"alpha": ("float", 1.0)}, FLOAT, (-3, 3)),
+    "Selu": (_selu, {"alpha": ("float", 1.67326319217681884765625),
+                     "gamma": ("float", 1.05070102214813232421875)}, FLOAT, (-3, 3)),
+    "Softplus": (lambda x: np.logaddexp(x, x.dtype.type(0)).astype(x.dtype), {}, FLOAT, (-5, 5)),
+    "Gelu": (_gelu, {"approximate": ("string", "none")}, FLOAT, (-4, 4)),
+    "Erf": (erf, {}, FLOAT, (-3, 3)),
+    "Exp": (np.exp, {}, FLOAT, (-4, 4)),
+    "Log": (np.log, {}, FLOAT, (0.05, 10)),
+    "Sqrt": (np.sqrt, {}, FLOAT, (0, 10)),
+    "Reciprocal": (lambda x: np.reciprocal(x), {}, FLOAT, (0.2, 4)),
+    "Neg": (np.negative, {}, SIGNED_TYPES, (-4, 4)),
+    "Abs": (np.abs, {}, SIGNED_TYPES + tuple(t for t in INT_TYPES if t.startswith("u")), (-4, 4)),
+    "Floor": (np.floor, {}, FLOAT, (-4, 4)),
+    "Ceil": (np.ceil, {}, FLOAT, (-4, 4)),
+    "Identity": (lambda x: x, {}, ("*",), (-2, 2)),
+}
+
+
+def _samples_for(low, high):
+    def samples(rng, dtype):
+        for shape in [(7,), (2, 3, 4), (1, 8, 5, 5), ()]:
+            yield [random(rng, shape, dtype, low, high)], {}
+
+    return samples
+
+
+for _name, (_fn, _attrs, _dtypes, (_lo, _hi)) in UNARY.items():
+    register_op(_name, inputs=["X"], outputs=["Y"], attrs=_attrs, infer=same_as_input,
+                samples=_samples_for(_lo, _hi))
+    register_kernel(_name, device="cpu", vendor="reference", dtype=_dtypes, priority=-100)(_fn)

@@ -1,0 +1,309 @@
+"""The op and kernel registry.
+
+An op is declared once (``register_op``): its ports, typed attributes with defaults, and its shape
+and dtype rule. Kernels are registered per key ``(op, device, vendor, dtype)`` by any package
+(``register_kernel``); the session picks one per node with ``select_kernel``.
+"""
+from __future__ import annotations
+
+import inspect
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, NamedTuple
+
+import numpy as np
+
+from .dtypes import ALL_TYPES, dtype_name
+from .errors import OpAttributeError, RegistryError, UnsupportedOpError
+
+REQUIRED = object()  # default marking a required attribute
+
+_ATTR_TYPES = {int: "int", float: "float", str: "string", bytes: "bytes", np.ndarray: "tensor"}
+ATTR_TYPES = ("int", "float", "string", "bytes", "tensor", "ints", "floats", "strings")
+
+_lock = threading.RLock()
+
+
+def op_id(op: str, domain: str = "") -> str:
+    """The qualified name of an op: ``domain::op`` for custom domains, ``op`` otherwise."""
+    return f"{domain}::{op}" if domain else op
+
+
+# -- ops ---------------------------------------------------------------------------------------
+@dataclass
+class Port:
+    name: str
+    optional: bool = False
+    variadic: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> "Port":
+        if text.endswith("*"):
+            return cls(text[:-1], optional=True, variadic=True)
+        if text.endswith("?"):
+            return cls(text[:-1], optional=True)
+        return cls(text)
+
+
+@dataclass
+class OpSchema:
+    """What an op is: ports, typed attributes with defaults, and its shape/dtype rule."""
+
+    name: str
+    domain: str
+    inputs: list[Port]
+    outputs: list[Port]
+    attrs: dict[str, tuple[str, Any]]
+    infer: Callable
+    dispatch_input: int = 0
+    samples: Callable | None = None
+    doc: str = ""
+    flops: Callable | None = None
+
+    @property
+    def id(self) -> str:
+        return op_id(self.name, self.domain)
+
+    @property
+    def min_inputs(self) -> int:
+        return sum(1 for p in self.inputs if not p.optional)
+
+    @property
+    def max_inputs(self) -> float:
+        return float("inf") if any(p.variadic for p in self.inputs) else len(self.inputs)
+
+
+_OPS: dict[str, OpSchema] = {}
+
+
+def _attr_type(spec) -> str:
+    if isinstance(spec, str):
+        if spec not in ATTR_TYPES:
+            raise RegistryError(f"unknown attribute type {spec!r}; known: {', '.join(ATTR_TYPES)}")
+        return spec
+    if spec in _ATTR_TYPES:
+        return _ATTR_TYPES[spec]
+    if isinstance(spec, (list, tuple)) and len(spec) == 1 and spec[0] in (int, float, str):
+        return _ATTR_TYPES[spec[0]] + "s"
+    raise RegistryError(f"unknown attribute type {spec!r}; use one of {', '.join(ATTR_TYPES)}")
+
+
+def register_op(name: str, *, domain: str = "", inputs: Iterable[str], outputs: Iterable[str],
+                attrs: dict[str, tuple] | None = None, infer: Callable, dispatch_input: int = 0,
+                samples: Callable | None = None, flops: Callable | None = None, doc: str = "",
+                override: bool = False) -> OpSchema:
+    """Declare an op.
+
+    ``inputs``/``outputs`` are port names; a trailing ``?`` marks an optional port, ``*`` a variadic
+    one. ``attrs`` maps a name to ``(type, default)`` where type is one of ``ATTR_TYPES`` (or
+    ``int``, ``float``, ``str``, ``bytes``, ``np.ndarray``, ``[int]``...) and default may be
+    ``REQUIRED``. ``infer(ctx)`` returns the output TensorSpecs (see ``shape.InferContext``).
+    ``dispatch_input`` is the input whose dtype keys the kernel lookup. ``samples()`` yields
+    ``(inputs, attrs)`` cases used to cross-check every kernel against the reference.
+    """
+    checked = {k: (_attr_type(t), d) for k, (t, d) in (attrs or {}).items()}
+    schema = OpSchema(name, domain, [Port.parse(p) for p in inputs], [Port.parse(p) for p in outputs],
+                      checked, infer, dispatch_input, samples, doc, flops)
+    with _lock:
+        if schema.id in _OPS and not override:
+            raise RegistryError(f"op {schema.id!r} is already registered; pass override=True to replace it")
+        _OPS[schema.id] = schema
+    return schema
+
+
+def get_schema(op: str, domain: str = "") -> OpSchema:
+    key = op_id(op, domain)
+    schema = _OPS.get(key)
+    if schema is None:
+        raise UnsupportedOpError(
+            f"op {key!r} is not registered; register it with kernelkit.register_op({op!r}, "
+            f"domain={domain!r}, inputs=..., outputs=..., attrs=..., infer=...) "
+            f"(see docs/extending.md)"
+        )
+    return schema
+
+
+def ops() -> list[str]:
+    """Names of all registered ops."""
+    return sorted(_OPS)
+
+
+def _coerce(kind: str, value, where: str, name: str):
+    def bad():
+        return OpAttributeError(f"{where}: attribute {name!r} expects {kind}, got {type(value).__name__} {value!r:.60}")
+
+    if kind == "int":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            if isinstance(value, bool):
+                return int(value)
+            raise bad()
+        return int(value)
+    if kind == "float":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise bad()
+        return float(value)
+    if kind == "string":
+        if isinstance(value, bytes):
+            return value.decode()
+        if not isinstance(value, str):
+            raise bad()
+        return value
+    if kind == "bytes":
+        if not isinstance(value, (bytes, bytearray)):
+            raise bad()
+        return bytes(value)
+    if kind == "tensor":
+        if not isinstance(value, np.ndarray):
+            raise bad()
+        return value
+    # list kinds
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        raise bad()
+    return tuple(_coerce(kind[:-1], v, where, name) for v in value)
+
+
+def normalize_attrs(schema: OpSchema, attrs: dict, where: str) -> dict:
+    """Check ``attrs`` against the schema and return them complete, defaults filled in.
+
+    Unknown attributes, missing required ones and wrong types raise OpAttributeError naming
+    ``where`` (the node).
+    """
+    unknown = sorted(set(attrs) - set(schema.attrs))
+    if unknown:
+        raise OpAttributeError(
+            f"{where}: unknown attribute(s) {unknown} for op {schema.id!r}; "
+            f"known: {sorted(schema.attrs) or 'none'}"
+        )
+    out = {}
+    for name, (kind, default) in schema.attrs.items():
+        if name in attrs and attrs[name] is not None:
+            out[name] = _coerce(kind, attrs[name], where, name)
+        elif default is REQUIRED:
+            raise OpAttributeError(f"{where}: required attribute {name!r} of op {schema.id!r} is missing")
+        else:
+            out[name] = default
+    return out
+
+
+# -- kernels -----------------------------------------------------------------------------------
+class KernelKey(NamedTuple):
+    op: str
+    device: str
+    vendor: str
+    dtype: str
+
+
+@dataclass
+class KernelEntry:
+    key: KernelKey
+    impl: Any  # a function (*inputs, **attrs) or a class with prepare/resize/execute
+    priority: int = 0
+    supports: Callable | None = None  # supports(input_specs, attrs) -> bool
+    attr_names: frozenset | None = field(default=None, repr=False)  # None: takes **attrs
+
+    @property
+    def is_class(self) -> bool:
+        return inspect.isclass(self.impl)
+
+
+_KERNELS: dict[KernelKey, KernelEntry] = {}
+
+
+def _accepted_attrs(fn) -> frozenset | None:
+    target = fn.execute if inspect.isclass(fn) else fn
+    try:
+        params = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(p.name for p in params if p.kind is p.KEYWORD_ONLY)
+
+
+def register_kernel(op: str, *, device: str, vendor: str, dtype, domain: str = "", priority: int = 0,
+                    override: bool = False, supports: Callable | None = None):
+    """Decorator registering a kernel for ``(op, device, vendor, dtype)``.
+
+    ``dtype`` is one dtype name, a tuple of them, or ``"*"`` for any dtype (used after exact
+    matches). The decorated function gets the node's inputs positionally and the attributes it
+    names keyword-only; it returns an array or a tuple of arrays. A class instead gets
+    ``prepare(input_specs, attrs)`` once per session, ``resize(input_specs)`` when input shapes
+    change and ``execute(*inputs)`` per run. ``supports(input_specs, attrs)`` may decline a node,
+    so that selection moves on to the next candidate. The decorated object is returned unchanged.
+    """
+    dtypes = (dtype,) if isinstance(dtype, str) else tuple(dtype)
+    dtypes = tuple(d if d == "*" else dtype_name(d) for d in dtypes)
+    qualified = op_id(op, domain)
+
+    def decorate(impl):
+        if inspect.isclass(impl):
+            missing = [m for m in ("prepare", "execute") if not hasattr(impl, m)]
+            if missing:
+                raise RegistryError(f"kernel class {impl.__name__} for {qualified!r} lacks {missing}")
+        entries = [KernelEntry(KernelKey(qualified, device, vendor, d), impl, priority, supports,
+                               _accepted_attrs(impl)) for d in dtypes]
+        with _lock:
+            for e in entries:
+                if e.key in _KERNELS and not override:
+                    raise RegistryError(
+                        f"a kernel for {tuple(e.key)} is already registered "
+                        f"({_KERNELS[e.key].impl.__module__}.{_KERNELS[e.key].impl.__qualname__}); "
+                        f"pass override=True to replace it"
+                    )
+            for e in entries:
+                _KERNELS[e.key] = e
+        return impl
+
+    return decorate
+
+
+def unregister_kernel(op: str, *, device: str, vendor: str, dtype, domain: str = "") -> None:
+    dtypes = (dtype,) if isinstance(dtype, str) else tuple(dtype)
+    with _lock:
+        for d in dtypes:
+            _KERNELS.pop(KernelKey(op_id(op, domain), device, vendor, d), None)
+
+
+def kernels(op: str | None = None, device: str | None = None, vendor: str | None = None,
+            dtype: str | None = None) -> list[KernelKey]:
+    """Registered kernel keys, filtered by any of the four fields, sorted."""
+    from .backends import load_backends
+
+    load_backends()
+    want = KernelKey(op, device, vendor, dtype)
+    return sorted(k for k in _KERNELS if all(w is None or w == v for w, v in zip(want, k)))
+
+
+def kernel_entry(key: KernelKey) -> KernelEntry:
+    return _KERNELS[key]
+
+
+def select_kernel(op: str, device: str, dtype: str, vendors: Iterable[str] | None = None,
+                  input_specs=None, attrs=None) -> KernelEntry | None:
+    """The kernel for ``op`` on ``device`` and ``dtype``: exact dtype before ``"*"``; among vendors,
+    the order of ``vendors`` if given, else highest priority first. None when nothing fits."""
+    cands = [e for e in _KERNELS.values() if e.key.op == op and e.key.device == device
+             and e.key.dtype in (dtype, "*") and (vendors is None or e.key.vendor in vendors)]
+    order = list(vendors) if vendors is not None else []
+
+    def rank(e: KernelEntry):
+        vendor_rank = order.index(e.key.vendor) if vendors is not None else 0
+        return (vendor_rank, -e.priority, e.key.dtype == "*", e.key.vendor)
+
+    for e in sorted(cands, key=rank):
+        if e.supports is None or e.supports(input_specs, attrs):
+            return e
+    return None
+
+
+def describe_kernels(op: str) -> str:
+    """One line listing the keys that exist for ``op``, for error messages."""
+    keys = sorted(k for k in _KERNELS if k.op == op)
+    if not keys:
+        return f"no kernel at all is registered for {op!r}"
+    return "registered: " + ", ".join(f"({k.device}, {k.vendor}, {k.dtype})" for k in keys)
+
+
+ALL_DTYPES = ALL_TYPES

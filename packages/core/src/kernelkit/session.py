@@ -1,0 +1,371 @@
+"""Session: compile a model for a device, then run it.
+
+Building a session = shape inference -> graph passes -> kernel selection per node (with device
+fallback) -> kernels' ``prepare`` -> memory plan (each intermediate is released after its last
+reader). ``run`` follows onnxruntime's signature.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .devices import Device, create_device
+from .errors import (InputError, KernelBuildError, KernelExecutionError, KernelkitError,
+                     UnsupportedOpError)
+from .ir import Graph, Model, Node, TensorSpec
+from .passes import PassContext, run_passes
+from .registry import (KernelEntry, describe_kernels, get_schema, normalize_attrs, select_kernel)
+from .shape import infer_shapes
+
+log = logging.getLogger("kernelkit.session")
+
+
+@dataclass
+class KernelContext:
+    """Handed to class kernels (as ``self.context``) before ``prepare``: the node, the device
+    object (for OpenCL: context, queue, events) and the session options."""
+
+    node: Node
+    device: Device
+    options: dict = field(default_factory=dict)
+    threads: int | None = None
+
+
+@dataclass
+class NodeInfo:
+    """What ``Session.get_inputs()``/``get_outputs()`` return, shaped like onnxruntime's NodeArg."""
+
+    name: str
+    shape: tuple
+    type: str
+
+    @property
+    def dtype(self) -> str:
+        return self.type
+
+
+@dataclass
+class _Step:
+    node: Node
+    entry: KernelEntry
+    device: Device
+    attrs: dict
+    call: Any = None          # callable(*inputs) -> outputs
+    lock: threading.Lock | None = None
+    free_after: list[str] = field(default_factory=list)
+    last_specs: list | None = None
+
+
+def _load_model(model_or_path) -> Model:
+    if isinstance(model_or_path, Model):
+        return model_or_path
+    path = Path(model_or_path)
+    if path.suffix.lower() == ".onnx":
+        try:
+            from kernelkit_converters.onnx import convert
+        except ImportError as exc:
+            raise UnsupportedOpError(
+                f"{path}: reading .onnx files needs the converters package: pip install '.[converters]'"
+            ) from exc
+        return convert(path)
+    from .io import load
+
+    return load(path)
+
+
+class Session:
+    """A compiled model bound to a device.
+
+    ``vendors`` lists preferred kernel vendors in order (None: highest priority first);
+    ``fallback`` lets a node the device (or the vendor list) cannot run fall back to any CPU
+    kernel with a logged warning; ``passes`` selects graph passes (None: defaults, False: none,
+    or a list of names); ``options`` go to devices and class kernels (e.g. ``opencl_device``).
+    """
+
+    def __init__(self, model_or_path, device: str = "cpu", vendors=None, fallback: bool = True,
+                 threads: int | None = None, profile: bool = False, passes=None,
+                 options: dict | None = None):
+        self.model = _load_model(model_or_path).copy()
+        self.device_name = device
+        self.vendors = tuple(vendors) if vendors is not None else None
+        self.fallback = fallback
+        self.threads = threads
+        self.options = dict(options or {})
+        if threads is not None:
+            self.options.setdefault("threads", threads)
+        self._profile = profile
+        self._prof: dict[str, list] = {}
+        self._prof_lock = threading.Lock()
+        self._devices: dict[str, Device] = {}
+        self._device_constants: dict[tuple[str, str], Any] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self.fallbacks: list[tuple[str, str]] = []
+        graph = self.model.graph
+        infer_shapes(graph)
+        self.passes_fired = run_passes(graph, passes, PassContext(device, self.vendors, self.options))
+        graph.toposort()
+        infer_shapes(graph)
+        self.graph: Graph = graph
+        self._steps = [self._select(node) for node in graph.nodes]
+        for step in self._steps:
+            self._bind(step)
+        self._plan()
+
+    # -- building ------------------------------------------------------------------------------
+    def _device(self, name: str) -> Device:
+        if name not in self._devices:
+            self._devices[name] = create_device(name, self.options)
+        return self._devices[name]
+
+    def _select(self, node: Node) -> _Step:
+        schema = get_schema(node.op, node.domain)
+        where = f"node {node.name!r} ({node.op_id})"
+        attrs = normalize_attrs(schema, node.attrs, where)
+        specs = [self.graph.values[i].spec if i else None for i in node.inputs]
+        if node.inputs and schema.dispatch_input < len(specs) and specs[schema.dispatch_input] is not None:
+            dtype = specs[schema.dispatch_input].dtype
+        else:
+            dtype = self.graph.values[node.outputs[0]].spec.dtype
+        tries = [(self.device_name, self.vendors)]
+        if self.fallback:
+            if self.vendors is not None:
+                tries.append((self.device_name, None))
+            if self.device_name != "cpu":
+                tries.append(("cpu", None))
+        for device, vendors in tries:
+            entry = select_kernel(node.op_id, device, dtype, vendors, specs, attrs)
+            if entry is not None:
+                if (device, vendors) != tries[0]:
+                    msg = (f"{where}: no {self.device_name} kernel for dtype {dtype}"
+                           f"{' from vendors ' + str(list(self.vendors)) if self.vendors else ''}; "
+                           f"falling back to ({entry.key.device}, {entry.key.vendor})")
+                    log.warning(msg)
+                    self.fallbacks.append((node.name, msg))
+                return _Step(node, entry, self._device(device), attrs)
+        raise UnsupportedOpError(
+            f"{where}: no kernel for device {self.device_name!r}, dtype {dtype}"
+            f"{', vendors ' + str(list(self.vendors)) if self.vendors else ''}"
+            f"{'' if self.fallback else ' (fallback=False)'}; {describe_kernels(node.op_id)}"
+        )
+
+    def _bind(self, step: _Step) -> None:
+        entry, attrs = step.entry, step.attrs
+        if entry.attr_names is not None:
+            attrs = {k: v for k, v in attrs.items() if k in entry.attr_names}
+        if not entry.is_class:
+            fn = entry.impl
+            step.call = (lambda *xs, _f=fn, _a=attrs: _f(*xs, **_a)) if attrs else fn
+            return
+        where = f"node {step.node.name!r} ({step.node.op_id})"
+        kernel = entry.impl()
+        kernel.context = KernelContext(step.node, step.device, self.options, self.threads)
+        specs = [self.graph.values[i].spec if i else None for i in step.node.inputs]
+        try:
+            kernel.prepare(specs, dict(step.attrs))
+        except KernelkitError:
+            raise
+        except Exception as exc:
+            raise KernelBuildError(f"{where}: prepare failed in {entry.key}: {type(exc).__name__}: {exc}") from exc
+        step.last_specs = specs
+        step.lock = threading.Lock()
+        step.call = kernel
+
+    def _plan(self) -> None:
+        """Memory plan: release every intermediate right after its last reader."""
+        keep = set(self.graph.outputs) | set(self.graph.inputs) | set(self.graph.constants)
+        last: dict[str, int] = {}
+        for i, step in enumerate(self._steps):
+            for name in step.node.inputs:
+                if name:
+                    last[name] = i
+            for name in step.node.outputs:
+                last.setdefault(name, i)
+        for name, i in last.items():
+            if name not in keep:
+                self._steps[i].free_after.append(name)
+
+    # -- introspection -------------------------------------------------------------------------
+    def get_inputs(self) -> list[NodeInfo]:
+        return [NodeInfo(n, self.graph.values[n].spec.shape, self.graph.values[n].spec.dtype) for n in self.graph.inputs]
+
+    def get_outputs(self) -> list[NodeInfo]:
+        return [NodeInfo(n, self.graph.values[n].spec.shape, self.graph.values[n].spec.dtype) for n in self.graph.outputs]
+
+    def placement(self) -> dict[str, tuple[str, str]]:
+        """Node name -> (device, vendor) of the kernel chosen for it."""
+        return {s.node.name: (s.entry.key.device, s.entry.key.vendor) for s in self._steps}
+
+    def devices(self) -> dict[str, str]:
+        return {name: dev.describe() for name, dev in self._devices.items()}
+
+    def profile(self) -> list[dict]:
+        """Per-node timings collected when ``profile=True``: node, op, device, vendor, calls, ms."""
+        with self._prof_lock:
+            rows = []
+            for step in self._steps:
+                calls, total = self._prof.get(step.node.name, (0, 0.0))
+                rows.append({"node": step.node.name, "op": step.node.op_id, "device": step.entry.key.device,
+                             "vendor": step.entry.key.vendor, "calls": calls, "total_ms": total * 1e3,
+                             "mean_ms": total * 1e3 / calls if calls else 0.0})
+            return rows
+
+    # -- running -------------------------------------------------------------------------------
+    def _check_feeds(self, feeds: dict) -> dict[str, np.ndarray]:
+        if not isinstance(feeds, dict):
+            raise InputError(f"feeds must be a dict of input name -> array, got {type(feeds).__name__}")
+        expected = self.graph.inputs
+        unknown = sorted(set(feeds) - set(expected))
+        missing = [n for n in expected if n not in feeds]
+        if unknown or missing:
+            raise InputError(f"model {self.graph.name!r} expects inputs {expected}; "
+                             f"{'unknown: ' + str(unknown) + ' ' if unknown else ''}"
+                             f"{'missing: ' + str(missing) if missing else ''}".strip())
+        symbols: dict[str, int] = {}
+        out = {}
+        for name in expected:
+            spec = self.graph.values[name].spec
+            try:
+                arr = np.asarray(feeds[name])
+            except Exception as exc:
+                raise InputError(f"input {name!r}: cannot be read as an array: {exc}") from exc
+            if arr.dtype.name != spec.dtype:
+                raise InputError(f"input {name!r}: expected dtype {spec.dtype}, got {arr.dtype.name}")
+            if arr.ndim != spec.rank:
+                raise InputError(f"input {name!r}: expected rank {spec.rank} {spec.shape}, got shape {arr.shape}")
+            for axis, (want, got) in enumerate(zip(spec.shape, arr.shape)):
+                if isinstance(want, str):
+                    if symbols.setdefault(want, got) != got:
+                        raise InputError(f"input {name!r}: dimension {axis} ({want!r}) is {got}, but {want!r} "
+                                         f"was bound to {symbols[want]} by another input")
+                elif want != got:
+                    raise InputError(f"input {name!r}: expected shape {spec.shape}, got {arr.shape}")
+            view = arr.view()
+            view.flags.writeable = False  # kernels must never write into the caller's array
+            out[name] = view
+        return out
+
+    def _constant_on(self, name: str, device: Device) -> Any:
+        data = self.graph.values[name].data
+        if device.name == "cpu":
+            return data
+        key = (device.name, name)
+        if key not in self._device_constants:
+            self._device_constants[key] = device.upload(np.ascontiguousarray(data))
+        return self._device_constants[key]
+
+    def _execute(self, step: _Step, args: list) -> tuple:
+        if step.lock is None:
+            result = step.call(*args)
+        else:
+            with step.lock:
+                specs = [TensorSpec(tuple(a.shape), np.dtype(a.dtype).name) if a is not None else None for a in args]
+                if specs != step.last_specs and hasattr(step.call, "resize"):
+                    step.call.resize(specs)
+                step.last_specs = specs
+                result = step.call.execute(*args)
+        return result if isinstance(result, (tuple, list)) else (result,)
+
+    @staticmethod
+    def _move(tensor, src: Device, dst: Device):
+        host = src.download(tensor) if src.name != "cpu" else tensor
+        return dst.upload(np.ascontiguousarray(host)) if dst.name != "cpu" else host
+
+    def _dispatch(self, feeds: dict[str, np.ndarray], wanted: list[str]) -> dict[str, tuple[Any, Device]]:
+        env: dict[str, tuple[Any, Device]] = {n: (a, self._device("cpu")) for n, a in feeds.items()}
+        constants = self.graph.values
+        moved: dict[tuple[str, str], Any] = {}  # (value, device) -> copy made this run
+        for step in self._steps:
+            node, dev = step.node, step.device
+            args = []
+            for name in node.inputs:
+                if not name:
+                    args.append(None)
+                elif name in env:
+                    tensor, where = env[name]
+                    if where is not dev:
+                        tensor = moved.get((name, dev.name))
+                        if tensor is None:
+                            tensor = self._move(env[name][0], where, dev)
+                            moved[(name, dev.name)] = tensor
+                    args.append(tensor)
+                else:
+                    args.append(self._constant_on(name, dev) if constants[name].data is not None else None)
+            t0 = time.perf_counter() if self._profile else 0.0
+            try:
+                outs = self._execute(step, args)
+            except KernelkitError:
+                raise
+            except Exception as exc:
+                shapes = [tuple(a.shape) if a is not None else None for a in args]
+                raise KernelExecutionError(
+                    f"node {node.name!r} ({node.op_id}) failed in kernel {tuple(step.entry.key)} "
+                    f"with input shapes {shapes}: {type(exc).__name__}: {exc}") from exc
+            if self._profile:
+                dt = time.perf_counter() - t0
+                with self._prof_lock:
+                    calls, total = self._prof.get(node.name, (0, 0.0))
+                    self._prof[node.name] = (calls + 1, total + dt)
+            if len(outs) < sum(1 for o in node.outputs if o):
+                raise KernelExecutionError(f"node {node.name!r} ({node.op_id}): kernel {tuple(step.entry.key)} "
+                                           f"returned {len(outs)} outputs, node has {len(node.outputs)}")
+            for name, value in zip(node.outputs, outs):
+                if name:
+                    env[name] = (value, dev)
+            for name in step.free_after:
+                if name not in wanted:
+                    env.pop(name, None)
+                    for dev_name in self._devices:
+                        moved.pop((name, dev_name), None)
+        return env
+
+    def _resolve_outputs(self, output_names) -> list[str]:
+        if output_names is None:
+            return list(self.graph.outputs)
+        if isinstance(output_names, str):
+            raise InputError("output_names must be a list of names or None, not a string")
+        names = list(output_names)
+        bad = [n for n in names if n not in self.graph.outputs]
+        if bad:
+            raise InputError(f"unknown output(s) {bad}; model outputs are {self.graph.outputs}")
+        return names
+
+    def _collect(self, env, feeds, names) -> list[np.ndarray]:
+        results = []
+        for name in names:
+            if name in env:
+                tensor, where = env[name]
+                arr = where.download(tensor) if where.name != "cpu" else tensor
+            else:  # an output that is a constant of the graph
+                arr = self.graph.values[name].data
+            arr = np.asarray(arr)
+            if not arr.flags.owndata or not arr.flags.writeable or name in feeds:
+                arr = arr.copy()  # fresh arrays only: never a view of a feed, constant or each other
+            results.append(arr)
+        return results
+
+    def run(self, output_names, input_feed: dict, run_options=None) -> list[np.ndarray]:
+        """Run the model; returns fresh arrays for ``output_names`` (None: all outputs)."""
+        names = self._resolve_outputs(output_names)
+        feeds = self._check_feeds(input_feed)
+        env = self._dispatch(feeds, names)
+        return self._collect(env, feeds, names)
+
+    def run_async(self, output_names, input_feed: dict) -> Future:
+        """Start a run and return a ``concurrent.futures.Future`` of its outputs."""
+        names = self._resolve_outputs(output_names)
+        feeds = self._check_feeds(input_feed)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=max(1, self.threads or os.cpu_count() or 1),
+                                            thread_name_prefix="kernelkit-run")
+        return self._pool.submit(lambda: self._collect(self._dispatch(feeds, names), feeds, names))
+
+    def __repr__(self) -> str:
+        return f"Session({self.graph.name!r}, device={self.device_name!r}, {len(self._steps)} nodes)"
