@@ -22,8 +22,9 @@ from .errors import (InputError, KernelBuildError, KernelExecutionError, Kernelk
                      UnsupportedOpError)
 from .ir import Graph, Model, Node, TensorSpec
 from .passes import PassContext, run_passes
-from .registry import (KernelEntry, describe_kernels, get_schema, normalize_attrs, select_kernel)
-from .shape import infer_shapes
+from .registry import (KernelEntry, KernelKey, describe_kernels, get_schema, normalize_attrs,
+                       select_kernel)
+from .shape import infer_node, infer_shapes
 
 log = logging.getLogger("kernelkit.session")
 
@@ -88,11 +89,13 @@ class Session:
     ``fallback`` lets a node the device (or the vendor list) cannot run fall back to any CPU
     kernel with a logged warning; ``passes`` selects graph passes (None: defaults, False: none,
     or a list of names); ``options`` go to devices and class kernels (e.g. ``opencl_device``).
+    ``stub_ops`` names ops (``"Op"`` or ``"domain::Op"``) to run as infinitely fast stubs that
+    return zeros of the inferred output shape: estimate a model's speed before a kernel exists.
     """
 
     def __init__(self, model_or_path, device: str = "cpu", vendors=None, fallback: bool = True,
                  threads: int | None = None, profile: bool = False, passes=None,
-                 options: dict | None = None):
+                 options: dict | None = None, stub_ops=()):
         self.model = _load_model(model_or_path).copy()
         self.device_name = device
         self.vendors = tuple(vendors) if vendors is not None else None
@@ -108,6 +111,7 @@ class Session:
         self._device_constants: dict[tuple[str, str], Any] = {}
         self._pool: ThreadPoolExecutor | None = None
         self.fallbacks: list[tuple[str, str]] = []
+        self.stub_ops = frozenset(stub_ops)
         graph = self.model.graph
         infer_shapes(graph)
         self.passes_fired = run_passes(graph, passes, PassContext(device, self.vendors, self.options))
@@ -134,6 +138,8 @@ class Session:
             dtype = specs[schema.dispatch_input].dtype
         else:
             dtype = self.graph.values[node.outputs[0]].spec.dtype
+        if node.op_id in self.stub_ops:
+            return self._stub_step(node, dtype, attrs)
         tries = [(self.device_name, self.vendors)]
         if self.fallback:
             if self.vendors is not None:
@@ -155,6 +161,23 @@ class Session:
             f"{', vendors ' + str(list(self.vendors)) if self.vendors else ''}"
             f"{'' if self.fallback else ' (fallback=False)'}; {describe_kernels(node.op_id)}"
         )
+
+    def _stub_step(self, node: Node, dtype: str, attrs: dict) -> _Step:
+        """A step that skips the computation: zeros of the output shapes inferred from the inputs."""
+        values = self.graph.values
+        out_specs = [values[o].spec for o in node.outputs]
+        consts = [values[i].data if i else None for i in node.inputs]
+
+        def stub(*inputs):
+            specs = out_specs
+            if not all(s.is_static for s in specs):
+                in_specs = [TensorSpec(tuple(x.shape), np.dtype(x.dtype).name) if x is not None else None
+                            for x in inputs]
+                specs = infer_node(node, in_specs, [c if c is not None else x for c, x in zip(consts, inputs)])
+            return tuple(np.zeros(s.shape, s.dtype) for s in specs)
+
+        entry = KernelEntry(KernelKey(node.op_id, "cpu", "stub", dtype), stub)
+        return _Step(node, entry, self._device("cpu"), attrs)
 
     def _bind(self, step: _Step) -> None:
         entry, attrs = step.entry, step.attrs
