@@ -35,11 +35,12 @@ def save(model: Model, path) -> None:
     _save(model, path)
 
 
-def load(path) -> Model:
-    """Read a kernelkit IR file, validating it and mapping its weights read-only."""
+def load(path, *, verify: bool = True) -> Model:
+    """Read a kernelkit IR file, validating it and mapping its weights read-only
+    (``verify=False`` skips the sha256 checks)."""
     from .io import load as _load
 
-    return _load(path)
+    return _load(path, verify=verify)
 
 
 __all__ = [

@@ -39,3 +39,21 @@ def load_backends(force: bool = False) -> dict[str, str]:
                 log.warning(msg)
                 warnings.warn(msg, RuntimeWarning, stacklevel=2)
         return dict(_loaded)
+
+
+_session_hooks: list = []
+
+
+def register_session_hook(fn) -> None:
+    """Register ``fn(device, options)``, called at the start of every Session build (before kernel
+    selection) with the session's device name and options, so that a backend can act on its own
+    options, e.g. load the custom kernels a session names. Registering a function twice is a no-op."""
+    with _lock:
+        if fn not in _session_hooks:
+            _session_hooks.append(fn)
+
+
+def run_session_hooks(device: str, options: dict) -> None:
+    load_backends()
+    for fn in list(_session_hooks):
+        fn(device, options)

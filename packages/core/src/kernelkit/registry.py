@@ -81,10 +81,11 @@ def _attr_type(spec) -> str:
         if spec not in ATTR_TYPES:
             raise RegistryError(f"unknown attribute type {spec!r}; known: {', '.join(ATTR_TYPES)}")
         return spec
-    if spec in _ATTR_TYPES:
+    if isinstance(spec, (list, tuple)):  # [int], [float], [str]
+        if len(spec) == 1 and spec[0] in (int, float, str):
+            return _ATTR_TYPES[spec[0]] + "s"
+    elif spec in _ATTR_TYPES:
         return _ATTR_TYPES[spec]
-    if isinstance(spec, (list, tuple)) and len(spec) == 1 and spec[0] in (int, float, str):
-        return _ATTR_TYPES[spec[0]] + "s"
     raise RegistryError(f"unknown attribute type {spec!r}; use one of {', '.join(ATTR_TYPES)}")
 
 
@@ -114,6 +115,11 @@ def register_op(name: str, *, domain: str = "", inputs: Iterable[str], outputs: 
 def get_schema(op: str, domain: str = "") -> OpSchema:
     key = op_id(op, domain)
     schema = _OPS.get(key)
+    if schema is None:  # a plugin may declare it: load the installed backends, then look again
+        from .backends import load_backends
+
+        load_backends()
+        schema = _OPS.get(key)
     if schema is None:
         raise UnsupportedOpError(
             f"op {key!r} is not registered; register it with kernelkit.register_op({op!r}, "

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .backends import run_session_hooks
 from .devices import Device, create_device
 from .errors import (InputError, KernelBuildError, KernelExecutionError, KernelkitError,
                      UnsupportedOpError)
@@ -112,12 +113,20 @@ class Session:
         self._pool: ThreadPoolExecutor | None = None
         self.fallbacks: list[tuple[str, str]] = []
         self.stub_ops = frozenset(stub_ops)
+        run_session_hooks(device, self.options)  # backends act on their options (e.g. custom kernels)
         graph = self.model.graph
+        for value in graph.values.values():  # kernels and callers get read-only views of constants
+            if value.data is not None and value.data.flags.writeable:
+                value.data = value.data.view()
+                value.data.flags.writeable = False
         infer_shapes(graph)
-        self.passes_fired = run_passes(graph, passes, PassContext(device, self.vendors, self.options))
+        pass_ctx = PassContext(device, self.vendors, self.options)
+        self.passes_fired = run_passes(graph, passes, pass_ctx)
+        self.pass_notes: list[str] = pass_ctx.notes  # e.g. fusions skipped for a user's kernel
         graph.toposort()
         infer_shapes(graph)
         self.graph: Graph = graph
+        self._device(device)  # a device asked for by name must exist, even if fallback would avoid it
         self._steps = [self._select(node) for node in graph.nodes]
         for step in self._steps:
             self._bind(step)
@@ -176,7 +185,7 @@ class Session:
                 specs = infer_node(node, in_specs, [c if c is not None else x for c, x in zip(consts, inputs)])
             return tuple(np.zeros(s.shape, s.dtype) for s in specs)
 
-        entry = KernelEntry(KernelKey(node.op_id, "cpu", "stub", dtype), stub)
+        entry = KernelEntry(KernelKey(node.op_id, "cpu", "stub", dtype), stub, attr_names=frozenset())
         return _Step(node, entry, self._device("cpu"), attrs)
 
     def _bind(self, step: _Step) -> None:
@@ -281,7 +290,7 @@ class Session:
             return data
         key = (device.name, name)
         if key not in self._device_constants:
-            self._device_constants[key] = device.upload(np.ascontiguousarray(data))
+            self._device_constants[key] = device.upload(np.asarray(data, order="C"))  # keeps 0-d shapes
         return self._device_constants[key]
 
     def _execute(self, step: _Step, args: list) -> tuple:
@@ -299,7 +308,7 @@ class Session:
     @staticmethod
     def _move(tensor, src: Device, dst: Device):
         host = src.download(tensor) if src.name != "cpu" else tensor
-        return dst.upload(np.ascontiguousarray(host)) if dst.name != "cpu" else host
+        return dst.upload(np.asarray(host, order="C")) if dst.name != "cpu" else host
 
     def _dispatch(self, feeds: dict[str, np.ndarray], wanted: list[str]) -> dict[str, tuple[Any, Device]]:
         env: dict[str, tuple[Any, Device]] = {n: (a, self._device("cpu")) for n, a in feeds.items()}
@@ -369,7 +378,8 @@ class Session:
             else:  # an output that is a constant of the graph
                 arr = self.graph.values[name].data
             arr = np.asarray(arr)
-            if not arr.flags.owndata or not arr.flags.writeable or name in feeds:
+            if (not arr.flags.owndata or not arr.flags.writeable or name in feeds
+                    or any(np.may_share_memory(arr, r) for r in results)):
                 arr = arr.copy()  # fresh arrays only: never a view of a feed, constant or each other
             results.append(arr)
         return results
@@ -388,6 +398,17 @@ class Session:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=max(1, self.threads or os.cpu_count() or 1),
                                             thread_name_prefix="kernelkit-run")
+        if all(getattr(d, "asynchronous", False) or d.name == "cpu" for d in self._devices.values()) \
+                and any(getattr(d, "asynchronous", False) for d in self._devices.values()):
+            # asynchronous devices (OpenCL) only enqueue in _dispatch: do it here, so that the
+            # pool thread does nothing but wait for the downloads of the outputs
+            try:
+                env = self._dispatch(feeds, names)
+            except BaseException as exc:  # noqa: BLE001 - reported through the future, as for the pool
+                failed: Future = Future()
+                failed.set_exception(exc)
+                return failed
+            return self._pool.submit(self._collect, env, feeds, names)
         return self._pool.submit(lambda: self._collect(self._dispatch(feeds, names), feeds, names))
 
     def __repr__(self) -> str:

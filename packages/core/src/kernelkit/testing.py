@@ -89,7 +89,8 @@ def onnx_reference_run(op: str, inputs, attrs: dict | None = None, n_outputs: in
     while names and names[-1] == "":
         names.pop()
     outs = [f"out{i}" for i in range(n_outputs)]
-    node = helper.make_node(op, names, outs, domain=domain, **(attrs or {}))
+    attrs = {k: numpy_helper.from_array(v) if isinstance(v, np.ndarray) else v for k, v in (attrs or {}).items()}
+    node = helper.make_node(op, names, outs, domain=domain, **attrs)
     graph_inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.asarray(x).dtype),
                                                   np.asarray(x).shape)
                     for n, x in zip(names, inputs) if n]
@@ -97,5 +98,41 @@ def onnx_reference_run(op: str, inputs, attrs: dict | None = None, n_outputs: in
     graph = helper.make_graph([node], "oracle", graph_inputs, graph_outputs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     feeds = {n: np.asarray(x) for n, x in zip(names, inputs) if n}
-    del numpy_helper
     return list(ReferenceEvaluator(model).run(None, feeds))
+
+
+def sample_cases(op: str, dtype: str, seed: int = 0, domain: str = "") -> list[tuple[list, dict, dict]]:
+    """The op's ``samples(rng, dtype)`` as ``(inputs, attrs, options)`` triples. A sample may
+    yield a third element, a dict of ``run_single_op`` options (``n_outputs`` for ops with variadic
+    outputs such as Split, ``constants``); it defaults to ``{}``. Ops without samples give []."""
+    from .registry import get_schema
+
+    schema = get_schema(op, domain)
+    if schema.samples is None:
+        return []
+    rng = np.random.default_rng(seed)
+    return [(list(case[0]), dict(case[1]), dict(case[2]) if len(case) > 2 else {})
+            for case in schema.samples(rng, dtype)]
+
+
+def check_against_onnx(op: str, inputs, attrs: dict | None = None, n_outputs: int | None = None,
+                       constants=(), opset: int = ONNX_OPSET, domain: str = "", **session_kwargs) -> list[np.ndarray]:
+    """Run one op through a Session and through onnx's ReferenceEvaluator and assert that they
+    agree (``assert_close``), and that each inferred output spec fits the actual output (same
+    dtype and rank, equal static dims; symbolic dims match anything). Returns the outputs."""
+    from .registry import get_schema
+    from .session import Session
+
+    schema = get_schema(op, domain)
+    n = n_outputs or sum(1 for p in schema.outputs if not p.optional) or 1
+    sess = Session(single_op_model(op, inputs, attrs, n, constants, domain), **session_kwargs)
+    got = sess.run(None, {f"in{i}": np.asarray(x) for i, x in enumerate(inputs)
+                          if x is not None and i not in constants})
+    want = onnx_reference_run(op, inputs, attrs, n, opset, domain)
+    for i, (actual, expected, spec) in enumerate(zip(got, want, sess.get_outputs())):
+        where = f"{op} {attrs or {}} output {i}:"
+        assert_close(actual, expected, err_msg=where)
+        fits = spec.dtype == actual.dtype.name and len(spec.shape) == actual.ndim and all(
+            isinstance(d, str) or d == a for d, a in zip(spec.shape, actual.shape))
+        assert fits, f"{where} inferred {spec.type}{list(spec.shape)} but got {actual.dtype}{list(actual.shape)}"
+    return got

@@ -1,9 +1,9 @@
-"""Helpers shared by the op files: common shape rules and sample generators."""
+"""Helpers shared by the op files: common shape rules, axis handling and sample generators."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..ir import TensorSpec
+from ..ir import Dim, TensorSpec
 from ..shape import InferContext, broadcast_shapes
 
 
@@ -17,6 +17,8 @@ def broadcast_rule(dtype: str | None = None):
 
     def rule(ctx: InferContext) -> TensorSpec:
         specs = [s for s in ctx.inputs if s is not None]
+        if not specs:
+            raise ctx.error("needs at least one input")
         dtypes = {s.dtype for s in specs}
         if len(dtypes) > 1:
             raise ctx.error(f"inputs have different dtypes {sorted(dtypes)}")
@@ -29,8 +31,74 @@ def broadcast_rule(dtype: str | None = None):
 def random(rng: np.random.Generator, shape, dtype: str, low: float = -2.0, high: float = 2.0) -> np.ndarray:
     """A random array of ``dtype`` in [low, high) (integers: rounded; bool: coin flips)."""
     if dtype == "bool":
-        return rng.random(shape) < 0.5
+        return np.asarray(rng.random(shape) < 0.5)
+    if np.dtype(dtype).kind == "u":
+        low, high = max(low, 0.0), max(high, 1.0)
     x = rng.uniform(low, high, size=shape)
     if np.dtype(dtype).kind in "iu":
-        return np.round(x).astype(dtype)
-    return x.astype(dtype)
+        return np.asarray(np.round(x), dtype=dtype)
+    return np.asarray(x, dtype=dtype)
+
+
+# -- axes and integer lists given as inputs (opset 13+ style) ------------------------------------
+def const_ints(ctx: InferContext, i: int) -> list[int] | None:
+    """Input ``i`` as a list of Python ints when it is a known constant, else None."""
+    data = ctx.value(i) if ctx.has(i) else None
+    if data is None:
+        return None
+    data = np.asarray(data)
+    if data.dtype.kind not in "iu":
+        raise ctx.error(f"input {i} must be an integer tensor, got {data.dtype.name}")
+    return [int(v) for v in data.reshape(-1)]
+
+
+def input_length(ctx: InferContext, i: int) -> int:
+    """The static length of 1-D input ``i`` (e.g. a runtime shape or axes), or a ShapeError."""
+    spec = ctx.inputs[i]
+    if spec.rank > 1 or (spec.rank == 1 and not isinstance(spec.shape[0], int)):
+        raise ctx.error(f"input {i} must be a 1-D tensor of static length, got {spec}")
+    return spec.shape[0] if spec.rank == 1 else 1
+
+
+def normalize_axes(axes, rank: int, where: str = "") -> list[int]:
+    """Axes made non-negative; out-of-range or repeated axes raise ValueError (kernels use this,
+    the session reports it against the node)."""
+    out = []
+    for a in axes:
+        a = int(a)
+        if not -rank <= a < rank:
+            raise ValueError(f"{where}axis {a} is out of range for rank {rank}")
+        out.append(a % rank)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{where}axes {list(axes)} repeat an axis")
+    return out
+
+
+def ctx_axes(ctx: InferContext, axes, rank: int) -> list[int]:
+    """``normalize_axes`` raising a ShapeError naming the node."""
+    try:
+        return normalize_axes(axes, rank)
+    except ValueError as exc:
+        raise ctx.error(str(exc)) from None
+
+
+def product(dims) -> Dim:
+    """Product of dims; a lone symbolic dim times ones stays that symbol, other symbolic mixes
+    return None (the caller makes a fresh symbol)."""
+    syms = [d for d in dims if isinstance(d, str)]
+    known = int(np.prod([d for d in dims if isinstance(d, int)], dtype=np.int64))
+    if not syms:
+        return known
+    if len(syms) == 1 and known == 1:
+        return syms[0]
+    return None
+
+
+def trunc_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer division rounding toward zero (C and ONNX semantics), exact for all int widths."""
+    if np.any(b == 0):
+        raise ZeroDivisionError("integer division by zero")
+    if a.dtype.kind == "u":
+        return np.floor_divide(a, b)
+    remainder = np.fmod(a, b)
+    return ((a - remainder) // b).astype(np.result_type(a, b))

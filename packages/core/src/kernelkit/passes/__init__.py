@@ -103,3 +103,6 @@ def run_passes(graph: Graph, selection: Iterable[str] | bool | None = None,
         if not changed:
             break
     return fired
+
+
+from . import builtin  # noqa: E402,F401  (registers the built-in passes, in pipeline order)

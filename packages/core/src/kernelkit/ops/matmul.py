@@ -1,0 +1,71 @@
+"""MatMul (ONNX opset 21, NumPy semantics: batched, broadcast batch dims, 1-D operands) with a
+fused activation."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..activation import ACTIVATION_ATTRS, apply_activation
+from ..dtypes import FLOAT_TYPES
+from ..ir import TensorSpec
+from ..registry import register_kernel, register_op
+from ..shape import broadcast_shapes
+from ._util import random
+from ._window import compute_dtype
+
+DTYPES = FLOAT_TYPES + ("int32", "int64", "uint32", "uint64")
+
+
+def _shapes(ctx):
+    """(batch, m, k, n, output shape) of a MatMul node."""
+    a, b = ctx.inputs[0], ctx.inputs[1]
+    if a.dtype != b.dtype:
+        raise ctx.error(f"A and B must share a dtype; got {a.dtype} and {b.dtype}")
+    if a.rank == 0 or b.rank == 0:
+        raise ctx.error(f"A {a} and B {b} must have rank >= 1")
+    sa = a.shape if a.rank > 1 else (1, a.shape[0])
+    sb = b.shape if b.rank > 1 else (b.shape[0], 1)
+    (m, k), (k2, n) = sa[-2:], sb[-2:]
+    if isinstance(k, int) and isinstance(k2, int) and k != k2:
+        raise ctx.error(f"inner dimensions differ: A {a.shape}, B {b.shape}")
+    batch = broadcast_shapes(sa[:-2], sb[:-2], where=ctx.where)
+    out = batch + ((m,) if a.rank > 1 else ()) + ((n,) if b.rank > 1 else ())
+    return batch, m, k, n, out
+
+
+def _infer(ctx) -> TensorSpec:
+    return TensorSpec(_shapes(ctx)[-1], ctx.inputs[0].dtype)
+
+
+def _flops(ctx) -> int | None:
+    batch, m, k, n, _ = _shapes(ctx)
+    dims = (*batch, m, k, n)
+    return 2 * math.prod(dims) if all(isinstance(d, int) for d in dims) else None
+
+
+@register_kernel("MatMul", device="cpu", vendor="reference", dtype=DTYPES, priority=-100)
+def matmul(a, b, *, activation="", activation_params=()):
+    ct = compute_dtype(a.dtype)
+    y = np.asarray(np.matmul(a.astype(ct, copy=False), b.astype(ct, copy=False)), dtype=ct)
+    return apply_activation(y, activation, activation_params).astype(a.dtype, copy=False)
+
+
+def _samples(rng, dtype):
+    def r(*shape):
+        return random(rng, shape, dtype, -1, 1) if dtype in FLOAT_TYPES else random(rng, shape, dtype, 0, 5)
+
+    yield [r(3, 4), r(4, 5)], {}
+    yield [r(2, 3, 4), r(2, 4, 5)], {}
+    yield [r(2, 1, 3, 4), r(3, 4, 2)], {}  # broadcast batch
+    yield [r(4), r(2, 4, 3)], {}  # 1-D A
+    yield [r(2, 3, 4), r(4)], {}  # 1-D B
+    yield [r(5), r(5)], {}  # both 1-D: a scalar
+    yield [r(1, 6, 8), r(8, 7)], {}
+    if dtype in FLOAT_TYPES:
+        yield [r(2, 3, 8), r(8, 4)], {"activation": "Gelu"}
+        yield [r(3, 8), r(8, 4)], {"activation": "Tanh"}
+
+
+register_op("MatMul", inputs=["A", "B"], outputs=["Y"], attrs=ACTIVATION_ATTRS, infer=_infer, samples=_samples,
+            flops=_flops)

@@ -1,0 +1,400 @@
+"""The built-in graph passes, in pipeline order:
+
+    eliminate_identity -> fold_constants -> fold_batchnorm -> fuse_activation -> trim_dead
+
+Each pass is a table of small rules (one line of comment each) applied by a short loop, and is run
+by the driver in ``kernelkit.passes``. Passes rewrite the graph in place, never write into a
+constant's array, and keep ``graph.values`` specs valid; names of graph outputs never change.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from ..errors import KernelkitError
+from ..ir import Graph, Node, TensorSpec, Value
+from ..registry import get_schema, normalize_attrs, select_kernel
+from ..shape import infer_node
+from . import PassContext, register_pass
+
+log = logging.getLogger("kernelkit.passes")
+
+BUILTIN_VENDORS = ("reference", "numba", "opencl")
+FOLD_MAX_BYTES = 16 << 20  # default cap on a folded constant; options["fold_max_bytes"] overrides
+
+
+# -- helpers shared by the passes -----------------------------------------------------------------
+def _attrs(node: Node) -> dict:
+    """The node's attributes, complete with the schema's defaults."""
+    return normalize_attrs(get_schema(node.op, node.domain), node.attrs, f"node {node.name!r} ({node.op_id})")
+
+
+def _const(graph: Graph, name: str) -> np.ndarray | None:
+    """The data of constant ``name``; None if it is absent ('') or only known at run time."""
+    value = graph.values.get(name) if name else None
+    return value.data if value is not None else None
+
+
+class _Index:
+    """Who writes and who reads each value, kept current while one pass sweeps the graph (so a
+    sweep costs O(nodes), not O(nodes) per rewrite); removed nodes leave at ``commit``."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.producers = graph.producers()
+        self.readers = graph.consumers()
+        self._removed: set[int] = set()
+
+    def sole_reader(self, name: str) -> Node | None:
+        """The only node reading ``name``, if ``name`` is not also a graph output."""
+        users = self.readers.get(name, [])
+        return users[0] if len(users) == 1 and name not in self.graph.outputs else None
+
+    def unused(self, name: str) -> bool:
+        return not name or (not self.readers.get(name) and name not in self.graph.outputs)
+
+    def remove(self, node: Node) -> None:
+        """Take ``node`` out of the graph (its output Values are the caller's business)."""
+        self._removed.add(id(node))
+        for name in set(node.inputs) - {""}:
+            self.readers[name] = [r for r in self.readers.get(name, []) if r is not node]
+        for name in node.outputs:
+            if self.producers.get(name) is node:
+                del self.producers[name]
+
+    def redirect(self, old: str, new: str) -> None:
+        """Readers of value ``old`` read ``new`` instead."""
+        users = self.readers.pop(old, [])
+        for node in {id(u): u for u in users}.values():
+            node.inputs = [new if i == old else i for i in node.inputs]
+        self.readers.setdefault(new, []).extend(users)
+
+    def rename(self, producer: Node, old: str, new: str) -> None:
+        """``producer`` writes ``new`` instead of ``old``; readers of ``old`` follow; ``new`` keeps
+        its own Value entry and ``old``'s is dropped."""
+        producer.outputs = [new if o == old else o for o in producer.outputs]
+        self.producers.pop(old, None)
+        self.producers[new] = producer
+        self.redirect(old, new)
+        self.graph.values.pop(old, None)
+
+    def splice(self, producer: Node, node: Node) -> None:
+        """Remove ``node`` (the only reader of ``producer``'s first output) and let ``producer``
+        write ``node``'s first output, so that names downstream (graph outputs too) stay stable."""
+        self.remove(node)
+        self.rename(producer, producer.outputs[0], node.outputs[0])
+
+    def commit(self) -> None:
+        self.graph.nodes = [n for n in self.graph.nodes if id(n) not in self._removed]
+
+
+def _new_constant(graph: Graph, base: str, data: np.ndarray) -> str:
+    data = np.ascontiguousarray(data)
+    data.flags.writeable = False
+    name = base if base not in graph.values else graph.fresh_name(base)
+    graph.values[name] = Value(name, TensorSpec.of(data), data)
+    return name
+
+
+# -- eliminate_identity ---------------------------------------------------------------------------
+def _dropout_is_identity(graph: Graph, node: Node, index: _Index) -> bool:
+    training = _const(graph, node.inputs[2]) if len(node.inputs) > 2 else None
+    if len(node.inputs) > 2 and node.inputs[2] and (training is None or bool(np.any(training))):
+        return False  # training_mode unknown or on: it really drops
+    return all(index.unused(o) for o in node.outputs[1:])  # mask output unused
+
+
+# op -> whether a node of that op only forwards its first input to its first output
+FORWARDS: dict[str, Callable] = {
+    "Identity": lambda graph, node, index: True,  # y = x
+    "Dropout": _dropout_is_identity,  # inference Dropout (no training_mode, mask unused): y = x
+}
+
+
+@register_pass("eliminate_identity")
+def eliminate_identity(graph: Graph, ctx: PassContext) -> int:
+    """Remove Identity and inference Dropout, rewiring their readers to the forwarded value."""
+    index, count = _Index(graph), 0
+    for node in graph.nodes:
+        rule = FORWARDS.get(node.op_id)
+        if rule is None or not rule(graph, node, index):
+            continue
+        x, y = node.inputs[0], node.outputs[0]
+        if y not in graph.outputs:  # readers of y read x
+            index.remove(node)
+            index.redirect(y, x)
+            for out in node.outputs:
+                graph.values.pop(out, None)
+        elif x in index.producers and x not in graph.outputs:  # y is a graph output: x is renamed y
+            index.remove(node)
+            for out in node.outputs[1:]:
+                graph.values.pop(out, None)
+            index.rename(index.producers[x], x, y)
+        else:  # y copies a graph input, a constant or another graph output: keep the copy
+            continue
+        count += 1
+    index.commit()
+    return count
+
+
+# -- fold_constants -------------------------------------------------------------------------------
+def _stand_in(spec: TensorSpec | None) -> np.ndarray | None:
+    """A zero-byte array with ``spec``'s static shape and dtype, for ops that read only the spec."""
+    if spec is None or not spec.is_static:
+        return None
+    return np.broadcast_to(np.zeros((), spec.dtype), spec.shape)
+
+
+# op -> which of its inputs it reads only the spec of (shape, dtype): folded when that is static
+SPEC_READERS = {
+    "Shape": 0,  # Shape(x) of a static x is a constant
+    "Size": 0,  # Size(x) of a static x is a constant
+}
+
+
+def _fold_inputs(graph: Graph, node: Node) -> list | None:
+    """The node's inputs as host arrays (None for absent ones) if all are known, else None."""
+    args = []
+    for i, name in enumerate(node.inputs):
+        data = _const(graph, name)
+        if data is None and name and SPEC_READERS.get(node.op_id) == i:
+            data = _stand_in(graph.spec(name))
+        if data is None and name:
+            return None
+        args.append(data)
+    return args
+
+
+def _evaluate(node: Node, entry, attrs: dict, args: list, specs: list) -> list[np.ndarray]:
+    if entry.attr_names is not None:
+        kwargs = {k: v for k, v in attrs.items() if k in entry.attr_names}
+    else:
+        kwargs = dict(attrs)
+    if entry.is_class:
+        from ..devices import create_device
+        from ..session import KernelContext
+
+        kernel = entry.impl()
+        kernel.context = KernelContext(node, create_device("cpu"), {}, None)
+        kernel.prepare(specs, dict(attrs))
+        result = kernel.execute(*args)
+    else:
+        result = entry.impl(*args, **kwargs)
+    return [np.asarray(r) for r in (result if isinstance(result, (tuple, list)) else (result,))]
+
+
+def _try_fold(graph: Graph, node: Node, ctx: PassContext) -> bool:
+    where = f"node {node.name!r} ({node.op_id})"
+    if node.domain:  # a custom op may be stateful or random: only core ops are folded
+        return False
+    args = _fold_inputs(graph, node)
+    if args is None:
+        return False
+    schema = get_schema(node.op, node.domain)
+    attrs = _attrs(node)
+    specs = [TensorSpec.of(a) if a is not None else None for a in args]
+    try:  # re-infer with the now-known inputs: outputs of e.g. ConstantOfShape become static
+        outs = infer_node(node, specs, [_const(graph, n) for n in node.inputs])
+    except KernelkitError as exc:
+        log.debug("fold_constants: %s not folded: %s", where, exc)
+        return False
+    limit = int(ctx.options.get("fold_max_bytes", FOLD_MAX_BYTES))
+    if any(not s.is_static or s.size * np.dtype(s.dtype).itemsize > limit for s in outs):
+        return False
+    if node.inputs and schema.dispatch_input < len(specs) and specs[schema.dispatch_input] is not None:
+        dtype = specs[schema.dispatch_input].dtype
+    else:
+        dtype = outs[0].dtype
+    entry = select_kernel(node.op_id, "cpu", dtype, ["reference"], specs, attrs)
+    if entry is None:
+        return False
+    try:
+        results = _evaluate(node, entry, attrs, args, specs)
+    except Exception as exc:  # the run would fail the same way; leave the node to report it there
+        log.warning("fold_constants: %s not folded: reference kernel raised %s: %s", where,
+                    type(exc).__name__, exc)
+        return False
+    if len(results) < len(node.outputs):
+        return False
+    for name, spec, data in zip(node.outputs, outs, results):
+        if name and TensorSpec.of(data) != TensorSpec(spec.shape, spec.dtype):
+            log.warning("fold_constants: %s not folded: kernel gave %s, shape rule says %s",
+                        where, TensorSpec.of(data), spec)
+            return False
+    for name, data in zip(node.outputs, results):
+        if not name:
+            continue
+        if not data.flags.owndata or any(data is a for a in args):
+            data = data.copy()  # a folded constant never aliases another constant
+        data.flags.writeable = False
+        graph.values[name] = Value(name, TensorSpec.of(data), data)
+    return True
+
+
+@register_pass("fold_constants")
+def fold_constants(graph: Graph, ctx: PassContext) -> int:
+    """Evaluate nodes whose inputs are all constants (and Shape/Size of static specs) with the
+    reference kernels, replacing them by constants (capped at options['fold_max_bytes'])."""
+    folded = {id(node) for node in graph.nodes if _try_fold(graph, node, ctx)}
+    graph.nodes = [n for n in graph.nodes if id(n) not in folded]
+    return len(folded)
+
+
+# -- fold_batchnorm -------------------------------------------------------------------------------
+def _bn_scale_shift(graph: Graph, bn: Node, index: _Index):
+    """Per-channel (s, t) with BatchNormalization(x) = x * s + t, or None if not constant."""
+    params = [_const(graph, n) for n in bn.inputs[1:5]]
+    attrs = _attrs(bn)
+    if len(params) < 4 or any(p is None for p in params):
+        return None
+    if attrs.get("training_mode", 0) or not all(index.unused(o) for o in bn.outputs[1:]):
+        return None
+    scale, bias, mean, var = (np.asarray(p, np.float64) for p in params)
+    s = scale / np.sqrt(var + attrs["epsilon"])
+    return s, bias - mean * s
+
+
+def _fold_into_conv(graph: Graph, conv: Node, s: np.ndarray, t: np.ndarray) -> bool:
+    w = _const(graph, conv.inputs[1])
+    b = _const(graph, conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] else np.zeros(len(s))
+    if w is None or b is None or w.shape[0] != s.size:
+        return False
+    shape = (-1,) + (1,) * (w.ndim - 1)
+    new_w = (w.astype(np.float64) * s.reshape(shape)).astype(w.dtype)
+    new_b = (b.astype(np.float64) * s + t).astype(w.dtype)
+    conv.inputs = [conv.inputs[0], _new_constant(graph, f"{conv.name}_W_bn", new_w),
+                   _new_constant(graph, f"{conv.name}_B_bn", new_b)]
+    return True
+
+
+def _fold_into_gemm(graph: Graph, gemm: Node, s: np.ndarray, t: np.ndarray) -> bool:
+    attrs = _attrs(gemm)
+    b = _const(graph, gemm.inputs[1])
+    c = _const(graph, gemm.inputs[2]) if len(gemm.inputs) > 2 and gemm.inputs[2] else np.zeros(())
+    if b is None or c is None or b.ndim != 2 or b.shape[0 if attrs["transB"] else 1] != s.size:
+        return False
+    new_b = b.astype(np.float64) * (s[:, None] if attrs["transB"] else s[None, :])
+    new_c = s * (attrs["beta"] * c.astype(np.float64)) + t  # y*s + t with y = alpha*AB + beta*C
+    gemm.inputs = [gemm.inputs[0], _new_constant(graph, f"{gemm.name}_B_bn", new_b.astype(b.dtype)),
+                   _new_constant(graph, f"{gemm.name}_C_bn", new_c.astype(b.dtype))]
+    gemm.attrs = {**gemm.attrs, "beta": 1.0}
+    return True
+
+
+# producer op -> folds a following BatchNormalization's y = x*s + t into the producer's constants
+BN_FOLDERS: dict[str, Callable] = {
+    "Conv": _fold_into_conv,  # W[m] *= s[m]; bias = bias*s + t
+    "Gemm": _fold_into_gemm,  # columns of op(B) *= s; C = (beta*C)*s + t; beta = 1
+}
+
+
+@register_pass("fold_batchnorm")
+def fold_batchnorm(graph: Graph, ctx: PassContext) -> int:
+    """Fold inference BatchNormalization with constant parameters into a preceding Conv or Gemm."""
+    index, count = _Index(graph), 0
+    for bn in [n for n in graph.nodes if n.op_id == "BatchNormalization"]:
+        producer = index.producers.get(bn.inputs[0])
+        folder = BN_FOLDERS.get(producer.op_id) if producer is not None else None
+        if folder is None or index.sole_reader(bn.inputs[0]) is not bn:
+            continue
+        if _attrs(producer).get("activation"):
+            continue  # BN after a fused activation is not affine in the producer's output
+        folded = _bn_scale_shift(graph, bn, index)
+        if folded is None or not folder(graph, producer, *folded):
+            continue
+        index.splice(producer, bn)
+        count += 1
+    index.commit()
+    return count
+
+
+# -- fuse_activation ------------------------------------------------------------------------------
+def _clip_params(graph: Graph, node: Node, attrs: dict):
+    bounds = []
+    for i, default in ((1, -math.inf), (2, math.inf)):
+        name = node.inputs[i] if len(node.inputs) > i else ""
+        data = _const(graph, name)
+        if name and (data is None or data.size != 1):
+            return None  # a bound only known at run time cannot become an attribute
+        bounds.append(float(data.reshape(())) if name else default)
+    return tuple(bounds)
+
+
+FUSION_PRODUCERS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+# activation op -> its activation_params (see kernelkit/activation.py), None if it cannot fuse
+ACTIVATION_RULES: dict[str, Callable] = {
+    "Relu": lambda graph, node, attrs: (),  # max(x, 0)
+    "Clip": _clip_params,  # (min, max) from constant inputs; absent bounds are -inf/+inf
+    "LeakyRelu": lambda graph, node, attrs: (attrs["alpha"],),  # (alpha,)
+    "Sigmoid": lambda graph, node, attrs: (),  # 1 / (1 + exp(-x))
+    "HardSwish": lambda graph, node, attrs: (),  # x * clip(x/6 + 1/2, 0, 1)
+    "Tanh": lambda graph, node, attrs: (),  # tanh(x)
+    "Gelu": lambda graph, node, attrs: {"none": (), "tanh": (1.0,)}.get(attrs["approximate"]),  # (approx,)
+}
+
+
+def _overridden(graph: Graph, node: Node, attrs: dict, ctx: PassContext) -> str | None:
+    """The vendor of a non-built-in kernel the session would pick for ``node``, if any."""
+    from ..backends import load_backends
+
+    load_backends()  # plugins register their kernels here; the session would see them
+    specs = [graph.spec(i) if i else None for i in node.inputs]
+    dtype = specs[0].dtype
+    entry = select_kernel(node.op_id, ctx.device, dtype, ctx.vendors, specs, attrs)
+    if entry is None and ctx.vendors is not None:
+        entry = select_kernel(node.op_id, ctx.device, dtype, None, specs, attrs)
+    return entry.key.vendor if entry is not None and entry.key.vendor not in BUILTIN_VENDORS else None
+
+
+@register_pass("fuse_activation")
+def fuse_activation(graph: Graph, ctx: PassContext) -> int:
+    """Merge an activation into the preceding Conv/ConvTranspose/Gemm/MatMul's ``activation``
+    attribute, unless a user's kernel overrides that activation on the session's device."""
+    index, count = _Index(graph), 0
+    for node in [n for n in graph.nodes if n.op_id in ACTIVATION_RULES]:
+        producer = index.producers.get(node.inputs[0])
+        if producer is None or producer.op_id not in FUSION_PRODUCERS:
+            continue
+        if index.sole_reader(node.inputs[0]) is not node:
+            continue
+        if "activation" not in get_schema(producer.op).attrs or _attrs(producer)["activation"]:
+            continue
+        attrs = _attrs(node)
+        params = ACTIVATION_RULES[node.op_id](graph, node, attrs)
+        if params is None:
+            continue
+        vendor = _overridden(graph, node, attrs, ctx)
+        if vendor is not None:
+            note = (f"fuse_activation: node {node.name!r} ({node.op_id}) kept unfused after "
+                    f"{producer.name!r}: vendor {vendor!r} overrides {node.op_id} on device {ctx.device!r}")
+            if note not in ctx.notes:
+                ctx.notes.append(note)
+                log.info(note)
+            continue
+        producer.attrs = {**producer.attrs, "activation": node.op_id, "activation_params": params}
+        index.splice(producer, node)
+        count += 1
+    index.commit()
+    return count
+
+
+# -- trim_dead ------------------------------------------------------------------------------------
+@register_pass("trim_dead")
+def trim_dead(graph: Graph, ctx: PassContext) -> int:
+    """Remove nodes whose outputs reach no graph output, then values nothing refers to."""
+    live = set(graph.outputs)
+    kept = []
+    for node in reversed(graph.nodes):
+        if any(o in live for o in node.outputs if o):
+            kept.append(node)
+            live.update(i for i in node.inputs if i)
+    removed = len(graph.nodes) - len(kept)
+    graph.nodes = kept[::-1]
+    used = live | set(graph.inputs) | {o for n in graph.nodes for o in n.outputs}
+    dead = [name for name in graph.values if name not in used]
+    for name in dead:  # constants nobody reads, and specs of values that no longer exist
+        del graph.values[name]
+    return removed + len(dead)

@@ -1,0 +1,154 @@
+"""Elementwise binary arithmetic with NumPy/ONNX broadcasting: Add, Sub, Mul, Div, Pow, and the
+variadic Max, Min, Sum, Mean folded pairwise.
+
+Broadcasting costs no copies: both operands become broadcast views (stride 0 on repeated axes),
+adjacent axes that are contiguous in both are merged, and the result (rank <= 4 in practice) runs
+as one parallel Numba loop. Same-shape contiguous operands take a flat loop that vectorises.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+from numpy.lib.stride_tricks import as_strided
+
+from kernelkit.registry import register_kernel
+
+from ..config import jit, jit_parallel
+
+ADD, SUB, MUL, DIV, POW, MAX, MIN = range(7)
+
+
+@jit
+def _op(u, v, code):
+    if code == ADD:
+        return u + v
+    if code == SUB:
+        return u - v
+    if code == MUL:
+        return u * v
+    if code == DIV:
+        return u / v
+    if code == POW:
+        return u ** v
+    if code == MAX:
+        return u if u >= v or u != u else v
+    return u if u <= v or u != u else v
+
+
+@jit_parallel
+def _flat(a, b, out, code):
+    for i in prange(out.shape[0]):
+        out[i] = _op(a[i], b[i], code)
+
+
+@jit_parallel
+def _strided4(a, b, out, code):
+    """out[i, j, k, l] = a[...] op b[...] on 4-D views (a and b may have zero strides)."""
+    d0, d1, d2, d3 = out.shape
+    for p in prange(d0 * d1):
+        i = p // d1
+        j = p - i * d1
+        for k in range(d2):
+            ra, rb, ro = a[i, j, k], b[i, j, k], out[i, j, k]
+            for m in range(d3):
+                ro[m] = _op(ra[m], rb[m], code)
+
+
+def _coalesce(shape, *strides):
+    """Drop unit axes and merge neighbours that are contiguous in every operand."""
+    dims = [(n, [s[i] for s in strides]) for i, n in enumerate(shape) if n != 1]
+    merged: list[tuple[int, list[int]]] = []
+    for n, st in dims:
+        if merged and all(ps == n * s for ps, s in zip(merged[-1][1], st)):
+            merged[-1] = (merged[-1][0] * n, st)
+        else:
+            merged.append((n, st))
+    return [n for n, _ in merged], [[st[k] for _, st in merged] for k in range(len(strides))]
+
+
+def _run(a, b, out, code):
+    if a.shape == b.shape == out.shape and a.flags.c_contiguous and b.flags.c_contiguous:
+        _flat(a.reshape(-1), b.reshape(-1), out.reshape(-1), code)
+        return
+    av, bv = np.broadcast_to(a, out.shape), np.broadcast_to(b, out.shape)
+    shape, (sa, sb, so) = _coalesce(out.shape, av.strides, bv.strides, out.strides)
+    if len(shape) > 4:  # rare: loop over the leading axes in Python
+        lead = out.shape[0]
+        for i in range(lead):
+            _run(av[i], bv[i], out[i], code)
+        return
+    pad = 4 - len(shape)
+    shape4 = (1,) * pad + tuple(shape)
+    _strided4(as_strided(av, shape4, (0,) * pad + tuple(sa)), as_strided(bv, shape4, (0,) * pad + tuple(sb)),
+              as_strided(out, shape4, (0,) * pad + tuple(so)), code)
+
+
+def _binary(a, b, code):
+    a = np.asarray(a)
+    b = np.asarray(b, dtype=a.dtype)
+    out = np.empty(np.broadcast_shapes(a.shape, b.shape), a.dtype)
+    if out.size:
+        _run(a, b, out, code)
+    return out
+
+
+def _fold(xs, code):
+    out = _binary(xs[0], xs[1], code) if len(xs) > 1 else np.array(xs[0], copy=True)
+    for x in xs[2:]:
+        out = _binary(out, x, code)
+    return out
+
+
+def _register(name, supports=None):
+    return register_kernel(name, device="cpu", vendor="numba", dtype="float32", supports=supports)
+
+
+def _same_dtype(specs, attrs) -> bool:
+    return all(s is None or s.dtype == specs[0].dtype for s in specs)
+
+
+@_register("Add")
+def add(a, b):
+    return _binary(a, b, ADD)
+
+
+@_register("Sub")
+def sub(a, b):
+    return _binary(a, b, SUB)
+
+
+@_register("Mul")
+def mul(a, b):
+    return _binary(a, b, MUL)
+
+
+@_register("Div")
+def div(a, b):
+    return _binary(a, b, DIV)
+
+
+@_register("Pow", supports=_same_dtype)  # an integer exponent stays on the reference
+def pow_(x, y):
+    return _binary(x, y, POW)
+
+
+@_register("Max")
+def max_(*xs):
+    return _fold(xs, MAX)
+
+
+@_register("Min")
+def min_(*xs):
+    return _fold(xs, MIN)
+
+
+@_register("Sum")
+def sum_(*xs):
+    return _fold(xs, ADD)
+
+
+@_register("Mean")
+def mean(*xs):
+    out = _fold(xs, ADD)
+    out /= out.dtype.type(len(xs))
+    return out

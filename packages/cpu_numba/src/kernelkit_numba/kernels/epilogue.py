@@ -1,0 +1,93 @@
+"""Fused epilogues: bias add plus the ``activation`` attribute (kernelkit/activation.py defines
+the meanings) applied in one pass over a GEMM's output."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import prange
+
+from kernelkit.activation import ACTIVATIONS
+
+from ..config import jit, jit_parallel
+
+NONE, RELU, CLIP, LEAKY_RELU, SIGMOID, HARD_SWISH, TANH, GELU = range(8)
+CODES = {"": NONE, **{name: i + 1 for i, name in enumerate(ACTIVATIONS)}}
+U = np.uint64  # unsigned index: no wraparound check in inner loops
+assert CODES["Gelu"] == GELU and CODES["Relu"] == RELU, "ACTIVATIONS order changed"
+
+
+def activation_code(activation: str, params, dtype, where: str) -> tuple[int, object, object]:
+    """(code, p0, p1) for the fused activation, parameters as ``dtype`` scalars so that kernels
+    compute in the tensor's precision. Relu is Clip(0, inf). Unknown names raise
+    OpAttributeError naming ``where``."""
+    from kernelkit.errors import OpAttributeError
+
+    if activation not in CODES:
+        raise OpAttributeError(f"{where}: unknown fused activation {activation!r}; known: {list(ACTIVATIONS)}")
+    code, p, t = CODES[activation], tuple(params), np.dtype(dtype).type
+    if code == RELU:
+        return CLIP, t(0), t(np.inf)
+    if code == CLIP:
+        return code, t(p[0] if len(p) > 0 else -np.inf), t(p[1] if len(p) > 1 else np.inf)
+    if code == LEAKY_RELU:
+        return code, t(p[0] if p else 0.01), t(0)
+    if code == GELU:
+        return code, t(p[0] if p else 0), t(0)
+    return code, t(0), t(0)
+
+
+@jit
+def act(v, code, p0, p1):
+    """One activated value (same dtype as ``v``)."""
+    if code == RELU:
+        return max(v, 0)
+    if code == CLIP:
+        return min(max(v, p0), p1)
+    if code == LEAKY_RELU:
+        return v if v >= 0 else v * p0
+    if code == SIGMOID:
+        return 1 / (1 + math.exp(-v))
+    if code == HARD_SWISH:
+        return v * min(max(v / 6 + 0.5, 0), 1)
+    if code == TANH:
+        return math.tanh(v)
+    if code == GELU:
+        if p0 != 0:
+            return 0.5 * v * (1 + math.tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))
+        return 0.5 * v * (1 + math.erf(v * 0.7071067811865476))
+    return v
+
+
+@jit_parallel
+def bias_act_rows(y, bias, code, p0, p1):
+    """In place on y (A, B, L): y[a, b, :] = act(y[a, b, :] + bias[b]) (bias: B values)."""
+    a_n, b_n, l_n = y.shape
+    for ab in prange(a_n * b_n):
+        a = ab // b_n
+        b = ab - a * b_n
+        row = y[a, b]
+        beta = bias[b]
+        if code == NONE:
+            for i in range(l_n):
+                row[U(i)] = row[U(i)] + beta
+        elif code == CLIP:
+            for i in range(l_n):
+                row[U(i)] = min(max(row[U(i)] + beta, p0), p1)
+        else:
+            for i in range(l_n):
+                row[U(i)] = act(row[U(i)] + beta, code, p0, p1)
+
+
+@jit_parallel
+def scale_bias_act_cols(y, alpha, bias, beta, code, p0, p1):
+    """In place on y (M, N): y[i, j] = act(alpha * y[i, j] + beta * bias[j]) (bias: N values)."""
+    m_n, n_n = y.shape
+    for i in prange(m_n):
+        row = y[i]
+        if code == CLIP:
+            for j in range(n_n):
+                row[U(j)] = min(max(alpha * row[U(j)] + beta * bias[U(j)], p0), p1)
+        else:
+            for j in range(n_n):
+                row[U(j)] = act(alpha * row[U(j)] + beta * bias[U(j)], code, p0, p1)

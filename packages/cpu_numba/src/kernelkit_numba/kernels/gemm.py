@@ -1,0 +1,60 @@
+"""Gemm and MatMul: the product goes to BLAS (``np.dot``/``np.matmul`` on views, transposes
+passed as BLAS flags rather than copies); Numba fuses scaling, bias and activation into one
+parallel pass over the result."""
+from __future__ import annotations
+
+import numpy as np
+
+from kernelkit.registry import register_kernel
+
+from .._base import NumbaKernel
+from .epilogue import NONE, activation_code, bias_act_rows, scale_bias_act_cols
+
+
+@register_kernel("Gemm", device="cpu", vendor="numba", dtype="float32")
+class Gemm(NumbaKernel):
+    """Y = act(alpha * A' @ B' + beta * C), A' = A.T if transA, B' = B.T if transB."""
+
+    def setup(self, input_specs):
+        a = self.attrs
+        self.act = activation_code(a.get("activation", ""), a.get("activation_params", ()),
+                                   input_specs[0].dtype, self.where)
+
+    def compute(self, a, b, c=None):
+        at = self.attrs
+        dtype = a.dtype
+        lhs = a.T if at.get("transA", 0) else a
+        rhs = b.T if at.get("transB", 0) else b
+        y = np.dot(lhs, rhs)
+        n = y.shape[1]
+        alpha, beta = dtype.type(at.get("alpha", 1.0)), dtype.type(at.get("beta", 1.0))
+        code, p0, p1 = self.act
+        if c is not None and c.size == n and c.ndim >= 1 and c.shape[-1] == n:
+            bias = np.ascontiguousarray(c, dtype=dtype).reshape(n)  # one bias per column
+        else:
+            if c is not None:  # scalar, per-row or full C: NumPy broadcasting, then the epilogue
+                y *= alpha
+                y += beta * c
+                alpha = dtype.type(1)
+            bias, beta = np.zeros(n, dtype), dtype.type(0)
+        if alpha != 1 or beta != 0 or code != NONE:
+            scale_bias_act_cols(y, alpha, bias, beta, code, p0, p1)
+        return y
+
+
+@register_kernel("MatMul", device="cpu", vendor="numba", dtype="float32")
+class MatMul(NumbaKernel):
+    """NumPy matmul semantics (1-D operands promoted, batch dims broadcast) + fused activation."""
+
+    def setup(self, input_specs):
+        a = self.attrs
+        self.act = activation_code(a.get("activation", ""), a.get("activation_params", ()),
+                                   input_specs[0].dtype, self.where)
+
+    def compute(self, a, b):
+        y = np.asarray(np.matmul(a, b))  # vector @ vector gives a NumPy scalar: keep a 0-d array
+        code, p0, p1 = self.act
+        if code != NONE:
+            rows = y.reshape(1, -1, y.shape[-1] if y.ndim else 1)
+            bias_act_rows(rows, np.zeros(rows.shape[1], y.dtype), code, p0, p1)
+        return y

@@ -1,0 +1,110 @@
+"""LayerNormalization, BatchNormalization (inference) and InstanceNormalization.
+
+Each is one parallel pass per row (or per (n, c) plane): statistics accumulate in float64,
+then the row is normalized, scaled and shifted in place in the output.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import prange
+
+from kernelkit.registry import register_kernel
+
+from ..config import jit_parallel
+
+
+@jit_parallel
+def _layer_norm(x, scale, bias, eps, y, mean_out, inv_out):
+    """Rows of x (R, D): y = (x - mean) * inv_std * scale + bias; scale/bias have D values."""
+    r_n, d_n = x.shape
+    for r in prange(r_n):
+        src = x[r]
+        dst = y[r]
+        total = 0.0
+        for i in range(d_n):
+            total += src[i]
+        mean = total / d_n
+        sq = 0.0
+        for i in range(d_n):
+            diff = src[i] - mean
+            sq += diff * diff
+        inv = 1.0 / math.sqrt(sq / d_n + eps)
+        for i in range(d_n):
+            dst[i] = (src[i] - mean) * inv * scale[i] + bias[i]
+        mean_out[r] = mean
+        inv_out[r] = inv
+
+
+@jit_parallel
+def _instance_norm(x, scale, bias, eps, y):
+    """Planes of x (N, C, L): normalize each over L, then scale[c], bias[c]."""
+    n_n, c_n, l_n = x.shape
+    for nc in prange(n_n * c_n):
+        n = nc // c_n
+        c = nc - n * c_n
+        src = x[n, c]
+        dst = y[n, c]
+        total = 0.0
+        for i in range(l_n):
+            total += src[i]
+        mean = total / l_n
+        sq = 0.0
+        for i in range(l_n):
+            diff = src[i] - mean
+            sq += diff * diff
+        a = scale[c] / math.sqrt(sq / l_n + eps)
+        for i in range(l_n):
+            dst[i] = (src[i] - mean) * a + bias[c]
+
+
+@jit_parallel
+def _channel_affine(x, mean, inv, bias, y):
+    """Planes of x (N, C, L): y = (x - mean[c]) * inv[c] + bias[c]."""
+    n_n, c_n, l_n = x.shape
+    for nc in prange(n_n * c_n):
+        n = nc // c_n
+        c = nc - n * c_n
+        src = x[n, c]
+        dst = y[n, c]
+        m, k, b = mean[c], inv[c], bias[c]
+        for i in range(l_n):
+            dst[i] = (src[i] - m) * k + b
+
+
+def _planes(x):
+    return np.ascontiguousarray(x).reshape(x.shape[0], x.shape[1], -1)
+
+
+@register_kernel("LayerNormalization", device="cpu", vendor="numba", dtype="float32")
+def layer_normalization(x, scale, b=None, *, axis=-1, epsilon=1e-5):
+    axis = axis % x.ndim
+    inner = x.shape[axis:]
+    d_n = math.prod(inner)
+    rows = np.ascontiguousarray(x).reshape(-1, d_n)
+    scale = np.ascontiguousarray(np.broadcast_to(scale, inner), x.dtype).reshape(d_n)
+    bias = np.zeros(d_n, x.dtype) if b is None else np.ascontiguousarray(np.broadcast_to(b, inner), x.dtype).reshape(d_n)
+    y = np.empty(x.shape, x.dtype)
+    stats = x.shape[:axis] + (1,) * (x.ndim - axis)
+    mean, inv = np.empty(stats, x.dtype), np.empty(stats, x.dtype)
+    _layer_norm(rows, scale, bias, float(epsilon), y.reshape(rows.shape), mean.reshape(-1), inv.reshape(-1))
+    return y, mean, inv
+
+
+@register_kernel("BatchNormalization", device="cpu", vendor="numba", dtype="float32")
+def batch_normalization(x, scale, b, mean, var, *, epsilon=1e-5):
+    t = x.dtype.type
+    inv = (scale / np.sqrt(var + t(epsilon))).astype(x.dtype, copy=False)
+    y = np.empty(x.shape, x.dtype)
+    _channel_affine(_planes(x), np.ascontiguousarray(mean, x.dtype), np.ascontiguousarray(inv),
+                    np.ascontiguousarray(b, x.dtype), y.reshape(x.shape[0], x.shape[1], -1))
+    return y
+
+
+@register_kernel("InstanceNormalization", device="cpu", vendor="numba", dtype="float32")
+def instance_normalization(x, scale, b, *, epsilon=1e-5):
+    y = np.empty(x.shape, x.dtype)
+    _instance_norm(_planes(x), np.ascontiguousarray(scale, x.dtype), np.ascontiguousarray(b, x.dtype),
+                   float(epsilon), y.reshape(x.shape[0], x.shape[1], -1))
+    return y

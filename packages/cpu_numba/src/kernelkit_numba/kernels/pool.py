@@ -1,0 +1,209 @@
+"""MaxPool, AveragePool (1-D/2-D, strided, dilated, padded, ceil_mode) and the global pools.
+
+Window geometry comes from core (``kernelkit.ops._window.window``), the same resolution the shape
+rule uses. The windowed kernels walk one output row at a time and, per kernel tap, sweep the valid
+output columns, so the inner loop is a (strided) vector max/add rather than a scalar window scan.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from kernelkit.ops._window import window
+from kernelkit.registry import register_kernel
+
+from .._base import NumbaKernel
+from ..config import jit_parallel
+
+
+@jit_parallel
+def _max_pool(x, y, kh, kw, sh, sw, dh, dw, ph, pw):
+    n_n, c_n, h_n, w_n = x.shape
+    oh_n, ow_n = y.shape[2], y.shape[3]
+    for nc in prange(n_n * c_n):
+        n = nc // c_n
+        c = nc - n * c_n
+        src = x[n, c]
+        for oh in range(oh_n):
+            row = y[n, c, oh]
+            for ow in range(ow_n):
+                row[ow] = -np.inf
+            for i in range(kh):
+                h = oh * sh - ph + i * dh
+                if h < 0 or h >= h_n:
+                    continue
+                s = src[h]
+                for j in range(kw):
+                    off = j * dw - pw
+                    lo = 0 if off >= 0 else min(ow_n, (-off + sw - 1) // sw)
+                    hi = 0 if w_n - 1 - off < 0 else min(ow_n, (w_n - 1 - off) // sw + 1)
+                    for ow in range(lo, hi):
+                        v = s[ow * sw + off]
+                        if v > row[ow] or v != v:  # NaN propagates, as in np.max
+                            row[ow] = v
+
+
+@jit_parallel
+def _max_pool_indices(x, y, idx, kh, kw, sh, sw, dh, dw, ph, pw, col_major):
+    """Max pool that also returns the flat index of each maximum (first one on ties)."""
+    n_n, c_n, h_n, w_n = x.shape
+    oh_n, ow_n = y.shape[2], y.shape[3]
+    for nc in prange(n_n * c_n):
+        n = nc // c_n
+        c = nc - n * c_n
+        src = x[n, c]
+        base = nc * h_n * w_n
+        for oh in range(oh_n):
+            for ow in range(ow_n):
+                best = -np.inf
+                at = -1
+                for i in range(kh):
+                    h = oh * sh - ph + i * dh
+                    if h < 0 or h >= h_n:
+                        continue
+                    for j in range(kw):
+                        w = ow * sw - pw + j * dw
+                        if w < 0 or w >= w_n:
+                            continue
+                        if src[h, w] > best or at < 0:
+                            best = src[h, w]
+                            at = base + (w * h_n + h if col_major else h * w_n + w)
+                y[n, c, oh, ow] = best
+                idx[n, c, oh, ow] = at
+
+
+@jit_parallel
+def _avg_pool(x, y, cnt_h, cnt_w, kh, kw, sh, sw, dh, dw, ph, pw):
+    """Window sums divided by cnt_h[oh] * cnt_w[ow] (taps counted per the pad mode)."""
+    n_n, c_n, h_n, w_n = x.shape
+    oh_n, ow_n = y.shape[2], y.shape[3]
+    for nc in prange(n_n * c_n):
+        n = nc // c_n
+        c = nc - n * c_n
+        src = x[n, c]
+        for oh in range(oh_n):
+            row = y[n, c, oh]
+            for ow in range(ow_n):
+                row[ow] = 0
+            for i in range(kh):
+                h = oh * sh - ph + i * dh
+                if h < 0 or h >= h_n:
+                    continue
+                s = src[h]
+                for j in range(kw):
+                    off = j * dw - pw
+                    lo = 0 if off >= 0 else min(ow_n, (-off + sw - 1) // sw)
+                    hi = 0 if w_n - 1 - off < 0 else min(ow_n, (w_n - 1 - off) // sw + 1)
+                    for ow in range(lo, hi):
+                        row[ow] += s[ow * sw + off]
+            for ow in range(ow_n):
+                row[ow] /= cnt_h[oh] * cnt_w[ow]
+
+
+@jit_parallel
+def _global_pool(x, y, is_max):
+    """y[r] = mean (or max) of x[r, :] for a (rows, L) view."""
+    r_n, l_n = x.shape
+    for r in prange(r_n):
+        src = x[r]
+        if is_max:
+            acc = src[0]
+            for i in range(1, l_n):
+                if src[i] > acc or src[i] != src[i]:
+                    acc = src[i]
+            y[r] = acc
+        else:
+            total = 0.0
+            for i in range(l_n):
+                total += src[i]
+            y[r] = total / l_n
+
+
+def _supports(specs, attrs) -> bool:
+    return specs[0] is not None and len(specs[0].shape) in (3, 4)
+
+
+def _taps(out_n, size, k, s, d, pad_begin, low, high):
+    """Per output position along one axis: how many of its k taps fall in [low, high)."""
+    pos = np.arange(out_n)[:, None] * s - pad_begin + np.arange(k)[None, :] * d
+    return ((pos >= low) & (pos < high)).sum(axis=1)
+
+
+class _Pool(NumbaKernel):
+    """Shared geometry: 1-D pools run as 2-D with a unit height."""
+
+    def _window(self, x_shape):
+        a = self.attrs
+        if x_shape == getattr(self, "_win_key", None):
+            return self._win
+        win = window(x_shape[2:], a["kernel_shape"], strides=a.get("strides", ()),
+                     dilations=a.get("dilations", ()), pads=a.get("pads", ()),
+                     auto_pad=a.get("auto_pad", "NOTSET"), ceil_mode=a.get("ceil_mode", 0),
+                     fail=self.attr_error)
+        if win.rank == 1:
+            win = win._replace(kernel=(1,) + win.kernel, strides=(1,) + win.strides,
+                               dilations=(1,) + win.dilations, begin=(0,) + win.begin,
+                               end=(0,) + win.end, out=(1,) + win.out)
+        self._win_key, self._win = x_shape, win
+        return win
+
+    @staticmethod
+    def _as_2d(x):
+        return np.ascontiguousarray(x[:, :, None, :] if x.ndim == 3 else x)
+
+
+@register_kernel("MaxPool", device="cpu", vendor="numba", dtype="float32", supports=_supports)
+class MaxPool(_Pool):
+    def setup(self, input_specs):
+        node = getattr(self.context, "node", None)
+        self.want_indices = node is not None and len(node.outputs) > 1 and bool(node.outputs[1])
+
+    def compute(self, x):
+        win = self._window(x.shape)
+        x4 = self._as_2d(x)
+        (kh, kw), (sh, sw), (dh, dw), (ph, pw) = win.kernel, win.strides, win.dilations, win.begin
+        y = np.empty(x4.shape[:2] + tuple(win.out), x4.dtype)
+        if not self.want_indices:
+            _max_pool(x4, y, kh, kw, sh, sw, dh, dw, ph, pw)
+            return y[:, :, 0, :] if x.ndim == 3 else y
+        idx = np.empty(y.shape, np.int64)
+        _max_pool_indices(x4, y, idx, kh, kw, sh, sw, dh, dw, ph, pw, self.attrs.get("storage_order", 0) == 1)
+        if x.ndim == 3:
+            return y[:, :, 0, :], idx[:, :, 0, :]
+        return y, idx
+
+
+@register_kernel("AveragePool", device="cpu", vendor="numba", dtype="float32", supports=_supports)
+class AveragePool(_Pool):
+    def compute(self, x):
+        win = self._window(x.shape)
+        x4 = self._as_2d(x)
+        h_n, w_n = x4.shape[2:]
+        (kh, kw), (sh, sw), (dh, dw), (ph, pw) = win.kernel, win.strides, win.dilations, win.begin
+        (oh_n, ow_n), (pe_h, pe_w) = win.out, win.end
+        if self.attrs.get("count_include_pad", 0):
+            cnt_h = _taps(oh_n, h_n, kh, sh, dh, ph, -ph, h_n + pe_h)
+            cnt_w = _taps(ow_n, w_n, kw, sw, dw, pw, -pw, w_n + pe_w)
+        else:
+            cnt_h = _taps(oh_n, h_n, kh, sh, dh, ph, 0, h_n)
+            cnt_w = _taps(ow_n, w_n, kw, sw, dw, pw, 0, w_n)
+        y = np.empty(x4.shape[:2] + (oh_n, ow_n), x4.dtype)
+        _avg_pool(x4, y, cnt_h.astype(x4.dtype), cnt_w.astype(x4.dtype), kh, kw, sh, sw, dh, dw, ph, pw)
+        return y[:, :, 0, :] if x.ndim == 3 else y
+
+
+def _global(x, is_max):
+    rows = np.ascontiguousarray(x).reshape(x.shape[0] * x.shape[1], -1)
+    y = np.empty(x.shape[:2] + (1,) * (x.ndim - 2), x.dtype)
+    _global_pool(rows, y.reshape(-1), is_max)
+    return y
+
+
+@register_kernel("GlobalAveragePool", device="cpu", vendor="numba", dtype="float32")
+def global_average_pool(x):
+    return _global(x, False)
+
+
+@register_kernel("GlobalMaxPool", device="cpu", vendor="numba", dtype="float32")
+def global_max_pool(x):
+    return _global(x, True)

@@ -1,0 +1,134 @@
+"""Elementwise unary ops (one table row each, as core's ops/unary.py): a single parallel Numba
+loop over the flattened tensor evaluates the row's scalar formula selected by code.
+
+Identity is not here: it returns its input and costs nothing on the reference.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import prange
+
+from kernelkit.registry import register_kernel
+
+from ..config import jit, jit_parallel
+
+# op -> code; a kernel function per op maps its attributes onto the two parameters (a, b)
+CODES = {name: i for i, name in enumerate((
+    "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Selu", "Softplus",
+    "Gelu", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Floor", "Ceil"))}
+(RELU, LEAKY_RELU, SIGMOID, HARD_SIGMOID, HARD_SWISH, TANH, ELU, SELU, SOFTPLUS, GELU, ERF, EXP,
+ LOG, SQRT, RECIPROCAL, NEG, ABS, FLOOR, CEIL) = CODES.values()
+
+
+@jit
+def _scalar(v, code, a, b):
+    if code == RELU:
+        return max(v, a)  # a = 0
+    if code == LEAKY_RELU:
+        return v if v >= 0 else v * a
+    if code == SIGMOID:
+        return 1.0 / (1.0 + math.exp(-v))
+    if code == HARD_SIGMOID:
+        return min(max(v * a + b, 0.0), 1.0)
+    if code == HARD_SWISH:
+        return v * min(max(v / 6.0 + 0.5, 0.0), 1.0)
+    if code == TANH:
+        return math.tanh(v)
+    if code == ELU:
+        return v if v > 0 else a * math.expm1(v)
+    if code == SELU:
+        return b * v if v > 0 else b * (a * math.exp(v) - a)
+    if code == SOFTPLUS:
+        return max(v, 0.0) + math.log1p(math.exp(-abs(v)))
+    if code == GELU:
+        if a != 0:
+            return 0.5 * v * (1.0 + math.tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))
+        return 0.5 * v * (1.0 + math.erf(v * 0.7071067811865476))
+    if code == ERF:
+        return math.erf(v)
+    if code == EXP:
+        return math.exp(v)
+    if code == LOG:
+        return math.log(v) if v > 0 else (-np.inf if v == 0 else np.nan)
+    if code == SQRT:
+        return math.sqrt(v) if v >= 0 else np.nan
+    if code == RECIPROCAL:
+        return 1.0 / v
+    if code == NEG:
+        return -v
+    if code == ABS:
+        return abs(v)
+    if code == FLOOR:
+        return math.floor(v)
+    if code == CEIL:
+        return math.ceil(v)
+    return v
+
+
+@jit_parallel
+def _unary(x, y, code, a, b):
+    """y = op(x) over flat arrays; a, b (the op's parameters) have x's dtype. The cheap ops get
+    their own loops so that they vectorise; the rest share one loop over ``_scalar``."""
+    n = x.shape[0]
+    if code == RELU:
+        for i in prange(n):
+            y[i] = max(x[i], a)
+    elif code == LEAKY_RELU:
+        for i in prange(n):
+            y[i] = x[i] if x[i] >= 0 else x[i] * a
+    else:
+        for i in prange(n):
+            y[i] = _scalar(x[i], code, a, b)
+
+
+def _apply(x, code, a=0.0, b=0.0):
+    y = np.empty(x.shape, x.dtype)
+    if x.size:
+        t = x.dtype.type
+        _unary(np.ascontiguousarray(x).reshape(-1), y.reshape(-1), code, t(a), t(b))
+    return y
+
+
+def _register(name):
+    return register_kernel(name, device="cpu", vendor="numba", dtype="float32")
+
+
+@_register("LeakyRelu")
+def leaky_relu(x, *, alpha=0.01):
+    return _apply(x, LEAKY_RELU, alpha)
+
+
+@_register("HardSigmoid")
+def hard_sigmoid(x, *, alpha=0.2, beta=0.5):
+    return _apply(x, HARD_SIGMOID, alpha, beta)
+
+
+@_register("Elu")
+def elu(x, *, alpha=1.0):
+    return _apply(x, ELU, alpha)
+
+
+@_register("Selu")
+def selu(x, *, alpha=1.67326319217681884765625, gamma=1.05070102214813232421875):
+    return _apply(x, SELU, alpha, gamma)
+
+
+@_register("Gelu")
+def gelu(x, *, approximate="none"):
+    return _apply(x, GELU, 1.0 if approximate == "tanh" else 0.0)
+
+
+def _plain(code):
+    def kernel(x):
+        return _apply(x, code)
+
+    return kernel
+
+
+for _name in ("Relu", "Sigmoid", "HardSwish", "Tanh", "Softplus", "Erf", "Exp", "Log", "Sqrt",
+              "Reciprocal", "Neg", "Abs", "Floor", "Ceil"):
+    _kernel = _plain(CODES[_name])
+    _kernel.__name__ = _kernel.__qualname__ = _name.lower()
+    _register(_name)(_kernel)

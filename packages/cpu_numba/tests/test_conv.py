@@ -1,0 +1,73 @@
+"""Property tests: Conv (1-D/2-D, grouped, depthwise, dilated, strided, padded, fused epilogue)."""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kernelkit.errors import OpAttributeError
+from kernelkit.testing import run_single_op
+
+ACTS = [("", ()), ("Relu", ()), ("Clip", (-0.5, 0.5)), ("LeakyRelu", (0.2,)), ("Sigmoid", ()),
+        ("HardSwish", ()), ("Tanh", ()), ("Gelu", (0.0,)), ("Gelu", (1.0,))]
+
+
+@st.composite
+def conv_cases(draw):
+    rank = draw(st.sampled_from([1, 2]))
+    group = draw(st.sampled_from([1, 1, 2, 3]))
+    depthwise = draw(st.booleans())
+    cg = 1 if depthwise else draw(st.integers(1, 3))
+    mult = draw(st.integers(1, 2))
+    c, m = cg * group, group * mult * (1 if depthwise else draw(st.integers(1, 2)))
+    kernel = [draw(st.integers(1, 3)) for _ in range(rank)]
+    strides = [draw(st.integers(1, 3)) for _ in range(rank)]
+    dilations = [draw(st.integers(1, 2)) for _ in range(rank)]
+    auto_pad = draw(st.sampled_from(["NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
+    pads = [draw(st.integers(0, 2)) for _ in range(2 * rank)] if auto_pad == "NOTSET" else []
+    spatial = [draw(st.integers((k - 1) * d + 1, 9)) for k, d in zip(kernel, dilations)]
+    n = draw(st.integers(1, 2))
+    act, params = draw(st.sampled_from(ACTS))
+    attrs = {"group": group, "strides": strides, "dilations": dilations, "auto_pad": auto_pad,
+             "activation": act, "activation_params": list(params)}
+    if pads:
+        attrs["pads"] = pads
+    if draw(st.booleans()):
+        attrs["kernel_shape"] = kernel
+    seed = draw(st.integers(0, 2**16))
+    return (n, c, *spatial), (m, cg, *kernel), draw(st.booleans()), attrs, seed
+
+
+@given(conv_cases())
+def test_conv_matches_reference(check, case):
+    x_shape, w_shape, with_bias, attrs, seed = case
+    r = np.random.default_rng(seed)
+    x = r.uniform(-1, 1, x_shape).astype(np.float32)
+    w = r.uniform(-1, 1, w_shape).astype(np.float32)
+    b = r.uniform(-1, 1, w_shape[0]).astype(np.float32) if with_bias else None
+    check("Conv", [x, w, b], attrs, constants=(1, 2))
+
+
+def test_conv_resnet_stem_and_pointwise(check, rng):
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    w = rng.standard_normal((8, 3, 7, 7)).astype(np.float32)
+    check("Conv", [x, w], {"strides": [2, 2], "pads": [3, 3, 3, 3], "activation": "Relu"},
+                            constants=(1,))
+    x = rng.standard_normal((2, 16, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((8, 16, 1, 1)).astype(np.float32)
+    check("Conv", [x, w, np.ones(8, np.float32)], {}, constants=(1, 2))
+
+
+def test_conv_unknown_activation_is_a_typed_error(rng):
+    x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
+    w = rng.standard_normal((2, 2, 3, 3)).astype(np.float32)
+    with pytest.raises(OpAttributeError, match="Swoosh"):
+        run_single_op("Conv", [x, w], {"activation": "Swoosh"}, vendors=["numba"], fallback=False)
+
+
+def test_conv_does_not_touch_inputs(rng):
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 1, 3, 3)).astype(np.float32)
+    x0, w0 = x.copy(), w.copy()
+    run_single_op("Conv", [x, w], {"group": 4, "activation": "Relu"}, vendors=["numba"], fallback=False)
+    np.testing.assert_array_equal(x, x0)
+    np.testing.assert_array_equal(w, w0)

@@ -1,0 +1,29 @@
+"""The backend is found through its entry point and registers its kernels."""
+from importlib.metadata import entry_points
+
+import kernelkit
+from kernelkit.backends import load_backends
+
+HEAVY = ["Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool", "Softmax",
+         "LayerNormalization", "BatchNormalization", "Add", "Mul", "Relu"]
+
+
+def test_entry_point_is_declared():
+    eps = {ep.name: ep.value for ep in entry_points(group="kernelkit.backends")}
+    assert eps.get("numba") == "kernelkit_numba:initialize"
+
+
+def test_backend_loads_and_registers_kernels():
+    assert load_backends().get("numba") == "ok"
+    ops = {k.op for k in kernelkit.kernels(device="cpu", vendor="numba")}
+    missing = [op for op in HEAVY if op not in ops]
+    assert not missing, f"numba kernels missing for {missing}"
+    assert all(k.dtype == "float32" for k in kernelkit.kernels(vendor="numba"))
+
+
+def test_initialize_is_idempotent_import_only():
+    import kernelkit_numba
+
+    before = kernelkit.kernels(vendor="numba")
+    kernelkit_numba.initialize()  # modules are already imported: registers nothing twice
+    assert kernelkit.kernels(vendor="numba") == before

@@ -1,0 +1,40 @@
+"""Property tests: Gemm (transposes, alpha/beta, every C broadcast form, fused activation) and
+MatMul (2-D, batched, broadcast batch dims, 1-D operands)."""
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+ACTS = [("", ()), ("Relu", ()), ("Clip", (0.0, 6.0)), ("Sigmoid", ()), ("Gelu", (0.0,)), ("LeakyRelu", (0.1,))]
+
+
+@given(st.integers(1, 9), st.integers(1, 9), st.integers(1, 9), st.booleans(), st.booleans(),
+       st.sampled_from([None, "n", "1n", "m1", "mn", "1", "scalar"]), st.sampled_from([1.0, 0.5, -2.0]),
+       st.sampled_from([1.0, 0.0, 0.25]), st.sampled_from(ACTS), st.integers(0, 2**16))
+def test_gemm_matches_reference(check, m, k, n, trans_a, trans_b, c_form, alpha, beta, act, seed):
+    r = np.random.default_rng(seed)
+    a = r.uniform(-1, 1, (k, m) if trans_a else (m, k)).astype(np.float32)
+    b = r.uniform(-1, 1, (n, k) if trans_b else (k, n)).astype(np.float32)
+    c_shape = {None: None, "n": (n,), "1n": (1, n), "m1": (m, 1), "mn": (m, n), "1": (1,), "scalar": ()}[c_form]
+    c = None if c_shape is None else r.uniform(-1, 1, c_shape).astype(np.float32)
+    attrs = {"transA": int(trans_a), "transB": int(trans_b), "alpha": alpha, "beta": beta,
+             "activation": act[0], "activation_params": list(act[1])}
+    check("Gemm", [a, b, c], attrs, constants=(1, 2))
+
+
+batch = st.lists(st.integers(1, 3), max_size=2)
+
+
+@given(batch, batch, st.integers(1, 7), st.integers(1, 7), st.integers(1, 7), st.sampled_from(["2d", "vec_a", "vec_b"]),
+       st.sampled_from(ACTS), st.integers(0, 2**16))
+def test_matmul_matches_reference(check, batch_a, batch_b, m, k, n, form, act, seed):
+    r = np.random.default_rng(seed)
+    # make the batch dims broadcastable: where both have an axis, one of them is 1 or they agree
+    rank = min(len(batch_a), len(batch_b))
+    for i in range(1, rank + 1):
+        if batch_a[-i] != batch_b[-i] and 1 not in (batch_a[-i], batch_b[-i]):
+            batch_b[-i] = 1
+    a_shape = (k,) if form == "vec_a" else (*batch_a, m, k)
+    b_shape = (k,) if form == "vec_b" else (*batch_b, k, n)
+    a = r.uniform(-1, 1, a_shape).astype(np.float32)
+    b = r.uniform(-1, 1, b_shape).astype(np.float32)
+    check("MatMul", [a, b], {"activation": act[0], "activation_params": list(act[1])})

@@ -1,0 +1,45 @@
+"""Property tests: MaxPool (with Indices), AveragePool (both pad counting modes), global pools."""
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+
+@st.composite
+def pool_cases(draw):
+    rank = draw(st.sampled_from([1, 2]))
+    kernel = [draw(st.integers(1, 3)) for _ in range(rank)]
+    strides = [draw(st.integers(1, 3)) for _ in range(rank)]
+    auto_pad = draw(st.sampled_from(["NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
+    attrs = {"kernel_shape": kernel, "strides": strides, "auto_pad": auto_pad}
+    if auto_pad == "NOTSET":
+        # pads smaller than the kernel, so no window lies wholly in the padding
+        attrs["pads"] = [draw(st.integers(0, k - 1)) for k in kernel] * 2
+        attrs["ceil_mode"] = draw(st.sampled_from([0, 1]))
+        attrs["dilations"] = [draw(st.integers(1, 2)) for _ in range(rank)]
+    dil = attrs.get("dilations", [1] * rank)
+    spatial = [draw(st.integers((k - 1) * d + 1, 9)) for k, d in zip(kernel, dil)]
+    shape = (draw(st.integers(1, 2)), draw(st.integers(1, 3)), *spatial)
+    return shape, attrs, draw(st.integers(0, 2**16))
+
+
+@given(pool_cases(), st.sampled_from([0, 1]))
+def test_average_pool_matches_reference(check, case, count_include_pad):
+    shape, attrs, seed = case
+    x = np.random.default_rng(seed).uniform(-2, 2, shape).astype(np.float32)
+    check("AveragePool", [x], {**attrs, "count_include_pad": count_include_pad})
+
+
+@given(pool_cases(), st.sampled_from([1, 2]))
+def test_max_pool_matches_reference(check, case, n_outputs):
+    shape, attrs, seed = case
+    x = np.random.default_rng(seed).uniform(-2, 2, shape).astype(np.float32)
+    if n_outputs == 2 and len(shape) == 4:
+        attrs = {**attrs, "storage_order": seed % 2}
+    check("MaxPool", [x], attrs, n_outputs=n_outputs)
+
+
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=3), st.integers(0, 2**16))
+def test_global_pools_match_reference(check, spatial, seed):
+    x = np.random.default_rng(seed).uniform(-2, 2, (2, 3, *spatial)).astype(np.float32)
+    check("GlobalAveragePool", [x])
+    check("GlobalMaxPool", [x])

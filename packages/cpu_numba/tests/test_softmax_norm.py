@@ -1,0 +1,36 @@
+"""Property tests: Softmax/LogSoftmax over any axis; LayerNormalization (all three outputs),
+BatchNormalization and InstanceNormalization."""
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+shapes = st.lists(st.integers(1, 6), min_size=1, max_size=4)
+
+
+@given(shapes, st.data(), st.sampled_from(["Softmax", "LogSoftmax"]), st.sampled_from([1.0, 30.0]))
+def test_softmax_matches_reference(check, shape, data, op, spread):
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    x = np.random.default_rng(len(shape) + axis).uniform(-spread, spread, shape).astype(np.float32)
+    check(op, [x], {"axis": axis})
+
+
+@given(shapes, st.data(), st.booleans(), st.sampled_from([1e-5, 1e-2]))
+def test_layer_norm_matches_reference(check, shape, data, with_bias, eps):
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    r = np.random.default_rng(sum(shape))
+    inner = tuple(shape[axis:])
+    x = r.uniform(-3, 3, shape).astype(np.float32)
+    scale = r.uniform(0.5, 1.5, inner).astype(np.float32)
+    b = r.uniform(-1, 1, inner).astype(np.float32) if with_bias else None
+    check("LayerNormalization", [x, scale, b], {"axis": axis, "epsilon": eps}, constants=(1, 2), n_outputs=3)
+
+
+@given(st.integers(1, 2), st.integers(1, 5), st.lists(st.integers(1, 5), max_size=3), st.integers(0, 2**16))
+def test_batch_and_instance_norm_match_reference(check, n, c, spatial, seed):
+    r = np.random.default_rng(seed)
+    x = r.uniform(-2, 2, (n, c, *spatial)).astype(np.float32)
+    scale, b = r.uniform(0.5, 1.5, c).astype(np.float32), r.uniform(-1, 1, c).astype(np.float32)
+    mean, var = r.uniform(-1, 1, c).astype(np.float32), r.uniform(0.1, 2, c).astype(np.float32)
+    check("BatchNormalization", [x, scale, b, mean, var], {"epsilon": 1e-3}, constants=(1, 2, 3, 4))
+    if spatial:
+        check("InstanceNormalization", [x, scale, b], {"epsilon": 1e-4}, constants=(1, 2))

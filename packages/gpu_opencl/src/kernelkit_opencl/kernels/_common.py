@@ -1,0 +1,65 @@
+"""Helpers shared by the kernel families: reading ``.cl`` sources, fused activations, launches."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from kernelkit import KernelExecutionError
+
+HERE = Path(__file__).parent
+WG = 256  # work-group size of 1-D elementwise launches
+
+# The fused ``activation`` attribute (kernelkit/activation.py) as OpenCL C over a float ``v``;
+# ACT_P0/ACT_P1 are the activation_params, passed as defines.
+ACTIVATION_CL = {
+    "": "(v)",
+    "Relu": "fmax(v, 0.0f)",
+    "Clip": "fmin(fmax(v, ACT_P0), ACT_P1)",
+    "LeakyRelu": "((v) >= 0.0f ? (v) : ACT_P0 * (v))",
+    "Sigmoid": "(1.0f / (1.0f + exp(-(v))))",
+    "HardSwish": "((v) * clamp((v) / 6.0f + 0.5f, 0.0f, 1.0f))",
+    "Tanh": "tanh(v)",
+    "Gelu": "(ACT_P0 != 0.0f ? 0.5f * (v) * (1.0f + tanh(0.7978845608028654f * ((v) + 0.044715f * (v) * (v) * (v))))"
+            " : 0.5f * (v) * (1.0f + erf((v) * 0.7071067811865476f)))",
+}
+_ACT_DEFAULTS = {"Clip": (-np.inf, np.inf), "LeakyRelu": (0.01, 0.0), "Gelu": (0.0, 0.0)}
+
+
+@functools.cache
+def source(name: str) -> str:
+    """The text of the ``.cl`` file ``name`` beside this module."""
+    return (HERE / name).read_text()
+
+
+def activation(activation: str, params) -> tuple[str, dict]:
+    """Source line defining ACT(v) and the defines ACT_P0/ACT_P1 (the activation_params) for a
+    fused activation; an unknown name is a clear error."""
+    if activation not in ACTIVATION_CL:
+        raise KernelExecutionError(f"unknown fused activation {activation!r}; known: {sorted(ACTIVATION_CL)[1:]}")
+    p = list(params or ())
+    defaults = _ACT_DEFAULTS.get(activation, (0.0, 0.0))
+    p0 = float(p[0]) if len(p) > 0 else float(defaults[0])
+    p1 = float(p[1]) if len(p) > 1 else float(defaults[1])
+    return f"#define ACT(v) {ACTIVATION_CL[activation]}\n", {"ACT_P0": p0, "ACT_P1": p1}
+
+
+def storage_defines(dtype) -> dict:
+    return {"STORAGE_HALF": 1} if np.dtype(dtype) == np.float16 else {}
+
+
+def round_up(n: int, m: int) -> int:
+    return -(-int(n) // m) * m
+
+
+def contiguous_strides(shape) -> list[int]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= int(d)
+    return strides[::-1]
+
+
+def launch_1d(device, kernel, n: int, args, inputs, outputs, label: str):
+    return device.launch(kernel, (round_up(max(n, 1), WG),), (WG,), args, inputs, outputs, label)

@@ -1,0 +1,82 @@
+"""Conv: implicit GEMM (gemm.cl with CONV) for dense and grouped convolutions, a direct kernel
+(conv.cl) for depthwise ones; 1-D convolutions run as 2-D with height 1. Geometry (pads, auto_pad,
+strides, dilations) is resolved by the core's window rule, the one definition of it."""
+from __future__ import annotations
+
+import numpy as np
+
+from kernelkit import register_kernel
+from kernelkit.ops._window import window
+
+from ._common import activation as act_source
+from ._common import launch_1d, source
+from .gemm import GemmCall, run_gemm
+
+
+def _supports(specs, attrs) -> bool:
+    x, w = specs[0], specs[1]
+    return x is not None and x.rank in (3, 4) and w is not None and all(isinstance(d, int) for d in w.shape)
+
+
+def _geometry(dev, cv, cg, kh, kw, H, W, dh, dw):
+    """16 geometry ints then, per k = (c, kh, kw) of the implicit im2col matrix, the pair
+    (c*H*W + kh*dh*W + kw*dw, kh*dh << 16 | kw*dw), as one cached device buffer."""
+    c, r, s = np.meshgrid(np.arange(cg), np.arange(kh), np.arange(kw), indexing="ij")
+    off = (c * H * W + r * dh * W + s * dw).ravel()
+    packed = ((r * dh) << 16 | (s * dw)).ravel()
+    return dev.meta(np.concatenate([np.asarray(cv), np.stack([off, packed], axis=1).ravel()]))
+
+
+def conv(x, w, b=None, *, auto_pad: str = "NOTSET", dilations=(), group: int = 1, kernel_shape=(), pads=(),
+         strides=(), activation: str = "", activation_params=()):
+    dev = x.device
+    one_d = x.ndim == 3
+    if one_d:  # (N, C, L) -> (N, C, 1, L)
+        x = x.view((x.shape[0], x.shape[1], 1, x.shape[2]))
+        w = w.view((w.shape[0], w.shape[1], 1, w.shape[2]))
+        pads = (0, pads[0], 0, pads[1]) if pads else ()
+        strides, dilations = (1, *strides) if strides else (), (1, *dilations) if dilations else ()
+        kernel_shape = (1, *kernel_shape) if kernel_shape else ()
+    win = window(x.shape[2:], kernel_shape or w.shape[2:], strides=strides, dilations=dilations, pads=pads,
+                 auto_pad=auto_pad)
+    n, c, H, W = x.shape
+    oc, cg, kh, kw = w.shape
+    oh, ow = win.out
+    y = dev.empty((n, oc, oh, ow), x.dtype)
+    if y.size:
+        geom = (win.strides[0], win.strides[1], win.begin[0], win.begin[1], win.dilations[0], win.dilations[1])
+        if cg == 1 and group == c and group > 1:
+            _depthwise(dev, x, w, b, y, geom, activation, activation_params)
+        else:
+            _implicit_gemm(dev, x, w, b, y, group, geom, activation, activation_params)
+    return y.view((n, oc, ow)) if one_d else y
+
+
+def _implicit_gemm(dev, x, w, b, y, group, geom, activation, activation_params):
+    n, c, H, W = x.shape
+    oc, cg, kh, kw = w.shape
+    _, _, oh, ow = y.shape
+    sh, sw, pt, pl, dh, dw = geom
+    M, K = oc // group, cg * kh * kw
+    cv = (cg, H, W, oh, ow, sh, sw, pt, pl, oc, c * H * W, 0, 0, 0, 0, 0)
+    call = GemmCall(M, n * oh * ow, K, K, 0, 0, batch=group, za=M * K, zb=cg * H * W, zc=M * oh * ow,
+                    bias_sm=1, zbias=M, activation=activation, activation_params=tuple(activation_params),
+                    conv=_geometry(dev, cv, cg, kh, kw, H, W, dh, dw))
+    run_gemm(dev, call, w, x, b, y)
+
+
+def _depthwise(dev, x, w, b, y, geom, activation, activation_params):
+    n, c, H, W = x.shape
+    oc, _, kh, kw = w.shape
+    _, _, oh, ow = y.shape
+    sh, sw, pt, pl, dh, dw = geom
+    act, defines = act_source(activation, activation_params)
+    kernel = dev.kernel(act + source("conv.cl"), "depthwise", dict(defines, HAS_BIAS=int(b is not None)))
+    g = dev.meta((c, H, W, oc, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw, oc // c, 0))
+    total = y.size
+    launch_1d(dev, kernel, total, (x.buffer, w.buffer, (b if b is not None else y).buffer, y.buffer,
+                                   np.int32(total), g), [x, w, b], [y], "depthwise")
+
+
+def register() -> None:
+    register_kernel("Conv", device="gpu", vendor="opencl", dtype="float32", supports=_supports)(conv)

@@ -1,0 +1,179 @@
+// Tiled, register-blocked SGEMM with a fused epilogue, also used as implicit-GEMM convolution.
+//
+//   C[z](m, n) = ACT(alpha * sum_k A[z](m, k) * B[z](k, n) + beta * bias(m, n))
+//
+// Defines (from gemm.py / the tuned-parameter file):
+//   TM, TN     outputs per work-item (rows, columns)      WM, WN   work-group shape (rows, columns)
+//   BK         k-step of a tile                           USE_LOCAL  1: stage tiles in local memory
+//   TRANS_A, TRANS_B   A is stored [K, M] / B is stored [N, K]
+//   HAS_BIAS   add beta * bias[m * bias_sm + n * bias_sn]
+//   CONV       B(k, n) is the im2col matrix of the input image read on the fly (implicit GEMM):
+//              geometry in `cv`, k decomposed through the table `ktab`; C is written as NCHW.
+// The work-item at (lx, ly) owns rows m0 + ly + i*WM and columns n0 + lx + j*WN (strided, so a
+// warp's loads and stores are coalesced) in the local-memory variant, and the contiguous block
+// rows m0 + ly*TM + i, columns n0 + lx*TN + j in the direct one (better for CPU devices).
+#define BM (TM * WM)
+#define BN (TN * WN)
+#define NT (WM * WN)
+
+#ifndef ACT
+#define ACT(v) (v)
+#endif
+
+// cv (int buffer): [0] C per group, [1] H, [2] W, [3] OH, [4] OW, [5] stride h, [6] stride w,
+// [7] pad top, [8] pad left, [9] output channels (all groups), [10] image stride C*H*W; from
+// [16] on, the k table (see conv_load)
+#ifdef CONV
+#define CV_ARGS , __global const int* restrict cv
+#else
+#define CV_ARGS
+#endif
+
+#if TRANS_A
+#define A_AT(m, k) A[(k) * lda + (m)]
+#else
+#define A_AT(m, k) A[(m) * lda + (k)]
+#endif
+#if TRANS_B
+#define B_AT(k, n) B[(n) * ldb + (k)]
+#else
+#define B_AT(k, n) B[(k) * ldb + (n)]
+#endif
+
+#ifdef CONV
+// Per-column (output pixel) state of the implicit im2col matrix.
+typedef struct { int base; int ih0; int iw0; } ncol;
+
+inline ncol conv_col(const int n, const int N, __global const int* cv) {
+  ncol c;
+  if (n >= N) { c.base = 0; c.ih0 = -(1 << 28); c.iw0 = 0; return c; }  // out of range: always padding
+  const int ohw = cv[3] * cv[4];
+  const int b = n / ohw, p = n - b * ohw;
+  const int oh = p / cv[4], ow = p - oh * cv[4];
+  c.ih0 = oh * cv[5] - cv[7];
+  c.iw0 = ow * cv[6] - cv[8];
+  c.base = b * cv[10] + c.ih0 * cv[2] + c.iw0;  // cv[10]: image stride C_total*H*W
+  return c;
+}
+
+// ktab[k] = (c*H*W + dh*W + dw, dh << 16 | dw) for k = (c, kh, kw), dh = kh*dil_h, dw = kw*dil_w
+inline float conv_load(__global const float* B, const ncol c, const int k, const int K,
+                       __global const int* cv) {
+  if (k >= K) return 0.0f;
+  const int2 t = vload2(k, cv + 16);
+  const int ih = c.ih0 + (t.y >> 16), iw = c.iw0 + (t.y & 0xffff);
+  return (ih >= 0 && ih < cv[1] && iw >= 0 && iw < cv[2]) ? B[c.base + t.x] : 0.0f;
+}
+#endif
+
+__kernel
+#if USE_LOCAL
+__attribute__((reqd_work_group_size(WN, WM, 1)))
+#endif
+void gemm(__global const float* restrict A, __global const float* restrict B,
+          __global const float* restrict bias, __global float* restrict C,
+          const int M, const int N, const int K, const int lda, const int ldb, const int ldc,
+          const int bias_sm, const int bias_sn, const float alpha, const float beta,
+          const int za, const int zb, const int zc, const int zbias CV_ARGS) {
+  const int lx = get_local_id(0), ly = get_local_id(1);
+  const int n0 = get_group_id(0) * BN, m0 = get_group_id(1) * BM;
+  const int z = get_group_id(2);
+  A += z * za;
+  B += z * zb;
+  C += z * zc;
+  bias += z * zbias;
+  float acc[TM][TN];
+  for (int i = 0; i < TM; ++i)
+    for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+
+#if USE_LOCAL
+#define ROW(i) (m0 + ly + (i) * WM)
+#define COL(j) (n0 + lx + (j) * WN)
+  __local float As[BK][BM + 1];
+  __local float Bs[BK][BN + 1];
+  const int tid = ly * WN + lx;
+#ifdef CONV
+  // NT % BN == 0 (checked by gemm.py): each work-item always loads the same column of the tile.
+  const int my_n = tid % BN, my_k = tid / BN;
+  const ncol mycol = conv_col(n0 + my_n, N, cv);
+#endif
+  for (int k0 = 0; k0 < K; k0 += BK) {
+    for (int i = tid; i < BM * BK; i += NT) {
+#if TRANS_A
+      const int kk = i / BM, mm = i - kk * BM;
+#else
+      const int mm = i / BK, kk = i - mm * BK;
+#endif
+      const int m = m0 + mm, k = k0 + kk;
+      As[kk][mm] = (m < M && k < K) ? A_AT(m, k) : 0.0f;
+    }
+#ifdef CONV
+    for (int kk = my_k; kk < BK; kk += NT / BN) Bs[kk][my_n] = conv_load(B, mycol, k0 + kk, K, cv);
+#else
+    for (int i = tid; i < BN * BK; i += NT) {
+#if TRANS_B
+      const int nn = i / BK, kk = i - nn * BK;
+#else
+      const int kk = i / BN, nn = i - kk * BN;
+#endif
+      const int n = n0 + nn, k = k0 + kk;
+      Bs[kk][nn] = (n < N && k < K) ? B_AT(k, n) : 0.0f;
+    }
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+      float a[TM], b[TN];
+      for (int i = 0; i < TM; ++i) a[i] = As[kk][ly + i * WM];
+      for (int j = 0; j < TN; ++j) b[j] = Bs[kk][lx + j * WN];
+      for (int i = 0; i < TM; ++i)
+        for (int j = 0; j < TN; ++j) acc[i][j] = mad(a[i], b[j], acc[i][j]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+#else  // direct: operands straight from global memory (caches do the tiling on CPUs)
+#define ROW(i) (m0 + ly * TM + (i))
+#define COL(j) (n0 + lx * TN + (j))
+  int rows[TM];
+  for (int i = 0; i < TM; ++i) rows[i] = min(ROW(i), M - 1);
+#ifdef CONV
+  ncol cols[TN];
+  for (int j = 0; j < TN; ++j) cols[j] = conv_col(COL(j), N, cv);
+#else
+  int cols[TN];
+  for (int j = 0; j < TN; ++j) cols[j] = min(COL(j), N - 1);
+#endif
+  for (int k = 0; k < K; ++k) {
+    float a[TM], b[TN];
+    for (int i = 0; i < TM; ++i) a[i] = A_AT(rows[i], k);
+#ifdef CONV
+    for (int j = 0; j < TN; ++j) b[j] = conv_load(B, cols[j], k, K, cv);
+#else
+    for (int j = 0; j < TN; ++j) b[j] = B_AT(k, cols[j]);
+#endif
+    for (int i = 0; i < TM; ++i)
+      for (int j = 0; j < TN; ++j) acc[i][j] = mad(a[i], b[j], acc[i][j]);
+  }
+#endif
+
+  // epilogue: alpha, bias, fused activation, store
+  for (int i = 0; i < TM; ++i) {
+    const int m = ROW(i);
+    if (m >= M) continue;
+    for (int j = 0; j < TN; ++j) {
+      const int n = COL(j);
+      if (n >= N) continue;
+      float v = alpha * acc[i][j];
+#if HAS_BIAS
+      v += beta * bias[m * bias_sm + n * bias_sn];
+#endif
+#ifdef CONV
+      const int ohw = cv[3] * cv[4];
+      const int b = n / ohw;
+      C[(b * cv[9] + m) * ohw + (n - b * ohw)] = ACT(v);
+#else
+      C[m * ldc + n] = ACT(v);
+#endif
+    }
+  }
+}

@@ -1,0 +1,191 @@
+"""GEMM: MatMul and Gemm, and the launcher conv.py uses for implicit-GEMM convolution.
+
+One kernel (``gemm.cl``), specialized by tile defines. Tile parameters come from
+``tuning.choose``: searched once per device and shape class when tuning is on (default on GPUs),
+persisted in the tuned-parameter file, else the device type's default.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernelkit import ShapeError, register_kernel
+
+from .. import tuning
+from ._common import activation, source
+
+# candidates, the first being the default; L = local-memory tiles (GPUs), D = direct (CPUs)
+GPU_TILES = [
+    dict(TM=8, TN=8, WM=16, WN=16, BK=16, USE_LOCAL=1),
+    dict(TM=4, TN=8, WM=16, WN=16, BK=16, USE_LOCAL=1),
+    dict(TM=8, TN=8, WM=16, WN=16, BK=8, USE_LOCAL=1),
+    dict(TM=4, TN=4, WM=16, WN=16, BK=16, USE_LOCAL=1),
+]
+GPU_SMALL = [dict(TM=4, TN=4, WM=16, WN=16, BK=16, USE_LOCAL=1), dict(TM=2, TN=2, WM=16, WN=16, BK=16, USE_LOCAL=1)]
+CPU_TILES = [
+    dict(TM=4, TN=8, WM=4, WN=4, BK=1, USE_LOCAL=0),
+    dict(TM=8, TN=8, WM=2, WN=4, BK=1, USE_LOCAL=0),
+    dict(TM=4, TN=4, WM=8, WN=8, BK=1, USE_LOCAL=0),
+]
+
+
+@dataclass(frozen=True)
+class GemmCall:
+    """One launch of gemm.cl: C[z] = ACT(alpha * op(A[z]) @ op(B[z]) + beta * bias[z]).
+
+    Leading dimensions and z-strides are in elements; ``conv`` (the geometry buffer of conv.py)
+    turns B into the implicit im2col matrix of an NCHW image."""
+
+    M: int
+    N: int
+    K: int
+    lda: int
+    ldb: int
+    ldc: int
+    trans_a: bool = False
+    trans_b: bool = False
+    batch: int = 1
+    za: int = 0
+    zb: int = 0
+    zc: int = 0
+    bias_sm: int = 0
+    bias_sn: int = 0
+    zbias: int = 0
+    alpha: float = 1.0
+    beta: float = 1.0
+    activation: str = ""
+    activation_params: tuple = ()
+    conv: object = None
+
+
+def _bucket(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def _candidates(dev, call: GemmCall) -> list[dict]:
+    if not dev.platform.is_gpu:
+        return CPU_TILES
+    if call.M * call.N * call.batch < 256 * 256 or min(call.M, call.N) < 64:
+        return GPU_SMALL + GPU_TILES
+    return GPU_TILES
+
+
+def _kernel(dev, call: GemmCall, params: dict, has_bias: bool):
+    act_src, defines = activation(call.activation, call.activation_params)
+    defines = dict(defines, **params, TRANS_A=int(call.trans_a), TRANS_B=int(call.trans_b), HAS_BIAS=int(has_bias))
+    if call.conv is not None:
+        defines["CONV"] = 1
+    return dev.kernel(act_src + source("gemm.cl"), "gemm", defines)
+
+
+def run_gemm(dev, call: GemmCall, a, b, bias, out):
+    """Enqueue ``call`` on device tensors (``bias`` may be None); returns the event."""
+    key = (f"{dev.programs.key('', '')[:16]}|gemm|{'conv' if call.conv else 'mm'}|"
+           f"{int(call.trans_a)}{int(call.trans_b)}|{_bucket(call.M)}x{_bucket(call.N)}x{_bucket(call.K)}"
+           f"x{_bucket(call.batch)}")
+    cands = _candidates(dev, call)
+    if call.conv is not None:  # local-memory conv tiles need NT % BN == 0
+        cands = [p for p in cands if not p["USE_LOCAL"] or (p["WM"] * p["WN"]) % (p["TN"] * p["WN"]) == 0]
+    params = tuning.choose(key, cands, lambda p: _launch(dev, call, p, a, b, bias, out).wait(), dev.tune)
+    return _launch(dev, call, params, a, b, bias, out)
+
+
+def _launch(dev, call: GemmCall, params: dict, a, b, bias, out):
+    bm, bn = params["TM"] * params["WM"], params["TN"] * params["WN"]
+    gws = (-(-call.N // bn) * params["WN"], -(-call.M // bm) * params["WM"], call.batch)
+    lws = (params["WN"], params["WM"], 1)
+    has_bias = bias is not None
+    args = [a.buffer, b.buffer, (bias if has_bias else out).buffer, out.buffer,
+            *(np.int32(v) for v in (call.M, call.N, call.K, call.lda, call.ldb, call.ldc, call.bias_sm, call.bias_sn)),
+            np.float32(call.alpha), np.float32(call.beta),
+            *(np.int32(v) for v in (call.za, call.zb, call.zc, call.zbias))]
+    if call.conv is not None:
+        args.append(call.conv)
+    return dev.launch(_kernel(dev, call, params, has_bias), gws, lws, args, [a, b, bias], [out],
+                      "conv" if call.conv is not None else "gemm")
+
+
+# -- ops -------------------------------------------------------------------------------------------
+def _batch_offsets(shape_a, shape_b, batch):
+    """Per-batch element offsets of A and B (contiguous, broadcast over ``batch`` dims)."""
+    def offsets(shape):
+        mat = int(np.prod(shape[-2:]))
+        lead = (1,) * (len(batch) - len(shape[:-2])) + tuple(shape[:-2])
+        idx = np.arange(int(np.prod(lead, dtype=np.int64)), dtype=np.int64).reshape(lead) * mat
+        return np.broadcast_to(idx, batch).ravel()
+
+    return offsets(shape_a), offsets(shape_b)
+
+
+def matmul(x, y, *, activation: str = "", activation_params=()):
+    """MatMul (NumPy semantics: 1-D promotion, broadcast batch dims) with a fused activation."""
+    dev = x.device
+    xs, ys = list(x.shape), list(y.shape)
+    if x.ndim == 0 or y.ndim == 0:
+        raise ShapeError("MatMul: inputs must have rank >= 1")
+    xs2 = [1] + xs if x.ndim == 1 else xs
+    ys2 = ys + [1] if y.ndim == 1 else ys
+    M, K, K2, N = xs2[-2], xs2[-1], ys2[-2], ys2[-1]
+    if K != K2:
+        raise ShapeError(f"MatMul: inner dimensions differ: {tuple(xs)} @ {tuple(ys)}")
+    batch = tuple(np.broadcast_shapes(tuple(xs2[:-2]), tuple(ys2[:-2])))
+    out_shape = list(batch) + ([M] if x.ndim > 1 else []) + ([N] if y.ndim > 1 else [])
+    out = dev.empty(out_shape, x.dtype)
+    nb = int(np.prod(batch, dtype=np.int64))
+    if out.size == 0:
+        return out
+    if K == 0:
+        raise ShapeError("MatMul with K == 0 is not supported on the OpenCL device")
+    offa, offb = _batch_offsets(xs2, ys2, batch)
+    za = int(offa[1] - offa[0]) if nb > 1 else 0
+    zb = int(offb[1] - offb[0]) if nb > 1 else 0
+    uniform = nb <= 1 or (np.all(np.diff(offa) == za) and np.all(np.diff(offb) == zb))
+    base = GemmCall(M, N, K, K, N, N, activation=activation, activation_params=tuple(activation_params))
+    if uniform:
+        run_gemm(dev, _replace(base, batch=max(nb, 1), za=za, zb=zb, zc=M * N), x, y, None, out)
+        return out
+    # irregular broadcast (e.g. [2,1,M,K] @ [1,3,K,N]): materialize both operands over the batch
+    from .layout import expand
+
+    xe = expand(x.view(xs2), tuple(batch) + (M, K))
+    ye = expand(y.view(ys2), tuple(batch) + (K, N))
+    run_gemm(dev, _replace(base, batch=nb, za=M * K, zb=K * N, zc=M * N), xe, ye, None, out)
+    return out
+
+
+def _replace(call: GemmCall, **kw) -> GemmCall:
+    from dataclasses import replace
+
+    return replace(call, **kw)
+
+
+def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 1.0, transA: int = 0, transB: int = 0,
+         activation: str = "", activation_params=()):
+    """Gemm: ACT(alpha * A' @ B' + beta * C) with C broadcast to (M, N)."""
+    dev = a.device
+    if a.ndim != 2 or b.ndim != 2:
+        raise ShapeError(f"Gemm: A and B must be 2-D, got {a.shape} and {b.shape}")
+    M, K = (a.shape[1], a.shape[0]) if transA else a.shape
+    K2, N = (b.shape[1], b.shape[0]) if transB else b.shape
+    if K != K2:
+        raise ShapeError(f"Gemm: inner dimensions differ: A{a.shape} (transA={transA}) B{b.shape} (transB={transB})")
+    out = dev.empty((M, N), a.dtype)
+    if out.size == 0:
+        return out
+    sm = sn = 0
+    if c is not None:
+        cs = (1,) * (2 - c.ndim) + tuple(c.shape)
+        if any(d not in (1, w) for d, w in zip(cs, (M, N))):
+            raise ShapeError(f"Gemm: C of shape {c.shape} does not broadcast to ({M}, {N})")
+        sm = cs[1] if cs[0] != 1 else 0
+        sn = 1 if cs[1] != 1 else 0
+    call = GemmCall(M, N, K, a.shape[1], b.shape[1], N, bool(transA), bool(transB), bias_sm=sm, bias_sn=sn,
+                    alpha=alpha, beta=beta, activation=activation, activation_params=tuple(activation_params))
+    run_gemm(dev, call, a, b, c, out)
+    return out
+
+
+def register() -> None:
+    register_kernel("MatMul", device="gpu", vendor="opencl", dtype="float32")(matmul)
+    register_kernel("Gemm", device="gpu", vendor="opencl", dtype="float32")(gemm)

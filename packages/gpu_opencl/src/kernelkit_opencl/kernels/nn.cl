@@ -1,0 +1,34 @@
+// Normalization-style kernels over float tensors.
+
+// Inference BatchNormalization: x is (N, C, inner...) flattened; channel c = (i / inner) % C.
+__kernel void batch_norm(__global const float* restrict x, __global const float* restrict scale,
+                         __global const float* restrict bias, __global const float* restrict mean,
+                         __global const float* restrict var, __global float* restrict y, const int n,
+                         const int channels, const int inner, const float epsilon) {
+  const int i = get_global_id(0);
+  if (i >= n) return;
+  const int c = (i / inner) % channels;
+  const float inv = scale[c] / sqrt(var[c] + epsilon);
+  y[i] = (x[i] - mean[c]) * inv + bias[c];
+}
+
+// (Log)Softmax along an axis of length `len`; the tensor is (outer, len, inner); one work-item
+// per (outer, inner) line. LOG selects LogSoftmax.
+__kernel void softmax(__global const float* restrict x, __global float* restrict y, const int lines,
+                      const int len, const int inner, const int log_mode) {
+  const int t = get_global_id(0);
+  if (t >= lines) return;
+  const int o = t / inner, in = t - o * inner;
+  const long base = (long)o * len * inner + in;
+  float m = -INFINITY;
+  for (int k = 0; k < len; ++k) m = fmax(m, x[base + (long)k * inner]);
+  float s = 0.0f;
+  for (int k = 0; k < len; ++k) s += exp(x[base + (long)k * inner] - m);
+  if (log_mode) {
+    const float ls = log(s);
+    for (int k = 0; k < len; ++k) y[base + (long)k * inner] = x[base + (long)k * inner] - m - ls;
+  } else {
+    const float inv = 1.0f / s;
+    for (int k = 0; k < len; ++k) y[base + (long)k * inner] = exp(x[base + (long)k * inner] - m) * inv;
+  }
+}

@@ -1,0 +1,400 @@
+"""The OpenCL device: context and queue, device buffers, the buffer pool and kernel launches.
+
+A session's ``gpu`` device is an :class:`OpenCLDevice`. Its tensors are :class:`CLTensor` (a pooled
+device allocation plus shape, dtype, element offset and the events that must finish before the
+data is ready). Every launch waits on its inputs' events and returns its own event; only
+:meth:`OpenCLDevice.download` blocks (STYLE.md #8).
+
+One :class:`_Platform` per OpenCL device (context, program cache) is shared by every session; each
+session gets its own queue, buffer pool and kernel objects.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernelkit import BackendUnavailableError, Device, DeviceError, KernelExecutionError
+
+from .programs import ProgramCache
+
+log = logging.getLogger("kernelkit.opencl")
+
+ENV_DEVICE = "KERNELKIT_OPENCL_DEVICE"
+_CL_DTYPES = {"float32": "float", "float16": "half", "int32": "int", "int64": "long"}
+
+
+# -- device selection ------------------------------------------------------------------------------
+def _cl():
+    try:
+        import pyopencl as cl
+    except ImportError as exc:  # pragma: no cover - pyopencl is a dependency of this package
+        raise BackendUnavailableError(f"device 'gpu' needs pyopencl: pip install '.[opencl]' ({exc})") from exc
+    return cl
+
+
+def list_devices() -> list:
+    """Every OpenCL device of every platform, in platform order (empty when no platform exists)."""
+    cl = _cl()
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:
+        return []
+    devices = []
+    for p in platforms:
+        try:
+            devices.extend(p.get_devices())
+        except cl.Error:
+            continue
+    return devices
+
+
+def _label(dev) -> str:
+    return f"{dev.platform.name} / {dev.name} (OpenCL {dev.version.split()[1]}, driver {dev.driver_version})"
+
+
+def select_device(spec: str | None = None):
+    """Pick a ``pyopencl.Device``: ``spec`` is ``NAME[:INDEX]`` matched case-insensitively against the
+    platform's and device's names, vendors and versions (``NVIDIA:0``, ``pocl``), or an index into
+    all devices. None: the first GPU, else the first device of any type."""
+    cl = _cl()
+    devices = list_devices()
+    if not devices:
+        raise BackendUnavailableError(
+            "device 'gpu' was requested but no OpenCL platform is installed; install a driver "
+            "(e.g. pip install pocl-binary-distribution for the CPU one) or use device='cpu'")
+    if spec is None or str(spec).strip() == "":
+        gpus = [d for d in devices if d.type & cl.device_type.GPU]
+        return (gpus or devices)[0]
+    spec = str(spec).strip()
+    if spec.isdigit():
+        matches, idx = devices, int(spec)
+    else:
+        name, sep, index = spec.rpartition(":")
+        if not (sep and index.isdigit()):
+            name, index = spec, "0"
+        needle = name.lower()
+        matches = [d for d in devices if needle in " ".join(
+            (d.platform.name, d.platform.vendor, d.platform.version, d.name, d.vendor)).lower()]
+        idx = int(index)
+    if idx >= len(matches):
+        raise BackendUnavailableError(
+            f"OpenCL device {spec!r} (from option 'opencl_device' or ${ENV_DEVICE}) matches "
+            f"{len(matches)} device(s); available: {'; '.join(_label(d) for d in devices)}")
+    return matches[idx]
+
+
+# -- shared per-device state ---------------------------------------------------------------------
+class _Platform:
+    """Context and program cache of one OpenCL device, shared by all sessions using it."""
+
+    def __init__(self, dev):
+        cl = _cl()
+        self.cl_device = dev
+        self.context = cl.Context([dev])
+        self.programs = ProgramCache(self.context, dev)
+        self.label = _label(dev)
+        self.fp16 = "cl_khr_fp16" in dev.extensions
+        self.is_gpu = bool(dev.type & cl.device_type.GPU)
+        self.out_of_order_ok = bool(dev.queue_properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+
+
+_platforms: dict[int, _Platform] = {}
+_platforms_lock = threading.Lock()
+
+
+def _platform_for(dev) -> _Platform:
+    key = dev.int_ptr
+    with _platforms_lock:
+        if key not in _platforms:
+            _platforms[key] = _Platform(dev)
+            log.info("OpenCL device: %s", _platforms[key].label)
+        return _platforms[key]
+
+
+# -- buffers ---------------------------------------------------------------------------------------
+class _Allocation:
+    """One pooled ``cl.Buffer``. ``uses`` holds the events of every command touching it; when the
+    last tensor referring to it goes away the buffer returns to the pool with those events as
+    hazards, so its next writer waits for them (needed on out-of-order queues)."""
+
+    __slots__ = ("buffer", "nbytes", "pool", "uses", "__weakref__")
+
+    def __init__(self, buffer, nbytes: int, pool: "BufferPool | None", hazards=()):
+        self.buffer = buffer
+        self.nbytes = nbytes
+        self.pool = pool
+        self.uses = list(hazards)
+
+    def __del__(self):
+        pool = self.pool
+        if pool is not None:
+            pool.give_back(self.buffer, self.nbytes, self.uses)
+
+
+class BufferPool:
+    """Device buffers reused across runs, bucketed by size (rounded up to a power-of-two quarter)."""
+
+    def __init__(self, context):
+        self.context = context
+        self._free: dict[int, list] = {}
+        self._lock = threading.RLock()
+        self.allocated = 0   # buffers created
+        self.reused = 0      # allocations served from the pool
+
+    @staticmethod
+    def bucket(nbytes: int) -> int:
+        n = max(int(nbytes), 64)
+        top = 1 << (n - 1).bit_length()
+        step = max(top // 8, 64)
+        return -(-n // step) * step
+
+    def allocate(self, nbytes: int) -> _Allocation:
+        cl = _cl()
+        size = self.bucket(nbytes)
+        with self._lock:
+            free = self._free.get(size)
+            if free:
+                buffer, hazards = free.pop()
+                self.reused += 1
+                return _Allocation(buffer, size, self, hazards)
+            self.allocated += 1
+        try:
+            buffer = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size)
+        except cl.Error as exc:
+            raise DeviceError(f"OpenCL: cannot allocate {size} bytes: {exc}") from exc
+        return _Allocation(buffer, size, self)
+
+    def give_back(self, buffer, nbytes: int, hazards) -> None:
+        with self._lock:
+            self._free.setdefault(nbytes, []).append((buffer, [e for e in hazards if e is not None]))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._free.clear()
+
+
+def _note_use(alloc: _Allocation, ev) -> None:
+    """Record that ``ev`` reads ``alloc``; completed events are dropped so that long-lived
+    buffers (weights) do not collect one event per run."""
+    uses = alloc.uses
+    uses.append(ev)
+    if len(uses) > 8:
+        done = _cl().command_execution_status.COMPLETE
+        alloc.uses = [e for e in uses if e.command_execution_status != done]
+
+
+@dataclass(eq=False)
+class CLTensor:
+    """A device tensor: ``alloc`` (pooled buffer) holds ``shape``/``dtype`` data from element
+    ``offset``; ``events`` must complete before it is readable. Views share the allocation."""
+
+    alloc: _Allocation
+    shape: tuple
+    dtype: np.dtype
+    device: "OpenCLDevice"
+    offset: int = 0
+    events: list = None
+    host: np.ndarray | None = None  # a host copy of small uploaded tensors (shape/axes inputs)
+
+    def __post_init__(self):
+        self.shape = tuple(int(s) for s in self.shape)
+        self.dtype = np.dtype(self.dtype)
+        self.events = list(self.events or [])
+
+    @property
+    def buffer(self):
+        return self.alloc.buffer
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def view(self, shape) -> "CLTensor":
+        """The same data under another shape (Reshape, Flatten, Squeeze...): no copy, no wait."""
+        host = None if self.host is None else self.host.reshape(shape)
+        return CLTensor(self.alloc, tuple(shape), self.dtype, self.device, self.offset, self.events, host)
+
+    def values(self) -> np.ndarray:
+        """The data on the host: the kept copy of a small upload, else a (blocking) download."""
+        return self.host if self.host is not None else self.device.download(self)
+
+    def __repr__(self) -> str:
+        return f"CLTensor({self.dtype.name}{list(self.shape)}, {len(self.events)} pending)"
+
+
+# -- the device ----------------------------------------------------------------------------------
+class OpenCLDevice(Device):
+    """The session's ``gpu`` device. Options: ``opencl_device`` (selector, else $KERNELKIT_OPENCL_DEVICE),
+    ``opencl_out_of_order`` (default: when the device supports it), ``opencl_profile`` (event
+    timestamps per kernel), ``opencl_tune`` (GEMM/conv tile search: default on GPUs only)."""
+
+    name = "gpu"
+    asynchronous = True  # launches only enqueue: Session.run_async need not wait for them
+
+    def __init__(self, options: dict | None = None):
+        cl = _cl()
+        options = dict(options or {})
+        spec = options.get("opencl_device", os.environ.get(ENV_DEVICE))
+        self.platform = _platform_for(select_device(spec))
+        self.context = self.platform.context
+        self.cl_device = self.platform.cl_device
+        self.programs = self.platform.programs
+        want_ooo = options.get("opencl_out_of_order", True)
+        self.out_of_order = bool(want_ooo) and self.platform.out_of_order_ok
+        self.profiling = bool(options.get("opencl_profile", False))
+        tune = options.get("opencl_tune", os.environ.get("KERNELKIT_OPENCL_TUNE"))
+        self.tune = self.platform.is_gpu if tune is None else str(tune).lower() not in ("0", "false", "off", "")
+        props = 0
+        if self.out_of_order:
+            props |= cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+        if self.profiling:
+            props |= cl.command_queue_properties.PROFILING_ENABLE
+        self.queue = cl.CommandQueue(self.context, self.cl_device, properties=props)
+        self.pool = BufferPool(self.context)
+        self._kernels: dict[tuple, tuple] = {}
+        self._kernels_lock = threading.Lock()
+        self._meta: dict[tuple, object] = {}
+        self._events: list[tuple[str, object]] = []  # (label, event) when profiling
+        log.info("gpu device %s (out-of-order queue: %s)", self.platform.label, self.out_of_order)
+
+    # -- Device interface ------------------------------------------------------------------------
+    def empty(self, shape, dtype) -> CLTensor:
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return CLTensor(self.pool.allocate(max(nbytes, 1)), tuple(shape), dtype, self)
+
+    def upload(self, array: np.ndarray) -> CLTensor:
+        cl = _cl()
+        host = np.array(array, order="C", copy=True)  # private copy: the caller may change theirs
+        if host.dtype.name not in _CL_DTYPES and host.dtype != np.bool_ and host.dtype.kind not in "iuf":
+            raise DeviceError(f"OpenCL device cannot hold dtype {host.dtype.name}")
+        out = self.empty(host.shape, host.dtype)
+        if host.nbytes:
+            ev = cl.enqueue_copy(self.queue, out.buffer, host, is_blocking=False, wait_for=out.alloc.uses or None)
+            out.events = [ev]
+            out.alloc.uses = [ev]
+        if host.size <= 4096:
+            host.flags.writeable = False
+            out.host = host
+        return out
+
+    def download(self, tensor: CLTensor) -> np.ndarray:
+        cl = _cl()
+        host = np.empty(tensor.shape, tensor.dtype)
+        if host.nbytes:
+            cl.enqueue_copy(self.queue, host, tensor.buffer, src_offset=tensor.offset * tensor.dtype.itemsize,
+                            is_blocking=True, wait_for=tensor.events or None)
+        return host
+
+    def owns(self, tensor) -> bool:
+        return isinstance(tensor, CLTensor) and tensor.device is self
+
+    def synchronize(self) -> None:
+        self.queue.finish()
+
+    def describe(self) -> str:
+        return f"gpu: {self.platform.label}" + (" [out-of-order queue]" if self.out_of_order else "")
+
+    # -- programs and launches ------------------------------------------------------------------
+    def kernel(self, source: str, name: str, defines: dict | None = None, options: tuple = ()):
+        """The ``cl.Kernel`` ``name`` of ``source`` built with ``-D`` ``defines``: created once per
+        device and reused; returns ``(kernel, lock)`` (set_args + enqueue must not interleave)."""
+        key = (source, name, tuple(sorted((defines or {}).items())), tuple(options))
+        with self._kernels_lock:
+            hit = self._kernels.get(key)
+        if hit is not None:
+            return hit
+        program = self.programs.get(source, defines or {}, options, label=name)
+        cl = _cl()
+        made = (cl.Kernel(program, name), threading.Lock())
+        with self._kernels_lock:
+            return self._kernels.setdefault(key, made)
+
+    def meta(self, values) -> object:
+        """A small read-only int32 buffer of ``values`` (shapes, strides), cached per content."""
+        key = tuple(int(v) for v in values)
+        with self._kernels_lock:
+            buf = self._meta.get(key)
+        if buf is None:
+            cl = _cl()
+            host = np.asarray(key or (0,), np.int32)
+            buf = cl.Buffer(self.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
+            with self._kernels_lock:
+                buf = self._meta.setdefault(key, buf)
+        return buf
+
+    def launch(self, kernel, gws, lws, args, inputs=(), outputs=(), label: str = ""):
+        """Enqueue ``kernel`` over ``gws`` (work-group ``lws`` or None) after the events of
+        ``inputs`` and the hazards of ``outputs``; ``args`` are buffers/numpy scalars in kernel
+        order. The outputs' events become this launch's event, which is returned."""
+        cl = _cl()
+        knl, lock = kernel
+        wait = [e for t in inputs if t is not None for e in t.events]
+        for t in outputs:
+            wait.extend(t.alloc.uses)
+        try:
+            with lock:
+                knl.set_args(*args)
+                ev = cl.enqueue_nd_range_kernel(self.queue, knl, tuple(int(g) for g in gws),
+                                                tuple(int(x) for x in lws) if lws else None,
+                                                wait_for=wait or None)
+        except cl.Error as exc:
+            raise KernelExecutionError(f"OpenCL launch of {label or knl.function_name} over {tuple(gws)}"
+                                       f"/{lws} on {self.platform.label} failed: {exc}") from exc
+        for t in inputs:
+            if t is not None:
+                _note_use(t.alloc, ev)
+        for t in outputs:
+            t.events = [ev]
+            t.alloc.uses = [ev]
+        if self.profiling:
+            self._events.append((label or knl.function_name, ev))
+        return ev
+
+    def copy(self, dst: CLTensor, src: CLTensor, nelems: int, dst_offset: int = 0, src_offset: int = 0):
+        """Device-to-device copy of ``nelems`` elements (offsets in elements, on top of the tensors')."""
+        cl = _cl()
+        size = src.dtype.itemsize
+        ev = cl.enqueue_copy(self.queue, dst.buffer, src.buffer, byte_count=nelems * size,
+                             src_offset=(src.offset + src_offset) * size, dst_offset=(dst.offset + dst_offset) * size,
+                             wait_for=(src.events + dst.alloc.uses) or None)
+        _note_use(src.alloc, ev)
+        _note_use(dst.alloc, ev)
+        return ev
+
+    def kernel_profile(self, reset: bool = True) -> list[dict]:
+        """Per-kernel device time from OpenCL event timestamps (``opencl_profile=True``):
+        rows of label, calls, total_ms, sorted by total time. Waits for pending work."""
+        self.queue.finish()
+        rows: dict[str, list] = {}
+        for label, ev in self._events:
+            ms = (ev.profile.end - ev.profile.start) * 1e-6
+            row = rows.setdefault(label, [0, 0.0])
+            row[0] += 1
+            row[1] += ms
+        if reset:
+            self._events.clear()
+        return sorted(({"kernel": k, "calls": c, "total_ms": t} for k, (c, t) in rows.items()),
+                      key=lambda r: -r["total_ms"])
+
+
+def cl_type(dtype) -> str:
+    """The OpenCL C scalar type name for a NumPy dtype name."""
+    return _CL_DTYPES[np.dtype(dtype).name]
+
+
+def create_device(options: dict) -> OpenCLDevice:
+    """Factory registered for device ``gpu``."""
+    return OpenCLDevice(options)

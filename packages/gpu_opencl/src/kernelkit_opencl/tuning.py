@@ -1,0 +1,102 @@
+"""Tuned kernel parameters, searched once per device and shape class and persisted.
+
+Like MACE's tuned-parameter file: ``<cache>/opencl/tuned_params.json`` maps
+``"<device identity>|<kernel>|<shape class>"`` to the chosen parameters. The first time a key is
+missing (and tuning is on for the device), :func:`choose` times each candidate and keeps the
+fastest; later sessions and processes read the file. Updates merge under a file lock and are
+written atomically; an unreadable file is ignored with a warning and rewritten.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import warnings
+
+from .programs import atomic_write, cache_root
+
+log = logging.getLogger("kernelkit.opencl.tuning")
+
+_lock = threading.Lock()
+_memory: dict[str, dict] = {}
+_loaded_from: str | None = None
+searches = 0  # searches run in this process (for tests and reports)
+
+
+def path():
+    return cache_root() / "opencl" / "tuned_params.json"
+
+
+def _read() -> dict:
+    p = path()
+    try:
+        data = json.loads(p.read_text())
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        return data
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        msg = f"tuned-parameter file {p} is unreadable ({exc}); it will be rewritten"
+        log.warning(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        return {}
+
+
+def lookup(key: str) -> dict | None:
+    global _loaded_from
+    with _lock:
+        where = str(path())
+        if _loaded_from != where:
+            _memory.clear()
+            _memory.update(_read())
+            _loaded_from = where
+        return _memory.get(key)
+
+
+def store(key: str, params: dict) -> None:
+    from filelock import FileLock
+
+    p = path()
+    with _lock:
+        _memory[key] = params
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            with FileLock(str(p) + ".lock"):
+                data = _read()
+                data[key] = params
+                atomic_write(p, json.dumps(data, indent=1, sort_keys=True).encode())
+        except OSError as exc:
+            log.warning("cannot write tuned parameters to %s: %s", p, exc)
+
+
+def choose(key: str, candidates: list[dict], run, enabled: bool, repeats: int = 3) -> dict:
+    """The parameters for ``key``: from the file if present; else, when ``enabled``, the fastest of
+    ``candidates`` (``run(params)`` enqueues once and waits; it may raise to reject a candidate),
+    persisted; else the first candidate (the default for the device)."""
+    global searches
+    hit = lookup(key)
+    if hit is not None:
+        return hit
+    if not enabled or len(candidates) == 1:
+        return candidates[0]
+    searches += 1
+    best, best_t = None, float("inf")
+    for params in candidates:
+        try:
+            run(params)  # warm-up: builds the program
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                run(params)
+            t = (time.perf_counter() - t0) / repeats
+        except Exception as exc:  # noqa: BLE001 - a candidate the device cannot run is skipped
+            log.debug("tuning %s: candidate %s rejected: %s", key, params, exc)
+            continue
+        if t < best_t:
+            best, best_t = params, t
+    if best is None:
+        return candidates[0]
+    log.info("tuned %s -> %s (%.3f ms)", key, best, best_t * 1e3)
+    store(key, best)
+    return best
