@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import functools
 
+import kernelkit as kk
 import numpy as np
 import pytest
-
-import kernelkit as kk
 from kernelkit import registry
 from kernelkit.errors import BackendUnavailableError
 from kernelkit.ir import TensorSpec
@@ -51,7 +50,7 @@ def _targets() -> list[tuple[KernelKey, str]]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _reference(op_id: str, dtype: str) -> tuple:
     """The op's samples for ``dtype`` with the reference kernels' outputs (computed once)."""
     op, domain = _split_op(op_id)

@@ -36,7 +36,7 @@ packages = ["kernelkit_broken_plugin"]
 
 # Runs inside the venv. Computes the op's formula independently of the plugin's own reference.
 SCRIPT = r"""
-import json, sys, warnings
+import json, os, sys, warnings
 import numpy as np
 
 with warnings.catch_warnings(record=True) as caught:
@@ -65,12 +65,13 @@ feed = np.random.default_rng(0).uniform(-3, 3, (2, 3, 4)).astype(np.float32)
 want = -expected(feed, [1.0, -2.0, 0.5], 1.5, bias, True)
 report = {"status": status, "plugin_file": kernelkit_example_plugin.__file__, "runs": {},
           "warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]}
+OPTIONS = {"opencl_device": os.environ.get("KERNELKIT_OPENCL_DEVICE", "pocl")}
 targets = [("cpu", None)] + [("cpu", [v]) for v in ("reference", "numba")]
 if "--gpu" in sys.argv:
     targets.append(("gpu", None))
 for device, vendors in targets:
     sess = kk.Session(model, device=device, vendors=vendors, fallback=vendors is None,
-                      options={"opencl_device": "pocl"})
+                      options=OPTIONS)
     got = sess.run(None, {"x": feed})[0]
     report["runs"][f"{device}:{vendors}"] = {"placement": sess.placement()["ChannelPoly_0"],
                                              "max_err": float(np.max(np.abs(got - want)))}
@@ -84,7 +85,7 @@ for key in kk.kernels("com.example::ChannelPoly"):
     for inputs, attrs in schema.samples(np.random.default_rng(1), key.dtype):
         ref = run_single_op("ChannelPoly", inputs, attrs, domain="com.example", vendors=["reference"], fallback=False)
         got = run_single_op("ChannelPoly", inputs, attrs, domain="com.example", device=key.device,
-                            vendors=[key.vendor], fallback=False, options={"opencl_device": "pocl"})
+                            vendors=[key.vendor], fallback=False, options=OPTIONS)
         assert_close(got[0], ref[0], err_msg=str(key))
     checked.append(list(key))
 report["conformance"] = checked

@@ -3,10 +3,9 @@ their reference kernel is registered for, every case their ``samples`` give, plu
 ONNX pins down (integer division truncation, NaN propagation, mixed-type Pow, broadcasting)."""
 from __future__ import annotations
 
+import kernelkit as kk
 import numpy as np
 import pytest
-
-import kernelkit as kk
 from kernelkit.testing import assert_close, check_against_onnx, onnx_reference_run, run_single_op, sample_cases
 
 BINARY_OPS = ["Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Equal", "Less", "LessOrEqual",

@@ -4,10 +4,9 @@ with all inputs fed at run time (shape inference sees symbolic sizes) and once w
 constant (shape inference must then be exact)."""
 from __future__ import annotations
 
+import kernelkit as kk
 import numpy as np
 import pytest
-
-import kernelkit as kk
 from kernelkit.testing import check_against_onnx, run_single_op, sample_cases
 
 TENSOR_OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ArgMax", "ArgMin",
@@ -107,6 +106,7 @@ def test_reduce_over_empty_set_gives_identity_elements():
 def test_slice_with_extreme_bounds_and_negative_steps_matches_onnx():
     x = np.arange(60, dtype=np.int32).reshape(3, 4, 5)
     lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
-    for starts, ends, axes, steps in [([hi], [lo], [2], [-1]), ([-100], [100], [1], [3]), ([2, 3], [-10, 0], [0, 2], [-1, -2]),
-                                      ([lo], [hi], [-1], [2])]:
+    cases = [([hi], [lo], [2], [-1]), ([-100], [100], [1], [3]), ([2, 3], [-10, 0], [0, 2], [-1, -2]),
+             ([lo], [hi], [-1], [2])]
+    for starts, ends, axes, steps in cases:
         check_against_onnx("Slice", [x, i64(*starts), i64(*ends), i64(*axes), i64(*steps)], **REFERENCE)

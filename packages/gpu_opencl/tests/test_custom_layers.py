@@ -5,6 +5,7 @@ NumPy reference; malformed configs must raise ConfigError naming the file and th
 """
 from __future__ import annotations
 
+import os
 import shutil
 import textwrap
 from pathlib import Path
@@ -20,7 +21,7 @@ from kernelkit_opencl import custom_layers  # noqa: E402
 from kernelkit_opencl.custom_layers.formula import Formula, FormulaError, parse_list  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "custom_opencl"
-OPTIONS = {"opencl_device": "pocl"}
+OPTIONS = {"opencl_device": os.environ.get("KERNELKIT_OPENCL_DEVICE", "pocl")}  # PoCL in CI
 
 
 def _has_opencl() -> bool:
@@ -71,7 +72,7 @@ def test_example_xml_runs_unchanged_and_matches_reference(shape):
 @needs_device
 def test_example_yaml_equals_xml_and_attribute_default_applies():
     layers = kk_load(EXAMPLE / "leaky_relu.yml")
-    assert [(l.op, l.entry, l.vendor) for l in layers] == [("LeakyRelu", "leaky_relu", "custom")]
+    assert [(layer.op, layer.entry, layer.vendor) for layer in layers] == [("LeakyRelu", "leaky_relu", "custom")]
     x = np.linspace(-3, 3, 2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
     model = leaky_model(x.shape)  # alpha absent: the op's default 0.01 reaches the neg_slope define
     (got,) = kk.Session(model, device="gpu", options=OPTIONS).run(None, {"x": x})
@@ -227,16 +228,20 @@ XML_CASES = {
     "code in formula": (GOOD_XML.replace('global="X,Y,B*F"', 'global="__import__(\'os\')"'),
                         r"leaky\.xml:13: bad work size.*Call"),
     "unknown dimension": (GOOD_XML.replace('global="X,Y,B*F"', 'global="X,Z"'), r"leaky\.xml:13: .*'Z'"),
-    "missing source": (GOOD_XML.replace("leaky_relu.cl", "missing.cl"), r"leaky\.xml:5: source file 'missing.cl' not found"),
+    "missing source": (GOOD_XML.replace("leaky_relu.cl", "missing.cl"),
+                       r"leaky\.xml:5: source file 'missing.cl' not found"),
     "escaping source": (GOOD_XML.replace("leaky_relu.cl", "../outside.cl"), r"leaky\.xml:5: .*escapes"),
     "absolute source": (GOOD_XML.replace("leaky_relu.cl", "/etc/hostname"), r"leaky\.xml:5: .*relative"),
-    "duplicate arg": (GOOD_XML.replace('arg-index="1"', 'arg-index="0"'), r"leaky\.xml:\d+: arg-index 0 is bound twice"),
+    "duplicate arg": (GOOD_XML.replace('arg-index="1"', 'arg-index="0"'),
+                      r"leaky\.xml:\d+: arg-index 0 is bound twice"),
     "gap in args": (GOOD_XML.replace('arg-index="1"', 'arg-index="2"'), r"leaky\.xml:3: arg-index values \[0, 2\]"),
-    "bad format": (GOOD_XML.replace('format="BFYX"/>\n    <Tensor arg-index="1"', 'format="NHWC"/>\n    <Tensor arg-index="1"'),
+    "bad format": (GOOD_XML.replace('format="BFYX"/>\n    <Tensor arg-index="1"',
+                                    'format="NHWC"/>\n    <Tensor arg-index="1"'),
                    r"leaky\.xml:9: unknown tensor format 'NHWC'"),
     "bad layer type": (GOOD_XML.replace("SimpleGPU", "SimpleCPU"), r"leaky\.xml:3: .*SimpleCPU"),
     "bad define type": (GOOD_XML.replace('type="float"', 'type="double"'), r"leaky\.xml:6: define type 'double'"),
-    "bad default": (GOOD_XML.replace('default="0.01"', 'default="abc"'), r"leaky\.xml:6: value 'abc' is not a valid float"),
+    "bad default": (GOOD_XML.replace('default="0.01"', 'default="abc"'),
+                    r"leaky\.xml:6: value 'abc' is not a valid float"),
     "unknown param": (GOOD_XML.replace('param="alpha"', 'param="slope"'), r"leaky\.xml:6: .*'slope'.*alpha"),
     "param type mismatch": (GOOD_XML.replace('type="float"', 'type="int"').replace('"0.01"', '"1"'),
                             r"leaky\.xml:6: define 'neg_slope' has type int but attribute 'alpha' .* is float"),

@@ -119,6 +119,7 @@ class Session:
             if value.data is not None and value.data.flags.writeable:
                 value.data = value.data.view()
                 value.data.flags.writeable = False
+        graph.toposort()  # a loaded graph need not list its nodes in order
         infer_shapes(graph)
         pass_ctx = PassContext(device, self.vendors, self.options)
         self.passes_fired = run_passes(graph, passes, pass_ctx)

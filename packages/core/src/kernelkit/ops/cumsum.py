@@ -36,7 +36,8 @@ def cumsum(x, axis, *, exclusive=0, reverse=0):
 
 def _samples(rng, dtype):
     x = random(rng, (3, 5), dtype, -4, 4)
-    for axis, attrs in [(0, {}), (1, {}), (-1, {"exclusive": 1}), (0, {"reverse": 1}), (1, {"exclusive": 1, "reverse": 1})]:
+    modes = [(0, {}), (1, {}), (-1, {"exclusive": 1}), (0, {"reverse": 1}), (1, {"exclusive": 1, "reverse": 1})]
+    for axis, attrs in modes:
         yield [x, np.array(axis, np.int64)], attrs
     yield [random(rng, (7,), dtype, -4, 4), np.array(0, np.int32)], {"reverse": 1}
 

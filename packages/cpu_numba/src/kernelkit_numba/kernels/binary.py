@@ -15,6 +15,7 @@ from kernelkit.registry import register_kernel
 
 from ..config import jit, jit_parallel
 
+U = np.uint64  # unsigned index: no wraparound check in inner loops
 ADD, SUB, MUL, DIV, POW, MAX, MIN = range(7)
 
 
@@ -38,7 +39,7 @@ def _op(u, v, code):
 @jit_parallel
 def _flat(a, b, out, code):
     for i in prange(out.shape[0]):
-        out[i] = _op(a[i], b[i], code)
+        out[U(i)] = _op(a[U(i)], b[U(i)], code)
 
 
 @jit_parallel
@@ -51,7 +52,7 @@ def _strided4(a, b, out, code):
         for k in range(d2):
             ra, rb, ro = a[i, j, k], b[i, j, k], out[i, j, k]
             for m in range(d3):
-                ro[m] = _op(ra[m], rb[m], code)
+                ro[U(m)] = _op(ra[U(m)], rb[U(m)], code)
 
 
 def _coalesce(shape, *strides):

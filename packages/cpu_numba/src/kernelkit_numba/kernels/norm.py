@@ -14,6 +14,8 @@ from kernelkit.registry import register_kernel
 
 from ..config import jit_parallel
 
+U = np.uint64  # unsigned index: no wraparound check in inner loops
+
 
 @jit_parallel
 def _layer_norm(x, scale, bias, eps, y, mean_out, inv_out):
@@ -24,15 +26,15 @@ def _layer_norm(x, scale, bias, eps, y, mean_out, inv_out):
         dst = y[r]
         total = 0.0
         for i in range(d_n):
-            total += src[i]
+            total += src[U(i)]
         mean = total / d_n
         sq = 0.0
         for i in range(d_n):
-            diff = src[i] - mean
+            diff = src[U(i)] - mean
             sq += diff * diff
         inv = 1.0 / math.sqrt(sq / d_n + eps)
         for i in range(d_n):
-            dst[i] = (src[i] - mean) * inv * scale[i] + bias[i]
+            dst[U(i)] = (src[U(i)] - mean) * inv * scale[U(i)] + bias[U(i)]
         mean_out[r] = mean
         inv_out[r] = inv
 
@@ -48,15 +50,15 @@ def _instance_norm(x, scale, bias, eps, y):
         dst = y[n, c]
         total = 0.0
         for i in range(l_n):
-            total += src[i]
+            total += src[U(i)]
         mean = total / l_n
         sq = 0.0
         for i in range(l_n):
-            diff = src[i] - mean
+            diff = src[U(i)] - mean
             sq += diff * diff
         a = scale[c] / math.sqrt(sq / l_n + eps)
         for i in range(l_n):
-            dst[i] = (src[i] - mean) * a + bias[c]
+            dst[U(i)] = (src[U(i)] - mean) * a + bias[c]
 
 
 @jit_parallel
@@ -70,7 +72,7 @@ def _channel_affine(x, mean, inv, bias, y):
         dst = y[n, c]
         m, k, b = mean[c], inv[c], bias[c]
         for i in range(l_n):
-            dst[i] = (src[i] - m) * k + b
+            dst[U(i)] = (src[U(i)] - m) * k + b
 
 
 def _planes(x):

@@ -15,6 +15,8 @@ from kernelkit.registry import register_kernel
 from .._base import NumbaKernel
 from ..config import jit_parallel
 
+U = np.uint64  # unsigned index: no wraparound check in inner loops
+
 
 @jit_parallel
 def _max_pool(x, y, kh, kw, sh, sw, dh, dw, ph, pw):
@@ -26,8 +28,7 @@ def _max_pool(x, y, kh, kw, sh, sw, dh, dw, ph, pw):
         src = x[n, c]
         for oh in range(oh_n):
             row = y[n, c, oh]
-            for ow in range(ow_n):
-                row[ow] = -np.inf
+            row[:] = -np.inf
             for i in range(kh):
                 h = oh * sh - ph + i * dh
                 if h < 0 or h >= h_n:
@@ -38,9 +39,9 @@ def _max_pool(x, y, kh, kw, sh, sw, dh, dw, ph, pw):
                     lo = 0 if off >= 0 else min(ow_n, (-off + sw - 1) // sw)
                     hi = 0 if w_n - 1 - off < 0 else min(ow_n, (w_n - 1 - off) // sw + 1)
                     for ow in range(lo, hi):
-                        v = s[ow * sw + off]
-                        if v > row[ow] or v != v:  # NaN propagates, as in np.max
-                            row[ow] = v
+                        v = s[U(ow * sw + off)]
+                        if v > row[U(ow)] or v != v:  # NaN propagates, as in np.max
+                            row[U(ow)] = v
 
 
 @jit_parallel
@@ -83,8 +84,7 @@ def _avg_pool(x, y, cnt_h, cnt_w, kh, kw, sh, sw, dh, dw, ph, pw):
         src = x[n, c]
         for oh in range(oh_n):
             row = y[n, c, oh]
-            for ow in range(ow_n):
-                row[ow] = 0
+            row[:] = 0
             for i in range(kh):
                 h = oh * sh - ph + i * dh
                 if h < 0 or h >= h_n:
@@ -95,9 +95,9 @@ def _avg_pool(x, y, cnt_h, cnt_w, kh, kw, sh, sw, dh, dw, ph, pw):
                     lo = 0 if off >= 0 else min(ow_n, (-off + sw - 1) // sw)
                     hi = 0 if w_n - 1 - off < 0 else min(ow_n, (w_n - 1 - off) // sw + 1)
                     for ow in range(lo, hi):
-                        row[ow] += s[ow * sw + off]
+                        row[U(ow)] += s[U(ow * sw + off)]
             for ow in range(ow_n):
-                row[ow] /= cnt_h[oh] * cnt_w[ow]
+                row[U(ow)] /= cnt_h[oh] * cnt_w[U(ow)]
 
 
 @jit_parallel
@@ -109,13 +109,13 @@ def _global_pool(x, y, is_max):
         if is_max:
             acc = src[0]
             for i in range(1, l_n):
-                if src[i] > acc or src[i] != src[i]:
-                    acc = src[i]
+                if src[U(i)] > acc or src[U(i)] != src[U(i)]:
+                    acc = src[U(i)]
             y[r] = acc
         else:
             total = 0.0
             for i in range(l_n):
-                total += src[i]
+                total += src[U(i)]
             y[r] = total / l_n
 
 

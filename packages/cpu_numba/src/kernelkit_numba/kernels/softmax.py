@@ -1,5 +1,7 @@
-"""Softmax and LogSoftmax along one axis (ONNX opset 13): the tensor is viewed as
-(outer, L, inner) and each of the outer*inner lines is normalized with a max-subtracted exp sum."""
+"""Softmax and LogSoftmax along one axis (ONNX opset 13). The tensor is viewed as
+(outer, L, inner): with inner == 1 (the last axis, the common case) each contiguous row is
+normalized in one kernel; otherwise each (L, inner) block is normalized column-wise with the
+inner axis innermost, so the loops stay contiguous."""
 from __future__ import annotations
 
 import math
@@ -11,57 +13,83 @@ from kernelkit.registry import register_kernel
 
 from ..config import jit_parallel
 
+U = np.uint64  # unsigned index: no wraparound check in inner loops
+
 
 @jit_parallel
-def _softmax(x, y, log):
-    """x, y: (outer, L, inner). Lines run along axis 1."""
-    o_n, l_n, i_n = x.shape
-    for oi in prange(o_n * i_n):
-        o = oi // i_n
-        i = oi - o * i_n
-        src = x[o, :, i]
-        dst = y[o, :, i]
+def _softmax_rows(x, y, log):
+    """x, y: (R, L); each row normalized."""
+    r_n, l_n = x.shape
+    for r in prange(r_n):
+        src, dst = x[r], y[r]
         top = src[0]
         for k in range(1, l_n):
-            top = max(top, src[k])
+            top = max(top, src[U(k)])
         total = 0.0
         if log:
             for k in range(l_n):
-                total += math.exp(src[k] - top)
+                total += math.exp(src[U(k)] - top)
             shift = top + math.log(total)
             for k in range(l_n):
-                dst[k] = src[k] - shift
+                dst[U(k)] = src[U(k)] - shift
         else:
             for k in range(l_n):
-                e = math.exp(src[k] - top)
-                dst[k] = e
+                e = math.exp(src[U(k)] - top)
+                dst[U(k)] = e
                 total += e
             scale = 1.0 / total
             for k in range(l_n):
-                dst[k] *= scale
+                dst[U(k)] *= scale
 
 
-def _lines(x, axis):
-    axis = axis % max(x.ndim, 1)
-    if x.ndim == 0:
-        return np.ascontiguousarray(x).reshape(1, 1, 1)
+@jit_parallel
+def _softmax_blocks(x, y, log):
+    """x, y: (O, L, I); normalized along axis 1."""
+    o_n, l_n, i_n = x.shape
+    for o in prange(o_n):
+        src, dst = x[o], y[o]
+        top = src[0].copy()
+        for k in range(1, l_n):
+            for i in range(i_n):
+                top[U(i)] = max(top[U(i)], src[k, U(i)])
+        total = np.zeros(i_n, np.float64)
+        for k in range(l_n):
+            for i in range(i_n):
+                e = math.exp(src[k, U(i)] - top[U(i)])
+                total[U(i)] += e
+                if not log:
+                    dst[k, U(i)] = e
+        for i in range(i_n):
+            total[U(i)] = top[U(i)] + math.log(total[U(i)]) if log else 1.0 / total[U(i)]
+        for k in range(l_n):
+            for i in range(i_n):
+                if log:
+                    dst[k, U(i)] = src[k, U(i)] - total[U(i)]
+                else:
+                    dst[k, U(i)] *= total[U(i)]
+
+
+def _run(x, axis, log):
+    y = np.empty(x.shape, x.dtype)
+    if x.size == 0:
+        return y
+    rank = max(x.ndim, 1)
+    axis = axis % rank
     outer = math.prod(x.shape[:axis])
-    return np.ascontiguousarray(x).reshape(outer, x.shape[axis], -1)
+    length = x.shape[axis] if x.ndim else 1
+    xc = np.ascontiguousarray(x).reshape(outer, length, -1)
+    if xc.shape[2] == 1:
+        _softmax_rows(xc.reshape(outer, length), y.reshape(outer, length), log)
+    else:
+        _softmax_blocks(xc, y.reshape(xc.shape), log)
+    return y
 
 
 @register_kernel("Softmax", device="cpu", vendor="numba", dtype="float32")
 def softmax(x, *, axis=-1):
-    y = np.empty(x.shape, x.dtype)
-    if x.size:
-        lines = _lines(x, axis)
-        _softmax(lines, y.reshape(lines.shape), False)
-    return y
+    return _run(x, axis, False)
 
 
 @register_kernel("LogSoftmax", device="cpu", vendor="numba", dtype="float32")
 def log_softmax(x, *, axis=-1):
-    y = np.empty(x.shape, x.dtype)
-    if x.size:
-        lines = _lines(x, axis)
-        _softmax(lines, y.reshape(lines.shape), True)
-    return y
+    return _run(x, axis, True)

@@ -14,6 +14,8 @@ from kernelkit.registry import register_kernel
 
 from ..config import jit, jit_parallel
 
+U = np.uint64  # unsigned index: no wraparound check in inner loops
+
 # op -> code; a kernel function per op maps its attributes onto the two parameters (a, b)
 CODES = {name: i for i, name in enumerate((
     "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Selu", "Softplus",
@@ -74,13 +76,14 @@ def _unary(x, y, code, a, b):
     n = x.shape[0]
     if code == RELU:
         for i in prange(n):
-            y[i] = max(x[i], a)
+            y[U(i)] = max(x[U(i)], a)
     elif code == LEAKY_RELU:
         for i in prange(n):
-            y[i] = x[i] if x[i] >= 0 else x[i] * a
+            v = x[U(i)]
+            y[U(i)] = v if v >= 0 else v * a
     else:
         for i in prange(n):
-            y[i] = _scalar(x[i], code, a, b)
+            y[U(i)] = _scalar(x[U(i)], code, a, b)
 
 
 def _apply(x, code, a=0.0, b=0.0):

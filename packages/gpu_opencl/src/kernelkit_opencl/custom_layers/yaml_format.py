@@ -23,7 +23,6 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-import yaml
 from kernelkit.dtypes import dtype_name
 from kernelkit.errors import KernelkitError
 
@@ -140,6 +139,10 @@ def _layer(value, file: Path, where: str) -> LayerConfig:
 
 
 def read_yaml(file: Path) -> list[LayerConfig]:
+    try:
+        import yaml  # a core dependency; imported here so that XML configs never need it
+    except ImportError as exc:
+        raise config_error(str(file), f"reading YAML configs needs PyYAML: pip install pyyaml ({exc})") from None
     try:
         doc = yaml.safe_load(file.read_text())
     except yaml.YAMLError as exc:
