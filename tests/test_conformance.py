@@ -73,9 +73,15 @@ def check_kernel(key: KernelKey, dtype: str) -> dict:
     {"checked": n, "declined": n}; raises AssertionError on a mismatch or a missing sample set."""
     op, domain = _split_op(key.op)
     schema = get_schema(op, domain)
+    assert schema.samples is not None, (
+        f"op {key.op!r} has a {key.vendor} kernel but its schema declares no samples: add "
+        f"samples(rng, dtype) to its register_op so that every kernel gets cross-checked")
+    assert kk.kernels(key.op, device="cpu", vendor="reference", dtype=dtype) or \
+        kk.kernels(key.op, device="cpu", vendor="reference", dtype="*"), (
+        f"{tuple(key)} has no reference kernel for {dtype} to be checked against: the reference defines "
+        f"correctness, so register one (or drop the dtype)")
     cases = _reference(key.op, dtype)
-    assert cases, (f"op {key.op!r} has a {key.vendor} kernel but its schema declares no samples for {dtype}: "
-                   f"add samples(rng, dtype) to its register_op so every kernel gets cross-checked")
+    assert cases, f"op {key.op!r}: samples(rng, {dtype!r}) gave no samples; make it cover every kernel dtype"
     entry = kernel_entry(key)
     counts = {"checked": 0, "declined": 0}
     for i, (inputs, attrs, options, expected) in enumerate(cases):
@@ -191,3 +197,9 @@ def test_every_core_op_declares_samples():
 def test_every_target_has_a_readable_id():
     ids = [_id(t) for t in TARGETS]
     assert len(ids) == len(set(ids))
+
+
+def test_harness_fails_a_dtype_the_reference_lacks(throwaway):
+    key = throwaway("Relu", lambda x: x, dtype="uint8")
+    with pytest.raises(AssertionError, match="no reference kernel for uint8"):
+        check_kernel(key, "uint8")

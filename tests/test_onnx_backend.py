@@ -13,5 +13,5 @@ pytest.importorskip("kernelkit_converters")
 from kernelkit_converters.onnx.conformance import backend_test, installed_vendors  # noqa: E402
 
 for _vendor in installed_vendors():
-    _case, _tests, _excluded = backend_test(_vendor, __name__)
+    _case, _tests, _excluded, _missing = backend_test(_vendor, __name__)
     globals()[_case.__name__] = _case

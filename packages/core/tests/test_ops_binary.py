@@ -6,6 +6,8 @@ from __future__ import annotations
 import kernelkit as kk
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kernelkit.testing import assert_close, check_against_onnx, onnx_reference_run, run_single_op, sample_cases
 
 BINARY_OPS = ["Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Equal", "Less", "LessOrEqual",
@@ -116,3 +118,25 @@ def test_inputs_are_not_mutated():
         run_single_op(op, [a, b], **REFERENCE)
     np.testing.assert_array_equal(a, a0)
     np.testing.assert_array_equal(b, b0)
+
+
+@st.composite
+def broadcast_pair(draw):
+    """Two shapes that broadcast: a common shape, each side dropping leading dims or setting 1s."""
+    shape = draw(st.lists(st.integers(1, 4), min_size=0, max_size=4))
+
+    def side():
+        dims = [1 if draw(st.booleans()) else d for d in shape]
+        return tuple(dims[draw(st.integers(0, len(dims))):])
+
+    return side(), side()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(broadcast_pair(), st.sampled_from(["Add", "Sub", "Mul", "Div", "Pow", "Max", "Less", "Equal"]),
+       st.sampled_from(["float32", "int32"]))
+def test_broadcasting_property_matches_onnx(shapes, op, dtype):
+    rng = np.random.default_rng(0)
+    a = (rng.uniform(0.5, 3, shapes[0]) if op == "Pow" else rng.uniform(-9, 9, shapes[0])).astype(dtype)
+    b = (rng.uniform(0, 3, shapes[1]) if op == "Pow" else rng.uniform(1, 9, shapes[1])).astype(dtype)
+    check_against_onnx(op, [a, b], **REFERENCE)

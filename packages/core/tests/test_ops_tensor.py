@@ -7,6 +7,8 @@ from __future__ import annotations
 import kernelkit as kk
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kernelkit.testing import check_against_onnx, run_single_op, sample_cases
 
 TENSOR_OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ArgMax", "ArgMin",
@@ -110,3 +112,44 @@ def test_slice_with_extreme_bounds_and_negative_steps_matches_onnx():
              ([lo], [hi], [-1], [2])]
     for starts, ends, axes, steps in cases:
         check_against_onnx("Slice", [x, i64(*starts), i64(*ends), i64(*axes), i64(*steps)], **REFERENCE)
+
+
+@st.composite
+def slice_args(draw):
+    shape = draw(st.lists(st.integers(0, 6), min_size=1, max_size=3))
+    rank = len(shape)
+    axes = draw(st.lists(st.integers(-rank, rank - 1), min_size=1, max_size=rank, unique_by=lambda a: a % rank))
+    bound = st.one_of(st.integers(-9, 9), st.sampled_from([np.iinfo(np.int64).min, np.iinfo(np.int64).max]))
+    starts = [draw(bound) for _ in axes]
+    ends = [draw(bound) for _ in axes]
+    steps = [draw(st.integers(1, 3) | st.integers(-3, -1)) for _ in axes]
+    return shape, starts, ends, axes, steps
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(slice_args())
+def test_slice_property_matches_onnx(args):
+    shape, starts, ends, axes, steps = args
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    check_against_onnx("Slice", [x, i64(*starts), i64(*ends), i64(*axes), i64(*steps)],
+                       constants=(1, 2, 3, 4), **REFERENCE)
+
+
+@st.composite
+def reshape_args(draw):
+    shape = draw(st.lists(st.integers(1, 4), min_size=0, max_size=4))
+    target = list(draw(st.permutations(shape)))
+    if target and draw(st.booleans()):
+        target[draw(st.integers(0, len(target) - 1))] = -1
+    for i in range(min(len(shape), len(target))):  # 0 copies the input dim: only where it agrees
+        if target[i] == shape[i] and draw(st.booleans()):
+            target[i] = 0
+    return shape, target
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reshape_args())
+def test_reshape_property_matches_onnx(args):
+    shape, target = args
+    x = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
+    check_against_onnx("Reshape", [x, i64(*target)], constants=(1,), **REFERENCE)

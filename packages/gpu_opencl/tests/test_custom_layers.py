@@ -104,6 +104,22 @@ def test_symbolic_batch_resizes_and_orders_with_builtin_kernels():
 
 
 @needs_device
+def test_custom_activation_after_conv_is_not_fused():
+    """A config-driven LeakyRelu overrides the built-in one, so fuse_activation keeps it as a node."""
+    rng = np.random.default_rng(5)
+    g = kk.GraphBuilder("conv_leaky")
+    x = g.input("x", (1, 2, 6, 6), "float32")
+    y = g.op("Conv", x, g.constant(rng.standard_normal((3, 2, 3, 3)).astype(np.float32)), pads=(1, 1, 1, 1))
+    g.output(g.op("LeakyRelu", y, alpha=0.1, name="leaky"))
+    model = g.build()
+    sess = kk.Session(model, device="gpu", options={**OPTIONS, "opencl_custom_kernels": EXAMPLE / "leaky_relu.xml"})
+    assert sess.placement()["leaky"] == ("gpu", "custom")
+    assert any("'leaky'" in note and "'custom'" in note for note in sess.pass_notes), sess.pass_notes
+    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    assert_close(sess.run(None, {"x": x})[0], reference(model, {"x": x})[0])
+
+
+@needs_device
 def test_env_variable_loads_config(monkeypatch):
     monkeypatch.setenv(custom_layers.ENV_VAR, str(EXAMPLE / "leaky_relu.xml"))
     sess = kk.Session(leaky_model((1, 2, 3, 4), alpha=0.1), device="gpu", options=OPTIONS)
@@ -323,6 +339,25 @@ def test_two_files_claiming_one_kernel_key_conflict():
     custom_layers.load_custom_kernels(EXAMPLE / "leaky_relu.xml")
     with pytest.raises(ConfigError, match=r"leaky_relu\.yml: layers\[0\]: a kernel for .*already registered"):
         custom_layers.load_custom_kernels(EXAMPLE / "leaky_relu.yml")
+
+
+def test_defines_of_every_type_from_attributes_and_static_values(tmp_path):
+    from kernelkit_opencl.custom_layers.config import Define, LayerConfig
+    from kernelkit_opencl.custom_layers.jit import user_defines
+
+    src = write(tmp_path, "k.cl", "")
+    layer = LayerConfig(op="Conv", entry="k", sources=(src,), file=tmp_path / "k.yml", where="k.yml: layers[0]",
+                        defines=(Define("GROUPS", "d0", "group", "int", "1"),
+                                 Define("STRIDES", "d1", "strides", "int[]", "1,1"),
+                                 Define("SLOPES", "d2", "slopes", "float[]", "0.5, 2"),
+                                 Define("GAIN", "d3", "gain", "float", None),
+                                 Define("VEC 4", "d4"), Define("FLAG", "d5")))
+    attrs = {"group": 2, "strides": (2, 3), "slopes": (), "gain": 1}
+    assert user_defines(layer, attrs, "node") == [
+        "#define GROUPS 2", "#define STRIDES (int []){ 2,3, }", "#define SLOPES (float []){ 0.5f,2.0f, }",
+        "#define GAIN 1.0f", "#define VEC 4", "#define FLAG"]
+    with pytest.raises(KernelBuildError, match="'GAIN'.*'gain'"):
+        user_defines(layer, {**attrs, "gain": None}, "node")
 
 
 # -- work-size formulas ----------------------------------------------------------------------------

@@ -150,7 +150,10 @@ def _coerce(kind: str, value, where: str, name: str):
         return float(value)
     if kind == "string":
         if isinstance(value, bytes):
-            return value.decode()
+            try:
+                return value.decode()
+            except UnicodeDecodeError:
+                raise bad() from None
         if not isinstance(value, str):
             raise bad()
         return value

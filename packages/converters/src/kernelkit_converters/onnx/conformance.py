@@ -1,7 +1,9 @@
 """ONNX's backend node tests, picked for kernelkit's op set, run through ``onnx.backend.test``.
 
-Shared by tests/test_onnx_backend.py and the report script (benchmarks/models/conformance_report.py).
-Outputs are compared with ``kernelkit.testing.assert_close`` (kernelkit's tolerances), not ONNX's.
+Shared by tests/test_onnx_backend.py and benchmarks/models/conformance_report.py. Outputs are
+compared with ``kernelkit.testing.assert_close`` (kernelkit's tolerances), not ONNX's. For a vendor
+other than the reference, a test runs when the vendor has a kernel for every node of it (fallback
+is off, so a missing kernel is a coverage gap, counted apart, not a wrong answer).
 """
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import warnings
 from functools import lru_cache
 
 import kernelkit
+from kernelkit.errors import KernelkitError, UnsupportedOpError
 from kernelkit.testing import assert_close
+from onnx import ModelProto
 from onnx.backend.test import BackendTest
 
 from .backend import VENDOR_DEVICES, KernelkitBackend
@@ -22,37 +26,36 @@ _EXPANDED = re.compile(r"(.*)_expanded(_ver\d+)?$")
 
 
 @lru_cache(maxsize=1)
-def _node_test_ops() -> dict[str, tuple[str, ...]]:
-    """Every ONNX node test -> the op types (domain-qualified if not default) of its graph."""
+def _node_cases() -> dict[str, ModelProto]:
+    """Every ONNX node test name -> its model."""
     from onnx.backend.test.loader import load_model_tests
 
     with warnings.catch_warnings():  # generating ONNX's expected outputs warns about inf/nan casts
         warnings.simplefilter("ignore")
-        cases = load_model_tests(kind="node")
-    out = {}
-    for case in cases:
-        out[case.name] = tuple(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"
-                               for n in case.model.graph.node)
-    return out
+        return {case.name: case.model for case in load_model_tests(kind="node")}
+
+
+def _op_types(model: ModelProto) -> tuple[str, ...]:
+    return tuple(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}" for n in model.graph.node)
 
 
 def node_tests(ops=None) -> dict[str, str]:
     """Node tests of the ops in ``ops`` (default: kernelkit's op set) whose every node is in the
     set -> the op tested (an ``_expanded`` test, its function body, counts for its base test's op)."""
     ops = set(kernelkit.ops() if ops is None else ops) | _FREE_OPS
-    all_tests = _node_test_ops()
+    all_ops = {name: _op_types(model) for name, model in _node_cases().items()}
     picked = {}
-    for name, op_types in all_tests.items():
+    for name, op_types in all_ops.items():
         if not op_types or not set(op_types) <= ops:
             continue
         base = _EXPANDED.match(name)
         if base:
-            base_ops = all_tests.get(base.group(1), ())
+            base_ops = all_ops.get(base.group(1), ())
             if len(base_ops) == 1 and base_ops[0] in ops:
                 picked[name] = base_ops[0]
         else:
-            main = [o for o in op_types if o not in _FREE_OPS] or list(op_types)
-            picked[name] = main[-1] if len(set(main)) == 1 else "+".join(sorted(set(main)))
+            main = sorted(set(op_types) - _FREE_OPS) or sorted(set(op_types))
+            picked[name] = "+".join(main)
     return picked
 
 
@@ -62,19 +65,37 @@ def installed_vendors() -> list[str]:
     for vendor in sorted({k.vendor for k in kernelkit.kernels()} & set(VENDOR_DEVICES)):
         try:
             kernelkit.create_device(VENDOR_DEVICES[vendor], {})
-        except kernelkit.KernelkitError:
+        except KernelkitError:
             continue
         usable.append(vendor)
     return usable
 
 
-def vendor_tests(vendor: str) -> dict[str, str]:
-    """The node tests for ``vendor``: those of ops it has a kernel for (the reference: all)."""
+def has_kernels(vendor: str, model: ModelProto) -> bool:
+    """Whether a fallback-free session on ``vendor`` can be built for ``model``'s nodes; errors other
+    than a missing kernel count as buildable (the test then reports them)."""
+    if vendor == "reference":
+        return True
+    try:
+        KernelkitBackend.for_vendor(vendor).session(model)
+    except UnsupportedOpError as exc:
+        return "no kernel" not in str(exc)
+    except Exception:  # noqa: BLE001 - reported by the test itself
+        return True
+    return True
+
+
+def vendor_tests(vendor: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(tests to run -> op, tests skipped for lack of a ``vendor`` kernel -> op)."""
     tests = node_tests()
     if vendor == "reference":
-        return tests
+        return tests, {}
     have = {k.op for k in kernelkit.kernels(vendor=vendor)}
-    return {name: op for name, op in tests.items() if all(part in have for part in op.split("+"))}
+    run, missing = {}, {}
+    for name, op in tests.items():
+        ok = all(part in have for part in _op_types(_node_cases()[name]) if part not in _FREE_OPS)
+        (run if ok and has_kernels(vendor, _node_cases()[name]) else missing)[name] = op
+    return run, missing
 
 
 class KernelkitBackendTest(BackendTest):
@@ -87,23 +108,25 @@ class KernelkitBackendTest(BackendTest):
             assert_close(got, want, err_msg=f"output {i}")
 
 
-def backend_test(vendor: str, module: str) -> tuple[type[unittest.TestCase], dict[str, str], dict[str, str]]:
+def backend_test(vendor: str, module: str):
     """A unittest class holding ``vendor``'s node tests (CPU variants) minus the exclusions.
 
-    Returns (class, name -> op of the tests in it, name -> reason of the excluded ones)."""
+    Returns (class, {name: op} of the tests in it, {name: reason} excluded, {name: op} lacking a
+    kernel of this vendor)."""
     backend = KernelkitBackend.for_vendor(vendor)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         runner = KernelkitBackendTest(backend, module)
-    items = runner._test_items["NodeModel"]  # name -> TestItem(func, proto); built by BackendTest
+    items = runner._test_items["NodeModel"]  # name -> TestItem(func, proto), as BackendTest built them
     rules = [(re.compile(p), reason) for p, reason in exclusions(vendor).items()]
+    run, missing = vendor_tests(vendor)
     chosen, excluded = {}, {}
-    for name, op in sorted(vendor_tests(vendor).items()):
-        reason = next((r for p, r in rules if p.fullmatch(name)), None)
+    for name, op in sorted(run.items()):
+        reason = next((r for p, r in rules if p.fullmatch(name.removeprefix("test_"))), None)
         if reason is not None:
             excluded[name] = reason
         elif f"{name}_cpu" in items:
             chosen[name] = op
     body = {f"{name}_cpu": items[f"{name}_cpu"].func for name in chosen}
     case = type(f"OnnxNodeTest_{vendor}", (unittest.TestCase,), {"__module__": module, **body})
-    return case, chosen, excluded
+    return case, chosen, excluded, missing

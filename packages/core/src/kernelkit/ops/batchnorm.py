@@ -19,7 +19,7 @@ def _infer(ctx) -> TensorSpec:
     if x.rank < 2:
         raise ctx.error(f"X {x} must have rank >= 2 (N, C, ...)")
     for name, spec in zip(("scale", "B", "input_mean", "input_var"), ctx.inputs[1:]):
-        known = all(isinstance(d, int) for d in (spec.shape[0], x.shape[1]))
+        known = spec.rank == 1 and all(isinstance(d, int) for d in (spec.shape[0], x.shape[1]))
         if spec.rank != 1 or (known and spec.shape[0] != x.shape[1]):
             raise ctx.error(f"{name} {spec} must have shape ({x.shape[1]},)")
     return x

@@ -12,7 +12,7 @@ from ..registry import register_kernel, register_op
 from ..shape import InferContext, broadcast_shapes
 from ._util import broadcast_rule, random, trunc_divide
 
-_SHAPES = [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (4,)), ((3, 1, 5), (1, 4, 1)), ((), (2, 3)), ((5,), ())]
+_SHAPES = [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (4,)), ((3, 1, 5), (1, 4, 1)), ((), (2, 3)), ((5,), ()), ((0, 3), (3,))]
 
 
 def _div(a, b):

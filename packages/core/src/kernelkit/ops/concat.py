@@ -17,6 +17,8 @@ def _rule(ctx: InferContext) -> TensorSpec:
     first = specs[0]
     if {s.dtype for s in specs} != {first.dtype} or {s.rank for s in specs} != {first.rank}:
         raise ctx.error(f"inputs must share dtype and rank, got {[str(s) for s in specs]}")
+    if first.rank == 0:
+        raise ctx.error("inputs must have rank >= 1 (0-d tensors cannot be concatenated)")
     axis = ctx.axis(ctx.attrs["axis"], first.rank)
     shape = []
     for i in range(first.rank):

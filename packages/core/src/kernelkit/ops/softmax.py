@@ -18,7 +18,7 @@ def _infer(ctx) -> TensorSpec:
 
 def _shifted(x, axis):
     xc = x.astype(compute_dtype(x.dtype))
-    return xc - xc.max(axis=axis, keepdims=True)
+    return xc - xc.max(axis=axis, keepdims=True, initial=-np.inf)  # initial: an empty axis is fine
 
 
 def _softmax(x, *, axis=-1):

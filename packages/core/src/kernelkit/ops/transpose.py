@@ -22,7 +22,7 @@ def _rule(ctx: InferContext) -> TensorSpec:
 
 @register_kernel("Transpose", device="cpu", vendor="reference", dtype=ALL_TYPES, priority=-100)
 def transpose(x, *, perm=None):
-    return np.ascontiguousarray(np.transpose(x, perm))
+    return np.transpose(x, perm).copy()  # (np.ascontiguousarray would make a 0-d input 1-d)
 
 
 def _samples(rng, dtype):
@@ -31,6 +31,7 @@ def _samples(rng, dtype):
     yield [random(rng, (2, 3, 4, 5), dtype)], {"perm": [0, 2, 3, 1]}
     yield [random(rng, (5, 7), dtype)], {"perm": [1, 0]}
     yield [random(rng, (3,), dtype)], {}
+    yield [random(rng, (2, 0, 3), dtype)], {"perm": [2, 0, 1]}
 
 
 register_op("Transpose", inputs=["data"], outputs=["transposed"], attrs={"perm": ("ints", None)},

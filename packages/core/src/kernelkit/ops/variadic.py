@@ -31,6 +31,9 @@ def _samples(rng, dtype):
     yield [r((2, 3, 4)), r((2, 3, 4))], {}
     yield [r((3, 1)), r((1, 4)), r((4,))], {}
     yield [r(()), r((2, 5))], {}
+    if np.dtype(dtype).kind == "f":  # NaN propagates, infinities order
+        special = np.array([np.nan, 1.0, np.inf, -np.inf, 0.0, np.nan], dtype)
+        yield [special, np.array([0.0, np.nan, 1.0, 2.0, -np.inf, np.inf], dtype)], {}
 
 
 # name: (fn(*inputs), dtypes)

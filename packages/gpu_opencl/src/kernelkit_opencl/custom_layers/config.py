@@ -8,7 +8,7 @@ place in it (``file:line`` for XML, ``file: layers[0].buffers[1]`` for YAML).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from kernelkit.errors import ConfigError
@@ -60,7 +60,6 @@ class LayerConfig:
     dtypes: tuple[str, ...] = ("float32",)
     vendor: str = "custom"
     priority: int = 10
-    extra: dict = field(default_factory=dict)
 
     @property
     def op_id(self) -> str:

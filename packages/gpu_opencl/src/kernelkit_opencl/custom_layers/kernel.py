@@ -67,6 +67,9 @@ def _make_kernel_class(layer: LayerConfig, data_inputs: dict[str, int]) -> type:
             node, device = self.context.node, self.context.device
             specs = [TensorSpec(s[0], s[1]) if s is not None else None for s in shapes]
             outs = infer_node(node, specs, [None] * len(specs))
+            if not all(o.is_static for o in outs):
+                raise KernelBuildError(f"{self._where}: output shapes {[o.shape for o in outs]} do not follow from "
+                                       f"the input shapes alone, which custom OpenCL layers need")
             ins = []
             for b in layer.tensors("input"):
                 if b.port >= len(shapes) or shapes[b.port] is None:

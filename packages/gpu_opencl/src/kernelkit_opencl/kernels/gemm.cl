@@ -83,8 +83,8 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
   C += z * zc;
   bias += z * zbias;
   float acc[TM][TN];
-  for (int i = 0; i < TM; ++i)
-    for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+  _Pragma("unroll") for (int i = 0; i < TM; ++i)
+    _Pragma("unroll") for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
 
 #if USE_LOCAL
 #define ROW(i) (m0 + ly + (i) * WM)
@@ -124,43 +124,58 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
 #pragma unroll
     for (int kk = 0; kk < BK; ++kk) {
       float a[TM], b[TN];
-      for (int i = 0; i < TM; ++i) a[i] = As[kk][ly + i * WM];
-      for (int j = 0; j < TN; ++j) b[j] = Bs[kk][lx + j * WN];
-      for (int i = 0; i < TM; ++i)
-        for (int j = 0; j < TN; ++j) acc[i][j] = mad(a[i], b[j], acc[i][j]);
+      _Pragma("unroll") for (int i = 0; i < TM; ++i) a[i] = As[kk][ly + i * WM];
+      _Pragma("unroll") for (int j = 0; j < TN; ++j) b[j] = Bs[kk][lx + j * WN];
+      _Pragma("unroll") for (int i = 0; i < TM; ++i)
+        _Pragma("unroll") for (int j = 0; j < TN; ++j) acc[i][j] = mad(a[i], b[j], acc[i][j]);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
 #else  // direct: operands straight from global memory (caches do the tiling on CPUs)
 #define ROW(i) (m0 + ly * TM + (i))
 #define COL(j) (n0 + lx * TN + (j))
+#if TN == 8 && !TRANS_B && !defined(CONV)
+  // float8 rows of B (CPU SIMD); interior tiles only, edges take the scalar loop below
+  if (ROW(TM - 1) < M && COL(7) < N) {
+    float8 vacc[TM];
+    _Pragma("unroll") for (int i = 0; i < TM; ++i) vacc[i] = (float8)(0.0f);
+    __global const float* bp = B + COL(0);
+    for (int k = 0; k < K; ++k) {
+      const float8 bv = vload8(0, bp + k * ldb);
+      _Pragma("unroll") for (int i = 0; i < TM; ++i) vacc[i] = mad((float8)(A_AT(ROW(i), k)), bv, vacc[i]);
+    }
+    _Pragma("unroll") for (int i = 0; i < TM; ++i) vstore8(vacc[i], 0, &acc[i][0]);
+  } else
+#endif
+  {
   int rows[TM];
-  for (int i = 0; i < TM; ++i) rows[i] = min(ROW(i), M - 1);
+  _Pragma("unroll") for (int i = 0; i < TM; ++i) rows[i] = min(ROW(i), M - 1);
 #ifdef CONV
   ncol cols[TN];
-  for (int j = 0; j < TN; ++j) cols[j] = conv_col(COL(j), N, cv);
+  _Pragma("unroll") for (int j = 0; j < TN; ++j) cols[j] = conv_col(COL(j), N, cv);
 #else
   int cols[TN];
-  for (int j = 0; j < TN; ++j) cols[j] = min(COL(j), N - 1);
+  _Pragma("unroll") for (int j = 0; j < TN; ++j) cols[j] = min(COL(j), N - 1);
 #endif
   for (int k = 0; k < K; ++k) {
     float a[TM], b[TN];
-    for (int i = 0; i < TM; ++i) a[i] = A_AT(rows[i], k);
+    _Pragma("unroll") for (int i = 0; i < TM; ++i) a[i] = A_AT(rows[i], k);
 #ifdef CONV
-    for (int j = 0; j < TN; ++j) b[j] = conv_load(B, cols[j], k, K, cv);
+    _Pragma("unroll") for (int j = 0; j < TN; ++j) b[j] = conv_load(B, cols[j], k, K, cv);
 #else
-    for (int j = 0; j < TN; ++j) b[j] = B_AT(k, cols[j]);
+    _Pragma("unroll") for (int j = 0; j < TN; ++j) b[j] = B_AT(k, cols[j]);
 #endif
-    for (int i = 0; i < TM; ++i)
-      for (int j = 0; j < TN; ++j) acc[i][j] = mad(a[i], b[j], acc[i][j]);
+    _Pragma("unroll") for (int i = 0; i < TM; ++i)
+      _Pragma("unroll") for (int j = 0; j < TN; ++j) acc[i][j] = mad(a[i], b[j], acc[i][j]);
+  }
   }
 #endif
 
   // epilogue: alpha, bias, fused activation, store
-  for (int i = 0; i < TM; ++i) {
+  _Pragma("unroll") for (int i = 0; i < TM; ++i) {
     const int m = ROW(i);
     if (m >= M) continue;
-    for (int j = 0; j < TN; ++j) {
+    _Pragma("unroll") for (int j = 0; j < TN; ++j) {
       const int n = COL(j);
       if (n >= N) continue;
       float v = alpha * acc[i][j];

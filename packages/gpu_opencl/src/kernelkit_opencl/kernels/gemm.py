@@ -24,9 +24,9 @@ GPU_TILES = [
 ]
 GPU_SMALL = [dict(TM=4, TN=4, WM=16, WN=16, BK=16, USE_LOCAL=1), dict(TM=2, TN=2, WM=16, WN=16, BK=16, USE_LOCAL=1)]
 CPU_TILES = [
+    dict(TM=8, TN=8, WM=4, WN=4, BK=1, USE_LOCAL=0),
     dict(TM=4, TN=8, WM=4, WN=4, BK=1, USE_LOCAL=0),
     dict(TM=8, TN=8, WM=2, WN=4, BK=1, USE_LOCAL=0),
-    dict(TM=4, TN=4, WM=8, WN=8, BK=1, USE_LOCAL=0),
 ]
 
 
@@ -102,8 +102,9 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out):
             *(np.int32(v) for v in (call.za, call.zb, call.zc, call.zbias))]
     if call.conv is not None:
         args.append(call.conv)
-    return dev.launch(_kernel(dev, call, params, has_bias), gws, lws, args, [a, b, bias], [out],
-                      "conv" if call.conv is not None else "gemm")
+    label = f"{'conv' if call.conv is not None else 'gemm'} {call.M}x{call.N}x{call.K}" + (
+        f" z{call.batch}" if call.batch > 1 else "")
+    return dev.launch(_kernel(dev, call, params, has_bias), gws, lws, args, [a, b, bias], [out], label)
 
 
 # -- ops -------------------------------------------------------------------------------------------

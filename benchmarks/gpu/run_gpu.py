@@ -1,0 +1,247 @@
+"""kernelkit's OpenCL backend on the NVIDIA GPU machine: one script, one table (issue 5).
+
+    source .whl/prelude.sh; python3 benchmarks/gpu/run_gpu.py [--quick] [--skip-conformance]
+
+Prints: SGEMM 1024/2048/4096 TFLOP/s against torch's cuBLAS (TF32 off); ResNet-18 batch 1,
+ResNet-50 and MobileNetV2 batch 32 latency and images/s against torch eager fp32 (TF32 off) running
+the same folded graphs; cold vs warm session build (empty vs filled program cache and tuned-parameter
+file, each in a fresh process); the per-kernel profile of ResNet-50 from OpenCL event timestamps;
+then runs tests/test_conformance.py on the GPU. Writes results.json to $OUT when set.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+
+MODEL_CASES = [("resnet18", 1), ("resnet50", 32), ("mobilenetv2", 32)]
+TORCH_REF_MS = {"resnet18": 1.8, "resnet50": 11.7, "mobilenetv2": 4.2}  # issue 5, torchvision eager
+
+
+def log(*args):
+    print(*args, flush=True)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch
+
+
+def _time_torch(torch, fn, iters: int) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / iters)
+    return best
+
+
+# -- SGEMM -----------------------------------------------------------------------------------------
+def sgemm(sizes, torch) -> list[dict]:
+    from kernelkit_opencl.kernels.gemm import GemmCall, run_gemm
+    from kernelkit_opencl.runtime import OpenCLDevice
+
+    dev = OpenCLDevice({"opencl_tune": True})
+    rows = []
+    for n in sizes:
+        rng = np.random.default_rng(n)
+        a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
+        A, B, C = dev.upload(a), dev.upload(b), dev.empty((n, n), np.float32)
+        call = GemmCall(n, n, n, n, n, n)
+        t0 = time.perf_counter()
+        run_gemm(dev, call, A, B, None, C).wait()  # tunes (first time) and builds
+        tune_s = time.perf_counter() - t0
+        got = dev.download(C)
+        iters = max(3, int(2e11 // (2 * n**3)))
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                ev = run_gemm(dev, call, A, B, None, C)
+            ev.wait()
+            best = min(best, (time.perf_counter() - t0) / iters)
+        row = {"n": n, "kk_tflops": 2 * n**3 / best / 1e12, "kk_ms": best * 1e3, "tune_s": tune_s}
+        if torch is not None:
+            ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+            tt = _time_torch(torch, lambda: ta @ tb, iters)
+            ref = (ta @ tb).cpu().numpy()
+            row.update(torch_tflops=2 * n**3 / tt / 1e12, torch_ms=tt * 1e3,
+                       max_rel_err=float(np.abs(got - ref).max() / np.abs(ref).max()))
+        rows.append(row)
+        log(f"  SGEMM {n}: {row}")
+    return rows
+
+
+# -- models ----------------------------------------------------------------------------------------
+def build_once(name: str, batch: int) -> dict:
+    """Session build + first run in this (fresh) process: the cold/warm build measurement."""
+    import kernelkit as kk
+    from models import MODELS
+
+    model = MODELS[name](batch)
+    x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
+    t0 = time.perf_counter()
+    sess = kk.Session(model, device="gpu", fallback=False)
+    t1 = time.perf_counter()
+    sess.run(None, {"x": x})
+    t2 = time.perf_counter()
+    return {"session_s": t1 - t0, "first_run_s": t2 - t1, "total_s": t2 - t0}
+
+
+def cold_warm(name: str, batch: int, cache: str) -> dict:
+    out = {}
+    env = dict(os.environ, KERNELKIT_CACHE_DIR=cache)
+    for label in ("cold", "warm"):
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--build-once", name, str(batch)]
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+        line = [ln for ln in res.stdout.splitlines() if ln.startswith("BUILD ")]
+        if res.returncode or not line:
+            out[label] = {"error": (res.stderr or res.stdout)[-2000:]}
+        else:
+            out[label] = json.loads(line[-1][6:])
+        log(f"  {name} b{batch} {label} build: {out[label]}")
+    return out
+
+
+def models(torch, quick: bool) -> tuple[list[dict], list[dict]]:
+    import kernelkit as kk
+    from kernelkit.testing import cosine
+    from models import MODELS, torch_runner
+
+    rows, profile = [], []
+    for name, batch in MODEL_CASES:
+        model = MODELS[name](batch)
+        x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
+        sess = kk.Session(model, device="gpu", fallback=False)
+        for _ in range(2):
+            out = sess.run(None, {"x": x})[0]
+        iters = 5 if quick else 20
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            sess.run(None, {"x": x})
+        wall = (time.perf_counter() - t0) / iters
+        # kernels only: events per kernel, summed (no host transfers, no Python overhead)
+        psess = kk.Session(model, device="gpu", fallback=False, options={"opencl_profile": True})
+        psess.run(None, {"x": x})
+        dev = psess._devices["gpu"]
+        dev.kernel_profile(reset=True)
+        psess.run(None, {"x": x})
+        prof = dev.kernel_profile(reset=True)
+        kernel_ms = sum(r["total_ms"] for r in prof)
+        row = {"model": name, "batch": batch, "kk_ms": wall * 1e3, "kk_img_s": batch / wall,
+               "kk_kernel_ms": kernel_ms}
+        if torch is not None:
+            run = torch_runner(model)
+            tx = torch.from_numpy(x).cuda()
+            with torch.no_grad():
+                tt = _time_torch(torch, lambda: run(tx), iters)
+                ref = run(tx).cpu().numpy()
+            row.update(torch_ms=tt * 1e3, torch_img_s=batch / tt, cosine=cosine(out, ref),
+                       torchvision_ref_ms=TORCH_REF_MS[name])
+        rows.append(row)
+        log(f"  {name}: {row}")
+        if name == "resnet50":
+            profile = prof
+    return rows, profile
+
+
+def conformance() -> dict:
+    env = dict(os.environ)
+    env.setdefault("KERNELKIT_OPENCL_DEVICE", "NVIDIA")
+    cmd = [sys.executable, "-m", "pytest", str(ROOT / "tests" / "test_conformance.py"), "-q", "-k", "opencl",
+           "-p", "no:cacheprovider", "--no-header", "-rfE"]
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    tail = (res.stdout + res.stderr)[-3000:]
+    log(tail)
+    return {"rc": res.returncode, "seconds": time.perf_counter() - t0, "tail": tail[-1200:]}
+
+
+def table(gemm_rows, model_rows, builds, profile) -> str:
+    lines = ["", "| benchmark | kernelkit opencl | torch (cuBLAS/cuDNN, TF32 off) | ratio |", "|---|---|---|---|"]
+    for r in gemm_rows:
+        t = r.get("torch_tflops")
+        lines.append(f"| SGEMM {r['n']} | {r['kk_tflops']:.1f} TFLOP/s | {t:.1f} TFLOP/s | {r['kk_tflops'] / t:.2f}x |"
+                     if t else f"| SGEMM {r['n']} | {r['kk_tflops']:.1f} TFLOP/s | - | - |")
+    for r in model_rows:
+        t = r.get("torch_ms")
+        kk = f"{r['kk_ms']:.2f} ms ({r['kk_img_s']:.0f} img/s; kernels {r['kk_kernel_ms']:.2f} ms)"
+        tor = f"{t:.2f} ms ({r['torch_img_s']:.0f} img/s)" if t else "-"
+        ratio = f"{t / r['kk_ms']:.2f}x throughput, cos {r['cosine']:.7f}" if t else "-"
+        lines.append(f"| {r['model']} b{r['batch']} | {kk} | {tor} | {ratio} |")
+    for name, b in builds.items():
+        cold, warm = b.get("cold", {}), b.get("warm", {})
+        lines.append(f"| {name} session build + first run | cold {cold.get('total_s', float('nan')):.2f} s | "
+                     f"warm {warm.get('total_s', float('nan')):.2f} s | |")
+    if profile:
+        lines += ["", "ResNet-50 b32 per-kernel device time (OpenCL events), top 12:"]
+        total = sum(r["total_ms"] for r in profile)
+        for r in profile[:12]:
+            lines.append(f"  {r['kernel']:<40} {r['calls']:4d} calls {r['total_ms']:8.2f} ms "
+                         f"({100 * r['total_ms'] / total:.0f}%)")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer iterations")
+    ap.add_argument("--skip-conformance", action="store_true")
+    ap.add_argument("--skip-models", action="store_true")
+    ap.add_argument("--build-once", nargs=2, metavar=("MODEL", "BATCH"))
+    args = ap.parse_args()
+    if args.build_once:
+        print("BUILD " + json.dumps(build_once(args.build_once[0], int(args.build_once[1]))), flush=True)
+        return 0
+    import pyopencl as cl
+
+    log("OpenCL devices:", [(p.name, d.name, d.version) for p in cl.get_platforms() for d in p.get_devices()])
+    torch = _torch()
+    log("torch:", None if torch is None else (torch.__version__, torch.cuda.get_device_name()))
+    cache = tempfile.mkdtemp(prefix="kk-cache-")
+    os.environ["KERNELKIT_CACHE_DIR"] = cache  # cold start: nothing tuned or built yet
+    results: dict = {}
+    t0 = time.perf_counter()
+    log("== cold vs warm session build (fresh processes)")
+    results["builds"] = {"resnet50": cold_warm("resnet50", 32, cache)}
+    log("== SGEMM")
+    results["sgemm"] = sgemm([1024, 2048, 4096], torch)
+    if not args.skip_models:
+        log("== models")
+        results["models"], results["resnet50_profile"] = models(torch, args.quick)
+    log(table(results["sgemm"], results.get("models", []), results["builds"], results.get("resnet50_profile")))
+    if not args.skip_conformance:
+        log("== conformance suite on the GPU")
+        results["conformance"] = conformance()
+    results["seconds"] = time.perf_counter() - t0
+    out = os.environ.get("OUT")
+    if out:
+        Path(out, "results.json").write_text(json.dumps(results, indent=1, default=str))
+    log(f"total {results['seconds']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
