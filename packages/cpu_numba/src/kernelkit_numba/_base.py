@@ -2,6 +2,8 @@
 applied around ``execute``, and errors that name the node."""
 from __future__ import annotations
 
+import inspect
+
 from kernelkit.errors import OpAttributeError
 
 from . import config
@@ -45,3 +47,26 @@ class NumbaKernel:
 
     def attr_error(self, message: str) -> OpAttributeError:
         return OpAttributeError(f"{self.where}: {message}")
+
+
+class FunctionKernel(NumbaKernel):
+    """A plain kernel function run as a class kernel, so that it too follows the session's thread
+    count. ``fn`` gets the attributes its signature names, as the session would pass them."""
+
+    fn = staticmethod(lambda *xs: None)
+    attr_names: frozenset = frozenset()
+
+    def setup(self, input_specs):
+        self.kwargs = {k: v for k, v in self.attrs.items() if k in self.attr_names}
+
+    def compute(self, *inputs):
+        return self.fn(*inputs, **self.kwargs)
+
+
+def threaded(fn) -> type:
+    """A FunctionKernel class running ``fn``, for ``register_kernel``: the function itself stays
+    plain and directly callable."""
+    names = frozenset(p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY)
+    return type(f"{fn.__name__}_kernel", (FunctionKernel,),
+                {"fn": staticmethod(fn), "attr_names": names, "__module__": fn.__module__,
+                 "__qualname__": f"{fn.__qualname__}_kernel", "__doc__": fn.__doc__})

@@ -47,17 +47,17 @@ def const_ints(ctx: InferContext, i: int) -> list[int] | None:
     if data is None:
         return None
     data = np.asarray(data)
-    if data.dtype.kind not in "iu":
-        raise ctx.error(f"input {i} must be an integer tensor, got {data.dtype.name}")
+    if data.dtype.kind not in "iu" or data.ndim != 1:
+        raise ctx.error(f"input {i} must be a 1-D integer tensor, got {data.dtype.name}{list(data.shape)}")
     return [int(v) for v in data.reshape(-1)]
 
 
 def input_length(ctx: InferContext, i: int) -> int:
     """The static length of 1-D input ``i`` (e.g. a runtime shape or axes), or a ShapeError."""
     spec = ctx.inputs[i]
-    if spec.rank > 1 or (spec.rank == 1 and not isinstance(spec.shape[0], int)):
+    if spec.rank != 1 or not isinstance(spec.shape[0], int):
         raise ctx.error(f"input {i} must be a 1-D tensor of static length, got {spec}")
-    return spec.shape[0] if spec.rank == 1 else 1
+    return spec.shape[0]
 
 
 def normalize_axes(axes, rank: int, where: str = "") -> list[int]:

@@ -51,12 +51,15 @@ def _infer(ctx) -> TensorSpec:
 @register_kernel("Pad", device="cpu", vendor="reference", dtype="*", priority=-100)
 def pad(x, pads, constant_value=None, axes=None, *, mode="constant"):
     widths = _resolve(x.shape, pads, axes)
-    crop = tuple(slice(max(-b, 0), size - max(-e, 0)) for size, (b, e) in zip(x.shape, widths))
     grow = [(max(b, 0), max(e, 0)) for b, e in widths]
-    y = x[crop]
-    if mode == "constant":
+    if mode == "constant":  # pad, then crop (as onnxruntime): each axis ends up size + begin + end long
         value = x.dtype.type(0) if constant_value is None else constant_value.reshape(())
-        return np.pad(y, grow, mode="constant", constant_values=value)
+        y = np.pad(x, grow, mode="constant", constant_values=value)
+        return y[tuple(slice(max(-b, 0), size - max(-e, 0)) for size, (b, e) in zip(y.shape, widths))]
+    # other modes crop, then pad (as onnxruntime): the crop must fit in the input
+    if any(size + min(b, 0) + min(e, 0) < 0 for size, (b, e) in zip(x.shape, widths)):
+        raise ValueError(f"mode {mode!r} cannot crop {[w for w in widths]} from shape {x.shape}")
+    y = x[tuple(slice(max(-b, 0), size - max(-e, 0)) for size, (b, e) in zip(x.shape, widths))]
     if any(g != (0, 0) and size == 0 for g, size in zip(grow, y.shape)):
         raise ValueError(f"mode {mode!r} cannot pad an empty axis of shape {y.shape}")
     return np.pad(y, grow, mode=mode)

@@ -62,15 +62,23 @@ UNARY = {
 }
 
 
-def _samples_for(low, high):
+# IEEE edge values every float kernel must get right: infinities, huge magnitudes, signed zeros
+_EDGES = (np.inf, -np.inf, 1e30, -1e30, 3e9, -3e9, 0.0, -0.0, 0.5, -0.5, 2.5, -2.5)
+_EDGE_SAFE = {"Relu", "Floor", "Ceil", "Abs", "Neg", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
+              "Identity", "Clip"}
+
+
+def _samples_for(name, low, high):
     def samples(rng, dtype):
         for shape in [(7,), (2, 3, 4), (1, 8, 5, 5), ()]:
             yield [random(rng, shape, dtype, low, high)], {}
+        if name in _EDGE_SAFE and dtype in ("float32", "float64"):
+            yield [np.array(_EDGES, dtype)], {}
 
     return samples
 
 
 for _name, (_fn, _attrs, _dtypes, (_lo, _hi)) in UNARY.items():
     register_op(_name, inputs=["X"], outputs=["Y"], attrs=_attrs, infer=same_as_input,
-                samples=_samples_for(_lo, _hi))
+                samples=_samples_for(_name, _lo, _hi))
     register_kernel(_name, device="cpu", vendor="reference", dtype=_dtypes, priority=-100)(_fn)

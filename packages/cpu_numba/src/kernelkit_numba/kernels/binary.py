@@ -13,6 +13,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from kernelkit.registry import register_kernel
 
+from .._base import threaded
 from ..config import jit, jit_parallel
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
@@ -100,56 +101,51 @@ def _fold(xs, code):
     return out
 
 
-def _register(name, supports=None):
-    return register_kernel(name, device="cpu", vendor="numba", dtype="float32", supports=supports)
-
-
 def _same_dtype(specs, attrs) -> bool:
     return all(s is None or s.dtype == specs[0].dtype for s in specs)
 
 
-@_register("Add")
 def add(a, b):
     return _binary(a, b, ADD)
 
 
-@_register("Sub")
 def sub(a, b):
     return _binary(a, b, SUB)
 
 
-@_register("Mul")
 def mul(a, b):
     return _binary(a, b, MUL)
 
 
-@_register("Div")
 def div(a, b):
     return _binary(a, b, DIV)
 
 
-@_register("Pow", supports=_same_dtype)  # an integer exponent stays on the reference
 def pow_(x, y):
     return _binary(x, y, POW)
 
 
-@_register("Max")
 def max_(*xs):
     return _fold(xs, MAX)
 
 
-@_register("Min")
 def min_(*xs):
     return _fold(xs, MIN)
 
 
-@_register("Sum")
 def sum_(*xs):
     return _fold(xs, ADD)
 
 
-@_register("Mean")
 def mean(*xs):
     out = _fold(xs, ADD)
     out /= out.dtype.type(len(xs))
     return out
+
+
+# an integer exponent (Pow's Y of another dtype) stays on the reference
+_SUPPORTS = {"Pow": _same_dtype}
+for _name, _fn in {"Add": add, "Sub": sub, "Mul": mul, "Div": div, "Pow": pow_, "Max": max_, "Min": min_,
+                 "Sum": sum_, "Mean": mean}.items():
+    register_kernel(_name, device="cpu", vendor="numba", dtype="float32", supports=_SUPPORTS.get(_name))(
+        threaded(_fn))

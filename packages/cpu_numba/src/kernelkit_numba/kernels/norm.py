@@ -12,6 +12,7 @@ from numba import prange
 
 from kernelkit.registry import register_kernel
 
+from .._base import threaded
 from ..config import jit_parallel
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
@@ -79,7 +80,6 @@ def _planes(x):
     return np.ascontiguousarray(x).reshape(x.shape[0], x.shape[1], -1)
 
 
-@register_kernel("LayerNormalization", device="cpu", vendor="numba", dtype="float32")
 def layer_normalization(x, scale, b=None, *, axis=-1, epsilon=1e-5):
     axis = axis % x.ndim
     inner = x.shape[axis:]
@@ -94,7 +94,6 @@ def layer_normalization(x, scale, b=None, *, axis=-1, epsilon=1e-5):
     return y, mean, inv
 
 
-@register_kernel("BatchNormalization", device="cpu", vendor="numba", dtype="float32")
 def batch_normalization(x, scale, b, mean, var, *, epsilon=1e-5):
     t = x.dtype.type
     inv = (scale / np.sqrt(var + t(epsilon))).astype(x.dtype, copy=False)
@@ -104,9 +103,14 @@ def batch_normalization(x, scale, b, mean, var, *, epsilon=1e-5):
     return y
 
 
-@register_kernel("InstanceNormalization", device="cpu", vendor="numba", dtype="float32")
 def instance_normalization(x, scale, b, *, epsilon=1e-5):
     y = np.empty(x.shape, x.dtype)
     _instance_norm(_planes(x), np.ascontiguousarray(scale, x.dtype), np.ascontiguousarray(b, x.dtype),
                    float(epsilon), y.reshape(x.shape[0], x.shape[1], -1))
     return y
+
+
+register_kernel("LayerNormalization", device="cpu", vendor="numba", dtype="float32")(threaded(layer_normalization))
+register_kernel("BatchNormalization", device="cpu", vendor="numba", dtype="float32")(threaded(batch_normalization))
+register_kernel("InstanceNormalization", device="cpu", vendor="numba", dtype="float32")(
+    threaded(instance_normalization))

@@ -12,7 +12,7 @@ from numba import prange
 from kernelkit.ops._window import window
 from kernelkit.registry import register_kernel
 
-from .._base import NumbaKernel
+from .._base import NumbaKernel, threaded
 from ..config import jit_parallel
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
@@ -40,8 +40,8 @@ def _max_pool(x, y, kh, kw, sh, sw, dh, dw, ph, pw):
                     hi = 0 if w_n - 1 - off < 0 else min(ow_n, (w_n - 1 - off) // sw + 1)
                     for ow in range(lo, hi):
                         v = s[U(ow * sw + off)]
-                        if v > row[U(ow)] or v != v:  # NaN propagates, as in np.max
-                            row[U(ow)] = v
+                        m = row[U(ow)]
+                        row[U(ow)] = v if v > m or v != v else m  # NaN propagates, as in np.max
 
 
 @jit_parallel
@@ -199,11 +199,13 @@ def _global(x, is_max):
     return y
 
 
-@register_kernel("GlobalAveragePool", device="cpu", vendor="numba", dtype="float32")
 def global_average_pool(x):
     return _global(x, False)
 
 
-@register_kernel("GlobalMaxPool", device="cpu", vendor="numba", dtype="float32")
 def global_max_pool(x):
     return _global(x, True)
+
+
+register_kernel("GlobalAveragePool", device="cpu", vendor="numba", dtype="float32")(threaded(global_average_pool))
+register_kernel("GlobalMaxPool", device="cpu", vendor="numba", dtype="float32")(threaded(global_max_pool))

@@ -11,6 +11,7 @@ from numba import prange
 
 from kernelkit.registry import register_kernel
 
+from .._base import threaded
 from ..config import jit_parallel
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
@@ -85,11 +86,13 @@ def _run(x, axis, log):
     return y
 
 
-@register_kernel("Softmax", device="cpu", vendor="numba", dtype="float32")
 def softmax(x, *, axis=-1):
     return _run(x, axis, False)
 
 
-@register_kernel("LogSoftmax", device="cpu", vendor="numba", dtype="float32")
 def log_softmax(x, *, axis=-1):
     return _run(x, axis, True)
+
+
+register_kernel("Softmax", device="cpu", vendor="numba", dtype="float32")(threaded(softmax))
+register_kernel("LogSoftmax", device="cpu", vendor="numba", dtype="float32")(threaded(log_softmax))

@@ -12,6 +12,7 @@ from numba import prange
 
 from kernelkit.registry import register_kernel
 
+from .._base import threaded
 from ..config import jit, jit_parallel
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
@@ -63,9 +64,9 @@ def _scalar(v, code, a, b):
     if code == ABS:
         return abs(v)
     if code == FLOOR:
-        return math.floor(v)
+        return np.floor(v)
     if code == CEIL:
-        return math.ceil(v)
+        return np.ceil(v)
     return v
 
 
@@ -94,31 +95,22 @@ def _apply(x, code, a=0.0, b=0.0):
     return y
 
 
-def _register(name):
-    return register_kernel(name, device="cpu", vendor="numba", dtype="float32")
-
-
-@_register("LeakyRelu")
 def leaky_relu(x, *, alpha=0.01):
     return _apply(x, LEAKY_RELU, alpha)
 
 
-@_register("HardSigmoid")
 def hard_sigmoid(x, *, alpha=0.2, beta=0.5):
     return _apply(x, HARD_SIGMOID, alpha, beta)
 
 
-@_register("Elu")
 def elu(x, *, alpha=1.0):
     return _apply(x, ELU, alpha)
 
 
-@_register("Selu")
 def selu(x, *, alpha=1.67326319217681884765625, gamma=1.05070102214813232421875):
     return _apply(x, SELU, alpha, gamma)
 
 
-@_register("Gelu")
 def gelu(x, *, approximate="none"):
     return _apply(x, GELU, 1.0 if approximate == "tanh" else 0.0)
 
@@ -130,8 +122,10 @@ def _plain(code):
     return kernel
 
 
+KERNELS = {"LeakyRelu": leaky_relu, "HardSigmoid": hard_sigmoid, "Elu": elu, "Selu": selu, "Gelu": gelu}
 for _name in ("Relu", "Sigmoid", "HardSwish", "Tanh", "Softplus", "Erf", "Exp", "Log", "Sqrt",
               "Reciprocal", "Neg", "Abs", "Floor", "Ceil"):
-    _kernel = _plain(CODES[_name])
-    _kernel.__name__ = _kernel.__qualname__ = _name.lower()
-    _register(_name)(_kernel)
+    KERNELS[_name] = _plain(CODES[_name])
+    KERNELS[_name].__name__ = KERNELS[_name].__qualname__ = _name.lower()
+for _name, _fn in KERNELS.items():
+    register_kernel(_name, device="cpu", vendor="numba", dtype="float32")(threaded(_fn))
