@@ -99,6 +99,7 @@ class _Platform:
         self.label = _label(dev)
         self.fp16 = "cl_khr_fp16" in dev.extensions
         self.is_gpu = bool(dev.type & cl.device_type.GPU)
+        self.identity = self.programs.key("", "")[:16]  # names this device + driver in tuning keys
         self.out_of_order_ok = bool(dev.queue_properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
 
 
@@ -266,6 +267,7 @@ class OpenCLDevice(Device):
         self._kernels: dict[tuple, tuple] = {}
         self._kernels_lock = threading.Lock()
         self._meta: dict[tuple, object] = {}
+        self._memo: dict = {}
         self._events: list[tuple[str, object]] = []  # (label, event) when profiling
         log.info("gpu device %s (out-of-order queue: %s)", self.platform.label, self.out_of_order)
 
@@ -321,6 +323,14 @@ class OpenCLDevice(Device):
         made = (cl.Kernel(program, name), threading.Lock())
         with self._kernels_lock:
             return self._kernels.setdefault(key, made)
+
+    def memo(self, key, make):
+        """``make()`` once per ``key`` for this device (kernel choices, tuned parameters): keeps
+        per-launch Python work to a dict lookup."""
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo.setdefault(key, make())
+        return hit
 
     def meta(self, values) -> object:
         """A small read-only int32 buffer of ``values`` (shapes, strides), cached per content."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import INT_TYPES
 from ..ir import Dim, TensorSpec
 from ..shape import InferContext, broadcast_shapes
 
@@ -42,13 +43,17 @@ def random(rng: np.random.Generator, shape, dtype: str, low: float = -2.0, high:
 
 # -- axes and integer lists given as inputs (opset 13+ style) ------------------------------------
 def const_ints(ctx: InferContext, i: int) -> list[int] | None:
-    """Input ``i`` as a list of Python ints when it is a known constant, else None."""
-    data = ctx.value(i) if ctx.has(i) else None
+    """Input ``i`` as a list of Python ints when it is a known constant, else None. A ShapeError
+    unless the input (known or not) is a 1-D integer tensor."""
+    if not ctx.has(i):
+        return None
+    spec = ctx.inputs[i]
+    if spec.dtype not in INT_TYPES or spec.rank != 1:
+        raise ctx.error(f"input {i} must be a 1-D integer tensor, got {spec}")
+    data = ctx.value(i)
     if data is None:
         return None
     data = np.asarray(data)
-    if data.dtype.kind not in "iu" or data.ndim != 1:
-        raise ctx.error(f"input {i} must be a 1-D integer tensor, got {data.dtype.name}{list(data.shape)}")
     return [int(v) for v in data.reshape(-1)]
 
 

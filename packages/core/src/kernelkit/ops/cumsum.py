@@ -17,7 +17,10 @@ def _rule(ctx: InferContext) -> TensorSpec:
     if axis.dtype not in ("int32", "int64") or axis.rank > 1:
         raise ctx.error(f"axis must be a 0-d int32/int64 tensor, got {axis}")
     if ctx.value(1) is not None:
-        ctx.axis(int(np.asarray(ctx.value(1)).reshape(-1)[0]), x.rank)
+        values = np.asarray(ctx.value(1)).reshape(-1)
+        if values.size != 1:
+            raise ctx.error(f"axis must hold one value, got {values.tolist()}")
+        ctx.axis(int(values[0]), x.rank)
     return x
 
 
@@ -29,7 +32,7 @@ def cumsum(x, axis, *, exclusive=0, reverse=0):
     axis = int(axis[0]) % x.ndim
     data = np.flip(x, axis) if reverse else x
     out = np.cumsum(data, axis=axis, dtype=x.dtype)
-    if exclusive:
+    if exclusive and out.shape[axis]:
         out = np.concatenate([np.zeros_like(np.take(out, [0], axis=axis)), np.delete(out, -1, axis=axis)], axis=axis)
     return np.ascontiguousarray(np.flip(out, axis) if reverse else out)
 

@@ -32,6 +32,8 @@ def split_sizes(dim: int, split, num_outputs) -> list[int]:
 
 def _rule(ctx: InferContext) -> list[TensorSpec]:
     x = ctx.inputs[0]
+    if x.rank == 0:
+        raise ctx.error("input must have rank >= 1")
     axis = ctx.axis(ctx.attrs["axis"], x.rank)
     num_outputs, n_out = ctx.attrs["num_outputs"], len(ctx.node.outputs)
     split = const_ints(ctx, 1)

@@ -70,8 +70,11 @@ def _depthwise(dev, x, w, b, y, geom, activation, activation_params):
     oc, _, kh, kw = w.shape
     _, _, oh, ow = y.shape
     sh, sw, pt, pl, dh, dw = geom
-    act, defines = act_source(activation, activation_params)
-    kernel = dev.kernel(act + source("conv.cl"), "depthwise", dict(defines, HAS_BIAS=int(b is not None)))
+    def make():
+        act, defines = act_source(activation, activation_params)
+        return dev.kernel(act + source("conv.cl"), "depthwise", dict(defines, HAS_BIAS=int(b is not None)))
+
+    kernel = dev.memo(("depthwise", activation, tuple(activation_params), b is not None), make)
     g = dev.meta((c, H, W, oc, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw, oc // c, 0))
     total = y.size
     launch_1d(dev, kernel, total, (x.buffer, w.buffer, (b if b is not None else y).buffer, y.buffer,

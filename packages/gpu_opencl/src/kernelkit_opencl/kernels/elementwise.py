@@ -8,6 +8,8 @@ float, which needs no ``cl_khr_fp16`` (the fp16 policy in docs/opencl.md).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from kernelkit import ShapeError, broadcast_shapes, register_kernel
@@ -60,6 +62,7 @@ BINARY = {
 }
 
 
+@functools.cache
 def program_source() -> str:
     rows = [f"UNARY({name}, {expr})" for name, (expr, _) in UNARY.items()]
     rows += [f"BINARY({name}, {expr})" for name, expr in BINARY.items()]
@@ -68,7 +71,7 @@ def program_source() -> str:
 
 def ew_kernel(device, name: str, dtype):
     """The ``cl.Kernel`` ``name`` of the elementwise program for ``dtype`` (built once)."""
-    return device.kernel(program_source(), name, storage_defines(dtype))
+    return device.memo(("ew", name, dtype), lambda: device.kernel(program_source(), name, storage_defines(dtype)))
 
 
 def _unary(op: str):

@@ -72,23 +72,35 @@ def _candidates(dev, call: GemmCall) -> list[dict]:
 
 
 def _kernel(dev, call: GemmCall, params: dict, has_bias: bool):
-    act_src, defines = activation(call.activation, call.activation_params)
-    defines = dict(defines, **params, TRANS_A=int(call.trans_a), TRANS_B=int(call.trans_b), HAS_BIAS=int(has_bias))
-    if call.conv is not None:
-        defines["CONV"] = 1
-    return dev.kernel(act_src + source("gemm.cl"), "gemm", defines)
+    key = ("gemm", call.activation, tuple(call.activation_params), tuple(sorted(params.items())),
+           call.trans_a, call.trans_b, has_bias, call.conv is not None)
+
+    def make():
+        act_src, defines = activation(call.activation, call.activation_params)
+        defines = dict(defines, **params, TRANS_A=int(call.trans_a), TRANS_B=int(call.trans_b),
+                       HAS_BIAS=int(has_bias))
+        if call.conv is not None:
+            defines["CONV"] = 1
+        return dev.kernel(act_src + source("gemm.cl"), "gemm", defines)
+
+    return dev.memo(key, make)
 
 
 def run_gemm(dev, call: GemmCall, a, b, bias, out):
     """Enqueue ``call`` on device tensors (``bias`` may be None); returns the event."""
-    key = (f"{dev.programs.key('', '')[:16]}|gemm|{'conv' if call.conv else 'mm'}|"
-           f"{int(call.trans_a)}{int(call.trans_b)}|{_bucket(call.M)}x{_bucket(call.N)}x{_bucket(call.K)}"
-           f"x{_bucket(call.batch)}")
-    cands = _candidates(dev, call)
-    if call.conv is not None:  # local-memory conv tiles need NT % BN == 0
-        cands = [p for p in cands if not p["USE_LOCAL"] or (p["WM"] * p["WN"]) % (p["TN"] * p["WN"]) == 0]
-    params = tuning.choose(key, cands, lambda p: _launch(dev, call, p, a, b, bias, out).wait(), dev.tune)
+    shape_class = (call.conv is not None, call.trans_a, call.trans_b, _bucket(call.M), _bucket(call.N),
+                   _bucket(call.K), _bucket(call.batch))
+    params = dev.memo(("gemm-tiles",) + shape_class, lambda: _tiles(dev, call, shape_class, a, b, bias, out))
     return _launch(dev, call, params, a, b, bias, out)
+
+
+def _tiles(dev, call: GemmCall, shape_class, a, b, bias, out) -> dict:
+    conv, ta, tb, m, n, k, z = shape_class
+    key = f"{dev.platform.identity}|gemm|{'conv' if conv else 'mm'}|{int(ta)}{int(tb)}|{m}x{n}x{k}x{z}"
+    cands = _candidates(dev, call)
+    if conv:  # local-memory conv tiles need NT % BN == 0
+        cands = [p for p in cands if not p["USE_LOCAL"] or (p["WM"] * p["WN"]) % (p["TN"] * p["WN"]) == 0]
+    return tuning.choose(key, cands, lambda p: _launch(dev, call, p, a, b, bias, out).wait(), dev.tune)
 
 
 def _launch(dev, call: GemmCall, params: dict, a, b, bias, out):
