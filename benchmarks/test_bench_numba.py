@@ -201,7 +201,7 @@ def mlp(batch=64, sizes=(784, 1024, 1024, 10)) -> tuple[onnx.ModelProto, int]:
 BUILDERS = {"resnet18": lambda: resnet(18), "resnet50": lambda: resnet(50), "mobilenetv2": mobilenet_v2,
             "transformer": transformer, "mlp": mlp}
 WANTED = [m for m in os.environ.get("KERNELKIT_BENCH_MODELS", ",".join(BUILDERS)).split(",") if m]
-ROUNDS = {"numba": 20, "reference": 3, "ort1": 20, "ort2": 20}
+ROUNDS = {"numba1": 20, "numba2": 20, "reference": 3, "ort1": 20, "ort2": 20}
 _cache: dict[str, tuple] = {}
 
 
@@ -223,12 +223,14 @@ def ort_session(proto, threads: int):
     return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def kernelkit_session(model, vendor: str):
-    vendors = ["numba", "reference"] if vendor == "numba" else ["reference"]
-    return kernelkit.Session(model, vendors=vendors, fallback=False)
+def kernelkit_session(model, runtime: str):
+    """numba1/numba2: numba kernels (reference for the ops numba leaves to it) at 1/2 threads."""
+    if runtime == "reference":
+        return kernelkit.Session(model, vendors=["reference"], fallback=False)
+    return kernelkit.Session(model, vendors=["numba", "reference"], fallback=False, threads=int(runtime[5:]))
 
 
-@pytest.mark.parametrize("runtime", ["numba", "reference", "ort1", "ort2"])
+@pytest.mark.parametrize("runtime", ["numba1", "numba2", "reference", "ort1", "ort2"])
 @pytest.mark.parametrize("name", WANTED)
 def test_latency(benchmark, name, runtime):
     proto, model, feed, gflop = model_case(name)
@@ -285,3 +287,35 @@ def test_session_build(benchmark, tmp_path_factory, name, cache):
     benchmark.pedantic(lambda: result.update(probe()), rounds=1, iterations=1)
     benchmark.extra_info.update({k: round(v, 3) for k, v in result.items()})
     benchmark.extra_info["process_s"] = round(time.perf_counter() - t0, 3)
+
+
+def interleaved_table(names=WANTED, rounds: int = 15) -> list[dict]:
+    """Latency per runtime measured round-robin (one call of each runtime per round), so that the
+    load of a shared machine hits every runtime alike; min and median in ms."""
+    rows = []
+    for name in names:
+        proto, model, feed, gflop = model_case(name)
+        runs = {"numba1": kernelkit_session(model, "numba1"), "numba2": kernelkit_session(model, "numba2"),
+                "ort1": ort_session(proto, 1), "ort2": ort_session(proto, 2)}
+        times: dict[str, list[float]] = {k: [] for k in runs}
+        for sess in runs.values():
+            sess.run(None, feed)
+        for _ in range(rounds):
+            for key, sess in runs.items():
+                t0 = time.perf_counter()
+                sess.run(None, feed)
+                times[key].append((time.perf_counter() - t0) * 1e3)
+        row = {"model": name, "gflop": round(gflop, 3)}
+        for key, ts in times.items():
+            row[f"{key}_min"], row[f"{key}_median"] = round(min(ts), 2), round(float(np.median(ts)), 2)
+        rows.append(row)
+    return rows
+
+
+if __name__ == "__main__":  # python benchmarks/test_bench_numba.py [models] [rounds]
+    picked = sys.argv[1].split(",") if len(sys.argv) > 1 else WANTED
+    for r in interleaved_table(picked, int(sys.argv[2]) if len(sys.argv) > 2 else 15):
+        ratio = lambda k: r[f"numba{k}_median"] / r["ort2_median"]  # noqa: E731
+        print(json.dumps({**r, "numba1/ort2": round(ratio(1), 2), "numba2/ort2": round(ratio(2), 2),
+                          "best_numba/best_ort(min)": round(min(r["numba1_min"], r["numba2_min"])
+                                                            / min(r["ort1_min"], r["ort2_min"]), 2)}))

@@ -1,13 +1,12 @@
 """Small helpers shared by the converter tests: one-node ONNX models and two runners."""
 from __future__ import annotations
 
+import kernelkit
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
-
-import kernelkit
 from kernelkit_converters.onnx import convert
+from onnx import TensorProto, helper, numpy_helper
 
 
 def value_info(name: str, array_or_dtype, shape=None):

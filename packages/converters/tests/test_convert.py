@@ -1,17 +1,16 @@
 """convert(): inputs it accepts, symbolic dims, custom domains, the typed errors, save/load."""
 from __future__ import annotations
 
+import kernelkit
 import numpy as np
 import onnx
 import pytest
 from _onnx_util import node_model, run_kernelkit, run_ort
-from onnx import TensorProto, helper, numpy_helper
-
-import kernelkit
 from kernelkit.errors import ModelFormatError, OpAttributeError, UnsupportedOpError
 from kernelkit.ir import TensorSpec
 from kernelkit.testing import assert_close
 from kernelkit_converters.onnx import convert
+from onnx import TensorProto, helper, numpy_helper
 
 rng = np.random.default_rng(3)
 
@@ -73,11 +72,14 @@ def test_session_reads_an_onnx_path_and_saves_to_kkm(tmp_path):
     assert_close(direct, run_ort(model, {"x": x})[0])
 
 
-def test_opset_below_11_is_upgraded():
-    x = rng.standard_normal((3, 4)).astype(np.float32)
-    model = node_model("Unsqueeze", {"x": x}, ["y"], opset=9, axes=[0])
+@pytest.mark.parametrize("op,attrs", [("Unsqueeze", {"axes": [0]}), ("Clip", {"min": -0.5, "max": 0.5}),
+                                      ("Softmax", {"axis": 1})])
+def test_opset_below_11_is_upgraded(op, attrs):
+    """Opset 9 models go through onnx's version converter (attributes to inputs, etc.)."""
+    x = rng.standard_normal((3, 4, 2)).astype(np.float32)
+    model = node_model(op, {"x": x}, ["y"], opset=9, **attrs)
     (y,) = run_kernelkit(model, {"x": x})
-    assert_close(y, x[None])
+    assert_close(y, run_ort(model, {"x": x})[0])
 
 
 def test_metadata_and_opsets():

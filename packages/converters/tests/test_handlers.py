@@ -1,12 +1,11 @@
 """Every handler of the ONNX table, at each opset variant, against onnxruntime."""
 from __future__ import annotations
 
+import kernelkit
 import numpy as np
 import onnx.defs
 import pytest
 from _onnx_util import node_model, run_kernelkit, run_ort
-
-import kernelkit
 from kernelkit.testing import assert_close
 from kernelkit_converters.onnx.handlers import HANDLERS, MIN_OPSET, handled_versions
 from kernelkit_converters.onnx.handlers.standard import SAME_AS_OPSET21
@@ -153,8 +152,9 @@ def test_resize_scales_linear(opset):
     _agree(node_model("Resize", {"x": x}, ["y"], opset=opset, initializers=inits, mode="linear"), {"x": x})
 
 
-@pytest.mark.parametrize("field,value,dtype", [("value_float", 2.5, np.float32), ("value_floats", [1.0, 2.0], np.float32),
-                                               ("value_int", 3, np.int64), ("value_ints", [4, 5], np.int64)])
+@pytest.mark.parametrize("field,value,dtype", [
+    ("value_float", 2.5, np.float32), ("value_floats", [1.0, 2.0], np.float32),
+    ("value_int", 3, np.int64), ("value_ints", [4, 5], np.int64)])
 def test_constant_fields_become_constants(field, value, dtype):
     from onnx import helper
 

@@ -8,10 +8,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-
 from kernelkit.errors import ModelFormatError
 from kernelkit_converters.onnx import convert
+from onnx import TensorProto, helper, numpy_helper
 
 W = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
 
@@ -199,3 +198,10 @@ def test_convert_does_not_change_the_callers_proto(tmp_path):
     before = proto.SerializeToString()
     convert(proto, base_dir=tmp_path)
     assert proto.SerializeToString() == before
+
+
+def test_external_location_that_is_a_directory(tmp_path):
+    path = _external(tmp_path, "weights", write=False)
+    (tmp_path / "weights").mkdir()
+    with pytest.raises(ModelFormatError, match="'w'.*not a regular file"):
+        convert(path)

@@ -1,14 +1,13 @@
 """The converter-side passes: where they fire, where they must not, and that numbers do not change."""
 from __future__ import annotations
 
+import kernelkit
 import numpy as np
 import pytest
 from _onnx_util import run_ort
-from onnx import TensorProto, helper, numpy_helper
-
-import kernelkit
 from kernelkit.testing import assert_close
 from kernelkit_converters.onnx import convert
+from onnx import TensorProto, helper, numpy_helper
 
 rng = np.random.default_rng(11)
 
@@ -64,23 +63,25 @@ def test_static_batch_chain_folds_too():
     assert [n.op for n in session.graph.nodes] == ["Reshape", "Gemm"]
 
 
-def test_dimension_taken_from_another_position_uses_minus_one():
-    """view(x.size(0), x.size(0)*0 + ...) is not expressible; view(size(0), -1) with the batch taken
-    from index 0 is the common case, and a symbol that is not at its own position becomes -1."""
-    model = _flatten_chain(target_tail=(120,), index=0)
-    model.graph.node[3].input[:] = ["tail", "n1"]  # shape = [120, N]: N is not the data's dim 1
-    model.graph.node[5].input[0] = "f"
-    model.graph.output[0].type.tensor_type.shape.dim[0].dim_value = 120
-    del model.graph.node[5:]
-    model.graph.node.append(helper.make_node("Identity", ["f"], ["y"]))
-    model.graph.output[0].type.tensor_type.shape.dim[0].ClearField("dim_param")
-    model.graph.output[0].type.tensor_type.shape.dim[1].dim_param = "N"
-    x = rng.standard_normal((3, 4, 5, 6)).astype(np.float32)
+def test_symbol_at_another_position_becomes_minus_one():
+    """x.reshape(120, x.size(0)): N cannot be copied with 0 (position 1 of x is 4), but it is the
+    only unknown entry, so the element count gives it: target [120, -1]."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "i"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "zero"], ["n1"]),
+             helper.make_node("Concat", ["head", "n1"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), name)
+             for v, name in ((0, "i"), ([0], "zero"), ([120], "head"))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 5, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [120, "N"])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
     session = kernelkit.Session(convert(model))
     assert session.passes_fired.get("onnx_fold_shape_reshape") == 1
-    reshape = [n for n in session.graph.nodes if n.op == "Reshape"][0]
+    (reshape,) = session.graph.nodes
     np.testing.assert_array_equal(session.graph.values[reshape.inputs[1]].data, [120, -1])
-    assert_close(session.run(None, {"x": x})[0], x.reshape(120, -1))
+    x = rng.standard_normal((3, 4, 5, 6)).astype(np.float32)
+    assert_close(session.run(None, {"x": x})[0], run_ort(model, {"x": x})[0])
 
 
 def test_two_unknown_dims_do_not_fold():

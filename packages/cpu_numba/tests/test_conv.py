@@ -71,3 +71,38 @@ def test_conv_does_not_touch_inputs(rng):
     run_single_op("Conv", [x, w], {"group": 4, "activation": "Relu"}, vendors=["numba"], fallback=False)
     np.testing.assert_array_equal(x, x0)
     np.testing.assert_array_equal(w, w0)
+
+
+@st.composite
+def conv_transpose_cases(draw):
+    rank = draw(st.sampled_from([1, 2]))
+    group = draw(st.sampled_from([1, 2]))
+    cg, mg = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    kernel = [draw(st.integers(1, 3)) for _ in range(rank)]
+    strides = [draw(st.integers(1, 3)) for _ in range(rank)]
+    dilations = [draw(st.integers(1, 2)) for _ in range(rank)]
+    spatial = [draw(st.integers(1, 5)) for _ in range(rank)]
+    attrs = {"group": group, "strides": strides, "dilations": dilations}
+    mode = draw(st.sampled_from(["pads", "output_shape", "SAME_UPPER", "SAME_LOWER"]))
+    if mode == "pads":
+        full = [s * (i - 1) + (k - 1) * d + 1 for s, i, k, d in zip(strides, spatial, kernel, dilations)]
+        attrs["pads"] = [draw(st.integers(0, max(0, (f - 1) // 2))) for f in full] * 2
+        attrs["output_padding"] = [draw(st.integers(0, max(s, d) - 1)) for s, d in zip(strides, dilations)]
+    elif mode == "output_shape":
+        attrs["output_shape"] = [s * i for s, i in zip(strides, spatial)]
+    else:
+        attrs["auto_pad"] = mode
+    act, params = draw(st.sampled_from(ACTS))
+    attrs.update(activation=act, activation_params=list(params))
+    seed = draw(st.integers(0, 2**16))
+    return (draw(st.integers(1, 2)), cg * group, *spatial), (cg * group, mg, *kernel), draw(st.booleans()), attrs, seed
+
+
+@given(conv_transpose_cases())
+def test_conv_transpose_matches_reference(check, case):
+    x_shape, w_shape, with_bias, attrs, seed = case
+    r = np.random.default_rng(seed)
+    x = r.uniform(-1, 1, x_shape).astype(np.float32)
+    w = r.uniform(-1, 1, w_shape).astype(np.float32)
+    b = r.uniform(-1, 1, w_shape[1] * attrs["group"]).astype(np.float32) if with_bias else None
+    check("ConvTranspose", [x, w, b], attrs, constants=(1, 2))

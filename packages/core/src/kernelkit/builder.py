@@ -33,13 +33,16 @@ class GraphBuilder:
     def input(self, name: str, shape, dtype="float32", layout: str | None = None) -> Value:
         if name in self._graph.values:
             raise ModelFormatError(f"value name {name!r} is used twice")
-        value = Value(name, TensorSpec(tuple(shape), dtype, layout))
+        value = Value(name, TensorSpec(shape, dtype, layout))  # TensorSpec checks the dims
         self._graph.values[name] = value
         self._graph.inputs.append(name)
         return value
 
     def constant(self, array, name: str | None = None) -> Value:
-        data = np.array(array, copy=True)  # own the data: the caller may change theirs later
+        try:
+            data = np.array(array, copy=True)  # own the data: the caller may change theirs later
+        except (TypeError, ValueError) as exc:  # ragged lists, objects without a usable __array__
+            raise ModelFormatError(f"constant {name or '(unnamed)'!r} cannot be read as an array: {exc}") from exc
         data.flags.writeable = False
         name = name or self._name("const")
         if name in self._graph.values:
@@ -56,7 +59,7 @@ class GraphBuilder:
         if isinstance(x, str):
             self._graph.value(x)
             return x
-        return self.constant(np.asarray(x)).name
+        return self.constant(x).name
 
     def op(self, op: str, *inputs, domain: str = "", name: str | None = None, outputs: int | None = None,
            **attrs):

@@ -42,6 +42,19 @@ class MissingExtraError(KernelkitError):
     code = "KK_MISSING_EXTRA"
 
 
+class UsageError(KernelkitError):
+    """The command line does not parse (unknown option, missing argument, bad number)."""
+
+    code = "KK_USAGE"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors become one ``error[KK_USAGE]`` line (sub-commands too)."""
+
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
 def _console() -> Console:
     # markup off: names like "[batch, 4]" are data; soft_wrap: plain lines (paths, hashes) stay whole
     out = Console(highlight=False, markup=False, soft_wrap=True)
@@ -225,6 +238,8 @@ def _validate(args, sess, console: Console) -> int:
 def cmd_run(args, console: Console) -> int:
     if (args.benchmark is not None and args.benchmark < 0) or (args.threads is not None and args.threads < 1):
         raise InputError("--benchmark must be >= 0 and --threads >= 1")
+    if args.seed < 0:
+        raise InputError(f"--seed must be >= 0, got {args.seed}")
     if args.model is None:
         if args.input or args.output_dir or args.validate:
             raise InputError("--input, --output-dir and --validate need a MODEL")
@@ -370,7 +385,7 @@ def cmd_convert(args, console: Console) -> int:
 
 # -- entry point -------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kernelkit", description="kernelkit inference runtime")
+    p = _Parser(prog="kernelkit", description="kernelkit inference runtime")
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v: info logs, -vv: debug logs")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -413,8 +428,11 @@ def main(argv=None) -> int:
     """Run the CLI; returns the exit status (0 ok, 1 validation failed, 2 error)."""
     try:
         args = _parser().parse_args(argv)
-    except SystemExit as exc:  # --help or a usage error (argparse already printed it)
+    except SystemExit as exc:  # --help or --version (argparse already printed it)
         return int(exc.code or 0)
+    except UsageError as exc:
+        _error(exc.code, str(exc))
+        return 2
     if args.verbose:
         logging.basicConfig(level=logging.DEBUG if args.verbose > 1 else logging.INFO,
                             format="%(levelname)s %(name)s: %(message)s")

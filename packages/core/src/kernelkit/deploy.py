@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,13 +202,16 @@ class _Fields:
 
 def _inside(folder: Path, rel, f: _Fields, name: str) -> Path:
     """Resolve ``rel`` against ``folder``; it must not be absolute or escape the folder."""
-    if Path(rel).is_absolute():
-        raise f.error(name, f"{rel!r} must be a path relative to the deployment file's folder")
-    target = (folder / rel).resolve()
-    if not target.is_relative_to(folder.resolve()):
-        raise f.error(name, f"{rel!r} escapes the deployment file's folder {folder}")
-    if not target.is_file():
-        raise f.error(name, f"{rel!r} does not exist ({target})")
+    try:
+        if Path(rel).is_absolute():
+            raise f.error(name, f"{rel!r} must be a path relative to the deployment file's folder")
+        target = (folder / rel).resolve()
+        if not target.is_relative_to(folder.resolve()):
+            raise f.error(name, f"{rel!r} escapes the deployment file's folder {folder}")
+        if not target.is_file():
+            raise f.error(name, f"{rel!r} does not exist ({target})")
+    except (OSError, ValueError) as exc:  # a NUL byte, a name too long for the file system...
+        raise f.error(name, f"{rel!r:.80} is not a usable path: {exc}") from None
     return target
 
 
@@ -244,8 +248,8 @@ def _tolerance(f: _Fields) -> dict[str, tuple[float, float]]:
         entry = _Fields(f.path, table.take(dtype, dict), table.key(dtype))
         rtol = entry.take("rtol", (float, int), 0.0, "a number")
         atol = entry.take("atol", (float, int), 0.0, "a number")
-        if rtol < 0 or atol < 0:
-            raise entry.error("rtol", "tolerances must be non-negative")
+        if not (0 <= rtol < math.inf and 0 <= atol < math.inf):  # NaN or inf would pass anything
+            raise entry.error("rtol", "tolerances must be finite and non-negative")
         entry.done()
         out[dtype] = (float(rtol), float(atol))
     return out
@@ -262,8 +266,8 @@ def load_deployment(path) -> Deployment:
         raise ConfigError(f"{path}: cannot read deployment file: {exc}") from exc
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
+        raise ConfigError(f"{path}: invalid YAML: {type(exc).__name__}: {exc}") from exc
     f = _Fields(path, data, "")
     folder = path.parent
     version = f.take("version", int, SCHEMA_VERSION)

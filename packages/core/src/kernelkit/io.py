@@ -236,11 +236,14 @@ def _read_tensors(r: _Reader, entries, mm, blob_offset: int, blob_len: int, veri
         start = blob_offset + offset
         if verify and hashlib.sha256(memoryview(mm)[start:start + length]).hexdigest() != digest:
             raise r.fail(where, f"sha256 mismatch ({dtype}{list(shape)} at blob offset {offset}): file is corrupt")
-        if count == 0:
-            arr = np.empty(shape, dt)
-            arr.flags.writeable = False
-        else:
-            arr = np.frombuffer(mm, dtype=dt, count=count, offset=start).reshape(shape)
+        try:
+            if count == 0:
+                arr = np.empty(shape, dt)
+                arr.flags.writeable = False
+            else:
+                arr = np.frombuffer(mm, dtype=dt, count=count, offset=start).reshape(shape)
+        except ValueError as exc:  # e.g. a dim NumPy cannot index, even with 0 elements
+            raise r.fail(where, f"shape {list(shape)} cannot be mapped: {exc}") from None
         out.append(arr)
     return out
 
@@ -290,6 +293,15 @@ def _check_order(r: _Reader, graph: Graph) -> None:
     """Every node input must be fed, constant or produced by an earlier node (one linear scan; an
     out-of-order but acyclic graph is accepted through the slower level-set check)."""
     ready = set(graph.inputs) | {n for n, v in graph.values.items() if v.data is not None} | {""}
+    if len(set(graph.inputs)) != len(graph.inputs):
+        raise r.fail("graph.inputs", f"{graph.inputs!r:.120} names an input twice")
+    produced = set(ready)
+    for node in graph.nodes:  # each value has one source: an input, a constant or one node
+        twice = [o for o in node.outputs if o and o in produced]
+        if twice:
+            raise r.fail(f"node {node.name!r}", f"output {twice[0]!r} is also a graph input, a constant "
+                                                f"or another node's output")
+        produced.update(node.outputs)
     for node in graph.nodes:
         if not all(i in ready for i in node.inputs):
             try:
@@ -346,15 +358,19 @@ def load(path, *, verify: bool = True) -> Model:
 
     ``verify=False`` skips the sha256 checks (structure, offsets and sizes are still checked).
     Any problem raises ModelFormatError naming the file and the key or tensor."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ModelFormatError(f"model path must be a str or os.PathLike, got {type(path).__name__}")
     path = Path(path)
     r = _Reader(path)
     try:
+        if path.exists() and not path.is_file():  # a folder, or a FIFO (opening one would block)
+            raise ModelFormatError(f"{path}: cannot read model file: not a regular file")
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < HEADER_SIZE:
                 raise r.fail("header", f"file is truncated ({size} bytes, header needs {HEADER_SIZE})")
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         raise ModelFormatError(f"{path}: cannot read model file: {exc}") from exc
     magic, version, flags, json_len, blob_offset, blob_len, json_digest = _HEADER.unpack_from(mm, 0)
     if magic != MAGIC:

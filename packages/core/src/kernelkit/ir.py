@@ -13,9 +13,20 @@ from typing import Any, Iterator
 import numpy as np
 
 from .dtypes import dtype_name
-from .errors import ModelFormatError
+from .errors import ModelFormatError, ShapeError
 
 Dim = int | str
+
+
+def _dim(d, shape) -> Dim:
+    """A dim as stored: a symbol name, or a non-negative int (integral floats such as 2.0 pass)."""
+    if isinstance(d, str) and d:
+        return d
+    if isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0:
+        return int(d)
+    if isinstance(d, (float, np.floating)) and d >= 0 and float(d).is_integer():
+        return int(d)
+    raise ShapeError(f"shape {shape!r:.80}: dim {d!r} is neither a non-negative int nor a symbol name")
 
 
 @dataclass(frozen=True)
@@ -27,7 +38,11 @@ class TensorSpec:
     layout: str | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(d if isinstance(d, str) else int(d) for d in self.shape))
+        try:
+            dims = tuple(self.shape)
+        except TypeError:
+            raise ShapeError(f"shape {self.shape!r:.60} is not a sequence of dims") from None
+        object.__setattr__(self, "shape", tuple(_dim(d, dims) for d in dims))
         object.__setattr__(self, "dtype", dtype_name(self.dtype))
 
     @property

@@ -76,6 +76,13 @@ class OpSchema:
 _OPS: dict[str, OpSchema] = {}
 
 
+def _ports(names, qualified: str) -> list[Port]:
+    if isinstance(names, str) or not isinstance(names, (list, tuple)) or \
+            not all(isinstance(p, str) and p.rstrip("?*") for p in names):
+        raise RegistryError(f"op {qualified!r}: ports must be a list of names, got {names!r:.60}")
+    return [Port.parse(p) for p in names]
+
+
 def _attr_type(spec) -> str:
     if isinstance(spec, str):
         if spec not in ATTR_TYPES:
@@ -102,8 +109,23 @@ def register_op(name: str, *, domain: str = "", inputs: Iterable[str], outputs: 
     ``dispatch_input`` is the input whose dtype keys the kernel lookup. ``samples()`` yields
     ``(inputs, attrs)`` cases used to cross-check every kernel against the reference.
     """
-    checked = {k: (_attr_type(t), d) for k, (t, d) in (attrs or {}).items()}
-    schema = OpSchema(name, domain, [Port.parse(p) for p in inputs], [Port.parse(p) for p in outputs],
+    qualified = op_id(name, domain) if isinstance(name, str) and isinstance(domain, str) else repr(name)
+    if not isinstance(name, str) or not name or not isinstance(domain, str):
+        raise RegistryError(f"op {qualified}: name and domain must be strings, the name non-empty")
+    if not callable(infer):
+        raise RegistryError(f"op {qualified!r}: infer must be a function of an InferContext, got {infer!r:.60}")
+    checked = {}
+    for key, spec in (attrs or {}).items():
+        if not isinstance(key, str) or not isinstance(spec, tuple) or len(spec) != 2:
+            raise RegistryError(f"op {qualified!r}: attribute {key!r} must map a name to (type, default)")
+        kind, default = _attr_type(spec[0]), spec[1]
+        if default is not None and default is not REQUIRED:
+            try:
+                default = _coerce(kind, default, f"op {qualified!r}", key)
+            except OpAttributeError as exc:
+                raise RegistryError(f"{exc} (the default)") from None
+        checked[key] = (kind, default)
+    schema = OpSchema(name, domain, _ports(inputs, qualified), _ports(outputs, qualified),
                       checked, infer, dispatch_input, samples, doc, flops)
     with _lock:
         if schema.id in _OPS and not override:
@@ -242,11 +264,17 @@ def register_kernel(op: str, *, device: str, vendor: str, dtype, domain: str = "
     change and ``execute(*inputs)`` per run. ``supports(input_specs, attrs)`` may decline a node,
     so that selection moves on to the next candidate. The decorated object is returned unchanged.
     """
-    dtypes = (dtype,) if isinstance(dtype, str) else tuple(dtype)
-    dtypes = tuple(d if d == "*" else dtype_name(d) for d in dtypes)
     qualified = op_id(op, domain)
+    dtypes = (dtype,) if isinstance(dtype, str) else dtype
+    if not isinstance(dtypes, (list, tuple)) or not dtypes or not all(isinstance(d, str) for d in dtypes):
+        raise RegistryError(f"kernel for {qualified!r}: dtype must be a name, a tuple of names or '*', got {dtype!r}")
+    if not all(isinstance(v, str) and v for v in (op, device, vendor)):
+        raise RegistryError(f"kernel for {qualified!r}: op, device and vendor must be non-empty strings")
+    dtypes = tuple(d if d == "*" else dtype_name(d) for d in dtypes)
 
     def decorate(impl):
+        if not callable(impl):
+            raise RegistryError(f"kernel for {qualified!r} must be a function or a class, got {impl!r:.60}")
         if inspect.isclass(impl):
             missing = [m for m in ("prepare", "execute") if not hasattr(impl, m)]
             if missing:

@@ -20,7 +20,7 @@ import numpy as np
 from .backends import run_session_hooks
 from .devices import Device, create_device
 from .errors import (InputError, KernelBuildError, KernelExecutionError, KernelkitError,
-                     UnsupportedOpError)
+                     ModelFormatError, UnsupportedOpError)
 from .ir import Graph, Model, Node, TensorSpec
 from .passes import PassContext, run_passes
 from .registry import (KernelEntry, KernelKey, describe_kernels, get_schema, normalize_attrs,
@@ -69,6 +69,8 @@ class _Step:
 def _load_model(model_or_path) -> Model:
     if isinstance(model_or_path, Model):
         return model_or_path
+    if not isinstance(model_or_path, (str, os.PathLike)):
+        raise ModelFormatError(f"expected a Model or a path, got {type(model_or_path).__name__}")
     path = Path(model_or_path)
     if path.suffix.lower() == ".onnx":
         try:
@@ -193,6 +195,8 @@ class Session:
         entry, attrs = step.entry, step.attrs
         if entry.attr_names is not None:
             attrs = {k: v for k, v in attrs.items() if k in entry.attr_names}
+            if "output_count" in entry.attr_names:  # kernels may skip optional outputs nobody reads
+                attrs["output_count"] = len(step.node.outputs)
         if not entry.is_class:
             fn = entry.impl
             step.call = (lambda *xs, _f=fn, _a=attrs: _f(*xs, **_a)) if attrs else fn
@@ -255,7 +259,7 @@ class Session:
         if not isinstance(feeds, dict):
             raise InputError(f"feeds must be a dict of input name -> array, got {type(feeds).__name__}")
         expected = self.graph.inputs
-        unknown = sorted(set(feeds) - set(expected))
+        unknown = sorted(set(feeds) - set(expected), key=repr)  # names may be of any (mixed) type
         missing = [n for n in expected if n not in feeds]
         if unknown or missing:
             raise InputError(f"model {self.graph.name!r} expects inputs {expected}; "
@@ -271,6 +275,8 @@ class Session:
                 raise InputError(f"input {name!r}: cannot be read as an array: {exc}") from exc
             if arr.dtype.name != spec.dtype:
                 raise InputError(f"input {name!r}: expected dtype {spec.dtype}, got {arr.dtype.name}")
+            if not arr.dtype.isnative:  # e.g. big-endian float32: kernels and outputs use native order
+                arr = arr.astype(arr.dtype.newbyteorder("="))
             if arr.ndim != spec.rank:
                 raise InputError(f"input {name!r}: expected rank {spec.rank} {spec.shape}, got shape {arr.shape}")
             for axis, (want, got) in enumerate(zip(spec.shape, arr.shape)):
@@ -362,9 +368,13 @@ class Session:
     def _resolve_outputs(self, output_names) -> list[str]:
         if output_names is None:
             return list(self.graph.outputs)
-        if isinstance(output_names, str):
+        if isinstance(output_names, (str, bytes)):
             raise InputError("output_names must be a list of names or None, not a string")
-        names = list(output_names)
+        try:
+            names = list(output_names)
+        except TypeError:
+            raise InputError(f"output_names must be a list of names or None, "
+                             f"got {type(output_names).__name__}") from None
         bad = [n for n in names if n not in self.graph.outputs]
         if bad:
             raise InputError(f"unknown output(s) {bad}; model outputs are {self.graph.outputs}")

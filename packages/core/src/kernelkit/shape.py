@@ -44,9 +44,9 @@ class InferContext:
 
     def axis(self, axis: int, rank: int) -> int:
         """Normalize a possibly negative axis, raising a ShapeError naming the node if out of range."""
-        if not -rank <= axis < max(rank, 1):
+        if not -rank <= axis < rank:  # a 0-d tensor has no axis at all
             raise self.error(f"axis {axis} is out of range for rank {rank}")
-        return axis % rank if rank else 0
+        return axis % rank
 
 
 def broadcast_shapes(*shapes: Sequence[Dim], where: str = "") -> tuple[Dim, ...]:
@@ -113,6 +113,8 @@ def infer_node(node: Node, specs: list[TensorSpec | None], constants: list[np.nd
     """Run the op's rule for ``node``; errors name the node."""
     schema = get_schema(node.op, node.domain)
     where = f"node {node.name!r} ({node.op_id})"
+    if not any(node.outputs):
+        raise ShapeError(f"{where}: node has no outputs")
     n_in = len(node.inputs)
     if n_in < schema.min_inputs or n_in > schema.max_inputs:
         raise ShapeError(f"{where}: got {n_in} inputs, op takes "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-KERNEL_MODULES = ("binary", "conv", "gemm", "norm", "pool", "softmax", "unary")
+KERNEL_MODULES = ("binary", "conv", "conv_transpose", "gemm", "norm", "pool", "reduce", "softmax", "unary")
 
 
 def initialize() -> None:

@@ -71,7 +71,7 @@ def store(key: str, params: dict) -> None:
             log.warning("cannot write tuned parameters to %s: %s", p, exc)
 
 
-def choose(key: str, candidates: list[dict], run, enabled: bool, repeats: int = 3) -> dict:
+def choose(key: str, candidates: list[dict], run, enabled: bool, repeats: int = 4) -> dict:
     """The parameters for ``key``: from the file if present; else, when ``enabled``, the fastest of
     ``candidates`` (``run(params)`` enqueues once and waits; it may raise to reject a candidate),
     persisted; else the first candidate (the default for the device)."""
@@ -86,10 +86,11 @@ def choose(key: str, candidates: list[dict], run, enabled: bool, repeats: int = 
     for params in candidates:
         try:
             run(params)  # warm-up: builds the program
-            t0 = time.perf_counter()
-            for _ in range(repeats):
+            t = float("inf")
+            for _ in range(repeats):  # the fastest of a few runs: robust to noise
+                t0 = time.perf_counter()
                 run(params)
-            t = (time.perf_counter() - t0) / repeats
+                t = min(t, time.perf_counter() - t0)
         except Exception as exc:  # noqa: BLE001 - a candidate the device cannot run is skipped
             log.debug("tuning %s: candidate %s rejected: %s", key, params, exc)
             continue

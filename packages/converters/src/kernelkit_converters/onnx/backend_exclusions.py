@@ -26,7 +26,8 @@ EXCLUDED: dict[str, str] = {
     r"averagepool_2d_ceil_last_window_starts_on_pad": (
         "the expected output is written rounded to 4 digits (0.1511) and checked by ONNX with rtol 1e-3; "
         "kernelkit gives 0.15105554, equal to onnxruntime and ReferenceEvaluator, but kernelkit's fp32 "
-        "rtol is 1e-4 (tests/test_real_models.py::test_averagepool_ceil_matches_onnxruntime checks it)"),
+        "rtol is 1e-4 (packages/converters/tests/test_handlers.py::"
+        "test_averagepool_ceil_last_window_on_pad_matches_onnxruntime checks it)"),
 }
 
 VENDOR_EXCLUDED: dict[str, dict[str, str]] = {

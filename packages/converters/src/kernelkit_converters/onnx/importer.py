@@ -25,8 +25,7 @@ from kernelkit.registry import ops as kernelkit_ops
 from kernelkit.shape import infer_node, infer_shapes
 from onnx import AttributeProto, ModelProto, TensorProto
 
-from .handlers import (DEFAULT_DOMAINS, MIN_OPSET, ConvertContext, OnnxNode, handled_versions, lookup,
-                       passthrough)
+from .handlers import DEFAULT_DOMAINS, MIN_OPSET, ConvertContext, OnnxNode, handled_versions, lookup, passthrough
 from .tensors import numpy_dtype, to_array
 
 log = logging.getLogger("kernelkit.converters.onnx")

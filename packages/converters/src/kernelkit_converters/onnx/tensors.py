@@ -106,16 +106,21 @@ def safe_external_path(location: str, base_dir: Path | None, where: str) -> Path
         probe = probe.parent
     if os.path.realpath(path) != str(path) or root not in path.parents:
         raise ModelFormatError(f"{where}: external data location {location!r} resolves outside the model's folder")
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except FileNotFoundError:
-        raise ModelFormatError(f"{where}: external data file {location!r} does not exist in {root}") from None
+    if not path.exists():
+        raise ModelFormatError(f"{where}: external data file {location!r} does not exist in {root}")
+    return path
+
+
+def _check_opened(fd: int, location: str, where: str) -> int:
+    """Checks on the opened file itself (not its name, which could be swapped): a regular file with
+    one link. Returns its size."""
+    st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise ModelFormatError(f"{where}: external data location {location!r} is not a regular file")
     if st.st_nlink > 1:
         raise ModelFormatError(f"{where}: external data file {location!r} is hard-linked "
                                f"({st.st_nlink} links); copy it instead")
-    return path
+    return st.st_size
 
 
 def read_external(tensor: TensorProto, dtype: np.dtype, where: str, base_dir: Path | None) -> np.ndarray:
@@ -128,8 +133,16 @@ def read_external(tensor: TensorProto, dtype: np.dtype, where: str, base_dir: Pa
     if any(d < 0 for d in shape):
         raise ModelFormatError(f"{where}: negative dimension in dims {list(shape)}")
     need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise ModelFormatError(f"{where}: cannot open external data {info['location']!r}: {exc}") from exc
+    try:
+        size = _check_opened(fd, info["location"], where)
+    except ModelFormatError:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:
         if offset > size:
             raise ModelFormatError(f"{where}: external data offset {offset} is past the end of "
                                    f"{info['location']!r} ({size} bytes)")

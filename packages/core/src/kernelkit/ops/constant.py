@@ -64,6 +64,8 @@ def _constant_of_shape_rule(ctx: InferContext) -> TensorSpec:
 
 @register_kernel("ConstantOfShape", device="cpu", vendor="reference", dtype="int64", priority=-100)
 def constant_of_shape(shape, *, value=None):
+    if np.any(shape < 0):
+        raise ValueError(f"shape {shape.tolist()} has a negative dim")
     return np.full(tuple(int(d) for d in shape), _fill(value))
 
 

@@ -55,6 +55,8 @@ def _geometry(ctx):
     a = ctx.attrs
     if x.rank < 3 or w.rank != x.rank:
         raise ctx.error(f"X {x} must have rank >= 3 and W {w} the same rank")
+    if 0 in x.shape[2:]:
+        raise ctx.error(f"X {x} has an empty spatial dim")
     if w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
         raise ctx.error(f"X, W and B must share a dtype; got {x.dtype}, {w.dtype}, {b.dtype if b else '-'}")
     kernel = a["kernel_shape"] or w.shape[2:]

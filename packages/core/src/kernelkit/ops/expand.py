@@ -26,7 +26,13 @@ def _rule(ctx: InferContext) -> TensorSpec:
 
 @register_kernel("Expand", device="cpu", vendor="reference", dtype=ALL_TYPES, priority=-100)
 def expand(x, shape):
-    out = np.broadcast_shapes(x.shape, tuple(int(d) for d in shape))
+    shape = tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise ValueError(f"shape {list(shape)} has a negative dim")
+    try:
+        out = np.broadcast_shapes(x.shape, shape)
+    except ValueError:
+        raise ValueError(f"input shape {x.shape} does not broadcast with shape {list(shape)}") from None
     return np.broadcast_to(x, out).copy()
 
 

@@ -25,6 +25,10 @@ def global_average_pool(x):
 
 @register_kernel("GlobalMaxPool", device="cpu", vendor="reference", dtype=FLOAT_TYPES, priority=-100)
 def global_max_pool(x):
+    if x.size == 0:  # an empty batch or channel axis gives an empty output; an empty window has no max
+        if x.shape[0] and x.shape[1]:
+            raise ValueError(f"GlobalMaxPool over an empty spatial extent {x.shape[2:]}: the maximum is undefined")
+        return np.empty((*x.shape[:2], *(1,) * (x.ndim - 2)), x.dtype)
     return np.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
 
 

@@ -24,6 +24,8 @@ def _infer(ctx) -> TensorSpec:
 
 @register_kernel("LRN", device="cpu", vendor="reference", dtype=FLOAT_TYPES, priority=-100)
 def lrn(x, *, alpha=1e-4, beta=0.75, bias=1.0, size=1):
+    if x.size == 0:
+        return x.copy()
     ct = compute_dtype(x.dtype)
     xc = x.astype(ct)
     lo, hi = (size - 1) // 2, size // 2  # channels before / after c

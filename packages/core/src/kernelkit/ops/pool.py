@@ -43,12 +43,18 @@ def _lowest(dtype):
 
 @register_kernel("MaxPool", device="cpu", vendor="reference", dtype=MAX_DTYPES, priority=-100)
 def max_pool(x, *, auto_pad="NOTSET", ceil_mode=0, dilations=(), kernel_shape=(), pads=(), storage_order=0,
-             strides=()):
+             strides=(), output_count=2):
     win = window(x.shape[2:], kernel_shape, strides=strides, dilations=dilations, pads=pads, auto_pad=auto_pad,
                  ceil_mode=ceil_mode)
     n, c, spatial, nd = *x.shape[:2], x.shape[2:], win.rank
     view = windows(x, win, fill=_lowest(x.dtype))  # (N, C, *out, *K)
     out = view.shape[2:2 + nd]
+    if output_count == 1:  # no Indices wanted: a running maximum over the window offsets
+        offsets = np.ndindex(*view.shape[2 + nd:])
+        y = view[(..., *next(offsets))].copy()
+        for k in offsets:
+            np.maximum(y, view[(..., *k)], out=y)
+        return (y,)
     flat = view.reshape(n, c, *out, math.prod(win.kernel))
     arg = flat.argmax(axis=-1)
     y = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]

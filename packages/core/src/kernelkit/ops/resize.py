@@ -50,13 +50,16 @@ def _plan(shape, scales, sizes, axes, policy, fail=ValueError):
     if (values < 0).any():
         raise fail(f"sizes {values.tolist()} must be >= 0")
     values = [int(v) for v in values]
+    if any(shape[a] == 0 and v for a, v in zip(axes, values)):
+        raise fail(f"sizes {values} grow an empty dim of {tuple(shape)}")
     if policy == "stretch":
-        ratios = [v / shape[a] if isinstance(shape[a], int) else None for a, v in zip(axes, values)]
+        ratios = [(v / shape[a] if shape[a] else 1.0) if isinstance(shape[a], int) else None
+                  for a, v in zip(axes, values)]
     elif any(isinstance(shape[a], str) for a in axes):
         return scale, [None if i in axes else d for i, d in enumerate(shape)]
     else:
         common = min if policy == "not_larger" else max
-        ratios = [common(v / shape[a] for a, v in zip(axes, values))] * len(axes)
+        ratios = [common((v / shape[a] for a, v in zip(axes, values) if shape[a]), default=1.0)] * len(axes)
         values = [int(r * shape[a] + 0.5) for a, r in zip(axes, ratios)]
     for a, r, v in zip(axes, ratios, values):
         scale[a], out[a] = r, v

@@ -44,6 +44,27 @@ def _flat(a, b, out, code):
 
 
 @jit_parallel
+def _rows(a, b, out, code, swapped):
+    """out[r, l] = a[r, l] op b[l] (or b[l] op a[r, l] when swapped): a bias-like operand."""
+    r_n, l_n = out.shape
+    for r in prange(r_n):
+        src, dst = a[r], out[r]
+        if swapped:
+            for k in range(l_n):
+                dst[U(k)] = _op(b[U(k)], src[U(k)], code)
+        else:
+            for k in range(l_n):
+                dst[U(k)] = _op(src[U(k)], b[U(k)], code)
+
+
+@jit_parallel
+def _with_scalar(a, s, out, code, swapped):
+    """out = a op s (or s op a when swapped) over flat arrays."""
+    for i in prange(out.shape[0]):
+        out[U(i)] = _op(s, a[U(i)], code) if swapped else _op(a[U(i)], s, code)
+
+
+@jit_parallel
 def _strided4(a, b, out, code):
     """out[i, j, k, l] = a[...] op b[...] on 4-D views (a and b may have zero strides)."""
     d0, d1, d2, d3 = out.shape
@@ -68,10 +89,29 @@ def _coalesce(shape, *strides):
     return [n for n, _ in merged], [[st[k] for _, st in merged] for k in range(len(strides))]
 
 
+def _trailing(small, full) -> bool:
+    """``small`` (leading 1s dropped) is exactly the trailing part of ``full``."""
+    dims = list(small)
+    while dims and dims[0] == 1:
+        dims.pop(0)
+    return not dims or tuple(full[len(full) - len(dims):]) == tuple(dims)
+
+
 def _run(a, b, out, code):
-    if a.shape == b.shape == out.shape and a.flags.c_contiguous and b.flags.c_contiguous:
+    contiguous = a.flags.c_contiguous and b.flags.c_contiguous
+    if contiguous and a.shape == b.shape == out.shape:
         _flat(a.reshape(-1), b.reshape(-1), out.reshape(-1), code)
         return
+    if contiguous and (a.shape == out.shape or b.shape == out.shape):  # a bias or a scalar: one row
+        swapped = a.shape != out.shape
+        big, small = (b, a) if swapped else (a, b)
+        if small.size == 1:
+            _with_scalar(big.reshape(-1), small.reshape(-1)[0], out.reshape(-1), code, swapped)
+            return
+        if _trailing(small.shape, out.shape):
+            length = small.size
+            _rows(big.reshape(-1, length), small.reshape(length), out.reshape(-1, length), code, swapped)
+            return
     av, bv = np.broadcast_to(a, out.shape), np.broadcast_to(b, out.shape)
     shape, (sa, sb, so) = _coalesce(out.shape, av.strides, bv.strides, out.strides)
     if len(shape) > 4:  # rare: loop over the leading axes in Python

@@ -94,6 +94,55 @@ def _conv_direct(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1):
                     row[U(ow)] = act(row[U(ow)], code, p0, p1)
 
 
+@jit_parallel
+def _conv_direct_s1(x, w, bias, y, dh, dw, ph, pw, code, p0, p1):
+    """Stride-1 convolution with one input channel per group. Each plane is copied once into a
+    zero-padded buffer of row length wp; the output is then computed on the padded grid, where
+    every tap is one long contiguous multiply-add over the flattened plane (long loops vectorise
+    well even for 7x7 maps), and the valid columns are copied out with the epilogue applied."""
+    n_n, c_n, h_n, w_n = x.shape
+    m_n, _, kh, kw = w.shape
+    oh_n, ow_n = y.shape[2], y.shape[3]
+    mult = m_n // c_n
+    hp, wp = oh_n + (kh - 1) * dh, ow_n + (kw - 1) * dw
+    rows, cols = min(h_n, hp - ph), min(w_n, wp - pw)
+    span = oh_n * wp
+    for nm in prange(n_n * m_n):
+        n = nm // m_n
+        m = nm - n * m_n
+        flat = np.zeros(hp * wp + (kw - 1) * dw, x.dtype)
+        plane = flat[:hp * wp].reshape(hp, wp)
+        plane[ph:ph + rows, pw:pw + cols] = x[n, m // mult, :rows, :cols]
+        acc = np.empty(span, x.dtype)
+        acc[:] = bias[m]
+        if kh == 3 and kw == 3:  # the common case: all nine taps per output in registers
+            k = w[m, 0]
+            r1, r2, c1, c2 = U(dh * wp), U(2 * dh * wp), U(dw), U(2 * dw)  # unsigned, like q
+            for p in range(span):
+                q = U(p)
+                acc[q] += (k[0, 0] * flat[q] + k[0, 1] * flat[q + c1] + k[0, 2] * flat[q + c2]
+                           + k[1, 0] * flat[q + r1] + k[1, 1] * flat[q + r1 + c1] + k[1, 2] * flat[q + r1 + c2]
+                           + k[2, 0] * flat[q + r2] + k[2, 1] * flat[q + r2 + c1] + k[2, 2] * flat[q + r2 + c2])
+        else:
+            for i in range(kh):
+                for j in range(kw):
+                    wv = w[m, 0, i, j]
+                    off = U(i * dh * wp + j * dw)
+                    for p in range(span):
+                        acc[U(p)] += wv * flat[U(p) + off]
+        for oh in range(oh_n):
+            row = y[n, m, oh]
+            src = acc[oh * wp:oh * wp + ow_n]
+            if code == NONE:
+                row[:] = src
+            elif code == CLIP:
+                for ow in range(ow_n):
+                    row[U(ow)] = min(max(src[U(ow)], p0), p1)
+            else:
+                for ow in range(ow_n):
+                    row[U(ow)] = act(src[U(ow)], code, p0, p1)
+
+
 def _supports(specs, attrs) -> bool:
     return specs[0] is not None and len(specs[0].shape) in (3, 4)
 
@@ -142,7 +191,9 @@ class Conv(NumbaKernel):
         bias = np.zeros(m_n, x4.dtype) if b is None else np.ascontiguousarray(b, dtype=x4.dtype).reshape(m_n)
         y = np.empty((n_n, m_n, oh_n, ow_n), x4.dtype)
         code, p0, p1 = self.act
-        if cg == 1 and group > 1:
+        if cg == 1 and group > 1 and sh == sw == 1:
+            _conv_direct_s1(x4, w4, bias, y, dh, dw, ph, pw, code, p0, p1)
+        elif cg == 1 and group > 1:
             _conv_direct(x4, w4, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1)
         else:
             self._gemm(x4, w4, y, group)

@@ -1,6 +1,6 @@
 """Softmax and LogSoftmax along one axis (ONNX opset 13). The tensor is viewed as
 (outer, L, inner): with inner == 1 (the last axis, the common case) each contiguous row is
-normalized in one kernel; otherwise each (L, inner) block is normalized column-wise with the
+normalized (max shift and normalization in Numba, the exp in NumPy's vectorised loop); otherwise each (L, inner) block is normalized column-wise with the
 inner axis innermost, so the loops stay contiguous."""
 from __future__ import annotations
 
@@ -18,29 +18,43 @@ U = np.uint64  # unsigned index: no wraparound check in inner loops
 
 
 @jit_parallel
-def _softmax_rows(x, y, log):
-    """x, y: (R, L); each row normalized."""
+def _shift_rows(x, y):
+    """y = x - max(x) per row of (R, L)."""
     r_n, l_n = x.shape
     for r in prange(r_n):
         src, dst = x[r], y[r]
         top = src[0]
         for k in range(1, l_n):
             top = max(top, src[U(k)])
+        for k in range(l_n):
+            dst[U(k)] = src[U(k)] - top
+
+
+@jit_parallel
+def _normalize_rows(e, y, log):
+    """Given e = exp(y) per row: softmax y <- e / sum(e); log-softmax y <- y - log(sum(e))."""
+    r_n, l_n = e.shape
+    for r in prange(r_n):
+        src, dst = e[r], y[r]
         total = 0.0
+        for k in range(l_n):
+            total += src[U(k)]
         if log:
+            shift = math.log(total)
             for k in range(l_n):
-                total += math.exp(src[U(k)] - top)
-            shift = top + math.log(total)
-            for k in range(l_n):
-                dst[U(k)] = src[U(k)] - shift
+                dst[U(k)] -= shift
         else:
-            for k in range(l_n):
-                e = math.exp(src[U(k)] - top)
-                dst[U(k)] = e
-                total += e
             scale = 1.0 / total
             for k in range(l_n):
-                dst[U(k)] *= scale
+                dst[U(k)] = src[U(k)] * scale
+
+
+def _softmax_rows(x, y, log):
+    """Rows of (R, L): shift by the row max (Numba), exp (NumPy's SIMD loop, several times faster
+    per element than a scalar libm call from Numba), normalize (Numba)."""
+    _shift_rows(x, y)
+    e = np.exp(y) if log else np.exp(y, out=y)
+    _normalize_rows(e, y, log)
 
 
 @jit_parallel

@@ -14,15 +14,16 @@ from kernelkit.registry import register_kernel
 
 from .._base import threaded
 from ..config import jit, jit_parallel
+from .epilogue import erf as erf_scalar, gelu as gelu_scalar
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
 # op -> code; a kernel function per op maps its attributes onto the two parameters (a, b)
 CODES = {name: i for i, name in enumerate((
     "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Selu", "Softplus",
-    "Gelu", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Floor", "Ceil"))}
+    "Gelu", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Floor", "Ceil", "Clip"))}
 (RELU, LEAKY_RELU, SIGMOID, HARD_SIGMOID, HARD_SWISH, TANH, ELU, SELU, SOFTPLUS, GELU, ERF, EXP,
- LOG, SQRT, RECIPROCAL, NEG, ABS, FLOOR, CEIL) = CODES.values()
+ LOG, SQRT, RECIPROCAL, NEG, ABS, FLOOR, CEIL, CLIP) = CODES.values()
 
 
 @jit
@@ -46,11 +47,9 @@ def _scalar(v, code, a, b):
     if code == SOFTPLUS:
         return max(v, 0.0) + math.log1p(math.exp(-abs(v)))
     if code == GELU:
-        if a != 0:
-            return 0.5 * v * (1.0 + math.tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))
-        return 0.5 * v * (1.0 + math.erf(v * 0.7071067811865476))
+        return gelu_scalar(v, a != 0)
     if code == ERF:
-        return math.erf(v)
+        return erf_scalar(v)
     if code == EXP:
         return math.exp(v)
     if code == LOG:
@@ -78,10 +77,20 @@ def _unary(x, y, code, a, b):
     if code == RELU:
         for i in prange(n):
             y[U(i)] = max(x[U(i)], a)
+    elif code == CLIP:
+        for i in prange(n):
+            v = x[U(i)]
+            y[U(i)] = v if v != v else min(max(v, a), b)  # NaN stays NaN, as in np.clip
     elif code == LEAKY_RELU:
         for i in prange(n):
             v = x[U(i)]
             y[U(i)] = v if v >= 0 else v * a
+    elif code == GELU and a == 0:
+        for i in prange(n):
+            y[U(i)] = gelu_scalar(x[U(i)], False)
+    elif code == ERF:
+        for i in prange(n):
+            y[U(i)] = erf_scalar(x[U(i)])
     else:
         for i in prange(n):
             y[U(i)] = _scalar(x[U(i)], code, a, b)
@@ -115,6 +124,13 @@ def gelu(x, *, approximate="none"):
     return _apply(x, GELU, 1.0 if approximate == "tanh" else 0.0)
 
 
+def clip(x, lo=None, hi=None):
+    """Clip's bounds are (scalar) inputs; min > max gives max everywhere, as in the reference."""
+    lo = -np.inf if lo is None else float(np.asarray(lo).reshape(()))
+    hi = np.inf if hi is None else float(np.asarray(hi).reshape(()))
+    return _apply(x, CLIP, lo, hi)
+
+
 def _plain(code):
     def kernel(x):
         return _apply(x, code)
@@ -122,7 +138,8 @@ def _plain(code):
     return kernel
 
 
-KERNELS = {"LeakyRelu": leaky_relu, "HardSigmoid": hard_sigmoid, "Elu": elu, "Selu": selu, "Gelu": gelu}
+KERNELS = {"LeakyRelu": leaky_relu, "HardSigmoid": hard_sigmoid, "Elu": elu, "Selu": selu, "Gelu": gelu,
+           "Clip": clip}
 for _name in ("Relu", "Sigmoid", "HardSwish", "Tanh", "Softplus", "Erf", "Exp", "Log", "Sqrt",
               "Reciprocal", "Neg", "Abs", "Floor", "Ceil"):
     KERNELS[_name] = _plain(CODES[_name])

@@ -21,10 +21,13 @@ def _supports(specs, attrs) -> bool:
 def _geometry(dev, cv, cg, kh, kw, H, W, dh, dw):
     """16 geometry ints then, per k = (c, kh, kw) of the implicit im2col matrix, the pair
     (c*H*W + kh*dh*W + kw*dw, kh*dh << 16 | kw*dw), as one cached device buffer."""
-    c, r, s = np.meshgrid(np.arange(cg), np.arange(kh), np.arange(kw), indexing="ij")
-    off = (c * H * W + r * dh * W + s * dw).ravel()
-    packed = ((r * dh) << 16 | (s * dw)).ravel()
-    return dev.meta(np.concatenate([np.asarray(cv), np.stack([off, packed], axis=1).ravel()]))
+    def make():
+        c, r, s = np.meshgrid(np.arange(cg), np.arange(kh), np.arange(kw), indexing="ij")
+        off = (c * H * W + r * dh * W + s * dw).ravel()
+        packed = ((r * dh) << 16 | (s * dw)).ravel()
+        return dev.meta(np.concatenate([np.asarray(cv), np.stack([off, packed], axis=1).ravel()]))
+
+    return dev.memo(("conv-geometry", tuple(cv), cg, kh, kw, dh, dw), make)
 
 
 def conv(x, w, b=None, *, auto_pad: str = "NOTSET", dilations=(), group: int = 1, kernel_shape=(), pads=(),

@@ -5,6 +5,7 @@
 // Defines (from gemm.py / the tuned-parameter file):
 //   TM, TN     outputs per work-item (rows, columns)      WM, WN   work-group shape (rows, columns)
 //   BK         k-step of a tile                           USE_LOCAL  1: stage tiles in local memory
+//   VEC_LDS    (local variant, TM and TN multiples of 4) 128-bit local loads, rows/cols in groups of 4
 //   TRANS_A, TRANS_B   A is stored [K, M] / B is stored [N, K]
 //   HAS_BIAS   add beta * bias[m * bias_sm + n * bias_sn]
 //   CONV       B(k, n) is the im2col matrix of the input image read on the fly (implicit GEMM):
@@ -87,10 +88,18 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
     _Pragma("unroll") for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
 
 #if USE_LOCAL
+#if VEC_LDS
+  // rows ly*4 + {0..3} (+ WM*4 per further group of 4): each group is one 128-bit local load
+#define ROW(i) (m0 + ((i) >> 2) * (WM * 4) + ly * 4 + ((i) & 3))
+#define COL(j) (n0 + ((j) >> 2) * (WN * 4) + lx * 4 + ((j) & 3))
+#define PAD 4
+#else
 #define ROW(i) (m0 + ly + (i) * WM)
 #define COL(j) (n0 + lx + (j) * WN)
-  __local float As[BK][BM + 1];
-  __local float Bs[BK][BN + 1];
+#define PAD 1
+#endif
+  __local float As[BK][BM + PAD] __attribute__((aligned(16)));
+  __local float Bs[BK][BN + PAD] __attribute__((aligned(16)));
   const int tid = ly * WN + lx;
 #ifdef CONV
   // NT % BN == 0 (checked by gemm.py): each work-item always loads the same column of the tile.
@@ -124,8 +133,19 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
 #pragma unroll
     for (int kk = 0; kk < BK; ++kk) {
       float a[TM], b[TN];
+#if VEC_LDS
+      _Pragma("unroll") for (int i = 0; i < TM; i += 4) {
+        const float4 v = *(__local const float4*)&As[kk][(i >> 2) * (WM * 4) + ly * 4];
+        a[i] = v.x; a[i + 1] = v.y; a[i + 2] = v.z; a[i + 3] = v.w;
+      }
+      _Pragma("unroll") for (int j = 0; j < TN; j += 4) {
+        const float4 v = *(__local const float4*)&Bs[kk][(j >> 2) * (WN * 4) + lx * 4];
+        b[j] = v.x; b[j + 1] = v.y; b[j + 2] = v.z; b[j + 3] = v.w;
+      }
+#else
       _Pragma("unroll") for (int i = 0; i < TM; ++i) a[i] = As[kk][ly + i * WM];
       _Pragma("unroll") for (int j = 0; j < TN; ++j) b[j] = Bs[kk][lx + j * WN];
+#endif
       _Pragma("unroll") for (int i = 0; i < TM; ++i)
         _Pragma("unroll") for (int j = 0; j < TN; ++j) acc[i][j] = mad(a[i], b[j], acc[i][j]);
     }

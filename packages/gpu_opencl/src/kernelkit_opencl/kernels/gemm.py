@@ -17,16 +17,20 @@ from ._common import activation, source
 
 # candidates, the first being the default; L = local-memory tiles (GPUs), D = direct (CPUs)
 GPU_TILES = [
-    dict(TM=8, TN=8, WM=16, WN=16, BK=16, USE_LOCAL=1),
-    dict(TM=4, TN=8, WM=16, WN=16, BK=16, USE_LOCAL=1),
-    dict(TM=8, TN=8, WM=16, WN=16, BK=8, USE_LOCAL=1),
-    dict(TM=4, TN=4, WM=16, WN=16, BK=16, USE_LOCAL=1),
+    dict(TM=8, TN=8, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=1),
+    dict(TM=8, TN=8, WM=16, WN=16, BK=8, USE_LOCAL=1, VEC_LDS=1),
+    dict(TM=8, TN=8, WM=16, WN=16, BK=32, USE_LOCAL=1, VEC_LDS=1),
+    dict(TM=8, TN=4, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=1),
+    dict(TM=4, TN=8, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=1),
+    dict(TM=8, TN=8, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=0),
+    dict(TM=4, TN=4, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=1),
 ]
-GPU_SMALL = [dict(TM=4, TN=4, WM=16, WN=16, BK=16, USE_LOCAL=1), dict(TM=2, TN=2, WM=16, WN=16, BK=16, USE_LOCAL=1)]
+GPU_SMALL = [dict(TM=4, TN=4, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=1),
+             dict(TM=2, TN=2, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=0)]
 CPU_TILES = [
-    dict(TM=8, TN=8, WM=4, WN=4, BK=1, USE_LOCAL=0),
-    dict(TM=4, TN=8, WM=4, WN=4, BK=1, USE_LOCAL=0),
-    dict(TM=8, TN=8, WM=2, WN=4, BK=1, USE_LOCAL=0),
+    dict(TM=8, TN=8, WM=4, WN=4, BK=1, USE_LOCAL=0, VEC_LDS=0),
+    dict(TM=4, TN=8, WM=4, WN=4, BK=1, USE_LOCAL=0, VEC_LDS=0),
+    dict(TM=8, TN=8, WM=2, WN=4, BK=1, USE_LOCAL=0, VEC_LDS=0),
 ]
 
 

@@ -12,8 +12,9 @@ handlers that move attributes to inputs or rewrite older semantics.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import onnx.defs

@@ -32,7 +32,8 @@ SAME_AS_OPSET21: dict[str, tuple[int, ...]] = {
     "Transpose": (1, 13, 21, 23, 24, 25), "Concat": (11, 13), "Split": (18,), "Slice": (11, 13),
     "Gather": (11, 13), "GatherElements": (11, 13), "Squeeze": (13, 21, 23, 24, 25),
     "Unsqueeze": (13, 21, 23, 24, 25), "Expand": (8, 13), "Tile": (6, 13),
-    "Cast": (9, 13, 19, 21, 23, 24, 25, 28), "CastLike": (15, 19, 21, 23, 24, 25), "Shape": (1, 13, 15, 19, 21, 23, 24, 25),
+    "Cast": (9, 13, 19, 21, 23, 24, 25, 28), "CastLike": (15, 19, 21, 23, 24, 25),
+    "Shape": (1, 13, 15, 19, 21, 23, 24, 25),
     "Size": (1, 13, 19, 21, 23, 24, 25), "ConstantOfShape": (9, 20, 21, 23, 24, 25),
     "Range": (11, 27), "TopK": (11, 24), "CumSum": (11, 14),
     # unary table

@@ -1,0 +1,82 @@
+"""ReduceSum, ReduceMean, ReduceMax, ReduceMin (opset 18+: axes as an optional input).
+
+The reduced axes are moved last (a copy only when they are not already trailing), so every
+reduction is a row reduction over a (rows, L) view, accumulated in float64 for sums and means.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import prange
+
+from kernelkit.registry import register_kernel
+
+from .._base import threaded
+from ..config import jit_parallel
+
+U = np.uint64  # unsigned index: no wraparound check in inner loops
+SUM, MEAN, MAX, MIN = range(4)
+
+
+@jit_parallel
+def _reduce_rows(x, y, code):
+    r_n, l_n = x.shape
+    for r in prange(r_n):
+        src = x[r]
+        if code == MAX or code == MIN:
+            acc = -np.inf if code == MAX else np.inf
+            nan = False
+            for k in range(l_n):
+                v = src[U(k)]
+                nan = nan or v != v
+                acc = max(acc, v) if code == MAX else min(acc, v)
+            y[r] = np.nan if nan else acc
+        else:
+            total = 0.0
+            for k in range(l_n):
+                total += src[U(k)]
+            y[r] = total / l_n if code == MEAN else total
+
+
+def _reduce(data, axes, keepdims, noop_with_empty_axes, code):
+    axes = [] if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
+    if not axes:
+        if noop_with_empty_axes:
+            return data.copy()
+        axes = list(range(data.ndim))
+    rank = data.ndim
+    red = sorted({a % rank for a in axes}) if rank else []
+    keep = [a for a in range(rank) if a not in red]
+    rows = math.prod(data.shape[a] for a in keep)
+    length = math.prod(data.shape[a] for a in red)
+    out_shape = tuple(1 if a in red else data.shape[a] for a in range(rank)) if keepdims else \
+        tuple(data.shape[a] for a in keep)
+    y = np.empty(out_shape, data.dtype)
+    if rows and length:
+        x = np.ascontiguousarray(data.transpose(keep + red)).reshape(rows, length)
+        _reduce_rows(x, y.reshape(rows), code)
+    elif rows:  # empty reduction: the identity (mean of nothing is NaN, as in NumPy)
+        y[...] = {SUM: 0, MEAN: np.nan, MAX: -np.inf, MIN: np.inf}[code]
+    return y
+
+
+def reduce_sum(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce(data, axes, keepdims, noop_with_empty_axes, SUM)
+
+
+def reduce_mean(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce(data, axes, keepdims, noop_with_empty_axes, MEAN)
+
+
+def reduce_max(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce(data, axes, keepdims, noop_with_empty_axes, MAX)
+
+
+def reduce_min(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce(data, axes, keepdims, noop_with_empty_axes, MIN)
+
+
+for _name, _fn in {"ReduceSum": reduce_sum, "ReduceMean": reduce_mean, "ReduceMax": reduce_max,
+                   "ReduceMin": reduce_min}.items():
+    register_kernel(_name, device="cpu", vendor="numba", dtype="float32")(threaded(_fn))

@@ -1,0 +1,183 @@
+"""Program cache (memory + disk), build errors, kernel dumps, tuned parameters, GEMM tile variants."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import kernelkit as kk
+from kernelkit.testing import assert_close
+
+SRC = "__kernel void twice(__global float* x) { const int i = get_global_id(0); x[i] = SCALE * x[i]; }\n"
+
+
+def _fresh_cache(device):
+    from kernelkit_opencl.programs import ProgramCache
+
+    return ProgramCache(device.context, device.cl_device)
+
+
+def _run_twice(device, program, n=8):
+    import pyopencl as cl
+
+    x = np.arange(n, dtype=np.float32)
+    buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=x)
+    knl = cl.Kernel(program, "twice")
+    knl.set_args(buf)
+    ev = cl.enqueue_nd_range_kernel(device.queue, knl, (n,), None)
+    cl.enqueue_copy(device.queue, x, buf, is_blocking=True, wait_for=[ev])  # the queue may be out of order
+    return x
+
+
+def test_disk_cache_miss_then_hit(device, tmp_cache):
+    first = _fresh_cache(device)
+    prg = first.get(SRC, {"SCALE": 2.0}, label="twice")
+    assert (first.misses, first.hits) == (1, 0)
+    assert first.get(SRC, {"SCALE": 2.0}) is prg  # memory cache
+    entries = list((tmp_cache / "opencl" / "programs").glob("*.bin"))
+    assert len(entries) == 1
+    second = _fresh_cache(device)  # a new process would start like this
+    prg2 = second.get(SRC, {"SCALE": 2.0}, label="twice")
+    assert (second.misses, second.hits) == (0, 1)
+    np.testing.assert_array_equal(_run_twice(device, prg2), 2 * np.arange(8, dtype=np.float32))
+    other = second.get(SRC, {"SCALE": 3.0}, label="twice")  # other defines: another key
+    assert second.misses == 1
+    np.testing.assert_array_equal(_run_twice(device, other), 3 * np.arange(8, dtype=np.float32))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "foreign"])
+def test_corrupt_or_foreign_entry_is_rebuilt_with_warning(device, tmp_cache, damage):
+    _fresh_cache(device).get(SRC, {"SCALE": 2.0}, label="twice")
+    (entry,) = (tmp_cache / "opencl" / "programs").glob("*.bin")
+    blob = entry.read_bytes()
+    if damage == "truncate":
+        entry.write_bytes(blob[: len(blob) // 2])
+    elif damage == "garbage":
+        entry.write_bytes(b"\x00garbage" * 10)
+    else:  # a valid entry of another key copied over this one
+        cache = _fresh_cache(device)
+        cache.get(SRC, {"SCALE": 5.0}, label="twice")
+        other = [p for p in entry.parent.glob("*.bin") if p != entry][0]
+        entry.write_bytes(other.read_bytes())
+    cache = _fresh_cache(device)
+    with pytest.warns(RuntimeWarning, match="unusable"):
+        prg = cache.get(SRC, {"SCALE": 2.0}, label="twice")
+    assert cache.rebuilt == 1
+    np.testing.assert_array_equal(_run_twice(device, prg), 2 * np.arange(8, dtype=np.float32))
+    assert _fresh_cache(device).get(SRC, {"SCALE": 2.0}) is not None  # the rewritten entry loads
+    assert len(list(entry.parent.glob("*.tmp"))) == 0  # atomic writes leave no temporary files
+
+
+def test_build_error_carries_device_name_and_full_log(device, tmp_cache):
+    bad = "__kernel void broken(__global float* x) { x[0] = undefined_symbol_kk + 1.0f; }\n"
+    with pytest.raises(kk.KernelBuildError) as info:
+        _fresh_cache(device).get(bad, {"N": 4}, label="broken")
+    text = str(info.value)
+    assert device.cl_device.name in text
+    assert "undefined_symbol_kk" in text and "broken" in text and "-DN=4" in text
+
+
+def test_dump_dir_gets_every_built_source_with_defines(device, tmp_cache, tmp_path, monkeypatch):
+    dump = tmp_path / "dump"
+    monkeypatch.setenv("KERNELKIT_DUMP_KERNELS", str(dump))
+    _fresh_cache(device).get(SRC, {"SCALE": 2.5}, label="twice")
+    (path,) = dump.glob("twice_*.cl")
+    text = path.read_text()
+    assert "#define SCALE 2.5f" in text and SRC in text
+
+
+def test_tuned_parameters_are_persisted_and_reused(tmp_cache, rng):
+    from kernelkit_opencl import tuning
+    from kernelkit_opencl.kernels import gemm
+    from kernelkit_opencl.runtime import OpenCLDevice
+
+    a = rng.standard_normal((33, 20)).astype(np.float32)
+    b = rng.standard_normal((20, 17)).astype(np.float32)
+    dev = OpenCLDevice({"opencl_tune": True})
+    before = tuning.searches
+    out = gemm.matmul(dev.upload(a), dev.upload(b))
+    assert_close(dev.download(out), a @ b)
+    assert tuning.searches == before + 1
+    data = json.loads((tmp_cache / "opencl" / "tuned_params.json").read_text())
+    (key,) = [k for k in data if "|gemm|mm|00|64x32x32x1" in k]
+    assert data[key] in gemm.CPU_TILES + gemm.GPU_TILES + gemm.GPU_SMALL
+    dev2 = OpenCLDevice({"opencl_tune": True})  # a new session: reads the file, no search
+    tuning._loaded_from = None  # as a new process would
+    out2 = gemm.matmul(dev2.upload(a), dev2.upload(b))
+    assert tuning.searches == before + 1
+    assert_close(dev2.download(out2), a @ b)
+
+
+def test_unreadable_tuning_file_is_rewritten(tmp_cache, rng):
+    from kernelkit_opencl import tuning
+
+    path = tmp_cache / "opencl" / "tuned_params.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    tuning._loaded_from = None
+    with pytest.warns(RuntimeWarning, match="unreadable"):
+        assert tuning.lookup("x") is None
+    tuning.store("x", {"TM": 1})
+    assert json.loads(path.read_text()) == {"x": {"TM": 1}}
+
+
+
+def _all_tiles():
+    from kernelkit_opencl.kernels import gemm
+
+    return gemm.GPU_SMALL + gemm.GPU_TILES + gemm.CPU_TILES
+
+
+@pytest.mark.parametrize("index", range(12))
+def test_every_tile_variant_matches_numpy(device, rng, index):
+    """Each candidate of the tuning search (local-memory GPU tiles too) is correct on PoCL, on
+    ragged shapes, transposed operands, bias broadcast, batches and fused activations."""
+    from kernelkit_opencl.kernels.gemm import GemmCall, _launch
+
+    tiles = _all_tiles()
+    assert len(tiles) == 12
+    p = tiles[index]
+    M, N, K = 37, 45, 29
+    combos = [(0, 0, "Relu"), (1, 1, ""), (0, 1, "Relu"), (1, 0, "")]
+    for ta, tb, act in [combos[index % 4]]:  # one build per variant; all layouts across variants
+        a = rng.standard_normal((2, K, M) if ta else (2, M, K)).astype(np.float32)
+        b = rng.standard_normal((N, K) if tb else (K, N)).astype(np.float32)
+        bias = rng.standard_normal(N).astype(np.float32)
+        A, B, C = device.upload(a), device.upload(b), device.upload(bias)
+        out = device.empty((2, M, N), np.float32)
+        call = GemmCall(M, N, K, M if ta else K, K if tb else N, N, bool(ta), bool(tb), batch=2, za=M * K,
+                        zc=M * N, bias_sn=1, alpha=0.5, beta=2.0, activation=act)
+        _launch(device, call, p, A, B, C, out)
+        opa = np.swapaxes(a, 1, 2) if ta else a
+        want = 0.5 * (opa @ (b.T if tb else b)) + 2.0 * bias
+        want = np.maximum(want, 0) if act else want
+        assert_close(device.download(out), want.astype(np.float32), err_msg=f"{p} ta={ta} tb={tb}")
+
+
+def test_implicit_gemm_conv_with_gpu_tiles(monkeypatch, rng, tmp_cache):
+    """The local-memory conv path (what GPUs run) against the reference, on PoCL."""
+    from kernelkit_opencl.kernels import gemm
+
+    monkeypatch.setattr(gemm, "_candidates", lambda dev, call: gemm.GPU_TILES)
+    cases = [((2, 5, 11, 9), (7, 5, 3, 3), {"pads": [1, 2, 0, 1], "strides": [2, 1]}),
+             ((1, 6, 8, 8), (4, 3, 3, 3), {"group": 2, "dilations": [2, 2], "activation": "Relu"})]
+    for xs, ws, attrs in cases:
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = rng.standard_normal(ws).astype(np.float32)
+        b = rng.standard_normal(ws[0]).astype(np.float32)
+        got = kk.testing.run_single_op("Conv", [x, w, b], attrs, device="gpu", fallback=False,
+                                       options={"opencl_tune": False})
+        want = kk.testing.run_single_op("Conv", [x, w, b], attrs)
+        assert_close(got[0], want[0], err_msg=str(attrs))
+
+
+@pytest.mark.parametrize("activation", ["Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSwish", "Tanh", "Gelu"])
+def test_fused_activations_on_gemm(rng, activation):
+    params = {"Clip": [-0.3, 0.4], "LeakyRelu": [0.2], "Gelu": [1.0]}.get(activation, [])
+    a = rng.standard_normal((6, 9)).astype(np.float32)
+    b = rng.standard_normal((9, 5)).astype(np.float32)
+    attrs = {"activation": activation, "activation_params": params}
+    got = kk.testing.run_single_op("Gemm", [a, b], attrs, device="gpu", fallback=False)
+    want = kk.testing.run_single_op("Gemm", [a, b], attrs)
+    assert_close(got[0], want[0])
