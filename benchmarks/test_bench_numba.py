@@ -291,23 +291,28 @@ def test_session_build(benchmark, tmp_path_factory, name, cache):
 
 def interleaved_table(names=WANTED, rounds: int = 15) -> list[dict]:
     """Latency per runtime measured round-robin (one call of each runtime per round), so that the
-    load of a shared machine hits every runtime alike; min and median in ms."""
+    load of a shared machine hits every runtime alike; min and median wall ms. For the 1-thread
+    runtimes also the process CPU ms per call (median), which other processes' load barely moves."""
     rows = []
     for name in names:
         proto, model, feed, gflop = model_case(name)
         runs = {"numba1": kernelkit_session(model, "numba1"), "numba2": kernelkit_session(model, "numba2"),
                 "ort1": ort_session(proto, 1), "ort2": ort_session(proto, 2)}
         times: dict[str, list[float]] = {k: [] for k in runs}
+        cpu: dict[str, list[float]] = {k: [] for k in runs}
         for sess in runs.values():
             sess.run(None, feed)
         for _ in range(rounds):
             for key, sess in runs.items():
-                t0 = time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 sess.run(None, feed)
                 times[key].append((time.perf_counter() - t0) * 1e3)
+                cpu[key].append((time.process_time() - c0) * 1e3)
         row = {"model": name, "gflop": round(gflop, 3)}
         for key, ts in times.items():
             row[f"{key}_min"], row[f"{key}_median"] = round(min(ts), 2), round(float(np.median(ts)), 2)
+        for key in ("numba1", "ort1"):
+            row[f"{key}_cpu_median"] = round(float(np.median(cpu[key])), 2)
         rows.append(row)
     return rows
 
@@ -315,7 +320,8 @@ def interleaved_table(names=WANTED, rounds: int = 15) -> list[dict]:
 if __name__ == "__main__":  # python benchmarks/test_bench_numba.py [models] [rounds]
     picked = sys.argv[1].split(",") if len(sys.argv) > 1 else WANTED
     for r in interleaved_table(picked, int(sys.argv[2]) if len(sys.argv) > 2 else 15):
-        ratio = lambda k: r[f"numba{k}_median"] / r["ort2_median"]  # noqa: E731
-        print(json.dumps({**r, "numba1/ort2": round(ratio(1), 2), "numba2/ort2": round(ratio(2), 2),
+        print(json.dumps({**r, "numba1/ort2": round(r["numba1_median"] / r["ort2_median"], 2),
+                          "numba2/ort2": round(r["numba2_median"] / r["ort2_median"], 2),
+                          "numba1/ort1(cpu)": round(r["numba1_cpu_median"] / r["ort1_cpu_median"], 2),
                           "best_numba/best_ort(min)": round(min(r["numba1_min"], r["numba2_min"])
                                                             / min(r["ort1_min"], r["ort2_min"]), 2)}))

@@ -4,7 +4,6 @@ machine) and benchmarks/test_bench_opencl.py (PoCL), so both measure the same gr
 from __future__ import annotations
 
 import numpy as np
-
 from kernelkit import GraphBuilder
 
 

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kernelkit import (
+    ConfigError,
     GraphBuilder,
     InputError,
     KernelExecutionError,
@@ -29,6 +30,7 @@ from kernelkit import (
     ShapeError,
     UnsupportedOpError,
 )
+from kernelkit.ir import Graph, Model, Node, TensorSpec, Value
 from kernelkit.ops._util import same_as_input
 from kernelkit.registry import get_schema
 from kernelkit.testing import assert_close, run_single_op, sample_cases, single_op_model
@@ -130,6 +132,16 @@ def test_huge_dims_are_a_typed_error_not_a_crash(relu):
         relu.run(None, {"x": huge})
 
 
+def test_run_async_reports_bad_feeds_at_once_and_kernel_failures_through_the_future(relu):
+    with pytest.raises(InputError, match="input 'x'"):
+        relu.run_async(None, {"x": [[1.0, 2.0], [3.0]]})
+    future = relu.run_async(None, {"x": np.broadcast_to(np.float32(1), (1 << 40, 3))})
+    with pytest.raises(KernelExecutionError, match="node 'y'"):
+        future.result(timeout=60)
+    (y,) = relu.run_async(None, {"x": np.array([[-1.0, 0.0, 2.0]], np.float32)}).result(timeout=60)
+    np.testing.assert_array_equal(y, np.array([[0.0, 0.0, 2.0]], np.float32))
+
+
 def test_nan_and_inf_values_run_like_numpy():
     g = GraphBuilder("m")
     x = g.input("x", ("N", 4), "float32")
@@ -169,7 +181,8 @@ def _layouts():
 
 
 @pytest.mark.parametrize("layout", list(_layouts()))
-def test_caller_arrays_are_unchanged_and_outputs_are_fresh(layout):
+@pytest.mark.parametrize("vendors", [["reference"], None])  # None: the fastest kernels installed
+def test_caller_arrays_are_unchanged_and_outputs_are_fresh(layout, vendors):
     g = GraphBuilder("m")
     x = g.input("x", ("N", 6), "float32")
     g.output(g.op("Identity", x, name="ident"),
@@ -179,7 +192,7 @@ def test_caller_arrays_are_unchanged_and_outputs_are_fresh(layout):
     root = x.base if x.base is not None else x
     before, root_before, flags = x.tobytes(), root.tobytes(), (x.flags.writeable, x.flags.c_contiguous)
     for passes in (None, False):
-        outs = Session(g.build(), passes=passes, **REF).run(None, {"x": x})
+        outs = Session(g.build(), passes=passes, vendors=vendors).run(None, {"x": x})
         assert x.tobytes() == before and root.tobytes() == root_before
         assert (x.flags.writeable, x.flags.c_contiguous) == flags
         expected = [x, x.reshape(-1), x.T, np.maximum(x, 0)]
@@ -191,6 +204,41 @@ def test_caller_arrays_are_unchanged_and_outputs_are_fresh(layout):
             out[...] = 7  # scribbling on outputs reaches neither the feed nor other outputs
             assert x.tobytes() == before
             assert not any(np.shares_memory(out, o) for o in outs[i + 1:])
+
+
+@pytest.mark.parametrize("settings_, fragment", [
+    ({"vendors": "numba"}, "vendors must be a list"), ({"vendors": 5}, "vendors must be a list"),
+    ({"vendors": [5]}, "vendors must be a list"), ({"threads": "2"}, "threads must be an int"),
+    ({"threads": 0}, "threads must be an int >= 1"), ({"threads": True}, "threads must be an int"),
+    ({"passes": "fold_constants"}, "passes must be"), ({"passes": 5}, "passes must be"),
+    ({"options": [("threads", 1)]}, "options must be a dict"), ({"stub_ops": "Relu"}, "stub_ops must be"),
+    ({"options": {"fold_max_bytes": "16M"}}, "fold_max_bytes"),
+])
+def test_session_settings_of_the_wrong_type_are_config_errors(settings_, fragment):
+    g = GraphBuilder("m")
+    x = g.input("x", ("N", 3), "float32")
+    g.output(g.op("Add", x, g.op("Neg", np.ones(3, np.float32)), name="y"))  # Neg folds to a constant
+    with pytest.raises(ConfigError, match=fragment):
+        Session(g.build(), **settings_)
+
+
+def _graph(nodes, inputs=("x",), outputs=("y",)):
+    values = {"x": Value("x", TensorSpec((3,), "float32")),
+              "k": Value("k", TensorSpec((3,), "float32"), np.ones(3, np.float32))}
+    return Model(Graph(nodes, inputs, outputs, values, "g"))
+
+
+@pytest.mark.parametrize("model, fragment", [
+    (_graph([Node("Neg", ["x"], ["x"], name="n")]), "node 'n' writes 'x', which is already a graph input"),
+    (_graph([Node("Neg", ["x"], ["k"], name="n"), Node("Add", ["x", "k"], ["y"], name="a")]), "writes 'k'"),
+    (_graph([Node("Neg", ["x"], ["y"], name="n"), Node("Relu", ["x"], ["y"], name="r")]), "node 'r' writes 'y'"),
+    (_graph([Node("Relu", ["x"], ["z"], name="n")]), r"outputs \['y'\] are never produced"),
+    (_graph([Node("Relu", ["x"], ["y"], name="n")], inputs=("x", "x")), "lists an input twice"),
+    (_graph([Node("Relu", ["ghost"], ["y"], name="n")]), "dangling inputs at node 'n'"),
+])
+def test_hand_built_graphs_with_ambiguous_values_are_rejected(model, fragment):
+    with pytest.raises(ModelFormatError, match=fragment):
+        Session(model, **REF)
 
 
 # -- GraphBuilder / register_op / register_kernel misuse -------------------------------------------

@@ -211,9 +211,13 @@ def test_absurd_json_claims_do_not_allocate(tmp_path, original, mutate, fragment
 
 def test_a_node_without_outputs_is_a_typed_error(tmp_path, original):
     _, doc, _ = _parts(original)
-    doc["graph"]["nodes"][1]["outputs"] = []  # found by the JSON fuzzer: a pass indexed outputs[0]
+    doc["graph"]["nodes"].append(dict(doc["graph"]["nodes"][1], name="dead", outputs=[]))
     model = kk.load(_write(tmp_path, _with_json(original, doc)))
-    with pytest.raises(kk.ShapeError, match="node 'y' .*no outputs"):
+    with pytest.raises(kk.ShapeError, match="node 'dead' .*no outputs"):  # a pass indexed outputs[0]
+        Session(model)
+    doc["graph"]["nodes"][1]["outputs"] = []  # as the JSON fuzzer found it: the graph output is lost
+    model = kk.load(_write(tmp_path, _with_json(original, doc)))
+    with pytest.raises(ModelFormatError, match=r"outputs \['y'\] are never produced"):
         Session(model)
 
 

@@ -8,7 +8,6 @@ import pkgutil
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
-
 from kernelkit.testing import assert_close, run_single_op
 
 # Core registers its op modules from kernelkit/ops/__init__.py; importing every module here as

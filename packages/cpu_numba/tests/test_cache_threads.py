@@ -5,11 +5,10 @@ import os
 import subprocess
 import sys
 
+import kernelkit
 import numba
 import numpy as np
 import pytest
-
-import kernelkit
 from kernelkit_numba import config
 
 JIT_OFF = os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")

@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from kernelkit.errors import OpAttributeError
 from kernelkit.testing import run_single_op
 

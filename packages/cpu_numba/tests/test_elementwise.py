@@ -1,10 +1,9 @@
 """Property tests: broadcasting binary/variadic ops; the unary table over each op's own samples."""
+import kernelkit
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import kernelkit
 from kernelkit.registry import get_schema
 
 
@@ -49,3 +48,11 @@ def test_unary_matches_reference_on_op_samples(check, op):
              "HardSigmoid": {"alpha": 0.3, "beta": 0.4}}
     if op in extra:
         check(op, cases[1][0], extra[op])
+
+
+@pytest.mark.parametrize("op", ["Relu", "Abs", "Neg", "Floor", "Ceil", "Exp", "Sigmoid", "Tanh", "Softplus", "Elu",
+                                "Erf", "Gelu", "Clip"])
+def test_unary_edge_values(check, op):
+    x = np.array([np.inf, -np.inf, np.nan, 3e9, -3e9, 100.0, -100.0, 0.0, -0.0, 2.5, -2.5], np.float32)
+    with np.errstate(all="ignore"):  # the reference's NumPy warns on inf/NaN; the values are the test
+        check(op, [x])

@@ -1,10 +1,9 @@
 """Fixtures for the OpenCL backend tests (PoCL here and in CI; any OpenCL device works)."""
 from __future__ import annotations
 
+import kernelkit as kk
 import numpy as np
 import pytest
-
-import kernelkit as kk
 
 
 def _has_opencl() -> bool:

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import json
 
+import kernelkit as kk
 import numpy as np
 import pytest
-
-import kernelkit as kk
 from kernelkit.testing import assert_close
 
 SRC = "__kernel void twice(__global float* x) { const int i = get_global_id(0); x[i] = SCALE * x[i]; }\n"
@@ -124,19 +123,22 @@ def test_unreadable_tuning_file_is_rewritten(tmp_cache, rng):
 
 
 def _all_tiles():
+    """One candidate per code path and tile constant worth checking (each is a separate build)."""
     from kernelkit_opencl.kernels import gemm
 
-    return gemm.GPU_SMALL + gemm.GPU_TILES + gemm.CPU_TILES
+    gpu, small, cpu = gemm.GPU_TILES, gemm.GPU_SMALL, gemm.CPU_TILES
+    return [gpu[0], gpu[1], gpu[2], gpu[4], gpu[5], small[1], cpu[0], cpu[1],
+            dict(gpu[0], SPLIT_K=3), dict(small[0], SPLIT_K=2)]
 
 
-@pytest.mark.parametrize("index", range(12))
+@pytest.mark.parametrize("index", range(10))
 def test_every_tile_variant_matches_numpy(device, rng, index):
-    """Each candidate of the tuning search (local-memory GPU tiles too) is correct on PoCL, on
+    """The tuning search's candidates (local-memory GPU tiles, split-K too) are correct on PoCL, on
     ragged shapes, transposed operands, bias broadcast, batches and fused activations."""
     from kernelkit_opencl.kernels.gemm import GemmCall, _launch
 
     tiles = _all_tiles()
-    assert len(tiles) == 12
+    assert len(tiles) == 10
     p = tiles[index]
     M, N, K = 37, 45, 29
     combos = [(0, 0, "Relu"), (1, 1, ""), (0, 1, "Relu"), (1, 0, "")]
@@ -155,21 +157,30 @@ def test_every_tile_variant_matches_numpy(device, rng, index):
         assert_close(device.download(out), want.astype(np.float32), err_msg=f"{p} ta={ta} tb={tb}")
 
 
-def test_implicit_gemm_conv_with_gpu_tiles(monkeypatch, rng, tmp_cache):
-    """The local-memory conv path (what GPUs run) against the reference, on PoCL."""
+@pytest.mark.parametrize("split", [1, 3])
+def test_implicit_gemm_conv_with_gpu_tiles(monkeypatch, rng, tmp_cache, split):
+    """The local-memory conv path (what GPUs run), with and without split-K, against the reference."""
     from kernelkit_opencl.kernels import gemm
 
-    monkeypatch.setattr(gemm, "_candidates", lambda dev, call: gemm.GPU_TILES)
+    tiles = dict(gemm.GPU_TILES[0], SPLIT_K=split)
+    monkeypatch.setattr(gemm, "_candidates", lambda dev, call: [tiles])
     cases = [((2, 5, 11, 9), (7, 5, 3, 3), {"pads": [1, 2, 0, 1], "strides": [2, 1]}),
              ((1, 6, 8, 8), (4, 3, 3, 3), {"group": 2, "dilations": [2, 2], "activation": "Relu"})]
     for xs, ws, attrs in cases:
         x = rng.standard_normal(xs).astype(np.float32)
         w = rng.standard_normal(ws).astype(np.float32)
         b = rng.standard_normal(ws[0]).astype(np.float32)
-        got = kk.testing.run_single_op("Conv", [x, w, b], attrs, device="gpu", fallback=False,
-                                       options={"opencl_tune": False})
+        sess_kw = {"device": "gpu", "fallback": False, "options": {"opencl_tune": False}}
+        if split > 1:
+            sess_kw["options"]["opencl_profile"] = True
+        model = kk.testing.single_op_model("Conv", [x, w, b], attrs)
+        sess = kk.Session(model, **sess_kw)
+        got = sess.run(None, {"in0": x, "in1": w, "in2": b})
         want = kk.testing.run_single_op("Conv", [x, w, b], attrs)
-        assert_close(got[0], want[0], err_msg=str(attrs))
+        assert_close(got[0], want[0], err_msg=f"{attrs} split {split}")
+        if split > 1:
+            labels = [r["kernel"] for r in sess._devices["gpu"].kernel_profile()]
+            assert "splitk_reduce" in labels and any("split3" in lb for lb in labels)
 
 
 @pytest.mark.parametrize("activation", ["Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSwish", "Tanh", "Gelu"])

@@ -5,10 +5,9 @@ import subprocess
 import sys
 import threading
 
+import kernelkit as kk
 import numpy as np
 import pytest
-
-import kernelkit as kk
 from kernelkit.testing import assert_close
 
 
@@ -176,3 +175,8 @@ def test_upload_is_safe_against_later_changes(rng, shape):
     fut = sess.run_async(None, {"x": x})
     x[...] = -1.0
     np.testing.assert_array_equal(fut.result(timeout=60)[0], np.maximum(keep, 0))
+
+
+def test_tensors_beyond_32_bit_indexing_are_refused(device):
+    with pytest.raises(kk.DeviceError, match="32-bit"):
+        device.empty((1 << 16, 1 << 15), np.float32)  # 2**31 elements: never silently wrapped

@@ -157,6 +157,7 @@ class Graph:
         """Topological order as level sets: each level holds the nodes whose inputs are all ready
         once the previous levels ran, the unit of parallel or asynchronous scheduling."""
         ready = set(self.inputs) | {n for n, v in self.values.items() if v.data is not None} | {""}
+        self._check_single_sources(ready)
         pending = list(self.nodes)
         out: list[list[Node]] = []
         while pending:
@@ -172,7 +173,22 @@ class Graph:
             taken = {id(n) for n in level}
             pending = [n for n in pending if id(n) not in taken]
             ready.update(o for n in level for o in n.outputs)
+        missing = [name for name in self.outputs if name not in ready]
+        if missing:
+            raise ModelFormatError(f"graph {self.name!r}: outputs {missing} are never produced")
         return out
+
+    def _check_single_sources(self, sources: set[str]) -> None:
+        """Each value comes from one place (a graph input, a constant or one node output)."""
+        if len(set(self.inputs)) != len(self.inputs):
+            raise ModelFormatError(f"graph {self.name!r} lists an input twice: {self.inputs}")
+        produced = set(sources)
+        for node in self.nodes:
+            for name in node.outputs:
+                if name and name in produced:
+                    raise ModelFormatError(f"graph {self.name!r}: node {node.name!r} writes {name!r}, which is "
+                                           f"already a graph input, a constant or another node's output")
+                produced.add(name)
 
     def toposort(self) -> None:
         """Reorder ``nodes`` topologically (stable by level)."""

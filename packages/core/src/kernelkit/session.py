@@ -19,7 +19,7 @@ import numpy as np
 
 from .backends import run_session_hooks
 from .devices import Device, create_device
-from .errors import (InputError, KernelBuildError, KernelExecutionError, KernelkitError,
+from .errors import (ConfigError, InputError, KernelBuildError, KernelExecutionError, KernelkitError,
                      ModelFormatError, UnsupportedOpError)
 from .ir import Graph, Model, Node, TensorSpec
 from .passes import PassContext, run_passes
@@ -85,6 +85,26 @@ def _load_model(model_or_path) -> Model:
     return load(path)
 
 
+def _names(value) -> bool:
+    return not isinstance(value, (str, bytes)) and isinstance(value, (list, tuple, set, frozenset)) \
+        and all(isinstance(v, str) for v in value)
+
+
+def _check_settings(vendors, threads, passes, options, stub_ops) -> None:
+    """Session arguments of the wrong type are a ConfigError, not a crash or a silent surprise
+    (``vendors="numba"`` would otherwise be read as the vendors 'n', 'u', 'm', 'b', 'a')."""
+    if vendors is not None and not _names(vendors):
+        raise ConfigError(f"vendors must be a list of vendor names or None, got {vendors!r:.60}")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ConfigError(f"threads must be an int >= 1 or None, got {threads!r:.60}")
+    if passes is not None and not isinstance(passes, bool) and not _names(passes):
+        raise ConfigError(f"passes must be None, True, False or a list of pass names, got {passes!r:.60}")
+    if options is not None and not isinstance(options, dict):
+        raise ConfigError(f"options must be a dict, got {type(options).__name__}")
+    if not _names(stub_ops):
+        raise ConfigError(f"stub_ops must be a list of op names, got {stub_ops!r:.60}")
+
+
 class Session:
     """A compiled model bound to a device.
 
@@ -99,6 +119,7 @@ class Session:
     def __init__(self, model_or_path, device: str = "cpu", vendors=None, fallback: bool = True,
                  threads: int | None = None, profile: bool = False, passes=None,
                  options: dict | None = None, stub_ops=()):
+        _check_settings(vendors, threads, passes, options, stub_ops)
         self.model = _load_model(model_or_path).copy()
         self.device_name = device
         self.vendors = tuple(vendors) if vendors is not None else None

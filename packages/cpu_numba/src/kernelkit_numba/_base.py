@@ -34,8 +34,13 @@ class NumbaKernel:
         pass
 
     def execute(self, *inputs):
-        with config.num_threads(self.threads):
+        threads = 1 if self.work(*inputs) < config.SERIAL_WORK else self.threads
+        with config.num_threads(threads):
             return self.compute(*inputs)
+
+    def work(self, *inputs) -> float:
+        """Rough operation count of one call (default: 8 per input element); small calls run serially."""
+        return 8.0 * sum(x.size for x in inputs if x is not None)
 
     def compute(self, *inputs):
         raise NotImplementedError

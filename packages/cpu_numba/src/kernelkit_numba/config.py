@@ -52,6 +52,12 @@ def jit_parallel(fn):
     return numba.njit(parallel=True, **_FLAGS)(fn)
 
 
+# Below this much work (about one flop or element-step per unit) a kernel runs on one thread,
+# BLAS included: waking a second thread costs more than it saves, and on a loaded machine a woken
+# thread may wait a whole scheduler slice for a core. 2**25 ~ 3e7 flops ~ 0.3 ms on one core.
+SERIAL_WORK = 1 << 25
+
+
 def max_threads() -> int:
     return int(numba.config.NUMBA_NUM_THREADS)
 

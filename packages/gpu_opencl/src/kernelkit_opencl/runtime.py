@@ -1,8 +1,8 @@
-"""The OpenCL device: context and queue, device buffers, the buffer pool and kernel launches.
+"""The OpenCL device: selection, context and queue, kernel objects and launches.
 
-A session's ``gpu`` device is an :class:`OpenCLDevice`. Its tensors are :class:`CLTensor` (a pooled
-device allocation plus shape, dtype, element offset and the events that must finish before the
-data is ready). Every launch waits on its inputs' events and returns its own event; only
+A session's ``gpu`` device is an :class:`OpenCLDevice`. Its tensors are ``buffers.CLTensor`` (a
+pooled device allocation plus shape, dtype and the events that must finish before the data is
+ready). Every launch waits on its inputs' events and returns its own event; only
 :meth:`OpenCLDevice.download` blocks (STYLE.md #8).
 
 One :class:`_Platform` per OpenCL device (context, program cache) is shared by every session; each
@@ -13,19 +13,18 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass
 
 import numpy as np
-
 from kernelkit import BackendUnavailableError, Device, DeviceError, KernelExecutionError
 
+from .buffers import BufferPool, CLTensor, _note_use
 from .programs import ProgramCache
 
 log = logging.getLogger("kernelkit.opencl")
 
 ENV_DEVICE = "KERNELKIT_OPENCL_DEVICE"
-_CL_DTYPES = {"float32": "float", "float16": "half", "int32": "int", "int64": "long"}
 ASYNC_UPLOAD_BYTES = 1 << 20
+MAX_ELEMENTS = 1 << 31
 
 
 # -- device selection ------------------------------------------------------------------------------
@@ -117,78 +116,6 @@ def _platform_for(dev) -> _Platform:
         return _platforms[key]
 
 
-# -- buffers ---------------------------------------------------------------------------------------
-class _Allocation:
-    """One pooled ``cl.Buffer``. ``uses`` holds the events of every command touching it; when the
-    last tensor referring to it goes away the buffer returns to the pool with those events as
-    hazards, so its next writer waits for them (needed on out-of-order queues)."""
-
-    __slots__ = ("buffer", "nbytes", "pool", "uses", "__weakref__")
-
-    def __init__(self, buffer, nbytes: int, pool: "BufferPool | None", hazards=()):
-        self.buffer = buffer
-        self.nbytes = nbytes
-        self.pool = pool
-        self.uses = list(hazards)
-
-    def __del__(self):
-        pool = self.pool
-        if pool is not None:
-            pool.give_back(self.buffer, self.nbytes, self.uses)
-
-
-def _all_complete(events) -> bool:
-    done = _cl().command_execution_status.COMPLETE
-    return all(e.command_execution_status == done for e in events)
-
-
-class BufferPool:
-    """Device buffers reused across runs, bucketed by size (rounded up to a power-of-two quarter)."""
-
-    def __init__(self, context):
-        self.context = context
-        self._free: dict[int, list] = {}
-        self._lock = threading.RLock()
-        self.allocated = 0   # buffers created
-        self.reused = 0      # allocations served from the pool
-
-    @staticmethod
-    def bucket(nbytes: int) -> int:
-        n = max(int(nbytes), 64)
-        top = 1 << (n - 1).bit_length()
-        step = max(top // 8, 64)
-        return -(-n // step) * step
-
-    def allocate(self, nbytes: int, idle: bool = False) -> _Allocation:
-        """A buffer of at least ``nbytes``; with ``idle`` only one no pending command touches
-        (host writes into a busy buffer would block the caller on some drivers)."""
-        cl = _cl()
-        size = self.bucket(nbytes)
-        with self._lock:
-            free = self._free.get(size)
-            for i in range(len(free) - 1, -1, -1) if free else ():
-                buffer, hazards = free[i]
-                if idle and not _all_complete(hazards):
-                    continue
-                del free[i]
-                self.reused += 1
-                return _Allocation(buffer, size, self, hazards)
-            self.allocated += 1
-        try:
-            buffer = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size)
-        except cl.Error as exc:
-            raise DeviceError(f"OpenCL: cannot allocate {size} bytes: {exc}") from exc
-        return _Allocation(buffer, size, self)
-
-    def give_back(self, buffer, nbytes: int, hazards) -> None:
-        with self._lock:
-            self._free.setdefault(nbytes, []).append((buffer, [e for e in hazards if e is not None]))
-
-    def clear(self) -> None:
-        with self._lock:
-            self._free.clear()
-
-
 class _Kernel:
     """A ``cl.Kernel`` with its lock (set_args + enqueue must not interleave between threads) and
     its scalar argument types, fixed at the first launch from the NumPy scalars given: pyopencl
@@ -206,63 +133,6 @@ class _Kernel:
             self.knl.set_scalar_arg_dtypes([a.dtype if isinstance(a, np.generic) else None for a in args])
             self.typed = True
         self.knl.set_args(*[a.item() if isinstance(a, np.generic) else a for a in args])
-
-
-def _note_use(alloc: _Allocation, ev) -> None:
-    """Record that ``ev`` reads ``alloc``; completed events are dropped so that long-lived
-    buffers (weights) do not collect one event per run."""
-    uses = alloc.uses
-    uses.append(ev)
-    if len(uses) > 8:
-        done = _cl().command_execution_status.COMPLETE
-        alloc.uses = [e for e in uses if e.command_execution_status != done]
-
-
-@dataclass(eq=False)
-class CLTensor:
-    """A device tensor: ``alloc`` (pooled buffer) holds ``shape``/``dtype`` data from element
-    ``offset``; ``events`` must complete before it is readable. Views share the allocation."""
-
-    alloc: _Allocation
-    shape: tuple
-    dtype: np.dtype
-    device: "OpenCLDevice"
-    offset: int = 0
-    events: list = None
-    host: np.ndarray | None = None  # a host copy of small uploaded tensors (shape/axes inputs)
-
-    def __post_init__(self):
-        self.shape = tuple(int(s) for s in self.shape)
-        self.dtype = np.dtype(self.dtype)
-        self.events = list(self.events or [])
-
-    @property
-    def buffer(self):
-        return self.alloc.buffer
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
-
-    def view(self, shape) -> "CLTensor":
-        """The same data under another shape (Reshape, Flatten, Squeeze...): no copy, no wait."""
-        host = None if self.host is None else self.host.reshape(shape)
-        return CLTensor(self.alloc, tuple(shape), self.dtype, self.device, self.offset, self.events, host)
-
-    def values(self) -> np.ndarray:
-        """The data on the host: the kept copy of a small upload, else a (blocking) download."""
-        return self.host if self.host is not None else self.device.download(self)
-
-    def __repr__(self) -> str:
-        return f"CLTensor({self.dtype.name}{list(self.shape)}, {len(self.events)} pending)"
 
 
 # -- the device ----------------------------------------------------------------------------------
@@ -304,7 +174,11 @@ class OpenCLDevice(Device):
     # -- Device interface ------------------------------------------------------------------------
     def empty(self, shape, dtype, idle: bool = False) -> CLTensor:
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        size = int(np.prod(shape, dtype=np.int64))
+        if size >= MAX_ELEMENTS:  # kernels index with 32-bit ints: refuse rather than overflow
+            raise DeviceError(f"OpenCL tensor of shape {tuple(shape)} has {size} elements; the opencl "
+                              f"kernels index with 32-bit ints (limit {MAX_ELEMENTS - 1}): use device='cpu'")
+        nbytes = size * dtype.itemsize
         return CLTensor(self.pool.allocate(max(nbytes, 1), idle), tuple(shape), dtype, self)
 
     def upload(self, array: np.ndarray) -> CLTensor:
@@ -437,11 +311,6 @@ class OpenCLDevice(Device):
             self._events.clear()
         return sorted(({"kernel": k, "calls": c, "total_ms": t} for k, (c, t) in rows.items()),
                       key=lambda r: -r["total_ms"])
-
-
-def cl_type(dtype) -> str:
-    """The OpenCL C scalar type name for a NumPy dtype name."""
-    return _CL_DTYPES[np.dtype(dtype).name]
 
 
 def create_device(options: dict) -> OpenCLDevice:

@@ -2,11 +2,14 @@
 
 ``window(...)`` resolves the ONNX attributes (kernel_shape, strides, dilations, pads, auto_pad,
 ceil_mode) against an input shape once, for both the shape rule and the kernel; ``windows(...)``
-returns the padded input as a strided view of shape (N, C, *out, *kernel) without copying.
+returns the padded input as a strided view of shape (N, C, *out, *kernel) without copying;
+``kernel_offsets(...)`` pairs each kernel offset with the output region it reaches and the strided
+input region it reads, so padding never has to be materialized.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -105,6 +108,35 @@ def windows(x: np.ndarray, win: Window, fill=0) -> np.ndarray:
     index += tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(win.out, win.strides))
     index += tuple(slice(None, None, d) for d in win.dilations)
     return view[index]
+
+
+def _axis_range(size: int, out: int, offset: int, stride: int, begin: int) -> tuple[slice, slice] | None:
+    """For one spatial axis and one (dilated) kernel offset: the outputs o whose input index
+    o * stride + offset - begin lies in [0, size), and the input slice they read."""
+    lo = max(0, -(-(begin - offset) // stride))
+    hi = min(out, (size - 1 + begin - offset) // stride + 1)
+    if hi <= lo:
+        return None
+    first = lo * stride + offset - begin
+    return slice(lo, hi), slice(first, first + (hi - lo - 1) * stride + 1, stride)
+
+
+def kernel_offsets(spatial: Sequence[int], win: Window) -> Iterator[tuple[int, tuple, tuple]]:
+    """Yield ``(k, out_region, in_region)`` for every kernel offset (k: its flat C-order index)
+    that reaches the input: ``x[..., *in_region]`` holds the input values that offset multiplies
+    into ``y[..., *out_region]``. Positions outside every yielded region read padding only."""
+    axes = [[_axis_range(size, o, i * d, s, b) for i in range(k)]
+            for size, o, k, d, s, b in zip(spatial, win.out, win.kernel, win.dilations, win.strides, win.begin)]
+    for k, ranges in enumerate(itertools.product(*axes)):
+        if all(r is not None for r in ranges):
+            yield k, tuple(r[0] for r in ranges), tuple(r[1] for r in ranges)
+
+
+def covers_all(spatial: Sequence[int], win: Window) -> bool:
+    """True when every kernel offset reads real input for every output position (no padding is
+    ever read), so the offset regions tile the whole output."""
+    return all(b == 0 for b in win.begin) and all(
+        (o - 1) * s + e <= size for size, o, s, e in zip(spatial, win.out, win.strides, win.effective))
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:

@@ -33,7 +33,9 @@ def _channel(v, ct, rank):
 def batch_normalization(x, scale, b, mean, var, *, epsilon=1e-5):
     ct = compute_dtype(x.dtype)
     inv = scale.astype(ct) / np.sqrt(var.astype(ct) + ct.type(epsilon))
-    y = (x.astype(ct) - _channel(mean, ct, x.ndim)) * _channel(inv, ct, x.ndim) + _channel(b, ct, x.ndim)
+    y = np.subtract(x, _channel(mean, ct, x.ndim), dtype=ct)  # the one full-size temporary
+    y *= _channel(inv, ct, x.ndim)
+    y += _channel(b, ct, x.ndim)
     return y.astype(x.dtype, copy=False)
 
 

@@ -1,9 +1,13 @@
 """Conv (ONNX opset 21, N-D, grouped/depthwise, dilated, strided, padded) with a fused activation.
 
-Reference: the padded input is viewed as strided windows, gathered once per group into columns
-(im2col) and multiplied by the weights with one batched BLAS matmul over the groups."""
+Reference: the input is gathered into columns (N, G, Cg*K, P) with one strided copy per kernel
+offset (the padding is never copied), and the weights (G, Mg, Cg*K) multiply them in one batched
+BLAS matmul that writes the NCHW output directly. Fast paths: a 1x1 kernel without padding uses
+the (strided) input as its columns; depthwise convolution (group == C_in) is a multiply-add per
+kernel offset on contiguous shifted slices of the padded input's stride phases."""
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -13,7 +17,7 @@ from ..dtypes import FLOAT_TYPES
 from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
 from ._util import random
-from ._window import WINDOW_ATTRS, compute_dtype, symbolic_out, window, windows
+from ._window import WINDOW_ATTRS, compute_dtype, covers_all, kernel_offsets, symbolic_out, window
 
 ATTRS = {**WINDOW_ATTRS, "group": ("int", 1), **ACTIVATION_ATTRS}
 
@@ -55,24 +59,93 @@ def _flops(ctx) -> int | None:
     return 2 * math.prod(dims) * math.prod(win.kernel)
 
 
+def _pointwise_columns(x: np.ndarray, win) -> np.ndarray:
+    """1x1 kernel without padding: the columns are the (strided) input itself, no im2col."""
+    if all(st == 1 for st in win.strides):
+        return x
+    return x[(slice(None), slice(None), *(slice(None, None, st) for st in win.strides))]
+
+
+def _im2col(x: np.ndarray, win) -> np.ndarray:
+    """Columns (N, C, K, *out) built with one strided copy per kernel offset; the padding is
+    never materialized (positions that read it stay zero)."""
+    n, c = x.shape[:2]
+    full = covers_all(x.shape[2:], win)
+    cols = (np.empty if full else np.zeros)((n, c, math.prod(win.kernel), *win.out), x.dtype)
+    for k, out, src in kernel_offsets(x.shape[2:], win):
+        cols[(slice(None), slice(None), k, *out)] = x[(slice(None), slice(None), *src)]
+    return cols
+
+
+def _phase_grids(x: np.ndarray, win):
+    """The zero-padded input split into stride phases, for multiply-adds on flat shifted slices.
+
+    Kernel offset j on an axis reads padded position (o + q) * s + r, (q, r) = divmod(j * d, s):
+    output o meets element o + q of phase r (= padded[r::s]). Each phase is a grid (N, C, *G)
+    with G = out + max q (+1 on the first axis, slack for the flat slices below). Returns
+    ({r: phase grid}, per-axis [(q, r) per offset], G)."""
+    n, c = x.shape[:2]
+    shifts = [[divmod(j * d, s) for j in range(k)] for k, d, s in zip(win.kernel, win.dilations, win.strides)]
+    grid = [o + sh[-1][0] + (i == 0) for i, (o, sh) in enumerate(zip(win.out, shifts))]
+    padded = np.zeros((n, c, *(s * g for s, g in zip(win.strides, grid))), x.dtype)
+    dst, src = [], []
+    for size, b, g, s in zip(x.shape[2:], win.begin, grid, win.strides):
+        m = max(0, min(size, s * g - b))  # input beyond every window's reach is left out
+        dst.append(slice(b, b + m))
+        src.append(slice(0, m))
+    padded[(slice(None), slice(None), *dst)] = x[(slice(None), slice(None), *src)]
+    if all(s == 1 for s in win.strides):
+        return {(0,) * win.rank: padded}, shifts, grid
+    phases = {}
+    for r in itertools.product(*({r for _, r in sh} for sh in shifts)):
+        phases[r] = np.ascontiguousarray(padded[(slice(None), slice(None), *(slice(a, None, s) for a, s in
+                                                                              zip(r, win.strides)))])
+    return phases, shifts, grid
+
+
+def _depthwise(x: np.ndarray, w: np.ndarray, win) -> np.ndarray:
+    """group == C_in (one input channel per group, any channel multiplier): one multiply-add per
+    kernel offset, each on a contiguous flat slice of a stride phase of the padded input.
+
+    Outputs are computed on the phase grid's full width (the extra columns are dropped at the
+    end), which makes every offset's input a plain shifted 1-D slice: no GEMM, no columns."""
+    n, c = x.shape[:2]
+    mult = w.shape[0] // c
+    phases, shifts, grid = _phase_grids(x, win)
+    steps = [math.prod(grid[i + 1:]) for i in range(win.rank)]  # flat strides of the grid
+    length = win.out[0] * steps[0]
+    flat = {r: p.reshape(n, c, 1, -1) for r, p in phases.items()}
+    taps = w.reshape(c, mult, math.prod(win.kernel), 1)
+    y = np.empty((n, c, mult, length), x.dtype)
+    scratch = np.empty_like(y)
+    for k, offset in enumerate(itertools.product(*shifts)):  # C order, as W's (kh, kw, ...) axes
+        start = sum(q * st for (q, _), st in zip(offset, steps))
+        view = flat[tuple(r for _, r in offset)][..., start:start + length]
+        if k == 0:
+            np.multiply(view, taps[:, :, k], out=y)
+        else:
+            y += np.multiply(view, taps[:, :, k], out=scratch)
+    y = y.reshape(n, c * mult, win.out[0], *grid[1:])
+    return np.ascontiguousarray(y[(..., *(slice(0, o) for o in win.out[1:]))])
+
+
 def _conv(x: np.ndarray, w: np.ndarray, win, group: int) -> np.ndarray:
-    """Grouped N-D convolution in x's dtype (no bias): windows -> columns -> batched matmul."""
+    """Grouped N-D convolution in x's dtype (no bias), output (N, M, *out) C-contiguous.
+
+    Depthwise: per-offset multiply-adds. Otherwise W (G, Mg, Cg*K) times columns (N, G, Cg*K, P)
+    in one batched BLAS matmul that writes the NCHW output directly."""
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
-    nd = win.rank
-    cols = windows(x, win)  # (N, C, *out, *K)
-    out = cols.shape[2:2 + nd]
+    if cg == 1 and group == c > 1:  # (one input channel in all: a GEMM with K = kernel size is better)
+        return _depthwise(x, w, win)
     k = math.prod(win.kernel)
-    p = math.prod(out)
-    cols = cols.reshape(n, group, cg, *out, *win.kernel)
-    # -> (G, N, *out, Cg, *K) -> (G, N*P, Cg*K): the one copy (im2col)
-    order = (1, 0, *range(3, 3 + nd), 2, *range(3 + nd, 3 + 2 * nd))
-    cols = cols.transpose(order).reshape(group, n * p, cg * k)
-    weights = w.reshape(group, m // group, cg * k).transpose(0, 2, 1)  # (G, Cg*K, Mg)
-    y = np.matmul(cols, weights)  # (G, N*P, Mg)
-    y = y.reshape(group, n, *out, m // group)
-    y = y.transpose(1, 0, 2 + nd, *range(2, 2 + nd))  # (N, G, Mg, *out)
-    return np.ascontiguousarray(y).reshape(n, m, *out)
+    if k == 1 and covers_all(x.shape[2:], win):
+        cols = _pointwise_columns(x, win)
+    else:
+        cols = _im2col(x, win)
+    cols = cols.reshape(n, group, cg * k, math.prod(win.out))
+    y = np.matmul(w.reshape(group, m // group, cg * k), cols)  # (N, G, Mg, P)
+    return y.reshape(n, m, *win.out)
 
 
 @register_kernel("Conv", device="cpu", vendor="reference", dtype=FLOAT_TYPES, priority=-100)

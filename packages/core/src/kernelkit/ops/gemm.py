@@ -52,8 +52,10 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0, activation=""
     y = np.matmul(a.astype(ct, copy=False), b.astype(ct, copy=False))
     if alpha != 1.0:
         y = (y * alpha).astype(ct, copy=False)
-    if c is not None and beta != 0.0:
-        y = y + (c.astype(ct) * beta if beta != 1.0 else c.astype(ct))
+    if c is not None and beta == 1.0:
+        y += c.astype(ct, copy=False)  # y is a fresh (M, N) array and C broadcasts to it
+    elif c is not None and beta != 0.0:
+        y = y + c.astype(ct) * beta
     return apply_activation(y, activation, activation_params).astype(a.dtype, copy=False)
 
 

@@ -29,17 +29,20 @@ def _infer(ctx) -> list[TensorSpec]:
 
 
 @register_kernel("LayerNormalization", device="cpu", vendor="reference", dtype=FLOAT_TYPES, priority=-100)
-def layer_normalization(x, scale, b=None, *, axis=-1, epsilon=1e-5):
+def layer_normalization(x, scale, b=None, *, axis=-1, epsilon=1e-5, output_count=3):
     ct = np.promote_types(compute_dtype(x.dtype), np.float32)
     axes = tuple(range(axis % x.ndim, x.ndim))
-    xc = x.astype(ct)
+    xc = x.astype(ct, copy=False)
     mean = xc.mean(axis=axes, keepdims=True)
-    diff = xc - mean
-    inv_std = 1 / np.sqrt(np.square(diff).mean(axis=axes, keepdims=True) + ct.type(epsilon))
-    y = diff * inv_std * scale.astype(ct)
+    y = xc - mean  # a fresh array: normalized in place below
+    inv_std = 1 / np.sqrt(np.square(y).mean(axis=axes, keepdims=True) + ct.type(epsilon))
+    y *= inv_std
+    y *= scale.astype(ct, copy=False)
     if b is not None:
-        y += b.astype(ct)
-    return y.astype(x.dtype), mean.astype(x.dtype), inv_std.astype(x.dtype)
+        y += b.astype(ct, copy=False)
+    if output_count == 1:  # Mean and InvStdDev unused
+        return (y.astype(x.dtype, copy=False),)
+    return y.astype(x.dtype, copy=False), mean.astype(x.dtype), inv_std.astype(x.dtype)
 
 
 def _samples(rng, dtype):

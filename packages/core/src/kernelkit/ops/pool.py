@@ -1,5 +1,6 @@
 """MaxPool (with optional Indices) and AveragePool (ONNX opset 19+: N-D, strides, pads, auto_pad,
-dilations, ceil_mode, count_include_pad), computed over strided windows of the padded input."""
+dilations, ceil_mode, count_include_pad), computed over strided windows of the padded input;
+MaxPool without Indices is a running maximum over unpadded per-offset input regions."""
 from __future__ import annotations
 
 import math
@@ -10,7 +11,7 @@ from ..dtypes import FLOAT_TYPES
 from ..ir import TensorSpec
 from ..registry import REQUIRED, register_kernel, register_op
 from ._util import random
-from ._window import WINDOW_ATTRS, compute_dtype, symbolic_out, window, windows
+from ._window import WINDOW_ATTRS, compute_dtype, kernel_offsets, symbolic_out, window, windows
 
 POOL_ATTRS = {**WINDOW_ATTRS, "kernel_shape": ("ints", REQUIRED), "ceil_mode": ("int", 0)}
 MAX_DTYPES = FLOAT_TYPES + ("int8", "uint8")
@@ -47,14 +48,14 @@ def max_pool(x, *, auto_pad="NOTSET", ceil_mode=0, dilations=(), kernel_shape=()
     win = window(x.shape[2:], kernel_shape, strides=strides, dilations=dilations, pads=pads, auto_pad=auto_pad,
                  ceil_mode=ceil_mode)
     n, c, spatial, nd = *x.shape[:2], x.shape[2:], win.rank
+    if output_count == 1:  # no Indices wanted: a running maximum over the kernel offsets, no padded copy
+        y = np.full((n, c, *win.out), _lowest(x.dtype), x.dtype)
+        for _, out, src in kernel_offsets(spatial, win):
+            region = y[(slice(None), slice(None), *out)]
+            np.maximum(region, x[(slice(None), slice(None), *src)], out=region)
+        return (y,)
     view = windows(x, win, fill=_lowest(x.dtype))  # (N, C, *out, *K)
     out = view.shape[2:2 + nd]
-    if output_count == 1:  # no Indices wanted: a running maximum over the window offsets
-        offsets = np.ndindex(*view.shape[2 + nd:])
-        y = view[(..., *next(offsets))].copy()
-        for k in offsets:
-            np.maximum(y, view[(..., *k)], out=y)
-        return (y,)
     flat = view.reshape(n, c, *out, math.prod(win.kernel))
     arg = flat.argmax(axis=-1)
     y = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]

@@ -17,18 +17,22 @@ def _infer(ctx) -> TensorSpec:
 
 
 def _shifted(x, axis):
-    xc = x.astype(compute_dtype(x.dtype))
+    """x - max(x) along axis, a fresh array in the compute dtype (the caller may work in place)."""
+    xc = x.astype(compute_dtype(x.dtype), copy=False)
     return xc - xc.max(axis=axis, keepdims=True, initial=-np.inf)  # initial: an empty axis is fine
 
 
 def _softmax(x, *, axis=-1):
-    e = np.exp(_shifted(x, axis))
-    return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype, copy=False)
+    e = _shifted(x, axis)
+    np.exp(e, out=e)
+    e /= e.sum(axis=axis, keepdims=True)
+    return e.astype(x.dtype, copy=False)
 
 
 def _log_softmax(x, *, axis=-1):
     s = _shifted(x, axis)
-    return (s - np.log(np.exp(s).sum(axis=axis, keepdims=True))).astype(x.dtype, copy=False)
+    s -= np.log(np.exp(s).sum(axis=axis, keepdims=True))
+    return s.astype(x.dtype, copy=False)
 
 
 def _samples(rng, dtype):

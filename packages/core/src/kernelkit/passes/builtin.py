@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import KernelkitError
+from ..errors import ConfigError, KernelkitError
 from ..ir import Graph, Node, TensorSpec, Value
 from ..registry import get_schema, normalize_attrs, select_kernel
 from ..shape import infer_node
@@ -201,7 +201,9 @@ def _try_fold(graph: Graph, node: Node, ctx: PassContext) -> bool:
     except KernelkitError as exc:
         log.debug("fold_constants: %s not folded: %s", where, exc)
         return False
-    limit = int(ctx.options.get("fold_max_bytes", FOLD_MAX_BYTES))
+    limit = ctx.options.get("fold_max_bytes", FOLD_MAX_BYTES)
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        raise ConfigError(f"options['fold_max_bytes'] must be an int (bytes), got {limit!r:.40}")
     if any(not s.is_static or s.size * np.dtype(s.dtype).itemsize > limit for s in outs):
         return False
     if node.inputs and schema.dispatch_input < len(specs) and specs[schema.dispatch_input] is not None:

@@ -8,10 +8,9 @@ as one parallel Numba loop. Same-shape contiguous operands take a flat loop that
 from __future__ import annotations
 
 import numpy as np
+from kernelkit.registry import register_kernel
 from numba import prange
 from numpy.lib.stride_tricks import as_strided
-
-from kernelkit.registry import register_kernel
 
 from .._base import threaded
 from ..config import jit, jit_parallel

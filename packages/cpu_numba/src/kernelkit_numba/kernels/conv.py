@@ -10,14 +10,13 @@ channel multiplier) run as a direct Numba loop with the epilogue fused.
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
-
 from kernelkit.registry import register_kernel
 from kernelkit.shape import auto_pads, conv_out_dim
+from numba import prange
 
 from .._base import NumbaKernel
 from ..config import jit_parallel
-from .epilogue import CLIP, NONE, activation_code, act, bias_act_rows
+from .epilogue import CLIP, NONE, act, activation_code, bias_act_rows
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
@@ -173,6 +172,9 @@ class Conv(NumbaKernel):
         if rank == 1:
             return (1,) + strides, (1,) + dil, (0, pads[0]), (1,) + out
         return strides, dil, (pads[0], pads[1]), out
+
+    def work(self, x, w, b=None):
+        return 2.0 * x.size * w.size / max(1, w.shape[1])  # ~ 2 * N*C*H*W * Mg*kh*kw (stride 1)
 
     def compute(self, x, w, b=None):
         key = (x.shape, w.shape)

@@ -9,10 +9,9 @@ element); the epilogue adds the bias and applies the activation. Geometry comes 
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
-
 from kernelkit.ops.conv_transpose import _resolve
 from kernelkit.registry import register_kernel
+from numba import prange
 
 from .._base import NumbaKernel
 from ..config import jit_parallel
@@ -69,6 +68,9 @@ class ConvTranspose(NumbaKernel):
         if len(x_shape) == 3:
             return (1,) + tuple(strides), (1,) + tuple(dil), (0,) + tuple(begin), (1,) + tuple(out)
         return tuple(strides), tuple(dil), tuple(begin), tuple(out)
+
+    def work(self, x, w, b=None):
+        return 2.0 * x.size * w.size / max(1, w.shape[0])
 
     def compute(self, x, w, b=None):
         key = (x.shape, w.shape)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import prange
-
 from kernelkit.activation import ACTIVATIONS
+from numba import prange
 
 from ..config import jit, jit_parallel
 
@@ -53,7 +52,7 @@ def erf(v):
     t = x * x
     p = ((((_P5 * t + _P4) * t + _P3) * t + _P2) * t + _P1) * t + _P0
     q = ((((_Q5 * t + _Q4) * t + _Q3) * t + _Q2) * t + _Q1) * t + 1.0
-    return x * p / q
+    return min(max(x * p / q, -1.0), 1.0)  # exactly +-1 at the ends (so gelu(-inf) is NaN, as defined)
 
 
 @jit
@@ -73,7 +72,7 @@ def act(v, code, p0, p1):
     if code == LEAKY_RELU:
         return v if v >= 0 else v * p0
     if code == SIGMOID:
-        return 1 / (1 + math.exp(-v))
+        return 1 / (1 + np.exp(-v))
     if code == HARD_SWISH:
         return v * min(max(v / 6 + 0.5, 0), 1)
     if code == TANH:

@@ -3,8 +3,9 @@ passed as BLAS flags rather than copies); Numba fuses scaling, bias and activati
 parallel pass over the result."""
 from __future__ import annotations
 
-import numpy as np
+import math
 
+import numpy as np
 from kernelkit.registry import register_kernel
 
 from .._base import NumbaKernel
@@ -19,6 +20,9 @@ class Gemm(NumbaKernel):
         a = self.attrs
         self.act = activation_code(a.get("activation", ""), a.get("activation_params", ()),
                                    input_specs[0].dtype, self.where)
+
+    def work(self, a, b, c=None):
+        return 2.0 * a.size * (b.size // max(1, a.shape[0] if self.attrs.get("transA", 0) else a.shape[1]))
 
     def compute(self, a, b, c=None):
         at = self.attrs
@@ -50,6 +54,13 @@ class MatMul(NumbaKernel):
         a = self.attrs
         self.act = activation_code(a.get("activation", ""), a.get("activation_params", ()),
                                    input_specs[0].dtype, self.where)
+
+    def work(self, a, b):
+        """2 * batch * M * N * K."""
+        m = a.shape[-2] if a.ndim > 1 else 1
+        n = b.shape[-1] if b.ndim > 1 else 1
+        batch = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+        return 2.0 * batch * m * n * (a.shape[-1] if a.ndim else 1)
 
     def compute(self, a, b):
         y = np.asarray(np.matmul(a, b))  # vector @ vector gives a NumPy scalar: keep a 0-d array

@@ -8,9 +8,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import prange
-
 from kernelkit.registry import register_kernel
+from numba import prange
 
 from .._base import threaded
 from ..config import jit_parallel
@@ -86,7 +85,10 @@ def layer_normalization(x, scale, b=None, *, axis=-1, epsilon=1e-5):
     d_n = math.prod(inner)
     rows = np.ascontiguousarray(x).reshape(-1, d_n)
     scale = np.ascontiguousarray(np.broadcast_to(scale, inner), x.dtype).reshape(d_n)
-    bias = np.zeros(d_n, x.dtype) if b is None else np.ascontiguousarray(np.broadcast_to(b, inner), x.dtype).reshape(d_n)
+    if b is None:
+        bias = np.zeros(d_n, x.dtype)
+    else:
+        bias = np.ascontiguousarray(np.broadcast_to(b, inner), x.dtype).reshape(d_n)
     y = np.empty(x.shape, x.dtype)
     stats = x.shape[:axis] + (1,) * (x.ndim - axis)
     mean, inv = np.empty(stats, x.dtype), np.empty(stats, x.dtype)

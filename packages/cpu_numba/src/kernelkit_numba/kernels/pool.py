@@ -7,10 +7,9 @@ output columns, so the inner loop is a (strided) vector max/add rather than a sc
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
-
 from kernelkit.ops._window import window
 from kernelkit.registry import register_kernel
+from numba import prange
 
 from .._base import NumbaKernel, threaded
 from ..config import jit_parallel

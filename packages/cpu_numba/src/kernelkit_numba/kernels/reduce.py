@@ -8,9 +8,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import prange
-
 from kernelkit.registry import register_kernel
+from numba import prange
 
 from .._base import threaded
 from ..config import jit_parallel

@@ -1,15 +1,15 @@
 """Softmax and LogSoftmax along one axis (ONNX opset 13). The tensor is viewed as
 (outer, L, inner): with inner == 1 (the last axis, the common case) each contiguous row is
-normalized (max shift and normalization in Numba, the exp in NumPy's vectorised loop); otherwise each (L, inner) block is normalized column-wise with the
-inner axis innermost, so the loops stay contiguous."""
+normalized (max shift and normalization in Numba, the exp in NumPy's vectorised loop);
+otherwise each (L, inner) block is normalized column-wise with the inner axis innermost, so the
+loops stay contiguous."""
 from __future__ import annotations
 
 import math
 
 import numpy as np
-from numba import prange
-
 from kernelkit.registry import register_kernel
+from numba import prange
 
 from .._base import threaded
 from ..config import jit_parallel

@@ -8,13 +8,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import prange
-
 from kernelkit.registry import register_kernel
+from numba import prange
 
 from .._base import threaded
 from ..config import jit, jit_parallel
-from .epilogue import erf as erf_scalar, gelu as gelu_scalar
+from .epilogue import erf as erf_scalar
+from .epilogue import gelu as gelu_scalar
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
@@ -33,7 +33,7 @@ def _scalar(v, code, a, b):
     if code == LEAKY_RELU:
         return v if v >= 0 else v * a
     if code == SIGMOID:
-        return 1.0 / (1.0 + math.exp(-v))
+        return 1.0 / (1.0 + np.exp(-v))
     if code == HARD_SIGMOID:
         return min(max(v * a + b, 0.0), 1.0)
     if code == HARD_SWISH:
@@ -41,17 +41,17 @@ def _scalar(v, code, a, b):
     if code == TANH:
         return math.tanh(v)
     if code == ELU:
-        return v if v > 0 else a * math.expm1(v)
+        return v if v > 0 else a * np.expm1(v)
     if code == SELU:
-        return b * v if v > 0 else b * (a * math.exp(v) - a)
+        return b * v if v > 0 else b * (a * np.exp(v) - a)
     if code == SOFTPLUS:
-        return max(v, 0.0) + math.log1p(math.exp(-abs(v)))
+        return max(v, 0.0) + math.log1p(np.exp(-abs(v)))
     if code == GELU:
         return gelu_scalar(v, a != 0)
     if code == ERF:
         return erf_scalar(v)
     if code == EXP:
-        return math.exp(v)
+        return np.exp(v)
     if code == LOG:
         return math.log(v) if v > 0 else (-np.inf if v == 0 else np.nan)
     if code == SQRT:

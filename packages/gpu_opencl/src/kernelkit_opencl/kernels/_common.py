@@ -5,7 +5,6 @@ import functools
 from pathlib import Path
 
 import numpy as np
-
 from kernelkit import KernelExecutionError
 
 HERE = Path(__file__).parent

@@ -4,7 +4,6 @@ strides, dilations) is resolved by the core's window rule, the one definition of
 from __future__ import annotations
 
 import numpy as np
-
 from kernelkit import register_kernel
 from kernelkit.ops._window import window
 
@@ -14,8 +13,12 @@ from .gemm import GemmCall, run_gemm
 
 
 def _supports(specs, attrs) -> bool:
+    """2-D (and 1-D) convolutions whose dilated kernel fits the k table's 16-bit offsets."""
     x, w = specs[0], specs[1]
-    return x is not None and x.rank in (3, 4) and w is not None and all(isinstance(d, int) for d in w.shape)
+    if x is None or x.rank not in (3, 4) or w is None or not all(isinstance(d, int) for d in w.shape):
+        return False
+    dil = tuple(attrs.get("dilations") or ()) or (1,) * (w.rank - 2)
+    return all((k - 1) * d < 1 << 15 for k, d in zip(w.shape[2:], dil))
 
 
 def _geometry(dev, cv, cg, kh, kw, H, W, dh, dw):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-
 from kernelkit import ShapeError, broadcast_shapes, register_kernel
 
 from ._common import contiguous_strides, launch_1d, source, storage_defines

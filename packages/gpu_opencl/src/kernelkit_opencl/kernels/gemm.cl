@@ -8,6 +8,8 @@
 //   VEC_LDS    (local variant, TM and TN multiples of 4) 128-bit local loads, rows/cols in groups of 4
 //   TRANS_A, TRANS_B   A is stored [K, M] / B is stored [N, K]
 //   HAS_BIAS   add beta * bias[m * bias_sm + n * bias_sn]
+//   SPLIT_K    k range split over the grid's z (low-occupancy shapes); partial sums go to a
+//              workspace, splitk_reduce adds them and runs the epilogue
 //   CONV       B(k, n) is the im2col matrix of the input image read on the fly (implicit GEMM):
 //              geometry in `cv`, k decomposed through the table `ktab`; C is written as NCHW.
 // The work-item at (lx, ly) owns rows m0 + ly + i*WM and columns n0 + lx + j*WN (strided, so a
@@ -39,6 +41,23 @@
 #define B_AT(k, n) B[(n) * ldb + (k)]
 #else
 #define B_AT(k, n) B[(k) * ldb + (n)]
+#endif
+
+#ifndef SPLIT_K
+#define SPLIT_K 1
+#endif
+
+// The epilogue of one output: + beta * bias, fused activation, store (NCHW for convolutions).
+#if HAS_BIAS
+#define BIAS_AT(m, n) (beta * bias[(m) * bias_sm + (n) * bias_sn])
+#else
+#define BIAS_AT(m, n) 0.0f
+#endif
+#ifdef CONV
+#define STORE_C(C, m, n, v) do { const int ohw_ = cv[3] * cv[4], b_ = (n) / ohw_;                  \
+    C[(b_ * cv[9] + (m)) * ohw_ + ((n) - b_ * ohw_)] = ACT((v) + BIAS_AT(m, n)); } while (0)
+#else
+#define STORE_C(C, m, n, v) (C[(m) * ldc + (n)] = ACT((v) + BIAS_AT(m, n)))
 #endif
 
 #ifdef CONV
@@ -78,11 +97,17 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
           const int za, const int zb, const int zc, const int zbias CV_ARGS) {
   const int lx = get_local_id(0), ly = get_local_id(1);
   const int n0 = get_group_id(0) * BN, m0 = get_group_id(1) * BM;
-  const int z = get_group_id(2);
+  // grid z = batch * SPLIT_K: split sk of the k range [k_lo, K) of batch z
+  const int z = get_group_id(2) / SPLIT_K, sk = get_group_id(2) % SPLIT_K;
+  const int k_span = ((K + SPLIT_K - 1) / SPLIT_K + BK - 1) / BK * BK;
+  const int k_lo = sk * k_span;
+  const int k_hi = min(K, k_lo + k_span);
   A += z * za;
   B += z * zb;
+#if SPLIT_K == 1
   C += z * zc;
   bias += z * zbias;
+#endif
   float acc[TM][TN];
   _Pragma("unroll") for (int i = 0; i < TM; ++i)
     _Pragma("unroll") for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
@@ -106,7 +131,7 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
   const int my_n = tid % BN, my_k = tid / BN;
   const ncol mycol = conv_col(n0 + my_n, N, cv);
 #endif
-  for (int k0 = 0; k0 < K; k0 += BK) {
+  for (int k0 = k_lo; k0 < k_hi; k0 += BK) {
     for (int i = tid; i < BM * BK; i += NT) {
 #if TRANS_A
       const int kk = i / BM, mm = i - kk * BM;
@@ -114,10 +139,10 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
       const int mm = i / BK, kk = i - mm * BK;
 #endif
       const int m = m0 + mm, k = k0 + kk;
-      As[kk][mm] = (m < M && k < K) ? A_AT(m, k) : 0.0f;
+      As[kk][mm] = (m < M && k < k_hi) ? A_AT(m, k) : 0.0f;
     }
 #ifdef CONV
-    for (int kk = my_k; kk < BK; kk += NT / BN) Bs[kk][my_n] = conv_load(B, mycol, k0 + kk, K, cv);
+    for (int kk = my_k; kk < BK; kk += NT / BN) Bs[kk][my_n] = conv_load(B, mycol, k0 + kk, k_hi, cv);
 #else
     for (int i = tid; i < BN * BK; i += NT) {
 #if TRANS_B
@@ -126,7 +151,7 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
       const int kk = i / BN, nn = i - kk * BN;
 #endif
       const int n = n0 + nn, k = k0 + kk;
-      Bs[kk][nn] = (n < N && k < K) ? B_AT(k, n) : 0.0f;
+      Bs[kk][nn] = (n < N && k < k_hi) ? B_AT(k, n) : 0.0f;
     }
 #endif
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -160,7 +185,7 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
     float8 vacc[TM];
     _Pragma("unroll") for (int i = 0; i < TM; ++i) vacc[i] = (float8)(0.0f);
     __global const float* bp = B + COL(0);
-    for (int k = 0; k < K; ++k) {
+    for (int k = k_lo; k < k_hi; ++k) {
       const float8 bv = vload8(0, bp + k * ldb);
       _Pragma("unroll") for (int i = 0; i < TM; ++i) vacc[i] = mad((float8)(A_AT(ROW(i), k)), bv, vacc[i]);
     }
@@ -177,11 +202,11 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
   int cols[TN];
   _Pragma("unroll") for (int j = 0; j < TN; ++j) cols[j] = min(COL(j), N - 1);
 #endif
-  for (int k = 0; k < K; ++k) {
+  for (int k = k_lo; k < k_hi; ++k) {
     float a[TM], b[TN];
     _Pragma("unroll") for (int i = 0; i < TM; ++i) a[i] = A_AT(rows[i], k);
 #ifdef CONV
-    _Pragma("unroll") for (int j = 0; j < TN; ++j) b[j] = conv_load(B, cols[j], k, K, cv);
+    _Pragma("unroll") for (int j = 0; j < TN; ++j) b[j] = conv_load(B, cols[j], k, k_hi, cv);
 #else
     _Pragma("unroll") for (int j = 0; j < TN; ++j) b[j] = B_AT(k, cols[j]);
 #endif
@@ -191,24 +216,33 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
   }
 #endif
 
-  // epilogue: alpha, bias, fused activation, store
+  // epilogue: partial sums to the workspace (split-K), or alpha, bias, activation and store
   _Pragma("unroll") for (int i = 0; i < TM; ++i) {
     const int m = ROW(i);
     if (m >= M) continue;
     _Pragma("unroll") for (int j = 0; j < TN; ++j) {
       const int n = COL(j);
       if (n >= N) continue;
-      float v = alpha * acc[i][j];
-#if HAS_BIAS
-      v += beta * bias[m * bias_sm + n * bias_sn];
-#endif
-#ifdef CONV
-      const int ohw = cv[3] * cv[4];
-      const int b = n / ohw;
-      C[(b * cv[9] + m) * ohw + (n - b * ohw)] = ACT(v);
+#if SPLIT_K > 1
+      C[((long)get_group_id(2) * M + m) * N + n] = acc[i][j];
 #else
-      C[m * ldc + n] = ACT(v);
+      STORE_C(C, m, n, alpha * acc[i][j]);
 #endif
     }
   }
+}
+
+// Split-K: out(z, m, n) = epilogue(sum over the SPLIT_K partial sums in ws), one per work-item.
+__kernel void splitk_reduce(__global const float* restrict ws, __global const float* restrict bias,
+                            __global float* restrict C, const int M, const int N, const int ldc,
+                            const int bias_sm, const int bias_sn, const float alpha, const float beta,
+                            const int zc, const int zbias, const int total CV_ARGS) {
+  const int t = get_global_id(0);
+  if (t >= total) return;
+  const int n = t % N, m = (t / N) % M, z = t / (M * N);
+  float v = 0.0f;
+  for (int s = 0; s < SPLIT_K; ++s) v += ws[((long)(z * SPLIT_K + s) * M + m) * N + n];
+  C += z * zc;
+  bias += z * zbias;
+  STORE_C(C, m, n, alpha * v);
 }

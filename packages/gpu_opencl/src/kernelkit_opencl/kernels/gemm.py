@@ -9,11 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
 from kernelkit import ShapeError, register_kernel
 
 from .. import tuning
-from ._common import activation, source
+from ._common import activation, launch_1d, source
 
 # candidates, the first being the default; L = local-memory tiles (GPUs), D = direct (CPUs)
 GPU_TILES = [
@@ -70,13 +69,17 @@ def _bucket(n: int) -> int:
 def _candidates(dev, call: GemmCall) -> list[dict]:
     if not dev.platform.is_gpu:
         return CPU_TILES
-    if call.M * call.N * call.batch < 256 * 256 or min(call.M, call.N) < 64:
-        return GPU_SMALL + GPU_TILES
-    return GPU_TILES
+    base = GPU_SMALL + GPU_TILES if call.M * call.N * call.batch < 256 * 256 or min(call.M, call.N) < 64 \
+        else GPU_TILES
+    # too few 128x128 tiles to fill the device: also try splitting k over the grid (split-K)
+    tiles = -(-call.M // 128) * -(-call.N // 128) * call.batch
+    units = dev.cl_device.max_compute_units
+    splits = [s for s in (2, 4, 8) if tiles * s <= 4 * units and call.K // s >= 256]
+    return base + [dict(p, SPLIT_K=s) for s in splits for p in (GPU_TILES[0], GPU_SMALL[0])]
 
 
-def _kernel(dev, call: GemmCall, params: dict, has_bias: bool):
-    key = ("gemm", call.activation, tuple(call.activation_params), tuple(sorted(params.items())),
+def _kernel(dev, call: GemmCall, params: dict, has_bias: bool, name: str = "gemm"):
+    key = (name, call.activation, tuple(call.activation_params), tuple(sorted(params.items())),
            call.trans_a, call.trans_b, has_bias, call.conv is not None)
 
     def make():
@@ -85,7 +88,7 @@ def _kernel(dev, call: GemmCall, params: dict, has_bias: bool):
                        HAS_BIAS=int(has_bias))
         if call.conv is not None:
             defines["CONV"] = 1
-        return dev.kernel(act_src + source("gemm.cl"), "gemm", defines)
+        return dev.kernel(act_src + source("gemm.cl"), name, defines)
 
     return dev.memo(key, make)
 
@@ -109,18 +112,31 @@ def _tiles(dev, call: GemmCall, shape_class, a, b, bias, out) -> dict:
 
 def _launch(dev, call: GemmCall, params: dict, a, b, bias, out):
     bm, bn = params["TM"] * params["WM"], params["TN"] * params["WN"]
-    gws = (-(-call.N // bn) * params["WN"], -(-call.M // bm) * params["WM"], call.batch)
+    splits = params.get("SPLIT_K", 1)
+    gws = (-(-call.N // bn) * params["WN"], -(-call.M // bm) * params["WM"], call.batch * splits)
     lws = (params["WN"], params["WM"], 1)
     has_bias = bias is not None
-    args = [a.buffer, b.buffer, (bias if has_bias else out).buffer, out.buffer,
+    target = out if splits == 1 else dev.empty((call.batch * splits, call.M, call.N), np.float32)
+    args = [a.buffer, b.buffer, (bias if has_bias else out).buffer, target.buffer,
             *(np.int32(v) for v in (call.M, call.N, call.K, call.lda, call.ldb, call.ldc, call.bias_sm, call.bias_sn)),
             np.float32(call.alpha), np.float32(call.beta),
             *(np.int32(v) for v in (call.za, call.zb, call.zc, call.zbias))]
     if call.conv is not None:
         args.append(call.conv)
     label = f"{'conv' if call.conv is not None else 'gemm'} {call.M}x{call.N}x{call.K}" + (
-        f" z{call.batch}" if call.batch > 1 else "")
-    return dev.launch(_kernel(dev, call, params, has_bias), gws, lws, args, [a, b, bias], [out], label)
+        f" z{call.batch}" if call.batch > 1 else "") + (f" split{splits}" if splits > 1 else "")
+    ev = dev.launch(_kernel(dev, call, params, has_bias), gws, lws, args, [a, b, bias], [target], label)
+    if splits == 1:
+        return ev
+    total = call.batch * call.M * call.N
+    args = [target.buffer, (bias if has_bias else out).buffer, out.buffer,
+            *(np.int32(v) for v in (call.M, call.N, call.ldc, call.bias_sm, call.bias_sn)),
+            np.float32(call.alpha), np.float32(call.beta),
+            *(np.int32(v) for v in (call.zc, call.zbias, total))]
+    if call.conv is not None:
+        args.append(call.conv)
+    return launch_1d(dev, _kernel(dev, call, params, has_bias, "splitk_reduce"), total, args,
+                     [target, bias], [out], "splitk_reduce")
 
 
 # -- ops -------------------------------------------------------------------------------------------

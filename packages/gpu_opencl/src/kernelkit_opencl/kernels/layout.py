@@ -4,7 +4,6 @@ from the host copy kept for small constants (no device round trip)."""
 from __future__ import annotations
 
 import numpy as np
-
 from kernelkit import ShapeError, register_kernel
 from kernelkit.ops._util import normalize_axes
 from kernelkit.ops.reshape import resolve_shape

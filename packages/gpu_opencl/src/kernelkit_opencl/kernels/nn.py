@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-
 from kernelkit import register_kernel
 
 from ._common import launch_1d, source

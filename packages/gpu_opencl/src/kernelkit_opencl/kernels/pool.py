@@ -3,7 +3,6 @@ window rule (pads, auto_pad, ceil_mode, dilations)."""
 from __future__ import annotations
 
 import numpy as np
-
 from kernelkit import register_kernel
 from kernelkit.ops._window import window
 
@@ -42,7 +41,8 @@ def _pool(x, kernel_name, kernel_shape, strides, dilations, pads, auto_pad, ceil
 
 def max_pool(x, *, auto_pad: str = "NOTSET", ceil_mode: int = 0, dilations=(), kernel_shape=(), pads=(),
              storage_order: int = 0, strides=()):
-    return _pool(x, "max_pool", kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, 2 * int(bool(storage_order)))
+    flags = 2 * int(bool(storage_order))
+    return _pool(x, "max_pool", kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, flags)
 
 
 def average_pool(x, *, auto_pad: str = "NOTSET", ceil_mode: int = 0, count_include_pad: int = 0, dilations=(),
