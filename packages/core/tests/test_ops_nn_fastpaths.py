@@ -251,3 +251,13 @@ def test_fast_paths_leave_inputs_alone():
             assert not any(np.shares_memory(o, a) for a in inputs), fn.__name__
         for a, b in zip(inputs, before):
             np.testing.assert_array_equal(a, b, err_msg=fn.__name__)
+
+
+@pytest.mark.parametrize("ws, attrs", [((4, 1, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),  # depthwise
+                                       ((3, 4, 1, 1), {}),  # 1x1
+                                       ((3, 4, 3, 3), {"pads": [1, 0, 1, 0], "strides": [2, 2]})])  # im2col
+def test_conv_empty_batch(ws, attrs):
+    x = np.zeros((0, 4, 6, 5), np.float32)
+    w = np.ones(ws, np.float32)
+    want = onnx_reference_run("Conv", [x, w], attrs)[0]
+    assert_close(conv.conv(x, w, **attrs), want)

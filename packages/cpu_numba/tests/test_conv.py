@@ -1,10 +1,15 @@
 """Property tests: Conv (1-D/2-D, grouped, depthwise, dilated, strided, padded, fused epilogue)."""
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kernelkit.errors import OpAttributeError
 from kernelkit.testing import run_single_op
+
+# every example builds a Session; a few dozen cover the space without slowing CI (kept per test,
+# not as a global hypothesis profile, so other packages' tests keep their settings)
+FEW = settings(max_examples=25, deadline=None,
+               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 ACTS = [("", ()), ("Relu", ()), ("Clip", (-0.5, 0.5)), ("LeakyRelu", (0.2,)), ("Sigmoid", ()),
         ("HardSwish", ()), ("Tanh", ()), ("Gelu", (0.0,)), ("Gelu", (1.0,))]
@@ -36,6 +41,7 @@ def conv_cases(draw):
     return (n, c, *spatial), (m, cg, *kernel), draw(st.booleans()), attrs, seed
 
 
+@FEW
 @given(conv_cases())
 def test_conv_matches_reference(check, case):
     x_shape, w_shape, with_bias, attrs, seed = case
@@ -97,6 +103,7 @@ def conv_transpose_cases(draw):
     return (draw(st.integers(1, 2)), cg * group, *spatial), (cg * group, mg, *kernel), draw(st.booleans()), attrs, seed
 
 
+@FEW
 @given(conv_transpose_cases())
 def test_conv_transpose_matches_reference(check, case):
     x_shape, w_shape, with_bias, attrs, seed = case

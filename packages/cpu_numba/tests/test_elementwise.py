@@ -2,10 +2,14 @@
 import kernelkit
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kernelkit.registry import get_schema
 
+# every example builds a Session; a few dozen cover the space without slowing CI (kept per test,
+# not as a global hypothesis profile, so other packages' tests keep their settings)
+FEW = settings(max_examples=25, deadline=None,
+               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 @st.composite
 def broadcast_pair(draw):
@@ -16,6 +20,7 @@ def broadcast_pair(draw):
     return tuple(a[draw(st.integers(0, len(a))):]), tuple(b[draw(st.integers(0, len(b))):])
 
 
+@FEW
 @given(broadcast_pair(), st.sampled_from(["Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean"]),
        st.booleans(), st.integers(0, 2**16))
 def test_binary_broadcasting_matches_reference(check, shapes, op, transposed, seed):

@@ -1,12 +1,18 @@
 """Property tests: Gemm (transposes, alpha/beta, every C broadcast form, fused activation) and
 MatMul (2-D, batched, broadcast batch dims, 1-D operands)."""
 import numpy as np
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+# every example builds a Session; a few dozen cover the space without slowing CI (kept per test,
+# not as a global hypothesis profile, so other packages' tests keep their settings)
+FEW = settings(max_examples=25, deadline=None,
+               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 ACTS = [("", ()), ("Relu", ()), ("Clip", (0.0, 6.0)), ("Sigmoid", ()), ("Gelu", (0.0,)), ("LeakyRelu", (0.1,))]
 
 
+@FEW
 @given(st.integers(1, 9), st.integers(1, 9), st.integers(1, 9), st.booleans(), st.booleans(),
        st.sampled_from([None, "n", "1n", "m1", "mn", "1", "scalar"]), st.sampled_from([1.0, 0.5, -2.0]),
        st.sampled_from([1.0, 0.0, 0.25]), st.sampled_from(ACTS), st.integers(0, 2**16))
@@ -24,6 +30,7 @@ def test_gemm_matches_reference(check, m, k, n, trans_a, trans_b, c_form, alpha,
 batch = st.lists(st.integers(1, 3), max_size=2)
 
 
+@FEW
 @given(batch, batch, st.integers(1, 7), st.integers(1, 7), st.integers(1, 7), st.sampled_from(["2d", "vec_a", "vec_b"]),
        st.sampled_from(ACTS), st.integers(0, 2**16))
 def test_matmul_matches_reference(check, batch_a, batch_b, m, k, n, form, act, seed):

@@ -1,8 +1,12 @@
 """Property tests: MaxPool (with Indices), AveragePool (both pad counting modes), global pools."""
 import numpy as np
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+# every example builds a Session; a few dozen cover the space without slowing CI (kept per test,
+# not as a global hypothesis profile, so other packages' tests keep their settings)
+FEW = settings(max_examples=25, deadline=None,
+               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 @st.composite
 def pool_cases(draw):
@@ -22,6 +26,7 @@ def pool_cases(draw):
     return shape, attrs, draw(st.integers(0, 2**16))
 
 
+@FEW
 @given(pool_cases(), st.sampled_from([0, 1]))
 def test_average_pool_matches_reference(check, case, count_include_pad):
     shape, attrs, seed = case
@@ -29,6 +34,7 @@ def test_average_pool_matches_reference(check, case, count_include_pad):
     check("AveragePool", [x], {**attrs, "count_include_pad": count_include_pad})
 
 
+@FEW
 @given(pool_cases(), st.sampled_from([1, 2]))
 def test_max_pool_matches_reference(check, case, n_outputs):
     shape, attrs, seed = case
@@ -38,6 +44,7 @@ def test_max_pool_matches_reference(check, case, n_outputs):
     check("MaxPool", [x], attrs, n_outputs=n_outputs)
 
 
+@FEW
 @given(st.lists(st.integers(1, 6), min_size=1, max_size=3), st.integers(0, 2**16))
 def test_global_pools_match_reference(check, spatial, seed):
     x = np.random.default_rng(seed).uniform(-2, 2, (2, 3, *spatial)).astype(np.float32)

@@ -1,12 +1,18 @@
 """Property tests: Softmax/LogSoftmax over any axis; LayerNormalization (all three outputs),
 BatchNormalization and InstanceNormalization."""
 import numpy as np
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+# every example builds a Session; a few dozen cover the space without slowing CI (kept per test,
+# not as a global hypothesis profile, so other packages' tests keep their settings)
+FEW = settings(max_examples=25, deadline=None,
+               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 shapes = st.lists(st.integers(1, 6), min_size=1, max_size=4)
 
 
+@FEW
 @given(shapes, st.data(), st.sampled_from(["Softmax", "LogSoftmax"]), st.sampled_from([1.0, 30.0]))
 def test_softmax_matches_reference(check, shape, data, op, spread):
     axis = data.draw(st.integers(-len(shape), len(shape) - 1))
@@ -14,6 +20,7 @@ def test_softmax_matches_reference(check, shape, data, op, spread):
     check(op, [x], {"axis": axis})
 
 
+@FEW
 @given(shapes, st.data(), st.booleans(), st.sampled_from([1e-5, 1e-2]))
 def test_layer_norm_matches_reference(check, shape, data, with_bias, eps):
     axis = data.draw(st.integers(-len(shape), len(shape) - 1))
@@ -25,6 +32,7 @@ def test_layer_norm_matches_reference(check, shape, data, with_bias, eps):
     check("LayerNormalization", [x, scale, b], {"axis": axis, "epsilon": eps}, constants=(1, 2), n_outputs=3)
 
 
+@FEW
 @given(st.integers(1, 2), st.integers(1, 5), st.lists(st.integers(1, 5), max_size=3), st.integers(0, 2**16))
 def test_batch_and_instance_norm_match_reference(check, n, c, spatial, seed):
     r = np.random.default_rng(seed)

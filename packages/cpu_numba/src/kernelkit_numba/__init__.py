@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import importlib
 
-KERNEL_MODULES = ("binary", "conv", "conv_transpose", "gemm", "norm", "pool", "reduce", "softmax", "unary")
+KERNEL_MODULES = ("argminmax", "binary", "conv", "conv_transpose", "cumsum", "gemm", "norm", "pool", "reduce",
+                  "softmax", "unary")
 
 
 def initialize() -> None:

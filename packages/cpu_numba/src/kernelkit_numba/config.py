@@ -14,11 +14,13 @@ Kernels are compiled with ``jit`` (serial) or ``jit_parallel`` (``prange`` loops
 
 Threads: Numba's parallel loops run on its OpenMP pool (threading layer "omp" here; TBB where
 installed), GEMM-shaped work on NumPy's BLAS pool. Both pools busy-wait after a region by
-default and then steal the cores the other one needs (measured: a 128x256x256 SGEMM took 24 ms
-instead of 0.2 ms on the loaded 2-core CI machine), so this module asks OpenMP to sleep
-(``OMP_WAIT_POLICY=PASSIVE``) unless the user set a policy. ``num_threads(n)`` (used around
-every class kernel's ``execute`` when ``Session(threads=n)`` is given) sets Numba's thread count
-(thread-local) and the BLAS thread count (process-wide, through threadpoolctl).
+default and then steal the cores the other one needs (measured on the 2-core CI machine: ResNet-18
+at 2 threads took 1.3 s per run with active waiting, 35-40 ms with passive), so this module asks
+OpenMP to sleep (``OMP_WAIT_POLICY=PASSIVE``) unless the user set a policy. Being an environment
+variable it applies to the whole process, and only if no OpenMP runtime has started yet.
+``num_threads(n)`` (used around every class kernel's ``execute`` when ``Session(threads=n)`` is
+given, and with n=1 for calls below ``SERIAL_WORK``) sets Numba's thread count (thread-local) and
+the BLAS thread count (process-wide, through threadpoolctl).
 """
 from __future__ import annotations
 

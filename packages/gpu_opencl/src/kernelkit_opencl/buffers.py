@@ -7,6 +7,7 @@ next writer waits for them (which keeps reuse correct on out-of-order queues).
 """
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 
@@ -125,7 +126,7 @@ class CLTensor:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     @property
     def ndim(self) -> int:

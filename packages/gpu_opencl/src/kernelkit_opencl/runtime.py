@@ -11,6 +11,7 @@ session gets its own queue, buffer pool and kernel objects.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 
@@ -174,7 +175,7 @@ class OpenCLDevice(Device):
     # -- Device interface ------------------------------------------------------------------------
     def empty(self, shape, dtype, idle: bool = False) -> CLTensor:
         dtype = np.dtype(dtype)
-        size = int(np.prod(shape, dtype=np.int64))
+        size = math.prod(shape)
         if size >= MAX_ELEMENTS:  # kernels index with 32-bit ints: refuse rather than overflow
             raise DeviceError(f"OpenCL tensor of shape {tuple(shape)} has {size} elements; the opencl "
                               f"kernels index with 32-bit ints (limit {MAX_ELEMENTS - 1}): use device='cpu'")

@@ -114,7 +114,7 @@ def _depthwise(x: np.ndarray, w: np.ndarray, win) -> np.ndarray:
     phases, shifts, grid = _phase_grids(x, win)
     steps = [math.prod(grid[i + 1:]) for i in range(win.rank)]  # flat strides of the grid
     length = win.out[0] * steps[0]
-    flat = {r: p.reshape(n, c, 1, -1) for r, p in phases.items()}
+    flat = {r: p.reshape(n, c, 1, math.prod(grid)) for r, p in phases.items()}  # (no -1: N may be 0)
     taps = w.reshape(c, mult, math.prod(win.kernel), 1)
     y = np.empty((n, c, mult, length), x.dtype)
     scratch = np.empty_like(y)
@@ -136,7 +136,7 @@ def _conv(x: np.ndarray, w: np.ndarray, win, group: int) -> np.ndarray:
     in one batched BLAS matmul that writes the NCHW output directly."""
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
-    if cg == 1 and group == c > 1:  # (one input channel in all: a GEMM with K = kernel size is better)
+    if cg == 1 and group == c > 1:  # C == 1: the im2col GEMM (K = kernel size) is faster
         return _depthwise(x, w, win)
     k = math.prod(win.kernel)
     if k == 1 and covers_all(x.shape[2:], win):

@@ -43,8 +43,10 @@ def conv(x, w, b=None, *, auto_pad: str = "NOTSET", dilations=(), group: int = 1
         pads = (0, pads[0], 0, pads[1]) if pads else ()
         strides, dilations = (1, *strides) if strides else (), (1, *dilations) if dilations else ()
         kernel_shape = (1, *kernel_shape) if kernel_shape else ()
-    win = window(x.shape[2:], kernel_shape or w.shape[2:], strides=strides, dilations=dilations, pads=pads,
-                 auto_pad=auto_pad)
+    key = ("conv-window", x.shape, w.shape, tuple(kernel_shape), tuple(strides), tuple(dilations), tuple(pads),
+           auto_pad)
+    win = dev.memo(key, lambda: window(x.shape[2:], kernel_shape or w.shape[2:], strides=strides,
+                                       dilations=dilations, pads=pads, auto_pad=auto_pad))
     n, c, H, W = x.shape
     oc, cg, kh, kw = w.shape
     oh, ow = win.out
@@ -63,11 +65,14 @@ def _implicit_gemm(dev, x, w, b, y, group, geom, activation, activation_params):
     oc, cg, kh, kw = w.shape
     _, _, oh, ow = y.shape
     sh, sw, pt, pl, dh, dw = geom
-    M, K = oc // group, cg * kh * kw
-    cv = (cg, H, W, oh, ow, sh, sw, pt, pl, oc, c * H * W, 0, 0, 0, 0, 0)
-    call = GemmCall(M, n * oh * ow, K, K, 0, 0, batch=group, za=M * K, zb=cg * H * W, zc=M * oh * ow,
-                    bias_sm=1, zbias=M, activation=activation, activation_params=tuple(activation_params),
-                    conv=_geometry(dev, cv, cg, kh, kw, H, W, dh, dw))
+    def plan() -> GemmCall:
+        M, K = oc // group, cg * kh * kw
+        cv = (cg, H, W, oh, ow, sh, sw, pt, pl, oc, c * H * W, 0, 0, 0, 0, 0)
+        return GemmCall(M, n * oh * ow, K, K, 0, 0, batch=group, za=M * K, zb=cg * H * W, zc=M * oh * ow,
+                        bias_sm=1, zbias=M, activation=activation, activation_params=tuple(activation_params),
+                        conv=_geometry(dev, cv, cg, kh, kw, H, W, dh, dw))
+
+    call = dev.memo(("conv-plan", x.shape, w.shape, group, geom, activation, tuple(activation_params)), plan)
     run_gemm(dev, call, w, x, b, y)
 
 

@@ -1,12 +1,16 @@
 """Data movement: Reshape, Flatten, Squeeze, Unsqueeze are views (no copy, no wait); Transpose,
-Concat and Expand run the strided-copy kernel of elementwise.cl. Shape and axes inputs are read
+Concat, Expand, Slice and Split run the strided-copy kernel of elementwise.cl. Shape and axes inputs are read
 from the host copy kept for small constants (no device round trip)."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from kernelkit import ShapeError, register_kernel
 from kernelkit.ops._util import normalize_axes
 from kernelkit.ops.reshape import resolve_shape
+from kernelkit.ops.slice import slices
+from kernelkit.ops.split import split_sizes
 
 from ._common import contiguous_strides, launch_1d
 from .elementwise import broadcast_strides, collapse, ew_kernel
@@ -17,7 +21,7 @@ COPY_DTYPES = ("float32", "float16")
 def strided_copy(src, dst, dims, src_strides, dst_strides, src_base: int = 0, dst_base: int = 0):
     """dst[dst_base + sum(c*dst_strides)] = src[src_base + sum(c*src_strides)] over ``dims``."""
     dev = src.device
-    n = int(np.prod(dims, dtype=np.int64))
+    n = math.prod(dims)
     if n == 0:
         return
     dims, (ss, ds) = collapse(dims, src_strides, dst_strides)
@@ -45,7 +49,7 @@ def reshape(data, shape, *, allowzero: int = 0):
 
 def flatten(x, *, axis: int = 1):
     axis = axis + x.ndim if axis < 0 else axis
-    return x.view((int(np.prod(x.shape[:axis], dtype=np.int64)), int(np.prod(x.shape[axis:], dtype=np.int64))))
+    return x.view((math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))
 
 
 def squeeze(data, axes=None):
@@ -88,6 +92,45 @@ def concat(*inputs, axis: int):
     return out
 
 
+def slice_(data, starts, ends, axes=None, steps=None):
+    """Slice as one strided copy: per dim, start offset and step (negative steps too)."""
+    def ints(t):
+        return None if t is None else [int(v) for v in t.values().ravel()]
+
+    try:
+        sls = slices(data.shape, ints(starts), ints(ends), ints(axes), ints(steps))
+    except ValueError as exc:
+        raise ShapeError(f"Slice: {exc}") from None
+    ranges = [range(d)[sl] for d, sl in zip(data.shape, sls)]
+    shape = tuple(len(r) for r in ranges)
+    out = data.device.empty(shape, data.dtype)
+    if all(shape):
+        strides = contiguous_strides(data.shape)
+        base = sum(r.start * st for r, st in zip(ranges, strides))
+        strided_copy(data, out, shape, [r.step * st for r, st in zip(ranges, strides)],
+                     contiguous_strides(shape), src_base=base)
+    return out
+
+
+def split(x, split=None, *, axis: int = 0, num_outputs=None):
+    axis = axis + x.ndim if axis < 0 else axis
+    try:
+        sizes = split_sizes(x.shape[axis], None if split is None else [int(v) for v in split.values().ravel()],
+                            num_outputs)
+    except ValueError as exc:
+        raise ShapeError(f"Split: {exc}") from None
+    src = contiguous_strides(x.shape)
+    outs, start = [], 0
+    for size in sizes:
+        shape = x.shape[:axis] + (size,) + x.shape[axis + 1:]
+        out = x.device.empty(shape, x.dtype)
+        if out.size:
+            strided_copy(x, out, shape, src, contiguous_strides(shape), src_base=start * src[axis])
+        outs.append(out)
+        start += size
+    return tuple(outs)
+
+
 def expand_op(x, shape):
     return expand(x, tuple(int(s) for s in shape.values().ravel()))
 
@@ -95,5 +138,6 @@ def expand_op(x, shape):
 def register() -> None:
     for op, fn in (("Reshape", reshape), ("Flatten", flatten), ("Squeeze", squeeze), ("Unsqueeze", unsqueeze)):
         register_kernel(op, device="gpu", vendor="opencl", dtype="*")(fn)
-    for op, fn in (("Transpose", transpose), ("Concat", concat), ("Expand", expand_op)):
+    for op, fn in (("Transpose", transpose), ("Concat", concat), ("Expand", expand_op), ("Slice", slice_),
+                   ("Split", split)):
         register_kernel(op, device="gpu", vendor="opencl", dtype=COPY_DTYPES)(fn)

@@ -32,3 +32,21 @@ __kernel void softmax(__global const float* restrict x, __global float* restrict
     for (int k = 0; k < len; ++k) y[base + (long)k * inner] = exp(x[base + (long)k * inner] - m) * inv;
   }
 }
+
+// Reductions over the last `len` elements of each of `rows` rows (reduced axes moved last by
+// reduce.py). mode: 0 sum, 1 mean, 2 max, 3 min, 4 prod; NaN propagates through max and min.
+__kernel void reduce_rows(__global const float* restrict x, __global float* restrict y, const int rows,
+                          const int len, const int mode) {
+  const int r = get_global_id(0);
+  if (r >= rows) return;
+  __global const float* xp = x + (long)r * len;
+  float acc = mode == 2 ? -INFINITY : (mode == 3 ? INFINITY : (mode == 4 ? 1.0f : 0.0f));
+  for (int k = 0; k < len; ++k) {
+    const float v = xp[k];
+    if (mode <= 1) acc += v;
+    else if (mode == 4) acc *= v;
+    else if (v != v || acc != acc) acc = acc + v;
+    else acc = mode == 2 ? fmax(acc, v) : fmin(acc, v);
+  }
+  y[r] = mode == 1 ? acc / (float)len : acc;
+}

@@ -1,6 +1,8 @@
 """BatchNormalization (inference), Softmax/LogSoftmax, Clip, Sum and Mean on the OpenCL device."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from kernelkit import register_kernel
 
@@ -13,7 +15,7 @@ def batch_normalization(x, scale, b, mean, var, *, epsilon: float = 1e-5):
     y = dev.empty(x.shape, x.dtype)
     n = x.size
     if n:
-        inner = int(np.prod(x.shape[2:], dtype=np.int64))
+        inner = math.prod(x.shape[2:])
         launch_1d(dev, dev.kernel(source("nn.cl"), "batch_norm"), n,
                   (x.buffer, scale.buffer, b.buffer, mean.buffer, var.buffer, y.buffer, np.int32(n),
                    np.int32(x.shape[1]), np.int32(inner), np.float32(epsilon)), [x, scale, b, mean, var], [y],
@@ -29,7 +31,7 @@ def _softmax(log_mode: int):
             return y
         shape = x.shape if x.ndim else (1,)
         axis = axis + len(shape) if axis < 0 else axis
-        inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+        inner = math.prod(shape[axis + 1:])
         lines = x.size // shape[axis]
         launch_1d(dev, dev.kernel(source("nn.cl"), "softmax"), lines,
                   (x.buffer, y.buffer, np.int32(lines), np.int32(shape[axis]), np.int32(inner), np.int32(log_mode)),

@@ -2,6 +2,8 @@
 window rule (pads, auto_pad, ceil_mode, dilations)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from kernelkit import register_kernel
 from kernelkit.ops._window import window
@@ -54,8 +56,8 @@ def average_pool(x, *, auto_pad: str = "NOTSET", ceil_mode: int = 0, count_inclu
 def _global(mode: int):
     def kernel(x):
         dev = x.device
-        rows = int(np.prod(x.shape[:2]))
-        hw = int(np.prod(x.shape[2:], dtype=np.int64))
+        rows = math.prod(x.shape[:2])
+        hw = math.prod(x.shape[2:])
         y = dev.empty(x.shape[:2] + (1,) * (x.ndim - 2), x.dtype)
         if rows:
             knl = dev.kernel(source("pool.cl"), "global_pool")
