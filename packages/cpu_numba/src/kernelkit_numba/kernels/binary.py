@@ -1,4 +1,4 @@
-"""Elementwise binary arithmetic with NumPy/ONNX broadcasting: Add, Sub, Mul, Div, Pow, and the
+"""Elementwise binary arithmetic with NumPy/ONNX broadcasting: Add, Sub, Mul, Div, Pow, PRelu, and the
 variadic Max, Min, Sum, Mean folded pairwise.
 
 Broadcasting costs no copies: both operands become broadcast views (stride 0 on repeated axes),
@@ -16,7 +16,7 @@ from .._base import threaded
 from ..config import jit, jit_parallel
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
-ADD, SUB, MUL, DIV, POW, MAX, MIN = range(7)
+ADD, SUB, MUL, DIV, POW, MAX, MIN, PRELU = range(8)
 
 
 @jit
@@ -33,6 +33,8 @@ def _op(u, v, code):
         return u ** v
     if code == MAX:
         return u if u >= v or u != u else v
+    if code == PRELU:  # u: x, v: slope
+        return u * v if u < 0 else u
     return u if u <= v or u != u else v
 
 
@@ -164,6 +166,12 @@ def pow_(x, y):
     return _binary(x, y, POW)
 
 
+def prelu(x, slope):
+    if np.broadcast_shapes(x.shape, np.shape(slope)) != x.shape:
+        raise ValueError(f"PRelu slope {np.shape(slope)} does not broadcast to X {x.shape}")
+    return _binary(x, slope, PRELU)
+
+
 def max_(*xs):
     return _fold(xs, MAX)
 
@@ -184,7 +192,7 @@ def mean(*xs):
 
 # an integer exponent (Pow's Y of another dtype) stays on the reference
 _SUPPORTS = {"Pow": _same_dtype}
-for _name, _fn in {"Add": add, "Sub": sub, "Mul": mul, "Div": div, "Pow": pow_, "Max": max_, "Min": min_,
+for _name, _fn in {"Add": add, "Sub": sub, "Mul": mul, "Div": div, "Pow": pow_, "PRelu": prelu, "Max": max_, "Min": min_,
                  "Sum": sum_, "Mean": mean}.items():
     register_kernel(_name, device="cpu", vendor="numba", dtype="float32", supports=_SUPPORTS.get(_name))(
         threaded(_fn))

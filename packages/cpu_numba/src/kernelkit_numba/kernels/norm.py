@@ -76,14 +76,15 @@ def _channel_affine(x, mean, inv, bias, y):
 
 
 def _planes(x):
-    return np.ascontiguousarray(x).reshape(x.shape[0], x.shape[1], -1)
+    """(N, C, L) view of x (a copy only when x is not contiguous); works for zero-size axes."""
+    return np.ascontiguousarray(x).reshape(x.shape[0], x.shape[1], math.prod(x.shape[2:]))
 
 
 def layer_normalization(x, scale, b=None, *, axis=-1, epsilon=1e-5):
     axis = axis % x.ndim
     inner = x.shape[axis:]
     d_n = math.prod(inner)
-    rows = np.ascontiguousarray(x).reshape(-1, d_n)
+    rows = np.ascontiguousarray(x).reshape(math.prod(x.shape[:axis]), d_n)
     scale = np.ascontiguousarray(np.broadcast_to(scale, inner), x.dtype).reshape(d_n)
     if b is None:
         bias = np.zeros(d_n, x.dtype)
@@ -101,14 +102,14 @@ def batch_normalization(x, scale, b, mean, var, *, epsilon=1e-5):
     inv = (scale / np.sqrt(var + t(epsilon))).astype(x.dtype, copy=False)
     y = np.empty(x.shape, x.dtype)
     _channel_affine(_planes(x), np.ascontiguousarray(mean, x.dtype), np.ascontiguousarray(inv),
-                    np.ascontiguousarray(b, x.dtype), y.reshape(x.shape[0], x.shape[1], -1))
+                    np.ascontiguousarray(b, x.dtype), y.reshape(_planes(y).shape))
     return y
 
 
 def instance_normalization(x, scale, b, *, epsilon=1e-5):
     y = np.empty(x.shape, x.dtype)
     _instance_norm(_planes(x), np.ascontiguousarray(scale, x.dtype), np.ascontiguousarray(b, x.dtype),
-                   float(epsilon), y.reshape(x.shape[0], x.shape[1], -1))
+                   float(epsilon), y.reshape(_planes(y).shape))
     return y
 
 

@@ -6,6 +6,8 @@ output columns, so the inner loop is a (strided) vector max/add rather than a sc
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from kernelkit.ops._window import window
 from kernelkit.registry import register_kernel
@@ -192,9 +194,16 @@ class AveragePool(_Pool):
 
 
 def _global(x, is_max):
-    rows = np.ascontiguousarray(x).reshape(x.shape[0] * x.shape[1], -1)
     y = np.empty(x.shape[:2] + (1,) * (x.ndim - 2), x.dtype)
-    _global_pool(rows, y.reshape(-1), is_max)
+    if y.size == 0:  # empty batch or channel axis: an empty result, as the reference
+        return y
+    length = math.prod(x.shape[2:])
+    if length == 0:
+        if is_max:
+            raise ValueError(f"GlobalMaxPool over an empty spatial extent {x.shape[2:]}: the maximum is undefined")
+        y[...] = np.nan  # the mean of nothing, as NumPy
+        return y
+    _global_pool(np.ascontiguousarray(x).reshape(y.size, length), y.reshape(-1), is_max)
     return y
 
 

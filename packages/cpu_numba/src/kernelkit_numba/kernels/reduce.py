@@ -1,7 +1,7 @@
-"""ReduceSum, ReduceMean, ReduceMax, ReduceMin (opset 18+: axes as an optional input).
+"""ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd (opset 18+: axes as an optional input).
 
 The reduced axes are moved last (a copy only when they are not already trailing), so every
-reduction is a row reduction over a (rows, L) view, accumulated in float64 for sums and means.
+reduction is a row reduction over a (rows, L) view, accumulated in float64 for sums, means and products.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from .._base import threaded
 from ..config import jit_parallel
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
-SUM, MEAN, MAX, MIN = range(4)
+SUM, MEAN, MAX, MIN, PROD = range(5)
 
 
 @jit_parallel
@@ -31,6 +31,11 @@ def _reduce_rows(x, y, code):
                 nan = nan or v != v
                 acc = max(acc, v) if code == MAX else min(acc, v)
             y[r] = np.nan if nan else acc
+        elif code == PROD:
+            prod = 1.0
+            for k in range(l_n):
+                prod *= src[U(k)]
+            y[r] = prod
         else:
             total = 0.0
             for k in range(l_n):
@@ -56,7 +61,7 @@ def _reduce(data, axes, keepdims, noop_with_empty_axes, code):
         x = np.ascontiguousarray(data.transpose(keep + red)).reshape(rows, length)
         _reduce_rows(x, y.reshape(rows), code)
     elif rows:  # empty reduction: the identity (mean of nothing is NaN, as in NumPy)
-        y[...] = {SUM: 0, MEAN: np.nan, MAX: -np.inf, MIN: np.inf}[code]
+        y[...] = {SUM: 0, MEAN: np.nan, MAX: -np.inf, MIN: np.inf, PROD: 1}[code]
     return y
 
 
@@ -76,6 +81,10 @@ def reduce_min(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
     return _reduce(data, axes, keepdims, noop_with_empty_axes, MIN)
 
 
-for _name, _fn in {"ReduceSum": reduce_sum, "ReduceMean": reduce_mean, "ReduceMax": reduce_max,
+def reduce_prod(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
+    return _reduce(data, axes, keepdims, noop_with_empty_axes, PROD)
+
+
+for _name, _fn in {"ReduceSum": reduce_sum, "ReduceProd": reduce_prod, "ReduceMean": reduce_mean, "ReduceMax": reduce_max,
                    "ReduceMin": reduce_min}.items():
     register_kernel(_name, device="cpu", vendor="numba", dtype="float32")(threaded(_fn))

@@ -1,0 +1,103 @@
+"""Shared parallel copy loops for the data-movement kernels (compiled once, for every rank).
+
+``take(x, tables, fill)`` builds the output whose element ``(i0, ..., ik)`` is
+``x.flat[tables[0][i0] + ... + tables[k][ik]]``, or ``fill`` where any table entry is negative.
+One table of source offsets (in elements) per output axis expresses Transpose (``arange * stride``
+of the permuted axis), Slice (``(start + step * i) * stride``), Expand (zeros), Tile
+(``(i % d) * stride``), Pad (clamped/reflected indices, or -1 for the constant), Gather (the
+indices times the stride), DepthToSpace/SpaceToDepth (a reshape/transpose view) and nearest Resize.
+The kernel runs over output rows in parallel (the last axis is the row); a row's source base
+costs one divmod per outer axis, and rows whose last table is ``arange`` copy contiguously.
+
+``copy_cols(src, dst, s_col, d_col, width)`` copies a column block between 2-D row-major
+arrays: Concat and Split as (outer, axis * inner) matrices.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import prange
+
+from ..config import jit_parallel
+
+U = np.uint64  # unsigned index: no wraparound check in inner loops
+
+
+@jit_parallel
+def _take(src, offsets, starts, shape, dst, fill, unit):
+    rank = shape.shape[0]
+    inner = shape[rank - 1]
+    last = offsets[starts[rank - 1]:starts[rank - 1] + inner]
+    for r in prange(dst.shape[0] // inner):
+        rem = r
+        base = 0
+        padded = False
+        for k in range(rank - 2, -1, -1):
+            d = shape[k]
+            q = rem // d
+            o = offsets[starts[k] + rem - q * d]
+            rem = q
+            padded = padded or o < 0
+            base += o
+        out = dst[r * inner:(r + 1) * inner]
+        if padded:
+            for j in range(inner):
+                out[U(j)] = fill
+        elif unit:
+            row = src[base:base + inner]
+            for j in range(inner):
+                out[U(j)] = row[U(j)]
+        else:
+            for j in range(inner):
+                o = last[U(j)]
+                out[U(j)] = src[base + o] if o >= 0 else fill
+
+
+@jit_parallel
+def _copy_cols(src, dst, s_col, d_col, width):
+    for r in prange(src.shape[0]):
+        a = src[r, s_col:s_col + width]
+        b = dst[r, d_col:d_col + width]
+        for j in range(width):
+            b[U(j)] = a[U(j)]
+
+
+def strides(x) -> list[int]:
+    """Element strides of a C-contiguous array of ``x``'s shape."""
+    out, step = [], 1
+    for d in reversed(x.shape):
+        out.append(step)
+        step *= d
+    return out[::-1]
+
+
+def take(x, tables, fill=0.0):
+    """Gather ``x`` (any dtype the caller registered) through per-axis offset tables (see module)."""
+    shape = tuple(len(t) for t in tables)
+    y = np.empty(shape, x.dtype)
+    if y.size == 0:
+        return y
+    tables = [np.asarray(t, np.int64) for t in tables] or [np.zeros(1, np.int64)]  # rank 0: one element
+    src = np.ascontiguousarray(x).reshape(-1)
+    last = tables[-1]
+    unit = bool(last[0] >= 0 and np.array_equal(last, last[0] + np.arange(len(last))))
+    starts = np.cumsum([0] + [len(t) for t in tables[:-1]]).astype(np.int64)
+    _take(src, np.concatenate(tables), starts, np.array([len(t) for t in tables], np.int64), y.reshape(-1),
+          x.dtype.type(fill), unit)
+    return y
+
+
+def axis_tables(x, index_per_axis):
+    """Offset tables from per-axis source indices (-1 stays -1, the fill marker)."""
+    return [np.where(idx >= 0, idx * s, -1) for idx, s in zip(index_per_axis, strides(x))]
+
+
+def copy_cols(src, dst, s_col, d_col, width) -> None:
+    if src.shape[0] and width:
+        _copy_cols(src, dst, s_col, d_col, width)
+
+
+def as_matrix(x, axis):
+    """``x`` as the (outer, axis * inner) row-major matrix Concat and Split work on."""
+    return np.ascontiguousarray(x).reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))

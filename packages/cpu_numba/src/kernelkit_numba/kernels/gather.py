@@ -1,0 +1,58 @@
+"""Gather and GatherElements. Gather is the shared parallel gather (``_copy.take``) with the
+indices as the offset table of the gathered axis; GatherElements runs one parallel loop over a
+(outer, axis, inner) view, reading ``data[o, indices[o, k, i], i]``."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from kernelkit.ops.gather import _checked
+from kernelkit.registry import register_kernel
+from numba import prange
+
+from .._base import threaded
+from ..config import jit_parallel
+from ._copy import strides, take
+
+U = np.uint64  # unsigned index: no wraparound check in inner loops
+
+
+@jit_parallel
+def _gather_elements(x, idx, y):
+    o_n, k_n, i_n = idx.shape
+    for p in prange(o_n * k_n):
+        o = p // k_n
+        k = p - o * k_n
+        src, ind, dst = x[o], idx[o, k], y[o, k]
+        for i in range(i_n):
+            dst[U(i)] = src[ind[U(i)], U(i)]
+
+
+def gather(data, indices, *, axis=0):
+    axis = axis % data.ndim
+    idx = _checked(indices, data.shape[axis])
+    st = strides(data)
+    tables = [np.arange(d, dtype=np.int64) * s for d, s in zip(data.shape, st)]
+    tables[axis] = idx.reshape(-1) * st[axis]
+    y = take(data, tables)
+    return y.reshape(data.shape[:axis] + idx.shape + data.shape[axis + 1:])
+
+
+def gather_elements(data, indices, *, axis=0):
+    axis = axis % data.ndim
+    idx = np.ascontiguousarray(_checked(indices, data.shape[axis]))
+    if idx.ndim != data.ndim or any(i > d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != axis):
+        raise ValueError(f"indices {idx.shape} must have the rank of data {data.shape} and fit in it off axis {axis}")
+    if any(i != d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != axis):  # the part indices cover
+        data = take(data, [np.arange(d if k == axis else i, dtype=np.int64) * s
+                           for k, (i, d, s) in enumerate(zip(idx.shape, data.shape, strides(data)))])
+    y = np.empty(idx.shape, data.dtype)
+    if y.size:
+        outer, inner = math.prod(idx.shape[:axis]), math.prod(idx.shape[axis + 1:])
+        _gather_elements(np.ascontiguousarray(data).reshape(outer, data.shape[axis], inner),
+                         idx.reshape(outer, idx.shape[axis], inner), y.reshape(outer, idx.shape[axis], inner))
+    return y
+
+
+register_kernel("Gather", device="cpu", vendor="numba", dtype="float32")(threaded(gather))
+register_kernel("GatherElements", device="cpu", vendor="numba", dtype="float32")(threaded(gather_elements))

@@ -1,0 +1,72 @@
+"""Resize, modes nearest and linear (n-linear), with the coordinate transformations, nearest
+rules and size policies the reference supports (its helpers resolve them, so both agree).
+
+Nearest is one parallel gather (``_copy.take``) with the chosen source index per output position
+of every axis. Linear is separable: one parallel pass per resized axis over an (outer, L, inner)
+view, blending two source rows with float64 weights; intermediate passes stay in float64 like the
+reference, and the result is rounded once. Modes the reference does not support (cubic,
+antialias, tf_crop_and_resize) are declined through ``supports``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from kernelkit.ops.resize import NEAREST_MODES, TRANSFORMS, _nearest, _plan, _source
+from kernelkit.registry import register_kernel
+from numba import prange
+
+from .._base import threaded
+from ..config import jit_parallel
+from ._copy import axis_tables, take
+
+U = np.uint64  # unsigned index: no wraparound check in inner loops
+
+
+@jit_parallel
+def _lerp_axis(x, i0, i1, w, y):
+    """y[o, j, :] = x[o, i0[j], :] * (1 - w[j]) + x[o, i1[j], :] * w[j]."""
+    o_n, m_n, in_n = y.shape
+    for p in prange(o_n * m_n):
+        o = p // m_n
+        j = p - o * m_n
+        a, b, dst = x[o, i0[j]], x[o, i1[j]], y[o, j]
+        wj = w[j]
+        for i in range(in_n):
+            dst[U(i)] = a[U(i)] * (1.0 - wj) + b[U(i)] * wj
+
+
+def _supports(specs, attrs) -> bool:
+    return (attrs.get("mode", "nearest") in ("nearest", "linear") and not attrs.get("antialias", 0)
+            and attrs.get("coordinate_transformation_mode", "half_pixel") in TRANSFORMS
+            and attrs.get("nearest_mode", "round_prefer_floor") in NEAREST_MODES)
+
+
+def resize(x, roi=None, scales=None, sizes=None, *, axes=(), coordinate_transformation_mode="half_pixel",
+           keep_aspect_ratio_policy="stretch", mode="nearest", nearest_mode="round_prefer_floor"):
+    scale, out = _plan(x.shape, scales, sizes, axes, keep_aspect_ratio_policy)
+    if math.prod(out) == 0 or x.size == 0:
+        if math.prod(out):
+            raise ValueError(f"Resize cannot grow the empty input {x.shape} to {tuple(out)}")
+        return np.empty(tuple(out), x.dtype)
+    src = [np.arange(size, dtype=np.float64) if n == size and s == 1.0
+           else _source(np.arange(n, dtype=np.float64), size, s, coordinate_transformation_mode)
+           for size, s, n in zip(x.shape, scale, out)]
+    if mode == "nearest":
+        index = [np.clip(_nearest(c, nearest_mode), 0, size - 1) for c, size in zip(src, x.shape)]
+        return take(x, axis_tables(x, index))
+    y = x
+    for axis, (size, s, n, c) in enumerate(zip(x.shape, scale, out, src)):
+        if n == size and s == 1.0:
+            continue
+        low = np.floor(c)
+        i0 = np.clip(low.astype(np.int64), 0, size - 1)
+        i1 = np.clip(low.astype(np.int64) + 1, 0, size - 1)
+        outer, inner = math.prod(y.shape[:axis]), math.prod(y.shape[axis + 1:])
+        nxt = np.empty(y.shape[:axis] + (n,) + y.shape[axis + 1:], np.float64)
+        _lerp_axis(np.ascontiguousarray(y).reshape(outer, size, inner), i0, i1, c - low, nxt.reshape(outer, n, inner))
+        y = nxt
+    return y.astype(x.dtype)  # a fresh array even when no axis changed
+
+
+register_kernel("Resize", device="cpu", vendor="numba", dtype="float32", supports=_supports)(threaded(resize))
