@@ -16,11 +16,10 @@ from kernelkit import (
     TensorSpec,
     Value,
     passes,
-    registry,
 )
 from kernelkit.ops._util import same_as_input
 from kernelkit.passes import PassContext, run_passes
-from kernelkit.testing import assert_close
+from kernelkit.testing import assert_close, isolate_registries
 
 REF = {"vendors": ["reference"]}
 BUILTINS = ["eliminate_identity", "fold_constants", "fold_batchnorm", "fuse_activation", "trim_dead"]
@@ -29,9 +28,7 @@ BUILTINS = ["eliminate_identity", "fold_constants", "fold_batchnorm", "fuse_acti
 @pytest.fixture(autouse=True)
 def sandbox(monkeypatch):
     """Ops, kernels and passes a test registers are undone afterwards."""
-    monkeypatch.setattr(registry, "_OPS", dict(registry._OPS))
-    monkeypatch.setattr(registry, "_KERNELS", dict(registry._KERNELS))
-    monkeypatch.setattr(passes, "_PASSES", list(passes._PASSES))
+    isolate_registries(monkeypatch)
 
 
 def rand(*shape, seed=0, low=-2.0, high=2.0):

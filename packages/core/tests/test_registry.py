@@ -13,12 +13,12 @@ from kernelkit import (
     TensorSpec,
     UnsupportedOpError,
     Value,
-    registry,
 )
 from kernelkit.errors import KernelkitError
 from kernelkit.ir import Graph, Model
 from kernelkit.ops._util import same_as_input
 from kernelkit.registry import get_schema, normalize_attrs, select_kernel
+from kernelkit.testing import isolate_registries
 
 DOMAIN = "kk.test"
 
@@ -26,8 +26,7 @@ DOMAIN = "kk.test"
 @pytest.fixture(autouse=True)
 def sandbox(monkeypatch):
     """Every registration a test makes is undone afterwards."""
-    monkeypatch.setattr(registry, "_OPS", dict(registry._OPS))
-    monkeypatch.setattr(registry, "_KERNELS", dict(registry._KERNELS))
+    isolate_registries(monkeypatch)
 
 
 def _op(name="Twice", **kwargs):

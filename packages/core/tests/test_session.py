@@ -23,10 +23,9 @@ from kernelkit import (
     Value,
     backends,
     devices,
-    registry,
 )
 from kernelkit.ops._util import same_as_input
-from kernelkit.testing import assert_close
+from kernelkit.testing import assert_close, isolate_registries
 
 DOMAIN = "kk.test"
 REF = {"vendors": ["reference"]}
@@ -35,9 +34,7 @@ REF = {"vendors": ["reference"]}
 @pytest.fixture(autouse=True)
 def sandbox(monkeypatch):
     """Ops, kernels and devices a test registers are undone afterwards."""
-    monkeypatch.setattr(registry, "_OPS", dict(registry._OPS))
-    monkeypatch.setattr(registry, "_KERNELS", dict(registry._KERNELS))
-    monkeypatch.setattr(devices, "_FACTORIES", dict(devices._FACTORIES))
+    isolate_registries(monkeypatch)
 
 
 # -- a fake device whose tensors are tagged wrappers ----------------------------------------------

@@ -18,6 +18,7 @@ class Device:
     """Base class: a place tensors live. Subclasses override the four methods."""
 
     name = "cpu"
+    asynchronous = False  # True: kernels only enqueue work, and download() is where a run waits
 
     def upload(self, array: np.ndarray) -> Any:
         """Host array -> this device's tensor (may be asynchronous)."""

@@ -427,11 +427,12 @@ class Session:
         """Start a run and return a ``concurrent.futures.Future`` of its outputs."""
         names = self._resolve_outputs(output_names)
         feeds = self._check_feeds(input_feed)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=max(1, self.threads or os.cpu_count() or 1),
-                                            thread_name_prefix="kernelkit-run")
-        if all(getattr(d, "asynchronous", False) or d.name == "cpu" for d in self._devices.values()) \
-                and any(getattr(d, "asynchronous", False) for d in self._devices.values()):
+        with self._prof_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=max(1, self.threads or os.cpu_count() or 1),
+                                                thread_name_prefix="kernelkit-run")
+        devices = self._devices.values()
+        if all(d.asynchronous or d.name == "cpu" for d in devices) and any(d.asynchronous for d in devices):
             # asynchronous devices (OpenCL) only enqueue in _dispatch: do it here, so that the
             # pool thread does nothing but wait for the downloads of the outputs
             try:

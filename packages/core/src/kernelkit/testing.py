@@ -136,3 +136,18 @@ def check_against_onnx(op: str, inputs, attrs: dict | None = None, n_outputs: in
             isinstance(d, str) or d == a for d, a in zip(spec.shape, actual.shape))
         assert fits, f"{where} inferred {spec.type}{list(spec.shape)} but got {actual.dtype}{list(actual.shape)}"
     return got
+
+
+def isolate_registries(monkeypatch) -> None:
+    """Make every op, kernel, device and pass a test registers disappear after the test.
+
+    Installed backends are loaded first: otherwise the first Session inside the test would load
+    them into the throwaway copies and they would be missing for every later test."""
+    from . import devices, passes, registry
+    from .backends import load_backends
+
+    load_backends()
+    monkeypatch.setattr(registry, "_OPS", dict(registry._OPS))
+    monkeypatch.setattr(registry, "_KERNELS", dict(registry._KERNELS))
+    monkeypatch.setattr(devices, "_FACTORIES", dict(devices._FACTORIES))
+    monkeypatch.setattr(passes, "_PASSES", list(passes._PASSES))

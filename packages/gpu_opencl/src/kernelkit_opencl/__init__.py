@@ -19,11 +19,11 @@ def initialize() -> None:
             return
         from kernelkit import register_device
 
-        from .kernels import conv, elementwise, gemm, layout, nn, pool, reduce
+        from .kernels import conv, elementwise, gemm, index, layout, nn, norm, pool, reduce, scan, typed
         from .runtime import create_device
 
         register_device("gpu", create_device)
-        for family in (elementwise, gemm, conv, pool, nn, layout, reduce):
+        for family in (elementwise, typed, index, scan, gemm, conv, pool, nn, norm, layout, reduce):
             family.register()
         from .custom_layers import initialize as _custom_layers
 

@@ -19,9 +19,25 @@ import math
 import numpy as np
 from numba import prange
 
-from ..config import jit_parallel
+from ..config import jit, jit_parallel
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
+
+
+@jit
+def row_base(offsets, starts, shape, r):
+    """Source offset of output row ``r`` (all axes but the last); -1 when any table says fill."""
+    base = 0
+    padded = False
+    r = np.int64(r)  # a prange index may be unsigned, and uint64 // int64 is a float in Numba
+    for k in range(shape.shape[0] - 2, -1, -1):
+        d = shape[k]
+        q = r // d
+        o = offsets[starts[k] + r - q * d]
+        padded = padded or o < 0
+        base += o
+        r = q
+    return -1 if padded else base
 
 
 @jit_parallel
@@ -30,22 +46,13 @@ def _take(src, offsets, starts, shape, dst, fill, unit):
     inner = shape[rank - 1]
     last = offsets[starts[rank - 1]:starts[rank - 1] + inner]
     for r in prange(dst.shape[0] // inner):
-        rem = r
-        base = 0
-        padded = False
-        for k in range(rank - 2, -1, -1):
-            d = shape[k]
-            q = rem // d
-            o = offsets[starts[k] + rem - q * d]
-            rem = q
-            padded = padded or o < 0
-            base += o
+        base = row_base(offsets, starts, shape, r)
         out = dst[r * inner:(r + 1) * inner]
-        if padded:
+        if base < 0:
             for j in range(inner):
                 out[U(j)] = fill
         elif unit:
-            row = src[base:base + inner]
+            row = src[base + last[0]:base + last[0] + inner]
             for j in range(inner):
                 out[U(j)] = row[U(j)]
         else:

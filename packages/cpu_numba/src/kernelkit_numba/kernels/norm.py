@@ -93,7 +93,10 @@ def layer_normalization(x, scale, b=None, *, axis=-1, epsilon=1e-5):
     y = np.empty(x.shape, x.dtype)
     stats = x.shape[:axis] + (1,) * (x.ndim - axis)
     mean, inv = np.empty(stats, x.dtype), np.empty(stats, x.dtype)
-    _layer_norm(rows, scale, bias, float(epsilon), y.reshape(rows.shape), mean.reshape(-1), inv.reshape(-1))
+    if d_n == 0:  # nothing to normalize over: statistics of an empty row are NaN, as in NumPy
+        mean[...], inv[...] = np.nan, np.nan
+    elif rows.shape[0]:
+        _layer_norm(rows, scale, bias, float(epsilon), y.reshape(rows.shape), mean.reshape(-1), inv.reshape(-1))
     return y, mean, inv
 
 

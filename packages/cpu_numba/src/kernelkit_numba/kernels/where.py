@@ -8,20 +8,10 @@ from kernelkit.registry import register_kernel
 from numba import prange
 
 from .._base import threaded
-from ..config import jit, jit_parallel
+from ..config import jit_parallel
+from ._copy import row_base
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
-
-
-@jit
-def _row_base(offsets, starts, shape, r):
-    base = 0
-    for k in range(shape.shape[0] - 2, -1, -1):
-        d = shape[k]
-        q = r // d
-        base += offsets[starts[k] + r - q * d]
-        r = q
-    return base
 
 
 @jit_parallel
@@ -31,9 +21,9 @@ def _where(cond, x, y, oc, ox, oy, starts, shape, out):
     s = starts[rank - 1]
     lc, lx, ly = oc[s:s + inner], ox[s:s + inner], oy[s:s + inner]
     for r in prange(out.shape[0] // inner):
-        bc = _row_base(oc, starts, shape, r)
-        bx = _row_base(ox, starts, shape, r)
-        by = _row_base(oy, starts, shape, r)
+        bc = row_base(oc, starts, shape, r)
+        bx = row_base(ox, starts, shape, r)
+        by = row_base(oy, starts, shape, r)
         dst = out[r * inner:(r + 1) * inner]
         for j in range(inner):
             dst[U(j)] = x[bx + lx[U(j)]] if cond[bc + lc[U(j)]] else y[by + ly[U(j)]]

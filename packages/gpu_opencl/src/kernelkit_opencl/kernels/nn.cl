@@ -50,3 +50,51 @@ __kernel void reduce_rows(__global const float* restrict x, __global float* rest
   }
   y[r] = mode == 1 ? acc / (float)len : acc;
 }
+
+// Normalize each of `rows` rows of `len` contiguous elements: y = (x - mean) * inv_std * s + b,
+// var = mean((x - mean)^2). per_channel 0 (LayerNormalization): s, b are indexed by the position in
+// the row; 1 (InstanceNormalization): by the row's channel r % channels. bias may be absent
+// (has_bias 0); mean_out/inv_out are written when write_stats is 1.
+__kernel void row_norm(__global const float* restrict x, __global const float* restrict scale,
+                       __global const float* restrict bias, __global float* restrict y,
+                       __global float* restrict mean_out, __global float* restrict inv_out, const int rows,
+                       const int len, const int channels, const float epsilon, const int per_channel,
+                       const int has_bias, const int write_stats) {
+  const int r = get_global_id(0);
+  if (r >= rows) return;
+  const long base = (long)r * len;
+  float s = 0.0f;
+  for (int k = 0; k < len; ++k) s += x[base + k];
+  const float mean = s / (float)len;
+  float v = 0.0f;
+  for (int k = 0; k < len; ++k) {
+    const float d = x[base + k] - mean;
+    v += d * d;
+  }
+  const float inv = 1.0f / sqrt(v / (float)len + epsilon);
+  const int c = r % channels;
+  for (int k = 0; k < len; ++k) {
+    const int j = per_channel ? c : k;
+    y[base + k] = (x[base + k] - mean) * inv * scale[j] + (has_bias ? bias[j] : 0.0f);
+  }
+  if (write_stats) {
+    mean_out[r] = mean;
+    inv_out[r] = inv;
+  }
+}
+
+// LRN across channels of (N, C, inner): sum of squares over channels [c - lo, c + hi].
+__kernel void lrn(__global const float* restrict x, __global float* restrict y, const int n, const int channels,
+                  const int inner, const int lo, const int hi, const float alpha_over_size, const float beta,
+                  const float bias) {
+  const int i = get_global_id(0);
+  if (i >= n) return;
+  const int k = i % inner, c = (i / inner) % channels;
+  const long base = (long)(i / (inner * channels)) * channels * inner + k;
+  float s = 0.0f;
+  for (int cc = max(c - lo, 0); cc <= min(c + hi, channels - 1); ++cc) {
+    const float v = x[base + (long)cc * inner];
+    s += v * v;
+  }
+  y[i] = x[i] / pow(bias + alpha_over_size * s, beta);
+}

@@ -1,0 +1,195 @@
+"""Property tests for the data-movement and remaining compute kernels (numba vs the reference,
+fallback off): Transpose, Slice, Expand, Tile, DepthToSpace/SpaceToDepth, Pad, Concat, Split,
+Gather, GatherElements, Where, PRelu, LRN, TopK, ReduceProd, Resize; zero-size batch/channel axes
+for the normalizations and global pools; typed errors for bad indices."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kernelkit.errors import KernelkitError
+from kernelkit.testing import run_single_op
+
+FEW = settings(max_examples=20, deadline=None,
+               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SHAPES = st.lists(st.integers(1, 5), min_size=1, max_size=4)
+
+
+def _x(shape, seed):
+    return np.random.default_rng(seed).uniform(-3, 3, shape).astype(np.float32)
+
+
+@FEW
+@given(SHAPES, st.randoms(use_true_random=False), st.integers(0, 99))
+def test_transpose(check, shape, rnd, seed):
+    perm = list(range(len(shape)))
+    rnd.shuffle(perm)
+    check("Transpose", [_x(shape, seed)], {"perm": perm})
+
+
+@FEW
+@given(SHAPES, st.data())
+def test_slice(check, shape, data):
+    axes = data.draw(st.lists(st.integers(0, len(shape) - 1), min_size=1, max_size=len(shape), unique=True))
+    starts = [data.draw(st.integers(-7, 7)) for _ in axes]
+    ends = [data.draw(st.integers(-7, 7) | st.sampled_from([2**62, -2**62])) for _ in axes]
+    steps = [data.draw(st.sampled_from([1, 2, 3, -1, -2])) for _ in axes]
+    i64 = [np.array(v, np.int64) for v in (starts, ends, axes, steps)]
+    check("Slice", [_x(shape, len(axes))] + i64, constants=(1, 2, 3, 4))
+
+
+@FEW
+@given(SHAPES, st.data())
+def test_expand_and_tile(check, shape, data):
+    x = _x([data.draw(st.sampled_from([1, d])) for d in shape], len(shape))
+    lead = data.draw(st.lists(st.integers(1, 3), max_size=2))
+    target = lead + [d if data.draw(st.booleans()) else 1 for d in shape]
+    check("Expand", [x, np.array(target, np.int64)], constants=(1,))
+    repeats = [data.draw(st.integers(0, 3)) for _ in shape]
+    check("Tile", [x, np.array(repeats, np.int64)], constants=(1,))
+
+
+@FEW
+@given(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3), st.integers(1, 4), st.integers(1, 4),
+       st.sampled_from(["DCR", "CRD"]), st.integers(0, 99))
+def test_depth_space(check, b, n, c, h, w, mode, seed):
+    check("DepthToSpace", [_x((n, c * b * b, h, w), seed)], {"blocksize": b, "mode": mode})
+    check("SpaceToDepth", [_x((n, c, h * b, w * b), seed)], {"blocksize": b})
+
+
+@FEW
+@given(SHAPES, st.data(), st.sampled_from(["constant", "reflect", "edge", "wrap"]))
+def test_pad(check, shape, data, mode):
+    lo = 0 if mode == "constant" else -1  # non-constant modes may crop only while the axis stays non-empty
+    pads = [data.draw(st.integers(-d if mode == "constant" else max(lo, 1 - d), 4)) for d in shape]
+    pads += [data.draw(st.integers(-(d + min(p, 0)) if mode == "constant" else 0, 3)) for d, p in zip(shape, pads)]
+    value = [] if mode != "constant" else [np.array(data.draw(st.sampled_from([0.0, -1.5])), np.float32)]
+    check("Pad", [_x(shape, abs(sum(pads))), np.array(pads, np.int64)] + value, {"mode": mode}, constants=(1,))
+
+
+@FEW
+@given(SHAPES, st.data())
+def test_concat_split(check, shape, data):
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    parts = []
+    for i in range(data.draw(st.integers(1, 3))):
+        s = list(shape)
+        s[axis] = data.draw(st.integers(0, 3))
+        parts.append(_x(s, i))
+    check("Concat", parts, {"axis": axis})
+    sizes = data.draw(st.lists(st.integers(0, 3), min_size=1, max_size=3))
+    s = list(shape)
+    s[axis] = sum(sizes)
+    check("Split", [_x(s, 5), np.array(sizes, np.int64)], {"axis": axis}, constants=(1,), n_outputs=len(sizes))
+
+
+@FEW
+@given(SHAPES, st.data())
+def test_gather_and_gather_elements(check, shape, data):
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    d = shape[axis]
+    ind_shape = data.draw(st.lists(st.integers(0, 3), max_size=2))
+    idx = np.random.default_rng(d).integers(-d, d, ind_shape).astype(np.int64)
+    x = _x(shape, len(ind_shape))
+    check("Gather", [x, idx], {"axis": axis})
+    el_shape = [data.draw(st.integers(1, 4)) if k == axis % len(shape) else n for k, n in enumerate(shape)]
+    el = np.random.default_rng(d + 1).integers(-d, d, el_shape).astype(np.int64)
+    check("GatherElements", [x, el], {"axis": axis})
+
+
+@FEW
+@given(SHAPES, st.data())
+def test_where_and_prelu(check, shape, data):
+    def sub():  # a shape broadcasting to ``shape``
+        k = data.draw(st.integers(0, len(shape)))
+        return [d if data.draw(st.booleans()) else 1 for d in shape[len(shape) - k:]]
+    r = np.random.default_rng(len(shape))
+    check("Where", [r.random(sub()) < 0.5, _x(sub(), 1), _x(sub(), 2)])
+    check("PRelu", [_x(shape, 3), _x(sub(), 4)])
+
+
+@FEW
+@given(st.integers(1, 3), st.integers(1, 9), st.lists(st.integers(1, 4), min_size=1, max_size=2), st.integers(1, 6),
+       st.floats(1e-4, 1.0), st.floats(0.25, 1.0), st.floats(0.5, 2.0))
+def test_lrn(check, n, c, spatial, size, alpha, beta, bias):
+    check("LRN", [_x([n, c] + spatial, c)], {"size": size, "alpha": alpha, "beta": beta, "bias": bias})
+
+
+@FEW
+@given(SHAPES, st.data(), st.sampled_from([0, 1]), st.booleans())
+def test_topk(check, shape, data, largest, with_nan):
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    k = data.draw(st.integers(0, shape[axis]))
+    r = np.random.default_rng(sum(shape))
+    x = r.integers(-2, 3, shape).astype(np.float32)  # few distinct values: ties are common
+    if with_nan:
+        x.reshape(-1)[r.integers(0, x.size)] = np.nan
+    check("TopK", [x, np.array([k], np.int64)], {"axis": axis, "largest": largest}, constants=(1,))
+
+
+@FEW
+@given(SHAPES, st.data(), st.sampled_from([0, 1]))
+def test_reduce_prod(check, shape, data, keepdims):
+    rank = len(shape)
+    axes = data.draw(st.lists(st.integers(-rank, rank - 1), max_size=rank, unique_by=lambda a: a % rank))
+    x = np.random.default_rng(rank).uniform(0.5, 1.5, shape).astype(np.float32)
+    check("ReduceProd", [x, np.array(axes, np.int64)], {"keepdims": keepdims}, constants=(1,))
+
+
+TRANSFORMS = ["half_pixel", "half_pixel_symmetric", "asymmetric", "align_corners", "pytorch_half_pixel"]
+
+
+@FEW
+@given(st.lists(st.integers(1, 5), min_size=3, max_size=4), st.data(), st.sampled_from(["nearest", "linear"]),
+       st.sampled_from(TRANSFORMS),
+       st.sampled_from(["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]), st.booleans())
+def test_resize(check, shape, data, mode, transform, nearest, by_scales):
+    attrs = {"mode": mode, "coordinate_transformation_mode": transform, "nearest_mode": nearest}
+    x = _x(shape, len(shape))
+    if by_scales:
+        scales = [1.0, 1.0] + [data.draw(st.sampled_from([0.5, 0.75, 1.0, 1.5, 2.0, 3.0])) for _ in shape[2:]]
+        inputs = [x, None, np.array(scales, np.float32)]
+    else:
+        sizes = shape[:2] + [data.draw(st.integers(1, 9)) for _ in shape[2:]]
+        inputs = [x, None, None, np.array(sizes, np.int64)]
+    check("Resize", inputs, attrs, constants=(len(inputs) - 1,))
+
+
+def _zero_size_cases():
+    r = np.random.default_rng(0)
+    for shape in [(0, 3, 4, 5), (2, 0, 4, 5)]:
+        c = shape[1]
+        x = np.zeros(shape, np.float32)
+        yield "GlobalAveragePool", [x], {}
+        yield "GlobalMaxPool", [x], {}
+        yield "BatchNormalization", [x] + [r.uniform(0.5, 1.5, c).astype(np.float32) for _ in range(4)], {}
+        yield "InstanceNormalization", [x] + [r.uniform(0.5, 1.5, c).astype(np.float32) for _ in range(2)], {}
+        yield "LayerNormalization", [x, np.ones(shape[1:], np.float32)], {"axis": 1}
+        yield "LayerNormalization", [x, np.ones(shape[-1:], np.float32)], {"axis": -1}
+
+
+@pytest.mark.parametrize("op, inputs, attrs", list(_zero_size_cases()),
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_zero_size_batch_or_channel(check, op, inputs, attrs):
+    got = check(op, inputs, attrs)
+    assert got[0].shape[:2] == inputs[0].shape[:2] and got[0].size == 0
+
+
+@pytest.mark.parametrize("op, inputs, attrs", [
+    ("Gather", [np.ones((3, 2), np.float32), np.array([3], np.int64)], {}),
+    ("GatherElements", [np.ones((3, 2), np.float32), np.array([[0, -4]], np.int64)], {}),
+    ("Pad", [np.ones((0, 2), np.float32), np.array([1, 0, 1, 0], np.int64)], {"mode": "edge"}),
+])
+def test_bad_input_is_a_typed_error_naming_the_node(op, inputs, attrs):
+    with pytest.raises(KernelkitError, match=op):
+        run_single_op(op, inputs, attrs, vendors=["numba"], fallback=False)
+
+
+def test_inputs_left_untouched():
+    x = _x((2, 3, 4), 0)
+    before = x.copy()
+    x.flags.writeable = False
+    for op, extra, attrs in [("Transpose", [], {"perm": [2, 0, 1]}), ("LRN", [], {"size": 3}),
+                             ("Pad", [np.array([1, 1, 1, 1, 1, 1], np.int64)], {"mode": "reflect"}),
+                             ("TopK", [np.array([2], np.int64)], {})]:
+        run_single_op(op, [x] + extra, attrs, vendors=["numba"], fallback=False)
+    np.testing.assert_array_equal(x, before)

@@ -1,0 +1,158 @@
+// Comparisons, boolean logic, Where and Cast over one element type TA (-D TA=float|int|long|
+// uchar|char; bool is uchar 0/1). typed.py appends one COMPARE(name, expr) row per comparison or
+// logic op and one CAST(name, type, expr) row per target type; all live in this one program.
+
+// Offset of output element i in broadcast input `which`:
+// meta = [rank, dims.., strides of input 0.., strides of input 1.., strides of input 2..].
+inline int bcast_offset(__global const int* meta, int i, const int which) {
+  const int rank = meta[0];
+  int r = i, o = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    const int dim = meta[1 + d];
+    const int c = r % dim;
+    r /= dim;
+    o += c * meta[1 + (1 + which) * rank + d];
+  }
+  return o;
+}
+
+// mode 0: every input has the output's shape; 1: broadcast through meta. Output is bool (uchar).
+#define COMPARE(NAME, EXPR)                                                                      \
+  __kernel void compare_##NAME(__global const TA* xp, __global const TA* yp, __global uchar* zp, \
+                               const int n, __global const int* meta, const int mode) {          \
+    const int i = get_global_id(0);                                                              \
+    if (i >= n) return;                                                                          \
+    const TA x = xp[mode ? bcast_offset(meta, i, 0) : i];                                        \
+    const TA y = yp[mode ? bcast_offset(meta, i, 1) : i];                                        \
+    zp[i] = (EXPR) ? 1 : 0;                                                                      \
+  }
+
+// Cast: y = EXPR of x, stored as TO.
+#define CAST(NAME, TO, EXPR)                                                                     \
+  __kernel void cast_##NAME(__global const TA* xp, __global TO* yp, const int n) {              \
+    const int i = get_global_id(0);                                                              \
+    if (i < n) {                                                                                 \
+      const TA x = xp[i];                                                                        \
+      yp[i] = (EXPR);                                                                            \
+    }                                                                                            \
+  }
+
+// Cast to float16: stored as half through vstore_half (no cl_khr_fp16 needed).
+__kernel void cast_float16(__global const TA* xp, __global half* yp, const int n) {
+  const int i = get_global_id(0);
+  if (i < n) vstore_half((float)xp[i], i, yp);
+}
+
+__kernel void logical_not(__global const uchar* xp, __global uchar* yp, const int n) {
+  const int i = get_global_id(0);
+  if (i < n) yp[i] = xp[i] ? 0 : 1;
+}
+
+// Where(c, x, y) over three broadcast inputs (mode as in COMPARE).
+__kernel void where_select(__global const uchar* cp, __global const TA* xp, __global const TA* yp,
+                           __global TA* zp, const int n, __global const int* meta, const int mode) {
+  const int i = get_global_id(0);
+  if (i >= n) return;
+  const uchar c = cp[mode ? bcast_offset(meta, i, 0) : i];
+  zp[i] = c ? xp[mode ? bcast_offset(meta, i, 1) : i] : yp[mode ? bcast_offset(meta, i, 2) : i];
+}
+
+// Gather along an axis: data is (outer, axis_dim, inner), idx holds nidx in-range int indices;
+// out is (outer, nidx, inner).
+__kernel void gather(__global const TA* data, __global const int* idx, __global TA* out, const int n,
+                     const int nidx, const int axis_dim, const int inner) {
+  const int i = get_global_id(0);
+  if (i >= n) return;
+  const int k = i % inner, r = i / inner;
+  const int j = r % nidx, o = r / nidx;
+  out[i] = data[((long)o * axis_dim + idx[j]) * inner + k];
+}
+
+// GatherElements: out has idx's shape; meta = [rank, dims.., data strides.., axis].
+__kernel void gather_elements(__global const TA* data, __global const int* idx, __global TA* out,
+                              const int n, __global const int* meta) {
+  const int i = get_global_id(0);
+  if (i >= n) return;
+  const int rank = meta[0], axis = meta[1 + 2 * rank];
+  int r = i;
+  long o = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    const int dim = meta[1 + d];
+    const int c = r % dim;
+    r /= dim;
+    o += (long)(d == axis ? idx[i] : c) * meta[1 + rank + d];
+  }
+  out[i] = data[o];
+}
+
+// Pad: output coordinate c maps to s = c - begin on each axis of a (cropped) input of size `size`;
+// outside [0, size) mode picks: 0 constant (*value), 1 edge, 2 reflect, 3 wrap.
+// meta = [rank, out dims.., sizes.., input strides.., begins..]; base = offset of the crop.
+__kernel void pad(__global const TA* x, __global TA* y, __global const TA* value, const int n,
+                  __global const int* meta, const int base, const int mode) {
+  const int i = get_global_id(0);
+  if (i >= n) return;
+  const int rank = meta[0];
+  int r = i;
+  long o = base;
+  for (int d = rank - 1; d >= 0; --d) {
+    const int dim = meta[1 + d];
+    const int size = meta[1 + rank + d];
+    int s = r % dim - meta[1 + 3 * rank + d];
+    r /= dim;
+    if (s < 0 || s >= size) {
+      if (mode == 0) { y[i] = value[0]; return; }
+      if (mode == 1) s = clamp(s, 0, size - 1);
+      else if (mode == 3) s = ((s % size) + size) % size;
+      else if (size == 1) s = 0;
+      else {
+        const int period = 2 * (size - 1);
+        s = ((s % period) + period) % period;
+        if (s >= size) s = period - s;
+      }
+    }
+    o += (long)s * meta[1 + 2 * rank + d];
+  }
+  y[i] = x[o];
+}
+
+// ArgMax (is_max 1) / ArgMin along the middle axis of (outer, len, inner); one work-item per line.
+// The first extreme wins, or the last with select_last; NaN beats every number (as NumPy).
+__kernel void arg_extreme(__global const TA* x, __global long* out, const int lines, const int len,
+                          const int inner, const int is_max, const int select_last) {
+  const int t = get_global_id(0);
+  if (t >= lines) return;
+  const long base = (long)(t / inner) * len * inner + t % inner;
+  int best_k = select_last ? len - 1 : 0;
+  TA best = x[base + (long)best_k * inner];
+  for (int j = 1; j < len; ++j) {
+    const int k = select_last ? len - 1 - j : j;
+    const TA v = x[base + (long)k * inner];
+    const int better = is_max ? (v > best) : (v < best);
+    if (best == best && (better || v != v)) {
+      best = v;
+      best_k = k;
+    }
+  }
+  out[t] = best_k;
+}
+
+// CumSum along the middle axis of (outer, len, inner), optionally exclusive and/or reversed.
+__kernel void cumsum(__global const TA* x, __global TA* y, const int lines, const int len, const int inner,
+                     const int exclusive, const int reverse) {
+  const int t = get_global_id(0);
+  if (t >= lines) return;
+  const long base = (long)(t / inner) * len * inner + t % inner;
+  TA acc = 0;
+  for (int j = 0; j < len; ++j) {
+    const long o = base + (long)(reverse ? len - 1 - j : j) * inner;
+    const TA v = x[o];
+    if (exclusive) {
+      y[o] = acc;
+      acc += v;
+    } else {
+      acc += v;
+      y[o] = acc;
+    }
+  }
+}
