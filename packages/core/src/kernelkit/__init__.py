@@ -7,18 +7,29 @@ from __future__ import annotations
 
 import logging
 
-from . import ops as _ops  # registers the core op set and its reference kernels
+from . import ops as _ops  # noqa: F401  (registers the core op set and its reference kernels)
+from . import passes as _passes_pkg  # noqa: F401
 from .activation import ACTIVATIONS, apply_activation
 from .backends import load_backends
 from .builder import GraphBuilder
 from .devices import Device, create_device, register_device
 from .dtypes import dtype_name
-from .errors import (BackendUnavailableError, ConfigError, DeviceError, InputError, KernelBuildError,
-                     KernelExecutionError, KernelkitError, ModelFormatError, OpAttributeError,
-                     RegistryError, ShapeError, UnsupportedOpError)
+from .errors import (
+    BackendUnavailableError,
+    ConfigError,
+    DeviceError,
+    InputError,
+    KernelBuildError,
+    KernelExecutionError,
+    KernelkitError,
+    ModelFormatError,
+    OpAttributeError,
+    RegistryError,
+    ShapeError,
+    UnsupportedOpError,
+)
 from .ir import Graph, Model, Node, TensorSpec, Value
 from .passes import PassContext, register_pass, run_passes
-from . import passes as _passes_pkg  # noqa: F401
 from .registry import REQUIRED, get_schema, kernels, ops, register_kernel, register_op
 from .session import KernelContext, Session
 from .shape import InferContext, broadcast_shapes, infer_shapes

@@ -7,7 +7,8 @@ for that device, and moves tensors with ``upload``/``download`` at device bounda
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -7,8 +7,9 @@ Shapes hold ints or strings; a string is a symbolic dimension resolved per run.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -202,7 +203,8 @@ class Graph:
     def copy(self) -> "Graph":
         """A structural copy; constant arrays are shared (they are treated as read-only)."""
         g = Graph(name=self.name, inputs=self.inputs, outputs=self.outputs)
-        g.nodes = [Node(n.op, list(n.inputs), list(n.outputs), copy.copy(n.attrs), n.name, n.domain) for n in self.nodes]
+        g.nodes = [Node(n.op, list(n.inputs), list(n.outputs), copy.copy(n.attrs), n.name, n.domain)
+                   for n in self.nodes]
         g.values = {k: Value(v.name, v.spec, v.data) for k, v in self.values.items()}
         return g
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import inspect
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 

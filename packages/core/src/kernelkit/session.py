@@ -19,12 +19,18 @@ import numpy as np
 
 from .backends import run_session_hooks
 from .devices import Device, create_device
-from .errors import (ConfigError, InputError, KernelBuildError, KernelExecutionError, KernelkitError,
-                     ModelFormatError, UnsupportedOpError)
+from .errors import (
+    ConfigError,
+    InputError,
+    KernelBuildError,
+    KernelExecutionError,
+    KernelkitError,
+    ModelFormatError,
+    UnsupportedOpError,
+)
 from .ir import Graph, Model, Node, TensorSpec
 from .passes import PassContext, run_passes
-from .registry import (KernelEntry, KernelKey, describe_kernels, get_schema, normalize_attrs,
-                       select_kernel)
+from .registry import KernelEntry, KernelKey, describe_kernels, get_schema, normalize_attrs, select_kernel
 from .shape import infer_node, infer_shapes
 
 log = logging.getLogger("kernelkit.session")
@@ -251,11 +257,14 @@ class Session:
                 self._steps[i].free_after.append(name)
 
     # -- introspection -------------------------------------------------------------------------
+    def _info(self, names) -> list[NodeInfo]:
+        return [NodeInfo(n, self.graph.values[n].spec.shape, self.graph.values[n].spec.dtype) for n in names]
+
     def get_inputs(self) -> list[NodeInfo]:
-        return [NodeInfo(n, self.graph.values[n].spec.shape, self.graph.values[n].spec.dtype) for n in self.graph.inputs]
+        return self._info(self.graph.inputs)
 
     def get_outputs(self) -> list[NodeInfo]:
-        return [NodeInfo(n, self.graph.values[n].spec.shape, self.graph.values[n].spec.dtype) for n in self.graph.outputs]
+        return self._info(self.graph.outputs)
 
     def placement(self) -> dict[str, tuple[str, str]]:
         """Node name -> (device, vendor) of the kernel chosen for it."""

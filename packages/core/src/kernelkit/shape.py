@@ -2,7 +2,7 @@
 rules, and the pass that runs them over a whole graph."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

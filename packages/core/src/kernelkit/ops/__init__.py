@@ -1,7 +1,44 @@
 """The core op set: each module declares ops (schema + shape rule) and their NumPy reference
 kernels (device "cpu", vendor "reference"). Importing this package registers them all."""
-from . import unary  # noqa: F401
-from . import (arg, binary, cast, concat, constant, cumsum, expand, flatten, gather, logic,  # noqa: F401
-               range, reduce, reshape, shape_ops, slice, split, squeeze, tile, topk, transpose, variadic, where)
-from . import (batchnorm, clip, conv, conv_transpose, depth_space, dropout, gemm, global_pool,  # noqa: F401
-               instancenorm, layernorm, lrn, matmul, pad, pool, prelu, resize, softmax)
+from . import (  # noqa: F401  # noqa: F401
+               arg,
+               batchnorm,
+               binary,
+               cast,
+               clip,
+               concat,
+               constant,
+               conv,
+               conv_transpose,
+               cumsum,
+               depth_space,
+               dropout,
+               expand,
+               flatten,
+               gather,
+               gemm,
+               global_pool,
+               instancenorm,
+               layernorm,
+               logic,
+               lrn,
+               matmul,
+               pad,
+               pool,
+               prelu,
+               range,
+               reduce,
+               reshape,
+               resize,
+               shape_ops,
+               slice,
+               softmax,
+               split,
+               squeeze,
+               tile,
+               topk,
+               transpose,
+               unary,  # noqa: F401
+               variadic,
+               where,
+)

@@ -10,8 +10,8 @@ theirs the same way (as MindSpore Lite's REG_PASS / REG_SCHEDULED_PASS do).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from ..errors import ConfigError, RegistryError
 from ..ir import Graph
