@@ -18,7 +18,10 @@ def test_backend_loads_and_registers_kernels():
     ops = {k.op for k in kernelkit.kernels(device="cpu", vendor="numba")}
     missing = [op for op in HEAVY if op not in ops]
     assert not missing, f"numba kernels missing for {missing}"
-    assert all(k.dtype == "float32" for k in kernelkit.kernels(vendor="numba"))
+    dtypes = {k.op: k.dtype for k in kernelkit.kernels(vendor="numba")}
+    logic = {"And", "Or", "Xor"}  # bool in, bool out; every other kernel is float32
+    assert logic <= set(dtypes)
+    assert dtypes == {op: "bool" if op in logic else "float32" for op in dtypes}
 
 
 def test_initialize_is_idempotent_import_only():

@@ -193,3 +193,17 @@ def test_inputs_left_untouched():
                              ("TopK", [np.array([2], np.int64)], {})]:
         run_single_op(op, [x] + extra, attrs, vendors=["numba"], fallback=False)
     np.testing.assert_array_equal(x, before)
+
+
+@FEW
+@given(SHAPES, st.data(), st.sampled_from(["Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual"]),
+       st.sampled_from(["And", "Or", "Xor"]))
+def test_comparisons_and_logic(check, shape, data, cmp, logic):
+    def sub():  # a shape broadcasting with ``shape``
+        k = data.draw(st.integers(0, len(shape)))
+        return [d if data.draw(st.booleans()) else 1 for d in shape[len(shape) - k:]]
+    r = np.random.default_rng(len(shape))
+    a, b = r.integers(-1, 2, shape).astype(np.float32), r.integers(-1, 2, sub()).astype(np.float32)
+    a.reshape(-1)[0] = np.nan  # NaN compares false (and unequal)
+    check(cmp, [a, b] if data.draw(st.booleans()) else [b, a])
+    check(logic, [r.random(sub()) < 0.5, r.random(shape) < 0.5])

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import importlib
 
-KERNEL_MODULES = ("argminmax", "binary", "concat", "conv", "conv_transpose", "cumsum", "gather", "gemm", "lrn",
-                  "movement", "norm", "pad", "pool", "reduce", "resize", "softmax", "topk", "unary", "where")
+KERNEL_MODULES = ("argminmax", "binary", "compare", "concat", "conv", "conv_transpose", "cumsum", "gather", "gemm",
+                  "lrn", "movement", "norm", "pad", "pool", "reduce", "resize", "softmax", "topk", "unary", "where")
 
 
 def initialize() -> None:

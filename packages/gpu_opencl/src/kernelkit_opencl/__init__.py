@@ -19,11 +19,27 @@ def initialize() -> None:
             return
         from kernelkit import register_device
 
-        from .kernels import conv, elementwise, gemm, index, layout, nn, norm, pool, reduce, scan, typed
+        from .kernels import (
+            conv,
+            conv_transpose,
+            elementwise,
+            gemm,
+            index,
+            layout,
+            nn,
+            norm,
+            pool,
+            reduce,
+            resize,
+            scan,
+            shape_ops,
+            typed,
+        )
         from .runtime import create_device
 
         register_device("gpu", create_device)
-        for family in (elementwise, typed, index, scan, gemm, conv, pool, nn, norm, layout, reduce):
+        for family in (elementwise, typed, index, scan, gemm, conv, conv_transpose, pool, nn, norm, resize, layout,
+                       reduce, shape_ops):
             family.register()
         from .custom_layers import initialize as _custom_layers
 

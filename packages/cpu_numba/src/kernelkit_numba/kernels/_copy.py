@@ -7,7 +7,9 @@ of the permuted axis), Slice (``(start + step * i) * stride``), Expand (zeros), 
 (``(i % d) * stride``), Pad (clamped/reflected indices, or -1 for the constant), Gather (the
 indices times the stride), DepthToSpace/SpaceToDepth (a reshape/transpose view) and nearest Resize.
 The kernel runs over output rows in parallel (the last axis is the row); a row's source base
-costs one divmod per outer axis, and rows whose last table is ``arange`` copy contiguously.
+costs one divmod per outer axis. The longest arithmetic run of the last table around its middle
+(contiguous, strided or broadcast) is copied as a strided row with unsigned indices; the entries
+outside it (pad borders, reflections) are read from the table.
 
 ``copy_cols(src, dst, s_col, d_col, width)`` copies a column block between 2-D row-major
 arrays: Concat and Split as (outer, axis * inner) matrices.
@@ -41,7 +43,9 @@ def row_base(offsets, starts, shape, r):
 
 
 @jit_parallel
-def _take(src, offsets, starts, shape, dst, fill, unit):
+def _take(src, offsets, starts, shape, dst, fill, lo, hi, step):
+    """Rows of the output. On [lo, hi) the last axis's table is an arithmetic run with ``step``
+    (a strided copy); outside it each entry is read from the table (-1: fill)."""
     rank = shape.shape[0]
     inner = shape[rank - 1]
     last = offsets[starts[rank - 1]:starts[rank - 1] + inner]
@@ -51,14 +55,22 @@ def _take(src, offsets, starts, shape, dst, fill, unit):
         if base < 0:
             for j in range(inner):
                 out[U(j)] = fill
-        elif unit:
-            row = src[base + last[0]:base + last[0] + inner]
-            for j in range(inner):
-                out[U(j)] = row[U(j)]
-        else:
-            for j in range(inner):
-                o = last[U(j)]
-                out[U(j)] = src[base + o] if o >= 0 else fill
+            continue
+        for j in range(lo):
+            o = last[U(j)]
+            out[U(j)] = src[U(base + o)] if o >= 0 else fill
+        if hi > lo:
+            row = src[base + last[lo]:]
+            seg = out[lo:hi]
+            if step == 1:  # contiguous: a plain copy loop that vectorises
+                for j in range(hi - lo):
+                    seg[U(j)] = row[U(j)]
+            else:
+                for j in range(hi - lo):
+                    seg[U(j)] = row[U(j * step)]
+        for j in range(hi, inner):
+            o = last[U(j)]
+            out[U(j)] = src[U(base + o)] if o >= 0 else fill
 
 
 @jit_parallel
@@ -87,12 +99,39 @@ def take(x, tables, fill=0.0):
         return y
     tables = [np.asarray(t, np.int64) for t in tables] or [np.zeros(1, np.int64)]  # rank 0: one element
     src = np.ascontiguousarray(x).reshape(-1)
-    last = tables[-1]
-    unit = bool(last[0] >= 0 and np.array_equal(last, last[0] + np.arange(len(last))))
     starts = np.cumsum([0] + [len(t) for t in tables[:-1]]).astype(np.int64)
     _take(src, np.concatenate(tables), starts, np.array([len(t) for t in tables], np.int64), y.reshape(-1),
-          x.dtype.type(fill), unit)
+          x.dtype.type(fill), *_run(tables[-1]))
     return y
+
+
+def _run(last):
+    """(lo, hi, step): an arithmetic run of valid offsets (step >= 0) around the middle of
+    ``last``, grown both ways; the kernel copies it as a strided row and reads the rest (pad
+    borders, reflections) from the table. (0, 0, 0) when there is none."""
+    n, mid = len(last), len(last) // 2
+    if last[mid] < 0:
+        return 0, 0, 0
+    step = int(last[mid + 1] - last[mid]) if mid + 1 < n and last[mid + 1] >= 0 else 0
+    if step < 0:
+        return 0, 0, 0
+    joined = (np.diff(last) == step) & (last[:-1] >= 0)  # joined[k]: k and k + 1 are in one run
+    breaks_left = np.flatnonzero(~joined[:mid])
+    breaks_right = np.flatnonzero(~joined[mid:])
+    lo = int(breaks_left[-1]) + 1 if breaks_left.size else 0
+    hi = mid + int(breaks_right[0]) + 1 if breaks_right.size else n
+    return lo, hi, step
+
+
+def broadcast_offsets(a, shape):
+    """Concatenated per-axis offset tables of contiguous ``a`` read as if broadcast to ``shape``
+    (zeros on broadcast axes): each last-axis table is ``arange`` or zeros."""
+    dims = (1,) * (len(shape) - a.ndim) + a.shape
+    tables, step = [], 1
+    for d, n in zip(reversed(dims), reversed(shape)):
+        tables.append(np.arange(n, dtype=np.int64) * step if d == n else np.zeros(n, np.int64))
+        step *= d
+    return np.concatenate(tables[::-1])
 
 
 def axis_tables(x, index_per_axis):

@@ -192,7 +192,7 @@ def mean(*xs):
 
 # an integer exponent (Pow's Y of another dtype) stays on the reference
 _SUPPORTS = {"Pow": _same_dtype}
-for _name, _fn in {"Add": add, "Sub": sub, "Mul": mul, "Div": div, "Pow": pow_, "PRelu": prelu, "Max": max_, "Min": min_,
-                 "Sum": sum_, "Mean": mean}.items():
+for _name, _fn in {"Add": add, "Sub": sub, "Mul": mul, "Div": div, "Pow": pow_, "PRelu": prelu, "Max": max_,
+                   "Min": min_, "Sum": sum_, "Mean": mean}.items():
     register_kernel(_name, device="cpu", vendor="numba", dtype="float32", supports=_SUPPORTS.get(_name))(
         threaded(_fn))

@@ -41,11 +41,8 @@ def gather(data, indices, *, axis=0):
 def gather_elements(data, indices, *, axis=0):
     axis = axis % data.ndim
     idx = np.ascontiguousarray(_checked(indices, data.shape[axis]))
-    if idx.ndim != data.ndim or any(i > d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != axis):
-        raise ValueError(f"indices {idx.shape} must have the rank of data {data.shape} and fit in it off axis {axis}")
-    if any(i != d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != axis):  # the part indices cover
-        data = take(data, [np.arange(d if k == axis else i, dtype=np.int64) * s
-                           for k, (i, d, s) in enumerate(zip(idx.shape, data.shape, strides(data)))])
+    if idx.ndim != data.ndim or any(i != d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != axis):
+        raise ValueError(f"indices {idx.shape} must have the rank of data {data.shape} and its dims but on axis {axis}")
     y = np.empty(idx.shape, data.dtype)
     if y.size:
         outer, inner = math.prod(idx.shape[:axis]), math.prod(idx.shape[axis + 1:])

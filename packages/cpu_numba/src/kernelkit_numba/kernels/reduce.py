@@ -85,6 +85,6 @@ def reduce_prod(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
     return _reduce(data, axes, keepdims, noop_with_empty_axes, PROD)
 
 
-for _name, _fn in {"ReduceSum": reduce_sum, "ReduceProd": reduce_prod, "ReduceMean": reduce_mean, "ReduceMax": reduce_max,
-                   "ReduceMin": reduce_min}.items():
+for _name, _fn in {"ReduceSum": reduce_sum, "ReduceProd": reduce_prod, "ReduceMean": reduce_mean,
+                   "ReduceMax": reduce_max, "ReduceMin": reduce_min}.items():
     register_kernel(_name, device="cpu", vendor="numba", dtype="float32")(threaded(_fn))

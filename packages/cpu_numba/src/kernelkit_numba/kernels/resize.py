@@ -27,13 +27,11 @@ U = np.uint64  # unsigned index: no wraparound check in inner loops
 def _lerp_axis(x, i0, i1, w, y):
     """y[o, j, :] = x[o, i0[j], :] * (1 - w[j]) + x[o, i1[j], :] * w[j]."""
     o_n, m_n, in_n = y.shape
-    for p in prange(o_n * m_n):
-        o = p // m_n
-        j = p - o * m_n
-        a, b, dst = x[o, i0[j]], x[o, i1[j]], y[o, j]
-        wj = w[j]
-        for i in range(in_n):
-            dst[U(i)] = a[U(i)] * (1.0 - wj) + b[U(i)] * wj
+    for o in prange(o_n):
+        for j in range(m_n):
+            a, b, wj = i0[j], i1[j], w[j]
+            for i in range(in_n):
+                y[o, j, U(i)] = x[o, a, U(i)] * (1.0 - wj) + x[o, b, U(i)] * wj
 
 
 def _supports(specs, attrs) -> bool:

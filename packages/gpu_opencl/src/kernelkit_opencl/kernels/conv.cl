@@ -35,3 +35,44 @@ __kernel void depthwise(__global const float* restrict x, __global const float* 
 #endif
   y[i] = ACT(acc);
 }
+
+// ConvTranspose 2-D, one output element per work-item: y[b, m, oh, ow] gathers every
+// x[b, c, ih, iw] * w[c, m % MG, kh, kw] of m's group with ih * SH + kh * DH == oh + begin_h (same
+// for w); then bias and ACT. g (int buffer): C, H, W, M, OH, OW, KH, KW, stride h, stride w,
+// begin h, begin w, dilation h, dilation w, CG (input channels per group), MG (outputs per group).
+__kernel void conv_transpose(__global const float* restrict x, __global const float* restrict w,
+                             __global const float* restrict bias, __global float* restrict y,
+                             const int total, __global const int* restrict g) {
+  const int i = get_global_id(0);
+  if (i >= total) return;
+  const int ow = i % g[5];
+  int r = i / g[5];
+  const int oh = r % g[4];
+  r /= g[4];
+  const int m = r % g[3];
+  const int b = r / g[3];
+  const int cg = g[14], mg = g[15], grp = m / mg, mm = m - grp * mg;
+  const int H = g[1], W = g[2], KH = g[6], KW = g[7];
+  float acc = 0.0f;
+  for (int ci = 0; ci < cg; ++ci) {
+    const int c = grp * cg + ci;
+    __global const float* xp = x + (long)(b * g[0] + c) * H * W;
+    __global const float* wp = w + (long)(c * mg + mm) * KH * KW;
+    for (int kh = 0; kh < KH; ++kh) {
+      const int th = oh + g[10] - kh * g[12];
+      if (th < 0 || th % g[8]) continue;
+      const int ih = th / g[8];
+      if (ih >= H) continue;
+      for (int kw = 0; kw < KW; ++kw) {
+        const int tw = ow + g[11] - kw * g[13];
+        if (tw < 0 || tw % g[9]) continue;
+        const int iw = tw / g[9];
+        if (iw < W) acc = mad(xp[ih * W + iw], wp[kh * KW + kw], acc);
+      }
+    }
+  }
+#if HAS_BIAS
+  acc += bias[m];
+#endif
+  y[i] = ACT(acc);
+}

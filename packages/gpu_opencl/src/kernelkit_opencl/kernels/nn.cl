@@ -98,3 +98,16 @@ __kernel void lrn(__global const float* restrict x, __global float* restrict y, 
   }
   y[i] = x[i] / pow(bias + alpha_over_size * s, beta);
 }
+
+// Resize along the middle axis of (outer, size, inner) to (outer, n, inner): output index j reads
+// source rows idx[j] and idx[n + j]; linear mixes them with weight w[j], nearest copies the first.
+__kernel void resize_axis(__global const float* restrict x, __global float* restrict y,
+                          __global const int* restrict idx, __global const float* restrict w, const int total,
+                          const int size, const int n, const int inner, const int linear) {
+  const int i = get_global_id(0);
+  if (i >= total) return;
+  const int in = i % inner, j = (i / inner) % n, o = i / (inner * n);
+  const long base = (long)o * size * inner + in;
+  const float a = x[base + (long)idx[j] * inner];
+  y[i] = linear ? a * (1.0f - w[j]) + x[base + (long)idx[n + j] * inner] * w[j] : a;
+}

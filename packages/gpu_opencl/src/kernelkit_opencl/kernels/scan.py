@@ -1,4 +1,5 @@
-"""ArgMax/ArgMin and CumSum along one axis (``typed.cl``; one work-item per line of the axis)."""
+"""ArgMax/ArgMin, CumSum (one work-item per line of the axis) and TopK (one work-item per element,
+written at its rank) along one axis, from ``typed.cl``."""
 from __future__ import annotations
 
 import math
@@ -54,7 +55,24 @@ def cumsum(x, axis, *, exclusive: int = 0, reverse: int = 0):
     return y
 
 
+def topk(x, k, *, axis: int = -1, largest: int = 1, sorted: int = 1):
+    dev = x.device
+    axis, _, length, inner = _lines("TopK", x.shape, axis)
+    kv = np.asarray(k.values()).reshape(-1)
+    if kv.size != 1 or kv.dtype.kind not in "iu" or not 0 <= int(kv[0]) <= length:
+        raise ShapeError(f"TopK: K {kv.tolist()} must be one integer in [0, {length}] (axis {axis} of {x.shape})")
+    count = int(kv[0])
+    shape = x.shape[:axis] + (count,) + x.shape[axis + 1:]
+    values, indices = dev.empty(shape, x.dtype), dev.empty(shape, np.int64)
+    if values.size:
+        launch_1d(dev, typed_kernel(dev, "topk", x.dtype), x.size,
+                  (x.buffer, values.buffer, indices.buffer, np.int32(x.size), np.int32(length), np.int32(inner),
+                   np.int32(count), np.int32(bool(largest))), [x], [values, indices], "TopK")
+    return values, indices
+
+
 def register() -> None:
+    register_kernel("TopK", device="gpu", vendor="opencl", dtype=NUMERIC)(topk)
     register_kernel("ArgMax", device="gpu", vendor="opencl", dtype=NUMERIC)(_arg("ArgMax", 1))
     register_kernel("ArgMin", device="gpu", vendor="opencl", dtype=NUMERIC)(_arg("ArgMin", 0))
     register_kernel("CumSum", device="gpu", vendor="opencl", dtype=CUMSUM_DTYPES)(cumsum)

@@ -2,6 +2,16 @@
 // uchar|char; bool is uchar 0/1). typed.py appends one COMPARE(name, expr) row per comparison or
 // logic op and one CAST(name, type, expr) row per target type; all live in this one program.
 
+// NaN test of a TA value (always 0 for integer types; a function, not a constant, so that the
+// compiler does not warn about constant operands)
+inline int ISNAN(const TA v) {
+#ifdef TA_FLOAT
+  return isnan(v);
+#else
+  return 0;
+#endif
+}
+
 // Offset of output element i in broadcast input `which`:
 // meta = [rank, dims.., strides of input 0.., strides of input 1.., strides of input 2..].
 inline int bcast_offset(__global const int* meta, int i, const int which) {
@@ -25,6 +35,18 @@ inline int bcast_offset(__global const int* meta, int i, const int which) {
     const TA x = xp[mode ? bcast_offset(meta, i, 0) : i];                                        \
     const TA y = yp[mode ? bcast_offset(meta, i, 1) : i];                                        \
     zp[i] = (EXPR) ? 1 : 0;                                                                      \
+  }
+
+// Integer arithmetic (ARITH rows): like COMPARE, but the result has type TA. UTA is TA's unsigned
+// twin, so that Add/Sub/Mul wrap around instead of overflowing (undefined for signed C types).
+#define ARITH(NAME, EXPR)                                                                        \
+  __kernel void arith_##NAME(__global const TA* xp, __global const TA* yp, __global TA* zp,     \
+                             const int n, __global const int* meta, const int mode) {           \
+    const int i = get_global_id(0);                                                              \
+    if (i >= n) return;                                                                          \
+    const TA x = xp[mode ? bcast_offset(meta, i, 0) : i];                                        \
+    const TA y = yp[mode ? bcast_offset(meta, i, 1) : i];                                        \
+    zp[i] = (TA)(EXPR);                                                                          \
   }
 
 // Cast: y = EXPR of x, stored as TO.
@@ -129,7 +151,7 @@ __kernel void arg_extreme(__global const TA* x, __global long* out, const int li
     const int k = select_last ? len - 1 - j : j;
     const TA v = x[base + (long)k * inner];
     const int better = is_max ? (v > best) : (v < best);
-    if (best == best && (better || v != v)) {
+    if (!ISNAN(best) && (better || ISNAN(v))) {
       best = v;
       best_k = k;
     }
@@ -154,5 +176,32 @@ __kernel void cumsum(__global const TA* x, __global TA* y, const int lines, cons
       acc += v;
       y[o] = acc;
     }
+  }
+}
+
+// TopK along the middle axis of (outer, len, inner), one work-item per input element: its rank is
+// the number of elements of its line ordered before it (largest: greater, or equal with a lower
+// index; smallest: less, or equal with a lower index; NaN counts as the greatest), and elements of
+// rank < k are written at that rank. Outputs are (outer, k, inner).
+inline int topk_before(const TA a, const int ia, const TA b, const int ib, const int largest) {
+  const int an = ISNAN(a), bn = ISNAN(b);
+  const int eq = (a == b) || (an && bn);
+  const int beyond = largest ? ((an && !bn) || (!an && !bn && a > b)) : ((!an && bn) || (!an && !bn && a < b));
+  return beyond || (eq && ia < ib);
+}
+
+__kernel void topk(__global const TA* x, __global TA* values, __global long* indices, const int n, const int len,
+                   const int inner, const int k, const int largest) {
+  const int i = get_global_id(0);
+  if (i >= n) return;
+  const int in = i % inner, e = (i / inner) % len, o = i / (inner * len);
+  const long base = (long)o * len * inner + in;
+  const TA v = x[i];
+  int rank = 0;
+  for (int j = 0; j < len && rank < k; ++j) rank += topk_before(x[base + (long)j * inner], j, v, e, largest);
+  if (rank < k) {
+    const long at = ((long)o * k + rank) * inner + in;
+    values[at] = v;
+    indices[at] = e;
   }
 }

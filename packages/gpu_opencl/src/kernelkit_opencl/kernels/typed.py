@@ -1,5 +1,6 @@
-"""Comparisons (bool out), boolean logic, Not, Where and Cast/CastLike from one table-driven
-program (``typed.cl``), built once per device and element type (``-D TA=...``).
+"""Comparisons (bool out), boolean logic, Not, Where, Cast/CastLike and integer Add/Sub/Mul/Div/
+Max/Min from one table-driven program (``typed.cl``), built once per device and element type
+(``-D TA=...``); index.py and scan.py launch its other kernels.
 
 Element types: float32, int32, int64, int8, uint8 and bool (stored as uchar 0/1). Cast targets
 the same types plus float16 (stored with ``vstore_half``); float64 and the wider unsigned types
@@ -10,7 +11,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from kernelkit import ShapeError, broadcast_shapes, register_kernel
+from kernelkit import InputError, ShapeError, broadcast_shapes, register_kernel
 from kernelkit.ops.cast import ONNX_DTYPES
 
 from ._common import launch_1d, source
@@ -32,6 +33,19 @@ COMPARE = {
     "Xor": ("(x != 0) != (y != 0)", ("bool",)),
 }
 
+# integer arithmetic (floats use elementwise.BINARY): op -> expression of x, y of type TA. Division
+# by zero is refused in Python before launch; y == -1 negates (INT_MIN / -1 wraps, as NumPy).
+INT_DTYPES = ("int32", "int64", "int8", "uint8")
+ARITH = {
+    "Add": "(UTA)x + (UTA)y",
+    "Sub": "(UTA)x - (UTA)y",
+    "Mul": "(UTA)x * (UTA)y",
+    "Div": "(y == (TA)-1 && (TA)-1 < 0) ? (TA)((UTA)0 - (UTA)x) : x / y",
+    "Max": "max(x, y)",
+    "Min": "min(x, y)",
+}
+UNSIGNED = {"float": "float", "int": "uint", "long": "ulong", "char": "uchar", "uchar": "uchar"}
+
 # cast target -> expression of x (float16 has its own kernel, cast_float16)
 CAST = {name: f"({ctype})x" for name, ctype in CTYPES.items() if name != "bool"}
 CAST["bool"] = "(uchar)(x != 0)"
@@ -41,6 +55,7 @@ CAST_TARGETS = tuple(CAST) + ("float16",)
 @functools.cache
 def program_source() -> str:
     rows = [f"COMPARE({name}, {expr})" for name, (expr, _) in COMPARE.items()]
+    rows += [f"ARITH({name}, {expr})" for name, expr in ARITH.items()]
     rows += [f"CAST({name}, {CTYPES[name]}, {expr})" for name, expr in CAST.items()]
     return source("typed.cl") + "\n" + "\n".join(rows) + "\n"
 
@@ -48,7 +63,10 @@ def program_source() -> str:
 def typed_kernel(device, name: str, dtype):
     """The ``cl.Kernel`` ``name`` of the typed program for element dtype ``dtype`` (built once)."""
     ctype = CTYPES[np.dtype(dtype).name]
-    return device.memo(("typed", name, ctype), lambda: device.kernel(program_source(), name, {"TA": ctype}))
+    defines = {"TA": ctype, "UTA": UNSIGNED[ctype]}
+    if ctype == "float":
+        defines["TA_FLOAT"] = 1
+    return device.memo(("typed", name, ctype), lambda: device.kernel(program_source(), name, defines))
 
 
 def _broadcast_meta(dev, out_shape, *tensors):
@@ -74,6 +92,35 @@ def _compare(op: str):
 
     kernel.__name__ = kernel.__qualname__ = f"opencl_{op.lower()}"
     kernel.__doc__ = f"{op}: bool z = {COMPARE[op][0]} with broadcasting (OpenCL, typed.COMPARE)"
+    return kernel
+
+
+def _arith(op: str):
+    def kernel(a, b):
+        dev = a.device
+        if a.dtype != b.dtype:
+            raise ShapeError(f"{op}: inputs have different dtypes {a.dtype.name} and {b.dtype.name}")
+        if op == "Div" and b.size and not np.all(np.asarray(b.values())):  # blocks unless b is a small constant
+            raise InputError(f"Div: integer division by zero ({a.dtype.name})")
+        out_shape = tuple(broadcast_shapes(a.shape, b.shape, where=op))
+        z = dev.empty(out_shape, a.dtype)
+        if z.size:
+            mode, meta = _broadcast_meta(dev, out_shape, a, b)
+            launch_1d(dev, typed_kernel(dev, f"arith_{op}", a.dtype), z.size,
+                      (a.buffer, b.buffer, z.buffer, np.int32(z.size), meta, np.int32(mode)), [a, b], [z], op)
+        return z
+
+    kernel.__name__ = kernel.__qualname__ = f"opencl_int_{op.lower()}"
+    kernel.__doc__ = f"integer {op}: z = {ARITH[op]} with broadcasting (OpenCL, typed.ARITH)"
+    if op in ("Max", "Min"):  # variadic, pairwise
+        def variadic(*inputs):
+            out = inputs[0]
+            for other in inputs[1:]:
+                out = kernel(out, other)
+            return out if len(inputs) > 1 else kernel(out, out)
+
+        variadic.__name__ = variadic.__qualname__ = kernel.__name__
+        return variadic
     return kernel
 
 
@@ -128,6 +175,8 @@ def _cast_like_supported(specs, attrs) -> bool:
 def register() -> None:
     for op, (_, dtypes) in COMPARE.items():
         register_kernel(op, device="gpu", vendor="opencl", dtype=dtypes)(_compare(op))
+    for op in ARITH:
+        register_kernel(op, device="gpu", vendor="opencl", dtype=INT_DTYPES)(_arith(op))
     register_kernel("Not", device="gpu", vendor="opencl", dtype="bool")(logical_not)
     register_kernel("Where", device="gpu", vendor="opencl", dtype=tuple(CTYPES))(where)
     register_kernel("Cast", device="gpu", vendor="opencl", dtype=tuple(CTYPES), supports=_cast_supported)(cast)
