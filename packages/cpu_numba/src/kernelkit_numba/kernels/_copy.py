@@ -91,18 +91,32 @@ def strides(x) -> list[int]:
     return out[::-1]
 
 
+class TakePlan:
+    """The kernel arguments derived from a list of per-axis tables, built once so that a class
+    kernel can keep it between calls with the same input shape."""
+
+    def __init__(self, tables):
+        self.shape = tuple(len(t) for t in tables)
+        self.size = math.prod(self.shape)
+        if self.size == 0:
+            return
+        tables = [np.asarray(t, np.int64) for t in tables] or [np.zeros(1, np.int64)]  # rank 0: one element
+        self.offsets = np.concatenate(tables)
+        self.starts = np.cumsum([0] + [len(t) for t in tables[:-1]]).astype(np.int64)
+        self.dims = np.array([len(t) for t in tables], np.int64)
+        self.run = _run(tables[-1])
+
+    def __call__(self, x, fill=0.0):
+        y = np.empty(self.shape, x.dtype)
+        if self.size:
+            _take(np.ascontiguousarray(x).reshape(-1), self.offsets, self.starts, self.dims, y.reshape(-1),
+                  x.dtype.type(fill), *self.run)
+        return y
+
+
 def take(x, tables, fill=0.0):
     """Gather ``x`` (any dtype the caller registered) through per-axis offset tables (see module)."""
-    shape = tuple(len(t) for t in tables)
-    y = np.empty(shape, x.dtype)
-    if y.size == 0:
-        return y
-    tables = [np.asarray(t, np.int64) for t in tables] or [np.zeros(1, np.int64)]  # rank 0: one element
-    src = np.ascontiguousarray(x).reshape(-1)
-    starts = np.cumsum([0] + [len(t) for t in tables[:-1]]).astype(np.int64)
-    _take(src, np.concatenate(tables), starts, np.array([len(t) for t in tables], np.int64), y.reshape(-1),
-          x.dtype.type(fill), *_run(tables[-1]))
-    return y
+    return TakePlan(tables)(x, fill)
 
 
 def _run(last):

@@ -10,8 +10,8 @@ import numpy as np
 from kernelkit.ops.slice import slices
 from kernelkit.registry import register_kernel
 
-from .._base import threaded
-from ._copy import strides, take
+from .._base import NumbaKernel, threaded
+from ._copy import TakePlan, strides, take
 
 
 def _view_tables(view, itemsize):
@@ -24,11 +24,29 @@ def _through_view(x, make_view, out_shape):
     return take(xc, _view_tables(make_view(xc), xc.itemsize)).reshape(out_shape)
 
 
-def transpose(x, *, perm=None):
+def _transpose_tables(x, perm):
     perm = list(range(x.ndim))[::-1] if perm is None else [int(p) for p in perm]
     if sorted(p % max(x.ndim, 1) for p in perm) != list(range(x.ndim)):
         raise ValueError(f"perm {perm} is not a permutation of the {x.ndim} axes")
-    return take(x, [np.arange(x.shape[p], dtype=np.int64) * strides(x)[p] for p in perm])
+    return [np.arange(x.shape[p], dtype=np.int64) * strides(x)[p] for p in perm]
+
+
+def transpose(x, *, perm=None):
+    return take(x, _transpose_tables(x, perm))
+
+
+@register_kernel("Transpose", device="cpu", vendor="numba", dtype="float32")
+class Transpose(NumbaKernel):
+    """Transpose as a class kernel: the offset tables depend only on the input shape and ``perm``,
+    so they are built once per shape (per-head transposes in attention are small and frequent)."""
+
+    def setup(self, input_specs):
+        self.plan, self.planned_for = None, None
+
+    def compute(self, x):
+        if self.planned_for != x.shape:
+            self.plan, self.planned_for = TakePlan(_transpose_tables(x, self.attrs.get("perm"))), x.shape
+        return self.plan(x)
 
 
 def slice_(data, starts, ends, axes=None, steps=None):
@@ -73,6 +91,6 @@ def space_to_depth(x, *, blocksize=1):
                          (n, c * b * b, h // b, w // b))
 
 
-for _name, _fn in {"Transpose": transpose, "Slice": slice_, "Expand": expand, "Tile": tile,
+for _name, _fn in {"Slice": slice_, "Expand": expand, "Tile": tile,
                    "DepthToSpace": depth_to_space, "SpaceToDepth": space_to_depth}.items():
     register_kernel(_name, device="cpu", vendor="numba", dtype="float32")(threaded(_fn))
