@@ -16,6 +16,7 @@ from numba import prange
 
 from .._base import NumbaKernel
 from ..config import jit_parallel
+from ._range import tap_range
 from .epilogue import CLIP, NONE, act, activation_code, bias_act_rows
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
@@ -33,8 +34,7 @@ def _im2col(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n):
         i = (r - c * taps) // kw
         j = r - c * taps - i * kw
         off = j * dw - pw
-        lo = 0 if off >= 0 else min(ow_n, (-off + sw - 1) // sw)
-        hi = max(lo, 0 if w_n - 1 - off < 0 else min(ow_n, (w_n - 1 - off) // sw + 1))
+        lo, hi = tap_range(off, sw, w_n, ow_n)
         for oh in range(oh_n):
             dst = col[r, oh * ow_n:(oh + 1) * ow_n]
             h = oh * sh - ph + i * dh
@@ -76,8 +76,7 @@ def _conv_direct(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1):
                 s = src[h]
                 for j in range(kw):
                     off = j * dw - pw
-                    lo = 0 if off >= 0 else min(ow_n, (-off + sw - 1) // sw)
-                    hi = 0 if w_n - 1 - off < 0 else min(ow_n, (w_n - 1 - off) // sw + 1)
+                    lo, hi = tap_range(off, sw, w_n, ow_n)
                     wv = ker[i, j]
                     if sw == 1:
                         for ow in range(lo, hi):

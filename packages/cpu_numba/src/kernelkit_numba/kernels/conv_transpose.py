@@ -15,6 +15,7 @@ from numba import prange
 
 from .._base import NumbaKernel
 from ..config import jit_parallel
+from ._range import tap_range
 from .epilogue import activation_code, bias_act_rows
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
@@ -32,8 +33,7 @@ def _col2im(cols, y, kh, kw, sh, sw, dh, dw, ph, pw, h_n, w_n):
                 src = cols[(m * kh + i) * kw + j]
                 off = j * dw - pw
                 # input columns iw whose output column iw*sw + off lies in [0, ow_n)
-                lo = 0 if off >= 0 else min(w_n, (-off + sw - 1) // sw)
-                hi = 0 if ow_n - 1 - off < 0 else min(w_n, (ow_n - 1 - off) // sw + 1)
+                lo, hi = tap_range(off, sw, ow_n, w_n)
                 for ih in range(h_n):
                     oh = ih * sh - ph + i * dh
                     if oh < 0 or oh >= oh_n:

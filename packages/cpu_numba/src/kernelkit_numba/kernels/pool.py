@@ -15,6 +15,7 @@ from numba import prange
 
 from .._base import NumbaKernel, threaded
 from ..config import jit_parallel
+from ._range import tap_range
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
@@ -37,8 +38,7 @@ def _max_pool(x, y, kh, kw, sh, sw, dh, dw, ph, pw):
                 s = src[h]
                 for j in range(kw):
                     off = j * dw - pw
-                    lo = 0 if off >= 0 else min(ow_n, (-off + sw - 1) // sw)
-                    hi = 0 if w_n - 1 - off < 0 else min(ow_n, (w_n - 1 - off) // sw + 1)
+                    lo, hi = tap_range(off, sw, w_n, ow_n)
                     for ow in range(lo, hi):
                         v = s[U(ow * sw + off)]
                         m = row[U(ow)]
@@ -93,8 +93,7 @@ def _avg_pool(x, y, cnt_h, cnt_w, kh, kw, sh, sw, dh, dw, ph, pw):
                 s = src[h]
                 for j in range(kw):
                     off = j * dw - pw
-                    lo = 0 if off >= 0 else min(ow_n, (-off + sw - 1) // sw)
-                    hi = 0 if w_n - 1 - off < 0 else min(ow_n, (w_n - 1 - off) // sw + 1)
+                    lo, hi = tap_range(off, sw, w_n, ow_n)
                     for ow in range(lo, hi):
                         row[U(ow)] += s[U(ow * sw + off)]
             for ow in range(ow_n):
