@@ -12,9 +12,24 @@ from kernelkit.registry import register_kernel
 from numba import prange
 
 from .._base import threaded
-from ..config import jit_parallel
+from ..config import jit, jit_parallel
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
+
+
+@jit
+def _moments(src, eps):
+    """Mean and 1 / sqrt(variance + eps) of a 1-D row, accumulated in float64 (two passes)."""
+    n = src.shape[0]
+    total = 0.0
+    for i in range(n):
+        total += src[U(i)]
+    mean = total / n
+    sq = 0.0
+    for i in range(n):
+        diff = src[U(i)] - mean
+        sq += diff * diff
+    return mean, 1.0 / math.sqrt(sq / n + eps)
 
 
 @jit_parallel
@@ -24,15 +39,7 @@ def _layer_norm(x, scale, bias, eps, y, mean_out, inv_out):
     for r in prange(r_n):
         src = x[r]
         dst = y[r]
-        total = 0.0
-        for i in range(d_n):
-            total += src[U(i)]
-        mean = total / d_n
-        sq = 0.0
-        for i in range(d_n):
-            diff = src[U(i)] - mean
-            sq += diff * diff
-        inv = 1.0 / math.sqrt(sq / d_n + eps)
+        mean, inv = _moments(src, eps)
         for i in range(d_n):
             dst[U(i)] = (src[U(i)] - mean) * inv * scale[U(i)] + bias[U(i)]
         mean_out[r] = mean
@@ -48,15 +55,8 @@ def _instance_norm(x, scale, bias, eps, y):
         c = nc - n * c_n
         src = x[n, c]
         dst = y[n, c]
-        total = 0.0
-        for i in range(l_n):
-            total += src[U(i)]
-        mean = total / l_n
-        sq = 0.0
-        for i in range(l_n):
-            diff = src[U(i)] - mean
-            sq += diff * diff
-        a = scale[c] / math.sqrt(sq / l_n + eps)
+        mean, inv = _moments(src, eps)
+        a = scale[c] * inv
         for i in range(l_n):
             dst[U(i)] = (src[U(i)] - mean) * a + bias[c]
 
