@@ -21,6 +21,7 @@ from google.protobuf.message import DecodeError
 from kernelkit.errors import KernelkitError, ModelFormatError, UnsupportedOpError
 from kernelkit.ir import Graph, Model, Node, TensorSpec, Value
 from kernelkit.passes import PassContext, run_passes
+from kernelkit.passes.builtin import fold_node
 from kernelkit.registry import ops as kernelkit_ops
 from kernelkit.shape import infer_node, infer_shapes
 from onnx import AttributeProto, ModelProto, TensorProto
@@ -30,10 +31,6 @@ from .tensors import numpy_dtype, to_array
 
 log = logging.getLogger("kernelkit.converters.onnx")
 
-try:  # core's constant folding, applied node by node so that shape rules see folded shape values
-    from kernelkit.passes.builtin import _try_fold as _fold_node
-except ImportError:  # pragma: no cover - a core without built-in passes
-    _fold_node = None
 _FOLD_CONTEXT = PassContext()
 
 OUTPUT_OPSET = 21  # the form of kernelkit's core ops
@@ -193,7 +190,7 @@ def _add_node(graph: Graph, node: Node, source: str) -> None:
         if name and (name not in graph.values or graph.values[name].spec is None):
             raise ModelFormatError(f"{source}: node {node.name!r} reads {name!r}, which no earlier node, "
                                    f"input or initializer provides (graph not in topological order?)")
-    if _fold_node is not None and _fold_node(graph, node, _FOLD_CONTEXT):
+    if fold_node(graph, node, _FOLD_CONTEXT):  # core's folding, node by node: later shape rules see the values
         return  # evaluated now (constant inputs, or Shape/Size of a static spec): its outputs are constants
     specs = [graph.values[i].spec if i else None for i in node.inputs]
     consts = [graph.values[i].data if i else None for i in node.inputs]

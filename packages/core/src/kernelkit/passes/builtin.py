@@ -186,7 +186,8 @@ def _evaluate(node: Node, entry, attrs: dict, args: list, specs: list) -> list[n
     return [np.asarray(r) for r in (result if isinstance(result, (tuple, list)) else (result,))]
 
 
-def _try_fold(graph: Graph, node: Node, ctx: PassContext) -> bool:
+def fold_node(graph: Graph, node: Node, ctx: PassContext) -> bool:
+    """Replace ``node``'s outputs by constants when it can be evaluated now; True if it was."""
     where = f"node {node.name!r} ({node.op_id})"
     if node.domain:  # a custom op may be stateful or random: only core ops are folded
         return False
@@ -240,7 +241,7 @@ def _try_fold(graph: Graph, node: Node, ctx: PassContext) -> bool:
 def fold_constants(graph: Graph, ctx: PassContext) -> int:
     """Evaluate nodes whose inputs are all constants (and Shape/Size of static specs) with the
     reference kernels, replacing them by constants (capped at options['fold_max_bytes'])."""
-    folded = {id(node) for node in graph.nodes if _try_fold(graph, node, ctx)}
+    folded = {id(node) for node in graph.nodes if fold_node(graph, node, ctx)}
     graph.nodes = [n for n in graph.nodes if id(n) not in folded]
     return len(folded)
 
