@@ -103,7 +103,8 @@ def test_installed_wheel_ships_the_example(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--ignore-installed",
+                    "-q", str(wheel)],
                    check=True, capture_output=True)
     where = subprocess.run([str(python), "-c", "import kernelkit; print(kernelkit.__file__)"], cwd=tmp_path,
                            check=True, capture_output=True, text=True).stdout

@@ -77,18 +77,23 @@ def _broadcast_meta(dev, out_shape, *tensors):
     return 1, dev.meta([len(dims), *dims, *(s for st in strides for s in st)])
 
 
+def _launch_binary(op: str, name: str, a, b, out_dtype):
+    """z = name(a, b) over the broadcast shape of two same-dtype device tensors (typed.cl)."""
+    dev = a.device
+    if a.dtype != b.dtype:
+        raise ShapeError(f"{op}: inputs have different dtypes {a.dtype.name} and {b.dtype.name}")
+    out_shape = tuple(broadcast_shapes(a.shape, b.shape, where=op))
+    z = dev.empty(out_shape, out_dtype)
+    if z.size:
+        mode, meta = _broadcast_meta(dev, out_shape, a, b)
+        launch_1d(dev, typed_kernel(dev, name, a.dtype), z.size,
+                  (a.buffer, b.buffer, z.buffer, np.int32(z.size), meta, np.int32(mode)), [a, b], [z], op)
+    return z
+
+
 def _compare(op: str):
     def kernel(a, b):
-        dev = a.device
-        if a.dtype != b.dtype:
-            raise ShapeError(f"{op}: inputs have different dtypes {a.dtype.name} and {b.dtype.name}")
-        out_shape = tuple(broadcast_shapes(a.shape, b.shape, where=op))
-        z = dev.empty(out_shape, np.bool_)
-        if z.size:
-            mode, meta = _broadcast_meta(dev, out_shape, a, b)
-            launch_1d(dev, typed_kernel(dev, f"compare_{op}", a.dtype), z.size,
-                      (a.buffer, b.buffer, z.buffer, np.int32(z.size), meta, np.int32(mode)), [a, b], [z], op)
-        return z
+        return _launch_binary(op, f"compare_{op}", a, b, np.bool_)
 
     kernel.__name__ = kernel.__qualname__ = f"opencl_{op.lower()}"
     kernel.__doc__ = f"{op}: bool z = {COMPARE[op][0]} with broadcasting (OpenCL, typed.COMPARE)"
@@ -97,18 +102,9 @@ def _compare(op: str):
 
 def _arith(op: str):
     def kernel(a, b):
-        dev = a.device
-        if a.dtype != b.dtype:
-            raise ShapeError(f"{op}: inputs have different dtypes {a.dtype.name} and {b.dtype.name}")
-        if op == "Div" and b.size and not np.all(np.asarray(b.values())):  # blocks unless b is a small constant
-            raise InputError(f"Div: integer division by zero ({a.dtype.name})")
-        out_shape = tuple(broadcast_shapes(a.shape, b.shape, where=op))
-        z = dev.empty(out_shape, a.dtype)
-        if z.size:
-            mode, meta = _broadcast_meta(dev, out_shape, a, b)
-            launch_1d(dev, typed_kernel(dev, f"arith_{op}", a.dtype), z.size,
-                      (a.buffer, b.buffer, z.buffer, np.int32(z.size), meta, np.int32(mode)), [a, b], [z], op)
-        return z
+        if op == "Div" and a.dtype == b.dtype and b.size and not np.all(np.asarray(b.values())):
+            raise InputError(f"Div: integer division by zero ({a.dtype.name})")  # blocks unless b is small
+        return _launch_binary(op, f"arith_{op}", a, b, a.dtype)
 
     kernel.__name__ = kernel.__qualname__ = f"opencl_int_{op.lower()}"
     kernel.__doc__ = f"integer {op}: z = {ARITH[op]} with broadcasting (OpenCL, typed.ARITH)"
