@@ -97,9 +97,57 @@ def test_two_unknown_dims_do_not_fold():
     assert_close(session.run(None, {"x": x, "z": z})[0], run_ort(model, {"x": x, "z": z})[0])
 
 
-@pytest.mark.parametrize("case", ["3d_input", "bias_not_constant", "two_readers", "bias_widens"])
+def _linear_3d(a_shape, bias_shape=(5,), then=None):
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
+    if then:
+        nodes[-1].output[0] = "z"
+        nodes.append(helper.make_node(then, ["z"], ["y"]))
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 5)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(bias_shape).astype(np.float32), "b")]
+    graph = helper.make_graph(nodes, "mm", [helper.make_tensor_value_info("a", TensorProto.FLOAT, a_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, a_shape[:-1] + [5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("a_shape", [[2, 3, 4], ["N", 3, 4], [2, "S", 4], [2, 2, 3, 4]])
+def test_nd_matmul_add_becomes_reshape_gemm_reshape(a_shape):
+    """A linear layer over (batch, seq, K): Reshape -> Gemm -> Reshape, for static leading dims
+    and for one symbolic one (-1 in the target); agrees with onnxruntime at other batch sizes."""
+    model = _linear_3d(a_shape)
+    session = kernelkit.Session(convert(model))
+    assert session.passes_fired.get("onnx_matmul_add_to_gemm") == 1
+    assert [n.op for n in session.graph.nodes] == ["Reshape", "Gemm", "Reshape"]
+    for fill in (2, 7):
+        shape = [fill if isinstance(d, str) else d for d in a_shape]
+        a = rng.standard_normal(shape).astype(np.float32)
+        (got,) = session.run(None, {"a": a})
+        assert got.shape == tuple(shape[:-1]) + (5,)
+        assert_close(got, run_ort(model, {"a": a})[0])
+
+
+def test_gelu_after_nd_linear_fuses_across_the_reshape():
+    model = _linear_3d([2, 3, 4], then="Gelu")
+    session = kernelkit.Session(convert(model))
+    assert [n.op for n in session.graph.nodes] == ["Reshape", "Gemm", "Reshape"]
+    assert session.graph.nodes[1].attrs["activation"] == "Gelu"
+    a = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    assert_close(session.run(None, {"a": a})[0], run_ort(model, {"a": a})[0])
+
+
+@pytest.mark.parametrize("case", ["two_symbols", "per_row_bias"])
+def test_nd_matmul_add_left_alone(case):
+    model = _linear_3d(["N", "S", 4]) if case == "two_symbols" else _linear_3d([2, 3, 4], bias_shape=(3, 1))
+    session = kernelkit.Session(convert(model))
+    assert "onnx_matmul_add_to_gemm" not in session.passes_fired
+    a = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    assert_close(session.run(None, {"a": a})[0], run_ort(model, {"a": a})[0])
+
+
+@pytest.mark.parametrize("case", ["bias_not_constant", "two_readers", "bias_widens"])
 def test_matmul_add_not_fused_where_not_exact(case):
-    a_shape = [2, 3, 4] if case == "3d_input" else [3, 4]
+    a_shape = [3, 4]
     nodes = [helper.make_node("MatMul", ["a", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
     inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT, a_shape)]
     inits = [numpy_helper.from_array(rng.standard_normal((4, 5)).astype(np.float32), "w")]

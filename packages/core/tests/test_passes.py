@@ -349,6 +349,27 @@ def test_activation_is_not_fused_where_it_must_not_be():
     assert fused == {"m1": "", "m2": "", "m3": "", "m4": "Relu"}
 
 
+@pytest.mark.parametrize("view, args", [("Reshape", (np.array([6, 5], np.int64),)), ("Flatten", ()),
+                                        ("Unsqueeze", (np.array([0], np.int64),))])
+def test_activation_fuses_across_a_view(view, args):
+    """Gemm -> Reshape -> Relu: the activation moves into the Gemm, the reshape stays."""
+    g = GraphBuilder("m")
+    y = g.op("Gemm", g.input("x", (6, 4)), rand(4, 5, seed=1), rand(5, seed=2), name="gemm")
+    g.output(g.op("Tanh", g.op(view, y, *args, name="view"), name="act"))
+    sess = optimized(g.build(), {"x": rand(6, 4, low=-3, high=3)})
+    assert ops_of(sess) == ["Gemm", view] and sess.graph.nodes[0].attrs["activation"] == "Tanh"
+    assert sess.graph.nodes[1].outputs == ["act"]
+
+
+def test_activation_does_not_fuse_across_a_shared_view():
+    g = GraphBuilder("m")
+    y = g.op("Gemm", g.input("x", (6, 4)), rand(4, 5, seed=1), name="gemm")
+    v = g.op("Reshape", y, np.array([30], np.int64), name="view")
+    g.output(g.op("Relu", v, name="act"), g.op("Neg", y, name="other"))  # the Gemm output has two readers
+    sess = optimized(g.build(), {"x": rand(6, 4)})
+    assert "fuse_activation" not in sess.passes_fired and "act" in {n.name for n in sess.graph.nodes}
+
+
 @pytest.mark.parametrize("priority, fused", [(10, False), (-200, True)])
 def test_a_user_override_of_the_activation_is_not_swallowed(priority, fused):
     calls = []

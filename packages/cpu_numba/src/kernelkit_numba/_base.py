@@ -21,6 +21,7 @@ class NumbaKernel:
     """
 
     context = None
+    uses_blas = False  # kernels that call BLAS (np.dot/np.matmul) follow the thread count there too
 
     def prepare(self, input_specs, attrs) -> None:
         self.attrs = dict(attrs)
@@ -34,9 +35,22 @@ class NumbaKernel:
         pass
 
     def execute(self, *inputs):
-        threads = 1 if self.work(*inputs) < config.SERIAL_WORK else self.threads
-        with config.num_threads(threads):
-            return self.compute(*inputs)
+        work = self.work(*inputs)
+        small = self.threads == 1 or work < config.SERIAL_WORK
+        local = config._local
+        was = getattr(local, "serial", False)
+        local.serial = small  # small calls take the serial twins: no thread woken, no count changed
+        try:
+            if self.uses_blas:
+                blas = 1 if self.threads == 1 or work < config.BLAS_SERIAL_WORK else self.threads
+                with config.blas_threads(blas), config.num_threads(None if small else self.threads):
+                    return self.compute(*inputs)
+            if small:
+                return self.compute(*inputs)
+            with config.num_threads(self.threads):
+                return self.compute(*inputs)
+        finally:
+            local.serial = was
 
     def work(self, *inputs) -> float:
         """Rough operation count of one call (default: 8 per input element); small calls run serially."""

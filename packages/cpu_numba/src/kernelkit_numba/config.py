@@ -12,21 +12,29 @@ Kernels are compiled with ``jit`` (serial) or ``jit_parallel`` (``prange`` loops
 - ``boundscheck=False``: indices are computed from validated shapes in Python.
 - ``nogil=True``: kernels release the GIL so ``Session.run_async`` runs overlap.
 
-Threads: Numba's parallel loops run on its OpenMP pool (threading layer "omp" here; TBB where
-installed), GEMM-shaped work on NumPy's BLAS pool. Both pools busy-wait after a region by
-default and then steal the cores the other one needs (measured on the 2-core CI machine: ResNet-18
-at 2 threads took 1.3 s per run with active waiting, 35-40 ms with passive), so this module asks
-OpenMP to sleep (``OMP_WAIT_POLICY=PASSIVE``) unless the user set a policy. Being an environment
-variable it applies to the whole process, and only if no OpenMP runtime has started yet.
-``num_threads(n)`` (used around every class kernel's ``execute`` when ``Session(threads=n)`` is
-given, and with n=1 for calls below ``SERIAL_WORK``) sets Numba's thread count (thread-local) and
-the BLAS thread count (process-wide, through threadpoolctl).
+Threads: every ``prange`` kernel is compiled twice from one function (``jit_parallel`` returns a
+``Twin``): a parallel version on Numba's OpenMP pool and a serial one where ``prange`` is a plain
+loop. A call runs the serial one inside ``serial()``, which ``NumbaKernel.execute`` enters for calls
+below ``SERIAL_WORK`` and for ``Session(threads=1)``: small calls then wake no thread and change no
+thread count (switching Numba's count and waking its pool cost ~30 us a call, more than most of a
+transformer's elementwise ops take). ``num_threads(n)`` sets Numba's thread count (thread-local) for
+parallel calls when ``Session(threads=n)`` asks for fewer than the pool has; ``blas_threads(n)`` sets
+the BLAS thread count (process-wide, through threadpoolctl) around the kernels that call BLAS, and
+restores it after.
+
+Numba's pool (threading layer "omp" here; TBB where installed) and NumPy's BLAS pool both busy-wait
+after a region by default and then steal the cores the other one needs (measured on the 2-core CI
+machine: ResNet-18 at 2 threads took 1.3 s per run with active waiting, 35-40 ms with passive), so
+this module asks OpenMP to sleep (``OMP_WAIT_POLICY=PASSIVE``) unless the user set a policy. Being
+an environment variable it applies to the whole process, and only if no OpenMP runtime has started.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+import threading
+import types
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when libgomp starts: before any kernel runs
 
@@ -49,15 +57,62 @@ def jit(fn):
     return numba.njit(**_FLAGS)(fn)
 
 
-def jit_parallel(fn):
-    """Compile ``fn`` as a nopython kernel whose ``prange`` loops run on Numba's thread pool."""
-    return numba.njit(parallel=True, **_FLAGS)(fn)
+def jit_inline(fn):
+    """A scalar helper inlined into its callers at Numba IR level: a branch on a caller's
+    compile-time constant (a closure variable) then folds away before LLVM sees the loop."""
+    return numba.njit(inline="always", **_FLAGS)(fn)
+
+
+_local = threading.local()  # .serial: calls in this thread take the serial twin
+
+
+class Twin:
+    """One kernel function compiled twice, lazily per signature: ``parallel`` (``prange`` loops on
+    Numba's pool) and ``serial`` (``prange`` as ``range``). Calling the twin picks by ``serial()``.
+
+    The serial copy is a distinct Python function (qualname ``<name>_serial``) because Numba's disk
+    cache keys entries by function and signature, not by the ``parallel`` flag."""
+
+    def __init__(self, fn):
+        copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__,
+                                  fn.__closure__)
+        copy.__qualname__, copy.__module__, copy.__doc__ = fn.__qualname__ + "_serial", fn.__module__, fn.__doc__
+        self.parallel = numba.njit(parallel=True, **_FLAGS)(fn)
+        self.serial = numba.njit(**_FLAGS)(copy)
+        self.__name__, self.__qualname__, self.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+        self.__module__, self.__wrapped__ = fn.__module__, fn
+
+    def __call__(self, *args):
+        return (self.serial if getattr(_local, "serial", False) else self.parallel)(*args)
+
+    @property
+    def dispatchers(self) -> tuple:
+        return self.parallel, self.serial
+
+
+def jit_parallel(fn) -> Twin:
+    """Compile ``fn`` as a nopython kernel whose ``prange`` loops run on Numba's thread pool, with a
+    serial twin for small calls (see ``serial``)."""
+    return Twin(fn)
+
+
+@contextlib.contextmanager
+def serial(on: bool = True):
+    """Within the body, this thread's ``jit_parallel`` kernels run their serial version."""
+    was = getattr(_local, "serial", False)
+    _local.serial = on
+    try:
+        yield
+    finally:
+        _local.serial = was
 
 
 # Below this much work (about one flop or element-step per unit) a kernel runs on one thread,
 # BLAS included: waking a second thread costs more than it saves, and on a loaded machine a woken
-# thread may wait a whole scheduler slice for a core. 2**25 ~ 3e7 flops ~ 0.3 ms on one core.
+# thread may wait a whole scheduler slice for a core (a 128x256x256 SGEMM took 24 ms with
+# OpenBLAS's 2 threads and 0.2 ms with one there). 2**25 ~ 3e7 flops ~ 0.3 ms on one core.
 SERIAL_WORK = 1 << 25
+BLAS_SERIAL_WORK = 1 << 20
 
 
 def max_threads() -> int:
@@ -82,26 +137,43 @@ def _blas_controllers() -> list:
 
 @contextlib.contextmanager
 def num_threads(threads: int | None):
-    """Run the body with Numba's and BLAS's thread counts set to ``threads``; None: leave them."""
-    if not threads:
-        yield
-        return
-    n = max(1, min(int(threads), max_threads()))
-    try:
-        before = numba.get_num_threads()
-        numba.set_num_threads(n)
-    except (RuntimeError, ValueError) as exc:  # threading layer unavailable: run as configured
-        log.debug("cannot set numba thread count to %s: %s", threads, exc)
-        before = None
-    blas = [(lib, lib.get_num_threads()) for lib in _blas_controllers()]
-    for lib, was in blas:
-        if was != n:
-            lib.set_num_threads(n)
+    """Run the body with Numba's thread count set to ``threads`` (thread-local); None, or the
+    pool's size already: leave it."""
+    n = None if not threads else max(1, min(int(threads), max_threads()))
+    before = None
+    if n is not None:
+        try:
+            before = numba.get_num_threads()
+            if before != n:
+                numba.set_num_threads(n)
+            else:
+                before = None
+        except (RuntimeError, ValueError) as exc:  # threading layer unavailable: run as configured
+            log.debug("cannot set numba thread count to %s: %s", threads, exc)
+            before = None
     try:
         yield
     finally:
         if before is not None:
             numba.set_num_threads(before)
-        for lib, was in blas:
-            if was != n:
-                lib.set_num_threads(was)
+
+
+@contextlib.contextmanager
+def blas_threads(threads: int | None):
+    """Run the body with every loaded BLAS library's thread count at ``threads`` (process-wide),
+    restored after; None: leave them."""
+    if not threads:
+        yield
+        return
+    n = max(1, int(threads))
+    changed = []
+    for lib in _blas_controllers():
+        was = lib.get_num_threads()
+        if was != n:
+            lib.set_num_threads(n)
+            changed.append((lib, was))
+    try:
+        yield
+    finally:
+        for lib, was in changed:
+            lib.set_num_threads(was)

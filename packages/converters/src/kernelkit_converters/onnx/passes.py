@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 from kernelkit.ir import Graph, Node, TensorSpec, Value
@@ -154,9 +155,30 @@ def _drop_dead_chains(graph: Graph) -> None:
 _FLOATS = ("float16", "float32", "float64")
 
 
+def _lead_target(lead) -> list[int] | None:
+    """Reshape target for the leading dims of a MatMul output: ints, with at most one symbol as -1."""
+    symbols = [d for d in lead if not isinstance(d, (int, np.integer))]
+    if len(symbols) > 1:
+        return None
+    return [int(d) if isinstance(d, (int, np.integer)) else -1 for d in lead]
+
+
+def _int64_const(graph: Graph, base: str, values) -> str:
+    const = np.asarray(values, np.int64)
+    const.flags.writeable = False
+    name = graph.fresh_name(base)
+    graph.values[name] = Value(name, TensorSpec.of(const), const)
+    return name
+
+
 @register_pass("onnx_matmul_add_to_gemm", **_anchor())
 def matmul_add_to_gemm(graph: Graph, ctx: PassContext) -> int:
-    """MatMul(A, B) + constant C (2-D A and B; C broadcasting one way onto the product) -> Gemm."""
+    """MatMul(A, B) + constant C -> Gemm(A, B, C), where C broadcasts one way onto the product.
+
+    2-D A and B: exactly Gemm. A of rank > 2 (a linear layer over (batch, seq, K)) with a 2-D B and
+    a per-column C: Reshape(A, [-1, K]) -> Gemm -> Reshape back to the leading dims (static, or
+    one symbolic dim as -1), the rewrite onnxruntime's MatMulAddFusion makes; the reshapes are
+    views, and the bias joins the GEMM's epilogue instead of a separate pass over the output."""
     users = graph.consumers()
     rewrites = 0
     for mm in list(graph.nodes):
@@ -169,7 +191,7 @@ def matmul_add_to_gemm(graph: Graph, ctx: PassContext) -> int:
         add = readers[0]
         a_spec, b_spec, out_spec = graph.spec(mm.inputs[0]), graph.spec(mm.inputs[1]), graph.spec(out)
         others = [i for i in add.inputs if i != out]
-        if len(others) != 1 or None in (a_spec, b_spec, out_spec) or a_spec.rank != 2 or b_spec.rank != 2:
+        if len(others) != 1 or None in (a_spec, b_spec, out_spec) or a_spec.rank < 2 or b_spec.rank != 2:
             continue
         bias = graph.values.get(others[0])
         if bias is None or bias.data is None or bias.data.ndim not in (1, 2) or out_spec.dtype not in _FLOATS \
@@ -180,11 +202,36 @@ def matmul_add_to_gemm(graph: Graph, ctx: PassContext) -> int:
                 continue
         except Exception:  # noqa: BLE001 - shapes that do not broadcast are left alone
             continue
-        gemm = Node("Gemm", [mm.inputs[0], mm.inputs[1], others[0]], list(add.outputs), {}, add.name, "")
         index = graph.nodes.index(mm)
-        graph.nodes[index] = gemm
+        if a_spec.rank == 2:
+            graph.nodes[index] = Node("Gemm", [mm.inputs[0], mm.inputs[1], others[0]], list(add.outputs), {},
+                                      add.name, "")
+        else:
+            k, n = b_spec.shape
+            lead = _lead_target(out_spec.shape[:-1])
+            per_column = bias.data.shape[:-1] in ((), (1,))
+            if lead is None or not per_column or not isinstance(k, int) or not isinstance(n, int):
+                continue
+            flat_in, flat_out = graph.fresh_name(f"{mm.name}_rows"), graph.fresh_name(f"{add.name}_rows")
+            m = math.prod(lead) if -1 not in lead else None
+            graph.values[flat_in] = Value(flat_in, TensorSpec((m if m is not None else _rows_symbol(a_spec), k),
+                                                              a_spec.dtype))
+            graph.values[flat_out] = Value(flat_out, TensorSpec((graph.values[flat_in].spec.shape[0], n),
+                                                                out_spec.dtype))
+            graph.nodes[index:index + 1] = [
+                Node("Reshape", [mm.inputs[0], _int64_const(graph, f"{mm.name}_rows_shape", [-1, k])], [flat_in],
+                     {}, f"{mm.name}_rows", ""),
+                Node("Gemm", [flat_in, mm.inputs[1], others[0]], [flat_out], {}, add.name, ""),
+                Node("Reshape", [flat_out, _int64_const(graph, f"{add.name}_shape", lead + [n])],
+                     list(add.outputs), {}, f"{add.name}_unflatten", ""),
+            ]
         graph.nodes.remove(add)
         graph.values.pop(out, None)
         rewrites += 1
         users = graph.consumers()
     return rewrites
+
+
+def _rows_symbol(spec: TensorSpec) -> str:
+    """A name for the symbolic row count of a flattened (..., K) tensor: its symbolic dims joined."""
+    return "*".join(str(d) for d in spec.shape[:-1])

@@ -1,6 +1,8 @@
 """Helpers shared by the op files: common shape rules, axis handling and sample generators."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..dtypes import INT_TYPES
@@ -91,7 +93,7 @@ def product(dims) -> Dim:
     """Product of dims; a lone symbolic dim times ones stays that symbol, other symbolic mixes
     return None (the caller makes a fresh symbol)."""
     syms = [d for d in dims if isinstance(d, str)]
-    known = int(np.prod([d for d in dims if isinstance(d, int)], dtype=np.int64))
+    known = math.prod(d for d in dims if isinstance(d, int))
     if not syms:
         return known
     if len(syms) == 1 and known == 1:

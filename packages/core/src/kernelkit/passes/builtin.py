@@ -327,6 +327,8 @@ def _clip_params(graph: Graph, node: Node, attrs: dict):
 
 
 FUSION_PRODUCERS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+# ops that change only the shape, not the data: Act(View(x)) == View(Act(x)) for elementwise Act
+VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 # activation op -> its activation_params (see kernelkit/activation.py), None if it cannot fuse
 ACTIVATION_RULES: dict[str, Callable] = {
     "Relu": lambda graph, node, attrs: (),  # max(x, 0)
@@ -355,13 +357,19 @@ def _overridden(graph: Graph, node: Node, attrs: dict, ctx: PassContext) -> str 
 @register_pass("fuse_activation")
 def fuse_activation(graph: Graph, ctx: PassContext) -> int:
     """Merge an activation into the preceding Conv/ConvTranspose/Gemm/MatMul's ``activation``
-    attribute, unless a user's kernel overrides that activation on the session's device."""
+    attribute, also across one reshape-like node between them (Gemm -> Reshape -> Gelu becomes
+    Gemm(Gelu) -> Reshape), unless a user's kernel overrides that activation on the session's device."""
     index, count = _Index(graph), 0
     for node in [n for n in graph.nodes if n.op_id in ACTIVATION_RULES]:
         producer = index.producers.get(node.inputs[0])
-        if producer is None or producer.op_id not in FUSION_PRODUCERS:
-            continue
         if index.sole_reader(node.inputs[0]) is not node:
+            continue
+        view = None  # an elementwise activation commutes with a reshape between it and the producer
+        if producer is not None and producer.op_id in VIEW_OPS:
+            view, producer = producer, index.producers.get(producer.inputs[0])
+            if producer is None or index.sole_reader(view.inputs[0]) is not view:
+                continue
+        if producer is None or producer.op_id not in FUSION_PRODUCERS:
             continue
         if "activation" not in get_schema(producer.op).attrs or _attrs(producer)["activation"]:
             continue
@@ -378,7 +386,7 @@ def fuse_activation(graph: Graph, ctx: PassContext) -> int:
                 log.info(note)
             continue
         producer.attrs = {**producer.attrs, "activation": node.op_id, "activation_params": params}
-        index.splice(producer, node)
+        index.splice(view or producer, node)
         count += 1
     index.commit()
     return count

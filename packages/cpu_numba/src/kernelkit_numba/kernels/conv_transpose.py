@@ -52,6 +52,8 @@ def _supports(specs, attrs) -> bool:
 class ConvTranspose(NumbaKernel):
     """ConvTranspose on NCHW / NCW float32 tensors (see the module docstring)."""
 
+    uses_blas = True
+
     def setup(self, input_specs):
         a = self.attrs
         self.act = activation_code(a.get("activation", ""), a.get("activation_params", ()),

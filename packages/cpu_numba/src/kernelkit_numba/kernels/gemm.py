@@ -16,6 +16,8 @@ from .epilogue import NONE, activation_code, bias_act_rows, scale_bias_act_cols
 class Gemm(NumbaKernel):
     """Y = act(alpha * A' @ B' + beta * C), A' = A.T if transA, B' = B.T if transB."""
 
+    uses_blas = True
+
     def setup(self, input_specs):
         a = self.attrs
         self.act = activation_code(a.get("activation", ""), a.get("activation_params", ()),
@@ -49,6 +51,8 @@ class Gemm(NumbaKernel):
 @register_kernel("MatMul", device="cpu", vendor="numba", dtype="float32")
 class MatMul(NumbaKernel):
     """NumPy matmul semantics (1-D operands promoted, batch dims broadcast) + fused activation."""
+
+    uses_blas = True
 
     def setup(self, input_specs):
         a = self.attrs
