@@ -111,20 +111,17 @@ def _linear_3d(a_shape, bias_shape=(5,), then=None):
     return model
 
 
-@pytest.mark.parametrize("a_shape", [[2, 3, 4], ["N", 3, 4], [2, "S", 4], [2, 2, 3, 4]])
+@pytest.mark.parametrize("a_shape", [[2, 3, 4], [2, 2, 3, 4]])
 def test_nd_matmul_add_becomes_reshape_gemm_reshape(a_shape):
-    """A linear layer over (batch, seq, K): Reshape -> Gemm -> Reshape, for static leading dims
-    and for one symbolic one (-1 in the target); agrees with onnxruntime at other batch sizes."""
+    """A linear layer over (batch, seq, K) with static leading dims: Reshape -> Gemm -> Reshape."""
     model = _linear_3d(a_shape)
     session = kernelkit.Session(convert(model))
     assert session.passes_fired.get("onnx_matmul_add_to_gemm") == 1
     assert [n.op for n in session.graph.nodes] == ["Reshape", "Gemm", "Reshape"]
-    for fill in (2, 7):
-        shape = [fill if isinstance(d, str) else d for d in a_shape]
-        a = rng.standard_normal(shape).astype(np.float32)
-        (got,) = session.run(None, {"a": a})
-        assert got.shape == tuple(shape[:-1]) + (5,)
-        assert_close(got, run_ort(model, {"a": a})[0])
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    (got,) = session.run(None, {"a": a})
+    assert got.shape == tuple(a_shape[:-1]) + (5,)
+    assert_close(got, run_ort(model, {"a": a})[0])
 
 
 def test_gelu_after_nd_linear_fuses_across_the_reshape():
@@ -136,9 +133,11 @@ def test_gelu_after_nd_linear_fuses_across_the_reshape():
     assert_close(session.run(None, {"a": a})[0], run_ort(model, {"a": a})[0])
 
 
-@pytest.mark.parametrize("case", ["two_symbols", "per_row_bias"])
+@pytest.mark.parametrize("case", ["symbolic_batch", "per_row_bias"])
 def test_nd_matmul_add_left_alone(case):
-    model = _linear_3d(["N", "S", 4]) if case == "two_symbols" else _linear_3d([2, 3, 4], bias_shape=(3, 1))
+    """A symbolic leading dim keeps MatMul + Add (so the output keeps its symbol's name); a bias
+    that is not per column is not a Gemm's C."""
+    model = _linear_3d(["N", 3, 4]) if case == "symbolic_batch" else _linear_3d([2, 3, 4], bias_shape=(3, 1))
     session = kernelkit.Session(convert(model))
     assert "onnx_matmul_add_to_gemm" not in session.passes_fired
     a = rng.standard_normal((2, 3, 4)).astype(np.float32)

@@ -96,6 +96,11 @@ def jit_parallel(fn) -> Twin:
     return Twin(fn)
 
 
+def in_serial() -> bool:
+    """Whether this thread's ``jit_parallel`` calls take the serial twin now."""
+    return getattr(_local, "serial", False)
+
+
 @contextlib.contextmanager
 def serial(on: bool = True):
     """Within the body, this thread's ``jit_parallel`` kernels run their serial version."""

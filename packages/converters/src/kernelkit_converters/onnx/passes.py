@@ -156,11 +156,10 @@ _FLOATS = ("float16", "float32", "float64")
 
 
 def _lead_target(lead) -> list[int] | None:
-    """Reshape target for the leading dims of a MatMul output: ints, with at most one symbol as -1."""
-    symbols = [d for d in lead if not isinstance(d, (int, np.integer))]
-    if len(symbols) > 1:
-        return None
-    return [int(d) if isinstance(d, (int, np.integer)) else -1 for d in lead]
+    """Reshape target for the leading dims of a MatMul output, when they are all static. (With a
+    symbolic dim the round trip through (rows, N) would cost the output its symbol's name: shape
+    inference cannot tell that rows / S is the batch N again.)"""
+    return [int(d) for d in lead] if all(isinstance(d, (int, np.integer)) for d in lead) else None
 
 
 def _int64_const(graph: Graph, base: str, values) -> str:
@@ -175,10 +174,11 @@ def _int64_const(graph: Graph, base: str, values) -> str:
 def matmul_add_to_gemm(graph: Graph, ctx: PassContext) -> int:
     """MatMul(A, B) + constant C -> Gemm(A, B, C), where C broadcasts one way onto the product.
 
-    2-D A and B: exactly Gemm. A of rank > 2 (a linear layer over (batch, seq, K)) with a 2-D B and
-    a per-column C: Reshape(A, [-1, K]) -> Gemm -> Reshape back to the leading dims (static, or
-    one symbolic dim as -1), the rewrite onnxruntime's MatMulAddFusion makes; the reshapes are
-    views, and the bias joins the GEMM's epilogue instead of a separate pass over the output."""
+    2-D A and B: exactly Gemm. A of rank > 2 (a linear layer over (batch, seq, K)) with static
+    leading dims, a 2-D B and a per-column C: Reshape(A, [-1, K]) -> Gemm -> Reshape back, the
+    rewrite onnxruntime's MatMulAddFusion makes; the reshapes are views, and the bias (and a
+    following activation, see fuse_activation) joins the GEMM's epilogue instead of separate passes
+    over the output."""
     users = graph.consumers()
     rewrites = 0
     for mm in list(graph.nodes):
@@ -213,11 +213,9 @@ def matmul_add_to_gemm(graph: Graph, ctx: PassContext) -> int:
             if lead is None or not per_column or not isinstance(k, int) or not isinstance(n, int):
                 continue
             flat_in, flat_out = graph.fresh_name(f"{mm.name}_rows"), graph.fresh_name(f"{add.name}_rows")
-            m = math.prod(lead) if -1 not in lead else None
-            graph.values[flat_in] = Value(flat_in, TensorSpec((m if m is not None else _rows_symbol(a_spec), k),
-                                                              a_spec.dtype))
-            graph.values[flat_out] = Value(flat_out, TensorSpec((graph.values[flat_in].spec.shape[0], n),
-                                                                out_spec.dtype))
+            m = math.prod(lead)
+            graph.values[flat_in] = Value(flat_in, TensorSpec((m, k), a_spec.dtype))
+            graph.values[flat_out] = Value(flat_out, TensorSpec((m, n), out_spec.dtype))
             graph.nodes[index:index + 1] = [
                 Node("Reshape", [mm.inputs[0], _int64_const(graph, f"{mm.name}_rows_shape", [-1, k])], [flat_in],
                      {}, f"{mm.name}_rows", ""),
@@ -230,8 +228,3 @@ def matmul_add_to_gemm(graph: Graph, ctx: PassContext) -> int:
         rewrites += 1
         users = graph.consumers()
     return rewrites
-
-
-def _rows_symbol(spec: TensorSpec) -> str:
-    """A name for the symbolic row count of a flattened (..., K) tensor: its symbolic dims joined."""
-    return "*".join(str(d) for d in spec.shape[:-1])

@@ -14,8 +14,9 @@ from kernelkit.registry import register_kernel
 from kernelkit.shape import auto_pads, conv_out_dim
 from numba import prange
 
+from .. import config
 from .._base import NumbaKernel
-from ..config import jit_parallel
+from ..config import jit, jit_inline, jit_parallel
 from ._range import tap_range
 from .epilogue import CLIP, NONE, act, activation_code, bias_act_rows
 
@@ -54,91 +55,108 @@ def _im2col(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n):
                 dst[U(ow)] = 0
 
 
+@jit_inline
+def tap_offset(i, j, dh, dw, sh, sw, size, wq):
+    """Where tap (i, j) starts in the stride-phase buffer of ``_conv_depthwise`` (unsigned)."""
+    return U((((i * dh) % sh) * sw + (j * dw) % sw) * size + ((i * dh) // sh) * wq + (j * dw) // sw)
+
+
+@jit
+def _taps(buf, acc, ker, bias, dh, dw, sh, sw, size, wq, span):
+    """acc = bias + sum over taps of ker[i, j] * (the tap's shifted view of buf), one pass per tap."""
+    acc[:] = bias
+    for i in range(ker.shape[0]):
+        for j in range(ker.shape[1]):
+            wv = ker[i, j]
+            off = tap_offset(i, j, dh, dw, sh, sw, size, wq)
+            for p in range(span):  # unsigned indices: no wraparound check, so it vectorises
+                acc[U(p)] += wv * buf[U(p) + off]
+
+
 @jit_parallel
-def _conv_direct(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1):
-    """Convolution with one input channel per group (depthwise; output m reads channel m // mult)."""
+def _conv_depthwise(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, chunks):
+    """Convolution with one input channel per group (depthwise, any channel multiplier: output m
+    reads channel m // mult), any stride and dilation, as contiguous multiply-adds.
+
+    Each plane is split once into its sh*sw stride phases of the zero-padded input,
+    ``phase[a, b][r, c] = padded[r*sh + a, c*sw + b]``, each phase flattened with row length wq.
+    Tap (i, j) of output (oh, ow) then reads phase ((i*dh) % sh, (j*dw) % sw) at
+    (oh + (i*dh)//sh, ow + (j*dw)//sw): for every tap one long unit-stride loop over the flattened
+    output grid (oh_n rows of wq, the last wq - ow_n columns of each row computed and dropped),
+    which vectorises even for 7x7 maps and for stride 2, where a direct loop gathers every other
+    element. Scratch buffers are allocated once per chunk of planes, not per plane."""
     n_n, c_n, h_n, w_n = x.shape
     m_n, _, kh, kw = w.shape
     oh_n, ow_n = y.shape[2], y.shape[3]
     mult = m_n // c_n
-    for nm in prange(n_n * m_n):
-        n = nm // m_n
-        m = nm - n * m_n
-        src = x[n, m // mult]
-        ker = w[m, 0]
-        for oh in range(oh_n):
-            row = y[n, m, oh]
-            row[:] = bias[m]
-            for i in range(kh):
-                h = oh * sh - ph + i * dh
-                if h < 0 or h >= h_n:
-                    continue
-                s = src[h]
-                for j in range(kw):
-                    off = j * dw - pw
-                    lo, hi = tap_range(off, sw, w_n, ow_n)
-                    wv = ker[i, j]
-                    if sw == 1:
-                        for ow in range(lo, hi):
-                            row[U(ow)] += wv * s[U(ow + off)]
-                    else:
-                        for ow in range(lo, hi):
-                            row[U(ow)] += wv * s[U(ow * sw + off)]
-            if code == CLIP:
-                for ow in range(ow_n):
-                    row[U(ow)] = min(max(row[U(ow)], p0), p1)
-            elif code != NONE:
-                for ow in range(ow_n):
-                    row[U(ow)] = act(row[U(ow)], code, p0, p1)
-
-
-@jit_parallel
-def _conv_direct_s1(x, w, bias, y, dh, dw, ph, pw, code, p0, p1):
-    """Stride-1 convolution with one input channel per group. Each plane is copied once into a
-    zero-padded buffer of row length wp; the output is then computed on the padded grid, where
-    every tap is one long contiguous multiply-add over the flattened plane (long loops vectorise
-    well even for 7x7 maps), and the valid columns are copied out with the epilogue applied."""
-    n_n, c_n, h_n, w_n = x.shape
-    m_n, _, kh, kw = w.shape
-    oh_n, ow_n = y.shape[2], y.shape[3]
-    mult = m_n // c_n
-    hp, wp = oh_n + (kh - 1) * dh, ow_n + (kw - 1) * dw
-    rows, cols = min(h_n, hp - ph), min(w_n, wp - pw)
-    span = oh_n * wp
-    for nm in prange(n_n * m_n):
-        n = nm // m_n
-        m = nm - n * m_n
-        flat = np.zeros(hp * wp + (kw - 1) * dw, x.dtype)
-        plane = flat[:hp * wp].reshape(hp, wp)
-        plane[ph:ph + rows, pw:pw + cols] = x[n, m // mult, :rows, :cols]
+    qh, qw = ((kh - 1) * dh) // sh, ((kw - 1) * dw) // sw
+    hq, wq = oh_n + qh, ow_n + qw
+    size = hq * wq + qw  # one phase, plus the overrun of the last row's dropped columns
+    span = oh_n * wq
+    total = n_n * m_n
+    for t in prange(chunks):
+        buf = np.empty(sh * sw * size, x.dtype)
         acc = np.empty(span, x.dtype)
-        acc[:] = bias[m]
-        if kh == 3 and kw == 3:  # the common case: all nine taps per output in registers
-            k = w[m, 0]
-            r1, r2, c1, c2 = U(dh * wp), U(2 * dh * wp), U(dw), U(2 * dw)  # unsigned, like q
-            for p in range(span):
-                q = U(p)
-                acc[q] += (k[0, 0] * flat[q] + k[0, 1] * flat[q + c1] + k[0, 2] * flat[q + c2]
-                           + k[1, 0] * flat[q + r1] + k[1, 1] * flat[q + r1 + c1] + k[1, 2] * flat[q + r1 + c2]
-                           + k[2, 0] * flat[q + r2] + k[2, 1] * flat[q + r2 + c1] + k[2, 2] * flat[q + r2 + c2])
-        else:
-            for i in range(kh):
-                for j in range(kw):
-                    wv = w[m, 0, i, j]
-                    off = U(i * dh * wp + j * dw)
-                    for p in range(span):
-                        acc[U(p)] += wv * flat[U(p) + off]
-        for oh in range(oh_n):
-            row = y[n, m, oh]
-            src = acc[oh * wp:oh * wp + ow_n]
-            if code == NONE:
-                row[:] = src
-            elif code == CLIP:
-                for ow in range(ow_n):
-                    row[U(ow)] = min(max(src[U(ow)], p0), p1)
+        for nm in range(t * total // chunks, (t + 1) * total // chunks):
+            n = nm // m_n
+            m = nm - n * m_n
+            src = x[n, m // mult]
+            for a in range(sh):
+                for b in range(sw):
+                    base = (a * sw + b) * size
+                    # columns c with 0 <= c*sw + b - pw < w_n: [lo, hi)
+                    lo = 0 if pw <= b else (pw - b + sw - 1) // sw
+                    last = w_n - 1 - b + pw
+                    hi = min(wq, last // sw + 1) if last >= 0 else 0
+                    lo = min(lo, hi)
+                    for r in range(hq):  # explicit loops: a Numba slice assignment costs ~50 ns
+                        ih = r * sh + a - ph
+                        d0 = base + r * wq
+                        if ih < 0 or ih >= h_n:
+                            for c in range(wq):
+                                buf[U(d0 + c)] = 0
+                            continue
+                        row = src[ih]
+                        for c in range(lo):
+                            buf[U(d0 + c)] = 0
+                        shift = b - pw
+                        for c in range(lo, hi):
+                            buf[U(d0 + c)] = row[U(c * sw + shift)]
+                        for c in range(hi, wq):
+                            buf[U(d0 + c)] = 0
+                    for c in range(base + hq * wq, base + size):
+                        buf[U(c)] = 0
+            if kh == 3 and kw == 3:  # the common case: all nine taps per output in one pass
+                k = w[m, 0]
+                o0 = tap_offset(0, 0, dh, dw, sh, sw, size, wq)
+                o1 = tap_offset(0, 1, dh, dw, sh, sw, size, wq)
+                o2 = tap_offset(0, 2, dh, dw, sh, sw, size, wq)
+                o3 = tap_offset(1, 0, dh, dw, sh, sw, size, wq)
+                o4 = tap_offset(1, 1, dh, dw, sh, sw, size, wq)
+                o5 = tap_offset(1, 2, dh, dw, sh, sw, size, wq)
+                o6 = tap_offset(2, 0, dh, dw, sh, sw, size, wq)
+                o7 = tap_offset(2, 1, dh, dw, sh, sw, size, wq)
+                o8 = tap_offset(2, 2, dh, dw, sh, sw, size, wq)
+                bm = bias[m]
+                for p in range(span):
+                    q = U(p)
+                    acc[q] = bm + (k[0, 0] * buf[q + o0] + k[0, 1] * buf[q + o1] + k[0, 2] * buf[q + o2]
+                                   + k[1, 0] * buf[q + o3] + k[1, 1] * buf[q + o4] + k[1, 2] * buf[q + o5]
+                                   + k[2, 0] * buf[q + o6] + k[2, 1] * buf[q + o7] + k[2, 2] * buf[q + o8])
             else:
-                for ow in range(ow_n):
-                    row[U(ow)] = act(src[U(ow)], code, p0, p1)
+                _taps(buf, acc, w[m, 0], bias[m], dh, dw, sh, sw, size, wq, span)
+            plane = y[n, m]
+            for oh in range(oh_n):
+                r0 = oh * wq
+                if code == NONE:
+                    for ow in range(ow_n):
+                        plane[oh, U(ow)] = acc[U(r0 + ow)]
+                elif code == CLIP:
+                    for ow in range(ow_n):
+                        plane[oh, U(ow)] = min(max(acc[U(r0 + ow)], p0), p1)
+                else:
+                    for ow in range(ow_n):
+                        plane[oh, U(ow)] = act(acc[U(r0 + ow)], code, p0, p1)
 
 
 def _supports(specs, attrs) -> bool:
@@ -175,7 +193,7 @@ class Conv(NumbaKernel):
         return strides, dil, (pads[0], pads[1]), out
 
     def work(self, x, w, b=None):
-        return 2.0 * x.size * w.size / max(1, w.shape[1])  # ~ 2 * N*C*H*W * Mg*kh*kw (stride 1)
+        return 2.0 * x.size * w.size / max(1, x.shape[1])  # ~ 2 * N*C*H*W * (M/C)*Cg*kh*kw (stride 1)
 
     def compute(self, x, w, b=None):
         key = (x.shape, w.shape)
@@ -194,10 +212,10 @@ class Conv(NumbaKernel):
         bias = np.zeros(m_n, x4.dtype) if b is None else np.ascontiguousarray(b, dtype=x4.dtype).reshape(m_n)
         y = np.empty((n_n, m_n, oh_n, ow_n), x4.dtype)
         code, p0, p1 = self.act
-        if cg == 1 and group > 1 and sh == sw == 1:
-            _conv_direct_s1(x4, w4, bias, y, dh, dw, ph, pw, code, p0, p1)
-        elif cg == 1 and group > 1:
-            _conv_direct(x4, w4, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1)
+        if cg == 1 and group > 1:
+            planes = n_n * m_n
+            chunks = 1 if config.in_serial() else max(1, min(planes, 4 * config.max_threads()))
+            _conv_depthwise(x4, w4, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, chunks)
         else:
             self._gemm(x4, w4, y, group)
             bias_act_rows(y.reshape(n_n, m_n, oh_n * ow_n), bias, code, p0, p1)
