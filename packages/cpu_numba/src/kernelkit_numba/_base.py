@@ -64,6 +64,14 @@ class NumbaKernel:
         node = getattr(self.context, "node", None)
         return f"node {node.name!r} ({node.op_id})" if node is not None else type(self).__name__
 
+    def fused_activation(self, input_specs) -> tuple:
+        """(code, p0, p1) of the node's fused ``activation`` attribute, in the input's dtype."""
+        from .kernels.epilogue import activation_code
+
+        a = self.attrs
+        return activation_code(a.get("activation", ""), a.get("activation_params", ()), input_specs[0].dtype,
+                               self.where)
+
     def attr_error(self, message: str) -> OpAttributeError:
         return OpAttributeError(f"{self.where}: {message}")
 

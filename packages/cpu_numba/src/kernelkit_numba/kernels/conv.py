@@ -5,7 +5,8 @@ Grouped/dense convolution is im2col + BLAS: the columns of one image and group a
 parallel Numba kernel (a 1x1 stride-1 unpadded conv needs no packing: the image is already the
 column matrix), ``np.dot`` writes straight into the NCHW output, and one parallel pass adds the
 bias and applies the activation. Convolutions with one input channel per group (depthwise, any
-channel multiplier) run as a direct Numba loop with the epilogue fused.
+channel multiplier) run as contiguous multiply-adds over the stride phases of each padded plane
+(``_conv_depthwise``), with the epilogue fused.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from .. import config
 from .._base import NumbaKernel
 from ..config import jit, jit_inline, jit_parallel
 from ._range import tap_range
-from .epilogue import CLIP, NONE, act, activation_code, bias_act_rows
+from .epilogue import CLIP, NONE, act, bias_act_rows
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
@@ -159,20 +160,19 @@ def _conv_depthwise(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, chunks)
                         plane[oh, U(ow)] = act(acc[U(r0 + ow)], code, p0, p1)
 
 
-def _supports(specs, attrs) -> bool:
+def supports_1d_2d(specs, attrs) -> bool:
+    """Conv/ConvTranspose kernels take NCW and NCHW; 3-D (rank-5) ones stay on the reference."""
     return specs[0] is not None and len(specs[0].shape) in (3, 4)
 
 
-@register_kernel("Conv", device="cpu", vendor="numba", dtype="float32", supports=_supports)
+@register_kernel("Conv", device="cpu", vendor="numba", dtype="float32", supports=supports_1d_2d)
 class Conv(NumbaKernel):
     """Conv on NCHW / NCW float32 tensors (see the module docstring)."""
 
     uses_blas = True
 
     def setup(self, input_specs):
-        a = self.attrs
-        self.act = activation_code(a.get("activation", ""), a.get("activation_params", ()),
-                                   input_specs[0].dtype, self.where)
+        self.act = self.fused_activation(input_specs)
         self._geom_key = None
         self._col = None
 

@@ -16,7 +16,8 @@ from numba import prange
 from .._base import NumbaKernel
 from ..config import jit_parallel
 from ._range import tap_range
-from .epilogue import activation_code, bias_act_rows
+from .conv import supports_1d_2d
+from .epilogue import bias_act_rows
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
@@ -44,20 +45,14 @@ def _col2im(cols, y, kh, kw, sh, sw, dh, dw, ph, pw, h_n, w_n):
                         row[U(iw * sw + off)] += src[U(base + iw)]
 
 
-def _supports(specs, attrs) -> bool:
-    return specs[0] is not None and len(specs[0].shape) in (3, 4)
-
-
-@register_kernel("ConvTranspose", device="cpu", vendor="numba", dtype="float32", supports=_supports)
+@register_kernel("ConvTranspose", device="cpu", vendor="numba", dtype="float32", supports=supports_1d_2d)
 class ConvTranspose(NumbaKernel):
     """ConvTranspose on NCHW / NCW float32 tensors (see the module docstring)."""
 
     uses_blas = True
 
     def setup(self, input_specs):
-        a = self.attrs
-        self.act = activation_code(a.get("activation", ""), a.get("activation_params", ()),
-                                   input_specs[0].dtype, self.where)
+        self.act = self.fused_activation(input_specs)
         self._geom_key = None
 
     def _geometry(self, x_shape, w_shape):

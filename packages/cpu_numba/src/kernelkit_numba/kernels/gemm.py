@@ -9,7 +9,7 @@ import numpy as np
 from kernelkit.registry import register_kernel
 
 from .._base import NumbaKernel
-from .epilogue import NONE, activation_code, bias_act_rows, scale_bias_act_cols
+from .epilogue import NONE, bias_act_rows, scale_bias_act_cols
 
 
 @register_kernel("Gemm", device="cpu", vendor="numba", dtype="float32")
@@ -19,9 +19,7 @@ class Gemm(NumbaKernel):
     uses_blas = True
 
     def setup(self, input_specs):
-        a = self.attrs
-        self.act = activation_code(a.get("activation", ""), a.get("activation_params", ()),
-                                   input_specs[0].dtype, self.where)
+        self.act = self.fused_activation(input_specs)
 
     def work(self, a, b, c=None):
         return 2.0 * a.size * (b.size // max(1, a.shape[0] if self.attrs.get("transA", 0) else a.shape[1]))
@@ -55,9 +53,7 @@ class MatMul(NumbaKernel):
     uses_blas = True
 
     def setup(self, input_specs):
-        a = self.attrs
-        self.act = activation_code(a.get("activation", ""), a.get("activation_params", ()),
-                                   input_specs[0].dtype, self.where)
+        self.act = self.fused_activation(input_specs)
 
     def work(self, a, b):
         """2 * batch * M * N * K."""
