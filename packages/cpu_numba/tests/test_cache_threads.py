@@ -89,7 +89,7 @@ def _spy_conv(monkeypatch, threads, shape):
     original = Conv.compute
 
     def spy(self, *xs):
-        seen.append((getattr(config._local, "serial", False), numba.get_num_threads(),
+        seen.append((config.in_serial(), numba.get_num_threads(),
                      tuple(lib.get_num_threads() for lib in config._blas_controllers())))
         return original(self, *xs)
 
@@ -105,7 +105,7 @@ def _spy_conv(monkeypatch, threads, shape):
 def test_session_threads_one_runs_serial_with_one_blas_thread(monkeypatch):
     [(serial, _, blas)] = _spy_conv(monkeypatch, 1, (1, 2, 5, 5))
     assert serial and set(blas) <= {1}  # serial twins, and every BLAS library at one thread
-    assert not getattr(config._local, "serial", False)  # reset after the call
+    assert not config.in_serial()  # reset after the call
 
 
 def test_large_call_runs_parallel_at_session_threads(monkeypatch):

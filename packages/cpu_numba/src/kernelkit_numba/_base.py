@@ -36,21 +36,12 @@ class NumbaKernel:
 
     def execute(self, *inputs):
         work = self.work(*inputs)
-        small = self.threads == 1 or work < config.SERIAL_WORK
-        local = config._local
-        was = getattr(local, "serial", False)
-        local.serial = small  # small calls take the serial twins: no thread woken, no count changed
-        try:
-            if self.uses_blas:
-                blas = 1 if self.threads == 1 or work < config.BLAS_SERIAL_WORK else self.threads
-                with config.blas_threads(blas), config.num_threads(None if small else self.threads):
-                    return self.compute(*inputs)
-            if small:
-                return self.compute(*inputs)
-            with config.num_threads(self.threads):
-                return self.compute(*inputs)
-        finally:
-            local.serial = was
+        small = self.threads == 1 or work < config.SERIAL_WORK  # serial twins: no thread woken
+        blas = None
+        if self.uses_blas:
+            blas = 1 if self.threads == 1 or work < config.BLAS_SERIAL_WORK else self.threads
+        with config.serial(small), config.blas_threads(blas), config.num_threads(None if small else self.threads):
+            return self.compute(*inputs)
 
     def work(self, *inputs) -> float:
         """Rough operation count of one call (default: 8 per input element); small calls run serially."""

@@ -83,7 +83,7 @@ class Twin:
         self.__module__, self.__wrapped__ = fn.__module__, fn
 
     def __call__(self, *args):
-        return (self.serial if getattr(_local, "serial", False) else self.parallel)(*args)
+        return (self.serial if in_serial() else self.parallel)(*args)
 
     @property
     def dispatchers(self) -> tuple:
@@ -104,7 +104,7 @@ def in_serial() -> bool:
 @contextlib.contextmanager
 def serial(on: bool = True):
     """Within the body, this thread's ``jit_parallel`` kernels run their serial version."""
-    was = getattr(_local, "serial", False)
+    was = in_serial()
     _local.serial = on
     try:
         yield

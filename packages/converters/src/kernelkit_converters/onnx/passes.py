@@ -108,6 +108,14 @@ def _reshape_target(data_spec: TensorSpec, dims: list) -> list[int] | None:
     return target
 
 
+def _int64_const(graph: Graph, base: str, values) -> str:
+    const = np.asarray(values, np.int64)
+    const.flags.writeable = False
+    name = graph.fresh_name(base)
+    graph.values[name] = Value(name, TensorSpec.of(const), const)
+    return name
+
+
 @register_pass("onnx_fold_shape_reshape", **_anchor())
 def fold_shape_reshape(graph: Graph, ctx: PassContext) -> int:
     """Shape->Gather->Concat->Reshape target shapes that the specs determine become constants."""
@@ -126,11 +134,7 @@ def fold_shape_reshape(graph: Graph, ctx: PassContext) -> int:
         target = _reshape_target(data_spec, got[0])
         if target is None:
             continue
-        const = np.asarray(target, np.int64)
-        const.flags.writeable = False
-        name = graph.fresh_name(f"{node.name}_shape")
-        graph.values[name] = Value(name, TensorSpec.of(const), const)
-        node.inputs[1] = name
+        node.inputs[1] = _int64_const(graph, f"{node.name}_shape", target)
         rewrites += 1
     if rewrites:
         _drop_dead_chains(graph)
@@ -160,14 +164,6 @@ def _lead_target(lead) -> list[int] | None:
     symbolic dim the round trip through (rows, N) would cost the output its symbol's name: shape
     inference cannot tell that rows / S is the batch N again.)"""
     return [int(d) for d in lead] if all(isinstance(d, (int, np.integer)) for d in lead) else None
-
-
-def _int64_const(graph: Graph, base: str, values) -> str:
-    const = np.asarray(values, np.int64)
-    const.flags.writeable = False
-    name = graph.fresh_name(base)
-    graph.values[name] = Value(name, TensorSpec.of(const), const)
-    return name
 
 
 @register_pass("onnx_matmul_add_to_gemm", **_anchor())
