@@ -6,9 +6,10 @@ backend that fails to load is a logged warning, never a crash.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import warnings
-from importlib.metadata import entry_points
+from importlib.metadata import distributions, entry_points
 
 log = logging.getLogger("kernelkit.backends")
 
@@ -57,3 +58,25 @@ def run_session_hooks(device: str, options: dict) -> None:
     load_backends()
     for fn in list(_session_hooks):
         fn(device, options)
+
+
+def installed_packages() -> list[tuple[str, str, list[str]]]:
+    """``(distribution, version, backend entry-point names)`` for kernelkit itself and every installed
+    distribution that depends on it or plugs into a ``kernelkit.*`` entry-point group; kernelkit
+    first, then by name. Reads package metadata only: nothing is imported."""
+    found: dict[str, tuple[str, str, list[str]]] = {}
+    for dist in distributions():
+        name = dist.metadata["Name"] or ""
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        backends = sorted(ep.name for ep in dist.entry_points if ep.group == GROUP)
+        plugs = any(ep.group.startswith("kernelkit.") for ep in dist.entry_points)
+        requires = any(_req_name(r) == "kernelkit" for r in dist.requires or ())
+        if key == "kernelkit" or plugs or requires:
+            found.setdefault(key, (name, dist.version, backends))
+    return sorted(found.values(), key=lambda t: (t[0].lower() != "kernelkit", t[0].lower()))
+
+
+def _req_name(requirement: str) -> str:
+    """The normalised project name of a requirement string (PEP 503)."""
+    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    return re.sub(r"[-_.]+", "-", m.group(1)).lower() if m else ""

@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from . import __version__
 from .deploy import is_deployment, load_deployment
 from .errors import InputError, KernelkitError
 from .ir import Model, TensorSpec
@@ -383,10 +384,33 @@ def cmd_convert(args, console: Console) -> int:
     return 0
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: print :func:`_versions` as it is (argparse's own action re-wraps lines)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(_versions())
+        parser.exit(0)
+
+
+def _versions() -> str:
+    """kernelkit's version and Python's, then one line per installed package that plugs into it."""
+    import platform
+
+    from .backends import installed_packages
+
+    lines = [f"kernelkit {__version__} (Python {platform.python_version()}, NumPy {np.__version__})"]
+    for name, version, backends in installed_packages():
+        if name.lower() != "kernelkit":
+            lines.append(f"{name} {version}" + (f" (backend {', '.join(backends)})" if backends else ""))
+    return "\n".join(lines)
+
+
 # -- entry point -------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kernelkit", description="kernelkit inference runtime")
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v: info logs, -vv: debug logs")
+    p.add_argument("-V", "--version", action=_VersionAction, nargs=0,
+                   help="print the versions of kernelkit and of each installed backend package, then exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     def device_opts(sp):
