@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import ConfigError, KernelkitError
+from ..invoke import invoke
 from ..ir import Graph, Node, TensorSpec, Value
 from ..registry import get_schema, normalize_attrs, select_kernel
 from ..shape import infer_node
@@ -168,24 +169,6 @@ def _fold_inputs(graph: Graph, node: Node) -> list | None:
     return args
 
 
-def _evaluate(node: Node, entry, attrs: dict, args: list, specs: list) -> list[np.ndarray]:
-    if entry.attr_names is not None:
-        kwargs = {k: v for k, v in attrs.items() if k in entry.attr_names}
-    else:
-        kwargs = dict(attrs)
-    if entry.is_class:
-        from ..devices import create_device
-        from ..session import KernelContext
-
-        kernel = entry.impl()
-        kernel.context = KernelContext(node, create_device("cpu"), {}, None)
-        kernel.prepare(specs, dict(attrs))
-        result = kernel.execute(*args)
-    else:
-        result = entry.impl(*args, **kwargs)
-    return [np.asarray(r) for r in (result if isinstance(result, (tuple, list)) else (result,))]
-
-
 def fold_node(graph: Graph, node: Node, ctx: PassContext) -> bool:
     """Replace ``node``'s outputs by constants when it can be evaluated now; True if it was."""
     where = f"node {node.name!r} ({node.op_id})"
@@ -215,7 +198,7 @@ def fold_node(graph: Graph, node: Node, ctx: PassContext) -> bool:
     if entry is None:
         return False
     try:
-        results = _evaluate(node, entry, attrs, args, specs)
+        results = [np.asarray(r) for r in invoke(entry, node, attrs, args, specs)]
     except Exception as exc:  # the run would fail the same way; leave the node to report it there
         log.warning("fold_constants: %s not folded: reference kernel raised %s: %s", where,
                     type(exc).__name__, exc)
