@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .activation import resolve as resolve_activation
 from .errors import KernelkitError, ShapeError
 from .ir import Dim, Graph, Node, TensorSpec
 from .registry import get_schema, normalize_attrs
@@ -123,6 +124,8 @@ def infer_node(node: Node, specs: list[TensorSpec | None], constants: list[np.nd
         if spec is None and not port.optional:
             raise ShapeError(f"{where}: required input {port.name!r} is missing")
     attrs = normalize_attrs(schema, node.attrs, where)
+    if attrs.get("activation") and "activation_params" in schema.attrs:  # a fused activation: known name?
+        resolve_activation(attrs["activation"], attrs["activation_params"], where)
     ctx = InferContext(node, specs, attrs, constants)
     try:
         result = schema.infer(ctx)

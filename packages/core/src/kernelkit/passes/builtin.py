@@ -9,11 +9,11 @@ constant's array, and keep ``graph.values`` specs valid; names of graph outputs 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 
 import numpy as np
 
+from ..activation import ACTIVATIONS
 from ..errors import ConfigError, KernelkitError
 from ..invoke import invoke
 from ..ir import Graph, Node, TensorSpec, Value
@@ -298,30 +298,18 @@ def fold_batchnorm(graph: Graph, ctx: PassContext) -> int:
 
 
 # -- fuse_activation ------------------------------------------------------------------------------
-def _clip_params(graph: Graph, node: Node, attrs: dict):
-    bounds = []
-    for i, default in ((1, -math.inf), (2, math.inf)):
-        name = node.inputs[i] if len(node.inputs) > i else ""
-        data = _const(graph, name)
-        if name and (data is None or data.size != 1):
-            return None  # a bound only known at run time cannot become an attribute
-        bounds.append(float(data.reshape(())) if name else default)
-    return tuple(bounds)
-
-
 FUSION_PRODUCERS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 # ops that change only the shape, not the data: Act(View(x)) == View(Act(x)) for elementwise Act
 VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
-# activation op -> its activation_params (see kernelkit/activation.py), None if it cannot fuse
-ACTIVATION_RULES: dict[str, Callable] = {
-    "Relu": lambda graph, node, attrs: (),  # max(x, 0)
-    "Clip": _clip_params,  # (min, max) from constant inputs; absent bounds are -inf/+inf
-    "LeakyRelu": lambda graph, node, attrs: (attrs["alpha"],),  # (alpha,)
-    "Sigmoid": lambda graph, node, attrs: (),  # 1 / (1 + exp(-x))
-    "HardSwish": lambda graph, node, attrs: (),  # x * clip(x/6 + 1/2, 0, 1)
-    "Tanh": lambda graph, node, attrs: (),  # tanh(x)
-    "Gelu": lambda graph, node, attrs: {"none": (), "tanh": (1.0,)}.get(attrs["approximate"]),  # (approx,)
-}
+
+
+def _activation_params(graph: Graph, node: Node, attrs: dict) -> tuple | None:
+    """The fused ``activation_params`` for an activation node (the table in kernelkit/activation.py
+    says how), or None if it cannot fuse (e.g. a Clip bound only known at run time)."""
+    extra = [_const(graph, name) for name in node.inputs[1:]]
+    if any(name and data is None for name, data in zip(node.inputs[1:], extra)):
+        return None  # an input only known at run time cannot become an attribute
+    return ACTIVATIONS[node.op_id].fuse(attrs, extra)
 
 
 def _overridden(graph: Graph, node: Node, attrs: dict, ctx: PassContext) -> str | None:
@@ -343,7 +331,7 @@ def fuse_activation(graph: Graph, ctx: PassContext) -> int:
     attribute, also across one reshape-like node between them (Gemm -> Reshape -> Gelu becomes
     Gemm(Gelu) -> Reshape), unless a user's kernel overrides that activation on the session's device."""
     index, count = _Index(graph), 0
-    for node in [n for n in graph.nodes if n.op_id in ACTIVATION_RULES]:
+    for node in [n for n in graph.nodes if n.op_id in ACTIVATIONS]:  # every fusable activation
         producer = index.producers.get(node.inputs[0])
         if index.sole_reader(node.inputs[0]) is not node:
             continue
@@ -357,7 +345,7 @@ def fuse_activation(graph: Graph, ctx: PassContext) -> int:
         if "activation" not in get_schema(producer.op).attrs or _attrs(producer)["activation"]:
             continue
         attrs = _attrs(node)
-        params = ACTIVATION_RULES[node.op_id](graph, node, attrs)
+        params = _activation_params(graph, node, attrs)
         if params is None:
             continue
         vendor = _overridden(graph, node, attrs, ctx)
