@@ -29,7 +29,15 @@ from .invoke import KernelContext, bind  # noqa: F401  (KernelContext: re-export
 from .ir import Graph, Node, TensorSpec
 from .loaders import load_model
 from .passes import PassContext, run_passes
-from .registry import KernelEntry, KernelKey, describe_kernels, get_schema, normalize_attrs, select_kernel
+from .registry import (
+    KernelEntry,
+    KernelKey,
+    KernelScope,
+    describe_kernels,
+    get_schema,
+    normalize_attrs,
+    select_kernel,
+)
 from .shape import infer_node, infer_shapes
 
 log = logging.getLogger("kernelkit.session")
@@ -112,7 +120,8 @@ class Session:
         self._pool: ThreadPoolExecutor | None = None
         self.fallbacks: list[tuple[str, str]] = []
         self.stub_ops = frozenset(stub_ops)
-        run_session_hooks(device, self.options)  # backends act on their options (e.g. custom kernels)
+        self.kernel_scope = KernelScope()  # kernels that this session's options register, seen by it only
+        run_session_hooks(device, self.options, self.kernel_scope)  # backends act on their options
         graph = self.model.graph
         for value in graph.values.values():  # kernels and callers get read-only views of constants
             if value.data is not None and value.data.flags.writeable:
@@ -120,7 +129,7 @@ class Session:
                 value.data.flags.writeable = False
         graph.toposort()  # a loaded graph need not list its nodes in order
         infer_shapes(graph)
-        pass_ctx = PassContext(device, self.vendors, self.options)
+        pass_ctx = PassContext(device, self.vendors, self.options, scope=self.kernel_scope)
         self.passes_fired = run_passes(graph, passes, pass_ctx)
         self.pass_notes: list[str] = pass_ctx.notes  # e.g. fusions skipped for a user's kernel
         graph.toposort()
@@ -156,7 +165,7 @@ class Session:
             if self.device_name != "cpu":
                 tries.append(("cpu", None))
         for device, vendors in tries:
-            entry = select_kernel(node.op_id, device, dtype, vendors, specs, attrs)
+            entry = select_kernel(node.op_id, device, dtype, vendors, specs, attrs, self.kernel_scope)
             if entry is not None:
                 if (device, vendors) != tries[0]:
                     msg = (f"{where}: no {self.device_name} kernel for dtype {dtype}"
@@ -168,7 +177,7 @@ class Session:
         raise UnsupportedOpError(
             f"{where}: no kernel for device {self.device_name!r}, dtype {dtype}"
             f"{', vendors ' + str(list(self.vendors)) if self.vendors else ''}"
-            f"{'' if self.fallback else ' (fallback=False)'}; {describe_kernels(node.op_id)}"
+            f"{'' if self.fallback else ' (fallback=False)'}; {describe_kernels(node.op_id, self.kernel_scope)}"
         )
 
     def _stub_step(self, node: Node, dtype: str, attrs: dict) -> _Step:

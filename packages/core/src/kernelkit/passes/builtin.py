@@ -319,9 +319,9 @@ def _overridden(graph: Graph, node: Node, attrs: dict, ctx: PassContext) -> str 
     load_backends()  # plugins register their kernels here; the session would see them
     specs = [graph.spec(i) if i else None for i in node.inputs]
     dtype = specs[0].dtype
-    entry = select_kernel(node.op_id, ctx.device, dtype, ctx.vendors, specs, attrs)
+    entry = select_kernel(node.op_id, ctx.device, dtype, ctx.vendors, specs, attrs, ctx.scope)
     if entry is None and ctx.vendors is not None:
-        entry = select_kernel(node.op_id, ctx.device, dtype, None, specs, attrs)
+        entry = select_kernel(node.op_id, ctx.device, dtype, None, specs, attrs, ctx.scope)
     return entry.key.vendor if entry is not None and entry.key.vendor not in BUILTIN_VENDORS else None
 
 
