@@ -5,6 +5,7 @@ backend that fails to load is a logged warning, never a crash.
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 import threading
@@ -42,22 +43,33 @@ def load_backends(force: bool = False) -> dict[str, str]:
         return dict(_loaded)
 
 
-_session_hooks: list = []
+_session_hooks: list = []  # (fn, whether it takes the session's KernelScope)
 
 
 def register_session_hook(fn) -> None:
-    """Register ``fn(device, options)``, called at the start of every Session build (before kernel
-    selection) with the session's device name and options, so that a backend can act on its own
-    options, e.g. load the custom kernels a session names. Registering a function twice is a no-op."""
+    """Register ``fn(device, options, scope)``, called at the start of every Session build (before
+    kernel selection) with the session's device name, options and ``KernelScope``, so that a backend
+    can act on its own options, e.g. load the custom kernels a session names: kernels it registers
+    with ``scope.register_kernel`` are seen by that session only. A hook of two parameters
+    ``fn(device, options)`` gets no scope. Registering a function twice is a no-op."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+        takes_scope = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) >= 3 or any(
+            p.kind is p.VAR_POSITIONAL for p in params)
+    except (TypeError, ValueError):
+        takes_scope = False
     with _lock:
-        if fn not in _session_hooks:
-            _session_hooks.append(fn)
+        if all(f is not fn for f, _ in _session_hooks):
+            _session_hooks.append((fn, takes_scope))
 
 
-def run_session_hooks(device: str, options: dict) -> None:
+def run_session_hooks(device: str, options: dict, scope=None) -> None:
     load_backends()
-    for fn in list(_session_hooks):
-        fn(device, options)
+    for fn, takes_scope in list(_session_hooks):
+        if takes_scope:
+            fn(device, options, scope)
+        else:
+            fn(device, options)
 
 
 def installed_packages() -> list[tuple[str, str, list[str]]]:

@@ -28,7 +28,7 @@ from rich.text import Text
 
 from . import __version__
 from .deploy import is_deployment, load_deployment
-from .errors import InputError, KernelkitError
+from .errors import InputError, KernelkitError, LoaderNotFoundError
 from .ir import Model, TensorSpec
 
 log = logging.getLogger("kernelkit.cli")
@@ -82,13 +82,13 @@ def _session_kwargs(args) -> dict:
 
 def _open_model(path: str) -> tuple[Model, dict]:
     """The model behind MODEL (.kkm, .onnx or deployment YAML) and the session settings it implies."""
-    from .session import _load_model
+    from .loaders import load_model
 
     if is_deployment(path):
         dep = load_deployment(path)
         return dep.model(), dict(device=dep.device, vendors=dep.vendors, fallback=dep.fallback,
                                  threads=dep.threads, passes=dep.passes, options=dict(dep.options))
-    return _load_model(path), {}
+    return load_model(path), {}
 
 
 def _concrete(spec: TensorSpec, dims: dict[str, int]) -> tuple[int, ...]:
@@ -366,16 +366,14 @@ def cmd_convert(args, console: Console) -> int:
     import hashlib
 
     from .io import load, save
+    from .loaders import load_model
 
-    try:
-        from kernelkit_converters.onnx import convert
-    except ImportError as exc:
-        raise MissingExtraError(
-            f"kernelkit convert needs the converters extra (kernelkit-converters): "
-            f"pip install 'kernelkit-workspace[converters]' from the checkout ({exc})") from exc
     src = Path(args.model)
     out = Path(args.output) if args.output else src.with_suffix(".kkm")
-    model = convert(src)
+    try:
+        model = load_model(src)
+    except LoaderNotFoundError as exc:
+        raise MissingExtraError(f"kernelkit convert: {exc}") from exc
     save(model, out)
     back = load(out)
     digest = hashlib.sha256(out.read_bytes()).hexdigest()

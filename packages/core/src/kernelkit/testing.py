@@ -143,7 +143,7 @@ def isolate_registries(monkeypatch) -> None:
 
     Installed backends are loaded first: otherwise the first Session inside the test would load
     them into the throwaway copies and they would be missing for every later test."""
-    from . import devices, passes, registry
+    from . import devices, loaders, passes, registry
     from .backends import load_backends
 
     load_backends()
@@ -151,6 +151,7 @@ def isolate_registries(monkeypatch) -> None:
     monkeypatch.setattr(registry, "_KERNELS", dict(registry._KERNELS))
     monkeypatch.setattr(devices, "_FACTORIES", dict(devices._FACTORIES))
     monkeypatch.setattr(passes, "_PASSES", list(passes._PASSES))
+    monkeypatch.setattr(loaders, "_LOADERS", dict(loaders._LOADERS))
 
 
 def child_venv(path) -> "Path":
