@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .ir import Model
+from .session import Session
 
 log = logging.getLogger("kernelkit.portable")
 
@@ -98,8 +99,6 @@ class SessionRecipe:
 
     def build(self):
         """A built ``Session`` in this process. ``threads=None`` becomes :func:`cpu_allotment`."""
-        from .session import Session
-
         kwargs = dict(self.kwargs)
         if kwargs.get("threads") is None:
             kwargs["threads"] = cpu_allotment()
@@ -130,82 +129,49 @@ def _rebuild(recipe: SessionRecipe):
     return LazySession(recipe)
 
 
-def _session_class():
-    from .session import Session
+class LazySession(Session):
+    """A ``Session`` from a :class:`SessionRecipe` that builds itself on first use (any attribute a
+    built session has: ``run``, ``get_inputs``, ``plan``...). Thread-safe: one build. It pickles as
+    its recipe again, built or not."""
 
-    return Session
+    def __init__(self, recipe: SessionRecipe):  # deliberately not Session.__init__: that is the build
+        self.__dict__["_lazy_recipe"] = recipe
+        self.__dict__["_lazy_lock"] = threading.Lock()
+        self.__dict__["_lazy_state"] = "new"
 
+    @property
+    def built(self) -> bool:
+        """Whether this process has built the session yet."""
+        return self.__dict__.get("_lazy_state") == "built"
 
-class _LazyMeta(type):
-    """Makes ``LazySession`` a ``Session`` subclass without importing session.py at import time."""
+    def __getattr__(self, name):  # only reached for attributes the instance does not have yet
+        d = self.__dict__
+        if name.startswith("_lazy") or d.get("_lazy_state") != "new" or "_lazy_recipe" not in d:
+            raise AttributeError(name)
+        self._lazy_build()
+        return object.__getattribute__(self, name)
 
+    def _lazy_build(self) -> None:
+        d = self.__dict__
+        with d["_lazy_lock"]:
+            if d["_lazy_state"] != "new":
+                return
+            recipe: SessionRecipe = d["_lazy_recipe"]
+            kwargs = dict(recipe.kwargs)
+            if kwargs.get("threads") is None:
+                kwargs["threads"] = cpu_allotment()
+            d["_lazy_state"] = "building"
+            try:
+                Session.__init__(self, recipe.model(), **kwargs)
+            except BaseException:
+                d["_lazy_state"] = "new"
+                raise
+            d["_lazy_state"] = "built"
+            _count_build()
+            log.debug("built a session from a recipe (%s, threads=%s)", recipe.digest[:12], kwargs["threads"])
 
-def _make_lazy_class():
-    Session = _session_class()
-
-    class LazySession(Session):
-        """A ``Session`` from a :class:`SessionRecipe` that builds itself on first use (any
-        attribute a built session has: ``run``, ``get_inputs``, ``plan``...). Thread-safe: one build.
-        It pickles as its recipe again, built or not."""
-
-        def __init__(self, recipe: SessionRecipe):  # noqa: D107 - deliberately no Session.__init__
-            self.__dict__["_lazy_recipe"] = recipe
-            self.__dict__["_lazy_lock"] = threading.Lock()
-            self.__dict__["_lazy_state"] = "new"
-
-        @property
-        def built(self) -> bool:
-            return self.__dict__.get("_lazy_state") == "built"
-
-        def __getattr__(self, name):  # only reached for attributes the instance does not have yet
-            d = self.__dict__
-            if name.startswith("_lazy") or d.get("_lazy_state") != "new" or "_lazy_recipe" not in d:
-                raise AttributeError(name)
-            self._lazy_build()
-            return object.__getattribute__(self, name)
-
-        def _lazy_build(self) -> None:
-            d = self.__dict__
-            with d["_lazy_lock"]:
-                if d["_lazy_state"] != "new":
-                    return
-                recipe: SessionRecipe = d["_lazy_recipe"]
-                kwargs = dict(recipe.kwargs)
-                if kwargs.get("threads") is None:
-                    kwargs["threads"] = cpu_allotment()
-                d["_lazy_state"] = "building"
-                try:
-                    Session.__init__(self, recipe.model(), **kwargs)
-                except BaseException:
-                    d["_lazy_state"] = "new"
-                    raise
-                self._recipe_args = (recipe.path if recipe.path is not None else recipe.model_bytes,
-                                     recipe.kwargs)
-                d["_lazy_state"] = "built"
-                _count_build()
-                log.debug("built a session from a recipe (%s, threads=%s)", recipe.digest[:12],
-                          kwargs["threads"])
-
-        def __reduce__(self):
-            return _rebuild, (self.__dict__["_lazy_recipe"],)
-
-    return LazySession
-
-
-_lazy_class = None
-
-
-def __getattr__(name):  # module attribute LazySession, created on first use (no import cycle)
-    global _lazy_class
-    if name == "LazySession":
-        if _lazy_class is None:
-            _lazy_class = _make_lazy_class()
-        return _lazy_class
-    raise AttributeError(name)
-
-
-def LazySession(recipe: SessionRecipe):  # noqa: N802 - reads as the class it returns
-    return __getattr__("LazySession")(recipe)
+    def __reduce__(self):
+        return _rebuild, (self.__dict__["_lazy_recipe"],)
 
 
 def cpu_allotment() -> int:
