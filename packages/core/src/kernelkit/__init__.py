@@ -35,6 +35,7 @@ from .loaders import load_model, register_loader
 from .passes import PassContext, register_pass, run_passes
 from .registry import REQUIRED, get_schema, kernels, ops, register_kernel, register_op
 from .session import Session
+from .portable import LazySession, SessionRecipe, cpu_allotment
 from .shape import InferContext, broadcast_shapes, infer_shapes
 
 __version__ = "0.1.0"
@@ -58,6 +59,7 @@ def load(path, *, verify: bool = True) -> Model:
 
 
 __all__ = [
+    "LazySession", "SessionRecipe", "cpu_allotment",
     "ACTIVATIONS", "BackendUnavailableError", "ConfigError", "Device", "DeviceError", "Graph",
     "GraphBuilder", "InferContext", "InputError", "KernelBuildError", "KernelContext",
     "KernelExecutionError", "KernelkitError", "LoaderNotFoundError", "Model", "ModelFormatError",

@@ -403,6 +403,18 @@ def _versions() -> str:
     return "\n".join(lines)
 
 
+def cmd_batch(args, console: Console) -> int:
+    from .integrations.batch import main_summary, run_batch
+
+    kwargs = _session_kwargs(args)
+    kwargs.pop("threads", None)
+    summary = run_batch(args.model, args.input, args.output, engine=args.engine, workers=args.workers,
+                        threads=args.threads, batch_size=args.batch_size, cache_dir=args.cache_dir,
+                        address=args.address, quiet=args.quiet, **kwargs)
+    console.print(main_summary(summary))
+    return 0
+
+
 # -- entry point -------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kernelkit", description="kernelkit inference runtime")
@@ -443,6 +455,23 @@ def _parser() -> argparse.ArgumentParser:
     conv.add_argument("model", metavar="MODEL.onnx")
     conv.add_argument("-o", "--output", metavar="OUT.kkm")
     conv.set_defaults(func=cmd_convert)
+
+    batch = sub.add_parser("batch", help="run a model over a folder of .npy/.npz files or a Parquet file")
+    batch.add_argument("model", metavar="MODEL", help=".kkm or .onnx model")
+    batch.add_argument("--input", required=True, metavar="DIR_OR_PARQUET",
+                       help="a folder of .npy/.npz files, or a .parquet file with one column per model input")
+    batch.add_argument("--output", required=True, metavar="DIR", help="folder for the outputs (created)")
+    batch.add_argument("--engine", choices=("local", "ray", "dask"), default="local",
+                       help="local: a process pool here; ray/dask: a local cluster, or the one at --address")
+    batch.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default 1)")
+    batch.add_argument("--threads", type=int, metavar="T",
+                       help="threads per worker (default: this machine's CPUs divided between the workers)")
+    batch.add_argument("--batch-size", type=int, default=32, metavar="B", help="Parquet rows per work item")
+    batch.add_argument("--address", metavar="ADDR", help="an existing Ray or Dask cluster to use")
+    batch.add_argument("--cache-dir", metavar="DIR", help="a kernel cache folder the workers share")
+    batch.add_argument("--quiet", action="store_true", help="no progress bar")
+    device_opts(batch)
+    batch.set_defaults(func=cmd_batch)
     return p
 
 

@@ -100,10 +100,21 @@ class Session:
     return zeros of the inferred output shape: estimate a model's speed before a kernel exists.
     """
 
+    def __reduce__(self):
+        """Pickles as its model (the path it came from, or .kkm bytes) and its arguments; the copy
+        builds itself on first use in the receiving process (``kernelkit.portable``)."""
+        from .portable import _rebuild, recipe_of
+
+        return _rebuild, (recipe_of(self),)
+
     def __init__(self, model_or_path, device: str = "cpu", vendors=None, fallback: bool = True,
                  threads: int | None = None, profile: bool = False, passes=None,
                  options: dict | None = None, stub_ops=()):
         _check_settings(vendors, threads, passes, options, stub_ops)
+        # what pickling sends (kernelkit.portable): the model as given and the arguments, never kernels
+        self._recipe_args = (model_or_path, dict(device=device, vendors=vendors, fallback=fallback, threads=threads,
+                                                 profile=profile, passes=passes, options=options,
+                                                 stub_ops=tuple(stub_ops)))
         self.model = load_model(model_or_path).copy()
         self.device_name = device
         self.vendors = tuple(vendors) if vendors is not None else None
