@@ -167,7 +167,8 @@ t0 = time.perf_counter()
 device = "gpu" if sys.argv[3] == "opencl" else "cpu"
 sess = worker_session(SessionRecipe.of(sys.argv[2], device=device, vendors=[sys.argv[3]],
                                        threads=1, options={"opencl_device": "pocl"}))
-print(json.dumps({"seconds": time.perf_counter() - t0, "placement": sorted(set(map(tuple, sess.placement().values())))}))
+placement = sorted(set(map(tuple, sess.placement().values())))
+print(json.dumps({"seconds": time.perf_counter() - t0, "placement": placement}))
 """
 
 

@@ -33,9 +33,9 @@ from .invoke import KernelContext
 from .ir import Graph, Model, Node, TensorSpec, Value
 from .loaders import load_model, register_loader
 from .passes import PassContext, register_pass, run_passes
+from .portable import LazySession, SessionRecipe, cpu_allotment
 from .registry import REQUIRED, get_schema, kernels, ops, register_kernel, register_op
 from .session import Session
-from .portable import LazySession, SessionRecipe, cpu_allotment
 from .shape import InferContext, broadcast_shapes, infer_shapes
 
 __version__ = "0.1.0"

@@ -38,7 +38,8 @@ class WorkItem:
 
     @property
     def label(self) -> str:
-        return f"{Path(self.source).name}[{self.start}:{self.stop}]" if self.kind == "parquet" else Path(self.source).name
+        name = Path(self.source).name
+        return f"{name}[{self.start}:{self.stop}]" if self.kind == "parquet" else name
 
 
 def plan_items(inputs, batch_size: int = 32) -> list[WorkItem]:
@@ -144,8 +145,9 @@ def run_batch(model, inputs, output, *, engine: str = "local", workers: int = 1,
     """Run ``model`` over ``inputs`` into the folder ``output`` with ``workers`` worker processes of
     ``threads`` threads each (default: this machine's CPU allotment split between the workers).
     ``engine``: ``"local"`` (a process pool here), ``"ray"`` or ``"dask"`` (a local cluster of
-    ``workers`` processes, or the cluster at ``address``). Returns a summary dict; ``seconds`` counts from the moment the engine is up (cluster started,
-    workers' sessions built) to the last result."""
+    ``workers`` processes, or the cluster at ``address``). Returns a summary dict; ``seconds``
+    counts from the moment the engine is up (cluster started, workers' sessions built) to the last
+    result."""
     if engine not in ENGINES:
         raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r:.40}")
     workers = check_workers(workers)
@@ -170,7 +172,8 @@ def run_batch(model, inputs, output, *, engine: str = "local", workers: int = 1,
     seconds = time.perf_counter() - t0
     rows = sum(r["rows"] for r in results)
     return {"engine": engine, "workers": workers, "threads": threads, "items": len(results), "rows": rows,
-            "seconds": seconds, "busy_seconds": sum(r["seconds"] for r in results), "rows_per_s": rows / seconds if seconds else float("inf"),
+            "seconds": seconds, "busy_seconds": sum(r["seconds"] for r in results),
+            "rows_per_s": rows / seconds if seconds else float("inf"),
             "sessions": len({r["worker"] for r in results}),
             "builds_per_worker": max((r["builds"] for r in results), default=0),
             "outputs": sorted(r["output"] for r in results)}
@@ -228,7 +231,8 @@ def _run_ray(items, recipe, output, cache_dir, workers, threads, address):
 
 
 def _run_dask(items, recipe, output, cache_dir, workers, threads, address):
-    from distributed import Client, LocalCluster, as_completed as dask_completed
+    from distributed import Client, LocalCluster
+    from distributed import as_completed as dask_completed
 
     cluster = None if address else LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True,
                                                 dashboard_address=None)
