@@ -18,10 +18,12 @@ from .errors import (
     BackendUnavailableError,
     ConfigError,
     DeviceError,
+    FallbackWarning,
     InputError,
     KernelBuildError,
     KernelExecutionError,
     KernelkitError,
+    KernelkitWarning,
     ModelFormatError,
     OpAttributeError,
     RegistryError,
@@ -31,6 +33,7 @@ from .errors import (
 from .ir import Graph, Model, Node, TensorSpec, Value
 from .passes import PassContext, register_pass, run_passes
 from .registry import REQUIRED, get_schema, kernels, ops, register_kernel, register_op
+from .plan import Plan, Step
 from .session import KernelContext, Session
 from .shape import InferContext, broadcast_shapes, infer_shapes
 
@@ -55,11 +58,12 @@ def load(path, *, verify: bool = True) -> Model:
 
 
 __all__ = [
-    "ACTIVATIONS", "BackendUnavailableError", "ConfigError", "Device", "DeviceError", "Graph",
-    "GraphBuilder", "InferContext", "InputError", "KernelBuildError", "KernelContext",
-    "KernelExecutionError", "KernelkitError", "Model", "ModelFormatError", "Node", "OpAttributeError",
-    "PassContext", "REQUIRED", "RegistryError", "Session", "ShapeError", "TensorSpec",
-    "UnsupportedOpError", "Value", "apply_activation", "broadcast_shapes", "create_device",
-    "dtype_name", "get_schema", "infer_shapes", "kernels", "load", "load_backends", "ops",
-    "register_device", "register_kernel", "register_op", "register_pass", "run_passes", "save",
+    "ACTIVATIONS", "BackendUnavailableError", "ConfigError", "Device", "DeviceError",
+    "FallbackWarning", "Graph", "GraphBuilder", "InferContext", "InputError", "KernelBuildError",
+    "KernelContext", "KernelExecutionError", "KernelkitError", "KernelkitWarning", "Model",
+    "ModelFormatError", "Node", "OpAttributeError", "PassContext", "Plan", "REQUIRED",
+    "RegistryError", "Session", "ShapeError", "Step", "TensorSpec", "UnsupportedOpError", "Value",
+    "apply_activation", "broadcast_shapes", "create_device", "dtype_name", "get_schema",
+    "infer_shapes", "kernels", "load", "load_backends", "ops", "register_device", "register_kernel",
+    "register_op", "register_pass", "run_passes", "save",
 ]

@@ -340,8 +340,9 @@ def cmd_info(args, console: Console) -> int:
     for (device, vendor), count in sorted(place.items()):
         p_table.add_row(device, vendor, str(count), ", ".join(sorted(ops_at[(device, vendor)])))
     console.print(p_table)
-    for _, message in sess.fallbacks:
-        console.print(Text("fallback: ", style="yellow") + Text(message))
+    for fb in sess.fallbacks():
+        console.print(Text("fallback: ", style="yellow") + Text(f"node {fb['node']!r} ({fb['op']}) on "
+                                                                  f"({fb['device']}, {fb['vendor']}): {fb['reason']}"))
     return 0
 
 

@@ -234,6 +234,12 @@ class KernelEntry:
     priority: int = 0
     supports: Callable | None = None  # supports(input_specs, attrs) -> bool
     attr_names: frozenset | None = field(default=None, repr=False)  # None: takes **attrs
+    scratch: Callable | None = field(default=None, repr=False)  # scratch(input_specs, attrs) -> bytes
+
+    @property
+    def takes_out(self) -> bool:
+        """Whether the kernel writes into a given output (keyword-only ``out``, docs/architecture.md)."""
+        return self.attr_names is not None and "out" in self.attr_names
 
     @property
     def is_class(self) -> bool:
@@ -255,7 +261,7 @@ def _accepted_attrs(fn) -> frozenset | None:
 
 
 def register_kernel(op: str, *, device: str, vendor: str, dtype, domain: str = "", priority: int = 0,
-                    override: bool = False, supports: Callable | None = None):
+                    override: bool = False, supports: Callable | None = None, scratch: Callable | None = None):
     """Decorator registering a kernel for ``(op, device, vendor, dtype)``.
 
     ``dtype`` is one dtype name, a tuple of them, or ``"*"`` for any dtype (used after exact
@@ -263,7 +269,10 @@ def register_kernel(op: str, *, device: str, vendor: str, dtype, domain: str = "
     names keyword-only; it returns an array or a tuple of arrays. A class instead gets
     ``prepare(input_specs, attrs)`` once per session, ``resize(input_specs)`` when input shapes
     change and ``execute(*inputs)`` per run. ``supports(input_specs, attrs)`` may decline a node,
-    so that selection moves on to the next candidate. The decorated object is returned unchanged.
+    so that selection moves on to the next candidate. A kernel taking a keyword-only ``out`` writes
+    its output there when given one; ``scratch(input_specs, attrs)`` declares the bytes of scratch
+    a function kernel wants as ``scratch=`` (docs/architecture.md, "Memory plan"). The decorated
+    object is returned unchanged.
     """
     qualified = op_id(op, domain)
     dtypes = (dtype,) if isinstance(dtype, str) else dtype
@@ -281,7 +290,7 @@ def register_kernel(op: str, *, device: str, vendor: str, dtype, domain: str = "
             if missing:
                 raise RegistryError(f"kernel class {impl.__name__} for {qualified!r} lacks {missing}")
         entries = [KernelEntry(KernelKey(qualified, device, vendor, d), impl, priority, supports,
-                               _accepted_attrs(impl)) for d in dtypes]
+                               _accepted_attrs(impl), scratch) for d in dtypes]
         with _lock:
             for e in entries:
                 if e.key in _KERNELS and not override:
@@ -318,10 +327,10 @@ def kernel_entry(key: KernelKey) -> KernelEntry:
     return _KERNELS[key]
 
 
-def select_kernel(op: str, device: str, dtype: str, vendors: Iterable[str] | None = None,
-                  input_specs=None, attrs=None) -> KernelEntry | None:
-    """The kernel for ``op`` on ``device`` and ``dtype``: exact dtype before ``"*"``; among vendors,
-    the order of ``vendors`` if given, else highest priority first. None when nothing fits."""
+def candidates(op: str, device: str, dtype: str, vendors: Iterable[str] | None = None) -> list[KernelEntry]:
+    """The kernels that may run ``op`` on ``device`` and ``dtype``, best first (before ``supports``):
+    exact dtype before ``"*"``; among vendors, the order of ``vendors`` if given, else highest
+    priority first."""
     cands = [e for e in _KERNELS.values() if e.key.op == op and e.key.device == device
              and e.key.dtype in (dtype, "*") and (vendors is None or e.key.vendor in vendors)]
     order = list(vendors) if vendors is not None else []
@@ -330,7 +339,14 @@ def select_kernel(op: str, device: str, dtype: str, vendors: Iterable[str] | Non
         vendor_rank = order.index(e.key.vendor) if vendors is not None else 0
         return (vendor_rank, -e.priority, e.key.dtype == "*", e.key.vendor)
 
-    for e in sorted(cands, key=rank):
+    return sorted(cands, key=rank)
+
+
+def select_kernel(op: str, device: str, dtype: str, vendors: Iterable[str] | None = None,
+                  input_specs=None, attrs=None, ranked: list[KernelEntry] | None = None) -> KernelEntry | None:
+    """The first of ``candidates(...)`` (or of ``ranked``, a list it returned) whose ``supports``
+    accepts the node. None when nothing fits."""
+    for e in candidates(op, device, dtype, vendors) if ranked is None else ranked:
         if e.supports is None or e.supports(input_specs, attrs):
             return e
     return None
