@@ -17,25 +17,24 @@ from typing import Any
 import numpy as np
 
 from .devices import Device
-from .errors import FallbackWarning, KernelBuildError, KernelkitError, UnsupportedOpError
+from .errors import FallbackWarning, KernelkitError, UnsupportedOpError
+from .invoke import bind, kernel_attrs
 from .ir import Graph, Node, TensorSpec
-from .registry import KernelEntry, KernelKey, candidates, describe_kernels, get_schema, normalize_attrs, select_kernel
+from .registry import (
+    KernelEntry,
+    KernelKey,
+    KernelScope,
+    candidates,
+    describe_kernels,
+    get_schema,
+    normalize_attrs,
+    select_kernel,
+)
 from .shape import infer_node
 
 log = logging.getLogger("kernelkit.session")
 
 NONE_SLOT = 0  # slot 0 always holds None: absent optional inputs read it
-
-
-@dataclass
-class KernelContext:
-    """Handed to class kernels (as ``self.context``) before ``prepare``: the node, the device
-    object (for OpenCL: context, queue, events) and the session options."""
-
-    node: Node
-    device: Device
-    options: dict = field(default_factory=dict)
-    threads: int | None = None
 
 
 @dataclass(eq=False)
@@ -137,8 +136,9 @@ class Compiler:
     per (op, device, dtype, vendors), so selection stays linear in the number of nodes."""
 
     def __init__(self, graph: Graph, device: str, vendors, fallback: bool, options: dict, threads,
-                 stub_ops, get_device: Callable[[str], Device]):
+                 stub_ops, get_device: Callable[[str], Device], scope: KernelScope | None = None):
         self.graph, self.device_name, self.vendors, self.fallback = graph, device, vendors, fallback
+        self.scope = scope
         self.options, self.threads, self.stub_ops, self.get_device = options, threads, stub_ops, get_device
         self._ranked: dict[tuple, list[KernelEntry]] = {}
         self.fallbacks: list[Fallback] = []
@@ -147,7 +147,7 @@ class Compiler:
         key = (op, device, dtype, vendors)
         ranked = self._ranked.get(key)
         if ranked is None:
-            ranked = self._ranked[key] = candidates(op, device, dtype, vendors)
+            ranked = self._ranked[key] = candidates(op, device, dtype, vendors, self.scope)
         return select_kernel(op, device, dtype, vendors, specs, attrs, ranked=ranked)
 
     def kernel_step(self, node: Node, index: int) -> Step:
@@ -185,7 +185,7 @@ class Compiler:
         raise UnsupportedOpError(
             f"{where}: no kernel for device {self.device_name!r}, dtype {dtype}"
             f"{', vendors ' + str(list(self.vendors)) if self.vendors else ''}"
-            f"{'' if self.fallback else ' (fallback=False)'}; {describe_kernels(node.op_id)}"
+            f"{'' if self.fallback else ' (fallback=False)'}; {describe_kernels(node.op_id, self.scope)}"
         )
 
     def _stub_step(self, node: Node, index: int, dtype: str, attrs: dict, out_specs) -> Step:
@@ -208,11 +208,7 @@ class Compiler:
     def _bind(self, step: Step, entry: KernelEntry, attrs: dict, specs: list) -> None:
         """Bind the attributes the kernel takes; prepare a class kernel (and let it pre-bind its
         launch through ``bind(step)``)."""
-        bound = attrs
-        if entry.attr_names is not None:
-            bound = {k: v for k, v in attrs.items() if k in entry.attr_names}
-            if "output_count" in entry.attr_names:  # kernels may skip optional outputs nobody reads
-                bound["output_count"] = len(step.outputs)
+        bound = kernel_attrs(entry, attrs, len(step.outputs))
         step.attrs = bound
         step.takes_out = entry.takes_out and sum(1 for o in step.outputs if o) == 1 and step.device.name == "cpu"
         if not entry.is_class:
@@ -221,15 +217,7 @@ class Compiler:
                 step.scratch = lambda in_specs, _f=entry.scratch, _a=dict(attrs): _f(in_specs, _a)
             step.call = _bind_function(entry.impl, bound)
             return
-        where = f"node {step.name!r} ({step.op})"
-        kernel = entry.impl()
-        kernel.context = KernelContext(step.node, step.device, self.options, self.threads)
-        try:
-            kernel.prepare(specs, dict(attrs))
-        except KernelkitError:
-            raise
-        except Exception as exc:
-            raise KernelBuildError(f"{where}: prepare failed in {entry.key}: {type(exc).__name__}: {exc}") from exc
+        kernel = bind(entry, step.node, attrs, step.device, specs, self.options, self.threads)
         step.kernel = kernel
         if hasattr(kernel, "scratch_bytes") and callable(kernel.scratch_bytes):
             step.scratch = kernel.scratch_bytes
@@ -292,10 +280,10 @@ def _mover(src: Device, dst: Device) -> Callable:
 
 
 def compile_plan(graph: Graph, device: str, vendors, fallback: bool, options: dict, threads, stub_ops,
-                 get_device: Callable[[str], Device]) -> Plan:
+                 get_device: Callable[[str], Device], scope: KernelScope | None = None) -> Plan:
     """Select and prepare a kernel per node, insert device copies at boundaries, assign slots and
     the slots each step frees. Linear in nodes + edges."""
-    comp = Compiler(graph, device, vendors, fallback, options, threads, stub_ops, get_device)
+    comp = Compiler(graph, device, vendors, fallback, options, threads, stub_ops, get_device, scope)
     kernel_steps = [comp.kernel_step(node, i) for i, node in enumerate(graph.nodes)]
     slots = [""]
     slot_of: dict[str, int] = {}

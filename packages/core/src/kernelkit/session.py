@@ -11,17 +11,19 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from .backends import run_session_hooks
 from .devices import Device, create_device
-from .errors import ConfigError, InputError, ModelFormatError, UnsupportedOpError
+from .errors import ConfigError, InputError
 from .executor import Executor
-from .ir import Graph, Model
+from .invoke import KernelContext
+from .ir import Graph
+from .loaders import load_model
 from .passes import PassContext, run_passes
-from .plan import KernelContext, Plan, compile_plan, concrete_specs, scratch_sizes, slot_specs
+from .plan import Plan, compile_plan, concrete_specs, scratch_sizes, slot_specs
+from .registry import KernelScope
 from .shape import infer_shapes
 
 __all__ = ["KernelContext", "NodeInfo", "Session"]
@@ -38,25 +40,6 @@ class NodeInfo:
     @property
     def dtype(self) -> str:
         return self.type
-
-def _load_model(model_or_path) -> Model:
-    if isinstance(model_or_path, Model):
-        return model_or_path
-    if not isinstance(model_or_path, (str, os.PathLike)):
-        raise ModelFormatError(f"expected a Model or a path, got {type(model_or_path).__name__}")
-    path = Path(model_or_path)
-    if path.suffix.lower() == ".onnx":
-        try:
-            from kernelkit_converters.onnx import convert
-        except ImportError as exc:
-            raise UnsupportedOpError(
-                f"{path}: reading .onnx files needs the converters package: pip install '.[converters]'"
-            ) from exc
-        return convert(path)
-    from .io import load
-
-    return load(path)
-
 
 def _names(value) -> bool:
     return not isinstance(value, (str, bytes)) and isinstance(value, (list, tuple, set, frozenset)) \
@@ -94,7 +77,7 @@ class Session:
                  threads: int | None = None, profile: bool = False, passes=None,
                  options: dict | None = None, stub_ops=()):
         _check_settings(vendors, threads, passes, options, stub_ops)
-        self.model = _load_model(model_or_path).copy()
+        self.model = load_model(model_or_path).copy()
         self.device_name = device
         self.vendors = tuple(vendors) if vendors is not None else None
         self.fallback = fallback
@@ -106,7 +89,8 @@ class Session:
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self.stub_ops = frozenset(stub_ops)
-        run_session_hooks(device, self.options)  # backends act on their options (e.g. custom kernels)
+        self.kernel_scope = KernelScope()  # kernels that this session's options register, seen by it only
+        run_session_hooks(device, self.options, self.kernel_scope)  # backends act on their options
         graph = self.model.graph
         for value in graph.values.values():  # kernels and callers get read-only views of constants
             if value.data is not None and value.data.flags.writeable:
@@ -114,7 +98,7 @@ class Session:
                 value.data.flags.writeable = False
         graph.toposort()  # a loaded graph need not list its nodes in order
         infer_shapes(graph)
-        pass_ctx = PassContext(device, self.vendors, self.options)
+        pass_ctx = PassContext(device, self.vendors, self.options, scope=self.kernel_scope)
         self.passes_fired = run_passes(graph, passes, pass_ctx)
         self.pass_notes: list[str] = pass_ctx.notes  # e.g. fusions skipped for a user's kernel
         graph.toposort()
@@ -122,7 +106,7 @@ class Session:
         self.graph: Graph = graph
         self._device(device)  # a device asked for by name must exist, even if fallback would avoid it
         self.plan: Plan = compile_plan(graph, device, self.vendors, fallback, self.options, threads,
-                                       self.stub_ops, self._device)
+                                       self.stub_ops, self._device, self.kernel_scope)
         self._executor = Executor(self.plan, list(graph.inputs), self._shapes_for, profile)
 
     def _device(self, name: str) -> Device:
