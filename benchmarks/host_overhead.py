@@ -12,9 +12,8 @@ import argparse
 import statistics
 import time
 
-import numpy as np
-
 import kernelkit as kk
+import numpy as np
 
 
 def chain(n: int) -> kk.Model:

@@ -17,9 +17,8 @@ import tracemalloc
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
-
 import kernelkit as kk
+import numpy as np
 
 _spec = importlib.util.spec_from_file_location("kernelkit_zoo", Path(__file__).parent / "models" / "zoo.py")
 zoo = importlib.util.module_from_spec(_spec)

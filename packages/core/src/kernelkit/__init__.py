@@ -35,8 +35,8 @@ from .invoke import KernelContext
 from .ir import Graph, Model, Node, TensorSpec, Value
 from .loaders import load_model, register_loader
 from .passes import PassContext, register_pass, run_passes
-from .registry import REQUIRED, get_schema, kernels, ops, register_kernel, register_op
 from .plan import Plan, Step
+from .registry import REQUIRED, get_schema, kernels, ops, register_kernel, register_op
 from .session import Session
 from .shape import InferContext, broadcast_shapes, infer_shapes
 

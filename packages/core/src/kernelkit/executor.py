@@ -194,7 +194,7 @@ class Executor:
     def _walk(self, env: list) -> None:
         i = 0
         try:
-            for i, (run, free) in enumerate(self.runners):
+            for i, (run, free) in enumerate(self.runners):  # noqa: B007 - i names the failing step
                 run(env)
                 for s in free:
                     env[s] = None

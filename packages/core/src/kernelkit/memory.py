@@ -17,6 +17,7 @@ A kernel's declared scratch is one more block that lives for its step only.
 """
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
 
@@ -129,13 +130,12 @@ def plan_memory(plan, specs: dict[int, TensorSpec | None], scratch: dict[int, in
         outs = [s for s in step.output_slots if s is not None]
         if step.kind == "copy":  # an upload or download makes a copy: no aliasing
             continue
-        spec = specs.get(outs[0]) if len(outs) == 1 else None
-        planned = (step.takes_out and len(outs) == 1 and outs[0] not in outputs and spec is not None
-                   and spec.is_static and np.dtype(spec.dtype).kind in "biufc" and spec.size > 0)
-        if planned:
+        spec = specs.get(outs[0]) if step.takes_out and len(outs) == 1 else None
+        size = math.prod(spec.shape) if spec is not None and spec.is_static else 0
+        dtype = np.dtype(spec.dtype) if size else None
+        if size and outs[0] not in outputs and dtype.kind in "biufc":
             o = outs[0]
-            dtype = np.dtype(spec.dtype)
-            nbytes = spec.size * dtype.itemsize
+            nbytes = size * dtype.itemsize
             reuse = _inplace_input(step, i, o, specs, block_of, blocks_read) if step.op in INPLACE_OPS else None
             if reuse is not None:
                 block = block_of[reuse]

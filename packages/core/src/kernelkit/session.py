@@ -7,6 +7,8 @@ follows onnxruntime's signature.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -77,6 +79,10 @@ class Session:
                  threads: int | None = None, profile: bool = False, passes=None,
                  options: dict | None = None, stub_ops=()):
         _check_settings(vendors, threads, passes, options, stub_ops)
+        with _gc_paused():  # building makes ~25 objects a node: generational GC rescans them all, again and again
+            self._build(model_or_path, device, vendors, fallback, threads, profile, passes, options, stub_ops)
+
+    def _build(self, model_or_path, device, vendors, fallback, threads, profile, passes, options, stub_ops):
         self.model = load_model(model_or_path).copy()
         self.device_name = device
         self.vendors = tuple(vendors) if vendors is not None else None
@@ -101,8 +107,9 @@ class Session:
         pass_ctx = PassContext(device, self.vendors, self.options, scope=self.kernel_scope)
         self.passes_fired = run_passes(graph, passes, pass_ctx)
         self.pass_notes: list[str] = pass_ctx.notes  # e.g. fusions skipped for a user's kernel
-        graph.toposort()
-        infer_shapes(graph)
+        if self.passes_fired:  # a rewritten graph is ordered and inferred again
+            graph.toposort()
+            infer_shapes(graph)
         self.graph: Graph = graph
         self._device(device)  # a device asked for by name must exist, even if fallback would avoid it
         self.plan: Plan = compile_plan(graph, device, self.vendors, fallback, self.options, threads,
@@ -257,6 +264,17 @@ class Session:
 
     def __repr__(self) -> str:
         return f"Session({self.graph.name!r}, device={self.device_name!r}, {len(self.plan.kernel_steps())} nodes)"
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _frozen_copy(array: np.ndarray) -> np.ndarray:

@@ -214,7 +214,8 @@ def _conv(x: np.ndarray, w: np.ndarray, win, group: int, out: np.ndarray | None 
 
 
 def _scratch(input_specs, attrs) -> int:
-    """The im2col columns or depthwise buffers, planned as scratch for static shapes (float16 computes in float32: none)."""
+    """The im2col columns or depthwise buffers, planned as scratch for static shapes (none for float16,
+    which computes in float32)."""
     x, w = input_specs[0], input_specs[1]
     if not (x.is_static and w.is_static) or compute_dtype(np.dtype(x.dtype)) != np.dtype(x.dtype):
         return 0
