@@ -16,6 +16,7 @@ import logging
 import re
 import sys
 import time
+import warnings
 from collections import Counter
 from contextlib import ExitStack
 from importlib import resources
@@ -28,7 +29,7 @@ from rich.text import Text
 
 from . import __version__
 from .deploy import is_deployment, load_deployment
-from .errors import InputError, KernelkitError, LoaderNotFoundError
+from .errors import FallbackWarning, InputError, KernelkitError, LoaderNotFoundError
 from .ir import Model, TensorSpec
 
 log = logging.getLogger("kernelkit.cli")
@@ -147,14 +148,30 @@ def _benchmark(console: Console, sess, feeds: dict, runs: int) -> list[float]:
 
 
 # -- run ---------------------------------------------------------------------------------------
-def _run_example(args, console: Console) -> int:
+def _session(model, console: Console, **settings):
+    """A Session whose fallback warning becomes one line on the console."""
     from .session import Session
 
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        sess = Session(model, **settings)
+    fallbacks = sess.fallbacks()
+    if fallbacks:
+        places = Counter(f"{f['device']}/{f['vendor']}" for f in fallbacks)
+        copies = sum(len(f["copies"]) for f in fallbacks)
+        asked = f"{sess.device_name}" + (f" vendors {list(sess.vendors)}" if sess.vendors else "")
+        console.print(Text("fallback: ", style="yellow") + Text(
+            f"{len(fallbacks)} node(s) not on {asked}: " + ", ".join(f"{n} on {p}" for p, n in sorted(places.items()))
+            + f"; {copies} host<->device copies added (kernelkit info lists them)"))
+    return sess
+
+
+def _run_example(args, console: Console) -> int:
     with ExitStack() as stack:
         folder = resources.files("kernelkit").joinpath(*EXAMPLE)
         model_path = stack.enter_context(resources.as_file(folder / "digits.kkm"))
         data_path = stack.enter_context(resources.as_file(folder / "test.npz"))
-        sess = Session(model_path, **_session_kwargs(args))
+        sess = _session(model_path, console, **_session_kwargs(args))
         with np.load(data_path, allow_pickle=False) as data:
             x, labels = data["x"], data["label"]
         [probs] = sess.run(None, {"x": x})
@@ -178,11 +195,9 @@ def _safe_name(name: str) -> str:
 
 
 def _run_model(args, console: Console) -> int:
-    from .session import Session
-
     model, settings = _open_model(args.model)
     settings.update(_session_kwargs(args))
-    sess = Session(model, **settings)
+    sess = _session(model, console, **settings)
     if args.validate:
         return _validate(args, sess, console)
     feeds = _read_inputs(args.input)
@@ -283,8 +298,6 @@ def _flops(graph) -> tuple[int, list[str], list[str]]:
 
 
 def cmd_info(args, console: Console) -> int:
-    from .session import Session
-
     model, settings = _open_model(args.model)
     settings.update(_session_kwargs(args))
     graph = model.graph
@@ -295,7 +308,7 @@ def cmd_info(args, console: Console) -> int:
     for name in graph.inputs:  # bind symbolic dims so shapes (and FLOPs) are concrete
         spec = graph.values[name].spec
         graph.values[name].spec = TensorSpec(_concrete(spec, dims), spec.dtype, spec.layout)
-    sess = Session(model, **settings)
+    sess = _session(model, console, **settings)
     g = sess.graph
 
     console.print(Text(graph.name, style="bold") + Text(f"  producer {model.producer}, opsets {model.opsets}"))
@@ -341,8 +354,19 @@ def cmd_info(args, console: Console) -> int:
     for (device, vendor), count in sorted(place.items()):
         p_table.add_row(device, vendor, str(count), ", ".join(sorted(ops_at[(device, vendor)])))
     console.print(p_table)
-    for _, message in sess.fallbacks:
-        console.print(Text("fallback: ", style="yellow") + Text(message))
+    mem = sess.memory()
+    m_table = Table(title="memory plan (bytes)")
+    for col in ("arena", "live peak", "weights", "largest scratch", "planned values", "in place",
+                "kernel-allocated"):
+        m_table.add_column(col, justify="right")
+    m_table.add_row(*(f"{mem[k]:,}" for k in ("arena_bytes", "live_peak_bytes", "weights_bytes", "scratch_bytes",
+                                               "planned_values", "inplace_steps", "kernel_allocated_values")))
+    console.print(m_table)
+    for fb in sess.fallbacks():
+        copies = f"; copies {', '.join(fb['copies'])}" if fb["copies"] else ""
+        console.print(Text("fallback: ", style="yellow") + Text(f"node {fb['node']!r} ({fb['op']}) on "
+                                                                  f"({fb['device']}, {fb['vendor']}): {fb['reason']}"
+                                                                  f"{copies}"))
     return 0
 
 
