@@ -197,6 +197,8 @@ def _safe_name(name: str) -> str:
 def _run_model(args, console: Console) -> int:
     model, settings = _open_model(args.model)
     settings.update(_session_kwargs(args))
+    if getattr(args, "layout", None):
+        settings["options"] = {**(settings.get("options") or {}), "layout": args.layout}
     sess = _session(model, console, **settings)
     if args.validate:
         return _validate(args, sess, console)
@@ -300,6 +302,8 @@ def _flops(graph) -> tuple[int, list[str], list[str]]:
 def cmd_info(args, console: Console) -> int:
     model, settings = _open_model(args.model)
     settings.update(_session_kwargs(args))
+    if getattr(args, "layout", None):
+        settings["options"] = {**(settings.get("options") or {}), "layout": args.layout}
     graph = model.graph
     loaded_ops = Counter(n.op_id for n in graph.nodes)
     dims = _parse_dims(args.dim)
@@ -354,6 +358,10 @@ def cmd_info(args, console: Console) -> int:
     for (device, vendor), count in sorted(place.items()):
         p_table.add_row(device, vendor, str(count), ", ".join(sorted(ops_at[(device, vendor)])))
     console.print(p_table)
+    laid = Counter(lay for lay in sess.layouts().values() if lay)
+    reorders = sum(1 for n in g.nodes if n.op_id == "LayoutReorder")
+    console.print("layouts: " + (", ".join(f"{lay} x{k}" for lay, k in sorted(laid.items())) +
+                                 f" (the rest default), {reorders} reorder(s)" if laid else "all default"))
     mem = sess.memory()
     m_table = Table(title="memory plan (bytes)")
     for col in ("arena", "live peak", "weights", "largest scratch", "planned values", "in place",
@@ -450,6 +458,7 @@ def _parser() -> argparse.ArgumentParser:
     def device_opts(sp):
         sp.add_argument("--device", help="device to run on (cpu, gpu, ...)")
         sp.add_argument("--vendors", help="kernel vendors in preference order, comma separated")
+        sp.add_argument("--layout", help="prefer kernels in this layout where some exist: NHWC, NCHW8c, NCHW16c")
 
     run = sub.add_parser("run", help="run a model (no MODEL: the bundled digits example)")
     run.add_argument("model", nargs="?", metavar="MODEL", help=".kkm, .onnx or deployment .yml")

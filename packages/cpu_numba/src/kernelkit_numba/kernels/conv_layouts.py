@@ -1,0 +1,274 @@
+"""Conv in the NHWC and blocked NCHW8c/NCHW16c layouts: layout variants the layout pass may choose
+(docs/architecture.md, "Layouts"), each with the fused bias + activation epilogue.
+
+- NHWC (weights HWIO): dense convolution is one GEMM, (N*OH*OW, KH*KW*C) x (KH*KW*C, M), whose
+  columns are contiguous channel vectors of the padded input (a 1x1 stride-1 unpadded conv needs
+  no columns at all: the image is the matrix); depthwise is a multiply-add over the channel vector
+  of each tap, channels innermost.
+- NCHWc (weights OIHWci co / OIHWco for depthwise): direct loops over a tile of T output columns
+  and one block of c output channels held in an accumulator (T, c), the c-wide weight rows
+  contiguous; the block size is a compile-time constant of each compiled kernel.
+
+Registered at priority -10: below the default-layout numba Conv (0), so a session uses them only
+when it asks for the layout (``options={"layout": "NHWC"}``), see benchmarks/bench_layouts.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+from kernelkit.geometry import window
+from kernelkit.layout import reorder
+from kernelkit.registry import register_kernel
+from numba import prange
+
+from .. import config
+from .._base import NumbaKernel
+from ..config import jit_parallel
+from .epilogue import act
+
+PRIORITY = -10  # below the default-layout Conv: chosen only when a session asks for the layout
+BLOCKS = (8, 16)
+TILE = 4  # output columns per accumulator tile of the blocked kernels
+
+
+# -- NHWC --------------------------------------------------------------------------------------------
+@jit_parallel
+def _im2col_nhwc(xp, col, kh, kw, sh, sw, dh, dw, oh_n, ow_n):
+    """Columns (N*OH*OW, KH*KW*C) of the padded NHWC input: one contiguous channel vector per tap."""
+    n_n, c_n = xp.shape[0], xp.shape[3]
+    for t in prange(n_n * oh_n):
+        n = t // oh_n
+        oh = t - n * oh_n
+        for ow in range(ow_n):
+            dst = col[t * ow_n + ow]
+            for i in range(kh):
+                for j in range(kw):
+                    src = xp[n, oh * sh + i * dh, ow * sw + j * dw]
+                    base = (i * kw + j) * c_n
+                    for c in range(c_n):
+                        dst[base + c] = src[c]
+
+
+@jit_parallel
+def _bias_act_rows(y2, bias, code, p0, p1):
+    """y2 (pixels, M) += bias (M), then the activation, in place."""
+    for r in prange(y2.shape[0]):
+        row = y2[r]
+        for m in range(y2.shape[1]):
+            row[m] = act(row[m] + bias[m], code, p0, p1)
+
+
+@jit_parallel
+def _depthwise_nhwc(xp, w, bias, y, sh, sw, dh, dw, code, p0, p1):
+    """Depthwise conv: xp (N, HP, WP, C) padded, w (KH, KW, 1, C), y (N, OH, OW, C)."""
+    n_n, oh_n, ow_n, c_n = y.shape
+    kh, kw = w.shape[0], w.shape[1]
+    for t in prange(n_n * oh_n):
+        n = t // oh_n
+        oh = t - n * oh_n
+        acc = np.empty(c_n, y.dtype)
+        for ow in range(ow_n):
+            for c in range(c_n):
+                acc[c] = bias[c]
+            for i in range(kh):
+                for j in range(kw):
+                    src = xp[n, oh * sh + i * dh, ow * sw + j * dw]
+                    wv = w[i, j, 0]
+                    for c in range(c_n):
+                        acc[c] += src[c] * wv[c]
+            dst = y[n, oh, ow]
+            for c in range(c_n):
+                dst[c] = act(acc[c], code, p0, p1)
+
+
+def _is_depthwise(x_channels: int, w_shape, group: int) -> bool:
+    """One input and one output channel per group (channel multiplier 1)."""
+    return group == x_channels == w_shape[0] > 1 and w_shape[1] == 1
+
+
+def _supports(specs, attrs, block: int = 1) -> bool:
+    """2-D, static; dense (group 1) or depthwise; channels a multiple of the block."""
+    x, w = specs[0], specs[1]
+    if x is None or w is None or x.rank != 4 or not (x.is_static and w.is_static):
+        return False
+    group = attrs.get("group", 1)
+    ok = group == 1 or _is_depthwise(x.shape[1], w.shape, group)
+    return ok and x.shape[1] % block == 0 and w.shape[0] % block == 0
+
+
+def _padded(x: np.ndarray, begin, end, spatial=(1, 2)) -> np.ndarray:
+    """``x`` with zeros around its two spatial axes (``x`` itself when there is no padding)."""
+    if not any(begin) and not any(end):
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[spatial[0]], widths[spatial[1]] = (begin[0], end[0]), (begin[1], end[1])
+    return np.pad(x, widths)
+
+
+class _LayoutConv(NumbaKernel):
+    """What the NHWC and NCHWc Convs share: geometry from the attributes, bias and activation."""
+
+    spatial = (1, 2)  # the spatial axes of the physical input
+
+    def setup(self, input_specs):
+        self.act = self.fused_activation(input_specs)
+        x, w = input_specs[0], input_specs[1]  # logical (NCHW / OIHW) specs
+        a = self.attrs
+        self.win = window(x.shape[2:], a.get("kernel_shape") or w.shape[2:], strides=a.get("strides", ()),
+                          dilations=a.get("dilations", ()), pads=a.get("pads", ()),
+                          auto_pad=a.get("auto_pad", "NOTSET"))
+        self.depthwise = _is_depthwise(x.shape[1], w.shape, a.get("group", 1))
+        self.m = w.shape[0]
+
+    def work(self, x, w, b=None):
+        return 2.0 * x.size * w.size / max(1, self.m if self.depthwise else w.size // self.m)
+
+    def bias(self, b, dtype) -> np.ndarray:
+        return np.zeros(self.m, dtype) if b is None else np.ascontiguousarray(b, dtype=dtype)
+
+
+@register_kernel("Conv", device="cpu", vendor="numba", dtype="float32", priority=PRIORITY, layout="NHWC",
+                 port_layouts={"W": "HWIO"}, supports=_supports)
+class ConvNHWC(_LayoutConv):
+    """Conv on NHWC float32 images, HWIO weights (see the module docstring)."""
+
+    uses_blas = True
+
+    def setup(self, input_specs):
+        super().setup(input_specs)
+        self._col = None
+
+    def compute(self, x, w, b=None):
+        win = self.win
+        (sh, sw), (dh, dw), (oh_n, ow_n) = win.strides, win.dilations, win.out
+        kh, kw, cg, m = w.shape
+        n = x.shape[0]
+        bias = self.bias(b, x.dtype)
+        code, p0, p1 = self.act
+        xp = _padded(x, win.begin, win.end)
+        y = np.empty((n, oh_n, ow_n, m), x.dtype)
+        if self.depthwise:
+            _depthwise_nhwc(xp, w, bias, y, sh, sw, dh, dw, code, p0, p1)
+            return y
+        y2 = y.reshape(n * oh_n * ow_n, m)
+        wmat = w.reshape(kh * kw * cg, m)
+        if kh == kw == sh == sw == 1 and xp is x:
+            np.dot(np.ascontiguousarray(x).reshape(-1, cg), wmat, out=y2)
+        else:
+            shape = (n * oh_n * ow_n, kh * kw * cg)
+            if self._col is None or self._col.shape != shape:
+                self._col = np.empty(shape, x.dtype)
+            _im2col_nhwc(xp, self._col, kh, kw, sh, sw, dh, dw, oh_n, ow_n)
+            np.dot(self._col, wmat, out=y2)
+        _bias_act_rows(y2, bias, code, p0, p1)
+        return y
+
+
+# -- NCHWc -------------------------------------------------------------------------------------------
+def _blocked_kernels(c: int):
+    """The dense and depthwise NCHWc kernels for block ``c`` (a compile-time constant in both)."""
+
+    @jit_parallel
+    def dense(xp, w, bias, y, sh, sw, dh, dw, code, p0, p1):
+        """xp (N, C/c, HP, WP, c) padded, w (M/c, C/c, KH, KW, c in, c out), y (N, M/c, OH, OW, c)."""
+        n_n, mb_n, oh_n, ow_n = y.shape[0], y.shape[1], y.shape[2], y.shape[3]
+        cb_n, kh, kw = w.shape[1], w.shape[2], w.shape[3]
+        rows = mb_n * oh_n
+        for t in prange(n_n * rows):
+            n = t // rows
+            mb = (t - n * rows) // oh_n
+            oh = t - n * rows - mb * oh_n
+            acc = np.empty((TILE, c), y.dtype)
+            for ow0 in range(0, ow_n, TILE):
+                for q in range(TILE):
+                    for o in range(c):
+                        acc[q, o] = bias[mb * c + o]
+                for cb in range(cb_n):
+                    for i in range(kh):
+                        src = xp[n, cb, oh * sh + i * dh]
+                        for j in range(kw):
+                            wt = w[mb, cb, i, j]
+                            for ic in range(c):
+                                wrow = wt[ic]
+                                for q in range(TILE):  # the tail tile recomputes the last column
+                                    v = src[min(ow0 + q, ow_n - 1) * sw + j * dw, ic]
+                                    for o in range(c):
+                                        acc[q, o] += v * wrow[o]
+                for q in range(min(TILE, ow_n - ow0)):
+                    dst = y[n, mb, oh, ow0 + q]
+                    for o in range(c):
+                        dst[o] = act(acc[q, o], code, p0, p1)
+
+    @jit_parallel
+    def depthwise(xp, w, bias, y, sh, sw, dh, dw, code, p0, p1):
+        """xp (N, C/c, HP, WP, c) padded, w (C/c, 1, KH, KW, c), y (N, C/c, OH, OW, c)."""
+        n_n, cb_n, oh_n, ow_n = y.shape[0], y.shape[1], y.shape[2], y.shape[3]
+        kh, kw = w.shape[2], w.shape[3]
+        rows = cb_n * oh_n
+        for t in prange(n_n * rows):
+            n = t // rows
+            cb = (t - n * rows) // oh_n
+            oh = t - n * rows - cb * oh_n
+            acc = np.empty((TILE, c), y.dtype)
+            for ow0 in range(0, ow_n, TILE):
+                for q in range(TILE):
+                    for o in range(c):
+                        acc[q, o] = bias[cb * c + o]
+                for i in range(kh):
+                    src = xp[n, cb, oh * sh + i * dh]
+                    for j in range(kw):
+                        wv = w[cb, 0, i, j]
+                        for q in range(TILE):
+                            v = src[min(ow0 + q, ow_n - 1) * sw + j * dw]
+                            for o in range(c):
+                                acc[q, o] += v[o] * wv[o]
+                for q in range(min(TILE, ow_n - ow0)):
+                    dst = y[n, cb, oh, ow0 + q]
+                    for o in range(c):
+                        dst[o] = act(acc[q, o], code, p0, p1)
+
+    return dense, depthwise
+
+
+_BLOCKED = {c: _blocked_kernels(c) for c in BLOCKS}
+
+
+def _blocked_weights(c: int):
+    """The weight layout of the NCHWc Conv: OIHW{c}i{c}o dense, OIHW{c}o depthwise (I = 1)."""
+
+    def layouts(specs, attrs):
+        return {"W": f"OIHW{c}o" if attrs.get("group", 1) > 1 else f"OIHW{c}i{c}o"}
+
+    return layouts
+
+
+def _register_blocked(c: int) -> None:
+    @register_kernel("Conv", device="cpu", vendor="numba", dtype="float32", priority=PRIORITY, layout=f"NCHW{c}c",
+                     port_layouts=_blocked_weights(c), supports=lambda specs, attrs: _supports(specs, attrs, c))
+    class ConvNCHWc(_LayoutConv):
+        __doc__ = f"Conv on NCHW{c}c float32 images (see the module docstring)."
+        spatial = (2, 3)
+
+        def compute(self, x, w, b=None):
+            win = self.win
+            (sh, sw), (dh, dw), (oh_n, ow_n) = win.strides, win.dilations, win.out
+            code, p0, p1 = self.act
+            xp = _padded(x, win.begin, win.end, self.spatial)
+            y = np.empty((x.shape[0], self.m // c, oh_n, ow_n, c), x.dtype)
+            dense, depthwise = _BLOCKED[c]
+            (depthwise if self.depthwise else dense)(xp, w, self.bias(b, x.dtype), y, sh, sw, dh, dw, code, p0, p1)
+            return y
+
+    ConvNCHWc.__name__ = ConvNCHWc.__qualname__ = f"ConvNCHW{c}c"
+
+
+for _c in BLOCKS:
+    _register_blocked(_c)
+
+
+@register_kernel("LayoutReorder", device="cpu", vendor="numba", dtype="*", priority=0)
+def layout_reorder(x, *, src="NCHW", dst):
+    """Re-lay between layouts (NumPy's strided copy), so that a numba-only session can change layout."""
+    return reorder(x, src, dst)
+
+
+__all__ = ["ConvNHWC", "config"]
