@@ -5,9 +5,10 @@
   columns are contiguous channel vectors of the padded input (a 1x1 stride-1 unpadded conv needs
   no columns at all: the image is the matrix); depthwise is a multiply-add over the channel vector
   of each tap, channels innermost.
-- NCHWc (weights OIHWci co / OIHWco for depthwise): direct loops over a tile of T output columns
-  and one block of c output channels held in an accumulator (T, c), the c-wide weight rows
-  contiguous; the block size is a compile-time constant of each compiled kernel.
+- NCHWc (c = 8 or 16; weights HWIO dense, OIHWco depthwise): dense is the same GEMM, its columns
+  gathered as c-wide channel blocks and its rows re-blocked by the fused epilogue; depthwise is a
+  direct loop over a tile of T output columns with a (T, c) accumulator, channels innermost. The
+  block size is a compile-time constant of each compiled kernel.
 
 Registered at priority -10: below the default-layout numba Conv (0), so a session uses them only
 when it asks for the layout (``options={"layout": "NHWC"}``), see benchmarks/bench_layouts.py.
@@ -28,6 +29,7 @@ from .epilogue import act
 PRIORITY = -10  # below the default-layout Conv: chosen only when a session asks for the layout
 BLOCKS = (8, 16)
 TILE = 4  # output columns per accumulator tile of the blocked kernels
+U = np.uint64  # unsigned index: no wraparound check in inner loops
 
 
 # -- NHWC --------------------------------------------------------------------------------------------
@@ -59,7 +61,8 @@ def _bias_act_rows(y2, bias, code, p0, p1):
 
 @jit_parallel
 def _depthwise_nhwc(xp, w, bias, y, sh, sw, dh, dw, code, p0, p1):
-    """Depthwise conv: xp (N, HP, WP, C) padded, w (KH, KW, 1, C), y (N, OH, OW, C)."""
+    """Depthwise conv: xp (N, HP, WP, C) padded, w (KH, KW, 1, C), y (N, OH, OW, C). Scalar
+    indexing throughout: a Numba array view in an inner loop costs a reference count."""
     n_n, oh_n, ow_n, c_n = y.shape
     kh, kw = w.shape[0], w.shape[1]
     for t in prange(n_n * oh_n):
@@ -68,16 +71,15 @@ def _depthwise_nhwc(xp, w, bias, y, sh, sw, dh, dw, code, p0, p1):
         acc = np.empty(c_n, y.dtype)
         for ow in range(ow_n):
             for c in range(c_n):
-                acc[c] = bias[c]
+                acc[U(c)] = bias[U(c)]
             for i in range(kh):
+                ih = oh * sh + i * dh
                 for j in range(kw):
-                    src = xp[n, oh * sh + i * dh, ow * sw + j * dw]
-                    wv = w[i, j, 0]
+                    iw = ow * sw + j * dw
                     for c in range(c_n):
-                        acc[c] += src[c] * wv[c]
-            dst = y[n, oh, ow]
+                        acc[U(c)] += xp[n, ih, iw, U(c)] * w[i, j, 0, U(c)]
             for c in range(c_n):
-                dst[c] = act(acc[c], code, p0, p1)
+                y[n, oh, ow, U(c)] = act(acc[U(c)], code, p0, p1)
 
 
 def _is_depthwise(x_channels: int, w_shape, group: int) -> bool:
@@ -168,35 +170,34 @@ def _blocked_kernels(c: int):
     """The dense and depthwise NCHWc kernels for block ``c`` (a compile-time constant in both)."""
 
     @jit_parallel
-    def dense(xp, w, bias, y, sh, sw, dh, dw, code, p0, p1):
-        """xp (N, C/c, HP, WP, c) padded, w (M/c, C/c, KH, KW, c in, c out), y (N, M/c, OH, OW, c)."""
+    def columns(xp, col, kh, kw, sh, sw, dh, dw, oh_n, ow_n):
+        """Columns (N*OH*OW, KH*KW*C) of the padded NCHWc input xp (N, C/c, HP, WP, c): per tap,
+        the c-wide channel blocks side by side, in HWIO weight order."""
+        n_n, cb_n = xp.shape[0], xp.shape[1]
+        for t in prange(n_n * oh_n):
+            n = t // oh_n
+            oh = t - n * oh_n
+            for ow in range(ow_n):
+                r = t * ow_n + ow
+                for i in range(kh):
+                    for j in range(kw):
+                        base = (i * kw + j) * cb_n * c
+                        for cb in range(cb_n):
+                            for k in range(c):
+                                col[r, base + cb * c + U(k)] = xp[n, cb, oh * sh + i * dh, ow * sw + j * dw, U(k)]
+
+    @jit_parallel
+    def blocked_epilogue(y2, bias, y, code, p0, p1):
+        """y (N, M/c, OH, OW, c) = act(y2 (N*OH*OW, M) + bias): the GEMM's rows re-blocked."""
         n_n, mb_n, oh_n, ow_n = y.shape[0], y.shape[1], y.shape[2], y.shape[3]
-        cb_n, kh, kw = w.shape[1], w.shape[2], w.shape[3]
-        rows = mb_n * oh_n
-        for t in prange(n_n * rows):
-            n = t // rows
-            mb = (t - n * rows) // oh_n
-            oh = t - n * rows - mb * oh_n
-            acc = np.empty((TILE, c), y.dtype)
-            for ow0 in range(0, ow_n, TILE):
-                for q in range(TILE):
-                    for o in range(c):
-                        acc[q, o] = bias[mb * c + o]
-                for cb in range(cb_n):
-                    for i in range(kh):
-                        src = xp[n, cb, oh * sh + i * dh]
-                        for j in range(kw):
-                            wt = w[mb, cb, i, j]
-                            for ic in range(c):
-                                wrow = wt[ic]
-                                for q in range(TILE):  # the tail tile recomputes the last column
-                                    v = src[min(ow0 + q, ow_n - 1) * sw + j * dw, ic]
-                                    for o in range(c):
-                                        acc[q, o] += v * wrow[o]
-                for q in range(min(TILE, ow_n - ow0)):
-                    dst = y[n, mb, oh, ow0 + q]
-                    for o in range(c):
-                        dst[o] = act(acc[q, o], code, p0, p1)
+        for t in prange(n_n * mb_n * oh_n):
+            n = t // (mb_n * oh_n)
+            mb = (t - n * mb_n * oh_n) // oh_n
+            oh = t - n * mb_n * oh_n - mb * oh_n
+            for ow in range(ow_n):
+                r = (n * oh_n + oh) * ow_n + ow
+                for k in range(c):
+                    y[n, mb, oh, ow, U(k)] = act(y2[r, mb * c + U(k)] + bias[mb * c + U(k)], code, p0, p1)
 
     @jit_parallel
     def depthwise(xp, w, bias, y, sh, sw, dh, dw, code, p0, p1):
@@ -212,31 +213,29 @@ def _blocked_kernels(c: int):
             for ow0 in range(0, ow_n, TILE):
                 for q in range(TILE):
                     for o in range(c):
-                        acc[q, o] = bias[cb * c + o]
+                        acc[q, U(o)] = bias[cb * c + o]
                 for i in range(kh):
-                    src = xp[n, cb, oh * sh + i * dh]
+                    ih = oh * sh + i * dh
                     for j in range(kw):
-                        wv = w[cb, 0, i, j]
                         for q in range(TILE):
-                            v = src[min(ow0 + q, ow_n - 1) * sw + j * dw]
+                            iw = min(ow0 + q, ow_n - 1) * sw + j * dw
                             for o in range(c):
-                                acc[q, o] += v[o] * wv[o]
+                                acc[q, U(o)] += xp[n, cb, ih, iw, U(o)] * w[cb, 0, i, j, U(o)]
                 for q in range(min(TILE, ow_n - ow0)):
-                    dst = y[n, cb, oh, ow0 + q]
                     for o in range(c):
-                        dst[o] = act(acc[q, o], code, p0, p1)
+                        y[n, cb, oh, ow0 + q, U(o)] = act(acc[q, U(o)], code, p0, p1)
 
-    return dense, depthwise
+    return columns, blocked_epilogue, depthwise
 
 
 _BLOCKED = {c: _blocked_kernels(c) for c in BLOCKS}
 
 
 def _blocked_weights(c: int):
-    """The weight layout of the NCHWc Conv: OIHW{c}i{c}o dense, OIHW{c}o depthwise (I = 1)."""
+    """The weight layout of the NCHWc Conv: HWIO for the dense GEMM, OIHW{c}o depthwise (I = 1)."""
 
     def layouts(specs, attrs):
-        return {"W": f"OIHW{c}o" if attrs.get("group", 1) > 1 else f"OIHW{c}i{c}o"}
+        return {"W": f"OIHW{c}o" if attrs.get("group", 1) > 1 else "HWIO"}
 
     return layouts
 
@@ -248,14 +247,31 @@ def _register_blocked(c: int) -> None:
         __doc__ = f"Conv on NCHW{c}c float32 images (see the module docstring)."
         spatial = (2, 3)
 
+        uses_blas = True
+
+        def setup(self, input_specs):
+            super().setup(input_specs)
+            self._col = None
+
         def compute(self, x, w, b=None):
             win = self.win
             (sh, sw), (dh, dw), (oh_n, ow_n) = win.strides, win.dilations, win.out
             code, p0, p1 = self.act
             xp = _padded(x, win.begin, win.end, self.spatial)
-            y = np.empty((x.shape[0], self.m // c, oh_n, ow_n, c), x.dtype)
-            dense, depthwise = _BLOCKED[c]
-            (depthwise if self.depthwise else dense)(xp, w, self.bias(b, x.dtype), y, sh, sw, dh, dw, code, p0, p1)
+            n = x.shape[0]
+            y = np.empty((n, self.m // c, oh_n, ow_n, c), x.dtype)
+            columns, epilogue, depthwise = _BLOCKED[c]
+            bias = self.bias(b, x.dtype)
+            if self.depthwise:
+                depthwise(xp, w, bias, y, sh, sw, dh, dw, code, p0, p1)
+                return y
+            kh, kw, cg, m = w.shape
+            shape = (n * oh_n * ow_n, kh * kw * cg)
+            if self._col is None or self._col.shape != shape:
+                self._col = np.empty(shape, x.dtype)
+            columns(xp, self._col, kh, kw, sh, sw, dh, dw, oh_n, ow_n)
+            y2 = np.dot(self._col, w.reshape(kh * kw * cg, m))
+            epilogue(y2, bias, y, code, p0, p1)
             return y
 
     ConvNCHWc.__name__ = ConvNCHWc.__qualname__ = f"ConvNCHW{c}c"
