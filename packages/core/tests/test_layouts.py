@@ -174,10 +174,11 @@ def test_broadcasts_and_mixed_inputs_keep_the_default_layout(rng):
     x = g.input("x", (1, 4, 3, 3))
     y = g.op("Conv", x, _r(rng, 4, 4, 1, 1), name="conv")
     bias = g.op("Add", y, _r(rng, 4, 1, 1), name="bias")  # a rank-3 broadcast: element order matters
-    mixed = g.op("Mul", g.op("Relu", y, name="relu"), x, name="mixed")  # NHWC times a plain input
+    x2 = g.input("x2", (1, 4, 3, 3))
+    mixed = g.op("Mul", g.op("Relu", y, name="relu"), x2, name="mixed")  # NHWC times a plain input
     scaled = g.op("Mul", g.op("Sigmoid", y, name="sig"), np.array(2.0, np.float32), name="scaled")  # a scalar
     g.output(bias, mixed, scaled)
-    model, feeds = g.build(), {"x": _r(rng, 1, 4, 3, 3)}
+    model, feeds = g.build(), {"x": _r(rng, 1, 4, 3, 3), "x2": _r(rng, 1, 4, 3, 3)}
     laid = kk.Session(model, vendors=REF, options=NHWC)
     lay = laid.layouts()
     assert (lay["conv"], lay["bias"], lay["relu"], lay["mixed"], lay["sig"], lay["scaled"]) == \
@@ -234,3 +235,16 @@ def test_cli_info_shows_the_layouts(rng, tmp_path, capsys):
     assert "layouts: NHWC x" in out and "2 reorder(s)" in out
     assert cli.main(["info", str(path), "--vendors", "reference"]) == 0
     assert "layouts: all default" in capsys.readouterr().out
+
+
+def test_a_skip_connection_from_before_the_chain_reuses_its_re_laid_copy(rng):
+    """x (default layout, e.g. a pool with no NHWC kernel) feeds a conv chain and the residual Add:
+    the Add reads the copy made for the chain instead of sending the chain back to NCHW."""
+    g = kk.GraphBuilder("skip")
+    x = g.op("Relu", g.input("x", (1, 8, 5, 5)), name="pre")
+    y = g.op("Conv", x, _r(rng, 8, 8, 3, 3), pads=[1, 1, 1, 1], name="conv")
+    g.output(g.op("Add", y, x, name="add"))
+    model, feeds = g.build(), {"x": _r(rng, 1, 8, 5, 5)}
+    laid = kk.Session(model, vendors=REF, options=NHWC)
+    assert laid.layouts()["add"] == "NHWC" and len(_reorders(laid)) == 2
+    assert_close(laid.run(None, feeds)[0], kk.Session(model, vendors=REF).run(None, feeds)[0])

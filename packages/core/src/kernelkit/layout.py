@@ -85,12 +85,23 @@ def physical_shape(shape: tuple, name: str | None) -> tuple:
         if b:
             out.append(b)
         elif block:
-            if isinstance(d, int) and d % block:
+            if not isinstance(d, int) or d % block:
                 raise ShapeError(f"layout {name!r}: axis {a} of size {d} is not a multiple of {block}")
-            out.append(d // block if isinstance(d, int) else d)
+            out.append(d // block)
         else:
             out.append(d)
     return tuple(out)
+
+
+def logical_shape(shape: tuple, name: str | None) -> tuple:
+    """The logical (plain-order) shape of an array of ``shape`` held in layout ``name``."""
+    if not name:
+        return tuple(shape)
+    lay = parse(name)
+    if len(shape) != len(lay.axes):
+        raise ShapeError(f"an array in layout {name!r} has rank {len(lay.axes)}, got shape {tuple(shape)}")
+    dims = {a: d for (a, b), d in zip(lay.axes, shape) if not b}
+    return tuple(dims[a] * (lay.block(a) or 1) for a in lay.plain)
 
 
 def _split(lay: Layout) -> list[tuple[str, int]]:

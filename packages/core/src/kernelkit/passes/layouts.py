@@ -56,7 +56,7 @@ class _Planner:
         values = self.graph.values
         specs = [values[i].spec if i else None for i in node.inputs]
         outs = [values[o].spec if o else None for o in node.outputs]
-        if not outs or outs[0] is None or outs[0].rank != 4 or not outs[0].is_static:
+        if not outs or outs[0] is None or outs[0].rank != 4:
             return None
         schema = get_schema(node.op, node.domain)
         attrs = normalize_attrs(schema, node.attrs, f"node {node.name!r} ({node.op_id})")
@@ -97,12 +97,20 @@ class _Planner:
         if node.op_id == "LayoutReorder":
             return None
         full = [i for i, s in enumerate(specs) if s is not None and not _scalar(s)]
-        if any(specs[i].rank != 4 or not specs[i].is_static for i in full):
-            return None  # a broadcast operand of another rank: element order matters
-        have = {self.laid.get(node.inputs[i], "") for i in full if self.graph.values[node.inputs[i]].data is None}
-        if len(have) != 1 or "" in have:
+        moving = [node.inputs[i] for i in full if self.graph.values[node.inputs[i]].data is None]
+        have = {self.laid.get(v, "") for v in moving}
+        laid = have - {""}
+        if len(laid) != 1:
             return None
-        name = have.pop()
+        name = laid.pop()
+        if "" in have and any(self.laid.get(v, "") == "" and (v, name) not in self.relaid for v in moving):
+            return None  # a default-layout input without a copy in the layout yet: stay (no new reorder)
+        blocked = parse(name).block("C")
+        for i in full:  # a broadcast operand re-lays alike if it has the rank; a blocked axis must be whole
+            s, o = specs[i].shape, outs[0].shape
+            if node.op_id != "Concat" and (len(s) != 4 or any(d != e and d != 1 for d, e in zip(s, o))
+                                           or (blocked and s[1] != o[1])):
+                return None
         if layout_attrs(node.op_id, attrs, name, [s.shape for s in specs if s is not None]) is None:
             return None
         ins = [name if i in full else KEEP for i in range(len(specs))]

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 from kernelkit.geometry import window
-from kernelkit.layout import reorder
+from kernelkit.ir import TensorSpec
+from kernelkit.layout import logical_shape, reorder
 from kernelkit.registry import register_kernel
 from numba import prange
 
@@ -90,7 +91,7 @@ def _is_depthwise(x_channels: int, w_shape, group: int) -> bool:
 def _supports(specs, attrs, block: int = 1) -> bool:
     """2-D, static; dense (group 1) or depthwise; channels a multiple of the block."""
     x, w = specs[0], specs[1]
-    if x is None or w is None or x.rank != 4 or not (x.is_static and w.is_static):
+    if x is None or w is None or x.rank != 4 or not w.is_static or not all(isinstance(d, int) for d in x.shape[1:]):
         return False
     group = attrs.get("group", 1)
     ok = group == 1 or _is_depthwise(x.shape[1], w.shape, group)
@@ -110,6 +111,16 @@ class _LayoutConv(NumbaKernel):
     """What the NHWC and NCHWc Convs share: geometry from the attributes, bias and activation."""
 
     spatial = (1, 2)  # the spatial axes of the physical input
+
+    def prepare(self, input_specs, attrs):
+        self.layouts = [s.layout if s is not None else None for s in input_specs]
+        super().prepare(input_specs, attrs)
+
+    def resize(self, input_specs):
+        """New input shapes arrive as the arrays' (physical) shapes: read them back as logical."""
+        super().resize([s if s is None or s.layout == lay or not lay else
+                        TensorSpec(logical_shape(s.shape, lay), s.dtype, lay)
+                        for s, lay in zip(input_specs, self.layouts)])
 
     def setup(self, input_specs):
         self.act = self.fused_activation(input_specs)
