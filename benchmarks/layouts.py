@@ -9,6 +9,17 @@ Layers: each kernel is bound once (``kernelkit.invoke.bind``, as the session doe
 an input already in its layout, so the time is the kernel's alone; the best of ``--repeats``
 calls is reported (the machine is shared: the minimum is the least disturbed). Models: a Session
 per layout (``options={"layout": ...}``), reorders included, best of the repeats.
+
+Measured 2026-11-23 on the shared 2-core development box (``NUMBA_NUM_THREADS=1``,
+``--models 112 --repeats 12``; per-layer figures there vary up to 3x between runs, the models' less):
+
+    model (1x3x112x112)   NCHW ms   NHWC ms   NCHW8c ms   NCHW16c ms   (reorders: 0, 2, 2, 2/6)
+    resnet18                 89.5      87.3        89.0         90.7
+    mobilenet_v2             28.9      34.0        59.6         46.0
+
+Dense 3x3 and 1x1 convs run at par in every layout (all are one GEMM); depthwise is slower in
+NHWC on wide maps and 2-10x slower in NCHWc (its (tile, c) accumulator stays scalar: LLVM cannot
+prove Numba's arrays apart). So the variants stay below the NCHW kernel (priority -10): opt-in.
 """
 from __future__ import annotations
 

@@ -384,12 +384,12 @@ def cmd_kernels(args, console: Console) -> int:
 
     keys = kernels(args.op, args.device, args.vendor, args.dtype)
     table = Table(title=f"registered kernels ({len(keys)})")
-    for col in ("op", "device", "vendor", "dtype", "priority", "implementation"):
+    for col in ("op", "device", "vendor", "dtype", "priority", "layout", "implementation"):
         table.add_column(col)
     for key in keys:
         entry = kernel_entry(key)
         impl = f"{entry.impl.__module__}.{getattr(entry.impl, '__qualname__', entry.impl)}"
-        table.add_row(*key, str(entry.priority), impl)
+        table.add_row(key.op, key.device, key.vendor, key.dtype, str(entry.priority), key.layout or "-", impl)
     console.print(table)
     return 0
 

@@ -20,7 +20,7 @@ from .devices import Device
 from .errors import FallbackWarning, KernelkitError, UnsupportedOpError
 from .invoke import bind, kernel_attrs
 from .ir import Graph, Node, TensorSpec
-from .layout import node_layout
+from .layout import node_layout, physical_shape
 from .registry import (
     KernelEntry,
     KernelKey,
@@ -201,7 +201,7 @@ class Compiler:
                 in_specs = [TensorSpec(tuple(x.shape), np.dtype(x.dtype).name) if x is not None else None
                             for x in inputs]
                 specs = infer_node(node, in_specs, [c if c is not None else x for c, x in zip(consts, inputs)])
-            return tuple(np.zeros(s.shape, s.dtype) for s in specs)
+            return tuple(np.zeros(physical_shape(s.shape, s.layout), s.dtype) for s in specs)
 
         key = KernelKey(node.op_id, "cpu", "stub", dtype)
         return Step(index, "stub", node.name, node.op_id, key, {}, tuple(node.inputs), tuple(node.outputs),
