@@ -41,6 +41,6 @@ def _samples(rng, dtype):
         yield [random(rng, shape, dtype)], {"src": src, "dst": dst}
 
 
-register_op("LayoutReorder", inputs=["X"], outputs=["Y"], attrs={"src": ("string", "NCHW"), "dst": ("string", REQUIRED)},
-            infer=_infer, samples=_samples,
+register_op("LayoutReorder", inputs=["X"], outputs=["Y"],
+            attrs={"src": ("string", "NCHW"), "dst": ("string", REQUIRED)}, infer=_infer, samples=_samples,
             doc="X re-laid from layout src to dst; inserted by the layout pass (kernelkit.layout)")

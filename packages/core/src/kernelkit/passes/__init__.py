@@ -115,5 +115,4 @@ def run_passes(graph: Graph, selection: Iterable[str] | bool | None = None,
     return fired
 
 
-from . import builtin  # noqa: E402,F401  (registers the built-in passes, in pipeline order)
-from . import layouts  # noqa: E402,F401  (the layout pass, final)
+from . import builtin, layouts  # noqa: E402,F401  (register the built-in passes in pipeline order; layouts is final)

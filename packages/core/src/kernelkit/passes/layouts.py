@@ -167,7 +167,8 @@ class _Planner:
         self.graph.nodes = self.nodes
         read = {i for n in self.nodes for i in n.inputs} | set(self.graph.outputs)
         for name, _ in self.relaid:  # a weight now read only re-laid is dropped (weights_bytes counts it once)
-            if name not in read and self.graph.values.get(name) is not None and self.graph.values[name].data is not None:
+            value = self.graph.values.get(name)
+            if name not in read and value is not None and value.data is not None:
                 del self.graph.values[name]
         return self.count
 
