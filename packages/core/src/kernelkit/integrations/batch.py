@@ -179,6 +179,11 @@ def run_batch(model, inputs, output, *, engine: str = "local", workers: int = 1,
             "outputs": sorted(r["output"] for r in results)}
 
 
+def _ready(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
 def _init_worker(recipe, cache_dir):  # a local worker builds its session before taking work
     worker_session(recipe, cache_dir=cache_dir)
 
@@ -195,6 +200,9 @@ def _run_local(items, recipe, output, cache_dir, workers, threads, address):
     ctx = mp.get_context("spawn")  # no fork after threads (Numba, OpenMP, BLAS pools)
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
                              initargs=(recipe, cache_dir)) as pool:
+        # processes start on demand: keep `workers` tasks outstanding so that every one starts (and
+        # builds its session in the initializer) before the clock does
+        list(pool.map(_ready, [0.5] * workers))
         yield None
         futures = [pool.submit(process_item, item, recipe, output, cache_dir) for item in items]
         for future in as_completed(futures):
