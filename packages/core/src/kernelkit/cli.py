@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from . import progress
 from .deploy import is_deployment, load_deployment
 from .errors import InputError, KernelkitError
 from .ir import Model, TensorSpec
@@ -34,6 +35,7 @@ log = logging.getLogger("kernelkit.cli")
 
 EXAMPLE = ("examples_data", "digits")  # package data: digits.kkm, test.npz, digits.yml
 EXAMPLE_RUNS = 100
+DEFAULT_RUNS = 100  # kernelkit bench without --runs/--duration (kernelkit.tools.bench.DEFAULT_RUNS)
 
 
 class MissingExtraError(KernelkitError):
@@ -119,30 +121,11 @@ def _read_inputs(pairs: list[str]) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _latency_table(times: list[float], title: str) -> Table:
-    ms = np.array(times) * 1e3
-    table = Table(title=title)
-    for col in ("runs", "mean ms", "p50 ms", "p90 ms", "min ms"):
-        table.add_column(col, justify="right")
-    table.add_row(str(len(ms)), f"{ms.mean():.3f}", f"{np.percentile(ms, 50):.3f}", f"{np.percentile(ms, 90):.3f}",
-                  f"{ms.min():.3f}")
-    return table
+def _benchmark(console: Console, sess, feeds: dict, runs: int, title: str) -> None:
+    from .tools.bench import latency_stats, latency_table, time_session
 
-
-def _benchmark(console: Console, sess, feeds: dict, runs: int) -> list[float]:
-    from rich.progress import Progress
-
-    for _ in range(3):  # warm-up: first-call compilation, caches, allocator
-        sess.run(None, feeds)
-    times = []
-    with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
-        task = progress.add_task("benchmark", total=runs)
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            sess.run(None, feeds)
-            times.append(time.perf_counter() - t0)
-            progress.advance(task)
-    return times
+    lead = [a.shape[0] for a in feeds.values() if a.ndim]
+    console.print(latency_table(latency_stats(time_session(sess, feeds, runs), lead[0] if lead else 1), title))
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -156,10 +139,10 @@ def _run_example(args, console: Console) -> int:
         sess = Session(model_path, **_session_kwargs(args))
         with np.load(data_path, allow_pickle=False) as data:
             x, labels = data["x"], data["label"]
-        [probs] = sess.run(None, {"x": x})
+        with progress.task("first run (compiling kernels)"):
+            [probs] = sess.run(None, {"x": x})
         accuracy = float(np.mean(probs.argmax(axis=1) == labels))
         runs = args.benchmark if args.benchmark is not None else EXAMPLE_RUNS
-        times = _benchmark(console, sess, {"x": x[:1]}, runs) if runs > 0 else []
     table = Table(title="digits CNN example (scikit-learn 8x8 digits)", show_header=False)
     table.add_column("what")
     table.add_column("value")
@@ -167,8 +150,8 @@ def _run_example(args, console: Console) -> int:
     table.add_row("held-out images", str(len(labels)))
     table.add_row("accuracy", f"{accuracy:.2%} ({int(round(accuracy * len(labels)))}/{len(labels)})")
     console.print(table)
-    if times:
-        console.print(_latency_table(times, "latency, batch 1"))
+    if runs > 0:
+        _benchmark(console, sess, {"x": x[:1]}, runs, "latency, batch 1 (ms)")
     return 0
 
 
@@ -217,7 +200,7 @@ def _run_model(args, console: Console) -> int:
     for line in saved:
         console.print(line)
     if args.benchmark:
-        console.print(_latency_table(_benchmark(console, sess, feeds, args.benchmark), f"latency of {sess.graph.name}"))
+        _benchmark(console, sess, feeds, args.benchmark, f"latency of {sess.graph.name} (ms)")
     return 0
 
 
@@ -345,6 +328,25 @@ def cmd_info(args, console: Console) -> int:
     return 0
 
 
+# -- bench -------------------------------------------------------------------------------------
+def cmd_bench(args, console: Console) -> int:
+    from .tools import bench
+    from .tools._common import parse_shapes
+    from .tools.bench import render
+
+    result = bench(args.model, device=args.device, vendors=_vendors(args.vendors), threads=args.threads,
+                   shapes=parse_shapes(args.shape), batch=args.batch, inputs=_read_inputs(args.input),
+                   runs=args.runs, duration=args.duration, warmup=args.warmup, seed=args.seed,
+                   profile=args.profile, trace=args.trace is not None, compare=args.compare)
+    render(result, console)
+    for flag, path, write in (("--json", args.json, result.write_json), ("--trace", args.trace, result.write_trace),
+                              ("--plot", args.plot, result.plot)):
+        if path:
+            write(path)
+            console.print(f"{flag}: wrote {path}")
+    return 0
+
+
 # -- kernels, convert --------------------------------------------------------------------------
 def cmd_kernels(args, console: Console) -> int:
     from .registry import kernel_entry, kernels
@@ -387,6 +389,7 @@ def cmd_convert(args, console: Console) -> int:
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kernelkit", description="kernelkit inference runtime")
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v: info logs, -vv: debug logs")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
     sub = p.add_subparsers(dest="command", required=True)
 
     def device_opts(sp):
@@ -409,6 +412,25 @@ def _parser() -> argparse.ArgumentParser:
     device_opts(info)
     info.add_argument("--dim", action="append", metavar="SYMBOL=INT", help="bind a symbolic dim (default 1)")
     info.set_defaults(func=cmd_info)
+
+    ben = sub.add_parser("bench", help="benchmark a model: latency percentiles, profile, trace, onnxruntime")
+    ben.add_argument("model", metavar="MODEL", help=".kkm, .onnx or deployment .yml")
+    device_opts(ben)
+    ben.add_argument("--threads", type=int, metavar="T", help="threads for the session (and for onnxruntime)")
+    ben.add_argument("--shape", action="append", metavar="NAME=D,D,...",
+                     help="the whole shape of an input (repeatable), e.g. x=1,3,224,224")
+    ben.add_argument("--batch", type=int, metavar="N", help="the leading symbolic dim of every input (others: 1)")
+    ben.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input (repeatable; else random)")
+    ben.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    ben.add_argument("--runs", type=int, metavar="N", help=f"timed runs (default {DEFAULT_RUNS} unless --duration)")
+    ben.add_argument("--duration", type=float, metavar="S", help="time runs for S seconds (with --runs: whichever ends first)")
+    ben.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed runs after the first (default 3)")
+    ben.add_argument("--profile", action="store_true", help="per-node table of the timed runs, slowest first")
+    ben.add_argument("--trace", metavar="FILE.json", help="write a Chrome/Perfetto trace of the timed runs")
+    ben.add_argument("--compare", choices=["onnxruntime"], help="also run the .onnx MODEL through onnxruntime")
+    ben.add_argument("--json", metavar="FILE", help="write every figure and the environment as JSON")
+    ben.add_argument("--plot", metavar="FILE.png", help="per-op bars and latency histogram (needs matplotlib)")
+    ben.set_defaults(func=cmd_bench)
 
     kern = sub.add_parser("kernels", help="list registered kernels")
     kern.add_argument("--op")
@@ -436,6 +458,7 @@ def main(argv=None) -> int:
     if args.verbose:
         logging.basicConfig(level=logging.DEBUG if args.verbose > 1 else logging.INFO,
                             format="%(levelname)s %(name)s: %(message)s")
+    progress.set_quiet(args.quiet)
     console = _console()
     try:
         return args.func(args, console)

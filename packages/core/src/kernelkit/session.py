@@ -10,6 +10,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .backends import run_session_hooks
-from .devices import Device, create_device
+from .devices import Device, create_device, profiled_node
 from .errors import (
     ConfigError,
     InputError,
@@ -34,6 +35,8 @@ from .registry import KernelEntry, KernelKey, describe_kernels, get_schema, norm
 from .shape import infer_node, infer_shapes
 
 log = logging.getLogger("kernelkit.session")
+
+PROFILE_EVENTS = 200_000  # per-call profile events kept (the oldest are dropped beyond this)
 
 
 @dataclass
@@ -137,6 +140,7 @@ class Session:
             self.options.setdefault("threads", threads)
         self._profile = profile
         self._prof: dict[str, list] = {}
+        self._prof_events: deque = deque(maxlen=PROFILE_EVENTS)
         self._prof_lock = threading.Lock()
         self._devices: dict[str, Device] = {}
         self._device_constants: dict[tuple[str, str], Any] = {}
@@ -275,15 +279,35 @@ class Session:
         return {name: dev.describe() for name, dev in self._devices.items()}
 
     def profile(self) -> list[dict]:
-        """Per-node timings collected when ``profile=True``: node, op, device, vendor, calls, ms."""
+        """Per-node timings collected when ``profile=True``: node, op, device, vendor, dtype, calls,
+        total_ms and mean_ms (host time around the kernel call), and device_ms: the device's own
+        time from its events (OpenCL with ``opencl_profile``; None where a device has none)."""
+        device_ms: dict[str, float] = {}
+        for dev in list(self._devices.values()):
+            device_ms.update({n: ms for n, (_, ms) in dev.event_times().items()})
         with self._prof_lock:
             rows = []
             for step in self._steps:
                 calls, total = self._prof.get(step.node.name, (0, 0.0))
                 rows.append({"node": step.node.name, "op": step.node.op_id, "device": step.entry.key.device,
-                             "vendor": step.entry.key.vendor, "calls": calls, "total_ms": total * 1e3,
-                             "mean_ms": total * 1e3 / calls if calls else 0.0})
+                             "vendor": step.entry.key.vendor, "dtype": step.entry.key.dtype, "calls": calls,
+                             "total_ms": total * 1e3, "mean_ms": total * 1e3 / calls if calls else 0.0,
+                             "device_ms": device_ms.get(step.node.name)})
             return rows
+
+    def profile_events(self) -> list[tuple[str, float, float, int]]:
+        """Each profiled kernel call since the last reset, oldest first: (node, start, seconds,
+        thread id), start from ``time.perf_counter()`` (for traces)."""
+        with self._prof_lock:
+            return list(self._prof_events)
+
+    def reset_profile(self) -> None:
+        """Forget the profile collected so far (e.g. after warm-up runs), devices' event times too."""
+        with self._prof_lock:
+            self._prof.clear()
+            self._prof_events.clear()
+        for dev in list(self._devices.values()):
+            dev.event_times(reset=True)
 
     # -- running -------------------------------------------------------------------------------
     def _check_feeds(self, feeds: dict) -> dict[str, np.ndarray]:
@@ -371,6 +395,8 @@ class Session:
                     args.append(tensor)
                 else:
                     args.append(self._constant_on(name, dev) if constants[name].data is not None else None)
+            if self._profile:
+                profiled_node.set(node.name)  # devices tag their timing events with it
             t0 = time.perf_counter() if self._profile else 0.0
             try:
                 outs = self._execute(step, args)
@@ -386,6 +412,7 @@ class Session:
                 with self._prof_lock:
                     calls, total = self._prof.get(node.name, (0, 0.0))
                     self._prof[node.name] = (calls + 1, total + dt)
+                    self._prof_events.append((node.name, t0, dt, threading.get_ident()))
             if len(outs) < sum(1 for o in node.outputs if o):
                 raise KernelExecutionError(f"node {node.name!r} ({node.op_id}): kernel {tuple(step.entry.key)} "
                                            f"returned {len(outs)} outputs, node has {len(node.outputs)}")
