@@ -13,43 +13,6 @@ from kernelkit.tools.bench import latency_stats
 REF = ["--vendors", "reference"]
 
 
-def conv_model() -> kk.Model:
-    """Conv(3->4, 3x3, pad 1) + Relu + Add on a batch-symbolic input."""
-    rng = np.random.default_rng(0)
-    g = kk.GraphBuilder("conv_net")
-    x = g.input("x", ("N", 3, 8, 8), "float32")
-    h = g.op("Conv", x, g.constant(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"), pads=(1, 1, 1, 1),
-             name="conv")
-    h = g.op("Relu", h, name="relu")
-    g.output(g.op("Add", h, g.constant(np.ones((4, 1, 1), np.float32), "b"), name="y"))
-    return g.build()
-
-
-@pytest.fixture
-def conv_kkm(tmp_path):
-    path = tmp_path / "conv.kkm"
-    kk.save(conv_model(), path)
-    return path
-
-
-@pytest.fixture
-def conv_onnx(tmp_path):
-    onnx = pytest.importorskip("onnx")
-    pytest.importorskip("kernelkit_converters")
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
-             helper.make_node("Relu", ["c"], ["y"], name="relu")]
-    graph = helper.make_graph(nodes, "conv_onnx", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    path = tmp_path / "conv.onnx"
-    onnx.save(model, path)
-    return path
-
-
 def _run(capsys, *argv):
     code = cli.main([str(a) for a in argv])
     out, err = capsys.readouterr()
@@ -158,7 +121,7 @@ def test_bench_bad_arguments(capsys, conv_kkm, argv, fragment):
     assert code == 2 and fragment in err, err
 
 
-def test_profile_reset_and_events():
+def test_profile_reset_and_events(conv_model):
     sess = kk.Session(conv_model(), vendors=["reference"], profile=True)
     x = np.ones((1, 3, 8, 8), np.float32)
     sess.run(None, {"x": x})

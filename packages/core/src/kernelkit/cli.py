@@ -206,8 +206,20 @@ def _run_model(args, console: Console) -> int:
 
 def _validate(args, sess, console: Console) -> int:
     if not is_deployment(args.model):
-        raise InputError("--validate needs a deployment file (.yml) with a 'validation' section")
-    checks = load_deployment(args.model).validate(sess)
+        raise InputError("--validate needs a deployment file (.yml); for a model file use kernelkit validate")
+    from .tools.validate import deployment_oracle_inputs
+
+    dep = load_deployment(args.model)
+    needed, inputs = deployment_oracle_inputs(dep)
+    if needed:  # no expected outputs: check against onnxruntime (ONNX) or the reference kernels
+        from .tools import validate
+        from .tools.validate import render
+
+        result = validate(args.model, device=args.device, vendors=_vendors(args.vendors), threads=args.threads,
+                          inputs=inputs, seed=args.seed)
+        render(result, console)
+        return 0 if result.passed else 1
+    checks = dep.validate(sess)
     table = Table(title=f"validation of {args.model}")
     for col in ("output", "dtype", "max |error|", "cosine", "rtol", "atol", "result"):
         table.add_column(col)
@@ -328,6 +340,24 @@ def cmd_info(args, console: Console) -> int:
     return 0
 
 
+# -- validate ----------------------------------------------------------------------------------
+def cmd_validate(args, console: Console) -> int:
+    from .tools import validate
+    from .tools._common import load_inputs, parse_shapes
+    from .tools.validate import render
+
+    inputs = load_inputs(args.inputs) if args.inputs else {}
+    inputs.update(_read_inputs(args.input))
+    result = validate(args.model, against=args.against, device=args.device, vendors=_vendors(args.vendors),
+                      threads=args.threads, shapes=parse_shapes(args.shape), batch=args.batch, inputs=inputs,
+                      seed=args.seed)
+    render(result, console)
+    if args.json:
+        result.write_json(args.json)
+        console.print(f"--json: wrote {args.json}")
+    return 0 if result.passed else 1
+
+
 # -- bench -------------------------------------------------------------------------------------
 def cmd_bench(args, console: Console) -> int:
     from .tools import bench
@@ -431,6 +461,20 @@ def _parser() -> argparse.ArgumentParser:
     ben.add_argument("--json", metavar="FILE", help="write every figure and the environment as JSON")
     ben.add_argument("--plot", metavar="FILE.png", help="per-op bars and latency histogram (needs matplotlib)")
     ben.set_defaults(func=cmd_bench)
+
+    val = sub.add_parser("validate", help="compare a model's outputs with onnxruntime or the reference kernels")
+    val.add_argument("model", metavar="MODEL", help=".onnx (or .kkm / deployment .yml with --against reference)")
+    device_opts(val)
+    val.add_argument("--against", choices=["onnxruntime", "reference"],
+                     help="the oracle (default: onnxruntime for .onnx files, else reference)")
+    val.add_argument("--threads", type=int, metavar="T", help="threads for the session")
+    val.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input (repeatable; else random)")
+    val.add_argument("--inputs", metavar="FILE.npz", help="inputs by name from one .npz")
+    val.add_argument("--shape", action="append", metavar="NAME=D,D,...", help="the whole shape of an input")
+    val.add_argument("--batch", type=int, metavar="N", help="the leading symbolic dim of every input (others: 1)")
+    val.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    val.add_argument("--json", metavar="FILE", help="write the comparison as JSON")
+    val.set_defaults(func=cmd_validate)
 
     kern = sub.add_parser("kernels", help="list registered kernels")
     kern.add_argument("--op")

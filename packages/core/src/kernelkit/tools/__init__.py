@@ -10,6 +10,8 @@ See docs/cli.md.
 """
 from __future__ import annotations
 
+from ._common import Comparison
 from .bench import BenchResult, bench, latency_stats
+from .validate import ValidateResult, validate
 
-__all__ = ["BenchResult", "bench", "latency_stats"]
+__all__ = ["BenchResult", "Comparison", "ValidateResult", "bench", "latency_stats", "validate"]

@@ -60,12 +60,13 @@ def parse_shapes(pairs) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def bind_inputs(model: Model, shapes: dict | None = None, batch: int | None = None) -> dict[str, tuple]:
-    """Make the model's input specs concrete, in place: ``shapes`` give whole shapes by input name,
-    ``batch`` the leading symbolic dim of every input; other symbolic dims become 1. Returns the
-    shapes used."""
+def bind_inputs(model: Model, shapes: dict | None = None, batch: int | None = None,
+                given: dict | None = None) -> dict[str, tuple]:
+    """Make the model's input specs concrete, in place: ``shapes`` give whole shapes by input name
+    (as do the arrays in ``given``), ``batch`` the leading symbolic dim of every other input; the
+    remaining symbolic dims become 1. Returns the shapes used."""
     graph = model.graph
-    shapes = dict(shapes or {})
+    shapes = {**{n: tuple(np.shape(a)) for n, a in (given or {}).items() if n in graph.inputs}, **(shapes or {})}
     unknown = sorted(set(shapes) - set(graph.inputs))
     if unknown:
         raise InputError(f"--shape {unknown}: model {graph.name!r} has inputs {graph.inputs}")
@@ -143,11 +144,12 @@ class Comparison:
                 "atol": self.atol, "passed": self.passed}
 
 
-def compare(name: str, actual, expected) -> Comparison:
+def compare(name: str, actual, expected, tolerances: dict | None = None) -> Comparison:
+    """``tolerances`` (dtype -> (rtol, atol)) overrides TOLERANCES, e.g. a deployment file's."""
     from ..testing import cosine
 
     actual, expected = np.asarray(actual), np.asarray(expected)
-    rtol, atol = tolerance(expected.dtype)
+    rtol, atol = (tolerances or {}).get(expected.dtype.name) or tolerance(expected.dtype)
     if actual.shape != expected.shape or actual.dtype != expected.dtype:
         return Comparison(name, expected.dtype.name, expected.shape, 0.0, float("inf"), float("inf"),
                           rtol, atol, False)

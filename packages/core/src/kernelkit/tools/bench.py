@@ -231,7 +231,7 @@ def bench(model, *, device: str | None = None, vendors=None, threads: int | None
     src = open_model(model)
     if compare and src.onnx_path is None:
         raise InputError("--compare onnxruntime needs an .onnx MODEL (or a deployment file naming one)")
-    shapes_used = bind_inputs(src.model, shapes, batch)
+    shapes_used = bind_inputs(src.model, shapes, batch, inputs)
     feeds = make_feeds(src.model, inputs, seed)
     settings = dict(src.settings)
     overrides = {"device": device, "vendors": tuple(vendors) if vendors is not None else None, "threads": threads}
