@@ -358,6 +358,26 @@ def cmd_validate(args, console: Console) -> int:
     return 0 if result.passed else 1
 
 
+# -- bisect ------------------------------------------------------------------------------------
+def cmd_bisect(args, console: Console) -> int:
+    import json
+
+    from .tools import bisect
+    from .tools._common import load_inputs, parse_shapes
+    from .tools.bisect import render
+
+    inputs = load_inputs(args.inputs) if args.inputs else {}
+    inputs.update(_read_inputs(args.input))
+    result = bisect(args.model, device=args.device, vendors=_vendors(args.vendors), threads=args.threads,
+                    shapes=parse_shapes(args.shape), batch=args.batch, inputs=inputs, seed=args.seed,
+                    repro_dir=args.repro)
+    render(result, console)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
+        console.print(f"--json: wrote {args.json}")
+    return 0 if result.culprit is None else 1
+
+
 # -- bench -------------------------------------------------------------------------------------
 def cmd_bench(args, console: Console) -> int:
     from .tools import bench
@@ -475,6 +495,20 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     val.add_argument("--json", metavar="FILE", help="write the comparison as JSON")
     val.set_defaults(func=cmd_validate)
+
+    bis = sub.add_parser("bisect", help="find the first node whose kernel disagrees with the reference; write a repro")
+    bis.add_argument("model", metavar="MODEL", help=".kkm, .onnx or deployment .yml")
+    device_opts(bis)
+    bis.add_argument("--threads", type=int, metavar="T", help="threads for the session")
+    bis.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input (repeatable; else random)")
+    bis.add_argument("--inputs", metavar="FILE.npz", help="inputs by name from one .npz")
+    bis.add_argument("--shape", action="append", metavar="NAME=D,D,...", help="the whole shape of an input")
+    bis.add_argument("--batch", type=int, metavar="N", help="the leading symbolic dim of every input (others: 1)")
+    bis.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    bis.add_argument("--repro", metavar="DIR", default="bisect-repro",
+                     help="folder for the culprit's repro: node.kkm, inputs.npz, a pytest file (default bisect-repro)")
+    bis.add_argument("--json", metavar="FILE", help="write every node's comparison as JSON")
+    bis.set_defaults(func=cmd_bisect)
 
     kern = sub.add_parser("kernels", help="list registered kernels")
     kern.add_argument("--op")

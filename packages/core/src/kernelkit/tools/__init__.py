@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from ._common import Comparison
 from .bench import BenchResult, bench, latency_stats
+from .bisect import BisectResult, NodeCheck, bisect
 from .validate import ValidateResult, validate
 
-__all__ = ["BenchResult", "Comparison", "ValidateResult", "bench", "latency_stats", "validate"]
+__all__ = ["BenchResult", "BisectResult", "Comparison", "NodeCheck", "ValidateResult", "bench", "bisect",
+           "latency_stats", "validate"]
