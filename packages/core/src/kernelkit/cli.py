@@ -378,6 +378,20 @@ def cmd_bisect(args, console: Console) -> int:
     return 0 if result.culprit is None else 1
 
 
+# -- graph -------------------------------------------------------------------------------------
+def cmd_graph(args, console: Console) -> int:
+    from .tools import graph
+    from .tools._common import parse_shapes
+
+    text = graph(args.model, args.output, device=args.device, vendors=_vendors(args.vendors),
+                 shapes=parse_shapes(args.shape), batch=args.batch, passes=False if args.no_passes else None)
+    if args.output:
+        console.print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 # -- bench -------------------------------------------------------------------------------------
 def cmd_bench(args, console: Console) -> int:
     from .tools import bench
@@ -509,6 +523,16 @@ def _parser() -> argparse.ArgumentParser:
                      help="folder for the culprit's repro: node.kkm, inputs.npz, a pytest file (default bisect-repro)")
     bis.add_argument("--json", metavar="FILE", help="write every node's comparison as JSON")
     bis.set_defaults(func=cmd_bisect)
+
+    gra = sub.add_parser("graph", help="draw the compiled graph (after passes) as DOT, SVG or PNG")
+    gra.add_argument("model", metavar="MODEL", help=".kkm, .onnx or deployment .yml")
+    device_opts(gra)
+    gra.add_argument("-o", "--output", metavar="OUT.dot|.svg|.png",
+                     help="output file (.svg/.png need Graphviz's dot on PATH); default: DOT on stdout")
+    gra.add_argument("--shape", action="append", metavar="NAME=D,D,...", help="the whole shape of an input")
+    gra.add_argument("--batch", type=int, metavar="N", help="the leading symbolic dim of every input (others: 1)")
+    gra.add_argument("--no-passes", action="store_true", help="draw the graph as stored, without graph passes")
+    gra.set_defaults(func=cmd_graph)
 
     kern = sub.add_parser("kernels", help="list registered kernels")
     kern.add_argument("--op")

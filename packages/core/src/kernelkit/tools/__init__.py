@@ -13,7 +13,8 @@ from __future__ import annotations
 from ._common import Comparison
 from .bench import BenchResult, bench, latency_stats
 from .bisect import BisectResult, NodeCheck, bisect
+from .graph import graph, to_dot
 from .validate import ValidateResult, validate
 
 __all__ = ["BenchResult", "BisectResult", "Comparison", "NodeCheck", "ValidateResult", "bench", "bisect",
-           "latency_stats", "validate"]
+           "graph", "latency_stats", "to_dot", "validate"]
