@@ -16,7 +16,6 @@ import logging
 import re
 import sys
 import time
-from collections import Counter
 from contextlib import ExitStack
 from importlib import resources
 from pathlib import Path
@@ -243,99 +242,54 @@ def cmd_run(args, console: Console) -> int:
 
 
 # -- info --------------------------------------------------------------------------------------
-def _parse_dims(pairs) -> dict[str, int]:
-    dims = {}
-    for pair in pairs or []:
-        name, sep, value = pair.partition("=")
-        if not sep or not value.isdigit():
-            raise InputError(f"--dim {pair!r}: expected SYMBOL=INT, e.g. N=1")
-        dims[name] = int(value)
-    return dims
+def _print_json(doc, target) -> None:
+    """``--json``: to stdout ('-') or a file."""
+    import json
 
-
-def _flops(graph) -> tuple[int, list[str], list[str]]:
-    """Total FLOPs of ``graph`` from each op's ``flops(ctx)``; also the ops without one and the
-    nodes whose count is unknown (symbolic)."""
-    from .registry import get_schema, normalize_attrs
-    from .shape import InferContext
-
-    total, missing, unknown = 0, set(), []
-    for node in graph.nodes:
-        schema = get_schema(node.op, node.domain)
-        if schema.flops is None:
-            missing.add(node.op_id)
-            continue
-        specs = [graph.values[i].spec if i else None for i in node.inputs]
-        consts = [graph.values[i].data if i else None for i in node.inputs]
-        attrs = normalize_attrs(schema, node.attrs, f"node {node.name!r}")
-        n = schema.flops(InferContext(node, specs, attrs, consts))
-        if n is None:
-            unknown.append(node.name)
-        else:
-            total += int(n)
-    return total, sorted(missing), unknown
+    text = json.dumps(doc, indent=2) + "\n"
+    if target == "-":
+        sys.stdout.write(text)
+    else:
+        Path(target).write_text(text, encoding="utf-8")
 
 
 def cmd_info(args, console: Console) -> int:
-    from .session import Session
+    from .tools.info import info, parse_dims
 
-    model, settings = _open_model(args.model)
-    settings.update(_session_kwargs(args))
-    graph = model.graph
-    loaded_ops = Counter(n.op_id for n in graph.nodes)
-    dims = _parse_dims(args.dim)
-    declared = {n: graph.values[n].spec for n in graph.inputs + graph.outputs if graph.values[n].spec}
-    symbols = sorted({d for i in graph.inputs for d in graph.values[i].spec.shape if isinstance(d, str)})
-    for name in graph.inputs:  # bind symbolic dims so shapes (and FLOPs) are concrete
-        spec = graph.values[name].spec
-        graph.values[name].spec = TensorSpec(_concrete(spec, dims), spec.dtype, spec.layout)
-    sess = Session(model, **settings)
-    g = sess.graph
-
-    console.print(Text(graph.name, style="bold") + Text(f"  producer {model.producer}, opsets {model.opsets}"))
+    facts = info(args.model, device=args.device, vendors=_vendors(args.vendors), dims=parse_dims(args.dim))
+    if args.json:
+        _print_json(facts, args.json)
+        if args.json == "-":
+            return 0
+    console.print(Text(facts["name"], style="bold") + Text(f"  producer {facts['producer']}, opsets {facts['opsets']}"))
     io_table = Table(title="inputs and outputs")
     for col in ("kind", "name", "shape", "dtype"):
         io_table.add_column(col)
-    for kind, names in (("input", g.inputs), ("output", g.outputs)):
-        for name in names:
-            spec = declared.get(name) or g.values[name].spec
-            io_table.add_row(kind, name, str(list(spec.shape)), spec.dtype)
+    for row in facts["io"]:
+        io_table.add_row(row["kind"], row["name"], str(row["shape"]), row["dtype"])
     console.print(io_table)
-
-    compiled_ops = Counter(n.op_id for n in g.nodes)
     op_table = Table(title="ops")
     for col in ("op", "nodes (file)", "nodes (after passes)"):
         op_table.add_column(col)
-    for op in sorted(set(loaded_ops) | set(compiled_ops)):
-        op_table.add_row(op, str(loaded_ops.get(op, 0)), str(compiled_ops.get(op, 0)))
+    for op, counts in facts["ops"].items():
+        op_table.add_row(op, str(counts["file"]), str(counts["after_passes"]))
     console.print(op_table)
-
-    params = sum(int(np.size(v.data)) for v in graph.values.values() if v.data is not None)
-    nbytes = sum(int(np.asarray(v.data).nbytes) for v in graph.values.values() if v.data is not None)
-    total, missing, unknown = _flops(g)
-    console.print(f"parameters: {params:,} ({nbytes / 1e6:.3f} MB)")
-    bound = ", ".join(f"{s}={dims.get(s, 1)}" for s in symbols)
-    console.print(f"FLOPs: {total:,}" + (f" (with {bound})" if bound else ""))
-    if missing:
-        console.print(f"  ops without a flops function count 0: {', '.join(missing)}")
-    if unknown:
-        console.print(f"  nodes with an unknown (symbolic) count: {', '.join(unknown[:10])}")
-    fired = ", ".join(f"{k} x{v}" for k, v in sess.passes_fired.items()) or "none"
+    console.print(f"parameters: {facts['parameters']:,} ({facts['parameter_bytes'] / 1e6:.3f} MB)")
+    bound = ", ".join(f"{s}={v}" for s, v in facts["dims"].items())
+    console.print(f"FLOPs: {facts['flops']:,}" + (f" (with {bound})" if bound else ""))
+    if facts["ops_without_flops"]:
+        console.print(f"  ops without a flops function count 0: {', '.join(facts['ops_without_flops'])}")
+    if facts["nodes_with_unknown_flops"]:
+        console.print(f"  nodes with an unknown (symbolic) count: {', '.join(facts['nodes_with_unknown_flops'][:10])}")
+    fired = ", ".join(f"{k} x{v}" for k, v in facts["passes_fired"].items()) or "none"
     console.print(f"passes fired: {fired}")
-
-    placement = sess.placement()
-    place = Counter(placement.values())
-    ops_at: dict[tuple, set] = {}
-    for node in g.nodes:
-        ops_at.setdefault(placement[node.name], set()).add(node.op_id)
-    vendors = list(sess.vendors) if sess.vendors else "any"
-    p_table = Table(title=f"placement (device {sess.device_name}, vendors {vendors})")
+    p_table = Table(title=f"placement (device {facts['device']}, vendors {facts['vendors'] or 'any'})")
     for col in ("device", "vendor", "nodes", "ops"):
         p_table.add_column(col)
-    for (device, vendor), count in sorted(place.items()):
-        p_table.add_row(device, vendor, str(count), ", ".join(sorted(ops_at[(device, vendor)])))
+    for row in facts["placement"]:
+        p_table.add_row(row["device"], row["vendor"], str(row["nodes"]), ", ".join(row["ops"]))
     console.print(p_table)
-    for _, message in sess.fallbacks:
+    for message in facts["fallbacks"]:
         console.print(Text("fallback: ", style="yellow") + Text(message))
     return 0
 
@@ -413,16 +367,18 @@ def cmd_bench(args, console: Console) -> int:
 
 # -- kernels, convert --------------------------------------------------------------------------
 def cmd_kernels(args, console: Console) -> int:
-    from .registry import kernel_entry, kernels
+    from .tools.info import kernel_list
 
-    keys = kernels(args.op, args.device, args.vendor, args.dtype)
-    table = Table(title=f"registered kernels ({len(keys)})")
+    rows = kernel_list(args.op, args.device, args.vendor, args.dtype)
+    if args.json:
+        _print_json(rows, args.json)
+        if args.json == "-":
+            return 0
+    table = Table(title=f"registered kernels ({len(rows)})")
     for col in ("op", "device", "vendor", "dtype", "priority", "implementation"):
         table.add_column(col)
-    for key in keys:
-        entry = kernel_entry(key)
-        impl = f"{entry.impl.__module__}.{getattr(entry.impl, '__qualname__', entry.impl)}"
-        table.add_row(*key, str(entry.priority), impl)
+    for row in rows:
+        table.add_row(row["op"], row["device"], row["vendor"], row["dtype"], str(row["priority"]), row["implementation"])
     console.print(table)
     return 0
 
@@ -440,7 +396,8 @@ def cmd_convert(args, console: Console) -> int:
             f"pip install 'kernelkit-workspace[converters]' from the checkout ({exc})") from exc
     src = Path(args.model)
     out = Path(args.output) if args.output else src.with_suffix(".kkm")
-    model = convert(src)
+    with progress.task(f"converting {src.name}"):
+        model = convert(src)
     save(model, out)
     back = load(out)
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
@@ -454,7 +411,8 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kernelkit", description="kernelkit inference runtime")
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v: info logs, -vv: debug logs")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           help="what to do (kernelkit COMMAND --help)")
 
     def device_opts(sp):
         sp.add_argument("--device", help="device to run on (cpu, gpu, ...)")
@@ -464,17 +422,20 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("model", nargs="?", metavar="MODEL", help=".kkm, .onnx or deployment .yml")
     device_opts(run)
     run.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input (repeatable)")
-    run.add_argument("--benchmark", type=int, metavar="N", help="time N runs (mean/p50/p90)")
-    run.add_argument("--threads", type=int, metavar="T")
+    run.add_argument("--benchmark", type=int, metavar="N",
+                     help="time N runs after 3 warm-up runs (percentiles as kernelkit bench; example default 100)")
+    run.add_argument("--threads", type=int, metavar="T", help="threads for the session")
     run.add_argument("--output-dir", metavar="DIR", help="save each output as DIR/<name>.npy")
     run.add_argument("--seed", type=int, default=0, help="seed of random inputs")
     run.add_argument("--validate", action="store_true", help="check a deployment against its validation data")
     run.set_defaults(func=cmd_run)
 
     info = sub.add_parser("info", help="describe a model")
-    info.add_argument("model", metavar="MODEL")
+    info.add_argument("model", metavar="MODEL", help=".kkm, .onnx or deployment .yml")
     device_opts(info)
     info.add_argument("--dim", action="append", metavar="SYMBOL=INT", help="bind a symbolic dim (default 1)")
+    info.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                      help="print the facts as JSON (to FILE if given, else instead of the tables)")
     info.set_defaults(func=cmd_info)
 
     ben = sub.add_parser("bench", help="benchmark a model: latency percentiles, profile, trace, onnxruntime")
@@ -535,15 +496,17 @@ def _parser() -> argparse.ArgumentParser:
     gra.set_defaults(func=cmd_graph)
 
     kern = sub.add_parser("kernels", help="list registered kernels")
-    kern.add_argument("--op")
-    kern.add_argument("--device")
-    kern.add_argument("--vendor")
-    kern.add_argument("--dtype")
+    kern.add_argument("--op", help="only this op (e.g. Conv, or domain::Op); an unknown op suggests close names")
+    kern.add_argument("--device", help="only kernels for this device (cpu, gpu, ...)")
+    kern.add_argument("--vendor", help="only this vendor's kernels (reference, numba, opencl, ...)")
+    kern.add_argument("--dtype", help="only kernels for this dtype (float32, int64, ..., or * for any-dtype ones)")
+    kern.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                      help="print the kernels as JSON (to FILE if given, else instead of the table)")
     kern.set_defaults(func=cmd_kernels)
 
     conv = sub.add_parser("convert", help="convert an ONNX model to kernelkit's .kkm file")
-    conv.add_argument("model", metavar="MODEL.onnx")
-    conv.add_argument("-o", "--output", metavar="OUT.kkm")
+    conv.add_argument("model", metavar="MODEL.onnx", help="the ONNX file to convert")
+    conv.add_argument("-o", "--output", metavar="OUT.kkm", help="where to write the .kkm (default: MODEL.kkm)")
     conv.set_defaults(func=cmd_convert)
     return p
 

@@ -75,3 +75,13 @@ def task(description: str, total: float | None = None) -> Iterator[Callable[[flo
             if _open == 0:
                 display.stop()
                 _display = None
+
+
+def iterate(items, description: str, total: float | None = None):
+    """``items`` one by one while a bar of ``description`` advances (``total``: ``len(items)``)."""
+    if total is None and hasattr(items, "__len__"):
+        total = len(items)
+    with task(description, total) as advance:
+        for item in items:
+            yield item
+            advance()
