@@ -57,7 +57,8 @@ def test_bench_cli_json_schema(capsys, tmp_path, conv_kkm):
 def test_bench_shape_and_duration(conv_kkm):
     r = tools.bench(conv_kkm, shapes={"x": (3, 3, 8, 8)}, duration=0.05, vendors=["reference"], warmup=0)
     assert r.inputs["x"]["shape"] == [3, 3, 8, 8] and r.batch == 3
-    assert r.stats["runs"] >= 1 and sum(r.times_ms) >= 0.05e3 - r.times_ms[-1] - 1e-6
+    assert r.stats["runs"] == len(r.times_ms) >= 1
+    assert sum(r.times_ms[:-1]) < 50.0  # every run but the last started inside the 0.05 s
 
 
 def test_bench_profile_excludes_warmup_and_sums(conv_kkm):

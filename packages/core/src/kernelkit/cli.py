@@ -25,9 +25,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import progress
+from . import __version__, progress
 from .deploy import is_deployment, load_deployment
-from .errors import InputError, KernelkitError
+from .errors import InputError, KernelkitError, LoaderNotFoundError
 from .ir import Model, TensorSpec
 
 log = logging.getLogger("kernelkit.cli")
@@ -82,13 +82,13 @@ def _session_kwargs(args) -> dict:
 
 def _open_model(path: str) -> tuple[Model, dict]:
     """The model behind MODEL (.kkm, .onnx or deployment YAML) and the session settings it implies."""
-    from .session import _load_model
+    from .loaders import load_model
 
     if is_deployment(path):
         dep = load_deployment(path)
         return dep.model(), dict(device=dep.device, vendors=dep.vendors, fallback=dep.fallback,
                                  threads=dep.threads, passes=dep.passes, options=dict(dep.options))
-    return _load_model(path), {}
+    return load_model(path), {}
 
 
 def _concrete(spec: TensorSpec, dims: dict[str, int]) -> tuple[int, ...]:
@@ -387,17 +387,15 @@ def cmd_convert(args, console: Console) -> int:
     import hashlib
 
     from .io import load, save
+    from .loaders import load_model
 
-    try:
-        from kernelkit_converters.onnx import convert
-    except ImportError as exc:
-        raise MissingExtraError(
-            f"kernelkit convert needs the converters extra (kernelkit-converters): "
-            f"pip install 'kernelkit-workspace[converters]' from the checkout ({exc})") from exc
     src = Path(args.model)
     out = Path(args.output) if args.output else src.with_suffix(".kkm")
-    with progress.task(f"converting {src.name}"):
-        model = convert(src)
+    try:
+        with progress.task(f"converting {src.name}"):
+            model = load_model(src)
+    except LoaderNotFoundError as exc:
+        raise MissingExtraError(f"kernelkit convert: {exc}") from exc
     save(model, out)
     back = load(out)
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
@@ -406,11 +404,34 @@ def cmd_convert(args, console: Console) -> int:
     return 0
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: print :func:`_versions` as it is (argparse's own action re-wraps lines)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(_versions())
+        parser.exit(0)
+
+
+def _versions() -> str:
+    """kernelkit's version and Python's, then one line per installed package that plugs into it."""
+    import platform
+
+    from .backends import installed_packages
+
+    lines = [f"kernelkit {__version__} (Python {platform.python_version()}, NumPy {np.__version__})"]
+    for name, version, backends in installed_packages():
+        if name.lower() != "kernelkit":
+            lines.append(f"{name} {version}" + (f" (backend {', '.join(backends)})" if backends else ""))
+    return "\n".join(lines)
+
+
 # -- entry point -------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kernelkit", description="kernelkit inference runtime")
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v: info logs, -vv: debug logs")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
+    p.add_argument("-V", "--version", action=_VersionAction, nargs=0,
+                   help="print the versions of kernelkit and of each installed backend package, then exit")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
                            help="what to do (kernelkit COMMAND --help)")
 

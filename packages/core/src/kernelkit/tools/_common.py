@@ -31,7 +31,7 @@ class Source:
 def open_model(model) -> Source:
     """A Model, or a path to a .kkm, .onnx or deployment .yml file."""
     from ..deploy import is_deployment, load_deployment
-    from ..session import _load_model
+    from ..loaders import load_model
 
     if isinstance(model, Model):
         return Source(model.copy(), {}, None, None)
@@ -42,7 +42,7 @@ def open_model(model) -> Source:
                         passes=dep.passes, options=dict(dep.options))
         onnx_path = dep.model_path if dep.model_path.suffix.lower() == ".onnx" else None
         return Source(dep.model(), settings, path, onnx_path, dep)
-    return Source(_load_model(path), {}, path, path if path.suffix.lower() == ".onnx" else None)
+    return Source(load_model(path), {}, path, path if path.suffix.lower() == ".onnx" else None)
 
 
 def parse_shapes(pairs) -> dict[str, tuple[int, ...]]:
