@@ -122,28 +122,34 @@ def latency_table(stats: dict, title: str, name: str = "kernelkit"):
     from rich.table import Table
 
     table = Table(title=title)
-    table.add_column("runtime")
-    for c in ("runs", "mean", "std", "min", "p50", "p90", "p95", "p99", "p99.9", "max", "inferences/s"):
-        table.add_column(c, justify="right")
+    table.add_column("runtime", no_wrap=True)
+    for c in ("runs", "mean", "std", "min", "p50", "p90", "p95", "p99", "p99.9", "max", "inf/s"):
+        table.add_column(c, justify="right", no_wrap=True)
     add_latency_row(table, name, stats)
     return table
 
 
+def _ms(v: float) -> str:
+    return f"{v:.1f}" if v >= 100 else f"{v:.2f}" if v >= 10 else f"{v:.3f}"
+
+
 def add_latency_row(table, name: str, st: dict) -> None:
     keys = ["mean_ms", "std_ms", "min_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "p99.9_ms", "max_ms"]
-    table.add_row(name, str(st["runs"]), *(f"{st[k]:.3f}" for k in keys), f"{st['throughput_per_s']:.1f}")
+    table.add_row(name, str(st["runs"]), *(_ms(st[k]) for k in keys), f"{st['throughput_per_s']:.4g}")
 
 
 def _profile_rows(sess, flops: dict) -> list[dict]:
+    """The profile of the timed runs; a node's time is its device time where the device has events
+    (OpenCL: the host only enqueues), else the host time around its kernel call."""
     rows = [r for r in sess.profile() if r["calls"]]
     for r in rows:
         r["flops"] = flops.get(r["node"])
-        busy = r["device_ms"] if r["device_ms"] is not None else r["total_ms"]
-        r["gflops"] = r["flops"] * r["calls"] / busy / 1e6 if r["flops"] and busy > 0 else None
-    total = sum(r["total_ms"] for r in rows) or 1.0
+        r["busy_ms"] = r["device_ms"] if r["device_ms"] is not None else r["total_ms"]
+        r["gflops"] = r["flops"] * r["calls"] / r["busy_ms"] / 1e6 if r["flops"] and r["busy_ms"] > 0 else None
+    total = sum(r["busy_ms"] for r in rows) or 1.0
     for r in rows:
-        r["percent"] = 100.0 * r["total_ms"] / total
-    return sorted(rows, key=lambda r: -r["total_ms"])
+        r["percent"] = 100.0 * r["busy_ms"] / total
+    return sorted(rows, key=lambda r: -r["busy_ms"])
 
 
 def _trace_events(sess, marks, origin: float) -> list[dict]:
@@ -327,7 +333,8 @@ def render_profile(rows: list[dict], console, limit: int | None = None) -> None:
     from rich.table import Table
 
     device_time = any(r.get("device_ms") is not None for r in rows)
-    table = Table(title="per-node time of the timed runs (warm-up excluded), slowest first")
+    table = Table(title="per-node time of the timed runs (warm-up excluded), slowest first"
+                  + ("; % and GFLOP/s from device time where there is one" if device_time else ""))
     cols = ["node", "op", "vendor", "calls", "ms/call", "total ms", "%", "GFLOP/s"]
     if device_time:
         cols.append("device ms/call")

@@ -243,7 +243,7 @@ def render(result: BisectResult, console) -> None:
     vendors = ",".join(result.vendors) if result.vendors else "any"
     table = Table(title=f"bisect {result.model}: {result.device}/{vendors} vs reference, node by node")
     for col in ("#", "node", "op", "kernel (device, vendor, dtype)", "fused", "max abs error", "cosine", "result"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col != "node")
     for i, c in enumerate(result.checks):
         worst = max(c.outputs, key=lambda o: o.max_abs, default=None)
         table.add_row(str(i), c.node, c.op, ", ".join(c.key[1:]), c.activation or "",
