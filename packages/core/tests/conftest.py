@@ -41,7 +41,8 @@ def conv_onnx(tmp_path):
     w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
              helper.make_node("Relu", ["c"], ["y"], name="relu")]
-    graph = helper.make_graph(nodes, "conv_onnx", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+    graph = helper.make_graph(nodes, "conv_onnx",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])], [w])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     path = tmp_path / "conv.onnx"

@@ -77,3 +77,17 @@ def test_bisect_cli(run_cli, conv_kkm, tmp_path, registries):
     assert doc["culprit"]["outputs"][0]["max_abs_error"] == pytest.approx(1e-3, rel=1e-2)
     code, out, _ = run_cli("bisect", conv_kkm, "--vendors", "reference", "--repro", tmp_path / "r2")
     assert code == 0 and "all 2 nodes agree" in out
+
+
+def test_bisect_names_a_crashing_kernel(conv_kkm, tmp_path, registries):
+    def crash(a, b):
+        raise ValueError("boom")
+
+    kk.register_kernel("Add", device="cpu", vendor="crashy", dtype="float32", priority=1000)(crash)
+    result = tools.bisect(conv_kkm, vendors=["crashy", "reference"], repro_dir=tmp_path / "r")
+    assert "boom" in result.run_error and result.outputs == []
+    c = result.culprit
+    assert c.node == "y" and c.key == ("Add", "cpu", "crashy", "float32") and "boom" in c.error
+    [test] = _load_test(result.repro)
+    with pytest.raises(kk.KernelExecutionError, match="boom"):
+        test()

@@ -5,7 +5,6 @@ import re
 import shutil
 
 import kernelkit as kk
-import numpy as np
 import pytest
 from kernelkit import tools
 from kernelkit.testing import isolate_registries

@@ -30,3 +30,6 @@ def test_bench_profile_on_gpu_reports_device_time(cnn):
     assert r.device == "gpu" and r.stats["runs"] == 2
     conv = [x for x in r.profile if x["op"] == "Conv"]
     assert conv and all(x["calls"] == 2 and x["device_ms"] > 0 for x in conv)
+    gpus = r.environment["gpus"]  # the OpenCL devices, with their driver versions
+    assert gpus and all(g["name"] and g["driver"] and g["platform"] for g in gpus)
+    assert r.environment["devices"]["gpu"].startswith("gpu: ")

@@ -15,7 +15,6 @@ import argparse
 import logging
 import re
 import sys
-import time
 from contextlib import ExitStack
 from importlib import resources
 from pathlib import Path
@@ -95,14 +94,6 @@ def _concrete(spec: TensorSpec, dims: dict[str, int]) -> tuple[int, ...]:
     return tuple(dims.get(d, 1) if isinstance(d, str) else d for d in spec.shape)
 
 
-def _random_input(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:
-    if dtype == "bool":
-        return rng.random(shape) < 0.5
-    if np.dtype(dtype).kind in "iu":
-        return rng.integers(0, 10, shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
-
-
 def _read_inputs(pairs: list[str]) -> dict[str, np.ndarray]:
     feeds = {}
     for pair in pairs or []:
@@ -160,6 +151,7 @@ def _safe_name(name: str) -> str:
 
 def _run_model(args, console: Console) -> int:
     from .session import Session
+    from .tools._common import random_input
 
     model, settings = _open_model(args.model)
     settings.update(_session_kwargs(args))
@@ -175,7 +167,7 @@ def _run_model(args, console: Console) -> int:
     for info in sess.get_inputs():
         if info.name not in feeds:
             spec = sess.graph.values[info.name].spec
-            feeds[info.name] = _random_input(rng, _concrete(spec, {}), spec.dtype)
+            feeds[info.name] = random_input(rng, _concrete(spec, {}), spec.dtype)
             console.print(f"input {info.name}: random {spec.dtype}{list(feeds[info.name].shape)} "
                           f"(symbolic dims set to 1)" if not spec.is_static else
                           f"input {info.name}: random {spec.dtype}{list(feeds[info.name].shape)}")
@@ -378,7 +370,7 @@ def cmd_kernels(args, console: Console) -> int:
     for col in ("op", "device", "vendor", "dtype", "priority", "implementation"):
         table.add_column(col)
     for row in rows:
-        table.add_row(row["op"], row["device"], row["vendor"], row["dtype"], str(row["priority"]), row["implementation"])
+        table.add_row(*(str(row[k]) for k in ("op", "device", "vendor", "dtype", "priority", "implementation")))
     console.print(table)
     return 0
 
@@ -469,7 +461,8 @@ def _parser() -> argparse.ArgumentParser:
     ben.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input (repeatable; else random)")
     ben.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     ben.add_argument("--runs", type=int, metavar="N", help=f"timed runs (default {DEFAULT_RUNS} unless --duration)")
-    ben.add_argument("--duration", type=float, metavar="S", help="time runs for S seconds (with --runs: whichever ends first)")
+    ben.add_argument("--duration", type=float, metavar="S",
+                     help="time runs for S seconds (with --runs: whichever ends first)")
     ben.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed runs after the first (default 3)")
     ben.add_argument("--profile", action="store_true", help="per-node table of the timed runs, slowest first")
     ben.add_argument("--trace", metavar="FILE.json", help="write a Chrome/Perfetto trace of the timed runs")

@@ -216,7 +216,8 @@ def _gpus() -> list[dict]:
     try:
         import pyopencl as cl
 
-        return [{"platform": p.name, "name": d.name.strip(), "driver": d.driver_version, "type": cl.device_type.to_string(d.type)}
+        return [{"platform": p.name, "name": d.name.strip(), "driver": d.driver_version,
+                 "type": cl.device_type.to_string(d.type)}
                 for p in cl.get_platforms() for d in p.get_devices()]
     except Exception:  # noqa: BLE001 - no OpenCL, no ICD, a broken driver: report none
         return []

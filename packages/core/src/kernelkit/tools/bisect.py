@@ -56,8 +56,9 @@ class BisectResult:
     device: str
     vendors: list | None
     checks: list[NodeCheck]
-    outputs: list[Comparison]  # the whole model, target vs reference
+    outputs: list[Comparison]  # the whole model, target vs reference (empty if the target run failed)
     repro: Path | None = None
+    run_error: str | None = None  # why the target's whole-model run failed, if it did
 
     @property
     def failing(self) -> list[NodeCheck]:
@@ -70,7 +71,7 @@ class BisectResult:
         return bad[0] if bad else None
 
     def to_json(self) -> dict:
-        return {"model": self.model, "device": self.device, "vendors": self.vendors,
+        return {"model": self.model, "device": self.device, "vendors": self.vendors, "run_error": self.run_error,
                 "culprit": self.culprit.to_json() if self.culprit else None,
                 "repro": str(self.repro) if self.repro else None,
                 "outputs": [c.to_json() for c in self.outputs], "nodes": [c.to_json() for c in self.checks]}
@@ -151,13 +152,16 @@ def bisect(model, *, device: str | None = None, vendors=None, threads: int | Non
     with progress.task("bisect: compiling the target and the reference"):
         target = Session(src.model, **settings)
         graph = target.graph
-        got = target.run(None, feeds)
+        try:
+            got, run_error = target.run(None, feeds), None
+        except KernelkitError as exc:  # a crashing kernel is what bisect is for: find it below
+            got, run_error = [], f"{type(exc).__name__}: {exc}"
         values = _reference_values(graph, feeds)
     keys = {k["node"]: (k["op"], k["device"], k["vendor"], k["dtype"]) for k in session_kernels(target)}
     placement = target.placement()
     result = BisectResult(str(src.path) if src.path else graph.name, target.device_name,
                           list(target.vendors) if target.vendors else None, [],
-                          [compare(n, a, values[n]) for n, a in zip(graph.outputs, got)])
+                          [compare(n, a, values[n]) for n, a in zip(graph.outputs, got)], run_error=run_error)
     with progress.task("bisect: node by node", total=len(graph.nodes)) as advance:
         for node in graph.nodes:
             result.checks.append(_check_node(graph, node, keys[node.name], values, placement, target, settings))
@@ -250,6 +254,8 @@ def render(result: BisectResult, console) -> None:
                       f"{worst.max_abs:.3g}" if worst else "-", f"{worst.cosine:.7f}" if worst else "-",
                       Text("ok", style="green") if c.passed else Text("FAIL", style="bold red"))
     console.print(table)
+    if result.run_error:
+        console.print(Text(f"the whole-model run failed: {result.run_error}", style="red"))
     for o in result.outputs:
         console.print(f"model output {o.name}: max abs error {o.max_abs:.3g}, cosine {o.cosine:.7f} "
                       f"({'within' if o.passed else 'outside'} tolerance)")
