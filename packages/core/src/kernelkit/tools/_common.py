@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import progress
 from ..errors import InputError
 from ..ir import Model, TensorSpec
 from ..testing import tolerance
@@ -42,7 +43,9 @@ def open_model(model) -> Source:
                         passes=dep.passes, options=dict(dep.options))
         onnx_path = dep.model_path if dep.model_path.suffix.lower() == ".onnx" else None
         return Source(dep.model(), settings, path, onnx_path, dep)
-    return Source(load_model(path), {}, path, path if path.suffix.lower() == ".onnx" else None)
+    with progress.task(f"loading {path.name}"):  # an .onnx file is converted here
+        loaded = load_model(path)
+    return Source(loaded, {}, path, path if path.suffix.lower() == ".onnx" else None)
 
 
 def parse_shapes(pairs) -> dict[str, tuple[int, ...]]:
