@@ -86,6 +86,7 @@ def _reference_values(graph: Graph, feeds: dict) -> dict[str, np.ndarray]:
     sess = Session(Model(exposed), device="cpu", vendors=REFERENCE, passes=False)
     values = dict(zip(exposed.outputs, sess.run(None, feeds)))
     values.update(feeds)
+    values.update({n: np.asarray(v.data) for n, v in graph.values.items() if v.data is not None})  # folded
     return values
 
 
