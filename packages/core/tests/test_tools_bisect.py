@@ -91,3 +91,22 @@ def test_bisect_names_a_crashing_kernel(conv_kkm, tmp_path, registries):
     [test] = _load_test(result.repro)
     with pytest.raises(kk.KernelExecutionError, match="boom"):
         test()
+
+
+def test_bisect_multi_output_int_and_folded_outputs(tmp_path, registries):
+    """Split (two outputs), a Shape->Cast output that the passes fold into a constant, int outputs."""
+    g = kk.GraphBuilder("edge")
+    x = g.input("x", ("B", 6), "float32")
+    a, b = g.op("Split", x, np.array([2, 4], np.int64), axis=1, outputs=2, name="split")
+    g.output(g.op("Mul", a, a, name="sq"), g.op("Cast", g.op("Shape", b, name="shape"), to=1, name="cast"),
+             g.op("ArgMax", b, axis=1, name="argmax"))
+    model = g.build()
+    result = tools.bisect(model, batch=3, vendors=["reference"])
+    assert result.culprit is None and {c.node for c in result.checks} >= {"split", "sq", "argmax"}
+    assert [o.name for o in result.outputs] == ["sq", "cast", "argmax"] and all(o.passed for o in result.outputs)
+    kk.register_kernel("ArgMax", device="cpu", vendor="wrong", dtype="float32", priority=1000)(
+        lambda x, *, axis=0, keepdims=1, select_last_index=0: np.argmin(x, axis=axis, keepdims=bool(keepdims)))
+    result = tools.bisect(model, batch=3)
+    assert result.culprit.node == "argmax" and result.culprit.key == ("ArgMax", "cpu", "wrong", "float32")
+    [out] = result.culprit.outputs
+    assert out.dtype == "int64" and (out.rtol, out.atol) == (0.0, 0.0) and not out.passed
