@@ -75,5 +75,8 @@ def test_cli_quiet_flag(tty, tmp_path):
     try:
         assert cli.main(["-q", "bench", str(tmp_path / "q.kkm"), "--runs", "2", "--vendors", "reference"]) == 0
         assert tty.getvalue() == ""
+        progress.set_quiet(False)
+        assert cli.main(["bench", str(tmp_path / "q.kkm"), "--runs", "2", "--vendors", "reference", "--quiet"]) == 0
+        assert tty.getvalue() == ""
     finally:
         progress.set_quiet(False)

@@ -522,6 +522,9 @@ def _parser() -> argparse.ArgumentParser:
     conv.add_argument("model", metavar="MODEL.onnx", help="the ONNX file to convert")
     conv.add_argument("-o", "--output", metavar="OUT.kkm", help="where to write the .kkm (default: MODEL.kkm)")
     conv.set_defaults(func=cmd_convert)
+    for command in sub.choices.values():  # -q also after the command; SUPPRESS keeps an earlier -q
+        command.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                             help="no progress display on stderr")
     return p
 
 
