@@ -110,3 +110,19 @@ def test_bisect_multi_output_int_and_folded_outputs(tmp_path, registries):
     assert result.culprit.node == "argmax" and result.culprit.key == ("ArgMax", "cpu", "wrong", "float32")
     [out] = result.culprit.outputs
     assert out.dtype == "int64" and (out.rtol, out.atol) == (0.0, 0.0) and not out.passed
+
+
+def test_bisect_reports_a_pass_that_changes_the_result(conv_kkm, registries):
+    def drop_bias(graph, ctx):
+        """A wrong pass: turns the Add of the bias into a Relu."""
+        for node in graph.nodes:
+            if node.op == "Add":
+                node.op, node.inputs = "Relu", node.inputs[:1]
+                return 1
+        return 0
+
+    kk.register_pass("drop_bias", drop_bias)
+    result = tools.bisect(conv_kkm, vendors=["reference"])
+    assert result.culprit is None  # every kernel is right...
+    [changed] = result.passes  # ...but the graph after passes computes something else
+    assert changed.name == "y" and not changed.passed and changed.max_abs == pytest.approx(1.0)

@@ -59,6 +59,7 @@ class BisectResult:
     outputs: list[Comparison]  # the whole model, target vs reference (empty if the target run failed)
     repro: Path | None = None
     run_error: str | None = None  # why the target's whole-model run failed, if it did
+    passes: list[Comparison] = field(default_factory=list)  # reference: graph as stored vs after passes
 
     @property
     def failing(self) -> list[NodeCheck]:
@@ -74,6 +75,7 @@ class BisectResult:
         return {"model": self.model, "device": self.device, "vendors": self.vendors, "run_error": self.run_error,
                 "culprit": self.culprit.to_json() if self.culprit else None,
                 "repro": str(self.repro) if self.repro else None,
+                "passes": [c.to_json() for c in self.passes],
                 "outputs": [c.to_json() for c in self.outputs], "nodes": [c.to_json() for c in self.checks]}
 
 
@@ -158,11 +160,14 @@ def bisect(model, *, device: str | None = None, vendors=None, threads: int | Non
         except KernelkitError as exc:  # a crashing kernel is what bisect is for: find it below
             got, run_error = [], f"{type(exc).__name__}: {exc}"
         values = _reference_values(graph, feeds)
+        as_stored = Session(src.model, device="cpu", vendors=REFERENCE, passes=False)
+        stored = dict(zip(as_stored.graph.outputs, as_stored.run(None, feeds)))
     keys = {k["node"]: (k["op"], k["device"], k["vendor"], k["dtype"]) for k in session_kernels(target)}
     placement = target.placement()
     result = BisectResult(str(src.path) if src.path else graph.name, target.device_name,
                           list(target.vendors) if target.vendors else None, [],
-                          [compare(n, a, values[n]) for n, a in zip(graph.outputs, got)], run_error=run_error)
+                          [compare(n, a, values[n]) for n, a in zip(graph.outputs, got)], run_error=run_error,
+                          passes=[compare(n, values[n], stored[n]) for n in graph.outputs if n in stored])
     with progress.task("bisect: node by node", total=len(graph.nodes)) as advance:
         for node in graph.nodes:
             result.checks.append(_check_node(graph, node, keys[node.name], values, placement, target, settings))
@@ -257,6 +262,10 @@ def render(result: BisectResult, console) -> None:
     console.print(table)
     if result.run_error:
         console.print(Text(f"the whole-model run failed: {result.run_error}", style="red"))
+    changed = [c.name for c in result.passes if not c.passed]
+    console.print(Text(f"graph passes change output(s) {changed} (reference kernels, stored graph vs after passes)",
+                       style="bold red") if changed else
+                  "graph passes: the reference kernels give the same outputs before and after them")
     for o in result.outputs:
         console.print(f"model output {o.name}: max abs error {o.max_abs:.3g}, cosine {o.cosine:.7f} "
                       f"({'within' if o.passed else 'outside'} tolerance)")
