@@ -10,6 +10,7 @@ import kernelkit as kk
 import numpy as np
 import pytest
 from kernelkit import tools
+from kernelkit.errors import FallbackWarning
 from kernelkit.ops.conv import conv as reference_conv
 from kernelkit.registry import unregister_kernel
 from kernelkit.testing import isolate_registries
@@ -61,7 +62,8 @@ def test_bisect_names_the_wrong_kernel_and_its_repro_fails_then_passes(conv_kkm,
     with pytest.raises(AssertionError):
         test()
     unregister_kernel("Conv", device="cpu", vendor="forgetful", dtype="float32")
-    test()  # the kernel is gone: the repro passes
+    with pytest.warns(FallbackWarning, match="forgetful"):
+        test()  # the kernel is gone: the repro passes (on the kernel selection falls back to)
     assert tools.bisect(conv_kkm).culprit is None
 
 

@@ -15,7 +15,9 @@ import argparse
 import logging
 import re
 import sys
-from contextlib import ExitStack
+import warnings
+from collections import Counter
+from contextlib import ExitStack, contextmanager
 from importlib import resources
 from pathlib import Path
 
@@ -26,7 +28,7 @@ from rich.text import Text
 
 from . import __version__, progress
 from .deploy import is_deployment, load_deployment
-from .errors import InputError, KernelkitError, LoaderNotFoundError
+from .errors import FallbackWarning, InputError, KernelkitError, LoaderNotFoundError
 from .ir import Model, TensorSpec
 
 log = logging.getLogger("kernelkit.cli")
@@ -119,14 +121,43 @@ def _benchmark(console: Console, sess, feeds: dict, runs: int, title: str) -> No
 
 
 # -- run ---------------------------------------------------------------------------------------
-def _run_example(args, console: Console) -> int:
+def _session(model, console: Console, **settings):
+    """A Session whose fallback warning becomes one line on the console."""
     from .session import Session
 
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        sess = Session(model, **settings)
+    fallbacks = sess.fallbacks()
+    if fallbacks:
+        places = Counter(f"{f['device']}/{f['vendor']}" for f in fallbacks)
+        copies = sum(len(f["copies"]) for f in fallbacks)
+        asked = f"{sess.device_name}" + (f" vendors {list(sess.vendors)}" if sess.vendors else "")
+        console.print(Text("fallback: ", style="yellow") + Text(
+            f"{len(fallbacks)} node(s) not on {asked}: " + ", ".join(f"{n} on {p}" for p, n in sorted(places.items()))
+            + f"; {copies} host<->device copies added (kernelkit info lists them)"))
+    return sess
+
+
+@contextmanager
+def _fallback_lines(console: Console):
+    """Fallback warnings of the sessions a tool builds, each as one yellow line on the console."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FallbackWarning)
+        yield
+    for w in caught:
+        if issubclass(w.category, FallbackWarning):
+            console.print(Text("fallback: ", style="yellow") + Text(str(w.message)))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def _run_example(args, console: Console) -> int:
     with ExitStack() as stack:
         folder = resources.files("kernelkit").joinpath(*EXAMPLE)
         model_path = stack.enter_context(resources.as_file(folder / "digits.kkm"))
         data_path = stack.enter_context(resources.as_file(folder / "test.npz"))
-        sess = Session(model_path, **_session_kwargs(args))
+        sess = _session(model_path, console, **_session_kwargs(args))
         with np.load(data_path, allow_pickle=False) as data:
             x, labels = data["x"], data["label"]
         with progress.task("first run (compiling kernels)"):
@@ -150,12 +181,11 @@ def _safe_name(name: str) -> str:
 
 
 def _run_model(args, console: Console) -> int:
-    from .session import Session
     from .tools._common import random_input
 
     model, settings = _open_model(args.model)
     settings.update(_session_kwargs(args))
-    sess = Session(model, **settings)
+    sess = _session(model, console, **settings)
     if args.validate:
         return _validate(args, sess, console)
     feeds = _read_inputs(args.input)
@@ -281,8 +311,20 @@ def cmd_info(args, console: Console) -> int:
     for row in facts["placement"]:
         p_table.add_row(row["device"], row["vendor"], str(row["nodes"]), ", ".join(row["ops"]))
     console.print(p_table)
-    for message in facts["fallbacks"]:
-        console.print(Text("fallback: ", style="yellow") + Text(message))
+    mem = facts.get("memory")
+    if mem:
+        m_table = Table(title="memory plan (bytes)")
+        for col in ("arena", "live peak", "weights", "largest scratch", "planned values", "in place",
+                    "kernel-allocated"):
+            m_table.add_column(col, justify="right")
+        m_table.add_row(*(f"{mem[k]:,}" for k in ("arena_bytes", "live_peak_bytes", "weights_bytes", "scratch_bytes",
+                                                   "planned_values", "inplace_steps", "kernel_allocated_values")))
+        console.print(m_table)
+    for fb in facts["fallbacks"]:
+        copies = f"; copies {', '.join(fb['copies'])}" if fb.get("copies") else ""
+        console.print(Text("fallback: ", style="yellow") + Text(f"node {fb['node']!r} ({fb['op']}) on "
+                                                                  f"({fb['device']}, {fb['vendor']}): {fb['reason']}"
+                                                                  f"{copies}"))
     return 0
 
 
@@ -294,9 +336,10 @@ def cmd_validate(args, console: Console) -> int:
 
     inputs = load_inputs(args.inputs) if args.inputs else {}
     inputs.update(_read_inputs(args.input))
-    result = validate(args.model, against=args.against, device=args.device, vendors=_vendors(args.vendors),
-                      threads=args.threads, shapes=parse_shapes(args.shape), batch=args.batch, inputs=inputs,
-                      seed=args.seed)
+    with _fallback_lines(console):
+        result = validate(args.model, against=args.against, device=args.device, vendors=_vendors(args.vendors),
+                          threads=args.threads, shapes=parse_shapes(args.shape), batch=args.batch, inputs=inputs,
+                          seed=args.seed)
     render(result, console)
     if args.json:
         result.write_json(args.json)
@@ -314,9 +357,10 @@ def cmd_bisect(args, console: Console) -> int:
 
     inputs = load_inputs(args.inputs) if args.inputs else {}
     inputs.update(_read_inputs(args.input))
-    result = bisect(args.model, device=args.device, vendors=_vendors(args.vendors), threads=args.threads,
-                    shapes=parse_shapes(args.shape), batch=args.batch, inputs=inputs, seed=args.seed,
-                    repro_dir=args.repro)
+    with _fallback_lines(console):
+        result = bisect(args.model, device=args.device, vendors=_vendors(args.vendors), threads=args.threads,
+                        shapes=parse_shapes(args.shape), batch=args.batch, inputs=inputs, seed=args.seed,
+                        repro_dir=args.repro)
     render(result, console)
     if args.json:
         Path(args.json).write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
@@ -329,8 +373,9 @@ def cmd_graph(args, console: Console) -> int:
     from .tools import graph
     from .tools._common import parse_shapes
 
-    text = graph(args.model, args.output, device=args.device, vendors=_vendors(args.vendors),
-                 shapes=parse_shapes(args.shape), batch=args.batch, passes=False if args.no_passes else None)
+    with _fallback_lines(console):
+        text = graph(args.model, args.output, device=args.device, vendors=_vendors(args.vendors),
+                     shapes=parse_shapes(args.shape), batch=args.batch, passes=False if args.no_passes else None)
     if args.output:
         console.print(f"wrote {args.output}")
     else:
@@ -344,10 +389,11 @@ def cmd_bench(args, console: Console) -> int:
     from .tools._common import parse_shapes
     from .tools.bench import render
 
-    result = bench(args.model, device=args.device, vendors=_vendors(args.vendors), threads=args.threads,
-                   shapes=parse_shapes(args.shape), batch=args.batch, inputs=_read_inputs(args.input),
-                   runs=args.runs, duration=args.duration, warmup=args.warmup, seed=args.seed,
-                   profile=args.profile, trace=args.trace is not None, compare=args.compare)
+    with _fallback_lines(console):
+        result = bench(args.model, device=args.device, vendors=_vendors(args.vendors), threads=args.threads,
+                       shapes=parse_shapes(args.shape), batch=args.batch, inputs=_read_inputs(args.input),
+                       runs=args.runs, duration=args.duration, warmup=args.warmup, seed=args.seed,
+                       profile=args.profile, trace=args.trace is not None, compare=args.compare)
     render(result, console)
     for flag, path, write in (("--json", args.json, result.write_json), ("--trace", args.trace, result.write_trace),
                               ("--plot", args.plot, result.plot)):
@@ -415,6 +461,18 @@ def _versions() -> str:
         if name.lower() != "kernelkit":
             lines.append(f"{name} {version}" + (f" (backend {', '.join(backends)})" if backends else ""))
     return "\n".join(lines)
+
+
+def cmd_batch(args, console: Console) -> int:
+    from .integrations.batch import main_summary, run_batch
+
+    kwargs = _session_kwargs(args)
+    kwargs.pop("threads", None)
+    summary = run_batch(args.model, args.input, args.output, engine=args.engine, workers=args.workers,
+                        threads=args.threads, batch_size=args.batch_size, cache_dir=args.cache_dir,
+                        address=args.address, quiet=args.quiet, **kwargs)
+    console.print(main_summary(summary))
+    return 0
 
 
 # -- entry point -------------------------------------------------------------------------------
@@ -522,9 +580,27 @@ def _parser() -> argparse.ArgumentParser:
     conv.add_argument("model", metavar="MODEL.onnx", help="the ONNX file to convert")
     conv.add_argument("-o", "--output", metavar="OUT.kkm", help="where to write the .kkm (default: MODEL.kkm)")
     conv.set_defaults(func=cmd_convert)
+
+    batch = sub.add_parser("batch", help="run a model over a folder of .npy/.npz files or a Parquet file")
+    batch.add_argument("model", metavar="MODEL", help=".kkm or .onnx model")
+    batch.add_argument("--input", required=True, metavar="DIR_OR_PARQUET",
+                       help="a folder of .npy/.npz files, or a .parquet file with one column per model input")
+    batch.add_argument("--output", required=True, metavar="DIR", help="folder for the outputs (created)")
+    batch.add_argument("--engine", choices=("local", "ray", "dask"), default="local",
+                       help="local: a process pool here; ray/dask: a local cluster, or the one at --address")
+    batch.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default 1)")
+    batch.add_argument("--threads", type=int, metavar="T",
+                       help="threads per worker (default: this machine's CPUs divided between the workers)")
+    batch.add_argument("--batch-size", type=int, default=32, metavar="B", help="Parquet rows per work item")
+    batch.add_argument("--address", metavar="ADDR", help="an existing Ray or Dask cluster to use")
+    batch.add_argument("--cache-dir", metavar="DIR", help="a kernel cache folder the workers share")
+    batch.add_argument("--quiet", action="store_true", help="no progress bar")
+    device_opts(batch)
+    batch.set_defaults(func=cmd_batch)
     for command in sub.choices.values():  # -q also after the command; SUPPRESS keeps an earlier -q
-        command.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
-                             help="no progress display on stderr")
+        if "--quiet" not in command._option_string_actions:
+            command.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                                 help="no progress display on stderr")
     return p
 
 

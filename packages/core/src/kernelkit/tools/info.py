@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections import Counter
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import FallbackWarning, InputError
 from ..ir import TensorSpec
 from ._common import node_flops, open_model
 
@@ -43,7 +44,9 @@ def info(model, *, device: str | None = None, vendors=None, dims: dict | None = 
     settings = dict(src.settings)
     overrides = {"device": device, "vendors": tuple(vendors) if vendors is not None else None, "threads": threads}
     settings.update({k: v for k, v in overrides.items() if v is not None})
-    sess = Session(src.model, **settings)
+    with warnings.catch_warnings():  # fallbacks are reported in the facts
+        warnings.simplefilter("ignore", FallbackWarning)
+        sess = Session(src.model, **settings)
     g = sess.graph
     flops = node_flops(g)
     missing = sorted({n.op_id for n in g.nodes if flops[n.name] is None and _no_flops_fn(n)})
@@ -68,8 +71,22 @@ def info(model, *, device: str | None = None, vendors=None, dims: dict | None = 
         "vendors": list(sess.vendors) if sess.vendors else None,
         "placement": [{"device": d, "vendor": v, "nodes": n, "ops": sorted(ops_at[(d, v)])}
                       for (d, v), n in sorted(Counter(placement.values()).items())],
-        "fallbacks": [msg for _, msg in sess.fallbacks],
+        "fallbacks": _fallbacks(sess),
+        "memory": _memory(sess),
     }
+
+
+def _fallbacks(sess) -> list[dict]:
+    """Session.fallbacks(): node, op, device, vendor, reason, copies (older sessions: a list)."""
+    fb = sess.fallbacks
+    if callable(fb):
+        return list(fb())
+    return [{"node": node, "op": "", "device": "", "vendor": "", "reason": msg, "copies": []} for node, msg in fb]
+
+
+def _memory(sess) -> dict | None:
+    memory = getattr(sess, "memory", None)  # Session.memory(): the arena plan, when it exists
+    return memory() if callable(memory) else None
 
 
 def _no_flops_fn(node) -> bool:
