@@ -52,6 +52,8 @@ def test_bench_cli_json_schema(capsys, tmp_path, conv_kkm):
     assert [k["node"] for k in env["kernels"]] == ["conv", "y"]  # Relu fused into the Conv
     assert all(k["vendor"] == "reference" and k["device"] == "cpu" for k in env["kernels"])
     assert {"op", "dtype"} <= set(env["kernels"][0])
+    assert env["memory"]["weights_bytes"] == 4 * 3 * 3 * 3 * 4 + 4 * 4  # Session.memory(): conv weight, bias
+    assert env["memory"]["arena_bytes"] >= 0
 
 
 def test_bench_shape_and_duration(conv_kkm):
