@@ -7,6 +7,7 @@ import shutil
 import kernelkit as kk
 import pytest
 from kernelkit import tools
+from kernelkit.errors import FallbackWarning
 from kernelkit.testing import isolate_registries
 
 
@@ -64,3 +65,14 @@ def test_graph_errors(run_cli, conv_kkm, tmp_path, monkeypatch):
     code, _, err = run_cli("graph", conv_kkm, "-o", tmp_path / "g.svg")
     assert code == 2 and "error[KK_GRAPHVIZ]" in err and "dot" in err
     assert not (tmp_path / "g.svg").exists()
+
+
+def test_dot_marks_device_copies(conv_model, monkeypatch):
+    """A fake 'acc' device running only Add: the Conv output is copied cpu->acc (dashed edge)."""
+    isolate_registries(monkeypatch)
+    kk.register_device("acc", lambda options: kk.Device())
+    kk.register_kernel("Add", device="acc", vendor="accv", dtype="float32")(lambda a, b: a + b)
+    with pytest.warns(FallbackWarning, match="fell back from device 'acc'"):
+        dot = tools.graph(conv_model(), device="acc", batch=1)
+    assert re.search(r'n0 -> n1 \[label="float32\[1,4,8,8\]  copy cpu->acc", style=dashed', dot), dot
+    assert r"y\nAdd\nacc/accv" in dot and r"conv\nConv\ncpu/" in dot

@@ -1,7 +1,7 @@
 """``kernelkit graph``: the graph a Session runs (after passes) as Graphviz DOT, or SVG/PNG through
 Graphviz's ``dot`` when it is on PATH. Nodes are coloured by (device, vendor); nodes with a fused
 activation have a double border and name it; reorder nodes (layout changes) are hexagons; edges carry
-the value's dtype and shape.
+the value's dtype and shape, and are dashed red where the session copies the value between devices.
 
     from kernelkit.tools import graph
     dot_text = graph("model.kkm", "model.svg", device="gpu")
@@ -75,9 +75,17 @@ def to_dot(sess) -> str:
         lines.append(f"  {nid} [label={_q(label)}, {', '.join(attrs)}];")
     for i, name in enumerate(graph.outputs):
         lines.append(f"  out{i} [label={_q(f'output {name}')}, shape=ellipse, fillcolor=\"#ffffff\"];")
+    producer_device = {o: placement[n.name][0] for n in graph.nodes for o in n.outputs if o}
     for i, node in enumerate(graph.nodes):
+        here = placement[node.name][0]
         for name in dict.fromkeys(n for n in node.inputs if n and n in ids):
-            lines.append(f"  {ids[name]} -> n{i} [label={_q(graph.values[name].spec or '')}];")
+            there = producer_device.get(name, "cpu")  # graph inputs start on the host
+            label = str(graph.values[name].spec or "")
+            if there != here:  # a host<->device copy the session adds
+                lines.append(f"  {ids[name]} -> n{i} [label={_q(f'{label}  copy {there}->{here}')}, "
+                             f'style=dashed, color="#d62728"];')
+            else:
+                lines.append(f"  {ids[name]} -> n{i} [label={_q(label)}];")
     for i, name in enumerate(graph.outputs):
         if name in ids:
             lines.append(f"  {ids[name]} -> out{i} [label={_q(graph.values[name].spec or '')}];")
