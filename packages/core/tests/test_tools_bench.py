@@ -19,6 +19,17 @@ def _run(capsys, *argv):
     return code, out, err
 
 
+def _check_schema(doc):
+    """``doc`` against the published JSON Schema (kernelkit/tools/bench.schema.json)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from kernelkit.tools.bench import json_schema
+
+    jsonschema.validate(doc, json_schema())
+    broken = {**doc, "latency": {k: v for k, v in doc["latency"].items() if k != "p99.9_ms"}}
+    with pytest.raises(jsonschema.ValidationError, match="p99.9_ms"):
+        jsonschema.validate(broken, json_schema())
+
+
 def test_latency_stats_against_numpy():
     times = [3.0, 1.0, 2.0, 10.0, 4.0]
     s = latency_stats(times, batch=2)
@@ -36,6 +47,7 @@ def test_bench_cli_json_schema(capsys, tmp_path, conv_kkm):
     assert code == 0, err
     assert "p99.9" in out and "session creation" in out and "first run" in out
     doc = json.loads(out_json.read_text())
+    _check_schema(doc)
     assert doc["schema"] == 1 and doc["batch"] == 2 and doc["threads"] == 1 and doc["warmup_runs"] == 2
     assert doc["inputs"] == {"x": {"shape": [2, 3, 8, 8], "dtype": "float32"}}
     lat = doc["latency"]
@@ -78,8 +90,9 @@ def test_bench_profile_excludes_warmup_and_sums(conv_kkm):
 
 def test_bench_cli_profile_trace_plot(capsys, tmp_path, conv_kkm):
     pytest.importorskip("matplotlib")
-    trace, png = tmp_path / "t.json", tmp_path / "p.png"
-    code, out, err = _run(capsys, "bench", conv_kkm, "--runs", 3, "--profile", "--trace", trace, "--plot", png, *REF)
+    trace, png, doc = tmp_path / "t.json", tmp_path / "p.png", tmp_path / "b.json"
+    code, out, err = _run(capsys, "bench", conv_kkm, "--runs", 3, "--profile", "--trace", trace, "--plot", png,
+                          "--json", doc, *REF)
     assert code == 0, err
     assert "per-node time" in out and "GFLOP/s" in out
     events = json.loads(trace.read_text())["traceEvents"]
@@ -91,6 +104,7 @@ def test_bench_cli_profile_trace_plot(capsys, tmp_path, conv_kkm):
         assert len(inside) == 2
     assert {k["args"]["vendor"] for k in kernels} == {"reference"}
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    _check_schema(json.loads(doc.read_text()))  # with the profile rows
 
 
 def test_bench_compare_onnxruntime(capsys, tmp_path, conv_onnx):
@@ -100,6 +114,7 @@ def test_bench_compare_onnxruntime(capsys, tmp_path, conv_onnx):
                           "--json", out_json, *REF)
     assert code == 0, err
     assert "onnxruntime" in out and "ratio" in out
+    _check_schema(json.loads(out_json.read_text()))
     c = json.loads(out_json.read_text())["compare"]
     assert c["runtime"] == "onnxruntime" and c["threads"] == 1 and c["latency"]["runs"] == 4
     assert c["session_ms"] > 0 and c["first_run_ms"] > 0 and c["latency"]["p99_ms"] >= c["latency"]["p50_ms"]

@@ -201,7 +201,8 @@ def _run_model(args, console: Console) -> int:
             console.print(f"input {info.name}: random {spec.dtype}{list(feeds[info.name].shape)} "
                           f"(symbolic dims set to 1)" if not spec.is_static else
                           f"input {info.name}: random {spec.dtype}{list(feeds[info.name].shape)}")
-    outputs = sess.run(None, feeds)
+    with progress.task("first run (compiling kernels)"):
+        outputs = sess.run(None, feeds)
     table = Table(title=f"outputs of {sess.graph.name}")
     for col in ("name", "shape", "dtype", "min", "max", "mean"):
         table.add_column(col)

@@ -26,6 +26,13 @@ DEFAULT_WARMUP = 3
 JSON_SCHEMA = 1  # bumped when a key of BenchResult.to_json() changes meaning
 
 
+def json_schema() -> dict:
+    """The JSON Schema (draft 2020-12) of what ``--json`` writes (``bench.schema.json`` beside this file)."""
+    from importlib import resources
+
+    return json.loads(resources.files("kernelkit.tools").joinpath("bench.schema.json").read_text(encoding="utf-8"))
+
+
 def latency_stats(times_ms, batch: int = 1) -> dict:
     """runs, mean/std/min/max and the percentiles of ``times_ms``, plus throughput (inferences
     per second: ``batch`` / mean)."""
