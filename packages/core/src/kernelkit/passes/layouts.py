@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import ConfigError, KernelkitError, ShapeError
 from ..ir import Graph, Node, TensorSpec, Value
 from ..layout import IMAGE_LAYOUTS, LAYOUT_FREE, is_plain, layout_attrs, parse, physical_shape, reorder
-from ..registry import candidates, get_schema, normalize_attrs
+from ..registry import candidates, get_schema, kernels, normalize_attrs
 from . import PassContext, register_pass
 
 KEEP = object()  # an input a layout-free node reads as it is (a broadcast scalar)
@@ -231,6 +231,11 @@ def assign_layouts(graph: Graph, ctx: PassContext) -> int:
     prefer = _norm(prefer) or None
     if any(n.op_id == "LayoutReorder" for n in graph.nodes):
         return 0  # laid out already
+    scoped = list(ctx.scope.kernels) if ctx.scope is not None else []
+    variant_ops = {k.op for k in [*kernels(device=ctx.device), *scoped] if k.layout and k.device == ctx.device
+                   and (ctx.vendors is None or k.vendor in ctx.vendors)}
+    if not any(n.op_id in variant_ops for n in graph.nodes):
+        return 0  # no node has a layout variant here: nothing to choose (one set lookup per node)
     if not candidates("LayoutReorder", ctx.device, "float32", ctx.vendors, ctx.scope):
         return 0  # no reorder kernel here (vendors or device): every node keeps the default layout
     planner = _Planner(graph, ctx, prefer)
