@@ -7,8 +7,8 @@
   of each tap, channels innermost.
 - NCHWc (c = 8 or 16; weights HWIO dense, OIHWco depthwise): dense is the same GEMM, its columns
   gathered as c-wide channel blocks and its rows re-blocked by the fused epilogue; depthwise is a
-  direct loop over a tile of T output columns with a (T, c) accumulator, channels innermost. The
-  block size is a compile-time constant of each compiled kernel.
+  unit-stride loop per tap over a whole output row of a channel block (OW*c values, the input's
+  columns split into stride phases, the tap's weights repeated along the row), which vectorises.
 
 Registered at priority -10: below the default-layout numba Conv (0), so a session uses them only
 when it asks for the layout (``options={"layout": "NHWC"}``), see benchmarks/bench_layouts.py.
@@ -29,7 +29,6 @@ from .epilogue import act
 
 PRIORITY = -10  # below the default-layout Conv: chosen only when a session asks for the layout
 BLOCKS = (8, 16)
-TILE = 4  # output columns per accumulator tile of the blocked kernels
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
 
@@ -102,9 +101,13 @@ def _padded(x: np.ndarray, begin, end, spatial=(1, 2)) -> np.ndarray:
     """``x`` with zeros around its two spatial axes (``x`` itself when there is no padding)."""
     if not any(begin) and not any(end):
         return x
-    widths = [(0, 0)] * x.ndim
-    widths[spatial[0]], widths[spatial[1]] = (begin[0], end[0]), (begin[1], end[1])
-    return np.pad(x, widths)
+    shape, inner = list(x.shape), [slice(None)] * x.ndim
+    for k, axis in enumerate(spatial):
+        shape[axis] += begin[k] + end[k]
+        inner[axis] = slice(begin[k], begin[k] + x.shape[axis])
+    xp = np.zeros(shape, x.dtype)  # np.pad is several times slower for this
+    xp[tuple(inner)] = x
+    return xp
 
 
 class _LayoutConv(NumbaKernel):
@@ -211,35 +214,51 @@ def _blocked_kernels(c: int):
                     y[n, mb, oh, ow, U(k)] = act(y2[r, mb * c + U(k)] + bias[mb * c + U(k)], code, p0, p1)
 
     @jit_parallel
-    def depthwise(xp, w, bias, y, sh, sw, dh, dw, code, p0, p1):
-        """xp (N, C/c, HP, WP, c) padded, w (C/c, 1, KH, KW, c), y (N, C/c, OH, OW, c)."""
-        n_n, cb_n, oh_n, ow_n = y.shape[0], y.shape[1], y.shape[2], y.shape[3]
-        kh, kw = w.shape[2], w.shape[3]
+    def depthwise(xq, wrep, brep, y, sh, dh, dw, sw, code, p0, p1):
+        """Depthwise, one output row of one channel block at a time: per tap, one unit-stride loop
+        over the row's OW*c values (``acc[k] += src[off + k] * wrep[k]``), which vectorises.
+        xq (N, C/c, HP, sw, WQ*c): the padded input's columns split into the sw stride phases;
+        wrep (C/c, KH, KW, OW*c): each tap's c weights repeated OW times; brep (C/c, OW*c) the
+        bias so; y (N, C/c, OH, OW*c)."""
+        n_n, cb_n, oh_n, span = y.shape[0], y.shape[1], y.shape[2], y.shape[3]
+        kh, kw = wrep.shape[1], wrep.shape[2]
         rows = cb_n * oh_n
         for t in prange(n_n * rows):
             n = t // rows
             cb = (t - n * rows) // oh_n
             oh = t - n * rows - cb * oh_n
-            acc = np.empty((TILE, c), y.dtype)
-            for ow0 in range(0, ow_n, TILE):
-                for q in range(TILE):
-                    for o in range(c):
-                        acc[q, U(o)] = bias[cb * c + o]
-                for i in range(kh):
-                    ih = oh * sh + i * dh
-                    for j in range(kw):
-                        for q in range(TILE):
-                            iw = min(ow0 + q, ow_n - 1) * sw + j * dw
-                            for o in range(c):
-                                acc[q, U(o)] += xp[n, cb, ih, iw, U(o)] * w[cb, 0, i, j, U(o)]
-                for q in range(min(TILE, ow_n - ow0)):
-                    for o in range(c):
-                        y[n, cb, oh, ow0 + q, U(o)] = act(acc[q, U(o)], code, p0, p1)
+            acc = np.empty(span, y.dtype)
+            for k in range(span):
+                acc[U(k)] = brep[cb, U(k)]
+            for i in range(kh):
+                ih = oh * sh + i * dh
+                for j in range(kw):
+                    src = xq[n, cb, ih, (j * dw) % sw]
+                    off = U(((j * dw) // sw) * c)
+                    wt = wrep[cb, i, j]
+                    for k in range(span):
+                        acc[U(k)] += src[U(k) + off] * wt[U(k)]
+            dst = y[n, cb, oh]
+            for k in range(span):
+                dst[U(k)] = act(acc[U(k)], code, p0, p1)
 
     return columns, blocked_epilogue, depthwise
 
 
 _BLOCKED = {c: _blocked_kernels(c) for c in BLOCKS}
+
+
+def _phases(xp: np.ndarray, sw: int) -> np.ndarray:
+    """(N, CB, HP, WP, c) -> (N, CB, HP, sw, WQ*c): column ow*sw + b of the padded input at
+    [..., b, ow*c:(ow+1)*c], so that a strided tap reads a contiguous run (a view when sw == 1)."""
+    n, cb, hp, wp, c = xp.shape
+    wq = -(-wp // sw)
+    if sw == 1:
+        return xp.reshape(n, cb, hp, 1, wp * c)
+    if wq * sw != wp:
+        xp = np.pad(xp, ((0, 0), (0, 0), (0, 0), (0, wq * sw - wp), (0, 0)))
+    return np.ascontiguousarray(xp.reshape(n, cb, hp, wq, sw, c).transpose(0, 1, 2, 4, 3, 5)).reshape(
+        n, cb, hp, sw, wq * c)
 
 
 def _blocked_weights(c: int):
@@ -263,6 +282,7 @@ def _register_blocked(c: int) -> None:
         def setup(self, input_specs):
             super().setup(input_specs)
             self._col = None
+            self._rows = None  # (key, weights and bias repeated along an output row) of the depthwise path
 
         def compute(self, x, w, b=None):
             win = self.win
@@ -274,7 +294,13 @@ def _register_blocked(c: int) -> None:
             columns, epilogue, depthwise = _BLOCKED[c]
             bias = self.bias(b, x.dtype)
             if self.depthwise:
-                depthwise(xp, w, bias, y, sh, sw, dh, dw, code, p0, p1)
+                key = (w.__array_interface__["data"][0], w.shape, bias.__array_interface__["data"][0], ow_n)
+                if self._rows is None or self._rows[0] != key:  # weights are constants: repeated once
+                    self._rows = key, np.ascontiguousarray(np.tile(w[:, 0], (1, 1, 1, ow_n))), \
+                        np.tile(bias.reshape(-1, c), (1, ow_n))
+                _, wrep, brep = self._rows
+                depthwise(_phases(xp, sw), wrep, brep, y.reshape(*y.shape[:3], ow_n * c), sh, dh, dw, sw,
+                          code, p0, p1)
                 return y
             kh, kw, cg, m = w.shape
             shape = (n * oh_n * ow_n, kh * kw * cg)
