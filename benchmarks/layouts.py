@@ -8,18 +8,21 @@ per layer and per model, 1 thread (docs/architecture.md, "Layouts").
 Layers: each kernel is bound once (``kernelkit.invoke.bind``, as the session does) and called on
 an input already in its layout, so the time is the kernel's alone; the best of ``--repeats``
 calls is reported (the machine is shared: the minimum is the least disturbed). Models: a Session
-per layout (``options={"layout": ...}``), reorders included, best of the repeats.
+per layout (``options={"layout": ...}``), reorders included, runs interleaved across the layouts,
+best of the repeats.
 
 Measured 2026-11-23 on the shared 2-core development box (``NUMBA_NUM_THREADS=1``,
-``--models 112 --repeats 12``; per-layer figures there vary up to 3x between runs, the models' less):
+``--models 112 --repeats 30 --no-layers``, runs interleaved); four such runs at different moments
+put the same model anywhere between 0.5x and 2x of these, so differences under ~15% are noise:
 
     model (1x3x112x112)   NCHW ms   NHWC ms   NCHW8c ms   NCHW16c ms   (reorders: 0, 2, 2, 2/6)
-    resnet18                 89.5      87.3        89.0         90.7
-    mobilenet_v2             28.9      34.0        59.6         46.0
+    resnet18                 26.0      24.4        24.4         23.6
+    mobilenet_v2             14.9      15.6        17.6         17.6
 
-Dense 3x3 and 1x1 convs run at par in every layout (all are one GEMM); depthwise is slower in
-NHWC on wide maps and 2-10x slower in NCHWc (its (tile, c) accumulator stays scalar: LLVM cannot
-prove Numba's arrays apart). So the variants stay below the NCHW kernel (priority -10): opt-in.
+Per layer (``--repeats 10``): dense 3x3 and 1x1 convs are one GEMM in every layout and run at
+par; depthwise runs at par on small maps and up to 2x slower on 56x56 and 112x112 maps in NHWC and
+NCHWc (the NCHW kernel's stride-phase planes suit wide maps best). Nothing is reliably faster, and
+MobileNetV2 is slower, so the variants stay below the NCHW kernel (priority -10): opt-in.
 """
 from __future__ import annotations
 
@@ -76,19 +79,24 @@ def layer_ms(layout: str, x: np.ndarray, w: np.ndarray, attrs: dict, repeats: in
     return best * 1e3
 
 
-def model_ms(proto, layout: str, shape, repeats: int) -> tuple[float, int]:
+def models_ms(proto, shape, repeats: int) -> list[tuple[float, int]]:
+    """(best ms, reorders) per layout of LAYOUTS; the sessions' runs are interleaved, so that a
+    busy moment of the machine hits every layout alike."""
     from kernelkit_converters.onnx import convert
 
-    sess = kk.Session(convert(proto), vendors=["numba", "reference"], threads=1,
-                      options={"layout": layout} if layout else {})
-    feeds = {sess.get_inputs()[0].name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
-    sess.run(None, feeds)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+    model = convert(proto)
+    sessions = [kk.Session(model, vendors=["numba", "reference"], threads=1, options={"layout": lay} if lay else {})
+                for lay in LAYOUTS]
+    feeds = {sessions[0].get_inputs()[0].name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+    best = [float("inf")] * len(sessions)
+    for sess in sessions:
         sess.run(None, feeds)
-        best = min(best, time.perf_counter() - t0)
-    return best * 1e3, sum(1 for n in sess.graph.nodes if n.op_id == "LayoutReorder")
+    for _ in range(repeats):
+        for k, sess in enumerate(sessions):
+            t0 = time.perf_counter()
+            sess.run(None, feeds)
+            best[k] = min(best[k], time.perf_counter() - t0)
+    return [(b * 1e3, sum(1 for n in s.graph.nodes if n.op_id == "LayoutReorder")) for b, s in zip(best, sessions)]
 
 
 def main() -> None:
@@ -96,12 +104,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--models", type=int, metavar="IMAGE", help="also time ResNet-18 and MobileNetV2 at this size")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-layers", action="store_true", help="only the models")
     args = ap.parse_args()
     kk.kernels()  # loads the installed backends
     rng = np.random.default_rng(0)
     head = f"{'layer':<20}" + "".join(f"{(lay or 'NCHW') + ' ms':>13}" for lay in LAYOUTS)
     print(head)
-    for name, xs, ws, attrs in LAYERS[::3] if args.quick else LAYERS:
+    for name, xs, ws, attrs in [] if args.no_layers else LAYERS[::3] if args.quick else LAYERS:
         x = rng.standard_normal(xs).astype(np.float32)
         w = rng.standard_normal(ws).astype(np.float32)
         times = [layer_ms(lay, x, w, attrs, args.repeats) for lay in LAYOUTS]
@@ -112,10 +121,8 @@ def main() -> None:
 
         for name, proto in (("resnet18", resnet(18, image=args.models, batch=1)),
                             ("mobilenet_v2", mobilenet_v2(image=args.models, batch=1))):
-            cells = []
-            for lay in LAYOUTS:
-                ms, reorders = model_ms(proto, lay, (1, 3, args.models, args.models), args.repeats)
-                cells.append(f"{ms:9.2f} ({reorders})")
+            cells = [f"{ms:9.2f} ({reorders})"
+                     for ms, reorders in models_ms(proto, (1, 3, args.models, args.models), args.repeats)]
             print(f"{name:<20}" + "".join(f"{c:>13}" for c in cells) + "   ms (reorders)")
 
 
