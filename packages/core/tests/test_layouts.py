@@ -248,3 +248,16 @@ def test_a_skip_connection_from_before_the_chain_reuses_its_re_laid_copy(rng):
     laid = kk.Session(model, vendors=REF, options=NHWC)
     assert laid.layouts()["add"] == "NHWC" and len(_reorders(laid)) == 2
     assert_close(laid.run(None, feeds)[0], kk.Session(model, vendors=REF).run(None, feeds)[0])
+
+
+def test_laid_out_values_live_in_the_arena_with_their_physical_shapes(rng):
+    model, feeds = _net(rng), _feeds(rng)
+    laid = kk.Session(model, vendors=REF, options=NHWC)
+    mem = laid.memory()
+    assert mem["planned_values"] > 0 and mem["arena_bytes"] >= mem["live_peak_bytes"] > 0
+    placed = laid._executor.pool_for(None).mem.placed  # the residual Add (NHWC) writes into the arena
+    assert placed[laid.plan.slot_of["add"]][1] == (2, 6, 6, 8)
+    first = laid.run(None, feeds)[0]
+    again = laid.run(None, {"x": feeds["x"] * 2})[0]  # the arena is reused: no value leaks into the next run
+    assert_close(laid.run(None, feeds)[0], first)
+    assert_close(again, kk.Session(model, vendors=REF).run(None, {"x": feeds["x"] * 2})[0])
