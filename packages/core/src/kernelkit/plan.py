@@ -215,7 +215,7 @@ class Compiler:
             step.kernel = entry.impl
             if entry.scratch is not None:
                 step.scratch = lambda in_specs, _f=entry.scratch, _a=dict(attrs): _f(in_specs, _a)
-            step.call = _bind_function(entry.impl, bound)
+            step.call = bind(entry, step.node, attrs, step.device, specs)
             return
         kernel = bind(entry, step.node, attrs, step.device, specs, self.options, self.threads)
         step.kernel = kernel
@@ -227,12 +227,6 @@ class Compiler:
     def copy_step(self, index: int, value: str, spec, src: Device, dst: Device) -> Step:
         return Step(index, "copy", f"{value}:{src.name}->{dst.name}", "Copy", None, {}, (value,),
                     (f"{value}@{dst.name}",), (), (), (spec,), dst, call=_mover(src, dst))
-
-
-def _bind_function(fn, attrs: dict) -> Callable:
-    if not attrs:
-        return fn
-    return lambda *xs, **kw: fn(*xs, **kw, **attrs)
 
 
 def _spec_of(x) -> TensorSpec | None:
