@@ -235,13 +235,16 @@ def _spec_of(x) -> TensorSpec | None:
 
 def _bind_class(step: Step, kernel, specs: list, dynamic: bool) -> Callable:
     """The call of a prepared class kernel: its ``bind(step)`` callable if it has one, else
-    ``execute``, serialised per node (kernels keep per-node state). With symbolic input shapes the
+    ``execute``, serialised per node (kernels keep per-node state) unless the kernel says
+    ``thread_safe = True``. With symbolic input shapes the
     call first checks the shapes and ``resize``s (and re-binds) when they changed."""
     lock = step.lock
     binder = getattr(kernel, "bind", None)
     state = {"fn": binder(step) if callable(binder) else kernel.execute, "specs": specs, "key": None}
     if not dynamic:
         fn = state["fn"]
+        if getattr(kernel, "thread_safe", False):  # the kernel keeps no per-call state: no lock
+            return fn
 
         def call(*xs, **kw):
             with lock:
