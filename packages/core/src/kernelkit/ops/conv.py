@@ -1,8 +1,9 @@
 """Conv (ONNX opset 21, N-D, grouped/depthwise, dilated, strided, padded) with a fused activation.
 
 Reference: the input is gathered into columns (N, G, Cg*K, P) with one strided copy per kernel
-offset (the padding is never copied), and the weights (G, Mg, Cg*K) multiply them in one batched
-BLAS matmul that writes the NCHW output directly. Fast paths: a 1x1 kernel without padding uses
+offset (the padding is never copied), a tile of output rows at a time (about an activation's
+bytes), and the weights (G, Mg, Cg*K) multiply them in one batched BLAS matmul per tile that
+writes the NCHW output directly. Fast paths: a 1x1 kernel without padding uses
 the (strided) input as its columns; depthwise convolution (group == C_in) is a multiply-add per
 kernel offset on contiguous shifted slices of the padded input's stride phases."""
 from __future__ import annotations
@@ -85,22 +86,43 @@ class _Scratch:
         self.used += size
         return piece.view(dtype).reshape(shape)
 
+    def copy_of(self, array: np.ndarray) -> np.ndarray:
+        copy = self.empty(array.shape, array.dtype)
+        copy[...] = array
+        return copy
+
     def zeros(self, shape, dtype) -> np.ndarray:
         array = self.empty(shape, dtype)
         array.fill(0)
         return array
 
 
-def _im2col(x: np.ndarray, win, scratch: np.ndarray | None = None) -> np.ndarray:
-    """Columns (N, C, K, *out) built with one strided copy per kernel offset, in ``scratch``
-    (bytes) when given; the padding is never materialized (positions that read it stay zero)."""
+COLUMN_BUDGET = 1 << 20  # bytes: columns are built for as many output rows as fit max(this, X, Y)
+
+
+def _tile_rows(x_shape, m: int, win, itemsize: int) -> int:
+    """Output rows (first spatial axis) whose columns are built at once: the columns of a whole
+    image can be 9x the activations (3x3); tiles keep them about an activation's size."""
+    n, c = x_shape[:2]
+    row = n * c * math.prod(win.kernel) * math.prod(win.out[1:]) * itemsize
+    budget = max(COLUMN_BUDGET, math.prod(x_shape) * itemsize, n * m * math.prod(win.out) * itemsize)
+    return max(1, min(win.out[0], budget // max(row, 1)))
+
+
+def _im2col_rows(x: np.ndarray, win, offsets, r0: int, r1: int, pieces: _Scratch) -> np.ndarray:
+    """Columns (N, C, K, r1 - r0, *out[1:]) of output rows [r0, r1), with one strided copy per
+    kernel offset; the padding is never materialized (positions that read it stay zero)."""
     n, c = x.shape[:2]
-    full = covers_all(x.shape[2:], win)
-    shape = (n, c, math.prod(win.kernel), *win.out)
-    pieces = _Scratch(scratch)
-    cols = pieces.empty(shape, x.dtype) if full else pieces.zeros(shape, x.dtype)
-    for k, out, src in kernel_offsets(x.shape[2:], win):
-        cols[(slice(None), slice(None), k, *out)] = x[(slice(None), slice(None), *src)]
+    shape = (n, c, math.prod(win.kernel), r1 - r0, *win.out[1:])
+    cols = pieces.empty(shape, x.dtype) if covers_all(x.shape[2:], win) else pieces.zeros(shape, x.dtype)
+    for k, out, src in offsets:
+        lo, hi = max(out[0].start, r0), min(out[0].stop, r1)
+        if hi <= lo:
+            continue
+        first, step = src[0].start + (lo - out[0].start) * src[0].step, src[0].step
+        rows = slice(first, first + (hi - lo - 1) * step + 1, step)
+        cols[(slice(None), slice(None), k, slice(lo - r0, hi - r0), *out[1:])] = \
+            x[(slice(None), slice(None), rows, *src[1:])]
     return cols
 
 
@@ -186,9 +208,10 @@ def _scratch_bytes(x_shape, w_shape, win, group: int, itemsize: int) -> int:
     """Bytes of scratch ``_conv`` uses: depthwise buffers, or the columns (none for 1x1 unpadded)."""
     if _is_depthwise(x_shape, w_shape, group):
         return _depthwise_bytes(x_shape, w_shape, win, itemsize)
-    if math.prod(win.kernel) == 1 and covers_all(x_shape[2:], win):
-        return 0
-    return _Scratch.nbytes((*x_shape[:2], math.prod(win.kernel), *win.out), itemsize)
+    if math.prod(win.kernel) == 1 and covers_all(x_shape[2:], win):  # strided 1x1: the sampled input
+        return 0 if all(st == 1 for st in win.strides) else _Scratch.nbytes((*x_shape[:2], *win.out), itemsize)
+    rows = _tile_rows(x_shape, w_shape[0], win, itemsize)
+    return _Scratch.nbytes((*x_shape[:2], math.prod(win.kernel), rows, *win.out[1:]), itemsize)
 
 
 def _conv(x: np.ndarray, w: np.ndarray, win, group: int, out: np.ndarray | None = None,
@@ -203,14 +226,26 @@ def _conv(x: np.ndarray, w: np.ndarray, win, group: int, out: np.ndarray | None 
     if _is_depthwise(x.shape, w.shape, group):
         return _depthwise(x, w, win, out, scratch)
     k = math.prod(win.kernel)
+    wmat = w.reshape(group, m // group, cg * k)
     if k == 1 and covers_all(x.shape[2:], win):
         cols = _pointwise_columns(x, win)
-    else:
-        cols = _im2col(x, win, scratch)
-    cols = cols.reshape(n, group, cg * k, math.prod(win.out))
-    target = out.reshape(n, group, m // group, math.prod(win.out)) if out is not None else None
-    y = np.matmul(w.reshape(group, m // group, cg * k), cols, out=target)  # (N, G, Mg, P)
-    return out if out is not None else y.reshape(n, m, *win.out)
+        if not cols.flags.c_contiguous:  # strided: gathered once (into scratch when given)
+            cols = _Scratch(scratch).copy_of(cols)
+        cols = cols.reshape(n, group, cg, math.prod(win.out))
+        target = out.reshape(n, group, m // group, math.prod(win.out)) if out is not None else None
+        y = np.matmul(wmat, cols, out=target)  # (N, G, Mg, P)
+        return out if out is not None else y.reshape(n, m, *win.out)
+    y = out if out is not None else np.empty((n, m, *win.out), x.dtype)
+    flat = y.reshape(n, group, m // group, math.prod(win.out))
+    per_row = math.prod(win.out[1:])
+    tile = _tile_rows(x.shape, m, win, x.dtype.itemsize)
+    offsets = list(kernel_offsets(x.shape[2:], win))
+    for r0 in range(0, win.out[0], tile):  # row tiles: columns of a few rows, GEMM'd into out
+        r1 = min(win.out[0], r0 + tile)
+        cols = _im2col_rows(x, win, offsets, r0, r1, _Scratch(scratch))
+        np.matmul(wmat, cols.reshape(n, group, cg * k, (r1 - r0) * per_row),
+                  out=flat[..., r0 * per_row:r1 * per_row])
+    return y
 
 
 def _scratch(input_specs, attrs) -> int:
