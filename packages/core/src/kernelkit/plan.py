@@ -357,7 +357,7 @@ def compile_plan(graph: Graph, device: str, vendors, fallback: bool, options: di
         warnings.warn(FallbackWarning(
             f"graph {graph.name!r}: {len(comp.fallbacks)} node(s) fell back from device {device!r}"
             f"{' vendors ' + str(list(vendors)) if vendors else ''} ({names}), adding {copies_added} "
-            f"host<->device copies; see Session.fallbacks()"), stacklevel=3)
+            f"host<->device copies; see Session.fallbacks()"), stacklevel=4)
     return plan
 
 
