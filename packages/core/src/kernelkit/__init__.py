@@ -36,6 +36,7 @@ from .ir import Graph, Model, Node, TensorSpec, Value
 from .loaders import load_model, register_loader
 from .passes import PassContext, register_pass, run_passes
 from .plan import Plan, Step
+from .portable import LazySession, SessionRecipe, cpu_allotment
 from .registry import REQUIRED, get_schema, kernels, ops, register_kernel, register_op
 from .session import Session
 from .shape import InferContext, broadcast_shapes, infer_shapes
@@ -61,6 +62,7 @@ def load(path, *, verify: bool = True) -> Model:
 
 
 __all__ = [
+    "LazySession", "SessionRecipe", "cpu_allotment",
     "ACTIVATIONS", "BackendUnavailableError", "ConfigError", "Device", "DeviceError",
     "FallbackWarning", "Graph", "GraphBuilder", "InferContext", "InputError", "KernelBuildError",
     "KernelContext", "KernelExecutionError", "KernelkitError", "KernelkitWarning",

@@ -75,10 +75,21 @@ class Session:
     shape: estimate a model's speed before a kernel exists.
     """
 
+    def __reduce__(self):
+        """Pickles as its model (the path it came from, or .kkm bytes) and its arguments; the copy
+        builds itself on first use in the receiving process (``kernelkit.portable``)."""
+        from .portable import _rebuild, recipe_of
+
+        return _rebuild, (recipe_of(self),)
+
     def __init__(self, model_or_path, device: str = "cpu", vendors=None, fallback: bool = True,
                  threads: int | None = None, profile: bool = False, passes=None,
                  options: dict | None = None, stub_ops=()):
         _check_settings(vendors, threads, passes, options, stub_ops)
+        # what pickling sends (kernelkit.portable): the model as given and the arguments, never kernels
+        self._recipe_args = (model_or_path, dict(device=device, vendors=vendors, fallback=fallback, threads=threads,
+                                                 profile=profile, passes=passes, options=options,
+                                                 stub_ops=tuple(stub_ops)))
         with _gc_paused():  # building makes ~25 objects a node: generational GC rescans them all, again and again
             self._build(model_or_path, device, vendors, fallback, threads, profile, passes, options, stub_ops)
 
@@ -172,14 +183,31 @@ class Session:
         return {name: dev.describe() for name, dev in self._devices.items()}
 
     def profile(self) -> list[dict]:
-        """Per-node timings collected when ``profile=True``: node, op, device, vendor, calls, ms."""
+        """Per-node timings collected when ``profile=True``: node, op, device, vendor, dtype, calls,
+        total_ms and mean_ms (host time around the kernel call), and device_ms: the device's own
+        time from its events (OpenCL with ``opencl_profile``; None where a device has none)."""
+        device_ms: dict[str, float] = {}
+        for dev in list(self._devices.values()):
+            device_ms.update({n: ms for n, (_, ms) in dev.event_times().items()})
         timings = dict(self._executor.timings)
         rows = []
         for step in self.plan.kernel_steps():
             calls, total = timings.get(step.name, (0, 0.0))
             rows.append({"node": step.name, "op": step.op, "device": step.key.device, "vendor": step.key.vendor,
-                         "calls": calls, "total_ms": total * 1e3, "mean_ms": total * 1e3 / calls if calls else 0.0})
+                         "dtype": step.key.dtype, "calls": calls, "total_ms": total * 1e3,
+                         "mean_ms": total * 1e3 / calls if calls else 0.0, "device_ms": device_ms.get(step.name)})
         return rows
+
+    def profile_events(self) -> list[tuple[str, float, float, int]]:
+        """Each profiled kernel call since the last reset, oldest first: (node, start, seconds,
+        thread id), start from ``time.perf_counter()`` (for traces)."""
+        return self._executor.profile_events()
+
+    def reset_profile(self) -> None:
+        """Forget the profile collected so far (e.g. after warm-up runs), devices' event times too."""
+        self._executor.reset_profile()
+        for dev in list(self._devices.values()):
+            dev.event_times(reset=True)
 
     # -- running -------------------------------------------------------------------------------
     def _check_feeds(self, feeds: dict) -> dict[str, np.ndarray]:
