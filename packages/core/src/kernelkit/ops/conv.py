@@ -136,12 +136,13 @@ def _phase_layout(n: int, c: int, win):
 
 
 def _depthwise_bytes(x_shape, w_shape, win, itemsize: int) -> int:
-    """Scratch of ``_depthwise``: padded input, its stride phases, the wide output and a product."""
+    """Scratch of ``_depthwise``: the padded input (stride 1) or its stride phases, the wide
+    output and a product."""
     n, c = x_shape[:2]
     shifts, grid, padded, keys = _phase_layout(n, c, win)
     wide = (n, c, w_shape[0] // c, win.out[0] * math.prod(grid[1:]))
-    return (_Scratch.nbytes(padded, itemsize) + len(keys) * _Scratch.nbytes((n, c, *grid), itemsize)
-            + 2 * _Scratch.nbytes(wide, itemsize))
+    inputs = len(keys) * _Scratch.nbytes((n, c, *grid), itemsize) if keys else _Scratch.nbytes(padded, itemsize)
+    return inputs + 2 * _Scratch.nbytes(wide, itemsize)
 
 
 def _phase_grids(x: np.ndarray, win, pieces: _Scratch):
@@ -153,19 +154,27 @@ def _phase_grids(x: np.ndarray, win, pieces: _Scratch):
     ({r: phase grid}, per-axis [(q, r) per offset], G)."""
     n, c = x.shape[:2]
     shifts, grid, padded_shape, keys = _phase_layout(n, c, win)
-    padded = pieces.zeros(padded_shape, x.dtype)
-    dst, src = [], []
-    for size, b, g, s in zip(x.shape[2:], win.begin, grid, win.strides):
-        m = max(0, min(size, s * g - b))  # input beyond every window's reach is left out
-        dst.append(slice(b, b + m))
-        src.append(slice(0, m))
-    padded[(slice(None), slice(None), *dst)] = x[(slice(None), slice(None), *src)]
-    if not keys:
+    if not keys:  # stride 1: the padded input is the one phase
+        padded = pieces.zeros(padded_shape, x.dtype)
+        dst, src = [], []
+        for size, b, g, s in zip(x.shape[2:], win.begin, grid, win.strides):
+            m = max(0, min(size, s * g - b))  # input beyond every window's reach is left out
+            dst.append(slice(b, b + m))
+            src.append(slice(0, m))
+        padded[(slice(None), slice(None), *dst)] = x[(slice(None), slice(None), *src)]
         return {(0,) * win.rank: padded}, shifts, grid
     phases = {}
-    for r in keys:
-        phases[r] = pieces.empty((n, c, *grid), x.dtype)
-        phases[r][...] = padded[(slice(None), slice(None), *(slice(a, None, s) for a, s in zip(r, win.strides)))]
+    for r in keys:  # phase r = padded[r::s], filled straight from x (the padded input is never made)
+        phase = phases[r] = pieces.zeros((n, c, *grid), x.dtype)
+        dst, src = [], []
+        for size, b, g, s, a in zip(x.shape[2:], win.begin, grid, win.strides, r):
+            m = max(0, min(size, s * g - b))  # padded position a + j*s holds x[a + j*s - b] when in [0, m)
+            lo, hi = max(0, -(-(b - a) // s)), min(g, (m - 1 + b - a) // s + 1) if m else 0
+            first = a + lo * s - b
+            dst.append(slice(lo, hi))
+            src.append(slice(first, first + (hi - lo - 1) * s + 1, s) if hi > lo else slice(0, 0))
+        if all(d.stop > d.start for d in dst):
+            phase[(slice(None), slice(None), *dst)] = x[(slice(None), slice(None), *src)]
     return phases, shifts, grid
 
 
