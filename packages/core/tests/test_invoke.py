@@ -16,7 +16,7 @@ def sandbox(monkeypatch):
 
 
 def test_session_and_folding_share_the_call_path():
-    assert plan.bind is invoke.bind and builtin.invoke is invoke.invoke  # the Session compiles in plan.py
+    assert plan.bind is invoke.bind and builtin.invoke is invoke.invoke
 
 
 def _neg_model(constant: bool):
