@@ -19,7 +19,7 @@ from ._window import symbolic_out
 from .conv import conv_geometry
 from .integer import CONV_ATTRS, INT8_TYPES, _int8, check_int8, conv_samples, int_conv, int_matmul, to_int32
 from .matmul import matmul_shapes
-from .quantize import param, quantize, saturate_round
+from .quantize import SCALE_TYPES, quantize, saturate_round
 
 QUANT_ACTIVATIONS = ("", "Relu", "Clip")
 ACT_ATTRS = {"activation": ("string", ""), "activation_params": ("floats", ())}
@@ -73,8 +73,8 @@ def _scalar(ctx, i: int, name: str) -> None:
 
 
 def _scale(ctx, i: int, name: str) -> None:
-    if ctx.has(i) and ctx.inputs[i].dtype != "float32":
-        raise ctx.error(f"{name} must be float32, got {ctx.inputs[i].dtype}")
+    if ctx.has(i) and ctx.inputs[i].dtype not in SCALE_TYPES:
+        raise ctx.error(f"{name} must be float32 or float16, got {ctx.inputs[i].dtype}")
 
 
 # -- QLinearConv ------------------------------------------------------------------------------------

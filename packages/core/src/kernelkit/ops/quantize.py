@@ -73,10 +73,6 @@ def dequantize(x, scale, zero_point, dtype="float32") -> np.ndarray:
     return y.astype(dtype, copy=False)
 
 
-def zero_point_or_0(zp, dtype) -> np.ndarray:
-    return np.zeros((), dtype) if zp is None else np.asarray(zp)
-
-
 def check_param(ctx: InferContext, i: int, name: str, x_shape, axis: int, block_size: int = 0) -> None:
     """Shape rule check of scale/zero point input ``i`` against the quantized tensor's shape."""
     if not ctx.has(i):
@@ -135,8 +131,8 @@ def _q_infer(ctx: InferContext) -> TensorSpec:
                  priority=-100)
 def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, output_dtype=0, saturate=1):
     dtype = ONNX_DTYPES[output_dtype] if output_dtype else "uint8"
-    zp = np.zeros((), dtype) if y_zero_point is None else y_zero_point
-    return quantize(x, param(y_scale, x.shape, axis, block_size), param(zp, x.shape, axis, block_size), zp.dtype)
+    zp = np.zeros((), dtype) if y_zero_point is None else param(y_zero_point, x.shape, axis, block_size)
+    return quantize(x, param(y_scale, x.shape, axis, block_size), zp, zp.dtype)
 
 
 def _q_samples(rng, dtype):
@@ -179,9 +175,8 @@ def _dq_infer(ctx: InferContext) -> TensorSpec:
 
 @register_kernel("DequantizeLinear", device="cpu", vendor="reference", dtype=DEQUANT_TYPES, priority=-100)
 def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0):
-    zp = zero_point_or_0(x_zero_point, x.dtype)
-    return dequantize(x, param(x_scale, x.shape, axis, block_size), param(zp, x.shape, axis, block_size),
-                      x_scale.dtype)
+    zp = np.zeros((), x.dtype) if x_zero_point is None else param(x_zero_point, x.shape, axis, block_size)
+    return dequantize(x, param(x_scale, x.shape, axis, block_size), zp, x_scale.dtype)
 
 
 def _dq_samples(rng, dtype):
