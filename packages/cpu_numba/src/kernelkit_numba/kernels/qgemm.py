@@ -1,0 +1,286 @@
+"""Integer matrix products: MatMulInteger, QLinearMatMul and com.microsoft::QGemm, plus the exact
+integer GEMM and requantize epilogue that the integer convolutions share.
+
+Exact integer products on float32 BLAS: the operands minus their zero points are small integers
+(|a - a_zp| <= 255, |b - b_zp| <= 255), so a dot product over a K-block of length
+``kc = 2**24 // (max|a - a_zp| * max|b - b_zp|)`` (at least 258, 518 for int8 weights) has every
+partial sum an integer below 2**24, which float32 represents exactly whatever order BLAS adds in.
+A longer K is cut into such blocks whose exact results are added in int32, so the result is
+the int32 accumulation ONNX defines, bit for bit, at float32 GEMM speed. (Numba cannot emit the
+int8 dot-product instructions itself: its integer arithmetic is 64-bit, see docs/quantization.md.)
+Constant weights are converted and packed once per kernel (``PackedWeights``); the requantize
+(+ bias, x per-channel multiplier, round half to even, + zero point, clamp for a fused Relu/Clip)
+is one parallel pass over the last block's result.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from kernelkit.ops.qlinear import clamp_bounds, multiplier
+from kernelkit.registry import register_kernel
+from numba import prange
+
+from .._base import NumbaKernel
+from ..config import jit_parallel
+
+EXACT = 1 << 24  # float32 represents every integer up to this exactly
+
+
+@jit_parallel
+def offset_rows(x, zp, per_row, out):
+    """out[r, c] = float32(x[r, c] - zp) for 2-D int8/uint8 x; zp one value, one per row
+    (``per_row``) or one per column."""
+    rows, cols = x.shape
+    per_col = zp.shape[0] > 1 and not per_row
+    for r in prange(rows):
+        z = np.float32(zp[r] if per_row else zp[0])
+        src = x[r]
+        dst = out[r]
+        if per_col:
+            for c in range(cols):
+                dst[c] = np.float32(src[c]) - np.float32(zp[c])
+        else:
+            for c in range(cols):
+                dst[c] = np.float32(src[c]) - z
+
+
+@jit_parallel
+def accumulate(acc, y):
+    """acc += int32(y): one exact K-block's result added into the int32 accumulators."""
+    rows, cols = y.shape
+    for r in prange(rows):
+        for c in range(cols):
+            acc[r, c] += np.int32(y[r, c])
+
+
+@jit_parallel
+def requantize(y, acc, has_acc, bias, has_bias, mult, per_row, zp, lo, hi, out):
+    """out = clamp(rint(float32(int32(y) [+ acc] [+ bias]) * mult) + zp, lo, hi), with bias and
+    mult per row (``per_row``) or per column; a one-element mult is per tensor."""
+    rows, cols = y.shape
+    scalar = mult.shape[0] == 1
+    z = np.float32(zp)
+    for r in prange(rows):
+        for c in range(cols):
+            v = np.int32(y[r, c])
+            if has_acc:
+                v += acc[r, c]
+            k = r if per_row else c
+            if has_bias:
+                v += bias[k]
+            q = np.float32(np.rint(np.float32(v) * mult[0 if scalar else k])) + z
+            out[r, c] = min(max(q, lo), hi)
+
+
+@jit_parallel
+def to_int32(y, acc, has_acc, out):
+    """out = int32(y) [+ acc]: the last block of an integer product."""
+    rows, cols = y.shape
+    for r in prange(rows):
+        for c in range(cols):
+            v = np.int32(y[r, c])
+            if has_acc:
+                v += acc[r, c]
+            out[r, c] = v
+
+
+def dtype_reach(dtype, zp) -> int:
+    """max |v - zp| over the values v of an int8/uint8 dtype, for every zero point in ``zp``."""
+    info = np.iinfo(dtype)
+    z = np.asarray(zp, np.int64).reshape(-1) if zp is not None else np.zeros(1, np.int64)
+    return int(max(np.max(z) - info.min, info.max - np.min(z), 1))
+
+
+def exact_block(a_reach: int, b_reach: int) -> int:
+    """The longest K-block whose float32 dot products are exact integers."""
+    return max(1, EXACT // max(1, a_reach * b_reach))
+
+
+class PackedWeights:
+    """float32 ``w - w_zp`` of a constant weight, made once and reused while the same array comes in
+    (the session hands a kernel the same read-only constant every run)."""
+
+    def __init__(self):
+        self.source = self.zp_source = None
+        self.data = None
+        self.reach = 0
+
+    def get(self, w, zp, pack):
+        """``pack(w, zp)`` -> float32 array, cached on the identity of ``w`` and ``zp``."""
+        if w is not self.source or zp is not self.zp_source or w.flags.writeable:
+            self.data = pack(w, zp)
+            self.reach = int(np.max(np.abs(self.data), initial=1.0)) or 1
+            self.source = None if w.flags.writeable else w  # a writable array may change: never cached
+            self.zp_source = zp
+        return self.data, self.reach
+
+
+def offset(x: np.ndarray, zp) -> np.ndarray:
+    """float32 ``x - zp`` of an integer array (any rank); zp per tensor or per column (last axis)."""
+    x2 = np.ascontiguousarray(x).reshape(-1, x.shape[-1] if x.ndim else 1)
+    z = np.zeros(1, x.dtype) if zp is None else np.ascontiguousarray(zp).reshape(-1)
+    if z.size > 1 and z.size != x2.shape[1]:
+        raise ValueError(f"zero point of {z.size} elements is neither per tensor nor per column of {x.shape}")
+    out = np.empty(x2.shape, np.float32)
+    offset_rows(x2, z, False, out)
+    return out.reshape(x.shape)
+
+
+def integer_product(af: np.ndarray, bf: np.ndarray, kc: int, epilogue) -> None:
+    """Exact (A - a_zp) @ (B - b_zp) from float32 offsets (..., M, K) @ (..., K, N): blocks of K
+    no longer than ``kc``, summed in int32; ``epilogue(y, acc, has_acc)`` gets the last block's
+    float32 result (rows = all leading axes) and the int32 sum of the earlier ones."""
+    k = af.shape[-1]
+    acc, has_acc = None, False
+    for k0 in range(0, max(k, 1), kc):
+        k1 = min(k, k0 + kc)
+        y = np.matmul(af[..., k0:k1], bf[..., k0:k1, :])
+        y2 = y.reshape(-1, y.shape[-1])
+        if k1 < k:
+            if acc is None:
+                acc = np.zeros(y2.shape, np.int32)
+            accumulate(acc, y2)
+            has_acc = True
+        else:
+            return epilogue(y2, acc if acc is not None else np.zeros((1, 1), np.int32), has_acc, y.shape)
+
+
+def matmul_supported(specs, b_index: int, a_zp_index: int) -> bool:
+    """Operands of rank >= 2 (1-D ones stay on the reference) and a per-tensor A zero point."""
+    a, b = specs[0], specs[b_index]
+    zp = specs[a_zp_index] if a_zp_index < len(specs) else None
+    return a.rank >= 2 and b.rank >= 2 and (zp is None or zp.size == 1)
+
+
+@register_kernel("MatMulInteger", device="cpu", vendor="numba", dtype=("int8", "uint8"),
+                 supports=lambda specs, attrs: matmul_supported(specs, 1, 2))
+class MatMulInteger(NumbaKernel):
+    """(A - a_zp) @ (B - b_zp) exactly, int32 out; B (when constant) packed once."""
+
+    uses_blas = True
+
+    def setup(self, input_specs):
+        self.packed = PackedWeights()
+
+    def work(self, a, b, *zps):
+        return 2.0 * a.size * b.shape[-1]
+
+    def compute(self, a, b, a_zero_point=None, b_zero_point=None):
+        bf, b_reach = self.packed.get(b, b_zero_point, offset)
+        af = offset(a, a_zero_point)
+        kc = exact_block(dtype_reach(a.dtype, a_zero_point), b_reach)
+
+        def finish(y, acc, has_acc, shape):
+            out = np.empty(y.shape, np.int32)
+            to_int32(y, acc, has_acc, out)
+            return out.reshape(shape)
+
+        return integer_product(af, bf, kc, finish)
+
+
+def quantized_output(y, acc, has_acc, bias, mult, per_row, y_zero_point, bounds):
+    """The requantize epilogue into a fresh array of the zero point's dtype."""
+    zp = np.asarray(y_zero_point)
+    out = np.empty(y.shape, zp.dtype)
+    has_bias = bias is not None
+    requantize(y, acc, has_acc, bias if has_bias else np.zeros(1, np.int32), has_bias,
+               np.ascontiguousarray(mult, np.float32).reshape(-1), per_row, np.float32(zp.reshape(())),
+               np.float32(bounds[0]), np.float32(bounds[1]), out)
+    return out
+
+
+def _bounds(kernel, y_scale, y_zero_point):
+    a = kernel.attrs
+    return clamp_bounds(np.asarray(y_zero_point).dtype, y_scale, y_zero_point, a.get("activation", ""),
+                        a.get("activation_params", ()))
+
+
+@register_kernel("QLinearMatMul", device="cpu", vendor="numba", dtype=("int8", "uint8"),
+                 supports=lambda specs, attrs: matmul_supported(specs, 3, 2))
+class QLinearMatMul(NumbaKernel):
+    """Exact integer product, requantized per tensor or per column of B."""
+
+    uses_blas = True
+
+    def setup(self, input_specs):
+        self.packed = PackedWeights()
+
+    def work(self, a, *rest):
+        return 2.0 * a.size * rest[2].shape[-1]
+
+    def compute(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+        bf, b_reach = self.packed.get(b, b_zero_point, offset)
+        af = offset(a, a_zero_point)
+        kc = exact_block(dtype_reach(a.dtype, a_zero_point), b_reach)
+        mult = multiplier(a_scale, b_scale, y_scale)
+        bounds = _bounds(self, y_scale, y_zero_point)
+
+        def finish(y, acc, has_acc, shape):
+            return quantized_output(y, acc, has_acc, None, mult, False, y_zero_point, bounds).reshape(shape)
+
+        return integer_product(af, bf, kc, finish)
+
+
+def _pack_gemm_b(trans_b):
+    def pack(b, zp):  # B' = B.T for transB, offsets per column of B' (zp of length N)
+        bt = np.ascontiguousarray(b.T if trans_b else b)
+        z = np.zeros(1, b.dtype) if zp is None else np.ascontiguousarray(zp).reshape(-1)
+        out = np.empty(bt.shape, np.float32)
+        offset_rows(bt, z, False, out)  # one zero point, or one per column of B'
+        return out
+
+    return pack
+
+
+@register_kernel("QGemm", domain="com.microsoft", device="cpu", vendor="numba", dtype=("int8", "uint8"))
+class QGemm(NumbaKernel):
+    """alpha * (A' - a_zp) @ (B' - b_zp) + C, requantized (or scaled to float32 without y_zero_point)."""
+
+    uses_blas = True
+
+    def setup(self, input_specs):
+        self.packed = PackedWeights()
+
+    def work(self, a, *rest):
+        return 2.0 * a.size * rest[2].shape[1]
+
+    def compute(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c=None, y_scale=None, y_zero_point=None):
+        at = self.attrs
+        bf, b_reach = self.packed.get(b, b_zero_point, _pack_gemm_b(at.get("transB", 0)))
+        af = offset(np.ascontiguousarray(a.T) if at.get("transA", 0) else a, a_zero_point)
+        kc = exact_block(dtype_reach(a.dtype, a_zero_point), b_reach)
+        mult = multiplier(a_scale, b_scale, y_scale, at.get("alpha", 1.0))
+        n = bf.shape[1]
+        bias = None
+        if c is not None:
+            if c.size == n and c.shape[-1] == n:  # per column: fused into the epilogue
+                bias = np.ascontiguousarray(c, np.int32).reshape(n)
+            else:  # (M, 1), (M, N) or scalar: the accumulators start from it
+                bias = None
+        full_c = c if (c is not None and bias is None) else None
+
+        def finish(y, acc, has_acc, shape):
+            if full_c is not None:
+                acc = (acc if has_acc else np.zeros(y.shape, np.int32)) + np.broadcast_to(full_c, y.shape)
+                acc, has_acc = acc.astype(np.int32), True
+            if y_zero_point is None:
+                out = np.empty(y.shape, np.int32)
+                to_int32(y, acc, has_acc, out)
+                if bias is not None:
+                    out += bias
+                return out.astype(np.float32) * (mult.reshape(()) if mult.size == 1 else mult)
+            return quantized_output(y, acc, has_acc, bias, mult, False, y_zero_point,
+                                    _bounds(self, y_scale, y_zero_point))
+
+        return integer_product(af, bf, kc, finish)
+
+
+def packed_conv_weights(w, zp, group):
+    """float32 (group, M/group, C/group * kh * kw) offsets of a conv weight; zp per output channel."""
+    m = w.shape[0]
+    w2 = np.ascontiguousarray(w).reshape(m, -1)
+    z = np.zeros(1, w.dtype) if zp is None else np.ascontiguousarray(zp).reshape(-1)
+    out = np.empty(w2.shape, np.float32)
+    offset_rows(w2, z, z.size > 1, out)
+    return out.reshape(group, m // group, math.prod(w.shape[1:]))
