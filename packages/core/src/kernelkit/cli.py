@@ -374,6 +374,15 @@ def cmd_convert(args, console: Console) -> int:
             f"pip install 'kernelkit-workspace[converters]' from the checkout ({exc})") from exc
     src = Path(args.model)
     out = Path(args.output) if args.output else src.with_suffix(".kkm")
+    if args.quantize:  # int8 through onnxruntime's quantizer first (docs/quantization.md)
+        from kernelkit_converters.quantize import quantize
+
+        if out.suffix == ".onnx":
+            quantize(src, out, mode=args.quantize, calibration=args.calibration, reduce_range=args.reduce_range)
+            console.print(f"wrote {out}: {args.quantize} int8 ONNX model")
+            return 0
+        src = quantize(src, out.with_suffix(".int8.onnx"), mode=args.quantize, calibration=args.calibration,
+                       reduce_range=args.reduce_range)
     model = convert(src)
     save(model, out)
     back = load(out)
@@ -419,7 +428,10 @@ def _parser() -> argparse.ArgumentParser:
 
     conv = sub.add_parser("convert", help="convert an ONNX model to kernelkit's .kkm file")
     conv.add_argument("model", metavar="MODEL.onnx")
-    conv.add_argument("-o", "--output", metavar="OUT.kkm")
+    conv.add_argument("-o", "--output", metavar="OUT.kkm", help="OUT.onnx with --quantize: the int8 ONNX model only")
+    conv.add_argument("--quantize", choices=("dynamic", "static"), help="int8 with onnxruntime's quantizer first")
+    conv.add_argument("--calibration", metavar="DIR", help="--quantize static: folder of .npy/.npz input samples")
+    conv.add_argument("--reduce-range", action="store_true", help="--quantize: 7-bit weights (AVX2 without VNNI)")
     conv.set_defaults(func=cmd_convert)
     return p
 
