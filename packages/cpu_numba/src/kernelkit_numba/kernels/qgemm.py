@@ -34,7 +34,7 @@ def offset_rows(x, zp, per_row, out):
     rows, cols = x.shape
     per_col = zp.shape[0] > 1 and not per_row
     for r in prange(rows):
-        z = np.float32(zp[r] if per_row else zp[0])
+        z = np.float32(zp[np.int64(r)] if per_row else zp[0])
         src = x[r]
         dst = out[r]
         if per_col:
@@ -66,7 +66,7 @@ def requantize(y, acc, has_acc, bias, has_bias, mult, per_row, zp, lo, hi, out):
             v = np.int32(y[r, c])
             if has_acc:
                 v += acc[r, c]
-            k = r if per_row else c
+            k = np.int64(r) if per_row else np.int64(c)  # (prange's index is unsigned: keep k an integer)
             if has_bias:
                 v += bias[k]
             q = np.float32(np.rint(np.float32(v) * mult[0 if scalar else k])) + z
