@@ -84,7 +84,7 @@ def _mm_samples(rng, dtype):
         yield [_int8(rng, dtype, 3, 4), _int8(rng, bdt, 4, 5), zp(dtype), zp(bdt)], {}
         yield [_int8(rng, dtype, 2, 3, 40), _int8(rng, bdt, 40, 6), None, zp(bdt, 6)], {}  # per-column b_zp
         yield [_int8(rng, dtype, 4, 7), _int8(rng, bdt, 2, 7, 3), zp(dtype, 4), None], {}  # per-row a_zp
-    yield [_int8(rng, dtype, 5, 600), _int8(rng, "int8", 600, 3), zp(dtype), None], {}  # long K
+    yield [_int8(rng, dtype, 5, 3000), _int8(rng, "int8", 3000, 3), zp(dtype), None], {}  # K of several exact blocks
     yield [_int8(rng, dtype, 6), _int8(rng, "int8", 6, 2)], {}  # 1-D A
 
 
@@ -140,8 +140,8 @@ def conv_samples(rng, dtype):
            {"dilations": [2, 3], "auto_pad": "SAME_UPPER"})
     yield (_int8(rng, dtype, 2, 3, 11), _int8(rng, "int8", 4, 3, 4), _int8(rng, dtype), None,
            {"strides": [3], "pads": [2, 1]})  # 1-D
-    yield (_int8(rng, dtype, 1, 80, 5, 5), _int8(rng, "int8", 4, 80, 3, 3), _int8(rng, dtype), None,
-           {"pads": [1, 1, 1, 1]})  # K = 720: more than one exact fp32 block in the numba kernels
+    yield (_int8(rng, dtype, 1, 320, 5, 5), _int8(rng, "int8", 4, 320, 3, 3), _int8(rng, dtype), None,
+           {"pads": [1, 1, 1, 1]})  # K = 2880: several exact fp32 blocks in the numba kernels
 
 
 def _conv_samples(rng, dtype):

@@ -167,8 +167,9 @@ def _matmul_samples(rng, dtype):
         ydt = ("uint8", "int8")[i]
         yield [_int8(rng, dtype, 3, 40), _scales(rng), _zp(rng, dtype), _int8(rng, bdt, 40, 5), _scales(rng),
                _zp(rng, bdt), np.float32(0.5), _zp(rng, ydt)], {}
-        yield [_int8(rng, dtype, 2, 3, 600), _scales(rng), _zp(rng, dtype), _int8(rng, bdt, 600, 6), _scales(rng, (6,)),
-               np.zeros(6, bdt) + _zp(rng, bdt), np.float32(2.0), _zp(rng, ydt)], {"activation": "Relu"}
+        yield [_int8(rng, dtype, 2, 3, 3000), _scales(rng), _zp(rng, dtype), _int8(rng, bdt, 3000, 6),
+               _scales(rng, (6,)), np.zeros(6, bdt) + _zp(rng, bdt), np.float32(2.0), _zp(rng, ydt)], \
+            {"activation": "Relu"}
     yield [_int8(rng, dtype, 4, 8), _scales(rng), _zp(rng, dtype), _int8(rng, "int8", 2, 8, 3), _scales(rng),
            np.int8(0), np.float32(0.01), _zp(rng, "int8")], {"activation": "Clip", "activation_params": [-0.3, 0.6]}
 
@@ -220,10 +221,10 @@ def qgemm(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c=None, y_scale=No
 
 
 def _gemm_samples(rng, dtype):
-    for i, bdt in enumerate(("int8", "uint8") if dtype == "uint8" else ("int8",)):  # as onnxruntime's types
+    for bdt in ("int8", "uint8") if dtype == "uint8" else ("int8",):  # the types onnxruntime's QGemm takes
         yield [_int8(rng, dtype, 3, 40), _scales(rng), _zp(rng, dtype), _int8(rng, bdt, 40, 5), _scales(rng),
                _zp(rng, bdt), rng.integers(-5000, 5000, 5).astype(np.int32), np.float32(0.5), _zp(rng, dtype)], {}
-    yield [_int8(rng, dtype, 700, 3), _scales(rng), _zp(rng, dtype), _int8(rng, "int8", 6, 700), _scales(rng, (6,)),
+    yield [_int8(rng, dtype, 3000, 3), _scales(rng), _zp(rng, dtype), _int8(rng, "int8", 6, 3000), _scales(rng, (6,)),
            np.zeros(6, "int8"), rng.integers(-5000, 5000, (1, 6)).astype(np.int32), np.float32(2.0), _zp(rng, dtype)], \
         {"transA": 1, "transB": 1, "activation": "Relu"}
     yield [_int8(rng, dtype, 4, 8), _scales(rng), _zp(rng, dtype), _int8(rng, "int8", 8, 3), _scales(rng),

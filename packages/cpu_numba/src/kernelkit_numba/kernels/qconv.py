@@ -17,8 +17,17 @@ from kernelkit.registry import register_kernel
 from .. import config
 from .conv import Conv, _conv_depthwise, _im2col, supports_1d_2d
 from .epilogue import NONE
-from .qgemm import (PackedWeights, _bounds, accumulate, dtype_reach, exact_block, offset, packed_conv_weights,
-                    requantize, to_int32)
+from .qgemm import (
+    NO_ACC,
+    PackedWeights,
+    _bounds,
+    accumulate,
+    conv_weight_offsets,
+    dtype_reach,
+    offset,
+    requantize,
+    to_int32,
+)
 
 
 class _IntegerConv(Conv):
@@ -30,7 +39,8 @@ class _IntegerConv(Conv):
     def setup(self, input_specs):
         self._geom_key = None
         self._col = None
-        self.packed = PackedWeights()
+        self.packed = PackedWeights(conv_weight_offsets, lambda wf: wf)
+        self._blocks_of = None  # (packed array, per-group contiguous K-blocks of it)
 
     @staticmethod
     def conv_work(x, w) -> float:
@@ -52,20 +62,22 @@ class _IntegerConv(Conv):
         group = int(self.attrs.get("group", 1))
         if c_n != cg * group or m_n % group:
             raise ValueError(f"input channels {c_n}, weight {tuple(w.shape)} and group {group} disagree")
-        wf, w_reach = self.packed.get(w, w_zero_point, lambda w_, z: packed_conv_weights(w_, z, group))
+        wf, blocks = self.packed.get(w, w_zero_point, dtype_reach(x.dtype, x_zero_point))
         xf = offset(x4, x_zero_point)
-        kc = exact_block(dtype_reach(x.dtype, x_zero_point), w_reach)
         out4 = out.reshape(n_n, m_n, oh_n * ow_n)
-        none = np.zeros((1, 1), np.int32)
         mg, k_n, l_n = m_n // group, cg * kh * kw, oh_n * ow_n
-        if cg == 1 and group > 1 and kh * kw <= kc:  # depthwise: taps as multiply-adds, one pass
+        if cg == 1 and group > 1 and blocks == [(0, k_n)]:  # depthwise: taps as multiply-adds, one pass
             yf = np.empty((n_n, m_n, oh_n, ow_n), np.float32)
             chunks = 1 if config.in_serial() else max(1, min(n_n * m_n, 4 * config.max_threads()))
             _conv_depthwise(xf, wf.reshape(m_n, 1, kh, kw), np.zeros(m_n, np.float32), yf, sh, sw, dh, dw, ph, pw,
                             NONE, np.float32(0), np.float32(0), chunks)
             for n in range(n_n):
-                finish(yf[n].reshape(m_n, l_n), none, False, slice(0, m_n), out4[n])
+                finish(yf[n].reshape(m_n, l_n), NO_ACC, False, slice(0, m_n), out4[n])
             return
+        if self._blocks_of is None or self._blocks_of[0] is not wf:  # contiguous weight blocks per group
+            self._blocks_of = (wf, [[np.ascontiguousarray(wf[g * mg:(g + 1) * mg, k0:k1]) for k0, k1 in blocks]
+                                    for g in range(group)])
+        wblocks = self._blocks_of[1]
         direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
         if not direct and (self._col is None or self._col.shape != (k_n, l_n)):
             self._col = np.empty((k_n, l_n), np.float32)
@@ -77,10 +89,10 @@ class _IntegerConv(Conv):
                 else:
                     col = self._col
                     _im2col(xs, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n)
-                acc, has_acc = none, False
-                for k0 in range(0, k_n, kc):
-                    y = np.dot(wf[g][:, k0:k0 + kc], col[k0:k0 + kc])
-                    if k0 + kc < k_n:
+                acc, has_acc = NO_ACC, False
+                for i, (k0, k1) in enumerate(blocks):
+                    y = np.dot(wblocks[g][i], col[k0:k1])
+                    if i < len(blocks) - 1:
                         if not has_acc:
                             acc, has_acc = np.zeros(y.shape, np.int32), True
                         accumulate(acc, y)
@@ -122,11 +134,15 @@ class QLinearConv(_IntegerConv):
         (_, _), (_, _), (_, _), out_hw = self._geometry(x.shape, w.shape)
         zp = np.asarray(y_zero_point)
         out = np.empty((x.shape[0], w.shape[0], *out_hw[2 - (x.ndim - 2):]), zp.dtype)
-        m = w.shape[0]
-        mult = np.ascontiguousarray(np.broadcast_to(multiplier(x_scale, w_scale, y_scale), (m,)))
-        bias = np.zeros(m, np.int32) if b is None else np.ascontiguousarray(b, np.int32).reshape(m)
-        lo, hi = _bounds(self, y_scale, y_zero_point)
-        z, lo, hi = np.float32(zp.reshape(())), np.float32(lo), np.float32(hi)
+        params = (x_scale, w_scale, y_scale, y_zero_point, b)
+        if getattr(self, "_params", None) is None or any(p is not q for p, q in zip(params, self._params[0])) \
+                or any(p is not None and p.flags.writeable for p in params):
+            m = w.shape[0]
+            mult = np.ascontiguousarray(np.broadcast_to(multiplier(x_scale, w_scale, y_scale), (m,)))
+            bias = np.zeros(m, np.int32) if b is None else np.ascontiguousarray(b, np.int32).reshape(m)
+            lo, hi = _bounds(self, y_scale, y_zero_point)
+            self._params = (params, (mult, bias, np.float32(zp.reshape(())), np.float32(lo), np.float32(hi)))
+        mult, bias, z, lo, hi = self._params[1]  # derived once from the constant scales and bias
         has_bias = b is not None
 
         def finish(y, acc, has_acc, channels, dst):

@@ -24,7 +24,7 @@ from numba import prange
 from .._base import NumbaKernel
 from ..config import jit_parallel
 
-EXACT = 1 << 24  # float32 represents every integer up to this exactly
+EXACT = float(1 << 24)  # float32 represents every integer up to this exactly
 
 
 @jit_parallel
@@ -92,28 +92,43 @@ def dtype_reach(dtype, zp) -> int:
     return int(max(np.max(z) - info.min, info.max - np.min(z), 1))
 
 
-def exact_block(a_reach: int, b_reach: int) -> int:
-    """The longest K-block whose float32 dot products are exact integers."""
-    return max(1, EXACT // max(1, a_reach * b_reach))
+def exact_blocks(rows: np.ndarray, a_reach: int) -> list[tuple[int, int]]:
+    """Cut K into blocks [k0, k1) in which every dot product of a weight row (``rows``: (R, K),
+    the float32 offsets) with activations of magnitude <= ``a_reach`` stays exact in float32:
+    a_reach * sum_k |w[r, k]| <= 2**24 bounds every partial sum, whatever order BLAS adds in."""
+    k = rows.shape[1]
+    if not rows.size:
+        return [(0, k)]
+    cum = np.cumsum(np.abs(rows, dtype=np.float64), axis=1) * a_reach
+    blocks, k0, base = [], 0, np.zeros((rows.shape[0], 1))
+    while k0 < k:
+        over = np.any(cum[:, k0:] - base > EXACT, axis=0)
+        k1 = k0 + (int(np.argmax(over)) if over.any() else k - k0)
+        k1 = max(k1, k0 + 1)  # one term is always exact (255 * 255 < 2**24)
+        blocks.append((k0, k1))
+        base = cum[:, k1 - 1:k1]
+        k0 = k1
+    return blocks
 
 
 class PackedWeights:
-    """float32 ``w - w_zp`` of a constant weight, made once and reused while the same array comes in
-    (the session hands a kernel the same read-only constant every run)."""
+    """A constant weight as float32 ``w - w_zp``, cut into contiguous exact K-blocks, made once and
+    reused while the same arrays come in (the session hands a kernel the same read-only constants
+    every run; a writable array may change, so it is packed per call)."""
 
-    def __init__(self):
-        self.source = self.zp_source = None
-        self.data = None
-        self.reach = 0
+    def __init__(self, pack, rows):
+        self.pack, self.rows = pack, rows  # pack(w, zp) -> float32 array; rows(packed) -> (R, K) view
+        self.key = None
 
-    def get(self, w, zp, pack):
-        """``pack(w, zp)`` -> float32 array, cached on the identity of ``w`` and ``zp``."""
-        if w is not self.source or zp is not self.zp_source or w.flags.writeable:
-            self.data = pack(w, zp)
-            self.reach = int(np.max(np.abs(self.data), initial=1.0)) or 1
-            self.source = None if w.flags.writeable else w  # a writable array may change: never cached
-            self.zp_source = zp
-        return self.data, self.reach
+    def get(self, w, zp, a_reach: int):
+        """(packed float32 array, [(k0, k1), ...] exact blocks) for activations up to ``a_reach``."""
+        key = (id(w), id(zp), a_reach)
+        if key != self.key or w.flags.writeable:
+            self.data = self.pack(w, zp)
+            self.blocks = exact_blocks(self.rows(self.data), a_reach)
+            self.key = key if not w.flags.writeable else None
+            self._refs = (w, zp)  # keep the keyed objects alive: their ids stay theirs
+        return self.data, self.blocks
 
 
 def offset(x: np.ndarray, zp) -> np.ndarray:
@@ -127,23 +142,30 @@ def offset(x: np.ndarray, zp) -> np.ndarray:
     return out.reshape(x.shape)
 
 
-def integer_product(af: np.ndarray, bf: np.ndarray, kc: int, epilogue) -> None:
-    """Exact (A - a_zp) @ (B - b_zp) from float32 offsets (..., M, K) @ (..., K, N): blocks of K
-    no longer than ``kc``, summed in int32; ``epilogue(y, acc, has_acc)`` gets the last block's
-    float32 result (rows = all leading axes) and the int32 sum of the earlier ones."""
-    k = af.shape[-1]
-    acc, has_acc = None, False
-    for k0 in range(0, max(k, 1), kc):
-        k1 = min(k, k0 + kc)
+def integer_product(af: np.ndarray, bf: np.ndarray, blocks, epilogue):
+    """Exact (A - a_zp) @ (B - b_zp) from float32 offsets (..., M, K) @ (..., K, N), one BLAS call
+    per exact K-block, blocks summed in int32; ``epilogue(y, acc, has_acc, shape)`` gets the last
+    block's float32 result as 2-D (rows = all leading axes) and the int32 sum of the earlier ones."""
+    acc, has_acc = NO_ACC, False
+    for i, (k0, k1) in enumerate(blocks):
         y = np.matmul(af[..., k0:k1], bf[..., k0:k1, :])
         y2 = y.reshape(-1, y.shape[-1])
-        if k1 < k:
-            if acc is None:
-                acc = np.zeros(y2.shape, np.int32)
-            accumulate(acc, y2)
-            has_acc = True
-        else:
-            return epilogue(y2, acc if acc is not None else np.zeros((1, 1), np.int32), has_acc, y.shape)
+        if i == len(blocks) - 1:
+            return epilogue(y2, acc, has_acc, y.shape)
+        if not has_acc:
+            acc, has_acc = np.zeros(y2.shape, np.int32), True
+        accumulate(acc, y2)
+
+
+NO_ACC = np.zeros((1, 1), np.int32)
+
+
+def _matmul_packing(b_ndim: int):
+    """PackedWeights for a B of rank ``b_ndim``: 2-D B gets exact blocks from its column sums; an N-D
+    (batched) B the uniform worst-case block."""
+    if b_ndim == 2:
+        return PackedWeights(offset, lambda bf: bf.T)
+    return PackedWeights(offset, lambda bf: np.full((1, bf.shape[-2]), 255.0, np.float32))
 
 
 def matmul_supported(specs, b_index: int, a_zp_index: int) -> bool:
@@ -161,22 +183,21 @@ class MatMulInteger(NumbaKernel):
     uses_blas = True
 
     def setup(self, input_specs):
-        self.packed = PackedWeights()
+        self.packed = _matmul_packing(input_specs[1].rank)
 
     def work(self, a, b, *zps):
         return 2.0 * a.size * b.shape[-1]
 
     def compute(self, a, b, a_zero_point=None, b_zero_point=None):
-        bf, b_reach = self.packed.get(b, b_zero_point, offset)
+        bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
         af = offset(a, a_zero_point)
-        kc = exact_block(dtype_reach(a.dtype, a_zero_point), b_reach)
 
         def finish(y, acc, has_acc, shape):
             out = np.empty(y.shape, np.int32)
             to_int32(y, acc, has_acc, out)
             return out.reshape(shape)
 
-        return integer_product(af, bf, kc, finish)
+        return integer_product(af, bf, blocks, finish)
 
 
 def quantized_output(y, acc, has_acc, bias, mult, per_row, y_zero_point, bounds):
@@ -204,22 +225,21 @@ class QLinearMatMul(NumbaKernel):
     uses_blas = True
 
     def setup(self, input_specs):
-        self.packed = PackedWeights()
+        self.packed = _matmul_packing(input_specs[3].rank)
 
     def work(self, a, *rest):
         return 2.0 * a.size * rest[2].shape[-1]
 
     def compute(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
-        bf, b_reach = self.packed.get(b, b_zero_point, offset)
+        bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
         af = offset(a, a_zero_point)
-        kc = exact_block(dtype_reach(a.dtype, a_zero_point), b_reach)
         mult = multiplier(a_scale, b_scale, y_scale)
         bounds = _bounds(self, y_scale, y_zero_point)
 
         def finish(y, acc, has_acc, shape):
             return quantized_output(y, acc, has_acc, None, mult, False, y_zero_point, bounds).reshape(shape)
 
-        return integer_product(af, bf, kc, finish)
+        return integer_product(af, bf, blocks, finish)
 
 
 def _pack_gemm_b(trans_b):
@@ -240,16 +260,15 @@ class QGemm(NumbaKernel):
     uses_blas = True
 
     def setup(self, input_specs):
-        self.packed = PackedWeights()
+        self.packed = PackedWeights(_pack_gemm_b(self.attrs.get("transB", 0)), lambda bf: bf.T)
 
     def work(self, a, *rest):
         return 2.0 * a.size * rest[2].shape[1]
 
     def compute(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c=None, y_scale=None, y_zero_point=None):
         at = self.attrs
-        bf, b_reach = self.packed.get(b, b_zero_point, _pack_gemm_b(at.get("transB", 0)))
+        bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
         af = offset(np.ascontiguousarray(a.T) if at.get("transA", 0) else a, a_zero_point)
-        kc = exact_block(dtype_reach(a.dtype, a_zero_point), b_reach)
         mult = multiplier(a_scale, b_scale, y_scale, at.get("alpha", 1.0))
         n = bf.shape[1]
         bias = None
@@ -273,14 +292,14 @@ class QGemm(NumbaKernel):
             return quantized_output(y, acc, has_acc, bias, mult, False, y_zero_point,
                                     _bounds(self, y_scale, y_zero_point))
 
-        return integer_product(af, bf, kc, finish)
+        return integer_product(af, bf, blocks, finish)
 
 
-def packed_conv_weights(w, zp, group):
-    """float32 (group, M/group, C/group * kh * kw) offsets of a conv weight; zp per output channel."""
+def conv_weight_offsets(w, zp) -> np.ndarray:
+    """float32 (M, C/group * kh * kw) offsets of a conv weight; zp per tensor or output channel."""
     m = w.shape[0]
-    w2 = np.ascontiguousarray(w).reshape(m, -1)
+    w2 = np.ascontiguousarray(w).reshape(m, math.prod(w.shape[1:]))
     z = np.zeros(1, w.dtype) if zp is None else np.ascontiguousarray(zp).reshape(-1)
     out = np.empty(w2.shape, np.float32)
     offset_rows(w2, z, z.size > 1, out)
-    return out.reshape(group, m // group, math.prod(w.shape[1:]))
+    return out
