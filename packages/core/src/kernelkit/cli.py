@@ -26,8 +26,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from . import __version__
 from .deploy import is_deployment, load_deployment
-from .errors import InputError, KernelkitError
+from .errors import InputError, KernelkitError, LoaderNotFoundError
 from .ir import Model, TensorSpec
 
 log = logging.getLogger("kernelkit.cli")
@@ -81,13 +82,13 @@ def _session_kwargs(args) -> dict:
 
 def _open_model(path: str) -> tuple[Model, dict]:
     """The model behind MODEL (.kkm, .onnx or deployment YAML) and the session settings it implies."""
-    from .session import _load_model
+    from .loaders import load_model
 
     if is_deployment(path):
         dep = load_deployment(path)
         return dep.model(), dict(device=dep.device, vendors=dep.vendors, fallback=dep.fallback,
                                  threads=dep.threads, passes=dep.passes, options=dict(dep.options))
-    return _load_model(path), {}
+    return load_model(path), {}
 
 
 def _concrete(spec: TensorSpec, dims: dict[str, int]) -> tuple[int, ...]:
@@ -365,25 +366,25 @@ def cmd_convert(args, console: Console) -> int:
     import hashlib
 
     from .io import load, save
+    from .loaders import load_model
 
-    try:
-        from kernelkit_converters.onnx import convert
-    except ImportError as exc:
-        raise MissingExtraError(
-            f"kernelkit convert needs the converters extra (kernelkit-converters): "
-            f"pip install 'kernelkit-workspace[converters]' from the checkout ({exc})") from exc
     src = Path(args.model)
     out = Path(args.output) if args.output else src.with_suffix(".kkm")
     if args.quantize:  # int8 through onnxruntime's quantizer first (docs/quantization.md)
-        from kernelkit_converters.quantize import quantize
-
+        try:
+            from kernelkit_converters.quantize import quantize
+        except ImportError as exc:
+            raise MissingExtraError(f"kernelkit convert --quantize needs kernelkit-converters ({exc})") from exc
         if out.suffix == ".onnx":
             quantize(src, out, mode=args.quantize, calibration=args.calibration, reduce_range=args.reduce_range)
             console.print(f"wrote {out}: {args.quantize} int8 ONNX model")
             return 0
         src = quantize(src, out.with_suffix(".int8.onnx"), mode=args.quantize, calibration=args.calibration,
                        reduce_range=args.reduce_range)
-    model = convert(src)
+    try:
+        model = load_model(src)
+    except LoaderNotFoundError as exc:
+        raise MissingExtraError(f"kernelkit convert: {exc}") from exc
     save(model, out)
     back = load(out)
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
@@ -392,10 +393,33 @@ def cmd_convert(args, console: Console) -> int:
     return 0
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: print :func:`_versions` as it is (argparse's own action re-wraps lines)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(_versions())
+        parser.exit(0)
+
+
+def _versions() -> str:
+    """kernelkit's version and Python's, then one line per installed package that plugs into it."""
+    import platform
+
+    from .backends import installed_packages
+
+    lines = [f"kernelkit {__version__} (Python {platform.python_version()}, NumPy {np.__version__})"]
+    for name, version, backends in installed_packages():
+        if name.lower() != "kernelkit":
+            lines.append(f"{name} {version}" + (f" (backend {', '.join(backends)})" if backends else ""))
+    return "\n".join(lines)
+
+
 # -- entry point -------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kernelkit", description="kernelkit inference runtime")
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v: info logs, -vv: debug logs")
+    p.add_argument("-V", "--version", action=_VersionAction, nargs=0,
+                   help="print the versions of kernelkit and of each installed backend package, then exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     def device_opts(sp):

@@ -18,6 +18,12 @@ class ModelFormatError(KernelkitError):
     code = "KK_MODEL_FORMAT"
 
 
+class LoaderNotFoundError(ModelFormatError):
+    """No installed loader reads a model file's format (its suffix)."""
+
+    code = "KK_NO_LOADER"
+
+
 class ShapeError(KernelkitError):
     """Shapes or dtypes do not fit an op's rule."""
 

@@ -12,7 +12,6 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,29 +21,26 @@ from .devices import Device, create_device
 from .errors import (
     ConfigError,
     InputError,
-    KernelBuildError,
     KernelExecutionError,
     KernelkitError,
-    ModelFormatError,
     UnsupportedOpError,
 )
-from .ir import Graph, Model, Node, TensorSpec
+from .invoke import KernelContext, bind  # noqa: F401  (KernelContext: re-exported)
+from .ir import Graph, Node, TensorSpec
+from .loaders import load_model
 from .passes import PassContext, run_passes
-from .registry import KernelEntry, KernelKey, describe_kernels, get_schema, normalize_attrs, select_kernel
+from .registry import (
+    KernelEntry,
+    KernelKey,
+    KernelScope,
+    describe_kernels,
+    get_schema,
+    normalize_attrs,
+    select_kernel,
+)
 from .shape import infer_node, infer_shapes
 
 log = logging.getLogger("kernelkit.session")
-
-
-@dataclass
-class KernelContext:
-    """Handed to class kernels (as ``self.context``) before ``prepare``: the node, the device
-    object (for OpenCL: context, queue, events) and the session options."""
-
-    node: Node
-    device: Device
-    options: dict = field(default_factory=dict)
-    threads: int | None = None
 
 
 @dataclass
@@ -71,25 +67,6 @@ class _Step:
     free_after: list[str] = field(default_factory=list)
     last_specs: list | None = None
     last_key: tuple | None = None  # (shape, dtype) per input of the last call: a cheap change check
-
-
-def _load_model(model_or_path) -> Model:
-    if isinstance(model_or_path, Model):
-        return model_or_path
-    if not isinstance(model_or_path, (str, os.PathLike)):
-        raise ModelFormatError(f"expected a Model or a path, got {type(model_or_path).__name__}")
-    path = Path(model_or_path)
-    if path.suffix.lower() == ".onnx":
-        try:
-            from kernelkit_converters.onnx import convert
-        except ImportError as exc:
-            raise UnsupportedOpError(
-                f"{path}: reading .onnx files needs the converters package: pip install '.[converters]'"
-            ) from exc
-        return convert(path)
-    from .io import load
-
-    return load(path)
 
 
 def _names(value) -> bool:
@@ -127,7 +104,7 @@ class Session:
                  threads: int | None = None, profile: bool = False, passes=None,
                  options: dict | None = None, stub_ops=()):
         _check_settings(vendors, threads, passes, options, stub_ops)
-        self.model = _load_model(model_or_path).copy()
+        self.model = load_model(model_or_path).copy()
         self.device_name = device
         self.vendors = tuple(vendors) if vendors is not None else None
         self.fallback = fallback
@@ -143,7 +120,8 @@ class Session:
         self._pool: ThreadPoolExecutor | None = None
         self.fallbacks: list[tuple[str, str]] = []
         self.stub_ops = frozenset(stub_ops)
-        run_session_hooks(device, self.options)  # backends act on their options (e.g. custom kernels)
+        self.kernel_scope = KernelScope()  # kernels that this session's options register, seen by it only
+        run_session_hooks(device, self.options, self.kernel_scope)  # backends act on their options
         graph = self.model.graph
         for value in graph.values.values():  # kernels and callers get read-only views of constants
             if value.data is not None and value.data.flags.writeable:
@@ -151,7 +129,7 @@ class Session:
                 value.data.flags.writeable = False
         graph.toposort()  # a loaded graph need not list its nodes in order
         infer_shapes(graph)
-        pass_ctx = PassContext(device, self.vendors, self.options)
+        pass_ctx = PassContext(device, self.vendors, self.options, scope=self.kernel_scope)
         self.passes_fired = run_passes(graph, passes, pass_ctx)
         self.pass_notes: list[str] = pass_ctx.notes  # e.g. fusions skipped for a user's kernel
         graph.toposort()
@@ -187,7 +165,7 @@ class Session:
             if self.device_name != "cpu":
                 tries.append(("cpu", None))
         for device, vendors in tries:
-            entry = select_kernel(node.op_id, device, dtype, vendors, specs, attrs)
+            entry = select_kernel(node.op_id, device, dtype, vendors, specs, attrs, self.kernel_scope)
             if entry is not None:
                 if (device, vendors) != tries[0]:
                     msg = (f"{where}: no {self.device_name} kernel for dtype {dtype}"
@@ -199,7 +177,7 @@ class Session:
         raise UnsupportedOpError(
             f"{where}: no kernel for device {self.device_name!r}, dtype {dtype}"
             f"{', vendors ' + str(list(self.vendors)) if self.vendors else ''}"
-            f"{'' if self.fallback else ' (fallback=False)'}; {describe_kernels(node.op_id)}"
+            f"{'' if self.fallback else ' (fallback=False)'}; {describe_kernels(node.op_id, self.kernel_scope)}"
         )
 
     def _stub_step(self, node: Node, dtype: str, attrs: dict) -> _Step:
@@ -220,28 +198,11 @@ class Session:
         return _Step(node, entry, self._device("cpu"), attrs)
 
     def _bind(self, step: _Step) -> None:
-        entry, attrs = step.entry, step.attrs
-        if entry.attr_names is not None:
-            attrs = {k: v for k, v in attrs.items() if k in entry.attr_names}
-            if "output_count" in entry.attr_names:  # kernels may skip optional outputs nobody reads
-                attrs["output_count"] = len(step.node.outputs)
-        if not entry.is_class:
-            fn = entry.impl
-            step.call = (lambda *xs, _f=fn, _a=attrs: _f(*xs, **_a)) if attrs else fn
-            return
-        where = f"node {step.node.name!r} ({step.node.op_id})"
-        kernel = entry.impl()
-        kernel.context = KernelContext(step.node, step.device, self.options, self.threads)
         specs = [self.graph.values[i].spec if i else None for i in step.node.inputs]
-        try:
-            kernel.prepare(specs, dict(step.attrs))
-        except KernelkitError:
-            raise
-        except Exception as exc:
-            raise KernelBuildError(f"{where}: prepare failed in {entry.key}: {type(exc).__name__}: {exc}") from exc
-        step.last_specs = specs
-        step.lock = threading.Lock()
-        step.call = kernel
+        step.call = bind(step.entry, step.node, step.attrs, step.device, specs, self.options, self.threads)
+        if step.entry.is_class:
+            step.last_specs = specs
+            step.lock = threading.Lock()
 
     def _plan(self) -> None:
         """Memory plan: release every intermediate right after its last reader."""

@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from ..dtypes import INT_TYPES
+from ..geometry import normalize_axes  # noqa: F401  (used by the op files)
 from ..ir import Dim, TensorSpec
 from ..shape import InferContext, broadcast_shapes
 
@@ -65,20 +66,6 @@ def input_length(ctx: InferContext, i: int) -> int:
     if spec.rank != 1 or not isinstance(spec.shape[0], int):
         raise ctx.error(f"input {i} must be a 1-D tensor of static length, got {spec}")
     return spec.shape[0]
-
-
-def normalize_axes(axes, rank: int, where: str = "") -> list[int]:
-    """Axes made non-negative; out-of-range or repeated axes raise ValueError (kernels use this,
-    the session reports it against the node)."""
-    out = []
-    for a in axes:
-        a = int(a)
-        if not -rank <= a < rank:
-            raise ValueError(f"{where}axis {a} is out of range for rank {rank}")
-        out.append(a % rank)
-    if len(set(out)) != len(out):
-        raise ValueError(f"{where}axes {list(axes)} repeat an axis")
-    return out
 
 
 def ctx_axes(ctx: InferContext, axes, rank: int) -> list[int]:
