@@ -26,7 +26,7 @@ import numpy as np
 
 from ..ir import Graph, Node, TensorSpec, Value
 from . import PassContext, register_pass
-from .builtin import _attrs, _clip_params, _const, _Index, _new_constant
+from .builtin import _activation_params, _attrs, _const, _Index, _new_constant
 
 log = logging.getLogger("kernelkit.passes")
 
@@ -93,7 +93,7 @@ def _quantize_after(graph: Graph, index: _Index, node: Node):
     reader = index.sole_reader(node.outputs[0])
     activation, params, between = "", (), []
     if reader is not None and reader.op_id in ("Relu", "Clip"):
-        params = () if reader.op_id == "Relu" else _clip_params(graph, reader, {})
+        params = _activation_params(graph, reader, _attrs(reader))  # Relu: (), Clip: (lo, hi)
         if params is None:
             return None
         activation, between = reader.op_id, [reader]
