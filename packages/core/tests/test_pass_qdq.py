@@ -125,3 +125,23 @@ def test_maxpool_and_reshape_between_equal_qdq_pairs_run_on_integers():
     assert [n.op for n in fused.graph.nodes] == ["QuantizeLinear", "MaxPool", "Reshape", "DequantizeLinear"]
     assert fused.graph.spec(fused.graph.nodes[1].outputs[0]).dtype == "int8"
     np.testing.assert_array_equal(got, want)  # exact: max and reshape commute with dequantization
+
+
+def test_dynamic_matmul_integer_chain_becomes_matmul_integer_to_float():
+    """DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul(a_scale * b_scale) -> Add(bias), as
+    onnxruntime's quantize_dynamic writes it: one MatMulIntegerToFloat doing the same float32 steps."""
+    g = GraphBuilder("dynamic")
+    x = g.input("x", ("N", 30))
+    xq, xs, xzp = g.op("DynamicQuantizeLinear", x, outputs=3)
+    ws = g.constant(RNG.uniform(0.001, 0.01, 8).astype(np.float32))
+    scale = g.op("Mul", xs, ws)
+    acc = g.op("MatMulInteger", xq, g.constant(RNG.integers(-127, 128, (30, 8)).astype(np.int8)), xzp,
+               g.constant(np.int8(0)))
+    y = g.op("Mul", g.op("Cast", acc, to=1), scale)
+    g.output(g.op("Add", y, g.constant(RNG.standard_normal(8).astype(np.float32))))
+    model = g.build()
+    xv = RNG.standard_normal((4, 30)).astype(np.float32)
+    fused, (got,) = _run(model, None, xv)
+    _, (want,) = _run(model, False, xv)
+    assert [n.op_id for n in fused.graph.nodes] == ["DynamicQuantizeLinear", "com.microsoft::MatMulIntegerToFloat"]
+    np.testing.assert_array_equal(got, want)  # the same float32 operations in the same order

@@ -151,3 +151,35 @@ def _conv_samples(rng, dtype):
 
 register_op("ConvInteger", inputs=["x", "w", "x_zero_point?", "w_zero_point?"], outputs=["y"], attrs=CONV_ATTRS,
             infer=_conv_infer, samples=_conv_samples)
+
+
+# -- MatMulIntegerToFloat (com.microsoft) ---------------------------------------------------------
+def _to_float_infer(ctx) -> TensorSpec:
+    check_int8(ctx, [(0, "A", None), (1, "B", None), (4, "a_zero_point", 0), (5, "b_zero_point", 1)])
+    for i, name in ((2, "a_scale"), (3, "b_scale"), (6, "bias")):
+        if ctx.has(i) and ctx.inputs[i].dtype != "float32":
+            raise ctx.error(f"{name} must be float32, got {ctx.inputs[i].dtype}")
+    return TensorSpec(matmul_shapes(ctx, ctx.inputs[0], ctx.inputs[1])[-1], "float32")
+
+
+@register_kernel("MatMulIntegerToFloat", domain="com.microsoft", device="cpu", vendor="reference", dtype=INT8_TYPES,
+                 priority=-100)
+def matmul_integer_to_float(a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
+    """float32(int32 (A - a_zp) @ (B - b_zp)) * (a_scale * b_scale) [+ bias]: what a dynamic model's
+    MatMulInteger -> Cast -> Mul(a_scale * b_scale) [-> Add(bias)] computes, in that order."""
+    acc = to_int32(int_matmul(a, b, a_zero_point, b_zero_point)).astype(np.float32)
+    y = acc * (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32))
+    return y if bias is None else y + bias
+
+
+def _to_float_samples(rng, dtype):
+    for bdt in ("int8", "uint8"):
+        yield [_int8(rng, dtype, 3, 40), _int8(rng, bdt, 40, 5), np.float32(0.02), np.float32(0.01),
+               _int8(rng, dtype), _int8(rng, bdt), rng.standard_normal(5).astype(np.float32)], {}
+    yield [_int8(rng, dtype, 2, 4, 3000), _int8(rng, "int8", 3000, 6), np.float32(0.02),
+           rng.uniform(0.001, 0.01, 6).astype(np.float32), _int8(rng, dtype), None, None], {}
+
+
+register_op("MatMulIntegerToFloat", domain="com.microsoft",
+            inputs=["A", "B", "a_scale", "b_scale", "a_zero_point?", "b_zero_point?", "bias?"], outputs=["Y"],
+            infer=_to_float_infer, samples=_to_float_samples)

@@ -205,6 +205,47 @@ def _integer_op(graph: Graph, index: _Index, node: Node) -> bool:
     return True
 
 
+def _scale_product(graph: Graph, index: _Index, name: str):
+    """(a_scale, b_scale) when ``name`` is Mul(run-time scalar a_scale, constant b_scale)."""
+    mul = index.producers.get(name)
+    if mul is None or mul.op_id != "Mul":
+        return None
+    for a, b in (mul.inputs[:2], mul.inputs[1::-1]):
+        spec = graph.spec(a)
+        const = _const(graph, b)
+        if const is not None and const.dtype == np.float32 and const.ndim <= 1 and \
+                spec.dtype == "float32" and spec.is_static and spec.size == 1:
+            return a, b
+    return None
+
+
+def _fuse_dynamic(graph: Graph, index: _Index, cast: Node) -> tuple[Node, list[Node]] | None:
+    """A dynamic model's MatMulInteger -> Cast(float) -> Mul(a_scale * b_scale) [-> Add(bias)]:
+    one com.microsoft::MatMulIntegerToFloat computing the same float32 steps in the same order."""
+    mmi = index.producers.get(cast.inputs[0])
+    if mmi is None or mmi.op_id != "MatMulInteger" or index.sole_reader(mmi.outputs[0]) is not cast or \
+            _attrs(cast)["to"] != 1:
+        return None
+    mul = index.sole_reader(cast.outputs[0])
+    if mul is None or mul.op_id != "Mul":
+        return None
+    other = mul.inputs[1] if mul.inputs[0] == cast.outputs[0] else mul.inputs[0]
+    scales = _scale_product(graph, index, other)
+    if scales is None:
+        return None
+    removed, out, bias = [mmi, cast, mul], mul.outputs[0], ""
+    add = index.sole_reader(mul.outputs[0])
+    n = graph.spec(mmi.outputs[0]).shape[-1]
+    if add is not None and add.op_id == "Add":
+        b = add.inputs[1] if add.inputs[0] == mul.outputs[0] else add.inputs[0]
+        data = _const(graph, b)
+        if data is not None and data.dtype == np.float32 and data.ndim == 1 and data.shape[0] == n:
+            removed, out, bias = removed + [add], add.outputs[0], b
+    zps = [mmi.inputs[i] if len(mmi.inputs) > i else "" for i in (2, 3)]
+    inputs = [mmi.inputs[0], mmi.inputs[1], *scales, *zps] + ([bias] if bias else [])
+    return Node("MatMulIntegerToFloat", inputs, [out], {}, mmi.name, "com.microsoft"), removed
+
+
 def _fold_constant_dq(graph: Graph, index: _Index) -> int:
     """DequantizeLinear of a constant that no fusion took: a float constant, as fold_constants would."""
     from ..ops.quantize import dequantize_linear
@@ -223,6 +264,20 @@ def _fold_constant_dq(graph: Graph, index: _Index) -> int:
     return count
 
 
+def _replace(graph: Graph, index: _Index, fused: Node, group: list[Node]) -> None:
+    """Put ``fused`` (writing the last node's output) where the group's first node was. Its inputs
+    are defined before that node: they are the group's inputs or constants."""
+    for old in group:
+        index.remove(old)
+    for old in group[:-1]:
+        graph.values.pop(old.outputs[0], None)
+    graph.nodes[graph.nodes.index(group[0])] = fused
+    index.producers[fused.outputs[0]] = fused
+    for name in set(fused.inputs) - {""}:
+        index.readers.setdefault(name, []).append(fused)
+    log.debug("fuse_qdq: %s (%s) -> %s", group[0].name, group[0].op_id, fused.op_id)
+
+
 @register_pass("fuse_qdq", before="fuse_activation")
 def fuse_qdq(graph: Graph, ctx: PassContext) -> int:
     """Run DequantizeLinear -> Conv/MatMul/Gemm [-> Relu/Clip] -> QuantizeLinear groups as one integer
@@ -232,6 +287,12 @@ def fuse_qdq(graph: Graph, ctx: PassContext) -> int:
     for node in list(graph.nodes):
         if node.op_id in INTEGER_OPS:
             count += _integer_op(graph, index, node)
+            continue
+        if node.op_id == "Cast" and id(node) not in index._removed:
+            found = _fuse_dynamic(graph, index, node)
+            if found is not None:
+                _replace(graph, index, found[0], found[1])
+                count += 1
             continue
         fuse = FUSIONS.get(node.op_id)
         if fuse is None or _attrs(node).get("activation"):
@@ -244,15 +305,7 @@ def fuse_qdq(graph: Graph, ctx: PassContext) -> int:
         fused = fuse(graph, index, node, q, act)
         if fused is None:
             continue
-        for old in [node, *between, q]:
-            index.remove(old)
-        for old in [node, *between]:
-            graph.values.pop(old.outputs[0], None)
-        graph.nodes[graph.nodes.index(node)] = fused  # same place: its inputs are all defined before it
-        index.producers[fused.outputs[0]] = fused
-        for name in set(fused.inputs) - {""}:
-            index.readers.setdefault(name, []).append(fused)
-        log.debug("fuse_qdq: %s (%s) -> %s", node.name, node.op_id, fused.op_id)
+        _replace(graph, index, fused, [node, *between, q])
         count += 1
     index.commit()
     count += _fold_constant_dq(graph, index)

@@ -85,6 +85,20 @@ def to_int32(y, acc, has_acc, out):
             out[r, c] = v
 
 
+@jit_parallel
+def to_float(y, acc, has_acc, mult, bias, has_bias, out):
+    """out = float32(int32(y) [+ acc]) * mult[col] [+ bias[col]] (a one-element mult is per tensor)."""
+    rows, cols = y.shape
+    scalar = mult.shape[0] == 1
+    for r in prange(rows):
+        for c in range(cols):
+            v = np.int32(y[r, c])
+            if has_acc:
+                v += acc[r, c]
+            f = np.float32(v) * mult[0 if scalar else c]
+            out[r, c] = f + bias[c] if has_bias else f
+
+
 def dtype_reach(dtype, zp) -> int:
     """max |v - zp| over the values v of an int8/uint8 dtype, for every zero point in ``zp``."""
     info = np.iinfo(dtype)
@@ -303,3 +317,32 @@ def conv_weight_offsets(w, zp) -> np.ndarray:
     out = np.empty(w2.shape, np.float32)
     offset_rows(w2, z, z.size > 1, out)
     return out
+
+
+@register_kernel("MatMulIntegerToFloat", domain="com.microsoft", device="cpu", vendor="numba", dtype=("int8", "uint8"),
+                 supports=lambda specs, attrs: matmul_supported(specs, 1, 4))
+class MatMulIntegerToFloat(NumbaKernel):
+    """float32(exact int32 product) * (a_scale * b_scale) [+ bias] in one epilogue pass: a dynamic
+    model's MatMulInteger -> Cast -> Mul [-> Add] (fused by fuse_qdq)."""
+
+    uses_blas = True
+
+    def setup(self, input_specs):
+        self.packed = _matmul_packing(input_specs[1].rank)
+
+    def work(self, a, b, *rest):
+        return 2.0 * a.size * b.shape[-1]
+
+    def compute(self, a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
+        bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
+        af = offset(a, a_zero_point)
+        mult = (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)).reshape(-1)  # as the Mul node
+        has_bias = bias is not None
+        bias_arr = np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias else np.zeros(1, np.float32)
+
+        def finish(y, acc, has_acc, shape):
+            out = np.empty(y.shape, np.float32)
+            to_float(y, acc, has_acc, mult, bias_arr, has_bias, out)
+            return out.reshape(shape)
+
+        return integer_product(af, bf, blocks, finish)
