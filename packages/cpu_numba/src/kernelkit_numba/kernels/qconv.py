@@ -42,6 +42,14 @@ class _IntegerConv(Conv):
         self.packed = PackedWeights(conv_weight_offsets, lambda wf: wf)
         self._blocks_of = None  # (packed array, per-group contiguous K-blocks of it)
 
+    def scratch(self, name: str, shape) -> np.ndarray:
+        """A float32 buffer kept between calls (execute is serialised per node; a fresh 1-5 MB
+        array per call costs more in page faults than the product written into it)."""
+        buffers = self.__dict__.setdefault("_scratch", {})
+        if name not in buffers or buffers[name].shape != tuple(shape):
+            buffers[name] = np.empty(shape, np.float32)
+        return buffers[name]
+
     @staticmethod
     def conv_work(x, w) -> float:
         return 2.0 * x.size * w.size / max(1, x.shape[1])
@@ -67,7 +75,7 @@ class _IntegerConv(Conv):
         out4 = out.reshape(n_n, m_n, oh_n * ow_n)
         mg, k_n, l_n = m_n // group, cg * kh * kw, oh_n * ow_n
         if cg == 1 and group > 1 and blocks == [(0, k_n)]:  # depthwise: taps as multiply-adds, one pass
-            yf = np.empty((n_n, m_n, oh_n, ow_n), np.float32)
+            yf = self.scratch("depthwise", (n_n, m_n, oh_n, ow_n))
             chunks = 1 if config.in_serial() else max(1, min(n_n * m_n, 4 * config.max_threads()))
             _conv_depthwise(xf, wf.reshape(m_n, 1, kh, kw), np.zeros(m_n, np.float32), yf, sh, sw, dh, dw, ph, pw,
                             NONE, np.float32(0), np.float32(0), chunks)
@@ -91,7 +99,7 @@ class _IntegerConv(Conv):
                     _im2col(xs, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n)
                 acc, has_acc = NO_ACC, False
                 for i, (k0, k1) in enumerate(blocks):
-                    y = np.dot(wblocks[g][i], col[k0:k1])
+                    y = np.dot(wblocks[g][i], col[k0:k1], out=self.scratch("product", (mg, l_n)))
                     if i < len(blocks) - 1:
                         if not has_acc:
                             acc, has_acc = np.zeros(y.shape, np.int32), True

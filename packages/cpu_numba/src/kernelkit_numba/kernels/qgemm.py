@@ -57,20 +57,32 @@ def accumulate(acc, y):
 @jit_parallel
 def requantize(y, acc, has_acc, bias, has_bias, mult, per_row, zp, lo, hi, out):
     """out = clamp(rint(float32(int32(y) [+ acc] [+ bias]) * mult) + zp, lo, hi), with bias and
-    mult per row (``per_row``) or per column; a one-element mult is per tensor."""
+    mult per row (``per_row``: conv channels) or per column (GEMM columns); a one-element mult is
+    per tensor. The inner loops stay in int32/float32 without branches, so they vectorise."""
     rows, cols = y.shape
-    scalar = mult.shape[0] == 1
-    z = np.float32(zp)
+    per_col_mult = mult.shape[0] > 1 and not per_row
     for r in prange(rows):
-        for c in range(cols):
-            v = np.int32(y[r, c])
-            if has_acc:
-                v += acc[r, c]
-            k = np.int64(r) if per_row else np.int64(c)  # (prange's index is unsigned: keep k an integer)
-            if has_bias:
-                v += bias[k]
-            q = np.float32(np.rint(np.float32(v) * mult[0 if scalar else k])) + z
-            out[r, c] = min(max(q, lo), hi)
+        src = y[r]
+        dst = out[r]
+        ri = np.int64(r)
+        m = mult[ri if mult.shape[0] > 1 else 0]
+        b = np.int32(bias[ri]) if has_bias and per_row else np.int32(0)
+        col_bias = has_bias and not per_row
+        if has_acc:
+            a = acc[r]
+            for c in range(cols):
+                v = np.int32(np.int32(src[c]) + a[c] + b + (bias[c] if col_bias else np.int32(0)))
+                q = np.float32(np.rint(np.float32(v) * (mult[c] if per_col_mult else m))) + zp
+                dst[c] = min(max(q, lo), hi)
+        elif per_row or not (col_bias or per_col_mult):
+            for c in range(cols):
+                q = np.float32(np.rint(np.float32(np.int32(np.int32(src[c]) + b)) * m)) + zp
+                dst[c] = min(max(q, lo), hi)
+        else:
+            for c in range(cols):
+                v = np.int32(np.int32(src[c]) + (bias[c] if col_bias else np.int32(0)))
+                q = np.float32(np.rint(np.float32(v) * (mult[c] if per_col_mult else m))) + zp
+                dst[c] = min(max(q, lo), hi)
 
 
 @jit_parallel
