@@ -1,10 +1,11 @@
 """ConvInteger and QLinearConv (1-D and 2-D; grouped, depthwise, strided, dilated, padded) as exact
 integer convolutions on the float32 conv machinery (see qgemm.py for why float32 is exact here).
 
-The input minus its zero point is converted to float32 once (so the padding the im2col leaves at 0
-is the zero point, as ONNX defines), the weight minus its zero point is packed once; then the
-float Conv's own pieces run: depthwise convolutions through ``_conv_depthwise`` (a kernel's few
-taps are far inside the exact range), the others through im2col + BLAS in exact K-blocks. The
+The weight minus its zero point is packed once. Depthwise convolutions run the float Conv's
+``_conv_depthwise`` on the int8 input itself, subtracting the zero point as it fills its float32
+phase buffers (a kernel's few taps are far inside the exact range); the others convert the input
+minus its zero point to float32 once (so the padding the im2col leaves at 0 is the zero point, as
+ONNX defines) and run im2col + BLAS in exact K-blocks. The
 epilogue writes int32 (ConvInteger) or requantizes per output channel, bias and fused Relu/Clip
 included (QLinearConv), straight into the NCHW output.
 """
@@ -71,14 +72,14 @@ class _IntegerConv(Conv):
         if c_n != cg * group or m_n % group:
             raise ValueError(f"input channels {c_n}, weight {tuple(w.shape)} and group {group} disagree")
         wf, blocks = self.packed.get(w, w_zero_point, dtype_reach(x.dtype, x_zero_point))
-        xf = offset(x4, x_zero_point)
         out4 = out.reshape(n_n, m_n, oh_n * ow_n)
         mg, k_n, l_n = m_n // group, cg * kh * kw, oh_n * ow_n
         if cg == 1 and group > 1 and blocks == [(0, k_n)]:  # depthwise: taps as multiply-adds, one pass
             yf = self.scratch("depthwise", (n_n, m_n, oh_n, ow_n))
             chunks = 1 if config.in_serial() else max(1, min(n_n * m_n, 4 * config.max_threads()))
-            _conv_depthwise(xf, wf.reshape(m_n, 1, kh, kw), np.zeros(m_n, np.float32), yf, sh, sw, dh, dw, ph, pw,
-                            NONE, np.float32(0), np.float32(0), chunks)
+            zx = np.float32(0 if x_zero_point is None else np.asarray(x_zero_point).reshape(()))
+            _conv_depthwise(np.ascontiguousarray(x4), wf.reshape(m_n, 1, kh, kw), np.zeros(m_n, np.float32), yf,
+                            sh, sw, dh, dw, ph, pw, NONE, np.float32(0), np.float32(0), chunks, zx)
             for n in range(n_n):
                 finish(yf[n].reshape(m_n, l_n), NO_ACC, False, slice(0, m_n), out4[n])
             return
@@ -86,6 +87,7 @@ class _IntegerConv(Conv):
             self._blocks_of = (wf, [[np.ascontiguousarray(wf[g * mg:(g + 1) * mg, k0:k1]) for k0, k1 in blocks]
                                     for g in range(group)])
         wblocks = self._blocks_of[1]
+        xf = offset(x4, x_zero_point)
         direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
         if not direct and (self._col is None or self._col.shape != (k_n, l_n)):
             self._col = np.empty((k_n, l_n), np.float32)
