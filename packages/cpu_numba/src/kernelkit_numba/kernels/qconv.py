@@ -24,6 +24,7 @@ from .qgemm import (
     _bounds,
     accumulate,
     conv_weight_offsets,
+    derived,
     dtype_reach,
     offset,
     requantize,
@@ -144,15 +145,15 @@ class QLinearConv(_IntegerConv):
         (_, _), (_, _), (_, _), out_hw = self._geometry(x.shape, w.shape)
         zp = np.asarray(y_zero_point)
         out = np.empty((x.shape[0], w.shape[0], *out_hw[2 - (x.ndim - 2):]), zp.dtype)
-        params = (x_scale, w_scale, y_scale, y_zero_point, b)
-        if getattr(self, "_params", None) is None or any(p is not q for p, q in zip(params, self._params[0])) \
-                or any(p is not None and p.flags.writeable for p in params):
-            m = w.shape[0]
+        m = w.shape[0]
+
+        def make():
             mult = np.ascontiguousarray(np.broadcast_to(multiplier(x_scale, w_scale, y_scale), (m,)))
             bias = np.zeros(m, np.int32) if b is None else np.ascontiguousarray(b, np.int32).reshape(m)
             lo, hi = _bounds(self, y_scale, y_zero_point)
-            self._params = (params, (mult, bias, np.float32(zp.reshape(())), np.float32(lo), np.float32(hi)))
-        mult, bias, z, lo, hi = self._params[1]  # derived once from the constant scales and bias
+            return mult, bias, np.float32(zp.reshape(())), np.float32(lo), np.float32(hi)
+
+        mult, bias, z, lo, hi = derived(self, (x_scale, w_scale, y_scale, y_zero_point, b), make)
         has_bias = b is not None
 
         def finish(y, acc, has_acc, channels, dst):

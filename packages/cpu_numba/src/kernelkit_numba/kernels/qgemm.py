@@ -157,6 +157,17 @@ class PackedWeights:
         return self.data, self.blocks
 
 
+def derived(kernel, params: tuple, make):
+    """``make()`` computed once while the same read-only arrays come in as ``params`` (scales, zero
+    points, bias: constants of the model), then reused; writable (caller) arrays: every call."""
+    cached = kernel.__dict__.get("_derived")
+    if cached is None or len(cached[0]) != len(params) or any(p is not q for p, q in zip(params, cached[0])) or \
+            any(p is not None and np.asarray(p).flags.writeable for p in params):
+        cached = (params, make())
+        kernel._derived = cached
+    return cached[1]
+
+
 def offset(x: np.ndarray, zp) -> np.ndarray:
     """float32 ``x - zp`` of an integer array (any rank); zp per tensor or per column (last axis)."""
     x2 = np.ascontiguousarray(x).reshape(-1, x.shape[-1] if x.ndim else 1)
@@ -259,8 +270,8 @@ class QLinearMatMul(NumbaKernel):
     def compute(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
         bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
         af = offset(a, a_zero_point)
-        mult = multiplier(a_scale, b_scale, y_scale)
-        bounds = _bounds(self, y_scale, y_zero_point)
+        mult, bounds = derived(self, (a_scale, b_scale, y_scale, y_zero_point),
+                               lambda: (multiplier(a_scale, b_scale, y_scale), _bounds(self, y_scale, y_zero_point)))
 
         def finish(y, acc, has_acc, shape):
             return quantized_output(y, acc, has_acc, None, mult, False, y_zero_point, bounds).reshape(shape)
@@ -295,15 +306,17 @@ class QGemm(NumbaKernel):
         at = self.attrs
         bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
         af = offset(np.ascontiguousarray(a.T) if at.get("transA", 0) else a, a_zero_point)
-        mult = multiplier(a_scale, b_scale, y_scale, at.get("alpha", 1.0))
         n = bf.shape[1]
-        bias = None
-        if c is not None:
-            if c.size == n and c.shape[-1] == n:  # per column: fused into the epilogue
-                bias = np.ascontiguousarray(c, np.int32).reshape(n)
-            else:  # (M, 1), (M, N) or scalar: the accumulators start from it
-                bias = None
-        full_c = c if (c is not None and bias is None) else None
+
+        def make():
+            mult = multiplier(a_scale, b_scale, y_scale, at.get("alpha", 1.0))
+            per_column = c is not None and c.size == n and c.shape[-1] == n  # fused into the epilogue
+            bias = np.ascontiguousarray(c, np.int32).reshape(n) if per_column else None
+            bounds = _bounds(self, y_scale, y_zero_point) if y_zero_point is not None else None
+            return mult, bias, bounds
+
+        mult, bias, bounds = derived(self, (a_scale, b_scale, c, y_scale, y_zero_point), make)
+        full_c = c if (c is not None and bias is None) else None  # (M, 1), (M, N), scalar: added to acc
 
         def finish(y, acc, has_acc, shape):
             if full_c is not None:
@@ -315,8 +328,7 @@ class QGemm(NumbaKernel):
                 if bias is not None:
                     out += bias
                 return out.astype(np.float32) * (mult.reshape(()) if mult.size == 1 else mult)
-            return quantized_output(y, acc, has_acc, bias, mult, False, y_zero_point,
-                                    _bounds(self, y_scale, y_zero_point))
+            return quantized_output(y, acc, has_acc, bias, mult, False, y_zero_point, bounds)
 
         return integer_product(af, bf, blocks, finish)
 
@@ -350,7 +362,8 @@ class MatMulIntegerToFloat(NumbaKernel):
         af = offset(a, a_zero_point)
         mult = (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)).reshape(-1)  # as the Mul node
         has_bias = bias is not None
-        bias_arr = np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias else np.zeros(1, np.float32)
+        bias_arr = derived(self, (bias,), lambda: np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias
+                           else np.zeros(1, np.float32))
 
         def finish(y, acc, has_acc, shape):
             out = np.empty(y.shape, np.float32)
