@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from kernelkit.testing import child_venv
 
 ROOT = Path(__file__).resolve().parents[1]

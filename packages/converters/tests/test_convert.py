@@ -240,3 +240,16 @@ def test_onnx_loader_is_an_entry_point(tmp_path):
     x = np.array([[-1.0, 2.0, -3.0]], np.float32)
     (y,) = kernelkit.Session(model, vendors=["reference"]).run(None, {"x": x})
     np.testing.assert_array_equal(y, np.maximum(x, 0))
+
+
+def test_every_handler_module_is_found():
+    """Handler modules are found, not listed: each public handlers/<name>.py fills the table."""
+    import sys
+    from pathlib import Path
+
+    from kernelkit_converters.onnx import handlers
+
+    public = sorted(p.stem for p in Path(handlers.__file__).parent.glob("*.py") if not p.stem.startswith("_"))
+    assert {"legacy", "standard"} <= set(public)
+    assert all(f"{handlers.__name__}.{name}" in sys.modules for name in public)
+    assert handlers.lookup("", "Relu", 14) is not None and handlers.lookup("", "Squeeze", 11) is not None  # legacy.py

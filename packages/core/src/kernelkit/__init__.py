@@ -18,10 +18,12 @@ from .errors import (
     BackendUnavailableError,
     ConfigError,
     DeviceError,
+    FallbackWarning,
     InputError,
     KernelBuildError,
     KernelExecutionError,
     KernelkitError,
+    KernelkitWarning,
     LoaderNotFoundError,
     ModelFormatError,
     OpAttributeError,
@@ -33,6 +35,8 @@ from .invoke import KernelContext
 from .ir import Graph, Model, Node, TensorSpec, Value
 from .loaders import load_model, register_loader
 from .passes import PassContext, register_pass, run_passes
+from .plan import Plan, Step
+from .portable import LazySession, SessionRecipe, cpu_allotment
 from .registry import REQUIRED, get_schema, kernels, ops, register_kernel, register_op
 from .session import Session
 from .shape import InferContext, broadcast_shapes, infer_shapes
@@ -58,12 +62,14 @@ def load(path, *, verify: bool = True) -> Model:
 
 
 __all__ = [
-    "ACTIVATIONS", "BackendUnavailableError", "ConfigError", "Device", "DeviceError", "Graph",
-    "GraphBuilder", "InferContext", "InputError", "KernelBuildError", "KernelContext",
-    "KernelExecutionError", "KernelkitError", "LoaderNotFoundError", "Model", "ModelFormatError",
-    "Node", "OpAttributeError", "PassContext", "REQUIRED", "RegistryError", "Session", "ShapeError",
-    "TensorSpec", "UnsupportedOpError", "Value", "apply_activation", "broadcast_shapes",
-    "create_device", "dtype_name", "get_schema", "infer_shapes", "kernels", "load", "load_backends",
-    "load_model", "ops", "register_device", "register_kernel", "register_loader", "register_op",
-    "register_pass", "run_passes", "save",
+    "LazySession", "SessionRecipe", "cpu_allotment",
+    "ACTIVATIONS", "BackendUnavailableError", "ConfigError", "Device", "DeviceError",
+    "FallbackWarning", "Graph", "GraphBuilder", "InferContext", "InputError", "KernelBuildError",
+    "KernelContext", "KernelExecutionError", "KernelkitError", "KernelkitWarning",
+    "LoaderNotFoundError", "Model", "ModelFormatError", "Node", "OpAttributeError", "PassContext",
+    "Plan", "REQUIRED", "RegistryError", "Session", "ShapeError", "Step", "TensorSpec",
+    "UnsupportedOpError", "Value", "apply_activation", "broadcast_shapes", "create_device",
+    "dtype_name", "get_schema", "infer_shapes", "kernels", "load", "load_backends", "load_model",
+    "ops", "register_device", "register_kernel", "register_loader", "register_op", "register_pass",
+    "run_passes", "save",
 ]

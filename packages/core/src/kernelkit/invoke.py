@@ -47,7 +47,7 @@ def bind(entry: KernelEntry, node: Node, attrs: dict, device: Device, input_spec
         fn, kwargs = entry.impl, kernel_attrs(entry, attrs, len(node.outputs))
         return (lambda *xs: fn(*xs, **kwargs)) if kwargs else fn
     kernel = entry.impl()
-    kernel.context = KernelContext(node, device, dict(options or {}), threads)
+    kernel.context = KernelContext(node, device, options if options is not None else {}, threads)
     try:
         kernel.prepare(input_specs, dict(attrs))
     except KernelkitError:
@@ -65,8 +65,8 @@ def outputs(result) -> tuple:
 
 def invoke(entry: KernelEntry, node: Node, attrs: dict, args: list, input_specs: list,
            device: Device | None = None) -> tuple:
-    """Bind and call a kernel once (on the cpu device unless given); returns its outputs."""
-    if device is None:
+    """Bind and call a kernel once (a class kernel on the cpu device unless given); returns its outputs."""
+    if device is None and entry.is_class:
         from .devices import create_device
 
         device = create_device("cpu")

@@ -154,7 +154,7 @@ def isolate_registries(monkeypatch) -> None:
     monkeypatch.setattr(loaders, "_LOADERS", dict(loaders._LOADERS))
 
 
-def child_venv(path) -> "Path":
+def child_venv(path):
     """Create a virtual environment at ``path`` that sees every package the *running* interpreter
     sees, and return its ``python``.
 

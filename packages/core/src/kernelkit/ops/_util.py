@@ -11,6 +11,31 @@ from ..ir import Dim, TensorSpec
 from ..shape import InferContext, broadcast_shapes
 
 
+def into(out: np.ndarray | None, y: np.ndarray) -> np.ndarray:
+    """A kernel's result written into the ``out`` it was given (the ``out=`` convention of
+    docs/architecture.md); with no ``out``, the result itself."""
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
+def with_out(fn):
+    """``fn`` (inputs positional, attributes keyword-only) as a kernel that also takes ``out=``:
+    for ops whose reference computes a fresh result anyway (the result is copied into ``out``)."""
+    import functools
+    import inspect
+
+    @functools.wraps(fn)
+    def kernel(*inputs, out=None, **attrs):
+        return into(out, fn(*inputs, **attrs))
+
+    sig = inspect.signature(fn)
+    out_param = inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None)
+    kernel.__signature__ = sig.replace(parameters=[*sig.parameters.values(), out_param])
+    return kernel
+
+
 def same_as_input(ctx: InferContext) -> TensorSpec:
     """Rule for ops whose output has the first input's shape and dtype."""
     return ctx.inputs[0]
