@@ -109,6 +109,17 @@ def _conv_infer(ctx) -> TensorSpec:
     return TensorSpec((x.shape[0], w.shape[0], *symbolic_out(ctx, win)), "int32")
 
 
+def conv_flops(x_index: int, w_index: int):
+    """A flops rule for an integer convolution reading X and W at these inputs (a multiply-add is 2)."""
+
+    def flops(ctx) -> int | None:
+        x, w, win = conv_geometry(ctx, ctx.inputs[x_index], ctx.inputs[w_index], None)
+        dims = (x.shape[0], w.shape[0], w.shape[1], *win.out, *win.kernel)
+        return 2 * math.prod(dims) if all(isinstance(d, int) for d in dims) else None
+
+    return flops
+
+
 def int_conv(x, w, x_zero_point, w_zero_point, *, auto_pad, dilations, group, kernel_shape, pads, strides):
     """Convolution of (x - x_zp) by (w - w_zp) exactly, as float64; the padding reads x_zp (a real
     zero). A 1-D w_zp is per output channel."""
@@ -150,7 +161,7 @@ def _conv_samples(rng, dtype):
 
 
 register_op("ConvInteger", inputs=["x", "w", "x_zero_point?", "w_zero_point?"], outputs=["y"], attrs=CONV_ATTRS,
-            infer=_conv_infer, samples=_conv_samples)
+            infer=_conv_infer, samples=_conv_samples, flops=conv_flops(0, 1))
 
 
 # -- MatMulIntegerToFloat (com.microsoft) ---------------------------------------------------------

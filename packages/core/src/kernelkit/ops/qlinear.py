@@ -17,7 +17,18 @@ from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
 from ._window import symbolic_out
 from .conv import conv_geometry
-from .integer import CONV_ATTRS, INT8_TYPES, _int8, check_int8, conv_samples, int_conv, int_matmul, to_int32
+from .integer import (
+    CONV_ATTRS,
+    INT8_TYPES,
+    _flops,
+    _int8,
+    check_int8,
+    conv_flops,
+    conv_samples,
+    int_conv,
+    int_matmul,
+    to_int32,
+)
 from .matmul import matmul_shapes
 from .quantize import SCALE_TYPES, quantize, saturate_round
 
@@ -130,7 +141,8 @@ def _conv_samples(rng, dtype):
 
 register_op("QLinearConv", inputs=["x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale",
                                    "y_zero_point", "B?"],
-            outputs=["y"], attrs={**CONV_ATTRS, **ACT_ATTRS}, infer=_conv_infer, samples=_conv_samples)
+            outputs=["y"], attrs={**CONV_ATTRS, **ACT_ATTRS}, infer=_conv_infer, samples=_conv_samples,
+            flops=conv_flops(0, 3))
 
 
 # -- QLinearMatMul ----------------------------------------------------------------------------------
@@ -176,7 +188,8 @@ def _matmul_samples(rng, dtype):
 
 register_op("QLinearMatMul", inputs=["a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point", "y_scale",
                                      "y_zero_point"],
-            outputs=["y"], attrs=ACT_ATTRS, infer=_matmul_infer, samples=_matmul_samples)
+            outputs=["y"], attrs=ACT_ATTRS, infer=_matmul_infer, samples=_matmul_samples,
+            flops=lambda ctx: _flops(matmul_shapes(ctx, ctx.inputs[0], ctx.inputs[3])))
 
 
 # -- QGemm (com.microsoft) --------------------------------------------------------------------------
