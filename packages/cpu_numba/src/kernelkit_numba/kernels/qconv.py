@@ -84,10 +84,10 @@ class _IntegerConv(Conv):
             for n in range(n_n):
                 finish(yf[n].reshape(m_n, l_n), NO_ACC, False, slice(0, m_n), out4[n])
             return
-        if self._blocks_of is None or self._blocks_of[0] is not wf:  # contiguous weight blocks per group
-            self._blocks_of = (wf, [[np.ascontiguousarray(wf[g * mg:(g + 1) * mg, k0:k1]) for k0, k1 in blocks]
-                                    for g in range(group)])
-        wblocks = self._blocks_of[1]
+        if self._blocks_of is None or self._blocks_of[0] is not wf or self._blocks_of[1] is not blocks:
+            self._blocks_of = (wf, blocks, [[np.ascontiguousarray(wf[g * mg:(g + 1) * mg, k0:k1]) for k0, k1 in blocks]
+                                            for g in range(group)])  # contiguous weight blocks per group
+        wblocks = self._blocks_of[2]
         xf = offset(x4, x_zero_point)
         direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
         if not direct and (self._col is None or self._col.shape != (k_n, l_n)):
