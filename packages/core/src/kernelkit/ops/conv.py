@@ -25,11 +25,17 @@ ATTRS = {**WINDOW_ATTRS, "group": ("int", 1), **ACTIVATION_ATTRS}
 
 def _geometry(ctx):
     x, w, b = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2] if ctx.has(2) else None
+    if w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
+        raise ctx.error(f"X, W and B must share a dtype; got {x.dtype}, {w.dtype}, {b.dtype if b else '-'}")
+    return conv_geometry(ctx, x, w, b)
+
+
+def conv_geometry(ctx, x, w, b):
+    """(x, w, Window) of a convolution of X by W (bias B or None), checked against the attributes;
+    shared with the integer and quantized convolutions, which check their own dtypes."""
     a = ctx.attrs
     if x.rank < 3 or w.rank != x.rank:
         raise ctx.error(f"X {x} must have rank >= 3 and W {w} the same rank")
-    if w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
-        raise ctx.error(f"X, W and B must share a dtype; got {x.dtype}, {w.dtype}, {b.dtype if b else '-'}")
     kernel = a["kernel_shape"] or w.shape[2:]
     if any(isinstance(k, str) for k in kernel):
         raise ctx.error(f"weight spatial shape {w.shape[2:]} must be static (or give kernel_shape)")
