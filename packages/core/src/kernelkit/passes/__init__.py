@@ -115,4 +115,6 @@ def run_passes(graph: Graph, selection: Iterable[str] | bool | None = None,
     return fired
 
 
-from . import builtin, layouts  # noqa: E402,F401  (register the built-in passes in pipeline order; layouts is final)
+# registers the built-in passes in pipeline order (quantized: fuse_qdq, before fuse_activation;
+# layouts: the layout pass, final: it runs once, after the others reach their fixed point)
+from . import builtin, layouts, quantized  # noqa: E402,F401
