@@ -429,6 +429,21 @@ def cmd_kernels(args, console: Console) -> int:
     return 0
 
 
+def _quantizer(src: Path):
+    """The quantizer for ``src``'s format, from the ``kernelkit.quantizers`` entry-point group (keyed
+    by suffix, like the loaders: core names no converter package)."""
+    from importlib.metadata import entry_points
+
+    found = [ep for ep in entry_points(group="kernelkit.quantizers") if ep.name.lower() == src.suffix.lower()]
+    if not found:
+        raise MissingExtraError(f"kernelkit convert --quantize: no quantizer for {src.suffix or 'suffix-less'} "
+                                "files; install kernelkit-converters (pip install '.[converters]')")
+    try:
+        return found[0].load()
+    except ImportError as exc:
+        raise MissingExtraError(f"kernelkit convert --quantize: {found[0].value} cannot be imported: {exc}") from exc
+
+
 def cmd_convert(args, console: Console) -> int:
     import hashlib
 
@@ -438,10 +453,7 @@ def cmd_convert(args, console: Console) -> int:
     src = Path(args.model)
     out = Path(args.output) if args.output else src.with_suffix(".kkm")
     if args.quantize:  # int8 through onnxruntime's quantizer first (docs/quantization.md)
-        try:
-            from kernelkit_converters.quantize import quantize
-        except ImportError as exc:
-            raise MissingExtraError(f"kernelkit convert --quantize needs kernelkit-converters ({exc})") from exc
+        quantize = _quantizer(src)
         if out.suffix == ".onnx":
             quantize(src, out, mode=args.quantize, calibration=args.calibration, reduce_range=args.reduce_range)
             console.print(f"wrote {out}: {args.quantize} int8 ONNX model")
