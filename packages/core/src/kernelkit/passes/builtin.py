@@ -314,6 +314,51 @@ def fold_batchnorm(graph: Graph, ctx: PassContext) -> int:
     return count
 
 
+# -- fuse_residual --------------------------------------------------------------------------------
+def _takes_z(graph: Graph, conv: Node, z: str, ctx: PassContext) -> bool:
+    """Whether the kernel the session would pick for ``conv`` with the residual ``z`` accepts a
+    ``z`` argument (kernels opt in by their signature; the others never see a fused Z)."""
+    import inspect
+
+    from ..backends import load_backends
+
+    load_backends()
+    specs = [graph.spec(i) if i else None for i in conv.inputs[:3]] + [None] * (3 - len(conv.inputs))
+    specs.append(graph.spec(z))
+    attrs = _attrs(conv)
+    entry = select_kernel(conv.op_id, ctx.device, specs[0].dtype, ctx.vendors, specs, attrs)
+    if entry is None or entry.is_class:
+        return False
+    return "z" in inspect.signature(entry.impl).parameters
+
+
+@register_pass("fuse_residual", after="fold_batchnorm")
+def fuse_residual(graph: Graph, ctx: PassContext) -> int:
+    """Add(Conv(x), r) -> Conv(x, Z=r): the residual add of ResNet-like blocks becomes the conv's
+    epilogue (fuse_activation then takes a following Relu too), when the conv has no activation,
+    r has the conv output's shape, and the session's Conv kernel accepts ``z``."""
+    index, count = _Index(graph), 0
+    for node in [n for n in graph.nodes if n.op_id == "Add"]:
+        out = graph.spec(node.outputs[0])
+        for pos in (0, 1):
+            conv = index.producers.get(node.inputs[pos])
+            other = node.inputs[1 - pos]
+            if conv is None or conv.op_id != "Conv" or index.sole_reader(node.inputs[pos]) is not node:
+                continue
+            if len(conv.inputs) > 3 and conv.inputs[3] or _attrs(conv)["activation"]:
+                continue
+            spec, ospec = graph.spec(conv.outputs[0]), graph.spec(other)
+            if ospec is None or spec != out or ospec != out or not _takes_z(graph, conv, other, ctx):
+                continue
+            conv.inputs = (list(conv.inputs) + ["", ""])[:3] + [other]
+            index.readers.setdefault(other, []).append(conv)
+            index.splice(conv, node)
+            count += 1
+            break
+    index.commit()
+    return count
+
+
 # -- fuse_activation ------------------------------------------------------------------------------
 def _clip_params(graph: Graph, node: Node, attrs: dict):
     bounds = []

@@ -6,9 +6,15 @@
 #define ACT(v) (v)
 #endif
 
+#if HAS_Z
+#define Z_ARG , __global const float* restrict zr
+#else
+#define Z_ARG
+#endif
+
 __kernel void depthwise(__global const float* restrict x, __global const float* restrict w,
                         __global const float* restrict bias, __global float* restrict y,
-                        const int total, __global const int* restrict g) {
+                        const int total, __global const int* restrict g Z_ARG) {
   const int i = get_global_id(0);
   if (i >= total) return;
   const int ow = i % g[5];
@@ -32,6 +38,9 @@ __kernel void depthwise(__global const float* restrict x, __global const float* 
   }
 #if HAS_BIAS
   acc += bias[oc];
+#endif
+#if HAS_Z
+  acc += zr[i];  // the fused residual (Conv's Z input)
 #endif
   y[i] = ACT(acc);
 }

@@ -8,6 +8,7 @@
 //   VEC_LDS    (local variant, TM and TN multiples of 4) 128-bit local loads, rows/cols in groups of 4
 //   TRANS_A, TRANS_B   A is stored [K, M] / B is stored [N, K]
 //   HAS_BIAS   add beta * bias[m * bias_sm + n * bias_sn]
+//   HAS_Z      add Z (laid out as C) before the activation: the residual of a fused Conv + Add
 //   SPLIT_K    k range split over the grid's z (low-occupancy shapes); partial sums go to a
 //              workspace, splitk_reduce adds them and runs the epilogue
 //   CONV       B(k, n) is the im2col matrix of the input image read on the fly (implicit GEMM):
@@ -53,11 +54,21 @@
 #else
 #define BIAS_AT(m, n) 0.0f
 #endif
+// HAS_Z: a residual Z laid out as C is added before the activation (Conv's fused Add)
+#if HAS_Z
+#define Z_ARGS , __global const float* restrict Zr
+#define Z_AT(i) Zr[i]
+#else
+#define Z_ARGS
+#define Z_AT(i) 0.0f
+#endif
 #ifdef CONV
 #define STORE_C(C, m, n, v) do { const int ohw_ = cv[3] * cv[4], b_ = (n) / ohw_;                  \
-    C[(b_ * cv[9] + (m)) * ohw_ + ((n) - b_ * ohw_)] = ACT((v) + BIAS_AT(m, n)); } while (0)
+    const int i_ = (b_ * cv[9] + (m)) * ohw_ + ((n) - b_ * ohw_);                                 \
+    C[i_] = ACT((v) + BIAS_AT(m, n) + Z_AT(i_)); } while (0)
 #else
-#define STORE_C(C, m, n, v) (C[(m) * ldc + (n)] = ACT((v) + BIAS_AT(m, n)))
+#define STORE_C(C, m, n, v) do { const int i_ = (m) * ldc + (n);                                    \
+    C[i_] = ACT((v) + BIAS_AT(m, n) + Z_AT(i_)); } while (0)
 #endif
 
 #ifdef CONV
@@ -94,7 +105,7 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
           __global const float* restrict bias, __global float* restrict C,
           const int M, const int N, const int K, const int lda, const int ldb, const int ldc,
           const int bias_sm, const int bias_sn, const float alpha, const float beta,
-          const int za, const int zb, const int zc, const int zbias CV_ARGS) {
+          const int za, const int zb, const int zc, const int zbias CV_ARGS Z_ARGS) {
   const int lx = get_local_id(0), ly = get_local_id(1);
   const int n0 = get_group_id(0) * BN, m0 = get_group_id(1) * BM;
   // grid z = batch * SPLIT_K: split sk of the k range [k_lo, K) of batch z
@@ -107,6 +118,9 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
 #if SPLIT_K == 1
   C += z * zc;
   bias += z * zbias;
+#if HAS_Z
+  Zr += z * zc;
+#endif
 #endif
   float acc[TM][TN];
   _Pragma("unroll") for (int i = 0; i < TM; ++i)
@@ -236,7 +250,7 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
 __kernel void splitk_reduce(__global const float* restrict ws, __global const float* restrict bias,
                             __global float* restrict C, const int M, const int N, const int ldc,
                             const int bias_sm, const int bias_sn, const float alpha, const float beta,
-                            const int zc, const int zbias, const int total CV_ARGS) {
+                            const int zc, const int zbias, const int total CV_ARGS Z_ARGS) {
   const int t = get_global_id(0);
   if (t >= total) return;
   const int n = t % N, m = (t / N) % M, z = t / (M * N);
@@ -244,5 +258,8 @@ __kernel void splitk_reduce(__global const float* restrict ws, __global const fl
   for (int s = 0; s < SPLIT_K; ++s) v += ws[((long)(z * SPLIT_K + s) * M + m) * N + n];
   C += z * zc;
   bias += z * zbias;
+#if HAS_Z
+  Zr += z * zc;
+#endif
   STORE_C(C, m, n, alpha * v);
 }

@@ -78,14 +78,14 @@ def _candidates(dev, call: GemmCall) -> list[dict]:
     return base + [dict(p, SPLIT_K=s) for s in splits for p in (GPU_TILES[0], GPU_SMALL[0])]
 
 
-def _kernel(dev, call: GemmCall, params: dict, has_bias: bool, name: str = "gemm"):
+def _kernel(dev, call: GemmCall, params: dict, has_bias: bool, name: str = "gemm", has_z: bool = False):
     key = (name, call.activation, tuple(call.activation_params), tuple(sorted(params.items())),
-           call.trans_a, call.trans_b, has_bias, call.conv is not None)
+           call.trans_a, call.trans_b, has_bias, call.conv is not None, has_z)
 
     def make():
         act_src, defines = activation(call.activation, call.activation_params)
         defines = dict(defines, **params, TRANS_A=int(call.trans_a), TRANS_B=int(call.trans_b),
-                       HAS_BIAS=int(has_bias))
+                       HAS_BIAS=int(has_bias), HAS_Z=int(has_z))
         if call.conv is not None:
             defines["CONV"] = 1
         return dev.kernel(act_src + source("gemm.cl"), name, defines)
@@ -93,12 +93,13 @@ def _kernel(dev, call: GemmCall, params: dict, has_bias: bool, name: str = "gemm
     return dev.memo(key, make)
 
 
-def run_gemm(dev, call: GemmCall, a, b, bias, out):
-    """Enqueue ``call`` on device tensors (``bias`` may be None); returns the event."""
+def run_gemm(dev, call: GemmCall, a, b, bias, out, z=None):
+    """Enqueue ``call`` on device tensors (``bias`` and the residual ``z``, laid out as ``out``,
+    may be None); returns the event."""
     shape_class = (call.conv is not None, call.trans_a, call.trans_b, _bucket(call.M), _bucket(call.N),
                    _bucket(call.K), _bucket(call.batch))
     params = dev.memo(("gemm-tiles",) + shape_class, lambda: _tiles(dev, call, shape_class, a, b, bias, out))
-    return _launch(dev, call, params, a, b, bias, out)
+    return _launch(dev, call, params, a, b, bias, out, z)
 
 
 def _tiles(dev, call: GemmCall, shape_class, a, b, bias, out) -> dict:
@@ -110,7 +111,7 @@ def _tiles(dev, call: GemmCall, shape_class, a, b, bias, out) -> dict:
     return tuning.choose(key, cands, lambda p: _launch(dev, call, p, a, b, bias, out).wait(), dev.tune)
 
 
-def _launch(dev, call: GemmCall, params: dict, a, b, bias, out):
+def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
     bm, bn = params["TM"] * params["WM"], params["TN"] * params["WN"]
     splits = params.get("SPLIT_K", 1)
     gws = (-(-call.N // bn) * params["WN"], -(-call.M // bm) * params["WM"], call.batch * splits)
@@ -123,9 +124,14 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out):
             *(np.int32(v) for v in (call.za, call.zb, call.zc, call.zbias))]
     if call.conv is not None:
         args.append(call.conv)
+    has_z = z is not None and splits == 1
+    if has_z:
+        args.append(z.buffer)
     label = f"{'conv' if call.conv is not None else 'gemm'} {call.M}x{call.N}x{call.K}" + (
-        f" z{call.batch}" if call.batch > 1 else "") + (f" split{splits}" if splits > 1 else "")
-    ev = dev.launch(_kernel(dev, call, params, has_bias), gws, lws, args, [a, b, bias], [target], label)
+        f" z{call.batch}" if call.batch > 1 else "") + (f" split{splits}" if splits > 1 else "") + (
+        " +z" if z is not None else "")
+    ev = dev.launch(_kernel(dev, call, params, has_bias, has_z=has_z), gws, lws, args, [a, b, bias, z], [target],
+                    label)
     if splits == 1:
         return ev
     total = call.batch * call.M * call.N
@@ -135,8 +141,10 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out):
             *(np.int32(v) for v in (call.zc, call.zbias, total))]
     if call.conv is not None:
         args.append(call.conv)
-    return launch_1d(dev, _kernel(dev, call, params, has_bias, "splitk_reduce"), total, args,
-                     [target, bias], [out], "splitk_reduce")
+    if z is not None:
+        args.append(z.buffer)
+    return launch_1d(dev, _kernel(dev, call, params, has_bias, "splitk_reduce", has_z=z is not None), total, args,
+                     [target, bias, z], [out], "splitk_reduce")
 
 
 # -- ops -------------------------------------------------------------------------------------------

@@ -1,0 +1,63 @@
+"""Fusions the OpenCL kernels opt into: the residual Add (+ Relu) in the Conv epilogue."""
+from __future__ import annotations
+
+import kernelkit as kk
+import numpy as np
+import pytest
+from kernelkit.testing import assert_close
+
+
+def _model(x_shape, w_shape, out_shape, attrs, residual_first: bool):
+    rng = np.random.default_rng(3)
+    g = kk.GraphBuilder("residual")
+    x = g.input("x", x_shape, "float32")
+    r = g.input("r", out_shape, "float32")
+    w = rng.standard_normal(w_shape).astype(np.float32) * 0.3
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    y = g.op("Conv", x, w, b, **attrs)
+    s = g.op("Add", r, y) if residual_first else g.op("Add", y, r)
+    g.output(g.op("Relu", s))
+    return g.build()
+
+
+CASES = [  # x, w, y, attrs
+    ((2, 5, 9, 9), (6, 5, 3, 3), (2, 6, 9, 9), {"pads": [1, 1, 1, 1]}),
+    ((1, 6, 8, 8), (6, 1, 3, 3), (1, 6, 8, 8), {"pads": [1, 1, 1, 1], "group": 6}),  # depthwise
+    ((2, 4, 7), (4, 2, 3), (2, 4, 7), {"pads": [1, 1], "group": 2}),  # 1-D, grouped
+]
+
+
+@pytest.mark.parametrize("split", [1, 3])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_residual_add_and_relu_fuse_into_conv(monkeypatch, rng, split, case):
+    from kernelkit_opencl.kernels import gemm
+
+    tiles = dict(gemm.GPU_TILES[0], SPLIT_K=split)  # the GPU's local-memory path, split-K too
+    monkeypatch.setattr(gemm, "_candidates", lambda dev, call: [tiles])
+    xs, ws, ys, attrs = CASES[case]
+    model = _model(xs, ws, ys, attrs, residual_first=bool(case % 2))
+    sess = kk.Session(model, device="gpu", fallback=False, options={"opencl_tune": False})
+    assert sess.passes_fired.get("fuse_residual") == 1 and sess.passes_fired.get("fuse_activation") == 1
+    assert [s.node.op for s in sess._steps] == ["Conv"]
+    ref = kk.Session(model, device="cpu", vendors=["reference"], passes=False)
+    for _ in range(3):  # plain, captured, replayed
+        feeds = {"x": rng.standard_normal(xs).astype(np.float32), "r": rng.standard_normal(ys).astype(np.float32)}
+        assert_close(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+
+
+def test_kernels_without_z_are_left_unfused():
+    model = _model(*CASES[0][:3], CASES[0][3], residual_first=False)
+    sess = kk.Session(model, device="cpu", vendors=["numba"])
+    assert "fuse_residual" not in sess.passes_fired
+    assert [s.node.op for s in sess._steps] == ["Conv", "Add", "Relu"]
+
+
+def test_residual_of_another_shape_is_not_fused():
+    rng = np.random.default_rng(0)
+    g = kk.GraphBuilder("bcast")
+    x = g.input("x", (1, 3, 6, 6), "float32")
+    w = rng.standard_normal((4, 3, 1, 1)).astype(np.float32)
+    y = g.op("Conv", x, w, None)
+    g.output(g.op("Add", y, rng.standard_normal((4, 1, 1)).astype(np.float32)))
+    sess = kk.Session(g.build(), device="gpu", fallback=False, options={"opencl_tune": False})
+    assert "fuse_residual" not in sess.passes_fired
