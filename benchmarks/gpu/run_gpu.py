@@ -27,9 +27,33 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-MODEL_CASES = [("resnet18", 1), ("resnet50", 32), ("mobilenetv2", 32)]
+MODEL_CASES = [("resnet18", 1), ("resnet50", 32), ("mobilenetv2", 32), ("transformer", 32), ("transformer", 1)]
 RES = 224  # --res: input resolution (smaller only for smoke tests on PoCL)
-TORCH_REF_MS = {"resnet18": 1.8, "resnet50": 11.7, "mobilenetv2": 4.2}  # issue 5, torchvision eager
+TORCH_REF_MS = {"resnet18": 1.8, "resnet50": 11.7, "mobilenetv2": 4.2, "transformer": float("nan")}
+
+
+def _feed(name: str, batch: int) -> np.ndarray:
+    shape = (batch, 128, 256) if name == "transformer" else (batch, 3, RES, RES)
+    return np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+
+
+def _host_cost(sess, x) -> dict:
+    """Host time per node: the replay's enqueue call alone (device idle before it), and the
+    node-by-node dispatch of the same session with replay off, both per node."""
+    from kernelkit_opencl.capture import Replay
+
+    replays = [r for r in sess._replays.values() if isinstance(r, Replay)]
+    if not replays:
+        return {}
+    rep, dev = replays[0], sess._replay_device
+    best = float("inf")
+    for _ in range(5):
+        dev.synchronize()
+        t0 = time.perf_counter()
+        outs, events = rep.enqueue({"x": x}, [sess.graph.outputs[0]], copy_feeds=False)
+        best = min(best, time.perf_counter() - t0)
+        events[-1].wait()
+    return {"replay_enqueue_us_per_node": best * 1e6 / len(sess._steps), "launches": rep.launches}
 
 
 def log(*args):
@@ -105,7 +129,7 @@ def build_once(name: str, batch: int) -> dict:
     from models import MODELS
 
     model = MODELS[name](batch, RES)
-    x = np.random.default_rng(0).standard_normal((batch, 3, RES, RES)).astype(np.float32)
+    x = _feed(name, batch)
     t0 = time.perf_counter()
     sess = kk.Session(model, device="gpu", fallback=False)
     t1 = time.perf_counter()
@@ -134,10 +158,10 @@ def models(torch, quick: bool) -> tuple[list[dict], list[dict]]:
     from kernelkit.testing import cosine
     from models import MODELS, torch_runner
 
-    rows, profile = [], []
+    rows, profile = [], {}
     for name, batch in MODEL_CASES:
         model = MODELS[name](batch, RES)
-        x = np.random.default_rng(0).standard_normal((batch, 3, RES, RES)).astype(np.float32)
+        x = _feed(name, batch)
         sess = kk.Session(model, device="gpu", fallback=False)
         for _ in range(2):
             out = sess.run(None, {"x": x})[0]
@@ -146,6 +170,15 @@ def models(torch, quick: bool) -> tuple[list[dict], list[dict]]:
         for _ in range(iters):
             sess.run(None, {"x": x})
         wall = (time.perf_counter() - t0) / iters
+        host = _host_cost(sess, x)
+        nosess = kk.Session(model, device="gpu", fallback=False, options={"replay": False})
+        for _ in range(2):
+            nosess.run(None, {"x": x})
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            nosess.run(None, {"x": x})
+        host["dispatch_ms"] = (time.perf_counter() - t0) / iters * 1e3
+        del nosess
         # throughput: two runs in flight through run_async (host work overlaps the device's)
         pending = [sess.run_async(None, {"x": x}) for _ in range(2)]
         t0 = time.perf_counter()
@@ -164,7 +197,8 @@ def models(torch, quick: bool) -> tuple[list[dict], list[dict]]:
         prof = dev.kernel_profile(reset=True)
         kernel_ms = sum(r["total_ms"] for r in prof)
         row = {"model": name, "batch": batch, "kk_ms": wall * 1e3, "kk_img_s": batch / per_image_run,
-               "kk_sync_img_s": batch / wall, "kk_kernel_ms": kernel_ms}
+               "kk_sync_img_s": batch / wall, "kk_kernel_ms": kernel_ms, "nodes": len(sess._steps),
+               "host_us_per_node": (wall * 1e3 - kernel_ms) * 1e3 / len(sess._steps), **host}
         if torch is not None:
             run = torch_runner(model)
             tx = torch.from_numpy(x).cuda()
@@ -175,8 +209,8 @@ def models(torch, quick: bool) -> tuple[list[dict], list[dict]]:
                        torchvision_ref_ms=TORCH_REF_MS[name])
         rows.append(row)
         log(f"  {name}: {row}")
-        if name == "resnet50":
-            profile = prof
+        if name in ("resnet50", "transformer", "mobilenetv2") and f"{name}" not in profile:
+            profile[name] = prof
     return rows, profile
 
 
@@ -206,14 +240,20 @@ def table(gemm_rows, model_rows, builds, profile) -> str:
         ratio = (f"{r['kk_img_s'] / r['torch_img_s']:.2f}x throughput ({t / r['kk_ms']:.2f}x sync), "
                  f"cos {r['cosine']:.7f}") if t else "-"
         lines.append(f"| {r['model']} b{r['batch']} | {kk} | {tor} | {ratio} |")
+    lines += ["", "| model | nodes | launches | host us/node (wall - kernels) | replay enqueue us/node | "
+              "node-by-node dispatch ms |", "|---|---|---|---|---|---|"]
+    for r in model_rows:
+        lines.append(f"| {r['model']} b{r['batch']} | {r['nodes']} | {r.get('launches', '-')} | "
+                     f"{r['host_us_per_node']:.1f} | {r.get('replay_enqueue_us_per_node', float('nan')):.1f} | "
+                     f"{r.get('dispatch_ms', float('nan')):.2f} |")
     for name, b in builds.items():
         cold, warm = b.get("cold", {}), b.get("warm", {})
         lines.append(f"| {name} session build + first run | cold {cold.get('total_s', float('nan')):.2f} s | "
                      f"warm {warm.get('total_s', float('nan')):.2f} s | |")
-    if profile:
-        lines += ["", "ResNet-50 b32 per-kernel device time (OpenCL events), top 12:"]
-        total = sum(r["total_ms"] for r in profile)
-        for r in profile[:12]:
+    for name, prof in (profile or {}).items():
+        lines += ["", f"{name} (first batch listed) per-kernel device time (OpenCL events), top 12:"]
+        total = sum(r["total_ms"] for r in prof)
+        for r in prof[:12]:
             lines.append(f"  {r['kernel']:<40} {r['calls']:4d} calls {r['total_ms']:8.2f} ms "
                          f"({100 * r['total_ms'] / total:.0f}%)")
     return "\n".join(lines)
@@ -224,6 +264,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--skip-conformance", action="store_true")
     ap.add_argument("--skip-models", action="store_true")
+    ap.add_argument("--skip-builds", action="store_true", help="no cold/warm build measurement")
     ap.add_argument("--build-once", nargs=2, metavar=("MODEL", "BATCH"))
     ap.add_argument("--res", type=int, default=224, help="input resolution (224; smaller for smoke tests)")
     ap.add_argument("--sizes", type=int, nargs="*", default=[1024, 2048, 4096], help="SGEMM sizes")
@@ -237,6 +278,11 @@ def main() -> int:
         return 0
     import pyopencl as cl
 
+    try:  # the ONNX importer's passes (MatMul + Add -> Gemm): what an imported model gets
+        import kernelkit_converters.onnx  # noqa: F401
+    except ImportError:
+        pass
+
     log("OpenCL devices:", [(p.name, d.name, d.version) for p in cl.get_platforms() for d in p.get_devices()])
     torch = _torch()
     log("torch:", None if torch is None else (torch.__version__, torch.cuda.get_device_name()))
@@ -245,7 +291,7 @@ def main() -> int:
     results: dict = {}
     t0 = time.perf_counter()
     log("== cold vs warm session build (fresh processes)")
-    results["builds"] = {"resnet50": cold_warm("resnet50", MODEL_CASES[1][1], cache)}
+    results["builds"] = {} if args.skip_builds else {"resnet50": cold_warm("resnet50", MODEL_CASES[1][1], cache)}
     log("== SGEMM")
     results["sgemm"] = sgemm(args.sizes, torch)
     if not args.skip_models:

@@ -354,10 +354,14 @@ class Session:
 
     @staticmethod
     def _move(tensor, src: Device, dst: Device):
+        adopt = getattr(dst, "adopt", None)  # a device copy between sessions of one device
+        moved = adopt(tensor) if adopt is not None and src.name != "cpu" else None
+        if moved is not None:
+            return moved
         host = src.download(tensor) if src.name != "cpu" else tensor
         return dst.upload(np.asarray(host, order="C")) if dst.name != "cpu" else host
 
-    def _replayed(self, feeds: dict[str, np.ndarray], names: list[str], copy_feeds: bool):
+    def _replayed(self, feeds: dict[str, np.ndarray], names: list[str], copy_feeds: bool, on_device=()):
         """Devices that can capture a run (OpenCL) record the second run of each set of feed
         shapes and replay it from then on (pre-bound launches, no per-node Python). Returns
         (outputs, events) of a replay, or None after running ``_dispatch`` the ordinary way."""
@@ -370,7 +374,7 @@ class Session:
             with self._replay_lock:
                 self._replays[key] = "first" if replay is None else "capture"
             return None
-        return replay.enqueue(feeds, names, copy_feeds) if replay else None
+        return replay.enqueue(feeds, names, copy_feeds, on_device) if replay else None
 
     def _capture_run(self, feeds, names) -> dict:
         """_dispatch, recorded by the device when this is the second run of these shapes."""
@@ -395,7 +399,9 @@ class Session:
 
     def _dispatch(self, feeds: dict[str, np.ndarray], wanted: list[str],
                   moved_feeds: dict | None = None) -> dict[str, tuple[Any, Device]]:
-        env: dict[str, tuple[Any, Device]] = {n: (a, self._device("cpu")) for n, a in feeds.items()}
+        cpu = self._device("cpu")  # device feeds (io_binding) come with their tensor's device
+        env: dict[str, tuple[Any, Device]] = {n: (a, cpu if isinstance(a, np.ndarray) else a.device)
+                                              for n, a in feeds.items()}
         constants = self.graph.values
         moved: dict[tuple[str, str], Any] = {}  # (value, device) -> copy made this run
         for step in self._steps:
@@ -485,6 +491,39 @@ class Session:
             return outs
         env = self._capture_run(feeds, names)
         return self._collect(env, feeds, names)
+
+    def io_binding(self):
+        """An :class:`~kernelkit.iobinding.IOBinding` for :meth:`run_with_iobinding`."""
+        from .iobinding import IOBinding
+
+        return IOBinding(self)
+
+    def run_with_iobinding(self, binding) -> None:
+        """Run with the binding's inputs (arrays or device tensors); outputs bound on the device
+        stay there as fresh device tensors (``binding.get_outputs()``), the others are downloaded.
+        Returns once outputs on the host are ready; device outputs carry their pending events."""
+        host, device = binding.split_feeds()
+        names = list(binding.outputs) or list(self.graph.outputs)
+        on_device = {n for n in names if binding.outputs.get(n, True)}
+        feeds = {**host, **device}
+        replayed = self._replayed(feeds, names, copy_feeds=True, on_device=on_device)
+        if replayed is not None:
+            outs, events = replayed
+            if len(on_device) < len(names):
+                events[-1].wait()
+            binding._events = events  # pending transfers stay referenced until the next run
+            binding._results = outs
+            return
+        env = self._capture_run(feeds, names)
+        results = []
+        for name in names:
+            tensor, where = env.get(name, (None, None))
+            if name in on_device and where is not None and where.name != "cpu":
+                # a captured run's buffers belong to its replay: hand out a copy the caller owns
+                results.append(where.adopt(tensor) if where is self._replay_device else tensor)
+            else:
+                results.append(self._collect(env, feeds, [name])[0])
+        binding._results = results
 
     def run_async(self, output_names, input_feed: dict) -> Future:
         """Start a run and return a ``concurrent.futures.Future`` of its outputs."""

@@ -21,6 +21,8 @@ import threading
 
 import numpy as np
 
+from .buffers import _note_use
+
 log = logging.getLogger("kernelkit.opencl")
 
 
@@ -94,18 +96,29 @@ class Replay:
     def __len__(self) -> int:
         return len(self.calls)
 
-    def enqueue(self, feeds: dict, names, copy_feeds: bool = True):
+    def enqueue(self, feeds: dict, names, copy_feeds: bool = True, on_device=()):
         """Write ``feeds`` (name -> host array of the captured shape and dtype), replay, and start
         reading ``names``; returns (host arrays being filled, the events to wait for: the last one
         completes after all others). With
         ``copy_feeds=False`` the feeds are written straight from the caller's arrays, which must
-        then stay unchanged until the event completes."""
+        then stay unchanged until the event completes. A feed may be a device tensor of this
+        context (copied on the device); outputs named in ``on_device`` come back as fresh device
+        tensors instead of host arrays."""
         cl = _cl()
         q = self.queue
         results, events = [], []  # pyopencl's transfer events wait when dropped early: keep them all
         with self.lock:  # one replay at a time per capture: its buffers are shared
             for name, tensor in self.feeds.items():
-                host = np.ascontiguousarray(feeds[name])
+                value = feeds[name]
+                if not isinstance(value, np.ndarray):  # a device tensor (io_binding)
+                    if value.size:
+                        size = value.dtype.itemsize
+                        ev = cl.enqueue_copy(q, tensor.buffer, value.buffer, byte_count=value.nbytes,
+                                             src_offset=value.offset * size, dst_offset=tensor.offset * size,
+                                             wait_for=value.events or None)
+                        _note_use(value.alloc, ev)
+                    continue
+                host = np.ascontiguousarray(value)
                 if copy_feeds:
                     host = host.copy()
                 if host.nbytes:
@@ -118,6 +131,15 @@ class Replay:
                     self.device._events.append((label, ev))
             for name in names:
                 tensor = self.outputs[name]
+                if name in on_device:
+                    out = self.device.empty(tensor.shape, tensor.dtype)
+                    if out.size:
+                        size = tensor.dtype.itemsize
+                        ev = cl.enqueue_copy(q, out.buffer, tensor.buffer, byte_count=tensor.nbytes,
+                                             src_offset=tensor.offset * size, wait_for=out.alloc.uses or None)
+                        out.events, out.alloc.uses = [ev], [ev]
+                    results.append(out)
+                    continue
                 host = np.empty(tensor.shape, tensor.dtype)
                 if host.nbytes:
                     events.append(cl.enqueue_copy(q, host, tensor.buffer, is_blocking=False,

@@ -308,7 +308,18 @@ class OpenCLDevice(Device):
             self._capture.launch(kernel, plain, gws, lws, label or knl.function_name, inputs, outputs)
         return ev
 
-    def copy(self, dst: CLTensor, src: CLTensor, nelems: int, dst_offset: int = 0, src_offset: int = 0):
+    def adopt(self, tensor) -> CLTensor | None:
+        """A copy of another session's device tensor (same OpenCL context) in a fresh buffer of
+        this device, made on the device (io_binding); None for anything else."""
+        if not isinstance(tensor, CLTensor) or tensor.device.context is not self.context:
+            return None
+        out = self.empty(tensor.shape, tensor.dtype)
+        if out.size:
+            out.events = [self.copy(out, tensor, tensor.size, record=False)]
+        return out
+
+    def copy(self, dst: CLTensor, src: CLTensor, nelems: int, dst_offset: int = 0, src_offset: int = 0,
+             record: bool = True):
         """Device-to-device copy of ``nelems`` elements (offsets in elements, on top of the tensors')."""
         cl = _cl()
         size = src.dtype.itemsize
@@ -317,7 +328,7 @@ class OpenCLDevice(Device):
                              wait_for=(src.events + dst.alloc.uses) or None)
         _note_use(src.alloc, ev)
         _note_use(dst.alloc, ev)
-        if self._capture is not None:
+        if self._capture is not None and record:
             self._capture.copy(dst.buffer, src.buffer, nelems * size, (src.offset + src_offset) * size,
                                (dst.offset + dst_offset) * size)
         return ev
