@@ -6,6 +6,8 @@
 //   TM, TN     outputs per work-item (rows, columns)      WM, WN   work-group shape (rows, columns)
 //   BK         k-step of a tile                           USE_LOCAL  1: stage tiles in local memory
 //   VEC_LDS    (local variant, TM and TN multiples of 4) 128-bit local loads, rows/cols in groups of 4
+//   PREFETCH   (local variant; NT divides BM*BK and BN*BK) next tile's global loads into registers
+//              before this tile's arithmetic
 //   TRANS_A, TRANS_B   A is stored [K, M] / B is stored [N, K]
 //   HAS_BIAS   add beta * bias[m * bias_sm + n * bias_sn]
 //   HAS_Z      add Z (laid out as C) before the activation: the residual of a fused Conv + Add
@@ -46,6 +48,9 @@
 
 #ifndef SPLIT_K
 #define SPLIT_K 1
+#endif
+#ifndef PREFETCH
+#define PREFETCH 0
 #endif
 
 // The epilogue of one output: + beta * bias, fused activation, store (NCHW for convolutions).
@@ -145,6 +150,43 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
   const int my_n = tid % BN, my_k = tid / BN;
   const ncol mycol = conv_col(n0 + my_n, N, cv);
 #endif
+#if PREFETCH
+  // the next tile's global loads are issued before this tile's arithmetic (registers pa/pb) and
+  // written to local memory after it, so their latency hides behind the multiply-adds
+#define NA (BM * BK / NT)
+#define NB (BN * BK / NT)
+  float pa[NA], pb[NB];
+#if TRANS_A
+#define A_IDX(i) const int kk = (i) / BM, mm = (i) - kk * BM
+#else
+#define A_IDX(i) const int mm = (i) / BK, kk = (i) - mm * BK
+#endif
+#if TRANS_B
+#define B_IDX(i) const int nn = (i) / BK, kk = (i) - nn * BK
+#else
+#define B_IDX(i) const int kk = (i) / BN, nn = (i) - kk * BN
+#endif
+#define LOAD_TILES(k0) do {                                                                       \
+    _Pragma("unroll") for (int r = 0; r < NA; ++r) {                                              \
+      A_IDX(tid + r * NT); const int m = m0 + mm, k = (k0) + kk;                                  \
+      pa[r] = (m < M && k < k_hi) ? A_AT(m, k) : 0.0f; }                                          \
+    LOAD_B_TILE(k0); } while (0)
+#ifdef CONV
+#define LOAD_B_TILE(k0) _Pragma("unroll") for (int r = 0; r < NB; ++r)                            \
+    pb[r] = conv_load(B, mycol, (k0) + my_k + r * (NT / BN), k_hi, cv)
+#define STORE_B_TILE() _Pragma("unroll") for (int r = 0; r < NB; ++r) Bs[my_k + r * (NT / BN)][my_n] = pb[r]
+#else
+#define LOAD_B_TILE(k0) _Pragma("unroll") for (int r = 0; r < NB; ++r) {                          \
+      B_IDX(tid + r * NT); const int n = n0 + nn, k = (k0) + kk;                                  \
+      pb[r] = (n < N && k < k_hi) ? B_AT(k, n) : 0.0f; }
+#define STORE_B_TILE() _Pragma("unroll") for (int r = 0; r < NB; ++r) { B_IDX(tid + r * NT); Bs[kk][nn] = pb[r]; }
+#endif
+  LOAD_TILES(k_lo);
+  for (int k0 = k_lo; k0 < k_hi; k0 += BK) {
+    _Pragma("unroll") for (int r = 0; r < NA; ++r) { A_IDX(tid + r * NT); As[kk][mm] = pa[r]; }
+    STORE_B_TILE();
+    if (k0 + BK < k_hi) LOAD_TILES(k0 + BK);
+#else
   for (int k0 = k_lo; k0 < k_hi; k0 += BK) {
     for (int i = tid; i < BM * BK; i += NT) {
 #if TRANS_A
@@ -167,6 +209,7 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
       const int n = n0 + nn, k = k0 + kk;
       Bs[kk][nn] = (n < N && k < k_hi) ? B_AT(k, n) : 0.0f;
     }
+#endif
 #endif
     barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll

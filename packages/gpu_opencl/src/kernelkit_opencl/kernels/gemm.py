@@ -24,6 +24,7 @@ GPU_TILES = [
     dict(TM=8, TN=8, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=0),
     dict(TM=4, TN=4, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=1),
 ]
+GPU_TILES += [dict(p, PREFETCH=1) for p in (GPU_TILES[0], GPU_TILES[1], GPU_TILES[3], GPU_TILES[4])]
 GPU_SMALL = [dict(TM=4, TN=4, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=1),
              dict(TM=2, TN=2, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=0)]
 CPU_TILES = [
@@ -75,7 +76,7 @@ def _candidates(dev, call: GemmCall) -> list[dict]:
     tiles = -(-call.M // 128) * -(-call.N // 128) * call.batch
     units = dev.cl_device.max_compute_units
     splits = [s for s in (2, 4, 8) if tiles * s <= 4 * units and call.K // s >= 256]
-    return base + [dict(p, SPLIT_K=s) for s in splits for p in (GPU_TILES[0], GPU_SMALL[0])]
+    return base + [dict(p, SPLIT_K=s) for s in splits for p in (GPU_TILES[0], GPU_TILES[7], GPU_SMALL[0])]
 
 
 def _kernel(dev, call: GemmCall, params: dict, has_bias: bool, name: str = "gemm", has_z: bool = False):
@@ -108,7 +109,13 @@ def _tiles(dev, call: GemmCall, shape_class, a, b, bias, out) -> dict:
     cands = _candidates(dev, call)
     if conv:  # local-memory conv tiles need NT % BN == 0
         cands = [p for p in cands if not p["USE_LOCAL"] or (p["WM"] * p["WN"]) % (p["TN"] * p["WN"]) == 0]
-    return tuning.choose(key, cands, lambda p: _launch(dev, call, p, a, b, bias, out).wait(), dev.tune)
+    def build(p):
+        _kernel(dev, call, p, bias is not None)
+        if p.get("SPLIT_K", 1) > 1:
+            _kernel(dev, call, p, bias is not None, "splitk_reduce")
+
+    return tuning.choose(key, cands, lambda p: _launch(dev, call, p, a, b, bias, out).wait(), dev.tune,
+                         build=build)
 
 
 def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
