@@ -23,6 +23,9 @@ def batch_normalization(x, scale, b, mean, var, *, epsilon: float = 1e-5):
     return y
 
 
+ROW_GROUP = 128  # RG in nn.cl
+
+
 def _softmax(log_mode: int):
     def kernel(x, *, axis: int = -1):
         dev = x.device
@@ -33,6 +36,11 @@ def _softmax(log_mode: int):
         axis = axis + len(shape) if axis < 0 else axis
         inner = math.prod(shape[axis + 1:])
         lines = x.size // shape[axis]
+        if inner == 1:  # the usual last axis: one work-group per contiguous row
+            dev.launch(dev.kernel(source("nn.cl"), "softmax_rows"), (lines * ROW_GROUP,), (ROW_GROUP,),
+                       (x.buffer, y.buffer, np.int32(shape[axis]), np.int32(log_mode)), [x], [y],
+                       "log_softmax" if log_mode else "softmax")
+            return y
         launch_1d(dev, dev.kernel(source("nn.cl"), "softmax"), lines,
                   (x.buffer, y.buffer, np.int32(lines), np.int32(shape[axis]), np.int32(inner), np.int32(log_mode)),
                   [x], [y], "log_softmax" if log_mode else "softmax")

@@ -1,5 +1,5 @@
 """LayerNormalization, InstanceNormalization and LRN (float32) on the OpenCL device (``nn.cl``):
-one work-item per normalized row (LayerNorm: the trailing axes from ``axis``; InstanceNorm: the
+one work-group per normalized row (LayerNorm: the trailing axes from ``axis``; InstanceNorm: the
 spatial dims of each (n, c))."""
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import numpy as np
 from kernelkit import ShapeError, register_kernel
 
 from ._common import launch_1d, source
+
+ROW_GROUP = 128  # RG in nn.cl: one work-group per normalized row
 from .layout import expand
 
 
@@ -20,7 +22,7 @@ def _row_norm(x, scale, b, rows: int, length: int, channels: int, epsilon: float
     if stats_shape is not None:
         mean, inv = dev.empty(stats_shape, x.dtype), dev.empty(stats_shape, x.dtype)
     if rows and length:
-        launch_1d(dev, dev.kernel(source("nn.cl"), "row_norm"), rows,
+        dev.launch(dev.kernel(source("nn.cl"), "row_norm"), (rows * ROW_GROUP,), (ROW_GROUP,),
                   (x.buffer, scale.buffer, None if b is None else b.buffer, y.buffer,
                    None if mean is None else mean.buffer, None if inv is None else inv.buffer, np.int32(rows),
                    np.int32(length), np.int32(max(channels, 1)), np.float32(epsilon), np.int32(per_channel),
