@@ -61,3 +61,35 @@ def test_residual_of_another_shape_is_not_fused():
     g.output(g.op("Add", y, rng.standard_normal((4, 1, 1)).astype(np.float32)))
     sess = kk.Session(g.build(), device="gpu", fallback=False, options={"opencl_tune": False})
     assert "fuse_residual" not in sess.passes_fired
+
+
+def test_float16_storage_runs_every_node_in_half_on_the_device(rng, cnn):
+    """options float16: weights/activations stored as half (Conv incl. depthwise, Gemm, pools, Add),
+    float32 at the model's edges; close to fp32."""
+    model = cnn(2)
+    sess = kk.Session(model, device="gpu", fallback=False, options={"opencl_tune": False, "float16": True})
+    assert sess.passes_fired.get("float16_storage", 0) > 0
+    ops = {s.node.op: s.entry.key.dtype for s in sess._steps}
+    assert ops["Conv"] == ops["Gemm"] == ops["MaxPool"] == ops["GlobalAveragePool"] == "float16"
+    full = kk.Session(model, device="gpu", fallback=False, options={"opencl_tune": False})
+    x = rng.standard_normal((2, 3, 12, 12)).astype(np.float32)
+    for _ in range(3):
+        got, want = sess.run(None, {"x": x}), full.run(None, {"x": x})
+    for g, w in zip(got, want):
+        assert g.dtype == np.float32
+        assert kk.testing.cosine(g, w) > 0.999
+        np.testing.assert_allclose(g, w, rtol=0.02, atol=0.02)
+
+
+def test_float16_matmul_softmax_layernorm(rng):
+    g = kk.GraphBuilder("attn")
+    x = g.input("x", (2, 8, 16), "float32")
+    w = rng.standard_normal((16, 16)).astype(np.float32) * 0.3
+    s = g.op("Softmax", g.op("MatMul", x, w), axis=-1)
+    g.output(g.op("LayerNormalization", s, np.ones(16, np.float32), np.zeros(16, np.float32), axis=-1))
+    model = g.build()
+    sess = kk.Session(model, device="gpu", fallback=False, options={"opencl_tune": False, "float16": True})
+    assert {s.entry.key.dtype for s in sess._steps if s.node.op != "Cast"} == {"float16"}
+    feed = {"x": rng.standard_normal((2, 8, 16)).astype(np.float32)}
+    want = kk.Session(model, device="cpu", vendors=["reference"]).run(None, feed)[0]
+    assert kk.testing.cosine(sess.run(None, feed)[0], want) > 0.999

@@ -23,6 +23,7 @@ _lock = threading.Lock()
 _memory: dict[str, dict] = {}
 _loaded_from: str | None = None
 searches = 0  # searches run in this process (for tests and reports)
+search_seconds = 0.0  # time spent in them (builds included)
 
 
 def path():
@@ -99,13 +100,21 @@ def choose(key: str, candidates: list[dict], run, enabled: bool, repeats: int = 
     ``enabled``, the fastest of ``candidates`` (``run(params)`` enqueues once and waits; it may
     raise to reject a candidate; ``build(params)``, if given, compiles one ahead, all in
     parallel), persisted; else the first candidate (the default for the device)."""
-    global searches
+    global searches, search_seconds
     hit = lookup(key)
     if hit is not None and valid(hit, candidates):
         return hit
     if not enabled or len(candidates) == 1:
         return candidates[0]
     searches += 1
+    start = time.perf_counter()
+    try:
+        return _search(key, candidates, run, repeats, build)
+    finally:
+        search_seconds += time.perf_counter() - start
+
+
+def _search(key: str, candidates: list[dict], run, repeats: int, build) -> dict:
     if build is not None:
         prebuild(build, candidates)
     best, best_t = None, float("inf")

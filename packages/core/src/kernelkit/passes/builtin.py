@@ -454,3 +454,43 @@ def trim_dead(graph: Graph, ctx: PassContext) -> int:
     for name in dead:  # constants nobody reads, and specs of values that no longer exist
         del graph.values[name]
     return removed + len(dead)
+
+
+# -- float16_storage ------------------------------------------------------------------------------
+_FLOAT16, _FLOAT32 = 10, 1  # ONNX TensorProto element types, Cast's ``to``
+
+
+@register_pass("float16_storage")
+def float16_storage(graph: Graph, ctx: PassContext) -> int:
+    """With ``options={"float16": True}``: float32 weights and activations are stored as float16
+    (half the bytes); the model's float32 inputs and outputs stay float32 through Cast nodes at the
+    edges. Kernels compute in float (OpenCL: vload_half/vstore_half). Last in the pipeline, so
+    fusions match the float32 graph; runs once (the edge Casts mark a converted graph)."""
+    if not ctx.options.get("float16") or any(n.name.startswith("float16_storage/") for n in graph.nodes):
+        return 0
+    count = 0
+    for value in graph.values.values():
+        if value.data is not None and value.data.dtype == np.float32:
+            value.data = np.ascontiguousarray(value.data.astype(np.float16))
+            value.data.flags.writeable = False
+            value.spec = TensorSpec.of(value.data)
+            count += 1
+    index = _Index(graph)
+    head, tail = [], []
+    for name in graph.inputs:
+        if graph.spec(name).dtype == "float32" and index.readers.get(name):
+            half = graph.fresh_name(f"{name}_f16")
+            graph.values[half] = Value(half, TensorSpec(graph.spec(name).shape, "float16"))
+            index.redirect(name, half)
+            head.append(Node("Cast", [name], [half], {"to": _FLOAT16}, f"float16_storage/{name}", ""))
+    for name in graph.outputs:
+        producer = index.producers.get(name)
+        if graph.spec(name).dtype == "float32" and producer is not None:
+            half = graph.fresh_name(f"{name}_f16")
+            graph.values[half] = Value(half, TensorSpec(graph.spec(name).shape, "float16"))
+            producer.outputs = [half if o == name else o for o in producer.outputs]
+            for reader in index.readers.get(name, []):
+                reader.inputs = [half if i == name else i for i in reader.inputs]
+            tail.append(Node("Cast", [half], [name], {"to": _FLOAT32}, f"float16_storage/{name}", ""))
+    graph.nodes = head + graph.nodes + tail
+    return count + len(head) + len(tail)

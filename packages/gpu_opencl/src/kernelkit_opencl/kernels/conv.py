@@ -8,7 +8,7 @@ from kernelkit import register_kernel
 from kernelkit.ops._window import window
 
 from ._common import activation as act_source
-from ._common import launch_1d, source
+from ._common import launch_1d, source, storage_defines
 from .gemm import GemmCall, run_gemm
 
 
@@ -85,9 +85,11 @@ def _depthwise(dev, x, w, b, y, geom, activation, activation_params, z=None):
     def make():
         act, defines = act_source(activation, activation_params)
         return dev.kernel(act + source("conv.cl"), "depthwise",
-                          dict(defines, HAS_BIAS=int(b is not None), HAS_Z=int(z is not None)))
+                          dict(defines, HAS_BIAS=int(b is not None), HAS_Z=int(z is not None),
+                               **storage_defines(x.dtype)))
 
-    kernel = dev.memo(("depthwise", activation, tuple(activation_params), b is not None, z is not None), make)
+    kernel = dev.memo(("depthwise", activation, tuple(activation_params), b is not None, z is not None,
+                       x.dtype), make)
     g = dev.meta((c, H, W, oc, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw, oc // c, 0))
     total = y.size
     args = [x.buffer, w.buffer, (b if b is not None else y).buffer, y.buffer, np.int32(total), g]
@@ -97,4 +99,5 @@ def _depthwise(dev, x, w, b, y, geom, activation, activation_params, z=None):
 
 
 def register() -> None:
-    register_kernel("Conv", device="gpu", vendor="opencl", dtype="float32", supports=_supports)(conv)
+    for dtype in ("float32", "float16"):  # float16: half storage, float arithmetic (vload_half)
+        register_kernel("Conv", device="gpu", vendor="opencl", dtype=dtype, supports=_supports)(conv)

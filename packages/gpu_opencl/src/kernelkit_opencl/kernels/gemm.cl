@@ -26,6 +26,18 @@
 #define ACT(v) (v)
 #endif
 
+// Storage type T of A, B, bias, Z and C: float, or half read/written with vload_half/vstore_half
+// (STORAGE_HALF; arithmetic stays float, so no cl_khr_fp16 is needed). Split-K's workspace is float.
+#ifdef STORAGE_HALF
+#define T half
+#define LD(p, i) vload_half((i), (p))
+#define ST(p, i, v) vstore_half((v), (i), (p))
+#else
+#define T float
+#define LD(p, i) ((p)[i])
+#define ST(p, i, v) ((p)[i] = (v))
+#endif
+
 // cv (int buffer): [0] C per group, [1] H, [2] W, [3] OH, [4] OW, [5] stride h, [6] stride w,
 // [7] pad top, [8] pad left, [9] output channels (all groups), [10] image stride C*H*W; from
 // [16] on, the k table (see conv_load)
@@ -36,14 +48,14 @@
 #endif
 
 #if TRANS_A
-#define A_AT(m, k) A[(k) * lda + (m)]
+#define A_AT(m, k) LD(A, (k) * lda + (m))
 #else
-#define A_AT(m, k) A[(m) * lda + (k)]
+#define A_AT(m, k) LD(A, (m) * lda + (k))
 #endif
 #if TRANS_B
-#define B_AT(k, n) B[(n) * ldb + (k)]
+#define B_AT(k, n) LD(B, (n) * ldb + (k))
 #else
-#define B_AT(k, n) B[(k) * ldb + (n)]
+#define B_AT(k, n) LD(B, (k) * ldb + (n))
 #endif
 
 #ifndef SPLIT_K
@@ -55,14 +67,14 @@
 
 // The epilogue of one output: + beta * bias, fused activation, store (NCHW for convolutions).
 #if HAS_BIAS
-#define BIAS_AT(m, n) (beta * bias[(m) * bias_sm + (n) * bias_sn])
+#define BIAS_AT(m, n) (beta * LD(bias, (m) * bias_sm + (n) * bias_sn))
 #else
 #define BIAS_AT(m, n) 0.0f
 #endif
 // HAS_Z: a residual Z laid out as C is added before the activation (Conv's fused Add)
 #if HAS_Z
-#define Z_ARGS , __global const float* restrict Zr
-#define Z_AT(i) Zr[i]
+#define Z_ARGS , __global const T* restrict Zr
+#define Z_AT(i) LD(Zr, i)
 #else
 #define Z_ARGS
 #define Z_AT(i) 0.0f
@@ -70,10 +82,10 @@
 #ifdef CONV
 #define STORE_C(C, m, n, v) do { const int ohw_ = cv[3] * cv[4], b_ = (n) / ohw_;                  \
     const int i_ = (b_ * cv[9] + (m)) * ohw_ + ((n) - b_ * ohw_);                                 \
-    C[i_] = ACT((v) + BIAS_AT(m, n) + Z_AT(i_)); } while (0)
+    ST(C, i_, ACT((v) + BIAS_AT(m, n) + Z_AT(i_))); } while (0)
 #else
 #define STORE_C(C, m, n, v) do { const int i_ = (m) * ldc + (n);                                    \
-    C[i_] = ACT((v) + BIAS_AT(m, n) + Z_AT(i_)); } while (0)
+    ST(C, i_, ACT((v) + BIAS_AT(m, n) + Z_AT(i_))); } while (0)
 #endif
 
 #ifdef CONV
@@ -93,12 +105,12 @@ inline ncol conv_col(const int n, const int N, __global const int* cv) {
 }
 
 // ktab[k] = (c*H*W + dh*W + dw, dh << 16 | dw) for k = (c, kh, kw), dh = kh*dil_h, dw = kw*dil_w
-inline float conv_load(__global const float* B, const ncol c, const int k, const int K,
+inline float conv_load(__global const T* B, const ncol c, const int k, const int K,
                        __global const int* cv) {
   if (k >= K) return 0.0f;
   const int2 t = vload2(k, cv + 16);
   const int ih = c.ih0 + (t.y >> 16), iw = c.iw0 + (t.y & 0xffff);
-  return (ih >= 0 && ih < cv[1] && iw >= 0 && iw < cv[2]) ? B[c.base + t.x] : 0.0f;
+  return (ih >= 0 && ih < cv[1] && iw >= 0 && iw < cv[2]) ? LD(B, c.base + t.x) : 0.0f;
 }
 #endif
 
@@ -106,8 +118,13 @@ __kernel
 #if USE_LOCAL
 __attribute__((reqd_work_group_size(WN, WM, 1)))
 #endif
-void gemm(__global const float* restrict A, __global const float* restrict B,
-          __global const float* restrict bias, __global float* restrict C,
+#if SPLIT_K > 1
+#define CT float
+#else
+#define CT T
+#endif
+void gemm(__global const T* restrict A, __global const T* restrict B,
+          __global const T* restrict bias, __global CT* restrict C,
           const int M, const int N, const int K, const int lda, const int ldb, const int ldc,
           const int bias_sm, const int bias_sn, const float alpha, const float beta,
           const int za, const int zb, const int zc, const int zbias CV_ARGS Z_ARGS) {
@@ -236,7 +253,7 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
 #else  // direct: operands straight from global memory (caches do the tiling on CPUs)
 #define ROW(i) (m0 + ly * TM + (i))
 #define COL(j) (n0 + lx * TN + (j))
-#if TN == 8 && !TRANS_B && !defined(CONV)
+#if TN == 8 && !TRANS_B && !defined(CONV) && !defined(STORAGE_HALF)
   // float8 rows of B (CPU SIMD); interior tiles only, edges take the scalar loop below
   if (ROW(TM - 1) < M && COL(7) < N) {
     float8 vacc[TM];
@@ -290,8 +307,8 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
 }
 
 // Split-K: out(z, m, n) = epilogue(sum over the SPLIT_K partial sums in ws), one per work-item.
-__kernel void splitk_reduce(__global const float* restrict ws, __global const float* restrict bias,
-                            __global float* restrict C, const int M, const int N, const int ldc,
+__kernel void splitk_reduce(__global const float* restrict ws, __global const T* restrict bias,
+                            __global T* restrict C, const int M, const int N, const int ldc,
                             const int bias_sm, const int bias_sn, const float alpha, const float beta,
                             const int zc, const int zbias, const int total CV_ARGS Z_ARGS) {
   const int t = get_global_id(0);

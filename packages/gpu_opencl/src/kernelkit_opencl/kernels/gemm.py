@@ -79,9 +79,10 @@ def _candidates(dev, call: GemmCall) -> list[dict]:
     return base + [dict(p, SPLIT_K=s) for s in splits for p in (GPU_TILES[0], GPU_TILES[7], GPU_SMALL[0])]
 
 
-def _kernel(dev, call: GemmCall, params: dict, has_bias: bool, name: str = "gemm", has_z: bool = False):
+def _kernel(dev, call: GemmCall, params: dict, has_bias: bool, name: str = "gemm", has_z: bool = False,
+            half: bool = False):
     key = (name, call.activation, tuple(call.activation_params), tuple(sorted(params.items())),
-           call.trans_a, call.trans_b, has_bias, call.conv is not None, has_z)
+           call.trans_a, call.trans_b, has_bias, call.conv is not None, has_z, half)
 
     def make():
         act_src, defines = activation(call.activation, call.activation_params)
@@ -89,6 +90,8 @@ def _kernel(dev, call: GemmCall, params: dict, has_bias: bool, name: str = "gemm
                        HAS_BIAS=int(has_bias), HAS_Z=int(has_z))
         if call.conv is not None:
             defines["CONV"] = 1
+        if half:
+            defines["STORAGE_HALF"] = 1
         return dev.kernel(act_src + source("gemm.cl"), name, defines)
 
     return dev.memo(key, make)
@@ -98,21 +101,21 @@ def run_gemm(dev, call: GemmCall, a, b, bias, out, z=None):
     """Enqueue ``call`` on device tensors (``bias`` and the residual ``z``, laid out as ``out``,
     may be None); returns the event."""
     shape_class = (call.conv is not None, call.trans_a, call.trans_b, _bucket(call.M), _bucket(call.N),
-                   _bucket(call.K), _bucket(call.batch))
+                   _bucket(call.K), _bucket(call.batch), out.dtype == np.float16)
     params = dev.memo(("gemm-tiles",) + shape_class, lambda: _tiles(dev, call, shape_class, a, b, bias, out))
     return _launch(dev, call, params, a, b, bias, out, z)
 
 
 def _tiles(dev, call: GemmCall, shape_class, a, b, bias, out) -> dict:
-    conv, ta, tb, m, n, k, z = shape_class
-    key = f"{dev.platform.identity}|gemm|{'conv' if conv else 'mm'}|{int(ta)}{int(tb)}|{m}x{n}x{k}x{z}"
+    conv, ta, tb, m, n, k, z, half = shape_class
+    key = f"{dev.platform.identity}|gemm{'-half' if half else ''}|{'conv' if conv else 'mm'}|{int(ta)}{int(tb)}|{m}x{n}x{k}x{z}"
     cands = _candidates(dev, call)
     if conv:  # local-memory conv tiles need NT % BN == 0
         cands = [p for p in cands if not p["USE_LOCAL"] or (p["WM"] * p["WN"]) % (p["TN"] * p["WN"]) == 0]
     def build(p):
-        _kernel(dev, call, p, bias is not None)
+        _kernel(dev, call, p, bias is not None, half=half)
         if p.get("SPLIT_K", 1) > 1:
-            _kernel(dev, call, p, bias is not None, "splitk_reduce")
+            _kernel(dev, call, p, bias is not None, "splitk_reduce", half=half)
 
     return tuning.choose(key, cands, lambda p: _launch(dev, call, p, a, b, bias, out).wait(), dev.tune,
                          build=build)
@@ -137,7 +140,8 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
     label = f"{'conv' if call.conv is not None else 'gemm'} {call.M}x{call.N}x{call.K}" + (
         f" z{call.batch}" if call.batch > 1 else "") + (f" split{splits}" if splits > 1 else "") + (
         " +z" if z is not None else "")
-    ev = dev.launch(_kernel(dev, call, params, has_bias, has_z=has_z), gws, lws, args, [a, b, bias, z], [target],
+    half = out.dtype == np.float16
+    ev = dev.launch(_kernel(dev, call, params, has_bias, has_z=has_z, half=half), gws, lws, args, [a, b, bias, z], [target],
                     label)
     if splits == 1:
         return ev
@@ -150,7 +154,7 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
         args.append(call.conv)
     if z is not None:
         args.append(z.buffer)
-    return launch_1d(dev, _kernel(dev, call, params, has_bias, "splitk_reduce", has_z=z is not None), total, args,
+    return launch_1d(dev, _kernel(dev, call, params, has_bias, "splitk_reduce", has_z=z is not None, half=half), total, args,
                      [target, bias, z], [out], "splitk_reduce")
 
 
@@ -235,5 +239,6 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 1.0, transA: int = 0
 
 
 def register() -> None:
-    register_kernel("MatMul", device="gpu", vendor="opencl", dtype="float32")(matmul)
-    register_kernel("Gemm", device="gpu", vendor="opencl", dtype="float32")(gemm)
+    for dtype in ("float32", "float16"):  # float16: half storage, float arithmetic (vload_half)
+        register_kernel("MatMul", device="gpu", vendor="opencl", dtype=dtype)(matmul)
+        register_kernel("Gemm", device="gpu", vendor="opencl", dtype=dtype)(gemm)

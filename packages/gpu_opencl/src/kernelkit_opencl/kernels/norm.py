@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from kernelkit import ShapeError, register_kernel
+from kernelkit import ShapeError, UnsupportedOpError, register_kernel
 
-from ._common import launch_1d, source
+from ._common import launch_1d, source, storage_defines
 
 ROW_GROUP = 128  # RG in nn.cl: one work-group per normalized row
 from .layout import expand
@@ -22,7 +22,7 @@ def _row_norm(x, scale, b, rows: int, length: int, channels: int, epsilon: float
     if stats_shape is not None:
         mean, inv = dev.empty(stats_shape, x.dtype), dev.empty(stats_shape, x.dtype)
     if rows and length:
-        dev.launch(dev.kernel(source("nn.cl"), "row_norm"), (rows * ROW_GROUP,), (ROW_GROUP,),
+        dev.launch(dev.kernel(source("nn.cl"), "row_norm", storage_defines(x.dtype)), (rows * ROW_GROUP,), (ROW_GROUP,),
                   (x.buffer, scale.buffer, None if b is None else b.buffer, y.buffer,
                    None if mean is None else mean.buffer, None if inv is None else inv.buffer, np.int32(rows),
                    np.int32(length), np.int32(max(channels, 1)), np.float32(epsilon), np.int32(per_channel),
@@ -45,6 +45,9 @@ def layer_normalization(x, scale, b=None, *, axis: int = -1, epsilon: float = 1e
         return expand(t, norm_shape)
 
     stats_shape = x.shape[:axis] + (1,) * (x.ndim - axis) if output_count > 1 else None
+    if stats_shape is not None and x.dtype != np.float32:
+        raise UnsupportedOpError("LayerNormalization on opencl: Mean/InvStdDev outputs need float32 input "
+                                 f"(got {x.dtype}); use device='cpu' for this node")
     y, mean, inv = _row_norm(x, full(scale), full(b), math.prod(x.shape[:axis]), math.prod(norm_shape), 1,
                              epsilon, 0, stats_shape)
     return (y,) if output_count == 1 else (y, mean, inv)
@@ -68,6 +71,7 @@ def lrn(x, *, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0, size: 
 
 
 def register() -> None:
-    register_kernel("LayerNormalization", device="gpu", vendor="opencl", dtype="float32")(layer_normalization)
+    for dtype in ("float32", "float16"):  # float16: half storage, float statistics
+        register_kernel("LayerNormalization", device="gpu", vendor="opencl", dtype=dtype)(layer_normalization)
     register_kernel("InstanceNormalization", device="gpu", vendor="opencl", dtype="float32")(instance_normalization)
     register_kernel("LRN", device="gpu", vendor="opencl", dtype="float32")(lrn)
