@@ -401,6 +401,14 @@ def main() -> int:
     if not args.skip_conformance:
         log("== conformance suite on the GPU")
         results["conformance"] = conformance()
+    try:  # which tiles won (the SGEMM sizes' classes)
+        from kernelkit_opencl import tuning
+
+        for key, params in sorted(json.loads(tuning.path().read_text()).items()):
+            if "|gemm|mm|00|" in key:
+                log(f"tuned {key.split('|', 1)[1]}: {params}")
+    except (OSError, ValueError):
+        pass
     results["seconds"] = time.perf_counter() - t0
     out = os.environ.get("OUT")
     if out:
