@@ -42,10 +42,10 @@ def _host_cost(sess, x) -> dict:
     node-by-node dispatch of the same session with replay off, both per node."""
     from kernelkit_opencl.capture import Replay
 
-    replays = [r for r in sess._replays.values() if isinstance(r, Replay)]
+    replays = [r for r in sess._replayer.state.values() if isinstance(r, Replay)]
     if not replays:
         return {}
-    rep, dev = replays[0], sess._replay_device
+    rep, dev = replays[0], sess._replayer.device
     best = float("inf")
     for _ in range(5):  # the recorded launches alone (no feed/output transfers), device idle first
         dev.synchronize()
@@ -54,14 +54,14 @@ def _host_cost(sess, x) -> dict:
             call()
         best = min(best, time.perf_counter() - t0)
         dev.synchronize()
-    return {"replay_enqueue_us_per_node": best * 1e6 / len(sess._steps), "launches": rep.launches}
+    return {"replay_enqueue_us_per_node": best * 1e6 / len(sess.plan.kernel_steps()), "launches": rep.launches}
 
 
 def _device_resident(sess, x, iters: int) -> float:
     """Seconds per run with the input already on the device and the output left there
     (io_binding), as torch's timing has it; the device is drained at the end."""
     out = sess.graph.outputs[0]
-    dev = sess._replay_device or sess._devices["gpu"]
+    dev = sess._devices["gpu"]
     xdev = dev.upload(x)
     binding = sess.io_binding()
     binding.bind_input("x", xdev)
@@ -114,7 +114,7 @@ def pipeline(iters: int, batch: int = 32) -> dict:
         b.run(None, {"x": a.run(None, {"x": x})[0]})
     host_ms = (time.perf_counter() - t0) / iters * 1e3
     ba, bb = a.io_binding(), b.io_binding()
-    ba.bind_input("x", a._replay_device.upload(x))
+    ba.bind_input("x", a._replayer.device.upload(x))
     ba.bind_output(a.graph.outputs[0])
     bb.bind_output(b.graph.outputs[0])
 
@@ -283,8 +283,8 @@ def models(torch, quick: bool) -> tuple[list[dict], list[dict]]:
         prof = dev.kernel_profile(reset=True)
         kernel_ms = sum(r["total_ms"] for r in prof)
         row = {"model": name, "batch": batch, "kk_ms": wall * 1e3, "kk_img_s": batch / per_image_run,
-               "kk_sync_img_s": batch / wall, "kk_kernel_ms": kernel_ms, "nodes": len(sess._steps),
-               "host_us_per_node": (wall * 1e3 - kernel_ms) * 1e3 / len(sess._steps), **host}
+               "kk_sync_img_s": batch / wall, "kk_kernel_ms": kernel_ms, "nodes": len(sess.plan.kernel_steps()),
+               "host_us_per_node": (wall * 1e3 - kernel_ms) * 1e3 / len(sess.plan.kernel_steps()), **host}
         if torch is not None:
             run = torch_runner(model)
             tx = torch.from_numpy(x).cuda()

@@ -38,7 +38,7 @@ def test_residual_add_and_relu_fuse_into_conv(monkeypatch, rng, split, case):
     model = _model(xs, ws, ys, attrs, residual_first=bool(case % 2))
     sess = kk.Session(model, device="gpu", fallback=False, options={"opencl_tune": False})
     assert sess.passes_fired.get("fuse_residual") == 1 and sess.passes_fired.get("fuse_activation") == 1
-    assert [s.node.op for s in sess._steps] == ["Conv"]
+    assert [s.op for s in sess.plan.kernel_steps()] == ["Conv"]
     ref = kk.Session(model, device="cpu", vendors=["reference"], passes=False)
     for _ in range(3):  # plain, captured, replayed
         feeds = {"x": rng.standard_normal(xs).astype(np.float32), "r": rng.standard_normal(ys).astype(np.float32)}
@@ -49,7 +49,7 @@ def test_kernels_without_z_are_left_unfused():
     model = _model(*CASES[0][:3], CASES[0][3], residual_first=False)
     sess = kk.Session(model, device="cpu", vendors=["numba"])
     assert "fuse_residual" not in sess.passes_fired
-    assert [s.node.op for s in sess._steps] == ["Conv", "Add", "Relu"]
+    assert [s.op for s in sess.plan.kernel_steps()] == ["Conv", "Add", "Relu"]
 
 
 def test_residual_of_another_shape_is_not_fused():
@@ -69,7 +69,7 @@ def test_float16_storage_runs_every_node_in_half_on_the_device(rng, cnn):
     model = cnn(2)
     sess = kk.Session(model, device="gpu", fallback=False, options={"opencl_tune": False, "float16": True})
     assert sess.passes_fired.get("float16_storage", 0) > 0
-    ops = {s.node.op: s.entry.key.dtype for s in sess._steps}
+    ops = {s.op: s.key.dtype for s in sess.plan.kernel_steps()}
     assert ops["Conv"] == ops["Gemm"] == ops["MaxPool"] == ops["GlobalAveragePool"] == "float16"
     full = kk.Session(model, device="gpu", fallback=False, options={"opencl_tune": False})
     x = rng.standard_normal((2, 3, 12, 12)).astype(np.float32)
@@ -89,7 +89,7 @@ def test_float16_matmul_softmax_layernorm(rng):
     g.output(g.op("LayerNormalization", s, np.ones(16, np.float32), np.zeros(16, np.float32), axis=-1))
     model = g.build()
     sess = kk.Session(model, device="gpu", fallback=False, options={"opencl_tune": False, "float16": True})
-    assert {s.entry.key.dtype for s in sess._steps if s.node.op != "Cast"} == {"float16"}
+    assert {s.key.dtype for s in sess.plan.kernel_steps() if s.op != "Cast"} == {"float16"}
     feed = {"x": rng.standard_normal((2, 8, 16)).astype(np.float32)}
     want = kk.Session(model, device="cpu", vendors=["reference"]).run(None, feed)[0]
     assert kk.testing.cosine(sess.run(None, feed)[0], want) > 0.999

@@ -21,7 +21,7 @@ def test_replay_follows_new_feeds_and_matches_the_reference(rng, cnn):
         for g, want in zip(got, ref.run(None, {"x": x})):
             assert_close(g, want, "float32")
         np.testing.assert_array_equal(x, keep)
-    replays = [r for r in sess._replays.values() if isinstance(r, Replay)]
+    replays = [r for r in sess._replayer.state.values() if isinstance(r, Replay)]
     assert len(replays) == 1 and replays[0].launches >= 6  # every node's launch is recorded
 
 
@@ -52,7 +52,7 @@ def test_a_kernel_reading_feed_values_is_not_replayed(rng):
     for i in range(4):
         ids = rng.integers(0, 5, 4)
         np.testing.assert_array_equal(sess.run(None, {"data": d, "idx": ids})[0], d[ids])
-    assert not any(isinstance(r, Replay) for r in sess._replays.values())
+    assert not any(isinstance(r, Replay) for r in sess._replayer.state.values())
     ids = np.array([0, 1, 7, 2])
     try:
         sess.run(None, {"data": d, "idx": ids})
@@ -67,4 +67,4 @@ def test_replay_option_off_dispatches_node_by_node(rng, cnn):
     x = rng.standard_normal((1, 3, 12, 12)).astype(np.float32)
     for _ in range(3):
         sess.run(None, {"x": x})
-    assert sess._replay_device is None and not sess._replays
+    assert sess._replayer is None

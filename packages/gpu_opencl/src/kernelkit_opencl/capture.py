@@ -40,7 +40,15 @@ class Capture:
         self.thread = threading.get_ident()
         self.steps: list[tuple] = []  # ("kernel", _Kernel, args, gws, lws, label) | ("copy", ...)
         self.host_reads: set[int] = set()  # id() of allocations whose host copy a kernel read
+        self.uploads: list[tuple] = []  # (source array or tensor, device tensor) of this run's uploads
         self.broken: str | None = None
+
+    def uploaded(self, source):
+        """The device tensor this run made from ``source`` (a feed), by identity; None if none."""
+        for src, tensor in self.uploads:
+            if src is source:
+                return tensor
+        return None
 
     def launch(self, kernel, args, gws, lws, label, inputs, outputs) -> None:
         if threading.get_ident() == self.thread:
@@ -128,7 +136,7 @@ class Replay:
             for call, label in zip(self.calls, self.labels):
                 ev = call()
                 if profiling and label != "copy":
-                    self.device._events.append((label, ev))
+                    self.device._events.append((label, ev, None))
             for name in names:
                 tensor = self.outputs[name]
                 if name in on_device:

@@ -15,6 +15,8 @@ import threading
 import time
 import warnings
 
+from kernelkit import progress
+
 from .programs import atomic_write, cache_root
 
 log = logging.getLogger("kernelkit.opencl.tuning")
@@ -118,7 +120,7 @@ def _search(key: str, candidates: list[dict], run, repeats: int, build) -> dict:
     if build is not None:
         prebuild(build, candidates)
     best, best_t = None, float("inf")
-    for params in candidates:
+    for params in progress.iterate(candidates, f"OpenCL tuning: {key}"):
         try:
             run(params)  # warm-up: builds the program
             t = float("inf")
