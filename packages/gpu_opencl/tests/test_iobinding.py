@@ -27,7 +27,7 @@ def test_two_model_pipeline_stays_on_device(rng):
     ba, bb = sa.io_binding(), sb.io_binding()
     ya_name, yb_name = sa.get_outputs()[0].name, sb.get_outputs()[0].name
     kept = []
-    for i in range(4):  # plain, captured, replayed twice
+    for _ in range(4):  # plain, captured, replayed twice
         x = rng.standard_normal((4, 6)).astype(np.float32)
         ba.bind_input("x", x)
         ba.bind_output(ya_name)

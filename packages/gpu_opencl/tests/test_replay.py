@@ -14,7 +14,7 @@ def _gpu(model, **options):
 def test_replay_follows_new_feeds_and_matches_the_reference(rng, cnn):
     model = cnn(2)
     sess, ref = _gpu(model), kk.Session(model, device="cpu")
-    for i in range(4):
+    for _ in range(4):
         x = rng.standard_normal((2, 3, 12, 12)).astype(np.float32)
         keep = x.copy()
         got = sess.run(None, {"x": x})
@@ -49,7 +49,7 @@ def test_a_kernel_reading_feed_values_is_not_replayed(rng):
     model = g.build()
     sess = _gpu(model)
     d = rng.standard_normal((5, 3)).astype(np.float32)
-    for i in range(4):
+    for _ in range(4):
         ids = rng.integers(0, 5, 4)
         np.testing.assert_array_equal(sess.run(None, {"data": d, "idx": ids})[0], d[ids])
     assert not any(isinstance(r, Replay) for r in sess._replayer.state.values())

@@ -108,7 +108,8 @@ def run_gemm(dev, call: GemmCall, a, b, bias, out, z=None):
 
 def _tiles(dev, call: GemmCall, shape_class, a, b, bias, out) -> dict:
     conv, ta, tb, m, n, k, z, half = shape_class
-    key = f"{dev.platform.identity}|gemm{'-half' if half else ''}|{'conv' if conv else 'mm'}|{int(ta)}{int(tb)}|{m}x{n}x{k}x{z}"
+    kind = f"gemm{'-half' if half else ''}|{'conv' if conv else 'mm'}"
+    key = f"{dev.platform.identity}|{kind}|{int(ta)}{int(tb)}|{m}x{n}x{k}x{z}"
     cands = _candidates(dev, call)
     if conv:  # local-memory conv tiles need NT % BN == 0
         cands = [p for p in cands if not p["USE_LOCAL"] or (p["WM"] * p["WN"]) % (p["TN"] * p["WN"]) == 0]
@@ -141,8 +142,8 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
         f" z{call.batch}" if call.batch > 1 else "") + (f" split{splits}" if splits > 1 else "") + (
         " +z" if z is not None else "")
     half = out.dtype == np.float16
-    ev = dev.launch(_kernel(dev, call, params, has_bias, has_z=has_z, half=half), gws, lws, args, [a, b, bias, z], [target],
-                    label)
+    kernel = _kernel(dev, call, params, has_bias, has_z=has_z, half=half)
+    ev = dev.launch(kernel, gws, lws, args, [a, b, bias, z], [target], label)
     if splits == 1:
         return ev
     total = call.batch * call.M * call.N
@@ -154,8 +155,8 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
         args.append(call.conv)
     if z is not None:
         args.append(z.buffer)
-    return launch_1d(dev, _kernel(dev, call, params, has_bias, "splitk_reduce", has_z=z is not None, half=half), total, args,
-                     [target, bias, z], [out], "splitk_reduce")
+    reduce = _kernel(dev, call, params, has_bias, "splitk_reduce", has_z=z is not None, half=half)
+    return launch_1d(dev, reduce, total, args, [target, bias, z], [out], "splitk_reduce")
 
 
 # -- ops -------------------------------------------------------------------------------------------

@@ -9,9 +9,9 @@ import numpy as np
 from kernelkit import ShapeError, register_kernel
 
 from ._common import launch_1d, source, storage_defines
+from .layout import expand
 
 ROW_GROUP = 128  # RG in nn.cl: one work-group per normalized row
-from .layout import expand
 
 
 def _row_norm(x, scale, b, rows: int, length: int, channels: int, epsilon: float, per_channel: int,
