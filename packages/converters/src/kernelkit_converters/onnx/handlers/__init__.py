@@ -177,4 +177,4 @@ def handled_versions(op_type: str, domain: str = "") -> list[int]:
     return sorted(v for d, o, v in HANDLERS if d == domain and o == op_type)
 
 
-from . import legacy, standard  # noqa: E402,F401  (fill the table)
+from . import coverage, legacy, standard  # noqa: E402,F401  (fill the table)
