@@ -42,5 +42,5 @@ from . import (  # noqa: F401  # noqa: F401
                variadic,
                where,
 )
-from . import (bitwise, compress_nonzero, detection, einsum, gather_nd, matrix, mod, norms, onehot,  # noqa: F401,E402
+from . import (attention, bitwise, compress_nonzero, detection, einsum, gather_nd, grid_sample, loss, matrix, mod, norms, onehot,  # noqa: F401,E402
                reduce_more, rnn, scatter, sequence_ops, trilu, unary_more)

@@ -33,6 +33,8 @@ SAME_FORM: dict[str, tuple[int, ...]] = {
     # recurrent (7 lacks ``layout``: its default 0 is 7's form) and detection
     "RNN": (7, 14, 22), "GRU": (7, 14, 22), "LSTM": (7, 14, 22), "NonMaxSuppression": (11,),
     "RoiAlign": (16, 22),
+    # attention and losses
+    "GridSample": (20, 22), "Attention": (23, 24, 25), "NegativeLogLikelihoodLoss": (12, 13, 22), "SoftmaxCrossEntropyLoss": (12, 13),
 }
 
 for _op, _versions in SAME_FORM.items():
@@ -78,3 +80,11 @@ def group_normalization_18(node, ctx):
                                        name=ctx.fresh(f"{node.name}_{op.lower()}")))
         inputs.append(steps[2])
     return nodes + [ctx.make_node(node, inputs=inputs)]
+
+
+@register_handler("GridSample", 16)
+def grid_sample_16(node, ctx):
+    """GridSample 16 names its modes bilinear/bicubic (20: linear/cubic) and is 2-D only."""
+    mode = node.attrs.get("mode", "bilinear")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    return [ctx.make_node(node, attrs={**node.attrs, "mode": {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)})]
