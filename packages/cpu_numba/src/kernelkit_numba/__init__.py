@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 
 KERNEL_MODULES = ("argminmax", "binary", "compare", "concat", "conv", "conv_transpose", "cumsum", "gather", "gemm",
-                  "lrn", "movement", "norm", "pad", "pool", "reduce", "resize", "softmax", "topk", "unary", "where")
+                  "lrn", "movement", "norm", "pad", "pool", "reduce", "resize", "softmax", "topk", "unary", "where",
+                  "typed_index", "recurrent", "einsum")
 
 
 def initialize() -> None:
