@@ -25,6 +25,7 @@ def initialize() -> None:
             elementwise,
             gemm,
             index,
+            index_nd,
             layout,
             nn,
             norm,
@@ -39,7 +40,7 @@ def initialize() -> None:
 
         register_device("gpu", create_device)
         for family in (elementwise, typed, index, scan, gemm, conv, conv_transpose, pool, nn, norm, resize, layout,
-                       reduce, shape_ops):
+                       reduce, shape_ops, index_nd):
             family.register()
         from .custom_layers import initialize as _custom_layers
 
