@@ -42,5 +42,8 @@ from . import (  # noqa: F401  # noqa: F401
                variadic,
                where,
 )
-from . import (attention, bitwise, compress_nonzero, detection, einsum, gather_nd, grid_sample, loss, matrix, mod, norms, onehot,  # noqa: F401,E402
-               reduce_more, rnn, scatter, sequence_ops, trilu, unary_more)
+from . import (  # noqa: E402,F401  (issue 14's ops)
+    attention, bitwise, compress_nonzero, detection, einsum, gather_nd, grid_sample, loss, lp_pool, matrix,
+    misc_tensor, mod, norms, onehot, reduce_more, rnn, rotary, scatter, sequence_ops, spectral, trilu,
+    unary_more,
+)

@@ -16,8 +16,8 @@ from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
 from ._util import random
 
-TRANSFORMS = ("half_pixel", "half_pixel_symmetric", "asymmetric", "align_corners", "pytorch_half_pixel",
-              "tf_crop_and_resize")
+TRANSFORMS = ("half_pixel", "half_pixel_symmetric", "asymmetric", "align_corners", "pytorch_half_pixel")
+CROP = "tf_crop_and_resize"  # the reference only: accelerated kernels decline it (and cubic, antialias)
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 POLICIES = ("stretch", "not_larger", "not_smaller")
 ATTRS = {"antialias": ("int", 0), "axes": ("ints", ()), "coordinate_transformation_mode": ("string", "half_pixel"),
@@ -73,9 +73,9 @@ def _infer(ctx) -> TensorSpec:
     x, a = ctx.inputs[0], ctx.attrs
     if a["mode"] not in ("nearest", "linear", "cubic"):
         raise ctx.error(f"mode {a['mode']!r} is not supported (nearest, linear or cubic)")
-    if a["coordinate_transformation_mode"] not in TRANSFORMS:
+    if a["coordinate_transformation_mode"] not in TRANSFORMS + (CROP,):
         raise ctx.error(f"coordinate_transformation_mode {a['coordinate_transformation_mode']!r} is not "
-                        f"supported; supported: {TRANSFORMS}")
+                        f"supported; supported: {TRANSFORMS + (CROP,)}")
     if a["nearest_mode"] not in NEAREST_MODES or a["keep_aspect_ratio_policy"] not in POLICIES:
         raise ctx.error(f"nearest_mode must be one of {NEAREST_MODES} and keep_aspect_ratio_policy one of {POLICIES}")
     if any(not -x.rank <= ax < x.rank for ax in a["axes"]):

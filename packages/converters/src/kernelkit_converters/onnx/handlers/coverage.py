@@ -26,7 +26,10 @@ SAME_FORM: dict[str, tuple[int, ...]] = {
     "GatherND": (11, 12, 13), "ScatterND": (11, 13, 16, 18), "ScatterElements": (11, 13, 16, 18),
     "Trilu": (14,), "OneHot": (11, 28), "NonZero": (9, 13), "Compress": (11, 28),
     "ReverseSequence": (10, 28), "Unique": (11, 28), "CumProd": (26,), "EyeLike": (9, 22), "Hardmax": (13,),
-    "Einsum": (12, 28), "Det": (11, 22),
+    "Einsum": (12, 28), "Det": (11, 22), "SwiGLU": (28,), "TensorScatter": (24,), "BitCast": (26,),
+    "CenterCropPad": (18,), "LpPool": (11, 18, 22),  # 11 lacks dilations and ceil_mode (defaults)
+    # signal
+    "DFT": (20,), "STFT": (17,), "HannWindow": (17,), "HammingWindow": (17,), "BlackmanWindow": (17,),
     # normalization
     "LpNormalization": (1, 22), "GroupNormalization": (21,), "RMSNormalization": (23,),
     "MeanVarianceNormalization": (9, 13),
@@ -34,7 +37,7 @@ SAME_FORM: dict[str, tuple[int, ...]] = {
     "RNN": (7, 14, 22), "GRU": (7, 14, 22), "LSTM": (7, 14, 22), "NonMaxSuppression": (11,),
     "RoiAlign": (16, 22),
     # attention and losses
-    "GridSample": (20, 22), "Attention": (23, 24, 25), "NegativeLogLikelihoodLoss": (12, 13, 22), "SoftmaxCrossEntropyLoss": (12, 13),
+    "GridSample": (20, 22), "Attention": (23, 24, 25), "RotaryEmbedding": (23,), "NegativeLogLikelihoodLoss": (12, 13, 22), "SoftmaxCrossEntropyLoss": (12, 13),
 }
 
 for _op, _versions in SAME_FORM.items():
@@ -88,3 +91,12 @@ def grid_sample_16(node, ctx):
     mode = node.attrs.get("mode", "bilinear")
     mode = mode.decode() if isinstance(mode, bytes) else mode
     return [ctx.make_node(node, attrs={**node.attrs, "mode": {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)})]
+
+
+@register_handler("DFT", 17)
+def dft_17(node, ctx):
+    """DFT 17 takes ``axis`` (default 1) as an attribute; 20 as an input (default -2)."""
+    attrs = dict(node.attrs)
+    axis = ctx.constant(np.array(attrs.pop("axis", 1), np.int64), f"{node.name}_axis")
+    inputs = [node.input(0), node.input(1), axis]
+    return [ctx.make_node(node, inputs=inputs, attrs=attrs)]

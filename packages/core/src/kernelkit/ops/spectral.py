@@ -1,0 +1,133 @@
+"""Signal ops: DFT (complex values as a trailing axis of 2; real input has a trailing 1), STFT
+(framed DFTs of a real or complex signal with an optional window), and the window generators
+HannWindow, HammingWindow, BlackmanWindow (``periodic`` or symmetric, ``output_datatype``).
+Transforms run in float64 through ``numpy.fft``."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..dtypes import FLOAT_TYPES
+from ..ir import TensorSpec
+from ..registry import register_kernel, register_op
+from ..shape import InferContext
+from ._util import random
+from .cast import ONNX_DTYPES
+
+
+def _scalar(v, default):
+    return default if v is None else int(np.asarray(v).reshape(-1)[0])
+
+
+def _complex(x):
+    x = x.astype(np.float64)
+    return x[..., 0] + 1j * x[..., 1] if x.shape[-1] == 2 else x[..., 0].astype(np.complex128)
+
+
+def _pack(c, dtype):
+    return np.stack([c.real, c.imag], axis=-1).astype(dtype)
+
+
+@register_kernel("DFT", device="cpu", vendor="reference", dtype=FLOAT_TYPES, priority=-100)
+def dft(x, dft_length=None, axis=None, *, inverse=0, onesided=0):
+    axis = _scalar(axis, -2)
+    axis = axis % x.ndim
+    if axis == x.ndim - 1:
+        raise ValueError("the last axis holds the complex parts; it cannot be the DFT axis")
+    n = _scalar(dft_length, None)
+    c = _complex(x)
+    if onesided and inverse:
+        return np.fft.irfft(c, n=n, axis=axis)[..., None].astype(x.dtype)
+    if onesided:
+        return _pack(np.fft.rfft(c.real, n=n, axis=axis), x.dtype)
+    return _pack((np.fft.ifft if inverse else np.fft.fft)(c, n=n, axis=axis), x.dtype)
+
+
+@register_kernel("STFT", device="cpu", vendor="reference", dtype=FLOAT_TYPES, priority=-100)
+def stft(signal, frame_step, window=None, frame_length=None, *, onesided=1):
+    step = _scalar(frame_step, None)
+    c = _complex(signal)  # (batch, length)
+    length = _scalar(frame_length, None) if frame_length is not None else window.shape[0]
+    frames = (c.shape[1] - length) // step + 1
+    idx = np.arange(frames)[:, None] * step + np.arange(length)[None, :]
+    framed = c[:, idx]
+    if window is not None:
+        framed = framed * window.astype(np.float64)
+    spec = np.fft.rfft(framed.real, axis=-1) if onesided else np.fft.fft(framed, axis=-1)
+    return _pack(spec, signal.dtype)
+
+
+def _window(kind):
+    def kernel(size, *, output_datatype=1, periodic=1):
+        n = _scalar(size, None)
+        denom = n if periodic else n - 1
+        k = np.arange(n, dtype=np.float64)
+        w = 2 * math.pi * k / max(denom, 1)
+        if kind == "Hann":
+            out = 0.5 - 0.5 * np.cos(w)
+        elif kind == "Hamming":
+            out = 25 / 46 - (21 / 46) * np.cos(w)
+        else:
+            out = 0.42 - 0.5 * np.cos(w) + 0.08 * np.cos(2 * w)
+        return out.astype(ONNX_DTYPES[output_datatype])
+
+    kernel.__name__ = f"{kind.lower()}_window"
+    return kernel
+
+
+def _dft_rule(ctx: InferContext) -> TensorSpec:
+    x = ctx.inputs[0]
+    axis = _scalar(ctx.value(2), -2) if ctx.has(2) else -2
+    if ctx.has(2) and ctx.value(2) is None:
+        return TensorSpec(tuple(ctx.symbol() for _ in x.shape[:-1]) + (ctx.symbol(),), x.dtype)
+    axis = ctx.axis(axis, x.rank)
+    n = x.shape[axis]
+    if ctx.has(1):
+        n = _scalar(ctx.value(1), None) if ctx.value(1) is not None else ctx.symbol()
+    a = ctx.attrs
+    last = 1 if a["onesided"] and a["inverse"] else 2
+    if a["onesided"] and not a["inverse"] and isinstance(n, int):
+        n = n // 2 + 1
+    elif a["onesided"] and not a["inverse"]:
+        n = ctx.symbol()
+    return TensorSpec(x.shape[:axis] + (n,) + x.shape[axis + 1:-1] + (last,), x.dtype)
+
+
+def _stft_rule(ctx: InferContext) -> TensorSpec:
+    return TensorSpec((ctx.inputs[0].shape[0], ctx.symbol(), ctx.symbol(), 2), ctx.inputs[0].dtype)
+
+
+def _window_rule(ctx: InferContext) -> TensorSpec:
+    n = ctx.value(0)
+    dtype = ONNX_DTYPES.get(ctx.attrs["output_datatype"])
+    if dtype is None:
+        raise ctx.error(f"output_datatype {ctx.attrs['output_datatype']} is not a kernelkit dtype")
+    return TensorSpec((_scalar(n, None) if n is not None else ctx.symbol(),), dtype)
+
+
+def _dft_samples(rng, dtype):
+    yield [random(rng, (2, 8, 1), dtype)], {}
+    yield [random(rng, (2, 6, 2), dtype), np.array(8, np.int64), np.array(1, np.int64)], {"inverse": 1}
+    yield [random(rng, (3, 8, 1), dtype)], {"onesided": 1}
+
+
+def _stft_samples(rng, dtype):
+    yield [random(rng, (2, 32, 1), dtype), np.array(8, np.int64), random(rng, (16,), dtype)], {}
+
+
+def _window_samples(rng, dtype):
+    yield [np.array(10, np.int64)], {}
+    yield [np.array(7, np.int32)], {"periodic": 0, "output_datatype": 11}
+
+
+register_op("DFT", inputs=["input", "dft_length?", "axis?"], outputs=["output"],
+            attrs={"inverse": ("int", 0), "onesided": ("int", 0)}, infer=_dft_rule, samples=_dft_samples)
+register_op("STFT", inputs=["signal", "frame_step", "window?", "frame_length?"], outputs=["output"],
+            attrs={"onesided": ("int", 1)}, infer=_stft_rule, samples=_stft_samples)
+for _kind in ("Hann", "Hamming", "Blackman"):
+    register_op(f"{_kind}Window", inputs=["size"], outputs=["output"],
+                attrs={"output_datatype": ("int", 1), "periodic": ("int", 1)}, infer=_window_rule,
+                samples=_window_samples, dispatch_input=0)
+    register_kernel(f"{_kind}Window", device="cpu", vendor="reference", dtype=("int32", "int64"),
+                    priority=-100)(_window(_kind))
