@@ -37,7 +37,8 @@ SAME_FORM: dict[str, tuple[int, ...]] = {
     "RNN": (7, 14, 22), "GRU": (7, 14, 22), "LSTM": (7, 14, 22), "NonMaxSuppression": (11,),
     "RoiAlign": (16, 22),
     # attention and losses
-    "GridSample": (20, 22), "Attention": (23, 24, 25), "RotaryEmbedding": (23,), "NegativeLogLikelihoodLoss": (12, 13, 22), "SoftmaxCrossEntropyLoss": (12, 13),
+    "GridSample": (20, 22), "Attention": (23, 24, 25), "RotaryEmbedding": (23,),
+    "LinearAttention": (27,), "CausalConvWithState": (27,), "NegativeLogLikelihoodLoss": (12, 13, 22), "SoftmaxCrossEntropyLoss": (12, 13),
 }
 
 for _op, _versions in SAME_FORM.items():
