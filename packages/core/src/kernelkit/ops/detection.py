@@ -97,6 +97,13 @@ def roi_align(x, rois, batch_indices, *, coordinate_transformation_mode="half_pi
               output_height=1, output_width=1, sampling_ratio=0, spatial_scale=1.0):
     if mode not in ("avg", "max"):
         raise ValueError(f"mode must be avg or max, got {mode!r}")
+    if x.ndim != 4 or rois.ndim != 2 or rois.shape[1] != 4 or np.shape(batch_indices) != (rois.shape[0],):
+        raise ValueError(f"X {x.shape}, rois {rois.shape} and batch_indices {np.shape(batch_indices)} must be "
+                         f"(N, C, H, W), (R, 4) and (R,)")
+    if batch_indices.size and (batch_indices.min() < 0 or batch_indices.max() >= x.shape[0]):
+        raise IndexError(f"a batch index is out of range for {x.shape[0]} images")
+    if output_height < 1 or output_width < 1 or sampling_ratio < 0:
+        raise ValueError("output_height/width must be >= 1 and sampling_ratio >= 0")
     n_rois, (_, channels, height, width) = rois.shape[0], x.shape
     xc = x.astype(np.float64)
     out = np.zeros((n_rois, channels, output_height, output_width))

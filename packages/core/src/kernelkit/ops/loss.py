@@ -18,6 +18,10 @@ def nll(x, target, weight, ignore_index, reduction):
         raise ValueError(f"reduction must be none, sum or mean, got {reduction!r}")
     ct = np.promote_types(x.dtype, np.float32)
     target = np.asarray(target).astype(np.int64)
+    if x.ndim < 2 or target.shape != (x.shape[0],) + x.shape[2:]:
+        raise ValueError(f"target {target.shape} must be input {x.shape} without its class axis")
+    if weight is not None and weight.shape != (x.shape[1],):
+        raise ValueError(f"weight {weight.shape} must hold one value per class ({x.shape[1]})")
     keep = np.ones(target.shape, bool) if ignore_index is None else target != ignore_index
     safe = np.where(keep, target, 0)
     if np.any(safe < 0) or np.any(safe >= x.shape[1]):

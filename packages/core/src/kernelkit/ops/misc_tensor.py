@@ -109,10 +109,12 @@ def _scatter_samples(rng, dtype):
     yield [cache, random(rng, (2, 3, 3, 4), dtype), np.array([5, 0], np.int64)], {"mode": "circular"}
 
 
+_SAME_WIDTH = {"float16": 5, "int16": 4, "uint16": 10, "float32": 6, "int32": 12, "uint32": 1, "float64": 7,
+               "int64": 13, "uint64": 11, "int8": 2, "uint8": 3, "bool": 2}  # a dtype of equal width (ONNX number)
+
+
 def _bitcast_samples(rng, dtype):
-    target = {"float32": 6, "float64": 7, "int64": 11, "int32": 1}.get(dtype)  # same width
-    if target is not None:
-        yield [random(rng, (3, 4), dtype)], {"to": target}
+    yield [random(rng, (3, 4), dtype)], {"to": _SAME_WIDTH[dtype]}
 
 
 def _crop_samples(rng, dtype):

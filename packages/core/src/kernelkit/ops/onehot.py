@@ -24,7 +24,10 @@ def _rule(ctx: InferContext) -> TensorSpec:
     rank = indices.rank + 1
     axis = ctx.axis(ctx.attrs["axis"], rank)
     depth = ctx.value(1)
-    dim = _depth(depth) if depth is not None else ctx.symbol()
+    try:
+        dim = _depth(depth) if depth is not None else ctx.symbol()
+    except ValueError as exc:
+        raise ctx.error(str(exc)) from None
     shape = indices.shape[:axis] + (dim,) + indices.shape[axis:]
     return TensorSpec(shape, values.dtype)
 
@@ -32,6 +35,8 @@ def _rule(ctx: InferContext) -> TensorSpec:
 @register_kernel("OneHot", device="cpu", vendor="reference", dtype=NUMERIC_TYPES, priority=-100)
 def one_hot(indices, depth, values, *, axis=-1):
     depth = _depth(depth)
+    if depth < 0 or np.asarray(values).size != 2:
+        raise ValueError(f"depth {depth} must be >= 0 and values hold two entries")
     idx = np.asarray(indices).astype(np.int64)
     idx = np.where(idx < 0, idx + depth, idx)
     axis = axis % (idx.ndim + 1)

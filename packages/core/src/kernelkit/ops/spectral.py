@@ -16,8 +16,14 @@ from ._util import random
 from .cast import ONNX_DTYPES
 
 
-def _scalar(v, default):
-    return default if v is None else int(np.asarray(v).reshape(-1)[0])
+def _scalar(v, default, name="value"):
+    """One integer from a scalar input (None: ``default``); anything else is a ValueError."""
+    if v is None:
+        return default
+    v = np.asarray(v)
+    if v.size != 1 or v.dtype.kind not in "iuf":
+        raise ValueError(f"{name} must hold one number, got shape {v.shape}")
+    return int(v.reshape(-1)[0])
 
 
 def _complex(x):
@@ -31,11 +37,15 @@ def _pack(c, dtype):
 
 @register_kernel("DFT", device="cpu", vendor="reference", dtype=FLOAT_TYPES, priority=-100)
 def dft(x, dft_length=None, axis=None, *, inverse=0, onesided=0):
-    axis = _scalar(axis, -2)
+    axis = _scalar(axis, -2, "axis")
+    if x.ndim < 2 or x.shape[-1] not in (1, 2) or not -x.ndim <= axis < x.ndim - 1 and axis != -2:
+        raise ValueError(f"input {x.shape} needs a last axis of 1 or 2 and a DFT axis before it, got axis {axis}")
     axis = axis % x.ndim
     if axis == x.ndim - 1:
         raise ValueError("the last axis holds the complex parts; it cannot be the DFT axis")
-    n = _scalar(dft_length, None)
+    n = _scalar(dft_length, None, "dft_length")
+    if n is not None and n < 1:
+        raise ValueError(f"dft_length must be >= 1, got {n}")
     c = _complex(x)
     if onesided and inverse:
         return np.fft.irfft(c, n=n, axis=axis)[..., None].astype(x.dtype)
@@ -46,9 +56,15 @@ def dft(x, dft_length=None, axis=None, *, inverse=0, onesided=0):
 
 @register_kernel("STFT", device="cpu", vendor="reference", dtype=FLOAT_TYPES, priority=-100)
 def stft(signal, frame_step, window=None, frame_length=None, *, onesided=1):
-    step = _scalar(frame_step, None)
+    step = _scalar(frame_step, None, "frame_step")
+    if signal.ndim != 3 or signal.shape[-1] not in (1, 2) or step < 1:
+        raise ValueError(f"signal must be (batch, length, 1 or 2) and frame_step >= 1, got {signal.shape}, {step}")
+    if frame_length is None and (window is None or window.ndim != 1):
+        raise ValueError("STFT needs frame_length or a 1-D window")
     c = _complex(signal)  # (batch, length)
-    length = _scalar(frame_length, None) if frame_length is not None else window.shape[0]
+    length = _scalar(frame_length, None, "frame_length") if frame_length is not None else window.shape[0]
+    if not 1 <= length <= c.shape[1] or window is not None and window.shape != (length,):
+        raise ValueError(f"frame length {length} does not fit the signal {c.shape[1]} or the window")
     frames = (c.shape[1] - length) // step + 1
     idx = np.arange(frames)[:, None] * step + np.arange(length)[None, :]
     framed = c[:, idx]
@@ -60,7 +76,9 @@ def stft(signal, frame_step, window=None, frame_length=None, *, onesided=1):
 
 def _window(kind):
     def kernel(size, *, output_datatype=1, periodic=1):
-        n = _scalar(size, None)
+        n = _scalar(size, None, "size")
+        if n < 0 or output_datatype not in ONNX_DTYPES:
+            raise ValueError(f"size {n} must be >= 0 and output_datatype a kernelkit dtype")
         denom = n if periodic else n - 1
         k = np.arange(n, dtype=np.float64)
         w = 2 * math.pi * k / max(denom, 1)
@@ -77,16 +95,27 @@ def _window(kind):
 
 
 def _dft_rule(ctx: InferContext) -> TensorSpec:
+    try:
+        return _dft_spec(ctx)
+    except ValueError as exc:
+        raise ctx.error(str(exc)) from None
+
+
+def _dft_spec(ctx: InferContext) -> TensorSpec:
     x = ctx.inputs[0]
-    axis = _scalar(ctx.value(2), -2) if ctx.has(2) else -2
+    if x.rank < 2:
+        raise ValueError(f"input must have rank >= 2, got {x}")
+    axis = _scalar(ctx.value(2), -2, "axis") if ctx.has(2) else -2
     if ctx.has(2) and ctx.value(2) is None:
         return TensorSpec(tuple(ctx.symbol() for _ in x.shape[:-1]) + (ctx.symbol(),), x.dtype)
     axis = ctx.axis(axis, x.rank)
     n = x.shape[axis]
     if ctx.has(1):
-        n = _scalar(ctx.value(1), None) if ctx.value(1) is not None else ctx.symbol()
+        n = _scalar(ctx.value(1), None, "dft_length") if ctx.value(1) is not None else ctx.symbol()
     a = ctx.attrs
     last = 1 if a["onesided"] and a["inverse"] else 2
+    if last == 1 and not ctx.has(1):  # IRFFT's default length
+        n = 2 * (n - 1) if isinstance(n, int) else ctx.symbol()
     if a["onesided"] and not a["inverse"] and isinstance(n, int):
         n = n // 2 + 1
     elif a["onesided"] and not a["inverse"]:
@@ -103,7 +132,11 @@ def _window_rule(ctx: InferContext) -> TensorSpec:
     dtype = ONNX_DTYPES.get(ctx.attrs["output_datatype"])
     if dtype is None:
         raise ctx.error(f"output_datatype {ctx.attrs['output_datatype']} is not a kernelkit dtype")
-    return TensorSpec((_scalar(n, None) if n is not None else ctx.symbol(),), dtype)
+    try:
+        length = _scalar(n, None, "size") if n is not None else ctx.symbol()
+    except ValueError as exc:
+        raise ctx.error(str(exc)) from None
+    return TensorSpec((length,), dtype)
 
 
 def _dft_samples(rng, dtype):
