@@ -44,6 +44,6 @@ from . import (  # noqa: F401  # noqa: F401
 )
 from . import (  # noqa: E402,F401  (issue 14's ops)
     attention, bitwise, compress_nonzero, detection, einsum, gather_nd, grid_sample, loss, lp_pool, matrix,
-    misc_tensor, mod, norms, onehot, recurrent_state, reduce_more, rnn, rotary, scatter, sequence_ops, spectral, trilu,
+    misc_tensor, mod, norms, onehot, recurrent_state, reduce_more, rnn, rotary, scatter, sequence_ops, spatial_more, spectral, trilu,
     unary_more,
 )

@@ -27,7 +27,7 @@ SAME_FORM: dict[str, tuple[int, ...]] = {
     "Trilu": (14,), "OneHot": (11, 28), "NonZero": (9, 13), "Compress": (11, 28),
     "ReverseSequence": (10, 28), "Unique": (11, 28), "CumProd": (26,), "EyeLike": (9, 22), "Hardmax": (13,),
     "Einsum": (12, 28), "Det": (11, 22), "SwiGLU": (28,), "TensorScatter": (24,), "BitCast": (26,),
-    "CenterCropPad": (18,), "LpPool": (11, 18, 22),  # 11 lacks dilations and ceil_mode (defaults)
+    "CenterCropPad": (18,), "LpPool": (11, 18, 22), "AffineGrid": (20,), "Col2Im": (18,), "MaxUnpool": (11, 22),  # 11 lacks dilations and ceil_mode (defaults)
     # signal
     "DFT": (20,), "STFT": (17,), "HannWindow": (17,), "HammingWindow": (17,), "BlackmanWindow": (17,),
     # normalization
