@@ -56,7 +56,8 @@ UNSUPPORTED_OPS: dict[str, str] = {
     **dict.fromkeys(["ai.onnx.ml::LabelEncoder", "ai.onnx.ml::TreeEnsemble", "ai.onnx.ml::ArrayFeatureExtractor",
                      "ai.onnx.ml::Binarizer"], _ML),
     **dict.fromkeys(["QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearMatMul",
-                     "QLinearConv", "ConvInteger", "MatMulInteger"], "the quantization family is not implemented on this branch (separate int8 work)"),
+                     "QLinearConv", "ConvInteger", "MatMulInteger"],
+                    "the quantization family is not implemented on this branch (separate int8 work)"),
     **dict.fromkeys(["DeformConv", "MelWeightMatrix", "ai.onnx.preview::FlexAttention"], _LATER),
 }
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import unittest
 import warnings
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import kernelkit
 from kernelkit.errors import KernelkitError, UnsupportedOpError
@@ -78,7 +78,7 @@ def installed_vendors() -> list[str]:
     return usable
 
 
-@lru_cache(maxsize=None)
+@cache
 def _converted(name: str):
     """Node test ``name`` converted once for every vendor's kernel check (None if it does not convert)."""
     try:

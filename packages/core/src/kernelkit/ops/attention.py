@@ -112,8 +112,8 @@ def _rule(ctx: InferContext) -> list[TensorSpec]:
     total = kv_len
     if past is not None:
         total = past.shape[2] + kv_len if isinstance(past.shape[2], int) and isinstance(kv_len, int) else ctx.symbol()
-    return [y, TensorSpec((batch, kv_heads, total, k_head), q.dtype), TensorSpec((batch, kv_heads, total, v_head), q.dtype),
-            TensorSpec((batch, heads, q_len, total), q.dtype)]
+    return [y, TensorSpec((batch, kv_heads, total, k_head), q.dtype),
+            TensorSpec((batch, kv_heads, total, v_head), q.dtype), TensorSpec((batch, heads, q_len, total), q.dtype)]
 
 
 def _samples(rng, dtype):

@@ -10,6 +10,7 @@ from ..dtypes import INT_TYPES
 from ..registry import REQUIRED, register_kernel, register_op
 from ._util import broadcast_rule, random, same_as_input
 
+
 def _samples(rng, dtype):
     for sa, sb in [((2, 3, 4), (2, 3, 4)), ((3, 1), (1, 4)), ((), (5,))]:
         yield [random(rng, sa, dtype, -100, 100), random(rng, sb, dtype, -100, 100)], {}

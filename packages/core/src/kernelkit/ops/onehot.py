@@ -9,7 +9,6 @@ from ..dtypes import NUMERIC_TYPES
 from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
 from ..shape import InferContext
-from ._util import random
 
 
 def _depth(depth) -> int:

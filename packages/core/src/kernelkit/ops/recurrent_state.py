@@ -119,5 +119,6 @@ register_op("LinearAttention", inputs=["query", "key", "value", "past_state?", "
             attrs={"chunk_size": ("int", 64), "kv_num_heads": ("int", 0), "q_num_heads": ("int", 0),
                    "scale": ("float", 0.0), "update_rule": ("string", "gated_delta")}, infer=_la_rule,
             samples=_la_samples)
-register_op("CausalConvWithState", inputs=["input", "weight", "bias?", "past_state?"], outputs=["output", "present_state?"],
+register_op("CausalConvWithState", inputs=["input", "weight", "bias?", "past_state?"],
+            outputs=["output", "present_state?"],
             attrs={"activation": ("string", "none")}, infer=_cc_rule, samples=_cc_samples)

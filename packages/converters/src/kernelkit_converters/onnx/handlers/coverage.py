@@ -27,7 +27,8 @@ SAME_FORM: dict[str, tuple[int, ...]] = {
     "Trilu": (14,), "OneHot": (11, 28), "NonZero": (9, 13), "Compress": (11, 28),
     "ReverseSequence": (10, 28), "Unique": (11, 28), "CumProd": (26,), "EyeLike": (9, 22), "Hardmax": (13,),
     "Einsum": (12, 28), "Det": (11, 22), "SwiGLU": (28,), "TensorScatter": (24,), "BitCast": (26,),
-    "CenterCropPad": (18,), "LpPool": (11, 18, 22), "AffineGrid": (20,), "Col2Im": (18,), "MaxUnpool": (11, 22),  # 11 lacks dilations and ceil_mode (defaults)
+    "CenterCropPad": (18,), "AffineGrid": (20,), "Col2Im": (18,), "MaxUnpool": (11, 22),
+    "LpPool": (11, 18, 22),  # 11 lacks dilations and ceil_mode (defaults)
     # signal
     "DFT": (20,), "STFT": (17,), "HannWindow": (17,), "HammingWindow": (17,), "BlackmanWindow": (17,),
     # normalization
@@ -38,7 +39,8 @@ SAME_FORM: dict[str, tuple[int, ...]] = {
     "RoiAlign": (16, 22),
     # attention and losses
     "GridSample": (20, 22), "Attention": (23, 24, 25), "RotaryEmbedding": (23,),
-    "LinearAttention": (27,), "CausalConvWithState": (27,), "NegativeLogLikelihoodLoss": (12, 13, 22), "SoftmaxCrossEntropyLoss": (12, 13),
+    "LinearAttention": (27,), "CausalConvWithState": (27,), "NegativeLogLikelihoodLoss": (12, 13, 22),
+    "SoftmaxCrossEntropyLoss": (12, 13),
 }
 
 for _op, _versions in SAME_FORM.items():
@@ -91,7 +93,8 @@ def grid_sample_16(node, ctx):
     """GridSample 16 names its modes bilinear/bicubic (20: linear/cubic) and is 2-D only."""
     mode = node.attrs.get("mode", "bilinear")
     mode = mode.decode() if isinstance(mode, bytes) else mode
-    return [ctx.make_node(node, attrs={**node.attrs, "mode": {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)})]
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    return [ctx.make_node(node, attrs={**node.attrs, "mode": mode})]
 
 
 @register_handler("DFT", 17)
