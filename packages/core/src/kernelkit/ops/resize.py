@@ -159,7 +159,7 @@ def _samples(rng, dtype):
     yield [r(1, 1, 4, 5), None, f32(1, 1, 1.5, 2)], {"mode": "cubic"}
     yield [r(1, 1, 8, 7), None, f32(1, 1, 0.5, 0.6)], {"mode": "cubic", "antialias": 1, "exclude_outside": 1}
     yield [r(1, 1, 8, 7), None, None, i64(1, 1, 3, 4)], {"mode": "linear", "antialias": 1}
-    yield [r(1, 1, 4, 5), f32(0.2, 0.1, 0.9, 1.2), None, i64(3, 3)], {
+    yield [r(1, 1, 4, 5), f32(0.25, 0.125, 0.875, 1.25), None, i64(3, 3)], {  # exact in float32
         "axes": [2, 3], "mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize",
         "extrapolation_value": 7.0}
 
