@@ -58,7 +58,7 @@ UNSUPPORTED_OPS: dict[str, str] = {
     **dict.fromkeys(["QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearMatMul",
                      "QLinearConv", "ConvInteger", "MatMulInteger"],
                     "the quantization family is not implemented on this branch (separate int8 work)"),
-    **dict.fromkeys(["DeformConv", "MelWeightMatrix", "ai.onnx.preview::FlexAttention"], _LATER),
+    **dict.fromkeys(["DeformConv", "ai.onnx.preview::FlexAttention"], _LATER),
 }
 
 VENDOR_EXCLUDED: dict[str, dict[str, str]] = {

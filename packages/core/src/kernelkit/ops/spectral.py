@@ -1,6 +1,7 @@
 """Signal ops: DFT (complex values as a trailing axis of 2; real input has a trailing 1), STFT
-(framed DFTs of a real or complex signal with an optional window), and the window generators
-HannWindow, HammingWindow, BlackmanWindow (``periodic`` or symmetric, ``output_datatype``).
+(framed DFTs of a real or complex signal with an optional window), the window generators
+HannWindow, HammingWindow, BlackmanWindow (``periodic`` or symmetric, ``output_datatype``) and
+MelWeightMatrix (ONNX's triangular mel filter bank over the one-sided DFT bins).
 Transforms run in float64 through ``numpy.fft``."""
 from __future__ import annotations
 
@@ -94,6 +95,44 @@ def _window(kind):
     return kernel
 
 
+@register_kernel("MelWeightMatrix", device="cpu", vendor="reference", dtype=("int32", "int64"), priority=-100)
+def mel_weight_matrix(num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz, *,
+                      output_datatype=1):
+    mels, n_fft = _scalar(num_mel_bins, None, "num_mel_bins"), _scalar(dft_length, None, "dft_length")
+    rate = _scalar(sample_rate, None, "sample_rate")
+    if mels < 1 or n_fft < 1 or rate < 1 or output_datatype not in ONNX_DTYPES:
+        raise ValueError("num_mel_bins, dft_length and sample_rate must be >= 1, output_datatype a kernelkit dtype")
+    low, high = (float(np.asarray(v).reshape(-1)[0]) for v in (lower_edge_hertz, upper_edge_hertz))
+    to_mel = lambda f: 2595 * np.log10(1 + f / 700)  # noqa: E731
+    edges_mel = to_mel(low) + np.arange(mels + 2) * (to_mel(high) - to_mel(low)) / (mels + 2)
+    edges = ((n_fft + 1) * (700 * (10 ** (edges_mel / 2595) - 1)) // rate).astype(np.int64)
+    left, centre, right = edges[:-2], edges[1:-1], edges[2:]
+    j = np.arange(n_fft // 2 + 1)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rise = np.where((left <= j) & (j <= centre) & (centre > left), (j - left) / (centre - left), 0.0)
+        rise = np.where((centre == left) & (j == centre), 1.0, rise)
+        out = np.where((centre <= j) & (j < right), (right - j) / (right - centre), rise)
+    return out.astype(ONNX_DTYPES[output_datatype])
+
+
+def _mel_rule(ctx: InferContext) -> TensorSpec:
+    dtype = ONNX_DTYPES.get(ctx.attrs["output_datatype"])
+    if dtype is None:
+        raise ctx.error(f"output_datatype {ctx.attrs['output_datatype']} is not a kernelkit dtype")
+    try:
+        n_fft = _scalar(ctx.value(1), None, "dft_length")
+        mels = _scalar(ctx.value(0), None, "num_mel_bins")
+    except ValueError as exc:
+        raise ctx.error(str(exc)) from None
+    return TensorSpec((n_fft // 2 + 1 if n_fft is not None else ctx.symbol(),
+                       mels if mels is not None else ctx.symbol()), dtype)
+
+
+def _mel_samples(rng, dtype):
+    yield [np.array(8, dtype), np.array(64, dtype), np.array(8000, dtype), np.array(0, np.float32),
+           np.array(4000, np.float32)], {}
+
+
 def _dft_rule(ctx: InferContext) -> TensorSpec:
     try:
         return _dft_spec(ctx)
@@ -164,3 +203,6 @@ for _kind in ("Hann", "Hamming", "Blackman"):
                 samples=_window_samples, dispatch_input=0)
     register_kernel(f"{_kind}Window", device="cpu", vendor="reference", dtype=("int32", "int64"),
                     priority=-100)(_window(_kind))
+register_op("MelWeightMatrix", inputs=["num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz",
+                                       "upper_edge_hertz"], outputs=["output"], attrs={"output_datatype": ("int", 1)},
+            infer=_mel_rule, samples=_mel_samples)

@@ -31,6 +31,7 @@ SAME_FORM: dict[str, tuple[int, ...]] = {
     "LpPool": (11, 18, 22),  # 11 lacks dilations and ceil_mode (defaults)
     # signal
     "DFT": (20,), "STFT": (17,), "HannWindow": (17,), "HammingWindow": (17,), "BlackmanWindow": (17,),
+    "MelWeightMatrix": (17,),
     # normalization
     "LpNormalization": (1, 22), "GroupNormalization": (21,), "RMSNormalization": (23,),
     "MeanVarianceNormalization": (9, 13),
