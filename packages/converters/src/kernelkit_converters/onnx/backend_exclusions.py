@@ -19,6 +19,8 @@ EXCLUDED: dict[str, str] = {
     r"identity_(opt|sequence)": "optional and sequence types are not supported",
     # attribute modes kernelkit does not implement
     r"spacetodepth_crd_mode_example": "SpaceToDepth mode CRD (opset 28) is not supported",
+    r"flexattention_(score_mod|prob_mod|causal_mask|soft_cap|relative_positional)": (
+        "FlexAttention's score_mod/prob_mod are subgraphs: control flow is not supported"),
     r"batchnorm_(epsilon|example)_training_mode": _INFERENCE,
     r"training_dropout.*": _INFERENCE,
     # test data
@@ -38,7 +40,6 @@ _STRING = "string tensors are not supported"
 _RANDOM = "random-number ops are not supported (outputs are not reproducible against test data)"
 _TRAINING = "training ops (ai.onnx.preview.training) are not supported: kernelkit is an inference runtime"
 _ML = "the ai.onnx.ml domain (classical ML) is not supported"
-_LATER = "not implemented yet (rare in exported inference models)"
 
 # Ops kernelkit does not implement: a node test using one (while it is not registered) is excluded
 # with the op's reason. Any other op missing from kernelkit's set fails its tests.
@@ -58,7 +59,6 @@ UNSUPPORTED_OPS: dict[str, str] = {
     **dict.fromkeys(["QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearMatMul",
                      "QLinearConv", "ConvInteger", "MatMulInteger"],
                     "the quantization family is not implemented on this branch (separate int8 work)"),
-    **dict.fromkeys(["DeformConv", "ai.onnx.preview::FlexAttention"], _LATER),
 }
 
 VENDOR_EXCLUDED: dict[str, dict[str, str]] = {

@@ -132,3 +132,30 @@ register_op("Attention", inputs=["Q", "K", "V", "attn_mask?", "past_key?", "past
                    "qk_matmul_output_mode": ("int", 0), "scale": ("float", None), "softcap": ("float", 0.0),
                    "softmax_precision": ("int", None), "left_window_size": ("int", -1),
                    "right_window_size": ("int", -1)}, infer=_rule, samples=_samples)
+
+
+@register_kernel("FlexAttention", domain="ai.onnx.preview", device="cpu", vendor="reference", dtype=FLOAT_TYPES,
+                 priority=-100)
+def flex_attention(q, k, v, *, scale=None, softmax_precision=None):
+    """ai.onnx.preview's FlexAttention without score_mod/prob_mod (subgraphs are not converted):
+    scaled dot-product attention over 4-D inputs, K/V heads shared by groups of query heads."""
+    if not q.ndim == k.ndim == v.ndim == 4:
+        raise ValueError(f"FlexAttention takes 4-D Q, K, V, got {q.shape}, {k.shape}, {v.shape}")
+    return attention(q, k, v, scale=scale)[0]
+
+
+def _flex_rule(ctx: InferContext) -> TensorSpec:
+    q, k, v = ctx.inputs
+    if not q.rank == k.rank == v.rank == 4:
+        raise ctx.error(f"Q, K, V must be 4-D, got {q}, {k}, {v}")
+    return TensorSpec(q.shape[:3] + (v.shape[3],), q.dtype)
+
+
+def _flex_samples(rng, dtype):
+    yield [random(rng, (2, 4, 3, 8), dtype, -1, 1), random(rng, (2, 2, 5, 8), dtype, -1, 1),
+           random(rng, (2, 2, 5, 6), dtype, -1, 1)], {}
+
+
+register_op("FlexAttention", domain="ai.onnx.preview", inputs=["Q", "K", "V"], outputs=["Y"],
+            attrs={"scale": ("float", None), "softmax_precision": ("int", None)}, infer=_flex_rule,
+            samples=_flex_samples)

@@ -29,6 +29,7 @@ SAME_FORM: dict[str, tuple[int, ...]] = {
     "Einsum": (12, 28), "Det": (11, 22), "SwiGLU": (28,), "TensorScatter": (24,), "BitCast": (26,),
     "CenterCropPad": (18,), "AffineGrid": (20,), "Col2Im": (18,), "MaxUnpool": (11, 22),
     "LpPool": (11, 18, 22),  # 11 lacks dilations and ceil_mode (defaults)
+    "DeformConv": (19, 22),
     # signal
     "DFT": (20,), "STFT": (17,), "HannWindow": (17,), "HammingWindow": (17,), "BlackmanWindow": (17,),
     "MelWeightMatrix": (17,),
@@ -105,3 +106,6 @@ def dft_17(node, ctx):
     axis = ctx.constant(np.array(attrs.pop("axis", 1), np.int64), f"{node.name}_axis")
     inputs = [node.input(0), node.input(1), axis]
     return [ctx.make_node(node, inputs=inputs, attrs=attrs)]
+
+
+register_handler("FlexAttention", 1, domain="ai.onnx.preview")(passthrough)  # without score_mod/prob_mod
