@@ -1,6 +1,6 @@
 """More reductions (opset 18+ form, as reduce.py): ReduceL1, ReduceL2, ReduceSumSquare,
 ReduceLogSum, ReduceLogSumExp. Float16 accumulates in float32; LogSumExp subtracts the maximum
-first so large inputs do not overflow."""
+first so large inputs do not overflow. Also ReduceMax/ReduceMin's bool kernels (opset 20)."""
 from __future__ import annotations
 
 import numpy as np
@@ -40,3 +40,9 @@ for _name, _compute in REDUCE_MORE.items():
                 samples=_samples)
     register_kernel(_name, device="cpu", vendor="reference", dtype=NUMERIC_TYPES, priority=-100)(
         _reduction(_name, _compute))
+
+# ReduceMax/ReduceMin over bool (opset 20): any / all (an empty set gives False / True)
+register_kernel("ReduceMax", device="cpu", vendor="reference", dtype="bool", priority=-100)(
+    _reduction("ReduceMax", lambda x, axes, keep: np.any(x, axis=axes, keepdims=keep)))
+register_kernel("ReduceMin", device="cpu", vendor="reference", dtype="bool", priority=-100)(
+    _reduction("ReduceMin", lambda x, axes, keep: np.all(x, axis=axes, keepdims=keep)))
