@@ -65,6 +65,7 @@ def _nd_samples(rng, dtype):
     yield [x, np.array([[1], [3]], np.int64), random(rng, (2, 3, 2), dtype)], {}
     yield [x, np.array([[0, 1], [2, 2], [0, 1]], np.int64), random(rng, (3, 2), dtype)], {"reduction": "add"}
     yield [x, np.array([[-1, 0, 1]], np.int64), random(rng, (1,), dtype)], {}
+    yield [x, np.array([[2, 1], [0, 0], [2, 1]], np.int64), random(rng, (3, 2), dtype)], {}  # last write wins
 
 
 def _el_samples(rng, dtype):
