@@ -18,10 +18,15 @@ def test_backend_loads_and_registers_kernels():
     ops = {k.op for k in kernelkit.kernels(device="cpu", vendor="numba")}
     missing = [op for op in HEAVY if op not in ops]
     assert not missing, f"numba kernels missing for {missing}"
-    dtypes = {k.op: k.dtype for k in kernelkit.kernels(vendor="numba")}
-    logic = {"And", "Or", "Xor"}  # bool in, bool out; every other kernel is float32
-    assert logic <= set(dtypes)
-    assert dtypes == {op: "bool" if op in logic else "float32" for op in dtypes}
+    dtypes: dict[str, set] = {}
+    for k in kernelkit.kernels(vendor="numba"):
+        dtypes.setdefault(k.op, set()).add(k.dtype)
+    logic = {"And", "Or", "Xor"}  # bool in, bool out
+    typed = {"Gather": {"float32", "int64", "bool"}, "Expand": {"float32", "int64", "bool"},  # typed_index.py
+             "Where": {"float32", "int64", "bool"}, "GatherND": {"float32", "int64", "bool"},
+             "ScatterND": {"float32", "int64", "bool"}, "Cast": {"float32", "int32", "int64", "bool"}}
+    assert logic <= set(dtypes) and set(typed) <= set(dtypes)
+    assert dtypes == {op: {"bool"} if op in logic else typed.get(op, {"float32"}) for op in dtypes}
 
 
 def test_initialize_is_idempotent_import_only():
