@@ -124,6 +124,60 @@ def test_kernel_matches_reference(target, record_property):
     record_property("checked", counts["checked"])
 
 
+# -- the out= convention: writing into a given output (and over an input) changes nothing -------------
+def _out_targets() -> list[tuple[KernelKey, str]]:
+    return [(k, k.dtype) for k in kk.kernels(device="cpu") if k.dtype != "*" and kernel_entry(k).takes_out]
+
+
+OUT_TARGETS = _out_targets()
+
+
+def _equal(actual, want, where: str) -> None:
+    assert actual.shape == want.shape and actual.dtype == want.dtype, f"{where}: {actual.shape} {actual.dtype}"
+    np.testing.assert_array_equal(actual, want, err_msg=where)  # the same computation: bit for bit
+
+
+@pytest.mark.parametrize("target", OUT_TARGETS, ids=[_id(t) for t in OUT_TARGETS])
+def test_kernel_with_out_writes_what_it_returns(target):
+    """Each sample through a kernel that takes ``out=``: once allocating, once into a given array
+    (with its declared scratch), and for the ops the memory plan runs in place, over its input."""
+    from kernelkit.invoke import bind
+    from kernelkit.ir import Node
+    from kernelkit.memory import INPLACE_OPS
+
+    key, dtype = target
+    op, domain = _split_op(key.op)
+    schema, entry, cpu = get_schema(op, domain), kernel_entry(key), kk.create_device("cpu")
+    checked = 0
+    for i, (inputs, attrs, _) in enumerate(sample_cases(op, dtype, SEED, domain)):
+        where = f"{tuple(key)} sample {i} {attrs}"
+        full = normalize_attrs(schema, attrs, where)
+        specs = [TensorSpec.of(x) if x is not None else None for x in inputs]
+        if entry.supports is not None and not entry.supports(specs, full):
+            continue
+        node = Node(op, [f"in{j}" for j in range(len(inputs))], ["y"], attrs, "node", domain)
+        call = bind(entry, node, full, cpu, specs)
+        run = call.execute if entry.is_class else call
+        fresh = run(*inputs)
+        want = np.asarray(fresh[0] if isinstance(fresh, (tuple, list)) else fresh)
+        extra = {}
+        scratch = entry.scratch(specs, full) if entry.scratch is not None else 0
+        if scratch:
+            extra["scratch"] = np.empty(scratch, np.uint8)
+        out = np.empty(want.shape, want.dtype)
+        got = run(*inputs, out=out, **extra)
+        got = got[0] if isinstance(got, (tuple, list)) else got
+        assert got is out, f"{where}: a kernel given out= returns it"
+        _equal(out, want, where)
+        first = inputs[0]
+        if key.op in INPLACE_OPS and first is not None and first.shape == want.shape and first.dtype == want.dtype:
+            over = np.array(first, copy=True)
+            run(over, *inputs[1:], out=over, **extra)
+            _equal(over, want, f"{where} (in place)")
+        checked += 1
+    assert checked, f"{tuple(key)}: no sample ran"
+
+
 # -- the harness checks itself, so that a green run means something even with no backend ---------
 SELFTEST = "conformance-selftest"
 

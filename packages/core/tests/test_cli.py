@@ -53,6 +53,23 @@ def test_run_with_inputs_saves_outputs(capsys, tmp_path, relu_model):
     assert re.search(r"\b0\b.*\b6\b.*\b1\.90625\b", out), out  # min, max, mean of the output
 
 
+def test_run_prints_one_line_about_fallbacks(capsys, relu_model):
+    code, out, err = _run(capsys, "run", relu_model, "--vendors", "nobody")
+    assert code == 0, err
+    lines = [line for line in out.splitlines() if line.startswith("fallback:")]
+    assert len(lines) == 1 and re.fullmatch(r"fallback: 1 node\(s\) not on cpu vendors \['nobody'\]: 1 on cpu/\w+; "
+                                            r"0 host<->device copies added \(kernelkit info lists them\)", lines[0])
+    assert "FallbackWarning" not in err  # the warning became that line
+
+
+def test_info_shows_the_memory_plan(capsys, relu_model):
+    code, out, err = _run(capsys, "info", relu_model, "--dim", "N=8", *REF)
+    assert code == 0, err
+    assert "memory plan (bytes)" in out and "live peak" in out
+    sess = kk.Session(kk.load(relu_model), vendors=["reference"])
+    assert sess.memory({"x": (8, 4)})["weights_bytes"] == 0
+
+
 def test_run_with_random_inputs(capsys, tmp_path, relu_model):
     code, out, _ = _run(capsys, "run", relu_model, "--seed", 3, "--output-dir", tmp_path, *REF)
     assert code == 0

@@ -22,11 +22,18 @@ def test_backend_loads_and_registers_kernels():
     for k in kernelkit.kernels(vendor="numba"):
         dtypes.setdefault(k.op, set()).add(k.dtype)
     logic = {"And", "Or", "Xor"}  # bool in, bool out
+    integer = {"DequantizeLinear": {"int8", "uint8", "int32"}}
+    for op in ("MaxPool", "Transpose", "Concat"):  # the int8 data movement of QDQ models
+        integer[op] = {"float32", "int8", "uint8"}
+    for op in ("MatMulInteger", "ConvInteger", "QLinearConv", "QLinearMatMul", "com.microsoft::QGemm",
+               "com.microsoft::MatMulIntegerToFloat"):
+        integer[op] = {"int8", "uint8"}  # keyed by their quantized input; every other kernel is float32
     typed = {"Gather": {"float32", "int64", "bool"}, "Expand": {"float32", "int64", "bool"},  # typed_index.py
              "Where": {"float32", "int64", "bool"}, "GatherND": {"float32", "int64", "bool"},
              "ScatterND": {"float32", "int64", "bool"}, "Cast": {"float32", "int32", "int64", "bool"}}
-    assert logic <= set(dtypes) and set(typed) <= set(dtypes)
-    assert dtypes == {op: {"bool"} if op in logic else typed.get(op, {"float32"}) for op in dtypes}
+    expected = {**integer, **typed}
+    assert logic <= set(dtypes) and set(expected) <= set(dtypes)
+    assert dtypes == {op: {"bool"} if op in logic else expected.get(op, {"float32"}) for op in dtypes}
 
 
 def test_initialize_is_idempotent_import_only():

@@ -422,6 +422,21 @@ def cmd_kernels(args, console: Console) -> int:
     return 0
 
 
+def _quantizer(src: Path):
+    """The quantizer for ``src``'s format, from the ``kernelkit.quantizers`` entry-point group (keyed
+    by suffix, like the loaders: core names no converter package)."""
+    from importlib.metadata import entry_points
+
+    found = [ep for ep in entry_points(group="kernelkit.quantizers") if ep.name.lower() == src.suffix.lower()]
+    if not found:
+        raise MissingExtraError(f"kernelkit convert --quantize: no quantizer for {src.suffix or 'suffix-less'} "
+                                "files; install kernelkit-converters (pip install '.[converters]')")
+    try:
+        return found[0].load()
+    except ImportError as exc:
+        raise MissingExtraError(f"kernelkit convert --quantize: {found[0].value} cannot be imported: {exc}") from exc
+
+
 def cmd_convert(args, console: Console) -> int:
     import hashlib
 
@@ -430,6 +445,14 @@ def cmd_convert(args, console: Console) -> int:
 
     src = Path(args.model)
     out = Path(args.output) if args.output else src.with_suffix(".kkm")
+    if args.quantize:  # int8 through onnxruntime's quantizer first (docs/quantization.md)
+        quantize = _quantizer(src)
+        if out.suffix == ".onnx":
+            quantize(src, out, mode=args.quantize, calibration=args.calibration, reduce_range=args.reduce_range)
+            console.print(f"wrote {out}: {args.quantize} int8 ONNX model")
+            return 0
+        src = quantize(src, out.with_suffix(".int8.onnx"), mode=args.quantize, calibration=args.calibration,
+                       reduce_range=args.reduce_range)
     try:
         with progress.task(f"converting {src.name}"):
             model = load_model(src)
@@ -579,7 +602,11 @@ def _parser() -> argparse.ArgumentParser:
 
     conv = sub.add_parser("convert", help="convert an ONNX model to kernelkit's .kkm file")
     conv.add_argument("model", metavar="MODEL.onnx", help="the ONNX file to convert")
-    conv.add_argument("-o", "--output", metavar="OUT.kkm", help="where to write the .kkm (default: MODEL.kkm)")
+    conv.add_argument("-o", "--output", metavar="OUT.kkm",
+                      help="where to write the .kkm (default: MODEL.kkm); OUT.onnx with --quantize: the int8 ONNX only")
+    conv.add_argument("--quantize", choices=("dynamic", "static"), help="int8 with onnxruntime's quantizer first")
+    conv.add_argument("--calibration", metavar="DIR", help="--quantize static: folder of .npy/.npz input samples")
+    conv.add_argument("--reduce-range", action="store_true", help="--quantize: 7-bit weights (AVX2 without VNNI)")
     conv.set_defaults(func=cmd_convert)
 
     batch = sub.add_parser("batch", help="run a model over a folder of .npy/.npz files or a Parquet file")

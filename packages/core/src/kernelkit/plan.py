@@ -215,7 +215,7 @@ class Compiler:
             step.kernel = entry.impl
             if entry.scratch is not None:
                 step.scratch = lambda in_specs, _f=entry.scratch, _a=dict(attrs): _f(in_specs, _a)
-            step.call = _bind_function(entry.impl, bound)
+            step.call = bind(entry, step.node, attrs, step.device, specs)
             return
         kernel = bind(entry, step.node, attrs, step.device, specs, self.options, self.threads)
         step.kernel = kernel
@@ -229,25 +229,22 @@ class Compiler:
                     (f"{value}@{dst.name}",), (), (), (spec,), dst, call=_mover(src, dst))
 
 
-def _bind_function(fn, attrs: dict) -> Callable:
-    if not attrs:
-        return fn
-    return lambda *xs, **kw: fn(*xs, **kw, **attrs)
-
-
 def _spec_of(x) -> TensorSpec | None:
     return TensorSpec(tuple(x.shape), np.dtype(x.dtype).name) if x is not None else None
 
 
 def _bind_class(step: Step, kernel, specs: list, dynamic: bool) -> Callable:
     """The call of a prepared class kernel: its ``bind(step)`` callable if it has one, else
-    ``execute``, serialised per node (kernels keep per-node state). With symbolic input shapes the
+    ``execute``, serialised per node (kernels keep per-node state) unless the kernel says
+    ``thread_safe = True``. With symbolic input shapes the
     call first checks the shapes and ``resize``s (and re-binds) when they changed."""
     lock = step.lock
     binder = getattr(kernel, "bind", None)
     state = {"fn": binder(step) if callable(binder) else kernel.execute, "specs": specs, "key": None}
     if not dynamic:
         fn = state["fn"]
+        if getattr(kernel, "thread_safe", False):  # the kernel keeps no per-call state: no lock
+            return fn
 
         def call(*xs, **kw):
             with lock:
@@ -360,7 +357,7 @@ def compile_plan(graph: Graph, device: str, vendors, fallback: bool, options: di
         warnings.warn(FallbackWarning(
             f"graph {graph.name!r}: {len(comp.fallbacks)} node(s) fell back from device {device!r}"
             f"{' vendors ' + str(list(vendors)) if vendors else ''} ({names}), adding {copies_added} "
-            f"host<->device copies; see Session.fallbacks()"), stacklevel=3)
+            f"host<->device copies; see Session.fallbacks()"), stacklevel=4)
     return plan
 
 

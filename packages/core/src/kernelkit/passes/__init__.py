@@ -107,4 +107,5 @@ def run_passes(graph: Graph, selection: Iterable[str] | bool | None = None,
     return fired
 
 
-from . import builtin  # noqa: E402,F401  (registers the built-in passes, in pipeline order)
+# registers the built-in passes in pipeline order (quantized: fuse_qdq, before fuse_activation)
+from . import builtin, quantized  # noqa: E402,F401
