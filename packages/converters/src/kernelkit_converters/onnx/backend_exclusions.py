@@ -11,14 +11,8 @@ _INFERENCE = "training mode is not supported: kernelkit is an inference runtime"
 EXCLUDED: dict[str, str] = {
     # dtypes kernelkit does not have
     r"cast(like)?_.*(BFLOAT16|FLOAT8|FLOAT4|INT4|UINT4|INT2|UINT2|e8m0).*": _NOT_OURS,
-<<<<<<< HEAD
     r".*_(bfloat16|bf16|float8e\w*|float4e2m1|u?int4|u?int2)(_.*)?": _NOT_OURS,
-=======
     r"(de)?quantizelinear_.*(e4m3fn|e5m2|float4e2m1|int4|int2).*": _NOT_OURS,
-    r"range_(bfloat16|float16)_type_positive_delta": "Range in float16/bfloat16 is opset 27; kernelkit's Range "
-                                                     "takes opset 21's types",
-    r"reduce_(max|min)_(bool_inputs|empty_set_bool)": "ReduceMax/ReduceMin over bool (opset 20) is not supported",
->>>>>>> main
     r"equal_string(_broadcast)?": "string tensors are not supported",
     r"identity_(opt|sequence)": "optional and sequence types are not supported",
     # attribute modes kernelkit does not implement
@@ -60,9 +54,6 @@ UNSUPPORTED_OPS: dict[str, str] = {
                      "ai.onnx.preview.training::Adam", "ai.onnx.preview.training::Gradient"], _TRAINING),
     **dict.fromkeys(["ai.onnx.ml::LabelEncoder", "ai.onnx.ml::TreeEnsemble", "ai.onnx.ml::ArrayFeatureExtractor",
                      "ai.onnx.ml::Binarizer"], _ML),
-    **dict.fromkeys(["QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearMatMul",
-                     "QLinearConv", "ConvInteger", "MatMulInteger"],
-                    "the quantization family is not implemented on this branch (separate int8 work)"),
 }
 
 VENDOR_EXCLUDED: dict[str, dict[str, str]] = {
