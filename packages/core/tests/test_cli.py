@@ -267,8 +267,9 @@ def test_kernels_and_info_json(capsys, tmp_path, relu_model):
     rows = json.loads(out)
     assert code == 0 and len(rows) == len(kk.kernels(op="Relu"))
     ref = next(r for r in rows if r["vendor"] == "reference" and r["dtype"] == "float32")
-    assert ref == {"op": "Relu", "device": "cpu", "vendor": "reference", "dtype": "float32", "priority": -100,
-                   "implementation": ref["implementation"]} and ref["implementation"].startswith("kernelkit.ops.")
+    assert ref == {"op": "Relu", "device": "cpu", "vendor": "reference", "dtype": "float32", "layout": "",
+                   "priority": -100, "implementation": ref["implementation"]}
+    assert ref["implementation"].startswith("kernelkit.ops.")
     code, out, _ = _run(capsys, "info", relu_model, "--dim", "N=3", "--json", *REF)
     facts = json.loads(out)
     assert code == 0 and facts["name"] == "relu_net" and facts["dims"] == {"N": 3}
@@ -276,6 +277,7 @@ def test_kernels_and_info_json(capsys, tmp_path, relu_model):
                            {"kind": "output", "name": "y", "shape": ["N", 4], "dtype": "float32"}]
     assert facts["ops"] == {"Relu": {"file": 1, "after_passes": 1}} and facts["parameters"] == 0
     assert facts["placement"] == [{"device": "cpu", "vendor": "reference", "nodes": 1, "ops": ["Relu"]}]
+    assert facts["layouts"] == {} and facts["reorders"] == 0
     code, out, _ = _run(capsys, "info", relu_model, "--json", tmp_path / "i.json", *REF)
     assert code == 0 and "inputs and outputs" in out and json.loads((tmp_path / "i.json").read_text())["flops"] == 0
 

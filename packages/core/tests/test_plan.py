@@ -48,8 +48,8 @@ def test_plan_lists_steps_with_keys_attrs_specs_slots_and_layout():
     sess = Session(g.build(), passes=False, **REF)
     plan = sess.plan
     assert [s.name for s in plan.steps] == ["r", "lr", "sm"]
-    assert [tuple(s.key) for s in plan.steps] == [(op, "cpu", "reference", "float32") for op in
-                                                  ("Relu", "LeakyRelu", "Softmax")]
+    assert [tuple(s.key) for s in plan.steps] == [(op, "cpu", "reference", "float32", "") for op in
+                                                  ("Relu", "LeakyRelu", "Softmax")]  # "": the default layout
     assert plan.steps[1].attrs == {"alpha": 0.5} and plan.steps[2].attrs == {"axis": 1}
     assert [str(s.output_specs[0]) for s in plan.steps] == ["float32[2,8]"] * 3
     assert plan.steps[0].layout == (None,)

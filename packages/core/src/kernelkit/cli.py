@@ -185,6 +185,8 @@ def _run_model(args, console: Console) -> int:
 
     model, settings = _open_model(args.model)
     settings.update(_session_kwargs(args))
+    if getattr(args, "layout", None):
+        settings["options"] = {**(settings.get("options") or {}), "layout": args.layout}
     sess = _session(model, console, **settings)
     if args.validate:
         return _validate(args, sess, console)
@@ -279,7 +281,8 @@ def _print_json(doc, target) -> None:
 def cmd_info(args, console: Console) -> int:
     from .tools.info import info, parse_dims
 
-    facts = info(args.model, device=args.device, vendors=_vendors(args.vendors), dims=parse_dims(args.dim))
+    facts = info(args.model, device=args.device, vendors=_vendors(args.vendors), dims=parse_dims(args.dim),
+                 layout=args.layout)
     if args.json:
         _print_json(facts, args.json)
         if args.json == "-":
@@ -312,6 +315,9 @@ def cmd_info(args, console: Console) -> int:
     for row in facts["placement"]:
         p_table.add_row(row["device"], row["vendor"], str(row["nodes"]), ", ".join(row["ops"]))
     console.print(p_table)
+    laid, reorders = facts["layouts"], facts["reorders"]
+    console.print("layouts: " + (", ".join(f"{lay} x{k}" for lay, k in laid.items()) +
+                                 f" (the rest default), {reorders} reorder(s)" if laid else "all default"))
     mem = facts.get("memory")
     if mem:
         m_table = Table(title="memory plan (bytes)")
@@ -414,10 +420,11 @@ def cmd_kernels(args, console: Console) -> int:
         if args.json == "-":
             return 0
     table = Table(title=f"registered kernels ({len(rows)})")
-    for col in ("op", "device", "vendor", "dtype", "priority", "implementation"):
+    for col in ("op", "device", "vendor", "dtype", "priority", "layout", "implementation"):
         table.add_column(col)
     for row in rows:
-        table.add_row(*(str(row[k]) for k in ("op", "device", "vendor", "dtype", "priority", "implementation")))
+        table.add_row(*(str(row[k]) for k in ("op", "device", "vendor", "dtype", "priority")), row["layout"] or "-",
+                      row["implementation"])
     console.print(table)
     return 0
 
@@ -516,6 +523,7 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a model (no MODEL: the bundled digits example)")
     run.add_argument("model", nargs="?", metavar="MODEL", help=".kkm, .onnx or deployment .yml")
     device_opts(run)
+    run.add_argument("--layout", help="prefer kernels in this layout where some exist: NHWC, NCHW8c, NCHW16c")
     run.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input (repeatable)")
     run.add_argument("--benchmark", type=int, metavar="N",
                      help="time N runs after 3 warm-up runs (percentiles as kernelkit bench; example default 100)")
@@ -528,6 +536,7 @@ def _parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="describe a model")
     info.add_argument("model", metavar="MODEL", help=".kkm, .onnx or deployment .yml")
     device_opts(info)
+    info.add_argument("--layout", help="prefer kernels in this layout where some exist: NHWC, NCHW8c, NCHW16c")
     info.add_argument("--dim", action="append", metavar="SYMBOL=INT", help="bind a symbolic dim (default 1)")
     info.add_argument("--json", nargs="?", const="-", metavar="FILE",
                       help="print the facts as JSON (to FILE if given, else instead of the tables)")

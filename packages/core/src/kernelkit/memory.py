@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .ir import TensorSpec
+from .layout import physical_shape
 
 ALIGN = 64  # bytes: every block starts on a cache line (and an AVX-512 vector)
 
@@ -180,7 +181,7 @@ def plan_memory(plan, specs: dict[int, TensorSpec | None], scratch: dict[int, in
                 blocks.append(block)
                 by_id[id(block)] = block
             block_of[o] = block
-            mem.placed[o] = (block, tuple(spec.shape), dtype)
+            mem.placed[o] = (block, physical_shape(spec.shape, spec.layout), dtype)  # arrays are physical
         else:
             mem.allocated += sum(1 for o in outs if o not in outputs)
             read = set().union(*(blocks_read(s) for s in step.input_slots)) if step.input_slots else set()

@@ -305,6 +305,11 @@ def _samples(rng, dtype):
     yield [r(1, 4, 6, 6), r(4, 2, 1, 1), r(4)], {"group": 2}  # pointwise
     yield [r(1, 3, 6, 6), r(4, 3, 3, 3), r(4)], {"pads": [1, 1, 1, 1], "activation": "Relu"}
     yield [r(1, 3, 5, 5), r(2, 3, 3, 3), r(2)], {"activation": "Clip", "activation_params": [-0.5, 0.5]}
+    # channels in multiples of 16, for the blocked (NCHW8c/NCHW16c) layout variants
+    yield [r(2, 16, 7, 6), r(32, 16, 3, 3), r(32)], {"pads": [1, 0, 2, 1], "strides": [2, 1], "activation": "Relu"}
+    yield [r(1, 16, 9, 9), r(16, 1, 3, 3), r(16)], {"group": 16, "pads": [1, 1, 1, 1], "strides": [2, 2]}
+    yield [r(1, 32, 5, 7), r(16, 32, 1, 1), None], {"dilations": [1, 1]}
+    yield [r(1, 16, 8, 8), r(16, 1, 5, 5), None], {"group": 16, "dilations": [2, 1], "pads": [4, 2, 4, 2]}
 
 
 register_op("Conv", inputs=["X", "W", "B?"], outputs=["Y"], attrs=ATTRS, infer=_infer, samples=_samples,
