@@ -70,7 +70,9 @@ def grouped_conv_transpose(inputs, attrs, n_outputs=1):
 
 def _keys(d, a):
     d = abs(d)
-    return ((a + 2) * d - (a + 3)) * d * d + 1 if d <= 1 else ((((a * d - 5 * a) * d + 8 * a) * d - 4 * a) if d < 2 else 0.0)
+    if d <= 1:
+        return ((a + 2) * d - (a + 3)) * d * d + 1
+    return (((a * d - 5 * a) * d + 8 * a) * d - 4 * a) if d < 2 else 0.0
 
 
 def resize_cubic_by_definition(x, scales, *, mode="cubic", antialias=0, exclude_outside=0, cubic_coeff_a=-0.75):
