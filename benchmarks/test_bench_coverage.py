@@ -5,7 +5,8 @@
 
 Cases: a bidirectional LSTM and GRU layer (seq 64; batch 8, input 128, hidden 256, and a
 classifier's batch 4, input 16, hidden 32; numba compiles the recurrence, one BLAS GEMM per step),
-attention scores as Einsum (batched GEMM), and GatherND on int64 rows. Each session's output is checked against the reference first.
+attention scores as Einsum (batched GEMM), and GatherND on int64 rows. Each session's output is
+checked against the reference first.
 """
 import kernelkit
 import numpy as np
