@@ -19,7 +19,7 @@ from pathlib import Path
 import kernelkit
 import numpy
 import onnx
-from kernelkit_converters.onnx.backend_exclusions import exclusions
+from kernelkit_converters.onnx.backend_exclusions import UNSUPPORTED_OPS, exclusions
 from kernelkit_converters.onnx.conformance import backend_test, installed_vendors
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,22 +47,26 @@ def _op_of(name: str) -> str:
 
 
 def render(results: dict) -> str:
+    from kernelkit_converters.onnx.conformance import node_tests
+
+    n_tests = len(node_tests())
     vendors = list(results)
     ops = sorted({op for counts, _ in results.values() for op in counts})
     lines = [
         "# ONNX backend conformance",
         "",
-        "ONNX's backend node tests (`onnx.backend.test`, onnx " + onnx.__version__ + ") for every op in",
-        "kernelkit's op set, run per vendor with fallback off and compared with kernelkit's tolerances",
+        "All of ONNX's backend node tests (`onnx.backend.test`, onnx " + onnx.__version__ + f": {n_tests} tests),",
+        "run per vendor with fallback off and compared with kernelkit's tolerances",
         "(`kernelkit.testing.assert_close`). Regenerate with `python benchmarks/models/conformance_report.py`;",
         "CI runs the same tests in `tests/test_onnx_backend.py`.",
         "",
         f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()}, "
         f"Python {platform.python_version()}, NumPy {numpy.__version__}, kernelkit {kernelkit.__version__}.",
         "",
-        "Cells: passed / failed (excluded, no kernel for this vendor). Excluded tests need dtypes or",
+        "Cells: passed / failed (excluded, no kernel for this vendor). Excluded tests need ops, dtypes or",
         "attribute modes kernelkit documents as unsupported (reasons below); a vendor without a kernel",
-        "for a test's op and dtype is a coverage gap, not a failure.",
+        "for a test's op and dtype is a coverage gap, not a failure. An `_expanded` test (the op's function",
+        "body in other ops) counts for its op.",
         "",
         "## Totals",
         "",
@@ -91,6 +95,12 @@ def render(results: dict) -> str:
         for vendor, name, msg in failures:
             last = [ln for ln in msg.strip().splitlines() if ln.strip()][-1][:200]
             lines.append(f"- {vendor} `{name}`: {last}")
+    lines += ["", "## Unsupported ops", "", "Tests using one of these ops (not registered in kernelkit) are excluded "
+              "with its reason (`UNSUPPORTED_OPS` in backend_exclusions.py).", "", "| op | reason |", "|---|---|"]
+    registered = set(kernelkit.ops())
+    for op, reason in sorted(UNSUPPORTED_OPS.items()):
+        if op not in registered:
+            lines.append(f"| {op} | {reason} |")
     lines += ["", "## Exclusions", "", "| vendors | test (regex) | reason |", "|---|---|---|"]
     seen = {}
     for vendor in vendors:

@@ -28,8 +28,12 @@ def test_backend_loads_and_registers_kernels():
     for op in ("MatMulInteger", "ConvInteger", "QLinearConv", "QLinearMatMul", "com.microsoft::QGemm",
                "com.microsoft::MatMulIntegerToFloat"):
         integer[op] = {"int8", "uint8"}  # keyed by their quantized input; every other kernel is float32
-    assert logic <= set(dtypes) and set(integer) <= set(dtypes)
-    assert dtypes == {op: {"bool"} if op in logic else integer.get(op, {"float32"}) for op in dtypes}
+    typed = {"Gather": {"float32", "int64", "bool"}, "Expand": {"float32", "int64", "bool"},  # typed_index.py
+             "Where": {"float32", "int64", "bool"}, "GatherND": {"float32", "int64", "bool"},
+             "ScatterND": {"float32", "int64", "bool"}, "Cast": {"float32", "int32", "int64", "bool"}}
+    expected = {**integer, **typed}
+    assert logic <= set(dtypes) and set(expected) <= set(dtypes)
+    assert dtypes == {op: {"bool"} if op in logic else expected.get(op, {"float32"}) for op in dtypes}
 
 
 def test_initialize_is_idempotent_import_only():

@@ -1,25 +1,29 @@
-"""ONNX's backend node tests, picked for kernelkit's op set, run through ``onnx.backend.test``.
+"""ONNX's backend node tests (all of them) run through ``onnx.backend.test``.
 
 Shared by tests/test_onnx_backend.py and benchmarks/models/conformance_report.py. Outputs are
 compared with ``kernelkit.testing.assert_close`` (kernelkit's tolerances), not ONNX's. For a vendor
 other than the reference, a test runs when the vendor has a kernel for every node of it (fallback
-is off, so a missing kernel is a coverage gap, counted apart, not a wrong answer).
+is off, so a missing kernel is a coverage gap, counted apart, not a wrong answer). A test using an
+op listed in ``backend_exclusions.UNSUPPORTED_OPS`` is excluded with that op's reason; any other
+test runs, so an op nobody implemented or excluded is a failure.
 """
 from __future__ import annotations
 
 import re
 import unittest
 import warnings
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import kernelkit
 from kernelkit.errors import KernelkitError, UnsupportedOpError
+from kernelkit.session import Session
 from kernelkit.testing import assert_close
 from onnx import ModelProto
 from onnx.backend.test import BackendTest
 
 from .backend import VENDOR_DEVICES, KernelkitBackend
-from .backend_exclusions import exclusions
+from .backend_exclusions import UNSUPPORTED_OPS, exclusions
+from .importer import convert
 
 _FREE_OPS = {"Constant"}  # become graph constants during conversion
 _EXPANDED = re.compile(r"(.*)_expanded(_ver\d+)?$")
@@ -39,24 +43,27 @@ def _op_types(model: ModelProto) -> tuple[str, ...]:
     return tuple(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}" for n in model.graph.node)
 
 
-def node_tests(ops=None) -> dict[str, str]:
-    """Node tests of the ops in ``ops`` (default: kernelkit's op set) whose every node is in the
-    set -> the op tested (an ``_expanded`` test, its function body, counts for its base test's op)."""
-    ops = set(kernelkit.ops() if ops is None else ops) | _FREE_OPS
+def node_tests() -> dict[str, str]:
+    """Every ONNX node test -> the op it tests: the test's ops other than ``Constant``, joined by
+    ``+``; an ``_expanded`` test (the op's function body) counts for its base test's op."""
     all_ops = {name: _op_types(model) for name, model in _node_cases().items()}
     picked = {}
     for name, op_types in all_ops.items():
-        if not op_types or not set(op_types) <= ops:
-            continue
         base = _EXPANDED.match(name)
-        if base:
-            base_ops = all_ops.get(base.group(1), ())
-            if len(base_ops) == 1 and base_ops[0] in ops:
-                picked[name] = base_ops[0]
-        else:
-            main = sorted(set(op_types) - _FREE_OPS) or sorted(set(op_types))
-            picked[name] = "+".join(main)
+        if base and base.group(1) in all_ops:
+            op_types = all_ops[base.group(1)]
+        main = sorted(set(op_types) - _FREE_OPS) or sorted(set(op_types))
+        picked[name] = "+".join(main)
     return picked
+
+
+def _unsupported(model: ModelProto) -> str | None:
+    """The exclusion reason of the first op of ``model`` listed in ``UNSUPPORTED_OPS``, if any."""
+    registered = set(kernelkit.ops())
+    for op in _op_types(model):
+        if op in UNSUPPORTED_OPS and op not in registered:
+            return f"{op}: {UNSUPPORTED_OPS[op]}"
+    return None
 
 
 def installed_vendors() -> list[str]:
@@ -71,13 +78,25 @@ def installed_vendors() -> list[str]:
     return usable
 
 
-def has_kernels(vendor: str, model: ModelProto) -> bool:
-    """Whether a fallback-free session on ``vendor`` can be built for ``model``'s nodes; errors other
+@cache
+def _converted(name: str):
+    """Node test ``name`` converted once for every vendor's kernel check (None if it does not convert)."""
+    try:
+        return convert(_node_cases()[name], check=False)
+    except Exception:  # noqa: BLE001 - the test itself reports it
+        return None
+
+
+def has_kernels(vendor: str, name: str) -> bool:
+    """Whether a fallback-free session on ``vendor`` can be built for node test ``name``; errors other
     than a missing kernel count as buildable (the test then reports them)."""
     if vendor == "reference":
         return True
+    model = _converted(name)
+    if model is None:
+        return True
     try:
-        KernelkitBackend.for_vendor(vendor).session(model)
+        Session(model, device=VENDOR_DEVICES[vendor], vendors=[vendor], fallback=False)
     except UnsupportedOpError as exc:
         return "no kernel" not in str(exc)
     except Exception:  # noqa: BLE001 - reported by the test itself
@@ -93,8 +112,11 @@ def vendor_tests(vendor: str) -> tuple[dict[str, str], dict[str, str]]:
     have = {k.op for k in kernelkit.kernels(vendor=vendor)}
     run, missing = {}, {}
     for name, op in tests.items():
+        if _unsupported(_node_cases()[name]):
+            run[name] = op  # excluded by backend_test, with the reason
+            continue
         ok = all(part in have for part in _op_types(_node_cases()[name]) if part not in _FREE_OPS)
-        (run if ok and has_kernels(vendor, _node_cases()[name]) else missing)[name] = op
+        (run if ok and has_kernels(vendor, name) else missing)[name] = op
     return run, missing
 
 
@@ -123,6 +145,7 @@ def backend_test(vendor: str, module: str):
     chosen, excluded = {}, {}
     for name, op in sorted(run.items()):
         reason = next((r for p, r in rules if p.fullmatch(name.removeprefix("test_"))), None)
+        reason = reason or _unsupported(_node_cases()[name])
         if reason is not None:
             excluded[name] = reason
         elif f"{name}_cpu" in items:

@@ -184,6 +184,42 @@ def _handler(node: OnnxNode, source: str):
         f"(opset {node.opset}, schema version {node.since_version}) is not supported; {how}")
 
 
+def _check_supported(proto: ModelProto, opsets: dict[str, int], source: str) -> None:
+    """One UnsupportedOpError naming every op type no handler converts (with its count and first
+    node), so a user learns all of them at once rather than one per attempt."""
+    missing: dict[str, list] = {}  # qualified op -> [count, first node, reason]
+    for index, proto_node in enumerate(proto.graph.node):
+        domain = "" if proto_node.domain in DEFAULT_DOMAINS else proto_node.domain
+        if domain not in opsets:
+            continue  # reported by the conversion itself
+        qualified = f"{domain}::{proto_node.op_type}" if domain else proto_node.op_type
+        if qualified in missing:
+            missing[qualified][0] += 1
+            continue
+        name = proto_node.name or f"{proto_node.op_type}_{index}"
+        since = _since_version(proto_node.op_type, domain, opsets[domain])
+        node = OnnxNode(proto_node.op_type, domain, [], [], {}, name, opsets[domain],
+                        since if since is not None else opsets[domain])
+        if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in proto_node.attribute):
+            missing[qualified] = [1, name, f"node {name!r} holds a subgraph; control flow (If/Loop/Scan) "
+                                           f"is not supported"]
+            continue
+        try:
+            _handler(node, source)
+        except UnsupportedOpError as exc:
+            missing[qualified] = [1, name, str(exc).removeprefix(f"{source}: ")]
+    if not missing:
+        return
+    lines = [f"  - {op}: {count} node{'s' if count > 1 else ''}, first {first!r}; {reason}"
+             for op, (count, first, reason) in missing.items()]
+    raise UnsupportedOpError(
+        f"{source}: {len(missing)} op type{'s are' if len(missing) > 1 else ' is'} not supported:\n"
+        + "\n".join(lines)
+        + "\nTo convert this model, register each op (kernelkit.register_op with a shape rule, and a kernel "
+          "with kernelkit.register_kernel; docs/extending.md), or, to build and time the model before the "
+          "kernels exist, register the op and run it as a stub: kernelkit.Session(model, stub_ops=[...]).")
+
+
 def _add_node(graph: Graph, node: Node, source: str) -> None:
     """Append a converted node and infer its outputs' specs right away (later handlers see them)."""
     for name in node.inputs:
@@ -217,6 +253,7 @@ def _convert_graph(proto: ModelProto, opsets: dict[str, int], source: str, base_
             continue
         graph.values[info.name] = Value(info.name, _spec(info.type, info.name, f"{source}: graph input"))
         graph.inputs.append(info.name)
+    _check_supported(proto, opsets, source)
     used_names: set[str] = set()
     for index, proto_node in enumerate(g.node):
         domain = "" if proto_node.domain in DEFAULT_DOMAINS else proto_node.domain

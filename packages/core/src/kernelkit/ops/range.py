@@ -10,7 +10,7 @@ from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
 from ..shape import InferContext
 
-DTYPES = ("float32", "float64", "int16", "int32", "int64")
+DTYPES = ("float16", "float32", "float64", "int16", "int32", "int64")  # float16: opset 27
 
 
 def range_length(start, limit, delta) -> int:

@@ -1,7 +1,7 @@
 """Resize (float32), nearest and linear, one axis at a time (``resize_axis`` in nn.cl). The source
 index and weight tables come from the core's own helpers (the one definition of the coordinate
-transforms and rounding rules); what the core refuses (cubic, antialias, tf_crop_and_resize) never
-reaches this kernel."""
+transforms and rounding rules); cubic, antialias and tf_crop_and_resize are declined (``_supports``):
+the reference runs them."""
 from __future__ import annotations
 
 import math
@@ -39,6 +39,12 @@ def _tables(shape, scales, sizes, axes, policy, transform, mode, nearest_mode):
     return out, steps
 
 
+def _supports(specs, attrs) -> bool:
+    """Cubic, antialias and tf_crop_and_resize run on the reference."""
+    return (attrs.get("mode", "nearest") in ("nearest", "linear") and not attrs.get("antialias", 0)
+            and attrs.get("coordinate_transformation_mode", "half_pixel") != "tf_crop_and_resize")
+
+
 def resize(x, roi=None, scales=None, sizes=None, *, axes=(), coordinate_transformation_mode: str = "half_pixel",
            keep_aspect_ratio_policy: str = "stretch", mode: str = "nearest",
            nearest_mode: str = "round_prefer_floor"):
@@ -69,4 +75,4 @@ def resize(x, roi=None, scales=None, sizes=None, *, axes=(), coordinate_transfor
 
 
 def register() -> None:
-    register_kernel("Resize", device="gpu", vendor="opencl", dtype="float32")(resize)
+    register_kernel("Resize", device="gpu", vendor="opencl", dtype="float32", supports=_supports)(resize)

@@ -1,0 +1,111 @@
+"""Index and selection kernels on int64 and bool data (shape and mask arithmetic in exported
+graphs): Gather, Expand and Where reuse the float32 kernels' compiled loops (they are dtype
+generic); Cast is one parallel conversion loop; GatherND and ScatterND copy whole slices, their
+row offsets computed from the index tuples."""
+from __future__ import annotations
+
+import numpy as np
+from kernelkit.ops.cast import _target
+from kernelkit.ops.gather_nd import nd_indices
+from kernelkit.registry import register_kernel
+from numba import prange
+
+from .._base import threaded
+from ..config import jit, jit_parallel
+from .gather import gather
+from .movement import expand
+from .where import where
+
+TYPED = ("int64", "bool")
+CAST_FROM = ("float32", "int64", "int32", "bool")
+CAST_TO = ("float32", "float64", "int32", "int64", "bool")
+U = np.uint64
+
+
+@jit_parallel
+def _convert(x, out):
+    for i in prange(x.shape[0]):
+        out[U(i)] = x[U(i)]
+
+
+@jit_parallel
+def _to_bool(x, out):
+    for i in prange(x.shape[0]):
+        out[U(i)] = x[U(i)] != 0
+
+
+def _cast_supported(input_specs, attrs) -> bool:
+    try:
+        return _target(attrs["to"]) in CAST_TO
+    except Exception:  # noqa: BLE001 - the reference reports a bad ``to``
+        return False
+
+
+def cast(x, *, to, saturate=1):
+    target = np.dtype(_target(to))
+    out = np.empty(x.shape, target)
+    if x.size:
+        flat = np.ascontiguousarray(x).reshape(-1)
+        (_to_bool if target == np.bool_ else _convert)(flat, out.reshape(-1))
+    return out
+
+
+@jit_parallel
+def _copy_rows(src, rows, dst):
+    """dst[i] = src[rows[i]] for (n, inner) and (m, inner) row views."""
+    for i in prange(rows.shape[0]):
+        dst[U(i)] = src[U(rows[U(i)])]
+
+
+def _row_offsets(idx, dims) -> np.ndarray:
+    """Flat row numbers of (n, k) index tuples into dims (row-major)."""
+    weights = np.ones(len(dims), np.int64)
+    for a in range(len(dims) - 2, -1, -1):
+        weights[a] = weights[a + 1] * dims[a + 1]
+    return idx @ weights
+
+
+def gather_nd(data, indices, *, batch_dims=0):
+    b, k = batch_dims, indices.shape[-1]
+    batch = int(np.prod(data.shape[:b], dtype=np.int64))
+    dims = data.shape[b:b + k]
+    idx = nd_indices(indices, dims).reshape(batch, -1, k)
+    per = int(np.prod(dims, dtype=np.int64))
+    rows = (_row_offsets(idx.reshape(-1, k), dims).reshape(batch, -1)
+            + np.arange(batch, dtype=np.int64)[:, None] * per).reshape(-1)
+    inner = int(np.prod(data.shape[b + k:], dtype=np.int64))
+    out = np.empty(indices.shape[:-1] + data.shape[b + k:], data.dtype)
+    if out.size:
+        _copy_rows(np.ascontiguousarray(data).reshape(-1, inner), rows, out.reshape(-1, inner))
+    return out
+
+
+@jit
+def _scatter_rows(dst, rows, updates):
+    for i in range(rows.shape[0]):  # in order: a repeated index keeps the last write
+        dst[rows[i]] = updates[i]
+
+
+def scatter_nd(data, indices, updates, *, reduction="none"):
+    if reduction != "none":
+        raise ValueError(f"reduction {reduction!r}")  # declined by _scatter_supported
+    k = indices.shape[-1]
+    idx = nd_indices(indices, data.shape[:k]).reshape(-1, k)
+    inner = int(np.prod(data.shape[k:], dtype=np.int64))
+    out = np.array(data, copy=True, order="C")
+    if idx.shape[0] and inner:
+        _scatter_rows(out.reshape(-1, inner), _row_offsets(idx, data.shape[:k]),
+                      np.ascontiguousarray(updates).reshape(-1, inner))
+    return out
+
+
+def _scatter_supported(input_specs, attrs) -> bool:
+    return attrs.get("reduction", "none") == "none"
+
+
+for _name, _fn in {"Gather": gather, "Expand": expand, "Where": where}.items():
+    register_kernel(_name, device="cpu", vendor="numba", dtype=TYPED)(threaded(_fn))
+register_kernel("Cast", device="cpu", vendor="numba", dtype=CAST_FROM, supports=_cast_supported)(threaded(cast))
+register_kernel("GatherND", device="cpu", vendor="numba", dtype=("float32",) + TYPED)(threaded(gather_nd))
+register_kernel("ScatterND", device="cpu", vendor="numba", dtype=("float32",) + TYPED,
+                supports=_scatter_supported)(threaded(scatter_nd))
