@@ -12,21 +12,15 @@ Kernels are compiled with ``jit`` (serial) or ``jit_parallel`` (``prange`` loops
 - ``boundscheck=False``: indices are computed from validated shapes in Python.
 - ``nogil=True``: kernels release the GIL so ``Session.run_async`` runs overlap.
 
-Threads: every ``prange`` kernel is compiled twice from one function (``jit_parallel`` returns a
-``Twin``): a parallel version on Numba's OpenMP pool and a serial one where ``prange`` is a plain
-loop. A call runs the serial one inside ``serial()``, which ``NumbaKernel.execute`` enters for calls
-below ``SERIAL_WORK`` and for ``Session(threads=1)``: small calls then wake no thread and change no
-thread count (switching Numba's count and waking its pool cost ~30 us a call, more than most of a
-transformer's elementwise ops take). ``num_threads(n)`` sets Numba's thread count (thread-local) for
-parallel calls when ``Session(threads=n)`` asks for fewer than the pool has; ``blas_threads(n)`` sets
-the BLAS thread count (process-wide, through threadpoolctl) around the kernels that call BLAS, and
-restores it after.
-
-Numba's pool (threading layer "omp" here; TBB where installed) and NumPy's BLAS pool both busy-wait
-after a region by default and then steal the cores the other one needs (measured on the 2-core CI
-machine: ResNet-18 at 2 threads took 1.3 s per run with active waiting, 35-40 ms with passive), so
-this module asks OpenMP to sleep (``OMP_WAIT_POLICY=PASSIVE``) unless the user set a policy. Being
-an environment variable it applies to the whole process, and only if no OpenMP runtime has started.
+Threads: kernels never use Numba's own parallel pool (``parallel=True``/``prange`` split loops
+statically and collapse when a core is taken, see ``shards``). A parallel kernel is a ``nogil``
+function over a range of its outer loop, and ``parallel_for`` cuts that loop into shards run by
+``shards.POOL``, the calling thread included. ``jit_parallel`` is kept as the decorator of such
+kernels: a ``prange`` left in one runs as a plain ``range``. The thread budget of the current call
+is thread-local: ``NumbaKernel.execute`` sets it from ``Session(threads=n)`` (1 below
+``SERIAL_WORK`` and inside ``serial()``); outside a session it is ``default_threads()``, the CPUs
+this process may run on. BLAS is called at one thread per shard (``blas_threads(1)``, through
+threadpoolctl) so that BLAS and the kernels share one notion of how many threads run.
 """
 from __future__ import annotations
 
@@ -34,11 +28,8 @@ import contextlib
 import logging
 import os
 import threading
-import types
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when libgomp starts: before any kernel runs
-
-import numba  # noqa: E402
+import numba
 
 log = logging.getLogger("kernelkit.numba")
 
@@ -63,65 +54,89 @@ def jit_inline(fn):
     return numba.njit(inline="always", **_FLAGS)(fn)
 
 
-_local = threading.local()  # .serial: calls in this thread take the serial twin
+_local = threading.local()  # .threads: this thread's budget for the current kernel call
 
 
-class Twin:
-    """One kernel function compiled twice, lazily per signature: ``parallel`` (``prange`` loops on
-    Numba's pool) and ``serial`` (``prange`` as ``range``). Calling the twin picks by ``serial()``.
-
-    The serial copy is a distinct Python function (qualname ``<name>_serial``) because Numba's disk
-    cache keys entries by function and signature, not by the ``parallel`` flag."""
-
-    def __init__(self, fn):
-        copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__,
-                                  fn.__closure__)
-        copy.__qualname__, copy.__module__, copy.__doc__ = fn.__qualname__ + "_serial", fn.__module__, fn.__doc__
-        self.parallel = numba.njit(parallel=True, **_FLAGS)(fn)
-        self.serial = numba.njit(**_FLAGS)(copy)
-        self.__name__, self.__qualname__, self.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
-        self.__module__, self.__wrapped__ = fn.__module__, fn
-
-    def __call__(self, *args):
-        return (self.serial if in_serial() else self.parallel)(*args)
-
-    @property
-    def dispatchers(self) -> tuple:
-        return self.parallel, self.serial
+def jit_parallel(fn):
+    """Compile a kernel that ``parallel_for`` runs over shards of its outer loop (serial code: a
+    ``prange`` in it is a plain loop)."""
+    return numba.njit(**_FLAGS)(fn)
 
 
-def jit_parallel(fn) -> Twin:
-    """Compile ``fn`` as a nopython kernel whose ``prange`` loops run on Numba's thread pool, with a
-    serial twin for small calls (see ``serial``)."""
-    return Twin(fn)
+def default_threads() -> int:
+    """The CPUs this process may run on (``taskset``, container cpusets), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def current_threads() -> int:
+    """The thread budget of this thread's current kernel call."""
+    n = getattr(_local, "threads", None)
+    return default_threads() if n is None else n
 
 
 def in_serial() -> bool:
-    """Whether this thread's ``jit_parallel`` calls take the serial twin now."""
-    return getattr(_local, "serial", False)
+    """Whether this thread's kernels run on the calling thread alone now."""
+    return current_threads() == 1
 
 
 @contextlib.contextmanager
-def serial(on: bool = True):
-    """Within the body, this thread's ``jit_parallel`` kernels run their serial version."""
-    was = in_serial()
-    _local.serial = on
+def num_threads(threads: int | None):
+    """Run the body with this thread's kernel thread budget at ``threads``; None: leave it."""
+    was = getattr(_local, "threads", None)
+    if threads:
+        _local.threads = max(1, int(threads))
     try:
         yield
     finally:
-        _local.serial = was
+        _local.threads = was
 
 
-# Below this much work (about one flop or element-step per unit) a kernel runs on one thread,
-# BLAS included: waking a second thread costs more than it saves, and on a loaded machine a woken
-# thread may wait a whole scheduler slice for a core (a 128x256x256 SGEMM took 24 ms with
-# OpenBLAS's 2 threads and 0.2 ms with one there). 2**25 ~ 3e7 flops ~ 0.3 ms on one core.
-SERIAL_WORK = 1 << 25
-BLAS_SERIAL_WORK = 1 << 20
+def serial(on: bool = True):
+    """Within the body, this thread's kernels run on the calling thread alone."""
+    return num_threads(1 if on else None)
 
 
-def max_threads() -> int:
-    return int(numba.config.NUMBA_NUM_THREADS)
+# Parallel calls are cut into shards of at least this much work (one flop or element step per
+# unit; a shard costs a few microseconds of Python to hand out) and at most SHARDS_PER_THREAD per
+# thread, so that a thread that gets no core leaves only small shards to the others.
+MIN_SHARD_WORK = 1 << 19
+SHARDS_PER_THREAD = 8
+
+
+def shard_count(total: int, work: float, threads: int | None = None) -> int:
+    """How many shards a loop of ``total`` iterations and ``work`` units is cut into."""
+    n = current_threads() if threads is None else threads
+    if n <= 1 or total <= 1 or work < 2 * MIN_SHARD_WORK:
+        return 1
+    return int(max(2, min(total, SHARDS_PER_THREAD * n, work // MIN_SHARD_WORK)))
+
+
+def parallel_for(kernel, total: int, args: tuple, work: float) -> None:
+    """``kernel(*args, lo, hi)`` over shards ``[lo, hi)`` of ``range(total)`` on the shard pool
+    (the caller runs shards too), or one call on this thread when the work is small."""
+    count = shard_count(total, work)
+    if count <= 1:
+        if total > 0:
+            kernel(*args, 0, total)
+        return
+    from .shards import POOL
+
+    POOL.run(lambda i: kernel(*args, i * total // count, (i + 1) * total // count), count, current_threads())
+
+
+def run_shards(fn, count: int) -> None:
+    """``fn(i)`` for ``i`` in ``range(count)`` on the shard pool at this call's thread budget."""
+    from .shards import POOL
+
+    POOL.run(fn, count, current_threads())
+
+
+# Below this much work (about one flop or element step per unit, ~20-50 us on one core) a kernel
+# runs on the calling thread alone: handing out shards costs more than it saves.
+SERIAL_WORK = 1 << 21
 
 
 _blas: list | None = None  # threadpoolctl controllers of the loaded BLAS libraries, found once
@@ -138,29 +153,6 @@ def _blas_controllers() -> list:
         else:
             _blas = list(ThreadpoolController().select(user_api="blas").lib_controllers)
     return _blas
-
-
-@contextlib.contextmanager
-def num_threads(threads: int | None):
-    """Run the body with Numba's thread count set to ``threads`` (thread-local); None, or the
-    pool's size already: leave it."""
-    n = None if not threads else max(1, min(int(threads), max_threads()))
-    before = None
-    if n is not None:
-        try:
-            before = numba.get_num_threads()
-            if before != n:
-                numba.set_num_threads(n)
-            else:
-                before = None
-        except (RuntimeError, ValueError) as exc:  # threading layer unavailable: run as configured
-            log.debug("cannot set numba thread count to %s: %s", threads, exc)
-            before = None
-    try:
-        yield
-    finally:
-        if before is not None:
-            numba.set_num_threads(before)
 
 
 @contextlib.contextmanager

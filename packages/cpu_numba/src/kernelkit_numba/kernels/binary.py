@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 from kernelkit.registry import register_kernel
-from numba import prange
 from numpy.lib.stride_tricks import as_strided
 
 from .._base import threaded
-from ..config import jit_inline, jit_parallel
+from ..config import jit_inline, jit_parallel, parallel_for
+
+U = np.uint64  # unsigned index: no wraparound check in inner loops
 
 ADD, SUB, MUL, DIV, POW, MAX, MIN, PRELU = range(8)
 
@@ -43,38 +44,38 @@ def _loops(code: int):
     kept every branch in the loop and made Add 10x slower than NumPy."""
 
     @jit_parallel
-    def flat(a, b, out):
-        for i in prange(out.shape[0]):
-            out[i] = _op(a[i], b[i], code)
+    def flat(a, b, out, lo, hi):
+        for i in range(lo, hi):
+            out[U(i)] = _op(a[U(i)], b[U(i)], code)
 
     @jit_parallel
-    def rows(a, b, out, swapped):
+    def rows(a, b, out, swapped, lo, hi):
         """out[r, l] = a[r, l] op b[l] (or b[l] op a[r, l] when swapped): a bias-like operand."""
-        r_n, l_n = out.shape
-        for r in prange(r_n):
+        l_n = out.shape[1]
+        for r in range(lo, hi):
             src, dst = a[r], out[r]
             if swapped:
                 for k in range(l_n):
-                    dst[k] = _op(b[k], src[k], code)
+                    dst[U(k)] = _op(b[U(k)], src[U(k)], code)
             else:
                 for k in range(l_n):
-                    dst[k] = _op(src[k], b[k], code)
+                    dst[U(k)] = _op(src[U(k)], b[U(k)], code)
 
     @jit_parallel
-    def with_scalar(a, s, out, swapped):
+    def with_scalar(a, s, out, swapped, lo, hi):
         """out = a op s (or s op a when swapped) over flat arrays."""
         if swapped:
-            for i in prange(out.shape[0]):
-                out[i] = _op(s, a[i], code)
+            for i in range(lo, hi):
+                out[U(i)] = _op(s, a[U(i)], code)
         else:
-            for i in prange(out.shape[0]):
-                out[i] = _op(a[i], s, code)
+            for i in range(lo, hi):
+                out[U(i)] = _op(a[U(i)], s, code)
 
     @jit_parallel
-    def strided4(a, b, out):
+    def strided4(a, b, out, lo, hi):
         """out[i, j, k, l] = a[...] op b[...] on 4-D views (a and b may have zero strides)."""
-        d0, d1, d2, d3 = out.shape
-        for p in prange(d0 * d1):
+        d1, d2, d3 = out.shape[1], out.shape[2], out.shape[3]
+        for p in range(lo, hi):
             i = p // d1
             j = p - i * d1
             for k in range(d2):
@@ -108,21 +109,27 @@ def _trailing(small, full) -> bool:
     return not dims or tuple(full[len(full) - len(dims):]) == tuple(dims)
 
 
+def _shards(loop, total, args, elements):
+    """A loop over ``total`` outer iterations, sharded when the tensor is large (~4 work units per element)."""
+    parallel_for(loop, total, args, 4.0 * elements)
+
+
 def _run(a, b, out, code):
     flat, rows, with_scalar, strided4 = LOOPS[code]
     contiguous = a.flags.c_contiguous and b.flags.c_contiguous
     if contiguous and a.shape == b.shape == out.shape:
-        flat(a.reshape(-1), b.reshape(-1), out.reshape(-1))
+        _shards(flat, out.size, (a.reshape(-1), b.reshape(-1), out.reshape(-1)), out.size)
         return
     if contiguous and (a.shape == out.shape or b.shape == out.shape):  # a bias or a scalar: one row
         swapped = a.shape != out.shape
         big, small = (b, a) if swapped else (a, b)
         if small.size == 1:
-            with_scalar(big.reshape(-1), small.reshape(-1)[0], out.reshape(-1), swapped)
+            _shards(with_scalar, out.size, (big.reshape(-1), small.reshape(-1)[0], out.reshape(-1), swapped), out.size)
             return
         if _trailing(small.shape, out.shape):
             length = small.size
-            rows(big.reshape(-1, length), small.reshape(length), out.reshape(-1, length), swapped)
+            _shards(rows, out.size // length, (big.reshape(-1, length), small.reshape(length), out.reshape(-1, length),
+                                               swapped), out.size)
             return
     av, bv = np.broadcast_to(a, out.shape), np.broadcast_to(b, out.shape)
     shape, (sa, sb, so) = _coalesce(out.shape, av.strides, bv.strides, out.strides)
@@ -133,8 +140,9 @@ def _run(a, b, out, code):
         return
     pad = 4 - len(shape)
     shape4 = (1,) * pad + tuple(shape)
-    strided4(as_strided(av, shape4, (0,) * pad + tuple(sa)), as_strided(bv, shape4, (0,) * pad + tuple(sb)),
-             as_strided(out, shape4, (0,) * pad + tuple(so)))
+    args = (as_strided(av, shape4, (0,) * pad + tuple(sa)), as_strided(bv, shape4, (0,) * pad + tuple(sb)),
+            as_strided(out, shape4, (0,) * pad + tuple(so)))
+    _shards(strided4, shape4[0] * shape4[1], args, out.size)
 
 
 def _binary(a, b, code):

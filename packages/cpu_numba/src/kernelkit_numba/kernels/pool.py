@@ -11,20 +11,19 @@ import math
 import numpy as np
 from kernelkit.ops._window import window
 from kernelkit.registry import register_kernel
-from numba import prange
 
 from .._base import NumbaKernel, threaded
-from ..config import jit_parallel
+from ..config import jit_parallel, parallel_for
 from ._range import tap_range
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
 
 @jit_parallel
-def _max_pool(x, y, kh, kw, sh, sw, dh, dw, ph, pw):
+def _max_pool(x, y, kh, kw, sh, sw, dh, dw, ph, pw, lo, hi):
     n_n, c_n, h_n, w_n = x.shape
     oh_n, ow_n = y.shape[2], y.shape[3]
-    for nc in prange(n_n * c_n):
+    for nc in range(lo, hi):
         n = nc // c_n
         c = nc - n * c_n
         src = x[n, c]
@@ -46,11 +45,11 @@ def _max_pool(x, y, kh, kw, sh, sw, dh, dw, ph, pw):
 
 
 @jit_parallel
-def _max_pool_indices(x, y, idx, kh, kw, sh, sw, dh, dw, ph, pw, col_major):
+def _max_pool_indices(x, y, idx, kh, kw, sh, sw, dh, dw, ph, pw, col_major, lo, hi):
     """Max pool that also returns the flat index of each maximum (first one on ties)."""
     n_n, c_n, h_n, w_n = x.shape
     oh_n, ow_n = y.shape[2], y.shape[3]
-    for nc in prange(n_n * c_n):
+    for nc in range(lo, hi):
         n = nc // c_n
         c = nc - n * c_n
         src = x[n, c]
@@ -75,11 +74,11 @@ def _max_pool_indices(x, y, idx, kh, kw, sh, sw, dh, dw, ph, pw, col_major):
 
 
 @jit_parallel
-def _avg_pool(x, y, cnt_h, cnt_w, kh, kw, sh, sw, dh, dw, ph, pw):
+def _avg_pool(x, y, cnt_h, cnt_w, kh, kw, sh, sw, dh, dw, ph, pw, lo, hi):
     """Window sums divided by cnt_h[oh] * cnt_w[ow] (taps counted per the pad mode)."""
     n_n, c_n, h_n, w_n = x.shape
     oh_n, ow_n = y.shape[2], y.shape[3]
-    for nc in prange(n_n * c_n):
+    for nc in range(lo, hi):
         n = nc // c_n
         c = nc - n * c_n
         src = x[n, c]
@@ -101,10 +100,10 @@ def _avg_pool(x, y, cnt_h, cnt_w, kh, kw, sh, sw, dh, dw, ph, pw):
 
 
 @jit_parallel
-def _global_pool(x, y, is_max):
-    """y[r] = mean (or max) of x[r, :] for a (rows, L) view."""
-    r_n, l_n = x.shape
-    for r in prange(r_n):
+def _global_pool(x, y, is_max, lo, hi):
+    """y[r] = mean (or max) of x[r, :] for rows [lo, hi) of a (rows, L) view."""
+    l_n = x.shape[1]
+    for r in range(lo, hi):
         src = x[r]
         if is_max:
             acc = src[0]
@@ -164,10 +163,12 @@ class MaxPool(_Pool):
         (kh, kw), (sh, sw), (dh, dw), (ph, pw) = win.kernel, win.strides, win.dilations, win.begin
         y = np.empty(x4.shape[:2] + tuple(win.out), x4.dtype)
         if not self.want_indices:
-            _max_pool(x4, y, kh, kw, sh, sw, dh, dw, ph, pw)
+            parallel_for(_max_pool, y.shape[0] * y.shape[1], (x4, y, kh, kw, sh, sw, dh, dw, ph, pw), 2.0 * y.size * kh * kw)
             return y[:, :, 0, :] if x.ndim == 3 else y
         idx = np.empty(y.shape, np.int64)
-        _max_pool_indices(x4, y, idx, kh, kw, sh, sw, dh, dw, ph, pw, self.attrs.get("storage_order", 0) == 1)
+        parallel_for(_max_pool_indices, y.shape[0] * y.shape[1],
+                     (x4, y, idx, kh, kw, sh, sw, dh, dw, ph, pw, self.attrs.get("storage_order", 0) == 1),
+                     4.0 * y.size * kh * kw)
         if x.ndim == 3:
             return y[:, :, 0, :], idx[:, :, 0, :]
         return y, idx
@@ -188,7 +189,9 @@ class AveragePool(_Pool):
             cnt_h = _taps(oh_n, h_n, kh, sh, dh, ph, 0, h_n)
             cnt_w = _taps(ow_n, w_n, kw, sw, dw, pw, 0, w_n)
         y = np.empty(x4.shape[:2] + (oh_n, ow_n), x4.dtype)
-        _avg_pool(x4, y, cnt_h.astype(x4.dtype), cnt_w.astype(x4.dtype), kh, kw, sh, sw, dh, dw, ph, pw)
+        parallel_for(_avg_pool, y.shape[0] * y.shape[1],
+                     (x4, y, cnt_h.astype(x4.dtype), cnt_w.astype(x4.dtype), kh, kw, sh, sw, dh, dw, ph, pw),
+                     2.0 * y.size * kh * kw)
         return y[:, :, 0, :] if x.ndim == 3 else y
 
 
@@ -202,7 +205,7 @@ def _global(x, is_max):
             raise ValueError(f"GlobalMaxPool over an empty spatial extent {x.shape[2:]}: the maximum is undefined")
         y[...] = np.nan  # the mean of nothing, as NumPy
         return y
-    _global_pool(np.ascontiguousarray(x).reshape(y.size, length), y.reshape(-1), is_max)
+    parallel_for(_global_pool, y.size, (np.ascontiguousarray(x).reshape(y.size, length), y.reshape(-1), is_max), 2.0 * x.size)
     return y
 
 
