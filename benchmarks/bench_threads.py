@@ -93,8 +93,8 @@ print(json.dumps({"case": case, "threads": threads, "ms": float(np.median(meds))
 def measure(cpus: list[int], calls: int, loaded: bool) -> dict:
     busy = None
     if loaded:
-        busy = subprocess.Popen([sys.executable, "-c", "import os\nos.sched_setaffinity(0, {%d})\nwhile True: pass"
-                                 % cpus[0]])
+        spin = f"import os\nos.sched_setaffinity(0, {{{cpus[0]}}})\nwhile True: pass"
+        busy = subprocess.Popen([sys.executable, "-c", spin])
         time.sleep(0.5)
     try:
         out = {}

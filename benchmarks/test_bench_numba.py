@@ -374,7 +374,8 @@ def process_table(names, rounds: int = 15, loaded: bool = False, runtimes=_RUNTI
     busy = None
     if loaded:
         cpu = min(os.sched_getaffinity(0))
-        busy = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
+        spin = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
+        busy = subprocess.Popen([sys.executable, "-c", spin])
         time.sleep(0.5)
     here = os.path.dirname(os.path.abspath(__file__))
     table: dict = {}
@@ -402,7 +403,9 @@ def markdown(table: dict, names, title: str, runtimes=_RUNTIMES) -> str:
     head += " | numba default / ORT 2t | reference 1t / numba 1t | numba default / numba 1t |"
     lines = [head, "|---" * (len(runtimes) + 4) + "|"]
     for name in names:
-        get = lambda r: table.get((name, r), float("nan"))  # noqa: E731
+        def get(r, name=name):
+            return table.get((name, r), float("nan"))
+
         cells = " | ".join(f"{get(r):.2f}" for r in runtimes)
         lines.append(f"| {name} | {cells} | {get('numba') / get('ort2'):.2f} | {get('reference1') / get('numba1'):.2f}"
                      f" | {get('numba') / get('numba1'):.2f} |")

@@ -2,10 +2,11 @@
 epilogue.
 
 3x3 stride-1 convolutions on maps of 14x14 and more run as Winograd F(2x2, 3x3) (``winograd.py``:
-2.25x fewer multiplies, weights transformed once). Other grouped/dense convolution is im2col + BLAS: the columns of one image and group are packed by a
-parallel Numba kernel (a 1x1 stride-1 unpadded conv needs no packing: the image is already the
-column matrix), ``np.dot`` writes straight into the NCHW output, and one parallel pass adds the
-bias and applies the activation. Convolutions with one input channel per group (depthwise, any
+2.25x fewer multiplies, weights transformed once). Other grouped/dense convolution is im2col + BLAS:
+the columns of one image and group are packed by a sharded Numba kernel (a 1x1 stride-1 unpadded
+conv needs no packing: the image is already the column matrix), and the GEMM is cut into output
+tiles, each one BLAS call at one thread writing straight into the NCHW output and followed at once
+by its bias + activation. Convolutions with one input channel per group (depthwise, any
 channel multiplier) run as contiguous multiply-adds over the stride phases of each padded plane
 (``_conv_depthwise``), with the epilogue fused.
 """

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 from kernelkit.activation import ACTIVATIONS
+
 from ..config import jit_inline, jit_parallel, parallel_for
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops

@@ -163,7 +163,8 @@ class MaxPool(_Pool):
         (kh, kw), (sh, sw), (dh, dw), (ph, pw) = win.kernel, win.strides, win.dilations, win.begin
         y = np.empty(x4.shape[:2] + tuple(win.out), x4.dtype)
         if not self.want_indices:
-            parallel_for(_max_pool, y.shape[0] * y.shape[1], (x4, y, kh, kw, sh, sw, dh, dw, ph, pw), 2.0 * y.size * kh * kw)
+            parallel_for(_max_pool, y.shape[0] * y.shape[1], (x4, y, kh, kw, sh, sw, dh, dw, ph, pw),
+                         2.0 * y.size * kh * kw)
             return y[:, :, 0, :] if x.ndim == 3 else y
         idx = np.empty(y.shape, np.int64)
         parallel_for(_max_pool_indices, y.shape[0] * y.shape[1],
@@ -205,7 +206,8 @@ def _global(x, is_max):
             raise ValueError(f"GlobalMaxPool over an empty spatial extent {x.shape[2:]}: the maximum is undefined")
         y[...] = np.nan  # the mean of nothing, as NumPy
         return y
-    parallel_for(_global_pool, y.size, (np.ascontiguousarray(x).reshape(y.size, length), y.reshape(-1), is_max), 2.0 * x.size)
+    rows = np.ascontiguousarray(x).reshape(y.size, length)
+    parallel_for(_global_pool, y.size, (rows, y.reshape(-1), is_max), 2.0 * x.size)
     return y
 
 
