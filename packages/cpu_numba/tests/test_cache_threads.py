@@ -149,3 +149,33 @@ def test_session_threads_one_runs_serial_with_one_blas_thread(monkeypatch):
 def test_large_call_runs_on_session_threads_with_blas_at_one(monkeypatch):
     [(threads, blas)] = _spy_conv(monkeypatch, 2, (1, 64, 64, 64))  # ~38 MFLOP: above SERIAL_WORK
     assert threads == 2 and set(blas) <= {1}  # shards in parallel, BLAS never threads itself
+
+
+def test_progress_line_names_the_kernel_and_is_erased():
+    import io
+    from types import SimpleNamespace
+
+    from kernelkit_numba import progress
+    from kernelkit_numba.kernels import softmax
+    from rich.console import Console
+
+    out = io.StringIO()
+    line = progress._Line(Console(file=out, force_terminal=True, width=100))
+    event = SimpleNamespace(data={"dispatcher": softmax._shift_rows})
+    line.on_start(event)
+    line.on_start(event)  # a nested compilation (a callee) keeps the line
+    line.on_end(event)
+    assert out.getvalue().endswith("kernelkit-numba: compiling kernels.softmax._shift_rows (1 compiled, 0.0 s)")
+    line.on_end(event)  # the outermost one ends: the line is erased
+    assert out.getvalue().endswith("\r\x1b[2K")
+
+
+def test_progress_line_stays_off_when_stderr_is_not_a_terminal(monkeypatch):
+    from kernelkit_numba import progress
+    from numba.core import event
+
+    registered = []
+    monkeypatch.setattr(progress, "_installed", False)
+    monkeypatch.setattr(event, "register", lambda kind, listener: registered.append(kind))
+    progress.install()  # pytest captures stderr: not a terminal
+    assert registered == [] and progress._installed

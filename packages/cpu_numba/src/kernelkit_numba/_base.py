@@ -36,6 +36,7 @@ class NumbaKernel:
 
     def execute(self, *inputs):
         progress.install()  # once: a line on stderr while kernels compile (terminals only)
+        inputs = tuple(map(config.readonly, inputs))  # one compiled signature for inputs and constants
         small = self.threads == 1 or self.work(*inputs) < config.SERIAL_WORK  # no thread woken
         threads = 1 if small else (self.threads or config.default_threads())
         if self.uses_blas:

@@ -30,6 +30,7 @@ import os
 import threading
 
 import numba
+import numpy as np
 
 log = logging.getLogger("kernelkit.numba")
 
@@ -125,6 +126,16 @@ def parallel_for(kernel, total: int, args: tuple, work: float) -> None:
     from .shards import POOL
 
     POOL.run(lambda i: kernel(*args, i * total // count, (i + 1) * total // count), count, current_threads())
+
+
+def readonly(a):
+    """``a`` as a read-only array (a view when it is writable). Numba compiles a separate copy of a
+    kernel for read-only arguments, and model inputs and constants are read-only while
+    intermediate results are not: kernels see every input read-only, so each is compiled once."""
+    if isinstance(a, np.ndarray) and a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
 
 
 def run_shards(fn, count: int) -> None:

@@ -28,7 +28,8 @@ class _Line:
             self.t0 = time.perf_counter()
         self.depth += 1
         self.count += 1
-        fn = getattr(event.data.get("dispatcher"), "py_func", None)
+        dispatcher = event.data.get("dispatcher")
+        fn = getattr(dispatcher, "py_func", dispatcher)
         name = f"{fn.__module__.removeprefix('kernelkit_numba.')}.{fn.__qualname__}" if fn is not None else "?"
         self._write(f"kernelkit-numba: compiling {name} ({self.count - 1} compiled, "
                     f"{time.perf_counter() - self.t0:.1f} s)")
@@ -61,4 +62,4 @@ def install() -> None:
         from numba.core import event
 
         listener = type("CompileProgress", (_Line, event.Listener), {})(console)
-        event.install_listener("numba:compile", listener)
+        event.register("numba:compile", listener)

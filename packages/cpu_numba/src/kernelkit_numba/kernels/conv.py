@@ -21,7 +21,7 @@ from .._base import NumbaKernel
 from ..config import jit_parallel
 from . import winograd
 from ._range import tap_range
-from .epilogue import CLIP, NONE, act, bias_act_block
+from .epilogue import CLIP, NONE, bias_act_block, bias_act_rows
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
@@ -117,15 +117,12 @@ def _conv_depthwise(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, q0, q1)
         plane = y[n, m]
         for oh in range(oh_n):
             r0 = oh * wq
-            if code == NONE:
-                for ow in range(ow_n):
-                    plane[oh, U(ow)] = acc[U(r0 + ow)]
-            elif code == CLIP:
+            if code == CLIP:
                 for ow in range(ow_n):
                     plane[oh, U(ow)] = min(max(acc[U(r0 + ow)], p0), p1)
-            else:
+            else:  # NONE (other activations run afterwards: see Conv.compute)
                 for ow in range(ow_n):
-                    plane[oh, U(ow)] = act(acc[U(r0 + ow)], code, p0, p1)
+                    plane[oh, U(ow)] = acc[U(r0 + ow)]
 
 
 def supports_1d_2d(specs, attrs) -> bool:
@@ -180,18 +177,28 @@ class Conv(NumbaKernel):
         if c_n != cg * group or m_n % group:
             raise ValueError(f"input channels {c_n}, weight {tuple(w.shape)} and group {group} disagree")
         bias = np.zeros(m_n, x4.dtype) if b is None else np.ascontiguousarray(b, dtype=x4.dtype).reshape(m_n)
+        bias = config.readonly(bias)
         y = np.empty((n_n, m_n, oh_n, ow_n), x4.dtype)
         code, p0, p1 = self.act
+        # the direct kernels fuse None and Clip (Relu, Relu6) only; rarer activations take one more
+        # pass (inlining every activation into them cost seconds of compile time per kernel)
+        inner = code if code in (NONE, CLIP) else NONE
         if cg == 1 and group > 1:
-            config.parallel_for(_conv_depthwise, n_n * m_n, (x4, w4, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1),
+            config.parallel_for(_conv_depthwise, n_n * m_n, (x4, w4, bias, y, sh, sw, dh, dw, ph, pw, inner, p0, p1),
                                 2.0 * y.size * kh * kw)
         elif winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n):
             if w is not self._w_src:  # a constant is the same read-only array every run: transformed once
                 self._w_src, self._w_wino = w, winograd.transform_weights(w4)
-            winograd.conv3x3(x4, self._w_wino, bias, y, ph, pw, code, p0, p1, self._wino_scratch)
+            winograd.conv3x3(x4, self._w_wino, bias, y, ph, pw, inner, p0, p1, self._wino_scratch)
         else:
             self._gemm(x4, w4, y, group, bias)
+            inner = code
+        if inner != code:
+            bias_act_rows(y.reshape(1, n_n * m_n, oh_n * ow_n), self._zeros(n_n * m_n, y.dtype), code, p0, p1)
         return y[:, :, 0, :] if one_d else y
+
+    def _zeros(self, n, dtype):
+        return config.readonly(np.zeros(n, dtype))
 
     def _gemm(self, x4, w4, y, group, bias):
         """Per image and group: im2col (sharded over column-matrix rows), then the GEMM cut into

@@ -62,8 +62,7 @@ def gelu(v, approximate):
     return 0.5 * v * (1.0 + erf(v * 0.7071067811865476))
 
 
-@jit_inline
-def act(v, code, p0, p1):
+def _act(v, code, p0, p1):
     """One activated value (same dtype as ``v``)."""
     if code == RELU:
         return max(v, 0)
@@ -80,6 +79,9 @@ def act(v, code, p0, p1):
     if code == GELU:
         return gelu(v, p0 != 0)
     return v
+
+
+act = jit_inline(_act)  # inlined: with a constant code the branch folds away
 
 
 def _loops(code: int):

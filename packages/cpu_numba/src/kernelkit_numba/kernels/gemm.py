@@ -60,7 +60,7 @@ class Gemm(NumbaKernel):
             bias = np.ascontiguousarray(c, dtype=dtype).reshape(n)  # one bias per column
             fused = True
         else:  # no C, or a scalar, per-row or full C: NumPy broadcasting after the GEMM
-            bias, fused = np.zeros(n, dtype), c is None
+            bias, fused = config.readonly(np.zeros(n, dtype)), c is None
             if c is None:
                 beta = dtype.type(0)
         if fused and (alpha != 1 or beta != 0 or code != NONE):
@@ -100,8 +100,8 @@ class MatMul(NumbaKernel):
             y = np.asarray(np.matmul(a, b))  # vector @ vector gives a NumPy scalar: keep a 0-d array
             if code != NONE and y.size:
                 rows = y.reshape(-1, y.shape[-1] if y.ndim else 1)
-                scale_bias_act_cols(rows, y.dtype.type(1), np.zeros(rows.shape[1], y.dtype), y.dtype.type(0),
-                                    code, p0, p1)
+                zeros = config.readonly(np.zeros(rows.shape[1], y.dtype))
+                scale_bias_act_cols(rows, y.dtype.type(1), zeros, y.dtype.type(0), code, p0, p1)
             return y
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
@@ -111,7 +111,7 @@ class MatMul(NumbaKernel):
         a3 = np.broadcast_to(a, batch + (m, k))
         b3 = np.broadcast_to(b, batch + (k, n))
         items = math.prod(batch)
-        zeros = np.zeros(n, y.dtype) if code != NONE else None
+        zeros = config.readonly(np.zeros(n, y.dtype)) if code != NONE else None
         one, zero = y.dtype.type(1), y.dtype.type(0)
         if y.size == 0:
             return y

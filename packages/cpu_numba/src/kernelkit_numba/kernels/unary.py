@@ -11,7 +11,7 @@ import numpy as np
 from kernelkit.registry import register_kernel
 
 from .._base import threaded
-from ..config import jit, jit_parallel, parallel_for
+from ..config import jit_inline, jit_parallel, parallel_for
 from .epilogue import erf as erf_scalar
 from .epilogue import gelu as gelu_scalar
 
@@ -25,8 +25,10 @@ CODES = {name: i for i, name in enumerate((
  LOG, SQRT, RECIPROCAL, NEG, ABS, FLOOR, CEIL, CLIP) = CODES.values()
 
 
-@jit
+@jit_inline
 def _scalar(v, code, a, b):
+    if code == CLIP:
+        return v if v != v else min(max(v, a), b)  # NaN stays NaN, as in np.clip
     if code == RELU:
         return max(v, a)  # a = 0
     if code == LEAKY_RELU:
@@ -68,30 +70,20 @@ def _scalar(v, code, a, b):
     return v
 
 
-@jit_parallel
-def _unary(x, y, code, a, b, lo, n):
-    """y[lo:n] = op(x[lo:n]) over flat arrays; a, b (the op's parameters) have x's dtype. The cheap
-    ops get their own loops so that they vectorise; the rest share one loop over ``_scalar``."""
-    if code == RELU:
-        for i in range(lo, n):
-            y[U(i)] = max(x[U(i)], a)
-    elif code == CLIP:
-        for i in range(lo, n):
-            v = x[U(i)]
-            y[U(i)] = v if v != v else min(max(v, a), b)  # NaN stays NaN, as in np.clip
-    elif code == LEAKY_RELU:
-        for i in range(lo, n):
-            v = x[U(i)]
-            y[U(i)] = v if v >= 0 else v * a
-    elif code == GELU and a == 0:
-        for i in range(lo, n):
-            y[U(i)] = gelu_scalar(x[U(i)], False)
-    elif code == ERF:
-        for i in range(lo, n):
-            y[U(i)] = erf_scalar(x[U(i)])
-    else:
-        for i in range(lo, n):
+def _loop(code: int):
+    """y[lo:hi] = op(x[lo:hi]) over flat arrays for one op: ``code`` is a closure constant, so the
+    inlined ``_scalar`` folds to the op's one formula (the loop vectorises, and compiling it costs
+    only that formula: one loop over every op took seconds to compile for a model's one Relu)."""
+
+    @jit_parallel
+    def run(x, y, a, b, lo, hi):
+        for i in range(lo, hi):
             y[U(i)] = _scalar(x[U(i)], code, a, b)
+
+    return run
+
+
+_LOOPS = {code: _loop(code) for code in CODES.values()}  # compiled on first call only
 
 
 def _numpy_sigmoid(x, y, lo, hi):
@@ -125,7 +117,7 @@ def _apply(x, code, a=0.0, b=0.0):
         if code in _NUMPY:
             parallel_for(_NUMPY[code], flat.size, (flat, out), 8.0 * flat.size)
         else:
-            parallel_for(_unary, flat.size, (flat, out, code, t(a), t(b)), 8.0 * flat.size)
+            parallel_for(_LOOPS[code], flat.size, (flat, out, t(a), t(b)), 8.0 * flat.size)
     return y
 
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import config
-from ..config import jit_parallel
-from .epilogue import act
+from ..config import jit_inline, jit_parallel
+from .epilogue import CLIP
 
 U64 = np.uint64  # unsigned index: no wraparound check in inner loops
 
@@ -71,6 +71,14 @@ def _input_transform(x, v, ph, pw, th_n, tw_n, c0, c1):
                 v[12, t], v[13, t], v[14, t], v[15, t] = f0 - f2, f1 + f2, f2 - f1, f1 - f3
 
 
+@jit_inline
+def _activate(v, code, p0, p1):
+    """Clip (Relu, Relu6) or none: the caller applies other activations in a second pass."""
+    if code == CLIP:
+        return min(max(v, p0), p1)
+    return v
+
+
 @jit_parallel
 def _output_transform(mo, y, bias, th_n, tw_n, code, p0, p1, m0, m1):
     """y[m] (OH, OW) = act(A^T M A + bias[m]) per tile, output channels [m0, m1); mo[k, m * tiles + t]."""
@@ -92,13 +100,13 @@ def _output_transform(mo, y, bias, th_n, tw_n, code, p0, p1, m0, m1):
                 d2 = mo[6, t] - mo[10, t] - mo[14, t]
                 d3 = mo[7, t] - mo[11, t] - mo[15, t]
                 ow = 2 * tw
-                plane[oh, ow] = act(s0 + s1 + s2 + beta, code, p0, p1)
+                plane[oh, ow] = _activate(s0 + s1 + s2 + beta, code, p0, p1)
                 if ow + 1 < ow_n:
-                    plane[oh, ow + 1] = act(s1 - s2 - s3 + beta, code, p0, p1)
+                    plane[oh, ow + 1] = _activate(s1 - s2 - s3 + beta, code, p0, p1)
                 if two_rows:
-                    plane[oh + 1, ow] = act(d0 + d1 + d2 + beta, code, p0, p1)
+                    plane[oh + 1, ow] = _activate(d0 + d1 + d2 + beta, code, p0, p1)
                     if ow + 1 < ow_n:
-                        plane[oh + 1, ow + 1] = act(d1 - d2 - d3 + beta, code, p0, p1)
+                        plane[oh + 1, ow + 1] = _activate(d1 - d2 - d3 + beta, code, p0, p1)
 
 
 def _spaced(n: int) -> int:
