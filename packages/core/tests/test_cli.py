@@ -257,3 +257,17 @@ def test_convert_onnx_model(capsys, tmp_path):
     x = np.array([[-1, 0, 1], [2, -3, 4]], np.float32)
     [y] = kk.Session(model, vendors=["reference"]).run(None, {model.graph.inputs[0]: x})
     np.testing.assert_array_equal(y, np.maximum(x, 0))
+
+
+def test_version_lists_kernelkit_and_every_installed_backend(capsys):
+    from importlib.metadata import entry_points
+
+    code, out, _ = _run(capsys, "--version")
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert lines[0].startswith(f"kernelkit {kk.__version__} (Python {sys.version.split()[0]}"), out
+    for ep in entry_points(group="kernelkit.backends"):  # what is installed, read independently
+        dist = ep.dist
+        assert any(line.startswith(f"{dist.name} {dist.version}") and ep.name in line for line in lines), out
+    code, short, _ = _run(capsys, "-V")
+    assert code == 0 and short == out

@@ -16,6 +16,7 @@ import logging
 import re
 import sys
 import time
+import warnings
 from collections import Counter
 from contextlib import ExitStack
 from importlib import resources
@@ -26,8 +27,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from . import __version__
 from .deploy import is_deployment, load_deployment
-from .errors import InputError, KernelkitError
+from .errors import FallbackWarning, InputError, KernelkitError, LoaderNotFoundError
 from .ir import Model, TensorSpec
 
 log = logging.getLogger("kernelkit.cli")
@@ -81,13 +83,13 @@ def _session_kwargs(args) -> dict:
 
 def _open_model(path: str) -> tuple[Model, dict]:
     """The model behind MODEL (.kkm, .onnx or deployment YAML) and the session settings it implies."""
-    from .session import _load_model
+    from .loaders import load_model
 
     if is_deployment(path):
         dep = load_deployment(path)
         return dep.model(), dict(device=dep.device, vendors=dep.vendors, fallback=dep.fallback,
                                  threads=dep.threads, passes=dep.passes, options=dict(dep.options))
-    return _load_model(path), {}
+    return load_model(path), {}
 
 
 def _concrete(spec: TensorSpec, dims: dict[str, int]) -> tuple[int, ...]:
@@ -146,14 +148,30 @@ def _benchmark(console: Console, sess, feeds: dict, runs: int) -> list[float]:
 
 
 # -- run ---------------------------------------------------------------------------------------
-def _run_example(args, console: Console) -> int:
+def _session(model, console: Console, **settings):
+    """A Session whose fallback warning becomes one line on the console."""
     from .session import Session
 
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        sess = Session(model, **settings)
+    fallbacks = sess.fallbacks()
+    if fallbacks:
+        places = Counter(f"{f['device']}/{f['vendor']}" for f in fallbacks)
+        copies = sum(len(f["copies"]) for f in fallbacks)
+        asked = f"{sess.device_name}" + (f" vendors {list(sess.vendors)}" if sess.vendors else "")
+        console.print(Text("fallback: ", style="yellow") + Text(
+            f"{len(fallbacks)} node(s) not on {asked}: " + ", ".join(f"{n} on {p}" for p, n in sorted(places.items()))
+            + f"; {copies} host<->device copies added (kernelkit info lists them)"))
+    return sess
+
+
+def _run_example(args, console: Console) -> int:
     with ExitStack() as stack:
         folder = resources.files("kernelkit").joinpath(*EXAMPLE)
         model_path = stack.enter_context(resources.as_file(folder / "digits.kkm"))
         data_path = stack.enter_context(resources.as_file(folder / "test.npz"))
-        sess = Session(model_path, **_session_kwargs(args))
+        sess = _session(model_path, console, **_session_kwargs(args))
         with np.load(data_path, allow_pickle=False) as data:
             x, labels = data["x"], data["label"]
         [probs] = sess.run(None, {"x": x})
@@ -177,11 +195,9 @@ def _safe_name(name: str) -> str:
 
 
 def _run_model(args, console: Console) -> int:
-    from .session import Session
-
     model, settings = _open_model(args.model)
     settings.update(_session_kwargs(args))
-    sess = Session(model, **settings)
+    sess = _session(model, console, **settings)
     if args.validate:
         return _validate(args, sess, console)
     feeds = _read_inputs(args.input)
@@ -282,8 +298,6 @@ def _flops(graph) -> tuple[int, list[str], list[str]]:
 
 
 def cmd_info(args, console: Console) -> int:
-    from .session import Session
-
     model, settings = _open_model(args.model)
     settings.update(_session_kwargs(args))
     graph = model.graph
@@ -294,7 +308,7 @@ def cmd_info(args, console: Console) -> int:
     for name in graph.inputs:  # bind symbolic dims so shapes (and FLOPs) are concrete
         spec = graph.values[name].spec
         graph.values[name].spec = TensorSpec(_concrete(spec, dims), spec.dtype, spec.layout)
-    sess = Session(model, **settings)
+    sess = _session(model, console, **settings)
     g = sess.graph
 
     console.print(Text(graph.name, style="bold") + Text(f"  producer {model.producer}, opsets {model.opsets}"))
@@ -340,8 +354,19 @@ def cmd_info(args, console: Console) -> int:
     for (device, vendor), count in sorted(place.items()):
         p_table.add_row(device, vendor, str(count), ", ".join(sorted(ops_at[(device, vendor)])))
     console.print(p_table)
-    for _, message in sess.fallbacks:
-        console.print(Text("fallback: ", style="yellow") + Text(message))
+    mem = sess.memory()
+    m_table = Table(title="memory plan (bytes)")
+    for col in ("arena", "live peak", "weights", "largest scratch", "planned values", "in place",
+                "kernel-allocated"):
+        m_table.add_column(col, justify="right")
+    m_table.add_row(*(f"{mem[k]:,}" for k in ("arena_bytes", "live_peak_bytes", "weights_bytes", "scratch_bytes",
+                                               "planned_values", "inplace_steps", "kernel_allocated_values")))
+    console.print(m_table)
+    for fb in sess.fallbacks():
+        copies = f"; copies {', '.join(fb['copies'])}" if fb["copies"] else ""
+        console.print(Text("fallback: ", style="yellow") + Text(f"node {fb['node']!r} ({fb['op']}) on "
+                                                                  f"({fb['device']}, {fb['vendor']}): {fb['reason']}"
+                                                                  f"{copies}"))
     return 0
 
 
@@ -365,16 +390,14 @@ def cmd_convert(args, console: Console) -> int:
     import hashlib
 
     from .io import load, save
+    from .loaders import load_model
 
-    try:
-        from kernelkit_converters.onnx import convert
-    except ImportError as exc:
-        raise MissingExtraError(
-            f"kernelkit convert needs the converters extra (kernelkit-converters): "
-            f"pip install 'kernelkit-workspace[converters]' from the checkout ({exc})") from exc
     src = Path(args.model)
     out = Path(args.output) if args.output else src.with_suffix(".kkm")
-    model = convert(src)
+    try:
+        model = load_model(src)
+    except LoaderNotFoundError as exc:
+        raise MissingExtraError(f"kernelkit convert: {exc}") from exc
     save(model, out)
     back = load(out)
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
@@ -383,10 +406,45 @@ def cmd_convert(args, console: Console) -> int:
     return 0
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: print :func:`_versions` as it is (argparse's own action re-wraps lines)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(_versions())
+        parser.exit(0)
+
+
+def _versions() -> str:
+    """kernelkit's version and Python's, then one line per installed package that plugs into it."""
+    import platform
+
+    from .backends import installed_packages
+
+    lines = [f"kernelkit {__version__} (Python {platform.python_version()}, NumPy {np.__version__})"]
+    for name, version, backends in installed_packages():
+        if name.lower() != "kernelkit":
+            lines.append(f"{name} {version}" + (f" (backend {', '.join(backends)})" if backends else ""))
+    return "\n".join(lines)
+
+
+def cmd_batch(args, console: Console) -> int:
+    from .integrations.batch import main_summary, run_batch
+
+    kwargs = _session_kwargs(args)
+    kwargs.pop("threads", None)
+    summary = run_batch(args.model, args.input, args.output, engine=args.engine, workers=args.workers,
+                        threads=args.threads, batch_size=args.batch_size, cache_dir=args.cache_dir,
+                        address=args.address, quiet=args.quiet, **kwargs)
+    console.print(main_summary(summary))
+    return 0
+
+
 # -- entry point -------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kernelkit", description="kernelkit inference runtime")
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v: info logs, -vv: debug logs")
+    p.add_argument("-V", "--version", action=_VersionAction, nargs=0,
+                   help="print the versions of kernelkit and of each installed backend package, then exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     def device_opts(sp):
@@ -421,6 +479,23 @@ def _parser() -> argparse.ArgumentParser:
     conv.add_argument("model", metavar="MODEL.onnx")
     conv.add_argument("-o", "--output", metavar="OUT.kkm")
     conv.set_defaults(func=cmd_convert)
+
+    batch = sub.add_parser("batch", help="run a model over a folder of .npy/.npz files or a Parquet file")
+    batch.add_argument("model", metavar="MODEL", help=".kkm or .onnx model")
+    batch.add_argument("--input", required=True, metavar="DIR_OR_PARQUET",
+                       help="a folder of .npy/.npz files, or a .parquet file with one column per model input")
+    batch.add_argument("--output", required=True, metavar="DIR", help="folder for the outputs (created)")
+    batch.add_argument("--engine", choices=("local", "ray", "dask"), default="local",
+                       help="local: a process pool here; ray/dask: a local cluster, or the one at --address")
+    batch.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default 1)")
+    batch.add_argument("--threads", type=int, metavar="T",
+                       help="threads per worker (default: this machine's CPUs divided between the workers)")
+    batch.add_argument("--batch-size", type=int, default=32, metavar="B", help="Parquet rows per work item")
+    batch.add_argument("--address", metavar="ADDR", help="an existing Ray or Dask cluster to use")
+    batch.add_argument("--cache-dir", metavar="DIR", help="a kernel cache folder the workers share")
+    batch.add_argument("--quiet", action="store_true", help="no progress bar")
+    device_opts(batch)
+    batch.set_defaults(func=cmd_batch)
     return p
 
 

@@ -18,6 +18,12 @@ class ModelFormatError(KernelkitError):
     code = "KK_MODEL_FORMAT"
 
 
+class LoaderNotFoundError(ModelFormatError):
+    """No installed loader reads a model file's format (its suffix)."""
+
+    code = "KK_NO_LOADER"
+
+
 class ShapeError(KernelkitError):
     """Shapes or dtypes do not fit an op's rule."""
 
@@ -76,3 +82,12 @@ class ConfigError(KernelkitError):
     """A configuration file (deployment YAML, custom-kernel config) is malformed."""
 
     code = "KK_CONFIG"
+
+
+class KernelkitWarning(UserWarning):
+    """Base class of every warning kernelkit gives (filter it, or turn it into an error)."""
+
+
+class FallbackWarning(KernelkitWarning):
+    """A Session placed nodes on another device or vendor than the one asked for
+    (``Session.fallbacks()`` lists them)."""
