@@ -96,7 +96,7 @@ class MatMul(NumbaKernel):
 
     def compute(self, a, b):
         code, p0, p1 = self.act
-        if a.ndim < 2 or b.ndim < 2:
+        if a.ndim < 2 or b.ndim < 2 or config.current_threads() == 1:  # one NumPy call, as the reference
             y = np.asarray(np.matmul(a, b))  # vector @ vector gives a NumPy scalar: keep a 0-d array
             if code != NONE and y.size:
                 rows = y.reshape(-1, y.shape[-1] if y.ndim else 1)
@@ -118,9 +118,11 @@ class MatMul(NumbaKernel):
         per_item = config.shard_count(items * m * n, 2.0 * items * m * n * k)
         rows, cols = tile_grid(m, n, -(-per_item // items))
 
+        items_at = list(np.ndindex(batch)) if batch else [()]
+
         def shard(t):
             item, rest = divmod(t, rows * cols)
-            idx = np.unravel_index(item, batch) if batch else ()
+            idx = items_at[item]
             out = y[idx]
             mt, pt = divmod(rest, cols)
             r0, r1 = mt * m // rows, (mt + 1) * m // rows
