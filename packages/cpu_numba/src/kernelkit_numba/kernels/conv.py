@@ -33,6 +33,8 @@ def _im2col(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, r0, r1):
     negative-index wraparound, which stops LLVM from vectorising the copy."""
     c_n, h_n, w_n = x.shape
     taps = kh * kw
+    xf = x.reshape(c_n * h_n * w_n)  # flat operands: a row view per (r, oh) cost ~50 ns each,
+    cf = col.reshape(col.shape[0] * col.shape[1])  # 2/3 of the time on 7x7 maps
     for r in range(r0, r1):
         c = r // taps
         i = (r - c * taps) // kw
@@ -40,22 +42,23 @@ def _im2col(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, r0, r1):
         off = j * dw - pw
         lo, hi = tap_range(off, sw, w_n, ow_n)
         for oh in range(oh_n):
-            dst = col[r, oh * ow_n:(oh + 1) * ow_n]
+            d0 = U(r * oh_n * ow_n + oh * ow_n)
             h = oh * sh - ph + i * dh
             if h < 0 or h >= h_n:
-                dst[:] = 0
+                for ow in range(ow_n):
+                    cf[d0 + U(ow)] = 0
                 continue
-            src = x[c, h]
+            s0 = (c * h_n + h) * w_n + off  # signed: s0 + ow * sw >= 0 for ow >= lo
             for ow in range(lo):
-                dst[U(ow)] = 0
+                cf[d0 + U(ow)] = 0
             if sw == 1:
                 for ow in range(lo, hi):
-                    dst[U(ow)] = src[U(ow + off)]
+                    cf[d0 + U(ow)] = xf[U(s0 + ow)]
             else:
                 for ow in range(lo, hi):
-                    dst[U(ow)] = src[U(ow * sw + off)]
+                    cf[d0 + U(ow)] = xf[U(s0 + ow * sw)]
             for ow in range(hi, ow_n):
-                dst[U(ow)] = 0
+                cf[d0 + U(ow)] = 0
 
 
 @jit_parallel
