@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 from kernelkit.geometry import window
+from kernelkit.ops._window import kernel_offsets
 from kernelkit.registry import register_kernel
 
 from .._base import NumbaKernel, threaded
@@ -17,31 +18,6 @@ from ..config import jit_parallel, parallel_for
 from ._range import tap_range
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
-
-
-@jit_parallel
-def _max_pool(x, y, kh, kw, sh, sw, dh, dw, ph, pw, lo, hi):
-    n_n, c_n, h_n, w_n = x.shape
-    oh_n, ow_n = y.shape[2], y.shape[3]
-    for nc in range(lo, hi):
-        n = nc // c_n
-        c = nc - n * c_n
-        src = x[n, c]
-        for oh in range(oh_n):
-            row = y[n, c, oh]
-            row[:] = -np.inf
-            for i in range(kh):
-                h = oh * sh - ph + i * dh
-                if h < 0 or h >= h_n:
-                    continue
-                s = src[h]
-                for j in range(kw):
-                    off = j * dw - pw
-                    lo, hi = tap_range(off, sw, w_n, ow_n)
-                    for ow in range(lo, hi):
-                        v = s[U(ow * sw + off)]
-                        m = row[U(ow)]
-                        row[U(ow)] = v if v > m or v != v else m  # NaN propagates, as in np.max
 
 
 @jit_parallel
@@ -153,9 +129,20 @@ class _Pool(NumbaKernel):
 
 @register_kernel("MaxPool", device="cpu", vendor="numba", dtype="float32", supports=_supports)
 class MaxPool(_Pool):
+    """Without Indices: a running maximum over the kernel offsets (NumPy's vectorised maximum on
+    unpadded strided regions, as the reference) on shards of channels; a Numba loop with a
+    NaN-propagating compare per tap ran 5x slower (1x64x112x112, 3x3 stride 2: 13.7 vs 2.5 ms).
+    With Indices: a Numba window scan."""
     def setup(self, input_specs):
         node = getattr(self.context, "node", None)
         self.want_indices = node is not None and len(node.outputs) > 1 and bool(node.outputs[1])
+
+    def _running_max(self, x4, y, lo, hi):
+        yc, xc = y[:, lo:hi], x4[:, lo:hi]
+        yc.fill(-np.inf)
+        for _, out, src in self._offsets:
+            region = yc[(slice(None), slice(None), *out)]
+            np.maximum(region, xc[(slice(None), slice(None), *src)], out=region)
 
     def compute(self, x):
         win = self._window(x.shape)
@@ -163,8 +150,9 @@ class MaxPool(_Pool):
         (kh, kw), (sh, sw), (dh, dw), (ph, pw) = win.kernel, win.strides, win.dilations, win.begin
         y = np.empty(x4.shape[:2] + tuple(win.out), x4.dtype)
         if not self.want_indices:
-            parallel_for(_max_pool, y.shape[0] * y.shape[1], (x4, y, kh, kw, sh, sw, dh, dw, ph, pw),
-                         2.0 * y.size * kh * kw)
+            if getattr(self, "_offsets_key", None) != x4.shape:
+                self._offsets, self._offsets_key = list(kernel_offsets(x4.shape[2:], win)), x4.shape
+            parallel_for(self._running_max, y.shape[1], (x4, y), 2.0 * y.size * kh * kw)
             return y[:, :, 0, :] if x.ndim == 3 else y
         idx = np.empty(y.shape, np.int64)
         parallel_for(_max_pool_indices, y.shape[0] * y.shape[1],
