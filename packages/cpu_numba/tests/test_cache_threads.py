@@ -179,3 +179,30 @@ def test_progress_line_stays_off_when_stderr_is_not_a_terminal(monkeypatch):
     monkeypatch.setattr(event, "register", lambda kind, listener: registered.append(kind))
     progress.install()  # pytest captures stderr: not a terminal
     assert registered == [] and progress._installed
+
+
+def test_pool_backs_off_to_the_caller_after_a_stall(monkeypatch):
+    """A worker that holds a shard for long (as when another process takes its core) makes the
+    next jobs run on the calling thread alone; after the back-off the workers help again."""
+    import time
+
+    pool, caller = ShardPool(), threading.get_ident()
+    monkeypatch.setattr(ShardPool, "MIN_BACKOFF_S", 0.3)
+    pool._backoff = 0.3
+    started = threading.Event()
+
+    def slow_on_worker(i):
+        if threading.get_ident() != caller:
+            started.set()
+            time.sleep(0.05)  # 50 ms: far above STALL_S
+        else:
+            started.wait(5)  # the caller runs its shards only once a worker holds one
+
+    pool.run(slow_on_worker, 4, threads=2)
+    assert pool.stalls == 1
+    seen = []
+    pool.run(lambda i: seen.append(threading.get_ident()), 30, threads=2)
+    assert set(seen) == {caller}  # backing off: the caller alone
+    time.sleep(0.35)
+    barrier = threading.Barrier(2, timeout=10)
+    pool.run(lambda i: barrier.wait() if i < 2 else None, 10, threads=2)  # needs two threads again

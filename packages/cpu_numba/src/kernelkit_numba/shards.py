@@ -12,7 +12,10 @@ worker that is not running yet claims nothing, so the caller finishes every shar
 waits for the shards a worker has already started (onnxruntime's pool works this way). Workers
 block on a queue while idle (no spinning), and the kernels they run are ``nogil`` Numba functions
 or BLAS calls made at one BLAS thread, so the threads really run in parallel and BLAS never starts
-threads of its own.
+threads of its own. A worker can still lose its core in the middle of a shard; when the caller
+then waits for it longer than ``ShardPool.STALL_S``, the pool runs jobs on the calling thread
+alone for a while (``ShardPool._judge``), so that a loaded machine costs about what one thread
+costs rather than a scheduler slice per parallel region.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import logging
 import os
 import queue
 import threading
+import time
 
 log = logging.getLogger("kernelkit.numba")
 
@@ -62,11 +66,21 @@ class ShardPool:
     """Persistent worker threads (started on first use, never more than asked for) that help the
     calling thread through a job's shards."""
 
+    # A stall: the caller, done with every unclaimed shard, waited this long (and longer than half
+    # its own share) for a worker's shard, which means the worker lost its core mid-shard to another
+    # process (a scheduler slice, milliseconds). The pool then runs jobs on the calling thread alone
+    # for a back-off period (doubling while stalls repeat, up to MAX_BACKOFF_S), then tries again.
+    STALL_S = 1.5e-3
+    MIN_BACKOFF_S, MAX_BACKOFF_S = 0.05, 2.0
+
     def __init__(self):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._serial_until = 0.0
+        self._backoff = self.MIN_BACKOFF_S
+        self.stalls = 0  # count, for benchmarks and tests
 
     def _ensure(self, n: int) -> None:
         if os.getpid() != self._pid:  # forked child: the parent's threads did not come along
@@ -89,7 +103,7 @@ class ShardPool:
         """Call ``fn(i)`` for ``i`` in ``range(count)`` on the calling thread and up to
         ``threads - 1`` workers; returns when every shard has finished (re-raising the first error)."""
         helpers = min(threads, count) - 1
-        if helpers <= 0:
+        if helpers <= 0 or time.perf_counter() < self._serial_until:
             for i in range(count):
                 fn(i)
             return
@@ -97,11 +111,26 @@ class ShardPool:
         job = _Job(fn, count)
         for _ in range(helpers):
             self._queue.put(job)
+        t0 = time.perf_counter()
         job.work()
         if job.left:
+            t1 = time.perf_counter()
             job.done.wait()
+            self._judge(time.perf_counter() - t1, t1 - t0)
+        else:
+            self._backoff = self.MIN_BACKOFF_S
         if job.error is not None:
             raise job.error
+
+    def _judge(self, waited: float, worked: float) -> None:
+        """Back off to the calling thread alone after a stall; a region without one resets it."""
+        if waited > self.STALL_S and waited > 0.5 * worked:
+            self.stalls += 1
+            self._serial_until = time.perf_counter() + self._backoff
+            self._backoff = min(2 * self._backoff, self.MAX_BACKOFF_S)
+            log.debug("shard pool: waited %.1f ms for a worker; serial for %.2f s", waited * 1e3, self._backoff)
+        else:
+            self._backoff = self.MIN_BACKOFF_S
 
 
 POOL = ShardPool()
