@@ -10,10 +10,13 @@ ROUNDS=${2:-10}
 MODELS=${3:-resnet18,resnet50,mobilenetv2,transformer,mlp}
 PY=${PYTHON:-python3}
 export NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-/tmp/kk_numba_cache}
-pin="taskset -c 0,1"
+pin() {
+  if command -v taskset >/dev/null; then taskset -c 0,1 "$@"
+  else "$PY" -c 'import os, sys; os.sched_setaffinity(0, {0, 1}); os.execvp(sys.argv[1], sys.argv[1:])' "$@"; fi
+}
 if [[ $MODE == *quiet* ]]; then
-  $pin $PY benchmarks/bench_first_run.py resnet18 /tmp/kk_first_run_cache
-  $pin $PY benchmarks/bench_threads.py 0,1 200
-  $pin $PY benchmarks/bench_small_ops.py 30
+  pin $PY benchmarks/bench_first_run.py resnet18 /tmp/kk_first_run_cache
+  pin $PY benchmarks/bench_threads.py 0,1 200
+  pin $PY benchmarks/bench_small_ops.py 30
 fi
-$pin $PY benchmarks/test_bench_numba.py "$MODELS" "$ROUNDS" "$MODE"
+pin $PY benchmarks/test_bench_numba.py "$MODELS" "$ROUNDS" "$MODE"
