@@ -7,6 +7,8 @@ as one parallel Numba loop. Same-shape contiguous operands take a flat loop that
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from kernelkit.registry import register_kernel
 from numpy.lib.stride_tricks import as_strided
@@ -113,7 +115,7 @@ def _loops(code: int):
     return flat, rows, with_scalar, strided4, row_scalar
 
 
-LOOPS = {code: _loops(code) for code in (ADD, SUB, MUL, DIV, POW, MAX, MIN, PRELU)}
+_loops = functools.cache(_loops)  # built on first use: creating ~40 dispatchers at import cost ~1 s
 
 
 def _coalesce(shape, *strides):
@@ -176,7 +178,7 @@ def _run(a, b, out, code):
     if code in _UFUNCS:
         _run_ufunc(_UFUNCS[code], a, b, out)
         return
-    flat, rows, with_scalar, strided4, row_scalar = LOOPS[code]
+    flat, rows, with_scalar, strided4, row_scalar = _loops(code)
     contiguous = a.flags.c_contiguous and b.flags.c_contiguous
     if contiguous and a.shape == b.shape == out.shape:
         _shards(flat, out.size, (a.reshape(-1), b.reshape(-1), out.reshape(-1)), out.size)

@@ -2,6 +2,7 @@
 the meanings) applied in one pass over a GEMM's output."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -116,12 +117,12 @@ def _loops(code: int):
     return rows, cols, block
 
 
-_LOOPS = {code: _loops(code) for code in sorted(set(CODES.values()))}
+_loops = functools.cache(_loops)  # built on first use
 
 
 def bias_act_rows(y, bias, code, p0, p1) -> None:
     """In place on y (A, B, L): y[a, b, :] = act(y[a, b, :] + bias[b]) (bias: B values)."""
-    parallel_for(_LOOPS[code][0], y.shape[0] * y.shape[1], (y, bias, p0, p1), 4.0 * y.size)
+    parallel_for(_loops(code)[0], y.shape[0] * y.shape[1], (y, bias, p0, p1), 4.0 * y.size)
 
 
 def scale_bias_act_cols(y, alpha, bias, beta, code, p0, p1, r0=0, r1=None, c0=0, c1=None) -> None:
@@ -129,9 +130,9 @@ def scale_bias_act_cols(y, alpha, bias, beta, code, p0, p1, r0=0, r1=None, c0=0,
     y[i, j] = act(alpha * y[i, j] + beta * bias[j]) (bias: N values)."""
     r1 = y.shape[0] if r1 is None else r1
     c1 = y.shape[1] if c1 is None else c1
-    _LOOPS[code][1](y, alpha, bias, beta, p0, p1, r0, r1, c0, c1)
+    _loops(code)[1](y, alpha, bias, beta, p0, p1, r0, r1, c0, c1)
 
 
 def bias_act_block(y, bias, r0, r1, c0, c1, code, p0, p1) -> None:
     """In place on the tile y[r0:r1, c0:c1] of a C-contiguous (R, L) array: + bias[r], activation."""
-    _LOOPS[code][2](y, bias, r0, r1, c0, c1, p0, p1)
+    _loops(code)[2](y, bias, r0, r1, c0, c1, p0, p1)

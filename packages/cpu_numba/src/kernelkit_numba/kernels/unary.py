@@ -5,6 +5,7 @@ Identity is not here: it returns its input and costs nothing on the reference.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -83,7 +84,7 @@ def _loop(code: int):
     return run
 
 
-_LOOPS = {code: _loop(code) for code in CODES.values()}  # compiled on first call only
+_loop = functools.cache(_loop)  # built (and compiled) on first use only
 
 
 def _numpy_sigmoid(x, y, lo, hi):
@@ -117,7 +118,7 @@ def _apply(x, code, a=0.0, b=0.0):
         if code in _NUMPY:
             parallel_for(_NUMPY[code], flat.size, (flat, out), 8.0 * flat.size)
         else:
-            parallel_for(_LOOPS[code], flat.size, (flat, out, t(a), t(b)), 8.0 * flat.size)
+            parallel_for(_loop(code), flat.size, (flat, out, t(a), t(b)), 8.0 * flat.size)
     return y
 
 
