@@ -64,7 +64,7 @@ else:
                     y[i, j] = x[i, j] * 1.5 + 0.5
 
         x = np.ones((512, 512), np.float32); y = np.empty_like(x)
-        work = 4.0 * x.size * 8  # enough for 8 shards per thread
+        work = 8.0 * x.size  # the estimate the unary kernels use: 4 shards of 64K elements
         def run():
             with config.num_threads(threads):
                 config.parallel_for(madd, 512, (x, y), work)
