@@ -52,6 +52,17 @@ def test_num_threads_context_sets_and_restores():
     assert config.current_threads() == before == config.default_threads()
 
 
+def test_blas_single_leaves_every_blas_at_one_thread():
+    libs = config._blas_controllers()
+    before = [lib.get_num_threads() for lib in libs]
+    try:
+        config.blas_single()
+        assert all(lib.get_num_threads() == 1 for lib in libs)
+    finally:
+        for lib, n in zip(libs, before):
+            lib.set_num_threads(n)
+
+
 def test_blas_threads_context_sets_and_restores():
     libs = config._blas_controllers()
     before = [lib.get_num_threads() for lib in libs]
@@ -64,6 +75,7 @@ def test_shard_count_follows_budget_and_work():
     assert config.shard_count(1000, 1e12, threads=1) == 1
     assert config.shard_count(1000, config.MIN_SHARD_WORK, threads=4) == 1  # too little work
     assert config.shard_count(1000, 1e12, threads=2) == 2 * config.SHARDS_PER_THREAD
+    assert config.shard_count(1000, 6 * config.MIN_SHARD_WORK, threads=2, unit=3 * config.MIN_SHARD_WORK) == 2
     assert config.shard_count(3, 1e12, threads=8) == 3  # never more shards than iterations
 
 

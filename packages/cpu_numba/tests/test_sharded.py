@@ -12,6 +12,7 @@ from kernelkit_numba import config
 def many_shards(monkeypatch):
     monkeypatch.setattr(config, "SERIAL_WORK", 0)
     monkeypatch.setattr(config, "MIN_SHARD_WORK", 1)
+    monkeypatch.setattr(config, "MIN_TILE_WORK", 1)
     monkeypatch.setattr(config, "default_threads", lambda: 3)
 
 

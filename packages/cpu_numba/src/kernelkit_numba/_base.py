@@ -40,8 +40,7 @@ class NumbaKernel:
         small = self.threads == 1 or self.work(*inputs) < config.SERIAL_WORK  # no thread woken
         threads = 1 if small else (self.threads or config.default_threads())
         if self.uses_blas:
-            with config.num_threads(threads), config.blas_threads(1):
-                return self.compute(*inputs)
+            config.blas_single()
         local = config._local  # the budget set by hand: two context managers cost ~5 us a node
         was = getattr(local, "threads", None)
         local.threads = threads

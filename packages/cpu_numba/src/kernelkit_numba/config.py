@@ -109,16 +109,22 @@ def serial(on: bool = True):
 # Parallel calls are cut into shards of at least this much work (one flop or element step per
 # unit; a shard costs a few microseconds of Python to hand out) and at most SHARDS_PER_THREAD per
 # thread, so that a thread that gets no core leaves only small shards to the others.
-MIN_SHARD_WORK = 1 << 19
-SHARDS_PER_THREAD = 8
+# (Measured on a quiet Xeon pinned to 2 cores: handing out a shard and joining cost tens of
+# microseconds, so 2**19-unit shards, 8 per thread, made the transformer slower at 2 threads than
+# at 1; GEMM tiles are larger still, since BLAS runs slower on small tiles.)
+MIN_SHARD_WORK = 1 << 21
+MIN_TILE_WORK = 1 << 22
+SHARDS_PER_THREAD = 4
 
 
-def shard_count(total: int, work: float, threads: int | None = None) -> int:
-    """How many shards a loop of ``total`` iterations and ``work`` units is cut into."""
+def shard_count(total: int, work: float, threads: int | None = None, unit: float | None = None) -> int:
+    """How many shards a loop of ``total`` iterations and ``work`` units is cut into (shards of at
+    least ``unit``, default MIN_SHARD_WORK)."""
     n = current_threads() if threads is None else threads
-    if n <= 1 or total <= 1 or work < 2 * MIN_SHARD_WORK:
+    unit = MIN_SHARD_WORK if unit is None else unit
+    if n <= 1 or total <= 1 or work < 2 * unit:
         return 1
-    return int(max(2, min(total, SHARDS_PER_THREAD * n, work // MIN_SHARD_WORK)))
+    return int(max(2, min(total, SHARDS_PER_THREAD * n, work // max(unit, 1))))
 
 
 def parallel_for(kernel, total: int, args: tuple, work: float) -> None:
@@ -151,9 +157,9 @@ def run_shards(fn, count: int) -> None:
     POOL.run(fn, count, current_threads())
 
 
-# Below this much work (about one flop or element step per unit, ~20-50 us on one core) a kernel
+# Below this much work (about one flop or element step per unit, ~0.1-0.3 ms on one core) a kernel
 # runs on the calling thread alone: handing out shards costs more than it saves.
-SERIAL_WORK = 1 << 21
+SERIAL_WORK = 1 << 23
 
 
 _blas: list | None = None  # threadpoolctl controllers of the loaded BLAS libraries, found once
@@ -170,6 +176,17 @@ def _blas_controllers() -> list:
         else:
             _blas = list(ThreadpoolController().select(user_api="blas").lib_controllers)
     return _blas
+
+
+def blas_single() -> None:
+    """Every loaded BLAS library at one thread, left so: the shard pool is the only parallelism.
+    Setting it per call and restoring it after cost ~40 us a call once BLAS had run (OpenBLAS
+    re-arms its threads), 2-3 ms of a ResNet-50 run; in a process that runs numba kernels,
+    NumPy's own BLAS calls therefore run at one thread too (threadpoolctl changes it back)."""
+    for lib in _blas_controllers():
+        if lib.get_num_threads() != 1:
+            log.debug("numba backend: %s set to one thread", lib.prefix)
+            lib.set_num_threads(1)
 
 
 @contextlib.contextmanager

@@ -216,7 +216,8 @@ class Conv(NumbaKernel):
         direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
         if not direct and (self._col is None or self._col.shape != (k_n, l_n) or self._col.dtype != x4.dtype):
             self._col = np.empty((k_n, l_n), x4.dtype)
-        m_tiles, p_tiles = tile_grid(mg, l_n, config.shard_count(mg * l_n, 2.0 * mg * k_n * l_n))
+        tiles = config.shard_count(mg * l_n, 2.0 * mg * k_n * l_n, unit=config.MIN_TILE_WORK)
+        m_tiles, p_tiles = tile_grid(mg, l_n, tiles)
         for n in range(n_n):
             for g in range(group):
                 xs = x4[n, g * cg:(g + 1) * cg]

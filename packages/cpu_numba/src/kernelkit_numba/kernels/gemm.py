@@ -19,7 +19,7 @@ def tiled_matmul(a, b, out, epilogue=None) -> None:
     """out (M, N) = a (M, K) @ b (K, N), cut into tiles run on the shard pool; ``epilogue(r0, r1,
     c0, c1)`` runs on each finished tile."""
     m, n = out.shape
-    rows, cols = tile_grid(m, n, config.shard_count(m * n, 2.0 * m * n * a.shape[1]))
+    rows, cols = tile_grid(m, n, config.shard_count(m * n, 2.0 * m * n * a.shape[1], unit=config.MIN_TILE_WORK))
 
     def tile(t):
         mt, pt = divmod(t, cols)
@@ -115,7 +115,7 @@ class MatMul(NumbaKernel):
         one, zero = y.dtype.type(1), y.dtype.type(0)
         if y.size == 0:
             return y
-        per_item = config.shard_count(items * m * n, 2.0 * items * m * n * k)
+        per_item = config.shard_count(items * m * n, 2.0 * items * m * n * k, unit=config.MIN_TILE_WORK)
         rows, cols = tile_grid(m, n, -(-per_item // items))
 
         items_at = list(np.ndindex(batch)) if batch else [()]

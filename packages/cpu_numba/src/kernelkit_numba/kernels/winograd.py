@@ -136,7 +136,7 @@ def conv3x3(x, u, bias, y, ph, pw, code, p0, p1, scratch) -> None:
                        mo=np.empty((16, _spaced(m_n * t_n)), x.dtype))
     v, mo = scratch["v"], scratch["mo"]
     gemm_work = 2.0 * 16 * m_n * c_n * t_n
-    blocks = max(1, min(m_n // 16, -(-config.shard_count(16 * m_n, gemm_work) // 16)))
+    blocks = max(1, min(m_n // 16, -(-config.shard_count(16 * m_n, gemm_work, unit=config.MIN_TILE_WORK) // 16)))
     for n in range(n_n):
         config.parallel_for(_input_transform, c_n, (x[n], v, ph, pw, th_n, tw_n), 40.0 * c_n * t_n)
 
