@@ -20,6 +20,31 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+PROBE = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from kernelkit.integrations import use_cache_dir, worker_session
+from kernelkit.portable import SessionRecipe
+use_cache_dir(sys.argv[1])
+worker_session(SessionRecipe.of(sys.argv[2], vendors=[sys.argv[3]], threads=1))
+print(json.dumps({"seconds": time.perf_counter() - t0}))
+"""
+
+
+def cache_reuse(model: Path, cache: Path, vendor: str) -> tuple[float, float]:
+    """Seconds to a first result (import, build, warm-up run) for a first worker process on an empty
+    shared cache folder, then for a second worker process on the folder the first one filled."""
+    import json
+    import subprocess
+
+    def worker() -> float:
+        out = subprocess.run([sys.executable, "-c", PROBE, str(cache), str(model), vendor], check=True,
+                             capture_output=True, text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])["seconds"]
+
+    return worker(), worker()
+
+
 def main() -> None:
     from kernelkit.integrations.batch import run_batch
     from kernelkit_converters.onnx import convert
@@ -37,6 +62,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     for i in range(0, images, batch):
         np.save(src / f"b{i:05d}.npy", rng.standard_normal((min(batch, images - i), 3, 224, 224)).astype(np.float32))
+    first, second = cache_reuse(tmp / "resnet18.kkm", tmp / "fresh-cache", vendor)
     rows = []
     for engine in ("local", "ray", "dask"):
         for workers in (1, 2):
@@ -59,6 +85,8 @@ def main() -> None:
     for engine, workers, rate, overhead, wall, items, sessions in rows:
         ratio = f"{rate / base[engine]:.2f}" if workers == 2 else ""
         print(f"| {engine} | {workers} | {rate:.1f} | {ratio} | {overhead:.1f} | {wall:.1f} | {items} | {sessions} |")
+    print(f"\nshared cache, time to a first result: first worker (empty cache) {first:.1f} s, "
+          f"second worker (filled by the first) {second:.1f} s")
 
 
 if __name__ == "__main__":

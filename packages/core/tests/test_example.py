@@ -70,7 +70,7 @@ def test_cli_runs_the_bundled_example(capsys):
     out = capsys.readouterr().out
     accuracy = float(re.search(r"accuracy\s*│\s*([\d.]+)%", out).group(1))
     assert accuracy >= 95.0, out
-    assert re.search(r"│\s*5\s*│\s*[\d.]+\s*│", out) and "p90 ms" in out
+    assert re.search(r"kernelkit\s*│\s*5\s*│\s*[\d.]+\s*│", out) and "p99" in out
 
 
 def test_cli_info_on_the_example(capsys, folder):

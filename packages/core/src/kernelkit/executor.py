@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 
 import numpy as np
 
+from .devices import profiled_node
 from .errors import KernelExecutionError, KernelkitError
 from .memory import ArenaPool, MemoryPlan, plan_memory
 from .plan import Plan, Step
 
 MAX_SHAPE_PLANS = 16  # memory plans kept for distinct input shapes (least recently used dropped)
+PROFILE_EVENTS = 200_000  # per-call profile events kept (the oldest are dropped beyond this)
 
 
 def _where(step: Step) -> str:
@@ -136,6 +138,7 @@ class Executor:
         self.last_memory: MemoryPlan | None = None
         self.profiling = profile
         self.timings: dict[str, tuple[int, float]] = {}
+        self.events: deque = deque(maxlen=PROFILE_EVENTS)  # (node, start, seconds, thread id) per call
         self._prof_lock = threading.Lock()
         self.output_device = {}
         for step in plan.steps:
@@ -208,6 +211,7 @@ class Executor:
         i = 0
         try:
             for i, (run, free) in enumerate(self.runners):
+                profiled_node.set(steps[i].name)  # devices tag their timing events with it
                 t0 = time.perf_counter()
                 run(env)
                 dt = time.perf_counter() - t0
@@ -217,10 +221,20 @@ class Executor:
                     with self._prof_lock:
                         calls, total = self.timings.get(steps[i].name, (0, 0.0))
                         self.timings[steps[i].name] = (calls + 1, total + dt)
+                        self.events.append((steps[i].name, t0, dt, threading.get_ident()))
         except KernelkitError:
             raise
         except Exception as exc:
             raise self._failure(i, env, exc) from exc
+
+    def profile_events(self) -> list[tuple[str, float, float, int]]:
+        with self._prof_lock:
+            return list(self.events)
+
+    def reset_profile(self) -> None:
+        with self._prof_lock:
+            self.timings.clear()
+            self.events.clear()
 
     def _failure(self, i: int, env: list, exc: Exception) -> KernelExecutionError:
         step = self.plan.steps[i]

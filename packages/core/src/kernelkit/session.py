@@ -183,14 +183,31 @@ class Session:
         return {name: dev.describe() for name, dev in self._devices.items()}
 
     def profile(self) -> list[dict]:
-        """Per-node timings collected when ``profile=True``: node, op, device, vendor, calls, ms."""
+        """Per-node timings collected when ``profile=True``: node, op, device, vendor, dtype, calls,
+        total_ms and mean_ms (host time around the kernel call), and device_ms: the device's own
+        time from its events (OpenCL with ``opencl_profile``; None where a device has none)."""
+        device_ms: dict[str, float] = {}
+        for dev in list(self._devices.values()):
+            device_ms.update({n: ms for n, (_, ms) in dev.event_times().items()})
         timings = dict(self._executor.timings)
         rows = []
         for step in self.plan.kernel_steps():
             calls, total = timings.get(step.name, (0, 0.0))
             rows.append({"node": step.name, "op": step.op, "device": step.key.device, "vendor": step.key.vendor,
-                         "calls": calls, "total_ms": total * 1e3, "mean_ms": total * 1e3 / calls if calls else 0.0})
+                         "dtype": step.key.dtype, "calls": calls, "total_ms": total * 1e3,
+                         "mean_ms": total * 1e3 / calls if calls else 0.0, "device_ms": device_ms.get(step.name)})
         return rows
+
+    def profile_events(self) -> list[tuple[str, float, float, int]]:
+        """Each profiled kernel call since the last reset, oldest first: (node, start, seconds,
+        thread id), start from ``time.perf_counter()`` (for traces)."""
+        return self._executor.profile_events()
+
+    def reset_profile(self) -> None:
+        """Forget the profile collected so far (e.g. after warm-up runs), devices' event times too."""
+        self._executor.reset_profile()
+        for dev in list(self._devices.values()):
+            dev.event_times(reset=True)
 
     # -- running -------------------------------------------------------------------------------
     def _check_feeds(self, feeds: dict) -> dict[str, np.ndarray]:

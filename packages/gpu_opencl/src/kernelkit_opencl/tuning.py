@@ -14,6 +14,8 @@ import threading
 import time
 import warnings
 
+from kernelkit import progress
+
 from .programs import atomic_write, cache_root
 
 log = logging.getLogger("kernelkit.opencl.tuning")
@@ -83,7 +85,7 @@ def choose(key: str, candidates: list[dict], run, enabled: bool, repeats: int = 
         return candidates[0]
     searches += 1
     best, best_t = None, float("inf")
-    for params in candidates:
+    for params in progress.iterate(candidates, f"OpenCL tuning: {key}"):
         try:
             run(params)  # warm-up: builds the program
             t = float("inf")
