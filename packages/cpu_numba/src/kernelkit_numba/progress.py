@@ -1,52 +1,52 @@
-"""A progress line on stderr while Numba compiles kernels, when stderr is a terminal.
+"""A progress line on stderr while Numba compiles kernels (core's ``kernelkit.progress``: shown only
+when stderr is a terminal and output is not quieted).
 
 A first run with an empty cache compiles every kernel the model uses (seconds); without a word on
 screen that looks like a hang. ``install()`` (called by the first kernel execution) registers a
 listener for Numba's ``numba:compile`` event, which fires only for real compilations (a kernel
-loaded from the disk cache fires none), and shows one line, rewritten in place and erased when the
-outermost compilation ends:
+loaded from the disk cache fires none). Each outermost compilation is one spinner task,
 
-    kernelkit-numba: compiling kernels.conv._im2col (3 compiled, 1.2 s)
+    kernelkit-numba: compiling conv._im2col (3 compiled)
+
+which disappears when that compilation ends (callees compiled on the way count, but keep the line).
 """
 from __future__ import annotations
 
 import threading
-import time
 
 _installed = False
 _lock = threading.Lock()
 
 
 class _Line:
-    """The numba:compile listener (``numba.core.event.Listener``), built in ``install``."""
+    """The numba:compile listener (``numba.core.event.Listener``), built in ``install``. ``task`` is
+    core's ``progress.task`` (a context manager factory)."""
 
-    def __init__(self, console):
-        self.console, self.depth, self.count, self.t0 = console, 0, 0, 0.0
+    def __init__(self, task):
+        self.task, self.depth, self.count, self.open = task, 0, 0, None
 
     def on_start(self, event):
-        if self.depth == 0 and self.count == 0:
-            self.t0 = time.perf_counter()
         self.depth += 1
         self.count += 1
-        dispatcher = event.data.get("dispatcher")
-        fn = getattr(dispatcher, "py_func", dispatcher)
-        name = f"{fn.__module__.removeprefix('kernelkit_numba.')}.{fn.__qualname__}" if fn is not None else "?"
-        self._write(f"kernelkit-numba: compiling {name} ({self.count - 1} compiled, "
-                    f"{time.perf_counter() - self.t0:.1f} s)")
+        if self.depth == 1:
+            dispatcher = event.data.get("dispatcher")
+            fn = getattr(dispatcher, "py_func", dispatcher)
+            module = getattr(fn, "__module__", "") or ""
+            if not module.startswith("kernelkit_numba"):  # a user's own Numba function: not ours to report
+                return
+            name = f"{module.removeprefix('kernelkit_numba.kernels.')}.{fn.__qualname__}"
+            self.open = self.task(f"kernelkit-numba: compiling {name} ({self.count - 1} compiled)")
+            self.open.__enter__()
 
     def on_end(self, event):
         self.depth -= 1
-        if self.depth == 0:
-            self._write("")
-
-    def _write(self, text: str) -> None:
-        width = max(20, self.console.width - 1)
-        self.console.file.write("\r\x1b[2K" + text[:width])
-        self.console.file.flush()
+        if self.depth == 0 and self.open is not None:
+            opened, self.open = self.open, None
+            opened.__exit__(None, None, None)
 
 
 def install() -> None:
-    """Register the progress line once per process, if stderr is a terminal."""
+    """Register the compile listener once per process, when a progress display could be shown."""
     global _installed
     if _installed:
         return
@@ -54,12 +54,11 @@ def install() -> None:
         if _installed:
             return
         _installed = True
-        from rich.console import Console
+        from kernelkit import progress
 
-        console = Console(stderr=True)
-        if not console.is_terminal:
+        if not progress.enabled():
             return
         from numba.core import event
 
-        listener = type("CompileProgress", (_Line, event.Listener), {})(console)
+        listener = type("CompileProgress", (_Line, event.Listener), {})(progress.task)
         event.register("numba:compile", listener)
