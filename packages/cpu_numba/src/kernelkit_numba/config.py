@@ -157,9 +157,11 @@ def run_shards(fn, count: int) -> None:
     POOL.run(fn, count, current_threads())
 
 
-# Below this much work (about one flop or element step per unit, ~0.1-0.3 ms on one core) a kernel
-# runs on the calling thread alone: handing out shards costs more than it saves.
-SERIAL_WORK = 1 << 23
+# Below this much work (about one flop or element step per unit, ~0.3-1 ms on one core) a kernel
+# runs on the calling thread alone: handing out shards and joining cost ~50-100 us a region on the
+# quiet Xeon, so the transformer's 128x256x256 GEMMs (17 MFLOP, ~0.2 ms) gained nothing from two
+# threads (13.2 ms at one thread, 14.0 at two with 2**23 here).
+SERIAL_WORK = 1 << 25
 
 
 _blas: list | None = None  # threadpoolctl controllers of the loaded BLAS libraries, found once

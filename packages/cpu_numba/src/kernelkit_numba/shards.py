@@ -69,9 +69,10 @@ class ShardPool:
     # A stall: the caller, done with every unclaimed shard, waited this long (and longer than half
     # its own share) for a worker's shard, which means the worker lost its core mid-shard to another
     # process (a scheduler slice, milliseconds). The pool then runs jobs on the calling thread alone
-    # for a back-off period (doubling while stalls repeat, up to MAX_BACKOFF_S), then tries again.
-    STALL_S = 1.5e-3
-    MIN_BACKOFF_S, MAX_BACKOFF_S = 0.05, 2.0
+    # for a back-off period, doubling (up to MAX_BACKOFF_S) while stalls keep coming within
+    # CALM_S of each other, so a machine that stays loaded is probed for a core rarely.
+    STALL_S = 5e-4
+    MIN_BACKOFF_S, MAX_BACKOFF_S, CALM_S = 0.05, 2.0, 10.0
 
     def __init__(self):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -80,6 +81,7 @@ class ShardPool:
         self._pid = os.getpid()
         self._serial_until = 0.0
         self._backoff = self.MIN_BACKOFF_S
+        self._last_stall = float("-inf")
         self.stalls = 0  # count, for benchmarks and tests
 
     def _ensure(self, n: int) -> None:
@@ -117,20 +119,18 @@ class ShardPool:
             t1 = time.perf_counter()
             job.done.wait()
             self._judge(time.perf_counter() - t1, t1 - t0)
-        else:
-            self._backoff = self.MIN_BACKOFF_S
         if job.error is not None:
             raise job.error
 
     def _judge(self, waited: float, worked: float) -> None:
-        """Back off to the calling thread alone after a stall; a region without one resets it."""
+        """After a stall, run on the calling thread alone for a while (longer while stalls repeat)."""
         if waited > self.STALL_S and waited > 0.5 * worked:
+            now = time.perf_counter()
+            calm = now - self._last_stall > self.CALM_S
+            self._backoff = self.MIN_BACKOFF_S if calm else min(2 * self._backoff, self.MAX_BACKOFF_S)
+            self._last_stall, self._serial_until = now, now + self._backoff
             self.stalls += 1
-            self._serial_until = time.perf_counter() + self._backoff
-            self._backoff = min(2 * self._backoff, self.MAX_BACKOFF_S)
-            log.debug("shard pool: waited %.1f ms for a worker; serial for %.2f s", waited * 1e3, self._backoff)
-        else:
-            self._backoff = self.MIN_BACKOFF_S
+            log.debug("shard pool: waited %.2f ms for a worker; serial for %.2f s", waited * 1e3, self._backoff)
 
 
 POOL = ShardPool()
