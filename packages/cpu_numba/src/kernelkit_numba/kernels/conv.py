@@ -62,7 +62,7 @@ def _im2col(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, r0, r1):
 
 
 @jit_parallel
-def _conv_depthwise(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, q0, q1):
+def _conv_depthwise(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, zx, q0, q1):
     """Convolution with one input channel per group (depthwise, any channel multiplier: output m
     reads channel m // mult), any stride and dilation, as contiguous multiply-adds.
 
@@ -74,7 +74,9 @@ def _conv_depthwise(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, q0, q1)
     which vectorises even for 7x7 maps and for stride 2, where a direct loop gathers every other
     element. Planes ``[q0, q1)`` of the flattened (N, M) are computed (one shard); scratch buffers
     are allocated once per shard, not per plane. (Keeping a 3x3 kernel's nine taps in one pass
-    measured no faster than a pass per tap.)"""
+    measured no faster than a pass per tap.) The phases and sums have y's dtype; ``zx`` is
+    subtracted from every input element on the way in: 0 for float convolutions, the zero point
+    for int8 ones (qconv.py), whose padding then reads the zero point."""
     n_n, c_n, h_n, w_n = x.shape
     m_n, _, kh, kw = w.shape
     oh_n, ow_n = y.shape[2], y.shape[3]
@@ -83,8 +85,8 @@ def _conv_depthwise(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, q0, q1)
     hq, wq = oh_n + qh, ow_n + qw
     size = hq * wq + qw  # one phase, plus the overrun of the last row's dropped columns
     span = oh_n * wq
-    buf = np.empty(sh * sw * size, x.dtype)
-    acc = np.empty(span, x.dtype)
+    buf = np.empty(sh * sw * size, y.dtype)
+    acc = np.empty(span, y.dtype)
     for nm in range(q0, q1):
         n = nm // m_n
         m = nm - n * m_n
@@ -105,7 +107,7 @@ def _conv_depthwise(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, q0, q1)
                         buf[U(d0 + c)] = 0
                     shift = b - pw
                     for c in range(lo, hi):
-                        buf[U(d0 + c)] = row[U(c * sw + shift)]
+                        buf[U(d0 + c)] = row[U(c * sw + shift)] - zx
                     for c in range(hi, wq):
                         buf[U(d0 + c)] = 0
                 for c in range(base + hq * wq, base + size):
@@ -187,8 +189,8 @@ class Conv(NumbaKernel):
         # pass (inlining every activation into them cost seconds of compile time per kernel)
         inner = code if code in (NONE, CLIP) else NONE
         if cg == 1 and group > 1:
-            config.parallel_for(_conv_depthwise, n_n * m_n, (x4, w4, bias, y, sh, sw, dh, dw, ph, pw, inner, p0, p1),
-                                2.0 * y.size * kh * kw)
+            args = (x4, w4, bias, y, sh, sw, dh, dw, ph, pw, inner, p0, p1, x4.dtype.type(0))
+            config.parallel_for(_conv_depthwise, n_n * m_n, args, 2.0 * y.size * kh * kw)
         elif winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n):
             if w is not self._w_src:  # a constant is the same read-only array every run: transformed once
                 self._w_src, self._w_wino = w, winograd.transform_weights(w4)

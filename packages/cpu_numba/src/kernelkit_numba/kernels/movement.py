@@ -54,7 +54,8 @@ def transpose(x, *, perm=None):
     return copy_view(np.transpose(x, perm))
 
 
-register_kernel("Transpose", device="cpu", vendor="numba", dtype="float32")(threaded(transpose))
+register_kernel("Transpose", device="cpu", vendor="numba", dtype=("float32", "int8", "uint8"))(  # int8: QDQ models
+    threaded(transpose))
 
 
 def slice_(data, starts, ends, axes=None, steps=None):

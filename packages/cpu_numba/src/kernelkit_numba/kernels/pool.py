@@ -127,7 +127,7 @@ class _Pool(NumbaKernel):
         return np.ascontiguousarray(x[:, :, None, :] if x.ndim == 3 else x)
 
 
-@register_kernel("MaxPool", device="cpu", vendor="numba", dtype="float32", supports=_supports)
+@register_kernel("MaxPool", device="cpu", vendor="numba", dtype=("float32", "int8", "uint8"), supports=_supports)
 class MaxPool(_Pool):
     """Without Indices: a running maximum over the kernel offsets (NumPy's vectorised maximum on
     unpadded strided regions, as the reference) on shards of channels; a Numba loop with a
@@ -139,7 +139,7 @@ class MaxPool(_Pool):
 
     def _running_max(self, x4, y, lo, hi):
         yc, xc = y[:, lo:hi], x4[:, lo:hi]
-        yc.fill(-np.inf)
+        yc.fill(-np.inf if y.dtype.kind == "f" else np.iinfo(y.dtype).min)  # int8/uint8 from QDQ models
         for _, out, src in self._offsets:
             region = yc[(slice(None), slice(None), *out)]
             np.maximum(region, xc[(slice(None), slice(None), *src)], out=region)
