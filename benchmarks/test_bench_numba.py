@@ -326,10 +326,100 @@ def block_table(names=WANTED, rounds: int = 15) -> list[dict]:
     return rows
 
 
-if __name__ == "__main__":  # python benchmarks/test_bench_numba.py [models] [rounds]
+_RUNTIMES = ("numba1", "numba", "reference1", "ort1", "ort2")
+_LABELS = {"numba1": "numba 1t", "numba": "numba default", "reference1": "reference 1t", "ort1": "ORT 1t",
+           "ort2": "ORT 2t"}
+
+_CHILD = """
+import json, sys, time
+sys.path.insert(0, sys.argv[4])
+import numpy as np
+from test_bench_numba import model_case, kernelkit_session, ort_session
+import kernelkit
+from kernelkit.testing import MODEL_COSINE, cosine
+name, runtime, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+proto, model, feed, gflop = model_case(name)
+if runtime == "reference1":
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(1, user_api="blas")
+    sess = kernelkit.Session(model, vendors=["reference"], fallback=False)
+elif runtime == "numba":
+    sess = kernelkit.Session(model, vendors=["numba", "reference"], fallback=False)
+elif runtime.startswith("numba"):
+    sess = kernelkit_session(model, runtime)
+else:
+    sess = ort_session(proto, int(runtime[3:]))
+t0 = time.perf_counter()
+out = sess.run(None, feed)[0]
+first = time.perf_counter() - t0
+for _ in range(2):
+    sess.run(None, feed)
+blocks = []
+for _ in range(3):
+    t = []
+    for _ in range(rounds):
+        t0 = time.perf_counter(); sess.run(None, feed); t.append((time.perf_counter() - t0) * 1e3)
+    blocks.append(float(np.median(t)))
+expected = ort_session(proto, 1).run(None, feed)[0]
+stalls = sys.modules["kernelkit_numba.shards"].POOL.stalls if "kernelkit_numba.shards" in sys.modules else 0
+print(json.dumps({"model": name, "runtime": runtime, "median_ms": min(blocks), "blocks": blocks,
+                  "first_run_s": first, "cosine_ok": bool(cosine(out, expected) >= MODEL_COSINE),
+                  "pool_stalls": stalls}))
+"""
+
+
+def process_table(names, rounds: int = 15, loaded: bool = False, runtimes=_RUNTIMES) -> dict:
+    """Each (model, runtime) in its own process (inheriting this process's CPU affinity, e.g.
+    ``taskset -c 0,1``), block-timed: 3 blocks of ``rounds`` calls after warm-up, the best block
+    median kept. ``loaded``: a busy-loop process pinned to the first of those CPUs runs meanwhile.
+    numba default = ``Session()`` without ``threads`` (the pool uses every CPU of the affinity)."""
+    busy = None
+    if loaded:
+        cpu = min(os.sched_getaffinity(0))
+        spin = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
+        busy = subprocess.Popen([sys.executable, "-c", spin])
+        time.sleep(0.5)
+    here = os.path.dirname(os.path.abspath(__file__))
+    table: dict = {}
+    try:
+        for name in names:
+            for runtime in runtimes:
+                res = subprocess.run([sys.executable, "-c", _CHILD, name, runtime, str(rounds), here],
+                                     stdout=subprocess.PIPE, text=True, timeout=900)
+                if res.returncode:
+                    print(json.dumps({"model": name, "runtime": runtime, "error": res.returncode}), flush=True)
+                    continue
+                row = json.loads(res.stdout.strip().splitlines()[-1])
+                row["load"] = "loaded" if loaded else "quiet"
+                print(json.dumps(row), flush=True)
+                table[(name, runtime)] = row["median_ms"]
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+    return table
+
+
+def markdown(table: dict, names, title: str, runtimes=_RUNTIMES) -> str:
+    head = "| model (" + title + ") | " + " | ".join(_LABELS[r] for r in runtimes)
+    head += " | numba default / ORT 2t | reference 1t / numba 1t | numba default / numba 1t |"
+    lines = [head, "|---" * (len(runtimes) + 4) + "|"]
+    for name in names:
+        def get(r, name=name):
+            return table.get((name, r), float("nan"))
+
+        cells = " | ".join(f"{get(r):.2f}" for r in runtimes)
+        lines.append(f"| {name} | {cells} | {get('numba') / get('ort2'):.2f} | {get('reference1') / get('numba1'):.2f}"
+                     f" | {get('numba') / get('numba1'):.2f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    # python benchmarks/test_bench_numba.py [models] [rounds] [quiet,loaded]
+    #   each runtime in its own process; run it pinned: taskset -c 0,1 python benchmarks/...
     picked = sys.argv[1].split(",") if len(sys.argv) > 1 else WANTED
-    for r in block_table(picked, int(sys.argv[2]) if len(sys.argv) > 2 else 15):
-        best = min(r["numba1_median"], r["numba2_median"])
-        print(json.dumps({**r, "numba2/ort2": round(r["numba2_median"] / r["ort2_median"], 2),
-                          "numba1/ort1": round(r["numba1_median"] / r["ort1_median"], 2),
-                          "best_numba/ort2": round(best / r["ort2_median"], 2)}))
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 15
+    modes = sys.argv[3].split(",") if len(sys.argv) > 3 else ["quiet", "loaded"]
+    tables = {mode: process_table(picked, rounds, loaded=mode == "loaded") for mode in modes}
+    for mode, table in tables.items():
+        print(markdown(table, picked, mode))

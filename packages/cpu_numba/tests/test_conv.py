@@ -112,3 +112,47 @@ def test_conv_transpose_matches_reference(check, case):
     w = r.uniform(-1, 1, w_shape).astype(np.float32)
     b = r.uniform(-1, 1, w_shape[1] * attrs["group"]).astype(np.float32) if with_bias else None
     check("ConvTranspose", [x, w, b], attrs, constants=(1, 2))
+
+
+@st.composite
+def winograd_cases(draw):
+    """3x3 stride-1 convolutions on maps large enough for the Winograd path (>= 14x14 outputs)."""
+    h, w = draw(st.integers(14, 19)), draw(st.integers(14, 19))
+    pads = [draw(st.integers(0, 2)) for _ in range(4)]
+    if (h + pads[0] + pads[2] - 2) * (w + pads[1] + pads[3] - 2) < 196:
+        pads = [1, 1, 1, 1]
+    act, params = draw(st.sampled_from(ACTS))
+    attrs = {"pads": pads, "activation": act, "activation_params": list(params)}
+    shape = (draw(st.integers(1, 2)), draw(st.integers(1, 9)), h, w)
+    return shape, draw(st.integers(1, 20)), draw(st.booleans()), attrs, draw(st.integers(0, 2**16))
+
+
+@FEW
+@given(winograd_cases())
+def test_conv3x3_winograd_matches_reference(check, case):
+    x_shape, m, with_bias, attrs, seed = case
+    r = np.random.default_rng(seed)
+    x = r.uniform(-1, 1, x_shape).astype(np.float32)
+    w = r.uniform(-1, 1, (m, x_shape[1], 3, 3)).astype(np.float32)
+    b = r.uniform(-1, 1, m).astype(np.float32) if with_bias else None
+    check("Conv", [x, w, b], attrs, constants=(1, 2))
+
+
+def test_conv3x3_winograd_deep_and_weights_as_input(check, rng):
+    """A ResNet-sized layer (error grows with C * 9 terms), and weights fed at run time (transformed
+    on every call, not cached from the first)."""
+    x = rng.standard_normal((1, 128, 28, 28)).astype(np.float32)
+    w = (rng.standard_normal((64, 128, 3, 3)) / 34).astype(np.float32)
+    check("Conv", [x, w], {"pads": [1, 1, 1, 1], "activation": "Relu"}, constants=(1,))
+    from types import SimpleNamespace
+
+    from kernelkit.testing import assert_close
+    from kernelkit_numba.kernels.conv import Conv
+
+    kernel = Conv()
+    kernel.prepare([SimpleNamespace(dtype=np.dtype(np.float32), shape=(1, 8, 16, 16))], {"pads": [1, 1, 1, 1]})
+    small = x[:, :8, :16, :16].copy()
+    for scale in (1.0, -2.0):
+        ws = (w[:4, :8] * scale).astype(np.float32)
+        want = run_single_op("Conv", [small, ws], {"pads": [1, 1, 1, 1]}, vendors=["reference"])[0]
+        assert_close(kernel.execute(small, ws), want)

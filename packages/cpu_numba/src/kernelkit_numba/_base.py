@@ -6,7 +6,7 @@ import inspect
 
 from kernelkit.errors import OpAttributeError
 
-from . import config
+from . import config, progress
 
 
 class NumbaKernel:
@@ -21,7 +21,7 @@ class NumbaKernel:
     """
 
     context = None
-    uses_blas = False  # kernels that call BLAS (np.dot/np.matmul) follow the thread count there too
+    uses_blas = False  # kernels that call BLAS (np.dot/np.matmul): BLAS at one thread, shards in parallel
 
     def prepare(self, input_specs, attrs) -> None:
         self.attrs = dict(attrs)
@@ -35,13 +35,19 @@ class NumbaKernel:
         pass
 
     def execute(self, *inputs):
-        work = self.work(*inputs)
-        small = self.threads == 1 or work < config.SERIAL_WORK  # serial twins: no thread woken
-        blas = None
+        progress.install()  # once: a line on stderr while kernels compile (terminals only)
+        inputs = tuple(map(config.readonly, inputs))  # one compiled signature for inputs and constants
+        small = self.threads == 1 or self.work(*inputs) < config.SERIAL_WORK  # no thread woken
+        threads = 1 if small else (self.threads or config.default_threads())
         if self.uses_blas:
-            blas = 1 if self.threads == 1 or work < config.BLAS_SERIAL_WORK else self.threads
-        with config.serial(small), config.blas_threads(blas), config.num_threads(None if small else self.threads):
+            config.blas_single()
+        local = config._local  # the budget set by hand: two context managers cost ~5 us a node
+        was = getattr(local, "threads", None)
+        local.threads = threads
+        try:
             return self.compute(*inputs)
+        finally:
+            local.threads = was
 
     def work(self, *inputs) -> float:
         """Rough operation count of one call (default: 8 per input element); small calls run serially."""

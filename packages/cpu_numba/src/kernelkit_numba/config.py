@@ -12,21 +12,15 @@ Kernels are compiled with ``jit`` (serial) or ``jit_parallel`` (``prange`` loops
 - ``boundscheck=False``: indices are computed from validated shapes in Python.
 - ``nogil=True``: kernels release the GIL so ``Session.run_async`` runs overlap.
 
-Threads: every ``prange`` kernel is compiled twice from one function (``jit_parallel`` returns a
-``Twin``): a parallel version on Numba's OpenMP pool and a serial one where ``prange`` is a plain
-loop. A call runs the serial one inside ``serial()``, which ``NumbaKernel.execute`` enters for calls
-below ``SERIAL_WORK`` and for ``Session(threads=1)``: small calls then wake no thread and change no
-thread count (switching Numba's count and waking its pool cost ~30 us a call, more than most of a
-transformer's elementwise ops take). ``num_threads(n)`` sets Numba's thread count (thread-local) for
-parallel calls when ``Session(threads=n)`` asks for fewer than the pool has; ``blas_threads(n)`` sets
-the BLAS thread count (process-wide, through threadpoolctl) around the kernels that call BLAS, and
-restores it after.
-
-Numba's pool (threading layer "omp" here; TBB where installed) and NumPy's BLAS pool both busy-wait
-after a region by default and then steal the cores the other one needs (measured on the 2-core CI
-machine: ResNet-18 at 2 threads took 1.3 s per run with active waiting, 35-40 ms with passive), so
-this module asks OpenMP to sleep (``OMP_WAIT_POLICY=PASSIVE``) unless the user set a policy. Being
-an environment variable it applies to the whole process, and only if no OpenMP runtime has started.
+Threads: kernels never use Numba's own parallel pool (``parallel=True``/``prange`` split loops
+statically and collapse when a core is taken, see ``shards``). A parallel kernel is a ``nogil``
+function over a range of its outer loop, and ``parallel_for`` cuts that loop into shards run by
+``shards.POOL``, the calling thread included. ``jit_parallel`` is kept as the decorator of such
+kernels: a ``prange`` left in one runs as a plain ``range``. The thread budget of the current call
+is thread-local: ``NumbaKernel.execute`` sets it from ``Session(threads=n)`` (1 below
+``SERIAL_WORK`` and inside ``serial()``); outside a session it is ``default_threads()``, the CPUs
+this process may run on. BLAS is called at one thread per shard (``blas_threads(1)``, through
+threadpoolctl) so that BLAS and the kernels share one notion of how many threads run.
 """
 from __future__ import annotations
 
@@ -34,11 +28,9 @@ import contextlib
 import logging
 import os
 import threading
-import types
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when libgomp starts: before any kernel runs
-
-import numba  # noqa: E402
+import numba
+import numpy as np
 
 log = logging.getLogger("kernelkit.numba")
 
@@ -69,65 +61,107 @@ def jit_inline(fn):
     return numba.njit(inline="always", **_FLAGS)(fn)
 
 
-_local = threading.local()  # .serial: calls in this thread take the serial twin
+_local = threading.local()  # .threads: this thread's budget for the current kernel call
 
 
-class Twin:
-    """One kernel function compiled twice, lazily per signature: ``parallel`` (``prange`` loops on
-    Numba's pool) and ``serial`` (``prange`` as ``range``). Calling the twin picks by ``serial()``.
-
-    The serial copy is a distinct Python function (qualname ``<name>_serial``) because Numba's disk
-    cache keys entries by function and signature, not by the ``parallel`` flag."""
-
-    def __init__(self, fn):
-        copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__,
-                                  fn.__closure__)
-        copy.__qualname__, copy.__module__, copy.__doc__ = fn.__qualname__ + "_serial", fn.__module__, fn.__doc__
-        self.parallel = numba.njit(parallel=True, **_FLAGS)(fn)
-        self.serial = numba.njit(**_FLAGS)(copy)
-        self.__name__, self.__qualname__, self.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
-        self.__module__, self.__wrapped__ = fn.__module__, fn
-
-    def __call__(self, *args):
-        return (self.serial if in_serial() else self.parallel)(*args)
-
-    @property
-    def dispatchers(self) -> tuple:
-        return self.parallel, self.serial
+def jit_parallel(fn):
+    """Compile a kernel that ``parallel_for`` runs over shards of its outer loop (serial code: a
+    ``prange`` in it is a plain loop)."""
+    return numba.njit(**_FLAGS)(fn)
 
 
-def jit_parallel(fn) -> Twin:
-    """Compile ``fn`` as a nopython kernel whose ``prange`` loops run on Numba's thread pool, with a
-    serial twin for small calls (see ``serial``)."""
-    return Twin(fn)
+def default_threads() -> int:
+    """The CPUs this process may run on (``taskset``, container cpusets), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def current_threads() -> int:
+    """The thread budget of this thread's current kernel call."""
+    n = getattr(_local, "threads", None)
+    return default_threads() if n is None else n
 
 
 def in_serial() -> bool:
-    """Whether this thread's ``jit_parallel`` calls take the serial twin now."""
-    return getattr(_local, "serial", False)
+    """Whether this thread's kernels run on the calling thread alone now."""
+    return current_threads() == 1
 
 
 @contextlib.contextmanager
-def serial(on: bool = True):
-    """Within the body, this thread's ``jit_parallel`` kernels run their serial version."""
-    was = in_serial()
-    _local.serial = on
+def num_threads(threads: int | None):
+    """Run the body with this thread's kernel thread budget at ``threads``; None: leave it."""
+    was = getattr(_local, "threads", None)
+    if threads:
+        _local.threads = max(1, int(threads))
     try:
         yield
     finally:
-        _local.serial = was
+        _local.threads = was
 
 
-# Below this much work (about one flop or element-step per unit) a kernel runs on one thread,
-# BLAS included: waking a second thread costs more than it saves, and on a loaded machine a woken
-# thread may wait a whole scheduler slice for a core (a 128x256x256 SGEMM took 24 ms with
-# OpenBLAS's 2 threads and 0.2 ms with one there). 2**25 ~ 3e7 flops ~ 0.3 ms on one core.
+def serial(on: bool = True):
+    """Within the body, this thread's kernels run on the calling thread alone."""
+    return num_threads(1 if on else None)
+
+
+# Parallel calls are cut into shards of at least this much work (one flop or element step per
+# unit; a shard costs a few microseconds of Python to hand out) and at most SHARDS_PER_THREAD per
+# thread, so that a thread that gets no core leaves only small shards to the others.
+# (Measured on a quiet Xeon pinned to 2 cores: handing out a shard and joining cost tens of
+# microseconds, so 2**19-unit shards, 8 per thread, made the transformer slower at 2 threads than
+# at 1; GEMM tiles are larger still, since BLAS runs slower on small tiles.)
+MIN_SHARD_WORK = 1 << 21
+MIN_TILE_WORK = 1 << 22
+SHARDS_PER_THREAD = 4
+
+
+def shard_count(total: int, work: float, threads: int | None = None, unit: float | None = None) -> int:
+    """How many shards a loop of ``total`` iterations and ``work`` units is cut into (shards of at
+    least ``unit``, default MIN_SHARD_WORK)."""
+    n = current_threads() if threads is None else threads
+    unit = MIN_SHARD_WORK if unit is None else unit
+    if n <= 1 or total <= 1 or work < 2 * unit:
+        return 1
+    return int(max(2, min(total, SHARDS_PER_THREAD * n, work // max(unit, 1))))
+
+
+def parallel_for(kernel, total: int, args: tuple, work: float) -> None:
+    """``kernel(*args, lo, hi)`` over shards ``[lo, hi)`` of ``range(total)`` on the shard pool
+    (the caller runs shards too), or one call on this thread when the work is small."""
+    count = shard_count(total, work)
+    if count <= 1:
+        if total > 0:
+            kernel(*args, 0, total)
+        return
+    from .shards import POOL
+
+    POOL.run(lambda i: kernel(*args, i * total // count, (i + 1) * total // count), count, current_threads())
+
+
+def readonly(a):
+    """``a`` as a read-only array (a view when it is writable). Numba compiles a separate copy of a
+    kernel for read-only arguments, and model inputs and constants are read-only while
+    intermediate results are not: kernels see every input read-only, so each is compiled once."""
+    if isinstance(a, np.ndarray) and a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
+def run_shards(fn, count: int) -> None:
+    """``fn(i)`` for ``i`` in ``range(count)`` on the shard pool at this call's thread budget."""
+    from .shards import POOL
+
+    POOL.run(fn, count, current_threads())
+
+
+# Below this much work (about one flop or element step per unit, ~0.3-1 ms on one core) a kernel
+# runs on the calling thread alone: handing out shards and joining cost ~50-100 us a region on the
+# quiet Xeon, so the transformer's 128x256x256 GEMMs (17 MFLOP, ~0.2 ms) gained nothing from two
+# threads (13.2 ms at one thread, 14.0 at two with 2**23 here).
 SERIAL_WORK = 1 << 25
-BLAS_SERIAL_WORK = 1 << 20
-
-
-def max_threads() -> int:
-    return int(numba.config.NUMBA_NUM_THREADS)
 
 
 _blas: list | None = None  # threadpoolctl controllers of the loaded BLAS libraries, found once
@@ -146,27 +180,15 @@ def _blas_controllers() -> list:
     return _blas
 
 
-@contextlib.contextmanager
-def num_threads(threads: int | None):
-    """Run the body with Numba's thread count set to ``threads`` (thread-local); None, or the
-    pool's size already: leave it."""
-    n = None if not threads else max(1, min(int(threads), max_threads()))
-    before = None
-    if n is not None:
-        try:
-            before = numba.get_num_threads()
-            if before != n:
-                numba.set_num_threads(n)
-            else:
-                before = None
-        except (RuntimeError, ValueError) as exc:  # threading layer unavailable: run as configured
-            log.debug("cannot set numba thread count to %s: %s", threads, exc)
-            before = None
-    try:
-        yield
-    finally:
-        if before is not None:
-            numba.set_num_threads(before)
+def blas_single() -> None:
+    """Every loaded BLAS library at one thread, left so: the shard pool is the only parallelism.
+    Setting it per call and restoring it after cost ~40 us a call once BLAS had run (OpenBLAS
+    re-arms its threads), 2-3 ms of a ResNet-50 run; in a process that runs numba kernels,
+    NumPy's own BLAS calls therefore run at one thread too (threadpoolctl changes it back)."""
+    for lib in _blas_controllers():
+        if lib.get_num_threads() != 1:
+            log.debug("numba backend: %s set to one thread", lib.prefix)
+            lib.set_num_threads(1)
 
 
 @contextlib.contextmanager

@@ -19,9 +19,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import prange
 
-from ..config import jit, jit_parallel
+from ..config import jit, jit_parallel, parallel_for
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
@@ -43,13 +42,13 @@ def row_base(offsets, starts, shape, r):
 
 
 @jit_parallel
-def _take(src, offsets, starts, shape, dst, fill, lo, hi, step):
+def _take(src, offsets, starts, shape, dst, fill, lo, hi, step, r0, r1):
     """Rows of the output. On [lo, hi) the last axis's table is an arithmetic run with ``step``
     (a strided copy); outside it each entry is read from the table (-1: fill)."""
     rank = shape.shape[0]
     inner = shape[rank - 1]
     last = offsets[starts[rank - 1]:starts[rank - 1] + inner]
-    for r in prange(dst.shape[0] // inner):
+    for r in range(r0, r1):
         base = row_base(offsets, starts, shape, r)
         out = dst[r * inner:(r + 1) * inner]
         if base < 0:
@@ -74,8 +73,8 @@ def _take(src, offsets, starts, shape, dst, fill, lo, hi, step):
 
 
 @jit_parallel
-def _copy_cols(src, dst, s_col, d_col, width):
-    for r in prange(src.shape[0]):
+def _copy_cols(src, dst, s_col, d_col, width, lo, hi):
+    for r in range(lo, hi):
         a = src[r, s_col:s_col + width]
         b = dst[r, d_col:d_col + width]
         for j in range(width):
@@ -109,8 +108,9 @@ class TakePlan:
     def __call__(self, x, fill=0.0):
         y = np.empty(self.shape, x.dtype)
         if self.size:
-            _take(np.ascontiguousarray(x).reshape(-1), self.offsets, self.starts, self.dims, y.reshape(-1),
-                  x.dtype.type(fill), *self.run)
+            parallel_for(_take, self.size // self.shape[-1] if self.shape else 1,
+                         (np.ascontiguousarray(x).reshape(-1), self.offsets, self.starts, self.dims, y.reshape(-1),
+                          x.dtype.type(fill), *self.run), 4.0 * self.size)
         return y
 
 
@@ -155,7 +155,7 @@ def axis_tables(x, index_per_axis):
 
 def copy_cols(src, dst, s_col, d_col, width) -> None:
     if src.shape[0] and width:
-        _copy_cols(src, dst, s_col, d_col, width)
+        parallel_for(_copy_cols, src.shape[0], (src, dst, s_col, d_col, width), 2.0 * src.shape[0] * width)
 
 
 def as_matrix(x, axis):

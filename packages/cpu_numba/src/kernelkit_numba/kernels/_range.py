@@ -1,10 +1,10 @@
 """The column range of a strided window tap, shared by the conv, conv-transpose and pool loops."""
 from __future__ import annotations
 
-from ..config import jit
+from ..config import jit_inline
 
 
-@jit
+@jit_inline
 def tap_range(off, stride, size, count):
     """Outputs ``o`` in ``[lo, hi)`` whose source ``o * stride + off`` lies inside ``[0, size)``,
     for ``count`` outputs: the loop bounds that keep a tap inside the unpadded input."""

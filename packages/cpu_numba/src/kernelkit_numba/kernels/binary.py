@@ -7,13 +7,17 @@ as one parallel Numba loop. Same-shape contiguous operands take a flat loop that
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from kernelkit.registry import register_kernel
-from numba import prange
 from numpy.lib.stride_tricks import as_strided
 
+from .. import config
 from .._base import threaded
-from ..config import jit_inline, jit_parallel
+from ..config import jit_inline, jit_parallel, parallel_for
+
+U = np.uint64  # unsigned index: no wraparound check in inner loops
 
 ADD, SUB, MUL, DIV, POW, MAX, MIN, PRELU = range(8)
 
@@ -43,49 +47,75 @@ def _loops(code: int):
     kept every branch in the loop and made Add 10x slower than NumPy."""
 
     @jit_parallel
-    def flat(a, b, out):
-        for i in prange(out.shape[0]):
-            out[i] = _op(a[i], b[i], code)
+    def flat(a, b, out, lo, hi):
+        for i in range(lo, hi):
+            out[U(i)] = _op(a[U(i)], b[U(i)], code)
 
     @jit_parallel
-    def rows(a, b, out, swapped):
+    def rows(a, b, out, swapped, lo, hi):
         """out[r, l] = a[r, l] op b[l] (or b[l] op a[r, l] when swapped): a bias-like operand."""
-        r_n, l_n = out.shape
-        for r in prange(r_n):
+        l_n = out.shape[1]
+        for r in range(lo, hi):
             src, dst = a[r], out[r]
             if swapped:
                 for k in range(l_n):
-                    dst[k] = _op(b[k], src[k], code)
+                    dst[U(k)] = _op(b[U(k)], src[U(k)], code)
             else:
                 for k in range(l_n):
-                    dst[k] = _op(src[k], b[k], code)
+                    dst[U(k)] = _op(src[U(k)], b[U(k)], code)
 
     @jit_parallel
-    def with_scalar(a, s, out, swapped):
+    def row_scalar(a, b, out, swapped, lo, hi):
+        """out[r, l] = a[r, l] op b[r] (or b[r] op a[r, l]): one value per row, e.g. a per-channel scale."""
+        l_n = out.shape[1]
+        for r in range(lo, hi):
+            src, dst, s = a[r], out[r], b[r]
+            if swapped:
+                for k in range(l_n):
+                    dst[U(k)] = _op(s, src[U(k)], code)
+            else:
+                for k in range(l_n):
+                    dst[U(k)] = _op(src[U(k)], s, code)
+
+    @jit_parallel
+    def with_scalar(a, s, out, swapped, lo, hi):
         """out = a op s (or s op a when swapped) over flat arrays."""
         if swapped:
-            for i in prange(out.shape[0]):
-                out[i] = _op(s, a[i], code)
+            for i in range(lo, hi):
+                out[U(i)] = _op(s, a[U(i)], code)
         else:
-            for i in prange(out.shape[0]):
-                out[i] = _op(a[i], s, code)
+            for i in range(lo, hi):
+                out[U(i)] = _op(a[U(i)], s, code)
 
     @jit_parallel
-    def strided4(a, b, out):
-        """out[i, j, k, l] = a[...] op b[...] on 4-D views (a and b may have zero strides)."""
-        d0, d1, d2, d3 = out.shape
-        for p in prange(d0 * d1):
-            i = p // d1
-            j = p - i * d1
-            for k in range(d2):
-                ra, rb, ro = a[i, j, k], b[i, j, k], out[i, j, k]
+    def strided4(a, b, out, lo, hi):
+        """out[i, j, k, l] = a[...] op b[...] on 4-D views (a and b may have zero strides), rows
+        [lo, hi) of the flattened (i, j, k). A row where one operand is one repeated value (a
+        per-channel scale: stride 0 on the last axis) gets a loop with that value hoisted."""
+        d1, d2, d3 = out.shape[1], out.shape[2], out.shape[3]
+        a_rep, b_rep = a.strides[3] == 0, b.strides[3] == 0
+        for p in range(lo, hi):
+            ij = p // d2
+            k = p - ij * d2
+            i = ij // d1
+            j = ij - i * d1
+            ra, rb, ro = a[i, j, k], b[i, j, k], out[i, j, k]
+            if b_rep:
+                s = rb[0]
+                for m in range(d3):
+                    ro[m] = _op(ra[m], s, code)
+            elif a_rep:
+                s = ra[0]
+                for m in range(d3):
+                    ro[m] = _op(s, rb[m], code)
+            else:
                 for m in range(d3):
                     ro[m] = _op(ra[m], rb[m], code)
 
-    return flat, rows, with_scalar, strided4
+    return flat, rows, with_scalar, strided4, row_scalar
 
 
-LOOPS = {code: _loops(code) for code in (ADD, SUB, MUL, DIV, POW, MAX, MIN, PRELU)}
+_loops = functools.cache(_loops)  # built on first use: creating ~40 dispatchers at import cost ~1 s
 
 
 def _coalesce(shape, *strides):
@@ -108,21 +138,66 @@ def _trailing(small, full) -> bool:
     return not dims or tuple(full[len(full) - len(dims):]) == tuple(dims)
 
 
+def _leading(small, full) -> bool:
+    """``small`` (aligned to the right) equals ``full`` on its leading axes and is 1 after them:
+    one value per row of ``full`` viewed as (small.size, rest)."""
+    dims = (1,) * (len(full) - len(small)) + tuple(small)
+    k = len(dims)
+    while k and dims[k - 1] == 1:
+        k -= 1
+    return all(dims[i] == full[i] for i in range(k))
+
+
+def _shards(loop, total, args, elements):
+    """A loop over ``total`` outer iterations, sharded when the tensor is large (~4 work units per element)."""
+    parallel_for(loop, total, args, 4.0 * elements)
+
+
+# Add/Sub/Mul/Div are memory-bound: NumPy's SIMD loops ran them 1.3x faster than the Numba loops
+# (1x96x112x112 Mul: 0.67 vs 0.87 ms), so they run as NumPy ufuncs on shards of the broadcast views
+_UFUNCS = {ADD: np.add, SUB: np.subtract, MUL: np.multiply, DIV: np.divide}
+
+
+def _run_ufunc(ufunc, a, b, out) -> None:
+    axis = next((k for k, d in enumerate(out.shape) if d >= 4), None)
+    if axis is None or config.shard_count(out.shape[axis], 4.0 * out.size) <= 1:
+        with np.errstate(all="ignore"):  # x / 0 is inf or NaN without a warning, as in the Numba loops
+            ufunc(a, b, out=out)
+        return
+    av, bv, lead = np.broadcast_to(a, out.shape), np.broadcast_to(b, out.shape), (slice(None),) * axis
+
+    def shard(lo, hi):
+        part = lead + (slice(lo, hi),)
+        with np.errstate(all="ignore"):
+            ufunc(av[part], bv[part], out=out[part])
+
+    config.parallel_for(shard, out.shape[axis], (), 4.0 * out.size)
+
+
 def _run(a, b, out, code):
-    flat, rows, with_scalar, strided4 = LOOPS[code]
+    if code in _UFUNCS:
+        _run_ufunc(_UFUNCS[code], a, b, out)
+        return
+    flat, rows, with_scalar, strided4, row_scalar = _loops(code)
     contiguous = a.flags.c_contiguous and b.flags.c_contiguous
     if contiguous and a.shape == b.shape == out.shape:
-        flat(a.reshape(-1), b.reshape(-1), out.reshape(-1))
+        _shards(flat, out.size, (a.reshape(-1), b.reshape(-1), out.reshape(-1)), out.size)
         return
     if contiguous and (a.shape == out.shape or b.shape == out.shape):  # a bias or a scalar: one row
         swapped = a.shape != out.shape
         big, small = (b, a) if swapped else (a, b)
         if small.size == 1:
-            with_scalar(big.reshape(-1), small.reshape(-1)[0], out.reshape(-1), swapped)
+            _shards(with_scalar, out.size, (big.reshape(-1), small.reshape(-1)[0], out.reshape(-1), swapped), out.size)
             return
         if _trailing(small.shape, out.shape):
             length = small.size
-            rows(big.reshape(-1, length), small.reshape(length), out.reshape(-1, length), swapped)
+            _shards(rows, out.size // length, (big.reshape(-1, length), small.reshape(length), out.reshape(-1, length),
+                                               swapped), out.size)
+            return
+        if _leading(small.shape, out.shape):
+            count = small.size
+            _shards(row_scalar, count, (big.reshape(count, -1), small.reshape(count), out.reshape(count, -1), swapped),
+                    out.size)
             return
     av, bv = np.broadcast_to(a, out.shape), np.broadcast_to(b, out.shape)
     shape, (sa, sb, so) = _coalesce(out.shape, av.strides, bv.strides, out.strides)
@@ -133,8 +208,9 @@ def _run(a, b, out, code):
         return
     pad = 4 - len(shape)
     shape4 = (1,) * pad + tuple(shape)
-    strided4(as_strided(av, shape4, (0,) * pad + tuple(sa)), as_strided(bv, shape4, (0,) * pad + tuple(sb)),
-             as_strided(out, shape4, (0,) * pad + tuple(so)))
+    args = (as_strided(av, shape4, (0,) * pad + tuple(sa)), as_strided(bv, shape4, (0,) * pad + tuple(sb)),
+            as_strided(out, shape4, (0,) * pad + tuple(so)))
+    _shards(strided4, shape4[0] * shape4[1] * shape4[2], args, out.size)
 
 
 def _binary(a, b, code):

@@ -13,6 +13,7 @@ from kernelkit.geometry import conv_transpose_geometry as _resolve
 from kernelkit.registry import register_kernel
 from numba import prange
 
+from .. import config
 from .._base import NumbaKernel
 from ..config import jit_parallel
 from ._range import tap_range
@@ -90,6 +91,7 @@ class ConvTranspose(NumbaKernel):
                 cols = np.dot(wmat[g].T, x4[n, g * cg:(g + 1) * cg].reshape(cg, h_n * w_n))
                 _col2im(cols, y[n, g * mg:(g + 1) * mg], kh, kw, sh, sw, dh, dw, ph, pw, h_n, w_n)
         bias = np.zeros(m_n, x4.dtype) if b is None else np.ascontiguousarray(b, dtype=x4.dtype).reshape(m_n)
+        bias = config.readonly(bias)
         code, p0, p1 = self.act
         bias_act_rows(y.reshape(n_n, m_n, oh_n * ow_n), bias, code, p0, p1)
         return y[:, :, 0, :] if one_d else y

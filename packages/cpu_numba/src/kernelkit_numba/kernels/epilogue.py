@@ -2,13 +2,15 @@
 the meanings) applied in one pass over a GEMM's output."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 from kernelkit.activation import ACTIVATIONS, resolve
-from numba import prange
 
-from ..config import jit_inline, jit_parallel
+from ..config import jit_inline, jit_parallel, parallel_for
+
+U = np.uint64  # unsigned index: no wraparound check in inner loops
 
 # one integer code per entry of core's activation table (same order), 0 for none
 NONE, RELU, CLIP, LEAKY_RELU, SIGMOID, HARD_SWISH, TANH, GELU = range(8)
@@ -56,8 +58,7 @@ def gelu(v, approximate):
     return 0.5 * v * (1.0 + erf(v * 0.7071067811865476))
 
 
-@jit_inline
-def act(v, code, p0, p1):
+def _act(v, code, p0, p1):
     """One activated value (same dtype as ``v``)."""
     if code == RELU:
         return max(v, 0)
@@ -76,41 +77,62 @@ def act(v, code, p0, p1):
     return v
 
 
+act = jit_inline(_act)  # inlined: with a constant code the branch folds away
+
+
 def _loops(code: int):
     """The epilogue loops compiled for one activation: ``code`` is a closure constant, so the
     inlined ``act`` folds to one formula and the row loops vectorise (a run-time code kept the
-    branches in the loop and cost a GEMM of a transformer's linear layer a third of its time)."""
+    branches in the loop and cost a GEMM of a transformer's linear layer a third of its time).
+    Each runs over a range of rows, a shard of ``config.parallel_for``."""
 
     @jit_parallel
-    def rows(y, bias, p0, p1):
-        a_n, b_n, l_n = y.shape
-        for ab in prange(a_n * b_n):
+    def rows(y, bias, p0, p1, lo, hi):
+        b_n, l_n = y.shape[1], y.shape[2]
+        for ab in range(lo, hi):
             a = ab // b_n
             b = ab - a * b_n
             row = y[a, b]
             beta = bias[b]
             for i in range(l_n):
-                row[i] = act(row[i] + beta, code, p0, p1)
+                row[U(i)] = act(row[U(i)] + beta, code, p0, p1)
 
     @jit_parallel
-    def cols(y, alpha, bias, beta, p0, p1):
-        m_n, n_n = y.shape
-        for i in prange(m_n):
+    def cols(y, alpha, bias, beta, p0, p1, r0, r1, c0, c1):
+        """y[r, c] = act(alpha * y[r, c] + beta * bias[c]) on the tile [r0, r1) x [c0, c1)."""
+        for i in range(r0, r1):
             row = y[i]
-            for j in range(n_n):
-                row[j] = act(alpha * row[j] + beta * bias[j], code, p0, p1)
+            for j in range(c0, c1):
+                row[U(j)] = act(alpha * row[U(j)] + beta * bias[U(j)], code, p0, p1)
 
-    return rows, cols
+    @jit_parallel
+    def block(y, bias, r0, r1, c0, c1, p0, p1):
+        """y[r, c0:c1] = act(y[r, c0:c1] + bias[r]) for rows [r0, r1): one GEMM tile, still in cache."""
+        for r in range(r0, r1):
+            row = y[r]
+            beta = bias[r]
+            for i in range(c0, c1):
+                row[U(i)] = act(row[U(i)] + beta, code, p0, p1)
+
+    return rows, cols, block
 
 
-_LOOPS = {code: _loops(code) for code in sorted(set(CODES.values()))}
+_loops = functools.cache(_loops)  # built on first use
 
 
 def bias_act_rows(y, bias, code, p0, p1) -> None:
     """In place on y (A, B, L): y[a, b, :] = act(y[a, b, :] + bias[b]) (bias: B values)."""
-    _LOOPS[code][0](y, bias, p0, p1)
+    parallel_for(_loops(code)[0], y.shape[0] * y.shape[1], (y, bias, p0, p1), 4.0 * y.size)
 
 
-def scale_bias_act_cols(y, alpha, bias, beta, code, p0, p1) -> None:
-    """In place on y (M, N): y[i, j] = act(alpha * y[i, j] + beta * bias[j]) (bias: N values)."""
-    _LOOPS[code][1](y, alpha, bias, beta, p0, p1)
+def scale_bias_act_cols(y, alpha, bias, beta, code, p0, p1, r0=0, r1=None, c0=0, c1=None) -> None:
+    """In place on the tile [r0, r1) x [c0, c1) of y (M, N), all of it by default:
+    y[i, j] = act(alpha * y[i, j] + beta * bias[j]) (bias: N values)."""
+    r1 = y.shape[0] if r1 is None else r1
+    c1 = y.shape[1] if c1 is None else c1
+    _loops(code)[1](y, alpha, bias, beta, p0, p1, r0, r1, c0, c1)
+
+
+def bias_act_block(y, bias, r0, r1, c0, c1, code, p0, p1) -> None:
+    """In place on the tile y[r0:r1, c0:c1] of a C-contiguous (R, L) array: + bias[r], activation."""
+    _loops(code)[2](y, bias, r0, r1, c0, c1, p0, p1)

@@ -1,6 +1,7 @@
-"""Gemm and MatMul: the product goes to BLAS (``np.dot``/``np.matmul`` on views, transposes
-passed as BLAS flags rather than copies); Numba fuses scaling, bias and activation into one
-parallel pass over the result."""
+"""Gemm and MatMul: the product goes to BLAS at one thread per call, cut into output tiles that the
+shard pool runs in parallel (``np.matmul`` on views, transposes passed as BLAS strides rather than
+copies); each tile's scaling, bias and activation are applied by a Numba loop right after its
+GEMM, while the tile is still in cache."""
 from __future__ import annotations
 
 import math
@@ -8,8 +9,30 @@ import math
 import numpy as np
 from kernelkit.registry import register_kernel
 
+from .. import config
 from .._base import NumbaKernel
-from .epilogue import NONE, bias_act_rows, scale_bias_act_cols
+from .conv import _edge, tile_grid
+from .epilogue import NONE, scale_bias_act_cols
+
+
+def tiled_matmul(a, b, out, epilogue=None) -> None:
+    """out (M, N) = a (M, K) @ b (K, N), cut into tiles run on the shard pool; ``epilogue(r0, r1,
+    c0, c1)`` runs on each finished tile."""
+    m, n = out.shape
+    rows, cols = tile_grid(m, n, config.shard_count(m * n, 2.0 * m * n * a.shape[1], unit=config.MIN_TILE_WORK))
+
+    def tile(t):
+        mt, pt = divmod(t, cols)
+        r0, r1 = mt * m // rows, (mt + 1) * m // rows
+        c0, c1 = _edge(pt, cols, n), _edge(pt + 1, cols, n)
+        np.matmul(a[r0:r1, :], b[:, c0:c1], out=out[r0:r1, c0:c1])
+        if epilogue is not None:
+            epilogue(r0, r1, c0, c1)
+
+    if rows * cols == 1:
+        tile(0)
+    else:
+        config.run_shards(tile, rows * cols)
 
 
 @register_kernel("Gemm", device="cpu", vendor="numba", dtype="float32")
@@ -29,26 +52,35 @@ class Gemm(NumbaKernel):
         dtype = a.dtype
         lhs = a.T if at.get("transA", 0) else a
         rhs = b.T if at.get("transB", 0) else b
-        y = np.dot(lhs, rhs)
+        y = np.empty((lhs.shape[0], rhs.shape[1]), dtype)
         n = y.shape[1]
         alpha, beta = dtype.type(at.get("alpha", 1.0)), dtype.type(at.get("beta", 1.0))
         code, p0, p1 = self.act
         if c is not None and c.size == n and c.ndim >= 1 and c.shape[-1] == n:
             bias = np.ascontiguousarray(c, dtype=dtype).reshape(n)  # one bias per column
+            fused = True
+        else:  # no C, or a scalar, per-row or full C: NumPy broadcasting after the GEMM
+            bias, fused = config.readonly(np.zeros(n, dtype)), c is None
+            if c is None:
+                beta = dtype.type(0)
+        if fused and (alpha != 1 or beta != 0 or code != NONE):
+            def epilogue(r0, r1, c0, c1):
+                scale_bias_act_cols(y, alpha, bias, beta, code, p0, p1, r0, r1, c0, c1)
         else:
-            if c is not None:  # scalar, per-row or full C: NumPy broadcasting, then the epilogue
-                y *= alpha
-                y += beta * c
-                alpha = dtype.type(1)
-            bias, beta = np.zeros(n, dtype), dtype.type(0)
-        if alpha != 1 or beta != 0 or code != NONE:
-            scale_bias_act_cols(y, alpha, bias, beta, code, p0, p1)
+            epilogue = None
+        tiled_matmul(lhs, rhs, y, epilogue)
+        if not fused:
+            y *= alpha
+            y += beta * c
+            if code != NONE:
+                scale_bias_act_cols(y, dtype.type(1), bias, dtype.type(0), code, p0, p1)
         return y
 
 
 @register_kernel("MatMul", device="cpu", vendor="numba", dtype="float32")
 class MatMul(NumbaKernel):
-    """NumPy matmul semantics (1-D operands promoted, batch dims broadcast) + fused activation."""
+    """NumPy matmul semantics (1-D operands promoted, batch dims broadcast) + fused activation.
+    N-D products run as (batch item, tile) shards."""
 
     uses_blas = True
 
@@ -63,9 +95,41 @@ class MatMul(NumbaKernel):
         return 2.0 * batch * m * n * (a.shape[-1] if a.ndim else 1)
 
     def compute(self, a, b):
-        y = np.asarray(np.matmul(a, b))  # vector @ vector gives a NumPy scalar: keep a 0-d array
         code, p0, p1 = self.act
-        if code != NONE:
-            rows = y.reshape(1, -1, y.shape[-1] if y.ndim else 1)
-            bias_act_rows(rows, np.zeros(rows.shape[1], y.dtype), code, p0, p1)
+        if a.ndim < 2 or b.ndim < 2 or config.current_threads() == 1:  # one NumPy call, as the reference
+            y = np.asarray(np.matmul(a, b))  # vector @ vector gives a NumPy scalar: keep a 0-d array
+            if code != NONE and y.size:
+                rows = y.reshape(-1, y.shape[-1] if y.ndim else 1)
+                zeros = config.readonly(np.zeros(rows.shape[1], y.dtype))
+                scale_bias_act_cols(rows, y.dtype.type(1), zeros, y.dtype.type(0), code, p0, p1)
+            return y
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        if b.shape[-2] != k:
+            raise ValueError(f"MatMul operands {a.shape} and {b.shape} do not align")
+        y = np.empty(batch + (m, n), a.dtype)
+        a3 = np.broadcast_to(a, batch + (m, k))
+        b3 = np.broadcast_to(b, batch + (k, n))
+        items = math.prod(batch)
+        zeros = config.readonly(np.zeros(n, y.dtype)) if code != NONE else None
+        one, zero = y.dtype.type(1), y.dtype.type(0)
+        if y.size == 0:
+            return y
+        per_item = config.shard_count(items * m * n, 2.0 * items * m * n * k, unit=config.MIN_TILE_WORK)
+        rows, cols = tile_grid(m, n, -(-per_item // items))
+
+        items_at = list(np.ndindex(batch)) if batch else [()]
+
+        def shard(t):
+            item, rest = divmod(t, rows * cols)
+            idx = items_at[item]
+            out = y[idx]
+            mt, pt = divmod(rest, cols)
+            r0, r1 = mt * m // rows, (mt + 1) * m // rows
+            c0, c1 = _edge(pt, cols, n), _edge(pt + 1, cols, n)
+            np.matmul(a3[idx][r0:r1, :], b3[idx][:, c0:c1], out=out[r0:r1, c0:c1])
+            if zeros is not None:
+                scale_bias_act_cols(out, one, zeros, zero, code, p0, p1, r0, r1, c0, c1)
+
+        config.run_shards(shard, items * rows * cols)
         return y

@@ -1,4 +1,7 @@
-"""Transpose, Slice, Expand, Tile, DepthToSpace, SpaceToDepth: one parallel gather each.
+"""Transpose, Slice, Expand, Tile, DepthToSpace, SpaceToDepth.
+
+Slice returns a view and Transpose a NumPy copy of the permuted view (sharded), as fast as the
+reference; the others are one parallel gather each.
 
 Each op only builds per-axis source-offset tables (``_copy.take``); the copy itself is the shared
 parallel row loop. Transpose, Expand and the depth/space ops read the tables off a NumPy view of
@@ -10,8 +13,9 @@ import numpy as np
 from kernelkit.ops.slice import slices
 from kernelkit.registry import register_kernel
 
-from .._base import NumbaKernel, threaded
-from ._copy import TakePlan, strides, take
+from .. import config
+from .._base import threaded
+from ._copy import strides, take
 
 
 def _view_tables(view, itemsize):
@@ -24,36 +28,40 @@ def _through_view(x, make_view, out_shape):
     return take(xc, _view_tables(make_view(xc), xc.itemsize)).reshape(out_shape)
 
 
-def _transpose_tables(x, perm):
-    perm = list(range(x.ndim))[::-1] if perm is None else [int(p) for p in perm]
-    if sorted(p % max(x.ndim, 1) for p in perm) != list(range(x.ndim)):
-        raise ValueError(f"perm {perm} is not a permutation of the {x.ndim} axes")
-    return [np.arange(x.shape[p], dtype=np.int64) * strides(x)[p] for p in perm]
+def copy_view(view):
+    """A C-contiguous copy of a strided view by NumPy's copy loops (faster than the generic row
+    gather of ``take`` for permutations and plain slices: 0.79 vs 1.25 ms for an NCHW->NHWC
+    transpose of 1x64x112x112), cut along the first axis long enough to shard (NumPy releases the
+    GIL while it copies)."""
+    out = np.empty(view.shape, view.dtype)
+    axis = next((k for k, d in enumerate(view.shape) if d >= 4), None)
+    if axis is None or view.size < 2 * config.MIN_SHARD_WORK:
+        np.copyto(out, view)
+        return out
+    lead = (slice(None),) * axis
+
+    def shard(lo, hi):
+        np.copyto(out[lead + (slice(lo, hi),)], view[lead + (slice(lo, hi),)])
+
+    config.parallel_for(shard, view.shape[axis], (), 2.0 * view.size)
+    return out
 
 
 def transpose(x, *, perm=None):
-    return take(x, _transpose_tables(x, perm))
+    perm = list(range(x.ndim))[::-1] if perm is None else [int(p) for p in perm]
+    if sorted(p % max(x.ndim, 1) for p in perm) != list(range(x.ndim)):
+        raise ValueError(f"perm {perm} is not a permutation of the {x.ndim} axes")
+    return copy_view(np.transpose(x, perm))
 
 
-@register_kernel("Transpose", device="cpu", vendor="numba", dtype=("float32", "int8", "uint8"))  # int8: QDQ models
-class Transpose(NumbaKernel):
-    """Transpose as a class kernel: the offset tables depend only on the input shape and ``perm``,
-    so they are built once per shape (per-head transposes in attention are small and frequent)."""
-
-    def setup(self, input_specs):
-        self.plan, self.planned_for = None, None
-
-    def compute(self, x):
-        if self.planned_for != x.shape:
-            self.plan, self.planned_for = TakePlan(_transpose_tables(x, self.attrs.get("perm"))), x.shape
-        return self.plan(x)
+register_kernel("Transpose", device="cpu", vendor="numba", dtype=("float32", "int8", "uint8"))(  # int8: QDQ models
+    threaded(transpose))
 
 
 def slice_(data, starts, ends, axes=None, steps=None):
-    cuts = slices(data.shape, list(starts), list(ends), None if axes is None else list(axes),
-                  None if steps is None else list(steps))
-    return take(data, [np.arange(*cut.indices(d), dtype=np.int64) * s
-                       for cut, d, s in zip(cuts, data.shape, strides(data))])
+    """A view, as the reference returns: a copy would only cost time."""
+    return data[slices(data.shape, list(starts), list(ends), None if axes is None else list(axes),
+                       None if steps is None else list(steps))]
 
 
 def expand(x, shape):

@@ -9,10 +9,9 @@ import math
 
 import numpy as np
 from kernelkit.registry import register_kernel
-from numba import prange
 
 from .._base import threaded
-from ..config import jit, jit_parallel
+from ..config import jit, jit_parallel, parallel_for
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
@@ -33,10 +32,10 @@ def _moments(src, eps):
 
 
 @jit_parallel
-def _layer_norm(x, scale, bias, eps, y, mean_out, inv_out):
+def _layer_norm(x, scale, bias, eps, y, mean_out, inv_out, lo, hi):
     """Rows of x (R, D): y = (x - mean) * inv_std * scale + bias; scale/bias have D values."""
-    r_n, d_n = x.shape
-    for r in prange(r_n):
+    d_n = x.shape[1]
+    for r in range(lo, hi):
         src = x[r]
         dst = y[r]
         mean, inv = _moments(src, eps)
@@ -47,10 +46,10 @@ def _layer_norm(x, scale, bias, eps, y, mean_out, inv_out):
 
 
 @jit_parallel
-def _instance_norm(x, scale, bias, eps, y):
+def _instance_norm(x, scale, bias, eps, y, lo, hi):
     """Planes of x (N, C, L): normalize each over L, then scale[c], bias[c]."""
     n_n, c_n, l_n = x.shape
-    for nc in prange(n_n * c_n):
+    for nc in range(lo, hi):
         n = nc // c_n
         c = nc - n * c_n
         src = x[n, c]
@@ -62,10 +61,10 @@ def _instance_norm(x, scale, bias, eps, y):
 
 
 @jit_parallel
-def _channel_affine(x, mean, inv, bias, y):
+def _channel_affine(x, mean, inv, bias, y, lo, hi):
     """Planes of x (N, C, L): y = (x - mean[c]) * inv[c] + bias[c]."""
     n_n, c_n, l_n = x.shape
-    for nc in prange(n_n * c_n):
+    for nc in range(lo, hi):
         n = nc // c_n
         c = nc - n * c_n
         src = x[n, c]
@@ -96,7 +95,9 @@ def layer_normalization(x, scale, b=None, *, axis=-1, epsilon=1e-5):
     if d_n == 0:  # nothing to normalize over: statistics of an empty row are NaN, as in NumPy
         mean[...], inv[...] = np.nan, np.nan
     elif rows.shape[0]:
-        _layer_norm(rows, scale, bias, float(epsilon), y.reshape(rows.shape), mean.reshape(-1), inv.reshape(-1))
+        parallel_for(_layer_norm, rows.shape[0],
+                     (rows, scale, bias, float(epsilon), y.reshape(rows.shape), mean.reshape(-1), inv.reshape(-1)),
+                     8.0 * rows.size)
     return y, mean, inv
 
 
@@ -104,15 +105,19 @@ def batch_normalization(x, scale, b, mean, var, *, epsilon=1e-5):
     t = x.dtype.type
     inv = (scale / np.sqrt(var + t(epsilon))).astype(x.dtype, copy=False)
     y = np.empty(x.shape, x.dtype)
-    _channel_affine(_planes(x), np.ascontiguousarray(mean, x.dtype), np.ascontiguousarray(inv),
-                    np.ascontiguousarray(b, x.dtype), y.reshape(_planes(y).shape))
+    planes = _planes(x)
+    parallel_for(_channel_affine, planes.shape[0] * planes.shape[1],
+                 (planes, np.ascontiguousarray(mean, x.dtype), np.ascontiguousarray(inv),
+                  np.ascontiguousarray(b, x.dtype), y.reshape(planes.shape)), 4.0 * x.size)
     return y
 
 
 def instance_normalization(x, scale, b, *, epsilon=1e-5):
     y = np.empty(x.shape, x.dtype)
-    _instance_norm(_planes(x), np.ascontiguousarray(scale, x.dtype), np.ascontiguousarray(b, x.dtype),
-                   float(epsilon), y.reshape(_planes(y).shape))
+    planes = _planes(x)
+    parallel_for(_instance_norm, planes.shape[0] * planes.shape[1],
+                 (planes, np.ascontiguousarray(scale, x.dtype), np.ascontiguousarray(b, x.dtype), float(epsilon),
+                  y.reshape(planes.shape)), 8.0 * x.size)
     return y
 
 

@@ -10,48 +10,22 @@ import math
 
 import numpy as np
 from kernelkit.geometry import window
+from kernelkit.ops._window import kernel_offsets
 from kernelkit.registry import register_kernel
-from numba import prange
 
 from .._base import NumbaKernel, threaded
-from ..config import jit_parallel
+from ..config import jit_parallel, parallel_for
 from ._range import tap_range
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
 
 @jit_parallel
-def _max_pool(x, y, kh, kw, sh, sw, dh, dw, ph, pw, lowest):
-    """lowest: -inf, or the smallest value of an integer dtype (int8/uint8 from QDQ models)."""
-    n_n, c_n, h_n, w_n = x.shape
-    oh_n, ow_n = y.shape[2], y.shape[3]
-    for nc in prange(n_n * c_n):
-        n = nc // c_n
-        c = nc - n * c_n
-        src = x[n, c]
-        for oh in range(oh_n):
-            row = y[n, c, oh]
-            row[:] = lowest
-            for i in range(kh):
-                h = oh * sh - ph + i * dh
-                if h < 0 or h >= h_n:
-                    continue
-                s = src[h]
-                for j in range(kw):
-                    off = j * dw - pw
-                    lo, hi = tap_range(off, sw, w_n, ow_n)
-                    for ow in range(lo, hi):
-                        v = s[U(ow * sw + off)]
-                        m = row[U(ow)]
-                        row[U(ow)] = v if v > m or v != v else m  # NaN propagates, as in np.max
-
-
-@jit_parallel
-def _max_pool_indices(x, y, idx, kh, kw, sh, sw, dh, dw, ph, pw, col_major):
+def _max_pool_indices(x, y, idx, kh, kw, sh, sw, dh, dw, ph, pw, col_major, lo, hi):
     """Max pool that also returns the flat index of each maximum (first one on ties)."""
     n_n, c_n, h_n, w_n = x.shape
     oh_n, ow_n = y.shape[2], y.shape[3]
-    for nc in prange(n_n * c_n):
+    for nc in range(lo, hi):
         n = nc // c_n
         c = nc - n * c_n
         src = x[n, c]
@@ -76,11 +50,11 @@ def _max_pool_indices(x, y, idx, kh, kw, sh, sw, dh, dw, ph, pw, col_major):
 
 
 @jit_parallel
-def _avg_pool(x, y, cnt_h, cnt_w, kh, kw, sh, sw, dh, dw, ph, pw):
+def _avg_pool(x, y, cnt_h, cnt_w, kh, kw, sh, sw, dh, dw, ph, pw, lo, hi):
     """Window sums divided by cnt_h[oh] * cnt_w[ow] (taps counted per the pad mode)."""
     n_n, c_n, h_n, w_n = x.shape
     oh_n, ow_n = y.shape[2], y.shape[3]
-    for nc in prange(n_n * c_n):
+    for nc in range(lo, hi):
         n = nc // c_n
         c = nc - n * c_n
         src = x[n, c]
@@ -102,10 +76,10 @@ def _avg_pool(x, y, cnt_h, cnt_w, kh, kw, sh, sw, dh, dw, ph, pw):
 
 
 @jit_parallel
-def _global_pool(x, y, is_max):
-    """y[r] = mean (or max) of x[r, :] for a (rows, L) view."""
-    r_n, l_n = x.shape
-    for r in prange(r_n):
+def _global_pool(x, y, is_max, lo, hi):
+    """y[r] = mean (or max) of x[r, :] for rows [lo, hi) of a (rows, L) view."""
+    l_n = x.shape[1]
+    for r in range(lo, hi):
         src = x[r]
         if is_max:
             acc = src[0]
@@ -155,9 +129,20 @@ class _Pool(NumbaKernel):
 
 @register_kernel("MaxPool", device="cpu", vendor="numba", dtype=("float32", "int8", "uint8"), supports=_supports)
 class MaxPool(_Pool):
+    """Without Indices: a running maximum over the kernel offsets (NumPy's vectorised maximum on
+    unpadded strided regions, as the reference) on shards of channels; a Numba loop with a
+    NaN-propagating compare per tap ran 5x slower (1x64x112x112, 3x3 stride 2: 13.7 vs 2.5 ms).
+    With Indices: a Numba window scan."""
     def setup(self, input_specs):
         node = getattr(self.context, "node", None)
         self.want_indices = node is not None and len(node.outputs) > 1 and bool(node.outputs[1])
+
+    def _running_max(self, x4, y, lo, hi):
+        yc, xc = y[:, lo:hi], x4[:, lo:hi]
+        yc.fill(-np.inf if y.dtype.kind == "f" else np.iinfo(y.dtype).min)  # int8/uint8 from QDQ models
+        for _, out, src in self._offsets:
+            region = yc[(slice(None), slice(None), *out)]
+            np.maximum(region, xc[(slice(None), slice(None), *src)], out=region)
 
     def compute(self, x):
         win = self._window(x.shape)
@@ -165,11 +150,14 @@ class MaxPool(_Pool):
         (kh, kw), (sh, sw), (dh, dw), (ph, pw) = win.kernel, win.strides, win.dilations, win.begin
         y = np.empty(x4.shape[:2] + tuple(win.out), x4.dtype)
         if not self.want_indices:
-            lowest = -np.inf if x4.dtype.kind == "f" else np.iinfo(x4.dtype).min
-            _max_pool(x4, y, kh, kw, sh, sw, dh, dw, ph, pw, x4.dtype.type(lowest))
+            if getattr(self, "_offsets_key", None) != x4.shape:
+                self._offsets, self._offsets_key = list(kernel_offsets(x4.shape[2:], win)), x4.shape
+            parallel_for(self._running_max, y.shape[1], (x4, y), 2.0 * y.size * kh * kw)
             return y[:, :, 0, :] if x.ndim == 3 else y
         idx = np.empty(y.shape, np.int64)
-        _max_pool_indices(x4, y, idx, kh, kw, sh, sw, dh, dw, ph, pw, self.attrs.get("storage_order", 0) == 1)
+        parallel_for(_max_pool_indices, y.shape[0] * y.shape[1],
+                     (x4, y, idx, kh, kw, sh, sw, dh, dw, ph, pw, self.attrs.get("storage_order", 0) == 1),
+                     4.0 * y.size * kh * kw)
         if x.ndim == 3:
             return y[:, :, 0, :], idx[:, :, 0, :]
         return y, idx
@@ -190,7 +178,9 @@ class AveragePool(_Pool):
             cnt_h = _taps(oh_n, h_n, kh, sh, dh, ph, 0, h_n)
             cnt_w = _taps(ow_n, w_n, kw, sw, dw, pw, 0, w_n)
         y = np.empty(x4.shape[:2] + (oh_n, ow_n), x4.dtype)
-        _avg_pool(x4, y, cnt_h.astype(x4.dtype), cnt_w.astype(x4.dtype), kh, kw, sh, sw, dh, dw, ph, pw)
+        parallel_for(_avg_pool, y.shape[0] * y.shape[1],
+                     (x4, y, cnt_h.astype(x4.dtype), cnt_w.astype(x4.dtype), kh, kw, sh, sw, dh, dw, ph, pw),
+                     2.0 * y.size * kh * kw)
         return y[:, :, 0, :] if x.ndim == 3 else y
 
 
@@ -204,7 +194,8 @@ def _global(x, is_max):
             raise ValueError(f"GlobalMaxPool over an empty spatial extent {x.shape[2:]}: the maximum is undefined")
         y[...] = np.nan  # the mean of nothing, as NumPy
         return y
-    _global_pool(np.ascontiguousarray(x).reshape(y.size, length), y.reshape(-1), is_max)
+    rows = np.ascontiguousarray(x).reshape(y.size, length)
+    parallel_for(_global_pool, y.size, (rows, y.reshape(-1), is_max), 2.0 * x.size)
     return y
 
 

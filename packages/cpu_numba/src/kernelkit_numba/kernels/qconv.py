@@ -77,10 +77,10 @@ class _IntegerConv(Conv):
         mg, k_n, l_n = m_n // group, cg * kh * kw, oh_n * ow_n
         if cg == 1 and group > 1 and blocks == [(0, k_n)]:  # depthwise: taps as multiply-adds, one pass
             yf = self.scratch("depthwise", (n_n, m_n, oh_n, ow_n))
-            chunks = 1 if config.in_serial() else max(1, min(n_n * m_n, 4 * config.max_threads()))
             zx = np.float32(0 if x_zero_point is None else np.asarray(x_zero_point).reshape(()))
-            _conv_depthwise(np.ascontiguousarray(x4), wf.reshape(m_n, 1, kh, kw), np.zeros(m_n, np.float32), yf,
-                            sh, sw, dh, dw, ph, pw, NONE, np.float32(0), np.float32(0), chunks, zx)
+            args = (np.ascontiguousarray(x4), wf.reshape(m_n, 1, kh, kw), np.zeros(m_n, np.float32), yf,
+                    sh, sw, dh, dw, ph, pw, NONE, np.float32(0), np.float32(0), zx)
+            config.parallel_for(_conv_depthwise, n_n * m_n, args, 2.0 * yf.size * kh * kw)
             for n in range(n_n):
                 finish(yf[n].reshape(m_n, l_n), NO_ACC, False, slice(0, m_n), out4[n])
             return
@@ -99,7 +99,8 @@ class _IntegerConv(Conv):
                     col = xs.reshape(k_n, l_n)
                 else:
                     col = self._col
-                    _im2col(xs, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n)
+                    args = (xs, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n)
+                    config.parallel_for(_im2col, k_n, args, 2.0 * k_n * l_n)
                 acc, has_acc = NO_ACC, False
                 for i, (k0, k1) in enumerate(blocks):
                     y = np.dot(wblocks[g][i], col[k0:k1], out=self.scratch("product", (mg, l_n)))

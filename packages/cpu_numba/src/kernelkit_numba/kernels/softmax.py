@@ -9,19 +9,18 @@ import math
 
 import numpy as np
 from kernelkit.registry import register_kernel
-from numba import prange
 
 from .._base import threaded
-from ..config import jit_parallel
+from ..config import jit_parallel, parallel_for
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
 
 @jit_parallel
-def _shift_rows(x, y):
-    """y = x - max(x) per row of (R, L)."""
-    r_n, l_n = x.shape
-    for r in prange(r_n):
+def _shift_rows(x, y, lo, hi):
+    """y = x - max(x) per row of (R, L), rows [lo, hi)."""
+    l_n = x.shape[1]
+    for r in range(lo, hi):
         src, dst = x[r], y[r]
         top = src[0]
         for k in range(1, l_n):
@@ -31,10 +30,10 @@ def _shift_rows(x, y):
 
 
 @jit_parallel
-def _normalize_rows(e, y, log):
+def _normalize_rows(e, y, log, lo, hi):
     """Given e = exp(y) per row: softmax y <- e / sum(e); log-softmax y <- y - log(sum(e))."""
-    r_n, l_n = e.shape
-    for r in prange(r_n):
+    l_n = e.shape[1]
+    for r in range(lo, hi):
         src, dst = e[r], y[r]
         total = 0.0
         for k in range(l_n):
@@ -52,16 +51,22 @@ def _normalize_rows(e, y, log):
 def _softmax_rows(x, y, log):
     """Rows of (R, L): shift by the row max (Numba), exp (NumPy's SIMD loop, several times faster
     per element than a scalar libm call from Numba), normalize (Numba)."""
-    _shift_rows(x, y)
-    e = np.exp(y) if log else np.exp(y, out=y)
-    _normalize_rows(e, y, log)
+    parallel_for(_rows_shard, x.shape[0], (x, y, log), 8.0 * x.size)
+
+
+def _rows_shard(x, y, log, lo, hi):
+    """Rows [lo, hi): three passes over rows still in cache."""
+    _shift_rows(x, y, lo, hi)
+    part = y[lo:hi]
+    e = np.exp(part) if log else np.exp(part, out=part)
+    _normalize_rows(e, part, log, 0, hi - lo)
 
 
 @jit_parallel
-def _softmax_blocks(x, y, log):
+def _softmax_blocks(x, y, log, lo, hi):
     """x, y: (O, L, I); normalized along axis 1."""
-    o_n, l_n, i_n = x.shape
-    for o in prange(o_n):
+    l_n, i_n = x.shape[1], x.shape[2]
+    for o in range(lo, hi):
         src, dst = x[o], y[o]
         top = src[0].copy()
         for k in range(1, l_n):
@@ -96,7 +101,7 @@ def _run(x, axis, log):
     if xc.shape[2] == 1:
         _softmax_rows(xc.reshape(outer, length), y.reshape(outer, length), log)
     else:
-        _softmax_blocks(xc, y.reshape(xc.shape), log)
+        parallel_for(_softmax_blocks, xc.shape[0], (xc, y.reshape(xc.shape), log), 8.0 * xc.size)
     return y
 
 

@@ -5,14 +5,14 @@ Identity is not here: it returns its input and costs nothing on the reference.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 from kernelkit.registry import register_kernel
-from numba import prange
 
 from .._base import threaded
-from ..config import jit, jit_parallel
+from ..config import jit_inline, jit_parallel, parallel_for
 from .epilogue import erf as erf_scalar
 from .epilogue import gelu as gelu_scalar
 
@@ -26,8 +26,10 @@ CODES = {name: i for i, name in enumerate((
  LOG, SQRT, RECIPROCAL, NEG, ABS, FLOOR, CEIL, CLIP) = CODES.values()
 
 
-@jit
+@jit_inline
 def _scalar(v, code, a, b):
+    if code == CLIP:
+        return v if v != v else min(max(v, a), b)  # NaN stays NaN, as in np.clip
     if code == RELU:
         return max(v, a)  # a = 0
     if code == LEAKY_RELU:
@@ -69,38 +71,54 @@ def _scalar(v, code, a, b):
     return v
 
 
-@jit_parallel
-def _unary(x, y, code, a, b):
-    """y = op(x) over flat arrays; a, b (the op's parameters) have x's dtype. The cheap ops get
-    their own loops so that they vectorise; the rest share one loop over ``_scalar``."""
-    n = x.shape[0]
-    if code == RELU:
-        for i in prange(n):
-            y[U(i)] = max(x[U(i)], a)
-    elif code == CLIP:
-        for i in prange(n):
-            v = x[U(i)]
-            y[U(i)] = v if v != v else min(max(v, a), b)  # NaN stays NaN, as in np.clip
-    elif code == LEAKY_RELU:
-        for i in prange(n):
-            v = x[U(i)]
-            y[U(i)] = v if v >= 0 else v * a
-    elif code == GELU and a == 0:
-        for i in prange(n):
-            y[U(i)] = gelu_scalar(x[U(i)], False)
-    elif code == ERF:
-        for i in prange(n):
-            y[U(i)] = erf_scalar(x[U(i)])
-    else:
-        for i in prange(n):
+def _loop(code: int):
+    """y[lo:hi] = op(x[lo:hi]) over flat arrays for one op: ``code`` is a closure constant, so the
+    inlined ``_scalar`` folds to the op's one formula (the loop vectorises, and compiling it costs
+    only that formula: one loop over every op took seconds to compile for a model's one Relu)."""
+
+    @jit_parallel
+    def run(x, y, a, b, lo, hi):
+        for i in range(lo, hi):
             y[U(i)] = _scalar(x[U(i)], code, a, b)
+
+    return run
+
+
+_loop = functools.cache(_loop)  # built (and compiled) on first use only
+
+
+def _numpy_sigmoid(x, y, lo, hi):
+    """1 / (1 + exp(-x)) on y[lo:hi], the reference's formula in NumPy's SIMD loops (a scalar libm
+    exp per element from Numba does not vectorise and ran 3x slower)."""
+    v = y[lo:hi]
+    np.negative(x[lo:hi], out=v)
+    with np.errstate(over="ignore"):  # exp(-x) = inf for x < -88 gives the exact 0
+        np.exp(v, out=v)
+    v += v.dtype.type(1)
+    np.divide(v.dtype.type(1), v, out=v)
+
+
+def _numpy_ufunc(ufunc):
+    def shard(x, y, lo, hi):
+        ufunc(x[lo:hi], out=y[lo:hi])
+
+    return shard
+
+
+# ops whose libm function Numba cannot vectorise: NumPy's SIMD loops per shard (the GIL is released
+# inside them, so shards still run in parallel)
+_NUMPY = {SIGMOID: _numpy_sigmoid, TANH: _numpy_ufunc(np.tanh), EXP: _numpy_ufunc(np.exp)}
 
 
 def _apply(x, code, a=0.0, b=0.0):
     y = np.empty(x.shape, x.dtype)
     if x.size:
         t = x.dtype.type
-        _unary(np.ascontiguousarray(x).reshape(-1), y.reshape(-1), code, t(a), t(b))
+        flat, out = np.ascontiguousarray(x).reshape(-1), y.reshape(-1)
+        if code in _NUMPY:
+            parallel_for(_NUMPY[code], flat.size, (flat, out), 8.0 * flat.size)
+        else:
+            parallel_for(_loop(code), flat.size, (flat, out, t(a), t(b)), 8.0 * flat.size)
     return y
 
 

@@ -1,0 +1,81 @@
+"""The sharded paths of the kernels (tiles, row ranges, NumPy shards) against the reference.
+
+Test tensors are small, so every call would run on the calling thread alone; here the thresholds
+drop to zero and the budget is 3 threads, so each kernel cuts its work into many shards (uneven
+ones too) that the shard pool runs on several threads."""
+import numpy as np
+import pytest
+from kernelkit_numba import config
+
+
+@pytest.fixture(autouse=True)
+def many_shards(monkeypatch):
+    monkeypatch.setattr(config, "SERIAL_WORK", 0)
+    monkeypatch.setattr(config, "MIN_SHARD_WORK", 1)
+    monkeypatch.setattr(config, "MIN_TILE_WORK", 1)
+    monkeypatch.setattr(config, "default_threads", lambda: 3)
+
+
+def _x(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("attrs, x_shape, w_shape", [
+    ({"pads": [1, 1, 1, 1], "activation": "Relu"}, (2, 5, 16, 15), (19, 5, 3, 3)),  # Winograd
+    ({"pads": [1, 1, 1, 1], "activation": "Sigmoid"}, (1, 4, 14, 14), (6, 4, 3, 3)),  # Winograd + 2nd pass
+    ({"pads": [1, 1, 1, 1], "strides": [2, 2]}, (1, 6, 17, 17), (35, 6, 3, 3)),  # im2col tiles
+    ({}, (2, 8, 20, 20), (40, 8, 1, 1)),  # 1x1: the image is the column matrix
+    ({"group": 6, "pads": [1, 1, 1, 1], "activation": "Clip", "activation_params": [0.0, 6.0]},
+     (1, 6, 12, 12), (6, 1, 3, 3)),  # depthwise
+    ({"group": 4, "pads": [1, 1, 1, 1], "activation": "HardSwish"}, (1, 4, 9, 9), (8, 1, 3, 3)),
+])
+def test_conv_sharded(check, rng, attrs, x_shape, w_shape):
+    check("Conv", [_x(rng, *x_shape), _x(rng, *w_shape), _x(rng, w_shape[0])], attrs, constants=(1, 2))
+
+
+def test_gemm_and_matmul_sharded(check, rng):
+    check("Gemm", [_x(rng, 33, 20), _x(rng, 70, 20), _x(rng, 70)], {"transB": 1, "alpha": 0.5,
+                                                                       "activation": "Relu"}, constants=(1, 2))
+    check("Gemm", [_x(rng, 20, 33), _x(rng, 20, 70), _x(rng, 33, 1)], {"transA": 1, "beta": 2.0}, constants=(1,))
+    check("MatMul", [_x(rng, 3, 1, 17, 24), _x(rng, 4, 24, 90)])
+    check("MatMul", [_x(rng, 2, 40, 24), _x(rng, 24, 130)], {"activation": "Gelu"})
+
+
+@pytest.mark.parametrize("op, shapes", [
+    ("Add", [(2, 8, 9, 10), (2, 8, 9, 10)]),
+    ("Mul", [(1, 16, 9, 10), (1, 16, 1, 1)]),
+    ("Div", [(4, 7, 10), (10,)]),
+    ("Max", [(5, 1, 12), (1, 6, 12)]),
+    ("PRelu", [(2, 9, 8, 8), (9, 1, 1)]),
+])
+def test_binary_sharded(check, rng, op, shapes):
+    check(op, [_x(rng, *s) for s in shapes])
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("Sigmoid", {}), ("Tanh", {}), ("Relu", {}), ("Gelu", {}), ("Softmax", {"axis": -1}),
+    ("Softmax", {"axis": 1}), ("LogSoftmax", {"axis": -1}), ("Transpose", {"perm": [0, 2, 3, 1]}),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2]}), ("GlobalAveragePool", {}),
+])
+def test_unary_and_window_sharded(check, rng, op, attrs):
+    check(op, [_x(rng, 2, 7, 12, 13)], attrs)
+
+
+def test_norms_sharded(check, rng):
+    x = _x(rng, 3, 17, 32)
+    check("LayerNormalization", [x, _x(rng, 32), _x(rng, 32)], {"axis": -1}, constants=(1, 2))
+    x4 = _x(rng, 2, 6, 9, 9)
+    c = [_x(rng, 6) for _ in range(3)] + [np.abs(_x(rng, 6)) + 0.5]
+    check("BatchNormalization", [x4, *c], {}, constants=(1, 2, 3, 4))
+
+
+def test_these_settings_really_shard(check, rng, monkeypatch):
+    from kernelkit_numba import shards
+
+    seen = []
+    run = shards.POOL.run
+    monkeypatch.setattr(shards.POOL, "run", lambda fn, count, threads: seen.append((count, threads)) or
+                        run(fn, count, threads))
+    check("Conv", [_x(rng, 1, 4, 14, 14), _x(rng, 6, 4, 3, 3)], {"pads": [1, 1, 1, 1]}, constants=(1,))
+    assert seen and max(c for c, _ in seen) > 3 and {t for _, t in seen} == {3}
