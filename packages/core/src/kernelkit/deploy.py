@@ -19,7 +19,7 @@
       tolerance:
         float32: {rtol: 1.0e-4, atol: 1.0e-5}
 
-Only ``yaml.safe_load`` is used. Unknown keys and wrong types raise ConfigError naming the file and
+Only ``yaml.safe_load`` is used (through ``untrusted.load_yaml``, which refuses alias bombs). Unknown keys and wrong types raise ConfigError naming the file and
 the key; ``load_deployment(path).session()`` builds the Session.
 """
 from __future__ import annotations
@@ -35,9 +35,11 @@ from typing import Any
 import numpy as np
 
 from .dtypes import DTYPES
-from .errors import ConfigError
+from .errors import ConfigError, brief
 from .ir import Model, TensorSpec
+from .limits import MAX_THREADS
 from .testing import TOLERANCES, cosine
+from .untrusted import YamlBombError, load_yaml, open_regular
 
 log = logging.getLogger("kernelkit.deploy")
 
@@ -161,7 +163,7 @@ class Deployment:
 def _sha256(path: Path, config: Path) -> str:
     digest = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 digest.update(chunk)
     except OSError as exc:
@@ -192,7 +194,7 @@ class _Fields:
         value = self.data.pop(name)
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-            raise self.error(name, f"expected {what or kinds[0].__name__}, got {type(value).__name__} {value!r:.40}")
+            raise self.error(name, f"expected {what or kinds[0].__name__}, got {type(value).__name__} {brief(value)}")
         return value
 
     def done(self) -> None:
@@ -211,7 +213,7 @@ def _inside(folder: Path, rel, f: _Fields, name: str) -> Path:
         if not target.is_file():
             raise f.error(name, f"{rel!r} does not exist ({target})")
     except (OSError, ValueError) as exc:  # a NUL byte, a name too long for the file system...
-        raise f.error(name, f"{rel!r:.80} is not a usable path: {exc}") from None
+        raise f.error(name, f"{brief(rel)} is not a usable path: {exc}") from None
     return target
 
 
@@ -261,12 +263,13 @@ def load_deployment(path) -> Deployment:
 
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        with open_regular(path) as fh:
+            text = fh.read().decode("utf-8")
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path, or not UTF-8
         raise ConfigError(f"{path}: cannot read deployment file: {exc}") from exc
     try:
-        data = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
+        data = load_yaml(text)  # yaml.SafeLoader, aliases bounded
+    except (yaml.YAMLError, RecursionError, YamlBombError) as exc:  # RecursionError: absurdly deep nesting
         raise ConfigError(f"{path}: invalid YAML: {type(exc).__name__}: {exc}") from exc
     f = _Fields(path, data, "")
     folder = path.parent
@@ -277,13 +280,13 @@ def load_deployment(path) -> Deployment:
     model_path = _inside(folder, f.take("model", str), f, "model")
     sha = f.take("model_sha256", str, None, "a quoted sha256 hex string")
     if sha is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha):
-        raise f.error("model_sha256", f"{sha!r:.80} is not 64 hex digits")
+        raise f.error("model_sha256", f"{brief(sha)} is not 64 hex digits")
     device = f.take("device", str, "cpu")
     vendors = _string_list(f, "vendors")
     fallback = f.take("fallback", bool, True)
     threads = f.take("threads", (int, type(None)), None, "a positive int")
-    if threads is not None and threads < 1:
-        raise f.error("threads", f"must be >= 1, got {threads}")
+    if threads is not None and not 1 <= threads <= MAX_THREADS:
+        raise f.error("threads", f"must be >= 1 and <= {MAX_THREADS}, got {brief(threads)}")
     passes = f.take("passes", (bool, list, type(None)), None, "true, false or a list of pass names")
     if isinstance(passes, list) and not all(isinstance(p, str) for p in passes):
         raise f.error("passes", "expected a list of pass names")

@@ -27,7 +27,9 @@ from .errors import (
     KernelkitError,
     ModelFormatError,
     UnsupportedOpError,
+    brief,
 )
+from .limits import MAX_THREADS
 from .ir import Graph, Model, Node, TensorSpec
 from .passes import PassContext, run_passes
 from .registry import KernelEntry, KernelKey, describe_kernels, get_schema, normalize_attrs, select_kernel
@@ -102,8 +104,9 @@ def _check_settings(vendors, threads, passes, options, stub_ops) -> None:
     (``vendors="numba"`` would otherwise be read as the vendors 'n', 'u', 'm', 'b', 'a')."""
     if vendors is not None and not _names(vendors):
         raise ConfigError(f"vendors must be a list of vendor names or None, got {vendors!r:.60}")
-    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
-        raise ConfigError(f"threads must be an int >= 1 or None, got {threads!r:.60}")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)
+                                or not 1 <= threads <= MAX_THREADS):
+        raise ConfigError(f"threads must be an int in 1..{MAX_THREADS} or None, got {brief(threads)}")
     if passes is not None and not isinstance(passes, bool) and not _names(passes):
         raise ConfigError(f"passes must be None, True, False or a list of pass names, got {passes!r:.60}")
     if options is not None and not isinstance(options, dict):
