@@ -176,3 +176,96 @@ def test_fifo_model_and_deployment_files_are_refused(tmp_path, fifo, kkm_bytes):
         open_regular(tmp_path)
     with pytest.raises(OSError, match="special file"):
         open_regular("/dev/zero")
+
+
+# -- item 9 (and 3): the CLI answers one error line and status 2 ------------------------------------
+def _cli(capsys, *argv):
+    from kernelkit import cli
+
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _assert_one_error(status, err, code):
+    lines = err.strip().splitlines()
+    assert status == 2, err
+    assert len(lines) == 1 and lines[0].startswith(f"error[{code}]: "), err
+    assert "Traceback" not in err
+
+
+def _npy_with_header(path, shape, dtype="<f4"):
+    """A .npy whose header declares ``shape`` but which holds 16 bytes of data."""
+    from numpy.lib import format as npy
+
+    with open(path, "wb") as f:
+        npy.write_array_header_1_0(f, {"descr": dtype, "fortran_order": False, "shape": tuple(shape)})
+        f.write(b"\0" * 16)
+    return path
+
+
+@pytest.mark.parametrize("shape", [(2**20, 2**20), (2**62, 2**62), (8,)])
+def test_cli_input_npy_with_huge_header(capsys, dep_folder, shape):
+    """Item 9: an .npy header declaring more data than the file holds is error[KK_INPUT], status 2,
+    before any allocation (870925c: MemoryError traceback, status 1)."""
+    bad = _npy_with_header(dep_folder / "x.npy", shape)
+    status, _, err = _cli(capsys, "run", dep_folder / "m.kkm", "--input", f"x={bad}")
+    _assert_one_error(status, err, "KK_INPUT")
+    assert "header declares" in err
+
+
+def test_cli_input_fifo_does_not_hang(capsys, dep_folder):
+    """Item 3: ``--input x=<fifo>`` is error[KK_INPUT] at once (870925c blocked in open forever)."""
+    import os
+
+    os.mkfifo(dep_folder / "x.npy")
+    status, _, err = _cli(capsys, "run", dep_folder / "m.kkm", "--input", f"x={dep_folder / 'x.npy'}")
+    _assert_one_error(status, err, "KK_INPUT")
+    assert "not a regular file" in err
+
+
+def test_cli_huge_declared_input_shape(capsys, dep_folder):
+    """Item 9: a deployment declaring a huge input shape and no --input: error[KK_INPUT], status 2
+    (870925c: MemoryError traceback making the random input, status 1)."""
+    (dep_folder / "d.yml").write_text("model: m.kkm\ninputs:\n  - name: x\n    shape: [1099511627776, 4]\n")
+    status, _, err = _cli(capsys, "run", dep_folder / "d.yml")
+    _assert_one_error(status, err, "KK_INPUT")
+
+
+def test_validation_npz_with_huge_member_header(capsys, dep_folder):
+    """Item 9: a validation .npz whose member header declares a huge shape: error[KK_CONFIG],
+    status 2 (870925c: MemoryError traceback)."""
+    import zipfile
+
+    member = _npy_with_header(dep_folder / "member.npy", (2**40, 4))
+    with zipfile.ZipFile(dep_folder / "v.npz", "w") as zf:
+        zf.write(member, "x.npy")
+        zf.writestr("y.npy", member.read_bytes())
+    (dep_folder / "d.yml").write_text("model: m.kkm\nvalidation:\n  data: v.npz\n")
+    status, _, err = _cli(capsys, "run", dep_folder / "d.yml", "--validate")
+    _assert_one_error(status, err, "KK_CONFIG")
+    assert "header declares" in err
+
+
+def test_cli_convert_refuses_to_overwrite_its_input(capsys, tmp_path):
+    """Item 9: ``kernelkit convert m.onnx -o m.onnx`` (or a hard link to it) is refused and the
+    source is unchanged (870925c overwrote the ONNX model with the .kkm file)."""
+    import os
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    before = src.read_bytes()
+    os.link(src, tmp_path / "alias.onnx")
+    for out in (src, tmp_path / "." / "m.onnx", tmp_path / "alias.onnx"):
+        status, _, err = _cli(capsys, "convert", src, "-o", out)
+        _assert_one_error(status, err, "KK_INPUT")
+    assert src.read_bytes() == before
+    status, _, err = _cli(capsys, "convert", src, "-o", tmp_path / "m.kkm")
+    assert status == 0, err

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import sys
 import time
@@ -27,7 +28,9 @@ from rich.table import Table
 from rich.text import Text
 
 from .deploy import is_deployment, load_deployment
-from .errors import InputError, KernelkitError
+from .errors import InputError, KernelkitError, brief
+from .limits import MAX_RANDOM_ELEMENTS, checked_count
+from .untrusted import open_regular, read_npy
 from .ir import Model, TensorSpec
 
 log = logging.getLogger("kernelkit.cli")
@@ -95,6 +98,9 @@ def _concrete(spec: TensorSpec, dims: dict[str, int]) -> tuple[int, ...]:
 
 
 def _random_input(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:
+    if checked_count(shape, MAX_RANDOM_ELEMENTS) is None:
+        raise InputError(f"a random input of shape {brief(list(shape))} is over {MAX_RANDOM_ELEMENTS} elements; "
+                         f"give it with --input NAME=FILE.npy")
     if dtype == "bool":
         return rng.random(shape) < 0.5
     if np.dtype(dtype).kind in "iu":
@@ -109,12 +115,10 @@ def _read_inputs(pairs: list[str]) -> dict[str, np.ndarray]:
         if not sep or not name or not file:
             raise InputError(f"--input {pair!r}: expected name=file.npy")
         try:
-            array = np.load(file, allow_pickle=False)
+            with open_regular(file) as fh:  # a FIFO or a device would block np.load forever
+                array = read_npy(fh, f"--input {name}: {file}")
         except (OSError, ValueError) as exc:
             raise InputError(f"--input {name}: cannot read {file}: {exc}") from exc
-        if not isinstance(array, np.ndarray):
-            array.close()
-            raise InputError(f"--input {name}: {file} holds several arrays; give one .npy file per input")
         feeds[name] = array
     return feeds
 
@@ -374,6 +378,8 @@ def cmd_convert(args, console: Console) -> int:
             f"pip install 'kernelkit-workspace[converters]' from the checkout ({exc})") from exc
     src = Path(args.model)
     out = Path(args.output) if args.output else src.with_suffix(".kkm")
+    if out.resolve() == src.resolve() or (out.exists() and src.exists() and os.path.samefile(out, src)):
+        raise InputError(f"convert: output {out} is the input model {src}; choose another -o")
     model = convert(src)
     save(model, out)
     back = load(out)
@@ -443,6 +449,8 @@ def main(argv=None) -> int:
         _error(exc.code, str(exc))
     except OSError as exc:
         _error("KK_IO", f"{exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}")
+    except MemoryError as exc:  # the last resort: sizes are checked before allocating where known
+        _error("KK_MEMORY", f"out of memory{': ' + brief(str(exc), 200) if str(exc) else ''}")
     except KeyboardInterrupt:
         _error("KK_INTERRUPTED", "interrupted")
         return 130

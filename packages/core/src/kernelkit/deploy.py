@@ -39,7 +39,7 @@ from .errors import ConfigError, brief
 from .ir import Model, TensorSpec
 from .limits import MAX_THREADS
 from .testing import TOLERANCES, cosine
-from .untrusted import YamlBombError, load_yaml, open_regular
+from .untrusted import YamlBombError, load_yaml, open_regular, read_npz
 
 log = logging.getLogger("kernelkit.deploy")
 
@@ -135,9 +135,8 @@ class Deployment:
         if self.validation_data is None:
             raise ConfigError(f"{self.path}: no validation data configured (key 'validation')")
         session = session or self.session()
-        try:
-            with np.load(self.validation_data, allow_pickle=False) as npz:
-                arrays = {k: npz[k] for k in npz.files}
+        try:  # headers checked against the data before allocating, no pickles
+            arrays = read_npz(self.validation_data, f"validation.data {self.validation_data.name}")
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{self.path}: validation.data {self.validation_data.name}: cannot read: {exc}") from exc
         feeds = {i.name: arrays[i.name] for i in session.get_inputs() if i.name in arrays}

@@ -8,6 +8,7 @@ from __future__ import annotations
 MAX_RANK = 64  # dims of one tensor (NumPy's own limit is 64)
 MAX_DIM = (1 << 63) - 1  # one dim fits an int64
 MAX_ELEMENTS = 1 << 48  # elements of one tensor declared by a file or a feed header (2^48 = 256 Ti)
+MAX_RANDOM_ELEMENTS = 1 << 28  # a random input the CLI makes up (1 GiB of float32)
 MAX_THREADS = 4096  # Session(threads=...) and a deployment file's threads:
 YAML_MAX_NODES = 100_000  # YAML nodes after expanding aliases (a deployment file has a few hundred)
 

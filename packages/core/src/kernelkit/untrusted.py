@@ -15,7 +15,8 @@ import errno
 import os
 import stat
 
-from .limits import YAML_MAX_NODES
+from .errors import brief
+from .limits import YAML_MAX_NODES, checked_count
 
 
 def open_regular(path, mode: str = "rb"):
@@ -42,6 +43,58 @@ def read_regular(path) -> bytes:
     """The bytes of ``path``, which must be a regular file (see :func:`open_regular`)."""
     with open_regular(path) as f:
         return f.read()
+
+
+def _npy_header(f, size: int, where: str):
+    """Read the .npy header at ``f``'s position; check the declared data fits in ``size`` bytes."""
+    import numpy as np
+    from numpy.lib import format as npy
+
+    start = f.tell()
+    version = npy.read_magic(f)
+    read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+    shape, _, dtype = read(f)
+    count = checked_count(shape)
+    held = size - (f.tell() - start)
+    if count is None or count * dtype.itemsize > held:
+        raise ValueError(f"{where}: the header declares {dtype}{brief(list(shape))}, "
+                         f"more than the {held} bytes of data the file holds")
+    return np.dtype(dtype)
+
+
+def read_npy(f, where: str):
+    """One array from the .npy file object ``f`` (a regular file), its header checked against the
+    file's size before anything is allocated; no pickles. ValueError on anything wrong."""
+    import numpy as np
+
+    start = f.tell()
+    if f.read(4) == b"PK\x03\x04":
+        raise ValueError(f"{where}: an .npz archive holds several arrays; give one .npy file per input")
+    f.seek(start)
+    _npy_header(f, os.fstat(f.fileno()).st_size - start, where)
+    f.seek(start)
+    return np.load(f, allow_pickle=False)
+
+
+def read_npz(path, where: str) -> dict:
+    """Every array of the .npz at ``path`` (a regular file), each member's header checked against the
+    member's size first; no pickles. OSError or ValueError on anything wrong."""
+    import zipfile
+
+    from numpy.lib import format as npy
+
+    arrays = {}
+    try:
+        with open_regular(path) as fh, zipfile.ZipFile(fh) as zf:
+            for info in zf.infolist():
+                name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+                with zf.open(info) as member:
+                    _npy_header(member, info.file_size, f"{where} member {name!r}")
+                with zf.open(info) as member:
+                    arrays[name] = npy.read_array(member, allow_pickle=False)
+    except (zipfile.BadZipFile, EOFError) as exc:
+        raise ValueError(f"{where}: not a valid .npz archive: {exc}") from exc
+    return arrays
 
 
 class YamlBombError(ValueError):
