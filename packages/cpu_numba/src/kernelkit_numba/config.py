@@ -3,7 +3,8 @@
 Kernels are compiled with ``jit`` (serial) or ``jit_parallel`` (``prange`` loops). Flags:
 
 - ``cache=True``: compiled machine code is stored beside the kernel modules (``__pycache__``),
-  so a second process loads instead of recompiling (NUMBA_CACHE_DIR moves it).
+  so a second process loads instead of recompiling (NUMBA_CACHE_DIR moves it). Entries are checked,
+  not trusted: an unreadable one is deleted and recompiled with a warning (``cache.py``).
 - ``fastmath``: only the flags that keep inf/NaN semantics (``reassoc`` lets reductions
   vectorise, ``contract`` allows FMA, ``nsz`` ignores the sign of zero). No ``nnan``/``ninf``:
   max-pooling pads with -inf and must see it.
@@ -40,6 +41,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when libgomp starts:
 
 import numba  # noqa: E402
 
+from .cache import checked  # noqa: E402  (unreadable cache entries are recompiled)
+
 log = logging.getLogger("kernelkit.numba")
 
 CACHE = True
@@ -54,13 +57,13 @@ _FLAGS = dict(cache=CACHE, fastmath=set(FASTMATH), error_model=ERROR_MODEL, boun
 
 def jit(fn):
     """Compile ``fn`` as a serial nopython kernel with the backend's flags."""
-    return numba.njit(**_FLAGS)(fn)
+    return checked(numba.njit(**_FLAGS)(fn))
 
 
 def jit_inline(fn):
     """A scalar helper inlined into its callers at Numba IR level: a branch on a caller's
     compile-time constant (a closure variable) then folds away before LLVM sees the loop."""
-    return numba.njit(inline="always", **_FLAGS)(fn)
+    return checked(numba.njit(inline="always", **_FLAGS)(fn))
 
 
 _local = threading.local()  # .serial: calls in this thread take the serial twin
@@ -77,8 +80,8 @@ class Twin:
         copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial", fn.__defaults__,
                                   fn.__closure__)
         copy.__qualname__, copy.__module__, copy.__doc__ = fn.__qualname__ + "_serial", fn.__module__, fn.__doc__
-        self.parallel = numba.njit(parallel=True, **_FLAGS)(fn)
-        self.serial = numba.njit(**_FLAGS)(copy)
+        self.parallel = checked(numba.njit(parallel=True, **_FLAGS)(fn))
+        self.serial = checked(numba.njit(**_FLAGS)(copy))
         self.__name__, self.__qualname__, self.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
         self.__module__, self.__wrapped__ = fn.__module__, fn
 
