@@ -47,3 +47,148 @@ def test_read_only_home_and_xdg_cache(tmp_path):
     second = _probe_read_only_home(tmp_path, POCL_CACHE_DIR=str(cache / "pocl"))
     assert second["got"] == [0.0, 0.0, 2.0, 3.25]
     assert any("kept in memory only" in w for w in second["warnings"]), second["warnings"]
+
+
+# -- custom kernels: items 7 and 10 --------------------------------------------------------------------
+import shutil  # noqa: E402
+import textwrap  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import kernelkit as kk  # noqa: E402
+from kernelkit.errors import ConfigError, KernelBuildError  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "custom_opencl"
+OPTIONS = {"opencl_device": os.environ.get("KERNELKIT_OPENCL_DEVICE", "pocl"), "opencl_tune": False}
+
+
+@pytest.fixture
+def custom_layers():
+    from kernelkit_opencl import custom_layers
+
+    kk.load_backends()
+    yield custom_layers
+    custom_layers.unload_custom_kernels()
+
+
+def _write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def _leaky(shape=(1, 2, 3, 4)):
+    g = kk.GraphBuilder("leaky")
+    g.output(g.op("LeakyRelu", g.input("x", shape, "float32"), alpha=0.1))
+    return g.build()
+
+
+def _layer_yml(entry="leaky_relu", source="leaky_relu.cl", extra=""):
+    return f"""
+        layers:
+          - op: LeakyRelu
+            entry: {entry}
+            sources: [{source}]
+            defines: [{{name: neg_slope, param: alpha, type: float, default: 0.01}}]
+            buffers: [{{arg: 0, input: 0}}, {{arg: 1, output: 0}}]
+            work_sizes: {{global: [X, Y, B*F]}}{extra}
+        """
+
+
+def _custom_kernels():
+    return kk.kernels("LeakyRelu", device="gpu", vendor="custom")
+
+
+def test_config_that_fails_to_build_is_unregistered(tmp_path, custom_layers):
+    """Item 7: a config whose program does not compile fails the session that named it, and later
+    gpu sessions that never named it run the built-in kernel (870925c: they failed too)."""
+    _write(tmp_path, "bad.cl", "__kernel void broken(__global float* a, __global float* b) { a[0] = nope; }\n")
+    config = _write(tmp_path, "bad.yml", _layer_yml("broken", "bad.cl"))
+    x = np.linspace(-2, 2, 24, dtype=np.float32).reshape(1, 2, 3, 4)
+    with pytest.raises(KernelBuildError, match="nope"):
+        kk.Session(_leaky(), device="gpu", options={**OPTIONS, "opencl_custom_kernels": str(config)})
+    assert _custom_kernels() == []
+    got = kk.Session(_leaky(), device="gpu", fallback=False, options=OPTIONS).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, np.where(x < 0, 0.1 * x, x), rtol=1e-6)
+
+
+def test_failed_load_leaves_the_registry_as_it_was(tmp_path, custom_layers):
+    """Item 7: loading [good, bad] registers nothing, and a changed file that fails keeps the old
+    kernels (870925c kept the first file's kernels registered)."""
+    shutil.copy(EXAMPLE / "leaky_relu.cl", tmp_path / "leaky_relu.cl")
+    good = _write(tmp_path, "good.yml", _layer_yml())
+    bad = _write(tmp_path, "bad.yml", _layer_yml().replace("input: 0}", "input: 7}"))
+    with pytest.raises(ConfigError, match="port-index 7"):
+        custom_layers.load_custom_kernels([good, bad])
+    assert _custom_kernels() == []
+    custom_layers.load_custom_kernels(good)
+    before = _custom_kernels()
+    assert before
+    good.write_text(good.read_text().replace("input: 0}", "input: 7}"))  # the same file, now broken
+    with pytest.raises(ConfigError, match="port-index 7"):
+        custom_layers.load_custom_kernels(good)
+    assert _custom_kernels() == before
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    ("\n            compiler_options: [-I/etc]", "compiler option '-I/etc' is not allowed"),
+    ("\n            compiler_options: ['-include', '/etc/passwd']", "not allowed"),
+])
+def test_compiler_options_are_restricted(tmp_path, custom_layers, extra, fragment):
+    """Item 10: build options from a config cannot name files outside it (-I, -include)."""
+    shutil.copy(EXAMPLE / "leaky_relu.cl", tmp_path / "leaky_relu.cl")
+    config = _write(tmp_path, "c.yml", _layer_yml(extra=extra))
+    with pytest.raises(ConfigError, match=fragment):
+        custom_layers.load_custom_kernels(config)
+
+
+def test_define_value_cannot_inject_a_preprocessor_line(tmp_path, custom_layers):
+    """Item 10: a newline in a static define's value would start a line of its own (``#include``);
+    it is refused at load."""
+    shutil.copy(EXAMPLE / "leaky_relu.cl", tmp_path / "leaky_relu.cl")
+    config = _write(tmp_path, "c.yml", _layer_yml().replace(
+        "defines: [", 'defines: [{name: EVIL, default: "1\\n#include \\"/etc/passwd\\""}, '))
+    with pytest.raises(ConfigError, match="one line"):
+        custom_layers.load_custom_kernels(config)
+
+
+@pytest.mark.parametrize("include, fragment", [
+    ('#include "/etc/hostname"', "escapes"), ('#include "../outside.h"', "escapes"),
+    ("#include <stdio.h>", "not allowed"), ("#define P \"/etc/hostname\"\n#include P", "not allowed"),
+])
+def test_includes_stay_inside_the_config_folder(tmp_path, custom_layers, include, fragment):
+    """Item 10: ``#include`` of an absolute or escaping path, or a system/macro include, is refused."""
+    (tmp_path / "outside.h").write_text("#define X 1\n")
+    cl = (EXAMPLE / "leaky_relu.cl").read_text()
+    _write(tmp_path, "cfg/leaky_relu.cl", include + "\n" + cl)
+    config = _write(tmp_path, "cfg/c.yml", _layer_yml())
+    with pytest.raises(ConfigError, match=fragment):
+        custom_layers.load_custom_kernels(config)
+
+
+def test_relative_include_inside_the_folder_works(tmp_path, custom_layers):
+    """Item 10: a relative ``#include "..."`` inside the config's folder is inlined and runs."""
+    cl = (EXAMPLE / "leaky_relu.cl").read_text().replace("(OUTPUT0_TYPE)neg_slope", "(OUTPUT0_TYPE)SLOPE")
+    _write(tmp_path, "inc/slope.h", "#define SLOPE neg_slope\n")
+    _write(tmp_path, "leaky_relu.cl", '#include "inc/slope.h"\n' + cl)
+    config = _write(tmp_path, "c.yml", _layer_yml())
+    x = np.linspace(-2, 2, 24, dtype=np.float32).reshape(1, 2, 3, 4)
+    sess = kk.Session(_leaky(), device="gpu", fallback=False, options={**OPTIONS, "opencl_custom_kernels": str(config)})
+    assert sess.run(None, {"x": x})[0].tolist() == np.where(x < 0, np.float32(0.1) * x, x).tolist()
+
+
+def test_missing_entry_point_is_found_at_load(tmp_path, custom_layers):
+    """Item 10: an entry point the sources do not define is a ConfigError at load, not at run time."""
+    shutil.copy(EXAMPLE / "leaky_relu.cl", tmp_path / "leaky_relu.cl")
+    config = _write(tmp_path, "c.yml", _layer_yml(entry="not_there"))
+    with pytest.raises(ConfigError, match="'not_there' is not defined"):
+        custom_layers.load_custom_kernels(config)
+
+
+def test_huge_work_size_is_a_typed_error(tmp_path, custom_layers):
+    """Item 10: a work size of 10^40 is a KernelBuildError naming the config (870925c: std::bad_cast)."""
+    shutil.copy(EXAMPLE / "leaky_relu.cl", tmp_path / "leaky_relu.cl")
+    config = _write(tmp_path, "c.yml", _layer_yml().replace("global: [X, Y, B*F]",
+                                                            "global: [X, Y, 10000000000000000000000000000000000000000]"))
+    with pytest.raises(KernelBuildError, match="too large"):
+        kk.Session(_leaky(), device="gpu", options={**OPTIONS, "opencl_custom_kernels": str(config)})

@@ -6,6 +6,7 @@ and dtype rule. Kernels are registered per key ``(op, device, vendor, dtype)`` b
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
 from collections.abc import Callable, Iterable
@@ -302,6 +303,20 @@ def unregister_kernel(op: str, *, device: str, vendor: str, dtype, domain: str =
     with _lock:
         for d in dtypes:
             _KERNELS.pop(KernelKey(op_id(op, domain), device, vendor, d), None)
+
+
+@contextlib.contextmanager
+def kernel_transaction():
+    """Kernel registrations and unregistrations made in the body are all undone if it raises (a
+    config file that fails half-way leaves the table as it was). Holds the registry lock."""
+    with _lock:
+        saved = dict(_KERNELS)
+        try:
+            yield
+        except BaseException:
+            _KERNELS.clear()
+            _KERNELS.update(saved)
+            raise
 
 
 def kernels(op: str | None = None, device: str | None = None, vendor: str | None = None,
