@@ -192,3 +192,44 @@ def test_huge_work_size_is_a_typed_error(tmp_path, custom_layers):
                                                             "global: [X, Y, 10000000000000000000000000000000000000000]"))
     with pytest.raises(KernelBuildError, match="too large"):
         kk.Session(_leaky(), device="gpu", options={**OPTIONS, "opencl_custom_kernels": str(config)})
+
+
+@pytest.mark.parametrize("bad", [{"TM": 0, "TN": 8, "WM": 4, "WN": 4, "BK": 1, "USE_LOCAL": 0, "VEC_LDS": 0},
+                                 {"TM": 8}, "8x8", None])
+def test_bad_tuning_entry_is_discarded_and_retuned(tmp_cache, bad):
+    """Item 10: a tuned-parameter entry that is not a candidate (``TM: 0``, a partial dict, a string)
+    is discarded with a warning and re-tuned; MatMul stays right (870925c trusted it: every MatMul
+    failed)."""
+    import json
+
+    from kernelkit_opencl import tuning
+    from kernelkit_opencl.kernels import gemm
+    from kernelkit_opencl.runtime import OpenCLDevice
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((33, 20)).astype(np.float32)
+    b = rng.standard_normal((20, 17)).astype(np.float32)
+    dev = OpenCLDevice({"opencl_tune": True})
+    gemm.matmul(dev.upload(a), dev.upload(b))
+    path = tmp_cache / "opencl" / "tuned_params.json"
+    data = json.loads(path.read_text())
+    (key,) = [k for k in data if "|gemm|mm|" in k]
+    data[key] = bad
+    path.write_text(json.dumps(data))
+    tuning._loaded_from = None  # as a new process would
+    before = tuning.searches
+    dev = OpenCLDevice({"opencl_tune": True})  # a new session
+    with pytest.warns(RuntimeWarning, match="not a known candidate") if bad is not None else _nothing():
+        out = gemm.matmul(dev.upload(a), dev.upload(b))
+    np.testing.assert_allclose(dev.download(out), a @ b, rtol=1e-4, atol=1e-5)
+    if bad is not None:
+        assert tuning.searches == before + 1
+        assert json.loads(path.read_text())[key] in gemm.CPU_TILES + gemm.GPU_TILES + gemm.GPU_SMALL
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

@@ -4,7 +4,8 @@ Like MACE's tuned-parameter file: ``<cache>/opencl/tuned_params.json`` maps
 ``"<device identity>|<kernel>|<shape class>"`` to the chosen parameters. The first time a key is
 missing (and tuning is on for the device), :func:`choose` times each candidate and keeps the
 fastest; later sessions and processes read the file. Updates merge under a file lock and are
-written atomically; an unreadable file is ignored with a warning and rewritten.
+written atomically; an unreadable file is ignored with a warning and rewritten, and an entry that
+is not one of the kernel's candidates (``TM: 0``, a missing key) is discarded and re-tuned.
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import logging
 import threading
 import time
 import warnings
+
+from kernelkit.errors import brief
 
 from .programs import atomic_write, cache_root
 
@@ -78,7 +81,13 @@ def choose(key: str, candidates: list[dict], run, enabled: bool, repeats: int = 
     global searches
     hit = lookup(key)
     if hit is not None:
-        return hit
+        if hit in candidates:  # the file is data: only a candidate of this build is trusted
+            return hit
+        msg = f"tuned parameters for {key} in {path()} are not a known candidate ({brief(hit)}); re-tuning"
+        log.warning(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        with _lock:
+            _memory.pop(key, None)
     if not enabled or len(candidates) == 1:
         return candidates[0]
     searches += 1
