@@ -153,6 +153,8 @@ def parse_work_sizes(text, where: str) -> tuple[Formula, ...]:
 
 
 def parse_format(text: str | None, where: str) -> str:
+    if text is not None and not isinstance(text, str):
+        raise config_error(where, f"tensor format must be a string, got {brief(text, 40)}")
     fmt = (text or "BFYX").upper()
     if fmt not in FORMATS:
         raise config_error(where, f"unknown tensor format {text!r}; accepted: {', '.join(FORMATS)}")
