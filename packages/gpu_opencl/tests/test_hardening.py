@@ -233,3 +233,39 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+# -- item 4: NaN and +-inf on OpenCL -------------------------------------------------------------------
+def _on(device_kwargs, op, inputs, attrs=None):
+    from kernelkit.testing import run_single_op
+
+    with np.errstate(all="ignore"):
+        return run_single_op(op, inputs, attrs, passes=False, fallback=False, **device_kwargs)[0]
+
+
+@pytest.mark.parametrize("op, attrs", [("Relu", {}), ("HardSigmoid", {"alpha": 0.2, "beta": 0.5}),
+                                       ("Clip", {}), ("LeakyRelu", {"alpha": 0.1})])
+def test_activations_propagate_nan(op, attrs):
+    """Item 4: Relu and HardSigmoid returned 0 for NaN on OpenCL (fmax/clamp drop NaN); the reference
+    and numba propagate it as NumPy does."""
+    x = np.array([np.nan, np.inf, -np.inf, -1.5, 0.0, 2.0], np.float32)
+    want = _on(dict(vendors=["reference"]), op, [x], attrs)
+    got = _on(dict(device="gpu", vendors=["opencl"], options=OPTIONS), op, [x], attrs)
+    np.testing.assert_array_equal(got, want)  # equal_nan by default
+    assert np.isnan(got[0])
+
+
+def test_fused_conv_relu_and_global_max_pool_propagate_nan():
+    """Item 4: a Conv with a fused Relu and GlobalMaxPool returned 0 / skipped the NaN on OpenCL."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    x[0, 0, 2, 2] = np.nan
+    x[0, 1, 0, 0] = np.inf
+    w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    attrs = {"pads": [1, 1, 1, 1], "activation": "Relu"}
+    want = _on(dict(vendors=["reference"]), "Conv", [x, w], attrs)
+    got = _on(dict(device="gpu", vendors=["opencl"], options=OPTIONS), "Conv", [x, w], attrs)
+    assert np.isnan(want).sum() == 27 and np.array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    pooled = _on(dict(device="gpu", vendors=["opencl"], options=OPTIONS), "GlobalMaxPool", [x])
+    assert np.isnan(pooled[0, 0, 0, 0]) and pooled[0, 1, 0, 0] == np.inf

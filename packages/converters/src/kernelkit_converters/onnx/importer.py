@@ -97,6 +97,9 @@ def _opsets(proto: ModelProto, source: str) -> dict[str, int]:
     opsets: dict[str, int] = {}
     for entry in proto.opset_import:
         domain = "" if entry.domain in DEFAULT_DOMAINS else entry.domain
+        if not 0 < entry.version < 2**31:  # onnx.defs takes a C int
+            raise ModelFormatError(f"{source}: opset_import {entry.domain or 'ai.onnx'!r} version {entry.version} "
+                                   f"is out of range")
         opsets[domain] = int(entry.version)
     if "" not in opsets:
         raise ModelFormatError(f"{source}: the model imports no version of the default ONNX domain")

@@ -54,6 +54,9 @@ __kernel void global_pool(__global const float* restrict x, __global float* rest
   if (r >= rows) return;
   __global const float* xp = x + (long)r * hw;
   float acc = mode ? -INFINITY : 0.0f;
-  for (int k = 0; k < hw; ++k) acc = mode ? fmax(acc, xp[k]) : acc + xp[k];
+  for (int k = 0; k < hw; ++k) {  // max: NaN propagates, as in NumPy (fmax would skip it)
+    const float v = xp[k];
+    acc = mode ? ((v > acc || v != v) ? v : acc) : acc + v;
+  }
   y[r] = mode ? acc : acc / (float)hw;
 }
