@@ -107,3 +107,12 @@ def test_handler_failure_on_malformed_node_is_typed(monkeypatch):
     monkeypatch.setitem(handlers.HANDLERS, ("", "Elu", 6), trusting)
     with pytest.raises(ModelFormatError, match="node 'Elu_0'.*TypeError"):
         convert(_model(helper.make_node("Elu", ["x"], ["y"], alpha=1.5)), check=False)
+
+
+@pytest.mark.parametrize("version", [2**40, 0, -3])
+def test_opset_version_out_of_range_is_typed(version):
+    """Found by the fuzz run: an opset_import version beyond a C int made onnx.defs raise TypeError."""
+    model = _model(helper.make_node("Relu", ["x"], ["y"]))
+    model.opset_import[0].version = version
+    with pytest.raises(ModelFormatError, match="out of range"):
+        convert(model.SerializeToString(), check=False)

@@ -269,3 +269,24 @@ def test_fused_conv_relu_and_global_max_pool_propagate_nan():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     pooled = _on(dict(device="gpu", vendors=["opencl"], options=OPTIONS), "GlobalMaxPool", [x])
     assert np.isnan(pooled[0, 0, 0, 0]) and pooled[0, 1, 0, 0] == np.inf
+
+
+# -- item 10: the same bad value gives the same error class on every device ----------------------------
+@pytest.mark.parametrize("op, inputs, attrs", [
+    ("Gather", [np.arange(12, dtype=np.float32).reshape(3, 4), np.array([5], np.int64)], {"axis": 0}),
+    ("Reshape", [np.arange(12, dtype=np.float32).reshape(3, 4), np.array([5, -1], np.int64)], {}),
+    ("Tile", [np.arange(12, dtype=np.float32).reshape(3, 4), np.array([-1, 2], np.int64)], {}),
+    ("ConstantOfShape", [np.array([2**40, 2**40], np.int64)], {}),
+    ("Expand", [np.ones((1, 1), np.float32), np.array([2**31, 2**31], np.int64)], {}),
+    ("Pad", [np.ones((3, 4), np.float32), np.array([0, 0, 0, 2**40], np.int64)], {}),
+], ids=["gather-index", "reshape", "tile-negative", "constant-of-shape-huge", "expand-huge", "pad-huge"])
+def test_same_bad_value_same_error_class_on_cpu_and_opencl(op, inputs, attrs):
+    """Item 10: a bad runtime value is a KernelExecutionError naming the node on the reference, numba
+    and OpenCL alike (870925c: KernelExecutionError on CPU, ShapeError/InputError/DeviceError on OpenCL)."""
+    from kernelkit.errors import KernelExecutionError
+    from kernelkit.testing import run_single_op
+
+    for kwargs in (dict(vendors=["reference"]), dict(vendors=["numba", "reference"]),
+                   dict(device="gpu", vendors=["opencl"], options=OPTIONS)):
+        with pytest.raises(KernelExecutionError, match=f"node '{op}_0'"):
+            run_single_op(op, inputs, attrs, passes=False, **kwargs)

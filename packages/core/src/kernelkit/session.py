@@ -106,7 +106,7 @@ def _check_settings(vendors, threads, passes, options, stub_ops) -> None:
         raise ConfigError(f"vendors must be a list of vendor names or None, got {vendors!r:.60}")
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)
                                 or not 1 <= threads <= MAX_THREADS):
-        raise ConfigError(f"threads must be an int in 1..{MAX_THREADS} or None, got {brief(threads)}")
+        raise ConfigError(f"threads must be an int >= 1 (at most {MAX_THREADS}) or None, got {brief(threads)}")
     if passes is not None and not isinstance(passes, bool) and not _names(passes):
         raise ConfigError(f"passes must be None, True, False or a list of pass names, got {passes!r:.60}")
     if options is not None and not isinstance(options, dict):
@@ -377,9 +377,9 @@ class Session:
             t0 = time.perf_counter() if self._profile else 0.0
             try:
                 outs = self._execute(step, args)
-            except KernelkitError:
+            except KernelExecutionError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # a kernel's own check (ShapeError...) too: one class on every device
                 shapes = [tuple(a.shape) if a is not None else None for a in args]
                 raise KernelExecutionError(
                     f"node {node.name!r} ({node.op_id}) failed in kernel {tuple(step.entry.key)} "
