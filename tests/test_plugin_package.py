@@ -1,8 +1,9 @@
 """examples/plugin installs as its own package into a fresh venv and plugs its op into kernelkit
 through the ``kernelkit.backends`` entry point; a plugin whose import fails is a warning, not a crash.
 
-The venv sees this environment's packages (``--system-site-packages``) and the install is offline
-(``--no-deps --no-build-isolation``), so it costs a few seconds.
+The venv sees the packages of the interpreter running the tests (``kernelkit.testing.child_venv``:
+from a venv, tox or a system interpreter alike) and the install is offline (``--no-deps
+--no-build-isolation``), so it costs a few seconds.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from kernelkit.testing import child_venv
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "examples" / "plugin"
@@ -111,11 +113,10 @@ def venv(tmp_path_factory) -> Path:
     (broken / "pyproject.toml").write_text(BROKEN_PYPROJECT)
     (broken / "kernelkit_broken_plugin" / "__init__.py").write_text(
         "import kernelkit_module_that_does_not_exist  # deliberately broken\n")
-    env = tmp / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env)], check=True)
-    python = env / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                    "--disable-pip-version-check", str(tmp / "plugin"), str(broken)],
+    python = child_venv(tmp / "venv")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                    "--no-build-isolation", "--no-index", "--disable-pip-version-check",
+                    str(tmp / "plugin"), str(broken)],
                    check=True, cwd=tmp, capture_output=True)
     return python
 

@@ -223,3 +223,33 @@ def test_convert_can_run_the_pass_pipeline():
     a = kernelkit.Session(plain, passes=False).run(None, {"x": x})[0]
     b = kernelkit.Session(optimized, passes=False).run(None, {"x": x})[0]
     assert_close(b, a)
+
+
+def test_onnx_loader_is_an_entry_point(tmp_path):
+    """kernelkit finds this package's reader through the kernelkit.loaders group, by suffix."""
+    from importlib.metadata import entry_points
+
+    (ep,) = [e for e in entry_points(group="kernelkit.loaders") if e.name == ".onnx"]
+    assert ep.load() is convert
+    path = tmp_path / "relu.onnx"
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), str(path))
+    model = kernelkit.load_model(path)
+    x = np.array([[-1.0, 2.0, -3.0]], np.float32)
+    (y,) = kernelkit.Session(model, vendors=["reference"]).run(None, {"x": x})
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+
+
+def test_every_handler_module_is_found():
+    """Handler modules are found, not listed: each public handlers/<name>.py fills the table."""
+    import sys
+    from pathlib import Path
+
+    from kernelkit_converters.onnx import handlers
+
+    public = sorted(p.stem for p in Path(handlers.__file__).parent.glob("*.py") if not p.stem.startswith("_"))
+    assert {"legacy", "standard"} <= set(public)
+    assert all(f"{handlers.__name__}.{name}" in sys.modules for name in public)
+    assert handlers.lookup("", "Relu", 14) is not None and handlers.lookup("", "Squeeze", 11) is not None  # legacy.py

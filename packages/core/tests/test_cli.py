@@ -64,9 +64,9 @@ def test_run_with_random_inputs(capsys, tmp_path, relu_model):
 def test_run_benchmark_prints_latency(capsys, relu_model):
     code, out, _ = _run(capsys, "run", relu_model, "--benchmark", 4, *REF)
     assert code == 0
-    assert all(col in out for col in ("mean ms", "p50 ms", "p90 ms"))
-    row = re.search(r"│\s*4\s*│\s*([\d.]+)\s*│\s*([\d.]+)\s*│\s*([\d.]+)", out)
-    assert row and all(float(v) > 0 for v in row.groups()), out
+    assert all(col in out for col in ("mean", "p50", "p90", "p99", "p99.9", "max", "inf/s")), out
+    row = re.search(r"kernelkit\s*│\s*4\s*│\s*([\d.]+)\s*│\s*([\d.]+)\s*│\s*([\d.]+)", out)
+    assert row and float(row.group(1)) > 0 and float(row.group(3)) > 0, out  # mean, min
 
 
 def test_output_names_are_made_safe_file_names(capsys, tmp_path):
@@ -229,8 +229,46 @@ def test_kernels_table(capsys):
 
 
 def test_kernels_filter_without_match(capsys):
-    code, out, _ = _run(capsys, "kernels", "--op", "NoSuchOp")
+    code, out, _ = _run(capsys, "kernels", "--op", "Relu", "--vendor", "nobody")
     assert code == 0 and "registered kernels (0)" in out
+
+
+def test_kernels_unknown_op_suggests_close_names(capsys):
+    code, out, err = _run(capsys, "kernels", "--op", "Convv")
+    _assert_error(code, err, "KK_INPUT", "'Convv'", "did you mean", "Conv")
+    assert out == ""
+    code, _, err = _run(capsys, "kernels", "--op", "relu")
+    _assert_error(code, err, "KK_INPUT", "did you mean Relu")
+    code, _, err = _run(capsys, "kernels", "--op", "Qwertyuiop")
+    _assert_error(code, err, "KK_INPUT", "no kernel is registered", "kernelkit kernels lists all")
+
+
+def test_kernels_and_info_json(capsys, tmp_path, relu_model):
+    import json
+
+    code, out, _ = _run(capsys, "kernels", "--op", "Relu", "--json")
+    rows = json.loads(out)
+    assert code == 0 and len(rows) == len(kk.kernels(op="Relu"))
+    ref = next(r for r in rows if r["vendor"] == "reference" and r["dtype"] == "float32")
+    assert ref == {"op": "Relu", "device": "cpu", "vendor": "reference", "dtype": "float32", "priority": -100,
+                   "implementation": ref["implementation"]} and ref["implementation"].startswith("kernelkit.ops.")
+    code, out, _ = _run(capsys, "info", relu_model, "--dim", "N=3", "--json", *REF)
+    facts = json.loads(out)
+    assert code == 0 and facts["name"] == "relu_net" and facts["dims"] == {"N": 3}
+    assert facts["io"] == [{"kind": "input", "name": "x", "shape": ["N", 4], "dtype": "float32"},
+                           {"kind": "output", "name": "y", "shape": ["N", 4], "dtype": "float32"}]
+    assert facts["ops"] == {"Relu": {"file": 1, "after_passes": 1}} and facts["parameters"] == 0
+    assert facts["placement"] == [{"device": "cpu", "vendor": "reference", "nodes": 1, "ops": ["Relu"]}]
+    code, out, _ = _run(capsys, "info", relu_model, "--json", tmp_path / "i.json", *REF)
+    assert code == 0 and "inputs and outputs" in out and json.loads((tmp_path / "i.json").read_text())["flops"] == 0
+
+
+def test_every_flag_has_help():
+    parser = cli._parser()
+    subs = next(a for a in parser._actions if a.choices and isinstance(a.choices, dict)).choices
+    for name, sub in [("kernelkit", parser), *subs.items()]:
+        for action in sub._actions:
+            assert action.help, f"{name} {action.option_strings or action.dest} has no help text"
 
 
 # -- convert -----------------------------------------------------------------------------------
@@ -257,3 +295,17 @@ def test_convert_onnx_model(capsys, tmp_path):
     x = np.array([[-1, 0, 1], [2, -3, 4]], np.float32)
     [y] = kk.Session(model, vendors=["reference"]).run(None, {model.graph.inputs[0]: x})
     np.testing.assert_array_equal(y, np.maximum(x, 0))
+
+
+def test_version_lists_kernelkit_and_every_installed_backend(capsys):
+    from importlib.metadata import entry_points
+
+    code, out, _ = _run(capsys, "--version")
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert lines[0].startswith(f"kernelkit {kk.__version__} (Python {sys.version.split()[0]}"), out
+    for ep in entry_points(group="kernelkit.backends"):  # what is installed, read independently
+        dist = ep.dist
+        assert any(line.startswith(f"{dist.name} {dist.version}") and ep.name in line for line in lines), out
+    code, short, _ = _run(capsys, "-V")
+    assert code == 0 and short == out

@@ -111,7 +111,7 @@ def test_fallback_places_other_ops_on_cpu_and_transfers_at_boundaries_only(fake,
     assert placement["Relu_0"] == placement["Shift_0"] == ("fake", "test")
     warned = [r.getMessage() for r in caplog.records if "falling back" in r.getMessage()]
     assert len(warned) == 2 and any("'Exp_0'" in w for w in warned) and any("'Neg_0'" in w for w in warned)
-    assert [name for name, _ in sess.fallbacks] == ["Exp_0", "Neg_0"]
+    assert [f["node"] for f in sess.fallbacks()] == ["Exp_0", "Neg_0"]
     assert set(sess.devices()) == {"cpu", "fake"}
     dev = fake[0]
     x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)

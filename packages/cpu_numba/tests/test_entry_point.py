@@ -30,3 +30,16 @@ def test_initialize_is_idempotent_import_only():
     before = kernelkit.kernels(vendor="numba")
     kernelkit_numba.initialize()  # modules are already imported: registers nothing twice
     assert kernelkit.kernels(vendor="numba") == before
+
+
+def test_every_kernel_module_is_found_and_imported():
+    """No hand-kept list: each public module of kernels/ is imported by initialize()."""
+    import sys
+    from pathlib import Path
+
+    import kernelkit_numba.kernels
+
+    load_backends()
+    folder = Path(kernelkit_numba.kernels.__file__).parent
+    public = sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
+    assert "conv" in public and all(f"kernelkit_numba.kernels.{name}" in sys.modules for name in public)

@@ -120,6 +120,22 @@ def test_custom_activation_after_conv_is_not_fused():
 
 
 @needs_device
+def test_session_option_is_scoped_to_that_session():
+    """opencl_custom_kernels registers into the session's KernelScope: a later session without the
+    option, and the process-wide registry, never see the custom kernel."""
+    x = np.linspace(-2, 2, 24, dtype=np.float32).reshape(1, 2, 3, 4)
+    model = leaky_model(x.shape, alpha=0.25)
+    scoped = kk.Session(model, device="gpu", options={**OPTIONS, "opencl_custom_kernels": EXAMPLE / "leaky_relu.xml"})
+    assert scoped.placement() == {"LeakyRelu_0": ("gpu", "custom")}
+    plain = kk.Session(model, device="gpu", options=OPTIONS)
+    assert plain.placement() == {"LeakyRelu_0": ("gpu", "opencl")}
+    assert kk.kernels("LeakyRelu", device="gpu", vendor="custom") == []
+    (want,) = reference(model, {"x": x})
+    assert_close(scoped.run(None, {"x": x})[0], want)
+    assert_close(plain.run(None, {"x": x})[0], want)
+
+
+@needs_device
 def test_env_variable_loads_config(monkeypatch):
     monkeypatch.setenv(custom_layers.ENV_VAR, str(EXAMPLE / "leaky_relu.xml"))
     sess = kk.Session(leaky_model((1, 2, 3, 4), alpha=0.1), device="gpu", options=OPTIONS)

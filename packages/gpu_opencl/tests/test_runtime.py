@@ -26,6 +26,21 @@ def test_entry_point_registers_device_and_kernels():
     assert {"Conv", "MatMul", "Gemm", "Add", "Relu", "MaxPool", "Softmax"} <= ops
 
 
+def test_every_kernel_family_is_found_and_registered():
+    """No hand-kept list: each public module of kernels/ is imported and its register() run."""
+    from pathlib import Path
+
+    import kernelkit_opencl.kernels
+
+    kk.load_backends()
+    folder = Path(kernelkit_opencl.kernels.__file__).parent
+    public = sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
+    assert {"conv", "elementwise", "typed"} <= set(public)
+    assert all(f"kernelkit_opencl.kernels.{name}" in sys.modules for name in public)
+    modules = {kk.registry.kernel_entry(k).impl.__module__ for k in kk.kernels(device="gpu", vendor="opencl")}
+    assert {f"kernelkit_opencl.kernels.{name}" for name in ("typed", "resize", "scan")} <= modules
+
+
 def test_initialize_does_not_touch_opencl():
     code = ("import pyopencl as cl\n"
             "def boom(*a, **k): raise AssertionError('OpenCL probed at registration')\n"

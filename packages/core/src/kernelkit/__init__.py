@@ -18,20 +18,27 @@ from .errors import (
     BackendUnavailableError,
     ConfigError,
     DeviceError,
+    FallbackWarning,
     InputError,
     KernelBuildError,
     KernelExecutionError,
     KernelkitError,
+    KernelkitWarning,
+    LoaderNotFoundError,
     ModelFormatError,
     OpAttributeError,
     RegistryError,
     ShapeError,
     UnsupportedOpError,
 )
+from .invoke import KernelContext
 from .ir import Graph, Model, Node, TensorSpec, Value
+from .loaders import load_model, register_loader
 from .passes import PassContext, register_pass, run_passes
+from .plan import Plan, Step
+from .portable import LazySession, SessionRecipe, cpu_allotment
 from .registry import REQUIRED, get_schema, kernels, ops, register_kernel, register_op
-from .session import KernelContext, Session
+from .session import Session
 from .shape import InferContext, broadcast_shapes, infer_shapes
 
 __version__ = "0.1.0"
@@ -55,11 +62,14 @@ def load(path, *, verify: bool = True) -> Model:
 
 
 __all__ = [
-    "ACTIVATIONS", "BackendUnavailableError", "ConfigError", "Device", "DeviceError", "Graph",
-    "GraphBuilder", "InferContext", "InputError", "KernelBuildError", "KernelContext",
-    "KernelExecutionError", "KernelkitError", "Model", "ModelFormatError", "Node", "OpAttributeError",
-    "PassContext", "REQUIRED", "RegistryError", "Session", "ShapeError", "TensorSpec",
+    "LazySession", "SessionRecipe", "cpu_allotment",
+    "ACTIVATIONS", "BackendUnavailableError", "ConfigError", "Device", "DeviceError",
+    "FallbackWarning", "Graph", "GraphBuilder", "InferContext", "InputError", "KernelBuildError",
+    "KernelContext", "KernelExecutionError", "KernelkitError", "KernelkitWarning",
+    "LoaderNotFoundError", "Model", "ModelFormatError", "Node", "OpAttributeError", "PassContext",
+    "Plan", "REQUIRED", "RegistryError", "Session", "ShapeError", "Step", "TensorSpec",
     "UnsupportedOpError", "Value", "apply_activation", "broadcast_shapes", "create_device",
-    "dtype_name", "get_schema", "infer_shapes", "kernels", "load", "load_backends", "ops",
-    "register_device", "register_kernel", "register_op", "register_pass", "run_passes", "save",
+    "dtype_name", "get_schema", "infer_shapes", "kernels", "load", "load_backends", "load_model",
+    "ops", "register_device", "register_kernel", "register_loader", "register_op", "register_pass",
+    "run_passes", "save",
 ]

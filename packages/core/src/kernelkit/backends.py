@@ -5,10 +5,12 @@ backend that fails to load is a logged warning, never a crash.
 """
 from __future__ import annotations
 
+import inspect
 import logging
+import re
 import threading
 import warnings
-from importlib.metadata import entry_points
+from importlib.metadata import distributions, entry_points
 
 log = logging.getLogger("kernelkit.backends")
 
@@ -41,19 +43,52 @@ def load_backends(force: bool = False) -> dict[str, str]:
         return dict(_loaded)
 
 
-_session_hooks: list = []
+_session_hooks: list = []  # (fn, whether it takes the session's KernelScope)
 
 
 def register_session_hook(fn) -> None:
-    """Register ``fn(device, options)``, called at the start of every Session build (before kernel
-    selection) with the session's device name and options, so that a backend can act on its own
-    options, e.g. load the custom kernels a session names. Registering a function twice is a no-op."""
+    """Register ``fn(device, options, scope)``, called at the start of every Session build (before
+    kernel selection) with the session's device name, options and ``KernelScope``, so that a backend
+    can act on its own options, e.g. load the custom kernels a session names: kernels it registers
+    with ``scope.register_kernel`` are seen by that session only. A hook of two parameters
+    ``fn(device, options)`` gets no scope. Registering a function twice is a no-op."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+        takes_scope = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) >= 3 or any(
+            p.kind is p.VAR_POSITIONAL for p in params)
+    except (TypeError, ValueError):
+        takes_scope = False
     with _lock:
-        if fn not in _session_hooks:
-            _session_hooks.append(fn)
+        if all(f is not fn for f, _ in _session_hooks):
+            _session_hooks.append((fn, takes_scope))
 
 
-def run_session_hooks(device: str, options: dict) -> None:
+def run_session_hooks(device: str, options: dict, scope=None) -> None:
     load_backends()
-    for fn in list(_session_hooks):
-        fn(device, options)
+    for fn, takes_scope in list(_session_hooks):
+        if takes_scope:
+            fn(device, options, scope)
+        else:
+            fn(device, options)
+
+
+def installed_packages() -> list[tuple[str, str, list[str]]]:
+    """``(distribution, version, backend entry-point names)`` for kernelkit itself and every installed
+    distribution that depends on it or plugs into a ``kernelkit.*`` entry-point group; kernelkit
+    first, then by name. Reads package metadata only: nothing is imported."""
+    found: dict[str, tuple[str, str, list[str]]] = {}
+    for dist in distributions():
+        name = dist.metadata["Name"] or ""
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        backends = sorted(ep.name for ep in dist.entry_points if ep.group == GROUP)
+        plugs = any(ep.group.startswith("kernelkit.") for ep in dist.entry_points)
+        requires = any(_req_name(r) == "kernelkit" for r in dist.requires or ())
+        if key == "kernelkit" or plugs or requires:
+            found.setdefault(key, (name, dist.version, backends))
+    return sorted(found.values(), key=lambda t: (t[0].lower() != "kernelkit", t[0].lower()))
+
+
+def _req_name(requirement: str) -> str:
+    """The normalised project name of a requirement string (PEP 503)."""
+    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    return re.sub(r"[-_.]+", "-", m.group(1)).lower() if m else ""

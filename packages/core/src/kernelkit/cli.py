@@ -16,9 +16,9 @@ import logging
 import os
 import re
 import sys
-import time
+import warnings
 from collections import Counter
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from importlib import resources
 from pathlib import Path
 
@@ -27,8 +27,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from . import __version__, progress
 from .deploy import is_deployment, load_deployment
-from .errors import InputError, KernelkitError, brief
+from .errors import FallbackWarning, InputError, KernelkitError, LoaderNotFoundError, brief
 from .limits import MAX_RANDOM_ELEMENTS, checked_count
 from .untrusted import open_regular, read_npy
 from .ir import Model, TensorSpec
@@ -37,6 +38,7 @@ log = logging.getLogger("kernelkit.cli")
 
 EXAMPLE = ("examples_data", "digits")  # package data: digits.kkm, test.npz, digits.yml
 EXAMPLE_RUNS = 100
+DEFAULT_RUNS = 100  # kernelkit bench without --runs/--duration (kernelkit.tools.bench.DEFAULT_RUNS)
 
 
 class MissingExtraError(KernelkitError):
@@ -84,28 +86,17 @@ def _session_kwargs(args) -> dict:
 
 def _open_model(path: str) -> tuple[Model, dict]:
     """The model behind MODEL (.kkm, .onnx or deployment YAML) and the session settings it implies."""
-    from .session import _load_model
+    from .loaders import load_model
 
     if is_deployment(path):
         dep = load_deployment(path)
         return dep.model(), dict(device=dep.device, vendors=dep.vendors, fallback=dep.fallback,
                                  threads=dep.threads, passes=dep.passes, options=dict(dep.options))
-    return _load_model(path), {}
+    return load_model(path), {}
 
 
 def _concrete(spec: TensorSpec, dims: dict[str, int]) -> tuple[int, ...]:
     return tuple(dims.get(d, 1) if isinstance(d, str) else d for d in spec.shape)
-
-
-def _random_input(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:
-    if checked_count(shape, MAX_RANDOM_ELEMENTS) is None:
-        raise InputError(f"a random input of shape {brief(list(shape))} is over {MAX_RANDOM_ELEMENTS} elements; "
-                         f"give it with --input NAME=FILE.npy")
-    if dtype == "bool":
-        return rng.random(shape) < 0.5
-    if np.dtype(dtype).kind in "iu":
-        return rng.integers(0, 10, shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
 
 
 def _read_inputs(pairs: list[str]) -> dict[str, np.ndarray]:
@@ -123,47 +114,57 @@ def _read_inputs(pairs: list[str]) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _latency_table(times: list[float], title: str) -> Table:
-    ms = np.array(times) * 1e3
-    table = Table(title=title)
-    for col in ("runs", "mean ms", "p50 ms", "p90 ms", "min ms"):
-        table.add_column(col, justify="right")
-    table.add_row(str(len(ms)), f"{ms.mean():.3f}", f"{np.percentile(ms, 50):.3f}", f"{np.percentile(ms, 90):.3f}",
-                  f"{ms.min():.3f}")
-    return table
+def _benchmark(console: Console, sess, feeds: dict, runs: int, title: str) -> None:
+    from .tools.bench import latency_stats, latency_table, time_session
 
-
-def _benchmark(console: Console, sess, feeds: dict, runs: int) -> list[float]:
-    from rich.progress import Progress
-
-    for _ in range(3):  # warm-up: first-call compilation, caches, allocator
-        sess.run(None, feeds)
-    times = []
-    with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
-        task = progress.add_task("benchmark", total=runs)
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            sess.run(None, feeds)
-            times.append(time.perf_counter() - t0)
-            progress.advance(task)
-    return times
+    lead = [a.shape[0] for a in feeds.values() if a.ndim]
+    console.print(latency_table(latency_stats(time_session(sess, feeds, runs), lead[0] if lead else 1), title))
 
 
 # -- run ---------------------------------------------------------------------------------------
-def _run_example(args, console: Console) -> int:
+def _session(model, console: Console, **settings):
+    """A Session whose fallback warning becomes one line on the console."""
     from .session import Session
 
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        sess = Session(model, **settings)
+    fallbacks = sess.fallbacks()
+    if fallbacks:
+        places = Counter(f"{f['device']}/{f['vendor']}" for f in fallbacks)
+        copies = sum(len(f["copies"]) for f in fallbacks)
+        asked = f"{sess.device_name}" + (f" vendors {list(sess.vendors)}" if sess.vendors else "")
+        console.print(Text("fallback: ", style="yellow") + Text(
+            f"{len(fallbacks)} node(s) not on {asked}: " + ", ".join(f"{n} on {p}" for p, n in sorted(places.items()))
+            + f"; {copies} host<->device copies added (kernelkit info lists them)"))
+    return sess
+
+
+@contextmanager
+def _fallback_lines(console: Console):
+    """Fallback warnings of the sessions a tool builds, each as one yellow line on the console."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FallbackWarning)
+        yield
+    for w in caught:
+        if issubclass(w.category, FallbackWarning):
+            console.print(Text("fallback: ", style="yellow") + Text(str(w.message)))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def _run_example(args, console: Console) -> int:
     with ExitStack() as stack:
         folder = resources.files("kernelkit").joinpath(*EXAMPLE)
         model_path = stack.enter_context(resources.as_file(folder / "digits.kkm"))
         data_path = stack.enter_context(resources.as_file(folder / "test.npz"))
-        sess = Session(model_path, **_session_kwargs(args))
+        sess = _session(model_path, console, **_session_kwargs(args))
         with np.load(data_path, allow_pickle=False) as data:
             x, labels = data["x"], data["label"]
-        [probs] = sess.run(None, {"x": x})
+        with progress.task("first run (compiling kernels)"):
+            [probs] = sess.run(None, {"x": x})
         accuracy = float(np.mean(probs.argmax(axis=1) == labels))
         runs = args.benchmark if args.benchmark is not None else EXAMPLE_RUNS
-        times = _benchmark(console, sess, {"x": x[:1]}, runs) if runs > 0 else []
     table = Table(title="digits CNN example (scikit-learn 8x8 digits)", show_header=False)
     table.add_column("what")
     table.add_column("value")
@@ -171,8 +172,8 @@ def _run_example(args, console: Console) -> int:
     table.add_row("held-out images", str(len(labels)))
     table.add_row("accuracy", f"{accuracy:.2%} ({int(round(accuracy * len(labels)))}/{len(labels)})")
     console.print(table)
-    if times:
-        console.print(_latency_table(times, "latency, batch 1"))
+    if runs > 0:
+        _benchmark(console, sess, {"x": x[:1]}, runs, "latency, batch 1 (ms)")
     return 0
 
 
@@ -181,11 +182,11 @@ def _safe_name(name: str) -> str:
 
 
 def _run_model(args, console: Console) -> int:
-    from .session import Session
+    from .tools._common import random_input
 
     model, settings = _open_model(args.model)
     settings.update(_session_kwargs(args))
-    sess = Session(model, **settings)
+    sess = _session(model, console, **settings)
     if args.validate:
         return _validate(args, sess, console)
     feeds = _read_inputs(args.input)
@@ -197,11 +198,12 @@ def _run_model(args, console: Console) -> int:
     for info in sess.get_inputs():
         if info.name not in feeds:
             spec = sess.graph.values[info.name].spec
-            feeds[info.name] = _random_input(rng, _concrete(spec, {}), spec.dtype)
+            feeds[info.name] = random_input(rng, _concrete(spec, {}), spec.dtype)
             console.print(f"input {info.name}: random {spec.dtype}{list(feeds[info.name].shape)} "
                           f"(symbolic dims set to 1)" if not spec.is_static else
                           f"input {info.name}: random {spec.dtype}{list(feeds[info.name].shape)}")
-    outputs = sess.run(None, feeds)
+    with progress.task("first run (compiling kernels)"):
+        outputs = sess.run(None, feeds)
     table = Table(title=f"outputs of {sess.graph.name}")
     for col in ("name", "shape", "dtype", "min", "max", "mean"):
         table.add_column(col)
@@ -221,14 +223,26 @@ def _run_model(args, console: Console) -> int:
     for line in saved:
         console.print(line)
     if args.benchmark:
-        console.print(_latency_table(_benchmark(console, sess, feeds, args.benchmark), f"latency of {sess.graph.name}"))
+        _benchmark(console, sess, feeds, args.benchmark, f"latency of {sess.graph.name} (ms)")
     return 0
 
 
 def _validate(args, sess, console: Console) -> int:
     if not is_deployment(args.model):
-        raise InputError("--validate needs a deployment file (.yml) with a 'validation' section")
-    checks = load_deployment(args.model).validate(sess)
+        raise InputError("--validate needs a deployment file (.yml); for a model file use kernelkit validate")
+    from .tools.validate import deployment_oracle_inputs
+
+    dep = load_deployment(args.model)
+    needed, inputs = deployment_oracle_inputs(dep)
+    if needed:  # no expected outputs: check against onnxruntime (ONNX) or the reference kernels
+        from .tools import validate
+        from .tools.validate import render
+
+        result = validate(args.model, device=args.device, vendors=_vendors(args.vendors), threads=args.threads,
+                          inputs=inputs, seed=args.seed)
+        render(result, console)
+        return 0 if result.passed else 1
+    checks = dep.validate(sess)
     table = Table(title=f"validation of {args.model}")
     for col in ("output", "dtype", "max |error|", "cosine", "rtol", "atol", "result"):
         table.add_column(col)
@@ -252,115 +266,159 @@ def cmd_run(args, console: Console) -> int:
 
 
 # -- info --------------------------------------------------------------------------------------
-def _parse_dims(pairs) -> dict[str, int]:
-    dims = {}
-    for pair in pairs or []:
-        name, sep, value = pair.partition("=")
-        if not sep or not value.isdigit():
-            raise InputError(f"--dim {pair!r}: expected SYMBOL=INT, e.g. N=1")
-        dims[name] = int(value)
-    return dims
+def _print_json(doc, target) -> None:
+    """``--json``: to stdout ('-') or a file."""
+    import json
 
-
-def _flops(graph) -> tuple[int, list[str], list[str]]:
-    """Total FLOPs of ``graph`` from each op's ``flops(ctx)``; also the ops without one and the
-    nodes whose count is unknown (symbolic)."""
-    from .registry import get_schema, normalize_attrs
-    from .shape import InferContext
-
-    total, missing, unknown = 0, set(), []
-    for node in graph.nodes:
-        schema = get_schema(node.op, node.domain)
-        if schema.flops is None:
-            missing.add(node.op_id)
-            continue
-        specs = [graph.values[i].spec if i else None for i in node.inputs]
-        consts = [graph.values[i].data if i else None for i in node.inputs]
-        attrs = normalize_attrs(schema, node.attrs, f"node {node.name!r}")
-        n = schema.flops(InferContext(node, specs, attrs, consts))
-        if n is None:
-            unknown.append(node.name)
-        else:
-            total += int(n)
-    return total, sorted(missing), unknown
+    text = json.dumps(doc, indent=2) + "\n"
+    if target == "-":
+        sys.stdout.write(text)
+    else:
+        Path(target).write_text(text, encoding="utf-8")
 
 
 def cmd_info(args, console: Console) -> int:
-    from .session import Session
+    from .tools.info import info, parse_dims
 
-    model, settings = _open_model(args.model)
-    settings.update(_session_kwargs(args))
-    graph = model.graph
-    loaded_ops = Counter(n.op_id for n in graph.nodes)
-    dims = _parse_dims(args.dim)
-    declared = {n: graph.values[n].spec for n in graph.inputs + graph.outputs if graph.values[n].spec}
-    symbols = sorted({d for i in graph.inputs for d in graph.values[i].spec.shape if isinstance(d, str)})
-    for name in graph.inputs:  # bind symbolic dims so shapes (and FLOPs) are concrete
-        spec = graph.values[name].spec
-        graph.values[name].spec = TensorSpec(_concrete(spec, dims), spec.dtype, spec.layout)
-    sess = Session(model, **settings)
-    g = sess.graph
-
-    console.print(Text(graph.name, style="bold") + Text(f"  producer {model.producer}, opsets {model.opsets}"))
+    facts = info(args.model, device=args.device, vendors=_vendors(args.vendors), dims=parse_dims(args.dim))
+    if args.json:
+        _print_json(facts, args.json)
+        if args.json == "-":
+            return 0
+    console.print(Text(facts["name"], style="bold") + Text(f"  producer {facts['producer']}, opsets {facts['opsets']}"))
     io_table = Table(title="inputs and outputs")
     for col in ("kind", "name", "shape", "dtype"):
         io_table.add_column(col)
-    for kind, names in (("input", g.inputs), ("output", g.outputs)):
-        for name in names:
-            spec = declared.get(name) or g.values[name].spec
-            io_table.add_row(kind, name, str(list(spec.shape)), spec.dtype)
+    for row in facts["io"]:
+        io_table.add_row(row["kind"], row["name"], str(row["shape"]), row["dtype"])
     console.print(io_table)
-
-    compiled_ops = Counter(n.op_id for n in g.nodes)
     op_table = Table(title="ops")
     for col in ("op", "nodes (file)", "nodes (after passes)"):
         op_table.add_column(col)
-    for op in sorted(set(loaded_ops) | set(compiled_ops)):
-        op_table.add_row(op, str(loaded_ops.get(op, 0)), str(compiled_ops.get(op, 0)))
+    for op, counts in facts["ops"].items():
+        op_table.add_row(op, str(counts["file"]), str(counts["after_passes"]))
     console.print(op_table)
-
-    params = sum(int(np.size(v.data)) for v in graph.values.values() if v.data is not None)
-    nbytes = sum(int(np.asarray(v.data).nbytes) for v in graph.values.values() if v.data is not None)
-    total, missing, unknown = _flops(g)
-    console.print(f"parameters: {params:,} ({nbytes / 1e6:.3f} MB)")
-    bound = ", ".join(f"{s}={dims.get(s, 1)}" for s in symbols)
-    console.print(f"FLOPs: {total:,}" + (f" (with {bound})" if bound else ""))
-    if missing:
-        console.print(f"  ops without a flops function count 0: {', '.join(missing)}")
-    if unknown:
-        console.print(f"  nodes with an unknown (symbolic) count: {', '.join(unknown[:10])}")
-    fired = ", ".join(f"{k} x{v}" for k, v in sess.passes_fired.items()) or "none"
+    console.print(f"parameters: {facts['parameters']:,} ({facts['parameter_bytes'] / 1e6:.3f} MB)")
+    bound = ", ".join(f"{s}={v}" for s, v in facts["dims"].items())
+    console.print(f"FLOPs: {facts['flops']:,}" + (f" (with {bound})" if bound else ""))
+    if facts["ops_without_flops"]:
+        console.print(f"  ops without a flops function count 0: {', '.join(facts['ops_without_flops'])}")
+    if facts["nodes_with_unknown_flops"]:
+        console.print(f"  nodes with an unknown (symbolic) count: {', '.join(facts['nodes_with_unknown_flops'][:10])}")
+    fired = ", ".join(f"{k} x{v}" for k, v in facts["passes_fired"].items()) or "none"
     console.print(f"passes fired: {fired}")
-
-    placement = sess.placement()
-    place = Counter(placement.values())
-    ops_at: dict[tuple, set] = {}
-    for node in g.nodes:
-        ops_at.setdefault(placement[node.name], set()).add(node.op_id)
-    vendors = list(sess.vendors) if sess.vendors else "any"
-    p_table = Table(title=f"placement (device {sess.device_name}, vendors {vendors})")
+    p_table = Table(title=f"placement (device {facts['device']}, vendors {facts['vendors'] or 'any'})")
     for col in ("device", "vendor", "nodes", "ops"):
         p_table.add_column(col)
-    for (device, vendor), count in sorted(place.items()):
-        p_table.add_row(device, vendor, str(count), ", ".join(sorted(ops_at[(device, vendor)])))
+    for row in facts["placement"]:
+        p_table.add_row(row["device"], row["vendor"], str(row["nodes"]), ", ".join(row["ops"]))
     console.print(p_table)
-    for _, message in sess.fallbacks:
-        console.print(Text("fallback: ", style="yellow") + Text(message))
+    mem = facts.get("memory")
+    if mem:
+        m_table = Table(title="memory plan (bytes)")
+        for col in ("arena", "live peak", "weights", "largest scratch", "planned values", "in place",
+                    "kernel-allocated"):
+            m_table.add_column(col, justify="right")
+        m_table.add_row(*(f"{mem[k]:,}" for k in ("arena_bytes", "live_peak_bytes", "weights_bytes", "scratch_bytes",
+                                                   "planned_values", "inplace_steps", "kernel_allocated_values")))
+        console.print(m_table)
+    for fb in facts["fallbacks"]:
+        copies = f"; copies {', '.join(fb['copies'])}" if fb.get("copies") else ""
+        console.print(Text("fallback: ", style="yellow") + Text(f"node {fb['node']!r} ({fb['op']}) on "
+                                                                  f"({fb['device']}, {fb['vendor']}): {fb['reason']}"
+                                                                  f"{copies}"))
+    return 0
+
+
+# -- validate ----------------------------------------------------------------------------------
+def cmd_validate(args, console: Console) -> int:
+    from .tools import validate
+    from .tools._common import load_inputs, parse_shapes
+    from .tools.validate import render
+
+    inputs = load_inputs(args.inputs) if args.inputs else {}
+    inputs.update(_read_inputs(args.input))
+    with _fallback_lines(console):
+        result = validate(args.model, against=args.against, device=args.device, vendors=_vendors(args.vendors),
+                          threads=args.threads, shapes=parse_shapes(args.shape), batch=args.batch, inputs=inputs,
+                          seed=args.seed)
+    render(result, console)
+    if args.json:
+        result.write_json(args.json)
+        console.print(f"--json: wrote {args.json}")
+    return 0 if result.passed else 1
+
+
+# -- bisect ------------------------------------------------------------------------------------
+def cmd_bisect(args, console: Console) -> int:
+    import json
+
+    from .tools import bisect
+    from .tools._common import load_inputs, parse_shapes
+    from .tools.bisect import render
+
+    inputs = load_inputs(args.inputs) if args.inputs else {}
+    inputs.update(_read_inputs(args.input))
+    with _fallback_lines(console):
+        result = bisect(args.model, device=args.device, vendors=_vendors(args.vendors), threads=args.threads,
+                        shapes=parse_shapes(args.shape), batch=args.batch, inputs=inputs, seed=args.seed,
+                        repro_dir=args.repro)
+    render(result, console)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
+        console.print(f"--json: wrote {args.json}")
+    return 0 if result.culprit is None else 1
+
+
+# -- graph -------------------------------------------------------------------------------------
+def cmd_graph(args, console: Console) -> int:
+    from .tools import graph
+    from .tools._common import parse_shapes
+
+    with _fallback_lines(console):
+        text = graph(args.model, args.output, device=args.device, vendors=_vendors(args.vendors),
+                     shapes=parse_shapes(args.shape), batch=args.batch, passes=False if args.no_passes else None)
+    if args.output:
+        console.print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+# -- bench -------------------------------------------------------------------------------------
+def cmd_bench(args, console: Console) -> int:
+    from .tools import bench
+    from .tools._common import parse_shapes
+    from .tools.bench import render
+
+    with _fallback_lines(console):
+        result = bench(args.model, device=args.device, vendors=_vendors(args.vendors), threads=args.threads,
+                       shapes=parse_shapes(args.shape), batch=args.batch, inputs=_read_inputs(args.input),
+                       runs=args.runs, duration=args.duration, warmup=args.warmup, seed=args.seed,
+                       profile=args.profile, trace=args.trace is not None, compare=args.compare)
+    render(result, console)
+    for flag, path, write in (("--json", args.json, result.write_json), ("--trace", args.trace, result.write_trace),
+                              ("--plot", args.plot, result.plot)):
+        if path:
+            write(path)
+            console.print(f"{flag}: wrote {path}")
     return 0
 
 
 # -- kernels, convert --------------------------------------------------------------------------
 def cmd_kernels(args, console: Console) -> int:
-    from .registry import kernel_entry, kernels
+    from .tools.info import kernel_list
 
-    keys = kernels(args.op, args.device, args.vendor, args.dtype)
-    table = Table(title=f"registered kernels ({len(keys)})")
+    rows = kernel_list(args.op, args.device, args.vendor, args.dtype)
+    if args.json:
+        _print_json(rows, args.json)
+        if args.json == "-":
+            return 0
+    table = Table(title=f"registered kernels ({len(rows)})")
     for col in ("op", "device", "vendor", "dtype", "priority", "implementation"):
         table.add_column(col)
-    for key in keys:
-        entry = kernel_entry(key)
-        impl = f"{entry.impl.__module__}.{getattr(entry.impl, '__qualname__', entry.impl)}"
-        table.add_row(*key, str(entry.priority), impl)
+    for row in rows:
+        table.add_row(*(str(row[k]) for k in ("op", "device", "vendor", "dtype", "priority", "implementation")))
     console.print(table)
     return 0
 
@@ -369,18 +427,17 @@ def cmd_convert(args, console: Console) -> int:
     import hashlib
 
     from .io import load, save
+    from .loaders import load_model
 
-    try:
-        from kernelkit_converters.onnx import convert
-    except ImportError as exc:
-        raise MissingExtraError(
-            f"kernelkit convert needs the converters extra (kernelkit-converters): "
-            f"pip install 'kernelkit-workspace[converters]' from the checkout ({exc})") from exc
     src = Path(args.model)
     out = Path(args.output) if args.output else src.with_suffix(".kkm")
     if out.resolve() == src.resolve() or (out.exists() and src.exists() and os.path.samefile(out, src)):
         raise InputError(f"convert: output {out} is the input model {src}; choose another -o")
-    model = convert(src)
+    try:
+        with progress.task(f"converting {src.name}"):
+            model = load_model(src)
+    except LoaderNotFoundError as exc:
+        raise MissingExtraError(f"kernelkit convert: {exc}") from exc
     save(model, out)
     back = load(out)
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
@@ -389,11 +446,48 @@ def cmd_convert(args, console: Console) -> int:
     return 0
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: print :func:`_versions` as it is (argparse's own action re-wraps lines)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(_versions())
+        parser.exit(0)
+
+
+def _versions() -> str:
+    """kernelkit's version and Python's, then one line per installed package that plugs into it."""
+    import platform
+
+    from .backends import installed_packages
+
+    lines = [f"kernelkit {__version__} (Python {platform.python_version()}, NumPy {np.__version__})"]
+    for name, version, backends in installed_packages():
+        if name.lower() != "kernelkit":
+            lines.append(f"{name} {version}" + (f" (backend {', '.join(backends)})" if backends else ""))
+    return "\n".join(lines)
+
+
+def cmd_batch(args, console: Console) -> int:
+    from .integrations.batch import main_summary, run_batch
+
+    kwargs = _session_kwargs(args)
+    kwargs.pop("threads", None)
+    summary = run_batch(args.model, args.input, args.output, engine=args.engine, workers=args.workers,
+                        threads=args.threads, batch_size=args.batch_size, cache_dir=args.cache_dir,
+                        address=args.address, quiet=args.quiet, **kwargs)
+    console.print(main_summary(summary))
+    return 0
+
+
 # -- entry point -------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kernelkit", description="kernelkit inference runtime")
     p.add_argument("-v", "--verbose", action="count", default=0, help="-v: info logs, -vv: debug logs")
-    sub = p.add_subparsers(dest="command", required=True)
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
+    p.add_argument("-V", "--version", action=_VersionAction, nargs=0,
+                   help="print the versions of kernelkit and of each installed backend package, then exit")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           help="what to do (kernelkit COMMAND --help)")
 
     def device_opts(sp):
         sp.add_argument("--device", help="device to run on (cpu, gpu, ...)")
@@ -403,30 +497,114 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("model", nargs="?", metavar="MODEL", help=".kkm, .onnx or deployment .yml")
     device_opts(run)
     run.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input (repeatable)")
-    run.add_argument("--benchmark", type=int, metavar="N", help="time N runs (mean/p50/p90)")
-    run.add_argument("--threads", type=int, metavar="T")
+    run.add_argument("--benchmark", type=int, metavar="N",
+                     help="time N runs after 3 warm-up runs (percentiles as kernelkit bench; example default 100)")
+    run.add_argument("--threads", type=int, metavar="T", help="threads for the session")
     run.add_argument("--output-dir", metavar="DIR", help="save each output as DIR/<name>.npy")
     run.add_argument("--seed", type=int, default=0, help="seed of random inputs")
     run.add_argument("--validate", action="store_true", help="check a deployment against its validation data")
     run.set_defaults(func=cmd_run)
 
     info = sub.add_parser("info", help="describe a model")
-    info.add_argument("model", metavar="MODEL")
+    info.add_argument("model", metavar="MODEL", help=".kkm, .onnx or deployment .yml")
     device_opts(info)
     info.add_argument("--dim", action="append", metavar="SYMBOL=INT", help="bind a symbolic dim (default 1)")
+    info.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                      help="print the facts as JSON (to FILE if given, else instead of the tables)")
     info.set_defaults(func=cmd_info)
 
+    ben = sub.add_parser("bench", help="benchmark a model: latency percentiles, profile, trace, onnxruntime")
+    ben.add_argument("model", metavar="MODEL", help=".kkm, .onnx or deployment .yml")
+    device_opts(ben)
+    ben.add_argument("--threads", type=int, metavar="T", help="threads for the session (and for onnxruntime)")
+    ben.add_argument("--shape", action="append", metavar="NAME=D,D,...",
+                     help="the whole shape of an input (repeatable), e.g. x=1,3,224,224")
+    ben.add_argument("--batch", type=int, metavar="N", help="the leading symbolic dim of every input (others: 1)")
+    ben.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input (repeatable; else random)")
+    ben.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    ben.add_argument("--runs", type=int, metavar="N", help=f"timed runs (default {DEFAULT_RUNS} unless --duration)")
+    ben.add_argument("--duration", type=float, metavar="S",
+                     help="time runs for S seconds (with --runs: whichever ends first)")
+    ben.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed runs after the first (default 3)")
+    ben.add_argument("--profile", action="store_true", help="per-node table of the timed runs, slowest first")
+    ben.add_argument("--trace", metavar="FILE.json", help="write a Chrome/Perfetto trace of the timed runs")
+    ben.add_argument("--compare", choices=["onnxruntime"], help="also run the .onnx MODEL through onnxruntime")
+    ben.add_argument("--json", metavar="FILE", help="write every figure and the environment as JSON")
+    ben.add_argument("--plot", metavar="FILE.png", help="per-op bars and latency histogram (needs matplotlib)")
+    ben.set_defaults(func=cmd_bench)
+
+    val = sub.add_parser("validate", help="compare a model's outputs with onnxruntime or the reference kernels")
+    val.add_argument("model", metavar="MODEL", help=".onnx (or .kkm / deployment .yml with --against reference)")
+    device_opts(val)
+    val.add_argument("--against", choices=["onnxruntime", "reference"],
+                     help="the oracle (default: onnxruntime for .onnx files, else reference)")
+    val.add_argument("--threads", type=int, metavar="T", help="threads for the session")
+    val.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input (repeatable; else random)")
+    val.add_argument("--inputs", metavar="FILE.npz", help="inputs by name from one .npz")
+    val.add_argument("--shape", action="append", metavar="NAME=D,D,...", help="the whole shape of an input")
+    val.add_argument("--batch", type=int, metavar="N", help="the leading symbolic dim of every input (others: 1)")
+    val.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    val.add_argument("--json", metavar="FILE", help="write the comparison as JSON")
+    val.set_defaults(func=cmd_validate)
+
+    bis = sub.add_parser("bisect", help="find the first node whose kernel disagrees with the reference; write a repro")
+    bis.add_argument("model", metavar="MODEL", help=".kkm, .onnx or deployment .yml")
+    device_opts(bis)
+    bis.add_argument("--threads", type=int, metavar="T", help="threads for the session")
+    bis.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input (repeatable; else random)")
+    bis.add_argument("--inputs", metavar="FILE.npz", help="inputs by name from one .npz")
+    bis.add_argument("--shape", action="append", metavar="NAME=D,D,...", help="the whole shape of an input")
+    bis.add_argument("--batch", type=int, metavar="N", help="the leading symbolic dim of every input (others: 1)")
+    bis.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    bis.add_argument("--repro", metavar="DIR", default="bisect-repro",
+                     help="folder for the culprit's repro: node.kkm, inputs.npz, a pytest file (default bisect-repro)")
+    bis.add_argument("--json", metavar="FILE", help="write every node's comparison as JSON")
+    bis.set_defaults(func=cmd_bisect)
+
+    gra = sub.add_parser("graph", help="draw the compiled graph (after passes) as DOT, SVG or PNG")
+    gra.add_argument("model", metavar="MODEL", help=".kkm, .onnx or deployment .yml")
+    device_opts(gra)
+    gra.add_argument("-o", "--output", metavar="OUT.dot|.svg|.png",
+                     help="output file (.svg/.png need Graphviz's dot on PATH); default: DOT on stdout")
+    gra.add_argument("--shape", action="append", metavar="NAME=D,D,...", help="the whole shape of an input")
+    gra.add_argument("--batch", type=int, metavar="N", help="the leading symbolic dim of every input (others: 1)")
+    gra.add_argument("--no-passes", action="store_true", help="draw the graph as stored, without graph passes")
+    gra.set_defaults(func=cmd_graph)
+
     kern = sub.add_parser("kernels", help="list registered kernels")
-    kern.add_argument("--op")
-    kern.add_argument("--device")
-    kern.add_argument("--vendor")
-    kern.add_argument("--dtype")
+    kern.add_argument("--op", help="only this op (e.g. Conv, or domain::Op); an unknown op suggests close names")
+    kern.add_argument("--device", help="only kernels for this device (cpu, gpu, ...)")
+    kern.add_argument("--vendor", help="only this vendor's kernels (reference, numba, opencl, ...)")
+    kern.add_argument("--dtype", help="only kernels for this dtype (float32, int64, ..., or * for any-dtype ones)")
+    kern.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                      help="print the kernels as JSON (to FILE if given, else instead of the table)")
     kern.set_defaults(func=cmd_kernels)
 
     conv = sub.add_parser("convert", help="convert an ONNX model to kernelkit's .kkm file")
-    conv.add_argument("model", metavar="MODEL.onnx")
-    conv.add_argument("-o", "--output", metavar="OUT.kkm")
+    conv.add_argument("model", metavar="MODEL.onnx", help="the ONNX file to convert")
+    conv.add_argument("-o", "--output", metavar="OUT.kkm", help="where to write the .kkm (default: MODEL.kkm)")
     conv.set_defaults(func=cmd_convert)
+
+    batch = sub.add_parser("batch", help="run a model over a folder of .npy/.npz files or a Parquet file")
+    batch.add_argument("model", metavar="MODEL", help=".kkm or .onnx model")
+    batch.add_argument("--input", required=True, metavar="DIR_OR_PARQUET",
+                       help="a folder of .npy/.npz files, or a .parquet file with one column per model input")
+    batch.add_argument("--output", required=True, metavar="DIR", help="folder for the outputs (created)")
+    batch.add_argument("--engine", choices=("local", "ray", "dask"), default="local",
+                       help="local: a process pool here; ray/dask: a local cluster, or the one at --address")
+    batch.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default 1)")
+    batch.add_argument("--threads", type=int, metavar="T",
+                       help="threads per worker (default: this machine's CPUs divided between the workers)")
+    batch.add_argument("--batch-size", type=int, default=32, metavar="B", help="Parquet rows per work item")
+    batch.add_argument("--address", metavar="ADDR", help="an existing Ray or Dask cluster to use")
+    batch.add_argument("--cache-dir", metavar="DIR", help="a kernel cache folder the workers share")
+    batch.add_argument("--quiet", action="store_true", help="no progress bar")
+    device_opts(batch)
+    batch.set_defaults(func=cmd_batch)
+    for command in sub.choices.values():  # -q also after the command; SUPPRESS keeps an earlier -q
+        if "--quiet" not in command._option_string_actions:
+            command.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                                 help="no progress display on stderr")
     return p
 
 
@@ -442,6 +620,7 @@ def main(argv=None) -> int:
     if args.verbose:
         logging.basicConfig(level=logging.DEBUG if args.verbose > 1 else logging.INFO,
                             format="%(levelname)s %(name)s: %(message)s")
+    progress.set_quiet(args.quiet)
     console = _console()
     try:
         return args.func(args, console)

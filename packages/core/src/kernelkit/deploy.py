@@ -84,14 +84,14 @@ class Deployment:
 
     def model(self) -> Model:
         """Load the model file, check its checksum if given, and apply the declared inputs."""
-        from .session import _load_model
+        from .loaders import load_model
 
         if self.model_sha256 is not None:
             digest = _sha256(self.model_path, self.path)
             if digest != self.model_sha256.lower():
                 raise ConfigError(f"{self.path}: model_sha256 does not match {self.model_path.name} "
                                   f"(file has {digest})")
-        model = _load_model(self.model_path)
+        model = load_model(self.model_path)
         self._apply_inputs(model)
         return model
 

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
 
 from .errors import BackendUnavailableError
+
+# the node a profiling session is running now: devices tag their timing events with it
+profiled_node: ContextVar[str | None] = ContextVar("kernelkit_profiled_node", default=None)
 
 
 class Device:
@@ -38,6 +42,11 @@ class Device:
 
     def describe(self) -> str:
         return self.name
+
+    def event_times(self, reset: bool = False) -> dict[str, tuple[int, float]]:
+        """Device-side time per node from the device's own events: node -> (events, ms). Devices
+        without event timing return {}; ``reset`` forgets what was collected."""
+        return {}
 
 
 class CPUDevice(Device):

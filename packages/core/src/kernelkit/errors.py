@@ -18,6 +18,12 @@ class ModelFormatError(KernelkitError):
     code = "KK_MODEL_FORMAT"
 
 
+class LoaderNotFoundError(ModelFormatError):
+    """No installed loader reads a model file's format (its suffix)."""
+
+    code = "KK_NO_LOADER"
+
+
 class ShapeError(KernelkitError):
     """Shapes or dtypes do not fit an op's rule."""
 
@@ -100,3 +106,12 @@ def brief(value, limit: int = 120) -> str:
     except Exception:  # noqa: BLE001 - a hostile __repr__ must not replace the real error
         text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class KernelkitWarning(UserWarning):
+    """Base class of every warning kernelkit gives (filter it, or turn it into an error)."""
+
+
+class FallbackWarning(KernelkitWarning):
+    """A Session placed nodes on another device or vendor than the one asked for
+    (``Session.fallbacks()`` lists them)."""

@@ -156,24 +156,45 @@ class Graph:
     # -- ordering ------------------------------------------------------------------------------
     def levels(self) -> list[list[Node]]:
         """Topological order as level sets: each level holds the nodes whose inputs are all ready
-        once the previous levels ran, the unit of parallel or asynchronous scheduling."""
+        once the previous levels ran, the unit of parallel or asynchronous scheduling.
+
+        Kahn's algorithm, O(nodes + edges): each node waits on a count of unready inputs; within a
+        level nodes keep their order in ``nodes``."""
         ready = set(self.inputs) | {n for n, v in self.values.items() if v.data is not None} | {""}
         self._check_single_sources(ready)
-        pending = list(self.nodes)
+        waiting: dict[str, list[int]] = {}  # value name -> indices of nodes that wait on it
+        pending = [0] * len(self.nodes)
+        level: list[int] = []
+        for i, node in enumerate(self.nodes):
+            missing = {name for name in node.inputs if name not in ready}
+            for name in missing:
+                waiting.setdefault(name, []).append(i)
+            pending[i] = len(missing)
+            if not missing:
+                level.append(i)
         out: list[list[Node]] = []
-        while pending:
-            level = [n for n in pending if all(i in ready for i in n.inputs)]
-            if not level:
-                missing = sorted({i for n in pending for i in n.inputs if i not in ready})
-                node = next(n for n in pending if any(i not in ready for i in n.inputs))
-                raise ModelFormatError(
-                    f"graph {self.name!r} has a cycle or dangling inputs at node {node.name!r}: "
-                    f"values {missing[:8]} are never produced"
-                )
-            out.append(level)
-            taken = {id(n) for n in level}
-            pending = [n for n in pending if id(n) not in taken]
-            ready.update(o for n in level for o in n.outputs)
+        done = 0
+        while level:
+            out.append([self.nodes[i] for i in level])
+            done += len(level)
+            nxt = []
+            for i in level:
+                for name in self.nodes[i].outputs:
+                    if name:
+                        ready.add(name)
+                    for j in waiting.pop(name, ()) if name else ():
+                        pending[j] -= 1
+                        if not pending[j]:
+                            nxt.append(j)
+            level = sorted(nxt)
+        if done < len(self.nodes):
+            stuck = [n for n, p in zip(self.nodes, pending) if p]
+            missing = sorted({i for n in stuck for i in n.inputs if i not in ready})
+            node = next(n for n in stuck if any(i not in ready for i in n.inputs))
+            raise ModelFormatError(
+                f"graph {self.name!r} has a cycle or dangling inputs at node {node.name!r}: "
+                f"values {missing[:8]} are never produced"
+            )
         missing = [name for name in self.outputs if name not in ready]
         if missing:
             raise ModelFormatError(f"graph {self.name!r}: outputs {missing} are never produced")

@@ -235,6 +235,12 @@ class KernelEntry:
     priority: int = 0
     supports: Callable | None = None  # supports(input_specs, attrs) -> bool
     attr_names: frozenset | None = field(default=None, repr=False)  # None: takes **attrs
+    scratch: Callable | None = field(default=None, repr=False)  # scratch(input_specs, attrs) -> bytes
+
+    @property
+    def takes_out(self) -> bool:
+        """Whether the kernel writes into a given output (keyword-only ``out``, docs/architecture.md)."""
+        return self.attr_names is not None and "out" in self.attr_names
 
     @property
     def is_class(self) -> bool:
@@ -255,17 +261,8 @@ def _accepted_attrs(fn) -> frozenset | None:
     return frozenset(p.name for p in params if p.kind is p.KEYWORD_ONLY)
 
 
-def register_kernel(op: str, *, device: str, vendor: str, dtype, domain: str = "", priority: int = 0,
-                    override: bool = False, supports: Callable | None = None):
-    """Decorator registering a kernel for ``(op, device, vendor, dtype)``.
-
-    ``dtype`` is one dtype name, a tuple of them, or ``"*"`` for any dtype (used after exact
-    matches). The decorated function gets the node's inputs positionally and the attributes it
-    names keyword-only; it returns an array or a tuple of arrays. A class instead gets
-    ``prepare(input_specs, attrs)`` once per session, ``resize(input_specs)`` when input shapes
-    change and ``execute(*inputs)`` per run. ``supports(input_specs, attrs)`` may decline a node,
-    so that selection moves on to the next candidate. The decorated object is returned unchanged.
-    """
+def _kernel_decorator(table: dict, op: str, device: str, vendor: str, dtype, domain: str, priority: int,
+                      override: bool, supports: Callable | None, scratch: Callable | None = None):
     qualified = op_id(op, domain)
     dtypes = (dtype,) if isinstance(dtype, str) else dtype
     if not isinstance(dtypes, (list, tuple)) or not dtypes or not all(isinstance(d, str) for d in dtypes):
@@ -282,20 +279,62 @@ def register_kernel(op: str, *, device: str, vendor: str, dtype, domain: str = "
             if missing:
                 raise RegistryError(f"kernel class {impl.__name__} for {qualified!r} lacks {missing}")
         entries = [KernelEntry(KernelKey(qualified, device, vendor, d), impl, priority, supports,
-                               _accepted_attrs(impl)) for d in dtypes]
+                               _accepted_attrs(impl), scratch) for d in dtypes]
         with _lock:
             for e in entries:
-                if e.key in _KERNELS and not override:
+                if e.key in table and not override:
                     raise RegistryError(
                         f"a kernel for {tuple(e.key)} is already registered "
-                        f"({_KERNELS[e.key].impl.__module__}.{_KERNELS[e.key].impl.__qualname__}); "
+                        f"({table[e.key].impl.__module__}.{table[e.key].impl.__qualname__}); "
                         f"pass override=True to replace it"
                     )
             for e in entries:
-                _KERNELS[e.key] = e
+                table[e.key] = e
         return impl
 
     return decorate
+
+
+def register_kernel(op: str, *, device: str, vendor: str, dtype, domain: str = "", priority: int = 0,
+                    override: bool = False, supports: Callable | None = None, scratch: Callable | None = None):
+    """Decorator registering a kernel for ``(op, device, vendor, dtype)``.
+
+    ``dtype`` is one dtype name, a tuple of them, or ``"*"`` for any dtype (used after exact
+    matches). The decorated function gets the node's inputs positionally and the attributes it
+    names keyword-only; it returns an array or a tuple of arrays. A class instead gets
+    ``prepare(input_specs, attrs)`` once per session, ``resize(input_specs)`` when input shapes
+    change and ``execute(*inputs)`` per run. ``supports(input_specs, attrs)`` may decline a node,
+    so that selection moves on to the next candidate. A kernel taking a keyword-only ``out`` writes
+    its output there when given one; ``scratch(input_specs, attrs)`` declares the bytes of scratch
+    a function kernel wants as ``scratch=`` (docs/architecture.md, "Memory plan"). The decorated
+    object is returned unchanged.
+    """
+    return _kernel_decorator(_KERNELS, op, device, vendor, dtype, domain, priority, override, supports, scratch)
+
+
+class KernelScope:
+    """Kernels seen by one session only, on top of the process-wide registry.
+
+    A Session makes one and hands it to the session hooks, so that an option that registers
+    kernels (e.g. ``opencl_custom_kernels``) registers them here, and every later session is as if
+    the option had never been given. Selection with ``scope=`` sees this scope's kernels and the
+    process-wide ones; a scoped kernel shadows a process-wide one of the same key."""
+
+    def __init__(self):
+        self.kernels: dict[KernelKey, KernelEntry] = {}
+
+    def register_kernel(self, op: str, *, device: str, vendor: str, dtype, domain: str = "", priority: int = 0,
+                        override: bool = False, supports: Callable | None = None, scratch: Callable | None = None):
+        """``kernelkit.register_kernel``, into this scope only."""
+        return _kernel_decorator(self.kernels, op, device, vendor, dtype, domain, priority, override, supports,
+                                 scratch)
+
+    def __repr__(self) -> str:
+        return f"KernelScope({sorted(self.kernels)})"
+
+
+def _visible(scope: KernelScope | None) -> dict[KernelKey, KernelEntry]:
+    return {**_KERNELS, **scope.kernels} if scope is not None and scope.kernels else _KERNELS
 
 
 def unregister_kernel(op: str, *, device: str, vendor: str, dtype, domain: str = "") -> None:
@@ -333,11 +372,12 @@ def kernel_entry(key: KernelKey) -> KernelEntry:
     return _KERNELS[key]
 
 
-def select_kernel(op: str, device: str, dtype: str, vendors: Iterable[str] | None = None,
-                  input_specs=None, attrs=None) -> KernelEntry | None:
-    """The kernel for ``op`` on ``device`` and ``dtype``: exact dtype before ``"*"``; among vendors,
-    the order of ``vendors`` if given, else highest priority first. None when nothing fits."""
-    cands = [e for e in _KERNELS.values() if e.key.op == op and e.key.device == device
+def candidates(op: str, device: str, dtype: str, vendors: Iterable[str] | None = None,
+               scope: KernelScope | None = None) -> list[KernelEntry]:
+    """The kernels that may run ``op`` on ``device`` and ``dtype``, best first (before ``supports``):
+    exact dtype before ``"*"``; among vendors, the order of ``vendors`` if given, else highest
+    priority first. ``scope``: a session's KernelScope, whose kernels are candidates too."""
+    cands = [e for e in _visible(scope).values() if e.key.op == op and e.key.device == device
              and e.key.dtype in (dtype, "*") and (vendors is None or e.key.vendor in vendors)]
     order = list(vendors) if vendors is not None else []
 
@@ -345,15 +385,24 @@ def select_kernel(op: str, device: str, dtype: str, vendors: Iterable[str] | Non
         vendor_rank = order.index(e.key.vendor) if vendors is not None else 0
         return (vendor_rank, -e.priority, e.key.dtype == "*", e.key.vendor)
 
-    for e in sorted(cands, key=rank):
+    return sorted(cands, key=rank)
+
+
+def select_kernel(op: str, device: str, dtype: str, vendors: Iterable[str] | None = None,
+                  input_specs=None, attrs=None, scope: KernelScope | None = None,
+                  ranked: list[KernelEntry] | None = None) -> KernelEntry | None:
+    """The kernel for ``op`` on ``device`` and ``dtype``: the first of ``candidates(...)`` (or of
+    ``ranked``, a list it returned) whose ``supports`` accepts the node. None when nothing fits.
+    ``scope``: a session's KernelScope, whose kernels are candidates too."""
+    for e in candidates(op, device, dtype, vendors, scope) if ranked is None else ranked:
         if e.supports is None or e.supports(input_specs, attrs):
             return e
     return None
 
 
-def describe_kernels(op: str) -> str:
+def describe_kernels(op: str, scope: KernelScope | None = None) -> str:
     """One line listing the keys that exist for ``op``, for error messages."""
-    keys = sorted(k for k in _KERNELS if k.op == op)
+    keys = sorted(k for k in _visible(scope) if k.op == op)
     if not keys:
         return f"no kernel at all is registered for {op!r}"
     return "registered: " + ", ".join(f"({k.device}, {k.vendor}, {k.dtype})" for k in keys)

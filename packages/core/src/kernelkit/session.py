@@ -1,52 +1,35 @@
 """Session: compile a model for a device, then run it.
 
 Building a session = shape inference -> graph passes -> kernel selection per node (with device
-fallback) -> kernels' ``prepare`` -> memory plan (each intermediate is released after its last
-reader). ``run`` follows onnxruntime's signature.
+fallback) and the kernels' ``prepare`` -> a Plan of steps over value slots (plan.py) -> a memory
+plan placing intermediates in one arena (memory.py). ``run`` walks the plan (executor.py) and
+follows onnxruntime's signature.
 """
 from __future__ import annotations
 
-import logging
+import contextlib
+import gc
 import os
 import threading
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from .backends import run_session_hooks
 from .devices import Device, create_device
-from .errors import (
-    ConfigError,
-    InputError,
-    KernelBuildError,
-    KernelExecutionError,
-    KernelkitError,
-    ModelFormatError,
-    UnsupportedOpError,
-    brief,
-)
+from .errors import ConfigError, InputError, brief
+from .executor import Executor
+from .invoke import KernelContext
+from .ir import Graph
+from .loaders import load_model
 from .limits import MAX_THREADS
-from .ir import Graph, Model, Node, TensorSpec
 from .passes import PassContext, run_passes
-from .registry import KernelEntry, KernelKey, describe_kernels, get_schema, normalize_attrs, select_kernel
-from .shape import infer_node, infer_shapes
+from .plan import Plan, compile_plan, concrete_specs, scratch_sizes, slot_specs
+from .registry import KernelScope
+from .shape import infer_shapes
 
-log = logging.getLogger("kernelkit.session")
-
-
-@dataclass
-class KernelContext:
-    """Handed to class kernels (as ``self.context``) before ``prepare``: the node, the device
-    object (for OpenCL: context, queue, events) and the session options."""
-
-    node: Node
-    device: Device
-    options: dict = field(default_factory=dict)
-    threads: int | None = None
+__all__ = ["KernelContext", "NodeInfo", "Session"]
 
 
 @dataclass
@@ -60,39 +43,6 @@ class NodeInfo:
     @property
     def dtype(self) -> str:
         return self.type
-
-
-@dataclass
-class _Step:
-    node: Node
-    entry: KernelEntry
-    device: Device
-    attrs: dict
-    call: Any = None          # callable(*inputs) -> outputs
-    lock: threading.Lock | None = None
-    free_after: list[str] = field(default_factory=list)
-    last_specs: list | None = None
-    last_key: tuple | None = None  # (shape, dtype) per input of the last call: a cheap change check
-
-
-def _load_model(model_or_path) -> Model:
-    if isinstance(model_or_path, Model):
-        return model_or_path
-    if not isinstance(model_or_path, (str, os.PathLike)):
-        raise ModelFormatError(f"expected a Model or a path, got {type(model_or_path).__name__}")
-    path = Path(model_or_path)
-    if path.suffix.lower() == ".onnx":
-        try:
-            from kernelkit_converters.onnx import convert
-        except ImportError as exc:
-            raise UnsupportedOpError(
-                f"{path}: reading .onnx files needs the converters package: pip install '.[converters]'"
-            ) from exc
-        return convert(path)
-    from .io import load
-
-    return load(path)
-
 
 def _names(value) -> bool:
     return not isinstance(value, (str, bytes)) and isinstance(value, (list, tuple, set, frozenset)) \
@@ -120,17 +70,33 @@ class Session:
 
     ``vendors`` lists preferred kernel vendors in order (None: highest priority first);
     ``fallback`` lets a node the device (or the vendor list) cannot run fall back to any CPU
-    kernel with a logged warning; ``passes`` selects graph passes (None: defaults, False: none,
-    or a list of names); ``options`` go to devices and class kernels (e.g. ``opencl_device``).
-    ``stub_ops`` names ops (``"Op"`` or ``"domain::Op"``) to run as infinitely fast stubs that
-    return zeros of the inferred output shape: estimate a model's speed before a kernel exists.
+    kernel, with one ``FallbackWarning`` per session (``fallbacks()`` lists the nodes); ``passes``
+    selects graph passes (None: defaults, False: none, or a list of names); ``options`` go to
+    devices and class kernels (e.g. ``opencl_device``). ``stub_ops`` names ops (``"Op"`` or
+    ``"domain::Op"``) to run as infinitely fast stubs that return zeros of the inferred output
+    shape: estimate a model's speed before a kernel exists.
     """
+
+    def __reduce__(self):
+        """Pickles as its model (the path it came from, or .kkm bytes) and its arguments; the copy
+        builds itself on first use in the receiving process (``kernelkit.portable``)."""
+        from .portable import _rebuild, recipe_of
+
+        return _rebuild, (recipe_of(self),)
 
     def __init__(self, model_or_path, device: str = "cpu", vendors=None, fallback: bool = True,
                  threads: int | None = None, profile: bool = False, passes=None,
                  options: dict | None = None, stub_ops=()):
         _check_settings(vendors, threads, passes, options, stub_ops)
-        self.model = _load_model(model_or_path).copy()
+        # what pickling sends (kernelkit.portable): the model as given and the arguments, never kernels
+        self._recipe_args = (model_or_path, dict(device=device, vendors=vendors, fallback=fallback, threads=threads,
+                                                 profile=profile, passes=passes, options=options,
+                                                 stub_ops=tuple(stub_ops)))
+        with _gc_paused():  # building makes ~25 objects a node: generational GC rescans them all, again and again
+            self._build(model_or_path, device, vendors, fallback, threads, profile, passes, options, stub_ops)
+
+    def _build(self, model_or_path, device, vendors, fallback, threads, profile, passes, options, stub_ops):
+        self.model = load_model(model_or_path).copy()
         self.device_name = device
         self.vendors = tuple(vendors) if vendors is not None else None
         self.fallback = fallback
@@ -138,15 +104,12 @@ class Session:
         self.options = dict(options or {})
         if threads is not None:
             self.options.setdefault("threads", threads)
-        self._profile = profile
-        self._prof: dict[str, list] = {}
-        self._prof_lock = threading.Lock()
         self._devices: dict[str, Device] = {}
-        self._device_constants: dict[tuple[str, str], Any] = {}
         self._pool: ThreadPoolExecutor | None = None
-        self.fallbacks: list[tuple[str, str]] = []
+        self._pool_lock = threading.Lock()
         self.stub_ops = frozenset(stub_ops)
-        run_session_hooks(device, self.options)  # backends act on their options (e.g. custom kernels)
+        self.kernel_scope = KernelScope()  # kernels that this session's options register, seen by it only
+        run_session_hooks(device, self.options, self.kernel_scope)  # backends act on their options
         graph = self.model.graph
         for value in graph.values.values():  # kernels and callers get read-only views of constants
             if value.data is not None and value.data.flags.writeable:
@@ -154,111 +117,30 @@ class Session:
                 value.data.flags.writeable = False
         graph.toposort()  # a loaded graph need not list its nodes in order
         infer_shapes(graph)
-        pass_ctx = PassContext(device, self.vendors, self.options)
+        pass_ctx = PassContext(device, self.vendors, self.options, scope=self.kernel_scope)
         self.passes_fired = run_passes(graph, passes, pass_ctx)
         self.pass_notes: list[str] = pass_ctx.notes  # e.g. fusions skipped for a user's kernel
-        graph.toposort()
-        infer_shapes(graph)
+        if self.passes_fired:  # a rewritten graph is ordered and inferred again
+            graph.toposort()
+            infer_shapes(graph)
         self.graph: Graph = graph
         self._device(device)  # a device asked for by name must exist, even if fallback would avoid it
-        self._steps = [self._select(node) for node in graph.nodes]
-        for step in self._steps:
-            self._bind(step)
-        self._plan()
+        self.plan: Plan = compile_plan(graph, device, self.vendors, fallback, self.options, threads,
+                                       self.stub_ops, self._device, self.kernel_scope)
+        self._executor = Executor(self.plan, list(graph.inputs), self._shapes_for, profile)
 
-    # -- building ------------------------------------------------------------------------------
     def _device(self, name: str) -> Device:
         if name not in self._devices:
             self._devices[name] = create_device(name, self.options)
         return self._devices[name]
 
-    def _select(self, node: Node) -> _Step:
-        schema = get_schema(node.op, node.domain)
-        where = f"node {node.name!r} ({node.op_id})"
-        attrs = normalize_attrs(schema, node.attrs, where)
-        specs = [self.graph.values[i].spec if i else None for i in node.inputs]
-        if node.inputs and schema.dispatch_input < len(specs) and specs[schema.dispatch_input] is not None:
-            dtype = specs[schema.dispatch_input].dtype
+    def _shapes_for(self, key):
+        """(slot -> spec, step -> scratch bytes) for input shapes ``key`` (None: the compiled ones)."""
+        if key is None:
+            specs = slot_specs(self.plan, self.graph.values)
         else:
-            dtype = self.graph.values[node.outputs[0]].spec.dtype
-        if node.op_id in self.stub_ops:
-            return self._stub_step(node, dtype, attrs)
-        tries = [(self.device_name, self.vendors)]
-        if self.fallback:
-            if self.vendors is not None:
-                tries.append((self.device_name, None))
-            if self.device_name != "cpu":
-                tries.append(("cpu", None))
-        for device, vendors in tries:
-            entry = select_kernel(node.op_id, device, dtype, vendors, specs, attrs)
-            if entry is not None:
-                if (device, vendors) != tries[0]:
-                    msg = (f"{where}: no {self.device_name} kernel for dtype {dtype}"
-                           f"{' from vendors ' + str(list(self.vendors)) if self.vendors else ''}; "
-                           f"falling back to ({entry.key.device}, {entry.key.vendor})")
-                    log.warning(msg)
-                    self.fallbacks.append((node.name, msg))
-                return _Step(node, entry, self._device(device), attrs)
-        raise UnsupportedOpError(
-            f"{where}: no kernel for device {self.device_name!r}, dtype {dtype}"
-            f"{', vendors ' + str(list(self.vendors)) if self.vendors else ''}"
-            f"{'' if self.fallback else ' (fallback=False)'}; {describe_kernels(node.op_id)}"
-        )
-
-    def _stub_step(self, node: Node, dtype: str, attrs: dict) -> _Step:
-        """A step that skips the computation: zeros of the output shapes inferred from the inputs."""
-        values = self.graph.values
-        out_specs = [values[o].spec for o in node.outputs]
-        consts = [values[i].data if i else None for i in node.inputs]
-
-        def stub(*inputs):
-            specs = out_specs
-            if not all(s.is_static for s in specs):
-                in_specs = [TensorSpec(tuple(x.shape), np.dtype(x.dtype).name) if x is not None else None
-                            for x in inputs]
-                specs = infer_node(node, in_specs, [c if c is not None else x for c, x in zip(consts, inputs)])
-            return tuple(np.zeros(s.shape, s.dtype) for s in specs)
-
-        entry = KernelEntry(KernelKey(node.op_id, "cpu", "stub", dtype), stub, attr_names=frozenset())
-        return _Step(node, entry, self._device("cpu"), attrs)
-
-    def _bind(self, step: _Step) -> None:
-        entry, attrs = step.entry, step.attrs
-        if entry.attr_names is not None:
-            attrs = {k: v for k, v in attrs.items() if k in entry.attr_names}
-            if "output_count" in entry.attr_names:  # kernels may skip optional outputs nobody reads
-                attrs["output_count"] = len(step.node.outputs)
-        if not entry.is_class:
-            fn = entry.impl
-            step.call = (lambda *xs, _f=fn, _a=attrs: _f(*xs, **_a)) if attrs else fn
-            return
-        where = f"node {step.node.name!r} ({step.node.op_id})"
-        kernel = entry.impl()
-        kernel.context = KernelContext(step.node, step.device, self.options, self.threads)
-        specs = [self.graph.values[i].spec if i else None for i in step.node.inputs]
-        try:
-            kernel.prepare(specs, dict(step.attrs))
-        except KernelkitError:
-            raise
-        except Exception as exc:
-            raise KernelBuildError(f"{where}: prepare failed in {entry.key}: {type(exc).__name__}: {exc}") from exc
-        step.last_specs = specs
-        step.lock = threading.Lock()
-        step.call = kernel
-
-    def _plan(self) -> None:
-        """Memory plan: release every intermediate right after its last reader."""
-        keep = set(self.graph.outputs) | set(self.graph.inputs) | set(self.graph.constants)
-        last: dict[str, int] = {}
-        for i, step in enumerate(self._steps):
-            for name in step.node.inputs:
-                if name:
-                    last[name] = i
-            for name in step.node.outputs:
-                last.setdefault(name, i)
-        for name, i in last.items():
-            if name not in keep:
-                self._steps[i].free_after.append(name)
+            specs = concrete_specs(self.plan, self.graph, dict(zip(self.graph.inputs, key)), self.options)
+        return specs, scratch_sizes(self.plan, specs)
 
     # -- introspection -------------------------------------------------------------------------
     def _info(self, names) -> list[NodeInfo]:
@@ -272,21 +154,62 @@ class Session:
 
     def placement(self) -> dict[str, tuple[str, str]]:
         """Node name -> (device, vendor) of the kernel chosen for it."""
-        return {s.node.name: (s.entry.key.device, s.entry.key.vendor) for s in self._steps}
+        return {s.name: s.placement for s in self.plan.kernel_steps()}
+
+    def fallbacks(self) -> list[dict]:
+        """Each node placed elsewhere than asked: node, op, device, vendor, reason, and the
+        host<->device copies the placement added (``"value: cpu->gpu"``)."""
+        return [f.as_dict() for f in self.plan.fallbacks]
+
+    def memory(self, input_shapes: dict | None = None) -> dict:
+        """The memory plan's figures in bytes: ``arena_bytes`` (the one buffer intermediates live
+        in), ``live_peak_bytes`` (the most intermediate bytes alive at one step: the lower bound),
+        ``weights_bytes`` (constants), ``scratch_bytes`` (the largest scratch one kernel asked
+        for), plus counts of planned, in-place and kernel-allocated values. With symbolic input
+        dims, give ``input_shapes`` (name -> shape) or get the shapes of the latest run."""
+        if input_shapes is not None:
+            key = tuple(tuple(input_shapes[n]) for n in self.graph.inputs)
+            mem = self._executor.pool_for(None if self.plan.static else key).mem
+        elif self.plan.static:
+            mem = self._executor.pool_for(None).mem
+        else:
+            mem = self._executor.last_memory
+        weights = sum(int(np.asarray(v.data).nbytes) for v in self.graph.values.values() if v.data is not None)
+        figures = mem.summary() if mem is not None else {"arena_bytes": 0, "live_peak_bytes": 0,
+                                                         "scratch_bytes": 0}
+        figures["weights_bytes"] = weights
+        figures["input_shapes"] = None if mem is None or mem.key is None else dict(zip(self.graph.inputs, mem.key))
+        return figures
 
     def devices(self) -> dict[str, str]:
         return {name: dev.describe() for name, dev in self._devices.items()}
 
     def profile(self) -> list[dict]:
-        """Per-node timings collected when ``profile=True``: node, op, device, vendor, calls, ms."""
-        with self._prof_lock:
-            rows = []
-            for step in self._steps:
-                calls, total = self._prof.get(step.node.name, (0, 0.0))
-                rows.append({"node": step.node.name, "op": step.node.op_id, "device": step.entry.key.device,
-                             "vendor": step.entry.key.vendor, "calls": calls, "total_ms": total * 1e3,
-                             "mean_ms": total * 1e3 / calls if calls else 0.0})
-            return rows
+        """Per-node timings collected when ``profile=True``: node, op, device, vendor, dtype, calls,
+        total_ms and mean_ms (host time around the kernel call), and device_ms: the device's own
+        time from its events (OpenCL with ``opencl_profile``; None where a device has none)."""
+        device_ms: dict[str, float] = {}
+        for dev in list(self._devices.values()):
+            device_ms.update({n: ms for n, (_, ms) in dev.event_times().items()})
+        timings = dict(self._executor.timings)
+        rows = []
+        for step in self.plan.kernel_steps():
+            calls, total = timings.get(step.name, (0, 0.0))
+            rows.append({"node": step.name, "op": step.op, "device": step.key.device, "vendor": step.key.vendor,
+                         "dtype": step.key.dtype, "calls": calls, "total_ms": total * 1e3,
+                         "mean_ms": total * 1e3 / calls if calls else 0.0, "device_ms": device_ms.get(step.name)})
+        return rows
+
+    def profile_events(self) -> list[tuple[str, float, float, int]]:
+        """Each profiled kernel call since the last reset, oldest first: (node, start, seconds,
+        thread id), start from ``time.perf_counter()`` (for traces)."""
+        return self._executor.profile_events()
+
+    def reset_profile(self) -> None:
+        """Forget the profile collected so far (e.g. after warm-up runs), devices' event times too."""
+        self._executor.reset_profile()
+        for dev in list(self._devices.values()):
+            dev.event_times(reset=True)
 
     # -- running -------------------------------------------------------------------------------
     def _check_feeds(self, feeds: dict) -> dict[str, np.ndarray]:
@@ -325,83 +248,6 @@ class Session:
             out[name] = view
         return out
 
-    def _constant_on(self, name: str, device: Device) -> Any:
-        data = self.graph.values[name].data
-        if device.name == "cpu":
-            return data
-        key = (device.name, name)
-        if key not in self._device_constants:
-            self._device_constants[key] = device.upload(np.asarray(data, order="C"))  # keeps 0-d shapes
-        return self._device_constants[key]
-
-    def _execute(self, step: _Step, args: list) -> tuple:
-        if step.lock is None:
-            result = step.call(*args)
-        else:
-            with step.lock:
-                key = tuple((a.shape, a.dtype) if a is not None else None for a in args)
-                if key != step.last_key:  # TensorSpecs only when something changed (they cost ~10 us)
-                    specs = [TensorSpec(tuple(a.shape), np.dtype(a.dtype).name) if a is not None else None
-                             for a in args]
-                    if specs != step.last_specs and hasattr(step.call, "resize"):
-                        step.call.resize(specs)
-                    step.last_specs, step.last_key = specs, key
-                result = step.call.execute(*args)
-        return result if isinstance(result, (tuple, list)) else (result,)
-
-    @staticmethod
-    def _move(tensor, src: Device, dst: Device):
-        host = src.download(tensor) if src.name != "cpu" else tensor
-        return dst.upload(np.asarray(host, order="C")) if dst.name != "cpu" else host
-
-    def _dispatch(self, feeds: dict[str, np.ndarray], wanted: list[str]) -> dict[str, tuple[Any, Device]]:
-        env: dict[str, tuple[Any, Device]] = {n: (a, self._device("cpu")) for n, a in feeds.items()}
-        constants = self.graph.values
-        moved: dict[tuple[str, str], Any] = {}  # (value, device) -> copy made this run
-        for step in self._steps:
-            node, dev = step.node, step.device
-            args = []
-            for name in node.inputs:
-                if not name:
-                    args.append(None)
-                elif name in env:
-                    tensor, where = env[name]
-                    if where is not dev:
-                        tensor = moved.get((name, dev.name))
-                        if tensor is None:
-                            tensor = self._move(env[name][0], where, dev)
-                            moved[(name, dev.name)] = tensor
-                    args.append(tensor)
-                else:
-                    args.append(self._constant_on(name, dev) if constants[name].data is not None else None)
-            t0 = time.perf_counter() if self._profile else 0.0
-            try:
-                outs = self._execute(step, args)
-            except KernelExecutionError:
-                raise
-            except Exception as exc:  # a kernel's own check (ShapeError...) too: one class on every device
-                shapes = [tuple(a.shape) if a is not None else None for a in args]
-                raise KernelExecutionError(
-                    f"node {node.name!r} ({node.op_id}) failed in kernel {tuple(step.entry.key)} "
-                    f"with input shapes {shapes}: {type(exc).__name__}: {exc}") from exc
-            if self._profile:
-                dt = time.perf_counter() - t0
-                with self._prof_lock:
-                    calls, total = self._prof.get(node.name, (0, 0.0))
-                    self._prof[node.name] = (calls + 1, total + dt)
-            if len(outs) < sum(1 for o in node.outputs if o):
-                raise KernelExecutionError(f"node {node.name!r} ({node.op_id}): kernel {tuple(step.entry.key)} "
-                                           f"returned {len(outs)} outputs, node has {len(node.outputs)}")
-            for name, value in zip(node.outputs, outs):
-                if name:
-                    env[name] = (value, dev)
-            for name in step.free_after:
-                if name not in wanted:
-                    env.pop(name, None)
-                    for dev_name in self._devices:
-                        moved.pop((name, dev_name), None)
-        return env
-
     def _resolve_outputs(self, output_names) -> list[str]:
         if output_names is None:
             return list(self.graph.outputs)
@@ -417,48 +263,55 @@ class Session:
             raise InputError(f"unknown output(s) {bad}; model outputs are {self.graph.outputs}")
         return names
 
-    def _collect(self, env, feeds, names) -> list[np.ndarray]:
-        results = []
-        for name in names:
-            if name in env:
-                tensor, where = env[name]
-                arr = where.download(tensor) if where.name != "cpu" else tensor
-            else:  # an output that is a constant of the graph
-                arr = self.graph.values[name].data
-            arr = np.asarray(arr)
-            if (not arr.flags.owndata or not arr.flags.writeable or name in feeds
-                    or any(np.may_share_memory(arr, r) for r in results)):
-                arr = arr.copy()  # fresh arrays only: never a view of a feed, constant or each other
-            results.append(arr)
-        return results
-
     def run(self, output_names, input_feed: dict, run_options=None) -> list[np.ndarray]:
         """Run the model; returns fresh arrays for ``output_names`` (None: all outputs)."""
         names = self._resolve_outputs(output_names)
         feeds = self._check_feeds(input_feed)
-        env = self._dispatch(feeds, names)
-        return self._collect(env, feeds, names)
+        return self._executor.finish(self._executor.start(feeds), feeds, names)
 
     def run_async(self, output_names, input_feed: dict) -> Future:
-        """Start a run and return a ``concurrent.futures.Future`` of its outputs."""
+        """Start a run and return a ``concurrent.futures.Future`` of its outputs. The feeds are
+        copied before this returns: changing the caller's arrays afterwards changes nothing."""
         names = self._resolve_outputs(output_names)
-        feeds = self._check_feeds(input_feed)
-        with self._prof_lock:
+        feeds = {name: _frozen_copy(a) for name, a in self._check_feeds(input_feed).items()}
+        with self._pool_lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=max(1, self.threads or os.cpu_count() or 1),
                                                 thread_name_prefix="kernelkit-run")
+        ex = self._executor
         devices = self._devices.values()
         if all(d.asynchronous or d.name == "cpu" for d in devices) and any(d.asynchronous for d in devices):
-            # asynchronous devices (OpenCL) only enqueue in _dispatch: do it here, so that the
-            # pool thread does nothing but wait for the downloads of the outputs
+            # asynchronous devices (OpenCL) only enqueue: do it here, so that the pool thread does
+            # nothing but wait for the downloads of the outputs
             try:
-                env = self._dispatch(feeds, names)
+                started = ex.start(feeds)
             except BaseException as exc:  # noqa: BLE001 - reported through the future, as for the pool
                 failed: Future = Future()
                 failed.set_exception(exc)
                 return failed
-            return self._pool.submit(self._collect, env, feeds, names)
-        return self._pool.submit(lambda: self._collect(self._dispatch(feeds, names), feeds, names))
+            return self._pool.submit(ex.finish, started, feeds, names)
+        return self._pool.submit(lambda: ex.finish(ex.start(feeds), feeds, names))
 
     def __repr__(self) -> str:
-        return f"Session({self.graph.name!r}, device={self.device_name!r}, {len(self._steps)} nodes)"
+        return f"Session({self.graph.name!r}, device={self.device_name!r}, {len(self.plan.kernel_steps())} nodes)"
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _frozen_copy(array: np.ndarray) -> np.ndarray:
+    """A read-only copy of a feed; a broadcast feed (zero strides) keeps its small core only."""
+    if array.size and 0 in array.strides:
+        core = array[tuple(slice(0, 1) if st == 0 else slice(None) for st in array.strides)]
+        return np.broadcast_to(np.array(core, copy=True), array.shape)
+    copy = np.array(array, copy=True)
+    copy.flags.writeable = False
+    return copy

@@ -6,7 +6,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .activation import resolve as resolve_activation
 from .errors import KernelkitError, ShapeError
+from .geometry import auto_pads, conv_out_dim  # noqa: F401  (kept importable from here)
 from .ir import Dim, Graph, Node, TensorSpec
 from .registry import get_schema, normalize_attrs
 
@@ -70,45 +72,6 @@ def broadcast_shapes(*shapes: Sequence[Dim], where: str = "") -> tuple[Dim, ...]
     return tuple(out)
 
 
-def conv_out_dim(size: Dim, kernel: int, stride: int, dilation: int, pad_begin: int, pad_end: int,
-                 ceil_mode: bool = False) -> Dim | None:
-    """Output length of a strided, dilated window; None if ``size`` is symbolic."""
-    if isinstance(size, str):
-        return None
-    eff = (kernel - 1) * dilation + 1
-    span = size + pad_begin + pad_end - eff
-    out = -(-span // stride) + 1 if ceil_mode else span // stride + 1
-    if ceil_mode and (out - 1) * stride >= size + pad_begin:
-        out -= 1
-    return out
-
-
-def auto_pads(auto_pad: str, sizes: Sequence[Dim], kernel: Sequence[int], strides: Sequence[int],
-              dilations: Sequence[int], pads: Sequence[int] | None) -> list[int]:
-    """Resolve ONNX ``auto_pad`` into explicit pads [b1, b2, ..., e1, e2, ...]."""
-    n = len(kernel)
-    if auto_pad in ("", "NOTSET"):
-        return list(pads) if pads else [0] * (2 * n)
-    if auto_pad == "VALID":
-        return [0] * (2 * n)
-    begin, end = [], []
-    for size, k, s, d in zip(sizes, kernel, strides, dilations):
-        if isinstance(size, str):
-            begin.append(0)
-            end.append(0)
-            continue
-        out = -(-size // s)
-        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
-        small, big = total // 2, total - total // 2
-        if auto_pad == "SAME_UPPER":
-            begin.append(small)
-            end.append(big)
-        else:
-            begin.append(big)
-            end.append(small)
-    return begin + end
-
-
 def infer_node(node: Node, specs: list[TensorSpec | None], constants: list[np.ndarray | None]) -> list[TensorSpec]:
     """Run the op's rule for ``node``; errors name the node."""
     schema = get_schema(node.op, node.domain)
@@ -123,6 +86,8 @@ def infer_node(node: Node, specs: list[TensorSpec | None], constants: list[np.nd
         if spec is None and not port.optional:
             raise ShapeError(f"{where}: required input {port.name!r} is missing")
     attrs = normalize_attrs(schema, node.attrs, where)
+    if attrs.get("activation") and "activation_params" in schema.attrs:  # a fused activation: known name?
+        resolve_activation(attrs["activation"], attrs["activation_params"], where)
     ctx = InferContext(node, specs, attrs, constants)
     try:
         result = schema.infer(ctx)

@@ -143,7 +143,7 @@ def isolate_registries(monkeypatch) -> None:
 
     Installed backends are loaded first: otherwise the first Session inside the test would load
     them into the throwaway copies and they would be missing for every later test."""
-    from . import devices, passes, registry
+    from . import devices, loaders, passes, registry
     from .backends import load_backends
 
     load_backends()
@@ -151,3 +151,38 @@ def isolate_registries(monkeypatch) -> None:
     monkeypatch.setattr(registry, "_KERNELS", dict(registry._KERNELS))
     monkeypatch.setattr(devices, "_FACTORIES", dict(devices._FACTORIES))
     monkeypatch.setattr(passes, "_PASSES", list(passes._PASSES))
+    monkeypatch.setattr(loaders, "_LOADERS", dict(loaders._LOADERS))
+
+
+def child_venv(path):
+    """Create a virtual environment at ``path`` that sees every package the *running* interpreter
+    sees, and return its ``python``.
+
+    ``python -m venv --system-site-packages`` alone exposes the *base* interpreter's site-packages:
+    run from inside a venv (or tox), the packages installed there (kernelkit, hatchling, rich, ...)
+    would be missing. A ``.pth`` file in the child adds the running interpreter's site directories
+    with ``site.addsitedir`` (so their own ``.pth`` files, editable installs included, apply too),
+    after the child's own site-packages: what is installed into the child wins. No network is used.
+    """
+    import site
+    import subprocess
+    import sys
+    import sysconfig
+    from pathlib import Path
+
+    path = Path(path)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)],
+                   check=True, capture_output=True)
+    python = path / ("Scripts" if sys.platform == "win32" else "bin") / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    dirs = [*site.getsitepackages(), sysconfig.get_path("purelib"), sysconfig.get_path("platlib")]
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    seen = []
+    for d in dirs:
+        if d and d not in seen and Path(d).is_dir() and Path(d).resolve() != Path(purelib).resolve():
+            seen.append(d)
+    lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in seen)
+    (Path(purelib) / "_kernelkit_parent_site.pth").write_text(lines)
+    return python

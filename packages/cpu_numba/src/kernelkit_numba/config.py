@@ -45,6 +45,12 @@ from .cache import checked  # noqa: E402  (unreadable cache entries are recompil
 
 log = logging.getLogger("kernelkit.numba")
 
+# A shared kernelkit cache folder ($KERNELKIT_CACHE_DIR, e.g. for a cluster's workers) holds Numba's
+# compiled code too, unless NUMBA_CACHE_DIR says otherwise. Read before any kernel module is compiled.
+if os.environ.get("KERNELKIT_CACHE_DIR") and not os.environ.get("NUMBA_CACHE_DIR"):
+    os.environ["NUMBA_CACHE_DIR"] = os.path.join(os.environ["KERNELKIT_CACHE_DIR"], "numba")
+    numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
+
 CACHE = True
 FASTMATH = frozenset({"reassoc", "contract", "nsz"})
 ERROR_MODEL = "numpy"

@@ -18,29 +18,14 @@ def initialize() -> None:
         if _done:
             return
         from kernelkit import register_device
+        from kernelkit.discovery import import_submodules
 
-        from .kernels import (
-            conv,
-            conv_transpose,
-            elementwise,
-            gemm,
-            index,
-            layout,
-            nn,
-            norm,
-            pool,
-            reduce,
-            resize,
-            scan,
-            shape_ops,
-            typed,
-        )
         from .runtime import create_device
 
         register_device("gpu", create_device)
-        for family in (elementwise, typed, index, scan, gemm, conv, conv_transpose, pool, nn, norm, resize, layout,
-                       reduce, shape_ops):
-            family.register()
+        for family in import_submodules(f"{__name__}.kernels"):  # every kernels/<family>.py, sorted
+            if hasattr(family, "register"):  # a family registers its kernels; a helper module has none
+                family.register()
         from .custom_layers import initialize as _custom_layers
 
         _custom_layers()  # sessions load configs named by option / $KERNELKIT_OPENCL_CUSTOM_KERNELS

@@ -21,7 +21,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from kernelkit import KernelBuildError
+from kernelkit import KernelBuildError, progress
 
 log = logging.getLogger("kernelkit.opencl.programs")
 
@@ -161,7 +161,8 @@ class ProgramCache:
         self._dump(source, opts, label, key)
         prg = cl.Program(cl._cl._Program(self.context, source))  # bypass pyopencl's own cache
         try:
-            prg.build(opts, devices=[self.device])
+            with progress.task(f"OpenCL build: {label}"):
+                prg.build(opts, devices=[self.device])
         except cl.Error as exc:
             try:
                 build_log = prg._prg.get_build_info(self.device, cl.program_build_info.LOG)

@@ -17,6 +17,7 @@ import threading
 
 import numpy as np
 from kernelkit import BackendUnavailableError, Device, DeviceError, KernelExecutionError
+from kernelkit.devices import profiled_node
 
 from .buffers import BufferPool, CLTensor, _note_use
 from .caches import prepare as prepare_caches
@@ -171,7 +172,7 @@ class OpenCLDevice(Device):
         self._kernels_lock = threading.Lock()
         self._meta: dict[tuple, object] = {}
         self._memo: dict = {}
-        self._events: list[tuple[str, object]] = []  # (label, event) when profiling
+        self._events: list[tuple[str, object, str | None]] = []  # (label, event, node) when profiling
         log.info("gpu device %s (out-of-order queue: %s)", self.platform.label, self.out_of_order)
 
     # -- Device interface ------------------------------------------------------------------------
@@ -286,7 +287,7 @@ class OpenCLDevice(Device):
             t.events = [ev]
             t.alloc.uses = [ev]
         if self.profiling:
-            self._events.append((label or knl.function_name, ev))
+            self._events.append((label or knl.function_name, ev, profiled_node.get()))
         return ev
 
     def copy(self, dst: CLTensor, src: CLTensor, nelems: int, dst_offset: int = 0, src_offset: int = 0):
@@ -305,7 +306,7 @@ class OpenCLDevice(Device):
         rows of label, calls, total_ms, sorted by total time. Waits for pending work."""
         self.queue.finish()
         rows: dict[str, list] = {}
-        for label, ev in self._events:
+        for label, ev, _ in self._events:
             ms = (ev.profile.end - ev.profile.start) * 1e-6
             row = rows.setdefault(label, [0, 0.0])
             row[0] += 1
@@ -314,6 +315,21 @@ class OpenCLDevice(Device):
             self._events.clear()
         return sorted(({"kernel": k, "calls": c, "total_ms": t} for k, (c, t) in rows.items()),
                       key=lambda r: -r["total_ms"])
+
+    def event_times(self, reset: bool = False) -> dict[str, tuple[int, float]]:
+        """Device time per session node from the launches' event timestamps (``opencl_profile``):
+        node -> (launches, ms). Waits for pending work; ``reset`` forgets the events."""
+        if not self._events:
+            return {}
+        self.queue.finish()
+        out: dict[str, tuple[int, float]] = {}
+        for _, ev, node in self._events:
+            if node is not None:
+                n, ms = out.get(node, (0, 0.0))
+                out[node] = (n + 1, ms + (ev.profile.end - ev.profile.start) * 1e-6)
+        if reset:
+            self._events.clear()
+        return out
 
 
 def create_device(options: dict) -> OpenCLDevice:

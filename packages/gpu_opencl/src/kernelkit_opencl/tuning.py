@@ -15,6 +15,7 @@ import threading
 import time
 import warnings
 
+from kernelkit import progress
 from kernelkit.errors import brief
 
 from .programs import atomic_write, cache_root
@@ -92,7 +93,7 @@ def choose(key: str, candidates: list[dict], run, enabled: bool, repeats: int = 
         return candidates[0]
     searches += 1
     best, best_t = None, float("inf")
-    for params in candidates:
+    for params in progress.iterate(candidates, f"OpenCL tuning: {key}"):
         try:
             run(params)  # warm-up: builds the program
             t = float("inf")

@@ -1,44 +1,7 @@
 """The core op set: each module declares ops (schema + shape rule) and their NumPy reference
-kernels (device "cpu", vendor "reference"). Importing this package registers them all."""
-from . import (  # noqa: F401  # noqa: F401
-               arg,
-               batchnorm,
-               binary,
-               cast,
-               clip,
-               concat,
-               constant,
-               conv,
-               conv_transpose,
-               cumsum,
-               depth_space,
-               dropout,
-               expand,
-               flatten,
-               gather,
-               gemm,
-               global_pool,
-               instancenorm,
-               layernorm,
-               logic,
-               lrn,
-               matmul,
-               pad,
-               pool,
-               prelu,
-               range,
-               reduce,
-               reshape,
-               resize,
-               shape_ops,
-               slice,
-               softmax,
-               split,
-               squeeze,
-               tile,
-               topk,
-               transpose,
-               unary,  # noqa: F401
-               variadic,
-               where,
-)
+kernels (device "cpu", vendor "reference"). Importing this package registers them all: every
+module in this folder is imported in sorted order (``kernelkit.discovery``); files whose name
+starts with ``_`` are shared helpers and are only imported by the ops that use them."""
+from ..discovery import import_submodules
+
+import_submodules(__name__)

@@ -6,8 +6,34 @@ import math
 import numpy as np
 
 from ..dtypes import INT_TYPES
+from ..geometry import normalize_axes  # noqa: F401  (used by the op files)
 from ..ir import Dim, TensorSpec
 from ..shape import InferContext, broadcast_shapes
+
+
+def into(out: np.ndarray | None, y: np.ndarray) -> np.ndarray:
+    """A kernel's result written into the ``out`` it was given (the ``out=`` convention of
+    docs/architecture.md); with no ``out``, the result itself."""
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
+def with_out(fn):
+    """``fn`` (inputs positional, attributes keyword-only) as a kernel that also takes ``out=``:
+    for ops whose reference computes a fresh result anyway (the result is copied into ``out``)."""
+    import functools
+    import inspect
+
+    @functools.wraps(fn)
+    def kernel(*inputs, out=None, **attrs):
+        return into(out, fn(*inputs, **attrs))
+
+    sig = inspect.signature(fn)
+    out_param = inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None)
+    kernel.__signature__ = sig.replace(parameters=[*sig.parameters.values(), out_param])
+    return kernel
 
 
 def same_as_input(ctx: InferContext) -> TensorSpec:
@@ -65,20 +91,6 @@ def input_length(ctx: InferContext, i: int) -> int:
     if spec.rank != 1 or not isinstance(spec.shape[0], int):
         raise ctx.error(f"input {i} must be a 1-D tensor of static length, got {spec}")
     return spec.shape[0]
-
-
-def normalize_axes(axes, rank: int, where: str = "") -> list[int]:
-    """Axes made non-negative; out-of-range or repeated axes raise ValueError (kernels use this,
-    the session reports it against the node)."""
-    out = []
-    for a in axes:
-        a = int(a)
-        if not -rank <= a < rank:
-            raise ValueError(f"{where}axis {a} is out of range for rank {rank}")
-        out.append(a % rank)
-    if len(set(out)) != len(out):
-        raise ValueError(f"{where}axes {list(axes)} repeat an axis")
-    return out
 
 
 def ctx_axes(ctx: InferContext, axes, rank: int) -> list[int]:

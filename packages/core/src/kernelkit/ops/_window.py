@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ..geometry import AUTO_PADS, Window, check_geometry, window  # noqa: F401  (used by the op files)
 from ..ir import Dim
-from ..shape import InferContext, auto_pads, conv_out_dim
+from ..shape import InferContext
 
-AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 # attributes common to Conv, ConvTranspose and the pools
 WINDOW_ATTRS = {
     "auto_pad": ("string", "NOTSET"),
@@ -27,65 +26,6 @@ WINDOW_ATTRS = {
     "pads": ("ints", ()),
     "strides": ("ints", ()),
 }
-
-
-class Window(NamedTuple):
-    kernel: tuple[int, ...]
-    strides: tuple[int, ...]
-    dilations: tuple[int, ...]
-    begin: tuple[int, ...]   # pads before each spatial axis
-    end: tuple[int, ...]     # pads after each spatial axis
-    out: tuple[Dim | None, ...]  # output length per spatial axis (None: symbolic input)
-
-    @property
-    def rank(self) -> int:
-        return len(self.kernel)
-
-    @property
-    def effective(self) -> tuple[int, ...]:
-        """Extent of each dilated kernel axis."""
-        return tuple((k - 1) * d + 1 for k, d in zip(self.kernel, self.dilations))
-
-
-def check_geometry(kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
-                   pads: Sequence[int], auto_pad: str, fail=ValueError):
-    """Fill defaults and validate lengths/values; returns (strides, dilations, pads)."""
-    n = len(kernel)
-    strides = tuple(strides) or (1,) * n
-    dilations = tuple(dilations) or (1,) * n
-    pads = tuple(pads)
-    if auto_pad not in AUTO_PADS:
-        raise fail(f"auto_pad {auto_pad!r} is not one of {AUTO_PADS}")
-    if len(strides) != n or len(dilations) != n or pads and len(pads) != 2 * n:
-        raise fail(f"kernel_shape {tuple(kernel)} needs {n} strides, {n} dilations and {2 * n} pads; "
-                   f"got strides {strides}, dilations {dilations}, pads {pads}")
-    if min(kernel, default=1) < 1 or min(strides, default=1) < 1 or min(dilations, default=1) < 1:
-        raise fail(f"kernel_shape {tuple(kernel)}, strides {strides} and dilations {dilations} must be >= 1")
-    if min(pads, default=0) < 0:
-        raise fail(f"pads {pads} must be >= 0")
-    return strides, dilations, pads
-
-
-def window(spatial: Sequence[Dim], kernel: Sequence[int], *, strides=(), dilations=(), pads=(),
-           auto_pad="NOTSET", ceil_mode=False, fail=ValueError) -> Window:
-    """Resolve window attributes against the spatial input sizes ``spatial``."""
-    kernel = tuple(int(k) for k in kernel)
-    if len(spatial) != len(kernel):
-        raise fail(f"kernel_shape {kernel} has {len(kernel)} axes but the input has {len(spatial)} "
-                   f"spatial axes")
-    strides, dilations, pads = check_geometry(kernel, strides, dilations, pads, auto_pad, fail)
-    n = len(kernel)
-    full = auto_pads(auto_pad, spatial, kernel, strides, dilations, pads)
-    begin, end = tuple(full[:n]), tuple(full[n:])
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        out = tuple(None if isinstance(s, str) else -(-s // st) for s, st in zip(spatial, strides))
-    else:
-        out = tuple(conv_out_dim(s, k, st, d, b, e, bool(ceil_mode))
-                    for s, k, st, d, b, e in zip(spatial, kernel, strides, dilations, begin, end))
-    if any(o is not None and o < 1 for o in out):
-        raise fail(f"input spatial shape {tuple(spatial)} is smaller than the dilated kernel "
-                   f"{tuple((k - 1) * d + 1 for k, d in zip(kernel, dilations))} with pads {full}")
-    return Window(kernel, strides, dilations, begin, end, out)
 
 
 def symbolic_out(ctx: InferContext, win: Window) -> tuple[Dim, ...]:

@@ -10,19 +10,23 @@ from ..dtypes import FLOAT_TYPES, NUMERIC_TYPES
 from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
 from ..shape import InferContext, broadcast_shapes
-from ._util import broadcast_rule, random, trunc_divide
+from ._util import broadcast_rule, into, random, trunc_divide
 
 _SHAPES = [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (4,)), ((3, 1, 5), (1, 4, 1)), ((), (2, 3)), ((5,), ()), ((0, 3), (3,))]
 
 
-def _div(a, b):
+def _div(a, b, *, out=None):
     if a.dtype.kind in "iu":
-        return trunc_divide(a, b)
+        return into(out, trunc_divide(a, b))
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.divide(a, b)
+        return np.divide(a, b, out=out)
 
 
-def _pow(x, y):
+def _pow(x, y, *, out=None):
+    return into(out, _power(x, y))
+
+
+def _power(x, y):
     if x.dtype.kind in "iu" and y.dtype.kind in "iu" and np.any(y < 0):
         raise ValueError("integer Pow with a negative exponent is not an integer")
     if x.dtype.kind == "f" and y.dtype.kind in "iu":
@@ -60,9 +64,9 @@ def _pow_rule(ctx: InferContext) -> TensorSpec:
 
 # name: (fn, dtypes, samples)
 BINARY = {
-    "Add": (np.add, NUMERIC_TYPES, _binary_samples(-4, 4)),
-    "Sub": (np.subtract, NUMERIC_TYPES, _binary_samples(-4, 4)),
-    "Mul": (np.multiply, NUMERIC_TYPES, _binary_samples(-4, 4)),
+    "Add": (lambda a, b, *, out=None: np.add(a, b, out=out), NUMERIC_TYPES, _binary_samples(-4, 4)),
+    "Sub": (lambda a, b, *, out=None: np.subtract(a, b, out=out), NUMERIC_TYPES, _binary_samples(-4, 4)),
+    "Mul": (lambda a, b, *, out=None: np.multiply(a, b, out=out), NUMERIC_TYPES, _binary_samples(-4, 4)),
     "Div": (_div, NUMERIC_TYPES, _binary_samples(-9, 9, nonzero_rhs=True)),
 }
 

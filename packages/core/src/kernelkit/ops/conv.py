@@ -16,7 +16,7 @@ from ..activation import ACTIVATION_ATTRS, apply_activation
 from ..dtypes import FLOAT_TYPES
 from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
-from ._util import random
+from ._util import into, random
 from ._window import WINDOW_ATTRS, compute_dtype, covers_all, kernel_offsets, symbolic_out, window
 
 ATTRS = {**WINDOW_ATTRS, "group": ("int", 1), **ACTIVATION_ATTRS}
@@ -66,18 +66,63 @@ def _pointwise_columns(x: np.ndarray, win) -> np.ndarray:
     return x[(slice(None), slice(None), *(slice(None, None, st) for st in win.strides))]
 
 
-def _im2col(x: np.ndarray, win) -> np.ndarray:
-    """Columns (N, C, K, *out) built with one strided copy per kernel offset; the padding is
-    never materialized (positions that read it stay zero)."""
+class _Scratch:
+    """Arrays carved in turn from a kernel's scratch bytes when it was given some (64-byte
+    aligned pieces), else freshly allocated; ``nbytes`` sizes the same pieces for the plan."""
+
+    def __init__(self, buffer: np.ndarray | None = None):
+        self.buffer, self.used = buffer, 0
+
+    @staticmethod
+    def nbytes(shape, itemsize: int) -> int:
+        return -(-math.prod(shape) * itemsize // 64) * 64
+
+    def empty(self, shape, dtype) -> np.ndarray:
+        size = self.nbytes(shape, dtype.itemsize)
+        if self.buffer is None or self.used + size > self.buffer.nbytes:
+            return np.empty(shape, dtype)
+        piece = self.buffer[self.used:self.used + math.prod(shape) * dtype.itemsize]
+        self.used += size
+        return piece.view(dtype).reshape(shape)
+
+    def zeros(self, shape, dtype) -> np.ndarray:
+        array = self.empty(shape, dtype)
+        array.fill(0)
+        return array
+
+
+def _im2col(x: np.ndarray, win, scratch: np.ndarray | None = None) -> np.ndarray:
+    """Columns (N, C, K, *out) built with one strided copy per kernel offset, in ``scratch``
+    (bytes) when given; the padding is never materialized (positions that read it stay zero)."""
     n, c = x.shape[:2]
     full = covers_all(x.shape[2:], win)
-    cols = (np.empty if full else np.zeros)((n, c, math.prod(win.kernel), *win.out), x.dtype)
+    shape = (n, c, math.prod(win.kernel), *win.out)
+    pieces = _Scratch(scratch)
+    cols = pieces.empty(shape, x.dtype) if full else pieces.zeros(shape, x.dtype)
     for k, out, src in kernel_offsets(x.shape[2:], win):
         cols[(slice(None), slice(None), k, *out)] = x[(slice(None), slice(None), *src)]
     return cols
 
 
-def _phase_grids(x: np.ndarray, win):
+def _phase_layout(n: int, c: int, win):
+    """(per-axis [(q, r) per offset], grid G, padded shape, phase keys) of ``_phase_grids``."""
+    shifts = [[divmod(j * d, s) for j in range(k)] for k, d, s in zip(win.kernel, win.dilations, win.strides)]
+    grid = [o + sh[-1][0] + (i == 0) for i, (o, sh) in enumerate(zip(win.out, shifts))]
+    padded = (n, c, *(s * g for s, g in zip(win.strides, grid)))
+    keys = [] if all(s == 1 for s in win.strides) else list(itertools.product(*({r for _, r in sh} for sh in shifts)))
+    return shifts, grid, padded, keys
+
+
+def _depthwise_bytes(x_shape, w_shape, win, itemsize: int) -> int:
+    """Scratch of ``_depthwise``: padded input, its stride phases, the wide output and a product."""
+    n, c = x_shape[:2]
+    shifts, grid, padded, keys = _phase_layout(n, c, win)
+    wide = (n, c, w_shape[0] // c, win.out[0] * math.prod(grid[1:]))
+    return (_Scratch.nbytes(padded, itemsize) + len(keys) * _Scratch.nbytes((n, c, *grid), itemsize)
+            + 2 * _Scratch.nbytes(wide, itemsize))
+
+
+def _phase_grids(x: np.ndarray, win, pieces: _Scratch):
     """The zero-padded input split into stride phases, for multiply-adds on flat shifted slices.
 
     Kernel offset j on an axis reads padded position (o + q) * s + r, (q, r) = divmod(j * d, s):
@@ -85,25 +130,25 @@ def _phase_grids(x: np.ndarray, win):
     with G = out + max q (+1 on the first axis, slack for the flat slices below). Returns
     ({r: phase grid}, per-axis [(q, r) per offset], G)."""
     n, c = x.shape[:2]
-    shifts = [[divmod(j * d, s) for j in range(k)] for k, d, s in zip(win.kernel, win.dilations, win.strides)]
-    grid = [o + sh[-1][0] + (i == 0) for i, (o, sh) in enumerate(zip(win.out, shifts))]
-    padded = np.zeros((n, c, *(s * g for s, g in zip(win.strides, grid))), x.dtype)
+    shifts, grid, padded_shape, keys = _phase_layout(n, c, win)
+    padded = pieces.zeros(padded_shape, x.dtype)
     dst, src = [], []
     for size, b, g, s in zip(x.shape[2:], win.begin, grid, win.strides):
         m = max(0, min(size, s * g - b))  # input beyond every window's reach is left out
         dst.append(slice(b, b + m))
         src.append(slice(0, m))
     padded[(slice(None), slice(None), *dst)] = x[(slice(None), slice(None), *src)]
-    if all(s == 1 for s in win.strides):
+    if not keys:
         return {(0,) * win.rank: padded}, shifts, grid
     phases = {}
-    for r in itertools.product(*({r for _, r in sh} for sh in shifts)):
-        phases[r] = np.ascontiguousarray(padded[(slice(None), slice(None), *(slice(a, None, s) for a, s in
-                                                                              zip(r, win.strides)))])
+    for r in keys:
+        phases[r] = pieces.empty((n, c, *grid), x.dtype)
+        phases[r][...] = padded[(slice(None), slice(None), *(slice(a, None, s) for a, s in zip(r, win.strides)))]
     return phases, shifts, grid
 
 
-def _depthwise(x: np.ndarray, w: np.ndarray, win) -> np.ndarray:
+def _depthwise(x: np.ndarray, w: np.ndarray, win, out: np.ndarray | None = None,
+               scratch: np.ndarray | None = None) -> np.ndarray:
     """group == C_in (one input channel per group, any channel multiplier): one multiply-add per
     kernel offset, each on a contiguous flat slice of a stride phase of the padded input.
 
@@ -111,54 +156,87 @@ def _depthwise(x: np.ndarray, w: np.ndarray, win) -> np.ndarray:
     end), which makes every offset's input a plain shifted 1-D slice: no GEMM, no columns."""
     n, c = x.shape[:2]
     mult = w.shape[0] // c
-    phases, shifts, grid = _phase_grids(x, win)
+    pieces = _Scratch(scratch)
+    phases, shifts, grid = _phase_grids(x, win, pieces)
     steps = [math.prod(grid[i + 1:]) for i in range(win.rank)]  # flat strides of the grid
     length = win.out[0] * steps[0]
     flat = {r: p.reshape(n, c, 1, math.prod(grid)) for r, p in phases.items()}  # (no -1: N may be 0)
     taps = w.reshape(c, mult, math.prod(win.kernel), 1)
-    y = np.empty((n, c, mult, length), x.dtype)
-    scratch = np.empty_like(y)
+    y = pieces.empty((n, c, mult, length), x.dtype)
+    product = pieces.empty(y.shape, x.dtype)
     for k, offset in enumerate(itertools.product(*shifts)):  # C order, as W's (kh, kw, ...) axes
         start = sum(q * st for (q, _), st in zip(offset, steps))
         view = flat[tuple(r for _, r in offset)][..., start:start + length]
         if k == 0:
             np.multiply(view, taps[:, :, k], out=y)
         else:
-            y += np.multiply(view, taps[:, :, k], out=scratch)
-    y = y.reshape(n, c * mult, win.out[0], *grid[1:])
-    return np.ascontiguousarray(y[(..., *(slice(0, o) for o in win.out[1:]))])
+            y += np.multiply(view, taps[:, :, k], out=product)
+    y = y.reshape(n, c * mult, win.out[0], *grid[1:])[(..., *(slice(0, o) for o in win.out[1:]))]
+    if out is not None:
+        np.copyto(out, y)
+        return out
+    return np.ascontiguousarray(y)
 
 
-def _conv(x: np.ndarray, w: np.ndarray, win, group: int) -> np.ndarray:
-    """Grouped N-D convolution in x's dtype (no bias), output (N, M, *out) C-contiguous.
+def _is_depthwise(x_shape, w_shape, group: int) -> bool:
+    return w_shape[1] == 1 and group == x_shape[1] > 1  # C == 1: the im2col GEMM (K = kernel size) is faster
+
+
+def _scratch_bytes(x_shape, w_shape, win, group: int, itemsize: int) -> int:
+    """Bytes of scratch ``_conv`` uses: depthwise buffers, or the columns (none for 1x1 unpadded)."""
+    if _is_depthwise(x_shape, w_shape, group):
+        return _depthwise_bytes(x_shape, w_shape, win, itemsize)
+    if math.prod(win.kernel) == 1 and covers_all(x_shape[2:], win):
+        return 0
+    return _Scratch.nbytes((*x_shape[:2], math.prod(win.kernel), *win.out), itemsize)
+
+
+def _conv(x: np.ndarray, w: np.ndarray, win, group: int, out: np.ndarray | None = None,
+          scratch: np.ndarray | None = None) -> np.ndarray:
+    """Grouped N-D convolution in x's dtype (no bias), output (N, M, *out) C-contiguous (``out``
+    when given; the columns go into ``scratch`` when given).
 
     Depthwise: per-offset multiply-adds. Otherwise W (G, Mg, Cg*K) times columns (N, G, Cg*K, P)
     in one batched BLAS matmul that writes the NCHW output directly."""
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
-    if cg == 1 and group == c > 1:  # C == 1: the im2col GEMM (K = kernel size) is faster
-        return _depthwise(x, w, win)
+    if _is_depthwise(x.shape, w.shape, group):
+        return _depthwise(x, w, win, out, scratch)
     k = math.prod(win.kernel)
     if k == 1 and covers_all(x.shape[2:], win):
         cols = _pointwise_columns(x, win)
     else:
-        cols = _im2col(x, win)
+        cols = _im2col(x, win, scratch)
     cols = cols.reshape(n, group, cg * k, math.prod(win.out))
-    y = np.matmul(w.reshape(group, m // group, cg * k), cols)  # (N, G, Mg, P)
-    return y.reshape(n, m, *win.out)
+    target = out.reshape(n, group, m // group, math.prod(win.out)) if out is not None else None
+    y = np.matmul(w.reshape(group, m // group, cg * k), cols, out=target)  # (N, G, Mg, P)
+    return out if out is not None else y.reshape(n, m, *win.out)
 
 
-@register_kernel("Conv", device="cpu", vendor="reference", dtype=FLOAT_TYPES, priority=-100)
+def _scratch(input_specs, attrs) -> int:
+    """The im2col columns or depthwise buffers, planned as scratch for static shapes (none for float16,
+    which computes in float32)."""
+    x, w = input_specs[0], input_specs[1]
+    if not (x.is_static and w.is_static) or compute_dtype(np.dtype(x.dtype)) != np.dtype(x.dtype):
+        return 0
+    win = window(x.shape[2:], attrs["kernel_shape"] or w.shape[2:], strides=attrs["strides"],
+                 dilations=attrs["dilations"], pads=attrs["pads"], auto_pad=attrs["auto_pad"])
+    return _scratch_bytes(x.shape, w.shape, win, attrs["group"], np.dtype(x.dtype).itemsize)
+
+
+@register_kernel("Conv", device="cpu", vendor="reference", dtype=FLOAT_TYPES, priority=-100, scratch=_scratch)
 def conv(x, w, b=None, *, auto_pad="NOTSET", dilations=(), group=1, kernel_shape=(), pads=(), strides=(),
-         activation="", activation_params=()):
+         activation="", activation_params=(), out=None, scratch=None):
     ct = compute_dtype(x.dtype)
     kernel = kernel_shape if kernel_shape else w.shape[2:]  # absent: W's spatial shape
     win = window(x.shape[2:], kernel, strides=strides, dilations=dilations, pads=pads,
                  auto_pad=auto_pad)
-    y = _conv(x.astype(ct, copy=False), w.astype(ct, copy=False), win, group)
+    direct = out if ct == x.dtype else None
+    y = _conv(x.astype(ct, copy=False), w.astype(ct, copy=False), win, group, direct, scratch)
     if b is not None:
         y += b.astype(ct).reshape(-1, *(1,) * win.rank)
-    return apply_activation(y, activation, activation_params).astype(x.dtype, copy=False)
+    y = apply_activation(y, activation, activation_params).astype(x.dtype, copy=False)
+    return y if y is out else into(out, y)
 
 
 def _samples(rng, dtype):

@@ -12,42 +12,14 @@ import numpy as np
 
 from ..activation import ACTIVATION_ATTRS, apply_activation
 from ..dtypes import FLOAT_TYPES
+from ..geometry import conv_transpose_geometry as _resolve
 from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
 from ._util import random
-from ._window import WINDOW_ATTRS, check_geometry, compute_dtype
+from ._window import WINDOW_ATTRS, compute_dtype
 
 ATTRS = {**WINDOW_ATTRS, "group": ("int", 1), "output_padding": ("ints", ()), "output_shape": ("ints", ()),
          **ACTIVATION_ATTRS}
-
-
-def _resolve(spatial, kernel, *, strides, dilations, pads, auto_pad, output_padding, output_shape,
-             fail=ValueError):
-    """(strides, dilations, begin pads, end pads, output lengths) as the ONNX spec defines them;
-    output lengths are None for symbolic inputs."""
-    n = len(kernel)
-    strides, dilations, pads = check_geometry(kernel, strides, dilations, pads, auto_pad, fail)
-    opad = tuple(output_padding) or (0,) * n
-    if len(opad) != n or (output_shape and len(output_shape) != n):
-        raise fail(f"output_padding {opad} and output_shape {tuple(output_shape)} need {n} values")
-    if any(p < 0 or p >= max(s, d) for p, s, d in zip(opad, strides, dilations)):
-        raise fail(f"output_padding {opad} must be >= 0 and smaller than strides {strides} or dilations")
-    full = [None if isinstance(s, str) else st * (s - 1) + op + (k - 1) * d + 1
-            for s, st, op, k, d in zip(spatial, strides, opad, kernel, dilations)]
-    if output_shape or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        want = list(output_shape) or [None if isinstance(s, str) else s * st for s, st in zip(spatial, strides)]
-        total = [None if f is None else f - o for f, o in zip(full, want)]
-        small = [None if t is None else t // 2 for t in total]
-        big = [None if t is None else t - t // 2 for t in total]
-        begin, end = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
-        return strides, dilations, begin, end, want
-    if auto_pad == "VALID" or not pads:
-        pads = (0,) * (2 * n)
-    begin, end = list(pads[:n]), list(pads[n:])
-    out = [None if f is None else f - b - e for f, b, e in zip(full, begin, end)]
-    if any(o is not None and o < 1 for o in out):
-        raise fail(f"pads {pads} leave no output for input spatial shape {tuple(spatial)}")
-    return strides, dilations, begin, end, out
 
 
 def _geometry(ctx):

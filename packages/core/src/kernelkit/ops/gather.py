@@ -6,19 +6,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import ALL_TYPES
+from ..geometry import checked_indices as _checked
 from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
 from ..shape import InferContext
 from ._util import random
-
-
-def _checked(indices: np.ndarray, dim: int) -> np.ndarray:
-    indices = np.asarray(indices)
-    if indices.dtype.kind not in "iu":
-        raise TypeError(f"indices must be integers, got {indices.dtype}")
-    if indices.size and (indices.min() < -dim or indices.max() >= dim):
-        raise IndexError(f"an index in [{indices.min()}, {indices.max()}] is out of range for a dim of {dim}")
-    return np.where(indices < 0, indices + dim, indices).astype(np.int64, copy=False)
 
 
 def _index_spec(ctx: InferContext) -> TensorSpec:

@@ -9,7 +9,7 @@ from ..dtypes import FLOAT_TYPES
 from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
 from ..shape import broadcast_shapes
-from ._util import random
+from ._util import into, random
 from ._window import compute_dtype
 
 DTYPES = FLOAT_TYPES + ("int32", "int64", "uint32", "uint64")
@@ -45,18 +45,23 @@ def _flops(ctx) -> int | None:
 
 
 @register_kernel("Gemm", device="cpu", vendor="reference", dtype=DTYPES, priority=-100)
-def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activation_params=()):
+def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activation_params=(),
+         out=None):
     ct = compute_dtype(a.dtype)
+    if out is not None and ct != a.dtype:
+        return into(out, gemm(a, b, c, alpha=alpha, beta=beta, transA=transA, transB=transB,
+                              activation=activation, activation_params=activation_params))
     a = a.T if transA else a
     b = b.T if transB else b
-    y = np.matmul(a.astype(ct, copy=False), b.astype(ct, copy=False))
+    y = np.matmul(a.astype(ct, copy=False), b.astype(ct, copy=False), out=out)  # y is out when given
     if alpha != 1.0:
-        y = (y * alpha).astype(ct, copy=False)
+        y = np.multiply(y, alpha, out=y, casting="unsafe") if y is out else (y * alpha).astype(ct, copy=False)
     if c is not None and beta == 1.0:
         y += c.astype(ct, copy=False)  # y is a fresh (M, N) array and C broadcasts to it
     elif c is not None and beta != 0.0:
-        y = y + c.astype(ct) * beta
-    return apply_activation(y, activation, activation_params).astype(a.dtype, copy=False)
+        y = np.add(y, c.astype(ct) * beta, out=out)
+    y = apply_activation(y, activation, activation_params).astype(a.dtype, copy=False)
+    return y if y is out else into(out, y)
 
 
 def _samples(rng, dtype):

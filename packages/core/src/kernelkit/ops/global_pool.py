@@ -6,7 +6,7 @@ import numpy as np
 from ..dtypes import FLOAT_TYPES
 from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
-from ._util import random
+from ._util import into, random
 from ._window import compute_dtype
 
 
@@ -18,9 +18,11 @@ def _infer(ctx) -> TensorSpec:
 
 
 @register_kernel("GlobalAveragePool", device="cpu", vendor="reference", dtype=FLOAT_TYPES, priority=-100)
-def global_average_pool(x):
+def global_average_pool(x, *, out=None):
     axes = tuple(range(2, x.ndim))
-    return x.mean(axis=axes, keepdims=True, dtype=compute_dtype(x.dtype)).astype(x.dtype, copy=False)
+    if out is not None and compute_dtype(x.dtype) == x.dtype:
+        return np.mean(x, axis=axes, keepdims=True, out=out)
+    return into(out, x.mean(axis=axes, keepdims=True, dtype=compute_dtype(x.dtype)).astype(x.dtype, copy=False))
 
 
 @register_kernel("GlobalMaxPool", device="cpu", vendor="reference", dtype=FLOAT_TYPES, priority=-100)

@@ -8,7 +8,7 @@ from ..dtypes import FLOAT_TYPES
 from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
 from ..shape import broadcast_shapes
-from ._util import random
+from ._util import into, random
 from ._window import compute_dtype
 
 ATTRS = {"axis": ("int", -1), "epsilon": ("float", 1e-5), "stash_type": ("int", 1)}
@@ -28,20 +28,30 @@ def _infer(ctx) -> list[TensorSpec]:
     return [x, stats, stats]
 
 
-@register_kernel("LayerNormalization", device="cpu", vendor="reference", dtype=FLOAT_TYPES, priority=-100)
-def layer_normalization(x, scale, b=None, *, axis=-1, epsilon=1e-5, output_count=3):
+def _scratch(input_specs, attrs) -> int:
+    """Room for the squared deviations (the variance's terms)."""
+    x = input_specs[0]
+    return x.size * np.promote_types(compute_dtype(np.dtype(x.dtype)), np.float32).itemsize if x.is_static else 0
+
+
+@register_kernel("LayerNormalization", device="cpu", vendor="reference", dtype=FLOAT_TYPES, priority=-100,
+                 scratch=_scratch)
+def layer_normalization(x, scale, b=None, *, axis=-1, epsilon=1e-5, output_count=3, out=None, scratch=None):
     ct = np.promote_types(compute_dtype(x.dtype), np.float32)
     axes = tuple(range(axis % x.ndim, x.ndim))
     xc = x.astype(ct, copy=False)
     mean = xc.mean(axis=axes, keepdims=True)
-    y = xc - mean  # a fresh array: normalized in place below
-    inv_std = 1 / np.sqrt(np.square(y).mean(axis=axes, keepdims=True) + ct.type(epsilon))
+    direct = out is not None and out.dtype == ct and output_count == 1
+    y = np.subtract(xc, mean, out=out if direct else None)  # normalized in place below
+    room = scratch is not None and scratch.nbytes >= y.nbytes
+    squares = np.square(y, out=scratch[:y.nbytes].view(ct).reshape(y.shape) if room else None)
+    inv_std = 1 / np.sqrt(squares.mean(axis=axes, keepdims=True) + ct.type(epsilon))
     y *= inv_std
     y *= scale.astype(ct, copy=False)
     if b is not None:
         y += b.astype(ct, copy=False)
     if output_count == 1:  # Mean and InvStdDev unused
-        return (y.astype(x.dtype, copy=False),)
+        return (y if direct else into(out, y.astype(x.dtype, copy=False)),)
     return y.astype(x.dtype, copy=False), mean.astype(x.dtype), inv_std.astype(x.dtype)
 
 

@@ -11,7 +11,7 @@ from ..dtypes import FLOAT_TYPES
 from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
 from ..shape import broadcast_shapes
-from ._util import random
+from ._util import into, random
 from ._window import compute_dtype
 
 DTYPES = FLOAT_TYPES + ("int32", "int64", "uint32", "uint64")
@@ -45,10 +45,13 @@ def _flops(ctx) -> int | None:
 
 
 @register_kernel("MatMul", device="cpu", vendor="reference", dtype=DTYPES, priority=-100)
-def matmul(a, b, *, activation="", activation_params=()):
+def matmul(a, b, *, activation="", activation_params=(), out=None):
     ct = compute_dtype(a.dtype)
-    y = np.asarray(np.matmul(a.astype(ct, copy=False), b.astype(ct, copy=False)), dtype=ct)
-    return apply_activation(y, activation, activation_params).astype(a.dtype, copy=False)
+    if out is not None and (ct != a.dtype or out.ndim == 0):
+        return into(out, matmul(a, b, activation=activation, activation_params=activation_params))
+    y = np.asarray(np.matmul(a.astype(ct, copy=False), b.astype(ct, copy=False), out=out), dtype=ct)
+    y = apply_activation(y, activation, activation_params).astype(a.dtype, copy=False)
+    return y if y is out else into(out, y)
 
 
 def _samples(rng, dtype):

@@ -4,29 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..geometry import pad_widths as _resolve
 from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
 from ._util import random
 
 MODES = ("constant", "reflect", "edge", "wrap")
-
-
-def _resolve(shape, pads, axes, fail=ValueError):
-    """Per-axis (begin, end) pads over all ``len(shape)`` axes."""
-    rank = len(shape)
-    pads = [int(p) for p in np.asarray(pads).ravel()]
-    axes = list(range(rank)) if axes is None else [int(a) for a in np.asarray(axes).ravel()]
-    if any(not -rank <= a < rank for a in axes) or len({a % rank for a in axes}) != len(axes):
-        raise fail(f"axes {axes} must be distinct and in [-{rank}, {rank})")
-    if len(pads) != 2 * len(axes):
-        raise fail(f"pads {pads} must hold 2 * {len(axes)} values (begins then ends)")
-    widths = [(0, 0)] * rank
-    for i, a in enumerate(axes):
-        widths[a % rank] = (pads[i], pads[i + len(axes)])
-    for size, (b, e) in zip(shape, widths):
-        if isinstance(size, int) and size + b + e < 0:
-            raise fail(f"pads {pads} crop more than the input shape {tuple(shape)} holds")
-    return widths
 
 
 def _infer(ctx) -> TensorSpec:

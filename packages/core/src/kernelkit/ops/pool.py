@@ -10,7 +10,7 @@ import numpy as np
 from ..dtypes import FLOAT_TYPES
 from ..ir import TensorSpec
 from ..registry import REQUIRED, register_kernel, register_op
-from ._util import random
+from ._util import random, with_out
 from ._window import WINDOW_ATTRS, compute_dtype, kernel_offsets, symbolic_out, window, windows
 
 POOL_ATTRS = {**WINDOW_ATTRS, "kernel_shape": ("ints", REQUIRED), "ceil_mode": ("int", 0)}
@@ -44,12 +44,14 @@ def _lowest(dtype):
 
 @register_kernel("MaxPool", device="cpu", vendor="reference", dtype=MAX_DTYPES, priority=-100)
 def max_pool(x, *, auto_pad="NOTSET", ceil_mode=0, dilations=(), kernel_shape=(), pads=(), storage_order=0,
-             strides=(), output_count=2):
+             strides=(), output_count=2, out=None):
     win = window(x.shape[2:], kernel_shape, strides=strides, dilations=dilations, pads=pads, auto_pad=auto_pad,
                  ceil_mode=ceil_mode)
     n, c, spatial, nd = *x.shape[:2], x.shape[2:], win.rank
     if output_count == 1:  # no Indices wanted: a running maximum over the kernel offsets, no padded copy
-        y = np.full((n, c, *win.out), _lowest(x.dtype), x.dtype)
+        y = np.full((n, c, *win.out), _lowest(x.dtype), x.dtype) if out is None else out
+        if out is not None:
+            out.fill(_lowest(x.dtype))
         for _, out, src in kernel_offsets(spatial, win):
             region = y[(slice(None), slice(None), *out)]
             np.maximum(region, x[(slice(None), slice(None), *src)], out=region)
@@ -72,6 +74,7 @@ def max_pool(x, *, auto_pad="NOTSET", ceil_mode=0, dilations=(), kernel_shape=()
 
 
 @register_kernel("AveragePool", device="cpu", vendor="reference", dtype=FLOAT_TYPES, priority=-100)
+@with_out
 def average_pool(x, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=(), kernel_shape=(),
                  pads=(), strides=()):
     ct = compute_dtype(x.dtype)

@@ -10,60 +10,18 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import FLOAT_TYPES
+from ..geometry import NEAREST_MODES, POLICIES, TRANSFORMS
+from ..geometry import nearest_index as _nearest
+from ..geometry import resize_plan as _plan
+from ..geometry import source_coordinates as _source
 from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
 from ._util import random
 
-TRANSFORMS = ("half_pixel", "half_pixel_symmetric", "asymmetric", "align_corners", "pytorch_half_pixel")
-NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
-POLICIES = ("stretch", "not_larger", "not_smaller")
 ATTRS = {"antialias": ("int", 0), "axes": ("ints", ()), "coordinate_transformation_mode": ("string", "half_pixel"),
          "cubic_coeff_a": ("float", -0.75), "exclude_outside": ("int", 0), "extrapolation_value": ("float", 0.0),
          "keep_aspect_ratio_policy": ("string", "stretch"), "mode": ("string", "nearest"),
          "nearest_mode": ("string", "round_prefer_floor")}
-
-
-def _given(v):
-    return v is not None and np.asarray(v).size > 0
-
-
-def _plan(shape, scales, sizes, axes, policy, fail=ValueError):
-    """Per-axis (scale, output length) for every axis of ``shape``; both are None for a resized
-    axis whose length is symbolic."""
-    rank = len(shape)
-    axes = [a % rank for a in axes] if axes else list(range(rank))
-    if _given(scales) == _given(sizes):
-        raise fail("exactly one of scales and sizes must be given")
-    values = np.asarray(scales if _given(scales) else sizes).ravel()
-    if len(values) != len(axes):
-        raise fail(f"{'scales' if _given(scales) else 'sizes'} {values.tolist()} need one value per axis {axes}")
-    scale: list = [1.0] * rank
-    out = list(shape)
-    if _given(scales):
-        if (values <= 0).any():
-            raise fail(f"scales {values.tolist()} must be > 0")
-        for a, s in zip(axes, values.astype(np.float64)):
-            known = isinstance(shape[a], int)
-            scale[a] = float(s)
-            out[a] = int(np.floor(s * shape[a])) if known else (shape[a] if s == 1.0 else None)
-        return scale, out
-    if (values < 0).any():
-        raise fail(f"sizes {values.tolist()} must be >= 0")
-    values = [int(v) for v in values]
-    if any(shape[a] == 0 and v for a, v in zip(axes, values)):
-        raise fail(f"sizes {values} grow an empty dim of {tuple(shape)}")
-    if policy == "stretch":
-        ratios = [(v / shape[a] if shape[a] else 1.0) if isinstance(shape[a], int) else None
-                  for a, v in zip(axes, values)]
-    elif any(isinstance(shape[a], str) for a in axes):
-        return scale, [None if i in axes else d for i, d in enumerate(shape)]
-    else:
-        common = min if policy == "not_larger" else max
-        ratios = [common((v / shape[a] for a, v in zip(axes, values) if shape[a]), default=1.0)] * len(axes)
-        values = [int(r * shape[a] + 0.5) for a, r in zip(axes, ratios)]
-    for a, r, v in zip(axes, ratios, values):
-        scale[a], out[a] = r, v
-    return scale, out
 
 
 def _infer(ctx) -> TensorSpec:
@@ -90,29 +48,6 @@ def _infer(ctx) -> TensorSpec:
     _, out = _plan(x.shape, ctx.value(2) if given[0] else None, ctx.value(3) if given[1] else None,
                    a["axes"], a["keep_aspect_ratio_policy"], fail=ctx.error)
     return TensorSpec(tuple(ctx.symbol("r") if d is None else d for d in out), x.dtype)
-
-
-def _source(o, size, scale, transform):
-    """Source coordinate (float64) of each output index ``o`` along one axis."""
-    length = scale * size  # the (fractional) resized length the ONNX formulas use
-    if transform == "asymmetric":
-        return o / scale
-    if transform == "align_corners":
-        return np.zeros_like(o) if length == 1 else o * (size - 1) / (length - 1)
-    if transform == "pytorch_half_pixel" and length == 1:
-        return np.full_like(o, -0.5)
-    x = (o + 0.5) / scale - 0.5
-    if transform == "half_pixel_symmetric":
-        x += size / 2 * (1 - len(o) / length)
-    return x
-
-
-def _nearest(x, rule):
-    low = np.floor(x)
-    frac = x - low
-    up = {"round_prefer_floor": frac > 0.5, "round_prefer_ceil": frac >= 0.5, "floor": np.zeros_like(frac, bool),
-          "ceil": frac > 0}[rule]
-    return (low + up).astype(np.int64)
 
 
 @register_kernel("Resize", device="cpu", vendor="reference", dtype=FLOAT_TYPES, priority=-100)

@@ -4,17 +4,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import ALL_TYPES
+from ..geometry import clamped_range as _clamped
 from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
 from ..shape import InferContext
 from ._util import random
-
-
-def _clamped(rank: int, start: int, end) -> slice:
-    """ONNX clamps start/end into [0, rank] after adding rank to negatives."""
-    start = min(max(start + rank if start < 0 else start, 0), rank)
-    end = rank if end is None else min(max(end + rank if end < 0 else end, 0), rank)
-    return slice(start, max(start, end))
 
 
 def _shape_rule(ctx: InferContext) -> TensorSpec:

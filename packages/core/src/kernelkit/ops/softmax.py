@@ -6,7 +6,7 @@ import numpy as np
 from ..dtypes import FLOAT_TYPES
 from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
-from ._util import random
+from ._util import into, random
 from ._window import compute_dtype
 
 
@@ -22,11 +22,16 @@ def _shifted(x, axis):
     return xc - xc.max(axis=axis, keepdims=True, initial=-np.inf)  # initial: an empty axis is fine
 
 
-def _softmax(x, *, axis=-1):
+def _softmax(x, *, axis=-1, out=None):
+    if out is not None and compute_dtype(x.dtype) == x.dtype:
+        np.subtract(x, x.max(axis=axis, keepdims=True, initial=-np.inf), out=out)
+        np.exp(out, out=out)
+        out /= out.sum(axis=axis, keepdims=True)
+        return out
     e = _shifted(x, axis)
     np.exp(e, out=e)
     e /= e.sum(axis=axis, keepdims=True)
-    return e.astype(x.dtype, copy=False)
+    return into(out, e.astype(x.dtype, copy=False))
 
 
 def _log_softmax(x, *, axis=-1):

@@ -5,20 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import NUMERIC_TYPES
+from ..geometry import topk_count as _k
 from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
 from ..shape import InferContext
 from ._util import const_ints, random
-
-
-def _k(k, dim) -> int:
-    k = np.asarray(k).reshape(-1)
-    if k.size != 1 or k.dtype.kind not in "iu":
-        raise ValueError(f"K must be one integer, got {k!r}")
-    k = int(k[0])
-    if not 0 <= k <= dim:
-        raise ValueError(f"K = {k} is out of range for a dim of {dim}")
-    return k
 
 
 def _rule(ctx: InferContext) -> list[TensorSpec]:

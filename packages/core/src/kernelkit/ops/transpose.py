@@ -21,7 +21,10 @@ def _rule(ctx: InferContext) -> TensorSpec:
 
 
 @register_kernel("Transpose", device="cpu", vendor="reference", dtype=ALL_TYPES, priority=-100)
-def transpose(x, *, perm=None):
+def transpose(x, *, perm=None, out=None):
+    if out is not None:
+        np.copyto(out, np.transpose(x, perm))
+        return out
     return np.transpose(x, perm).copy()  # (np.ascontiguousarray would make a 0-d input 1-d)
 
 

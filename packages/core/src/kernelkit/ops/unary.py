@@ -10,7 +10,7 @@ import numpy as np
 from ..activation import erf
 from ..dtypes import FLOAT_TYPES, INT_TYPES, SIGNED_TYPES
 from ..registry import register_kernel, register_op
-from ._util import random, same_as_input
+from ._util import into, random, same_as_input, with_out
 
 
 def _hard_sigmoid(x, *, alpha, beta):
@@ -62,6 +62,30 @@ UNARY = {
 }
 
 
+def _erf_out(x, *, out=None):
+    if out is None:
+        return erf(x)
+    try:
+        from scipy.special import erf as sp_erf
+    except ImportError:  # pragma: no cover - scipy is present in tests
+        return into(out, erf(x))
+    return sp_erf(x, out=out)
+
+
+def _ufunc(f, *extra):
+    """A kernel ``f(x, *extra)`` that writes straight into ``out`` when given one."""
+    return lambda x, *, out=None: f(x, *extra, out=out)
+
+
+# ops whose reference writes straight into ``out`` (the rest compute, then copy into it)
+DIRECT_OUT = {
+    "Relu": lambda x, *, out=None: np.maximum(x, x.dtype.type(0), out=out),
+    "Tanh": _ufunc(np.tanh), "Exp": _ufunc(np.exp), "Log": _ufunc(np.log), "Sqrt": _ufunc(np.sqrt),
+    "Reciprocal": _ufunc(np.reciprocal), "Neg": _ufunc(np.negative), "Abs": _ufunc(np.abs),
+    "Floor": _ufunc(np.floor), "Ceil": _ufunc(np.ceil), "Erf": _erf_out,
+}
+
+
 # IEEE edge values every float kernel must get right: infinities, huge magnitudes, signed zeros
 _EDGES = (np.inf, -np.inf, 1e30, -1e30, 3e9, -3e9, 0.0, -0.0, 0.5, -0.5, 2.5, -2.5)
 _EDGE_SAFE = {"Relu", "Floor", "Ceil", "Abs", "Neg", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
@@ -81,4 +105,5 @@ def _samples_for(name, low, high):
 for _name, (_fn, _attrs, _dtypes, (_lo, _hi)) in UNARY.items():
     register_op(_name, inputs=["X"], outputs=["Y"], attrs=_attrs, infer=same_as_input,
                 samples=_samples_for(_name, _lo, _hi))
-    register_kernel(_name, device="cpu", vendor="reference", dtype=_dtypes, priority=-100)(_fn)
+    _kernel = _fn if _name == "Identity" else DIRECT_OUT.get(_name) or with_out(_fn)  # Identity: a view
+    register_kernel(_name, device="cpu", vendor="reference", dtype=_dtypes, priority=-100)(_kernel)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import ConfigError, RegistryError
 from ..ir import Graph
@@ -27,6 +28,7 @@ class PassContext:
     vendors: tuple[str, ...] | None = None
     options: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # human-readable remarks a pass wants shown
+    scope: Any = None  # the session's registry.KernelScope: kernels only this session sees
 
 
 @dataclass

@@ -9,12 +9,13 @@ constant's array, and keep ``graph.values`` specs valid; names of graph outputs 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 
 import numpy as np
 
+from ..activation import ACTIVATIONS
 from ..errors import ConfigError, KernelkitError, brief
+from ..invoke import invoke
 from ..ir import Graph, Node, TensorSpec, Value
 from ..registry import get_schema, normalize_attrs, select_kernel
 from ..shape import infer_node
@@ -168,24 +169,6 @@ def _fold_inputs(graph: Graph, node: Node) -> list | None:
     return args
 
 
-def _evaluate(node: Node, entry, attrs: dict, args: list, specs: list) -> list[np.ndarray]:
-    if entry.attr_names is not None:
-        kwargs = {k: v for k, v in attrs.items() if k in entry.attr_names}
-    else:
-        kwargs = dict(attrs)
-    if entry.is_class:
-        from ..devices import create_device
-        from ..session import KernelContext
-
-        kernel = entry.impl()
-        kernel.context = KernelContext(node, create_device("cpu"), {}, None)
-        kernel.prepare(specs, dict(attrs))
-        result = kernel.execute(*args)
-    else:
-        result = entry.impl(*args, **kwargs)
-    return [np.asarray(r) for r in (result if isinstance(result, (tuple, list)) else (result,))]
-
-
 def fold_node(graph: Graph, node: Node, ctx: PassContext) -> bool:
     """Replace ``node``'s outputs by constants when it can be evaluated now; True if it was."""
     where = f"node {node.name!r} ({node.op_id})"
@@ -215,7 +198,7 @@ def fold_node(graph: Graph, node: Node, ctx: PassContext) -> bool:
     if entry is None:
         return False
     try:
-        results = _evaluate(node, entry, attrs, args, specs)
+        results = [np.asarray(r) for r in invoke(entry, node, attrs, args, specs)]
     except Exception as exc:  # the run would fail the same way; leave the node to report it there
         log.warning("fold_constants: %s not folded: reference kernel raised %s: %s", where,
                     type(exc).__name__, exc)
@@ -315,30 +298,18 @@ def fold_batchnorm(graph: Graph, ctx: PassContext) -> int:
 
 
 # -- fuse_activation ------------------------------------------------------------------------------
-def _clip_params(graph: Graph, node: Node, attrs: dict):
-    bounds = []
-    for i, default in ((1, -math.inf), (2, math.inf)):
-        name = node.inputs[i] if len(node.inputs) > i else ""
-        data = _const(graph, name)
-        if name and (data is None or data.size != 1):
-            return None  # a bound only known at run time cannot become an attribute
-        bounds.append(float(data.reshape(())) if name else default)
-    return tuple(bounds)
-
-
 FUSION_PRODUCERS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 # ops that change only the shape, not the data: Act(View(x)) == View(Act(x)) for elementwise Act
 VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
-# activation op -> its activation_params (see kernelkit/activation.py), None if it cannot fuse
-ACTIVATION_RULES: dict[str, Callable] = {
-    "Relu": lambda graph, node, attrs: (),  # max(x, 0)
-    "Clip": _clip_params,  # (min, max) from constant inputs; absent bounds are -inf/+inf
-    "LeakyRelu": lambda graph, node, attrs: (attrs["alpha"],),  # (alpha,)
-    "Sigmoid": lambda graph, node, attrs: (),  # 1 / (1 + exp(-x))
-    "HardSwish": lambda graph, node, attrs: (),  # x * clip(x/6 + 1/2, 0, 1)
-    "Tanh": lambda graph, node, attrs: (),  # tanh(x)
-    "Gelu": lambda graph, node, attrs: {"none": (), "tanh": (1.0,)}.get(attrs["approximate"]),  # (approx,)
-}
+
+
+def _activation_params(graph: Graph, node: Node, attrs: dict) -> tuple | None:
+    """The fused ``activation_params`` for an activation node (the table in kernelkit/activation.py
+    says how), or None if it cannot fuse (e.g. a Clip bound only known at run time)."""
+    extra = [_const(graph, name) for name in node.inputs[1:]]
+    if any(name and data is None for name, data in zip(node.inputs[1:], extra)):
+        return None  # an input only known at run time cannot become an attribute
+    return ACTIVATIONS[node.op_id].fuse(attrs, extra)
 
 
 def _overridden(graph: Graph, node: Node, attrs: dict, ctx: PassContext) -> str | None:
@@ -348,9 +319,9 @@ def _overridden(graph: Graph, node: Node, attrs: dict, ctx: PassContext) -> str 
     load_backends()  # plugins register their kernels here; the session would see them
     specs = [graph.spec(i) if i else None for i in node.inputs]
     dtype = specs[0].dtype
-    entry = select_kernel(node.op_id, ctx.device, dtype, ctx.vendors, specs, attrs)
+    entry = select_kernel(node.op_id, ctx.device, dtype, ctx.vendors, specs, attrs, ctx.scope)
     if entry is None and ctx.vendors is not None:
-        entry = select_kernel(node.op_id, ctx.device, dtype, None, specs, attrs)
+        entry = select_kernel(node.op_id, ctx.device, dtype, None, specs, attrs, ctx.scope)
     return entry.key.vendor if entry is not None and entry.key.vendor not in BUILTIN_VENDORS else None
 
 
@@ -360,7 +331,7 @@ def fuse_activation(graph: Graph, ctx: PassContext) -> int:
     attribute, also across one reshape-like node between them (Gemm -> Reshape -> Gelu becomes
     Gemm(Gelu) -> Reshape), unless a user's kernel overrides that activation on the session's device."""
     index, count = _Index(graph), 0
-    for node in [n for n in graph.nodes if n.op_id in ACTIVATION_RULES]:
+    for node in [n for n in graph.nodes if n.op_id in ACTIVATIONS]:  # every fusable activation
         producer = index.producers.get(node.inputs[0])
         if index.sole_reader(node.inputs[0]) is not node:
             continue
@@ -374,7 +345,7 @@ def fuse_activation(graph: Graph, ctx: PassContext) -> int:
         if "activation" not in get_schema(producer.op).attrs or _attrs(producer)["activation"]:
             continue
         attrs = _attrs(node)
-        params = ACTIVATION_RULES[node.op_id](graph, node, attrs)
+        params = _activation_params(graph, node, attrs)
         if params is None:
             continue
         vendor = _overridden(graph, node, attrs, ctx)

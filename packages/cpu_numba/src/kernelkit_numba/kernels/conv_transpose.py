@@ -9,7 +9,7 @@ element); the epilogue adds the bias and applies the activation. Geometry comes 
 from __future__ import annotations
 
 import numpy as np
-from kernelkit.ops.conv_transpose import _resolve
+from kernelkit.geometry import conv_transpose_geometry as _resolve
 from kernelkit.registry import register_kernel
 from numba import prange
 

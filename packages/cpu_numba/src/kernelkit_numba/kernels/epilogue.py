@@ -5,34 +5,29 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from kernelkit.activation import ACTIVATIONS
+from kernelkit.activation import ACTIVATIONS, resolve
 from numba import prange
 
 from ..config import jit_inline, jit_parallel
 
+# one integer code per entry of core's activation table (same order), 0 for none
 NONE, RELU, CLIP, LEAKY_RELU, SIGMOID, HARD_SWISH, TANH, GELU = range(8)
 CODES = {"": NONE, **{name: i + 1 for i, name in enumerate(ACTIVATIONS)}}
-assert CODES["Gelu"] == GELU and CODES["Relu"] == RELU, "ACTIVATIONS order changed"
+assert CODES["Gelu"] == GELU and CODES["Relu"] == RELU and len(CODES) == 8, "core's activation table changed"
 
 
 def activation_code(activation: str, params, dtype, where: str) -> tuple[int, object, object]:
-    """(code, p0, p1) for the fused activation, parameters as ``dtype`` scalars so that kernels
-    compute in the tensor's precision. Relu is Clip(0, inf). Unknown names raise
-    OpAttributeError naming ``where``."""
-    from kernelkit.errors import OpAttributeError
-
-    if activation not in CODES:
-        raise OpAttributeError(f"{where}: unknown fused activation {activation!r}; known: {list(ACTIVATIONS)}")
-    code, p, t = CODES[activation], tuple(params), np.dtype(dtype).type
+    """(code, p0, p1) for the fused activation, parameters (core's defaults filled in) as ``dtype``
+    scalars so that kernels compute in the tensor's precision. Relu is Clip(0, inf). Unknown names
+    raise OpAttributeError naming ``where``."""
+    t = np.dtype(dtype).type
+    if not activation:
+        return NONE, t(0), t(0)
+    p = resolve(activation, params, where) + (0.0, 0.0)
+    code = CODES[activation]
     if code == RELU:
         return CLIP, t(0), t(np.inf)
-    if code == CLIP:
-        return code, t(p[0] if len(p) > 0 else -np.inf), t(p[1] if len(p) > 1 else np.inf)
-    if code == LEAKY_RELU:
-        return code, t(p[0] if p else 0.01), t(0)
-    if code == GELU:
-        return code, t(p[0] if p else 0), t(0)
-    return code, t(0), t(0)
+    return code, t(p[0]), t(p[1])
 
 
 # erf(x) / x ~ P(x^2) / Q(x^2) on [0, 4]: an iteratively reweighted least-squares rational fit made

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from kernelkit.ops.gather import _checked
+from kernelkit.geometry import checked_indices as _checked
 from kernelkit.registry import register_kernel
 from numba import prange
 

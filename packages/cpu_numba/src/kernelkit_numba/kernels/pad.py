@@ -4,7 +4,7 @@ parallel gather (``_copy.take``) fills the output in one pass."""
 from __future__ import annotations
 
 import numpy as np
-from kernelkit.ops.pad import _resolve
+from kernelkit.geometry import pad_widths as _resolve
 from kernelkit.registry import register_kernel
 
 from .._base import threaded

@@ -1,6 +1,6 @@
 """MaxPool, AveragePool (1-D/2-D, strided, dilated, padded, ceil_mode) and the global pools.
 
-Window geometry comes from core (``kernelkit.ops._window.window``), the same resolution the shape
+Window geometry comes from core (``kernelkit.geometry.window``), the same resolution the shape
 rule uses. The windowed kernels walk one output row at a time and, per kernel tap, sweep the valid
 output columns, so the inner loop is a (strided) vector max/add rather than a scalar window scan.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from kernelkit.ops._window import window
+from kernelkit.geometry import window
 from kernelkit.registry import register_kernel
 from numba import prange
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from kernelkit.ops.resize import NEAREST_MODES, TRANSFORMS, _nearest, _plan, _source
+from kernelkit.geometry import NEAREST_MODES, TRANSFORMS
+from kernelkit.geometry import nearest_index as _nearest
+from kernelkit.geometry import resize_plan as _plan
+from kernelkit.geometry import source_coordinates as _source
 from kernelkit.registry import register_kernel
 from numba import prange
 

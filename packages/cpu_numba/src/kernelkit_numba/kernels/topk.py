@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from kernelkit.ops.topk import _k
+from kernelkit.geometry import topk_count as _k
 from kernelkit.registry import register_kernel
 from numba import prange
 

@@ -9,14 +9,15 @@ OUTPUT0_PITCHES, ...; see :mod:`.jit`).
 
 Three ways to load, as OpenVINO has a global file and a per-session config:
 
-- ``kernelkit_opencl.load_custom_kernels(path)`` in Python;
-- ``Session(model, device="gpu", options={"opencl_custom_kernels": path})``;
+- ``kernelkit_opencl.load_custom_kernels(path)`` in Python (for the process);
+- ``Session(model, device="gpu", options={"opencl_custom_kernels": path})`` (for that session only:
+  the kernels go into the session's ``KernelScope``, and later sessions never see them);
 - ``KERNELKIT_OPENCL_CUSTOM_KERNELS=path`` (several joined with ``os.pathsep``), read when a
-  session on the gpu device is built.
+  session on the gpu device is built (for the process).
 
 Each layer becomes a kernel ``(op, "gpu", vendor "custom", dtypes)`` with priority 10, so it wins
-over the built-in opencl kernel; kernels stay registered for the process (loading the same
-unchanged file again is a no-op, a changed file replaces its kernels). A load that fails leaves the
+over the built-in opencl kernel; process-wide kernels stay registered (loading the same unchanged
+file again is a no-op, a changed file replaces its kernels). A process-wide load that fails leaves the
 registry as it was, and a layer whose program fails to build unregisters its file's kernels.
 """
 from __future__ import annotations
@@ -63,10 +64,16 @@ def _paths(spec) -> list[Path]:
     return [Path(p) for p in spec]
 
 
-def load_custom_kernels(path) -> list[LayerConfig]:
+def load_custom_kernels(path, scope=None) -> list[LayerConfig]:
     """Read the config(s) at ``path`` (a file, or a list of files, or files joined with os.pathsep)
     and register a gpu kernel for each layer; returns the layers. Malformed configs raise
-    ConfigError naming the file and the place in it."""
+    ConfigError naming the file and the place in it. ``scope``: a session's ``KernelScope`` to
+    register into instead of the process-wide registry."""
+    if scope is not None:
+        layers = [layer for file in _paths(path) for layer in read_config(file)]
+        for layer in layers:
+            register_layer(layer, registry=scope)
+        return layers
     from kernelkit.registry import kernel_transaction, unregister_kernel
 
     layers: list[LayerConfig] = []
@@ -130,9 +137,10 @@ def unload_custom_kernels(path=None) -> None:
                                   dtype=layer.dtypes)
 
 
-def _session_hook(device: str, options: dict) -> None:
-    """Before a gpu session selects kernels: load $KERNELKIT_OPENCL_CUSTOM_KERNELS and the files
-    named by its ``opencl_custom_kernels`` option (no-ops once loaded and unchanged)."""
+def _session_hook(device: str, options: dict, scope) -> None:
+    """Before a gpu session selects kernels: load $KERNELKIT_OPENCL_CUSTOM_KERNELS for the process
+    (a no-op once loaded and unchanged) and the files named by its ``opencl_custom_kernels`` option
+    into the session's scope."""
     if device != "gpu":
         return
     spec = os.environ.get(ENV_VAR)
@@ -143,7 +151,7 @@ def _session_hook(device: str, options: dict) -> None:
             raise ConfigError(f"${ENV_VAR}: {exc}") from exc
     spec = options.get(OPTION)
     if spec:
-        load_custom_kernels(spec)
+        load_custom_kernels(spec, scope=scope)
 
 
 def initialize() -> None:

@@ -197,13 +197,15 @@ def _supports(input_specs, attrs) -> bool:
     return all(s is None or s.rank <= 4 for s in (input_specs or ()))
 
 
-def register_layer(layer: LayerConfig, replace: bool = False) -> type:
-    """Register ``layer`` as the kernel (op, "gpu", layer.vendor, dtypes) with layer.priority."""
+def register_layer(layer: LayerConfig, replace: bool = False, registry=None) -> type:
+    """Register ``layer`` as the kernel (op, "gpu", layer.vendor, dtypes) with layer.priority, in
+    ``registry`` (a session's ``KernelScope``) or else process-wide."""
     data = _check_against_schema(layer)
     cls = _make_kernel_class(layer, data)
+    register = registry.register_kernel if registry is not None else register_kernel
     try:
-        register_kernel(layer.op, domain=layer.domain, device="gpu", vendor=layer.vendor, dtype=layer.dtypes,
-                        priority=layer.priority, override=replace, supports=_supports)(cls)
+        register(layer.op, domain=layer.domain, device="gpu", vendor=layer.vendor, dtype=layer.dtypes,
+                 priority=layer.priority, override=replace, supports=_supports)(cls)
     except KernelkitError as exc:
         raise config_error(layer.where, str(exc)) from None
     log.info("custom OpenCL kernel %s for %s registered from %s", layer.entry, layer.op_id, layer.where)

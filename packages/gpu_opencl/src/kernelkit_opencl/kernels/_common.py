@@ -5,13 +5,14 @@ import functools
 from pathlib import Path
 
 import numpy as np
-from kernelkit import KernelExecutionError
+from kernelkit.activation import resolve
 
 HERE = Path(__file__).parent
 WG = 256  # work-group size of 1-D elementwise launches
 
-# The fused ``activation`` attribute (kernelkit/activation.py) as OpenCL C over a float ``v``;
-# ACT_P0/ACT_P1 are the activation_params, passed as defines.
+# The fused ``activation`` attribute as OpenCL C over a float ``v``, one line per entry of core's
+# table (kernelkit/activation.py); ACT_P0/ACT_P1 are the activation_params (core's defaults filled
+# in), passed as defines.
 ACTIVATION_CL = {
     "": "(v)",
     "Relu": "((v) < 0.0f ? 0.0f : (v))",  # NaN stays NaN (fmax would drop it)
@@ -23,7 +24,6 @@ ACTIVATION_CL = {
     "Gelu": "(ACT_P0 != 0.0f ? 0.5f * (v) * (1.0f + tanh(0.7978845608028654f * ((v) + 0.044715f * (v) * (v) * (v))))"
             " : 0.5f * (v) * (1.0f + erf((v) * 0.7071067811865476f)))",
 }
-_ACT_DEFAULTS = {"Clip": (-np.inf, np.inf), "LeakyRelu": (0.01, 0.0), "Gelu": (0.0, 0.0)}
 
 
 @functools.cache
@@ -32,16 +32,11 @@ def source(name: str) -> str:
     return (HERE / name).read_text()
 
 
-def activation(activation: str, params) -> tuple[str, dict]:
-    """Source line defining ACT(v) and the defines ACT_P0/ACT_P1 (the activation_params) for a
-    fused activation; an unknown name is a clear error."""
-    if activation not in ACTIVATION_CL:
-        raise KernelExecutionError(f"unknown fused activation {activation!r}; known: {sorted(ACTIVATION_CL)[1:]}")
-    p = list(params or ())
-    defaults = _ACT_DEFAULTS.get(activation, (0.0, 0.0))
-    p0 = float(p[0]) if len(p) > 0 else float(defaults[0])
-    p1 = float(p[1]) if len(p) > 1 else float(defaults[1])
-    return f"#define ACT(v) {ACTIVATION_CL[activation]}\n", {"ACT_P0": p0, "ACT_P1": p1}
+def activation(activation: str, params, where: str = "") -> tuple[str, dict]:
+    """Source line defining ACT(v) and the defines ACT_P0/ACT_P1 (the activation_params, core's
+    defaults filled in) for a fused activation; an unknown name is an OpAttributeError."""
+    p = resolve(activation, params, where) + (0.0, 0.0) if activation else (0.0, 0.0)
+    return f"#define ACT(v) {ACTIVATION_CL[activation]}\n", {"ACT_P0": p[0], "ACT_P1": p[1]}
 
 
 def storage_defines(dtype) -> dict:

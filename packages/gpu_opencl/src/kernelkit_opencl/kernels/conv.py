@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 from kernelkit import register_kernel
-from kernelkit.ops._window import window
+from kernelkit.geometry import window
 
 from ._common import activation as act_source
 from ._common import launch_1d, source

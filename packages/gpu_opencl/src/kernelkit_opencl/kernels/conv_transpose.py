@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 from kernelkit import ShapeError, register_kernel
-from kernelkit.ops.conv_transpose import _resolve
+from kernelkit.geometry import conv_transpose_geometry as _resolve
 
 from ._common import activation as act_source
 from ._common import launch_1d, source

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 from kernelkit import InputError, ShapeError, register_kernel
-from kernelkit.ops.pad import _resolve as pad_widths
+from kernelkit.geometry import pad_widths
 
 from ._common import contiguous_strides, launch_1d
 from .layout import COPY_DTYPES, strided_copy

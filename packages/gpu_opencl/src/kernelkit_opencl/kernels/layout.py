@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 from kernelkit import ShapeError, register_kernel
-from kernelkit.ops._util import normalize_axes
+from kernelkit.geometry import normalize_axes
 from kernelkit.ops.reshape import resolve_shape
 from kernelkit.ops.slice import slices
 from kernelkit.ops.split import split_sizes

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 from kernelkit import register_kernel
-from kernelkit.ops._window import window
+from kernelkit.geometry import window
 
 from ._common import launch_1d, round_up, source
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 from kernelkit import register_kernel
-from kernelkit.ops._util import normalize_axes
+from kernelkit.geometry import normalize_axes
 
 from ._common import contiguous_strides, launch_1d, source
 from .elementwise import ew_kernel

@@ -8,7 +8,9 @@ import math
 
 import numpy as np
 from kernelkit import ShapeError, register_kernel
-from kernelkit.ops.resize import _nearest, _plan, _source
+from kernelkit.geometry import nearest_index as _nearest
+from kernelkit.geometry import resize_plan as _plan
+from kernelkit.geometry import source_coordinates as _source
 
 from ._common import launch_1d, source
 from .elementwise import ew_kernel

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 from kernelkit import ShapeError, register_kernel
+from kernelkit.geometry import clamped_range as _clamped
 from kernelkit.ops.constant import constant_of_shape as host_constant_of_shape
 from kernelkit.ops.range import DTYPES as RANGE_DTYPES
 from kernelkit.ops.range import range_ as host_range
-from kernelkit.ops.shape_ops import _clamped
 
 from ._common import launch_1d
 from .elementwise import DTYPES, ew_kernel

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import onnx.defs
 import onnx.helper
+from kernelkit.discovery import import_submodules
 from kernelkit.errors import RegistryError, UnsupportedOpError, brief
 from kernelkit.ir import Graph, Node, TensorSpec, Value
 from kernelkit.registry import get_schema, normalize_attrs, op_id
@@ -177,4 +178,4 @@ def handled_versions(op_type: str, domain: str = "") -> list[int]:
     return sorted(v for d, o, v in HANDLERS if d == domain and o == op_type)
 
 
-from . import legacy, standard  # noqa: E402,F401  (fill the table)
+import_submodules(__name__)  # every handlers/<name>.py fills the table (legacy, standard, ...), sorted
