@@ -233,8 +233,8 @@ def test_cli_huge_declared_input_shape(capsys, dep_folder):
 
 
 def test_validation_npz_with_huge_member_header(capsys, dep_folder):
-    """Item 9: a validation .npz whose member header declares a huge shape: error[KK_CONFIG],
-    status 2 (870925c: MemoryError traceback)."""
+    """Item 9: a validation .npz whose member header declares a huge shape: one error line, status 2
+    (870925c: MemoryError traceback); the API (Deployment.validate) gives a ConfigError."""
     import zipfile
 
     member = _npy_with_header(dep_folder / "member.npy", (2**40, 4))
@@ -243,8 +243,13 @@ def test_validation_npz_with_huge_member_header(capsys, dep_folder):
         zf.writestr("y.npy", member.read_bytes())
     (dep_folder / "d.yml").write_text("model: m.kkm\nvalidation:\n  data: v.npz\n")
     status, _, err = _cli(capsys, "run", dep_folder / "d.yml", "--validate")
-    _assert_one_error(status, err, "KK_CONFIG")
+    _assert_one_error(status, err, "KK_INPUT")
     assert "header declares" in err
+    from kernelkit import ConfigError
+    from kernelkit.deploy import load_deployment
+
+    with pytest.raises(ConfigError, match="header declares"):
+        load_deployment(dep_folder / "d.yml").validate()
 
 
 def test_cli_convert_refuses_to_overwrite_its_input(capsys, tmp_path):
