@@ -112,6 +112,21 @@ def test_config_that_fails_to_build_is_unregistered(tmp_path, custom_layers):
     np.testing.assert_allclose(got, np.where(x < 0, 0.1 * x, x), rtol=1e-6)
 
 
+def test_process_wide_config_that_fails_to_build_is_unregistered(tmp_path, custom_layers, monkeypatch):
+    """Item 7, process-wide: a config from $KERNELKIT_OPENCL_CUSTOM_KERNELS whose program does not
+    compile fails that session, then is unregistered, so a later session runs the built-in kernel."""
+    _write(tmp_path, "bad.cl", "__kernel void broken(__global float* a, __global float* b) { a[0] = nope; }\n")
+    config = _write(tmp_path, "bad.yml", _layer_yml("broken", "bad.cl"))
+    monkeypatch.setenv("KERNELKIT_OPENCL_CUSTOM_KERNELS", str(config))
+    with pytest.raises(KernelBuildError, match="nope"):
+        kk.Session(_leaky(), device="gpu", options=OPTIONS)
+    monkeypatch.delenv("KERNELKIT_OPENCL_CUSTOM_KERNELS")
+    assert _custom_kernels() == []
+    x = np.linspace(-2, 2, 24, dtype=np.float32).reshape(1, 2, 3, 4)
+    got = kk.Session(_leaky(), device="gpu", fallback=False, options=OPTIONS).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, np.where(x < 0, 0.1 * x, x), rtol=1e-6)
+
+
 def test_failed_load_leaves_the_registry_as_it_was(tmp_path, custom_layers):
     """Item 7: loading [good, bad] registers nothing, and a changed file that fails keeps the old
     kernels (870925c kept the first file's kernels registered)."""
