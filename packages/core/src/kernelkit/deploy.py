@@ -37,7 +37,7 @@ import numpy as np
 from .dtypes import DTYPES
 from .errors import ConfigError, brief
 from .ir import Model, TensorSpec
-from .limits import MAX_THREADS
+from .limits import MAX_DIM, MAX_THREADS
 from .testing import TOLERANCES, cosine
 from .untrusted import YamlBombError, load_yaml, open_regular, read_npz
 
@@ -205,12 +205,12 @@ def _inside(folder: Path, rel, f: _Fields, name: str) -> Path:
     """Resolve ``rel`` against ``folder``; it must not be absolute or escape the folder."""
     try:
         if Path(rel).is_absolute():
-            raise f.error(name, f"{rel!r} must be a path relative to the deployment file's folder")
+            raise f.error(name, f"{brief(rel)} must be a path relative to the deployment file's folder")
         target = (folder / rel).resolve()
         if not target.is_relative_to(folder.resolve()):
-            raise f.error(name, f"{rel!r} escapes the deployment file's folder {folder}")
+            raise f.error(name, f"{brief(rel)} escapes the deployment file's folder {folder}")
         if not target.is_file():
-            raise f.error(name, f"{rel!r} does not exist ({target})")
+            raise f.error(name, f"{brief(rel)} does not exist ({target})")
     except (OSError, ValueError) as exc:  # a NUL byte, a name too long for the file system...
         raise f.error(name, f"{brief(rel)} is not a usable path: {exc}") from None
     return target
@@ -229,9 +229,9 @@ def _inputs(path: Path, items) -> list[InputDecl]:
         f = _Fields(path, item, f"inputs[{i}]")
         name = f.take("name", str)
         shape = f.take("shape", list, None, "a list of ints and symbol names")
-        if shape is not None and not all((isinstance(d, int) and not isinstance(d, bool) and d >= 0)
+        if shape is not None and not all((isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_DIM)
                                          or (isinstance(d, str) and d) for d in shape):
-            raise f.error("shape", f"{shape!r} must hold non-negative ints or symbol names")
+            raise f.error("shape", f"{brief(shape)} must hold non-negative ints or symbol names")
         dtype = f.take("dtype", str, None)
         if dtype is not None and dtype not in DTYPES:
             raise f.error("dtype", f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
