@@ -474,7 +474,7 @@ def cmd_batch(args, console: Console) -> int:
     kwargs.pop("threads", None)
     summary = run_batch(args.model, args.input, args.output, engine=args.engine, workers=args.workers,
                         threads=args.threads, batch_size=args.batch_size, cache_dir=args.cache_dir,
-                        address=args.address, quiet=args.quiet, **kwargs)
+                        address=args.address, **kwargs)
     console.print(main_summary(summary))
     return 0
 
@@ -598,7 +598,6 @@ def _parser() -> argparse.ArgumentParser:
     batch.add_argument("--batch-size", type=int, default=32, metavar="B", help="Parquet rows per work item")
     batch.add_argument("--address", metavar="ADDR", help="an existing Ray or Dask cluster to use")
     batch.add_argument("--cache-dir", metavar="DIR", help="a kernel cache folder the workers share")
-    batch.add_argument("--quiet", action="store_true", help="no progress bar")
     device_opts(batch)
     batch.set_defaults(func=cmd_batch)
     for command in sub.choices.values():  # -q also after the command; SUPPRESS keeps an earlier -q

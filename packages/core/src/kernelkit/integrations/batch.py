@@ -16,11 +16,13 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .. import progress
 from ..errors import ConfigError, InputError
 from ..portable import SessionRecipe, build_count, cpu_allotment
 from . import check_workers, worker_session
@@ -129,16 +131,6 @@ def process_item(item: WorkItem, recipe: SessionRecipe, output: str, cache_dir=N
             "worker": f"{os.getpid()}:{id(sess)}", "builds": build_count()}
 
 
-def _progress(total: int, quiet: bool):
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
-
-    console = Console(stderr=True)
-    return Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TimeRemainingColumn(), console=console,
-                    disable=quiet or not console.is_terminal, transient=True)
-
-
 def run_batch(model, inputs, output, *, engine: str = "local", workers: int = 1, threads: int | None = None,
               batch_size: int = 32, cache_dir=None, address: str | None = None, quiet: bool = False,
               embed: bool | None = None, **session_kwargs) -> dict:
@@ -161,14 +153,14 @@ def run_batch(model, inputs, output, *, engine: str = "local", workers: int = 1,
     t0 = time.perf_counter()
     runner = {"local": _run_local, "ray": _run_ray, "dask": _run_dask}[engine]
     results = []
-    with _progress(len(items), quiet) as bar:
-        task = bar.add_task(f"{engine} x{workers}", total=len(items))
+    show = nullcontext(lambda n=1: None) if quiet else progress.task(f"{engine} x{workers}", total=len(items))
+    with show as advance:
         for result in runner(items, recipe, str(output), cache_dir, workers, threads, address):
             if result is None:  # the engine is up (cluster started, workers created): time from here
                 t0 = time.perf_counter()
                 continue
             results.append(result)
-            bar.advance(task)
+            advance()
     seconds = time.perf_counter() - t0
     rows = sum(r["rows"] for r in results)
     return {"engine": engine, "workers": workers, "threads": threads, "items": len(results), "rows": rows,
