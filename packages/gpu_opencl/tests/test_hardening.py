@@ -305,3 +305,23 @@ def test_same_bad_value_same_error_class_on_cpu_and_opencl(op, inputs, attrs):
                    dict(device="gpu", vendors=["opencl"], options=OPTIONS)):
         with pytest.raises(KernelExecutionError, match=f"node '{op}_0'"):
             run_single_op(op, inputs, attrs, passes=False, **kwargs)
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ("a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 10)) + "layers: *a9\n",
+     "expands to more than"),
+    ("layers: " + "[" * 3000 + "]" * 3000 + "\n", "YAML"),
+    (b"layers: \xff\xfe\n", "cannot read YAML"),
+], ids=["alias-bomb", "deep-nesting", "not-utf8"])
+def test_custom_kernel_yaml_bombs_and_bad_text(tmp_path, custom_layers, body, fragment):
+    """Item 2 for custom-kernel YAML: the same bounded loader as deployment files (alias bombs, deep
+    nesting, non-UTF-8 text are ConfigErrors, quickly)."""
+    import time
+
+    path = tmp_path / "c.yml"
+    (path.write_bytes if isinstance(body, bytes) else path.write_text)(body)
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=fragment):
+        custom_layers.read_config(path)
+    assert time.perf_counter() - start < 10

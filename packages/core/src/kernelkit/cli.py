@@ -29,8 +29,7 @@ from rich.text import Text
 
 from . import __version__, progress
 from .deploy import is_deployment, load_deployment
-from .errors import FallbackWarning, InputError, KernelkitError, LoaderNotFoundError, brief
-from .limits import MAX_RANDOM_ELEMENTS, checked_count
+from .errors import FallbackWarning, InputError, KernelkitError, LoaderNotFoundError
 from .untrusted import open_regular, read_npy
 from .ir import Model, TensorSpec
 
@@ -628,7 +627,7 @@ def main(argv=None) -> int:
     except OSError as exc:
         _error("KK_IO", f"{exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}")
     except MemoryError as exc:  # the last resort: sizes are checked before allocating where known
-        _error("KK_MEMORY", f"out of memory{': ' + brief(str(exc), 200) if str(exc) else ''}")
+        _error("KK_MEMORY", f"out of memory{': ' + str(exc)[:200] if str(exc) else ''}")
     except KeyboardInterrupt:
         _error("KK_INTERRUPTED", "interrupted")
         return 130

@@ -18,7 +18,7 @@ import onnx.inliner
 import onnx.shape_inference
 import onnx.version_converter
 from google.protobuf.message import DecodeError
-from kernelkit.errors import KernelkitError, ModelFormatError, OpAttributeError, UnsupportedOpError, brief
+from kernelkit.errors import KernelkitError, ModelFormatError, OpAttributeError, UnsupportedOpError
 from kernelkit.ir import Graph, Model, Node, TensorSpec, Value
 from kernelkit.passes import PassContext, run_passes
 from kernelkit.passes.builtin import fold_node
@@ -278,7 +278,7 @@ def _convert_graph(proto: ModelProto, opsets: dict[str, int], source: str, base_
             converted = _handler(node, source)(node, ctx)
         except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:  # malformed node, check=False
             raise ModelFormatError(f"{where}: cannot convert this node: {type(exc).__name__}: "
-                                   f"{brief(str(exc), 200)}") from exc
+                                   f"{str(exc)[:200]}") from exc
         for new in converted:
             _add_node(graph, new, source)
     for info in g.output:

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.parsers import expat
 
+from kernelkit.untrusted import read_regular
+
 from .config import (
     DEFAULT_GLOBAL,
     Buffer,
@@ -157,7 +159,11 @@ def _layer(el: _Element, file: Path) -> LayerConfig:
 
 
 def read_xml(file: Path) -> list[LayerConfig]:
-    root = _parse_tree(file.read_bytes(), file)
+    try:
+        text = read_regular(file)
+    except OSError as exc:
+        raise config_error(str(file), f"cannot read: {exc}") from None
+    root = _parse_tree(text, file)
     if root.tag == "CustomLayer":
         return [_layer(root, file)]
     if root.tag == "CustomLayers":

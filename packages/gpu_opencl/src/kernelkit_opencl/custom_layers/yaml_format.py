@@ -25,6 +25,7 @@ from pathlib import Path
 
 from kernelkit.dtypes import dtype_name
 from kernelkit.errors import KernelkitError
+from kernelkit.untrusted import load_yaml, read_regular
 
 from .config import (
     DEFAULT_GLOBAL,
@@ -144,11 +145,13 @@ def read_yaml(file: Path) -> list[LayerConfig]:
     except ImportError as exc:
         raise config_error(str(file), f"reading YAML configs needs PyYAML: pip install pyyaml ({exc})") from None
     try:
-        doc = yaml.safe_load(file.read_text())
+        doc = load_yaml(read_regular(file).decode("utf-8"))  # yaml.SafeLoader with aliases bounded
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         loc = f"{file}:{mark.line + 1}" if mark is not None else str(file)
         raise config_error(loc, f"malformed YAML: {getattr(exc, 'problem', None) or exc}") from None
+    except (OSError, ValueError, RecursionError) as exc:  # not UTF-8, alias bomb, absurd nesting
+        raise config_error(str(file), f"cannot read YAML: {type(exc).__name__}: {str(exc)[:200]}") from None
     top = _mapping(doc, str(file), {"version": False, "layers": True})
     if top.get("version", 1) != 1:
         raise config_error(f"{file}: version", f"unsupported version {top['version']!r}; only 1 is")
