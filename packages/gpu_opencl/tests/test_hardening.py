@@ -325,3 +325,21 @@ def test_custom_kernel_yaml_bombs_and_bad_text(tmp_path, custom_layers, body, fr
     with pytest.raises(ConfigError, match=fragment):
         custom_layers.read_config(path)
     assert time.perf_counter() - start < 10
+
+
+def test_fuzz_findings_in_custom_kernel_configs(tmp_path, custom_layers):
+    """Found by the 10-minute fuzz run: an unclosed quote in compiler options (ValueError from shlex)
+    and a NUL byte in a source name (ValueError from the path) are ConfigErrors."""
+    shutil.copy(EXAMPLE / "leaky_relu.cl", tmp_path / "leaky_relu.cl")
+    xml = tmp_path / "c.xml"
+    xml.write_text((EXAMPLE / "leaky_relu.xml").read_text().replace(
+        'options="-cl-mad-enable"', 'options="-cl-mad-enable \'unclosed"'))
+    with pytest.raises(ConfigError, match="No closing quotation"):
+        custom_layers.read_config(xml)
+    yml = tmp_path / "c.yml"
+    yml.write_text(_layer_yml(extra="\n            compiler_options: \"-cl-mad-enable 'x\""))
+    with pytest.raises(ConfigError, match="No closing quotation"):
+        custom_layers.read_config(yml)
+    yml.write_text(_layer_yml(source='"a\\0b.cl"'))
+    with pytest.raises(ConfigError, match="NUL byte"):
+        custom_layers.read_config(yml)

@@ -8,6 +8,7 @@ place in it (``file:line`` for XML, ``file: layers[0].buffers[1]`` for YAML).
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,6 +112,8 @@ def _inline_includes(path: Path, folder: Path, where: str, depth: int = 0) -> st
             raise config_error(where, f"{path.name}: '#include {brief(arg, 60)}' is not allowed; only "
                                       f'#include "relative/file" inside the config\'s folder')
         rel = Path(arg[1:-1])
+        if "\0" in arg:
+            raise config_error(where, f"{path.name}: #include {brief(arg, 60)} holds a NUL byte")
         target = (path.parent / rel).resolve()
         if rel.is_absolute() or (target != root and root not in target.parents):
             raise config_error(where, f"{path.name}: #include {arg} escapes the config's folder {str(root)!r}")
@@ -133,6 +136,8 @@ def resolve_source(folder: Path, filename: str, where: str) -> Path:
     """``filename`` relative to the config's folder; it must exist and stay inside that folder."""
     if not filename:
         raise config_error(where, "source filename is empty")
+    if "\0" in filename:
+        raise config_error(where, f"source {brief(filename, 60)} holds a NUL byte")
     rel = Path(filename)
     if rel.is_absolute():
         raise config_error(where, f"source {filename!r} must be a path relative to the config's folder")
@@ -143,6 +148,14 @@ def resolve_source(folder: Path, filename: str, where: str) -> Path:
     if not path.is_file():
         raise config_error(where, f"source file {filename!r} not found (looked in {str(root)!r})")
     return path
+
+
+def split_options(text: str, where: str) -> list[str]:
+    """Compiler options written as one string, split as a shell would (``shlex``)."""
+    try:
+        return shlex.split(text)
+    except ValueError as exc:  # an unclosed quote
+        raise config_error(where, f"compiler options {brief(text, 60)}: {exc}") from None
 
 
 def parse_work_sizes(text, where: str) -> tuple[Formula, ...]:

@@ -20,7 +20,6 @@ a DOCTYPE (entity tricks, external entities) is refused.
 """
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from xml.parsers import expat
@@ -28,6 +27,7 @@ from xml.parsers import expat
 from kernelkit.untrusted import read_regular
 
 from .config import (
+    split_options,
     DEFAULT_GLOBAL,
     Buffer,
     Define,
@@ -140,7 +140,7 @@ def _layer(el: _Element, file: Path) -> LayerConfig:
         buffers.append(Buffer(parse_index(da["arg-index"], "arg-index", loc), "data", loc, name=da["name"]))
     options: list[str] = []
     for c in parts["CompilerOptions"]:
-        options += shlex.split(_attrs(c, f"{file}:{c.line}", required=("options",))["options"])
+        options += split_options(_attrs(c, f"{file}:{c.line}", required=("options",))["options"], f"{file}:{c.line}")
     global_text, local_text = DEFAULT_GLOBAL, ""
     if parts["WorkSizes"]:
         ws = parts["WorkSizes"][0]

@@ -20,7 +20,6 @@ Read with ``yaml.safe_load``; unknown keys and wrong types are ConfigErrors nami
 """
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 from kernelkit.dtypes import dtype_name
@@ -28,6 +27,7 @@ from kernelkit.errors import KernelkitError
 from kernelkit.untrusted import load_yaml, read_regular
 
 from .config import (
+    split_options,
     DEFAULT_GLOBAL,
     Buffer,
     Define,
@@ -112,7 +112,7 @@ def _layer(value, file: Path, where: str) -> LayerConfig:
     sources = tuple(resolve_source(file.parent, _string(s, f"{where}.sources[{i}]"), f"{where}.sources[{i}]")
                     for i, s in enumerate(_list(d["sources"], f"{where}.sources")))
     options = d.get("compiler_options", [])
-    options = shlex.split(options) if isinstance(options, str) else \
+    options = split_options(options, f"{where}.compiler_options") if isinstance(options, str) else \
         [_string(o, f"{where}.compiler_options") for o in _list(options, f"{where}.compiler_options")]
     ws = _mapping(d.get("work_sizes", {}), f"{where}.work_sizes", {"global": False, "local": False})
     dtypes = d.get("dtypes", ["float32"])
