@@ -11,6 +11,11 @@ has an exact key for that dtype, which is tested on its own).
   (``record_property("declined", n)``); a kernel that declines every sample fails.
 - An op with a non-reference kernel but no samples fails: add ``samples`` to its schema.
 - A device no installed backend can open (e.g. no OpenCL platform) skips that key with the reason.
+- A layout variant (a key with a layout, "NHWC", "NCHW8c"..., of any vendor, the reference's too)
+  gets each sample's inputs re-laid into the layouts it declares, runs through the one kernel-call
+  path (``kernelkit.invoke``) on its device, and its outputs are re-laid back to the default
+  layout before the comparison. Samples whose shapes the layout cannot hold (a blocked axis that
+  does not divide) count as declined.
 """
 from __future__ import annotations
 
@@ -20,8 +25,11 @@ import kernelkit as kk
 import numpy as np
 import pytest
 from kernelkit import registry
-from kernelkit.errors import BackendUnavailableError
-from kernelkit.ir import TensorSpec
+from kernelkit.devices import create_device
+from kernelkit.errors import BackendUnavailableError, ShapeError
+from kernelkit.invoke import invoke
+from kernelkit.ir import Node, TensorSpec
+from kernelkit.layout import from_layout, physical_shape, to_layout
 from kernelkit.registry import KernelKey, get_schema, kernel_entry, normalize_attrs, unregister_kernel
 from kernelkit.testing import assert_close, run_single_op, sample_cases
 
@@ -35,7 +43,7 @@ def _split_op(qualified: str) -> tuple[str, str]:
 
 def _targets() -> list[tuple[KernelKey, str]]:
     """(key, concrete dtype) pairs to check."""
-    keys = [k for k in kk.kernels() if k.vendor != "reference"]
+    keys = [k for k in kk.kernels() if k.vendor != "reference" or k.layout]
     exact = {(k.op, k.device, k.vendor, k.dtype) for k in keys}
     out = []
     for key in keys:
@@ -131,9 +139,15 @@ def check_kernel(key: KernelKey, dtype: str) -> dict:
             if not entry.supports(specs, normalize_attrs(schema, attrs, where)):
                 counts["declined"] += 1
                 continue
-        with np.errstate(all="ignore"):
-            outs = run_single_op(op, inputs, attrs, domain=domain, device=key.device, vendors=[key.vendor],
-                                 fallback=False, passes=False, **options)
+        if key.layout:
+            outs = _run_laid_out(entry, schema, inputs, normalize_attrs(schema, attrs, where), len(expected))
+            if outs is None:
+                counts["declined"] += 1
+                continue
+        else:
+            with np.errstate(all="ignore"):
+                outs = run_single_op(op, inputs, attrs, domain=domain, device=key.device, vendors=[key.vendor],
+                                     fallback=False, passes=False, **options)
         assert len(outs) == len(expected), f"{where}: {len(outs)} outputs, reference gave {len(expected)}"
         for j, (actual, want) in enumerate(zip(outs, expected)):
             assert_close(actual, want, err_msg=f"{tuple(key)} {where} output {j}")
@@ -143,10 +157,34 @@ def check_kernel(key: KernelKey, dtype: str) -> dict:
     return counts
 
 
+def _run_laid_out(entry, schema, inputs, attrs: dict, n_outputs: int) -> list | None:
+    """A layout variant's outputs for logical ``inputs``, back in the default layout: inputs re-laid
+    as the kernel declares, the kernel bound and called once on its device. None when a value's
+    shape does not fit its layout, or it has several outputs."""
+    if n_outputs > 1:
+        return None  # as the layout pass: a node with several outputs keeps the default layout
+    specs = [TensorSpec.of(x) if x is not None else None for x in inputs]
+    in_layouts, out_layouts = entry.layouts(schema, specs, attrs)
+    try:
+        for spec, lay in zip(specs, in_layouts):
+            if spec is not None and lay:
+                physical_shape(spec.shape, lay)
+    except ShapeError:
+        return None
+    device = create_device(entry.key.device)
+    laid = [device.upload(to_layout(np.asarray(x), lay)) if x is not None else None
+            for x, lay in zip(inputs, in_layouts)]
+    laid_specs = [TensorSpec(s.shape, s.dtype, lay) if s is not None else None for s, lay in zip(specs, in_layouts)]
+    node = Node(schema.name, [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)],
+                [f"out{j}" for j in range(n_outputs)], dict(attrs), "laid_out", schema.domain)
+    outs = invoke(entry, node, attrs, laid, laid_specs, device)
+    return [from_layout(np.asarray(device.download(y)), lay) for y, lay in zip(outs, out_layouts)]
+
+
 def _id(target) -> str:
     key, dtype = target
     star = "(any)" if key.dtype == "*" else ""
-    return f"{key.op}-{key.device}-{key.vendor}-{dtype}{star}"
+    return f"{key.op}-{key.device}-{key.vendor}-{dtype}{star}" + (f"-{key.layout}" if key.layout else "")
 
 
 TARGETS = _targets()
@@ -161,6 +199,60 @@ def test_kernel_matches_reference(target, record_property):
         pytest.skip(f"device {key.device!r} unavailable here: {exc}")
     record_property("declined", counts["declined"])
     record_property("checked", counts["checked"])
+
+
+# -- the out= convention: writing into a given output (and over an input) changes nothing -------------
+def _out_targets() -> list[tuple[KernelKey, str]]:
+    return [(k, k.dtype) for k in kk.kernels(device="cpu") if k.dtype != "*" and kernel_entry(k).takes_out]
+
+
+OUT_TARGETS = _out_targets()
+
+
+def _equal(actual, want, where: str) -> None:
+    assert actual.shape == want.shape and actual.dtype == want.dtype, f"{where}: {actual.shape} {actual.dtype}"
+    np.testing.assert_array_equal(actual, want, err_msg=where)  # the same computation: bit for bit
+
+
+@pytest.mark.parametrize("target", OUT_TARGETS, ids=[_id(t) for t in OUT_TARGETS])
+def test_kernel_with_out_writes_what_it_returns(target):
+    """Each sample through a kernel that takes ``out=``: once allocating, once into a given array
+    (with its declared scratch), and for the ops the memory plan runs in place, over its input."""
+    from kernelkit.invoke import bind
+    from kernelkit.ir import Node
+    from kernelkit.memory import INPLACE_OPS
+
+    key, dtype = target
+    op, domain = _split_op(key.op)
+    schema, entry, cpu = get_schema(op, domain), kernel_entry(key), kk.create_device("cpu")
+    checked = 0
+    for i, (inputs, attrs, _) in enumerate(sample_cases(op, dtype, SEED, domain)):
+        where = f"{tuple(key)} sample {i} {attrs}"
+        full = normalize_attrs(schema, attrs, where)
+        specs = [TensorSpec.of(x) if x is not None else None for x in inputs]
+        if entry.supports is not None and not entry.supports(specs, full):
+            continue
+        node = Node(op, [f"in{j}" for j in range(len(inputs))], ["y"], attrs, "node", domain)
+        call = bind(entry, node, full, cpu, specs)
+        run = call.execute if entry.is_class else call
+        fresh = run(*inputs)
+        want = np.asarray(fresh[0] if isinstance(fresh, (tuple, list)) else fresh)
+        extra = {}
+        scratch = entry.scratch(specs, full) if entry.scratch is not None else 0
+        if scratch:
+            extra["scratch"] = np.empty(scratch, np.uint8)
+        out = np.empty(want.shape, want.dtype)
+        got = run(*inputs, out=out, **extra)
+        got = got[0] if isinstance(got, (tuple, list)) else got
+        assert got is out, f"{where}: a kernel given out= returns it"
+        _equal(out, want, where)
+        first = inputs[0]
+        if key.op in INPLACE_OPS and first is not None and first.shape == want.shape and first.dtype == want.dtype:
+            over = np.array(first, copy=True)
+            run(over, *inputs[1:], out=over, **extra)
+            _equal(over, want, f"{where} (in place)")
+        checked += 1
+    assert checked, f"{tuple(key)}: no sample ran"
 
 
 # -- the harness checks itself, so that a green run means something even with no backend ---------

@@ -139,7 +139,7 @@ def test_plugin_installs_into_fresh_venv_and_runs_a_model(venv):
     assert runs["cpu:['numba']"]["placement"] == ["cpu", "numba"]
     for run in runs.values():
         assert run["max_err"] < 1e-4
-    checked = {tuple(k) for k in report["conformance"]}
+    checked = {tuple(k)[:4] for k in report["conformance"]}  # (op, device, vendor, dtype); layout ""
     assert {("com.example::ChannelPoly", "cpu", "numba", "float32"),
             ("com.example::ChannelPoly", "cpu", "numba", "float64")} <= checked
     if gpu:

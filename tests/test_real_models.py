@@ -67,3 +67,26 @@ def test_model_saves_and_loads(case, tmp_path):
     x = np.random.default_rng(0).standard_normal(zoo.input_shape(proto, 2)).astype(np.float32)
     (got,) = kernelkit.Session(kernelkit.load(tmp_path / f"{name}.kkm")).run(None, {"x": x})
     assert_close(got, oracle.run(None, {"x": x})[0], err_msg=name)
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW8c"])
+def test_model_in_a_layout_agrees_with_onnxruntime(case, layout):
+    """The layout pass on a real graph (symbolic batch): numba's layout variants where the channels
+    fit, reorders at the boundaries, the same answers as onnxruntime and as the default layout."""
+    name, proto, model, oracle = case
+    vendors = ["numba", "reference"]
+    plain = kernelkit.Session(model, vendors=vendors, threads=1)
+    laid = kernelkit.Session(model, vendors=vendors, threads=1, options={"layout": layout})
+    convs = [s for s in laid.plan.kernel_steps() if s.op == "Conv"]
+    if name in ("resnet18", "resnet50", "mobilenet_v2"):
+        assert sum(1 for s in convs if s.key.layout == layout) >= len(convs) // 2, name
+        reorders = [n for n in laid.graph.nodes if n.op == "LayoutReorder"]
+        assert len(reorders) == 2, (name, reorders)  # into the layout once, out once: no ping-pong
+    else:
+        assert not convs and set(laid.layouts().values()) == {""}, name
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal(zoo.input_shape(proto, batch)).astype(np.float32)
+        (want,) = oracle.run(None, {"x": x})
+        (got,) = laid.run(None, {"x": x})
+        assert_close(got, want, err_msg=f"{name} {layout}")
+        assert_close(got, plain.run(None, {"x": x})[0], err_msg=f"{name} {layout}")

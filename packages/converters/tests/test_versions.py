@@ -23,7 +23,9 @@ MAX_SAMPLES = 3
 
 def _dtype(op: str) -> str:
     dtypes = {k.dtype for k in kernelkit.kernels(op, vendor="reference")}
-    return "float32" if "float32" in dtypes or "*" in dtypes else sorted(dtypes)[0]
+    if "float32" in dtypes or "*" in dtypes:
+        return "float32"
+    return "int8" if "int8" in dtypes else sorted(dtypes)[0]  # int8: every version of the quantized ops
 
 
 def _fits(schema: onnx.defs.OpSchema, inputs, attrs) -> bool:

@@ -53,6 +53,23 @@ def test_run_with_inputs_saves_outputs(capsys, tmp_path, relu_model):
     assert re.search(r"\b0\b.*\b6\b.*\b1\.90625\b", out), out  # min, max, mean of the output
 
 
+def test_run_prints_one_line_about_fallbacks(capsys, relu_model):
+    code, out, err = _run(capsys, "run", relu_model, "--vendors", "nobody")
+    assert code == 0, err
+    lines = [line for line in out.splitlines() if line.startswith("fallback:")]
+    assert len(lines) == 1 and re.fullmatch(r"fallback: 1 node\(s\) not on cpu vendors \['nobody'\]: 1 on cpu/\w+; "
+                                            r"0 host<->device copies added \(kernelkit info lists them\)", lines[0])
+    assert "FallbackWarning" not in err  # the warning became that line
+
+
+def test_info_shows_the_memory_plan(capsys, relu_model):
+    code, out, err = _run(capsys, "info", relu_model, "--dim", "N=8", *REF)
+    assert code == 0, err
+    assert "memory plan (bytes)" in out and "live peak" in out
+    sess = kk.Session(kk.load(relu_model), vendors=["reference"])
+    assert sess.memory({"x": (8, 4)})["weights_bytes"] == 0
+
+
 def test_run_with_random_inputs(capsys, tmp_path, relu_model):
     code, out, _ = _run(capsys, "run", relu_model, "--seed", 3, "--output-dir", tmp_path, *REF)
     assert code == 0
@@ -250,8 +267,9 @@ def test_kernels_and_info_json(capsys, tmp_path, relu_model):
     rows = json.loads(out)
     assert code == 0 and len(rows) == len(kk.kernels(op="Relu"))
     ref = next(r for r in rows if r["vendor"] == "reference" and r["dtype"] == "float32")
-    assert ref == {"op": "Relu", "device": "cpu", "vendor": "reference", "dtype": "float32", "priority": -100,
-                   "implementation": ref["implementation"]} and ref["implementation"].startswith("kernelkit.ops.")
+    assert ref == {"op": "Relu", "device": "cpu", "vendor": "reference", "dtype": "float32", "layout": "",
+                   "priority": -100, "implementation": ref["implementation"]}
+    assert ref["implementation"].startswith("kernelkit.ops.")
     code, out, _ = _run(capsys, "info", relu_model, "--dim", "N=3", "--json", *REF)
     facts = json.loads(out)
     assert code == 0 and facts["name"] == "relu_net" and facts["dims"] == {"N": 3}
@@ -259,6 +277,7 @@ def test_kernels_and_info_json(capsys, tmp_path, relu_model):
                            {"kind": "output", "name": "y", "shape": ["N", 4], "dtype": "float32"}]
     assert facts["ops"] == {"Relu": {"file": 1, "after_passes": 1}} and facts["parameters"] == 0
     assert facts["placement"] == [{"device": "cpu", "vendor": "reference", "nodes": 1, "ops": ["Relu"]}]
+    assert facts["layouts"] == {} and facts["reorders"] == 0
     code, out, _ = _run(capsys, "info", relu_model, "--json", tmp_path / "i.json", *REF)
     assert code == 0 and "inputs and outputs" in out and json.loads((tmp_path / "i.json").read_text())["flops"] == 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import kernelkit as kk
 import numpy as np
 import pytest
-from kernelkit import KernelBuildError, invoke, session
+from kernelkit import KernelBuildError, invoke, plan
 from kernelkit.passes import builtin
 from kernelkit.testing import assert_close, isolate_registries
 
@@ -16,7 +16,7 @@ def sandbox(monkeypatch):
 
 
 def test_session_and_folding_share_the_call_path():
-    assert session.bind is invoke.bind and builtin.invoke is invoke.invoke
+    assert plan.bind is invoke.bind and builtin.invoke is invoke.invoke
 
 
 def _neg_model(constant: bool):

@@ -153,9 +153,9 @@ def test_kernels_listing_filters_by_field():
     _kernel("a", dtype=("float32", "float64"))
     _kernel("b", dtype="float32")
     keys = kernelkit.kernels(f"{DOMAIN}::Twice")
-    assert [tuple(k) for k in keys] == [(f"{DOMAIN}::Twice", "cpu", "a", "float32"),
-                                        (f"{DOMAIN}::Twice", "cpu", "a", "float64"),
-                                        (f"{DOMAIN}::Twice", "cpu", "b", "float32")]
+    assert [tuple(k) for k in keys] == [(f"{DOMAIN}::Twice", "cpu", "a", "float32", ""),  # "": default layout
+                                        (f"{DOMAIN}::Twice", "cpu", "a", "float64", ""),
+                                        (f"{DOMAIN}::Twice", "cpu", "b", "float32", "")]
     assert [k.vendor for k in kernelkit.kernels(f"{DOMAIN}::Twice", dtype="float64")] == ["a"]
 
 

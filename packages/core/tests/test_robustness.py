@@ -31,6 +31,7 @@ from kernelkit import (
     UnsupportedOpError,
 )
 from kernelkit.ir import Graph, Model, Node, TensorSpec, Value
+from kernelkit.layout import physical_shape
 from kernelkit.ops._util import same_as_input
 from kernelkit.registry import get_schema
 from kernelkit.testing import assert_close, run_single_op, sample_cases, single_op_model
@@ -495,8 +496,9 @@ def _run_fuzz_case(op, inputs, attrs, constants, n_outputs):
         _assert_deliberate(exc)
         return
     for out, info in zip(outs, sess.get_outputs()):
-        fits = out.dtype.name == info.type and out.ndim == len(info.shape) and all(
-            isinstance(d, str) or d == n for d, n in zip(info.shape, out.shape))
+        shape = physical_shape(info.shape, sess.graph.values[info.name].spec.layout)  # LayoutReorder's array
+        fits = out.dtype.name == info.type and out.ndim == len(shape) and all(
+            isinstance(d, str) or d == n for d, n in zip(shape, out.shape))
         assert fits, f"inferred {info.type}{list(info.shape)}, kernel gave {out.dtype}{list(out.shape)}"
 
 

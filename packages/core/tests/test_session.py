@@ -103,7 +103,8 @@ def _chain_model():
 
 def test_fallback_places_other_ops_on_cpu_and_transfers_at_boundaries_only(fake, caplog):
     model, k = _chain_model()
-    with caplog.at_level(logging.WARNING, logger="kernelkit.session"):
+    with caplog.at_level(logging.WARNING, logger="kernelkit.session"), \
+            pytest.warns(kernelkit.FallbackWarning, match="2 node.*'fake'.*2 host<->device copies"):
         sess = Session(model, device="fake", passes=False)
     placement = sess.placement()
     assert {node: device for node, (device, _) in placement.items()} == {
@@ -111,7 +112,9 @@ def test_fallback_places_other_ops_on_cpu_and_transfers_at_boundaries_only(fake,
     assert placement["Relu_0"] == placement["Shift_0"] == ("fake", "test")
     warned = [r.getMessage() for r in caplog.records if "falling back" in r.getMessage()]
     assert len(warned) == 2 and any("'Exp_0'" in w for w in warned) and any("'Neg_0'" in w for w in warned)
-    assert [f["node"] for f in sess.fallbacks()] == ["Exp_0", "Neg_0"]
+    assert [(f["node"], f["device"], f["copies"]) for f in sess.fallbacks()] == [
+        ("Exp_0", "cpu", ["Exp_0: cpu->fake"]), ("Neg_0", "cpu", ["Relu_0: fake->cpu"])]
+    assert [s.op for s in sess.plan.steps] == ["Exp", "Copy", "kk.test::Shift", "Relu", "Copy", "Neg"]
     assert set(sess.devices()) == {"cpu", "fake"}
     dev = fake[0]
     x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)

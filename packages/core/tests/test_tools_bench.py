@@ -3,6 +3,7 @@ the onnxruntime comparison, and the session's profile hooks (reset, events)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import kernelkit as kk
 import numpy as np
@@ -61,6 +62,10 @@ def test_bench_cli_json_schema(capsys, tmp_path, conv_kkm):
     env = doc["environment"]
     assert env["versions"]["kernelkit"] == kk.__version__ and env["versions"]["numpy"] == np.__version__
     assert env["cpu"]["name"] and env["threads"] == 1 and "cache" in env
+    status = kk.load_backends()  # each loaded backend reports its own cache through cache_info()
+    for backend in ("numba", "opencl"):
+        if status.get(backend) == "ok":
+            assert Path(env["cache"][backend]["dir"]).is_absolute(), env["cache"]
     assert [k["node"] for k in env["kernels"]] == ["conv", "y"]  # Relu fused into the Conv
     assert all(k["vendor"] == "reference" and k["device"] == "cpu" for k in env["kernels"])
     assert {"op", "dtype"} <= set(env["kernels"][0])

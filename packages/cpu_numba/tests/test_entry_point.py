@@ -18,10 +18,18 @@ def test_backend_loads_and_registers_kernels():
     ops = {k.op for k in kernelkit.kernels(device="cpu", vendor="numba")}
     missing = [op for op in HEAVY if op not in ops]
     assert not missing, f"numba kernels missing for {missing}"
-    dtypes = {k.op: k.dtype for k in kernelkit.kernels(vendor="numba")}
-    logic = {"And", "Or", "Xor"}  # bool in, bool out; every other kernel is float32
-    assert logic <= set(dtypes)
-    assert dtypes == {op: "bool" if op in logic else "float32" for op in dtypes}
+    dtypes: dict[str, set] = {}
+    for k in kernelkit.kernels(vendor="numba"):
+        dtypes.setdefault(k.op, set()).add(k.dtype)
+    logic = {"And", "Or", "Xor"}  # bool in, bool out
+    integer = {"DequantizeLinear": {"int8", "uint8", "int32"}}
+    for op in ("MaxPool", "Transpose", "Concat"):  # the int8 data movement of QDQ models
+        integer[op] = {"float32", "int8", "uint8"}
+    for op in ("MatMulInteger", "ConvInteger", "QLinearConv", "QLinearMatMul", "com.microsoft::QGemm",
+               "com.microsoft::MatMulIntegerToFloat"):
+        integer[op] = {"int8", "uint8"}  # keyed by their quantized input; every other kernel is float32
+    assert logic <= set(dtypes) and set(integer) <= set(dtypes)
+    assert dtypes == {op: {"bool"} if op in logic else integer.get(op, {"float32"}) for op in dtypes}
 
 
 def test_initialize_is_idempotent_import_only():

@@ -185,6 +185,8 @@ def _run_model(args, console: Console) -> int:
 
     model, settings = _open_model(args.model)
     settings.update(_session_kwargs(args))
+    if getattr(args, "layout", None):
+        settings["options"] = {**(settings.get("options") or {}), "layout": args.layout}
     sess = _session(model, console, **settings)
     if args.validate:
         return _validate(args, sess, console)
@@ -279,7 +281,8 @@ def _print_json(doc, target) -> None:
 def cmd_info(args, console: Console) -> int:
     from .tools.info import info, parse_dims
 
-    facts = info(args.model, device=args.device, vendors=_vendors(args.vendors), dims=parse_dims(args.dim))
+    facts = info(args.model, device=args.device, vendors=_vendors(args.vendors), dims=parse_dims(args.dim),
+                 layout=args.layout)
     if args.json:
         _print_json(facts, args.json)
         if args.json == "-":
@@ -312,6 +315,9 @@ def cmd_info(args, console: Console) -> int:
     for row in facts["placement"]:
         p_table.add_row(row["device"], row["vendor"], str(row["nodes"]), ", ".join(row["ops"]))
     console.print(p_table)
+    laid, reorders = facts["layouts"], facts["reorders"]
+    console.print("layouts: " + (", ".join(f"{lay} x{k}" for lay, k in laid.items()) +
+                                 f" (the rest default), {reorders} reorder(s)" if laid else "all default"))
     mem = facts.get("memory")
     if mem:
         m_table = Table(title="memory plan (bytes)")
@@ -414,12 +420,28 @@ def cmd_kernels(args, console: Console) -> int:
         if args.json == "-":
             return 0
     table = Table(title=f"registered kernels ({len(rows)})")
-    for col in ("op", "device", "vendor", "dtype", "priority", "implementation"):
+    for col in ("op", "device", "vendor", "dtype", "priority", "layout", "implementation"):
         table.add_column(col)
     for row in rows:
-        table.add_row(*(str(row[k]) for k in ("op", "device", "vendor", "dtype", "priority", "implementation")))
+        table.add_row(*(str(row[k]) for k in ("op", "device", "vendor", "dtype", "priority")), row["layout"] or "-",
+                      row["implementation"])
     console.print(table)
     return 0
+
+
+def _quantizer(src: Path):
+    """The quantizer for ``src``'s format, from the ``kernelkit.quantizers`` entry-point group (keyed
+    by suffix, like the loaders: core names no converter package)."""
+    from importlib.metadata import entry_points
+
+    found = [ep for ep in entry_points(group="kernelkit.quantizers") if ep.name.lower() == src.suffix.lower()]
+    if not found:
+        raise MissingExtraError(f"kernelkit convert --quantize: no quantizer for {src.suffix or 'suffix-less'} "
+                                "files; install kernelkit-converters (pip install '.[converters]')")
+    try:
+        return found[0].load()
+    except ImportError as exc:
+        raise MissingExtraError(f"kernelkit convert --quantize: {found[0].value} cannot be imported: {exc}") from exc
 
 
 def cmd_convert(args, console: Console) -> int:
@@ -432,6 +454,14 @@ def cmd_convert(args, console: Console) -> int:
     out = Path(args.output) if args.output else src.with_suffix(".kkm")
     if out.resolve() == src.resolve() or (out.exists() and src.exists() and os.path.samefile(out, src)):
         raise InputError(f"convert: output {out} is the input model {src}; choose another -o")
+    if args.quantize:  # int8 through onnxruntime's quantizer first (docs/quantization.md)
+        quantize = _quantizer(src)
+        if out.suffix == ".onnx":
+            quantize(src, out, mode=args.quantize, calibration=args.calibration, reduce_range=args.reduce_range)
+            console.print(f"wrote {out}: {args.quantize} int8 ONNX model")
+            return 0
+        src = quantize(src, out.with_suffix(".int8.onnx"), mode=args.quantize, calibration=args.calibration,
+                       reduce_range=args.reduce_range)
     try:
         with progress.task(f"converting {src.name}"):
             model = load_model(src)
@@ -495,6 +525,7 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a model (no MODEL: the bundled digits example)")
     run.add_argument("model", nargs="?", metavar="MODEL", help=".kkm, .onnx or deployment .yml")
     device_opts(run)
+    run.add_argument("--layout", help="prefer kernels in this layout where some exist: NHWC, NCHW8c, NCHW16c")
     run.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input (repeatable)")
     run.add_argument("--benchmark", type=int, metavar="N",
                      help="time N runs after 3 warm-up runs (percentiles as kernelkit bench; example default 100)")
@@ -507,6 +538,7 @@ def _parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="describe a model")
     info.add_argument("model", metavar="MODEL", help=".kkm, .onnx or deployment .yml")
     device_opts(info)
+    info.add_argument("--layout", help="prefer kernels in this layout where some exist: NHWC, NCHW8c, NCHW16c")
     info.add_argument("--dim", action="append", metavar="SYMBOL=INT", help="bind a symbolic dim (default 1)")
     info.add_argument("--json", nargs="?", const="-", metavar="FILE",
                       help="print the facts as JSON (to FILE if given, else instead of the tables)")
@@ -581,7 +613,11 @@ def _parser() -> argparse.ArgumentParser:
 
     conv = sub.add_parser("convert", help="convert an ONNX model to kernelkit's .kkm file")
     conv.add_argument("model", metavar="MODEL.onnx", help="the ONNX file to convert")
-    conv.add_argument("-o", "--output", metavar="OUT.kkm", help="where to write the .kkm (default: MODEL.kkm)")
+    conv.add_argument("-o", "--output", metavar="OUT.kkm",
+                      help="where to write the .kkm (default: MODEL.kkm); OUT.onnx with --quantize: the int8 ONNX only")
+    conv.add_argument("--quantize", choices=("dynamic", "static"), help="int8 with onnxruntime's quantizer first")
+    conv.add_argument("--calibration", metavar="DIR", help="--quantize static: folder of .npy/.npz input samples")
+    conv.add_argument("--reduce-range", action="store_true", help="--quantize: 7-bit weights (AVX2 without VNNI)")
     conv.set_defaults(func=cmd_convert)
 
     batch = sub.add_parser("batch", help="run a model over a folder of .npy/.npz files or a Parquet file")

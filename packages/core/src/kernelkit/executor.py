@@ -121,6 +121,18 @@ def make_runner(step: Step) -> Callable[[list], None]:
     return run_any
 
 
+def _with_frees(run: Callable[[list], None], free: tuple[int, ...]) -> Callable[[list], None]:
+    """``run``, then drop the slots whose last reader it was (kernel-allocated values go away)."""
+    if not free:
+        return run
+
+    def run_and_free(env):
+        run(env)
+        for s in free:
+            env[s] = None
+    return run_and_free
+
+
 class Executor:
     """Runs a Plan. ``memory_for(key)`` gives the memory plan of the input shapes ``key``;
     ``concrete(key)`` computes (slot -> spec, step -> scratch bytes) for a new key."""
@@ -131,7 +143,6 @@ class Executor:
         self.base: list = [None] * len(plan.slots)
         for slot, value in plan.constants.items():
             self.base[slot] = value
-        self.runners = [(make_runner(step), step.free) for step in plan.steps]
         self._concrete = concrete
         self._pools: OrderedDict[tuple | None, ArenaPool] = OrderedDict()
         self._pools_lock = threading.Lock()
@@ -145,8 +156,12 @@ class Executor:
             for o in step.output_slots:
                 if o is not None:
                     self.output_device[o] = step.device
-        if plan.static:
-            self.pool_for(None)
+        keep = set(plan.constants) | {slot for _, slot in self.inputs}  # dropping these frees nothing
+        if plan.static:  # values in the arena need no dropping either
+            mem = self.pool_for(None).mem
+            keep |= set(mem.placed) | set(mem.scratch)
+        self.runners = [_with_frees(make_runner(step), tuple(s for s in step.free if s not in keep))
+                        for step in plan.steps]
 
     # -- memory ---------------------------------------------------------------------------------
     def pool_for(self, key) -> ArenaPool:
@@ -197,10 +212,8 @@ class Executor:
     def _walk(self, env: list) -> None:
         i = 0
         try:
-            for i, (run, free) in enumerate(self.runners):  # noqa: B007 - i names the failing step
+            for i, run in enumerate(self.runners):  # noqa: B007 - i names the failing step
                 run(env)
-                for s in free:
-                    env[s] = None
         except KernelExecutionError:
             raise
         except Exception as exc:  # a kernel's own typed check too: one error class on every device
@@ -210,13 +223,11 @@ class Executor:
         steps = self.plan.steps
         i = 0
         try:
-            for i, (run, free) in enumerate(self.runners):
+            for i, run in enumerate(self.runners):
                 profiled_node.set(steps[i].name)  # devices tag their timing events with it
                 t0 = time.perf_counter()
                 run(env)
                 dt = time.perf_counter() - t0
-                for s in free:
-                    env[s] = None
                 if steps[i].kind != "copy":
                     with self._prof_lock:
                         calls, total = self.timings.get(steps[i].name, (0, 0.0))

@@ -41,11 +41,12 @@ def kernel_attrs(entry: KernelEntry, attrs: dict, n_outputs: int) -> dict:
 
 def bind(entry: KernelEntry, node: Node, attrs: dict, device: Device, input_specs: list,
          options: dict | None = None, threads: int | None = None) -> Callable:
-    """A function kernel as ``call(*inputs)``, or a class kernel prepared for ``input_specs``
-    (call its ``execute(*inputs)``). A failing ``prepare`` is a KernelBuildError naming the node."""
+    """A function kernel as ``call(*inputs)`` (``out=``/``scratch=`` pass through where it takes
+    them), or a class kernel prepared for ``input_specs`` (call its ``execute(*inputs)``). A
+    failing ``prepare`` is a KernelBuildError naming the node."""
     if not entry.is_class:
         fn, kwargs = entry.impl, kernel_attrs(entry, attrs, len(node.outputs))
-        return (lambda *xs: fn(*xs, **kwargs)) if kwargs else fn
+        return (lambda *xs, **kw: fn(*xs, **kw, **kwargs)) if kwargs else fn  # kw: out=, scratch=
     kernel = entry.impl()
     kernel.context = KernelContext(node, device, options if options is not None else {}, threads)
     try:

@@ -66,7 +66,7 @@ class TensorSpec:
 
     def __str__(self) -> str:
         dims = ",".join(str(d) for d in self.shape)
-        return f"{self.dtype}[{dims}]"
+        return f"{self.dtype}[{dims}]" + (f"@{self.layout}" if self.layout else "")
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The memory plan: intermediates with known shapes live in one arena, at offsets planned from
-their lifetimes (greedy by size, best fit: the "greedy by size" planner of TFLite's arena and
-onnxruntime's memory patterns).
+their lifetimes (best fit in greedy-by-size and greedy-by-breadth order, the smaller arena kept:
+the planners of TFLite's arena and onnxruntime's memory patterns).
 
 Which values get a place in the arena: each single output of a host kernel that takes ``out=``,
 whose shape is known for the run's input shapes, and that is not a graph output (outputs are
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .ir import TensorSpec
+from .layout import physical_shape
 
 ALIGN = 64  # bytes: every block starts on a cache line (and an AVX-512 vector)
 
@@ -49,13 +50,35 @@ class Block:
     offset: int = -1
 
 
-def place_blocks(blocks: list[Block]) -> int:
-    """Give each block an offset so that blocks alive at the same step never overlap: largest
-    first, each into the smallest gap between blocks that overlap it in time (else on top).
-    Returns the arena size. Cost: sort + sum over blocks of the blocks alive in their span."""
+def by_size(blocks: list[Block]) -> list[Block]:
+    """Largest first (TFLite's and onnxruntime's greedy-by-size order)."""
+    return sorted(blocks, key=lambda b: (-b.nbytes, b.start, b.end))
+
+
+def by_breadth(blocks: list[Block]) -> list[Block]:
+    """Steps with the most bytes alive first, and at each step its blocks largest first (TFLite's
+    greedy-by-breadth order): the crowded moments are packed before anything constrains them."""
+    steps = max((b.end for b in blocks), default=-1) + 1
+    alive: list[list[Block]] = [[] for _ in range(steps)]
+    for b in blocks:
+        for t in range(b.start, b.end + 1):
+            alive[t].append(b)
+    order, seen = [], set()
+    for t in sorted(range(steps), key=lambda t: -sum(b.nbytes for b in alive[t])):
+        for b in sorted(alive[t], key=lambda b: -b.nbytes):
+            if id(b) not in seen:
+                seen.add(id(b))
+                order.append(b)
+    return order
+
+
+def place_blocks(blocks: list[Block], order=by_size) -> int:
+    """Give each block an offset so that blocks alive at the same step never overlap: in ``order``,
+    each into the smallest gap between the blocks that overlap it in time (else on top). Returns
+    the arena size. Cost: sort + sum over blocks of the blocks alive in their span."""
     alive: dict[int, list[Block]] = {}  # step -> placed blocks alive there
     top = 0
-    for block in sorted(blocks, key=lambda b: (-b.nbytes, b.start, b.end)):
+    for block in order(blocks):
         seen: dict[int, Block] = {}
         for t in range(block.start, block.end + 1):
             for other in alive.get(t, ()):
@@ -71,6 +94,18 @@ def place_blocks(blocks: list[Block]) -> int:
         for t in range(block.start, block.end + 1):
             alive.setdefault(t, []).append(block)
     return top
+
+
+def place_best(blocks: list[Block]) -> int:
+    """``place_blocks`` in each order, keeping the smaller arena (offsets set accordingly)."""
+    best = None
+    for order in (by_size, by_breadth):
+        top = place_blocks(blocks, order)
+        if best is None or top < best[0]:
+            best = (top, [b.offset for b in blocks])
+    for b, offset in zip(blocks, best[1]):
+        b.offset = offset
+    return best[0]
 
 
 def live_peak(blocks: list[Block], steps: int) -> int:
@@ -146,7 +181,7 @@ def plan_memory(plan, specs: dict[int, TensorSpec | None], scratch: dict[int, in
                 blocks.append(block)
                 by_id[id(block)] = block
             block_of[o] = block
-            mem.placed[o] = (block, tuple(spec.shape), dtype)
+            mem.placed[o] = (block, physical_shape(spec.shape, spec.layout), dtype)  # arrays are physical
         else:
             mem.allocated += sum(1 for o in outs if o not in outputs)
             read = set().union(*(blocks_read(s) for s in step.input_slots)) if step.input_slots else set()
@@ -161,7 +196,7 @@ def plan_memory(plan, specs: dict[int, TensorSpec | None], scratch: dict[int, in
             blocks.append(block)
             mem.scratch[step.scratch_slot] = (block, nbytes)
             mem.scratch_bytes = max(mem.scratch_bytes, nbytes)
-    mem.arena_bytes = place_blocks(blocks)
+    mem.arena_bytes = place_best(blocks)
     mem.live_peak_bytes = live_peak(blocks, n)
     mem.placed = {s: (b.offset, shape, dtype) for s, (b, shape, dtype) in mem.placed.items()}
     mem.scratch = {s: (b.offset, nbytes) for s, (b, nbytes) in mem.scratch.items()}

@@ -20,6 +20,7 @@ from .devices import Device
 from .errors import FallbackWarning, KernelkitError, UnsupportedOpError
 from .invoke import bind, kernel_attrs
 from .ir import Graph, Node, TensorSpec
+from .layout import node_layout, physical_shape
 from .registry import (
     KernelEntry,
     KernelKey,
@@ -70,7 +71,7 @@ class Step:
     @property
     def layout(self) -> tuple:
         """The layout of each output (None: the op's default, NCHW for images)."""
-        return tuple(s.layout for s in self.output_specs)
+        return tuple(s.layout if s is not None else None for s in self.output_specs)
 
     @property
     def placement(self) -> tuple[str, str]:
@@ -143,11 +144,11 @@ class Compiler:
         self._ranked: dict[tuple, list[KernelEntry]] = {}
         self.fallbacks: list[Fallback] = []
 
-    def _select(self, op: str, device: str, dtype: str, vendors, specs, attrs) -> KernelEntry | None:
-        key = (op, device, dtype, vendors)
+    def _select(self, op: str, device: str, dtype: str, vendors, specs, attrs, layout: str = "") -> KernelEntry | None:
+        key = (op, device, dtype, vendors, layout)
         ranked = self._ranked.get(key)
         if ranked is None:
-            ranked = self._ranked[key] = candidates(op, device, dtype, vendors, self.scope)
+            ranked = self._ranked[key] = candidates(op, device, dtype, vendors, self.scope, layout)
         return select_kernel(op, device, dtype, vendors, specs, attrs, ranked=ranked)
 
     def kernel_step(self, node: Node, index: int) -> Step:
@@ -169,8 +170,9 @@ class Compiler:
                 tries.append((self.device_name, None))
             if self.device_name != "cpu":
                 tries.append(("cpu", None))
+        layout, attrs = node_layout(node.op_id, out_specs, specs, attrs, where)  # the layout pass's choice
         for device, vendors in tries:
-            entry = self._select(node.op_id, device, dtype, vendors, specs, attrs)
+            entry = self._select(node.op_id, device, dtype, vendors, specs, attrs, layout)
             if entry is None:
                 continue
             if (device, vendors) != tries[0]:
@@ -183,7 +185,7 @@ class Compiler:
             self._bind(step, entry, attrs, specs)
             return step
         raise UnsupportedOpError(
-            f"{where}: no kernel for device {self.device_name!r}, dtype {dtype}"
+            f"{where}: no kernel for device {self.device_name!r}, dtype {dtype}{', layout ' + layout if layout else ''}"
             f"{', vendors ' + str(list(self.vendors)) if self.vendors else ''}"
             f"{'' if self.fallback else ' (fallback=False)'}; {describe_kernels(node.op_id, self.scope)}"
         )
@@ -199,7 +201,7 @@ class Compiler:
                 in_specs = [TensorSpec(tuple(x.shape), np.dtype(x.dtype).name) if x is not None else None
                             for x in inputs]
                 specs = infer_node(node, in_specs, [c if c is not None else x for c, x in zip(consts, inputs)])
-            return tuple(np.zeros(s.shape, s.dtype) for s in specs)
+            return tuple(np.zeros(physical_shape(s.shape, s.layout), s.dtype) for s in specs)
 
         key = KernelKey(node.op_id, "cpu", "stub", dtype)
         return Step(index, "stub", node.name, node.op_id, key, {}, tuple(node.inputs), tuple(node.outputs),
@@ -215,7 +217,7 @@ class Compiler:
             step.kernel = entry.impl
             if entry.scratch is not None:
                 step.scratch = lambda in_specs, _f=entry.scratch, _a=dict(attrs): _f(in_specs, _a)
-            step.call = _bind_function(entry.impl, bound)
+            step.call = bind(entry, step.node, attrs, step.device, specs)
             return
         kernel = bind(entry, step.node, attrs, step.device, specs, self.options, self.threads)
         step.kernel = kernel
@@ -229,25 +231,22 @@ class Compiler:
                     (f"{value}@{dst.name}",), (), (), (spec,), dst, call=_mover(src, dst))
 
 
-def _bind_function(fn, attrs: dict) -> Callable:
-    if not attrs:
-        return fn
-    return lambda *xs, **kw: fn(*xs, **kw, **attrs)
-
-
 def _spec_of(x) -> TensorSpec | None:
     return TensorSpec(tuple(x.shape), np.dtype(x.dtype).name) if x is not None else None
 
 
 def _bind_class(step: Step, kernel, specs: list, dynamic: bool) -> Callable:
     """The call of a prepared class kernel: its ``bind(step)`` callable if it has one, else
-    ``execute``, serialised per node (kernels keep per-node state). With symbolic input shapes the
+    ``execute``, serialised per node (kernels keep per-node state) unless the kernel says
+    ``thread_safe = True``. With symbolic input shapes the
     call first checks the shapes and ``resize``s (and re-binds) when they changed."""
     lock = step.lock
     binder = getattr(kernel, "bind", None)
     state = {"fn": binder(step) if callable(binder) else kernel.execute, "specs": specs, "key": None}
     if not dynamic:
         fn = state["fn"]
+        if getattr(kernel, "thread_safe", False):  # the kernel keeps no per-call state: no lock
+            return fn
 
         def call(*xs, **kw):
             with lock:
@@ -360,7 +359,7 @@ def compile_plan(graph: Graph, device: str, vendors, fallback: bool, options: di
         warnings.warn(FallbackWarning(
             f"graph {graph.name!r}: {len(comp.fallbacks)} node(s) fell back from device {device!r}"
             f"{' vendors ' + str(list(vendors)) if vendors else ''} ({names}), adding {copies_added} "
-            f"host<->device copies; see Session.fallbacks()"), stacklevel=3)
+            f"host<->device copies; see Session.fallbacks()"), stacklevel=4)
     return plan
 
 

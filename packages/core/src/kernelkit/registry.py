@@ -226,6 +226,7 @@ class KernelKey(NamedTuple):
     device: str
     vendor: str
     dtype: str
+    layout: str = ""  # "" for the op's default layout; else the layout variant (docs/architecture.md)
 
 
 @dataclass
@@ -236,6 +237,22 @@ class KernelEntry:
     supports: Callable | None = None  # supports(input_specs, attrs) -> bool
     attr_names: frozenset | None = field(default=None, repr=False)  # None: takes **attrs
     scratch: Callable | None = field(default=None, repr=False)  # scratch(input_specs, attrs) -> bytes
+    port_layouts: Any = field(default=None, repr=False)  # {port: layout} or f(input_specs, attrs) -> that
+
+    def layouts(self, schema: "OpSchema", input_specs, attrs) -> tuple[list, list]:
+        """(layout of each input, of each output) this kernel takes and gives for a node, None for
+        the default: a port named in ``port_layouts`` gets that layout, any other rank-4 port the
+        key's layout (kernelkit.layout)."""
+        named = self.port_layouts(input_specs, attrs) if callable(self.port_layouts) else (self.port_layouts or {})
+        default = self.key.layout or None
+
+        def of(ports, ranks):
+            return [named.get(p.name, default if r == 4 else None) for p, r in zip(ports, ranks)]
+
+        variadic = [p for p in schema.inputs if p.variadic]
+        in_ports = list(schema.inputs) + variadic * max(0, len(input_specs) - len(schema.inputs))
+        ins = of(in_ports, [s.rank if s is not None else 0 for s in input_specs])
+        return ins, [named.get(p.name, default) for p in schema.outputs]
 
     @property
     def takes_out(self) -> bool:
@@ -262,8 +279,19 @@ def _accepted_attrs(fn) -> frozenset | None:
 
 
 def _kernel_decorator(table: dict, op: str, device: str, vendor: str, dtype, domain: str, priority: int,
-                      override: bool, supports: Callable | None, scratch: Callable | None = None):
+                      override: bool, supports: Callable | None, scratch: Callable | None = None,
+                      layout: str = "", port_layouts=None):
     qualified = op_id(op, domain)
+    if layout or port_layouts:
+        from .layout import is_plain, parse
+
+        for name in [layout] + (list(port_layouts.values()) if isinstance(port_layouts, dict) else []):
+            if name:
+                parse(name)  # a ShapeError for an unknown layout string
+        if layout and is_plain(layout):
+            layout = ""  # the default layout is keyed as ""
+        if port_layouts is not None and not (callable(port_layouts) or isinstance(port_layouts, dict)):
+            raise RegistryError(f"kernel for {qualified!r}: port_layouts must be a dict or a function")
     dtypes = (dtype,) if isinstance(dtype, str) else dtype
     if not isinstance(dtypes, (list, tuple)) or not dtypes or not all(isinstance(d, str) for d in dtypes):
         raise RegistryError(f"kernel for {qualified!r}: dtype must be a name, a tuple of names or '*', got {dtype!r}")
@@ -278,8 +306,8 @@ def _kernel_decorator(table: dict, op: str, device: str, vendor: str, dtype, dom
             missing = [m for m in ("prepare", "execute") if not hasattr(impl, m)]
             if missing:
                 raise RegistryError(f"kernel class {impl.__name__} for {qualified!r} lacks {missing}")
-        entries = [KernelEntry(KernelKey(qualified, device, vendor, d), impl, priority, supports,
-                               _accepted_attrs(impl), scratch) for d in dtypes]
+        entries = [KernelEntry(KernelKey(qualified, device, vendor, d, layout), impl, priority, supports,
+                               _accepted_attrs(impl), scratch, port_layouts) for d in dtypes]
         with _lock:
             for e in entries:
                 if e.key in table and not override:
@@ -296,8 +324,9 @@ def _kernel_decorator(table: dict, op: str, device: str, vendor: str, dtype, dom
 
 
 def register_kernel(op: str, *, device: str, vendor: str, dtype, domain: str = "", priority: int = 0,
-                    override: bool = False, supports: Callable | None = None, scratch: Callable | None = None):
-    """Decorator registering a kernel for ``(op, device, vendor, dtype)``.
+                    override: bool = False, supports: Callable | None = None, scratch: Callable | None = None,
+                    layout: str = "", port_layouts=None):
+    """Decorator registering a kernel for ``(op, device, vendor, dtype)`` (and ``layout``).
 
     ``dtype`` is one dtype name, a tuple of them, or ``"*"`` for any dtype (used after exact
     matches). The decorated function gets the node's inputs positionally and the attributes it
@@ -306,10 +335,14 @@ def register_kernel(op: str, *, device: str, vendor: str, dtype, domain: str = "
     change and ``execute(*inputs)`` per run. ``supports(input_specs, attrs)`` may decline a node,
     so that selection moves on to the next candidate. A kernel taking a keyword-only ``out`` writes
     its output there when given one; ``scratch(input_specs, attrs)`` declares the bytes of scratch
-    a function kernel wants as ``scratch=`` (docs/architecture.md, "Memory plan"). The decorated
-    object is returned unchanged.
+    a function kernel wants as ``scratch=`` (docs/architecture.md, "Memory plan"). ``layout``
+    ("NHWC", "NCHW8c", ...) registers a layout variant: its rank-4 inputs and outputs arrive and
+    leave in that layout, ports named in ``port_layouts`` (a dict, or a function of the input
+    specs and attributes giving one, e.g. ``{"W": "HWIO"}``) in theirs; the layout pass chooses
+    it (docs/architecture.md, "Layouts"). The decorated object is returned unchanged.
     """
-    return _kernel_decorator(_KERNELS, op, device, vendor, dtype, domain, priority, override, supports, scratch)
+    return _kernel_decorator(_KERNELS, op, device, vendor, dtype, domain, priority, override, supports, scratch,
+                             layout, port_layouts)
 
 
 class KernelScope:
@@ -324,10 +357,11 @@ class KernelScope:
         self.kernels: dict[KernelKey, KernelEntry] = {}
 
     def register_kernel(self, op: str, *, device: str, vendor: str, dtype, domain: str = "", priority: int = 0,
-                        override: bool = False, supports: Callable | None = None, scratch: Callable | None = None):
+                        override: bool = False, supports: Callable | None = None, scratch: Callable | None = None,
+                        layout: str = "", port_layouts=None):
         """``kernelkit.register_kernel``, into this scope only."""
         return _kernel_decorator(self.kernels, op, device, vendor, dtype, domain, priority, override, supports,
-                                 scratch)
+                                 scratch, layout, port_layouts)
 
     def __repr__(self) -> str:
         return f"KernelScope({sorted(self.kernels)})"
@@ -337,11 +371,11 @@ def _visible(scope: KernelScope | None) -> dict[KernelKey, KernelEntry]:
     return {**_KERNELS, **scope.kernels} if scope is not None and scope.kernels else _KERNELS
 
 
-def unregister_kernel(op: str, *, device: str, vendor: str, dtype, domain: str = "") -> None:
+def unregister_kernel(op: str, *, device: str, vendor: str, dtype, domain: str = "", layout: str = "") -> None:
     dtypes = (dtype,) if isinstance(dtype, str) else tuple(dtype)
     with _lock:
         for d in dtypes:
-            _KERNELS.pop(KernelKey(op_id(op, domain), device, vendor, d), None)
+            _KERNELS.pop(KernelKey(op_id(op, domain), device, vendor, d, layout), None)
 
 
 @contextlib.contextmanager
@@ -359,12 +393,12 @@ def kernel_transaction():
 
 
 def kernels(op: str | None = None, device: str | None = None, vendor: str | None = None,
-            dtype: str | None = None) -> list[KernelKey]:
-    """Registered kernel keys, filtered by any of the four fields, sorted."""
+            dtype: str | None = None, layout: str | None = None) -> list[KernelKey]:
+    """Registered kernel keys, filtered by any of the five fields, sorted."""
     from .backends import load_backends
 
     load_backends()
-    want = KernelKey(op, device, vendor, dtype)
+    want = KernelKey(op, device, vendor, dtype, layout)
     return sorted(k for k in _KERNELS if all(w is None or w == v for w, v in zip(want, k)))
 
 
@@ -373,28 +407,30 @@ def kernel_entry(key: KernelKey) -> KernelEntry:
 
 
 def candidates(op: str, device: str, dtype: str, vendors: Iterable[str] | None = None,
-               scope: KernelScope | None = None) -> list[KernelEntry]:
+               scope: KernelScope | None = None, layout: str | None = "") -> list[KernelEntry]:
     """The kernels that may run ``op`` on ``device`` and ``dtype``, best first (before ``supports``):
     exact dtype before ``"*"``; among vendors, the order of ``vendors`` if given, else highest
-    priority first. ``scope``: a session's KernelScope, whose kernels are candidates too."""
+    priority first. ``scope``: a session's KernelScope, whose kernels are candidates too.
+    ``layout``: only kernels of that layout ("" the default ones; None: every layout)."""
     cands = [e for e in _visible(scope).values() if e.key.op == op and e.key.device == device
-             and e.key.dtype in (dtype, "*") and (vendors is None or e.key.vendor in vendors)]
+             and e.key.dtype in (dtype, "*") and (vendors is None or e.key.vendor in vendors)
+             and (layout is None or e.key.layout == layout)]
     order = list(vendors) if vendors is not None else []
 
     def rank(e: KernelEntry):
         vendor_rank = order.index(e.key.vendor) if vendors is not None else 0
-        return (vendor_rank, -e.priority, e.key.dtype == "*", e.key.vendor)
+        return (vendor_rank, -e.priority, e.key.dtype == "*", e.key.vendor, e.key.layout)
 
     return sorted(cands, key=rank)
 
 
 def select_kernel(op: str, device: str, dtype: str, vendors: Iterable[str] | None = None,
                   input_specs=None, attrs=None, scope: KernelScope | None = None,
-                  ranked: list[KernelEntry] | None = None) -> KernelEntry | None:
+                  ranked: list[KernelEntry] | None = None, layout: str | None = "") -> KernelEntry | None:
     """The kernel for ``op`` on ``device`` and ``dtype``: the first of ``candidates(...)`` (or of
     ``ranked``, a list it returned) whose ``supports`` accepts the node. None when nothing fits.
     ``scope``: a session's KernelScope, whose kernels are candidates too."""
-    for e in candidates(op, device, dtype, vendors, scope) if ranked is None else ranked:
+    for e in candidates(op, device, dtype, vendors, scope, layout) if ranked is None else ranked:
         if e.supports is None or e.supports(input_specs, attrs):
             return e
     return None
@@ -405,7 +441,8 @@ def describe_kernels(op: str, scope: KernelScope | None = None) -> str:
     keys = sorted(k for k in _visible(scope) if k.op == op)
     if not keys:
         return f"no kernel at all is registered for {op!r}"
-    return "registered: " + ", ".join(f"({k.device}, {k.vendor}, {k.dtype})" for k in keys)
+    return "registered: " + ", ".join(f"({k.device}, {k.vendor}, {k.dtype}{', ' + k.layout if k.layout else ''})"
+                                      for k in keys)
 
 
 ALL_DTYPES = ALL_TYPES

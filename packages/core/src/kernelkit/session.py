@@ -156,6 +156,11 @@ class Session:
         """Node name -> (device, vendor) of the kernel chosen for it."""
         return {s.name: s.placement for s in self.plan.kernel_steps()}
 
+    def layouts(self) -> dict[str, str]:
+        """Node name -> the layout its kernel runs in: "" for the default (NCHW for images), else
+        e.g. "NHWC" or "NCHW8c", as the layout pass chose (docs/architecture.md, "Layouts")."""
+        return {s.name: next((lay for lay in s.layout if lay), "") for s in self.plan.kernel_steps()}
+
     def fallbacks(self) -> list[dict]:
         """Each node placed elsewhere than asked: node, op, device, vendor, reason, and the
         host<->device copies the placement added (``"value: cpu->gpu"``)."""

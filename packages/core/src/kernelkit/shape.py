@@ -124,5 +124,6 @@ def infer_shapes(graph: Graph, input_specs: dict[str, TensorSpec] | None = None)
                 if value is None:
                     from .ir import Value
                     graph.values[name] = Value(name, spec)
-                else:
-                    value.spec = spec
+                else:  # a layout the layout pass chose stays (shape rules give logical specs)
+                    keep = value.spec is not None and value.spec.layout and spec.layout is None
+                    value.spec = TensorSpec(spec.shape, spec.dtype, value.spec.layout) if keep else spec

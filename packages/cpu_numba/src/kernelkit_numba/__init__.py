@@ -13,3 +13,15 @@ def initialize() -> None:
     from kernelkit.discovery import import_submodules
 
     import_submodules(f"{__name__}.kernels")
+
+
+def cache_info() -> dict:
+    """Where compiled kernels are cached and how many index files are there (``kernelkit bench --json``)."""
+    import os
+    from pathlib import Path
+
+    from . import config
+
+    folder = Path(os.environ.get("NUMBA_CACHE_DIR") or Path(__file__).parent)
+    index = list(folder.rglob("*.nbi")) if folder.exists() else []
+    return {"enabled": bool(config.CACHE), "dir": str(folder), "index_files": len(index)}

@@ -41,3 +41,12 @@ def load_custom_kernels(path):
 
 
 __all__ = ["initialize", "load_custom_kernels"]
+
+
+def cache_info() -> dict:
+    """The program cache folder and its entry count (``kernelkit bench --json``)."""
+    from .programs import cache_root
+
+    folder = cache_root() / "opencl" / "programs"
+    entries = [p for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
+    return {"dir": str(folder), "entries": len(entries)}

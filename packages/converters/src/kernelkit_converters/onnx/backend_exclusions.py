@@ -11,6 +11,7 @@ _INFERENCE = "training mode is not supported: kernelkit is an inference runtime"
 EXCLUDED: dict[str, str] = {
     # dtypes kernelkit does not have
     r"cast(like)?_.*(BFLOAT16|FLOAT8|FLOAT4|INT4|UINT4|INT2|UINT2|e8m0).*": _NOT_OURS,
+    r"(de)?quantizelinear_.*(e4m3fn|e5m2|float4e2m1|int4|int2).*": _NOT_OURS,
     r"range_(bfloat16|float16)_type_positive_delta": "Range in float16/bfloat16 is opset 27; kernelkit's Range "
                                                      "takes opset 21's types",
     r"reduce_(max|min)_(bool_inputs|empty_set_bool)": "ReduceMax/ReduceMin over bool (opset 20) is not supported",

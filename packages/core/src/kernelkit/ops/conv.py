@@ -1,8 +1,9 @@
 """Conv (ONNX opset 21, N-D, grouped/depthwise, dilated, strided, padded) with a fused activation.
 
 Reference: the input is gathered into columns (N, G, Cg*K, P) with one strided copy per kernel
-offset (the padding is never copied), and the weights (G, Mg, Cg*K) multiply them in one batched
-BLAS matmul that writes the NCHW output directly. Fast paths: a 1x1 kernel without padding uses
+offset (the padding is never copied), a tile of output rows at a time (about an activation's
+bytes), and the weights (G, Mg, Cg*K) multiply them in one batched BLAS matmul per tile that
+writes the NCHW output directly. Fast paths: a 1x1 kernel without padding uses
 the (strided) input as its columns; depthwise convolution (group == C_in) is a multiply-add per
 kernel offset on contiguous shifted slices of the padded input's stride phases."""
 from __future__ import annotations
@@ -24,11 +25,17 @@ ATTRS = {**WINDOW_ATTRS, "group": ("int", 1), **ACTIVATION_ATTRS}
 
 def _geometry(ctx):
     x, w, b = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2] if ctx.has(2) else None
+    if w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
+        raise ctx.error(f"X, W and B must share a dtype; got {x.dtype}, {w.dtype}, {b.dtype if b else '-'}")
+    return conv_geometry(ctx, x, w, b)
+
+
+def conv_geometry(ctx, x, w, b):
+    """(x, w, Window) of a convolution of X by W (bias B or None), checked against the attributes;
+    shared with the integer and quantized convolutions, which check their own dtypes."""
     a = ctx.attrs
     if x.rank < 3 or w.rank != x.rank:
         raise ctx.error(f"X {x} must have rank >= 3 and W {w} the same rank")
-    if w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
-        raise ctx.error(f"X, W and B must share a dtype; got {x.dtype}, {w.dtype}, {b.dtype if b else '-'}")
     kernel = a["kernel_shape"] or w.shape[2:]
     if any(isinstance(k, str) for k in kernel):
         raise ctx.error(f"weight spatial shape {w.shape[2:]} must be static (or give kernel_shape)")
@@ -85,22 +92,43 @@ class _Scratch:
         self.used += size
         return piece.view(dtype).reshape(shape)
 
+    def copy_of(self, array: np.ndarray) -> np.ndarray:
+        copy = self.empty(array.shape, array.dtype)
+        copy[...] = array
+        return copy
+
     def zeros(self, shape, dtype) -> np.ndarray:
         array = self.empty(shape, dtype)
         array.fill(0)
         return array
 
 
-def _im2col(x: np.ndarray, win, scratch: np.ndarray | None = None) -> np.ndarray:
-    """Columns (N, C, K, *out) built with one strided copy per kernel offset, in ``scratch``
-    (bytes) when given; the padding is never materialized (positions that read it stay zero)."""
+COLUMN_BUDGET = 1 << 20  # bytes: columns are built for as many output rows as fit max(this, X, Y)
+
+
+def _tile_rows(x_shape, m: int, win, itemsize: int) -> int:
+    """Output rows (first spatial axis) whose columns are built at once: the columns of a whole
+    image can be 9x the activations (3x3); tiles keep them about an activation's size."""
+    n, c = x_shape[:2]
+    row = n * c * math.prod(win.kernel) * math.prod(win.out[1:]) * itemsize
+    budget = max(COLUMN_BUDGET, math.prod(x_shape) * itemsize, n * m * math.prod(win.out) * itemsize)
+    return max(1, min(win.out[0], budget // max(row, 1)))
+
+
+def _im2col_rows(x: np.ndarray, win, offsets, r0: int, r1: int, pieces: _Scratch) -> np.ndarray:
+    """Columns (N, C, K, r1 - r0, *out[1:]) of output rows [r0, r1), with one strided copy per
+    kernel offset; the padding is never materialized (positions that read it stay zero)."""
     n, c = x.shape[:2]
-    full = covers_all(x.shape[2:], win)
-    shape = (n, c, math.prod(win.kernel), *win.out)
-    pieces = _Scratch(scratch)
-    cols = pieces.empty(shape, x.dtype) if full else pieces.zeros(shape, x.dtype)
-    for k, out, src in kernel_offsets(x.shape[2:], win):
-        cols[(slice(None), slice(None), k, *out)] = x[(slice(None), slice(None), *src)]
+    shape = (n, c, math.prod(win.kernel), r1 - r0, *win.out[1:])
+    cols = pieces.empty(shape, x.dtype) if covers_all(x.shape[2:], win) else pieces.zeros(shape, x.dtype)
+    for k, out, src in offsets:
+        lo, hi = max(out[0].start, r0), min(out[0].stop, r1)
+        if hi <= lo:
+            continue
+        first, step = src[0].start + (lo - out[0].start) * src[0].step, src[0].step
+        rows = slice(first, first + (hi - lo - 1) * step + 1, step)
+        cols[(slice(None), slice(None), k, slice(lo - r0, hi - r0), *out[1:])] = \
+            x[(slice(None), slice(None), rows, *src[1:])]
     return cols
 
 
@@ -114,12 +142,13 @@ def _phase_layout(n: int, c: int, win):
 
 
 def _depthwise_bytes(x_shape, w_shape, win, itemsize: int) -> int:
-    """Scratch of ``_depthwise``: padded input, its stride phases, the wide output and a product."""
+    """Scratch of ``_depthwise``: the padded input (stride 1) or its stride phases, the wide
+    output and a product."""
     n, c = x_shape[:2]
     shifts, grid, padded, keys = _phase_layout(n, c, win)
     wide = (n, c, w_shape[0] // c, win.out[0] * math.prod(grid[1:]))
-    return (_Scratch.nbytes(padded, itemsize) + len(keys) * _Scratch.nbytes((n, c, *grid), itemsize)
-            + 2 * _Scratch.nbytes(wide, itemsize))
+    inputs = len(keys) * _Scratch.nbytes((n, c, *grid), itemsize) if keys else _Scratch.nbytes(padded, itemsize)
+    return inputs + 2 * _Scratch.nbytes(wide, itemsize)
 
 
 def _phase_grids(x: np.ndarray, win, pieces: _Scratch):
@@ -131,19 +160,27 @@ def _phase_grids(x: np.ndarray, win, pieces: _Scratch):
     ({r: phase grid}, per-axis [(q, r) per offset], G)."""
     n, c = x.shape[:2]
     shifts, grid, padded_shape, keys = _phase_layout(n, c, win)
-    padded = pieces.zeros(padded_shape, x.dtype)
-    dst, src = [], []
-    for size, b, g, s in zip(x.shape[2:], win.begin, grid, win.strides):
-        m = max(0, min(size, s * g - b))  # input beyond every window's reach is left out
-        dst.append(slice(b, b + m))
-        src.append(slice(0, m))
-    padded[(slice(None), slice(None), *dst)] = x[(slice(None), slice(None), *src)]
-    if not keys:
+    if not keys:  # stride 1: the padded input is the one phase
+        padded = pieces.zeros(padded_shape, x.dtype)
+        dst, src = [], []
+        for size, b, g, s in zip(x.shape[2:], win.begin, grid, win.strides):
+            m = max(0, min(size, s * g - b))  # input beyond every window's reach is left out
+            dst.append(slice(b, b + m))
+            src.append(slice(0, m))
+        padded[(slice(None), slice(None), *dst)] = x[(slice(None), slice(None), *src)]
         return {(0,) * win.rank: padded}, shifts, grid
     phases = {}
-    for r in keys:
-        phases[r] = pieces.empty((n, c, *grid), x.dtype)
-        phases[r][...] = padded[(slice(None), slice(None), *(slice(a, None, s) for a, s in zip(r, win.strides)))]
+    for r in keys:  # phase r = padded[r::s], filled straight from x (the padded input is never made)
+        phase = phases[r] = pieces.zeros((n, c, *grid), x.dtype)
+        dst, src = [], []
+        for size, b, g, s, a in zip(x.shape[2:], win.begin, grid, win.strides, r):
+            m = max(0, min(size, s * g - b))  # padded position a + j*s holds x[a + j*s - b] when in [0, m)
+            lo, hi = max(0, -(-(b - a) // s)), min(g, (m - 1 + b - a) // s + 1) if m else 0
+            first = a + lo * s - b
+            dst.append(slice(lo, hi))
+            src.append(slice(first, first + (hi - lo - 1) * s + 1, s) if hi > lo else slice(0, 0))
+        if all(d.stop > d.start for d in dst):
+            phase[(slice(None), slice(None), *dst)] = x[(slice(None), slice(None), *src)]
     return phases, shifts, grid
 
 
@@ -186,9 +223,10 @@ def _scratch_bytes(x_shape, w_shape, win, group: int, itemsize: int) -> int:
     """Bytes of scratch ``_conv`` uses: depthwise buffers, or the columns (none for 1x1 unpadded)."""
     if _is_depthwise(x_shape, w_shape, group):
         return _depthwise_bytes(x_shape, w_shape, win, itemsize)
-    if math.prod(win.kernel) == 1 and covers_all(x_shape[2:], win):
-        return 0
-    return _Scratch.nbytes((*x_shape[:2], math.prod(win.kernel), *win.out), itemsize)
+    if math.prod(win.kernel) == 1 and covers_all(x_shape[2:], win):  # strided 1x1: the sampled input
+        return 0 if all(st == 1 for st in win.strides) else _Scratch.nbytes((*x_shape[:2], *win.out), itemsize)
+    rows = _tile_rows(x_shape, w_shape[0], win, itemsize)
+    return _Scratch.nbytes((*x_shape[:2], math.prod(win.kernel), rows, *win.out[1:]), itemsize)
 
 
 def _conv(x: np.ndarray, w: np.ndarray, win, group: int, out: np.ndarray | None = None,
@@ -203,14 +241,26 @@ def _conv(x: np.ndarray, w: np.ndarray, win, group: int, out: np.ndarray | None 
     if _is_depthwise(x.shape, w.shape, group):
         return _depthwise(x, w, win, out, scratch)
     k = math.prod(win.kernel)
+    wmat = w.reshape(group, m // group, cg * k)
     if k == 1 and covers_all(x.shape[2:], win):
         cols = _pointwise_columns(x, win)
-    else:
-        cols = _im2col(x, win, scratch)
-    cols = cols.reshape(n, group, cg * k, math.prod(win.out))
-    target = out.reshape(n, group, m // group, math.prod(win.out)) if out is not None else None
-    y = np.matmul(w.reshape(group, m // group, cg * k), cols, out=target)  # (N, G, Mg, P)
-    return out if out is not None else y.reshape(n, m, *win.out)
+        if not cols.flags.c_contiguous:  # strided: gathered once (into scratch when given)
+            cols = _Scratch(scratch).copy_of(cols)
+        cols = cols.reshape(n, group, cg, math.prod(win.out))
+        target = out.reshape(n, group, m // group, math.prod(win.out)) if out is not None else None
+        y = np.matmul(wmat, cols, out=target)  # (N, G, Mg, P)
+        return out if out is not None else y.reshape(n, m, *win.out)
+    y = out if out is not None else np.empty((n, m, *win.out), x.dtype)
+    flat = y.reshape(n, group, m // group, math.prod(win.out))
+    per_row = math.prod(win.out[1:])
+    tile = _tile_rows(x.shape, m, win, x.dtype.itemsize)
+    offsets = list(kernel_offsets(x.shape[2:], win))
+    for r0 in range(0, win.out[0], tile):  # row tiles: columns of a few rows, GEMM'd into out
+        r1 = min(win.out[0], r0 + tile)
+        cols = _im2col_rows(x, win, offsets, r0, r1, _Scratch(scratch))
+        np.matmul(wmat, cols.reshape(n, group, cg * k, (r1 - r0) * per_row),
+                  out=flat[..., r0 * per_row:r1 * per_row])
+    return y
 
 
 def _scratch(input_specs, attrs) -> int:
@@ -255,6 +305,11 @@ def _samples(rng, dtype):
     yield [r(1, 4, 6, 6), r(4, 2, 1, 1), r(4)], {"group": 2}  # pointwise
     yield [r(1, 3, 6, 6), r(4, 3, 3, 3), r(4)], {"pads": [1, 1, 1, 1], "activation": "Relu"}
     yield [r(1, 3, 5, 5), r(2, 3, 3, 3), r(2)], {"activation": "Clip", "activation_params": [-0.5, 0.5]}
+    # channels in multiples of 16, for the blocked (NCHW8c/NCHW16c) layout variants
+    yield [r(2, 16, 7, 6), r(32, 16, 3, 3), r(32)], {"pads": [1, 0, 2, 1], "strides": [2, 1], "activation": "Relu"}
+    yield [r(1, 16, 9, 9), r(16, 1, 3, 3), r(16)], {"group": 16, "pads": [1, 1, 1, 1], "strides": [2, 2]}
+    yield [r(1, 32, 5, 7), r(16, 32, 1, 1), None], {"dilations": [1, 1]}
+    yield [r(1, 16, 8, 8), r(16, 1, 5, 5), None], {"group": 16, "dilations": [2, 1], "pads": [4, 2, 4, 2]}
 
 
 register_op("Conv", inputs=["X", "W", "B?"], outputs=["Y"], attrs=ATTRS, infer=_infer, samples=_samples,

@@ -59,7 +59,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0, activation=""
     if c is not None and beta == 1.0:
         y += c.astype(ct, copy=False)  # y is a fresh (M, N) array and C broadcasts to it
     elif c is not None and beta != 0.0:
-        y = np.add(y, c.astype(ct) * beta, out=out)
+        y = y + c.astype(ct) * beta
     y = apply_activation(y, activation, activation_params).astype(a.dtype, copy=False)
     return y if y is out else into(out, y)
 

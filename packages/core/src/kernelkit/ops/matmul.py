@@ -22,6 +22,12 @@ def _shapes(ctx):
     a, b = ctx.inputs[0], ctx.inputs[1]
     if a.dtype != b.dtype:
         raise ctx.error(f"A and B must share a dtype; got {a.dtype} and {b.dtype}")
+    return matmul_shapes(ctx, a, b)
+
+
+def matmul_shapes(ctx, a, b):
+    """(batch, m, k, n, output shape) of A @ B with NumPy semantics (shared with the integer and
+    quantized matrix products, which check their own dtypes)."""
     if a.rank == 0 or b.rank == 0:
         raise ctx.error(f"A {a} and B {b} must have rank >= 1")
     sa = a.shape if a.rank > 1 else (1, a.shape[0])

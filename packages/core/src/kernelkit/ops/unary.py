@@ -72,6 +72,24 @@ def _erf_out(x, *, out=None):
     return sp_erf(x, out=out)
 
 
+class _Zeros(dict):
+    """dtype -> its zero scalar, made once (making one per call costs more than Relu on a small tensor)."""
+
+    def __missing__(self, dtype):
+        zero = self[dtype] = dtype.type(0)
+        return zero
+
+
+_ZEROS = _Zeros()
+
+
+def _sigmoid(x, *, out=None):
+    y = np.negative(x, out=np.empty_like(x) if out is None else out)  # 1 / (1 + exp(-x)) in one array
+    np.exp(y, out=y)
+    y += y.dtype.type(1)
+    return np.reciprocal(y, out=y)
+
+
 def _ufunc(f, *extra):
     """A kernel ``f(x, *extra)`` that writes straight into ``out`` when given one."""
     return lambda x, *, out=None: f(x, *extra, out=out)
@@ -79,8 +97,8 @@ def _ufunc(f, *extra):
 
 # ops whose reference writes straight into ``out`` (the rest compute, then copy into it)
 DIRECT_OUT = {
-    "Relu": lambda x, *, out=None: np.maximum(x, x.dtype.type(0), out=out),
-    "Tanh": _ufunc(np.tanh), "Exp": _ufunc(np.exp), "Log": _ufunc(np.log), "Sqrt": _ufunc(np.sqrt),
+    "Relu": lambda x, *, out=None: np.maximum(x, _ZEROS[x.dtype], out=out),
+    "Sigmoid": _sigmoid, "Tanh": _ufunc(np.tanh), "Exp": _ufunc(np.exp), "Log": _ufunc(np.log), "Sqrt": _ufunc(np.sqrt),
     "Reciprocal": _ufunc(np.reciprocal), "Neg": _ufunc(np.negative), "Abs": _ufunc(np.abs),
     "Floor": _ufunc(np.floor), "Ceil": _ufunc(np.ceil), "Erf": _erf_out,
 }

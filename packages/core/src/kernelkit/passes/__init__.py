@@ -37,15 +37,18 @@ class Pass:
     fn: Callable[[Graph, PassContext], int]
     doc: str = ""
     default: bool = True  # part of the default pipeline
+    final: bool = False  # runs once, after the others reach their fixed point (e.g. the layout pass)
 
 
 _PASSES: list[Pass] = []
 
 
 def register_pass(name: str, fn: Callable | None = None, *, before: str | None = None,
-                  after: str | None = None, default: bool = True, override: bool = False):
+                  after: str | None = None, default: bool = True, override: bool = False, final: bool = False):
     """Register a graph pass at a position (before/after another pass, else last). Usable as a
-    decorator. ``fn(graph, ctx) -> int`` rewrites ``graph`` in place and returns a rewrite count."""
+    decorator. ``fn(graph, ctx) -> int`` rewrites ``graph`` in place and returns a rewrite count.
+    A ``final`` pass runs once, after the other passes have reached their fixed point: a lowering
+    that the graph rewrites must not see again (the layout pass re-lays weights)."""
 
     def decorate(f):
         names = [p.name for p in _PASSES]
@@ -54,7 +57,7 @@ def register_pass(name: str, fn: Callable | None = None, *, before: str | None =
                 raise RegistryError(f"pass {name!r} is already registered; pass override=True to replace it")
             _PASSES.pop(names.index(name))
             names.remove(name)
-        entry = Pass(name, f, (f.__doc__ or "").strip().split("\n")[0], default)
+        entry = Pass(name, f, (f.__doc__ or "").strip().split("\n")[0], default, final)
         anchor = before or after
         if anchor is not None and anchor not in names:
             raise RegistryError(f"pass {name!r}: anchor pass {anchor!r} is not registered; known: {names}")
@@ -96,7 +99,7 @@ def run_passes(graph: Graph, selection: Iterable[str] | bool | None = None,
     fired: dict[str, int] = {}
     for _ in range(max_rounds):
         changed = 0
-        for p in chosen:
+        for p in (p for p in chosen if not p.final):
             n = int(p.fn(graph, ctx) or 0)
             if n:
                 fired[p.name] = fired.get(p.name, 0) + n
@@ -104,7 +107,14 @@ def run_passes(graph: Graph, selection: Iterable[str] | bool | None = None,
             changed += n
         if not changed:
             break
+    for p in (p for p in chosen if p.final):
+        n = int(p.fn(graph, ctx) or 0)
+        if n:
+            fired[p.name] = n
+            log.debug("pass %s rewrote %d place(s)", p.name, n)
     return fired
 
 
-from . import builtin  # noqa: E402,F401  (registers the built-in passes, in pipeline order)
+# registers the built-in passes in pipeline order (quantized: fuse_qdq, before fuse_activation;
+# layouts: the layout pass, final: it runs once, after the others reach their fixed point)
+from . import builtin, layouts, quantized  # noqa: E402,F401

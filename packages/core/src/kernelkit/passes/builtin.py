@@ -156,6 +156,11 @@ SPEC_READERS = {
 }
 
 
+# ops never folded although their inputs are constants: the constant operand is what a later pass
+# needs (fuse_qdq runs int8 weights as int8, and folds the DequantizeLinear nodes it leaves itself)
+NOT_FOLDED = ("DequantizeLinear",)
+
+
 def _fold_inputs(graph: Graph, node: Node) -> list | None:
     """The node's inputs as host arrays (None for absent ones) if all are known, else None."""
     args = []
@@ -172,7 +177,7 @@ def _fold_inputs(graph: Graph, node: Node) -> list | None:
 def fold_node(graph: Graph, node: Node, ctx: PassContext) -> bool:
     """Replace ``node``'s outputs by constants when it can be evaluated now; True if it was."""
     where = f"node {node.name!r} ({node.op_id})"
-    if node.domain:  # a custom op may be stateful or random: only core ops are folded
+    if node.domain or node.op_id in NOT_FOLDED:  # a custom op may be stateful or random: only core ops are folded
         return False
     args = _fold_inputs(graph, node)
     if args is None:

@@ -229,24 +229,24 @@ def _gpus() -> list[dict]:
 
 
 def _cache_state() -> dict:
+    """Each loaded backend's ``cache_info()`` (its package's top-level function, when it has one),
+    by backend name: core names no backend package."""
+    from importlib.metadata import entry_points
+
+    from ..backends import GROUP, load_backends
+
     state = {}
-    try:
-        import kernelkit_numba
-        from kernelkit_numba import config
-
-        folder = Path(os.environ.get("NUMBA_CACHE_DIR") or Path(kernelkit_numba.__file__).parent)
-        index = list(folder.rglob("*.nbi")) if folder.exists() else []
-        state["numba"] = {"enabled": bool(config.CACHE), "dir": str(folder), "index_files": len(index)}
-    except ImportError:
-        pass
-    try:
-        from kernelkit_opencl.programs import cache_root
-
-        folder = cache_root() / "opencl" / "programs"
-        entries = [p for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
-        state["opencl"] = {"dir": str(folder), "entries": len(entries)}
-    except ImportError:
-        pass
+    for name, status in load_backends().items():
+        if status != "ok":
+            continue
+        for ep in entry_points(group=GROUP, name=name):
+            module = sys.modules.get(ep.module.split(":")[0])
+            info = getattr(module, "cache_info", None)
+            if callable(info):
+                try:
+                    state[name] = info()
+                except Exception as exc:  # noqa: BLE001 - a report, not a reason to fail the bench
+                    state[name] = {"error": f"{type(exc).__name__}: {exc}"}
     return state
 
 

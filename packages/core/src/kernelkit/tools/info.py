@@ -26,9 +26,11 @@ def parse_dims(pairs) -> dict[str, int]:
     return dims
 
 
-def info(model, *, device: str | None = None, vendors=None, dims: dict | None = None, threads=None) -> dict:
+def info(model, *, device: str | None = None, vendors=None, dims: dict | None = None, threads=None,
+         layout: str | None = None) -> dict:
     """Facts about ``model``: inputs/outputs as declared, ops before and after passes, parameters,
-    FLOPs (symbolic dims bound by ``dims``, else 1), passes fired, placement and fallbacks."""
+    FLOPs (symbolic dims bound by ``dims``, else 1), passes fired, placement, layouts (``layout``:
+    the session option, e.g. "NHWC") and fallbacks."""
     from ..session import Session
 
     src = open_model(model)
@@ -44,6 +46,8 @@ def info(model, *, device: str | None = None, vendors=None, dims: dict | None = 
     settings = dict(src.settings)
     overrides = {"device": device, "vendors": tuple(vendors) if vendors is not None else None, "threads": threads}
     settings.update({k: v for k, v in overrides.items() if v is not None})
+    if layout:
+        settings["options"] = {**(settings.get("options") or {}), "layout": layout}
     with warnings.catch_warnings():  # fallbacks are reported in the facts
         warnings.simplefilter("ignore", FallbackWarning)
         sess = Session(src.model, **settings)
@@ -71,6 +75,8 @@ def info(model, *, device: str | None = None, vendors=None, dims: dict | None = 
         "vendors": list(sess.vendors) if sess.vendors else None,
         "placement": [{"device": d, "vendor": v, "nodes": n, "ops": sorted(ops_at[(d, v)])}
                       for (d, v), n in sorted(Counter(placement.values()).items())],
+        "layouts": dict(sorted(Counter(lay for lay in sess.layouts().values() if lay).items())),
+        "reorders": sum(1 for n in g.nodes if n.op_id == "LayoutReorder"),
         "fallbacks": _fallbacks(sess),
         "memory": _memory(sess),
     }
@@ -111,6 +117,6 @@ def kernel_list(op=None, device=None, vendor=None, dtype=None) -> list[dict]:
     for key in kernels(op, device, vendor, dtype):
         entry = kernel_entry(key)
         rows.append({"op": key.op, "device": key.device, "vendor": key.vendor, "dtype": key.dtype,
-                     "priority": entry.priority,
+                     "layout": key.layout, "priority": entry.priority,
                      "implementation": f"{entry.impl.__module__}.{getattr(entry.impl, '__qualname__', entry.impl)}"})
     return rows

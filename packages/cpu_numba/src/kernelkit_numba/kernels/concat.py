@@ -43,5 +43,5 @@ def split(x, split=None, *, axis=0, num_outputs=None):
     return tuple(outs)
 
 
-register_kernel("Concat", device="cpu", vendor="numba", dtype="float32")(threaded(concat))
+register_kernel("Concat", device="cpu", vendor="numba", dtype=("float32", "int8", "uint8"))(threaded(concat))
 register_kernel("Split", device="cpu", vendor="numba", dtype="float32")(threaded(split))

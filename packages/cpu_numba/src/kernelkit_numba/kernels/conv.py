@@ -57,7 +57,7 @@ def _im2col(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n):
 
 
 @jit_parallel
-def _conv_depthwise(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, chunks):
+def _conv_depthwise(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, chunks, zx):
     """Convolution with one input channel per group (depthwise, any channel multiplier: output m
     reads channel m // mult), any stride and dilation, as contiguous multiply-adds.
 
@@ -68,7 +68,9 @@ def _conv_depthwise(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, chunks)
     output grid (oh_n rows of wq, the last wq - ow_n columns of each row computed and dropped),
     which vectorises even for 7x7 maps and for stride 2, where a direct loop gathers every other
     element. Scratch buffers are allocated once per chunk of planes, not per plane. (Keeping a 3x3
-    kernel's nine taps in one pass measured no faster than a pass per tap.)"""
+    kernel's nine taps in one pass measured no faster than a pass per tap.) The phases and sums
+    have y's dtype; ``zx`` is subtracted from every input element on the way in: 0 for float
+    convolutions, the zero point for int8 ones (qconv.py), whose padding then reads the zero point."""
     n_n, c_n, h_n, w_n = x.shape
     m_n, _, kh, kw = w.shape
     oh_n, ow_n = y.shape[2], y.shape[3]
@@ -79,8 +81,8 @@ def _conv_depthwise(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, chunks)
     span = oh_n * wq
     total = n_n * m_n
     for t in prange(chunks):
-        buf = np.empty(sh * sw * size, x.dtype)
-        acc = np.empty(span, x.dtype)
+        buf = np.empty(sh * sw * size, y.dtype)
+        acc = np.empty(span, y.dtype)
         for nm in range(t * total // chunks, (t + 1) * total // chunks):
             n = nm // m_n
             m = nm - n * m_n
@@ -101,7 +103,7 @@ def _conv_depthwise(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, chunks)
                             buf[U(d0 + c)] = 0
                         shift = b - pw
                         for c in range(lo, hi):
-                            buf[U(d0 + c)] = row[U(c * sw + shift)]
+                            buf[U(d0 + c)] = row[U(c * sw + shift)] - zx
                         for c in range(hi, wq):
                             buf[U(d0 + c)] = 0
                     for c in range(base + hq * wq, base + size):
@@ -182,7 +184,7 @@ class Conv(NumbaKernel):
         if cg == 1 and group > 1:
             planes = n_n * m_n
             chunks = 1 if config.in_serial() else max(1, min(planes, 4 * config.max_threads()))
-            _conv_depthwise(x4, w4, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, chunks)
+            _conv_depthwise(x4, w4, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, chunks, x4.dtype.type(0))
         else:
             self._gemm(x4, w4, y, group)
             bias_act_rows(y.reshape(n_n, m_n, oh_n * ow_n), bias, code, p0, p1)

@@ -35,7 +35,7 @@ def transpose(x, *, perm=None):
     return take(x, _transpose_tables(x, perm))
 
 
-@register_kernel("Transpose", device="cpu", vendor="numba", dtype="float32")
+@register_kernel("Transpose", device="cpu", vendor="numba", dtype=("float32", "int8", "uint8"))  # int8: QDQ models
 class Transpose(NumbaKernel):
     """Transpose as a class kernel: the offset tables depend only on the input shape and ``perm``,
     so they are built once per shape (per-head transposes in attention are small and frequent)."""

@@ -21,7 +21,8 @@ U = np.uint64  # unsigned index: no wraparound check in inner loops
 
 
 @jit_parallel
-def _max_pool(x, y, kh, kw, sh, sw, dh, dw, ph, pw):
+def _max_pool(x, y, kh, kw, sh, sw, dh, dw, ph, pw, lowest):
+    """lowest: -inf, or the smallest value of an integer dtype (int8/uint8 from QDQ models)."""
     n_n, c_n, h_n, w_n = x.shape
     oh_n, ow_n = y.shape[2], y.shape[3]
     for nc in prange(n_n * c_n):
@@ -30,7 +31,7 @@ def _max_pool(x, y, kh, kw, sh, sw, dh, dw, ph, pw):
         src = x[n, c]
         for oh in range(oh_n):
             row = y[n, c, oh]
-            row[:] = -np.inf
+            row[:] = lowest
             for i in range(kh):
                 h = oh * sh - ph + i * dh
                 if h < 0 or h >= h_n:
@@ -152,7 +153,7 @@ class _Pool(NumbaKernel):
         return np.ascontiguousarray(x[:, :, None, :] if x.ndim == 3 else x)
 
 
-@register_kernel("MaxPool", device="cpu", vendor="numba", dtype="float32", supports=_supports)
+@register_kernel("MaxPool", device="cpu", vendor="numba", dtype=("float32", "int8", "uint8"), supports=_supports)
 class MaxPool(_Pool):
     def setup(self, input_specs):
         node = getattr(self.context, "node", None)
@@ -164,7 +165,8 @@ class MaxPool(_Pool):
         (kh, kw), (sh, sw), (dh, dw), (ph, pw) = win.kernel, win.strides, win.dilations, win.begin
         y = np.empty(x4.shape[:2] + tuple(win.out), x4.dtype)
         if not self.want_indices:
-            _max_pool(x4, y, kh, kw, sh, sw, dh, dw, ph, pw)
+            lowest = -np.inf if x4.dtype.kind == "f" else np.iinfo(x4.dtype).min
+            _max_pool(x4, y, kh, kw, sh, sw, dh, dw, ph, pw, x4.dtype.type(lowest))
             return y[:, :, 0, :] if x.ndim == 3 else y
         idx = np.empty(y.shape, np.int64)
         _max_pool_indices(x4, y, idx, kh, kw, sh, sw, dh, dw, ph, pw, self.attrs.get("storage_order", 0) == 1)

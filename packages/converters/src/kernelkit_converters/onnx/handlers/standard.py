@@ -19,6 +19,11 @@ SAME_AS_OPSET21: dict[str, tuple[int, ...]] = {
     "GlobalAveragePool": (1, 22), "GlobalMaxPool": (1, 22), "Softmax": (13,), "LogSoftmax": (13,),
     "Pad": (11, 13, 18, 19, 21, 23, 24, 25),  # 11/13 lack the axes input
     "Dropout": (12, 13, 22), "DepthToSpace": (11, 13, 28), "SpaceToDepth": (1, 13, 28),
+    # quantization (10/13 lack later attributes, whose defaults are opset 21's; 23+ add `precision`
+    # (QuantizeLinear) and `output_dtype` (DequantizeLinear), dropped at their default 0)
+    "QuantizeLinear": (10, 13, 19, 21, 23, 24, 25, 28), "DequantizeLinear": (10, 13, 19, 21, 23, 24, 25, 28),
+    "DynamicQuantizeLinear": (11,), "MatMulInteger": (10,), "ConvInteger": (10,), "QLinearConv": (10,),
+    "QLinearMatMul": (10, 21),
     # elementwise and logic
     "Pow": (7, 12, 13, 15), "Add": (7, 13, 14), "Sub": (7, 13, 14), "Mul": (7, 13, 14),
     "Div": (7, 13, 14), "Max": (8, 12, 13), "Min": (8, 12, 13), "Mean": (8, 13), "Sum": (8, 13),

@@ -1,0 +1,122 @@
+"""int8 models: kernelkit's numba kernels against onnxruntime running the same quantized model, and
+against kernelkit's own fp32, with the agreement checks of docs/quantization.md.
+
+    python benchmarks/quantized.py                          # the four published-size models
+    python benchmarks/quantized.py --small --rounds 5       # the test-size versions, quickly
+    OPENBLAS_NUM_THREADS=2 taskset -c 0,1 python benchmarks/quantized.py --threads 2   # as docs/benchmarks.md
+
+ResNet-18 and MobileNetV2 are quantized static (QDQ, per-channel, calibrated on 16 random inputs),
+the MLP and the transformer encoder dynamic, by onnxruntime's quantizer through
+``kernelkit_converters.quantize``; the models come from benchmarks/models/zoo.py. Latency is the
+median of ``--rounds`` runs at batch 1 after warm-up; agreement compares kernelkit's int8 output with
+onnxruntime's on ``--agreement`` inputs (cosine, top-1). The table is printed last, in markdown.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import kernelkit
+import numpy as np
+import onnx
+import onnxruntime as ort
+from kernelkit.testing import cosine
+from kernelkit_converters.onnx import convert
+from kernelkit_converters.quantize import quantize
+
+_spec = importlib.util.spec_from_file_location("kernelkit_zoo", Path(__file__).parent / "models" / "zoo.py")
+zoo = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(zoo)
+
+MODES = {"resnet18": "static", "mobilenet_v2": "static", "mlp": "dynamic", "transformer": "dynamic"}
+
+
+def _inputs(proto, batch: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(zoo.input_shape(proto, batch)).astype(np.float32)
+
+
+def _median_ms(run, x, rounds: int) -> float:
+    run(x)
+    run(x)
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        run(x)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times) * 1e3)
+
+
+def _ort(path_or_proto, threads: int):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    src = str(path_or_proto) if isinstance(path_or_proto, Path) else path_or_proto.SerializeToString()
+    sess = ort.InferenceSession(src, options, providers=["CPUExecutionProvider"])
+    return lambda x: sess.run(None, {"x": x})[0]
+
+
+def _kernelkit(model, threads: int):
+    sess = kernelkit.Session(model, threads=threads)
+    return lambda x: sess.run(None, {"x": x})[0]
+
+
+def bench(name: str, small: bool, folder: Path, args) -> dict:
+    proto = (zoo.SMALL if small else zoo.MODELS)[name]()
+    onnx.save(proto, folder / f"{name}.onnx")
+    calibration = None
+    if MODES[name] == "static":
+        calibration = [{"x": _inputs(proto, 1, 1000 + i)} for i in range(16)]
+    path = quantize(folder / f"{name}.onnx", folder / f"{name}.int8.onnx", mode=MODES[name], calibration=calibration,
+                    reduce_range=args.reduce_range)
+    runs = {
+        "ort int8": _ort(path, args.threads),
+        "kk numba int8": _kernelkit(convert(path), args.threads),
+        "kk numba fp32": _kernelkit(convert(proto), args.threads),
+        "ort fp32": _ort(proto, args.threads),
+    }
+    x = _inputs(proto, 1, 0)
+    row = {key: _median_ms(run, x, args.rounds) for key, run in runs.items()}
+    cosines, same = [], 0
+    for start in range(0, args.agreement, 10):
+        xs = _inputs(proto, min(10, args.agreement - start), start + 1)
+        got, want = runs["kk numba int8"](xs), runs["ort int8"](xs)
+        cosines.append(cosine(got, want))
+        same += int(np.sum(got.reshape(-1, got.shape[-1]).argmax(-1) == want.reshape(-1, want.shape[-1]).argmax(-1)))
+        total = got.size // got.shape[-1]
+    row["cosine"] = min(cosines)
+    row["top-1"] = same / (total * len(cosines)) if cosines else float("nan")
+    return row
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", default=",".join(MODES), help="comma separated: " + ", ".join(MODES))
+    p.add_argument("--small", action="store_true", help="the test-size models")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--agreement", type=int, default=100, help="inputs compared with onnxruntime int8")
+    p.add_argument("--reduce-range", action="store_true", help="7-bit weights (exact onnxruntime on AVX2 w/o VNNI)")
+    args = p.parse_args(argv)
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            rows[name] = bench(name, args.small, Path(tmp), args)
+            print(name, rows[name], file=sys.stderr, flush=True)
+    print(f"\n{'small' if args.small else 'published-size'} models, batch 1, {args.threads} thread(s), median of "
+          f"{args.rounds} runs (ms); agreement of kernelkit int8 with onnxruntime int8 on {args.agreement} inputs\n")
+    print("| model | mode | onnxruntime int8 | kernelkit numba int8 | kernelkit / ort int8 | kernelkit numba fp32 "
+          "| onnxruntime fp32 | kk int8 speed-up over kk fp32 | min cosine | same top-1 |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, r in rows.items():
+        print(f"| {name} | {MODES[name]} | {r['ort int8']:.2f} | {r['kk numba int8']:.2f} | "
+              f"{r['kk numba int8'] / r['ort int8']:.2f}x | {r['kk numba fp32']:.2f} | {r['ort fp32']:.2f} | "
+              f"{r['kk numba fp32'] / r['kk numba int8']:.2f}x | {r['cosine']:.5f} | {100 * r['top-1']:.0f}% |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

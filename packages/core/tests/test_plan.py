@@ -1,0 +1,346 @@
+"""The compiled plan and its memory: steps and slots, the arena planner (lifetimes, best fit,
+in-place, views, scratch), re-planning per input shape, ``Session.memory()``, the ``out=`` and
+``bind(step)`` conventions, ``run_async`` copies and fallback warnings."""
+from __future__ import annotations
+
+import threading
+import time
+import tracemalloc
+import warnings
+
+import kernelkit
+import numpy as np
+import pytest
+from kernelkit import FallbackWarning, GraphBuilder, KernelkitWarning, Session
+from kernelkit.memory import Block, live_peak, place_blocks
+from kernelkit.ops._util import same_as_input
+from kernelkit.testing import assert_close, isolate_registries
+
+DOMAIN = "kk.plan"
+REF = {"vendors": ["reference"]}
+
+
+@pytest.fixture(autouse=True)
+def sandbox(monkeypatch):
+    isolate_registries(monkeypatch)
+
+
+def _chain(ops, shape=(4, 256)):
+    g = GraphBuilder("chain")
+    x = g.input("x", shape, "float32")
+    for i, op in enumerate(ops):
+        x = g.op(op, x, name=f"n{i}")
+    g.output(x)
+    return g.build()
+
+
+def _arena_of(sess: Session):
+    """The arena buffers of the session's cached memory plans."""
+    return [a.buffer for pool in sess._executor._pools.values() for a in pool._free]
+
+
+# -- the plan ---------------------------------------------------------------------------------------
+def test_plan_lists_steps_with_keys_attrs_specs_slots_and_layout():
+    g = GraphBuilder("m")
+    x = g.input("x", (2, 8), "float32")
+    y = g.op("LeakyRelu", g.op("Relu", x, name="r"), alpha=0.5, name="lr")
+    g.output(g.op("Softmax", y, axis=1, name="sm"))
+    sess = Session(g.build(), passes=False, **REF)
+    plan = sess.plan
+    assert [s.name for s in plan.steps] == ["r", "lr", "sm"]
+    assert [tuple(s.key) for s in plan.steps] == [(op, "cpu", "reference", "float32", "") for op in
+                                                  ("Relu", "LeakyRelu", "Softmax")]  # "": the default layout
+    assert plan.steps[1].attrs == {"alpha": 0.5} and plan.steps[2].attrs == {"axis": 1}
+    assert [str(s.output_specs[0]) for s in plan.steps] == ["float32[2,8]"] * 3
+    assert plan.steps[0].layout == (None,)
+    # slots connect the steps: each step reads the slot the previous one wrote
+    assert plan.steps[0].input_slots == (plan.slot_of["x"],)
+    assert plan.steps[1].input_slots == plan.steps[0].output_slots
+    assert plan.output_slots == {"sm": plan.steps[2].output_slots[0]}
+    assert all(s.takes_out for s in plan.steps)
+    assert "LeakyRelu" in str(plan) and plan.table()[1]["attrs"] == {"alpha": 0.5}
+    (out,) = sess.run(None, {"x": np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)})
+    assert_close(out.sum(axis=1), np.ones(2, np.float32))
+
+
+def test_graph_ordering_is_linear_and_keeps_level_order():
+    n = 3000  # quadratic ordering took seconds here; the linear one is instant
+    model = _chain(["Neg"] * n, shape=(2,))
+    model.graph.nodes.reverse()  # a file may list nodes in any order
+    sess = Session(model, passes=False, **REF)
+    assert [s.name for s in sess.plan.steps] == [f"n{i}" for i in range(n)]
+    (y,) = sess.run(None, {"x": np.array([1, -2], np.float32)})
+    np.testing.assert_array_equal(y, np.array([1, -2], np.float32))  # an even number of negations
+
+
+# -- the arena planner --------------------------------------------------------------------------------
+def test_blocks_alive_together_never_overlap():
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        blocks = []
+        for _ in range(40):
+            start = int(rng.integers(0, 50))
+            blocks.append(Block(int(rng.integers(1, 20)) * 64, start, start + int(rng.integers(0, 10))))
+        top = place_blocks(blocks)
+        for i, a in enumerate(blocks):
+            assert a.offset % 64 == 0 and a.offset + a.nbytes <= top
+            for b in blocks[i + 1:]:
+                if a.start <= b.end and b.start <= a.end:  # alive at a common step
+                    assert a.offset + a.nbytes <= b.offset or b.offset + b.nbytes <= a.offset
+        assert top >= live_peak(blocks, 60)
+
+
+def test_best_fit_reuses_the_smallest_gap_that_fits():
+    big, small_gap_left, keeper = Block(4096, 0, 1), Block(1024, 0, 3), Block(2048, 0, 3)
+    late = Block(1024, 2, 3)  # after `big` died: the 4096 gap and the space on top both fit
+    top = place_blocks([big, small_gap_left, keeper, late])
+    assert late.offset == big.offset  # reused, not stacked on top
+    assert top == 4096 + 2048 + 1024 == live_peak([big, small_gap_left, keeper, late], 4)
+    # a chain of same-size temporaries needs only two blocks
+    chain = [Block(512, i, i + 1) for i in range(10)]
+    assert place_blocks(chain) == 1024
+
+
+def test_elementwise_ops_run_in_place_when_their_input_dies():
+    sess = Session(_chain(["Relu", "Neg", "Exp", "Tanh", "Sigmoid"]), passes=False, **REF)
+    mem = sess.memory()
+    assert mem["inplace_steps"] == 3  # Neg, Exp and Tanh write over Relu's block; Sigmoid is the output
+    assert mem["arena_bytes"] == mem["live_peak_bytes"] == 4 * 256 * 4
+    x = np.random.default_rng(1).standard_normal((4, 256)).astype(np.float32)
+    (y,) = sess.run(None, {"x": x})
+    assert_close(y, 1 / (1 + np.exp(-np.tanh(np.exp(-np.maximum(x, 0))))))
+
+
+def test_in_place_never_clobbers_a_value_still_needed():
+    g = GraphBuilder("m")
+    x = g.input("x", (3, 64), "float32")
+    a = g.op("Relu", x, name="a")
+    view = g.op("Reshape", a, np.array([64, 3], np.int64), name="view")  # a view of a's block
+    b = g.op("Neg", a, name="b")  # a's last direct reader: in place would clobber `view`
+    c = g.op("Exp", b, name="c")  # b dies here: may run in place
+    g.output(g.op("Add", c, g.op("Reshape", view, np.array([3, 64], np.int64), name="back"), name="d"))
+    sess = Session(g.build(), passes=False, **REF)
+    steps = {s.name: s.index for s in sess.plan.steps}
+    mem = sess._executor.pool_for(None).mem
+    assert steps["b"] not in mem.inplace and steps["c"] in mem.inplace
+    x = np.random.default_rng(2).standard_normal((3, 64)).astype(np.float32)
+    for _ in range(2):
+        (y,) = sess.run(None, {"x": x})
+        assert_close(y, np.exp(-np.maximum(x, 0)) + np.maximum(x, 0))
+
+
+def test_constants_and_feeds_are_never_written():
+    g = GraphBuilder("m")
+    x = g.input("x", (4, 32), "float32")
+    k = g.constant(np.full((4, 32), 2, np.float32), name="k")
+    y = g.op("Relu", g.op("Add", g.op("Neg", x), k, name="add"), name="relu")
+    g.output(g.op("Exp", g.op("Mul", k, y), name="out"))
+    model = g.build()
+    data = model.graph.values["k"].data
+    sess = Session(model, passes=False, **REF)
+    x = np.ones((4, 32), np.float32)
+    for _ in range(3):
+        (out,) = sess.run(None, {"x": x})
+    assert_close(out, np.exp(2 * np.maximum(2 - x, 0)))
+    np.testing.assert_array_equal(data, np.full((4, 32), 2, np.float32))
+    np.testing.assert_array_equal(x, np.ones((4, 32), np.float32))
+
+
+def test_outputs_are_fresh_arrays_never_views_of_the_arena():
+    g = GraphBuilder("m")
+    x = g.input("x", (8, 8), "float32")
+    a = g.op("Relu", x, name="a")
+    g.output(g.op("Flatten", a, axis=0, name="flat"), g.op("Identity", a, name="same"), g.op("Neg", a, name="neg"))
+    sess = Session(g.build(), passes=False, **REF)
+    first = sess.run(None, {"x": np.ones((8, 8), np.float32)})
+    arena = _arena_of(sess)
+    assert arena and all(not np.shares_memory(o, buf) for o in first for buf in arena)
+    sess.run(None, {"x": -np.ones((8, 8), np.float32)})  # reuses the arena
+    assert_close(first[0], np.ones((1, 64), np.float32))
+    assert_close(first[1], np.ones((8, 8), np.float32))
+
+
+def test_scratch_is_declared_and_handed_over():
+    seen = []
+
+    def scratch_bytes(specs, attrs):
+        return specs[0].size * 4 * 3
+
+    kernelkit.register_op("Triple", domain=DOMAIN, inputs=["X"], outputs=["Y"], infer=same_as_input)
+
+    @kernelkit.register_kernel("Triple", domain=DOMAIN, device="cpu", vendor="reference", dtype="float32",
+                               scratch=scratch_bytes)
+    def triple(x, *, out=None, scratch=None):
+        seen.append(None if scratch is None else (scratch.nbytes, scratch.ctypes.data % 64))
+        return np.multiply(x, 3, out=out)
+
+    g = GraphBuilder("m")
+    t = g.op("Triple", g.input("x", (5, 7), "float32"), domain=DOMAIN)
+    g.output(g.op("Neg", t))
+    sess = Session(g.build(), passes=False, **REF)
+    mem = sess.memory()
+    assert mem["scratch_bytes"] == 5 * 7 * 4 * 3
+    assert mem["arena_bytes"] >= mem["scratch_bytes"] + 5 * 7 * 4
+    (y,) = sess.run(None, {"x": np.ones((5, 7), np.float32)})
+    assert_close(y, np.full((5, 7), -3, np.float32))
+    assert seen == [(5 * 7 * 4 * 3, 0)]
+
+
+def test_a_kernel_that_ignores_out_still_lands_in_the_plan():
+    kernelkit.register_op("Lazy", domain=DOMAIN, inputs=["X"], outputs=["Y"], infer=same_as_input)
+
+    @kernelkit.register_kernel("Lazy", domain=DOMAIN, device="cpu", vendor="reference", dtype="float32")
+    def lazy(x, *, out=None):
+        return x  # returns its input: the value must not alias x's block
+
+    g = GraphBuilder("m")
+    a = g.op("Relu", g.input("x", (16,), "float32"), name="a")
+    b = g.op("Lazy", a, domain=DOMAIN, name="b")
+    c = g.op("Neg", a, name="c")  # a dies here; with in-place, c would overwrite a
+    g.output(g.op("Sub", b, c, name="d"))
+    sess = Session(g.build(), passes=False, **REF)
+    x = np.arange(-8, 8, dtype=np.float32)
+    (d,) = sess.run(None, {"x": x})
+    assert_close(d, 2 * np.maximum(x, 0))
+
+
+def test_dynamic_shapes_plan_once_per_input_shape():
+    sess = Session(_chain(["Relu", "Exp", "Neg"], shape=("N", 128)), passes=False, **REF)
+    assert not sess.plan.static
+    for n in (2, 3, 2, 3, 2):
+        x = np.full((n, 128), -1, np.float32)
+        (y,) = sess.run(None, {"x": x})
+        assert_close(y, -np.ones((n, 128), np.float32))
+        assert sess.memory()["input_shapes"] == {"x": (n, 128)}
+        assert sess.memory()["arena_bytes"] == n * 128 * 4
+    assert sorted(sess._executor._pools) == [((2, 128),), ((3, 128),)]
+    assert sess.memory({"x": (7, 128)})["live_peak_bytes"] == 7 * 128 * 4
+
+
+def test_shape_computations_are_planned_for_concrete_inputs():
+    g = GraphBuilder("m")
+    x = g.input("x", ("N", 4, 8), "float32")
+    shape = g.op("Concat", g.op("Slice", g.op("Shape", x), np.array([0], np.int64), np.array([1], np.int64)),
+                 np.array([-1], np.int64), axis=0)
+    flat = g.op("Reshape", g.op("Relu", x), shape)
+    g.output(g.op("Exp", g.op("Neg", flat)))
+    sess = Session(g.build(), **REF)
+    x = np.zeros((3, 4, 8), np.float32)
+    (y,) = sess.run(None, {"x": x})
+    assert y.shape == (3, 32)
+    mem = sess.memory()
+    assert mem["planned_values"] >= 2 and mem["arena_bytes"] >= 3 * 32 * 4
+
+
+def test_steady_state_runs_allocate_little_for_intermediates():
+    sess = Session(_chain(["Relu", "Neg", "Exp", "Sigmoid", "Tanh", "Abs", "Sqrt"], shape=(64, 1024)),
+                   passes=False, **REF)
+    x = np.random.default_rng(3).standard_normal((64, 1024)).astype(np.float32)
+    sess.run(None, {"x": x})
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        (y,) = sess.run(None, {"x": x})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    new = peak - before - y.nbytes
+    assert new <= 0.1 * sess.memory()["live_peak_bytes"], new
+
+
+def test_concurrent_runs_use_separate_arenas():
+    sess = Session(_chain(["Relu", "Neg", "Exp"], shape=(32, 32)), passes=False, **REF)
+    xs = [np.full((32, 32), i / 10, np.float32) for i in range(16)]
+    results = [None] * 16
+
+    def work(i):
+        for _ in range(5):
+            results[i] = sess.run(None, {"x": xs[i]})[0]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for x, y in zip(xs, results):
+        assert_close(y, np.exp(-np.maximum(x, 0)))
+
+
+# -- kernels: bind(step) ------------------------------------------------------------------------------
+class BoundKernel:
+    binds = 0
+
+    def prepare(self, specs, attrs):
+        self.factor = np.float32(attrs["factor"])
+
+    def resize(self, specs):
+        pass
+
+    def bind(self, step):
+        BoundKernel.binds += 1
+        factor, name = self.factor, step.name
+        assert step.output_specs[0].dtype == "float32" and name == "sc"
+
+        def call(x, *, out=None):
+            return np.multiply(x, factor, out=out)
+        return call
+
+    def execute(self, x, *, out=None):
+        raise AssertionError("the session calls what bind(step) returned")
+
+
+def test_class_kernel_bind_hook_prebinds_the_call_and_rebinds_on_resize():
+    BoundKernel.binds = 0
+    kernelkit.register_op("Scale", domain=DOMAIN, inputs=["X"], outputs=["Y"], infer=same_as_input,
+                          attrs={"factor": ("float", 1.0)})
+    kernelkit.register_kernel("Scale", domain=DOMAIN, device="cpu", vendor="reference", dtype="float32")(BoundKernel)
+    g = GraphBuilder("m")
+    g.output(g.op("Neg", g.op("Scale", g.input("x", ("N", 2), "float32"), domain=DOMAIN, factor=3.0, name="sc")))
+    sess = Session(g.build(), passes=False, **REF)
+    assert sess.plan.steps[0].takes_out and BoundKernel.binds == 1
+    for n in (1, 1, 4):
+        (y,) = sess.run(None, {"x": np.ones((n, 2), np.float32)})
+        assert_close(y, np.full((n, 2), -3, np.float32))
+    assert BoundKernel.binds == 3  # at compile, then for (1, 2) and (4, 2)
+
+
+# -- session semantics ----------------------------------------------------------------------------------
+def test_run_async_copies_its_feeds_before_returning():
+    started = threading.Event()
+    kernelkit.register_op("Slow", domain=DOMAIN, inputs=["X"], outputs=["Y"], infer=same_as_input)
+
+    @kernelkit.register_kernel("Slow", domain=DOMAIN, device="cpu", vendor="reference", dtype="float32")
+    def slow(x):
+        started.set()
+        time.sleep(0.05)
+        return x * 2
+
+    g = GraphBuilder("m")
+    g.output(g.op("Slow", g.input("x", (64,), "float32"), domain=DOMAIN))
+    sess = Session(g.build(), **REF)
+    for i in range(5):
+        x = np.full(64, i, np.float32)
+        future = sess.run_async(None, {"x": x})
+        x[:] = -100  # the caller reuses its buffer at once
+        np.testing.assert_array_equal(future.result(timeout=30)[0], np.full(64, 2 * i, np.float32))
+    assert started.is_set()
+
+
+def test_fallback_warns_once_with_a_kernelkit_warning_class():
+    g = GraphBuilder("m")
+    x = g.input("x", (3,), "float32")
+    g.output(g.op("Neg", g.op("Exp", x, name="e"), name="n"))
+    with pytest.warns(FallbackWarning, match=r"2 node\(s\) fell back") as record:
+        sess = Session(g.build(), vendors=["nobody"])
+    assert len([w for w in record if issubclass(w.category, KernelkitWarning)]) == 1
+    assert [(f["node"], f["op"], f["device"], f["copies"]) for f in sess.fallbacks()] == [
+        ("e", "Exp", "cpu", []), ("n", "Neg", "cpu", [])]
+    assert "nobody" in sess.fallbacks()[0]["reason"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        with pytest.raises(FallbackWarning):
+            Session(g.build(), vendors=["nobody"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Session(g.build(), **REF).fallbacks() == []  # nothing to say: no warning

@@ -1,0 +1,378 @@
+"""Integer matrix products: MatMulInteger, QLinearMatMul and com.microsoft::QGemm, plus the exact
+integer GEMM and requantize epilogue that the integer convolutions share.
+
+Exact integer products on float32 BLAS: the operands minus their zero points are small integers
+(|a - a_zp| <= 255, |b - b_zp| <= 255), so a dot product over a K-block of length
+``kc = 2**24 // (max|a - a_zp| * max|b - b_zp|)`` (at least 258, 518 for int8 weights) has every
+partial sum an integer below 2**24, which float32 represents exactly whatever order BLAS adds in.
+A longer K is cut into such blocks whose exact results are added in int32, so the result is
+the int32 accumulation ONNX defines, bit for bit, at float32 GEMM speed. (Numba cannot emit the
+int8 dot-product instructions itself: its integer arithmetic is 64-bit, see docs/quantization.md.)
+Constant weights are converted and packed once per kernel (``PackedWeights``); the requantize
+(+ bias, x per-channel multiplier, round half to even, + zero point, clamp for a fused Relu/Clip)
+is one parallel pass over the last block's result.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from kernelkit.ops.qlinear import clamp_bounds, multiplier
+from kernelkit.registry import register_kernel
+from numba import prange
+
+from .._base import NumbaKernel
+from ..config import jit_parallel
+
+EXACT = float(1 << 24)  # float32 represents every integer up to this exactly
+
+
+@jit_parallel
+def offset_rows(x, zp, per_row, out):
+    """out[r, c] = float32(x[r, c] - zp) for 2-D int8/uint8 x; zp one value, one per row
+    (``per_row``) or one per column."""
+    rows, cols = x.shape
+    per_col = zp.shape[0] > 1 and not per_row
+    for r in prange(rows):
+        z = np.float32(zp[np.int64(r)] if per_row else zp[0])
+        src = x[r]
+        dst = out[r]
+        if per_col:
+            for c in range(cols):
+                dst[c] = np.float32(src[c]) - np.float32(zp[c])
+        else:
+            for c in range(cols):
+                dst[c] = np.float32(src[c]) - z
+
+
+@jit_parallel
+def accumulate(acc, y):
+    """acc += int32(y): one exact K-block's result added into the int32 accumulators."""
+    rows, cols = y.shape
+    for r in prange(rows):
+        for c in range(cols):
+            acc[r, c] += np.int32(y[r, c])
+
+
+@jit_parallel
+def requantize(y, acc, has_acc, bias, has_bias, mult, per_row, zp, lo, hi, out):
+    """out = clamp(rint(float32(int32(y) [+ acc] [+ bias]) * mult) + zp, lo, hi), with bias and
+    mult per row (``per_row``: conv channels) or per column (GEMM columns); a one-element mult is
+    per tensor. The inner loops stay in int32/float32 without branches, so they vectorise."""
+    rows, cols = y.shape
+    per_col_mult = mult.shape[0] > 1 and not per_row
+    for r in prange(rows):
+        src = y[r]
+        dst = out[r]
+        ri = np.int64(r)
+        m = mult[ri if mult.shape[0] > 1 else 0]
+        b = np.int32(bias[ri]) if has_bias and per_row else np.int32(0)
+        col_bias = has_bias and not per_row
+        if has_acc:
+            a = acc[r]
+            for c in range(cols):
+                v = np.int32(np.int32(src[c]) + a[c] + b + (bias[c] if col_bias else np.int32(0)))
+                q = np.float32(np.rint(np.float32(v) * (mult[c] if per_col_mult else m))) + zp
+                dst[c] = min(max(q, lo), hi)
+        elif per_row or not (col_bias or per_col_mult):
+            for c in range(cols):
+                q = np.float32(np.rint(np.float32(np.int32(np.int32(src[c]) + b)) * m)) + zp
+                dst[c] = min(max(q, lo), hi)
+        else:
+            for c in range(cols):
+                v = np.int32(np.int32(src[c]) + (bias[c] if col_bias else np.int32(0)))
+                q = np.float32(np.rint(np.float32(v) * (mult[c] if per_col_mult else m))) + zp
+                dst[c] = min(max(q, lo), hi)
+
+
+@jit_parallel
+def to_int32(y, acc, has_acc, out):
+    """out = int32(y) [+ acc]: the last block of an integer product."""
+    rows, cols = y.shape
+    for r in prange(rows):
+        for c in range(cols):
+            v = np.int32(y[r, c])
+            if has_acc:
+                v += acc[r, c]
+            out[r, c] = v
+
+
+@jit_parallel
+def to_float(y, acc, has_acc, mult, bias, has_bias, out):
+    """out = float32(int32(y) [+ acc]) * mult[col] [+ bias[col]] (a one-element mult is per tensor)."""
+    rows, cols = y.shape
+    scalar = mult.shape[0] == 1
+    for r in prange(rows):
+        for c in range(cols):
+            v = np.int32(y[r, c])
+            if has_acc:
+                v += acc[r, c]
+            f = np.float32(v) * mult[0 if scalar else c]
+            out[r, c] = f + bias[c] if has_bias else f
+
+
+def dtype_reach(dtype, zp) -> int:
+    """max |v - zp| over the values v of an int8/uint8 dtype, for every zero point in ``zp``."""
+    info = np.iinfo(dtype)
+    z = np.asarray(zp, np.int64).reshape(-1) if zp is not None else np.zeros(1, np.int64)
+    return int(max(np.max(z) - info.min, info.max - np.min(z), 1))
+
+
+def exact_blocks(rows: np.ndarray, a_reach: int) -> list[tuple[int, int]]:
+    """Cut K into blocks [k0, k1) in which every dot product of a weight row (``rows``: (R, K),
+    the float32 offsets) with activations of magnitude <= ``a_reach`` stays exact in float32:
+    a_reach * sum_k |w[r, k]| <= 2**24 bounds every partial sum, whatever order BLAS adds in."""
+    k = rows.shape[1]
+    if not rows.size:
+        return [(0, k)]
+    cum = np.cumsum(np.abs(rows, dtype=np.float64), axis=1) * a_reach
+    blocks, k0, base = [], 0, np.zeros((rows.shape[0], 1))
+    while k0 < k:
+        over = np.any(cum[:, k0:] - base > EXACT, axis=0)
+        k1 = k0 + (int(np.argmax(over)) if over.any() else k - k0)
+        k1 = max(k1, k0 + 1)  # one term is always exact (255 * 255 < 2**24)
+        blocks.append((k0, k1))
+        base = cum[:, k1 - 1:k1]
+        k0 = k1
+    return blocks
+
+
+class PackedWeights:
+    """A constant weight as float32 ``w - w_zp``, made once and reused while the same arrays come in
+    (the session hands a kernel the same read-only constants every run; a writable array may change,
+    so it is packed per call), with its exact K-blocks per activation reach. The reach is rounded up
+    to a multiple of 32 (a larger reach only makes blocks shorter, never inexact): a run-time zero
+    point (DynamicQuantizeLinear's) then costs at most 8 block computations, not one per value."""
+
+    def __init__(self, pack, rows):
+        self.pack, self.rows = pack, rows  # pack(w, zp) -> float32 array; rows(packed) -> (R, K) view
+        self.key = None
+
+    def get(self, w, zp, a_reach: int):
+        """(packed float32 array, [(k0, k1), ...] exact blocks) for activations up to ``a_reach``."""
+        key = (id(w), id(zp))
+        if key != self.key or w.flags.writeable:
+            self.data = self.pack(w, zp)
+            self.blocks = {}
+            self.key = key if not w.flags.writeable else None
+            self._refs = (w, zp)  # keep the keyed objects alive: their ids stay theirs
+        reach = min(255, -(-a_reach // 32) * 32)
+        if reach not in self.blocks:
+            self.blocks[reach] = exact_blocks(self.rows(self.data), reach)
+        return self.data, self.blocks[reach]
+
+
+def derived(kernel, params: tuple, make):
+    """``make()`` computed once while the same read-only arrays come in as ``params`` (scales, zero
+    points, bias: constants of the model), then reused; writable (caller) arrays: every call."""
+    cached = kernel.__dict__.get("_derived")
+    if cached is None or len(cached[0]) != len(params) or any(p is not q for p, q in zip(params, cached[0])) or \
+            any(p is not None and np.asarray(p).flags.writeable for p in params):
+        cached = (params, make())
+        kernel._derived = cached
+    return cached[1]
+
+
+def offset(x: np.ndarray, zp) -> np.ndarray:
+    """float32 ``x - zp`` of an integer array (any rank); zp per tensor or per column (last axis)."""
+    x2 = np.ascontiguousarray(x).reshape(-1, x.shape[-1] if x.ndim else 1)
+    z = np.zeros(1, x.dtype) if zp is None else np.ascontiguousarray(zp).reshape(-1)
+    if z.size > 1 and z.size != x2.shape[1]:
+        raise ValueError(f"zero point of {z.size} elements is neither per tensor nor per column of {x.shape}")
+    out = np.empty(x2.shape, np.float32)
+    offset_rows(x2, z, False, out)
+    return out.reshape(x.shape)
+
+
+def integer_product(af: np.ndarray, bf: np.ndarray, blocks, epilogue):
+    """Exact (A - a_zp) @ (B - b_zp) from float32 offsets (..., M, K) @ (..., K, N), one BLAS call
+    per exact K-block, blocks summed in int32; ``epilogue(y, acc, has_acc, shape)`` gets the last
+    block's float32 result as 2-D (rows = all leading axes) and the int32 sum of the earlier ones."""
+    acc, has_acc = NO_ACC, False
+    for i, (k0, k1) in enumerate(blocks):
+        y = np.matmul(af[..., k0:k1], bf[..., k0:k1, :])
+        y2 = y.reshape(-1, y.shape[-1])
+        if i == len(blocks) - 1:
+            return epilogue(y2, acc, has_acc, y.shape)
+        if not has_acc:
+            acc, has_acc = np.zeros(y2.shape, np.int32), True
+        accumulate(acc, y2)
+
+
+NO_ACC = np.zeros((1, 1), np.int32)
+
+
+def _matmul_packing(b_ndim: int):
+    """PackedWeights for a B of rank ``b_ndim``: 2-D B gets exact blocks from its column sums; an N-D
+    (batched) B the uniform worst-case block."""
+    if b_ndim == 2:
+        return PackedWeights(offset, lambda bf: bf.T)
+    return PackedWeights(offset, lambda bf: np.full((1, bf.shape[-2]), 255.0, np.float32))
+
+
+def matmul_supported(specs, b_index: int, a_zp_index: int) -> bool:
+    """Operands of rank >= 2 (1-D ones stay on the reference) and a per-tensor A zero point."""
+    a, b = specs[0], specs[b_index]
+    zp = specs[a_zp_index] if a_zp_index < len(specs) else None
+    return a.rank >= 2 and b.rank >= 2 and (zp is None or zp.size == 1)
+
+
+@register_kernel("MatMulInteger", device="cpu", vendor="numba", dtype=("int8", "uint8"),
+                 supports=lambda specs, attrs: matmul_supported(specs, 1, 2))
+class MatMulInteger(NumbaKernel):
+    """(A - a_zp) @ (B - b_zp) exactly, int32 out; B (when constant) packed once."""
+
+    uses_blas = True
+
+    def setup(self, input_specs):
+        self.packed = _matmul_packing(input_specs[1].rank)
+
+    def work(self, a, b, *zps):
+        return 2.0 * a.size * b.shape[-1]
+
+    def compute(self, a, b, a_zero_point=None, b_zero_point=None):
+        bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
+        af = offset(a, a_zero_point)
+
+        def finish(y, acc, has_acc, shape):
+            out = np.empty(y.shape, np.int32)
+            to_int32(y, acc, has_acc, out)
+            return out.reshape(shape)
+
+        return integer_product(af, bf, blocks, finish)
+
+
+def quantized_output(y, acc, has_acc, bias, mult, per_row, y_zero_point, bounds):
+    """The requantize epilogue into a fresh array of the zero point's dtype."""
+    zp = np.asarray(y_zero_point)
+    out = np.empty(y.shape, zp.dtype)
+    has_bias = bias is not None
+    requantize(y, acc, has_acc, bias if has_bias else np.zeros(1, np.int32), has_bias,
+               np.ascontiguousarray(mult, np.float32).reshape(-1), per_row, np.float32(zp.reshape(())),
+               np.float32(bounds[0]), np.float32(bounds[1]), out)
+    return out
+
+
+def _bounds(kernel, y_scale, y_zero_point):
+    a = kernel.attrs
+    return clamp_bounds(np.asarray(y_zero_point).dtype, y_scale, y_zero_point, a.get("activation", ""),
+                        a.get("activation_params", ()))
+
+
+@register_kernel("QLinearMatMul", device="cpu", vendor="numba", dtype=("int8", "uint8"),
+                 supports=lambda specs, attrs: matmul_supported(specs, 3, 2))
+class QLinearMatMul(NumbaKernel):
+    """Exact integer product, requantized per tensor or per column of B."""
+
+    uses_blas = True
+
+    def setup(self, input_specs):
+        self.packed = _matmul_packing(input_specs[3].rank)
+
+    def work(self, a, *rest):
+        return 2.0 * a.size * rest[2].shape[-1]
+
+    def compute(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+        bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
+        af = offset(a, a_zero_point)
+        mult, bounds = derived(self, (a_scale, b_scale, y_scale, y_zero_point),
+                               lambda: (multiplier(a_scale, b_scale, y_scale), _bounds(self, y_scale, y_zero_point)))
+
+        def finish(y, acc, has_acc, shape):
+            return quantized_output(y, acc, has_acc, None, mult, False, y_zero_point, bounds).reshape(shape)
+
+        return integer_product(af, bf, blocks, finish)
+
+
+def _pack_gemm_b(trans_b):
+    def pack(b, zp):  # B' = B.T for transB, offsets per column of B' (zp of length N)
+        bt = np.ascontiguousarray(b.T if trans_b else b)
+        z = np.zeros(1, b.dtype) if zp is None else np.ascontiguousarray(zp).reshape(-1)
+        out = np.empty(bt.shape, np.float32)
+        offset_rows(bt, z, False, out)  # one zero point, or one per column of B'
+        return out
+
+    return pack
+
+
+@register_kernel("QGemm", domain="com.microsoft", device="cpu", vendor="numba", dtype=("int8", "uint8"))
+class QGemm(NumbaKernel):
+    """alpha * (A' - a_zp) @ (B' - b_zp) + C, requantized (or scaled to float32 without y_zero_point)."""
+
+    uses_blas = True
+
+    def setup(self, input_specs):
+        self.packed = PackedWeights(_pack_gemm_b(self.attrs.get("transB", 0)), lambda bf: bf.T)
+
+    def work(self, a, *rest):
+        return 2.0 * a.size * rest[2].shape[1]
+
+    def compute(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c=None, y_scale=None, y_zero_point=None):
+        at = self.attrs
+        bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
+        af = offset(np.ascontiguousarray(a.T) if at.get("transA", 0) else a, a_zero_point)
+        n = bf.shape[1]
+
+        def make():
+            mult = multiplier(a_scale, b_scale, y_scale, at.get("alpha", 1.0))
+            per_column = c is not None and c.size == n and c.shape[-1] == n  # fused into the epilogue
+            bias = np.ascontiguousarray(c, np.int32).reshape(n) if per_column else None
+            bounds = _bounds(self, y_scale, y_zero_point) if y_zero_point is not None else None
+            return mult, bias, bounds
+
+        mult, bias, bounds = derived(self, (a_scale, b_scale, c, y_scale, y_zero_point), make)
+        full_c = c if (c is not None and bias is None) else None  # (M, 1), (M, N), scalar: added to acc
+
+        def finish(y, acc, has_acc, shape):
+            if full_c is not None:
+                acc = (acc if has_acc else np.zeros(y.shape, np.int32)) + np.broadcast_to(full_c, y.shape)
+                acc, has_acc = acc.astype(np.int32), True
+            if y_zero_point is None:
+                out = np.empty(y.shape, np.int32)
+                to_int32(y, acc, has_acc, out)
+                if bias is not None:
+                    out += bias
+                return out.astype(np.float32) * (mult.reshape(()) if mult.size == 1 else mult)
+            return quantized_output(y, acc, has_acc, bias, mult, False, y_zero_point, bounds)
+
+        return integer_product(af, bf, blocks, finish)
+
+
+def conv_weight_offsets(w, zp) -> np.ndarray:
+    """float32 (M, C/group * kh * kw) offsets of a conv weight; zp per tensor or output channel."""
+    m = w.shape[0]
+    w2 = np.ascontiguousarray(w).reshape(m, math.prod(w.shape[1:]))
+    z = np.zeros(1, w.dtype) if zp is None else np.ascontiguousarray(zp).reshape(-1)
+    out = np.empty(w2.shape, np.float32)
+    offset_rows(w2, z, z.size > 1, out)
+    return out
+
+
+@register_kernel("MatMulIntegerToFloat", domain="com.microsoft", device="cpu", vendor="numba", dtype=("int8", "uint8"),
+                 supports=lambda specs, attrs: matmul_supported(specs, 1, 4))
+class MatMulIntegerToFloat(NumbaKernel):
+    """float32(exact int32 product) * (a_scale * b_scale) [+ bias] in one epilogue pass: a dynamic
+    model's MatMulInteger -> Cast -> Mul [-> Add] (fused by fuse_qdq)."""
+
+    uses_blas = True
+
+    def setup(self, input_specs):
+        self.packed = _matmul_packing(input_specs[1].rank)
+
+    def work(self, a, b, *rest):
+        return 2.0 * a.size * b.shape[-1]
+
+    def compute(self, a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
+        bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
+        af = offset(a, a_zero_point)
+        mult = (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)).reshape(-1)  # as the Mul node
+        has_bias = bias is not None
+        bias_arr = derived(self, (bias,), lambda: np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias
+                           else np.zeros(1, np.float32))
+
+        def finish(y, acc, has_acc, shape):
+            out = np.empty(y.shape, np.float32)
+            to_float(y, acc, has_acc, mult, bias_arr, has_bias, out)
+            return out.reshape(shape)
+
+        return integer_product(af, bf, blocks, finish)

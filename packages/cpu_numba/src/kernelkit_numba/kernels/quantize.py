@@ -1,0 +1,128 @@
+"""QuantizeLinear, DequantizeLinear (per-tensor and per-axis) and DynamicQuantizeLinear as parallel
+loops over (outer, axis, inner) views, in float32 with the reference's exact rounding:
+``rint(x / scale)`` (a true float32 division, round half to even), plus the zero point, clamped.
+
+Blocked scales (``block_size`` > 0) stay on the reference (``supports`` declines them)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from kernelkit.ops.quantize import dynamic_params
+from kernelkit.registry import register_kernel
+from numba import prange
+
+from .._base import NumbaKernel
+from ..config import jit_parallel
+
+
+@jit_parallel
+def _quantize(x, scale, zp, lo, hi, y):
+    """y[o, a, i] = clamp(rint(x[o, a, i] / scale[a]) + zp[a], lo, hi); scale/zp of length 1 broadcast."""
+    outer, axis_n, inner = x.shape
+    for r in prange(outer * axis_n):
+        o = r // axis_n
+        a = r - o * axis_n
+        s = scale[a if scale.shape[0] > 1 else 0]
+        z = np.float32(zp[a if zp.shape[0] > 1 else 0])
+        src = x[o, a]
+        dst = y[o, a]
+        for i in range(inner):
+            v = np.float32(np.rint(np.float32(src[i]) / s)) + z
+            dst[i] = min(max(v, lo), hi)
+
+
+@jit_parallel
+def _dequantize(x, scale, zp, y):
+    """y[o, a, i] = float32(int64(x[o, a, i]) - zp[a]) * scale[a]."""
+    outer, axis_n, inner = x.shape
+    for r in prange(outer * axis_n):
+        o = r // axis_n
+        a = r - o * axis_n
+        s = scale[a if scale.shape[0] > 1 else 0]
+        z = np.int64(zp[a if zp.shape[0] > 1 else 0])
+        src = x[o, a]
+        dst = y[o, a]
+        for i in range(inner):
+            dst[i] = np.float32(np.int64(src[i]) - z) * s
+
+
+@jit_parallel
+def _min_max(x, chunks):
+    """(min, max) of a flat float32 array, reduced per chunk in parallel."""
+    n = x.shape[0]
+    lows = np.empty(chunks, np.float32)
+    highs = np.empty(chunks, np.float32)
+    for t in prange(chunks):
+        lo, hi = np.float32(np.inf), np.float32(-np.inf)
+        for i in range(t * n // chunks, (t + 1) * n // chunks):
+            v = x[i]
+            lo = min(lo, v)
+            hi = max(hi, v)
+        lows[t] = lo
+        highs[t] = hi
+    return lows.min(), highs.max()
+
+
+def _view3(x: np.ndarray, axis: int) -> np.ndarray:
+    """x as (outer, axis, inner) (a 0-d x as (1, 1, 1))."""
+    if x.ndim == 0:
+        return x.reshape(1, 1, 1)
+    axis %= x.ndim
+    return x.reshape(math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:]))
+
+
+def not_blocked(specs, attrs) -> bool:
+    """Per-tensor or per-axis parameters (blocked ones stay on the reference)."""
+    return not attrs.get("block_size", 0)
+
+
+class _PerAxis(NumbaKernel):
+    """Shared: the axis the parameters run along, and flat parameter arrays."""
+
+    def params(self, x, scale, zp, zp_dtype):
+        axis = int(self.attrs.get("axis", 1)) if max(np.size(scale), np.size(zp)) > 1 else 0
+        s = np.ascontiguousarray(scale, np.float32).reshape(-1)
+        z = np.zeros(1, zp_dtype) if zp is None else np.ascontiguousarray(zp).reshape(-1)
+        if s.size > 1 and (x.ndim == 0 or s.size != x.shape[axis % x.ndim]):
+            raise ValueError(f"per-axis scale of length {s.size} does not match axis {axis} of {x.shape}")
+        return axis, s, z
+
+
+@register_kernel("QuantizeLinear", device="cpu", vendor="numba", dtype="float32", supports=not_blocked)
+class QuantizeLinear(_PerAxis):
+    def compute(self, x, y_scale, y_zero_point=None):
+        from kernelkit.ops.cast import ONNX_DTYPES
+
+        out = self.attrs.get("output_dtype", 0)
+        dtype = np.dtype(y_zero_point.dtype if y_zero_point is not None else ONNX_DTYPES[out] if out else "uint8")
+        axis, s, z = self.params(x, y_scale, y_zero_point, dtype)
+        y = np.empty(x.shape, dtype)
+        info = np.iinfo(dtype)
+        _quantize(_view3(np.ascontiguousarray(x), axis), s, z, np.float32(info.min), np.float32(info.max),
+                  _view3(y, axis))
+        return y
+
+
+@register_kernel("DequantizeLinear", device="cpu", vendor="numba", dtype=("int8", "uint8", "int32"),
+                 supports=lambda specs, attrs: not_blocked(specs, attrs) and specs[1].dtype == "float32")
+class DequantizeLinear(_PerAxis):
+    def compute(self, x, x_scale, x_zero_point=None):
+        axis, s, z = self.params(x, x_scale, x_zero_point, x.dtype)
+        y = np.empty(x.shape, np.float32)
+        _dequantize(_view3(np.ascontiguousarray(x), axis), s, z, _view3(y, axis))
+        return y
+
+
+@register_kernel("DynamicQuantizeLinear", device="cpu", vendor="numba", dtype="float32")
+class DynamicQuantizeLinear(NumbaKernel):
+    """Range by a parallel min/max, parameters as the reference computes them, then quantize."""
+
+    def compute(self, x):
+        flat = np.ascontiguousarray(x).reshape(-1)
+        lo, hi = _min_max(flat, max(1, min(64, flat.size // 4096))) if flat.size else (0.0, 0.0)
+        scale, zp = dynamic_params(float(lo), float(hi))
+        y = np.empty(x.shape, np.uint8)
+        _quantize(flat.reshape(1, 1, -1), np.array([scale], np.float32), np.array([zp], np.uint8),
+                  np.float32(0), np.float32(255), y.reshape(1, 1, -1))
+        return y, np.asarray(scale), np.asarray(zp)
