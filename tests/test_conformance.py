@@ -64,6 +64,8 @@ def _targets() -> list[tuple[KernelKey, str]]:
 NO_SPECIAL_VALUES = {
     "Cast": "NaN/inf to an integer type is undefined in C and NumPy alike",
     "CastLike": "NaN/inf to an integer type is undefined in C and NumPy alike",
+    **{op: "quantizing NaN/inf (input or scale) to an integer type is undefined"
+       for op in ("QuantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul", "QGemm")},
 }
 NAN_ONLY = {  # +-inf is not meaningful here, NaN is
     "Resize": "interpolating beside +-inf multiplies it by a zero weight: inf or NaN depends on the formula",
