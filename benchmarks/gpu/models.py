@@ -75,10 +75,46 @@ def mobilenet_v2(batch: int = 1, res: int = 224):
     return n.head(x, 1280)
 
 
+def transformer(batch: int = 1, res: int = 0, layers: int = 4, seq: int = 128, d: int = 256, heads: int = 4,
+                ffn: int = 1024):
+    """The numba benchmark's post-norm encoder (nn.TransformerEncoderLayer with GELU: multi-head
+    attention as MatMul -> Mul(scale) -> Softmax -> MatMul, LayerNormalization), batch ``batch``;
+    input ``x`` (batch, seq, d). ``res`` is ignored (the CNN builders' signature)."""
+    g = GraphBuilder("transformer")
+    rng = np.random.default_rng(0)
+    x = g.input("x", (batch, seq, d), "float32")
+    dh = d // heads
+    split = np.array([batch, seq, heads, dh], np.int64)
+    merge = np.array([batch, seq, d], np.int64)
+    scale = np.float32(1 / np.sqrt(dh))
+
+    def linear(t, cin, cout):
+        w = (rng.standard_normal((cin, cout)) * np.sqrt(1.0 / cin)).astype(np.float32)
+        return g.op("Add", g.op("MatMul", t, w), (rng.standard_normal(cout) * 0.01).astype(np.float32))
+
+    def heads_of(t, perm):
+        return g.op("Transpose", g.op("Reshape", t, split), perm=perm)
+
+    def norm(t):
+        return g.op("LayerNormalization", t, np.ones(d, np.float32), np.zeros(d, np.float32), axis=-1, epsilon=1e-5)
+
+    for _ in range(layers):
+        q = heads_of(linear(x, d, d), [0, 2, 1, 3])
+        k = heads_of(linear(x, d, d), [0, 2, 3, 1])
+        v = heads_of(linear(x, d, d), [0, 2, 1, 3])
+        att = g.op("Softmax", g.op("Mul", g.op("MatMul", q, k), scale), axis=-1)
+        ctx = g.op("Reshape", g.op("Transpose", g.op("MatMul", att, v), perm=[0, 2, 1, 3]), merge)
+        x = norm(g.op("Add", x, linear(ctx, d, d)))
+        x = norm(g.op("Add", x, linear(g.op("Gelu", linear(x, d, ffn)), ffn, d)))
+    g.output(x)
+    return g.build()
+
+
 MODELS = {
     "resnet18": lambda batch, res=224: resnet(18, batch, res),
     "resnet50": lambda batch, res=224: resnet(50, batch, res),
     "mobilenetv2": lambda batch, res=224: mobilenet_v2(batch, res),
+    "transformer": transformer,
 }
 
 
@@ -90,6 +126,7 @@ def torch_runner(model, device="cuda"):
 
     graph = model.graph
     consts = {k: torch.from_numpy(np.array(v)).to(device) for k, v in graph.constants.items()}
+    host = {k: np.array(v) for k, v in graph.constants.items()}
 
     def act(y, node):
         a, p = node.attrs.get("activation", ""), list(node.attrs.get("activation_params", ()))
@@ -122,6 +159,20 @@ def torch_runner(model, device="cuda"):
                 y = torch.flatten(ins[0], 1)
             elif node.op == "Gemm":
                 y = F.linear(ins[0], ins[1], ins[2])
+            elif node.op == "MatMul":
+                y = act(torch.matmul(ins[0], ins[1]), node)
+            elif node.op == "Mul":
+                y = ins[0] * ins[1]
+            elif node.op == "Reshape":
+                y = ins[0].reshape(tuple(int(v) for v in host[node.inputs[1]]))
+            elif node.op == "Transpose":
+                y = ins[0].permute(*at["perm"])
+            elif node.op == "Softmax":
+                y = torch.softmax(ins[0], dim=at.get("axis", -1))
+            elif node.op == "LayerNormalization":
+                y = F.layer_norm(ins[0], ins[0].shape[-1:], ins[1], ins[2], at.get("epsilon", 1e-5))
+            elif node.op == "Gelu":
+                y = F.gelu(ins[0])
             else:
                 raise NotImplementedError(node.op)
             env[node.outputs[0]] = y

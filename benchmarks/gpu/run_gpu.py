@@ -27,9 +27,113 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-MODEL_CASES = [("resnet18", 1), ("resnet50", 32), ("mobilenetv2", 32)]
+MODEL_CASES = [("resnet18", 1), ("resnet50", 32), ("mobilenetv2", 32), ("transformer", 32), ("transformer", 1)]
 RES = 224  # --res: input resolution (smaller only for smoke tests on PoCL)
-TORCH_REF_MS = {"resnet18": 1.8, "resnet50": 11.7, "mobilenetv2": 4.2}  # issue 5, torchvision eager
+TORCH_REF_MS = {"resnet18": 1.8, "resnet50": 11.7, "mobilenetv2": 4.2, "transformer": float("nan")}
+
+
+def _feed(name: str, batch: int) -> np.ndarray:
+    shape = (batch, 128, 256) if name == "transformer" else (batch, 3, RES, RES)
+    return np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+
+
+def _host_cost(sess, x) -> dict:
+    """Host time per node: the replay's enqueue call alone (device idle before it), and the
+    node-by-node dispatch of the same session with replay off, both per node."""
+    from kernelkit_opencl.capture import Replay
+
+    replays = [r for r in sess._replayer.state.values() if isinstance(r, Replay)]
+    if not replays:
+        return {}
+    rep, dev = replays[0], sess._replayer.device
+    best = float("inf")
+    for _ in range(5):  # the recorded launches alone (no feed/output transfers), device idle first
+        dev.synchronize()
+        t0 = time.perf_counter()
+        for call in rep.calls:
+            call()
+        best = min(best, time.perf_counter() - t0)
+        dev.synchronize()
+    return {"replay_enqueue_us_per_node": best * 1e6 / len(sess.plan.kernel_steps()), "launches": rep.launches}
+
+
+def _device_resident(sess, x, iters: int) -> float:
+    """Seconds per run with the input already on the device and the output left there
+    (io_binding), as torch's timing has it; the device is drained at the end."""
+    out = sess.graph.outputs[0]
+    dev = sess._devices["gpu"]
+    xdev = dev.upload(x)
+    binding = sess.io_binding()
+    binding.bind_input("x", xdev)
+    binding.bind_output(out)
+    for _ in range(3):
+        sess.run_with_iobinding(binding)
+    dev.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        sess.run_with_iobinding(binding)
+    dev.synchronize()
+    return (time.perf_counter() - t0) / iters
+
+
+def half_rows(iters: int) -> list[dict]:
+    """options={"float16": True} (half storage, float math) against fp32: cosine of the outputs
+    and the time with the input on the device."""
+    import kernelkit as kk
+    from kernelkit.testing import cosine
+    from models import MODELS
+
+    rows = []
+    for name, batch in [("resnet50", 32), ("mobilenetv2", 32), ("transformer", 32)]:
+        model, x = MODELS[name](batch, RES), _feed(name, batch)
+        full = kk.Session(model, device="gpu", fallback=False)
+        half = kk.Session(model, device="gpu", fallback=False, options={"float16": True})
+        for _ in range(2):
+            want, got = full.run(None, {"x": x})[0], half.run(None, {"x": x})[0]
+        row = {"model": name, "batch": batch, "cosine": cosine(got, want),
+               "fp32_ms": _device_resident(full, x, iters) * 1e3, "fp16_ms": _device_resident(half, x, iters) * 1e3}
+        log(f"  float16 {name}: {row}")
+        rows.append(row)
+    return rows
+
+
+def pipeline(iters: int, batch: int = 32) -> dict:
+    """Two transformer encoders b32 in a row: outputs through the host (run + run) vs kept on
+    the device between them (io_binding)."""
+    import kernelkit as kk
+    from models import MODELS
+
+    a = kk.Session(MODELS["transformer"](batch), device="gpu", fallback=False)
+    b = kk.Session(MODELS["transformer"](batch), device="gpu", fallback=False)
+    x = _feed("transformer", batch)
+    ref = None
+    for _ in range(3):
+        ref = b.run(None, {"x": a.run(None, {"x": x})[0]})[0]
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        b.run(None, {"x": a.run(None, {"x": x})[0]})
+    host_ms = (time.perf_counter() - t0) / iters * 1e3
+    ba, bb = a.io_binding(), b.io_binding()
+    ba.bind_input("x", a._replayer.device.upload(x))
+    ba.bind_output(a.graph.outputs[0])
+    bb.bind_output(b.graph.outputs[0])
+
+    def step():
+        a.run_with_iobinding(ba)
+        bb.bind_input("x", ba.get_outputs()[0])
+        b.run_with_iobinding(bb)
+
+    for _ in range(3):
+        step()
+    got = bb.copy_outputs_to_cpu()[0]
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        step()
+    bb.get_outputs()[0].device.download(bb.get_outputs()[0])
+    dev_ms = (time.perf_counter() - t0) / iters * 1e3
+    row = {"host_ms": host_ms, "device_ms": dev_ms, "max_abs_diff": float(np.abs(got - ref).max())}
+    log(f"  pipeline: {row}")
+    return row
 
 
 def log(*args):
@@ -105,13 +209,18 @@ def build_once(name: str, batch: int) -> dict:
     from models import MODELS
 
     model = MODELS[name](batch, RES)
-    x = np.random.default_rng(0).standard_normal((batch, 3, RES, RES)).astype(np.float32)
+    x = _feed(name, batch)
     t0 = time.perf_counter()
     sess = kk.Session(model, device="gpu", fallback=False)
     t1 = time.perf_counter()
     sess.run(None, {"x": x})
     t2 = time.perf_counter()
-    return {"session_s": t1 - t0, "first_run_s": t2 - t1, "total_s": t2 - t0}
+    from kernelkit_opencl import tuning
+
+    progs = sess._devices["gpu"].programs
+    return {"session_s": t1 - t0, "first_run_s": t2 - t1, "total_s": t2 - t0, "programs_built": progs.built,
+            "programs_loaded": progs.hits, "tuning_searches": tuning.searches,
+            "tuning_s": tuning.search_seconds}
 
 
 def cold_warm(name: str, batch: int, cache: str) -> dict:
@@ -134,10 +243,10 @@ def models(torch, quick: bool) -> tuple[list[dict], list[dict]]:
     from kernelkit.testing import cosine
     from models import MODELS, torch_runner
 
-    rows, profile = [], []
+    rows, profile = [], {}
     for name, batch in MODEL_CASES:
         model = MODELS[name](batch, RES)
-        x = np.random.default_rng(0).standard_normal((batch, 3, RES, RES)).astype(np.float32)
+        x = _feed(name, batch)
         sess = kk.Session(model, device="gpu", fallback=False)
         for _ in range(2):
             out = sess.run(None, {"x": x})[0]
@@ -146,6 +255,16 @@ def models(torch, quick: bool) -> tuple[list[dict], list[dict]]:
         for _ in range(iters):
             sess.run(None, {"x": x})
         wall = (time.perf_counter() - t0) / iters
+        host = _host_cost(sess, x)
+        host["kk_dev_ms"] = _device_resident(sess, x, iters) * 1e3
+        nosess = kk.Session(model, device="gpu", fallback=False, options={"replay": False})
+        for _ in range(2):
+            nosess.run(None, {"x": x})
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            nosess.run(None, {"x": x})
+        host["dispatch_ms"] = (time.perf_counter() - t0) / iters * 1e3
+        del nosess
         # throughput: two runs in flight through run_async (host work overlaps the device's)
         pending = [sess.run_async(None, {"x": x}) for _ in range(2)]
         t0 = time.perf_counter()
@@ -164,7 +283,8 @@ def models(torch, quick: bool) -> tuple[list[dict], list[dict]]:
         prof = dev.kernel_profile(reset=True)
         kernel_ms = sum(r["total_ms"] for r in prof)
         row = {"model": name, "batch": batch, "kk_ms": wall * 1e3, "kk_img_s": batch / per_image_run,
-               "kk_sync_img_s": batch / wall, "kk_kernel_ms": kernel_ms}
+               "kk_sync_img_s": batch / wall, "kk_kernel_ms": kernel_ms, "nodes": len(sess.plan.kernel_steps()),
+               "host_us_per_node": (wall * 1e3 - kernel_ms) * 1e3 / len(sess.plan.kernel_steps()), **host}
         if torch is not None:
             run = torch_runner(model)
             tx = torch.from_numpy(x).cuda()
@@ -175,8 +295,8 @@ def models(torch, quick: bool) -> tuple[list[dict], list[dict]]:
                        torchvision_ref_ms=TORCH_REF_MS[name])
         rows.append(row)
         log(f"  {name}: {row}")
-        if name == "resnet50":
-            profile = prof
+        if name in ("resnet50", "transformer", "mobilenetv2") and f"{name}" not in profile:
+            profile[name] = prof
     return rows, profile
 
 
@@ -203,17 +323,26 @@ def table(gemm_rows, model_rows, builds, profile) -> str:
         kk = (f"{r['kk_ms']:.2f} ms, {r['kk_img_s']:.0f} img/s pipelined ({r['kk_sync_img_s']:.0f} sync); "
               f"kernels {r['kk_kernel_ms']:.2f} ms")
         tor = f"{t:.2f} ms ({r['torch_img_s']:.0f} img/s)" if t else "-"
-        ratio = (f"{r['kk_img_s'] / r['torch_img_s']:.2f}x throughput ({t / r['kk_ms']:.2f}x sync), "
-                 f"cos {r['cosine']:.7f}") if t else "-"
+        kk += f"; input on device {r['kk_dev_ms']:.2f} ms"
+        ratio = (f"{t / r['kk_dev_ms']:.2f}x (input on device); host feeds {r['kk_img_s'] / r['torch_img_s']:.2f}x "
+                 f"pipelined, {t / r['kk_ms']:.2f}x sync; cos {r['cosine']:.7f}") if t else "-"
         lines.append(f"| {r['model']} b{r['batch']} | {kk} | {tor} | {ratio} |")
+    lines += ["", "| model | nodes | launches | host us/node (wall - kernels) | replay enqueue us/node | "
+              "node-by-node dispatch ms |", "|---|---|---|---|---|---|"]
+    for r in model_rows:
+        lines.append(f"| {r['model']} b{r['batch']} | {r['nodes']} | {r.get('launches', '-')} | "
+                     f"{r['host_us_per_node']:.1f} | {r.get('replay_enqueue_us_per_node', float('nan')):.1f} | "
+                     f"{r.get('dispatch_ms', float('nan')):.2f} |")
     for name, b in builds.items():
         cold, warm = b.get("cold", {}), b.get("warm", {})
-        lines.append(f"| {name} session build + first run | cold {cold.get('total_s', float('nan')):.2f} s | "
-                     f"warm {warm.get('total_s', float('nan')):.2f} s | |")
-    if profile:
-        lines += ["", "ResNet-50 b32 per-kernel device time (OpenCL events), top 12:"]
-        total = sum(r["total_ms"] for r in profile)
-        for r in profile[:12]:
+        lines.append(f"| {name} session build + first run | cold {cold.get('total_s', float('nan')):.2f} s "
+                     f"({cold.get('programs_built')} programs built, {cold.get('tuning_searches')} tile searches "
+                     f"{cold.get('tuning_s', float('nan')):.1f} s) | warm {warm.get('total_s', float('nan')):.2f} s "
+                     f"({warm.get('programs_loaded')} programs loaded) | |")
+    for name, prof in (profile or {}).items():
+        lines += ["", f"{name} (first batch listed) per-kernel device time (OpenCL events), top 12:"]
+        total = sum(r["total_ms"] for r in prof)
+        for r in prof[:12]:
             lines.append(f"  {r['kernel']:<40} {r['calls']:4d} calls {r['total_ms']:8.2f} ms "
                          f"({100 * r['total_ms'] / total:.0f}%)")
     return "\n".join(lines)
@@ -224,6 +353,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--skip-conformance", action="store_true")
     ap.add_argument("--skip-models", action="store_true")
+    ap.add_argument("--skip-builds", action="store_true", help="no cold/warm build measurement")
     ap.add_argument("--build-once", nargs=2, metavar=("MODEL", "BATCH"))
     ap.add_argument("--res", type=int, default=224, help="input resolution (224; smaller for smoke tests)")
     ap.add_argument("--sizes", type=int, nargs="*", default=[1024, 2048, 4096], help="SGEMM sizes")
@@ -237,6 +367,11 @@ def main() -> int:
         return 0
     import pyopencl as cl
 
+    try:  # the ONNX importer's passes (MatMul + Add -> Gemm): what an imported model gets
+        import kernelkit_converters.onnx  # noqa: F401
+    except ImportError:
+        pass
+
     log("OpenCL devices:", [(p.name, d.name, d.version) for p in cl.get_platforms() for d in p.get_devices()])
     torch = _torch()
     log("torch:", None if torch is None else (torch.__version__, torch.cuda.get_device_name()))
@@ -245,16 +380,35 @@ def main() -> int:
     results: dict = {}
     t0 = time.perf_counter()
     log("== cold vs warm session build (fresh processes)")
-    results["builds"] = {"resnet50": cold_warm("resnet50", MODEL_CASES[1][1], cache)}
+    results["builds"] = {} if args.skip_builds else {"resnet50": cold_warm("resnet50", MODEL_CASES[1][1], cache)}
     log("== SGEMM")
     results["sgemm"] = sgemm(args.sizes, torch)
     if not args.skip_models:
         log("== models")
         results["models"], results["resnet50_profile"] = models(torch, args.quick)
+        log("== float16 storage")
+        results["half"] = half_rows(5 if args.quick else 20)
+        log("== pipeline of two models (io_binding)")
+        results["pipeline"] = pipeline(10 if args.quick else 30)
     log(table(results["sgemm"], results.get("models", []), results["builds"], results.get("resnet50_profile")))
+    for r in results.get("half", []):
+        log(f"float16 storage {r['model']} b{r['batch']}: {r['fp16_ms']:.2f} ms vs fp32 {r['fp32_ms']:.2f} ms "
+            f"({r['fp32_ms'] / r['fp16_ms']:.2f}x), cosine vs fp32 {r['cosine']:.6f}")
+    if "pipeline" in results:
+        p = results["pipeline"]
+        log(f"\npipeline transformer b32 -> transformer b32: through the host {p['host_ms']:.2f} ms, "
+            f"device-resident (io_binding) {p['device_ms']:.2f} ms, max |diff| {p['max_abs_diff']:.2e}")
     if not args.skip_conformance:
         log("== conformance suite on the GPU")
         results["conformance"] = conformance()
+    try:  # which tiles won (the SGEMM sizes' classes)
+        from kernelkit_opencl import tuning
+
+        for key, params in sorted(json.loads(tuning.path().read_text()).items()):
+            if "|gemm|mm|00|" in key:
+                log(f"tuned {key.split('|', 1)[1]}: {params}")
+    except (OSError, ValueError):
+        pass
     results["seconds"] = time.perf_counter() - t0
     out = os.environ.get("OUT")
     if out:

@@ -22,7 +22,7 @@ def test_backend_loads_and_registers_kernels():
     for k in kernelkit.kernels(vendor="numba"):
         dtypes.setdefault(k.op, set()).add(k.dtype)
     logic = {"And", "Or", "Xor"}  # bool in, bool out
-    integer = {"DequantizeLinear": {"int8", "uint8", "int32"}}
+    integer = {"DequantizeLinear": {"int8", "uint8", "int32"}, "LayoutReorder": {"*"}}  # reorders: any dtype
     for op in ("MaxPool", "Transpose", "Concat"):  # the int8 data movement of QDQ models
         integer[op] = {"float32", "int8", "uint8"}
     for op in ("MatMulInteger", "ConvInteger", "QLinearConv", "QLinearMatMul", "com.microsoft::QGemm",

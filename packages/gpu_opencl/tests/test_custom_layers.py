@@ -348,7 +348,7 @@ def test_loading_same_file_twice_is_a_noop():
     first = custom_layers.load_custom_kernels(EXAMPLE / "leaky_relu.xml")
     again = custom_layers.load_custom_kernels(EXAMPLE / "leaky_relu.xml")
     assert first == again
-    assert kk.kernels("LeakyRelu", device="gpu", vendor="custom") == [("LeakyRelu", "gpu", "custom", "float32")]
+    assert kk.kernels("LeakyRelu", device="gpu", vendor="custom") == [("LeakyRelu", "gpu", "custom", "float32", "")]
 
 
 def test_two_files_claiming_one_kernel_key_conflict():

@@ -160,15 +160,19 @@ def test_caller_may_change_feeds_while_a_run_is_in_flight(rng, cnn):
     np.testing.assert_array_equal(x, 0)
 
 
-def test_fp16_policy_elementwise_in_float_conv_falls_back(rng):
+def test_fp16_policy_half_storage_float_math_and_fallback(rng):
     x = rng.uniform(-3, 3, (4, 5)).astype(np.float16)
     got = kk.testing.run_single_op("Sigmoid", [x], device="gpu", fallback=False)[0]
     want = kk.testing.run_single_op("Sigmoid", [x])[0]
     assert_close(got, want)
     xc = rng.standard_normal((1, 2, 5, 5)).astype(np.float16)
     w = rng.standard_normal((2, 2, 3, 3)).astype(np.float16)
-    with pytest.raises(kk.UnsupportedOpError, match="float16"):
-        kk.testing.run_single_op("Conv", [xc, w], device="gpu", fallback=False)
+    got = kk.testing.run_single_op("Conv", [xc, w], device="gpu", fallback=False)[0]
+    assert got.dtype == np.float16
+    assert_close(got, kk.testing.run_single_op("Conv", [xc, w])[0], "float16")
+    with pytest.raises(kk.UnsupportedOpError, match="float16"):  # still float32 only: a clear refusal
+        kk.testing.run_single_op("BatchNormalization", [xc, *(np.ones(2, np.float16),) * 4], device="gpu",
+                                 fallback=False)
 
 
 def test_profile_uses_event_timestamps(rng, cnn):

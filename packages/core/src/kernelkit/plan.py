@@ -271,7 +271,13 @@ def _bind_class(step: Step, kernel, specs: list, dynamic: bool) -> Callable:
 
 
 def _mover(src: Device, dst: Device) -> Callable:
+    adopt = getattr(dst, "adopt", None)  # a device tensor fed through io_binding: copied on the device
+
     def move(tensor):
+        if adopt is not None and not isinstance(tensor, np.ndarray):
+            moved = adopt(tensor)
+            if moved is not None:
+                return moved
         host = src.download(tensor) if src.name != "cpu" else tensor
         return dst.upload(np.asarray(host, order="C")) if dst.name != "cpu" else host
 

@@ -128,6 +128,9 @@ class Session:
         self.plan: Plan = compile_plan(graph, device, self.vendors, fallback, self.options, threads,
                                        self.stub_ops, self._device, self.kernel_scope)
         self._executor = Executor(self.plan, list(graph.inputs), self._shapes_for, profile)
+        from .replay import Replayer
+
+        self._replayer = Replayer.for_session(self, profile)  # capture + replay (OpenCL); option replay
 
     def _device(self, name: str) -> Device:
         if name not in self._devices:
@@ -272,6 +275,13 @@ class Session:
         """Run the model; returns fresh arrays for ``output_names`` (None: all outputs)."""
         names = self._resolve_outputs(output_names)
         feeds = self._check_feeds(input_feed)
+        if self._replayer is not None:
+            kind, *result = self._replayer.start(feeds, names, copy_feeds=False)
+            if kind == "replayed":
+                outs, events = result
+                events[-1].wait()
+                return outs
+            return self._executor.finish(result[0], feeds, names)
         return self._executor.finish(self._executor.start(feeds), feeds, names)
 
     def run_async(self, output_names, input_feed: dict) -> Future:
@@ -289,13 +299,31 @@ class Session:
             # asynchronous devices (OpenCL) only enqueue: do it here, so that the pool thread does
             # nothing but wait for the downloads of the outputs
             try:
-                started = ex.start(feeds)
+                if self._replayer is not None:
+                    kind, *result = self._replayer.start(feeds, names, copy_feeds=False)  # feeds: private copies
+                    if kind == "replayed":
+                        outs, events = result
+                        return self._pool.submit(lambda: (events[-1].wait(), outs)[1])
+                    started = result[0]
+                else:
+                    started = ex.start(feeds)
             except BaseException as exc:  # noqa: BLE001 - reported through the future, as for the pool
                 failed: Future = Future()
                 failed.set_exception(exc)
                 return failed
             return self._pool.submit(ex.finish, started, feeds, names)
         return self._pool.submit(lambda: ex.finish(ex.start(feeds), feeds, names))
+
+    def io_binding(self):
+        """An :class:`~kernelkit.iobinding.IOBinding` for :meth:`run_with_iobinding`."""
+        from .iobinding import IOBinding
+
+        return IOBinding(self)
+
+    def run_with_iobinding(self, binding) -> None:
+        """Run with the binding's inputs (arrays or device tensors); outputs bound on the device
+        stay there as fresh device tensors (``binding.get_outputs()``), see iobinding.py."""
+        binding.run()
 
     def __repr__(self) -> str:
         return f"Session({self.graph.name!r}, device={self.device_name!r}, {len(self.plan.kernel_steps())} nodes)"

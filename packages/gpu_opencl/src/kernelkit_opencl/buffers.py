@@ -54,6 +54,8 @@ class BufferPool:
         self._lock = threading.RLock()
         self.allocated = 0   # buffers created
         self.reused = 0      # allocations served from the pool
+        self._captured: dict[int, object] | None = None  # buffers handed out while capturing
+        self._reserved: set[int] = set()  # id() of buffers a replay owns: never pooled again
 
     @staticmethod
     def bucket(nbytes: int) -> int:
@@ -75,17 +77,46 @@ class BufferPool:
                     continue
                 del free[i]
                 self.reused += 1
+                if self._captured is not None:
+                    self._captured[id(buffer)] = buffer
                 return _Allocation(buffer, size, self, hazards)
             self.allocated += 1
         try:
             buffer = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size)
         except cl.Error as exc:
             raise DeviceError(f"OpenCL: cannot allocate {size} bytes: {exc}") from exc
+        with self._lock:
+            if self._captured is not None:
+                self._captured[id(buffer)] = buffer
         return _Allocation(buffer, size, self)
 
     def give_back(self, buffer, nbytes: int, hazards) -> None:
         with self._lock:
+            if id(buffer) in self._reserved:
+                return
             self._free.setdefault(nbytes, []).append((buffer, [e for e in hazards if e is not None]))
+
+    def begin_capture(self) -> None:
+        with self._lock:
+            self._captured = {}
+
+    def end_capture(self) -> list:
+        """Every buffer handed out since ``begin_capture``, now reserved for a replay: taken out
+        of the free lists, and dropped instead of pooled when their tensors go away."""
+        with self._lock:
+            captured, self._captured = self._captured or {}, None
+            self._reserved.update(captured)
+            for size, free in self._free.items():
+                self._free[size] = [(b, h) for b, h in free if id(b) not in captured]
+        return list(captured.values())
+
+    def release(self, buffers) -> None:
+        """Return a dropped replay's buffers to the pool."""
+        with self._lock:
+            for b in buffers:
+                if id(b) in self._reserved:
+                    self._reserved.discard(id(b))
+                    self._free.setdefault(b.size, []).append((b, []))
 
     def clear(self) -> None:
         with self._lock:
@@ -143,7 +174,12 @@ class CLTensor:
 
     def values(self) -> np.ndarray:
         """The data on the host: the kept copy of a small upload, else a (blocking) download."""
-        return self.host if self.host is not None else self.device.download(self)
+        if self.host is None:
+            return self.device.download(self)
+        capture = getattr(self.device, "_capture", None)
+        if capture is not None:  # a run being captured: a feed read here cannot be replayed
+            capture.host_reads.add(id(self.alloc))
+        return self.host
 
     def __repr__(self) -> str:
         return f"CLTensor({self.dtype.name}{list(self.shape)}, {len(self.events)} pending)"

@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import sys
 import tempfile
 import threading
 import warnings
@@ -80,7 +81,7 @@ class ProgramCache:
         self.device = device
         self._memory: dict[str, object] = {}
         self._lock = threading.Lock()
-        self.hits = self.misses = self.rebuilt = 0
+        self.hits = self.misses = self.rebuilt = self.built = 0
         plat = device.platform
         self._identity = "\n".join((device.name, device.driver_version, plat.name, plat.version))
 
@@ -172,6 +173,7 @@ class ProgramCache:
                 f"OpenCL build of {label} failed on device {self.device.name!r} "
                 f"(options: {opts or 'none'}):\n{build_log.strip() or exc}") from exc
         log.debug("built %s (%s)", label, opts)
+        self._progress(label)
         try:
             binary = prg.get_info(cl.program_info.BINARIES)[0]
         except cl.Error:
@@ -179,6 +181,15 @@ class ProgramCache:
         if binary:
             self._store(key, bytes(binary))
         return prg
+
+    def _progress(self, label: str) -> None:
+        """One self-overwriting line on a terminal while programs compile (cold start)."""
+        with self._lock:
+            self.built += 1
+            count = self.built
+        if sys.stderr.isatty():
+            sys.stderr.write(f"\rkernelkit: compiled {count} OpenCL program(s), last {label[:40]:<40}")
+            sys.stderr.flush()
 
     @staticmethod
     def _dump(source: str, opts: str, label: str, key: str) -> None:

@@ -125,18 +125,31 @@ class _Kernel:
     its scalar argument types, fixed at the first launch from the NumPy scalars given: pyopencl
     then packs plain Python numbers (~4 us for 20 arguments instead of ~300 us)."""
 
-    __slots__ = ("knl", "lock", "typed")
+    __slots__ = ("knl", "lock", "typed", "program", "name", "dtypes")
 
-    def __init__(self, knl):
+    def __init__(self, knl, program=None, name: str = ""):
         self.knl = knl
         self.lock = threading.Lock()
         self.typed = False
+        self.program, self.name, self.dtypes = program, name, None
 
-    def set_args(self, args) -> None:
+    def set_args(self, args) -> list:
+        """Set ``args`` (buffers, NumPy scalars); returns them as set (plain Python numbers)."""
         if not self.typed:
-            self.knl.set_scalar_arg_dtypes([a.dtype if isinstance(a, np.generic) else None for a in args])
+            self.dtypes = [a.dtype if isinstance(a, np.generic) else None for a in args]
+            self.knl.set_scalar_arg_dtypes(self.dtypes)
             self.typed = True
-        self.knl.set_args(*[a.item() if isinstance(a, np.generic) else a for a in args])
+        plain = [a.item() if isinstance(a, np.generic) else a for a in args]
+        self.knl.set_args(*plain)
+        return plain
+
+    def bind(self, args):
+        """A new ``cl.Kernel`` of the same program with ``args`` set once: a pre-bound launch
+        (capture.py replays these without touching arguments again)."""
+        knl = _cl().Kernel(self.program, self.name)
+        knl.set_scalar_arg_dtypes(self.dtypes)
+        knl.set_args(*args)
+        return knl
 
 
 # -- the device ----------------------------------------------------------------------------------
@@ -173,6 +186,8 @@ class OpenCLDevice(Device):
         self._meta: dict[tuple, object] = {}
         self._memo: dict = {}
         self._events: list[tuple[str, object, str | None]] = []  # (label, event, node) when profiling
+        self._capture = None  # a capture.Capture while a run is being recorded
+        self._replay_queue = None
         log.info("gpu device %s (out-of-order queue: %s)", self.platform.label, self.out_of_order)
 
     # -- Device interface ------------------------------------------------------------------------
@@ -207,10 +222,14 @@ class OpenCLDevice(Device):
             host = host if small else host.copy()
             host.flags.writeable = False
             out.host = host
+        if self._capture is not None:
+            self._capture.uploads.append((array, out))
         return out
 
     def download(self, tensor: CLTensor) -> np.ndarray:
         cl = _cl()
+        if self._capture is not None:
+            self._capture.broken = f"a kernel read device data on the host ({tensor!r})"
         host = np.empty(tensor.shape, tensor.dtype)
         if host.nbytes:
             cl.enqueue_copy(self.queue, host, tensor.buffer, src_offset=tensor.offset * tensor.dtype.itemsize,
@@ -222,6 +241,8 @@ class OpenCLDevice(Device):
 
     def synchronize(self) -> None:
         self.queue.finish()
+        if self._replay_queue is not None:
+            self._replay_queue.finish()
 
     def describe(self) -> str:
         return f"gpu: {self.platform.label}" + (" [out-of-order queue]" if self.out_of_order else "")
@@ -237,7 +258,7 @@ class OpenCLDevice(Device):
             return hit
         program = self.programs.get(source, defines or {}, options, label=name)
         cl = _cl()
-        made = _Kernel(cl.Kernel(program, name))
+        made = _Kernel(cl.Kernel(program, name), program, name)
         with self._kernels_lock:
             return self._kernels.setdefault(key, made)
 
@@ -272,11 +293,11 @@ class OpenCLDevice(Device):
         for t in outputs:
             wait.extend(t.alloc.uses)
         try:
+            gws = tuple(int(g) for g in gws)
+            lws = tuple(int(x) for x in lws) if lws else None
             with kernel.lock:
-                kernel.set_args(args)
-                ev = cl.enqueue_nd_range_kernel(self.queue, knl, tuple(int(g) for g in gws),
-                                                tuple(int(x) for x in lws) if lws else None,
-                                                wait_for=wait or None)
+                plain = kernel.set_args(args)
+                ev = cl.enqueue_nd_range_kernel(self.queue, knl, gws, lws, wait_for=wait or None)
         except cl.Error as exc:
             raise KernelExecutionError(f"OpenCL launch of {label or knl.function_name} over {tuple(gws)}"
                                        f"/{lws} on {self.platform.label} failed: {exc}") from exc
@@ -288,9 +309,24 @@ class OpenCLDevice(Device):
             t.alloc.uses = [ev]
         if self.profiling:
             self._events.append((label or knl.function_name, ev, profiled_node.get()))
+        if self._capture is not None:
+            self._capture.launch(kernel, plain, gws, lws, label or knl.function_name, inputs, outputs)
         return ev
 
-    def copy(self, dst: CLTensor, src: CLTensor, nelems: int, dst_offset: int = 0, src_offset: int = 0):
+    def adopt(self, tensor) -> CLTensor | None:
+        """A copy of another session's device tensor (same OpenCL context) in a fresh buffer of
+        this device, made on the device (io_binding); None for anything else."""
+        if not isinstance(tensor, CLTensor) or tensor.device.context is not self.context:
+            return None
+        out = self.empty(tensor.shape, tensor.dtype)
+        if out.size:
+            out.events = [self.copy(out, tensor, tensor.size, record=False)]
+        if self._capture is not None:
+            self._capture.uploads.append((tensor, out))
+        return out
+
+    def copy(self, dst: CLTensor, src: CLTensor, nelems: int, dst_offset: int = 0, src_offset: int = 0,
+             record: bool = True):
         """Device-to-device copy of ``nelems`` elements (offsets in elements, on top of the tensors')."""
         cl = _cl()
         size = src.dtype.itemsize
@@ -299,7 +335,39 @@ class OpenCLDevice(Device):
                              wait_for=(src.events + dst.alloc.uses) or None)
         _note_use(src.alloc, ev)
         _note_use(dst.alloc, ev)
+        if self._capture is not None and record:
+            self._capture.copy(dst.buffer, src.buffer, nelems * size, (src.offset + src_offset) * size,
+                               (dst.offset + dst_offset) * size)
         return ev
+
+    # -- capture and replay (capture.py) --------------------------------------------------------
+    def replay_queue(self):
+        """The queue replays run on: in-order, so recorded launches need no wait lists."""
+        if not self.out_of_order:
+            return self.queue
+        if self._replay_queue is None:
+            cl = _cl()
+            props = cl.command_queue_properties.PROFILING_ENABLE if self.profiling else 0
+            self._replay_queue = cl.CommandQueue(self.context, self.cl_device, properties=props)
+        return self._replay_queue
+
+    def begin_capture(self):
+        """Start recording every launch and copy (the session's second run of a shape); see
+        ``kernelkit_opencl.capture``."""
+        from .capture import Capture
+
+        self._capture = Capture(self)
+        self.pool.begin_capture()
+        return self._capture
+
+    def end_capture(self, capture, feeds: dict | None, outputs: dict | None):
+        """Stop recording; a :class:`capture.Replay` of the run, or None when it cannot be replayed
+        (the reason is logged). ``feeds``/``outputs``: name -> the run's device tensor."""
+        self._capture = None
+        buffers = self.pool.end_capture()
+        if feeds is None or outputs is None:
+            return None
+        return capture.finish(feeds, outputs, buffers)
 
     def kernel_profile(self, reset: bool = True) -> list[dict]:
         """Per-kernel device time from OpenCL event timestamps (``opencl_profile=True``):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 import warnings
@@ -26,6 +27,7 @@ _lock = threading.Lock()
 _memory: dict[str, dict] = {}
 _loaded_from: str | None = None
 searches = 0  # searches run in this process (for tests and reports)
+search_seconds = 0.0  # time spent in them (builds included)
 
 
 def path():
@@ -75,14 +77,37 @@ def store(key: str, params: dict) -> None:
             log.warning("cannot write tuned parameters to %s: %s", p, exc)
 
 
-def choose(key: str, candidates: list[dict], run, enabled: bool, repeats: int = 4) -> dict:
-    """The parameters for ``key``: from the file if present; else, when ``enabled``, the fastest of
-    ``candidates`` (``run(params)`` enqueues once and waits; it may raise to reject a candidate),
-    persisted; else the first candidate (the default for the device)."""
-    global searches
+def valid(params, candidates: list[dict]) -> bool:
+    """A stored entry is used only if it is one of today's candidates (a hand-edited or stale
+    file cannot inject arbitrary defines into a build)."""
+    return isinstance(params, dict) and params in candidates
+
+
+def prebuild(build, candidates: list[dict]) -> None:
+    """``build(params)`` for every candidate on a thread pool: OpenCL compilers release the GIL,
+    so a search's programs compile in parallel (cold start). Failures surface later, in ``run``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = min(len(candidates), os.cpu_count() or 1, 16)
+    if workers <= 1:
+        return
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kernelkit-build") as pool:
+        for fut in [pool.submit(build, p) for p in candidates]:
+            try:
+                fut.result()
+            except Exception as exc:  # noqa: BLE001 - the candidate is rejected by run() later
+                log.debug("prebuild failed: %s", exc)
+
+
+def choose(key: str, candidates: list[dict], run, enabled: bool, repeats: int = 4, build=None) -> dict:
+    """The parameters for ``key``: from the file if present (and still a candidate); else, when
+    ``enabled``, the fastest of ``candidates`` (``run(params)`` enqueues once and waits; it may
+    raise to reject a candidate; ``build(params)``, if given, compiles one ahead, all in
+    parallel), persisted; else the first candidate (the default for the device)."""
+    global searches, search_seconds
     hit = lookup(key)
     if hit is not None:
-        if hit in candidates:  # the file is data: only a candidate of this build is trusted
+        if valid(hit, candidates):
             return hit
         msg = f"tuned parameters for {key} in {path()} are not a known candidate ({brief(hit)}); re-tuning"
         log.warning(msg)
@@ -92,6 +117,16 @@ def choose(key: str, candidates: list[dict], run, enabled: bool, repeats: int = 
     if not enabled or len(candidates) == 1:
         return candidates[0]
     searches += 1
+    start = time.perf_counter()
+    try:
+        return _search(key, candidates, run, repeats, build)
+    finally:
+        search_seconds += time.perf_counter() - start
+
+
+def _search(key: str, candidates: list[dict], run, repeats: int, build) -> dict:
+    if build is not None:
+        prebuild(build, candidates)
     best, best_t = None, float("inf")
     for params in progress.iterate(candidates, f"OpenCL tuning: {key}"):
         try:

@@ -55,7 +55,11 @@ def conv_geometry(ctx, x, w, b):
 
 def _infer(ctx) -> TensorSpec:
     x, w, win = _geometry(ctx)
-    return TensorSpec((x.shape[0], w.shape[0], *symbolic_out(ctx, win)), x.dtype)
+    y = TensorSpec((x.shape[0], w.shape[0], *symbolic_out(ctx, win)), x.dtype)
+    z = ctx.inputs[3] if ctx.has(3) else None
+    if z is not None and (z.dtype != y.dtype or tuple(z.shape) != tuple(y.shape)):
+        raise ctx.error(f"Z {z} (the fused residual) must have Y's shape and dtype {y}")
+    return y
 
 
 def _flops(ctx) -> int | None:
@@ -275,8 +279,8 @@ def _scratch(input_specs, attrs) -> int:
 
 
 @register_kernel("Conv", device="cpu", vendor="reference", dtype=FLOAT_TYPES, priority=-100, scratch=_scratch)
-def conv(x, w, b=None, *, auto_pad="NOTSET", dilations=(), group=1, kernel_shape=(), pads=(), strides=(),
-         activation="", activation_params=(), out=None, scratch=None):
+def conv(x, w, b=None, z=None, *, auto_pad="NOTSET", dilations=(), group=1, kernel_shape=(), pads=(),
+         strides=(), activation="", activation_params=(), out=None, scratch=None):
     ct = compute_dtype(x.dtype)
     kernel = kernel_shape if kernel_shape else w.shape[2:]  # absent: W's spatial shape
     win = window(x.shape[2:], kernel, strides=strides, dilations=dilations, pads=pads,
@@ -285,6 +289,8 @@ def conv(x, w, b=None, *, auto_pad="NOTSET", dilations=(), group=1, kernel_shape
     y = _conv(x.astype(ct, copy=False), w.astype(ct, copy=False), win, group, direct, scratch)
     if b is not None:
         y += b.astype(ct).reshape(-1, *(1,) * win.rank)
+    if z is not None:  # the fused residual (pass fuse_residual): added before the activation
+        y += z.astype(ct, copy=False)
     y = apply_activation(y, activation, activation_params).astype(x.dtype, copy=False)
     return y if y is out else into(out, y)
 
@@ -312,5 +318,7 @@ def _samples(rng, dtype):
     yield [r(1, 16, 8, 8), r(16, 1, 5, 5), None], {"group": 16, "dilations": [2, 1], "pads": [4, 2, 4, 2]}
 
 
-register_op("Conv", inputs=["X", "W", "B?"], outputs=["Y"], attrs=ATTRS, infer=_infer, samples=_samples,
+# Z (not in ONNX): a residual added before the activation, Y = act(conv(X, W) + B + Z), as cuDNN's
+# fused convolution takes it; only the fuse_residual pass adds it, for kernels that accept ``z``.
+register_op("Conv", inputs=["X", "W", "B?", "Z?"], outputs=["Y"], attrs=ATTRS, infer=_infer, samples=_samples,
             flops=_flops)

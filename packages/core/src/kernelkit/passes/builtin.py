@@ -302,6 +302,51 @@ def fold_batchnorm(graph: Graph, ctx: PassContext) -> int:
     return count
 
 
+# -- fuse_residual --------------------------------------------------------------------------------
+def _takes_z(graph: Graph, conv: Node, z: str, ctx: PassContext) -> bool:
+    """Whether the kernel the session would pick for ``conv`` with the residual ``z`` accepts a
+    ``z`` argument (kernels opt in by their signature; the others never see a fused Z)."""
+    import inspect
+
+    from ..backends import load_backends
+
+    load_backends()
+    specs = [graph.spec(i) if i else None for i in conv.inputs[:3]] + [None] * (3 - len(conv.inputs))
+    specs.append(graph.spec(z))
+    attrs = _attrs(conv)
+    entry = select_kernel(conv.op_id, ctx.device, specs[0].dtype, ctx.vendors, specs, attrs, ctx.scope)
+    if entry is None or entry.is_class:
+        return False
+    return "z" in inspect.signature(entry.impl).parameters
+
+
+@register_pass("fuse_residual", after="fold_batchnorm")
+def fuse_residual(graph: Graph, ctx: PassContext) -> int:
+    """Add(Conv(x), r) -> Conv(x, Z=r): the residual add of ResNet-like blocks becomes the conv's
+    epilogue (fuse_activation then takes a following Relu too), when the conv has no activation,
+    r has the conv output's shape, and the session's Conv kernel accepts ``z``."""
+    index, count = _Index(graph), 0
+    for node in [n for n in graph.nodes if n.op_id == "Add"]:
+        out = graph.spec(node.outputs[0])
+        for pos in (0, 1):
+            conv = index.producers.get(node.inputs[pos])
+            other = node.inputs[1 - pos]
+            if conv is None or conv.op_id != "Conv" or index.sole_reader(node.inputs[pos]) is not node:
+                continue
+            if len(conv.inputs) > 3 and conv.inputs[3] or _attrs(conv)["activation"]:
+                continue
+            spec, ospec = graph.spec(conv.outputs[0]), graph.spec(other)
+            if ospec is None or spec != out or ospec != out or not _takes_z(graph, conv, other, ctx):
+                continue
+            conv.inputs = (list(conv.inputs) + ["", ""])[:3] + [other]
+            index.readers.setdefault(other, []).append(conv)
+            index.splice(conv, node)
+            count += 1
+            break
+    index.commit()
+    return count
+
+
 # -- fuse_activation ------------------------------------------------------------------------------
 FUSION_PRODUCERS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 # ops that change only the shape, not the data: Act(View(x)) == View(Act(x)) for elementwise Act
@@ -385,3 +430,43 @@ def trim_dead(graph: Graph, ctx: PassContext) -> int:
     for name in dead:  # constants nobody reads, and specs of values that no longer exist
         del graph.values[name]
     return removed + len(dead)
+
+
+# -- float16_storage ------------------------------------------------------------------------------
+_FLOAT16, _FLOAT32 = 10, 1  # ONNX TensorProto element types, Cast's ``to``
+
+
+@register_pass("float16_storage")
+def float16_storage(graph: Graph, ctx: PassContext) -> int:
+    """With ``options={"float16": True}``: float32 weights and activations are stored as float16
+    (half the bytes); the model's float32 inputs and outputs stay float32 through Cast nodes at the
+    edges. Kernels compute in float (OpenCL: vload_half/vstore_half). Last in the pipeline, so
+    fusions match the float32 graph; runs once (the edge Casts mark a converted graph)."""
+    if not ctx.options.get("float16") or any(n.name.startswith("float16_storage/") for n in graph.nodes):
+        return 0
+    count = 0
+    for value in graph.values.values():
+        if value.data is not None and value.data.dtype == np.float32:
+            value.data = np.ascontiguousarray(value.data.astype(np.float16))
+            value.data.flags.writeable = False
+            value.spec = TensorSpec.of(value.data)
+            count += 1
+    index = _Index(graph)
+    head, tail = [], []
+    for name in graph.inputs:
+        if graph.spec(name).dtype == "float32" and index.readers.get(name):
+            half = graph.fresh_name(f"{name}_f16")
+            graph.values[half] = Value(half, TensorSpec(graph.spec(name).shape, "float16"))
+            index.redirect(name, half)
+            head.append(Node("Cast", [name], [half], {"to": _FLOAT16}, f"float16_storage/{name}", ""))
+    for name in graph.outputs:
+        producer = index.producers.get(name)
+        if graph.spec(name).dtype == "float32" and producer is not None:
+            half = graph.fresh_name(f"{name}_f16")
+            graph.values[half] = Value(half, TensorSpec(graph.spec(name).shape, "float16"))
+            producer.outputs = [half if o == name else o for o in producer.outputs]
+            for reader in index.readers.get(name, []):
+                reader.inputs = [half if i == name else i for i in reader.inputs]
+            tail.append(Node("Cast", [half], [name], {"to": _FLOAT32}, f"float16_storage/{name}", ""))
+    graph.nodes = head + graph.nodes + tail
+    return count + len(head) + len(tail)

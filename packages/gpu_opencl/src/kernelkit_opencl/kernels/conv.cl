@@ -6,9 +6,25 @@
 #define ACT(v) (v)
 #endif
 
-__kernel void depthwise(__global const float* restrict x, __global const float* restrict w,
-                        __global const float* restrict bias, __global float* restrict y,
-                        const int total, __global const int* restrict g) {
+#if HAS_Z
+#define Z_ARG , __global const DT* restrict zr
+#else
+#define Z_ARG
+#endif
+// depthwise storage: float, or half through vload_half/vstore_half (float arithmetic)
+#ifdef STORAGE_HALF
+#define DT half
+#define DLD(p, i) vload_half((i), (p))
+#define DST(p, i, v) vstore_half((v), (i), (p))
+#else
+#define DT float
+#define DLD(p, i) ((p)[i])
+#define DST(p, i, v) ((p)[i] = (v))
+#endif
+
+__kernel void depthwise(__global const DT* restrict x, __global const DT* restrict w,
+                        __global const DT* restrict bias, __global DT* restrict y,
+                        const int total, __global const int* restrict g Z_ARG) {
   const int i = get_global_id(0);
   if (i >= total) return;
   const int ow = i % g[5];
@@ -18,8 +34,8 @@ __kernel void depthwise(__global const float* restrict x, __global const float* 
   const int oc = r % g[3];
   const int b = r / g[3];
   const int c = oc / g[14];
-  __global const float* xp = x + (b * g[0] + c) * g[1] * g[2];
-  __global const float* wp = w + oc * g[6] * g[7];
+  __global const DT* xp = x + (b * g[0] + c) * g[1] * g[2];
+  __global const DT* wp = w + oc * g[6] * g[7];
   const int ih0 = oh * g[8] - g[10], iw0 = ow * g[9] - g[11];
   float acc = 0.0f;
   for (int kh = 0; kh < g[6]; ++kh) {
@@ -27,13 +43,16 @@ __kernel void depthwise(__global const float* restrict x, __global const float* 
     if (ih < 0 || ih >= g[1]) continue;
     for (int kw = 0; kw < g[7]; ++kw) {
       const int iw = iw0 + kw * g[13];
-      if (iw >= 0 && iw < g[2]) acc = mad(xp[ih * g[2] + iw], wp[kh * g[7] + kw], acc);
+      if (iw >= 0 && iw < g[2]) acc = mad(DLD(xp, ih * g[2] + iw), DLD(wp, kh * g[7] + kw), acc);
     }
   }
 #if HAS_BIAS
-  acc += bias[oc];
+  acc += DLD(bias, oc);
 #endif
-  y[i] = ACT(acc);
+#if HAS_Z
+  acc += DLD(zr, i);  // the fused residual (Conv's Z input)
+#endif
+  DST(y, i, ACT(acc));
 }
 
 // ConvTranspose 2-D, one output element per work-item: y[b, m, oh, ow] gathers every

@@ -8,7 +8,7 @@ from kernelkit import register_kernel
 from kernelkit.geometry import window
 
 from ._common import activation as act_source
-from ._common import launch_1d, source
+from ._common import launch_1d, source, storage_defines
 from .gemm import GemmCall, run_gemm
 
 
@@ -33,7 +33,7 @@ def _geometry(dev, cv, cg, kh, kw, H, W, dh, dw):
     return dev.memo(("conv-geometry", tuple(cv), cg, kh, kw, dh, dw), make)
 
 
-def conv(x, w, b=None, *, auto_pad: str = "NOTSET", dilations=(), group: int = 1, kernel_shape=(), pads=(),
+def conv(x, w, b=None, z=None, *, auto_pad: str = "NOTSET", dilations=(), group: int = 1, kernel_shape=(), pads=(),
          strides=(), activation: str = "", activation_params=()):
     dev = x.device
     one_d = x.ndim == 3
@@ -43,6 +43,7 @@ def conv(x, w, b=None, *, auto_pad: str = "NOTSET", dilations=(), group: int = 1
         pads = (0, pads[0], 0, pads[1]) if pads else ()
         strides, dilations = (1, *strides) if strides else (), (1, *dilations) if dilations else ()
         kernel_shape = (1, *kernel_shape) if kernel_shape else ()
+        z = z.view((z.shape[0], z.shape[1], 1, z.shape[2])) if z is not None else None
     key = ("conv-window", x.shape, w.shape, tuple(kernel_shape), tuple(strides), tuple(dilations), tuple(pads),
            auto_pad)
     win = dev.memo(key, lambda: window(x.shape[2:], kernel_shape or w.shape[2:], strides=strides,
@@ -54,13 +55,13 @@ def conv(x, w, b=None, *, auto_pad: str = "NOTSET", dilations=(), group: int = 1
     if y.size:
         geom = (win.strides[0], win.strides[1], win.begin[0], win.begin[1], win.dilations[0], win.dilations[1])
         if cg == 1 and group == c and group > 1:
-            _depthwise(dev, x, w, b, y, geom, activation, activation_params)
+            _depthwise(dev, x, w, b, y, geom, activation, activation_params, z)
         else:
-            _implicit_gemm(dev, x, w, b, y, group, geom, activation, activation_params)
+            _implicit_gemm(dev, x, w, b, y, group, geom, activation, activation_params, z)
     return y.view((n, oc, ow)) if one_d else y
 
 
-def _implicit_gemm(dev, x, w, b, y, group, geom, activation, activation_params):
+def _implicit_gemm(dev, x, w, b, y, group, geom, activation, activation_params, z=None):
     n, c, H, W = x.shape
     oc, cg, kh, kw = w.shape
     _, _, oh, ow = y.shape
@@ -73,24 +74,30 @@ def _implicit_gemm(dev, x, w, b, y, group, geom, activation, activation_params):
                         conv=_geometry(dev, cv, cg, kh, kw, H, W, dh, dw))
 
     call = dev.memo(("conv-plan", x.shape, w.shape, group, geom, activation, tuple(activation_params)), plan)
-    run_gemm(dev, call, w, x, b, y)
+    run_gemm(dev, call, w, x, b, y, z)
 
 
-def _depthwise(dev, x, w, b, y, geom, activation, activation_params):
+def _depthwise(dev, x, w, b, y, geom, activation, activation_params, z=None):
     n, c, H, W = x.shape
     oc, _, kh, kw = w.shape
     _, _, oh, ow = y.shape
     sh, sw, pt, pl, dh, dw = geom
     def make():
         act, defines = act_source(activation, activation_params)
-        return dev.kernel(act + source("conv.cl"), "depthwise", dict(defines, HAS_BIAS=int(b is not None)))
+        return dev.kernel(act + source("conv.cl"), "depthwise",
+                          dict(defines, HAS_BIAS=int(b is not None), HAS_Z=int(z is not None),
+                               **storage_defines(x.dtype)))
 
-    kernel = dev.memo(("depthwise", activation, tuple(activation_params), b is not None), make)
+    kernel = dev.memo(("depthwise", activation, tuple(activation_params), b is not None, z is not None,
+                       x.dtype), make)
     g = dev.meta((c, H, W, oc, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw, oc // c, 0))
     total = y.size
-    launch_1d(dev, kernel, total, (x.buffer, w.buffer, (b if b is not None else y).buffer, y.buffer,
-                                   np.int32(total), g), [x, w, b], [y], "depthwise")
+    args = [x.buffer, w.buffer, (b if b is not None else y).buffer, y.buffer, np.int32(total), g]
+    if z is not None:
+        args.append(z.buffer)
+    launch_1d(dev, kernel, total, args, [x, w, b, z], [y], "depthwise")
 
 
 def register() -> None:
-    register_kernel("Conv", device="gpu", vendor="opencl", dtype="float32", supports=_supports)(conv)
+    for dtype in ("float32", "float16"):  # float16: half storage, float arithmetic (vload_half)
+        register_kernel("Conv", device="gpu", vendor="opencl", dtype=dtype, supports=_supports)(conv)

@@ -76,3 +76,9 @@ __kernel void strided_copy(__global const T* src, __global T* dst, const int n, 
   dst[dst_base + ib] = src[src_base + ia];
 #endif
 }
+
+// Cast of a T (half) tensor to float32: the output edge of float16 storage.
+__kernel void to_float(__global const T* x, __global float* y, const int n) {
+  const int i = get_global_id(0);
+  if (i < n) y[i] = LOAD(x, i);
+}

@@ -164,7 +164,21 @@ def _variadic(op: str):
     return kernel
 
 
+def cast_half(x, *, to: int, saturate: int = 1):
+    """Cast from float16 (half storage) to float32, or to float16 (a copy)."""
+    dev = x.device
+    y = dev.empty(x.shape, np.float32 if to == 1 else np.float16)
+    if x.size:
+        name = "to_float" if to == 1 else "unary_Identity"
+        args = (x.buffer, y.buffer, np.int32(x.size)) if to == 1 else (x.buffer, y.buffer, np.int32(x.size),
+                                                                       np.float32(0), np.float32(0))
+        launch_1d(dev, ew_kernel(dev, name, x.dtype), x.size, args, [x], [y], f"cast float16->{y.dtype}")
+    return y
+
+
 def register() -> None:
+    register_kernel("Cast", device="gpu", vendor="opencl", dtype="float16",
+                    supports=lambda specs, attrs: attrs.get("to") in (1, 10))(cast_half)
     for op in UNARY:
         register_kernel(op, device="gpu", vendor="opencl", dtype=DTYPES)(_unary(op))
     for op in BINARY:

@@ -6,8 +6,11 @@
 //   TM, TN     outputs per work-item (rows, columns)      WM, WN   work-group shape (rows, columns)
 //   BK         k-step of a tile                           USE_LOCAL  1: stage tiles in local memory
 //   VEC_LDS    (local variant, TM and TN multiples of 4) 128-bit local loads, rows/cols in groups of 4
+//   PREFETCH   (local variant; NT divides BM*BK and BN*BK) next tile's global loads into registers
+//              before this tile's arithmetic
 //   TRANS_A, TRANS_B   A is stored [K, M] / B is stored [N, K]
 //   HAS_BIAS   add beta * bias[m * bias_sm + n * bias_sn]
+//   HAS_Z      add Z (laid out as C) before the activation: the residual of a fused Conv + Add
 //   SPLIT_K    k range split over the grid's z (low-occupancy shapes); partial sums go to a
 //              workspace, splitk_reduce adds them and runs the epilogue
 //   CONV       B(k, n) is the im2col matrix of the input image read on the fly (implicit GEMM):
@@ -23,6 +26,18 @@
 #define ACT(v) (v)
 #endif
 
+// Storage type T of A, B, bias, Z and C: float, or half read/written with vload_half/vstore_half
+// (STORAGE_HALF; arithmetic stays float, so no cl_khr_fp16 is needed). Split-K's workspace is float.
+#ifdef STORAGE_HALF
+#define T half
+#define LD(p, i) vload_half((i), (p))
+#define ST(p, i, v) vstore_half((v), (i), (p))
+#else
+#define T float
+#define LD(p, i) ((p)[i])
+#define ST(p, i, v) ((p)[i] = (v))
+#endif
+
 // cv (int buffer): [0] C per group, [1] H, [2] W, [3] OH, [4] OW, [5] stride h, [6] stride w,
 // [7] pad top, [8] pad left, [9] output channels (all groups), [10] image stride C*H*W; from
 // [16] on, the k table (see conv_load)
@@ -33,31 +48,44 @@
 #endif
 
 #if TRANS_A
-#define A_AT(m, k) A[(k) * lda + (m)]
+#define A_AT(m, k) LD(A, (k) * lda + (m))
 #else
-#define A_AT(m, k) A[(m) * lda + (k)]
+#define A_AT(m, k) LD(A, (m) * lda + (k))
 #endif
 #if TRANS_B
-#define B_AT(k, n) B[(n) * ldb + (k)]
+#define B_AT(k, n) LD(B, (n) * ldb + (k))
 #else
-#define B_AT(k, n) B[(k) * ldb + (n)]
+#define B_AT(k, n) LD(B, (k) * ldb + (n))
 #endif
 
 #ifndef SPLIT_K
 #define SPLIT_K 1
 #endif
+#ifndef PREFETCH
+#define PREFETCH 0
+#endif
 
 // The epilogue of one output: + beta * bias, fused activation, store (NCHW for convolutions).
 #if HAS_BIAS
-#define BIAS_AT(m, n) (beta * bias[(m) * bias_sm + (n) * bias_sn])
+#define BIAS_AT(m, n) (beta * LD(bias, (m) * bias_sm + (n) * bias_sn))
 #else
 #define BIAS_AT(m, n) 0.0f
 #endif
+// HAS_Z: a residual Z laid out as C is added before the activation (Conv's fused Add)
+#if HAS_Z
+#define Z_ARGS , __global const T* restrict Zr
+#define Z_AT(i) LD(Zr, i)
+#else
+#define Z_ARGS
+#define Z_AT(i) 0.0f
+#endif
 #ifdef CONV
 #define STORE_C(C, m, n, v) do { const int ohw_ = cv[3] * cv[4], b_ = (n) / ohw_;                  \
-    C[(b_ * cv[9] + (m)) * ohw_ + ((n) - b_ * ohw_)] = ACT((v) + BIAS_AT(m, n)); } while (0)
+    const int i_ = (b_ * cv[9] + (m)) * ohw_ + ((n) - b_ * ohw_);                                 \
+    ST(C, i_, ACT((v) + BIAS_AT(m, n) + Z_AT(i_))); } while (0)
 #else
-#define STORE_C(C, m, n, v) (C[(m) * ldc + (n)] = ACT((v) + BIAS_AT(m, n)))
+#define STORE_C(C, m, n, v) do { const int i_ = (m) * ldc + (n);                                    \
+    ST(C, i_, ACT((v) + BIAS_AT(m, n) + Z_AT(i_))); } while (0)
 #endif
 
 #ifdef CONV
@@ -77,12 +105,12 @@ inline ncol conv_col(const int n, const int N, __global const int* cv) {
 }
 
 // ktab[k] = (c*H*W + dh*W + dw, dh << 16 | dw) for k = (c, kh, kw), dh = kh*dil_h, dw = kw*dil_w
-inline float conv_load(__global const float* B, const ncol c, const int k, const int K,
+inline float conv_load(__global const T* B, const ncol c, const int k, const int K,
                        __global const int* cv) {
   if (k >= K) return 0.0f;
   const int2 t = vload2(k, cv + 16);
   const int ih = c.ih0 + (t.y >> 16), iw = c.iw0 + (t.y & 0xffff);
-  return (ih >= 0 && ih < cv[1] && iw >= 0 && iw < cv[2]) ? B[c.base + t.x] : 0.0f;
+  return (ih >= 0 && ih < cv[1] && iw >= 0 && iw < cv[2]) ? LD(B, c.base + t.x) : 0.0f;
 }
 #endif
 
@@ -90,11 +118,16 @@ __kernel
 #if USE_LOCAL
 __attribute__((reqd_work_group_size(WN, WM, 1)))
 #endif
-void gemm(__global const float* restrict A, __global const float* restrict B,
-          __global const float* restrict bias, __global float* restrict C,
+#if SPLIT_K > 1
+#define CT float
+#else
+#define CT T
+#endif
+void gemm(__global const T* restrict A, __global const T* restrict B,
+          __global const T* restrict bias, __global CT* restrict C,
           const int M, const int N, const int K, const int lda, const int ldb, const int ldc,
           const int bias_sm, const int bias_sn, const float alpha, const float beta,
-          const int za, const int zb, const int zc, const int zbias CV_ARGS) {
+          const int za, const int zb, const int zc, const int zbias CV_ARGS Z_ARGS) {
   const int lx = get_local_id(0), ly = get_local_id(1);
   const int n0 = get_group_id(0) * BN, m0 = get_group_id(1) * BM;
   // grid z = batch * SPLIT_K: split sk of the k range [k_lo, K) of batch z
@@ -107,6 +140,9 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
 #if SPLIT_K == 1
   C += z * zc;
   bias += z * zbias;
+#if HAS_Z
+  Zr += z * zc;
+#endif
 #endif
   float acc[TM][TN];
   _Pragma("unroll") for (int i = 0; i < TM; ++i)
@@ -131,6 +167,43 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
   const int my_n = tid % BN, my_k = tid / BN;
   const ncol mycol = conv_col(n0 + my_n, N, cv);
 #endif
+#if PREFETCH
+  // the next tile's global loads are issued before this tile's arithmetic (registers pa/pb) and
+  // written to local memory after it, so their latency hides behind the multiply-adds
+#define NA (BM * BK / NT)
+#define NB (BN * BK / NT)
+  float pa[NA], pb[NB];
+#if TRANS_A
+#define A_IDX(i) const int kk = (i) / BM, mm = (i) - kk * BM
+#else
+#define A_IDX(i) const int mm = (i) / BK, kk = (i) - mm * BK
+#endif
+#if TRANS_B
+#define B_IDX(i) const int nn = (i) / BK, kk = (i) - nn * BK
+#else
+#define B_IDX(i) const int kk = (i) / BN, nn = (i) - kk * BN
+#endif
+#define LOAD_TILES(k0) do {                                                                       \
+    _Pragma("unroll") for (int r = 0; r < NA; ++r) {                                              \
+      A_IDX(tid + r * NT); const int m = m0 + mm, k = (k0) + kk;                                  \
+      pa[r] = (m < M && k < k_hi) ? A_AT(m, k) : 0.0f; }                                          \
+    LOAD_B_TILE(k0); } while (0)
+#ifdef CONV
+#define LOAD_B_TILE(k0) _Pragma("unroll") for (int r = 0; r < NB; ++r)                            \
+    pb[r] = conv_load(B, mycol, (k0) + my_k + r * (NT / BN), k_hi, cv)
+#define STORE_B_TILE() _Pragma("unroll") for (int r = 0; r < NB; ++r) Bs[my_k + r * (NT / BN)][my_n] = pb[r]
+#else
+#define LOAD_B_TILE(k0) _Pragma("unroll") for (int r = 0; r < NB; ++r) {                          \
+      B_IDX(tid + r * NT); const int n = n0 + nn, k = (k0) + kk;                                  \
+      pb[r] = (n < N && k < k_hi) ? B_AT(k, n) : 0.0f; }
+#define STORE_B_TILE() _Pragma("unroll") for (int r = 0; r < NB; ++r) { B_IDX(tid + r * NT); Bs[kk][nn] = pb[r]; }
+#endif
+  LOAD_TILES(k_lo);
+  for (int k0 = k_lo; k0 < k_hi; k0 += BK) {
+    _Pragma("unroll") for (int r = 0; r < NA; ++r) { A_IDX(tid + r * NT); As[kk][mm] = pa[r]; }
+    STORE_B_TILE();
+    if (k0 + BK < k_hi) LOAD_TILES(k0 + BK);
+#else
   for (int k0 = k_lo; k0 < k_hi; k0 += BK) {
     for (int i = tid; i < BM * BK; i += NT) {
 #if TRANS_A
@@ -153,6 +226,7 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
       const int n = n0 + nn, k = k0 + kk;
       Bs[kk][nn] = (n < N && k < k_hi) ? B_AT(k, n) : 0.0f;
     }
+#endif
 #endif
     barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
@@ -179,7 +253,7 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
 #else  // direct: operands straight from global memory (caches do the tiling on CPUs)
 #define ROW(i) (m0 + ly * TM + (i))
 #define COL(j) (n0 + lx * TN + (j))
-#if TN == 8 && !TRANS_B && !defined(CONV)
+#if TN == 8 && !TRANS_B && !defined(CONV) && !defined(STORAGE_HALF)
   // float8 rows of B (CPU SIMD); interior tiles only, edges take the scalar loop below
   if (ROW(TM - 1) < M && COL(7) < N) {
     float8 vacc[TM];
@@ -233,10 +307,10 @@ void gemm(__global const float* restrict A, __global const float* restrict B,
 }
 
 // Split-K: out(z, m, n) = epilogue(sum over the SPLIT_K partial sums in ws), one per work-item.
-__kernel void splitk_reduce(__global const float* restrict ws, __global const float* restrict bias,
-                            __global float* restrict C, const int M, const int N, const int ldc,
+__kernel void splitk_reduce(__global const float* restrict ws, __global const T* restrict bias,
+                            __global T* restrict C, const int M, const int N, const int ldc,
                             const int bias_sm, const int bias_sn, const float alpha, const float beta,
-                            const int zc, const int zbias, const int total CV_ARGS) {
+                            const int zc, const int zbias, const int total CV_ARGS Z_ARGS) {
   const int t = get_global_id(0);
   if (t >= total) return;
   const int n = t % N, m = (t / N) % M, z = t / (M * N);
@@ -244,5 +318,8 @@ __kernel void splitk_reduce(__global const float* restrict ws, __global const fl
   for (int s = 0; s < SPLIT_K; ++s) v += ws[((long)(z * SPLIT_K + s) * M + m) * N + n];
   C += z * zc;
   bias += z * zbias;
+#if HAS_Z
+  Zr += z * zc;
+#endif
   STORE_C(C, m, n, alpha * v);
 }

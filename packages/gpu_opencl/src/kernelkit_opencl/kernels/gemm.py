@@ -24,6 +24,7 @@ GPU_TILES = [
     dict(TM=8, TN=8, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=0),
     dict(TM=4, TN=4, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=1),
 ]
+GPU_TILES += [dict(p, PREFETCH=1) for p in (GPU_TILES[0], GPU_TILES[1], GPU_TILES[3], GPU_TILES[4])]
 GPU_SMALL = [dict(TM=4, TN=4, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=1),
              dict(TM=2, TN=2, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=0)]
 CPU_TILES = [
@@ -75,42 +76,53 @@ def _candidates(dev, call: GemmCall) -> list[dict]:
     tiles = -(-call.M // 128) * -(-call.N // 128) * call.batch
     units = dev.cl_device.max_compute_units
     splits = [s for s in (2, 4, 8) if tiles * s <= 4 * units and call.K // s >= 256]
-    return base + [dict(p, SPLIT_K=s) for s in splits for p in (GPU_TILES[0], GPU_SMALL[0])]
+    return base + [dict(p, SPLIT_K=s) for s in splits for p in (GPU_TILES[0], GPU_TILES[7], GPU_SMALL[0])]
 
 
-def _kernel(dev, call: GemmCall, params: dict, has_bias: bool, name: str = "gemm"):
+def _kernel(dev, call: GemmCall, params: dict, has_bias: bool, name: str = "gemm", has_z: bool = False,
+            half: bool = False):
     key = (name, call.activation, tuple(call.activation_params), tuple(sorted(params.items())),
-           call.trans_a, call.trans_b, has_bias, call.conv is not None)
+           call.trans_a, call.trans_b, has_bias, call.conv is not None, has_z, half)
 
     def make():
         act_src, defines = activation(call.activation, call.activation_params)
         defines = dict(defines, **params, TRANS_A=int(call.trans_a), TRANS_B=int(call.trans_b),
-                       HAS_BIAS=int(has_bias))
+                       HAS_BIAS=int(has_bias), HAS_Z=int(has_z))
         if call.conv is not None:
             defines["CONV"] = 1
+        if half:
+            defines["STORAGE_HALF"] = 1
         return dev.kernel(act_src + source("gemm.cl"), name, defines)
 
     return dev.memo(key, make)
 
 
-def run_gemm(dev, call: GemmCall, a, b, bias, out):
-    """Enqueue ``call`` on device tensors (``bias`` may be None); returns the event."""
+def run_gemm(dev, call: GemmCall, a, b, bias, out, z=None):
+    """Enqueue ``call`` on device tensors (``bias`` and the residual ``z``, laid out as ``out``,
+    may be None); returns the event."""
     shape_class = (call.conv is not None, call.trans_a, call.trans_b, _bucket(call.M), _bucket(call.N),
-                   _bucket(call.K), _bucket(call.batch))
+                   _bucket(call.K), _bucket(call.batch), out.dtype == np.float16)
     params = dev.memo(("gemm-tiles",) + shape_class, lambda: _tiles(dev, call, shape_class, a, b, bias, out))
-    return _launch(dev, call, params, a, b, bias, out)
+    return _launch(dev, call, params, a, b, bias, out, z)
 
 
 def _tiles(dev, call: GemmCall, shape_class, a, b, bias, out) -> dict:
-    conv, ta, tb, m, n, k, z = shape_class
-    key = f"{dev.platform.identity}|gemm|{'conv' if conv else 'mm'}|{int(ta)}{int(tb)}|{m}x{n}x{k}x{z}"
+    conv, ta, tb, m, n, k, z, half = shape_class
+    kind = f"gemm{'-half' if half else ''}|{'conv' if conv else 'mm'}"
+    key = f"{dev.platform.identity}|{kind}|{int(ta)}{int(tb)}|{m}x{n}x{k}x{z}"
     cands = _candidates(dev, call)
     if conv:  # local-memory conv tiles need NT % BN == 0
         cands = [p for p in cands if not p["USE_LOCAL"] or (p["WM"] * p["WN"]) % (p["TN"] * p["WN"]) == 0]
-    return tuning.choose(key, cands, lambda p: _launch(dev, call, p, a, b, bias, out).wait(), dev.tune)
+    def build(p):
+        _kernel(dev, call, p, bias is not None, half=half)
+        if p.get("SPLIT_K", 1) > 1:
+            _kernel(dev, call, p, bias is not None, "splitk_reduce", half=half)
+
+    return tuning.choose(key, cands, lambda p: _launch(dev, call, p, a, b, bias, out).wait(), dev.tune,
+                         build=build)
 
 
-def _launch(dev, call: GemmCall, params: dict, a, b, bias, out):
+def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
     bm, bn = params["TM"] * params["WM"], params["TN"] * params["WN"]
     splits = params.get("SPLIT_K", 1)
     gws = (-(-call.N // bn) * params["WN"], -(-call.M // bm) * params["WM"], call.batch * splits)
@@ -123,9 +135,15 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out):
             *(np.int32(v) for v in (call.za, call.zb, call.zc, call.zbias))]
     if call.conv is not None:
         args.append(call.conv)
+    has_z = z is not None and splits == 1
+    if has_z:
+        args.append(z.buffer)
     label = f"{'conv' if call.conv is not None else 'gemm'} {call.M}x{call.N}x{call.K}" + (
-        f" z{call.batch}" if call.batch > 1 else "") + (f" split{splits}" if splits > 1 else "")
-    ev = dev.launch(_kernel(dev, call, params, has_bias), gws, lws, args, [a, b, bias], [target], label)
+        f" z{call.batch}" if call.batch > 1 else "") + (f" split{splits}" if splits > 1 else "") + (
+        " +z" if z is not None else "")
+    half = out.dtype == np.float16
+    kernel = _kernel(dev, call, params, has_bias, has_z=has_z, half=half)
+    ev = dev.launch(kernel, gws, lws, args, [a, b, bias, z], [target], label)
     if splits == 1:
         return ev
     total = call.batch * call.M * call.N
@@ -135,8 +153,10 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out):
             *(np.int32(v) for v in (call.zc, call.zbias, total))]
     if call.conv is not None:
         args.append(call.conv)
-    return launch_1d(dev, _kernel(dev, call, params, has_bias, "splitk_reduce"), total, args,
-                     [target, bias], [out], "splitk_reduce")
+    if z is not None:
+        args.append(z.buffer)
+    reduce = _kernel(dev, call, params, has_bias, "splitk_reduce", has_z=z is not None, half=half)
+    return launch_1d(dev, reduce, total, args, [target, bias, z], [out], "splitk_reduce")
 
 
 # -- ops -------------------------------------------------------------------------------------------
@@ -220,5 +240,6 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 1.0, transA: int = 0
 
 
 def register() -> None:
-    register_kernel("MatMul", device="gpu", vendor="opencl", dtype="float32")(matmul)
-    register_kernel("Gemm", device="gpu", vendor="opencl", dtype="float32")(gemm)
+    for dtype in ("float32", "float16"):  # float16: half storage, float arithmetic (vload_half)
+        register_kernel("MatMul", device="gpu", vendor="opencl", dtype=dtype)(matmul)
+        register_kernel("Gemm", device="gpu", vendor="opencl", dtype=dtype)(gemm)

@@ -51,35 +51,89 @@ __kernel void reduce_rows(__global const float* restrict x, __global float* rest
   y[r] = mode == 1 ? acc / (float)len : acc;
 }
 
+// Storage type T: float, or half through vload_half/vstore_half (STORAGE_HALF; float arithmetic)
+#ifdef STORAGE_HALF
+#define T half
+#define LD(p, i) vload_half((i), (p))
+#define ST(p, i, v) vstore_half((v), (i), (p))
+#else
+#define T float
+#define LD(p, i) ((p)[i])
+#define ST(p, i, v) ((p)[i] = (v))
+#endif
+
+// Row kernels: one work-group of RG work-items per row, strided over the row (coalesced), with
+// work-group reductions in local memory.
+#define RG 128
+
+#define WG_REDUCE(name, OP)                                                                         \
+  inline float name(float v, __local float* red, const int lid) {                                  \
+    red[lid] = v;                                                                                   \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                                   \
+    for (int o = RG / 2; o > 0; o >>= 1) {                                                          \
+      if (lid < o) red[lid] = OP(red[lid], red[lid + o]);                                           \
+      barrier(CLK_LOCAL_MEM_FENCE);                                                                 \
+    }                                                                                               \
+    const float t = red[0];                                                                         \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                                   \
+    return t;                                                                                       \
+  }
+#define ADD_(a, b) ((a) + (b))
+WG_REDUCE(wg_sum, ADD_)
+WG_REDUCE(wg_max, fmax)
+
 // Normalize each of `rows` rows of `len` contiguous elements: y = (x - mean) * inv_std * s + b,
 // var = mean((x - mean)^2). per_channel 0 (LayerNormalization): s, b are indexed by the position in
 // the row; 1 (InstanceNormalization): by the row's channel r % channels. bias may be absent
-// (has_bias 0); mean_out/inv_out are written when write_stats is 1.
-__kernel void row_norm(__global const float* restrict x, __global const float* restrict scale,
-                       __global const float* restrict bias, __global float* restrict y,
-                       __global float* restrict mean_out, __global float* restrict inv_out, const int rows,
-                       const int len, const int channels, const float epsilon, const int per_channel,
-                       const int has_bias, const int write_stats) {
-  const int r = get_global_id(0);
-  if (r >= rows) return;
+// (has_bias 0); mean_out/inv_out are written when write_stats is 1. One work-group per row.
+__kernel __attribute__((reqd_work_group_size(RG, 1, 1)))
+void row_norm(__global const T* restrict x, __global const T* restrict scale,
+              __global const T* restrict bias, __global T* restrict y,
+              __global T* restrict mean_out, __global T* restrict inv_out, const int rows,
+              const int len, const int channels, const float epsilon, const int per_channel,
+              const int has_bias, const int write_stats) {
+  __local float red[RG];
+  const int r = get_group_id(0), lid = get_local_id(0);
   const long base = (long)r * len;
   float s = 0.0f;
-  for (int k = 0; k < len; ++k) s += x[base + k];
-  const float mean = s / (float)len;
+  for (int k = lid; k < len; k += RG) s += LD(x, base + k);
+  const float mean = wg_sum(s, red, lid) / (float)len;
   float v = 0.0f;
-  for (int k = 0; k < len; ++k) {
-    const float d = x[base + k] - mean;
+  for (int k = lid; k < len; k += RG) {
+    const float d = LD(x, base + k) - mean;
     v += d * d;
   }
-  const float inv = 1.0f / sqrt(v / (float)len + epsilon);
+  const float inv = 1.0f / sqrt(wg_sum(v, red, lid) / (float)len + epsilon);
   const int c = r % channels;
-  for (int k = 0; k < len; ++k) {
+  for (int k = lid; k < len; k += RG) {
     const int j = per_channel ? c : k;
-    y[base + k] = (x[base + k] - mean) * inv * scale[j] + (has_bias ? bias[j] : 0.0f);
+    ST(y, base + k, (LD(x, base + k) - mean) * inv * LD(scale, j) + (has_bias ? LD(bias, j) : 0.0f));
   }
-  if (write_stats) {
-    mean_out[r] = mean;
-    inv_out[r] = inv;
+  if (write_stats && lid == 0) {
+    ST(mean_out, r, mean);
+    ST(inv_out, r, inv);
+  }
+}
+
+// (Log)Softmax over contiguous rows of `len` (the axis is the last one): one work-group per row.
+__kernel __attribute__((reqd_work_group_size(RG, 1, 1)))
+void softmax_rows(__global const T* restrict x, __global T* restrict y, const int len,
+                  const int log_mode) {
+  __local float red[RG];
+  const int r = get_group_id(0), lid = get_local_id(0);
+  const long base = (long)r * len;
+  float m = -INFINITY;
+  for (int k = lid; k < len; k += RG) m = fmax(m, LD(x, base + k));
+  m = wg_max(m, red, lid);
+  float s = 0.0f;
+  for (int k = lid; k < len; k += RG) s += exp(LD(x, base + k) - m);
+  s = wg_sum(s, red, lid);
+  if (log_mode) {
+    const float ls = log(s);
+    for (int k = lid; k < len; k += RG) ST(y, base + k, LD(x, base + k) - m - ls);
+  } else {
+    const float inv = 1.0f / s;
+    for (int k = lid; k < len; k += RG) ST(y, base + k, exp(LD(x, base + k) - m) * inv);
   }
 }
 

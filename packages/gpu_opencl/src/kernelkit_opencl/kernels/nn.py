@@ -6,7 +6,7 @@ import math
 import numpy as np
 from kernelkit import register_kernel
 
-from ._common import launch_1d, source
+from ._common import launch_1d, source, storage_defines
 from .elementwise import DTYPES, binary, ew_kernel
 
 
@@ -23,6 +23,13 @@ def batch_normalization(x, scale, b, mean, var, *, epsilon: float = 1e-5):
     return y
 
 
+ROW_GROUP = 128  # RG in nn.cl
+
+
+def _last_axis(spec, axis: int) -> bool:
+    return spec is not None and spec.rank > 0 and axis % spec.rank == spec.rank - 1
+
+
 def _softmax(log_mode: int):
     def kernel(x, *, axis: int = -1):
         dev = x.device
@@ -33,6 +40,12 @@ def _softmax(log_mode: int):
         axis = axis + len(shape) if axis < 0 else axis
         inner = math.prod(shape[axis + 1:])
         lines = x.size // shape[axis]
+        if inner == 1:  # the usual last axis: one work-group per contiguous row
+            dev.launch(dev.kernel(source("nn.cl"), "softmax_rows", storage_defines(x.dtype)), (lines * ROW_GROUP,),
+                       (ROW_GROUP,),
+                       (x.buffer, y.buffer, np.int32(shape[axis]), np.int32(log_mode)), [x], [y],
+                       "log_softmax" if log_mode else "softmax")
+            return y
         launch_1d(dev, dev.kernel(source("nn.cl"), "softmax"), lines,
                   (x.buffer, y.buffer, np.int32(lines), np.int32(shape[axis]), np.int32(inner), np.int32(log_mode)),
                   [x], [y], "log_softmax" if log_mode else "softmax")
@@ -74,6 +87,8 @@ def _zeros_like(t):
 def register() -> None:
     register_kernel("BatchNormalization", device="gpu", vendor="opencl", dtype="float32")(batch_normalization)
     register_kernel("Softmax", device="gpu", vendor="opencl", dtype="float32")(_softmax(0))
+    register_kernel("Softmax", device="gpu", vendor="opencl", dtype="float16",  # half: last axis only
+                    supports=lambda specs, attrs: _last_axis(specs[0], attrs.get("axis", -1)))(_softmax(0))
     register_kernel("LogSoftmax", device="gpu", vendor="opencl", dtype="float32")(_softmax(1))
     register_kernel("Clip", device="gpu", vendor="opencl", dtype=DTYPES)(clip)
     register_kernel("Sum", device="gpu", vendor="opencl", dtype=DTYPES)(sum_)

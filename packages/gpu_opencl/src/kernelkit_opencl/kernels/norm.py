@@ -1,5 +1,5 @@
 """LayerNormalization, InstanceNormalization and LRN (float32) on the OpenCL device (``nn.cl``):
-one work-item per normalized row (LayerNorm: the trailing axes from ``axis``; InstanceNorm: the
+one work-group per normalized row (LayerNorm: the trailing axes from ``axis``; InstanceNorm: the
 spatial dims of each (n, c))."""
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import math
 import numpy as np
 from kernelkit import ShapeError, register_kernel
 
-from ._common import launch_1d, source
+from ._common import launch_1d, source, storage_defines
 from .layout import expand
+
+ROW_GROUP = 128  # RG in nn.cl: one work-group per normalized row
 
 
 def _row_norm(x, scale, b, rows: int, length: int, channels: int, epsilon: float, per_channel: int,
@@ -20,7 +22,7 @@ def _row_norm(x, scale, b, rows: int, length: int, channels: int, epsilon: float
     if stats_shape is not None:
         mean, inv = dev.empty(stats_shape, x.dtype), dev.empty(stats_shape, x.dtype)
     if rows and length:
-        launch_1d(dev, dev.kernel(source("nn.cl"), "row_norm"), rows,
+        dev.launch(dev.kernel(source("nn.cl"), "row_norm", storage_defines(x.dtype)), (rows * ROW_GROUP,), (ROW_GROUP,),
                   (x.buffer, scale.buffer, None if b is None else b.buffer, y.buffer,
                    None if mean is None else mean.buffer, None if inv is None else inv.buffer, np.int32(rows),
                    np.int32(length), np.int32(max(channels, 1)), np.float32(epsilon), np.int32(per_channel),
@@ -66,6 +68,7 @@ def lrn(x, *, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0, size: 
 
 
 def register() -> None:
-    register_kernel("LayerNormalization", device="gpu", vendor="opencl", dtype="float32")(layer_normalization)
+    for dtype in ("float32", "float16"):  # float16: half storage, float statistics
+        register_kernel("LayerNormalization", device="gpu", vendor="opencl", dtype=dtype)(layer_normalization)
     register_kernel("InstanceNormalization", device="gpu", vendor="opencl", dtype="float32")(instance_normalization)
     register_kernel("LRN", device="gpu", vendor="opencl", dtype="float32")(lrn)

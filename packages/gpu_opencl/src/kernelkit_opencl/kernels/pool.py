@@ -8,7 +8,7 @@ import numpy as np
 from kernelkit import register_kernel
 from kernelkit.geometry import window
 
-from ._common import launch_1d, round_up, source
+from ._common import launch_1d, round_up, source, storage_defines
 
 
 def _supports(specs, attrs) -> bool:
@@ -32,7 +32,7 @@ def _pool(x, kernel_name, kernel_shape, strides, dilations, pads, auto_pad, ceil
                        win.end[0], win.end[1], flags))
     total = y.size
     if total:
-        knl = dev.kernel(source("pool.cl"), kernel_name)
+        knl = dev.kernel(source("pool.cl"), kernel_name, storage_defines(x.dtype))
         args = [x.buffer, y.buffer] + ([idx.buffer] if idx is not None else []) + [np.int32(total), p]
         launch_1d(dev, knl, total, args, [x], [y] + ([idx] if idx is not None else []), kernel_name)
     if one_d:
@@ -60,7 +60,7 @@ def _global(mode: int):
         hw = math.prod(x.shape[2:])
         y = dev.empty(x.shape[:2] + (1,) * (x.ndim - 2), x.dtype)
         if rows:
-            knl = dev.kernel(source("pool.cl"), "global_pool")
+            knl = dev.kernel(source("pool.cl"), "global_pool", storage_defines(x.dtype))
             dev.launch(knl, (round_up(rows, 64),), (64,), (x.buffer, y.buffer, np.int32(rows), np.int32(hw),
                                                            np.int32(mode)), [x], [y], "global_pool")
         return y
@@ -70,7 +70,8 @@ def _global(mode: int):
 
 
 def register() -> None:
-    register_kernel("MaxPool", device="gpu", vendor="opencl", dtype="float32", supports=_supports)(max_pool)
-    register_kernel("AveragePool", device="gpu", vendor="opencl", dtype="float32", supports=_supports)(average_pool)
-    register_kernel("GlobalAveragePool", device="gpu", vendor="opencl", dtype="float32")(_global(0))
-    register_kernel("GlobalMaxPool", device="gpu", vendor="opencl", dtype="float32")(_global(1))
+    for dtype in ("float32", "float16"):  # float16: half storage, float arithmetic
+        register_kernel("MaxPool", device="gpu", vendor="opencl", dtype=dtype, supports=_supports)(max_pool)
+        register_kernel("AveragePool", device="gpu", vendor="opencl", dtype=dtype, supports=_supports)(average_pool)
+        register_kernel("GlobalAveragePool", device="gpu", vendor="opencl", dtype=dtype)(_global(0))
+        register_kernel("GlobalMaxPool", device="gpu", vendor="opencl", dtype=dtype)(_global(1))

@@ -1,0 +1,95 @@
+"""Fusions the OpenCL kernels opt into: the residual Add (+ Relu) in the Conv epilogue."""
+from __future__ import annotations
+
+import kernelkit as kk
+import numpy as np
+import pytest
+from kernelkit.testing import assert_close
+
+
+def _model(x_shape, w_shape, out_shape, attrs, residual_first: bool):
+    rng = np.random.default_rng(3)
+    g = kk.GraphBuilder("residual")
+    x = g.input("x", x_shape, "float32")
+    r = g.input("r", out_shape, "float32")
+    w = rng.standard_normal(w_shape).astype(np.float32) * 0.3
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    y = g.op("Conv", x, w, b, **attrs)
+    s = g.op("Add", r, y) if residual_first else g.op("Add", y, r)
+    g.output(g.op("Relu", s))
+    return g.build()
+
+
+CASES = [  # x, w, y, attrs
+    ((2, 5, 9, 9), (6, 5, 3, 3), (2, 6, 9, 9), {"pads": [1, 1, 1, 1]}),
+    ((1, 6, 8, 8), (6, 1, 3, 3), (1, 6, 8, 8), {"pads": [1, 1, 1, 1], "group": 6}),  # depthwise
+    ((2, 4, 7), (4, 2, 3), (2, 4, 7), {"pads": [1, 1], "group": 2}),  # 1-D, grouped
+]
+
+
+@pytest.mark.parametrize("split", [1, 3])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_residual_add_and_relu_fuse_into_conv(monkeypatch, rng, split, case):
+    from kernelkit_opencl.kernels import gemm
+
+    tiles = dict(gemm.GPU_TILES[0], SPLIT_K=split)  # the GPU's local-memory path, split-K too
+    monkeypatch.setattr(gemm, "_candidates", lambda dev, call: [tiles])
+    xs, ws, ys, attrs = CASES[case]
+    model = _model(xs, ws, ys, attrs, residual_first=bool(case % 2))
+    sess = kk.Session(model, device="gpu", fallback=False, options={"opencl_tune": False})
+    assert sess.passes_fired.get("fuse_residual") == 1 and sess.passes_fired.get("fuse_activation") == 1
+    assert [s.op for s in sess.plan.kernel_steps()] == ["Conv"]
+    ref = kk.Session(model, device="cpu", vendors=["reference"], passes=False)
+    for _ in range(3):  # plain, captured, replayed
+        feeds = {"x": rng.standard_normal(xs).astype(np.float32), "r": rng.standard_normal(ys).astype(np.float32)}
+        assert_close(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+
+
+def test_kernels_without_z_are_left_unfused():
+    model = _model(*CASES[0][:3], CASES[0][3], residual_first=False)
+    sess = kk.Session(model, device="cpu", vendors=["numba"])
+    assert "fuse_residual" not in sess.passes_fired
+    assert [s.op for s in sess.plan.kernel_steps()] == ["Conv", "Add", "Relu"]
+
+
+def test_residual_of_another_shape_is_not_fused():
+    rng = np.random.default_rng(0)
+    g = kk.GraphBuilder("bcast")
+    x = g.input("x", (1, 3, 6, 6), "float32")
+    w = rng.standard_normal((4, 3, 1, 1)).astype(np.float32)
+    y = g.op("Conv", x, w, None)
+    g.output(g.op("Add", y, rng.standard_normal((4, 1, 1)).astype(np.float32)))
+    sess = kk.Session(g.build(), device="gpu", fallback=False, options={"opencl_tune": False})
+    assert "fuse_residual" not in sess.passes_fired
+
+
+def test_float16_storage_runs_every_node_in_half_on_the_device(rng, cnn):
+    """options float16: weights/activations stored as half (Conv incl. depthwise, Gemm, pools, Add),
+    float32 at the model's edges; close to fp32."""
+    model = cnn(2)
+    sess = kk.Session(model, device="gpu", fallback=False, options={"opencl_tune": False, "float16": True})
+    assert sess.passes_fired.get("float16_storage", 0) > 0
+    ops = {s.op: s.key.dtype for s in sess.plan.kernel_steps()}
+    assert ops["Conv"] == ops["Gemm"] == ops["MaxPool"] == ops["GlobalAveragePool"] == "float16"
+    full = kk.Session(model, device="gpu", fallback=False, options={"opencl_tune": False})
+    x = rng.standard_normal((2, 3, 12, 12)).astype(np.float32)
+    for _ in range(3):
+        got, want = sess.run(None, {"x": x}), full.run(None, {"x": x})
+    for g, w in zip(got, want):
+        assert g.dtype == np.float32
+        assert kk.testing.cosine(g, w) > 0.999
+        np.testing.assert_allclose(g, w, rtol=0.02, atol=0.02)
+
+
+def test_float16_matmul_softmax_layernorm(rng):
+    g = kk.GraphBuilder("attn")
+    x = g.input("x", (2, 8, 16), "float32")
+    w = rng.standard_normal((16, 16)).astype(np.float32) * 0.3
+    s = g.op("Softmax", g.op("MatMul", x, w), axis=-1)
+    g.output(g.op("LayerNormalization", s, np.ones(16, np.float32), np.zeros(16, np.float32), axis=-1))
+    model = g.build()
+    sess = kk.Session(model, device="gpu", fallback=False, options={"opencl_tune": False, "float16": True})
+    assert {s.key.dtype for s in sess.plan.kernel_steps() if s.op != "Cast"} == {"float16"}
+    feed = {"x": rng.standard_normal((2, 8, 16)).astype(np.float32)}
+    want = kk.Session(model, device="cpu", vendors=["reference"]).run(None, feed)[0]
+    assert kk.testing.cosine(sess.run(None, feed)[0], want) > 0.999
