@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import sys
 import warnings
@@ -29,6 +30,7 @@ from rich.text import Text
 from . import __version__, progress
 from .deploy import is_deployment, load_deployment
 from .errors import FallbackWarning, InputError, KernelkitError, LoaderNotFoundError
+from .untrusted import open_regular, read_npy
 from .ir import Model, TensorSpec
 
 log = logging.getLogger("kernelkit.cli")
@@ -103,12 +105,10 @@ def _read_inputs(pairs: list[str]) -> dict[str, np.ndarray]:
         if not sep or not name or not file:
             raise InputError(f"--input {pair!r}: expected name=file.npy")
         try:
-            array = np.load(file, allow_pickle=False)
+            with open_regular(file) as fh:  # a FIFO or a device would block np.load forever
+                array = read_npy(fh, f"--input {name}: {file}")
         except (OSError, ValueError) as exc:
             raise InputError(f"--input {name}: cannot read {file}: {exc}") from exc
-        if not isinstance(array, np.ndarray):
-            array.close()
-            raise InputError(f"--input {name}: {file} holds several arrays; give one .npy file per input")
         feeds[name] = array
     return feeds
 
@@ -452,6 +452,8 @@ def cmd_convert(args, console: Console) -> int:
 
     src = Path(args.model)
     out = Path(args.output) if args.output else src.with_suffix(".kkm")
+    if out.resolve() == src.resolve() or (out.exists() and src.exists() and os.path.samefile(out, src)):
+        raise InputError(f"convert: output {out} is the input model {src}; choose another -o")
     if args.quantize:  # int8 through onnxruntime's quantizer first (docs/quantization.md)
         quantize = _quantizer(src)
         if out.suffix == ".onnx":
@@ -660,6 +662,8 @@ def main(argv=None) -> int:
         _error(exc.code, str(exc))
     except OSError as exc:
         _error("KK_IO", f"{exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}")
+    except MemoryError as exc:  # the last resort: sizes are checked before allocating where known
+        _error("KK_MEMORY", f"out of memory{': ' + str(exc)[:200] if str(exc) else ''}")
     except KeyboardInterrupt:
         _error("KK_INTERRUPTED", "interrupted")
         return 130

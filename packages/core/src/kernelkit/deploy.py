@@ -19,7 +19,7 @@
       tolerance:
         float32: {rtol: 1.0e-4, atol: 1.0e-5}
 
-Only ``yaml.safe_load`` is used. Unknown keys and wrong types raise ConfigError naming the file and
+Only ``yaml.safe_load`` is used (through ``untrusted.load_yaml``, which refuses alias bombs). Unknown keys and wrong types raise ConfigError naming the file and
 the key; ``load_deployment(path).session()`` builds the Session.
 """
 from __future__ import annotations
@@ -35,9 +35,11 @@ from typing import Any
 import numpy as np
 
 from .dtypes import DTYPES
-from .errors import ConfigError
+from .errors import ConfigError, brief
 from .ir import Model, TensorSpec
+from .limits import MAX_DIM, MAX_THREADS
 from .testing import TOLERANCES, cosine
+from .untrusted import YamlBombError, load_yaml, open_regular, read_npz
 
 log = logging.getLogger("kernelkit.deploy")
 
@@ -133,9 +135,8 @@ class Deployment:
         if self.validation_data is None:
             raise ConfigError(f"{self.path}: no validation data configured (key 'validation')")
         session = session or self.session()
-        try:
-            with np.load(self.validation_data, allow_pickle=False) as npz:
-                arrays = {k: npz[k] for k in npz.files}
+        try:  # headers checked against the data before allocating, no pickles
+            arrays = read_npz(self.validation_data, f"validation.data {self.validation_data.name}")
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{self.path}: validation.data {self.validation_data.name}: cannot read: {exc}") from exc
         feeds = {i.name: arrays[i.name] for i in session.get_inputs() if i.name in arrays}
@@ -161,7 +162,7 @@ class Deployment:
 def _sha256(path: Path, config: Path) -> str:
     digest = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 digest.update(chunk)
     except OSError as exc:
@@ -192,7 +193,7 @@ class _Fields:
         value = self.data.pop(name)
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-            raise self.error(name, f"expected {what or kinds[0].__name__}, got {type(value).__name__} {value!r:.40}")
+            raise self.error(name, f"expected {what or kinds[0].__name__}, got {type(value).__name__} {brief(value)}")
         return value
 
     def done(self) -> None:
@@ -204,14 +205,14 @@ def _inside(folder: Path, rel, f: _Fields, name: str) -> Path:
     """Resolve ``rel`` against ``folder``; it must not be absolute or escape the folder."""
     try:
         if Path(rel).is_absolute():
-            raise f.error(name, f"{rel!r} must be a path relative to the deployment file's folder")
+            raise f.error(name, f"{brief(rel)} must be a path relative to the deployment file's folder")
         target = (folder / rel).resolve()
         if not target.is_relative_to(folder.resolve()):
-            raise f.error(name, f"{rel!r} escapes the deployment file's folder {folder}")
+            raise f.error(name, f"{brief(rel)} escapes the deployment file's folder {folder}")
         if not target.is_file():
-            raise f.error(name, f"{rel!r} does not exist ({target})")
+            raise f.error(name, f"{brief(rel)} does not exist ({target})")
     except (OSError, ValueError) as exc:  # a NUL byte, a name too long for the file system...
-        raise f.error(name, f"{rel!r:.80} is not a usable path: {exc}") from None
+        raise f.error(name, f"{brief(rel)} is not a usable path: {exc}") from None
     return target
 
 
@@ -228,9 +229,9 @@ def _inputs(path: Path, items) -> list[InputDecl]:
         f = _Fields(path, item, f"inputs[{i}]")
         name = f.take("name", str)
         shape = f.take("shape", list, None, "a list of ints and symbol names")
-        if shape is not None and not all((isinstance(d, int) and not isinstance(d, bool) and d >= 0)
+        if shape is not None and not all((isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_DIM)
                                          or (isinstance(d, str) and d) for d in shape):
-            raise f.error("shape", f"{shape!r} must hold non-negative ints or symbol names")
+            raise f.error("shape", f"{brief(shape)} must hold non-negative ints or symbol names")
         dtype = f.take("dtype", str, None)
         if dtype is not None and dtype not in DTYPES:
             raise f.error("dtype", f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
@@ -261,12 +262,13 @@ def load_deployment(path) -> Deployment:
 
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        with open_regular(path) as fh:
+            text = fh.read().decode("utf-8")
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path, or not UTF-8
         raise ConfigError(f"{path}: cannot read deployment file: {exc}") from exc
     try:
-        data = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
+        data = load_yaml(text)  # yaml.SafeLoader, aliases bounded
+    except (yaml.YAMLError, RecursionError, YamlBombError) as exc:  # RecursionError: absurdly deep nesting
         raise ConfigError(f"{path}: invalid YAML: {type(exc).__name__}: {exc}") from exc
     f = _Fields(path, data, "")
     folder = path.parent
@@ -277,13 +279,13 @@ def load_deployment(path) -> Deployment:
     model_path = _inside(folder, f.take("model", str), f, "model")
     sha = f.take("model_sha256", str, None, "a quoted sha256 hex string")
     if sha is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha):
-        raise f.error("model_sha256", f"{sha!r:.80} is not 64 hex digits")
+        raise f.error("model_sha256", f"{brief(sha)} is not 64 hex digits")
     device = f.take("device", str, "cpu")
     vendors = _string_list(f, "vendors")
     fallback = f.take("fallback", bool, True)
     threads = f.take("threads", (int, type(None)), None, "a positive int")
-    if threads is not None and threads < 1:
-        raise f.error("threads", f"must be >= 1, got {threads}")
+    if threads is not None and not 1 <= threads <= MAX_THREADS:
+        raise f.error("threads", f"must be >= 1 and <= {MAX_THREADS}, got {brief(threads)}")
     passes = f.take("passes", (bool, list, type(None)), None, "true, false or a list of pass names")
     if isinstance(passes, list) and not all(isinstance(p, str) for p in passes):
         raise f.error("passes", "expected a list of pass names")

@@ -84,6 +84,30 @@ class ConfigError(KernelkitError):
     code = "KK_CONFIG"
 
 
+def _make_repr():
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 3, 8, 8, 6, 6
+    r.maxstring, r.maxother, r.maxlong = 60, 60, 40
+    return r
+
+
+_REPR = _make_repr()
+
+
+def brief(value, limit: int = 120) -> str:
+    """``repr(value)`` for an error message, bounded in time and length whatever ``value`` is.
+
+    ``f"{value!r:.80}"`` builds the whole repr before cutting it, which for a YAML alias bomb or a
+    huge list takes minutes and gigabytes; ``reprlib`` stops at a few items and levels instead."""
+    try:
+        text = _REPR.repr(value)
+    except Exception:  # noqa: BLE001 - a hostile __repr__ must not replace the real error
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 class KernelkitWarning(UserWarning):
     """Base class of every warning kernelkit gives (filter it, or turn it into an error)."""
 

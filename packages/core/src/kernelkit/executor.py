@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .devices import profiled_node
-from .errors import KernelExecutionError, KernelkitError
+from .errors import KernelExecutionError
 from .memory import ArenaPool, MemoryPlan, plan_memory
 from .plan import Plan, Step
 
@@ -214,9 +214,9 @@ class Executor:
         try:
             for i, run in enumerate(self.runners):  # noqa: B007 - i names the failing step
                 run(env)
-        except KernelkitError:
+        except KernelExecutionError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # a kernel's own typed check too: one error class on every device
             raise self._failure(i, env, exc) from exc
 
     def _walk_timed(self, env: list) -> None:
@@ -233,9 +233,9 @@ class Executor:
                         calls, total = self.timings.get(steps[i].name, (0, 0.0))
                         self.timings[steps[i].name] = (calls + 1, total + dt)
                         self.events.append((steps[i].name, t0, dt, threading.get_ident()))
-        except KernelkitError:
+        except KernelExecutionError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # a kernel's own typed check too: one error class on every device
             raise self._failure(i, env, exc) from exc
 
     def profile_events(self) -> list[tuple[str, float, float, int]]:

@@ -31,8 +31,10 @@ from typing import Any
 import numpy as np
 
 from .dtypes import DTYPES
-from .errors import KernelkitError, ModelFormatError
+from .errors import KernelkitError, ModelFormatError, brief
 from .ir import Graph, Model, Node, TensorSpec, Value
+from .limits import MAX_DIM, MAX_ELEMENTS, MAX_RANK, checked_count
+from .untrusted import open_regular
 
 log = logging.getLogger("kernelkit.io")
 
@@ -200,11 +202,13 @@ class _Reader:
             raise self.fail(f"{where}.{key}", "expected a list of strings")
         return items
 
-    def shape(self, items, where: str) -> tuple:
-        if not isinstance(items, list) or not all(
-                (isinstance(d, int) and not isinstance(d, bool) and d >= 0) or (isinstance(d, str) and d)
-                for d in items):
-            raise self.fail(where, f"shape {items!r:.80} is not a list of non-negative ints or symbols")
+    def shape(self, items, where: str, symbols: bool = True) -> tuple:
+        """A shape: at most MAX_RANK dims, each an int in [0, MAX_DIM] or (``symbols``) a name."""
+        if not isinstance(items, list) or len(items) > MAX_RANK or not all(
+                (isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_DIM)
+                or (symbols and isinstance(d, str) and d) for d in items):
+            what = "non-negative ints or symbols" if symbols else "non-negative ints"
+            raise self.fail(where, f"shape {brief(items)} is not a list of at most {MAX_RANK} {what}")
         return tuple(items)
 
     def dtype(self, name, where: str) -> str:
@@ -222,17 +226,17 @@ def _read_tensors(r: _Reader, entries, mm, blob_offset: int, blob_len: int, veri
         offset = r.get(e, "offset", int, where)
         length = r.get(e, "length", int, where)
         dtype = r.dtype(r.get(e, "dtype", str, where), f"{where}.dtype")
-        shape = r.shape(r.get(e, "shape", list, where), f"{where}.shape")
+        shape = r.shape(r.get(e, "shape", list, where), f"{where}.shape", symbols=False)
         digest = r.get(e, "sha256", str, where)
         if offset < 0 or length < 0 or offset + length > blob_len:
             raise r.fail(where, f"offset {offset} + length {length} is outside the blob ({blob_len} bytes)")
         if offset % ALIGN:
             raise r.fail(where, f"offset {offset} is not aligned to {ALIGN} bytes")
         dt = _le_dtype(dtype)
-        count = math.prod(shape)
-        if count * dt.itemsize != length:
-            raise r.fail(where, f"shape {list(shape)} of {dtype} needs {count * dt.itemsize} bytes, "
-                                f"entry says {length}")
+        count = checked_count(shape)  # Python ints, stops past MAX_ELEMENTS
+        if count is None or count * dt.itemsize != length:
+            need = f"more than {MAX_ELEMENTS} elements" if count is None else f"{count * dt.itemsize} bytes"
+            raise r.fail(where, f"shape {brief(list(shape))} of {dtype} needs {need}, entry says {length}")
         start = blob_offset + offset
         if verify and hashlib.sha256(memoryview(mm)[start:start + length]).hexdigest() != digest:
             raise r.fail(where, f"sha256 mismatch ({dtype}{list(shape)} at blob offset {offset}): file is corrupt")
@@ -260,7 +264,7 @@ def _decode_float(r: _Reader, x, where: str) -> float:
         return float(x)
     if x in ("nan", "inf", "-inf"):
         return float(x)
-    raise r.fail(where, f"expected a float, got {x!r:.40}")
+    raise r.fail(where, f"expected a float, got {brief(x)}")
 
 
 def _decode_attr(r: _Reader, a: dict, tensors: list, where: str):
@@ -294,7 +298,7 @@ def _check_order(r: _Reader, graph: Graph) -> None:
     out-of-order but acyclic graph is accepted through the slower level-set check)."""
     ready = set(graph.inputs) | {n for n, v in graph.values.items() if v.data is not None} | {""}
     if len(set(graph.inputs)) != len(graph.inputs):
-        raise r.fail("graph.inputs", f"{graph.inputs!r:.120} names an input twice")
+        raise r.fail("graph.inputs", f"{brief(graph.inputs)} names an input twice")
     produced = set(ready)
     for node in graph.nodes:  # each value has one source: an input, a constant or one node
         twice = [o for o in node.outputs if o and o in produced]
@@ -363,9 +367,7 @@ def load(path, *, verify: bool = True) -> Model:
     path = Path(path)
     r = _Reader(path)
     try:
-        if path.exists() and not path.is_file():  # a folder, or a FIFO (opening one would block)
-            raise ModelFormatError(f"{path}: cannot read model file: not a regular file")
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # a folder, a FIFO (which would block), a device: refused
             size = os.fstat(f.fileno()).st_size
             if size < HEADER_SIZE:
                 raise r.fail("header", f"file is truncated ({size} bytes, header needs {HEADER_SIZE})")

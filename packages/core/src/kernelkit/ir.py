@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .dtypes import dtype_name
-from .errors import ModelFormatError, ShapeError
+from .errors import ModelFormatError, ShapeError, brief
 
 Dim = int | str
 
@@ -27,7 +27,7 @@ def _dim(d, shape) -> Dim:
         return int(d)
     if isinstance(d, (float, np.floating)) and d >= 0 and float(d).is_integer():
         return int(d)
-    raise ShapeError(f"shape {shape!r:.80}: dim {d!r} is neither a non-negative int nor a symbol name")
+    raise ShapeError(f"shape {brief(shape)}: dim {d!r} is neither a non-negative int nor a symbol name")
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class TensorSpec:
         try:
             dims = tuple(self.shape)
         except TypeError:
-            raise ShapeError(f"shape {self.shape!r:.60} is not a sequence of dims") from None
+            raise ShapeError(f"shape {brief(self.shape)} is not a sequence of dims") from None
         object.__setattr__(self, "shape", tuple(_dim(d, dims) for d in dims))
         object.__setattr__(self, "dtype", dtype_name(self.dtype))
 

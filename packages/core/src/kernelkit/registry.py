@@ -6,6 +6,7 @@ and dtype rule. Kernels are registered per key ``(op, device, vendor, dtype)`` b
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
 from collections.abc import Callable, Iterable
@@ -15,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .dtypes import ALL_TYPES, dtype_name
-from .errors import OpAttributeError, RegistryError, UnsupportedOpError
+from .errors import OpAttributeError, RegistryError, UnsupportedOpError, brief
 
 REQUIRED = object()  # default marking a required attribute
 
@@ -80,7 +81,7 @@ _OPS: dict[str, OpSchema] = {}
 def _ports(names, qualified: str) -> list[Port]:
     if isinstance(names, str) or not isinstance(names, (list, tuple)) or \
             not all(isinstance(p, str) and p.rstrip("?*") for p in names):
-        raise RegistryError(f"op {qualified!r}: ports must be a list of names, got {names!r:.60}")
+        raise RegistryError(f"op {qualified!r}: ports must be a list of names, got {brief(names)}")
     return [Port.parse(p) for p in names]
 
 
@@ -114,7 +115,7 @@ def register_op(name: str, *, domain: str = "", inputs: Iterable[str], outputs: 
     if not isinstance(name, str) or not name or not isinstance(domain, str):
         raise RegistryError(f"op {qualified}: name and domain must be strings, the name non-empty")
     if not callable(infer):
-        raise RegistryError(f"op {qualified!r}: infer must be a function of an InferContext, got {infer!r:.60}")
+        raise RegistryError(f"op {qualified!r}: infer must be a function of an InferContext, got {brief(infer)}")
     checked = {}
     for key, spec in (attrs or {}).items():
         if not isinstance(key, str) or not isinstance(spec, tuple) or len(spec) != 2:
@@ -159,7 +160,7 @@ def ops() -> list[str]:
 
 def _coerce(kind: str, value, where: str, name: str):
     def bad():
-        return OpAttributeError(f"{where}: attribute {name!r} expects {kind}, got {type(value).__name__} {value!r:.60}")
+        return OpAttributeError(f"{where}: attribute {name!r} expects {kind}, got {type(value).__name__} {brief(value)}")
 
     if kind == "int":
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
@@ -300,7 +301,7 @@ def _kernel_decorator(table: dict, op: str, device: str, vendor: str, dtype, dom
 
     def decorate(impl):
         if not callable(impl):
-            raise RegistryError(f"kernel for {qualified!r} must be a function or a class, got {impl!r:.60}")
+            raise RegistryError(f"kernel for {qualified!r} must be a function or a class, got {brief(impl)}")
         if inspect.isclass(impl):
             missing = [m for m in ("prepare", "execute") if not hasattr(impl, m)]
             if missing:
@@ -375,6 +376,20 @@ def unregister_kernel(op: str, *, device: str, vendor: str, dtype, domain: str =
     with _lock:
         for d in dtypes:
             _KERNELS.pop(KernelKey(op_id(op, domain), device, vendor, d, layout), None)
+
+
+@contextlib.contextmanager
+def kernel_transaction():
+    """Kernel registrations and unregistrations made in the body are all undone if it raises (a
+    config file that fails half-way leaves the table as it was). Holds the registry lock."""
+    with _lock:
+        saved = dict(_KERNELS)
+        try:
+            yield
+        except BaseException:
+            _KERNELS.clear()
+            _KERNELS.update(saved)
+            raise
 
 
 def kernels(op: str | None = None, device: str | None = None, vendor: str | None = None,

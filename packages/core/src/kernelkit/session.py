@@ -18,11 +18,12 @@ import numpy as np
 
 from .backends import run_session_hooks
 from .devices import Device, create_device
-from .errors import ConfigError, InputError
+from .errors import ConfigError, InputError, brief
 from .executor import Executor
 from .invoke import KernelContext
 from .ir import Graph
 from .loaders import load_model
+from .limits import MAX_THREADS
 from .passes import PassContext, run_passes
 from .plan import Plan, compile_plan, concrete_specs, scratch_sizes, slot_specs
 from .registry import KernelScope
@@ -53,8 +54,9 @@ def _check_settings(vendors, threads, passes, options, stub_ops) -> None:
     (``vendors="numba"`` would otherwise be read as the vendors 'n', 'u', 'm', 'b', 'a')."""
     if vendors is not None and not _names(vendors):
         raise ConfigError(f"vendors must be a list of vendor names or None, got {vendors!r:.60}")
-    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
-        raise ConfigError(f"threads must be an int >= 1 or None, got {threads!r:.60}")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)
+                                or not 1 <= threads <= MAX_THREADS):
+        raise ConfigError(f"threads must be an int >= 1 (at most {MAX_THREADS}) or None, got {brief(threads)}")
     if passes is not None and not isinstance(passes, bool) and not _names(passes):
         raise ConfigError(f"passes must be None, True, False or a list of pass names, got {passes!r:.60}")
     if options is not None and not isinstance(options, dict):

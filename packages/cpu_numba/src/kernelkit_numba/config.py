@@ -3,7 +3,8 @@
 Kernels are compiled with ``jit`` (serial) or ``jit_parallel`` (``prange`` loops). Flags:
 
 - ``cache=True``: compiled machine code is stored beside the kernel modules (``__pycache__``),
-  so a second process loads instead of recompiling (NUMBA_CACHE_DIR moves it).
+  so a second process loads instead of recompiling (NUMBA_CACHE_DIR moves it). Entries are checked,
+  not trusted: an unreadable one is deleted and recompiled with a warning (``cache.py``).
 - ``fastmath``: only the flags that keep inf/NaN semantics (``reassoc`` lets reductions
   vectorise, ``contract`` allows FMA, ``nsz`` ignores the sign of zero). No ``nnan``/``ninf``:
   max-pooling pads with -inf and must see it.
@@ -32,6 +33,8 @@ import threading
 import numba
 import numpy as np
 
+from .cache import checked  # unreadable cache entries are recompiled
+
 log = logging.getLogger("kernelkit.numba")
 
 # A shared kernelkit cache folder ($KERNELKIT_CACHE_DIR, e.g. for a cluster's workers) holds Numba's
@@ -52,13 +55,13 @@ _FLAGS = dict(cache=CACHE, fastmath=set(FASTMATH), error_model=ERROR_MODEL, boun
 
 def jit(fn):
     """Compile ``fn`` as a serial nopython kernel with the backend's flags."""
-    return numba.njit(**_FLAGS)(fn)
+    return checked(numba.njit(**_FLAGS)(fn))
 
 
 def jit_inline(fn):
     """A scalar helper inlined into its callers at Numba IR level: a branch on a caller's
     compile-time constant (a closure variable) then folds away before LLVM sees the loop."""
-    return numba.njit(inline="always", **_FLAGS)(fn)
+    return checked(numba.njit(inline="always", **_FLAGS)(fn))
 
 
 _local = threading.local()  # .threads: this thread's budget for the current kernel call
@@ -67,7 +70,7 @@ _local = threading.local()  # .threads: this thread's budget for the current ker
 def jit_parallel(fn):
     """Compile a kernel that ``parallel_for`` runs over shards of its outer loop (serial code: a
     ``prange`` in it is a plain loop)."""
-    return numba.njit(**_FLAGS)(fn)
+    return checked(numba.njit(**_FLAGS)(fn))
 
 
 def default_threads() -> int:

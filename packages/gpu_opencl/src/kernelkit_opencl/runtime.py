@@ -20,6 +20,7 @@ from kernelkit import BackendUnavailableError, Device, DeviceError, KernelExecut
 from kernelkit.devices import profiled_node
 
 from .buffers import BufferPool, CLTensor, _note_use
+from .caches import prepare as prepare_caches
 from .programs import ProgramCache
 
 log = logging.getLogger("kernelkit.opencl")
@@ -35,6 +36,7 @@ def _cl():
         import pyopencl as cl
     except ImportError as exc:  # pragma: no cover - pyopencl is a dependency of this package
         raise BackendUnavailableError(f"device 'gpu' needs pyopencl: pip install '.[opencl]' ({exc})") from exc
+    prepare_caches(cl)  # once: read-only home or cache folders must not break OpenCL
     return cl
 
 

@@ -4,7 +4,8 @@ Like MACE's tuned-parameter file: ``<cache>/opencl/tuned_params.json`` maps
 ``"<device identity>|<kernel>|<shape class>"`` to the chosen parameters. The first time a key is
 missing (and tuning is on for the device), :func:`choose` times each candidate and keeps the
 fastest; later sessions and processes read the file. Updates merge under a file lock and are
-written atomically; an unreadable file is ignored with a warning and rewritten.
+written atomically; an unreadable file is ignored with a warning and rewritten, and an entry that
+is not one of the kernel's candidates (``TM: 0``, a missing key) is discarded and re-tuned.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import time
 import warnings
 
 from kernelkit import progress
+from kernelkit.errors import brief
 
 from .programs import atomic_write, cache_root
 
@@ -104,8 +106,14 @@ def choose(key: str, candidates: list[dict], run, enabled: bool, repeats: int = 
     parallel), persisted; else the first candidate (the default for the device)."""
     global searches, search_seconds
     hit = lookup(key)
-    if hit is not None and valid(hit, candidates):
-        return hit
+    if hit is not None:
+        if valid(hit, candidates):
+            return hit
+        msg = f"tuned parameters for {key} in {path()} are not a known candidate ({brief(hit)}); re-tuning"
+        log.warning(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        with _lock:
+            _memory.pop(key, None)
     if not enabled or len(candidates) == 1:
         return candidates[0]
     searches += 1

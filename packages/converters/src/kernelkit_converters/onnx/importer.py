@@ -18,7 +18,7 @@ import onnx.inliner
 import onnx.shape_inference
 import onnx.version_converter
 from google.protobuf.message import DecodeError
-from kernelkit.errors import KernelkitError, ModelFormatError, UnsupportedOpError
+from kernelkit.errors import KernelkitError, ModelFormatError, OpAttributeError, UnsupportedOpError
 from kernelkit.ir import Graph, Model, Node, TensorSpec, Value
 from kernelkit.passes import PassContext, run_passes
 from kernelkit.passes.builtin import fold_node
@@ -59,10 +59,47 @@ def _load(model, base_dir) -> tuple[ModelProto, str, Path | None]:
     return proto, str(path), Path(base_dir) if base_dir is not None else path.parent
 
 
+def _check_strings(proto: ModelProto, source: str) -> None:
+    """Every protobuf ``string`` field must be UTF-8. ONNX's .proto is proto2, so a non-UTF-8 name
+    parses as ``bytes`` and later breaks onnx.checker (UnicodeDecodeError) or our own messages."""
+    stack = [(proto, "model")]
+    while stack:
+        message, path = stack.pop()
+        for field, value in message.ListFields():
+            repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+            values = value if repeated else (value,)
+            if field.type == field.TYPE_STRING:
+                if not all(isinstance(v, str) for v in values):
+                    raise ModelFormatError(f"{source}: {path}.{field.name}: a string that is not UTF-8")
+            elif field.type == field.TYPE_MESSAGE:
+                stack.extend((v, f"{path}.{field.name}") for v in values)
+
+
+def _check_attr_types(proto_node, op_type: str, domain: str, opset: int, where: str) -> None:
+    """Attribute types must match the ONNX schema, also with ``check=False`` (handlers read them as
+    the schema says: an INTS ``axis`` for Softmax-11 would otherwise end in a TypeError)."""
+    if domain:
+        return
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return
+    for attr in proto_node.attribute:
+        spec = schema.attributes.get(attr.name)
+        if spec is not None and int(spec.type.value) != attr.type:
+            kinds = AttributeProto.AttributeType
+            got = kinds.Name(attr.type) if attr.type in kinds.values() else attr.type
+            raise OpAttributeError(f"{where}: attribute {attr.name!r} has type {got}, "
+                                   f"ONNX {op_type}-{schema.since_version} expects {spec.type.name}")
+
+
 def _opsets(proto: ModelProto, source: str) -> dict[str, int]:
     opsets: dict[str, int] = {}
     for entry in proto.opset_import:
         domain = "" if entry.domain in DEFAULT_DOMAINS else entry.domain
+        if not 0 < entry.version < 2**31:  # onnx.defs takes a C int
+            raise ModelFormatError(f"{source}: opset_import {entry.domain or 'ai.onnx'!r} version {entry.version} "
+                                   f"is out of range")
         opsets[domain] = int(entry.version)
     if "" not in opsets:
         raise ModelFormatError(f"{source}: the model imports no version of the default ONNX domain")
@@ -266,6 +303,7 @@ def _convert_graph(proto: ModelProto, opsets: dict[str, int], source: str, base_
                                    f"not import (opset_import)")
         opset = opsets[domain]
         where = f"{source}: node {name!r} ({proto_node.op_type})"
+        _check_attr_types(proto_node, proto_node.op_type, domain, opset, where)
         attrs = {a.name: _attr_value(a, where, base_dir) for a in proto_node.attribute}
         outputs = list(proto_node.output)
         while outputs and not outputs[-1]:
@@ -273,7 +311,12 @@ def _convert_graph(proto: ModelProto, opsets: dict[str, int], source: str, base_
         since = _since_version(proto_node.op_type, domain, opset)
         node = OnnxNode(proto_node.op_type, domain, list(proto_node.input), outputs, attrs, name, opset,
                         since if since is not None else opset)
-        for new in _handler(node, source)(node, ctx):
+        try:
+            converted = _handler(node, source)(node, ctx)
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:  # malformed node, check=False
+            raise ModelFormatError(f"{where}: cannot convert this node: {type(exc).__name__}: "
+                                   f"{str(exc)[:200]}") from exc
+        for new in converted:
             _add_node(graph, new, source)
     for info in g.output:
         if info.name not in graph.values:
@@ -292,6 +335,7 @@ def convert(model, *, base_dir=None, check: bool = True, passes=False) -> Model:
     (node, op_type, domain, opset), OpAttributeError and ShapeError (node).
     """
     proto, source, base = _load(model, base_dir)
+    _check_strings(proto, source)
     opsets = _opsets(proto, source)
     if opsets[""] < MIN_OPSET:
         proto = _upgrade(proto, opsets[""], source)

@@ -15,7 +15,8 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import numpy as np
 from kernelkit.dtypes import DTYPES
-from kernelkit.errors import ModelFormatError
+from kernelkit.errors import ModelFormatError, brief
+from kernelkit.limits import MAX_ELEMENTS, checked_count
 from onnx import TensorProto, helper, numpy_helper
 
 log = logging.getLogger("kernelkit.converters.onnx")
@@ -56,8 +57,8 @@ def to_array(tensor: TensorProto, where: str, base_dir: Path | None = None) -> n
         raise ModelFormatError(f"{where}: cannot read tensor data ({type(exc).__name__}: {exc})") from exc
     shape = tuple(int(d) for d in tensor.dims)
     if array.shape != shape:
-        raise ModelFormatError(f"{where}: data holds {array.size} values, dims {list(shape)} need "
-                               f"{int(np.prod(shape, dtype=np.int64))}")
+        raise ModelFormatError(f"{where}: data holds {array.size} values, dims {brief(list(shape))} need "
+                               f"{checked_count(shape, 1 << 64) or 'more'}")
     return _readonly(array.astype(dtype, copy=False))
 
 
@@ -131,10 +132,13 @@ def read_external(tensor: TensorProto, dtype: np.dtype, where: str, base_dir: Pa
     length = _int_field(info, "length", where)
     shape = tuple(int(d) for d in tensor.dims)
     if any(d < 0 for d in shape):
-        raise ModelFormatError(f"{where}: negative dimension in dims {list(shape)}")
-    need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        raise ModelFormatError(f"{where}: negative dimension in dims {brief(list(shape))}")
+    count = checked_count(shape)  # Python ints: an int64 product of [2**32, 2**32] wraps to 0
+    if count is None:
+        raise ModelFormatError(f"{where}: dims {brief(list(shape))} hold more than {MAX_ELEMENTS} elements")
+    need = count * dtype.itemsize
+    try:  # O_NONBLOCK: opening a FIFO would otherwise wait for a writer forever (fstat refuses it next)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise ModelFormatError(f"{where}: cannot open external data {info['location']!r}: {exc}") from exc
     try:

@@ -25,6 +25,7 @@ import numpy as np
 from .. import progress
 from ..errors import ConfigError, InputError
 from ..portable import SessionRecipe, build_count, cpu_allotment
+from ..untrusted import open_regular, read_npy, read_npz
 from . import check_workers, worker_session
 
 ENGINES = ("local", "ray", "dask")
@@ -67,10 +68,16 @@ def _feeds_from_file(sess, item: WorkItem) -> tuple[dict, bool]:
         if len(inputs) != 1:
             raise InputError(f"{item.source}: a .npy file feeds single-input models; this one has "
                              f"{len(inputs)} inputs (use .npz)")
-        arrays = {inputs[0].name: np.load(item.source, allow_pickle=False)}
+        try:  # regular files only, headers checked against the data before allocating
+            with open_regular(item.source) as fh:
+                arrays = {inputs[0].name: read_npy(fh, str(item.source))}
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{item.source}: cannot read: {exc}") from exc
     else:
-        with np.load(item.source, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+        try:
+            arrays = read_npz(item.source, str(item.source))
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{item.source}: cannot read: {exc}") from exc
     feeds, single = {}, False
     for arg in inputs:
         if arg.name not in arrays:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..activation import ACTIVATIONS
-from ..errors import ConfigError, KernelkitError
+from ..errors import ConfigError, KernelkitError, brief
 from ..invoke import invoke
 from ..ir import Graph, Node, TensorSpec, Value
 from ..registry import get_schema, normalize_attrs, select_kernel
@@ -192,7 +192,7 @@ def fold_node(graph: Graph, node: Node, ctx: PassContext) -> bool:
         return False
     limit = ctx.options.get("fold_max_bytes", FOLD_MAX_BYTES)
     if not isinstance(limit, int) or isinstance(limit, bool):
-        raise ConfigError(f"options['fold_max_bytes'] must be an int (bytes), got {limit!r:.40}")
+        raise ConfigError(f"options['fold_max_bytes'] must be an int (bytes), got {brief(limit)}")
     if any(not s.is_static or s.size * np.dtype(s.dtype).itemsize > limit for s in outs):
         return False
     if node.inputs and schema.dispatch_input < len(specs) and specs[schema.dispatch_input] is not None:

@@ -12,9 +12,11 @@ from pathlib import Path
 import numpy as np
 
 from .. import progress
-from ..errors import InputError
+from ..errors import InputError, brief
+from ..limits import MAX_RANDOM_ELEMENTS, checked_count
 from ..ir import Model, TensorSpec
 from ..testing import tolerance
+from ..untrusted import read_npz
 
 
 @dataclass
@@ -91,7 +93,10 @@ def bind_inputs(model: Model, shapes: dict | None = None, batch: int | None = No
 
 
 def random_input(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:
-    """Normal floats, ints in [0, 10), coin-flip bools."""
+    """Normal floats, ints in [0, 10), coin-flip bools; at most ``limits.MAX_RANDOM_ELEMENTS``."""
+    if checked_count(shape, MAX_RANDOM_ELEMENTS) is None:
+        raise InputError(f"a random input of shape {brief(list(shape))} is over {MAX_RANDOM_ELEMENTS} elements; "
+                         f"give it with --input NAME=FILE.npy")
     if dtype == "bool":
         return rng.random(shape) < 0.5
     if np.dtype(dtype).kind in "iu":
@@ -116,11 +121,8 @@ def make_feeds(model: Model, given: dict | None = None, seed: int = 0) -> dict[s
 
 def load_inputs(path) -> dict[str, np.ndarray]:
     """An .npz of named inputs (no pickles)."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            if not hasattr(data, "files"):
-                raise InputError(f"{path}: expected an .npz of named arrays, got one array")
-            return {k: data[k] for k in data.files}
+    try:  # member headers checked against their data before allocating; FIFOs refused
+        return read_npz(path, str(path))
     except (OSError, ValueError) as exc:
         raise InputError(f"{path}: cannot read inputs: {exc}") from exc
 

@@ -17,7 +17,8 @@ Three ways to load, as OpenVINO has a global file and a per-session config:
 
 Each layer becomes a kernel ``(op, "gpu", vendor "custom", dtypes)`` with priority 10, so it wins
 over the built-in opencl kernel; process-wide kernels stay registered (loading the same unchanged
-file again is a no-op, a changed file replaces its kernels).
+file again is a no-op, a changed file replaces its kernels). A process-wide load that fails leaves the
+registry as it was, and a layer whose program fails to build unregisters its file's kernels.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import threading
 from pathlib import Path
 
 from kernelkit.errors import ConfigError
+from kernelkit.untrusted import read_regular
 
 from .config import Buffer, Define, LayerConfig
 from .formula import Formula, FormulaError
@@ -41,7 +43,7 @@ ENV_VAR = "KERNELKIT_OPENCL_CUSTOM_KERNELS"
 OPTION = "opencl_custom_kernels"
 _READERS = {".xml": read_xml, ".yml": read_yaml, ".yaml": read_yaml}
 _loaded: dict[Path, tuple[str, list[LayerConfig]]] = {}  # resolved file -> (content hash, layers)
-_lock = threading.Lock()
+_lock = threading.RLock()
 
 
 def read_config(path) -> list[LayerConfig]:
@@ -72,21 +74,54 @@ def load_custom_kernels(path, scope=None) -> list[LayerConfig]:
         for layer in layers:
             register_layer(layer, registry=scope)
         return layers
-    layers = []
-    for file in _paths(path):
-        resolved = file.resolve()
-        digest = hashlib.sha256(resolved.read_bytes()).hexdigest() if resolved.is_file() else ""
-        with _lock:
-            known = _loaded.get(resolved)
-            if known is not None and known[0] == digest:
-                layers += known[1]
-                continue
-            found = read_config(file)
-            for layer in found:
-                register_layer(layer, replace=known is not None)
-            _loaded[resolved] = (digest, found)
-        layers += found
+    from kernelkit.registry import kernel_transaction, unregister_kernel
+
+    layers: list[LayerConfig] = []
+    with _lock, kernel_transaction():  # all files or none: a failure leaves the registry as it was
+        before = dict(_loaded)
+        try:
+            for file in _paths(path):
+                resolved = file.resolve()
+                digest = _digest(resolved)
+                known = _loaded.get(resolved)
+                if known is not None and known[0] == digest:
+                    layers += known[1]
+                    continue
+                found = read_config(file)
+                for layer in known[1] if known is not None else ():  # a changed file replaces its kernels
+                    unregister_kernel(layer.op, domain=layer.domain, device="gpu", vendor=layer.vendor,
+                                      dtype=layer.dtypes)
+                for layer in found:
+                    register_layer(layer)
+                _loaded[resolved] = (digest, found)
+                layers += found
+        except BaseException:
+            _loaded.clear()
+            _loaded.update(before)
+            raise
     return layers
+
+
+def _digest(file: Path) -> str:
+    try:
+        return hashlib.sha256(read_regular(file)).hexdigest()
+    except (OSError, ValueError):  # missing, a FIFO, ...: read_config names the problem
+        return ""
+
+
+def forget_layer(layer: LayerConfig) -> None:
+    """Unregister every kernel of the config file ``layer`` came from (its program failed to build),
+    so later sessions that never named the file are not broken by it."""
+    from kernelkit.registry import unregister_kernel
+
+    with _lock:
+        for file, (_, layers) in list(_loaded.items()):
+            if any(item is layer for item in layers):
+                del _loaded[file]
+                for item in layers:
+                    unregister_kernel(item.op, domain=item.domain, device="gpu", vendor=item.vendor,
+                                      dtype=item.dtypes)
+                log.warning("custom OpenCL kernels of %s unregistered: %s failed to build", file, layer.entry)
 
 
 def unload_custom_kernels(path=None) -> None:

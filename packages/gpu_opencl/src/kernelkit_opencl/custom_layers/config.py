@@ -8,10 +8,12 @@ place in it (``file:line`` for XML, ``file: layers[0].buffers[1]`` for YAML).
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelkit.errors import ConfigError
+from kernelkit.errors import ConfigError, brief
+from kernelkit.untrusted import read_regular
 
 from .formula import Formula, FormulaError, parse_list
 
@@ -69,10 +71,11 @@ class LayerConfig:
         return sorted((b for b in self.buffers if b.kind == kind), key=lambda b: b.port)
 
     def source_text(self) -> str:
-        """The sources concatenated in order, each introduced by a comment naming it."""
+        """The sources concatenated in order, each introduced by a comment naming it, with their
+        ``#include "file"`` lines replaced by the files (which must stay inside the config's folder)."""
         parts = []
         for path in self.sources:
-            parts.append(f"// Custom Layer Kernel {path.name}\n{path.read_text()}")
+            parts.append(f"// Custom Layer Kernel {path.name}\n{_inline_includes(path, self.file.parent, self.where)}")
         return "\n".join(parts)
 
 
@@ -80,10 +83,61 @@ def config_error(where: str, message: str) -> ConfigError:
     return ConfigError(f"{where}: {message}")
 
 
+_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include\b(.*)$", re.M)
+MAX_INCLUDE_DEPTH = 8
+# build options a config may pass: -cl-* switches, -w, -Werror and plain -DNAME[=VALUE]
+_OPTION = re.compile(r"-cl-[A-Za-z0-9_.=-]+|-w|-Werror|-D[A-Za-z_][A-Za-z0-9_]*(=[A-Za-z0-9_.+-]*)?")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]|\\$")  # newlines etc., or a trailing line continuation
+
+
+def _read_text(path: Path, where: str) -> str:
+    try:
+        return read_regular(path).decode("utf-8")
+    except (OSError, ValueError) as exc:
+        raise config_error(where, f"cannot read source {path.name!r}: {exc}") from None
+
+
+def _inline_includes(path: Path, folder: Path, where: str, depth: int = 0) -> str:
+    """``path``'s text with each ``#include "rel/file"`` replaced by that file (relative to the
+    including file, inside ``folder``). ``<...>`` and macro includes are refused: the compiler never
+    sees an #include, so no absolute or escaping path can be read through one."""
+    root = folder.resolve()
+    text = _read_text(path, where)
+
+    def inline(match) -> str:
+        arg = match.group(1).strip()
+        if depth >= MAX_INCLUDE_DEPTH:
+            raise config_error(where, f"{path.name}: #include nested more than {MAX_INCLUDE_DEPTH} deep")
+        if len(arg) < 3 or arg[0] != '"' or arg[-1] != '"':
+            raise config_error(where, f"{path.name}: '#include {brief(arg, 60)}' is not allowed; only "
+                                      f'#include "relative/file" inside the config\'s folder')
+        rel = Path(arg[1:-1])
+        if "\0" in arg:
+            raise config_error(where, f"{path.name}: #include {brief(arg, 60)} holds a NUL byte")
+        target = (path.parent / rel).resolve()
+        if rel.is_absolute() or (target != root and root not in target.parents):
+            raise config_error(where, f"{path.name}: #include {arg} escapes the config's folder {str(root)!r}")
+        if not target.is_file():
+            raise config_error(where, f"{path.name}: #include {arg} not found")
+        return f"// #include {arg}\n{_inline_includes(target, folder, where, depth + 1)}\n"
+
+    return _INCLUDE.sub(inline, text)
+
+
+def check_entry_point(layer: "LayerConfig") -> None:
+    """The entry point must be defined as a kernel in the sources (else it fails only at run time)."""
+    text = layer.source_text()
+    if not re.search(rf"\b(?:__)?kernel\b[^;{{}}]*?\bvoid\s+{re.escape(layer.entry)}\s*\(", text):
+        raise config_error(layer.where, f"kernel entry {layer.entry!r} is not defined as a kernel function in "
+                                        f"{[p.name for p in layer.sources]}")
+
+
 def resolve_source(folder: Path, filename: str, where: str) -> Path:
     """``filename`` relative to the config's folder; it must exist and stay inside that folder."""
     if not filename:
         raise config_error(where, "source filename is empty")
+    if "\0" in filename:
+        raise config_error(where, f"source {brief(filename, 60)} holds a NUL byte")
     rel = Path(filename)
     if rel.is_absolute():
         raise config_error(where, f"source {filename!r} must be a path relative to the config's folder")
@@ -96,6 +150,14 @@ def resolve_source(folder: Path, filename: str, where: str) -> Path:
     return path
 
 
+def split_options(text: str, where: str) -> list[str]:
+    """Compiler options written as one string, split as a shell would (``shlex``)."""
+    try:
+        return shlex.split(text)
+    except ValueError as exc:  # an unclosed quote
+        raise config_error(where, f"compiler options {brief(text, 60)}: {exc}") from None
+
+
 def parse_work_sizes(text, where: str) -> tuple[Formula, ...]:
     try:
         return parse_list(text)
@@ -104,6 +166,8 @@ def parse_work_sizes(text, where: str) -> tuple[Formula, ...]:
 
 
 def parse_format(text: str | None, where: str) -> str:
+    if text is not None and not isinstance(text, str):
+        raise config_error(where, f"tensor format must be a string, got {brief(text, 40)}")
     fmt = (text or "BFYX").upper()
     if fmt not in FORMATS:
         raise config_error(where, f"unknown tensor format {text!r}; accepted: {', '.join(FORMATS)}")
@@ -145,8 +209,16 @@ def validate(layer: LayerConfig) -> LayerConfig:
                 raise config_error(b.where, f"{kind} port-index {b.port} is bound twice")
     if not layer.tensors("output"):
         raise config_error(where, "no output tensor is bound (add a Tensor with type=\"output\")")
+    for option in layer.compiler_options:
+        if not _OPTION.fullmatch(option):
+            raise config_error(where, f"compiler option {brief(option, 60)} is not allowed (accepted: -cl-..., "
+                                      f"-w, -Werror, -DNAME[=VALUE])")
     names = set()
     for d in layer.defines:
+        for text in (d.name, d.default or ""):
+            if _CONTROL.search(text):  # a newline would start a preprocessor line of its own
+                raise config_error(d.where, f"define {brief(d.name, 40)}: name and value must be one line of "
+                                            f"text without control characters, got {brief(text, 60)}")
         name = d.name.split()[0] if d.name.split() else ""
         if not _IDENT.fullmatch(name):
             raise config_error(d.where, f"define name {d.name!r} is not a valid identifier")
@@ -165,6 +237,7 @@ def validate(layer: LayerConfig) -> LayerConfig:
     if layer.local_ws and len(layer.local_ws) != len(layer.global_ws):
         raise config_error(where, f"local work size has {len(layer.local_ws)} entries, global has "
                                   f"{len(layer.global_ws)}; they must match")
+    check_entry_point(layer)
     return layer
 
 

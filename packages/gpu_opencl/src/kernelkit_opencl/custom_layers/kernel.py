@@ -13,8 +13,9 @@ import logging
 from pathlib import Path
 
 import numpy as np
-from kernelkit.errors import KernelBuildError, KernelExecutionError, KernelkitError, UnsupportedOpError
+from kernelkit.errors import KernelBuildError, KernelExecutionError, KernelkitError, UnsupportedOpError, brief
 from kernelkit.ir import TensorSpec
+from kernelkit.limits import checked_count
 from kernelkit.registry import get_schema, register_kernel
 from kernelkit.shape import infer_node
 
@@ -25,6 +26,8 @@ from .jit import bfyx, pitches, program_source
 log = logging.getLogger("kernelkit.opencl.custom")
 
 _REORDER = (Path(__file__).with_name("reorder.cl")).read_text()
+MAX_WORK_DIM = (1 << 31) - 1  # work items per dimension (the runtime's element limit)
+MAX_WORK_ITEMS = 1 << 40  # work items in all
 _ATTR_KINDS = {"int": ("int",), "float": ("float", "int"), "int[]": ("ints",), "float[]": ("floats", "ints")}
 
 
@@ -37,6 +40,9 @@ def _work_size(formulas, dims, layer: LayerConfig, where: str) -> tuple[int, ...
     if any(s <= 0 for s in sizes):
         raise KernelBuildError(f"{where}: work size {sizes} from {layer.where} is not positive for "
                                f"B,F,Y,X={dims}")
+    if any(s > MAX_WORK_DIM for s in sizes) or checked_count(sizes, MAX_WORK_ITEMS) is None:
+        raise KernelBuildError(f"{where}: work size {brief(sizes)} from {layer.where} is too large for "
+                               f"B,F,Y,X={dims} (at most {MAX_WORK_DIM} per dimension, {MAX_WORK_ITEMS} in all)")
     return sizes
 
 
@@ -90,6 +96,9 @@ def _make_kernel_class(layer: LayerConfig, data_inputs: dict[str, int]) -> type:
             try:
                 kernel = device.kernel(source, layer.entry, None, tuple(layer.compiler_options))
             except KernelBuildError as exc:
+                from . import forget_layer
+
+                forget_layer(layer)  # later sessions that never named this config must not pick it
                 raise KernelBuildError(f"{self._where}: {exc}") from exc
             variant = (kernel, gws, lws or None, [tuple(o.shape) for o in outs], [o.dtype for o in outs])
             self._variants[key] = variant

@@ -20,12 +20,14 @@ a DOCTYPE (entity tricks, external entities) is refused.
 """
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from xml.parsers import expat
 
+from kernelkit.untrusted import read_regular
+
 from .config import (
+    split_options,
     DEFAULT_GLOBAL,
     Buffer,
     Define,
@@ -138,7 +140,7 @@ def _layer(el: _Element, file: Path) -> LayerConfig:
         buffers.append(Buffer(parse_index(da["arg-index"], "arg-index", loc), "data", loc, name=da["name"]))
     options: list[str] = []
     for c in parts["CompilerOptions"]:
-        options += shlex.split(_attrs(c, f"{file}:{c.line}", required=("options",))["options"])
+        options += split_options(_attrs(c, f"{file}:{c.line}", required=("options",))["options"], f"{file}:{c.line}")
     global_text, local_text = DEFAULT_GLOBAL, ""
     if parts["WorkSizes"]:
         ws = parts["WorkSizes"][0]
@@ -157,7 +159,11 @@ def _layer(el: _Element, file: Path) -> LayerConfig:
 
 
 def read_xml(file: Path) -> list[LayerConfig]:
-    root = _parse_tree(file.read_bytes(), file)
+    try:
+        text = read_regular(file)
+    except OSError as exc:
+        raise config_error(str(file), f"cannot read: {exc}") from None
+    root = _parse_tree(text, file)
     if root.tag == "CustomLayer":
         return [_layer(root, file)]
     if root.tag == "CustomLayers":

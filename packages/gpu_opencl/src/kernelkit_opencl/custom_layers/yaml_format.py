@@ -20,13 +20,14 @@ Read with ``yaml.safe_load``; unknown keys and wrong types are ConfigErrors nami
 """
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 from kernelkit.dtypes import dtype_name
 from kernelkit.errors import KernelkitError
+from kernelkit.untrusted import load_yaml, read_regular
 
 from .config import (
+    split_options,
     DEFAULT_GLOBAL,
     Buffer,
     Define,
@@ -111,7 +112,7 @@ def _layer(value, file: Path, where: str) -> LayerConfig:
     sources = tuple(resolve_source(file.parent, _string(s, f"{where}.sources[{i}]"), f"{where}.sources[{i}]")
                     for i, s in enumerate(_list(d["sources"], f"{where}.sources")))
     options = d.get("compiler_options", [])
-    options = shlex.split(options) if isinstance(options, str) else \
+    options = split_options(options, f"{where}.compiler_options") if isinstance(options, str) else \
         [_string(o, f"{where}.compiler_options") for o in _list(options, f"{where}.compiler_options")]
     ws = _mapping(d.get("work_sizes", {}), f"{where}.work_sizes", {"global": False, "local": False})
     dtypes = d.get("dtypes", ["float32"])
@@ -144,11 +145,13 @@ def read_yaml(file: Path) -> list[LayerConfig]:
     except ImportError as exc:
         raise config_error(str(file), f"reading YAML configs needs PyYAML: pip install pyyaml ({exc})") from None
     try:
-        doc = yaml.safe_load(file.read_text())
+        doc = load_yaml(read_regular(file).decode("utf-8"))  # yaml.SafeLoader with aliases bounded
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         loc = f"{file}:{mark.line + 1}" if mark is not None else str(file)
         raise config_error(loc, f"malformed YAML: {getattr(exc, 'problem', None) or exc}") from None
+    except (OSError, ValueError, RecursionError) as exc:  # not UTF-8, alias bomb, absurd nesting
+        raise config_error(str(file), f"cannot read YAML: {type(exc).__name__}: {str(exc)[:200]}") from None
     top = _mapping(doc, str(file), {"version": False, "layers": True})
     if top.get("version", 1) != 1:
         raise config_error(f"{file}: version", f"unsupported version {top['version']!r}; only 1 is")

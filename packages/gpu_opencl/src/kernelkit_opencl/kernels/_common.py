@@ -15,8 +15,8 @@ WG = 256  # work-group size of 1-D elementwise launches
 # in), passed as defines.
 ACTIVATION_CL = {
     "": "(v)",
-    "Relu": "fmax(v, 0.0f)",
-    "Clip": "fmin(fmax(v, ACT_P0), ACT_P1)",
+    "Relu": "((v) < 0.0f ? 0.0f : (v))",  # NaN stays NaN (fmax would drop it)
+    "Clip": "((v) != (v) ? (v) : fmin(fmax(v, ACT_P0), ACT_P1))",
     "LeakyRelu": "((v) >= 0.0f ? (v) : ACT_P0 * (v))",
     "Sigmoid": "(1.0f / (1.0f + exp(-(v))))",
     "HardSwish": "((v) * clamp((v) / 6.0f + 0.5f, 0.0f, 1.0f))",

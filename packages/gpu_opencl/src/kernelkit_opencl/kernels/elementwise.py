@@ -24,10 +24,10 @@ def _none(attrs):
 
 # op: (OpenCL expression of float x and parameters a, b; attrs -> (a, b))
 UNARY = {
-    "Relu": ("fmax(x, 0.0f)", _none),
+    "Relu": ("(x < 0.0f ? 0.0f : x)", _none),  # NaN stays NaN, as in NumPy (fmax drops it)
     "LeakyRelu": ("(x >= 0.0f ? x : a * x)", lambda at: (at["alpha"], 0.0)),
     "Sigmoid": ("(1.0f / (1.0f + exp(-x)))", _none),
-    "HardSigmoid": ("clamp(a * x + b, 0.0f, 1.0f)", lambda at: (at["alpha"], at["beta"])),
+    "HardSigmoid": ("(x != x ? x : clamp(a * x + b, 0.0f, 1.0f))", lambda at: (at["alpha"], at["beta"])),
     "HardSwish": ("(x * clamp(x / 6.0f + 0.5f, 0.0f, 1.0f))", _none),
     "Tanh": ("tanh(x)", _none),
     "Elu": ("(x > 0.0f ? x : a * expm1(x))", lambda at: (at["alpha"], 0.0)),

@@ -65,6 +65,9 @@ __kernel void global_pool(__global const T* restrict x, __global T* restrict y, 
   if (r >= rows) return;
   __global const T* xp = x + (long)r * hw;
   float acc = mode ? -INFINITY : 0.0f;
-  for (int k = 0; k < hw; ++k) { const float v = LD(xp, k); acc = mode ? fmax(acc, v) : acc + v; }
+  for (int k = 0; k < hw; ++k) {  // max: NaN propagates, as in NumPy (fmax would skip it)
+    const float v = LD(xp, k);
+    acc = mode ? ((v > acc || v != v) ? v : acc) : acc + v;
+  }
   ST(y, r, mode ? acc : acc / (float)hw);
 }

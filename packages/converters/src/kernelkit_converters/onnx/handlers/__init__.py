@@ -20,7 +20,7 @@ import numpy as np
 import onnx.defs
 import onnx.helper
 from kernelkit.discovery import import_submodules
-from kernelkit.errors import RegistryError, UnsupportedOpError
+from kernelkit.errors import RegistryError, UnsupportedOpError, brief
 from kernelkit.ir import Graph, Node, TensorSpec, Value
 from kernelkit.registry import get_schema, normalize_attrs, op_id
 
@@ -150,7 +150,7 @@ class ConvertContext:
                 del attrs[key]
             elif not domain:
                 raise UnsupportedOpError(
-                    f"{self.source}: {node.where}: attribute {key}={attrs[key]!r:.80} is not supported by "
+                    f"{self.source}: {node.where}: attribute {key}={brief(attrs[key])} is not supported by "
                     f"kernelkit's {op_id(op, domain)} (it supports {sorted(schema.attrs) or 'no attributes'})")
         for key, (kind, _default) in schema.attrs.items():  # ONNX strings are bytes
             if kind == "string" and isinstance(attrs.get(key), bytes):

@@ -1,0 +1,78 @@
+"""Numba's disk cache, checked rather than trusted.
+
+Numba reads its cache (``*.nbi`` index and ``*.nbc`` data files, pickles) the first time a kernel is
+called with a signature. A file that a crash, a full disk or a concurrent writer left truncated or
+garbled makes that call raise (``UnpicklingError``, ``EOFError``, ``UnicodeDecodeError``, ...) in
+every later process, since nothing ever rewrites it. :class:`CheckedCache` replaces the cache of
+each kernelkit dispatcher: a load that fails for any reason deletes the function's index and data
+files, warns once per process, and returns "not cached", so Numba compiles the kernel and writes a
+fresh entry. A save that fails costs only speed and is logged.
+
+The cache folder must be writable only by the user (it holds pickles, which this module does not make
+safe to read from someone else); ``NUMBA_CACHE_DIR`` moves it.
+"""
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import threading
+import warnings
+
+from numba.core.caching import FunctionCache
+
+log = logging.getLogger("kernelkit.numba.cache")
+
+_warned = False
+_lock = threading.Lock()
+
+
+def _warn_once(message: str) -> None:
+    global _warned
+    log.warning(message)
+    with _lock:
+        if _warned:
+            return
+        _warned = True
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+class CheckedCache(FunctionCache):
+    """``FunctionCache`` whose unreadable entries are discarded and recompiled (see the module doc)."""
+
+    def load_overload(self, sig, target_context):
+        try:
+            return super().load_overload(sig, target_context)
+        except Exception as exc:  # noqa: BLE001 - any failure to read the cache means "not cached"
+            removed = self.discard()
+            _warn_once(f"numba cache entry of {self._name} in {self._cache_path} is unreadable "
+                       f"({type(exc).__name__}: {str(exc)[:120]}); removed {removed} file(s), recompiling")
+            return None
+
+    def save_overload(self, sig, data):
+        try:
+            super().save_overload(sig, data)
+        except Exception as exc:  # noqa: BLE001 - a cache that cannot be written costs speed only
+            log.warning("cannot write the numba cache of %s in %s: %s: %s", self._name, self._cache_path,
+                        type(exc).__name__, exc)
+
+    def discard(self) -> int:
+        """Delete this function's index and data files; returns how many were removed."""
+        base = os.path.join(self._cache_path, self._impl.filename_base)
+        removed = 0
+        for path in [base + ".nbi"] + glob.glob(glob.escape(base) + ".*.nbc"):
+            try:
+                os.unlink(path)
+                removed += 1
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("cannot remove the bad numba cache file %s: %s", path, exc)
+        return removed
+
+
+def checked(dispatcher):
+    """Give ``dispatcher`` (from ``numba.njit(cache=True)``) a :class:`CheckedCache`; returns it."""
+    if isinstance(getattr(dispatcher, "_cache", None), FunctionCache):
+        dispatcher._cache = CheckedCache(dispatcher.py_func)
+    return dispatcher
