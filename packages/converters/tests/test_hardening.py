@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 import threading
 
-import numpy as np
 import onnx
 import pytest
-from kernelkit.errors import KernelkitError, ModelFormatError, OpAttributeError
+from kernelkit.errors import ModelFormatError, OpAttributeError
 from kernelkit_converters.onnx import convert
 from onnx import TensorProto, helper
 

@@ -203,8 +203,8 @@ def test_missing_entry_point_is_found_at_load(tmp_path, custom_layers):
 def test_huge_work_size_is_a_typed_error(tmp_path, custom_layers):
     """Item 10: a work size of 10^40 is a KernelBuildError naming the config (870925c: std::bad_cast)."""
     shutil.copy(EXAMPLE / "leaky_relu.cl", tmp_path / "leaky_relu.cl")
-    config = _write(tmp_path, "c.yml", _layer_yml().replace("global: [X, Y, B*F]",
-                                                            "global: [X, Y, 10000000000000000000000000000000000000000]"))
+    huge = "global: [X, Y, " + "1" + "0" * 40 + "]"
+    config = _write(tmp_path, "c.yml", _layer_yml().replace("global: [X, Y, B*F]", huge))
     with pytest.raises(KernelBuildError, match="too large"):
         kk.Session(_leaky(), device="gpu", options={**OPTIONS, "opencl_custom_kernels": str(config)})
 

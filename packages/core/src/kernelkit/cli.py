@@ -30,8 +30,8 @@ from rich.text import Text
 from . import __version__, progress
 from .deploy import is_deployment, load_deployment
 from .errors import FallbackWarning, InputError, KernelkitError, LoaderNotFoundError
-from .untrusted import open_regular, read_npy
 from .ir import Model, TensorSpec
+from .untrusted import open_regular, read_npy
 
 log = logging.getLogger("kernelkit.cli")
 

@@ -96,7 +96,6 @@ class Workspace:
 
 def _onnx_seed(folder: Path) -> bytes:
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     w = numpy_helper.from_array(np.ones((2, 1, 3, 3), np.float32), "w")

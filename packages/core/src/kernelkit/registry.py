@@ -160,7 +160,8 @@ def ops() -> list[str]:
 
 def _coerce(kind: str, value, where: str, name: str):
     def bad():
-        return OpAttributeError(f"{where}: attribute {name!r} expects {kind}, got {type(value).__name__} {brief(value)}")
+        return OpAttributeError(f"{where}: attribute {name!r} expects {kind}, "
+                                f"got {type(value).__name__} {brief(value)}")
 
     if kind == "int":
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):

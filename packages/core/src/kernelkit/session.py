@@ -22,8 +22,8 @@ from .errors import ConfigError, InputError, brief
 from .executor import Executor
 from .invoke import KernelContext
 from .ir import Graph
-from .loaders import load_model
 from .limits import MAX_THREADS
+from .loaders import load_model
 from .passes import PassContext, run_passes
 from .plan import Plan, compile_plan, concrete_specs, scratch_sizes, slot_specs
 from .registry import KernelScope

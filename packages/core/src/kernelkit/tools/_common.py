@@ -13,8 +13,8 @@ import numpy as np
 
 from .. import progress
 from ..errors import InputError, brief
-from ..limits import MAX_RANDOM_ELEMENTS, checked_count
 from ..ir import Model, TensorSpec
+from ..limits import MAX_RANDOM_ELEMENTS, checked_count
 from ..testing import tolerance
 from ..untrusted import read_npz
 

@@ -27,7 +27,6 @@ from xml.parsers import expat
 from kernelkit.untrusted import read_regular
 
 from .config import (
-    split_options,
     DEFAULT_GLOBAL,
     Buffer,
     Define,
@@ -37,6 +36,7 @@ from .config import (
     parse_index,
     parse_work_sizes,
     resolve_source,
+    split_options,
     validate,
 )
 
