@@ -20,7 +20,8 @@
         float32: {rtol: 1.0e-4, atol: 1.0e-5}
 
 Only ``yaml.safe_load`` is used (through ``untrusted.load_yaml``, which refuses alias bombs).
-Unknown keys and wrong types raise ConfigError naming the file and the key; ``load_deployment(path).session()`` builds the Session.
+Unknown keys and wrong types raise ConfigError naming the file and the key;
+``load_deployment(path).session()`` builds the Session.
 """
 from __future__ import annotations
 
