@@ -9,6 +9,7 @@ import pytest
 from kernelkit import cli
 from kernelkit.errors import ConfigError, FallbackWarning, RegistryError, ShapeError
 from kernelkit.layout import from_layout, parse, physical_shape, reorder, to_layout
+from kernelkit.passes import passes
 from kernelkit.registry import KernelKey, candidates
 from kernelkit.testing import assert_close, isolate_registries
 
@@ -93,6 +94,20 @@ def _net(rng, out_conv: bool = False):
     return g.build()
 
 
+# the layout tests look at the Add itself: keep fuse_residual from folding it into the depthwise conv
+NO_RESIDUAL = [p.name for p in passes() if p.default and p.name != "fuse_residual"]
+
+
+def test_a_conv_with_a_fused_residual_runs_in_nhwc_and_agrees(rng):
+    """fuse_residual gives the depthwise conv a Z input: the NHWC reference Conv takes it (laid out
+    like Y); variants that take no Z are left in the default layout."""
+    model, feeds = _net(rng), _feeds(rng)
+    laid = kk.Session(model, vendors=REF, options=NHWC)
+    assert laid.passes_fired.get("fuse_residual") == 1 and laid.layouts()["dw"] == "NHWC"
+    for got, want in zip(laid.run(None, feeds), kk.Session(model, vendors=REF).run(None, feeds)):
+        assert_close(got, want)
+
+
 def _feeds(rng):
     return {"x": _r(rng, 2, 8, 6, 6)}
 
@@ -103,8 +118,8 @@ def _reorders(sess) -> list:
 
 def test_the_pass_keeps_a_chain_in_nhwc_and_reorders_only_at_its_ends(rng):
     model, feeds = _net(rng), _feeds(rng)
-    plain = kk.Session(model, vendors=REF)
-    laid = kk.Session(model, vendors=REF, options=NHWC)
+    plain = kk.Session(model, vendors=REF, passes=NO_RESIDUAL)
+    laid = kk.Session(model, vendors=REF, passes=NO_RESIDUAL, options=NHWC)
     assert "layouts" not in plain.passes_fired and not _reorders(plain)
     layouts = laid.layouts()
     for node in ("conv1", "dw", "add", "conv2", "concat", "bn", "gap"):
@@ -120,14 +135,15 @@ def test_the_pass_keeps_a_chain_in_nhwc_and_reorders_only_at_its_ends(rng):
 
 def test_weights_are_re_laid_once_at_compile_time(rng):
     model = _net(rng)
-    laid = kk.Session(model, vendors=REF, options=NHWC)
+    laid = kk.Session(model, vendors=REF, passes=NO_RESIDUAL, options=NHWC)
     g = laid.graph
     assert all(g.values[r.inputs[0]].data is None for r in _reorders(laid))  # no reorder of a constant at run time
     w1 = next(n for n in g.nodes if n.name == "conv1").inputs[1]
     w2 = next(n for n in g.nodes if n.name == "conv2").inputs[1]
     assert w1 == w2 and g.values[w1].spec.layout == "HWIO" and g.values[w1].data.shape == (3, 3, 8, 8)
     assert "w" not in g.values  # the OIHW copy is gone: weights_bytes counts the weight once
-    assert laid.memory()["weights_bytes"] == kk.Session(model, vendors=REF).memory()["weights_bytes"]
+    plain = kk.Session(model, vendors=REF, passes=NO_RESIDUAL)
+    assert laid.memory()["weights_bytes"] == plain.memory()["weights_bytes"]
 
 
 @pytest.mark.parametrize("layout, axis, physical", [("NHWC", 1, 3), ("NHWC", 2, 1), ("NHWC", -1, 2),
@@ -148,11 +164,11 @@ def test_concat_runs_in_the_layout_on_its_physical_axis(rng, layout, axis, physi
     b = g.op("Conv", x, _r(rng, 8, 8, 3, 3), pads=[1, 1, 1, 1], name="b")
     g.output(g.op("Relu", g.op("Concat", a, b, axis=axis, name="cat"), name="out"))
     model, feeds = g.build(), {"x": _r(rng, 1, 8, 4, 5)}
-    laid = kk.Session(model, vendors=REF, options={"layout": layout})
+    laid = kk.Session(model, vendors=REF, passes=NO_RESIDUAL, options={"layout": layout})
     step = next(s for s in laid.plan.steps if s.name == "cat")
     assert laid.layouts()["cat"] == layout and step.attrs["axis"] == physical
     assert laid.layouts()["out"] == layout  # the Relu after it stays in the layout too
-    assert_close(laid.run(None, feeds)[0], kk.Session(model, vendors=REF).run(None, feeds)[0])
+    assert_close(laid.run(None, feeds)[0], kk.Session(model, vendors=REF, passes=NO_RESIDUAL).run(None, feeds)[0])
 
 
 def test_a_value_read_by_several_default_layout_nodes_is_reordered_once(rng):
@@ -161,11 +177,11 @@ def test_a_value_read_by_several_default_layout_nodes_is_reordered_once(rng):
     y = g.op("Conv", x, _r(rng, 4, 4, 3, 3), pads=[1, 1, 1, 1], name="conv")
     g.output(g.op("Flatten", y, name="f1"), g.op("Flatten", y, axis=2, name="f2"), y)  # y an output too
     model, feeds = g.build(), {"x": _r(rng, 1, 4, 5, 5)}
-    laid = kk.Session(model, vendors=REF, options=NHWC)
+    laid = kk.Session(model, vendors=REF, passes=NO_RESIDUAL, options=NHWC)
     back = [r for r in _reorders(laid) if r.attrs["dst"] == "NCHW"]
     assert len(back) == 1 and back[0].outputs == [model.graph.nodes[0].outputs[0]]  # writes the output's name
     assert laid.graph.outputs == model.graph.outputs
-    for got, want in zip(laid.run(None, feeds), kk.Session(model, vendors=REF).run(None, feeds)):
+    for got, want in zip(laid.run(None, feeds), kk.Session(model, vendors=REF, passes=NO_RESIDUAL).run(None, feeds)):
         assert_close(got, want)
 
 
@@ -179,21 +195,21 @@ def test_broadcasts_and_mixed_inputs_keep_the_default_layout(rng):
     scaled = g.op("Mul", g.op("Sigmoid", y, name="sig"), np.array(2.0, np.float32), name="scaled")  # a scalar
     g.output(bias, mixed, scaled)
     model, feeds = g.build(), {"x": _r(rng, 1, 4, 3, 3), "x2": _r(rng, 1, 4, 3, 3)}
-    laid = kk.Session(model, vendors=REF, options=NHWC)
+    laid = kk.Session(model, vendors=REF, passes=NO_RESIDUAL, options=NHWC)
     lay = laid.layouts()
     assert (lay["conv"], lay["bias"], lay["relu"], lay["mixed"], lay["sig"], lay["scaled"]) == \
         ("NHWC", "", "NHWC", "", "NHWC", "NHWC")
-    for got, want in zip(laid.run(None, feeds), kk.Session(model, vendors=REF).run(None, feeds)):
+    for got, want in zip(laid.run(None, feeds), kk.Session(model, vendors=REF, passes=NO_RESIDUAL).run(None, feeds)):
         assert_close(got, want)
 
 
 def test_nothing_changes_unless_asked_or_outranked(rng, monkeypatch):
     model = _net(rng)
-    default = kk.Session(model, vendors=REF)
+    default = kk.Session(model, vendors=REF, passes=NO_RESIDUAL)
     assert set(default.layouts().values()) == {""}
     assert not _reorders(kk.Session(model, vendors=REF, options=NHWC, passes=False))
     with pytest.raises(ConfigError, match="layout"):
-        kk.Session(model, vendors=REF, options={"layout": "NWHC"})
+        kk.Session(model, vendors=REF, passes=NO_RESIDUAL, options={"layout": "NWHC"})
     isolate_registries(monkeypatch)  # a variant registered above the default kernel is chosen unasked
     from kernelkit.ops.nhwc import conv_nhwc
 
@@ -219,7 +235,7 @@ def test_a_session_without_a_reorder_kernel_keeps_the_default(rng, monkeypatch):
 
 
 def test_plan_and_placement_show_the_layout(rng):
-    laid = kk.Session(_net(rng), vendors=REF, options=NHWC)
+    laid = kk.Session(_net(rng), vendors=REF, passes=NO_RESIDUAL, options=NHWC)
     rows = {r["name"]: r for r in laid.plan.table()}
     assert rows["conv1"]["layout"] == ("NHWC",) and rows["conv1"]["kernel"][4] == "NHWC"
     assert rows["add"]["layout"] == ("NHWC",) and rows["add"]["kernel"][4] == ""  # layout-free: default kernel
@@ -245,14 +261,14 @@ def test_a_skip_connection_from_before_the_chain_reuses_its_re_laid_copy(rng):
     y = g.op("Conv", x, _r(rng, 8, 8, 3, 3), pads=[1, 1, 1, 1], name="conv")
     g.output(g.op("Add", y, x, name="add"))
     model, feeds = g.build(), {"x": _r(rng, 1, 8, 5, 5)}
-    laid = kk.Session(model, vendors=REF, options=NHWC)
+    laid = kk.Session(model, vendors=REF, passes=NO_RESIDUAL, options=NHWC)
     assert laid.layouts()["add"] == "NHWC" and len(_reorders(laid)) == 2
-    assert_close(laid.run(None, feeds)[0], kk.Session(model, vendors=REF).run(None, feeds)[0])
+    assert_close(laid.run(None, feeds)[0], kk.Session(model, vendors=REF, passes=NO_RESIDUAL).run(None, feeds)[0])
 
 
 def test_laid_out_values_live_in_the_arena_with_their_physical_shapes(rng):
     model, feeds = _net(rng), _feeds(rng)
-    laid = kk.Session(model, vendors=REF, options=NHWC)
+    laid = kk.Session(model, vendors=REF, passes=NO_RESIDUAL, options=NHWC)
     mem = laid.memory()
     assert mem["planned_values"] > 0 and mem["arena_bytes"] >= mem["live_peak_bytes"] > 0
     placed = laid._executor.pool_for(None).mem.placed  # the residual Add (NHWC) writes into the arena
@@ -260,4 +276,4 @@ def test_laid_out_values_live_in_the_arena_with_their_physical_shapes(rng):
     first = laid.run(None, feeds)[0]
     again = laid.run(None, {"x": feeds["x"] * 2})[0]  # the arena is reused: no value leaks into the next run
     assert_close(laid.run(None, feeds)[0], first)
-    assert_close(again, kk.Session(model, vendors=REF).run(None, {"x": feeds["x"] * 2})[0])
+    assert_close(again, kk.Session(model, vendors=REF, passes=NO_RESIDUAL).run(None, {"x": feeds["x"] * 2})[0])

@@ -18,11 +18,15 @@ ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: 
 ONNX_DTYPE_NUMBERS = {name: number for number, name in ONNX_DTYPES.items()}
 
 
-def _target(to: int, where: str = "") -> str:
+def cast_target(to: int, where: str = "") -> str:
+    """The dtype name of Cast's ``to`` (an ONNX TensorProto number); OpAttributeError if unknown."""
     if to not in ONNX_DTYPES:
         raise OpAttributeError(f"{where}: attribute 'to' = {to} is not a supported ONNX dtype; "
                                f"supported: {ONNX_DTYPES}")
     return ONNX_DTYPES[to]
+
+
+_target = cast_target
 
 
 def _cast_rule(ctx: InferContext) -> TensorSpec:

@@ -38,7 +38,7 @@ def _offsets(xp: np.ndarray, win):
 
 @register_kernel("Conv", device="cpu", vendor="reference", dtype=FLOAT_TYPES, priority=-100, layout="NHWC",
                  port_layouts={"W": "HWIO"}, supports=_image)
-def conv_nhwc(x, w, b=None, *, auto_pad="NOTSET", dilations=(), group=1, kernel_shape=(), pads=(), strides=(),
+def conv_nhwc(x, w, b=None, z=None, *, auto_pad="NOTSET", dilations=(), group=1, kernel_shape=(), pads=(), strides=(),
               activation="", activation_params=()):
     ct = compute_dtype(x.dtype)
     kh, kw, cg, m = w.shape
@@ -56,6 +56,8 @@ def conv_nhwc(x, w, b=None, *, auto_pad="NOTSET", dilations=(), group=1, kernel_
             y[..., g * mg:(g + 1) * mg] += view[..., g * cg:(g + 1) * cg] @ w[i, j, :, g * mg:(g + 1) * mg]
     if b is not None:
         y += b.astype(ct)
+    if z is not None:  # a fused residual (pass fuse_residual), laid out like Y
+        y += z.astype(ct, copy=False)
     return apply_activation(y, activation, activation_params).astype(x.dtype, copy=False)
 
 

@@ -73,7 +73,9 @@ class _Planner:
             self.ranked[key] = candidates(node.op_id, self.ctx.device, dtype, self.ctx.vendors, self.ctx.scope, None)
         if not any(e.key.layout for e in self.ranked[key]):
             return None  # no layout variant: the default
-        ranked = [e for e in self.ranked[key] if e.supports is None or _accepts(e, specs, attrs)]
+        given = max((i + 1 for i, name in enumerate(node.inputs) if name), default=0)
+        ranked = [e for e in self.ranked[key] if (e.supports is None or _accepts(e, specs, attrs))
+                  and (not e.key.layout or _takes(e, given))]
         default = next((e for e in ranked if not e.key.layout), None)
         variants = [e for e in ranked if e.key.layout]
         arriving = self.laid.get(node.inputs[0], "") if node.inputs and node.inputs[0] else ""
@@ -208,6 +210,22 @@ def _accepts(entry, specs, attrs) -> bool:
         return bool(entry.supports(specs, attrs))
     except KernelkitError:
         return False
+
+
+def _takes(entry, n_inputs: int) -> bool:
+    """Whether a variant's callable takes ``n_inputs`` positional inputs: a Conv whose residual was
+    fused (pass fuse_residual, Z as a 4th input) keeps the default layout unless the variant takes Z."""
+    import inspect
+
+    fn = entry.impl.execute if entry.is_class else entry.impl
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"]
+    return len(positional) >= n_inputs
 
 
 def _fits(specs, layouts) -> bool:

@@ -5,7 +5,7 @@ row offsets computed from the index tuples."""
 from __future__ import annotations
 
 import numpy as np
-from kernelkit.ops.cast import _target
+from kernelkit.ops.cast import cast_target
 from kernelkit.ops.gather_nd import nd_indices
 from kernelkit.registry import register_kernel
 from numba import prange
@@ -36,13 +36,13 @@ def _to_bool(x, out):
 
 def _cast_supported(input_specs, attrs) -> bool:
     try:
-        return _target(attrs["to"]) in CAST_TO
+        return cast_target(attrs["to"]) in CAST_TO
     except Exception:  # noqa: BLE001 - the reference reports a bad ``to``
         return False
 
 
 def cast(x, *, to, saturate=1):
-    target = np.dtype(_target(to))
+    target = np.dtype(cast_target(to))
     out = np.empty(x.shape, target)
     if x.size:
         flat = np.ascontiguousarray(x).reshape(-1)
