@@ -15,7 +15,8 @@ Every function raises ``fail(message)`` (ValueError unless given; shape rules pa
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -284,3 +285,25 @@ def clamped_range(rank: int, start: int, end) -> slice:
     start = min(max(start + rank if start < 0 else start, 0), rank)
     end = rank if end is None else min(max(end + rank if end < 0 else end, 0), rank)
     return slice(start, max(start, end))
+
+
+def _axis_range(size: int, out: int, offset: int, stride: int, begin: int) -> tuple[slice, slice] | None:
+    """For one spatial axis and one (dilated) kernel offset: the outputs o whose input index
+    o * stride + offset - begin lies in [0, size), and the input slice they read."""
+    lo = max(0, -(-(begin - offset) // stride))
+    hi = min(out, (size - 1 + begin - offset) // stride + 1)
+    if hi <= lo:
+        return None
+    first = lo * stride + offset - begin
+    return slice(lo, hi), slice(first, first + (hi - lo - 1) * stride + 1, stride)
+
+
+def kernel_offsets(spatial: Sequence[int], win: Window) -> Iterator[tuple[int, tuple, tuple]]:
+    """Yield ``(k, out_region, in_region)`` for every kernel offset (k: its flat C-order index)
+    that reaches the input: ``x[..., *in_region]`` holds the input values that offset multiplies
+    into ``y[..., *out_region]``. Positions outside every yielded region read padding only."""
+    axes = [[_axis_range(size, o, i * d, s, b) for i in range(k)]
+            for size, o, k, d, s, b in zip(spatial, win.out, win.kernel, win.dilations, win.strides, win.begin)]
+    for k, ranges in enumerate(itertools.product(*axes)):
+        if all(r is not None for r in ranges):
+            yield k, tuple(r[0] for r in ranges), tuple(r[1] for r in ranges)

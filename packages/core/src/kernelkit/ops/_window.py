@@ -8,13 +8,12 @@ input region it reads, so padding never has to be materialized.
 """
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..geometry import AUTO_PADS, Window, check_geometry, window  # noqa: F401  (used by the op files)
+from ..geometry import AUTO_PADS, Window, check_geometry, kernel_offsets, window  # noqa: F401  (op files)
 from ..ir import Dim
 from ..shape import InferContext
 
@@ -48,28 +47,6 @@ def windows(x: np.ndarray, win: Window, fill=0) -> np.ndarray:
     index += tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(win.out, win.strides))
     index += tuple(slice(None, None, d) for d in win.dilations)
     return view[index]
-
-
-def _axis_range(size: int, out: int, offset: int, stride: int, begin: int) -> tuple[slice, slice] | None:
-    """For one spatial axis and one (dilated) kernel offset: the outputs o whose input index
-    o * stride + offset - begin lies in [0, size), and the input slice they read."""
-    lo = max(0, -(-(begin - offset) // stride))
-    hi = min(out, (size - 1 + begin - offset) // stride + 1)
-    if hi <= lo:
-        return None
-    first = lo * stride + offset - begin
-    return slice(lo, hi), slice(first, first + (hi - lo - 1) * stride + 1, stride)
-
-
-def kernel_offsets(spatial: Sequence[int], win: Window) -> Iterator[tuple[int, tuple, tuple]]:
-    """Yield ``(k, out_region, in_region)`` for every kernel offset (k: its flat C-order index)
-    that reaches the input: ``x[..., *in_region]`` holds the input values that offset multiplies
-    into ``y[..., *out_region]``. Positions outside every yielded region read padding only."""
-    axes = [[_axis_range(size, o, i * d, s, b) for i in range(k)]
-            for size, o, k, d, s, b in zip(spatial, win.out, win.kernel, win.dilations, win.strides, win.begin)]
-    for k, ranges in enumerate(itertools.product(*axes)):
-        if all(r is not None for r in ranges):
-            yield k, tuple(r[0] for r in ranges), tuple(r[1] for r in ranges)
 
 
 def covers_all(spatial: Sequence[int], win: Window) -> bool:

@@ -9,8 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from kernelkit.geometry import window
-from kernelkit.ops._window import kernel_offsets
+from kernelkit.geometry import kernel_offsets, window
 from kernelkit.registry import register_kernel
 
 from .._base import NumbaKernel, threaded
