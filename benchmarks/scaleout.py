@@ -1,7 +1,7 @@
 """Scale-out throughput: ResNet-18 over N images with 1 and 2 workers x 1 thread, on the local
 process pool, a local Ray cluster and a Dask LocalCluster (`kernelkit batch`'s engines).
 
-    python benchmarks/scaleout.py [IMAGES=256] [BATCH=16] [VENDOR=numba]
+    python benchmarks/scaleout.py [IMAGES=256] [BATCH=16] [VENDOR=numba] [ENGINES=local,ray,dask]
 
 Each configuration runs twice on the same input folder; the table reports the second (warm kernel
 cache) run: throughput, the ratio 2 workers / 1 worker, and the overhead per batch (wall time per
@@ -53,6 +53,7 @@ def main() -> None:
     images = int(sys.argv[1]) if len(sys.argv) > 1 else 256
     batch = int(sys.argv[2]) if len(sys.argv) > 2 else 16
     vendor = sys.argv[3] if len(sys.argv) > 3 else "numba"
+    engines = sys.argv[4].split(",") if len(sys.argv) > 4 else ["local", "ray", "dask"]
     tmp = Path(tempfile.mkdtemp(prefix="kk-scaleout-"))
     import kernelkit as kk
 
@@ -64,7 +65,7 @@ def main() -> None:
         np.save(src / f"b{i:05d}.npy", rng.standard_normal((min(batch, images - i), 3, 224, 224)).astype(np.float32))
     first, second = cache_reuse(tmp / "resnet18.kkm", tmp / "fresh-cache", vendor)
     rows = []
-    for engine in ("local", "ray", "dask"):
+    for engine in engines:
         for workers in (1, 2):
             figures = []
             for attempt in range(2):
