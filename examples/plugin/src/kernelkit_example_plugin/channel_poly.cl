@@ -11,7 +11,7 @@ __kernel void channel_poly(const __global float* x, __global float* y, __constan
         acc = acc * v + coefficients[k];
     acc = acc * scale + bias[(i / inner) % channels];
 #if RELU
-    acc = fmax(acc, 0.0f);
+    acc = isnan(acc) ? acc : fmax(acc, 0.0f);  /* NaN propagates, as np.maximum does */
 #endif
     y[i] = acc;
 }

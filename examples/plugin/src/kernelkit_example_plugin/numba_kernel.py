@@ -24,7 +24,7 @@ def _channel_poly(x, coefficients, bias, scale, relu, out):
                     acc = acc * v + coefficients[k]
                 acc = acc * scale + b
                 if relu and acc < 0:
-                    acc = acc - acc  # +0.0, as np.maximum gives
+                    acc = b - b  # +0.0 of acc's type, as np.maximum gives (acc - acc is NaN at -inf)
                 out[o, c, i] = acc
 
 

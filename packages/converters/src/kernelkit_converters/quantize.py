@@ -108,7 +108,11 @@ def quantize(model, output, *, mode: str = "static", calibration=None, per_chann
             pre = Path(tmp) / "preprocessed.onnx"
             from onnxruntime.quantization.shape_inference import quant_pre_process
 
-            quant_pre_process(str(src), str(pre))
+            try:
+                quant_pre_process(str(src), str(pre))
+            except ImportError as exc:  # its symbolic shape inference needs sympy
+                raise MissingQuantizerError(f"onnxruntime's quantization preprocessing needs a package it "
+                                            f"lacks: {exc}") from exc
             source = pre
         q.quantize_static(source, out, _reader(q, feeds), quant_format=q.QuantFormat.QDQ, per_channel=per_channel,
                           reduce_range=reduce_range, activation_type=q.QuantType.QInt8,

@@ -11,7 +11,8 @@ structure, so that mutations get past the first parse:
   or byte flips of the serialized model, converted with ``check`` on or off.
 - ``deploy``: a deployment YAML; edits to its tree and to its text (anchors, aliases, tags).
 - ``custom``: the custom-kernel XML and YAML configs of examples/custom_opencl, text edits, read
-  with ``kernelkit_opencl.custom_layers.read_config`` (no device needed).
+  with the OpenCL package's custom-layer reader (no device needed; readers come from the
+  ``kernelkit.fuzz`` entry-point group).
 
 A case passes when the reader returns or raises a ``KernelkitError``; anything else is "untyped".
 ``tests`` run each target for a few seconds in-process (packages/core/tests/test_fuzz.py). The long
@@ -283,9 +284,19 @@ def draw_onnx(draw, ws: Workspace) -> bytes:
     return model.SerializeToString()
 
 
-def run_onnx(payload: bytes, ws: Workspace, check: bool = True):
-    from kernelkit_converters.onnx import convert
+def _reader(name: str):
+    """The parser a fuzz target drives, from the ``kernelkit.fuzz`` entry-point group (the packages
+    that own the formats declare them; core names none of them)."""
+    from importlib.metadata import entry_points
 
+    found = list(entry_points(group="kernelkit.fuzz", name=name))
+    if not found:  # not a KernelkitError: a run without its reader must fail loudly, not pass every case
+        raise RuntimeError(f"no package declares the fuzz target {name!r} (entry-point group 'kernelkit.fuzz')")
+    return found[0].load()
+
+
+def run_onnx(payload: bytes, ws: Workspace, check: bool = True):
+    convert = _reader("onnx")
     convert(payload[1:], base_dir=ws.folder, check=payload[:1] == b"c")
 
 
@@ -328,8 +339,7 @@ def draw_custom(draw, ws: Workspace) -> bytes:
 
 
 def run_custom(payload: bytes, ws: Workspace):
-    from kernelkit_opencl.custom_layers import read_config
-
+    read_config = _reader("custom")
     suffix, _, text = payload.partition(b"\n")
     path = ws.folder / f"case{suffix.decode()}"
     path.write_bytes(text)
