@@ -72,8 +72,12 @@ def _seed_model():
 class Workspace:
     """A temporary folder holding every target's seed files; reused by all cases of a run."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, examples: Path | None = None):
+        """``examples``: the checkout's examples/custom_opencl (the custom target's seeds); by default
+        the one beside this source tree, found when kernelkit runs from a checkout."""
         from . import io
+
+        examples = Path(examples) if examples is not None else EXAMPLES
 
         self.folder = folder
         (folder / "m.kkm").parent.mkdir(parents=True, exist_ok=True)
@@ -84,10 +88,10 @@ class Workspace:
                        "inputs:\n  - {name: x, shape: [N, 4], dtype: float32}\n")
         self.onnx = None
         self.custom = {}
-        if EXAMPLES.is_dir():
+        if examples.is_dir():
             for name in ("leaky_relu.xml", "leaky_relu.yml", "leaky_relu.cl"):
-                (folder / name).write_bytes((EXAMPLES / name).read_bytes())
-            self.custom = {s: (EXAMPLES / f"leaky_relu{s}").read_text() for s in (".xml", ".yml")}
+                (folder / name).write_bytes((examples / name).read_bytes())
+            self.custom = {s: (examples / f"leaky_relu{s}").read_text() for s in (".xml", ".yml")}
 
     def onnx_seed(self) -> bytes:
         if self.onnx is None:
