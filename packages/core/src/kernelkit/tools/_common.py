@@ -50,6 +50,17 @@ def open_model(model) -> Source:
     return Source(loaded, {}, path, path if path.suffix.lower() == ".onnx" else None)
 
 
+def session_settings(src: Source, options: dict | None = None, **overrides) -> dict:
+    """The Session arguments for ``src``: its own settings (a deployment file's), then each of
+    ``overrides`` that is not None (``vendors`` as a tuple), then ``options`` merged into its options."""
+    settings = dict(src.settings)
+    if overrides.get("vendors") is not None:
+        overrides["vendors"] = tuple(overrides["vendors"])
+    settings.update({k: v for k, v in overrides.items() if v is not None})
+    settings["options"] = {**(settings.get("options") or {}), **(options or {})}
+    return settings
+
+
 def parse_shapes(pairs) -> dict[str, tuple[int, ...]]:
     """``["x=1,3,224,224", ...]`` -> {"x": (1, 3, 224, 224)}."""
     shapes = {}

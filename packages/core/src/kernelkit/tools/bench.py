@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import progress
 from ..errors import InputError
-from ._common import bind_inputs, environment, make_feeds, node_flops, open_model
+from ._common import bind_inputs, environment, make_feeds, node_flops, open_model, session_settings
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
 DEFAULT_RUNS = 100
@@ -246,10 +246,7 @@ def bench(model, *, device: str | None = None, vendors=None, threads: int | None
         raise InputError("--compare onnxruntime needs an .onnx MODEL (or a deployment file naming one)")
     shapes_used = bind_inputs(src.model, shapes, batch, inputs)
     feeds = make_feeds(src.model, inputs, seed)
-    settings = dict(src.settings)
-    overrides = {"device": device, "vendors": tuple(vendors) if vendors is not None else None, "threads": threads}
-    settings.update({k: v for k, v in overrides.items() if v is not None})
-    settings["options"] = {**settings.get("options", {}), **(options or {})}
+    settings = session_settings(src, options, device=device, vendors=vendors, threads=threads)
     if profile and settings.get("device", "cpu") != "cpu":
         settings["options"].setdefault("opencl_profile", True)  # device time from events
     origin = time.perf_counter()

@@ -23,7 +23,7 @@ import numpy as np
 from .. import progress
 from ..errors import KernelkitError
 from ..ir import Graph, Model, Node
-from ._common import Comparison, bind_inputs, compare, make_feeds, open_model, session_kernels
+from ._common import Comparison, bind_inputs, compare, make_feeds, open_model, session_kernels, session_settings
 
 REFERENCE = ("reference",)
 
@@ -148,10 +148,7 @@ def bisect(model, *, device: str | None = None, vendors=None, threads: int | Non
     src = open_model(model)
     bind_inputs(src.model, shapes, batch, inputs)
     feeds = make_feeds(src.model, inputs, seed)
-    settings = dict(src.settings)
-    overrides = {"device": device, "vendors": tuple(vendors) if vendors is not None else None, "threads": threads}
-    settings.update({k: v for k, v in overrides.items() if v is not None})
-    settings["options"] = {**settings.get("options", {}), **(options or {})}
+    settings = session_settings(src, options, device=device, vendors=vendors, threads=threads)
     with progress.task("bisect: compiling the target and the reference"):
         target = Session(src.model, **settings)
         graph = target.graph

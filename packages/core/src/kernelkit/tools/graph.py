@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 from ..errors import KernelkitError
-from ._common import bind_inputs, open_model
+from ._common import bind_inputs, open_model, session_settings
 
 FORMATS = {".dot": None, ".gv": None, ".svg": "svg", ".png": "png"}
 # fill colours per vendor (then per device), light enough for black text
@@ -125,10 +125,7 @@ def graph(model, output=None, *, device: str | None = None, vendors=None, shapes
         fmt = FORMATS[suffix]
     src = open_model(model)
     bind_inputs(src.model, shapes, batch)
-    settings = dict(src.settings)
-    overrides = {"device": device, "vendors": tuple(vendors) if vendors is not None else None, "passes": passes}
-    settings.update({k: v for k, v in overrides.items() if v is not None})
-    settings["options"] = {**settings.get("options", {}), **(options or {})}
+    settings = session_settings(src, options, device=device, vendors=vendors, passes=passes)
     sess = Session(src.model, **settings)
     text = to_dot(sess)
     if output is not None:

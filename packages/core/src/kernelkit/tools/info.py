@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import FallbackWarning, InputError
 from ..ir import TensorSpec
-from ._common import node_flops, open_model
+from ._common import node_flops, open_model, session_settings
 
 
 class UnknownOpError(InputError):
@@ -43,11 +43,8 @@ def info(model, *, device: str | None = None, vendors=None, dims: dict | None = 
         spec = graph.values[name].spec
         shape = tuple(dims.get(d, 1) if isinstance(d, str) else d for d in spec.shape)
         graph.values[name].spec = TensorSpec(shape, spec.dtype, spec.layout)
-    settings = dict(src.settings)
-    overrides = {"device": device, "vendors": tuple(vendors) if vendors is not None else None, "threads": threads}
-    settings.update({k: v for k, v in overrides.items() if v is not None})
-    if layout:
-        settings["options"] = {**(settings.get("options") or {}), "layout": layout}
+    settings = session_settings(src, {"layout": layout} if layout else None, device=device, vendors=vendors,
+                                threads=threads)
     with warnings.catch_warnings():  # fallbacks are reported in the facts
         warnings.simplefilter("ignore", FallbackWarning)
         sess = Session(src.model, **settings)

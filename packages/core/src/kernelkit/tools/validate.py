@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import progress
 from ..errors import InputError
-from ._common import Comparison, bind_inputs, compare, make_feeds, open_model
+from ._common import Comparison, bind_inputs, compare, make_feeds, open_model, session_settings
 
 ORACLES = ("onnxruntime", "reference")
 
@@ -84,10 +84,7 @@ def validate(model, *, against: str | None = None, device: str | None = None, ve
         raise InputError("validating against onnxruntime needs an .onnx MODEL; use --against reference")
     bind_inputs(src.model, shapes, batch, inputs)
     feeds = make_feeds(src.model, inputs, seed)
-    settings = dict(src.settings)
-    overrides = {"device": device, "vendors": tuple(vendors) if vendors is not None else None, "threads": threads}
-    settings.update({k: v for k, v in overrides.items() if v is not None})
-    settings["options"] = {**settings.get("options", {}), **(options or {})}
+    settings = session_settings(src, options, device=device, vendors=vendors, threads=threads)
     with progress.task("kernelkit: building and running (first-run compilation)"):
         sess = Session(src.model, **settings)
         got = dict(zip(sess.graph.outputs, sess.run(None, feeds)))
