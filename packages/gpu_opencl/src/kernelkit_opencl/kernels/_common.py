@@ -28,8 +28,10 @@ ACTIVATION_CL = {
 
 @functools.cache
 def source(name: str) -> str:
-    """The text of the ``.cl`` file ``name`` beside this module."""
-    return (HERE / name).read_text()
+    """The text of the ``.cl`` file ``name`` beside this module, with each line ``#include "X.cl"``
+    replaced by the text of X.cl beside it (inlined here, so the program cache key covers it)."""
+    lines = (HERE / name).read_text().splitlines(keepends=True)
+    return "".join(source(line.split('"')[1]) if line.startswith('#include "') else line for line in lines)
 
 
 def activation(activation: str, params, where: str = "") -> tuple[str, dict]:

@@ -28,15 +28,7 @@
 
 // Storage type T of A, B, bias, Z and C: float, or half read/written with vload_half/vstore_half
 // (STORAGE_HALF; arithmetic stays float, so no cl_khr_fp16 is needed). Split-K's workspace is float.
-#ifdef STORAGE_HALF
-#define T half
-#define LD(p, i) vload_half((i), (p))
-#define ST(p, i, v) vstore_half((v), (i), (p))
-#else
-#define T float
-#define LD(p, i) ((p)[i])
-#define ST(p, i, v) ((p)[i] = (v))
-#endif
+#include "storage.cl"
 
 // cv (int buffer): [0] C per group, [1] H, [2] W, [3] OH, [4] OW, [5] stride h, [6] stride w,
 // [7] pad top, [8] pad left, [9] output channels (all groups), [10] image stride C*H*W; from

@@ -52,15 +52,7 @@ __kernel void reduce_rows(__global const float* restrict x, __global float* rest
 }
 
 // Storage type T: float, or half through vload_half/vstore_half (STORAGE_HALF; float arithmetic)
-#ifdef STORAGE_HALF
-#define T half
-#define LD(p, i) vload_half((i), (p))
-#define ST(p, i, v) vstore_half((v), (i), (p))
-#else
-#define T float
-#define LD(p, i) ((p)[i])
-#define ST(p, i, v) ((p)[i] = (v))
-#endif
+#include "storage.cl"
 
 // Row kernels: one work-group of RG work-items per row, strided over the row (coalesced), with
 // work-group reductions in local memory.

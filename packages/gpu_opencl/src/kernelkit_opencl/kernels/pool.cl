@@ -1,13 +1,5 @@
 // Storage type T: float, or half through vload_half/vstore_half (STORAGE_HALF; float arithmetic)
-#ifdef STORAGE_HALF
-#define T half
-#define LD(p, i) vload_half((i), (p))
-#define ST(p, i, v) vstore_half((v), (i), (p))
-#else
-#define T float
-#define LD(p, i) ((p)[i])
-#define ST(p, i, v) ((p)[i] = (v))
-#endif
+#include "storage.cl"
 
 // 2-D pooling, one output element per work-item. p (int buffer): C, H, W, OH, OW, KH, KW,
 // stride h, stride w, pad top, pad left, dilation h, dilation w, pad bottom, pad right, flags (bit 0: count_include_pad, bit 1: storage_order)
