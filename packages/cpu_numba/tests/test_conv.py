@@ -156,3 +156,98 @@ def test_conv3x3_winograd_deep_and_weights_as_input(check, rng):
         ws = (w[:4, :8] * scale).astype(np.float32)
         want = run_single_op("Conv", [small, ws], {"pads": [1, 1, 1, 1]}, vendors=["reference"])[0]
         assert_close(kernel.execute(small, ws), want)
+
+
+@st.composite
+def winograd4_cases(draw):
+    """3x3 stride-1 convolutions for F(4x4, 3x3): maps of 28x28 and more at batch 1-2 (odd sizes:
+    the last tiles overhang), or 14x14 and more at batch 4."""
+    batch = draw(st.sampled_from([1, 2, 4]))
+    lo = 14 if batch == 4 else 28
+    h, w = draw(st.integers(lo, lo + 5)), draw(st.integers(lo, lo + 5))
+    pads = [draw(st.integers(0, 2)) for _ in range(4)]
+    if (h + pads[0] + pads[2] - 2) * (w + pads[1] + pads[3] - 2) < lo * lo:
+        pads = [1, 1, 1, 1]
+    act, params = draw(st.sampled_from(ACTS))
+    attrs = {"pads": pads, "activation": act, "activation_params": list(params)}
+    shape = (batch, draw(st.integers(1, 9)), h, w)
+    return shape, draw(st.integers(1, 20)), draw(st.booleans()), draw(st.booleans()), attrs, draw(st.integers(0, 2**16))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(winograd4_cases())
+def test_conv3x3_winograd4_matches_reference(check, case):
+    """F(4x4, 3x3), with and without a fused residual Z."""
+    x_shape, m, with_bias, with_z, attrs, seed = case
+    r = np.random.default_rng(seed)
+    x = r.uniform(-1, 1, x_shape).astype(np.float32)
+    w = r.uniform(-1, 1, (m, x_shape[1], 3, 3)).astype(np.float32)
+    b = r.uniform(-1, 1, m).astype(np.float32) if with_bias else None
+    inputs = [x, w, b]
+    if with_z:
+        p = attrs["pads"]
+        out = (x_shape[0], m, x_shape[2] + p[0] + p[2] - 2, x_shape[3] + p[1] + p[3] - 2)
+        inputs.append(r.uniform(-1, 1, out).astype(np.float32))
+    check("Conv", inputs, attrs, constants=(1, 2))
+
+
+def test_conv3x3_winograd4_resnet_layer(check, rng):
+    """A ResNet-sized layer on F(4x4, 3x3): the error grows with C * 9 terms and the transform's
+    larger constants; must stay within the float32 tolerance."""
+    x = rng.standard_normal((1, 64, 56, 56)).astype(np.float32)
+    w = (rng.standard_normal((64, 64, 3, 3)) / 24).astype(np.float32)
+    z = rng.standard_normal((1, 64, 56, 56)).astype(np.float32)
+    check("Conv", [x, w, None, z], {"pads": [1, 1, 1, 1], "activation": "Relu"}, constants=(1,))
+
+
+# every Conv path with the residual Z (pass fuse_residual) and an activation after it
+Z_CASES = [
+    ((1, 8, 30, 29), (5, 8, 3, 3), {"pads": [1, 1, 1, 1]}),  # Winograd F(4x4, 3x3)
+    ((4, 3, 15, 14), (6, 3, 3, 3), {"pads": [1, 0, 2, 1]}),  # F(4x4, 3x3) at batch 4, odd sizes
+    ((1, 4, 16, 16), (6, 4, 3, 3), {"pads": [1, 1, 1, 1]}),  # F(2x2, 3x3)
+    ((2, 4, 9, 9), (6, 4, 1, 1), {}),  # 1x1: the image is the column matrix
+    ((1, 4, 9, 9), (6, 4, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),  # im2col + GEMM
+    ((2, 6, 9, 8), (6, 3, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),  # grouped
+    ((1, 4, 9, 9), (4, 1, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),  # depthwise: z in a second pass
+    ((2, 3, 11), (4, 3, 3), {"pads": [1, 1]}),  # 1-D
+]
+
+
+@pytest.mark.parametrize("activation", ["", "Relu", "Sigmoid"])
+@pytest.mark.parametrize("x_shape, w_shape, attrs", Z_CASES)
+def test_conv_fused_residual_z(check, rng, x_shape, w_shape, attrs, activation):
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    y = run_single_op("Conv", [x, w, b], attrs, vendors=["reference"])[0]
+    z = rng.standard_normal(y.shape).astype(np.float32)
+    check("Conv", [x, w, b, z], {**attrs, "activation": activation}, constants=(1, 2))
+
+
+def test_residual_block_fuses_add_and_relu_into_the_numba_conv(rng):
+    """conv -> conv -> Add(x) -> Relu: fuse_residual moves the Add into the numba Conv (Z) and
+    fuse_activation the Relu after it; the result agrees with the reference session."""
+    import kernelkit
+    from kernelkit.testing import assert_close
+    from onnx import TensorProto, helper, numpy_helper
+
+    from kernelkit_converters.onnx import convert
+
+    w1 = numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) / 8).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) / 8).astype(np.float32), "w2")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Conv", ["b", "w2"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "x"], ["d"]),
+             helper.make_node("Relu", ["d"], ["y"])]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 8, 28, 28]) for n in ("x", "y")]
+    proto = helper.make_model(helper.make_graph(nodes, "block", io[:1], io[1:], [w1, w2]),
+                              opset_imports=[helper.make_opsetid("", 21)])
+    model = convert(proto)
+    x = rng.standard_normal((1, 8, 28, 28)).astype(np.float32)
+    sess = kernelkit.Session(model, vendors=["numba"], fallback=False)
+    assert sess.passes_fired.get("fuse_residual") == 1
+    assert [s.op for s in sess.plan.kernel_steps()] == ["Conv", "Conv"]
+    want = kernelkit.Session(model, vendors=["reference"]).run(None, {"x": x})[0]
+    assert_close(sess.run(None, {"x": x})[0], want)

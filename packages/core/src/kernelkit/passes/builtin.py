@@ -305,7 +305,8 @@ def fold_batchnorm(graph: Graph, ctx: PassContext) -> int:
 # -- fuse_residual --------------------------------------------------------------------------------
 def _takes_z(graph: Graph, conv: Node, z: str, ctx: PassContext) -> bool:
     """Whether the kernel the session would pick for ``conv`` with the residual ``z`` accepts a
-    ``z`` argument (kernels opt in by their signature; the others never see a fused Z)."""
+    ``z`` argument (kernels opt in by their signature, a class kernel by its ``compute``'s; the
+    others never see a fused Z)."""
     import inspect
 
     from ..backends import load_backends
@@ -315,9 +316,10 @@ def _takes_z(graph: Graph, conv: Node, z: str, ctx: PassContext) -> bool:
     specs.append(graph.spec(z))
     attrs = _attrs(conv)
     entry = select_kernel(conv.op_id, ctx.device, specs[0].dtype, ctx.vendors, specs, attrs, ctx.scope)
-    if entry is None or entry.is_class:
+    if entry is None:
         return False
-    return "z" in inspect.signature(entry.impl).parameters
+    target = getattr(entry.impl, "compute", None) if entry.is_class else entry.impl
+    return target is not None and "z" in inspect.signature(target).parameters
 
 
 @register_pass("fuse_residual", after="fold_batchnorm")

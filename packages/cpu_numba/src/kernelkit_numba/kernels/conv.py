@@ -145,7 +145,7 @@ class Conv(NumbaKernel):
         self.act = self.fused_activation(input_specs)
         self._geom_key = None
         self._col = None
-        self._w_src, self._w_wino = None, None  # weights and their Winograd transform
+        self._w_src, self._w_wino, self._w_variant = None, None, 0  # weights and their Winograd transform
         self._wino_scratch: dict = {}
 
     def _geometry(self, x_shape, w_shape):
@@ -164,10 +164,12 @@ class Conv(NumbaKernel):
             return (1,) + strides, (1,) + dil, (0, pads[0]), (1,) + out
         return strides, dil, (pads[0], pads[1]), out
 
-    def work(self, x, w, b=None):
+    def work(self, x, w, b=None, z=None):
         return 2.0 * x.size * w.size / max(1, x.shape[1])  # ~ 2 * N*C*H*W * (M/C)*Cg*kh*kw (stride 1)
 
-    def compute(self, x, w, b=None):
+    def compute(self, x, w, b=None, z=None):
+        """y = act(conv(x, w) + b (+ z)); z: the residual the fuse_residual pass moved into the conv
+        (shaped like y), added before the activation."""
         key = (x.shape, w.shape)
         if key != self._geom_key:
             self._geom = self._geometry(x.shape, w.shape)
@@ -185,27 +187,49 @@ class Conv(NumbaKernel):
         bias = config.readonly(bias)
         y = np.empty((n_n, m_n, oh_n, ow_n), x4.dtype)
         code, p0, p1 = self.act
+        if z is not None:
+            z = config.readonly(np.ascontiguousarray(z[:, :, None, :] if one_d else z, dtype=y.dtype))
+            if z.shape != y.shape:
+                raise ValueError(f"the fused residual Z {tuple(z.shape)} is not shaped like the output {tuple(y.shape)}")
         # the direct kernels fuse None and Clip (Relu, Relu6) only; rarer activations take one more
         # pass (inlining every activation into them cost seconds of compile time per kernel)
         inner = code if code in (NONE, CLIP) else NONE
+        fused_z = True  # whether the path added z
         if cg == 1 and group > 1:
+            if z is not None:
+                inner, fused_z = NONE, False
             args = (x4, w4, bias, y, sh, sw, dh, dw, ph, pw, inner, p0, p1, x4.dtype.type(0))
             config.parallel_for(_conv_depthwise, n_n * m_n, args, 2.0 * y.size * kh * kw)
+        elif winograd.usable4(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, n_n):
+            u = self._transformed(w, w4, 4)
+            winograd.conv3x3_f4(x4, u, bias, y, z, ph, pw, inner, p0, p1, self._wino_scratch)
         elif winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n):
-            if w is not self._w_src:  # a constant is the same read-only array every run: transformed once
-                self._w_src, self._w_wino = w, winograd.transform_weights(w4)
-            winograd.conv3x3(x4, self._w_wino, bias, y, ph, pw, inner, p0, p1, self._wino_scratch)
+            u = self._transformed(w, w4, 2)
+            winograd.conv3x3(x4, u, bias, y, ph, pw, inner, p0, p1, self._wino_scratch, z)
         else:
-            self._gemm(x4, w4, y, group, bias)
+            self._gemm(x4, w4, y, group, bias, z)
             inner = code
-        if inner != code:
-            bias_act_rows(y.reshape(1, n_n * m_n, oh_n * ow_n), self._zeros(n_n * m_n, y.dtype), code, p0, p1)
+        if not fused_z or inner != code:
+            y2 = y.reshape(n_n * m_n, oh_n * ow_n)
+            zeros = self._zeros(n_n * m_n, y.dtype)
+            if fused_z:
+                bias_act_rows(y2[None], zeros, code, p0, p1)
+            else:
+                bias_act_block(y2, zeros, 0, n_n * m_n, 0, oh_n * ow_n, code, p0, p1, z.reshape(y2.shape))
         return y[:, :, 0, :] if one_d else y
+
+    def _transformed(self, w, w4, variant: int):
+        """The Winograd transform of the weights (``variant`` 2: F(2x2, 3x3), 4: F(4x4, 3x3)), made
+        once per constant: the session hands a kernel the same read-only array every run."""
+        if w is not self._w_src or self._w_variant != variant:
+            fn = winograd.transform_weights4 if variant == 4 else winograd.transform_weights
+            self._w_src, self._w_variant, self._w_wino = w, variant, config.readonly(fn(w4))
+        return self._w_wino
 
     def _zeros(self, n, dtype):
         return config.readonly(np.zeros(n, dtype))
 
-    def _gemm(self, x4, w4, y, group, bias):
+    def _gemm(self, x4, w4, y, group, bias, z=None):
         """Per image and group: im2col (sharded over column-matrix rows), then the GEMM cut into
         (output-channel block, pixel block) tiles, each one BLAS call at one thread writing its
         block of the NCHW output, followed at once by the bias + activation of that block."""
@@ -230,9 +254,10 @@ class Conv(NumbaKernel):
                     config.parallel_for(_im2col, k_n, (xs, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n),
                                         2.0 * k_n * l_n)
                 ymat = y[n, g * mg:(g + 1) * mg].reshape(mg, l_n)
+                zmat = None if z is None else z[n, g * mg:(g + 1) * mg].reshape(mg, l_n)
                 wg, bg = wmat[g], bias[g * mg:(g + 1) * mg]
 
-                def tile(t, wg=wg, col=col, ymat=ymat, bg=bg):
+                def tile(t, wg=wg, col=col, ymat=ymat, bg=bg, zmat=zmat):
                     mt, pt = divmod(t, p_tiles)
                     r0, r1 = mt * mg // m_tiles, (mt + 1) * mg // m_tiles
                     c0, c1 = _edge(pt, p_tiles, l_n), _edge(pt + 1, p_tiles, l_n)
@@ -240,7 +265,7 @@ class Conv(NumbaKernel):
                         np.dot(wg[r0:r1], col, out=ymat[r0:r1])
                     else:
                         np.matmul(wg[r0:r1], col[:, c0:c1], out=ymat[r0:r1, c0:c1])
-                    bias_act_block(ymat, bg, r0, r1, c0, c1, code, p0, p1)
+                    bias_act_block(ymat, bg, r0, r1, c0, c1, code, p0, p1, zmat)
 
                 config.run_shards(tile, m_tiles * p_tiles)
 

@@ -114,7 +114,18 @@ def _loops(code: int):
             for i in range(c0, c1):
                 row[U(i)] = act(row[U(i)] + beta, code, p0, p1)
 
-    return rows, cols, block
+    @jit_parallel
+    def block_z(y, bias, z, r0, r1, c0, c1, p0, p1):
+        """y[r, c0:c1] = act(y[r, c0:c1] + bias[r] + z[r, c0:c1]): a GEMM tile with the fused
+        residual ``z`` (pass fuse_residual), shaped like y."""
+        for r in range(r0, r1):
+            row = y[r]
+            zr = z[r]
+            beta = bias[r]
+            for i in range(c0, c1):
+                row[U(i)] = act(row[U(i)] + beta + zr[U(i)], code, p0, p1)
+
+    return rows, cols, block, block_z
 
 
 _loops = functools.cache(_loops)  # built on first use
@@ -133,6 +144,10 @@ def scale_bias_act_cols(y, alpha, bias, beta, code, p0, p1, r0=0, r1=None, c0=0,
     _loops(code)[1](y, alpha, bias, beta, p0, p1, r0, r1, c0, c1)
 
 
-def bias_act_block(y, bias, r0, r1, c0, c1, code, p0, p1) -> None:
-    """In place on the tile y[r0:r1, c0:c1] of a C-contiguous (R, L) array: + bias[r], activation."""
-    _loops(code)[2](y, bias, r0, r1, c0, c1, p0, p1)
+def bias_act_block(y, bias, r0, r1, c0, c1, code, p0, p1, z=None) -> None:
+    """In place on the tile y[r0:r1, c0:c1] of a C-contiguous (R, L) array: + bias[r] (+ z, a
+    residual shaped like y), activation."""
+    if z is None:
+        _loops(code)[2](y, bias, r0, r1, c0, c1, p0, p1)
+    else:
+        _loops(code)[3](y, bias, z, r0, r1, c0, c1, p0, p1)

@@ -80,12 +80,14 @@ def _activate(v, code, p0, p1):
 
 
 @jit_parallel
-def _output_transform(mo, y, bias, th_n, tw_n, code, p0, p1, m0, m1):
-    """y[m] (OH, OW) = act(A^T M A + bias[m]) per tile, output channels [m0, m1); mo[k, m * tiles + t]."""
+def _output_transform(mo, y, bias, z, has_z, th_n, tw_n, code, p0, p1, m0, m1):
+    """y[m] (OH, OW) = act(A^T M A + bias[m] (+ z[m])) per tile, output channels [m0, m1);
+    mo[k, m * tiles + t]; z: the fused residual shaped like y (read only when ``has_z``)."""
     oh_n, ow_n = y.shape[1], y.shape[2]
     for m in range(m0, m1):
         beta = bias[m]
         plane = y[m]
+        zp = z[m] if has_z else z[0]
         for th in range(th_n):
             oh = 2 * th
             two_rows = oh + 1 < oh_n
@@ -100,13 +102,22 @@ def _output_transform(mo, y, bias, th_n, tw_n, code, p0, p1, m0, m1):
                 d2 = mo[6, t] - mo[10, t] - mo[14, t]
                 d3 = mo[7, t] - mo[11, t] - mo[15, t]
                 ow = 2 * tw
-                plane[oh, ow] = _activate(s0 + s1 + s2 + beta, code, p0, p1)
-                if ow + 1 < ow_n:
-                    plane[oh, ow + 1] = _activate(s1 - s2 - s3 + beta, code, p0, p1)
-                if two_rows:
-                    plane[oh + 1, ow] = _activate(d0 + d1 + d2 + beta, code, p0, p1)
+                v00, v01, v10, v11 = s0 + s1 + s2 + beta, s1 - s2 - s3 + beta, d0 + d1 + d2 + beta, d1 - d2 - d3 + beta
+                if has_z:
+                    v00 += zp[oh, ow]
                     if ow + 1 < ow_n:
-                        plane[oh + 1, ow + 1] = _activate(d1 - d2 - d3 + beta, code, p0, p1)
+                        v01 += zp[oh, ow + 1]
+                    if two_rows:
+                        v10 += zp[oh + 1, ow]
+                        if ow + 1 < ow_n:
+                            v11 += zp[oh + 1, ow + 1]
+                plane[oh, ow] = _activate(v00, code, p0, p1)
+                if ow + 1 < ow_n:
+                    plane[oh, ow + 1] = _activate(v01, code, p0, p1)
+                if two_rows:
+                    plane[oh + 1, ow] = _activate(v10, code, p0, p1)
+                    if ow + 1 < ow_n:
+                        plane[oh + 1, ow + 1] = _activate(v11, code, p0, p1)
 
 
 def _spaced(n: int) -> int:
@@ -123,9 +134,10 @@ def usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n) -> bool:
     return kh == kw == 3 and sh == sw == dh == dw == 1 and group == 1 and oh_n * ow_n >= 196
 
 
-def conv3x3(x, u, bias, y, ph, pw, code, p0, p1, scratch) -> None:
-    """y (N, M, OH, OW) = conv(x (N, C, H, W)) with transformed weights u (16, M, C). ``scratch``
-    holds (v, mo) buffers reused between calls (dict, filled here)."""
+def conv3x3(x, u, bias, y, ph, pw, code, p0, p1, scratch, z=None) -> None:
+    """y (N, M, OH, OW) = act(conv(x (N, C, H, W)) + bias (+ z)) with transformed weights u (16, M, C);
+    z: the fused residual shaped like y, or None. ``scratch`` holds (v, mo) buffers reused between
+    calls (dict, filled here)."""
     n_n, c_n = x.shape[:2]
     m_n, oh_n, ow_n = y.shape[1:]
     th_n, tw_n = (oh_n + 1) // 2, (ow_n + 1) // 2
@@ -147,4 +159,168 @@ def conv3x3(x, u, bias, y, ph, pw, code, p0, p1, scratch) -> None:
             np.matmul(u[k, r0:r1], vk, out=mo[k, r0 * t_n:r1 * t_n].reshape(r1 - r0, t_n))
 
         config.run_shards(gemm, 16 * blocks)
-        config.parallel_for(_output_transform, m_n, (mo, y[n], bias, th_n, tw_n, code, p0, p1), 40.0 * m_n * t_n)
+        zn = config.readonly(z[n] if z is not None else y[n, :1])
+        config.parallel_for(_output_transform, m_n, (mo, y[n], bias, zn, z is not None, th_n, tw_n, code, p0, p1),
+                            40.0 * m_n * t_n)
+
+
+# -- F(4x4, 3x3) ---------------------------------------------------------------------------------
+# 36 multiplies per 4x4 output tile and channel pair instead of 144 (F(2x2, 3x3): 64 for the same
+# 16 outputs), with the interpolation points 0, +-1, +-2 and infinity (Lavin & Gray, 2015):
+#     B^T = [[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+#            [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]]
+#     G   = [[1/4, 0, 0], [-1/6, -1/6, -1/6], [-1/6, 1/6, -1/6], [1/24, 1/12, 1/6], [1/24, -1/12, 1/6], [0, 0, 1]]
+#     A^T = [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]
+# The images of a batch share each GEMM (their tiles are columns side by side), so small maps at
+# batch 8 still give BLAS long rows.
+_G4 = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+                [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
+
+
+def transform_weights4(w) -> np.ndarray:
+    """U (36, M, C) = G g G^T for every (m, c) of the (M, C, 3, 3) weights, computed in float64."""
+    u = np.einsum("ik,mckl,jl->ijmc", _G4, w.astype(np.float64), _G4)
+    return np.ascontiguousarray(u.reshape(36, w.shape[0], w.shape[1]), dtype=w.dtype)
+
+
+@jit_parallel
+def _input_transform4(x, v, ph, pw, th_n, tw_n, q0, q1):
+    """v[k, c * (N*T) + n * T + t] = (B^T d B)[k] for the 6x6 patch d of tile t (T = th_n * tw_n
+    tiles a plane) of planes [q0, q1) of the flattened (N, C). Each plane is copied into a
+    zero-padded scratch; per tile row the vertical pass B^T runs over whole rows (contiguous), the
+    horizontal one per tile over six values of each of its six rows."""
+    n_n, c_n, h_n, w_n = x.shape
+    t_n = th_n * tw_n
+    nt = n_n * t_n
+    hp, wp = 4 * th_n + 2, 4 * tw_n + 2
+    pad = np.zeros((hp, wp), x.dtype)
+    rows = np.empty((6, wp), x.dtype)
+    f2, f4, f5 = np.float32(2), np.float32(4), np.float32(5)
+    for q in range(q0, q1):
+        n = q // c_n
+        c = q - n * c_n
+        src = x[n, c]
+        for r in range(hp):
+            ih = r - ph
+            row = pad[r]
+            if ih < 0 or ih >= h_n:
+                for p in range(wp):
+                    row[U64(p)] = 0
+                continue
+            srow = src[ih]
+            lo, hi = min(wp, max(0, pw)), min(wp, w_n + pw)
+            for p in range(lo):
+                row[U64(p)] = 0
+            for p in range(lo, hi):
+                row[U64(p)] = srow[U64(p - pw)]
+            for p in range(max(lo, hi), wp):
+                row[U64(p)] = 0
+        for th in range(th_n):
+            d0, d1, d2, d3, d4, d5 = pad[4 * th], pad[4 * th + 1], pad[4 * th + 2], pad[4 * th + 3], pad[4 * th + 4], pad[4 * th + 5]
+            t0, t1, t2, t3, t4, t5 = rows[0], rows[1], rows[2], rows[3], rows[4], rows[5]
+            for p in range(wp):
+                i = U64(p)
+                t0[i] = f4 * d0[i] - f5 * d2[i] + d4[i]
+                t1[i] = d3[i] + d4[i] - f4 * (d1[i] + d2[i])
+                t2[i] = d4[i] - d3[i] + f4 * (d1[i] - d2[i])
+                t3[i] = d4[i] - d2[i] + f2 * (d3[i] - d1[i])
+                t4[i] = d4[i] - d2[i] + f2 * (d1[i] - d3[i])
+                t5[i] = f4 * d1[i] - f5 * d3[i] + d5[i]
+            base = c * nt + n * t_n + th * tw_n
+            for a in range(6):
+                ra = rows[a]
+                k = 6 * a
+                for tw in range(tw_n):
+                    p = U64(4 * tw)
+                    e0, e1, e2, e3, e4, e5 = ra[p], ra[p + 1], ra[p + 2], ra[p + 3], ra[p + 4], ra[p + 5]
+                    t = U64(base + tw)
+                    v[k, t] = f4 * e0 - f5 * e2 + e4
+                    v[k + 1, t] = e3 + e4 - f4 * (e1 + e2)
+                    v[k + 2, t] = e4 - e3 + f4 * (e1 - e2)
+                    v[k + 3, t] = e4 - e2 + f2 * (e3 - e1)
+                    v[k + 4, t] = e4 - e2 + f2 * (e1 - e3)
+                    v[k + 5, t] = f4 * e1 - f5 * e3 + e5
+
+
+@jit_parallel
+def _output_transform4(mo, y, bias, z, has_z, th_n, tw_n, code, p0, p1, q0, q1):
+    """y[n, m] = act(A^T M A + bias[m] (+ z[n, m])) for planes [q0, q1) of the flattened (N, M);
+    mo[k, m * (N*T) + n * T + t]. The 4x4 tiles of a tile row go to a 4-row scratch first (the
+    last tile may overhang the map), then rows are copied out with the epilogue."""
+    n_n, m_n, oh_n, ow_n = y.shape
+    t_n = th_n * tw_n
+    nt = n_n * t_n
+    wo = 4 * tw_n
+    ob = np.empty((4, wo), y.dtype)
+    s = np.empty((4, 6), y.dtype)
+    f2, f4, f8 = np.float32(2), np.float32(4), np.float32(8)
+    for q in range(q0, q1):
+        n = q // m_n
+        m = q - n * m_n
+        beta = bias[m]
+        for th in range(th_n):
+            base = m * nt + n * t_n + th * tw_n
+            for tw in range(tw_n):
+                t = U64(base + tw)
+                for b in range(6):  # vertical: A^T over the six rows of M, column b
+                    m0, m1, m2, m3, m4, m5 = mo[b, t], mo[6 + b, t], mo[12 + b, t], mo[18 + b, t], mo[24 + b, t], mo[30 + b, t]
+                    s[0, b] = m0 + m1 + m2 + m3 + m4
+                    s[1, b] = m1 - m2 + f2 * (m3 - m4)
+                    s[2, b] = m1 + m2 + f4 * (m3 + m4)
+                    s[3, b] = m1 - m2 + f8 * (m3 - m4) + m5
+                p = U64(4 * tw)
+                for a in range(4):  # horizontal: A^T over the six columns
+                    g0, g1, g2, g3, g4, g5 = s[a, 0], s[a, 1], s[a, 2], s[a, 3], s[a, 4], s[a, 5]
+                    oa = ob[a]
+                    oa[p] = g0 + g1 + g2 + g3 + g4 + beta
+                    oa[p + 1] = g1 - g2 + f2 * (g3 - g4) + beta
+                    oa[p + 2] = g1 + g2 + f4 * (g3 + g4) + beta
+                    oa[p + 3] = g1 - g2 + f8 * (g3 - g4) + g5 + beta
+            for a in range(min(4, oh_n - 4 * th)):
+                oh = 4 * th + a
+                dst = y[n, m, oh]
+                src = ob[a]
+                if has_z:
+                    zr = z[n, m, oh]
+                    for p in range(ow_n):
+                        dst[U64(p)] = _activate(src[U64(p)] + zr[U64(p)], code, p0, p1)
+                else:
+                    for p in range(ow_n):
+                        dst[U64(p)] = _activate(src[U64(p)], code, p0, p1)
+
+
+def usable4(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, batch) -> bool:
+    """F(4x4, 3x3) where its tiles fill enough GEMM columns: maps of at least 28x28 at batch 1
+    (measured: 14x14 maps ran faster on F(2x2, 3x3)), 14x14 and more from batch 4."""
+    if not (kh == kw == 3 and sh == sw == dh == dw == 1 and group == 1):
+        return False
+    return oh_n * ow_n >= (196 if batch >= 4 else 784)
+
+
+def conv3x3_f4(x, u, bias, y, z, ph, pw, code, p0, p1, scratch) -> None:
+    """y (N, M, OH, OW) = act(conv(x (N, C, H, W)) + bias (+ z)) with weights u (36, M, C) from
+    ``transform_weights4``; z: the fused residual, shaped like y, or None. ``scratch`` holds the
+    (v, mo) buffers reused between calls."""
+    n_n, c_n = x.shape[:2]
+    m_n, oh_n, ow_n = y.shape[1:]
+    th_n, tw_n = (oh_n + 3) // 4, (ow_n + 3) // 4
+    nt = n_n * th_n * tw_n
+    key = (4, c_n, m_n, nt, x.dtype)
+    if scratch.get("key") != key:  # rows apart by an odd number of cache lines (see _spaced)
+        scratch.update(key=key, v=np.empty((36, _spaced(c_n * nt)), x.dtype),
+                       mo=np.empty((36, _spaced(m_n * nt)), x.dtype))
+    v, mo = scratch["v"], scratch["mo"]
+    config.parallel_for(_input_transform4, n_n * c_n, (x, v, ph, pw, th_n, tw_n), 60.0 * c_n * nt)
+    gemm_work = 2.0 * 36 * m_n * c_n * nt
+    blocks = max(1, min(m_n // 16, -(-config.shard_count(36 * m_n, gemm_work, unit=config.MIN_TILE_WORK) // 36)))
+
+    def gemm(i):
+        k, b = divmod(i, blocks)
+        r0, r1 = b * m_n // blocks, (b + 1) * m_n // blocks
+        np.matmul(u[k, r0:r1], v[k, :c_n * nt].reshape(c_n, nt), out=mo[k, r0 * nt:r1 * nt].reshape(r1 - r0, nt))
+
+    config.run_shards(gemm, 36 * blocks)
+    has_z = z is not None
+    zz = z if has_z else y[:1, :1, :1, :1]
+    config.parallel_for(_output_transform4, n_n * m_n, (mo, y, bias, config.readonly(zz), has_z, th_n, tw_n,
+                                                        code, p0, p1), 60.0 * m_n * nt)

@@ -1,0 +1,109 @@
+"""Per-node profile of one benchmark model: kernelkit (numba, or the reference) and onnxruntime at
+the same thread count, side by side, each node's best call over the runs (ms), matched by op and
+input shapes (convolutions by input and weight shape, in execution order). Shows which
+convolution shapes lose and by how much (docs/numba.md, "Convolutions").
+
+    python benchmarks/profile_ops.py resnet18 [threads=1] [runs=10] [vendor=numba] [batch=1]
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import onnxruntime as ort  # noqa: E402
+from test_bench_numba import model_case  # noqa: E402
+
+import kernelkit  # noqa: E402
+
+
+def _key(op, shapes):
+    return (op, tuple(tuple(s) for s in shapes[:2] if s is not None))
+
+
+def kernelkit_profile(model, feed, vendor: str, threads: int, runs: int) -> list[tuple]:
+    vendors = [vendor, "reference"] if vendor != "reference" else ["reference"]
+    sess = kernelkit.Session(model, vendors=vendors, threads=threads, profile=True)
+    for _ in range(3):
+        sess.run(None, feed)
+    sess.reset_profile()
+    for _ in range(runs):
+        sess.run(None, feed)
+    best: dict = {}
+    for node, _start, secs, _tid in sess.profile_events():
+        best[node] = min(best.get(node, np.inf), secs * 1e3)
+    rows = []
+    for step in sess.plan.kernel_steps():
+        specs = [sess.graph.spec(i) if i else None for i in step.inputs]
+        shapes = [s.shape if s is not None else None for s in specs]
+        extra = ""
+        if step.op == "Conv":
+            extra = f"s{step.attrs.get('strides') or ''} g{step.attrs.get('group', 1)}" + \
+                    (" +Z" if len(step.inputs) > 3 and step.inputs[3] else "") + \
+                    (f" {step.attrs.get('activation')}" if step.attrs.get("activation") else "")
+        rows.append((_key(step.op, shapes), step.name, best.get(step.name, 0.0), step.key.vendor, extra))
+    return rows
+
+
+def ort_profile(proto, feed, threads: int, runs: int) -> list[tuple]:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.enable_profiling = True
+    opts.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    for _ in range(3 + runs):
+        sess.run(None, feed)
+    path = sess.end_profiling()
+    with open(path) as f:
+        events = [e for e in json.load(f) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    order, best, shapes = [], {}, {}
+    for e in events[len(events) * 3 // (3 + runs):]:  # skip the warm-up runs
+        name = e["name"][:-len("_kernel_time")]
+        if name not in best:
+            order.append(name)
+            shapes[name] = (e["args"].get("op_name"), [list(d.values())[0] for d in e["args"].get("input_type_shape", [])])
+        best[name] = min(best.get(name, np.inf), e["dur"] / 1e3)
+    return [(_key(shapes[n][0], shapes[n][1]), n, best[n]) for n in order]
+
+
+def main(argv):
+    name = argv[0]
+    threads = int(argv[1]) if len(argv) > 1 else 1
+    runs = int(argv[2]) if len(argv) > 2 else 10
+    vendor = argv[3] if len(argv) > 3 else "numba"
+    batch = int(argv[4]) if len(argv) > 4 else 1
+    proto, model, feed, _ = model_case(name, batch) if batch != 1 else model_case(name)
+    kk = kernelkit_profile(model, feed, vendor, threads, runs)
+    ox = ort_profile(proto, feed, threads, runs)
+    pool = collections.defaultdict(list)
+    for key, node, ms in ox:
+        pool[key].append(ms)
+    print(f"{name} batch {batch}, {threads} thread(s), best of {runs} runs per node (ms); {vendor} vs onnxruntime")
+    print(f"{'node':28s} {'op':18s} {'input, weight':42s} {'ours':>7s} {'ort':>7s} {'ratio':>6s}  notes")
+    tot_k = tot_o = 0.0
+    by_op = collections.defaultdict(lambda: [0.0, 0.0])
+    for key, node, ms, vend, extra in kk:
+        o = pool[key].pop(0) if pool.get(key) else float("nan")
+        tot_k += ms
+        by_op[key[0]][0] += ms
+        if o == o:
+            tot_o += o
+            by_op[key[0]][1] += o
+        if ms < 0.02 and not o > 0.02:
+            continue
+        shapes = " ".join("x".join(map(str, s)) for s in key[1])
+        print(f"{node[:28]:28s} {key[0][:18]:18s} {shapes[:42]:42s} {ms:7.3f} {o:7.3f} {ms / o if o == o and o else float('nan'):6.2f}  {vend} {extra}")
+    left = sum(sum(v) for v in pool.values())
+    print(f"{'total':28s} {'':18s} {'':42s} {tot_k:7.2f} {tot_o + left:7.2f} {tot_k / (tot_o + left):6.2f}"
+          f"  (ORT nodes not matched: {left:.2f} ms)")
+    for op, (k, o) in sorted(by_op.items(), key=lambda kv: -kv[1][0]):
+        print(f"  {op:18s} {k:8.2f} {o:8.2f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
