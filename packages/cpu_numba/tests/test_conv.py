@@ -251,3 +251,20 @@ def test_residual_block_fuses_add_and_relu_into_the_numba_conv(rng):
     assert [s.op for s in sess.plan.kernel_steps()] == ["Conv", "Conv"]
     want = kernelkit.Session(model, vendors=["reference"]).run(None, {"x": x})[0]
     assert_close(sess.run(None, {"x": x})[0], want)
+
+
+# the depthwise 3x3 pads-1 fast paths (stride 1 straight from x; stride 2 by rows): even and odd
+# maps, maps too small for an interior (1, 2, 3 rows or columns), channel multiplier 2, batch 2
+DW_MAPS = [(14, 14), (7, 7), (15, 12), (1, 1), (2, 2), (3, 3), (1, 9), (9, 2), (112, 5)]
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("hw", DW_MAPS)
+def test_depthwise3x3_fast_paths(check, rng, stride, hw):
+    for n, c, mult, act, params in [(1, 4, 1, "Clip", (0.0, 6.0)), (2, 3, 2, "", ()), (1, 2, 1, "Sigmoid", ())]:
+        x = rng.standard_normal((n, c, *hw)).astype(np.float32)
+        w = rng.standard_normal((c * mult, 1, 3, 3)).astype(np.float32)
+        b = rng.standard_normal(c * mult).astype(np.float32)
+        attrs = {"group": c, "pads": [1, 1, 1, 1], "strides": [stride, stride], "activation": act,
+                 "activation_params": list(params)}
+        check("Conv", [x, w, b], attrs, constants=(1, 2))

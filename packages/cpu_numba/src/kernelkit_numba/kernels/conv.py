@@ -18,7 +18,7 @@ from kernelkit.shape import auto_pads, conv_out_dim
 
 from .. import config
 from .._base import NumbaKernel
-from ..config import jit_parallel
+from ..config import jit_inline, jit_parallel
 from . import winograd
 from ._range import tap_range
 from .epilogue import CLIP, NONE, bias_act_block, bias_act_rows
@@ -69,12 +69,14 @@ def _conv_depthwise(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, zx, q0,
     Each plane is split once into its sh*sw stride phases of the zero-padded input,
     ``phase[a, b][r, c] = padded[r*sh + a, c*sw + b]``, each phase flattened with row length wq.
     Tap (i, j) of output (oh, ow) then reads phase ((i*dh) % sh, (j*dw) % sw) at
-    (oh + (i*dh)//sh, ow + (j*dw)//sw): for every tap one long unit-stride loop over the flattened
-    output grid (oh_n rows of wq, the last wq - ow_n columns of each row computed and dropped),
+    (oh + (i*dh)//sh, ow + (j*dw)//sw): for every tap one long unit-stride loop over a block of
+    output rows flattened (rows of wq, the last wq - ow_n columns of each computed and dropped),
     which vectorises even for 7x7 maps and for stride 2, where a direct loop gathers every other
-    element. Planes ``[q0, q1)`` of the flattened (N, M) are computed (one shard); scratch buffers
-    are allocated once per shard, not per plane. (Keeping a 3x3 kernel's nine taps in one pass
-    measured no faster than a pass per tap.) The phases and sums have y's dtype; ``zx`` is
+    element. The block is at most ``_DW_BLOCK`` values, so its accumulator stays in L1 across the
+    taps (a whole 112x112 plane per tap pass streamed from L2). Planes ``[q0, q1)`` of the
+    flattened (N, M) are computed (one shard); scratch buffers are allocated once per shard. All
+    indexing is flat: a Numba array view (``x[n, c]``, a row) costs tens of nanoseconds, which at
+    one per row was most of a 14x14 plane's time. The phases and sums have y's dtype; ``zx`` is
     subtracted from every input element on the way in: 0 for float convolutions, the zero point
     for int8 ones (qconv.py), whose padding then reads the zero point."""
     n_n, c_n, h_n, w_n = x.shape
@@ -84,17 +86,22 @@ def _conv_depthwise(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, zx, q0,
     qh, qw = ((kh - 1) * dh) // sh, ((kw - 1) * dw) // sw
     hq, wq = oh_n + qh, ow_n + qw
     size = hq * wq + qw  # one phase, plus the overrun of the last row's dropped columns
-    span = oh_n * wq
+    rows = max(1, min(oh_n, _DW_BLOCK // wq))  # output rows per accumulator block
     buf = np.empty(sh * sw * size, y.dtype)
-    acc = np.empty(span, y.dtype)
+    acc = np.empty(rows * wq, y.dtype)
+    xf = x.reshape(x.size)
+    yf = y.reshape(y.size)
+    wf = w.reshape(w.size)
+    plane_in, plane_out, taps = h_n * w_n, oh_n * ow_n, kh * kw
     for nm in range(q0, q1):
         n = nm // m_n
         m = nm - n * m_n
-        src = x[n, m // mult]
+        sbase = (n * c_n + m // mult) * plane_in
         for a in range(sh):
             for b in range(sw):
                 base = (a * sw + b) * size
-                lo, hi = tap_range(b - pw, sw, w_n, wq)  # columns that read inside the row
+                shift = b - pw
+                lo, hi = tap_range(shift, sw, w_n, wq)  # columns that read inside the row
                 for r in range(hq):  # explicit loops: a Numba slice assignment costs ~50 ns
                     ih = r * sh + a - ph
                     d0 = base + r * wq
@@ -102,32 +109,159 @@ def _conv_depthwise(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, zx, q0,
                         for c in range(wq):
                             buf[U(d0 + c)] = 0
                         continue
-                    row = src[ih]
+                    s0 = sbase + ih * w_n + shift  # signed: s0 + c * sw >= 0 for c >= lo
                     for c in range(lo):
                         buf[U(d0 + c)] = 0
-                    shift = b - pw
-                    for c in range(lo, hi):
-                        buf[U(d0 + c)] = row[U(c * sw + shift)] - zx
+                    if sw == 1:
+                        for c in range(lo, hi):
+                            buf[U(d0 + c)] = xf[U(s0 + c)] - zx
+                    else:
+                        for c in range(lo, hi):
+                            buf[U(d0 + c)] = xf[U(s0 + c * sw)] - zx
                     for c in range(hi, wq):
                         buf[U(d0 + c)] = 0
                 for c in range(base + hq * wq, base + size):
                     buf[U(c)] = 0
-        acc[:] = bias[m]
-        for i in range(kh):
-            for j in range(kw):
-                wv = w[m, 0, i, j]
-                off = U((((i * dh) % sh) * sw + (j * dw) % sw) * size + ((i * dh) // sh) * wq + (j * dw) // sw)
-                for p in range(span):  # unsigned indices: no wraparound check, so it vectorises
-                    acc[U(p)] += wv * buf[U(p) + off]
-        plane = y[n, m]
-        for oh in range(oh_n):
-            r0 = oh * wq
+        beta = bias[m]
+        ybase = nm * plane_out
+        for r0 in range(0, oh_n, rows):
+            r1 = min(oh_n, r0 + rows)
+            span = (r1 - r0) * wq
+            for p in range(span):
+                acc[U(p)] = beta
+            for i in range(kh):
+                for j in range(kw):
+                    wv = wf[U(m * taps + i * kw + j)]
+                    off = U((((i * dh) % sh) * sw + (j * dw) % sw) * size + (r0 + (i * dh) // sh) * wq + (j * dw) // sw)
+                    for p in range(span):  # unsigned indices: no wraparound check, so it vectorises
+                        acc[U(p)] += wv * buf[U(p) + off]
+            for oh in range(r0, r1):
+                s = (oh - r0) * wq
+                d = ybase + oh * ow_n
+                if code == CLIP:
+                    for ow in range(ow_n):
+                        yf[U(d + ow)] = min(max(acc[U(s + ow)], p0), p1)
+                else:  # NONE (other activations run afterwards: see Conv.compute)
+                    for ow in range(ow_n):
+                        yf[U(d + ow)] = acc[U(s + ow)]
+
+
+_DW_BLOCK = 2048  # values in the depthwise accumulator (8 KiB of float32: L1 with the phase rows it reads)
+
+
+@jit_parallel
+def _depthwise3x3(x, w, bias, y, code, p0, p1, q0, q1):
+    """Depthwise 3x3, stride 1, pads 1 (MobileNet's blocks; any channel multiplier), straight from
+    x into y: on the flattened plane every interior output is ``b + sum of w[i, j] * x[p + off]``
+    over the nine offsets ``(i-1)*W + j-1`` in one unit-stride pass (nine loads and FMAs per
+    vector, one store, no accumulator traffic); the outputs whose window leaves the plane (first
+    and last row, first and last column) are then recomputed with bounds checks. Planes
+    ``[q0, q1)`` of the flattened (N, M)."""
+    n_n, c_n, h_n, w_n = x.shape
+    m_n = w.shape[0]
+    mult = m_n // c_n
+    xf = x.reshape(x.size)
+    yf = y.reshape(y.size)
+    wf = w.reshape(w.size)
+    hw = h_n * w_n
+    for nm in range(q0, q1):
+        n = nm // m_n
+        m = nm - n * m_n
+        xb = U((n * c_n + m // mult) * hw)
+        yb = U(nm * hw)
+        k = U(9 * m)
+        w0, w1, w2, w3, w4, w5, w6, w7, w8 = (wf[k], wf[k + U(1)], wf[k + U(2)], wf[k + U(3)], wf[k + U(4)],
+                                              wf[k + U(5)], wf[k + U(6)], wf[k + U(7)], wf[k + U(8)])
+        beta = bias[m]
+        lo, hi = w_n + 1, hw - w_n - 1  # every window in [lo, hi) reads inside the flat plane
+        wn = U(w_n)
+        for q in range(lo, hi):
+            p = U(q)
+            a = xb + p - wn
+            b = xb + p
+            c = xb + p + wn
+            v = (beta + w0 * xf[a - U(1)] + w1 * xf[a] + w2 * xf[a + U(1)] + w3 * xf[b - U(1)] + w4 * xf[b]
+                 + w5 * xf[b + U(1)] + w6 * xf[c - U(1)] + w7 * xf[c] + w8 * xf[c + U(1)])
             if code == CLIP:
-                for ow in range(ow_n):
-                    plane[oh, U(ow)] = min(max(acc[U(r0 + ow)], p0), p1)
-            else:  # NONE (other activations run afterwards: see Conv.compute)
-                for ow in range(ow_n):
-                    plane[oh, U(ow)] = acc[U(r0 + ow)]
+                v = min(max(v, p0), p1)
+            yf[yb + p] = v
+        if h_n < 2 or w_n < 2:  # degenerate maps: every output is on the border
+            for q in range(hw):
+                yf[yb + U(q)] = _dw3x3_at(xf, wf, xb, k, q // w_n, q % w_n, 1, h_n, w_n, beta, code, p0, p1)
+            continue
+        # the border (the interior pass wrote wrong values into the first and last column): the
+        # first and last row without the taps above / below, unit-stride; the columns one by one
+        r = U(hw - w_n)  # start of the last row
+        for q in range(1, w_n - 1):
+            p = U(q)
+            b = xb + p
+            c = xb + p + wn
+            v = beta + w3 * xf[b - U(1)] + w4 * xf[b] + w5 * xf[b + U(1)] + w6 * xf[c - U(1)] + w7 * xf[c] + w8 * xf[c + U(1)]
+            yf[yb + p] = min(max(v, p0), p1) if code == CLIP else v
+            a = xb + r + p - wn
+            b = xb + r + p
+            v = beta + w0 * xf[a - U(1)] + w1 * xf[a] + w2 * xf[a + U(1)] + w3 * xf[b - U(1)] + w4 * xf[b] + w5 * xf[b + U(1)]
+            yf[yb + r + p] = min(max(v, p0), p1) if code == CLIP else v
+        for oh in range(h_n):
+            yf[yb + U(oh * w_n)] = _dw3x3_at(xf, wf, xb, k, oh, 0, 1, h_n, w_n, beta, code, p0, p1)
+            yf[yb + U(oh * w_n + w_n - 1)] = _dw3x3_at(xf, wf, xb, k, oh, w_n - 1, 1, h_n, w_n, beta, code, p0, p1)
+
+
+@jit_inline
+def _dw3x3_at(xf, wf, xb, k, oh, ow, st, h_n, w_n, beta, code, p0, p1):
+    """One output of a depthwise 3x3 with pads 1 and stride ``st``, its window's bounds checked."""
+    v = beta
+    for i in range(3):
+        ih = oh * st + i - 1
+        if 0 <= ih < h_n:
+            for j in range(3):
+                iw = ow * st + j - 1
+                if 0 <= iw < w_n:
+                    v += wf[k + U(3 * i + j)] * xf[xb + U(ih * w_n + iw)]
+    return min(max(v, p0), p1) if code == CLIP else v
+
+
+@jit_parallel
+def _depthwise3x3s2(x, w, bias, y, code, p0, p1, q0, q1):
+    """Depthwise 3x3, stride 2, pads 1 (MobileNet's down-sampling blocks), straight from x into y:
+    per output row one pass over the columns whose window lies inside the plane, nine stride-2
+    loads (LLVM vectorises them as interleaved loads) and FMAs per output; the rest of the
+    border with bounds checks. Planes ``[q0, q1)`` of the flattened (N, M)."""
+    n_n, c_n, h_n, w_n = x.shape
+    m_n, oh_n, ow_n = w.shape[0], y.shape[2], y.shape[3]
+    mult = m_n // c_n
+    xf = x.reshape(x.size)
+    yf = y.reshape(y.size)
+    wf = w.reshape(w.size)
+    hw, ohw = h_n * w_n, oh_n * ow_n
+    r_lo, r_hi = 1, min(oh_n, (h_n - 2) // 2 + 1)  # rows 2*oh - 1 >= 0 and 2*oh + 1 <= h_n - 1
+    c_lo, c_hi = 1, min(ow_n, (w_n - 2) // 2 + 1)
+    for nm in range(q0, q1):
+        n = nm // m_n
+        m = nm - n * m_n
+        xb = U((n * c_n + m // mult) * hw)
+        yb = U(nm * ohw)
+        k = U(9 * m)
+        w0, w1, w2, w3, w4, w5, w6, w7, w8 = (wf[k], wf[k + U(1)], wf[k + U(2)], wf[k + U(3)], wf[k + U(4)],
+                                              wf[k + U(5)], wf[k + U(6)], wf[k + U(7)], wf[k + U(8)])
+        beta = bias[m]
+        for oh in range(r_lo, r_hi):
+            a = xb + U((2 * oh - 1) * w_n - 1)  # the window's top-left corner at ow = 0
+            b = a + U(w_n)
+            c = b + U(w_n)
+            d = yb + U(oh * ow_n)
+            for ow in range(c_lo, c_hi):
+                q = U(2 * ow)
+                v = (beta + w0 * xf[a + q] + w1 * xf[a + q + U(1)] + w2 * xf[a + q + U(2)] + w3 * xf[b + q]
+                     + w4 * xf[b + q + U(1)] + w5 * xf[b + q + U(2)] + w6 * xf[c + q] + w7 * xf[c + q + U(1)]
+                     + w8 * xf[c + q + U(2)])
+                yf[d + U(ow)] = min(max(v, p0), p1) if code == CLIP else v
+        for oh in range(oh_n):  # the border
+            inner = r_lo <= oh < r_hi
+            for ow in range(ow_n):
+                if inner and c_lo <= ow < c_hi:
+                    continue
+                yf[yb + U(oh * ow_n + ow)] = _dw3x3_at(xf, wf, xb, k, oh, ow, 2, h_n, w_n, beta, code, p0, p1)
 
 
 def supports_1d_2d(specs, attrs) -> bool:
@@ -164,6 +298,15 @@ class Conv(NumbaKernel):
             return (1,) + strides, (1,) + dil, (0, pads[0]), (1,) + out
         return strides, dil, (pads[0], pads[1]), out
 
+    def _all_pads(self, x_shape, w_shape) -> tuple:
+        """(top, left, bottom, right) pads of a 2-D conv (1-D: no rows), for the depthwise fast paths."""
+        a = self.attrs
+        rank = len(x_shape) - 2
+        kernel = tuple(a.get("kernel_shape") or w_shape[2:])
+        pads = auto_pads(a.get("auto_pad", "NOTSET"), x_shape[2:], kernel, tuple(a.get("strides") or (1,) * rank),
+                         tuple(a.get("dilations") or (1,) * rank), a.get("pads") or None)
+        return tuple(pads) if rank == 2 else (0, pads[0], 0, pads[1])
+
     def work(self, x, w, b=None, z=None):
         return 2.0 * x.size * w.size / max(1, x.shape[1])  # ~ 2 * N*C*H*W * (M/C)*Cg*kh*kw (stride 1)
 
@@ -173,6 +316,7 @@ class Conv(NumbaKernel):
         key = (x.shape, w.shape)
         if key != self._geom_key:
             self._geom = self._geometry(x.shape, w.shape)
+            self._geom_pads = self._all_pads(x.shape, w.shape)
             self._geom_key = key
         (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = self._geom
         one_d = x.ndim == 3
@@ -198,8 +342,14 @@ class Conv(NumbaKernel):
         if cg == 1 and group > 1:
             if z is not None:
                 inner, fused_z = NONE, False
-            args = (x4, w4, bias, y, sh, sw, dh, dw, ph, pw, inner, p0, p1, x4.dtype.type(0))
-            config.parallel_for(_conv_depthwise, n_n * m_n, args, 2.0 * y.size * kh * kw)
+            pads = self._geom_pads
+            if kh == kw == 3 and dh == dw == 1 and pads == (1, 1, 1, 1) and sh == sw and sh in (1, 2):
+                fn = _depthwise3x3 if sh == 1 else _depthwise3x3s2
+                args = (x4, w4, bias, y, inner, p0, p1)
+            else:
+                fn = _conv_depthwise
+                args = (x4, w4, bias, y, sh, sw, dh, dw, ph, pw, inner, p0, p1, x4.dtype.type(0))
+            config.parallel_for(fn, n_n * m_n, args, 2.0 * y.size * kh * kw)
         elif winograd.usable4(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, n_n):
             u = self._transformed(w, w4, 4)
             winograd.conv3x3_f4(x4, u, bias, y, z, ph, pw, inner, p0, p1, self._wino_scratch)

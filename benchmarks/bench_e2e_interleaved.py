@@ -1,0 +1,68 @@
+"""numba, the NumPy reference and onnxruntime on one benchmark model, calls interleaved in one
+process and the best of ``reps`` kept per runtime: on a shared, noisy machine the ratios of one
+run are meaningful where block medians in separate processes are not (docs/numba.md). At one
+thread the CPU time of the process is used (time spent waiting for a core does not count).
+
+    python benchmarks/bench_e2e_interleaved.py resnet18 [reps=15] [threads=1] [batch=1]
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_bench_numba import model_case, ort_session  # noqa: E402
+
+import kernelkit  # noqa: E402
+
+
+def main(argv):
+    name = argv[0]
+    reps = int(argv[1]) if len(argv) > 1 else 15
+    threads = int(argv[2]) if len(argv) > 2 else 1
+    batch = int(argv[3]) if len(argv) > 3 else 1
+    proto, model, feed, gflop = model_case(name)
+    if batch != 1:
+        feed = {k: np.repeat(v, batch, axis=0) for k, v in feed.items()}
+        from kernelkit_converters.onnx import convert
+        import onnx
+
+        proto = onnx.ModelProto.FromString(proto.SerializeToString())
+        for vi in list(proto.graph.input) + list(proto.graph.output):
+            vi.type.tensor_type.shape.dim[0].dim_value = batch
+        model = convert(proto)
+    from threadpoolctl import threadpool_limits
+
+    runs = {"numba": kernelkit.Session(model, vendors=["numba", "reference"], threads=threads).run,
+            "ort": ort_session(proto, threads).run}
+    if threads == 1:
+        ref = kernelkit.Session(model, vendors=["reference"])
+
+        def reference(out, feeds):
+            with threadpool_limits(1, user_api="blas"):
+                return ref.run(out, feeds)
+
+        runs["reference"] = reference
+    clock = time.process_time if threads == 1 else time.perf_counter
+    best = {k: np.inf for k in runs}
+    for k, run in runs.items():
+        run(None, feed)
+    for i in range(reps):
+        for k, run in runs.items():
+            if k == "reference" and i % 3:
+                continue
+            t0 = clock()
+            run(None, feed)
+            best[k] = min(best[k], clock() - t0)
+    line = " ".join(f"{k} {v * 1e3:.2f}" for k, v in best.items())
+    extra = f" | numba/ort {best['numba'] / best['ort']:.2f}"
+    if "reference" in best:
+        extra += f" reference/numba {best['reference'] / best['numba']:.2f}"
+    print(f"{name} b{batch} {threads}t ({'cpu' if threads == 1 else 'wall'} ms, best of {reps}): {line}{extra}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
