@@ -29,10 +29,19 @@ U = np.uint64  # unsigned index: no wraparound check in inner loops
 @jit_parallel
 def _im2col(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, r0, r1):
     """Rows [r0, r1) of col[(c*kh + i)*kw + j, oh*ow_n + ow] = x[c, oh*sh - ph + i*dh, ow*sw - pw + j*dw]
-    (0 outside). Inner loops index with unsigned integers (U): signed ones keep NumPy's
-    negative-index wraparound, which stops LLVM from vectorising the copy."""
+    (0 outside): ``_im2col_rows`` over every output row."""
+    _im2col_rows(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, 0, oh_n, r0, r1)
+
+
+@jit_parallel
+def _im2col_rows(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, oh0, oh1, r0, r1):
+    """Rows [r0, r1) of the column matrix of output rows [oh0, oh1):
+    col[(c*kh + i)*kw + j, (oh - oh0)*ow_n + ow] = x[c, oh*sh - ph + i*dh, ow*sw - pw + j*dw] (0 outside).
+    Inner loops index with unsigned integers (U): signed ones keep NumPy's negative-index
+    wraparound, which stops LLVM from vectorising the copy."""
     c_n, h_n, w_n = x.shape
     taps = kh * kw
+    cols = (oh1 - oh0) * ow_n
     xf = x.reshape(c_n * h_n * w_n)  # flat operands: a row view per (r, oh) cost ~50 ns each,
     cf = col.reshape(col.shape[0] * col.shape[1])  # 2/3 of the time on 7x7 maps
     for r in range(r0, r1):
@@ -41,8 +50,8 @@ def _im2col(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, r0, r1):
         j = r - c * taps - i * kw
         off = j * dw - pw
         lo, hi = tap_range(off, sw, w_n, ow_n)
-        for oh in range(oh_n):
-            d0 = U(r * oh_n * ow_n + oh * ow_n)
+        for oh in range(oh0, oh1):
+            d0 = U(r * cols + (oh - oh0) * ow_n)
             h = oh * sh - ph + i * dh
             if h < 0 or h >= h_n:
                 for ow in range(ow_n):
@@ -277,6 +286,11 @@ class Conv(NumbaKernel):
 
     def setup(self, input_specs):
         self.act = self.fused_activation(input_specs)
+        code, p0, p1 = self.act
+        # F(4x4, 3x3)'s float32 error is ~4e-6 of the largest pre-activation; an activation that
+        # bounds the output (Relu6, Clip, Sigmoid, ...) shrinks the scale the tolerance judges it
+        # by (a Clip(-0.5, 0.5) after sums of ~10 missed it), so those keep F(2x2, 3x3) (~3e-7)
+        self._unbounded = code == NONE or (code == CLIP and p1 == np.inf)
         self._geom_key = None
         self._col = None
         self._w_src, self._w_wino, self._w_variant = None, None, 0  # weights and their Winograd transform
@@ -350,7 +364,7 @@ class Conv(NumbaKernel):
                 fn = _conv_depthwise
                 args = (x4, w4, bias, y, sh, sw, dh, dw, ph, pw, inner, p0, p1, x4.dtype.type(0))
             config.parallel_for(fn, n_n * m_n, args, 2.0 * y.size * kh * kw)
-        elif winograd.usable4(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, n_n):
+        elif winograd.usable4(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, n_n) and self._unbounded:
             u = self._transformed(w, w4, 4)
             winograd.conv3x3_f4(x4, u, bias, y, z, ph, pw, inner, p0, p1, self._wino_scratch)
         elif winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n):
@@ -388,8 +402,12 @@ class Conv(NumbaKernel):
         m_n, cg, kh, kw = w4.shape
         mg, k_n, l_n = m_n // group, cg * kh * kw, oh_n * ow_n
         wmat = w4.reshape(group, mg, k_n)
+        self._kernel_hw = (kh, kw)
         code, p0, p1 = self.act
         direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
+        if not direct and k_n * l_n * x4.itemsize > _COL_BYTES and l_n >= 128:
+            self._gemm_blocked(x4, wmat, y, group, bias, z)
+            return
         if not direct and (self._col is None or self._col.shape != (k_n, l_n) or self._col.dtype != x4.dtype):
             self._col = np.empty((k_n, l_n), x4.dtype)
         tiles = config.shard_count(mg * l_n, 2.0 * mg * k_n * l_n, unit=config.MIN_TILE_WORK)
@@ -418,6 +436,40 @@ class Conv(NumbaKernel):
                     bias_act_block(ymat, bg, r0, r1, c0, c1, code, p0, p1, zmat)
 
                 config.run_shards(tile, m_tiles * p_tiles)
+
+
+    def _gemm_blocked(self, x4, wmat, y, group, bias, z):
+        """im2col + GEMM in blocks of output rows whose columns fill about ``_COL_BLOCK_BYTES``
+        (L2), each block packed, multiplied and finished by one shard before the next: a large
+        column matrix (the 7x7 stem's is 147 x 12544, 7.4 MB) is never written to memory whole."""
+        (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = self._geom
+        n_n, c_n = x4.shape[:2]
+        mg, k_n = wmat.shape[1:]
+        cg, kh, kw = c_n // group, *self._kernel_hw
+        l_n = oh_n * ow_n
+        code, p0, p1 = self.act
+        rows = max(1, min(oh_n, _COL_BLOCK_BYTES // (k_n * x4.itemsize * ow_n)))
+        blocks = -(-oh_n // rows)
+        for n in range(n_n):
+            for g in range(group):
+                xs = x4[n, g * cg:(g + 1) * cg]
+                ymat = y[n, g * mg:(g + 1) * mg].reshape(mg, l_n)
+                zmat = None if z is None else z[n, g * mg:(g + 1) * mg].reshape(mg, l_n)
+                wg, bg = wmat[g], bias[g * mg:(g + 1) * mg]
+
+                def block(t, xs=xs, wg=wg, ymat=ymat, bg=bg, zmat=zmat):
+                    oh0, oh1 = t * rows, min(oh_n, (t + 1) * rows)
+                    c0, c1 = oh0 * ow_n, oh1 * ow_n
+                    buf = np.empty((k_n, c1 - c0), x4.dtype)
+                    _im2col_rows(xs, buf, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, oh0, oh1, 0, k_n)
+                    np.matmul(wg, buf, out=ymat[:, c0:c1])
+                    bias_act_block(ymat, bg, 0, mg, c0, c1, code, p0, p1, zmat)
+
+                config.run_shards(block, blocks)
+
+
+_COL_BYTES = 1 << 20  # column matrices larger than this are packed and multiplied in blocks
+_COL_BLOCK_BYTES = 1 << 19  # the column block of one shard: about half an L2
 
 
 def _edge(i: int, parts: int, size: int) -> int:
