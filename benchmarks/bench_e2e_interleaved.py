@@ -19,21 +19,26 @@ from test_bench_numba import model_case, ort_session  # noqa: E402
 import kernelkit  # noqa: E402
 
 
+def batched(name: str, batch: int):
+    """(onnx proto, kernelkit model, feed) of a benchmark model at another batch size."""
+    proto, model, feed, _ = model_case(name)
+    if batch == 1:
+        return proto, model, feed
+    import onnx
+    from kernelkit_converters.onnx import convert
+
+    proto = onnx.ModelProto.FromString(proto.SerializeToString())
+    for vi in list(proto.graph.input) + list(proto.graph.output):
+        vi.type.tensor_type.shape.dim[0].dim_value = batch
+    return proto, convert(proto), {k: np.repeat(v, batch, axis=0) for k, v in feed.items()}
+
+
 def main(argv):
     name = argv[0]
     reps = int(argv[1]) if len(argv) > 1 else 15
     threads = int(argv[2]) if len(argv) > 2 else 1
     batch = int(argv[3]) if len(argv) > 3 else 1
-    proto, model, feed, gflop = model_case(name)
-    if batch != 1:
-        feed = {k: np.repeat(v, batch, axis=0) for k, v in feed.items()}
-        from kernelkit_converters.onnx import convert
-        import onnx
-
-        proto = onnx.ModelProto.FromString(proto.SerializeToString())
-        for vi in list(proto.graph.input) + list(proto.graph.output):
-            vi.type.tensor_type.shape.dim[0].dim_value = batch
-        model = convert(proto)
+    proto, model, feed = batched(name, batch)
     from threadpoolctl import threadpool_limits
 
     runs = {"numba": kernelkit.Session(model, vendors=["numba", "reference"], threads=threads).run,
@@ -46,6 +51,10 @@ def main(argv):
                 return ref.run(out, feeds)
 
         runs["reference"] = reference
+    from kernelkit.testing import MODEL_COSINE, cosine
+
+    agree = cosine(runs["numba"](None, feed)[0], runs["ort"](None, feed)[0])
+    assert agree >= MODEL_COSINE, f"numba disagrees with onnxruntime: cosine {agree}"
     clock = time.process_time if threads == 1 else time.perf_counter
     best = {k: np.inf for k in runs}
     for k, run in runs.items():

@@ -17,7 +17,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import onnxruntime as ort  # noqa: E402
-from test_bench_numba import model_case  # noqa: E402
+from bench_e2e_interleaved import batched  # noqa: E402
 
 import kernelkit  # noqa: E402
 
@@ -77,7 +77,7 @@ def main(argv):
     runs = int(argv[2]) if len(argv) > 2 else 10
     vendor = argv[3] if len(argv) > 3 else "numba"
     batch = int(argv[4]) if len(argv) > 4 else 1
-    proto, model, feed, _ = model_case(name, batch) if batch != 1 else model_case(name)
+    proto, model, feed = batched(name, batch)
     kk = kernelkit_profile(model, feed, vendor, threads, runs)
     ox = ort_profile(proto, feed, threads, runs)
     pool = collections.defaultdict(list)

@@ -26,10 +26,9 @@ from .epilogue import CLIP, NONE, bias_act_block, bias_act_rows
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
 
-@jit_parallel
 def _im2col(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, r0, r1):
     """Rows [r0, r1) of col[(c*kh + i)*kw + j, oh*ow_n + ow] = x[c, oh*sh - ph + i*dh, ow*sw - pw + j*dw]
-    (0 outside): ``_im2col_rows`` over every output row."""
+    (0 outside): ``_im2col_rows`` over every output row (plain Python: one compiled function)."""
     _im2col_rows(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, 0, oh_n, r0, r1)
 
 
