@@ -161,9 +161,9 @@ def test_conv3x3_winograd_deep_and_weights_as_input(check, rng):
 @st.composite
 def winograd4_cases(draw):
     """3x3 stride-1 convolutions for F(4x4, 3x3): maps of 28x28 and more at batch 1-2 (odd sizes:
-    the last tiles overhang), or 14x14 and more at batch 4."""
-    batch = draw(st.sampled_from([1, 2, 4]))
-    lo = 14 if batch == 4 else 28
+    the last tiles overhang), 14x14 and more at batch 4, 7x7 and more at batch 8."""
+    batch = draw(st.sampled_from([1, 2, 4, 8]))
+    lo = {1: 28, 2: 28, 4: 14, 8: 7}[batch]
     h, w = draw(st.integers(lo, lo + 5)), draw(st.integers(lo, lo + 5))
     pads = [draw(st.integers(0, 2)) for _ in range(4)]
     if (h + pads[0] + pads[2] - 2) * (w + pads[1] + pads[3] - 2) < lo * lo:
@@ -205,6 +205,7 @@ def test_conv3x3_winograd4_resnet_layer(check, rng):
 Z_CASES = [
     ((1, 8, 30, 29), (5, 8, 3, 3), {"pads": [1, 1, 1, 1]}),  # Winograd F(4x4, 3x3)
     ((4, 3, 15, 14), (6, 3, 3, 3), {"pads": [1, 0, 2, 1]}),  # F(4x4, 3x3) at batch 4, odd sizes
+    ((8, 4, 7, 7), (5, 4, 3, 3), {"pads": [1, 1, 1, 1]}),  # F(4x4, 3x3): 7x7 maps at batch 8
     ((1, 4, 16, 16), (6, 4, 3, 3), {"pads": [1, 1, 1, 1]}),  # F(2x2, 3x3)
     ((2, 4, 9, 9), (6, 4, 1, 1), {}),  # 1x1: the image is the column matrix
     ((1, 4, 9, 9), (6, 4, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),  # im2col + GEMM
