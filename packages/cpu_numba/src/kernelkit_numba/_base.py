@@ -105,8 +105,9 @@ class NumbaKernel:
         return self.threads or config.default_threads()
 
     def static_threads(self) -> int | None:
-        """The thread budget every call gets when the input shapes are known now (from shape-only
-        stand-ins for the inputs), else None (decided per call)."""
+        """The thread budget every call gets, when the input shapes are known now (the work
+        estimate of shape-only stand-ins for the inputs): 1 for small work, else the session's
+        count; None when it is decided per call (unknown shapes, no count: the CPUs at call time)."""
         if self.threads == 1:
             return 1
         try:
@@ -116,7 +117,7 @@ class NumbaKernel:
                     return None
                 stand_ins.append(None if spec is None else np.broadcast_to(
                     np.zeros((), spec.dtype), physical_shape(spec.shape, spec.layout)))
-            return self.threads_for(stand_ins)
+            return 1 if self.work(*stand_ins) < config.SERIAL_WORK else self.threads
         except Exception:  # a work estimate that reads values: decided per call
             return None
 
