@@ -3,6 +3,7 @@ applied around ``compute``, outputs written into the plan's arena (``out=``), a 
 for the session's plan (``bind``), and errors that name the node."""
 from __future__ import annotations
 
+import functools
 import inspect
 
 import numpy as np
@@ -131,7 +132,7 @@ class NumbaKernel:
             fast = self.serial_call(step)
             if fast is not None:
                 return fast
-        compute, takes_out, blas, local = self.compute, self.takes_out, self.uses_blas, config._local
+        compute, takes_out, blas, local = self.bound_compute(), self.takes_out, self.uses_blas, config._local
         threads_for = self.threads_for
 
         def call(*inputs, out=None):
@@ -152,6 +153,10 @@ class NumbaKernel:
         """A call ``(*inputs, out=None)`` for inputs of the prepared shapes that runs on the
         calling thread alone without consulting the thread budget (no shards), or None."""
         return None
+
+    def bound_compute(self):
+        """``compute`` as the bound call runs it (a function kernel: its attributes pre-bound)."""
+        return self.compute
 
     def work(self, *inputs) -> float:
         """Rough operation count of one call (default: 8 per input element); small calls run serially."""
@@ -205,6 +210,11 @@ class FunctionKernel(NumbaKernel):
         if out is None:
             return self.fn(*inputs, **self.kwargs)
         return self.fn(*inputs, out=out, **self.kwargs)
+
+    def bound_compute(self):
+        if type(self).compute is not FunctionKernel.compute:  # a subclass computes its own way
+            return self.compute
+        return functools.partial(self.fn, **self.kwargs) if self.kwargs else self.fn
 
     def serial_call(self, step):
         make = getattr(self.fn, "serial", None)
