@@ -133,6 +133,9 @@ def test_the_bound_call_matches_execute(threads, fast, monkeypatch):
         ro = x.copy()
         ro.setflags(write=False)
         np.testing.assert_array_equal(call(ro), want)
+        strided = np.full((5, 6), np.nan, np.float32).T  # a caller's out need not be contiguous
+        assert call(x, out=strided) is strided
+        np.testing.assert_array_equal(strided, want)
 
 
 def test_takes_out_follows_compute_signature():

@@ -42,8 +42,8 @@ class NumbaKernel:
 
     Outputs: a kernel whose ``compute`` takes a keyword-only ``out=None`` writes its (single)
     output there when given one (the session's memory plan hands it a view of the arena, of the
-    planned shape and dtype, possibly one of its own inputs for elementwise ops) and allocates it
-    otherwise; its ``execute`` then takes ``out`` too, which is how the registry and the plan see
+    planned shape and dtype, C-contiguous, possibly one of its own inputs for elementwise ops) and
+    allocates it otherwise; its ``execute`` then takes ``out`` too, which is how the registry and the plan see
     it (``takes_out``). A kernel without it allocates per call: the session hands results to
     callers and concurrent runs, so a buffer of its own reused across calls would be overwritten
     under them. Scratch buffers (im2col) are reused, which is safe because the session serialises

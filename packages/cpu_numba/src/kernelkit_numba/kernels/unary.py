@@ -112,6 +112,8 @@ _NUMPY = {SIGMOID: _numpy_sigmoid, TANH: _numpy_ufunc(np.tanh), EXP: _numpy_ufun
 
 def _apply(x, code, a=0.0, b=0.0, out=None):
     """y = op(x), into ``out`` when given (it may be ``x`` itself: each element is read before it is written)."""
+    if out is not None and not out.flags.c_contiguous:  # the plan's are; a caller's may not be
+        return _into(out, _apply(x, code, a, b))
     y = np.empty(x.shape, x.dtype) if out is None else out
     if x.size:
         t = x.dtype.type
@@ -121,6 +123,11 @@ def _apply(x, code, a=0.0, b=0.0, out=None):
         else:
             parallel_for(_loop(code), flat.size, (flat, dst, t(a), t(b)), 8.0 * flat.size)
     return y
+
+
+def _into(out, y):
+    np.copyto(out, y)
+    return out
 
 
 def _serial(code, params=lambda **attrs: (0.0, 0.0)):
@@ -137,20 +144,24 @@ def _serial(code, params=lambda **attrs: (0.0, 0.0)):
             shard = _NUMPY[code]
 
             def call_numpy(x, *, out=None):
+                if out is not None and not out.flags.c_contiguous:
+                    return _into(out, call_numpy(x))
                 y = np.empty(shape, dtype) if out is None else out
                 if n:
-                    shard(x.ravel(), y.reshape(-1), 0, n)
+                    shard(x.ravel(), y.ravel(), 0, n)
                 return y
 
             return call_numpy
         loop, (a, b) = _loop(code), (dtype.type(v) for v in params(**attrs))
 
         def call(x, *, out=None):
+            if out is not None and not out.flags.c_contiguous:  # the plan's are; a caller's may not be
+                return _into(out, call(x))
             y = np.empty(shape, dtype) if out is None else out
             if n:
                 flat = x.ravel()  # a view (a copy when x is not contiguous); read-only as in _base
                 flat.setflags(write=False)
-                loop(flat, y.reshape(-1), a, b, 0, n)
+                loop(flat, y.ravel(), a, b, 0, n)  # ravel (a view here): 0.3 us cheaper than reshape(-1)
             return y
 
         return call
