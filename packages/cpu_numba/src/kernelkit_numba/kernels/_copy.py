@@ -107,7 +107,10 @@ class TakePlan:
 
     def __call__(self, x, fill=0.0, out=None):
         """The gathered array, written into ``out`` (of as many elements, any shape) when given."""
-        y = np.empty(self.shape, x.dtype) if out is None else out if out.shape == self.shape else out.reshape(self.shape)
+        if out is None:
+            y = np.empty(self.shape, x.dtype)
+        else:  # a C-contiguous out of another shape (Gather, Expand...): a view of it in the table shape
+            y = out if out.shape == self.shape else out.reshape(self.shape)
         if self.size:
             parallel_for(_take, self.size // self.shape[-1] if self.shape else 1,
                          (np.ascontiguousarray(x).reshape(-1), self.offsets, self.starts, self.dims, y.reshape(-1),
