@@ -198,3 +198,18 @@ def test_large_work_runs_sharded_through_the_bound_call():
     feed = _feed(shape, seed=9)
     for _ in range(2):
         np.testing.assert_array_equal(sess.run(None, {"x": feed})[0], ref.run(None, {"x": feed})[0])
+
+
+@pytest.mark.parametrize("k_shape", [(5, 7), (7,), (5, 1), ()])
+def test_in_place_over_the_second_operand(k_shape):
+    """Sub(k, y) with y dying: the plan writes the result over y, the second operand, whatever
+    the shape k broadcasts from."""
+    g = GraphBuilder("second")
+    x = g.input("x", (5, 7), "float32")
+    k = g.constant(np.arange(1, 1 + int(np.prod(k_shape)), dtype=np.float32).reshape(k_shape), name="k")
+    y = g.op("Relu", x, name="relu")
+    g.output(g.op("Exp", g.op("Div", k, g.op("Sub", k, y, name="sub"), name="div"), name="exp"))
+    sess, ref = Session(g.build(), **NUMBA), Session(g.build(), **REF)
+    assert sess.memory()["inplace_steps"] == 2  # Sub over relu's block, Div over sub's
+    feed = _feed((5, 7), seed=11)
+    np.testing.assert_array_equal(sess.run(None, {"x": feed})[0], ref.run(None, {"x": feed})[0])
