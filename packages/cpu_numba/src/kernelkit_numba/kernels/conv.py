@@ -323,9 +323,10 @@ class Conv(NumbaKernel):
     def work(self, x, w, b=None, z=None):
         return 2.0 * x.size * w.size / max(1, x.shape[1])  # ~ 2 * N*C*H*W * (M/C)*Cg*kh*kw (stride 1)
 
-    def compute(self, x, w, b=None, z=None):
+    def compute(self, x, w, b=None, z=None, *, out=None):
         """y = act(conv(x, w) + b (+ z)); z: the residual the fuse_residual pass moved into the conv
-        (shaped like y), added before the activation."""
+        (shaped like y), added before the activation. ``out``: the array to write y into (the
+        session's arena, C-contiguous, never one of the inputs: Conv is not an in-place op)."""
         key = (x.shape, w.shape)
         if key != self._geom_key:
             self._geom = self._geometry(x.shape, w.shape)
@@ -342,7 +343,12 @@ class Conv(NumbaKernel):
             raise ValueError(f"input channels {c_n}, weight {tuple(w.shape)} and group {group} disagree")
         bias = np.zeros(m_n, x4.dtype) if b is None else np.ascontiguousarray(b, dtype=x4.dtype).reshape(m_n)
         bias = config.readonly(bias)
-        y = np.empty((n_n, m_n, oh_n, ow_n), x4.dtype)
+        if out is None:
+            y = np.empty((n_n, m_n, oh_n, ow_n), x4.dtype)
+        else:
+            y = out[:, :, None, :] if one_d else out
+            if y.shape != (n_n, m_n, oh_n, ow_n) or y.dtype != x4.dtype or not y.flags.c_contiguous:
+                raise ValueError(f"out {out.shape} {out.dtype} is not the C-contiguous output {(n_n, m_n, oh_n, ow_n)}")
         code, p0, p1 = self.act
         if z is not None:
             z = config.readonly(np.ascontiguousarray(z[:, :, None, :] if one_d else z, dtype=y.dtype))
@@ -379,6 +385,8 @@ class Conv(NumbaKernel):
                 bias_act_rows(y2[None], zeros, code, p0, p1)
             else:
                 bias_act_block(y2, zeros, 0, n_n * m_n, 0, oh_n * ow_n, code, p0, p1, z.reshape(y2.shape))
+        if out is not None:
+            return out
         return y[:, :, 0, :] if one_d else y
 
     def _transformed(self, w, w4, variant: int):
