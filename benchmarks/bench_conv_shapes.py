@@ -1,6 +1,6 @@
 """Single Conv layers of the benchmark CNNs: the numba kernel next to onnxruntime (a one-node model
-with bias and Relu), both at 1 thread, calls interleaved and the best of ``reps`` kept (CPU time of the process), so that a
-noisy shared machine hits both sides alike. Also the numba kernel's phases for the Winograd path.
+with bias and Relu), both at 1 thread, calls interleaved and the best of ``reps`` kept (CPU time of
+the process), so that a noisy shared machine hits both sides alike.
 
     python benchmarks/bench_conv_shapes.py [reps=30] [filter]
 """
@@ -9,12 +9,11 @@ from __future__ import annotations
 import sys
 import time
 
+import kernelkit
 import numpy as np
 import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
-
-import kernelkit
 from kernelkit.ir import Graph  # noqa: F401  (kernelkit imported for the session)
+from onnx import TensorProto, helper, numpy_helper
 
 # (name, C, H, M, k, stride, group): ResNet-18/50 and MobileNetV2 layers at batch 1
 SHAPES = [

@@ -14,9 +14,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_bench_numba import model_case, ort_session  # noqa: E402
-
 import kernelkit  # noqa: E402
+from test_bench_numba import model_case, ort_session  # noqa: E402
 
 
 def batched(name: str, batch: int):
@@ -57,7 +56,7 @@ def main(argv):
     assert agree >= MODEL_COSINE, f"numba disagrees with onnxruntime: cosine {agree}"
     clock = time.process_time if threads == 1 else time.perf_counter
     best = {k: np.inf for k in runs}
-    for k, run in runs.items():
+    for run in runs.values():
         run(None, feed)
     for i in range(reps):
         for k, run in runs.items():

@@ -16,10 +16,9 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernelkit  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 from bench_e2e_interleaved import batched  # noqa: E402
-
-import kernelkit  # noqa: E402
 
 
 def _key(op, shapes):
@@ -43,9 +42,11 @@ def kernelkit_profile(model, feed, vendor: str, threads: int, runs: int) -> list
         shapes = [s.shape if s is not None else None for s in specs]
         extra = ""
         if step.op == "Conv":
-            extra = f"s{step.attrs.get('strides') or ''} g{step.attrs.get('group', 1)}" + \
-                    (" +Z" if len(step.inputs) > 3 and step.inputs[3] else "") + \
-                    (f" {step.attrs.get('activation')}" if step.attrs.get("activation") else "")
+            a = dict(getattr(step.node, "attrs", None) or {})
+            strides = "x".join(map(str, a.get("strides") or (1, 1)))
+            z = " +Z" if len(step.inputs) > 3 and step.inputs[3] else ""
+            act = f" {a['activation']}" if a.get("activation") else ""
+            extra = f"stride {strides} group {a.get('group', 1)}{z}{act}"
         rows.append((_key(step.op, shapes), step.name, best.get(step.name, 0.0), step.key.vendor, extra))
     return rows
 
@@ -66,7 +67,8 @@ def ort_profile(proto, feed, threads: int, runs: int) -> list[tuple]:
         name = e["name"][:-len("_kernel_time")]
         if name not in best:
             order.append(name)
-            shapes[name] = (e["args"].get("op_name"), [list(d.values())[0] for d in e["args"].get("input_type_shape", [])])
+            inputs = e["args"].get("input_type_shape", [])
+            shapes[name] = (e["args"].get("op_name"), [list(d.values())[0] for d in inputs])
         best[name] = min(best.get(name, np.inf), e["dur"] / 1e3)
     return [(_key(shapes[n][0], shapes[n][1]), n, best[n]) for n in order]
 
@@ -81,7 +83,7 @@ def main(argv):
     kk = kernelkit_profile(model, feed, vendor, threads, runs)
     ox = ort_profile(proto, feed, threads, runs)
     pool = collections.defaultdict(list)
-    for key, node, ms in ox:
+    for key, _node, ms in ox:
         pool[key].append(ms)
     print(f"{name} batch {batch}, {threads} thread(s), best of {runs} runs per node (ms); {vendor} vs onnxruntime")
     print(f"{'node':28s} {'op':18s} {'input, weight':42s} {'ours':>7s} {'ort':>7s} {'ratio':>6s}  notes")
@@ -97,7 +99,8 @@ def main(argv):
         if ms < 0.02 and not o > 0.02:
             continue
         shapes = " ".join("x".join(map(str, s)) for s in key[1])
-        print(f"{node[:28]:28s} {key[0][:18]:18s} {shapes[:42]:42s} {ms:7.3f} {o:7.3f} {ms / o if o == o and o else float('nan'):6.2f}  {vend} {extra}")
+        ratio = ms / o if o == o and o else float("nan")
+        print(f"{node[:28]:28s} {key[0][:18]:18s} {shapes[:42]:42s} {ms:7.3f} {o:7.3f} {ratio:6.2f}  {vend} {extra}")
     left = sum(sum(v) for v in pool.values())
     print(f"{'total':28s} {'':18s} {'':42s} {tot_k:7.2f} {tot_o + left:7.2f} {tot_k / (tot_o + left):6.2f}"
           f"  (ORT nodes not matched: {left:.2f} ms)")

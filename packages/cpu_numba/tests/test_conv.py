@@ -231,9 +231,8 @@ def test_residual_block_fuses_add_and_relu_into_the_numba_conv(rng):
     fuse_activation the Relu after it; the result agrees with the reference session."""
     import kernelkit
     from kernelkit.testing import assert_close
-    from onnx import TensorProto, helper, numpy_helper
-
     from kernelkit_converters.onnx import convert
+    from onnx import TensorProto, helper, numpy_helper
 
     w1 = numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) / 8).astype(np.float32), "w1")
     w2 = numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) / 8).astype(np.float32), "w2")

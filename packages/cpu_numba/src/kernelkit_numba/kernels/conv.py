@@ -204,11 +204,13 @@ def _depthwise3x3(x, w, bias, y, code, p0, p1, q0, q1):
             p = U(q)
             b = xb + p
             c = xb + p + wn
-            v = beta + w3 * xf[b - U(1)] + w4 * xf[b] + w5 * xf[b + U(1)] + w6 * xf[c - U(1)] + w7 * xf[c] + w8 * xf[c + U(1)]
+            v = (beta + w3 * xf[b - U(1)] + w4 * xf[b] + w5 * xf[b + U(1)]
+                 + w6 * xf[c - U(1)] + w7 * xf[c] + w8 * xf[c + U(1)])
             yf[yb + p] = min(max(v, p0), p1) if code == CLIP else v
             a = xb + r + p - wn
             b = xb + r + p
-            v = beta + w0 * xf[a - U(1)] + w1 * xf[a] + w2 * xf[a + U(1)] + w3 * xf[b - U(1)] + w4 * xf[b] + w5 * xf[b + U(1)]
+            v = (beta + w0 * xf[a - U(1)] + w1 * xf[a] + w2 * xf[a + U(1)]
+                 + w3 * xf[b - U(1)] + w4 * xf[b] + w5 * xf[b + U(1)])
             yf[yb + r + p] = min(max(v, p0), p1) if code == CLIP else v
         for oh in range(h_n):
             yf[yb + U(oh * w_n)] = _dw3x3_at(xf, wf, xb, k, oh, 0, 1, h_n, w_n, beta, code, p0, p1)
@@ -353,7 +355,8 @@ class Conv(NumbaKernel):
         if z is not None:
             z = config.readonly(np.ascontiguousarray(z[:, :, None, :] if one_d else z, dtype=y.dtype))
             if z.shape != y.shape:
-                raise ValueError(f"the fused residual Z {tuple(z.shape)} is not shaped like the output {tuple(y.shape)}")
+                raise ValueError(f"the fused residual Z {tuple(z.shape)} is not shaped like the output "
+                                 f"{tuple(y.shape)}")
         # the direct kernels fuse None and Clip (Relu, Relu6) only; rarer activations take one more
         # pass (inlining every activation into them cost seconds of compile time per kernel)
         inner = code if code in (NONE, CLIP) else NONE

@@ -216,7 +216,8 @@ def _input_transform4(x, v, ph, pw, th_n, tw_n, q0, q1):
             for p in range(max(lo, hi), wp):
                 row[U64(p)] = 0
         for th in range(th_n):
-            d0, d1, d2, d3, d4, d5 = pad[4 * th], pad[4 * th + 1], pad[4 * th + 2], pad[4 * th + 3], pad[4 * th + 4], pad[4 * th + 5]
+            r = 4 * th
+            d0, d1, d2, d3, d4, d5 = pad[r], pad[r + 1], pad[r + 2], pad[r + 3], pad[r + 4], pad[r + 5]
             t0, t1, t2, t3, t4, t5 = rows[0], rows[1], rows[2], rows[3], rows[4], rows[5]
             for p in range(wp):
                 i = U64(p)
@@ -263,7 +264,8 @@ def _output_transform4(mo, y, bias, z, has_z, th_n, tw_n, code, p0, p1, q0, q1):
             for tw in range(tw_n):
                 t = U64(base + tw)
                 for b in range(6):  # vertical: A^T over the six rows of M, column b
-                    m0, m1, m2, m3, m4, m5 = mo[b, t], mo[6 + b, t], mo[12 + b, t], mo[18 + b, t], mo[24 + b, t], mo[30 + b, t]
+                    m0, m1, m2 = mo[b, t], mo[6 + b, t], mo[12 + b, t]
+                    m3, m4, m5 = mo[18 + b, t], mo[24 + b, t], mo[30 + b, t]
                     s[0, b] = m0 + m1 + m2 + m3 + m4
                     s[1, b] = m1 - m2 + f2 * (m3 - m4)
                     s[2, b] = m1 + m2 + f4 * (m3 + m4)
