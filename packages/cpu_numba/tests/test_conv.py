@@ -268,3 +268,26 @@ def test_depthwise3x3_fast_paths(check, rng, stride, hw):
         attrs = {"group": c, "pads": [1, 1, 1, 1], "strides": [stride, stride], "activation": act,
                  "activation_params": list(params)}
         check("Conv", [x, w, b], attrs, constants=(1, 2))
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs", [
+    ((1, 3, 23, 21), (8, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3], "activation": "Relu"}),  # stem
+    ((2, 4, 12, 13), (6, 4, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 2]}),
+    ((1, 6, 11, 11), (4, 3, 3, 3), {"group": 2, "dilations": [2, 1], "pads": [2, 1, 2, 1]}),
+    ((1, 4, 16, 9), (5, 4, 1, 1), {"strides": [2, 2], "activation": "Sigmoid"}),
+])
+@pytest.mark.parametrize("with_z", [False, True])
+def test_conv_im2col_in_blocks_of_rows(check, rng, monkeypatch, x_shape, w_shape, attrs, with_z):
+    """The blocked im2col + GEMM (column matrices over 1 MiB, ``Conv._gemm_blocked``) with the limits
+    lowered so these small maps take it: one or two output rows a block, the last one partial."""
+    from kernelkit_numba.kernels import conv
+
+    monkeypatch.setattr(conv, "_COL_BYTES", 0)
+    monkeypatch.setattr(conv, "_COL_BLOCK_BYTES", 1 << 9)
+    monkeypatch.setattr(conv, "_BLOCKED_MIN_COLS", 1)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (x_shape, w_shape, w_shape[:1]))
+    inputs = [x, w, b]
+    if with_z:
+        y = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
+        inputs.append(rng.standard_normal(y.shape).astype(np.float32))
+    check("Conv", inputs, attrs, constants=(1, 2))

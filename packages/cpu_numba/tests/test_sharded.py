@@ -28,9 +28,21 @@ def _x(rng, *shape):
     ({"group": 6, "pads": [1, 1, 1, 1], "activation": "Clip", "activation_params": [0.0, 6.0]},
      (1, 6, 12, 12), (6, 1, 3, 3)),  # depthwise
     ({"group": 4, "pads": [1, 1, 1, 1], "activation": "HardSwish"}, (1, 4, 9, 9), (8, 1, 3, 3)),
+    ({"group": 6, "pads": [1, 1, 1, 1], "strides": [2, 2]}, (2, 6, 13, 12), (6, 1, 3, 3)),  # depthwise /2
+    ({"pads": [3, 3, 3, 3], "strides": [2, 2], "activation": "Relu"}, (1, 3, 40, 38), (16, 3, 7, 7)),  # blocks
 ])
-def test_conv_sharded(check, rng, attrs, x_shape, w_shape):
+def test_conv_sharded(check, rng, attrs, x_shape, w_shape, monkeypatch):
+    from kernelkit_numba.kernels import conv
+
+    monkeypatch.setattr(conv, "_COL_BYTES", 1 << 14)  # the 7x7 case packs its columns in blocks of rows
+    monkeypatch.setattr(conv, "_COL_BLOCK_BYTES", 1 << 13)
     check("Conv", [_x(rng, *x_shape), _x(rng, *w_shape), _x(rng, w_shape[0])], attrs, constants=(1, 2))
+
+
+def test_conv_residual_sharded(check, rng):
+    """Winograd F(4x4, 3x3) with the fused residual Z, every phase cut into shards."""
+    x, w, b, z = _x(rng, 2, 5, 16, 15), _x(rng, 19, 5, 3, 3), _x(rng, 19), _x(rng, 2, 19, 16, 15)
+    check("Conv", [x, w, b, z], {"pads": [1, 1, 1, 1], "activation": "Relu"}, constants=(1, 2))
 
 
 def test_gemm_and_matmul_sharded(check, rng):

@@ -415,7 +415,7 @@ class Conv(NumbaKernel):
         self._kernel_hw = (kh, kw)
         code, p0, p1 = self.act
         direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
-        if not direct and k_n * l_n * x4.itemsize > _COL_BYTES and l_n >= 128:
+        if not direct and k_n * l_n * x4.itemsize > _COL_BYTES and l_n >= _BLOCKED_MIN_COLS:
             self._gemm_blocked(x4, wmat, y, group, bias, z)
             return
         if not direct and (self._col is None or self._col.shape != (k_n, l_n) or self._col.dtype != x4.dtype):
@@ -480,6 +480,7 @@ class Conv(NumbaKernel):
 
 _COL_BYTES = 1 << 20  # column matrices larger than this are packed and multiplied in blocks
 _COL_BLOCK_BYTES = 1 << 19  # the column block of one shard: about half an L2
+_BLOCKED_MIN_COLS = 128  # fewer output pixels (7x7 maps): one GEMM over the whole column matrix
 
 
 def _edge(i: int, parts: int, size: int) -> int:
