@@ -10,9 +10,13 @@ from __future__ import annotations
 
 def initialize() -> None:
     """Register this backend's kernels with kernelkit (entry point)."""
+    from kernelkit.backends import register_session_hook
     from kernelkit.discovery import import_submodules
 
+    from . import tiered
+
     import_submodules(f"{__name__}.kernels")
+    register_session_hook(tiered.check_options)  # a bad numba_start option fails the build
 
 
 def cache_info() -> dict:

@@ -6,7 +6,7 @@ import inspect
 
 from kernelkit.errors import OpAttributeError
 
-from . import config, progress
+from . import config, progress, tiered
 
 
 class NumbaKernel:
@@ -22,6 +22,8 @@ class NumbaKernel:
 
     context = None
     uses_blas = False  # kernels that call BLAS (np.dot/np.matmul): BLAS at one thread, shards in parallel
+    _tier_mode = _tier_trial = _tier_ref = None  # tiered start (tiered.py): mode, pending trial, reference
+    _tier_count = 0
 
     def prepare(self, input_specs, attrs) -> None:
         self.attrs = dict(attrs)
@@ -35,6 +37,11 @@ class NumbaKernel:
         pass
 
     def execute(self, *inputs):
+        if self._tier_mode is not tiered.EAGER:  # never compiles on this thread (tiered.py)
+            return tiered.execute(self, inputs)
+        return self.run_numba(*inputs)
+
+    def run_numba(self, *inputs):
         progress.install()  # once: a line on stderr while kernels compile (terminals only)
         inputs = tuple(map(config.readonly, inputs))  # one compiled signature for inputs and constants
         small = self.threads == 1 or self.work(*inputs) < config.SERIAL_WORK  # no thread woken

@@ -34,6 +34,7 @@ import numba
 import numpy as np
 
 from .cache import checked  # unreadable cache entries are recompiled
+from .tiered import carry_guard, hook  # kernels compile off the calling thread (tiered start)
 
 log = logging.getLogger("kernelkit.numba")
 
@@ -55,7 +56,7 @@ _FLAGS = dict(cache=CACHE, fastmath=set(FASTMATH), error_model=ERROR_MODEL, boun
 
 def jit(fn):
     """Compile ``fn`` as a serial nopython kernel with the backend's flags."""
-    return checked(numba.njit(**_FLAGS)(fn))
+    return hook(checked(numba.njit(**_FLAGS)(fn)))
 
 
 def jit_inline(fn):
@@ -70,7 +71,7 @@ _local = threading.local()  # .threads: this thread's budget for the current ker
 def jit_parallel(fn):
     """Compile a kernel that ``parallel_for`` runs over shards of its outer loop (serial code: a
     ``prange`` in it is a plain loop)."""
-    return checked(numba.njit(**_FLAGS)(fn))
+    return hook(checked(numba.njit(**_FLAGS)(fn)))
 
 
 def default_threads() -> int:
@@ -140,7 +141,8 @@ def parallel_for(kernel, total: int, args: tuple, work: float) -> None:
         return
     from .shards import POOL
 
-    POOL.run(lambda i: kernel(*args, i * total // count, (i + 1) * total // count), count, current_threads())
+    POOL.run(carry_guard(lambda i: kernel(*args, i * total // count, (i + 1) * total // count)), count,
+             current_threads())
 
 
 def readonly(a):
@@ -157,7 +159,7 @@ def run_shards(fn, count: int) -> None:
     """``fn(i)`` for ``i`` in ``range(count)`` on the shard pool at this call's thread budget."""
     from .shards import POOL
 
-    POOL.run(fn, count, current_threads())
+    POOL.run(carry_guard(fn), count, current_threads())
 
 
 # Below this much work (about one flop or element step per unit, ~0.3-1 ms on one core) a kernel
