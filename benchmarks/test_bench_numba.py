@@ -30,6 +30,9 @@ import kernelkit  # noqa: E402
 from kernelkit.testing import MODEL_COSINE, cosine  # noqa: E402
 
 OPSET = 21
+# Steady-state timing: numba kernels compile in the warm-up calls, not in the background while
+# blocks are timed (tiered start, docs/numba.md "First call"); child processes inherit it.
+os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 
 
 class OnnxNet:

@@ -3,7 +3,8 @@
 ``initialize`` (the ``kernelkit.backends`` entry point) only imports the kernel modules (every
 public module of ``kernels/``, found with ``kernelkit.discovery``), whose ``register_kernel``
 decorators register them; nothing is compiled until a kernel first runs
-(compiled code is cached on disk, see ``config``).
+(compiled code is cached on disk, see ``config``). Kernels compile off the model's thread while
+the node runs its reference kernel (``tiered``; ``$KERNELKIT_NUMBA_START=eager`` turns it off).
 """
 from __future__ import annotations
 
@@ -17,6 +18,14 @@ def initialize() -> None:
 
     import_submodules(f"{__name__}.kernels")
     register_session_hook(tiered.check_options)  # a bad numba_start option fails the build
+
+
+def wait_compiled(timeout: float | None = None) -> bool:
+    """Block until the kernels being compiled in the background (tiered start) are ready; False if
+    ``timeout`` seconds passed first. Call it after a first run before timing steady-state speed."""
+    from . import tiered
+
+    return tiered.wait(timeout)
 
 
 def cache_info() -> dict:

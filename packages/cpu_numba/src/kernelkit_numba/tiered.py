@@ -75,8 +75,11 @@ def guarded() -> bool:
 def hook(dispatcher):
     """Make ``dispatcher`` raise :class:`NotCompiled` instead of compiling while its calling thread
     is guarded. Numba's C dispatcher calls ``_compile_for_args`` only when no compiled overload
-    matches, so calls of compiled code do not pay for this."""
-    compile_for_args = dispatcher._compile_for_args
+    matches, so calls of compiled code do not pay for this. (A plain function, as ``njit`` gives
+    under NUMBA_DISABLE_JIT=1, is returned as it is.)"""
+    compile_for_args = getattr(dispatcher, "_compile_for_args", None)
+    if compile_for_args is None:
+        return dispatcher
 
     def _compile_for_args(*args, **kws):
         if getattr(_guard, "on", False):
@@ -148,7 +151,9 @@ _counts = {"trials": 0, "failed": 0, "reference_calls": 0}
 _pending = 0
 _idle = threading.Condition(_lock)
 _switch: list = []  # (interval before, interval set) while trials run
-_layouts: dict[type, str | None] = {}  # kernel class -> its registered layout ("" default), None: ambiguous
+_layouts: dict[type, str | None] = {}
+_ran: set = set()  # kernel classes that completed a trial in this process
+_ranked: dict[tuple, list] = {}  # (op, dtype) -> reference candidates  # kernel class -> its registered layout ("" default), None: ambiguous
 
 
 def stats() -> dict:
@@ -178,14 +183,17 @@ def execute(kernel, inputs: tuple):
         if trial.error is not None:
             kernel._tier_mode = EAGER
             return kernel.run_numba(*inputs)
-    was = getattr(_guard, "on", False)
-    _guard.on = True
-    try:
-        return kernel.run_numba(*inputs)
-    except NotCompiled as exc:
-        missing = exc
-    finally:
-        _guard.on = was
+    cls = type(kernel)
+    missing = "first call"
+    if cls in _ran:  # a node of this kernel ran numba in this process: its code is likely in memory
+        was = getattr(_guard, "on", False)
+        _guard.on = True
+        try:
+            return kernel.run_numba(*inputs)
+        except NotCompiled as exc:
+            missing = exc
+        finally:
+            _guard.on = was
     kernel._tier_count += 1
     if kernel._tier_count > MAX_TRIALS or not _has_reference(kernel, inputs):
         log.debug("%s: compiling %s on the calling thread", kernel.where, missing)
@@ -193,6 +201,7 @@ def execute(kernel, inputs: tuple):
         return kernel.run_numba(*inputs)
     kernel._tier_trial = _submit(kernel, inputs)
     return _reference(kernel, inputs)
+
 
 
 def _submit(kernel, inputs) -> _Trial:
@@ -221,6 +230,8 @@ def _serve() -> None:
         except BaseException as exc:  # noqa: BLE001 - the node then compiles on its own thread
             trial.error = exc
             log.debug("numba trial of %s failed: %s: %s", trial.kernel.where, type(exc).__name__, exc)
+        else:
+            _ran.add(type(trial.kernel))
         trial.kernel = trial.inputs = None
         trial.done.set()
         with _lock:
@@ -235,8 +246,9 @@ def _serve() -> None:
 
 
 def _copy_like(x):
-    """A private copy of ``x`` that Numba types the same way (dtype, rank, C/F/any layout)."""
-    if not isinstance(x, np.ndarray):
+    """A private copy of ``x`` that Numba types the same way (dtype, rank, C/F/any layout); a
+    read-only array (a constant: weights) is not copied."""
+    if not isinstance(x, np.ndarray) or not x.flags.writeable:
         return x
     if x.flags.c_contiguous:
         return np.array(x, order="C", copy=True)
@@ -251,12 +263,16 @@ def _copy_like(x):
 
 
 def _layout_of(kernel) -> str | None:
+    """The layout key the kernel's class is registered under ("" the default; None: several)."""
     cls = type(kernel)
     if cls not in _layouts:
         from kernelkit import registry
 
-        found = {k.layout for k in registry.kernels(vendor="numba") if registry.kernel_entry(k).impl is cls}
-        _layouts[cls] = found.pop() if len(found) == 1 else None
+        found: dict[type, set] = {}
+        for key in registry.kernels(vendor="numba"):
+            found.setdefault(registry.kernel_entry(key).impl, set()).add(key.layout)
+        _layouts.update({c: next(iter(ls)) if len(ls) == 1 else None for c, ls in found.items()})
+        _layouts.setdefault(cls, None)
     return _layouts[cls]
 
 
@@ -281,7 +297,10 @@ def _reference_entry(kernel, specs):
         dtype = specs[schema.dispatch_input].dtype
     else:  # no input to dispatch on: the numba kernel's own registration says which dtypes it takes
         return None
-    return registry.select_kernel(node.op_id, "cpu", dtype, ("reference",), specs, kernel.attrs)
+    ranked = _ranked.get((node.op_id, dtype))
+    if ranked is None:
+        ranked = _ranked[node.op_id, dtype] = registry.candidates(node.op_id, "cpu", dtype, ("reference",))
+    return registry.select_kernel(node.op_id, "cpu", dtype, ("reference",), specs, kernel.attrs, ranked=ranked)
 
 
 def _reference(kernel, inputs):
