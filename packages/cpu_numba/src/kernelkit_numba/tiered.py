@@ -136,10 +136,12 @@ def check_options(device: str, options: dict) -> None:
 class _Trial:
     """One background run of a node's numba kernel on copies of its inputs."""
 
-    __slots__ = ("kernel", "inputs", "done", "error")
+    __slots__ = ("kernel", "inputs", "done", "error", "before", "after")
 
     def __init__(self, kernel, inputs):
         self.kernel, self.inputs = kernel, inputs
+        self.before = dict(vars(kernel))  # the node's state when the trial started
+        self.after: dict | None = None  # the trial's state when it ended
         self.done = threading.Event()
         self.error: BaseException | None = None
 
@@ -183,6 +185,7 @@ def execute(kernel, inputs: tuple):
         if trial.error is not None:
             kernel._tier_mode = EAGER
             return kernel.run_numba(*inputs)
+        _adopt(kernel, trial)
     cls = type(kernel)
     missing = "first call"
     if cls in _ran:  # a node of this kernel ran numba in this process: its code is likely in memory
@@ -232,6 +235,7 @@ def _serve() -> None:
             log.debug("numba trial of %s failed: %s: %s", trial.kernel.where, type(exc).__name__, exc)
         else:
             _ran.add(type(trial.kernel))
+        trial.after = dict(vars(trial.kernel))
         trial.kernel = trial.inputs = None
         trial.done.set()
         with _lock:
@@ -243,6 +247,17 @@ def _serve() -> None:
                     before, ours = _switch.pop()
                     if sys.getswitchinterval() == ours:
                         sys.setswitchinterval(before)
+
+
+def _adopt(kernel, trial: _Trial) -> None:
+    """Keep what the trial prepared (packed or transformed weights, scratch buffers): every attribute
+    the node itself has not changed since the trial started takes the trial's value."""
+    missing = object()
+    state = vars(kernel)
+    for name, value in trial.after.items():
+        if not name.startswith("_tier_") and state.get(name, missing) is trial.before.get(name, missing):
+            state[name] = value
+    trial.before = trial.after = None
 
 
 def _copy_like(x):
