@@ -136,10 +136,10 @@ def check_options(device: str, options: dict) -> None:
 class _Trial:
     """One background run of a node's numba kernel on copies of its inputs."""
 
-    __slots__ = ("kernel", "inputs", "done", "error", "before", "after")
+    __slots__ = ("kernel", "inputs", "done", "error", "before", "after", "pid")
 
     def __init__(self, kernel, inputs):
-        self.kernel, self.inputs = kernel, inputs
+        self.kernel, self.inputs, self.pid = kernel, inputs, os.getpid()
         self.before = dict(vars(kernel))  # the node's state when the trial started
         self.after: dict | None = None  # the trial's state when it ended
         self.done = threading.Event()
@@ -149,13 +149,14 @@ class _Trial:
 _lock = threading.Lock()
 _queue: queue.SimpleQueue = queue.SimpleQueue()
 _worker: threading.Thread | None = None
+_pid = os.getpid()
 _counts = {"trials": 0, "failed": 0, "reference_calls": 0}
 _pending = 0
 _idle = threading.Condition(_lock)
 _switch: list = []  # (interval before, interval set) while trials run
-_layouts: dict[type, str | None] = {}
+_layouts: dict[type, str | None] = {}  # kernel class -> its registered layout ("" default), None: several
 _ran: set = set()  # kernel classes that completed a trial in this process
-_ranked: dict[tuple, list] = {}  # (op, dtype) -> reference candidates  # kernel class -> its registered layout ("" default), None: ambiguous
+_ranked: dict[tuple, list] = {}  # (op, dtype) -> reference candidates
 
 
 def stats() -> dict:
@@ -168,7 +169,7 @@ def stats() -> dict:
 def wait(timeout: float | None = None) -> bool:
     """Block until every queued trial has ended (True) or ``timeout`` seconds passed (False)."""
     with _idle:
-        return _idle.wait_for(lambda: _pending == 0, timeout)
+        return _idle.wait_for(lambda: _pending == 0 or os.getpid() != _pid, timeout)
 
 
 def execute(kernel, inputs: tuple):
@@ -179,13 +180,16 @@ def execute(kernel, inputs: tuple):
         return kernel.run_numba(*inputs)
     trial = kernel._tier_trial
     if trial is not None:
-        if not trial.done.is_set():
+        if not trial.done.is_set() and trial.pid == os.getpid():
             return _reference(kernel, inputs)
         kernel._tier_trial = None
-        if trial.error is not None:
+        if not trial.done.is_set():  # queued in the parent of this forked process: never runs here
+            trial = None
+        elif trial.error is not None:
             kernel._tier_mode = EAGER
             return kernel.run_numba(*inputs)
-        _adopt(kernel, trial)
+        else:
+            _adopt(kernel, trial)
     cls = type(kernel)
     missing = "first call"
     if cls in _ran:  # a node of this kernel ran numba in this process: its code is likely in memory
@@ -206,11 +210,12 @@ def execute(kernel, inputs: tuple):
     return _reference(kernel, inputs)
 
 
-
 def _submit(kernel, inputs) -> _Trial:
-    global _worker, _pending
+    global _worker, _pending, _queue, _pid
     trial = _Trial(copy.copy(kernel), tuple(_copy_like(x) for x in inputs))
     with _lock:
+        if os.getpid() != _pid:  # a forked child: the parent's worker and queue did not come along
+            _queue, _worker, _pending, _pid = queue.SimpleQueue(), None, 0, os.getpid()
         _counts["trials"] += 1
         _pending += 1
         before = sys.getswitchinterval()
