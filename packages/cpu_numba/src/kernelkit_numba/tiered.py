@@ -6,16 +6,18 @@ a kernel on the 2-core dev box) or to load it from the disk cache (the first loa
 pays ~0.5 s of Numba's own start: its lowering registries and SciPy's BLAS bindings). Instead, as
 JIT runtimes do:
 
-1. ``NumbaKernel.execute`` runs the kernel with a guard on: every kernelkit dispatcher (``hook``)
-   raises :class:`NotCompiled` instead of compiling when no compiled code matches the call. The
-   guard is per thread and travels with the shards the kernel hands to the pool
+1. A numba node's call (``execute``, or the plan's bound call from ``bind``) runs with a guard
+   on: every kernelkit dispatcher (``hook``) raises :class:`NotCompiled` instead of compiling when
+   no compiled code matches the call. The guard is per thread and travels with the shards the kernel hands to the pool
    (``config.parallel_for``/``run_shards``). When nothing is missing, that is the whole cost: a
    thread-local flag per call.
 2. On :class:`NotCompiled` the call is redone by the node's reference kernel (vendor "reference",
-   same attributes; built once per node and input shapes), and a *trial* is queued: one background
-   thread (``kernelkit-numba-compile``) runs a shallow copy of the numba kernel on copies of the
-   inputs (same dtypes, ranks and contiguity, so the same signatures), compiling or loading
-   everything the node needs. Its result is dropped.
+   same attributes; built once per node and input shapes; written into the plan's ``out`` when
+   given), and a *trial* is queued: one background thread (``kernelkit-numba-compile``) runs the
+   node's own numba call on copies of the inputs and of ``out`` (same dtypes, ranks and
+   contiguity, so the same signatures; constants are not copied), compiling or loading everything
+   the node needs; what the kernel prepares on the way (transformed weights) stays. Its result
+   is dropped. A node that is resized waits for its trial first.
 3. Until its trial ends the node keeps running the reference; then it runs numba again (guarded).
    A trial that fails (a bug, or an input the kernel rejects) leaves the node compiling on the
    calling thread from then on, so the error surfaces as it would without tiering; so does a node
@@ -37,7 +39,6 @@ half-way before a jitted call that could be missing.
 """
 from __future__ import annotations
 
-import copy
 import logging
 import os
 import queue
@@ -134,14 +135,12 @@ def check_options(device: str, options: dict) -> None:
 
 # -- what a node runs ----------------------------------------------------------------------------
 class _Trial:
-    """One background run of a node's numba kernel on copies of its inputs."""
+    """One background run of a node's numba call on copies of its inputs (and of ``out``)."""
 
-    __slots__ = ("kernel", "inputs", "done", "error", "before", "after", "pid")
+    __slots__ = ("kernel", "run", "inputs", "out", "done", "error", "pid")
 
-    def __init__(self, kernel, inputs):
-        self.kernel, self.inputs, self.pid = kernel, inputs, os.getpid()
-        self.before = dict(vars(kernel))  # the node's state when the trial started
-        self.after: dict | None = None  # the trial's state when it ended
+    def __init__(self, kernel, run, inputs, out):
+        self.kernel, self.run, self.inputs, self.out, self.pid = kernel, run, inputs, out, os.getpid()
         self.done = threading.Event()
         self.error: BaseException | None = None
 
@@ -172,31 +171,27 @@ def wait(timeout: float | None = None) -> bool:
         return _idle.wait_for(lambda: _pending == 0 or os.getpid() != _pid, timeout)
 
 
-def execute(kernel, inputs: tuple):
-    """``kernel``'s call (``kernel.run_numba(*inputs)``) in tiered mode: see the module doc."""
+def call(kernel, run, inputs: tuple, out):
+    """``run(inputs, out)`` (the numba kernel's call) in the node's start mode: see the module doc."""
     if kernel._tier_mode is None:
         kernel._tier_mode = _mode_for(kernel.context)
     if kernel._tier_mode == EAGER:
-        return kernel.run_numba(*inputs)
+        return run(inputs, out)
     trial = kernel._tier_trial
     if trial is not None:
         if not trial.done.is_set() and trial.pid == os.getpid():
-            return _reference(kernel, inputs)
+            return _reference(kernel, inputs, out)
         kernel._tier_trial = None
-        if not trial.done.is_set():  # queued in the parent of this forked process: never runs here
-            trial = None
-        elif trial.error is not None:
+        if trial.done.is_set() and trial.error is not None:
             kernel._tier_mode = EAGER
-            return kernel.run_numba(*inputs)
-        else:
-            _adopt(kernel, trial)
-    cls = type(kernel)
+            return run(inputs, out)
+        # else ended, or queued in the parent of this forked process (never runs here): try again
     missing = "first call"
-    if cls in _ran:  # a node of this kernel ran numba in this process: its code is likely in memory
+    if type(kernel) in _ran:  # a node of this kernel ran numba in this process: its code is likely in memory
         was = getattr(_guard, "on", False)
         _guard.on = True
         try:
-            return kernel.run_numba(*inputs)
+            return run(inputs, out)
         except NotCompiled as exc:
             missing = exc
         finally:
@@ -205,14 +200,34 @@ def execute(kernel, inputs: tuple):
     if kernel._tier_count > MAX_TRIALS or not _has_reference(kernel, inputs):
         log.debug("%s: compiling %s on the calling thread", kernel.where, missing)
         kernel._tier_mode = EAGER
-        return kernel.run_numba(*inputs)
-    kernel._tier_trial = _submit(kernel, inputs)
-    return _reference(kernel, inputs)
+        return run(inputs, out)
+    kernel._tier_trial = _submit(kernel, run, inputs, out)
+    return _reference(kernel, inputs, out)
 
 
-def _submit(kernel, inputs) -> _Trial:
+def bound(kernel, fn):
+    """A bound call ``fn(*inputs, out=None)`` (``NumbaKernel.bind``) in the node's start mode."""
+    def run(inputs, out):
+        return fn(*inputs, out=out)
+
+    def tiered_call(*inputs, out=None):
+        if kernel._tier_mode is EAGER:
+            return fn(*inputs, out=out)
+        return call(kernel, run, inputs, out)
+
+    return tiered_call
+
+
+def settle(kernel) -> None:
+    """Wait for the node's background trial, if one runs (before its kernel's state changes)."""
+    trial = kernel._tier_trial
+    if trial is not None and trial.pid == os.getpid():
+        trial.done.wait()
+
+
+def _submit(kernel, run, inputs, out) -> _Trial:
     global _worker, _pending, _queue, _pid
-    trial = _Trial(copy.copy(kernel), tuple(_copy_like(x) for x in inputs))
+    trial = _Trial(kernel, run, tuple(_copy_like(x) for x in inputs), None if out is None else _copy_like(out, True))
     with _lock:
         if os.getpid() != _pid:  # a forked child: the parent's worker and queue did not come along
             _queue, _worker, _pending, _pid = queue.SimpleQueue(), None, 0, os.getpid()
@@ -234,14 +249,13 @@ def _serve() -> None:
     while True:
         trial = _queue.get()
         try:
-            trial.kernel.run_numba(*trial.inputs)
+            trial.run(trial.inputs, trial.out)
         except BaseException as exc:  # noqa: BLE001 - the node then compiles on its own thread
             trial.error = exc
             log.debug("numba trial of %s failed: %s: %s", trial.kernel.where, type(exc).__name__, exc)
         else:
             _ran.add(type(trial.kernel))
-        trial.after = dict(vars(trial.kernel))
-        trial.kernel = trial.inputs = None
+        trial.kernel = trial.run = trial.inputs = trial.out = None
         trial.done.set()
         with _lock:
             _counts["failed"] += trial.error is not None
@@ -254,21 +268,10 @@ def _serve() -> None:
                         sys.setswitchinterval(before)
 
 
-def _adopt(kernel, trial: _Trial) -> None:
-    """Keep what the trial prepared (packed or transformed weights, scratch buffers): every attribute
-    the node itself has not changed since the trial started takes the trial's value."""
-    missing = object()
-    state = vars(kernel)
-    for name, value in trial.after.items():
-        if not name.startswith("_tier_") and state.get(name, missing) is trial.before.get(name, missing):
-            state[name] = value
-    trial.before = trial.after = None
-
-
-def _copy_like(x):
+def _copy_like(x, always: bool = False):
     """A private copy of ``x`` that Numba types the same way (dtype, rank, C/F/any layout); a
-    read-only array (a constant: weights) is not copied."""
-    if not isinstance(x, np.ndarray) or not x.flags.writeable:
+    read-only array (a constant: weights) is not copied unless ``always``."""
+    if not isinstance(x, np.ndarray) or not (always or x.flags.writeable):
         return x
     if x.flags.c_contiguous:
         return np.array(x, order="C", copy=True)
@@ -323,8 +326,9 @@ def _reference_entry(kernel, specs):
     return registry.select_kernel(node.op_id, "cpu", dtype, ("reference",), specs, kernel.attrs, ranked=ranked)
 
 
-def _reference(kernel, inputs):
-    """Run the node's reference kernel on ``inputs`` (built once per input shapes)."""
+def _reference(kernel, inputs, out):
+    """Run the node's reference kernel on ``inputs`` (built once per input shapes), into ``out``
+    when given."""
     from kernelkit.invoke import bind
 
     specs = _specs_of(inputs)
@@ -336,4 +340,8 @@ def _reference(kernel, inputs):
         ref = kernel._tier_ref = (specs, call.execute if entry.is_class else call)
     with _lock:
         _counts["reference_calls"] += 1
-    return ref[1](*inputs)
+    result = ref[1](*inputs)
+    if out is None:
+        return result
+    np.copyto(out, result[0] if isinstance(result, (tuple, list)) else result)
+    return out
