@@ -39,6 +39,7 @@ half-way before a jitted call that could be missing.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -210,6 +211,7 @@ def bound(kernel, fn):
     def run(inputs, out):
         return fn(*inputs, out=out)
 
+    @functools.wraps(fn)  # keeps the bound call's name (which path the plan took)
     def tiered_call(*inputs, out=None):
         if kernel._tier_mode is EAGER:
             return fn(*inputs, out=out)
