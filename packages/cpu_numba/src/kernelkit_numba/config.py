@@ -50,19 +50,20 @@ ERROR_MODEL = "numpy"
 BOUNDSCHECK = False
 NOGIL = True
 
-_FLAGS = dict(cache=CACHE, fastmath=set(FASTMATH), error_model=ERROR_MODEL, boundscheck=BOUNDSCHECK,
-              nogil=NOGIL)
+# cache=CACHE is applied by ``checked`` (one CheckedCache per dispatcher; numba.njit(cache=True)
+# would first build a FunctionCache of its own, probing the cache folder again)
+_FLAGS = dict(fastmath=set(FASTMATH), error_model=ERROR_MODEL, boundscheck=BOUNDSCHECK, nogil=NOGIL)
 
 
 def jit(fn):
     """Compile ``fn`` as a serial nopython kernel with the backend's flags."""
-    return hook(checked(numba.njit(**_FLAGS)(fn)))
+    return hook(checked(numba.njit(**_FLAGS)(fn), CACHE))
 
 
 def jit_inline(fn):
     """A scalar helper inlined into its callers at Numba IR level: a branch on a caller's
     compile-time constant (a closure variable) then folds away before LLVM sees the loop."""
-    return checked(numba.njit(inline="always", **_FLAGS)(fn))
+    return checked(numba.njit(inline="always", **_FLAGS)(fn), CACHE)
 
 
 _local = threading.local()  # .threads: this thread's budget for the current kernel call
@@ -71,7 +72,7 @@ _local = threading.local()  # .threads: this thread's budget for the current ker
 def jit_parallel(fn):
     """Compile a kernel that ``parallel_for`` runs over shards of its outer loop (serial code: a
     ``prange`` in it is a plain loop)."""
-    return hook(checked(numba.njit(**_FLAGS)(fn)))
+    return hook(checked(numba.njit(**_FLAGS)(fn), CACHE))
 
 
 def default_threads() -> int:
