@@ -166,3 +166,17 @@ def test_trial_inputs_are_private_copies_typed_like_the_originals():
     for x in (a, np.asfortranarray(a), a[:, ::2], a.transpose(2, 0, 1), a[:, :, 1:], a[:1, :1, ::3]):
         y = tiered._copy_like(x)
         assert typeof(y) == typeof(x) and np.array_equal(y, x) and not np.shares_memory(x, y)
+
+
+def test_benchmarks_wait_for_kernels_compiling_in_the_background(monkeypatch):
+    from kernelkit import backends
+    from kernelkit.tools.bench import bench
+
+    backends.load_backends()
+    assert tiered.wait in backends._settle_hooks  # the backend registers its wait
+    calls = []
+    monkeypatch.setattr(backends, "_settle_hooks", [calls.append])
+    g = kernelkit.GraphBuilder("t")
+    g.output(g.op("Softmax", g.input("x", (2, 3))))
+    result = bench(g.build(), runs=2, warmup=1)
+    assert calls == [None] and len(result.times_ms) == 2  # once, after the first run, before timing

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 def initialize() -> None:
     """Register this backend's kernels with kernelkit (entry point)."""
-    from kernelkit.backends import register_session_hook
+    from kernelkit.backends import register_session_hook, register_settle_hook
     from kernelkit.discovery import import_submodules
 
     from . import tiered
 
     import_submodules(f"{__name__}.kernels")
     register_session_hook(tiered.check_options)  # a bad numba_start option fails the build
+    register_settle_hook(tiered.wait)  # benchmarks wait for kernels compiling in the background
 
 
 def wait_compiled(timeout: float | None = None) -> bool:
