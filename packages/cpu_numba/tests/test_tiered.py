@@ -12,6 +12,7 @@ import kernelkit
 import numpy as np
 import pytest
 from kernelkit.errors import ConfigError
+from kernelkit.testing import assert_close
 from kernelkit_numba import config, tiered
 
 JIT_OFF = os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
@@ -180,3 +181,22 @@ def test_benchmarks_wait_for_kernels_compiling_in_the_background(monkeypatch):
     g.output(g.op("Softmax", g.input("x", (2, 3))))
     result = bench(g.build(), runs=2, warmup=1)
     assert calls == [None] and len(result.times_ms) == 2  # once, after the first run, before timing
+
+
+def test_a_stand_in_that_fails_leaves_the_node_to_numba(monkeypatch):
+    monkeypatch.setenv("KERNELKIT_NUMBA_START", "tiered")
+    monkeypatch.setattr(tiered, "_ran", set())  # as in a fresh process: the first call stands in
+
+    def broken(kernel, inputs, out):
+        raise ValueError("no reference for this node")
+
+    monkeypatch.setattr(tiered, "_reference", broken)
+    g = kernelkit.GraphBuilder("t")
+    g.output(g.op("Softmax", g.input("x", (2, 5)), axis=-1))
+    model = g.build()
+    x = {"x": np.arange(10, dtype=np.float32).reshape(2, 5)}
+    sess = kernelkit.Session(model)
+    got = sess.run(None, x)[0]
+    assert_close(got, kernelkit.Session(model, vendors=["reference"]).run(None, x)[0])
+    [step] = sess.plan.kernel_steps()
+    assert step.kernel._tier_mode == tiered.EAGER and step.kernel._tier_trial is None

@@ -181,7 +181,7 @@ def call(kernel, run, inputs: tuple, out):
     trial = kernel._tier_trial
     if trial is not None:
         if not trial.done.is_set() and trial.pid == os.getpid():
-            return _reference(kernel, inputs, out)
+            return _stand_in(kernel, run, inputs, out)
         kernel._tier_trial = None
         if trial.done.is_set() and trial.error is not None:
             kernel._tier_mode = EAGER
@@ -203,7 +203,21 @@ def call(kernel, run, inputs: tuple, out):
         kernel._tier_mode = EAGER
         return run(inputs, out)
     kernel._tier_trial = _submit(kernel, run, inputs, out)
-    return _reference(kernel, inputs, out)
+    return _stand_in(kernel, run, inputs, out)
+
+
+def _stand_in(kernel, run, inputs, out):
+    """The reference kernel's call; one that fails (cannot be built for the node, or rejects the
+    inputs) makes the node numba's alone: its trial ends, and numba runs here (raising its own error
+    where the inputs are bad)."""
+    try:
+        return _reference(kernel, inputs, out)
+    except Exception as exc:  # noqa: BLE001 - numba decides, as without tiering
+        log.debug("%s: no reference stand-in (%s: %s); numba on the calling thread", kernel.where,
+                  type(exc).__name__, exc)
+    settle(kernel)
+    kernel._tier_trial, kernel._tier_mode = None, EAGER
+    return run(inputs, out)
 
 
 def bound(kernel, fn):
