@@ -6,14 +6,17 @@ the process), so that a noisy shared machine hits both sides alike.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 
 import kernelkit
 import numpy as np
 import onnxruntime as ort
-from kernelkit.ir import Graph  # noqa: F401  (kernelkit imported for the session)
 from onnx import TensorProto, helper, numpy_helper
+
+# steady state: numba kernels compile in the warm-up calls (not in the background while timed)
+os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 
 # (name, C, H, M, k, stride, group): ResNet-18/50 and MobileNetV2 layers at batch 1
 SHAPES = [

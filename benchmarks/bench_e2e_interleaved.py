@@ -14,6 +14,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# steady state: numba kernels compile in the warm-up calls (not in the background while timed)
+os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 import kernelkit  # noqa: E402
 from test_bench_numba import model_case, ort_session  # noqa: E402
 

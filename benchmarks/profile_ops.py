@@ -16,6 +16,8 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# steady state: numba kernels compile in the warm-up calls (not in the background while timed)
+os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 import kernelkit  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 from bench_e2e_interleaved import batched  # noqa: E402
