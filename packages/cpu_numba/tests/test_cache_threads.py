@@ -139,9 +139,9 @@ def _spy_conv(monkeypatch, threads, shape):
     seen = []
     original = Conv.compute
 
-    def spy(self, *xs):
+    def spy(self, *xs, **kw):  # kw: out= (Conv writes into the session's arena)
         seen.append((config.current_threads(), tuple(lib.get_num_threads() for lib in config._blas_controllers())))
-        return original(self, *xs)
+        return original(self, *xs, **kw)
 
     g = kernelkit.GraphBuilder("t")
     x = g.input("x", shape)
