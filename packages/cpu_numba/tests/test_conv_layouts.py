@@ -67,3 +67,21 @@ def test_convs_a_variant_cannot_hold_keep_the_default_layout():
     assert nhwc.layouts()["grouped"] == "" and nhwc.layouts()["twelve"] == "NHWC"
     for sess in (blocked, nhwc):
         assert_close(sess.run(None, feeds)[0], want)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_fused_residual_runs_in_a_layout(layout):
+    """Relu(Add(Conv(x), x)): fuse_residual gives the conv Z (the layout variants take it, laid out
+    like Y, added before the Relu) and the result agrees with the default layout."""
+    rng = np.random.default_rng(5)
+    g = kk.GraphBuilder("residual")
+    x = g.input("x", (2, 16, 9, 9))
+    c = g.op("Conv", x, _r(rng, 16, 16, 3, 3), _r(rng, 16), pads=[1, 1, 1, 1], name="conv")
+    g.output(g.op("Relu", g.op("Add", c, x, name="add"), name="relu"))
+    model, feeds = g.build(), {"x": _r(rng, 2, 16, 9, 9)}
+    want = kk.Session(model, vendors=["reference"]).run(None, feeds)[0]
+    sess = kk.Session(model, vendors=["numba"], threads=1, options={"layout": layout})
+    assert sess.passes_fired.get("fuse_residual") == 1
+    assert [n.op_id for n in sess.graph.nodes if n.op_id != "LayoutReorder"] == ["Conv"]
+    assert sess.layouts()["conv"] == layout
+    assert_close(sess.run(None, feeds)[0], want)

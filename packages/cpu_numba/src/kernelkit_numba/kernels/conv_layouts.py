@@ -25,7 +25,7 @@ from numba import prange
 from .. import config
 from .._base import NumbaKernel
 from ..config import jit_parallel
-from .epilogue import act
+from .epilogue import NONE, act, bias_act_rows
 
 PRIORITY = -10  # below the default-layout Conv: chosen only when a session asks for the layout
 BLOCKS = (8, 16)
@@ -135,8 +135,20 @@ class _LayoutConv(NumbaKernel):
         self.depthwise = _is_depthwise(x.shape[1], w.shape, a.get("group", 1))
         self.m = w.shape[0]
 
-    def work(self, x, w, b=None):
+    def work(self, x, w, b=None, z=None):
         return 2.0 * x.size * w.size / max(1, self.m if self.depthwise else w.size // self.m)
+
+    def compute(self, x, w, b=None, z=None):
+        """y = act(conv(x, w) + b (+ z)); z: the residual the fuse_residual pass moved into the conv,
+        laid out like y, added before the activation (a pass over y after the convolution)."""
+        if z is None:
+            return self.convolve(x, w, b, self.act)
+        code, p0, p1 = self.act
+        y = self.convolve(x, w, b, (NONE, p0, p1))
+        y += z
+        if code != NONE:
+            bias_act_rows(y.reshape(1, 1, y.size), config.readonly(np.zeros(1, y.dtype)), code, p0, p1)
+        return y
 
     def bias(self, b, dtype) -> np.ndarray:
         return np.zeros(self.m, dtype) if b is None else np.ascontiguousarray(b, dtype=dtype)
@@ -153,13 +165,13 @@ class ConvNHWC(_LayoutConv):
         super().setup(input_specs)
         self._col = None
 
-    def compute(self, x, w, b=None):
+    def convolve(self, x, w, b, act):
         win = self.win
         (sh, sw), (dh, dw), (oh_n, ow_n) = win.strides, win.dilations, win.out
         kh, kw, cg, m = w.shape
         n = x.shape[0]
         bias = self.bias(b, x.dtype)
-        code, p0, p1 = self.act
+        code, p0, p1 = act
         xp = _padded(x, win.begin, win.end)
         y = np.empty((n, oh_n, ow_n, m), x.dtype)
         if self.depthwise:
@@ -284,10 +296,10 @@ def _register_blocked(c: int) -> None:
             self._col = None
             self._rows = None  # (key, weights and bias repeated along an output row) of the depthwise path
 
-        def compute(self, x, w, b=None):
+        def convolve(self, x, w, b, act):
             win = self.win
             (sh, sw), (dh, dw), (oh_n, ow_n) = win.strides, win.dilations, win.out
-            code, p0, p1 = self.act
+            code, p0, p1 = act
             xp = _padded(x, win.begin, win.end, self.spatial)
             n = x.shape[0]
             y = np.empty((n, self.m // c, oh_n, ow_n, c), x.dtype)
