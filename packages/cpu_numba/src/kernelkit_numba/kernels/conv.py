@@ -1,14 +1,18 @@
-"""Conv (1-D and 2-D; grouped, depthwise, dilated, strided, padded) with a fused bias + activation
-epilogue.
+"""Conv (1-D and 2-D; grouped, depthwise, dilated, strided, padded) with a fused epilogue: bias,
+the residual Z (pass fuse_residual) and the activation.
 
-3x3 stride-1 convolutions on maps of 14x14 and more run as Winograd F(2x2, 3x3) (``winograd.py``:
-2.25x fewer multiplies, weights transformed once). Other grouped/dense convolution is im2col + BLAS:
-the columns of one image and group are packed by a sharded Numba kernel (a 1x1 stride-1 unpadded
-conv needs no packing: the image is already the column matrix), and the GEMM is cut into output
-tiles, each one BLAS call at one thread writing straight into the NCHW output and followed at once
-by its bias + activation. Convolutions with one input channel per group (depthwise, any
-channel multiplier) run as contiguous multiply-adds over the stride phases of each padded plane
-(``_conv_depthwise``), with the epilogue fused.
+3x3 stride-1 convolutions run as Winograd (``winograd.py``): F(4x4, 3x3) where the batch has two
+14x14 maps' worth of outputs and the activation leaves the output unbounded (its float32 error is
+~4e-6 of the largest pre-activation), else F(2x2, 3x3) on maps of 14x14 and more; weights
+transformed once. Other grouped/dense convolution is im2col + BLAS: the columns of one image and
+group are packed by a sharded Numba kernel (a 1x1 stride-1 unpadded conv needs no packing: the
+image is already the column matrix; a column matrix over 1 MiB is packed and multiplied in
+L2-sized blocks of output rows), and the GEMM is cut into output tiles, each one BLAS call at one
+thread writing straight into the NCHW output and followed at once by its epilogue. Convolutions
+with one input channel per group (depthwise, any channel multiplier) run as contiguous
+multiply-adds straight from x (3x3 pads 1, stride 1 or 2) or over the stride phases of each padded
+plane (``_conv_depthwise``), with bias and Relu/Relu6 fused. The output goes into the session's
+arena when it hands one (``out=``).
 """
 from __future__ import annotations
 

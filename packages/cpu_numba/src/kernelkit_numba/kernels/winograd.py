@@ -1,4 +1,5 @@
-"""3x3 stride-1 convolution by Winograd's minimal filtering F(2x2, 3x3) (Lavin & Gray, 2015).
+"""3x3 stride-1 convolution by Winograd's minimal filtering (Lavin & Gray, 2015): F(2x2, 3x3)
+here, F(4x4, 3x3) further down (``conv3x3_f4``; conv.py picks one).
 
 Each 2x2 block of outputs ("tile") is computed from a 4x4 input patch with 16 multiplies per
 (input channel, output channel) instead of 36: with V = B^T d B (input patch d), U = G g G^T
