@@ -20,6 +20,7 @@ from kernelkit.registry import register_kernel
 from .. import config
 from .._base import NumbaKernel
 from ..config import jit
+from .gemm import gemm_work
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 SCRATCH_BYTES = 1 << 18  # one shard's scores block (query rows x keys, float32) at most this big
@@ -89,7 +90,8 @@ class Attention(NumbaKernel):
         self.extra_outputs = node is not None and len([o for o in node.outputs if o]) > 1
 
     def work(self, q, k, v, *rest):
-        return 2.0 * q.size * k.shape[-2 if k.ndim == 4 else 1] * (1 + v.shape[-1] / max(1, k.shape[-1]))
+        """The two products' flops, counted as GEMM flops (mostly BLAS)."""
+        return gemm_work(2.0 * q.size * k.shape[-2 if k.ndim == 4 else 1] * (1 + v.shape[-1] / max(1, k.shape[-1])))
 
     def compute(self, q, k, v, *rest):
         at = self.attrs

@@ -14,12 +14,34 @@ from .._base import NumbaKernel
 from .conv import _edge, tile_grid
 from .epilogue import NONE, scale_bias_act_cols
 
+# A GEMM of at least 2 * config.MIN_TILE_WORK flops (2^23, ~0.1 ms on one core) runs on every
+# thread of the budget, cut into TILES_PER_THREAD tiles per thread of at least MIN_TILE_WORK: the
+# transformer's 128x256x256 projections (17 MFLOP) are worth two threads as two tiles, not as
+# eight (each tile repacks its panels: eight 128-column tiles of a 128x256x1024 product cost 1.28x
+# the whole product at one thread on the quiet Xeon).
+TILES_PER_THREAD = 2  # a worker that loses its core mid-tile holds up half a thread's share at most
+
+
+def gemm_work(flops: float) -> float:
+    """A GEMM's flops in the units of ``config.SERIAL_WORK`` (set for loops doing about one flop
+    per element step), scaled so that every GEMM of at least 2 * MIN_TILE_WORK flops goes to the
+    pool: BLAS does those flops several times faster than such loops."""
+    return flops * max(1.0, config.SERIAL_WORK / (2.0 * config.MIN_TILE_WORK))
+
+
+def tile_count(flops: float) -> int:
+    """Tiles of one GEMM at this call's thread budget (1: no pool)."""
+    threads = config.current_threads()
+    if threads <= 1 or flops < 2 * config.MIN_TILE_WORK:
+        return 1
+    return int(max(2, min(TILES_PER_THREAD * threads, flops // max(1, config.MIN_TILE_WORK))))
+
 
 def tiled_matmul(a, b, out, epilogue=None) -> None:
     """out (M, N) = a (M, K) @ b (K, N), cut into tiles run on the shard pool; ``epilogue(r0, r1,
     c0, c1)`` runs on each finished tile."""
     m, n = out.shape
-    rows, cols = tile_grid(m, n, config.shard_count(m * n, 2.0 * m * n * a.shape[1], unit=config.MIN_TILE_WORK))
+    rows, cols = tile_grid(m, n, tile_count(2.0 * m * n * a.shape[1]))
 
     def tile(t):
         mt, pt = divmod(t, cols)
@@ -45,7 +67,7 @@ class Gemm(NumbaKernel):
         self.act = self.fused_activation(input_specs)
 
     def work(self, a, b, c=None):
-        return 2.0 * a.size * (b.size // max(1, a.shape[0] if self.attrs.get("transA", 0) else a.shape[1]))
+        return gemm_work(2.0 * a.size * (b.size // max(1, a.shape[0] if self.attrs.get("transA", 0) else a.shape[1])))
 
     def compute(self, a, b, c=None):
         at = self.attrs
@@ -92,7 +114,7 @@ class MatMul(NumbaKernel):
         m = a.shape[-2] if a.ndim > 1 else 1
         n = b.shape[-1] if b.ndim > 1 else 1
         batch = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-        return 2.0 * batch * m * n * (a.shape[-1] if a.ndim else 1)
+        return gemm_work(2.0 * batch * m * n * (a.shape[-1] if a.ndim else 1))
 
     def compute(self, a, b):
         code, p0, p1 = self.act
@@ -115,8 +137,7 @@ class MatMul(NumbaKernel):
         one, zero = y.dtype.type(1), y.dtype.type(0)
         if y.size == 0:
             return y
-        per_item = config.shard_count(items * m * n, 2.0 * items * m * n * k, unit=config.MIN_TILE_WORK)
-        rows, cols = tile_grid(m, n, -(-per_item // items))
+        rows, cols = tile_grid(m, n, -(-tile_count(2.0 * items * m * n * k) // items))
 
         items_at = list(np.ndindex(batch)) if batch else [()]
 
