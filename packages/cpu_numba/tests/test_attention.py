@@ -60,21 +60,31 @@ def test_attention_declines_masks_and_caches():
 
 # -- fuse_attention ---------------------------------------------------------------------------
 def _block(batch=1, seq=6, keys=None, heads=2, head=4, scale_op="Mul", scale=0.5, softmax_axis=-1,
-           three_d=True, extra_reader=False):
-    """A transformer's attention block written op by op (as exporters do)."""
+           three_d=True, extra_reader=False, symbolic=False, two_transposes=False):
+    """A transformer's attention block written op by op (as exporters do). ``symbolic``: the batch
+    axis is a symbol and the Reshapes copy it (shape entry 0); ``two_transposes``: K is split into
+    heads like Q, then transposed by a second Transpose (PyTorch's exports)."""
     keys = keys or seq
     rng = np.random.default_rng(7)
     g = kk.GraphBuilder("att")
     d = heads * head
-    xq, xk, xv = (g.input(n, (batch, s, d)) for n, s in (("q", seq), ("k", keys), ("v", keys)))
+    xq, xk, xv = (g.input(n, ("N" if symbolic else batch, s, d)) for n, s in (("q", seq), ("k", keys), ("v", keys)))
     if three_d:
-        split = lambda s: g.constant(np.array([batch, s, heads, head], np.int64))  # noqa: E731
+        split = lambda s: g.constant(np.array([0 if symbolic else batch, s, heads, head], np.int64))  # noqa: E731
         q = g.op("Transpose", g.op("Reshape", xq, split(seq)), perm=[0, 2, 1, 3])
-        kt = g.op("Transpose", g.op("Reshape", xk, split(keys)), perm=[0, 2, 3, 1])
+        if two_transposes:
+            kt = g.op("Transpose", g.op("Transpose", g.op("Reshape", xk, split(keys)), perm=[0, 2, 1, 3]),
+                      perm=[0, 1, 3, 2])
+        else:
+            kt = g.op("Transpose", g.op("Reshape", xk, split(keys)), perm=[0, 2, 3, 1])
         v = g.op("Transpose", g.op("Reshape", xv, split(keys)), perm=[0, 2, 1, 3])
     else:
         q = g.op("Reshape", xq, g.constant(np.array([batch, heads, seq, head], np.int64)))
-        kt = g.op("Reshape", xk, g.constant(np.array([batch, heads, head, keys], np.int64)))
+        if two_transposes:  # K itself, transposed: the fused node reads K
+            kt = g.op("Transpose", g.op("Reshape", xk, g.constant(np.array([batch, heads, keys, head], np.int64))),
+                      perm=[0, 1, 3, 2])
+        else:
+            kt = g.op("Reshape", xk, g.constant(np.array([batch, heads, head, keys], np.int64)))
         v = g.op("Reshape", xv, g.constant(np.array([batch, heads, keys, head], np.int64)))
     scores = g.op("MatMul", q, kt)
     if scale_op:
@@ -83,7 +93,7 @@ def _block(batch=1, seq=6, keys=None, heads=2, head=4, scale_op="Mul", scale=0.5
     y = g.op("MatMul", probs, v)
     if three_d:
         y = g.op("Reshape", g.op("Transpose", y, perm=[0, 2, 1, 3]),
-                 g.constant(np.array([batch, seq, d], np.int64)))
+                 g.constant(np.array([-1 if symbolic else batch, seq, d], np.int64)))
     g.output(y)
     if extra_reader:
         g.output(g.op("Relu", probs))
@@ -101,6 +111,7 @@ def _fused_and_plain(model, feeds, **kw):
 @pytest.mark.parametrize("kw", [
     {}, {"scale_op": "Div", "scale": 8.0}, {"scale_op": None}, {"three_d": False},
     {"batch": 2, "seq": 5, "keys": 9, "heads": 3}, {"softmax_axis": 3},
+    {"batch": 3, "symbolic": True, "two_transposes": True}, {"two_transposes": True, "three_d": False},
 ])
 def test_fused_block_equals_unfused(kw):
     model, feeds = _block(**kw)
@@ -109,6 +120,8 @@ def test_fused_block_equals_unfused(kw):
     ops = [s.op for s in fused.plan.kernel_steps()]
     assert "Softmax" not in ops and ops.count("Attention") == 1
     if kw.get("three_d", True):  # heads read in place: no Transpose left
+        assert "Transpose" not in ops
+    elif kw.get("two_transposes"):  # K read as it was before its Transpose
         assert "Transpose" not in ops
     for g_, w in zip(got, want):
         assert_close(g_, w)

@@ -22,23 +22,34 @@ where a whole row of scores is -inf (the unfused Softmax gives NaN, Attention 0,
 """
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
+from ..errors import KernelkitError
 from ..ir import Graph, Node, TensorSpec, Value
 from ..registry import select_kernel
+from ..shape import infer_shapes
 from . import PassContext, register_pass
 from .builtin import _attrs, _const, _Index, _overridden
+
+log = logging.getLogger("kernelkit.passes")
 
 # the optional scale between the two MatMuls: op -> attention scale from the constant c
 SCALES = {"Mul": lambda c: c, "Div": lambda c: 1.0 / c}
 
 
 def _static(graph: Graph, name: str, rank: int) -> tuple | None:
-    """The fully static shape of ``name`` if it has ``rank`` axes."""
+    """The shape of ``name`` if it has ``rank`` axes, each a number or a named symbol (a symbol
+    equals only itself; batch and sequence axes of exported models are symbols), the last two
+    (heads and head size, or their product) numbers."""
     spec = graph.spec(name)
-    if spec is None or len(spec.shape) != rank or not all(isinstance(d, int) for d in spec.shape):
+    if spec is None or spec.shape is None or len(spec.shape) != rank:
         return None
-    return tuple(spec.shape)
+    shape = tuple(spec.shape)
+    if not all(isinstance(d, (int, str)) for d in shape) or not all(isinstance(d, int) for d in shape[-2 if rank == 4 else -1:]):
+        return None
+    return shape
 
 
 def _scale(graph: Graph, node: Node, value: str) -> float | None:
@@ -69,17 +80,34 @@ def _chain(graph: Graph, index: _Index, first: Node):
     return scaler, node, second, scale
 
 
+def _same_rows(x3: tuple | None, x4: tuple | None) -> bool:
+    """Whether a Reshape between (batch, seq, heads * head) and (batch, seq, heads, head) only
+    splits or merges the last axis: same sequence axis and last axes, so the batch axes agree by
+    element count even when the exporter's Reshape left a fresh symbol there."""
+    return x3 is not None and x4 is not None and x3[1] == x4[1] and x3[2] == x4[2] * x4[3] and \
+        (x3[0] == x4[0] or isinstance(x3[0], str) or isinstance(x4[0], str))
+
+
+def _source(index: _Index, name: str, perm: list) -> tuple[str, list]:
+    """(source, p) with transpose(name, perm) == transpose(source, p): ``perm`` composed with the
+    Transpose nodes that produce ``name``, up to the first value no Transpose wrote."""
+    while (node := index.producers.get(name)) is not None and node.op_id == "Transpose":
+        inner = list(_attrs(node)["perm"] or [3, 2, 1, 0])  # no perm: the axes reversed
+        if len(inner) != 4:
+            break
+        name, perm = node.inputs[0], [inner[i] for i in perm]
+    return name, perm
+
+
 def _heads_3d(index: _Index, graph: Graph, name: str, perm: list) -> str | None:
-    """The 3-D (batch, seq, heads * head) value that ``name`` = Transpose(Reshape(x), perm) splits
-    into heads, if it is one and nothing else reads the split."""
-    tr = index.producers.get(name)
-    if tr is None or tr.op_id != "Transpose" or list(_attrs(tr)["perm"] or []) != perm:
-        return None
-    rs = index.producers.get(tr.inputs[0])
-    if rs is None or rs.op_id != "Reshape" or index.sole_reader(rs.outputs[0]) is not tr:
+    """The 3-D (batch, seq, heads * head) value x if transpose(name, perm) is x split into heads:
+    Reshape(x) to (batch, seq, heads, head), then Transpose [0, 2, 1, 3]."""
+    src, p = _source(index, name, perm)
+    rs = index.producers.get(src)
+    if p != [0, 2, 1, 3] or rs is None or rs.op_id != "Reshape":
         return None
     x3, x4 = _static(graph, rs.inputs[0], 3), _static(graph, rs.outputs[0], 4)
-    if x3 is None or x4 is None or x3[:2] != x4[:2] or x3[2] != x4[2] * x4[3]:
+    if not _same_rows(x3, x4):
         return None
     return rs.inputs[0]
 
@@ -94,20 +122,9 @@ def _merged_3d(index: _Index, graph: Graph, y: str) -> Node | None:
     y4, y3 = _static(graph, tr.outputs[0], 4), None
     if rs is not None and rs.op_id == "Reshape":
         y3 = _static(graph, rs.outputs[0], 3)
-    if y3 is None or y4 is None or y3[:2] != y4[:2] or y3[2] != y4[2] * y4[3]:
+    if not _same_rows(y3, y4):
         return None
     return rs
-
-
-def _keys(graph: Graph, index: _Index, kt: str) -> tuple[str, list]:
-    """(source, perm) of a Transpose giving K (batch, heads, keys, head) from Kt's last two axes
-    swapped: composed with the Transpose that produced Kt, if one did."""
-    producer = index.producers.get(kt)
-    if producer is not None and producer.op_id == "Transpose":
-        perm = list(_attrs(producer)["perm"] or [3, 2, 1, 0])  # no perm: the axes reversed
-        if len(perm) == 4:
-            return producer.inputs[0], perm[:2] + [perm[3], perm[2]]
-    return kt, [0, 1, 3, 2]
 
 
 def _fused_kernel(graph: Graph, ctx: PassContext, inputs: list, attrs: dict) -> bool:
@@ -127,6 +144,14 @@ def _fused_kernel(graph: Graph, ctx: PassContext, inputs: list, attrs: dict) -> 
 def fuse_attention(graph: Graph, ctx: PassContext) -> int:
     """MatMul(Q, K^T) [* scale] -> Softmax -> MatMul(., V) into one Attention node (3-D when the
     heads are split from and merged back into projections), where a non-reference kernel runs it."""
+    if not any(n.op_id == "Softmax" for n in graph.nodes):
+        return 0
+    try:  # specs as of now: exporters' shape chains folded by earlier passes give static head sizes
+        graph.toposort()
+        infer_shapes(graph)
+    except KernelkitError as exc:
+        log.debug("fuse_attention: shapes not inferable (%s); nothing fused", exc)
+        return 0
     index, count = _Index(graph), 0
     for first in [n for n in graph.nodes if n.op_id == "MatMul"]:
         found = _chain(graph, index, first)
@@ -144,8 +169,8 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> int:
             continue  # a user's kernel runs one of them: keep the block as written
         # 3-D form: heads split from projections and merged back after
         merge = _merged_3d(index, graph, second.outputs[0])
-        xq, xv = _heads_3d(index, graph, q, [0, 2, 1, 3]), _heads_3d(index, graph, v, [0, 2, 1, 3])
-        xk = _heads_3d(index, graph, kt, [0, 2, 3, 1])
+        xq, xv = _heads_3d(index, graph, q, [0, 1, 2, 3]), _heads_3d(index, graph, v, [0, 1, 2, 3])
+        xk = _heads_3d(index, graph, kt, [0, 1, 3, 2])  # K = Kt with the last two axes swapped
         attrs = {"scale": scale}
         if merge is not None and None not in (xq, xk, xv):
             inputs, output = [xq, xk, xv], merge.outputs[0]
@@ -153,10 +178,12 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> int:
             gone = [first, scaler, softmax, second, index.sole_reader(second.outputs[0]), merge]
             new_nodes = []
         else:
-            k_src, perm = _keys(graph, index, kt)
-            k_name = graph.fresh_name(f"{kt}_keys")
-            graph.values[k_name] = Value(k_name, TensorSpec((b, h, n, dk), graph.spec(kt).dtype))
-            new_nodes = [Node("Transpose", [k_src], [k_name], {"perm": perm}, graph.fresh_name(f"{first.name}_keys"))]
+            k_name, perm = _source(index, kt, [0, 1, 3, 2])
+            new_nodes = []
+            if perm != [0, 1, 2, 3]:  # else K itself was transposed into Kt
+                k_src, k_name = k_name, graph.fresh_name(f"{kt}_keys")
+                graph.values[k_name] = Value(k_name, TensorSpec((b, h, n, dk), graph.spec(kt).dtype))
+                new_nodes = [Node("Transpose", [k_src], [k_name], {"perm": perm}, graph.fresh_name(f"{first.name}_keys"))]
             inputs, output = [q, k_name, v], second.outputs[0]
             gone = [first, scaler, softmax, second]
         if not _fused_kernel(graph, ctx, inputs, attrs):
