@@ -4,9 +4,9 @@ MatMul -> Mul -> Softmax -> MatMul block (3-D inputs: heads read in place from t
 heads * head) projections, no transposes).
 
 Each (batch, head, block of query rows) is one shard of the pool: the scores block is one BLAS
-GEMM into a per-shard scratch (Q rows times K^T, K passed as transposed strides), the max shift
-with the scale applied is a Numba pass, the exp NumPy's SIMD loop, the product with V a second GEMM
-written straight into the output (a strided view for 3-D outputs), and the division by the row sums
+GEMM into a per-shard scratch (Q rows times K^T, K passed as transposed strides), the scale, max
+shift, exp and row sums one Numba pass (``softmax.exp_rows``: a float32 exp that vectorises), the
+product with V a second GEMM written straight into the output (a strided view for 3-D outputs), and the division by the row sums
 is applied to that (rows x head) output rather than to the (rows x keys) probabilities. Nodes with a
 mask, a cache, a causal/window rule, softcap or the optional outputs run the reference function."""
 from __future__ import annotations
@@ -21,6 +21,7 @@ from .. import config
 from .._base import NumbaKernel
 from ..config import jit
 from .gemm import gemm_work
+from .softmax import exp_rows
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 SCRATCH_BYTES = 1 << 18  # one shard's scores block (query rows x keys, float32) at most this big
@@ -42,38 +43,11 @@ def supports(input_specs, attrs) -> bool:
 
 
 @jit
-def _shift_rows(s, scale):
-    """In place on the scores block s (R, N): s = s * scale - max(s * scale) per row. A row
-    holding NaN gets NaN everywhere and an all -inf row is shifted by 0, as the reference's
-    ``scores - where(isneginf(max), 0, max)``."""
-    n = s.shape[1]
-    for i in range(s.shape[0]):
-        row = s[i]
-        top = -np.inf
-        nan = False
-        for j in range(n):
-            t = row[U(j)] * scale
-            row[U(j)] = t
-            top = t if t > top else top
-            nan |= t != t
-        if nan:
-            top = np.nan
-        elif top == -np.inf:
-            top = 0.0
-        for j in range(n):
-            row[U(j)] -= top
-
-
-@jit
-def _divide_rows(e, y):
-    """y[i, :] /= sum(e[i, :]) (a zero sum divides by 1, as the reference)."""
-    n = e.shape[1]
-    for i in range(e.shape[0]):
-        row = e[i]
-        total = 0.0
-        for j in range(n):
-            total += row[U(j)]
-        inv = 1.0 / (total if total != 0.0 else 1.0)
+def _divide_rows(y, sums):
+    """y[i, :] /= sums[i] (a zero sum divides by 1, as the reference)."""
+    for i in range(y.shape[0]):
+        total = sums[i]
+        inv = np.float32(1.0 / (total if total != 0.0 else 1.0))
         out = y[i]
         for j in range(out.shape[0]):
             out[U(j)] *= inv
@@ -129,13 +103,12 @@ class Attention(NumbaKernel):
             bi, h = divmod(item, hq)
             r0, r1 = blk * rows, min(m, (blk + 1) * rows)
             kh, vh = k4[bi, h // group], v4[bi, h // group]
-            s = np.empty((r1 - r0, n), np.float32)
+            s, sums = np.empty((r1 - r0, n), np.float32), np.empty(r1 - r0)
             np.matmul(q4[bi, h, r0:r1], kh.T, out=s)
-            _shift_rows(s, scale)
-            np.exp(s, out=s)
+            exp_rows(s, scale, sums, np.empty(n, np.int32))
             out = y4[bi, h, r0:r1]
             np.matmul(s, vh, out=out)
-            _divide_rows(s, out)
+            _divide_rows(out, sums)
 
         config.run_shards(shard, b * hq * blocks)
         return y
