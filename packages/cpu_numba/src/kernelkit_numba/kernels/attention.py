@@ -3,8 +3,9 @@
 MatMul -> Mul -> Softmax -> MatMul block (3-D inputs: heads read in place from the (batch, seq,
 heads * head) projections, no transposes).
 
-Each (batch, head, block of query rows) is one shard of the pool: the scores block is one BLAS
-GEMM into a per-shard scratch (Q rows times K^T, K passed as transposed strides), the scale, max
+Each (batch item, group of heads, block of query rows) is one shard of the pool (at one thread a
+batch item's heads are one shard; with more, the heads are spread over two shards per thread): the
+scores block is one batched BLAS GEMM into a per-shard scratch (Q rows times K^T, K passed as transposed strides), the scale, max
 shift, exp and row sums one Numba pass (``softmax.exp_rows``: a float32 exp that vectorises), the
 product with V a second GEMM written straight into the output (a strided view for 3-D outputs), and the division by the row sums
 is applied to that (rows x head) output rather than to the (rows x keys) probabilities. Nodes with a
@@ -44,18 +45,20 @@ def supports(input_specs, attrs) -> bool:
 
 @jit
 def _divide_rows(y, sums):
-    """y[i, :] /= sums[i] (a zero sum divides by 1, as the reference)."""
-    for i in range(y.shape[0]):
-        total = sums[i]
-        inv = np.float32(1.0 / (total if total != 0.0 else 1.0))
-        out = y[i]
-        for j in range(out.shape[0]):
-            out[U(j)] *= inv
+    """y[g, i, :] /= sums[g * R + i] for y (G, R, D) (a zero sum divides by 1, as the reference)."""
+    r_n = y.shape[1]
+    for g in range(y.shape[0]):
+        for i in range(r_n):
+            total = sums[g * r_n + i]
+            inv = np.float32(1.0 / (total if total != 0.0 else 1.0))
+            out = y[g, i]
+            for j in range(out.shape[0]):
+                out[U(j)] *= inv
 
 
 @register_kernel("Attention", device="cpu", vendor="numba", dtype="float32", supports=supports)
 class Attention(NumbaKernel):
-    """softmax(Q K^T * scale) V, shards of (batch, head, query rows)."""
+    """softmax(Q K^T * scale) V, shards of (batch item, heads, query rows)."""
 
     uses_blas = True
 
@@ -95,20 +98,28 @@ class Attention(NumbaKernel):
             return y
         scale = q.dtype.type(at["scale"] if at.get("scale") is not None else 1 / math.sqrt(dk))
         group = hq // hkv
-        rows = max(1, min(m, SCRATCH_BYTES // (4 * max(n, 1))))
+        # heads per shard: all of a batch item's at one thread (one batched GEMM call per product, so
+        # the per-call Python is paid once per item); spread over 2 shards per thread otherwise
+        threads = config.current_threads()
+        per = hq if threads <= 1 else max(1, min(hq, (b * hq) // (2 * threads)))
+        if group > 1:
+            per = 1  # grouped-query heads: one K/V head per shard
+        groups = -(-hq // per)
+        rows = max(1, min(m, SCRATCH_BYTES // (4 * max(n, 1) * per)))
         blocks = -(-m // rows)
 
         def shard(t):
-            item, blk = divmod(t, blocks)
-            bi, h = divmod(item, hq)
+            bi, rest = divmod(t, groups * blocks)
+            hg, blk = divmod(rest, blocks)
+            h0, h1 = hg * per, min(hq, (hg + 1) * per)
             r0, r1 = blk * rows, min(m, (blk + 1) * rows)
-            kh, vh = k4[bi, h // group], v4[bi, h // group]
-            s, sums = np.empty((r1 - r0, n), np.float32), np.empty(r1 - r0)
-            np.matmul(q4[bi, h, r0:r1], kh.T, out=s)
-            exp_rows(s, scale, sums, np.empty(n, np.int32))
-            out = y4[bi, h, r0:r1]
-            np.matmul(s, vh, out=out)
+            kv0, kv1 = (h0, h1) if group == 1 else (h0 // group, h0 // group + 1)
+            s, sums = np.empty((h1 - h0, r1 - r0, n), np.float32), np.empty((h1 - h0) * (r1 - r0))
+            np.matmul(q4[bi, h0:h1, r0:r1], k4[bi, kv0:kv1].transpose(0, 2, 1), out=s)
+            exp_rows(s.reshape(-1, n), scale, sums, np.empty(n, np.int32))
+            out = y4[bi, h0:h1, r0:r1]
+            np.matmul(s, v4[bi, kv0:kv1], out=out)
             _divide_rows(out, sums)
 
-        config.run_shards(shard, b * hq * blocks)
+        config.run_shards(shard, b * groups * blocks)
         return y
