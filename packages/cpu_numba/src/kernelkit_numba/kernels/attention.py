@@ -70,7 +70,7 @@ class Attention(NumbaKernel):
         """The two products' flops, counted as GEMM flops (mostly BLAS)."""
         return gemm_work(2.0 * q.size * k.shape[-2 if k.ndim == 4 else 1] * (1 + v.shape[-1] / max(1, k.shape[-1])))
 
-    def compute(self, q, k, v, *rest):
+    def compute(self, q, k, v, *rest, out=None):
         at = self.attrs
         if self.extra_outputs:  # present_key / present_value / qk output asked for: the reference's
             kwargs = {key: at[key] for key in (*_PLAIN, "scale", "q_num_heads", "kv_num_heads",
@@ -84,13 +84,13 @@ class Attention(NumbaKernel):
             q4 = q.reshape(b, m, hq, -1).transpose(0, 2, 1, 3)
             k4 = k.reshape(b, k.shape[1], hkv, -1).transpose(0, 2, 1, 3)
             v4 = v.reshape(b, v.shape[1], hkv, -1).transpose(0, 2, 1, 3)
-            y = np.empty((b, m, hq * v4.shape[3]), q.dtype)
+            y = np.empty((b, m, hq * v4.shape[3]), q.dtype) if out is None else out
             y4 = y.reshape(b, m, hq, -1).transpose(0, 2, 1, 3)
         else:
             q4, k4, v4 = q, k, v
             b, hq, m = q.shape[:3]
             hkv = k.shape[1]
-            y = y4 = np.empty((b, hq, m, v.shape[3]), q.dtype)
+            y = y4 = np.empty((b, hq, m, v.shape[3]), q.dtype) if out is None else out
         n, dk = k4.shape[2], k4.shape[3]
         if q4.shape[3] != dk or v4.shape[2] != n or hq % hkv or k4.shape[0] != b or v4.shape[:2] != k4.shape[:2]:
             raise ValueError(f"Attention operands do not align: Q {q.shape}, K {k.shape}, V {v.shape}")
@@ -117,9 +117,9 @@ class Attention(NumbaKernel):
             s, sums = np.empty((h1 - h0, r1 - r0, n), np.float32), np.empty((h1 - h0) * (r1 - r0))
             np.matmul(q4[bi, h0:h1, r0:r1], k4[bi, kv0:kv1].transpose(0, 2, 1), out=s)
             exp_rows(s.reshape(-1, n), scale, sums, np.empty(n, np.int32))
-            out = y4[bi, h0:h1, r0:r1]
-            np.matmul(s, v4[bi, kv0:kv1], out=out)
-            _divide_rows(out, sums)
+            dst = y4[bi, h0:h1, r0:r1]
+            np.matmul(s, v4[bi, kv0:kv1], out=dst)
+            _divide_rows(dst, sums)
 
         config.run_shards(shard, b * groups * blocks)
         return y

@@ -1,7 +1,8 @@
 """Gemm and MatMul: the product goes to BLAS at one thread per call, cut into output tiles that the
 shard pool runs in parallel (``np.matmul`` on views, transposes passed as BLAS strides rather than
 copies); each tile's scaling, bias and activation are applied by a Numba loop right after its
-GEMM, while the tile is still in cache."""
+GEMM, while the tile is still in cache. The output is the plan's arena buffer (``out=``) when the
+session gives one."""
 from __future__ import annotations
 
 import math
@@ -72,12 +73,12 @@ class Gemm(NumbaKernel):
     def work(self, a, b, c=None):
         return gemm_work(2.0 * a.size * (b.size // max(1, a.shape[0] if self.attrs.get("transA", 0) else a.shape[1])))
 
-    def compute(self, a, b, c=None):
+    def compute(self, a, b, c=None, *, out=None):
         at = self.attrs
         dtype = a.dtype
         lhs = a.T if at.get("transA", 0) else a
         rhs = b.T if at.get("transB", 0) else b
-        y = np.empty((lhs.shape[0], rhs.shape[1]), dtype)
+        y = np.empty((lhs.shape[0], rhs.shape[1]), dtype) if out is None else out
         n = y.shape[1]
         alpha, beta = dtype.type(at.get("alpha", 1.0)), dtype.type(at.get("beta", 1.0))
         code, p0, p1 = self.act
@@ -119,10 +120,16 @@ class MatMul(NumbaKernel):
         batch = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
         return gemm_work(2.0 * batch * m * n * (a.shape[-1] if a.ndim else 1))
 
-    def compute(self, a, b):
+    def compute(self, a, b, *, out=None):
         code, p0, p1 = self.act
         if a.ndim < 2 or b.ndim < 2 or config.current_threads() == 1:  # one NumPy call, as the reference
-            y = np.asarray(np.matmul(a, b))  # vector @ vector gives a NumPy scalar: keep a 0-d array
+            if out is not None and a.ndim >= 2 and b.ndim >= 2:
+                y = np.matmul(a, b, out=out)
+            else:
+                y = np.asarray(np.matmul(a, b))  # vector @ vector gives a NumPy scalar: keep a 0-d array
+                if out is not None:
+                    out[...] = y
+                    y = out
             if code != NONE and y.size:
                 rows = y.reshape(-1, y.shape[-1] if y.ndim else 1)
                 zeros = config.readonly(np.zeros(rows.shape[1], y.dtype))
@@ -132,7 +139,7 @@ class MatMul(NumbaKernel):
         m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
         if b.shape[-2] != k:
             raise ValueError(f"MatMul operands {a.shape} and {b.shape} do not align")
-        y = np.empty(batch + (m, n), a.dtype)
+        y = np.empty(batch + (m, n), a.dtype) if out is None else out
         a3 = np.broadcast_to(a, batch + (m, k))
         b3 = np.broadcast_to(b, batch + (k, n))
         items = math.prod(batch)

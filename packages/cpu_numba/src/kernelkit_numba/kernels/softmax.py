@@ -156,8 +156,8 @@ def _softmax_blocks(x, y, log, lo, hi):
                     dst[k, U(i)] *= total[U(i)]
 
 
-def _run(x, axis, log):
-    y = np.empty(x.shape, x.dtype)
+def _run(x, axis, log, out=None):
+    y = np.empty(x.shape, x.dtype) if out is None else out
     if x.size == 0:
         return y
     rank = max(x.ndim, 1)
@@ -172,12 +172,12 @@ def _run(x, axis, log):
     return y
 
 
-def softmax(x, *, axis=-1):
-    return _run(x, axis, False)
+def softmax(x, *, axis=-1, out=None):
+    return _run(x, axis, False, out)
 
 
-def log_softmax(x, *, axis=-1):
-    return _run(x, axis, True)
+def log_softmax(x, *, axis=-1, out=None):
+    return _run(x, axis, True, out)
 
 
 register_kernel("Softmax", device="cpu", vendor="numba", dtype="float32")(threaded(softmax))
