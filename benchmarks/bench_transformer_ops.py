@@ -23,9 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def tile_costs(rounds: int = 100) -> None:
-    from threadpoolctl import threadpool_limits
-
     from kernelkit_numba.kernels.conv import _edge
+    from threadpoolctl import threadpool_limits
 
     threadpool_limits(1, user_api="blas")
     rng = np.random.default_rng(0)
@@ -121,12 +120,13 @@ def model_report(name: str, rounds: int) -> None:
             print(f"{name} {threads}t {label}: per-node minima {sum(ops.values()):.2f} ms: {fmt(ops)}")
         ops = _ort_node_minima(proto, feed, threads, rounds)
         print(f"{name} {threads}t onnxruntime: per-node minima {sum(ops.values()):.2f} ms: {fmt(ops)}")
-    for label, run in (
-            ("numba 1t", lambda s=kernelkit.Session(model, vendors=["numba", "reference"], fallback=False, threads=1):
-             s.run(None, feed)),
-            ("numba 2t", lambda s=kernelkit.Session(model, vendors=["numba", "reference"], fallback=False, threads=2):
-             s.run(None, feed)),
-            ("onnxruntime 1t", lambda s=ort_session(proto, 1): s.run(None, feed))):
+    one = kernelkit.Session(model, vendors=["numba", "reference"], fallback=False, threads=1)
+    two = kernelkit.Session(model, vendors=["numba", "reference"], fallback=False, threads=2)
+    ort1 = ort_session(proto, 1)
+    for label, sess in (("numba 1t", one), ("numba 2t", two), ("onnxruntime 1t", ort1)):
+        def run(sess=sess):
+            sess.run(None, feed)
+
         main, proc = _cpu_minimum(run, rounds)
         print(f"{name} {label}: CPU per run, main thread {main:.2f} ms, whole process {proc:.2f} ms")
 

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 from kernelkit.passes import passes
 from kernelkit.testing import assert_close
-
 from kernelkit_numba import config
 from kernelkit_numba.kernels import attention as attention_kernel
 

@@ -26,7 +26,6 @@ import logging
 
 import numpy as np
 
-from ..errors import KernelkitError
 from ..ir import Graph, Node, TensorSpec, Value
 from ..registry import select_kernel
 from ..shape import infer_shapes
@@ -47,7 +46,8 @@ def _static(graph: Graph, name: str, rank: int) -> tuple | None:
     if spec is None or spec.shape is None or len(spec.shape) != rank:
         return None
     shape = tuple(spec.shape)
-    if not all(isinstance(d, (int, str)) for d in shape) or not all(isinstance(d, int) for d in shape[-2 if rank == 4 else -1:]):
+    last = shape[-2:] if rank == 4 else shape[-1:]
+    if not all(isinstance(d, (int, str)) for d in shape) or not all(isinstance(d, int) for d in last):
         return None
     return shape
 
@@ -149,7 +149,7 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> int:
     try:  # specs as of now: exporters' shape chains folded by earlier passes give static head sizes
         graph.toposort()
         infer_shapes(graph)
-    except KernelkitError as exc:
+    except Exception as exc:  # noqa: BLE001 - a graph the session will report on later; fuse nothing
         log.debug("fuse_attention: shapes not inferable (%s); nothing fused", exc)
         return 0
     index, count = _Index(graph), 0
@@ -183,7 +183,8 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> int:
             if perm != [0, 1, 2, 3]:  # else K itself was transposed into Kt
                 k_src, k_name = k_name, graph.fresh_name(f"{kt}_keys")
                 graph.values[k_name] = Value(k_name, TensorSpec((b, h, n, dk), graph.spec(kt).dtype))
-                new_nodes = [Node("Transpose", [k_src], [k_name], {"perm": perm}, graph.fresh_name(f"{first.name}_keys"))]
+                new_nodes = [Node("Transpose", [k_src], [k_name], {"perm": perm},
+                                  graph.fresh_name(f"{first.name}_keys"))]
             inputs, output = [q, k_name, v], second.outputs[0]
             gone = [first, scaler, softmax, second]
         if not _fused_kernel(graph, ctx, inputs, attrs):

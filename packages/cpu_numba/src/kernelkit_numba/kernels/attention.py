@@ -5,10 +5,11 @@ heads * head) projections, no transposes).
 
 Each (batch item, group of heads, block of query rows) is one shard of the pool (at one thread a
 batch item's heads are one shard; with more, the heads are spread over two shards per thread): the
-scores block is one batched BLAS GEMM into a per-shard scratch (Q rows times K^T, K passed as transposed strides), the scale, max
-shift, exp and row sums one Numba pass (``softmax.exp_rows``: a float32 exp that vectorises), the
-product with V a second GEMM written straight into the output (a strided view for 3-D outputs), and the division by the row sums
-is applied to that (rows x head) output rather than to the (rows x keys) probabilities. Nodes with a
+scores block is one batched BLAS GEMM into a per-shard scratch (Q rows times K^T, K passed as
+transposed strides), the scale, max shift, exp and row sums one Numba pass (``softmax.exp_rows``:
+a float32 exp that vectorises), the product with V a second GEMM written straight into the output
+(a strided view for 3-D outputs), and the division by the row sums is applied to that (rows x
+head) output rather than to the (rows x keys) probabilities. Nodes with a
 mask, a cache, a causal/window rule, softcap or the optional outputs run the reference function."""
 from __future__ import annotations
 
