@@ -417,6 +417,9 @@ def markdown(table: dict, names, title: str, runtimes=_RUNTIMES) -> str:
 if __name__ == "__main__":
     # python benchmarks/test_bench_numba.py [models] [rounds] [quiet,loaded]
     #   each runtime in its own process; run it pinned: taskset -c 0,1 python benchmarks/...
+    # Steady-state timing: numba kernels compile in the warm-up calls, not in the background while
+    # blocks are timed (tiered start, docs/numba.md "First call"); the child processes inherit it.
+    os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
     picked = sys.argv[1].split(",") if len(sys.argv) > 1 else WANTED
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 15
     modes = sys.argv[3].split(",") if len(sys.argv) > 3 else ["quiet", "loaded"]
