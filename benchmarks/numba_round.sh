@@ -7,7 +7,7 @@
 set -u
 MODE=${1:-quiet,loaded}
 ROUNDS=${2:-10}
-MODELS=${3:-resnet18,resnet50,mobilenetv2,transformer,mlp}
+MODELS=${3:-resnet18,resnet50,mobilenetv2,transformer,mlp,transformer_b8}
 PY=${PYTHON:-python3}
 export NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-/tmp/kk_numba_cache}
 # steady-state tables: kernels compile in the warm-up calls, not in the background during timed
