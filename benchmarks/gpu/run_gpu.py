@@ -403,6 +403,7 @@ def main() -> int:
     ap.add_argument("--skip-conformance", action="store_true")
     ap.add_argument("--skip-models", action="store_true")
     ap.add_argument("--skip-extras", action="store_true", help="no float16 and io_binding pipeline rows")
+    ap.add_argument("--skip-untuned-cold", action="store_true", help="no cold start without the shipped tables")
     ap.add_argument("--skip-builds", action="store_true", help="no cold/warm build measurement")
     ap.add_argument("--build-once", nargs=2, metavar=("MODEL", "BATCH"))
     ap.add_argument("--profile-out", help="with --build-once: cProfile top functions to this file")
@@ -439,7 +440,7 @@ def main() -> int:
     results: dict = {}
     t0 = time.perf_counter()
     log("== cold vs warm session build (fresh processes), no shipped table: bounded tuning")
-    results["builds"] = {} if args.skip_builds else {
+    results["builds"] = {} if args.skip_builds or args.skip_untuned_cold else {
         "resnet50 (tuning, no table)": cold_warm("resnet50", MODEL_CASES[1][1], cache, tables=False)}
     if not args.install_table and not args.skip_builds:
         log("== cold vs warm session build with the shipped tables")

@@ -104,6 +104,32 @@ def test_search_is_bounded(tables, monkeypatch):
     assert set(calls) == {1}
 
 
+def test_search_prefers_a_tile_its_kind_already_uses(tables, monkeypatch):
+    """Within 3 % of the best, a tile already chosen for the same kernel kind wins: a session then
+    needs fewer programs (cold start)."""
+    from kernelkit_opencl import tuning
+
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self):
+            return self.now
+
+    clock = Clock()
+    monkeypatch.setattr(tuning, "time", clock)
+    monkeypatch.setattr(tuning, "_chosen", {})
+
+    def runner(ms):
+        def run(p):
+            clock.now += ms[p["TM"]] * 1e-3
+        return run
+
+    assert tuning.choose("id|gemm|conv|00|a", CANDS, runner({1: 1.0, 2: 0.99, 4: 2.0}), True) == {"TM": 2}
+    assert tuning.choose("id|gemm|conv|00|b", CANDS, runner({1: 0.985, 2: 1.0, 4: 3.0}), True) == {"TM": 2}
+    assert tuning.choose("id|gemm|conv|00|c", CANDS, runner({1: 0.50, 2: 1.0, 4: 3.0}), True) == {"TM": 1}
+    assert tuning.choose("id|gemm|mm|00|d", CANDS, runner({1: 0.98, 2: 1.0, 4: 3.0}), True) == {"TM": 1}
+
+
 def test_known_device_uses_its_table_on_a_real_launch(tables, device, rng):
     """Through run_gemm on this OpenCL device, named in a table: no search, the table's tile."""
     from kernelkit_opencl import tuning
@@ -159,6 +185,7 @@ def test_parallel_builds_equal_serial_builds(device, rng, tmp_path, monkeypatch)
     A, B = device.upload(a), device.upload(b)
     call = gemm.GemmCall(M, N, K, K, N, N)
     tiles = gemm.CPU_TILES[:2]
+    device.async_build = False  # builds here, in this thread or tuning's pool (on GPUs it defaults on)
     results = []
     for mode in ("serial", "parallel"):
         monkeypatch.setenv("KERNELKIT_CACHE_DIR", str(tmp_path / mode))
@@ -196,10 +223,13 @@ def test_background_builds_give_the_reference_results(cnn, tmp_cache):
     model = cnn(2)
     x = np.random.default_rng(3).standard_normal((2, 3, 12, 12)).astype(np.float32)
     want = kk.Session(model, device="cpu").run(None, {"x": x})
+    from kernelkit_opencl.programs import ProgramCache
+
     sess = kk.Session(model, device="gpu", fallback=False,
                       options={"opencl_async_build": True, "opencl_tune": False})
     dev = sess._devices["gpu"]
     assert dev.async_build
+    dev.programs = ProgramCache(dev.context, dev.cl_device)  # nothing built in this process yet
     built = dev.programs.built
     for _ in range(4):  # cold (deferred launches), captured, replayed twice
         got = sess.run(None, {"x": x})

@@ -142,7 +142,7 @@ class _Kernel:
 
     def wait_built(self) -> None:
         """Block until the program is built (a build error is raised here)."""
-        if self.knl is not None:
+        if self.knl is not None or self.pending is None:
             return
         program = self.pending.result()
         with self.lock:

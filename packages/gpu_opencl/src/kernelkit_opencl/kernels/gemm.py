@@ -125,10 +125,10 @@ def _tiles(dev, call: GemmCall, shape_class, a, b, bias, out) -> dict:
     # candidate tile once, not once per activation
     plain = _replace(call, activation="", activation_params=())
 
-    def build(p):
-        _kernel(dev, plain, p, half=half)
+    def build(p):  # on tuning's thread pool; waits, so that the search times built programs only
+        _kernel(dev, plain, p, half=half).wait_built()
         if p.get("SPLIT_K", 1) > 1:
-            _kernel(dev, plain, p, "splitk_reduce", half=half)
+            _kernel(dev, plain, p, "splitk_reduce", half=half).wait_built()
 
     # one timing = enough launches for ~10 GFLOP (short kernels: launch overhead and timer noise
     # would otherwise decide), waited for once
