@@ -322,7 +322,7 @@ def models(torch, quick: bool) -> tuple[list[dict], list[dict]]:
                        torchvision_ref_ms=TORCH_REF_MS[name])
         rows.append(row)
         log(f"  {name}: {row}")
-        if name in ("resnet50", "transformer", "mobilenetv2") and f"{name}" not in profile:
+        if name in ("resnet18", "resnet50", "transformer", "mobilenetv2") and f"{name}" not in profile:
             profile[name] = prof
     return rows, profile
 

@@ -150,7 +150,7 @@ def test_known_device_uses_its_table_on_a_real_launch(tables, device, rng):
 
 
 def test_one_program_serves_every_epilogue_and_split(device, rng, tmp_cache):
-    """Bias, residual and split-K are arguments: one build for all of them (fewer cold builds)."""
+    """Bias, residual, Relu and split-K are arguments: one build for all of them (fewer cold builds)."""
     from kernelkit_opencl.kernels import gemm
 
     p = gemm.CPU_TILES[1]
@@ -161,14 +161,15 @@ def test_one_program_serves_every_epilogue_and_split(device, rng, tmp_cache):
     z = rng.standard_normal((M, N)).astype(np.float32)
     A, B, BI, Z = (device.upload(v) for v in (a, b, bias, z))
     built = device.programs.built
-    for split, with_bias, with_z in [(1, False, False), (1, True, False), (1, True, True), (2, True, True),
-                                     (3, False, True)]:
+    for split, with_bias, with_z, act in [(1, False, False, "Relu"), (1, True, False, ""), (1, True, True, "Relu"),
+                                          (2, True, True, "Relu"), (3, False, True, ""), (2, True, False, "")]:
         out = device.empty((M, N), np.float32)
-        call = gemm.GemmCall(M, N, K, K, N, N, bias_sn=1, activation="Relu")
+        call = gemm.GemmCall(M, N, K, K, N, N, bias_sn=1, activation=act)
         gemm._launch(device, call, dict(p, SPLIT_K=split), A, B, BI if with_bias else None, out,
                      Z if with_z else None)
-        want = np.maximum(a @ b + (bias if with_bias else 0) + (z if with_z else 0), 0)
-        assert_close(device.download(out), want.astype(np.float32), err_msg=f"{split} {with_bias} {with_z}")
+        want = a @ b + (bias if with_bias else 0) + (z if with_z else 0)
+        want = np.maximum(want, 0) if act else want
+        assert_close(device.download(out), want.astype(np.float32), err_msg=f"{split} {with_bias} {with_z} {act}")
     assert device.programs.built - built <= 1  # 0 when an earlier test built it in this process
 
 

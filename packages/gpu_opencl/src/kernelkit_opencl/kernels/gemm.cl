@@ -15,7 +15,8 @@
 // Run-time arguments rather than defines (one program serves every epilogue and split, so a
 // session builds fewer programs: cold start):
 //   flags      bit 0: add beta * bias[m * bias_sm + n * bias_sn]; bit 1: add Z (laid out as C)
-//              before the activation (the residual of a fused Conv + Add)
+//              before the activation (the residual of a fused Conv + Add); bit 2: Relu (the
+//              commonest fused activation; the others are the ACT define)
 //   nsplit     k range split over the grid's z (low-occupancy shapes): partial sums go to the
 //              float workspace ws, splitk_reduce adds them and runs the epilogue
 // The work-item at (lx, ly) owns rows m0 + ly + i*WM and columns n0 + lx + j*WN (strided, so a
@@ -64,13 +65,15 @@
 #define BIAS_AT(m, n) ((flags & 1) ? beta * LD(bias, (m) * bias_sm + (n) * bias_sn) : 0.0f)
 // flags bit 1: a residual Z laid out as C is added before the activation (Conv's fused Add)
 #define Z_AT(i) ((flags & 2) ? LD(Zr, i) : 0.0f)
+// flags bit 2: Relu, NaN kept (as the ACT line of Relu)
+#define RELU_IF(v) (((flags & 4) && (v) < 0.0f) ? 0.0f : (v))
 #ifdef CONV
 #define STORE_C(C, m, n, v) do { const int ohw_ = cv[3] * cv[4], b_ = (n) / ohw_;                  \
     const int i_ = (b_ * cv[9] + (m)) * ohw_ + ((n) - b_ * ohw_);                                 \
-    ST(C, i_, ACT((v) + BIAS_AT(m, n) + Z_AT(i_))); } while (0)
+    const float r_ = ACT((v) + BIAS_AT(m, n) + Z_AT(i_)); ST(C, i_, RELU_IF(r_)); } while (0)
 #else
 #define STORE_C(C, m, n, v) do { const int i_ = (m) * ldc + (n);                                    \
-    ST(C, i_, ACT((v) + BIAS_AT(m, n) + Z_AT(i_))); } while (0)
+    const float r_ = ACT((v) + BIAS_AT(m, n) + Z_AT(i_)); ST(C, i_, RELU_IF(r_)); } while (0)
 #endif
 
 #ifdef CONV

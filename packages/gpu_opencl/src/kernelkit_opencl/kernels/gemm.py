@@ -86,14 +86,22 @@ def program_defines(params: dict) -> dict:
     return {k: v for k, v in params.items() if k != "SPLIT_K"}
 
 
+def _define_act(call: GemmCall) -> tuple[str, tuple]:
+    """The activation a program is built with: Relu is a run-time flag (bit 2), so a tile's plain
+    and Relu launches share one program (fewer builds at a cold start)."""
+    return ("", ()) if call.activation == "Relu" else (call.activation, tuple(call.activation_params))
+
+
 def _kernel(dev, call: GemmCall, params: dict, name: str = "gemm", half: bool = False):
-    """One program per (tile, activation, layout): bias, residual and split-K are arguments."""
+    """One program per (tile, activation other than Relu, layout): bias, residual, Relu and split-K
+    are arguments."""
     tile = program_defines(params)
-    key = (name, call.activation, tuple(call.activation_params), tuple(sorted(tile.items())),
-           call.trans_a, call.trans_b, call.conv is not None, half)
+    act, act_params = _define_act(call)
+    key = (name, act, act_params, tuple(sorted(tile.items())), call.trans_a, call.trans_b, call.conv is not None,
+           half)
 
     def make():
-        act_src, defines = activation(call.activation, call.activation_params)
+        act_src, defines = activation(act, act_params)
         defines = dict(defines, **tile, TRANS_A=int(call.trans_a), TRANS_B=int(call.trans_b))
         if call.conv is not None:
             defines["CONV"] = 1
@@ -153,7 +161,8 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
     has_bias = bias is not None
     ws = out if splits == 1 else dev.empty((call.batch * splits, call.M, call.N), np.float32)
     has_z = z is not None and splits == 1
-    flags = int(has_bias) | int(has_z) << 1
+    relu = int(call.activation == "Relu") << 2
+    flags = int(has_bias) | int(has_z) << 1 | relu
     args = [a.buffer, b.buffer, (bias if has_bias else out).buffer, out.buffer,
             *(np.int32(v) for v in (call.M, call.N, call.K, call.lda, call.ldb, call.ldc, call.bias_sm, call.bias_sn)),
             np.float32(call.alpha), np.float32(call.beta),
@@ -170,7 +179,7 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
     if splits == 1:
         return ev
     total = call.batch * call.M * call.N
-    flags = int(has_bias) | int(z is not None) << 1
+    flags = int(has_bias) | int(z is not None) << 1 | relu
     args = [ws.buffer, (bias if has_bias else out).buffer, out.buffer,
             *(np.int32(v) for v in (call.M, call.N, call.ldc, call.bias_sm, call.bias_sn)),
             np.float32(call.alpha), np.float32(call.beta),
