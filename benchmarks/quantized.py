@@ -8,7 +8,8 @@ against kernelkit's own fp32, with the agreement checks of docs/quantization.md.
 ResNet-18 and MobileNetV2 are quantized static (QDQ, per-channel, calibrated on 16 random inputs),
 the MLP and the transformer encoder dynamic, by onnxruntime's quantizer through
 ``kernelkit_converters.quantize``; the models come from benchmarks/models/zoo.py. Latency is the
-median of ``--rounds`` runs at batch 1 after warm-up; agreement compares kernelkit's int8 output with
+median of ``--rounds`` runs at batch 1 after warm-up, the four contenders timed in turns (a change
+in load reaches them alike); agreement compares kernelkit's int8 output with
 onnxruntime's on ``--agreement`` inputs (cosine, top-1). The table is printed last, in markdown.
 """
 from __future__ import annotations
@@ -39,15 +40,19 @@ def _inputs(proto, batch: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(zoo.input_shape(proto, batch)).astype(np.float32)
 
 
-def _median_ms(run, x, rounds: int) -> float:
-    run(x)
-    run(x)
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
+def _median_ms(runs: dict, x, rounds: int) -> dict:
+    """Median ms of each contender, timed in turns (one run of each per round), so that a change in
+    the machine's load reaches all of them alike and the ratios within a row stay meaningful."""
+    for run in runs.values():
         run(x)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1e3)
+        run(x)
+    times = {key: [] for key in runs}
+    for _ in range(rounds):
+        for key, run in runs.items():
+            start = time.perf_counter()
+            run(x)
+            times[key].append(time.perf_counter() - start)
+    return {key: float(np.median(t) * 1e3) for key, t in times.items()}
 
 
 def _ort(path_or_proto, threads: int):
@@ -79,7 +84,7 @@ def bench(name: str, small: bool, folder: Path, args) -> dict:
         "ort fp32": _ort(proto, args.threads),
     }
     x = _inputs(proto, 1, 0)
-    row = {key: _median_ms(run, x, args.rounds) for key, run in runs.items()}
+    row = _median_ms(runs, x, args.rounds)
     cosines, same = [], 0
     for start in range(0, args.agreement, 10):
         xs = _inputs(proto, min(10, args.agreement - start), start + 1)

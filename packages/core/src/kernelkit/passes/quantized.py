@@ -246,6 +246,47 @@ def _fuse_dynamic(graph: Graph, index: _Index, cast: Node) -> tuple[Node, list[N
     return Node("MatMulIntegerToFloat", inputs, [out], {}, mmi.name, "com.microsoft"), removed
 
 
+def _fuse_dynamic_quantize(graph: Graph, index: _Index, dql: Node) -> list[Node]:
+    """DynamicQuantizeLinear whose outputs only MatMulIntegerToFloat nodes read (as A, a_scale and
+    a_zero_point): each of them becomes one com.microsoft::DynamicQuantizeMatMul on the float input,
+    as onnxruntime fuses them (each reader quantizes A itself, with the same result). The Mul of the
+    scales that _fuse_dynamic left without readers goes too. Returns the nodes replaced (the caller
+    keeps them alive until ``index.commit()``, which identifies removed nodes by id)."""
+    outs = (dql.outputs + ["", "", ""])[:3]
+    if any(o in graph.outputs for o in outs if o):
+        return []
+    users = index.readers.get(outs[0], [])
+    if not users or any(n.op_id != "com.microsoft::MatMulIntegerToFloat" or n.inputs[0] != outs[0] or
+                        n.inputs[2] != outs[1] or (n.inputs + [""] * 5)[4] != outs[2] or outs[0] in n.inputs[1:]
+                        for n in users):
+        return []
+    dead = []
+    for name in outs[1:]:
+        for n in index.readers.get(name, []) if name else []:
+            if n in users:
+                continue
+            if n.op_id == "Mul" and index.unused(n.outputs[0]) and name != outs[2]:
+                dead.append(n)  # a_scale * b_scale, no longer read since _fuse_dynamic
+            else:
+                return []
+    for n in dead + [dql]:
+        index.remove(n)
+        for out in n.outputs:
+            graph.values.pop(out, None)
+    for mm in list({id(n): n for n in users}.values()):
+        inputs = [dql.inputs[0], mm.inputs[1], mm.inputs[3], (mm.inputs + [""] * 6)[5]] + mm.inputs[6:7]
+        while inputs and not inputs[-1]:
+            inputs.pop()
+        fused = Node("DynamicQuantizeMatMul", inputs, list(mm.outputs), {}, mm.name, "com.microsoft")
+        index.remove(mm)
+        graph.nodes[graph.nodes.index(mm)] = fused
+        index.producers[fused.outputs[0]] = fused
+        for name in set(inputs) - {""}:
+            index.readers.setdefault(name, []).append(fused)
+        log.debug("fuse_qdq: %s -> DynamicQuantizeMatMul", mm.name)
+    return users
+
+
 def _fold_constant_dq(graph: Graph, index: _Index) -> int:
     """DequantizeLinear of a constant that no fusion took: a float constant, as fold_constants would."""
     from ..ops.quantize import dequantize_linear
@@ -307,6 +348,10 @@ def fuse_qdq(graph: Graph, ctx: PassContext) -> int:
             continue
         _replace(graph, index, fused, [node, *between, q])
         count += 1
+    index.commit()
+    index = _Index(graph)  # afresh: ids of the nodes removed above may be reused by new ones
+    replaced = [_fuse_dynamic_quantize(graph, index, n) for n in graph.nodes if n.op_id == "DynamicQuantizeLinear"]
+    count += sum(map(len, replaced))
     index.commit()
     count += _fold_constant_dq(graph, index)
     index.commit()

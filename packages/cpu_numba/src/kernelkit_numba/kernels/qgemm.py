@@ -22,7 +22,9 @@ from kernelkit.registry import register_kernel
 from numba import prange
 
 from .._base import NumbaKernel
-from ..config import jit_parallel
+from .. import config
+from ..config import jit_exact, jit_parallel
+from .quantize import dynamic_range, quantize_offset
 
 EXACT = float(1 << 24)  # float32 represents every integer up to this exactly
 
@@ -97,9 +99,10 @@ def to_int32(y, acc, has_acc, out):
             out[r, c] = v
 
 
-@jit_parallel
+@jit_exact
 def to_float(y, acc, has_acc, mult, bias, has_bias, out):
-    """out = float32(int32(y) [+ acc]) * mult[col] [+ bias[col]] (a one-element mult is per tensor)."""
+    """out = float32(int32(y) [+ acc]) * mult[col] [+ bias[col]] (a one-element mult is per tensor),
+    rounded as the op-by-op Cast -> Mul -> Add (no FMA contraction: bit-identical to op by op)."""
     rows, cols = y.shape
     scalar = mult.shape[0] == 1
     for r in prange(rows):
@@ -109,6 +112,66 @@ def to_float(y, acc, has_acc, mult, bias, has_bias, out):
                 v += acc[r, c]
             f = np.float32(v) * mult[0 if scalar else c]
             out[r, c] = f + bias[c] if has_bias else f
+
+
+GEMV_ROWS = 8  # products with at most this many rows of A read the int8 B directly (gemv_int8)
+GEMV_CHUNK = 256  # 256 * 255 * 255 < 2**24: any float32 partial sum of a chunk is exact
+
+
+@jit_parallel
+def gemv_int8(a, bt, out, lo, hi):
+    """out[m, n] = int32 sum_k a[m, k] * bt[n, k] for columns n in [lo, hi): a the float32 integer
+    offsets of A (|a| <= 255), bt the raw int8/uint8 B transposed, read as it is (a quarter of
+    float32's bytes: a product with few rows is bound by reading B). Four columns at a time, each a
+    float32 dot product over chunks of GEMV_CHUNK k's (exact in any order, see the constant) added
+    in integers between chunks."""
+    rows, k_n = a.shape
+    n4 = lo + (hi - lo) // 4 * 4
+    for m in range(rows):
+        for n in range(lo, n4, 4):
+            t0 = t1 = t2 = t3 = 0
+            for k0 in range(0, k_n, GEMV_CHUNK):  # slices: loops from 0, which LLVM vectorises best
+                k1 = min(k0 + GEMV_CHUNK, k_n)
+                x = a[m, k0:k1]
+                r0, r1, r2, r3 = bt[n, k0:k1], bt[n + 1, k0:k1], bt[n + 2, k0:k1], bt[n + 3, k0:k1]
+                s0 = s1 = s2 = s3 = np.float32(0)
+                for k in range(x.shape[0]):
+                    xk = x[k]
+                    s0 += xk * np.float32(r0[k])
+                    s1 += xk * np.float32(r1[k])
+                    s2 += xk * np.float32(r2[k])
+                    s3 += xk * np.float32(r3[k])
+                t0 += np.int64(s0)
+                t1 += np.int64(s1)
+                t2 += np.int64(s2)
+                t3 += np.int64(s3)
+            out[m, n], out[m, n + 1], out[m, n + 2], out[m, n + 3] = np.int32(t0), np.int32(t1), np.int32(t2), \
+                np.int32(t3)
+        for n in range(n4, hi):
+            t = 0
+            for k0 in range(0, k_n, GEMV_CHUNK):
+                k1 = min(k0 + GEMV_CHUNK, k_n)
+                x = a[m, k0:k1]
+                r = bt[n, k0:k1]
+                s = np.float32(0)
+                for k in range(x.shape[0]):
+                    s += x[k] * np.float32(r[k])
+                t += np.int64(s)
+            out[m, n] = np.int32(t)
+
+
+def gemv_product(af: np.ndarray, bt: np.ndarray, b_zero_point) -> np.ndarray:
+    """Exact int32 (A - a_zp) @ (B - b_zp) for few rows of A, from A's float32 offsets and B's
+    integers transposed (``bt``, (N, K)): b_zp is taken out afterwards, sum_k a[k] * b_zp[n] per
+    row (exact integers; int32 wraps as the accumulator would)."""
+    a2 = af.reshape(-1, af.shape[-1])
+    n = bt.shape[0]
+    out = np.empty((a2.shape[0], n), np.int32)
+    config.parallel_for(gemv_int8, n, (a2, bt, out), 2.0 * a2.size * n)
+    if b_zero_point is not None and np.any(b_zero_point):
+        sums = np.rint(a2.astype(np.float64).sum(axis=1)).astype(np.int64)  # exact: |sum| < 2**53
+        out = (out - sums[:, None] * np.asarray(b_zero_point, np.int64).reshape(1, -1)).astype(np.int32)
+    return out.reshape(*af.shape[:-1], n)
 
 
 def dtype_reach(dtype, zp) -> int:
@@ -170,6 +233,15 @@ def derived(kernel, params: tuple, make):
             any(p is not None and np.asarray(p).flags.writeable for p in params):
         cached = (params, make())
         kernel._derived = cached
+    return cached[1]
+
+
+def derived_weight(kernel, w: np.ndarray, make):
+    """``make()`` of a constant weight (e.g. its transpose), kept while the same read-only array comes in."""
+    cached = kernel.__dict__.get("_derived_weight")
+    if cached is None or cached[0] is not w or w.flags.writeable:
+        cached = (w, make())
+        kernel._derived_weight = cached
     return cached[1]
 
 
@@ -363,16 +435,50 @@ class MatMulIntegerToFloat(NumbaKernel):
         return 2.0 * a.size * b.shape[-1]
 
     def compute(self, a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
-        bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
         af = offset(a, a_zero_point)
         mult = (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)).reshape(-1)  # as the Mul node
-        has_bias = bias is not None
-        bias_arr = derived(self, (bias,), lambda: np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias
-                           else np.zeros(1, np.float32))
+        return scaled_product(self, af, b, b_zero_point, dtype_reach(a.dtype, a_zero_point), mult, bias)
 
-        def finish(y, acc, has_acc, shape):
-            out = np.empty(y.shape, np.float32)
-            to_float(y, acc, has_acc, mult, bias_arr, has_bias, out)
-            return out.reshape(shape)
 
-        return integer_product(af, bf, blocks, finish)
+@register_kernel("DynamicQuantizeMatMul", domain="com.microsoft", device="cpu", vendor="numba", dtype="float32",
+                 supports=lambda specs, attrs: specs[0].rank >= 2 and specs[1].rank >= 2)
+class DynamicQuantizeMatMul(NumbaKernel):
+    """DynamicQuantizeLinear(A) and MatMulIntegerToFloat in one kernel (onnxruntime's fusion): A's
+    range, then A quantized and minus its zero point straight into the float32 operand (no uint8
+    array, no second conversion pass), the exact product and the float32 scale (+ bias) epilogue."""
+
+    uses_blas = True
+
+    def setup(self, input_specs):
+        self.packed = _matmul_packing(input_specs[1].rank)
+
+    def work(self, a, b, *rest):
+        return 2.0 * a.size * b.shape[-1]
+
+    def compute(self, a, b, b_scale, b_zero_point=None, bias=None):
+        flat, a_scale, a_zp = dynamic_range(a)
+        af = np.empty(a.shape, np.float32)
+        quantize_offset(flat, a_scale, np.float32(a_zp), af.reshape(-1))
+        mult = (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)).reshape(-1)  # as the Mul node
+        return scaled_product(self, af, b, b_zero_point, max(int(a_zp), 255 - int(a_zp)), mult, bias)
+
+
+def scaled_product(kernel, af, b, b_zero_point, a_reach: int, mult, bias):
+    """float32(exact int32 product) * mult [+ bias] for MatMulIntegerToFloat and DynamicQuantizeMatMul:
+    few rows of A against a 2-D B read B's integers directly (gemv_product), others go through the
+    packed float32 B and BLAS."""
+    has_bias = bias is not None
+    bias_arr = derived(kernel, (bias,), lambda: np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias
+                       else np.zeros(1, np.float32))
+
+    def finish(y, acc, has_acc, shape):
+        out = np.empty(y.shape, np.float32)
+        to_float(y, acc, has_acc, mult, bias_arr, has_bias, out)
+        return out.reshape(shape)
+
+    if b.ndim == 2 and af.size <= GEMV_ROWS * af.shape[-1]:
+        bt = derived_weight(kernel, b, lambda: np.ascontiguousarray(b.T))
+        y = gemv_product(af, bt, b_zero_point)
+        return finish(y.reshape(-1, y.shape[-1]), NO_ACC, False, y.shape)
+    bf, blocks = kernel.packed.get(b, b_zero_point, a_reach)
+    return integer_product(af, bf, blocks, finish)

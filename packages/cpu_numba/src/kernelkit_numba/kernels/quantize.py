@@ -48,6 +48,16 @@ def _dequantize(x, scale, zp, y):
 
 
 @jit_parallel
+def quantize_offset(x, scale, zp, y):
+    """y[i] = float32(clamp(rint(x[i] / scale) + zp, 0, 255) - zp): DynamicQuantizeLinear's uint8
+    value minus its zero point, straight to the float32 operand of an exact integer product."""
+    n = x.shape[0]
+    for i in prange(n):
+        v = np.float32(np.rint(x[i] / scale)) + zp
+        y[i] = min(max(v, np.float32(0)), np.float32(255)) - zp
+
+
+@jit_parallel
 def _min_max(x, chunks):
     """(min, max) of a flat float32 array, reduced per chunk in parallel."""
     n = x.shape[0]
@@ -114,14 +124,20 @@ class DequantizeLinear(_PerAxis):
         return y
 
 
+def dynamic_range(x: np.ndarray):
+    """(flat x, scale, zero point) of DynamicQuantizeLinear: a parallel min/max, then the
+    reference's parameters."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    lo, hi = _min_max(flat, max(1, min(64, flat.size // 4096))) if flat.size else (0.0, 0.0)
+    return (flat, *dynamic_params(float(lo), float(hi)))
+
+
 @register_kernel("DynamicQuantizeLinear", device="cpu", vendor="numba", dtype="float32")
 class DynamicQuantizeLinear(NumbaKernel):
     """Range by a parallel min/max, parameters as the reference computes them, then quantize."""
 
     def compute(self, x):
-        flat = np.ascontiguousarray(x).reshape(-1)
-        lo, hi = _min_max(flat, max(1, min(64, flat.size // 4096))) if flat.size else (0.0, 0.0)
-        scale, zp = dynamic_params(float(lo), float(hi))
+        flat, scale, zp = dynamic_range(x)
         y = np.empty(x.shape, np.uint8)
         _quantize(flat.reshape(1, 1, -1), np.array([scale], np.float32), np.array([zp], np.uint8),
                   np.float32(0), np.float32(255), y.reshape(1, 1, -1))
