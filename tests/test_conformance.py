@@ -66,7 +66,7 @@ NO_SPECIAL_VALUES = {
     "CastLike": "NaN/inf to an integer type is undefined in C and NumPy alike",
     **{op: "quantizing NaN/inf (input or scale) to an integer type is undefined"
        for op in ("QuantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul", "QGemm",
-                   "DynamicQuantizeMatMul")},
+                   "DynamicQuantizeMatMul", "QLinearAdd")},
 }
 NAN_ONLY: dict[str, str] = {}  # ops where +-inf is not meaningful but NaN is
 NO_SPECIAL_VALUES["Resize"] = (

@@ -172,3 +172,41 @@ def test_dynamic_quantize_read_elsewhere_stays_separate():
     assert [n.op_id for n in fused.graph.nodes] == ["DynamicQuantizeLinear", "com.microsoft::MatMulIntegerToFloat"]
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def _qdq_add(relu: bool = False, out_dtype=np.int8):
+    """Two quantized branches -> DQ, DQ -> Add [-> Relu] -> Q -> DQ: a residual block's join."""
+    g = GraphBuilder("qdq_add")
+    x = g.input("x", ("N", 4, 9, 9))
+    branches = []
+    for i, (scale, zp) in enumerate(((0.03, -3), (0.011, 7))):
+        s, z = g.constant(np.float32(scale)), g.constant(np.int8(zp))
+        t = g.op("Mul", x, g.constant(np.float32(1 + i)))
+        branches.append(g.op("DequantizeLinear", g.op("QuantizeLinear", t, s, z), s, z))
+    y = g.op("Add", *branches)
+    if relu:
+        y = g.op("Relu", y)
+    ys, yz = g.constant(np.float32(0.045)), g.constant(np.zeros((), out_dtype) + 2)
+    g.output(g.op("DequantizeLinear", g.op("QuantizeLinear", y, ys, yz), ys, yz))
+    return g.build()
+
+
+def test_residual_add_becomes_qlinear_add_equal_to_op_by_op():
+    model = _qdq_add()
+    fused, (got,) = _run(model, None, X)
+    _, (want,) = _run(model, False, X)
+    assert "com.microsoft::QLinearAdd" in [n.op_id for n in fused.graph.nodes]
+    assert "Add" not in [n.op_id for n in fused.graph.nodes]
+    np.testing.assert_array_equal(got, want)  # the same float32 steps: bit for bit
+    numba = Session(model)
+    assert numba.placement()[next(n.name for n in numba.graph.nodes if n.op == "QLinearAdd")] == ("cpu", "numba")
+    np.testing.assert_array_equal(numba.run(None, {"x": X})[0], want)
+
+
+@pytest.mark.parametrize("relu,out_dtype", [(True, np.int8), (False, np.uint8)], ids=["relu-between", "dtypes-differ"])
+def test_add_groups_that_do_not_qualify_stay_op_by_op(relu, out_dtype):
+    model = _qdq_add(relu, out_dtype)
+    fused, (got,) = _run(model, None, X)
+    _, (want,) = _run(model, False, X)
+    assert "Add" in [n.op_id for n in fused.graph.nodes]
+    np.testing.assert_array_equal(got, want)

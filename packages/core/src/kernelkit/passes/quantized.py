@@ -8,10 +8,13 @@ it is correct but computes in float. The rules below rewrite
     DQ(x) , DQ(W const) [, DQ(bias int32 const)] -> Conv   [-> Relu|Clip] -> Q   into QLinearConv
     DQ(a) , DQ(b)                                -> MatMul [-> Relu|Clip] -> Q   into QLinearMatMul
     DQ(a) , DQ(B const) [, DQ(C int32 const)]    -> Gemm   [-> Relu|Clip] -> Q   into com.microsoft::QGemm
+    DQ(a) , DQ(b)                                -> Add                   -> Q   into com.microsoft::QLinearAdd
     DQ(x) -> MaxPool|Reshape|Flatten|Transpose|Squeeze|Unsqueeze -> Q  (same scale and zero point)
                                                                      into the op on the integers
 
-and folds the DequantizeLinear nodes of constants that no group took. The fused result is
+folds a dynamic model's DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul [-> Add] into
+com.microsoft::MatMulIntegerToFloat, then DynamicQuantizeMatMul, and folds the DequantizeLinear
+nodes of constants that no group took. The fused result is
 onnxruntime's: int32 accumulators requantized with ``float32(x_scale * w_scale) / y_scale``; op by op
 the same group computes a float32 sum, divides by y_scale and rounds, so a value within float32
 rounding of a .5 boundary can land one quantization step away (docs/quantization.md).
@@ -167,10 +170,25 @@ def _fuse_gemm(graph: Graph, index: _Index, gemm: Node, q: Node, act: tuple) -> 
     return Node("QGemm", inputs, [q.outputs[0]], gemm_attrs, gemm.name, "com.microsoft")
 
 
+def _fuse_add(graph: Graph, index: _Index, add: Node, q: Node, act: tuple) -> Node | None:
+    if act:
+        return None  # onnxruntime's QLinearAdd has no fused activation
+    a, b = _dq(graph, index, add.inputs[0]), _dq(graph, index, add.inputs[1])
+    if not _per_tensor(a) or not _per_tensor(b) or not _int8(graph, a):
+        return None
+    dtype = graph.spec(a.x).dtype
+    if graph.spec(b.x).dtype != dtype or graph.spec(q.outputs[0]).dtype != dtype:
+        return None
+    inputs = [a.x, a.node.inputs[1], _zero_point(graph, a, add.name + "_a"), b.x, b.node.inputs[1],
+              _zero_point(graph, b, add.name + "_b"), q.inputs[1], _y_zero_point(graph, q)]
+    return Node("QLinearAdd", inputs, [q.outputs[0]], {}, add.name, "com.microsoft")
+
+
 FUSIONS: dict[str, Callable] = {
     "Conv": _fuse_conv,  # DQ(x), DQ(W), DQ(bias) -> Conv [-> act] -> Q: QLinearConv(+ activation)
     "MatMul": _fuse_matmul,  # DQ(a), DQ(b) -> MatMul [-> act] -> Q: QLinearMatMul(+ activation)
     "Gemm": _fuse_gemm,  # DQ(A), DQ(B), DQ(C) -> Gemm [-> act] -> Q: com.microsoft::QGemm(+ activation)
+    "Add": _fuse_add,  # DQ(A), DQ(B) -> Add -> Q, one dtype: com.microsoft::QLinearAdd (the same float32 steps)
 }
 # ops that commute with dequantization (they move or select values, never combine them):
 # DQ -> op -> Q with the same scale and zero point is the op on the integers

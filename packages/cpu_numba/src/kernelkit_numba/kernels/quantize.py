@@ -13,7 +13,8 @@ from kernelkit.registry import register_kernel
 from numba import prange
 
 from .._base import NumbaKernel
-from ..config import jit_parallel
+from .. import config
+from ..config import jit_exact, jit_parallel
 
 
 @jit_parallel
@@ -142,3 +143,37 @@ class DynamicQuantizeLinear(NumbaKernel):
         _quantize(flat.reshape(1, 1, -1), np.array([scale], np.float32), np.array([zp], np.uint8),
                   np.float32(0), np.float32(255), y.reshape(1, 1, -1))
         return y, np.asarray(scale), np.asarray(zp)
+
+
+@jit_exact
+def _qlinear_add(a, b, sa, za, sb, zb, sc, zc, lo, hi, out, q0, q1):
+    """out[i] = clamp(rint((float32(a[i] - za) * sa + float32(b[i] - zb) * sb) / sc) + zc) for i in
+    [q0, q1): the DequantizeLinear, Add and QuantizeLinear kernels' float32 steps, each rounded on its
+    own (no FMA contraction), so the fused node equals them bit for bit."""
+    for i in range(q0, q1):
+        fa = np.float32(np.int64(a[i]) - za) * sa
+        fb = np.float32(np.int64(b[i]) - zb) * sb
+        v = np.float32(np.rint((fa + fb) / sc)) + zc
+        out[i] = min(max(v, lo), hi)
+
+
+def _scalar(x, dtype):
+    return np.zeros((), dtype) if x is None else np.asarray(x).reshape(())
+
+
+@register_kernel("QLinearAdd", domain="com.microsoft", device="cpu", vendor="numba", dtype=("int8", "uint8"),
+                 supports=lambda specs, attrs: specs[0].shape == specs[3].shape)
+class QLinearAdd(NumbaKernel):
+    """C = Q(DQ(A) + DQ(B)) of two equal-shaped tensors (the residual Add of a QDQ model) in one pass
+    over the integers; broadcasting ones run on the reference."""
+
+    def compute(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
+        info = np.iinfo(a.dtype)
+        out = np.empty(a.shape, a.dtype)
+        args = (np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1),
+                np.float32(_scalar(a_scale, np.float32)), np.int64(_scalar(a_zero_point, a.dtype)),
+                np.float32(_scalar(b_scale, np.float32)), np.int64(_scalar(b_zero_point, a.dtype)),
+                np.float32(_scalar(c_scale, np.float32)), np.float32(_scalar(c_zero_point, a.dtype)),
+                np.float32(info.min), np.float32(info.max), out.reshape(-1))
+        config.parallel_for(_qlinear_add, a.size, args, 8.0 * a.size)
+        return out
