@@ -1,4 +1,5 @@
-"""The numba integer products are exact: float32 BLAS on K-blocks whose partial sums stay below 2**24."""
+"""The numba integer products are exact: float32 BLAS on K-blocks whose partial sums stay below 2**24,
+and the integer dot products of products with few rows (gemv_int8)."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,14 +19,32 @@ def test_exact_blocks_bound_every_partial_sum():
     assert exact_blocks(np.zeros((3, 7), np.float32), 255) == [(0, 7)]
 
 
+@pytest.mark.parametrize("rows", [3, 12], ids=["dot-products", "blas"])
 @pytest.mark.parametrize("adt", ["uint8", "int8"])
-def test_extreme_operands_are_exact(adt):
+def test_extreme_operands_are_exact(adt, rows):
     """Every product at its largest magnitude and the same sign: the worst case for float32."""
     info = np.iinfo(adt)
-    a = np.full((3, 4096), info.max if adt == "uint8" else info.min, adt)
+    a = np.full((rows, 4096), info.max if adt == "uint8" else info.min, adt)
     b = np.full((4096, 5), -128, np.int8)
     zp = np.array(0 if adt == "uint8" else 0, adt)
     (got,) = run_single_op("MatMulInteger", [a, b, zp, np.int8(0)], vendors=["numba"], fallback=False, passes=False,
                            constants=(1,))
     want = a.astype(np.int64) @ b.astype(np.int64)
     np.testing.assert_array_equal(got, want.astype(np.int32))
+
+
+@pytest.mark.parametrize("rows", [1, 5, 40])
+def test_zero_points_come_out_exactly(rows):
+    """MatMulIntegerToFloat with both zero points and per-column ones: the dot-product path takes them
+    out afterwards (column and row sums), the BLAS path before; both equal the int64 product."""
+    rng = np.random.default_rng(rows)
+    a = rng.integers(0, 256, (rows, 1031)).astype(np.uint8)
+    a[0, :] = 255
+    b = rng.integers(-128, 128, (1031, 7)).astype(np.int8)
+    b[:, 0] = -128
+    azp, bzp = np.uint8(3), rng.integers(-128, 128, 7).astype(np.int8)
+    one = np.float32(1)
+    (got,) = run_single_op("MatMulIntegerToFloat", [a, b, one, one, azp, bzp], domain="com.microsoft",
+                           vendors=["numba"], fallback=False, passes=False, constants=(1,))
+    want = (a.astype(np.int64) - 3) @ (b.astype(np.int64) - bzp.astype(np.int64))
+    np.testing.assert_array_equal(got, want.astype(np.float32))

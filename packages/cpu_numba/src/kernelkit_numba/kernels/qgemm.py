@@ -24,7 +24,7 @@ from numba import prange
 from .._base import NumbaKernel
 from .. import config
 from ..config import jit_exact, jit_parallel
-from .quantize import dynamic_range, quantize_offset
+from .quantize import dynamic_range, quantize_flat, quantize_offset
 
 EXACT = float(1 << 24)  # float32 represents every integer up to this exactly
 
@@ -114,64 +114,62 @@ def to_float(y, acc, has_acc, mult, bias, has_bias, out):
             out[r, c] = f + bias[c] if has_bias else f
 
 
-GEMV_ROWS = 8  # products with at most this many rows of A read the int8 B directly (gemv_int8)
-GEMV_CHUNK = 256  # 256 * 255 * 255 < 2**24: any float32 partial sum of a chunk is exact
+GEMV_ROWS = 8  # products with at most this many rows of A run as integer dot products (gemv_int8)
 
 
 @jit_parallel
 def gemv_int8(a, bt, out, lo, hi):
-    """out[m, n] = int32 sum_k a[m, k] * bt[n, k] for columns n in [lo, hi): a the float32 integer
-    offsets of A (|a| <= 255), bt the raw int8/uint8 B transposed, read as it is (a quarter of
-    float32's bytes: a product with few rows is bound by reading B). Four columns at a time, each a
-    float32 dot product over chunks of GEMV_CHUNK k's (exact in any order, see the constant) added
-    in integers between chunks."""
+    """out[m, n] = sum_k a[m, k] * bt[n, k] for columns n in [lo, hi), a and bt raw int8/uint8 (B
+    transposed), four columns at a time: int32 dot products. Each product is truncated back to int32
+    (Numba widens integer arithmetic to int64; the truncation lets LLVM narrow it again), so the
+    loop vectorises to vpmaddwd (16 multiply-adds an instruction on AVX2; VNNI's vpdpwssd where
+    the CPU has it): exact integers read straight from the int8 weights, a quarter of float32's
+    bytes, for products bound by reading B."""
     rows, k_n = a.shape
     n4 = lo + (hi - lo) // 4 * 4
     for m in range(rows):
+        x = a[m]
         for n in range(lo, n4, 4):
-            t0 = t1 = t2 = t3 = 0
-            for k0 in range(0, k_n, GEMV_CHUNK):  # slices: loops from 0, which LLVM vectorises best
-                k1 = min(k0 + GEMV_CHUNK, k_n)
-                x = a[m, k0:k1]
-                r0, r1, r2, r3 = bt[n, k0:k1], bt[n + 1, k0:k1], bt[n + 2, k0:k1], bt[n + 3, k0:k1]
-                s0 = s1 = s2 = s3 = np.float32(0)
-                for k in range(x.shape[0]):
-                    xk = x[k]
-                    s0 += xk * np.float32(r0[k])
-                    s1 += xk * np.float32(r1[k])
-                    s2 += xk * np.float32(r2[k])
-                    s3 += xk * np.float32(r3[k])
-                t0 += np.int64(s0)
-                t1 += np.int64(s1)
-                t2 += np.int64(s2)
-                t3 += np.int64(s3)
-            out[m, n], out[m, n + 1], out[m, n + 2], out[m, n + 3] = np.int32(t0), np.int32(t1), np.int32(t2), \
-                np.int32(t3)
+            r0, r1, r2, r3 = bt[n], bt[n + 1], bt[n + 2], bt[n + 3]
+            s0 = s1 = s2 = s3 = np.int32(0)
+            for k in range(k_n):
+                u = np.int32(x[k])
+                s0 = np.int32(s0 + u * np.int32(r0[k]))
+                s1 = np.int32(s1 + u * np.int32(r1[k]))
+                s2 = np.int32(s2 + u * np.int32(r2[k]))
+                s3 = np.int32(s3 + u * np.int32(r3[k]))
+            out[m, n], out[m, n + 1], out[m, n + 2], out[m, n + 3] = s0, s1, s2, s3
         for n in range(n4, hi):
-            t = 0
-            for k0 in range(0, k_n, GEMV_CHUNK):
-                k1 = min(k0 + GEMV_CHUNK, k_n)
-                x = a[m, k0:k1]
-                r = bt[n, k0:k1]
-                s = np.float32(0)
-                for k in range(x.shape[0]):
-                    s += x[k] * np.float32(r[k])
-                t += np.int64(s)
-            out[m, n] = np.int32(t)
+            r = bt[n]
+            s = np.int32(0)
+            for k in range(k_n):
+                s = np.int32(s + np.int32(x[k]) * np.int32(r[k]))
+            out[m, n] = s
 
 
-def gemv_product(af: np.ndarray, bt: np.ndarray, b_zero_point) -> np.ndarray:
-    """Exact int32 (A - a_zp) @ (B - b_zp) for few rows of A, from A's float32 offsets and B's
-    integers transposed (``bt``, (N, K)): b_zp is taken out afterwards, sum_k a[k] * b_zp[n] per
-    row (exact integers; int32 wraps as the accumulator would)."""
-    a2 = af.reshape(-1, af.shape[-1])
-    n = bt.shape[0]
+class GemvWeights:
+    """B (2-D, constant) for gemv_product: transposed to (N, K) and its column sums, made once."""
+
+    def __init__(self, b):
+        self.b = b
+        self.bt = np.ascontiguousarray(b.T)
+        self.col_sums = b.sum(axis=0, dtype=np.int64)
+
+
+def gemv_product(a: np.ndarray, a_zero_point, w: GemvWeights, b_zero_point) -> np.ndarray:
+    """Exact int32 (A - a_zp) @ (B - b_zp) for few rows of a raw int8/uint8 A: the raw product
+    (gemv_int8), then the zero points out, as MLAS does: - a_zp * colsum(B) - b_zp * rowsum(A)
+    + K * a_zp * b_zp (int64, wrapped to int32 as the accumulator would)."""
+    a2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+    k, n = w.b.shape
     out = np.empty((a2.shape[0], n), np.int32)
-    config.parallel_for(gemv_int8, n, (a2, bt, out), 2.0 * a2.size * n)
-    if b_zero_point is not None and np.any(b_zero_point):
-        sums = np.rint(a2.astype(np.float64).sum(axis=1)).astype(np.int64)  # exact: |sum| < 2**53
-        out = (out - sums[:, None] * np.asarray(b_zero_point, np.int64).reshape(1, -1)).astype(np.int32)
-    return out.reshape(*af.shape[:-1], n)
+    config.parallel_for(gemv_int8, n, (a2, w.bt, out), 2.0 * a2.size * n)
+    azp = 0 if a_zero_point is None else int(np.asarray(a_zero_point).reshape(()))
+    bzp = np.zeros(1, np.int64) if b_zero_point is None else np.asarray(b_zero_point, np.int64).reshape(1, -1)
+    if azp or np.any(bzp):
+        rows = a2.sum(axis=1, dtype=np.int64)[:, None]
+        out = (out - azp * w.col_sums[None, :] - rows * bzp + k * azp * bzp).astype(np.int32)
+    return out.reshape(*a.shape[:-1], n)
 
 
 def dtype_reach(dtype, zp) -> int:
@@ -435,9 +433,12 @@ class MatMulIntegerToFloat(NumbaKernel):
         return 2.0 * a.size * b.shape[-1]
 
     def compute(self, a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
-        af = offset(a, a_zero_point)
         mult = (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)).reshape(-1)  # as the Mul node
-        return scaled_product(self, af, b, b_zero_point, dtype_reach(a.dtype, a_zero_point), mult, bias)
+        finish = float_epilogue(self, mult, bias)
+        if few_rows(a.shape, b):
+            return gemv_finish(self, a, a_zero_point, b, b_zero_point, finish)
+        bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
+        return integer_product(offset(a, a_zero_point), bf, blocks, finish)
 
 
 @register_kernel("DynamicQuantizeMatMul", domain="com.microsoft", device="cpu", vendor="numba", dtype="float32",
@@ -457,16 +458,25 @@ class DynamicQuantizeMatMul(NumbaKernel):
 
     def compute(self, a, b, b_scale, b_zero_point=None, bias=None):
         flat, a_scale, a_zp = dynamic_range(a)
-        af = np.empty(a.shape, np.float32)
-        quantize_offset(flat, a_scale, np.float32(a_zp), af.reshape(-1))
         mult = (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)).reshape(-1)  # as the Mul node
-        return scaled_product(self, af, b, b_zero_point, max(int(a_zp), 255 - int(a_zp)), mult, bias)
+        finish = float_epilogue(self, mult, bias)
+        if few_rows(a.shape, b):  # integer dot products read the uint8 A
+            q = np.empty(a.shape, np.uint8)
+            quantize_flat(flat, a_scale, a_zp, q.reshape(-1))
+            return gemv_finish(self, q, a_zp, b, b_zero_point, finish)
+        af = np.empty(a.shape, np.float32)  # BLAS reads float32: quantized minus zp in one pass
+        quantize_offset(flat, a_scale, np.float32(a_zp), af.reshape(-1))
+        bf, blocks = self.packed.get(b, b_zero_point, max(int(a_zp), 255 - int(a_zp)))
+        return integer_product(af, bf, blocks, finish)
 
 
-def scaled_product(kernel, af, b, b_zero_point, a_reach: int, mult, bias):
-    """float32(exact int32 product) * mult [+ bias] for MatMulIntegerToFloat and DynamicQuantizeMatMul:
-    few rows of A against a 2-D B read B's integers directly (gemv_product), others go through the
-    packed float32 B and BLAS."""
+def few_rows(a_shape, b) -> bool:
+    """Whether A @ B runs as integer dot products (gemv_product) rather than on BLAS."""
+    return b.ndim == 2 and math.prod(a_shape) <= GEMV_ROWS * a_shape[-1]
+
+
+def float_epilogue(kernel, mult, bias):
+    """``finish`` for integer_product: float32(int32 result) * mult [+ bias] (MatMulIntegerToFloat's steps)."""
     has_bias = bias is not None
     bias_arr = derived(kernel, (bias,), lambda: np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias
                        else np.zeros(1, np.float32))
@@ -476,9 +486,10 @@ def scaled_product(kernel, af, b, b_zero_point, a_reach: int, mult, bias):
         to_float(y, acc, has_acc, mult, bias_arr, has_bias, out)
         return out.reshape(shape)
 
-    if b.ndim == 2 and af.size <= GEMV_ROWS * af.shape[-1]:
-        bt = derived_weight(kernel, b, lambda: np.ascontiguousarray(b.T))
-        y = gemv_product(af, bt, b_zero_point)
-        return finish(y.reshape(-1, y.shape[-1]), NO_ACC, False, y.shape)
-    bf, blocks = kernel.packed.get(b, b_zero_point, a_reach)
-    return integer_product(af, bf, blocks, finish)
+    return finish
+
+
+def gemv_finish(kernel, a, a_zero_point, b, b_zero_point, finish):
+    """few_rows products: integer dot products on the raw operands, then ``finish``."""
+    y = gemv_product(a, a_zero_point, derived_weight(kernel, b, lambda: GemvWeights(b)), b_zero_point)
+    return finish(y.reshape(-1, y.shape[-1]), NO_ACC, False, y.shape)

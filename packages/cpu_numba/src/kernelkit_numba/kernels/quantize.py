@@ -125,6 +125,12 @@ class DequantizeLinear(_PerAxis):
         return y
 
 
+def quantize_flat(flat, scale, zp, y) -> None:
+    """DynamicQuantizeLinear's uint8 values of a flat float32 array into ``y``."""
+    _quantize(flat.reshape(1, 1, -1), np.array([scale], np.float32), np.array([zp], np.uint8), np.float32(0),
+              np.float32(255), y.reshape(1, 1, -1))
+
+
 def dynamic_range(x: np.ndarray):
     """(flat x, scale, zero point) of DynamicQuantizeLinear: a parallel min/max, then the
     reference's parameters."""
@@ -140,8 +146,7 @@ class DynamicQuantizeLinear(NumbaKernel):
     def compute(self, x):
         flat, scale, zp = dynamic_range(x)
         y = np.empty(x.shape, np.uint8)
-        _quantize(flat.reshape(1, 1, -1), np.array([scale], np.float32), np.array([zp], np.uint8),
-                  np.float32(0), np.float32(255), y.reshape(1, 1, -1))
+        quantize_flat(flat, scale, zp, y.reshape(-1))
         return y, np.asarray(scale), np.asarray(zp)
 
 
