@@ -152,6 +152,8 @@ def conv_samples(rng, dtype):
            {"strides": [3], "pads": [2, 1]})  # 1-D
     yield (_int8(rng, dtype, 1, 320, 5, 5), _int8(rng, "int8", 4, 320, 3, 3), _int8(rng, dtype), None,
            {"pads": [1, 1, 1, 1]})  # K = 2880: several exact fp32 blocks in the numba kernels
+    yield (_int8(rng, dtype, 2, 3, 9, 7), _int8(rng, "int8", 6, 1, 3, 3), _int8(rng, dtype), None,
+           {"group": 3, "dilations": [2, 1], "pads": [2, 1, 1, 0]})  # depthwise, channel multiplier 2
     # uint8 weights last: onnxruntime (1.32) pads an int8 x / uint8 w ConvInteger with something other
     # than x_zero_point at the border, and packages/converters/tests/test_versions.py takes the first
     # samples with onnxruntime as its oracle

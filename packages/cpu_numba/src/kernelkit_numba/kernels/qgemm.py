@@ -118,15 +118,17 @@ GEMV_ROWS = 8  # products with at most this many rows of A run as integer dot pr
 
 
 @jit_parallel
-def gemv_int8(a, bt, out, lo, hi):
-    """out[m, n] = sum_k a[m, k] * bt[n, k] for columns n in [lo, hi), a and bt raw int8/uint8 (B
-    transposed), four columns at a time: int32 dot products. Each product is truncated back to int32
-    (Numba widens integer arithmetic to int64; the truncation lets LLVM narrow it again), so the
-    loop vectorises to vpmaddwd (16 multiply-adds an instruction on AVX2; VNNI's vpdpwssd where
-    the CPU has it): exact integers read straight from the int8 weights, a quarter of float32's
-    bytes, for products bound by reading B."""
+def gemv_int8(a, bt, azp, col_sums, bzp, out, lo, hi):
+    """out[m, n] = sum_k (a[m, k] - azp) * (bt[n, k] - bzp[n]) for columns n in [lo, hi), a and bt raw
+    int8/uint8 (B transposed; bzp of one element or one per column): int32 dot products of the raw
+    values, four columns at a time, then the zero points out as MLAS does, - azp * colsum(B)[n]
+    - bzp[n] * rowsum(A)[m] + K * azp * bzp[n] (wrapping to int32 as the accumulator would). Each
+    product is truncated back to int32 (Numba widens integer arithmetic to int64; the truncation
+    lets LLVM narrow it again), so the loops vectorise to vpmaddwd (16 multiply-adds an instruction
+    on AVX2; VNNI's vpdpwssd where the CPU has it): exact, reading the int8 weights themselves."""
     rows, k_n = a.shape
     n4 = lo + (hi - lo) // 4 * 4
+    per_col = bzp.shape[0] > 1
     for m in range(rows):
         x = a[m]
         for n in range(lo, n4, 4):
@@ -145,6 +147,12 @@ def gemv_int8(a, bt, out, lo, hi):
             for k in range(k_n):
                 s = np.int32(s + np.int32(x[k]) * np.int32(r[k]))
             out[m, n] = s
+        row_sum = np.int32(0)
+        for k in range(k_n):
+            row_sum = np.int32(row_sum + np.int32(x[k]))
+        for n in range(lo, hi):
+            z = np.int64(bzp[n if per_col else 0])
+            out[m, n] = np.int32(out[m, n] - azp * col_sums[n] - z * row_sum + k_n * azp * z)
 
 
 class GemvWeights:
@@ -157,18 +165,13 @@ class GemvWeights:
 
 
 def gemv_product(a: np.ndarray, a_zero_point, w: GemvWeights, b_zero_point) -> np.ndarray:
-    """Exact int32 (A - a_zp) @ (B - b_zp) for few rows of a raw int8/uint8 A: the raw product
-    (gemv_int8), then the zero points out, as MLAS does: - a_zp * colsum(B) - b_zp * rowsum(A)
-    + K * a_zp * b_zp (int64, wrapped to int32 as the accumulator would)."""
+    """Exact int32 (A - a_zp) @ (B - b_zp) for few rows of a raw int8/uint8 A (gemv_int8)."""
     a2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
-    k, n = w.b.shape
+    n = w.b.shape[1]
     out = np.empty((a2.shape[0], n), np.int32)
-    config.parallel_for(gemv_int8, n, (a2, w.bt, out), 2.0 * a2.size * n)
-    azp = 0 if a_zero_point is None else int(np.asarray(a_zero_point).reshape(()))
-    bzp = np.zeros(1, np.int64) if b_zero_point is None else np.asarray(b_zero_point, np.int64).reshape(1, -1)
-    if azp or np.any(bzp):
-        rows = a2.sum(axis=1, dtype=np.int64)[:, None]
-        out = (out - azp * w.col_sums[None, :] - rows * bzp + k * azp * bzp).astype(np.int32)
+    azp = np.int64(0 if a_zero_point is None else np.asarray(a_zero_point).reshape(()))
+    bzp = np.zeros(1, np.int64) if b_zero_point is None else np.asarray(b_zero_point).reshape(-1)
+    config.parallel_for(gemv_int8, n, (a2, w.bt, azp, w.col_sums, bzp, out), 2.0 * a2.size * n)
     return out.reshape(*a.shape[:-1], n)
 
 
