@@ -48,3 +48,20 @@ def test_zero_points_come_out_exactly(rows):
                            vendors=["numba"], fallback=False, passes=False, constants=(1,))
     want = (a.astype(np.int64) - 3) @ (b.astype(np.int64) - bzp.astype(np.int64))
     np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+def test_dot_product_shards_cover_their_columns():
+    """gemv_int8 over column shards [lo, hi) that are not multiples of its four-column step: each
+    shard writes exactly its columns, together the exact product with both zero points out."""
+    from kernelkit_numba.kernels.qgemm import GemvWeights, gemv_int8
+
+    rng = np.random.default_rng(1)
+    a = rng.integers(-128, 128, (2, 300)).astype(np.int8)
+    b = rng.integers(0, 256, (300, 11)).astype(np.uint8)
+    bzp = rng.integers(0, 256, 11).astype(np.uint8)
+    w = GemvWeights(b)
+    out = np.full((2, 11), 7, np.int32)
+    for lo, hi in ((0, 5), (5, 6), (6, 11)):
+        gemv_int8(a, w.bt, np.int64(-9), w.col_sums, bzp, out, lo, hi)
+    want = (a.astype(np.int64) + 9) @ (b.astype(np.int64) - bzp.astype(np.int64))
+    np.testing.assert_array_equal(out, want)
