@@ -36,6 +36,15 @@ _spec.loader.exec_module(zoo)
 MODES = {"resnet18": "static", "mobilenet_v2": "static", "mlp": "dynamic", "transformer": "dynamic"}
 
 
+def _has_vnni() -> bool:
+    """Whether the CPU has int8 dot-product instructions (AVX-512 VNNI or AVX-VNNI), from /proc/cpuinfo."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "avx512_vnni" in flags or "avx_vnni" in flags
+
+
 def _inputs(proto, batch: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(zoo.input_shape(proto, batch)).astype(np.float32)
 
@@ -104,15 +113,19 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--agreement", type=int, default=100, help="inputs compared with onnxruntime int8")
-    p.add_argument("--reduce-range", action="store_true", help="7-bit weights (exact onnxruntime on AVX2 w/o VNNI)")
+    p.add_argument("--reduce-range", choices=("auto", "on", "off"), default="auto", nargs="?", const="on",
+                   help="7-bit weights, which onnxruntime computes exactly on CPUs without VNNI (auto: when this "
+                        "CPU lacks it, as onnxruntime recommends)")
     args = p.parse_args(argv)
+    args.reduce_range = args.reduce_range == "on" or (args.reduce_range == "auto" and not _has_vnni())
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             rows[name] = bench(name, args.small, Path(tmp), args)
             print(name, rows[name], file=sys.stderr, flush=True)
     print(f"\n{'small' if args.small else 'published-size'} models, batch 1, {args.threads} thread(s), median of "
-          f"{args.rounds} runs (ms); agreement of kernelkit int8 with onnxruntime int8 on {args.agreement} inputs\n")
+          f"{args.rounds} runs (ms); agreement of kernelkit int8 with onnxruntime int8 on {args.agreement} inputs; "
+          f"{'7' if args.reduce_range else '8'}-bit weights{'' if _has_vnni() else ' (no VNNI on this CPU)'}\n")
     print("| model | mode | onnxruntime int8 | kernelkit numba int8 | kernelkit / ort int8 | kernelkit numba fp32 "
           "| onnxruntime fp32 | kk int8 speed-up over kk fp32 | min cosine | same top-1 |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -65,3 +65,19 @@ def test_dot_product_shards_cover_their_columns():
         gemv_int8(a, w.bt, np.int64(-9), w.col_sums, bzp, out, lo, hi)
     want = (a.astype(np.int64) + 9) @ (b.astype(np.int64) - bzp.astype(np.int64))
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_qlinearconv_tiles_on_two_threads_equal_the_reference(k):
+    """A QLinearConv large enough to be cut into GEMM tiles on two threads (each tile one BLAS call,
+    then requantized) gives the reference's int8 output exactly."""
+    rng = np.random.default_rng(k)
+    x = rng.integers(-128, 128, (1, 64, 28, 28)).astype(np.int8)
+    w = rng.integers(-64, 64, (96, 64, k, k)).astype(np.int8)
+    inputs = [x, np.float32(0.05), np.int8(3), w, rng.uniform(0.001, 0.004, 96).astype(np.float32),
+              np.zeros(96, np.int8), np.float32(0.4), np.int8(-2), rng.integers(-9000, 9000, 96).astype(np.int32)]
+    attrs = {"pads": [k // 2] * 4, "activation": "Relu"}
+    (got,) = run_single_op("QLinearConv", inputs, attrs, vendors=["numba"], fallback=False, passes=False,
+                           constants=(3, 4, 5, 8), threads=2)
+    (want,) = run_single_op("QLinearConv", inputs, attrs, vendors=["reference"], fallback=False, passes=False)
+    np.testing.assert_array_equal(got, want)

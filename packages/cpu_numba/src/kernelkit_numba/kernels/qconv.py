@@ -18,7 +18,7 @@ from kernelkit.registry import register_kernel
 from .. import config
 from ..config import jit_parallel
 from ._range import tap_range
-from .conv import U, Conv, _conv_depthwise, _im2col, supports_1d_2d
+from .conv import Conv, U, _conv_depthwise, _edge, _im2col, supports_1d_2d, tile_grid
 from .epilogue import NONE
 from .qgemm import (
     NO_ACC,
@@ -30,6 +30,7 @@ from .qgemm import (
     dtype_reach,
     offset,
     requantize,
+    requantize_block,
     to_int32,
 )
 
@@ -176,6 +177,9 @@ class _IntegerConv(Conv):
         direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
         if not direct and (self._col is None or self._col.shape != (k_n, l_n)):
             self._col = np.empty((k_n, l_n), np.float32)
+        tiles = config.shard_count(mg * l_n, 2.0 * mg * k_n * l_n, unit=config.MIN_TILE_WORK)
+        m_tiles, p_tiles = tile_grid(mg, l_n, tiles)
+        sharded = requant is not None and len(blocks) == 1 and m_tiles * p_tiles > 1
         for n in range(n_n):
             for g in range(group):
                 xs = xf[n, g * cg:(g + 1) * cg]
@@ -185,6 +189,9 @@ class _IntegerConv(Conv):
                     col = self._col
                     args = (xs, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n)
                     config.parallel_for(_im2col, k_n, args, 2.0 * k_n * l_n)
+                if sharded:  # as the float Conv: (channel block, pixel block) tiles, each one BLAS call
+                    self._tiles(wblocks[g][0], col, g * mg, out4[n, g * mg:(g + 1) * mg], requant, m_tiles, p_tiles)
+                    continue
                 acc, has_acc = NO_ACC, False
                 for i, (k0, k1) in enumerate(blocks):
                     y = np.dot(wblocks[g][i], col[k0:k1], out=self.scratch("product", (mg, l_n)))
@@ -195,6 +202,24 @@ class _IntegerConv(Conv):
                     else:
                         channels = slice(g * mg, (g + 1) * mg)
                         finish(y, acc, has_acc, channels, out4[n, channels])
+
+
+    def _tiles(self, wg, col, m0, dst, requant, m_tiles, p_tiles):
+        """The product of one image and group cut into tiles run on the shard pool, each one BLAS
+        call at one thread into its block of the float32 scratch, then requantized into ``dst``."""
+        mg, l_n = wg.shape[0], col.shape[1]
+        y = self.scratch("product", (mg, l_n))
+        bias, mult, z, lo, hi = requant
+        bias, mult = bias[m0:m0 + mg], mult[m0:m0 + mg]
+
+        def tile(t):
+            mt, pt = divmod(t, p_tiles)
+            r0, r1 = mt * mg // m_tiles, (mt + 1) * mg // m_tiles
+            c0, c1 = _edge(pt, p_tiles, l_n), _edge(pt + 1, p_tiles, l_n)
+            np.matmul(wg[r0:r1], col[:, c0:c1], out=y[r0:r1, c0:c1])
+            requantize_block(y, bias, mult, z, lo, hi, dst, r0, r1, c0, c1)
+
+        config.run_shards(tile, m_tiles * p_tiles)
 
 
 def _supports(specs, attrs) -> bool:

@@ -21,8 +21,8 @@ from kernelkit.ops.qlinear import clamp_bounds, multiplier
 from kernelkit.registry import register_kernel
 from numba import prange
 
-from .._base import NumbaKernel
 from .. import config
+from .._base import NumbaKernel
 from ..config import jit_exact, jit_parallel
 from .quantize import dynamic_range, quantize_flat, quantize_offset
 
@@ -85,6 +85,20 @@ def requantize(y, acc, has_acc, bias, has_bias, mult, per_row, zp, lo, hi, out):
                 v = np.int32(np.int32(src[c]) + (bias[c] if col_bias else np.int32(0)))
                 q = np.float32(np.rint(np.float32(v) * (mult[c] if per_col_mult else m))) + zp
                 dst[c] = min(max(q, lo), hi)
+
+
+@jit_parallel
+def requantize_block(y, bias, mult, zp, lo, hi, out, r0, r1, c0, c1):
+    """requantize (per row: conv output channels) of the block [r0, r1) x [c0, c1) of y into the same
+    block of out: one tile of a sharded GEMM, right after its BLAS call."""
+    for r in range(r0, r1):
+        src = y[r]
+        dst = out[r]
+        b = np.int32(bias[r])
+        m = mult[r]
+        for c in range(c0, c1):
+            q = np.float32(np.rint(np.float32(np.int32(np.int32(src[c]) + b)) * m)) + zp
+            dst[c] = min(max(q, lo), hi)
 
 
 @jit_parallel

@@ -12,8 +12,8 @@ from kernelkit.ops.quantize import dynamic_params
 from kernelkit.registry import register_kernel
 from numba import prange
 
-from .._base import NumbaKernel
 from .. import config
+from .._base import NumbaKernel
 from ..config import jit_exact, jit_parallel
 
 
