@@ -81,3 +81,16 @@ def test_qlinearconv_tiles_on_two_threads_equal_the_reference(k):
                            constants=(3, 4, 5, 8), threads=2)
     (want,) = run_single_op("QLinearConv", inputs, attrs, vendors=["reference"], fallback=False, passes=False)
     np.testing.assert_array_equal(got, want)
+
+
+def test_blas_row_blocks_on_two_threads_are_exact():
+    """MatMulIntegerToFloat with enough rows and work to be cut into row blocks on two threads
+    (the transformer's projections): the exact product."""
+    rng = np.random.default_rng(2)
+    a = rng.integers(0, 256, (1, 256, 512)).astype(np.uint8)
+    b = rng.integers(-128, 128, (512, 300)).astype(np.int8)
+    one = np.float32(1)
+    (got,) = run_single_op("MatMulIntegerToFloat", [a, b, one, one, np.uint8(7), np.int8(-3)], domain="com.microsoft",
+                           vendors=["numba"], fallback=False, passes=False, constants=(1,), threads=2)
+    want = (a.astype(np.int64) - 7) @ (b.astype(np.int64) + 3)
+    np.testing.assert_array_equal(got, want.astype(np.float32))

@@ -271,13 +271,31 @@ def offset(x: np.ndarray, zp) -> np.ndarray:
     return out.reshape(x.shape)
 
 
+def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b; a 2-D b with enough work is cut into row blocks of a on the shard pool, one BLAS call
+    at one thread each (as the float Gemm and Conv do), so that ``Session(threads=n)`` reaches BLAS."""
+    rows, k_n, n_n = math.prod(a.shape[:-1]), a.shape[-1], b.shape[-1]
+    count = config.shard_count(rows, 2.0 * rows * k_n * n_n, unit=config.MIN_TILE_WORK) if b.ndim == 2 else 1
+    if count <= 1 or rows < 2 * count:
+        return np.matmul(a, b)
+    a2 = a.reshape(rows, k_n)
+    y = np.empty((rows, n_n), np.float32)
+
+    def block(i):
+        r0, r1 = i * rows // count, (i + 1) * rows // count
+        np.matmul(a2[r0:r1], b, out=y[r0:r1])
+
+    config.run_shards(block, count)
+    return y.reshape(*a.shape[:-1], n_n)
+
+
 def integer_product(af: np.ndarray, bf: np.ndarray, blocks, epilogue):
     """Exact (A - a_zp) @ (B - b_zp) from float32 offsets (..., M, K) @ (..., K, N), one BLAS call
     per exact K-block, blocks summed in int32; ``epilogue(y, acc, has_acc, shape)`` gets the last
     block's float32 result as 2-D (rows = all leading axes) and the int32 sum of the earlier ones."""
     acc, has_acc = NO_ACC, False
     for i, (k0, k1) in enumerate(blocks):
-        y = np.matmul(af[..., k0:k1], bf[..., k0:k1, :])
+        y = _matmul(af[..., k0:k1], bf[..., k0:k1, :])
         y2 = y.reshape(-1, y.shape[-1])
         if i == len(blocks) - 1:
             return epilogue(y2, acc, has_acc, y.shape)
