@@ -61,16 +61,17 @@ def main() -> None:
     args = ap.parse_args()
     model = chain(args.nodes)
     kk.load_backends()
-    rows = []
+    print(f"host cost per node, {args.nodes}-node Relu chain on (1,16), 1 thread, {args.repeats} runs (us)")
+    print(f"{'vendor':<12}{'cpu min':>9}{'wall min':>10}{'wall median':>13}")
     for v in args.vendors:
         best, median, cpu = per_node_us(model, v, args.repeats)
-        rows.append((f"host cost per node, {v}, {args.nodes}-node Relu chain (1,16), 1 thread",
-                     f"cpu {cpu:.2f} us (wall: min {best:.2f}, median {median:.2f})"))
+        print(f"{v:<12}{cpu:>9.2f}{best:>10.2f}{median:>13.2f}")
+    rows = []
     for n in args.build:
         wall, builder, session = build_s(n)
         rows.append((f"build a {n}-node chain (GraphBuilder + Session)",
                      f"wall {wall:.2f} s (cpu: GraphBuilder {builder:.2f} s + Session {session:.2f} s)"))
-    width = max(len(r[0]) for r in rows)
+    width = max((len(r[0]) for r in rows), default=0)
     for label, value in rows:
         print(f"{label:<{width}}  {value}")
 

@@ -65,7 +65,8 @@ def make_runner(step: Step) -> Callable[[list], None]:
             def run_out_scratch(env):
                 out = env[o]
                 r = call(*[env[i] for i in ins], out=out, scratch=env[sc])
-                env[o] = r if r is out else _settle(step, r, out)
+                if r is not out:  # out already sits in env[o]
+                    env[o] = _settle(step, r, out)
             return run_out_scratch
         if len(ins) == 1:
             (a,) = ins
@@ -73,7 +74,8 @@ def make_runner(step: Step) -> Callable[[list], None]:
             def run_out1(env):
                 out = env[o]
                 r = call(env[a], out=out)
-                env[o] = r if r is out else _settle(step, r, out)
+                if r is not out:  # out already sits in env[o]
+                    env[o] = _settle(step, r, out)
             return run_out1
         if len(ins) == 2:
             a, b = ins
@@ -81,13 +83,15 @@ def make_runner(step: Step) -> Callable[[list], None]:
             def run_out2(env):
                 out = env[o]
                 r = call(env[a], env[b], out=out)
-                env[o] = r if r is out else _settle(step, r, out)
+                if r is not out:  # out already sits in env[o]
+                    env[o] = _settle(step, r, out)
             return run_out2
 
         def run_out(env):
             out = env[o]
             r = call(*[env[i] for i in ins], out=out)
-            env[o] = r if r is out else _settle(step, r, out)
+            if r is not out:  # out already sits in env[o]
+                env[o] = _settle(step, r, out)
         return run_out
     seq = (tuple, list)
     if step.scratch_slot is None and len(outs) == 1 and outs[0] is not None:

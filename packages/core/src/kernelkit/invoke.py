@@ -8,6 +8,7 @@ call, as constant folding needs.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -46,7 +47,7 @@ def bind(entry: KernelEntry, node: Node, attrs: dict, device: Device, input_spec
     failing ``prepare`` is a KernelBuildError naming the node."""
     if not entry.is_class:
         fn, kwargs = entry.impl, kernel_attrs(entry, attrs, len(node.outputs))
-        return (lambda *xs, **kw: fn(*xs, **kw, **kwargs)) if kwargs else fn  # kw: out=, scratch=
+        return functools.partial(fn, **kwargs) if kwargs else fn  # out=/scratch= pass through; no Python frame
     kernel = entry.impl()
     kernel.context = KernelContext(node, device, options if options is not None else {}, threads)
     try:

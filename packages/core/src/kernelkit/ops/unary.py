@@ -73,10 +73,12 @@ def _erf_out(x, *, out=None):
 
 
 class _Zeros(dict):
-    """dtype -> its zero scalar, made once (making one per call costs more than Relu on a small tensor)."""
+    """dtype -> its zero as a read-only 0-d array, made once (making one per call costs more than
+    Relu on a small tensor; a ufunc takes a 0-d array ~0.3 us faster than a NumPy scalar)."""
 
     def __missing__(self, dtype):
-        zero = self[dtype] = dtype.type(0)
+        zero = self[dtype] = np.zeros((), dtype)
+        zero.setflags(write=False)
         return zero
 
 

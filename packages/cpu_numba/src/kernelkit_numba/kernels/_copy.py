@@ -105,8 +105,12 @@ class TakePlan:
         self.dims = np.array([len(t) for t in tables], np.int64)
         self.run = _run(tables[-1])
 
-    def __call__(self, x, fill=0.0):
-        y = np.empty(self.shape, x.dtype)
+    def __call__(self, x, fill=0.0, out=None):
+        """The gathered array, written into ``out`` (of as many elements, any shape) when given."""
+        if out is None:
+            y = np.empty(self.shape, x.dtype)
+        else:  # a C-contiguous out of another shape (Gather, Expand...): a view of it in the table shape
+            y = out if out.shape == self.shape else out.reshape(self.shape)
         if self.size:
             parallel_for(_take, self.size // self.shape[-1] if self.shape else 1,
                          (np.ascontiguousarray(x).reshape(-1), self.offsets, self.starts, self.dims, y.reshape(-1),
@@ -114,9 +118,9 @@ class TakePlan:
         return y
 
 
-def take(x, tables, fill=0.0):
+def take(x, tables, fill=0.0, out=None):
     """Gather ``x`` (any dtype the caller registered) through per-axis offset tables (see module)."""
-    return TakePlan(tables)(x, fill)
+    return TakePlan(tables)(x, fill, out)
 
 
 def _run(last):

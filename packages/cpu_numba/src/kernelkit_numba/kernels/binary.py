@@ -213,71 +213,78 @@ def _run(a, b, out, code):
     _shards(strided4, shape4[0] * shape4[1] * shape4[2], args, out.size)
 
 
-def _binary(a, b, code):
+def _binary(a, b, code, out=None):
+    """a op b (broadcast), into ``out`` when given: of the result's shape and dtype, possibly the
+    memory of an operand of that shape (each element is read before it is written)."""
     a = np.asarray(a)
     b = np.asarray(b, dtype=a.dtype)
-    out = np.empty(np.broadcast_shapes(a.shape, b.shape), a.dtype)
+    if out is None:
+        out = np.empty(np.broadcast_shapes(a.shape, b.shape), a.dtype)
     if out.size:
         _run(a, b, out, code)
     return out
 
 
-def _fold(xs, code):
-    out = _binary(xs[0], xs[1], code) if len(xs) > 1 else np.array(xs[0], copy=True)
-    for x in xs[2:]:
-        out = _binary(out, x, code)
-    return out
+def _fold(xs, code, out=None):
+    if len(xs) == 1:
+        if out is None:
+            return np.array(xs[0], copy=True)
+        np.copyto(out, xs[0])
+        return out
+    acc = xs[0]
+    for k, x in enumerate(xs[1:], 2):
+        acc = _binary(acc, x, code, out if k == len(xs) else None)
+    return acc
 
 
 def _same_dtype(specs, attrs) -> bool:
     return all(s is None or s.dtype == specs[0].dtype for s in specs)
 
 
-def add(a, b):
-    return _binary(a, b, ADD)
+def add(a, b, *, out=None):
+    return _binary(a, b, ADD, out)
 
 
-def sub(a, b):
-    return _binary(a, b, SUB)
+def sub(a, b, *, out=None):
+    return _binary(a, b, SUB, out)
 
 
-def mul(a, b):
-    return _binary(a, b, MUL)
+def mul(a, b, *, out=None):
+    return _binary(a, b, MUL, out)
 
 
-def div(a, b):
-    return _binary(a, b, DIV)
+def div(a, b, *, out=None):
+    return _binary(a, b, DIV, out)
 
 
-def pow_(x, y):
-    return _binary(x, y, POW)
+def pow_(x, y, *, out=None):
+    return _binary(x, y, POW, out)
 
 
-def prelu(x, slope):
+def prelu(x, slope, *, out=None):
     if np.broadcast_shapes(x.shape, np.shape(slope)) != x.shape:
         raise ValueError(f"PRelu slope {np.shape(slope)} does not broadcast to X {x.shape}")
-    return _binary(x, slope, PRELU)
+    return _binary(x, slope, PRELU, out)
 
 
-def max_(*xs):
-    return _fold(xs, MAX)
+def max_(*xs, out=None):
+    return _fold(xs, MAX, out)
 
 
-def min_(*xs):
-    return _fold(xs, MIN)
+def min_(*xs, out=None):
+    return _fold(xs, MIN, out)
 
 
-def sum_(*xs):
-    return _fold(xs, ADD)
+def sum_(*xs, out=None):
+    return _fold(xs, ADD, out)
 
 
-def mean(*xs):
-    out = _fold(xs, ADD)
+def mean(*xs, out=None):
+    out = _fold(xs, ADD, out)
     out /= out.dtype.type(len(xs))
     return out
 
 
-# an integer exponent (Pow's Y of another dtype) stays on the reference
 _SUPPORTS = {"Pow": _same_dtype}
 for _name, _fn in {"Add": add, "Sub": sub, "Mul": mul, "Div": div, "Pow": pow_, "PRelu": prelu, "Max": max_,
                    "Min": min_, "Sum": sum_, "Mean": mean}.items():

@@ -49,9 +49,10 @@ def _compare(a, b, oa, ob, starts, shape, out, code):
             dst[U(j)] = _test(ra[U(j * sa)], rb[U(j * sb)], code)
 
 
-def _apply(a, b, code):
+def _apply(a, b, code, out=None):
     shape = np.broadcast_shapes(a.shape, b.shape)
-    out = np.empty(shape, np.bool_)
+    if out is None:
+        out = np.empty(shape, np.bool_)
     if out.size:
         full = shape or (1,)
         a, b = (np.ascontiguousarray(t).reshape(t.shape or (1,)) for t in (a, b))
@@ -62,8 +63,8 @@ def _apply(a, b, code):
 
 
 def _kernel(code):
-    def kernel(a, b):
-        return _apply(a, b, code)
+    def kernel(a, b, *, out=None):
+        return _apply(a, b, code, out)
     return kernel
 
 

@@ -12,19 +12,19 @@ from .._base import threaded
 from ._copy import as_matrix, copy_cols
 
 
-def concat(*inputs, axis):
+def concat(*inputs, axis, out=None):
     first = inputs[0]
     axis = axis % max(first.ndim, 1)
     for x in inputs:
         if x.ndim != first.ndim or x.shape[:axis] + x.shape[axis + 1:] != first.shape[:axis] + first.shape[axis + 1:]:
             raise ValueError(f"Concat on axis {axis}: shapes {[t.shape for t in inputs]} differ off the axis")
     total = sum(x.shape[axis] for x in inputs)
-    y = np.empty(first.shape[:axis] + (total,) + first.shape[axis + 1:], first.dtype)
-    out = as_matrix(y, axis)
+    y = np.empty(first.shape[:axis] + (total,) + first.shape[axis + 1:], first.dtype) if out is None else out
+    dst = as_matrix(y, axis)
     col = 0
     for x in inputs:
         m = as_matrix(x.astype(y.dtype, copy=False), axis)
-        copy_cols(m, out, 0, col, m.shape[1])
+        copy_cols(m, dst, 0, col, m.shape[1])
         col += m.shape[1]
     return y
 

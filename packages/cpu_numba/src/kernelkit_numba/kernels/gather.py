@@ -28,22 +28,22 @@ def _gather_elements(x, idx, y):
             dst[U(i)] = src[ind[U(i)], U(i)]
 
 
-def gather(data, indices, *, axis=0):
+def gather(data, indices, *, axis=0, out=None):
     axis = axis % data.ndim
     idx = _checked(indices, data.shape[axis])
     st = strides(data)
     tables = [np.arange(d, dtype=np.int64) * s for d, s in zip(data.shape, st)]
     tables[axis] = idx.reshape(-1) * st[axis]
-    y = take(data, tables)
-    return y.reshape(data.shape[:axis] + idx.shape + data.shape[axis + 1:])
+    y = take(data, tables, out=out)
+    return out if out is not None else y.reshape(data.shape[:axis] + idx.shape + data.shape[axis + 1:])
 
 
-def gather_elements(data, indices, *, axis=0):
+def gather_elements(data, indices, *, axis=0, out=None):
     axis = axis % data.ndim
     idx = np.ascontiguousarray(_checked(indices, data.shape[axis]))
     if idx.ndim != data.ndim or any(i != d for k, (i, d) in enumerate(zip(idx.shape, data.shape)) if k != axis):
         raise ValueError(f"indices {idx.shape} must have the rank of data {data.shape} and its dims but on axis {axis}")
-    y = np.empty(idx.shape, data.dtype)
+    y = np.empty(idx.shape, data.dtype) if out is None else out
     if y.size:
         outer, inner = math.prod(idx.shape[:axis]), math.prod(idx.shape[axis + 1:])
         _gather_elements(np.ascontiguousarray(data).reshape(outer, data.shape[axis], inner),

@@ -33,7 +33,7 @@ def _source(size, begin, end, mode):
     return t + lo
 
 
-def pad(x, pads, constant_value=None, axes=None, *, mode="constant"):
+def pad(x, pads, constant_value=None, axes=None, *, mode="constant", out=None):
     widths = _resolve(x.shape, pads, axes)
     if mode != "constant":
         kept = [size + min(b, 0) + min(e, 0) for size, (b, e) in zip(x.shape, widths)]
@@ -42,7 +42,7 @@ def pad(x, pads, constant_value=None, axes=None, *, mode="constant"):
         if any(k == 0 and (b > 0 or e > 0) for k, (b, e) in zip(kept, widths)):
             raise ValueError(f"mode {mode!r} cannot pad an empty axis of shape {tuple(kept)}")
     fill = 0.0 if constant_value is None else constant_value.reshape(())
-    return take(x, axis_tables(x, [_source(size, b, e, mode) for size, (b, e) in zip(x.shape, widths)]), fill)
+    return take(x, axis_tables(x, [_source(size, b, e, mode) for size, (b, e) in zip(x.shape, widths)]), fill, out)
 
 
 register_kernel("Pad", device="cpu", vendor="numba", dtype="float32")(threaded(pad))

@@ -143,28 +143,26 @@ class MaxPool(_Pool):
             region = yc[(slice(None), slice(None), *out)]
             np.maximum(region, xc[(slice(None), slice(None), *src)], out=region)
 
-    def compute(self, x):
+    def compute(self, x, *, out=None):
         win = self._window(x.shape)
         x4 = self._as_2d(x)
         (kh, kw), (sh, sw), (dh, dw), (ph, pw) = win.kernel, win.strides, win.dilations, win.begin
-        y = np.empty(x4.shape[:2] + tuple(win.out), x4.dtype)
+        y = _output(x, x4.shape[:2] + tuple(win.out), out)
         if not self.want_indices:
             if getattr(self, "_offsets_key", None) != x4.shape:
                 self._offsets, self._offsets_key = list(kernel_offsets(x4.shape[2:], win)), x4.shape
             parallel_for(self._running_max, y.shape[1], (x4, y), 2.0 * y.size * kh * kw)
-            return y[:, :, 0, :] if x.ndim == 3 else y
+            return _result(x, y, out)
         idx = np.empty(y.shape, np.int64)
         parallel_for(_max_pool_indices, y.shape[0] * y.shape[1],
                      (x4, y, idx, kh, kw, sh, sw, dh, dw, ph, pw, self.attrs.get("storage_order", 0) == 1),
                      4.0 * y.size * kh * kw)
-        if x.ndim == 3:
-            return y[:, :, 0, :], idx[:, :, 0, :]
-        return y, idx
+        return _result(x, y, out), (idx[:, :, 0, :] if x.ndim == 3 else idx)
 
 
 @register_kernel("AveragePool", device="cpu", vendor="numba", dtype="float32", supports=_supports)
 class AveragePool(_Pool):
-    def compute(self, x):
+    def compute(self, x, *, out=None):
         win = self._window(x.shape)
         x4 = self._as_2d(x)
         h_n, w_n = x4.shape[2:]
@@ -176,15 +174,26 @@ class AveragePool(_Pool):
         else:
             cnt_h = _taps(oh_n, h_n, kh, sh, dh, ph, 0, h_n)
             cnt_w = _taps(ow_n, w_n, kw, sw, dw, pw, 0, w_n)
-        y = np.empty(x4.shape[:2] + (oh_n, ow_n), x4.dtype)
+        y = _output(x, x4.shape[:2] + (oh_n, ow_n), out)
         parallel_for(_avg_pool, y.shape[0] * y.shape[1],
                      (x4, y, cnt_h.astype(x4.dtype), cnt_w.astype(x4.dtype), kh, kw, sh, sw, dh, dw, ph, pw),
                      2.0 * y.size * kh * kw)
-        return y[:, :, 0, :] if x.ndim == 3 else y
+        return _result(x, y, out)
 
 
-def _global(x, is_max):
-    y = np.empty(x.shape[:2] + (1,) * (x.ndim - 2), x.dtype)
+def _output(x, shape4, out):
+    """The (N, C, H, W) array a pool writes: ``out`` (a unit-height view of it for 1-D pools) or a new one."""
+    if out is None:
+        return np.empty(shape4, x.dtype)
+    return out[:, :, None, :] if x.ndim == 3 else out
+
+
+def _result(x, y, out):
+    return out if out is not None else (y[:, :, 0, :] if x.ndim == 3 else y)
+
+
+def _global(x, is_max, out=None):
+    y = np.empty(x.shape[:2] + (1,) * (x.ndim - 2), x.dtype) if out is None else out
     if y.size == 0:  # empty batch or channel axis: an empty result, as the reference
         return y
     length = math.prod(x.shape[2:])
@@ -198,12 +207,12 @@ def _global(x, is_max):
     return y
 
 
-def global_average_pool(x):
-    return _global(x, False)
+def global_average_pool(x, *, out=None):
+    return _global(x, False, out)
 
 
-def global_max_pool(x):
-    return _global(x, True)
+def global_max_pool(x, *, out=None):
+    return _global(x, True, out)
 
 
 register_kernel("GlobalAveragePool", device="cpu", vendor="numba", dtype="float32")(threaded(global_average_pool))

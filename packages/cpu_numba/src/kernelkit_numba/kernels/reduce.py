@@ -43,11 +43,14 @@ def _reduce_rows(x, y, code):
             y[r] = total / l_n if code == MEAN else total
 
 
-def _reduce(data, axes, keepdims, noop_with_empty_axes, code):
+def _reduce(data, axes, keepdims, noop_with_empty_axes, code, out=None):
     axes = [] if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
     if not axes:
         if noop_with_empty_axes:
-            return data.copy()
+            if out is None:
+                return data.copy()
+            np.copyto(out, data)
+            return out
         axes = list(range(data.ndim))
     rank = data.ndim
     red = sorted({a % rank for a in axes}) if rank else []
@@ -56,7 +59,7 @@ def _reduce(data, axes, keepdims, noop_with_empty_axes, code):
     length = math.prod(data.shape[a] for a in red)
     out_shape = tuple(1 if a in red else data.shape[a] for a in range(rank)) if keepdims else \
         tuple(data.shape[a] for a in keep)
-    y = np.empty(out_shape, data.dtype)
+    y = np.empty(out_shape, data.dtype) if out is None else out
     if rows and length:
         x = np.ascontiguousarray(data.transpose(keep + red)).reshape(rows, length)
         _reduce_rows(x, y.reshape(rows), code)
@@ -65,24 +68,24 @@ def _reduce(data, axes, keepdims, noop_with_empty_axes, code):
     return y
 
 
-def reduce_sum(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
-    return _reduce(data, axes, keepdims, noop_with_empty_axes, SUM)
+def reduce_sum(data, axes=None, *, keepdims=1, noop_with_empty_axes=0, out=None):
+    return _reduce(data, axes, keepdims, noop_with_empty_axes, SUM, out)
 
 
-def reduce_mean(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
-    return _reduce(data, axes, keepdims, noop_with_empty_axes, MEAN)
+def reduce_mean(data, axes=None, *, keepdims=1, noop_with_empty_axes=0, out=None):
+    return _reduce(data, axes, keepdims, noop_with_empty_axes, MEAN, out)
 
 
-def reduce_max(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
-    return _reduce(data, axes, keepdims, noop_with_empty_axes, MAX)
+def reduce_max(data, axes=None, *, keepdims=1, noop_with_empty_axes=0, out=None):
+    return _reduce(data, axes, keepdims, noop_with_empty_axes, MAX, out)
 
 
-def reduce_min(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
-    return _reduce(data, axes, keepdims, noop_with_empty_axes, MIN)
+def reduce_min(data, axes=None, *, keepdims=1, noop_with_empty_axes=0, out=None):
+    return _reduce(data, axes, keepdims, noop_with_empty_axes, MIN, out)
 
 
-def reduce_prod(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
-    return _reduce(data, axes, keepdims, noop_with_empty_axes, PROD)
+def reduce_prod(data, axes=None, *, keepdims=1, noop_with_empty_axes=0, out=None):
+    return _reduce(data, axes, keepdims, noop_with_empty_axes, PROD, out)
 
 
 for _name, _fn in {"ReduceSum": reduce_sum, "ReduceProd": reduce_prod, "ReduceMean": reduce_mean,

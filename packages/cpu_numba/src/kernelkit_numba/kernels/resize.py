@@ -44,18 +44,19 @@ def _supports(specs, attrs) -> bool:
 
 
 def resize(x, roi=None, scales=None, sizes=None, *, axes=(), coordinate_transformation_mode="half_pixel",
-           keep_aspect_ratio_policy="stretch", mode="nearest", nearest_mode="round_prefer_floor"):
+           keep_aspect_ratio_policy="stretch", mode="nearest", nearest_mode="round_prefer_floor", out=None):
+    into = out
     scale, out = _plan(x.shape, scales, sizes, axes, keep_aspect_ratio_policy)
     if math.prod(out) == 0 or x.size == 0:
         if math.prod(out):
             raise ValueError(f"Resize cannot grow the empty input {x.shape} to {tuple(out)}")
-        return np.empty(tuple(out), x.dtype)
+        return np.empty(tuple(out), x.dtype) if into is None else into
     src = [np.arange(size, dtype=np.float64) if n == size and s == 1.0
            else _source(np.arange(n, dtype=np.float64), size, s, coordinate_transformation_mode)
            for size, s, n in zip(x.shape, scale, out)]
     if mode == "nearest":
         index = [np.clip(_nearest(c, nearest_mode), 0, size - 1) for c, size in zip(src, x.shape)]
-        return take(x, axis_tables(x, index))
+        return take(x, axis_tables(x, index), out=into)
     y = x
     for axis, (size, s, n, c) in enumerate(zip(x.shape, scale, out, src)):
         if n == size and s == 1.0:
@@ -67,6 +68,9 @@ def resize(x, roi=None, scales=None, sizes=None, *, axes=(), coordinate_transfor
         nxt = np.empty(y.shape[:axis] + (n,) + y.shape[axis + 1:], np.float64)
         _lerp_axis(np.ascontiguousarray(y).reshape(outer, size, inner), i0, i1, c - low, nxt.reshape(outer, n, inner))
         y = nxt
+    if into is not None:
+        np.copyto(into, y)
+        return into
     return y.astype(x.dtype)  # a fresh array even when no axis changed
 
 

@@ -31,9 +31,10 @@ def _where(cond, x, y, oc, ox, oy, starts, shape, out):
             dst[U(j)] = a[U(j * sx)] if c[U(j * sc)] else b[U(j * sy)]
 
 
-def where(condition, x, y):
+def where(condition, x, y, *, out=None):
     shape = np.broadcast_shapes(condition.shape, x.shape, y.shape)
-    out = np.empty(shape, x.dtype)
+    if out is None:
+        out = np.empty(shape, x.dtype)
     if out.size == 0:
         return out
     full = shape or (1,)
