@@ -6,11 +6,12 @@ Exact integer products on float32 BLAS: the operands minus their zero points are
 ``kc = 2**24 // (max|a - a_zp| * max|b - b_zp|)`` (at least 258, 518 for int8 weights) has every
 partial sum an integer below 2**24, which float32 represents exactly whatever order BLAS adds in.
 A longer K is cut into such blocks whose exact results are added in int32, so the result is
-the int32 accumulation ONNX defines, bit for bit, at float32 GEMM speed. (Numba cannot emit the
-int8 dot-product instructions itself: its integer arithmetic is 64-bit, see docs/quantization.md.)
-Constant weights are converted and packed once per kernel (``PackedWeights``); the requantize
-(+ bias, x per-channel multiplier, round half to even, + zero point, clamp for a fused Relu/Clip)
-is one parallel pass over the last block's result.
+the int32 accumulation ONNX defines, bit for bit, at float32 GEMM speed. Constant weights are
+converted and packed once per kernel (``PackedWeights``); the requantize (+ bias, x per-channel
+multiplier, round half to even, + zero point, clamp for a fused Relu/Clip) is one parallel pass
+over the last block's result. Products with few rows of A (batch-1 dense layers) are integer dot
+products on the raw int8 operands instead (``gemv_int8``: int32 arithmetic that LLVM turns into
+``vpmaddwd``), which read the int8 weights themselves; see docs/quantization.md.
 """
 from __future__ import annotations
 
