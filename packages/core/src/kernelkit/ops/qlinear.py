@@ -243,6 +243,9 @@ def _gemm_samples(rng, dtype):
         {"transA": 1, "transB": 1, "activation": "Relu"}
     yield [_int8(rng, dtype, 4, 8), _scales(rng), _zp(rng, dtype), _int8(rng, "int8", 8, 3), _scales(rng),
            np.int8(0), None, None, None], {"alpha": 0.5}  # float output
+    yield [_int8(rng, dtype, 12, 40), _scales(rng), _zp(rng, dtype), _int8(rng, "int8", 7, 40), _scales(rng, (7,)),
+           np.zeros(7, "int8"), rng.integers(-5000, 5000, 7).astype(np.int32), np.float32(0.5), _zp(rng, dtype)], \
+        {"transB": 1}  # more rows than the integer dot-product path takes: BLAS
 
 
 register_op("QGemm", domain="com.microsoft",

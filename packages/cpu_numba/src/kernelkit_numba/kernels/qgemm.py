@@ -415,9 +415,9 @@ class QGemm(NumbaKernel):
 
     def compute(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c=None, y_scale=None, y_zero_point=None):
         at = self.attrs
-        bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
-        af = offset(np.ascontiguousarray(a.T) if at.get("transA", 0) else a, a_zero_point)
-        n = bf.shape[1]
+        a_eff = np.ascontiguousarray(a.T) if at.get("transA", 0) else a
+        b_eff = b.T if at.get("transB", 0) else b  # (K, N)
+        n = b_eff.shape[1]
 
         def make():
             mult = multiplier(a_scale, b_scale, y_scale, at.get("alpha", 1.0))
@@ -441,7 +441,10 @@ class QGemm(NumbaKernel):
                 return out.astype(np.float32) * (mult.reshape(()) if mult.size == 1 else mult)
             return quantized_output(y, acc, has_acc, bias, mult, False, y_zero_point, bounds)
 
-        return integer_product(af, bf, blocks, finish)
+        if few_rows(a_eff.shape, b_eff):  # a classifier at batch 1: integer dot products on the int8 weights
+            return gemv_finish(self, a_eff, a_zero_point, b, b_zero_point, finish, bool(at.get("transB", 0)))
+        bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
+        return integer_product(offset(a_eff, a_zero_point), bf, blocks, finish)
 
 
 def conv_weight_offsets(w, zp) -> np.ndarray:
@@ -525,7 +528,9 @@ def float_epilogue(kernel, mult, bias):
     return finish
 
 
-def gemv_finish(kernel, a, a_zero_point, b, b_zero_point, finish):
-    """few_rows products: integer dot products on the raw operands, then ``finish``."""
-    y = gemv_product(a, a_zero_point, derived_weight(kernel, b, lambda: GemvWeights(b)), b_zero_point)
+def gemv_finish(kernel, a, a_zero_point, b, b_zero_point, finish, trans_b: bool = False):
+    """few_rows products: integer dot products on the raw operands, then ``finish``; B is ``b``, or
+    ``b.T`` with ``trans_b`` (QGemm's transB)."""
+    w = derived_weight(kernel, b, lambda: GemvWeights(b.T if trans_b else b))
+    y = gemv_product(a, a_zero_point, w, b_zero_point)
     return finish(y.reshape(-1, y.shape[-1]), NO_ACC, False, y.shape)
