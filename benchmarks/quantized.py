@@ -74,7 +74,7 @@ def _ort(path_or_proto, threads: int):
 
 
 def _kernelkit(model, threads: int):
-    sess = kernelkit.Session(model, threads=threads)
+    sess = kernelkit.Session(model, threads=threads, options={"numba_start": "eager"})  # compiles in the warm-up
     return lambda x: sess.run(None, {"x": x})[0]
 
 

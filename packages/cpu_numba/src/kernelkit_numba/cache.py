@@ -71,8 +71,9 @@ class CheckedCache(FunctionCache):
         return removed
 
 
-def checked(dispatcher):
-    """Give ``dispatcher`` (from ``numba.njit(cache=True)``) a :class:`CheckedCache`; returns it."""
-    if isinstance(getattr(dispatcher, "_cache", None), FunctionCache):
+def checked(dispatcher, enabled: bool = True):
+    """Give ``dispatcher`` (from ``numba.njit``) a :class:`CheckedCache` when ``enabled`` (a plain
+    function, as ``njit`` gives under NUMBA_DISABLE_JIT=1, is left alone); returns it."""
+    if enabled and hasattr(dispatcher, "enable_caching"):
         dispatcher._cache = CheckedCache(dispatcher.py_func)
     return dispatcher
