@@ -91,6 +91,7 @@ def models_ms(proto, shape, repeats: int) -> list[tuple[float, int]]:
     best = [float("inf")] * len(sessions)
     for sess in sessions:
         sess.run(None, feeds)
+    kk.backends.settle()  # numba kernels compiling in the background (tiered start) are ready
     for _ in range(repeats):
         for k, sess in enumerate(sessions):
             t0 = time.perf_counter()

@@ -7,9 +7,12 @@
 set -u
 MODE=${1:-quiet,loaded}
 ROUNDS=${2:-10}
-MODELS=${3:-resnet18,resnet50,mobilenetv2,transformer,mlp}
+MODELS=${3:-resnet18,resnet50,mobilenetv2,transformer,mlp,transformer_b8}
 PY=${PYTHON:-python3}
 export NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-/tmp/kk_numba_cache}
+# steady-state tables: kernels compile in the warm-up calls, not in the background during timed
+# blocks (docs/numba.md, "First call"); bench_first_run.py sets the start mode of its own processes
+export KERNELKIT_NUMBA_START=${KERNELKIT_NUMBA_START:-eager}
 pin() {
   if command -v taskset >/dev/null; then taskset -c 0,1 "$@"
   else "$PY" -c 'import os, sys; os.sched_setaffinity(0, {0, 1}); os.execvp(sys.argv[1], sys.argv[1:])' "$@"; fi

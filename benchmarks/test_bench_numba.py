@@ -156,17 +156,17 @@ def mobilenet_v2() -> tuple[onnx.ModelProto, int]:
     return net.build("x", (1, 3, 224, 224), net.head(x)), net.flops
 
 
-def transformer(layers=4, seq=128, d=256, heads=4, ffn=1024) -> tuple[onnx.ModelProto, int]:
+def transformer(layers=4, seq=128, d=256, heads=4, ffn=1024, batch=1) -> tuple[onnx.ModelProto, int]:
     net = OnnxNet("transformer")
-    net.shapes["x"] = (1, seq, d)
+    net.shapes["x"] = (batch, seq, d)
     x, dh = "x", d // heads
-    split = net.const(np.array([1, seq, heads, dh], np.int64), "shape")
-    merge = net.const(np.array([1, seq, d], np.int64), "shape")
+    split = net.const(np.array([batch, seq, heads, dh], np.int64), "shape")
+    merge = net.const(np.array([batch, seq, d], np.int64), "shape")
     scale = net.const(np.float32(1 / np.sqrt(dh)), "scale")
 
     def heads_of(t, perm):
-        t = net.node("Reshape", [t, split], (1, seq, heads, dh))
-        return net.node("Transpose", [t], tuple((1, seq, heads, dh)[p] for p in perm), perm=perm)
+        t = net.node("Reshape", [t, split], (batch, seq, heads, dh))
+        return net.node("Transpose", [t], tuple((batch, seq, heads, dh)[p] for p in perm), perm=perm)
 
     def norm(t):
         ones, zeros = net.const(np.ones(d, np.float32)), net.const(np.zeros(d, np.float32))
@@ -176,14 +176,14 @@ def transformer(layers=4, seq=128, d=256, heads=4, ffn=1024) -> tuple[onnx.Model
         q = heads_of(net.linear(x, d, d), [0, 2, 1, 3])
         k = heads_of(net.linear(x, d, d), [0, 2, 3, 1])
         v = heads_of(net.linear(x, d, d), [0, 2, 1, 3])
-        att = net.node("Mul", [net.matmul(q, k), scale], (1, heads, seq, seq))
-        att = net.node("Softmax", [att], (1, heads, seq, seq), axis=-1)
-        ctx = net.node("Transpose", [net.matmul(att, v)], (1, seq, heads, dh), perm=[0, 2, 1, 3])
-        ctx = net.node("Reshape", [ctx, merge], (1, seq, d))
+        att = net.node("Mul", [net.matmul(q, k), scale], (batch, heads, seq, seq))
+        att = net.node("Softmax", [att], (batch, heads, seq, seq), axis=-1)
+        ctx = net.node("Transpose", [net.matmul(att, v)], (batch, seq, heads, dh), perm=[0, 2, 1, 3])
+        ctx = net.node("Reshape", [ctx, merge], (batch, seq, d))
         x = norm(net.add(x, net.linear(ctx, d, d)))
-        hidden = net.node("Gelu", [net.linear(x, d, ffn)], (1, seq, ffn))
+        hidden = net.node("Gelu", [net.linear(x, d, ffn)], (batch, seq, ffn))
         x = norm(net.add(x, net.linear(hidden, ffn, d)))
-    return net.build("x", (1, seq, d), x), net.flops
+    return net.build("x", (batch, seq, d), x), net.flops
 
 
 def mlp(batch=64, sizes=(784, 1024, 1024, 10)) -> tuple[onnx.ModelProto, int]:
@@ -199,7 +199,7 @@ def mlp(batch=64, sizes=(784, 1024, 1024, 10)) -> tuple[onnx.ModelProto, int]:
 
 
 BUILDERS = {"resnet18": lambda: resnet(18), "resnet50": lambda: resnet(50), "mobilenetv2": mobilenet_v2,
-            "transformer": transformer, "mlp": mlp}
+            "transformer": transformer, "mlp": mlp, "transformer_b8": lambda: transformer(batch=8)}
 WANTED = [m for m in os.environ.get("KERNELKIT_BENCH_MODELS", ",".join(BUILDERS)).split(",") if m]
 ROUNDS = {"numba1": 20, "numba2": 20, "reference": 3, "ort1": 20, "ort2": 20}
 _cache: dict[str, tuple] = {}
@@ -417,6 +417,9 @@ def markdown(table: dict, names, title: str, runtimes=_RUNTIMES) -> str:
 if __name__ == "__main__":
     # python benchmarks/test_bench_numba.py [models] [rounds] [quiet,loaded]
     #   each runtime in its own process; run it pinned: taskset -c 0,1 python benchmarks/...
+    # Steady-state timing: numba kernels compile in the warm-up calls, not in the background while
+    # blocks are timed (tiered start, docs/numba.md "First call"); the child processes inherit it.
+    os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
     picked = sys.argv[1].split(",") if len(sys.argv) > 1 else WANTED
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 15
     modes = sys.argv[3].split(",") if len(sys.argv) > 3 else ["quiet", "loaded"]

@@ -28,6 +28,8 @@ VENDORS = installed_vendors()
 
 HOT_OPS = {"encoder": {"MatMul"}, "lstm": {"LSTM"}, "gru": {"GRU"}, "detection": {"TopK"},
            "bert_dynamo": {"GatherND"}}
+# on numba, fuse_attention turns the encoder's per-head MatMuls into one Attention node
+NUMBA_HOT_OPS = {**HOT_OPS, "encoder": {"Attention"}}
 
 
 DATA = Path(__file__).resolve().parent / "data" / "exported"
@@ -69,7 +71,7 @@ def test_numba_agrees_with_onnxruntime(exported):
     name, model, feeds, want = exported
     session = kernelkit.Session(model, vendors=["numba", "reference"], fallback=False)
     on_numba = {n.op for n in session.graph.nodes if session.placement()[n.name][1] == "numba"}
-    assert HOT_OPS[name] <= on_numba, (name, on_numba)
+    assert NUMBA_HOT_OPS[name] <= on_numba, (name, on_numba)
     _agree(name, session.run(None, feeds), want)
 
 

@@ -30,9 +30,10 @@ print(json.dumps({"close": bool(np.allclose(got, want, rtol=1e-5, atol=1e-6)),
 """
 
 
-def _probe(cache: Path) -> dict:
+def _probe(cache: Path, before: str = "") -> dict:
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
-    out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", before + _PROBE], env=env, capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -62,3 +63,19 @@ def test_corrupt_numba_cache_is_discarded_and_recompiled(tmp_path):
         assert hurt["hits"] == 0 and hurt["misses"] > 0
     healed = _probe(tmp_path)  # the next one loads what the previous one wrote back
     assert healed["close"] and not healed["warnings"] and healed["hits"] > 0 and healed["misses"] == 0, healed
+
+
+@pytest.mark.skipif(JIT_OFF, reason="nothing is compiled or cached when NUMBA_DISABLE_JIT=1")
+def test_a_change_anywhere_in_the_package_recompiles_its_kernels(tmp_path):
+    """Numba alone would reuse softmax's cached code after a helper module it inlines changed; the
+    index key carries the package's source fingerprint, so another fingerprint is a cache miss."""
+    from kernelkit_numba import cache
+
+    assert len(cache.package_fingerprint()) == 64
+    assert _probe(tmp_path)["misses"] > 0
+    again = _probe(tmp_path)
+    assert again["hits"] > 0 and again["misses"] == 0, again
+    edited = "import kernelkit_numba.cache as c\nc.package_fingerprint = lambda: 'edited'\n"
+    changed = _probe(tmp_path, before=edited)
+    assert changed["close"] and changed["hits"] == 0 and changed["misses"] > 0, changed
+    assert _probe(tmp_path)["misses"] == 0  # the original sources' entries are still there

@@ -72,6 +72,25 @@ def run_session_hooks(device: str, options: dict, scope=None) -> None:
             fn(device, options)
 
 
+_settle_hooks: list = []  # fn(timeout): waits for a backend's background work
+
+
+def register_settle_hook(fn) -> None:
+    """Register ``fn(timeout)``, which blocks until background work that earlier runs started has
+    ended (kernelkit_numba: kernels compiling off-thread while reference kernels stand in, its
+    tiered start). Benchmarks call ``settle()`` after the first run, so that the timed runs see the
+    finished kernels. Registering a function twice is a no-op."""
+    with _lock:
+        if fn not in _settle_hooks:
+            _settle_hooks.append(fn)
+
+
+def settle(timeout: float | None = None) -> None:
+    """Call every settle hook (see ``register_settle_hook``)."""
+    for fn in list(_settle_hooks):
+        fn(timeout)
+
+
 def installed_packages() -> list[tuple[str, str, list[str]]]:
     """``(distribution, version, backend entry-point names)`` for kernelkit itself and every installed
     distribution that depends on it or plugs into a ``kernelkit.*`` entry-point group; kernelkit

@@ -27,6 +27,7 @@ class KernelContext:
     device: Device
     options: dict = field(default_factory=dict)
     threads: int | None = None
+    vendors: tuple | None = None  # the session's vendor list (None: any), e.g. for a backend's stand-ins
 
 
 def kernel_attrs(entry: KernelEntry, attrs: dict, n_outputs: int) -> dict:

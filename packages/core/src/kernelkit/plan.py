@@ -220,6 +220,7 @@ class Compiler:
             step.call = bind(entry, step.node, attrs, step.device, specs)
             return
         kernel = bind(entry, step.node, attrs, step.device, specs, self.options, self.threads)
+        kernel.context.vendors = self.vendors
         step.kernel = kernel
         if hasattr(kernel, "scratch_bytes") and callable(kernel.scratch_bytes):
             step.scratch = kernel.scratch_bytes

@@ -3,16 +3,30 @@
 ``initialize`` (the ``kernelkit.backends`` entry point) only imports the kernel modules (every
 public module of ``kernels/``, found with ``kernelkit.discovery``), whose ``register_kernel``
 decorators register them; nothing is compiled until a kernel first runs
-(compiled code is cached on disk, see ``config``).
+(compiled code is cached on disk, see ``config``). Kernels compile off the model's thread while
+the node runs its reference kernel (``tiered``; ``$KERNELKIT_NUMBA_START=eager`` turns it off).
 """
 from __future__ import annotations
 
 
 def initialize() -> None:
     """Register this backend's kernels with kernelkit (entry point)."""
+    from kernelkit.backends import register_session_hook, register_settle_hook
     from kernelkit.discovery import import_submodules
 
+    from . import tiered
+
     import_submodules(f"{__name__}.kernels")
+    register_session_hook(tiered.check_options)  # a bad numba_start option fails the build
+    register_settle_hook(tiered.wait)  # benchmarks wait for kernels compiling in the background
+
+
+def wait_compiled(timeout: float | None = None) -> bool:
+    """Block until the kernels being compiled in the background (tiered start) are ready; False if
+    ``timeout`` seconds passed first. Call it after a first run before timing steady-state speed."""
+    from . import tiered
+
+    return tiered.wait(timeout)
 
 
 def cache_info() -> dict:

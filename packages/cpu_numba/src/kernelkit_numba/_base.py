@@ -10,7 +10,7 @@ import numpy as np
 from kernelkit.errors import OpAttributeError
 from kernelkit.layout import physical_shape
 
-from . import config, progress
+from . import config, progress, tiered
 
 
 def readonly(a):
@@ -59,6 +59,8 @@ class NumbaKernel:
     uses_blas = False  # kernels that call BLAS (np.dot/np.matmul): BLAS at one thread, shards in parallel
     takes_out = False  # set per class from ``compute``'s signature
     input_specs: list = []
+    _tier_mode = _tier_trial = _tier_ref = None  # tiered start (tiered.py): mode, pending trial, reference
+    _tier_count = 0
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -75,6 +77,7 @@ class NumbaKernel:
         self.setup(input_specs)
 
     def resize(self, input_specs) -> None:
+        tiered.settle(self)  # a background trial of this node ends before its state changes
         self.input_specs = list(input_specs)
         self.setup(input_specs)
 
@@ -82,7 +85,7 @@ class NumbaKernel:
         pass
 
     def execute(self, *inputs):  # replaced per subclass by _execute / _execute_out
-        return self.run(inputs, None)
+        return tiered.call(self, self.run, inputs, None)
 
     def run(self, inputs: tuple, out):
         """``compute`` on read-only ``inputs`` at this call's thread budget."""
@@ -131,7 +134,7 @@ class NumbaKernel:
         if fixed == 1 and not self.uses_blas:
             fast = self.serial_call(step)
             if fast is not None:
-                return fast
+                return tiered.bound(self, fast)  # never compiles on this thread (tiered.py)
         compute, takes_out, blas, local = self.bound_compute(), self.takes_out, self.uses_blas, config._local
         threads_for = self.threads_for
 
@@ -147,7 +150,7 @@ class NumbaKernel:
             finally:
                 local.threads = was
 
-        return call
+        return tiered.bound(self, call)  # never compiles on this thread (tiered.py)
 
     def serial_call(self, step):
         """A call ``(*inputs, out=None)`` for inputs of the prepared shapes that runs on the
@@ -184,12 +187,12 @@ class NumbaKernel:
 
 def _execute(self, *inputs):
     """Run the kernel on ``inputs``; returns its output(s), allocated."""
-    return self.run(inputs, None)
+    return tiered.call(self, self.run, inputs, None)
 
 
 def _execute_out(self, *inputs, out=None):
     """Run the kernel on ``inputs``, writing its output into ``out`` when given; returns it."""
-    return self.run(inputs, out)
+    return tiered.call(self, self.run, inputs, out)
 
 
 class FunctionKernel(NumbaKernel):

@@ -8,16 +8,24 @@ each kernelkit dispatcher: a load that fails for any reason deletes the function
 files, warns once per process, and returns "not cached", so Numba compiles the kernel and writes a
 fresh entry. A save that fails costs only speed and is logged.
 
+Numba keys an entry on the kernel's own bytecode and its file's time stamp, not on the helpers it
+inlines from other modules (an epilogue, a typed index, a constant): editing ``epilogue.py`` would
+leave ``conv.py``'s cached code in use. The index key therefore also carries a fingerprint of every
+source file of this package, so any change to the package recompiles its kernels.
+
 The cache folder must be writable only by the user (it holds pickles, which this module does not make
 safe to read from someone else); ``NUMBA_CACHE_DIR`` moves it.
 """
 from __future__ import annotations
 
 import glob
+import hashlib
 import logging
 import os
 import threading
 import warnings
+from functools import cache
+from pathlib import Path
 
 from numba.core.caching import FunctionCache
 
@@ -37,8 +45,23 @@ def _warn_once(message: str) -> None:
     warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
+@cache
+def package_fingerprint() -> str:
+    """SHA-256 over the names and contents of this package's ``.py`` files (computed once)."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 class CheckedCache(FunctionCache):
-    """``FunctionCache`` whose unreadable entries are discarded and recompiled (see the module doc)."""
+    """``FunctionCache`` whose unreadable entries are discarded and recompiled, keyed also on the
+    package's sources (see the module doc)."""
+
+    def _index_key(self, sig, codegen):
+        return (*super()._index_key(sig, codegen), package_fingerprint())
 
     def load_overload(self, sig, target_context):
         try:
@@ -71,8 +94,9 @@ class CheckedCache(FunctionCache):
         return removed
 
 
-def checked(dispatcher):
-    """Give ``dispatcher`` (from ``numba.njit(cache=True)``) a :class:`CheckedCache`; returns it."""
-    if isinstance(getattr(dispatcher, "_cache", None), FunctionCache):
+def checked(dispatcher, enabled: bool = True):
+    """Give ``dispatcher`` (from ``numba.njit``) a :class:`CheckedCache` when ``enabled`` (a plain
+    function, as ``njit`` gives under NUMBA_DISABLE_JIT=1, is left alone); returns it."""
+    if enabled and hasattr(dispatcher, "enable_caching"):
         dispatcher._cache = CheckedCache(dispatcher.py_func)
     return dispatcher

@@ -34,6 +34,7 @@ import numba
 import numpy as np
 
 from .cache import checked  # unreadable cache entries are recompiled
+from .tiered import carry_guard, hook  # kernels compile off the calling thread (tiered start)
 
 log = logging.getLogger("kernelkit.numba")
 
@@ -49,19 +50,26 @@ ERROR_MODEL = "numpy"
 BOUNDSCHECK = False
 NOGIL = True
 
-_FLAGS = dict(cache=CACHE, fastmath=set(FASTMATH), error_model=ERROR_MODEL, boundscheck=BOUNDSCHECK,
-              nogil=NOGIL)
+# cache=CACHE is applied by ``checked`` (one CheckedCache per dispatcher; numba.njit(cache=True)
+# would first build a FunctionCache of its own, probing the cache folder again)
+_FLAGS = dict(fastmath=set(FASTMATH), error_model=ERROR_MODEL, boundscheck=BOUNDSCHECK, nogil=NOGIL)
 
 
 def jit(fn):
     """Compile ``fn`` as a serial nopython kernel with the backend's flags."""
-    return checked(numba.njit(**_FLAGS)(fn))
+    return hook(checked(numba.njit(**_FLAGS)(fn), CACHE))
 
 
 def jit_inline(fn):
     """A scalar helper inlined into its callers at Numba IR level: a branch on a caller's
     compile-time constant (a closure variable) then folds away before LLVM sees the loop."""
-    return checked(numba.njit(inline="always", **_FLAGS)(fn))
+    return checked(numba.njit(inline="always", **_FLAGS)(fn), CACHE)
+
+
+def jit_exact(fn):
+    """A kernel without the ``contract`` flag: each float32 multiply and add rounds on its own, as
+    NumPy's separate ops do (fused kernels that must equal op by op bit for bit, e.g. qgemm.to_float)."""
+    return checked(numba.njit(**{**_FLAGS, "fastmath": set(FASTMATH - {"contract"})})(fn))
 
 
 _local = threading.local()  # .threads: this thread's budget for the current kernel call
@@ -70,7 +78,7 @@ _local = threading.local()  # .threads: this thread's budget for the current ker
 def jit_parallel(fn):
     """Compile a kernel that ``parallel_for`` runs over shards of its outer loop (serial code: a
     ``prange`` in it is a plain loop)."""
-    return checked(numba.njit(**_FLAGS)(fn))
+    return hook(checked(numba.njit(**_FLAGS)(fn), CACHE))
 
 
 def default_threads() -> int:
@@ -140,7 +148,8 @@ def parallel_for(kernel, total: int, args: tuple, work: float) -> None:
         return
     from .shards import POOL
 
-    POOL.run(lambda i: kernel(*args, i * total // count, (i + 1) * total // count), count, current_threads())
+    POOL.run(carry_guard(lambda i: kernel(*args, i * total // count, (i + 1) * total // count)), count,
+             current_threads())
 
 
 def readonly(a):
@@ -157,7 +166,7 @@ def run_shards(fn, count: int) -> None:
     """``fn(i)`` for ``i`` in ``range(count)`` on the shard pool at this call's thread budget."""
     from .shards import POOL
 
-    POOL.run(fn, count, current_threads())
+    POOL.run(carry_guard(fn), count, current_threads())
 
 
 # Below this much work (about one flop or element step per unit, ~0.3-1 ms on one core) a kernel

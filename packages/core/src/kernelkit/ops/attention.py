@@ -122,7 +122,8 @@ def _samples(rng, dtype):
 
     yield [r(2, 3, 4, 8), r(2, 3, 6, 8), r(2, 3, 6, 8)], {}
     yield [r(2, 4, 4, 8), r(2, 2, 6, 8), r(2, 2, 6, 5), rng.random((4, 6)) < 0.7], {"is_causal": 0}
-    yield [r(2, 4, 24), r(2, 6, 12), r(2, 6, 12)], {"q_num_heads": 3, "kv_num_heads": 3, "is_causal": 1}
+    yield [r(2, 4, 24), r(2, 6, 24), r(2, 6, 12)], {"q_num_heads": 3, "kv_num_heads": 3, "is_causal": 1}
+    yield [r(2, 4, 24), r(2, 6, 12), r(2, 6, 6)], {"q_num_heads": 6, "kv_num_heads": 3, "scale": 0.5}
     yield [r(1, 2, 3, 4), r(1, 2, 3, 4), r(1, 2, 3, 4), None, r(1, 2, 2, 4), r(1, 2, 2, 4)], {"is_causal": 1}
 
 

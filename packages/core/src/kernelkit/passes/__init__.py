@@ -116,5 +116,6 @@ def run_passes(graph: Graph, selection: Iterable[str] | bool | None = None,
 
 
 # registers the built-in passes in pipeline order (quantized: fuse_qdq, before fuse_activation;
-# layouts: the layout pass, final: it runs once, after the others reach their fixed point)
-from . import builtin, layouts, quantized  # noqa: E402,F401
+# layouts: the layout pass, final: it runs once, after the others reach their fixed point;
+# attention: fuse_attention, after fuse_activation)
+from . import attention, builtin, layouts, quantized  # noqa: E402,F401

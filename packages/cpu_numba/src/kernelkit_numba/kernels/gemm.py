@@ -1,7 +1,8 @@
 """Gemm and MatMul: the product goes to BLAS at one thread per call, cut into output tiles that the
 shard pool runs in parallel (``np.matmul`` on views, transposes passed as BLAS strides rather than
 copies); each tile's scaling, bias and activation are applied by a Numba loop right after its
-GEMM, while the tile is still in cache."""
+GEMM, while the tile is still in cache. The output is the plan's arena buffer (``out=``) when the
+session gives one."""
 from __future__ import annotations
 
 import math
@@ -14,12 +15,37 @@ from .._base import NumbaKernel
 from .conv import _edge, tile_grid
 from .epilogue import NONE, scale_bias_act_cols
 
+# A GEMM of at least 2 * config.MIN_TILE_WORK flops (2^23, ~0.1 ms on one core) runs on every
+# thread of the budget, cut into TILES_PER_THREAD tiles per thread of at least MIN_TILE_WORK: the
+# transformer's 128x256x256 projections (17 MFLOP) are worth two threads as two tiles, not as
+# eight (each tile repacks its panels: eight 128-column tiles of a 128x256x1024 product cost 1.28x
+# the whole product at one thread on the quiet Xeon).
+TILES_PER_THREAD = 2  # a worker that loses its core mid-tile holds up half a thread's share at most
+
+
+def gemm_work(flops: float) -> float:
+    """A GEMM's flops in the units of ``config.SERIAL_WORK`` (set for loops doing about one flop
+    per element step), scaled so that every GEMM of at least 2 * MIN_TILE_WORK flops goes to the
+    pool: BLAS does those flops several times faster than such loops."""
+    return flops * max(1.0, config.SERIAL_WORK / (2.0 * config.MIN_TILE_WORK))
+
+
+def tile_count(flops: float) -> int:
+    """Tiles of one GEMM at this call's thread budget (1: no pool): one per thread below
+    8 * MIN_TILE_WORK flops (each tile repacks its panels; column tiles of a 128x256x256 product
+    cost 1.06x the whole at two, 1.12x at four on the AMD box), TILES_PER_THREAD above."""
+    threads = config.current_threads()
+    if threads <= 1 or flops < 2 * config.MIN_TILE_WORK:
+        return 1
+    per_thread = 1 if flops < 8 * config.MIN_TILE_WORK else TILES_PER_THREAD
+    return int(max(2, min(per_thread * threads, flops // max(1, config.MIN_TILE_WORK))))
+
 
 def tiled_matmul(a, b, out, epilogue=None) -> None:
     """out (M, N) = a (M, K) @ b (K, N), cut into tiles run on the shard pool; ``epilogue(r0, r1,
     c0, c1)`` runs on each finished tile."""
     m, n = out.shape
-    rows, cols = tile_grid(m, n, config.shard_count(m * n, 2.0 * m * n * a.shape[1], unit=config.MIN_TILE_WORK))
+    rows, cols = tile_grid(m, n, tile_count(2.0 * m * n * a.shape[1]))
 
     def tile(t):
         mt, pt = divmod(t, cols)
@@ -45,14 +71,14 @@ class Gemm(NumbaKernel):
         self.act = self.fused_activation(input_specs)
 
     def work(self, a, b, c=None):
-        return 2.0 * a.size * (b.size // max(1, a.shape[0] if self.attrs.get("transA", 0) else a.shape[1]))
+        return gemm_work(2.0 * a.size * (b.size // max(1, a.shape[0] if self.attrs.get("transA", 0) else a.shape[1])))
 
-    def compute(self, a, b, c=None):
+    def compute(self, a, b, c=None, *, out=None):
         at = self.attrs
         dtype = a.dtype
         lhs = a.T if at.get("transA", 0) else a
         rhs = b.T if at.get("transB", 0) else b
-        y = np.empty((lhs.shape[0], rhs.shape[1]), dtype)
+        y = np.empty((lhs.shape[0], rhs.shape[1]), dtype) if out is None else out
         n = y.shape[1]
         alpha, beta = dtype.type(at.get("alpha", 1.0)), dtype.type(at.get("beta", 1.0))
         code, p0, p1 = self.act
@@ -92,12 +118,18 @@ class MatMul(NumbaKernel):
         m = a.shape[-2] if a.ndim > 1 else 1
         n = b.shape[-1] if b.ndim > 1 else 1
         batch = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-        return 2.0 * batch * m * n * (a.shape[-1] if a.ndim else 1)
+        return gemm_work(2.0 * batch * m * n * (a.shape[-1] if a.ndim else 1))
 
-    def compute(self, a, b):
+    def compute(self, a, b, *, out=None):
         code, p0, p1 = self.act
         if a.ndim < 2 or b.ndim < 2 or config.current_threads() == 1:  # one NumPy call, as the reference
-            y = np.asarray(np.matmul(a, b))  # vector @ vector gives a NumPy scalar: keep a 0-d array
+            if out is not None and a.ndim >= 2 and b.ndim >= 2:
+                y = np.matmul(a, b, out=out)
+            else:
+                y = np.asarray(np.matmul(a, b))  # vector @ vector gives a NumPy scalar: keep a 0-d array
+                if out is not None:
+                    out[...] = y
+                    y = out
             if code != NONE and y.size:
                 rows = y.reshape(-1, y.shape[-1] if y.ndim else 1)
                 zeros = config.readonly(np.zeros(rows.shape[1], y.dtype))
@@ -107,7 +139,7 @@ class MatMul(NumbaKernel):
         m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
         if b.shape[-2] != k:
             raise ValueError(f"MatMul operands {a.shape} and {b.shape} do not align")
-        y = np.empty(batch + (m, n), a.dtype)
+        y = np.empty(batch + (m, n), a.dtype) if out is None else out
         a3 = np.broadcast_to(a, batch + (m, k))
         b3 = np.broadcast_to(b, batch + (k, n))
         items = math.prod(batch)
@@ -115,8 +147,7 @@ class MatMul(NumbaKernel):
         one, zero = y.dtype.type(1), y.dtype.type(0)
         if y.size == 0:
             return y
-        per_item = config.shard_count(items * m * n, 2.0 * items * m * n * k, unit=config.MIN_TILE_WORK)
-        rows, cols = tile_grid(m, n, -(-per_item // items))
+        rows, cols = tile_grid(m, n, -(-tile_count(2.0 * items * m * n * k) // items))
 
         items_at = list(np.ndindex(batch)) if batch else [()]
 

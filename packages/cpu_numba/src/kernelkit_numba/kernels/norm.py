@@ -39,8 +39,9 @@ def _layer_norm(x, scale, bias, eps, y, mean_out, inv_out, lo, hi):
         src = x[r]
         dst = y[r]
         mean, inv = _moments(src, eps)
+        m, k = src.dtype.type(mean), src.dtype.type(inv)  # the row in the tensor's precision: full SIMD width
         for i in range(d_n):
-            dst[U(i)] = (src[U(i)] - mean) * inv * scale[U(i)] + bias[U(i)]
+            dst[U(i)] = (src[U(i)] - m) * k * scale[U(i)] + bias[U(i)]
         mean_out[r] = mean
         inv_out[r] = inv
 
@@ -79,16 +80,20 @@ def _planes(x):
     return np.ascontiguousarray(x).reshape(x.shape[0], x.shape[1], math.prod(x.shape[2:]))
 
 
+def _per_element(p, inner, d_n, dtype):
+    """A scale/bias as d_n contiguous values (the common case, a 1-D constant of that size, as is)."""
+    if p.shape == (d_n,) and p.dtype == dtype and p.flags.c_contiguous:
+        return p
+    return np.ascontiguousarray(np.broadcast_to(p, inner), dtype).reshape(d_n)
+
+
 def layer_normalization(x, scale, b=None, *, axis=-1, epsilon=1e-5):
     axis = axis % x.ndim
     inner = x.shape[axis:]
     d_n = math.prod(inner)
     rows = np.ascontiguousarray(x).reshape(math.prod(x.shape[:axis]), d_n)
-    scale = np.ascontiguousarray(np.broadcast_to(scale, inner), x.dtype).reshape(d_n)
-    if b is None:
-        bias = np.zeros(d_n, x.dtype)
-    else:
-        bias = np.ascontiguousarray(np.broadcast_to(b, inner), x.dtype).reshape(d_n)
+    scale = _per_element(scale, inner, d_n, x.dtype)
+    bias = np.zeros(d_n, x.dtype) if b is None else _per_element(b, inner, d_n, x.dtype)
     y = np.empty(x.shape, x.dtype)
     stats = x.shape[:axis] + (1,) * (x.ndim - axis)
     mean, inv = np.empty(stats, x.dtype), np.empty(stats, x.dtype)

@@ -1,6 +1,7 @@
 """Softmax and LogSoftmax along one axis (ONNX opset 13). The tensor is viewed as
 (outer, L, inner): with inner == 1 (the last axis, the common case) each contiguous row is
-normalized (max shift and normalization in Numba, the exp in NumPy's vectorised loop);
+normalized (Softmax: max shift, a vectorised float32 exp and the sums in one Numba pass,
+then the division; LogSoftmax: the exp from NumPy's vectorised loop);
 otherwise each (L, inner) block is normalized column-wise with the inner axis innermost, so the
 loops stay contiguous."""
 from __future__ import annotations
@@ -11,7 +12,7 @@ import numpy as np
 from kernelkit.registry import register_kernel
 
 from .._base import threaded
-from ..config import jit_parallel, parallel_for
+from ..config import jit, jit_parallel, parallel_for
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
@@ -48,6 +49,56 @@ def _normalize_rows(e, y, log, lo, hi):
                 dst[U(k)] = src[U(k)] * scale
 
 
+# exp(t) for t <= 0 in float32 arithmetic that LLVM vectorises: t = n ln2 + r (n = round(t / ln2),
+# ln2 split in two so n ln2 is exact), exp(r) by its degree-6 Taylor polynomial on |r| <= ln2 / 2
+# (relative error <= 1.2e-7), and 2^n added to the exponent bits. t is clamped at -87 (n >= -126,
+# a normal result): exp(-87) = 1.6e-38 stands for anything smaller, far below float32 tolerances.
+_LOG2E, _LN2_HI, _LN2_LO = np.float32(1.4426950408889634), np.float32(0.693359375), np.float32(-2.12194440e-4)
+_C2, _C3, _C4, _C5, _C6 = (np.float32(1 / 2), np.float32(1 / 6), np.float32(1 / 24), np.float32(1 / 120),
+                           np.float32(1 / 720))
+_FLOOR = np.float32(-87.0)
+_ONE, _HALF = np.float32(1.0), np.float32(0.5)
+
+
+@jit
+def exp_rows(s, scale, sums, powers):
+    """In place on s (R, N) float32, C-contiguous: s = exp(s * scale - max(s * scale)) per row,
+    sums[i] = the row's sum (float64). ``powers``: int32 scratch of N. Rows whose max is NaN or
+    +-inf take the exact path with the reference's rules (NaN everywhere for a NaN or +inf max;
+    an all -inf row is shifted by 0, so its exps are 0)."""
+    n = s.shape[1]
+    bits = s.view(np.int32)
+    for i in range(s.shape[0]):
+        row, rbits = s[i], bits[i]
+        top = np.float32(-np.inf)
+        nan = False
+        for j in range(n):
+            t = row[U(j)] * scale
+            row[U(j)] = t
+            top = t if t > top else top
+            nan |= t != t
+        if nan or top == np.inf or top == -np.inf:
+            shift = np.nan if nan else (0.0 if top == -np.inf else top)
+            total = 0.0
+            for j in range(n):
+                e = math.exp(row[U(j)] - shift)
+                row[U(j)] = e
+                total += e
+            sums[i] = total
+            continue
+        for j in range(n):
+            t = max(row[U(j)] - top, _FLOOR)
+            k = np.floor(t * _LOG2E + _HALF)
+            r = (t - k * _LN2_HI) - k * _LN2_LO
+            row[U(j)] = _ONE + r * (_ONE + r * (_C2 + r * (_C3 + r * (_C4 + r * (_C5 + r * _C6)))))
+            powers[U(j)] = np.int32(k) << 23
+        total = 0.0
+        for j in range(n):
+            rbits[U(j)] += powers[U(j)]
+            total += row[U(j)]
+        sums[i] = total
+
+
 def _softmax_rows(x, y, log):
     """Rows of (R, L): shift by the row max (Numba), exp (NumPy's SIMD loop, several times faster
     per element than a scalar libm call from Numba), normalize (Numba)."""
@@ -55,11 +106,27 @@ def _softmax_rows(x, y, log):
 
 
 def _rows_shard(x, y, log, lo, hi):
-    """Rows [lo, hi): three passes over rows still in cache."""
-    _shift_rows(x, y, lo, hi)
+    """Rows [lo, hi): passes over rows still in cache. Softmax: the shifted exp and its sums in one
+    Numba pass (``exp_rows``), then the division; LogSoftmax: the shift, NumPy's exp, the log-sum."""
     part = y[lo:hi]
-    e = np.exp(part) if log else np.exp(part, out=part)
-    _normalize_rows(e, part, log, 0, hi - lo)
+    if log:
+        _shift_rows(x, y, lo, hi)
+        _normalize_rows(np.exp(part), part, log, 0, hi - lo)
+        return
+    part[...] = x[lo:hi]
+    sums = np.empty(hi - lo)
+    exp_rows(part, np.float32(1), sums, np.empty(part.shape[1], np.int32))
+    _scale_rows(part, sums)
+
+
+@jit
+def _scale_rows(y, sums):
+    """y[i, :] *= 1 / sums[i]."""
+    for i in range(y.shape[0]):
+        row = y[i]
+        inv = np.float32(1.0 / sums[i])
+        for j in range(row.shape[0]):
+            row[U(j)] *= inv
 
 
 @jit_parallel
@@ -89,8 +156,8 @@ def _softmax_blocks(x, y, log, lo, hi):
                     dst[k, U(i)] *= total[U(i)]
 
 
-def _run(x, axis, log):
-    y = np.empty(x.shape, x.dtype)
+def _run(x, axis, log, out=None):
+    y = np.empty(x.shape, x.dtype) if out is None else out
     if x.size == 0:
         return y
     rank = max(x.ndim, 1)
@@ -105,12 +172,12 @@ def _run(x, axis, log):
     return y
 
 
-def softmax(x, *, axis=-1):
-    return _run(x, axis, False)
+def softmax(x, *, axis=-1, out=None):
+    return _run(x, axis, False, out)
 
 
-def log_softmax(x, *, axis=-1):
-    return _run(x, axis, True)
+def log_softmax(x, *, axis=-1, out=None):
+    return _run(x, axis, True, out)
 
 
 register_kernel("Softmax", device="cpu", vendor="numba", dtype="float32")(threaded(softmax))

@@ -1,0 +1,126 @@
+"""Attention (ONNX opset 23) without masks or a key/value cache: softmax(Q K^T * scale) V per
+(batch, head), the form core's ``fuse_attention`` pass gives a transformer's
+MatMul -> Mul -> Softmax -> MatMul block (3-D inputs: heads read in place from the (batch, seq,
+heads * head) projections, no transposes).
+
+Each (batch item, group of heads, block of query rows) is one shard of the pool (at one thread a
+batch item's heads are one shard; with more, the heads are spread over two shards per thread): the
+scores block is one batched BLAS GEMM into a per-shard scratch (Q rows times K^T, K passed as
+transposed strides), the scale, max shift, exp and row sums one Numba pass (``softmax.exp_rows``:
+a float32 exp that vectorises), the product with V a second GEMM written straight into the output
+(a strided view for 3-D outputs), and the division by the row sums is applied to that (rows x
+head) output rather than to the (rows x keys) probabilities. Nodes with a
+mask, a cache, a causal/window rule, softcap or the optional outputs run the reference function."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from kernelkit.ops.attention import attention as reference_attention
+from kernelkit.registry import register_kernel
+
+from .. import config
+from .._base import NumbaKernel
+from ..config import jit
+from .gemm import gemm_work
+from .softmax import exp_rows
+
+U = np.uint64  # unsigned index: no wraparound check in inner loops
+SCRATCH_BYTES = 1 << 18  # one shard's scores block (query rows x keys, float32) at most this big
+
+# attributes whose non-default value this kernel leaves to the reference
+_PLAIN = {"is_causal": 0, "qk_matmul_output_mode": 0, "softcap": 0.0, "left_window_size": -1,
+          "right_window_size": -1}
+
+
+def supports(input_specs, attrs) -> bool:
+    """Q, K, V only (no mask, cache or sequence lengths), 3-D or 4-D, none of the masking rules, a
+    positive scale (the reference takes its square root)."""
+    if len(input_specs) > 3 and any(s is not None for s in input_specs[3:]):
+        return False
+    if any(attrs.get(k, v) not in (None, v) for k, v in _PLAIN.items()):
+        return False
+    scale = attrs.get("scale")
+    return (scale is None or scale > 0) and all(s is not None and s.rank in (3, 4) for s in input_specs[:3])
+
+
+@jit
+def _divide_rows(y, sums):
+    """y[g, i, :] /= sums[g * R + i] for y (G, R, D) (a zero sum divides by 1, as the reference)."""
+    r_n = y.shape[1]
+    for g in range(y.shape[0]):
+        for i in range(r_n):
+            total = sums[g * r_n + i]
+            inv = np.float32(1.0 / (total if total != 0.0 else 1.0))
+            out = y[g, i]
+            for j in range(out.shape[0]):
+                out[U(j)] *= inv
+
+
+@register_kernel("Attention", device="cpu", vendor="numba", dtype="float32", supports=supports)
+class Attention(NumbaKernel):
+    """softmax(Q K^T * scale) V, shards of (batch item, heads, query rows)."""
+
+    uses_blas = True
+
+    def setup(self, input_specs):
+        node = getattr(self.context, "node", None)
+        self.extra_outputs = node is not None and len([o for o in node.outputs if o]) > 1
+
+    def work(self, q, k, v, *rest):
+        """The two products' flops, counted as GEMM flops (mostly BLAS)."""
+        return gemm_work(2.0 * q.size * k.shape[-2 if k.ndim == 4 else 1] * (1 + v.shape[-1] / max(1, k.shape[-1])))
+
+    def compute(self, q, k, v, *rest, out=None):
+        at = self.attrs
+        if self.extra_outputs:  # present_key / present_value / qk output asked for: the reference's
+            kwargs = {key: at[key] for key in (*_PLAIN, "scale", "q_num_heads", "kv_num_heads",
+                                                 "softmax_precision") if key in at}
+            return reference_attention(q, k, v, *rest, **kwargs)
+        if q.ndim == 3:
+            hq, hkv = at.get("q_num_heads"), at.get("kv_num_heads")
+            if not hq or not hkv:
+                raise self.attr_error("3-D inputs need the q_num_heads and kv_num_heads attributes")
+            b, m = q.shape[:2]
+            q4 = q.reshape(b, m, hq, -1).transpose(0, 2, 1, 3)
+            k4 = k.reshape(b, k.shape[1], hkv, -1).transpose(0, 2, 1, 3)
+            v4 = v.reshape(b, v.shape[1], hkv, -1).transpose(0, 2, 1, 3)
+            y = np.empty((b, m, hq * v4.shape[3]), q.dtype) if out is None else out
+            y4 = y.reshape(b, m, hq, -1).transpose(0, 2, 1, 3)
+        else:
+            q4, k4, v4 = q, k, v
+            b, hq, m = q.shape[:3]
+            hkv = k.shape[1]
+            y = y4 = np.empty((b, hq, m, v.shape[3]), q.dtype) if out is None else out
+        n, dk = k4.shape[2], k4.shape[3]
+        if q4.shape[3] != dk or v4.shape[2] != n or hq % hkv or k4.shape[0] != b or v4.shape[:2] != k4.shape[:2]:
+            raise ValueError(f"Attention operands do not align: Q {q.shape}, K {k.shape}, V {v.shape}")
+        if y.size == 0:
+            return y
+        scale = q.dtype.type(at["scale"] if at.get("scale") is not None else 1 / math.sqrt(dk))
+        group = hq // hkv
+        # heads per shard: all of a batch item's at one thread (one batched GEMM call per product, so
+        # the per-call Python is paid once per item); spread over 2 shards per thread otherwise
+        threads = config.current_threads()
+        per = hq if threads <= 1 else max(1, min(hq, (b * hq) // (2 * threads)))
+        if group > 1:
+            per = 1  # grouped-query heads: one K/V head per shard
+        groups = -(-hq // per)
+        rows = max(1, min(m, SCRATCH_BYTES // (4 * max(n, 1) * per)))
+        blocks = -(-m // rows)
+
+        def shard(t):
+            bi, rest = divmod(t, groups * blocks)
+            hg, blk = divmod(rest, blocks)
+            h0, h1 = hg * per, min(hq, (hg + 1) * per)
+            r0, r1 = blk * rows, min(m, (blk + 1) * rows)
+            kv0, kv1 = (h0, h1) if group == 1 else (h0 // group, h0 // group + 1)
+            s, sums = np.empty((h1 - h0, r1 - r0, n), np.float32), np.empty((h1 - h0) * (r1 - r0))
+            np.matmul(q4[bi, h0:h1, r0:r1], k4[bi, kv0:kv1].transpose(0, 2, 1), out=s)
+            exp_rows(s.reshape(-1, n), scale, sums, np.empty(n, np.int32))
+            dst = y4[bi, h0:h1, r0:r1]
+            np.matmul(s, v4[bi, kv0:kv1], out=dst)
+            _divide_rows(dst, sums)
+
+        config.run_shards(shard, b * groups * blocks)
+        return y

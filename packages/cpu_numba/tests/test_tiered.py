@@ -1,0 +1,202 @@
+"""Tiered start (kernelkit_numba.tiered): in a fresh process the first calls of a numba node run its
+reference kernel while a background thread compiles (empty cache) or loads (warm cache) the numba
+code; results equal the reference both before and after the swap; a second process loads from the
+cache (no compilation); eager mode, vendors=["numba"] and the session option switch tiering off."""
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import kernelkit
+import numpy as np
+import pytest
+from kernelkit.errors import ConfigError
+from kernelkit.testing import assert_close
+from kernelkit_numba import config, tiered
+
+JIT_OFF = os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
+
+# A 1x1 Conv (bias + activation epilogue) then a Softmax: two numba kernels, two compilations.
+_PROBE = """
+import json, sys
+import numpy as np
+import kernelkit
+from kernelkit.testing import assert_close
+from numba.core import event
+from kernelkit_numba import cache, tiered
+
+compiled, hits = [], []
+load = cache.CheckedCache.load_overload
+def counted_load(self, sig, ctx):
+    got = load(self, sig, ctx)
+    hits.extend([1] if got is not None else [])
+    return got
+cache.CheckedCache.load_overload = counted_load
+class Count(event.Listener):
+    def on_start(self, ev):
+        compiled.append(1)
+    def on_end(self, ev):
+        pass
+event.register("numba:compile", Count())
+rng = np.random.default_rng(0)
+g = kernelkit.GraphBuilder("tiny")
+x = g.input("x", (2, 8, 6, 6))
+w = rng.standard_normal((8, 8, 1, 1)).astype(np.float32)
+g.output(g.op("Softmax", g.op("Conv", x, w, np.ones(8, np.float32)), axis=1))
+model = g.build()
+feed = {"x": rng.standard_normal((2, 8, 6, 6)).astype(np.float32)}
+want = kernelkit.Session(model, vendors=["reference"]).run(None, feed)[0]
+vendors = json.loads(sys.argv[1])
+options = json.loads(sys.argv[2])
+sess = kernelkit.Session(model, vendors=vendors, options=options)
+first = sess.run(None, feed)[0]
+assert_close(first, want, err_msg="first call")
+after_first = tiered.stats()
+tiered.wait(60)
+sess.run(None, feed)
+tiered.wait(60)
+before = tiered.stats()["reference_calls"]
+second = sess.run(None, feed)[0]
+assert_close(second, want, err_msg="after the swap")
+print(json.dumps({"first": after_first, "numba_ran_last": tiered.stats()["reference_calls"] == before,
+                  "compiled": len(compiled), "hits": len(hits)}))
+"""
+
+
+def _probe(cache, vendors=None, options=None, env=None) -> dict:
+    env = {**{k: v for k, v in os.environ.items() if k != "KERNELKIT_NUMBA_START"}, "NUMBA_CACHE_DIR": str(cache),
+           **(env or {})}
+    out = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(vendors), json.dumps(options or {})], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory):
+    """The first process on an empty cache (default settings: tiered), and that cache."""
+    cache = tmp_path_factory.mktemp("numba_cache")
+    return cache, _probe(cache)
+
+
+@pytest.mark.skipif(JIT_OFF, reason="nothing is compiled or cached when NUMBA_DISABLE_JIT=1")
+def test_first_process_runs_reference_then_numba(cold):
+    _, row = cold
+    assert row["first"]["trials"] == 2 and row["first"]["reference_calls"] == 2  # both nodes stood in
+    assert row["first"]["failed"] == 0
+    assert row["compiled"] >= 2  # compiled in the background (the probe asserts results both times)
+    assert row["numba_ran_last"]  # once compiled, numba runs every node
+
+
+@pytest.mark.skipif(JIT_OFF, reason="nothing is compiled or cached when NUMBA_DISABLE_JIT=1")
+def test_second_process_loads_from_the_cache_in_the_background(cold):
+    cache, _ = cold
+    row = _probe(cache)
+    assert row["compiled"] == 0 and row["hits"] >= 2  # loaded, nothing compiled
+    assert row["first"]["trials"] == 2 and row["first"]["reference_calls"] == 2  # loading is off-thread too
+    assert row["numba_ran_last"]
+
+
+@pytest.mark.skipif(JIT_OFF, reason="nothing is compiled or cached when NUMBA_DISABLE_JIT=1")
+@pytest.mark.parametrize("how", ["env", "option", "vendors"])
+def test_eager_runs_numba_from_the_first_call(cold, how):
+    cache, _ = cold
+    if how == "env":
+        row = _probe(cache, env={"KERNELKIT_NUMBA_START": "eager"})
+    elif how == "option":  # the session option wins over the environment
+        row = _probe(cache, options={"numba_start": "eager"}, env={"KERNELKIT_NUMBA_START": "tiered"})
+    else:  # vendors=["numba"]: numba kernels alone, no stand-in
+        row = _probe(cache, vendors=["numba"])
+    assert row["first"] == {"trials": 0, "failed": 0, "reference_calls": 0, "pending": 0}
+    assert row["compiled"] == 0 and row["hits"] >= 2 and row["numba_ran_last"]
+
+
+def test_bad_start_mode_is_a_config_error(monkeypatch):
+    g = kernelkit.GraphBuilder("t")
+    g.output(g.op("Softmax", g.input("x", (2, 3))))
+    with pytest.raises(ConfigError, match="numba_start"):
+        kernelkit.Session(g.build(), options={"numba_start": "lazy"})
+    monkeypatch.setenv("KERNELKIT_NUMBA_START", "later")
+    with pytest.raises(ConfigError, match="KERNELKIT_NUMBA_START"):
+        kernelkit.Session(g.build())
+
+
+@pytest.mark.skipif(JIT_OFF, reason="no dispatcher when NUMBA_DISABLE_JIT=1")
+def test_guarded_dispatcher_raises_instead_of_compiling_and_the_guard_reaches_shards():
+    @config.jit
+    def add_one(x):
+        return x + 1
+
+    seen, worker_ran = [], threading.Event()
+
+    def shard(i):
+        try:
+            add_one(np.ones(2, np.float32))
+            seen.append("compiled")
+        except tiered.NotCompiled:
+            seen.append("guarded")
+        if threading.current_thread() is threading.main_thread():
+            worker_ran.wait(10)  # hold the caller on its shard so that a pool worker runs the others
+        else:
+            worker_ran.set()
+
+    with config.num_threads(2):
+        tiered._guard.on = True
+        try:
+            with pytest.raises(tiered.NotCompiled):
+                add_one(np.ones(2, np.float32))
+            config.run_shards(shard, 4)  # pool workers see the caller's guard
+        finally:
+            tiered._guard.on = False
+    assert worker_ran.is_set()
+    assert seen == ["guarded"] * 4
+    assert add_one(np.ones(2, np.float32)).tolist() == [2.0, 2.0]  # unguarded: compiles
+    tiered._guard.on = True
+    try:
+        assert add_one(np.ones(2, np.float32)).tolist() == [2.0, 2.0]  # compiled: runs under the guard
+    finally:
+        tiered._guard.on = False
+
+
+@pytest.mark.skipif(JIT_OFF, reason="no numba typing when NUMBA_DISABLE_JIT=1")
+def test_trial_inputs_are_private_copies_typed_like_the_originals():
+    from numba import typeof
+
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    for x in (a, np.asfortranarray(a), a[:, ::2], a.transpose(2, 0, 1), a[:, :, 1:], a[:1, :1, ::3]):
+        y = tiered._copy_like(x)
+        assert typeof(y) == typeof(x) and np.array_equal(y, x) and not np.shares_memory(x, y)
+
+
+def test_benchmarks_wait_for_kernels_compiling_in_the_background(monkeypatch):
+    from kernelkit import backends
+    from kernelkit.tools.bench import bench
+
+    backends.load_backends()
+    assert tiered.wait in backends._settle_hooks  # the backend registers its wait
+    calls = []
+    monkeypatch.setattr(backends, "_settle_hooks", [calls.append])
+    g = kernelkit.GraphBuilder("t")
+    g.output(g.op("Softmax", g.input("x", (2, 3))))
+    result = bench(g.build(), runs=2, warmup=1)
+    assert calls == [None] and len(result.times_ms) == 2  # once, after the first run, before timing
+
+
+def test_a_stand_in_that_fails_leaves_the_node_to_numba(monkeypatch):
+    monkeypatch.setenv("KERNELKIT_NUMBA_START", "tiered")
+    monkeypatch.setattr(tiered, "_ran", set())  # as in a fresh process: the first call stands in
+
+    def broken(kernel, inputs, out):
+        raise ValueError("no reference for this node")
+
+    monkeypatch.setattr(tiered, "_reference", broken)
+    g = kernelkit.GraphBuilder("t")
+    g.output(g.op("Softmax", g.input("x", (2, 5)), axis=-1))
+    model = g.build()
+    x = {"x": np.arange(10, dtype=np.float32).reshape(2, 5)}
+    sess = kernelkit.Session(model)
+    got = sess.run(None, x)[0]
+    assert_close(got, kernelkit.Session(model, vendors=["reference"]).run(None, x)[0])
+    [step] = sess.plan.kernel_steps()
+    assert step.kernel._tier_mode == tiered.EAGER and step.kernel._tier_trial is None
