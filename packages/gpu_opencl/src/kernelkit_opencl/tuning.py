@@ -20,11 +20,10 @@ import os
 import threading
 import time
 import warnings
+from pathlib import Path
 
 from kernelkit import progress
 from kernelkit.errors import brief
-
-from pathlib import Path
 
 from .programs import atomic_write, cache_root
 

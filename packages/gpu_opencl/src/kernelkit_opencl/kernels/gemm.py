@@ -78,7 +78,8 @@ def _candidates(dev, call: GemmCall) -> list[dict]:
     tiles = -(-call.M // 128) * -(-call.N // 128) * call.batch
     units = dev.cl_device.max_compute_units
     splits = [s for s in (2, 4, 8) if tiles * s <= 4 * units and call.K // s >= 256]
-    return base + [dict(p, SPLIT_K=s) for s in splits for p in (GPU_TILES[0], GPU_TILES[7], GPU_TILES[11], GPU_SMALL[0])]
+    split_tiles = (GPU_TILES[0], GPU_TILES[7], GPU_TILES[11], GPU_SMALL[0])
+    return base + [dict(p, SPLIT_K=s) for s in splits for p in split_tiles]
 
 
 def program_defines(params: dict) -> dict:
