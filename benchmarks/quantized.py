@@ -8,7 +8,8 @@ against kernelkit's own fp32, with the agreement checks of docs/quantization.md.
 ResNet-18 and MobileNetV2 are quantized static (QDQ, per-channel, calibrated on 16 random inputs),
 the MLP and the transformer encoder dynamic, by onnxruntime's quantizer through
 ``kernelkit_converters.quantize``; the models come from benchmarks/models/zoo.py. Latency is the
-median of ``--rounds`` runs at batch 1 after warm-up; agreement compares kernelkit's int8 output with
+median of ``--rounds`` runs at batch 1 after warm-up, the four contenders timed in turns (a change
+in load reaches them alike); agreement compares kernelkit's int8 output with
 onnxruntime's on ``--agreement`` inputs (cosine, top-1). The table is printed last, in markdown.
 """
 from __future__ import annotations
@@ -35,19 +36,32 @@ _spec.loader.exec_module(zoo)
 MODES = {"resnet18": "static", "mobilenet_v2": "static", "mlp": "dynamic", "transformer": "dynamic"}
 
 
+def _has_vnni() -> bool:
+    """Whether the CPU has int8 dot-product instructions (AVX-512 VNNI or AVX-VNNI), from /proc/cpuinfo."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "avx512_vnni" in flags or "avx_vnni" in flags
+
+
 def _inputs(proto, batch: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(zoo.input_shape(proto, batch)).astype(np.float32)
 
 
-def _median_ms(run, x, rounds: int) -> float:
-    run(x)
-    run(x)
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
+def _median_ms(runs: dict, x, rounds: int) -> dict:
+    """Median ms of each contender, timed in turns (one run of each per round), so that a change in
+    the machine's load reaches all of them alike and the ratios within a row stay meaningful."""
+    for run in runs.values():
         run(x)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1e3)
+        run(x)
+    times = {key: [] for key in runs}
+    for _ in range(rounds):
+        for key, run in runs.items():
+            start = time.perf_counter()
+            run(x)
+            times[key].append(time.perf_counter() - start)
+    return {key: float(np.median(t) * 1e3) for key, t in times.items()}
 
 
 def _ort(path_or_proto, threads: int):
@@ -79,7 +93,7 @@ def bench(name: str, small: bool, folder: Path, args) -> dict:
         "ort fp32": _ort(proto, args.threads),
     }
     x = _inputs(proto, 1, 0)
-    row = {key: _median_ms(run, x, args.rounds) for key, run in runs.items()}
+    row = _median_ms(runs, x, args.rounds)
     cosines, same = [], 0
     for start in range(0, args.agreement, 10):
         xs = _inputs(proto, min(10, args.agreement - start), start + 1)
@@ -99,15 +113,19 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--agreement", type=int, default=100, help="inputs compared with onnxruntime int8")
-    p.add_argument("--reduce-range", action="store_true", help="7-bit weights (exact onnxruntime on AVX2 w/o VNNI)")
+    p.add_argument("--reduce-range", choices=("auto", "on", "off"), default="auto", nargs="?", const="on",
+                   help="7-bit weights, which onnxruntime computes exactly on CPUs without VNNI (auto: when this "
+                        "CPU lacks it, as onnxruntime recommends)")
     args = p.parse_args(argv)
+    args.reduce_range = args.reduce_range == "on" or (args.reduce_range == "auto" and not _has_vnni())
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             rows[name] = bench(name, args.small, Path(tmp), args)
             print(name, rows[name], file=sys.stderr, flush=True)
     print(f"\n{'small' if args.small else 'published-size'} models, batch 1, {args.threads} thread(s), median of "
-          f"{args.rounds} runs (ms); agreement of kernelkit int8 with onnxruntime int8 on {args.agreement} inputs\n")
+          f"{args.rounds} runs (ms); agreement of kernelkit int8 with onnxruntime int8 on {args.agreement} inputs; "
+          f"{'7' if args.reduce_range else '8'}-bit weights{'' if _has_vnni() else ' (no VNNI on this CPU)'}\n")
     print("| model | mode | onnxruntime int8 | kernelkit numba int8 | kernelkit / ort int8 | kernelkit numba fp32 "
           "| onnxruntime fp32 | kk int8 speed-up over kk fp32 | min cosine | same top-1 |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -65,7 +65,8 @@ NO_SPECIAL_VALUES = {
     "Cast": "NaN/inf to an integer type is undefined in C and NumPy alike",
     "CastLike": "NaN/inf to an integer type is undefined in C and NumPy alike",
     **{op: "quantizing NaN/inf (input or scale) to an integer type is undefined"
-       for op in ("QuantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul", "QGemm")},
+       for op in ("QuantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul", "QGemm",
+                   "DynamicQuantizeMatMul", "QLinearAdd")},
 }
 NAN_ONLY: dict[str, str] = {}  # ops where +-inf is not meaningful but NaN is
 NO_SPECIAL_VALUES["Resize"] = (

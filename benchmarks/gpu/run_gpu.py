@@ -203,31 +203,58 @@ def sgemm(sizes, torch) -> list[dict]:
 
 
 # -- models ----------------------------------------------------------------------------------------
-def build_once(name: str, batch: int) -> dict:
-    """Session build + first run in this (fresh) process: the cold/warm build measurement."""
+def build_once(name: str, batch: int, profile_out: str | None = None) -> dict:
+    """Session build + first run in this (fresh) process: the cold/warm build measurement.
+    ``profile_out``: also write cProfile's top functions (cumulative) of it to that file."""
     import kernelkit as kk
     from models import MODELS
 
     model = MODELS[name](batch, RES)
     x = _feed(name, batch)
+    t_imp = time.perf_counter()  # process-wide imports (every backend: numba, pyopencl), reported apart
+    import pyopencl  # noqa: F401
+    from kernelkit.backends import load_backends
+
+    load_backends()
+    imports_s = time.perf_counter() - t_imp
+    prof = None
+    if profile_out:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
     t0 = time.perf_counter()
     sess = kk.Session(model, device="gpu", fallback=False)
     t1 = time.perf_counter()
     sess.run(None, {"x": x})
     t2 = time.perf_counter()
+    if prof is not None:
+        import io
+        import pstats
+
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(45)
+        Path(profile_out).write_text(text.getvalue())
     from kernelkit_opencl import tuning
 
     progs = sess._devices["gpu"].programs
-    return {"session_s": t1 - t0, "first_run_s": t2 - t1, "total_s": t2 - t0, "programs_built": progs.built,
+    return {"session_s": t1 - t0, "first_run_s": t2 - t1, "total_s": t2 - t0, "imports_s": imports_s,
+            "programs_built": progs.built,
             "programs_loaded": progs.hits, "tuning_searches": tuning.searches,
             "tuning_s": tuning.search_seconds}
 
 
-def cold_warm(name: str, batch: int, cache: str) -> dict:
+def cold_warm(name: str, batch: int, cache: str, tables: bool = True, profile: str | None = None) -> dict:
+    """Cold (empty caches: kernelkit's and the NVIDIA driver's JIT cache) then warm, each in a
+    fresh process; ``tables``: the shipped per-device tuning tables on or off (an unknown device)."""
     out = {}
-    env = dict(os.environ, KERNELKIT_CACHE_DIR=cache)
+    env = dict(os.environ, KERNELKIT_CACHE_DIR=cache, CUDA_CACHE_PATH=os.path.join(cache, "nv"),
+               KERNELKIT_OPENCL_TUNED_TABLES="1" if tables else "0")
     for label in ("cold", "warm"):
         cmd = [sys.executable, str(Path(__file__).resolve()), "--build-once", name, str(batch), "--res", str(RES)]
+        if label == "warm" and profile:
+            cmd += ["--profile-out", profile]
         res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
         line = [ln for ln in res.stdout.splitlines() if ln.startswith("BUILD ")]
         if res.returncode or not line:
@@ -295,7 +322,7 @@ def models(torch, quick: bool) -> tuple[list[dict], list[dict]]:
                        torchvision_ref_ms=TORCH_REF_MS[name])
         rows.append(row)
         log(f"  {name}: {row}")
-        if name in ("resnet50", "transformer", "mobilenetv2") and f"{name}" not in profile:
+        if name in ("resnet18", "resnet50", "transformer", "mobilenetv2") and f"{name}" not in profile:
             profile[name] = prof
     return rows, profile
 
@@ -335,10 +362,14 @@ def table(gemm_rows, model_rows, builds, profile) -> str:
                      f"{r.get('dispatch_ms', float('nan')):.2f} |")
     for name, b in builds.items():
         cold, warm = b.get("cold", {}), b.get("warm", {})
-        lines.append(f"| {name} session build + first run | cold {cold.get('total_s', float('nan')):.2f} s "
-                     f"({cold.get('programs_built')} programs built, {cold.get('tuning_searches')} tile searches "
-                     f"{cold.get('tuning_s', float('nan')):.1f} s) | warm {warm.get('total_s', float('nan')):.2f} s "
-                     f"({warm.get('programs_loaded')} programs loaded) | |")
+        nan = float("nan")
+        lines.append(f"| {name} session build + first run | cold {cold.get('total_s', nan):.2f} s "
+                     f"(session {cold.get('session_s', nan):.2f} + first run {cold.get('first_run_s', nan):.2f}; "
+                     f"{cold.get('programs_built')} programs built, {cold.get('tuning_searches')} tile searches "
+                     f"{cold.get('tuning_s', nan):.1f} s) | warm {warm.get('total_s', nan):.2f} s "
+                     f"(session {warm.get('session_s', nan):.2f} + first run {warm.get('first_run_s', nan):.2f}; "
+                     f"imports before it {warm.get('imports_s', nan):.2f} s; "
+                     f"{warm.get('programs_loaded')} programs loaded) | |")
     for name, prof in (profile or {}).items():
         lines += ["", f"{name} (first batch listed) per-kernel device time (OpenCL events), top 12:"]
         total = sum(r["total_ms"] for r in prof)
@@ -348,13 +379,38 @@ def table(gemm_rows, model_rows, builds, profile) -> str:
     return "\n".join(lines)
 
 
+def install_table(out_dir: str | None) -> None:
+    """This run's tuned parameters (the cache file) as the device's shipped table: into the
+    installed package (so later processes skip tuning) and into ``out_dir`` (to commit)."""
+    import re
+
+    from kernelkit_opencl import tuning
+    from kernelkit_opencl.runtime import OpenCLDevice
+
+    dev = OpenCLDevice({})
+    name = dev.cl_device.name
+    fname = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") + ".json"
+    n = tuning.export_table(name, dev.platform.identity, tuning.TABLE_DIR / fname)
+    if out_dir:
+        Path(out_dir, fname).write_bytes((tuning.TABLE_DIR / fname).read_bytes())
+    tuning._tables = None
+    log(f"== shipped table {fname}: {n} entries for {name!r}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--skip-conformance", action="store_true")
     ap.add_argument("--skip-models", action="store_true")
+    ap.add_argument("--skip-extras", action="store_true", help="no float16 and io_binding pipeline rows")
+    ap.add_argument("--skip-untuned-cold", action="store_true", help="no cold start without the shipped tables")
     ap.add_argument("--skip-builds", action="store_true", help="no cold/warm build measurement")
     ap.add_argument("--build-once", nargs=2, metavar=("MODEL", "BATCH"))
+    ap.add_argument("--profile-out", help="with --build-once: cProfile top functions to this file")
+    ap.add_argument("--retune", action="store_true", help="ignore the shipped tables in this process: tune anew")
+    ap.add_argument("--install-table", action="store_true",
+                    help="after the run, export the tuned parameters as this device's shipped table (into the "
+                         "installed package and $OUT), then measure the cold start with it")
     ap.add_argument("--res", type=int, default=224, help="input resolution (224; smaller for smoke tests)")
     ap.add_argument("--sizes", type=int, nargs="*", default=[1024, 2048, 4096], help="SGEMM sizes")
     ap.add_argument("--batch-scale", type=float, default=1.0, help="multiply the model batches (smoke tests)")
@@ -363,7 +419,8 @@ def main() -> int:
     RES = args.res
     MODEL_CASES = [(m, max(1, int(b * args.batch_scale))) for m, b in MODEL_CASES]
     if args.build_once:
-        print("BUILD " + json.dumps(build_once(args.build_once[0], int(args.build_once[1]))), flush=True)
+        print("BUILD " + json.dumps(build_once(args.build_once[0], int(args.build_once[1]), args.profile_out)),
+              flush=True)
         return 0
     import pyopencl as cl
 
@@ -377,19 +434,38 @@ def main() -> int:
     log("torch:", None if torch is None else (torch.__version__, torch.cuda.get_device_name()))
     cache = tempfile.mkdtemp(prefix="kk-cache-")
     os.environ["KERNELKIT_CACHE_DIR"] = cache  # cold start: nothing tuned or built yet
+    out_dir = os.environ.get("OUT")
+    if args.retune:
+        os.environ["KERNELKIT_OPENCL_TUNED_TABLES"] = "0"
     results: dict = {}
     t0 = time.perf_counter()
-    log("== cold vs warm session build (fresh processes)")
-    results["builds"] = {} if args.skip_builds else {"resnet50": cold_warm("resnet50", MODEL_CASES[1][1], cache)}
+    log("== cold vs warm session build (fresh processes), no shipped table: bounded tuning")
+    results["builds"] = {} if args.skip_builds or args.skip_untuned_cold else {
+        "resnet50 (tuning, no table)": cold_warm("resnet50", MODEL_CASES[1][1], cache, tables=False)}
+    if not args.install_table and not args.skip_builds:
+        log("== cold vs warm session build with the shipped tables")
+        results["builds"]["resnet50"] = cold_warm(
+            "resnet50", MODEL_CASES[1][1], tempfile.mkdtemp(prefix="kk-cache-"),
+            profile=os.path.join(out_dir or tempfile.gettempdir(), "warm_profile.txt"))
     log("== SGEMM")
     results["sgemm"] = sgemm(args.sizes, torch)
     if not args.skip_models:
         log("== models")
         results["models"], results["resnet50_profile"] = models(torch, args.quick)
+    if not args.skip_models and not args.skip_extras:
         log("== float16 storage")
         results["half"] = half_rows(5 if args.quick else 20)
         log("== pipeline of two models (io_binding)")
         results["pipeline"] = pipeline(10 if args.quick else 30)
+    if out_dir:
+        Path(out_dir, "results.json").write_text(json.dumps(results, indent=1, default=str))
+    if args.install_table:
+        install_table(out_dir)
+        if not args.skip_builds:
+            log("== cold vs warm session build with the shipped table just written")
+            results["builds"]["resnet50"] = cold_warm(
+                "resnet50", MODEL_CASES[1][1], tempfile.mkdtemp(prefix="kk-cache-"),
+                profile=os.path.join(out_dir or tempfile.gettempdir(), "warm_profile.txt"))
     log(table(results["sgemm"], results.get("models", []), results["builds"], results.get("resnet50_profile")))
     for r in results.get("half", []):
         log(f"float16 storage {r['model']} b{r['batch']}: {r['fp16_ms']:.2f} ms vs fp32 {r['fp32_ms']:.2f} ms "

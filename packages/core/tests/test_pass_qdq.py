@@ -127,21 +127,86 @@ def test_maxpool_and_reshape_between_equal_qdq_pairs_run_on_integers():
     np.testing.assert_array_equal(got, want)  # exact: max and reshape commute with dequantization
 
 
-def test_dynamic_matmul_integer_chain_becomes_matmul_integer_to_float():
-    """DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul(a_scale * b_scale) -> Add(bias), as
-    onnxruntime's quantize_dynamic writes it: one MatMulIntegerToFloat doing the same float32 steps."""
+def _dynamic(readers: int = 1, extra_reader: bool = False):
+    """DynamicQuantizeLinear -> ``readers`` x (MatMulInteger -> Cast -> Mul(a_scale * b_scale) -> Add(bias)),
+    as onnxruntime's quantize_dynamic writes it (the attention projections share one quantized input);
+    ``extra_reader``: the quantized input is a graph output too."""
     g = GraphBuilder("dynamic")
     x = g.input("x", ("N", 30))
     xq, xs, xzp = g.op("DynamicQuantizeLinear", x, outputs=3)
-    ws = g.constant(RNG.uniform(0.001, 0.01, 8).astype(np.float32))
-    scale = g.op("Mul", xs, ws)
-    acc = g.op("MatMulInteger", xq, g.constant(RNG.integers(-127, 128, (30, 8)).astype(np.int8)), xzp,
-               g.constant(np.int8(0)))
-    y = g.op("Mul", g.op("Cast", acc, to=1), scale)
-    g.output(g.op("Add", y, g.constant(RNG.standard_normal(8).astype(np.float32))))
-    model = g.build()
+    for i in range(readers):
+        ws = g.constant(RNG.uniform(0.001, 0.01, 8).astype(np.float32))
+        scale = g.op("Mul", xs, ws)
+        acc = g.op("MatMulInteger", xq, g.constant(RNG.integers(-127, 128, (30, 8)).astype(np.int8)), xzp,
+                   g.constant(np.int8(i)))
+        y = g.op("Mul", g.op("Cast", acc, to=1), scale)
+        g.output(g.op("Add", y, g.constant(RNG.standard_normal(8).astype(np.float32))))
+    if extra_reader:
+        g.output(xq)
+    return g.build()
+
+
+@pytest.mark.parametrize("readers", [1, 3])
+def test_dynamic_chain_becomes_dynamic_quantize_matmul(readers):
+    """MatMulInteger -> Cast -> Mul [-> Add] becomes MatMulIntegerToFloat (the same float32 steps in
+    the same order), and the DynamicQuantizeLinear feeding only such nodes folds into each of them:
+    com.microsoft::DynamicQuantizeMatMul, bit-identical to op by op."""
+    model = _dynamic(readers)
     xv = RNG.standard_normal((4, 30)).astype(np.float32)
-    fused, (got,) = _run(model, None, xv)
-    _, (want,) = _run(model, False, xv)
+    fused, got = _run(model, None, xv)
+    _, want = _run(model, False, xv)
+    assert [n.op_id for n in fused.graph.nodes] == ["com.microsoft::DynamicQuantizeMatMul"] * readers
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    numba, got_numba = Session(model), Session(model).run(None, {"x": xv})
+    assert {numba.placement()[n.name] for n in numba.graph.nodes} == {("cpu", "numba")}
+    for g, w in zip(got_numba, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_dynamic_quantize_read_elsewhere_stays_separate():
+    model = _dynamic(1, extra_reader=True)
+    xv = RNG.standard_normal((4, 30)).astype(np.float32)
+    fused, got = _run(model, None, xv)
+    _, want = _run(model, False, xv)
     assert [n.op_id for n in fused.graph.nodes] == ["DynamicQuantizeLinear", "com.microsoft::MatMulIntegerToFloat"]
-    np.testing.assert_array_equal(got, want)  # the same float32 operations in the same order
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def _qdq_add(relu: bool = False, out_dtype=np.int8):
+    """Two quantized branches -> DQ, DQ -> Add [-> Relu] -> Q -> DQ: a residual block's join."""
+    g = GraphBuilder("qdq_add")
+    x = g.input("x", ("N", 4, 9, 9))
+    branches = []
+    for i, (scale, zp) in enumerate(((0.03, -3), (0.011, 7))):
+        s, z = g.constant(np.float32(scale)), g.constant(np.int8(zp))
+        t = g.op("Mul", x, g.constant(np.float32(1 + i)))
+        branches.append(g.op("DequantizeLinear", g.op("QuantizeLinear", t, s, z), s, z))
+    y = g.op("Add", *branches)
+    if relu:
+        y = g.op("Relu", y)
+    ys, yz = g.constant(np.float32(0.045)), g.constant(np.zeros((), out_dtype) + 2)
+    g.output(g.op("DequantizeLinear", g.op("QuantizeLinear", y, ys, yz), ys, yz))
+    return g.build()
+
+
+def test_residual_add_becomes_qlinear_add_equal_to_op_by_op():
+    model = _qdq_add()
+    fused, (got,) = _run(model, None, X)
+    _, (want,) = _run(model, False, X)
+    assert "com.microsoft::QLinearAdd" in [n.op_id for n in fused.graph.nodes]
+    assert "Add" not in [n.op_id for n in fused.graph.nodes]
+    np.testing.assert_array_equal(got, want)  # the same float32 steps: bit for bit
+    numba = Session(model)
+    assert numba.placement()[next(n.name for n in numba.graph.nodes if n.op == "QLinearAdd")] == ("cpu", "numba")
+    np.testing.assert_array_equal(numba.run(None, {"x": X})[0], want)
+
+
+@pytest.mark.parametrize("relu,out_dtype", [(True, np.int8), (False, np.uint8)], ids=["relu-between", "dtypes-differ"])
+def test_add_groups_that_do_not_qualify_stay_op_by_op(relu, out_dtype):
+    model = _qdq_add(relu, out_dtype)
+    fused, (got,) = _run(model, None, X)
+    _, (want,) = _run(model, False, X)
+    assert "Add" in [n.op_id for n in fused.graph.nodes]
+    np.testing.assert_array_equal(got, want)

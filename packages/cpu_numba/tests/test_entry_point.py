@@ -26,7 +26,7 @@ def test_backend_loads_and_registers_kernels():
     for op in ("MaxPool", "Transpose", "Concat"):  # the int8 data movement of QDQ models
         integer[op] = {"float32", "int8", "uint8"}
     for op in ("MatMulInteger", "ConvInteger", "QLinearConv", "QLinearMatMul", "com.microsoft::QGemm",
-               "com.microsoft::MatMulIntegerToFloat"):
+               "com.microsoft::MatMulIntegerToFloat", "com.microsoft::QLinearAdd"):
         integer[op] = {"int8", "uint8"}  # keyed by their quantized input; every other kernel is float32
     typed = {"Gather": {"float32", "int64", "bool"}, "Expand": {"float32", "int64", "bool"},  # typed_index.py
              "Where": {"float32", "int64", "bool"}, "GatherND": {"float32", "int64", "bool"},

@@ -128,17 +128,18 @@ def _all_tiles():
 
     gpu, small, cpu = gemm.GPU_TILES, gemm.GPU_SMALL, gemm.CPU_TILES
     return [gpu[0], gpu[1], gpu[2], gpu[4], gpu[5], small[1], cpu[0], cpu[1],
-            dict(gpu[0], SPLIT_K=3), dict(small[0], SPLIT_K=2), gpu[7], dict(gpu[10], SPLIT_K=2)]
+            dict(gpu[0], SPLIT_K=3), dict(small[0], SPLIT_K=2), gpu[7], dict(gpu[10], SPLIT_K=2),
+            gpu[11], dict(gpu[13], SPLIT_K=3)]
 
 
-@pytest.mark.parametrize("index", range(12))
+@pytest.mark.parametrize("index", range(14))
 def test_every_tile_variant_matches_numpy(device, rng, index):
     """The tuning search's candidates (local-memory GPU tiles, split-K too) are correct on PoCL, on
     ragged shapes, transposed operands, bias broadcast, batches and fused activations."""
     from kernelkit_opencl.kernels.gemm import GemmCall, _launch
 
     tiles = _all_tiles()
-    assert len(tiles) == 12
+    assert len(tiles) == 14
     p = tiles[index]
     M, N, K = 37, 45, 29
     combos = [(0, 0, "Relu"), (1, 1, ""), (0, 1, "Relu"), (1, 0, "")]
@@ -158,13 +159,13 @@ def test_every_tile_variant_matches_numpy(device, rng, index):
 
 
 @pytest.mark.parametrize("split", [1, 3])
-@pytest.mark.parametrize("prefetch", [0, 1])
+@pytest.mark.parametrize("prefetch", [0, 1, 2])
 def test_implicit_gemm_conv_with_gpu_tiles(monkeypatch, rng, tmp_cache, split, prefetch):
-    """The local-memory conv path (what GPUs run), with and without split-K and register
-    prefetch, against the reference."""
+    """The local-memory conv path (what GPUs run), with and without split-K, register prefetch
+    and (prefetch 2) double-buffered local tiles, against the reference."""
     from kernelkit_opencl.kernels import gemm
 
-    tiles = dict(gemm.GPU_TILES[0], SPLIT_K=split, PREFETCH=prefetch)
+    tiles = dict(gemm.GPU_TILES[0], SPLIT_K=split, PREFETCH=min(prefetch, 1), DBUF=int(prefetch == 2))
     monkeypatch.setattr(gemm, "_candidates", lambda dev, call: [tiles])
     cases = [((2, 5, 11, 9), (7, 5, 3, 3), {"pads": [1, 2, 0, 1], "strides": [2, 1]}),
              ((1, 6, 8, 8), (4, 3, 3, 3), {"group": 2, "dilations": [2, 2], "activation": "Relu"})]

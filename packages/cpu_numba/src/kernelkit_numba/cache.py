@@ -24,7 +24,6 @@ import logging
 import os
 import threading
 import warnings
-
 from functools import cache
 from pathlib import Path
 

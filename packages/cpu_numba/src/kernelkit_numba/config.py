@@ -66,6 +66,12 @@ def jit_inline(fn):
     return checked(numba.njit(inline="always", **_FLAGS)(fn), CACHE)
 
 
+def jit_exact(fn):
+    """A kernel without the ``contract`` flag: each float32 multiply and add rounds on its own, as
+    NumPy's separate ops do (fused kernels that must equal op by op bit for bit, e.g. qgemm.to_float)."""
+    return checked(numba.njit(**{**_FLAGS, "fastmath": set(FASTMATH - {"contract"})})(fn))
+
+
 _local = threading.local()  # .threads: this thread's budget for the current kernel call
 
 

@@ -82,6 +82,8 @@ class ProgramCache:
         self._memory: dict[str, object] = {}
         self._lock = threading.Lock()
         self.hits = self.misses = self.rebuilt = self.built = 0
+        self._pending: dict[str, object] = {}  # key -> Future of a background build (submit)
+        self._pool = None
         plat = device.platform
         self._identity = "\n".join((device.name, device.driver_version, plat.name, plat.version))
 
@@ -108,6 +110,29 @@ class ProgramCache:
             prg = self._build(source, opts, label, key)
         with self._lock:
             return self._memory.setdefault(key, prg)
+
+    def cached(self, source: str, defines: dict, options=()) -> bool:
+        """Whether the program is built in memory or has a disk entry (then ``get`` only loads)."""
+        key = self.key(source, build_options(defines, options))
+        with self._lock:
+            if key in self._memory:
+                return True
+        return (self.folder() / f"{key}.bin").exists()
+
+    def submit(self, source: str, defines: dict, options=(), label: str = "program"):
+        """``get`` on a thread pool: a Future of the program. OpenCL compilers release the GIL, so
+        the programs a first run needs compile in parallel (cold start); one build per key."""
+        key = self.key(source, build_options(defines, options))
+        with self._lock:
+            fut = self._pending.get(key)
+            if fut is None:
+                if self._pool is None:
+                    from concurrent.futures import ThreadPoolExecutor
+
+                    self._pool = ThreadPoolExecutor(max_workers=min(os.cpu_count() or 1, 16),
+                                                    thread_name_prefix="kernelkit-build")
+                fut = self._pending[key] = self._pool.submit(self.get, source, defines, options, label)
+        return fut
 
     # -- disk ------------------------------------------------------------------------------------
     def _load(self, key: str, opts: str, label: str):

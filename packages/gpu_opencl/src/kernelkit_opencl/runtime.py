@@ -125,13 +125,30 @@ class _Kernel:
     its scalar argument types, fixed at the first launch from the NumPy scalars given: pyopencl
     then packs plain Python numbers (~4 us for 20 arguments instead of ~300 us)."""
 
-    __slots__ = ("knl", "lock", "typed", "program", "name", "dtypes")
+    __slots__ = ("knl", "lock", "typed", "program", "name", "dtypes", "pending")
 
-    def __init__(self, knl, program=None, name: str = ""):
+    def __init__(self, knl, program=None, name: str = "", pending=None):
         self.knl = knl
         self.lock = threading.Lock()
         self.typed = False
         self.program, self.name, self.dtypes = program, name, None
+        self.pending = pending  # Future of the program while it builds in the background
+
+    def ready(self) -> bool:
+        """Whether the program is built (and the ``cl.Kernel`` made); never blocks."""
+        if self.knl is None and self.pending.done():
+            self.wait_built()
+        return self.knl is not None
+
+    def wait_built(self) -> None:
+        """Block until the program is built (a build error is raised here)."""
+        if self.knl is not None or self.pending is None:
+            return
+        program = self.pending.result()
+        with self.lock:
+            if self.knl is None:
+                self.program = program
+                self.knl = _cl().Kernel(program, self.name)
 
     def set_args(self, args) -> list:
         """Set ``args`` (buffers, NumPy scalars); returns them as set (plain Python numbers)."""
@@ -153,10 +170,61 @@ class _Kernel:
 
 
 # -- the device ----------------------------------------------------------------------------------
+class _Launcher:
+    """Launches whose program is still compiling (background builds, first run of a session).
+
+    ``launch`` hands such a launch a user event (the "gate") and returns it as the launch's event, so
+    everything after it is enqueued at once and waits for the gate on the device. This thread takes
+    the deferred launches in program order, waits for each one's build, enqueues it on its own
+    in-order queue (after the launch's own wait list), waits for it and opens the gate. Program
+    order on that queue means a deferred launch only ever waits for earlier ones: no deadlock.
+    A build error is kept and raised by ``drain`` (download, synchronize, capture); its gate opens
+    anyway, so nothing waits forever."""
+
+    def __init__(self, device):
+        import queue as queue_mod
+
+        cl = _cl()
+        self.device = device
+        self.queue = cl.CommandQueue(device.context, device.cl_device)
+        self.items: queue_mod.Queue = queue_mod.Queue()
+        self.errors: list[BaseException] = []
+        threading.Thread(target=self._work, name="kernelkit-launcher", daemon=True).start()
+
+    def put(self, item) -> None:
+        self.items.put(item)
+
+    def _work(self) -> None:
+        cl = _cl()
+        while True:
+            kernel, gws, lws, args, wait, gate, label = self.items.get()
+            try:
+                kernel.wait_built()
+                with kernel.lock:
+                    kernel.set_args(args)
+                    ev = cl.enqueue_nd_range_kernel(self.queue, kernel.knl, gws, lws, wait_for=wait or None)
+                self.device.queue.flush()  # what it waits for on the device queue must be submitted
+                ev.wait()
+            except BaseException as exc:  # noqa: BLE001 - raised to the caller by drain()
+                self.errors.append(exc if not isinstance(exc, cl.Error) else KernelExecutionError(
+                    f"OpenCL launch of {label} over {gws}/{lws} failed: {exc}"))
+            finally:
+                gate.set_status(cl.command_execution_status.COMPLETE)
+                self.items.task_done()
+
+    def drain(self) -> None:
+        self.items.join()
+        if self.errors:
+            exc, self.errors = self.errors[0], []
+            raise exc
+
+
 class OpenCLDevice(Device):
     """The session's ``gpu`` device. Options: ``opencl_device`` (selector, else $KERNELKIT_OPENCL_DEVICE),
     ``opencl_out_of_order`` (default: when the device supports it), ``opencl_profile`` (event
-    timestamps per kernel), ``opencl_tune`` (GEMM/conv tile search: default on GPUs only)."""
+    timestamps per kernel), ``opencl_tune`` (GEMM/conv tile search: default on GPUs only),
+    ``opencl_async_build`` (programs not yet cached compile in the background while the run goes
+    on, ``_Launcher``: default on GPUs only, off with profiling; also $KERNELKIT_OPENCL_ASYNC_BUILD)."""
 
     name = "gpu"
     asynchronous = True  # launches only enqueue: Session.run_async need not wait for them
@@ -174,6 +242,10 @@ class OpenCLDevice(Device):
         self.profiling = bool(options.get("opencl_profile", False))
         tune = options.get("opencl_tune", os.environ.get("KERNELKIT_OPENCL_TUNE"))
         self.tune = self.platform.is_gpu if tune is None else str(tune).lower() not in ("0", "false", "off", "")
+        ab = options.get("opencl_async_build", os.environ.get("KERNELKIT_OPENCL_ASYNC_BUILD"))
+        self.async_build = (self.platform.is_gpu if ab is None else str(ab).lower() not in ("0", "false", "off", "")) \
+            and not self.profiling
+        self._launcher: _Launcher | None = None
         props = 0
         if self.out_of_order:
             props |= cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
@@ -228,6 +300,7 @@ class OpenCLDevice(Device):
 
     def download(self, tensor: CLTensor) -> np.ndarray:
         cl = _cl()
+        self.drain()
         if self._capture is not None:
             self._capture.broken = f"a kernel read device data on the host ({tensor!r})"
         host = np.empty(tensor.shape, tensor.dtype)
@@ -239,7 +312,14 @@ class OpenCLDevice(Device):
     def owns(self, tensor) -> bool:
         return isinstance(tensor, CLTensor) and tensor.device is self
 
+    def drain(self) -> None:
+        """Wait until every launch deferred behind a background build is enqueued and done;
+        raises a build error it met."""
+        if self._launcher is not None:
+            self._launcher.drain()
+
     def synchronize(self) -> None:
+        self.drain()
         self.queue.finish()
         if self._replay_queue is not None:
             self._replay_queue.finish()
@@ -256,9 +336,11 @@ class OpenCLDevice(Device):
             hit = self._kernels.get(key)
         if hit is not None:
             return hit
-        program = self.programs.get(source, defines or {}, options, label=name)
-        cl = _cl()
-        made = _Kernel(cl.Kernel(program, name), program, name)
+        if self.async_build and self._capture is None and not self.programs.cached(source, defines or {}, options):
+            made = _Kernel(None, None, name, self.programs.submit(source, defines or {}, options, label=name))
+        else:
+            program = self.programs.get(source, defines or {}, options, label=name)
+            made = _Kernel(_cl().Kernel(program, name), program, name)
         with self._kernels_lock:
             return self._kernels.setdefault(key, made)
 
@@ -288,13 +370,18 @@ class OpenCLDevice(Device):
         ``inputs`` and the hazards of ``outputs``; ``args`` are buffers/numpy scalars in kernel
         order. The outputs' events become this launch's event, which is returned."""
         cl = _cl()
-        knl = kernel.knl
         wait = [e for t in inputs if t is not None for e in t.events]
         for t in outputs:
             wait.extend(t.alloc.uses)
+        gws = tuple(int(g) for g in gws)
+        lws = tuple(int(x) for x in lws) if lws else None
+        if kernel.knl is None and not kernel.ready():
+            if self._capture is not None or not self.async_build:
+                kernel.wait_built()
+            else:  # its program still compiles: the launcher enqueues it when built (first runs)
+                return self._defer(kernel, gws, lws, args, wait, inputs, outputs, label)
+        knl = kernel.knl
         try:
-            gws = tuple(int(g) for g in gws)
-            lws = tuple(int(x) for x in lws) if lws else None
             with kernel.lock:
                 plain = kernel.set_args(args)
                 ev = cl.enqueue_nd_range_kernel(self.queue, knl, gws, lws, wait_for=wait or None)
@@ -312,6 +399,20 @@ class OpenCLDevice(Device):
         if self._capture is not None:
             self._capture.launch(kernel, plain, gws, lws, label or knl.function_name, inputs, outputs)
         return ev
+
+    def _defer(self, kernel, gws, lws, args, wait, inputs, outputs, label):
+        """The launch of a kernel whose program is compiling: its gate stands for it (see _Launcher)."""
+        gate = _cl().UserEvent(self.context)
+        if self._launcher is None:
+            self._launcher = _Launcher(self)
+        self._launcher.put((kernel, gws, lws, list(args), wait, gate, label or kernel.name))
+        for t in inputs:
+            if t is not None:
+                _note_use(t.alloc, gate)
+        for t in outputs:
+            t.events = [gate]
+            t.alloc.uses = [gate]
+        return gate
 
     def adopt(self, tensor) -> CLTensor | None:
         """A copy of another session's device tensor (same OpenCL context) in a fresh buffer of
@@ -356,6 +457,7 @@ class OpenCLDevice(Device):
         ``kernelkit_opencl.capture``."""
         from .capture import Capture
 
+        self.drain()
         self._capture = Capture(self)
         self.pool.begin_capture()
         return self._capture

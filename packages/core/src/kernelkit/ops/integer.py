@@ -152,6 +152,8 @@ def conv_samples(rng, dtype):
            {"strides": [3], "pads": [2, 1]})  # 1-D
     yield (_int8(rng, dtype, 1, 320, 5, 5), _int8(rng, "int8", 4, 320, 3, 3), _int8(rng, dtype), None,
            {"pads": [1, 1, 1, 1]})  # K = 2880: several exact fp32 blocks in the numba kernels
+    yield (_int8(rng, dtype, 2, 3, 9, 7), _int8(rng, "int8", 6, 1, 3, 3), _int8(rng, dtype), None,
+           {"group": 3, "dilations": [2, 1], "pads": [2, 1, 1, 0]})  # depthwise, channel multiplier 2
     # uint8 weights last: onnxruntime (1.32) pads an int8 x / uint8 w ConvInteger with something other
     # than x_zero_point at the border, and packages/converters/tests/test_versions.py takes the first
     # samples with onnxruntime as its oracle
@@ -193,8 +195,48 @@ def _to_float_samples(rng, dtype):
                _int8(rng, dtype), _int8(rng, bdt), rng.standard_normal(5).astype(np.float32)], {}
     yield [_int8(rng, dtype, 2, 4, 3000), _int8(rng, "int8", 3000, 6), np.float32(0.02),
            rng.uniform(0.001, 0.01, 6).astype(np.float32), _int8(rng, dtype), None, None], {}
+    yield [_int8(rng, dtype, 20, 300), _int8(rng, "uint8", 300, 9), np.float32(0.02),  # more rows than a GEMV
+           rng.uniform(0.001, 0.01, 9).astype(np.float32), _int8(rng, dtype), _int8(rng, "uint8", 9), None], {}
 
 
 register_op("MatMulIntegerToFloat", domain="com.microsoft",
             inputs=["A", "B", "a_scale", "b_scale", "a_zero_point?", "b_zero_point?", "bias?"], outputs=["Y"],
             infer=_to_float_infer, samples=_to_float_samples)
+
+
+# -- DynamicQuantizeMatMul (com.microsoft) --------------------------------------------------------
+def _dyn_matmul_infer(ctx) -> TensorSpec:
+    check_int8(ctx, [(1, "B", None), (3, "b_zero_point", 1)])
+    for i, name in ((0, "A"), (2, "b_scale"), (4, "bias")):
+        if ctx.has(i) and ctx.inputs[i].dtype != "float32":
+            raise ctx.error(f"{name} must be float32, got {ctx.inputs[i].dtype}")
+    return TensorSpec(matmul_shapes(ctx, ctx.inputs[0], ctx.inputs[1])[-1], "float32")
+
+
+@register_kernel("DynamicQuantizeMatMul", domain="com.microsoft", device="cpu", vendor="reference", dtype="float32",
+                 priority=-100)
+def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
+    """onnxruntime's fusion of DynamicQuantizeLinear(A) -> MatMulInteger -> Cast -> Mul [-> Add]: A
+    quantized to uint8 as DynamicQuantizeLinear does, then MatMulIntegerToFloat's float32 steps."""
+    from .quantize import dynamic_quantize_linear
+
+    q, a_scale, a_zero_point = dynamic_quantize_linear(a)
+    return matmul_integer_to_float(q, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
+
+
+def _dyn_matmul_samples(rng, dtype):
+    for bdt in ("int8", "uint8"):
+        yield [rng.standard_normal((3, 40)).astype(dtype), _int8(rng, bdt, 40, 5), np.float32(0.01), _int8(rng, bdt),
+               rng.standard_normal(5).astype(np.float32)], {}
+    yield [rng.uniform(0.5, 3, (2, 4, 3000)).astype(dtype), _int8(rng, "int8", 3000, 6),  # all positive: zp 0
+           rng.uniform(0.001, 0.01, 6).astype(np.float32), None, None], {}
+    yield [rng.standard_normal((1, 200)).astype(dtype), _int8(rng, "int8", 200, 7), np.float32(0.02),
+           _int8(rng, "int8", 7), None], {}  # one row (batch 1), per-column b_zero_point
+    yield [rng.standard_normal((2, 10, 600)).astype(dtype), _int8(rng, "int8", 600, 7), np.float32(0.02),
+           np.int8(3), rng.standard_normal(7).astype(np.float32)], {}  # more rows than a GEMV
+
+
+register_op("DynamicQuantizeMatMul", domain="com.microsoft",
+            inputs=["A", "B", "b_scale", "b_zero_point?", "bias?"], outputs=["Y"],
+            infer=_dyn_matmul_infer, samples=_dyn_matmul_samples,
+            flops=lambda ctx: _flops(matmul_shapes(ctx, ctx.inputs[0], ctx.inputs[1])))

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
+from ..shape import broadcast_shapes
 from ._window import symbolic_out
 from .conv import conv_geometry
 from .integer import (
@@ -30,7 +31,7 @@ from .integer import (
     to_int32,
 )
 from .matmul import matmul_shapes
-from .quantize import SCALE_TYPES, quantize, saturate_round
+from .quantize import SCALE_TYPES, dequantize, quantize, saturate_round
 
 QUANT_ACTIVATIONS = ("", "Relu", "Clip")
 ACT_ATTRS = {"activation": ("string", ""), "activation_params": ("floats", ())}
@@ -242,8 +243,49 @@ def _gemm_samples(rng, dtype):
         {"transA": 1, "transB": 1, "activation": "Relu"}
     yield [_int8(rng, dtype, 4, 8), _scales(rng), _zp(rng, dtype), _int8(rng, "int8", 8, 3), _scales(rng),
            np.int8(0), None, None, None], {"alpha": 0.5}  # float output
+    yield [_int8(rng, dtype, 12, 40), _scales(rng), _zp(rng, dtype), _int8(rng, "int8", 7, 40), _scales(rng, (7,)),
+           np.zeros(7, "int8"), rng.integers(-5000, 5000, 7).astype(np.int32), np.float32(0.5), _zp(rng, dtype)], \
+        {"transB": 1}  # more rows than the integer dot-product path takes: BLAS
 
 
 register_op("QGemm", domain="com.microsoft",
             inputs=["A", "a_scale", "a_zero_point", "B", "b_scale", "b_zero_point", "C?", "y_scale?", "y_zero_point?"],
             outputs=["Y"], attrs=GEMM_ATTRS, infer=_gemm_infer, samples=_gemm_samples)
+
+
+# -- QLinearAdd (com.microsoft) ---------------------------------------------------------------------
+def _add_infer(ctx) -> TensorSpec:
+    check_int8(ctx, [(0, "A", None), (2, "A_zero_point", 0), (3, "B", 0), (5, "B_zero_point", 0),
+                     (7, "C_zero_point", 0)])
+    for i, name in ((1, "A_scale"), (4, "B_scale"), (6, "C_scale")):
+        _scale(ctx, i, name)
+    for i, name in ((1, "A_scale"), (2, "A_zero_point"), (4, "B_scale"), (5, "B_zero_point"), (6, "C_scale"),
+                    (7, "C_zero_point")):
+        _scalar(ctx, i, name)
+    return TensorSpec(broadcast_shapes(ctx.inputs[0].shape, ctx.inputs[3].shape, where=ctx.where), ctx.inputs[0].dtype)
+
+
+@register_kernel("QLinearAdd", domain="com.microsoft", device="cpu", vendor="reference", dtype=INT8_TYPES,
+                 priority=-100)
+def qlinear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
+    """onnxruntime's contrib op: ``C = Q(DQ(A) + DQ(B))`` per tensor, with broadcasting; computed as
+    the op-by-op DequantizeLinear, Add, QuantizeLinear steps in float32 (fuse_qdq builds it from
+    them, so the fused graph equals op by op bit for bit; onnxruntime's own kernel rounds its
+    fixed-point way and may differ by one step)."""
+    zp = np.zeros((), a.dtype) if c_zero_point is None else c_zero_point
+    total = dequantize(a, a_scale, a_zero_point) + dequantize(b, b_scale, b_zero_point)
+    return quantize(total, c_scale, zp, a.dtype)
+
+
+def _add_samples(rng, dtype):
+    yield [_int8(rng, dtype, 2, 3, 5), _scales(rng), _zp(rng, dtype), _int8(rng, dtype, 2, 3, 5), _scales(rng),
+           _zp(rng, dtype), _scales(rng), _zp(rng, dtype)], {}
+    yield [_int8(rng, dtype, 1, 8, 6, 6), np.float32(0.05), _zp(rng, dtype), _int8(rng, dtype, 1, 8, 6, 6),
+           np.float32(0.02), _zp(rng, dtype), np.float32(0.04), _zp(rng, dtype)], {}  # a residual block's Add
+    yield [_int8(rng, dtype, 4, 5), _scales(rng), None, _int8(rng, dtype, 5), _scales(rng), None, _scales(rng),
+           None], {}  # broadcast, zero points left out
+
+
+register_op("QLinearAdd", domain="com.microsoft",
+            inputs=["A", "A_scale", "A_zero_point?", "B", "B_scale", "B_zero_point?", "C_scale", "C_zero_point?"],
+            outputs=["C"], infer=_add_infer, samples=_add_samples)

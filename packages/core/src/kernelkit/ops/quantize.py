@@ -216,7 +216,8 @@ def dynamic_params(lo: float, hi: float) -> tuple[np.float32, np.uint8]:
     onnxruntime computes them; the range always includes 0 and a zero range gives scale 1."""
     lo, hi = np.float32(min(lo, 0.0)), np.float32(max(hi, 0.0))
     scale = np.float32(1.0) if hi == lo else np.float32((hi - lo) / np.float32(255))
-    zp = np.rint(np.clip(np.float32(0) - lo / scale, 0, 255))
+    zp = np.float32(0) - lo / scale
+    zp = np.rint(zp if 0 <= zp <= 255 else min(max(zp, np.float32(0)), np.float32(255)))  # NaN stays NaN
     return scale, np.uint8(zp)
 
 

@@ -8,10 +8,13 @@ it is correct but computes in float. The rules below rewrite
     DQ(x) , DQ(W const) [, DQ(bias int32 const)] -> Conv   [-> Relu|Clip] -> Q   into QLinearConv
     DQ(a) , DQ(b)                                -> MatMul [-> Relu|Clip] -> Q   into QLinearMatMul
     DQ(a) , DQ(B const) [, DQ(C int32 const)]    -> Gemm   [-> Relu|Clip] -> Q   into com.microsoft::QGemm
+    DQ(a) , DQ(b)                                -> Add                   -> Q   into com.microsoft::QLinearAdd
     DQ(x) -> MaxPool|Reshape|Flatten|Transpose|Squeeze|Unsqueeze -> Q  (same scale and zero point)
                                                                      into the op on the integers
 
-and folds the DequantizeLinear nodes of constants that no group took. The fused result is
+folds a dynamic model's DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul [-> Add] into
+com.microsoft::MatMulIntegerToFloat, then DynamicQuantizeMatMul, and folds the DequantizeLinear
+nodes of constants that no group took. The fused result is
 onnxruntime's: int32 accumulators requantized with ``float32(x_scale * w_scale) / y_scale``; op by op
 the same group computes a float32 sum, divides by y_scale and rounds, so a value within float32
 rounding of a .5 boundary can land one quantization step away (docs/quantization.md).
@@ -167,10 +170,25 @@ def _fuse_gemm(graph: Graph, index: _Index, gemm: Node, q: Node, act: tuple) -> 
     return Node("QGemm", inputs, [q.outputs[0]], gemm_attrs, gemm.name, "com.microsoft")
 
 
+def _fuse_add(graph: Graph, index: _Index, add: Node, q: Node, act: tuple) -> Node | None:
+    if act:
+        return None  # onnxruntime's QLinearAdd has no fused activation
+    a, b = _dq(graph, index, add.inputs[0]), _dq(graph, index, add.inputs[1])
+    if not _per_tensor(a) or not _per_tensor(b) or not _int8(graph, a):
+        return None
+    dtype = graph.spec(a.x).dtype
+    if graph.spec(b.x).dtype != dtype or graph.spec(q.outputs[0]).dtype != dtype:
+        return None
+    inputs = [a.x, a.node.inputs[1], _zero_point(graph, a, add.name + "_a"), b.x, b.node.inputs[1],
+              _zero_point(graph, b, add.name + "_b"), q.inputs[1], _y_zero_point(graph, q)]
+    return Node("QLinearAdd", inputs, [q.outputs[0]], {}, add.name, "com.microsoft")
+
+
 FUSIONS: dict[str, Callable] = {
     "Conv": _fuse_conv,  # DQ(x), DQ(W), DQ(bias) -> Conv [-> act] -> Q: QLinearConv(+ activation)
     "MatMul": _fuse_matmul,  # DQ(a), DQ(b) -> MatMul [-> act] -> Q: QLinearMatMul(+ activation)
     "Gemm": _fuse_gemm,  # DQ(A), DQ(B), DQ(C) -> Gemm [-> act] -> Q: com.microsoft::QGemm(+ activation)
+    "Add": _fuse_add,  # DQ(A), DQ(B) -> Add -> Q, one dtype: com.microsoft::QLinearAdd (the same float32 steps)
 }
 # ops that commute with dequantization (they move or select values, never combine them):
 # DQ -> op -> Q with the same scale and zero point is the op on the integers
@@ -246,6 +264,47 @@ def _fuse_dynamic(graph: Graph, index: _Index, cast: Node) -> tuple[Node, list[N
     return Node("MatMulIntegerToFloat", inputs, [out], {}, mmi.name, "com.microsoft"), removed
 
 
+def _fuse_dynamic_quantize(graph: Graph, index: _Index, dql: Node) -> list[Node]:
+    """DynamicQuantizeLinear whose outputs only MatMulIntegerToFloat nodes read (as A, a_scale and
+    a_zero_point): each of them becomes one com.microsoft::DynamicQuantizeMatMul on the float input,
+    as onnxruntime fuses them (each reader quantizes A itself, with the same result). The Mul of the
+    scales that _fuse_dynamic left without readers goes too. Returns the nodes replaced (the caller
+    keeps them alive until ``index.commit()``, which identifies removed nodes by id)."""
+    outs = (dql.outputs + ["", "", ""])[:3]
+    if any(o in graph.outputs for o in outs if o):
+        return []
+    users = index.readers.get(outs[0], [])
+    if not users or any(n.op_id != "com.microsoft::MatMulIntegerToFloat" or n.inputs[0] != outs[0] or
+                        n.inputs[2] != outs[1] or (n.inputs + [""] * 5)[4] != outs[2] or outs[0] in n.inputs[1:]
+                        for n in users):
+        return []
+    dead = []
+    for name in outs[1:]:
+        for n in index.readers.get(name, []) if name else []:
+            if n in users:
+                continue
+            if n.op_id == "Mul" and index.unused(n.outputs[0]) and name != outs[2]:
+                dead.append(n)  # a_scale * b_scale, no longer read since _fuse_dynamic
+            else:
+                return []
+    for n in dead + [dql]:
+        index.remove(n)
+        for out in n.outputs:
+            graph.values.pop(out, None)
+    for mm in list({id(n): n for n in users}.values()):
+        inputs = [dql.inputs[0], mm.inputs[1], mm.inputs[3], (mm.inputs + [""] * 6)[5]] + mm.inputs[6:7]
+        while inputs and not inputs[-1]:
+            inputs.pop()
+        fused = Node("DynamicQuantizeMatMul", inputs, list(mm.outputs), {}, mm.name, "com.microsoft")
+        index.remove(mm)
+        graph.nodes[graph.nodes.index(mm)] = fused
+        index.producers[fused.outputs[0]] = fused
+        for name in set(inputs) - {""}:
+            index.readers.setdefault(name, []).append(fused)
+        log.debug("fuse_qdq: %s -> DynamicQuantizeMatMul", mm.name)
+    return users
+
+
 def _fold_constant_dq(graph: Graph, index: _Index) -> int:
     """DequantizeLinear of a constant that no fusion took: a float constant, as fold_constants would."""
     from ..ops.quantize import dequantize_linear
@@ -307,6 +366,10 @@ def fuse_qdq(graph: Graph, ctx: PassContext) -> int:
             continue
         _replace(graph, index, fused, [node, *between, q])
         count += 1
+    index.commit()
+    index = _Index(graph)  # afresh: ids of the nodes removed above may be reused by new ones
+    replaced = [_fuse_dynamic_quantize(graph, index, n) for n in graph.nodes if n.op_id == "DynamicQuantizeLinear"]
+    count += sum(map(len, replaced))
     index.commit()
     count += _fold_constant_dq(graph, index)
     index.commit()

@@ -16,7 +16,9 @@ from kernelkit.ops.qlinear import multiplier
 from kernelkit.registry import register_kernel
 
 from .. import config
-from .conv import Conv, _conv_depthwise, _im2col, supports_1d_2d
+from ..config import jit_parallel
+from ._range import tap_range
+from .conv import Conv, U, _conv_depthwise, _edge, _im2col, supports_1d_2d, tile_grid
 from .epilogue import NONE
 from .qgemm import (
     NO_ACC,
@@ -28,8 +30,71 @@ from .qgemm import (
     dtype_reach,
     offset,
     requantize,
+    requantize_block,
     to_int32,
 )
+
+
+@jit_parallel
+def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx, q0, q1):
+    """QLinearConv with one input channel per group, requantized in its output loop: conv.py's
+    ``_conv_depthwise`` scheme (each plane split into its stride phases of the padded input, the
+    int8 input minus its zero point stored as float32, so the padding reads the zero point; one
+    unit-stride multiply-add pass per tap over the flattened output grid; every partial sum an
+    exact integer, 9 * 255 * 255 << 2**24), then per output element the requantize steps of
+    qgemm.requantize (int32 + bias, float32 * multiplier, round half to even, + zero point, clamp)
+    written straight into the int8 plane: no float32 output plane and no second pass over it."""
+    n_n, c_n, h_n, w_n = x.shape
+    m_n, kh, kw = w.shape
+    oh_n, ow_n = y.shape[2], y.shape[3]
+    chan_mult = m_n // c_n
+    qh, qw = ((kh - 1) * dh) // sh, ((kw - 1) * dw) // sw
+    hq, wq = oh_n + qh, ow_n + qw
+    size = hq * wq + qw  # one phase, plus the overrun of the last row's dropped columns
+    span = oh_n * wq
+    buf = np.empty(sh * sw * size, np.float32)
+    acc = np.empty(span, np.float32)
+    for nm in range(q0, q1):
+        n = nm // m_n
+        m = nm - n * m_n
+        src = x[n, m // chan_mult]
+        for a in range(sh):
+            for b in range(sw):
+                base = (a * sw + b) * size
+                lo, hi = tap_range(b - pw, sw, w_n, wq)  # columns that read inside the row
+                shift = b - pw
+                for r in range(hq):
+                    ih = r * sh + a - ph
+                    d0 = base + r * wq
+                    if ih < 0 or ih >= h_n:
+                        for c in range(wq):
+                            buf[U(d0 + c)] = 0
+                        continue
+                    row = src[ih]
+                    for c in range(lo):
+                        buf[U(d0 + c)] = 0
+                    for c in range(lo, hi):
+                        buf[U(d0 + c)] = np.float32(row[U(c * sw + shift)]) - zx
+                    for c in range(hi, wq):
+                        buf[U(d0 + c)] = 0
+                for c in range(base + hq * wq, base + size):
+                    buf[U(c)] = 0
+        acc[:] = 0
+        for i in range(kh):
+            for j in range(kw):
+                wv = w[m, i, j]
+                off = U((((i * dh) % sh) * sw + (j * dw) % sw) * size + ((i * dh) // sh) * wq + (j * dw) // sw)
+                for p in range(span):  # unsigned indices: no wraparound check, so it vectorises
+                    acc[U(p)] += wv * buf[U(p) + off]
+        plane = y[n, m]
+        bm = bias[m]
+        mm = mult[m]
+        for oh in range(oh_n):
+            r0 = oh * wq
+            dst = plane[oh]
+            for ow in range(ow_n):
+                q = np.float32(np.rint(np.float32(np.int32(np.int32(acc[U(r0 + ow)]) + bm)) * mm)) + zy
+                dst[U(ow)] = min(max(q, lo_y), hi_y)
 
 
 class _IntegerConv(Conv):
@@ -56,14 +121,28 @@ class _IntegerConv(Conv):
     def conv_work(x, w) -> float:
         return 2.0 * x.size * w.size / max(1, x.shape[1])
 
-    def convolve(self, x, w, x_zero_point, w_zero_point, out, finish):
+    def geometry(self, x_shape, w_shape):
+        """conv.py's ``_geometry``, kept while the shapes stay."""
+        key = (x_shape, w_shape)
+        if key != self._geom_key:
+            self._geom = self._geometry(x_shape, w_shape)
+            self._geom_key = key
+        return self._geom
+
+    def reach(self, x, x_zero_point) -> int:
+        """dtype_reach of the input, kept while the same zero point array comes in."""
+        cached = self.__dict__.get("_reach")
+        if cached is None or cached[0] is not x_zero_point or cached[1] != x.dtype:
+            cached = (x_zero_point, x.dtype, dtype_reach(x.dtype, x_zero_point))
+            self._reach = cached
+        return cached[2]
+
+    def convolve(self, x, w, x_zero_point, w_zero_point, out, finish, requant=None):
+        """``requant``: (bias, mult, zp, lo, hi) of QLinearConv, which its depthwise kernel applies
+        in its output loop (``finish`` is then not called for depthwise convolutions)."""
         if x_zero_point is not None and np.size(x_zero_point) != 1:
             raise ValueError(f"x_zero_point must be a scalar, got shape {np.shape(x_zero_point)}")
-        key = (x.shape, w.shape)
-        if key != self._geom_key:
-            self._geom = self._geometry(x.shape, w.shape)
-            self._geom_key = key
-        (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = self._geom
+        (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = self.geometry(x.shape, w.shape)
         one_d = x.ndim == 3
         x4 = x[:, :, None, :] if one_d else x
         n_n, c_n, h_n, w_n = x4.shape
@@ -72,9 +151,15 @@ class _IntegerConv(Conv):
         group = int(self.attrs.get("group", 1))
         if c_n != cg * group or m_n % group:
             raise ValueError(f"input channels {c_n}, weight {tuple(w.shape)} and group {group} disagree")
-        wf, blocks = self.packed.get(w, w_zero_point, dtype_reach(x.dtype, x_zero_point))
+        wf, blocks = self.packed.get(w, w_zero_point, self.reach(x, x_zero_point))
         out4 = out.reshape(n_n, m_n, oh_n * ow_n)
         mg, k_n, l_n = m_n // group, cg * kh * kw, oh_n * ow_n
+        if cg == 1 and group > 1 and blocks == [(0, k_n)] and requant is not None:  # depthwise, requantized
+            zx = np.float32(0 if x_zero_point is None else np.asarray(x_zero_point).reshape(()))
+            args = (np.ascontiguousarray(x4), wf.reshape(m_n, kh, kw), *requant, out.reshape(n_n, m_n, oh_n, ow_n),
+                    sh, sw, dh, dw, ph, pw, zx)
+            config.parallel_for(_qdepthwise, n_n * m_n, args, 2.0 * out.size * kh * kw)
+            return
         if cg == 1 and group > 1 and blocks == [(0, k_n)]:  # depthwise: taps as multiply-adds, one pass
             yf = self.scratch("depthwise", (n_n, m_n, oh_n, ow_n))
             zx = np.float32(0 if x_zero_point is None else np.asarray(x_zero_point).reshape(()))
@@ -92,6 +177,9 @@ class _IntegerConv(Conv):
         direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
         if not direct and (self._col is None or self._col.shape != (k_n, l_n)):
             self._col = np.empty((k_n, l_n), np.float32)
+        tiles = config.shard_count(mg * l_n, 2.0 * mg * k_n * l_n, unit=config.MIN_TILE_WORK)
+        m_tiles, p_tiles = tile_grid(mg, l_n, tiles)
+        sharded = requant is not None and len(blocks) == 1 and m_tiles * p_tiles > 1
         for n in range(n_n):
             for g in range(group):
                 xs = xf[n, g * cg:(g + 1) * cg]
@@ -101,6 +189,9 @@ class _IntegerConv(Conv):
                     col = self._col
                     args = (xs, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n)
                     config.parallel_for(_im2col, k_n, args, 2.0 * k_n * l_n)
+                if sharded:  # as the float Conv: (channel block, pixel block) tiles, each one BLAS call
+                    self._tiles(wblocks[g][0], col, g * mg, out4[n, g * mg:(g + 1) * mg], requant, m_tiles, p_tiles)
+                    continue
                 acc, has_acc = NO_ACC, False
                 for i, (k0, k1) in enumerate(blocks):
                     y = np.dot(wblocks[g][i], col[k0:k1], out=self.scratch("product", (mg, l_n)))
@@ -111,6 +202,24 @@ class _IntegerConv(Conv):
                     else:
                         channels = slice(g * mg, (g + 1) * mg)
                         finish(y, acc, has_acc, channels, out4[n, channels])
+
+
+    def _tiles(self, wg, col, m0, dst, requant, m_tiles, p_tiles):
+        """The product of one image and group cut into tiles run on the shard pool, each one BLAS
+        call at one thread into its block of the float32 scratch, then requantized into ``dst``."""
+        mg, l_n = wg.shape[0], col.shape[1]
+        y = self.scratch("product", (mg, l_n))
+        bias, mult, z, lo, hi = requant
+        bias, mult = bias[m0:m0 + mg], mult[m0:m0 + mg]
+
+        def tile(t):
+            mt, pt = divmod(t, p_tiles)
+            r0, r1 = mt * mg // m_tiles, (mt + 1) * mg // m_tiles
+            c0, c1 = _edge(pt, p_tiles, l_n), _edge(pt + 1, p_tiles, l_n)
+            np.matmul(wg[r0:r1], col[:, c0:c1], out=y[r0:r1, c0:c1])
+            requantize_block(y, bias, mult, z, lo, hi, dst, r0, r1, c0, c1)
+
+        config.run_shards(tile, m_tiles * p_tiles)
 
 
 def _supports(specs, attrs) -> bool:
@@ -125,7 +234,7 @@ class ConvInteger(_IntegerConv):
         return self.conv_work(x, w)
 
     def compute(self, x, w, x_zero_point=None, w_zero_point=None):
-        (_, _), (_, _), (_, _), out_hw = self._geometry(x.shape, w.shape)
+        (_, _), (_, _), (_, _), out_hw = self.geometry(x.shape, w.shape)
         out = np.empty((x.shape[0], w.shape[0], *out_hw[2 - (x.ndim - 2):]), np.int32)
 
         def finish(y, acc, has_acc, channels, dst):
@@ -143,7 +252,7 @@ class QLinearConv(_IntegerConv):
         return self.conv_work(x, w)
 
     def compute(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b=None):
-        (_, _), (_, _), (_, _), out_hw = self._geometry(x.shape, w.shape)
+        (_, _), (_, _), (_, _), out_hw = self.geometry(x.shape, w.shape)
         zp = np.asarray(y_zero_point)
         out = np.empty((x.shape[0], w.shape[0], *out_hw[2 - (x.ndim - 2):]), zp.dtype)
         m = w.shape[0]
@@ -160,5 +269,5 @@ class QLinearConv(_IntegerConv):
         def finish(y, acc, has_acc, channels, dst):
             requantize(y, acc, has_acc, bias[channels], has_bias, mult[channels], True, z, lo, hi, dst)
 
-        self.convolve(x, w, x_zero_point, w_zero_point, out, finish)
+        self.convolve(x, w, x_zero_point, w_zero_point, out, finish, (bias, mult, z, lo, hi))
         return out

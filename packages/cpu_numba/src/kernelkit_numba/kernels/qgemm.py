@@ -6,11 +6,12 @@ Exact integer products on float32 BLAS: the operands minus their zero points are
 ``kc = 2**24 // (max|a - a_zp| * max|b - b_zp|)`` (at least 258, 518 for int8 weights) has every
 partial sum an integer below 2**24, which float32 represents exactly whatever order BLAS adds in.
 A longer K is cut into such blocks whose exact results are added in int32, so the result is
-the int32 accumulation ONNX defines, bit for bit, at float32 GEMM speed. (Numba cannot emit the
-int8 dot-product instructions itself: its integer arithmetic is 64-bit, see docs/quantization.md.)
-Constant weights are converted and packed once per kernel (``PackedWeights``); the requantize
-(+ bias, x per-channel multiplier, round half to even, + zero point, clamp for a fused Relu/Clip)
-is one parallel pass over the last block's result.
+the int32 accumulation ONNX defines, bit for bit, at float32 GEMM speed. Constant weights are
+converted and packed once per kernel (``PackedWeights``); the requantize (+ bias, x per-channel
+multiplier, round half to even, + zero point, clamp for a fused Relu/Clip) is one parallel pass
+over the last block's result. Products with few rows of A (batch-1 dense layers) are integer dot
+products on the raw int8 operands instead (``gemv_int8``: int32 arithmetic that LLVM turns into
+``vpmaddwd``), which read the int8 weights themselves; see docs/quantization.md.
 """
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from kernelkit.ops.qlinear import clamp_bounds, multiplier
 from kernelkit.registry import register_kernel
 from numba import prange
 
+from .. import config
 from .._base import NumbaKernel
-from ..config import jit_parallel
+from ..config import jit_exact, jit_parallel
+from .quantize import dynamic_range, quantize_flat, quantize_offset
 
 EXACT = float(1 << 24)  # float32 represents every integer up to this exactly
 
@@ -86,6 +89,20 @@ def requantize(y, acc, has_acc, bias, has_bias, mult, per_row, zp, lo, hi, out):
 
 
 @jit_parallel
+def requantize_block(y, bias, mult, zp, lo, hi, out, r0, r1, c0, c1):
+    """requantize (per row: conv output channels) of the block [r0, r1) x [c0, c1) of y into the same
+    block of out: one tile of a sharded GEMM, right after its BLAS call."""
+    for r in range(r0, r1):
+        src = y[r]
+        dst = out[r]
+        b = np.int32(bias[r])
+        m = mult[r]
+        for c in range(c0, c1):
+            q = np.float32(np.rint(np.float32(np.int32(np.int32(src[c]) + b)) * m)) + zp
+            dst[c] = min(max(q, lo), hi)
+
+
+@jit_parallel
 def to_int32(y, acc, has_acc, out):
     """out = int32(y) [+ acc]: the last block of an integer product."""
     rows, cols = y.shape
@@ -97,9 +114,10 @@ def to_int32(y, acc, has_acc, out):
             out[r, c] = v
 
 
-@jit_parallel
+@jit_exact
 def to_float(y, acc, has_acc, mult, bias, has_bias, out):
-    """out = float32(int32(y) [+ acc]) * mult[col] [+ bias[col]] (a one-element mult is per tensor)."""
+    """out = float32(int32(y) [+ acc]) * mult[col] [+ bias[col]] (a one-element mult is per tensor),
+    rounded as the op-by-op Cast -> Mul -> Add (no FMA contraction: bit-identical to op by op)."""
     rows, cols = y.shape
     scalar = mult.shape[0] == 1
     for r in prange(rows):
@@ -109,6 +127,67 @@ def to_float(y, acc, has_acc, mult, bias, has_bias, out):
                 v += acc[r, c]
             f = np.float32(v) * mult[0 if scalar else c]
             out[r, c] = f + bias[c] if has_bias else f
+
+
+GEMV_ROWS = 8  # products with at most this many rows of A run as integer dot products (gemv_int8)
+
+
+@jit_parallel
+def gemv_int8(a, bt, azp, col_sums, bzp, out, lo, hi):
+    """out[m, n] = sum_k (a[m, k] - azp) * (bt[n, k] - bzp[n]) for columns n in [lo, hi), a and bt raw
+    int8/uint8 (B transposed; bzp of one element or one per column): int32 dot products of the raw
+    values, four columns at a time, then the zero points out as MLAS does, - azp * colsum(B)[n]
+    - bzp[n] * rowsum(A)[m] + K * azp * bzp[n] (wrapping to int32 as the accumulator would). Each
+    product is truncated back to int32 (Numba widens integer arithmetic to int64; the truncation
+    lets LLVM narrow it again), so the loops vectorise to vpmaddwd (16 multiply-adds an instruction
+    on AVX2; VNNI's vpdpwssd where the CPU has it): exact, reading the int8 weights themselves."""
+    rows, k_n = a.shape
+    n4 = lo + (hi - lo) // 4 * 4
+    per_col = bzp.shape[0] > 1
+    for m in range(rows):
+        x = a[m]
+        for n in range(lo, n4, 4):
+            r0, r1, r2, r3 = bt[n], bt[n + 1], bt[n + 2], bt[n + 3]
+            s0 = s1 = s2 = s3 = np.int32(0)
+            for k in range(k_n):
+                u = np.int32(x[k])
+                s0 = np.int32(s0 + u * np.int32(r0[k]))
+                s1 = np.int32(s1 + u * np.int32(r1[k]))
+                s2 = np.int32(s2 + u * np.int32(r2[k]))
+                s3 = np.int32(s3 + u * np.int32(r3[k]))
+            out[m, n], out[m, n + 1], out[m, n + 2], out[m, n + 3] = s0, s1, s2, s3
+        for n in range(n4, hi):
+            r = bt[n]
+            s = np.int32(0)
+            for k in range(k_n):
+                s = np.int32(s + np.int32(x[k]) * np.int32(r[k]))
+            out[m, n] = s
+        row_sum = np.int32(0)
+        for k in range(k_n):
+            row_sum = np.int32(row_sum + np.int32(x[k]))
+        for n in range(lo, hi):
+            z = np.int64(bzp[n if per_col else 0])
+            out[m, n] = np.int32(out[m, n] - azp * col_sums[n] - z * row_sum + k_n * azp * z)
+
+
+class GemvWeights:
+    """B (2-D, constant) for gemv_product: transposed to (N, K) and its column sums, made once."""
+
+    def __init__(self, b):
+        self.b = b
+        self.bt = np.ascontiguousarray(b.T)
+        self.col_sums = b.sum(axis=0, dtype=np.int64)
+
+
+def gemv_product(a: np.ndarray, a_zero_point, w: GemvWeights, b_zero_point) -> np.ndarray:
+    """Exact int32 (A - a_zp) @ (B - b_zp) for few rows of a raw int8/uint8 A (gemv_int8)."""
+    a2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+    n = w.b.shape[1]
+    out = np.empty((a2.shape[0], n), np.int32)
+    azp = np.int64(0 if a_zero_point is None else np.asarray(a_zero_point).reshape(()))
+    bzp = np.zeros(1, np.int64) if b_zero_point is None else np.asarray(b_zero_point).reshape(-1)
+    config.parallel_for(gemv_int8, n, (a2, w.bt, azp, w.col_sums, bzp, out), 2.0 * a2.size * n)
+    return out.reshape(*a.shape[:-1], n)
 
 
 def dtype_reach(dtype, zp) -> int:
@@ -173,6 +252,15 @@ def derived(kernel, params: tuple, make):
     return cached[1]
 
 
+def derived_weight(kernel, w: np.ndarray, make):
+    """``make()`` of a constant weight (e.g. its transpose), kept while the same read-only array comes in."""
+    cached = kernel.__dict__.get("_derived_weight")
+    if cached is None or cached[0] is not w or w.flags.writeable:
+        cached = (w, make())
+        kernel._derived_weight = cached
+    return cached[1]
+
+
 def offset(x: np.ndarray, zp) -> np.ndarray:
     """float32 ``x - zp`` of an integer array (any rank); zp per tensor or per column (last axis)."""
     x2 = np.ascontiguousarray(x).reshape(-1, x.shape[-1] if x.ndim else 1)
@@ -184,13 +272,31 @@ def offset(x: np.ndarray, zp) -> np.ndarray:
     return out.reshape(x.shape)
 
 
+def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b; a 2-D b with enough work is cut into row blocks of a on the shard pool, one BLAS call
+    at one thread each (as the float Gemm and Conv do), so that ``Session(threads=n)`` reaches BLAS."""
+    rows, k_n, n_n = math.prod(a.shape[:-1]), a.shape[-1], b.shape[-1]
+    count = config.shard_count(rows, 2.0 * rows * k_n * n_n, unit=config.MIN_TILE_WORK) if b.ndim == 2 else 1
+    if count <= 1 or rows < 2 * count:
+        return np.matmul(a, b)
+    a2 = a.reshape(rows, k_n)
+    y = np.empty((rows, n_n), np.float32)
+
+    def block(i):
+        r0, r1 = i * rows // count, (i + 1) * rows // count
+        np.matmul(a2[r0:r1], b, out=y[r0:r1])
+
+    config.run_shards(block, count)
+    return y.reshape(*a.shape[:-1], n_n)
+
+
 def integer_product(af: np.ndarray, bf: np.ndarray, blocks, epilogue):
     """Exact (A - a_zp) @ (B - b_zp) from float32 offsets (..., M, K) @ (..., K, N), one BLAS call
     per exact K-block, blocks summed in int32; ``epilogue(y, acc, has_acc, shape)`` gets the last
     block's float32 result as 2-D (rows = all leading axes) and the int32 sum of the earlier ones."""
     acc, has_acc = NO_ACC, False
     for i, (k0, k1) in enumerate(blocks):
-        y = np.matmul(af[..., k0:k1], bf[..., k0:k1, :])
+        y = _matmul(af[..., k0:k1], bf[..., k0:k1, :])
         y2 = y.reshape(-1, y.shape[-1])
         if i == len(blocks) - 1:
             return epilogue(y2, acc, has_acc, y.shape)
@@ -309,9 +415,9 @@ class QGemm(NumbaKernel):
 
     def compute(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c=None, y_scale=None, y_zero_point=None):
         at = self.attrs
-        bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
-        af = offset(np.ascontiguousarray(a.T) if at.get("transA", 0) else a, a_zero_point)
-        n = bf.shape[1]
+        a_eff = np.ascontiguousarray(a.T) if at.get("transA", 0) else a
+        b_eff = b.T if at.get("transB", 0) else b  # (K, N)
+        n = b_eff.shape[1]
 
         def make():
             mult = multiplier(a_scale, b_scale, y_scale, at.get("alpha", 1.0))
@@ -335,7 +441,10 @@ class QGemm(NumbaKernel):
                 return out.astype(np.float32) * (mult.reshape(()) if mult.size == 1 else mult)
             return quantized_output(y, acc, has_acc, bias, mult, False, y_zero_point, bounds)
 
-        return integer_product(af, bf, blocks, finish)
+        if few_rows(a_eff.shape, b_eff):  # a classifier at batch 1: integer dot products on the int8 weights
+            return gemv_finish(self, a_eff, a_zero_point, b, b_zero_point, finish, bool(at.get("transB", 0)))
+        bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
+        return integer_product(offset(a_eff, a_zero_point), bf, blocks, finish)
 
 
 def conv_weight_offsets(w, zp) -> np.ndarray:
@@ -363,16 +472,65 @@ class MatMulIntegerToFloat(NumbaKernel):
         return 2.0 * a.size * b.shape[-1]
 
     def compute(self, a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
-        bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
-        af = offset(a, a_zero_point)
         mult = (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)).reshape(-1)  # as the Mul node
-        has_bias = bias is not None
-        bias_arr = derived(self, (bias,), lambda: np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias
-                           else np.zeros(1, np.float32))
+        finish = float_epilogue(self, mult, bias)
+        if few_rows(a.shape, b):
+            return gemv_finish(self, a, a_zero_point, b, b_zero_point, finish)
+        bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
+        return integer_product(offset(a, a_zero_point), bf, blocks, finish)
 
-        def finish(y, acc, has_acc, shape):
-            out = np.empty(y.shape, np.float32)
-            to_float(y, acc, has_acc, mult, bias_arr, has_bias, out)
-            return out.reshape(shape)
 
+@register_kernel("DynamicQuantizeMatMul", domain="com.microsoft", device="cpu", vendor="numba", dtype="float32",
+                 supports=lambda specs, attrs: specs[0].rank >= 2 and specs[1].rank >= 2)
+class DynamicQuantizeMatMul(NumbaKernel):
+    """DynamicQuantizeLinear(A) and MatMulIntegerToFloat in one kernel (onnxruntime's fusion): A's
+    range, then A quantized and minus its zero point straight into the float32 operand (no uint8
+    array, no second conversion pass), the exact product and the float32 scale (+ bias) epilogue."""
+
+    uses_blas = True
+
+    def setup(self, input_specs):
+        self.packed = _matmul_packing(input_specs[1].rank)
+
+    def work(self, a, b, *rest):
+        return 2.0 * a.size * b.shape[-1]
+
+    def compute(self, a, b, b_scale, b_zero_point=None, bias=None):
+        flat, a_scale, a_zp = dynamic_range(a)
+        mult = (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)).reshape(-1)  # as the Mul node
+        finish = float_epilogue(self, mult, bias)
+        if few_rows(a.shape, b):  # integer dot products read the uint8 A
+            q = np.empty(a.shape, np.uint8)
+            quantize_flat(flat, a_scale, a_zp, q.reshape(-1))
+            return gemv_finish(self, q, a_zp, b, b_zero_point, finish)
+        af = np.empty(a.shape, np.float32)  # BLAS reads float32: quantized minus zp in one pass
+        quantize_offset(flat, a_scale, np.float32(a_zp), af.reshape(-1))
+        bf, blocks = self.packed.get(b, b_zero_point, max(int(a_zp), 255 - int(a_zp)))
         return integer_product(af, bf, blocks, finish)
+
+
+def few_rows(a_shape, b) -> bool:
+    """Whether A @ B runs as integer dot products (gemv_product) rather than on BLAS."""
+    return b.ndim == 2 and math.prod(a_shape) <= GEMV_ROWS * a_shape[-1]
+
+
+def float_epilogue(kernel, mult, bias):
+    """``finish`` for integer_product: float32(int32 result) * mult [+ bias] (MatMulIntegerToFloat's steps)."""
+    has_bias = bias is not None
+    bias_arr = derived(kernel, (bias,), lambda: np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias
+                       else np.zeros(1, np.float32))
+
+    def finish(y, acc, has_acc, shape):
+        out = np.empty(y.shape, np.float32)
+        to_float(y, acc, has_acc, mult, bias_arr, has_bias, out)
+        return out.reshape(shape)
+
+    return finish
+
+
+def gemv_finish(kernel, a, a_zero_point, b, b_zero_point, finish, trans_b: bool = False):
+    """few_rows products: integer dot products on the raw operands, then ``finish``; B is ``b``, or
+    ``b.T`` with ``trans_b`` (QGemm's transB)."""
+    w = derived_weight(kernel, b, lambda: GemvWeights(b.T if trans_b else b))
+    y = gemv_product(a, a_zero_point, w, b_zero_point)
+    return finish(y.reshape(-1, y.shape[-1]), NO_ACC, False, y.shape)

@@ -8,13 +8,17 @@
 //   VEC_LDS    (local variant, TM and TN multiples of 4) 128-bit local loads, rows/cols in groups of 4
 //   PREFETCH   (local variant; NT divides BM*BK and BN*BK) next tile's global loads into registers
 //              before this tile's arithmetic
+//   DBUF       (with PREFETCH) two local buffers, one barrier per k-step instead of two
 //   TRANS_A, TRANS_B   A is stored [K, M] / B is stored [N, K]
-//   HAS_BIAS   add beta * bias[m * bias_sm + n * bias_sn]
-//   HAS_Z      add Z (laid out as C) before the activation: the residual of a fused Conv + Add
-//   SPLIT_K    k range split over the grid's z (low-occupancy shapes); partial sums go to a
-//              workspace, splitk_reduce adds them and runs the epilogue
 //   CONV       B(k, n) is the im2col matrix of the input image read on the fly (implicit GEMM):
 //              geometry in `cv`, k decomposed through the table `ktab`; C is written as NCHW.
+// Run-time arguments rather than defines (one program serves every epilogue and split, so a
+// session builds fewer programs: cold start):
+//   flags      bit 0: add beta * bias[m * bias_sm + n * bias_sn]; bit 1: add Z (laid out as C)
+//              before the activation (the residual of a fused Conv + Add); bit 2: Relu (the
+//              commonest fused activation; the others are the ACT define)
+//   nsplit     k range split over the grid's z (low-occupancy shapes): partial sums go to the
+//              float workspace ws, splitk_reduce adds them and runs the epilogue
 // The work-item at (lx, ly) owns rows m0 + ly + i*WM and columns n0 + lx + j*WN (strided, so a
 // warp's loads and stores are coalesced) in the local-memory variant, and the contiguous block
 // rows m0 + ly*TM + i, columns n0 + lx*TN + j in the direct one (better for CPU devices).
@@ -50,34 +54,26 @@
 #define B_AT(k, n) LD(B, (k) * ldb + (n))
 #endif
 
-#ifndef SPLIT_K
-#define SPLIT_K 1
-#endif
 #ifndef PREFETCH
 #define PREFETCH 0
 #endif
+#ifndef DBUF
+#define DBUF 0
+#endif
 
 // The epilogue of one output: + beta * bias, fused activation, store (NCHW for convolutions).
-#if HAS_BIAS
-#define BIAS_AT(m, n) (beta * LD(bias, (m) * bias_sm + (n) * bias_sn))
-#else
-#define BIAS_AT(m, n) 0.0f
-#endif
-// HAS_Z: a residual Z laid out as C is added before the activation (Conv's fused Add)
-#if HAS_Z
-#define Z_ARGS , __global const T* restrict Zr
-#define Z_AT(i) LD(Zr, i)
-#else
-#define Z_ARGS
-#define Z_AT(i) 0.0f
-#endif
+#define BIAS_AT(m, n) ((flags & 1) ? beta * LD(bias, (m) * bias_sm + (n) * bias_sn) : 0.0f)
+// flags bit 1: a residual Z laid out as C is added before the activation (Conv's fused Add)
+#define Z_AT(i) ((flags & 2) ? LD(Zr, i) : 0.0f)
+// flags bit 2: Relu, NaN kept (as the ACT line of Relu)
+#define RELU_IF(v) (((flags & 4) && (v) < 0.0f) ? 0.0f : (v))
 #ifdef CONV
 #define STORE_C(C, m, n, v) do { const int ohw_ = cv[3] * cv[4], b_ = (n) / ohw_;                  \
     const int i_ = (b_ * cv[9] + (m)) * ohw_ + ((n) - b_ * ohw_);                                 \
-    ST(C, i_, ACT((v) + BIAS_AT(m, n) + Z_AT(i_))); } while (0)
+    const float r_ = ACT((v) + BIAS_AT(m, n) + Z_AT(i_)); ST(C, i_, RELU_IF(r_)); } while (0)
 #else
 #define STORE_C(C, m, n, v) do { const int i_ = (m) * ldc + (n);                                    \
-    ST(C, i_, ACT((v) + BIAS_AT(m, n) + Z_AT(i_))); } while (0)
+    const float r_ = ACT((v) + BIAS_AT(m, n) + Z_AT(i_)); ST(C, i_, RELU_IF(r_)); } while (0)
 #endif
 
 #ifdef CONV
@@ -110,32 +106,24 @@ __kernel
 #if USE_LOCAL
 __attribute__((reqd_work_group_size(WN, WM, 1)))
 #endif
-#if SPLIT_K > 1
-#define CT float
-#else
-#define CT T
-#endif
 void gemm(__global const T* restrict A, __global const T* restrict B,
-          __global const T* restrict bias, __global CT* restrict C,
+          __global const T* restrict bias, __global T* restrict C,
           const int M, const int N, const int K, const int lda, const int ldb, const int ldc,
           const int bias_sm, const int bias_sn, const float alpha, const float beta,
-          const int za, const int zb, const int zc, const int zbias CV_ARGS Z_ARGS) {
+          const int za, const int zb, const int zc, const int zbias, const int flags, const int nsplit,
+          __global float* restrict ws, __global const T* restrict Zr CV_ARGS) {
   const int lx = get_local_id(0), ly = get_local_id(1);
   const int n0 = get_group_id(0) * BN, m0 = get_group_id(1) * BM;
-  // grid z = batch * SPLIT_K: split sk of the k range [k_lo, K) of batch z
-  const int z = get_group_id(2) / SPLIT_K, sk = get_group_id(2) % SPLIT_K;
-  const int k_span = ((K + SPLIT_K - 1) / SPLIT_K + BK - 1) / BK * BK;
+  // grid z = batch * nsplit: split sk of the k range [k_lo, K) of batch z
+  const int z = get_group_id(2) / nsplit, sk = get_group_id(2) % nsplit;
+  const int k_span = ((K + nsplit - 1) / nsplit + BK - 1) / BK * BK;
   const int k_lo = sk * k_span;
   const int k_hi = min(K, k_lo + k_span);
   A += z * za;
   B += z * zb;
-#if SPLIT_K == 1
   C += z * zc;
   bias += z * zbias;
-#if HAS_Z
   Zr += z * zc;
-#endif
-#endif
   float acc[TM][TN];
   _Pragma("unroll") for (int i = 0; i < TM; ++i)
     _Pragma("unroll") for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
@@ -151,8 +139,16 @@ void gemm(__global const T* restrict A, __global const T* restrict B,
 #define COL(j) (n0 + lx + (j) * WN)
 #define PAD 1
 #endif
+#if DBUF
+  __local float As2[2][BK][BM + PAD] __attribute__((aligned(16)));
+  __local float Bs2[2][BK][BN + PAD] __attribute__((aligned(16)));
+  int buf = 0;
+#define As As2[buf]
+#define Bs Bs2[buf]
+#else
   __local float As[BK][BM + PAD] __attribute__((aligned(16)));
   __local float Bs[BK][BN + PAD] __attribute__((aligned(16)));
+#endif
   const int tid = ly * WN + lx;
 #ifdef CONV
   // NT % BN == 0 (checked by gemm.py): each work-item always loads the same column of the tile.
@@ -240,7 +236,11 @@ void gemm(__global const T* restrict A, __global const T* restrict B,
       _Pragma("unroll") for (int i = 0; i < TM; ++i)
         _Pragma("unroll") for (int j = 0; j < TN; ++j) acc[i][j] = mad(a[i], b[j], acc[i][j]);
     }
+#if DBUF  // the next k-step fills the other buffer: its barrier orders this step's reads first
+    buf ^= 1;
+#else
     barrier(CLK_LOCAL_MEM_FENCE);
+#endif
   }
 #else  // direct: operands straight from global memory (caches do the tiling on CPUs)
 #define ROW(i) (m0 + ly * TM + (i))
@@ -289,29 +289,27 @@ void gemm(__global const T* restrict A, __global const T* restrict B,
     _Pragma("unroll") for (int j = 0; j < TN; ++j) {
       const int n = COL(j);
       if (n >= N) continue;
-#if SPLIT_K > 1
-      C[((long)get_group_id(2) * M + m) * N + n] = acc[i][j];
-#else
-      STORE_C(C, m, n, alpha * acc[i][j]);
-#endif
+      if (nsplit > 1)
+        ws[((long)get_group_id(2) * M + m) * N + n] = acc[i][j];
+      else
+        STORE_C(C, m, n, alpha * acc[i][j]);
     }
   }
 }
 
-// Split-K: out(z, m, n) = epilogue(sum over the SPLIT_K partial sums in ws), one per work-item.
+// Split-K: out(z, m, n) = epilogue(sum over the nsplit partial sums in ws), one per work-item.
 __kernel void splitk_reduce(__global const float* restrict ws, __global const T* restrict bias,
                             __global T* restrict C, const int M, const int N, const int ldc,
                             const int bias_sm, const int bias_sn, const float alpha, const float beta,
-                            const int zc, const int zbias, const int total CV_ARGS Z_ARGS) {
+                            const int zc, const int zbias, const int total, const int flags,
+                            const int nsplit, __global const T* restrict Zr CV_ARGS) {
   const int t = get_global_id(0);
   if (t >= total) return;
   const int n = t % N, m = (t / N) % M, z = t / (M * N);
   float v = 0.0f;
-  for (int s = 0; s < SPLIT_K; ++s) v += ws[((long)(z * SPLIT_K + s) * M + m) * N + n];
+  for (int s = 0; s < nsplit; ++s) v += ws[((long)(z * nsplit + s) * M + m) * N + n];
   C += z * zc;
   bias += z * zbias;
-#if HAS_Z
   Zr += z * zc;
-#endif
   STORE_C(C, m, n, alpha * v);
 }

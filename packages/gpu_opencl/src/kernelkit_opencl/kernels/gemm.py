@@ -25,6 +25,8 @@ GPU_TILES = [
     dict(TM=4, TN=4, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=1),
 ]
 GPU_TILES += [dict(p, PREFETCH=1) for p in (GPU_TILES[0], GPU_TILES[1], GPU_TILES[3], GPU_TILES[4])]
+# double-buffered local tiles (one barrier per k-step) on top of the prefetch
+GPU_TILES += [dict(p, DBUF=1) for p in GPU_TILES[7:11]]
 GPU_SMALL = [dict(TM=4, TN=4, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=1),
              dict(TM=2, TN=2, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=0)]
 CPU_TILES = [
@@ -76,18 +78,32 @@ def _candidates(dev, call: GemmCall) -> list[dict]:
     tiles = -(-call.M // 128) * -(-call.N // 128) * call.batch
     units = dev.cl_device.max_compute_units
     splits = [s for s in (2, 4, 8) if tiles * s <= 4 * units and call.K // s >= 256]
-    return base + [dict(p, SPLIT_K=s) for s in splits for p in (GPU_TILES[0], GPU_TILES[7], GPU_SMALL[0])]
+    split_tiles = (GPU_TILES[0], GPU_TILES[7], GPU_TILES[11], GPU_SMALL[0])
+    return base + [dict(p, SPLIT_K=s) for s in splits for p in split_tiles]
 
 
-def _kernel(dev, call: GemmCall, params: dict, has_bias: bool, name: str = "gemm", has_z: bool = False,
-            half: bool = False):
-    key = (name, call.activation, tuple(call.activation_params), tuple(sorted(params.items())),
-           call.trans_a, call.trans_b, has_bias, call.conv is not None, has_z, half)
+def program_defines(params: dict) -> dict:
+    """The tile defines of ``params`` (split-K is a run-time argument: no define, no extra program)."""
+    return {k: v for k, v in params.items() if k != "SPLIT_K"}
+
+
+def _define_act(call: GemmCall) -> tuple[str, tuple]:
+    """The activation a program is built with: Relu is a run-time flag (bit 2), so a tile's plain
+    and Relu launches share one program (fewer builds at a cold start)."""
+    return ("", ()) if call.activation == "Relu" else (call.activation, tuple(call.activation_params))
+
+
+def _kernel(dev, call: GemmCall, params: dict, name: str = "gemm", half: bool = False):
+    """One program per (tile, activation other than Relu, layout): bias, residual, Relu and split-K
+    are arguments."""
+    tile = program_defines(params)
+    act, act_params = _define_act(call)
+    key = (name, act, act_params, tuple(sorted(tile.items())), call.trans_a, call.trans_b, call.conv is not None,
+           half)
 
     def make():
-        act_src, defines = activation(call.activation, call.activation_params)
-        defines = dict(defines, **params, TRANS_A=int(call.trans_a), TRANS_B=int(call.trans_b),
-                       HAS_BIAS=int(has_bias), HAS_Z=int(has_z))
+        act_src, defines = activation(act, act_params)
+        defines = dict(defines, **tile, TRANS_A=int(call.trans_a), TRANS_B=int(call.trans_b))
         if call.conv is not None:
             defines["CONV"] = 1
         if half:
@@ -113,13 +129,29 @@ def _tiles(dev, call: GemmCall, shape_class, a, b, bias, out) -> dict:
     cands = _candidates(dev, call)
     if conv:  # local-memory conv tiles need NT % BN == 0
         cands = [p for p in cands if not p["USE_LOCAL"] or (p["WM"] * p["WN"]) % (p["TN"] * p["WN"]) == 0]
-    def build(p):
-        _kernel(dev, call, p, bias is not None, half=half)
-        if p.get("SPLIT_K", 1) > 1:
-            _kernel(dev, call, p, bias is not None, "splitk_reduce", half=half)
+    # the search times every candidate with a plain epilogue: its programs serve every search of
+    # this layout (activations cost nothing next to the k loop), so a session compiles each
+    # candidate tile once, not once per activation
+    plain = _replace(call, activation="", activation_params=())
 
-    return tuning.choose(key, cands, lambda p: _launch(dev, call, p, a, b, bias, out).wait(), dev.tune,
-                         build=build)
+    def build(p):  # on tuning's thread pool; waits, so that the search times built programs only
+        _kernel(dev, plain, p, half=half).wait_built()
+        if p.get("SPLIT_K", 1) > 1:
+            _kernel(dev, plain, p, "splitk_reduce", half=half).wait_built()
+
+    # one timing = enough launches for ~10 GFLOP (short kernels: launch overhead and timer noise
+    # would otherwise decide), waited for once
+    reps = max(1, min(16, int(1e10 // max(2 * call.M * call.N * call.K * call.batch, 1))))
+
+    def run(p):
+        for _ in range(reps):
+            ev = _launch(dev, plain, p, a, b, bias, out)
+        ev.wait()
+
+    # a stored split-K choice made for another shape of this class is still a known tile
+    allowed = cands + [dict(p, SPLIT_K=s) for s in (2, 4, 8) for p in cands if p["USE_LOCAL"] and "SPLIT_K" not in p]
+    return tuning.choose(key, cands, run, dev.tune, build=build,
+                         table=(dev.platform.cl_device.name, key.split("|", 1)[1]), allowed=allowed)
 
 
 def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
@@ -128,35 +160,36 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
     gws = (-(-call.N // bn) * params["WN"], -(-call.M // bm) * params["WM"], call.batch * splits)
     lws = (params["WN"], params["WM"], 1)
     has_bias = bias is not None
-    target = out if splits == 1 else dev.empty((call.batch * splits, call.M, call.N), np.float32)
-    args = [a.buffer, b.buffer, (bias if has_bias else out).buffer, target.buffer,
+    ws = out if splits == 1 else dev.empty((call.batch * splits, call.M, call.N), np.float32)
+    has_z = z is not None and splits == 1
+    relu = int(call.activation == "Relu") << 2
+    flags = int(has_bias) | int(has_z) << 1 | relu
+    args = [a.buffer, b.buffer, (bias if has_bias else out).buffer, out.buffer,
             *(np.int32(v) for v in (call.M, call.N, call.K, call.lda, call.ldb, call.ldc, call.bias_sm, call.bias_sn)),
             np.float32(call.alpha), np.float32(call.beta),
-            *(np.int32(v) for v in (call.za, call.zb, call.zc, call.zbias))]
+            *(np.int32(v) for v in (call.za, call.zb, call.zc, call.zbias, flags, splits)),
+            ws.buffer, (z if has_z else out).buffer]
     if call.conv is not None:
         args.append(call.conv)
-    has_z = z is not None and splits == 1
-    if has_z:
-        args.append(z.buffer)
     label = f"{'conv' if call.conv is not None else 'gemm'} {call.M}x{call.N}x{call.K}" + (
         f" z{call.batch}" if call.batch > 1 else "") + (f" split{splits}" if splits > 1 else "") + (
         " +z" if z is not None else "")
     half = out.dtype == np.float16
-    kernel = _kernel(dev, call, params, has_bias, has_z=has_z, half=half)
-    ev = dev.launch(kernel, gws, lws, args, [a, b, bias, z], [target], label)
+    kernel = _kernel(dev, call, params, half=half)
+    ev = dev.launch(kernel, gws, lws, args, [a, b, bias, z], [ws], label)
     if splits == 1:
         return ev
     total = call.batch * call.M * call.N
-    args = [target.buffer, (bias if has_bias else out).buffer, out.buffer,
+    flags = int(has_bias) | int(z is not None) << 1 | relu
+    args = [ws.buffer, (bias if has_bias else out).buffer, out.buffer,
             *(np.int32(v) for v in (call.M, call.N, call.ldc, call.bias_sm, call.bias_sn)),
             np.float32(call.alpha), np.float32(call.beta),
-            *(np.int32(v) for v in (call.zc, call.zbias, total))]
+            *(np.int32(v) for v in (call.zc, call.zbias, total, flags, splits)),
+            (z if z is not None else out).buffer]
     if call.conv is not None:
         args.append(call.conv)
-    if z is not None:
-        args.append(z.buffer)
-    reduce = _kernel(dev, call, params, has_bias, "splitk_reduce", has_z=z is not None, half=half)
-    return launch_1d(dev, reduce, total, args, [target, bias, z], [out], "splitk_reduce")
+    reduce = _kernel(dev, call, params, "splitk_reduce", half=half)
+    return launch_1d(dev, reduce, total, args, [ws, bias, z], [out], "splitk_reduce")
 
 
 # -- ops -------------------------------------------------------------------------------------------
