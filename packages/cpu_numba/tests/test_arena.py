@@ -12,6 +12,7 @@ from kernelkit import GraphBuilder, Session
 from kernelkit.invoke import KernelContext
 from kernelkit.ir import Node, TensorSpec
 from kernelkit.registry import _accepted_attrs
+from kernelkit.testing import assert_close
 from kernelkit_numba._base import FunctionKernel, NumbaKernel, threaded
 from kernelkit_numba.kernels import unary
 
@@ -213,3 +214,46 @@ def test_in_place_over_the_second_operand(k_shape):
     assert sess.memory()["inplace_steps"] == 2  # Sub over relu's block, Div over sub's
     feed = _feed((5, 7), seed=11)
     np.testing.assert_array_equal(sess.run(None, {"x": feed})[0], ref.run(None, {"x": feed})[0])
+
+
+def _steady_new_bytes(sess, feeds) -> tuple[int, int]:
+    """(bytes a third run allocates beyond its outputs at its peak, the plan's live peak)."""
+    sess.run(None, feeds)
+    sess.run(None, feeds)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        outs = sess.run(None, feeds)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return peak - before - sum(o.nbytes for o in outs), sess.memory()["live_peak_bytes"]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_kernel_scratch_is_kept_between_runs_conv_blocks_and_attention(threads):
+    """The blocked im2col of a large Conv (a stem-like 7x7 stride 2) and Attention's score blocks
+    reuse per-thread buffers: a steady run allocates (almost) nothing beyond its outputs. (At 2
+    threads a pool thread makes its buffers the first time it claims a shard, which may be any run:
+    there only the results are checked.)"""
+    g = GraphBuilder("scratch")
+    x = g.input("x", (1, 3, 96, 96), "float32")
+    rng = np.random.default_rng(0)
+    w = g.constant((rng.standard_normal((16, 3, 7, 7)) * 0.1).astype(np.float32), name="w")
+    y = g.op("Conv", x, w, strides=[2, 2], pads=[3, 3, 3, 3], name="stem")  # 147 x 2304 columns: blocked
+    q = g.input("q", (1, 4, 128, 32), "float32")
+    att = g.op("Attention", q, q, q, name="att")
+    g.output(g.op("Relu", y, name="r"))
+    g.output(g.op("Neg", att, name="n"))
+    model = g.build()
+    feeds = {"x": _feed((1, 3, 96, 96)), "q": _feed((1, 4, 128, 32), seed=1)}
+    sess = Session(model, **dict(NUMBA, threads=threads))
+    ref = Session(model, **REF)
+    assert {s.op: s.key.vendor for s in sess.plan.steps if s.kind == "kernel"}["Conv"] == "numba"
+    if threads == 1:
+        new, live = _steady_new_bytes(sess, feeds)
+        assert new <= 0.1 * live, (new, live)
+    for _ in range(3):
+        for got, want in zip(sess.run(None, feeds), ref.run(None, feeds)):
+            assert_close(got, want)

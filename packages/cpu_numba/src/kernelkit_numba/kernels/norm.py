@@ -87,14 +87,15 @@ def _per_element(p, inner, d_n, dtype):
     return np.ascontiguousarray(np.broadcast_to(p, inner), dtype).reshape(d_n)
 
 
-def layer_normalization(x, scale, b=None, *, axis=-1, epsilon=1e-5):
+def layer_normalization(x, scale, b=None, *, axis=-1, epsilon=1e-5, out=None):
+    """Y (into ``out`` when the plan gives one: the node then has no other output), Mean, InvStdDev."""
     axis = axis % x.ndim
     inner = x.shape[axis:]
     d_n = math.prod(inner)
     rows = np.ascontiguousarray(x).reshape(math.prod(x.shape[:axis]), d_n)
     scale = _per_element(scale, inner, d_n, x.dtype)
     bias = np.zeros(d_n, x.dtype) if b is None else _per_element(b, inner, d_n, x.dtype)
-    y = np.empty(x.shape, x.dtype)
+    y = np.empty(x.shape, x.dtype) if out is None else out
     stats = x.shape[:axis] + (1,) * (x.ndim - axis)
     mean, inv = np.empty(stats, x.dtype), np.empty(stats, x.dtype)
     if d_n == 0:  # nothing to normalize over: statistics of an empty row are NaN, as in NumPy
