@@ -45,9 +45,22 @@ def test_residual_add_and_relu_fuse_into_conv(monkeypatch, rng, split, case):
         assert_close(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
 
 
-def test_kernels_without_z_are_left_unfused():
+def test_kernels_without_z_are_left_unfused(monkeypatch):
+    """A Conv kernel whose signature has no ``z`` (reference, numba and OpenCL all take one) never
+    sees a fused residual: the pass leaves Conv -> Add -> Relu alone."""
+    from kernelkit.ops.conv import conv as reference_conv
+    from kernelkit.registry import register_kernel
+    from kernelkit.testing import isolate_registries
+
+    isolate_registries(monkeypatch)
+
+    @register_kernel("Conv", device="cpu", vendor="noz", dtype="float32")
+    def conv_without_z(x, w, b=None, **attrs):
+        return reference_conv(x, w, b, **attrs)
+
     model = _model(*CASES[0][:3], CASES[0][3], residual_first=False)
-    sess = kk.Session(model, device="cpu", vendors=["numba"])
+    sess = kk.Session(model, device="cpu", vendors=["noz", "reference"])
+    assert {s.op: s.key.vendor for s in sess.plan.kernel_steps()}["Conv"] == "noz"
     assert "fuse_residual" not in sess.passes_fired
     assert [s.op for s in sess.plan.kernel_steps()] == ["Conv", "Add", "Relu"]
 
