@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..backends import settle
 from ..errors import ConfigError, InputError
 from ..portable import SessionRecipe, cpu_allotment
 
@@ -39,8 +40,10 @@ def use_cache_dir(path) -> Path:
 
 
 def worker_session(recipe: SessionRecipe, cache_dir=None, warmup: bool = True):
-    """This process's session for ``recipe``: built (and warmed up) on the first call, the same object
-    afterwards. ``cache_dir`` is applied before the build (see :func:`use_cache_dir`)."""
+    """This process's session for ``recipe``: built and warmed up on the first call (a run on
+    synthetic inputs, then waiting until kernels compiling in the background are ready, so a
+    worker's batches run on compiled kernels from the first), the same object afterwards.
+    ``cache_dir`` is applied before the build (see :func:`use_cache_dir`)."""
     key = recipe.digest
     with _sessions_lock:
         sess = _sessions.get(key)
@@ -50,6 +53,7 @@ def worker_session(recipe: SessionRecipe, cache_dir=None, warmup: bool = True):
             sess = recipe.build()
             if warmup:
                 sess.run(None, synthetic_feeds(sess, batch=1))
+                settle()  # a worker serves many batches: wait for background compiles (tiered start) now
             _sessions[key] = sess
     return sess
 
