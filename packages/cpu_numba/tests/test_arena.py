@@ -57,22 +57,26 @@ def test_numba_intermediates_live_in_the_arena_and_agree_with_the_reference():
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0])
 
 
-def test_numba_steady_state_run_allocates_little_for_intermediates():
-    sess = Session(_model((4, 16, 32, 32)), **NUMBA)
-    x = _feed((4, 16, 32, 32))
-    sess.run(None, {"x": x})
-    sess.run(None, {"x": x})
+def _steady_new_bytes(sess, feeds) -> tuple[int, int]:
+    """(bytes a third run allocates beyond its outputs at its peak, the plan's live peak)."""
+    sess.run(None, feeds)
+    sess.run(None, feeds)
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
         tracemalloc.reset_peak()
-        (y,) = sess.run(None, {"x": x})
+        outs = sess.run(None, feeds)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    live = sess.memory()["live_peak_bytes"]
+    return peak - before - sum(o.nbytes for o in outs), sess.memory()["live_peak_bytes"]
+
+
+def test_numba_steady_state_run_allocates_little_for_intermediates():
+    sess = Session(_model((4, 16, 32, 32)), **NUMBA)
+    new, live = _steady_new_bytes(sess, {"x": _feed((4, 16, 32, 32))})
     assert live >= 4 * 16 * 32 * 32 * 4  # relu/add/neg's block at least
-    assert peak - before - y.nbytes <= 0.1 * live, (peak - before - y.nbytes, live)
+    assert new <= 0.1 * live, (new, live)
 
 
 def test_numba_outputs_are_fresh_and_caller_inputs_untouched():
@@ -214,21 +218,6 @@ def test_in_place_over_the_second_operand(k_shape):
     assert sess.memory()["inplace_steps"] == 2  # Sub over relu's block, Div over sub's
     feed = _feed((5, 7), seed=11)
     np.testing.assert_array_equal(sess.run(None, {"x": feed})[0], ref.run(None, {"x": feed})[0])
-
-
-def _steady_new_bytes(sess, feeds) -> tuple[int, int]:
-    """(bytes a third run allocates beyond its outputs at its peak, the plan's live peak)."""
-    sess.run(None, feeds)
-    sess.run(None, feeds)
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
-        outs = sess.run(None, feeds)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    return peak - before - sum(o.nbytes for o in outs), sess.memory()["live_peak_bytes"]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
