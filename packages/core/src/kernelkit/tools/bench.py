@@ -123,6 +123,7 @@ def time_session(sess, feeds: dict, runs: int | None = None, duration: float | N
         for _ in range(warmup):
             sess.run(None, feeds)
             advance()
+    settle()  # these feeds' shapes may have taken other kernel paths, compiled since the first settle
     return _time_runs(sess, feeds, runs if runs is not None or duration is not None else DEFAULT_RUNS,
                       duration, None, "benchmark")
 
