@@ -35,7 +35,7 @@ pinned() { local cpus=$1; shift; taskset -c "$cpus" "$@"; }
   pinned 6,7 $PY benchmarks/scaleout.py 128 16 numba local > "$OUT/scaleout.txt" 2>&1
 ) &
 if [ -z "${SKIP_GPU:-}" ]; then
-  (pinned 8-15 $PY benchmarks/gpu/run_gpu.py --skip-conformance --skip-untuned-cold > "$OUT/run_gpu.txt" 2>&1) &
+  (pinned 8-15 $PY benchmarks/gpu/run_gpu.py --skip-conformance --skip-untuned-cold --skip-extras > "$OUT/run_gpu.txt" 2>&1) &
 fi
 wait
 for f in "$OUT"/*.txt; do echo "=== $f"; tail -n 40 "$f"; done
