@@ -169,6 +169,20 @@ def run_shards(fn, count: int) -> None:
     POOL.run(carry_guard(fn), count, current_threads())
 
 
+_thread_buffers = threading.local()
+
+
+def thread_buffer(name: str, size: int, dtype) -> np.ndarray:
+    """The calling thread's flat work array ``name`` of ``size`` elements, kept between calls (grown
+    to the largest size asked): a shard's scratch, so that a steady run allocates none. One array per
+    (thread, name, dtype): use it within a shard that runs no other kernel meanwhile."""
+    key = (name, np.dtype(dtype))
+    buf = _thread_buffers.__dict__.get(key)
+    if buf is None or buf.size < size:
+        buf = _thread_buffers.__dict__[key] = np.empty(size, dtype)
+    return buf[:size]
+
+
 # Below this much work (about one flop or element step per unit, ~0.3-1 ms on one core) a kernel
 # runs on the calling thread alone: handing out shards and joining cost ~50-100 us a region on the
 # quiet Xeon, so the transformer's 128x256x256 GEMMs (17 MFLOP, ~0.2 ms) gained nothing from two

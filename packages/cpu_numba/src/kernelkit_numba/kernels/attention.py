@@ -14,7 +14,6 @@ mask, a cache, a causal/window rule, softcap or the optional outputs run the ref
 from __future__ import annotations
 
 import math
-import threading
 
 import numpy as np
 from kernelkit.ops.attention import attention as reference_attention
@@ -28,18 +27,6 @@ from .softmax import exp_rows
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 SCRATCH_BYTES = 1 << 18  # one shard's scores block (query rows x keys, float32) at most this big
-_local = threading.local()  # each thread's scores, sums and index buffers, kept between runs
-
-
-def _buffers(scores: int, rows: int, n: int):
-    """This thread's flat float32 scores (>= ``scores``), float64 sums (>= ``rows``) and int32 (n)
-    buffers: a steady run allocates no scratch (they grow to the largest shard seen)."""
-    have = getattr(_local, "bufs", None)
-    if have is None or have[0].size < scores or have[1].size < rows or have[2].size < n:
-        have = _local.bufs = (np.empty(max(scores, 0 if have is None else have[0].size), np.float32),
-                              np.empty(max(rows, 0 if have is None else have[1].size)),
-                              np.empty(max(n, 0 if have is None else have[2].size), np.int32))
-    return have
 
 # attributes whose non-default value this kernel leaves to the reference
 _PLAIN = {"is_causal": 0, "qk_matmul_output_mode": 0, "softcap": 0.0, "left_window_size": -1,
@@ -128,11 +115,11 @@ class Attention(NumbaKernel):
             h0, h1 = hg * per, min(hq, (hg + 1) * per)
             r0, r1 = blk * rows, min(m, (blk + 1) * rows)
             kv0, kv1 = (h0, h1) if group == 1 else (h0 // group, h0 // group + 1)
-            count = (h1 - h0) * (r1 - r0)
-            fs, fsums, idx = _buffers(count * n, count, n)
-            s, sums = fs[:count * n].reshape(h1 - h0, r1 - r0, n), fsums[:count]
+            count = (h1 - h0) * (r1 - r0)  # scores and row sums in this thread's kept buffers
+            s = config.thread_buffer("attention_scores", count * n, np.float32).reshape(h1 - h0, r1 - r0, n)
+            sums = config.thread_buffer("attention_sums", count, np.float64)
             np.matmul(q4[bi, h0:h1, r0:r1], k4[bi, kv0:kv1].transpose(0, 2, 1), out=s)
-            exp_rows(s.reshape(-1, n), scale, sums, idx[:n])
+            exp_rows(s.reshape(-1, n), scale, sums, config.thread_buffer("attention_powers", n, np.int32))
             dst = y4[bi, h0:h1, r0:r1]
             np.matmul(s, v4[bi, kv0:kv1], out=dst)
             _divide_rows(dst, sums)

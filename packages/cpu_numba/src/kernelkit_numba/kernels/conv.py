@@ -16,8 +16,6 @@ arena when it hands one (``out=``).
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 from kernelkit.registry import register_kernel
 from kernelkit.shape import auto_pads, conv_out_dim
@@ -454,16 +452,6 @@ class Conv(NumbaKernel):
                 config.run_shards(tile, m_tiles * p_tiles)
 
 
-    def _block_buffer(self, size, dtype):
-        """The flat column-block buffer of the calling thread (shards of one conv run on several
-        threads at once), kept between runs: a steady run allocates nothing here."""
-        bufs = self.__dict__.setdefault("_block_bufs", {})
-        me = threading.get_ident()
-        buf = bufs.get(me)
-        if buf is None or buf.size != size or buf.dtype != dtype:
-            buf = bufs[me] = np.empty(size, dtype)
-        return buf
-
     def _gemm_blocked(self, x4, wmat, y, group, bias, z):
         """im2col + GEMM in blocks of output rows whose columns fill about ``_COL_BLOCK_BYTES``
         (L2), each block packed, multiplied and finished by one shard before the next: a large
@@ -486,7 +474,7 @@ class Conv(NumbaKernel):
                 def block(t, xs=xs, wg=wg, ymat=ymat, bg=bg, zmat=zmat):
                     oh0, oh1 = t * rows, min(oh_n, (t + 1) * rows)
                     c0, c1 = oh0 * ow_n, oh1 * ow_n
-                    buf = self._block_buffer(k_n * rows * ow_n, x4.dtype)[:k_n * (c1 - c0)].reshape(k_n, c1 - c0)
+                    buf = config.thread_buffer("conv_columns", k_n * (c1 - c0), x4.dtype).reshape(k_n, c1 - c0)
                     _im2col_rows(xs, buf, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, oh0, oh1, 0, k_n)
                     np.matmul(wg, buf, out=ymat[:, c0:c1])
                     bias_act_block(ymat, bg, 0, mg, c0, c1, code, p0, p1, zmat)
