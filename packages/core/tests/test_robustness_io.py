@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kernelkit import ConfigError, KernelkitError, ModelFormatError, Session, cli
 from kernelkit.deploy import load_deployment
+from kernelkit.fuzz import _paths  # every key/index path into a YAML tree
 from kernelkit.testing import assert_close
 
 HEADER = struct.Struct("<8sIIQQQ32s")
@@ -149,16 +150,6 @@ JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False) | st.text(max_size=6),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
     max_leaves=6)
-
-
-def _paths(node, prefix=()):
-    yield prefix
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _paths(v, prefix + (k,))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from _paths(v, prefix + (i,))
 
 
 @settings(max_examples=150 * SCALE, deadline=None, derandomize=True, database=None,
