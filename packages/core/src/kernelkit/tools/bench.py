@@ -118,12 +118,11 @@ def time_session(sess, feeds: dict, runs: int | None = None, duration: float | N
     after ``warmup`` untimed runs: what ``kernelkit run --benchmark`` uses."""
     from ..backends import settle
 
-    settle()  # kernels a backend compiles in the background are ready before anything is timed
     with progress.task("warm-up", total=warmup) as advance:
         for _ in range(warmup):
             sess.run(None, feeds)
             advance()
-    settle()  # these feeds' shapes may have taken other kernel paths, compiled since the first settle
+    settle()  # kernels a backend compiles in the background (for these feeds' shapes too) are ready
     return _time_runs(sess, feeds, runs if runs is not None or duration is not None else DEFAULT_RUNS,
                       duration, None, "benchmark")
 
