@@ -34,6 +34,7 @@ import numba
 import numpy as np
 
 from .cache import checked  # unreadable cache entries are recompiled
+from .shards import POOL as _POOL
 from .tiered import carry_guard, hook  # kernels compile off the calling thread (tiered start)
 
 log = logging.getLogger("kernelkit.numba")
@@ -90,9 +91,13 @@ def default_threads() -> int:
 
 
 def current_threads() -> int:
-    """The thread budget of this thread's current kernel call."""
+    """The thread budget of this thread's current kernel call: 1 while the shard pool is backed off
+    after a sign that a core is taken (``shards``), so that kernels cut their work for one thread
+    and BLAS and the kernels agree on one thread count."""
     n = getattr(_local, "threads", None)
-    return default_threads() if n is None else n
+    if n is None:
+        n = default_threads()
+    return 1 if n > 1 and _POOL.backed_off() else n
 
 
 def in_serial() -> bool:
@@ -126,6 +131,10 @@ def serial(on: bool = True):
 MIN_SHARD_WORK = 1 << 21
 MIN_TILE_WORK = 1 << 22
 SHARDS_PER_THREAD = 4
+# GEMM output tiles per thread (``gemm.tile_count``, above 8 * MIN_TILE_WORK flops): each tile
+# repacks its panels, so fewer than loop shards; 2 lets a worker that loses its core mid-tile
+# hold up half a thread's share at most (the caller claims every tile not yet started).
+TILE_SHARDS_PER_THREAD = 2
 
 
 def shard_count(total: int, work: float, threads: int | None = None, unit: float | None = None) -> int:
@@ -146,10 +155,8 @@ def parallel_for(kernel, total: int, args: tuple, work: float) -> None:
         if total > 0:
             kernel(*args, 0, total)
         return
-    from .shards import POOL
-
-    POOL.run(carry_guard(lambda i: kernel(*args, i * total // count, (i + 1) * total // count)), count,
-             current_threads())
+    _POOL.run(carry_guard(lambda i: kernel(*args, i * total // count, (i + 1) * total // count)), count,
+              current_threads())
 
 
 def readonly(a):
@@ -164,9 +171,7 @@ def readonly(a):
 
 def run_shards(fn, count: int) -> None:
     """``fn(i)`` for ``i`` in ``range(count)`` on the shard pool at this call's thread budget."""
-    from .shards import POOL
-
-    POOL.run(carry_guard(fn), count, current_threads())
+    _POOL.run(carry_guard(fn), count, current_threads())
 
 
 _thread_buffers = threading.local()
