@@ -35,8 +35,9 @@ How a job reaches the workers (issue 11, session 4; docs/numba.md, "Shard pool")
   kernels cut their work for one thread (no shards, one GEMM call) and BLAS and the kernels agree
   on one thread count. Workers do not spin meanwhile.
 
-``trace`` (a list, or None) records every shard ``(job, shard, thread name, start, end)`` for
-``benchmarks/trace_pool.py``; ``stats`` counts jobs, back-offs and their reasons.
+``trace`` (a list, or None) records every shard ``(job, shard, thread name, start, end)`` and every
+job ``(job, -1, caller, published, all done, caller's shards done)`` for ``benchmarks/trace_pool.py``;
+``stats`` counts jobs, back-offs and their reasons.
 """
 from __future__ import annotations
 
@@ -254,18 +255,21 @@ class ShardPool:
         try:
             self._ensure(helpers)
             job = _Job(fn, count, self._serial_ids(), self.trace, helpers)
+            t0 = time.perf_counter()
             self._job = job
             self._gen[0] += 1
             if self._sleeping:
                 with self._cond:
                     self._cond.notify(helpers)
             self.stats["jobs"] += 1
-            t0 = time.perf_counter()
             job.work(False)
             t1 = time.perf_counter()
             if job.left:
                 job.done.wait()
-            self._judge(job, time.perf_counter() - t1, t1 - t0)
+            t2 = time.perf_counter()
+            self._judge(job, t2 - t1, t1 - t0)
+            if job.trace is not None:  # the job itself: published at t0, the caller's shards done at t1, all at t2
+                job.trace.append((job.serial_id, -1, threading.current_thread().name, t0, t2, t1))
         finally:
             self._job = None
             self._slot.release()
