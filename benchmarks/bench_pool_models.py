@@ -1,5 +1,6 @@
 """The shard pool on whole models: numba at one thread against numba at the default thread count
-(every CPU the process may use), and, with ``--old REF``, the default thread count on the
+(every CPU the process may use), the same with the workers' spin off (``default-nospin``),
+and, with ``--old REF``, the default thread count on the
 ``shards.py`` of a git revision, all in one process with blocks of runs interleaved, quiet and
 with a busy loop pinned to the first CPU (docs/numba.md, "Shard pool (issue 11, session 4)").
 Prints per (load, model) the median of the block medians (ms) and the ratios to numba 1t::
@@ -23,7 +24,7 @@ import kernelkit
 from kernelkit_numba import config, shards
 from test_bench_numba import model_case
 name, old_file, blocks, runs = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-pools = {"new": shards.POOL}
+pools = {"new": shards.POOL, "nospin": shards.ShardPool(0.0)}
 if old_file:
     spec = importlib.util.spec_from_file_location("kernelkit_numba._old_shards", old_file)
     mod = importlib.util.module_from_spec(spec)
@@ -35,6 +36,7 @@ if old_file:
 _, model, feed, _ = model_case(name)
 sessions = {"1t": (kernelkit.Session(model, vendors=["numba", "reference"], threads=1), "new")}
 sessions["default"] = (kernelkit.Session(model, vendors=["numba", "reference"]), "new")
+sessions["default-nospin"] = (kernelkit.Session(model, vendors=["numba", "reference"]), "nospin")
 if old_file:
     sessions["default-old"] = (kernelkit.Session(model, vendors=["numba", "reference"]), "old")
 for sess, pool in sessions.values():
@@ -94,14 +96,12 @@ def main() -> None:
             row = {"load": load, "model": model, **json.loads(out.strip().splitlines()[-1])}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    cols = [c for c in ("1t", "default", "default-old") if c in rows[0]]
-    print(f"\n| load | model | {' | '.join(c + ' ms' for c in cols)} | default / 1t |"
-          + (" default-old / 1t |" if "default-old" in cols else ""))
-    print("|---|---|" + "---:|" * (len(cols) + 1 + ("default-old" in cols)))
+    cols = [c for c in ("1t", "default", "default-nospin", "default-old") if c in rows[0]]
+    print(f"\n| load | model | {' | '.join(c + ' ms' for c in cols)} | "
+          + " | ".join(f"{c} / 1t" for c in cols[1:]) + " |")
+    print("|---|---|" + "---:|" * (2 * len(cols) - 1))
     for r in rows:
-        cells = [f"{r[c]:.2f}" for c in cols] + [f"{r['default'] / r['1t']:.2f}"]
-        if "default-old" in cols:
-            cells.append(f"{r['default-old'] / r['1t']:.2f}")
+        cells = [f"{r[c]:.2f}" for c in cols] + [f"{r[c] / r['1t']:.2f}" for c in cols[1:]]
         print(f"| {r['load']} | {r['model']} | {' | '.join(cells)} |")
 
 

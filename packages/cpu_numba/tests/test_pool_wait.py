@@ -103,13 +103,16 @@ def test_spin_time_from_environment(monkeypatch):
 
 
 def test_spin_loop_sees_the_generation():
-    spin = shards._spinner()
-    assert spin is not None
+    spin, rate = shards._spinner()
     flag = np.zeros(1, np.int64)
-    assert not spin(flag, 0, 10) and spin(flag, 1, 10)
+    assert not spin(flag, 0, 1 << 40, 10) and spin(flag, 1, 1 << 40, 10)
+    if rate > 0:  # bounded by the cycle counter: ~1 ms of ticks ends a spin of many polls
+        t0 = time.perf_counter()
+        assert not spin(flag, 0, int(1e-3 * rate), 1 << 40)
+        assert 5e-4 < time.perf_counter() - t0 < 1.0
     threading.Timer(0.01, lambda: flag.__setitem__(0, 5)).start()
     t0 = time.perf_counter()
-    while not spin(flag, 0, 64):
+    while not spin(flag, 0, 1 << 40, 200):
         assert time.perf_counter() - t0 < TIMEOUT_S
     assert flag[0] == 5
 

@@ -71,8 +71,9 @@ _spin_lock = threading.Lock()
 
 
 def _spinner():
-    """The ``nogil`` polling loop (compiled, or loaded from the cache, by the first worker that asks;
-    None when it cannot be built: workers then block without spinning)."""
+    """``(spin, ticks per second)`` of the ``nogil`` polling loop (compiled, or loaded from the cache,
+    by the first worker that asks; None when it cannot be built: workers then block without
+    spinning). Ticks per second 0: no cycle counter, the spin is bounded by its poll count."""
     global _spin_fn
     if _spin_fn is None:
         with _spin_lock:
@@ -86,33 +87,14 @@ def _spinner():
 
 
 def _build_spinner():
-    import numba
-    from llvmlite import ir
-    from numba.core import cgutils, types
-    from numba.extending import intrinsic
+    """``spin(flag, seen, ticks, polls)`` polls ``flag[0]`` until it differs from ``seen`` (True) or
+    for ``ticks`` cycle-counter ticks or ``polls`` polls (False), all in one ``nogil`` call, so that a
+    spinning worker never takes the GIL (one that took it between polls and then lost its core held
+    up the caller for a scheduler slice: MLP 2.2x slower than at one thread on the loaded 2-core
+    box); with the counter's ticks per second (``_spin.py``)."""
+    from . import _spin
 
-    from .cache import checked
-
-    @intrinsic
-    def sched_yield(typingctx):  # libc's sched_yield(2), an external symbol: the code stays cacheable
-        def codegen(context, builder, sig, args):
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(32), []), "sched_yield")
-            return builder.call(fn, [])
-
-        return types.int32(), codegen
-
-    def spin(flag, seen, polls):
-        """True as soon as ``flag[0] != seen``; False after ``polls`` polls (~0.5 us each)."""
-        for _ in range(polls):
-            if flag[0] != seen:
-                return True
-            sched_yield()
-        return flag[0] != seen
-
-    fn = checked(numba.njit(nogil=True)(spin), True)
-    flag = np.zeros(1, np.int64)
-    fn(flag, 0, 1)  # compile (or load) now, off the caller's path
-    return fn
+    return _spin.build()
 
 
 class _Job:
@@ -168,9 +150,10 @@ class ShardPool:
     MISS_S = 1e-3
     MISSES = 3
     MIN_BACKOFF_S, MAX_BACKOFF_S, CALM_S = 0.05, 2.0, 10.0
-    # worker side: spins that ran out in a row before a worker stops spinning; polls per spin call
+    # worker side: spins that ran out in a row before a worker stops spinning; the time of one poll
+    # (sched_yield on an idle core, ~0.5 us) where there is no cycle counter to bound the spin
     SPIN_MISSES = 8
-    POLLS = 64
+    POLL_S = 5e-7
 
     def __init__(self, spin_s: float | None = None):
         self.spin_s = spin_seconds() if spin_s is None else spin_s
@@ -219,13 +202,14 @@ class ShardPool:
         gen, cond = self._gen, self._cond
         seen = int(gen[0])
         misses = 0
-        spin = _spinner() if self.spin_s > 0 else None
+        spinner = _spinner() if self.spin_s > 0 else None
+        if spinner is not None:
+            spin, rate = spinner
+            ticks = int(self.spin_s * rate) if rate > 0 else 1 << 62
+            polls = int(self.spin_s / self.POLL_S) * (4 if rate > 0 else 1) + 1
         while True:
-            if gen[0] == seen and spin is not None and misses < self.SPIN_MISSES and not self.backed_off():
-                deadline = time.perf_counter() + self.spin_s
-                while not spin(gen, seen, self.POLLS) and time.perf_counter() < deadline:
-                    pass
-                misses = 0 if gen[0] != seen else misses + 1
+            if gen[0] == seen and spinner is not None and misses < self.SPIN_MISSES and not self.backed_off():
+                misses = 0 if spin(gen, seen, ticks, polls) else misses + 1
             if gen[0] == seen:
                 slept = time.perf_counter()
                 with cond:
