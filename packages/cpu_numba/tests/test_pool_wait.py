@@ -49,7 +49,7 @@ def counting(count: int, delay: float = 0.0):
 @pytest.mark.parametrize("spin_us", [0.0, 200.0])
 def test_every_shard_runs_once(threads, spin_us):
     pool = shards.ShardPool(spin_us * 1e-6)
-    for count in (1, 2, 7, 64):
+    for count in (1, 2, 7, 64) * (pool.SPIN_AFTER_JOBS // 2):  # past the jobs after which workers spin
         fn, hits = counting(count, delay=2e-5)
         within(pool.run, fn, count, threads)
         assert [len(h) for h in hits] == [1] * count

@@ -24,7 +24,9 @@ How a job reaches the workers (issue 11, session 4; docs/numba.md, "Shard pool")
   with ``sched_yield`` between polls, so a model's next parallel kernel, tens of microseconds
   later, finds it awake; then it blocks on a condition variable. A worker whose spins keep running
   out (``SPIN_MISSES`` in a row: the jobs are far apart, or its core is taken) blocks at once, and
-  spins again once a job comes within the spin time of its going to sleep.
+  spins again once a job comes within the spin time of its going to sleep. The loop (``_spin.py``,
+  bounded by the cycle counter, one ``nogil`` call per spin) is built by a worker after
+  ``SPIN_AFTER_JOBS`` jobs, so a first run never waits for Numba to load it.
 - **Back-off under contention.** The caller watches each job: a helper that claimed no shard
   although the caller worked longer than ``MISS_S`` (an awake worker claims within microseconds, a
   woken one within ~0.1 ms: it had no core), ``MISSES`` jobs in a row, or a *stall* (the caller,
@@ -154,6 +156,9 @@ class ShardPool:
     # (sched_yield on an idle core, ~0.5 us) where there is no cycle counter to bound the spin
     SPIN_MISSES = 8
     POLL_S = 5e-7
+    # a worker builds its spin loop (a Numba function: compiled, or loaded from the disk cache, in
+    # ~0.1-0.5 s of mostly GIL-holding work) after serving this many jobs, not during a first run
+    SPIN_AFTER_JOBS = 32
 
     def __init__(self, spin_s: float | None = None):
         self.spin_s = spin_seconds() if spin_s is None else spin_s
@@ -202,12 +207,14 @@ class ShardPool:
         gen, cond = self._gen, self._cond
         seen = int(gen[0])
         misses = 0
-        spinner = _spinner() if self.spin_s > 0 else None
-        if spinner is not None:
-            spin, rate = spinner
-            ticks = int(self.spin_s * rate) if rate > 0 else 1 << 62
-            polls = int(self.spin_s / self.POLL_S) * (4 if rate > 0 else 1) + 1
+        spinner, served = None, 0
         while True:
+            if spinner is None and served == self.SPIN_AFTER_JOBS and self.spin_s > 0:
+                spinner = _spinner()  # only a process that keeps the pool busy builds it
+                if spinner is not None:
+                    spin, rate = spinner
+                    ticks = int(self.spin_s * rate) if rate > 0 else 1 << 62
+                    polls = int(self.spin_s / self.POLL_S) * (4 if rate > 0 else 1) + 1
             if gen[0] == seen and spinner is not None and misses < self.SPIN_MISSES and not self.backed_off():
                 misses = 0 if spin(gen, seen, ticks, polls) else misses + 1
             if gen[0] == seen:
@@ -223,6 +230,7 @@ class ShardPool:
             job = self._job
             if job is not None and job.ticket() < job.helpers:  # the job's thread budget holds
                 job.work(True)
+                served += 1
 
     # -- callers ---------------------------------------------------------------------------------
     def run(self, fn, count: int, threads: int) -> None:
