@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+import numba
 import numpy as np
 import pytest
 from kernelkit.errors import KernelExecutionError, ShapeError
@@ -102,6 +103,7 @@ def test_spin_time_from_environment(monkeypatch):
     assert shards.spin_seconds() == pytest.approx(200e-6)
 
 
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="the spin loop is machine code (workers block without it)")
 def test_spin_loop_sees_the_generation():
     spin, rate = shards._spinner()
     flag = np.zeros(1, np.int64)
