@@ -125,6 +125,7 @@ def test_stall_backs_off_and_current_threads_says_one():
     is 1 for that time, so the kernels cut their work for one thread."""
     pool = shards.POOL
     pool.reset()
+    pool.backoff = True  # off for the other tests of this package (conftest)
     start = threading.Event()
 
     def fn(i):
@@ -172,6 +173,10 @@ def test_back_off_grows_while_contention_repeats():
     first = pool._backoff
     pool._back_off("test")
     assert first == pool.MIN_BACKOFF_S and pool._backoff == 2 * first and pool.backed_off()
+    pool.reset()
+    pool.backoff = False  # signs counted, no back-off
+    pool._back_off("test")
+    assert not pool.backed_off() and pool.stats["backoffs"] == 2
 
 
 @pytest.mark.parametrize("spin_us", [0.0, 200.0])

@@ -176,6 +176,7 @@ class ShardPool:
         self._missed = 0
         self._serial_ids = itertools.count(1).__next__
         self.trace: list | None = None
+        self.backoff = True  # False: contention signs are counted but never back the pool off (tests)
         self.stats = {"jobs": 0, "serial_jobs": 0, "stalls": 0, "misses": 0, "backoffs": 0, "busy_slot": 0}
 
     @property
@@ -194,7 +195,9 @@ class ShardPool:
     # -- workers ---------------------------------------------------------------------------------
     def _ensure(self, n: int) -> None:
         if os.getpid() != self._pid:  # forked child: the parent's threads did not come along
+            backoff = self.backoff
             self.__init__(self.spin_s)
+            self.backoff = backoff
         if len(self._workers) >= n:
             return
         with self._lock:
@@ -294,6 +297,8 @@ class ShardPool:
             self._missed = 0
 
     def _back_off(self, why: str) -> None:
+        if not self.backoff:
+            return
         now = time.perf_counter()
         calm = now - self._last_backoff > self.CALM_S
         self._backoff = self.MIN_BACKOFF_S if calm else min(2 * self._backoff, self.MAX_BACKOFF_S)
