@@ -20,8 +20,10 @@ function over a range of its outer loop, and ``parallel_for`` cuts that loop int
 kernels: a ``prange`` left in one runs as a plain ``range``. The thread budget of the current call
 is thread-local: ``NumbaKernel.execute`` sets it from ``Session(threads=n)`` (1 below
 ``SERIAL_WORK`` and inside ``serial()``); outside a session it is ``default_threads()``, the CPUs
-this process may run on. BLAS is called at one thread per shard (``blas_threads(1)``, through
-threadpoolctl) so that BLAS and the kernels share one notion of how many threads run.
+this process may run on. While the pool is backed off after a sign that a core is taken
+(``shards``), ``current_threads()`` is 1 whatever the budget. BLAS is called at one thread per
+shard (``blas_threads(1)``, through threadpoolctl) so that BLAS and the kernels share one notion
+of how many threads run.
 """
 from __future__ import annotations
 
