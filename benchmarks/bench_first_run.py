@@ -30,7 +30,7 @@ from test_bench_numba import model_case
 proto, model, feed, gflop = model_case(sys.argv[1])
 t1 = time.perf_counter()
 from kernelkit.backends import load_backends
-load_backends()  # imports numba and the kernel modules (part of the first Session's build)
+load_backends(names=["numba"])  # numba and its kernel modules: what the Session's build loads (its vendors)
 t2 = time.perf_counter()
 from numba.core import event
 from kernelkit_numba import cache, tiered

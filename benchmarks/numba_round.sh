@@ -20,6 +20,7 @@ pin() {
 if [[ $MODE == *quiet* ]]; then
   pin $PY benchmarks/bench_first_run.py resnet18 /tmp/kk_first_run_cache
   pin $PY benchmarks/bench_threads.py 0,1 200
+  $PY benchmarks/bench_pool.py --cpus 0,1   # pins itself; quiet and with a busy loop on CPU 0
   pin $PY benchmarks/bench_small_ops.py 30
 fi
 pin $PY benchmarks/test_bench_numba.py "$MODELS" "$ROUNDS" "$MODE"

@@ -395,3 +395,60 @@ def test_broken_backend_entry_point_is_a_warning(monkeypatch):
     assert "plugged" in devices.device_names()
     (y,) = Session(_relu_model((2,))).run(None, {"x": np.array([-1, 1], np.float32)})  # still works
     assert_close(y, np.array([0, 1], np.float32))
+
+
+_LOADED: list[str] = []  # the fake backends below, in the order they were loaded
+
+
+def _alpha_backend():
+    _LOADED.append("alpha")
+
+
+def _beta_backend():
+    _LOADED.append("beta")
+    kernelkit.register_device("beta-device", lambda options: FakeDevice())
+
+
+@pytest.fixture
+def two_backends(monkeypatch):
+    eps = [EntryPoint("alpha", f"{__name__}:_alpha_backend", backends.GROUP),
+           EntryPoint("beta", f"{__name__}:_beta_backend", backends.GROUP)]
+    monkeypatch.setattr(backends, "entry_points", lambda group: [e for e in eps if e.group == group])
+    monkeypatch.setattr(backends, "_loaded", {})
+    monkeypatch.setattr(backends, "_done", False)
+    _LOADED.clear()
+    return _LOADED
+
+
+def test_load_backends_by_name(two_backends):
+    assert backends.backend_names() == ["alpha", "beta"]
+    assert kernelkit.load_backends(names=["alpha", "no-such"]) == {"alpha": "ok"}
+    assert kernelkit.load_backends(names=["alpha"]) == {"alpha": "ok"} and two_backends == ["alpha"]  # once
+    assert kernelkit.load_backends() == {"alpha": "ok", "beta": "ok"} and two_backends == ["alpha", "beta"]
+    assert kernelkit.load_backends() == {"alpha": "ok", "beta": "ok"} and two_backends == ["alpha", "beta"]
+
+
+def test_names_for_vendors(two_backends):
+    assert backends.names_for_vendors(None) is None
+    assert backends.names_for_vendors(["alpha", "reference"]) == ("alpha",)
+    assert backends.names_for_vendors(["reference"]) == ()
+    assert backends.names_for_vendors(["alpha", "gamma"]) is None  # a vendor no backend is named after: all
+
+
+def test_session_naming_its_vendors_loads_only_their_backends(two_backends):
+    x = np.array([-1, 2], np.float32)
+    (y,) = Session(_relu_model((2,)), vendors=["alpha", "reference"]).run(None, {"x": x})
+    assert_close(y, np.array([0, 2], np.float32))
+    assert two_backends == ["alpha"]
+    Session(_relu_model((2,)), vendors=["reference"])
+    assert two_backends == ["alpha"]
+    Session(_relu_model((2,)))  # no vendors named: every backend
+    assert two_backends == ["alpha", "beta"]
+
+
+def test_a_device_of_a_backend_not_selected_still_loads_it(two_backends):
+    with pytest.warns(Warning, match="fell back from device 'beta-device'"):  # no kernel of alpha's there
+        sess = Session(_relu_model((2,)), device="beta-device", vendors=["alpha", "reference"])
+    (y,) = sess.run(None, {"x": np.array([-1, 2], np.float32)})
+    assert_close(y, np.array([0, 2], np.float32))
+    assert two_backends == ["alpha", "beta"]

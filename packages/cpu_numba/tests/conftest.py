@@ -27,3 +27,17 @@ def check():
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture(autouse=True)
+def _steady_pool():
+    """The shard pool neither starts a test backed off nor backs off during one: on a busy CI box a
+    worker that loses its core would make ``current_threads()`` 1 for a while (shards.py) and a test
+    that checks the thread budget or the sharding flaky. test_pool_wait turns it on where it tests it."""
+    from kernelkit_numba import shards
+
+    shards.POOL.reset()
+    shards.POOL.backoff = False
+    yield
+    shards.POOL.backoff = True
+    shards.POOL.reset()

@@ -55,3 +55,37 @@ def test_every_kernel_module_is_found_and_imported():
     folder = Path(kernelkit_numba.kernels.__file__).parent
     public = sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
     assert "conv" in public and all(f"kernelkit_numba.kernels.{name}" in sys.modules for name in public)
+
+
+def test_numba_session_imports_no_opencl():
+    """Warm start: a session that names its vendors loads only those backends, so a numba session
+    in a fresh process never imports the OpenCL backend or pyopencl (build, first runs, tiered
+    start included); a session without vendors still loads every backend."""
+    import json
+    import subprocess
+    import sys
+
+    probe = """
+import json, sys
+import numpy as np
+import kernelkit
+from kernelkit.builder import GraphBuilder
+g = GraphBuilder("m")
+x = g.input("x", (4, 8), "float32")
+g.output(g.op("Relu", g.op("MatMul", x, g.constant(np.ones((8, 3), np.float32)))))
+feed = {"x": np.ones((4, 8), np.float32)}
+seen = {}
+for vendors in (["numba"], ["numba", "reference"]):
+    sess = kernelkit.Session(g.build(), vendors=vendors, options={"numba_start": "tiered"})
+    for _ in range(3):
+        (y,) = sess.run(None, feed)
+    seen[str(vendors)] = [m for m in ("kernelkit_numba", "kernelkit_opencl", "pyopencl") if m in sys.modules]
+    assert np.allclose(y, 8.0)
+kernelkit.Session(g.build())
+seen["None"] = [m for m in ("kernelkit_numba", "kernelkit_opencl") if m in sys.modules]
+print(json.dumps(seen))
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True)
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["['numba']"] == ["kernelkit_numba"] and seen["['numba', 'reference']"] == ["kernelkit_numba"]
+    assert seen["None"] == ["kernelkit_numba", "kernelkit_opencl"]

@@ -1,10 +1,15 @@
 """Backend discovery through the ``kernelkit.backends`` entry-point group.
 
 Each entry point names a callable (``initialize``) that only registers kernels and devices. A
-backend that fails to load is a logged warning, never a crash.
+backend that fails to load is a logged warning, never a crash. Backends load on first need:
+``load_backends(names=[...])`` loads some, and a Session that names its vendors loads only the
+backends named like them (``selected``; an op or a device none of them provides still loads the
+others), so that a numba session never imports the OpenCL backend (issue 11, warm start).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import inspect
 import logging
 import re
@@ -15,19 +20,49 @@ from importlib.metadata import distributions, entry_points
 log = logging.getLogger("kernelkit.backends")
 
 GROUP = "kernelkit.backends"
+BUILTIN_VENDORS = ("reference",)  # vendors of core's own kernels: no backend to load
 _loaded: dict[str, str] = {}  # backend name -> "ok" or the error text
 _lock = threading.RLock()
 _done = False
+_eps: tuple | None = None  # (entry_points function, its backends): scanned once (~20 ms of metadata)
+# The backends that a load without names loads in this context (a Session build that names its
+# vendors: ``selected``); None: every installed backend.
+_selection: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("kernelkit_backends", default=None)
 
 
-def load_backends(force: bool = False) -> dict[str, str]:
-    """Load every installed backend once; returns name -> status ("ok" or the failure)."""
+def _entry_points() -> list:
+    global _eps
+    if _eps is None or _eps[0] is not entry_points:  # a test that swaps entry_points sees its own
+        _eps = (entry_points, list(entry_points(group=GROUP)))
+    return _eps[1]
+
+
+def backend_names() -> list[str]:
+    """The names of the installed backends' entry points (nothing is imported)."""
+    return [ep.name for ep in _entry_points()]
+
+
+def load_backends(force: bool = False, names=None) -> dict[str, str]:
+    """Load installed backends once each; returns name -> status ("ok" or the failure) of those
+    loaded so far. ``names``: only the backends of these entry-point names (unknown names are
+    ignored; the others load at a later call without names), so that e.g. a numba session does not
+    import the OpenCL backend. Without names: every installed backend, or inside ``selected(...)``
+    (a Session build that names its vendors) the selected ones."""
     global _done
+    if names is None:
+        names = _selection.get()
     with _lock:
-        if _done and not force:
-            return dict(_loaded)
-        _done = True
-        for ep in entry_points(group=GROUP):
+        if names is None:
+            if _done and not force:
+                return dict(_loaded)
+            _done = True
+            eps = _entry_points()
+        else:
+            wanted = set(names)
+            if not force and wanted <= _loaded.keys():
+                return dict(_loaded)
+            eps = [ep for ep in _entry_points() if ep.name in wanted]
+        for ep in eps:
             if ep.name in _loaded and not force:
                 continue
             try:
@@ -41,6 +76,33 @@ def load_backends(force: bool = False) -> dict[str, str]:
                 log.warning(msg)
                 warnings.warn(msg, RuntimeWarning, stacklevel=2)
         return dict(_loaded)
+
+
+def load_all_backends() -> dict[str, str]:
+    """Every installed backend, whatever ``selected`` says (a lookup that found nothing in the
+    selected ones: an op or a device that another backend may declare)."""
+    return load_backends(names=backend_names())
+
+
+def names_for_vendors(vendors) -> tuple[str, ...] | None:
+    """The backends a session of these ``vendors`` needs: the entry points named like its vendors
+    (core's built-in vendors need none); None (every backend) when ``vendors`` is None or names a
+    vendor that no entry point is named after (a plugin may register it under another name)."""
+    if vendors is None:
+        return None
+    known = set(backend_names())
+    wanted = tuple(v for v in vendors if v not in BUILTIN_VENDORS)
+    return wanted if all(v in known for v in wanted) else None
+
+
+@contextlib.contextmanager
+def selected(names):
+    """Within the body, ``load_backends()`` without names loads only ``names`` (None: every one)."""
+    token = _selection.set(None if names is None else tuple(names))
+    try:
+        yield
+    finally:
+        _selection.reset(token)
 
 
 _session_hooks: list = []  # (fn, whether it takes the session's KernelScope)

@@ -76,10 +76,13 @@ def device_names() -> list[str]:
 
 
 def create_device(name: str, options: dict | None = None) -> Device:
-    from .backends import load_backends
+    from .backends import load_all_backends, load_backends
 
-    load_backends()
+    load_backends()  # inside a Session build that names its vendors: those vendors' backends
     factory = _FACTORIES.get(name)
+    if factory is None:  # a backend not selected may provide it
+        load_all_backends()
+        factory = _FACTORIES.get(name)
     if factory is None:
         raise BackendUnavailableError(
             f"no installed backend provides device {name!r}; available: {', '.join(sorted(_FACTORIES))} "

@@ -140,9 +140,9 @@ def get_schema(op: str, domain: str = "") -> OpSchema:
     key = op_id(op, domain)
     schema = _OPS.get(key)
     if schema is None:  # a plugin may declare it: load the installed backends, then look again
-        from .backends import load_backends
+        from .backends import load_all_backends
 
-        load_backends()
+        load_all_backends()
         schema = _OPS.get(key)
     if schema is None:
         raise UnsupportedOpError(
@@ -395,10 +395,11 @@ def kernel_transaction():
 
 def kernels(op: str | None = None, device: str | None = None, vendor: str | None = None,
             dtype: str | None = None, layout: str | None = None) -> list[KernelKey]:
-    """Registered kernel keys, filtered by any of the five fields, sorted."""
-    from .backends import load_backends
+    """Registered kernel keys, filtered by any of the five fields, sorted. Asked for one vendor that
+    an installed backend is named after, only that backend is loaded."""
+    from .backends import backend_names, load_backends
 
-    load_backends()
+    load_backends(names=[vendor] if vendor is not None and vendor in backend_names() else None)
     want = KernelKey(op, device, vendor, dtype, layout)
     return sorted(k for k in _KERNELS if all(w is None or w == v for w, v in zip(want, k)))
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backends import run_session_hooks
+from .backends import names_for_vendors, run_session_hooks, selected
 from .devices import Device, create_device
 from .errors import ConfigError, InputError, brief
 from .executor import Executor
@@ -96,6 +96,14 @@ class Session:
             self._build(model_or_path, device, vendors, fallback, threads, profile, passes, options, stub_ops)
 
     def _build(self, model_or_path, device, vendors, fallback, threads, profile, passes, options, stub_ops):
+        # a session that names its vendors loads only their backends (warm start: a numba session
+        # imports no OpenCL); an op or a device they lack still loads the others (registry, devices)
+        with selected(names_for_vendors(vendors)):
+            self._build_selected(model_or_path, device, vendors, fallback, threads, profile, passes, options,
+                                 stub_ops)
+
+    def _build_selected(self, model_or_path, device, vendors, fallback, threads, profile, passes, options,
+                        stub_ops):
         self.model = load_model(model_or_path).copy()
         self.device_name = device
         self.vendors = tuple(vendors) if vendors is not None else None

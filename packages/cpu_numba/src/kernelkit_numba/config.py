@@ -20,8 +20,10 @@ function over a range of its outer loop, and ``parallel_for`` cuts that loop int
 kernels: a ``prange`` left in one runs as a plain ``range``. The thread budget of the current call
 is thread-local: ``NumbaKernel.execute`` sets it from ``Session(threads=n)`` (1 below
 ``SERIAL_WORK`` and inside ``serial()``); outside a session it is ``default_threads()``, the CPUs
-this process may run on. BLAS is called at one thread per shard (``blas_threads(1)``, through
-threadpoolctl) so that BLAS and the kernels share one notion of how many threads run.
+this process may run on. While the pool is backed off after a sign that a core is taken
+(``shards``), ``current_threads()`` is 1 whatever the budget. BLAS is called at one thread per
+shard (``blas_threads(1)``, through threadpoolctl) so that BLAS and the kernels share one notion
+of how many threads run.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ import numba
 import numpy as np
 
 from .cache import checked  # unreadable cache entries are recompiled
+from .shards import POOL as _POOL
 from .tiered import carry_guard, hook  # kernels compile off the calling thread (tiered start)
 
 log = logging.getLogger("kernelkit.numba")
@@ -90,9 +93,13 @@ def default_threads() -> int:
 
 
 def current_threads() -> int:
-    """The thread budget of this thread's current kernel call."""
+    """The thread budget of this thread's current kernel call: 1 while the shard pool is backed off
+    after a sign that a core is taken (``shards``), so that kernels cut their work for one thread
+    and BLAS and the kernels agree on one thread count."""
     n = getattr(_local, "threads", None)
-    return default_threads() if n is None else n
+    if n is None:
+        n = default_threads()
+    return 1 if n > 1 and _POOL.backed_off() else n
 
 
 def in_serial() -> bool:
@@ -126,6 +133,10 @@ def serial(on: bool = True):
 MIN_SHARD_WORK = 1 << 21
 MIN_TILE_WORK = 1 << 22
 SHARDS_PER_THREAD = 4
+# GEMM output tiles per thread (``gemm.tile_count``, above 8 * MIN_TILE_WORK flops): each tile
+# repacks its panels, so fewer than loop shards; 2 lets a worker that loses its core mid-tile
+# hold up half a thread's share at most (the caller claims every tile not yet started).
+TILE_SHARDS_PER_THREAD = 2
 
 
 def shard_count(total: int, work: float, threads: int | None = None, unit: float | None = None) -> int:
@@ -146,10 +157,8 @@ def parallel_for(kernel, total: int, args: tuple, work: float) -> None:
         if total > 0:
             kernel(*args, 0, total)
         return
-    from .shards import POOL
-
-    POOL.run(carry_guard(lambda i: kernel(*args, i * total // count, (i + 1) * total // count)), count,
-             current_threads())
+    _POOL.run(carry_guard(lambda i: kernel(*args, i * total // count, (i + 1) * total // count)), count,
+              current_threads())
 
 
 def readonly(a):
@@ -164,9 +173,7 @@ def readonly(a):
 
 def run_shards(fn, count: int) -> None:
     """``fn(i)`` for ``i`` in ``range(count)`` on the shard pool at this call's thread budget."""
-    from .shards import POOL
-
-    POOL.run(carry_guard(fn), count, current_threads())
+    _POOL.run(carry_guard(fn), count, current_threads())
 
 
 _thread_buffers = threading.local()

@@ -6,58 +6,139 @@ share of the thread that waits for that core arrives a scheduler time slice late
 each parallel region of a few microseconds takes milliseconds: on 2 cores with one of them busy,
 a 512x512 ``prange`` loop ran 121x slower at 2 threads than at 1 (docs/numba.md).
 
-Here a parallel call is cut into many more shards than threads. The shards are claimed one at a
-time from a shared counter by the calling thread and by up to ``threads - 1`` pool workers; a
-worker that is not running yet claims nothing, so the caller finishes every shard itself and only
-waits for the shards a worker has already started (onnxruntime's pool works this way). Workers
-block on a queue while idle (no spinning), and the kernels they run are ``nogil`` Numba functions
-or BLAS calls made at one BLAS thread, so the threads really run in parallel and BLAS never starts
-threads of its own. A worker can still lose its core in the middle of a shard; when the caller
-then waits for it longer than ``ShardPool.STALL_S``, the pool runs jobs on the calling thread
-alone for a while (``ShardPool._judge``), so that a loaded machine costs about what one thread
-costs rather than a scheduler slice per parallel region.
+Here a parallel call is cut into many more shards than threads, claimed one at a time from a
+shared counter by the calling thread and by up to ``threads - 1`` pool workers; a worker that is
+not running yet claims nothing, so the caller finishes every shard itself and only waits for the
+shards a worker has already started (onnxruntime's pool works this way). The kernels the shards
+run are ``nogil`` Numba functions or BLAS calls made at one BLAS thread, so the threads really run
+in parallel and BLAS never starts threads of its own.
+
+How a job reaches the workers (issue 11, session 4; docs/numba.md, "Shard pool"):
+
+- **One job slot and a generation counter.** The caller puts the job in the slot and bumps the
+  generation (an int64 in a NumPy array); a worker waits for the generation to change. A second
+  caller that finds the slot taken (another session's run, a shard that itself runs a parallel
+  kernel) runs its shards on its own thread: nothing ever waits for the slot.
+- **A bounded spin, without the GIL.** A worker that has just finished a job polls the generation
+  for ``KERNELKIT_NUMBA_SPIN_US`` microseconds (default 200; 0: never) in a ``nogil`` Numba loop
+  with ``sched_yield`` between polls, so a model's next parallel kernel, tens of microseconds
+  later, finds it awake; then it blocks on a condition variable. A worker whose spins keep running
+  out (``SPIN_MISSES`` in a row: the jobs are far apart, or its core is taken) blocks at once, and
+  spins again once a job comes within the spin time of its going to sleep. The loop (``_spin.py``,
+  bounded by the cycle counter, one ``nogil`` call per spin) is built by a worker after
+  ``SPIN_AFTER_JOBS`` jobs, so a first run never waits for Numba to load it.
+- **Back-off under contention.** The caller watches each job: a helper that claimed no shard
+  although the caller worked longer than ``MISS_S`` (an awake worker claims within microseconds, a
+  woken one within ~0.1 ms: it had no core), ``MISSES`` jobs in a row, or a *stall* (the caller,
+  done with every unclaimed shard, waited longer than ``STALL_S`` and longer than half its own share
+  for a shard a worker had started: the worker lost its core mid-shard) backs the pool off: for
+  ``MIN_BACKOFF_S`` (doubling up to ``MAX_BACKOFF_S`` while back-offs keep coming within
+  ``CALM_S``) every job runs on the calling thread, and ``config.current_threads()`` says 1 so that
+  kernels cut their work for one thread (no shards, one GEMM call) and BLAS and the kernels agree
+  on one thread count. Workers do not spin meanwhile.
+
+``trace`` (a list, or None) records every shard ``(job, shard, thread name, start, end)`` and every
+job ``(job, -1, caller, published, all done, caller's shards done)`` for ``benchmarks/trace_pool.py``;
+``stats`` counts jobs, back-offs and their reasons.
 """
 from __future__ import annotations
 
 import itertools
 import logging
 import os
-import queue
 import threading
 import time
 
+import numpy as np
+
 log = logging.getLogger("kernelkit.numba")
+
+SPIN_ENV = "KERNELKIT_NUMBA_SPIN_US"
+DEFAULT_SPIN_US = 200.0
+
+
+def spin_seconds() -> float:
+    """The workers' spin time from ``$KERNELKIT_NUMBA_SPIN_US`` (microseconds, >= 0; default 200)."""
+    raw = os.environ.get(SPIN_ENV, "")
+    try:
+        us = float(raw) if raw.strip() else DEFAULT_SPIN_US
+    except ValueError:
+        log.warning("$%s=%r is not a number of microseconds; using %g", SPIN_ENV, raw, DEFAULT_SPIN_US)
+        us = DEFAULT_SPIN_US
+    return max(0.0, us) * 1e-6
+
+
+_spin_fn = None
+_spin_lock = threading.Lock()
+
+
+def _spinner():
+    """``(spin, ticks per second)`` of the ``nogil`` polling loop (compiled, or loaded from the cache,
+    by the first worker that asks; None when it cannot be built: workers then block without
+    spinning). Ticks per second 0: no cycle counter, the spin is bounded by its poll count."""
+    global _spin_fn
+    if _spin_fn is None:
+        with _spin_lock:
+            if _spin_fn is None:
+                try:
+                    _spin_fn = _build_spinner()
+                except Exception as exc:  # noqa: BLE001 - spinning is an optimisation only
+                    log.debug("shard pool: no spin loop (%s: %s); workers block", type(exc).__name__, exc)
+                    _spin_fn = False
+    return _spin_fn or None
+
+
+def _build_spinner():
+    """``spin(flag, seen, ticks, polls)`` polls ``flag[0]`` until it differs from ``seen`` (True) or
+    for ``ticks`` cycle-counter ticks or ``polls`` polls (False), all in one ``nogil`` call, so that a
+    spinning worker never takes the GIL (one that took it between polls and then lost its core held
+    up the caller for a scheduler slice: MLP 2.2x slower than at one thread on the loaded 2-core
+    box); with the counter's ticks per second (``_spin.py``)."""
+    from . import _spin
+
+    return _spin.build()
 
 
 class _Job:
     """One parallel call: ``fn(i)`` for every shard ``i`` in ``range(count)``."""
 
-    __slots__ = ("fn", "count", "claim", "left", "lock", "done", "error")
+    __slots__ = ("fn", "count", "claim", "left", "lock", "done", "error", "claimed", "serial_id", "trace",
+                 "helpers", "ticket")
 
-    def __init__(self, fn, count: int):
-        self.fn, self.count = fn, count
+    def __init__(self, fn, count: int, serial_id: int, trace, helpers: int = 0):
+        self.fn, self.count, self.serial_id, self.trace, self.helpers = fn, count, serial_id, trace, helpers
         self.claim = itertools.count().__next__  # atomic under the GIL: each index is claimed once
+        self.ticket = itertools.count().__next__  # workers beyond ``helpers`` leave the job alone
         self.left = count
         self.lock = threading.Lock()
         self.done = threading.Event()
         self.error: BaseException | None = None
+        self.claimed = 0  # shards the workers (not the caller) claimed
 
-    def work(self) -> None:
+    def work(self, helper: bool) -> None:
         """Claim and run shards until none is left; count the finished ones."""
         finished = 0
-        fn, count = self.fn, self.count
+        fn, count, trace = self.fn, self.count, self.trace
+        name = threading.current_thread().name if trace is not None else ""
         while True:
             i = self.claim()
             if i >= count:
                 break
-            try:
-                fn(i)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
-                self.error = self.error or exc
+            if self.error is None:  # after an error the other shards are skipped (claimed, not run)
+                t0 = time.perf_counter() if trace is not None else 0.0
+                try:
+                    fn(i)
+                except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
+                    if self.error is None:
+                        self.error = exc
+                if trace is not None:
+                    trace.append((self.serial_id, i, name, t0, time.perf_counter()))
             finished += 1
         if finished:
             with self.lock:
                 self.left -= finished
+                if helper:
+                    self.claimed += finished
                 if self.left == 0:
                     self.done.set()
 
@@ -66,27 +147,57 @@ class ShardPool:
     """Persistent worker threads (started on first use, never more than asked for) that help the
     calling thread through a job's shards."""
 
-    # A stall: the caller, done with every unclaimed shard, waited this long (and longer than half
-    # its own share) for a worker's shard, which means the worker lost its core mid-shard to another
-    # process (a scheduler slice, milliseconds). The pool then runs jobs on the calling thread alone
-    # for a back-off period, doubling (up to MAX_BACKOFF_S) while stalls keep coming within
-    # CALM_S of each other, so a machine that stays loaded is probed for a core rarely.
+    # caller-side contention signs (module docstring)
     STALL_S = 5e-4
+    MISS_S = 1e-3
+    MISSES = 3
     MIN_BACKOFF_S, MAX_BACKOFF_S, CALM_S = 0.05, 2.0, 10.0
+    # worker side: spins that ran out in a row before a worker stops spinning; the time of one poll
+    # (sched_yield on an idle core, ~0.5 us) where there is no cycle counter to bound the spin
+    SPIN_MISSES = 8
+    POLL_S = 5e-7
+    # a worker builds its spin loop (a Numba function: compiled, or loaded from the disk cache, in
+    # ~0.1-0.5 s of mostly GIL-holding work) after serving this many jobs, not during a first run
+    SPIN_AFTER_JOBS = 32
 
-    def __init__(self):
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+    def __init__(self, spin_s: float | None = None):
+        self.spin_s = spin_seconds() if spin_s is None else spin_s
+        self._cond = threading.Condition(threading.Lock())
+        self._gen = np.zeros(1, np.int64)  # the generation: bumped for every job put in the slot
+        self._job: _Job | None = None
+        self._slot = threading.Lock()  # held by the caller whose job is in the slot
+        self._sleeping = 0  # workers blocked on _cond
         self._workers: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._serial_until = 0.0
         self._backoff = self.MIN_BACKOFF_S
-        self._last_stall = float("-inf")
-        self.stalls = 0  # count, for benchmarks and tests
+        self._last_backoff = float("-inf")
+        self._missed = 0
+        self._serial_ids = itertools.count(1).__next__
+        self.trace: list | None = None
+        self.backoff = True  # False: contention signs are counted but never back the pool off (tests)
+        self.stats = {"jobs": 0, "serial_jobs": 0, "stalls": 0, "misses": 0, "backoffs": 0, "busy_slot": 0}
 
+    @property
+    def stalls(self) -> int:
+        return self.stats["stalls"]
+
+    def backed_off(self) -> bool:
+        """Whether jobs run on the calling thread alone now (after a contention sign)."""
+        return self._serial_until > 0.0 and time.perf_counter() < self._serial_until
+
+    def reset(self) -> None:
+        """End a back-off now (tests, benchmarks)."""
+        self._serial_until, self._backoff, self._missed = 0.0, self.MIN_BACKOFF_S, 0
+        self._last_backoff = float("-inf")
+
+    # -- workers ---------------------------------------------------------------------------------
     def _ensure(self, n: int) -> None:
         if os.getpid() != self._pid:  # forked child: the parent's threads did not come along
-            self._queue, self._workers, self._pid = queue.SimpleQueue(), [], os.getpid()
+            backoff = self.backoff
+            self.__init__(self.spin_s)
+            self.backoff = backoff
         if len(self._workers) >= n:
             return
         with self._lock:
@@ -96,41 +207,104 @@ class ShardPool:
                 self._workers.append(t)
 
     def _serve(self) -> None:
-        q = self._queue
+        gen, cond = self._gen, self._cond
+        seen = int(gen[0])
+        misses = 0
+        spinner, served = None, 0
         while True:
-            job = q.get()  # blocks without spinning
-            job.work()
+            if spinner is None and served == self.SPIN_AFTER_JOBS and self.spin_s > 0:
+                spinner = _spinner()  # only a process that keeps the pool busy builds it
+                if spinner is not None:
+                    spin, rate = spinner
+                    ticks = int(self.spin_s * rate) if rate > 0 else 1 << 62
+                    polls = int(self.spin_s / self.POLL_S) * (4 if rate > 0 else 1) + 1
+            if gen[0] == seen and spinner is not None and misses < self.SPIN_MISSES and not self.backed_off():
+                misses = 0 if spin(gen, seen, ticks, polls) else misses + 1
+            if gen[0] == seen:
+                slept = time.perf_counter()
+                with cond:
+                    self._sleeping += 1
+                    while gen[0] == seen:  # re-checked after counting ourselves: no lost wake-up
+                        cond.wait()
+                    self._sleeping -= 1
+                if time.perf_counter() - slept < self.spin_s:
+                    misses = 0  # the job came within the spin time: spinning would have caught it
+            seen = int(gen[0])
+            job = self._job
+            if job is not None and job.ticket() < job.helpers:  # the job's thread budget holds
+                job.work(True)
+                served += 1
 
+    # -- callers ---------------------------------------------------------------------------------
     def run(self, fn, count: int, threads: int) -> None:
         """Call ``fn(i)`` for ``i`` in ``range(count)`` on the calling thread and up to
         ``threads - 1`` workers; returns when every shard has finished (re-raising the first error)."""
         helpers = min(threads, count) - 1
-        if helpers <= 0 or time.perf_counter() < self._serial_until:
-            for i in range(count):
-                fn(i)
+        if helpers <= 0 or self.backed_off():
+            self._serial(fn, count)
             return
-        self._ensure(helpers)
-        job = _Job(fn, count)
-        for _ in range(helpers):
-            self._queue.put(job)
-        t0 = time.perf_counter()
-        job.work()
-        if job.left:
+        if not self._slot.acquire(blocking=False):  # another caller's job is in the slot
+            self.stats["busy_slot"] += 1
+            self._serial(fn, count)
+            return
+        try:
+            self._ensure(helpers)
+            job = _Job(fn, count, self._serial_ids(), self.trace, helpers)
+            t0 = time.perf_counter()
+            self._job = job
+            self._gen[0] += 1
+            if self._sleeping:
+                with self._cond:
+                    self._cond.notify(helpers)
+            self.stats["jobs"] += 1
+            job.work(False)
             t1 = time.perf_counter()
-            job.done.wait()
-            self._judge(time.perf_counter() - t1, t1 - t0)
+            if job.left:
+                job.done.wait()
+            t2 = time.perf_counter()
+            self._judge(job, t2 - t1, t1 - t0)
+            if job.trace is not None:  # the job itself: published at t0, the caller's shards done at t1, all at t2
+                job.trace.append((job.serial_id, -1, threading.current_thread().name, t0, t2, t1))
+        finally:
+            self._job = None
+            self._slot.release()
         if job.error is not None:
             raise job.error
 
-    def _judge(self, waited: float, worked: float) -> None:
-        """After a stall, run on the calling thread alone for a while (longer while stalls repeat)."""
+    def _serial(self, fn, count: int) -> None:
+        self.stats["serial_jobs"] += 1
+        trace = self.trace
+        if trace is None:
+            for i in range(count):
+                fn(i)
+            return
+        job = _Job(fn, count, self._serial_ids(), trace)
+        job.work(False)
+        if job.error is not None:
+            raise job.error
+
+    def _judge(self, job: _Job, waited: float, worked: float) -> None:
+        """Count the contention signs of a finished job; back off after a stall or repeated misses."""
         if waited > self.STALL_S and waited > 0.5 * worked:
-            now = time.perf_counter()
-            calm = now - self._last_stall > self.CALM_S
-            self._backoff = self.MIN_BACKOFF_S if calm else min(2 * self._backoff, self.MAX_BACKOFF_S)
-            self._last_stall, self._serial_until = now, now + self._backoff
-            self.stalls += 1
-            log.debug("shard pool: waited %.2f ms for a worker; serial for %.2f s", waited * 1e3, self._backoff)
+            self.stats["stalls"] += 1
+            self._back_off(f"waited {waited * 1e3:.2f} ms for a worker's shard")
+        elif job.claimed == 0 and worked > self.MISS_S:
+            self.stats["misses"] += 1
+            self._missed += 1
+            if self._missed >= self.MISSES:
+                self._back_off(f"no worker claimed a shard in {self._missed} jobs")
+        elif job.claimed:
+            self._missed = 0
+
+    def _back_off(self, why: str) -> None:
+        if not self.backoff:
+            return
+        now = time.perf_counter()
+        calm = now - self._last_backoff > self.CALM_S
+        self._backoff = self.MIN_BACKOFF_S if calm else min(2 * self._backoff, self.MAX_BACKOFF_S)
+        self._last_backoff, self._serial_until, self._missed = now, now + self._backoff, 0
+        self.stats["backoffs"] += 1
+        log.debug("shard pool: %s; one thread for %.2f s", why, self._backoff)
 
 
 POOL = ShardPool()

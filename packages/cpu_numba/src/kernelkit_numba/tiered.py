@@ -13,7 +13,8 @@ JIT runtimes do:
    thread-local flag per call.
 2. On :class:`NotCompiled` the call is redone by the node's reference kernel (vendor "reference",
    same attributes; built once per node and input shapes; written into the plan's ``out`` when
-   given), and a *trial* is queued: one background thread (``kernelkit-numba-compile``) runs the
+   given), and a *trial* is queued: one background thread (``kernelkit-numba-compile``; it starts a
+   batch once the model's thread has run no stand-in for ``IDLE_S``, at most ``MAX_DELAY_S`` late) runs the
    node's own numba call on copies of the inputs and of ``out`` (same dtypes, ranks and
    contiguity, so the same signatures; constants are not copied), compiling or loading everything
    the node needs; what the kernel prepares on the way (transformed weights) stays. Its result
@@ -45,6 +46,7 @@ import os
 import queue
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -59,6 +61,13 @@ MAX_TRIALS = 3  # trials per node before it compiles on the calling thread
 # compiler holds the GIL most of the time, and a thread that wants it back (the model's, between two
 # NumPy calls of a reference kernel) waits up to the interval (5 ms by default) each time.
 SWITCH_INTERVAL_S = 2e-4
+# The background thread starts a batch of trials once the model's thread has run no stand-in for
+# IDLE_S (its first run is over), or MAX_DELAY_S after it woke at the latest: loading cached kernels
+# in a fresh process is ~0.3-0.5 s of mostly GIL-holding work (Numba's start), which ran beside the
+# first run and made it up to 2-5x slower (warm-cache ResNet-18 on the busy 2-core box: first run
+# 0.15-0.41 s beside it, 0.08-0.25 s with the loading after it).
+IDLE_S = 0.01
+MAX_DELAY_S = 0.5
 
 
 class NotCompiled(BaseException):
@@ -157,6 +166,7 @@ _switch: list = []  # (interval before, interval set) while trials run
 _layouts: dict[type, str | None] = {}  # kernel class -> its registered layout ("" default), None: several
 _ran: set = set()  # kernel classes that completed a trial in this process
 _ranked: dict[tuple, list] = {}  # (op, dtype) -> reference candidates
+_last_stand_in = 0.0  # perf_counter of the latest reference stand-in call (the model's thread is busy)
 
 
 def stats() -> dict:
@@ -210,6 +220,8 @@ def _stand_in(kernel, run, inputs, out):
     """The reference kernel's call; one that fails (cannot be built for the node, or rejects the
     inputs) makes the node numba's alone: its trial ends, and numba runs here (raising its own error
     where the inputs are bad)."""
+    global _last_stand_in
+    _last_stand_in = time.perf_counter()
     try:
         return _reference(kernel, inputs, out)
     except Exception as exc:  # noqa: BLE001 - numba decides, as without tiering
@@ -260,10 +272,21 @@ def _submit(kernel, run, inputs, out) -> _Trial:
     return trial
 
 
+def _await_idle() -> None:
+    """Sleep until the model's thread has run no stand-in for IDLE_S, or MAX_DELAY_S have passed."""
+    deadline = time.perf_counter() + MAX_DELAY_S
+    while time.perf_counter() < deadline and time.perf_counter() - _last_stand_in < IDLE_S:
+        time.sleep(IDLE_S / 2)
+
+
 def _serve() -> None:
     global _pending
+    batch = True  # the first trial after the queue ran empty starts a batch
     while True:
         trial = _queue.get()
+        if batch:
+            _await_idle()
+            batch = False
         try:
             trial.run(trial.inputs, trial.out)
         except BaseException as exc:  # noqa: BLE001 - the node then compiles on its own thread
@@ -277,6 +300,7 @@ def _serve() -> None:
             _counts["failed"] += trial.error is not None
             _pending -= 1
             if _pending == 0:
+                batch = True
                 _idle.notify_all()
                 while _switch:  # back to the interval before, unless someone changed it meanwhile
                     before, ours = _switch.pop()
@@ -344,8 +368,14 @@ def _reference_entry(kernel, specs):
 
 def _reference(kernel, inputs, out):
     """Run the node's reference kernel on ``inputs`` (built once per input shapes), into ``out``
-    when given."""
+    when given. It stands in for a numba node, so BLAS runs at one thread as the numba kernels'
+    own calls do (``config.blas_single``): at OpenBLAS's own thread count a first run on a busy
+    2-core box took 0.8-1.5 s instead of 0.36-0.42 (its threads wait at a join for a core)."""
     from kernelkit.invoke import bind
+
+    from .config import blas_single
+
+    blas_single()
 
     specs = _specs_of(inputs)
     ref = kernel._tier_ref

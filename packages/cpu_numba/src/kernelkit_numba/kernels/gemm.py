@@ -16,11 +16,10 @@ from .conv import _edge, tile_grid
 from .epilogue import NONE, scale_bias_act_cols
 
 # A GEMM of at least 2 * config.MIN_TILE_WORK flops (2^23, ~0.1 ms on one core) runs on every
-# thread of the budget, cut into TILES_PER_THREAD tiles per thread of at least MIN_TILE_WORK: the
+# thread of the budget, cut into config.TILE_SHARDS_PER_THREAD tiles per thread of at least MIN_TILE_WORK: the
 # transformer's 128x256x256 projections (17 MFLOP) are worth two threads as two tiles, not as
 # eight (each tile repacks its panels: eight 128-column tiles of a 128x256x1024 product cost 1.28x
 # the whole product at one thread on the quiet Xeon).
-TILES_PER_THREAD = 2  # a worker that loses its core mid-tile holds up half a thread's share at most
 
 
 def gemm_work(flops: float) -> float:
@@ -33,11 +32,11 @@ def gemm_work(flops: float) -> float:
 def tile_count(flops: float) -> int:
     """Tiles of one GEMM at this call's thread budget (1: no pool): one per thread below
     8 * MIN_TILE_WORK flops (each tile repacks its panels; column tiles of a 128x256x256 product
-    cost 1.06x the whole at two, 1.12x at four on the AMD box), TILES_PER_THREAD above."""
+    cost 1.06x the whole at two, 1.12x at four on the AMD box), config.TILE_SHARDS_PER_THREAD above."""
     threads = config.current_threads()
     if threads <= 1 or flops < 2 * config.MIN_TILE_WORK:
         return 1
-    per_thread = 1 if flops < 8 * config.MIN_TILE_WORK else TILES_PER_THREAD
+    per_thread = 1 if flops < 8 * config.MIN_TILE_WORK else config.TILE_SHARDS_PER_THREAD
     return int(max(2, min(per_thread * threads, flops // max(1, config.MIN_TILE_WORK))))
 
 

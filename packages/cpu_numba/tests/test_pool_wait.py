@@ -1,0 +1,249 @@
+"""The shard pool (shards.py): every shard runs once with 1 and 2 threads, the spin and the back-off
+paths (forced through the environment and by workers that lose their core), errors raised in a
+shard reach the caller with their type, and nothing hangs (every pool call runs under a timeout)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numba
+import numpy as np
+import pytest
+from kernelkit.errors import KernelExecutionError, ShapeError
+from kernelkit_numba import config, shards
+
+TIMEOUT_S = 20.0
+
+
+def within(fn, *args, timeout: float = TIMEOUT_S):
+    """``fn(*args)`` on a thread of its own; fails the test instead of hanging when it takes longer."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            box["error"] = exc
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"pool call did not return within {timeout} s"
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def counting(count: int, delay: float = 0.0):
+    """A shard function that records which thread ran each shard (a list of hits per shard)."""
+    hits = [[] for _ in range(count)]
+
+    def fn(i):
+        hits[i].append(threading.current_thread().name)
+        if delay:
+            time.sleep(delay)
+
+    return fn, hits
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("spin_us", [0.0, 200.0])
+def test_every_shard_runs_once(threads, spin_us):
+    pool = shards.ShardPool(spin_us * 1e-6)
+    for count in (1, 2, 7, 64) * (pool.SPIN_AFTER_JOBS // 2):  # past the jobs after which workers spin
+        fn, hits = counting(count, delay=2e-5)
+        within(pool.run, fn, count, threads)
+        assert [len(h) for h in hits] == [1] * count
+    if threads == 1:
+        assert pool.stats["jobs"] == 0 and not pool._workers  # one thread: no job, no worker started
+
+
+def test_workers_help_and_budget_holds():
+    """A pool with more workers than a job's budget: only ``threads - 1`` of them join it."""
+    pool = shards.ShardPool(200e-6)
+    fn, _ = counting(8, delay=1e-3)
+    within(pool.run, fn, 8, 4)  # starts three workers
+    assert len(pool._workers) == 3
+    for _ in range(20):
+        fn, hits = counting(16, delay=1e-3)
+        within(pool.run, fn, 16, 2)
+        names = {n for h in hits for n in h}
+        assert len(names) <= 2 and [len(h) for h in hits] == [1] * 16
+
+
+def test_kernel_results_equal_at_one_and_two_threads(rng):
+    """A real sharded kernel (Softmax rows through ``config.parallel_for``) gives the same numbers
+    at one and two threads, and the same as NumPy."""
+    from kernelkit_numba.kernels import softmax
+
+    x = rng.standard_normal((512, 1024)).astype(np.float32)
+    def at(threads):  # the budget is per thread: set it on the thread that runs the kernel
+        with config.num_threads(threads):
+            return softmax.softmax(x, axis=-1), shards.POOL.stats["jobs"]
+
+    shards.POOL.reset()
+    got = {}
+    for threads in (1, 2):
+        jobs = shards.POOL.stats["jobs"]
+        got[threads], after = within(at, threads)
+        assert (after > jobs) == (threads == 2)  # two threads really shard
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(got[1], e / e.sum(axis=-1, keepdims=True), rtol=2e-6, atol=1e-7)
+    np.testing.assert_array_equal(got[1], got[2])
+
+
+def test_spin_time_from_environment(monkeypatch):
+    monkeypatch.setenv(shards.SPIN_ENV, "0")
+    assert shards.ShardPool().spin_s == 0.0
+    monkeypatch.setenv(shards.SPIN_ENV, "50")
+    assert shards.ShardPool().spin_s == pytest.approx(50e-6)
+    monkeypatch.setenv(shards.SPIN_ENV, "lots")  # unreadable: the default, logged
+    assert shards.ShardPool().spin_s == pytest.approx(shards.DEFAULT_SPIN_US * 1e-6)
+    monkeypatch.delenv(shards.SPIN_ENV)
+    assert shards.spin_seconds() == pytest.approx(200e-6)
+
+
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="the spin loop is machine code (workers block without it)")
+def test_spin_loop_sees_the_generation():
+    spin, rate = shards._spinner()
+    flag = np.zeros(1, np.int64)
+    assert not spin(flag, 0, 1 << 40, 10) and spin(flag, 1, 1 << 40, 10)
+    if rate > 0:  # bounded by the cycle counter: ~1 ms of ticks ends a spin of many polls
+        t0 = time.perf_counter()
+        assert not spin(flag, 0, int(1e-3 * rate), 1 << 40)
+        assert 5e-4 < time.perf_counter() - t0 < 1.0
+    threading.Timer(0.01, lambda: flag.__setitem__(0, 5)).start()
+    t0 = time.perf_counter()
+    while not spin(flag, 0, 1 << 40, 200):
+        assert time.perf_counter() - t0 < TIMEOUT_S
+    assert flag[0] == 5
+
+
+def test_stall_backs_off_and_current_threads_says_one():
+    """A worker that holds its shard far longer than the caller's whole share (a worker that lost
+    its core) is a stall: the pool then runs jobs on the calling thread, and ``current_threads()``
+    is 1 for that time, so the kernels cut their work for one thread."""
+    pool = shards.POOL
+    pool.reset()
+    pool.backoff = True  # off for the other tests of this package (conftest)
+    start = threading.Event()
+
+    def fn(i):
+        if threading.current_thread().name.startswith("kernelkit-numba"):
+            start.set()
+            time.sleep(0.02)  # the worker's shard: 20 ms, its core taken
+        else:
+            start.wait(TIMEOUT_S)  # the caller waits until a worker holds a shard
+
+    try:
+        stalls = pool.stats["stalls"]
+        within(pool.run, fn, 4, 2)
+        assert pool.stats["stalls"] == stalls + 1 and pool.backed_off()
+        with config.num_threads(2):
+            assert config.current_threads() == 1
+            assert config.shard_count(1000, 1e12, threads=None) == 1
+            seen, hits = counting(8)
+            jobs = pool.stats["jobs"]
+            within(pool.run, seen, 8, 2)  # backed off: the caller runs every shard
+            assert pool.stats["jobs"] == jobs and all(len(h) == 1 for h in hits)
+    finally:
+        pool.reset()
+    with config.num_threads(2):
+        assert config.current_threads() == 2
+
+
+def test_workers_that_never_claim_back_off():
+    """Helpers that claim no shard while the caller works for milliseconds (their core is taken)
+    back the pool off after ``MISSES`` jobs."""
+    pool = shards.ShardPool(0.0)
+    pool._serve = lambda: time.sleep(3600)  # workers that never get to run
+    for _ in range(pool.MISSES):
+        assert not pool.backed_off()
+        fn, hits = counting(4, delay=pool.MISS_S / 2)
+        within(pool.run, fn, 4, 2)
+        assert [len(h) for h in hits] == [1] * 4
+    assert pool.stats["misses"] == pool.MISSES and pool.backed_off() and pool.stats["backoffs"] == 1
+    pool.reset()
+    assert not pool.backed_off()
+
+
+def test_back_off_grows_while_contention_repeats():
+    pool = shards.ShardPool(0.0)
+    pool._back_off("test")
+    first = pool._backoff
+    pool._back_off("test")
+    assert first == pool.MIN_BACKOFF_S and pool._backoff == 2 * first and pool.backed_off()
+    pool.reset()
+    pool.backoff = False  # signs counted, no back-off
+    pool._back_off("test")
+    assert not pool.backed_off() and pool.stats["backoffs"] == 2
+
+
+@pytest.mark.parametrize("spin_us", [0.0, 200.0])
+def test_error_in_a_worker_shard_reaches_the_caller_typed(spin_us):
+    pool = shards.ShardPool(spin_us * 1e-6)
+    raised = threading.Event()
+
+    def fn(i):
+        if threading.current_thread().name.startswith("kernelkit-numba"):
+            raised.set()
+            raise ShapeError(f"shard {i} of a worker")
+        raised.wait(TIMEOUT_S)  # the caller's shards wait until a worker has raised
+
+    with pytest.raises(ShapeError, match="of a worker"):
+        within(pool.run, fn, 8, 2)
+    fn2, hits = counting(8)  # the pool still works after the error
+    within(pool.run, fn2, 8, 2)
+    assert [len(h) for h in hits] == [1] * 8
+
+
+def test_error_in_the_callers_shard_and_the_rest_skipped():
+    pool = shards.ShardPool(0.0)
+    ran = []
+
+    def fn(i):
+        ran.append(i)
+        raise KernelExecutionError(f"shard {i}")
+
+    with pytest.raises(KernelExecutionError):
+        within(pool.run, fn, 64, 2)
+    assert len(ran) < 64  # shards claimed after the first error are skipped
+
+
+def test_nested_and_concurrent_callers_do_not_wait_for_the_slot():
+    """A shard that runs a parallel job itself, and two threads calling at once: the slot is taken,
+    so those callers run their shards on their own thread; every shard still runs once."""
+    pool = shards.ShardPool(200e-6)
+    inner = [[0] * 4 for _ in range(8)]
+
+    def outer(i):
+        def leaf(j):
+            inner[i][j] += 1
+        pool.run(leaf, 4, 2)
+
+    within(pool.run, outer, 8, 2)
+    assert inner == [[1] * 4] * 8 and pool.stats["busy_slot"] >= 1
+
+    results = []
+
+    def caller():
+        fn, hits = counting(32, delay=1e-4)
+        pool.run(fn, 32, 2)
+        results.append([len(h) for h in hits])
+
+    threads = [threading.Thread(target=caller) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT_S)
+    assert not any(t.is_alive() for t in threads) and results == [[1] * 32] * 3
+
+
+def test_trace_records_who_ran_each_shard():
+    pool = shards.ShardPool(200e-6)
+    pool.trace = []
+    fn, _ = counting(16, delay=1e-4)
+    within(pool.run, fn, 16, 2)
+    assert sorted(r[1] for r in pool.trace if r[1] >= 0) == list(range(16))
+    (job,) = [r for r in pool.trace if r[1] < 0]  # the job: published, all done, the caller's shards done
+    assert job[3] <= job[5] <= job[4] and all(job[3] <= r[3] <= r[4] <= job[4] for r in pool.trace if r[1] >= 0)
