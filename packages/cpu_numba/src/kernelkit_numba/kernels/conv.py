@@ -74,6 +74,55 @@ def _im2col_rows(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, oh0, oh1, r
 
 
 @jit_parallel
+def _im2col_phases(xph, col, kh, kw, sh, sw, dh, dw, ph, pw, w_n, oh_n, ow_n, oh0, oh1, r0, r1):
+    """``_im2col_rows`` for a strided convolution from the column phases of the input,
+    ``xph[b, c, h, q] = x[c, h, q*sw + b]`` (``column_phases``): tap (i, j) reads phase
+    b = (j*dw - pw) mod sw at columns ow + (j*dw - pw) // sw, so every row of the column matrix
+    is a unit-stride copy (a vector loop) where the direct version gathers every sw-th element
+    (the 7x7/2 stem's columns: 2 cycles an element). Rows [r0, r1) of output rows [oh0, oh1)."""
+    c_n, h_n, wq = xph.shape[1], xph.shape[2], xph.shape[3]
+    taps = kh * kw
+    cols = (oh1 - oh0) * ow_n
+    xf = xph.reshape(xph.size)
+    cf = col.reshape(col.shape[0] * col.shape[1])
+    for r in range(r0, r1):
+        c = r // taps
+        i = (r - c * taps) // kw
+        j = r - c * taps - i * kw
+        off = j * dw - pw
+        b = off % sw  # Python's modulo: 0 <= b < sw
+        shift = (off - b) // sw
+        width = (w_n - b + sw - 1) // sw  # columns of phase b
+        lo, hi = tap_range(shift, 1, width, ow_n)
+        for oh in range(oh0, oh1):
+            d0 = U(r * cols + (oh - oh0) * ow_n)
+            h = oh * sh - ph + i * dh
+            if h < 0 or h >= h_n:
+                for ow in range(ow_n):
+                    cf[d0 + U(ow)] = 0
+                continue
+            s0 = ((b * c_n + c) * h_n + h) * wq + shift  # signed: s0 + ow >= 0 for ow >= lo
+            for ow in range(lo):
+                cf[d0 + U(ow)] = 0
+            for ow in range(lo, hi):
+                cf[d0 + U(ow)] = xf[U(s0 + ow)]
+            for ow in range(hi, ow_n):
+                cf[d0 + U(ow)] = 0
+
+
+def column_phases(xs, sw: int, out=None):
+    """(sw, C, H, ceil(W / sw)) array of ``xs[:, :, b::sw]`` for each b (the last column of a phase
+    that has one fewer is left as is: ``_im2col_phases`` never reads it)."""
+    c_n, h_n, w_n = xs.shape
+    wq = -(-w_n // sw)
+    xph = np.empty((sw, c_n, h_n, wq), xs.dtype) if out is None else out
+    for b in range(sw):
+        width = (w_n - b + sw - 1) // sw
+        xph[b, :, :, :width] = xs[:, :, b::sw]
+    return xph
+
+
+@jit_parallel
 def _conv_depthwise(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, zx, q0, q1):
     """Convolution with one input channel per group (depthwise, any channel multiplier: output m
     reads channel m // mult), any stride and dilation, as contiguous multiply-adds.
@@ -453,9 +502,10 @@ class Conv(NumbaKernel):
 
 
     def _gemm_blocked(self, x4, wmat, y, group, bias, z):
-        """im2col + GEMM in blocks of output rows whose columns fill about ``_COL_BLOCK_BYTES``
-        (L2), each block packed, multiplied and finished by one shard before the next: a large
-        column matrix (the 7x7 stem's is 147 x 12544, 7.4 MB) is never written to memory whole."""
+        """im2col + GEMM in blocks of output rows whose columns fill about ``_COL_BLOCK_BYTES``,
+        each block packed, multiplied and finished by one shard before the next: a large column
+        matrix (the 7x7 stem's is 147 x 12544, 7.4 MB) is never written to memory whole. Strided
+        convolutions with wide outputs pack from the input's column phases (``_im2col_phases``)."""
         (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = self._geom
         n_n, c_n = x4.shape[:2]
         mg, k_n = wmat.shape[1:]
@@ -463,19 +513,28 @@ class Conv(NumbaKernel):
         l_n = oh_n * ow_n
         code, p0, p1 = self.act
         rows = max(1, min(oh_n, _COL_BLOCK_BYTES // (k_n * x4.itemsize * ow_n)))
+        threads = config.current_threads()
+        if threads > 1:  # at least two blocks a thread: a block is one shard
+            rows = max(1, min(rows, -(-oh_n // (2 * threads))))
         blocks = -(-oh_n // rows)
+        phased = sw > 1 and ow_n >= _PHASES_MIN_COLS
         for n in range(n_n):
             for g in range(group):
                 xs = x4[n, g * cg:(g + 1) * cg]
+                xph = column_phases(xs, sw) if phased else xs
                 ymat = y[n, g * mg:(g + 1) * mg].reshape(mg, l_n)
                 zmat = None if z is None else z[n, g * mg:(g + 1) * mg].reshape(mg, l_n)
                 wg, bg = wmat[g], bias[g * mg:(g + 1) * mg]
 
-                def block(t, xs=xs, wg=wg, ymat=ymat, bg=bg, zmat=zmat):
+                def block(t, xs=xs, xph=xph, wg=wg, ymat=ymat, bg=bg, zmat=zmat):
                     oh0, oh1 = t * rows, min(oh_n, (t + 1) * rows)
                     c0, c1 = oh0 * ow_n, oh1 * ow_n
                     buf = config.thread_buffer("conv_columns", k_n * (c1 - c0), x4.dtype).reshape(k_n, c1 - c0)
-                    _im2col_rows(xs, buf, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, oh0, oh1, 0, k_n)
+                    if phased:
+                        _im2col_phases(xph, buf, kh, kw, sh, sw, dh, dw, ph, pw, xs.shape[2], oh_n, ow_n, oh0, oh1,
+                                       0, k_n)
+                    else:
+                        _im2col_rows(xs, buf, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, oh0, oh1, 0, k_n)
                     np.matmul(wg, buf, out=ymat[:, c0:c1])
                     bias_act_block(ymat, bg, 0, mg, c0, c1, code, p0, p1, zmat)
 
@@ -483,7 +542,10 @@ class Conv(NumbaKernel):
 
 
 _COL_BYTES = 1 << 20  # column matrices larger than this are packed and multiplied in blocks
-_COL_BLOCK_BYTES = 1 << 19  # the column block of one shard: about half an L2
+_COL_BLOCK_BYTES = 1 << 21  # the column block of one shard (L2 + L3): 512 KiB blocks ran the 7x7/2 stem
+# and 3x3/2 64->128 at 56x56 1.0-1.05x slower at one thread (benchmarks/bench_conv_blocks.py)
+_PHASES_MIN_COLS = 64  # strided convs with this many output columns pack from column phases (the
+# 7x7/2 stem's columns: 0.25 vs 0.54 ms at one thread); at 28 columns (3x3/2 on 56x56) they tie
 _BLOCKED_MIN_COLS = 128  # fewer output pixels (7x7 maps): one GEMM over the whole column matrix
 
 
