@@ -253,9 +253,10 @@ def test_residual_block_fuses_add_and_relu_into_the_numba_conv(rng):
     assert_close(sess.run(None, {"x": x})[0], want)
 
 
-# the depthwise 3x3 pads-1 fast paths (stride 1 straight from x; stride 2 by rows): even and odd
-# maps, maps too small for an interior (1, 2, 3 rows or columns), channel multiplier 2, batch 2
-DW_MAPS = [(14, 14), (7, 7), (15, 12), (1, 1), (2, 2), (3, 3), (1, 9), (9, 2), (112, 5)]
+# the depthwise 3x3 pads-1 fast paths (stride 1 straight from x; stride 2 over stride phases): even
+# and odd maps, maps too small for an interior (1, 2, 3 rows or columns), channel multiplier 2,
+# batch 2, and maps whose stride-2 output takes several accumulator blocks (130x131, 67x140)
+DW_MAPS = [(14, 14), (7, 7), (15, 12), (1, 1), (2, 2), (3, 3), (1, 9), (9, 2), (112, 5), (130, 131), (67, 140)]
 
 
 @pytest.mark.parametrize("stride", [1, 2])

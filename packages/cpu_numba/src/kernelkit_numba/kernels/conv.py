@@ -286,45 +286,69 @@ def _dw3x3_at(xf, wf, xb, k, oh, ow, st, h_n, w_n, beta, code, p0, p1):
 
 @jit_parallel
 def _depthwise3x3s2(x, w, bias, y, code, p0, p1, q0, q1):
-    """Depthwise 3x3, stride 2, pads 1 (MobileNet's down-sampling blocks), straight from x into y:
-    per output row one pass over the columns whose window lies inside the plane, nine stride-2
-    loads (LLVM vectorises them as interleaved loads) and FMAs per output; the rest of the
-    border with bounds checks. Planes ``[q0, q1)`` of the flattened (N, M)."""
+    """Depthwise 3x3, stride 2, pads 1 (MobileNet's down-sampling blocks). Each plane is split once
+    into the four stride phases of its zero-padded input, ``phase[a, b][r, c] = padded[2r + a,
+    2c + b]`` (rows of wq = OW + 1; both column phases of an input row written in one loop, which
+    LLVM loads as one interleaved group), so that tap (i, j) of output (oh, ow) reads phase
+    (i % 2, j % 2) at (oh + i // 2, ow + j // 2): over a block of output rows flattened (rows of
+    wq, the last column of each computed and dropped) every output is nine unit-stride loads at
+    fixed offsets and FMAs, one long vector loop. The direct loop with stride-2 loads (gathers,
+    rows of OW) took 1.2-2x as long (1x96x112x112: 0.62 vs 0.31 ms; benchmarks/
+    bench_depthwise_s2.py). The padding is zeroed once per call: every plane writes the same
+    other places. Planes ``[q0, q1)`` of the flattened (N, M)."""
     n_n, c_n, h_n, w_n = x.shape
     m_n, oh_n, ow_n = w.shape[0], y.shape[2], y.shape[3]
     mult = m_n // c_n
     xf = x.reshape(x.size)
     yf = y.reshape(y.size)
     wf = w.reshape(w.size)
+    hq, wq = oh_n + 1, ow_n + 1
+    size = hq * wq + 1  # one phase, plus the overrun of the last row's dropped column
+    rows = max(1, min(oh_n, _DW_BLOCK // wq))
+    buf = np.zeros(4 * size, y.dtype)  # the padding: every plane writes the same other places
+    acc = np.empty(rows * wq, y.dtype)
     hw, ohw = h_n * w_n, oh_n * ow_n
-    r_lo, r_hi = 1, min(oh_n, (h_n - 2) // 2 + 1)  # rows 2*oh - 1 >= 0 and 2*oh + 1 <= h_n - 1
-    c_lo, c_hi = 1, min(ow_n, (w_n - 2) // 2 + 1)
+    half = w_n // 2
     for nm in range(q0, q1):
         n = nm // m_n
         m = nm - n * m_n
-        xb = U((n * c_n + m // mult) * hw)
-        yb = U(nm * ohw)
+        xb = (n * c_n + m // mult) * hw
+        for h in range(h_n):
+            a = (h + 1) % 2  # padded row h + 1: phase row (h + 1) // 2
+            r = (h + 1) // 2
+            odd_cols = U((a * 2 + 1) * size + r * wq)  # column 2t -> padded 2t + 1: phase (a, 1) at t
+            even_cols = U((a * 2) * size + r * wq + 1)  # column 2t + 1 -> padded 2t + 2: phase (a, 0) at t + 1
+            s0 = U(xb + h * w_n)
+            for t in range(half):  # a column pair per step: one interleaved group of loads
+                buf[odd_cols + U(t)] = xf[s0 + U(2 * t)]
+                buf[even_cols + U(t)] = xf[s0 + U(2 * t + 1)]
+            if w_n % 2:
+                buf[odd_cols + U(half)] = xf[s0 + U(w_n - 1)]
         k = U(9 * m)
         w0, w1, w2, w3, w4, w5, w6, w7, w8 = (wf[k], wf[k + U(1)], wf[k + U(2)], wf[k + U(3)], wf[k + U(4)],
                                               wf[k + U(5)], wf[k + U(6)], wf[k + U(7)], wf[k + U(8)])
         beta = bias[m]
-        for oh in range(r_lo, r_hi):
-            a = xb + U((2 * oh - 1) * w_n - 1)  # the window's top-left corner at ow = 0
-            b = a + U(w_n)
-            c = b + U(w_n)
-            d = yb + U(oh * ow_n)
-            for ow in range(c_lo, c_hi):
-                q = U(2 * ow)
-                v = (beta + w0 * xf[a + q] + w1 * xf[a + q + U(1)] + w2 * xf[a + q + U(2)] + w3 * xf[b + q]
-                     + w4 * xf[b + q + U(1)] + w5 * xf[b + q + U(2)] + w6 * xf[c + q] + w7 * xf[c + q + U(1)]
-                     + w8 * xf[c + q + U(2)])
-                yf[d + U(ow)] = min(max(v, p0), p1) if code == CLIP else v
-        for oh in range(oh_n):  # the border
-            inner = r_lo <= oh < r_hi
-            for ow in range(ow_n):
-                if inner and c_lo <= ow < c_hi:
-                    continue
-                yf[yb + U(oh * ow_n + ow)] = _dw3x3_at(xf, wf, xb, k, oh, ow, 2, h_n, w_n, beta, code, p0, p1)
+        yb = nm * ohw
+        for r0 in range(0, oh_n, rows):
+            r1 = min(oh_n, r0 + rows)
+            span = (r1 - r0) * wq
+            t00 = U(r0 * wq)  # phase (0, 0) at (r0, 0); the taps' offsets from it
+            t01, t10, t11 = t00 + U(size), t00 + U(2 * size), t00 + U(3 * size)
+            row, one = U(wq), U(1)
+            for p in range(span):
+                q = U(p)
+                acc[q] = (beta + w0 * buf[t00 + q] + w1 * buf[t01 + q] + w2 * buf[t00 + q + one]
+                          + w3 * buf[t10 + q] + w4 * buf[t11 + q] + w5 * buf[t10 + q + one]
+                          + w6 * buf[t00 + q + row] + w7 * buf[t01 + q + row] + w8 * buf[t00 + q + row + one])
+            for oh in range(r0, r1):
+                s = U((oh - r0) * wq)
+                d = U(yb + oh * ow_n)
+                if code == CLIP:
+                    for ow in range(ow_n):
+                        yf[d + U(ow)] = min(max(acc[s + U(ow)], p0), p1)
+                else:
+                    for ow in range(ow_n):
+                        yf[d + U(ow)] = acc[s + U(ow)]
 
 
 def supports_1d_2d(specs, attrs) -> bool:
@@ -498,7 +522,10 @@ class Conv(NumbaKernel):
                         np.matmul(wg[r0:r1], col[:, c0:c1], out=ymat[r0:r1, c0:c1])
                     bias_act_block(ymat, bg, r0, r1, c0, c1, code, p0, p1, zmat)
 
-                config.run_shards(tile, m_tiles * p_tiles)
+                if m_tiles * p_tiles == 1:  # one tile: on this thread, no pool hand-off
+                    tile(0)
+                else:
+                    config.run_shards(tile, m_tiles * p_tiles)
 
 
     def _gemm_blocked(self, x4, wmat, y, group, bias, z):
