@@ -1,0 +1,272 @@
+"""Operands of the int8 micro-kernels (qtile.py): constant weights packed once into B panels, the
+activations packed per call into A panels (one pass from the raw int8/uint8 input, im2col included
+for convolutions), and the epilogues that take the zero points out and requantize, scale or copy
+the int32 block into the output.
+
+The micro-kernel multiplies uint8 A by int8 B. int8 activations become uint8 by flipping the sign bit
+(``a + 128``, zero point + 128), uint8 weights become int8 the same way (``b - 128``); the products
+of the offsets are unchanged. With S = sum_k A'[m, k] * B'[k, n] (the micro-kernel's result):
+
+    sum_k (A'[m, k] - za) * (B'[k, n] - zb[n]) = S - za * colsum(B')[n] - zb[n] * rowsum(A')[m] + K * za * zb[n]
+
+(all wrapping in int32 as the accumulator does). The column terms and a bias fold into one int32 per
+column (``column_terms``); the row term is computed only when some zb is nonzero.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import config
+from ..config import jit, jit_exact
+from . import qtile
+
+BLOCK_BYTES = 192 * 1024  # rows of A per block: the packed block stays in L2 while B's panels pass
+
+
+class PackedB:
+    """B (K, N) as int8 panels of ``nr`` columns: ``bt`` is B transposed, (N, K) (a conv weight
+    (M, C*kh*kw) as it is; a MatMul's B.T), int8 or uint8, ``zp`` one zero point or one per column."""
+
+    def __init__(self, bt: np.ndarray, zp, nr: int):
+        bt = np.asarray(bt)
+        n, k = bt.shape
+        z = np.zeros(1, np.int32) if zp is None else np.asarray(zp).astype(np.int32).reshape(-1)
+        if bt.dtype == np.uint8:
+            s8 = (bt.astype(np.int16) - 128).astype(np.int8)
+            z = z - 128
+        else:
+            s8 = bt.astype(np.int8, copy=False)
+        self.n, self.k, self.nr = n, k, nr
+        self.kq = -(-k // 4)
+        self.n_panels = -(-n // nr)
+        padded = np.zeros((self.n_panels * nr, self.kq * 4), np.int8)
+        padded[:n, :k] = s8
+        self.data = np.ascontiguousarray(padded.reshape(self.n_panels, nr, self.kq, 4).transpose(0, 2, 1, 3)).reshape(-1)
+        wide = s8.astype(np.int32)
+        self.col_sums = wide.sum(axis=1, dtype=np.int64).astype(np.int32)
+        self.zp = np.ascontiguousarray(np.broadcast_to(z, (n,)), np.int32)
+        self.has_zp = bool(np.any(self.zp))
+        pairs = np.abs(padded.astype(np.int32)).reshape(-1, 2).sum(axis=1)
+        self.safe_pairs = bool(pairs.max(initial=0) <= qtile.AVX2_PAIR_LIMIT)
+
+    def column_terms(self, za: int, bias=None) -> np.ndarray:
+        """int32 per column: - za * colsum + K * za * zb [+ bias], wrapping as int32."""
+        v = -np.int64(za) * self.col_sums.astype(np.int64) + np.int64(self.k) * za * self.zp.astype(np.int64)
+        if bias is not None:
+            v = v + np.asarray(bias).astype(np.int64).reshape(-1)
+        return ((v + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+
+
+def packed_b(kernel, key: str, bt: np.ndarray, zp, w_ref, variant) -> PackedB:
+    """``PackedB`` of a constant weight, kept on ``kernel`` while the same read-only ``w_ref`` and
+    ``zp`` come in (a writable caller array is packed every call)."""
+    cache = kernel.__dict__.setdefault("_packed_b", {})
+    hit = cache.get(key)
+    if hit is None or hit[0] is not w_ref or hit[1] is not zp or hit[2].nr != variant.nr or w_ref.flags.writeable:
+        hit = (w_ref, zp, PackedB(bt, zp, variant.nr))
+        cache[key] = hit
+    return hit[2]
+
+
+# -------------------------------------------------------------------------------------- A packing
+@jit
+def pack_rows(a, r0, r1, flip, mr, kq, out, rowsum):
+    """Rows [r0, r1) of 2-D int8/uint8 ``a`` into A panels (full panels of mr rows, then one-row
+    panels) as uint8 (``flip``: int8 + 128), K padded with 0 to 4 * kq; rowsum[r - r0] their sums."""
+    k_n = a.shape[1]
+    rows = r1 - r0
+    full = rows // mr
+    fl = np.int32(128 if flip else 0)
+    for r in range(rows):
+        p = r // mr
+        if p < full:
+            base, step = p * kq * mr * 4 + (r - p * mr) * 4, mr * 4
+        else:
+            base, step = full * mr * kq * 4 + (r - full * mr) * kq * 4, 4
+        src = a[r0 + r]
+        s = np.int32(0)
+        for q in range(kq):
+            d = base + q * step
+            for t in range(4):
+                k = q * 4 + t
+                v = np.int32(np.uint8(np.int32(src[k]) + fl)) if k < k_n else np.int32(0)
+                out[d + t] = np.uint8(v)
+                s += v
+        rowsum[r] = s
+
+
+@jit
+def pack_conv(x, p0, p1, kh, kw, sh, sw, dh, dw, ph, pw, ow_n, flip, pad, mr, kq, out, rowsum):
+    """Output pixels [p0, p1) of one image's convolution (x: (C, H, W) int8/uint8) as A panels of
+    their im2col rows (K = C * kh * kw in the weight's (c, i, j) order), uint8 (``flip``: + 128);
+    taps outside the image read ``pad`` (the zero point, flipped as well); K padded with 0."""
+    c_n, h_n, w_n = x.shape
+    k_n = c_n * kh * kw
+    rows = p1 - p0
+    full = rows // mr
+    fl = np.int32(128 if flip else 0)
+    pv = np.uint8(pad)
+    for r in range(rows):
+        p = r // mr
+        if p < full:
+            base, step = p * kq * mr * 4 + (r - p * mr) * 4, mr * 4
+        else:
+            base, step = full * mr * kq * 4 + (r - full * mr) * kq * 4, 4
+        pix = p0 + r
+        oh = pix // ow_n
+        ow = pix - oh * ow_n
+        s = np.int32(0)
+        d = base
+        t = 0
+        for c in range(c_n):
+            plane = x[c]
+            for i in range(kh):
+                ih = oh * sh - ph + i * dh
+                inside = 0 <= ih < h_n
+                for j in range(kw):
+                    iw = ow * sw - pw + j * dw
+                    if inside and 0 <= iw < w_n:
+                        v = np.uint8(np.int32(plane[ih, iw]) + fl)
+                    else:
+                        v = pv
+                    out[d + t] = v
+                    s += np.int32(v)
+                    t += 1
+                    if t == 4:
+                        t = 0
+                        d += step
+        for k in range(k_n, kq * 4):
+            out[d + t] = 0
+            t += 1
+            if t == 4:
+                t = 0
+                d += step
+        rowsum[r] = s
+
+
+# ---------------------------------------------------------------------------------------- epilogues
+@jit
+def requantize_t(c, ldc, rows, n_n, terms, zb, rowsum, has_zb, mult, zp, lo, hi, out, p0):
+    """out[n, p0 + r] = clamp(rint(float32(S[r, n] + terms[n] - zb[n] * rowsum[r]) * mult[n]) + zp)
+    for r < rows: the conv's channels-first output from the micro-kernel's (pixels, channels) block,
+    the steps of qgemm.requantize (round half to even, saturate through the clamp)."""
+    for n in range(n_n):
+        dst = out[n]
+        t = terms[n]
+        m = mult[n]
+        z = zb[n]
+        for r in range(rows):
+            v = np.int32(c[r * ldc + n] + t)
+            if has_zb:
+                v = np.int32(v - z * rowsum[r])
+            q = np.float32(np.rint(np.float32(v) * m)) + zp
+            dst[p0 + r] = min(max(q, lo), hi)
+
+
+@jit
+def requantize_rows(c, ldc, rows, n_n, terms, zb, rowsum, has_zb, mult, per_col, zp, lo, hi, out, r0):
+    """out[r0 + r, n] = clamp(rint(float32(S + terms[n] - zb[n] * rowsum[r]) * mult[n or 0]) + zp)."""
+    for r in range(rows):
+        dst = out[r0 + r]
+        src = r * ldc
+        rs = rowsum[r]
+        for n in range(n_n):
+            v = np.int32(c[src + n] + terms[n])
+            if has_zb:
+                v = np.int32(v - zb[n] * rs)
+            q = np.float32(np.rint(np.float32(v) * mult[n if per_col else 0])) + zp
+            dst[n] = min(max(q, lo), hi)
+
+
+@jit
+def to_int32_rows(c, ldc, rows, n_n, terms, zb, rowsum, has_zb, out, r0):
+    """out[r0 + r, n] = S + terms[n] - zb[n] * rowsum[r] (int32: MatMulInteger)."""
+    for r in range(rows):
+        dst = out[r0 + r]
+        src = r * ldc
+        rs = rowsum[r]
+        for n in range(n_n):
+            v = np.int32(c[src + n] + terms[n])
+            if has_zb:
+                v = np.int32(v - zb[n] * rs)
+            dst[n] = v
+
+
+@jit_exact
+def to_float_rows(c, ldc, rows, n_n, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, out, r0):
+    """out[r0 + r, n] = float32(int32 product) * mult[n or 0] [+ bias[n]], rounded as Cast -> Mul ->
+    Add (no FMA contraction: bit-identical to op by op, as qgemm.to_float)."""
+    for r in range(rows):
+        dst = out[r0 + r]
+        src = r * ldc
+        rs = rowsum[r]
+        for n in range(n_n):
+            v = np.int32(c[src + n] + terms[n])
+            if has_zb:
+                v = np.int32(v - zb[n] * rs)
+            f = np.float32(v) * mult[n if per_col else 0]
+            dst[n] = f + bias[n] if has_bias else f
+
+
+# ---------------------------------------------------------------------------------------- driver
+def block_rows(m: int, k: int, mr: int) -> int:
+    """Rows of A per block: about BLOCK_BYTES of packed A, a multiple of mr, at least 4 panels."""
+    rows = max(4 * mr, BLOCK_BYTES // max(k, 1) // mr * mr)
+    return min(rows, m)
+
+
+def product(variant, pb: PackedB, m: int, pack, finish) -> None:
+    """The int32 product of m rows of A with ``pb``, block by block of rows on the shard pool:
+    ``pack(r0, r1, abuf, rowsum)`` packs A's rows [r0, r1), the micro-kernel fills the (rows, N)
+    int32 block, ``finish(cbuf, ldc, r0, r1, rowsum)`` writes the output rows."""
+    if m <= 0:
+        return
+    rows = block_rows(m, pb.k, variant.mr)
+    blocks = -(-m // rows)
+    ldc = pb.n_panels * pb.nr
+    work = 2.0 * m * pb.k * pb.n
+    shards = config.shard_count(blocks, work, unit=config.MIN_TILE_WORK)
+
+    def run(lo, hi):
+        abuf = config.thread_buffer("qtile.a", rows * pb.kq * 4, np.uint8)
+        cbuf = config.thread_buffer("qtile.c", rows * ldc, np.int32)
+        rowsum = config.thread_buffer("qtile.rowsum", rows, np.int32)
+        for i in range(lo, hi):
+            r0, r1 = i * rows, min(m, (i + 1) * rows)
+            pack(r0, r1, abuf, rowsum)
+            variant.gemm(abuf, pb.data, pb.kq, pb.n_panels, cbuf, ldc, r1 - r0)
+            finish(cbuf, ldc, r0, r1, rowsum)
+
+    if shards <= 1:
+        run(0, blocks)
+    else:
+        config.run_shards(lambda s: run(s * blocks // shards, (s + 1) * blocks // shards), shards)
+
+
+def flip_of(dtype) -> tuple[bool, int]:
+    """(flip, shift): int8 activations are flipped to uint8 (+ 128, zero point + 128)."""
+    return (True, 128) if np.dtype(dtype) == np.int8 else (False, 0)
+
+
+def matmul_rows(variant, a2: np.ndarray, a_zp: int, pb: PackedB, finish) -> None:
+    """A product of 2-D raw int8/uint8 ``a2`` with ``pb``: ``finish(cbuf, ldc, r0, r1, rowsum, terms)``."""
+    flip, shift = flip_of(a2.dtype)
+    za = int(a_zp) + shift
+    terms = pb.column_terms(za)
+    kq = pb.kq
+
+    def pack(r0, r1, abuf, rowsum):
+        pack_rows(a2, r0, r1, flip, variant.mr, kq, abuf, rowsum)
+
+    product(variant, pb, a2.shape[0], pack, lambda c, ldc, r0, r1, rs: finish(c, ldc, r0, r1, rs, terms))
+
+
+def used(variant_or_none) -> str:
+    """The variant's name, or ``off`` (for profiles and benchmarks)."""
+    return "off" if variant_or_none is None else variant_or_none.name
+
+
+def prod(shape) -> int:
+    return math.prod(shape)

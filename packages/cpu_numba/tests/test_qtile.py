@@ -1,0 +1,168 @@
+"""The int8 GEMM micro-kernels (qtile.py) and their operand packing (qpack.py): every variant this CPU
+has, bit-exact against an int64 NumPy reference over shapes with M/N/K tails, zero points and both
+operand dtypes; the avx2 safety check and fallback; KERNELKIT_INT8_GEMM and its typed errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kernelkit.errors import ConfigError
+from kernelkit_numba.kernels import qpack, qtile
+
+VARIANTS = ["generic", "avx2", "vnni512"]
+
+
+def _need(name):
+    if not qtile.available(name):
+        missing = [f for f in qtile._NEEDS[name] if f not in qtile.host_features()]
+        pytest.skip(f"this CPU lacks {', '.join(missing)} ({name} cannot run here)")
+
+
+def _reference(a, a_zp, bt, b_zp):
+    """int32 (A - a_zp) @ (B - b_zp) from int64 NumPy, wrapped as an int32 accumulator would."""
+    bz = np.broadcast_to(np.asarray(b_zp, np.int64).reshape(-1), (bt.shape[0],))
+    v = (a.astype(np.int64) - a_zp) @ (bt.astype(np.int64) - bz[:, None]).T
+    return ((v + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+
+
+def _run(variant, a, a_zp, bt, b_zp):
+    pb = qpack.PackedB(bt, b_zp, variant.nr)
+    out = np.empty((a.shape[0], bt.shape[0]), np.int32)
+
+    def finish(c, ldc, r0, r1, rowsum, terms):
+        qpack.to_int32_rows(c, ldc, r1 - r0, pb.n, terms, pb.zp, rowsum, pb.has_zp, out, r0)
+
+    qpack.matmul_rows(variant, a, a_zp, pb, finish)
+    return out, pb
+
+
+SHAPES = [(1, 1, 1), (1, 784, 1024), (3, 5, 7), (4, 16, 16), (7, 13, 17), (8, 64, 32), (9, 3, 33),
+          (17, 31, 15), (33, 129, 47), (64, 256, 64), (130, 77, 100), (300, 600, 40)]
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_variant_bit_exact(name, m, k, n):
+    _need(name)
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    variant = qtile.VARIANTS[name]
+    for a_dtype, b_dtype in ((np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)):
+        ai, bi = np.iinfo(a_dtype), np.iinfo(b_dtype)
+        a = rng.integers(ai.min, ai.max + 1, (m, k)).astype(a_dtype)
+        if name == "avx2" and b_dtype == np.int8:  # 7-bit weights: pairs cannot saturate
+            bt = rng.integers(-64, 64, (n, k)).astype(np.int8)
+        elif name == "avx2":
+            bt = rng.integers(64, 192, (n, k)).astype(np.uint8)  # - 128: 7-bit as well
+        else:
+            bt = rng.integers(bi.min, bi.max + 1, (n, k)).astype(b_dtype)
+        a_zp = int(rng.integers(ai.min, ai.max + 1))
+        b_zp = rng.integers(bi.min, bi.max + 1, n).astype(b_dtype) if n % 2 else np.array(0, b_dtype)
+        got, pb = _run(variant, a, a_zp, bt, b_zp)
+        if name == "avx2":
+            assert pb.safe_pairs
+        np.testing.assert_array_equal(got, _reference(a, a_zp, bt, b_zp))
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_extremes(name):
+    """Every product at its largest magnitude: 255 * -128 (vnni512, generic) over a long K."""
+    _need(name)
+    variant = qtile.VARIANTS[name]
+    a = np.full((5, 4099), 255, np.uint8)
+    bt = np.full((18, 4099), -64 if name == "avx2" else -128, np.int8)
+    got, _ = _run(variant, a, 0, bt, 0)
+    np.testing.assert_array_equal(got, _reference(a, 0, bt, 0))
+
+
+def test_avx2_safety_check():
+    """Pairs whose u8 x s8 sum can leave int16 mark B unsafe; auto then leaves avx2 for BLAS or VNNI."""
+    bt = np.zeros((3, 8), np.int8)
+    bt[1, 2:4] = (64, 64)  # 255 * 128 = 32640: safe
+    assert qpack.PackedB(bt, None, 16).safe_pairs
+    bt[1, 2:4] = (64, 65)  # 255 * 129 = 32895 > 32767: vpmaddubsw would saturate
+    pb = qpack.PackedB(bt, None, 16)
+    assert not pb.safe_pairs
+    bt[1, 2:4] = (0, 0)
+    bt[2, 3:5] = (127, 127)  # k = 3 and 4 are in different pairs: safe
+    assert qpack.PackedB(bt, None, 16).safe_pairs
+
+
+def test_unsafe_weights_fall_back(monkeypatch):
+    """Forced avx2 on 8-bit weights runs generic (exact); auto never picks avx2 for them."""
+    _need("avx2")
+    monkeypatch.setenv(qtile.ENV, "avx2")
+    assert qtile.select(safe_pairs=True).name == "avx2"
+    variant = qtile.select(safe_pairs=False)
+    assert variant.name == "generic"
+    rng = np.random.default_rng(3)
+    a = rng.integers(200, 256, (6, 40)).astype(np.uint8)
+    bt = rng.integers(100, 128, (5, 40)).astype(np.int8)
+    got, pb = _run(variant, a, 3, bt, 0)
+    assert not pb.safe_pairs
+    np.testing.assert_array_equal(got, _reference(a, 3, bt, 0))
+    monkeypatch.setenv(qtile.ENV, "auto")
+    chosen = qtile.select(safe_pairs=False)
+    assert chosen is None or chosen.name == "vnni512"
+
+
+def test_env_override(monkeypatch):
+    monkeypatch.setenv(qtile.ENV, "off")
+    assert qtile.select(True) is None
+    monkeypatch.setenv(qtile.ENV, "generic")
+    assert qtile.select(True).name == "generic"
+    monkeypatch.setenv(qtile.ENV, "bogus")
+    with pytest.raises(ConfigError, match="KERNELKIT_INT8_GEMM"):
+        qtile.select(True)
+    monkeypatch.delenv(qtile.ENV)
+    best = qtile.select(True)
+    assert best is not None and best.name == ("vnni512" if qtile.available("vnni512") else "avx2")
+
+
+@pytest.mark.parametrize("name", ["avx2", "vnni512"])
+def test_forced_unavailable_is_typed(monkeypatch, name):
+    """Forcing a variant on a CPU without it: Int8GemmUnavailableError (a DeviceError) naming the features."""
+    monkeypatch.setattr(qtile, "host_features", lambda: frozenset({"sse4.2"}))
+    monkeypatch.setenv(qtile.ENV, name)
+    with pytest.raises(qtile.Int8GemmUnavailableError, match=name) as info:
+        qtile.select(True)
+    assert info.value.code == "KK_INT8_GEMM_UNAVAILABLE"
+    monkeypatch.setenv(qtile.ENV, "auto")
+    assert qtile.select(True) is None  # no micro-kernel: the float32-BLAS path
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("geometry", [
+    dict(c=3, h=9, w=11, m=5, k=3, s=1, p=1, d=1),
+    dict(c=8, h=7, w=7, m=33, k=1, s=1, p=0, d=1),
+    dict(c=6, h=10, w=9, m=17, k=3, s=2, p=1, d=1),
+    dict(c=4, h=12, w=12, m=16, k=3, s=1, p=2, d=2),
+])
+def test_conv_packing(name, geometry):
+    """pack_conv's im2col rows (padding = the zero point) times the packed weight = the int64 conv."""
+    _need(name)
+    g = geometry
+    rng = np.random.default_rng(g["c"] * g["m"])
+    variant = qtile.VARIANTS[name]
+    x = rng.integers(-128, 128, (g["c"], g["h"], g["w"])).astype(np.int8)
+    lim = 64 if name == "avx2" else 128
+    w = rng.integers(-lim, lim, (g["m"], g["c"], g["k"], g["k"])).astype(np.int8)
+    x_zp = -7
+    k, s, p, d = g["k"], g["s"], g["p"], g["d"]
+    oh = (g["h"] + 2 * p - d * (k - 1) - 1) // s + 1
+    ow = (g["w"] + 2 * p - d * (k - 1) - 1) // s + 1
+    xp = np.pad(x.astype(np.int64) - x_zp, ((0, 0), (p, p), (p, p)))
+    cols = np.stack([xp[:, i * d:i * d + s * (oh - 1) + 1:s, j * d:j * d + s * (ow - 1) + 1:s]
+                     for i in range(k) for j in range(k)], axis=1).reshape(g["c"] * k * k, oh * ow)
+    expect = w.reshape(g["m"], -1).astype(np.int64) @ cols  # (M, pixels)
+    pb = qpack.PackedB(w.reshape(g["m"], -1), None, variant.nr)
+    terms = pb.column_terms(x_zp + 128)
+    out = np.empty((g["m"], oh * ow), np.int32)
+
+    def pack(r0, r1, abuf, rowsum):
+        qpack.pack_conv(x, r0, r1, k, k, s, s, d, d, p, p, ow, True, x_zp + 128, variant.mr, pb.kq, abuf, rowsum)
+
+    def finish(c, ldc, r0, r1, rowsum):
+        for n in range(pb.n):
+            out[n, r0:r1] = c.reshape(-1, ldc)[:r1 - r0, n] + terms[n]
+
+    qpack.product(variant, pb, oh * ow, pack, finish)
+    np.testing.assert_array_equal(out, expect.astype(np.int32))
