@@ -135,6 +135,8 @@ def test_forced_unavailable_is_typed(monkeypatch, name):
     dict(c=8, h=7, w=7, m=33, k=1, s=1, p=0, d=1),
     dict(c=6, h=10, w=9, m=17, k=3, s=2, p=1, d=1),
     dict(c=4, h=12, w=12, m=16, k=3, s=1, p=2, d=2),
+    dict(c=5, h=30, w=29, m=20, k=3, s=1, p=1, d=1),
+    dict(c=3, h=31, w=33, m=24, k=7, s=2, p=3, d=1),
 ])
 def test_conv_packing(name, geometry):
     """pack_conv's im2col rows (padding = the zero point) times the packed weight = the int64 conv."""
@@ -158,7 +160,7 @@ def test_conv_packing(name, geometry):
     out = np.empty((g["m"], oh * ow), np.int32)
 
     def pack(r0, r1, abuf, rowsum):
-        qpack.pack_conv(x, r0, r1, k, k, s, s, d, d, p, p, ow, True, x_zp + 128, variant.mr, pb.kq, abuf, rowsum)
+        qpack.pack_conv(x, r0, r1, k, k, s, s, d, d, p, p, ow, True, x_zp + 128, variant.mr, pb.kq, abuf, rowsum, False)
 
     def finish(c, ldc, r0, r1, rowsum):
         for n in range(pb.n):

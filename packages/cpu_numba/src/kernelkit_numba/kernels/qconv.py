@@ -17,6 +17,7 @@ from kernelkit.registry import register_kernel
 
 from .. import config
 from ..config import jit_parallel
+from . import qpack, qtile
 from ._range import tap_range
 from .conv import Conv, U, _conv_depthwise, _edge, _im2col, supports_1d_2d, tile_grid
 from .epilogue import NONE
@@ -204,6 +205,42 @@ class _IntegerConv(Conv):
                         finish(y, acc, has_acc, channels, out4[n, channels])
 
 
+    def _tiled(self, x, x_zero_point, w, w_zero_point, out, requant) -> bool:
+        """QLinearConv on an int8 micro-kernel (qtile.py) when one takes it: one group, not depthwise.
+        Per image, blocks of output pixels: their im2col rows packed straight from the int8 input
+        (qpack.pack_conv), the (pixels, channels) int32 block, requantized into the NCHW output."""
+        if int(self.attrs.get("group", 1)) != 1 or qtile.requested() in ("off", "auto"):  # auto: not yet faster
+            return False
+        if x_zero_point is not None and np.size(x_zero_point) != 1:
+            return False
+        m_n = w.shape[0]
+        pb = qpack.packed_b(self, lambda: w.reshape(m_n, -1), w, w_zero_point)
+        variant = qtile.select(pb.safe_pairs)
+        if variant is None:
+            return False
+        (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = self.geometry(x.shape, w.shape)
+        one_d = x.ndim == 3
+        x4 = np.ascontiguousarray(x[:, :, None, :] if one_d else x)
+        kh, kw = (1,) + w.shape[2:] if one_d else w.shape[2:]
+        bias, mult, z, lo, hi = requant
+        flip, shift = qpack.flip_of(x.dtype)
+        za = (0 if x_zero_point is None else int(np.asarray(x_zero_point).reshape(()))) + shift
+        terms = qpack.column_terms(self, pb, za, bias)
+        out3 = out.reshape(x.shape[0], m_n, oh_n * ow_n)
+        mr, kq = variant.mr, pb.kq
+        for n in range(x.shape[0]):
+            xn, yn = x4[n], out3[n]
+
+            def pack(r0, r1, abuf, rowsum, xn=xn):
+                qpack.pack_conv(xn, r0, r1, kh, kw, sh, sw, dh, dw, ph, pw, ow_n, flip, za, mr, kq, abuf, rowsum,
+                                pb.has_zp)
+
+            def finish(c, ldc, r0, r1, rowsum, yn=yn):
+                qpack.requantize_t(c, ldc, r1 - r0, m_n, terms, pb.zp, rowsum, pb.has_zp, mult, z, lo, hi, yn, r0)
+
+            qpack.product(variant, pb, oh_n * ow_n, pack, finish)
+        return True
+
     def _tiles(self, wg, col, m0, dst, requant, m_tiles, p_tiles):
         """The product of one image and group cut into tiles run on the shard pool, each one BLAS
         call at one thread into its block of the float32 scratch, then requantized into ``dst``."""
@@ -264,6 +301,8 @@ class QLinearConv(_IntegerConv):
             return mult, bias, np.float32(zp.reshape(())), np.float32(lo), np.float32(hi)
 
         mult, bias, z, lo, hi = derived(self, (x_scale, w_scale, y_scale, y_zero_point, b), make)
+        if self._tiled(x, x_zero_point, w, w_zero_point, out, (bias, mult, z, lo, hi)):
+            return out
         has_bias = b is not None
 
         def finish(y, acc, has_acc, channels, dst):

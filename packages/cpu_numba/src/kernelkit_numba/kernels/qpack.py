@@ -23,6 +23,7 @@ from ..config import jit, jit_exact
 from . import qtile
 
 BLOCK_BYTES = 192 * 1024  # rows of A per block: the packed block stays in L2 while B's panels pass
+C_BLOCK_BYTES = 64 * 1024  # and the block's int32 result stays in L1/L2 for the epilogue
 
 
 class PackedB:
@@ -43,7 +44,8 @@ class PackedB:
         self.n_panels = -(-n // nr)
         padded = np.zeros((self.n_panels * nr, self.kq * 4), np.int8)
         padded[:n, :k] = s8
-        self.data = np.ascontiguousarray(padded.reshape(self.n_panels, nr, self.kq, 4).transpose(0, 2, 1, 3)).reshape(-1)
+        panels = padded.reshape(self.n_panels, nr, self.kq, 4).transpose(0, 2, 1, 3)
+        self.data = np.ascontiguousarray(panels).reshape(-1)
         wide = s8.astype(np.int32)
         self.col_sums = wide.sum(axis=1, dtype=np.int64).astype(np.int32)
         self.zp = np.ascontiguousarray(np.broadcast_to(z, (n,)), np.int32)
@@ -59,15 +61,26 @@ class PackedB:
         return ((v + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
 
 
-def packed_b(kernel, key: str, bt: np.ndarray, zp, w_ref, variant) -> PackedB:
-    """``PackedB`` of a constant weight, kept on ``kernel`` while the same read-only ``w_ref`` and
-    ``zp`` come in (a writable caller array is packed every call)."""
-    cache = kernel.__dict__.setdefault("_packed_b", {})
-    hit = cache.get(key)
-    if hit is None or hit[0] is not w_ref or hit[1] is not zp or hit[2].nr != variant.nr or w_ref.flags.writeable:
-        hit = (w_ref, zp, PackedB(bt, zp, variant.nr))
-        cache[key] = hit
+NR = 16  # every variant's panel width (qtile.VARIANTS), so one packing serves whichever runs
+
+
+def packed_b(kernel, bt_of, w_ref, zp) -> PackedB:
+    """``PackedB(bt_of(), zp)`` of a constant weight, kept on ``kernel`` while the same read-only
+    ``w_ref`` and ``zp`` come in (a writable caller array is packed every call)."""
+    hit = kernel.__dict__.get("_packed_b")
+    if hit is None or hit[0] is not w_ref or hit[1] is not zp or w_ref.flags.writeable:
+        hit = (w_ref, zp, PackedB(bt_of(), zp, NR))
+        kernel._packed_b = hit
     return hit[2]
+
+
+def column_terms(kernel, pb: PackedB, za: int, bias=None) -> np.ndarray:
+    """pb.column_terms(za, bias), kept on ``kernel`` while the packing, za and the bias array stay."""
+    hit = kernel.__dict__.get("_column_terms")
+    if hit is None or hit[0] is not pb or hit[1] != za or hit[2] is not bias:
+        hit = (pb, za, bias, pb.column_terms(za, bias))
+        kernel._column_terms = hit
+    return hit[3]
 
 
 # -------------------------------------------------------------------------------------- A packing
@@ -98,52 +111,113 @@ def pack_rows(a, r0, r1, flip, mr, kq, out, rowsum):
 
 
 @jit
-def pack_conv(x, p0, p1, kh, kw, sh, sw, dh, dw, ph, pw, ow_n, flip, pad, mr, kq, out, rowsum):
+def pack_words(a32, r0, r1, mask, mr, kq, out32):
+    """pack_rows for K a multiple of 4, 4 bytes a step: ``a32`` is A viewed as uint32 (M, K / 4),
+    ``mask`` 0x80808080 flips int8 to uint8 (0: uint8 as is); no row sums (callers that need them
+    compute them apart)."""
+    rows = r1 - r0
+    full = rows // mr
+    for p in range(full):
+        base = p * kq * mr
+        for r in range(mr):
+            src = a32[r0 + p * mr + r]
+            for q in range(kq):
+                out32[base + q * mr + r] = src[q] ^ mask
+    tail = full * mr * kq
+    for r in range(full * mr, rows):
+        src = a32[r0 + r]
+        d = tail + (r - full * mr) * kq
+        for q in range(kq):
+            out32[d + q] = src[q] ^ mask
+
+
+@jit
+def _conv_row(x, pix, kh, kw, sh, sw, dh, dw, ph, pw, ow_n, fl, pv, out, base, step, k_n, kq):
+    """One output pixel's im2col row into A-panel bytes at ``base`` (every 4 bytes ``step`` apart);
+    returns the row's sum."""
+    c_n, h_n, w_n = x.shape
+    oh = pix // ow_n
+    ow = pix - oh * ow_n
+    s = np.int32(0)
+    d = base
+    t = 0
+    for c in range(c_n):
+        plane = x[c]
+        for i in range(kh):
+            ih = oh * sh - ph + i * dh
+            inside = 0 <= ih < h_n
+            for j in range(kw):
+                iw = ow * sw - pw + j * dw
+                if inside and 0 <= iw < w_n:
+                    v = np.uint8(np.int32(plane[ih, iw]) + fl)
+                else:
+                    v = pv
+                out[d + t] = v
+                s += np.int32(v)
+                t += 1
+                if t == 4:
+                    t = 0
+                    d += step
+    for _k in range(k_n, kq * 4):
+        out[d + t] = 0
+        t += 1
+        if t == 4:
+            t = 0
+            d += step
+    return s
+
+
+@jit
+def pack_conv(x, p0, p1, kh, kw, sh, sw, dh, dw, ph, pw, ow_n, flip, pad, mr, kq, out, rowsum, need_rowsum):
     """Output pixels [p0, p1) of one image's convolution (x: (C, H, W) int8/uint8) as A panels of
     their im2col rows (K = C * kh * kw in the weight's (c, i, j) order), uint8 (``flip``: + 128);
-    taps outside the image read ``pad`` (the zero point, flipped as well); K padded with 0."""
+    taps outside the image read ``pad`` (the zero point, flipped as well); K padded with 0. A panel
+    whose mr pixels lie in one output row is filled tap by tap, mr pixels at a time (stride sw in
+    the input row); rowsum[r] (``need_rowsum``) by the per-pixel path."""
     c_n, h_n, w_n = x.shape
     k_n = c_n * kh * kw
     rows = p1 - p0
     full = rows // mr
     fl = np.int32(128 if flip else 0)
+    fb = np.uint8(128 if flip else 0)
     pv = np.uint8(pad)
-    for r in range(rows):
-        p = r // mr
-        if p < full:
-            base, step = p * kq * mr * 4 + (r - p * mr) * 4, mr * 4
-        else:
-            base, step = full * mr * kq * 4 + (r - full * mr) * kq * 4, 4
-        pix = p0 + r
-        oh = pix // ow_n
-        ow = pix - oh * ow_n
-        s = np.int32(0)
-        d = base
-        t = 0
+    for p in range(full):
+        base = p * kq * mr * 4
+        pix0 = p0 + p * mr
+        oh = pix0 // ow_n
+        ow0 = pix0 - oh * ow_n
+        if need_rowsum or ow0 + mr > ow_n:  # the panel wraps an output row: pixel by pixel
+            for r in range(mr):
+                rowsum[p * mr + r] = _conv_row(x, pix0 + r, kh, kw, sh, sw, dh, dw, ph, pw, ow_n, fl, pv, out,
+                                               base + r * 4, mr * 4, k_n, kq)
+            continue
+        k = 0
         for c in range(c_n):
             plane = x[c]
             for i in range(kh):
                 ih = oh * sh - ph + i * dh
-                inside = 0 <= ih < h_n
+                row_in = 0 <= ih < h_n
                 for j in range(kw):
-                    iw = ow * sw - pw + j * dw
-                    if inside and 0 <= iw < w_n:
-                        v = np.uint8(np.int32(plane[ih, iw]) + fl)
+                    d = base + (k >> 2) * mr * 4 + (k & 3)
+                    iw0 = ow0 * sw - pw + j * dw
+                    if row_in and iw0 >= 0 and iw0 + (mr - 1) * sw < w_n:
+                        src = plane[ih]
+                        for r in range(mr):
+                            out[d + r * 4] = src[iw0 + r * sw] ^ fb
                     else:
-                        v = pv
-                    out[d + t] = v
-                    s += np.int32(v)
-                    t += 1
-                    if t == 4:
-                        t = 0
-                        d += step
-        for k in range(k_n, kq * 4):
-            out[d + t] = 0
-            t += 1
-            if t == 4:
-                t = 0
-                d += step
-        rowsum[r] = s
+                        for r in range(mr):
+                            iw = iw0 + r * sw
+                            out[d + r * 4] = (np.uint8(np.int32(plane[ih, iw]) + fl)
+                                              if row_in and 0 <= iw < w_n else pv)
+                    k += 1
+        for kk in range(k_n, kq * 4):
+            d = base + (kk >> 2) * mr * 4 + (kk & 3)
+            for r in range(mr):
+                out[d + r * 4] = 0
+    tail = full * mr * kq * 4
+    for r in range(full * mr, rows):
+        rowsum[r] = _conv_row(x, p0 + r, kh, kw, sh, sw, dh, dw, ph, pw, ow_n, fl, pv, out,
+                              tail + (r - full * mr) * kq * 4, 4, k_n, kq)
 
 
 # ---------------------------------------------------------------------------------------- epilogues
@@ -151,18 +225,25 @@ def pack_conv(x, p0, p1, kh, kw, sh, sw, dh, dw, ph, pw, ow_n, flip, pad, mr, kq
 def requantize_t(c, ldc, rows, n_n, terms, zb, rowsum, has_zb, mult, zp, lo, hi, out, p0):
     """out[n, p0 + r] = clamp(rint(float32(S[r, n] + terms[n] - zb[n] * rowsum[r]) * mult[n]) + zp)
     for r < rows: the conv's channels-first output from the micro-kernel's (pixels, channels) block,
-    the steps of qgemm.requantize (round half to even, saturate through the clamp)."""
-    for n in range(n_n):
-        dst = out[n]
-        t = terms[n]
-        m = mult[n]
-        z = zb[n]
-        for r in range(rows):
-            v = np.int32(c[r * ldc + n] + t)
-            if has_zb:
-                v = np.int32(v - z * rowsum[r])
-            q = np.float32(np.rint(np.float32(v) * m)) + zp
-            dst[p0 + r] = min(max(q, lo), hi)
+    the steps of qgemm.requantize (round half to even, saturate through the clamp). Pixels 16 at a
+    time through a small transposed float32 block, so both the reads and the writes run along rows."""
+    blk = np.empty((n_n, 16), np.float32)
+    for r0 in range(0, rows, 16):
+        r1 = min(rows, r0 + 16)
+        for r in range(r0, r1):
+            src = c[r * ldc:r * ldc + n_n]
+            z = np.int32(rowsum[r]) if has_zb else np.int32(0)
+            for n in range(n_n):
+                v = np.int32(src[n] + terms[n])
+                if has_zb:
+                    v = np.int32(v - zb[n] * z)
+                blk[n, r - r0] = np.float32(v) * mult[n]
+        for n in range(n_n):
+            dst = out[n]
+            b = blk[n]
+            for r in range(r1 - r0):
+                q = np.float32(np.rint(b[r])) + zp
+                dst[p0 + r0 + r] = min(max(q, lo), hi)
 
 
 @jit
@@ -211,9 +292,10 @@ def to_float_rows(c, ldc, rows, n_n, terms, zb, rowsum, has_zb, mult, per_col, b
 
 
 # ---------------------------------------------------------------------------------------- driver
-def block_rows(m: int, k: int, mr: int) -> int:
-    """Rows of A per block: about BLOCK_BYTES of packed A, a multiple of mr, at least 4 panels."""
-    rows = max(4 * mr, BLOCK_BYTES // max(k, 1) // mr * mr)
+def block_rows(m: int, k: int, n: int, mr: int) -> int:
+    """Rows of A per block: at most BLOCK_BYTES of packed A and C_BLOCK_BYTES of int32 result, a
+    multiple of mr, at least 4 panels."""
+    rows = max(4 * mr, min(BLOCK_BYTES // max(k, 1), C_BLOCK_BYTES // (4 * max(n, 1))) // mr * mr)
     return min(rows, m)
 
 
@@ -223,7 +305,7 @@ def product(variant, pb: PackedB, m: int, pack, finish) -> None:
     int32 block, ``finish(cbuf, ldc, r0, r1, rowsum)`` writes the output rows."""
     if m <= 0:
         return
-    rows = block_rows(m, pb.k, variant.mr)
+    rows = block_rows(m, pb.k, pb.n_panels * pb.nr, variant.mr)
     blocks = -(-m // rows)
     ldc = pb.n_panels * pb.nr
     work = 2.0 * m * pb.k * pb.n
@@ -250,15 +332,24 @@ def flip_of(dtype) -> tuple[bool, int]:
     return (True, 128) if np.dtype(dtype) == np.int8 else (False, 0)
 
 
-def matmul_rows(variant, a2: np.ndarray, a_zp: int, pb: PackedB, finish) -> None:
-    """A product of 2-D raw int8/uint8 ``a2`` with ``pb``: ``finish(cbuf, ldc, r0, r1, rowsum, terms)``."""
+def matmul_rows(variant, a2: np.ndarray, a_zp: int, pb: PackedB, finish, terms=None) -> None:
+    """A product of 2-D raw int8/uint8 ``a2`` with ``pb``: ``finish(cbuf, ldc, r0, r1, rowsum, terms)``
+    (``terms``: pb.column_terms of a_zp as flipped, computed here when not given)."""
     flip, shift = flip_of(a2.dtype)
     za = int(a_zp) + shift
-    terms = pb.column_terms(za)
+    terms = pb.column_terms(za) if terms is None else terms
     kq = pb.kq
 
+    words = a2.shape[1] % 4 == 0 and a2.flags.c_contiguous and not pb.has_zp
+    if words:
+        a32 = a2.reshape(-1).view(np.uint32).reshape(a2.shape[0], kq)
+        mask = np.uint32(0x80808080 if flip else 0)
+
     def pack(r0, r1, abuf, rowsum):
-        pack_rows(a2, r0, r1, flip, variant.mr, kq, abuf, rowsum)
+        if words:
+            pack_words(a32, r0, r1, mask, variant.mr, kq, abuf.view(np.uint32))
+        else:
+            pack_rows(a2, r0, r1, flip, variant.mr, kq, abuf, rowsum)
 
     product(variant, pb, a2.shape[0], pack, lambda c, ldc, r0, r1, rs: finish(c, ldc, r0, r1, rs, terms))
 

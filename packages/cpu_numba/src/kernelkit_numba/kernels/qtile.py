@@ -80,8 +80,10 @@ def _tile_intrinsic(kind: str, mr: int, nr: int):
         mod = builder.module
         if kind == "avx2":
             vi16 = ir.VectorType(i16, 2 * lanes)
-            maddubs = cgutils.get_or_insert_function(mod, ir.FunctionType(vi16, [vi8, vi8]), "llvm.x86.avx2.pmadd.ub.sw")
-            maddwd = cgutils.get_or_insert_function(mod, ir.FunctionType(vi32, [vi16, vi16]), "llvm.x86.avx2.pmadd.wd")
+            maddubs = cgutils.get_or_insert_function(mod, ir.FunctionType(vi16, [vi8, vi8]),
+                                                     "llvm.x86.avx2.pmadd.ub.sw")
+            maddwd = cgutils.get_or_insert_function(mod, ir.FunctionType(vi32, [vi16, vi16]),
+                                                    "llvm.x86.avx2.pmadd.wd")
             ones = ir.Constant(vi16, [1] * (2 * lanes))
         else:
             dpbusd = cgutils.get_or_insert_function(mod, ir.FunctionType(vi32, [vi32, vi32, vi32]),
