@@ -137,34 +137,52 @@ def test_forced_unavailable_is_typed(monkeypatch, name):
     dict(c=4, h=12, w=12, m=16, k=3, s=1, p=2, d=2),
     dict(c=5, h=30, w=29, m=20, k=3, s=1, p=1, d=1),
     dict(c=3, h=31, w=33, m=24, k=7, s=2, p=3, d=1),
+    dict(c=16, h=5, w=5, m=8, k=1, s=2, p=0, d=1),
 ])
-def test_conv_packing(name, geometry):
-    """pack_conv's im2col rows (padding = the zero point) times the packed weight = the int64 conv."""
+@pytest.mark.parametrize("x_dtype", [np.int8, np.uint8])
+def test_conv_rows(name, geometry, x_dtype):
+    """The rows micro-kernel on the int8 im2col (padding = the zero point) or the input rows
+    themselves (1x1 stride 1), requantized by conv_rows (in the registers for whole tiles, else
+    through int32) = NumPy's requantize of the int64 convolution, bit for bit."""
     _need(name)
     g = geometry
     rng = np.random.default_rng(g["c"] * g["m"])
-    variant = qtile.VARIANTS[name]
-    x = rng.integers(-128, 128, (g["c"], g["h"], g["w"])).astype(np.int8)
+    kind = qtile.KIND[name]
+    info = np.iinfo(x_dtype)
+    x = rng.integers(info.min, info.max + 1, (g["c"], g["h"], g["w"])).astype(x_dtype)
     lim = 64 if name == "avx2" else 128
     w = rng.integers(-lim, lim, (g["m"], g["c"], g["k"], g["k"])).astype(np.int8)
-    x_zp = -7
+    x_zp = int(rng.integers(info.min, info.max + 1))
     k, s, p, d = g["k"], g["s"], g["p"], g["d"]
     oh = (g["h"] + 2 * p - d * (k - 1) - 1) // s + 1
     ow = (g["w"] + 2 * p - d * (k - 1) - 1) // s + 1
     xp = np.pad(x.astype(np.int64) - x_zp, ((0, 0), (p, p), (p, p)))
     cols = np.stack([xp[:, i * d:i * d + s * (oh - 1) + 1:s, j * d:j * d + s * (ow - 1) + 1:s]
                      for i in range(k) for j in range(k)], axis=1).reshape(g["c"] * k * k, oh * ow)
-    expect = w.reshape(g["m"], -1).astype(np.int64) @ cols  # (M, pixels)
-    pb = qpack.PackedB(w.reshape(g["m"], -1), None, variant.nr)
-    terms = pb.column_terms(x_zp + 128)
-    out = np.empty((g["m"], oh * ow), np.int32)
-
-    def pack(r0, r1, abuf, rowsum):
-        qpack.pack_conv(x, r0, r1, k, k, s, s, d, d, p, p, ow, True, x_zp + 128, variant.mr, pb.kq, abuf, rowsum, False)
-
-    def finish(c, ldc, r0, r1, rowsum):
-        for n in range(pb.n):
-            out[n, r0:r1] = c.reshape(-1, ldc)[:r1 - r0, n] + terms[n]
-
-    qpack.product(variant, pb, oh * ow, pack, finish)
-    np.testing.assert_array_equal(out, expect.astype(np.int32))
+    expect = w.reshape(g["m"], -1).astype(np.int64) @ cols  # (M, pixels), small enough for int32 and float32
+    pb = qpack.PackedB(w.reshape(g["m"], -1), None, qtile.ROWS_MR[kind])
+    shift = 128 if x_dtype == np.int8 else 0
+    terms = pb.column_terms(x_zp + shift)
+    n_pix = oh * ow
+    if k == 1 and s == 1 and g["c"] % 4 == 0:
+        rows = x.reshape(-1)
+    else:
+        col = np.empty((4 * pb.kq, n_pix), x_dtype)
+        qpack.im2col_i8(x, col, k, k, s, s, d, d, p, p, oh, ow, np.asarray(x_zp, x_dtype)[()], 0, 4 * pb.kq)
+        rows = col.reshape(-1)
+    m_pad = pb.n_panels * pb.nr
+    bias = rng.integers(-5000, 5000, g["m"]).astype(np.int32)
+    terms = pb.column_terms(x_zp + shift, bias)
+    mult = rng.uniform(1e-4, 3e-3, g["m"]).astype(np.float32)
+    y_dtype = np.uint8 if x_dtype == np.uint8 else np.int8
+    yi = np.iinfo(y_dtype)
+    zp, lo, hi = np.float32(yi.min + 100), np.float32(yi.min + 3), np.float32(yi.max)  # a clamp as a fused Relu6 makes
+    acc = (expect + bias[:, None]).astype(np.int32)
+    want = np.clip(np.rint(acc.astype(np.float32) * mult[:, None]) + zp, lo, hi).astype(y_dtype)
+    out = np.empty((g["m"], n_pix), y_dtype)
+    block = qpack.rows_block(m_pad, qtile.ROWS_NR[kind], n_pix)
+    blocks = -(-n_pix // block)
+    qpack.conv_rows(kind, pb.data, pb.kq, g["m"], m_pad, rows, n_pix, -128 if shift else 0, n_pix, block, terms,
+                    mult, zp, lo, hi, out, 0, blocks)
+    np.testing.assert_array_equal(out, want)
+    assert len(np.unique(want)) > 20  # the values spread over the range, not all clamped

@@ -206,39 +206,52 @@ class _IntegerConv(Conv):
 
 
     def _tiled(self, x, x_zero_point, w, w_zero_point, out, requant) -> bool:
-        """QLinearConv on an int8 micro-kernel (qtile.py) when one takes it: one group, not depthwise.
-        Per image, blocks of output pixels: their im2col rows packed straight from the int8 input
-        (qpack.pack_conv), the (pixels, channels) int32 block, requantized into the NCHW output."""
-        if int(self.attrs.get("group", 1)) != 1 or qtile.requested() in ("off", "auto"):  # auto: not yet faster
+        """QLinearConv on an int8 micro-kernel (qtile.rows_gemm) when one takes it: one group,
+        weights with zero point 0 (per-channel symmetric, as the quantizer writes them). The weights
+        are the kernel's broadcast operand (packed once), the input rows its vector operand, read
+        straight from the NCHW input for a 1x1 stride-1 convolution, else from an int8 im2col; the
+        result is (channels, pixels), requantized along the NCHW rows (qpack.conv_rows)."""
+        if int(self.attrs.get("group", 1)) != 1 or qtile.requested() == "off":
             return False
         if x_zero_point is not None and np.size(x_zero_point) != 1:
             return False
         m_n = w.shape[0]
-        pb = qpack.packed_b(self, lambda: w.reshape(m_n, -1), w, w_zero_point)
+        pb = qpack.packed_b(self, lambda: w.reshape(m_n, -1), w, w_zero_point, qpack.NR)
         variant = qtile.select(pb.safe_pairs)
-        if variant is None:
+        if variant is None or pb.has_zp:
             return False
+        kind = qtile.KIND[variant.name]
+        pb = qpack.packed_b(self, lambda: w.reshape(m_n, -1), w, w_zero_point, qtile.ROWS_MR[kind])
         (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = self.geometry(x.shape, w.shape)
         one_d = x.ndim == 3
         x4 = np.ascontiguousarray(x[:, :, None, :] if one_d else x)
         kh, kw = (1,) + w.shape[2:] if one_d else w.shape[2:]
         bias, mult, z, lo, hi = requant
         flip, shift = qpack.flip_of(x.dtype)
-        za = (0 if x_zero_point is None else int(np.asarray(x_zero_point).reshape(()))) + shift
-        terms = qpack.column_terms(self, pb, za, bias)
-        out3 = out.reshape(x.shape[0], m_n, oh_n * ow_n)
-        mr, kq = variant.mr, pb.kq
+        xzp = 0 if x_zero_point is None else int(np.asarray(x_zero_point).reshape(()))
+        terms = qpack.column_terms(self, pb, xzp + shift, bias)
+        n_pix, kq, c_n = oh_n * ow_n, pb.kq, x4.shape[1]
+        direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == x4.shape[2:] and c_n % 4 == 0
+        if not direct:
+            col = self.__dict__.get("_col8")
+            if col is None or col.shape != (4 * kq, n_pix) or col.dtype != x.dtype:
+                col = self._col8 = np.empty((4 * kq, n_pix), x.dtype)
+        nr = qtile.ROWS_NR[kind]
+        m_pad = pb.n_panels * pb.nr
+        block = qpack.rows_block(m_pad, nr, n_pix)
+        blocks = -(-n_pix // block)
+        out3 = out.reshape(x.shape[0], m_n, n_pix)
+        pad = np.asarray(xzp, x.dtype)[()]
         for n in range(x.shape[0]):
-            xn, yn = x4[n], out3[n]
-
-            def pack(r0, r1, abuf, rowsum, xn=xn):
-                qpack.pack_conv(xn, r0, r1, kh, kw, sh, sw, dh, dw, ph, pw, ow_n, flip, za, mr, kq, abuf, rowsum,
-                                pb.has_zp)
-
-            def finish(c, ldc, r0, r1, rowsum, yn=yn):
-                qpack.requantize_t(c, ldc, r1 - r0, m_n, terms, pb.zp, rowsum, pb.has_zp, mult, z, lo, hi, yn, r0)
-
-            qpack.product(variant, pb, oh_n * ow_n, pack, finish)
+            if direct:
+                rows = x4[n].reshape(-1)
+            else:
+                args = (x4[n], col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad)
+                config.parallel_for(qpack.im2col_i8, 4 * kq, args, 4.0 * kq * n_pix)
+                rows = col.reshape(-1)
+            args = (kind, pb.data, kq, m_n, m_pad, rows, n_pix, np.int64(-128 if flip else 0), n_pix, block, terms,
+                    mult, z, lo, hi, out3[n])
+            config.parallel_for(qpack.conv_rows, blocks, args, 2.0 * m_pad * kq * 4 * n_pix)
         return True
 
     def _tiles(self, wg, col, m0, dst, requant, m_tiles, p_tiles):

@@ -64,13 +64,13 @@ class PackedB:
 NR = 16  # every variant's panel width (qtile.VARIANTS), so one packing serves whichever runs
 
 
-def packed_b(kernel, bt_of, w_ref, zp) -> PackedB:
-    """``PackedB(bt_of(), zp)`` of a constant weight, kept on ``kernel`` while the same read-only
+def packed_b(kernel, bt_of, w_ref, zp, nr: int = NR) -> PackedB:
+    """``PackedB(bt_of(), zp, nr)`` of a constant weight, kept on ``kernel`` while the same read-only
     ``w_ref`` and ``zp`` come in (a writable caller array is packed every call)."""
-    hit = kernel.__dict__.get("_packed_b")
+    cache = kernel.__dict__.setdefault("_packed_b", {})
+    hit = cache.get(nr)
     if hit is None or hit[0] is not w_ref or hit[1] is not zp or w_ref.flags.writeable:
-        hit = (w_ref, zp, PackedB(bt_of(), zp, NR))
-        kernel._packed_b = hit
+        hit = cache[nr] = (w_ref, zp, PackedB(bt_of(), zp, nr))
     return hit[2]
 
 
@@ -131,121 +131,7 @@ def pack_words(a32, r0, r1, mask, mr, kq, out32):
             out32[d + q] = src[q] ^ mask
 
 
-@jit
-def _conv_row(x, pix, kh, kw, sh, sw, dh, dw, ph, pw, ow_n, fl, pv, out, base, step, k_n, kq):
-    """One output pixel's im2col row into A-panel bytes at ``base`` (every 4 bytes ``step`` apart);
-    returns the row's sum."""
-    c_n, h_n, w_n = x.shape
-    oh = pix // ow_n
-    ow = pix - oh * ow_n
-    s = np.int32(0)
-    d = base
-    t = 0
-    for c in range(c_n):
-        plane = x[c]
-        for i in range(kh):
-            ih = oh * sh - ph + i * dh
-            inside = 0 <= ih < h_n
-            for j in range(kw):
-                iw = ow * sw - pw + j * dw
-                if inside and 0 <= iw < w_n:
-                    v = np.uint8(np.int32(plane[ih, iw]) + fl)
-                else:
-                    v = pv
-                out[d + t] = v
-                s += np.int32(v)
-                t += 1
-                if t == 4:
-                    t = 0
-                    d += step
-    for _k in range(k_n, kq * 4):
-        out[d + t] = 0
-        t += 1
-        if t == 4:
-            t = 0
-            d += step
-    return s
-
-
-@jit
-def pack_conv(x, p0, p1, kh, kw, sh, sw, dh, dw, ph, pw, ow_n, flip, pad, mr, kq, out, rowsum, need_rowsum):
-    """Output pixels [p0, p1) of one image's convolution (x: (C, H, W) int8/uint8) as A panels of
-    their im2col rows (K = C * kh * kw in the weight's (c, i, j) order), uint8 (``flip``: + 128);
-    taps outside the image read ``pad`` (the zero point, flipped as well); K padded with 0. A panel
-    whose mr pixels lie in one output row is filled tap by tap, mr pixels at a time (stride sw in
-    the input row); rowsum[r] (``need_rowsum``) by the per-pixel path."""
-    c_n, h_n, w_n = x.shape
-    k_n = c_n * kh * kw
-    rows = p1 - p0
-    full = rows // mr
-    fl = np.int32(128 if flip else 0)
-    fb = np.uint8(128 if flip else 0)
-    pv = np.uint8(pad)
-    for p in range(full):
-        base = p * kq * mr * 4
-        pix0 = p0 + p * mr
-        oh = pix0 // ow_n
-        ow0 = pix0 - oh * ow_n
-        if need_rowsum or ow0 + mr > ow_n:  # the panel wraps an output row: pixel by pixel
-            for r in range(mr):
-                rowsum[p * mr + r] = _conv_row(x, pix0 + r, kh, kw, sh, sw, dh, dw, ph, pw, ow_n, fl, pv, out,
-                                               base + r * 4, mr * 4, k_n, kq)
-            continue
-        k = 0
-        for c in range(c_n):
-            plane = x[c]
-            for i in range(kh):
-                ih = oh * sh - ph + i * dh
-                row_in = 0 <= ih < h_n
-                for j in range(kw):
-                    d = base + (k >> 2) * mr * 4 + (k & 3)
-                    iw0 = ow0 * sw - pw + j * dw
-                    if row_in and iw0 >= 0 and iw0 + (mr - 1) * sw < w_n:
-                        src = plane[ih]
-                        for r in range(mr):
-                            out[d + r * 4] = src[iw0 + r * sw] ^ fb
-                    else:
-                        for r in range(mr):
-                            iw = iw0 + r * sw
-                            out[d + r * 4] = (np.uint8(np.int32(plane[ih, iw]) + fl)
-                                              if row_in and 0 <= iw < w_n else pv)
-                    k += 1
-        for kk in range(k_n, kq * 4):
-            d = base + (kk >> 2) * mr * 4 + (kk & 3)
-            for r in range(mr):
-                out[d + r * 4] = 0
-    tail = full * mr * kq * 4
-    for r in range(full * mr, rows):
-        rowsum[r] = _conv_row(x, p0 + r, kh, kw, sh, sw, dh, dw, ph, pw, ow_n, fl, pv, out,
-                              tail + (r - full * mr) * kq * 4, 4, k_n, kq)
-
-
 # ---------------------------------------------------------------------------------------- epilogues
-@jit
-def requantize_t(c, ldc, rows, n_n, terms, zb, rowsum, has_zb, mult, zp, lo, hi, out, p0):
-    """out[n, p0 + r] = clamp(rint(float32(S[r, n] + terms[n] - zb[n] * rowsum[r]) * mult[n]) + zp)
-    for r < rows: the conv's channels-first output from the micro-kernel's (pixels, channels) block,
-    the steps of qgemm.requantize (round half to even, saturate through the clamp). Pixels 16 at a
-    time through a small transposed float32 block, so both the reads and the writes run along rows."""
-    blk = np.empty((n_n, 16), np.float32)
-    for r0 in range(0, rows, 16):
-        r1 = min(rows, r0 + 16)
-        for r in range(r0, r1):
-            src = c[r * ldc:r * ldc + n_n]
-            z = np.int32(rowsum[r]) if has_zb else np.int32(0)
-            for n in range(n_n):
-                v = np.int32(src[n] + terms[n])
-                if has_zb:
-                    v = np.int32(v - zb[n] * z)
-                blk[n, r - r0] = np.float32(v) * mult[n]
-        for n in range(n_n):
-            dst = out[n]
-            b = blk[n]
-            for r in range(r1 - r0):
-                q = np.float32(np.rint(b[r])) + zp
-                dst[p0 + r0 + r] = min(max(q, lo), hi)
-
-
 @jit
 def requantize_rows(c, ldc, rows, n_n, terms, zb, rowsum, has_zb, mult, per_col, zp, lo, hi, out, r0):
     """out[r0 + r, n] = clamp(rint(float32(S + terms[n] - zb[n] * rowsum[r]) * mult[n or 0]) + zp)."""
@@ -289,6 +175,96 @@ def to_float_rows(c, ldc, rows, n_n, terms, zb, rowsum, has_zb, mult, per_col, b
                 v = np.int32(v - zb[n] * rs)
             f = np.float32(v) * mult[n if per_col else 0]
             dst[n] = f + bias[n] if has_bias else f
+
+
+# ------------------------------------------------------------------------ convolutions, rows kernel
+@jit
+def im2col_i8(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad, k_lo, k_hi):
+    """Rows [k_lo, k_hi) of one image's int8/uint8 im2col (C * kh * kw, oh * ow), in x's dtype,
+    taps outside the image = ``pad`` (the zero point); rows past C * kh * kw (K's padding to a
+    multiple of 4) are 0. Each row runs along the output row: one contiguous copy for stride 1."""
+    c_n, h_n, w_n = x.shape
+    k_n = c_n * kh * kw
+    for k in range(k_lo, k_hi):
+        dst = col[k]
+        if k >= k_n:
+            dst[:] = 0
+            continue
+        c = k // (kh * kw)
+        ij = k - c * kh * kw
+        i = ij // kw
+        j = ij - i * kw
+        off = j * dw - pw
+        lo = (-off + sw - 1) // sw if off < 0 else 0
+        hi = (w_n - 1 - off) // sw + 1 if w_n - 1 - off >= 0 else 0
+        lo, hi = min(lo, ow_n), max(min(hi, ow_n), min(lo, ow_n))
+        plane = x[c]
+        for oh in range(oh_n):
+            ih = oh * sh - ph + i * dh
+            base = oh * ow_n
+            if ih < 0 or ih >= h_n:
+                for ow in range(ow_n):
+                    dst[base + ow] = pad
+                continue
+            row = plane[ih]
+            for ow in range(lo):
+                dst[base + ow] = pad
+            if sw == 1:
+                for ow in range(lo, hi):
+                    dst[base + ow] = row[ow + off]
+            else:
+                for ow in range(lo, hi):
+                    dst[base + ow] = row[ow * sw + off]
+            for ow in range(hi, ow_n):
+                dst[base + ow] = pad
+
+
+@jit
+def conv_rows(kind, w, kq, m_n, m_pad, x, ldx, flip, n_pix, block, terms, mult, zp, lo, hi, out, b_lo, b_hi):
+    """Pixel blocks [b_lo, b_hi) (``block`` pixels each) of a convolution on the rows micro-kernel
+    (qtile.rows_gemm's tiles), requantized (qgemm.requantize's steps: + terms[m], the bias and
+    the zero-point correction; float32 * multiplier, round half to even, + zero point, clamp) into
+    the (channels, pixels) ``out``: in the registers for full tiles of whole weight panels
+    (avx2, vnni512), else through an int32 block and a loop along the channel's row."""
+    mr = 8 if kind == 2 else 4
+    nr = 32 if kind == 2 else 16
+    c = np.empty(m_pad * block, np.int32)
+    scratch = np.empty(4 * kq * nr, x.dtype)
+    flat = out.reshape(-1)
+    for b in range(b_lo, b_hi):
+        p0 = b * block
+        n = min(block, n_pix - p0)
+        full = n // nr * nr
+        if full < n:
+            for k in range(4 * kq):
+                for j in range(nr):
+                    scratch[k * nr + j] = x[p0 + k * ldx + full + j] if full + j < n else 0
+        for r0 in range(0, m_pad, mr):
+            w_off = r0 * kq * 4
+            fuse = kind != 0 and r0 + mr <= m_n
+            for p in range(0, full, nr):
+                if fuse:
+                    qtile._rowsq_tile(kind, w, w_off, x, p0 + p, ldx, kq, flip, terms, mult, r0, zp, lo, hi, flat,
+                                      r0 * n_pix + p0 + p, n_pix)
+                else:
+                    qtile._rows_tile(kind, w, w_off, x, p0 + p, ldx, kq, flip, c, r0 * block + p, block)
+            if full < n:
+                qtile._rows_tile(kind, w, w_off, scratch, 0, nr, kq, flip, c, r0 * block + full, block)
+            j0 = full if fuse else 0
+            for m in range(r0, min(r0 + mr, m_n)):
+                dst = out[m]
+                t = terms[m]
+                mm = mult[m]
+                base = m * block
+                for j in range(j0, n):
+                    q = np.float32(np.rint(np.float32(np.int32(c[base + j] + t)) * mm)) + zp
+                    dst[p0 + j] = min(max(q, lo), hi)
+
+
+def rows_block(m_pad: int, nr: int, n_pix: int) -> int:
+    """Pixels per block of conv_rows: the int32 block within C_BLOCK_BYTES, a multiple of nr."""
+    block = max(nr, C_BLOCK_BYTES // (4 * m_pad) // nr * nr)
+    return min(block, -(-n_pix // nr) * nr)
 
 
 # ---------------------------------------------------------------------------------------- driver

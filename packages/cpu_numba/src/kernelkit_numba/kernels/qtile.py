@@ -158,6 +158,212 @@ _tile_vnni_8 = _tile_intrinsic("vnni512", 8, 16)
 _tile_vnni_1 = _tile_intrinsic("vnni512", 1, 16)
 
 
+def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False):
+    """An intrinsic ``tile(w, w_off, x, x_off, ldx, kq, flip, c, c_off, ldc)`` for products whose
+    second operand is read straight from rows (a convolution's NCHW input or its int8 im2col):
+    C[r, p] (r < mr weight rows, p < nr pixels) = sum_k W[r, k] * X[k, p] with W packed int8 panels
+    (``w[w_off:]``: [kq][mr][4], broadcast 4 bytes at a time as the instruction's **signed** operand)
+    and X the uint8 rows ``x[x_off + k * ldx + p]`` (``flip`` = -128 turns int8 rows into uint8: the
+    sign bit flipped in the register), 4 rows of nr bytes interleaved in the register into 4-byte
+    groups per pixel. Where the host lacks the instructions the tile is a trap (never selected).
+
+    ``fused``: ``tile(w, w_off, x, x_off, ldx, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo)``
+    requantizes in the registers instead of storing int32 (qgemm.requantize's steps: + terms[r0 + r],
+    float32, * mult[r0 + r], round half to even, + zp, clamp to [lo, hi]) and stores the int8/uint8
+    bytes at ``out[o_off + r * ldo + p]``."""
+    lanes = 8 if kind == "avx2" else 16
+    nr = lanes * nvec
+
+    def codegen(context, builder, sig, args):
+        if fused:
+            w, w_off, x, x_off, ldx, kq, flip, terms, mult, r0, zp, lo_f, hi_f, c, c_off, ldc = args
+        else:
+            w, w_off, x, x_off, ldx, kq, flip, c, c_off, ldc = args
+        i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+        if not available(kind):
+            trap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
+            builder.call(trap, [])
+            return context.get_dummy_value()
+        vi32 = ir.VectorType(i32, lanes)
+        vi8 = ir.VectorType(i8, 4 * lanes)
+        vrow = ir.VectorType(i8, lanes)
+        mod = builder.module
+        if kind == "avx2":
+            vi16 = ir.VectorType(i16, 2 * lanes)
+            maddubs = cgutils.get_or_insert_function(mod, ir.FunctionType(vi16, [vi8, vi8]),
+                                                     "llvm.x86.avx2.pmadd.ub.sw")
+            maddwd = cgutils.get_or_insert_function(mod, ir.FunctionType(vi32, [vi16, vi16]),
+                                                    "llvm.x86.avx2.pmadd.wd")
+            ones = ir.Constant(vi16, [1] * (2 * lanes))
+        else:
+            dpbusd = cgutils.get_or_insert_function(mod, ir.FunctionType(vi32, [vi32, vi32, vi32]),
+                                                    "llvm.x86.avx512.vpdpbusd.512")
+        pw = builder.gep(builder.bitcast(_data(context, builder, sig.args[0], w), i8.as_pointer()), [w_off])
+        px = builder.gep(builder.bitcast(_data(context, builder, sig.args[2], x), i8.as_pointer()), [x_off])
+        if fused:
+            pc = builder.gep(builder.bitcast(_data(context, builder, sig.args[13], c), i8.as_pointer()), [c_off])
+            pt = builder.gep(builder.bitcast(_data(context, builder, sig.args[7], terms), i32.as_pointer()), [r0])
+            f32 = ir.FloatType()
+            pm = builder.gep(builder.bitcast(_data(context, builder, sig.args[8], mult), f32.as_pointer()), [r0])
+        else:
+            pc = builder.gep(builder.bitcast(_data(context, builder, sig.args[7], c), i32.as_pointer()), [c_off])
+        flipv = builder.insert_element(ir.Constant(vi8, ir.Undefined), builder.trunc(flip, i8), ir.Constant(i32, 0))
+        flipv = builder.shuffle_vector(flipv, ir.Constant(vi8, ir.Undefined),
+                                       ir.Constant(ir.VectorType(i32, 4 * lanes), [0] * (4 * lanes)))
+        concat = ir.Constant(ir.VectorType(i32, 2 * lanes), list(range(2 * lanes)))
+        inter = ir.Constant(ir.VectorType(i32, 4 * lanes), [(t * lanes + p) for p in range(lanes) for t in range(4)])
+        splat = ir.Constant(vi32, [0] * lanes)
+        zero_v = ir.Constant(vi32, None)
+
+        pre = builder.basic_block
+        head = builder.append_basic_block("qrows.head")
+        body = builder.append_basic_block("qrows.body")
+        done = builder.append_basic_block("qrows.done")
+        builder.branch(head)
+        builder.position_at_end(head)
+        q = builder.phi(i64)
+        q.add_incoming(ir.Constant(i64, 0), pre)
+        accs = []
+        for _ in range(mr * nvec):
+            phi = builder.phi(vi32)
+            phi.add_incoming(zero_v, pre)
+            accs.append(phi)
+        builder.cbranch(builder.icmp_signed("<", q, kq), body, done)
+
+        builder.position_at_end(body)
+        xrow = builder.gep(px, [builder.mul(builder.mul(q, ir.Constant(i64, 4)), ldx)])
+        bvec = []
+        for j in range(nvec):
+            rows = []
+            for t in range(4):
+                at = builder.add(builder.mul(ldx, ir.Constant(i64, t)), ir.Constant(i64, j * lanes))
+                ptr = builder.gep(xrow, [at])
+                rows.append(builder.load(builder.bitcast(ptr, vrow.as_pointer()), align=1))
+            lo = builder.shuffle_vector(rows[0], rows[1], concat)
+            hi = builder.shuffle_vector(rows[2], rows[3], concat)
+            bvec.append(builder.xor(builder.shuffle_vector(lo, hi, inter), flipv))
+        wrow = builder.gep(pw, [builder.mul(q, ir.Constant(i64, 4 * mr))])
+        new = []
+        for r in range(mr):
+            ptr = builder.bitcast(builder.gep(wrow, [ir.Constant(i64, 4 * r)]), i32.as_pointer())
+            one = builder.insert_element(ir.Constant(vi32, ir.Undefined), builder.load(ptr, align=1),
+                                         ir.Constant(i32, 0))
+            bcast = builder.shuffle_vector(one, ir.Constant(vi32, ir.Undefined), splat)
+            for j in range(nvec):
+                acc = accs[r * nvec + j]
+                if kind == "avx2":
+                    pairs = builder.call(maddubs, [bvec[j], builder.bitcast(bcast, vi8)])
+                    new.append(builder.add(acc, builder.call(maddwd, [pairs, ones])))
+                else:
+                    new.append(builder.call(dpbusd, [acc, builder.bitcast(bvec[j], vi32), bcast]))
+        q.add_incoming(builder.add(q, ir.Constant(i64, 1)), builder.basic_block)
+        for phi, value in zip(accs, new):
+            phi.add_incoming(value, builder.basic_block)
+        builder.branch(head)
+
+        builder.position_at_end(done)
+        if fused:
+            vf = ir.VectorType(f32, lanes)
+            rint = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf]), f"llvm.rint.v{lanes}f32")
+
+            def splat_of(value, vty):
+                one = builder.insert_element(ir.Constant(vty, ir.Undefined), value, ir.Constant(i32, 0))
+                return builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), splat)
+
+            zv, lov, hiv = (splat_of(v, vf) for v in (zp, lo_f, hi_f))
+            for r in range(mr):
+                tv = splat_of(builder.load(builder.gep(pt, [ir.Constant(i64, r)])), vi32)
+                mv = splat_of(builder.load(builder.gep(pm, [ir.Constant(i64, r)])), vf)
+                row = builder.gep(pc, [builder.mul(ldc, ir.Constant(i64, r))])
+                for j in range(nvec):
+                    f = builder.sitofp(builder.add(accs[r * nvec + j], tv), vf)
+                    f = builder.fadd(builder.call(rint, [builder.fmul(f, mv)]), zv)
+                    f = builder.select(builder.fcmp_ordered(">", f, lov), f, lov)
+                    f = builder.select(builder.fcmp_ordered("<", f, hiv), f, hiv)
+                    q = builder.trunc(builder.fptosi(f, vi32), vrow)
+                    ptr = builder.bitcast(builder.gep(row, [ir.Constant(i64, lanes * j)]), vrow.as_pointer())
+                    builder.store(q, ptr, align=1)
+            return context.get_dummy_value()
+        for r in range(mr):
+            row = builder.gep(pc, [builder.mul(ldc, ir.Constant(i64, r))])
+            for j in range(nvec):
+                ptr = builder.bitcast(builder.gep(row, [ir.Constant(i64, lanes * j)]), vi32.as_pointer())
+                builder.store(accs[r * nvec + j], ptr, align=4)
+        return context.get_dummy_value()
+
+    if fused:
+        @intrinsic
+        def tile(typingctx, w, w_off, x, x_off, ldx, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo):
+            i64, f32 = types.int64, types.float32
+            return types.void(w, i64, x, i64, i64, i64, i64, terms, mult, i64, f32, f32, f32, out, i64, i64), codegen
+    else:
+        @intrinsic
+        def tile(typingctx, w, w_off, x, x_off, ldx, kq, flip, c, c_off, ldc):
+            i64 = types.int64
+            return types.void(w, i64, x, i64, i64, i64, i64, c, i64, i64), codegen
+
+    tile.nr = nr
+    return tile
+
+
+_rows_avx2 = _rows_intrinsic("avx2", 4, 2)  # 4 weight rows x 16 pixels
+_rows_vnni = _rows_intrinsic("vnni512", 8, 2)  # 8 weight rows x 32 pixels
+_rowsq_avx2 = _rows_intrinsic("avx2", 4, 2, fused=True)
+_rowsq_vnni = _rows_intrinsic("vnni512", 8, 2, fused=True)
+KIND = {"generic": 0, "avx2": 1, "vnni512": 2}
+ROWS_MR = {0: 4, 1: 4, 2: 8}
+ROWS_NR = {0: 16, 1: 16, 2: 32}
+
+
+@jit
+def _rows_tile(kind, w, w_off, src, off, stride, kq, flip, c, c_off, ldc):
+    """One tile of rows_gemm on the kind's micro-kernel (generic: plain loops)."""
+    if kind == 2:
+        _rows_vnni(w, w_off, src, off, stride, kq, flip, c, c_off, ldc)
+    elif kind == 1:
+        _rows_avx2(w, w_off, src, off, stride, kq, flip, c, c_off, ldc)
+    else:
+        f = np.int32(flip & 255)
+        for r in range(4):
+            for j in range(16):
+                s = np.int32(0)
+                for k in range(4 * kq):
+                    u = np.int32(np.uint8(np.int32(src[off + k * stride + j]) ^ f))
+                    s = np.int32(s + u * np.int32(w[w_off + (k >> 2) * 16 + r * 4 + (k & 3)]))
+                c[c_off + r * ldc + j] = s
+
+
+@jit
+def _rowsq_tile(kind, w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo):
+    """One tile of rows_gemm requantized in the registers into ``out`` (kind 1 or 2; fused=True)."""
+    if kind == 2:
+        _rowsq_vnni(w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo)
+    else:
+        _rowsq_avx2(w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo)
+
+
+@jit
+def rows_gemm(kind, w, kq, m_pad, x, x_off, ldx, flip, n_pix, c, ldc, scratch):
+    """C[:m_pad, :n_pix] (row stride ldc >= n_pix rounded up to the tile width) = packed weights
+    (panels of ROWS_MR[kind] rows, m_pad of them in all) times the uint8 rows x[x_off + k * ldx + p]
+    (``flip`` -128 for int8 rows), k < 4 * kq. Each weight panel stays in L1 while the pixel tiles
+    pass; the last partial tile of pixels is copied into ``scratch`` ((4 kq, nr), x's dtype) first,
+    so no load reads past a row. kind: 0 generic, 1 avx2, 2 vnni512."""
+    mr = 8 if kind == 2 else 4
+    nr = 32 if kind == 2 else 16
+    full = n_pix // nr * nr
+    if full < n_pix:
+        for k in range(4 * kq):
+            for j in range(nr):
+                scratch[k * nr + j] = x[x_off + k * ldx + full + j] if full + j < n_pix else 0
+    for r0 in range(0, m_pad, mr):
+        w_off = r0 * kq * 4
+        for p in range(0, full, nr):
+            _rows_tile(kind, w, w_off, x, x_off + p, ldx, kq, flip, c, r0 * ldc + p, ldc)
+        if full < n_pix:
+            _rows_tile(kind, w, w_off, scratch, 0, nr, kq, flip, c, r0 * ldc + full, ldc)
+
+
 # ------------------------------------------------------------------------------------------ drivers
 # One per variant (an intrinsic cannot be passed to a Numba function). C's rows [0, m_rows): the
 # full panels of mr rows, then each remaining row as its own one-row panel (qpack.pack_a lays them
