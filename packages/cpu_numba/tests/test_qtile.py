@@ -186,3 +186,29 @@ def test_conv_rows(name, geometry, x_dtype):
                     mult, zp, lo, hi, out, 0, blocks)
     np.testing.assert_array_equal(out, want)
     assert len(np.unique(want)) > 20  # the values spread over the range, not all clamped
+
+
+@pytest.mark.parametrize("op", ["Erf", "Relu", "Gelu", "Neg"])
+def test_unary_in_place_equals_out_of_place(op):
+    """unary._loop_inplace (the in-place call of the transformer's Erf) gives what the two-array loop
+    gives, through both entries (the serial call and the threaded kernel); a transposed view of the
+    output is not taken as in place."""
+    from kernelkit_numba.kernels import unary
+
+    x = np.random.default_rng(1).standard_normal((64, 48)).astype(np.float32)
+    kernel = unary.KERNELS[op]
+    want = kernel(x)
+    y = x.copy()
+    assert kernel(y, out=y) is y
+    np.testing.assert_array_equal(y, want)
+    spec = type("Spec", (), {"dtype": "float32", "shape": x.shape, "is_static": True, "layout": None})()
+    call = kernel.serial([spec])
+    y = x.copy()
+    call(y, out=y)
+    np.testing.assert_array_equal(y, want)
+    sq = x[:48, :48].copy()
+    out = sq.copy()
+    call_sq = kernel.serial([type("Spec", (), {"dtype": "float32", "shape": (48, 48), "is_static": True,
+                                               "layout": None})()])
+    call_sq(out.T, out=out)  # same memory, other order: the two-array path
+    np.testing.assert_array_equal(out, kernel(np.ascontiguousarray(sq.T)))

@@ -512,10 +512,8 @@ class DynamicQuantizeMatMul(NumbaKernel):
         flat, a_scale, a_zp = dynamic_range(a)
         mult = (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)).reshape(-1)  # as the Mul node
         tile = tiled(self, b, b_zero_point)
-        if tile is not None:  # the micro-kernel reads the uint8 A
-            q = np.empty(a.shape, np.uint8)
-            quantize_flat(flat, a_scale, a_zp, q.reshape(-1))
-            return tiled_float(self, tile, q, a_zp, mult, bias)
+        if tile is not None:  # A quantized straight into the micro-kernel's panels
+            return tiled_dynamic(self, tile, flat.reshape(-1, a.shape[-1]), a_scale, a_zp, mult, bias, a.shape)
         finish = float_epilogue(self, mult, bias)
         if few_rows(a.shape, b):  # integer dot products read the uint8 A
             q = np.empty(a.shape, np.uint8)
@@ -600,6 +598,24 @@ def tiled_float(kernel, tile, a, a_zero_point, mult, bias):
     za = _zp(a_zero_point) + qpack.flip_of(a2.dtype)[1]
     qpack.matmul_rows(variant, a2, _zp(a_zero_point), pb, finish, qpack.column_terms(kernel, pb, za))
     return out.reshape(*a.shape[:-1], pb.n)
+
+
+def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, a_shape):
+    """DynamicQuantizeMatMul on the micro-kernel, one Numba call per shard of row blocks
+    (qpack.dq_matmul_rows): quantize into the panels, product, float32 epilogue."""
+    variant, pb = tile
+    m_n = x2.shape[0]
+    out = np.empty((m_n, pb.n), np.float32)
+    has_bias = bias is not None
+    bias_arr = derived(kernel, (bias,), lambda: np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias
+                       else np.zeros(1, np.float32))
+    terms = qpack.column_terms(kernel, pb, int(a_zp))
+    block = qpack.block_rows(m_n, pb.k, pb.n_panels * pb.nr, variant.mr)
+    blocks = -(-m_n // block)
+    args = (qtile.KIND[variant.name], x2, np.float32(a_scale), np.uint8(a_zp), variant.mr, pb.data, pb.kq,
+            pb.n_panels, pb.n, terms, pb.zp, pb.has_zp, mult, mult.shape[0] > 1, bias_arr, has_bias, out, block)
+    config.parallel_for(qpack.dq_matmul_rows, blocks, args, 2.0 * m_n * pb.k * pb.n)
+    return out.reshape(*a_shape[:-1], pb.n)
 
 
 def tiled_requantized(kernel, tile, a, a_zero_point, mult, bias, y_zero_point, bounds):

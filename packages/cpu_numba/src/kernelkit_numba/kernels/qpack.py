@@ -164,17 +164,83 @@ def to_int32_rows(c, ldc, rows, n_n, terms, zb, rowsum, has_zb, out, r0):
 @jit_exact
 def to_float_rows(c, ldc, rows, n_n, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, out, r0):
     """out[r0 + r, n] = float32(int32 product) * mult[n or 0] [+ bias[n]], rounded as Cast -> Mul ->
-    Add (no FMA contraction: bit-identical to op by op, as qgemm.to_float)."""
+    Add (no FMA contraction: bit-identical to op by op, as qgemm.to_float). The branches stay out
+    of the inner loops (one loop per case), so they vectorise."""
     for r in range(rows):
         dst = out[r0 + r]
-        src = r * ldc
-        rs = rowsum[r]
-        for n in range(n_n):
-            v = np.int32(c[src + n] + terms[n])
-            if has_zb:
-                v = np.int32(v - zb[n] * rs)
-            f = np.float32(v) * mult[n if per_col else 0]
-            dst[n] = f + bias[n] if has_bias else f
+        src = c[r * ldc:r * ldc + n_n]
+        if has_zb:
+            rs = rowsum[r]
+            for n in range(n_n):
+                f = np.float32(np.int32(src[n] + terms[n] - zb[n] * rs)) * mult[n if per_col else 0]
+                dst[n] = f + bias[n] if has_bias else f
+        elif per_col and has_bias:
+            for n in range(n_n):
+                dst[n] = np.float32(np.int32(src[n] + terms[n])) * mult[n] + bias[n]
+        elif per_col:
+            for n in range(n_n):
+                dst[n] = np.float32(np.int32(src[n] + terms[n])) * mult[n]
+        elif has_bias:
+            m = mult[0]
+            for n in range(n_n):
+                dst[n] = np.float32(np.int32(src[n] + terms[n])) * m + bias[n]
+        else:
+            m = mult[0]
+            for n in range(n_n):
+                dst[n] = np.float32(np.int32(src[n] + terms[n])) * m
+
+
+# ------------------------------------------------------------------- DynamicQuantizeMatMul, fused
+@jit
+def pack_quantized(x2, r0, r1, scale, zp, mr, kq, out32, row, rowsum):
+    """Rows [r0, r1) of float32 ``x2`` quantized as DynamicQuantizeLinear does (clamp(rint(x /
+    scale) + zp, 0, 255), the float32 steps of quantize._quantize) into uint8 A panels: each row
+    into ``row`` (4 kq bytes, K padded with 0), then 4 bytes at a time into the panels (``out32``:
+    the panel buffer as uint32); rowsum[r] the row's byte sum."""
+    k_n = x2.shape[1]
+    rows = r1 - r0
+    full = rows // mr
+    row32 = row.view(np.uint32)
+    zf = np.float32(zp)
+    for r in range(rows):
+        src = x2[r0 + r]
+        s = np.int32(0)
+        for k in range(k_n):
+            v = np.float32(np.rint(src[k] / scale)) + zf
+            b = np.uint8(min(max(v, np.float32(0)), np.float32(255)))
+            row[k] = b
+            s += np.int32(b)
+        for k in range(k_n, kq * 4):
+            row[k] = 0
+        rowsum[r] = s
+        p = r // mr
+        if p < full:
+            base, step = p * kq * mr + (r - p * mr), mr
+        else:
+            base, step = full * mr * kq + (r - full * mr) * kq, 1
+        for q in range(kq):
+            out32[base + q * step] = row32[q]
+
+
+@jit_exact
+def dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, terms, zb, has_zb, mult, per_col, bias,
+                   has_bias, out, block, b_lo, b_hi):
+    """Row blocks [b_lo, b_hi) (``block`` rows each) of DynamicQuantizeMatMul on the A-panel
+    micro-kernel (qtile.gemm_kind): the rows quantized straight into the panels (pack_quantized),
+    the int32 block, then to_float_rows' epilogue (Cast -> Mul -> Add, no FMA contraction)."""
+    m_n = x2.shape[0]
+    ldc = n_panels * 16
+    abuf = np.empty(block * kq * 4, np.uint8)
+    cbuf = np.empty(block * ldc, np.int32)
+    row = np.empty(kq * 4, np.uint8)
+    rowsum = np.empty(block, np.int32)
+    a32 = abuf.view(np.uint32)
+    for b in range(b_lo, b_hi):
+        r0 = b * block
+        r1 = min(m_n, r0 + block)
+        pack_quantized(x2, r0, r1, scale, zp, mr, kq, a32, row, rowsum)
+        qtile.gemm_kind(kind, abuf, bdata, kq, n_panels, cbuf, ldc, r1 - r0)
+        to_float_rows(cbuf, ldc, r1 - r0, n_n, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, out, r0)
 
 
 # ------------------------------------------------------------------------ convolutions, rows kernel

@@ -75,6 +75,10 @@ def _tile_intrinsic(kind: str, mr: int, nr: int):
     def codegen(context, builder, sig, args):
         a, a_off, b, b_off, kq, c, c_off, ldc = args
         i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+        if not available(kind):  # compiled into gemm_kind on every CPU, selected only where it runs
+            trap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
+            builder.call(trap, [])
+            return context.get_dummy_value()
         vi32 = ir.VectorType(i32, lanes)
         vi8 = ir.VectorType(i8, 4 * lanes)
         mod = builder.module
@@ -418,6 +422,17 @@ def _gemm_generic(a, b, kq, n_panels, c, ldc, m_rows):
                         acc[cc] = np.int32(acc[cc] + u * np.int32(b[br + cc * 4 + t]))
             for cc in range(nr):
                 c[r * ldc + j * nr + cc] = acc[cc]
+
+
+@jit
+def gemm_kind(kind, a, b, kq, n_panels, c, ldc, m_rows):
+    """The A-panel product of variant ``kind`` (0 generic, 1 avx2, 2 vnni512; see Variant.gemm)."""
+    if kind == 2:
+        _gemm_vnni512(a, b, kq, n_panels, c, ldc, m_rows)
+    elif kind == 1:
+        _gemm_avx2(a, b, kq, n_panels, c, ldc, m_rows)
+    else:
+        _gemm_generic(a, b, kq, n_panels, c, ldc, m_rows)
 
 
 # ------------------------------------------------------------------------------------- selection
