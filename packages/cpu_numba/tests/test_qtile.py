@@ -212,3 +212,70 @@ def test_unary_in_place_equals_out_of_place(op):
                                                "layout": None})()])
     call_sq(out.T, out=out)  # same memory, other order: the two-array path
     np.testing.assert_array_equal(out, kernel(np.ascontiguousarray(sq.T)))
+
+
+def _reference_and_numba(op, inputs, constants, monkeypatch, variant, domain="", attrs=None):
+    from kernelkit.testing import run_single_op
+
+    monkeypatch.setenv(qtile.ENV, variant)
+    kw = dict(attrs=attrs, passes=False, constants=constants, domain=domain)
+    (got,) = run_single_op(op, inputs, vendors=["numba"], fallback=False, **kw)
+    (want,) = run_single_op(op, inputs, vendors=["reference"], **kw)
+    return got, want
+
+
+CONVS = [  # (x shape, w shape, attrs)
+    ((1, 16, 12, 12), (24, 16, 1, 1), {}),
+    ((2, 5, 11, 9), (8, 5, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 8, 13, 13), (16, 8, 3, 3), dict(pads=[1, 0, 2, 1], strides=[2, 2], dilations=[1, 2])),
+    ((1, 24, 9, 9), (24, 1, 3, 3), dict(group=24, pads=[1, 1, 1, 1])),
+    ((1, 40, 10, 10), (40, 1, 3, 3), dict(group=40, pads=[1, 1, 1, 1], strides=[2, 2])),
+    ((1, 16, 8, 8), (16, 1, 5, 5), dict(group=16, pads=[2, 2, 2, 2], dilations=[2, 1])),
+]
+
+
+@pytest.mark.parametrize("variant", ["off", "generic", "avx2", "vnni512"])
+@pytest.mark.parametrize("case", range(len(CONVS)))
+@pytest.mark.parametrize("x_dtype", ["int8", "uint8"])
+def test_qlinearconv_equals_reference(variant, case, x_dtype, monkeypatch):
+    """QLinearConv on each micro-kernel (and the float32-BLAS path, and the channels-last depthwise
+    kernel) = the reference bit for bit: bias, per-channel scales, a fused Relu."""
+    if variant != "off":
+        _need(variant)
+    xs, ws, attrs = CONVS[case]
+    rng = np.random.default_rng(case)
+    info = np.iinfo(x_dtype)
+    x = rng.integers(info.min, info.max + 1, xs).astype(x_dtype)
+    lim = 64 if variant == "avx2" else 128
+    w = rng.integers(-lim, lim, ws).astype(np.int8)
+    m = ws[0]
+    w_scale = rng.uniform(0.002, 0.01, m).astype(np.float32)
+    bias = rng.integers(-3000, 3000, m).astype(np.int32)
+    inputs = [x, np.float32(0.02), np.array(info.min + 77, x_dtype), w, w_scale, np.zeros(m, np.int8), np.float32(0.3),
+              np.array(5, x_dtype), bias]
+    got, want = _reference_and_numba("QLinearConv", inputs, (3, 4, 5, 8), monkeypatch, variant,
+                                     attrs={**attrs, "activation": "Relu"} if case % 2 else attrs)
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 10
+
+
+@pytest.mark.parametrize("variant", ["off", "generic", "avx2", "vnni512"])
+@pytest.mark.parametrize("rows", [1, 7, 130])
+def test_dynamic_quantize_matmul_equals_reference(variant, rows, monkeypatch):
+    """DynamicQuantizeMatMul (A quantized straight into the panels) and MatMulInteger on each
+    micro-kernel = the reference bit for bit."""
+    if variant != "off":
+        _need(variant)
+    rng = np.random.default_rng(rows)
+    a = rng.standard_normal((rows, 70)).astype(np.float32)
+    lim = 64 if variant == "avx2" else 128
+    b = rng.integers(-lim, lim, (70, 33)).astype(np.int8)
+    inputs = [a, b, rng.uniform(0.01, 0.02, 33).astype(np.float32), np.zeros(33, np.int8),
+              rng.standard_normal(33).astype(np.float32)]
+    got, want = _reference_and_numba("DynamicQuantizeMatMul", inputs, (1, 2, 3, 4), monkeypatch, variant,
+                                     domain="com.microsoft")
+    np.testing.assert_array_equal(got, want)
+    au = rng.integers(0, 256, (rows, 70)).astype(np.uint8)
+    got, want = _reference_and_numba("MatMulInteger", [au, b, np.uint8(9), np.int8(0)], (1, 2, 3), monkeypatch,
+                                     variant)
+    np.testing.assert_array_equal(got, want)

@@ -98,6 +98,61 @@ def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx,
                 dst[U(ow)] = min(max(q, lo_y), hi_y)
 
 
+@jit_parallel
+def _to_channels_last(x, zx, xt, r0, r1):
+    """Rows [r0, r1) of one image (C, H, W) int8/uint8 as int16 ``x - zx`` in (H, W, C) order."""
+    c_n, _, w_n = x.shape
+    for ih in range(r0, r1):
+        for c in range(c_n):
+            src = x[c, ih]
+            for iw in range(w_n):
+                xt[ih, iw, c] = np.int16(np.int32(src[iw]) - zx)
+
+
+@jit_parallel
+def _qdepthwise_cl(xt, w, bias, mult, zy, lo_y, hi_y, kh, kw, sh, sw, dh, dw, ph, pw, ow_n, out, r0, r1):
+    """Output rows [r0, r1) of a depthwise (one channel per group) QLinearConv in channels-last order:
+    ``xt`` (H, W, C) int16 input minus its zero point, ``w`` (kh * kw, C) int32 weights minus theirs;
+    per output pixel the taps inside the image add ``w[tap] * xt[ih, iw]`` over all channels at once
+    (taps outside add (zp - zp) * w = 0, as ONNX's padding with the zero point), in int32 from the
+    bias; then qgemm.requantize's steps (float32 * multiplier, round half to even, + zero point,
+    clamp) into an (OW, C) tile, copied into the NCHW output row by channel. Exact integers: the same
+    int32 sum as the float32 kernel, whose partial sums stay below 2**24."""
+    h_n, w_n, c_n = xt.shape
+    acc = np.empty((ow_n, c_n), np.int32)
+    tile = np.empty((ow_n, c_n), out.dtype)
+    for oh in range(r0, r1):
+        for ow in range(ow_n):
+            a = acc[ow]
+            for c in range(c_n):
+                a[c] = bias[c]
+        for i in range(kh):
+            ih = oh * sh - ph + i * dh
+            if ih < 0 or ih >= h_n:
+                continue
+            for j in range(kw):
+                wt = w[i * kw + j]
+                for ow in range(ow_n):
+                    iw = ow * sw - pw + j * dw
+                    if iw < 0 or iw >= w_n:
+                        continue
+                    a = acc[ow]
+                    src = xt[ih, iw]
+                    for c in range(c_n):
+                        a[c] += wt[c] * np.int32(src[c])
+        for ow in range(ow_n):
+            a = acc[ow]
+            t = tile[ow]
+            for c in range(c_n):
+                q = np.float32(np.rint(np.float32(a[c]) * mult[c])) + zy
+                t[c] = min(max(q, lo_y), hi_y)
+        base = oh * ow_n
+        for c in range(c_n):
+            dst = out[c]
+            for ow in range(ow_n):
+                dst[base + ow] = tile[ow, c]
+
+
 class _IntegerConv(Conv):
     """Shared by ConvInteger and QLinearConv: geometry and im2col scratch from the float Conv,
     ``convolve(x, w, x_zp, w_zp, out, finish)`` calling ``finish(y, acc, has_acc, channels, dst)``
@@ -155,6 +210,10 @@ class _IntegerConv(Conv):
         wf, blocks = self.packed.get(w, w_zero_point, self.reach(x, x_zero_point))
         out4 = out.reshape(n_n, m_n, oh_n * ow_n)
         mg, k_n, l_n = m_n // group, cg * kh * kw, oh_n * ow_n
+        if cg == 1 and group == c_n == m_n and c_n > 1 and requant is not None:  # depthwise: channels last
+            self._depthwise_cl(x4, w, x_zero_point, w_zero_point, out, requant, kh, kw, sh, sw, dh, dw, ph, pw,
+                               oh_n, ow_n)
+            return
         if cg == 1 and group > 1 and blocks == [(0, k_n)] and requant is not None:  # depthwise, requantized
             zx = np.float32(0 if x_zero_point is None else np.asarray(x_zero_point).reshape(()))
             args = (np.ascontiguousarray(x4), wf.reshape(m_n, kh, kw), *requant, out.reshape(n_n, m_n, oh_n, ow_n),
@@ -204,6 +263,37 @@ class _IntegerConv(Conv):
                         channels = slice(g * mg, (g + 1) * mg)
                         finish(y, acc, has_acc, channels, out4[n, channels])
 
+
+    def _depthwise_cl(self, x4, w, x_zero_point, w_zero_point, out, requant, kh, kw, sh, sw, dh, dw, ph, pw,
+                      oh_n, ow_n):
+        """Depthwise QLinearConv channels-last (_qdepthwise_cl): the NCHW planes of a MobileNet's deep
+        layers are small (7x7 with 960 channels), so a loop per plane pays its setup per channel;
+        across the channels the loops are long and vectorise. The weights minus their zero point
+        are transposed to (taps, C) int32 once per weight."""
+        m_n = w.shape[0]
+
+        def make():
+            wi = w.reshape(m_n, kh * kw).astype(np.int32)
+            if w_zero_point is not None:
+                wi = wi - np.asarray(w_zero_point).astype(np.int32).reshape(-1, 1)
+            return np.ascontiguousarray(wi.T)
+
+        hit = self.__dict__.get("_dw_weights")
+        if hit is None or hit[0] is not w or hit[1] is not w_zero_point or w.flags.writeable:
+            hit = self._dw_weights = (w, w_zero_point, make())
+        wt = hit[2]
+        bias, mult, z, lo, hi = requant
+        zx = np.int32(0 if x_zero_point is None else np.asarray(x_zero_point).reshape(()))
+        n_n, c_n, h_n, w_n = x4.shape
+        xt = self.__dict__.get("_dw_xt")
+        if xt is None or xt.shape != (h_n, w_n, c_n):
+            xt = self._dw_xt = np.empty((h_n, w_n, c_n), np.int16)
+        out3 = out.reshape(n_n, m_n, oh_n * ow_n)
+        xc = np.ascontiguousarray(x4)
+        for n in range(n_n):
+            config.parallel_for(_to_channels_last, h_n, (xc[n], zx, xt), 2.0 * c_n * h_n * w_n)
+            args = (xt, wt, bias, mult, z, lo, hi, kh, kw, sh, sw, dh, dw, ph, pw, ow_n, out3[n])
+            config.parallel_for(_qdepthwise_cl, oh_n, args, 2.0 * m_n * oh_n * ow_n * kh * kw)
 
     def _tiled(self, x, x_zero_point, w, w_zero_point, out, requant) -> bool:
         """QLinearConv on an int8 micro-kernel (qtile.rows_gemm) when one takes it: one group,
