@@ -231,6 +231,7 @@ CONVS = [  # (x shape, w shape, attrs)
     ((1, 24, 9, 9), (24, 1, 3, 3), dict(group=24, pads=[1, 1, 1, 1])),
     ((1, 40, 10, 10), (40, 1, 3, 3), dict(group=40, pads=[1, 1, 1, 1], strides=[2, 2])),
     ((1, 16, 8, 8), (16, 1, 5, 5), dict(group=16, pads=[2, 2, 2, 2], dilations=[2, 1])),
+    ((1, 8, 20, 20), (8, 1, 3, 3), dict(group=8, pads=[1, 1, 1, 1])),  # a large plane: the NCHW kernel
 ]
 
 
