@@ -42,7 +42,14 @@ def kernelkit_profile(model, feed, threads: int, runs: int):
     rows = []
     for step in sess.plan.kernel_steps():
         shapes = [sess.graph.spec(i).shape if i else None for i in step.inputs]
-        rows.append((step.op, step.name, best.get(step.name, 0.0), step.key.vendor, shapes[:2]))
+        attrs = dict(getattr(step.node, "attrs", None) or {})
+        op = step.op
+        if op in ("QLinearConv", "ConvInteger"):  # split the convolutions by kind
+            w = shapes[3] if len(shapes) > 3 and op == "QLinearConv" else shapes[1] if len(shapes) > 1 else None
+            group = int(attrs.get("group", 1))
+            kind = "depthwise" if group > 1 else "1x1" if w is not None and tuple(w[2:]) == (1, 1) else "kxk"
+            op = f"{op} {kind}"
+        rows.append((op, step.name, best.get(step.name, 0.0), step.key.vendor, shapes[:2]))
     return rows
 
 

@@ -81,21 +81,26 @@ def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx,
                 for c in range(base + hq * wq, base + size):
                     buf[U(c)] = 0
         acc[:] = 0
-        for i in range(kh):
-            for j in range(kw):
-                wv = w[m, i, j]
-                off = U((((i * dh) % sh) * sw + (j * dw) % sw) * size + ((i * dh) // sh) * wq + (j * dw) // sw)
-                for p in range(span):  # unsigned indices: no wraparound check, so it vectorises
-                    acc[U(p)] += wv * buf[U(p) + off]
+        strip = 2048  # output elements a pass: the strip of acc and the rows of buf it reads stay in L1
+        for s0 in range(0, span, strip):
+            s1 = min(span, s0 + strip)
+            for i in range(kh):
+                for j in range(kw):
+                    wv = w[m, i, j]
+                    off = U((((i * dh) % sh) * sw + (j * dw) % sw) * size + ((i * dh) // sh) * wq + (j * dw) // sw)
+                    for p in range(s0, s1):  # unsigned indices: no wraparound check, so it vectorises
+                        acc[U(p)] += wv * buf[U(p) + off]
         plane = y[n, m]
         bm = bias[m]
         mm = mult[m]
+        for p in range(span):  # requantized in float32 in place: a loop with the int8 store stays scalar
+            q = np.float32(np.rint(np.float32(np.int32(np.int32(acc[U(p)]) + bm)) * mm)) + zy
+            acc[U(p)] = min(max(q, lo_y), hi_y)
         for oh in range(oh_n):
             r0 = oh * wq
             dst = plane[oh]
             for ow in range(ow_n):
-                q = np.float32(np.rint(np.float32(np.int32(np.int32(acc[U(r0 + ow)]) + bm)) * mm)) + zy
-                dst[U(ow)] = min(max(q, lo_y), hi_y)
+                dst[U(ow)] = acc[U(r0 + ow)]
 
 
 @jit_parallel
