@@ -74,8 +74,15 @@ def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx,
                     row = src[ih]
                     for c in range(lo):
                         buf[U(d0 + c)] = 0
-                    for c in range(lo, hi):
-                        buf[U(d0 + c)] = np.float32(row[U(c * sw + shift)]) - zx
+                    if sw == 1:  # contiguous, or a constant stride: vectorises (a run-time stride does not)
+                        for c in range(lo, hi):
+                            buf[U(d0 + c)] = np.float32(row[U(c + shift)]) - zx
+                    elif sw == 2:
+                        for c in range(lo, hi):
+                            buf[U(d0 + c)] = np.float32(row[U(2 * c + shift)]) - zx
+                    else:
+                        for c in range(lo, hi):
+                            buf[U(d0 + c)] = np.float32(row[U(c * sw + shift)]) - zx
                     for c in range(hi, wq):
                         buf[U(d0 + c)] = 0
                 for c in range(base + hq * wq, base + size):
