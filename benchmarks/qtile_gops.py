@@ -1,7 +1,8 @@
 """GOP/s of each int8 GEMM micro-kernel variant (kernelkit_numba.kernels.qtile) this CPU has, against
 onnxruntime's MatMulInteger (one node, B a constant initializer so that it prepacks) and float32 BLAS
 (NumPy), on the GEMM shapes of the quantized models, at one thread. kernelkit's time includes packing
-A and the int32 epilogue (the whole MatMulInteger); B is packed once, as the kernels do.
+A and the int32 epilogue (the whole MatMulInteger); B is packed once, as the kernels do. "micro-kernel
+alone": the best variant's product on A packed beforehand, without the epilogue.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/qtile_gops.py [--repeat 20]
 """
@@ -66,7 +67,7 @@ def main(argv=None):
         has_ort = False
     print(f"CPU features: vnni512={qtile.available('vnni512')} avx2={qtile.available('avx2')}; GOP/s at 1 thread "
           f"(2*M*K*N / median time), 7-bit weights")
-    cols = [*names, "ort MatMulInteger", "fp32 BLAS", "best kk / ort"]
+    cols = [*names, "micro-kernel alone", "ort MatMulInteger", "fp32 BLAS", "best kk / ort"]
     print("| shape (M, K, N) | what | " + " | ".join(cols) + " |")
     print("|---|---|" + "---:|" * len(cols))
     rng = np.random.default_rng(0)
@@ -91,6 +92,15 @@ def main(argv=None):
                 if name != "generic":
                     best = max(best, gops)
                 row.append(f"{gops:.1f}")
+            variant = qtile.VARIANTS[names[-1]]  # the best this CPU has: its product on packed A, no epilogue
+            pb = qpack.PackedB(bt, None, variant.nr)
+            abuf = np.empty(m * pb.kq * 4 + 64, np.uint8)
+            qpack.pack_rows(a, 0, m, False, variant.mr, pb.kq, abuf, np.empty(m, np.int32))
+            cbuf = np.empty(m * pb.n_panels * pb.nr, np.int32)
+            kind = qtile.KIND[variant.name]
+            alone = lambda kind=kind, pb=pb, abuf=abuf, cbuf=cbuf, m=m: qtile.gemm_kind(  # noqa: E731
+                kind, abuf, pb.data, pb.kq, pb.n_panels, cbuf, pb.n_panels * pb.nr, m)
+            row.append(f"{ops / _best(alone, args.repeat) / 1e9:.1f}")
             ort_gops = None
             if has_ort:
                 sess, _ = _ort_session(b, 3)
