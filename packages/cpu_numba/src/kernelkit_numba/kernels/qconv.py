@@ -55,6 +55,8 @@ def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx,
     span = oh_n * wq
     buf = np.empty(sh * sw * size, np.float32)
     acc = np.empty(span, np.float32)
+    o = np.empty(9, np.uint64)  # a 3x3 kernel's tap offsets and weights
+    wv9 = np.empty(9, np.float32)
     for nm in range(q0, q1):
         n = nm // m_n
         m = nm - n * m_n
@@ -87,16 +89,32 @@ def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx,
                         buf[U(d0 + c)] = 0
                 for c in range(base + hq * wq, base + size):
                     buf[U(c)] = 0
-        acc[:] = 0
-        strip = 2048  # output elements a pass: the strip of acc and the rows of buf it reads stay in L1
-        for s0 in range(0, span, strip):
-            s1 = min(span, s0 + strip)
-            for i in range(kh):
-                for j in range(kw):
-                    wv = w[m, i, j]
-                    off = U((((i * dh) % sh) * sw + (j * dw) % sw) * size + ((i * dh) // sh) * wq + (j * dw) // sw)
-                    for p in range(s0, s1):  # unsigned indices: no wraparound check, so it vectorises
-                        acc[U(p)] += wv * buf[U(p) + off]
+        if kh == 3 and kw == 3:  # the nine taps in one pass: acc written once, not read and written 9 times
+            for i in range(3):
+                for j in range(3):
+                    o[i * 3 + j] = U((((i * dh) % sh) * sw + (j * dw) % sw) * size + ((i * dh) // sh) * wq
+                                     + (j * dw) // sw)
+                    wv9[i * 3 + j] = w[m, i, j]
+            o0, o1, o2, o3, o4, o5, o6, o7, o8 = o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8]
+            w0, w1, w2, w3, w4, w5, w6, w7, w8 = (wv9[0], wv9[1], wv9[2], wv9[3], wv9[4], wv9[5], wv9[6], wv9[7],
+                                                  wv9[8])
+            for p in range(span):  # exact integers below 2**24: any order of the sum is the same
+                q = U(p)
+                acc[q] = (w0 * buf[q + o0] + w1 * buf[q + o1] + w2 * buf[q + o2] + w3 * buf[q + o3]
+                          + w4 * buf[q + o4] + w5 * buf[q + o5] + w6 * buf[q + o6] + w7 * buf[q + o7]
+                          + w8 * buf[q + o8])
+        else:
+            acc[:] = 0
+            strip = 2048  # output elements a pass: the strip of acc and the rows of buf it reads stay in L1
+            for s0 in range(0, span, strip):
+                s1 = min(span, s0 + strip)
+                for i in range(kh):
+                    for j in range(kw):
+                        wv = w[m, i, j]
+                        off = U((((i * dh) % sh) * sw + (j * dw) % sw) * size + ((i * dh) // sh) * wq
+                                + (j * dw) // sw)
+                        for p in range(s0, s1):  # unsigned indices: no wraparound check, so it vectorises
+                            acc[U(p)] += wv * buf[U(p) + off]
         plane = y[n, m]
         bm = bias[m]
         mm = mult[m]
