@@ -13,26 +13,26 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KERNELKIT_OPENCL_DEVICE=NVIDIA
 has() { case ",$STEPS," in *",$1,"*) return 0;; esac; return 1; }
 if has retune; then
-  timeout "${RETUNE_S:-200}" $PY benchmarks/gpu/retune_table.py "$OUT" --install --merge --half "" \
+  timeout -k 20 "${RETUNE_S:-170}" $PY benchmarks/gpu/retune_table.py "$OUT" --install --merge --half "" \
     --budget "${BUDGET:-10}" > "$OUT/retune.txt" 2>&1
   echo "retune rc=$?" >> "$OUT/retune.txt"
   tail -n 3 "$OUT/retune.txt"
 fi
 if has tiles; then
-  timeout "${TILES_S:-90}" $PY benchmarks/gpu/sgemm_tiles.py "$OUT" --no-json --sizes 1024,2048,4096 --ptx > "$OUT/tiles.txt" 2>&1
+  timeout -k 10 "${TILES_S:-80}" $PY benchmarks/gpu/sgemm_tiles.py "$OUT" --no-json --sizes 1024,2048,4096 --ptx > "$OUT/tiles.txt" 2>&1
   echo "tiles rc=$?" >> "$OUT/tiles.txt"
   grep -E "^best|registers" "$OUT/tiles.txt" | head -n 40
 fi
 if has bench; then
   mkdir -p /tmp/kk_bench  # run_gpu's other files stay behind (8 files come back at most)
-  OUT=/tmp/kk_bench timeout "${BENCH_S:-200}" $PY benchmarks/gpu/run_gpu.py --skip-conformance --skip-untuned-cold \
+  OUT=/tmp/kk_bench timeout -k 10 "${BENCH_S:-190}" $PY benchmarks/gpu/run_gpu.py --skip-conformance --skip-untuned-cold \
     --skip-extras --repeats "${REPEATS:-3}" > "$OUT/bench.txt" 2>&1
   echo "bench rc=$?" >> "$OUT/bench.txt"
   cp /tmp/kk_bench/results.json "$OUT/" 2>/dev/null
   sed -n '/| benchmark |/,$p' "$OUT/bench.txt" | head -n 80
 fi
 if has tests; then
-  timeout "${TESTS_S:-120}" $PY -m pytest packages/gpu_opencl/tests -q -x -p no:cacheprovider > "$OUT/tests.txt" 2>&1
+  timeout -k 10 "${TESTS_S:-120}" $PY -m pytest packages/gpu_opencl/tests -q -x -p no:cacheprovider > "$OUT/tests.txt" 2>&1
   echo "tests rc=$?" >> "$OUT/tests.txt"
   tail -n 5 "$OUT/tests.txt"
 fi

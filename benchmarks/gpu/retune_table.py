@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -60,11 +61,8 @@ def main() -> int:
     os.environ["KERNELKIT_OPENCL_TUNE_BUDGET"] = str(args.budget)
     os.environ.setdefault("KERNELKIT_OPENCL_DEVICE", "NVIDIA")
 
-    import kernelkit as kk
     from kernelkit_opencl import tuning
-    from kernelkit_opencl.kernels.gemm import GemmCall, run_gemm
     from kernelkit_opencl.runtime import OpenCLDevice
-    from models import MODELS
 
     try:  # the ONNX importer's passes (MatMul + Add -> Gemm): the shapes an imported model has
         import kernelkit_converters.onnx  # noqa: F401
@@ -76,6 +74,29 @@ def main() -> int:
     name = dev.cl_device.name
     print(f"device {name!r}, budget {args.budget} s per search", flush=True)
     todo = [(m, b, False) for m, b in _cases(args.cases)] + [(m, b, True) for m, b in _cases(args.half)]
+    try:
+        _tune(args, dev, todo)
+    except _Stopped:  # out of time (a device call's limit): the table gets what was tuned so far
+        print("stopped by SIGTERM: writing the entries tuned so far", flush=True)
+    _write(args, dev, tuning, t_all)
+    return 0
+
+
+class _Stopped(BaseException):  # not an Exception: the search skips failing candidates
+    pass
+
+
+def _on_term(signum, frame):
+    raise _Stopped
+
+
+def _tune(args, dev, todo) -> None:
+    import kernelkit as kk
+    from kernelkit_opencl import tuning
+    from kernelkit_opencl.kernels.gemm import GemmCall, run_gemm
+    from models import MODELS
+
+    signal.signal(signal.SIGTERM, _on_term)
     for model, batch, half in todo:
         t0, s0 = time.perf_counter(), tuning.searches
         opts = {"opencl_tune": True, "opencl_async_build": False, **({"float16": True} if half else {})}
@@ -91,6 +112,9 @@ def main() -> int:
         run_gemm(dev, GemmCall(n, n, n, n, n, n), a, a, None, c).wait()
         print(f"  SGEMM {n}: {time.perf_counter() - t0:.1f} s", flush=True)
 
+
+def _write(args, dev, tuning, t_all) -> None:
+    name = dev.cl_device.name
     fname = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") + ".json"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -110,7 +134,6 @@ def main() -> int:
     print(f"table {dst}: {n} entries ({splits} split-K, {vec} with 128-bit global loads), "
           f"{tuning.searches} searches, {tuning.search_seconds:.0f} s searching, "
           f"{time.perf_counter() - t_all:.0f} s in all{'; installed' if args.install else ''}", flush=True)
-    return 0
 
 
 if __name__ == "__main__":
