@@ -3,7 +3,8 @@
 # `source .whl/prelude.sh`:  bash benchmarks/gpu/issue12_round.sh OUTDIR [STEPS]
 # STEPS (comma-separated, in this order): retune (regenerate and install the shipped table, merged
 # with the old one), tiles (SGEMM tile sweep with ptxas info), bench (run_gpu.py, the cold/warm
-# start with the installed table), tests (packages/gpu_opencl/tests on the NVIDIA device).
+# start with the installed table; EXTRAS=1 adds the float16 and io_binding rows), tests
+# (packages/gpu_opencl/tests on the NVIDIA device), conf (tests/test_conformance.py -k opencl there).
 # Each step has its own time limit and writes OUTDIR/<step>.txt (at most 8 files come back).
 set -u
 OUT=${1:?output folder}
@@ -24,9 +25,10 @@ if has tiles; then
   grep -E "^best|registers" "$OUT/tiles.txt" | head -n 40
 fi
 if has bench; then
+  SKIPX=--skip-extras; [ -n "${EXTRAS:-}" ] && SKIPX=
   mkdir -p /tmp/kk_bench  # run_gpu's other files stay behind (8 files come back at most)
   OUT=/tmp/kk_bench timeout -k 10 "${BENCH_S:-190}" $PY benchmarks/gpu/run_gpu.py --skip-conformance --skip-untuned-cold \
-    --skip-extras --repeats "${REPEATS:-3}" > "$OUT/bench.txt" 2>&1
+    $SKIPX --repeats "${REPEATS:-3}" > "$OUT/bench.txt" 2>&1
   echo "bench rc=$?" >> "$OUT/bench.txt"
   cp /tmp/kk_bench/results.json "$OUT/" 2>/dev/null
   sed -n '/| benchmark |/,$p' "$OUT/bench.txt" | head -n 80
@@ -35,4 +37,10 @@ if has tests; then
   timeout -k 10 "${TESTS_S:-120}" $PY -m pytest packages/gpu_opencl/tests -q -x -p no:cacheprovider > "$OUT/tests.txt" 2>&1
   echo "tests rc=$?" >> "$OUT/tests.txt"
   tail -n 5 "$OUT/tests.txt"
+fi
+if has conf; then
+  timeout -k 10 "${CONF_S:-120}" $PY -m pytest tests/test_conformance.py -k opencl -q -x -p no:cacheprovider \
+    > "$OUT/conf.txt" 2>&1
+  echo "conf rc=$?" >> "$OUT/conf.txt"
+  tail -n 5 "$OUT/conf.txt"
 fi
