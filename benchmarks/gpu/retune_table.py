@@ -50,6 +50,9 @@ def main() -> int:
     ap.add_argument("--half", default="resnet50:32,mobilenetv2:32,transformer:32",
                     help="cases also tuned with options={'float16': True}")
     ap.add_argument("--budget", type=float, default=20.0, help="seconds of timing per search")
+    ap.add_argument("--share", type=float, default=0.03,
+                    help="a tile the layout already uses wins within this fraction of the best (fewer programs, "
+                         "faster cold start)")
     ap.add_argument("--res", type=int, default=224)
     ap.add_argument("--merge", action="store_true", help="keep the shipped table's entries this run did not tune")
     ap.add_argument("--install", action="store_true", help="also write the table into the installed package")
@@ -59,6 +62,7 @@ def main() -> int:
     os.environ["KERNELKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="kk-retune-")
     os.environ["KERNELKIT_OPENCL_TUNED_TABLES"] = "0"
     os.environ["KERNELKIT_OPENCL_TUNE_BUDGET"] = str(args.budget)
+    os.environ["KERNELKIT_OPENCL_TUNE_SHARE"] = str(args.share)
     os.environ.setdefault("KERNELKIT_OPENCL_DEVICE", "NVIDIA")
 
     from kernelkit_opencl import tuning
@@ -72,7 +76,7 @@ def main() -> int:
     t_all = time.perf_counter()
     dev = OpenCLDevice({"opencl_tune": True})
     name = dev.cl_device.name
-    print(f"device {name!r}, budget {args.budget} s per search", flush=True)
+    print(f"device {name!r}, budget {args.budget} s per search, share {args.share}", flush=True)
     todo = [(m, b, False) for m, b in _cases(args.cases)] + [(m, b, True) for m, b in _cases(args.half)]
     try:
         _tune(args, dev, todo)
