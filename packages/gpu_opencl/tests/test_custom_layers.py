@@ -227,7 +227,9 @@ def test_dump_kernels_writes_builtin_defines(tmp_path, monkeypatch):
     config = write(folder, "leaky.xml", text)
     monkeypatch.setenv("KERNELKIT_DUMP_KERNELS", str(tmp_path / "dump"))
     monkeypatch.setenv("KERNELKIT_CACHE_DIR", str(tmp_path / "cache"))
-    kk.Session(leaky_model((1, 2, 3, 4), alpha=0.3), device="gpu", options={**OPTIONS, "opencl_custom_kernels": config})
+    # built now, not in the background (a GPU's default): the dump exists when the session does
+    kk.Session(leaky_model((1, 2, 3, 4), alpha=0.3), device="gpu",
+               options={**OPTIONS, "opencl_custom_kernels": config, "opencl_async_build": False})
     dumped = [p.read_text() for p in (tmp_path / "dump").glob("*.cl") if "DUMP_PROBE_7361" in p.read_text()]
     assert len(dumped) == 1
     for line in ("#define NUM_INPUTS 1", "#define INPUT0_DIMS (int []){ 1,2,3,4, }",
