@@ -2,7 +2,7 @@
 # Issue 12 (session 4): one device call on the H100. Usage, from the repository root after
 # `source .whl/prelude.sh`:  bash benchmarks/gpu/issue12_round.sh OUTDIR [STEPS]
 # STEPS (comma-separated, in this order): retune (regenerate and install the shipped table, merged
-# with the old one), ab (kernel_times.py with 1x1 convolutions as batched GEMM vs implicit), tiles (SGEMM tile sweep with ptxas info), bench (run_gpu.py, the cold/warm
+# with the old one), ab (kernel_times.py with opencl_pointwise_gemm on and off), tiles (SGEMM tile sweep with ptxas info), bench (run_gpu.py, the cold/warm
 # start with the installed table; EXTRAS=1 adds the float16 and io_binding rows), tests
 # (packages/gpu_opencl/tests on the NVIDIA device), conf (tests/test_conformance.py -k opencl there).
 # Each step has its own time limit and writes OUTDIR/<step>.txt (at most 8 files come back).
@@ -19,16 +19,11 @@ if has retune; then
   echo "retune rc=$?" >> "$OUT/retune.txt"
   tail -n 3 "$OUT/retune.txt"
 fi
-if has ab; then  # kernel times of the 1x1 convolutions as batched GEMM (default) vs implicit GEMM
-  for mode in plain implicit; do
-    MODE=$mode timeout -k 10 "${AB_S:-40}" $PY -c "
-import os, runpy, sys
-import kernelkit_opencl.kernels.conv as conv
-if os.environ['MODE'] == 'implicit':
-    conv.PLAIN_1X1_MIN_HW = 1 << 30
-sys.argv = ['kernel_times.py', os.environ['MODE'], 'resnet50:32,mobilenetv2:32']
-runpy.run_path('benchmarks/gpu/kernel_times.py', run_name='__main__')" >> "$OUT/ab.txt" 2>&1
-    echo "ab $mode rc=$?" >> "$OUT/ab.txt"
+if has ab; then  # kernel times: 1x1 convolutions as batched GEMMs (opencl_pointwise_gemm) vs implicit GEMM
+  for pw in 1 0; do
+    KERNELKIT_OPENCL_POINTWISE_GEMM=$pw timeout -k 10 "${AB_S:-40}" $PY benchmarks/gpu/kernel_times.py \
+      "pointwise=$pw" resnet50:32,mobilenetv2:32 >> "$OUT/ab.txt" 2>&1
+    echo "ab pointwise=$pw rc=$?" >> "$OUT/ab.txt"
   done
   grep -v "^ " "$OUT/ab.txt" | cut -c1-600
 fi

@@ -53,6 +53,8 @@ def main() -> int:
     ap.add_argument("--share", type=float, default=0.03,
                     help="a tile the layout already uses wins within this fraction of the best (fewer programs, "
                          "faster cold start)")
+    ap.add_argument("--no-pointwise", action="store_true",
+                    help="skip the CNN cases' second pass with opencl_pointwise_gemm (its batched-GEMM classes)")
     ap.add_argument("--res", type=int, default=224)
     ap.add_argument("--merge", action="store_true", help="keep the shipped table's entries this run did not tune")
     ap.add_argument("--install", action="store_true", help="also write the table into the installed package")
@@ -102,13 +104,16 @@ def _tune(args, dev, todo) -> None:
 
     signal.signal(signal.SIGTERM, _on_term)
     for model, batch, half in todo:
-        t0, s0 = time.perf_counter(), tuning.searches
-        opts = {"opencl_tune": True, "opencl_async_build": False, **({"float16": True} if half else {})}
-        sess = kk.Session(MODELS[model](batch, args.res), device="gpu", fallback=False, options=opts)
-        sess.run(None, {"x": _feed(model, batch, args.res)})
-        print(f"  {model} b{batch}{' float16' if half else ''}: {tuning.searches - s0} searches, "
-              f"{time.perf_counter() - t0:.1f} s", flush=True)
-        del sess
+        # the default path, then (CNNs) the 1x1 convolutions as batched GEMMs (opencl_pointwise_gemm)
+        for pointwise in (False, True) if model != "transformer" and not args.no_pointwise else (False,):
+            t0, s0 = time.perf_counter(), tuning.searches
+            opts = {"opencl_tune": True, "opencl_async_build": False, "opencl_pointwise_gemm": pointwise,
+                    **({"float16": True} if half else {})}
+            sess = kk.Session(MODELS[model](batch, args.res), device="gpu", fallback=False, options=opts)
+            sess.run(None, {"x": _feed(model, batch, args.res)})
+            print(f"  {model} b{batch}{' float16' if half else ''}{' pointwise' if pointwise else ''}: "
+                  f"{tuning.searches - s0} searches, {time.perf_counter() - t0:.1f} s", flush=True)
+            del sess
     for n in [int(v) for v in args.sgemm.split(",") if v]:
         t0 = time.perf_counter()
         a = dev.upload(np.ones((n, n), np.float32))

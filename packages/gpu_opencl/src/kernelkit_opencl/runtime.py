@@ -224,7 +224,9 @@ class OpenCLDevice(Device):
     ``opencl_out_of_order`` (default: when the device supports it), ``opencl_profile`` (event
     timestamps per kernel), ``opencl_tune`` (GEMM/conv tile search: default on GPUs only),
     ``opencl_async_build`` (programs not yet cached compile in the background while the run goes
-    on, ``_Launcher``: default on GPUs only, off with profiling; also $KERNELKIT_OPENCL_ASYNC_BUILD)."""
+    on, ``_Launcher``: default on GPUs only, off with profiling; also $KERNELKIT_OPENCL_ASYNC_BUILD),
+    ``opencl_pointwise_gemm`` (1x1 convolutions on large images as a batched plain GEMM, conv.py:
+    default off; also $KERNELKIT_OPENCL_POINTWISE_GEMM)."""
 
     name = "gpu"
     asynchronous = True  # launches only enqueue: Session.run_async need not wait for them
@@ -242,6 +244,8 @@ class OpenCLDevice(Device):
         self.profiling = bool(options.get("opencl_profile", False))
         tune = options.get("opencl_tune", os.environ.get("KERNELKIT_OPENCL_TUNE"))
         self.tune = self.platform.is_gpu if tune is None else str(tune).lower() not in ("0", "false", "off", "")
+        pw = options.get("opencl_pointwise_gemm", os.environ.get("KERNELKIT_OPENCL_POINTWISE_GEMM", "0"))
+        self.pointwise_gemm = str(pw).lower() not in ("0", "false", "off", "")
         ab = options.get("opencl_async_build", os.environ.get("KERNELKIT_OPENCL_ASYNC_BUILD"))
         self.async_build = (self.platform.is_gpu if ab is None else str(ab).lower() not in ("0", "false", "off", "")) \
             and not self.profiling
