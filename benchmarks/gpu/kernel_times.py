@@ -24,6 +24,11 @@ def main() -> None:
     import kernelkit_opencl
     from models import MODELS
 
+    try:  # the ONNX importer's passes (MatMul + Add -> Gemm), as run_gpu.py applies them
+        import kernelkit_converters.onnx  # noqa: F401
+    except ImportError:
+        pass
+
     label = sys.argv[1] if len(sys.argv) > 1 else "run"
     cases = [(c.split(":")[0], int(c.split(":")[1]))
              for c in (sys.argv[2] if len(sys.argv) > 2 else "resnet18:1,mobilenetv2:32").split(",")]

@@ -253,9 +253,10 @@ def test_residual_block_fuses_add_and_relu_into_the_numba_conv(rng):
     assert_close(sess.run(None, {"x": x})[0], want)
 
 
-# the depthwise 3x3 pads-1 fast paths (stride 1 straight from x; stride 2 by rows): even and odd
-# maps, maps too small for an interior (1, 2, 3 rows or columns), channel multiplier 2, batch 2
-DW_MAPS = [(14, 14), (7, 7), (15, 12), (1, 1), (2, 2), (3, 3), (1, 9), (9, 2), (112, 5)]
+# the depthwise 3x3 pads-1 fast paths (stride 1 straight from x; stride 2 over stride phases): even
+# and odd maps, maps too small for an interior (1, 2, 3 rows or columns), channel multiplier 2,
+# batch 2, and maps whose stride-2 output takes several accumulator blocks (130x131, 67x140)
+DW_MAPS = [(14, 14), (7, 7), (15, 12), (1, 1), (2, 2), (3, 3), (1, 9), (9, 2), (112, 5), (130, 131), (67, 140)]
 
 
 @pytest.mark.parametrize("stride", [1, 2])
@@ -275,13 +276,18 @@ def test_depthwise3x3_fast_paths(check, rng, stride, hw):
     ((2, 4, 12, 13), (6, 4, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 2]}),
     ((1, 6, 11, 11), (4, 3, 3, 3), {"group": 2, "dilations": [2, 1], "pads": [2, 1, 2, 1]}),
     ((1, 4, 16, 9), (5, 4, 1, 1), {"strides": [2, 2], "activation": "Sigmoid"}),
+    ((1, 3, 10, 17), (4, 3, 3, 5), {"strides": [1, 3], "pads": [1, 4, 0, 2], "dilations": [1, 2]}),
+    ((2, 4, 9, 14), (6, 2, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "group": 2, "dilations": [2, 2]}),
 ])
 @pytest.mark.parametrize("with_z", [False, True])
-def test_conv_im2col_in_blocks_of_rows(check, rng, monkeypatch, x_shape, w_shape, attrs, with_z):
+@pytest.mark.parametrize("phases", [False, True])
+def test_conv_im2col_in_blocks_of_rows(check, rng, monkeypatch, x_shape, w_shape, attrs, with_z, phases):
     """The blocked im2col + GEMM (column matrices over 1 MiB, ``Conv._gemm_blocked``) with the limits
-    lowered so these small maps take it: one or two output rows a block, the last one partial."""
+    lowered so these small maps take it: one or two output rows a block, the last one partial;
+    strided ones packed from column phases (``_im2col_phases``) or gathered."""
     from kernelkit_numba.kernels import conv
 
+    monkeypatch.setattr(conv, "_PHASES_MIN_COLS", 1 if phases else 1 << 30)
     monkeypatch.setattr(conv, "_COL_BYTES", 0)
     monkeypatch.setattr(conv, "_COL_BLOCK_BYTES", 1 << 9)
     monkeypatch.setattr(conv, "_BLOCKED_MIN_COLS", 1)

@@ -45,3 +45,32 @@ def test_matmul_matches_reference(check, batch_a, batch_b, m, k, n, form, act, s
     a = r.uniform(-1, 1, a_shape).astype(np.float32)
     b = r.uniform(-1, 1, b_shape).astype(np.float32)
     check("MatMul", [a, b], {"activation": act[0], "activation_params": list(act[1])})
+
+
+def test_gemm_nt_rows_and_columns(check):
+    """gemm_nt (transB, 2 to 64 rows, 16+ columns): row counts around its blocks of four, column
+    counts with a narrower last group, an odd K, C per column / full / none, alpha, activations."""
+    r = np.random.default_rng(11)
+    for m, k, n in [(2, 7, 16), (3, 1, 17), (5, 33, 19), (8, 64, 22), (13, 9, 1000), (64, 130, 23)]:
+        a = r.uniform(-1, 1, (m, k)).astype(np.float32)
+        b = r.uniform(-1, 1, (n, k)).astype(np.float32)
+        check("Gemm", [a, b, r.uniform(-1, 1, n).astype(np.float32)], {"transB": 1, "activation": "Relu"},
+              constants=(1, 2))
+        check("Gemm", [a, b, r.uniform(-1, 1, (m, n)).astype(np.float32)], {"transB": 1, "alpha": -0.5,
+                                                                           "beta": 2.0}, constants=(1,))
+        check("Gemm", [a, b, None], {"transB": 1, "activation": "Gelu"}, constants=(1,))
+
+
+def test_gemm_nt_kernel_ranges():
+    """gemm_nt writes exactly the column groups it is given (shards meet without overlap)."""
+    from kernelkit.testing import assert_close
+    from kernelkit_numba.kernels.gemm_nt import gemm_nt
+
+    r = np.random.default_rng(3)
+    a = r.uniform(-1, 1, (6, 21)).astype(np.float32)
+    b = r.uniform(-1, 1, (23, 21)).astype(np.float32)
+    y = np.full((6, 23), np.nan, np.float32)
+    gemm_nt(a, b, y, 0, 2)
+    assert np.isnan(y[:, 8:]).all() and not np.isnan(y[:, :8]).any()
+    gemm_nt(a, b, y, 2, 6)
+    assert_close(y, a @ b.T)

@@ -50,3 +50,22 @@ def test_global_pools_match_reference(check, spatial, seed):
     x = np.random.default_rng(seed).uniform(-2, 2, (2, 3, *spatial)).astype(np.float32)
     check("GlobalAveragePool", [x])
     check("GlobalMaxPool", [x])
+
+
+def test_max_pool_separable_edges(check):
+    """The separable float MaxPool: ResNet's 3x3/2 pads 1 on odd and even maps, a dilated window
+    with a wide padding, a window wider than tall, ceil_mode, and NaN inputs (NumPy's maximum
+    propagates them)."""
+    rng = np.random.default_rng(7)
+    cases = [((1, 3, 113, 111), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+             ((2, 2, 12, 12), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+             ((1, 2, 9, 10), {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [1, 2, 0, 2],
+                              "dilations": [2, 2]}),
+             ((1, 2, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+             ((1, 1, 5, 17), {"kernel_shape": [1, 5], "strides": [1, 1], "pads": [0, 2, 0, 2]})]
+    for shape, attrs in cases:
+        x = rng.uniform(-2, 2, shape).astype(np.float32)
+        check("MaxPool", [x], attrs)
+        x.reshape(-1)[:: 7] = np.nan
+        got = check("MaxPool", [x], attrs)[0]
+        assert np.isnan(got).any()

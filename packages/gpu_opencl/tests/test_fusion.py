@@ -45,6 +45,32 @@ def test_residual_add_and_relu_fuse_into_conv(monkeypatch, rng, split, case):
         assert_close(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
 
 
+@pytest.mark.parametrize("split", [1, 2])
+def test_pointwise_conv_on_large_images_runs_as_batched_gemm(monkeypatch, rng, split):
+    """With ``opencl_pointwise_gemm``, a 1x1 stride-1 convolution over >= 784 pixels is a plain GEMM
+    batched over the images (128-bit load tiles, split-K too), bias, residual and Relu fused as
+    before; a padded one or a smaller image stays implicit GEMM."""
+    from kernelkit_opencl.kernels import gemm
+
+    tiles = dict(gemm.GPU_LARGE[1], SPLIT_K=split)
+    monkeypatch.setattr(gemm, "_candidates", lambda dev, call: [tiles])
+    for xs, ws, ys, attrs, plain in [((2, 8, 28, 28), (12, 8, 1, 1), (2, 12, 28, 28), {}, True),
+                                     ((2, 8, 28, 28), (12, 8, 1, 1), (2, 12, 30, 30), {"pads": [1, 1, 1, 1]}, False),
+                                     ((2, 8, 14, 14), (12, 8, 1, 1), (2, 12, 14, 14), {}, False)]:
+        model = _model(xs, ws, ys, attrs, residual_first=False)
+        sess = kk.Session(model, device="gpu", fallback=False,
+                          options={"opencl_tune": False, "opencl_profile": True, "opencl_pointwise_gemm": True})
+        assert [s.op for s in sess.plan.kernel_steps()] == ["Conv"]
+        ref = kk.Session(model, device="cpu", vendors=["reference"], passes=False)
+        for _ in range(3):  # plain, captured, replayed
+            feeds = {"x": rng.standard_normal(xs).astype(np.float32), "r": rng.standard_normal(ys).astype(np.float32)}
+            assert_close(sess.run(None, feeds)[0], ref.run(None, feeds)[0], err_msg=f"{xs} {attrs}")
+        labels = [r["kernel"] for r in sess._devices["gpu"].kernel_profile()]
+        assert any(lb.startswith("gemm 12x784x8 z2") for lb in labels) == plain, labels
+    off = kk.Session(_model(*CASES[0][:3], CASES[0][3], False), device="gpu", fallback=False)  # the default
+    assert not off._devices["gpu"].pointwise_gemm
+
+
 def test_kernels_without_z_are_left_unfused(monkeypatch):
     """A Conv kernel whose signature has no ``z`` (reference, numba and OpenCL all take one) never
     sees a fused residual: the pass leaves Conv -> Add -> Relu alone."""

@@ -158,6 +158,28 @@ def test_every_tile_variant_matches_numpy(device, rng, index):
         assert_close(device.download(out), want.astype(np.float32), err_msg=f"{p} ta={ta} tb={tb}")
 
 
+@pytest.mark.parametrize("index", range(3))
+def test_vector_global_load_tiles_match_numpy(device, rng, index):
+    """The 128-bit global load tiles (``VEC_GLD``, issue 12): operands whose leading dimensions
+    are multiples of 4 take the vector loads, ragged tile edges and the k tail the scalar ones, in
+    every transpose layout, batched, with split-K; a misaligned operand (odd lda) reads scalar."""
+    from kernelkit_opencl.kernels import gemm
+    from kernelkit_opencl.kernels.gemm import GemmCall, _launch
+
+    p = [gemm.GPU_LARGE[0], gemm.GPU_LARGE[5], dict(gemm.GPU_LARGE[2], SPLIT_K=3)][index]
+    for (ta, tb), (M, N, K) in zip([(0, 0), (0, 1), (1, 0), (1, 1)], [(36, 44, 28)] * 3 + [(37, 44, 29)]):
+        a = rng.standard_normal((2, K, M) if ta else (2, M, K)).astype(np.float32)
+        b = rng.standard_normal((N, K) if tb else (K, N)).astype(np.float32)
+        bias = rng.standard_normal(N).astype(np.float32)
+        A, B, C = device.upload(a), device.upload(b), device.upload(bias)
+        out = device.empty((2, M, N), np.float32)
+        call = GemmCall(M, N, K, M if ta else K, K if tb else N, N, bool(ta), bool(tb), batch=2, za=M * K,
+                        zc=M * N, bias_sn=1, alpha=0.5, beta=2.0)
+        _launch(device, call, p, A, B, C, out)
+        want = 0.5 * ((np.swapaxes(a, 1, 2) if ta else a) @ (b.T if tb else b)) + 2.0 * bias
+        assert_close(device.download(out), want.astype(np.float32), err_msg=f"{p} ta={ta} tb={tb}")
+
+
 @pytest.mark.parametrize("split", [1, 3])
 @pytest.mark.parametrize("prefetch", [0, 1, 2])
 def test_implicit_gemm_conv_with_gpu_tiles(monkeypatch, rng, tmp_cache, split, prefetch):

@@ -129,6 +129,9 @@ def test_search_prefers_a_tile_its_kind_already_uses(tables, monkeypatch):
     assert tuning.choose("id|gemm|conv|00|b", CANDS, runner({1: 0.985, 2: 1.0, 4: 3.0}), True) == {"TM": 2}
     assert tuning.choose("id|gemm|conv|00|c", CANDS, runner({1: 0.50, 2: 1.0, 4: 3.0}), True) == {"TM": 1}
     assert tuning.choose("id|gemm|mm|00|d", CANDS, runner({1: 0.98, 2: 1.0, 4: 3.0}), True) == {"TM": 1}
+    # a wider tolerance (table generation: fewer programs) keeps the fastest of the used tiles
+    monkeypatch.setenv(tuning.ENV_SHARE, "0.6")
+    assert tuning.choose("id|gemm|conv|00|e", CANDS, runner({1: 0.75, 2: 0.70, 4: 0.5}), True) == {"TM": 2}
 
 
 def test_known_device_uses_its_table_on_a_real_launch(tables, device, rng):
@@ -253,3 +256,58 @@ def test_background_build_error_is_raised_not_hung(device, tmp_cache):
     with pytest.raises(kk.KernelBuildError, match="undefined_symbol_kk"):
         device.download(out)
     device.synchronize()  # the error was reported once; the device stays usable
+
+
+def test_search_ranks_by_the_device_time_run_reports(tables):
+    """A ``run`` that returns the kernels' device time is ranked by it, not by the host's wall
+    time (which, for short kernels, is enqueue and wait overhead)."""
+    from kernelkit_opencl import tuning
+
+    wall = {1: 0.0, 2: 0.004, 4: 0.002}  # host: TM 1 looks fastest
+    device_s = {1: 3e-3, 2: 1e-3, 4: 2e-3}  # device: TM 2 is
+
+    def run(p):
+        time.sleep(wall[p["TM"]])
+        return device_s[p["TM"]]
+
+    assert tuning.choose("id|gemm|mm|00|dev", CANDS, run, True) == {"TM": 2}
+
+
+def test_time_launches_measures_kernels_on_a_profiling_queue(device, rng):
+    """``time_launches`` runs the launches (results as usual) on a profiling queue of its own,
+    returns their summed device time and leaves the session's profile alone."""
+    from kernelkit_opencl.kernels import gemm
+
+    a = rng.standard_normal((64, 48)).astype(np.float32)
+    b = rng.standard_normal((48, 40)).astype(np.float32)
+    A, B, C = device.upload(a), device.upload(b), device.empty((64, 40), np.float32)
+    call = gemm.GemmCall(64, 40, 48, 48, 40, 40)
+    events_before = len(device._events)
+    took = device.time_launches(lambda: gemm._launch(device, call, dict(gemm.CPU_TILES[1], SPLIT_K=2), A, B, None, C))
+    assert 0 < took < 10 and len(device._events) == events_before
+    assert_close(device.download(C), a @ b)
+    assert device.time_launches(lambda: None) == 0.0
+
+
+def test_split_k_candidates_come_first_where_tiles_are_few():
+    """ResNet-18 batch 1's late convolutions (few output tiles) meet split-K (2..16) first; large
+    shapes get the 128-bit load tiles, and the register-capped builds only on NVIDIA."""
+    from types import SimpleNamespace
+
+    from kernelkit_opencl.kernels import gemm
+
+    def dev(vendor):
+        return SimpleNamespace(platform=SimpleNamespace(is_gpu=True),
+                               cl_device=SimpleNamespace(max_compute_units=132, vendor=vendor))
+
+    late = gemm.GemmCall(512, 49, 4608, 4608, 49, 49)  # layer 4 3x3 conv of ResNet-18 b1
+    cands = gemm._candidates(dev("NVIDIA Corporation"), late)
+    assert cands[0].get("SPLIT_K", 1) > 1
+    assert {p.get("SPLIT_K") for p in cands} >= {2, 4, 8, 16}
+    big = gemm.GemmCall(4096, 4096, 4096, 4096, 4096, 4096)
+    cands = gemm._candidates(dev("NVIDIA Corporation"), big)
+    assert "SPLIT_K" not in cands[0] and all(p in cands for p in gemm.GPU_LARGE + gemm.GPU_NVIDIA)
+    other = gemm._candidates(dev("Intel"), big)
+    assert not any("REGS" in p for p in other) and all(p in other for p in gemm.GPU_LARGE)
+    assert gemm.build_options(gemm.GPU_NVIDIA[0]) == ("-cl-nv-maxrregcount=128",)
+    assert "REGS" not in gemm.program_defines(gemm.GPU_NVIDIA[0])

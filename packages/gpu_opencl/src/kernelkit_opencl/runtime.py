@@ -224,7 +224,9 @@ class OpenCLDevice(Device):
     ``opencl_out_of_order`` (default: when the device supports it), ``opencl_profile`` (event
     timestamps per kernel), ``opencl_tune`` (GEMM/conv tile search: default on GPUs only),
     ``opencl_async_build`` (programs not yet cached compile in the background while the run goes
-    on, ``_Launcher``: default on GPUs only, off with profiling; also $KERNELKIT_OPENCL_ASYNC_BUILD)."""
+    on, ``_Launcher``: default on GPUs only, off with profiling; also $KERNELKIT_OPENCL_ASYNC_BUILD),
+    ``opencl_pointwise_gemm`` (1x1 convolutions on large images as a batched plain GEMM, conv.py:
+    default off; also $KERNELKIT_OPENCL_POINTWISE_GEMM)."""
 
     name = "gpu"
     asynchronous = True  # launches only enqueue: Session.run_async need not wait for them
@@ -242,6 +244,8 @@ class OpenCLDevice(Device):
         self.profiling = bool(options.get("opencl_profile", False))
         tune = options.get("opencl_tune", os.environ.get("KERNELKIT_OPENCL_TUNE"))
         self.tune = self.platform.is_gpu if tune is None else str(tune).lower() not in ("0", "false", "off", "")
+        pw = options.get("opencl_pointwise_gemm", os.environ.get("KERNELKIT_OPENCL_POINTWISE_GEMM", "0"))
+        self.pointwise_gemm = str(pw).lower() not in ("0", "false", "off", "")
         ab = options.get("opencl_async_build", os.environ.get("KERNELKIT_OPENCL_ASYNC_BUILD"))
         self.async_build = (self.platform.is_gpu if ab is None else str(ab).lower() not in ("0", "false", "off", "")) \
             and not self.profiling
@@ -260,6 +264,8 @@ class OpenCLDevice(Device):
         self._events: list[tuple[str, object, str | None]] = []  # (label, event, node) when profiling
         self._capture = None  # a capture.Capture while a run is being recorded
         self._replay_queue = None
+        self._timing: list | None = None  # events of the launches time_launches is timing
+        self._timing_queue = None
         log.info("gpu device %s (out-of-order queue: %s)", self.platform.label, self.out_of_order)
 
     # -- Device interface ------------------------------------------------------------------------
@@ -323,6 +329,8 @@ class OpenCLDevice(Device):
         self.queue.finish()
         if self._replay_queue is not None:
             self._replay_queue.finish()
+        if self._timing_queue is not None:
+            self._timing_queue.finish()
 
     def describe(self) -> str:
         return f"gpu: {self.platform.label}" + (" [out-of-order queue]" if self.out_of_order else "")
@@ -375,8 +383,9 @@ class OpenCLDevice(Device):
             wait.extend(t.alloc.uses)
         gws = tuple(int(g) for g in gws)
         lws = tuple(int(x) for x in lws) if lws else None
+        timing = self._timing
         if kernel.knl is None and not kernel.ready():
-            if self._capture is not None or not self.async_build:
+            if self._capture is not None or not self.async_build or timing is not None:
                 kernel.wait_built()
             else:  # its program still compiles: the launcher enqueues it when built (first runs)
                 return self._defer(kernel, gws, lws, args, wait, inputs, outputs, label)
@@ -384,7 +393,8 @@ class OpenCLDevice(Device):
         try:
             with kernel.lock:
                 plain = kernel.set_args(args)
-                ev = cl.enqueue_nd_range_kernel(self.queue, knl, gws, lws, wait_for=wait or None)
+                ev = cl.enqueue_nd_range_kernel(self.queue if timing is None else self._timing_queue, knl, gws, lws,
+                                                wait_for=wait or None)
         except cl.Error as exc:
             raise KernelExecutionError(f"OpenCL launch of {label or knl.function_name} over {tuple(gws)}"
                                        f"/{lws} on {self.platform.label} failed: {exc}") from exc
@@ -394,11 +404,35 @@ class OpenCLDevice(Device):
         for t in outputs:
             t.events = [ev]
             t.alloc.uses = [ev]
-        if self.profiling:
+        if timing is not None:
+            timing.append(ev)
+        elif self.profiling:
             self._events.append((label or knl.function_name, ev, profiled_node.get()))
         if self._capture is not None:
             self._capture.launch(kernel, plain, gws, lws, label or knl.function_name, inputs, outputs)
         return ev
+
+    def time_launches(self, fn) -> float:
+        """Device seconds of the kernels ``fn()`` launches on this device: they go to a
+        profiling-enabled in-order queue (the session's own queue need not have profiling on) and
+        their events' start-to-end times are summed; waits for them. What the tile search ranks
+        candidates by: the host's wall time of a short launch is mostly enqueue and wait overhead,
+        which would decide between small kernels (ResNet-18 batch 1) instead of the kernels."""
+        cl = _cl()
+        if self._timing_queue is None:
+            self._timing_queue = cl.CommandQueue(self.context, self.cl_device,
+                                                 properties=cl.command_queue_properties.PROFILING_ENABLE)
+        outer, capture = self._timing, self._capture
+        events: list = []
+        self._timing, self._capture = events, None  # nothing timed is recorded into a capture
+        try:
+            fn()
+        finally:
+            self._timing, self._capture = outer, capture
+        if not events:
+            return 0.0
+        cl.wait_for_events(events)
+        return sum(ev.profile.end - ev.profile.start for ev in events) * 1e-9
 
     def _defer(self, kernel, gws, lws, args, wait, inputs, outputs, label):
         """The launch of a kernel whose program is compiling: its gate stands for it (see _Launcher)."""

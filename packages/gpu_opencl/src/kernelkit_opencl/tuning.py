@@ -7,10 +7,14 @@ the tables shipped in ``tuned/*.json`` beside this module are asked next (CLBlas
 :func:`export_table` from a tuned cache), so a known device skips the search; then, if tuning is
 on for the device, :func:`choose` times the candidates (bounded: two runs each after a warm-up,
 a candidate more than twice as slow as the best so far dropped after one, a time budget per
-search) and persists the winner; later sessions and processes read the file. Updates merge under
-a file lock and are written atomically; an unreadable file is ignored with a warning and
-rewritten, and an entry that is not one of the kernel's candidates (``TM: 0``, a missing key) is
-discarded and re-tuned. ``KERNELKIT_OPENCL_TUNED_TABLES=0`` ignores the shipped tables.
+search, ``KERNELKIT_OPENCL_TUNE_BUDGET`` seconds; a tile the same kernel kind already uses wins
+within ``KERNELKIT_OPENCL_TUNE_SHARE`` of the best, default 3 %: fewer programs) and persists the
+winner; later sessions and processes read the file. Candidates are ranked by the kernels' device
+time where ``run`` returns it (OpenCL profiling events: ``OpenCLDevice.time_launches``), else by
+host wall time. Updates merge under a file lock and are written atomically; an unreadable file is
+ignored with a warning and rewritten, and an entry that is not one of the kernel's candidates
+(``TM: 0``, a missing key) is discarded and re-tuned. ``KERNELKIT_OPENCL_TUNED_TABLES=0`` ignores
+the shipped tables.
 """
 from __future__ import annotations
 
@@ -31,8 +35,10 @@ log = logging.getLogger("kernelkit.opencl.tuning")
 
 TABLE_DIR = Path(__file__).parent / "tuned"
 ENV_TABLES = "KERNELKIT_OPENCL_TUNED_TABLES"
+ENV_BUDGET = "KERNELKIT_OPENCL_TUNE_BUDGET"  # seconds per search (table generation: larger)
 SEARCH_BUDGET_S = 3.0  # timing (not building) per search; the best so far wins when it runs out
 SHARE_TOLERANCE = 0.03  # a tile already chosen for this kernel kind wins if within 3 % of the best
+ENV_SHARE = "KERNELKIT_OPENCL_TUNE_SHARE"  # that tolerance (table generation: larger, fewer programs)
 _chosen: dict[str, list[dict]] = {}  # kernel kind (key without the shape) -> tiles chosen so far
 _tables: dict[str, dict] | None = None
 
@@ -183,12 +189,26 @@ def _tile(params: dict) -> dict:
     return {k: v for k, v in params.items() if k != "SPLIT_K"}
 
 
+def _share() -> float:
+    try:
+        return float(os.environ.get(ENV_SHARE, SHARE_TOLERANCE))
+    except ValueError:
+        return SHARE_TOLERANCE
+
+
+def _budget() -> float:
+    try:
+        return float(os.environ.get(ENV_BUDGET, SEARCH_BUDGET_S))
+    except ValueError:
+        return SEARCH_BUDGET_S
+
+
 def _search(key: str, candidates: list[dict], run, repeats: int, build) -> dict:
     if build is not None:
         prebuild(build, candidates)
     best, best_t = None, float("inf")
     timings: list[tuple[float, dict]] = []
-    deadline = time.perf_counter() + SEARCH_BUDGET_S
+    deadline = time.perf_counter() + _budget()
     for params in progress.iterate(candidates, f"OpenCL tuning: {key}"):
         if best is not None and time.perf_counter() > deadline:
             log.info("tuning %s: time budget spent, %s kept", key, best)
@@ -198,8 +218,10 @@ def _search(key: str, candidates: list[dict], run, repeats: int, build) -> dict:
             t = float("inf")
             for _ in range(repeats):  # the fastest of a few runs: robust to noise
                 t0 = time.perf_counter()
-                run(params)
-                t = min(t, time.perf_counter() - t0)
+                took = run(params)
+                # ``run`` returns the kernels' device time where it can measure it (events of a
+                # profiling queue: what the launches cost, not the host's enqueue and wait)
+                t = min(t, float(took) if isinstance(took, (int, float)) and took > 0 else time.perf_counter() - t0)
                 if t > 2 * best_t:  # early stop: clearly slower than the best so far
                     break
         except Exception as exc:  # noqa: BLE001 - a candidate the device cannot run is skipped
@@ -215,9 +237,11 @@ def _search(key: str, candidates: list[dict], run, repeats: int, build) -> dict:
     used = _chosen.setdefault(kind, [])
     tile = _tile(best)
     if tile not in used:
-        near = [p for t, p in timings if t <= best_t * (1 + SHARE_TOLERANCE) and _tile(p) in used]
-        if near:
-            best, tile = near[0], _tile(near[0])
+        near = sorted(((t, i) for i, (t, p) in enumerate(timings)
+                       if t <= best_t * (1 + _share()) and _tile(p) in used))
+        if near:  # the fastest of them
+            best = timings[near[0][1]][1]
+            tile = _tile(best)
     if tile not in used:
         used.append(tile)
     log.info("tuned %s -> %s (%.3f ms)", key, best, best_t * 1e3)

@@ -1,7 +1,7 @@
 """Flatten: collapse the dims before ``axis`` into one and the dims from ``axis`` on into another."""
 from __future__ import annotations
 
-import numpy as np
+import math
 
 from ..dtypes import ALL_TYPES
 from ..ir import TensorSpec
@@ -23,7 +23,7 @@ def _rule(ctx: InferContext) -> TensorSpec:
 @register_kernel("Flatten", device="cpu", vendor="reference", dtype=ALL_TYPES, priority=-100)
 def flatten(x, *, axis=1):
     axis = axis + x.ndim if axis < 0 else axis
-    return x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), int(np.prod(x.shape[axis:], dtype=np.int64)))
+    return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))  # math.prod: np.prod cost ~10 us a call
 
 
 def _samples(rng, dtype):

@@ -74,6 +74,55 @@ def _im2col_rows(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, oh0, oh1, r
 
 
 @jit_parallel
+def _im2col_phases(xph, col, kh, kw, sh, sw, dh, dw, ph, pw, w_n, oh_n, ow_n, oh0, oh1, r0, r1):
+    """``_im2col_rows`` for a strided convolution from the column phases of the input,
+    ``xph[b, c, h, q] = x[c, h, q*sw + b]`` (``column_phases``): tap (i, j) reads phase
+    b = (j*dw - pw) mod sw at columns ow + (j*dw - pw) // sw, so every row of the column matrix
+    is a unit-stride copy (a vector loop) where the direct version gathers every sw-th element
+    (the 7x7/2 stem's columns: 2 cycles an element). Rows [r0, r1) of output rows [oh0, oh1)."""
+    c_n, h_n, wq = xph.shape[1], xph.shape[2], xph.shape[3]
+    taps = kh * kw
+    cols = (oh1 - oh0) * ow_n
+    xf = xph.reshape(xph.size)
+    cf = col.reshape(col.shape[0] * col.shape[1])
+    for r in range(r0, r1):
+        c = r // taps
+        i = (r - c * taps) // kw
+        j = r - c * taps - i * kw
+        off = j * dw - pw
+        b = off % sw  # Python's modulo: 0 <= b < sw
+        shift = (off - b) // sw
+        width = (w_n - b + sw - 1) // sw  # columns of phase b
+        lo, hi = tap_range(shift, 1, width, ow_n)
+        for oh in range(oh0, oh1):
+            d0 = U(r * cols + (oh - oh0) * ow_n)
+            h = oh * sh - ph + i * dh
+            if h < 0 or h >= h_n:
+                for ow in range(ow_n):
+                    cf[d0 + U(ow)] = 0
+                continue
+            s0 = ((b * c_n + c) * h_n + h) * wq + shift  # signed: s0 + ow >= 0 for ow >= lo
+            for ow in range(lo):
+                cf[d0 + U(ow)] = 0
+            for ow in range(lo, hi):
+                cf[d0 + U(ow)] = xf[U(s0 + ow)]
+            for ow in range(hi, ow_n):
+                cf[d0 + U(ow)] = 0
+
+
+def column_phases(xs, sw: int, out=None):
+    """(sw, C, H, ceil(W / sw)) array of ``xs[:, :, b::sw]`` for each b (the last column of a phase
+    that has one fewer is left as is: ``_im2col_phases`` never reads it)."""
+    c_n, h_n, w_n = xs.shape
+    wq = -(-w_n // sw)
+    xph = np.empty((sw, c_n, h_n, wq), xs.dtype) if out is None else out
+    for b in range(sw):
+        width = (w_n - b + sw - 1) // sw
+        xph[b, :, :, :width] = xs[:, :, b::sw]
+    return xph
+
+
+@jit_parallel
 def _conv_depthwise(x, w, bias, y, sh, sw, dh, dw, ph, pw, code, p0, p1, zx, q0, q1):
     """Convolution with one input channel per group (depthwise, any channel multiplier: output m
     reads channel m // mult), any stride and dilation, as contiguous multiply-adds.
@@ -237,45 +286,69 @@ def _dw3x3_at(xf, wf, xb, k, oh, ow, st, h_n, w_n, beta, code, p0, p1):
 
 @jit_parallel
 def _depthwise3x3s2(x, w, bias, y, code, p0, p1, q0, q1):
-    """Depthwise 3x3, stride 2, pads 1 (MobileNet's down-sampling blocks), straight from x into y:
-    per output row one pass over the columns whose window lies inside the plane, nine stride-2
-    loads (LLVM vectorises them as interleaved loads) and FMAs per output; the rest of the
-    border with bounds checks. Planes ``[q0, q1)`` of the flattened (N, M)."""
+    """Depthwise 3x3, stride 2, pads 1 (MobileNet's down-sampling blocks). Each plane is split once
+    into the four stride phases of its zero-padded input, ``phase[a, b][r, c] = padded[2r + a,
+    2c + b]`` (rows of wq = OW + 1; both column phases of an input row written in one loop, which
+    LLVM loads as one interleaved group), so that tap (i, j) of output (oh, ow) reads phase
+    (i % 2, j % 2) at (oh + i // 2, ow + j // 2): over a block of output rows flattened (rows of
+    wq, the last column of each computed and dropped) every output is nine unit-stride loads at
+    fixed offsets and FMAs, one long vector loop. The direct loop with stride-2 loads (gathers,
+    rows of OW) took 1.2-2x as long (1x96x112x112: 0.62 vs 0.31 ms; benchmarks/
+    bench_depthwise_s2.py). The padding is zeroed once per call: every plane writes the same
+    other places. Planes ``[q0, q1)`` of the flattened (N, M)."""
     n_n, c_n, h_n, w_n = x.shape
     m_n, oh_n, ow_n = w.shape[0], y.shape[2], y.shape[3]
     mult = m_n // c_n
     xf = x.reshape(x.size)
     yf = y.reshape(y.size)
     wf = w.reshape(w.size)
+    hq, wq = oh_n + 1, ow_n + 1
+    size = hq * wq + 1  # one phase, plus the overrun of the last row's dropped column
+    rows = max(1, min(oh_n, _DW_BLOCK // wq))
+    buf = np.zeros(4 * size, y.dtype)  # the padding: every plane writes the same other places
+    acc = np.empty(rows * wq, y.dtype)
     hw, ohw = h_n * w_n, oh_n * ow_n
-    r_lo, r_hi = 1, min(oh_n, (h_n - 2) // 2 + 1)  # rows 2*oh - 1 >= 0 and 2*oh + 1 <= h_n - 1
-    c_lo, c_hi = 1, min(ow_n, (w_n - 2) // 2 + 1)
+    half = w_n // 2
     for nm in range(q0, q1):
         n = nm // m_n
         m = nm - n * m_n
-        xb = U((n * c_n + m // mult) * hw)
-        yb = U(nm * ohw)
+        xb = (n * c_n + m // mult) * hw
+        for h in range(h_n):
+            a = (h + 1) % 2  # padded row h + 1: phase row (h + 1) // 2
+            r = (h + 1) // 2
+            odd_cols = U((a * 2 + 1) * size + r * wq)  # column 2t -> padded 2t + 1: phase (a, 1) at t
+            even_cols = U((a * 2) * size + r * wq + 1)  # column 2t + 1 -> padded 2t + 2: phase (a, 0) at t + 1
+            s0 = U(xb + h * w_n)
+            for t in range(half):  # a column pair per step: one interleaved group of loads
+                buf[odd_cols + U(t)] = xf[s0 + U(2 * t)]
+                buf[even_cols + U(t)] = xf[s0 + U(2 * t + 1)]
+            if w_n % 2:
+                buf[odd_cols + U(half)] = xf[s0 + U(w_n - 1)]
         k = U(9 * m)
         w0, w1, w2, w3, w4, w5, w6, w7, w8 = (wf[k], wf[k + U(1)], wf[k + U(2)], wf[k + U(3)], wf[k + U(4)],
                                               wf[k + U(5)], wf[k + U(6)], wf[k + U(7)], wf[k + U(8)])
         beta = bias[m]
-        for oh in range(r_lo, r_hi):
-            a = xb + U((2 * oh - 1) * w_n - 1)  # the window's top-left corner at ow = 0
-            b = a + U(w_n)
-            c = b + U(w_n)
-            d = yb + U(oh * ow_n)
-            for ow in range(c_lo, c_hi):
-                q = U(2 * ow)
-                v = (beta + w0 * xf[a + q] + w1 * xf[a + q + U(1)] + w2 * xf[a + q + U(2)] + w3 * xf[b + q]
-                     + w4 * xf[b + q + U(1)] + w5 * xf[b + q + U(2)] + w6 * xf[c + q] + w7 * xf[c + q + U(1)]
-                     + w8 * xf[c + q + U(2)])
-                yf[d + U(ow)] = min(max(v, p0), p1) if code == CLIP else v
-        for oh in range(oh_n):  # the border
-            inner = r_lo <= oh < r_hi
-            for ow in range(ow_n):
-                if inner and c_lo <= ow < c_hi:
-                    continue
-                yf[yb + U(oh * ow_n + ow)] = _dw3x3_at(xf, wf, xb, k, oh, ow, 2, h_n, w_n, beta, code, p0, p1)
+        yb = nm * ohw
+        for r0 in range(0, oh_n, rows):
+            r1 = min(oh_n, r0 + rows)
+            span = (r1 - r0) * wq
+            t00 = U(r0 * wq)  # phase (0, 0) at (r0, 0); the taps' offsets from it
+            t01, t10, t11 = t00 + U(size), t00 + U(2 * size), t00 + U(3 * size)
+            row, one = U(wq), U(1)
+            for p in range(span):
+                q = U(p)
+                acc[q] = (beta + w0 * buf[t00 + q] + w1 * buf[t01 + q] + w2 * buf[t00 + q + one]
+                          + w3 * buf[t10 + q] + w4 * buf[t11 + q] + w5 * buf[t10 + q + one]
+                          + w6 * buf[t00 + q + row] + w7 * buf[t01 + q + row] + w8 * buf[t00 + q + row + one])
+            for oh in range(r0, r1):
+                s = U((oh - r0) * wq)
+                d = U(yb + oh * ow_n)
+                if code == CLIP:
+                    for ow in range(ow_n):
+                        yf[d + U(ow)] = min(max(acc[s + U(ow)], p0), p1)
+                else:
+                    for ow in range(ow_n):
+                        yf[d + U(ow)] = acc[s + U(ow)]
 
 
 def supports_1d_2d(specs, attrs) -> bool:
@@ -449,13 +522,17 @@ class Conv(NumbaKernel):
                         np.matmul(wg[r0:r1], col[:, c0:c1], out=ymat[r0:r1, c0:c1])
                     bias_act_block(ymat, bg, r0, r1, c0, c1, code, p0, p1, zmat)
 
-                config.run_shards(tile, m_tiles * p_tiles)
+                if m_tiles * p_tiles == 1:  # one tile: on this thread, no pool hand-off
+                    tile(0)
+                else:
+                    config.run_shards(tile, m_tiles * p_tiles)
 
 
     def _gemm_blocked(self, x4, wmat, y, group, bias, z):
-        """im2col + GEMM in blocks of output rows whose columns fill about ``_COL_BLOCK_BYTES``
-        (L2), each block packed, multiplied and finished by one shard before the next: a large
-        column matrix (the 7x7 stem's is 147 x 12544, 7.4 MB) is never written to memory whole."""
+        """im2col + GEMM in blocks of output rows whose columns fill about ``_COL_BLOCK_BYTES``,
+        each block packed, multiplied and finished by one shard before the next: a large column
+        matrix (the 7x7 stem's is 147 x 12544, 7.4 MB) is never written to memory whole. Strided
+        convolutions with wide outputs pack from the input's column phases (``_im2col_phases``)."""
         (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = self._geom
         n_n, c_n = x4.shape[:2]
         mg, k_n = wmat.shape[1:]
@@ -463,19 +540,28 @@ class Conv(NumbaKernel):
         l_n = oh_n * ow_n
         code, p0, p1 = self.act
         rows = max(1, min(oh_n, _COL_BLOCK_BYTES // (k_n * x4.itemsize * ow_n)))
+        threads = config.current_threads()
+        if threads > 1:  # at least two blocks a thread: a block is one shard
+            rows = max(1, min(rows, -(-oh_n // (2 * threads))))
         blocks = -(-oh_n // rows)
+        phased = sw > 1 and ow_n >= _PHASES_MIN_COLS
         for n in range(n_n):
             for g in range(group):
                 xs = x4[n, g * cg:(g + 1) * cg]
+                xph = column_phases(xs, sw) if phased else xs
                 ymat = y[n, g * mg:(g + 1) * mg].reshape(mg, l_n)
                 zmat = None if z is None else z[n, g * mg:(g + 1) * mg].reshape(mg, l_n)
                 wg, bg = wmat[g], bias[g * mg:(g + 1) * mg]
 
-                def block(t, xs=xs, wg=wg, ymat=ymat, bg=bg, zmat=zmat):
+                def block(t, xs=xs, xph=xph, wg=wg, ymat=ymat, bg=bg, zmat=zmat):
                     oh0, oh1 = t * rows, min(oh_n, (t + 1) * rows)
                     c0, c1 = oh0 * ow_n, oh1 * ow_n
                     buf = config.thread_buffer("conv_columns", k_n * (c1 - c0), x4.dtype).reshape(k_n, c1 - c0)
-                    _im2col_rows(xs, buf, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, oh0, oh1, 0, k_n)
+                    if phased:
+                        _im2col_phases(xph, buf, kh, kw, sh, sw, dh, dw, ph, pw, xs.shape[2], oh_n, ow_n, oh0, oh1,
+                                       0, k_n)
+                    else:
+                        _im2col_rows(xs, buf, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, oh0, oh1, 0, k_n)
                     np.matmul(wg, buf, out=ymat[:, c0:c1])
                     bias_act_block(ymat, bg, 0, mg, c0, c1, code, p0, p1, zmat)
 
@@ -483,7 +569,10 @@ class Conv(NumbaKernel):
 
 
 _COL_BYTES = 1 << 20  # column matrices larger than this are packed and multiplied in blocks
-_COL_BLOCK_BYTES = 1 << 19  # the column block of one shard: about half an L2
+_COL_BLOCK_BYTES = 1 << 21  # the column block of one shard (L2 + L3): 512 KiB blocks ran the 7x7/2 stem
+# and 3x3/2 64->128 at 56x56 1.0-1.05x slower at one thread (benchmarks/bench_conv_blocks.py)
+_PHASES_MIN_COLS = 64  # strided convs with this many output columns pack from column phases (the
+# 7x7/2 stem's columns: 0.25 vs 0.54 ms at one thread); at 28 columns (3x3/2 on 56x56) they tie
 _BLOCKED_MIN_COLS = 128  # fewer output pixels (7x7 maps): one GEMM over the whole column matrix
 
 

@@ -12,6 +12,7 @@ from kernelkit.registry import register_kernel
 
 from .. import config
 from .._base import NumbaKernel
+from . import gemm_nt
 from .conv import _edge, tile_grid
 from .epilogue import NONE, scale_bias_act_cols
 
@@ -60,9 +61,33 @@ def tiled_matmul(a, b, out, epilogue=None) -> None:
         config.run_shards(tile, rows * cols)
 
 
+def nt_matmul(a, bt, out, epilogue=None) -> None:
+    """out (M, N) = a (M, K) @ bt.T for bt (N, K) by ``gemm_nt`` (a few rows: see gemm_nt.py), its
+    column groups of four cut into shards; ``epilogue(r0, r1, c0, c1)`` runs on each finished
+    shard. One shard runs on the calling thread."""
+    m, n = out.shape
+    groups = -(-n // 4)
+    tiles = min(groups, tile_count(2.0 * m * n * a.shape[1]))
+    if tiles <= 1:
+        gemm_nt.gemm_nt(a, bt, out, 0, groups)
+        if epilogue is not None:
+            epilogue(0, m, 0, n)
+        return
+
+    def shard(t):
+        g0, g1 = t * groups // tiles, (t + 1) * groups // tiles
+        gemm_nt.gemm_nt(a, bt, out, g0, g1)
+        if epilogue is not None:
+            epilogue(0, m, 4 * g0, min(n, 4 * g1))
+
+    config.run_shards(shard, tiles)
+
+
 @register_kernel("Gemm", device="cpu", vendor="numba", dtype="float32")
 class Gemm(NumbaKernel):
-    """Y = act(alpha * A' @ B' + beta * C), A' = A.T if transA, B' = B.T if transB."""
+    """Y = act(alpha * A' @ B' + beta * C), A' = A.T if transA, B' = B.T if transB. With transB
+    (B stored (N, K), as exported Linear layers are) and 2 to 64 rows: ``gemm_nt`` (dot products
+    along contiguous K; 1.3-4x BLAS on the transposed operand), else BLAS tiles."""
 
     uses_blas = True
 
@@ -93,7 +118,11 @@ class Gemm(NumbaKernel):
                 scale_bias_act_cols(y, alpha, bias, beta, code, p0, p1, r0, r1, c0, c1)
         else:
             epilogue = None
-        tiled_matmul(lhs, rhs, y, epilogue)
+        if (at.get("transB", 0) and not at.get("transA", 0) and dtype == np.float32 and b.ndim == 2
+                and gemm_nt.usable(y.shape[0], n)):
+            nt_matmul(np.ascontiguousarray(a), np.ascontiguousarray(b), y, epilogue)
+        else:
+            tiled_matmul(lhs, rhs, y, epilogue)
         if not fused:
             y *= alpha
             y += beta * c

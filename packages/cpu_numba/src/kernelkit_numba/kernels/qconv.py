@@ -17,6 +17,7 @@ from kernelkit.registry import register_kernel
 
 from .. import config
 from ..config import jit_parallel
+from . import qpack, qtile
 from ._range import tap_range
 from .conv import Conv, U, _conv_depthwise, _edge, _im2col, supports_1d_2d, tile_grid
 from .epilogue import NONE
@@ -54,6 +55,8 @@ def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx,
     span = oh_n * wq
     buf = np.empty(sh * sw * size, np.float32)
     acc = np.empty(span, np.float32)
+    o = np.empty(9, np.uint64)  # a 3x3 kernel's tap offsets and weights
+    wv9 = np.empty(9, np.float32)
     for nm in range(q0, q1):
         n = nm // m_n
         m = nm - n * m_n
@@ -73,28 +76,111 @@ def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx,
                     row = src[ih]
                     for c in range(lo):
                         buf[U(d0 + c)] = 0
-                    for c in range(lo, hi):
-                        buf[U(d0 + c)] = np.float32(row[U(c * sw + shift)]) - zx
+                    if sw == 1:  # contiguous, or a constant stride: vectorises (a run-time stride does not)
+                        for c in range(lo, hi):
+                            buf[U(d0 + c)] = np.float32(row[U(c + shift)]) - zx
+                    elif sw == 2:
+                        for c in range(lo, hi):
+                            buf[U(d0 + c)] = np.float32(row[U(2 * c + shift)]) - zx
+                    else:
+                        for c in range(lo, hi):
+                            buf[U(d0 + c)] = np.float32(row[U(c * sw + shift)]) - zx
                     for c in range(hi, wq):
                         buf[U(d0 + c)] = 0
                 for c in range(base + hq * wq, base + size):
                     buf[U(c)] = 0
-        acc[:] = 0
-        for i in range(kh):
-            for j in range(kw):
-                wv = w[m, i, j]
-                off = U((((i * dh) % sh) * sw + (j * dw) % sw) * size + ((i * dh) // sh) * wq + (j * dw) // sw)
-                for p in range(span):  # unsigned indices: no wraparound check, so it vectorises
-                    acc[U(p)] += wv * buf[U(p) + off]
+        if kh == 3 and kw == 3:  # the nine taps in one pass: acc written once, not read and written 9 times
+            for i in range(3):
+                for j in range(3):
+                    o[i * 3 + j] = U((((i * dh) % sh) * sw + (j * dw) % sw) * size + ((i * dh) // sh) * wq
+                                     + (j * dw) // sw)
+                    wv9[i * 3 + j] = w[m, i, j]
+            o0, o1, o2, o3, o4, o5, o6, o7, o8 = o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8]
+            w0, w1, w2, w3, w4, w5, w6, w7, w8 = (wv9[0], wv9[1], wv9[2], wv9[3], wv9[4], wv9[5], wv9[6], wv9[7],
+                                                  wv9[8])
+            for p in range(span):  # exact integers below 2**24: any order of the sum is the same
+                q = U(p)
+                acc[q] = (w0 * buf[q + o0] + w1 * buf[q + o1] + w2 * buf[q + o2] + w3 * buf[q + o3]
+                          + w4 * buf[q + o4] + w5 * buf[q + o5] + w6 * buf[q + o6] + w7 * buf[q + o7]
+                          + w8 * buf[q + o8])
+        else:
+            acc[:] = 0
+            strip = 2048  # output elements a pass: the strip of acc and the rows of buf it reads stay in L1
+            for s0 in range(0, span, strip):
+                s1 = min(span, s0 + strip)
+                for i in range(kh):
+                    for j in range(kw):
+                        wv = w[m, i, j]
+                        off = U((((i * dh) % sh) * sw + (j * dw) % sw) * size + ((i * dh) // sh) * wq
+                                + (j * dw) // sw)
+                        for p in range(s0, s1):  # unsigned indices: no wraparound check, so it vectorises
+                            acc[U(p)] += wv * buf[U(p) + off]
         plane = y[n, m]
         bm = bias[m]
         mm = mult[m]
+        for p in range(span):  # requantized in float32 in place: a loop with the int8 store stays scalar
+            q = np.float32(np.rint(np.float32(np.int32(np.int32(acc[U(p)]) + bm)) * mm)) + zy
+            acc[U(p)] = min(max(q, lo_y), hi_y)
         for oh in range(oh_n):
             r0 = oh * wq
             dst = plane[oh]
             for ow in range(ow_n):
-                q = np.float32(np.rint(np.float32(np.int32(np.int32(acc[U(r0 + ow)]) + bm)) * mm)) + zy
-                dst[U(ow)] = min(max(q, lo_y), hi_y)
+                dst[U(ow)] = acc[U(r0 + ow)]
+
+
+@jit_parallel
+def _to_channels_last(x, zx, xt, r0, r1):
+    """Rows [r0, r1) of one image (C, H, W) int8/uint8 as int16 ``x - zx`` in (H, W, C) order."""
+    c_n, _, w_n = x.shape
+    for ih in range(r0, r1):
+        for c in range(c_n):
+            src = x[c, ih]
+            for iw in range(w_n):
+                xt[ih, iw, c] = np.int16(np.int32(src[iw]) - zx)
+
+
+@jit_parallel
+def _qdepthwise_cl(xt, w, bias, mult, zy, lo_y, hi_y, kh, kw, sh, sw, dh, dw, ph, pw, ow_n, out, r0, r1):
+    """Output rows [r0, r1) of a depthwise (one channel per group) QLinearConv in channels-last order:
+    ``xt`` (H, W, C) int16 input minus its zero point, ``w`` (kh * kw, C) int32 weights minus theirs;
+    per output pixel the taps inside the image add ``w[tap] * xt[ih, iw]`` over all channels at once
+    (taps outside add (zp - zp) * w = 0, as ONNX's padding with the zero point), in int32 from the
+    bias; then qgemm.requantize's steps (float32 * multiplier, round half to even, + zero point,
+    clamp) into an (OW, C) tile, copied into the NCHW output row by channel. Exact integers: the same
+    int32 sum as the float32 kernel, whose partial sums stay below 2**24."""
+    h_n, w_n, c_n = xt.shape
+    acc = np.empty((ow_n, c_n), np.int32)
+    tile = np.empty((ow_n, c_n), out.dtype)
+    for oh in range(r0, r1):
+        for ow in range(ow_n):
+            a = acc[ow]
+            for c in range(c_n):
+                a[c] = bias[c]
+        for i in range(kh):
+            ih = oh * sh - ph + i * dh
+            if ih < 0 or ih >= h_n:
+                continue
+            for j in range(kw):
+                wt = w[i * kw + j]
+                for ow in range(ow_n):
+                    iw = ow * sw - pw + j * dw
+                    if iw < 0 or iw >= w_n:
+                        continue
+                    a = acc[ow]
+                    src = xt[ih, iw]
+                    for c in range(c_n):
+                        a[c] += wt[c] * np.int32(src[c])
+        for ow in range(ow_n):
+            a = acc[ow]
+            t = tile[ow]
+            for c in range(c_n):
+                q = np.float32(np.rint(np.float32(a[c]) * mult[c])) + zy
+                t[c] = min(max(q, lo_y), hi_y)
+        base = oh * ow_n
+        for c in range(c_n):
+            dst = out[c]
+            for ow in range(ow_n):
+                dst[base + ow] = tile[ow, c]
 
 
 class _IntegerConv(Conv):
@@ -102,6 +188,12 @@ class _IntegerConv(Conv):
     ``convolve(x, w, x_zp, w_zp, out, finish)`` calling ``finish(y, acc, has_acc, channels, dst)``
     per image and group with float32 exact block results (channels: a slice of output channels,
     dst: the (channels, pixels) view of the output to write)."""
+
+    # depthwise channels-last below this many output pixels (any stride) or, strided, below CL_STRIDED:
+    # measured on MobileNetV2's layers (1 thread, AMD EPYC znver4): 960x7x7 119 us vs 262 NCHW,
+    # 576x14x14 s2 131 vs 246, 384x14x14 163 vs 182, 144x56x56 s2 383 vs 446; NCHW wins on the large
+    # stride-1 planes (32x112x112 429 vs 880, 192x28x28 206 vs 293)
+    CL_PIXELS, CL_STRIDED = 256, 1024
 
     def setup(self, input_specs):
         self._geom_key = None
@@ -154,6 +246,12 @@ class _IntegerConv(Conv):
         wf, blocks = self.packed.get(w, w_zero_point, self.reach(x, x_zero_point))
         out4 = out.reshape(n_n, m_n, oh_n * ow_n)
         mg, k_n, l_n = m_n // group, cg * kh * kw, oh_n * ow_n
+        pixels = oh_n * ow_n
+        small = pixels <= self.CL_PIXELS or (max(sh, sw) > 1 and pixels <= self.CL_STRIDED)
+        if cg == 1 and group == c_n == m_n and c_n > 1 and requant is not None and small:  # channels last
+            self._depthwise_cl(x4, w, x_zero_point, w_zero_point, out, requant, kh, kw, sh, sw, dh, dw, ph, pw,
+                               oh_n, ow_n)
+            return
         if cg == 1 and group > 1 and blocks == [(0, k_n)] and requant is not None:  # depthwise, requantized
             zx = np.float32(0 if x_zero_point is None else np.asarray(x_zero_point).reshape(()))
             args = (np.ascontiguousarray(x4), wf.reshape(m_n, kh, kw), *requant, out.reshape(n_n, m_n, oh_n, ow_n),
@@ -203,6 +301,86 @@ class _IntegerConv(Conv):
                         channels = slice(g * mg, (g + 1) * mg)
                         finish(y, acc, has_acc, channels, out4[n, channels])
 
+
+    def _depthwise_cl(self, x4, w, x_zero_point, w_zero_point, out, requant, kh, kw, sh, sw, dh, dw, ph, pw,
+                      oh_n, ow_n):
+        """Depthwise QLinearConv channels-last (_qdepthwise_cl): the NCHW planes of a MobileNet's deep
+        layers are small (7x7 with 960 channels), so a loop per plane pays its setup per channel;
+        across the channels the loops are long and vectorise. The weights minus their zero point
+        are transposed to (taps, C) int32 once per weight."""
+        m_n = w.shape[0]
+
+        def make():
+            wi = w.reshape(m_n, kh * kw).astype(np.int32)
+            if w_zero_point is not None:
+                wi = wi - np.asarray(w_zero_point).astype(np.int32).reshape(-1, 1)
+            return np.ascontiguousarray(wi.T)
+
+        hit = self.__dict__.get("_dw_weights")
+        if hit is None or hit[0] is not w or hit[1] is not w_zero_point or w.flags.writeable:
+            hit = self._dw_weights = (w, w_zero_point, make())
+        wt = hit[2]
+        bias, mult, z, lo, hi = requant
+        zx = np.int32(0 if x_zero_point is None else np.asarray(x_zero_point).reshape(()))
+        n_n, c_n, h_n, w_n = x4.shape
+        xt = self.__dict__.get("_dw_xt")
+        if xt is None or xt.shape != (h_n, w_n, c_n):
+            xt = self._dw_xt = np.empty((h_n, w_n, c_n), np.int16)
+        out3 = out.reshape(n_n, m_n, oh_n * ow_n)
+        xc = np.ascontiguousarray(x4)
+        for n in range(n_n):
+            config.parallel_for(_to_channels_last, h_n, (xc[n], zx, xt), 2.0 * c_n * h_n * w_n)
+            args = (xt, wt, bias, mult, z, lo, hi, kh, kw, sh, sw, dh, dw, ph, pw, ow_n, out3[n])
+            config.parallel_for(_qdepthwise_cl, oh_n, args, 2.0 * m_n * oh_n * ow_n * kh * kw)
+
+    def _tiled(self, x, x_zero_point, w, w_zero_point, out, requant) -> bool:
+        """QLinearConv on an int8 micro-kernel (qtile.rows_gemm) when one takes it: one group,
+        weights with zero point 0 (per-channel symmetric, as the quantizer writes them). The weights
+        are the kernel's broadcast operand (packed once), the input rows its vector operand, read
+        straight from the NCHW input for a 1x1 stride-1 convolution, else from an int8 im2col; the
+        result is (channels, pixels), requantized along the NCHW rows (qpack.conv_rows)."""
+        if int(self.attrs.get("group", 1)) != 1 or qtile.requested() == "off":
+            return False
+        if x_zero_point is not None and np.size(x_zero_point) != 1:
+            return False
+        m_n = w.shape[0]
+        pb = qpack.packed_b(self, lambda: w.reshape(m_n, -1), w, w_zero_point, qpack.NR)
+        variant = qtile.select(pb.safe_pairs)
+        if variant is None or pb.has_zp:
+            return False
+        kind = qtile.KIND[variant.name]
+        pb = qpack.packed_b(self, lambda: w.reshape(m_n, -1), w, w_zero_point, qtile.ROWS_MR[kind])
+        (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = self.geometry(x.shape, w.shape)
+        one_d = x.ndim == 3
+        x4 = np.ascontiguousarray(x[:, :, None, :] if one_d else x)
+        kh, kw = (1,) + w.shape[2:] if one_d else w.shape[2:]
+        bias, mult, z, lo, hi = requant
+        flip, shift = qpack.flip_of(x.dtype)
+        xzp = 0 if x_zero_point is None else int(np.asarray(x_zero_point).reshape(()))
+        terms = qpack.column_terms(self, pb, xzp + shift, bias)
+        n_pix, kq, c_n = oh_n * ow_n, pb.kq, x4.shape[1]
+        direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == x4.shape[2:] and c_n % 4 == 0
+        if not direct:
+            col = self.__dict__.get("_col8")
+            if col is None or col.shape != (4 * kq, n_pix) or col.dtype != x.dtype:
+                col = self._col8 = np.empty((4 * kq, n_pix), x.dtype)
+        nr = qtile.ROWS_NR[kind]
+        m_pad = pb.n_panels * pb.nr
+        block = qpack.rows_block(m_pad, nr, n_pix)
+        blocks = -(-n_pix // block)
+        out3 = out.reshape(x.shape[0], m_n, n_pix)
+        pad = np.asarray(xzp, x.dtype)[()]
+        for n in range(x.shape[0]):
+            if direct:
+                rows = x4[n].reshape(-1)
+            else:
+                args = (x4[n], col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad)
+                config.parallel_for(qpack.im2col_i8, 4 * kq, args, 4.0 * kq * n_pix)
+                rows = col.reshape(-1)
+            args = (kind, pb.data, kq, m_n, m_pad, rows, n_pix, np.int64(-128 if flip else 0), n_pix, block, terms,
+                    mult, z, lo, hi, out3[n])
+            config.parallel_for(qpack.conv_rows, blocks, args, 2.0 * m_pad * kq * 4 * n_pix)
+        return True
 
     def _tiles(self, wg, col, m0, dst, requant, m_tiles, p_tiles):
         """The product of one image and group cut into tiles run on the shard pool, each one BLAS
@@ -264,6 +442,8 @@ class QLinearConv(_IntegerConv):
             return mult, bias, np.float32(zp.reshape(())), np.float32(lo), np.float32(hi)
 
         mult, bias, z, lo, hi = derived(self, (x_scale, w_scale, y_scale, y_zero_point, b), make)
+        if self._tiled(x, x_zero_point, w, w_zero_point, out, (bias, mult, z, lo, hi)):
+            return out
         has_bias = b is not None
 
         def finish(y, acc, has_acc, channels, dst):

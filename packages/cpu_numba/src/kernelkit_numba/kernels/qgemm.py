@@ -25,6 +25,7 @@ from numba import prange
 from .. import config
 from .._base import NumbaKernel
 from ..config import jit_exact, jit_parallel
+from . import qpack, qtile
 from .quantize import dynamic_range, quantize_flat, quantize_offset
 
 EXACT = float(1 << 24)  # float32 represents every integer up to this exactly
@@ -337,6 +338,9 @@ class MatMulInteger(NumbaKernel):
         return 2.0 * a.size * b.shape[-1]
 
     def compute(self, a, b, a_zero_point=None, b_zero_point=None):
+        tile = tiled(self, b, b_zero_point)
+        if tile is not None:
+            return tiled_int32(self, tile, a, a_zero_point)
         bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
         af = offset(a, a_zero_point)
 
@@ -379,10 +383,13 @@ class QLinearMatMul(NumbaKernel):
         return 2.0 * a.size * rest[2].shape[-1]
 
     def compute(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
-        bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
-        af = offset(a, a_zero_point)
         mult, bounds = derived(self, (a_scale, b_scale, y_scale, y_zero_point),
                                lambda: (multiplier(a_scale, b_scale, y_scale), _bounds(self, y_scale, y_zero_point)))
+        tile = tiled(self, b, b_zero_point)
+        if tile is not None:
+            return tiled_requantized(self, tile, a, a_zero_point, mult, None, y_zero_point, bounds)
+        bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
+        af = offset(a, a_zero_point)
 
         def finish(y, acc, has_acc, shape):
             return quantized_output(y, acc, has_acc, None, mult, False, y_zero_point, bounds).reshape(shape)
@@ -441,6 +448,9 @@ class QGemm(NumbaKernel):
                 return out.astype(np.float32) * (mult.reshape(()) if mult.size == 1 else mult)
             return quantized_output(y, acc, has_acc, bias, mult, False, y_zero_point, bounds)
 
+        tile = tiled(self, b, b_zero_point, bool(at.get("transB", 0)))
+        if tile is not None and full_c is None and y_zero_point is not None:
+            return tiled_requantized(self, tile, a_eff, a_zero_point, mult, bias, y_zero_point, bounds)
         if few_rows(a_eff.shape, b_eff):  # a classifier at batch 1: integer dot products on the int8 weights
             return gemv_finish(self, a_eff, a_zero_point, b, b_zero_point, finish, bool(at.get("transB", 0)))
         bf, blocks = self.packed.get(b, b_zero_point, dtype_reach(a.dtype, a_zero_point))
@@ -473,6 +483,9 @@ class MatMulIntegerToFloat(NumbaKernel):
 
     def compute(self, a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
         mult = (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)).reshape(-1)  # as the Mul node
+        tile = tiled(self, b, b_zero_point)
+        if tile is not None:
+            return tiled_float(self, tile, a, a_zero_point, mult, bias)
         finish = float_epilogue(self, mult, bias)
         if few_rows(a.shape, b):
             return gemv_finish(self, a, a_zero_point, b, b_zero_point, finish)
@@ -498,6 +511,9 @@ class DynamicQuantizeMatMul(NumbaKernel):
     def compute(self, a, b, b_scale, b_zero_point=None, bias=None):
         flat, a_scale, a_zp = dynamic_range(a)
         mult = (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)).reshape(-1)  # as the Mul node
+        tile = tiled(self, b, b_zero_point)
+        if tile is not None:  # A quantized straight into the micro-kernel's panels
+            return tiled_dynamic(self, tile, flat.reshape(-1, a.shape[-1]), a_scale, a_zp, mult, bias, a.shape)
         finish = float_epilogue(self, mult, bias)
         if few_rows(a.shape, b):  # integer dot products read the uint8 A
             q = np.empty(a.shape, np.uint8)
@@ -534,3 +550,88 @@ def gemv_finish(kernel, a, a_zero_point, b, b_zero_point, finish, trans_b: bool 
     w = derived_weight(kernel, b, lambda: GemvWeights(b.T if trans_b else b))
     y = gemv_product(a, a_zero_point, w, b_zero_point)
     return finish(y.reshape(-1, y.shape[-1]), NO_ACC, False, y.shape)
+
+
+def tiled(kernel, b, b_zero_point, trans_b: bool = False):
+    """(variant, PackedB) when an int8 micro-kernel (qtile.py) takes the product with constant 2-D B
+    (``b.T`` with ``trans_b``), else None (the float32-BLAS path): KERNELKIT_INT8_GEMM=off, or avx2
+    only on a CPU without VNNI with weights whose pairs could saturate."""
+    if b.ndim != 2 or qtile.requested() == "off":
+        return None
+    pb = qpack.packed_b(kernel, lambda: b if trans_b else b.T, b, b_zero_point)
+    variant = qtile.select(pb.safe_pairs)
+    return None if variant is None else (variant, pb)
+
+
+def _zp(zero_point) -> int:
+    return 0 if zero_point is None else int(np.asarray(zero_point).reshape(()))
+
+
+def tiled_int32(kernel, tile, a, a_zero_point):
+    """MatMulInteger on the micro-kernel: int32 (A - a_zp) @ (B - b_zp)."""
+    variant, pb = tile
+    a2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+    out = np.empty((a2.shape[0], pb.n), np.int32)
+
+    def finish(c, ldc, r0, r1, rowsum, terms):
+        qpack.to_int32_rows(c, ldc, r1 - r0, pb.n, terms, pb.zp, rowsum, pb.has_zp, out, r0)
+
+    za = _zp(a_zero_point) + qpack.flip_of(a2.dtype)[1]
+    qpack.matmul_rows(variant, a2, _zp(a_zero_point), pb, finish, qpack.column_terms(kernel, pb, za))
+    return out.reshape(*a.shape[:-1], pb.n)
+
+
+def tiled_float(kernel, tile, a, a_zero_point, mult, bias):
+    """float32(int32 product) * mult [+ bias] (MatMulIntegerToFloat's steps) on the micro-kernel."""
+    variant, pb = tile
+    a2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+    out = np.empty((a2.shape[0], pb.n), np.float32)
+    has_bias = bias is not None
+    bias_arr = derived(kernel, (bias,), lambda: np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias
+                       else np.zeros(1, np.float32))
+    per_col = mult.shape[0] > 1
+
+    def finish(c, ldc, r0, r1, rowsum, terms):
+        qpack.to_float_rows(c, ldc, r1 - r0, pb.n, terms, pb.zp, rowsum, pb.has_zp, mult, per_col, bias_arr,
+                            has_bias, out, r0)
+
+    za = _zp(a_zero_point) + qpack.flip_of(a2.dtype)[1]
+    qpack.matmul_rows(variant, a2, _zp(a_zero_point), pb, finish, qpack.column_terms(kernel, pb, za))
+    return out.reshape(*a.shape[:-1], pb.n)
+
+
+def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, a_shape):
+    """DynamicQuantizeMatMul on the micro-kernel, one Numba call per shard of row blocks
+    (qpack.dq_matmul_rows): quantize into the panels, product, float32 epilogue."""
+    variant, pb = tile
+    m_n = x2.shape[0]
+    out = np.empty((m_n, pb.n), np.float32)
+    has_bias = bias is not None
+    bias_arr = derived(kernel, (bias,), lambda: np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias
+                       else np.zeros(1, np.float32))
+    terms = qpack.column_terms(kernel, pb, int(a_zp))
+    block = qpack.block_rows(m_n, pb.k, pb.n_panels * pb.nr, variant.mr)
+    blocks = -(-m_n // block)
+    args = (qtile.KIND[variant.name], x2, np.float32(a_scale), np.uint8(a_zp), variant.mr, pb.data, pb.kq,
+            pb.n_panels, pb.n, terms, pb.zp, pb.has_zp, mult, mult.shape[0] > 1, bias_arr, has_bias, out, block)
+    config.parallel_for(qpack.dq_matmul_rows, blocks, args, 2.0 * m_n * pb.k * pb.n)
+    return out.reshape(*a_shape[:-1], pb.n)
+
+
+def tiled_requantized(kernel, tile, a, a_zero_point, mult, bias, y_zero_point, bounds):
+    """The requantize epilogue (bias per column folded into the column terms) on the micro-kernel."""
+    variant, pb = tile
+    a2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+    zp = np.asarray(y_zero_point)
+    out = np.empty((a2.shape[0], pb.n), zp.dtype)
+    mult = np.ascontiguousarray(mult, np.float32).reshape(-1)
+    per_col = mult.shape[0] > 1
+    z, lo, hi = np.float32(zp.reshape(())), np.float32(bounds[0]), np.float32(bounds[1])
+
+    def finish(c, ldc, r0, r1, rowsum, terms):
+        qpack.requantize_rows(c, ldc, r1 - r0, pb.n, terms, pb.zp, rowsum, pb.has_zp, mult, per_col, z, lo, hi,
+                              out, r0)
+
+    za = _zp(a_zero_point) + qpack.flip_of(a2.dtype)[1]
+    qpack.matmul_rows(variant, a2, _zp(a_zero_point), pb, finish, qpack.column_terms(kernel, pb, za, bias))
+    return out.reshape(*a.shape[:-1], pb.n)

@@ -64,23 +64,6 @@ def quantize_offset(x, scale, zp, y):
         y[i] = min(max(v, np.float32(0)), np.float32(255)) - zp
 
 
-@jit_parallel
-def _min_max(x, chunks):
-    """(min, max) of a flat float32 array, reduced per chunk in parallel."""
-    n = x.shape[0]
-    lows = np.empty(chunks, np.float32)
-    highs = np.empty(chunks, np.float32)
-    for t in prange(chunks):
-        lo, hi = np.float32(np.inf), np.float32(-np.inf)
-        for i in range(t * n // chunks, (t + 1) * n // chunks):
-            v = x[i]
-            lo = min(lo, v)
-            hi = max(hi, v)
-        lows[t] = lo
-        highs[t] = hi
-    return lows.min(), highs.max()
-
-
 def _view3(x: np.ndarray, axis: int) -> np.ndarray:
     """x as (outer, axis, inner) (a 0-d x as (1, 1, 1))."""
     if x.ndim == 0:
@@ -141,7 +124,9 @@ def dynamic_range(x: np.ndarray):
     """(flat x, scale, zero point) of DynamicQuantizeLinear: a parallel min/max, then the
     reference's parameters."""
     flat = np.ascontiguousarray(x).reshape(-1)
-    lo, hi = _min_max(flat, max(1, min(64, flat.size // 4096))) if flat.size else (0.0, 0.0)
+    # NumPy's SIMD reductions (as the reference's x.min()/x.max(), NaN included): the Numba loop's
+    # scalar min/max chain ran at 0.6 ns an element (75 us on the transformer's 128 x 1024)
+    lo, hi = (flat.min(), flat.max()) if flat.size else (0.0, 0.0)
     return (flat, *dynamic_params(float(lo), float(hi)))
 
 

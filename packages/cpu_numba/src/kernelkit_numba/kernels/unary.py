@@ -84,7 +84,27 @@ def _loop(code: int):
     return run
 
 
+def _loop_inplace(code: int):
+    """x[lo:hi] = op(x[lo:hi]) in place. ``_loop`` with y = x does not vectorise: LLVM's run-time
+    check finds the two arrays overlapping and runs its scalar loop (Erf: 295 us instead of 37 us
+    on the transformer's 128 x 1024, measured); one array has nothing to check."""
+
+    @jit_parallel
+    def run(x, a, b, lo, hi):
+        for i in range(lo, hi):
+            x[U(i)] = _scalar(x[U(i)], code, a, b)
+
+    return run
+
+
 _loop = functools.cache(_loop)  # built (and compiled) on first use only
+_loop_inplace = functools.cache(_loop_inplace)
+
+
+def _same(x, y) -> bool:
+    """Whether x and y are the same memory in the same (C) order: an in-place call."""
+    return y is x or (x.size == y.size and x.flags.c_contiguous and y.flags.c_contiguous
+                      and x.ctypes.data == y.ctypes.data)
 
 
 def _numpy_sigmoid(x, y, lo, hi):
@@ -120,6 +140,8 @@ def _apply(x, code, a=0.0, b=0.0, out=None):
         flat, dst = np.ascontiguousarray(x).reshape(-1), y.reshape(-1)
         if code in _NUMPY:
             parallel_for(_NUMPY[code], flat.size, (flat, dst), 8.0 * flat.size)
+        elif _same(flat, dst):
+            parallel_for(_loop_inplace(code), flat.size, (dst, t(a), t(b)), 8.0 * flat.size)
         else:
             parallel_for(_loop(code), flat.size, (flat, dst, t(a), t(b)), 8.0 * flat.size)
     return y
@@ -153,12 +175,16 @@ def _serial(code, params=lambda **attrs: (0.0, 0.0)):
 
             return call_numpy
         loop, (a, b) = _loop(code), (dtype.type(v) for v in params(**attrs))
+        inplace = _loop_inplace(code)
 
         def call(x, *, out=None):
             if out is not None and not out.flags.c_contiguous:  # the plan's are; a caller's may not be
                 return _into(out, call(x))
             y = np.empty(shape, dtype) if out is None else out
             if n:
+                if _same(x, y):
+                    inplace(y.ravel(), a, b, 0, n)
+                    return y
                 flat = x.ravel()  # a view (a copy when x is not contiguous); read-only as in _base
                 flat.setflags(write=False)
                 loop(flat, y.ravel(), a, b, 0, n)  # ravel (a view here): 0.3 us cheaper than reshape(-1)

@@ -1,4 +1,5 @@
-"""Conv: implicit GEMM (gemm.cl with CONV) for dense and grouped convolutions, a direct kernel
+"""Conv: implicit GEMM (gemm.cl with CONV) for dense and grouped convolutions (optionally a 1x1,
+stride-1, unpadded one on large images as a plain GEMM batched over the images), a direct kernel
 (conv.cl) for depthwise ones; 1-D convolutions run as 2-D with height 1. Geometry (pads, auto_pad,
 strides, dilations) is resolved by the core's window rule, the one definition of it."""
 from __future__ import annotations
@@ -61,12 +62,31 @@ def conv(x, w, b=None, z=None, *, auto_pad: str = "NOTSET", dilations=(), group:
     return y.view((n, oc, ow)) if one_d else y
 
 
+# With the device option ``opencl_pointwise_gemm``, a 1x1 convolution with stride 1 and no padding
+# is a plain GEMM per image, W (oc x c) @ X[b] (c x HW), batched over the images: no im2col table,
+# and the 128-bit global loads of the VEC_GLD tiles apply to B. Only where an image's HW columns
+# fill the tiles well (at 14x14, 196 columns would waste a quarter of 128-wide tiles; the implicit
+# GEMM runs the images' columns back to back). Measured on the H100 (issue 12, docs/opencl.md):
+# ResNet-50 b32 kernels 11.8 vs 12.7 ms, but its GEMMs get their own tiles (programs): a cold start
+# builds 8 programs instead of 5 (5.7 vs 4.5 s), hence off by default.
+PLAIN_1X1_MIN_HW = 784
+
+
+def _plain_1x1(x, w, y, group, geom) -> bool:
+    _, _, H, W = x.shape
+    return (x.device.pointwise_gemm and group == 1 and w.shape[2:] == (1, 1) and geom == (1, 1, 0, 0, 1, 1)
+            and y.shape[2:] == (H, W) and H * W >= PLAIN_1X1_MIN_HW and (H * W) % 4 == 0)
+
+
 def _implicit_gemm(dev, x, w, b, y, group, geom, activation, activation_params, z=None):
     n, c, H, W = x.shape
     oc, cg, kh, kw = w.shape
     _, _, oh, ow = y.shape
     sh, sw, pt, pl, dh, dw = geom
     def plan() -> GemmCall:
+        if _plain_1x1(x, w, y, group, geom):  # y[b] = w @ x[b], bias per output channel
+            return GemmCall(oc, H * W, c, c, H * W, H * W, batch=n, zb=c * H * W, zc=oc * H * W, bias_sm=1,
+                            activation=activation, activation_params=tuple(activation_params))
         M, K = oc // group, cg * kh * kw
         cv = (cg, H, W, oh, ow, sh, sw, pt, pl, oc, c * H * W, 0, 0, 0, 0, 0)
         return GemmCall(M, n * oh * ow, K, K, 0, 0, batch=group, za=M * K, zb=cg * H * W, zc=M * oh * ow,

@@ -9,6 +9,10 @@
 //   PREFETCH   (local variant; NT divides BM*BK and BN*BK) next tile's global loads into registers
 //              before this tile's arithmetic
 //   DBUF       (with PREFETCH) two local buffers, one barrier per k-step instead of two
+//   VEC_GLD    (with PREFETCH; 4 * NT divides BM*BK and BN*BK) 128-bit global loads of A and B
+//              along their contiguous dimension where flags allow it (bits 3 and 4: the operand's
+//              leading dimension, batch stride and offset are multiples of 4) and the 4 elements
+//              are in range; scalar loads elsewhere (edges, misaligned operands)
 //   TRANS_A, TRANS_B   A is stored [K, M] / B is stored [N, K]
 //   CONV       B(k, n) is the im2col matrix of the input image read on the fly (implicit GEMM):
 //              geometry in `cv`, k decomposed through the table `ktab`; C is written as NCHW.
@@ -59,6 +63,19 @@
 #endif
 #ifndef DBUF
 #define DBUF 0
+#endif
+#ifndef VEC_GLD
+#define VEC_GLD 0
+#endif
+#if VEC_GLD && !defined(STORAGE_HALF)
+#define VEC_A 1
+#else
+#define VEC_A 0
+#endif
+#if VEC_GLD && !defined(STORAGE_HALF) && !defined(CONV)
+#define VEC_B 1
+#else
+#define VEC_B 0
 #endif
 
 // The epilogue of one output: + beta * bias, fused activation, store (NCHW for convolutions).
@@ -171,15 +188,71 @@ void gemm(__global const T* restrict A, __global const T* restrict B,
 #else
 #define B_IDX(i) const int kk = (i) / BN, nn = (i) - kk * BN
 #endif
-#define LOAD_TILES(k0) do {                                                                       \
-    _Pragma("unroll") for (int r = 0; r < NA; ++r) {                                              \
+#if VEC_LDS  // rows of BM + 4 / BN + 4 floats: 16-byte aligned, one 128-bit local store
+#define LDS_PUT4(p, v, r) (*(__local float4*)(p) = (float4)(v[4 * (r)], v[4 * (r) + 1], v[4 * (r) + 2], v[4 * (r) + 3]))
+#else
+#define LDS_PUT4(p, v, r) do { _Pragma("unroll") for (int c = 0; c < 4; ++c) (p)[c] = v[4 * (r) + c]; } while (0)
+#endif
+#if VEC_A
+// 4 consecutive elements of the contiguous dimension per load: A stored [M, K] (k fastest) or
+// [K, M] (TRANS_A, m fastest); pa[4r..4r+3] are they, stored back to As in the same order
+#if TRANS_A
+#define A_IDX4(q) const int kk = (q) / (BM / 4), mm = ((q) - kk * (BM / 4)) * 4
+#define A_OFF4(m, k) ((k) * lda + (m))
+#define A_IN4(m, k) ((m) + 3 < M && (k) < k_hi)
+#define A_PUT4(r) do { A_IDX4(tid + (r) * NT); LDS_PUT4(&As[kk][mm], pa, r); } while (0)
+#else
+#define A_IDX4(q) const int mm = (q) / (BK / 4), kk = ((q) - mm * (BK / 4)) * 4
+#define A_OFF4(m, k) ((m) * lda + (k))
+#define A_IN4(m, k) ((m) < M && (k) + 3 < k_hi)
+#define A_PUT4(r) do { A_IDX4(tid + (r) * NT);                                                    \
+    _Pragma("unroll") for (int c = 0; c < 4; ++c) As[kk + c][mm] = pa[4 * (r) + c]; } while (0)
+#endif
+#define LOAD_A_TILE(k0) _Pragma("unroll") for (int r = 0; r < NA / 4; ++r) {                      \
+      A_IDX4(tid + r * NT); const int m = m0 + mm, k = (k0) + kk;                                 \
+      if ((flags & 8) && A_IN4(m, k)) {                                                           \
+        const float4 v = *(__global const float4*)(A + A_OFF4(m, k));                             \
+        pa[4 * r] = v.x; pa[4 * r + 1] = v.y; pa[4 * r + 2] = v.z; pa[4 * r + 3] = v.w;           \
+      } else {                                                                                    \
+        _Pragma("unroll") for (int c = 0; c < 4; ++c) {                                           \
+          const int mc = TRANS_A ? m + c : m, kc = TRANS_A ? k : k + c;                           \
+          pa[4 * r + c] = (mc < M && kc < k_hi) ? A_AT(mc, kc) : 0.0f; } } }
+#define STORE_A_TILE() _Pragma("unroll") for (int r = 0; r < NA / 4; ++r) A_PUT4(r)
+#else
+#define LOAD_A_TILE(k0) _Pragma("unroll") for (int r = 0; r < NA; ++r) {                          \
       A_IDX(tid + r * NT); const int m = m0 + mm, k = (k0) + kk;                                  \
-      pa[r] = (m < M && k < k_hi) ? A_AT(m, k) : 0.0f; }                                          \
-    LOAD_B_TILE(k0); } while (0)
+      pa[r] = (m < M && k < k_hi) ? A_AT(m, k) : 0.0f; }
+#define STORE_A_TILE() _Pragma("unroll") for (int r = 0; r < NA; ++r) { A_IDX(tid + r * NT); As[kk][mm] = pa[r]; }
+#endif
+#define LOAD_TILES(k0) do { LOAD_A_TILE(k0); LOAD_B_TILE(k0); } while (0)
 #ifdef CONV
 #define LOAD_B_TILE(k0) _Pragma("unroll") for (int r = 0; r < NB; ++r)                            \
     pb[r] = conv_load(B, mycol, (k0) + my_k + r * (NT / BN), k_hi, cv)
 #define STORE_B_TILE() _Pragma("unroll") for (int r = 0; r < NB; ++r) Bs[my_k + r * (NT / BN)][my_n] = pb[r]
+#elif VEC_B
+// B stored [K, N] (n fastest) or [N, K] (TRANS_B, k fastest), 4 consecutive elements per load
+#if TRANS_B
+#define B_IDX4(q) const int nn = (q) / (BK / 4), kk = ((q) - nn * (BK / 4)) * 4
+#define B_OFF4(k, n) ((n) * ldb + (k))
+#define B_IN4(k, n) ((n) < N && (k) + 3 < k_hi)
+#define B_PUT4(r) do { B_IDX4(tid + (r) * NT);                                                    \
+    _Pragma("unroll") for (int c = 0; c < 4; ++c) Bs[kk + c][nn] = pb[4 * (r) + c]; } while (0)
+#else
+#define B_IDX4(q) const int kk = (q) / (BN / 4), nn = ((q) - kk * (BN / 4)) * 4
+#define B_OFF4(k, n) ((k) * ldb + (n))
+#define B_IN4(k, n) ((n) + 3 < N && (k) < k_hi)
+#define B_PUT4(r) do { B_IDX4(tid + (r) * NT); LDS_PUT4(&Bs[kk][nn], pb, r); } while (0)
+#endif
+#define LOAD_B_TILE(k0) _Pragma("unroll") for (int r = 0; r < NB / 4; ++r) {                      \
+      B_IDX4(tid + r * NT); const int n = n0 + nn, k = (k0) + kk;                                 \
+      if ((flags & 16) && B_IN4(k, n)) {                                                          \
+        const float4 v = *(__global const float4*)(B + B_OFF4(k, n));                             \
+        pb[4 * r] = v.x; pb[4 * r + 1] = v.y; pb[4 * r + 2] = v.z; pb[4 * r + 3] = v.w;           \
+      } else {                                                                                    \
+        _Pragma("unroll") for (int c = 0; c < 4; ++c) {                                           \
+          const int nc = TRANS_B ? n : n + c, kc = TRANS_B ? k + c : k;                           \
+          pb[4 * r + c] = (nc < N && kc < k_hi) ? B_AT(kc, nc) : 0.0f; } } }
+#define STORE_B_TILE() _Pragma("unroll") for (int r = 0; r < NB / 4; ++r) B_PUT4(r)
 #else
 #define LOAD_B_TILE(k0) _Pragma("unroll") for (int r = 0; r < NB; ++r) {                          \
       B_IDX(tid + r * NT); const int n = n0 + nn, k = (k0) + kk;                                  \
@@ -188,7 +261,7 @@ void gemm(__global const T* restrict A, __global const T* restrict B,
 #endif
   LOAD_TILES(k_lo);
   for (int k0 = k_lo; k0 < k_hi; k0 += BK) {
-    _Pragma("unroll") for (int r = 0; r < NA; ++r) { A_IDX(tid + r * NT); As[kk][mm] = pa[r]; }
+    STORE_A_TILE();
     STORE_B_TILE();
     if (k0 + BK < k_hi) LOAD_TILES(k0 + BK);
 #else

@@ -27,8 +27,14 @@ GPU_TILES = [
 GPU_TILES += [dict(p, PREFETCH=1) for p in (GPU_TILES[0], GPU_TILES[1], GPU_TILES[3], GPU_TILES[4])]
 # double-buffered local tiles (one barrier per k-step) on top of the prefetch
 GPU_TILES += [dict(p, DBUF=1) for p in GPU_TILES[7:11]]
+# 128-bit global loads on top of the prefetch (and double-buffered) tiles: large shapes (issue 12)
+GPU_LARGE = [dict(p, VEC_GLD=1) for p in GPU_TILES[7:15]]
+# NVIDIA only: the same tiles built with ptxas capped at 128 registers per work-item (two 256-wide
+# work-groups per SM), a build option rather than a define (``REGS``)
+GPU_NVIDIA = [dict(GPU_LARGE[i], REGS=128) for i in (0, 4, 5)]
 GPU_SMALL = [dict(TM=4, TN=4, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=1),
              dict(TM=2, TN=2, WM=16, WN=16, BK=16, USE_LOCAL=1, VEC_LDS=0)]
+SPLITS = (2, 4, 8, 16)
 CPU_TILES = [
     dict(TM=8, TN=8, WM=4, WN=4, BK=1, USE_LOCAL=0, VEC_LDS=0),
     dict(TM=4, TN=8, WM=4, WN=4, BK=1, USE_LOCAL=0, VEC_LDS=0),
@@ -72,19 +78,32 @@ def _bucket(n: int) -> int:
 def _candidates(dev, call: GemmCall) -> list[dict]:
     if not dev.platform.is_gpu:
         return CPU_TILES
-    base = GPU_SMALL + GPU_TILES if call.M * call.N * call.batch < 256 * 256 or min(call.M, call.N) < 64 \
-        else GPU_TILES
-    # too few 128x128 tiles to fill the device: also try splitting k over the grid (split-K)
+    small = call.M * call.N * call.batch < 256 * 256 or min(call.M, call.N) < 64
+    base = GPU_SMALL + GPU_TILES if small else GPU_TILES + GPU_LARGE + (GPU_NVIDIA if _nvidia(dev) else [])
+    # too few 128x128 tiles to fill the device: also try splitting k over the grid (split-K); with
+    # less than one wave of tiles (ResNet-18 batch 1, the late 7x7 layers) the splits come first,
+    # so that a bounded search meets them before its budget runs out
     tiles = -(-call.M // 128) * -(-call.N // 128) * call.batch
     units = dev.cl_device.max_compute_units
-    splits = [s for s in (2, 4, 8) if tiles * s <= 4 * units and call.K // s >= 256]
-    split_tiles = (GPU_TILES[0], GPU_TILES[7], GPU_TILES[11], GPU_SMALL[0])
-    return base + [dict(p, SPLIT_K=s) for s in splits for p in split_tiles]
+    splits = [s for s in SPLITS if tiles * s <= 4 * units and call.K // s >= 128]
+    split_tiles = (GPU_TILES[0], GPU_TILES[7], GPU_TILES[11], GPU_SMALL[0], GPU_LARGE[0])
+    split = [dict(p, SPLIT_K=s) for s in splits for p in split_tiles]
+    return split + base if tiles < units else base + split
+
+
+def _nvidia(dev) -> bool:
+    return "nvidia" in dev.cl_device.vendor.lower()
 
 
 def program_defines(params: dict) -> dict:
-    """The tile defines of ``params`` (split-K is a run-time argument: no define, no extra program)."""
-    return {k: v for k, v in params.items() if k != "SPLIT_K"}
+    """The tile defines of ``params`` (split-K is a run-time argument: no define, no extra program;
+    ``REGS`` is a build option)."""
+    return {k: v for k, v in params.items() if k not in ("SPLIT_K", "REGS")}
+
+
+def build_options(params: dict) -> tuple:
+    """Extra build options of ``params``: ``REGS`` caps ptxas' registers (NVIDIA's compiler)."""
+    return (f"-cl-nv-maxrregcount={int(params['REGS'])}",) if params.get("REGS") else ()
 
 
 def _define_act(call: GemmCall) -> tuple[str, tuple]:
@@ -97,9 +116,10 @@ def _kernel(dev, call: GemmCall, params: dict, name: str = "gemm", half: bool = 
     """One program per (tile, activation other than Relu, layout): bias, residual, Relu and split-K
     are arguments."""
     tile = program_defines(params)
+    options = build_options(params)
     act, act_params = _define_act(call)
-    key = (name, act, act_params, tuple(sorted(tile.items())), call.trans_a, call.trans_b, call.conv is not None,
-           half)
+    key = (name, act, act_params, tuple(sorted(tile.items())), options, call.trans_a, call.trans_b,
+           call.conv is not None, half)
 
     def make():
         act_src, defines = activation(act, act_params)
@@ -108,7 +128,7 @@ def _kernel(dev, call: GemmCall, params: dict, name: str = "gemm", half: bool = 
             defines["CONV"] = 1
         if half:
             defines["STORAGE_HALF"] = 1
-        return dev.kernel(act_src + source("gemm.cl"), name, defines)
+        return dev.kernel(act_src + source("gemm.cl"), name, defines, options)
 
     return dev.memo(key, make)
 
@@ -143,13 +163,16 @@ def _tiles(dev, call: GemmCall, shape_class, a, b, bias, out) -> dict:
     # would otherwise decide), waited for once
     reps = max(1, min(16, int(1e10 // max(2 * call.M * call.N * call.K * call.batch, 1))))
 
-    def run(p):
-        for _ in range(reps):
-            ev = _launch(dev, plain, p, a, b, bias, out)
-        ev.wait()
+    def run(p):  # the kernels' device time (profiling events), not the host's enqueue + wait
+        def launches():
+            for _ in range(reps):
+                _launch(dev, plain, p, a, b, bias, out)
+
+        return dev.time_launches(launches)
 
     # a stored split-K choice made for another shape of this class is still a known tile
-    allowed = cands + [dict(p, SPLIT_K=s) for s in (2, 4, 8) for p in cands if p["USE_LOCAL"] and "SPLIT_K" not in p]
+    allowed = cands + [dict(p, SPLIT_K=s) for s in SPLITS for p in cands if p["USE_LOCAL"] and "SPLIT_K" not in p]
+    allowed += [p for p in GPU_LARGE + (GPU_NVIDIA if _nvidia(dev) else []) if p not in allowed]
     return tuning.choose(key, cands, run, dev.tune, build=build,
                          table=(dev.platform.cl_device.name, key.split("|", 1)[1]), allowed=allowed)
 
@@ -163,7 +186,11 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
     ws = out if splits == 1 else dev.empty((call.batch * splits, call.M, call.N), np.float32)
     has_z = z is not None and splits == 1
     relu = int(call.activation == "Relu") << 2
-    flags = int(has_bias) | int(has_z) << 1 | relu
+    # bits 3, 4: A / B may be read as 16-byte vectors (VEC_GLD tiles): leading dimension, batch
+    # stride and offset multiples of 4 floats
+    vec = (int(call.lda % 4 == 0 and call.za % 4 == 0 and a.offset % 4 == 0) << 3
+           | int(call.conv is None and call.ldb % 4 == 0 and call.zb % 4 == 0 and b.offset % 4 == 0) << 4)
+    flags = int(has_bias) | int(has_z) << 1 | relu | vec
     args = [a.buffer, b.buffer, (bias if has_bias else out).buffer, out.buffer,
             *(np.int32(v) for v in (call.M, call.N, call.K, call.lda, call.ldb, call.ldc, call.bias_sm, call.bias_sn)),
             np.float32(call.alpha), np.float32(call.beta),

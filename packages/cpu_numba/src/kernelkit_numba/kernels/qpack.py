@@ -1,0 +1,405 @@
+"""Operands of the int8 micro-kernels (qtile.py): constant weights packed once into B panels, the
+activations packed per call into A panels (one pass from the raw int8/uint8 input, im2col included
+for convolutions), and the epilogues that take the zero points out and requantize, scale or copy
+the int32 block into the output.
+
+The micro-kernel multiplies uint8 A by int8 B. int8 activations become uint8 by flipping the sign bit
+(``a + 128``, zero point + 128), uint8 weights become int8 the same way (``b - 128``); the products
+of the offsets are unchanged. With S = sum_k A'[m, k] * B'[k, n] (the micro-kernel's result):
+
+    sum_k (A'[m, k] - za) * (B'[k, n] - zb[n]) = S - za * colsum(B')[n] - zb[n] * rowsum(A')[m] + K * za * zb[n]
+
+(all wrapping in int32 as the accumulator does). The column terms and a bias fold into one int32 per
+column (``column_terms``); the row term is computed only when some zb is nonzero.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import config
+from ..config import jit, jit_exact
+from . import qtile
+
+BLOCK_BYTES = 192 * 1024  # rows of A per block: the packed block stays in L2 while B's panels pass
+C_BLOCK_BYTES = 64 * 1024  # and the block's int32 result stays in L1/L2 for the epilogue
+
+
+class PackedB:
+    """B (K, N) as int8 panels of ``nr`` columns: ``bt`` is B transposed, (N, K) (a conv weight
+    (M, C*kh*kw) as it is; a MatMul's B.T), int8 or uint8, ``zp`` one zero point or one per column."""
+
+    def __init__(self, bt: np.ndarray, zp, nr: int):
+        bt = np.asarray(bt)
+        n, k = bt.shape
+        z = np.zeros(1, np.int32) if zp is None else np.asarray(zp).astype(np.int32).reshape(-1)
+        if bt.dtype == np.uint8:
+            s8 = (bt.astype(np.int16) - 128).astype(np.int8)
+            z = z - 128
+        else:
+            s8 = bt.astype(np.int8, copy=False)
+        self.n, self.k, self.nr = n, k, nr
+        self.kq = -(-k // 4)
+        self.n_panels = -(-n // nr)
+        padded = np.zeros((self.n_panels * nr, self.kq * 4), np.int8)
+        padded[:n, :k] = s8
+        panels = padded.reshape(self.n_panels, nr, self.kq, 4).transpose(0, 2, 1, 3)
+        self.data = np.ascontiguousarray(panels).reshape(-1)
+        wide = s8.astype(np.int32)
+        self.col_sums = wide.sum(axis=1, dtype=np.int64).astype(np.int32)
+        self.zp = np.ascontiguousarray(np.broadcast_to(z, (n,)), np.int32)
+        self.has_zp = bool(np.any(self.zp))
+        pairs = np.abs(padded.astype(np.int32)).reshape(-1, 2).sum(axis=1)
+        self.safe_pairs = bool(pairs.max(initial=0) <= qtile.AVX2_PAIR_LIMIT)
+
+    def column_terms(self, za: int, bias=None) -> np.ndarray:
+        """int32 per column: - za * colsum + K * za * zb [+ bias], wrapping as int32."""
+        v = -np.int64(za) * self.col_sums.astype(np.int64) + np.int64(self.k) * za * self.zp.astype(np.int64)
+        if bias is not None:
+            v = v + np.asarray(bias).astype(np.int64).reshape(-1)
+        return ((v + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+
+
+NR = 16  # every variant's panel width (qtile.VARIANTS), so one packing serves whichever runs
+
+
+def packed_b(kernel, bt_of, w_ref, zp, nr: int = NR) -> PackedB:
+    """``PackedB(bt_of(), zp, nr)`` of a constant weight, kept on ``kernel`` while the same read-only
+    ``w_ref`` and ``zp`` come in (a writable caller array is packed every call)."""
+    cache = kernel.__dict__.setdefault("_packed_b", {})
+    hit = cache.get(nr)
+    if hit is None or hit[0] is not w_ref or hit[1] is not zp or w_ref.flags.writeable:
+        hit = cache[nr] = (w_ref, zp, PackedB(bt_of(), zp, nr))
+    return hit[2]
+
+
+def column_terms(kernel, pb: PackedB, za: int, bias=None) -> np.ndarray:
+    """pb.column_terms(za, bias), kept on ``kernel`` while the packing, za and the bias array stay."""
+    hit = kernel.__dict__.get("_column_terms")
+    if hit is None or hit[0] is not pb or hit[1] != za or hit[2] is not bias:
+        hit = (pb, za, bias, pb.column_terms(za, bias))
+        kernel._column_terms = hit
+    return hit[3]
+
+
+# -------------------------------------------------------------------------------------- A packing
+@jit
+def pack_rows(a, r0, r1, flip, mr, kq, out, rowsum):
+    """Rows [r0, r1) of 2-D int8/uint8 ``a`` into A panels (full panels of mr rows, then one-row
+    panels) as uint8 (``flip``: int8 + 128), K padded with 0 to 4 * kq; rowsum[r - r0] their sums."""
+    k_n = a.shape[1]
+    rows = r1 - r0
+    full = rows // mr
+    fl = np.int32(128 if flip else 0)
+    for r in range(rows):
+        p = r // mr
+        if p < full:
+            base, step = p * kq * mr * 4 + (r - p * mr) * 4, mr * 4
+        else:
+            base, step = full * mr * kq * 4 + (r - full * mr) * kq * 4, 4
+        src = a[r0 + r]
+        s = np.int32(0)
+        for q in range(kq):
+            d = base + q * step
+            for t in range(4):
+                k = q * 4 + t
+                v = np.int32(np.uint8(np.int32(src[k]) + fl)) if k < k_n else np.int32(0)
+                out[d + t] = np.uint8(v)
+                s += v
+        rowsum[r] = s
+
+
+@jit
+def pack_words(a32, r0, r1, mask, mr, kq, out32):
+    """pack_rows for K a multiple of 4, 4 bytes a step: ``a32`` is A viewed as uint32 (M, K / 4),
+    ``mask`` 0x80808080 flips int8 to uint8 (0: uint8 as is); no row sums (callers that need them
+    compute them apart)."""
+    rows = r1 - r0
+    full = rows // mr
+    for p in range(full):
+        base = p * kq * mr
+        for r in range(mr):
+            src = a32[r0 + p * mr + r]
+            for q in range(kq):
+                out32[base + q * mr + r] = src[q] ^ mask
+    tail = full * mr * kq
+    for r in range(full * mr, rows):
+        src = a32[r0 + r]
+        d = tail + (r - full * mr) * kq
+        for q in range(kq):
+            out32[d + q] = src[q] ^ mask
+
+
+# ---------------------------------------------------------------------------------------- epilogues
+@jit
+def requantize_rows(c, ldc, rows, n_n, terms, zb, rowsum, has_zb, mult, per_col, zp, lo, hi, out, r0):
+    """out[r0 + r, n] = clamp(rint(float32(S + terms[n] - zb[n] * rowsum[r]) * mult[n or 0]) + zp)."""
+    for r in range(rows):
+        dst = out[r0 + r]
+        src = r * ldc
+        rs = rowsum[r]
+        for n in range(n_n):
+            v = np.int32(c[src + n] + terms[n])
+            if has_zb:
+                v = np.int32(v - zb[n] * rs)
+            q = np.float32(np.rint(np.float32(v) * mult[n if per_col else 0])) + zp
+            dst[n] = min(max(q, lo), hi)
+
+
+@jit
+def to_int32_rows(c, ldc, rows, n_n, terms, zb, rowsum, has_zb, out, r0):
+    """out[r0 + r, n] = S + terms[n] - zb[n] * rowsum[r] (int32: MatMulInteger)."""
+    for r in range(rows):
+        dst = out[r0 + r]
+        src = r * ldc
+        rs = rowsum[r]
+        for n in range(n_n):
+            v = np.int32(c[src + n] + terms[n])
+            if has_zb:
+                v = np.int32(v - zb[n] * rs)
+            dst[n] = v
+
+
+@jit_exact
+def to_float_rows(c, ldc, rows, n_n, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, out, r0):
+    """out[r0 + r, n] = float32(int32 product) * mult[n or 0] [+ bias[n]], rounded as Cast -> Mul ->
+    Add (no FMA contraction: bit-identical to op by op, as qgemm.to_float). The branches stay out
+    of the inner loops (one loop per case), so they vectorise."""
+    for r in range(rows):
+        dst = out[r0 + r]
+        src = c[r * ldc:r * ldc + n_n]
+        if has_zb:
+            rs = rowsum[r]
+            for n in range(n_n):
+                f = np.float32(np.int32(src[n] + terms[n] - zb[n] * rs)) * mult[n if per_col else 0]
+                dst[n] = f + bias[n] if has_bias else f
+        elif per_col and has_bias:
+            for n in range(n_n):
+                dst[n] = np.float32(np.int32(src[n] + terms[n])) * mult[n] + bias[n]
+        elif per_col:
+            for n in range(n_n):
+                dst[n] = np.float32(np.int32(src[n] + terms[n])) * mult[n]
+        elif has_bias:
+            m = mult[0]
+            for n in range(n_n):
+                dst[n] = np.float32(np.int32(src[n] + terms[n])) * m + bias[n]
+        else:
+            m = mult[0]
+            for n in range(n_n):
+                dst[n] = np.float32(np.int32(src[n] + terms[n])) * m
+
+
+# ------------------------------------------------------------------- DynamicQuantizeMatMul, fused
+@jit
+def pack_quantized(x2, r0, r1, scale, zp, mr, kq, out32, row, rowsum):
+    """Rows [r0, r1) of float32 ``x2`` quantized as DynamicQuantizeLinear does (clamp(rint(x /
+    scale) + zp, 0, 255), the float32 steps of quantize._quantize) into uint8 A panels: each row
+    into ``row`` (4 kq bytes, K padded with 0), then 4 bytes at a time into the panels (``out32``:
+    the panel buffer as uint32); rowsum[r] the row's byte sum."""
+    k_n = x2.shape[1]
+    rows = r1 - r0
+    full = rows // mr
+    row32 = row.view(np.uint32)
+    zf = np.float32(zp)
+    for r in range(rows):
+        src = x2[r0 + r]
+        s = np.int32(0)
+        for k in range(k_n):
+            v = np.float32(np.rint(src[k] / scale)) + zf
+            b = np.uint8(min(max(v, np.float32(0)), np.float32(255)))
+            row[k] = b
+            s += np.int32(b)
+        for k in range(k_n, kq * 4):
+            row[k] = 0
+        rowsum[r] = s
+        p = r // mr
+        if p < full:
+            base, step = p * kq * mr + (r - p * mr), mr
+        else:
+            base, step = full * mr * kq + (r - full * mr) * kq, 1
+        for q in range(kq):
+            out32[base + q * step] = row32[q]
+
+
+@jit_exact
+def dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, terms, zb, has_zb, mult, per_col, bias,
+                   has_bias, out, block, b_lo, b_hi):
+    """Row blocks [b_lo, b_hi) (``block`` rows each) of DynamicQuantizeMatMul on the A-panel
+    micro-kernel (qtile.gemm_kind): the rows quantized straight into the panels (pack_quantized),
+    the int32 block, then to_float_rows' epilogue (Cast -> Mul -> Add, no FMA contraction)."""
+    m_n = x2.shape[0]
+    ldc = n_panels * 16
+    abuf = np.empty(block * kq * 4, np.uint8)
+    cbuf = np.empty(block * ldc, np.int32)
+    row = np.empty(kq * 4, np.uint8)
+    rowsum = np.empty(block, np.int32)
+    a32 = abuf.view(np.uint32)
+    for b in range(b_lo, b_hi):
+        r0 = b * block
+        r1 = min(m_n, r0 + block)
+        pack_quantized(x2, r0, r1, scale, zp, mr, kq, a32, row, rowsum)
+        qtile.gemm_kind(kind, abuf, bdata, kq, n_panels, cbuf, ldc, r1 - r0)
+        to_float_rows(cbuf, ldc, r1 - r0, n_n, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, out, r0)
+
+
+# ------------------------------------------------------------------------ convolutions, rows kernel
+@jit
+def im2col_i8(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad, k_lo, k_hi):
+    """Rows [k_lo, k_hi) of one image's int8/uint8 im2col (C * kh * kw, oh * ow), in x's dtype,
+    taps outside the image = ``pad`` (the zero point); rows past C * kh * kw (K's padding to a
+    multiple of 4) are 0. Each row runs along the output row: one contiguous copy for stride 1."""
+    c_n, h_n, w_n = x.shape
+    k_n = c_n * kh * kw
+    for k in range(k_lo, k_hi):
+        dst = col[k]
+        if k >= k_n:
+            dst[:] = 0
+            continue
+        c = k // (kh * kw)
+        ij = k - c * kh * kw
+        i = ij // kw
+        j = ij - i * kw
+        off = j * dw - pw
+        lo = (-off + sw - 1) // sw if off < 0 else 0
+        hi = (w_n - 1 - off) // sw + 1 if w_n - 1 - off >= 0 else 0
+        lo, hi = min(lo, ow_n), max(min(hi, ow_n), min(lo, ow_n))
+        plane = x[c]
+        for oh in range(oh_n):
+            ih = oh * sh - ph + i * dh
+            base = oh * ow_n
+            if ih < 0 or ih >= h_n:
+                for ow in range(ow_n):
+                    dst[base + ow] = pad
+                continue
+            row = plane[ih]
+            for ow in range(lo):
+                dst[base + ow] = pad
+            if sw == 1:
+                for ow in range(lo, hi):
+                    dst[base + ow] = row[ow + off]
+            else:
+                for ow in range(lo, hi):
+                    dst[base + ow] = row[ow * sw + off]
+            for ow in range(hi, ow_n):
+                dst[base + ow] = pad
+
+
+@jit
+def conv_rows(kind, w, kq, m_n, m_pad, x, ldx, flip, n_pix, block, terms, mult, zp, lo, hi, out, b_lo, b_hi):
+    """Pixel blocks [b_lo, b_hi) (``block`` pixels each) of a convolution on the rows micro-kernel
+    (qtile.rows_gemm's tiles), requantized (qgemm.requantize's steps: + terms[m], the bias and
+    the zero-point correction; float32 * multiplier, round half to even, + zero point, clamp) into
+    the (channels, pixels) ``out``: in the registers for full tiles of whole weight panels
+    (avx2, vnni512), else through an int32 block and a loop along the channel's row."""
+    mr = 8 if kind == 2 else 4
+    nr = 32 if kind == 2 else 16
+    c = np.empty(m_pad * block, np.int32)
+    scratch = np.empty(4 * kq * nr, x.dtype)
+    flat = out.reshape(-1)
+    for b in range(b_lo, b_hi):
+        p0 = b * block
+        n = min(block, n_pix - p0)
+        full = n // nr * nr
+        if full < n:
+            for k in range(4 * kq):
+                for j in range(nr):
+                    scratch[k * nr + j] = x[p0 + k * ldx + full + j] if full + j < n else 0
+        for r0 in range(0, m_pad, mr):
+            w_off = r0 * kq * 4
+            fuse = kind != 0 and r0 + mr <= m_n
+            for p in range(0, full, nr):
+                if fuse:
+                    qtile._rowsq_tile(kind, w, w_off, x, p0 + p, ldx, kq, flip, terms, mult, r0, zp, lo, hi, flat,
+                                      r0 * n_pix + p0 + p, n_pix)
+                else:
+                    qtile._rows_tile(kind, w, w_off, x, p0 + p, ldx, kq, flip, c, r0 * block + p, block)
+            if full < n:
+                qtile._rows_tile(kind, w, w_off, scratch, 0, nr, kq, flip, c, r0 * block + full, block)
+            j0 = full if fuse else 0
+            for m in range(r0, min(r0 + mr, m_n)):
+                dst = out[m]
+                t = terms[m]
+                mm = mult[m]
+                base = m * block
+                for j in range(j0, n):
+                    q = np.float32(np.rint(np.float32(np.int32(c[base + j] + t)) * mm)) + zp
+                    dst[p0 + j] = min(max(q, lo), hi)
+
+
+def rows_block(m_pad: int, nr: int, n_pix: int) -> int:
+    """Pixels per block of conv_rows: the int32 block within C_BLOCK_BYTES, a multiple of nr."""
+    block = max(nr, C_BLOCK_BYTES // (4 * m_pad) // nr * nr)
+    return min(block, -(-n_pix // nr) * nr)
+
+
+# ---------------------------------------------------------------------------------------- driver
+def block_rows(m: int, k: int, n: int, mr: int) -> int:
+    """Rows of A per block: at most BLOCK_BYTES of packed A and C_BLOCK_BYTES of int32 result, a
+    multiple of mr, at least 4 panels."""
+    rows = max(4 * mr, min(BLOCK_BYTES // max(k, 1), C_BLOCK_BYTES // (4 * max(n, 1))) // mr * mr)
+    return min(rows, m)
+
+
+def product(variant, pb: PackedB, m: int, pack, finish) -> None:
+    """The int32 product of m rows of A with ``pb``, block by block of rows on the shard pool:
+    ``pack(r0, r1, abuf, rowsum)`` packs A's rows [r0, r1), the micro-kernel fills the (rows, N)
+    int32 block, ``finish(cbuf, ldc, r0, r1, rowsum)`` writes the output rows."""
+    if m <= 0:
+        return
+    rows = block_rows(m, pb.k, pb.n_panels * pb.nr, variant.mr)
+    blocks = -(-m // rows)
+    ldc = pb.n_panels * pb.nr
+    work = 2.0 * m * pb.k * pb.n
+    shards = config.shard_count(blocks, work, unit=config.MIN_TILE_WORK)
+
+    def run(lo, hi):
+        abuf = config.thread_buffer("qtile.a", rows * pb.kq * 4, np.uint8)
+        cbuf = config.thread_buffer("qtile.c", rows * ldc, np.int32)
+        rowsum = config.thread_buffer("qtile.rowsum", rows, np.int32)
+        for i in range(lo, hi):
+            r0, r1 = i * rows, min(m, (i + 1) * rows)
+            pack(r0, r1, abuf, rowsum)
+            variant.gemm(abuf, pb.data, pb.kq, pb.n_panels, cbuf, ldc, r1 - r0)
+            finish(cbuf, ldc, r0, r1, rowsum)
+
+    if shards <= 1:
+        run(0, blocks)
+    else:
+        config.run_shards(lambda s: run(s * blocks // shards, (s + 1) * blocks // shards), shards)
+
+
+def flip_of(dtype) -> tuple[bool, int]:
+    """(flip, shift): int8 activations are flipped to uint8 (+ 128, zero point + 128)."""
+    return (True, 128) if np.dtype(dtype) == np.int8 else (False, 0)
+
+
+def matmul_rows(variant, a2: np.ndarray, a_zp: int, pb: PackedB, finish, terms=None) -> None:
+    """A product of 2-D raw int8/uint8 ``a2`` with ``pb``: ``finish(cbuf, ldc, r0, r1, rowsum, terms)``
+    (``terms``: pb.column_terms of a_zp as flipped, computed here when not given)."""
+    flip, shift = flip_of(a2.dtype)
+    za = int(a_zp) + shift
+    terms = pb.column_terms(za) if terms is None else terms
+    kq = pb.kq
+
+    words = a2.shape[1] % 4 == 0 and a2.flags.c_contiguous and not pb.has_zp
+    if words:
+        a32 = a2.reshape(-1).view(np.uint32).reshape(a2.shape[0], kq)
+        mask = np.uint32(0x80808080 if flip else 0)
+
+    def pack(r0, r1, abuf, rowsum):
+        if words:
+            pack_words(a32, r0, r1, mask, variant.mr, kq, abuf.view(np.uint32))
+        else:
+            pack_rows(a2, r0, r1, flip, variant.mr, kq, abuf, rowsum)
+
+    product(variant, pb, a2.shape[0], pack, lambda c, ldc, r0, r1, rs: finish(c, ldc, r0, r1, rs, terms))
+
+
+def used(variant_or_none) -> str:
+    """The variant's name, or ``off`` (for profiles and benchmarks)."""
+    return "off" if variant_or_none is None else variant_or_none.name
+
+
+def prod(shape) -> int:
+    return math.prod(shape)

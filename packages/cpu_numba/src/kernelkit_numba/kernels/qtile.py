@@ -1,0 +1,489 @@
+"""u8 x s8 -> s32 GEMM micro-kernels written as LLVM IR, chosen at run time from the CPU's features.
+
+``C[m, n] = sum_k A[m, k] * B[k, n]`` with A uint8 and B int8, exact in int32 (wrapping as an int32
+accumulator does). Both operands come packed (qpack.py): A in panels of ``mr`` rows, B in panels of
+``nr`` columns, K in groups of 4 bytes:
+
+- A panel ``p``: ``a[((p * kq + q) * mr + r) * 4 + t] = A[p * mr + r, 4 q + t]``
+- B panel ``j``: ``b[((j * kq + q) * nr + c) * 4 + t] = B[4 q + t, j * nr + c]``
+
+so that one step ``q`` of the micro-kernel broadcasts 4 bytes of each of its ``mr`` rows of A and
+multiplies them into ``nr`` int32 lanes of 4-byte dot products. The variants:
+
+- ``vnni512``: AVX-512 VNNI ``vpdpbusd`` (16 lanes x 4 u8 x s8 products into int32, one instruction):
+  exact for every operand.
+- ``avx2``: ``vpmaddubsw`` (u8 x s8 pairs summed into int16, **saturating**) then ``vpmaddwd`` by 1
+  into int32. Exact only when no pair sum can leave int16: ``255 * (|b0| + |b1|) <= 32767`` for every
+  pair of B (7-bit weights, ``reduce_range``, always are); qpack checks the actual weights and the
+  products fall back when it does not hold.
+- ``generic``: the same layouts as plain Numba loops (int32 arithmetic), for any CPU (tests, forcing).
+
+Numba compiles for the host CPU, so an intrinsic is only emitted where its instructions exist;
+``KERNELKIT_INT8_GEMM=off|generic|avx2|vnni512`` forces a choice (``off``: no micro-kernel, the exact
+float32-BLAS path of qgemm.py), and forcing one the CPU lacks raises ``Int8GemmUnavailableError``.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import numba
+import numpy as np
+from kernelkit.errors import ConfigError, DeviceError
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ..config import jit
+
+ENV = "KERNELKIT_INT8_GEMM"
+CHOICES = ("auto", "off", "generic", "avx2", "vnni512")
+AVX2_PAIR_LIMIT = 32767 // 255  # |b0| + |b1| of one vpmaddubsw pair that cannot saturate with u8 A
+
+
+class Int8GemmUnavailableError(DeviceError):
+    """An int8 GEMM micro-kernel was forced (KERNELKIT_INT8_GEMM) on a CPU without its instructions."""
+
+    code = "KK_INT8_GEMM_UNAVAILABLE"
+
+
+class Variant:
+    """One micro-kernel: its name, panel sizes and the Numba driver ``gemm(a, b, kq, n_panels, c, ldc,
+    m_rows)`` that computes C's first ``m_rows`` rows (int32, row stride ``ldc``) from packed A and B."""
+
+    def __init__(self, name: str, mr: int, nr: int, gemm, needs_safe_pairs: bool):
+        self.name, self.mr, self.nr, self.gemm = name, mr, nr, gemm
+        self.needs_safe_pairs = needs_safe_pairs  # avx2: B must not saturate vpmaddubsw
+
+    def __repr__(self):
+        return f"Variant({self.name}, mr={self.mr}, nr={self.nr})"
+
+
+# ---------------------------------------------------------------------------------------------- IR
+def _data(context, builder, arrty, value):
+    return cgutils.create_struct_proxy(arrty)(context, builder, value=value).data
+
+
+def _tile_intrinsic(kind: str, mr: int, nr: int):
+    """An intrinsic ``tile(a, a_off, b, b_off, kq, c, c_off, ldc)``: the mr x nr int32 block of
+    C at ``c[c_off:]`` (row stride ``ldc``) = packed A panel at ``a[a_off:]`` times packed B panel at
+    ``b[b_off:]`` over ``kq`` groups of 4 bytes of K (offsets in elements)."""
+    lanes = 8 if kind == "avx2" else 16
+    nv = nr // lanes
+
+    def codegen(context, builder, sig, args):
+        a, a_off, b, b_off, kq, c, c_off, ldc = args
+        i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+        if not available(kind):  # compiled into gemm_kind on every CPU, selected only where it runs
+            trap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
+            builder.call(trap, [])
+            return context.get_dummy_value()
+        vi32 = ir.VectorType(i32, lanes)
+        vi8 = ir.VectorType(i8, 4 * lanes)
+        mod = builder.module
+        if kind == "avx2":
+            vi16 = ir.VectorType(i16, 2 * lanes)
+            maddubs = cgutils.get_or_insert_function(mod, ir.FunctionType(vi16, [vi8, vi8]),
+                                                     "llvm.x86.avx2.pmadd.ub.sw")
+            maddwd = cgutils.get_or_insert_function(mod, ir.FunctionType(vi32, [vi16, vi16]),
+                                                    "llvm.x86.avx2.pmadd.wd")
+            ones = ir.Constant(vi16, [1] * (2 * lanes))
+        else:
+            dpbusd = cgutils.get_or_insert_function(mod, ir.FunctionType(vi32, [vi32, vi32, vi32]),
+                                                    "llvm.x86.avx512.vpdpbusd.512")
+        pa = builder.bitcast(_data(context, builder, sig.args[0], a), i8.as_pointer())
+        pb = builder.bitcast(_data(context, builder, sig.args[2], b), i8.as_pointer())
+        pc = builder.bitcast(_data(context, builder, sig.args[5], c), i32.as_pointer())
+        pa = builder.gep(pa, [a_off])
+        pb = builder.gep(pb, [b_off])
+        pc = builder.gep(pc, [c_off])
+        zero_v = ir.Constant(vi32, None)
+        splat = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
+
+        pre = builder.basic_block
+        head = builder.append_basic_block("qtile.head")
+        body = builder.append_basic_block("qtile.body")
+        done = builder.append_basic_block("qtile.done")
+        builder.branch(head)
+        builder.position_at_end(head)
+        q = builder.phi(i64)
+        q.add_incoming(ir.Constant(i64, 0), pre)
+        accs = []
+        for _ in range(mr * nv):
+            phi = builder.phi(vi32)
+            phi.add_incoming(zero_v, pre)
+            accs.append(phi)
+        builder.cbranch(builder.icmp_signed("<", q, kq), body, done)
+
+        builder.position_at_end(body)
+        arow = builder.gep(pa, [builder.mul(q, ir.Constant(i64, 4 * mr))])
+        brow = builder.gep(pb, [builder.mul(q, ir.Constant(i64, 4 * nr))])
+        bvec = []
+        for j in range(nv):
+            ptr = builder.bitcast(builder.gep(brow, [ir.Constant(i64, 4 * lanes * j)]), vi8.as_pointer())
+            bvec.append(builder.load(ptr, align=1))
+        new = []
+        for r in range(mr):
+            ptr = builder.bitcast(builder.gep(arow, [ir.Constant(i64, 4 * r)]), i32.as_pointer())
+            word = builder.load(ptr, align=1)
+            one = builder.insert_element(ir.Constant(vi32, ir.Undefined), word, ir.Constant(i32, 0))
+            bcast = builder.shuffle_vector(one, ir.Constant(vi32, ir.Undefined), splat)
+            for j in range(nv):
+                acc = accs[r * nv + j]
+                if kind == "avx2":
+                    pairs = builder.call(maddubs, [builder.bitcast(bcast, vi8), bvec[j]])
+                    new.append(builder.add(acc, builder.call(maddwd, [pairs, ones])))
+                else:
+                    new.append(builder.call(dpbusd, [acc, bcast, builder.bitcast(bvec[j], vi32)]))
+        q.add_incoming(builder.add(q, ir.Constant(i64, 1)), builder.basic_block)
+        for phi, value in zip(accs, new):
+            phi.add_incoming(value, builder.basic_block)
+        builder.branch(head)
+
+        builder.position_at_end(done)
+        for r in range(mr):
+            row = builder.gep(pc, [builder.mul(ldc, ir.Constant(i64, r))])
+            for j in range(nv):
+                ptr = builder.bitcast(builder.gep(row, [ir.Constant(i64, lanes * j)]), vi32.as_pointer())
+                builder.store(accs[r * nv + j], ptr, align=4)
+        return context.get_dummy_value()
+
+    @intrinsic
+    def tile(typingctx, a, a_off, b, b_off, kq, c, c_off, ldc):
+        return types.void(a, types.int64, b, types.int64, types.int64, c, types.int64, types.int64), codegen
+
+    return tile
+
+
+_tile_avx2_4 = _tile_intrinsic("avx2", 4, 16)
+_tile_avx2_1 = _tile_intrinsic("avx2", 1, 16)
+_tile_vnni_8 = _tile_intrinsic("vnni512", 8, 16)
+_tile_vnni_1 = _tile_intrinsic("vnni512", 1, 16)
+
+
+def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False):
+    """An intrinsic ``tile(w, w_off, x, x_off, ldx, kq, flip, c, c_off, ldc)`` for products whose
+    second operand is read straight from rows (a convolution's NCHW input or its int8 im2col):
+    C[r, p] (r < mr weight rows, p < nr pixels) = sum_k W[r, k] * X[k, p] with W packed int8 panels
+    (``w[w_off:]``: [kq][mr][4], broadcast 4 bytes at a time as the instruction's **signed** operand)
+    and X the uint8 rows ``x[x_off + k * ldx + p]`` (``flip`` = -128 turns int8 rows into uint8: the
+    sign bit flipped in the register), 4 rows of nr bytes interleaved in the register into 4-byte
+    groups per pixel. Where the host lacks the instructions the tile is a trap (never selected).
+
+    ``fused``: ``tile(w, w_off, x, x_off, ldx, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo)``
+    requantizes in the registers instead of storing int32 (qgemm.requantize's steps: + terms[r0 + r],
+    float32, * mult[r0 + r], round half to even, + zp, clamp to [lo, hi]) and stores the int8/uint8
+    bytes at ``out[o_off + r * ldo + p]``."""
+    lanes = 8 if kind == "avx2" else 16
+    nr = lanes * nvec
+
+    def codegen(context, builder, sig, args):
+        if fused:
+            w, w_off, x, x_off, ldx, kq, flip, terms, mult, r0, zp, lo_f, hi_f, c, c_off, ldc = args
+        else:
+            w, w_off, x, x_off, ldx, kq, flip, c, c_off, ldc = args
+        i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+        if not available(kind):
+            trap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
+            builder.call(trap, [])
+            return context.get_dummy_value()
+        vi32 = ir.VectorType(i32, lanes)
+        vi8 = ir.VectorType(i8, 4 * lanes)
+        vrow = ir.VectorType(i8, lanes)
+        mod = builder.module
+        if kind == "avx2":
+            vi16 = ir.VectorType(i16, 2 * lanes)
+            maddubs = cgutils.get_or_insert_function(mod, ir.FunctionType(vi16, [vi8, vi8]),
+                                                     "llvm.x86.avx2.pmadd.ub.sw")
+            maddwd = cgutils.get_or_insert_function(mod, ir.FunctionType(vi32, [vi16, vi16]),
+                                                    "llvm.x86.avx2.pmadd.wd")
+            ones = ir.Constant(vi16, [1] * (2 * lanes))
+        else:
+            dpbusd = cgutils.get_or_insert_function(mod, ir.FunctionType(vi32, [vi32, vi32, vi32]),
+                                                    "llvm.x86.avx512.vpdpbusd.512")
+        pw = builder.gep(builder.bitcast(_data(context, builder, sig.args[0], w), i8.as_pointer()), [w_off])
+        px = builder.gep(builder.bitcast(_data(context, builder, sig.args[2], x), i8.as_pointer()), [x_off])
+        if fused:
+            pc = builder.gep(builder.bitcast(_data(context, builder, sig.args[13], c), i8.as_pointer()), [c_off])
+            pt = builder.gep(builder.bitcast(_data(context, builder, sig.args[7], terms), i32.as_pointer()), [r0])
+            f32 = ir.FloatType()
+            pm = builder.gep(builder.bitcast(_data(context, builder, sig.args[8], mult), f32.as_pointer()), [r0])
+        else:
+            pc = builder.gep(builder.bitcast(_data(context, builder, sig.args[7], c), i32.as_pointer()), [c_off])
+        flipv = builder.insert_element(ir.Constant(vi8, ir.Undefined), builder.trunc(flip, i8), ir.Constant(i32, 0))
+        flipv = builder.shuffle_vector(flipv, ir.Constant(vi8, ir.Undefined),
+                                       ir.Constant(ir.VectorType(i32, 4 * lanes), [0] * (4 * lanes)))
+        concat = ir.Constant(ir.VectorType(i32, 2 * lanes), list(range(2 * lanes)))
+        inter = ir.Constant(ir.VectorType(i32, 4 * lanes), [(t * lanes + p) for p in range(lanes) for t in range(4)])
+        splat = ir.Constant(vi32, [0] * lanes)
+        zero_v = ir.Constant(vi32, None)
+
+        pre = builder.basic_block
+        head = builder.append_basic_block("qrows.head")
+        body = builder.append_basic_block("qrows.body")
+        done = builder.append_basic_block("qrows.done")
+        builder.branch(head)
+        builder.position_at_end(head)
+        q = builder.phi(i64)
+        q.add_incoming(ir.Constant(i64, 0), pre)
+        accs = []
+        for _ in range(mr * nvec):
+            phi = builder.phi(vi32)
+            phi.add_incoming(zero_v, pre)
+            accs.append(phi)
+        builder.cbranch(builder.icmp_signed("<", q, kq), body, done)
+
+        builder.position_at_end(body)
+        xrow = builder.gep(px, [builder.mul(builder.mul(q, ir.Constant(i64, 4)), ldx)])
+        bvec = []
+        for j in range(nvec):
+            rows = []
+            for t in range(4):
+                at = builder.add(builder.mul(ldx, ir.Constant(i64, t)), ir.Constant(i64, j * lanes))
+                ptr = builder.gep(xrow, [at])
+                rows.append(builder.load(builder.bitcast(ptr, vrow.as_pointer()), align=1))
+            lo = builder.shuffle_vector(rows[0], rows[1], concat)
+            hi = builder.shuffle_vector(rows[2], rows[3], concat)
+            bvec.append(builder.xor(builder.shuffle_vector(lo, hi, inter), flipv))
+        wrow = builder.gep(pw, [builder.mul(q, ir.Constant(i64, 4 * mr))])
+        new = []
+        for r in range(mr):
+            ptr = builder.bitcast(builder.gep(wrow, [ir.Constant(i64, 4 * r)]), i32.as_pointer())
+            one = builder.insert_element(ir.Constant(vi32, ir.Undefined), builder.load(ptr, align=1),
+                                         ir.Constant(i32, 0))
+            bcast = builder.shuffle_vector(one, ir.Constant(vi32, ir.Undefined), splat)
+            for j in range(nvec):
+                acc = accs[r * nvec + j]
+                if kind == "avx2":
+                    pairs = builder.call(maddubs, [bvec[j], builder.bitcast(bcast, vi8)])
+                    new.append(builder.add(acc, builder.call(maddwd, [pairs, ones])))
+                else:
+                    new.append(builder.call(dpbusd, [acc, builder.bitcast(bvec[j], vi32), bcast]))
+        q.add_incoming(builder.add(q, ir.Constant(i64, 1)), builder.basic_block)
+        for phi, value in zip(accs, new):
+            phi.add_incoming(value, builder.basic_block)
+        builder.branch(head)
+
+        builder.position_at_end(done)
+        if fused:
+            vf = ir.VectorType(f32, lanes)
+            rint = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf]), f"llvm.rint.v{lanes}f32")
+
+            def splat_of(value, vty):
+                one = builder.insert_element(ir.Constant(vty, ir.Undefined), value, ir.Constant(i32, 0))
+                return builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), splat)
+
+            zv, lov, hiv = (splat_of(v, vf) for v in (zp, lo_f, hi_f))
+            for r in range(mr):
+                tv = splat_of(builder.load(builder.gep(pt, [ir.Constant(i64, r)])), vi32)
+                mv = splat_of(builder.load(builder.gep(pm, [ir.Constant(i64, r)])), vf)
+                row = builder.gep(pc, [builder.mul(ldc, ir.Constant(i64, r))])
+                for j in range(nvec):
+                    f = builder.sitofp(builder.add(accs[r * nvec + j], tv), vf)
+                    f = builder.fadd(builder.call(rint, [builder.fmul(f, mv)]), zv)
+                    f = builder.select(builder.fcmp_ordered(">", f, lov), f, lov)
+                    f = builder.select(builder.fcmp_ordered("<", f, hiv), f, hiv)
+                    q = builder.trunc(builder.fptosi(f, vi32), vrow)
+                    ptr = builder.bitcast(builder.gep(row, [ir.Constant(i64, lanes * j)]), vrow.as_pointer())
+                    builder.store(q, ptr, align=1)
+            return context.get_dummy_value()
+        for r in range(mr):
+            row = builder.gep(pc, [builder.mul(ldc, ir.Constant(i64, r))])
+            for j in range(nvec):
+                ptr = builder.bitcast(builder.gep(row, [ir.Constant(i64, lanes * j)]), vi32.as_pointer())
+                builder.store(accs[r * nvec + j], ptr, align=4)
+        return context.get_dummy_value()
+
+    if fused:
+        @intrinsic
+        def tile(typingctx, w, w_off, x, x_off, ldx, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo):
+            i64, f32 = types.int64, types.float32
+            return types.void(w, i64, x, i64, i64, i64, i64, terms, mult, i64, f32, f32, f32, out, i64, i64), codegen
+    else:
+        @intrinsic
+        def tile(typingctx, w, w_off, x, x_off, ldx, kq, flip, c, c_off, ldc):
+            i64 = types.int64
+            return types.void(w, i64, x, i64, i64, i64, i64, c, i64, i64), codegen
+
+    tile.nr = nr
+    return tile
+
+
+_rows_avx2 = _rows_intrinsic("avx2", 4, 2)  # 4 weight rows x 16 pixels
+_rows_vnni = _rows_intrinsic("vnni512", 8, 2)  # 8 weight rows x 32 pixels
+_rowsq_avx2 = _rows_intrinsic("avx2", 4, 2, fused=True)
+_rowsq_vnni = _rows_intrinsic("vnni512", 8, 2, fused=True)
+KIND = {"generic": 0, "avx2": 1, "vnni512": 2}
+ROWS_MR = {0: 4, 1: 4, 2: 8}
+ROWS_NR = {0: 16, 1: 16, 2: 32}
+
+
+@jit
+def _rows_tile(kind, w, w_off, src, off, stride, kq, flip, c, c_off, ldc):
+    """One tile of rows_gemm on the kind's micro-kernel (generic: plain loops)."""
+    if kind == 2:
+        _rows_vnni(w, w_off, src, off, stride, kq, flip, c, c_off, ldc)
+    elif kind == 1:
+        _rows_avx2(w, w_off, src, off, stride, kq, flip, c, c_off, ldc)
+    else:
+        f = np.int32(flip & 255)
+        for r in range(4):
+            for j in range(16):
+                s = np.int32(0)
+                for k in range(4 * kq):
+                    u = np.int32(np.uint8(np.int32(src[off + k * stride + j]) ^ f))
+                    s = np.int32(s + u * np.int32(w[w_off + (k >> 2) * 16 + r * 4 + (k & 3)]))
+                c[c_off + r * ldc + j] = s
+
+
+@jit
+def _rowsq_tile(kind, w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo):
+    """One tile of rows_gemm requantized in the registers into ``out`` (kind 1 or 2; fused=True)."""
+    if kind == 2:
+        _rowsq_vnni(w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo)
+    else:
+        _rowsq_avx2(w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo)
+
+
+@jit
+def rows_gemm(kind, w, kq, m_pad, x, x_off, ldx, flip, n_pix, c, ldc, scratch):
+    """C[:m_pad, :n_pix] (row stride ldc >= n_pix rounded up to the tile width) = packed weights
+    (panels of ROWS_MR[kind] rows, m_pad of them in all) times the uint8 rows x[x_off + k * ldx + p]
+    (``flip`` -128 for int8 rows), k < 4 * kq. Each weight panel stays in L1 while the pixel tiles
+    pass; the last partial tile of pixels is copied into ``scratch`` ((4 kq, nr), x's dtype) first,
+    so no load reads past a row. kind: 0 generic, 1 avx2, 2 vnni512."""
+    mr = 8 if kind == 2 else 4
+    nr = 32 if kind == 2 else 16
+    full = n_pix // nr * nr
+    if full < n_pix:
+        for k in range(4 * kq):
+            for j in range(nr):
+                scratch[k * nr + j] = x[x_off + k * ldx + full + j] if full + j < n_pix else 0
+    for r0 in range(0, m_pad, mr):
+        w_off = r0 * kq * 4
+        for p in range(0, full, nr):
+            _rows_tile(kind, w, w_off, x, x_off + p, ldx, kq, flip, c, r0 * ldc + p, ldc)
+        if full < n_pix:
+            _rows_tile(kind, w, w_off, scratch, 0, nr, kq, flip, c, r0 * ldc + full, ldc)
+
+
+# ------------------------------------------------------------------------------------------ drivers
+# One per variant (an intrinsic cannot be passed to a Numba function). C's rows [0, m_rows): the
+# full panels of mr rows, then each remaining row as its own one-row panel (qpack.pack_a lays them
+# out so). The B panel stays in L1 while the A panels of the block stream past it.
+
+@jit
+def _gemm_avx2(a, b, kq, n_panels, c, ldc, m_rows):
+    mr, nr = 4, 16
+    full = m_rows // mr
+    tail = full * mr * kq * 4
+    for j in range(n_panels):
+        b_off = j * kq * nr * 4
+        for p in range(full):
+            _tile_avx2_4(a, p * kq * mr * 4, b, b_off, kq, c, p * mr * ldc + j * nr, ldc)
+        for r in range(full * mr, m_rows):
+            _tile_avx2_1(a, tail + (r - full * mr) * kq * 4, b, b_off, kq, c, r * ldc + j * nr, ldc)
+
+
+@jit
+def _gemm_vnni512(a, b, kq, n_panels, c, ldc, m_rows):
+    mr, nr = 8, 16
+    full = m_rows // mr
+    tail = full * mr * kq * 4
+    for j in range(n_panels):
+        b_off = j * kq * nr * 4
+        for p in range(full):
+            _tile_vnni_8(a, p * kq * mr * 4, b, b_off, kq, c, p * mr * ldc + j * nr, ldc)
+        for r in range(full * mr, m_rows):
+            _tile_vnni_1(a, tail + (r - full * mr) * kq * 4, b, b_off, kq, c, r * ldc + j * nr, ldc)
+
+
+@jit
+def _gemm_generic(a, b, kq, n_panels, c, ldc, m_rows):
+    mr, nr = 4, 16
+    full = m_rows // mr
+    acc = np.zeros(nr, np.int32)
+    for j in range(n_panels):
+        b_off = j * kq * nr * 4
+        for r in range(m_rows):
+            p = r // mr
+            if p < full:
+                a_off, step, lane = p * kq * mr * 4, mr * 4, (r - p * mr) * 4
+            else:
+                a_off, step, lane = full * mr * kq * 4 + (r - full * mr) * kq * 4, 4, 0
+            acc[:] = 0
+            for q in range(kq):
+                ar = a_off + q * step + lane
+                br = b_off + q * nr * 4
+                for t in range(4):
+                    u = np.int32(a[ar + t])
+                    for cc in range(nr):
+                        acc[cc] = np.int32(acc[cc] + u * np.int32(b[br + cc * 4 + t]))
+            for cc in range(nr):
+                c[r * ldc + j * nr + cc] = acc[cc]
+
+
+@jit
+def gemm_kind(kind, a, b, kq, n_panels, c, ldc, m_rows):
+    """The A-panel product of variant ``kind`` (0 generic, 1 avx2, 2 vnni512; see Variant.gemm)."""
+    if kind == 2:
+        _gemm_vnni512(a, b, kq, n_panels, c, ldc, m_rows)
+    elif kind == 1:
+        _gemm_avx2(a, b, kq, n_panels, c, ldc, m_rows)
+    else:
+        _gemm_generic(a, b, kq, n_panels, c, ldc, m_rows)
+
+
+# ------------------------------------------------------------------------------------- selection
+@functools.cache
+def host_features() -> frozenset:
+    """The CPU features Numba compiles for: the host's (llvmlite), or NUMBA_CPU_FEATURES when set;
+    a NUMBA_CPU_NAME other than the host's (portable caches) gives none, so only ``generic`` runs."""
+    import llvmlite.binding as ll
+
+    if numba.config.CPU_FEATURES:
+        return frozenset(f[1:] for f in numba.config.CPU_FEATURES.split(",") if f.startswith("+"))
+    if numba.config.CPU_NAME and numba.config.CPU_NAME != "host":
+        return frozenset()
+    return frozenset(k for k, v in ll.get_host_cpu_features().items() if v)
+
+
+VARIANTS = {
+    "generic": Variant("generic", 4, 16, _gemm_generic, False),
+    "avx2": Variant("avx2", 4, 16, _gemm_avx2, True),
+    "vnni512": Variant("vnni512", 8, 16, _gemm_vnni512, False),
+}
+_NEEDS = {"generic": (), "avx2": ("avx2",), "vnni512": ("avx512f", "avx512bw", "avx512vnni")}
+
+
+def available(name: str) -> bool:
+    """Whether this CPU (as Numba compiles for it) has the instructions of variant ``name``."""
+    return all(f in host_features() for f in _NEEDS[name])
+
+
+def requested() -> str:
+    """KERNELKIT_INT8_GEMM (default ``auto``), checked: a bad value is a ConfigError, a variant this
+    CPU lacks an Int8GemmUnavailableError."""
+    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if value not in CHOICES:
+        raise ConfigError(f"${ENV}={value!r}: expected one of {', '.join(CHOICES)}")
+    if value in VARIANTS and not available(value):
+        missing = [f for f in _NEEDS[value] if f not in host_features()]
+        raise Int8GemmUnavailableError(f"${ENV}={value}: this CPU lacks {', '.join(missing)}")
+    return value
+
+
+def select(safe_pairs: bool) -> Variant | None:
+    """The micro-kernel for a B whose vpmaddubsw pairs are ``safe_pairs`` (cannot saturate), or None
+    for the float32-BLAS path: forced by KERNELKIT_INT8_GEMM, else vnni512, else avx2 when the pairs
+    are safe. A forced avx2 on unsafe pairs runs ``generic`` (exact; avx2 would not be)."""
+    value = requested()
+    if value == "off":
+        return None
+    if value == "auto":
+        if available("vnni512"):
+            return VARIANTS["vnni512"]
+        return VARIANTS["avx2"] if available("avx2") and safe_pairs else None
+    variant = VARIANTS[value]
+    return VARIANTS["generic"] if variant.needs_safe_pairs and not safe_pairs else variant
