@@ -200,3 +200,62 @@ def test_a_stand_in_that_fails_leaves_the_node_to_numba(monkeypatch):
     assert_close(got, kernelkit.Session(model, vendors=["reference"]).run(None, x)[0])
     [step] = sess.plan.kernel_steps()
     assert step.kernel._tier_mode == tiered.EAGER and step.kernel._tier_trial is None
+
+
+def test_background_loading_waits_for_an_idle_model_thread(monkeypatch):
+    """A batch of trials starts once no stand-in ran for IDLE_S, or MAX_DELAY_S late at the latest
+    (loading beside a first run slowed it down: docs/numba.md, warm start)."""
+    import time
+
+    monkeypatch.setattr(tiered, "IDLE_S", 0.02)
+    monkeypatch.setattr(tiered, "MAX_DELAY_S", 0.3)
+    monkeypatch.setattr(tiered, "_last_stand_in", 0.0)
+    t0 = time.perf_counter()
+    tiered._await_idle()  # no stand-in ran: at once
+    assert time.perf_counter() - t0 < 0.2
+    stop = threading.Event()
+
+    def busy():  # a model's thread running stand-ins every 5 ms
+        while not stop.is_set():
+            tiered._last_stand_in = time.perf_counter()
+            time.sleep(0.005)
+
+    t = threading.Thread(target=busy)
+    t.start()
+    try:
+        t0 = time.perf_counter()
+        tiered._await_idle()
+        waited = time.perf_counter() - t0
+    finally:
+        stop.set()
+        t.join()
+    assert 0.25 <= waited < 5.0  # MAX_DELAY_S bounds it
+    t0 = time.perf_counter()
+    tiered._await_idle()  # the model's thread has stopped: IDLE_S after its last stand-in
+    assert time.perf_counter() - t0 < 0.5
+
+
+def test_reference_stand_ins_run_blas_at_one_thread(monkeypatch):
+    """A stand-in runs where a numba kernel would: BLAS at one thread, as the numba kernels' own
+    calls (a reference convolution at OpenBLAS's thread count collapses on a busy core)."""
+    libs = config._blas_controllers()
+    if not libs:
+        pytest.skip("no BLAS library seen by threadpoolctl")
+    before = [lib.get_num_threads() for lib in libs]
+    monkeypatch.setattr(tiered, "_submit", lambda kernel, run, inputs, out: None)  # no trial: stand-ins only
+    monkeypatch.setattr(tiered, "_ran", set())  # as in a fresh process: no kernel class ran numba yet
+    g = kernelkit.GraphBuilder("mm")
+    x = g.input("x", (8, 16))
+    g.output(g.op("MatMul", x, np.ones((16, 4), np.float32)))
+    sess = kernelkit.Session(g.build(), vendors=["numba", "reference"], options={"numba_start": "tiered"})
+    try:
+        for lib in libs:
+            lib.set_num_threads(2)
+        calls = tiered.stats()["reference_calls"]
+        (y,) = sess.run(None, {"x": np.ones((8, 16), np.float32)})
+        assert_close(y, np.full((8, 4), 16.0, np.float32))
+        assert tiered.stats()["reference_calls"] > calls  # the stand-in ran
+        assert all(lib.get_num_threads() == 1 for lib in libs)
+    finally:
+        for lib, n in zip(libs, before):
+            lib.set_num_threads(n)
