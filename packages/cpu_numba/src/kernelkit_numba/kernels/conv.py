@@ -7,12 +7,13 @@ the residual Z (pass fuse_residual) and the activation.
 transformed once. Other grouped/dense convolution is im2col + BLAS: the columns of one image and
 group are packed by a sharded Numba kernel (a 1x1 stride-1 unpadded conv needs no packing: the
 image is already the column matrix; a column matrix over 1 MiB is packed and multiplied in
-L2-sized blocks of output rows), and the GEMM is cut into output tiles, each one BLAS call at one
-thread writing straight into the NCHW output and followed at once by its epilogue. Convolutions
-with one input channel per group (depthwise, any channel multiplier) run as contiguous
-multiply-adds straight from x (3x3 pads 1, stride 1 or 2) or over the stride phases of each padded
-plane (``_conv_depthwise``), with bias and Relu/Relu6 fused. The output goes into the session's
-arena when it hands one (``out=``).
+blocks of output rows of about 2 MiB of columns, strided ones with wide outputs packed from the
+input's column phases), and the GEMM is cut into output tiles, each one BLAS call at one thread
+writing straight into the NCHW output and followed at once by its epilogue. Convolutions with one
+input channel per group (depthwise, any channel multiplier) run as contiguous multiply-adds
+straight from x (3x3 pads 1 stride 1), over the stride phases of each padded plane split once
+(3x3 pads 1 stride 2) or with one pass per tap over those phases (``_conv_depthwise``), with bias
+and Relu/Relu6 fused. The output goes into the session's arena when it hands one (``out=``).
 """
 from __future__ import annotations
 
