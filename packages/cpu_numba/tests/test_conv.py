@@ -297,3 +297,27 @@ def test_conv_im2col_in_blocks_of_rows(check, rng, monkeypatch, x_shape, w_shape
         y = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
         inputs.append(rng.standard_normal(y.shape).astype(np.float32))
     check("Conv", inputs, attrs, constants=(1, 2))
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs", [
+    ((1, 64, 7, 7), (70, 64, 3, 3), {"pads": [1, 1, 1, 1], "activation": "Relu"}),  # 7x7 map, M % 4 = 2
+    ((2, 40, 7, 7), (67, 40, 1, 1), {}),  # 1x1: the image transposed is the column matrix
+    ((1, 24, 13, 14), (66, 24, 1, 1), {"strides": [2, 2], "activation": "Sigmoid"}),  # 1x1/2
+    ((1, 32, 14, 13), (64, 32, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 2]}),
+    ((1, 8, 6, 5), (10, 4, 3, 3), {"group": 2, "pads": [1, 1, 1, 1], "dilations": [1, 2]}),
+])
+@pytest.mark.parametrize("with_z", [False, True])
+def test_conv_gemm_nt_rows(check, rng, monkeypatch, x_shape, w_shape, attrs, with_z):
+    """Convolutions with few output pixels (7x7 maps) and many weight rows: columns transposed and
+    ``gemm_nt_rows`` (weights read once), K in chunks (lowered here so that K takes several),
+    row counts that leave a partial group of four, with the residual and activations."""
+    from kernelkit_numba.kernels import conv
+
+    monkeypatch.setattr(conv, "_NT_MIN_ROWS", 1)
+    monkeypatch.setattr(conv, "_NT_K_CHUNK", 48)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (x_shape, w_shape, w_shape[:1]))
+    inputs = [x, w, b]
+    if with_z:
+        y = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
+        inputs.append(rng.standard_normal(y.shape).astype(np.float32))
+    check("Conv", inputs, attrs, constants=(1, 2))

@@ -30,6 +30,7 @@ def _x(rng, *shape):
     ({"group": 4, "pads": [1, 1, 1, 1], "activation": "HardSwish"}, (1, 4, 9, 9), (8, 1, 3, 3)),
     ({"group": 6, "pads": [1, 1, 1, 1], "strides": [2, 2]}, (2, 6, 13, 12), (6, 1, 3, 3)),  # depthwise /2
     ({"pads": [3, 3, 3, 3], "strides": [2, 2], "activation": "Relu"}, (1, 3, 40, 38), (16, 3, 7, 7)),  # blocks
+    ({"pads": [1, 1, 1, 1]}, (1, 16, 7, 7), (70, 16, 3, 3)),  # 7x7 map, 64+ rows: gemm_nt_rows shards
 ])
 def test_conv_sharded(check, rng, attrs, x_shape, w_shape, monkeypatch):
     from kernelkit_numba.kernels import conv

@@ -7,12 +7,13 @@ the residual Z (pass fuse_residual) and the activation.
 transformed once. Other grouped/dense convolution is im2col + BLAS: the columns of one image and
 group are packed by a sharded Numba kernel (a 1x1 stride-1 unpadded conv needs no packing: the
 image is already the column matrix; a column matrix over 1 MiB is packed and multiplied in
-L2-sized blocks of output rows), and the GEMM is cut into output tiles, each one BLAS call at one
-thread writing straight into the NCHW output and followed at once by its epilogue. Convolutions
-with one input channel per group (depthwise, any channel multiplier) run as contiguous
-multiply-adds straight from x (3x3 pads 1, stride 1 or 2) or over the stride phases of each padded
-plane (``_conv_depthwise``), with bias and Relu/Relu6 fused. The output goes into the session's
-arena when it hands one (``out=``).
+blocks of output rows of about 2 MiB of columns, strided ones with wide outputs packed from the
+input's column phases), and the GEMM is cut into output tiles, each one BLAS call at one thread
+writing straight into the NCHW output and followed at once by its epilogue. Convolutions with one
+input channel per group (depthwise, any channel multiplier) run as contiguous multiply-adds
+straight from x (3x3 pads 1 stride 1), over the stride phases of each padded plane split once
+(3x3 pads 1 stride 2) or with one pass per tap over those phases (``_conv_depthwise``), with bias
+and Relu/Relu6 fused. The output goes into the session's arena when it hands one (``out=``).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from ..config import jit_inline, jit_parallel
 from . import winograd
 from ._range import tap_range
 from .epilogue import CLIP, NONE, bias_act_block, bias_act_rows
+from .gemm_nt import gemm_nt_rows
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
@@ -498,6 +500,9 @@ class Conv(NumbaKernel):
         if not direct and (self._col is None or self._col.shape != (k_n, l_n) or self._col.dtype != x4.dtype):
             self._col = np.empty((k_n, l_n), x4.dtype)
         tiles = config.shard_count(mg * l_n, 2.0 * mg * k_n * l_n, unit=config.MIN_TILE_WORK)
+        if l_n <= _NT_MAX_COLS and mg >= _NT_MIN_ROWS:
+            self._gemm_nt(x4, wmat, y, group, bias, z, direct, tiles)
+            return
         m_tiles, p_tiles = tile_grid(mg, l_n, tiles)
         for n in range(n_n):
             for g in range(group):
@@ -527,6 +532,42 @@ class Conv(NumbaKernel):
                 else:
                     config.run_shards(tile, m_tiles * p_tiles)
 
+
+    def _gemm_nt(self, x4, wmat, y, group, bias, z, direct, tiles):
+        """Few output pixels (7x7 maps), many weight rows: the columns transposed (one row of K
+        values per output pixel) and ``gemm_nt_rows``, which reads each weight once, cut into
+        shards of output channels, each followed by its epilogue."""
+        (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = self._geom
+        n_n, c_n = x4.shape[:2]
+        mg, k_n = wmat.shape[1:]
+        cg, (kh, kw) = c_n // group, self._kernel_hw
+        l_n = oh_n * ow_n
+        code, p0, p1 = self.act
+        groups = -(-mg // 4)
+        shards = max(1, min(groups, tiles))
+        for n in range(n_n):
+            for g in range(group):
+                xs = x4[n, g * cg:(g + 1) * cg]
+                if direct:
+                    colt = np.ascontiguousarray(xs.reshape(k_n, l_n).T)
+                else:
+                    if self._col is None or self._col.shape != (k_n, l_n) or self._col.dtype != x4.dtype:
+                        self._col = np.empty((k_n, l_n), x4.dtype)
+                    _im2col(xs, self._col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, 0, k_n)
+                    colt = np.ascontiguousarray(self._col.T)
+                ymat = y[n, g * mg:(g + 1) * mg].reshape(mg, l_n)
+                zmat = None if z is None else z[n, g * mg:(g + 1) * mg].reshape(mg, l_n)
+                wg, bg = wmat[g], bias[g * mg:(g + 1) * mg]
+
+                def shard(t, wg=wg, colt=colt, ymat=ymat, bg=bg, zmat=zmat):
+                    g0, g1 = t * groups // shards, (t + 1) * groups // shards
+                    gemm_nt_rows(wg, colt, ymat, _NT_K_CHUNK, g0, g1)
+                    bias_act_block(ymat, bg, 4 * g0, min(mg, 4 * g1), 0, l_n, code, p0, p1, zmat)
+
+                if shards == 1:
+                    shard(0)
+                else:
+                    config.run_shards(shard, shards)
 
     def _gemm_blocked(self, x4, wmat, y, group, bias, z):
         """im2col + GEMM in blocks of output rows whose columns fill about ``_COL_BLOCK_BYTES``,
@@ -568,6 +609,9 @@ class Conv(NumbaKernel):
                 config.run_shards(block, blocks)
 
 
+_NT_MAX_COLS = 64  # output pixels (7x7 maps) up to which weights of _NT_MIN_ROWS+ rows run gemm_nt_rows
+_NT_MIN_ROWS = 64
+_NT_K_CHUNK = 2048
 _COL_BYTES = 1 << 20  # column matrices larger than this are packed and multiplied in blocks
 _COL_BLOCK_BYTES = 1 << 21  # the column block of one shard (L2 + L3): 512 KiB blocks ran the 7x7/2 stem
 # and 3x3/2 64->128 at 56x56 1.0-1.05x slower at one thread (benchmarks/bench_conv_blocks.py)
