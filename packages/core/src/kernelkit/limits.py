@@ -67,7 +67,8 @@ def check_tensor_bytes(shape, dtype, what: str = "output") -> int:
 
     Call it before ``np.empty``/``np.pad``/``np.tile``/a device buffer whose shape comes from input
     values: on a host that overcommits memory a 13 TB ``np.empty`` succeeds and the process is
-    killed while filling it, so a ``MemoryError`` cannot be relied on. ``shape`` holds Python or
+    killed while filling it, so a ``MemoryError`` cannot be relied on. An empty tensor with a dim
+    over ``max_tensor_bytes() // 8`` is refused too (its per-axis index table). ``shape`` holds Python or
     NumPy ints (each >= 0); the count stops growing as soon as it is over the bound."""
     import numpy as np
 
@@ -75,7 +76,9 @@ def check_tensor_bytes(shape, dtype, what: str = "output") -> int:
     limit = max_tensor_bytes()
     dims = [int(d) for d in shape]
     count = checked_count(dims, limit // itemsize)
-    if count is None:
+    # kernels build an int64 index table per axis (numba's gathers, Resize's source coordinates):
+    # with a zero dim elsewhere the tensor is empty, but such a table would not be
+    if count is None or (count == 0 and dims and max(dims) > limit // 8):
         from .errors import TensorTooLargeError, brief
 
         raise TensorTooLargeError(

@@ -18,6 +18,7 @@ import threading
 import numpy as np
 from kernelkit import BackendUnavailableError, Device, DeviceError, KernelExecutionError
 from kernelkit.devices import profiled_node
+from kernelkit.limits import check_tensor_bytes, max_tensor_bytes
 
 from .buffers import BufferPool, CLTensor, _note_use
 from .caches import prepare as prepare_caches
@@ -272,6 +273,8 @@ class OpenCLDevice(Device):
     def empty(self, shape, dtype, idle: bool = False) -> CLTensor:
         dtype = np.dtype(dtype)
         size = math.prod(shape)
+        if size * dtype.itemsize > max_tensor_bytes():  # the one bound every vendor applies (limits.py)
+            check_tensor_bytes(shape, dtype, "OpenCL buffer")
         if size >= MAX_ELEMENTS:  # kernels index with 32-bit ints: refuse rather than overflow
             raise DeviceError(f"OpenCL tensor of shape {tuple(shape)} has {size} elements; the opencl "
                               f"kernels index with 32-bit ints (limit {MAX_ELEMENTS - 1}): use device='cpu'")
