@@ -331,6 +331,8 @@ _SIZED_BY_VALUES = [
     ("HannWindow", [np.array(26_214_400, np.int64)], {}, ()),
     ("MelWeightMatrix", [np.array(2560, np.int64), np.array(20480, np.int64), np.array(16000, np.int64),
                          np.array(0, _F32), np.array(8000, _F32)], {}, ()),
+    # a small output, but 100 MiB of sampling tables: the samples per bin come from the roi's values
+    ("RoiAlign", [np.ones((1, 1, 8, 8), _F32), np.array([[0, 0, 8e5, 8e5]], _F32), np.array([0], np.int64)], {}, ()),
 ]
 
 
@@ -367,7 +369,7 @@ def test_output_sized_by_values_is_bounded_before_allocating(monkeypatch, op, in
             assert f"'{vendor}'" in str(caught.value), caught.value
     monkeypatch.setenv("KERNELKIT_MAX_TENSOR_BYTES", str(1 << 30))  # under a 1 GiB limit the same node runs
     got = Session(model, passes=False, vendors=["reference"]).run(None, feeds)[0]
-    assert got.nbytes >= 96 * MiB
+    assert got.nbytes >= 96 * MiB or op == "RoiAlign"
 
 
 @pytest.mark.parametrize("body, fragment", [
