@@ -286,6 +286,8 @@ def test_max_tensor_bytes_defaults_to_physical_memory_and_reads_the_environment(
 
     monkeypatch.delenv(limits.MAX_TENSOR_BYTES_ENV, raising=False)
     assert limits.max_tensor_bytes() == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    monkeypatch.setenv(limits.MAX_TENSOR_BYTES_ENV, "1000")  # below the 1 MiB floor hot paths rely on
+    assert limits.max_tensor_bytes() == limits.MIN_TENSOR_BYTES == 1 << 20
     monkeypatch.setenv(limits.MAX_TENSOR_BYTES_ENV, "0x100000")
     assert limits.max_tensor_bytes() == 1 << 20
     assert limits.check_tensor_bytes((512, 512), np.float32) == 512 * 512  # exactly 1 MiB fits

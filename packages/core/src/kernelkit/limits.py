@@ -16,6 +16,8 @@ MAX_THREADS = 4096  # Session(threads=...) and a deployment file's threads:
 YAML_MAX_NODES = 100_000  # YAML nodes after expanding aliases (a deployment file has a few hundred)
 MAX_TENSOR_BYTES_ENV = "KERNELKIT_MAX_TENSOR_BYTES"  # overrides max_tensor_bytes() (an int, bytes)
 FALLBACK_TENSOR_BYTES = 1 << 40  # where the host's physical memory cannot be read (1 TiB)
+MIN_TENSOR_BYTES = 1 << 20  # a smaller $KERNELKIT_MAX_TENSOR_BYTES counts as this: a hot path may skip
+# the check (and its environment lookup, ~1 us) for a tensor of at most this many bytes
 
 
 def checked_count(shape, limit: int = MAX_ELEMENTS) -> int | None:
@@ -46,7 +48,8 @@ def physical_memory() -> int | None:
 def max_tensor_bytes() -> int:
     """Bytes one tensor may take when a kernel sizes it from run-time VALUES (Pad's pads, Expand's
     shape, Range's limit, ...): ``$KERNELKIT_MAX_TENSOR_BYTES`` when set, else the host's physical
-    memory. Read at every call (an environment lookup), so a process may change it."""
+    memory; never below ``MIN_TENSOR_BYTES`` (1 MiB). Read at every call (an environment lookup), so a
+    process may change it."""
     text = os.environ.get(MAX_TENSOR_BYTES_ENV)
     if text:
         try:
@@ -57,7 +60,7 @@ def max_tensor_bytes() -> int:
             from .errors import ConfigError, brief
 
             raise ConfigError(f"${MAX_TENSOR_BYTES_ENV}={brief(text)} is not a byte count (an int >= 0)")
-        return value
+        return max(value, MIN_TENSOR_BYTES)
     return physical_memory() or FALLBACK_TENSOR_BYTES
 
 
