@@ -278,14 +278,17 @@ def test_cli_convert_refuses_to_overwrite_its_input(capsys, tmp_path):
 
 # -- item 11: one byte bound for tensors sized from values (limits.check_tensor_bytes) ----------------
 def test_max_tensor_bytes_defaults_to_physical_memory_and_reads_the_environment(monkeypatch):
-    """Item 11: the bound is the host's physical memory unless $KERNELKIT_MAX_TENSOR_BYTES sets it;
-    a value that is not a byte count is a ConfigError, not a silently ignored setting."""
+    """Item 11: the bound is the host's physical memory (or its cgroup limit) unless
+    $KERNELKIT_MAX_TENSOR_BYTES sets it; a value that is not a byte count is a ConfigError, not a
+    silently ignored setting."""
     import os
 
     from kernelkit import limits
 
     monkeypatch.delenv(limits.MAX_TENSOR_BYTES_ENV, raising=False)
-    assert limits.max_tensor_bytes() == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    host = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert limits.max_tensor_bytes() == limits.physical_memory()  # the host's, or a smaller cgroup limit
+    assert limits.MIN_TENSOR_BYTES < limits.physical_memory() <= host
     monkeypatch.setenv(limits.MAX_TENSOR_BYTES_ENV, "1000")  # below the 1 MiB floor hot paths rely on
     assert limits.max_tensor_bytes() == limits.MIN_TENSOR_BYTES == 1 << 20
     monkeypatch.setenv(limits.MAX_TENSOR_BYTES_ENV, "0x100000")

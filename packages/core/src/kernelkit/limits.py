@@ -35,20 +35,33 @@ def checked_count(shape, limit: int = MAX_ELEMENTS) -> int | None:
     return count
 
 
+CGROUP_MEMORY_FILES = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")  # v2, v1
+
+
 @lru_cache(maxsize=1)
 def physical_memory() -> int | None:
-    """The host's physical memory in bytes, or None where ``os.sysconf`` cannot tell."""
+    """The memory this process may use in bytes: the host's physical memory, or the container's
+    cgroup memory limit where that is smaller; None where ``os.sysconf`` cannot tell."""
     try:
         pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):
         return None
-    return pages * size if pages > 0 and size > 0 else None
+    total = pages * size if pages > 0 and size > 0 else None
+    for path in CGROUP_MEMORY_FILES:
+        try:
+            with open(path, encoding="ascii") as f:
+                text = f.read(64).strip()
+        except (OSError, ValueError):
+            continue
+        if text.isdigit() and 0 < int(text) < (1 << 60):  # "max" / 2^63-ish: no limit
+            total = int(text) if total is None else min(total, int(text))
+    return total
 
 
 def max_tensor_bytes() -> int:
     """Bytes one tensor may take when a kernel sizes it from run-time VALUES (Pad's pads, Expand's
-    shape, Range's limit, ...): ``$KERNELKIT_MAX_TENSOR_BYTES`` when set, else the host's physical
-    memory; never below ``MIN_TENSOR_BYTES`` (1 MiB). Read at every call (an environment lookup), so a
+    shape, Range's limit, ...): ``$KERNELKIT_MAX_TENSOR_BYTES`` when set, else ``physical_memory()``;
+    never below ``MIN_TENSOR_BYTES`` (1 MiB). Read at every call (an environment lookup), so a
     process may change it."""
     text = os.environ.get(MAX_TENSOR_BYTES_ENV)
     if text:
