@@ -89,8 +89,11 @@ def check_tensor_bytes(shape, dtype, what: str = "output") -> int:
     import numpy as np
 
     itemsize = np.dtype(dtype).itemsize or 1
-    limit = max_tensor_bytes()
     dims = [int(d) for d in shape]
+    count = checked_count(dims, MIN_TENSOR_BYTES // itemsize)
+    if count and max(dims) <= MIN_TENSOR_BYTES // 8:  # under the floor: no environment lookup
+        return count
+    limit = max_tensor_bytes()
     count = checked_count(dims, limit // itemsize)
     # kernels build an int64 index table per axis (numba's gathers, Resize's source coordinates):
     # with a zero dim elsewhere the tensor is empty, but such a table would not be
