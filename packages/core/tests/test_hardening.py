@@ -294,6 +294,7 @@ def test_max_tensor_bytes_defaults_to_physical_memory_and_reads_the_environment(
     monkeypatch.setenv(limits.MAX_TENSOR_BYTES_ENV, "0x100000")
     assert limits.max_tensor_bytes() == 1 << 20
     assert limits.check_tensor_bytes((512, 512), np.float32) == 512 * 512  # exactly 1 MiB fits
+    assert limits.check_tensor_bytes((), np.float32) == 1 and limits.check_tensor_bytes((3, 0), np.int8) == 0
     with pytest.raises(kk.TensorTooLargeError, match=r"shape \(512, 513\) and dtype float32 would take more "
                                                      r"than 1048576 bytes"):
         limits.check_tensor_bytes((512, 513), np.float32)

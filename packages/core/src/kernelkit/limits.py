@@ -91,7 +91,7 @@ def check_tensor_bytes(shape, dtype, what: str = "output") -> int:
     itemsize = np.dtype(dtype).itemsize or 1
     dims = [int(d) for d in shape]
     count = checked_count(dims, MIN_TENSOR_BYTES // itemsize)
-    if count and max(dims) <= MIN_TENSOR_BYTES // 8:  # under the floor: no environment lookup
+    if count and max(dims, default=0) <= MIN_TENSOR_BYTES // 8:  # under the floor: no environment lookup
         return count
     limit = max_tensor_bytes()
     count = checked_count(dims, limit // itemsize)
