@@ -274,3 +274,55 @@ def test_cli_convert_refuses_to_overwrite_its_input(capsys, tmp_path):
     assert src.read_bytes() == before
     status, _, err = _cli(capsys, "convert", src, "-o", tmp_path / "m.kkm")
     assert status == 0, err
+
+
+# -- item 11: one byte bound for tensors sized from values (limits.check_tensor_bytes) ----------------
+def test_max_tensor_bytes_defaults_to_physical_memory_and_reads_the_environment(monkeypatch):
+    """Item 11: the bound is the host's physical memory (or its cgroup limit) unless
+    $KERNELKIT_MAX_TENSOR_BYTES sets it; a value that is not a byte count is a ConfigError, not a
+    silently ignored setting."""
+    import os
+
+    from kernelkit import limits
+
+    monkeypatch.delenv(limits.MAX_TENSOR_BYTES_ENV, raising=False)
+    host = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert limits.max_tensor_bytes() == limits.physical_memory()  # the host's, or a smaller cgroup limit
+    assert limits.MIN_TENSOR_BYTES < limits.physical_memory() <= host
+    monkeypatch.setenv(limits.MAX_TENSOR_BYTES_ENV, "1000")  # below the 1 MiB floor hot paths rely on
+    assert limits.max_tensor_bytes() == limits.MIN_TENSOR_BYTES == 1 << 20
+    monkeypatch.setenv(limits.MAX_TENSOR_BYTES_ENV, "0x100000")
+    assert limits.max_tensor_bytes() == 1 << 20
+    assert limits.check_tensor_bytes((512, 512), np.float32) == 512 * 512  # exactly 1 MiB fits
+    assert limits.check_tensor_bytes((), np.float32) == 1 and limits.check_tensor_bytes((3, 0), np.int8) == 0
+    with pytest.raises(kk.TensorTooLargeError, match=r"shape \(512, 513\) and dtype float32 would take more "
+                                                     r"than 1048576 bytes"):
+        limits.check_tensor_bytes((512, 513), np.float32)
+    with pytest.raises(kk.TensorTooLargeError):  # empty, but its per-axis index table would be 8 TiB
+        limits.check_tensor_bytes((0, 1 << 40), np.float32)
+    with pytest.raises(kk.TensorTooLargeError):  # Python ints: no int64 wrap-around to a small product
+        limits.check_tensor_bytes(np.array([1 << 32, 1 << 32], np.int64), np.float32)
+    for bad in ("-1", "1 GiB", "lots"):
+        monkeypatch.setenv(limits.MAX_TENSOR_BYTES_ENV, bad)
+        with pytest.raises(kk.ConfigError, match="KERNELKIT_MAX_TENSOR_BYTES"):
+            limits.max_tensor_bytes()
+
+
+def test_static_shape_from_a_constant_is_bounded_before_the_arena_is_made(monkeypatch):
+    """Item 11: Expand with a constant shape has a static output; an op that writes into the memory
+    plan's arena (``out=``) would have filled it: the plan refuses it, naming the node, before the
+    arena exists (before: a 64 MiB arena here, a 4 TiB one for [2**20, 2**20])."""
+    monkeypatch.setenv("KERNELKIT_MAX_TENSOR_BYTES", str(1 << 20))
+    g = kk.GraphBuilder("static")
+    x = g.input("x", (1, 1), "float32")
+    big = g.op("Expand", x, g.constant(np.array([4096, 4096], np.int64)))
+    g.output(g.op("Relu", g.op("Add", big, x)))
+    model = g.build()
+    tracemalloc.start()
+    try:  # a static plan is placed when the Session is made; a dynamic one at its first run
+        with pytest.raises(kk.KernelExecutionError, match=r"node 'Add_0' \(Add\): output of shape \(4096, 4096\)"):
+            kk.Session(model, passes=False, vendors=["reference"]).run(None, {"x": np.ones((1, 1), np.float32)})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20

@@ -310,6 +310,68 @@ def test_same_bad_value_same_error_class_on_cpu_and_opencl(op, inputs, attrs):
             run_single_op(op, inputs, attrs, passes=False, **kwargs)
 
 
+# -- item 11: an output sized from run-time values is bounded before it is allocated ---------------------
+MiB = 1 << 20
+_F32 = np.float32
+# each output takes 100 MiB (or more): far over a 1 MiB limit, far under what this box can hold
+_SIZED_BY_VALUES = [
+    ("Expand", [np.ones((1, 1), _F32), np.array([5120, 5120], np.int64)], {}, ("numba", "opencl")),
+    ("Pad", [np.ones((3, 4), _F32), np.array([0, 0, 0, 1 << 23], np.int64)], {}, ("numba", "opencl")),
+    ("Tile", [np.ones((1, 4), _F32), np.array([6_553_600, 1], np.int64)], {}, ("numba", "opencl")),
+    ("ConstantOfShape", [np.array([5120, 5120], np.int64)], {}, ("opencl",)),
+    ("Range", [np.array(0, _F32), np.array(26_214_400, _F32), np.array(1, _F32)], {}, ("opencl",)),
+    ("Resize", [np.ones((1, 1, 4, 4), _F32), None, None, np.array([1, 1, 5120, 5120], np.int64)], {},
+     ("numba", "opencl")),
+    ("OneHot", [np.arange(10, dtype=np.int64), np.array(2_621_440, np.int64), np.array([0, 1], _F32)], {}, ()),
+    ("CenterCropPad", [np.ones((4, 4), _F32), np.array([5120, 5120], np.int64)], {}, ()),
+    ("MaxUnpool", [np.ones((1, 1, 2, 2), _F32), np.arange(4, dtype=np.int64).reshape(1, 1, 2, 2),
+                   np.array([1, 1, 5120, 5120], np.int64)], {"kernel_shape": [1, 1]}, ()),
+    ("AffineGrid", [np.zeros((1, 2, 3), _F32), np.array([1, 1, 4096, 4096], np.int64)], {}, ()),
+    ("DFT", [np.ones((1, 4, 1), _F32), np.array(13_107_200, np.int64)], {}, ()),
+    ("HannWindow", [np.array(26_214_400, np.int64)], {}, ()),
+    ("MelWeightMatrix", [np.array(2560, np.int64), np.array(20480, np.int64), np.array(16000, np.int64),
+                         np.array(0, _F32), np.array(8000, _F32)], {}, ()),
+    # a small output, but 100 MiB of sampling tables: the samples per bin come from the roi's values
+    ("RoiAlign", [np.ones((1, 1, 8, 8), _F32), np.array([[0, 0, 8e5, 8e5]], _F32), np.array([0], np.int64)], {}, ()),
+]
+
+
+@pytest.mark.parametrize("op, inputs, attrs, vendors", _SIZED_BY_VALUES, ids=[c[0] for c in _SIZED_BY_VALUES])
+def test_output_sized_by_values_is_bounded_before_allocating(monkeypatch, op, inputs, attrs, vendors):
+    """Item 11: Pad/Expand/Tile/... of a small input whose output size comes from input VALUES is a
+    KernelExecutionError naming the node, raised by ``limits.check_tensor_bytes`` (a
+    ``TensorTooLargeError`` cause) before anything that size is allocated, on the reference, numba and
+    OpenCL (before: a MemoryError where the host refuses the allocation; where it overcommits, the
+    process was killed while filling 13 TB, as the H100 host did on ``pad-huge``/``expand-huge``)."""
+    import tracemalloc
+
+    from kernelkit import Session
+    from kernelkit.errors import KernelExecutionError, TensorTooLargeError
+    from kernelkit.testing import single_op_model
+
+    monkeypatch.setenv("KERNELKIT_MAX_TENSOR_BYTES", str(MiB))
+    model = single_op_model(op, inputs, attrs)
+    feeds = {f"in{i}": x for i, x in enumerate(inputs) if x is not None}
+    for vendor, kwargs in (("reference", dict(vendors=["reference"])), ("numba", dict(vendors=["numba", "reference"])),
+                           ("opencl", dict(device="gpu", vendors=["opencl"], options=OPTIONS))):
+        sess = Session(model, passes=False, **kwargs)
+        tracemalloc.start()
+        try:
+            with pytest.raises(KernelExecutionError, match=f"node '{op}_0'") as caught:
+                sess.run(None, feeds)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert isinstance(caught.value.__cause__, TensorTooLargeError), (vendor, caught.value)
+        assert "1048576 bytes" in str(caught.value)
+        assert peak < 4 * MiB, (vendor, peak)  # NumPy's buffers are traced: nothing near 100 MiB was made
+        if vendor in vendors:  # the vendor's own kernel ran and refused (not a fallback to the reference)
+            assert f"'{vendor}'" in str(caught.value), caught.value
+    monkeypatch.setenv("KERNELKIT_MAX_TENSOR_BYTES", str(1 << 30))  # under a 1 GiB limit the same node runs
+    got = Session(model, passes=False, vendors=["reference"]).run(None, feeds)[0]
+    assert got.nbytes >= 96 * MiB or op == "RoiAlign"
+
+
 @pytest.mark.parametrize("body, fragment", [
     ("a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 10)) + "layers: *a9\n",

@@ -29,6 +29,7 @@ from .errors import (
     OpAttributeError,
     RegistryError,
     ShapeError,
+    TensorTooLargeError,
     UnsupportedOpError,
 )
 from .invoke import KernelContext
@@ -68,7 +69,8 @@ __all__ = [
     "KernelContext", "KernelExecutionError", "KernelkitError", "KernelkitWarning",
     "LoaderNotFoundError", "Model", "ModelFormatError", "Node", "OpAttributeError", "PassContext",
     "Plan", "REQUIRED", "RegistryError", "Session", "ShapeError", "Step", "TensorSpec",
-    "UnsupportedOpError", "Value", "apply_activation", "broadcast_shapes", "create_device",
+    "TensorTooLargeError", "UnsupportedOpError", "Value", "apply_activation", "broadcast_shapes",
+    "create_device",
     "dtype_name", "get_schema", "infer_shapes", "kernels", "load", "load_backends", "load_model",
     "ops", "register_device", "register_kernel", "register_loader", "register_op", "register_pass",
     "run_passes", "save",

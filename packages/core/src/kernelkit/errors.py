@@ -30,6 +30,12 @@ class ShapeError(KernelkitError):
     code = "KK_SHAPE"
 
 
+class TensorTooLargeError(ShapeError):
+    """A kernel would allocate a tensor, sized from run-time values, over ``limits.max_tensor_bytes()``."""
+
+    code = "KK_TENSOR_TOO_LARGE"
+
+
 class OpAttributeError(KernelkitError):
     """An attribute is unknown, missing or of the wrong type."""
 

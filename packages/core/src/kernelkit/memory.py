@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .errors import KernelExecutionError, TensorTooLargeError
 from .ir import TensorSpec
 from .layout import physical_shape
+from .limits import check_tensor_bytes
 
 ALIGN = 64  # bytes: every block starts on a cache line (and an AVX-512 vector)
 
@@ -171,6 +173,10 @@ def plan_memory(plan, specs: dict[int, TensorSpec | None], scratch: dict[int, in
         if size and outs[0] not in outputs and dtype.kind in "biufc":
             o = outs[0]
             nbytes = size * dtype.itemsize
+            try:  # a shape inferred from a constant's values (Expand, Pad, ...) is bounded like a run-time one
+                check_tensor_bytes(spec.shape, dtype)
+            except TensorTooLargeError as exc:
+                raise KernelExecutionError(f"node {step.name!r} ({step.op}): {exc}") from exc
             reuse = _inplace_input(step, i, o, specs, block_of, blocks_read) if step.op in INPLACE_OPS else None
             if reuse is not None:
                 block = block_of[reuse]

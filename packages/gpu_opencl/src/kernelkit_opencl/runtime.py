@@ -18,6 +18,7 @@ import threading
 import numpy as np
 from kernelkit import BackendUnavailableError, Device, DeviceError, KernelExecutionError
 from kernelkit.devices import profiled_node
+from kernelkit.limits import MIN_TENSOR_BYTES, check_tensor_bytes, max_tensor_bytes
 
 from .buffers import BufferPool, CLTensor, _note_use
 from .caches import prepare as prepare_caches
@@ -272,10 +273,12 @@ class OpenCLDevice(Device):
     def empty(self, shape, dtype, idle: bool = False) -> CLTensor:
         dtype = np.dtype(dtype)
         size = math.prod(shape)
+        nbytes = size * dtype.itemsize  # the one bound every vendor applies (limits.py)
+        if nbytes > MIN_TENSOR_BYTES and nbytes > max_tensor_bytes():
+            check_tensor_bytes(shape, dtype, "OpenCL buffer")
         if size >= MAX_ELEMENTS:  # kernels index with 32-bit ints: refuse rather than overflow
             raise DeviceError(f"OpenCL tensor of shape {tuple(shape)} has {size} elements; the opencl "
                               f"kernels index with 32-bit ints (limit {MAX_ELEMENTS - 1}): use device='cpu'")
-        nbytes = size * dtype.itemsize
         return CLTensor(self.pool.allocate(max(nbytes, 1), idle), tuple(shape), dtype, self)
 
     def upload(self, array: np.ndarray) -> CLTensor:

@@ -8,6 +8,7 @@ import numpy as np
 from ..dtypes import ALL_TYPES, dtype_name
 from ..errors import OpAttributeError
 from ..ir import TensorSpec
+from ..limits import check_tensor_bytes
 from ..registry import register_kernel, register_op
 from ..shape import InferContext
 from ._util import const_ints, input_length, random
@@ -66,7 +67,11 @@ def _constant_of_shape_rule(ctx: InferContext) -> TensorSpec:
 def constant_of_shape(shape, *, value=None):
     if np.any(shape < 0):
         raise ValueError(f"shape {shape.tolist()} has a negative dim")
-    return np.full(tuple(int(d) for d in shape), _fill(value))
+    shape = tuple(int(d) for d in shape)
+    fill = _fill(value)
+    if all(d >= 0 for d in shape):  # a negative dim is np.full's own error
+        check_tensor_bytes(shape, fill.dtype)
+    return np.full(shape, fill)
 
 
 def _constant_samples(rng, dtype):

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..dtypes import FLOAT_TYPES
 from ..ir import TensorSpec
+from ..limits import check_tensor_bytes
 from ..registry import register_kernel, register_op
 from ..shape import InferContext
 from ._util import random
@@ -105,6 +106,7 @@ def roi_align(x, rois, batch_indices, *, coordinate_transformation_mode="half_pi
     if output_height < 1 or output_width < 1 or sampling_ratio < 0:
         raise ValueError("output_height/width must be >= 1 and sampling_ratio >= 0")
     n_rois, (_, channels, height, width) = rois.shape[0], x.shape
+    check_tensor_bytes((n_rois, channels, output_height, output_width), np.float64)
     xc = x.astype(np.float64)
     out = np.zeros((n_rois, channels, output_height, output_width))
     offset = 0.5 if coordinate_transformation_mode == "half_pixel" else 0.0
@@ -117,6 +119,12 @@ def roi_align(x, rois, batch_indices, *, coordinate_transformation_mode="half_pi
         gh = sampling_ratio if sampling_ratio > 0 else int(math.ceil(roi_h / output_height))
         gw = sampling_ratio if sampling_ratio > 0 else int(math.ceil(roi_w / output_width))
         count = max(gh * gw, 1)
+        if mode == "avg":  # the samples per bin come from the roi's VALUES: bound their tables
+            check_tensor_bytes((output_height * gh + output_width * gw, max(height, width)), np.float64,
+                               "RoiAlign's sampling tables")
+        else:
+            check_tensor_bytes((4, channels, output_height * gh, output_width * gw), np.float64,
+                               "RoiAlign's samples")
         ys = y1 + (np.arange(output_height)[:, None] + (np.arange(gh)[None, :] + 0.5) / gh) * bin_h
         xs = x1 + (np.arange(output_width)[:, None] + (np.arange(gw)[None, :] + 0.5) / gw) * bin_w
         yl, yh, wyl, wyh = _interp_weights(ys.reshape(-1), height)

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..dtypes import ALL_TYPES
 from ..ir import TensorSpec
+from ..limits import check_tensor_bytes
 from ..registry import register_kernel, register_op
 from ..shape import InferContext, broadcast_shapes
 from ._util import const_ints, input_length, random
@@ -33,6 +34,7 @@ def expand(x, shape):
         out = np.broadcast_shapes(x.shape, shape)
     except ValueError:
         raise ValueError(f"input shape {x.shape} does not broadcast with shape {list(shape)}") from None
+    check_tensor_bytes(out, x.dtype)
     return np.broadcast_to(x, out).copy()
 
 

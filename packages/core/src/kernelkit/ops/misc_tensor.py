@@ -9,6 +9,7 @@ import numpy as np
 
 from ..dtypes import ALL_TYPES, FLOAT_TYPES
 from ..ir import TensorSpec
+from ..limits import check_tensor_bytes
 from ..registry import REQUIRED, register_kernel, register_op
 from ..shape import InferContext
 from ._util import const_ints, random, same_as_input
@@ -58,6 +59,7 @@ def _crop_pad_plan(shape, target, axes):
 @register_kernel("CenterCropPad", device="cpu", vendor="reference", dtype=ALL_TYPES, priority=-100)
 def center_crop_pad(x, shape, *, axes=()):
     axes, out_shape = _crop_pad_plan(x.shape, np.asarray(shape).reshape(-1), axes)
+    check_tensor_bytes(out_shape, x.dtype)
     out = np.zeros(out_shape, x.dtype)
     src, dst = [slice(None)] * x.ndim, [slice(None)] * x.ndim
     for a in axes:

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..dtypes import NUMERIC_TYPES
 from ..ir import TensorSpec
+from ..limits import check_tensor_bytes
 from ..registry import register_kernel, register_op
 from ..shape import InferContext
 
@@ -39,6 +40,7 @@ def one_hot(indices, depth, values, *, axis=-1):
     idx = np.asarray(indices).astype(np.int64)
     idx = np.where(idx < 0, idx + depth, idx)
     axis = axis % (idx.ndim + 1)
+    check_tensor_bytes(idx.shape[:axis] + (depth,) + idx.shape[axis:], values.dtype)
     hot = np.expand_dims(idx, axis) == np.arange(depth).reshape((-1,) + (1,) * (idx.ndim - axis))
     return np.where(hot, values[1], values[0]).astype(values.dtype)
 

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..geometry import pad_widths as _resolve
 from ..ir import TensorSpec
+from ..limits import check_tensor_bytes
 from ..registry import register_kernel, register_op
 from ._util import random
 
@@ -35,6 +36,7 @@ def _infer(ctx) -> TensorSpec:
 def pad(x, pads, constant_value=None, axes=None, *, mode="constant"):
     widths = _resolve(x.shape, pads, axes)
     grow = [(max(b, 0), max(e, 0)) for b, e in widths]
+    check_tensor_bytes([size + b + e for size, (b, e) in zip(x.shape, grow)], x.dtype)
     if mode == "constant":  # pad, then crop (as onnxruntime): each axis ends up size + begin + end long
         value = x.dtype.type(0) if constant_value is None else constant_value.reshape(())
         y = np.pad(x, grow, mode="constant", constant_values=value)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ..ir import TensorSpec
+from ..limits import check_tensor_bytes
 from ..registry import register_kernel, register_op
 from ..shape import InferContext
 
@@ -46,6 +47,7 @@ def _rule(ctx: InferContext) -> TensorSpec:
 def range_(start, limit, delta):
     a, b, d = _scalar(start), _scalar(limit), _scalar(delta)
     n = range_length(a, b, d)
+    check_tensor_bytes((n,), np.float64)  # computed in 64 bits, then cast
     if isinstance(a, int):
         return (a + np.arange(n, dtype=np.int64) * d).astype(start.dtype)
     return (a + np.arange(n, dtype=np.float64) * d).astype(start.dtype)

@@ -16,6 +16,7 @@ from ..geometry import NEAREST_MODES, POLICIES, TRANSFORMS, source_coordinates
 from ..geometry import nearest_index as _nearest
 from ..geometry import resize_plan as _plan
 from ..ir import TensorSpec
+from ..limits import check_tensor_bytes
 from ..registry import register_kernel, register_op
 from ._util import random
 
@@ -99,6 +100,8 @@ def resize(x, roi=None, scales=None, sizes=None, *, antialias=0, axes=(), coordi
            cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0, keep_aspect_ratio_policy="stretch",
            mode="nearest", nearest_mode="round_prefer_floor"):
     scale, out = _plan(x.shape, scales, sizes, axes, keep_aspect_ratio_policy)
+    # each axis is resized in turn (in float64 unless nearest): no step is larger than this
+    check_tensor_bytes([max(size, n) for size, n in zip(x.shape, out)], x.dtype if mode == "nearest" else np.float64)
     crop = coordinate_transformation_mode == "tf_crop_and_resize"
     if crop:
         if not _given(roi):

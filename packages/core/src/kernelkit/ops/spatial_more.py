@@ -9,6 +9,7 @@ import numpy as np
 
 from ..dtypes import FLOAT_TYPES
 from ..ir import TensorSpec
+from ..limits import check_tensor_bytes
 from ..registry import REQUIRED, register_kernel, register_op
 from ..shape import InferContext
 from ._util import const_ints, random
@@ -33,6 +34,7 @@ def affine_grid(theta, size, *, align_corners=0):
     spatial = size[2:]
     if len(spatial) not in (2, 3) or theta.shape != (size[0], len(spatial), len(spatial) + 1):
         raise ValueError(f"theta {theta.shape} does not fit size {size}")
+    check_tensor_bytes((size[0], *spatial, len(spatial) + 1), np.float64)
     axes = [_base(n, align_corners) for n in spatial]  # (D,) H, W
     mesh = np.meshgrid(*axes, indexing="ij")
     points = np.stack(list(mesh[::-1]) + [np.ones_like(mesh[0])], axis=-1)  # x, y(, z), 1
@@ -55,6 +57,7 @@ def col2im(x, image_shape, block_shape, *, dilations=(), pads=(), strides=()):
     if ck % kk or length != math.prod(outs) or min(outs) < 1:
         raise ValueError(f"input {x.shape} does not hold blocks {block} over {outs} positions")
     cols = x.reshape(n, ck // kk, *block, *outs)
+    check_tensor_bytes((n, ck // kk, *padded), np.float64)
     y = np.zeros((n, ck // kk, *padded), np.promote_types(x.dtype, np.float32))
     for k in np.ndindex(*block):
         where = tuple(slice(ki * dl, ki * dl + s * (o - 1) + 1, s) for ki, dl, s, o in zip(k, dil, st, outs))
@@ -78,6 +81,7 @@ def max_unpool(x, indices, output_shape=None, *, kernel_shape, pads=(), strides=
     shape = _ints(output_shape, "output_shape", x.ndim) if output_shape is not None else default
     if indices.shape != x.shape or min(default) < 1:
         raise ValueError(f"indices {indices.shape} must have X's shape {x.shape} (unpooled to {default})")
+    check_tensor_bytes(shape, x.dtype)
     out = np.zeros(shape, x.dtype)
     flat = indices.reshape(-1).astype(np.int64)
     if flat.size and (flat.min() < 0 or flat.max() >= math.prod(default)):

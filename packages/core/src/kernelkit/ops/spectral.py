@@ -11,6 +11,7 @@ import numpy as np
 
 from ..dtypes import FLOAT_TYPES
 from ..ir import TensorSpec
+from ..limits import check_tensor_bytes
 from ..registry import register_kernel, register_op
 from ..shape import InferContext
 from ._util import random
@@ -47,6 +48,8 @@ def dft(x, dft_length=None, axis=None, *, inverse=0, onesided=0):
     n = _scalar(dft_length, None, "dft_length")
     if n is not None and n < 1:
         raise ValueError(f"dft_length must be >= 1, got {n}")
+    if n is not None:  # the output's DFT axis is n long (complex128 before the cast)
+        check_tensor_bytes(x.shape[:axis] + (n,) + x.shape[axis + 1:-1] + (2,), np.complex128)
     c = _complex(x)
     if onesided and inverse:
         return np.fft.irfft(c, n=n, axis=axis)[..., None].astype(x.dtype)
@@ -67,6 +70,7 @@ def stft(signal, frame_step, window=None, frame_length=None, *, onesided=1):
     if not 1 <= length <= c.shape[1] or window is not None and window.shape != (length,):
         raise ValueError(f"frame length {length} does not fit the signal {c.shape[1]} or the window")
     frames = (c.shape[1] - length) // step + 1
+    check_tensor_bytes((c.shape[0], frames, length), np.complex128)
     idx = np.arange(frames)[:, None] * step + np.arange(length)[None, :]
     framed = c[:, idx]
     if window is not None:
@@ -80,6 +84,7 @@ def _window(kind):
         n = _scalar(size, None, "size")
         if n < 0 or output_datatype not in ONNX_DTYPES:
             raise ValueError(f"size {n} must be >= 0 and output_datatype a kernelkit dtype")
+        check_tensor_bytes((n,), np.float64)
         denom = n if periodic else n - 1
         k = np.arange(n, dtype=np.float64)
         w = 2 * math.pi * k / max(denom, 1)
@@ -102,6 +107,7 @@ def mel_weight_matrix(num_mel_bins, dft_length, sample_rate, lower_edge_hertz, u
     rate = _scalar(sample_rate, None, "sample_rate")
     if mels < 1 or n_fft < 1 or rate < 1 or output_datatype not in ONNX_DTYPES:
         raise ValueError("num_mel_bins, dft_length and sample_rate must be >= 1, output_datatype a kernelkit dtype")
+    check_tensor_bytes((n_fft // 2 + 1, mels), np.float64)
     low, high = (float(np.asarray(v).reshape(-1)[0]) for v in (lower_edge_hertz, upper_edge_hertz))
     to_mel = lambda f: 2595 * np.log10(1 + f / 700)  # noqa: E731
     edges_mel = to_mel(low) + np.arange(mels + 2) * (to_mel(high) - to_mel(low)) / (mels + 2)

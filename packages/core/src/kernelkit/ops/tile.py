@@ -5,6 +5,7 @@ import numpy as np
 
 from ..dtypes import ALL_TYPES
 from ..ir import TensorSpec
+from ..limits import check_tensor_bytes
 from ..registry import register_kernel, register_op
 from ..shape import InferContext
 from ._util import const_ints, random
@@ -27,6 +28,7 @@ def tile(x, repeats):
     repeats = [int(r) for r in repeats]
     if len(repeats) != x.ndim or any(r < 0 for r in repeats):
         raise ValueError(f"repeats {repeats} must be {x.ndim} non-negative ints for shape {x.shape}")
+    check_tensor_bytes([d * r for d, r in zip(x.shape, repeats)], x.dtype)
     return np.tile(x, repeats)
 
 

@@ -10,6 +10,7 @@ the input (a permuted or zero-stride view: no data moves until the kernel runs).
 from __future__ import annotations
 
 import numpy as np
+from kernelkit.limits import check_tensor_bytes
 from kernelkit.ops.slice import slices
 from kernelkit.registry import register_kernel
 
@@ -71,6 +72,8 @@ def expand(x, shape, *, out=None):
     if any(d < 0 for d in shape):
         raise ValueError(f"shape {list(shape)} has a negative dim")
     full = np.broadcast_shapes(x.shape, shape)  # ValueError names both shapes
+    if out is None:
+        check_tensor_bytes(full, x.dtype)
     return _through_view(x, lambda xc: np.broadcast_to(xc, full), full, out)
 
 
@@ -78,6 +81,8 @@ def tile(x, repeats, *, out=None):
     repeats = [int(r) for r in np.asarray(repeats).reshape(-1)]
     if len(repeats) != x.ndim or any(r < 0 for r in repeats):
         raise ValueError(f"repeats {repeats} must be {x.ndim} non-negative ints for shape {x.shape}")
+    if out is None:
+        check_tensor_bytes([d * r for d, r in zip(x.shape, repeats)], x.dtype)
     return take(x, [(np.arange(d * r, dtype=np.int64) % max(d, 1)) * s
                     for d, r, s in zip(x.shape, repeats, strides(x))], out=out)
 

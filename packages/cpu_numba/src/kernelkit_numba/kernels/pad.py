@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 from kernelkit.geometry import pad_widths as _resolve
+from kernelkit.limits import check_tensor_bytes
 from kernelkit.registry import register_kernel
 
 from .._base import threaded
@@ -41,6 +42,8 @@ def pad(x, pads, constant_value=None, axes=None, *, mode="constant", out=None):
             raise ValueError(f"mode {mode!r} cannot crop {widths} from shape {x.shape}")
         if any(k == 0 and (b > 0 or e > 0) for k, (b, e) in zip(kept, widths)):
             raise ValueError(f"mode {mode!r} cannot pad an empty axis of shape {tuple(kept)}")
+    if out is None:
+        check_tensor_bytes([size + b + e for size, (b, e) in zip(x.shape, widths)], x.dtype)
     fill = 0.0 if constant_value is None else constant_value.reshape(())
     return take(x, axis_tables(x, [_source(size, b, e, mode) for size, (b, e) in zip(x.shape, widths)]), fill, out)
 

@@ -16,6 +16,7 @@ from kernelkit.geometry import NEAREST_MODES, TRANSFORMS
 from kernelkit.geometry import nearest_index as _nearest
 from kernelkit.geometry import resize_plan as _plan
 from kernelkit.geometry import source_coordinates as _source
+from kernelkit.limits import check_tensor_bytes
 from kernelkit.registry import register_kernel
 from numba import prange
 
@@ -47,6 +48,9 @@ def resize(x, roi=None, scales=None, sizes=None, *, axes=(), coordinate_transfor
            keep_aspect_ratio_policy="stretch", mode="nearest", nearest_mode="round_prefer_floor", out=None):
     into = out
     scale, out = _plan(x.shape, scales, sizes, axes, keep_aspect_ratio_policy)
+    if into is None:  # in float64 axis by axis unless nearest: no step is larger than this
+        check_tensor_bytes([max(size, n) for size, n in zip(x.shape, out)],
+                           x.dtype if mode == "nearest" else np.float64)
     if math.prod(out) == 0 or x.size == 0:
         if math.prod(out):
             raise ValueError(f"Resize cannot grow the empty input {x.shape} to {tuple(out)}")

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 from kernelkit import InputError, ShapeError, register_kernel
+from kernelkit.limits import check_tensor_bytes
 from kernelkit.ops.gather_nd import nd_indices
 
 from ._common import launch_1d, source
@@ -76,6 +77,7 @@ def expand(x, shape):
         out_shape = np.broadcast_shapes(x.shape, target)
     except ValueError as exc:
         raise ShapeError(f"Expand: {exc}") from None
+    check_tensor_bytes(out_shape, np.int64, "Expand's host index table")
     flat = np.broadcast_to(np.arange(max(x.size, 1)).reshape(x.shape), out_shape).reshape(-1)
     return _gather_rows(x.device, x, flat, x.device.empty(out_shape, x.dtype), 1, "Expand")
 

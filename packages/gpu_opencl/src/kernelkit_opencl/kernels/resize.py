@@ -11,6 +11,7 @@ from kernelkit import ShapeError, register_kernel
 from kernelkit.geometry import nearest_index as _nearest
 from kernelkit.geometry import resize_plan as _plan
 from kernelkit.geometry import source_coordinates as _source
+from kernelkit.limits import check_tensor_bytes
 
 from ._common import launch_1d, source
 from .elementwise import ew_kernel
@@ -22,6 +23,7 @@ def _tables(shape, scales, sizes, axes, policy, transform, mode, nearest_mode):
         scale, out = _plan(shape, scales, sizes, axes, policy)
     except ValueError as exc:
         raise ShapeError(f"Resize: {exc}") from None
+    check_tensor_bytes([max(size, n) for size, n in zip(shape, out)], np.float32)  # before any table
     steps = []
     for axis, (size, s, n) in enumerate(zip(shape, scale, out)):
         if n == size and s == 1.0:
