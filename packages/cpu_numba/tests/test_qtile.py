@@ -25,13 +25,11 @@ def _reference(a, a_zp, bt, b_zp):
 
 
 def _run(variant, a, a_zp, bt, b_zp):
+    """MatMulInteger's path (qpack.int32_blocks) on ``variant``, A's rows in blocks as the kernels run them."""
     pb = qpack.PackedB(bt, b_zp, variant.nr)
     out = np.empty((a.shape[0], bt.shape[0]), np.int32)
-
-    def finish(c, ldc, r0, r1, rowsum, terms):
-        qpack.to_int32_rows(c, ldc, r1 - r0, pb.n, terms, pb.zp, rowsum, pb.has_zp, out, r0)
-
-    qpack.matmul_rows(variant, a, a_zp, pb, finish)
+    terms = pb.column_terms(a_zp + qpack.flip_of(a.dtype)[1])
+    qpack.run_blocks(qpack.int32_blocks, variant, pb, a, (terms, pb.zp, pb.has_zp, out))
     return out, pb
 
 

@@ -14,8 +14,6 @@ column (``column_terms``); the row term is computed only when some zb is nonzero
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .. import config
@@ -243,6 +241,85 @@ def dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, terms, zb,
         to_float_rows(cbuf, ldc, r1 - r0, n_n, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, out, r0)
 
 
+# --------------------------------------------------------- matrix products: one Numba call a shard
+@jit
+def _pack_any(a2, a32, words, mask, flip, r0, r1, mr, kq, abuf, rowsum):
+    if words:
+        pack_words(a32, r0, r1, mask, mr, kq, abuf.view(np.uint32))
+    else:
+        pack_rows(a2, r0, r1, flip, mr, kq, abuf, rowsum)
+
+
+@jit
+def int32_blocks(kind, a2, a32, words, mask, flip, mr, bdata, kq, n_panels, n_n, terms, zb, has_zb, out, block,
+                 b_lo, b_hi):
+    """Row blocks [b_lo, b_hi) of an A-panel product into int32 ``out`` (MatMulInteger): pack A's rows
+    (4 bytes a step when ``words``), the micro-kernel, to_int32_rows."""
+    m_n = a2.shape[0]
+    ldc = n_panels * 16
+    abuf = np.empty(block * kq * 4, np.uint8)
+    cbuf = np.empty(block * ldc, np.int32)
+    rowsum = np.zeros(block, np.int32)
+    for b in range(b_lo, b_hi):
+        r0, r1 = b * block, min(m_n, (b + 1) * block)
+        _pack_any(a2, a32, words, mask, flip, r0, r1, mr, kq, abuf, rowsum)
+        qtile.gemm_kind(kind, abuf, bdata, kq, n_panels, cbuf, ldc, r1 - r0)
+        to_int32_rows(cbuf, ldc, r1 - r0, n_n, terms, zb, rowsum, has_zb, out, r0)
+
+
+@jit_exact
+def float_blocks(kind, a2, a32, words, mask, flip, mr, bdata, kq, n_panels, n_n, terms, zb, has_zb, mult, per_col,
+                 bias, has_bias, out, block, b_lo, b_hi):
+    """int32_blocks with to_float_rows' epilogue (MatMulIntegerToFloat)."""
+    m_n = a2.shape[0]
+    ldc = n_panels * 16
+    abuf = np.empty(block * kq * 4, np.uint8)
+    cbuf = np.empty(block * ldc, np.int32)
+    rowsum = np.zeros(block, np.int32)
+    for b in range(b_lo, b_hi):
+        r0, r1 = b * block, min(m_n, (b + 1) * block)
+        _pack_any(a2, a32, words, mask, flip, r0, r1, mr, kq, abuf, rowsum)
+        qtile.gemm_kind(kind, abuf, bdata, kq, n_panels, cbuf, ldc, r1 - r0)
+        to_float_rows(cbuf, ldc, r1 - r0, n_n, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, out, r0)
+
+
+@jit
+def requant_blocks(kind, a2, a32, words, mask, flip, mr, bdata, kq, n_panels, n_n, terms, zb, has_zb, mult, per_col,
+                   zp, lo, hi, out, block, b_lo, b_hi):
+    """int32_blocks with requantize_rows' epilogue (QLinearMatMul, QGemm)."""
+    m_n = a2.shape[0]
+    ldc = n_panels * 16
+    abuf = np.empty(block * kq * 4, np.uint8)
+    cbuf = np.empty(block * ldc, np.int32)
+    rowsum = np.zeros(block, np.int32)
+    for b in range(b_lo, b_hi):
+        r0, r1 = b * block, min(m_n, (b + 1) * block)
+        _pack_any(a2, a32, words, mask, flip, r0, r1, mr, kq, abuf, rowsum)
+        qtile.gemm_kind(kind, abuf, bdata, kq, n_panels, cbuf, ldc, r1 - r0)
+        requantize_rows(cbuf, ldc, r1 - r0, n_n, terms, zb, rowsum, has_zb, mult, per_col, zp, lo, hi, out, r0)
+
+
+def a_operand(variant, a2: np.ndarray, pb: PackedB) -> tuple:
+    """(kind, a2, a32, words, mask, flip, mr): A's arguments of the *_blocks drivers."""
+    flip, _ = flip_of(a2.dtype)
+    words = a2.shape[1] % 4 == 0 and a2.flags.c_contiguous and not pb.has_zp
+    a32 = a2.reshape(-1).view(np.uint32).reshape(a2.shape[0], pb.kq) if words else _NO_WORDS
+    mask = np.uint32(0x80808080 if flip else 0)
+    return qtile.KIND[variant.name], a2, a32, words, mask, flip, variant.mr
+
+
+_NO_WORDS = np.zeros((1, 1), np.uint32)
+
+
+def run_blocks(driver, variant, pb: PackedB, a2: np.ndarray, args: tuple) -> None:
+    """``driver(*a_operand, bdata, kq, n_panels, n, terms, zb, has_zb, *args, block, lo, hi)`` over
+    row blocks on the shard pool."""
+    m_n = a2.shape[0]
+    block = block_rows(m_n, pb.k, pb.n_panels * pb.nr, variant.mr)
+    head = (*a_operand(variant, a2, pb), pb.data, pb.kq, pb.n_panels, pb.n)
+    config.parallel_for(driver, -(-m_n // block), (*head, *args, block), 2.0 * m_n * pb.k * pb.n)
+
+
 # ------------------------------------------------------------------------ convolutions, rows kernel
 @jit
 def im2col_i8(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad, k_lo, k_hi):
@@ -341,65 +418,6 @@ def block_rows(m: int, k: int, n: int, mr: int) -> int:
     return min(rows, m)
 
 
-def product(variant, pb: PackedB, m: int, pack, finish) -> None:
-    """The int32 product of m rows of A with ``pb``, block by block of rows on the shard pool:
-    ``pack(r0, r1, abuf, rowsum)`` packs A's rows [r0, r1), the micro-kernel fills the (rows, N)
-    int32 block, ``finish(cbuf, ldc, r0, r1, rowsum)`` writes the output rows."""
-    if m <= 0:
-        return
-    rows = block_rows(m, pb.k, pb.n_panels * pb.nr, variant.mr)
-    blocks = -(-m // rows)
-    ldc = pb.n_panels * pb.nr
-    work = 2.0 * m * pb.k * pb.n
-    shards = config.shard_count(blocks, work, unit=config.MIN_TILE_WORK)
-
-    def run(lo, hi):
-        abuf = config.thread_buffer("qtile.a", rows * pb.kq * 4, np.uint8)
-        cbuf = config.thread_buffer("qtile.c", rows * ldc, np.int32)
-        rowsum = config.thread_buffer("qtile.rowsum", rows, np.int32)
-        for i in range(lo, hi):
-            r0, r1 = i * rows, min(m, (i + 1) * rows)
-            pack(r0, r1, abuf, rowsum)
-            variant.gemm(abuf, pb.data, pb.kq, pb.n_panels, cbuf, ldc, r1 - r0)
-            finish(cbuf, ldc, r0, r1, rowsum)
-
-    if shards <= 1:
-        run(0, blocks)
-    else:
-        config.run_shards(lambda s: run(s * blocks // shards, (s + 1) * blocks // shards), shards)
-
-
 def flip_of(dtype) -> tuple[bool, int]:
     """(flip, shift): int8 activations are flipped to uint8 (+ 128, zero point + 128)."""
     return (True, 128) if np.dtype(dtype) == np.int8 else (False, 0)
-
-
-def matmul_rows(variant, a2: np.ndarray, a_zp: int, pb: PackedB, finish, terms=None) -> None:
-    """A product of 2-D raw int8/uint8 ``a2`` with ``pb``: ``finish(cbuf, ldc, r0, r1, rowsum, terms)``
-    (``terms``: pb.column_terms of a_zp as flipped, computed here when not given)."""
-    flip, shift = flip_of(a2.dtype)
-    za = int(a_zp) + shift
-    terms = pb.column_terms(za) if terms is None else terms
-    kq = pb.kq
-
-    words = a2.shape[1] % 4 == 0 and a2.flags.c_contiguous and not pb.has_zp
-    if words:
-        a32 = a2.reshape(-1).view(np.uint32).reshape(a2.shape[0], kq)
-        mask = np.uint32(0x80808080 if flip else 0)
-
-    def pack(r0, r1, abuf, rowsum):
-        if words:
-            pack_words(a32, r0, r1, mask, variant.mr, kq, abuf.view(np.uint32))
-        else:
-            pack_rows(a2, r0, r1, flip, variant.mr, kq, abuf, rowsum)
-
-    product(variant, pb, a2.shape[0], pack, lambda c, ldc, r0, r1, rs: finish(c, ldc, r0, r1, rs, terms))
-
-
-def used(variant_or_none) -> str:
-    """The variant's name, or ``off`` (for profiles and benchmarks)."""
-    return "off" if variant_or_none is None else variant_or_none.name
-
-
-def prod(shape) -> int:
-    return math.prod(shape)
