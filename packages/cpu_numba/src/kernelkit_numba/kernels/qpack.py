@@ -132,17 +132,24 @@ def pack_words(a32, r0, r1, mask, mr, kq, out32):
 # ---------------------------------------------------------------------------------------- epilogues
 @jit
 def requantize_rows(c, ldc, rows, n_n, terms, zb, rowsum, has_zb, mult, per_col, zp, lo, hi, out, r0):
-    """out[r0 + r, n] = clamp(rint(float32(S + terms[n] - zb[n] * rowsum[r]) * mult[n or 0]) + zp)."""
+    """out[r0 + r, n] = clamp(rint(float32(S + terms[n] - zb[n] * rowsum[r]) * mult[n or 0]) + zp),
+    through a float32 row (a loop with the int8 store stays scalar), the branches out of the loops."""
+    buf = np.empty(n_n, np.float32)
     for r in range(rows):
         dst = out[r0 + r]
-        src = r * ldc
-        rs = rowsum[r]
+        src = c[r * ldc:r * ldc + n_n]
+        rs = np.int32(rowsum[r] if has_zb else 0)
+        if per_col:
+            for n in range(n_n):
+                v = np.int32(src[n] + terms[n] - zb[n] * rs)
+                buf[n] = min(max(np.float32(np.rint(np.float32(v) * mult[n])) + zp, lo), hi)
+        else:
+            m = mult[0]
+            for n in range(n_n):
+                v = np.int32(src[n] + terms[n] - zb[n] * rs)
+                buf[n] = min(max(np.float32(np.rint(np.float32(v) * m)) + zp, lo), hi)
         for n in range(n_n):
-            v = np.int32(c[src + n] + terms[n])
-            if has_zb:
-                v = np.int32(v - zb[n] * rs)
-            q = np.float32(np.rint(np.float32(v) * mult[n if per_col else 0])) + zp
-            dst[n] = min(max(q, lo), hi)
+            dst[n] = buf[n]
 
 
 @jit
@@ -150,13 +157,14 @@ def to_int32_rows(c, ldc, rows, n_n, terms, zb, rowsum, has_zb, out, r0):
     """out[r0 + r, n] = S + terms[n] - zb[n] * rowsum[r] (int32: MatMulInteger)."""
     for r in range(rows):
         dst = out[r0 + r]
-        src = r * ldc
-        rs = rowsum[r]
-        for n in range(n_n):
-            v = np.int32(c[src + n] + terms[n])
-            if has_zb:
-                v = np.int32(v - zb[n] * rs)
-            dst[n] = v
+        src = c[r * ldc:r * ldc + n_n]
+        if has_zb:
+            rs = np.int32(rowsum[r])
+            for n in range(n_n):
+                dst[n] = np.int32(src[n] + terms[n] - zb[n] * rs)
+        else:
+            for n in range(n_n):
+                dst[n] = np.int32(src[n] + terms[n])
 
 
 @jit_exact
