@@ -278,3 +278,28 @@ def test_dynamic_quantize_matmul_equals_reference(variant, rows, monkeypatch):
     got, want = _reference_and_numba("MatMulInteger", [au, b, np.uint8(9), np.int8(0)], (1, 2, 3), monkeypatch,
                                      variant)
     np.testing.assert_array_equal(got, want)
+
+
+POOLS = [
+    ((1, 64, 112, 112), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),  # ResNet-18's
+    ((2, 3, 9, 11), dict(kernel_shape=[2, 3], strides=[1, 2], pads=[0, 1, 1, 0], ceil_mode=1)),
+    ((1, 4, 10, 10), dict(kernel_shape=[3, 3], strides=[3, 3], dilations=[2, 1])),
+    ((2, 5, 17), dict(kernel_shape=[4], strides=[2], pads=[1, 2])),
+]
+
+
+@pytest.mark.parametrize("case", range(len(POOLS)))
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_integer_maxpool_equals_reference(case, dtype):
+    """qpool's integer MaxPool (and its Indices) = the reference, strides 1, 2 and 3, dilation,
+    padding, ceil_mode, 1-D."""
+    from kernelkit.testing import run_single_op
+
+    shape, attrs = POOLS[case]
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(case).integers(info.min, info.max + 1, shape).astype(dtype)
+    for outputs in (1, 2):
+        got = run_single_op("MaxPool", [x], attrs, n_outputs=outputs, vendors=["numba"], fallback=False)
+        want = run_single_op("MaxPool", [x], attrs, n_outputs=outputs, vendors=["reference"])
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
