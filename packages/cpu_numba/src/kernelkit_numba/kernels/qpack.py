@@ -20,6 +20,7 @@ from .. import config
 from ..config import jit, jit_exact
 from . import qtile
 
+U = np.uint64  # unsigned index: no wraparound check in inner loops
 BLOCK_BYTES = 192 * 1024  # rows of A per block: the packed block stays in L2 while B's panels pass
 C_BLOCK_BYTES = 64 * 1024  # and the block's int32 result stays in L1/L2 for the epilogue
 
@@ -352,22 +353,23 @@ def im2col_i8(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad, k_lo, k_h
         plane = x[c]
         for oh in range(oh_n):
             ih = oh * sh - ph + i * dh
-            base = oh * ow_n
+            d = dst[oh * ow_n:(oh + 1) * ow_n]
             if ih < 0 or ih >= h_n:
                 for ow in range(ow_n):
-                    dst[base + ow] = pad
+                    d[U(ow)] = pad
                 continue
             row = plane[ih]
             for ow in range(lo):
-                dst[base + ow] = pad
-            if sw == 1:
-                for ow in range(lo, hi):
-                    dst[base + ow] = row[ow + off]
+                d[U(ow)] = pad
+            if sw == 1:  # unsigned indices (no wraparound check) and a contiguous copy: vectorises
+                src = row[lo + off:]
+                for ow in range(hi - lo):
+                    d[U(lo + ow)] = src[U(ow)]
             else:
                 for ow in range(lo, hi):
-                    dst[base + ow] = row[ow * sw + off]
+                    d[U(ow)] = row[U(ow * sw + off)]
             for ow in range(hi, ow_n):
-                dst[base + ow] = pad
+                d[U(ow)] = pad
 
 
 @jit
