@@ -366,7 +366,7 @@ class _IntegerConv(Conv):
                 col = self._col8 = np.empty((4 * kq, n_pix), x.dtype)
         nr = qtile.ROWS_NR[kind]
         m_pad = pb.n_panels * pb.nr
-        block = qpack.rows_block(m_pad, nr, n_pix)
+        block = qpack.rows_block(m_pad, nr, n_pix, 4 * kq, config.current_threads())
         blocks = -(-n_pix // block)
         out3 = out.reshape(x.shape[0], m_n, n_pix)
         pad = np.asarray(xzp, x.dtype)[()]

@@ -334,9 +334,11 @@ def run_blocks(driver, variant, pb: PackedB, a2: np.ndarray, args: tuple) -> Non
 def im2col_i8(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad, k_lo, k_hi):
     """Rows [k_lo, k_hi) of one image's int8/uint8 im2col (C * kh * kw, oh * ow), in x's dtype,
     taps outside the image = ``pad`` (the zero point); rows past C * kh * kw (K's padding to a
-    multiple of 4) are 0. Each row runs along the output row: one contiguous copy for stride 1."""
+    multiple of 4) are 0. Flat unsigned indices, no per-row slices (7x7 planes: a view per output
+    row cost more than its seven bytes): a contiguous copy per output row for stride 1."""
     c_n, h_n, w_n = x.shape
     k_n = c_n * kh * kw
+    xf = x.reshape(-1)
     for k in range(k_lo, k_hi):
         dst = col[k]
         if k >= k_n:
@@ -350,26 +352,25 @@ def im2col_i8(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad, k_lo, k_h
         lo = (-off + sw - 1) // sw if off < 0 else 0
         hi = (w_n - 1 - off) // sw + 1 if w_n - 1 - off >= 0 else 0
         lo, hi = min(lo, ow_n), max(min(hi, ow_n), min(lo, ow_n))
-        plane = x[c]
+        plane0 = c * h_n * w_n
         for oh in range(oh_n):
             ih = oh * sh - ph + i * dh
-            d = dst[oh * ow_n:(oh + 1) * ow_n]
+            base = oh * ow_n
             if ih < 0 or ih >= h_n:
                 for ow in range(ow_n):
-                    d[U(ow)] = pad
+                    dst[U(base + ow)] = pad
                 continue
-            row = plane[ih]
+            src = plane0 + ih * w_n + off  # + ow * sw: the tap's input for output column ow
             for ow in range(lo):
-                d[U(ow)] = pad
-            if sw == 1:  # unsigned indices (no wraparound check) and a contiguous copy: vectorises
-                src = row[lo + off:]
-                for ow in range(hi - lo):
-                    d[U(lo + ow)] = src[U(ow)]
+                dst[U(base + ow)] = pad
+            if sw == 1:  # unsigned indices (no wraparound check), a contiguous copy: vectorises
+                for ow in range(lo, hi):
+                    dst[U(base + ow)] = xf[U(src + ow)]
             else:
                 for ow in range(lo, hi):
-                    d[U(ow)] = row[U(ow * sw + off)]
+                    dst[U(base + ow)] = xf[U(src + ow * sw)]
             for ow in range(hi, ow_n):
-                d[U(ow)] = pad
+                dst[U(base + ow)] = pad
 
 
 @jit
@@ -414,9 +415,17 @@ def conv_rows(kind, w, kq, m_n, m_pad, x, ldx, flip, n_pix, block, terms, mult, 
                     dst[p0 + j] = min(max(q, lo), hi)
 
 
-def rows_block(m_pad: int, nr: int, n_pix: int) -> int:
-    """Pixels per block of conv_rows: the int32 block within C_BLOCK_BYTES, a multiple of nr."""
-    block = max(nr, C_BLOCK_BYTES // (4 * m_pad) // nr * nr)
+X_BLOCK_BYTES = 384 * 1024  # input rows of a conv_rows block: they stay in L2 while every weight panel passes
+
+
+def rows_block(m_pad: int, nr: int, n_pix: int, k: int = 0, threads: int = 1) -> int:
+    """Pixels per block of conv_rows, a multiple of nr: as many as keep the block's input rows
+    (``k`` bytes a pixel) in L2, since each block streams all the weights once (ResNet-18's
+    512 x 4608 weight is 2.4 MB: two blocks of 7x7 = 49 pixels read it twice), and at least one
+    block per thread. The int32 block (m_pad x block) is touched only by partial tiles."""
+    block = max(nr, X_BLOCK_BYTES // max(k, 1) // nr * nr)
+    per_thread = -(-n_pix // max(1, threads))
+    block = min(block, max(nr, -(-per_thread // nr) * nr))
     return min(block, -(-n_pix // nr) * nr)
 
 
