@@ -168,6 +168,10 @@ def test_conv_rows(name, geometry, x_dtype):
         col = np.empty((4 * pb.kq, n_pix), x_dtype)
         qpack.im2col_i8(x, col, k, k, s, s, d, d, p, p, oh, ow, np.asarray(x_zp, x_dtype)[()], 0, 4 * pb.kq)
         rows = col.reshape(-1)
+        by_map = np.empty_like(col)  # the small-plane im2col (a map of the taps) gives the same rows
+        taps = qpack.tap_offsets(g["h"], g["w"], k, k, s, s, d, d, p, p, oh, ow)
+        qpack.im2col_i8_map(x, by_map, taps, np.asarray(x_zp, x_dtype)[()], 0, 4 * pb.kq)
+        np.testing.assert_array_equal(by_map, col)
     m_pad = pb.n_panels * pb.nr
     bias = rng.integers(-5000, 5000, g["m"]).astype(np.int32)
     terms = pb.column_terms(x_zp + shift, bias)

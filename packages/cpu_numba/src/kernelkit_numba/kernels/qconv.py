@@ -374,8 +374,15 @@ class _IntegerConv(Conv):
             if direct:
                 rows = x4[n].reshape(-1)
             else:
-                args = (x4[n], col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad)
-                config.parallel_for(qpack.im2col_i8, 4 * kq, args, 4.0 * kq * n_pix)
+                if ow_n < 16:  # small planes: one gather per row through a map of the taps
+                    key = (x4.shape[2:], oh_n, ow_n)
+                    if self.__dict__.get("_tap_key") != key:
+                        self._taps = qpack.tap_offsets(*x4.shape[2:], kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n)
+                        self._tap_key = key
+                    config.parallel_for(qpack.im2col_i8_map, 4 * kq, (x4[n], col, self._taps, pad), 4.0 * kq * n_pix)
+                else:
+                    args = (x4[n], col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad)
+                    config.parallel_for(qpack.im2col_i8, 4 * kq, args, 4.0 * kq * n_pix)
                 rows = col.reshape(-1)
             args = (kind, pb.data, kq, m_n, m_pad, rows, n_pix, np.int64(-128 if flip else 0), n_pix, block, terms,
                     mult, z, lo, hi, out3[n])

@@ -374,6 +374,41 @@ def im2col_i8(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad, k_lo, k_h
 
 
 @jit
+def im2col_i8_map(x, col, taps, pad, k_lo, k_hi):
+    """im2col_i8 for small planes (ResNet's 7x7): ``taps`` (kh * kw, oh * ow) holds each tap's source
+    offset within a plane (-1: padding), so each row is one gather over all its pixels instead of
+    a loop per output row (whose overhead outweighed its few bytes)."""
+    c_n, h_n, w_n = x.shape
+    kk, n_pix = taps.shape
+    k_n = c_n * kk
+    xf = x.reshape(-1)
+    for k in range(k_lo, k_hi):
+        dst = col[k]
+        if k >= k_n:
+            dst[:] = 0
+            continue
+        c = k // kk
+        m = taps[k - c * kk]
+        base = c * h_n * w_n
+        for p in range(n_pix):
+            o = m[U(p)]
+            dst[U(p)] = xf[U(base + o)] if o >= 0 else pad
+
+
+def tap_offsets(h_n, w_n, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n) -> np.ndarray:
+    """(kh * kw, oh * ow) int64: the offset in an (h, w) plane each tap of each output pixel reads, -1
+    where it falls in the padding (im2col_i8_map's map)."""
+    oh, ow = np.meshgrid(np.arange(oh_n), np.arange(ow_n), indexing="ij")
+    out = np.empty((kh * kw, oh_n * ow_n), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            ih, iw = oh * sh - ph + i * dh, ow * sw - pw + j * dw
+            inside = (ih >= 0) & (ih < h_n) & (iw >= 0) & (iw < w_n)
+            out[i * kw + j] = np.where(inside, ih * w_n + iw, -1).reshape(-1)
+    return out
+
+
+@jit
 def conv_rows(kind, w, kq, m_n, m_pad, x, ldx, flip, n_pix, block, terms, mult, zp, lo, hi, out, b_lo, b_hi):
     """Pixel blocks [b_lo, b_hi) (``block`` pixels each) of a convolution on the rows micro-kernel
     (qtile.rows_gemm's tiles), requantized (qgemm.requantize's steps: + terms[m], the bias and
