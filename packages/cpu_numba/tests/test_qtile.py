@@ -234,6 +234,8 @@ CONVS = [  # (x shape, w shape, attrs)
     ((1, 40, 10, 10), (40, 1, 3, 3), dict(group=40, pads=[1, 1, 1, 1], strides=[2, 2])),
     ((1, 16, 8, 8), (16, 1, 5, 5), dict(group=16, pads=[2, 2, 2, 2], dilations=[2, 1])),
     ((1, 8, 20, 20), (8, 1, 3, 3), dict(group=8, pads=[1, 1, 1, 1])),  # a large plane: the NCHW kernel
+    ((1, 4, 70, 69), (4, 1, 3, 3), dict(group=4, pads=[1, 0, 1, 1], strides=[2, 2])),  # NCHW, strided
+    ((1, 3, 66, 66), (3, 1, 5, 5), dict(group=3, pads=[2, 2, 2, 2], strides=[1, 3], dilations=[1, 2])),
 ]
 
 
