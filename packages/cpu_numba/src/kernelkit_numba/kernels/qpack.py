@@ -413,8 +413,9 @@ def conv_rows(kind, w, kq, m_n, m_pad, x, ldx, flip, n_pix, block, terms, mult, 
     """Pixel blocks [b_lo, b_hi) (``block`` pixels each) of a convolution on the rows micro-kernel
     (qtile.rows_gemm's tiles), requantized (qgemm.requantize's steps: + terms[m], the bias and
     the zero-point correction; float32 * multiplier, round half to even, + zero point, clamp) into
-    the (channels, pixels) ``out``: in the registers for full tiles of whole weight panels
-    (avx2, vnni512), else through an int32 block and a loop along the channel's row."""
+    the (channels, pixels) ``out``: in the registers for whole weight panels (avx2, vnni512; a
+    row's partial last tile with a masked store), else through an int32 block and a loop along the
+    channel's row."""
     mr = 8 if kind == 2 else 4
     nr = 32 if kind == 2 else 16
     c = np.empty(m_pad * block, np.int32)
@@ -437,9 +438,12 @@ def conv_rows(kind, w, kq, m_n, m_pad, x, ldx, flip, n_pix, block, terms, mult, 
                                       r0 * n_pix + p0 + p, n_pix)
                 else:
                     qtile._rows_tile(kind, w, w_off, x, p0 + p, ldx, kq, flip, c, r0 * block + p, block)
-            if full < n:
+            if full < n and fuse:  # the partial tile from the scratch copy, its valid pixels stored
+                qtile._rowsm_tile(kind, w, w_off, scratch, 0, nr, kq, flip, terms, mult, r0, zp, lo, hi, flat,
+                                  r0 * n_pix + p0 + full, n_pix, n - full)
+            elif full < n:
                 qtile._rows_tile(kind, w, w_off, scratch, 0, nr, kq, flip, c, r0 * block + full, block)
-            j0 = full if fuse else 0
+            j0 = n if fuse else 0
             for m in range(r0, min(r0 + mr, m_n)):
                 dst = out[m]
                 t = terms[m]

@@ -162,7 +162,7 @@ _tile_vnni_8 = _tile_intrinsic("vnni512", 8, 16)
 _tile_vnni_1 = _tile_intrinsic("vnni512", 1, 16)
 
 
-def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False):
+def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False, masked: bool = False):
     """An intrinsic ``tile(w, w_off, x, x_off, ldx, kq, flip, c, c_off, ldc)`` for products whose
     second operand is read straight from rows (a convolution's NCHW input or its int8 im2col):
     C[r, p] (r < mr weight rows, p < nr pixels) = sum_k W[r, k] * X[k, p] with W packed int8 panels
@@ -174,13 +174,14 @@ def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False):
     ``fused``: ``tile(w, w_off, x, x_off, ldx, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo)``
     requantizes in the registers instead of storing int32 (qgemm.requantize's steps: + terms[r0 + r],
     float32, * mult[r0 + r], round half to even, + zp, clamp to [lo, hi]) and stores the int8/uint8
-    bytes at ``out[o_off + r * ldo + p]``."""
+    bytes at ``out[o_off + r * ldo + p]``; ``masked`` (a last argument ``n_valid``) stores only the
+    first n_valid pixels of each row (``llvm.masked.store``: a partial tile at the end of a row)."""
     lanes = 8 if kind == "avx2" else 16
     nr = lanes * nvec
 
     def codegen(context, builder, sig, args):
         if fused:
-            w, w_off, x, x_off, ldx, kq, flip, terms, mult, r0, zp, lo_f, hi_f, c, c_off, ldc = args
+            w, w_off, x, x_off, ldx, kq, flip, terms, mult, r0, zp, lo_f, hi_f, c, c_off, ldc = args[:16]
         else:
             w, w_off, x, x_off, ldx, kq, flip, c, c_off, ldc = args
         i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
@@ -275,6 +276,15 @@ def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False):
                 return builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), splat)
 
             zv, lov, hiv = (splat_of(v, vf) for v in (zp, lo_f, hi_f))
+            if masked:
+                vi64 = ir.VectorType(i64, lanes)
+                valid = splat_of(args[16], vi64)
+                vmask = ir.VectorType(ir.IntType(1), lanes)
+                mstore = cgutils.get_or_insert_function(
+                    mod, ir.FunctionType(ir.VoidType(), [vrow, vrow.as_pointer(), i32, vmask]),
+                    f"llvm.masked.store.v{lanes}i8.p0")
+                masks = [builder.icmp_signed("<", ir.Constant(vi64, [lanes * j + t for t in range(lanes)]), valid)
+                         for j in range(nvec)]
             for r in range(mr):
                 tv = splat_of(builder.load(builder.gep(pt, [ir.Constant(i64, r)])), vi32)
                 mv = splat_of(builder.load(builder.gep(pm, [ir.Constant(i64, r)])), vf)
@@ -286,7 +296,10 @@ def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False):
                     f = builder.select(builder.fcmp_ordered("<", f, hiv), f, hiv)
                     q = builder.trunc(builder.fptosi(f, vi32), vrow)
                     ptr = builder.bitcast(builder.gep(row, [ir.Constant(i64, lanes * j)]), vrow.as_pointer())
-                    builder.store(q, ptr, align=1)
+                    if masked:
+                        builder.call(mstore, [q, ptr, ir.Constant(i32, 1), masks[j]])
+                    else:
+                        builder.store(q, ptr, align=1)
             return context.get_dummy_value()
         for r in range(mr):
             row = builder.gep(pc, [builder.mul(ldc, ir.Constant(i64, r))])
@@ -295,7 +308,13 @@ def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False):
                 builder.store(accs[r * nvec + j], ptr, align=4)
         return context.get_dummy_value()
 
-    if fused:
+    if masked:
+        @intrinsic
+        def tile(typingctx, w, w_off, x, x_off, ldx, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo, n_valid):
+            i64, f32 = types.int64, types.float32
+            return types.void(w, i64, x, i64, i64, i64, i64, terms, mult, i64, f32, f32, f32, out, i64, i64,
+                              i64), codegen
+    elif fused:
         @intrinsic
         def tile(typingctx, w, w_off, x, x_off, ldx, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo):
             i64, f32 = types.int64, types.float32
@@ -314,6 +333,8 @@ _rows_avx2 = _rows_intrinsic("avx2", 4, 2)  # 4 weight rows x 16 pixels
 _rows_vnni = _rows_intrinsic("vnni512", 8, 2)  # 8 weight rows x 32 pixels
 _rowsq_avx2 = _rows_intrinsic("avx2", 4, 2, fused=True)
 _rowsq_vnni = _rows_intrinsic("vnni512", 8, 2, fused=True)
+_rowsm_avx2 = _rows_intrinsic("avx2", 4, 2, fused=True, masked=True)
+_rowsm_vnni = _rows_intrinsic("vnni512", 8, 2, fused=True, masked=True)
 KIND = {"generic": 0, "avx2": 1, "vnni512": 2}
 ROWS_MR = {0: 4, 1: 4, 2: 8}
 ROWS_NR = {0: 16, 1: 16, 2: 32}
@@ -344,6 +365,15 @@ def _rowsq_tile(kind, w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp,
         _rowsq_vnni(w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo)
     else:
         _rowsq_avx2(w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo)
+
+
+@jit
+def _rowsm_tile(kind, w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo, n_valid):
+    """_rowsq_tile storing only the first n_valid pixels of each row (a row's last, partial tile)."""
+    if kind == 2:
+        _rowsm_vnni(w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo, n_valid)
+    else:
+        _rowsm_avx2(w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo, n_valid)
 
 
 @jit
