@@ -494,8 +494,21 @@ def available(name: str) -> bool:
 
 def requested() -> str:
     """KERNELKIT_INT8_GEMM (default ``auto``), checked: a bad value is a ConfigError, a variant this
-    CPU lacks an Int8GemmUnavailableError."""
-    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    CPU lacks an Int8GemmUnavailableError. Read on every call (a kernel's call: ~1 us)."""
+    raw = os.environ.get(ENV)
+    hit = _checked.get(raw)
+    if hit is not None and hit[0] == host_features():
+        return hit[1]
+    value = _check(raw)
+    _checked[raw] = (host_features(), value)
+    return value
+
+
+_checked: dict = {}  # raw environment value -> (the features it was checked against, the choice)
+
+
+def _check(raw) -> str:
+    value = (raw or "auto").strip().lower() or "auto"
     if value not in CHOICES:
         raise ConfigError(f"${ENV}={value!r}: expected one of {', '.join(CHOICES)}")
     if value in VARIANTS and not available(value):
