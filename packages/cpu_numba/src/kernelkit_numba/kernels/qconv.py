@@ -334,7 +334,7 @@ class _IntegerConv(Conv):
             config.parallel_for(_qdepthwise_cl, oh_n, args, 2.0 * m_n * oh_n * ow_n * kh * kw)
 
     def _tiled(self, x, x_zero_point, w, w_zero_point, out, requant) -> bool:
-        """QLinearConv on an int8 micro-kernel (qtile.rows_gemm) when one takes it: one group,
+        """QLinearConv on an int8 micro-kernel (qtile._rows_tile, _rowsq_tile) when one takes it: one group,
         weights with zero point 0 (per-channel symmetric, as the quantizer writes them). The weights
         are the kernel's broadcast operand (packed once), the input rows its vector operand, read
         straight from the NCHW input for a 1x1 stride-1 convolution, else from an int8 im2col; the

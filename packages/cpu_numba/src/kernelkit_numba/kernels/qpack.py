@@ -411,7 +411,7 @@ def tap_offsets(h_n, w_n, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n) -> np.ndar
 @jit
 def conv_rows(kind, w, kq, m_n, m_pad, x, ldx, flip, n_pix, block, terms, mult, zp, lo, hi, out, b_lo, b_hi):
     """Pixel blocks [b_lo, b_hi) (``block`` pixels each) of a convolution on the rows micro-kernel
-    (qtile.rows_gemm's tiles), requantized (qgemm.requantize's steps: + terms[m], the bias and
+    (qtile._rows_tile, _rowsq_tile, _rowsm_tile), requantized (qgemm.requantize's steps: + terms[m], the bias and
     the zero-point correction; float32 * multiplier, round half to even, + zero point, clamp) into
     the (channels, pixels) ``out``: in the registers for whole weight panels (avx2, vnni512; a
     row's partial last tile with a masked store), else through an int32 block and a loop along the

@@ -342,7 +342,7 @@ ROWS_NR = {0: 16, 1: 16, 2: 32}
 
 @jit
 def _rows_tile(kind, w, w_off, src, off, stride, kq, flip, c, c_off, ldc):
-    """One tile of rows_gemm on the kind's micro-kernel (generic: plain loops)."""
+    """One tile of the rows micro-kernel of ``kind`` (0 generic: plain loops) into int32 ``c``."""
     if kind == 2:
         _rows_vnni(w, w_off, src, off, stride, kq, flip, c, c_off, ldc)
     elif kind == 1:
@@ -360,7 +360,7 @@ def _rows_tile(kind, w, w_off, src, off, stride, kq, flip, c, c_off, ldc):
 
 @jit
 def _rowsq_tile(kind, w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo):
-    """One tile of rows_gemm requantized in the registers into ``out`` (kind 1 or 2; fused=True)."""
+    """One tile of the rows micro-kernel requantized in the registers into ``out`` (kind 1 or 2)."""
     if kind == 2:
         _rowsq_vnni(w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo)
     else:
@@ -374,28 +374,6 @@ def _rowsm_tile(kind, w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp,
         _rowsm_vnni(w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo, n_valid)
     else:
         _rowsm_avx2(w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo, n_valid)
-
-
-@jit
-def rows_gemm(kind, w, kq, m_pad, x, x_off, ldx, flip, n_pix, c, ldc, scratch):
-    """C[:m_pad, :n_pix] (row stride ldc >= n_pix rounded up to the tile width) = packed weights
-    (panels of ROWS_MR[kind] rows, m_pad of them in all) times the uint8 rows x[x_off + k * ldx + p]
-    (``flip`` -128 for int8 rows), k < 4 * kq. Each weight panel stays in L1 while the pixel tiles
-    pass; the last partial tile of pixels is copied into ``scratch`` ((4 kq, nr), x's dtype) first,
-    so no load reads past a row. kind: 0 generic, 1 avx2, 2 vnni512."""
-    mr = 8 if kind == 2 else 4
-    nr = 32 if kind == 2 else 16
-    full = n_pix // nr * nr
-    if full < n_pix:
-        for k in range(4 * kq):
-            for j in range(nr):
-                scratch[k * nr + j] = x[x_off + k * ldx + full + j] if full + j < n_pix else 0
-    for r0 in range(0, m_pad, mr):
-        w_off = r0 * kq * 4
-        for p in range(0, full, nr):
-            _rows_tile(kind, w, w_off, x, x_off + p, ldx, kq, flip, c, r0 * ldc + p, ldc)
-        if full < n_pix:
-            _rows_tile(kind, w, w_off, scratch, 0, nr, kq, flip, c, r0 * ldc + full, ldc)
 
 
 # ------------------------------------------------------------------------------------------ drivers
