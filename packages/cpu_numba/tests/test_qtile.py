@@ -275,8 +275,8 @@ def test_dynamic_quantize_matmul_equals_reference(variant, rows, monkeypatch):
     a = rng.standard_normal((rows, 70)).astype(np.float32)
     lim = 64 if variant == "avx2" else 128
     b = rng.integers(-lim, lim, (70, 33)).astype(np.int8)
-    inputs = [a, b, rng.uniform(0.01, 0.02, 33).astype(np.float32), np.zeros(33, np.int8),
-              rng.standard_normal(33).astype(np.float32)]
+    b_zp = np.zeros(33, np.int8) if rows == 1 else rng.integers(-20, 20, 33).astype(np.int8)  # row sums too
+    inputs = [a, b, rng.uniform(0.01, 0.02, 33).astype(np.float32), b_zp, rng.standard_normal(33).astype(np.float32)]
     got, want = _reference_and_numba("DynamicQuantizeMatMul", inputs, (1, 2, 3, 4), monkeypatch, variant,
                                      domain="com.microsoft")
     np.testing.assert_array_equal(got, want)

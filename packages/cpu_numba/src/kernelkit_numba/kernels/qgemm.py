@@ -497,8 +497,9 @@ class MatMulIntegerToFloat(NumbaKernel):
                  supports=lambda specs, attrs: specs[0].rank >= 2 and specs[1].rank >= 2)
 class DynamicQuantizeMatMul(NumbaKernel):
     """DynamicQuantizeLinear(A) and MatMulIntegerToFloat in one kernel (onnxruntime's fusion): A's
-    range, then A quantized and minus its zero point straight into the float32 operand (no uint8
-    array, no second conversion pass), the exact product and the float32 scale (+ bias) epilogue."""
+    range, then A quantized straight into the int8 micro-kernel's panels (qtile.py), or, on the
+    float32-BLAS path, quantized and minus its zero point into the float32 operand (no uint8 array,
+    no second conversion pass); the exact product and the float32 scale (+ bias) epilogue."""
 
     uses_blas = True
 
@@ -616,11 +617,11 @@ def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, a_shape):
     has_bias = bias is not None
     bias_arr = derived(kernel, (bias,), lambda: np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias
                        else np.zeros(1, np.float32))
-    terms = qpack.column_terms(kernel, pb, int(a_zp))
     block = qpack.block_rows(m_n, pb.k, pb.n_panels * pb.nr, variant.mr)
     blocks = -(-m_n // block)
     args = (qtile.KIND[variant.name], x2, np.float32(a_scale), np.uint8(a_zp), variant.mr, pb.data, pb.kq,
-            pb.n_panels, pb.n, terms, pb.zp, pb.has_zp, mult, mult.shape[0] > 1, bias_arr, has_bias, out, block)
+            pb.n_panels, pb.n, pb.col_sums, pb.k, pb.zp, pb.has_zp, mult, mult.shape[0] > 1, bias_arr, has_bias, out,
+            block)
     config.parallel_for(qpack.dq_matmul_rows, blocks, args, 2.0 * m_n * pb.k * pb.n)
     return out.reshape(*a_shape[:-1], pb.n)
 

@@ -230,12 +230,17 @@ def pack_quantized(x2, r0, r1, scale, zp, mr, kq, out32, row, rowsum):
 
 
 @jit_exact
-def dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, terms, zb, has_zb, mult, per_col, bias,
-                   has_bias, out, block, b_lo, b_hi):
+def dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, mult, per_col,
+                   bias, has_bias, out, block, b_lo, b_hi):
     """Row blocks [b_lo, b_hi) (``block`` rows each) of DynamicQuantizeMatMul on the A-panel
     micro-kernel (qtile.gemm_kind): the rows quantized straight into the panels (pack_quantized),
-    the int32 block, then to_float_rows' epilogue (Cast -> Mul -> Add, no FMA contraction)."""
+    the int32 block, then to_float_rows' epilogue (Cast -> Mul -> Add, no FMA contraction). The
+    column terms of this run's zero point (PackedB.column_terms) are computed here, wrapping in int32."""
     m_n = x2.shape[0]
+    za = np.int64(zp)
+    terms = np.empty(n_n, np.int32)
+    for n in range(n_n):
+        terms[n] = np.int32(-za * np.int64(col_sums[n]) + np.int64(k_n) * za * np.int64(zb[n]))
     ldc = n_panels * 16
     abuf = np.empty(block * kq * 4, np.uint8)
     cbuf = np.empty(block * ldc, np.int32)
