@@ -416,46 +416,53 @@ def tap_offsets(h_n, w_n, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n) -> np.ndar
 @jit
 def conv_rows(kind, w, kq, m_n, m_pad, x, ldx, flip, n_pix, block, terms, mult, zp, lo, hi, out, b_lo, b_hi):
     """Pixel blocks [b_lo, b_hi) (``block`` pixels each) of a convolution on the rows micro-kernel
-    (qtile._rows_tile, _rowsq_tile, _rowsm_tile), requantized (qgemm.requantize's steps: + terms[m], the bias and
-    the zero-point correction; float32 * multiplier, round half to even, + zero point, clamp) into
-    the (channels, pixels) ``out``: in the registers for whole weight panels (avx2, vnni512; a
-    row's partial last tile with a masked store), else through an int32 block and a loop along the
-    channel's row."""
+    (qtile._rows_tile, _rowsq_tile, _rowsm_tile): the block's pixel tiles interleaved once
+    (qtile.pack_x; the last partial one from a zero-padded copy), then every weight panel over
+    them, requantized (qgemm.requantize's steps: + terms[m], the bias and the zero-point
+    correction; float32 * multiplier, round half to even, + zero point, clamp) into the (channels,
+    pixels) ``out``: in the registers for whole weight panels (avx2, vnni512; a row's partial last
+    tile with a masked store), else through an int32 block and a loop along the channel's row."""
     mr = 8 if kind == 2 else 4
     nr = 32 if kind == 2 else 16
+    tile_bytes = kq * 4 * nr
     c = np.empty(m_pad * block, np.int32)
     scratch = np.empty(4 * kq * nr, x.dtype)
+    xp = np.empty((block // nr + 1) * tile_bytes, np.uint8)
     flat = out.reshape(-1)
     for b in range(b_lo, b_hi):
         p0 = b * block
         n = min(block, n_pix - p0)
         full = n // nr * nr
+        tiles = full // nr
+        for t in range(tiles):
+            qtile.pack_x(kind, x, p0 + t * nr, ldx, kq, flip, xp, t * tile_bytes)
         if full < n:
             for k in range(4 * kq):
                 for j in range(nr):
                     scratch[k * nr + j] = x[p0 + k * ldx + full + j] if full + j < n else 0
+            qtile.pack_x(kind, scratch, 0, nr, kq, flip, xp, tiles * tile_bytes)
         for r0 in range(0, m_pad, mr):
             w_off = r0 * kq * 4
             fuse = kind != 0 and r0 + mr <= m_n
-            for p in range(0, full, nr):
+            for t in range(tiles):
                 if fuse:
-                    qtile._rowsq_tile(kind, w, w_off, x, p0 + p, ldx, kq, flip, terms, mult, r0, zp, lo, hi, flat,
-                                      r0 * n_pix + p0 + p, n_pix)
+                    qtile._rowsq_tile(kind, w, w_off, xp, t * tile_bytes, 0, kq, flip, terms, mult, r0, zp, lo, hi,
+                                      flat, r0 * n_pix + p0 + t * nr, n_pix)
                 else:
-                    qtile._rows_tile(kind, w, w_off, x, p0 + p, ldx, kq, flip, c, r0 * block + p, block)
-            if full < n and fuse:  # the partial tile from the scratch copy, its valid pixels stored
-                qtile._rowsm_tile(kind, w, w_off, scratch, 0, nr, kq, flip, terms, mult, r0, zp, lo, hi, flat,
-                                  r0 * n_pix + p0 + full, n_pix, n - full)
+                    qtile._rows_tile(kind, w, w_off, xp, t * tile_bytes, 0, kq, flip, c, r0 * block + t * nr, block)
+            if full < n and fuse:  # the partial tile, its valid pixels stored
+                qtile._rowsm_tile(kind, w, w_off, xp, tiles * tile_bytes, 0, kq, flip, terms, mult, r0, zp, lo, hi,
+                                  flat, r0 * n_pix + p0 + full, n_pix, n - full)
             elif full < n:
-                qtile._rows_tile(kind, w, w_off, scratch, 0, nr, kq, flip, c, r0 * block + full, block)
+                qtile._rows_tile(kind, w, w_off, xp, tiles * tile_bytes, 0, kq, flip, c, r0 * block + full, block)
             j0 = n if fuse else 0
             for m in range(r0, min(r0 + mr, m_n)):
                 dst = out[m]
-                t = terms[m]
+                t_m = terms[m]
                 mm = mult[m]
                 base = m * block
                 for j in range(j0, n):
-                    q = np.float32(np.rint(np.float32(np.int32(c[base + j] + t)) * mm)) + zp
+                    q = np.float32(np.rint(np.float32(np.int32(c[base + j] + t_m)) * mm)) + zp
                     dst[p0 + j] = min(max(q, lo), hi)
 
 

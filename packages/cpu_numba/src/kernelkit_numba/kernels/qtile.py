@@ -236,17 +236,23 @@ def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False, masked: 
         builder.cbranch(builder.icmp_signed("<", q, kq), body, done)
 
         builder.position_at_end(body)
-        xrow = builder.gep(px, [builder.mul(builder.mul(q, ir.Constant(i64, 4)), ldx)])
         bvec = []
-        for j in range(nvec):
-            rows = []
-            for t in range(4):
-                at = builder.add(builder.mul(ldx, ir.Constant(i64, t)), ir.Constant(i64, j * lanes))
-                ptr = builder.gep(xrow, [at])
-                rows.append(builder.load(builder.bitcast(ptr, vrow.as_pointer()), align=1))
-            lo = builder.shuffle_vector(rows[0], rows[1], concat)
-            hi = builder.shuffle_vector(rows[2], rows[3], concat)
-            bvec.append(builder.xor(builder.shuffle_vector(lo, hi, inter), flipv))
+        if PACKED_X:  # interleaved (and flipped) beforehand by pack_x: one load a vector
+            xq = builder.gep(px, [builder.mul(q, ir.Constant(i64, 4 * nr))])
+            for j in range(nvec):
+                ptr = builder.bitcast(builder.gep(xq, [ir.Constant(i64, 4 * lanes * j)]), vi8.as_pointer())
+                bvec.append(builder.load(ptr, align=1))
+        else:
+            xrow = builder.gep(px, [builder.mul(builder.mul(q, ir.Constant(i64, 4)), ldx)])
+            for j in range(nvec):
+                rows = []
+                for t in range(4):
+                    at = builder.add(builder.mul(ldx, ir.Constant(i64, t)), ir.Constant(i64, j * lanes))
+                    ptr = builder.gep(xrow, [at])
+                    rows.append(builder.load(builder.bitcast(ptr, vrow.as_pointer()), align=1))
+                lo = builder.shuffle_vector(rows[0], rows[1], concat)
+                hi = builder.shuffle_vector(rows[2], rows[3], concat)
+                bvec.append(builder.xor(builder.shuffle_vector(lo, hi, inter), flipv))
         wrow = builder.gep(pw, [builder.mul(q, ir.Constant(i64, 4 * mr))])
         new = []
         for r in range(mr):
@@ -329,6 +335,66 @@ def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False, masked: 
     return tile
 
 
+PACKED_X = True  # the rows tiles read pack_x's interleaved tiles (False: the rows themselves)
+
+
+def _pack_intrinsic(lanes: int, nvec: int):
+    """An intrinsic ``pack(x, x_off, ldx, kq, flip, out, o_off)``: one tile of nr = lanes * nvec
+    pixels of the rows ``x[x_off + k * ldx + p]`` (k < 4 kq) into ``out[o_off:]`` as [kq][nr][4]
+    bytes, 4 rows interleaved per pixel in the register (one ``shufflevector``) and XORed with
+    ``flip`` (-128: int8 to uint8): the rows tiles' vector operand, made once per pixel tile instead
+    of once per weight panel. Plain shuffles: any CPU."""
+    nr = lanes * nvec
+
+    def codegen(context, builder, sig, args):
+        x, x_off, ldx, kq, flip, out, o_off = args
+        i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+        vi8 = ir.VectorType(i8, 4 * lanes)
+        vrow = ir.VectorType(i8, lanes)
+        px = builder.gep(builder.bitcast(_data(context, builder, sig.args[0], x), i8.as_pointer()), [x_off])
+        po = builder.gep(builder.bitcast(_data(context, builder, sig.args[5], out), i8.as_pointer()), [o_off])
+        flipv = builder.insert_element(ir.Constant(vi8, ir.Undefined), builder.trunc(flip, i8), ir.Constant(i32, 0))
+        flipv = builder.shuffle_vector(flipv, ir.Constant(vi8, ir.Undefined),
+                                       ir.Constant(ir.VectorType(i32, 4 * lanes), [0] * (4 * lanes)))
+        concat = ir.Constant(ir.VectorType(i32, 2 * lanes), list(range(2 * lanes)))
+        inter = ir.Constant(ir.VectorType(i32, 4 * lanes), [(t * lanes + p) for p in range(lanes) for t in range(4)])
+        with cgutils.for_range(builder, kq) as loop:
+            q = loop.index
+            xrow = builder.gep(px, [builder.mul(builder.mul(q, ir.Constant(i64, 4)), ldx)])
+            dst = builder.gep(po, [builder.mul(q, ir.Constant(i64, 4 * nr))])
+            for j in range(nvec):
+                rows = []
+                for t in range(4):
+                    at = builder.add(builder.mul(ldx, ir.Constant(i64, t)), ir.Constant(i64, j * lanes))
+                    rows.append(builder.load(builder.bitcast(builder.gep(xrow, [at]), vrow.as_pointer()), align=1))
+                lo = builder.shuffle_vector(rows[0], rows[1], concat)
+                hi = builder.shuffle_vector(rows[2], rows[3], concat)
+                v = builder.xor(builder.shuffle_vector(lo, hi, inter), flipv)
+                ptr = builder.bitcast(builder.gep(dst, [ir.Constant(i64, 4 * lanes * j)]), vi8.as_pointer())
+                builder.store(v, ptr, align=1)
+        return context.get_dummy_value()
+
+    @intrinsic
+    def pack(typingctx, x, x_off, ldx, kq, flip, out, o_off):
+        i64 = types.int64
+        return types.void(x, i64, i64, i64, i64, out, i64), codegen
+
+    return pack
+
+
+_pack_16 = _pack_intrinsic(8, 2)  # avx2 and generic tiles: 16 pixels
+_pack_32 = _pack_intrinsic(16, 2)  # vnni512 tiles: 32 pixels
+
+
+@jit
+def pack_x(kind, x, x_off, ldx, kq, flip, out, o_off):
+    """One pixel tile of rows for the rows tiles of ``kind`` (see _pack_intrinsic)."""
+    if kind == 2:
+        _pack_32(x, x_off, ldx, kq, flip, out, o_off)
+    else:
+        _pack_16(x, x_off, ldx, kq, flip, out, o_off)
+
+
 _rows_avx2 = _rows_intrinsic("avx2", 4, 2)  # 4 weight rows x 16 pixels
 _rows_vnni = _rows_intrinsic("vnni512", 8, 2)  # 8 weight rows x 32 pixels
 _rowsq_avx2 = _rows_intrinsic("avx2", 4, 2, fused=True)
@@ -348,12 +414,11 @@ def _rows_tile(kind, w, w_off, src, off, stride, kq, flip, c, c_off, ldc):
     elif kind == 1:
         _rows_avx2(w, w_off, src, off, stride, kq, flip, c, c_off, ldc)
     else:
-        f = np.int32(flip & 255)
-        for r in range(4):
+        for r in range(4):  # pack_x's tile: byte (k, j) at (k >> 2) * 64 + j * 4 + (k & 3), flipped
             for j in range(16):
                 s = np.int32(0)
                 for k in range(4 * kq):
-                    u = np.int32(np.uint8(np.int32(src[off + k * stride + j]) ^ f))
+                    u = np.int32(np.uint8(src[off + (k >> 2) * 64 + j * 4 + (k & 3)]))
                     s = np.int32(s + u * np.int32(w[w_off + (k >> 2) * 16 + r * 4 + (k & 3)]))
                 c[c_off + r * ldc + j] = s
 
