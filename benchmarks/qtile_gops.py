@@ -82,12 +82,10 @@ def main(argv=None):
                 variant = qtile.VARIANTS[name]
                 pb = qpack.PackedB(bt, None, variant.nr)
                 out = np.empty((m, n), np.int32)
-
-                def finish(c, ldc, r0, r1, rowsum, terms, pb=pb, out=out):
-                    qpack.to_int32_rows(c, ldc, r1 - r0, pb.n, terms, pb.zp, rowsum, pb.has_zp, out, r0)
-
+                mm_args = (pb.column_terms(3), pb.zp, pb.has_zp, out)
                 reps = max(2, args.repeat // 10) if name == "generic" else args.repeat
-                run = lambda v=variant, pb=pb, f=finish, a=a: qpack.matmul_rows(v, a, 3, pb, f)  # noqa: E731
+                run = lambda v=variant, pb=pb, a=a, x=mm_args: qpack.run_blocks(  # noqa: E731
+                    qpack.int32_blocks, v, pb, a, x)
                 gops = ops / _best(run, reps) / 1e9
                 if name != "generic":
                     best = max(best, gops)

@@ -25,13 +25,11 @@ def _reference(a, a_zp, bt, b_zp):
 
 
 def _run(variant, a, a_zp, bt, b_zp):
+    """MatMulInteger's path (qpack.int32_blocks) on ``variant``, A's rows in blocks as the kernels run them."""
     pb = qpack.PackedB(bt, b_zp, variant.nr)
     out = np.empty((a.shape[0], bt.shape[0]), np.int32)
-
-    def finish(c, ldc, r0, r1, rowsum, terms):
-        qpack.to_int32_rows(c, ldc, r1 - r0, pb.n, terms, pb.zp, rowsum, pb.has_zp, out, r0)
-
-    qpack.matmul_rows(variant, a, a_zp, pb, finish)
+    terms = pb.column_terms(a_zp + qpack.flip_of(a.dtype)[1])
+    qpack.run_blocks(qpack.int32_blocks, variant, pb, a, (terms, pb.zp, pb.has_zp, out))
     return out, pb
 
 
@@ -170,6 +168,10 @@ def test_conv_rows(name, geometry, x_dtype):
         col = np.empty((4 * pb.kq, n_pix), x_dtype)
         qpack.im2col_i8(x, col, k, k, s, s, d, d, p, p, oh, ow, np.asarray(x_zp, x_dtype)[()], 0, 4 * pb.kq)
         rows = col.reshape(-1)
+        by_map = np.empty_like(col)  # the small-plane im2col (a map of the taps) gives the same rows
+        taps = qpack.tap_offsets(g["h"], g["w"], k, k, s, s, d, d, p, p, oh, ow)
+        qpack.im2col_i8_map(x, by_map, taps, np.asarray(x_zp, x_dtype)[()], 0, 4 * pb.kq)
+        np.testing.assert_array_equal(by_map, col)
     m_pad = pb.n_panels * pb.nr
     bias = rng.integers(-5000, 5000, g["m"]).astype(np.int32)
     terms = pb.column_terms(x_zp + shift, bias)
@@ -232,6 +234,8 @@ CONVS = [  # (x shape, w shape, attrs)
     ((1, 40, 10, 10), (40, 1, 3, 3), dict(group=40, pads=[1, 1, 1, 1], strides=[2, 2])),
     ((1, 16, 8, 8), (16, 1, 5, 5), dict(group=16, pads=[2, 2, 2, 2], dilations=[2, 1])),
     ((1, 8, 20, 20), (8, 1, 3, 3), dict(group=8, pads=[1, 1, 1, 1])),  # a large plane: the NCHW kernel
+    ((1, 4, 70, 69), (4, 1, 3, 3), dict(group=4, pads=[1, 0, 1, 1], strides=[2, 2])),  # NCHW, strided
+    ((1, 3, 66, 66), (3, 1, 5, 5), dict(group=3, pads=[2, 2, 2, 2], strides=[1, 3], dilations=[1, 2])),
 ]
 
 
@@ -271,8 +275,8 @@ def test_dynamic_quantize_matmul_equals_reference(variant, rows, monkeypatch):
     a = rng.standard_normal((rows, 70)).astype(np.float32)
     lim = 64 if variant == "avx2" else 128
     b = rng.integers(-lim, lim, (70, 33)).astype(np.int8)
-    inputs = [a, b, rng.uniform(0.01, 0.02, 33).astype(np.float32), np.zeros(33, np.int8),
-              rng.standard_normal(33).astype(np.float32)]
+    b_zp = np.zeros(33, np.int8) if rows == 1 else rng.integers(-20, 20, 33).astype(np.int8)  # row sums too
+    inputs = [a, b, rng.uniform(0.01, 0.02, 33).astype(np.float32), b_zp, rng.standard_normal(33).astype(np.float32)]
     got, want = _reference_and_numba("DynamicQuantizeMatMul", inputs, (1, 2, 3, 4), monkeypatch, variant,
                                      domain="com.microsoft")
     np.testing.assert_array_equal(got, want)
@@ -280,3 +284,28 @@ def test_dynamic_quantize_matmul_equals_reference(variant, rows, monkeypatch):
     got, want = _reference_and_numba("MatMulInteger", [au, b, np.uint8(9), np.int8(0)], (1, 2, 3), monkeypatch,
                                      variant)
     np.testing.assert_array_equal(got, want)
+
+
+POOLS = [
+    ((1, 64, 112, 112), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),  # ResNet-18's
+    ((2, 3, 9, 11), dict(kernel_shape=[2, 3], strides=[1, 2], pads=[0, 1, 1, 0], ceil_mode=1)),
+    ((1, 4, 10, 10), dict(kernel_shape=[3, 3], strides=[3, 3], dilations=[2, 1])),
+    ((2, 5, 17), dict(kernel_shape=[4], strides=[2], pads=[1, 2])),
+]
+
+
+@pytest.mark.parametrize("case", range(len(POOLS)))
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_integer_maxpool_equals_reference(case, dtype):
+    """qpool's integer MaxPool (and its Indices) = the reference, strides 1, 2 and 3, dilation,
+    padding, ceil_mode, 1-D."""
+    from kernelkit.testing import run_single_op
+
+    shape, attrs = POOLS[case]
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(case).integers(info.min, info.max + 1, shape).astype(dtype)
+    for outputs in (1, 2):
+        got = run_single_op("MaxPool", [x], attrs, n_outputs=outputs, vendors=["numba"], fallback=False)
+        want = run_single_op("MaxPool", [x], attrs, n_outputs=outputs, vendors=["reference"])
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)

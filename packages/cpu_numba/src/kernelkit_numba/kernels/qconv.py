@@ -334,7 +334,7 @@ class _IntegerConv(Conv):
             config.parallel_for(_qdepthwise_cl, oh_n, args, 2.0 * m_n * oh_n * ow_n * kh * kw)
 
     def _tiled(self, x, x_zero_point, w, w_zero_point, out, requant) -> bool:
-        """QLinearConv on an int8 micro-kernel (qtile.rows_gemm) when one takes it: one group,
+        """QLinearConv on an int8 micro-kernel (qtile._rows_tile, _rowsq_tile) when one takes it: one group,
         weights with zero point 0 (per-channel symmetric, as the quantizer writes them). The weights
         are the kernel's broadcast operand (packed once), the input rows its vector operand, read
         straight from the NCHW input for a 1x1 stride-1 convolution, else from an int8 im2col; the
@@ -366,7 +366,7 @@ class _IntegerConv(Conv):
                 col = self._col8 = np.empty((4 * kq, n_pix), x.dtype)
         nr = qtile.ROWS_NR[kind]
         m_pad = pb.n_panels * pb.nr
-        block = qpack.rows_block(m_pad, nr, n_pix)
+        block = qpack.rows_block(m_pad, nr, n_pix, 4 * kq, config.current_threads())
         blocks = -(-n_pix // block)
         out3 = out.reshape(x.shape[0], m_n, n_pix)
         pad = np.asarray(xzp, x.dtype)[()]
@@ -374,8 +374,15 @@ class _IntegerConv(Conv):
             if direct:
                 rows = x4[n].reshape(-1)
             else:
-                args = (x4[n], col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad)
-                config.parallel_for(qpack.im2col_i8, 4 * kq, args, 4.0 * kq * n_pix)
+                if ow_n < 16:  # small planes: one gather per row through a map of the taps
+                    key = (x4.shape[2:], oh_n, ow_n)
+                    if self.__dict__.get("_tap_key") != key:
+                        self._taps = qpack.tap_offsets(*x4.shape[2:], kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n)
+                        self._tap_key = key
+                    config.parallel_for(qpack.im2col_i8_map, 4 * kq, (x4[n], col, self._taps, pad), 4.0 * kq * n_pix)
+                else:
+                    args = (x4[n], col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad)
+                    config.parallel_for(qpack.im2col_i8, 4 * kq, args, 4.0 * kq * n_pix)
                 rows = col.reshape(-1)
             args = (kind, pb.data, kq, m_n, m_pad, rows, n_pix, np.int64(-128 if flip else 0), n_pix, block, terms,
                     mult, z, lo, hi, out3[n])

@@ -497,8 +497,9 @@ class MatMulIntegerToFloat(NumbaKernel):
                  supports=lambda specs, attrs: specs[0].rank >= 2 and specs[1].rank >= 2)
 class DynamicQuantizeMatMul(NumbaKernel):
     """DynamicQuantizeLinear(A) and MatMulIntegerToFloat in one kernel (onnxruntime's fusion): A's
-    range, then A quantized and minus its zero point straight into the float32 operand (no uint8
-    array, no second conversion pass), the exact product and the float32 scale (+ bias) epilogue."""
+    range, then A quantized straight into the int8 micro-kernel's panels (qtile.py), or, on the
+    float32-BLAS path, quantized and minus its zero point into the float32 operand (no uint8 array,
+    no second conversion pass); the exact product and the float32 scale (+ bias) epilogue."""
 
     uses_blas = True
 
@@ -567,17 +568,17 @@ def _zp(zero_point) -> int:
     return 0 if zero_point is None else int(np.asarray(zero_point).reshape(()))
 
 
+def _terms(kernel, pb, a2, a_zero_point, bias=None):
+    return qpack.column_terms(kernel, pb, _zp(a_zero_point) + qpack.flip_of(a2.dtype)[1], bias)
+
+
 def tiled_int32(kernel, tile, a, a_zero_point):
-    """MatMulInteger on the micro-kernel: int32 (A - a_zp) @ (B - b_zp)."""
+    """MatMulInteger on the micro-kernel: int32 (A - a_zp) @ (B - b_zp), one Numba call a shard."""
     variant, pb = tile
     a2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
     out = np.empty((a2.shape[0], pb.n), np.int32)
-
-    def finish(c, ldc, r0, r1, rowsum, terms):
-        qpack.to_int32_rows(c, ldc, r1 - r0, pb.n, terms, pb.zp, rowsum, pb.has_zp, out, r0)
-
-    za = _zp(a_zero_point) + qpack.flip_of(a2.dtype)[1]
-    qpack.matmul_rows(variant, a2, _zp(a_zero_point), pb, finish, qpack.column_terms(kernel, pb, za))
+    args = (_terms(kernel, pb, a2, a_zero_point), pb.zp, pb.has_zp, out)
+    qpack.run_blocks(qpack.int32_blocks, variant, pb, a2, args)
     return out.reshape(*a.shape[:-1], pb.n)
 
 
@@ -589,14 +590,21 @@ def tiled_float(kernel, tile, a, a_zero_point, mult, bias):
     has_bias = bias is not None
     bias_arr = derived(kernel, (bias,), lambda: np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias
                        else np.zeros(1, np.float32))
-    per_col = mult.shape[0] > 1
+    args = (_terms(kernel, pb, a2, a_zero_point), pb.zp, pb.has_zp, mult, mult.shape[0] > 1, bias_arr, has_bias, out)
+    qpack.run_blocks(qpack.float_blocks, variant, pb, a2, args)
+    return out.reshape(*a.shape[:-1], pb.n)
 
-    def finish(c, ldc, r0, r1, rowsum, terms):
-        qpack.to_float_rows(c, ldc, r1 - r0, pb.n, terms, pb.zp, rowsum, pb.has_zp, mult, per_col, bias_arr,
-                            has_bias, out, r0)
 
-    za = _zp(a_zero_point) + qpack.flip_of(a2.dtype)[1]
-    qpack.matmul_rows(variant, a2, _zp(a_zero_point), pb, finish, qpack.column_terms(kernel, pb, za))
+def tiled_requantized(kernel, tile, a, a_zero_point, mult, bias, y_zero_point, bounds):
+    """The requantize epilogue (bias per column folded into the column terms) on the micro-kernel."""
+    variant, pb = tile
+    a2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+    zp = np.asarray(y_zero_point)
+    out = np.empty((a2.shape[0], pb.n), zp.dtype)
+    mult = np.ascontiguousarray(mult, np.float32).reshape(-1)
+    args = (_terms(kernel, pb, a2, a_zero_point, bias), pb.zp, pb.has_zp, mult, mult.shape[0] > 1,
+            np.float32(zp.reshape(())), np.float32(bounds[0]), np.float32(bounds[1]), out)
+    qpack.run_blocks(qpack.requant_blocks, variant, pb, a2, args)
     return out.reshape(*a.shape[:-1], pb.n)
 
 
@@ -609,29 +617,12 @@ def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, a_shape):
     has_bias = bias is not None
     bias_arr = derived(kernel, (bias,), lambda: np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias
                        else np.zeros(1, np.float32))
-    terms = qpack.column_terms(kernel, pb, int(a_zp))
     block = qpack.block_rows(m_n, pb.k, pb.n_panels * pb.nr, variant.mr)
     blocks = -(-m_n // block)
     args = (qtile.KIND[variant.name], x2, np.float32(a_scale), np.uint8(a_zp), variant.mr, pb.data, pb.kq,
-            pb.n_panels, pb.n, terms, pb.zp, pb.has_zp, mult, mult.shape[0] > 1, bias_arr, has_bias, out, block)
+            pb.n_panels, pb.n, pb.col_sums, pb.k, pb.zp, pb.has_zp, mult, mult.shape[0] > 1, bias_arr, has_bias, out,
+            block)
     config.parallel_for(qpack.dq_matmul_rows, blocks, args, 2.0 * m_n * pb.k * pb.n)
     return out.reshape(*a_shape[:-1], pb.n)
 
 
-def tiled_requantized(kernel, tile, a, a_zero_point, mult, bias, y_zero_point, bounds):
-    """The requantize epilogue (bias per column folded into the column terms) on the micro-kernel."""
-    variant, pb = tile
-    a2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
-    zp = np.asarray(y_zero_point)
-    out = np.empty((a2.shape[0], pb.n), zp.dtype)
-    mult = np.ascontiguousarray(mult, np.float32).reshape(-1)
-    per_col = mult.shape[0] > 1
-    z, lo, hi = np.float32(zp.reshape(())), np.float32(bounds[0]), np.float32(bounds[1])
-
-    def finish(c, ldc, r0, r1, rowsum, terms):
-        qpack.requantize_rows(c, ldc, r1 - r0, pb.n, terms, pb.zp, rowsum, pb.has_zp, mult, per_col, z, lo, hi,
-                              out, r0)
-
-    za = _zp(a_zero_point) + qpack.flip_of(a2.dtype)[1]
-    qpack.matmul_rows(variant, a2, _zp(a_zero_point), pb, finish, qpack.column_terms(kernel, pb, za, bias))
-    return out.reshape(*a.shape[:-1], pb.n)

@@ -14,14 +14,13 @@ column (``column_terms``); the row term is computed only when some zb is nonzero
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .. import config
 from ..config import jit, jit_exact
 from . import qtile
 
+U = np.uint64  # unsigned index: no wraparound check in inner loops
 BLOCK_BYTES = 192 * 1024  # rows of A per block: the packed block stays in L2 while B's panels pass
 C_BLOCK_BYTES = 64 * 1024  # and the block's int32 result stays in L1/L2 for the epilogue
 
@@ -134,17 +133,24 @@ def pack_words(a32, r0, r1, mask, mr, kq, out32):
 # ---------------------------------------------------------------------------------------- epilogues
 @jit
 def requantize_rows(c, ldc, rows, n_n, terms, zb, rowsum, has_zb, mult, per_col, zp, lo, hi, out, r0):
-    """out[r0 + r, n] = clamp(rint(float32(S + terms[n] - zb[n] * rowsum[r]) * mult[n or 0]) + zp)."""
+    """out[r0 + r, n] = clamp(rint(float32(S + terms[n] - zb[n] * rowsum[r]) * mult[n or 0]) + zp),
+    through a float32 row (a loop with the int8 store stays scalar), the branches out of the loops."""
+    buf = np.empty(n_n, np.float32)
     for r in range(rows):
         dst = out[r0 + r]
-        src = r * ldc
-        rs = rowsum[r]
+        src = c[r * ldc:r * ldc + n_n]
+        rs = np.int32(rowsum[r] if has_zb else 0)
+        if per_col:
+            for n in range(n_n):
+                v = np.int32(src[n] + terms[n] - zb[n] * rs)
+                buf[n] = min(max(np.float32(np.rint(np.float32(v) * mult[n])) + zp, lo), hi)
+        else:
+            m = mult[0]
+            for n in range(n_n):
+                v = np.int32(src[n] + terms[n] - zb[n] * rs)
+                buf[n] = min(max(np.float32(np.rint(np.float32(v) * m)) + zp, lo), hi)
         for n in range(n_n):
-            v = np.int32(c[src + n] + terms[n])
-            if has_zb:
-                v = np.int32(v - zb[n] * rs)
-            q = np.float32(np.rint(np.float32(v) * mult[n if per_col else 0])) + zp
-            dst[n] = min(max(q, lo), hi)
+            dst[n] = buf[n]
 
 
 @jit
@@ -152,13 +158,14 @@ def to_int32_rows(c, ldc, rows, n_n, terms, zb, rowsum, has_zb, out, r0):
     """out[r0 + r, n] = S + terms[n] - zb[n] * rowsum[r] (int32: MatMulInteger)."""
     for r in range(rows):
         dst = out[r0 + r]
-        src = r * ldc
-        rs = rowsum[r]
-        for n in range(n_n):
-            v = np.int32(c[src + n] + terms[n])
-            if has_zb:
-                v = np.int32(v - zb[n] * rs)
-            dst[n] = v
+        src = c[r * ldc:r * ldc + n_n]
+        if has_zb:
+            rs = np.int32(rowsum[r])
+            for n in range(n_n):
+                dst[n] = np.int32(src[n] + terms[n] - zb[n] * rs)
+        else:
+            for n in range(n_n):
+                dst[n] = np.int32(src[n] + terms[n])
 
 
 @jit_exact
@@ -223,12 +230,17 @@ def pack_quantized(x2, r0, r1, scale, zp, mr, kq, out32, row, rowsum):
 
 
 @jit_exact
-def dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, terms, zb, has_zb, mult, per_col, bias,
-                   has_bias, out, block, b_lo, b_hi):
+def dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, mult, per_col,
+                   bias, has_bias, out, block, b_lo, b_hi):
     """Row blocks [b_lo, b_hi) (``block`` rows each) of DynamicQuantizeMatMul on the A-panel
     micro-kernel (qtile.gemm_kind): the rows quantized straight into the panels (pack_quantized),
-    the int32 block, then to_float_rows' epilogue (Cast -> Mul -> Add, no FMA contraction)."""
+    the int32 block, then to_float_rows' epilogue (Cast -> Mul -> Add, no FMA contraction). The
+    column terms of this run's zero point (PackedB.column_terms) are computed here, wrapping in int32."""
     m_n = x2.shape[0]
+    za = np.int64(zp)
+    terms = np.empty(n_n, np.int32)
+    for n in range(n_n):
+        terms[n] = np.int32(-za * np.int64(col_sums[n]) + np.int64(k_n) * za * np.int64(zb[n]))
     ldc = n_panels * 16
     abuf = np.empty(block * kq * 4, np.uint8)
     cbuf = np.empty(block * ldc, np.int32)
@@ -243,14 +255,95 @@ def dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, terms, zb,
         to_float_rows(cbuf, ldc, r1 - r0, n_n, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, out, r0)
 
 
+# --------------------------------------------------------- matrix products: one Numba call a shard
+@jit
+def _pack_any(a2, a32, words, mask, flip, r0, r1, mr, kq, abuf, rowsum):
+    if words:
+        pack_words(a32, r0, r1, mask, mr, kq, abuf.view(np.uint32))
+    else:
+        pack_rows(a2, r0, r1, flip, mr, kq, abuf, rowsum)
+
+
+@jit
+def int32_blocks(kind, a2, a32, words, mask, flip, mr, bdata, kq, n_panels, n_n, terms, zb, has_zb, out, block,
+                 b_lo, b_hi):
+    """Row blocks [b_lo, b_hi) of an A-panel product into int32 ``out`` (MatMulInteger): pack A's rows
+    (4 bytes a step when ``words``), the micro-kernel, to_int32_rows."""
+    m_n = a2.shape[0]
+    ldc = n_panels * 16
+    abuf = np.empty(block * kq * 4, np.uint8)
+    cbuf = np.empty(block * ldc, np.int32)
+    rowsum = np.zeros(block, np.int32)
+    for b in range(b_lo, b_hi):
+        r0, r1 = b * block, min(m_n, (b + 1) * block)
+        _pack_any(a2, a32, words, mask, flip, r0, r1, mr, kq, abuf, rowsum)
+        qtile.gemm_kind(kind, abuf, bdata, kq, n_panels, cbuf, ldc, r1 - r0)
+        to_int32_rows(cbuf, ldc, r1 - r0, n_n, terms, zb, rowsum, has_zb, out, r0)
+
+
+@jit_exact
+def float_blocks(kind, a2, a32, words, mask, flip, mr, bdata, kq, n_panels, n_n, terms, zb, has_zb, mult, per_col,
+                 bias, has_bias, out, block, b_lo, b_hi):
+    """int32_blocks with to_float_rows' epilogue (MatMulIntegerToFloat)."""
+    m_n = a2.shape[0]
+    ldc = n_panels * 16
+    abuf = np.empty(block * kq * 4, np.uint8)
+    cbuf = np.empty(block * ldc, np.int32)
+    rowsum = np.zeros(block, np.int32)
+    for b in range(b_lo, b_hi):
+        r0, r1 = b * block, min(m_n, (b + 1) * block)
+        _pack_any(a2, a32, words, mask, flip, r0, r1, mr, kq, abuf, rowsum)
+        qtile.gemm_kind(kind, abuf, bdata, kq, n_panels, cbuf, ldc, r1 - r0)
+        to_float_rows(cbuf, ldc, r1 - r0, n_n, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, out, r0)
+
+
+@jit
+def requant_blocks(kind, a2, a32, words, mask, flip, mr, bdata, kq, n_panels, n_n, terms, zb, has_zb, mult, per_col,
+                   zp, lo, hi, out, block, b_lo, b_hi):
+    """int32_blocks with requantize_rows' epilogue (QLinearMatMul, QGemm)."""
+    m_n = a2.shape[0]
+    ldc = n_panels * 16
+    abuf = np.empty(block * kq * 4, np.uint8)
+    cbuf = np.empty(block * ldc, np.int32)
+    rowsum = np.zeros(block, np.int32)
+    for b in range(b_lo, b_hi):
+        r0, r1 = b * block, min(m_n, (b + 1) * block)
+        _pack_any(a2, a32, words, mask, flip, r0, r1, mr, kq, abuf, rowsum)
+        qtile.gemm_kind(kind, abuf, bdata, kq, n_panels, cbuf, ldc, r1 - r0)
+        requantize_rows(cbuf, ldc, r1 - r0, n_n, terms, zb, rowsum, has_zb, mult, per_col, zp, lo, hi, out, r0)
+
+
+def a_operand(variant, a2: np.ndarray, pb: PackedB) -> tuple:
+    """(kind, a2, a32, words, mask, flip, mr): A's arguments of the *_blocks drivers."""
+    flip, _ = flip_of(a2.dtype)
+    words = a2.shape[1] % 4 == 0 and a2.flags.c_contiguous and not pb.has_zp
+    a32 = a2.reshape(-1).view(np.uint32).reshape(a2.shape[0], pb.kq) if words else _NO_WORDS
+    mask = np.uint32(0x80808080 if flip else 0)
+    return qtile.KIND[variant.name], a2, a32, words, mask, flip, variant.mr
+
+
+_NO_WORDS = np.zeros((1, 1), np.uint32)
+
+
+def run_blocks(driver, variant, pb: PackedB, a2: np.ndarray, args: tuple) -> None:
+    """``driver(*a_operand, bdata, kq, n_panels, n, terms, zb, has_zb, *args, block, lo, hi)`` over
+    row blocks on the shard pool."""
+    m_n = a2.shape[0]
+    block = block_rows(m_n, pb.k, pb.n_panels * pb.nr, variant.mr)
+    head = (*a_operand(variant, a2, pb), pb.data, pb.kq, pb.n_panels, pb.n)
+    config.parallel_for(driver, -(-m_n // block), (*head, *args, block), 2.0 * m_n * pb.k * pb.n)
+
+
 # ------------------------------------------------------------------------ convolutions, rows kernel
 @jit
 def im2col_i8(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad, k_lo, k_hi):
     """Rows [k_lo, k_hi) of one image's int8/uint8 im2col (C * kh * kw, oh * ow), in x's dtype,
     taps outside the image = ``pad`` (the zero point); rows past C * kh * kw (K's padding to a
-    multiple of 4) are 0. Each row runs along the output row: one contiguous copy for stride 1."""
+    multiple of 4) are 0. Flat unsigned indices, no per-row slices (7x7 planes: a view per output
+    row cost more than its seven bytes): a contiguous copy per output row for stride 1."""
     c_n, h_n, w_n = x.shape
     k_n = c_n * kh * kw
+    xf = x.reshape(-1)
     for k in range(k_lo, k_hi):
         dst = col[k]
         if k >= k_n:
@@ -264,72 +357,126 @@ def im2col_i8(x, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad, k_lo, k_h
         lo = (-off + sw - 1) // sw if off < 0 else 0
         hi = (w_n - 1 - off) // sw + 1 if w_n - 1 - off >= 0 else 0
         lo, hi = min(lo, ow_n), max(min(hi, ow_n), min(lo, ow_n))
-        plane = x[c]
+        plane0 = c * h_n * w_n
         for oh in range(oh_n):
             ih = oh * sh - ph + i * dh
             base = oh * ow_n
             if ih < 0 or ih >= h_n:
                 for ow in range(ow_n):
-                    dst[base + ow] = pad
+                    dst[U(base + ow)] = pad
                 continue
-            row = plane[ih]
+            src = plane0 + ih * w_n + off  # + ow * sw: the tap's input for output column ow
             for ow in range(lo):
-                dst[base + ow] = pad
-            if sw == 1:
+                dst[U(base + ow)] = pad
+            if sw == 1:  # unsigned indices (no wraparound check), a contiguous copy: vectorises
                 for ow in range(lo, hi):
-                    dst[base + ow] = row[ow + off]
+                    dst[U(base + ow)] = xf[U(src + ow)]
             else:
                 for ow in range(lo, hi):
-                    dst[base + ow] = row[ow * sw + off]
+                    dst[U(base + ow)] = xf[U(src + ow * sw)]
             for ow in range(hi, ow_n):
-                dst[base + ow] = pad
+                dst[U(base + ow)] = pad
+
+
+@jit
+def im2col_i8_map(x, col, taps, pad, k_lo, k_hi):
+    """im2col_i8 for small planes (ResNet's 7x7): ``taps`` (kh * kw, oh * ow) holds each tap's source
+    offset within a plane (-1: padding), so each row is one gather over all its pixels instead of
+    a loop per output row (whose overhead outweighed its few bytes)."""
+    c_n, h_n, w_n = x.shape
+    kk, n_pix = taps.shape
+    k_n = c_n * kk
+    xf = x.reshape(-1)
+    for k in range(k_lo, k_hi):
+        dst = col[k]
+        if k >= k_n:
+            dst[:] = 0
+            continue
+        c = k // kk
+        m = taps[k - c * kk]
+        base = c * h_n * w_n
+        for p in range(n_pix):
+            o = m[U(p)]
+            dst[U(p)] = xf[U(base + o)] if o >= 0 else pad
+
+
+def tap_offsets(h_n, w_n, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n) -> np.ndarray:
+    """(kh * kw, oh * ow) int64: the offset in an (h, w) plane each tap of each output pixel reads, -1
+    where it falls in the padding (im2col_i8_map's map)."""
+    oh, ow = np.meshgrid(np.arange(oh_n), np.arange(ow_n), indexing="ij")
+    out = np.empty((kh * kw, oh_n * ow_n), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            ih, iw = oh * sh - ph + i * dh, ow * sw - pw + j * dw
+            inside = (ih >= 0) & (ih < h_n) & (iw >= 0) & (iw < w_n)
+            out[i * kw + j] = np.where(inside, ih * w_n + iw, -1).reshape(-1)
+    return out
 
 
 @jit
 def conv_rows(kind, w, kq, m_n, m_pad, x, ldx, flip, n_pix, block, terms, mult, zp, lo, hi, out, b_lo, b_hi):
     """Pixel blocks [b_lo, b_hi) (``block`` pixels each) of a convolution on the rows micro-kernel
-    (qtile.rows_gemm's tiles), requantized (qgemm.requantize's steps: + terms[m], the bias and
-    the zero-point correction; float32 * multiplier, round half to even, + zero point, clamp) into
-    the (channels, pixels) ``out``: in the registers for full tiles of whole weight panels
-    (avx2, vnni512), else through an int32 block and a loop along the channel's row."""
+    (qtile._rows_tile, _rowsq_tile, _rowsm_tile): the block's pixel tiles interleaved once
+    (qtile.pack_x; the last partial one from a zero-padded copy), then every weight panel over
+    them, requantized (qgemm.requantize's steps: + terms[m], the bias and the zero-point
+    correction; float32 * multiplier, round half to even, + zero point, clamp) into the (channels,
+    pixels) ``out``: in the registers for whole weight panels (avx2, vnni512; a row's partial last
+    tile with a masked store), else through an int32 block and a loop along the channel's row."""
     mr = 8 if kind == 2 else 4
     nr = 32 if kind == 2 else 16
+    tile_bytes = kq * 4 * nr
     c = np.empty(m_pad * block, np.int32)
     scratch = np.empty(4 * kq * nr, x.dtype)
+    xp = np.empty((block // nr + 1) * tile_bytes, np.uint8)
     flat = out.reshape(-1)
     for b in range(b_lo, b_hi):
         p0 = b * block
         n = min(block, n_pix - p0)
         full = n // nr * nr
+        tiles = full // nr
+        for t in range(tiles):
+            qtile.pack_x(kind, x, p0 + t * nr, ldx, kq, flip, xp, t * tile_bytes)
         if full < n:
             for k in range(4 * kq):
                 for j in range(nr):
                     scratch[k * nr + j] = x[p0 + k * ldx + full + j] if full + j < n else 0
+            qtile.pack_x(kind, scratch, 0, nr, kq, flip, xp, tiles * tile_bytes)
         for r0 in range(0, m_pad, mr):
             w_off = r0 * kq * 4
             fuse = kind != 0 and r0 + mr <= m_n
-            for p in range(0, full, nr):
+            for t in range(tiles):
                 if fuse:
-                    qtile._rowsq_tile(kind, w, w_off, x, p0 + p, ldx, kq, flip, terms, mult, r0, zp, lo, hi, flat,
-                                      r0 * n_pix + p0 + p, n_pix)
+                    qtile._rowsq_tile(kind, w, w_off, xp, t * tile_bytes, 0, kq, flip, terms, mult, r0, zp, lo, hi,
+                                      flat, r0 * n_pix + p0 + t * nr, n_pix)
                 else:
-                    qtile._rows_tile(kind, w, w_off, x, p0 + p, ldx, kq, flip, c, r0 * block + p, block)
-            if full < n:
-                qtile._rows_tile(kind, w, w_off, scratch, 0, nr, kq, flip, c, r0 * block + full, block)
-            j0 = full if fuse else 0
+                    qtile._rows_tile(kind, w, w_off, xp, t * tile_bytes, 0, kq, flip, c, r0 * block + t * nr, block)
+            if full < n and fuse:  # the partial tile, its valid pixels stored
+                qtile._rowsm_tile(kind, w, w_off, xp, tiles * tile_bytes, 0, kq, flip, terms, mult, r0, zp, lo, hi,
+                                  flat, r0 * n_pix + p0 + full, n_pix, n - full)
+            elif full < n:
+                qtile._rows_tile(kind, w, w_off, xp, tiles * tile_bytes, 0, kq, flip, c, r0 * block + full, block)
+            j0 = n if fuse else 0
             for m in range(r0, min(r0 + mr, m_n)):
                 dst = out[m]
-                t = terms[m]
+                t_m = terms[m]
                 mm = mult[m]
                 base = m * block
                 for j in range(j0, n):
-                    q = np.float32(np.rint(np.float32(np.int32(c[base + j] + t)) * mm)) + zp
+                    q = np.float32(np.rint(np.float32(np.int32(c[base + j] + t_m)) * mm)) + zp
                     dst[p0 + j] = min(max(q, lo), hi)
 
 
-def rows_block(m_pad: int, nr: int, n_pix: int) -> int:
-    """Pixels per block of conv_rows: the int32 block within C_BLOCK_BYTES, a multiple of nr."""
-    block = max(nr, C_BLOCK_BYTES // (4 * m_pad) // nr * nr)
+X_BLOCK_BYTES = 384 * 1024  # input rows of a conv_rows block: they stay in L2 while every weight panel passes
+
+
+def rows_block(m_pad: int, nr: int, n_pix: int, k: int = 0, threads: int = 1) -> int:
+    """Pixels per block of conv_rows, a multiple of nr: as many as keep the block's input rows
+    (``k`` bytes a pixel) in L2, since each block streams all the weights once (ResNet-18's
+    512 x 4608 weight is 2.4 MB: two blocks of 7x7 = 49 pixels read it twice), and at least one
+    block per thread. The int32 block (m_pad x block) is touched only by partial tiles."""
+    block = max(nr, X_BLOCK_BYTES // max(k, 1) // nr * nr)
+    per_thread = -(-n_pix // max(1, threads))
+    block = min(block, max(nr, -(-per_thread // nr) * nr))
     return min(block, -(-n_pix // nr) * nr)
 
 
@@ -341,65 +488,6 @@ def block_rows(m: int, k: int, n: int, mr: int) -> int:
     return min(rows, m)
 
 
-def product(variant, pb: PackedB, m: int, pack, finish) -> None:
-    """The int32 product of m rows of A with ``pb``, block by block of rows on the shard pool:
-    ``pack(r0, r1, abuf, rowsum)`` packs A's rows [r0, r1), the micro-kernel fills the (rows, N)
-    int32 block, ``finish(cbuf, ldc, r0, r1, rowsum)`` writes the output rows."""
-    if m <= 0:
-        return
-    rows = block_rows(m, pb.k, pb.n_panels * pb.nr, variant.mr)
-    blocks = -(-m // rows)
-    ldc = pb.n_panels * pb.nr
-    work = 2.0 * m * pb.k * pb.n
-    shards = config.shard_count(blocks, work, unit=config.MIN_TILE_WORK)
-
-    def run(lo, hi):
-        abuf = config.thread_buffer("qtile.a", rows * pb.kq * 4, np.uint8)
-        cbuf = config.thread_buffer("qtile.c", rows * ldc, np.int32)
-        rowsum = config.thread_buffer("qtile.rowsum", rows, np.int32)
-        for i in range(lo, hi):
-            r0, r1 = i * rows, min(m, (i + 1) * rows)
-            pack(r0, r1, abuf, rowsum)
-            variant.gemm(abuf, pb.data, pb.kq, pb.n_panels, cbuf, ldc, r1 - r0)
-            finish(cbuf, ldc, r0, r1, rowsum)
-
-    if shards <= 1:
-        run(0, blocks)
-    else:
-        config.run_shards(lambda s: run(s * blocks // shards, (s + 1) * blocks // shards), shards)
-
-
 def flip_of(dtype) -> tuple[bool, int]:
     """(flip, shift): int8 activations are flipped to uint8 (+ 128, zero point + 128)."""
     return (True, 128) if np.dtype(dtype) == np.int8 else (False, 0)
-
-
-def matmul_rows(variant, a2: np.ndarray, a_zp: int, pb: PackedB, finish, terms=None) -> None:
-    """A product of 2-D raw int8/uint8 ``a2`` with ``pb``: ``finish(cbuf, ldc, r0, r1, rowsum, terms)``
-    (``terms``: pb.column_terms of a_zp as flipped, computed here when not given)."""
-    flip, shift = flip_of(a2.dtype)
-    za = int(a_zp) + shift
-    terms = pb.column_terms(za) if terms is None else terms
-    kq = pb.kq
-
-    words = a2.shape[1] % 4 == 0 and a2.flags.c_contiguous and not pb.has_zp
-    if words:
-        a32 = a2.reshape(-1).view(np.uint32).reshape(a2.shape[0], kq)
-        mask = np.uint32(0x80808080 if flip else 0)
-
-    def pack(r0, r1, abuf, rowsum):
-        if words:
-            pack_words(a32, r0, r1, mask, variant.mr, kq, abuf.view(np.uint32))
-        else:
-            pack_rows(a2, r0, r1, flip, variant.mr, kq, abuf, rowsum)
-
-    product(variant, pb, a2.shape[0], pack, lambda c, ldc, r0, r1, rs: finish(c, ldc, r0, r1, rs, terms))
-
-
-def used(variant_or_none) -> str:
-    """The variant's name, or ``off`` (for profiles and benchmarks)."""
-    return "off" if variant_or_none is None else variant_or_none.name
-
-
-def prod(shape) -> int:
-    return math.prod(shape)

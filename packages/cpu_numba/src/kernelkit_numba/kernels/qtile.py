@@ -162,7 +162,7 @@ _tile_vnni_8 = _tile_intrinsic("vnni512", 8, 16)
 _tile_vnni_1 = _tile_intrinsic("vnni512", 1, 16)
 
 
-def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False):
+def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False, masked: bool = False):
     """An intrinsic ``tile(w, w_off, x, x_off, ldx, kq, flip, c, c_off, ldc)`` for products whose
     second operand is read straight from rows (a convolution's NCHW input or its int8 im2col):
     C[r, p] (r < mr weight rows, p < nr pixels) = sum_k W[r, k] * X[k, p] with W packed int8 panels
@@ -174,13 +174,14 @@ def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False):
     ``fused``: ``tile(w, w_off, x, x_off, ldx, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo)``
     requantizes in the registers instead of storing int32 (qgemm.requantize's steps: + terms[r0 + r],
     float32, * mult[r0 + r], round half to even, + zp, clamp to [lo, hi]) and stores the int8/uint8
-    bytes at ``out[o_off + r * ldo + p]``."""
+    bytes at ``out[o_off + r * ldo + p]``; ``masked`` (a last argument ``n_valid``) stores only the
+    first n_valid pixels of each row (``llvm.masked.store``: a partial tile at the end of a row)."""
     lanes = 8 if kind == "avx2" else 16
     nr = lanes * nvec
 
     def codegen(context, builder, sig, args):
         if fused:
-            w, w_off, x, x_off, ldx, kq, flip, terms, mult, r0, zp, lo_f, hi_f, c, c_off, ldc = args
+            w, w_off, x, x_off, ldx, kq, flip, terms, mult, r0, zp, lo_f, hi_f, c, c_off, ldc = args[:16]
         else:
             w, w_off, x, x_off, ldx, kq, flip, c, c_off, ldc = args
         i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
@@ -235,17 +236,23 @@ def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False):
         builder.cbranch(builder.icmp_signed("<", q, kq), body, done)
 
         builder.position_at_end(body)
-        xrow = builder.gep(px, [builder.mul(builder.mul(q, ir.Constant(i64, 4)), ldx)])
         bvec = []
-        for j in range(nvec):
-            rows = []
-            for t in range(4):
-                at = builder.add(builder.mul(ldx, ir.Constant(i64, t)), ir.Constant(i64, j * lanes))
-                ptr = builder.gep(xrow, [at])
-                rows.append(builder.load(builder.bitcast(ptr, vrow.as_pointer()), align=1))
-            lo = builder.shuffle_vector(rows[0], rows[1], concat)
-            hi = builder.shuffle_vector(rows[2], rows[3], concat)
-            bvec.append(builder.xor(builder.shuffle_vector(lo, hi, inter), flipv))
+        if PACKED_X:  # interleaved (and flipped) beforehand by pack_x: one load a vector
+            xq = builder.gep(px, [builder.mul(q, ir.Constant(i64, 4 * nr))])
+            for j in range(nvec):
+                ptr = builder.bitcast(builder.gep(xq, [ir.Constant(i64, 4 * lanes * j)]), vi8.as_pointer())
+                bvec.append(builder.load(ptr, align=1))
+        else:
+            xrow = builder.gep(px, [builder.mul(builder.mul(q, ir.Constant(i64, 4)), ldx)])
+            for j in range(nvec):
+                rows = []
+                for t in range(4):
+                    at = builder.add(builder.mul(ldx, ir.Constant(i64, t)), ir.Constant(i64, j * lanes))
+                    ptr = builder.gep(xrow, [at])
+                    rows.append(builder.load(builder.bitcast(ptr, vrow.as_pointer()), align=1))
+                lo = builder.shuffle_vector(rows[0], rows[1], concat)
+                hi = builder.shuffle_vector(rows[2], rows[3], concat)
+                bvec.append(builder.xor(builder.shuffle_vector(lo, hi, inter), flipv))
         wrow = builder.gep(pw, [builder.mul(q, ir.Constant(i64, 4 * mr))])
         new = []
         for r in range(mr):
@@ -275,6 +282,15 @@ def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False):
                 return builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), splat)
 
             zv, lov, hiv = (splat_of(v, vf) for v in (zp, lo_f, hi_f))
+            if masked:
+                vi64 = ir.VectorType(i64, lanes)
+                valid = splat_of(args[16], vi64)
+                vmask = ir.VectorType(ir.IntType(1), lanes)
+                mstore = cgutils.get_or_insert_function(
+                    mod, ir.FunctionType(ir.VoidType(), [vrow, vrow.as_pointer(), i32, vmask]),
+                    f"llvm.masked.store.v{lanes}i8.p0")
+                masks = [builder.icmp_signed("<", ir.Constant(vi64, [lanes * j + t for t in range(lanes)]), valid)
+                         for j in range(nvec)]
             for r in range(mr):
                 tv = splat_of(builder.load(builder.gep(pt, [ir.Constant(i64, r)])), vi32)
                 mv = splat_of(builder.load(builder.gep(pm, [ir.Constant(i64, r)])), vf)
@@ -286,7 +302,10 @@ def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False):
                     f = builder.select(builder.fcmp_ordered("<", f, hiv), f, hiv)
                     q = builder.trunc(builder.fptosi(f, vi32), vrow)
                     ptr = builder.bitcast(builder.gep(row, [ir.Constant(i64, lanes * j)]), vrow.as_pointer())
-                    builder.store(q, ptr, align=1)
+                    if masked:
+                        builder.call(mstore, [q, ptr, ir.Constant(i32, 1), masks[j]])
+                    else:
+                        builder.store(q, ptr, align=1)
             return context.get_dummy_value()
         for r in range(mr):
             row = builder.gep(pc, [builder.mul(ldc, ir.Constant(i64, r))])
@@ -295,7 +314,13 @@ def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False):
                 builder.store(accs[r * nvec + j], ptr, align=4)
         return context.get_dummy_value()
 
-    if fused:
+    if masked:
+        @intrinsic
+        def tile(typingctx, w, w_off, x, x_off, ldx, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo, n_valid):
+            i64, f32 = types.int64, types.float32
+            return types.void(w, i64, x, i64, i64, i64, i64, terms, mult, i64, f32, f32, f32, out, i64, i64,
+                              i64), codegen
+    elif fused:
         @intrinsic
         def tile(typingctx, w, w_off, x, x_off, ldx, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo):
             i64, f32 = types.int64, types.float32
@@ -310,10 +335,72 @@ def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False):
     return tile
 
 
+PACKED_X = True  # the rows tiles read pack_x's interleaved tiles (False: the rows themselves)
+
+
+def _pack_intrinsic(lanes: int, nvec: int):
+    """An intrinsic ``pack(x, x_off, ldx, kq, flip, out, o_off)``: one tile of nr = lanes * nvec
+    pixels of the rows ``x[x_off + k * ldx + p]`` (k < 4 kq) into ``out[o_off:]`` as [kq][nr][4]
+    bytes, 4 rows interleaved per pixel in the register (one ``shufflevector``) and XORed with
+    ``flip`` (-128: int8 to uint8): the rows tiles' vector operand, made once per pixel tile instead
+    of once per weight panel. Plain shuffles: any CPU."""
+    nr = lanes * nvec
+
+    def codegen(context, builder, sig, args):
+        x, x_off, ldx, kq, flip, out, o_off = args
+        i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+        vi8 = ir.VectorType(i8, 4 * lanes)
+        vrow = ir.VectorType(i8, lanes)
+        px = builder.gep(builder.bitcast(_data(context, builder, sig.args[0], x), i8.as_pointer()), [x_off])
+        po = builder.gep(builder.bitcast(_data(context, builder, sig.args[5], out), i8.as_pointer()), [o_off])
+        flipv = builder.insert_element(ir.Constant(vi8, ir.Undefined), builder.trunc(flip, i8), ir.Constant(i32, 0))
+        flipv = builder.shuffle_vector(flipv, ir.Constant(vi8, ir.Undefined),
+                                       ir.Constant(ir.VectorType(i32, 4 * lanes), [0] * (4 * lanes)))
+        concat = ir.Constant(ir.VectorType(i32, 2 * lanes), list(range(2 * lanes)))
+        inter = ir.Constant(ir.VectorType(i32, 4 * lanes), [(t * lanes + p) for p in range(lanes) for t in range(4)])
+        with cgutils.for_range(builder, kq) as loop:
+            q = loop.index
+            xrow = builder.gep(px, [builder.mul(builder.mul(q, ir.Constant(i64, 4)), ldx)])
+            dst = builder.gep(po, [builder.mul(q, ir.Constant(i64, 4 * nr))])
+            for j in range(nvec):
+                rows = []
+                for t in range(4):
+                    at = builder.add(builder.mul(ldx, ir.Constant(i64, t)), ir.Constant(i64, j * lanes))
+                    rows.append(builder.load(builder.bitcast(builder.gep(xrow, [at]), vrow.as_pointer()), align=1))
+                lo = builder.shuffle_vector(rows[0], rows[1], concat)
+                hi = builder.shuffle_vector(rows[2], rows[3], concat)
+                v = builder.xor(builder.shuffle_vector(lo, hi, inter), flipv)
+                ptr = builder.bitcast(builder.gep(dst, [ir.Constant(i64, 4 * lanes * j)]), vi8.as_pointer())
+                builder.store(v, ptr, align=1)
+        return context.get_dummy_value()
+
+    @intrinsic
+    def pack(typingctx, x, x_off, ldx, kq, flip, out, o_off):
+        i64 = types.int64
+        return types.void(x, i64, i64, i64, i64, out, i64), codegen
+
+    return pack
+
+
+_pack_16 = _pack_intrinsic(8, 2)  # avx2 and generic tiles: 16 pixels
+_pack_32 = _pack_intrinsic(16, 2)  # vnni512 tiles: 32 pixels
+
+
+@jit
+def pack_x(kind, x, x_off, ldx, kq, flip, out, o_off):
+    """One pixel tile of rows for the rows tiles of ``kind`` (see _pack_intrinsic)."""
+    if kind == 2:
+        _pack_32(x, x_off, ldx, kq, flip, out, o_off)
+    else:
+        _pack_16(x, x_off, ldx, kq, flip, out, o_off)
+
+
 _rows_avx2 = _rows_intrinsic("avx2", 4, 2)  # 4 weight rows x 16 pixels
 _rows_vnni = _rows_intrinsic("vnni512", 8, 2)  # 8 weight rows x 32 pixels
 _rowsq_avx2 = _rows_intrinsic("avx2", 4, 2, fused=True)
 _rowsq_vnni = _rows_intrinsic("vnni512", 8, 2, fused=True)
+_rowsm_avx2 = _rows_intrinsic("avx2", 4, 2, fused=True, masked=True)
+_rowsm_vnni = _rows_intrinsic("vnni512", 8, 2, fused=True, masked=True)
 KIND = {"generic": 0, "avx2": 1, "vnni512": 2}
 ROWS_MR = {0: 4, 1: 4, 2: 8}
 ROWS_NR = {0: 16, 1: 16, 2: 32}
@@ -321,25 +408,24 @@ ROWS_NR = {0: 16, 1: 16, 2: 32}
 
 @jit
 def _rows_tile(kind, w, w_off, src, off, stride, kq, flip, c, c_off, ldc):
-    """One tile of rows_gemm on the kind's micro-kernel (generic: plain loops)."""
+    """One tile of the rows micro-kernel of ``kind`` (0 generic: plain loops) into int32 ``c``."""
     if kind == 2:
         _rows_vnni(w, w_off, src, off, stride, kq, flip, c, c_off, ldc)
     elif kind == 1:
         _rows_avx2(w, w_off, src, off, stride, kq, flip, c, c_off, ldc)
     else:
-        f = np.int32(flip & 255)
-        for r in range(4):
+        for r in range(4):  # pack_x's tile: byte (k, j) at (k >> 2) * 64 + j * 4 + (k & 3), flipped
             for j in range(16):
                 s = np.int32(0)
                 for k in range(4 * kq):
-                    u = np.int32(np.uint8(np.int32(src[off + k * stride + j]) ^ f))
+                    u = np.int32(np.uint8(src[off + (k >> 2) * 64 + j * 4 + (k & 3)]))
                     s = np.int32(s + u * np.int32(w[w_off + (k >> 2) * 16 + r * 4 + (k & 3)]))
                 c[c_off + r * ldc + j] = s
 
 
 @jit
 def _rowsq_tile(kind, w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo):
-    """One tile of rows_gemm requantized in the registers into ``out`` (kind 1 or 2; fused=True)."""
+    """One tile of the rows micro-kernel requantized in the registers into ``out`` (kind 1 or 2)."""
     if kind == 2:
         _rowsq_vnni(w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo)
     else:
@@ -347,25 +433,12 @@ def _rowsq_tile(kind, w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp,
 
 
 @jit
-def rows_gemm(kind, w, kq, m_pad, x, x_off, ldx, flip, n_pix, c, ldc, scratch):
-    """C[:m_pad, :n_pix] (row stride ldc >= n_pix rounded up to the tile width) = packed weights
-    (panels of ROWS_MR[kind] rows, m_pad of them in all) times the uint8 rows x[x_off + k * ldx + p]
-    (``flip`` -128 for int8 rows), k < 4 * kq. Each weight panel stays in L1 while the pixel tiles
-    pass; the last partial tile of pixels is copied into ``scratch`` ((4 kq, nr), x's dtype) first,
-    so no load reads past a row. kind: 0 generic, 1 avx2, 2 vnni512."""
-    mr = 8 if kind == 2 else 4
-    nr = 32 if kind == 2 else 16
-    full = n_pix // nr * nr
-    if full < n_pix:
-        for k in range(4 * kq):
-            for j in range(nr):
-                scratch[k * nr + j] = x[x_off + k * ldx + full + j] if full + j < n_pix else 0
-    for r0 in range(0, m_pad, mr):
-        w_off = r0 * kq * 4
-        for p in range(0, full, nr):
-            _rows_tile(kind, w, w_off, x, x_off + p, ldx, kq, flip, c, r0 * ldc + p, ldc)
-        if full < n_pix:
-            _rows_tile(kind, w, w_off, scratch, 0, nr, kq, flip, c, r0 * ldc + full, ldc)
+def _rowsm_tile(kind, w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo, n_valid):
+    """_rowsq_tile storing only the first n_valid pixels of each row (a row's last, partial tile)."""
+    if kind == 2:
+        _rowsm_vnni(w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo, n_valid)
+    else:
+        _rowsm_avx2(w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo, n_valid)
 
 
 # ------------------------------------------------------------------------------------------ drivers
@@ -464,8 +537,21 @@ def available(name: str) -> bool:
 
 def requested() -> str:
     """KERNELKIT_INT8_GEMM (default ``auto``), checked: a bad value is a ConfigError, a variant this
-    CPU lacks an Int8GemmUnavailableError."""
-    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    CPU lacks an Int8GemmUnavailableError. Read on every call (a kernel's call: ~1 us)."""
+    raw = os.environ.get(ENV)
+    hit = _checked.get(raw)
+    if hit is not None and hit[0] == host_features():
+        return hit[1]
+    value = _check(raw)
+    _checked[raw] = (host_features(), value)
+    return value
+
+
+_checked: dict = {}  # raw environment value -> (the features it was checked against, the choice)
+
+
+def _check(raw) -> str:
+    value = (raw or "auto").strip().lower() or "auto"
     if value not in CHOICES:
         raise ConfigError(f"${ENV}={value!r}: expected one of {', '.join(CHOICES)}")
     if value in VARIANTS and not available(value):

@@ -103,8 +103,11 @@ _loop_inplace = functools.cache(_loop_inplace)
 
 def _same(x, y) -> bool:
     """Whether x and y are the same memory in the same (C) order: an in-place call."""
-    return y is x or (x.size == y.size and x.flags.c_contiguous and y.flags.c_contiguous
-                      and x.ctypes.data == y.ctypes.data)
+    if y is x:
+        return True
+    if not np.may_share_memory(x, y):  # a bounds check, ~0.2 us (ctypes.data: ~2 us)
+        return False
+    return x.size == y.size and x.flags.c_contiguous and y.flags.c_contiguous and x.ctypes.data == y.ctypes.data
 
 
 def _numpy_sigmoid(x, y, lo, hi):
