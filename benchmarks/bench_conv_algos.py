@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import numpy as np
 import onnxruntime as ort
@@ -18,6 +17,7 @@ import onnxruntime as ort
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 import kernelkit  # noqa: E402
+from _timing import best_cpu_ms  # noqa: E402
 from bench_conv_shapes import SHAPES, conv_model  # noqa: E402
 from kernelkit_converters.onnx import convert  # noqa: E402
 from kernelkit_numba import config  # noqa: E402
@@ -27,13 +27,7 @@ from kernelkit_numba.kernels import conv as nconv  # noqa: E402
 def best_of(fns: dict, reps: int) -> dict:
     for f in fns.values():
         f()
-    best = dict.fromkeys(fns, np.inf)
-    for _ in range(reps):
-        for name, f in fns.items():
-            t0 = time.process_time()
-            f()
-            best[name] = min(best[name], time.process_time() - t0)
-    return {k: v * 1e3 for k, v in best.items()}
+    return best_cpu_ms(fns, reps)
 
 
 def layer(c, h, m, k, s, g, reps):

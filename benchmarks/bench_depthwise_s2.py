@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
+from _timing import best_cpu_ms  # noqa: E402
 from kernelkit.ops.conv import conv as reference_conv  # noqa: E402
 from kernelkit_numba import config  # noqa: E402
 from kernelkit_numba.kernels import conv as nconv  # noqa: E402
@@ -63,13 +63,7 @@ def layer(c, h, reps, rng):
         f()
     want = np.clip(fns["reference"](), 0, 6)
     assert np.allclose(y_old, want, atol=1e-4) and np.allclose(y_new, want, atol=1e-4)
-    best = dict.fromkeys(fns, np.inf)
-    for _ in range(reps):
-        for name, f in fns.items():
-            t0 = time.process_time()
-            f()
-            best[name] = min(best[name], time.process_time() - t0)
-    return {k: v * 1e3 for k, v in best.items()}
+    return best_cpu_ms(fns, reps)
 
 
 def main(argv):

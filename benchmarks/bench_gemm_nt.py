@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
+from _timing import best_cpu_ms  # noqa: E402
 from kernelkit.ops.gemm import gemm as reference_gemm  # noqa: E402
 from kernelkit_numba import config  # noqa: E402
 from kernelkit_numba.kernels.gemm_nt import gemm_nt  # noqa: E402
@@ -55,13 +55,7 @@ def shape_times(m, k, n, reps, rng):
     for f in fns.values():
         f()
     assert np.allclose(y_nt, a @ b.T, rtol=1e-3, atol=1e-3)
-    best = dict.fromkeys(fns, np.inf)
-    for _ in range(reps):
-        for name, f in fns.items():
-            t0 = time.process_time()
-            f()
-            best[name] = min(best[name], time.process_time() - t0)
-    return {k: v * 1e3 for k, v in best.items()}
+    return best_cpu_ms(fns, reps)
 
 
 def main(argv):

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
 os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
+from _timing import best_cpu_ms  # noqa: E402
 from kernelkit.geometry import kernel_offsets, window  # noqa: E402
 from kernelkit.ops.pool import max_pool  # noqa: E402
 from kernelkit_numba.kernels import pool  # noqa: E402
@@ -57,13 +57,7 @@ def layer(c, h, reps):
     for f in fns.values():
         f()
     assert np.array_equal(y_sep, y_run) and np.array_equal(y_sep, sess.run(None, {"x": x})[0])
-    best = dict.fromkeys(fns, np.inf)
-    for _ in range(reps):
-        for name, f in fns.items():
-            t0 = time.process_time()
-            f()
-            best[name] = min(best[name], time.process_time() - t0)
-    return {k: v * 1e3 for k, v in best.items()}
+    return best_cpu_ms(fns, reps)
 
 
 def main(argv):
