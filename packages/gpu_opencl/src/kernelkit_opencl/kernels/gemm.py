@@ -6,6 +6,7 @@ persisted in the tuned-parameter file, else the device type's default.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,6 +96,21 @@ def _nvidia(dev) -> bool:
     return "nvidia" in dev.cl_device.vendor.lower()
 
 
+# Devices whose compiler is known to abort on vloada_half4 (MEASURED.md: PoCL 3.0 aborts on half
+# *vector* types; vloada_half4 returns float4 and builds there, tested in test_programs.py). A
+# device named here keeps the half tiles on scalar vload_half. KERNELKIT_OPENCL_HALF_VEC=0/1 forces it.
+HALF_VEC_OFF: tuple[str, ...] = ()
+
+
+def half_vector_loads(dev) -> bool:
+    """Whether half-storage VEC_GLD tiles load 4 halves at a time (vloada_half4) on ``dev``: the
+    compile-time switch HALF_VEC of gemm.cl, chosen per device."""
+    forced = os.environ.get("KERNELKIT_OPENCL_HALF_VEC", "")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return not any(name.lower() in dev.cl_device.name.lower() for name in HALF_VEC_OFF)
+
+
 def program_defines(params: dict) -> dict:
     """The tile defines of ``params`` (split-K is a run-time argument: no define, no extra program;
     ``REGS`` is a build option)."""
@@ -118,8 +134,9 @@ def _kernel(dev, call: GemmCall, params: dict, name: str = "gemm", half: bool = 
     tile = program_defines(params)
     options = build_options(params)
     act, act_params = _define_act(call)
+    half_vec = half and bool(tile.get("VEC_GLD")) and half_vector_loads(dev)
     key = (name, act, act_params, tuple(sorted(tile.items())), options, call.trans_a, call.trans_b,
-           call.conv is not None, half)
+           call.conv is not None, half, half_vec)
 
     def make():
         act_src, defines = activation(act, act_params)
@@ -128,6 +145,8 @@ def _kernel(dev, call: GemmCall, params: dict, name: str = "gemm", half: bool = 
             defines["CONV"] = 1
         if half:
             defines["STORAGE_HALF"] = 1
+        if half_vec:
+            defines["HALF_VEC"] = 1
         return dev.kernel(act_src + source("gemm.cl"), name, defines, options)
 
     return dev.memo(key, make)
@@ -186,8 +205,8 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
     ws = out if splits == 1 else dev.empty((call.batch * splits, call.M, call.N), np.float32)
     has_z = z is not None and splits == 1
     relu = int(call.activation == "Relu") << 2
-    # bits 3, 4: A / B may be read as 16-byte vectors (VEC_GLD tiles): leading dimension, batch
-    # stride and offset multiples of 4 floats
+    # bits 3, 4: A / B may be read as 4-element vectors (VEC_GLD tiles; 16 bytes of float, 8 of
+    # half): leading dimension, batch stride and offset multiples of 4 elements
     vec = (int(call.lda % 4 == 0 and call.za % 4 == 0 and a.offset % 4 == 0) << 3
            | int(call.conv is None and call.ldb % 4 == 0 and call.zb % 4 == 0 and b.offset % 4 == 0) << 4)
     flags = int(has_bias) | int(has_z) << 1 | relu | vec
