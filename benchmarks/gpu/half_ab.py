@@ -4,10 +4,12 @@
     python3 benchmarks/gpu/half_ab.py [--models resnet50:32,mobilenetv2:32,transformer:32] [--iters 20]
 
 Per model, in one process and with the installed tuned table: an fp32 session, an
-``options={"float16": True}`` session with ``vloada_half4`` tile loads (HALF_VEC on, the default
-on GPUs) and one with scalar ``vload_half`` (``KERNELKIT_OPENCL_HALF_VEC=0``, its programs built
-apart); each timed with the input on the device (run_gpu.py's ``_device_resident``), in rounds
-that alternate the three (the best round kept), and the cosine of each float16 output against fp32.
+``options={"float16": True}`` session per HALF_VEC level of gemm.cl (``--levels``: 1
+``vloada_half4`` tile loads, 2 integer widening of the half bits, 0 scalar ``vload_half``; set
+through ``KERNELKIT_OPENCL_HALF_VEC``, each level's programs built apart); each timed with the
+input on the device (run_gpu.py's ``_device_resident``) in rounds that alternate the sessions (the
+best round kept); the cosine of each float16 output against fp32; ``--profile``: device time per
+kernel family. ``*_speedup`` is the fp32 time over the float16 time.
 """
 from __future__ import annotations
 
@@ -24,7 +26,10 @@ def main() -> int:
     ap.add_argument("--models", default="mobilenetv2:32,transformer:32,resnet50:32")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--no-scalar", action="store_true", help="skip the HALF_VEC=0 session")
+    ap.add_argument("--levels", default="1,0",
+                    help="HALF_VEC levels of the float16 sessions (1 vloada_half4, 2 integer widening, 0 scalar)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also the device time per kernel family (OpenCL events) of fp32 and each float16 level")
     args = ap.parse_args()
     os.environ.setdefault("KERNELKIT_OPENCL_DEVICE", "NVIDIA")
     import kernelkit as kk
@@ -35,9 +40,8 @@ def main() -> int:
     for case in args.models.split(","):
         name, batch = case.split(":")[0], int(case.split(":")[1])
         model, x = MODELS[name](batch, run_gpu.RES), run_gpu._feed(name, batch)
-        variants = {"fp32": ({}, "1"), "fp16": ({"float16": True}, "1")}
-        if not args.no_scalar:
-            variants["fp16_scalar"] = ({"float16": True}, "0")
+        variants = {"fp32": ({}, "1")}
+        variants.update({f"fp16_v{lv}": ({"float16": True}, lv) for lv in args.levels.split(",")})
         sessions, outs, best = {}, {}, {}
         for key, (opts, vec) in variants.items():
             os.environ["KERNELKIT_OPENCL_HALF_VEC"] = vec
@@ -53,6 +57,23 @@ def main() -> int:
         row.update({f"{k}_speedup": round(best["fp32"] / v, 3) for k, v in best.items() if k != "fp32"})
         row.update({f"cos_{k}": round(cosine(outs[k], outs["fp32"]), 7) for k in outs if k != "fp32"})
         print(f"half_ab {name} b{batch}: {row}", flush=True)
+        if args.profile:
+            for key, (opts, vec) in variants.items():
+                os.environ["KERNELKIT_OPENCL_HALF_VEC"] = vec
+                prof = kk.Session(model, device="gpu", fallback=False, options={**opts, "opencl_profile": True})
+                prof.run(None, {"x": x})
+                dev = prof._devices["gpu"]
+                dev.kernel_profile(reset=True)
+                prof.run(None, {"x": x})
+                fam: dict[str, float] = {}
+                for r in dev.kernel_profile(reset=True):
+                    words = r["kernel"].split()
+                    label = words[0] + (" split" if any(w.startswith("split") for w in words[1:]) else "")
+                    fam[label] = fam.get(label, 0.0) + r["total_ms"]
+                top = sorted(fam.items(), key=lambda kv: -kv[1])[:10]
+                print(f"  profile {name} {key}: total {sum(fam.values()):.3f} ms "
+                      + ", ".join(f"{k} {v:.3f}" for k, v in top), flush=True)
+                del prof
         del sessions
     return 0
 

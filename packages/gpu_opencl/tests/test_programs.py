@@ -182,11 +182,11 @@ def test_vector_global_load_tiles_match_numpy(device, rng, index):
 
 @pytest.mark.parametrize("index", range(3))
 def test_half_vector_global_load_tiles_match_scalar_and_numpy(device, rng, monkeypatch, index):
-    """Half storage with the VEC_GLD tiles (issue 12, session 4): with HALF_VEC on, A and B are read
-    4 halves at a time (vloada_half4), with it off by scalar vload_half; both compute in float in
-    the same order, so they agree bit for bit, and match NumPy (half inputs, float math) within
-    float16's tolerance, in every transpose layout, batched, with split-K, ragged edges and an
-    operand with an odd leading dimension (scalar loads)."""
+    """Half storage with the VEC_GLD tiles (issue 12, session 4): with HALF_VEC 1, A and B are read
+    4 halves at a time (vloada_half4), with 2 as bits widened by integer operations, with 0 by
+    scalar vload_half; all compute in float in the same order, so they agree bit for bit, and match
+    NumPy (half inputs, float math) within float16's tolerance, in every transpose layout, batched,
+    with split-K, ragged edges and an operand with an odd leading dimension (scalar loads)."""
     from kernelkit_opencl.kernels import gemm
     from kernelkit_opencl.kernels.gemm import GemmCall, _launch
 
@@ -199,9 +199,9 @@ def test_half_vector_global_load_tiles_match_scalar_and_numpy(device, rng, monke
         call = GemmCall(M, N, K, M if ta else K, K if tb else N, N, bool(ta), bool(tb), batch=2, za=M * K,
                         zc=M * N, bias_sn=1, alpha=0.5, beta=2.0, activation="Relu")
         got = {}
-        for vec in ("1", "0"):
+        for vec in ("1", "0", "2"):
             monkeypatch.setenv("KERNELKIT_OPENCL_HALF_VEC", vec)
-            assert gemm.half_vector_loads(device) == (vec == "1")
+            assert gemm.half_vector_loads(device) == int(vec)
             out = device.empty((2, M, N), np.float16)
             _launch(device, call, p, A, B, C, out)
             got[vec] = device.download(out)
@@ -209,10 +209,28 @@ def test_half_vector_global_load_tiles_match_scalar_and_numpy(device, rng, monke
                       @ (b.T if tb else b).astype(np.float32)) + 2.0 * bias.astype(np.float32)
         want = np.maximum(want, 0).astype(np.float16)
         np.testing.assert_array_equal(got["1"], got["0"], err_msg=f"{p} ta={ta} tb={tb}")
+        np.testing.assert_array_equal(got["2"], got["0"], err_msg=f"{p} ta={ta} tb={tb} HALF_VEC 2")
         assert_close(got["1"], want, err_msg=f"{p} ta={ta} tb={tb}")
 
 
-@pytest.mark.parametrize("vec", ["0", "1"])
+@pytest.mark.parametrize("vec", ["1", "2"])
+def test_every_half_value_survives_the_half_loads(device, monkeypatch, vec):
+    """All 65536 half bit patterns (subnormals, inf, NaN, the largest finite) through A of a
+    1-deep product with 1.0, read by the vector loads (A stored [K, M], M contiguous), come back
+    unchanged: HALF_VEC 2's integer widening is exact."""
+    from kernelkit_opencl.kernels import gemm
+    from kernelkit_opencl.kernels.gemm import GemmCall, _launch
+
+    monkeypatch.setenv("KERNELKIT_OPENCL_HALF_VEC", vec)
+    a = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(1, -1)
+    M = a.shape[1]
+    out = device.empty((M, 1), np.float16)
+    call = GemmCall(M, 1, 1, M, 1, 1, trans_a=True)
+    _launch(device, call, gemm.GPU_LARGE[0], device.upload(a), device.upload(np.ones((1, 1), np.float16)), None, out)
+    np.testing.assert_array_equal(device.download(out)[:, 0], a[0])
+
+
+@pytest.mark.parametrize("vec", ["0", "1", "2"])
 def test_half_conv_with_vector_load_tiles(monkeypatch, rng, tmp_cache, vec):
     """A float16 Conv (implicit GEMM, weights read 4 halves at a time with HALF_VEC on) through a
     VEC_GLD tile, with a fused residual and Relu, against the reference."""

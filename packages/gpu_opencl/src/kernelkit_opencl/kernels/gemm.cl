@@ -71,8 +71,8 @@
 #define HALF_VEC 0
 #endif
 // VEC_GLD with half storage: 4 halves (64 bits) per load through vloada_half4 (OpenCL 1.2 core,
-// float4 result, no cl_khr_fp16), where the device's build turns HALF_VEC on (gemm.py); else the
-// half tiles keep scalar vload_half
+// float4 result, no cl_khr_fp16), where the device's build sets HALF_VEC (gemm.py: 1, or 2 for
+// the integer widening below); HALF_VEC 0 keeps the half tiles on scalar vload_half
 #if VEC_GLD && (!defined(STORAGE_HALF) || HALF_VEC)
 #define VEC_A 1
 #else
@@ -83,7 +83,23 @@
 #else
 #define VEC_B 0
 #endif
-#ifdef STORAGE_HALF  // 4 consecutive elements from an offset that is a multiple of 4 (flags bits 3, 4)
+#if defined(STORAGE_HALF) && HALF_VEC == 2
+// HALF_VEC 2: halves widened with integer and fp32-multiply operations instead of the conversion
+// instruction (a quarter- or eighth-rate unit on NVIDIA GPUs): the 15 exponent/mantissa bits
+// moved to float's position and scaled by 2^112 (exact, subnormal halves too), exponent 31
+// (inf/NaN) restored, sign copied. Loads read the bits as ushort / uint2 (8-byte aligned).
+inline float half_bits(const uint h) {
+  const float f = as_float((h & 0x7fffu) << 13) * 0x1p112f;
+  return as_float(as_uint(f) | ((h & 0x8000u) << 16) | (f >= 65536.0f ? 0x7f800000u : 0u));
+}
+#undef LD
+#define LD(p, i) half_bits(((__global const ushort*)(p))[i])
+inline float4 ld4_half_bits(__global const half* p) {
+  const uint2 u = *(__global const uint2*)p;
+  return (float4)(half_bits(u.x & 0xffffu), half_bits(u.x >> 16), half_bits(u.y & 0xffffu), half_bits(u.y >> 16));
+}
+#define LD4(p, i) ld4_half_bits((p) + (i))
+#elif defined(STORAGE_HALF)  // 4 consecutive elements from an offset that is a multiple of 4 (flags bits 3, 4)
 #define LD4(p, i) vloada_half4(0, (p) + (i))
 #else
 #define LD4(p, i) (*(__global const float4*)((p) + (i)))

@@ -96,19 +96,22 @@ def _nvidia(dev) -> bool:
     return "nvidia" in dev.cl_device.vendor.lower()
 
 
-# Devices whose compiler is known to abort on vloada_half4 (MEASURED.md: PoCL 3.0 aborts on half
-# *vector* types; vloada_half4 returns float4 and builds there, tested in test_programs.py). A
-# device named here keeps the half tiles on scalar vload_half. KERNELKIT_OPENCL_HALF_VEC=0/1 forces it.
-HALF_VEC_OFF: tuple[str, ...] = ()
+# The half loads of gemm.cl per device (the compile-time switch HALF_VEC): 0 scalar vload_half;
+# 1 (default) VEC_GLD tiles read 4 halves at a time with vloada_half4 (float4; PoCL 3.0 builds it,
+# though it aborts on half *vector types*, MEASURED.md: tested in test_programs.py); 2 the same
+# loads as ushort / uint2 bits widened with integer operations (no conversion instruction), every
+# half load of the program. A device whose name contains a key here gets that level;
+# KERNELKIT_OPENCL_HALF_VEC=0/1/2 forces one.
+HALF_VEC_BY_DEVICE: dict[str, int] = {}
 
 
-def half_vector_loads(dev) -> bool:
-    """Whether half-storage VEC_GLD tiles load 4 halves at a time (vloada_half4) on ``dev``: the
-    compile-time switch HALF_VEC of gemm.cl, chosen per device."""
+def half_vector_loads(dev) -> int:
+    """The HALF_VEC level of gemm.cl's half-storage programs on ``dev`` (0, 1 or 2)."""
     forced = os.environ.get("KERNELKIT_OPENCL_HALF_VEC", "")
-    if forced in ("0", "1"):
-        return forced == "1"
-    return not any(name.lower() in dev.cl_device.name.lower() for name in HALF_VEC_OFF)
+    if forced in ("0", "1", "2"):
+        return int(forced)
+    name = dev.cl_device.name.lower()
+    return next((v for k, v in HALF_VEC_BY_DEVICE.items() if k.lower() in name), 1)
 
 
 def program_defines(params: dict) -> dict:
@@ -134,7 +137,9 @@ def _kernel(dev, call: GemmCall, params: dict, name: str = "gemm", half: bool = 
     tile = program_defines(params)
     options = build_options(params)
     act, act_params = _define_act(call)
-    half_vec = half and bool(tile.get("VEC_GLD")) and half_vector_loads(dev)
+    half_vec = half_vector_loads(dev) if half else 0
+    if half_vec == 1 and not tile.get("VEC_GLD"):  # scalar loads either way: one program
+        half_vec = 0
     key = (name, act, act_params, tuple(sorted(tile.items())), options, call.trans_a, call.trans_b,
            call.conv is not None, half, half_vec)
 
@@ -146,7 +151,7 @@ def _kernel(dev, call: GemmCall, params: dict, name: str = "gemm", half: bool = 
         if half:
             defines["STORAGE_HALF"] = 1
         if half_vec:
-            defines["HALF_VEC"] = 1
+            defines["HALF_VEC"] = half_vec
         return dev.kernel(act_src + source("gemm.cl"), name, defines, options)
 
     return dev.memo(key, make)
