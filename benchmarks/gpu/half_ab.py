@@ -34,6 +34,11 @@ def main() -> int:
     os.environ.setdefault("KERNELKIT_OPENCL_DEVICE", "NVIDIA")
     import kernelkit as kk
     import run_gpu
+
+    try:  # the ONNX importer's passes (MatMul + Add -> Gemm), as run_gpu.py and retune_table.py apply them
+        import kernelkit_converters.onnx  # noqa: F401
+    except ImportError:
+        pass
     from kernelkit.testing import cosine
     from models import MODELS
 
