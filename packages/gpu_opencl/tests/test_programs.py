@@ -180,6 +180,75 @@ def test_vector_global_load_tiles_match_numpy(device, rng, index):
         assert_close(device.download(out), want.astype(np.float32), err_msg=f"{p} ta={ta} tb={tb}")
 
 
+@pytest.mark.parametrize("index", range(3))
+def test_half_vector_global_load_tiles_match_scalar_and_numpy(device, rng, monkeypatch, index):
+    """Half storage with the VEC_GLD tiles (issue 12, session 4): with HALF_VEC 1, A and B are read
+    4 halves at a time (vloada_half4), with 2 as bits widened by integer operations, with 0 by
+    scalar vload_half; all compute in float in the same order, so they agree bit for bit, and match
+    NumPy (half inputs, float math) within float16's tolerance, in every transpose layout, batched,
+    with split-K, ragged edges and an operand with an odd leading dimension (scalar loads)."""
+    from kernelkit_opencl.kernels import gemm
+    from kernelkit_opencl.kernels.gemm import GemmCall, _launch
+
+    p = [gemm.GPU_LARGE[0], gemm.GPU_LARGE[5], dict(gemm.GPU_LARGE[2], SPLIT_K=3)][index]
+    for (ta, tb), (M, N, K) in zip([(0, 0), (0, 1), (1, 0), (1, 1)], [(36, 44, 28)] * 3 + [(37, 44, 29)]):
+        a = rng.standard_normal((2, K, M) if ta else (2, M, K)).astype(np.float16)
+        b = rng.standard_normal((N, K) if tb else (K, N)).astype(np.float16)
+        bias = rng.standard_normal(N).astype(np.float16)
+        A, B, C = device.upload(a), device.upload(b), device.upload(bias)
+        call = GemmCall(M, N, K, M if ta else K, K if tb else N, N, bool(ta), bool(tb), batch=2, za=M * K,
+                        zc=M * N, bias_sn=1, alpha=0.5, beta=2.0, activation="Relu")
+        got = {}
+        for vec in ("1", "0", "2"):
+            monkeypatch.setenv("KERNELKIT_OPENCL_HALF_VEC", vec)
+            assert gemm.half_vector_loads(device) == int(vec)
+            out = device.empty((2, M, N), np.float16)
+            _launch(device, call, p, A, B, C, out)
+            got[vec] = device.download(out)
+        want = 0.5 * ((np.swapaxes(a, 1, 2) if ta else a).astype(np.float32)
+                      @ (b.T if tb else b).astype(np.float32)) + 2.0 * bias.astype(np.float32)
+        want = np.maximum(want, 0).astype(np.float16)
+        np.testing.assert_array_equal(got["1"], got["0"], err_msg=f"{p} ta={ta} tb={tb}")
+        np.testing.assert_array_equal(got["2"], got["0"], err_msg=f"{p} ta={ta} tb={tb} HALF_VEC 2")
+        assert_close(got["1"], want, err_msg=f"{p} ta={ta} tb={tb}")
+
+
+@pytest.mark.parametrize("vec", ["1", "2"])
+def test_every_half_value_survives_the_half_loads(device, monkeypatch, vec):
+    """All 65536 half bit patterns (subnormals, inf, NaN, the largest finite) through A of a
+    1-deep product with 1.0, read by the vector loads (A stored [K, M], M contiguous), come back
+    unchanged: HALF_VEC 2's integer widening is exact."""
+    from kernelkit_opencl.kernels import gemm
+    from kernelkit_opencl.kernels.gemm import GemmCall, _launch
+
+    monkeypatch.setenv("KERNELKIT_OPENCL_HALF_VEC", vec)
+    a = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(1, -1)
+    M = a.shape[1]
+    out = device.empty((M, 1), np.float16)
+    call = GemmCall(M, 1, 1, M, 1, 1, trans_a=True)
+    _launch(device, call, gemm.GPU_LARGE[0], device.upload(a), device.upload(np.ones((1, 1), np.float16)), None, out)
+    np.testing.assert_array_equal(device.download(out)[:, 0], a[0])
+
+
+@pytest.mark.parametrize("vec", ["0", "1", "2"])
+def test_half_conv_with_vector_load_tiles(monkeypatch, rng, tmp_cache, vec):
+    """A float16 Conv (implicit GEMM, weights read 4 halves at a time with HALF_VEC on) through a
+    VEC_GLD tile, with a fused residual and Relu, against the reference."""
+    from kernelkit_opencl.kernels import gemm
+
+    monkeypatch.setenv("KERNELKIT_OPENCL_HALF_VEC", vec)
+    monkeypatch.setattr(gemm, "_candidates", lambda dev, call: [gemm.GPU_LARGE[0]])
+    x = rng.standard_normal((2, 8, 9, 7)).astype(np.float16)
+    w = rng.standard_normal((12, 8, 3, 3)).astype(np.float16)
+    b = rng.standard_normal(12).astype(np.float16)
+    attrs = {"pads": [1, 1, 1, 1], "activation": "Relu"}
+    model = kk.testing.single_op_model("Conv", [x, w, b], attrs)
+    sess = kk.Session(model, device="gpu", fallback=False, options={"opencl_tune": False})
+    got = sess.run(None, {"in0": x, "in1": w, "in2": b})
+    want = kk.testing.run_single_op("Conv", [x, w, b], attrs)
+    assert_close(got[0], want[0], "float16")
+
+
 @pytest.mark.parametrize("split", [1, 3])
 @pytest.mark.parametrize("prefetch", [0, 1, 2])
 def test_implicit_gemm_conv_with_gpu_tiles(monkeypatch, rng, tmp_cache, split, prefetch):

@@ -67,15 +67,42 @@
 #ifndef VEC_GLD
 #define VEC_GLD 0
 #endif
-#if VEC_GLD && !defined(STORAGE_HALF)
+#ifndef HALF_VEC
+#define HALF_VEC 0
+#endif
+// VEC_GLD with half storage: 4 halves (64 bits) per load through vloada_half4 (OpenCL 1.2 core,
+// float4 result, no cl_khr_fp16), where the device's build sets HALF_VEC (gemm.py: 1, or 2 for
+// the integer widening below); HALF_VEC 0 keeps the half tiles on scalar vload_half
+#if VEC_GLD && (!defined(STORAGE_HALF) || HALF_VEC)
 #define VEC_A 1
 #else
 #define VEC_A 0
 #endif
-#if VEC_GLD && !defined(STORAGE_HALF) && !defined(CONV)
+#if VEC_A && !defined(CONV)
 #define VEC_B 1
 #else
 #define VEC_B 0
+#endif
+#if defined(STORAGE_HALF) && HALF_VEC == 2
+// HALF_VEC 2: halves widened with integer and fp32-multiply operations instead of the conversion
+// instruction (a quarter- or eighth-rate unit on NVIDIA GPUs): the 15 exponent/mantissa bits
+// moved to float's position and scaled by 2^112 (exact, subnormal halves too), exponent 31
+// (inf/NaN) restored, sign copied. Loads read the bits as ushort / uint2 (8-byte aligned).
+inline float half_bits(const uint h) {
+  const float f = as_float((h & 0x7fffu) << 13) * 0x1p112f;
+  return as_float(as_uint(f) | ((h & 0x8000u) << 16) | (f >= 65536.0f ? 0x7f800000u : 0u));
+}
+#undef LD
+#define LD(p, i) half_bits(((__global const ushort*)(p))[i])
+inline float4 ld4_half_bits(__global const half* p) {
+  const uint2 u = *(__global const uint2*)p;
+  return (float4)(half_bits(u.x & 0xffffu), half_bits(u.x >> 16), half_bits(u.y & 0xffffu), half_bits(u.y >> 16));
+}
+#define LD4(p, i) ld4_half_bits((p) + (i))
+#elif defined(STORAGE_HALF)  // 4 consecutive elements from an offset that is a multiple of 4 (flags bits 3, 4)
+#define LD4(p, i) vloada_half4(0, (p) + (i))
+#else
+#define LD4(p, i) (*(__global const float4*)((p) + (i)))
 #endif
 
 // The epilogue of one output: + beta * bias, fused activation, store (NCHW for convolutions).
@@ -211,7 +238,7 @@ void gemm(__global const T* restrict A, __global const T* restrict B,
 #define LOAD_A_TILE(k0) _Pragma("unroll") for (int r = 0; r < NA / 4; ++r) {                      \
       A_IDX4(tid + r * NT); const int m = m0 + mm, k = (k0) + kk;                                 \
       if ((flags & 8) && A_IN4(m, k)) {                                                           \
-        const float4 v = *(__global const float4*)(A + A_OFF4(m, k));                             \
+        const float4 v = LD4(A, A_OFF4(m, k));                                                    \
         pa[4 * r] = v.x; pa[4 * r + 1] = v.y; pa[4 * r + 2] = v.z; pa[4 * r + 3] = v.w;           \
       } else {                                                                                    \
         _Pragma("unroll") for (int c = 0; c < 4; ++c) {                                           \
@@ -246,7 +273,7 @@ void gemm(__global const T* restrict A, __global const T* restrict B,
 #define LOAD_B_TILE(k0) _Pragma("unroll") for (int r = 0; r < NB / 4; ++r) {                      \
       B_IDX4(tid + r * NT); const int n = n0 + nn, k = (k0) + kk;                                 \
       if ((flags & 16) && B_IN4(k, n)) {                                                          \
-        const float4 v = *(__global const float4*)(B + B_OFF4(k, n));                             \
+        const float4 v = LD4(B, B_OFF4(k, n));                                                    \
         pb[4 * r] = v.x; pb[4 * r + 1] = v.y; pb[4 * r + 2] = v.z; pb[4 * r + 3] = v.w;           \
       } else {                                                                                    \
         _Pragma("unroll") for (int c = 0; c < 4; ++c) {                                           \

@@ -6,6 +6,7 @@ persisted in the tuned-parameter file, else the device type's default.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,6 +96,24 @@ def _nvidia(dev) -> bool:
     return "nvidia" in dev.cl_device.vendor.lower()
 
 
+# The half loads of gemm.cl per device (the compile-time switch HALF_VEC): 0 scalar vload_half;
+# 1 (default) VEC_GLD tiles read 4 halves at a time with vloada_half4 (float4; PoCL 3.0 builds it,
+# though it aborts on half *vector types*, MEASURED.md: tested in test_programs.py); 2 the same
+# loads as ushort / uint2 bits widened with integer operations (no conversion instruction), every
+# half load of the program. A device whose name contains a key here gets that level;
+# KERNELKIT_OPENCL_HALF_VEC=0/1/2 forces one.
+HALF_VEC_BY_DEVICE: dict[str, int] = {}
+
+
+def half_vector_loads(dev) -> int:
+    """The HALF_VEC level of gemm.cl's half-storage programs on ``dev`` (0, 1 or 2)."""
+    forced = os.environ.get("KERNELKIT_OPENCL_HALF_VEC", "")
+    if forced in ("0", "1", "2"):
+        return int(forced)
+    name = dev.cl_device.name.lower()
+    return next((v for k, v in HALF_VEC_BY_DEVICE.items() if k.lower() in name), 1)
+
+
 def program_defines(params: dict) -> dict:
     """The tile defines of ``params`` (split-K is a run-time argument: no define, no extra program;
     ``REGS`` is a build option)."""
@@ -118,8 +137,11 @@ def _kernel(dev, call: GemmCall, params: dict, name: str = "gemm", half: bool = 
     tile = program_defines(params)
     options = build_options(params)
     act, act_params = _define_act(call)
+    half_vec = half_vector_loads(dev) if half else 0
+    if half_vec == 1 and not tile.get("VEC_GLD"):  # scalar loads either way: one program
+        half_vec = 0
     key = (name, act, act_params, tuple(sorted(tile.items())), options, call.trans_a, call.trans_b,
-           call.conv is not None, half)
+           call.conv is not None, half, half_vec)
 
     def make():
         act_src, defines = activation(act, act_params)
@@ -128,6 +150,8 @@ def _kernel(dev, call: GemmCall, params: dict, name: str = "gemm", half: bool = 
             defines["CONV"] = 1
         if half:
             defines["STORAGE_HALF"] = 1
+        if half_vec:
+            defines["HALF_VEC"] = half_vec
         return dev.kernel(act_src + source("gemm.cl"), name, defines, options)
 
     return dev.memo(key, make)
@@ -186,8 +210,8 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
     ws = out if splits == 1 else dev.empty((call.batch * splits, call.M, call.N), np.float32)
     has_z = z is not None and splits == 1
     relu = int(call.activation == "Relu") << 2
-    # bits 3, 4: A / B may be read as 16-byte vectors (VEC_GLD tiles): leading dimension, batch
-    # stride and offset multiples of 4 floats
+    # bits 3, 4: A / B may be read as 4-element vectors (VEC_GLD tiles; 16 bytes of float, 8 of
+    # half): leading dimension, batch stride and offset multiples of 4 elements
     vec = (int(call.lda % 4 == 0 and call.za % 4 == 0 and a.offset % 4 == 0) << 3
            | int(call.conv is None and call.ldb % 4 == 0 and call.zb % 4 == 0 and b.offset % 4 == 0) << 4)
     flags = int(has_bias) | int(has_z) << 1 | relu | vec
