@@ -1,5 +1,5 @@
 """Gemm with transB (B stored (N, K)) for a few rows, at one thread: the NumPy reference kernel,
-``gemm_nt`` (kernels/gemm_nt.py, what the numba Gemm runs for 2-64 rows), the BLAS path it
+``gemm_nt`` (kernels/gemm_nt.py, what the numba Gemm runs for 2-16 rows), the BLAS path it
 replaced (``np.matmul(a, b.T)``, the transpose as BLAS strides), BLAS on a pre-transposed copy,
 and onnxruntime's single Gemm node. Calls interleaved, best of ``reps`` (CPU time); ms.
 

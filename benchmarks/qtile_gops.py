@@ -47,6 +47,7 @@ def _ort_session(b, a_zp):
         [helper.make_tensor_value_info("y", TensorProto.INT32, [m, b.shape[1]])],
         [numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.array(a_zp, np.uint8), "a_zp")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 10  # what older onnxruntime builds (the GPU machine's) read
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]), onnx

@@ -199,9 +199,12 @@ def _run_local(items, recipe, output, cache_dir, workers, threads, address):
     ctx = mp.get_context("spawn")  # no fork after threads (Numba, OpenMP, BLAS pools)
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
                              initargs=(recipe, cache_dir)) as pool:
-        # processes start on demand: keep `workers` tasks outstanding so that every one starts (and
-        # builds its session in the initializer) before the clock does
-        list(pool.map(_ready, [0.5] * workers))
+        # processes start on demand and a process takes work only once its initializer has built its
+        # session: keep `workers` short tasks outstanding until every process has answered one, so
+        # that no worker is still starting (or compiling) when the clock starts
+        seen: set[int] = set()
+        while len(seen) < workers:
+            seen.update(pool.map(_ready, [0.05] * workers))
         yield None
         futures = [pool.submit(process_item, item, recipe, output, cache_dir) for item in items]
         for future in as_completed(futures):

@@ -86,7 +86,7 @@ def nt_matmul(a, bt, out, epilogue=None) -> None:
 @register_kernel("Gemm", device="cpu", vendor="numba", dtype="float32")
 class Gemm(NumbaKernel):
     """Y = act(alpha * A' @ B' + beta * C), A' = A.T if transA, B' = B.T if transB. With transB
-    (B stored (N, K), as exported Linear layers are) and 2 to 64 rows: ``gemm_nt`` (dot products
+    (B stored (N, K), as exported Linear layers are) and 2 to 16 rows: ``gemm_nt`` (dot products
     along contiguous K; 1.3-4x BLAS on the transposed operand), else BLAS tiles."""
 
     uses_blas = True

@@ -17,7 +17,7 @@ from ..config import jit_parallel
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
-NT_MAX_ROWS = 64  # above, BLAS's packed kernels catch up
+NT_MAX_ROWS = 16  # above, BLAS's packed kernels catch up (Xeon: 64 rows 0.73-0.79x of OpenBLAS; docs/numba.md)
 NT_MIN_COLS = 16  # below, a few dot products: BLAS (or the single-column loop here) is as good
 
 
