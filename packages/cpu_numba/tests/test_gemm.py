@@ -48,8 +48,9 @@ def test_matmul_matches_reference(check, batch_a, batch_b, m, k, n, form, act, s
 
 
 def test_gemm_nt_rows_and_columns(check):
-    """gemm_nt (transB, 2 to NT_MAX_ROWS rows, 16+ columns; 64 rows: the BLAS path): row counts around its blocks of four, column
-    counts with a narrower last group, an odd K, C per column / full / none, alpha, activations."""
+    """gemm_nt (transB, 2 to NT_MAX_ROWS rows, 16+ columns; 64 rows: the BLAS path): row counts
+    around its blocks of four, column counts with a narrower last group, an odd K, C per column /
+    full / none, alpha, activations."""
     r = np.random.default_rng(11)
     for m, k, n in [(2, 7, 16), (3, 1, 17), (5, 33, 19), (8, 64, 22), (13, 9, 1000), (16, 130, 23), (64, 130, 23)]:
         a = r.uniform(-1, 1, (m, k)).astype(np.float32)
