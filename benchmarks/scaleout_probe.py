@@ -83,9 +83,11 @@ def main() -> None:
     model = sys.argv[4] if len(sys.argv) > 4 else "resnet18"
     path = Path(tempfile.mkdtemp(prefix="kk-probe-")) / f"{model}.kkm"
     kk.save(convert(zoo.resnet(int(model.removeprefix("resnet")))), path)
-    alone_wall, alone = measure(str(path), batch, runs, vendor, 1, pin=True)
-    pair_wall, pair = measure(str(path), batch, runs, vendor, 2, pin=True)
-    print(f"\n{model} batch {batch}, vendor {vendor}, 1 thread per process, median of {runs} runs")
+    pin = os.environ.get("KK_PROBE_PIN", "1") != "0"  # 0: leave the processes to the OS scheduler
+    alone_wall, alone = measure(str(path), batch, runs, vendor, 1, pin=pin)
+    pair_wall, pair = measure(str(path), batch, runs, vendor, 2, pin=pin)
+    print(f"\n{model} batch {batch}, vendor {vendor}, 1 thread per process, median of {runs} runs, "
+          f"{'pinned' if pin else 'not pinned'}")
     print("| op | alone ms | side by side ms | ratio |\n|---|---:|---:|---:|")
     for op in sorted(alone, key=lambda o: -alone[o]):
         print(f"| {op} | {alone[op]:.2f} | {pair.get(op, 0.0):.2f} | {pair.get(op, 0.0) / max(alone[op], 1e-9):.2f} |")

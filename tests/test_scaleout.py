@@ -199,3 +199,35 @@ def test_a_second_worker_reuses_the_shared_kernel_cache(tmp_path, model_path, ve
     second = worker()
     assert _files(cache) == written  # nothing compiled, nothing rewritten
     assert second["placement"] == first["placement"]
+
+
+def test_workers_warm_up_at_the_batch_size_of_the_work(tmp_path, model_path):
+    """A worker's warm-up runs at the rows of the first work item (a new batch size's first run
+    costs a worker with few items 1-2 s of its work otherwise, docs/scale-out.md): a .npy batch's
+    leading dim, a Parquet slice's rows, 1 for a single sample or what cannot be read cheaply; a
+    session warmed up at such a batch answers as a fresh one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from kernelkit.integrations import worker_session
+    from kernelkit.integrations.batch import _warm_batch, plan_items
+    from kernelkit.portable import SessionRecipe
+
+    rng = np.random.default_rng(5)
+    folder = tmp_path / "npy"
+    folder.mkdir()
+    np.save(folder / "a.npy", rng.standard_normal((6, 3, 8, 8)).astype(np.float32))
+    assert _warm_batch(plan_items(folder, 4)) == 6
+    single = tmp_path / "single"
+    single.mkdir()
+    np.save(single / "a.npy", rng.standard_normal(7).astype(np.float32))
+    assert _warm_batch(plan_items(single, 4)) == 1
+    table = pa.table({"x": [rng.standard_normal(3 * 8 * 8).astype(np.float32) for _ in range(10)]})
+    pq.write_table(table, tmp_path / "t.parquet")
+    assert _warm_batch(plan_items(tmp_path / "t.parquet", 4)) == 4
+    assert _warm_batch([]) == 1
+
+    sess = worker_session(SessionRecipe.of(model_path, vendors=["reference"], threads=1), batch=6)
+    x = rng.standard_normal((6, 3, 8, 8)).astype(np.float32)
+    (got,) = sess.run(None, {"x": x})
+    (want,) = kk.Session(kk.load(model_path), vendors=["reference"]).run(None, {"x": x})
+    assert_close(got, want)

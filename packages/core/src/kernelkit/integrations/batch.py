@@ -122,19 +122,24 @@ def process_item(item: WorkItem, recipe: SessionRecipe, output: str, cache_dir=N
         import pyarrow.parquet as pq
 
         feeds = _feeds_from_parquet(sess, item)
+        t1 = time.perf_counter()
         outs = sess.run(names, feeds)
+        run_s = time.perf_counter() - t1
         rows = len(next(iter(feeds.values())))
         table = pa.table({n: [o.reshape(-1) for o in out.reshape(rows, -1)] for n, out in zip(names, outs)})
         target = out_dir / f"part-{item.index:05d}.parquet"
         _atomic(target, lambda p: pq.write_table(table, p))
     else:
         feeds, single = _feeds_from_file(sess, item)
+        t1 = time.perf_counter()
         outs = sess.run(names, feeds)
+        run_s = time.perf_counter() - t1
         rows = len(next(iter(feeds.values())))
         target = out_dir / f"{Path(item.source).stem}.npz"
         result = {n: (o[0] if single else o) for n, o in zip(names, outs)}
         _atomic(target, lambda p: np.savez(open(p, "wb"), **result))
-    return {"item": item.label, "rows": rows, "seconds": time.perf_counter() - t0, "output": str(target),
+    return {"item": item.label, "rows": rows, "seconds": time.perf_counter() - t0, "run_seconds": run_s,
+            "output": str(target),
             "worker": f"{os.getpid()}:{id(sess)}", "builds": build_count()}
 
 
@@ -172,6 +177,7 @@ def run_batch(model, inputs, output, *, engine: str = "local", workers: int = 1,
     rows = sum(r["rows"] for r in results)
     return {"engine": engine, "workers": workers, "threads": threads, "items": len(results), "rows": rows,
             "seconds": seconds, "busy_seconds": sum(r["seconds"] for r in results),
+            "run_seconds": sum(r.get("run_seconds", 0.0) for r in results),
             "rows_per_s": rows / seconds if seconds else float("inf"),
             "sessions": len({r["worker"] for r in results}),
             "builds_per_worker": max((r["builds"] for r in results), default=0),
@@ -183,13 +189,36 @@ def _ready(seconds: float) -> int:
     return os.getpid()
 
 
-def _init_worker(recipe, cache_dir):  # a local worker builds its session before taking work
-    worker_session(recipe, cache_dir=cache_dir)
+def _init_worker(recipe, cache_dir, batch=1):  # a local worker builds its session before taking work
+    worker_session(recipe, cache_dir=cache_dir, batch=batch)
+
+
+def _warm_batch(items: list[WorkItem]) -> int:
+    """The rows of the first work item (a .npy file's leading dim, read from its header; a Parquet
+    slice's rows), which the workers warm up at; 1 where that is not known cheaply."""
+    if not items:
+        return 1
+    item = items[0]
+    if item.kind == "parquet":
+        return max(1, item.stop - item.start)
+    if item.kind == "npy":
+        from numpy.lib import format as npy
+
+        try:
+            with open_regular(item.source) as fh:
+                version = npy.read_magic(fh)
+                header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+                shape = header(fh)[0]
+        except (OSError, ValueError):
+            return 1  # the item itself reports what is wrong with it
+        return int(shape[0]) if len(shape) > 1 and isinstance(shape[0], int) and 0 < shape[0] <= 4096 else 1
+    return 1
 
 
 def _run_local(items, recipe, output, cache_dir, workers, threads, address):
+    batch = _warm_batch(items)
     if workers == 1:
-        worker_session(recipe, cache_dir=cache_dir)
+        worker_session(recipe, cache_dir=cache_dir, batch=batch)
         yield None
         for item in items:
             yield process_item(item, recipe, output, cache_dir)
@@ -198,7 +227,7 @@ def _run_local(items, recipe, output, cache_dir, workers, threads, address):
 
     ctx = mp.get_context("spawn")  # no fork after threads (Numba, OpenMP, BLAS pools)
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                             initargs=(recipe, cache_dir)) as pool:
+                             initargs=(recipe, cache_dir, batch)) as pool:
         # processes start on demand and a process takes work only once its initializer has built its
         # session: keep `workers` short tasks outstanding until every process has answered one, so
         # that no worker is still starting (or compiling) when the clock starts
@@ -212,9 +241,9 @@ def _run_local(items, recipe, output, cache_dir, workers, threads, address):
 
 
 class _RayWorker:
-    def __init__(self, recipe, output, cache_dir):
+    def __init__(self, recipe, output, cache_dir, batch=1):
         self.recipe, self.output, self.cache_dir = recipe, output, cache_dir
-        worker_session(recipe, cache_dir=cache_dir)
+        worker_session(recipe, cache_dir=cache_dir, batch=batch)
 
     def process(self, item):
         return process_item(item, self.recipe, self.output, self.cache_dir)
@@ -230,7 +259,7 @@ def _run_ray(items, recipe, output, cache_dir, workers, threads, address):
                  log_to_driver=False, configure_logging=False)
     try:
         actor = ray.remote(num_cpus=threads)(_RayWorker)
-        actors = [actor.remote(recipe, output, cache_dir) for _ in range(workers)]
+        actors = [actor.remote(recipe, output, cache_dir, _warm_batch(items)) for _ in range(workers)]
         ray.get([a.__ray_ready__.remote() for a in actors])  # sessions built and warm
         yield None
         pool = ActorPool(actors)
@@ -248,7 +277,8 @@ def _run_dask(items, recipe, output, cache_dir, workers, threads, address):
                                                 dashboard_address=None)
     with Client(address or cluster) as client:
         shared = client.scatter(recipe, broadcast=True)
-        client.run(worker_session, recipe, cache_dir)  # each worker process builds its session now
+        # each worker process builds its session now, warmed up at the items' batch size
+        client.run(worker_session, recipe, cache_dir, True, _warm_batch(items))
         yield None
         futures = [client.submit(process_item, item, shared, output, cache_dir, pure=False) for item in items]
         for future in dask_completed(futures):

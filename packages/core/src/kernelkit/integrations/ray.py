@@ -26,12 +26,14 @@ class KernelkitPredictor:
     :class:`~kernelkit.SessionRecipe`; ``input_map``: model input name -> column (default: same
     names); ``keep_columns``: columns copied from the batch to the result; ``annotate=True`` adds a
     ``kernelkit_worker`` column (``pid:session id:builds in this process``) to prove one session per
-    actor. Other keyword arguments go to ``Session`` (``device``, ``vendors``, ``threads``, ...)."""
+    actor; ``warmup_batch``: the rows of the warm-up run (give the batches' size, so that the first
+    real batch does not pay for a new batch size). Other keyword arguments go to ``Session``
+    (``device``, ``vendors``, ``threads``, ...)."""
 
     def __init__(self, model, *, input_map: dict | None = None, output_names=None, keep_columns=(),
-                 cache_dir=None, annotate: bool = False, **session_kwargs):
+                 cache_dir=None, annotate: bool = False, warmup_batch: int = 1, **session_kwargs):
         recipe = model if isinstance(model, SessionRecipe) else SessionRecipe.of(model, **session_kwargs)
-        self.session = worker_session(recipe, cache_dir=cache_dir, warmup=True)
+        self.session = worker_session(recipe, cache_dir=cache_dir, warmup=True, batch=warmup_batch)
         self.input_map = dict(input_map or {})
         self.output_names = list(output_names) if output_names else [o.name for o in self.session.get_outputs()]
         self.keep_columns = tuple(keep_columns)
@@ -57,6 +59,7 @@ def predict(dataset, model, *, batch_size: int = 32, concurrency: int = 1, num_c
     session_keys = ("device", "vendors", "fallback", "threads", "profile", "passes", "options", "stub_ops")
     session_kwargs = {k: predictor_kwargs.pop(k) for k in session_keys if k in predictor_kwargs}
     recipe = model if isinstance(model, SessionRecipe) else SessionRecipe.of(model, embed=embed, **session_kwargs)
+    predictor_kwargs.setdefault("warmup_batch", batch_size)
     return dataset.map_batches(KernelkitPredictor, fn_constructor_args=(recipe,),
                                fn_constructor_kwargs=predictor_kwargs, batch_size=batch_size,
                                batch_format="numpy", concurrency=concurrency, num_cpus=num_cpus,
