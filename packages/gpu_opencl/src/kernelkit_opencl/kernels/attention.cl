@@ -1,6 +1,11 @@
 // Attention (ONNX opset 23) without mask or cache: y = softmax(q k^T * scale) v, per (batch, head).
 // Storage type T: float, or half through vload_half/vstore_half (STORAGE_HALF; float arithmetic)
 #include "storage.cl"
+#ifdef STORAGE_HALF
+#define LD4(p, i) vload_half4(0, (p) + (i))
+#else
+#define LD4(p, i) vload4(0, (p) + (i))
+#endif
 
 // Defines: WG work-items per group, ROWS query rows per group, DK / DV the head sizes of q/k and
 // of v, KMAX >= the key count (one row of scores in local memory), NJ the key slices the output
@@ -37,10 +42,17 @@ void attention(__global const T* restrict q, __global const T* restrict k, __glo
     float acc[ROWS];
     for (int r = 0; r < ROWS; ++r) acc[r] = 0.0f;
     const long kp = kbase + (long)j * ksi;
+#if DK % 4 == 0  // four head elements a load (vloadn needs only element alignment)
+    for (int d = 0; d < DK; d += 4) {
+      const float4 kv = LD4(k, kp + d);
+      for (int r = 0; r < ROWS; ++r) acc[r] += dot(vload4(0, buf + r * DK + d), kv);
+    }
+#else
     for (int d = 0; d < DK; ++d) {
       const float kv = LD(k, kp + d);
       for (int r = 0; r < ROWS; ++r) acc[r] = fma(buf[r * DK + d], kv, acc[r]);
     }
+#endif
     for (int r = 0; r < ROWS; ++r) {
 #if QK_OUT
       if (r < rows) ST(qk, ((long)bh * sq + i0 + r) * sk + j, acc[r]);
