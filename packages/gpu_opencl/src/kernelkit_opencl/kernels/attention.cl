@@ -15,7 +15,7 @@
 // One work-group per (block of ROWS query rows, batch * head): the scaled query rows go to local
 // memory, each work-item computes the scores of keys j = lid, lid + WG, ... for all ROWS rows
 // (ROWS accumulators), WG / ROWS work-items per row reduce the max and the sum of exponentials,
-// then work-item (part, d) accumulates p[r][j] * v[j][d] over the keys of its slice for all rows,
+// then work-item (part, d) accumulates p[r][j] * v[j][d] over its contiguous slice of keys for all rows,
 // and the slices are summed through local memory. Element (b, h, i, d) of q sits at
 // q_off + b * qsb + h * qsh + i * qsi + d (4-D and 3-D layouts alike); key/value head h / group.
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
@@ -90,18 +90,28 @@ void attention(__global const T* restrict q, __global const T* restrict k, __glo
     stat[r] = sum == 0.0f ? 0.0f : 1.0f / sum;  // a fully masked row gives 0, as ONNX defines
   }
   barrier(CLK_LOCAL_MEM_FENCE);
-  // y[r][d] = sum_j p[r][j] v[j][d] / sum[r]
+  // y[r][d] = sum_j p[r][j] v[j][d] / sum[r]: keys j0 <= j < j1 (j0 a multiple of 4), four at a time
   const long vbase = v_off + (long)b * vsb + (long)kh * vsh;
   const long ybase = (long)b * ysb + (long)h * ysh + (long)i0 * ysi;
+#define ACCUMULATE(acc, d, j0, j1)                                                                  \
+  {                                                                                                 \
+    int j = (j0);                                                                                   \
+    for (; j + 4 <= (j1); j += 4) {                                                                 \
+      const __global T* vp = v + vbase + (long)j * vsi + (d);                                       \
+      const float4 vv = (float4)(LD(vp, 0), LD(vp, vsi), LD(vp, 2 * vsi), LD(vp, 3 * vsi));         \
+      for (int rr = 0; rr < ROWS; ++rr) acc[rr] += dot(vload4(0, s + rr * KMAX + j), vv);            \
+    }                                                                                               \
+    for (; j < (j1); ++j) {                                                                         \
+      const float vv = LD(v, vbase + (long)j * vsi + (d));                                          \
+      for (int rr = 0; rr < ROWS; ++rr) acc[rr] = fma(s[rr * KMAX + j], vv, acc[rr]);               \
+    }                                                                                               \
+  }
 #if NJ > 1
-  const int part = lid / DV, d = lid - part * DV;
+  const int part = lid / DV, d = lid - part * DV, chunk = ((sk + NJ - 1) / NJ + 3) & ~3;
   if (part < NJ) {
     float acc[ROWS];
     for (int rr = 0; rr < ROWS; ++rr) acc[rr] = 0.0f;
-    for (int j = part; j < sk; j += NJ) {
-      const float vv = LD(v, vbase + (long)j * vsi + d);
-      for (int rr = 0; rr < ROWS; ++rr) acc[rr] = fma(s[rr * KMAX + j], vv, acc[rr]);
-    }
+    ACCUMULATE(acc, d, part * chunk, min(sk, (part + 1) * chunk));
     for (int rr = 0; rr < ROWS; ++rr) buf[(rr * NJ + part) * DV + d] = acc[rr];
   }
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -115,10 +125,7 @@ void attention(__global const T* restrict q, __global const T* restrict k, __glo
   for (int d = lid; d < DV; d += WG) {
     float acc[ROWS];
     for (int rr = 0; rr < ROWS; ++rr) acc[rr] = 0.0f;
-    for (int j = 0; j < sk; ++j) {
-      const float vv = LD(v, vbase + (long)j * vsi + d);
-      for (int rr = 0; rr < ROWS; ++rr) acc[rr] = fma(s[rr * KMAX + j], vv, acc[rr]);
-    }
+    ACCUMULATE(acc, d, 0, sk);
     for (int rr = 0; rr < rows; ++rr) ST(y, ybase + (long)rr * ysi + d, acc[rr] * stat[rr]);
   }
 #endif
