@@ -1,5 +1,8 @@
-"""Fusions the OpenCL kernels opt into: the residual Add (+ Relu) in the Conv epilogue."""
+"""Fusions the OpenCL kernels opt into: the residual Add (+ Relu) in the Conv epilogue, attention."""
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
 
 import kernelkit as kk
 import numpy as np
@@ -132,3 +135,26 @@ def test_float16_matmul_softmax_layernorm(rng):
     feed = {"x": rng.standard_normal((2, 8, 16)).astype(np.float32)}
     want = kk.Session(model, device="cpu", vendors=["reference"]).run(None, feed)[0]
     assert kk.testing.cosine(sess.run(None, feed)[0], want) > 0.999
+
+
+# -- attention: core's fuse_attention pass gives the OpenCL Attention kernel one node per layer ----------
+_spec = importlib.util.spec_from_file_location("kernelkit_gpu_models",
+                                               Path(__file__).parents[3] / "benchmarks/gpu/models.py")
+gpu_models = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gpu_models)
+
+
+@pytest.mark.parametrize("batch, seq, d, heads", [(2, 12, 32, 4), (1, 150, 16, 2)])
+def test_transformer_attention_fuses_into_one_kernel(batch, seq, d, heads):
+    """benchmarks/gpu/models.py's encoder, small: each layer's MatMul -> Mul -> Softmax -> MatMul
+    (with the head split/merge transposes) is one 3-D Attention node on opencl, and the session
+    matches the reference, op by op as written."""
+    model = gpu_models.transformer(batch, layers=2, seq=seq, d=d, heads=heads, ffn=2 * d)
+    x = np.random.default_rng(5).standard_normal((batch, seq, d)).astype(np.float32)
+    sess = kk.Session(model, device="gpu", fallback=False, options={"opencl_tune": False})
+    assert sess.passes_fired.get("fuse_attention") == 2
+    fused = [n for n in sess.graph.nodes if n.op_id == "Attention"]
+    assert len(fused) == 2 and all(len(n.inputs) == 3 and n.attrs["q_num_heads"] == heads for n in fused)
+    assert not any(n.op_id == "Softmax" for n in sess.graph.nodes)
+    want = kk.Session(model, device="cpu", vendors=["reference"]).run(None, {"x": x})[0]
+    assert_close(sess.run(None, {"x": x})[0], want)

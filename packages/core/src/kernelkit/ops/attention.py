@@ -125,6 +125,8 @@ def _samples(rng, dtype):
     yield [r(2, 4, 24), r(2, 6, 24), r(2, 6, 12)], {"q_num_heads": 3, "kv_num_heads": 3, "is_causal": 1}
     yield [r(2, 4, 24), r(2, 6, 12), r(2, 6, 6)], {"q_num_heads": 6, "kv_num_heads": 3, "scale": 0.5}
     yield [r(1, 2, 3, 4), r(1, 2, 3, 4), r(1, 2, 3, 4), None, r(1, 2, 2, 4), r(1, 2, 2, 4)], {"is_causal": 1}
+    yield [r(1, 2, 37, 15), r(1, 2, 150, 15), r(1, 2, 150, 15)], {"scale": 0.3}  # keys > a GPU work-group, odd head
+    yield [r(1, 5, 272), r(1, 7, 272), r(1, 7, 272)], {"q_num_heads": 2, "kv_num_heads": 2, "is_causal": 1}  # head 136
 
 
 register_op("Attention", inputs=["Q", "K", "V", "attn_mask?", "past_key?", "past_value?", "nonpad_kv_seqlen?"],
