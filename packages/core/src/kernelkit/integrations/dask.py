@@ -51,7 +51,7 @@ def _output_tail(recipe: SessionRecipe, output_name: str | None, sample_shape: t
 
 
 def _run_block(block, recipe, cache_dir, input_name, output_name):
-    sess = worker_session(recipe, cache_dir=cache_dir)
+    sess = worker_session(recipe, cache_dir=cache_dir, batch=max(1, len(block)))  # warm-up at this batch size
     feed = np.ascontiguousarray(block, dtype=np.dtype(sess.get_inputs()[0].type))
     return sess.run([output_name], {input_name: feed})[0]
 
@@ -78,7 +78,7 @@ def map_blocks(array, model, *, output_name: str | None = None, embed: bool = Tr
 def _run_partition(frame, recipe, cache_dir, input_name, columns, output_name, out_columns):
     import pandas as pd
 
-    sess = worker_session(recipe, cache_dir=cache_dir)
+    sess = worker_session(recipe, cache_dir=cache_dir, batch=max(1, len(frame)))  # warm-up at this batch size
     feed = np.ascontiguousarray(frame[list(columns)].to_numpy(), dtype=np.dtype(sess.get_inputs()[0].type))
     out = sess.run([output_name], {input_name: feed})[0].reshape(len(frame), -1)
     return pd.DataFrame(out, index=frame.index, columns=out_columns)
