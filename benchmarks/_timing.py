@@ -1,7 +1,9 @@
 """Timing shared by the per-kernel A/B scripts (bench_conv_algos, bench_depthwise_s2, bench_gemm_nt,
-bench_maxpool): callables interleaved round by round, so that a noisy host slows them alike."""
+bench_maxpool): callables interleaved round by round, so that a noisy host slows them alike; and the
+old-pool file and busy loop of the shard-pool A/Bs (bench_pool, bench_pool_models)."""
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -17,3 +19,39 @@ def best_cpu_ms(fns: dict, reps: int) -> dict:
             f()
             best[name] = min(best[name], time.process_time() - t0)
     return {k: v * 1e3 for k, v in best.items()}
+
+
+def old_shards_file(rev: str | None) -> str:
+    """``shards.py`` as it was at git revision ``rev``, written to a temporary file for an A/B of
+    the shard pool (bench_pool.py, bench_pool_models.py); "" without a revision."""
+    import os
+    import subprocess
+
+    if not rev:
+        return ""
+    src = subprocess.run(["git", "show", f"{rev}:packages/cpu_numba/src/kernelkit_numba/shards.py"],
+                         check=True, capture_output=True, text=True).stdout
+    path = f"/tmp/kk_old_shards_{os.getpid()}.py"
+    with open(path, "w") as f:
+        f.write(src)
+    return path
+
+
+@contextlib.contextmanager
+def busy_core(cpu: int, on: bool = True):
+    """A busy loop pinned to ``cpu`` for the body (``on``: else nothing): the "loaded" case."""
+    import os
+    import subprocess
+    import sys
+
+    busy = None
+    if on:
+        busy = subprocess.Popen([sys.executable, "-c", "while 1: pass"],
+                                preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+        time.sleep(0.2)
+    try:
+        yield
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()

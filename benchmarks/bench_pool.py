@@ -20,7 +20,8 @@ import json
 import os
 import subprocess
 import sys
-import time
+
+from _timing import busy_core, old_shards_file
 
 _CHILD = r"""
 import importlib.util, json, os, statistics, sys, time, types
@@ -96,28 +97,13 @@ def main() -> None:
     ap.add_argument("--loads", default="quiet,loaded")
     args = ap.parse_args()
     cpus = [int(c) for c in args.cpus.split(",")]
-    old_file = ""
-    if args.old:
-        src = subprocess.run(["git", "show", f"{args.old}:packages/cpu_numba/src/kernelkit_numba/shards.py"],
-                             check=True, capture_output=True, text=True).stdout
-        old_file = f"/tmp/kk_old_shards_{os.getpid()}.py"
-        with open(old_file, "w") as f:
-            f.write(src)
+    old_file = old_shards_file(args.old)
     rows = []
     for load in args.loads.split(","):
-        busy = None
-        if load == "loaded":
-            busy = subprocess.Popen([sys.executable, "-c", "while 1: pass"],
-                                    preexec_fn=lambda: os.sched_setaffinity(0, {cpus[0]}))
-            time.sleep(0.2)
-        try:
+        with busy_core(cpus[0], load == "loaded"):
             out = subprocess.run([sys.executable, "-c", _CHILD, old_file, str(args.blocks), str(args.calls)],
                                  preexec_fn=lambda: os.sched_setaffinity(0, set(cpus)), check=True,
                                  capture_output=True, text=True, timeout=1200).stdout
-        finally:
-            if busy is not None:
-                busy.kill()
-                busy.wait()
         for line in out.strip().splitlines():
             row = {"load": load, **json.loads(line)}
             rows.append(row)

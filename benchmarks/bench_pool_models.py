@@ -14,7 +14,8 @@ import json
 import os
 import subprocess
 import sys
-import time
+
+from _timing import busy_core, old_shards_file
 
 _CHILD = r"""
 import importlib.util, json, os, statistics, sys, time
@@ -70,29 +71,14 @@ def main() -> None:
     args = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     cpus = [int(c) for c in args.cpus.split(",")]
-    old_file = ""
-    if args.old:
-        src = subprocess.run(["git", "show", f"{args.old}:packages/cpu_numba/src/kernelkit_numba/shards.py"],
-                             check=True, capture_output=True, text=True).stdout
-        old_file = f"/tmp/kk_old_shards_{os.getpid()}.py"
-        with open(old_file, "w") as f:
-            f.write(src)
+    old_file = old_shards_file(args.old)
     rows = []
     for load in args.loads.split(","):
         for model in args.models.split(","):
-            busy = None
-            if load == "loaded":
-                busy = subprocess.Popen([sys.executable, "-c", "while 1: pass"],
-                                        preexec_fn=lambda: os.sched_setaffinity(0, {cpus[0]}))
-                time.sleep(0.2)
-            try:
+            with busy_core(cpus[0], load == "loaded"):
                 out = subprocess.run([sys.executable, "-c", _CHILD, here, model, old_file, str(args.blocks),
                                       str(args.runs)], preexec_fn=lambda: os.sched_setaffinity(0, set(cpus)),
                                      check=True, capture_output=True, text=True, timeout=1800).stdout
-            finally:
-                if busy is not None:
-                    busy.kill()
-                    busy.wait()
             row = {"load": load, "model": model, **json.loads(out.strip().splitlines()[-1])}
             rows.append(row)
             print(json.dumps(row), flush=True)
