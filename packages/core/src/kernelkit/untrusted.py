@@ -46,7 +46,8 @@ def read_regular(path) -> bytes:
 
 
 def _npy_header(f, size: int, where: str):
-    """Read the .npy header at ``f``'s position; check the declared data fits in ``size`` bytes."""
+    """Read the .npy header at ``f``'s position; check the declared data fits in ``size`` bytes.
+    Returns the declared (shape, dtype)."""
     import numpy as np
     from numpy.lib import format as npy
 
@@ -59,7 +60,13 @@ def _npy_header(f, size: int, where: str):
     if count is None or count * dtype.itemsize > held:
         raise ValueError(f"{where}: the header declares {dtype}{brief(list(shape))}, "
                          f"more than the {held} bytes of data the file holds")
-    return np.dtype(dtype)
+    return tuple(shape), np.dtype(dtype)
+
+
+def read_npy_header(f, where: str):
+    """The (shape, dtype) that the header of the .npy file object ``f`` (a regular file, at the
+    header) declares, checked against the file's size; ``f`` is left after the header."""
+    return _npy_header(f, os.fstat(f.fileno()).st_size - f.tell(), where)
 
 
 def read_npy(f, where: str):
@@ -71,7 +78,7 @@ def read_npy(f, where: str):
     if f.read(4) == b"PK\x03\x04":
         raise ValueError(f"{where}: an .npz archive holds several arrays; give one .npy file per input")
     f.seek(start)
-    _npy_header(f, os.fstat(f.fileno()).st_size - start, where)
+    read_npy_header(f, where)
     f.seek(start)
     return np.load(f, allow_pickle=False)
 

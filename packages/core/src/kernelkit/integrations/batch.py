@@ -25,7 +25,7 @@ import numpy as np
 from .. import progress
 from ..errors import ConfigError, InputError
 from ..portable import SessionRecipe, build_count, cpu_allotment
-from ..untrusted import open_regular, read_npy, read_npz
+from ..untrusted import open_regular, read_npy, read_npy_header, read_npz
 from . import check_workers, worker_session
 
 ENGINES = ("local", "ray", "dask")
@@ -202,13 +202,9 @@ def _warm_batch(items: list[WorkItem]) -> int:
     if item.kind == "parquet":
         return max(1, item.stop - item.start)
     if item.kind == "npy":
-        from numpy.lib import format as npy
-
         try:
             with open_regular(item.source) as fh:
-                version = npy.read_magic(fh)
-                header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
-                shape = header(fh)[0]
+                shape, _ = read_npy_header(fh, str(item.source))
         except (OSError, ValueError):
             return 1  # the item itself reports what is wrong with it
         return int(shape[0]) if len(shape) > 1 and isinstance(shape[0], int) and 0 < shape[0] <= 4096 else 1
@@ -259,7 +255,8 @@ def _run_ray(items, recipe, output, cache_dir, workers, threads, address):
                  log_to_driver=False, configure_logging=False)
     try:
         actor = ray.remote(num_cpus=threads)(_RayWorker)
-        actors = [actor.remote(recipe, output, cache_dir, _warm_batch(items)) for _ in range(workers)]
+        batch = _warm_batch(items)
+        actors = [actor.remote(recipe, output, cache_dir, batch) for _ in range(workers)]
         ray.get([a.__ray_ready__.remote() for a in actors])  # sessions built and warm
         yield None
         pool = ActorPool(actors)

@@ -69,8 +69,7 @@ def constant_of_shape(shape, *, value=None):
         raise ValueError(f"shape {shape.tolist()} has a negative dim")
     shape = tuple(int(d) for d in shape)
     fill = _fill(value)
-    if all(d >= 0 for d in shape):  # a negative dim is np.full's own error
-        check_tensor_bytes(shape, fill.dtype)
+    check_tensor_bytes(shape, fill.dtype)
     return np.full(shape, fill)
 
 
