@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from kernelkit.geometry import kernel_offsets, window
+from kernelkit.geometry import window
 from kernelkit.registry import register_kernel
 
 from .._base import NumbaKernel, threaded
@@ -190,37 +190,23 @@ class _Pool(NumbaKernel):
         return np.ascontiguousarray(x[:, :, None, :] if x.ndim == 3 else x)
 
 
-@register_kernel("MaxPool", device="cpu", vendor="numba", dtype=("float32", "int8", "uint8"), supports=_supports)
+@register_kernel("MaxPool", device="cpu", vendor="numba", dtype="float32", supports=_supports)
 class MaxPool(_Pool):
-    """float32 without Indices: ``_max_pool_separable`` on shards of planes (ResNet's 3x3/2 on
-    1x64x112x112: 0.34 ms at one thread, 1.30 ms as the running maximum below; issue 11, session 4).
-    Other dtypes without Indices: a running maximum over the kernel offsets (NumPy's vectorised
-    maximum on unpadded strided regions, as the reference) on shards of channels. With Indices: a
-    Numba window scan."""
+    """Without Indices: ``_max_pool_separable`` on shards of planes (ResNet's 3x3/2 on
+    1x64x112x112: 0.34 ms at one thread, 1.30 ms as the running maximum of NumPy regions it
+    replaced; issue 11, session 4). With Indices: a Numba window scan. int8/uint8: qpool.py."""
     def setup(self, input_specs):
         node = getattr(self.context, "node", None)
         self.want_indices = node is not None and len(node.outputs) > 1 and bool(node.outputs[1])
-
-    def _running_max(self, x4, y, lo, hi):
-        yc, xc = y[:, lo:hi], x4[:, lo:hi]
-        yc.fill(-np.inf if y.dtype.kind == "f" else np.iinfo(y.dtype).min)  # int8/uint8 from QDQ models
-        for _, out, src in self._offsets:
-            region = yc[(slice(None), slice(None), *out)]
-            np.maximum(region, xc[(slice(None), slice(None), *src)], out=region)
 
     def compute(self, x, *, out=None):
         win = self._window(x.shape)
         x4 = self._as_2d(x)
         (kh, kw), (sh, sw), (dh, dw), (ph, pw) = win.kernel, win.strides, win.dilations, win.begin
         y = _output(x, x4.shape[:2] + tuple(win.out), out)
-        if not self.want_indices and y.dtype == np.float32:
+        if not self.want_indices:
             parallel_for(_max_pool_separable, y.shape[0] * y.shape[1], (x4, y, kh, kw, sh, sw, dh, dw, ph, pw),
                          2.0 * y.size * (kh + kw))
-            return _result(x, y, out)
-        if not self.want_indices:
-            if getattr(self, "_offsets_key", None) != x4.shape:
-                self._offsets, self._offsets_key = list(kernel_offsets(x4.shape[2:], win)), x4.shape
-            parallel_for(self._running_max, y.shape[1], (x4, y), 2.0 * y.size * kh * kw)
             return _result(x, y, out)
         idx = np.empty(y.shape, np.int64)
         parallel_for(_max_pool_indices, y.shape[0] * y.shape[1],

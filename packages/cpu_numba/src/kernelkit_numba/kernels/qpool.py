@@ -3,19 +3,16 @@ scale and zero point on the integers, as it only selects values).
 
 A Numba loop per output row and kernel tap over the tap's valid output columns; on integers ``max``
 has no NaN to propagate, so the loop vectorises (``vpmaxsb``/``vpmaxub``), where the float kernel
-(pool.py) goes through NumPy's maximum for NaN's sake. Registered over pool.py's int8/uint8 entries
-(``override=True``; pool.py is imported first here, so the order does not depend on module discovery).
+(pool.py) keeps NaN. The window geometry is pool.py's (``_Pool``).
 """
 from __future__ import annotations
 
 import numpy as np
-from kernelkit.geometry import window
 from kernelkit.registry import register_kernel
 
-from .._base import NumbaKernel
 from ..config import jit_parallel, parallel_for
-from . import pool  # noqa: F401 - registers the float MaxPool (and its int8 entries) before this module
 from ._range import tap_range
+from .pool import _output, _Pool, _result, _supports
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
@@ -101,48 +98,26 @@ def _max_pool_int_indices(x, y, idx, kh, kw, sh, sw, dh, dw, ph, pw, col_major, 
                 idx[n, c, oh, ow] = at
 
 
-def _supports(specs, attrs) -> bool:
-    return specs[0] is not None and len(specs[0].shape) in (3, 4)
-
-
-@register_kernel("MaxPool", device="cpu", vendor="numba", dtype=("int8", "uint8"), supports=_supports,
-                 override=True)
-class IntegerMaxPool(NumbaKernel):
+@register_kernel("MaxPool", device="cpu", vendor="numba", dtype=("int8", "uint8"), supports=_supports)
+class IntegerMaxPool(_Pool):
     """MaxPool (1-D/2-D, strided, dilated, padded, ceil_mode; Indices too) on int8/uint8."""
 
     def setup(self, input_specs):
         node = getattr(self.context, "node", None)
         self.want_indices = node is not None and len(node.outputs) > 1 and bool(node.outputs[1])
-        self._win_key = None
-
-    def _window(self, x_shape):
-        if x_shape != self._win_key:
-            a = self.attrs
-            win = window(x_shape[2:], a["kernel_shape"], strides=a.get("strides", ()),
-                         dilations=a.get("dilations", ()), pads=a.get("pads", ()),
-                         auto_pad=a.get("auto_pad", "NOTSET"), ceil_mode=a.get("ceil_mode", 0), fail=self.attr_error)
-            if win.rank == 1:  # 1-D as 2-D with a unit height
-                win = win._replace(kernel=(1,) + win.kernel, strides=(1,) + win.strides,
-                                   dilations=(1,) + win.dilations, begin=(0,) + win.begin, end=(0,) + win.end,
-                                   out=(1,) + win.out)
-            self._win, self._win_key = win, x_shape
-        return self._win
 
     def compute(self, x, *, out=None):
         win = self._window(x.shape)
-        one_d = x.ndim == 3
-        x4 = np.ascontiguousarray(x[:, :, None, :] if one_d else x)
+        x4 = self._as_2d(x)
         (kh, kw), (sh, sw), (dh, dw), (ph, pw) = win.kernel, win.strides, win.dilations, win.begin
-        shape4 = x4.shape[:2] + tuple(win.out)
-        y = np.empty(shape4, x.dtype) if out is None else (out[:, :, None, :] if one_d else out)
-        planes = shape4[0] * shape4[1]
+        y = _output(x, x4.shape[:2] + tuple(win.out), out)
+        planes = y.shape[0] * y.shape[1]
         if not self.want_indices:
             lowest = x.dtype.type(np.iinfo(x.dtype).min)
             parallel_for(_max_pool_int, planes, (x4, y, kh, kw, sh, sw, dh, dw, ph, pw, lowest), 1.0 * y.size * kh * kw)
-            return out if out is not None else (y[:, :, 0, :] if one_d else y)
-        idx = np.empty(shape4, np.int64)
+            return _result(x, y, out)
+        idx = np.empty(y.shape, np.int64)
         col_major = self.attrs.get("storage_order", 0) == 1
         parallel_for(_max_pool_int_indices, planes, (x4, y, idx, kh, kw, sh, sw, dh, dw, ph, pw, col_major),
                      4.0 * y.size * kh * kw)
-        result = out if out is not None else (y[:, :, 0, :] if one_d else y)
-        return result, (idx[:, :, 0, :] if one_d else idx)
+        return _result(x, y, out), (idx[:, :, 0, :] if x.ndim == 3 else idx)
