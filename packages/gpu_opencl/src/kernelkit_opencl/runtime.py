@@ -18,7 +18,7 @@ import threading
 import numpy as np
 from kernelkit import BackendUnavailableError, Device, DeviceError, KernelExecutionError
 from kernelkit.devices import profiled_node
-from kernelkit.limits import MIN_TENSOR_BYTES, check_tensor_bytes, max_tensor_bytes
+from kernelkit.limits import MIN_TENSOR_BYTES, check_tensor_bytes
 
 from .buffers import BufferPool, CLTensor, _note_use
 from .caches import prepare as prepare_caches
@@ -274,7 +274,7 @@ class OpenCLDevice(Device):
         dtype = np.dtype(dtype)
         size = math.prod(shape)
         nbytes = size * dtype.itemsize  # the one bound every vendor applies (limits.py)
-        if nbytes > MIN_TENSOR_BYTES and nbytes > max_tensor_bytes():
+        if nbytes > MIN_TENSOR_BYTES:  # smaller ones are under every limit: no call on the hot path
             check_tensor_bytes(shape, dtype, "OpenCL buffer")
         if size >= MAX_ELEMENTS:  # kernels index with 32-bit ints: refuse rather than overflow
             raise DeviceError(f"OpenCL tensor of shape {tuple(shape)} has {size} elements; the opencl "
