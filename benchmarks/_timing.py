@@ -55,3 +55,17 @@ def busy_core(cpu: int, on: bool = True):
         if busy is not None:
             busy.kill()
             busy.wait()
+
+
+def best_node_ms(sess, feed, runs: int) -> dict:
+    """Best time (ms) of each node of a ``profile=True`` session over ``runs`` runs, after three
+    warm-up runs (profile_ops.py, quantized_profile.py)."""
+    for _ in range(3):
+        sess.run(None, feed)
+    sess.reset_profile()
+    for _ in range(runs):
+        sess.run(None, feed)
+    best: dict = {}
+    for node, _start, secs, _tid in sess.profile_events():
+        best[node] = min(best.get(node, np.inf), secs * 1e3)
+    return best

@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 import kernelkit  # noqa: E402
 import onnxruntime as ort  # noqa: E402
+from _timing import best_node_ms  # noqa: E402
 from bench_e2e_interleaved import batched  # noqa: E402
 
 
@@ -30,14 +31,7 @@ def _key(op, shapes):
 def kernelkit_profile(model, feed, vendor: str, threads: int, runs: int) -> list[tuple]:
     vendors = [vendor, "reference"] if vendor != "reference" else ["reference"]
     sess = kernelkit.Session(model, vendors=vendors, threads=threads, profile=True)
-    for _ in range(3):
-        sess.run(None, feed)
-    sess.reset_profile()
-    for _ in range(runs):
-        sess.run(None, feed)
-    best: dict = {}
-    for node, _start, secs, _tid in sess.profile_events():
-        best[node] = min(best.get(node, np.inf), secs * 1e3)
+    best = best_node_ms(sess, feed, runs)
     rows = []
     for step in sess.plan.kernel_steps():
         specs = [sess.graph.spec(i) if i else None for i in step.inputs]

@@ -21,6 +21,7 @@ import kernelkit  # noqa: E402
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
+from _timing import best_node_ms  # noqa: E402
 from kernelkit_converters.onnx import convert  # noqa: E402
 from kernelkit_converters.quantize import quantize  # noqa: E402
 
@@ -31,14 +32,7 @@ _spec.loader.exec_module(qbench)
 
 def kernelkit_profile(model, feed, threads: int, runs: int):
     sess = kernelkit.Session(model, threads=threads, profile=True, options={"numba_start": "eager"})
-    for _ in range(3):
-        sess.run(None, feed)
-    sess.reset_profile()
-    for _ in range(runs):
-        sess.run(None, feed)
-    best: dict = {}
-    for node, _start, secs, _tid in sess.profile_events():
-        best[node] = min(best.get(node, np.inf), secs * 1e3)
+    best = best_node_ms(sess, feed, runs)
     rows = []
     for step in sess.plan.kernel_steps():
         shapes = [sess.graph.spec(i).shape if i else None for i in step.inputs]
