@@ -231,3 +231,44 @@ def test_workers_warm_up_at_the_batch_size_of_the_work(tmp_path, model_path):
     (got,) = sess.run(None, {"x": x})
     (want,) = kk.Session(kk.load(model_path), vendors=["reference"]).run(None, {"x": x})
     assert_close(got, want)
+
+
+class _Echo:
+    def process(self, item):
+        import time
+        time.sleep(0.01 * (item % 3))
+        return (item, id(self))
+
+
+def test_ray_driver_keeps_every_actor_two_items_deep_and_returns_each_item_once(ray_cluster):
+    from kernelkit.integrations.batch import _ray_pipelined
+
+    actors = [ray.remote(num_cpus=1)(_Echo).remote() for _ in range(2)]
+    got = list(_ray_pipelined(ray, actors, list(range(11))))
+    assert sorted(item for item, _ in got) == list(range(11))
+    assert len({actor for _, actor in got}) == 2
+    assert list(_ray_pipelined(ray, actors, [])) == []
+
+
+def test_batch_clock_stops_at_the_last_result_not_at_the_engines_shutdown(tmp_path, model_path, images,
+                                                                          monkeypatch):
+    import time
+
+    from kernelkit.integrations import batch
+
+    def slow_to_stop(items, recipe, output, cache_dir, workers, threads, address):
+        yield None  # the engine is up
+        try:
+            for item in items:
+                yield {"item": item.label, "rows": 6, "seconds": 0.0, "output": "x", "worker": "w", "builds": 1}
+        finally:
+            time.sleep(0.6)  # a cluster's shutdown: not part of the throughput
+
+    monkeypatch.setattr(batch, "_run_local", slow_to_stop)
+    src = tmp_path / "in"
+    src.mkdir()
+    for i in range(0, ROWS, 6):
+        np.save(src / f"part{i:02d}.npy", images[i:i + 6])
+    summary = batch.run_batch(model_path, src, tmp_path / "out", quiet=True)
+    assert summary["items"] == 4 and summary["rows"] == ROWS
+    assert summary["seconds"] < 0.3 and summary["rows_per_s"] > ROWS / 0.3
