@@ -129,6 +129,9 @@ def _spaced(n: int) -> int:
     return 16 * (lines + 1 - lines % 2)
 
 
+_TRANSFORM_WORK = 40.0  # work units per (channel, tile) of the F(2x2, 3x3) input and output transforms
+
+
 def usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n) -> bool:
     """Winograd pays off for 3x3, stride 1, undilated, ungrouped convolutions on maps of at least
     14x14 (smaller ones leave too few tiles for the 16 GEMMs to run near BLAS speed)."""
@@ -151,7 +154,7 @@ def conv3x3(x, u, bias, y, ph, pw, code, p0, p1, scratch, z=None) -> None:
     gemm_work = 2.0 * 16 * m_n * c_n * t_n
     blocks = max(1, min(m_n // 16, -(-config.shard_count(16 * m_n, gemm_work, unit=config.MIN_TILE_WORK) // 16)))
     for n in range(n_n):
-        config.parallel_for(_input_transform, c_n, (x[n], v, ph, pw, th_n, tw_n), 40.0 * c_n * t_n)
+        config.parallel_for(_input_transform, c_n, (x[n], v, ph, pw, th_n, tw_n), _TRANSFORM_WORK * c_n * t_n)
 
         def gemm(i):
             k, b = divmod(i, blocks)
@@ -162,7 +165,7 @@ def conv3x3(x, u, bias, y, ph, pw, code, p0, p1, scratch, z=None) -> None:
         config.run_shards(gemm, 16 * blocks)
         zn = config.readonly(z[n] if z is not None else y[n, :1])
         config.parallel_for(_output_transform, m_n, (mo, y[n], bias, zn, z is not None, th_n, tw_n, code, p0, p1),
-                            40.0 * m_n * t_n)
+                            _TRANSFORM_WORK * m_n * t_n)
 
 
 # -- F(4x4, 3x3) ---------------------------------------------------------------------------------
