@@ -34,7 +34,9 @@ def _run(variant, a, a_zp, bt, b_zp):
 
 
 SHAPES = [(1, 1, 1), (1, 784, 1024), (3, 5, 7), (4, 16, 16), (7, 13, 17), (8, 64, 32), (9, 3, 33),
-          (17, 31, 15), (33, 129, 47), (64, 256, 64), (130, 77, 100), (300, 600, 40)]
+          (17, 31, 15), (33, 129, 47), (64, 256, 64), (130, 77, 100), (300, 600, 40),
+          # vnni512's wide tiles: few rows over 4 panels plus one left, 4 + 2 rows over 9 panels, 8 x 32 + 4 rows
+          (2, 40, 70), (6, 21, 130), (12, 33, 80)]
 
 
 @pytest.mark.parametrize("name", VARIANTS)
