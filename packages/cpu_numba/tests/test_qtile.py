@@ -288,6 +288,38 @@ def test_dynamic_quantize_matmul_equals_reference(variant, rows, monkeypatch):
     np.testing.assert_array_equal(got, want)
 
 
+SMALL_A = {  # DynamicQuantizeMatMul's batch-1 path (qpack.dq_matmul_small): the range and parameters in Numba
+    "mixed": lambda rng, shape: (rng.standard_normal(shape) * 7).astype(np.float32),
+    "positive": lambda rng, shape: rng.uniform(0.5, 3, shape).astype(np.float32),  # zero point 0
+    "negative": lambda rng, shape: rng.uniform(-6, -1, shape).astype(np.float32),  # zero point 255
+    "zeros": lambda rng, shape: np.zeros(shape, np.float32),  # scale 1
+    "nan": lambda rng, shape: np.where(np.arange(np.prod(shape)).reshape(shape) == 5, np.nan, 1).astype(np.float32),
+}
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+@pytest.mark.parametrize("case", sorted(SMALL_A))
+@pytest.mark.parametrize("shape", [(1, 70), (1, 3, 200), (8, 33)])
+@pytest.mark.parametrize("b_dtype", ["int8", "uint8"])
+def test_dynamic_quantize_matmul_few_rows(case, shape, b_dtype, monkeypatch):
+    """At most GEMV_ROWS rows of A: range, scale, zero point, quantize, product and epilogue in one
+    Numba call = the reference bit for bit (per-tensor and per-column scales, zero points, bias); a
+    NaN or an infinity in A takes the general path (NaN out, as the reference)."""
+    _need("vnni512")
+    rng = np.random.default_rng(len(case) * 100 + shape[-1])
+    a = SMALL_A[case](rng, shape)
+    info = np.iinfo(b_dtype)
+    n = 40
+    b = rng.integers(info.min, info.max + 1, (shape[-1], n)).astype(b_dtype)
+    per_col = shape[0] != 1
+    b_scale = rng.uniform(0.01, 0.02, n if per_col else ()).astype(np.float32)
+    b_zp = rng.integers(info.min, info.max + 1, n).astype(b_dtype) if per_col else np.array(7, b_dtype)
+    inputs = [a, b, b_scale, b_zp] + ([rng.standard_normal(n).astype(np.float32)] if shape[0] == 1 else [])
+    got, want = _reference_and_numba("DynamicQuantizeMatMul", inputs, (1, 2, 3, 4), monkeypatch, "vnni512",
+                                     domain="com.microsoft")
+    np.testing.assert_array_equal(got, want)
+
+
 POOLS = [
     ((1, 64, 112, 112), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),  # ResNet-18's
     ((2, 3, 9, 11), dict(kernel_shape=[2, 3], strides=[1, 2], pads=[0, 1, 1, 0], ceil_mode=1)),

@@ -510,6 +510,10 @@ class DynamicQuantizeMatMul(NumbaKernel):
         return 2.0 * a.size * b.shape[-1]
 
     def compute(self, a, b, b_scale, b_zero_point=None, bias=None):
+        if a.shape[-1] and math.prod(a.shape[:-1]) <= GEMV_ROWS:  # batch 1: one Numba call
+            out = small_dynamic(self, a, b, b_scale, b_zero_point, bias)
+            if out is not None:
+                return out
         flat, a_scale, a_zp = dynamic_range(a)
         mult = (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)).reshape(-1)  # as the Mul node
         tile = tiled(self, b, b_zero_point)
@@ -524,6 +528,35 @@ class DynamicQuantizeMatMul(NumbaKernel):
         quantize_offset(flat, a_scale, np.float32(a_zp), af.reshape(-1))
         bf, blocks = self.packed.get(b, b_zero_point, max(int(a_zp), 255 - int(a_zp)))
         return integer_product(af, bf, blocks, finish)
+
+
+def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias):
+    """DynamicQuantizeMatMul of at most GEMV_ROWS rows on the micro-kernel as one Numba call
+    (qpack.dq_matmul_small: range, parameters, quantize into the panels, product, epilogue), its
+    constant arguments kept on the kernel while the same read-only arrays and KERNELKIT_INT8_GEMM come
+    in; None where the micro-kernel does not take B or A holds a NaN or an infinity (the general path)."""
+    env = qtile.requested()
+    hit = kernel.__dict__.get("_small")
+    if hit is None or hit[0] != env or any(p is not q for p, q in zip(hit[1], (b, b_scale, b_zero_point, bias))) or \
+            any(p is not None and p.flags.writeable for p in (b, b_scale, b_zero_point, bias)):
+        tile = tiled(kernel, b, b_zero_point)
+        head = None
+        if tile is not None and np.ndim(b_scale) <= 1:
+            variant, pb = tile
+            has_bias = bias is not None
+            bias_arr = np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias else np.zeros(1, np.float32)
+            head = (qtile.KIND[variant.name], variant.mr, pb.data, pb.kq, pb.n_panels, pb.n, pb.col_sums, pb.k,
+                    pb.zp, pb.has_zp, np.ascontiguousarray(b_scale, np.float32).reshape(-1), bias_arr, has_bias)
+        hit = (env, (b, b_scale, b_zero_point, bias), head)
+        kernel._small = hit
+    head = hit[2]
+    if head is None:
+        return None
+    x2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+    out = np.empty((x2.shape[0], head[5]), np.float32)
+    if not qpack.dq_matmul_small(head[0], x2, *head[1:], out):
+        return None
+    return out.reshape(*a.shape[:-1], head[5])
 
 
 def few_rows(a_shape, b) -> bool:

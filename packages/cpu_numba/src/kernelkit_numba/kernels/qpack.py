@@ -255,6 +255,40 @@ def dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, 
         to_float_rows(cbuf, ldc, r1 - r0, n_n, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, out, r0)
 
 
+@jit_exact
+def dq_matmul_small(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, b_scale, bias, has_bias,
+                    out) -> bool:
+    """DynamicQuantizeMatMul of a few rows (batch 1) in one call: A's range (with 0, as
+    DynamicQuantizeLinear), its scale and zero point in float32 as kernelkit.ops.quantize.dynamic_params
+    computes them, ``mult = a_scale * b_scale`` (the Mul node's float32 product), then
+    dq_matmul_rows' steps on one block. Returns False, computing nothing, when A holds a NaN or an
+    infinity (the caller's general path keeps NumPy's handling of those)."""
+    m_n = x2.shape[0]
+    lo = np.float32(0)
+    hi = np.float32(0)
+    for r in range(m_n):
+        src = x2[r]
+        for k in range(k_n):
+            v = src[k]
+            if v != v:  # NaN (min and max would drop it)
+                return False
+            lo = min(lo, v)
+            hi = max(hi, v)
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return False
+    scale = np.float32(1) if hi == lo else np.float32((hi - lo) / np.float32(255))
+    zf = np.float32(np.float32(0) - lo / scale)
+    zf = np.float32(np.rint(min(max(zf, np.float32(0)), np.float32(255))))
+    zp = np.uint8(zf)
+    per_col = b_scale.shape[0] > 1
+    mult = np.empty(b_scale.shape[0], np.float32)
+    for n in range(b_scale.shape[0]):
+        mult[n] = scale * b_scale[n]
+    dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, mult, per_col,
+                   bias, has_bias, out, m_n, 0, 1)
+    return True
+
+
 # --------------------------------------------------------- matrix products: one Numba call a shard
 @jit
 def _pack_any(a2, a32, words, mask, flip, r0, r1, mr, kq, abuf, rowsum):
