@@ -288,23 +288,25 @@ def test_dynamic_quantize_matmul_equals_reference(variant, rows, monkeypatch):
     np.testing.assert_array_equal(got, want)
 
 
-SMALL_A = {  # DynamicQuantizeMatMul's batch-1 path (qpack.dq_matmul_small): the range and parameters in Numba
+SMALL_A = {  # DynamicQuantizeMatMul's one-call path (qpack.dq_matmul_small): the range and parameters in Numba
     "mixed": lambda rng, shape: (rng.standard_normal(shape) * 7).astype(np.float32),
     "positive": lambda rng, shape: rng.uniform(0.5, 3, shape).astype(np.float32),  # zero point 0
     "negative": lambda rng, shape: rng.uniform(-6, -1, shape).astype(np.float32),  # zero point 255
     "zeros": lambda rng, shape: np.zeros(shape, np.float32),  # scale 1
+    "minus_zero": lambda rng, shape: np.where(rng.uniform(size=shape) < 0.5, -0.0, rng.uniform(1, 2, shape)).astype(
+        np.float32),  # the range's low end -0.0
     "nan": lambda rng, shape: np.where(np.arange(np.prod(shape)).reshape(shape) == 5, np.nan, 1).astype(np.float32),
 }
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered")
 @pytest.mark.parametrize("case", sorted(SMALL_A))
-@pytest.mark.parametrize("shape", [(1, 70), (1, 3, 200), (8, 33)])
+@pytest.mark.parametrize("shape", [(1, 70), (1, 3, 200), (8, 33), (2, 65, 70)])
 @pytest.mark.parametrize("b_dtype", ["int8", "uint8"])
 def test_dynamic_quantize_matmul_few_rows(case, shape, b_dtype, monkeypatch):
-    """At most GEMV_ROWS rows of A: range, scale, zero point, quantize, product and epilogue in one
-    Numba call = the reference bit for bit (per-tensor and per-column scales, zero points, bias); a
-    NaN or an infinity in A takes the general path (NaN out, as the reference)."""
+    """DynamicQuantizeMatMul in one Numba call (one shard: batch 1, or little work): range (as integer
+    keys), scale, zero point, quantize, product and epilogue = the reference bit for bit (per-tensor
+    and per-column scales, zero points, bias, -0.0); a NaN in A takes the general path (NaN out)."""
     _need("vnni512")
     rng = np.random.default_rng(len(case) * 100 + shape[-1])
     a = SMALL_A[case](rng, shape)

@@ -510,7 +510,7 @@ class DynamicQuantizeMatMul(NumbaKernel):
         return 2.0 * a.size * b.shape[-1]
 
     def compute(self, a, b, b_scale, b_zero_point=None, bias=None):
-        if a.shape[-1] and math.prod(a.shape[:-1]) <= GEMV_ROWS:  # batch 1: one Numba call
+        if a.shape[-1] and a.size:  # one Numba call where one shard takes it (one thread; batch 1)
             out = small_dynamic(self, a, b, b_scale, b_zero_point, bias)
             if out is not None:
                 return out
@@ -531,10 +531,11 @@ class DynamicQuantizeMatMul(NumbaKernel):
 
 
 def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias):
-    """DynamicQuantizeMatMul of at most GEMV_ROWS rows on the micro-kernel as one Numba call
-    (qpack.dq_matmul_small: range, parameters, quantize into the panels, product, epilogue), its
-    constant arguments kept on the kernel while the same read-only arrays and KERNELKIT_INT8_GEMM come
-    in; None where the micro-kernel does not take B or A holds a NaN or an infinity (the general path)."""
+    """DynamicQuantizeMatMul on the micro-kernel as one Numba call (qpack.dq_matmul_small: range,
+    parameters, quantize into the panels, product, epilogue) where the product is one shard (one
+    thread, or little work), its constant arguments kept on the kernel while the same read-only arrays
+    and KERNELKIT_INT8_GEMM come in; None where the micro-kernel does not take B, the work is cut into
+    shards, or A holds a NaN or an infinity (the general path)."""
     env = qtile.requested()
     hit = kernel.__dict__.get("_small")
     if hit is None or hit[0] != env or any(p is not q for p, q in zip(hit[1], (b, b_scale, b_zero_point, bias))) or \
@@ -553,8 +554,12 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias):
     if head is None:
         return None
     x2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
-    out = np.empty((x2.shape[0], head[5]), np.float32)
-    if not qpack.dq_matmul_small(head[0], x2, *head[1:], out):
+    m_n, k_n, n_n = x2.shape[0], x2.shape[1], head[5]
+    block = m_n if m_n <= GEMV_ROWS else qpack.block_rows(m_n, k_n, head[4] * qpack.NR, head[1])
+    if m_n > block and config.shard_count(-(-m_n // block), 2.0 * m_n * k_n * n_n) > 1:
+        return None
+    out = np.empty((m_n, n_n), np.float32)
+    if not qpack.dq_matmul_small(head[0], x2, *head[1:], out, block):
         return None
     return out.reshape(*a.shape[:-1], head[5])
 
