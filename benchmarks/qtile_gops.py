@@ -2,7 +2,8 @@
 onnxruntime's MatMulInteger (one node, B a constant initializer so that it prepacks) and float32 BLAS
 (NumPy), on the GEMM shapes of the quantized models, at one thread. kernelkit's time includes packing
 A and the int32 epilogue (the whole MatMulInteger); B is packed once, as the kernels do. "micro-kernel
-alone": the best variant's product on A packed beforehand, without the epilogue.
+alone": the best variant's product on A packed beforehand, without the epilogue (on a VNNI CPU also
+the 8 x 16 / 1 x 16 tiles that the wide ones replaced, "vnni512 8x16 alone").
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/qtile_gops.py [--repeat 20]
 """
@@ -68,7 +69,9 @@ def main(argv=None):
         has_ort = False
     print(f"CPU features: vnni512={qtile.available('vnni512')} avx2={qtile.available('avx2')}; GOP/s at 1 thread "
           f"(2*M*K*N / median time), 7-bit weights")
-    cols = [*names, "micro-kernel alone", "ort MatMulInteger", "fp32 BLAS", "best kk / ort"]
+    wide = names[-1] == "vnni512"  # also the 8 x 16 tiles the wide ones replaced (issue 16, session 5)
+    cols = [*names, "micro-kernel alone", *(["vnni512 8x16 alone"] if wide else []), "ort MatMulInteger", "fp32 BLAS",
+            "best kk / ort"]
     print("| shape (M, K, N) | what | " + " | ".join(cols) + " |")
     print("|---|---|" + "---:|" * len(cols))
     rng = np.random.default_rng(0)
@@ -100,6 +103,10 @@ def main(argv=None):
             alone = lambda kind=kind, pb=pb, abuf=abuf, cbuf=cbuf, m=m: qtile.gemm_kind(  # noqa: E731
                 kind, abuf, pb.data, pb.kq, pb.n_panels, cbuf, pb.n_panels * pb.nr, m)
             row.append(f"{ops / _best(alone, args.repeat) / 1e9:.1f}")
+            if wide:
+                narrow = lambda pb=pb, abuf=abuf, cbuf=cbuf, m=m: qtile._gemm_vnni512(  # noqa: E731
+                    abuf, pb.data, pb.kq, pb.n_panels, cbuf, pb.n_panels * pb.nr, m)
+                row.append(f"{ops / _best(narrow, args.repeat) / 1e9:.1f}")
             ort_gops = None
             if has_ort:
                 sess, _ = _ort_session(b, 3)

@@ -34,7 +34,9 @@ def _run(variant, a, a_zp, bt, b_zp):
 
 
 SHAPES = [(1, 1, 1), (1, 784, 1024), (3, 5, 7), (4, 16, 16), (7, 13, 17), (8, 64, 32), (9, 3, 33),
-          (17, 31, 15), (33, 129, 47), (64, 256, 64), (130, 77, 100), (300, 600, 40)]
+          (17, 31, 15), (33, 129, 47), (64, 256, 64), (130, 77, 100), (300, 600, 40),
+          # vnni512's wide tiles: few rows over 4 panels plus one left, 4 + 2 rows over 9 panels, 8 x 32 + 4 rows
+          (2, 40, 70), (6, 21, 130), (12, 33, 80)]
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -283,6 +285,40 @@ def test_dynamic_quantize_matmul_equals_reference(variant, rows, monkeypatch):
     au = rng.integers(0, 256, (rows, 70)).astype(np.uint8)
     got, want = _reference_and_numba("MatMulInteger", [au, b, np.uint8(9), np.int8(0)], (1, 2, 3), monkeypatch,
                                      variant)
+    np.testing.assert_array_equal(got, want)
+
+
+SMALL_A = {  # DynamicQuantizeMatMul's one-call path (qpack.dq_matmul_small): the range and parameters in Numba
+    "mixed": lambda rng, shape: (rng.standard_normal(shape) * 7).astype(np.float32),
+    "positive": lambda rng, shape: rng.uniform(0.5, 3, shape).astype(np.float32),  # zero point 0
+    "negative": lambda rng, shape: rng.uniform(-6, -1, shape).astype(np.float32),  # zero point 255
+    "zeros": lambda rng, shape: np.zeros(shape, np.float32),  # scale 1
+    "minus_zero": lambda rng, shape: np.where(rng.uniform(size=shape) < 0.5, -0.0, rng.uniform(1, 2, shape)).astype(
+        np.float32),  # the range's low end -0.0
+    "nan": lambda rng, shape: np.where(np.arange(np.prod(shape)).reshape(shape) == 5, np.nan, 1).astype(np.float32),
+}
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+@pytest.mark.parametrize("case", sorted(SMALL_A))
+@pytest.mark.parametrize("shape", [(1, 70), (1, 3, 200), (8, 33), (2, 65, 70)])
+@pytest.mark.parametrize("b_dtype", ["int8", "uint8"])
+def test_dynamic_quantize_matmul_few_rows(case, shape, b_dtype, monkeypatch):
+    """DynamicQuantizeMatMul in one Numba call (one shard: batch 1, or little work): range (as integer
+    keys), scale, zero point, quantize, product and epilogue = the reference bit for bit (per-tensor
+    and per-column scales, zero points, bias, -0.0); a NaN in A takes the general path (NaN out)."""
+    _need("vnni512")
+    rng = np.random.default_rng(len(case) * 100 + shape[-1])
+    a = SMALL_A[case](rng, shape)
+    info = np.iinfo(b_dtype)
+    n = 40
+    b = rng.integers(info.min, info.max + 1, (shape[-1], n)).astype(b_dtype)
+    per_col = shape[0] != 1
+    b_scale = rng.uniform(0.01, 0.02, n if per_col else ()).astype(np.float32)
+    b_zp = rng.integers(info.min, info.max + 1, n).astype(b_dtype) if per_col else np.array(7, b_dtype)
+    inputs = [a, b, b_scale, b_zp] + ([rng.standard_normal(n).astype(np.float32)] if shape[0] == 1 else [])
+    got, want = _reference_and_numba("DynamicQuantizeMatMul", inputs, (1, 2, 3, 4), monkeypatch, "vnni512",
+                                     domain="com.microsoft")
     np.testing.assert_array_equal(got, want)
 
 

@@ -1,6 +1,7 @@
 """Property tests: Softmax/LogSoftmax over any axis; LayerNormalization (all three outputs),
 BatchNormalization and InstanceNormalization."""
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -42,3 +43,16 @@ def test_batch_and_instance_norm_match_reference(check, n, c, spatial, seed):
     check("BatchNormalization", [x, scale, b, mean, var], {"epsilon": 1e-3}, constants=(1, 2, 3, 4))
     if spatial:
         check("InstanceNormalization", [x, scale, b], {"epsilon": 1e-4}, constants=(1, 2))
+
+
+@pytest.mark.parametrize("shape", [(1, 10), (3, 7), (16, 256)])
+def test_small_softmax_is_the_sharded_one(shape):
+    """A small Softmax in one Numba call (softmax._rows_small) = the sharded rows path bit for bit."""
+    from kernelkit_numba.kernels import softmax as sm
+
+    x = (np.random.default_rng(shape[1]).standard_normal(shape) * 5).astype(np.float32)
+    want, got = np.empty_like(x), np.empty_like(x)
+    sm._rows_shard(x, want, False, 0, shape[0])
+    sm._rows_small(x, got)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(got.sum(axis=1), 1, rtol=1e-5)

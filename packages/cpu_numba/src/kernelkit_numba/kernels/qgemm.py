@@ -24,6 +24,7 @@ from numba import prange
 
 from .. import config
 from .._base import NumbaKernel
+from .._base import readonly as _readonly
 from ..config import jit_exact, jit_parallel
 from . import qpack, qtile
 from .quantize import dynamic_range, quantize_flat, quantize_offset
@@ -499,9 +500,9 @@ class DynamicQuantizeMatMul(NumbaKernel):
     """DynamicQuantizeLinear(A) and MatMulIntegerToFloat in one kernel (onnxruntime's fusion): A's
     range, then A quantized straight into the int8 micro-kernel's panels (qtile.py), or, on the
     float32-BLAS path, quantized and minus its zero point into the float32 operand (no uint8 array,
-    no second conversion pass); the exact product and the float32 scale (+ bias) epilogue."""
-
-    uses_blas = True
+    no second conversion pass); the exact product and the float32 scale (+ bias) epilogue. BLAS
+    (set to one thread, config.blas_single) only on the float32-BLAS path: the micro-kernel's calls
+    skip that check, and calls on one thread take ``serial_call``."""
 
     def setup(self, input_specs):
         self.packed = _matmul_packing(input_specs[1].rank)
@@ -509,7 +510,23 @@ class DynamicQuantizeMatMul(NumbaKernel):
     def work(self, a, b, *rest):
         return 2.0 * a.size * b.shape[-1]
 
+    def serial_call(self, step):
+        """Calls on the calling thread alone (one thread, or little work): straight to the one-call
+        path (small_dynamic), else ``run`` (the general path at this node's thread budget)."""
+        run = self.run
+
+        def call(a, b, b_scale, b_zero_point=None, bias=None, out=None):
+            a = _readonly(a)
+            y = small_dynamic(self, a, b, b_scale, b_zero_point, bias, True) if a.size and a.shape[-1] else None
+            return run((a, b, b_scale, b_zero_point, bias), None) if y is None else y
+
+        return call
+
     def compute(self, a, b, b_scale, b_zero_point=None, bias=None):
+        if a.shape[-1] and a.size:  # one Numba call where one shard takes it (one thread; batch 1)
+            out = small_dynamic(self, a, b, b_scale, b_zero_point, bias)
+            if out is not None:
+                return out
         flat, a_scale, a_zp = dynamic_range(a)
         mult = (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)).reshape(-1)  # as the Mul node
         tile = tiled(self, b, b_zero_point)
@@ -523,7 +540,44 @@ class DynamicQuantizeMatMul(NumbaKernel):
         af = np.empty(a.shape, np.float32)  # BLAS reads float32: quantized minus zp in one pass
         quantize_offset(flat, a_scale, np.float32(a_zp), af.reshape(-1))
         bf, blocks = self.packed.get(b, b_zero_point, max(int(a_zp), 255 - int(a_zp)))
+        config.blas_single()  # uses_blas is off for the micro-kernel's sake
         return integer_product(af, bf, blocks, finish)
+
+
+def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = False):
+    """DynamicQuantizeMatMul on the micro-kernel as one Numba call (qpack.dq_matmul_small: range,
+    parameters, quantize into the panels, product, epilogue) where the product is one shard (one
+    thread, or little work), its constant arguments kept on the kernel while the same read-only arrays
+    and KERNELKIT_INT8_GEMM come in; None where the micro-kernel does not take B, the work is cut into
+    shards (unless ``serial``: the caller runs on one thread), or A holds a NaN or an infinity (the
+    general path)."""
+    env = qtile.requested()
+    hit = kernel.__dict__.get("_small")
+    if hit is None or hit[0] is not b or hit[1] is not b_scale or hit[2] is not b_zero_point or hit[3] is not bias \
+            or hit[4] != env or hit[5]:
+        tile = tiled(kernel, b, b_zero_point)
+        head = None
+        if tile is not None and np.ndim(b_scale) <= 1:
+            variant, pb = tile
+            has_bias = bias is not None
+            bias_arr = np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias else np.zeros(1, np.float32)
+            head = (qtile.KIND[variant.name], variant.mr, pb.data, pb.kq, pb.n_panels, pb.n, pb.col_sums, pb.k,
+                    pb.zp, pb.has_zp, np.ascontiguousarray(b_scale, np.float32).reshape(-1), bias_arr, has_bias)
+        volatile = any(p is not None and p.flags.writeable for p in (b, b_scale, b_zero_point, bias))
+        hit = (b, b_scale, b_zero_point, bias, env, volatile, head)  # volatile: writable, derived every call
+        kernel._small = hit
+    head = hit[6]
+    if head is None:
+        return None
+    x2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+    m_n, k_n, n_n = x2.shape[0], x2.shape[1], head[5]
+    block = m_n if m_n <= GEMV_ROWS else qpack.block_rows(m_n, k_n, head[4] * qpack.NR, head[1])
+    if not serial and m_n > block and config.shard_count(-(-m_n // block), 2.0 * m_n * k_n * n_n) > 1:
+        return None
+    out = np.empty((m_n, n_n), np.float32)
+    if not qpack.dq_matmul_small(head[0], x2, *head[1:], out, block):
+        return None
+    return out.reshape(*a.shape[:-1], head[5])
 
 
 def few_rows(a_shape, b) -> bool:

@@ -255,6 +255,59 @@ def dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, 
         to_float_rows(cbuf, ldc, r1 - r0, n_n, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, out, r0)
 
 
+INF_KEY = 0x7F800000  # float_range's key of +inf; of -inf:
+NINF_KEY = -0x7F800001
+
+
+@jit
+def float_range(xi):
+    """(finite, lo, hi): the min and max of the float32 values whose int32 bits are the 2-D ``xi``,
+    with 0 in the range (as DynamicQuantizeLinear's), as float32. Compared as sortable integer keys
+    (``b ^ ((b >> 31) & 0x7fffffff)`` orders the floats as their values, -0 below +0, NaNs beyond
+    the infinities): one vectorised integer pass, where a float min/max that must let NaN through
+    stays a scalar chain. ``finite`` is False when a NaN or an infinity is among them."""
+    lo = np.int32(0)
+    hi = np.int32(0)
+    for r in range(xi.shape[0]):
+        src = xi[r]
+        for k in range(xi.shape[1]):
+            b = src[k]
+            key = np.int32(b ^ ((b >> 31) & 0x7FFFFFFF))
+            lo = min(lo, key)
+            hi = max(hi, key)
+    bits = np.empty(2, np.int32)
+    bits[0] = np.int32(lo ^ ((lo >> 31) & 0x7FFFFFFF))
+    bits[1] = np.int32(hi ^ ((hi >> 31) & 0x7FFFFFFF))
+    f = bits.view(np.float32)
+    return NINF_KEY < lo and hi < INF_KEY, f[0], f[1]
+
+
+@jit_exact
+def dq_matmul_small(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, b_scale, bias, has_bias,
+                    out, block) -> bool:
+    """DynamicQuantizeMatMul in one call (at one thread; batch 1 above all): A's range
+    (float_range), its scale and zero point in float32 as kernelkit.ops.quantize.dynamic_params
+    computes them, ``mult = a_scale * b_scale`` (the Mul node's float32 product), then
+    dq_matmul_rows over all row blocks of ``block`` rows (x2 C-contiguous). Returns
+    False, computing nothing, when A holds a NaN or an infinity (the caller's general path keeps
+    NumPy's handling of those)."""
+    m_n = x2.shape[0]
+    finite, lo, hi = float_range(x2.view(np.int32))
+    if not finite:
+        return False
+    scale = np.float32(1) if hi == lo else np.float32((hi - lo) / np.float32(255))
+    zf = np.float32(np.float32(0) - lo / scale)
+    zf = np.float32(np.rint(min(max(zf, np.float32(0)), np.float32(255))))
+    zp = np.uint8(zf)
+    per_col = b_scale.shape[0] > 1
+    mult = np.empty(b_scale.shape[0], np.float32)
+    for n in range(b_scale.shape[0]):
+        mult[n] = scale * b_scale[n]
+    dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, mult, per_col,
+                   bias, has_bias, out, block, 0, (m_n + block - 1) // block)
+    return True
+
+
 # --------------------------------------------------------- matrix products: one Numba call a shard
 @jit
 def _pack_any(a2, a32, words, mask, flip, r0, r1, mr, kq, abuf, rowsum):

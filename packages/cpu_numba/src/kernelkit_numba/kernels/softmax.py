@@ -101,8 +101,24 @@ def exp_rows(s, scale, sums, powers):
 
 def _softmax_rows(x, y, log):
     """Rows of (R, L): shift by the row max (Numba), exp (NumPy's SIMD loop, several times faster
-    per element than a scalar libm call from Numba), normalize (Numba)."""
+    per element than a scalar libm call from Numba), normalize (Numba). A small Softmax (a
+    classifier's head at batch 1) is one Numba call (_rows_small: _rows_shard's steps)."""
+    if not log and x.size <= SMALL:
+        _rows_small(x, y)
+        return
     parallel_for(_rows_shard, x.shape[0], (x, y, log), 8.0 * x.size)
+
+
+SMALL = 4096  # elements: below this the Python between _rows_shard's three Numba calls was most of a call
+
+
+@jit
+def _rows_small(x, y):
+    """_rows_shard's Softmax steps over all rows in one call (the same exp_rows and _scale_rows)."""
+    y[...] = x
+    sums = np.empty(x.shape[0])
+    exp_rows(y, np.float32(1), sums, np.empty(x.shape[1], np.int32))
+    _scale_rows(y, sums)
 
 
 def _rows_shard(x, y, log, lo, hi):
