@@ -236,6 +236,12 @@ CONVS = [  # (x shape, w shape, attrs)
     ((1, 8, 20, 20), (8, 1, 3, 3), dict(group=8, pads=[1, 1, 1, 1])),  # a large plane: the NCHW kernel
     ((1, 4, 70, 69), (4, 1, 3, 3), dict(group=4, pads=[1, 0, 1, 1], strides=[2, 2])),  # NCHW, strided
     ((1, 3, 66, 66), (3, 1, 5, 5), dict(group=3, pads=[2, 2, 2, 2], strides=[1, 3], dilations=[1, 2])),
+    # qdepthwise's channels-last kernel (channels a multiple of 16, at least 64): 3x3 stride 1 and 2 with
+    # row tails, asymmetric padding, a 5x5 dilated kernel (the general taps loop), a batch of 2
+    ((1, 64, 9, 11), (64, 1, 3, 3), dict(group=64, pads=[1, 1, 1, 1])),
+    ((1, 96, 15, 14), (96, 1, 3, 3), dict(group=96, pads=[0, 1, 1, 0], strides=[2, 2])),
+    ((2, 80, 10, 10), (80, 1, 5, 5), dict(group=80, pads=[2, 1, 2, 3], dilations=[1, 2])),
+    ((1, 64, 16, 16), (64, 1, 3, 3), dict(group=64, pads=[1, 1, 1, 1], strides=[1, 2])),
 ]
 
 

@@ -17,8 +17,7 @@ from kernelkit.registry import register_kernel
 
 from .. import config
 from ..config import jit_parallel
-from . import qpack, qtile
-from ._range import tap_range
+from . import qdepthwise, qpack, qtile
 from .conv import Conv, U, _conv_depthwise, _edge, _im2col, supports_1d_2d, tile_grid
 from .epilogue import NONE
 from .qgemm import (
@@ -40,7 +39,9 @@ from .qgemm import (
 def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx, q0, q1):
     """QLinearConv with one input channel per group, requantized in its output loop: conv.py's
     ``_conv_depthwise`` scheme (each plane split into its stride phases of the padded input, the
-    int8 input minus its zero point stored as float32, so the padding reads the zero point; one
+    int8 input minus its zero point stored as float32, so the padding reads the zero point; each
+    input row converted once into a zero-bordered row, whose stride phases are then read with a
+    constant stride in one loop, which vectorises: a gather per phase with the stride did not; one
     unit-stride multiply-add pass per tap over the flattened output grid; every partial sum an
     exact integer, 9 * 255 * 255 << 2**24), then per output element the requantize steps of
     qgemm.requantize (int32 + bias, float32 * multiplier, round half to even, + zero point, clamp)
@@ -51,45 +52,59 @@ def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx,
     chan_mult = m_n // c_n
     qh, qw = ((kh - 1) * dh) // sh, ((kw - 1) * dw) // sw
     hq, wq = oh_n + qh, ow_n + qw
-    size = hq * wq + qw  # one phase, plus the overrun of the last row's dropped columns
+    size = hq * wq + qw
     span = oh_n * wq
     buf = np.empty(sh * sw * size, np.float32)
     acc = np.empty(span, np.float32)
-    o = np.empty(9, np.uint64)  # a 3x3 kernel's tap offsets and weights
+    pwid = max(sw * wq, pw + w_n)
+    prow = np.zeros(pwid, np.float32)  # one padded input row, x - zx; the borders stay 0
+    o = np.empty(9, np.uint64)
     wv9 = np.empty(9, np.float32)
     for nm in range(q0, q1):
         n = nm // m_n
         m = nm - n * m_n
         src = x[n, m // chan_mult]
         for a in range(sh):
-            for b in range(sw):
-                base = (a * sw + b) * size
-                lo, hi = tap_range(b - pw, sw, w_n, wq)  # columns that read inside the row
-                shift = b - pw
-                for r in range(hq):
-                    ih = r * sh + a - ph
-                    d0 = base + r * wq
-                    if ih < 0 or ih >= h_n:
+            for r in range(hq):
+                ih = r * sh + a - ph
+                if ih < 0 or ih >= h_n:
+                    for b in range(sw):
+                        d0 = (a * sw + b) * size + r * wq
                         for c in range(wq):
                             buf[U(d0 + c)] = 0
-                        continue
-                    row = src[ih]
-                    for c in range(lo):
+                    continue
+                row = src[ih]
+                if sw == 1:
+                    d0 = a * size + r * wq
+                    for c in range(min(pw, wq)):
                         buf[U(d0 + c)] = 0
-                    if sw == 1:  # contiguous, or a constant stride: vectorises (a run-time stride does not)
-                        for c in range(lo, hi):
-                            buf[U(d0 + c)] = np.float32(row[U(c + shift)]) - zx
-                    elif sw == 2:
-                        for c in range(lo, hi):
-                            buf[U(d0 + c)] = np.float32(row[U(2 * c + shift)]) - zx
-                    else:
-                        for c in range(lo, hi):
-                            buf[U(d0 + c)] = np.float32(row[U(c * sw + shift)]) - zx
-                    for c in range(hi, wq):
+                    hi = min(wq, pw + w_n)
+                    for c in range(pw, hi):
+                        buf[U(d0 + c)] = np.float32(row[U(c - pw)]) - zx
+                    for c in range(max(hi, pw), wq):
                         buf[U(d0 + c)] = 0
+                elif sw == 2:
+                    for c in range(w_n):
+                        prow[U(pw + c)] = np.float32(row[U(c)]) - zx
+                    d0 = (a * 2) * size + r * wq
+                    d1 = d0 + size
+                    for c in range(wq):
+                        buf[U(d0 + c)] = prow[U(2 * c)]
+                        buf[U(d1 + c)] = prow[U(2 * c + 1)]
+                else:
+                    for c in range(w_n):
+                        prow[U(pw + c)] = np.float32(row[U(c)]) - zx
+                    for b in range(sw):
+                        d0 = (a * sw + b) * size + r * wq
+                        for c in range(wq):
+                            buf[U(d0 + c)] = prow[U(c * sw + b)]
+            for b in range(sw):
+                base = (a * sw + b) * size
                 for c in range(base + hq * wq, base + size):
                     buf[U(c)] = 0
-        if kh == 3 and kw == 3:  # the nine taps in one pass: acc written once, not read and written 9 times
+        bm = bias[m]
+        mm = mult[m]
+        if kh == 3 and kw == 3:
             for i in range(3):
                 for j in range(3):
                     o[i * 3 + j] = U((((i * dh) % sh) * sw + (j * dw) % sw) * size + ((i * dh) // sh) * wq
@@ -98,14 +113,16 @@ def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx,
             o0, o1, o2, o3, o4, o5, o6, o7, o8 = o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8]
             w0, w1, w2, w3, w4, w5, w6, w7, w8 = (wv9[0], wv9[1], wv9[2], wv9[3], wv9[4], wv9[5], wv9[6], wv9[7],
                                                   wv9[8])
-            for p in range(span):  # exact integers below 2**24: any order of the sum is the same
+            for p in range(span):
                 q = U(p)
-                acc[q] = (w0 * buf[q + o0] + w1 * buf[q + o1] + w2 * buf[q + o2] + w3 * buf[q + o3]
-                          + w4 * buf[q + o4] + w5 * buf[q + o5] + w6 * buf[q + o6] + w7 * buf[q + o7]
-                          + w8 * buf[q + o8])
+                s = (w0 * buf[q + o0] + w1 * buf[q + o1] + w2 * buf[q + o2] + w3 * buf[q + o3]
+                     + w4 * buf[q + o4] + w5 * buf[q + o5] + w6 * buf[q + o6] + w7 * buf[q + o7]
+                     + w8 * buf[q + o8])
+                v = np.float32(np.rint(np.float32(np.int32(np.int32(s) + bm)) * mm)) + zy
+                acc[q] = min(max(v, lo_y), hi_y)
         else:
             acc[:] = 0
-            strip = 2048  # output elements a pass: the strip of acc and the rows of buf it reads stay in L1
+            strip = 2048
             for s0 in range(0, span, strip):
                 s1 = min(span, s0 + strip)
                 for i in range(kh):
@@ -113,14 +130,12 @@ def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx,
                         wv = w[m, i, j]
                         off = U((((i * dh) % sh) * sw + (j * dw) % sw) * size + ((i * dh) // sh) * wq
                                 + (j * dw) // sw)
-                        for p in range(s0, s1):  # unsigned indices: no wraparound check, so it vectorises
+                        for p in range(s0, s1):
                             acc[U(p)] += wv * buf[U(p) + off]
+            for p in range(span):
+                v = np.float32(np.rint(np.float32(np.int32(np.int32(acc[U(p)]) + bm)) * mm)) + zy
+                acc[U(p)] = min(max(v, lo_y), hi_y)
         plane = y[n, m]
-        bm = bias[m]
-        mm = mult[m]
-        for p in range(span):  # requantized in float32 in place: a loop with the int8 store stays scalar
-            q = np.float32(np.rint(np.float32(np.int32(np.int32(acc[U(p)]) + bm)) * mm)) + zy
-            acc[U(p)] = min(max(q, lo_y), hi_y)
         for oh in range(oh_n):
             r0 = oh * wq
             dst = plane[oh]
@@ -194,6 +209,11 @@ class _IntegerConv(Conv):
     # 576x14x14 s2 131 vs 246, 384x14x14 163 vs 182, 144x56x56 s2 383 vs 446; NCHW wins on the large
     # stride-1 planes (32x112x112 429 vs 880, 192x28x28 206 vs 293)
     CL_PIXELS, CL_STRIDED = 256, 1024
+    # qdepthwise's channels-last kernel from this many channels (a multiple of 16) up to this many output
+    # pixels (benchmarks/bench_qdepthwise.py, interleaved, 1 thread, AMD EPYC znver4): 1.5-4.7x the NCHW
+    # kernel on MobileNetV2's layers of 784 output pixels or fewer (144x56x56 stride 2 to 960x7x7);
+    # 0.64-0.82x on the three larger ones, whose channels-last buffers (1.6-5 MB) leave the caches
+    CL16_CHANNELS, CL16_PIXELS = 64, 1024
 
     def setup(self, input_specs):
         self._geom_key = None
@@ -248,6 +268,11 @@ class _IntegerConv(Conv):
         mg, k_n, l_n = m_n // group, cg * kh * kw, oh_n * ow_n
         pixels = oh_n * ow_n
         small = pixels <= self.CL_PIXELS or (max(sh, sw) > 1 and pixels <= self.CL_STRIDED)
+        if (requant is not None and qdepthwise.supports(c_n, m_n, group, cg, kh * kw)
+                and c_n >= self.CL16_CHANNELS and pixels <= self.CL16_PIXELS):  # channels last, vector transposes
+            qdepthwise.run(self, x4, w, x_zero_point, w_zero_point, out, requant, kh, kw, sh, sw, dh, dw, ph, pw,
+                           oh_n, ow_n)
+            return
         if cg == 1 and group == c_n == m_n and c_n > 1 and requant is not None and small:  # channels last
             self._depthwise_cl(x4, w, x_zero_point, w_zero_point, out, requant, kh, kw, sh, sw, dh, dw, ph, pw,
                                oh_n, ow_n)
