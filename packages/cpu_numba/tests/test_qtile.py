@@ -270,6 +270,27 @@ def test_qlinearconv_equals_reference(variant, case, x_dtype, monkeypatch):
     assert len(np.unique(want)) > 10
 
 
+@pytest.mark.parametrize("band_bytes", [1, 40_000])
+@pytest.mark.parametrize("case", [i for i, c in enumerate(CONVS) if c[0][1] >= 64])
+def test_qdepthwise_bands_equal_reference(band_bytes, case, monkeypatch):
+    """qdepthwise's channels-last kernel cut into bands of one output row, and of a few (the buffer
+    of a band reused by the next: its padding rows zeroed again), = the reference bit for bit."""
+    from kernelkit_numba.kernels import qdepthwise
+
+    monkeypatch.setattr(qdepthwise, "BAND_BYTES", band_bytes)
+    xs, ws, attrs = CONVS[case]
+    rng = np.random.default_rng(100 + case)
+    x = rng.integers(-128, 128, xs).astype(np.int8)
+    w = rng.integers(-128, 128, ws).astype(np.int8)
+    m = ws[0]
+    inputs = [x, np.float32(0.02), np.array(-3, np.int8), w, rng.uniform(0.002, 0.01, m).astype(np.float32),
+              rng.integers(-5, 6, m).astype(np.int8), np.float32(0.3), np.array(5, np.int8),
+              rng.integers(-3000, 3000, m).astype(np.int32)]
+    got, want = _reference_and_numba("QLinearConv", inputs, (3, 4, 5, 8), monkeypatch, "off", attrs=attrs)
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 10
+
+
 @pytest.mark.parametrize("variant", ["off", "generic", "avx2", "vnni512"])
 @pytest.mark.parametrize("rows", [1, 7, 130])
 def test_dynamic_quantize_matmul_equals_reference(variant, rows, monkeypatch):

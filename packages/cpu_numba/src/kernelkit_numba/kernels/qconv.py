@@ -213,7 +213,7 @@ class _IntegerConv(Conv):
     # pixels (benchmarks/bench_qdepthwise.py, interleaved, 1 thread, AMD EPYC znver4): 1.5-4.7x the NCHW
     # kernel on MobileNetV2's layers of 784 output pixels or fewer (144x56x56 stride 2 to 960x7x7);
     # 0.64-0.82x on the three larger ones, whose channels-last buffers (1.6-5 MB) leave the caches
-    CL16_CHANNELS, CL16_PIXELS = 64, 1024
+    CL16_CHANNELS, CL16_PIXELS = 64, 1 << 30
 
     def setup(self, input_specs):
         self._geom_key = None

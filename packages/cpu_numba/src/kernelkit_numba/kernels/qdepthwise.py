@@ -255,6 +255,69 @@ def _from_cl(acc, c_n, out, q0, q1):
                 dst[p] = acc[U(p * c_n + c)]
 
 
+@jit_parallel
+def _bands_cl(x, zx, pix, wt, taps, bias, mult, zy, lo_y, hi_y, kh, kw, sh, sw, dh, ph, wp_n, ow_n, band, out,
+              q0, q1):
+    """Bands [q0, q1) of ``band`` output rows of one image, each through the three steps in a buffer
+    of its own rows (so that the channels-last rows stay in L2 from the transpose to the taps and
+    the tile from the taps to the transpose back): ``x`` (C, H, W) int8/uint8, ``out`` (C, OH * OW);
+    ``pix``: each input pixel's offset in a whole padded image, ``taps``: each tap's offset."""
+    c_n, h_n, w_n = x.shape
+    oh_n = out.shape[1] // ow_n
+    row = wp_n * c_n
+    rows_in = (band - 1) * sh + (kh - 1) * dh + 1
+    xt = np.zeros(rows_in * row, np.float32)  # the border columns stay 0: x - zx of the padding
+    acc = np.empty(band * ow_n * c_n, np.float32)
+    flat = x.reshape(-1)
+    oflat = out.reshape(-1)
+    p_n = oh_n * ow_n
+    for bi in range(q0, q1):
+        o0 = bi * band
+        o1 = min(oh_n, o0 + band)
+        pr0 = o0 * sh  # the band's first row of the padded input
+        pr1 = min(pr0 + rows_in, (o1 - 1) * sh + (kh - 1) * dh + 1)
+        i0 = max(0, pr0 - ph)  # its rows inside the input
+        i1 = min(h_n, pr1 - ph)
+        for r in range(pr0, pr1):  # padding rows: the interior 0 (the slot may hold another band's row)
+            if r - ph < 0 or r - ph >= h_n:
+                d = U((r - pr0) * row)
+                for k in range(row):
+                    xt[d + U(k)] = 0
+        if i1 > i0:
+            base = pr0 * row
+            first, last = i0 * w_n, i1 * w_n
+            full = first + (last - first) // LANES * LANES
+            for c0 in range(0, c_n, LANES):
+                for p0 in range(first, full, LANES):
+                    _tr_in16(flat, c0 * h_n * w_n + p0, h_n * w_n, zx, pix, p0, xt, c0 - base)
+                for c in range(c0, c0 + LANES):
+                    src = x[c].reshape(-1)
+                    for p in range(full, last):
+                        xt[U(pix[p] - base + c)] = np.float32(src[p]) - zx
+        if kh == 3 and kw == 3 and dh == 1 and taps[1] == c_n and sw <= 2:
+            _taps3_cl(xt, c_n, wp_n, wt, bias, mult, zy, lo_y, hi_y, sh, sw, ow_n, acc, 0, o1 - o0)
+        else:
+            _taps_cl(xt, c_n, wp_n, wt, taps, bias, mult, zy, lo_y, hi_y, sh, sw, ow_n, acc, 0, o1 - o0)
+        first, last = o0 * ow_n, o1 * ow_n
+        full = first + (last - first) // LANES * LANES
+        for c0 in range(0, c_n, LANES):
+            for p0 in range(first, full, LANES):
+                _tr_out16(acc, (p0 - first) * c_n + c0, c_n, oflat, c0 * p_n + p0, p_n)
+            for c in range(c0, c0 + LANES):
+                dst = out[c]
+                for p in range(full, last):
+                    dst[p] = acc[U((p - first) * c_n + c)]
+
+
+BAND_BYTES = 512 * 1024  # a band's channels-last input rows: they stay in L2 through the taps (192 KB-4 MB tried)
+
+
+def band_rows(oh_n: int, kh: int, sh: int, dh: int, row_bytes: int) -> int:
+    """Output rows per band: as many as keep the band's input rows within BAND_BYTES, at least 1."""
+    fit = BAND_BYTES // max(1, row_bytes)
+    return max(1, min(oh_n, (fit - (kh - 1) * dh - 1) // sh + 1))
+
+
 def pixel_offsets(h_n: int, w_n: int, ph: int, pw: int, wp_n: int, c_n: int) -> np.ndarray:
     """Each input pixel's offset in the padded channels-last buffer (row pitch wp_n pixels)."""
     ih, iw = np.divmod(np.arange(h_n * w_n, dtype=np.int64), w_n)
@@ -278,16 +341,13 @@ def run(kernel, x4, w, x_zero_point, w_zero_point, out, requant, kh, kw, sh, sw,
     module's docstring). The weights minus their zero point (taps, C) float32, the offset tables and
     the zero-bordered buffers are kept on ``kernel`` between calls."""
     n_n, c_n, h_n, w_n = x4.shape
-    hp_n = max(ph + h_n, (oh_n - 1) * sh + (kh - 1) * dh + 1)
     wp_n = max(pw + w_n, (ow_n - 1) * sw + (kw - 1) * dw + 1)
     key = (x4.shape, w.shape, kh, kw, sh, sw, dh, dw, ph, pw)
     state = kernel.__dict__.get("_qdw_state")
     if state is None or state[0] != key:
-        xt = np.zeros(hp_n * wp_n * c_n, np.float32)  # the border stays 0: x - zx of the padding
-        acc = np.empty(oh_n * ow_n * c_n, np.float32)
-        state = kernel._qdw_state = (key, xt, acc, pixel_offsets(h_n, w_n, ph, pw, wp_n, c_n),
+        state = kernel._qdw_state = (key, pixel_offsets(h_n, w_n, ph, pw, wp_n, c_n),
                                      tap_offsets(kh, kw, dh, dw, wp_n, c_n))
-    _, xt, acc, pix, taps = state
+    _, pix, taps = state
     hit = kernel.__dict__.get("_qdw_weights")
     if hit is None or hit[0] is not w or hit[1] is not w_zero_point or w.flags.writeable:
         wf = w.reshape(c_n, kh * kw).astype(np.float32)
@@ -297,15 +357,10 @@ def run(kernel, x4, w, x_zero_point, w_zero_point, out, requant, kh, kw, sh, sw,
     wt = hit[2]
     bias, mult, zy, lo, hi = requant
     zx = np.float32(0 if x_zero_point is None else np.asarray(x_zero_point).reshape(()))
-    blocks = c_n // LANES
     out3 = out.reshape(n_n, c_n, oh_n * ow_n)
+    band = band_rows(oh_n, kh, sh, dh, wp_n * c_n * 4)
+    bands = -(-oh_n // band)
     for n in range(n_n):
-        xn = np.ascontiguousarray(x4[n]).reshape(c_n, h_n * w_n)
-        config.parallel_for(_to_padded_cl, blocks, (xn, zx, pix, xt), 2.0 * xn.size)
-        if kh == kw == 3 and dh == dw == 1 and sw <= 2:
-            args = (xt, c_n, wp_n, wt, bias, mult, zy, lo, hi, sh, sw, ow_n, acc)
-            config.parallel_for(_taps3_cl, oh_n, args, 2.0 * acc.size * kh * kw)
-        else:
-            args = (xt, c_n, wp_n, wt, taps, bias, mult, zy, lo, hi, sh, sw, ow_n, acc)
-            config.parallel_for(_taps_cl, oh_n, args, 2.0 * acc.size * kh * kw)
-        config.parallel_for(_from_cl, blocks, (acc, c_n, out3[n]), 2.0 * acc.size)
+        xn = np.ascontiguousarray(x4[n])
+        args = (xn, zx, pix, wt, taps, bias, mult, zy, lo, hi, kh, kw, sh, sw, dh, ph, wp_n, ow_n, band, out3[n])
+        config.parallel_for(_bands_cl, bands, args, 2.0 * c_n * oh_n * ow_n * kh * kw)
