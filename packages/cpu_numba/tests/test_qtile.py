@@ -270,6 +270,32 @@ def test_qlinearconv_equals_reference(variant, case, x_dtype, monkeypatch):
     assert len(np.unique(want)) > 10
 
 
+@pytest.mark.parametrize("case", [0, 2, 9])  # 1x1 (rows, direct), 3x3 strided (rows, im2col), depthwise (qdepthwise)
+def test_qlinearconv_kept_plan_equals_reference(case, monkeypatch):
+    """QLinearConv keeps its prepared call between runs of a session (same read-only constants, shape,
+    thread budget): the second and third runs, on other inputs, still equal the reference bit for bit."""
+    from kernelkit.session import Session
+    from kernelkit.testing import run_single_op, single_op_model
+
+    monkeypatch.setenv(qtile.ENV, "auto")
+    xs, ws, attrs = CONVS[case]
+    rng = np.random.default_rng(200 + case)
+    w = rng.integers(-128, 128, ws).astype(np.int8)
+    m = ws[0]
+    consts = [np.float32(0.02), np.array(3, np.int8), w, rng.uniform(0.002, 0.01, m).astype(np.float32),
+              np.zeros(m, np.int8), np.float32(0.3), np.array(5, np.int8),
+              rng.integers(-3000, 3000, m).astype(np.int32)]
+    x0 = rng.integers(-128, 128, xs).astype(np.int8)
+    model = single_op_model("QLinearConv", [x0, *consts], attrs, None, tuple(range(1, 9)), "")
+    sess = Session(model, vendors=["numba"], fallback=False, passes=False)
+    for _ in range(3):
+        x = rng.integers(-128, 128, xs).astype(np.int8)
+        (got,) = sess.run(None, {"in0": x})
+        (want,) = run_single_op("QLinearConv", [x, *consts], attrs=attrs, constants=tuple(range(1, 9)),
+                                vendors=["reference"], passes=False)
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("band_bytes", [1, 40_000])
 @pytest.mark.parametrize("case", [i for i, c in enumerate(CONVS) if c[0][1] >= 64])
 def test_qdepthwise_bands_equal_reference(band_bytes, case, monkeypatch):

@@ -11,6 +11,8 @@ included (QLinearConv), straight into the NCHW output.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from kernelkit.ops.qlinear import multiplier
 from kernelkit.registry import register_kernel
@@ -270,8 +272,8 @@ class _IntegerConv(Conv):
         small = pixels <= self.CL_PIXELS or (max(sh, sw) > 1 and pixels <= self.CL_STRIDED)
         if (requant is not None and qdepthwise.supports(c_n, m_n, group, cg, kh * kw)
                 and c_n >= self.CL16_CHANNELS and pixels <= self.CL16_PIXELS):  # channels last, vector transposes
-            qdepthwise.run(self, x4, w, x_zero_point, w_zero_point, out, requant, kh, kw, sh, sw, dh, dw, ph, pw,
-                           oh_n, ow_n)
+            qdepthwise.plan(self, x4.shape, w, x_zero_point, w_zero_point, requant, kh, kw, sh, sw, dh, dw, ph, pw,
+                            oh_n, ow_n)(x4, out)
             return
         if cg == 1 and group == c_n == m_n and c_n > 1 and requant is not None and small:  # channels last
             self._depthwise_cl(x4, w, x_zero_point, w_zero_point, out, requant, kh, kw, sh, sw, dh, dw, ph, pw,
@@ -359,32 +361,43 @@ class _IntegerConv(Conv):
             config.parallel_for(_qdepthwise_cl, oh_n, args, 2.0 * m_n * oh_n * ow_n * kh * kw)
 
     def _tiled(self, x, x_zero_point, w, w_zero_point, out, requant) -> bool:
-        """QLinearConv on an int8 micro-kernel (qtile._rows_tile, _rowsq_tile) when one takes it: one group,
-        weights with zero point 0 (per-channel symmetric, as the quantizer writes them). The weights
-        are the kernel's broadcast operand (packed once), the input rows its vector operand, read
-        straight from the NCHW input for a 1x1 stride-1 convolution, else from an int8 im2col; the
-        result is (channels, pixels), requantized along the NCHW rows (qpack.conv_rows)."""
+        """QLinearConv on an int8 micro-kernel (see _rows_plan) when one takes it."""
+        run = self._rows_plan(x, x_zero_point, w, w_zero_point, requant)
+        if run is None:
+            return False
+        run(x, out)
+        return True
+
+    def _rows_plan(self, x, x_zero_point, w, w_zero_point, requant):
+        """QLinearConv on an int8 micro-kernel (qtile._rows_tile, _rowsq_tile) when one takes it, as a call
+        ``run(x, out)`` for inputs of x's shape and dtype (QLinearConv.compute keeps it while its
+        constants and the thread budget stay), else None: one group, weights with zero point 0
+        (per-channel symmetric, as the quantizer writes them). The weights are the kernel's broadcast
+        operand (packed once), the input rows its vector operand, read straight from the NCHW input
+        for a 1x1 stride-1 convolution, else from an int8 im2col; the result is (channels, pixels),
+        requantized along the NCHW rows (qpack.conv_rows)."""
         if int(self.attrs.get("group", 1)) != 1 or qtile.requested() == "off":
-            return False
+            return None
         if x_zero_point is not None and np.size(x_zero_point) != 1:
-            return False
+            return None
         m_n = w.shape[0]
         pb = qpack.packed_b(self, lambda: w.reshape(m_n, -1), w, w_zero_point, qpack.NR)
         variant = qtile.select(pb.safe_pairs)
         if variant is None or pb.has_zp:
-            return False
+            return None
         kind = qtile.KIND[variant.name]
         pb = qpack.packed_b(self, lambda: w.reshape(m_n, -1), w, w_zero_point, qtile.ROWS_MR[kind])
         (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = self.geometry(x.shape, w.shape)
         one_d = x.ndim == 3
-        x4 = np.ascontiguousarray(x[:, :, None, :] if one_d else x)
+        x_shape4 = (x.shape[0], x.shape[1], 1, x.shape[2]) if one_d else x.shape
         kh, kw = (1,) + w.shape[2:] if one_d else w.shape[2:]
         bias, mult, z, lo, hi = requant
         flip, shift = qpack.flip_of(x.dtype)
         xzp = 0 if x_zero_point is None else int(np.asarray(x_zero_point).reshape(()))
         terms = qpack.column_terms(self, pb, xzp + shift, bias)
-        n_pix, kq, c_n = oh_n * ow_n, pb.kq, x4.shape[1]
-        direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == x4.shape[2:] and c_n % 4 == 0
+        n_pix, kq, c_n = oh_n * ow_n, pb.kq, x_shape4[1]
+        direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == x_shape4[2:] and c_n % 4 == 0
+        col = None
         if not direct:
             col = self.__dict__.get("_col8")
             if col is None or col.shape != (4 * kq, n_pix) or col.dtype != x.dtype:
@@ -393,26 +406,51 @@ class _IntegerConv(Conv):
         m_pad = pb.n_panels * pb.nr
         block = qpack.rows_block(m_pad, nr, n_pix, 4 * kq, config.current_threads())
         blocks = -(-n_pix // block)
-        out3 = out.reshape(x.shape[0], m_n, n_pix)
         pad = np.asarray(xzp, x.dtype)[()]
-        for n in range(x.shape[0]):
-            if direct:
-                rows = x4[n].reshape(-1)
-            else:
-                if ow_n < 16:  # small planes: one gather per row through a map of the taps
-                    key = (x4.shape[2:], oh_n, ow_n)
-                    if self.__dict__.get("_tap_key") != key:
-                        self._taps = qpack.tap_offsets(*x4.shape[2:], kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n)
-                        self._tap_key = key
-                    config.parallel_for(qpack.im2col_i8_map, 4 * kq, (x4[n], col, self._taps, pad), 4.0 * kq * n_pix)
+        taps = None
+        if not direct and ow_n < 16:  # small planes: one gather per row through a map of the taps
+            key = (x_shape4[2:], oh_n, ow_n)
+            if self.__dict__.get("_tap_key") != key:
+                self._taps = qpack.tap_offsets(*x_shape4[2:], kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n)
+                self._tap_key = key
+            taps = self._taps
+        rows_work, pack_work = 2.0 * m_pad * kq * 4 * n_pix, 4.0 * kq * n_pix
+        tail = (n_pix, np.int64(-128 if flip else 0), n_pix, block, terms, mult, z, lo, hi)
+        conv_rows, parallel_for = qpack.conv_rows, config.parallel_for
+
+        def run(x, out):
+            x4 = np.ascontiguousarray(x.reshape(x_shape4))
+            out3 = out.reshape(x_shape4[0], m_n, n_pix)
+            for n in range(x_shape4[0]):
+                if direct:
+                    rows = x4[n].reshape(-1)
                 else:
-                    args = (x4[n], col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad)
-                    config.parallel_for(qpack.im2col_i8, 4 * kq, args, 4.0 * kq * n_pix)
-                rows = col.reshape(-1)
-            args = (kind, pb.data, kq, m_n, m_pad, rows, n_pix, np.int64(-128 if flip else 0), n_pix, block, terms,
-                    mult, z, lo, hi, out3[n])
-            config.parallel_for(qpack.conv_rows, blocks, args, 2.0 * m_pad * kq * 4 * n_pix)
-        return True
+                    if taps is not None:
+                        parallel_for(qpack.im2col_i8_map, 4 * kq, (x4[n], col, taps, pad), pack_work)
+                    else:
+                        args = (x4[n], col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad)
+                        parallel_for(qpack.im2col_i8, 4 * kq, args, pack_work)
+                    rows = col.reshape(-1)
+                parallel_for(conv_rows, blocks, (kind, pb.data, kq, m_n, m_pad, rows, *tail, out3[n]), rows_work)
+
+        return run
+
+    def _depthwise_plan(self, x, x_zero_point, w, w_zero_point, requant):
+        """qdepthwise's channels-last kernel as a call ``run(x, out)`` when it takes this convolution
+        (see convolve), else None."""
+        if x_zero_point is not None and np.size(x_zero_point) != 1:
+            return None
+        (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = self.geometry(x.shape, w.shape)
+        one_d = x.ndim == 3
+        x_shape4 = (x.shape[0], x.shape[1], 1, x.shape[2]) if one_d else x.shape
+        kh, kw = (1,) + w.shape[2:] if one_d else w.shape[2:]
+        c_n, m_n, cg, group = x_shape4[1], w.shape[0], w.shape[1], int(self.attrs.get("group", 1))
+        if not (qdepthwise.supports(c_n, m_n, group, cg, kh * kw) and c_n >= self.CL16_CHANNELS
+                and oh_n * ow_n <= self.CL16_PIXELS):
+            return None
+        geometry = (kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n)
+        run4 = qdepthwise.plan(self, x_shape4, w, x_zero_point, w_zero_point, requant, *geometry)
+        return lambda x, out: run4(x.reshape(x_shape4), out)
 
     def _tiles(self, wg, col, m0, dst, requant, m_tiles, p_tiles):
         """The product of one image and group cut into tiles run on the shard pool, each one BLAS
@@ -462,6 +500,13 @@ class QLinearConv(_IntegerConv):
         return self.conv_work(x, w)
 
     def compute(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b=None):
+        consts = (x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b)
+        fast = self.__dict__.get("_fast")
+        if fast is not None and fast[0] == (x.shape, x.dtype, os.environ.get(qtile.ENV), config.current_threads()) \
+                and all(p is q for p, q in zip(consts, fast[1])) and not any(a.flags.writeable for a in fast[2]):
+            out = np.empty(fast[3], fast[4])
+            fast[5](x, out)
+            return out
         (_, _), (_, _), (_, _), out_hw = self.geometry(x.shape, w.shape)
         zp = np.asarray(y_zero_point)
         out = np.empty((x.shape[0], w.shape[0], *out_hw[2 - (x.ndim - 2):]), zp.dtype)
@@ -474,7 +519,16 @@ class QLinearConv(_IntegerConv):
             return mult, bias, np.float32(zp.reshape(())), np.float32(lo), np.float32(hi)
 
         mult, bias, z, lo, hi = derived(self, (x_scale, w_scale, y_scale, y_zero_point, b), make)
-        if self._tiled(x, x_zero_point, w, w_zero_point, out, (bias, mult, z, lo, hi)):
+        requant = (bias, mult, z, lo, hi)
+        run = self._rows_plan(x, x_zero_point, w, w_zero_point, requant)
+        if run is None:
+            run = self._depthwise_plan(x, x_zero_point, w, w_zero_point, requant)
+        if run is not None:  # kept while the same read-only constants come in (a model's)
+            arrays = tuple(p for p in consts if isinstance(p, np.ndarray))
+            if not any(a.flags.writeable for a in arrays):
+                key = (x.shape, x.dtype, os.environ.get(qtile.ENV), config.current_threads())
+                self._fast = (key, consts, arrays, out.shape, out.dtype, run)
+            run(x, out)
             return out
         has_bias = b is not None
 

@@ -336,13 +336,13 @@ def supports(c_n: int, m_n: int, group: int, cg: int, taps: int) -> bool:
     return cg == 1 and group == c_n == m_n and c_n % LANES == 0 and taps * 255 * 255 <= 2 ** 24
 
 
-def run(kernel, x4, w, x_zero_point, w_zero_point, out, requant, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n):
-    """Depthwise QLinearConv of NCHW ``x4`` (N, C, H, W) into ``out`` (N, C, OH, OW) channels-last (see the
-    module's docstring). The weights minus their zero point (taps, C) float32, the offset tables and
-    the zero-bordered buffers are kept on ``kernel`` between calls."""
-    n_n, c_n, h_n, w_n = x4.shape
+def plan(kernel, x_shape, w, x_zero_point, w_zero_point, requant, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n):
+    """Depthwise QLinearConv of NCHW inputs of ``x_shape`` (N, C, H, W) into outputs (N, C, OH, OW)
+    channels-last (see the module's docstring), as a call ``run(x4, out)``. The weights minus their
+    zero point (taps, C) float32 and the offset tables are kept on ``kernel`` between plans."""
+    n_n, c_n, h_n, w_n = x_shape
     wp_n = max(pw + w_n, (ow_n - 1) * sw + (kw - 1) * dw + 1)
-    key = (x4.shape, w.shape, kh, kw, sh, sw, dh, dw, ph, pw)
+    key = (tuple(x_shape), w.shape, kh, kw, sh, sw, dh, dw, ph, pw)
     state = kernel.__dict__.get("_qdw_state")
     if state is None or state[0] != key:
         state = kernel._qdw_state = (key, pixel_offsets(h_n, w_n, ph, pw, wp_n, c_n),
@@ -357,10 +357,20 @@ def run(kernel, x4, w, x_zero_point, w_zero_point, out, requant, kh, kw, sh, sw,
     wt = hit[2]
     bias, mult, zy, lo, hi = requant
     zx = np.float32(0 if x_zero_point is None else np.asarray(x_zero_point).reshape(()))
-    out3 = out.reshape(n_n, c_n, oh_n * ow_n)
     band = band_rows(oh_n, kh, sh, dh, wp_n * c_n * 4)
     bands = -(-oh_n // band)
-    for n in range(n_n):
-        xn = np.ascontiguousarray(x4[n])
-        args = (xn, zx, pix, wt, taps, bias, mult, zy, lo, hi, kh, kw, sh, sw, dh, ph, wp_n, ow_n, band, out3[n])
-        config.parallel_for(_bands_cl, bands, args, 2.0 * c_n * oh_n * ow_n * kh * kw)
+    head = (zx, pix, wt, taps, bias, mult, zy, lo, hi, kh, kw, sh, sw, dh, ph, wp_n, ow_n, band)
+    work = 2.0 * c_n * oh_n * ow_n * kh * kw
+    parallel_for = config.parallel_for
+
+    def run(x4, out):
+        out3 = out.reshape(n_n, c_n, oh_n * ow_n)
+        for n in range(n_n):
+            parallel_for(_bands_cl, bands, (np.ascontiguousarray(x4[n]), *head, out3[n]), work)
+
+    return run
+
+
+def run(kernel, x4, w, x_zero_point, w_zero_point, out, requant, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n):
+    """``plan(...)(x4, out)``: one call."""
+    plan(kernel, x4.shape, w, x_zero_point, w_zero_point, requant, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n)(x4, out)
