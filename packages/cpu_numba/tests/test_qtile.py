@@ -238,6 +238,12 @@ CONVS = [  # (x shape, w shape, attrs)
     ((1, 8, 20, 20), (8, 1, 3, 3), dict(group=8, pads=[1, 1, 1, 1])),  # a large plane: the NCHW kernel
     ((1, 4, 70, 69), (4, 1, 3, 3), dict(group=4, pads=[1, 0, 1, 1], strides=[2, 2])),  # NCHW, strided
     ((1, 3, 66, 66), (3, 1, 5, 5), dict(group=3, pads=[2, 2, 2, 2], strides=[1, 3], dilations=[1, 2])),
+    # qdepthwise's channels-last kernel (channels a multiple of 16, at least 64): 3x3 stride 1 and 2 with
+    # row tails, asymmetric padding, a 5x5 dilated kernel (the general taps loop), a batch of 2
+    ((1, 64, 9, 11), (64, 1, 3, 3), dict(group=64, pads=[1, 1, 1, 1])),
+    ((1, 96, 15, 14), (96, 1, 3, 3), dict(group=96, pads=[0, 1, 1, 0], strides=[2, 2])),
+    ((2, 80, 10, 10), (80, 1, 5, 5), dict(group=80, pads=[2, 1, 2, 3], dilations=[1, 2])),
+    ((1, 64, 16, 16), (64, 1, 3, 3), dict(group=64, pads=[1, 1, 1, 1], strides=[1, 2])),
 ]
 
 
@@ -262,6 +268,53 @@ def test_qlinearconv_equals_reference(variant, case, x_dtype, monkeypatch):
               np.array(5, x_dtype), bias]
     got, want = _reference_and_numba("QLinearConv", inputs, (3, 4, 5, 8), monkeypatch, variant,
                                      attrs={**attrs, "activation": "Relu"} if case % 2 else attrs)
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 10
+
+
+@pytest.mark.parametrize("case", [0, 2, 9])  # 1x1 (rows, direct), 3x3 strided (rows, im2col), depthwise (qdepthwise)
+def test_qlinearconv_kept_plan_equals_reference(case, monkeypatch):
+    """QLinearConv keeps its prepared call between runs of a session (same read-only constants, shape,
+    thread budget): the second and third runs, on other inputs, still equal the reference bit for bit."""
+    from kernelkit.session import Session
+    from kernelkit.testing import run_single_op, single_op_model
+
+    monkeypatch.setenv(qtile.ENV, "auto")
+    xs, ws, attrs = CONVS[case]
+    rng = np.random.default_rng(200 + case)
+    w = rng.integers(-128, 128, ws).astype(np.int8)
+    m = ws[0]
+    consts = [np.float32(0.02), np.array(3, np.int8), w, rng.uniform(0.002, 0.01, m).astype(np.float32),
+              np.zeros(m, np.int8), np.float32(0.3), np.array(5, np.int8),
+              rng.integers(-3000, 3000, m).astype(np.int32)]
+    x0 = rng.integers(-128, 128, xs).astype(np.int8)
+    model = single_op_model("QLinearConv", [x0, *consts], attrs, None, tuple(range(1, 9)), "")
+    sess = Session(model, vendors=["numba"], fallback=False, passes=False)
+    for _ in range(3):
+        x = rng.integers(-128, 128, xs).astype(np.int8)
+        (got,) = sess.run(None, {"in0": x})
+        (want,) = run_single_op("QLinearConv", [x, *consts], attrs=attrs, constants=tuple(range(1, 9)),
+                                vendors=["reference"], passes=False)
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("band_bytes", [1, 40_000])
+@pytest.mark.parametrize("case", [i for i, c in enumerate(CONVS) if c[0][1] >= 64])
+def test_qdepthwise_bands_equal_reference(band_bytes, case, monkeypatch):
+    """qdepthwise's channels-last kernel cut into bands of one output row, and of a few (the buffer
+    of a band reused by the next: its padding rows zeroed again), = the reference bit for bit."""
+    from kernelkit_numba.kernels import qdepthwise
+
+    monkeypatch.setattr(qdepthwise, "BAND_BYTES", band_bytes)
+    xs, ws, attrs = CONVS[case]
+    rng = np.random.default_rng(100 + case)
+    x = rng.integers(-128, 128, xs).astype(np.int8)
+    w = rng.integers(-128, 128, ws).astype(np.int8)
+    m = ws[0]
+    inputs = [x, np.float32(0.02), np.array(-3, np.int8), w, rng.uniform(0.002, 0.01, m).astype(np.float32),
+              rng.integers(-5, 6, m).astype(np.int8), np.float32(0.3), np.array(5, np.int8),
+              rng.integers(-3000, 3000, m).astype(np.int32)]
+    got, want = _reference_and_numba("QLinearConv", inputs, (3, 4, 5, 8), monkeypatch, "off", attrs=attrs)
     np.testing.assert_array_equal(got, want)
     assert len(np.unique(want)) > 10
 

@@ -11,14 +11,15 @@ included (QLinearConv), straight into the NCHW output.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from kernelkit.ops.qlinear import multiplier
 from kernelkit.registry import register_kernel
 
 from .. import config
 from ..config import jit_parallel
-from . import qpack, qtile
-from ._range import tap_range
+from . import qdepthwise, qpack, qtile
 from .conv import Conv, U, _conv_depthwise, _edge, _im2col, supports_1d_2d, tile_grid
 from .epilogue import NONE
 from .qgemm import (
@@ -40,7 +41,9 @@ from .qgemm import (
 def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx, q0, q1):
     """QLinearConv with one input channel per group, requantized in its output loop: conv.py's
     ``_conv_depthwise`` scheme (each plane split into its stride phases of the padded input, the
-    int8 input minus its zero point stored as float32, so the padding reads the zero point; one
+    int8 input minus its zero point stored as float32, so the padding reads the zero point; each
+    input row converted once into a zero-bordered row, whose stride phases are then read with a
+    constant stride in one loop, which vectorises: a gather per phase with the stride did not; one
     unit-stride multiply-add pass per tap over the flattened output grid; every partial sum an
     exact integer, 9 * 255 * 255 << 2**24), then per output element the requantize steps of
     qgemm.requantize (int32 + bias, float32 * multiplier, round half to even, + zero point, clamp)
@@ -51,45 +54,59 @@ def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx,
     chan_mult = m_n // c_n
     qh, qw = ((kh - 1) * dh) // sh, ((kw - 1) * dw) // sw
     hq, wq = oh_n + qh, ow_n + qw
-    size = hq * wq + qw  # one phase, plus the overrun of the last row's dropped columns
+    size = hq * wq + qw
     span = oh_n * wq
     buf = np.empty(sh * sw * size, np.float32)
     acc = np.empty(span, np.float32)
-    o = np.empty(9, np.uint64)  # a 3x3 kernel's tap offsets and weights
+    pwid = max(sw * wq, pw + w_n)
+    prow = np.zeros(pwid, np.float32)  # one padded input row, x - zx; the borders stay 0
+    o = np.empty(9, np.uint64)
     wv9 = np.empty(9, np.float32)
     for nm in range(q0, q1):
         n = nm // m_n
         m = nm - n * m_n
         src = x[n, m // chan_mult]
         for a in range(sh):
-            for b in range(sw):
-                base = (a * sw + b) * size
-                lo, hi = tap_range(b - pw, sw, w_n, wq)  # columns that read inside the row
-                shift = b - pw
-                for r in range(hq):
-                    ih = r * sh + a - ph
-                    d0 = base + r * wq
-                    if ih < 0 or ih >= h_n:
+            for r in range(hq):
+                ih = r * sh + a - ph
+                if ih < 0 or ih >= h_n:
+                    for b in range(sw):
+                        d0 = (a * sw + b) * size + r * wq
                         for c in range(wq):
                             buf[U(d0 + c)] = 0
-                        continue
-                    row = src[ih]
-                    for c in range(lo):
+                    continue
+                row = src[ih]
+                if sw == 1:
+                    d0 = a * size + r * wq
+                    for c in range(min(pw, wq)):
                         buf[U(d0 + c)] = 0
-                    if sw == 1:  # contiguous, or a constant stride: vectorises (a run-time stride does not)
-                        for c in range(lo, hi):
-                            buf[U(d0 + c)] = np.float32(row[U(c + shift)]) - zx
-                    elif sw == 2:
-                        for c in range(lo, hi):
-                            buf[U(d0 + c)] = np.float32(row[U(2 * c + shift)]) - zx
-                    else:
-                        for c in range(lo, hi):
-                            buf[U(d0 + c)] = np.float32(row[U(c * sw + shift)]) - zx
-                    for c in range(hi, wq):
+                    hi = min(wq, pw + w_n)
+                    for c in range(pw, hi):
+                        buf[U(d0 + c)] = np.float32(row[U(c - pw)]) - zx
+                    for c in range(max(hi, pw), wq):
                         buf[U(d0 + c)] = 0
+                elif sw == 2:
+                    for c in range(w_n):
+                        prow[U(pw + c)] = np.float32(row[U(c)]) - zx
+                    d0 = (a * 2) * size + r * wq
+                    d1 = d0 + size
+                    for c in range(wq):
+                        buf[U(d0 + c)] = prow[U(2 * c)]
+                        buf[U(d1 + c)] = prow[U(2 * c + 1)]
+                else:
+                    for c in range(w_n):
+                        prow[U(pw + c)] = np.float32(row[U(c)]) - zx
+                    for b in range(sw):
+                        d0 = (a * sw + b) * size + r * wq
+                        for c in range(wq):
+                            buf[U(d0 + c)] = prow[U(c * sw + b)]
+            for b in range(sw):
+                base = (a * sw + b) * size
                 for c in range(base + hq * wq, base + size):
                     buf[U(c)] = 0
-        if kh == 3 and kw == 3:  # the nine taps in one pass: acc written once, not read and written 9 times
+        bm = bias[m]
+        mm = mult[m]
+        if kh == 3 and kw == 3:
             for i in range(3):
                 for j in range(3):
                     o[i * 3 + j] = U((((i * dh) % sh) * sw + (j * dw) % sw) * size + ((i * dh) // sh) * wq
@@ -98,14 +115,16 @@ def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx,
             o0, o1, o2, o3, o4, o5, o6, o7, o8 = o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8]
             w0, w1, w2, w3, w4, w5, w6, w7, w8 = (wv9[0], wv9[1], wv9[2], wv9[3], wv9[4], wv9[5], wv9[6], wv9[7],
                                                   wv9[8])
-            for p in range(span):  # exact integers below 2**24: any order of the sum is the same
+            for p in range(span):
                 q = U(p)
-                acc[q] = (w0 * buf[q + o0] + w1 * buf[q + o1] + w2 * buf[q + o2] + w3 * buf[q + o3]
-                          + w4 * buf[q + o4] + w5 * buf[q + o5] + w6 * buf[q + o6] + w7 * buf[q + o7]
-                          + w8 * buf[q + o8])
+                s = (w0 * buf[q + o0] + w1 * buf[q + o1] + w2 * buf[q + o2] + w3 * buf[q + o3]
+                     + w4 * buf[q + o4] + w5 * buf[q + o5] + w6 * buf[q + o6] + w7 * buf[q + o7]
+                     + w8 * buf[q + o8])
+                v = np.float32(np.rint(np.float32(np.int32(np.int32(s) + bm)) * mm)) + zy
+                acc[q] = min(max(v, lo_y), hi_y)
         else:
             acc[:] = 0
-            strip = 2048  # output elements a pass: the strip of acc and the rows of buf it reads stay in L1
+            strip = 2048
             for s0 in range(0, span, strip):
                 s1 = min(span, s0 + strip)
                 for i in range(kh):
@@ -113,14 +132,12 @@ def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx,
                         wv = w[m, i, j]
                         off = U((((i * dh) % sh) * sw + (j * dw) % sw) * size + ((i * dh) // sh) * wq
                                 + (j * dw) // sw)
-                        for p in range(s0, s1):  # unsigned indices: no wraparound check, so it vectorises
+                        for p in range(s0, s1):
                             acc[U(p)] += wv * buf[U(p) + off]
+            for p in range(span):
+                v = np.float32(np.rint(np.float32(np.int32(np.int32(acc[U(p)]) + bm)) * mm)) + zy
+                acc[U(p)] = min(max(v, lo_y), hi_y)
         plane = y[n, m]
-        bm = bias[m]
-        mm = mult[m]
-        for p in range(span):  # requantized in float32 in place: a loop with the int8 store stays scalar
-            q = np.float32(np.rint(np.float32(np.int32(np.int32(acc[U(p)]) + bm)) * mm)) + zy
-            acc[U(p)] = min(max(q, lo_y), hi_y)
         for oh in range(oh_n):
             r0 = oh * wq
             dst = plane[oh]
@@ -194,6 +211,11 @@ class _IntegerConv(Conv):
     # 576x14x14 s2 131 vs 246, 384x14x14 163 vs 182, 144x56x56 s2 383 vs 446; NCHW wins on the large
     # stride-1 planes (32x112x112 429 vs 880, 192x28x28 206 vs 293)
     CL_PIXELS, CL_STRIDED = 256, 1024
+    # qdepthwise's channels-last kernel from this many channels (a multiple of 16) up to this many output
+    # pixels (benchmarks/bench_qdepthwise.py, interleaved, 1 thread, AMD EPYC znver4): 1.5-4.7x the NCHW
+    # kernel on MobileNetV2's layers of 784 output pixels or fewer (144x56x56 stride 2 to 960x7x7);
+    # 0.64-0.82x on the three larger ones, whose channels-last buffers (1.6-5 MB) leave the caches
+    CL16_CHANNELS, CL16_PIXELS = 64, 1 << 30
 
     def setup(self, input_specs):
         self._geom_key = None
@@ -248,6 +270,11 @@ class _IntegerConv(Conv):
         mg, k_n, l_n = m_n // group, cg * kh * kw, oh_n * ow_n
         pixels = oh_n * ow_n
         small = pixels <= self.CL_PIXELS or (max(sh, sw) > 1 and pixels <= self.CL_STRIDED)
+        if (requant is not None and qdepthwise.supports(c_n, m_n, group, cg, kh * kw)
+                and c_n >= self.CL16_CHANNELS and pixels <= self.CL16_PIXELS):  # channels last, vector transposes
+            qdepthwise.plan(self, x4.shape, w, x_zero_point, w_zero_point, requant, kh, kw, sh, sw, dh, dw, ph, pw,
+                            oh_n, ow_n)(x4, out)
+            return
         if cg == 1 and group == c_n == m_n and c_n > 1 and requant is not None and small:  # channels last
             self._depthwise_cl(x4, w, x_zero_point, w_zero_point, out, requant, kh, kw, sh, sw, dh, dw, ph, pw,
                                oh_n, ow_n)
@@ -334,32 +361,43 @@ class _IntegerConv(Conv):
             config.parallel_for(_qdepthwise_cl, oh_n, args, 2.0 * m_n * oh_n * ow_n * kh * kw)
 
     def _tiled(self, x, x_zero_point, w, w_zero_point, out, requant) -> bool:
-        """QLinearConv on an int8 micro-kernel (qtile._rows_tile, _rowsq_tile) when one takes it: one group,
-        weights with zero point 0 (per-channel symmetric, as the quantizer writes them). The weights
-        are the kernel's broadcast operand (packed once), the input rows its vector operand, read
-        straight from the NCHW input for a 1x1 stride-1 convolution, else from an int8 im2col; the
-        result is (channels, pixels), requantized along the NCHW rows (qpack.conv_rows)."""
+        """QLinearConv on an int8 micro-kernel (see _rows_plan) when one takes it."""
+        run = self._rows_plan(x, x_zero_point, w, w_zero_point, requant)
+        if run is None:
+            return False
+        run(x, out)
+        return True
+
+    def _rows_plan(self, x, x_zero_point, w, w_zero_point, requant):
+        """QLinearConv on an int8 micro-kernel (qtile._rows_tile, _rowsq_tile) when one takes it, as a call
+        ``run(x, out)`` for inputs of x's shape and dtype (QLinearConv.compute keeps it while its
+        constants and the thread budget stay), else None: one group, weights with zero point 0
+        (per-channel symmetric, as the quantizer writes them). The weights are the kernel's broadcast
+        operand (packed once), the input rows its vector operand, read straight from the NCHW input
+        for a 1x1 stride-1 convolution, else from an int8 im2col; the result is (channels, pixels),
+        requantized along the NCHW rows (qpack.conv_rows)."""
         if int(self.attrs.get("group", 1)) != 1 or qtile.requested() == "off":
-            return False
+            return None
         if x_zero_point is not None and np.size(x_zero_point) != 1:
-            return False
+            return None
         m_n = w.shape[0]
         pb = qpack.packed_b(self, lambda: w.reshape(m_n, -1), w, w_zero_point, qpack.NR)
         variant = qtile.select(pb.safe_pairs)
         if variant is None or pb.has_zp:
-            return False
+            return None
         kind = qtile.KIND[variant.name]
         pb = qpack.packed_b(self, lambda: w.reshape(m_n, -1), w, w_zero_point, qtile.ROWS_MR[kind])
         (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = self.geometry(x.shape, w.shape)
         one_d = x.ndim == 3
-        x4 = np.ascontiguousarray(x[:, :, None, :] if one_d else x)
+        x_shape4 = (x.shape[0], x.shape[1], 1, x.shape[2]) if one_d else x.shape
         kh, kw = (1,) + w.shape[2:] if one_d else w.shape[2:]
         bias, mult, z, lo, hi = requant
         flip, shift = qpack.flip_of(x.dtype)
         xzp = 0 if x_zero_point is None else int(np.asarray(x_zero_point).reshape(()))
         terms = qpack.column_terms(self, pb, xzp + shift, bias)
-        n_pix, kq, c_n = oh_n * ow_n, pb.kq, x4.shape[1]
-        direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == x4.shape[2:] and c_n % 4 == 0
+        n_pix, kq, c_n = oh_n * ow_n, pb.kq, x_shape4[1]
+        direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == x_shape4[2:] and c_n % 4 == 0
+        col = None
         if not direct:
             col = self.__dict__.get("_col8")
             if col is None or col.shape != (4 * kq, n_pix) or col.dtype != x.dtype:
@@ -368,26 +406,51 @@ class _IntegerConv(Conv):
         m_pad = pb.n_panels * pb.nr
         block = qpack.rows_block(m_pad, nr, n_pix, 4 * kq, config.current_threads())
         blocks = -(-n_pix // block)
-        out3 = out.reshape(x.shape[0], m_n, n_pix)
         pad = np.asarray(xzp, x.dtype)[()]
-        for n in range(x.shape[0]):
-            if direct:
-                rows = x4[n].reshape(-1)
-            else:
-                if ow_n < 16:  # small planes: one gather per row through a map of the taps
-                    key = (x4.shape[2:], oh_n, ow_n)
-                    if self.__dict__.get("_tap_key") != key:
-                        self._taps = qpack.tap_offsets(*x4.shape[2:], kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n)
-                        self._tap_key = key
-                    config.parallel_for(qpack.im2col_i8_map, 4 * kq, (x4[n], col, self._taps, pad), 4.0 * kq * n_pix)
+        taps = None
+        if not direct and ow_n < 16:  # small planes: one gather per row through a map of the taps
+            key = (x_shape4[2:], oh_n, ow_n)
+            if self.__dict__.get("_tap_key") != key:
+                self._taps = qpack.tap_offsets(*x_shape4[2:], kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n)
+                self._tap_key = key
+            taps = self._taps
+        rows_work, pack_work = 2.0 * m_pad * kq * 4 * n_pix, 4.0 * kq * n_pix
+        tail = (n_pix, np.int64(-128 if flip else 0), n_pix, block, terms, mult, z, lo, hi)
+        conv_rows, parallel_for = qpack.conv_rows, config.parallel_for
+
+        def run(x, out):
+            x4 = np.ascontiguousarray(x.reshape(x_shape4))
+            out3 = out.reshape(x_shape4[0], m_n, n_pix)
+            for n in range(x_shape4[0]):
+                if direct:
+                    rows = x4[n].reshape(-1)
                 else:
-                    args = (x4[n], col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad)
-                    config.parallel_for(qpack.im2col_i8, 4 * kq, args, 4.0 * kq * n_pix)
-                rows = col.reshape(-1)
-            args = (kind, pb.data, kq, m_n, m_pad, rows, n_pix, np.int64(-128 if flip else 0), n_pix, block, terms,
-                    mult, z, lo, hi, out3[n])
-            config.parallel_for(qpack.conv_rows, blocks, args, 2.0 * m_pad * kq * 4 * n_pix)
-        return True
+                    if taps is not None:
+                        parallel_for(qpack.im2col_i8_map, 4 * kq, (x4[n], col, taps, pad), pack_work)
+                    else:
+                        args = (x4[n], col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad)
+                        parallel_for(qpack.im2col_i8, 4 * kq, args, pack_work)
+                    rows = col.reshape(-1)
+                parallel_for(conv_rows, blocks, (kind, pb.data, kq, m_n, m_pad, rows, *tail, out3[n]), rows_work)
+
+        return run
+
+    def _depthwise_plan(self, x, x_zero_point, w, w_zero_point, requant):
+        """qdepthwise's channels-last kernel as a call ``run(x, out)`` when it takes this convolution
+        (see convolve), else None."""
+        if x_zero_point is not None and np.size(x_zero_point) != 1:
+            return None
+        (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = self.geometry(x.shape, w.shape)
+        one_d = x.ndim == 3
+        x_shape4 = (x.shape[0], x.shape[1], 1, x.shape[2]) if one_d else x.shape
+        kh, kw = (1,) + w.shape[2:] if one_d else w.shape[2:]
+        c_n, m_n, cg, group = x_shape4[1], w.shape[0], w.shape[1], int(self.attrs.get("group", 1))
+        if not (qdepthwise.supports(c_n, m_n, group, cg, kh * kw) and c_n >= self.CL16_CHANNELS
+                and oh_n * ow_n <= self.CL16_PIXELS):
+            return None
+        geometry = (kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n)
+        run4 = qdepthwise.plan(self, x_shape4, w, x_zero_point, w_zero_point, requant, *geometry)
+        return lambda x, out: run4(x.reshape(x_shape4), out)
 
     def _tiles(self, wg, col, m0, dst, requant, m_tiles, p_tiles):
         """The product of one image and group cut into tiles run on the shard pool, each one BLAS
@@ -437,6 +500,13 @@ class QLinearConv(_IntegerConv):
         return self.conv_work(x, w)
 
     def compute(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b=None):
+        consts = (x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b)
+        fast = self.__dict__.get("_fast")
+        if fast is not None and fast[0] == (x.shape, x.dtype, os.environ.get(qtile.ENV), config.current_threads()) \
+                and all(p is q for p, q in zip(consts, fast[1])) and not any(a.flags.writeable for a in fast[2]):
+            out = np.empty(fast[3], fast[4])
+            fast[5](x, out)
+            return out
         (_, _), (_, _), (_, _), out_hw = self.geometry(x.shape, w.shape)
         zp = np.asarray(y_zero_point)
         out = np.empty((x.shape[0], w.shape[0], *out_hw[2 - (x.ndim - 2):]), zp.dtype)
@@ -449,7 +519,16 @@ class QLinearConv(_IntegerConv):
             return mult, bias, np.float32(zp.reshape(())), np.float32(lo), np.float32(hi)
 
         mult, bias, z, lo, hi = derived(self, (x_scale, w_scale, y_scale, y_zero_point, b), make)
-        if self._tiled(x, x_zero_point, w, w_zero_point, out, (bias, mult, z, lo, hi)):
+        requant = (bias, mult, z, lo, hi)
+        run = self._rows_plan(x, x_zero_point, w, w_zero_point, requant)
+        if run is None:
+            run = self._depthwise_plan(x, x_zero_point, w, w_zero_point, requant)
+        if run is not None:  # kept while the same read-only constants come in (a model's)
+            arrays = tuple(p for p in consts if isinstance(p, np.ndarray))
+            if not any(a.flags.writeable for a in arrays):
+                key = (x.shape, x.dtype, os.environ.get(qtile.ENV), config.current_threads())
+                self._fast = (key, consts, arrays, out.shape, out.dtype, run)
+            run(x, out)
             return out
         has_bias = b is not None
 
