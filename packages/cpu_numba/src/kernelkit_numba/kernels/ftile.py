@@ -344,6 +344,184 @@ def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z,
                               out, m_valid, nv, acc)
 
 
+
+# ------------------------------------------------------------------ small maps: channels in the lanes
+def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool):
+    """An intrinsic ``tile(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off,
+    ldo, lo, hi, out, m_valid, n_valid)`` for maps of few pixels (7x7): the channels are the vector
+    lanes. ``w`` packed as pack_weights(W, cv * lanes) ([k][cv * lanes channels], loaded as cv
+    vectors), each of the tile's ``mp`` pixels ``x[x_off + k * ldx + p]`` broadcast; accumulators
+    (pixel, channel vector). ``first`` = 0: they start from the (mp, cv * lanes) scratch at
+    ``acc[a_off:]``; ``final`` = 0: they are stored there (a K chunk), else bias (+ z) and clamp are
+    applied and each vector is stored lane by lane along its channels' NCHW rows (``out[o_off + c *
+    ldo + p]``). Pixels past n_valid read pixel n_valid - 1 and are not stored; channel vectors at or
+    past m_valid (a multiple of lanes) are not stored."""
+    lanes = 8 if kind == "avx2" else 16
+    width = cv * lanes
+
+    def codegen(context, builder, sig, args):
+        (w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
+         n_valid) = args
+        i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+        if not available(kind):
+            trap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
+            builder.call(trap, [])
+            return context.get_dummy_value()
+        mod = builder.module
+        vf = ir.VectorType(f32, lanes)
+        fma = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf, vf, vf]), f"llvm.fma.v{lanes}f32")
+        pw = builder.gep(builder.bitcast(_data(context, builder, sig.args[0], w), f32.as_pointer()), [w_off])
+        px = builder.gep(builder.bitcast(_data(context, builder, sig.args[2], x), f32.as_pointer()), [x_off])
+        pa = builder.gep(builder.bitcast(_data(context, builder, sig.args[8], acc), f32.as_pointer()), [a_off])
+        pb = builder.bitcast(_data(context, builder, sig.args[10], bias), f32.as_pointer())
+        pz = builder.gep(builder.bitcast(_data(context, builder, sig.args[12], z), f32.as_pointer()), [o_off])
+        po = builder.gep(builder.bitcast(_data(context, builder, sig.args[17], out), f32.as_pointer()), [o_off])
+        zero_v = ir.Constant(vf, None)
+        splat0 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
+
+        def splat(value):
+            one = builder.insert_element(ir.Constant(vf, ir.Undefined), value, ir.Constant(i32, 0))
+            return builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined), splat0)
+
+        def vptr(base, at):
+            return builder.bitcast(builder.gep(base, [ir.Constant(i64, at)]), vf.as_pointer())
+
+        last = builder.sub(n_valid, ir.Constant(i64, 1))
+        pix = []
+        for p in range(mp):  # pixels past n_valid read the last valid one (never stored)
+            pp = ir.Constant(i64, p)
+            pix.append(builder.select(builder.icmp_signed("<", pp, n_valid), pp, last))
+
+        pre = builder.basic_block
+        loadb = builder.append_basic_block("fcols.load")
+        head = builder.append_basic_block("fcols.head")
+        body = builder.append_basic_block("fcols.body")
+        done = builder.append_basic_block("fcols.done")
+        builder.cbranch(builder.icmp_signed("!=", first, ir.Constant(i64, 0)), head, loadb)
+        builder.position_at_end(loadb)
+        loaded = [builder.load(vptr(pa, p * width + j * lanes), align=4) for p in range(mp) for j in range(cv)]
+        builder.branch(head)
+
+        builder.position_at_end(head)
+        k = builder.phi(i64)
+        k.add_incoming(ir.Constant(i64, 0), pre)
+        k.add_incoming(ir.Constant(i64, 0), loadb)
+        accs = []
+        for i in range(mp * cv):
+            phi = builder.phi(vf)
+            phi.add_incoming(zero_v, pre)
+            phi.add_incoming(loaded[i], loadb)
+            accs.append(phi)
+        builder.cbranch(builder.icmp_signed("<", k, k_n), body, done)
+
+        builder.position_at_end(body)
+        wrow = builder.gep(pw, [builder.mul(k, ir.Constant(i64, width))])
+        wv = [builder.load(vptr(wrow, j * lanes), align=4) for j in range(cv)]
+        xrow = builder.gep(px, [builder.mul(k, ldx)])
+        new = []
+        for p in range(mp):
+            bx = splat(builder.load(builder.gep(xrow, [pix[p]]), align=4))
+            for j in range(cv):
+                new.append(builder.call(fma, [wv[j], bx, accs[p * cv + j]]))
+        k.add_incoming(builder.add(k, ir.Constant(i64, 1)), builder.basic_block)
+        for phi, value in zip(accs, new):
+            phi.add_incoming(value, builder.basic_block)
+        builder.branch(head)
+
+        builder.position_at_end(done)
+        with builder.if_else(builder.icmp_signed("!=", final, ir.Constant(i64, 0))) as (fin, partial):
+            with partial:
+                for p in range(mp):
+                    for j in range(cv):
+                        builder.store(accs[p * cv + j], vptr(pa, p * width + j * lanes), align=4)
+            with fin:
+                lov, hiv = splat(lo), splat(hi)
+                lastv = builder.sub(m_valid, ir.Constant(i64, lanes))
+                for j in range(cv):
+                    jj = ir.Constant(i64, j * lanes)
+                    at = builder.select(builder.icmp_signed("<", jj, m_valid), jj, lastv)
+                    bptr = builder.bitcast(builder.gep(pb, [builder.add(r0, at)]), vf.as_pointer())
+                    bv = builder.load(bptr, align=4)
+                    with builder.if_then(builder.icmp_signed("<", jj, m_valid), likely=True):
+                        for p in range(mp):
+                            with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, p), n_valid), likely=True):
+                                v = builder.fadd(accs[p * cv + j], bv)
+                                offs = [builder.add(builder.mul(ldo, ir.Constant(i64, j * lanes + t)),
+                                                    ir.Constant(i64, p)) for t in range(lanes)]
+                                if with_z:
+                                    zv = ir.Constant(vf, ir.Undefined)
+                                    for t in range(lanes):
+                                        zt = builder.load(builder.gep(pz, [offs[t]]), align=4)
+                                        zv = builder.insert_element(zv, zt, ir.Constant(i32, t))
+                                    v = builder.fadd(v, zv)
+                                v = builder.select(builder.fcmp_ordered("<", v, lov), lov, v)
+                                v = builder.select(builder.fcmp_ordered(">", v, hiv), hiv, v)
+                                for t in range(lanes):
+                                    builder.store(builder.extract_element(v, ir.Constant(i32, t)),
+                                                  builder.gep(po, [offs[t]]), align=4)
+        return context.get_dummy_value()
+
+    @intrinsic
+    def tile(typingctx, w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out,
+             m_valid, n_valid):
+        i64, f = types.int64, types.float32
+        return types.void(w, i64, x, i64, i64, i64, i64, i64, acc, i64, bias, i64, z, i64, i64, f, f, out, i64,
+                          i64), codegen
+
+    return tile
+
+
+COLS_WIDTH = {1: 16, 2: 64}  # channels per panel (cv * lanes): pack_weights(W, COLS_WIDTH[kind])
+COLS_LANES = {1: 8, 2: 16}  # the output channels must be a multiple of this
+COLS_KC = 512  # K per chunk of the cols tiles (a chunk of the 64-channel panel: 128 KiB, in L2)
+_c512 = _cols_intrinsic("avx512", 4, 6, False)
+_c512z = _cols_intrinsic("avx512", 4, 6, True)
+_c2 = _cols_intrinsic("avx2", 2, 6, False)
+_c2z = _cols_intrinsic("avx2", 2, 6, True)
+
+
+@jit
+def _cols_tile(kind, w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, has_z, o_off, ldo, lo, hi,
+               out, m_valid, n_valid):
+    if kind == 2:
+        if has_z:
+            _c512z(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out,
+                   m_valid, n_valid)
+        else:
+            _c512(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out,
+                  m_valid, n_valid)
+    elif has_z:
+        _c2z(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
+             n_valid)
+    else:
+        _c2(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
+            n_valid)
+
+
+@jit
+def conv_cols(kind, wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, s_lo, s_hi):
+    """Weight panels [s_lo, s_hi) (COLS_WIDTH[kind] channels each; m_n a multiple of the lanes) of a
+    convolution with few pixels on the cols tiles (kind 1 or 2): per panel, K in chunks of ``kc``,
+    each chunk over every tile of COLS_MP pixels, the partial sums in a scratch (pixel, channel)
+    block; the last chunk applies the epilogue and writes the NCHW rows of ``out`` (row stride ldo,
+    pixels from 0; ``x`` rows of ldx, ``z`` shaped like out)."""
+    width = 64 if kind == 2 else 16
+    mp = 6
+    tiles = (n_pix + mp - 1) // mp
+    acc = np.empty(tiles * mp * width, np.float32)
+    for q in range(s_lo, s_hi):
+        r0 = q * width
+        m_valid = min(width, m_n - r0)
+        for k0 in range(0, k_n, kc):
+            kk = min(kc, k_n - k0)
+            first = np.int64(1 if k0 == 0 else 0)
+            final = np.int64(1 if k0 + kk >= k_n else 0)
+            w_off = q * k_n * width + k0 * width
+            for t in range(tiles):
+                p0 = t * mp
+                _cols_tile(kind, wp, w_off, x, k0 * ldx + p0, ldx, kk, first, final, acc, t * mp * width, bias, r0, z,
+                           has_z, r0 * ldo + p0, ldo, lo, hi, out, m_valid, min(mp, n_pix - p0))
+
 BLOCK_BYTES = 256 * 1024  # a block's pixel rows of one K chunk (kc x block floats) stay in L2
 
 
