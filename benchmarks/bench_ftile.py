@@ -3,8 +3,11 @@ per dense Conv layer of ResNet-18/50 and MobileNetV2 at batch 1, one thread: a o
 + bias + Relu, bench_conv_shapes.conv_model) run by one numba Session with KERNELKIT_F32_GEMM
 switched between ``off`` (im2col/direct + OpenBLAS SGEMM + the epilogue pass, or gemm_nt_rows on 7x7
 maps) and the CPU's variant (forced: the shape-class dispatch of conv.ftile_wins is skipped), next to
-onnxruntime's node; calls interleaved, best of ``reps`` (CPU time of the process). GFLOP/s of the
-convolution (2 * M * K * pixels). The last column is what ``auto`` picks for the layer.
+onnxruntime's node; calls interleaved, the order rotated every round (whichever runs after
+onnxruntime finds its data out of cache: a fixed order biased the ratios by 10-15%), best of
+``reps`` (CPU time of the process). GFLOP/s of the convolution (2 * M * K * pixels, the direct
+count also for the Winograd layers, whose rows are a control: both numba columns run the same
+Winograd path there). The last column is what ``auto`` picks for the layer.
 
     python benchmarks/bench_ftile.py [reps=20] [filter]
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import numpy as np
 import onnxruntime as ort
@@ -19,7 +23,6 @@ import onnxruntime as ort
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 import kernelkit  # noqa: E402
-from _timing import best_cpu_ms  # noqa: E402
 from bench_conv_shapes import SHAPES, conv_model  # noqa: E402
 from kernelkit_converters.onnx import convert  # noqa: E402
 from kernelkit_numba import config  # noqa: E402
@@ -50,6 +53,18 @@ def variant() -> str:
     return "generic"
 
 
+def rotated_best_ms(fns: dict, reps: int) -> dict:
+    """Best CPU time (ms) of each callable over ``reps`` rounds, the order rotated every round."""
+    names = list(fns)
+    best = dict.fromkeys(names, np.inf)
+    for i in range(reps):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            t0 = time.process_time()
+            fns[name]()
+            best[name] = min(best[name], time.process_time() - t0)
+    return {k: v * 1e3 for k, v in best.items()}
+
+
 def layer(c, h, m, k, s, g, reps, forced):
     proto = conv_model(c, h, m, k, s, g)
     sess = kernelkit.Session(convert(proto), vendors=["numba", "reference"], threads=1)
@@ -68,7 +83,7 @@ def layer(c, h, m, k, s, g, reps, forced):
     fns = {"blas": with_env("off"), "ftile": with_env(forced), "ORT": lambda: osess.run(None, feed)}
     outs = {name: f()[0] for name, f in fns.items()}
     np.testing.assert_allclose(outs["ftile"], outs["ORT"], rtol=1e-4, atol=1e-4)
-    ms = best_cpu_ms(fns, reps)
+    ms = rotated_best_ms(fns, reps)
     os.environ.pop(ftile.ENV, None)
     p = k // 2
     oh = (h + 2 * p - k) // s + 1

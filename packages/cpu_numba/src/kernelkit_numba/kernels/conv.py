@@ -701,8 +701,13 @@ _BLOCKED_MIN_COLS = 128  # fewer output pixels (7x7 maps): one GEMM over the who
 
 def ftile_wins(kh, kw, sh, sw, mg, k_n, l_n) -> bool:
     """Whether the float32 micro-kernel (ftile.py) measured faster than BLAS + the epilogue pass for
-    this shape class (benchmarks/bench_ftile.py; docs/numba.md "fp32 micro-kernels")."""
-    return True
+    this shape class (benchmarks/bench_ftile.py; docs/numba.md "fp32 micro-kernels"): all but the
+    14x14 maps (65-256 output pixels), where the rows tile runs 196 pixels as 224 and the cols tile
+    pays its lane-by-lane stores, and both measured 0.92-0.99x OpenBLAS."""
+    return not _FTILE_BLAS_PIXELS[0] < l_n <= _FTILE_BLAS_PIXELS[1]
+
+
+_FTILE_BLAS_PIXELS = (64, 256)  # output pixels (exclusive, inclusive) left to BLAS
 
 
 def ftile_cols(kind, mg, l_n) -> bool:

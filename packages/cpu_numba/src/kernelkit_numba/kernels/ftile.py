@@ -471,11 +471,11 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool):
     return tile
 
 
-COLS_WIDTH = {1: 16, 2: 64}  # channels per panel (cv * lanes): pack_weights(W, COLS_WIDTH[kind])
+COLS_WIDTH = {1: 16, 2: 48}  # channels per panel (cv * lanes): pack_weights(W, COLS_WIDTH[kind])
 COLS_LANES = {1: 8, 2: 16}  # the output channels must be a multiple of this
 COLS_KC = 512  # K per chunk of the cols tiles (a chunk of the 64-channel panel: 128 KiB, in L2)
-_c512 = _cols_intrinsic("avx512", 4, 6, False)
-_c512z = _cols_intrinsic("avx512", 4, 6, True)
+_c512 = _cols_intrinsic("avx512", 3, 7, False)
+_c512z = _cols_intrinsic("avx512", 3, 7, True)
 _c2 = _cols_intrinsic("avx2", 2, 6, False)
 _c2z = _cols_intrinsic("avx2", 2, 6, True)
 
@@ -505,8 +505,8 @@ def conv_cols(kind, wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ld
     each chunk over every tile of COLS_MP pixels, the partial sums in a scratch (pixel, channel)
     block; the last chunk applies the epilogue and writes the NCHW rows of ``out`` (row stride ldo,
     pixels from 0; ``x`` rows of ldx, ``z`` shaped like out)."""
-    width = 64 if kind == 2 else 16
-    mp = 6
+    width = 48 if kind == 2 else 16
+    mp = 7 if kind == 2 else 6
     tiles = (n_pix + mp - 1) // mp
     acc = np.empty(tiles * mp * width, np.float32)
     for q in range(s_lo, s_hi):
