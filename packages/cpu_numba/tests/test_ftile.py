@@ -110,8 +110,8 @@ def test_cols_tiles(name, m, k, n):
 
 
 # Conv through a Session, the kernel forced onto each variant: 1x1 direct (channel and pixel tails),
-# strided / padded im2col, a 7x7-map layer (cols tiles where the channels allow), the stem-like blocked
-# im2col, batch 2
+# strided / padded im2col, 7x7 and 14x14 maps (cols tiles where the channels allow), the stem-like
+# blocked im2col, batch 2
 CONV_CASES = [
     ((1, 16, 9, 11), (24, 16, 1, 1), {}),
     ((2, 13, 12, 12), (19, 13, 1, 1), {"activation": "Relu"}),
@@ -122,6 +122,7 @@ CONV_CASES = [
     ((1, 24, 7, 7), (20, 24, 1, 1), {"activation": "Relu"}),
     ((1, 3, 64, 64), (16, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3], "activation": "Relu"}),
     ((1, 6, 20, 20), (10, 6, 3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+    ((1, 16, 28, 27), (32, 16, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "activation": "Relu"}),  # 14x14
 ]
 
 
@@ -178,7 +179,7 @@ def test_env_override(monkeypatch):
     monkeypatch.setenv(ftile.ENV, "off")
     assert ftile.select() is None
     monkeypatch.setenv(ftile.ENV, "generic")
-    assert ftile.select() == 0 and ftile.forced()
+    assert ftile.choice() == (0, True)
     monkeypatch.setenv(ftile.ENV, "bogus")
     with pytest.raises(ConfigError, match="KERNELKIT_F32_GEMM"):
         ftile.select()

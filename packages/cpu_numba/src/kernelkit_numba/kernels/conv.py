@@ -548,8 +548,8 @@ class Conv(NumbaKernel):
         (``ftile_wins``) unless KERNELKIT_F32_GEMM forces a variant."""
         if group != 1 or dtype != np.float32 or code not in (NONE, CLIP):
             return None
-        kind = ftile.select()
-        if kind is None or ftile.forced():
+        kind, forced = ftile.choice()
+        if kind is None or forced:
             return kind
         return kind if ftile_wins(kh, kw, sh, sw, mg, k_n, l_n) else None
 
@@ -702,22 +702,21 @@ _BLOCKED_MIN_COLS = 128  # fewer output pixels (7x7 maps): one GEMM over the who
 def ftile_wins(kh, kw, sh, sw, mg, k_n, l_n) -> bool:
     """Whether the float32 micro-kernel (ftile.py) measured faster than BLAS + the epilogue pass for
     this shape class (benchmarks/bench_ftile.py; docs/numba.md "fp32 micro-kernels"): all but the
-    14x14 maps (65-256 output pixels), where the rows tile runs 196 pixels as 224 and the cols tile
-    pays its lane-by-lane stores, and both measured 0.92-0.99x OpenBLAS."""
+    output pixel counts in _FTILE_BLAS_PIXELS."""
     return not _FTILE_BLAS_PIXELS[0] < l_n <= _FTILE_BLAS_PIXELS[1]
 
 
-_FTILE_BLAS_PIXELS = (64, 256)  # output pixels (exclusive, inclusive) left to BLAS
+_FTILE_BLAS_PIXELS = (0, 0)  # output pixels (exclusive, inclusive) left to BLAS: none
 
 
 def ftile_cols(kind, mg, l_n) -> bool:
     """Whether a convolution with ``l_n`` output pixels and ``mg`` channels takes ftile's cols tiles
     (channels in the lanes: maps of at most FTILE_COLS_MAX pixels, channels a multiple of the lanes;
-    the rows tile would run 49 pixels as 64)."""
+    the rows tile would run 49 pixels as 64 and 196 as 224)."""
     return kind in ftile.COLS_LANES and l_n <= FTILE_COLS_MAX and mg % ftile.COLS_LANES[kind] == 0
 
 
-FTILE_COLS_MAX = 64  # output pixels (7x7 maps) up to which ftile runs the cols tiles
+FTILE_COLS_MAX = 196  # output pixels (7x7 and 14x14 maps) up to which ftile runs the cols tiles
 
 
 @functools.cache

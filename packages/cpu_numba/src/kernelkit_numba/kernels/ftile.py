@@ -75,23 +75,24 @@ def requested() -> str:
     return value
 
 
-def select() -> int | None:
-    """The kind (KIND) to run, or None for conv.py's BLAS path: forced by KERNELKIT_F32_GEMM, else
-    avx512, else avx2, else None (``auto`` never picks ``generic``: it is for tests)."""
+def choice() -> tuple[int | None, bool]:
+    """(kind, forced): the kind (KIND) to run, or None for conv.py's BLAS path, and whether
+    KERNELKIT_F32_GEMM named it (then conv.py skips its dispatch by measured shape class). ``auto``
+    takes avx512, else avx2, else None (never ``generic``: it is for tests and forcing)."""
     value = requested()
     if value == "off":
-        return None
+        return None, False
     if value == "auto":
         for name in ("avx512", "avx2"):
             if available(name):
-                return KIND[name]
-        return None
-    return KIND[value]
+                return KIND[name], False
+        return None, False
+    return KIND[value], True
 
 
-def forced() -> bool:
-    """Whether KERNELKIT_F32_GEMM names a variant (the dispatch by measured shape class is skipped)."""
-    return requested() not in ("auto", "off")
+def select() -> int | None:
+    """choice()'s kind."""
+    return choice()[0]
 
 
 # ---------------------------------------------------------------------------------------- packing
