@@ -10,6 +10,12 @@ count also for the Winograd layers, whose rows are a control: both numba columns
 Winograd path there). The last column is what ``auto`` picks for the layer.
 
     python benchmarks/bench_ftile.py [reps=20] [filter]
+    python benchmarks/bench_ftile.py raw [reps=15]
+
+``raw``: the micro-kernels alone on the layers' GEMM shapes (M x K x pixels, weights packed and
+columns made beforehand): the rows tiles (ftile.conv_tiles) at K chunks of 128/256/512/all, the
+cols tiles (ftile.conv_cols, channels a multiple of 16) and ``np.dot`` (OpenBLAS, one thread),
+GFLOP/s, best of ``reps`` rounds in rotated order (wall time, one thread).
 """
 from __future__ import annotations
 
@@ -92,7 +98,67 @@ def layer(c, h, m, k, s, g, reps, forced):
     return ms
 
 
+def raw_fns(kind: int, m: int, k: int, n: int, kcs, rng) -> dict:
+    """The callables of one GEMM shape: np.dot, the rows tiles at each K chunk, the cols tiles."""
+    w = (rng.standard_normal((m, k)) / np.sqrt(k)).astype(np.float32)
+    x = rng.standard_normal((k, n)).astype(np.float32).reshape(-1)
+    out = np.empty((m, n), np.float32)
+    flat = out.reshape(-1)
+    b, zz = np.zeros(m, np.float32), np.zeros(1, np.float32)
+    lo, hi = np.float32(0), np.float32(np.inf)
+    fns = {"dot": lambda: np.dot(w, x.reshape(k, n), out=out)}
+    wp = ftile.pack_weights(w, ftile.MR[kind])
+    block, blocks, groups, _ = ftile.plan(kind, m, k, n, 1)
+
+    def rows(kc):
+        return lambda: ftile.conv_tiles(kind, wp, k, m, x, 0, n, n, b, b, zz, False, lo, hi, flat, 0, n, block, groups,
+                                        min(kc, k), 0, blocks * groups)
+
+    for kc in kcs:
+        fns[kc] = rows(kc)
+    if kind in ftile.COLS_WIDTH and m % ftile.COLS_LANES[kind] == 0:
+        wc = ftile.pack_weights(w, ftile.COLS_WIDTH[kind])
+        panels = -(-m // ftile.COLS_WIDTH[kind])
+        fns["cols"] = lambda: ftile.conv_cols(kind, wc, k, m, x, n, n, b, zz, False, lo, hi, flat, n, ftile.COLS_KC, 0,
+                                              panels)
+    return fns
+
+
+def raw(reps: int) -> None:
+    kind = ftile.KIND[variant()]
+    rng = np.random.default_rng(0)
+    shapes = []
+    for _name, c, h, m, k, s, g in SHAPES + EXTRA:
+        if g == 1:
+            oh = (h + 2 * (k // 2) - k) // s + 1
+            shapes.append((m, c * k * k, oh * oh))
+    kcs = (128, 256, 512, 1 << 30)
+    print(f"variant {variant()}; GFLOP/s at one thread (best of {reps}, wall time)")
+    print("| M x K x pixels | np.dot | " + " | ".join(f"rows kc {kc if kc < 1 << 30 else 'all'}" for kc in kcs)
+          + " | cols |")
+    print("|---|" + "---:|" * (len(kcs) + 2))
+    for m, k, n in sorted(set(shapes)):
+        fns = raw_fns(kind, m, k, n, kcs, rng)
+        for f in fns.values():
+            f()
+        best = dict.fromkeys(fns, np.inf)
+        names = list(fns)
+        for i in range(reps):
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                t0 = time.perf_counter()
+                fns[name]()
+                best[name] = min(best[name], time.perf_counter() - t0)
+        rate = {key: 2.0 * m * k * n / v / 1e9 for key, v in best.items()}
+        cols = f"{rate['cols']:.0f}" if "cols" in rate else "-"
+        print(f"| {m} x {k} x {n} | {rate['dot']:.0f} | " + " | ".join(f"{rate[kc]:.0f}" for kc in kcs)
+              + f" | {cols} |", flush=True)
+
+
 def main(argv):
+    if argv and argv[0] == "raw":
+        config.blas_single()
+        raw(int(argv[1]) if len(argv) > 1 else 15)
+        return
     reps = int(argv[0]) if argv else 20
     pick = argv[1] if len(argv) > 1 else ""
     forced = variant()

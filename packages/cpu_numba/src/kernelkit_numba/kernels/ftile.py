@@ -18,9 +18,15 @@ Variants: ``avx512`` (16 lanes, 8 rows x 32 pixels, 16 zmm accumulators), ``avx2
 a bad value is a ConfigError, a variant the CPU lacks an F32GemmUnavailableError. An intrinsic the
 host lacks compiles to a trap that is never selected (as in qtile.py).
 
-K is taken in chunks of ``KC`` (the tile's weight panel chunk stays in L1 while the block's pixel
-tiles pass): a later chunk starts its accumulators from the output, and only the last applies the
-epilogue (the earlier ones store the plain sums: zero bias, no residual, no clamp).
+K is taken in equal chunks of at most ``KC`` (the tile's weight panel chunk stays in cache while the
+block's pixel tiles pass): a later chunk starts its accumulators from the output, and only the last
+applies the epilogue (the earlier ones store the plain sums: zero bias, no residual, no clamp).
+
+Maps of few pixels (7x7, 14x14) take the **cols** tiles instead (``conv_cols``): the channels are
+the vector lanes (the weights packed as pack_weights(W, 48): 3 vectors of 16 channels per k), each of
+7 pixels broadcast, 21 accumulators; 49 pixels are 7 tiles (the rows tile would run 64). K chunks
+accumulate in a small scratch; the last one applies the epilogue and stores each vector lane by lane
+along its channels' NCHW rows.
 """
 from __future__ import annotations
 
@@ -42,7 +48,9 @@ KIND = {"generic": 0, "avx2": 1, "avx512": 2}
 MR = {0: 4, 1: 6, 2: 8}  # weight rows per tile (panel height)
 NR = {0: 16, 1: 16, 2: 32}  # pixels per tile
 _NEEDS = {"generic": (), "avx2": ("avx2", "fma"), "avx512": ("avx512f",)}
-KC = 256  # K per chunk: the panel's chunk (KC * mr floats) stays in L1 while the pixel tiles pass
+KC = 1024  # at most this much K per chunk (K cut into equal chunks): the panel's chunk (KC * mr floats)
+# stays in L1/L2 while the pixel tiles pass. On the AMD box (bench_ftile.py raw) chunks of 128-512 ran
+# no faster than the whole K, and a short last chunk (the stem's K = 147 as 128 + 19) halved the rate
 
 
 class F32GemmUnavailableError(DeviceError):
@@ -531,7 +539,8 @@ def plan(kind: int, m_n: int, k_n: int, n_pix: int, threads: int) -> tuple[int, 
     chunk's rows in L2, cut further (and the weight panels into groups) so that every thread has
     at least two shards where there is work for them."""
     mr, nr = MR[kind], NR[kind]
-    kc = min(k_n, KC)
+    chunks = -(-k_n // KC)
+    kc = -(-k_n // chunks)
     block = max(nr, BLOCK_BYTES // (4 * kc) // nr * nr)
     block = min(block, -(-n_pix // nr) * nr)
     blocks = -(-n_pix // block)
