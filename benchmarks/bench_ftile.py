@@ -110,12 +110,13 @@ def raw_fns(kind: int, m: int, k: int, n: int, kcs, rng) -> dict:
     wp = ftile.pack_weights(w, ftile.MR[kind])
     block, blocks, groups, _ = ftile.plan(kind, m, k, n, 1)
 
-    def rows(kc):
+    def rows(kc, pack):
         return lambda: ftile.conv_tiles(kind, wp, k, m, x, 0, n, n, b, b, zz, False, lo, hi, flat, 0, n, block, groups,
-                                        min(kc, k), 0, blocks * groups)
+                                        min(kc, k), pack, 0, blocks * groups)
 
     for kc in kcs:
-        fns[kc] = rows(kc)
+        fns[kc] = rows(kc, False)
+    fns["packed"] = rows(1 << 30, True)
     if kind in ftile.COLS_WIDTH and m % ftile.COLS_LANES[kind] == 0:
         wc = ftile.pack_weights(w, ftile.COLS_WIDTH[kind])
         panels = -(-m // ftile.COLS_WIDTH[kind])
@@ -135,8 +136,8 @@ def raw(reps: int) -> None:
     kcs = (128, 256, 512, 1 << 30)
     print(f"variant {variant()}; GFLOP/s at one thread (best of {reps}, wall time)")
     print("| M x K x pixels | np.dot | " + " | ".join(f"rows kc {kc if kc < 1 << 30 else 'all'}" for kc in kcs)
-          + " | cols |")
-    print("|---|" + "---:|" * (len(kcs) + 2))
+          + " | rows packed | cols |")
+    print("|---|" + "---:|" * (len(kcs) + 3))
     for m, k, n in sorted(set(shapes)):
         fns = raw_fns(kind, m, k, n, kcs, rng)
         for f in fns.values():
@@ -151,7 +152,7 @@ def raw(reps: int) -> None:
         rate = {key: 2.0 * m * k * n / v / 1e9 for key, v in best.items()}
         cols = f"{rate['cols']:.0f}" if "cols" in rate else "-"
         print(f"| {m} x {k} x {n} | {rate['dot']:.0f} | " + " | ".join(f"{rate[kc]:.0f}" for kc in kcs)
-              + f" | {cols} |", flush=True)
+              + f" | {rate['packed']:.0f} | {cols} |", flush=True)
 
 
 def main(argv):

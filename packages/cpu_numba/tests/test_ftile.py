@@ -33,7 +33,7 @@ def _close(got, want, k):
     assert_close(got, want.astype(np.float32), err_msg=f"K = {k}")
 
 
-def _rows(kind, w, x, b, z, lo, hi, kc=None, threads=1, x_col0=0, pad_cols=0):
+def _rows(kind, w, x, b, z, lo, hi, kc=None, threads=1, x_col0=0, pad_cols=0, pack=False):
     """conv_tiles over all shards of ftile.plan; x given with ``pad_cols`` extra columns (a column
     block inside a wider matrix, as the blocked im2col passes it)."""
     m_n, k_n = w.shape
@@ -47,7 +47,7 @@ def _rows(kind, w, x, b, z, lo, hi, kc=None, threads=1, x_col0=0, pad_cols=0):
     zero = np.zeros(m_n, np.float32)
     ftile.conv_tiles(kind, wp, k_n, m_n, wide.reshape(-1), x_col0, n_pix + pad_cols, n_pix, b, zero, zz, z is not None,
                      np.float32(lo), np.float32(hi), out.reshape(-1), 0, n_pix, block, groups,
-                     kc or kc0, 0, blocks * groups)
+                     kc or kc0, pack, 0, blocks * groups)
     return out
 
 
@@ -66,9 +66,12 @@ def test_rows_tiles(name, m, k, n):
     b, z = rng.standard_normal(m).astype(np.float32), rng.standard_normal((m, n)).astype(np.float32)
     for zz, lo, hi, kc, threads in [(None, -INF, INF, None, 1), (z, 0, INF, 7, 2), (z, -0.5, 0.5, 64, 3),
                                     (None, 0, 6, None, 2)]:
-        _close(_rows(kind, w, x, b, zz, lo, hi, kc, threads), _want(w, x, b, zz, lo, hi), k)
+        for pack in (False, True):  # the rows read in place, or copied into tile order first
+            _close(_rows(kind, w, x, b, zz, lo, hi, kc, threads, pack=pack), _want(w, x, b, zz, lo, hi), k)
     # a column block inside a wider matrix (the blocked im2col's buffer)
-    _close(_rows(kind, w, x, b, None, -INF, INF, x_col0=3, pad_cols=5), _want(w, x, b, None, -INF, INF), k)
+    for pack in (False, True):
+        got = _rows(kind, w, x, b, None, -INF, INF, x_col0=3, pad_cols=5, pack=pack)
+        _close(got, _want(w, x, b, None, -INF, INF), k)
 
 
 @pytest.mark.parametrize("name", VARIANTS)

@@ -599,7 +599,7 @@ class Conv(NumbaKernel):
                 config.parallel_for(ftile.conv_cols, panels, args, 2.0 * m_n * k_n * l_n)
                 continue
             args = (kind, wp, k_n, m_n, xs, 0, l_n, l_n, bias, zero, zn, z is not None, lo, hi, y[n].reshape(-1), 0,
-                    l_n, block, groups, kc)
+                    l_n, block, groups, kc, ftile.PACK_X)
             config.parallel_for(ftile.conv_tiles, blocks * groups, args, 2.0 * m_n * k_n * l_n)
 
     def _gemm_nt(self, x4, wmat, y, group, bias, z, direct, tiles):
@@ -679,8 +679,8 @@ class Conv(NumbaKernel):
                         fb, _, fg, kc = ftile.plan(kind, mg, k_n, cols, 1)
                         zn = zz.reshape(-1) if zmat is None else zmat.reshape(-1)
                         ftile.conv_tiles(kind, wp, k_n, mg, config.readonly(buf.reshape(-1)), 0, cols, cols, bg, zero,
-                                         zn, zmat is not None, lo, hi, ymat.reshape(-1), c0, l_n, fb, fg, kc, 0,
-                                         -(-cols // fb) * fg)
+                                         zn, zmat is not None, lo, hi, ymat.reshape(-1), c0, l_n, fb, fg, kc,
+                                         ftile.PACK_X, 0, -(-cols // fb) * fg)
                         return
                     np.matmul(wg, buf, out=ymat[:, c0:c1])
                     bias_act_block(ymat, bg, 0, mg, c0, c1, code, p0, p1, zmat)

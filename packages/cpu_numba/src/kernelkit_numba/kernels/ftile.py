@@ -45,6 +45,7 @@ from .qtile import host_features
 ENV = "KERNELKIT_F32_GEMM"
 CHOICES = ("auto", "off", "generic", "avx2", "avx512")
 KIND = {"generic": 0, "avx2": 1, "avx512": 2}
+U = np.uint64  # unsigned index: no wraparound check in inner loops
 MR = {0: 4, 1: 6, 2: 8}  # weight rows per tile (panel height)
 NR = {0: 16, 1: 16, 2: 32}  # pixels per tile
 _NEEDS = {"generic": (), "avx2": ("avx2", "fma"), "avx512": ("avx512f",)}
@@ -315,18 +316,21 @@ def _tile(kind, w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off, 
 
 @jit
 def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
-               groups, kc, s_lo, s_hi):
+               groups, kc, pack, s_lo, s_hi):
     """Shards [s_lo, s_hi) of a convolution's product on the tiles of ``kind``: shard s is pixel block
     s // groups (``block`` pixels of the ``n_pix`` at x's column ``x_col0``, written at out's column
     ``o_col0 + p``) times weight-panel group s % groups. Per block and group: K in chunks of ``kc``,
     each weight panel's chunk over every pixel tile of the block; ``x`` (rows of ``ldx``) and
     ``out``/``z`` (rows of ``ldo``) flat. Earlier chunks store plain sums (``zeros`` bias, no
-    clamp), the last one the epilogue."""
+    clamp), the last one the epilogue. ``pack``: each chunk of the block's rows is first copied into
+    tile order ([tile][k][nr], ``xp``), so that a tile reads one contiguous stream instead of one
+    line from each of kc rows (kc pages apart where a row is 4 KiB or more)."""
     mr = 8 if kind == 2 else (6 if kind == 1 else 4)
     nr = 32 if kind == 2 else 16
     panels = (m_n + mr - 1) // mr
     acc = np.empty(64, np.float32)
     inf = np.float32(np.inf)
+    xp = np.empty(block * kc if pack else 1, np.float32)
     for s in range(s_lo, s_hi):
         b = s // groups
         g = s - b * groups
@@ -337,14 +341,29 @@ def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z,
             kk = min(kc, k_n - k0)
             final = k0 + kk >= k_n
             first = np.int64(1 if k0 == 0 else 0)
+            if pack:
+                for k in range(kk):
+                    src = (k0 + k) * ldx + x_col0 + p0
+                    for t in range(0, n, nr):
+                        d = t * kk + k * nr
+                        for j in range(min(nr, n - t)):
+                            xp[U(d + j)] = x[U(src + t + j)]
             for q in range(q0, q1):
                 r0 = q * mr
                 m_valid = min(mr, m_n - r0)
                 w_off = q * k_n * mr + k0 * mr
                 for t in range(0, n, nr):
                     o_off = r0 * ldo + o_col0 + p0 + t
-                    x_off = k0 * ldx + x_col0 + p0 + t
                     nv = min(nr, n - t)
+                    if pack:
+                        if final:
+                            _tile(kind, wp, w_off, xp, t * kk, nr, kk, first, bias, r0, z, has_z, o_off, ldo, lo, hi,
+                                  out, m_valid, nv, acc)
+                        else:
+                            _tile(kind, wp, w_off, xp, t * kk, nr, kk, first, zeros, r0, z, False, o_off, ldo, -inf,
+                                  inf, out, m_valid, nv, acc)
+                        continue
+                    x_off = k0 * ldx + x_col0 + p0 + t
                     if final:
                         _tile(kind, wp, w_off, x, x_off, ldx, kk, first, bias, r0, z, has_z, o_off, ldo, lo, hi,
                               out, m_valid, nv, acc)
@@ -531,6 +550,7 @@ def conv_cols(kind, wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ld
                 _cols_tile(kind, wp, w_off, x, k0 * ldx + p0, ldx, kk, first, final, acc, t * mp * width, bias, r0, z,
                            has_z, r0 * ldo + p0, ldo, lo, hi, out, m_valid, min(mp, n_pix - p0))
 
+PACK_X = False  # conv.py's choice for conv_tiles' ``pack`` (rows copied into tile order per block)
 BLOCK_BYTES = 256 * 1024  # a block's pixel rows of one K chunk (kc x block floats) stay in L2
 
 
