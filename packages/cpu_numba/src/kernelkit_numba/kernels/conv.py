@@ -484,7 +484,11 @@ class Conv(NumbaKernel):
         return self._w_wino
 
     def _zeros(self, n, dtype):
-        return config.readonly(np.zeros(n, dtype))
+        """A read-only array of n zeros, kept between calls."""
+        hit = self.__dict__.get("_zeros_kept")
+        if hit is None or hit.shape != (n,) or hit.dtype != dtype:
+            hit = self._zeros_kept = config.readonly(np.zeros(n, dtype))
+        return hit
 
     def _gemm(self, x4, w4, y, group, bias, z=None):
         """Per image and group: im2col (sharded over column-matrix rows), then the GEMM cut into
@@ -572,7 +576,7 @@ class Conv(NumbaKernel):
         """One group on the float32 micro-kernels: the pixels read from the NCHW input itself (1x1
         stride 1) or from the im2col matrix, bias + residual + Relu/Clip applied in the registers,
         written straight into y. ``cols``: ftile.conv_cols (few pixels: the channels in the vector
-        lanes, each pixel broadcast), sharded over panels of 64 channels; else ftile.conv_tiles
+        lanes, each pixel broadcast), sharded over panels of 48 channels; else ftile.conv_tiles
         (the weights broadcast, the pixels in the lanes), sharded over pixel blocks."""
         (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = self._geom
         n_n = x4.shape[0]
@@ -581,8 +585,11 @@ class Conv(NumbaKernel):
         l_n = oh_n * ow_n
         width = ftile.COLS_WIDTH[kind] if cols else ftile.MR[kind]
         wp, zero, zz, lo, hi = self._ftile_args(y, bias, z, width, w2)
-        block, blocks, groups, kc = ftile.plan(kind, m_n, k_n, l_n, config.current_threads())
-        panels = -(-m_n // width)
+        key = (kind, cols, m_n, k_n, l_n, config.current_threads())
+        hit = self.__dict__.get("_fplan")
+        if hit is None or hit[0] != key:  # kept while the shapes and the thread budget stay
+            hit = self._fplan = (key, ftile.plan(kind, m_n, k_n, l_n, key[-1]), -(-m_n // width))
+        (block, blocks, groups, kc), panels = hit[1], hit[2]
         for n in range(n_n):
             if direct:
                 xs = x4[n].reshape(-1)
