@@ -3,7 +3,10 @@ process and the best of ``reps`` kept per runtime: on a shared, noisy machine th
 run are meaningful where block medians in separate processes are not (docs/numba.md). At one
 thread the CPU time of the process is used (time spent waiting for a core does not count).
 
-    python benchmarks/bench_e2e_interleaved.py resnet18 [reps=15] [threads=1] [batch=1]
+    python benchmarks/bench_e2e_interleaved.py resnet18 [reps=15] [threads=1] [batch=1] [f32ab=0]
+
+``f32ab=1`` adds "numba_blas": the same numba Session with KERNELKIT_F32_GEMM=off around each of its
+calls (the convolutions on OpenBLAS instead of the float32 micro-kernels of kernels/ftile.py).
 """
 from __future__ import annotations
 
@@ -39,11 +42,23 @@ def main(argv):
     reps = int(argv[1]) if len(argv) > 1 else 15
     threads = int(argv[2]) if len(argv) > 2 else 1
     batch = int(argv[3]) if len(argv) > 3 else 1
+    f32ab = len(argv) > 4 and argv[4] == "1"
     proto, model, feed = batched(name, batch)
     from threadpoolctl import threadpool_limits
 
     runs = {"numba": kernelkit.Session(model, vendors=["numba", "reference"], threads=threads).run,
             "ort": ort_session(proto, threads).run}
+    if f32ab:
+        numba_run = runs["numba"]
+
+        def numba_blas(out, feeds):
+            os.environ["KERNELKIT_F32_GEMM"] = "off"
+            try:
+                return numba_run(out, feeds)
+            finally:
+                os.environ.pop("KERNELKIT_F32_GEMM")
+
+        runs["numba_blas"] = numba_blas
     if threads == 1:
         ref = kernelkit.Session(model, vendors=["reference"])
 
@@ -69,6 +84,8 @@ def main(argv):
             best[k] = min(best[k], clock() - t0)
     line = " ".join(f"{k} {v * 1e3:.2f}" for k, v in best.items())
     extra = f" | numba/ort {best['numba'] / best['ort']:.2f}"
+    if "numba_blas" in best:
+        extra += f" numba_blas/numba {best['numba_blas'] / best['numba']:.2f}"
     if "reference" in best:
         extra += f" reference/numba {best['reference'] / best['numba']:.2f}"
     print(f"{name} b{batch} {threads}t ({'cpu' if threads == 1 else 'wall'} ms, best of {reps}): {line}{extra}")

@@ -287,6 +287,8 @@ def test_conv_im2col_in_blocks_of_rows(check, rng, monkeypatch, x_shape, w_shape
     strided ones packed from column phases (``_im2col_phases``) or gathered."""
     from kernelkit_numba.kernels import conv
 
+    if not phases:  # one half on BLAS, the other on ftile's rows tiles where the CPU has a variant
+        monkeypatch.setenv("KERNELKIT_F32_GEMM", "off")
     monkeypatch.setattr(conv, "_PHASES_MIN_COLS", 1 if phases else 1 << 30)
     monkeypatch.setattr(conv, "_COL_BYTES", 0)
     monkeypatch.setattr(conv, "_COL_BLOCK_BYTES", 1 << 9)
@@ -313,6 +315,7 @@ def test_conv_gemm_nt_rows(check, rng, monkeypatch, x_shape, w_shape, attrs, wit
     row counts that leave a partial group of four, with the residual and activations."""
     from kernelkit_numba.kernels import conv
 
+    monkeypatch.setenv("KERNELKIT_F32_GEMM", "off")  # ftile's cols tiles take these shapes otherwise
     monkeypatch.setattr(conv, "_NT_MIN_ROWS", 1)
     monkeypatch.setattr(conv, "_NT_K_CHUNK", 48)
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (x_shape, w_shape, w_shape[:1]))

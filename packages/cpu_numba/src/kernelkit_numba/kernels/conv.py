@@ -17,6 +17,8 @@ and Relu/Relu6 fused. The output goes into the session's arena when it hands one
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from kernelkit.registry import register_kernel
 from kernelkit.shape import auto_pads, conv_out_dim
@@ -24,7 +26,7 @@ from kernelkit.shape import auto_pads, conv_out_dim
 from .. import config
 from .._base import NumbaKernel
 from ..config import jit_inline, jit_parallel
-from . import winograd
+from . import ftile, winograd
 from ._range import tap_range
 from .epilogue import CLIP, NONE, bias_act_block, bias_act_rows
 from .gemm_nt import gemm_nt_rows
@@ -374,6 +376,7 @@ class Conv(NumbaKernel):
         self._geom_key = None
         self._col = None
         self._w_src, self._w_wino, self._w_variant = None, None, 0  # weights and their Winograd transform
+        self._fpacked = None  # (weights, kind, packed panels) of the float32 micro-kernel (ftile.py)
         self._wino_scratch: dict = {}
 
     def _geometry(self, x_shape, w_shape):
@@ -458,6 +461,7 @@ class Conv(NumbaKernel):
             u = self._transformed(w, w4, 2)
             winograd.conv3x3(x4, u, bias, y, ph, pw, inner, p0, p1, self._wino_scratch, z)
         else:
+            self._w_in = w  # the constant the packed weights are kept for
             self._gemm(x4, w4, y, group, bias, z)
             inner = code
         if not fused_z or inner != code:
@@ -480,7 +484,11 @@ class Conv(NumbaKernel):
         return self._w_wino
 
     def _zeros(self, n, dtype):
-        return config.readonly(np.zeros(n, dtype))
+        """A read-only array of n zeros, kept between calls."""
+        hit = self.__dict__.get("_zeros_kept")
+        if hit is None or hit.shape != (n,) or hit.dtype != dtype:
+            hit = self._zeros_kept = config.readonly(np.zeros(n, dtype))
+        return hit
 
     def _gemm(self, x4, w4, y, group, bias, z=None):
         """Per image and group: im2col (sharded over column-matrix rows), then the GEMM cut into
@@ -494,8 +502,13 @@ class Conv(NumbaKernel):
         self._kernel_hw = (kh, kw)
         code, p0, p1 = self.act
         direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
-        if not direct and k_n * l_n * x4.itemsize > _COL_BYTES and l_n >= _BLOCKED_MIN_COLS:
-            self._gemm_blocked(x4, wmat, y, group, bias, z)
+        kind = self._ftile_kind(group, code, kh, kw, sh, sw, mg, k_n, l_n, x4.dtype)
+        blocked = not direct and k_n * l_n * x4.itemsize > _COL_BYTES and l_n >= _BLOCKED_MIN_COLS
+        if blocked:
+            self._gemm_blocked(x4, wmat, y, group, bias, z, kind)
+            return
+        if kind is not None:
+            self._gemm_ftile(x4, wmat[0], y, bias, z, direct, kind, ftile_cols(kind, mg, l_n))
             return
         if not direct and (self._col is None or self._col.shape != (k_n, l_n) or self._col.dtype != x4.dtype):
             self._col = np.empty((k_n, l_n), x4.dtype)
@@ -534,6 +547,69 @@ class Conv(NumbaKernel):
                     config.run_shards(tile, m_tiles * p_tiles)
 
 
+    def _ftile_kind(self, group, code, kh, kw, sh, sw, mg, k_n, l_n, dtype):
+        """The ftile.py micro-kernel kind for this convolution, or None for BLAS: one group, float32,
+        an epilogue the tile fuses (none, Relu, Clip), and a shape class where it measured faster
+        (``ftile_wins``) unless KERNELKIT_F32_GEMM forces a variant."""
+        if group != 1 or dtype != np.float32 or code not in (NONE, CLIP):
+            return None
+        kind, forced = ftile.choice()
+        if kind is None or forced:
+            return kind
+        return kind if ftile_wins(kh, kw, sh, sw, mg, k_n, l_n) else None
+
+    def _ftile_weights(self, w2, width):
+        """w2 (M, K) packed into panels of ``width`` rows, once per constant weight."""
+        hit, w = self._fpacked, self._w_in
+        if hit is None or hit[0] is not w or hit[1] != width or w.flags.writeable:
+            hit = self._fpacked = (w, width, config.readonly(ftile.pack_weights(w2, width)))
+        return hit[2]
+
+    def _ftile_args(self, y, bias, z, width, wmat):
+        """The arguments every conv_tiles / conv_cols call of this convolution shares."""
+        code, p0, p1 = self.act
+        lo, hi = (p0, p1) if code == CLIP else (np.float32(-np.inf), np.float32(np.inf))
+        m_n = y.shape[1]
+        zero = self._zeros(m_n, y.dtype)
+        return self._ftile_weights(wmat, width), zero, _no_z() if z is None else z, np.float32(lo), np.float32(hi)
+
+    def _gemm_ftile(self, x4, w2, y, bias, z, direct, kind, cols):
+        """One group on the float32 micro-kernels: the pixels read from the NCHW input itself (1x1
+        stride 1) or from the im2col matrix, bias + residual + Relu/Clip applied in the registers,
+        written straight into y. ``cols``: ftile.conv_cols (few pixels: the channels in the vector
+        lanes, each pixel broadcast), sharded over panels of 48 channels; else ftile.conv_tiles
+        (the weights broadcast, the pixels in the lanes), sharded over pixel blocks."""
+        (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = self._geom
+        n_n = x4.shape[0]
+        m_n, k_n = w2.shape
+        kh, kw = self._kernel_hw
+        l_n = oh_n * ow_n
+        width = ftile.COLS_WIDTH[kind] if cols else ftile.MR[kind]
+        wp, zero, zz, lo, hi = self._ftile_args(y, bias, z, width, w2)
+        key = (kind, cols, m_n, k_n, l_n, config.current_threads())
+        hit = self.__dict__.get("_fplan")
+        if hit is None or hit[0] != key:  # kept while the shapes and the thread budget stay
+            hit = self._fplan = (key, ftile.plan(kind, m_n, k_n, l_n, key[-1]), -(-m_n // width))
+        (block, blocks, groups, kc), panels = hit[1], hit[2]
+        for n in range(n_n):
+            if direct:
+                xs = x4[n].reshape(-1)
+            else:
+                if self._col is None or self._col.shape != (k_n, l_n) or self._col.dtype != x4.dtype:
+                    self._col = np.empty((k_n, l_n), x4.dtype)
+                config.parallel_for(_im2col, k_n, (x4[n], self._col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n),
+                                    2.0 * k_n * l_n)
+                xs = config.readonly(self._col.reshape(-1))
+            zn = zz.reshape(-1) if z is None else zz[n].reshape(-1)
+            if cols:
+                args = (kind, wp, k_n, m_n, xs, l_n, l_n, bias, zn, z is not None, lo, hi, y[n].reshape(-1), l_n,
+                        ftile.COLS_KC)
+                config.parallel_for(ftile.conv_cols, panels, args, 2.0 * m_n * k_n * l_n)
+                continue
+            args = (kind, wp, k_n, m_n, xs, 0, l_n, l_n, bias, zero, zn, z is not None, lo, hi, y[n].reshape(-1), 0,
+                    l_n, block, groups, kc, ftile.PACK_X)
+            config.parallel_for(ftile.conv_tiles, blocks * groups, args, 2.0 * m_n * k_n * l_n)
+
     def _gemm_nt(self, x4, wmat, y, group, bias, z, direct, tiles):
         """Few output pixels (7x7 maps), many weight rows: the columns transposed (one row of K
         values per output pixel) and ``gemm_nt_rows``, which reads each weight once, cut into
@@ -570,7 +646,7 @@ class Conv(NumbaKernel):
                 else:
                     config.run_shards(shard, shards)
 
-    def _gemm_blocked(self, x4, wmat, y, group, bias, z):
+    def _gemm_blocked(self, x4, wmat, y, group, bias, z, kind=None):
         """im2col + GEMM in blocks of output rows whose columns fill about ``_COL_BLOCK_BYTES``,
         each block packed, multiplied and finished by one shard before the next: a large column
         matrix (the 7x7 stem's is 147 x 12544, 7.4 MB) is never written to memory whole. Strided
@@ -587,6 +663,8 @@ class Conv(NumbaKernel):
             rows = max(1, min(rows, -(-oh_n // (2 * threads))))
         blocks = -(-oh_n // rows)
         phased = sw > 1 and ow_n >= _PHASES_MIN_COLS
+        if kind is not None:  # the float32 micro-kernel instead of BLAS + the epilogue pass (one group)
+            wp, zero, zz, lo, hi = self._ftile_args(y, bias, z, ftile.MR[kind], wmat[0])
         for n in range(n_n):
             for g in range(group):
                 xs = x4[n, g * cg:(g + 1) * cg]
@@ -604,6 +682,14 @@ class Conv(NumbaKernel):
                                        0, k_n)
                     else:
                         _im2col_rows(xs, buf, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, oh0, oh1, 0, k_n)
+                    if kind is not None:
+                        cols = c1 - c0
+                        fb, _, fg, kc = ftile.plan(kind, mg, k_n, cols, 1)
+                        zn = zz.reshape(-1) if zmat is None else zmat.reshape(-1)
+                        ftile.conv_tiles(kind, wp, k_n, mg, config.readonly(buf.reshape(-1)), 0, cols, cols, bg, zero,
+                                         zn, zmat is not None, lo, hi, ymat.reshape(-1), c0, l_n, fb, fg, kc,
+                                         ftile.PACK_X, 0, -(-cols // fb) * fg)
+                        return
                     np.matmul(wg, buf, out=ymat[:, c0:c1])
                     bias_act_block(ymat, bg, 0, mg, c0, c1, code, p0, p1, zmat)
 
@@ -621,6 +707,32 @@ _COL_BLOCK_BYTES = 1 << 21  # the column block of one shard (L2 + L3): 512 KiB b
 _PHASES_MIN_COLS = 64  # strided convs with this many output columns pack from column phases (the
 # 7x7/2 stem's columns: 0.25 vs 0.54 ms at one thread); at 28 columns (3x3/2 on 56x56) they tie
 _BLOCKED_MIN_COLS = 128  # fewer output pixels (7x7 maps): one GEMM over the whole column matrix
+
+
+def ftile_wins(kh, kw, sh, sw, mg, k_n, l_n) -> bool:
+    """Whether the float32 micro-kernel (ftile.py) measured faster than BLAS + the epilogue pass for
+    this shape class (benchmarks/bench_ftile.py; docs/numba.md "fp32 micro-kernels"): all but the
+    output pixel counts in _FTILE_BLAS_PIXELS."""
+    return not _FTILE_BLAS_PIXELS[0] < l_n <= _FTILE_BLAS_PIXELS[1]
+
+
+_FTILE_BLAS_PIXELS = (0, 0)  # output pixels (exclusive, inclusive) left to BLAS: none
+
+
+def ftile_cols(kind, mg, l_n) -> bool:
+    """Whether a convolution with ``l_n`` output pixels and ``mg`` channels takes ftile's cols tiles
+    (channels in the lanes: maps of at most FTILE_COLS_MAX pixels, channels a multiple of the lanes;
+    the rows tile would run 49 pixels as 64 and 196 as 224)."""
+    return kind in ftile.COLS_LANES and l_n <= FTILE_COLS_MAX and mg % ftile.COLS_LANES[kind] == 0
+
+
+FTILE_COLS_MAX = 196  # output pixels (7x7 and 14x14 maps) up to which ftile runs the cols tiles
+
+
+@functools.cache
+def _no_z():
+    """A read-only stand-in for an absent residual (flat float32, the type of a fused one)."""
+    return config.readonly(np.zeros(1, np.float32))
 
 
 def _edge(i: int, parts: int, size: int) -> int:

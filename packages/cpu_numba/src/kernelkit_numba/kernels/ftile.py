@@ -1,0 +1,578 @@
+"""float32 GEMM micro-kernels for convolutions, written as LLVM IR and chosen at run time from the
+CPU's features (the float32 counterpart of qtile.py's int8 "rows" tile).
+
+``out[m, p] = act(sum_k W[m, k] * X[k, p] + bias[m] (+ Z[m, p]))``: W a convolution's weight (M, K),
+packed once into panels of ``mr`` rows (``wp[(P * K + k) * mr + r] = W[P * mr + r, k]``, the last
+panel padded with zeros), X read straight from rows (``x[x_off + k * ldx + p]``: the NCHW input
+itself for a 1x1 stride-1 convolution, else an im2col column block), the output (and the fused
+residual Z) written along its NCHW rows. One tile is ``mr`` weight rows x ``nr`` pixels of
+accumulators held as ``phi`` vectors across the K loop: each step loads ``nr`` pixels of row k (one
+or two vectors), broadcasts each of the tile's ``mr`` weights and multiplies-adds
+(``llvm.fma.v16f32``). Then bias, residual and Clip (Relu, Relu6; NaN kept as NumPy's max/min keep
+it) in the registers, and the store, masked for a row's last partial tile. Numba's own loops keep
+the accumulators of such a tile scalar (7 GFLOP/s, docs/numba.md): hence IR.
+
+Variants: ``avx512`` (16 lanes, 8 rows x 32 pixels, 16 zmm accumulators), ``avx2`` (FMA3, 8 lanes,
+6 rows x 16 pixels), ``generic`` (the same layouts in plain Numba loops: any CPU, tests).
+``KERNELKIT_F32_GEMM=auto|off|generic|avx2|avx512`` forces one (``off``: the BLAS path of conv.py);
+a bad value is a ConfigError, a variant the CPU lacks an F32GemmUnavailableError. An intrinsic the
+host lacks compiles to a trap that is never selected (as in qtile.py).
+
+K is taken in equal chunks of at most ``KC`` (the tile's weight panel chunk stays in cache while the
+block's pixel tiles pass): a later chunk starts its accumulators from the output, and only the last
+applies the epilogue (the earlier ones store the plain sums: zero bias, no residual, no clamp).
+
+Maps of few pixels (7x7, 14x14) take the **cols** tiles instead (``conv_cols``): the channels are
+the vector lanes (the weights packed as pack_weights(W, 48): 3 vectors of 16 channels per k), each of
+7 pixels broadcast, 21 accumulators; 49 pixels are 7 tiles (the rows tile would run 64). K chunks
+accumulate in a small scratch; the last one applies the epilogue and stores each vector lane by lane
+along its channels' NCHW rows.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from kernelkit.errors import ConfigError, DeviceError
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ..config import jit
+from .qtile import host_features
+
+ENV = "KERNELKIT_F32_GEMM"
+CHOICES = ("auto", "off", "generic", "avx2", "avx512")
+KIND = {"generic": 0, "avx2": 1, "avx512": 2}
+U = np.uint64  # unsigned index: no wraparound check in inner loops
+MR = {0: 4, 1: 6, 2: 8}  # weight rows per tile (panel height)
+NR = {0: 16, 1: 16, 2: 32}  # pixels per tile
+_NEEDS = {"generic": (), "avx2": ("avx2", "fma"), "avx512": ("avx512f",)}
+KC = 1024  # at most this much K per chunk (K cut into equal chunks): the panel's chunk (KC * mr floats)
+# stays in L1/L2 while the pixel tiles pass. On the AMD box (bench_ftile.py raw) chunks of 128-512 ran
+# no faster than the whole K, and a short last chunk (the stem's K = 147 as 128 + 19) halved the rate
+
+
+class F32GemmUnavailableError(DeviceError):
+    """A float32 GEMM micro-kernel was forced (KERNELKIT_F32_GEMM) on a CPU without its instructions."""
+
+    code = "KK_F32_GEMM_UNAVAILABLE"
+
+
+def available(name: str) -> bool:
+    """Whether this CPU (as Numba compiles for it) has the instructions of variant ``name``."""
+    return all(f in host_features() for f in _NEEDS[name])
+
+
+_checked: dict = {}
+
+
+def requested() -> str:
+    """KERNELKIT_F32_GEMM (default ``auto``), checked; read on every call (cached per raw value)."""
+    raw = os.environ.get(ENV)
+    hit = _checked.get(raw)
+    if hit is not None and hit[0] == host_features():
+        return hit[1]
+    value = (raw or "auto").strip().lower() or "auto"
+    if value not in CHOICES:
+        raise ConfigError(f"${ENV}={value!r}: expected one of {', '.join(CHOICES)}")
+    if value in KIND and not available(value):
+        missing = [f for f in _NEEDS[value] if f not in host_features()]
+        raise F32GemmUnavailableError(f"${ENV}={value}: this CPU lacks {', '.join(missing)}")
+    _checked[raw] = (host_features(), value)
+    return value
+
+
+def choice() -> tuple[int | None, bool]:
+    """(kind, forced): the kind (KIND) to run, or None for conv.py's BLAS path, and whether
+    KERNELKIT_F32_GEMM named it (then conv.py skips its dispatch by measured shape class). ``auto``
+    takes avx512, else avx2, else None (never ``generic``: it is for tests and forcing)."""
+    value = requested()
+    if value == "off":
+        return None, False
+    if value == "auto":
+        for name in ("avx512", "avx2"):
+            if available(name):
+                return KIND[name], False
+        return None, False
+    return KIND[value], True
+
+
+def select() -> int | None:
+    """choice()'s kind."""
+    return choice()[0]
+
+
+# ---------------------------------------------------------------------------------------- packing
+def pack_weights(w2: np.ndarray, mr: int) -> np.ndarray:
+    """(M, K) float32 weights into panels of ``mr`` rows, [panel][k][r], zero-padded rows."""
+    m_n, k_n = w2.shape
+    panels = -(-m_n // mr)
+    padded = np.zeros((panels * mr, k_n), np.float32)
+    padded[:m_n] = w2
+    return np.ascontiguousarray(padded.reshape(panels, mr, k_n).transpose(0, 2, 1)).reshape(-1)
+
+
+# --------------------------------------------------------------------------------------------- IR
+def _data(context, builder, arrty, value):
+    return cgutils.create_struct_proxy(arrty)(context, builder, value=value).data
+
+
+def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool):
+    """An intrinsic ``tile(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out,
+    m_valid, n_valid)``: rows [0, m_valid) of an mr x nr block of ``out`` at ``out[o_off:]`` (row
+    stride ``ldo``) = act(W panel at ``w[w_off:]`` ([k][mr]) times the rows ``x[x_off + k * ldx:]``
+    over k < k_n + bias[r0 + r] (+ z at the same place as out when ``with_z``)), act = clamp to
+    [lo, hi] (NaN kept). ``first`` = 0: the accumulators start from ``out`` (a later K chunk).
+    ``masked``: only the first n_valid pixels of a row are read and stored."""
+    lanes = 8 if kind == "avx2" else 16
+    nr = lanes * nvec
+
+    def codegen(context, builder, sig, args):
+        (w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid) = args
+        i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
+        if not available(kind):  # compiled on every CPU, selected only where it runs
+            trap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
+            builder.call(trap, [])
+            return context.get_dummy_value()
+        mod = builder.module
+        vf = ir.VectorType(f32, lanes)
+        vmask = ir.VectorType(i1, lanes)
+        fma = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf, vf, vf]), f"llvm.fma.v{lanes}f32")
+        mload = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf.as_pointer(), i32, vmask, vf]),
+                                               f"llvm.masked.load.v{lanes}f32.p0")
+        mstore = cgutils.get_or_insert_function(mod, ir.FunctionType(ir.VoidType(), [vf, vf.as_pointer(), i32, vmask]),
+                                                f"llvm.masked.store.v{lanes}f32.p0")
+        pw = builder.gep(builder.bitcast(_data(context, builder, sig.args[0], w), f32.as_pointer()), [w_off])
+        px = builder.gep(builder.bitcast(_data(context, builder, sig.args[2], x), f32.as_pointer()), [x_off])
+        pb = builder.bitcast(_data(context, builder, sig.args[7], bias), f32.as_pointer())
+        pz = builder.gep(builder.bitcast(_data(context, builder, sig.args[9], z), f32.as_pointer()), [o_off])
+        po = builder.gep(builder.bitcast(_data(context, builder, sig.args[14], out), f32.as_pointer()), [o_off])
+        zero_v = ir.Constant(vf, None)
+        splat0 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
+
+        def splat(value):
+            one = builder.insert_element(ir.Constant(vf, ir.Undefined), value, ir.Constant(i32, 0))
+            return builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined), splat0)
+
+        masks = []
+        if masked:
+            valid = builder.insert_element(ir.Constant(ir.VectorType(i64, lanes), ir.Undefined), n_valid,
+                                           ir.Constant(i32, 0))
+            valid = builder.shuffle_vector(valid, ir.Constant(ir.VectorType(i64, lanes), ir.Undefined), splat0)
+            vi64 = ir.VectorType(i64, lanes)
+            masks = [builder.icmp_signed("<", ir.Constant(vi64, [lanes * j + t for t in range(lanes)]), valid)
+                     for j in range(nvec)]
+
+        def vload(ptr, j):
+            ptr = builder.bitcast(ptr, vf.as_pointer())
+            if masked:
+                return builder.call(mload, [ptr, ir.Constant(i32, 4), masks[j], zero_v])
+            return builder.load(ptr, align=4)
+
+        def vstore(value, ptr, j):
+            ptr = builder.bitcast(ptr, vf.as_pointer())
+            if masked:
+                builder.call(mstore, [value, ptr, ir.Constant(i32, 4), masks[j]])
+            else:
+                builder.store(value, ptr, align=4)
+
+        last = builder.sub(m_valid, ir.Constant(i64, 1))
+
+        def row_of(r):  # rows past m_valid read the last valid one (their sums are never stored)
+            rr = ir.Constant(i64, r)
+            return builder.select(builder.icmp_signed("<", rr, m_valid), rr, last)
+
+        pre = builder.basic_block
+        loadb = builder.append_basic_block("ftile.load")
+        head = builder.append_basic_block("ftile.head")
+        body = builder.append_basic_block("ftile.body")
+        done = builder.append_basic_block("ftile.done")
+        builder.cbranch(builder.icmp_signed("!=", first, ir.Constant(i64, 0)), head, loadb)
+        builder.position_at_end(loadb)
+        loaded = []
+        for r in range(mr):
+            row = builder.gep(po, [builder.mul(ldo, row_of(r))])
+            for j in range(nvec):
+                loaded.append(vload(builder.gep(row, [ir.Constant(i64, lanes * j)]), j))
+        builder.branch(head)
+
+        builder.position_at_end(head)
+        k = builder.phi(i64)
+        k.add_incoming(ir.Constant(i64, 0), pre)
+        k.add_incoming(ir.Constant(i64, 0), loadb)
+        accs = []
+        for i in range(mr * nvec):
+            phi = builder.phi(vf)
+            phi.add_incoming(zero_v, pre)
+            phi.add_incoming(loaded[i], loadb)
+            accs.append(phi)
+        builder.cbranch(builder.icmp_signed("<", k, k_n), body, done)
+
+        builder.position_at_end(body)
+        xrow = builder.gep(px, [builder.mul(k, ldx)])
+        xv = [vload(builder.gep(xrow, [ir.Constant(i64, lanes * j)]), j) for j in range(nvec)]
+        wrow = builder.gep(pw, [builder.mul(k, ir.Constant(i64, mr))])
+        new = []
+        for r in range(mr):
+            bw = splat(builder.load(builder.gep(wrow, [ir.Constant(i64, r)]), align=4))
+            for j in range(nvec):
+                new.append(builder.call(fma, [bw, xv[j], accs[r * nvec + j]]))
+        k.add_incoming(builder.add(k, ir.Constant(i64, 1)), builder.basic_block)
+        for phi, value in zip(accs, new):
+            phi.add_incoming(value, builder.basic_block)
+        builder.branch(head)
+
+        builder.position_at_end(done)
+        lov, hiv = splat(lo), splat(hi)
+        for r in range(mr):
+            with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, r), m_valid), likely=True):
+                bv = splat(builder.load(builder.gep(pb, [builder.add(r0, ir.Constant(i64, r))]), align=4))
+                off = builder.mul(ldo, ir.Constant(i64, r))
+                for j in range(nvec):
+                    at = builder.add(off, ir.Constant(i64, lanes * j))
+                    v = builder.fadd(accs[r * nvec + j], bv)
+                    if with_z:
+                        v = builder.fadd(v, vload(builder.gep(pz, [at]), j))
+                    v = builder.select(builder.fcmp_ordered("<", v, lov), lov, v)  # max(v, lo), NaN kept
+                    v = builder.select(builder.fcmp_ordered(">", v, hiv), hiv, v)  # min(v, hi)
+                    vstore(v, builder.gep(po, [at]), j)
+        return context.get_dummy_value()
+
+    @intrinsic
+    def tile(typingctx, w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
+             n_valid):
+        i64, f = types.int64, types.float32
+        return types.void(w, i64, x, i64, i64, i64, i64, bias, i64, z, i64, i64, f, f, out, i64, i64), codegen
+
+    tile.nr = nr
+    return tile
+
+
+_t512 = _tile_intrinsic("avx512", 8, 2, False, False)
+_t512m = _tile_intrinsic("avx512", 8, 2, True, False)
+_t512z = _tile_intrinsic("avx512", 8, 2, False, True)
+_t512mz = _tile_intrinsic("avx512", 8, 2, True, True)
+_t2 = _tile_intrinsic("avx2", 6, 2, False, False)
+_t2m = _tile_intrinsic("avx2", 6, 2, True, False)
+_t2z = _tile_intrinsic("avx2", 6, 2, False, True)
+_t2mz = _tile_intrinsic("avx2", 6, 2, True, True)
+
+
+@jit
+def _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off, ldo, lo, hi, out, m_valid,
+                  n_valid, acc):
+    """The tiles' arithmetic in plain loops (4 rows x 16 pixels, ``acc`` a 64-float scratch)."""
+    for r in range(m_valid):
+        for j in range(n_valid):
+            acc[r * 16 + j] = np.float32(0) if first else out[o_off + r * ldo + j]
+    for k in range(k_n):
+        for r in range(m_valid):
+            wv = w[w_off + k * 4 + r]
+            for j in range(n_valid):
+                acc[r * 16 + j] += wv * x[x_off + k * ldx + j]
+    for r in range(m_valid):
+        b = bias[r0 + r]
+        for j in range(n_valid):
+            v = acc[r * 16 + j] + b
+            if has_z:
+                v += z[o_off + r * ldo + j]
+            if v < lo:
+                v = lo
+            if v > hi:
+                v = hi
+            out[o_off + r * ldo + j] = v
+
+
+@jit
+def _tile(kind, w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off, ldo, lo, hi, out, m_valid, n_valid,
+          acc):
+    """One tile of variant ``kind`` (n_valid < nr: the masked form)."""
+    if kind == 2:
+        if n_valid >= 32:
+            if has_z:
+                _t512z(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
+            else:
+                _t512(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
+        elif has_z:
+            _t512mz(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
+        else:
+            _t512m(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
+    elif kind == 1:
+        if n_valid >= 16:
+            if has_z:
+                _t2z(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
+            else:
+                _t2(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
+        elif has_z:
+            _t2mz(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
+        else:
+            _t2m(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
+    else:
+        _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off, ldo, lo, hi, out, m_valid,
+                      n_valid, acc)
+
+
+@jit
+def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
+               groups, kc, pack, s_lo, s_hi):
+    """Shards [s_lo, s_hi) of a convolution's product on the tiles of ``kind``: shard s is pixel block
+    s // groups (``block`` pixels of the ``n_pix`` at x's column ``x_col0``, written at out's column
+    ``o_col0 + p``) times weight-panel group s % groups. Per block and group: K in chunks of ``kc``,
+    each weight panel's chunk over every pixel tile of the block; ``x`` (rows of ``ldx``) and
+    ``out``/``z`` (rows of ``ldo``) flat. Earlier chunks store plain sums (``zeros`` bias, no
+    clamp), the last one the epilogue. ``pack``: each chunk of the block's rows is first copied into
+    tile order ([tile][k][nr], ``xp``), so that a tile reads one contiguous stream instead of one
+    line from each of kc rows (kc pages apart where a row is 4 KiB or more)."""
+    mr = 8 if kind == 2 else (6 if kind == 1 else 4)
+    nr = 32 if kind == 2 else 16
+    panels = (m_n + mr - 1) // mr
+    acc = np.empty(64, np.float32)
+    inf = np.float32(np.inf)
+    xp = np.empty(block * kc if pack else 1, np.float32)
+    for s in range(s_lo, s_hi):
+        b = s // groups
+        g = s - b * groups
+        q0, q1 = g * panels // groups, (g + 1) * panels // groups
+        p0 = b * block
+        n = min(block, n_pix - p0)
+        for k0 in range(0, k_n, kc):
+            kk = min(kc, k_n - k0)
+            final = k0 + kk >= k_n
+            first = np.int64(1 if k0 == 0 else 0)
+            if pack:
+                for k in range(kk):
+                    src = (k0 + k) * ldx + x_col0 + p0
+                    for t in range(0, n, nr):
+                        d = t * kk + k * nr
+                        for j in range(min(nr, n - t)):
+                            xp[U(d + j)] = x[U(src + t + j)]
+            for q in range(q0, q1):
+                r0 = q * mr
+                m_valid = min(mr, m_n - r0)
+                w_off = q * k_n * mr + k0 * mr
+                for t in range(0, n, nr):
+                    o_off = r0 * ldo + o_col0 + p0 + t
+                    nv = min(nr, n - t)
+                    if pack:
+                        if final:
+                            _tile(kind, wp, w_off, xp, t * kk, nr, kk, first, bias, r0, z, has_z, o_off, ldo, lo, hi,
+                                  out, m_valid, nv, acc)
+                        else:
+                            _tile(kind, wp, w_off, xp, t * kk, nr, kk, first, zeros, r0, z, False, o_off, ldo, -inf,
+                                  inf, out, m_valid, nv, acc)
+                        continue
+                    x_off = k0 * ldx + x_col0 + p0 + t
+                    if final:
+                        _tile(kind, wp, w_off, x, x_off, ldx, kk, first, bias, r0, z, has_z, o_off, ldo, lo, hi,
+                              out, m_valid, nv, acc)
+                    else:
+                        _tile(kind, wp, w_off, x, x_off, ldx, kk, first, zeros, r0, z, False, o_off, ldo, -inf, inf,
+                              out, m_valid, nv, acc)
+
+
+
+# ------------------------------------------------------------------ small maps: channels in the lanes
+def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool):
+    """An intrinsic ``tile(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off,
+    ldo, lo, hi, out, m_valid, n_valid)`` for maps of few pixels (7x7): the channels are the vector
+    lanes. ``w`` packed as pack_weights(W, cv * lanes) ([k][cv * lanes channels], loaded as cv
+    vectors), each of the tile's ``mp`` pixels ``x[x_off + k * ldx + p]`` broadcast; accumulators
+    (pixel, channel vector). ``first`` = 0: they start from the (mp, cv * lanes) scratch at
+    ``acc[a_off:]``; ``final`` = 0: they are stored there (a K chunk), else bias (+ z) and clamp are
+    applied and each vector is stored lane by lane along its channels' NCHW rows (``out[o_off + c *
+    ldo + p]``). Pixels past n_valid read pixel n_valid - 1 and are not stored; channel vectors at or
+    past m_valid (a multiple of lanes) are not stored."""
+    lanes = 8 if kind == "avx2" else 16
+    width = cv * lanes
+
+    def codegen(context, builder, sig, args):
+        (w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
+         n_valid) = args
+        i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+        if not available(kind):
+            trap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
+            builder.call(trap, [])
+            return context.get_dummy_value()
+        mod = builder.module
+        vf = ir.VectorType(f32, lanes)
+        fma = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf, vf, vf]), f"llvm.fma.v{lanes}f32")
+        pw = builder.gep(builder.bitcast(_data(context, builder, sig.args[0], w), f32.as_pointer()), [w_off])
+        px = builder.gep(builder.bitcast(_data(context, builder, sig.args[2], x), f32.as_pointer()), [x_off])
+        pa = builder.gep(builder.bitcast(_data(context, builder, sig.args[8], acc), f32.as_pointer()), [a_off])
+        pb = builder.bitcast(_data(context, builder, sig.args[10], bias), f32.as_pointer())
+        pz = builder.gep(builder.bitcast(_data(context, builder, sig.args[12], z), f32.as_pointer()), [o_off])
+        po = builder.gep(builder.bitcast(_data(context, builder, sig.args[17], out), f32.as_pointer()), [o_off])
+        zero_v = ir.Constant(vf, None)
+        splat0 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
+
+        def splat(value):
+            one = builder.insert_element(ir.Constant(vf, ir.Undefined), value, ir.Constant(i32, 0))
+            return builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined), splat0)
+
+        def vptr(base, at):
+            return builder.bitcast(builder.gep(base, [ir.Constant(i64, at)]), vf.as_pointer())
+
+        last = builder.sub(n_valid, ir.Constant(i64, 1))
+        pix = []
+        for p in range(mp):  # pixels past n_valid read the last valid one (never stored)
+            pp = ir.Constant(i64, p)
+            pix.append(builder.select(builder.icmp_signed("<", pp, n_valid), pp, last))
+
+        pre = builder.basic_block
+        loadb = builder.append_basic_block("fcols.load")
+        head = builder.append_basic_block("fcols.head")
+        body = builder.append_basic_block("fcols.body")
+        done = builder.append_basic_block("fcols.done")
+        builder.cbranch(builder.icmp_signed("!=", first, ir.Constant(i64, 0)), head, loadb)
+        builder.position_at_end(loadb)
+        loaded = [builder.load(vptr(pa, p * width + j * lanes), align=4) for p in range(mp) for j in range(cv)]
+        builder.branch(head)
+
+        builder.position_at_end(head)
+        k = builder.phi(i64)
+        k.add_incoming(ir.Constant(i64, 0), pre)
+        k.add_incoming(ir.Constant(i64, 0), loadb)
+        accs = []
+        for i in range(mp * cv):
+            phi = builder.phi(vf)
+            phi.add_incoming(zero_v, pre)
+            phi.add_incoming(loaded[i], loadb)
+            accs.append(phi)
+        builder.cbranch(builder.icmp_signed("<", k, k_n), body, done)
+
+        builder.position_at_end(body)
+        wrow = builder.gep(pw, [builder.mul(k, ir.Constant(i64, width))])
+        wv = [builder.load(vptr(wrow, j * lanes), align=4) for j in range(cv)]
+        xrow = builder.gep(px, [builder.mul(k, ldx)])
+        new = []
+        for p in range(mp):
+            bx = splat(builder.load(builder.gep(xrow, [pix[p]]), align=4))
+            for j in range(cv):
+                new.append(builder.call(fma, [wv[j], bx, accs[p * cv + j]]))
+        k.add_incoming(builder.add(k, ir.Constant(i64, 1)), builder.basic_block)
+        for phi, value in zip(accs, new):
+            phi.add_incoming(value, builder.basic_block)
+        builder.branch(head)
+
+        builder.position_at_end(done)
+        with builder.if_else(builder.icmp_signed("!=", final, ir.Constant(i64, 0))) as (fin, partial):
+            with partial:
+                for p in range(mp):
+                    for j in range(cv):
+                        builder.store(accs[p * cv + j], vptr(pa, p * width + j * lanes), align=4)
+            with fin:
+                lov, hiv = splat(lo), splat(hi)
+                lastv = builder.sub(m_valid, ir.Constant(i64, lanes))
+                for j in range(cv):
+                    jj = ir.Constant(i64, j * lanes)
+                    at = builder.select(builder.icmp_signed("<", jj, m_valid), jj, lastv)
+                    bptr = builder.bitcast(builder.gep(pb, [builder.add(r0, at)]), vf.as_pointer())
+                    bv = builder.load(bptr, align=4)
+                    with builder.if_then(builder.icmp_signed("<", jj, m_valid), likely=True):
+                        for p in range(mp):
+                            with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, p), n_valid), likely=True):
+                                v = builder.fadd(accs[p * cv + j], bv)
+                                offs = [builder.add(builder.mul(ldo, ir.Constant(i64, j * lanes + t)),
+                                                    ir.Constant(i64, p)) for t in range(lanes)]
+                                if with_z:
+                                    zv = ir.Constant(vf, ir.Undefined)
+                                    for t in range(lanes):
+                                        zt = builder.load(builder.gep(pz, [offs[t]]), align=4)
+                                        zv = builder.insert_element(zv, zt, ir.Constant(i32, t))
+                                    v = builder.fadd(v, zv)
+                                v = builder.select(builder.fcmp_ordered("<", v, lov), lov, v)
+                                v = builder.select(builder.fcmp_ordered(">", v, hiv), hiv, v)
+                                for t in range(lanes):
+                                    builder.store(builder.extract_element(v, ir.Constant(i32, t)),
+                                                  builder.gep(po, [offs[t]]), align=4)
+        return context.get_dummy_value()
+
+    @intrinsic
+    def tile(typingctx, w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out,
+             m_valid, n_valid):
+        i64, f = types.int64, types.float32
+        return types.void(w, i64, x, i64, i64, i64, i64, i64, acc, i64, bias, i64, z, i64, i64, f, f, out, i64,
+                          i64), codegen
+
+    return tile
+
+
+COLS_WIDTH = {1: 16, 2: 48}  # channels per panel (cv * lanes): pack_weights(W, COLS_WIDTH[kind])
+COLS_LANES = {1: 8, 2: 16}  # the output channels must be a multiple of this
+COLS_KC = 512  # K per chunk of the cols tiles (a chunk of the 64-channel panel: 128 KiB, in L2)
+_c512 = _cols_intrinsic("avx512", 3, 7, False)
+_c512z = _cols_intrinsic("avx512", 3, 7, True)
+_c2 = _cols_intrinsic("avx2", 2, 6, False)
+_c2z = _cols_intrinsic("avx2", 2, 6, True)
+
+
+@jit
+def _cols_tile(kind, w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, has_z, o_off, ldo, lo, hi,
+               out, m_valid, n_valid):
+    if kind == 2:
+        if has_z:
+            _c512z(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out,
+                   m_valid, n_valid)
+        else:
+            _c512(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out,
+                  m_valid, n_valid)
+    elif has_z:
+        _c2z(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
+             n_valid)
+    else:
+        _c2(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
+            n_valid)
+
+
+@jit
+def conv_cols(kind, wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, s_lo, s_hi):
+    """Weight panels [s_lo, s_hi) (COLS_WIDTH[kind] channels each; m_n a multiple of the lanes) of a
+    convolution with few pixels on the cols tiles (kind 1 or 2): per panel, K in chunks of ``kc``,
+    each chunk over every tile of COLS_MP pixels, the partial sums in a scratch (pixel, channel)
+    block; the last chunk applies the epilogue and writes the NCHW rows of ``out`` (row stride ldo,
+    pixels from 0; ``x`` rows of ldx, ``z`` shaped like out)."""
+    width = 48 if kind == 2 else 16
+    mp = 7 if kind == 2 else 6
+    tiles = (n_pix + mp - 1) // mp
+    acc = np.empty(tiles * mp * width, np.float32)
+    for q in range(s_lo, s_hi):
+        r0 = q * width
+        m_valid = min(width, m_n - r0)
+        for k0 in range(0, k_n, kc):
+            kk = min(kc, k_n - k0)
+            first = np.int64(1 if k0 == 0 else 0)
+            final = np.int64(1 if k0 + kk >= k_n else 0)
+            w_off = q * k_n * width + k0 * width
+            for t in range(tiles):
+                p0 = t * mp
+                _cols_tile(kind, wp, w_off, x, k0 * ldx + p0, ldx, kk, first, final, acc, t * mp * width, bias, r0, z,
+                           has_z, r0 * ldo + p0, ldo, lo, hi, out, m_valid, min(mp, n_pix - p0))
+
+PACK_X = False  # conv.py's choice for conv_tiles' ``pack`` (rows copied into tile order per block)
+BLOCK_BYTES = 256 * 1024  # a block's pixel rows of one K chunk (kc x block floats) stay in L2
+
+
+def plan(kind: int, m_n: int, k_n: int, n_pix: int, threads: int) -> tuple[int, int, int, int]:
+    """(block, blocks, groups, kc) for conv_tiles: pixel blocks of a multiple of nr keeping a K
+    chunk's rows in L2, cut further (and the weight panels into groups) so that every thread has
+    at least two shards where there is work for them."""
+    mr, nr = MR[kind], NR[kind]
+    chunks = -(-k_n // KC)
+    kc = -(-k_n // chunks)
+    block = max(nr, BLOCK_BYTES // (4 * kc) // nr * nr)
+    block = min(block, -(-n_pix // nr) * nr)
+    blocks = -(-n_pix // block)
+    panels = -(-m_n // mr)
+    groups = 1
+    if threads > 1:
+        want = 2 * threads
+        if blocks < want:
+            per_block = -(-n_pix // want)
+            per = max(nr, -(-per_block // nr) * nr)
+            block = min(block, per)
+            blocks = -(-n_pix // block)
+        if blocks < want:
+            groups = max(1, min(panels, -(-want // blocks)))
+    return block, blocks, groups, kc

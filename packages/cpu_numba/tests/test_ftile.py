@@ -1,0 +1,209 @@
+"""The float32 conv micro-kernels (ftile.py): every variant this CPU has against a float64 NumPy
+product (rows tiles: channel and pixel tails, K chunks, residual, Relu/Clip, NaN kept; cols tiles for
+small maps), the Conv kernel forced onto each variant through a Session against the reference
+kernels (1x1 direct, strided/padded im2col, the blocked im2col of large maps, 7x7 maps, fused
+residual + activation), and KERNELKIT_F32_GEMM with its typed errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kernelkit.errors import ConfigError
+from kernelkit.testing import assert_close, run_single_op
+from kernelkit_numba.kernels import ftile
+
+VARIANTS = ["generic", "avx2", "avx512"]
+INF = np.float32(np.inf)
+
+
+def _need(name):
+    if not ftile.available(name):
+        missing = [f for f in ftile._NEEDS[name] if f not in ftile.host_features()]
+        pytest.skip(f"this CPU lacks {', '.join(missing)} ({name} cannot run here)")
+
+
+def _want(w, x, b, z, lo, hi):
+    v = w.astype(np.float64) @ x.astype(np.float64) + b[:, None]
+    if z is not None:
+        v = v + z
+    return np.minimum(np.maximum(v, lo), hi)
+
+
+def _close(got, want, k):
+    """float32 sums of k products against float64 rounded to float32: float32's tolerance."""
+    assert_close(got, want.astype(np.float32), err_msg=f"K = {k}")
+
+
+def _rows(kind, w, x, b, z, lo, hi, kc=None, threads=1, x_col0=0, pad_cols=0, pack=False):
+    """conv_tiles over all shards of ftile.plan; x given with ``pad_cols`` extra columns (a column
+    block inside a wider matrix, as the blocked im2col passes it)."""
+    m_n, k_n = w.shape
+    n_pix = x.shape[1]
+    wide = np.zeros((k_n, n_pix + pad_cols), np.float32)
+    wide[:, x_col0:x_col0 + n_pix] = x
+    wp = ftile.pack_weights(w, ftile.MR[kind])
+    out = np.full((m_n, n_pix), np.nan, np.float32)
+    block, blocks, groups, kc0 = ftile.plan(kind, m_n, k_n, n_pix, threads)
+    zz = np.zeros(1, np.float32) if z is None else z.reshape(-1)
+    zero = np.zeros(m_n, np.float32)
+    ftile.conv_tiles(kind, wp, k_n, m_n, wide.reshape(-1), x_col0, n_pix + pad_cols, n_pix, b, zero, zz, z is not None,
+                     np.float32(lo), np.float32(hi), out.reshape(-1), 0, n_pix, block, groups,
+                     kc or kc0, pack, 0, blocks * groups)
+    return out
+
+
+ROW_SHAPES = [(1, 1, 1), (5, 3, 7), (8, 16, 32), (9, 17, 33), (13, 300, 100), (24, 16, 700), (64, 147, 257),
+              (70, 64, 49), (3, 600, 31)]
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("m,k,n", ROW_SHAPES)
+def test_rows_tiles(name, m, k, n):
+    _need(name)
+    kind = ftile.KIND[name]
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    w = (rng.standard_normal((m, k)) / np.sqrt(k)).astype(np.float32)  # sums of order 1, as trained layers'
+    x = rng.standard_normal((k, n)).astype(np.float32)
+    b, z = rng.standard_normal(m).astype(np.float32), rng.standard_normal((m, n)).astype(np.float32)
+    for zz, lo, hi, kc, threads in [(None, -INF, INF, None, 1), (z, 0, INF, 7, 2), (z, -0.5, 0.5, 64, 3),
+                                    (None, 0, 6, None, 2)]:
+        for pack in (False, True):  # the rows read in place, or copied into tile order first
+            _close(_rows(kind, w, x, b, zz, lo, hi, kc, threads, pack=pack), _want(w, x, b, zz, lo, hi), k)
+    # a column block inside a wider matrix (the blocked im2col's buffer)
+    for pack in (False, True):
+        got = _rows(kind, w, x, b, None, -INF, INF, x_col0=3, pad_cols=5, pack=pack)
+        _close(got, _want(w, x, b, None, -INF, INF), k)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_rows_tiles_keep_nan_and_inf(name):
+    """NaN in the input stays NaN through the clamp (as NumPy's maximum/minimum); inf is clamped."""
+    _need(name)
+    kind = ftile.KIND[name]
+    w = np.ones((9, 4), np.float32)
+    x = np.ones((4, 40), np.float32)
+    x[2, 5], x[1, 37] = np.nan, np.inf
+    for lo, hi in [(-INF, INF), (0, INF), (0, 6)]:
+        got = _rows(kind, w, x, np.zeros(9, np.float32), None, lo, hi)
+        np.testing.assert_array_equal(got, _want(w, x, np.zeros(9, np.float32), None, lo, hi).astype(np.float32))
+
+
+def _cols(kind, w, x, b, z, lo, hi, kc):
+    m_n, k_n = w.shape
+    n_pix = x.shape[1]
+    width = ftile.COLS_WIDTH[kind]
+    wp = ftile.pack_weights(w, width)
+    out = np.full((m_n, n_pix), np.nan, np.float32)
+    zz = np.zeros(1, np.float32) if z is None else z.reshape(-1)
+    ftile.conv_cols(kind, wp, k_n, m_n, x.reshape(-1), n_pix, n_pix, b, zz, z is not None, np.float32(lo),
+                    np.float32(hi), out.reshape(-1), n_pix, kc, 0, -(-m_n // width))
+    return out
+
+
+@pytest.mark.parametrize("name", ["avx2", "avx512"])
+@pytest.mark.parametrize("m,k,n", [(16, 5, 7), (48, 300, 49), (64, 70, 13), (160, 960, 49), (32, 1, 1), (80, 33, 64)])
+def test_cols_tiles(name, m, k, n):
+    _need(name)
+    kind = ftile.KIND[name]
+    rng = np.random.default_rng(m + k + n)
+    w = (rng.standard_normal((m, k)) / np.sqrt(k)).astype(np.float32)  # sums of order 1, as trained layers'
+    x = rng.standard_normal((k, n)).astype(np.float32)
+    b, z = rng.standard_normal(m).astype(np.float32), rng.standard_normal((m, n)).astype(np.float32)
+    for zz, lo, hi, kc in [(None, -INF, INF, 512), (z, 0, INF, 64), (z, -0.5, 0.5, 7), (None, 0, 6, 1)]:
+        _close(_cols(kind, w, x, b, zz, lo, hi, kc), _want(w, x, b, zz, lo, hi), k)
+
+
+# Conv through a Session, the kernel forced onto each variant: 1x1 direct (channel and pixel tails),
+# strided / padded im2col, 7x7 and 14x14 maps (cols tiles where the channels allow), the stem-like
+# blocked im2col, batch 2
+CONV_CASES = [
+    ((1, 16, 9, 11), (24, 16, 1, 1), {}),
+    ((2, 13, 12, 12), (19, 13, 1, 1), {"activation": "Relu"}),
+    ((1, 8, 17, 15), (12, 8, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 2], "activation": "Clip",
+                                     "activation_params": [-0.5, 0.5]}),
+    ((1, 32, 7, 7), (64, 32, 3, 3), {"pads": [1, 1, 1, 1], "activation": "Relu"}),
+    ((2, 40, 7, 7), (48, 40, 1, 1), {}),
+    ((1, 24, 7, 7), (20, 24, 1, 1), {"activation": "Relu"}),
+    ((1, 3, 64, 64), (16, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3], "activation": "Relu"}),
+    ((1, 6, 20, 20), (10, 6, 3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+    ((1, 16, 28, 27), (32, 16, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "activation": "Relu"}),  # 14x14
+]
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("x_shape, w_shape, attrs", CONV_CASES)
+@pytest.mark.parametrize("with_z", [False, True])
+def test_conv_session_on_each_variant(check, rng, monkeypatch, name, x_shape, w_shape, attrs, with_z):
+    _need(name)
+    monkeypatch.setenv(ftile.ENV, name)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (x_shape, w_shape, w_shape[:1]))
+    inputs = [x, w, b]
+    if with_z:
+        y = run_single_op("Conv", inputs, {k: v for k, v in attrs.items() if not k.startswith("activation")},
+                          vendors=["reference"])[0]
+        inputs.append(rng.standard_normal(y.shape).astype(np.float32))
+    check("Conv", inputs, attrs, constants=(1, 2))
+
+
+def test_conv_blocked_im2col_on_the_tiles(check, rng, monkeypatch):
+    """The blocked im2col (column matrices over 1 MiB, limits lowered) with the rows tiles per block."""
+    from kernelkit_numba.kernels import conv
+
+    monkeypatch.setattr(conv, "_COL_BYTES", 0)
+    monkeypatch.setattr(conv, "_COL_BLOCK_BYTES", 1 << 10)
+    monkeypatch.setattr(conv, "_BLOCKED_MIN_COLS", 1)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 23, 21), (8, 3, 7, 7), (8,)))
+    attrs = {"strides": [2, 2], "pads": [3, 3, 3, 3], "activation": "Relu"}
+    y = run_single_op("Conv", [x, w, b], {"strides": [2, 2], "pads": [3, 3, 3, 3]}, vendors=["reference"])[0]
+    check("Conv", [x, w, b], attrs, constants=(1, 2))
+    check("Conv", [x, w, b, rng.standard_normal(y.shape).astype(np.float32)], attrs, constants=(1, 2))
+
+
+def test_weights_as_a_graph_input_are_packed_every_call(rng, monkeypatch):
+    """A weight that is not a constant (a writable array each run) is packed per call, not cached."""
+    import kernelkit
+    from kernelkit_converters.onnx import convert
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"])]
+    io = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6]),
+          helper.make_tensor_value_info("w", TensorProto.FLOAT, [16, 8, 1, 1])]
+    out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 6, 6])]
+    model = convert(helper.make_model(helper.make_graph(nodes, "g", io, out),
+                                      opset_imports=[helper.make_opsetid("", 21)]))
+    sess = kernelkit.Session(model, vendors=["numba"], fallback=False)
+    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    for _ in range(2):
+        w = rng.standard_normal((16, 8, 1, 1)).astype(np.float32)
+        want = np.einsum("mc,nchw->nmhw", w[:, :, 0, 0], x)
+        assert_close(sess.run(None, {"x": x, "w": w})[0], want)
+
+
+def test_env_override(monkeypatch):
+    monkeypatch.setenv(ftile.ENV, "off")
+    assert ftile.select() is None
+    monkeypatch.setenv(ftile.ENV, "generic")
+    assert ftile.choice() == (0, True)
+    monkeypatch.setenv(ftile.ENV, "bogus")
+    with pytest.raises(ConfigError, match="KERNELKIT_F32_GEMM"):
+        ftile.select()
+    monkeypatch.delenv(ftile.ENV)
+    best = ftile.select()
+    if ftile.available("avx512"):
+        assert best == ftile.KIND["avx512"]
+    elif ftile.available("avx2"):
+        assert best == ftile.KIND["avx2"]
+    else:
+        assert best is None
+
+
+@pytest.mark.parametrize("name", ["avx2", "avx512"])
+def test_forced_unavailable_is_typed(monkeypatch, name):
+    """Forcing a variant on a CPU without it: F32GemmUnavailableError (a DeviceError) naming the features;
+    auto then runs BLAS."""
+    monkeypatch.setattr(ftile, "host_features", lambda: frozenset({"sse4.2"}))
+    monkeypatch.setenv(ftile.ENV, name)
+    with pytest.raises(ftile.F32GemmUnavailableError, match=name) as info:
+        ftile.select()
+    assert info.value.code == "KK_F32_GEMM_UNAVAILABLE"
+    monkeypatch.setenv(ftile.ENV, "auto")
+    assert ftile.select() is None
