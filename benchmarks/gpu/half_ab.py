@@ -39,6 +39,8 @@ def main() -> int:
     ap.add_argument("--labels", type=int, default=0, help="with --profile: the K kernels that differ most")
     ap.add_argument("--scalar-stores", action="store_true", help="also sessions with scalar epilogue stores")
     ap.add_argument("--ptxas", action="store_true", help="ptxas registers of the main tiles, float vs half")
+    ap.add_argument("--fp32-tiles", action="store_true",
+                    help="also a float16 session on fp32's shipped tiles (KERNELKIT_OPENCL_HALF_TABLE=fp32)")
     args = ap.parse_args()
     os.environ.setdefault("KERNELKIT_OPENCL_DEVICE", "NVIDIA")
     import kernelkit as kk
@@ -63,10 +65,13 @@ def main() -> int:
         if args.scalar_stores:
             lv = args.levels.split(",")[0]
             variants.update({"fp32_scalarst": ({}, "1", False), f"fp16_v{lv}_scalarst": ({"float16": True}, lv, False)})
+        if args.fp32_tiles:
+            variants["fp16_fp32tiles"] = ({"float16": True}, args.levels.split(",")[0], True)
         sessions, outs, best, mbytes = {}, {}, {}, {}
         for key, (opts, vec, vst) in variants.items():
             os.environ["KERNELKIT_OPENCL_HALF_VEC"] = vec
             gemm.VECTOR_STORES = vst
+            os.environ["KERNELKIT_OPENCL_HALF_TABLE"] = "fp32" if key == "fp16_fp32tiles" else ""
             sessions[key] = kk.Session(model, device="gpu", fallback=False, options=opts)
             for _ in range(2):
                 outs[key] = sessions[key].run(None, {"x": x})[0]
@@ -88,6 +93,7 @@ def main() -> int:
             for key, (opts, vec, vst) in variants.items():
                 os.environ["KERNELKIT_OPENCL_HALF_VEC"] = vec
                 gemm.VECTOR_STORES = vst
+                os.environ["KERNELKIT_OPENCL_HALF_TABLE"] = "fp32" if key == "fp16_fp32tiles" else ""
                 prof = kk.Session(model, device="gpu", fallback=False, options={**opts, "opencl_profile": True})
                 prof.run(None, {"x": x})
                 dev = prof._devices["gpu"]

@@ -201,8 +201,11 @@ def _tiles(dev, call: GemmCall, shape_class, a, b, bias, out) -> dict:
     # a stored split-K choice made for another shape of this class is still a known tile
     allowed = cands + [dict(p, SPLIT_K=s) for s in SPLITS for p in cands if p["USE_LOCAL"] and "SPLIT_K" not in p]
     allowed += [p for p in GPU_LARGE + (GPU_NVIDIA if _nvidia(dev) else []) if p not in allowed]
-    return tuning.choose(key, cands, run, dev.tune, build=build,
-                         table=(dev.platform.cl_device.name, key.split("|", 1)[1]), allowed=allowed)
+    entry = key.split("|", 1)[1]
+    if half and os.environ.get("KERNELKIT_OPENCL_HALF_TABLE") == "fp32":  # A/B: fp32's shipped tile
+        entry = entry.replace("gemm-half|", "gemm|", 1)
+    return tuning.choose(key, cands, run, dev.tune, build=build, table=(dev.platform.cl_device.name, entry),
+                         allowed=allowed)
 
 
 def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
