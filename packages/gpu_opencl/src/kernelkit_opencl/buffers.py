@@ -53,6 +53,7 @@ class BufferPool:
         self._free: dict[int, list] = {}
         self._lock = threading.RLock()
         self.allocated = 0   # buffers created
+        self.allocated_bytes = 0  # their bytes: the device memory this pool holds
         self.reused = 0      # allocations served from the pool
         self._captured: dict[int, object] | None = None  # buffers handed out while capturing
         self._reserved: set[int] = set()  # id() of buffers a replay owns: never pooled again
@@ -81,6 +82,7 @@ class BufferPool:
                     self._captured[id(buffer)] = buffer
                 return _Allocation(buffer, size, self, hazards)
             self.allocated += 1
+            self.allocated_bytes += size
         try:
             buffer = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size)
         except cl.Error as exc:

@@ -59,3 +59,11 @@ def contiguous_strides(shape) -> list[int]:
 
 def launch_1d(device, kernel, n: int, args, inputs, outputs, label: str):
     return device.launch(kernel, (round_up(max(n, 1), WG),), (WG,), args, inputs, outputs, label)
+
+
+EW_VEC = 4  # elements per work-item of elementwise.cl's unary, binary, clip and to_float kernels
+
+
+def launch_vec(device, kernel, n: int, args, inputs, outputs, label: str):
+    """A 1-D launch of a kernel doing ``EW_VEC`` consecutive elements of ``n`` per work-item."""
+    return launch_1d(device, kernel, -(-int(n) // EW_VEC), args, inputs, outputs, label)

@@ -1,7 +1,14 @@
-// Depthwise (and channel-multiplier) 2-D convolution, one output element per work-item, with the
-// fused activation (ACT from conv.py). Dense and grouped convolutions use gemm.cl (implicit GEMM).
+// Depthwise (and channel-multiplier) 2-D convolution with the fused activation (ACT from
+// conv.py). Dense and grouped convolutions use gemm.cl (implicit GEMM).
+// Each work-item computes DW_VEC consecutive outputs of one output row (b, oc, oh): per kernel
+// row, the RW inputs those outputs read are loaded once into registers (with a bit per element
+// for "in range", so that a padding tap is skipped as before, not multiplied by 0), each weight is
+// read once; the outputs are stored with one vector store where OW is a multiple of 4 (float4,
+// or 4 halves through vstorea_half4). The kernel width, stride and dilation along w are defines
+// (KW_, SW_, DLW_; the register window is sized by them, RW <= 32: conv.py sends wider windows
+// to the implicit GEMM), the rest is in g.
 // g (int buffer): C, H, W, OC, OH, OW, KH, KW, stride h, stride w, pad top, pad left,
-// dilation h, dilation w, channel multiplier (OC / C)
+// dilation h, dilation w, channel multiplier (OC / C), groups of DW_VEC outputs per row
 #ifndef ACT
 #define ACT(v) (v)
 #endif
@@ -16,43 +23,78 @@
 #define DT half
 #define DLD(p, i) vload_half((i), (p))
 #define DST(p, i, v) vstore_half((v), (i), (p))
+#define DST4(p, i, v) vstorea_half4((v), 0, (p) + (i))
 #else
 #define DT float
 #define DLD(p, i) ((p)[i])
 #define DST(p, i, v) ((p)[i] = (v))
+#define DST4(p, i, v) (*(__global float4*)((p) + (i)) = (v))
 #endif
+#ifndef KW_
+#define KW_ 3
+#define SW_ 1
+#define DLW_ 1
+#endif
+#define DW_VEC 4
+#define RW ((DW_VEC - 1) * SW_ + (KW_ - 1) * DLW_ + 1)
 
 __kernel void depthwise(__global const DT* restrict x, __global const DT* restrict w,
                         __global const DT* restrict bias, __global DT* restrict y,
                         const int total, __global const int* restrict g Z_ARG) {
-  const int i = get_global_id(0);
-  if (i >= total) return;
-  const int ow = i % g[5];
-  int r = i / g[5];
-  const int oh = r % g[4];
-  r /= g[4];
+  const int t = get_global_id(0);
+  if (t >= total) return;
+  const int OW = g[5], OH = g[4], W = g[2];
+  const int owq = t % g[15];
+  int r = t / g[15];
+  const int oh = r % OH;
+  r /= OH;
   const int oc = r % g[3];
   const int b = r / g[3];
   const int c = oc / g[14];
-  __global const DT* xp = x + (b * g[0] + c) * g[1] * g[2];
-  __global const DT* wp = w + oc * g[6] * g[7];
-  const int ih0 = oh * g[8] - g[10], iw0 = ow * g[9] - g[11];
-  float acc = 0.0f;
+  const int ow0 = owq * DW_VEC;
+  __global const DT* xp = x + (b * g[0] + c) * g[1] * W;
+  __global const DT* wp = w + oc * g[6] * KW_;
+  const int ih0 = oh * g[8] - g[10], iw0 = ow0 * SW_ - g[11];
+  float acc[DW_VEC];
+  _Pragma("unroll") for (int v = 0; v < DW_VEC; ++v) acc[v] = 0.0f;
   for (int kh = 0; kh < g[6]; ++kh) {
     const int ih = ih0 + kh * g[12];
     if (ih < 0 || ih >= g[1]) continue;
-    for (int kw = 0; kw < g[7]; ++kw) {
-      const int iw = iw0 + kw * g[13];
-      if (iw >= 0 && iw < g[2]) acc = mad(DLD(xp, ih * g[2] + iw), DLD(wp, kh * g[7] + kw), acc);
+    __global const DT* row = xp + ih * W;
+    float xs[RW];
+    int ok = 0;
+    _Pragma("unroll") for (int e = 0; e < RW; ++e) {
+      const int iw = iw0 + e;
+      const int in = iw >= 0 && iw < W;
+      xs[e] = in ? DLD(row, iw) : 0.0f;
+      ok |= in << e;
+    }
+    _Pragma("unroll") for (int kw = 0; kw < KW_; ++kw) {
+      const float wv = DLD(wp, kh * KW_ + kw);
+      _Pragma("unroll") for (int v = 0; v < DW_VEC; ++v) {
+        const int e = v * SW_ + kw * DLW_;
+        if ((ok >> e) & 1) acc[v] = mad(xs[e], wv, acc[v]);
+      }
     }
   }
+  const int i0 = ((b * g[3] + oc) * OH + oh) * OW + ow0;
+  float res[DW_VEC];
+  _Pragma("unroll") for (int v = 0; v < DW_VEC; ++v) {
+    float a = acc[v];
 #if HAS_BIAS
-  acc += DLD(bias, oc);
+    a += DLD(bias, oc);
 #endif
 #if HAS_Z
-  acc += DLD(zr, i);  // the fused residual (Conv's Z input)
+    if (ow0 + v < OW) a += DLD(zr, i0 + v);  // the fused residual (Conv's Z input)
 #endif
-  DST(y, i, ACT(acc));
+    res[v] = ACT(a);
+  }
+  if ((OW & 3) == 0) {  // ow0 + 3 < OW, and i0 is a multiple of 4
+    DST4(y, i0, ((float4)(res[0], res[1], res[2], res[3])));
+  } else {
+    _Pragma("unroll") for (int v = 0; v < DW_VEC; ++v)
+      if (ow0 + v < OW) DST(y, i0 + v, res[v]);
+  }
 }
 
 // ConvTranspose 2-D, one output element per work-item: y[b, m, oh, ow] gathers every

@@ -13,7 +13,7 @@ import functools
 import numpy as np
 from kernelkit import ShapeError, broadcast_shapes, register_kernel
 
-from ._common import contiguous_strides, launch_1d, source, storage_defines
+from ._common import contiguous_strides, launch_vec, source, storage_defines
 
 DTYPES = ("float32", "float16")
 
@@ -82,7 +82,7 @@ def _unary(op: str):
         a, b = params(attrs)
         n = x.size
         if n:
-            launch_1d(dev, ew_kernel(dev, f"unary_{op}", x.dtype), n,
+            launch_vec(dev, ew_kernel(dev, f"unary_{op}", x.dtype), n,
                       (x.buffer, y.buffer, np.int32(n), np.float32(a), np.float32(b)), [x], [y], op)
         return y
 
@@ -136,7 +136,7 @@ def binary(op: str, x, y, where: str = ""):
         dims, (sa, sb) = collapse(out_shape, broadcast_strides(x.shape, out_shape),
                                   broadcast_strides(y.shape, out_shape))
         mode, meta = 3, dev.meta([len(dims), *dims, *sa, *sb])
-    launch_1d(dev, ew_kernel(dev, f"binary_{op}", x.dtype), n,
+    launch_vec(dev, ew_kernel(dev, f"binary_{op}", x.dtype), n,
               (x.buffer, y.buffer, z.buffer, np.int32(n), meta, np.int32(mode)), [x, y], [z], op)
     return z
 
@@ -172,7 +172,7 @@ def cast_half(x, *, to: int, saturate: int = 1):
         name = "to_float" if to == 1 else "unary_Identity"
         args = (x.buffer, y.buffer, np.int32(x.size)) if to == 1 else (x.buffer, y.buffer, np.int32(x.size),
                                                                        np.float32(0), np.float32(0))
-        launch_1d(dev, ew_kernel(dev, name, x.dtype), x.size, args, [x], [y], f"cast float16->{y.dtype}")
+        launch_vec(dev, ew_kernel(dev, name, x.dtype), x.size, args, [x], [y], f"cast float16->{y.dtype}")
     return y
 
 

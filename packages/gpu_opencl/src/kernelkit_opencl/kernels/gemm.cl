@@ -111,6 +111,20 @@ inline float4 ld4_half_bits(__global const half* p) {
 #define Z_AT(i) ((flags & 2) ? LD(Zr, i) : 0.0f)
 // flags bit 2: Relu, NaN kept (as the ACT line of Relu)
 #define RELU_IF(v) (((flags & 4) && (v) < 0.0f) ? 0.0f : (v))
+// 4 consecutive columns n..n+3 (n a multiple of 4) of row m, one vector store: for convolutions
+// the 4 pixels lie in one image, contiguous in NCHW (gemm.py sets flags bit 5 only where OH*OW is
+// a multiple of 4); bias and Z added and the activation applied per component, as STORE_C does
+#define EPI1(v, m, n, z) RELU_IF(ACT((v) + BIAS_AT(m, n) + (z)))
+#define STORE4_AT(C, m, n, i_, v0, v1, v2, v3) do {                                                \
+    const float4 z4_ = (flags & 2) ? VLD4(Zr, i_) : (float4)(0.0f);                              \
+    VST4(C, i_, (float4)(EPI1(v0, m, n, z4_.x), EPI1(v1, m, (n) + 1, z4_.y),                      \
+                         EPI1(v2, m, (n) + 2, z4_.z), EPI1(v3, m, (n) + 3, z4_.w))); } while (0)
+#ifdef CONV
+#define STORE_C4(C, m, n, v0, v1, v2, v3) do { const int ohw_ = cv[3] * cv[4], b_ = (n) / ohw_;     \
+    STORE4_AT(C, m, n, (b_ * cv[9] + (m)) * ohw_ + ((n) - b_ * ohw_), v0, v1, v2, v3); } while (0)
+#else
+#define STORE_C4(C, m, n, v0, v1, v2, v3) STORE4_AT(C, m, n, (m) * ldc + (n), v0, v1, v2, v3)
+#endif
 #ifdef CONV
 #define STORE_C(C, m, n, v) do { const int ohw_ = cv[3] * cv[4], b_ = (n) / ohw_;                  \
     const int i_ = (b_ * cv[9] + (m)) * ohw_ + ((n) - b_ * ohw_);                                 \
@@ -383,6 +397,27 @@ void gemm(__global const T* restrict A, __global const T* restrict B,
 #endif
 
   // epilogue: partial sums to the workspace (split-K), or alpha, bias, activation and store
+#if USE_LOCAL && VEC_LDS
+  // a work-item's columns come in groups of 4 consecutive ones (COL): with flags bit 5 (C, and Z
+  // laid out as C, may be accessed 4 elements at a time: see gemm.py), one vector store per group
+  // (float4, or 4 halves through vstorea_half4) where all 4 are in range
+  if (nsplit == 1 && (flags & 32)) {
+    _Pragma("unroll") for (int i = 0; i < TM; ++i) {
+      const int m = ROW(i);
+      if (m >= M) continue;
+      _Pragma("unroll") for (int j = 0; j < TN; j += 4) {
+        const int n = COL(j);
+        if (n + 3 < N) {
+          STORE_C4(C, m, n, alpha * acc[i][j], alpha * acc[i][j + 1], alpha * acc[i][j + 2], alpha * acc[i][j + 3]);
+        } else {
+          _Pragma("unroll") for (int c = 0; c < 4; ++c)
+            if (n + c < N) STORE_C(C, m, n + c, alpha * acc[i][j + c]);
+        }
+      }
+    }
+    return;
+  }
+#endif
   _Pragma("unroll") for (int i = 0; i < TM; ++i) {
     const int m = ROW(i);
     if (m >= M) continue;

@@ -104,6 +104,10 @@ def _nvidia(dev) -> bool:
 # KERNELKIT_OPENCL_HALF_VEC=0/1/2 forces one.
 HALF_VEC_BY_DEVICE: dict[str, int] = {}
 
+# The epilogue's vector stores (flags bit 5: 4 columns of C per float4 / vstorea_half4 store in
+# the VEC_LDS tiles, issue 12 session 5); False keeps every store scalar (tests compare the two).
+VECTOR_STORES = True
+
 
 def half_vector_loads(dev) -> int:
     """The HALF_VEC level of gemm.cl's half-storage programs on ``dev`` (0, 1 or 2)."""
@@ -197,8 +201,11 @@ def _tiles(dev, call: GemmCall, shape_class, a, b, bias, out) -> dict:
     # a stored split-K choice made for another shape of this class is still a known tile
     allowed = cands + [dict(p, SPLIT_K=s) for s in SPLITS for p in cands if p["USE_LOCAL"] and "SPLIT_K" not in p]
     allowed += [p for p in GPU_LARGE + (GPU_NVIDIA if _nvidia(dev) else []) if p not in allowed]
-    return tuning.choose(key, cands, run, dev.tune, build=build,
-                         table=(dev.platform.cl_device.name, key.split("|", 1)[1]), allowed=allowed)
+    entry = key.split("|", 1)[1]
+    if half and os.environ.get("KERNELKIT_OPENCL_HALF_TABLE") == "fp32":  # A/B: fp32's shipped tile
+        entry = entry.replace("gemm-half|", "gemm|", 1)
+    return tuning.choose(key, cands, run, dev.tune, build=build, table=(dev.platform.cl_device.name, entry),
+                         allowed=allowed)
 
 
 def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
@@ -214,7 +221,16 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
     # half): leading dimension, batch stride and offset multiples of 4 elements
     vec = (int(call.lda % 4 == 0 and call.za % 4 == 0 and a.offset % 4 == 0) << 3
            | int(call.conv is None and call.ldb % 4 == 0 and call.zb % 4 == 0 and b.offset % 4 == 0) << 4)
-    flags = int(has_bias) | int(has_z) << 1 | relu | vec
+    # bit 5: C (and Z, laid out as C) may be written 4 columns at a time (VEC_LDS tiles): row
+    # length and batch stride multiples of 4 (convolutions: OH*OW, so that 4 pixels stay in one
+    # image), offsets too
+    if call.conv is not None:
+        hw = out.shape[2] * out.shape[3] if out.ndim == 4 else 0
+        cvec = hw % 4 == 0 and hw > 0
+    else:
+        cvec = call.ldc % 4 == 0 and call.zc % 4 == 0
+    cvec = VECTOR_STORES and cvec and out.offset % 4 == 0 and (not has_z or z.offset % 4 == 0)
+    flags = int(has_bias) | int(has_z) << 1 | relu | vec | int(cvec) << 5
     args = [a.buffer, b.buffer, (bias if has_bias else out).buffer, out.buffer,
             *(np.int32(v) for v in (call.M, call.N, call.K, call.lda, call.ldb, call.ldc, call.bias_sm, call.bias_sn)),
             np.float32(call.alpha), np.float32(call.beta),

@@ -6,7 +6,7 @@ import math
 import numpy as np
 from kernelkit import register_kernel
 
-from ._common import launch_1d, source, storage_defines
+from ._common import launch_1d, launch_vec, source, storage_defines
 from .elementwise import DTYPES, binary, ew_kernel
 
 
@@ -62,7 +62,7 @@ def clip(x, lo=None, hi=None):
     b = float(hi.values().reshape(())) if hi is not None else np.inf
     y = dev.empty(x.shape, x.dtype)
     if x.size:
-        launch_1d(dev, ew_kernel(dev, "clip", x.dtype), x.size,
+        launch_vec(dev, ew_kernel(dev, "clip", x.dtype), x.size,
                   (x.buffer, y.buffer, np.int32(x.size), np.float32(a), np.float32(b)), [x], [y], "clip")
     return y
 

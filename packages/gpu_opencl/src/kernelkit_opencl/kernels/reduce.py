@@ -8,7 +8,7 @@ import numpy as np
 from kernelkit import register_kernel
 from kernelkit.geometry import normalize_axes
 
-from ._common import contiguous_strides, launch_1d, source
+from ._common import contiguous_strides, launch_1d, launch_vec, source
 from .elementwise import ew_kernel
 from .layout import strided_copy
 
@@ -25,7 +25,7 @@ def _reduction(op: str):
             if noop_with_empty_axes:
                 y = dev.empty(data.shape, data.dtype)
                 if data.size:
-                    launch_1d(dev, ew_kernel(dev, "unary_Identity", data.dtype), data.size,
+                    launch_vec(dev, ew_kernel(dev, "unary_Identity", data.dtype), data.size,
                               (data.buffer, y.buffer, np.int32(data.size), np.float32(0), np.float32(0)),
                               [data], [y], "copy")
                 return y

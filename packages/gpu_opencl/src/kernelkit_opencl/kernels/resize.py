@@ -13,7 +13,7 @@ from kernelkit.geometry import resize_plan as _plan
 from kernelkit.geometry import source_coordinates as _source
 from kernelkit.limits import check_tensor_bytes
 
-from ._common import launch_1d, source
+from ._common import launch_1d, launch_vec, source
 from .elementwise import ew_kernel
 
 
@@ -58,7 +58,7 @@ def resize(x, roi=None, scales=None, sizes=None, *, axes=(), coordinate_transfor
     if not steps or 0 in out or x.size == 0:  # nothing resized (a fresh copy) or an empty result
         y = dev.empty(tuple(out), x.dtype)
         if y.size:
-            launch_1d(dev, ew_kernel(dev, "unary_Identity", x.dtype), y.size,
+            launch_vec(dev, ew_kernel(dev, "unary_Identity", x.dtype), y.size,
                       (x.buffer, y.buffer, np.int32(y.size), np.float32(0), np.float32(0)), [x], [y], "copy")
         return y
     cur = x

@@ -11,7 +11,7 @@ from kernelkit.ops.constant import constant_of_shape as host_constant_of_shape
 from kernelkit.ops.range import DTYPES as RANGE_DTYPES
 from kernelkit.ops.range import range_ as host_range
 
-from ._common import launch_1d
+from ._common import launch_vec
 from .elementwise import DTYPES, ew_kernel
 
 
@@ -43,7 +43,7 @@ def dropout(x, ratio=None, training_mode=None, *, output_count: int = 1):
         raise ShapeError("Dropout: training_mode=True is not supported (inference only)")
     y = dev.empty(x.shape, x.dtype)
     if x.size:
-        launch_1d(dev, ew_kernel(dev, "unary_Identity", x.dtype), x.size,
+        launch_vec(dev, ew_kernel(dev, "unary_Identity", x.dtype), x.size,
                   (x.buffer, y.buffer, np.int32(x.size), np.float32(0), np.float32(0)), [x], [y], "copy")
     if output_count < 2:
         return (y,)

@@ -14,7 +14,7 @@ import numpy as np
 from kernelkit import InputError, ShapeError, broadcast_shapes, register_kernel
 from kernelkit.ops.cast import ONNX_DTYPES
 
-from ._common import launch_1d, source
+from ._common import launch_1d, launch_vec, source
 from .elementwise import broadcast_strides, collapse
 
 # kernelkit dtype -> OpenCL C storage type
@@ -147,8 +147,9 @@ def _cast_to(x, target: str):
     dev = x.device
     y = dev.empty(x.shape, target)
     if x.size:
-        launch_1d(dev, typed_kernel(dev, f"cast_{target}", x.dtype), x.size,
-                  (x.buffer, y.buffer, np.int32(x.size)), [x], [y], f"cast_{target}")
+        launch = launch_vec if target == "float16" else launch_1d  # cast_float16: 4 per work-item
+        launch(dev, typed_kernel(dev, f"cast_{target}", x.dtype), x.size,
+               (x.buffer, y.buffer, np.int32(x.size)), [x], [y], f"cast_{target}")
     return y
 
 
