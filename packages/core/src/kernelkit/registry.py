@@ -307,8 +307,9 @@ def _kernel_decorator(table: dict, op: str, device: str, vendor: str, dtype, dom
             missing = [m for m in ("prepare", "execute") if not hasattr(impl, m)]
             if missing:
                 raise RegistryError(f"kernel class {impl.__name__} for {qualified!r} lacks {missing}")
+        attrs = _accepted_attrs(impl)  # once per kernel, not per dtype (inspect.signature: import time)
         entries = [KernelEntry(KernelKey(qualified, device, vendor, d, layout), impl, priority, supports,
-                               _accepted_attrs(impl), scratch, port_layouts) for d in dtypes]
+                               attrs, scratch, port_layouts) for d in dtypes]
         with _lock:
             for e in entries:
                 if e.key in table and not override:
