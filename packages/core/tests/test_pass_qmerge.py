@@ -71,3 +71,26 @@ def test_siblings_with_and_without_bias_merge_apart():
         np.testing.assert_array_equal(a, b)
     sess, _, _ = _runs(_siblings(["tensor"]), ["reference"])
     assert [n.op_id for n in sess.graph.nodes] == [OP] and "merge_dynamic_matmul" not in sess.passes_fired
+
+
+@pytest.mark.parametrize("vendors", [["reference"], ["numba"]])
+@pytest.mark.parametrize("rows", [1, 40])
+def test_relu_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows):
+    """DynamicQuantizeMatMul -> Relu (an MLP's hidden layer) into one node with activation=Relu,
+    equal to the pair bit for bit (batch 1: the one-call path; 40 rows), -0.0 and all."""
+    if vendors == ["numba"]:
+        pytest.importorskip("kernelkit_numba")
+    rng = np.random.default_rng(rows)
+    g = GraphBuilder("mlp")
+    x = g.input("x", ("N", 64))
+    b = g.constant(rng.integers(-128, 128, (64, 24)).astype(np.int8))
+    y = g.op("DynamicQuantizeMatMul", x, b, g.constant(np.float32(0.01)), None,
+             g.constant(rng.standard_normal(24).astype(np.float32)), domain="com.microsoft")
+    g.output(g.op("Relu", y))
+    model = g.build()
+    xv = rng.standard_normal((rows, 64)).astype(np.float32)
+    fused = Session(model, vendors=vendors)
+    assert [n.op_id for n in fused.graph.nodes] == [OP] and fused.graph.nodes[0].attrs["activation"] == "Relu"
+    (got,), (want,) = fused.run(None, {"x": xv}), Session(model, vendors=vendors, passes=False).run(None, {"x": xv})
+    np.testing.assert_array_equal(got, want)
+    assert (want == 0).any() and (want > 0).any()

@@ -15,6 +15,10 @@ product is exact, and each column's float32 steps (int32 -> float32, * (a_scale 
 Merged only: constant 2-D weights of one dtype and K, constant float32 scales (per tensor or per
 column) and zero points, biases on all siblings or none, no attributes, and where the session's
 device has a Split kernel. Runs after ``fuse_qdq``, which makes these nodes.
+
+``fuse_dynamic_relu``: a Relu that alone reads a DynamicQuantizeMatMul's output becomes the node's
+``activation`` attribute (kernelkit's, as QLinearMatMul's): the same max(y, 0) on the same values,
+one node fewer (the MLP's hidden layers), unless a user's kernel overrides that Relu.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from ..ir import Graph, Node, TensorSpec, Value
 from ..registry import select_kernel
 from . import PassContext, register_pass
 from . import quantized as _quantized  # noqa: F401 - registers fuse_qdq, the anchor below
-from .builtin import _const, _new_constant
+from .builtin import _attrs, _const, _Index, _new_constant, _overridden
 
 log = logging.getLogger("kernelkit.passes")
 
@@ -127,3 +131,22 @@ def merge_dynamic_matmul(graph: Graph, ctx: PassContext) -> int:
                 if name and name not in used:
                     graph.values.pop(name, None)
     return len(groups)
+
+
+@register_pass("fuse_dynamic_relu", after="merge_dynamic_matmul")
+def fuse_dynamic_relu(graph: Graph, ctx: PassContext) -> int:
+    """DynamicQuantizeMatMul -> Relu into DynamicQuantizeMatMul(activation=Relu)."""
+    if not any(n.op_id == OP for n in graph.nodes):
+        return 0
+    index, count = _Index(graph), 0
+    for node in [n for n in graph.nodes if n.op_id == "Relu"]:
+        producer = index.producers.get(node.inputs[0])
+        if producer is None or producer.op_id != OP or index.sole_reader(node.inputs[0]) is not node:
+            continue
+        if _attrs(producer).get("activation") or _overridden(graph, node, _attrs(node), ctx):
+            continue
+        producer.attrs = {**producer.attrs, "activation": "Relu"}
+        index.splice(producer, node)
+        count += 1
+    index.commit()
+    return count
