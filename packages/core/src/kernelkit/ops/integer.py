@@ -210,18 +210,22 @@ def _dyn_matmul_infer(ctx) -> TensorSpec:
     for i, name in ((0, "A"), (2, "b_scale"), (4, "bias")):
         if ctx.has(i) and ctx.inputs[i].dtype != "float32":
             raise ctx.error(f"{name} must be float32, got {ctx.inputs[i].dtype}")
+    if ctx.attrs["activation"] not in ("", "Relu"):
+        raise ctx.error(f"activation {ctx.attrs['activation']!r} is not '' or 'Relu'")
     return TensorSpec(matmul_shapes(ctx, ctx.inputs[0], ctx.inputs[1])[-1], "float32")
 
 
 @register_kernel("DynamicQuantizeMatMul", domain="com.microsoft", device="cpu", vendor="reference", dtype="float32",
                  priority=-100)
-def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None):
+def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None, *, activation=""):
     """onnxruntime's fusion of DynamicQuantizeLinear(A) -> MatMulInteger -> Cast -> Mul [-> Add]: A
-    quantized to uint8 as DynamicQuantizeLinear does, then MatMulIntegerToFloat's float32 steps."""
+    quantized to uint8 as DynamicQuantizeLinear does, then MatMulIntegerToFloat's float32 steps;
+    ``activation`` "Relu" (kernelkit's, from the fuse_dynamic_relu pass): the Relu node's np.maximum."""
     from .quantize import dynamic_quantize_linear
 
     q, a_scale, a_zero_point = dynamic_quantize_linear(a)
-    return matmul_integer_to_float(q, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
+    y = matmul_integer_to_float(q, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
+    return np.maximum(y, 0, out=y) if activation == "Relu" else y
 
 
 def _dyn_matmul_samples(rng, dtype):
@@ -234,9 +238,13 @@ def _dyn_matmul_samples(rng, dtype):
            _int8(rng, "int8", 7), None], {}  # one row (batch 1), per-column b_zero_point
     yield [rng.standard_normal((2, 10, 600)).astype(dtype), _int8(rng, "int8", 600, 7), np.float32(0.02),
            np.int8(3), rng.standard_normal(7).astype(np.float32)], {}  # more rows than a GEMV
+    for rows in (1, 40):  # a fused Relu (batch 1 and more rows)
+        yield [rng.standard_normal((rows, 64)).astype(dtype), _int8(rng, "int8", 64, 9), np.float32(0.02),
+               None, rng.standard_normal(9).astype(np.float32)], {"activation": "Relu"}
 
 
 register_op("DynamicQuantizeMatMul", domain="com.microsoft",
+            attrs={"activation": ("string", ""), "activation_params": ("floats", ())},
             inputs=["A", "B", "b_scale", "b_zero_point?", "bias?"], outputs=["Y"],
             infer=_dyn_matmul_infer, samples=_dyn_matmul_samples,
             flops=lambda ctx: _flops(matmul_shapes(ctx, ctx.inputs[0], ctx.inputs[1])))

@@ -9,6 +9,7 @@ from kernelkit.ops.split import split_sizes
 from kernelkit.registry import register_kernel
 
 from .._base import threaded
+from ..config import shard_count
 from ._copy import as_matrix, copy_cols
 
 
@@ -34,10 +35,14 @@ def split(x, split=None, *, axis=0, num_outputs=None):
     sizes = split_sizes(x.shape[axis], None if split is None else [int(s) for s in split], num_outputs)
     src = as_matrix(x, axis)
     inner = math.prod(x.shape[axis + 1:])
+    serial = shard_count(src.shape[0], 2.0 * src.size) <= 1
     outs, col = [], 0
     for s in sizes:
         y = np.empty(x.shape[:axis] + (s,) + x.shape[axis + 1:], x.dtype)
-        copy_cols(src, as_matrix(y, axis), col, 0, s * inner)
+        if serial:  # one thread: NumPy's strided block copy (the merged Q/K/V's Split: 14.9 vs 23 us)
+            np.copyto(as_matrix(y, axis), src[:, col:col + s * inner])
+        else:
+            copy_cols(src, as_matrix(y, axis), col, 0, s * inner)
         col += s * inner
         outs.append(y)
     return tuple(outs)

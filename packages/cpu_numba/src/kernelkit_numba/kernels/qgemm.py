@@ -523,10 +523,17 @@ class DynamicQuantizeMatMul(NumbaKernel):
         return call
 
     def compute(self, a, b, b_scale, b_zero_point=None, bias=None):
+        """The product [+ bias], then the fused Relu (attribute ``activation``, the fuse_dynamic_relu pass)."""
         if a.shape[-1] and a.size:  # one Numba call where one shard takes it (one thread; batch 1)
             out = small_dynamic(self, a, b, b_scale, b_zero_point, bias)
             if out is not None:
                 return out
+        y = self._product(a, b, b_scale, b_zero_point, bias)
+        if self.attrs.get("activation") == "Relu":
+            qpack.relu_flat(y)
+        return y
+
+    def _product(self, a, b, b_scale, b_zero_point, bias):
         flat, a_scale, a_zp = dynamic_range(a)
         mult = (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)).reshape(-1)  # as the Mul node
         tile = tiled(self, b, b_zero_point)
@@ -575,7 +582,7 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
     if not serial and m_n > block and config.shard_count(-(-m_n // block), 2.0 * m_n * k_n * n_n) > 1:
         return None
     out = np.empty((m_n, n_n), np.float32)
-    if not qpack.dq_matmul_small(head[0], x2, *head[1:], out, block):
+    if not qpack.dq_matmul_small(head[0], x2, *head[1:], out, block, kernel.attrs.get("activation") == "Relu"):
         return None
     return out.reshape(*a.shape[:-1], head[5])
 

@@ -282,13 +282,24 @@ def float_range(xi):
     return NINF_KEY < lo and hi < INF_KEY, f[0], f[1]
 
 
+@jit
+def relu_flat(y):
+    """y[i] = max(y[i], 0) over a C-contiguous float32 array: the numba Relu kernel's expression (a
+    DynamicQuantizeMatMul with a fused Relu equals the unfused pair bit for bit)."""
+    flat = y.reshape(-1)
+    zero = np.float32(0)
+    for i in range(flat.shape[0]):
+        flat[i] = max(flat[i], zero)
+
+
 @jit_exact
 def dq_matmul_small(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, b_scale, bias, has_bias,
-                    out, block) -> bool:
+                    out, block, relu) -> bool:
     """DynamicQuantizeMatMul in one call (at one thread; batch 1 above all): A's range
     (float_range), its scale and zero point in float32 as kernelkit.ops.quantize.dynamic_params
     computes them, ``mult = a_scale * b_scale`` (the Mul node's float32 product), then
-    dq_matmul_rows over all row blocks of ``block`` rows (x2 C-contiguous). Returns
+    dq_matmul_rows over all row blocks of ``block`` rows (x2 C-contiguous), then a fused Relu
+    (``relu``: relu_flat). Returns
     False, computing nothing, when A holds a NaN or an infinity (the caller's general path keeps
     NumPy's handling of those)."""
     m_n = x2.shape[0]
@@ -305,6 +316,8 @@ def dq_matmul_small(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, h
         mult[n] = scale * b_scale[n]
     dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, mult, per_col,
                    bias, has_bias, out, block, 0, (m_n + block - 1) // block)
+    if relu:
+        relu_flat(out)
     return True
 
 

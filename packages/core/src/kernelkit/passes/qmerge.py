@@ -1,0 +1,152 @@
+"""``merge_dynamic_matmul``: sibling com.microsoft::DynamicQuantizeMatMul nodes that read the same
+float input (a transformer's Q, K and V projections) become one node over their weights
+concatenated along N, followed by a Split into the original outputs:
+
+    DQMM(x, B1, s1, z1, b1), DQMM(x, B2, s2, z2, b2), ...
+        into  Split(DQMM(x, [B1 B2 ...], [s1 s2 ...], [z1 z2 ...], [b1 b2 ...]), axis=-1)
+
+so that x's range is found and x quantized once instead of once per projection (onnxruntime
+shares one DynamicQuantizeLinear among the three MatMulIntegerToFloat nodes for the same reason).
+Per-tensor scales and zero points become per-column ones of the same values. The result is the
+unmerged graph's bit for bit: A's scale and zero point come from the same x, each column's integer
+product is exact, and each column's float32 steps (int32 -> float32, * (a_scale * b_scale[n]),
++ bias[n]) are the same operations on the same values.
+
+Merged only: constant 2-D weights of one dtype and K, constant float32 scales (per tensor or per
+column) and zero points, biases on all siblings or none, no attributes, and where the session's
+device has a Split kernel. Runs after ``fuse_qdq``, which makes these nodes.
+
+``fuse_dynamic_relu``: a Relu that alone reads a DynamicQuantizeMatMul's output becomes the node's
+``activation`` attribute (kernelkit's, as QLinearMatMul's): the same max(y, 0) on the same values,
+one node fewer (the MLP's hidden layers), unless a user's kernel overrides that Relu.
+"""
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+import numpy as np
+
+from ..ir import Graph, Node, TensorSpec, Value
+from ..registry import select_kernel
+from . import PassContext, register_pass
+from . import quantized as _quantized  # noqa: F401 - registers fuse_qdq, the anchor below
+from .builtin import _attrs, _const, _Index, _new_constant, _overridden
+
+log = logging.getLogger("kernelkit.passes")
+
+OP = "com.microsoft::DynamicQuantizeMatMul"
+
+
+class _Part(NamedTuple):
+    node: Node
+    b: np.ndarray
+    scale: np.ndarray  # (N,) float32
+    zero_point: np.ndarray | None  # (N,) of b's dtype, or None
+    bias: np.ndarray | None  # (N,) float32, or None
+
+
+def _part(graph: Graph, node: Node) -> _Part | None:
+    """The constants of one mergeable DynamicQuantizeMatMul, per column."""
+    if node.attrs or len(node.outputs) != 1:
+        return None
+    names = (list(node.inputs) + [""] * 5)[:5]
+    b = _const(graph, names[1])
+    if b is None or b.ndim != 2 or b.dtype not in (np.int8, np.uint8):
+        return None
+    n = b.shape[1]
+    scale = _const(graph, names[2])
+    if scale is None or scale.dtype != np.float32 or scale.size not in (1, n) or scale.ndim > 1:
+        return None
+    zp = _const(graph, names[3]) if names[3] else None
+    if names[3] and (zp is None or zp.dtype != b.dtype or zp.size not in (1, n) or zp.ndim > 1):
+        return None
+    bias = _const(graph, names[4]) if names[4] else None
+    if names[4] and (bias is None or bias.dtype != np.float32 or bias.shape != (n,)):
+        return None
+    per_col = (lambda v: None if v is None else np.broadcast_to(v.reshape(-1), (n,)))
+    return _Part(node, b, per_col(scale), per_col(zp), bias)
+
+
+def _merge(graph: Graph, parts: list[_Part]) -> tuple[Node, Node]:
+    """The merged node and the Split writing the parts' outputs."""
+    first = parts[0].node
+    x = first.inputs[0]
+    dtype = parts[0].b.dtype
+    base = first.name or "dqmm"
+    inputs = [x, _new_constant(graph, f"{base}_merged_b", np.concatenate([p.b for p in parts], axis=1)),
+              _new_constant(graph, f"{base}_merged_scale", np.concatenate([p.scale for p in parts]))]
+    if any(p.zero_point is not None for p in parts):
+        zps = [p.zero_point if p.zero_point is not None else np.zeros(p.b.shape[1], dtype) for p in parts]
+        inputs.append(_new_constant(graph, f"{base}_merged_zero_point", np.concatenate(zps).astype(dtype)))
+    else:
+        inputs.append("")
+    if parts[0].bias is not None:
+        inputs.append(_new_constant(graph, f"{base}_merged_bias", np.concatenate([p.bias for p in parts])))
+    while not inputs[-1]:
+        inputs.pop()
+    shape = tuple(graph.spec(x).shape)
+    widths = [p.b.shape[1] for p in parts]
+    out = graph.fresh_name(f"{base}_merged")
+    graph.values[out] = Value(out, TensorSpec(shape[:-1] + (sum(widths),), "float32"))
+    merged = Node("DynamicQuantizeMatMul", inputs, [out], {}, f"{base}_merged", "com.microsoft")
+    sizes = _new_constant(graph, f"{base}_merged_split", np.array(widths, np.int64))
+    split = Node("Split", [out, sizes], [p.node.outputs[0] for p in parts], {"axis": len(shape) - 1},
+                 f"{base}_merged_split")
+    return merged, split
+
+
+@register_pass("merge_dynamic_matmul", after="fuse_qdq")
+def merge_dynamic_matmul(graph: Graph, ctx: PassContext) -> int:
+    """Sibling DynamicQuantizeMatMul nodes on one input into one node over concatenated weights + Split."""
+    readers: dict[str, list[Node]] = {}
+    for node in graph.nodes:
+        if node.op_id == OP:
+            readers.setdefault(node.inputs[0], []).append(node)
+    groups = []
+    for x, nodes in readers.items():
+        spec = graph.spec(x)
+        if len(nodes) < 2 or spec is None or spec.shape is None or len(spec.shape) < 2 or spec.dtype != "float32":
+            continue
+        by_kind: dict[tuple, list[_Part]] = {}
+        for part in filter(None, (_part(graph, n) for n in nodes)):
+            if part.b.shape[0] == spec.shape[-1]:
+                by_kind.setdefault((part.b.dtype.str, part.b.shape[0], part.bias is not None), []).append(part)
+        groups += [parts for parts in by_kind.values() if len(parts) > 1]
+    if not groups or select_kernel("Split", ctx.device, "float32", ctx.vendors, [None], {"axis": 0},
+                                   ctx.scope) is None:
+        return 0
+    replace: dict[int, list[Node]] = {}
+    for parts in groups:
+        merged, split = _merge(graph, parts)
+        replace[id(parts[0].node)] = [merged, split]
+        for p in parts[1:]:
+            replace[id(p.node)] = []
+        log.debug("merge_dynamic_matmul: %s -> one DynamicQuantizeMatMul + Split", [p.node.name for p in parts])
+    graph.nodes = [m for n in graph.nodes for m in replace.get(id(n), [n])]
+    used = {i for n in graph.nodes for i in n.inputs} | set(graph.outputs)
+    for parts in groups:  # the siblings' own constants, unless something else reads them
+        for p in parts:
+            for name in p.node.inputs[1:]:
+                if name and name not in used:
+                    graph.values.pop(name, None)
+    return len(groups)
+
+
+@register_pass("fuse_dynamic_relu", after="merge_dynamic_matmul")
+def fuse_dynamic_relu(graph: Graph, ctx: PassContext) -> int:
+    """DynamicQuantizeMatMul -> Relu into DynamicQuantizeMatMul(activation=Relu)."""
+    if not any(n.op_id == OP for n in graph.nodes):
+        return 0
+    index, count = _Index(graph), 0
+    for node in [n for n in graph.nodes if n.op_id == "Relu"]:
+        producer = index.producers.get(node.inputs[0])
+        if producer is None or producer.op_id != OP or index.sole_reader(node.inputs[0]) is not node:
+            continue
+        if _attrs(producer).get("activation") or _overridden(graph, node, _attrs(node), ctx):
+            continue
+        producer.attrs = {**producer.attrs, "activation": "Relu"}
+        index.splice(producer, node)
+        count += 1
+    index.commit()
+    return count

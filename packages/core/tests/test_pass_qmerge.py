@@ -1,0 +1,96 @@
+"""merge_dynamic_matmul: sibling DynamicQuantizeMatMul nodes on one input become one node over the
+concatenated weights and a Split, bit for bit the unmerged graph's (reference and numba, per-tensor
+and per-column scales and zero points, int8 and uint8 weights, with and without bias); siblings that
+cannot merge stay as they are."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kernelkit import GraphBuilder, Session
+from kernelkit.testing import isolate_registries
+
+OP = "com.microsoft::DynamicQuantizeMatMul"
+
+
+@pytest.fixture(autouse=True)
+def sandbox(monkeypatch):
+    isolate_registries(monkeypatch)
+
+
+def _siblings(kinds, k=40, bias=True, dtype=np.int8, seed=0):
+    """x (N, 5, k) -> one DynamicQuantizeMatMul per entry of ``kinds`` ("tensor": per-tensor scale and
+    zero point, "column": per-column ones, "plain": per-tensor scale, no zero point), each an output."""
+    rng = np.random.default_rng(seed)
+    g = GraphBuilder("siblings")
+    x = g.input("x", ("N", 5, k))
+    info = np.iinfo(dtype)
+    for i, kind in enumerate(kinds):
+        n = 8 + 4 * i
+        b = rng.integers(info.min, info.max + 1, (k, n)).astype(dtype)
+        if kind == "column":
+            scale, zp = rng.uniform(0.001, 0.01, n).astype(np.float32), rng.integers(-9, 9, n).astype(dtype)
+        else:
+            scale, zp = np.float32(rng.uniform(0.001, 0.01)), (dtype(3) if kind == "tensor" else None)
+        inputs = [x, g.constant(b), g.constant(scale), None if zp is None else g.constant(np.asarray(zp, dtype))]
+        if bias is True or (bias is not False and bias[i]):
+            inputs.append(g.constant(rng.standard_normal(n).astype(np.float32)))
+        g.output(g.op("DynamicQuantizeMatMul", *inputs, domain="com.microsoft"))
+    return g.build()
+
+
+def _runs(model, vendors):
+    x = (np.random.default_rng(1).standard_normal((2, 5, model.graph.spec("x").shape[-1])) * 3).astype(np.float32)
+    merged = Session(model, vendors=vendors)
+    plain = Session(model, vendors=vendors, passes=["fuse_qdq"])  # every pass but the merge: none applies
+    return merged, merged.run(None, {"x": x}), plain.run(None, {"x": x})
+
+
+@pytest.mark.parametrize("vendors", [["reference"], ["numba"]])
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("bias", [True, False])
+def test_siblings_merge_bit_for_bit(vendors, dtype, bias):
+    if vendors == ["numba"]:
+        pytest.importorskip("kernelkit_numba")
+    model = _siblings(["tensor", "column", "plain"], bias=bias, dtype=dtype)
+    sess, got, want = _runs(model, vendors)
+    assert [n.op_id for n in sess.graph.nodes] == [OP, "Split"]
+    assert sess.passes_fired["merge_dynamic_matmul"] == 1
+    assert [o.name for o in sess.get_outputs()] == model.graph.outputs
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+
+
+def test_siblings_with_and_without_bias_merge_apart():
+    """Two with bias merge; the one without stays apart (its missing bias is not + 0.0, which turns
+    -0.0 into +0.0); an input read by one DynamicQuantizeMatMul only is left as it is."""
+    model = _siblings(["tensor", "column", "plain"], bias=[True, False, True])
+    sess, got, want = _runs(model, ["reference"])
+    assert sorted(n.op_id for n in sess.graph.nodes) == sorted([OP, "Split", OP])
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    sess, _, _ = _runs(_siblings(["tensor"]), ["reference"])
+    assert [n.op_id for n in sess.graph.nodes] == [OP] and "merge_dynamic_matmul" not in sess.passes_fired
+
+
+@pytest.mark.parametrize("vendors", [["reference"], ["numba"]])
+@pytest.mark.parametrize("rows", [1, 40])
+def test_relu_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows):
+    """DynamicQuantizeMatMul -> Relu (an MLP's hidden layer) into one node with activation=Relu,
+    equal to the pair bit for bit (batch 1: the one-call path; 40 rows), -0.0 and all."""
+    if vendors == ["numba"]:
+        pytest.importorskip("kernelkit_numba")
+    rng = np.random.default_rng(rows)
+    g = GraphBuilder("mlp")
+    x = g.input("x", ("N", 64))
+    b = g.constant(rng.integers(-128, 128, (64, 24)).astype(np.int8))
+    y = g.op("DynamicQuantizeMatMul", x, b, g.constant(np.float32(0.01)), None,
+             g.constant(rng.standard_normal(24).astype(np.float32)), domain="com.microsoft")
+    g.output(g.op("Relu", y))
+    model = g.build()
+    xv = rng.standard_normal((rows, 64)).astype(np.float32)
+    fused = Session(model, vendors=vendors)
+    assert [n.op_id for n in fused.graph.nodes] == [OP] and fused.graph.nodes[0].attrs["activation"] == "Relu"
+    (got,), (want,) = fused.run(None, {"x": xv}), Session(model, vendors=vendors, passes=False).run(None, {"x": xv})
+    np.testing.assert_array_equal(got, want)
+    assert (want == 0).any() and (want > 0).any()
