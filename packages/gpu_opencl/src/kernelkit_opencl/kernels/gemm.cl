@@ -397,7 +397,7 @@ void gemm(__global const T* restrict A, __global const T* restrict B,
 #endif
 
   // epilogue: partial sums to the workspace (split-K), or alpha, bias, activation and store
-#if USE_LOCAL && VEC_LDS
+#if USE_LOCAL && VEC_LDS && defined(EPI_VEC)
   // a work-item's columns come in groups of 4 consecutive ones (COL): with flags bit 5 (C, and Z
   // laid out as C, may be accessed 4 elements at a time: see gemm.py), one vector store per group
   // (float4, or 4 halves through vstorea_half4) where all 4 are in range

@@ -109,6 +109,15 @@ HALF_VEC_BY_DEVICE: dict[str, int] = {}
 VECTOR_STORES = True
 
 
+def vector_epilogue(dev, params: dict) -> bool:
+    """Whether ``params``' program has the vector-store epilogue (flags bit 5 then picks it per
+    launch). Not for double-buffered tiles on a CPU device: PoCL's compile of that combination ran
+    for more than 20 minutes (its work-item loops replicate the unrolled epilogue's branches around
+    the k-loop's barriers); GPUs build it in about a second."""
+    return bool(params.get("USE_LOCAL") and params.get("VEC_LDS")) and (
+        dev.platform.is_gpu or not params.get("DBUF"))
+
+
 def half_vector_loads(dev) -> int:
     """The HALF_VEC level of gemm.cl's half-storage programs on ``dev`` (0, 1 or 2)."""
     forced = os.environ.get("KERNELKIT_OPENCL_HALF_VEC", "")
@@ -144,8 +153,9 @@ def _kernel(dev, call: GemmCall, params: dict, name: str = "gemm", half: bool = 
     half_vec = half_vector_loads(dev) if half else 0
     if half_vec == 1 and not tile.get("VEC_GLD"):  # scalar loads either way: one program
         half_vec = 0
+    epi_vec = vector_epilogue(dev, params)
     key = (name, act, act_params, tuple(sorted(tile.items())), options, call.trans_a, call.trans_b,
-           call.conv is not None, half, half_vec)
+           call.conv is not None, half, half_vec, epi_vec)
 
     def make():
         act_src, defines = activation(act, act_params)
@@ -156,6 +166,8 @@ def _kernel(dev, call: GemmCall, params: dict, name: str = "gemm", half: bool = 
             defines["STORAGE_HALF"] = 1
         if half_vec:
             defines["HALF_VEC"] = half_vec
+        if epi_vec:
+            defines["EPI_VEC"] = 1
         return dev.kernel(act_src + source("gemm.cl"), name, defines, options)
 
     return dev.memo(key, make)
@@ -230,6 +242,7 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
     else:
         cvec = call.ldc % 4 == 0 and call.zc % 4 == 0
     cvec = VECTOR_STORES and cvec and out.offset % 4 == 0 and (not has_z or z.offset % 4 == 0)
+    cvec = cvec and vector_epilogue(dev, params)
     flags = int(has_bias) | int(has_z) << 1 | relu | vec | int(cvec) << 5
     args = [a.buffer, b.buffer, (bias if has_bias else out).buffer, out.buffer,
             *(np.int32(v) for v in (call.M, call.N, call.K, call.lda, call.ldb, call.ldc, call.bias_sm, call.bias_sn)),
