@@ -499,17 +499,22 @@ class QLinearConv(_IntegerConv):
     def work(self, x, x_scale, x_zero_point, w, *rest):
         return self.conv_work(x, w)
 
-    def compute(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b=None):
+    def compute(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b=None, *,
+                out=None):
+        """``out``: the session's planned output buffer (its arena: reused between runs, so warm in the
+        caches), or None to allocate one."""
         consts = (x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b)
         fast = self.__dict__.get("_fast")
         if fast is not None and fast[0] == (x.shape, x.dtype, os.environ.get(qtile.ENV), config.current_threads()) \
                 and all(p is q for p, q in zip(consts, fast[1])) and not any(a.flags.writeable for a in fast[2]):
-            out = np.empty(fast[3], fast[4])
+            if out is None:
+                out = np.empty(fast[3], fast[4])
             fast[5](x, out)
             return out
         (_, _), (_, _), (_, _), out_hw = self.geometry(x.shape, w.shape)
         zp = np.asarray(y_zero_point)
-        out = np.empty((x.shape[0], w.shape[0], *out_hw[2 - (x.ndim - 2):]), zp.dtype)
+        if out is None:
+            out = np.empty((x.shape[0], w.shape[0], *out_hw[2 - (x.ndim - 2):]), zp.dtype)
         m = w.shape[0]
 
         def make():
