@@ -242,6 +242,7 @@ CONVS = [  # (x shape, w shape, attrs)
     ((1, 96, 15, 14), (96, 1, 3, 3), dict(group=96, pads=[0, 1, 1, 0], strides=[2, 2])),
     ((2, 80, 10, 10), (80, 1, 5, 5), dict(group=80, pads=[2, 1, 2, 3], dilations=[1, 2])),
     ((1, 64, 16, 16), (64, 1, 3, 3), dict(group=64, pads=[1, 1, 1, 1], strides=[1, 2])),
+    ((1, 64, 81), (64, 1, 5), dict(group=64, pads=[1, 2], strides=[2])),  # 1-D
 ]
 
 
