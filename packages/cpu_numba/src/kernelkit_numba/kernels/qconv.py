@@ -211,11 +211,11 @@ class _IntegerConv(Conv):
     # 576x14x14 s2 131 vs 246, 384x14x14 163 vs 182, 144x56x56 s2 383 vs 446; NCHW wins on the large
     # stride-1 planes (32x112x112 429 vs 880, 192x28x28 206 vs 293)
     CL_PIXELS, CL_STRIDED = 256, 1024
-    # qdepthwise's channels-last kernel from this many channels (a multiple of 16) up to this many output
-    # pixels (benchmarks/bench_qdepthwise.py, interleaved, 1 thread, AMD EPYC znver4): 1.5-4.7x the NCHW
-    # kernel on MobileNetV2's layers of 784 output pixels or fewer (144x56x56 stride 2 to 960x7x7);
-    # 0.64-0.82x on the three larger ones, whose channels-last buffers (1.6-5 MB) leave the caches
-    CL16_CHANNELS, CL16_PIXELS = 64, 1 << 30
+    # qdepthwise's channels-last kernel from this many channels (a multiple of 16): on MobileNetV2's layers
+    # (benchmarks/bench_qdepthwise.py, interleaved, 1 thread, AMD EPYC znver4) 1.1-3.8x the NCHW kernel from
+    # 96 channels up, in bands of rows that stay in L2; 32x112x112 0.93x alone but 0.82x inside the model
+    # (quantized_profile.py, 0.23 vs 0.28 ms, four alternating runs); 16x9x9 0.35x (its setup per call)
+    CL16_CHANNELS, CL16_PIXELS = 32, 1 << 30
 
     def setup(self, input_specs):
         self._geom_key = None
