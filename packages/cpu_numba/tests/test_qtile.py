@@ -243,6 +243,9 @@ CONVS = [  # (x shape, w shape, attrs)
     ((2, 80, 10, 10), (80, 1, 5, 5), dict(group=80, pads=[2, 1, 2, 3], dilations=[1, 2])),
     ((1, 64, 16, 16), (64, 1, 3, 3), dict(group=64, pads=[1, 1, 1, 1], strides=[1, 2])),
     ((1, 64, 81), (64, 1, 5), dict(group=64, pads=[1, 2], strides=[2])),  # 1-D
+    # stride 2 along rows of >= 48 outputs (the split im2col): 3x3 and a dilated 3x5, asymmetric padding
+    ((1, 3, 100, 101), (16, 3, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+    ((1, 5, 9, 104), (8, 5, 3, 5), dict(pads=[0, 3, 1, 2], strides=[1, 2], dilations=[2, 2])),
 ]
 
 

@@ -146,6 +146,51 @@ def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx,
 
 
 @jit_parallel
+def _im2col_i8_s2(x, col, kh, kw, sh, dh, dw, ph, pw, oh_n, ow_n, pad, q0, q1):
+    """qpack.im2col_i8 for a stride of 2 along the rows, channel-and-kernel-row pairs [q0, q1) (q = c * kh
+    + i: im2col rows q * kw .. q * kw + kw - 1): per output row the input row is padded with ``pad``
+    once and split into its even and odd columns in one loop (which vectorises; a gather with the
+    stride per im2col row did not), then each kernel column's row is a contiguous copy of one of
+    them. K's padding rows (past C * kh * kw) are the caller's."""
+    c_n, h_n, w_n = x.shape
+    half = ow_n + ((kw - 1) * dw) // 2 + 1
+    prow = np.empty(2 * half, x.dtype)  # the padded row: prow[t] = x[c, ih, t - pw], else pad
+    ev = np.empty(half, x.dtype)
+    od = np.empty(half, x.dtype)
+    t1 = min(2 * half, pw + w_n)
+    for q in range(q0, q1):
+        c = q // kh
+        i = q - c * kh
+        for oh in range(oh_n):
+            ih = oh * sh - ph + i * dh
+            base = oh * ow_n
+            if ih < 0 or ih >= h_n:
+                for j in range(kw):
+                    dst = col[q * kw + j]
+                    for ow in range(ow_n):
+                        dst[U(base + ow)] = pad
+                continue
+            src = x[c, ih]
+            for t in range(2 * half):
+                prow[U(t)] = pad
+            for t in range(pw, t1):
+                prow[U(t)] = src[U(t - pw)]
+            for t in range(half):
+                ev[U(t)] = prow[U(2 * t)]
+                od[U(t)] = prow[U(2 * t + 1)]
+            for j in range(kw):
+                off = j * dw  # input column 2 ow + off - pw: padded column 2 ow + off
+                s0 = off // 2
+                dst = col[q * kw + j]
+                if off % 2 == 0:
+                    for ow in range(ow_n):
+                        dst[U(base + ow)] = ev[U(ow + s0)]
+                else:
+                    for ow in range(ow_n):
+                        dst[U(base + ow)] = od[U(ow + s0)]
+
+
+@jit_parallel
 def _to_channels_last(x, zx, xt, r0, r1):
     """Rows [r0, r1) of one image (C, H, W) int8/uint8 as int16 ``x - zx`` in (H, W, C) order."""
     c_n, _, w_n = x.shape
@@ -216,6 +261,7 @@ class _IntegerConv(Conv):
     # 96 channels up, in bands of rows that stay in L2; 32x112x112 0.93x alone but 0.82x inside the model
     # (quantized_profile.py, 0.23 vs 0.28 ms, four alternating runs); 16x9x9 0.35x (its setup per call)
     CL16_CHANNELS, CL16_PIXELS = 32, 1 << 30
+    S2_SPLIT_COLUMNS = 48  # _im2col_i8_s2 from this many output columns (56: 1.58x im2col_i8; 28: 0.85x)
 
     def setup(self, input_specs):
         self._geom_key = None
@@ -401,7 +447,7 @@ class _IntegerConv(Conv):
         if not direct:
             col = self.__dict__.get("_col8")
             if col is None or col.shape != (4 * kq, n_pix) or col.dtype != x.dtype:
-                col = self._col8 = np.empty((4 * kq, n_pix), x.dtype)
+                col = self._col8 = np.zeros((4 * kq, n_pix), x.dtype)  # K's padding rows stay 0
         nr = qtile.ROWS_NR[kind]
         m_pad = pb.n_panels * pb.nr
         block = qpack.rows_block(m_pad, nr, n_pix, 4 * kq, config.current_threads())
@@ -414,6 +460,9 @@ class _IntegerConv(Conv):
                 self._taps = qpack.tap_offsets(*x_shape4[2:], kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n)
                 self._tap_key = key
             taps = self._taps
+        # stride 2 along wide rows: each input row split into its even and odd columns once (the
+        # MobileNetV2 stem 81 -> 25 us, ResNet-18's 7x7 stem 445 -> 99 us; rows of 28 outputs 0.85x)
+        split = taps is None and not direct and sw == 2 and ow_n >= self.S2_SPLIT_COLUMNS
         rows_work, pack_work = 2.0 * m_pad * kq * 4 * n_pix, 4.0 * kq * n_pix
         tail = (n_pix, np.int64(-128 if flip else 0), n_pix, block, terms, mult, z, lo, hi)
         conv_rows, parallel_for = qpack.conv_rows, config.parallel_for
@@ -427,6 +476,9 @@ class _IntegerConv(Conv):
                 else:
                     if taps is not None:
                         parallel_for(qpack.im2col_i8_map, 4 * kq, (x4[n], col, taps, pad), pack_work)
+                    elif split:
+                        args = (x4[n], col, kh, kw, sh, dh, dw, ph, pw, oh_n, ow_n, pad)
+                        parallel_for(_im2col_i8_s2, x_shape4[1] * kh, args, pack_work)
                     else:
                         args = (x4[n], col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad)
                         parallel_for(qpack.im2col_i8, 4 * kq, args, pack_work)
