@@ -1,10 +1,10 @@
 """The rows micro-kernel's in-register requantize, before and after session 5 (docs/quantization.md,
 "MobileNetV2 int8 (issue 16, session 5)"), on MobileNetV2's 1x1 QLinearConv layers (int8, batch 1,
 one thread): ``new`` is qtile's requantized tiles as they are (``cvt``: accumulators from the column
-terms, clamp in float, ``cvtps2dq``, + zero point in int32), ``old`` the same kernel with the earlier
+terms, clamp in float, ``cvtps2dq``, + zero point in int32), ``old`` the same kernels with the earlier
 epilogue (``_rows_intrinsic(..., cvt=False)``: + terms, float32, * multiplier, rint, + zero point,
-clamp, truncate), built here into a copy of qpack.conv_rows. One session each, runs interleaved,
-best of ``reps`` (CPU time); the outputs are checked equal.
+clamp, truncate), built here into copies of qpack.conv_rows and qconv._conv_rows_pixel_major. One
+session each, runs interleaved, best of ``reps`` (CPU time); the outputs are checked equal.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/bench_qrows_requant.py [reps=20]
 """
@@ -24,7 +24,7 @@ from _timing import best_cpu_ms  # noqa: E402
 from kernelkit_converters.onnx import convert  # noqa: E402
 from kernelkit_numba import config  # noqa: E402
 from kernelkit_numba.config import jit  # noqa: E402
-from kernelkit_numba.kernels import qpack, qtile  # noqa: E402
+from kernelkit_numba.kernels import qconv, qpack, qtile  # noqa: E402
 
 # (input channels, output channels, height = width): MobileNetV2's 1x1 layers at 224 x 224 (each once)
 SHAPES = [(32, 16, 112), (16, 96, 112), (96, 24, 56), (24, 144, 56), (144, 24, 56), (144, 32, 28), (32, 192, 28),
@@ -53,13 +53,15 @@ def _old_rowsm_tile(kind, w, w_off, src, off, stride, kq, flip, terms, mult, r0,
         _m_avx2(w, w_off, src, off, stride, kq, flip, terms, mult, r0, zp, lo, hi, out, o_off, ldo, n_valid)
 
 
-def _old_conv_rows():
-    """qpack.conv_rows with the earlier epilogue's tiles."""
-    src = inspect.getsource(qpack.conv_rows.py_func).replace("@jit\n", "")
+def _with_old_tiles(fn):
+    """A copy of the Numba function ``fn`` (qpack.conv_rows, qconv._conv_rows_pixel_major) calling the
+    earlier epilogue's tiles."""
+    src = inspect.getsource(fn.py_func)
+    src = src[src.index("def "):]
     src = src.replace("qtile._rowsq_tile(", "_old_rowsq_tile(").replace("qtile._rowsm_tile(", "_old_rowsm_tile(")
     scope = {"np": np, "qtile": qtile, "_old_rowsq_tile": _old_rowsq_tile, "_old_rowsm_tile": _old_rowsm_tile}
-    exec(compile(src, "<conv_rows old epilogue>", "exec"), scope)
-    return numba.njit(**config._FLAGS)(scope["conv_rows"])  # exec'd source: not cached
+    exec(compile(src, f"<{fn.__name__} old epilogue>", "exec"), scope)
+    return numba.njit(**config._FLAGS)(scope[fn.__name__])  # exec'd source: not cached
 
 
 def session(rng, k: int, m: int, h: int):
@@ -81,7 +83,8 @@ def session(rng, k: int, m: int, h: int):
 
 def main(reps: int = 20) -> None:
     rng = np.random.default_rng(0)
-    new_rows, old_rows = qpack.conv_rows, _old_conv_rows()
+    kernels = {"new": (qpack.conv_rows, qconv._conv_rows_pixel_major),
+               "old": (_with_old_tiles(qpack.conv_rows), _with_old_tiles(qconv._conv_rows_pixel_major))}
     print(f"1x1 QLinearConv, batch 1, 1 thread, best of {reps} (ms); int8 micro-kernel "
           f"{qtile.select(True).name if qtile.select(True) else 'off'}")
     print("| K -> M | H x W | old | new | new / old |")
@@ -90,11 +93,11 @@ def main(reps: int = 20) -> None:
     for k, m, h in SHAPES:
         x = rng.integers(-128, 128, (1, k, h, h)).astype(np.int8)
         sessions = {}
-        for name, rows in (("old", old_rows), ("new", new_rows)):
-            qpack.conv_rows = rows  # the session's prepared call keeps the one it was made with
+        for name in ("old", "new"):  # each session's prepared call keeps the kernels it was made with
+            qpack.conv_rows, qconv._conv_rows_pixel_major = kernels[name]
             sessions[name] = session(np.random.default_rng(k * 1000 + m), k, m, h)
             sessions[name].run(None, {"x": x})
-        qpack.conv_rows = new_rows
+        qpack.conv_rows, qconv._conv_rows_pixel_major = kernels["new"]
         outs = {name: s.run(None, {"x": x})[0] for name, s in sessions.items()}
         assert np.array_equal(outs["old"], outs["new"])
         t = best_cpu_ms({name: (lambda s=s, x=x: s.run(None, {"x": x})) for name, s in sessions.items()}, reps)

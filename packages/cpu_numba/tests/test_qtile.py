@@ -246,6 +246,7 @@ CONVS = [  # (x shape, w shape, attrs)
     # stride 2 along rows of >= 48 outputs (the split im2col): 3x3 and a dilated 3x5, asymmetric padding
     ((1, 3, 100, 101), (16, 3, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
     ((1, 5, 9, 104), (8, 5, 3, 5), dict(pads=[0, 3, 1, 2], strides=[1, 2], dilations=[2, 2])),
+    ((1, 8, 12, 12), (12, 8, 3, 3), dict(pads=[1, 1, 1, 1])),  # 12 channels: a partial vnni512 weight panel
 ]
 
 

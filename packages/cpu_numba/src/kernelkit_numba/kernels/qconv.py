@@ -191,6 +191,38 @@ def _im2col_i8_s2(x, col, kh, kw, sh, dh, dw, ph, pw, oh_n, ow_n, pad, q0, q1):
 
 
 @jit_parallel
+def _conv_rows_pixel_major(kind, w, kq, m_n, x, ldx, flip, n_pix, block, terms, mult, zp, lo, hi, out, b_lo, b_hi):
+    """qpack.conv_rows for weights small enough to stay in L1 (K * M of a 1x1 layer with few input
+    channels) and every weight panel whole (kind 1 or 2, ``m_n`` a multiple of its rows): per pixel
+    tile, the tile interleaved (qtile.pack_x) and at once every weight panel over it, so that the
+    tile, too, is read from L1 (conv_rows runs each weight panel over the whole block's tiles,
+    which then come from L2)."""
+    mr = 8 if kind == 2 else 4
+    nr = 32 if kind == 2 else 16
+    tile_bytes = kq * 4 * nr
+    xp = np.empty(tile_bytes, np.uint8)
+    scratch = np.empty(4 * kq * nr, x.dtype)
+    flat = out.reshape(-1)
+    for b in range(b_lo, b_hi):
+        p0 = b * block
+        n = min(block, n_pix - p0)
+        full = n // nr * nr
+        for t0 in range(p0, p0 + full, nr):
+            qtile.pack_x(kind, x, t0, ldx, kq, flip, xp, 0)
+            for r0 in range(0, m_n, mr):
+                qtile._rowsq_tile(kind, w, r0 * kq * 4, xp, 0, 0, kq, flip, terms, mult, r0, zp, lo, hi, flat,
+                                  r0 * n_pix + t0, n_pix)
+        if full < n:
+            for k in range(4 * kq):
+                for j in range(nr):
+                    scratch[k * nr + j] = x[p0 + k * ldx + full + j] if full + j < n else 0
+            qtile.pack_x(kind, scratch, 0, nr, kq, flip, xp, 0)
+            for r0 in range(0, m_n, mr):
+                qtile._rowsm_tile(kind, w, r0 * kq * 4, xp, 0, 0, kq, flip, terms, mult, r0, zp, lo, hi, flat,
+                                  r0 * n_pix + p0 + full, n_pix, n - full)
+
+
+@jit_parallel
 def _to_channels_last(x, zx, xt, r0, r1):
     """Rows [r0, r1) of one image (C, H, W) int8/uint8 as int16 ``x - zx`` in (H, W, C) order."""
     c_n, _, w_n = x.shape
@@ -465,7 +497,11 @@ class _IntegerConv(Conv):
         split = taps is None and not direct and sw == 2 and ow_n >= self.S2_SPLIT_COLUMNS
         rows_work, pack_work = 2.0 * m_pad * kq * 4 * n_pix, 4.0 * kq * n_pix
         tail = (n_pix, np.int64(-128 if flip else 0), n_pix, block, terms, mult, z, lo, hi)
-        conv_rows, parallel_for = qpack.conv_rows, config.parallel_for
+        parallel_for = config.parallel_for
+        if kind != 0 and m_n % qtile.ROWS_MR[kind] == 0:  # every weight panel whole: pixel tiles outermost
+            conv_rows, head = _conv_rows_pixel_major, (kind, pb.data, kq, m_n)
+        else:
+            conv_rows, head = qpack.conv_rows, (kind, pb.data, kq, m_n, m_pad)
 
         def run(x, out):
             x4 = np.ascontiguousarray(x.reshape(x_shape4))
@@ -483,7 +519,7 @@ class _IntegerConv(Conv):
                         args = (x4[n], col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad)
                         parallel_for(qpack.im2col_i8, 4 * kq, args, pack_work)
                     rows = col.reshape(-1)
-                parallel_for(conv_rows, blocks, (kind, pb.data, kq, m_n, m_pad, rows, *tail, out3[n]), rows_work)
+                parallel_for(conv_rows, blocks, (*head, rows, *tail, out3[n]), rows_work)
 
         return run
 
