@@ -7,6 +7,9 @@ clamp, truncate), built here into copies of qpack.conv_rows and qconv._conv_rows
 session each, runs interleaved, best of ``reps`` (CPU time); the outputs are checked equal.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/bench_qrows_requant.py [reps=20]
+    OPENBLAS_NUM_THREADS=1 python benchmarks/bench_qrows_requant.py --drivers [reps=20]
+
+``--drivers``: the two drivers of the rows tiles instead (see ``drivers``).
 """
 from __future__ import annotations
 
@@ -107,6 +110,49 @@ def main(reps: int = 20) -> None:
     print(f"| sum | | {total['old']:.3f} | {total['new']:.3f} | {total['new'] / total['old']:.3f} |")
 
 
+# (K, M, pixels) for the drivers' A/B: the 1x1 layers above and ResNet-18's 3x3 ones (K = 9 C)
+DRIVER_SHAPES = [(k, m, h * h) for k, m, h in SHAPES] + [(576, 64, 3136), (1152, 128, 784), (2304, 256, 196),
+                                                         (4608, 512, 49)]
+
+
+def drivers(reps: int = 20) -> None:
+    """qpack.conv_rows (each weight panel over the block's pixel tiles) against
+    qconv._conv_rows_pixel_major (each pixel tile through every weight panel), the kernels alone on
+    the same packed operands, interleaved; the outputs are checked equal."""
+    rng = np.random.default_rng(1)
+    variant = qtile.select(True)
+    kind = qtile.KIND[variant.name] if variant is not None else 0
+    if kind == 0:
+        print("no int8 micro-kernel on this CPU (the pixel-major driver needs avx2 or vnni512)")
+        return
+    mr, nr = qtile.ROWS_MR[kind], qtile.ROWS_NR[kind]
+    print(f"rows-kernel drivers ({variant.name}), 1 thread, best of {reps} (ms)")
+    print("| K x M | pixels | conv_rows | pixel-major | pixel-major / conv_rows |")
+    print("|---|---:|---:|---:|---:|")
+    for k, m, n_pix in DRIVER_SHAPES:
+        pb = qpack.PackedB(rng.integers(-127, 128, (m, k)).astype(np.int8), None, mr)
+        kq, m_pad = pb.kq, pb.n_panels * pb.nr
+        x = rng.integers(-128, 128, (4 * kq, n_pix)).astype(np.int8).reshape(-1)
+        terms = rng.integers(-3000, 3000, m).astype(np.int32)
+        mult = np.full(m, 2e-3, np.float32)
+        outs = [np.empty((m, n_pix), np.int8) for _ in range(2)]
+        block = qpack.rows_block(m_pad, nr, n_pix, 4 * kq, 1)
+        blocks = -(-n_pix // block)
+        tail = (x, n_pix, np.int64(-128), n_pix, block, terms, mult, np.float32(-3), np.float32(-128),
+                np.float32(127))
+        a_rows = (kind, pb.data, kq, m, m_pad, *tail, outs[0], 0, blocks)
+        a_major = (kind, pb.data, kq, m, *tail, outs[1], 0, blocks)
+        fns = {"conv_rows": lambda a=a_rows: qpack.conv_rows(*a),
+               "pixel_major": lambda a=a_major: qconv._conv_rows_pixel_major(*a)}
+        for f in fns.values():
+            f()
+        assert np.array_equal(outs[0], outs[1])
+        t = best_cpu_ms(fns, reps)
+        print(f"| {k} x {m} | {n_pix} | {t['conv_rows']:.3f} | {t['pixel_major']:.3f} | "
+              f"{t['pixel_major'] / t['conv_rows']:.2f} |")
+
+
 if __name__ == "__main__":
+    args = [a for a in sys.argv[1:] if a != "--drivers"]
     with config.num_threads(1):
-        main(*(int(a) for a in sys.argv[1:]))
+        (drivers if "--drivers" in sys.argv else main)(*(int(a) for a in args))
