@@ -256,8 +256,8 @@ def _from_cl(acc, c_n, out, q0, q1):
 
 
 @jit_parallel
-def _bands_cl(x, zx, pix, wt, taps, bias, mult, zy, lo_y, hi_y, kh, kw, sh, sw, dh, ph, wp_n, ow_n, band, out,
-              q0, q1):
+def _bands_cl(x, zx, pix, wt, taps, bias, mult, zy, lo_y, hi_y, kh, kw, sh, sw, dh, ph, pw, wp_n, ow_n, band,
+              out, q0, q1):
     """Bands [q0, q1) of ``band`` output rows of one image, each through the three steps in a buffer
     of its own rows (so that the channels-last rows stay in L2 from the transpose to the taps and
     the tile from the taps to the transpose back): ``x`` (C, H, W) int8/uint8, ``out`` (C, OH * OW);
@@ -266,7 +266,14 @@ def _bands_cl(x, zx, pix, wt, taps, bias, mult, zy, lo_y, hi_y, kh, kw, sh, sw, 
     oh_n = out.shape[1] // ow_n
     row = wp_n * c_n
     rows_in = (band - 1) * sh + (kh - 1) * dh + 1
-    xt = np.zeros(rows_in * row, np.float32)  # the border columns stay 0: x - zx of the padding
+    xt = np.empty(rows_in * row, np.float32)
+    lead, trail = pw * c_n, (pw + w_n) * c_n
+    for r in range(rows_in):  # the border columns: 0 (x - zx of the padding), never written after
+        d = U(r * row)
+        for k in range(lead):
+            xt[d + U(k)] = 0
+        for k in range(trail, row):
+            xt[d + U(k)] = 0
     acc = np.empty(band * ow_n * c_n, np.float32)
     flat = x.reshape(-1)
     oflat = out.reshape(-1)
@@ -359,7 +366,7 @@ def plan(kernel, x_shape, w, x_zero_point, w_zero_point, requant, kh, kw, sh, sw
     zx = np.float32(0 if x_zero_point is None else np.asarray(x_zero_point).reshape(()))
     band = band_rows(oh_n, kh, sh, dh, wp_n * c_n * 4)
     bands = -(-oh_n // band)
-    head = (zx, pix, wt, taps, bias, mult, zy, lo, hi, kh, kw, sh, sw, dh, ph, wp_n, ow_n, band)
+    head = (zx, pix, wt, taps, bias, mult, zy, lo, hi, kh, kw, sh, sw, dh, ph, pw, wp_n, ow_n, band)
     work = 2.0 * c_n * oh_n * ow_n * kh * kw
     parallel_for = config.parallel_for
 
