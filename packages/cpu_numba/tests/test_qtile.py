@@ -244,6 +244,12 @@ CONVS = [  # (x shape, w shape, attrs)
     ((1, 96, 15, 14), (96, 1, 3, 3), dict(group=96, pads=[0, 1, 1, 0], strides=[2, 2])),
     ((2, 80, 10, 10), (80, 1, 5, 5), dict(group=80, pads=[2, 1, 2, 3], dilations=[1, 2])),
     ((1, 64, 16, 16), (64, 1, 3, 3), dict(group=64, pads=[1, 1, 1, 1], strides=[1, 2])),
+    ((1, 64, 81), (64, 1, 5), dict(group=64, pads=[1, 2], strides=[2])),  # 1-D
+    # stride 2 along rows of >= 48 outputs (the split im2col): 3x3 and a dilated 3x5, asymmetric padding
+    ((1, 3, 100, 101), (16, 3, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+    ((1, 5, 9, 104), (8, 5, 3, 5), dict(pads=[0, 3, 1, 2], strides=[1, 2], dilations=[2, 2])),
+    ((1, 8, 12, 12), (12, 8, 3, 3), dict(pads=[1, 1, 1, 1])),  # 12 channels: a partial vnni512 weight panel
+    ((1, 48, 17, 16), (48, 1, 3, 3), dict(group=48, pads=[1, 2, 0, 1], strides=[3, 3])),  # 3x3 stride 3: general taps
 ]
 
 
@@ -299,7 +305,7 @@ def test_qlinearconv_kept_plan_equals_reference(case, monkeypatch):
 
 
 @pytest.mark.parametrize("band_bytes", [1, 40_000])
-@pytest.mark.parametrize("case", [i for i, c in enumerate(CONVS) if c[0][1] >= 64])
+@pytest.mark.parametrize("case", [i for i, c in enumerate(CONVS) if c[0][1] >= 32 and c[1][1] == 1])
 def test_qdepthwise_bands_equal_reference(band_bytes, case, monkeypatch):
     """qdepthwise's channels-last kernel cut into bands of one output row, and of a few (the buffer
     of a band reused by the next: its padding rows zeroed again), = the reference bit for bit."""

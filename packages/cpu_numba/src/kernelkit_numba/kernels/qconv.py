@@ -146,6 +146,83 @@ def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx,
 
 
 @jit_parallel
+def _im2col_i8_s2(x, col, kh, kw, sh, dh, dw, ph, pw, oh_n, ow_n, pad, q0, q1):
+    """qpack.im2col_i8 for a stride of 2 along the rows, channel-and-kernel-row pairs [q0, q1) (q = c * kh
+    + i: im2col rows q * kw .. q * kw + kw - 1): per output row the input row is padded with ``pad``
+    once and split into its even and odd columns in one loop (which vectorises; a gather with the
+    stride per im2col row did not), then each kernel column's row is a contiguous copy of one of
+    them. K's padding rows (past C * kh * kw) are the caller's."""
+    c_n, h_n, w_n = x.shape
+    half = ow_n + ((kw - 1) * dw) // 2 + 1
+    prow = np.empty(2 * half, x.dtype)  # the padded row: prow[t] = x[c, ih, t - pw], else pad
+    ev = np.empty(half, x.dtype)
+    od = np.empty(half, x.dtype)
+    t1 = min(2 * half, pw + w_n)
+    for q in range(q0, q1):
+        c = q // kh
+        i = q - c * kh
+        for oh in range(oh_n):
+            ih = oh * sh - ph + i * dh
+            base = oh * ow_n
+            if ih < 0 or ih >= h_n:
+                for j in range(kw):
+                    dst = col[q * kw + j]
+                    for ow in range(ow_n):
+                        dst[U(base + ow)] = pad
+                continue
+            src = x[c, ih]
+            for t in range(2 * half):
+                prow[U(t)] = pad
+            for t in range(pw, t1):
+                prow[U(t)] = src[U(t - pw)]
+            for t in range(half):
+                ev[U(t)] = prow[U(2 * t)]
+                od[U(t)] = prow[U(2 * t + 1)]
+            for j in range(kw):
+                off = j * dw  # input column 2 ow + off - pw: padded column 2 ow + off
+                s0 = off // 2
+                dst = col[q * kw + j]
+                if off % 2 == 0:
+                    for ow in range(ow_n):
+                        dst[U(base + ow)] = ev[U(ow + s0)]
+                else:
+                    for ow in range(ow_n):
+                        dst[U(base + ow)] = od[U(ow + s0)]
+
+
+@jit_parallel
+def _conv_rows_pixel_major(kind, w, kq, m_n, x, ldx, flip, n_pix, block, terms, mult, zp, lo, hi, out, b_lo, b_hi):
+    """qpack.conv_rows for weights small enough to stay in L1 (K * M of a 1x1 layer with few input
+    channels) and every weight panel whole (kind 1 or 2, ``m_n`` a multiple of its rows): per pixel
+    tile, the tile interleaved (qtile.pack_x) and at once every weight panel over it, so that the
+    tile, too, is read from L1 (conv_rows runs each weight panel over the whole block's tiles,
+    which then come from L2)."""
+    mr = 8 if kind == 2 else 4
+    nr = 32 if kind == 2 else 16
+    tile_bytes = kq * 4 * nr
+    xp = np.empty(tile_bytes, np.uint8)
+    scratch = np.empty(4 * kq * nr, x.dtype)
+    flat = out.reshape(-1)
+    for b in range(b_lo, b_hi):
+        p0 = b * block
+        n = min(block, n_pix - p0)
+        full = n // nr * nr
+        for t0 in range(p0, p0 + full, nr):
+            qtile.pack_x(kind, x, t0, ldx, kq, flip, xp, 0)
+            for r0 in range(0, m_n, mr):
+                qtile._rowsq_tile(kind, w, r0 * kq * 4, xp, 0, 0, kq, flip, terms, mult, r0, zp, lo, hi, flat,
+                                  r0 * n_pix + t0, n_pix)
+        if full < n:
+            for k in range(4 * kq):
+                for j in range(nr):
+                    scratch[k * nr + j] = x[p0 + k * ldx + full + j] if full + j < n else 0
+            qtile.pack_x(kind, scratch, 0, nr, kq, flip, xp, 0)
+            for r0 in range(0, m_n, mr):
+                qtile._rowsm_tile(kind, w, r0 * kq * 4, xp, 0, 0, kq, flip, terms, mult, r0, zp, lo, hi, flat,
+                                  r0 * n_pix + p0 + full, n_pix, n - full)
+
+
+@jit_parallel
 def _to_channels_last(x, zx, xt, r0, r1):
     """Rows [r0, r1) of one image (C, H, W) int8/uint8 as int16 ``x - zx`` in (H, W, C) order."""
     c_n, _, w_n = x.shape
@@ -211,11 +288,12 @@ class _IntegerConv(Conv):
     # 576x14x14 s2 131 vs 246, 384x14x14 163 vs 182, 144x56x56 s2 383 vs 446; NCHW wins on the large
     # stride-1 planes (32x112x112 429 vs 880, 192x28x28 206 vs 293)
     CL_PIXELS, CL_STRIDED = 256, 1024
-    # qdepthwise's channels-last kernel from this many channels (a multiple of 16) up to this many output
-    # pixels (benchmarks/bench_qdepthwise.py, interleaved, 1 thread, AMD EPYC znver4): 1.5-4.7x the NCHW
-    # kernel on MobileNetV2's layers of 784 output pixels or fewer (144x56x56 stride 2 to 960x7x7);
-    # 0.64-0.82x on the three larger ones, whose channels-last buffers (1.6-5 MB) leave the caches
-    CL16_CHANNELS, CL16_PIXELS = 64, 1 << 30
+    # qdepthwise's channels-last kernel from this many channels (a multiple of 16): on MobileNetV2's layers
+    # (benchmarks/bench_qdepthwise.py, interleaved, 1 thread, AMD EPYC znver4) 1.1-3.8x the NCHW kernel from
+    # 96 channels up, in bands of rows that stay in L2; 32x112x112 0.93x alone but 0.82x inside the model
+    # (quantized_profile.py, 0.23 vs 0.28 ms, four alternating runs); 16x9x9 0.35x (its setup per call)
+    CL16_CHANNELS, CL16_PIXELS = 32, 1 << 30
+    S2_SPLIT_COLUMNS = 48  # _im2col_i8_s2 from this many output columns (56: 1.58x im2col_i8; 28: 0.85x)
 
     def setup(self, input_specs):
         self._geom_key = None
@@ -401,7 +479,7 @@ class _IntegerConv(Conv):
         if not direct:
             col = self.__dict__.get("_col8")
             if col is None or col.shape != (4 * kq, n_pix) or col.dtype != x.dtype:
-                col = self._col8 = np.empty((4 * kq, n_pix), x.dtype)
+                col = self._col8 = np.zeros((4 * kq, n_pix), x.dtype)  # K's padding rows stay 0
         nr = qtile.ROWS_NR[kind]
         m_pad = pb.n_panels * pb.nr
         block = qpack.rows_block(m_pad, nr, n_pix, 4 * kq, config.current_threads())
@@ -414,9 +492,16 @@ class _IntegerConv(Conv):
                 self._taps = qpack.tap_offsets(*x_shape4[2:], kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n)
                 self._tap_key = key
             taps = self._taps
+        # stride 2 along wide rows: each input row split into its even and odd columns once (the
+        # MobileNetV2 stem 81 -> 25 us, ResNet-18's 7x7 stem 445 -> 99 us; rows of 28 outputs 0.85x)
+        split = taps is None and not direct and sw == 2 and ow_n >= self.S2_SPLIT_COLUMNS
         rows_work, pack_work = 2.0 * m_pad * kq * 4 * n_pix, 4.0 * kq * n_pix
         tail = (n_pix, np.int64(-128 if flip else 0), n_pix, block, terms, mult, z, lo, hi)
-        conv_rows, parallel_for = qpack.conv_rows, config.parallel_for
+        parallel_for = config.parallel_for
+        if kind != 0 and m_n % qtile.ROWS_MR[kind] == 0:  # every weight panel whole: pixel tiles outermost
+            conv_rows, head = _conv_rows_pixel_major, (kind, pb.data, kq, m_n)
+        else:
+            conv_rows, head = qpack.conv_rows, (kind, pb.data, kq, m_n, m_pad)
 
         def run(x, out):
             x4 = np.ascontiguousarray(x.reshape(x_shape4))
@@ -427,11 +512,14 @@ class _IntegerConv(Conv):
                 else:
                     if taps is not None:
                         parallel_for(qpack.im2col_i8_map, 4 * kq, (x4[n], col, taps, pad), pack_work)
+                    elif split:
+                        args = (x4[n], col, kh, kw, sh, dh, dw, ph, pw, oh_n, ow_n, pad)
+                        parallel_for(_im2col_i8_s2, x_shape4[1] * kh, args, pack_work)
                     else:
                         args = (x4[n], col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, pad)
                         parallel_for(qpack.im2col_i8, 4 * kq, args, pack_work)
                     rows = col.reshape(-1)
-                parallel_for(conv_rows, blocks, (kind, pb.data, kq, m_n, m_pad, rows, *tail, out3[n]), rows_work)
+                parallel_for(conv_rows, blocks, (*head, rows, *tail, out3[n]), rows_work)
 
         return run
 
@@ -499,17 +587,22 @@ class QLinearConv(_IntegerConv):
     def work(self, x, x_scale, x_zero_point, w, *rest):
         return self.conv_work(x, w)
 
-    def compute(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b=None):
+    def compute(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b=None, *,
+                out=None):
+        """``out``: the session's planned output buffer (its arena: reused between runs, so warm in the
+        caches), or None to allocate one."""
         consts = (x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b)
         fast = self.__dict__.get("_fast")
         if fast is not None and fast[0] == (x.shape, x.dtype, os.environ.get(qtile.ENV), config.current_threads()) \
                 and all(p is q for p, q in zip(consts, fast[1])) and not any(a.flags.writeable for a in fast[2]):
-            out = np.empty(fast[3], fast[4])
+            if out is None:
+                out = np.empty(fast[3], fast[4])
             fast[5](x, out)
             return out
         (_, _), (_, _), (_, _), out_hw = self.geometry(x.shape, w.shape)
         zp = np.asarray(y_zero_point)
-        out = np.empty((x.shape[0], w.shape[0], *out_hw[2 - (x.ndim - 2):]), zp.dtype)
+        if out is None:
+            out = np.empty((x.shape[0], w.shape[0], *out_hw[2 - (x.ndim - 2):]), zp.dtype)
         m = w.shape[0]
 
         def make():

@@ -3,15 +3,17 @@
 The NCHW planes of a MobileNet's depthwise layers are small (7x7 to 56x56 with 144-960 channels), so a
 loop per plane pays its setup once per channel, and a stride-2 plane's phases gather bytes with the
 stride. Here the convolution runs channels-last instead, with both layout changes done by 16 x 16
-transposes in the registers (``shufflevector``, four butterfly stages; plain LLVM IR, any CPU):
+transposes in the registers (``shufflevector``, four butterfly stages; plain LLVM IR, any CPU), in
+bands of output rows (``_bands_cl``; a band's rows stay in L2 from one step to the next):
 
-1. ``_to_padded_cl``: the int8/uint8 (C, H, W) input minus its zero point into a float32 (H + 2 ph,
-   W + 2 pw, C) buffer whose border stays 0 (= the zero point, ONNX's padding).
-2. ``_taps_cl``: per output pixel the kernel's taps over all channels at once (a loop along C that
-   vectorises), then qgemm.requantize's steps (int32 + bias, float32 * multiplier, round half to
-   even, + zero point, clamp) into a float32 (pixels, C) tile. Every partial sum is an exact integer
-   (taps * 255 * 255 << 2**24), so the order of the sum does not matter.
-3. ``_from_cl``: the tile transposed back into the NCHW int8/uint8 output.
+1. the band's int8/uint8 input rows minus the zero point into a float32 (rows, W + 2 pw, C) buffer
+   whose border stays 0 (= the zero point, ONNX's padding): ``_tr_in16``;
+2. per output pixel the kernel's taps over all channels at once, then qgemm.requantize's steps
+   (int32 + bias, float32 * multiplier, round half to even, + zero point, clamp) into a float32
+   (pixels, C) tile: ``_taps3_cl`` (3x3, four pixels a step in the registers), ``_taps_cl`` (any
+   kernel). Every partial sum is an exact integer (taps * 255 * 255 <= 2**24), so the order of the
+   sum does not matter;
+3. the tile transposed back into the NCHW int8/uint8 output: ``_tr_out16``.
 
 Bit-exact against the reference (the same integer sum and the same float32 requantize steps).
 """
@@ -109,23 +111,6 @@ def _tr_out16(typingctx, acc, a_off, lda, out, o_off, ldo):
         return context.get_dummy_value()
 
     return types.void(acc, types.int64, types.int64, out, types.int64, types.int64), codegen
-
-
-@jit_parallel
-def _to_padded_cl(x, zx, pix, xt, q0, q1):
-    """Channel blocks [q0, q1) of 16 of one image ``x`` (C, H * W) into ``xt`` (flat, float32): pixel p
-    of channel c at ``xt[pix[p] + c]`` as ``x - zx``; 16 x 16 transposes, the last pixels one by one."""
-    c_n, p_n = x.shape
-    full = p_n // LANES * LANES
-    flat = x.reshape(-1)
-    for cb in range(q0, q1):
-        c0 = cb * LANES
-        for p0 in range(0, full, LANES):
-            _tr_in16(flat, c0 * p_n + p0, p_n, zx, pix, p0, xt, c0)
-        for c in range(c0, c0 + LANES):
-            src = x[c]
-            for p in range(full, p_n):
-                xt[U(pix[p] + c)] = np.float32(src[p]) - zx
 
 
 def _taps3_intrinsic(stride: int, npix: int):
@@ -240,24 +225,8 @@ def _taps_cl(xt, c_n, wp_n, wt, taps, bias, mult, zy, lo_y, hi_y, sh, sw, ow_n, 
 
 
 @jit_parallel
-def _from_cl(acc, c_n, out, q0, q1):
-    """Channel blocks [q0, q1) of 16: ``acc`` (pixels, C) float32 into ``out`` (C, pixels) int8/uint8."""
-    p_n = out.shape[1]
-    full = p_n // LANES * LANES
-    flat = out.reshape(-1)
-    for cb in range(q0, q1):
-        c0 = cb * LANES
-        for p0 in range(0, full, LANES):
-            _tr_out16(acc, p0 * c_n + c0, c_n, flat, c0 * p_n + p0, p_n)
-        for c in range(c0, c0 + LANES):
-            dst = out[c]
-            for p in range(full, p_n):
-                dst[p] = acc[U(p * c_n + c)]
-
-
-@jit_parallel
-def _bands_cl(x, zx, pix, wt, taps, bias, mult, zy, lo_y, hi_y, kh, kw, sh, sw, dh, ph, wp_n, ow_n, band, out,
-              q0, q1):
+def _bands_cl(x, zx, pix, wt, taps, bias, mult, zy, lo_y, hi_y, kh, kw, sh, sw, dh, ph, pw, wp_n, ow_n, band,
+              out, q0, q1):
     """Bands [q0, q1) of ``band`` output rows of one image, each through the three steps in a buffer
     of its own rows (so that the channels-last rows stay in L2 from the transpose to the taps and
     the tile from the taps to the transpose back): ``x`` (C, H, W) int8/uint8, ``out`` (C, OH * OW);
@@ -266,7 +235,14 @@ def _bands_cl(x, zx, pix, wt, taps, bias, mult, zy, lo_y, hi_y, kh, kw, sh, sw, 
     oh_n = out.shape[1] // ow_n
     row = wp_n * c_n
     rows_in = (band - 1) * sh + (kh - 1) * dh + 1
-    xt = np.zeros(rows_in * row, np.float32)  # the border columns stay 0: x - zx of the padding
+    xt = np.empty(rows_in * row, np.float32)
+    lead, trail = pw * c_n, (pw + w_n) * c_n
+    for r in range(rows_in):  # the border columns: 0 (x - zx of the padding), never written after
+        d = U(r * row)
+        for k in range(lead):
+            xt[d + U(k)] = 0
+        for k in range(trail, row):
+            xt[d + U(k)] = 0
     acc = np.empty(band * ow_n * c_n, np.float32)
     flat = x.reshape(-1)
     oflat = out.reshape(-1)
@@ -359,7 +335,7 @@ def plan(kernel, x_shape, w, x_zero_point, w_zero_point, requant, kh, kw, sh, sw
     zx = np.float32(0 if x_zero_point is None else np.asarray(x_zero_point).reshape(()))
     band = band_rows(oh_n, kh, sh, dh, wp_n * c_n * 4)
     bands = -(-oh_n // band)
-    head = (zx, pix, wt, taps, bias, mult, zy, lo, hi, kh, kw, sh, sw, dh, ph, wp_n, ow_n, band)
+    head = (zx, pix, wt, taps, bias, mult, zy, lo, hi, kh, kw, sh, sw, dh, ph, pw, wp_n, ow_n, band)
     work = 2.0 * c_n * oh_n * ow_n * kh * kw
     parallel_for = config.parallel_for
 
