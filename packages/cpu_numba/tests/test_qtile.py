@@ -347,6 +347,27 @@ def test_dynamic_quantize_matmul_equals_reference(variant, rows, monkeypatch):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+@pytest.mark.parametrize("variant", ["off", "generic", "avx2", "vnni512"])
+@pytest.mark.parametrize("rows", [1, 130])
+@pytest.mark.parametrize("value", [np.inf, -np.inf])
+def test_dynamic_quantize_matmul_with_an_infinity_equals_reference(variant, rows, value, monkeypatch):
+    """An infinity in A (scale inf): every path gives the reference's outputs, NaN where it has them
+    (the float32-BLAS path's epilogue gave -inf)."""
+    if variant != "off":
+        _need(variant)
+    rng = np.random.default_rng(rows)
+    a = rng.standard_normal((rows, 70)).astype(np.float32)
+    a[rows // 2, 3] = value
+    lim = 64 if variant == "avx2" else 128
+    b = rng.integers(-lim, lim, (70, 33)).astype(np.int8)
+    inputs = [a, b, rng.uniform(0.01, 0.02, 33).astype(np.float32), rng.integers(-20, 20, 33).astype(np.int8),
+              rng.standard_normal(33).astype(np.float32)]
+    got, want = _reference_and_numba("DynamicQuantizeMatMul", inputs, (1, 2, 3, 4), monkeypatch, variant,
+                                     domain="com.microsoft")
+    np.testing.assert_array_equal(got, want)  # NaN where the reference has NaN
+
+
 SMALL_A = {  # DynamicQuantizeMatMul's one-call path (qpack.dq_matmul_small): the range and parameters in Numba
     "mixed": lambda rng, shape: (rng.standard_normal(shape) * 7).astype(np.float32),
     "positive": lambda rng, shape: rng.uniform(0.5, 3, shape).astype(np.float32),  # zero point 0

@@ -535,6 +535,11 @@ class DynamicQuantizeMatMul(NumbaKernel):
 
     def _product(self, a, b, b_scale, b_zero_point, bias):
         flat, a_scale, a_zp = dynamic_range(a)
+        if not np.isfinite(a_scale):  # an infinity in A (NaN: scale NaN): the reference's steps, whose
+            # 0 * inf products make NaN where the exact-integer paths' epilogues differ (-inf)
+            from kernelkit.ops.integer import dynamic_quantize_matmul
+
+            return dynamic_quantize_matmul(a, b, b_scale, b_zero_point, bias)
         mult = (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)).reshape(-1)  # as the Mul node
         tile = tiled(self, b, b_zero_point)
         if tile is not None:  # A quantized straight into the micro-kernel's panels
