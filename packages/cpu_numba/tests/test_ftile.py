@@ -114,7 +114,7 @@ def test_cols_tiles(name, m, k, n):
 
 # Conv through a Session, the kernel forced onto each variant: 1x1 direct (channel and pixel tails),
 # strided / padded im2col, 7x7 and 14x14 maps (cols tiles where the channels allow), the stem-like
-# blocked im2col, batch 2
+# blocked im2col, batch 2, Winograd
 CONV_CASES = [
     ((1, 16, 9, 11), (24, 16, 1, 1), {}),
     ((2, 13, 12, 12), (19, 13, 1, 1), {"activation": "Relu"}),
@@ -126,6 +126,11 @@ CONV_CASES = [
     ((1, 3, 64, 64), (16, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3], "activation": "Relu"}),
     ((1, 6, 20, 20), (10, 6, 3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
     ((1, 16, 28, 27), (32, 16, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "activation": "Relu"}),  # 14x14
+    # Winograd's position GEMMs: F(2x2, 3x3) on 14x14 (49 tile columns), F(4x4, 3x3) (64 columns, M % 16 = 8;
+    # two images' 98)
+    ((1, 16, 14, 14), (32, 16, 3, 3), {"pads": [1, 1, 1, 1], "activation": "Relu"}),
+    ((1, 8, 30, 29), (24, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((2, 16, 14, 14), (48, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
 ]
 
 

@@ -550,6 +550,40 @@ def conv_cols(kind, wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ld
                 _cols_tile(kind, wp, w_off, x, k0 * ldx + p0, ldx, kk, first, final, acc, t * mp * width, bias, r0, z,
                            has_z, r0 * ldo + p0, ldo, lo, hi, out, m_valid, min(mp, n_pix - p0))
 
+
+# ------------------------------------------------------------------------ Winograd's batched GEMMs
+def pack_batched(u: np.ndarray, width: int) -> np.ndarray:
+    """(P, M, C) weights (Winograd's transformed U, one (M, C) matrix per position) packed per
+    position into panels of ``width`` rows: (P, panels * width * C)."""
+    return np.stack([pack_weights(np.ascontiguousarray(u[i], np.float32), width) for i in range(u.shape[0])])
+
+
+@jit
+def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, s_lo, s_hi):
+    """Shards [s_lo, s_hi) of P products ``mo[i, :m_n * nt] = U[i] @ v[i, :c_n * nt]`` (row-major
+    (M, nt) and (C, nt) blocks at the start of each row of ``v`` and ``mo``; ``wp`` pack_batched's
+    panels): shard s is position s // groups, weight-panel group s % groups, on the cols tiles
+    (``cols``: width COLS_WIDTH) or the rows tiles (width MR) without an epilogue."""
+    width = (48 if kind == 2 else 16) if cols else (8 if kind == 2 else (6 if kind == 1 else 4))
+    panels = (m_n + width - 1) // width
+    inf = np.float32(np.inf)
+    chunks = (c_n + KC - 1) // KC
+    kc = (c_n + chunks - 1) // chunks
+    for s in range(s_lo, s_hi):
+        i = s // groups
+        g = s - i * groups
+        q0, q1 = g * panels // groups, (g + 1) * panels // groups
+        x = v[i, :c_n * nt]
+        out = mo[i, :m_n * nt]
+        w = wp[i]
+        if cols:
+            conv_cols(kind, w, c_n, m_n, x, nt, nt, zeros, zeros, False, -inf, inf, out, nt, COLS_KC, q0, q1)
+        else:  # one pixel block (the whole nt), the panels [q0, q1) as one "group" of conv_tiles
+            n_groups = panels
+            for q in range(q0, q1):
+                conv_tiles(kind, w, c_n, m_n, x, 0, nt, nt, zeros, zeros, zeros, False, -inf, inf, out, 0, nt,
+                           nt, n_groups, kc, False, q, q + 1)
+
 PACK_X = False  # conv.py's choice for conv_tiles' ``pack`` (rows copied into tile order per block)
 BLOCK_BYTES = 256 * 1024  # a block's pixel rows of one K chunk (kc x block floats) stay in L2
 
