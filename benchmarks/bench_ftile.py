@@ -94,7 +94,8 @@ def layer(c, h, m, k, s, g, reps, forced):
     p = k // 2
     oh = (h + 2 * p - k) // s + 1
     ms["gflop"] = 2.0 * m * (c // g) * k * k * oh * oh / 1e9
-    ms["auto"] = nconv.ftile_wins(k, k, s, s, m, c * k * k, oh * oh)
+    wino = k == 3 and s == 1 and g == 1
+    ms["auto"] = c >= nconv.WINO_FTILE_MIN_C if wino else nconv.ftile_wins(k, k, s, s, m, c * k * k, oh * oh)
     return ms
 
 

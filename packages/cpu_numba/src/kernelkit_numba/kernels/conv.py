@@ -488,9 +488,11 @@ class Conv(NumbaKernel):
     def _wino_packed(self, u, m_n, nt):
         """(kind, cols, packed panels, zeros) for Winograd's position GEMMs (M x C by C x nt tiles)
         on ftile's micro-kernels, or None for BLAS (KERNELKIT_F32_GEMM=off, no variant, float64):
-        the cols tiles up to FTILE_COLS_MAX tile columns when M is a multiple of the lanes."""
-        kind = ftile.select() if u.dtype == np.float32 else None
-        if kind is None:
+        the cols tiles up to FTILE_COLS_MAX tile columns when M is a multiple of the lanes. Unless
+        KERNELKIT_F32_GEMM forces a variant, inputs of fewer than WINO_FTILE_MIN_C channels stay on
+        BLAS (64 x 64 x 196 at 36 positions: 0.91-0.94x BLAS's time in bench_ftile.py)."""
+        kind, forced = ftile.choice() if u.dtype == np.float32 else (None, False)
+        if kind is None or (not forced and u.shape[2] < WINO_FTILE_MIN_C):
             return None
         cols = ftile_cols(kind, m_n, nt, u.shape[2])
         width = ftile.COLS_WIDTH[kind] if cols else ftile.MR[kind]
@@ -742,6 +744,7 @@ def ftile_cols(kind, mg, l_n, k_n) -> bool:
             and k_n >= FTILE_COLS_MIN_K)
 
 
+WINO_FTILE_MIN_C = 128  # input channels from which Winograd's position GEMMs run on ftile
 FTILE_COLS_MAX = 196  # output pixels (7x7 and 14x14 maps) up to which ftile runs the cols tiles
 FTILE_COLS_MIN_K = 128
 

@@ -578,11 +578,9 @@ def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, s_lo, s_hi
         w = wp[i]
         if cols:
             conv_cols(kind, w, c_n, m_n, x, nt, nt, zeros, zeros, False, -inf, inf, out, nt, COLS_KC, q0, q1)
-        else:  # one pixel block (the whole nt), the panels [q0, q1) as one "group" of conv_tiles
-            n_groups = panels
-            for q in range(q0, q1):
-                conv_tiles(kind, w, c_n, m_n, x, 0, nt, nt, zeros, zeros, zeros, False, -inf, inf, out, 0, nt,
-                           nt, n_groups, kc, False, q, q + 1)
+        else:  # one pixel block (all nt columns) and one panel a "group": conv_tiles' shards [q0, q1)
+            conv_tiles(kind, w, c_n, m_n, x, 0, nt, nt, zeros, zeros, zeros, False, -inf, inf, out, 0, nt, nt,
+                       panels, kc, False, q0, q1)
 
 PACK_X = False  # conv.py's choice for conv_tiles' ``pack`` (rows copied into tile order per block)
 BLOCK_BYTES = 256 * 1024  # a block's pixel rows of one K chunk (kc x block floats) stay in L2
