@@ -18,7 +18,8 @@ INF = np.float32(np.inf)
 def _need(name):
     if not ftile.available(name):
         missing = [f for f in ftile._NEEDS[name] if f not in ftile.host_features()]
-        pytest.skip(f"this CPU lacks {', '.join(missing)} ({name} cannot run here)")
+        why = f"this CPU lacks {', '.join(missing)}" if missing else "NUMBA_DISABLE_JIT=1: no compiled tiles"
+        pytest.skip(f"{why} ({name} cannot run here)")
 
 
 def _want(w, x, b, z, lo, hi):

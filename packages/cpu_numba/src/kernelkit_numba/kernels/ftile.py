@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 
+import numba
 import numpy as np
 from kernelkit.errors import ConfigError, DeviceError
 from llvmlite import ir
@@ -61,7 +62,10 @@ class F32GemmUnavailableError(DeviceError):
 
 
 def available(name: str) -> bool:
-    """Whether this CPU (as Numba compiles for it) has the instructions of variant ``name``."""
+    """Whether this CPU (as Numba compiles for it) has the instructions of variant ``name``. Under
+    NUMBA_DISABLE_JIT=1 only ``generic`` runs (the IR tiles exist only in compiled code)."""
+    if name != "generic" and numba.config.DISABLE_JIT:
+        return False
     return all(f in host_features() for f in _NEEDS[name])
 
 
