@@ -103,6 +103,12 @@ def choice() -> tuple[int | None, bool]:
     return KIND[value], True
 
 
+def variant_name() -> str | None:
+    """The name of the variant ``choice()`` runs now, or None (BLAS)."""
+    kind = choice()[0]
+    return None if kind is None else next(k for k, v in KIND.items() if v == kind)
+
+
 def select() -> int | None:
     """choice()'s kind."""
     return choice()[0]
