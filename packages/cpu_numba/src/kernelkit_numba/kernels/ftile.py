@@ -40,7 +40,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ..config import jit, jit_inline
+from ..config import jit
 from .qtile import host_features
 
 ENV = "KERNELKIT_F32_GEMM"
@@ -295,33 +295,82 @@ def _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off
             out[o_off + r * ldo + j] = v
 
 
-@jit_inline  # inlined: a call passing six arrays by value cost a small-K tile (K = 16-24) a quarter of its time
-def _tile(kind, w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off, ldo, lo, hi, out, m_valid, n_valid,
-          acc):
-    """One tile of variant ``kind`` (n_valid < nr: the masked form)."""
-    if kind == 2:
-        if n_valid >= 32:
-            if has_z:
-                _t512z(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
-            else:
-                _t512(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
-        elif has_z:
-            _t512mz(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
-        else:
-            _t512m(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
-    elif kind == 1:
-        if n_valid >= 16:
-            if has_z:
-                _t2z(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
-            else:
-                _t2(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
-        elif has_z:
-            _t2mz(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
-        else:
-            _t2m(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
-    else:
-        _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off, ldo, lo, hi, out, m_valid,
-                      n_valid, acc)
+def _rows_driver(full, masked, full_z, masked_z, mr, nr):
+    """conv_tiles' loops for one variant, its four tiles fixed (a driver that dispatched on the kind
+    inside the pixel loop, even inlined, ran small-K layers 20% slower)."""
+
+    def tiles(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block, groups,
+              kc, pack, s_lo, s_hi):
+        panels = (m_n + mr - 1) // mr
+        inf = np.float32(np.inf)
+        xp = np.empty(block * kc if pack else 1, np.float32)
+        for s in range(s_lo, s_hi):
+            b = s // groups
+            g = s - b * groups
+            q0, q1 = g * panels // groups, (g + 1) * panels // groups
+            p0 = b * block
+            n = min(block, n_pix - p0)
+            for k0 in range(0, k_n, kc):
+                kk = min(kc, k_n - k0)
+                final = k0 + kk >= k_n
+                first = np.int64(1 if k0 == 0 else 0)
+                bb = bias if final else zeros
+                with_z = has_z and final
+                lo2 = lo if final else -inf
+                hi2 = hi if final else inf
+                if pack:
+                    for k in range(kk):
+                        src = (k0 + k) * ldx + x_col0 + p0
+                        for t in range(0, n, nr):
+                            d = t * kk + k * nr
+                            for j in range(min(nr, n - t)):
+                                xp[U(d + j)] = x[U(src + t + j)]
+                for q in range(q0, q1):
+                    r0 = q * mr
+                    m_valid = min(mr, m_n - r0)
+                    w_off = q * k_n * mr + k0 * mr
+                    for t in range(0, n, nr):
+                        o_off = r0 * ldo + o_col0 + p0 + t
+                        nv = min(nr, n - t)
+                        if pack:
+                            src_x, x_off, step = xp, t * kk, nr
+                        else:
+                            src_x, x_off, step = x, k0 * ldx + x_col0 + p0 + t, ldx
+                        if nv >= nr:
+                            if with_z:
+                                full_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                       m_valid, nv)
+                            else:
+                                full(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                     m_valid, nv)
+                        elif with_z:
+                            masked_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                     m_valid, nv)
+                        else:
+                            masked(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                   m_valid, nv)
+
+    return jit(tiles)
+
+
+_rows_512 = _rows_driver(_t512, _t512m, _t512z, _t512mz, 8, 32)
+_rows_2 = _rows_driver(_t2, _t2m, _t2z, _t2mz, 6, 16)
+
+
+@jit
+def _generic_tile(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid):
+    """_tile_generic with its own scratch, shaped as the intrinsic tiles are called."""
+    _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, True, o_off, ldo, lo, hi, out, m_valid, n_valid,
+                  np.empty(64, np.float32))
+
+
+@jit
+def _generic_tile_noz(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid):
+    _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, False, o_off, ldo, lo, hi, out, m_valid, n_valid,
+                  np.empty(64, np.float32))
+
+
+_rows_generic = _rows_driver(_generic_tile_noz, _generic_tile_noz, _generic_tile, _generic_tile, 4, 16)
 
 
 @jit
@@ -335,52 +384,15 @@ def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z,
     clamp), the last one the epilogue. ``pack``: each chunk of the block's rows is first copied into
     tile order ([tile][k][nr], ``xp``), so that a tile reads one contiguous stream instead of one
     line from each of kc rows (kc pages apart where a row is 4 KiB or more)."""
-    mr = 8 if kind == 2 else (6 if kind == 1 else 4)
-    nr = 32 if kind == 2 else 16
-    panels = (m_n + mr - 1) // mr
-    acc = np.empty(64, np.float32)
-    inf = np.float32(np.inf)
-    xp = np.empty(block * kc if pack else 1, np.float32)
-    for s in range(s_lo, s_hi):
-        b = s // groups
-        g = s - b * groups
-        q0, q1 = g * panels // groups, (g + 1) * panels // groups
-        p0 = b * block
-        n = min(block, n_pix - p0)
-        for k0 in range(0, k_n, kc):
-            kk = min(kc, k_n - k0)
-            final = k0 + kk >= k_n
-            first = np.int64(1 if k0 == 0 else 0)
-            if pack:
-                for k in range(kk):
-                    src = (k0 + k) * ldx + x_col0 + p0
-                    for t in range(0, n, nr):
-                        d = t * kk + k * nr
-                        for j in range(min(nr, n - t)):
-                            xp[U(d + j)] = x[U(src + t + j)]
-            for q in range(q0, q1):
-                r0 = q * mr
-                m_valid = min(mr, m_n - r0)
-                w_off = q * k_n * mr + k0 * mr
-                for t in range(0, n, nr):
-                    o_off = r0 * ldo + o_col0 + p0 + t
-                    nv = min(nr, n - t)
-                    if pack:
-                        if final:
-                            _tile(kind, wp, w_off, xp, t * kk, nr, kk, first, bias, r0, z, has_z, o_off, ldo, lo, hi,
-                                  out, m_valid, nv, acc)
-                        else:
-                            _tile(kind, wp, w_off, xp, t * kk, nr, kk, first, zeros, r0, z, False, o_off, ldo, -inf,
-                                  inf, out, m_valid, nv, acc)
-                        continue
-                    x_off = k0 * ldx + x_col0 + p0 + t
-                    if final:
-                        _tile(kind, wp, w_off, x, x_off, ldx, kk, first, bias, r0, z, has_z, o_off, ldo, lo, hi,
-                              out, m_valid, nv, acc)
-                    else:
-                        _tile(kind, wp, w_off, x, x_off, ldx, kk, first, zeros, r0, z, False, o_off, ldo, -inf, inf,
-                              out, m_valid, nv, acc)
-
+    if kind == 2:
+        _rows_512(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block, groups,
+                  kc, pack, s_lo, s_hi)
+    elif kind == 1:
+        _rows_2(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block, groups,
+                kc, pack, s_lo, s_hi)
+    else:
+        _rows_generic(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
+                      groups, kc, pack, s_lo, s_hi)
 
 
 # ------------------------------------------------------------------ small maps: channels in the lanes
@@ -518,22 +530,34 @@ _c2 = _cols_intrinsic("avx2", 2, 6, False)
 _c2z = _cols_intrinsic("avx2", 2, 6, True)
 
 
-@jit_inline
-def _cols_tile(kind, w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, has_z, o_off, ldo, lo, hi,
-               out, m_valid, n_valid):
-    if kind == 2:
-        if has_z:
-            _c512z(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out,
-                   m_valid, n_valid)
-        else:
-            _c512(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out,
-                  m_valid, n_valid)
-    elif has_z:
-        _c2z(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
-             n_valid)
-    else:
-        _c2(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
-            n_valid)
+def _cols_driver(tile, tile_z, width, mp):
+    """conv_cols' loops for one variant, its two tiles fixed (see _rows_driver)."""
+
+    def panels(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, s_lo, s_hi):
+        tiles = (n_pix + mp - 1) // mp
+        acc = np.empty(tiles * mp * width, np.float32)
+        for q in range(s_lo, s_hi):
+            r0 = q * width
+            m_valid = min(width, m_n - r0)
+            for k0 in range(0, k_n, kc):
+                kk = min(kc, k_n - k0)
+                first = np.int64(1 if k0 == 0 else 0)
+                final = np.int64(1 if k0 + kk >= k_n else 0)
+                w_off = q * k_n * width + k0 * width
+                for t in range(tiles):
+                    p0 = t * mp
+                    if has_z:
+                        tile_z(wp, w_off, x, k0 * ldx + p0, ldx, kk, first, final, acc, t * mp * width, bias, r0, z,
+                               r0 * ldo + p0, ldo, lo, hi, out, m_valid, min(mp, n_pix - p0))
+                    else:
+                        tile(wp, w_off, x, k0 * ldx + p0, ldx, kk, first, final, acc, t * mp * width, bias, r0, z,
+                             r0 * ldo + p0, ldo, lo, hi, out, m_valid, min(mp, n_pix - p0))
+
+    return jit(panels)
+
+
+_cols_512 = _cols_driver(_c512, _c512z, 48, 7)
+_cols_2 = _cols_driver(_c2, _c2z, 16, 6)
 
 
 @jit
@@ -543,22 +567,10 @@ def conv_cols(kind, wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ld
     each chunk over every tile of COLS_MP pixels, the partial sums in a scratch (pixel, channel)
     block; the last chunk applies the epilogue and writes the NCHW rows of ``out`` (row stride ldo,
     pixels from 0; ``x`` rows of ldx, ``z`` shaped like out)."""
-    width = 48 if kind == 2 else 16
-    mp = 7 if kind == 2 else 6
-    tiles = (n_pix + mp - 1) // mp
-    acc = np.empty(tiles * mp * width, np.float32)
-    for q in range(s_lo, s_hi):
-        r0 = q * width
-        m_valid = min(width, m_n - r0)
-        for k0 in range(0, k_n, kc):
-            kk = min(kc, k_n - k0)
-            first = np.int64(1 if k0 == 0 else 0)
-            final = np.int64(1 if k0 + kk >= k_n else 0)
-            w_off = q * k_n * width + k0 * width
-            for t in range(tiles):
-                p0 = t * mp
-                _cols_tile(kind, wp, w_off, x, k0 * ldx + p0, ldx, kk, first, final, acc, t * mp * width, bias, r0, z,
-                           has_z, r0 * ldo + p0, ldo, lo, hi, out, m_valid, min(mp, n_pix - p0))
+    if kind == 2:
+        _cols_512(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, s_lo, s_hi)
+    else:
+        _cols_2(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, s_lo, s_hi)
 
 
 # ------------------------------------------------------------------------ Winograd's batched GEMMs
