@@ -127,6 +127,7 @@ CONV_CASES = [
     ((1, 3, 64, 64), (16, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3], "activation": "Relu"}),
     ((1, 6, 20, 20), (10, 6, 3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
     ((1, 16, 28, 27), (32, 16, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "activation": "Relu"}),  # 14x14
+    ((1, 16, 14, 13), (136, 16, 1, 1), {"activation": "Relu"}),  # M >= 128: rows copied into tile order (pack)
     # Winograd's position GEMMs: F(2x2, 3x3) on 14x14 (49 tile columns), F(4x4, 3x3) (64 columns, M % 16 = 8;
     # two images' 98)
     ((1, 16, 14, 14), (32, 16, 3, 3), {"pads": [1, 1, 1, 1], "activation": "Relu"}),

@@ -624,7 +624,7 @@ class Conv(NumbaKernel):
                 config.parallel_for(ftile.conv_cols, panels, args, 2.0 * m_n * k_n * l_n)
                 continue
             args = (kind, wp, k_n, m_n, xs, 0, l_n, l_n, bias, zero, zn, z is not None, lo, hi, y[n].reshape(-1), 0,
-                    l_n, block, groups, kc, ftile.PACK_X)
+                    l_n, block, groups, kc, ftile.pack_rows(m_n, k_n, l_n))
             config.parallel_for(ftile.conv_tiles, blocks * groups, args, 2.0 * m_n * k_n * l_n)
 
     def _gemm_nt(self, x4, wmat, y, group, bias, z, direct, tiles):
@@ -705,7 +705,7 @@ class Conv(NumbaKernel):
                         zn = zz.reshape(-1) if zmat is None else zmat.reshape(-1)
                         ftile.conv_tiles(kind, wp, k_n, mg, config.readonly(buf.reshape(-1)), 0, cols, cols, bg, zero,
                                          zn, zmat is not None, lo, hi, ymat.reshape(-1), c0, l_n, fb, fg, kc,
-                                         ftile.PACK_X, 0, -(-cols // fb) * fg)
+                                         ftile.pack_rows(mg, k_n, cols), 0, -(-cols // fb) * fg)
                         return
                     np.matmul(wg, buf, out=ymat[:, c0:c1])
                     bias_act_block(ymat, bg, 0, mg, c0, c1, code, p0, p1, zmat)
@@ -737,7 +737,7 @@ _FTILE_BLAS_PIXELS = (0, 0)  # output pixels (exclusive, inclusive) left to BLAS
 def ftile_cols(kind, mg, l_n, k_n) -> bool:
     """Whether a product of ``mg`` channels, ``l_n`` output pixels and depth ``k_n`` takes ftile's
     cols tiles (channels in the lanes: maps of at most FTILE_COLS_MAX pixels, channels a multiple of
-    the lanes; the rows tile would run 49 pixels as 64 and 196 as 224), unless K is below
+    the lanes; the rows tile would run 49 pixels as 64), unless K is below
     FTILE_COLS_MIN_K: each tile stores its 21 vectors lane by lane (336 scalar stores), which at
     K = 64 cost as much as the FMAs (64 x 64 x 196: 57 GFLOP/s against 75 on the rows tiles)."""
     return (kind in ftile.COLS_LANES and l_n <= FTILE_COLS_MAX and mg % ftile.COLS_LANES[kind] == 0
@@ -745,7 +745,9 @@ def ftile_cols(kind, mg, l_n, k_n) -> bool:
 
 
 WINO_FTILE_MIN_C = 128  # input channels from which Winograd's position GEMMs run on ftile
-FTILE_COLS_MAX = 196  # output pixels (7x7 and 14x14 maps) up to which ftile runs the cols tiles
+FTILE_COLS_MAX = 64  # output pixels (7x7 maps) up to which ftile runs the cols tiles: on the Xeon
+# the rows tiles (with packed rows) beat them at 14x14 (256 x 1024 x 196: 127 vs 111 GFLOP/s; the AMD
+# box had them even)
 FTILE_COLS_MIN_K = 128
 
 

@@ -22,7 +22,7 @@ K is taken in equal chunks of at most ``KC`` (the tile's weight panel chunk stay
 block's pixel tiles pass): a later chunk starts its accumulators from the output, and only the last
 applies the epilogue (the earlier ones store the plain sums: zero bias, no residual, no clamp).
 
-Maps of few pixels (7x7, 14x14) take the **cols** tiles instead (``conv_cols``): the channels are
+Maps of few pixels (7x7) take the **cols** tiles instead (``conv_cols``): the channels are
 the vector lanes (the weights packed as pack_weights(W, 48): 3 vectors of 16 channels per k), each of
 7 pixels broadcast, 21 accumulators; 49 pixels are 7 tiles (the rows tile would run 64). K chunks
 accumulate in a small scratch; the last one applies the epilogue and stores each vector lane by lane
@@ -604,7 +604,16 @@ def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, s_lo, s_hi
             conv_tiles(kind, w, c_n, m_n, x, 0, nt, nt, zeros, zeros, zeros, False, -inf, inf, out, 0, nt, nt,
                        panels, kc, False, q0, q1)
 
-PACK_X = False  # conv.py's choice for conv_tiles' ``pack`` (rows copied into tile order per block)
+def pack_rows(m_n: int, k_n: int, n_pix: int) -> bool:
+    """conv.py's choice of conv_tiles' ``pack``: copy the block's rows into tile order where many
+    weight panels reuse them (M >= PACK_MIN_M) or the rows are long and deep (the stem's). On the
+    Xeon (bench_ftile.py raw) the copy lifted 128 x 576 x 784 from 118-130 to 141 GFLOP/s, 256 x 2304
+    x 196 from 111-117 to 125, the stem's 64 x 147 x 12544 from 77-80 to 90, and cost small M
+    (16 x 32 x 12544: 73 -> 51); on the AMD box it ran within -7%..+2% at M >= 128."""
+    return m_n >= PACK_MIN_M or (k_n >= PACK_MIN_K and n_pix >= PACK_MIN_PIXELS)
+
+
+PACK_MIN_M, PACK_MIN_K, PACK_MIN_PIXELS = 128, 128, 2048
 BLOCK_BYTES = 256 * 1024  # a block's pixel rows of one K chunk (kc x block floats) stay in L2
 
 
