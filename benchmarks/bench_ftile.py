@@ -112,9 +112,11 @@ def raw_fns(kind: int, m: int, k: int, n: int, kcs, rng) -> dict:
     wp = ftile.pack_weights(w, ftile.MR[kind])
     block, blocks, groups, _ = ftile.plan(kind, m, k, n, 1)
 
+    scratch = np.empty(max(block * k, ftile.scratch_size(kind, True, n)), np.float32)
+
     def rows(kc, pack):
         return lambda: ftile.conv_tiles(kind, wp, k, m, x, 0, n, n, b, b, zz, False, lo, hi, flat, 0, n, block, groups,
-                                        min(kc, k), pack, 0, blocks * groups)
+                                        min(kc, k), pack, scratch, 0, blocks * groups)
 
     for kc in kcs:
         fns[kc] = rows(kc, False)
@@ -122,8 +124,8 @@ def raw_fns(kind: int, m: int, k: int, n: int, kcs, rng) -> dict:
     if kind in ftile.COLS_WIDTH and m % ftile.COLS_LANES[kind] == 0:
         wc = ftile.pack_weights(w, ftile.COLS_WIDTH[kind])
         panels = -(-m // ftile.COLS_WIDTH[kind])
-        fns["cols"] = lambda: ftile.conv_cols(kind, wc, k, m, x, n, n, b, zz, False, lo, hi, flat, n, ftile.COLS_KC, 0,
-                                              panels)
+        fns["cols"] = lambda: ftile.conv_cols(kind, wc, k, m, x, n, n, b, zz, False, lo, hi, flat, n, ftile.COLS_KC,
+                                              scratch, 0, panels)
     return fns
 
 

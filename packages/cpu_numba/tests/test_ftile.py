@@ -48,7 +48,8 @@ def _rows(kind, w, x, b, z, lo, hi, kc=None, threads=1, x_col0=0, pad_cols=0, pa
     zero = np.zeros(m_n, np.float32)
     ftile.conv_tiles(kind, wp, k_n, m_n, wide.reshape(-1), x_col0, n_pix + pad_cols, n_pix, b, zero, zz, z is not None,
                      np.float32(lo), np.float32(hi), out.reshape(-1), 0, n_pix, block, groups,
-                     kc or kc0, pack, 0, blocks * groups)
+                     kc or kc0, pack, np.empty(ftile.scratch_size(kind, False, n_pix, block, kc or kc0, pack),
+                                               np.float32), 0, blocks * groups)
     return out
 
 
@@ -95,8 +96,9 @@ def _cols(kind, w, x, b, z, lo, hi, kc):
     wp = ftile.pack_weights(w, width)
     out = np.full((m_n, n_pix), np.nan, np.float32)
     zz = np.zeros(1, np.float32) if z is None else z.reshape(-1)
+    acc = np.empty(ftile.scratch_size(kind, True, n_pix), np.float32)
     ftile.conv_cols(kind, wp, k_n, m_n, x.reshape(-1), n_pix, n_pix, b, zz, z is not None, np.float32(lo),
-                    np.float32(hi), out.reshape(-1), n_pix, kc, 0, -(-m_n // width))
+                    np.float32(hi), out.reshape(-1), n_pix, kc, acc, 0, -(-m_n // width))
     return out
 
 

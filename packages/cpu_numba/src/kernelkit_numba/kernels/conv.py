@@ -618,14 +618,17 @@ class Conv(NumbaKernel):
                                     2.0 * k_n * l_n)
                 xs = config.readonly(self._col.reshape(-1))
             zn = zz.reshape(-1) if z is None else zz[n].reshape(-1)
+            work = 2.0 * m_n * k_n * l_n
             if cols:
                 args = (kind, wp, k_n, m_n, xs, l_n, l_n, bias, zn, z is not None, lo, hi, y[n].reshape(-1), l_n,
                         ftile.COLS_KC)
-                config.parallel_for(ftile.conv_cols, panels, args, 2.0 * m_n * k_n * l_n)
+                ftile.run_sharded(ftile.conv_cols, panels, args, work, ftile.scratch_size(kind, True, l_n))
                 continue
+            pack = ftile.pack_rows(m_n, k_n, l_n)
             args = (kind, wp, k_n, m_n, xs, 0, l_n, l_n, bias, zero, zn, z is not None, lo, hi, y[n].reshape(-1), 0,
-                    l_n, block, groups, kc, ftile.pack_rows(m_n, k_n, l_n))
-            config.parallel_for(ftile.conv_tiles, blocks * groups, args, 2.0 * m_n * k_n * l_n)
+                    l_n, block, groups, kc, pack)
+            ftile.run_sharded(ftile.conv_tiles, blocks * groups, args, work,
+                              ftile.scratch_size(kind, False, l_n, block, kc, pack))
 
     def _gemm_nt(self, x4, wmat, y, group, bias, z, direct, tiles):
         """Few output pixels (7x7 maps), many weight rows: the columns transposed (one row of K
@@ -703,9 +706,12 @@ class Conv(NumbaKernel):
                         cols = c1 - c0
                         fb, _, fg, kc = ftile.plan(kind, mg, k_n, cols, 1)
                         zn = zz.reshape(-1) if zmat is None else zmat.reshape(-1)
+                        pack = ftile.pack_rows(mg, k_n, cols)
+                        xp = config.thread_buffer("ftile", ftile.scratch_size(kind, False, cols, fb, kc, pack),
+                                                  np.float32)
                         ftile.conv_tiles(kind, wp, k_n, mg, config.readonly(buf.reshape(-1)), 0, cols, cols, bg, zero,
-                                         zn, zmat is not None, lo, hi, ymat.reshape(-1), c0, l_n, fb, fg, kc,
-                                         ftile.pack_rows(mg, k_n, cols), 0, -(-cols // fb) * fg)
+                                         zn, zmat is not None, lo, hi, ymat.reshape(-1), c0, l_n, fb, fg, kc, pack, xp,
+                                         0, -(-cols // fb) * fg)
                         return
                     np.matmul(wg, buf, out=ymat[:, c0:c1])
                     bias_act_block(ymat, bg, 0, mg, c0, c1, code, p0, p1, zmat)

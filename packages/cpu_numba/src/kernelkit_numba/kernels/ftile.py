@@ -40,6 +40,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .. import config
 from ..config import jit
 from .qtile import host_features
 
@@ -300,10 +301,9 @@ def _rows_driver(full, masked, full_z, masked_z, mr, nr):
     inside the pixel loop, even inlined, ran small-K layers 20% slower)."""
 
     def tiles(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block, groups,
-              kc, pack, s_lo, s_hi):
+              kc, pack, xp, s_lo, s_hi):
         panels = (m_n + mr - 1) // mr
         inf = np.float32(np.inf)
-        xp = np.empty(block * kc if pack else 1, np.float32)
         for s in range(s_lo, s_hi):
             b = s // groups
             g = s - b * groups
@@ -375,24 +375,25 @@ _rows_generic = _rows_driver(_generic_tile_noz, _generic_tile_noz, _generic_tile
 
 @jit
 def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
-               groups, kc, pack, s_lo, s_hi):
+               groups, kc, pack, xp, s_lo, s_hi):
     """Shards [s_lo, s_hi) of a convolution's product on the tiles of ``kind``: shard s is pixel block
     s // groups (``block`` pixels of the ``n_pix`` at x's column ``x_col0``, written at out's column
     ``o_col0 + p``) times weight-panel group s % groups. Per block and group: K in chunks of ``kc``,
     each weight panel's chunk over every pixel tile of the block; ``x`` (rows of ``ldx``) and
     ``out``/``z`` (rows of ``ldo``) flat. Earlier chunks store plain sums (``zeros`` bias, no
     clamp), the last one the epilogue. ``pack``: each chunk of the block's rows is first copied into
-    tile order ([tile][k][nr], ``xp``), so that a tile reads one contiguous stream instead of one
-    line from each of kc rows (kc pages apart where a row is 4 KiB or more)."""
+    tile order ([tile][k][nr], ``xp``: a scratch of at least block * kc floats), so that a tile reads
+    one contiguous stream instead of one line from each of kc rows (kc pages apart where a row is 4
+    KiB or more)."""
     if kind == 2:
         _rows_512(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block, groups,
-                  kc, pack, s_lo, s_hi)
+                  kc, pack, xp, s_lo, s_hi)
     elif kind == 1:
         _rows_2(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block, groups,
-                kc, pack, s_lo, s_hi)
+                kc, pack, xp, s_lo, s_hi)
     else:
         _rows_generic(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
-                      groups, kc, pack, s_lo, s_hi)
+                      groups, kc, pack, xp, s_lo, s_hi)
 
 
 # ------------------------------------------------------------------ small maps: channels in the lanes
@@ -533,9 +534,8 @@ _c2z = _cols_intrinsic("avx2", 2, 6, True)
 def _cols_driver(tile, tile_z, width, mp):
     """conv_cols' loops for one variant, its two tiles fixed (see _rows_driver)."""
 
-    def panels(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, s_lo, s_hi):
+    def panels(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi):
         tiles = (n_pix + mp - 1) // mp
-        acc = np.empty(tiles * mp * width, np.float32)
         for q in range(s_lo, s_hi):
             r0 = q * width
             m_valid = min(width, m_n - r0)
@@ -561,16 +561,17 @@ _cols_2 = _cols_driver(_c2, _c2z, 16, 6)
 
 
 @jit
-def conv_cols(kind, wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, s_lo, s_hi):
+def conv_cols(kind, wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi):
     """Weight panels [s_lo, s_hi) (COLS_WIDTH[kind] channels each; m_n a multiple of the lanes) of a
     convolution with few pixels on the cols tiles (kind 1 or 2): per panel, K in chunks of ``kc``,
     each chunk over every tile of COLS_MP pixels, the partial sums in a scratch (pixel, channel)
-    block; the last chunk applies the epilogue and writes the NCHW rows of ``out`` (row stride ldo,
-    pixels from 0; ``x`` rows of ldx, ``z`` shaped like out)."""
+    block (``acc``: a scratch of at least scratch_size(kind, True, n_pix) floats); the last chunk
+    applies the epilogue and writes the NCHW rows of ``out`` (row stride ldo, pixels from 0; ``x``
+    rows of ldx, ``z`` shaped like out)."""
     if kind == 2:
-        _cols_512(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, s_lo, s_hi)
+        _cols_512(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi)
     else:
-        _cols_2(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, s_lo, s_hi)
+        _cols_2(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi)
 
 
 # ------------------------------------------------------------------------ Winograd's batched GEMMs
@@ -581,11 +582,12 @@ def pack_batched(u: np.ndarray, width: int) -> np.ndarray:
 
 
 @jit
-def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, s_lo, s_hi):
+def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, scratch, s_lo, s_hi):
     """Shards [s_lo, s_hi) of P products ``mo[i, :m_n * nt] = U[i] @ v[i, :c_n * nt]`` (row-major
     (M, nt) and (C, nt) blocks at the start of each row of ``v`` and ``mo``; ``wp`` pack_batched's
     panels): shard s is position s // groups, weight-panel group s % groups, on the cols tiles
-    (``cols``: width COLS_WIDTH) or the rows tiles (width MR) without an epilogue."""
+    (``cols``: width COLS_WIDTH) or the rows tiles (width MR) without an epilogue; ``scratch`` at
+    least scratch_size(kind, cols, nt) floats."""
     width = (48 if kind == 2 else 16) if cols else (8 if kind == 2 else (6 if kind == 1 else 4))
     panels = (m_n + width - 1) // width
     inf = np.float32(np.inf)
@@ -599,10 +601,35 @@ def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, s_lo, s_hi
         out = mo[i, :m_n * nt]
         w = wp[i]
         if cols:
-            conv_cols(kind, w, c_n, m_n, x, nt, nt, zeros, zeros, False, -inf, inf, out, nt, COLS_KC, q0, q1)
+            conv_cols(kind, w, c_n, m_n, x, nt, nt, zeros, zeros, False, -inf, inf, out, nt, COLS_KC, scratch, q0,
+                      q1)
         else:  # one pixel block (all nt columns) and one panel a "group": conv_tiles' shards [q0, q1)
             conv_tiles(kind, w, c_n, m_n, x, 0, nt, nt, zeros, zeros, zeros, False, -inf, inf, out, 0, nt, nt,
-                       panels, kc, False, q0, q1)
+                       panels, kc, False, scratch, q0, q1)
+
+def scratch_size(kind: int, cols: bool, n_pix: int, block: int = 0, kc: int = 0, pack: bool = False) -> int:
+    """Floats of the scratch conv_cols (``cols``) or conv_tiles (rows packed into tile order) takes."""
+    if cols:
+        mp = 7 if kind == 2 else 6
+        return -(-n_pix // mp) * mp * COLS_WIDTH[kind]
+    return block * kc if pack else 1
+
+
+def run_sharded(kernel, total: int, args: tuple, work: float, size: int) -> None:
+    """``kernel(*args, scratch, lo, hi)`` over shards of ``range(total)`` as config.parallel_for cuts
+    them, ``scratch`` the running thread's kept float32 buffer of ``size`` (config.thread_buffer): a
+    steady run allocates nothing."""
+    count = config.shard_count(total, work)
+    if count <= 1:
+        if total > 0:
+            kernel(*args, config.thread_buffer("ftile", size, np.float32), 0, total)
+        return
+
+    def shard(i):
+        kernel(*args, config.thread_buffer("ftile", size, np.float32), i * total // count, (i + 1) * total // count)
+
+    config.run_shards(shard, count)
+
 
 def pack_rows(m_n: int, k_n: int, n_pix: int) -> bool:
     """conv.py's choice of conv_tiles' ``pack``: copy the block's rows into tile order where many

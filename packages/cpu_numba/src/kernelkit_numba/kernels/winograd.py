@@ -149,8 +149,9 @@ def gemms(v, mo, u, m_n, c_n, nt, packed) -> None:
         panels = -(-m_n // width)
         want = config.shard_count(positions * panels, gemm_work, unit=config.MIN_TILE_WORK)
         groups = max(1, min(panels, -(-want // positions)))
-        config.parallel_for(ftile.batched_gemms, positions * groups, (kind, cols, wp, m_n, c_n, v, nt, mo, zeros,
-                                                                      groups), gemm_work)
+        ftile.run_sharded(ftile.batched_gemms, positions * groups, (kind, cols, wp, m_n, c_n, v, nt, mo, zeros,
+                                                                    groups), gemm_work,
+                          ftile.scratch_size(kind, cols, nt))
         return
     blocks = max(1, min(m_n // 16, -(-config.shard_count(positions * m_n, gemm_work, unit=config.MIN_TILE_WORK)
                                       // positions)))
