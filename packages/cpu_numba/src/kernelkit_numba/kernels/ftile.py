@@ -524,7 +524,7 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool):
 
 COLS_WIDTH = {1: 16, 2: 48}  # channels per panel (cv * lanes): pack_weights(W, COLS_WIDTH[kind])
 COLS_LANES = {1: 8, 2: 16}  # the output channels must be a multiple of this
-COLS_KC = 512  # K per chunk of the cols tiles (a chunk of the 64-channel panel: 128 KiB, in L2)
+COLS_KC = 512  # K per chunk of the cols tiles (a chunk of the 48-channel panel: 96 KiB, in L2)
 _c512 = _cols_intrinsic("avx512", 3, 7, False)
 _c512z = _cols_intrinsic("avx512", 3, 7, True)
 _c2 = _cols_intrinsic("avx2", 2, 6, False)
