@@ -19,6 +19,7 @@ GFLOP/s, best of ``reps`` rounds in rotated order (wall time, one thread).
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -94,7 +95,8 @@ def layer(c, h, m, k, s, g, reps, forced):
     p = k // 2
     oh = (h + 2 * p - k) // s + 1
     ms["gflop"] = 2.0 * m * (c // g) * k * k * oh * oh / 1e9
-    ms["auto"] = nconv.ftile_wins(k, k, s, s, m, c * k * k, oh * oh)
+    wino = k == 3 and s == 1 and g == 1
+    ms["auto"] = c >= nconv.WINO_FTILE_MIN_C if wino else nconv.ftile_wins(k, k, s, s, m, c * k * k, oh * oh)
     return ms
 
 
@@ -110,9 +112,11 @@ def raw_fns(kind: int, m: int, k: int, n: int, kcs, rng) -> dict:
     wp = ftile.pack_weights(w, ftile.MR[kind])
     block, blocks, groups, _ = ftile.plan(kind, m, k, n, 1)
 
+    scratch = np.empty(max(block * k, ftile.scratch_size(kind, True, n)), np.float32)
+
     def rows(kc, pack):
         return lambda: ftile.conv_tiles(kind, wp, k, m, x, 0, n, n, b, b, zz, False, lo, hi, flat, 0, n, block, groups,
-                                        min(kc, k), pack, 0, blocks * groups)
+                                        min(kc, k), pack, scratch, 0, blocks * groups)
 
     for kc in kcs:
         fns[kc] = rows(kc, False)
@@ -120,9 +124,65 @@ def raw_fns(kind: int, m: int, k: int, n: int, kcs, rng) -> dict:
     if kind in ftile.COLS_WIDTH and m % ftile.COLS_LANES[kind] == 0:
         wc = ftile.pack_weights(w, ftile.COLS_WIDTH[kind])
         panels = -(-m // ftile.COLS_WIDTH[kind])
-        fns["cols"] = lambda: ftile.conv_cols(kind, wc, k, m, x, n, n, b, zz, False, lo, hi, flat, n, ftile.COLS_KC, 0,
-                                              panels)
+        fns["cols"] = lambda: ftile.conv_cols(kind, wc, k, m, x, n, n, b, zz, False, lo, hi, flat, n, ftile.COLS_KC,
+                                              scratch, 0, panels)
     return fns
+
+
+def tile_shapes(reps: int) -> None:
+    """Other register tilings of the rows tile, on full tiles only (each from ftile._tile_intrinsic
+    in a small driver of this script): 8 x 32 (the one conv.py runs), 12 x 32, 6 x 64, 16 x 16; for
+    the next round's choice on a CPU with two FMA ports per core (the Xeon)."""
+    import numba
+
+    if ftile.variant_name() != "avx512":
+        return
+    shapes = [(96, 16, 12544), (96, 64, 3136), (64, 256, 3136), (240, 256, 3136), (128, 576, 784), (384, 384, 784),
+              (240, 1152, 784)]
+    tilings = [(8, 2), (12, 2), (6, 4), (16, 1)]
+    drivers = {}
+    for mr, nvec in tilings:
+        tile = ftile._tile_intrinsic("avx512", mr, nvec, False, False)
+
+        def make(tile=tile, mr=mr, nr=16 * nvec):
+            @numba.njit(fastmath=True)
+            def drive(wp, k, m, x, n, bias, zz, lo, hi, out, block):
+                for p0 in range(0, n - nr + 1, block):
+                    for q in range(m // mr):
+                        for t in range(p0, min(n, p0 + block) - nr + 1, nr):
+                            tile(wp, q * k * mr, x, t, n, k, 1, bias, q * mr, zz, q * mr * n + t, n, lo, hi, out, mr,
+                                 nr)
+            return drive
+
+        drivers[(mr, nvec)] = make()
+    rng = np.random.default_rng(0)
+    print("\nrows tilings, avx512, full tiles only (GFLOP/s, best of", reps, "):")
+    print("| M x K x pixels | np.dot | " + " | ".join(f"{mr} x {16 * nv}" for mr, nv in tilings) + " |")
+    print("|---|" + "---:|" * (len(tilings) + 1))
+    for m, k, n in shapes:
+        w = (rng.standard_normal((m, k)) / np.sqrt(k)).astype(np.float32)
+        x = rng.standard_normal((k, n)).astype(np.float32)
+        out = np.empty((m, n), np.float32)
+        b, zz = np.zeros(m, np.float32), np.zeros(1, np.float32)
+        lo, hi = np.float32(0), np.float32(np.inf)
+        fns = {"dot": (lambda w=w, x=x, out=out: np.dot(w, x, out=out), 2.0 * m * k * n)}
+        for (mr, nvec), drive in drivers.items():
+            nr = 16 * nvec
+            block = max(nr, ftile.BLOCK_BYTES // (4 * k) // nr * nr)
+            args = (ftile.pack_weights(w, mr), k, m, x.reshape(-1), n, b, zz, lo, hi, out.reshape(-1), block)
+            fns[(mr, nvec)] = (functools.partial(drive, *args), 2.0 * (m // mr * mr) * k * (n // nr * nr))
+        for f, _ in fns.values():
+            f()
+        best = dict.fromkeys(fns, np.inf)
+        names = list(fns)
+        for i in range(reps):
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                t0 = time.perf_counter()
+                fns[name][0]()
+                best[name] = min(best[name], time.perf_counter() - t0)
+        rate = {key: fns[key][1] / v / 1e9 for key, v in best.items()}
+        print(f"| {m} x {k} x {n} | {rate['dot']:.0f} | " + " | ".join(f"{rate[t]:.0f}" for t in tilings) + " |",
+              flush=True)
 
 
 def raw(reps: int) -> None:
@@ -159,6 +219,7 @@ def main(argv):
     if argv and argv[0] == "raw":
         config.blas_single()
         raw(int(argv[1]) if len(argv) > 1 else 15)
+        tile_shapes(int(argv[1]) if len(argv) > 1 else 15)
         return
     reps = int(argv[0]) if argv else 20
     pick = argv[1] if len(argv) > 1 else ""

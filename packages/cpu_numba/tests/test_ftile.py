@@ -18,7 +18,8 @@ INF = np.float32(np.inf)
 def _need(name):
     if not ftile.available(name):
         missing = [f for f in ftile._NEEDS[name] if f not in ftile.host_features()]
-        pytest.skip(f"this CPU lacks {', '.join(missing)} ({name} cannot run here)")
+        why = f"this CPU lacks {', '.join(missing)}" if missing else "NUMBA_DISABLE_JIT=1: no compiled tiles"
+        pytest.skip(f"{why} ({name} cannot run here)")
 
 
 def _want(w, x, b, z, lo, hi):
@@ -47,7 +48,8 @@ def _rows(kind, w, x, b, z, lo, hi, kc=None, threads=1, x_col0=0, pad_cols=0, pa
     zero = np.zeros(m_n, np.float32)
     ftile.conv_tiles(kind, wp, k_n, m_n, wide.reshape(-1), x_col0, n_pix + pad_cols, n_pix, b, zero, zz, z is not None,
                      np.float32(lo), np.float32(hi), out.reshape(-1), 0, n_pix, block, groups,
-                     kc or kc0, pack, 0, blocks * groups)
+                     kc or kc0, pack, np.empty(ftile.scratch_size(kind, False, n_pix, block, kc or kc0, pack),
+                                               np.float32), 0, blocks * groups)
     return out
 
 
@@ -94,8 +96,9 @@ def _cols(kind, w, x, b, z, lo, hi, kc):
     wp = ftile.pack_weights(w, width)
     out = np.full((m_n, n_pix), np.nan, np.float32)
     zz = np.zeros(1, np.float32) if z is None else z.reshape(-1)
+    acc = np.empty(ftile.scratch_size(kind, True, n_pix), np.float32)
     ftile.conv_cols(kind, wp, k_n, m_n, x.reshape(-1), n_pix, n_pix, b, zz, z is not None, np.float32(lo),
-                    np.float32(hi), out.reshape(-1), n_pix, kc, 0, -(-m_n // width))
+                    np.float32(hi), out.reshape(-1), n_pix, kc, acc, 0, -(-m_n // width))
     return out
 
 
@@ -114,7 +117,7 @@ def test_cols_tiles(name, m, k, n):
 
 # Conv through a Session, the kernel forced onto each variant: 1x1 direct (channel and pixel tails),
 # strided / padded im2col, 7x7 and 14x14 maps (cols tiles where the channels allow), the stem-like
-# blocked im2col, batch 2
+# blocked im2col, batch 2, Winograd
 CONV_CASES = [
     ((1, 16, 9, 11), (24, 16, 1, 1), {}),
     ((2, 13, 12, 12), (19, 13, 1, 1), {"activation": "Relu"}),
@@ -126,6 +129,12 @@ CONV_CASES = [
     ((1, 3, 64, 64), (16, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3], "activation": "Relu"}),
     ((1, 6, 20, 20), (10, 6, 3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
     ((1, 16, 28, 27), (32, 16, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "activation": "Relu"}),  # 14x14
+    ((1, 16, 14, 13), (136, 16, 1, 1), {"activation": "Relu"}),  # M >= 128: rows copied into tile order (pack)
+    # Winograd's position GEMMs: F(2x2, 3x3) on 14x14 (49 tile columns), F(4x4, 3x3) (64 columns, M % 16 = 8;
+    # two images' 98)
+    ((1, 16, 14, 14), (32, 16, 3, 3), {"pads": [1, 1, 1, 1], "activation": "Relu"}),
+    ((1, 8, 30, 29), (24, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((2, 16, 14, 14), (48, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
 ]
 
 

@@ -456,10 +456,12 @@ class Conv(NumbaKernel):
             config.parallel_for(fn, n_n * m_n, args, 2.0 * y.size * kh * kw)
         elif winograd.usable4(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, n_n) and self._unbounded:
             u = self._transformed(w, w4, 4)
-            winograd.conv3x3_f4(x4, u, bias, y, z, ph, pw, inner, p0, p1, self._wino_scratch)
+            packed = self._wino_packed(u, m_n, n_n * -(-oh_n // 4) * -(-ow_n // 4))
+            winograd.conv3x3_f4(x4, u, bias, y, z, ph, pw, inner, p0, p1, self._wino_scratch, packed)
         elif winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n):
             u = self._transformed(w, w4, 2)
-            winograd.conv3x3(x4, u, bias, y, ph, pw, inner, p0, p1, self._wino_scratch, z)
+            packed = self._wino_packed(u, m_n, -(-oh_n // 2) * -(-ow_n // 2))
+            winograd.conv3x3(x4, u, bias, y, ph, pw, inner, p0, p1, self._wino_scratch, z, packed)
         else:
             self._w_in = w  # the constant the packed weights are kept for
             self._gemm(x4, w4, y, group, bias, z)
@@ -482,6 +484,22 @@ class Conv(NumbaKernel):
             fn = winograd.transform_weights4 if variant == 4 else winograd.transform_weights
             self._w_src, self._w_variant, self._w_wino = w, variant, config.readonly(fn(w4))
         return self._w_wino
+
+    def _wino_packed(self, u, m_n, nt):
+        """(kind, cols, packed panels, zeros) for Winograd's position GEMMs (M x C by C x nt tiles)
+        on ftile's micro-kernels, or None for BLAS (KERNELKIT_F32_GEMM=off, no variant, float64):
+        the cols tiles up to FTILE_COLS_MAX tile columns when M is a multiple of the lanes. Unless
+        KERNELKIT_F32_GEMM forces a variant, inputs of fewer than WINO_FTILE_MIN_C channels stay on
+        BLAS (64 x 64 x 196 at 36 positions: 0.91-0.94x BLAS's time in bench_ftile.py)."""
+        kind, forced = ftile.choice() if u.dtype == np.float32 else (None, False)
+        if kind is None or (not forced and u.shape[2] < WINO_FTILE_MIN_C):
+            return None
+        cols = ftile_cols(kind, m_n, nt, u.shape[2])
+        width = ftile.COLS_WIDTH[kind] if cols else ftile.MR[kind]
+        hit = self.__dict__.get("_wino_pack")
+        if hit is None or hit[0] is not u or hit[1] != width:
+            hit = self._wino_pack = (u, width, config.readonly(ftile.pack_batched(u, width)))
+        return kind, cols, hit[2], self._zeros(m_n, np.float32)
 
     def _zeros(self, n, dtype):
         """A read-only array of n zeros, kept between calls."""
@@ -508,7 +526,7 @@ class Conv(NumbaKernel):
             self._gemm_blocked(x4, wmat, y, group, bias, z, kind)
             return
         if kind is not None:
-            self._gemm_ftile(x4, wmat[0], y, bias, z, direct, kind, ftile_cols(kind, mg, l_n))
+            self._gemm_ftile(x4, wmat[0], y, bias, z, direct, kind, ftile_cols(kind, mg, l_n, k_n))
             return
         if not direct and (self._col is None or self._col.shape != (k_n, l_n) or self._col.dtype != x4.dtype):
             self._col = np.empty((k_n, l_n), x4.dtype)
@@ -601,14 +619,17 @@ class Conv(NumbaKernel):
                                     2.0 * k_n * l_n)
                 xs = config.readonly(self._col.reshape(-1))
             zn = zz.reshape(-1) if z is None else zz[n].reshape(-1)
+            work = 2.0 * m_n * k_n * l_n
             if cols:
                 args = (kind, wp, k_n, m_n, xs, l_n, l_n, bias, zn, z is not None, lo, hi, y[n].reshape(-1), l_n,
                         ftile.COLS_KC)
-                config.parallel_for(ftile.conv_cols, panels, args, 2.0 * m_n * k_n * l_n)
+                ftile.run_sharded(ftile.conv_cols, panels, args, work, ftile.scratch_size(kind, True, l_n))
                 continue
+            pack = ftile.pack_rows(m_n, k_n, l_n)
             args = (kind, wp, k_n, m_n, xs, 0, l_n, l_n, bias, zero, zn, z is not None, lo, hi, y[n].reshape(-1), 0,
-                    l_n, block, groups, kc, ftile.PACK_X)
-            config.parallel_for(ftile.conv_tiles, blocks * groups, args, 2.0 * m_n * k_n * l_n)
+                    l_n, block, groups, kc, pack)
+            ftile.run_sharded(ftile.conv_tiles, blocks * groups, args, work,
+                              ftile.scratch_size(kind, False, l_n, block, kc, pack))
 
     def _gemm_nt(self, x4, wmat, y, group, bias, z, direct, tiles):
         """Few output pixels (7x7 maps), many weight rows: the columns transposed (one row of K
@@ -686,9 +707,12 @@ class Conv(NumbaKernel):
                         cols = c1 - c0
                         fb, _, fg, kc = ftile.plan(kind, mg, k_n, cols, 1)
                         zn = zz.reshape(-1) if zmat is None else zmat.reshape(-1)
+                        pack = ftile.pack_rows(mg, k_n, cols)
+                        xp = config.thread_buffer("ftile", ftile.scratch_size(kind, False, cols, fb, kc, pack),
+                                                  np.float32)
                         ftile.conv_tiles(kind, wp, k_n, mg, config.readonly(buf.reshape(-1)), 0, cols, cols, bg, zero,
-                                         zn, zmat is not None, lo, hi, ymat.reshape(-1), c0, l_n, fb, fg, kc,
-                                         ftile.PACK_X, 0, -(-cols // fb) * fg)
+                                         zn, zmat is not None, lo, hi, ymat.reshape(-1), c0, l_n, fb, fg, kc, pack, xp,
+                                         0, -(-cols // fb) * fg)
                         return
                     np.matmul(wg, buf, out=ymat[:, c0:c1])
                     bias_act_block(ymat, bg, 0, mg, c0, c1, code, p0, p1, zmat)
@@ -719,14 +743,21 @@ def ftile_wins(kh, kw, sh, sw, mg, k_n, l_n) -> bool:
 _FTILE_BLAS_PIXELS = (0, 0)  # output pixels (exclusive, inclusive) left to BLAS: none
 
 
-def ftile_cols(kind, mg, l_n) -> bool:
-    """Whether a convolution with ``l_n`` output pixels and ``mg`` channels takes ftile's cols tiles
-    (channels in the lanes: maps of at most FTILE_COLS_MAX pixels, channels a multiple of the lanes;
-    the rows tile would run 49 pixels as 64 and 196 as 224)."""
-    return kind in ftile.COLS_LANES and l_n <= FTILE_COLS_MAX and mg % ftile.COLS_LANES[kind] == 0
+def ftile_cols(kind, mg, l_n, k_n) -> bool:
+    """Whether a product of ``mg`` channels, ``l_n`` output pixels and depth ``k_n`` takes ftile's
+    cols tiles (channels in the lanes: maps of at most FTILE_COLS_MAX pixels, channels a multiple of
+    the lanes; the rows tile would run 49 pixels as 64), unless K is below
+    FTILE_COLS_MIN_K: each tile stores its 21 vectors lane by lane (336 scalar stores), which at
+    K = 64 cost as much as the FMAs (64 x 64 x 196: 57 GFLOP/s against 75 on the rows tiles)."""
+    return (kind in ftile.COLS_LANES and l_n <= FTILE_COLS_MAX and mg % ftile.COLS_LANES[kind] == 0
+            and k_n >= FTILE_COLS_MIN_K)
 
 
-FTILE_COLS_MAX = 196  # output pixels (7x7 and 14x14 maps) up to which ftile runs the cols tiles
+WINO_FTILE_MIN_C = 128  # input channels from which Winograd's position GEMMs run on ftile
+FTILE_COLS_MAX = 64  # output pixels (7x7 maps) up to which ftile runs the cols tiles: on the Xeon
+# the rows tiles (with packed rows) beat them at 14x14 (256 x 1024 x 196: 127 vs 111 GFLOP/s; the AMD
+# box had them even)
+FTILE_COLS_MIN_K = 128
 
 
 @functools.cache

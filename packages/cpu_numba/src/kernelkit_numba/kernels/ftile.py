@@ -22,7 +22,7 @@ K is taken in equal chunks of at most ``KC`` (the tile's weight panel chunk stay
 block's pixel tiles pass): a later chunk starts its accumulators from the output, and only the last
 applies the epilogue (the earlier ones store the plain sums: zero bias, no residual, no clamp).
 
-Maps of few pixels (7x7, 14x14) take the **cols** tiles instead (``conv_cols``): the channels are
+Maps of few pixels (7x7) take the **cols** tiles instead (``conv_cols``): the channels are
 the vector lanes (the weights packed as pack_weights(W, 48): 3 vectors of 16 channels per k), each of
 7 pixels broadcast, 21 accumulators; 49 pixels are 7 tiles (the rows tile would run 64). K chunks
 accumulate in a small scratch; the last one applies the epilogue and stores each vector lane by lane
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 
+import numba
 import numpy as np
 from kernelkit.errors import ConfigError, DeviceError
 from llvmlite import ir
@@ -39,6 +40,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .. import config
 from ..config import jit
 from .qtile import host_features
 
@@ -61,7 +63,10 @@ class F32GemmUnavailableError(DeviceError):
 
 
 def available(name: str) -> bool:
-    """Whether this CPU (as Numba compiles for it) has the instructions of variant ``name``."""
+    """Whether this CPU (as Numba compiles for it) has the instructions of variant ``name``. Under
+    NUMBA_DISABLE_JIT=1 only ``generic`` runs (the IR tiles exist only in compiled code)."""
+    if name != "generic" and numba.config.DISABLE_JIT:
+        return False
     return all(f in host_features() for f in _NEEDS[name])
 
 
@@ -97,6 +102,12 @@ def choice() -> tuple[int | None, bool]:
                 return KIND[name], False
         return None, False
     return KIND[value], True
+
+
+def variant_name() -> str | None:
+    """The name of the variant ``choice()`` runs now, or None (BLAS)."""
+    kind = choice()[0]
+    return None if kind is None else next(k for k, v in KIND.items() if v == kind)
 
 
 def select() -> int | None:
@@ -285,92 +296,104 @@ def _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off
             out[o_off + r * ldo + j] = v
 
 
+def _rows_driver(full, masked, full_z, masked_z, mr, nr):
+    """conv_tiles' loops for one variant, its four tiles fixed (a driver that dispatched on the kind
+    inside the pixel loop, even inlined, ran small-K layers 20% slower)."""
+
+    def tiles(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block, groups,
+              kc, pack, xp, s_lo, s_hi):
+        panels = (m_n + mr - 1) // mr
+        inf = np.float32(np.inf)
+        for s in range(s_lo, s_hi):
+            b = s // groups
+            g = s - b * groups
+            q0, q1 = g * panels // groups, (g + 1) * panels // groups
+            p0 = b * block
+            n = min(block, n_pix - p0)
+            for k0 in range(0, k_n, kc):
+                kk = min(kc, k_n - k0)
+                final = k0 + kk >= k_n
+                first = np.int64(1 if k0 == 0 else 0)
+                bb = bias if final else zeros
+                with_z = has_z and final
+                lo2 = lo if final else -inf
+                hi2 = hi if final else inf
+                if pack:
+                    for k in range(kk):
+                        src = (k0 + k) * ldx + x_col0 + p0
+                        for t in range(0, n, nr):
+                            d = t * kk + k * nr
+                            for j in range(min(nr, n - t)):
+                                xp[U(d + j)] = x[U(src + t + j)]
+                for q in range(q0, q1):
+                    r0 = q * mr
+                    m_valid = min(mr, m_n - r0)
+                    w_off = q * k_n * mr + k0 * mr
+                    for t in range(0, n, nr):
+                        o_off = r0 * ldo + o_col0 + p0 + t
+                        nv = min(nr, n - t)
+                        if pack:
+                            src_x, x_off, step = xp, t * kk, nr
+                        else:
+                            src_x, x_off, step = x, k0 * ldx + x_col0 + p0 + t, ldx
+                        if nv >= nr:
+                            if with_z:
+                                full_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                       m_valid, nv)
+                            else:
+                                full(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                     m_valid, nv)
+                        elif with_z:
+                            masked_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                     m_valid, nv)
+                        else:
+                            masked(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                   m_valid, nv)
+
+    return jit(tiles)
+
+
+_rows_512 = _rows_driver(_t512, _t512m, _t512z, _t512mz, 8, 32)
+_rows_2 = _rows_driver(_t2, _t2m, _t2z, _t2mz, 6, 16)
+
+
 @jit
-def _tile(kind, w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off, ldo, lo, hi, out, m_valid, n_valid,
-          acc):
-    """One tile of variant ``kind`` (n_valid < nr: the masked form)."""
-    if kind == 2:
-        if n_valid >= 32:
-            if has_z:
-                _t512z(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
-            else:
-                _t512(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
-        elif has_z:
-            _t512mz(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
-        else:
-            _t512m(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
-    elif kind == 1:
-        if n_valid >= 16:
-            if has_z:
-                _t2z(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
-            else:
-                _t2(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
-        elif has_z:
-            _t2mz(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
-        else:
-            _t2m(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid)
-    else:
-        _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off, ldo, lo, hi, out, m_valid,
-                      n_valid, acc)
+def _generic_tile(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid):
+    """_tile_generic with its own scratch, shaped as the intrinsic tiles are called."""
+    _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, True, o_off, ldo, lo, hi, out, m_valid, n_valid,
+                  np.empty(64, np.float32))
+
+
+@jit
+def _generic_tile_noz(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid):
+    _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, False, o_off, ldo, lo, hi, out, m_valid, n_valid,
+                  np.empty(64, np.float32))
+
+
+_rows_generic = _rows_driver(_generic_tile_noz, _generic_tile_noz, _generic_tile, _generic_tile, 4, 16)
 
 
 @jit
 def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
-               groups, kc, pack, s_lo, s_hi):
+               groups, kc, pack, xp, s_lo, s_hi):
     """Shards [s_lo, s_hi) of a convolution's product on the tiles of ``kind``: shard s is pixel block
     s // groups (``block`` pixels of the ``n_pix`` at x's column ``x_col0``, written at out's column
     ``o_col0 + p``) times weight-panel group s % groups. Per block and group: K in chunks of ``kc``,
     each weight panel's chunk over every pixel tile of the block; ``x`` (rows of ``ldx``) and
     ``out``/``z`` (rows of ``ldo``) flat. Earlier chunks store plain sums (``zeros`` bias, no
     clamp), the last one the epilogue. ``pack``: each chunk of the block's rows is first copied into
-    tile order ([tile][k][nr], ``xp``), so that a tile reads one contiguous stream instead of one
-    line from each of kc rows (kc pages apart where a row is 4 KiB or more)."""
-    mr = 8 if kind == 2 else (6 if kind == 1 else 4)
-    nr = 32 if kind == 2 else 16
-    panels = (m_n + mr - 1) // mr
-    acc = np.empty(64, np.float32)
-    inf = np.float32(np.inf)
-    xp = np.empty(block * kc if pack else 1, np.float32)
-    for s in range(s_lo, s_hi):
-        b = s // groups
-        g = s - b * groups
-        q0, q1 = g * panels // groups, (g + 1) * panels // groups
-        p0 = b * block
-        n = min(block, n_pix - p0)
-        for k0 in range(0, k_n, kc):
-            kk = min(kc, k_n - k0)
-            final = k0 + kk >= k_n
-            first = np.int64(1 if k0 == 0 else 0)
-            if pack:
-                for k in range(kk):
-                    src = (k0 + k) * ldx + x_col0 + p0
-                    for t in range(0, n, nr):
-                        d = t * kk + k * nr
-                        for j in range(min(nr, n - t)):
-                            xp[U(d + j)] = x[U(src + t + j)]
-            for q in range(q0, q1):
-                r0 = q * mr
-                m_valid = min(mr, m_n - r0)
-                w_off = q * k_n * mr + k0 * mr
-                for t in range(0, n, nr):
-                    o_off = r0 * ldo + o_col0 + p0 + t
-                    nv = min(nr, n - t)
-                    if pack:
-                        if final:
-                            _tile(kind, wp, w_off, xp, t * kk, nr, kk, first, bias, r0, z, has_z, o_off, ldo, lo, hi,
-                                  out, m_valid, nv, acc)
-                        else:
-                            _tile(kind, wp, w_off, xp, t * kk, nr, kk, first, zeros, r0, z, False, o_off, ldo, -inf,
-                                  inf, out, m_valid, nv, acc)
-                        continue
-                    x_off = k0 * ldx + x_col0 + p0 + t
-                    if final:
-                        _tile(kind, wp, w_off, x, x_off, ldx, kk, first, bias, r0, z, has_z, o_off, ldo, lo, hi,
-                              out, m_valid, nv, acc)
-                    else:
-                        _tile(kind, wp, w_off, x, x_off, ldx, kk, first, zeros, r0, z, False, o_off, ldo, -inf, inf,
-                              out, m_valid, nv, acc)
-
+    tile order ([tile][k][nr], ``xp``: a scratch of at least block * kc floats), so that a tile reads
+    one contiguous stream instead of one line from each of kc rows (kc pages apart where a row is 4
+    KiB or more)."""
+    if kind == 2:
+        _rows_512(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block, groups,
+                  kc, pack, xp, s_lo, s_hi)
+    elif kind == 1:
+        _rows_2(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block, groups,
+                kc, pack, xp, s_lo, s_hi)
+    else:
+        _rows_generic(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
+                      groups, kc, pack, xp, s_lo, s_hi)
 
 
 # ------------------------------------------------------------------ small maps: channels in the lanes
@@ -501,56 +524,123 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool):
 
 COLS_WIDTH = {1: 16, 2: 48}  # channels per panel (cv * lanes): pack_weights(W, COLS_WIDTH[kind])
 COLS_LANES = {1: 8, 2: 16}  # the output channels must be a multiple of this
-COLS_KC = 512  # K per chunk of the cols tiles (a chunk of the 64-channel panel: 128 KiB, in L2)
+COLS_KC = 512  # K per chunk of the cols tiles (a chunk of the 48-channel panel: 96 KiB, in L2)
 _c512 = _cols_intrinsic("avx512", 3, 7, False)
 _c512z = _cols_intrinsic("avx512", 3, 7, True)
 _c2 = _cols_intrinsic("avx2", 2, 6, False)
 _c2z = _cols_intrinsic("avx2", 2, 6, True)
 
 
-@jit
-def _cols_tile(kind, w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, has_z, o_off, ldo, lo, hi,
-               out, m_valid, n_valid):
-    if kind == 2:
-        if has_z:
-            _c512z(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out,
-                   m_valid, n_valid)
-        else:
-            _c512(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out,
-                  m_valid, n_valid)
-    elif has_z:
-        _c2z(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
-             n_valid)
-    else:
-        _c2(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
-            n_valid)
+def _cols_driver(tile, tile_z, width, mp):
+    """conv_cols' loops for one variant, its two tiles fixed (see _rows_driver)."""
+
+    def panels(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi):
+        tiles = (n_pix + mp - 1) // mp
+        for q in range(s_lo, s_hi):
+            r0 = q * width
+            m_valid = min(width, m_n - r0)
+            for k0 in range(0, k_n, kc):
+                kk = min(kc, k_n - k0)
+                first = np.int64(1 if k0 == 0 else 0)
+                final = np.int64(1 if k0 + kk >= k_n else 0)
+                w_off = q * k_n * width + k0 * width
+                for t in range(tiles):
+                    p0 = t * mp
+                    if has_z:
+                        tile_z(wp, w_off, x, k0 * ldx + p0, ldx, kk, first, final, acc, t * mp * width, bias, r0, z,
+                               r0 * ldo + p0, ldo, lo, hi, out, m_valid, min(mp, n_pix - p0))
+                    else:
+                        tile(wp, w_off, x, k0 * ldx + p0, ldx, kk, first, final, acc, t * mp * width, bias, r0, z,
+                             r0 * ldo + p0, ldo, lo, hi, out, m_valid, min(mp, n_pix - p0))
+
+    return jit(panels)
+
+
+_cols_512 = _cols_driver(_c512, _c512z, 48, 7)
+_cols_2 = _cols_driver(_c2, _c2z, 16, 6)
 
 
 @jit
-def conv_cols(kind, wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, s_lo, s_hi):
+def conv_cols(kind, wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi):
     """Weight panels [s_lo, s_hi) (COLS_WIDTH[kind] channels each; m_n a multiple of the lanes) of a
     convolution with few pixels on the cols tiles (kind 1 or 2): per panel, K in chunks of ``kc``,
     each chunk over every tile of COLS_MP pixels, the partial sums in a scratch (pixel, channel)
-    block; the last chunk applies the epilogue and writes the NCHW rows of ``out`` (row stride ldo,
-    pixels from 0; ``x`` rows of ldx, ``z`` shaped like out)."""
-    width = 48 if kind == 2 else 16
-    mp = 7 if kind == 2 else 6
-    tiles = (n_pix + mp - 1) // mp
-    acc = np.empty(tiles * mp * width, np.float32)
-    for q in range(s_lo, s_hi):
-        r0 = q * width
-        m_valid = min(width, m_n - r0)
-        for k0 in range(0, k_n, kc):
-            kk = min(kc, k_n - k0)
-            first = np.int64(1 if k0 == 0 else 0)
-            final = np.int64(1 if k0 + kk >= k_n else 0)
-            w_off = q * k_n * width + k0 * width
-            for t in range(tiles):
-                p0 = t * mp
-                _cols_tile(kind, wp, w_off, x, k0 * ldx + p0, ldx, kk, first, final, acc, t * mp * width, bias, r0, z,
-                           has_z, r0 * ldo + p0, ldo, lo, hi, out, m_valid, min(mp, n_pix - p0))
+    block (``acc``: a scratch of at least scratch_size(kind, True, n_pix) floats); the last chunk
+    applies the epilogue and writes the NCHW rows of ``out`` (row stride ldo, pixels from 0; ``x``
+    rows of ldx, ``z`` shaped like out)."""
+    if kind == 2:
+        _cols_512(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi)
+    else:
+        _cols_2(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi)
 
-PACK_X = False  # conv.py's choice for conv_tiles' ``pack`` (rows copied into tile order per block)
+
+# ------------------------------------------------------------------------ Winograd's batched GEMMs
+def pack_batched(u: np.ndarray, width: int) -> np.ndarray:
+    """(P, M, C) weights (Winograd's transformed U, one (M, C) matrix per position) packed per
+    position into panels of ``width`` rows: (P, panels * width * C)."""
+    return np.stack([pack_weights(np.ascontiguousarray(u[i], np.float32), width) for i in range(u.shape[0])])
+
+
+@jit
+def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, scratch, s_lo, s_hi):
+    """Shards [s_lo, s_hi) of P products ``mo[i, :m_n * nt] = U[i] @ v[i, :c_n * nt]`` (row-major
+    (M, nt) and (C, nt) blocks at the start of each row of ``v`` and ``mo``; ``wp`` pack_batched's
+    panels): shard s is position s // groups, weight-panel group s % groups, on the cols tiles
+    (``cols``: width COLS_WIDTH) or the rows tiles (width MR) without an epilogue; ``scratch`` at
+    least scratch_size(kind, cols, nt) floats."""
+    width = (48 if kind == 2 else 16) if cols else (8 if kind == 2 else (6 if kind == 1 else 4))
+    panels = (m_n + width - 1) // width
+    inf = np.float32(np.inf)
+    chunks = (c_n + KC - 1) // KC
+    kc = (c_n + chunks - 1) // chunks
+    for s in range(s_lo, s_hi):
+        i = s // groups
+        g = s - i * groups
+        q0, q1 = g * panels // groups, (g + 1) * panels // groups
+        x = v[i, :c_n * nt]
+        out = mo[i, :m_n * nt]
+        w = wp[i]
+        if cols:
+            conv_cols(kind, w, c_n, m_n, x, nt, nt, zeros, zeros, False, -inf, inf, out, nt, COLS_KC, scratch, q0,
+                      q1)
+        else:  # one pixel block (all nt columns) and one panel a "group": conv_tiles' shards [q0, q1)
+            conv_tiles(kind, w, c_n, m_n, x, 0, nt, nt, zeros, zeros, zeros, False, -inf, inf, out, 0, nt, nt,
+                       panels, kc, False, scratch, q0, q1)
+
+def scratch_size(kind: int, cols: bool, n_pix: int, block: int = 0, kc: int = 0, pack: bool = False) -> int:
+    """Floats of the scratch conv_cols (``cols``) or conv_tiles (rows packed into tile order) takes."""
+    if cols:
+        mp = 7 if kind == 2 else 6
+        return -(-n_pix // mp) * mp * COLS_WIDTH[kind]
+    return block * kc if pack else 1
+
+
+def run_sharded(kernel, total: int, args: tuple, work: float, size: int) -> None:
+    """``kernel(*args, scratch, lo, hi)`` over shards of ``range(total)`` as config.parallel_for cuts
+    them, ``scratch`` the running thread's kept float32 buffer of ``size`` (config.thread_buffer): a
+    steady run allocates nothing."""
+    count = config.shard_count(total, work)
+    if count <= 1:
+        if total > 0:
+            kernel(*args, config.thread_buffer("ftile", size, np.float32), 0, total)
+        return
+
+    def shard(i):
+        kernel(*args, config.thread_buffer("ftile", size, np.float32), i * total // count, (i + 1) * total // count)
+
+    config.run_shards(shard, count)
+
+
+def pack_rows(m_n: int, k_n: int, n_pix: int) -> bool:
+    """conv.py's choice of conv_tiles' ``pack``: copy the block's rows into tile order where many
+    weight panels reuse them (M >= PACK_MIN_M) or the rows are long and deep (the stem's). On the
+    Xeon (bench_ftile.py raw) the copy lifted 128 x 576 x 784 from 118-130 to 141 GFLOP/s, 256 x 2304
+    x 196 from 111-117 to 125, the stem's 64 x 147 x 12544 from 77-80 to 90, and cost small M
+    (16 x 32 x 12544: 73 -> 51); on the AMD box it ran within -7%..+2% at M >= 128."""
+    return m_n >= PACK_MIN_M or (k_n >= PACK_MIN_K and n_pix >= PACK_MIN_PIXELS)
+
+
+PACK_MIN_M, PACK_MIN_K, PACK_MIN_PIXELS = 128, 128, 2048
 BLOCK_BYTES = 256 * 1024  # a block's pixel rows of one K chunk (kc x block floats) stay in L2
 
 

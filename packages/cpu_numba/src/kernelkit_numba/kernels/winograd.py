@@ -7,7 +7,8 @@ Each 2x2 block of outputs ("tile") is computed from a 4x4 input patch with 16 mu
 
     M[xi, nu] = sum over c of U[xi, nu][m, c] * V[xi, nu][c, tile]
 
-is 16 GEMMs of (M_out x C) by (C x tiles), which go to BLAS. So the multiply count is 2.25x
+is 16 GEMMs of (M_out x C) by (C x tiles), which go to ftile's micro-kernels (BLAS with
+KERNELKIT_F32_GEMM=off or on CPUs without AVX2/AVX-512; see ``gemms``). So the multiply count is 2.25x
 smaller than im2col + GEMM; the transforms are adds and subtracts over memory. Three sharded
 phases per image: input transform (over channels), the 16 GEMMs (over position and output-channel
 blocks), output transform with bias and activation fused (over output channels).
@@ -22,6 +23,7 @@ import numpy as np
 
 from .. import config
 from ..config import jit_inline, jit_parallel
+from . import ftile
 from .epilogue import CLIP
 
 U64 = np.uint64  # unsigned index: no wraparound check in inner loops
@@ -138,10 +140,37 @@ def usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n) -> bool:
     return kh == kw == 3 and sh == sw == dh == dw == 1 and group == 1 and oh_n * ow_n >= 196
 
 
-def conv3x3(x, u, bias, y, ph, pw, code, p0, p1, scratch, z=None) -> None:
+def gemms(v, mo, u, m_n, c_n, nt, packed) -> None:
+    """The P position products mo[i, :m_n * nt] = u[i] @ v[i, :c_n * nt] (P = 16 or 36), sharded
+    over positions and output-channel blocks: on ftile's micro-kernels when ``packed`` is
+    (kind, cols, panels of u: ftile.pack_batched), else one BLAS call a shard."""
+    positions = u.shape[0]
+    gemm_work = 2.0 * positions * m_n * c_n * nt
+    if packed is not None:
+        kind, cols, wp, zeros = packed
+        width = ftile.COLS_WIDTH[kind] if cols else ftile.MR[kind]
+        panels = -(-m_n // width)
+        want = config.shard_count(positions * panels, gemm_work, unit=config.MIN_TILE_WORK)
+        groups = max(1, min(panels, -(-want // positions)))
+        ftile.run_sharded(ftile.batched_gemms, positions * groups, (kind, cols, wp, m_n, c_n, v, nt, mo, zeros,
+                                                                    groups), gemm_work,
+                          ftile.scratch_size(kind, cols, nt))
+        return
+    blocks = max(1, min(m_n // 16, -(-config.shard_count(positions * m_n, gemm_work, unit=config.MIN_TILE_WORK)
+                                      // positions)))
+
+    def gemm(i):
+        k, b = divmod(i, blocks)
+        r0, r1 = b * m_n // blocks, (b + 1) * m_n // blocks
+        np.matmul(u[k, r0:r1], v[k, :c_n * nt].reshape(c_n, nt), out=mo[k, r0 * nt:r1 * nt].reshape(r1 - r0, nt))
+
+    config.run_shards(gemm, positions * blocks)
+
+
+def conv3x3(x, u, bias, y, ph, pw, code, p0, p1, scratch, z=None, packed=None) -> None:
     """y (N, M, OH, OW) = act(conv(x (N, C, H, W)) + bias (+ z)) with transformed weights u (16, M, C);
     z: the fused residual shaped like y, or None. ``scratch`` holds (v, mo) buffers reused between
-    calls (dict, filled here)."""
+    calls (dict, filled here); ``packed``: see ``gemms``."""
     n_n, c_n = x.shape[:2]
     m_n, oh_n, ow_n = y.shape[1:]
     th_n, tw_n = (oh_n + 1) // 2, (ow_n + 1) // 2
@@ -151,18 +180,9 @@ def conv3x3(x, u, bias, y, ph, pw, code, p0, p1, scratch, z=None) -> None:
         scratch.update(key=key, v=np.empty((16, _spaced(c_n * t_n)), x.dtype),
                        mo=np.empty((16, _spaced(m_n * t_n)), x.dtype))
     v, mo = scratch["v"], scratch["mo"]
-    gemm_work = 2.0 * 16 * m_n * c_n * t_n
-    blocks = max(1, min(m_n // 16, -(-config.shard_count(16 * m_n, gemm_work, unit=config.MIN_TILE_WORK) // 16)))
     for n in range(n_n):
         config.parallel_for(_input_transform, c_n, (x[n], v, ph, pw, th_n, tw_n), _TRANSFORM_WORK * c_n * t_n)
-
-        def gemm(i):
-            k, b = divmod(i, blocks)
-            r0, r1 = b * m_n // blocks, (b + 1) * m_n // blocks
-            vk = v[k, :c_n * t_n].reshape(c_n, t_n)
-            np.matmul(u[k, r0:r1], vk, out=mo[k, r0 * t_n:r1 * t_n].reshape(r1 - r0, t_n))
-
-        config.run_shards(gemm, 16 * blocks)
+        gemms(v, mo, u, m_n, c_n, t_n, packed)
         zn = config.readonly(z[n] if z is not None else y[n, :1])
         config.parallel_for(_output_transform, m_n, (mo, y[n], bias, zn, z is not None, th_n, tw_n, code, p0, p1),
                             _TRANSFORM_WORK * m_n * t_n)
@@ -304,10 +324,10 @@ def usable4(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, batch) -> bool:
     return batch * oh_n * ow_n >= 392
 
 
-def conv3x3_f4(x, u, bias, y, z, ph, pw, code, p0, p1, scratch) -> None:
+def conv3x3_f4(x, u, bias, y, z, ph, pw, code, p0, p1, scratch, packed=None) -> None:
     """y (N, M, OH, OW) = act(conv(x (N, C, H, W)) + bias (+ z)) with weights u (36, M, C) from
     ``transform_weights4``; z: the fused residual, shaped like y, or None. ``scratch`` holds the
-    (v, mo) buffers reused between calls."""
+    (v, mo) buffers reused between calls; ``packed``: see ``gemms``."""
     n_n, c_n = x.shape[:2]
     m_n, oh_n, ow_n = y.shape[1:]
     th_n, tw_n = (oh_n + 3) // 4, (ow_n + 3) // 4
@@ -318,15 +338,7 @@ def conv3x3_f4(x, u, bias, y, z, ph, pw, code, p0, p1, scratch) -> None:
                        mo=np.empty((36, _spaced(m_n * nt)), x.dtype))
     v, mo = scratch["v"], scratch["mo"]
     config.parallel_for(_input_transform4, n_n * c_n, (x, v, ph, pw, th_n, tw_n), 60.0 * c_n * nt)
-    gemm_work = 2.0 * 36 * m_n * c_n * nt
-    blocks = max(1, min(m_n // 16, -(-config.shard_count(36 * m_n, gemm_work, unit=config.MIN_TILE_WORK) // 36)))
-
-    def gemm(i):
-        k, b = divmod(i, blocks)
-        r0, r1 = b * m_n // blocks, (b + 1) * m_n // blocks
-        np.matmul(u[k, r0:r1], v[k, :c_n * nt].reshape(c_n, nt), out=mo[k, r0 * nt:r1 * nt].reshape(r1 - r0, nt))
-
-    config.run_shards(gemm, 36 * blocks)
+    gemms(v, mo, u, m_n, c_n, nt, packed)
     has_z = z is not None
     zz = z if has_z else y[:1, :1, :1, :1]
     config.parallel_for(_output_transform4, n_n * m_n, (mo, y, bias, config.readonly(zz), has_z, th_n, tw_n,
