@@ -19,6 +19,7 @@ Bit-exact against the reference (the same integer sum and the same float32 requa
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
@@ -308,8 +309,10 @@ def tap_offsets(kh: int, kw: int, dh: int, dw: int, wp_n: int, c_n: int) -> np.n
 
 def supports(c_n: int, m_n: int, group: int, cg: int, taps: int) -> bool:
     """Depthwise with one output channel per input channel, channels a multiple of 16, and few enough
-    taps that every float32 partial sum is an exact integer (taps * 255 * 255 <= 2**24)."""
-    return cg == 1 and group == c_n == m_n and c_n % LANES == 0 and taps * 255 * 255 <= 2 ** 24
+    taps that every float32 partial sum is an exact integer (taps * 255 * 255 <= 2**24); not under
+    NUMBA_DISABLE_JIT (its LLVM IR steps exist only in compiled code)."""
+    return (cg == 1 and group == c_n == m_n and c_n % LANES == 0 and taps * 255 * 255 <= 2 ** 24
+            and not numba.config.DISABLE_JIT)
 
 
 def plan(kernel, x_shape, w, x_zero_point, w_zero_point, requant, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n):

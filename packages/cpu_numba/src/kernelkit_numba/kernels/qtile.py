@@ -514,11 +514,18 @@ _pack_32 = _pack_intrinsic(16, 2)  # vnni512 tiles: 32 pixels
 
 @jit
 def pack_x(kind, x, x_off, ldx, kq, flip, out, o_off):
-    """One pixel tile of rows for the rows tiles of ``kind`` (see _pack_intrinsic)."""
+    """One pixel tile of rows for the rows tiles of ``kind`` (see _pack_intrinsic); the generic tiles
+    pack in plain loops (the same bytes: they also run under NUMBA_DISABLE_JIT, where no intrinsic can)."""
     if kind == 2:
         _pack_32(x, x_off, ldx, kq, flip, out, o_off)
-    else:
+    elif kind == 1:
         _pack_16(x, x_off, ldx, kq, flip, out, o_off)
+    else:
+        f = np.uint8(flip & 255)
+        for q in range(kq):
+            for j in range(16):
+                for t in range(4):
+                    out[o_off + (q * 16 + j) * 4 + t] = np.uint8(x[x_off + (4 * q + t) * ldx + j]) ^ f
 
 
 _rows_avx2 = _rows_intrinsic("avx2", 4, 2)  # 4 weight rows x 16 pixels
@@ -718,7 +725,10 @@ _NEEDS = {"generic": (), "avx2": ("avx2",), "vnni512": ("avx512f", "avx512bw", "
 
 
 def available(name: str) -> bool:
-    """Whether this CPU (as Numba compiles for it) has the instructions of variant ``name``."""
+    """Whether this CPU (as Numba compiles for it) has the instructions of variant ``name``. Under
+    NUMBA_DISABLE_JIT=1 only ``generic`` runs (the IR tiles exist only in compiled code)."""
+    if name != "generic" and numba.config.DISABLE_JIT:
+        return False
     return all(f in host_features() for f in _NEEDS[name])
 
 
