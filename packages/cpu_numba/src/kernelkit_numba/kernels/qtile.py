@@ -65,6 +65,38 @@ def _data(context, builder, arrty, value):
     return cgutils.create_struct_proxy(arrty)(context, builder, value=value).data
 
 
+def _k_loop(builder, kq, inits, label: str):
+    """Open a micro-kernel's loop over K groups: blocks ``label``.head/.body/.done, the counter q
+    (0 to kq) and one accumulator phi per initial value of ``inits``; the builder is left in the
+    body. Returns (q, accs, close): ``close(new)`` feeds the body's next accumulators back to the
+    phis, loops, and leaves the builder in .done, where ``accs`` are the sums."""
+    i64 = ir.IntType(64)
+    pre = builder.basic_block
+    head = builder.append_basic_block(f"{label}.head")
+    body = builder.append_basic_block(f"{label}.body")
+    done = builder.append_basic_block(f"{label}.done")
+    builder.branch(head)
+    builder.position_at_end(head)
+    q = builder.phi(i64)
+    q.add_incoming(ir.Constant(i64, 0), pre)
+    accs = []
+    for init in inits:
+        phi = builder.phi(init.type)
+        phi.add_incoming(init, pre)
+        accs.append(phi)
+    builder.cbranch(builder.icmp_signed("<", q, kq), body, done)
+    builder.position_at_end(body)
+
+    def close(new):
+        q.add_incoming(builder.add(q, ir.Constant(i64, 1)), builder.basic_block)
+        for phi, value in zip(accs, new):
+            phi.add_incoming(value, builder.basic_block)
+        builder.branch(head)
+        builder.position_at_end(done)
+
+    return q, accs, close
+
+
 def _tile_intrinsic(kind: str, mr: int, nr: int):
     """An intrinsic ``tile(a, a_off, b, b_off, kq, c, c_off, ldc)``: the mr x nr int32 block of
     C at ``c[c_off:]`` (row stride ``ldc``) = packed A panel at ``a[a_off:]`` times packed B panel at
@@ -101,22 +133,7 @@ def _tile_intrinsic(kind: str, mr: int, nr: int):
         zero_v = ir.Constant(vi32, None)
         splat = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
 
-        pre = builder.basic_block
-        head = builder.append_basic_block("qtile.head")
-        body = builder.append_basic_block("qtile.body")
-        done = builder.append_basic_block("qtile.done")
-        builder.branch(head)
-        builder.position_at_end(head)
-        q = builder.phi(i64)
-        q.add_incoming(ir.Constant(i64, 0), pre)
-        accs = []
-        for _ in range(mr * nv):
-            phi = builder.phi(vi32)
-            phi.add_incoming(zero_v, pre)
-            accs.append(phi)
-        builder.cbranch(builder.icmp_signed("<", q, kq), body, done)
-
-        builder.position_at_end(body)
+        q, accs, close = _k_loop(builder, kq, [zero_v] * (mr * nv), "qtile")
         arow = builder.gep(pa, [builder.mul(q, ir.Constant(i64, 4 * mr))])
         brow = builder.gep(pb, [builder.mul(q, ir.Constant(i64, 4 * nr))])
         bvec = []
@@ -136,12 +153,7 @@ def _tile_intrinsic(kind: str, mr: int, nr: int):
                     new.append(builder.add(acc, builder.call(maddwd, [pairs, ones])))
                 else:
                     new.append(builder.call(dpbusd, [acc, bcast, builder.bitcast(bvec[j], vi32)]))
-        q.add_incoming(builder.add(q, ir.Constant(i64, 1)), builder.basic_block)
-        for phi, value in zip(accs, new):
-            phi.add_incoming(value, builder.basic_block)
-        builder.branch(head)
-
-        builder.position_at_end(done)
+        close(new)
         for r in range(mr):
             row = builder.gep(pc, [builder.mul(ldc, ir.Constant(i64, r))])
             for j in range(nv):
@@ -193,22 +205,7 @@ def _wide_intrinsic(mr: int, npan: int):
         zero_v = ir.Constant(vi32, None)
         splat = ir.Constant(vi32, [0] * lanes)
 
-        pre = builder.basic_block
-        head = builder.append_basic_block("qwide.head")
-        body = builder.append_basic_block("qwide.body")
-        done = builder.append_basic_block("qwide.done")
-        builder.branch(head)
-        builder.position_at_end(head)
-        q = builder.phi(i64)
-        q.add_incoming(ir.Constant(i64, 0), pre)
-        accs = []
-        for _ in range(mr * npan):
-            phi = builder.phi(vi32)
-            phi.add_incoming(zero_v, pre)
-            accs.append(phi)
-        builder.cbranch(builder.icmp_signed("<", q, kq), body, done)
-
-        builder.position_at_end(body)
+        q, accs, close = _k_loop(builder, kq, [zero_v] * (mr * npan), "qwide")
         a_at = builder.mul(q, a_qs)
         b_at = builder.mul(q, ir.Constant(i64, 4 * lanes))
         bvec = [builder.bitcast(builder.load(builder.bitcast(builder.gep(p, [b_at]), vi8.as_pointer()), align=1), vi32)
@@ -220,12 +217,7 @@ def _wide_intrinsic(mr: int, npan: int):
             bcast = builder.shuffle_vector(one, ir.Constant(vi32, ir.Undefined), splat)
             for j in range(npan):
                 new.append(builder.call(dpbusd, [accs[r * npan + j], bcast, bvec[j]]))
-        q.add_incoming(builder.add(q, ir.Constant(i64, 1)), builder.basic_block)
-        for phi, value in zip(accs, new):
-            phi.add_incoming(value, builder.basic_block)
-        builder.branch(head)
-
-        builder.position_at_end(done)
+        close(new)
         for r in range(mr):
             row = builder.gep(pc, [builder.mul(ldc, ir.Constant(i64, r))])
             for j in range(npan):
@@ -325,22 +317,8 @@ def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False, masked: 
                                              builder.load(builder.gep(pt, [ir.Constant(i64, r)])), ir.Constant(i32, 0))
                 starts.append(builder.shuffle_vector(one, ir.Constant(vi32, ir.Undefined), splat))
 
-        pre = builder.basic_block
-        head = builder.append_basic_block("qrows.head")
-        body = builder.append_basic_block("qrows.body")
-        done = builder.append_basic_block("qrows.done")
-        builder.branch(head)
-        builder.position_at_end(head)
-        q = builder.phi(i64)
-        q.add_incoming(ir.Constant(i64, 0), pre)
-        accs = []
-        for i in range(mr * nvec):
-            phi = builder.phi(vi32)
-            phi.add_incoming(starts[i // nvec] if cvt else zero_v, pre)
-            accs.append(phi)
-        builder.cbranch(builder.icmp_signed("<", q, kq), body, done)
-
-        builder.position_at_end(body)
+        q, accs, close = _k_loop(builder, kq, [starts[i // nvec] if cvt else zero_v for i in range(mr * nvec)],
+                                 "qrows")
         bvec = []
         if PACKED_X:  # interleaved (and flipped) beforehand by pack_x: one load a vector
             xq = builder.gep(px, [builder.mul(q, ir.Constant(i64, 4 * nr))])
@@ -372,12 +350,7 @@ def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False, masked: 
                     new.append(builder.add(acc, builder.call(maddwd, [pairs, ones])))
                 else:
                     new.append(builder.call(dpbusd, [acc, builder.bitcast(bvec[j], vi32), bcast]))
-        q.add_incoming(builder.add(q, ir.Constant(i64, 1)), builder.basic_block)
-        for phi, value in zip(accs, new):
-            phi.add_incoming(value, builder.basic_block)
-        builder.branch(head)
-
-        builder.position_at_end(done)
+        close(new)
         if fused:
             vf = ir.VectorType(f32, lanes)
             rint = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf]), f"llvm.rint.v{lanes}f32")
