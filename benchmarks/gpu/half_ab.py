@@ -39,6 +39,8 @@ def main() -> int:
     ap.add_argument("--labels", type=int, default=0, help="with --profile: the K kernels that differ most")
     ap.add_argument("--scalar-stores", action="store_true", help="also sessions with scalar epilogue stores")
     ap.add_argument("--ptxas", action="store_true", help="ptxas registers of the main tiles, float vs half")
+    ap.add_argument("--dw8", action="store_true",
+                    help="also fp32 and float16 sessions with 8 depthwise outputs per work-item (models with one)")
     ap.add_argument("--fp32-tiles", action="store_true",
                     help="also a float16 session on fp32's shipped tiles (KERNELKIT_OPENCL_HALF_TABLE=fp32)")
     args = ap.parse_args()
@@ -56,6 +58,10 @@ def main() -> int:
 
     if args.ptxas:
         _ptxas_report()
+    default_stores = dict(gemm.VECTOR_STORES)
+
+    def stores(on: bool) -> dict:  # the shipped policy, or every epilogue store scalar
+        return dict(default_stores) if on else dict.fromkeys(default_stores, False)
 
     for case in args.models.split(","):
         name, batch = case.split(":")[0], int(case.split(":")[1])
@@ -67,22 +73,29 @@ def main() -> int:
             variants.update({"fp32_scalarst": ({}, "1", False), f"fp16_v{lv}_scalarst": ({"float16": True}, lv, False)})
         if args.fp32_tiles:
             variants["fp16_fp32tiles"] = ({"float16": True}, args.levels.split(",")[0], True)
+        if args.dw8 and any(n.op == "Conv" and n.attrs.get("group", 1) > 1 for n in model.graph.nodes):
+            lv = args.levels.split(",")[0]
+            variants.update({"fp32_dw8": ({}, "1", True), f"fp16_v{lv}_dw8": ({"float16": True}, lv, True)})
+
+        def setenv(key):  # the per-variant switches read when a session builds its kernels
+            os.environ["KERNELKIT_OPENCL_HALF_TABLE"] = "fp32" if key == "fp16_fp32tiles" else ""
+            os.environ["KERNELKIT_OPENCL_DW_VEC"] = "8" if key.endswith("_dw8") else ""
         sessions, outs, best, mbytes = {}, {}, {}, {}
         for key, (opts, vec, vst) in variants.items():
             os.environ["KERNELKIT_OPENCL_HALF_VEC"] = vec
-            gemm.VECTOR_STORES = vst
-            os.environ["KERNELKIT_OPENCL_HALF_TABLE"] = "fp32" if key == "fp16_fp32tiles" else ""
+            gemm.VECTOR_STORES = stores(vst)
+            setenv(key)
             sessions[key] = kk.Session(model, device="gpu", fallback=False, options=opts)
             for _ in range(2):
                 outs[key] = sessions[key].run(None, {"x": x})[0]
         for _ in range(args.rounds):  # interleaved: each round times every variant once
             for key, (_, vec, vst) in variants.items():
                 os.environ["KERNELKIT_OPENCL_HALF_VEC"] = vec
-                gemm.VECTOR_STORES = vst
+                gemm.VECTOR_STORES = stores(vst)
                 t = run_gpu._device_resident(sessions[key], x, args.iters) * 1e3
                 best[key] = min(best.get(key, t), t)
                 mbytes[key] = sessions[key]._devices["gpu"].pool.allocated_bytes / 1e6
-        gemm.VECTOR_STORES = True
+        gemm.VECTOR_STORES = default_stores
         row = {k: round(v, 3) for k, v in best.items()}
         row.update({f"{k}_speedup": round(best["fp32"] / v, 3) for k, v in best.items() if k != "fp32"})
         row.update({f"cos_{k}": round(cosine(outs[k], outs["fp32"]), 7) for k in outs if k != "fp32"})
@@ -92,8 +105,8 @@ def main() -> int:
             per_label = {}
             for key, (opts, vec, vst) in variants.items():
                 os.environ["KERNELKIT_OPENCL_HALF_VEC"] = vec
-                gemm.VECTOR_STORES = vst
-                os.environ["KERNELKIT_OPENCL_HALF_TABLE"] = "fp32" if key == "fp16_fp32tiles" else ""
+                gemm.VECTOR_STORES = stores(vst)
+                setenv(key)
                 prof = kk.Session(model, device="gpu", fallback=False, options={**opts, "opencl_profile": True})
                 prof.run(None, {"x": x})
                 dev = prof._devices["gpu"]
@@ -110,7 +123,7 @@ def main() -> int:
                 print(f"  profile {name} {key}: total {sum(fam.values()):.3f} ms "
                       + ", ".join(f"{k} {v:.3f}" for k, v in top), flush=True)
                 del prof
-            gemm.VECTOR_STORES = True
+            gemm.VECTOR_STORES = default_stores
             half_key = next((k for k in variants if k.startswith("fp16")), None)
             if args.labels and half_key:
                 a, b = per_label["fp32"], per_label[half_key]

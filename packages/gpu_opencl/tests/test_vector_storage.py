@@ -29,7 +29,7 @@ def test_vector_epilogue_stores_match_scalar_stores(device, rng, monkeypatch, dt
                     activation="Relu")
     got = {}
     for vec in (True, False):
-        monkeypatch.setattr(gemm, "VECTOR_STORES", vec)
+        monkeypatch.setattr(gemm, "VECTOR_STORES", {"float32": vec, "float16": vec})
         out = device.empty((2, M, N), dtype)
         _launch(device, call, p, A, B, C, out)
         got[vec] = device.download(out)
@@ -53,7 +53,7 @@ def test_conv_epilogue_vector_stores_with_residual(device, rng, monkeypatch, dty
     z = rng.standard_normal((3, 12, *out_hw)).astype(dtype)
     got = {}
     for vec in (True, False):
-        monkeypatch.setattr(gemm, "VECTOR_STORES", vec)
+        monkeypatch.setattr(gemm, "VECTOR_STORES", {"float32": vec, "float16": vec})
         y = conv.conv(device.upload(x), device.upload(w), device.upload(b), device.upload(z),
                       pads=(1, 1, 1, 1), activation="Relu")
         got[vec] = device.download(y)
@@ -73,12 +73,14 @@ DEPTHWISE = [
 ]
 
 
+@pytest.mark.parametrize("dw_vec", ["4", "8"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", range(len(DEPTHWISE)))
-def test_depthwise_rows_match_reference(dtype, case):
-    """The depthwise kernel (4 outputs of a row per work-item, the row's inputs in registers,
+def test_depthwise_rows_match_reference(monkeypatch, dtype, case, dw_vec):
+    """The depthwise kernel (4 or 8 outputs of a row per work-item, the row's inputs in registers,
     padding taps skipped) against the reference: strides, pads, dilation, channel multiplier,
     ragged rows, a fused activation; a window wider than 32 runs as an implicit GEMM."""
+    monkeypatch.setenv("KERNELKIT_OPENCL_DW_VEC", dw_vec)
     rng = np.random.default_rng(case)
     xs, ws, attrs = DEPTHWISE[case]
     attrs = dict(attrs, group=xs[1])

@@ -104,9 +104,12 @@ def _nvidia(dev) -> bool:
 # KERNELKIT_OPENCL_HALF_VEC=0/1/2 forces one.
 HALF_VEC_BY_DEVICE: dict[str, int] = {}
 
-# The epilogue's vector stores (flags bit 5: 4 columns of C per float4 / vstorea_half4 store in
-# the VEC_LDS tiles, issue 12 session 5); False keeps every store scalar (tests compare the two).
-VECTOR_STORES = True
+# The epilogue's vector stores per storage dtype (flags bit 5: 4 columns of C per float4 /
+# vstorea_half4 store in the VEC_LDS tiles, issue 12 session 5); False keeps every store scalar
+# (tests compare the two). Measured on the H100 (docs/opencl.md, session 5): fp32 ResNet-50 b32
+# 12.98 vs 13.57 ms with them, MobileNetV2 and the transformer within 2.5 %; float16 slower with
+# them on all three (3.19 vs 3.13, 1.86 vs 1.74, 16.17 vs 15.73 ms), hence off for half.
+VECTOR_STORES = {"float32": True, "float16": False}
 
 
 def half_vector_loads(dev) -> int:
@@ -229,7 +232,8 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
         cvec = hw % 4 == 0 and hw > 0
     else:
         cvec = call.ldc % 4 == 0 and call.zc % 4 == 0
-    cvec = VECTOR_STORES and cvec and out.offset % 4 == 0 and (not has_z or z.offset % 4 == 0)
+    cvec = (VECTOR_STORES.get(out.dtype.name, False) and cvec and out.offset % 4 == 0
+            and (not has_z or z.offset % 4 == 0))
     flags = int(has_bias) | int(has_z) << 1 | relu | vec | int(cvec) << 5
     args = [a.buffer, b.buffer, (bias if has_bias else out).buffer, out.buffer,
             *(np.int32(v) for v in (call.M, call.N, call.K, call.lda, call.ldb, call.ldc, call.bias_sm, call.bias_sn)),
