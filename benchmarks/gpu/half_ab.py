@@ -39,6 +39,8 @@ def main() -> int:
     ap.add_argument("--labels", type=int, default=0, help="with --profile: the K kernels that differ most")
     ap.add_argument("--scalar-stores", action="store_true", help="also sessions with scalar epilogue stores")
     ap.add_argument("--ptxas", action="store_true", help="ptxas registers of the main tiles, float vs half")
+    ap.add_argument("--wide", action="store_true",
+                    help="also a float16 session with 64-bit half accesses (HALF_VEC 3, KERNELKIT_OPENCL_HALF_WIDE=1)")
     ap.add_argument("--dw8", action="store_true",
                     help="also fp32 and float16 sessions with 8 depthwise outputs per work-item (models with one)")
     ap.add_argument("--fp32-tiles", action="store_true",
@@ -73,6 +75,8 @@ def main() -> int:
             variants.update({"fp32_scalarst": ({}, "1", False), f"fp16_v{lv}_scalarst": ({"float16": True}, lv, False)})
         if args.fp32_tiles:
             variants["fp16_fp32tiles"] = ({"float16": True}, args.levels.split(",")[0], True)
+        if args.wide:
+            variants["fp16_wide"] = ({"float16": True}, "3", True)
         if args.dw8 and any(n.op == "Conv" and n.attrs.get("group", 1) > 1 for n in model.graph.nodes):
             lv = args.levels.split(",")[0]
             variants.update({"fp32_dw8": ({}, "1", True), f"fp16_v{lv}_dw8": ({"float16": True}, lv, True)})
@@ -80,6 +84,7 @@ def main() -> int:
         def setenv(key):  # the per-variant switches read when a session builds its kernels
             os.environ["KERNELKIT_OPENCL_HALF_TABLE"] = "fp32" if key == "fp16_fp32tiles" else ""
             os.environ["KERNELKIT_OPENCL_DW_VEC"] = "8" if key.endswith("_dw8") else ""
+            os.environ["KERNELKIT_OPENCL_HALF_WIDE"] = "1" if key == "fp16_wide" else ""
         sessions, outs, best, mbytes = {}, {}, {}, {}
         for key, (opts, vec, vst) in variants.items():
             os.environ["KERNELKIT_OPENCL_HALF_VEC"] = vec
@@ -165,6 +170,26 @@ def _ptxas_report() -> None:
                 except cl.Error as exc:
                     info = f"build failed: {str(exc)[:200]}"
                 print(f"  ptxas {name} {'conv' if conv else 'mm'} {'half' if half else 'float'}: {info}", flush=True)
+    # how the half accesses compile: global load/store widths and conversions in the PTX
+    from kernelkit_opencl.kernels.elementwise import program_source
+
+    progs = {"elementwise float": (program_source(), []), "elementwise half": (program_source(), ["-DSTORAGE_HALF=1"]),
+             "elementwise half wide": (program_source(), ["-DSTORAGE_HALF=1", "-DHALF_WIDE=1"])}
+    for lv in (1, 3):
+        d = dict(gemm.program_defines(gemm.GPU_LARGE[2]), TRANS_A=0, TRANS_B=0, STORAGE_HALF=1, HALF_VEC=lv)
+        progs[f"gemm 8x4 vec half level {lv}"] = ("#define ACT(v) (v)\n" + source("gemm.cl"),
+                                                  [f"-D{k}={format_define(v)}" for k, v in sorted(d.items())])
+    ops = ("ld.global.u16", "ld.global.b16", "ld.global.v2.u16", "ld.global.v4.u16", "ld.global.v2.u32",
+           "ld.global.u64", "ld.global.v2.f32", "ld.global.v4.f32", "ld.global.nc", "st.global.u16", "st.global.b16",
+           "st.global.v4.u16", "st.global.v2.u32", "st.global.u64", "st.global.v4.f32", "cvt.f32.f16", "cvt.rn.f16.f32")
+    for name, (src, opts) in progs.items():
+        try:
+            ptx = cl.Program(dev.context, src).build(options=opts, devices=[dev.cl_device]).binaries[0].decode(
+                errors="replace")
+            counts = {op: ptx.count(op) for op in ops if ptx.count(op)}
+        except cl.Error as exc:
+            counts = {"build failed": str(exc)[:100]}
+        print(f"  ptx {name}: {counts}", flush=True)
 
 
 if __name__ == "__main__":

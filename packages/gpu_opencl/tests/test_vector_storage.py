@@ -139,3 +139,48 @@ def test_elementwise_vector_bodies_and_tails(dtype):
     c = rng.standard_normal((5, 1)).astype(dtype)
     got = run_single_op("Add", [a, c], {}, device="gpu", fallback=False)[0]
     assert_close(got, run_single_op("Add", [a, c], {})[0])
+
+
+@pytest.mark.parametrize("index", range(2))
+def test_wide_half_loads_match_scalar_loads(device, rng, monkeypatch, index):
+    """HALF_VEC 3 (one 64-bit load converted by vload_half4 from a private copy) gives the bits of
+    scalar vload_half (level 0) in every transpose layout, with split-K, and all 65536 half values
+    pass through it unchanged."""
+    from kernelkit_opencl.kernels import gemm
+    from kernelkit_opencl.kernels.gemm import GemmCall, _launch
+
+    p = [gemm.GPU_LARGE[0], dict(gemm.GPU_LARGE[2], SPLIT_K=3)][index]
+    for (ta, tb), (M, N, K) in zip([(0, 0), (0, 1), (1, 0), (1, 1)], [(36, 44, 28)] * 3 + [(37, 44, 29)]):
+        a = rng.standard_normal((2, K, M) if ta else (2, M, K)).astype(np.float16)
+        b = rng.standard_normal((N, K) if tb else (K, N)).astype(np.float16)
+        A, B = device.upload(a), device.upload(b)
+        call = GemmCall(M, N, K, M if ta else K, K if tb else N, N, bool(ta), bool(tb), batch=2, za=M * K, zc=M * N)
+        got = {}
+        for vec in ("3", "0"):
+            monkeypatch.setenv("KERNELKIT_OPENCL_HALF_VEC", vec)
+            out = device.empty((2, M, N), np.float16)
+            _launch(device, call, p, A, B, None, out)
+            got[vec] = device.download(out)
+        np.testing.assert_array_equal(got["3"], got["0"], err_msg=f"{p} ta={ta} tb={tb}")
+    monkeypatch.setenv("KERNELKIT_OPENCL_HALF_VEC", "3")
+    a = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(1, -1)
+    out = device.empty((a.shape[1], 1), np.float16)
+    _launch(device, GemmCall(a.shape[1], 1, 1, a.shape[1], 1, 1, trans_a=True), gemm.GPU_LARGE[0],
+            device.upload(a), device.upload(np.ones((1, 1), np.float16)), None, out)
+    np.testing.assert_array_equal(device.download(out)[:, 0], a[0])  # NaN where NaN
+
+
+def test_wide_half_elementwise(monkeypatch):
+    """HALF_WIDE elementwise programs (4 halves as one 64-bit access): every half value through
+    Identity unchanged, and Add/Clip/the Casts against the reference."""
+    monkeypatch.setenv("KERNELKIT_OPENCL_HALF_WIDE", "1")
+    x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    got = run_single_op("Identity", [x], {}, device="gpu", fallback=False)[0]
+    np.testing.assert_array_equal(got, x)  # NaN where NaN
+    f = run_single_op("Cast", [x], {"to": 1}, device="gpu", fallback=False)[0]
+    np.testing.assert_array_equal(f, x.astype(np.float32))
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal(1027).astype(np.float16), rng.standard_normal(1027).astype(np.float16)
+    for op, inputs in [("Add", [a, b]), ("Clip", [a, np.array(-0.5, np.float16), np.array(0.7, np.float16)])]:
+        got = run_single_op(op, inputs, {}, device="gpu", fallback=False)[0]
+        assert_close(got, run_single_op(op, inputs, {})[0], err_msg=op)

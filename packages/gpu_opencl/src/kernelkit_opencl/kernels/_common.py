@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +43,12 @@ def activation(activation: str, params, where: str = "") -> tuple[str, dict]:
 
 
 def storage_defines(dtype) -> dict:
-    return {"STORAGE_HALF": 1} if np.dtype(dtype) == np.float16 else {}
+    """STORAGE_HALF for float16 tensors; with KERNELKIT_OPENCL_HALF_WIDE=1 also HALF_WIDE
+    (storage.cl: 4 halves as one 64-bit integer access, an A/B switch, issue 12 session 5)."""
+    if np.dtype(dtype) != np.float16:
+        return {}
+    return {"STORAGE_HALF": 1, "HALF_WIDE": 1} if os.environ.get("KERNELKIT_OPENCL_HALF_WIDE") == "1" else {
+        "STORAGE_HALF": 1}
 
 
 def round_up(n: int, m: int) -> int:

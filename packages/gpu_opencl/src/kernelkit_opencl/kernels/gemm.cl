@@ -99,6 +99,8 @@ inline float4 ld4_half_bits(__global const half* p) {
   return (float4)(half_bits(u.x & 0xffffu), half_bits(u.x >> 16), half_bits(u.y & 0xffffu), half_bits(u.y >> 16));
 }
 #define LD4(p, i) ld4_half_bits((p) + (i))
+#elif defined(STORAGE_HALF) && HALF_VEC == 3  // one 64-bit load, converted from a private copy
+#define LD4(p, i) vld4_wide((p) + (i))
 #elif defined(STORAGE_HALF)  // 4 consecutive elements from an offset that is a multiple of 4 (flags bits 3, 4)
 #define LD4(p, i) vloada_half4(0, (p) + (i))
 #else

@@ -100,8 +100,9 @@ def _nvidia(dev) -> bool:
 # 1 (default) VEC_GLD tiles read 4 halves at a time with vloada_half4 (float4; PoCL 3.0 builds it,
 # though it aborts on half *vector types*, MEASURED.md: tested in test_programs.py); 2 the same
 # loads as ushort / uint2 bits widened with integer operations (no conversion instruction), every
-# half load of the program. A device whose name contains a key here gets that level;
-# KERNELKIT_OPENCL_HALF_VEC=0/1/2 forces one.
+# half load of the program; 3 (session 5) the VEC_GLD loads as one 64-bit integer load converted
+# by vload_half4 from a private copy (storage.cl's vld4_wide). A device whose name contains a key
+# here gets that level; KERNELKIT_OPENCL_HALF_VEC=0/1/2/3 forces one.
 HALF_VEC_BY_DEVICE: dict[str, int] = {}
 
 # The epilogue's vector stores per storage dtype (flags bit 5: 4 columns of C per float4 /
@@ -113,9 +114,9 @@ VECTOR_STORES = {"float32": True, "float16": False}
 
 
 def half_vector_loads(dev) -> int:
-    """The HALF_VEC level of gemm.cl's half-storage programs on ``dev`` (0, 1 or 2)."""
+    """The HALF_VEC level of gemm.cl's half-storage programs on ``dev`` (0, 1, 2 or 3)."""
     forced = os.environ.get("KERNELKIT_OPENCL_HALF_VEC", "")
-    if forced in ("0", "1", "2"):
+    if forced in ("0", "1", "2", "3"):
         return int(forced)
     name = dev.cl_device.name.lower()
     return next((v for k, v in HALF_VEC_BY_DEVICE.items() if k.lower() in name), 1)
@@ -145,7 +146,7 @@ def _kernel(dev, call: GemmCall, params: dict, name: str = "gemm", half: bool = 
     options = build_options(params)
     act, act_params = _define_act(call)
     half_vec = half_vector_loads(dev) if half else 0
-    if half_vec == 1 and not tile.get("VEC_GLD"):  # scalar loads either way: one program
+    if half_vec in (1, 3) and not tile.get("VEC_GLD"):  # scalar loads either way: one program
         half_vec = 0
     key = (name, act, act_params, tuple(sorted(tile.items())), options, call.trans_a, call.trans_b,
            call.conv is not None, half, half_vec)
