@@ -2,10 +2,11 @@
 
     source .whl/prelude.sh
     python3 benchmarks/gpu/half_ab.py [--models resnet50:32,mobilenetv2:32,transformer:32] [--iters 20]
-        [--levels 1] [--profile] [--labels 12] [--scalar-stores] [--ptxas]
+        [--levels 3,1] [--profile] [--labels 12] [--scalar-stores] [--wide] [--dw8] [--fp32-tiles] [--ptxas]
 
 Per model, in one process and with the installed tuned table: an fp32 session, an
-``options={"float16": True}`` session per HALF_VEC level of gemm.cl (``--levels``: 1
+``options={"float16": True}`` session per HALF_VEC level of gemm.cl (``--levels``: 3 one 64-bit
+load converted from a private copy, with HALF_WIDE in the other kernels (the default since session 5); 1
 ``vloada_half4`` tile loads, 2 integer widening of the half bits, 0 scalar ``vload_half``; set
 through ``KERNELKIT_OPENCL_HALF_VEC``, each level's programs built apart); each timed with the
 input on the device (run_gpu.py's ``_device_resident``) in rounds that alternate the sessions (the
@@ -32,8 +33,9 @@ def main() -> int:
     ap.add_argument("--models", default="mobilenetv2:32,transformer:32,resnet50:32")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--levels", default="1,0",
-                    help="HALF_VEC levels of the float16 sessions (1 vloada_half4, 2 integer widening, 0 scalar)")
+    ap.add_argument("--levels", default="3,1",
+                    help="HALF_VEC levels of the float16 sessions (3 one 64-bit load, the default, with the other "
+                         "kernels' 64-bit half accesses; 1 vloada_half4, 2 integer widening, 0 scalar)")
     ap.add_argument("--profile", action="store_true",
                     help="also the device time per kernel family (OpenCL events) of fp32 and each float16 level")
     ap.add_argument("--labels", type=int, default=0, help="with --profile: the K kernels that differ most")
@@ -84,7 +86,8 @@ def main() -> int:
         def setenv(key):  # the per-variant switches read when a session builds its kernels
             os.environ["KERNELKIT_OPENCL_HALF_TABLE"] = "fp32" if key == "fp16_fp32tiles" else ""
             os.environ["KERNELKIT_OPENCL_DW_VEC"] = "8" if key.endswith("_dw8") else ""
-            os.environ["KERNELKIT_OPENCL_HALF_WIDE"] = "1" if key == "fp16_wide" else ""
+            # 64-bit half accesses in the other kernels with level 3 (the default pair), not with 0-2
+            os.environ["KERNELKIT_OPENCL_HALF_WIDE"] = "1" if key == "fp16_wide" or key.startswith("fp16_v3") else "0"
         sessions, outs, best, mbytes = {}, {}, {}, {}
         for key, (opts, vec, vst) in variants.items():
             os.environ["KERNELKIT_OPENCL_HALF_VEC"] = vec

@@ -13,7 +13,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KERNELKIT_OPENCL_DEVICE=NVIDIA
 has() { case ",$STEPS," in *",$1,"*) return 0;; esac; return 1; }
 if has ab; then
-  timeout -k 5 "${AB_S:-170}" $PY benchmarks/gpu/half_ab.py --levels 1 --profile --labels 10 --wide --dw8 --ptxas \
+  timeout -k 5 "${AB_S:-170}" $PY benchmarks/gpu/half_ab.py --levels 3,1 --profile --labels 10 --dw8 --ptxas \
     --iters 20 --rounds 3 > "$OUT/ab.txt" 2>&1
   echo "ab rc=$?" >> "$OUT/ab.txt"
   grep -E "^half_ab|profile|^  ptx " "$OUT/ab.txt" | cut -c1-900

@@ -170,10 +170,12 @@ def test_wide_half_loads_match_scalar_loads(device, rng, monkeypatch, index):
     np.testing.assert_array_equal(device.download(out)[:, 0], a[0])  # NaN where NaN
 
 
-def test_wide_half_elementwise(monkeypatch):
-    """HALF_WIDE elementwise programs (4 halves as one 64-bit access): every half value through
-    Identity unchanged, and Add/Clip/the Casts against the reference."""
-    monkeypatch.setenv("KERNELKIT_OPENCL_HALF_WIDE", "1")
+@pytest.mark.parametrize("wide", ["1", "0"])
+def test_wide_half_elementwise(monkeypatch, wide):
+    """HALF_WIDE elementwise programs (4 halves as one 64-bit access, the default) and the
+    vloada_half4 ones: every half value through Identity unchanged, and Add/Clip/the Casts against
+    the reference."""
+    monkeypatch.setenv("KERNELKIT_OPENCL_HALF_WIDE", wide)
     x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
     got = run_single_op("Identity", [x], {}, device="gpu", fallback=False)[0]
     np.testing.assert_array_equal(got, x)  # NaN where NaN

@@ -97,13 +97,17 @@ def _nvidia(dev) -> bool:
 
 
 # The half loads of gemm.cl per device (the compile-time switch HALF_VEC): 0 scalar vload_half;
-# 1 (default) VEC_GLD tiles read 4 halves at a time with vloada_half4 (float4; PoCL 3.0 builds it,
+# 1 VEC_GLD tiles read 4 halves at a time with vloada_half4 (float4; PoCL 3.0 builds it,
 # though it aborts on half *vector types*, MEASURED.md: tested in test_programs.py); 2 the same
 # loads as ushort / uint2 bits widened with integer operations (no conversion instruction), every
-# half load of the program; 3 (session 5) the VEC_GLD loads as one 64-bit integer load converted
+# half load of the program; 3 (default, session 5) the VEC_GLD loads as one 64-bit integer load converted
 # by vload_half4 from a private copy (storage.cl's vld4_wide). A device whose name contains a key
 # here gets that level; KERNELKIT_OPENCL_HALF_VEC=0/1/2/3 forces one.
 HALF_VEC_BY_DEVICE: dict[str, int] = {}
+# Level 3 by default (session 5): NVIDIA's compiler turns vloada_half4 into four 16-bit loads (PTX
+# of the H100 run: ld.global.u16 only), level 3 into one 64-bit load; float16 ResNet-50 b32
+# 15.14 vs 15.61 ms, MobileNetV2 3.10 vs 3.12, transformer 1.71 vs 1.75 (docs/opencl.md).
+HALF_VEC_DEFAULT = 3
 
 # The epilogue's vector stores per storage dtype (flags bit 5: 4 columns of C per float4 /
 # vstorea_half4 store in the VEC_LDS tiles, issue 12 session 5); False keeps every store scalar
@@ -119,7 +123,7 @@ def half_vector_loads(dev) -> int:
     if forced in ("0", "1", "2", "3"):
         return int(forced)
     name = dev.cl_device.name.lower()
-    return next((v for k, v in HALF_VEC_BY_DEVICE.items() if k.lower() in name), 1)
+    return next((v for k, v in HALF_VEC_BY_DEVICE.items() if k.lower() in name), HALF_VEC_DEFAULT)
 
 
 def program_defines(params: dict) -> dict:

@@ -5,9 +5,10 @@
 // vloada_half4/vstorea_half4 (OpenCL 1.2 core, float4 in and out: no half vector type, which
 // PoCL 3.0 aborts on, MEASURED.md).
 // Inlined by _common.source() where a .cl file has the line: #include "storage.cl"
-// HALF_WIDE (_common.storage_defines: KERNELKIT_OPENCL_HALF_WIDE=1): the 4 halves move as one
-// 64-bit integer load/store, converted through vload_half4/vstore_half4 on a private copy (the
-// conversions from registers), in case a device splits vloada_half4 into 16-bit accesses.
+// HALF_WIDE (_common.storage_defines, default; KERNELKIT_OPENCL_HALF_WIDE=0 turns it off): the 4
+// halves move as one 64-bit integer load/store, converted through vload_half4/vstore_half4 on a
+// private copy (the conversions from registers): NVIDIA's compiler splits vloada_half4 and
+// vstorea_half4 into four 16-bit accesses (PTX on the H100, docs/opencl.md session 5).
 #ifdef STORAGE_HALF
 #define T half
 #define LD(p, i) vload_half((i), (p))
