@@ -115,6 +115,15 @@ HALF_VEC_DEFAULT = 3
 # 12.98 vs 13.57 ms with them, MobileNetV2 and the transformer within 2.5 %; float16 slower with
 # them on all three (3.19 vs 3.13, 1.86 vs 1.74, 16.17 vs 15.73 ms), hence off for half.
 VECTOR_STORES = {"float32": True, "float16": False}
+# Only GPU programs get them (the VEC_ST define): PoCL's compile of the large tiles with the vector
+# epilogue took minutes; tests set this to try them on a CPU device with small tiles.
+VECTOR_STORES_ON_CPU = False
+
+
+def vector_stores(dev, half: bool) -> bool:
+    """Whether gemm.cl programs for ``dev`` and this storage dtype compile the vector epilogue."""
+    on_device = dev.platform.is_gpu or VECTOR_STORES_ON_CPU
+    return bool(on_device and VECTOR_STORES.get("float16" if half else "float32", False))
 
 
 def half_vector_loads(dev) -> int:
@@ -152,8 +161,10 @@ def _kernel(dev, call: GemmCall, params: dict, name: str = "gemm", half: bool = 
     half_vec = half_vector_loads(dev) if half else 0
     if half_vec in (1, 3) and not tile.get("VEC_GLD"):  # scalar loads either way: one program
         half_vec = 0
+    vec_st = int(name == "gemm" and bool(tile.get("USE_LOCAL")) and bool(tile.get("VEC_LDS"))
+                 and vector_stores(dev, half))
     key = (name, act, act_params, tuple(sorted(tile.items())), options, call.trans_a, call.trans_b,
-           call.conv is not None, half, half_vec)
+           call.conv is not None, half, half_vec, vec_st)
 
     def make():
         act_src, defines = activation(act, act_params)
@@ -164,6 +175,8 @@ def _kernel(dev, call: GemmCall, params: dict, name: str = "gemm", half: bool = 
             defines["STORAGE_HALF"] = 1
         if half_vec:
             defines["HALF_VEC"] = half_vec
+        if vec_st:
+            defines["VEC_ST"] = 1
         return dev.kernel(act_src + source("gemm.cl"), name, defines, options)
 
     return dev.memo(key, make)
@@ -237,7 +250,7 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
         cvec = hw % 4 == 0 and hw > 0
     else:
         cvec = call.ldc % 4 == 0 and call.zc % 4 == 0
-    cvec = (VECTOR_STORES.get(out.dtype.name, False) and cvec and out.offset % 4 == 0
+    cvec = (vector_stores(dev, out.dtype == np.float16) and cvec and out.offset % 4 == 0
             and (not has_z or z.offset % 4 == 0))
     flags = int(has_bias) | int(has_z) << 1 | relu | vec | int(cvec) << 5
     args = [a.buffer, b.buffer, (bias if has_bias else out).buffer, out.buffer,
