@@ -15,11 +15,13 @@ DTYPES = [np.float32, np.float16]
 @pytest.mark.parametrize("tile", [0, 1])
 def test_vector_epilogue_stores_match_scalar_stores(device, rng, monkeypatch, dtype, tile):
     """A GEMM through a VEC_LDS tile (plain and VEC_GLD) with bias per column, alpha/beta and Relu:
-    the epilogue's 4-column vector stores give the same bits as scalar stores, and match NumPy."""
+    the epilogue's 4-column vector stores (compiled in for GPUs; here asked for on the CPU device)
+    give the same bits as scalar stores, and match NumPy."""
     from kernelkit_opencl.kernels import gemm
     from kernelkit_opencl.kernels.gemm import GemmCall, _launch
 
-    p = [gemm.GPU_TILES[0], gemm.GPU_LARGE[0]][tile]
+    monkeypatch.setattr(gemm, "VECTOR_STORES_ON_CPU", True)  # GPU programs only, unless asked
+    p = [gemm.GPU_TILES[6], gemm.GPU_LARGE[3]][tile]  # the small tiles: PoCL compiles them fast
     M, N, K = 36, 44, 28  # ldc and the batch stride multiples of 4: the vector stores apply
     a = rng.standard_normal((2, M, K)).astype(dtype)
     b = rng.standard_normal((K, N)).astype(dtype)
@@ -29,7 +31,7 @@ def test_vector_epilogue_stores_match_scalar_stores(device, rng, monkeypatch, dt
                     activation="Relu")
     got = {}
     for vec in (True, False):
-        monkeypatch.setattr(gemm, "VECTOR_STORES", vec)
+        monkeypatch.setattr(gemm, "VECTOR_STORES", {"float32": vec, "float16": vec})
         out = device.empty((2, M, N), dtype)
         _launch(device, call, p, A, B, C, out)
         got[vec] = device.download(out)
@@ -46,14 +48,15 @@ def test_conv_epilogue_vector_stores_with_residual(device, rng, monkeypatch, dty
     the scalar ones; both equal the scalar-store result bit for bit and match the reference."""
     from kernelkit_opencl.kernels import conv, gemm
 
-    monkeypatch.setattr(gemm, "_candidates", lambda dev, call: [gemm.GPU_LARGE[0]])
+    monkeypatch.setattr(gemm, "VECTOR_STORES_ON_CPU", True)
+    monkeypatch.setattr(gemm, "_candidates", lambda dev, call: [gemm.GPU_LARGE[3]])
     x = rng.standard_normal((3, 8, *out_hw)).astype(dtype)
     w = (rng.standard_normal((12, 8, 3, 3)) * 0.3).astype(dtype)
     b = rng.standard_normal(12).astype(dtype)
     z = rng.standard_normal((3, 12, *out_hw)).astype(dtype)
     got = {}
     for vec in (True, False):
-        monkeypatch.setattr(gemm, "VECTOR_STORES", vec)
+        monkeypatch.setattr(gemm, "VECTOR_STORES", {"float32": vec, "float16": vec})
         y = conv.conv(device.upload(x), device.upload(w), device.upload(b), device.upload(z),
                       pads=(1, 1, 1, 1), activation="Relu")
         got[vec] = device.download(y)
@@ -73,12 +76,14 @@ DEPTHWISE = [
 ]
 
 
+@pytest.mark.parametrize("dw_vec", ["4", "8"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", range(len(DEPTHWISE)))
-def test_depthwise_rows_match_reference(dtype, case):
-    """The depthwise kernel (4 outputs of a row per work-item, the row's inputs in registers,
+def test_depthwise_rows_match_reference(monkeypatch, dtype, case, dw_vec):
+    """The depthwise kernel (4 or 8 outputs of a row per work-item, the row's inputs in registers,
     padding taps skipped) against the reference: strides, pads, dilation, channel multiplier,
     ragged rows, a fused activation; a window wider than 32 runs as an implicit GEMM."""
+    monkeypatch.setenv("KERNELKIT_OPENCL_DW_VEC", dw_vec)
     rng = np.random.default_rng(case)
     xs, ws, attrs = DEPTHWISE[case]
     attrs = dict(attrs, group=xs[1])
@@ -137,3 +142,50 @@ def test_elementwise_vector_bodies_and_tails(dtype):
     c = rng.standard_normal((5, 1)).astype(dtype)
     got = run_single_op("Add", [a, c], {}, device="gpu", fallback=False)[0]
     assert_close(got, run_single_op("Add", [a, c], {})[0])
+
+
+@pytest.mark.parametrize("index", range(2))
+def test_wide_half_loads_match_scalar_loads(device, rng, monkeypatch, index):
+    """HALF_VEC 3 (one 64-bit load converted by vload_half4 from a private copy) gives the bits of
+    scalar vload_half (level 0) in every transpose layout, with split-K, and all 65536 half values
+    pass through it unchanged."""
+    from kernelkit_opencl.kernels import gemm
+    from kernelkit_opencl.kernels.gemm import GemmCall, _launch
+
+    p = [gemm.GPU_LARGE[0], dict(gemm.GPU_LARGE[2], SPLIT_K=3)][index]
+    for (ta, tb), (M, N, K) in zip([(0, 0), (0, 1), (1, 0), (1, 1)], [(36, 44, 28)] * 3 + [(37, 44, 29)]):
+        a = rng.standard_normal((2, K, M) if ta else (2, M, K)).astype(np.float16)
+        b = rng.standard_normal((N, K) if tb else (K, N)).astype(np.float16)
+        A, B = device.upload(a), device.upload(b)
+        call = GemmCall(M, N, K, M if ta else K, K if tb else N, N, bool(ta), bool(tb), batch=2, za=M * K, zc=M * N)
+        got = {}
+        for vec in ("3", "0"):
+            monkeypatch.setenv("KERNELKIT_OPENCL_HALF_VEC", vec)
+            out = device.empty((2, M, N), np.float16)
+            _launch(device, call, p, A, B, None, out)
+            got[vec] = device.download(out)
+        np.testing.assert_array_equal(got["3"], got["0"], err_msg=f"{p} ta={ta} tb={tb}")
+    monkeypatch.setenv("KERNELKIT_OPENCL_HALF_VEC", "3")
+    a = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(1, -1)
+    out = device.empty((a.shape[1], 1), np.float16)
+    _launch(device, GemmCall(a.shape[1], 1, 1, a.shape[1], 1, 1, trans_a=True), gemm.GPU_LARGE[0],
+            device.upload(a), device.upload(np.ones((1, 1), np.float16)), None, out)
+    np.testing.assert_array_equal(device.download(out)[:, 0], a[0])  # NaN where NaN
+
+
+@pytest.mark.parametrize("wide", ["1", "0"])
+def test_wide_half_elementwise(monkeypatch, wide):
+    """HALF_WIDE elementwise programs (4 halves as one 64-bit access, the default) and the
+    vloada_half4 ones: every half value through Identity unchanged, and Add/Clip/the Casts against
+    the reference."""
+    monkeypatch.setenv("KERNELKIT_OPENCL_HALF_WIDE", wide)
+    x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    got = run_single_op("Identity", [x], {}, device="gpu", fallback=False)[0]
+    np.testing.assert_array_equal(got, x)  # NaN where NaN
+    f = run_single_op("Cast", [x], {"to": 1}, device="gpu", fallback=False)[0]
+    np.testing.assert_array_equal(f, x.astype(np.float32))
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal(1027).astype(np.float16), rng.standard_normal(1027).astype(np.float16)
+    for op, inputs in [("Add", [a, b]), ("Clip", [a, np.array(-0.5, np.float16), np.array(0.7, np.float16)])]:
+        got = run_single_op(op, inputs, {}, device="gpu", fallback=False)[0]
+        assert_close(got, run_single_op(op, inputs, {})[0], err_msg=op)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +43,13 @@ def activation(activation: str, params, where: str = "") -> tuple[str, dict]:
 
 
 def storage_defines(dtype) -> dict:
-    return {"STORAGE_HALF": 1} if np.dtype(dtype) == np.float16 else {}
+    """STORAGE_HALF for float16 tensors, with HALF_WIDE (storage.cl: 4 halves as one 64-bit
+    integer access, issue 12 session 5; NVIDIA splits vloada_half4 into 16-bit accesses) unless
+    KERNELKIT_OPENCL_HALF_WIDE=0."""
+    if np.dtype(dtype) != np.float16:
+        return {}
+    return {"STORAGE_HALF": 1} if os.environ.get("KERNELKIT_OPENCL_HALF_WIDE") == "0" else {
+        "STORAGE_HALF": 1, "HALF_WIDE": 1}
 
 
 def round_up(n: int, m: int) -> int:

@@ -1,6 +1,6 @@
 // Depthwise (and channel-multiplier) 2-D convolution with the fused activation (ACT from
 // conv.py). Dense and grouped convolutions use gemm.cl (implicit GEMM).
-// Each work-item computes DW_VEC consecutive outputs of one output row (b, oc, oh): per kernel
+// Each work-item computes DW_VEC (4 or 8) consecutive outputs of one output row (b, oc, oh): per kernel
 // row, the RW inputs those outputs read are loaded once into registers (with a bit per element
 // for "in range", so that a padding tap is skipped as before, not multiplied by 0), each weight is
 // read once; the outputs are stored with one vector store where OW is a multiple of 4 (float4,
@@ -35,7 +35,9 @@
 #define SW_ 1
 #define DLW_ 1
 #endif
-#define DW_VEC 4
+#ifndef DW_VEC
+#define DW_VEC 4  // a multiple of 4 (conv.py: 4, or 8 through KERNELKIT_OPENCL_DW_VEC)
+#endif
 #define RW ((DW_VEC - 1) * SW_ + (KW_ - 1) * DLW_ + 1)
 
 __kernel void depthwise(__global const DT* restrict x, __global const DT* restrict w,
@@ -89,11 +91,13 @@ __kernel void depthwise(__global const DT* restrict x, __global const DT* restri
 #endif
     res[v] = ACT(a);
   }
-  if ((OW & 3) == 0) {  // ow0 + 3 < OW, and i0 is a multiple of 4
-    DST4(y, i0, ((float4)(res[0], res[1], res[2], res[3])));
-  } else {
-    _Pragma("unroll") for (int v = 0; v < DW_VEC; ++v)
-      if (ow0 + v < OW) DST(y, i0 + v, res[v]);
+  _Pragma("unroll") for (int q = 0; q < DW_VEC; q += 4) {
+    if ((OW & 3) == 0) {  // i0 + q is a multiple of 4; ow0 + q < OW means all 4 are in range
+      if (ow0 + q < OW) DST4(y, i0 + q, ((float4)(res[q], res[q + 1], res[q + 2], res[q + 3])));
+    } else {
+      _Pragma("unroll") for (int v = q; v < q + 4; ++v)
+        if (ow0 + v < OW) DST(y, i0 + v, res[v]);
+    }
   }
 }
 

@@ -4,6 +4,8 @@ stride-1, unpadded one on large images as a plain GEMM batched over the images),
 strides, dilations) is resolved by the core's window rule, the one definition of it."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from kernelkit import register_kernel
 from kernelkit.geometry import window
@@ -55,7 +57,7 @@ def conv(x, w, b=None, z=None, *, auto_pad: str = "NOTSET", dilations=(), group:
     y = dev.empty((n, oc, oh, ow), x.dtype)
     if y.size:
         geom = (win.strides[0], win.strides[1], win.begin[0], win.begin[1], win.dilations[0], win.dilations[1])
-        rw = (DW_VEC - 1) * geom[1] + (kw - 1) * geom[5] + 1  # a row's register window (conv.cl RW)
+        rw = (dw_vec() - 1) * geom[1] + (kw - 1) * geom[5] + 1  # a row's register window (conv.cl RW)
         if cg == 1 and group == c and group > 1 and rw <= 32:
             _depthwise(dev, x, w, b, y, geom, activation, activation_params, z)
         else:
@@ -71,7 +73,13 @@ def conv(x, w, b=None, z=None, *, auto_pad: str = "NOTSET", dilations=(), group:
 # ResNet-50 b32 kernels 11.8 vs 12.7 ms, but its GEMMs get their own tiles (programs): a cold start
 # builds 8 programs instead of 5 (5.7 vs 4.5 s), hence off by default.
 PLAIN_1X1_MIN_HW = 784
-DW_VEC = 4  # outputs per work-item of conv.cl's depthwise kernel
+DW_VEC = 4  # outputs per work-item of conv.cl's depthwise kernel (KERNELKIT_OPENCL_DW_VEC=8: eight)
+
+
+def dw_vec() -> int:
+    """Outputs per work-item of the depthwise kernel: ``DW_VEC``, or 4/8 from the environment."""
+    forced = os.environ.get("KERNELKIT_OPENCL_DW_VEC", "")
+    return int(forced) if forced in ("4", "8") else DW_VEC
 
 
 def _plain_1x1(x, w, y, group, geom) -> bool:
@@ -104,7 +112,8 @@ def _depthwise(dev, x, w, b, y, geom, activation, activation_params, z=None):
     oc, _, kh, kw = w.shape
     _, _, oh, ow = y.shape
     sh, sw, pt, pl, dh, dw = geom
-    wdefs = {"KW_": kw, "SW_": sw, "DLW_": dw}  # the register window of a row (conv.cl)
+    vec = dw_vec()
+    wdefs = {"KW_": kw, "SW_": sw, "DLW_": dw, "DW_VEC": vec}  # the register window of a row (conv.cl)
 
     def make():
         act, defines = act_source(activation, activation_params)
@@ -113,8 +122,8 @@ def _depthwise(dev, x, w, b, y, geom, activation, activation_params, z=None):
                                **storage_defines(x.dtype)))
 
     kernel = dev.memo(("depthwise", activation, tuple(activation_params), b is not None, z is not None,
-                       x.dtype, kw, sw, dw), make)
-    groups = -(-ow // DW_VEC)  # work-items per output row, DW_VEC outputs each
+                       x.dtype, kw, sw, dw, vec), make)
+    groups = -(-ow // vec)  # work-items per output row, vec outputs each
     g = dev.meta((c, H, W, oc, oh, ow, kh, kw, sh, sw, pt, pl, dh, dw, oc // c, groups))
     total = n * oc * oh * groups
     args = [x.buffer, w.buffer, (b if b is not None else y).buffer, y.buffer, np.int32(total), g]

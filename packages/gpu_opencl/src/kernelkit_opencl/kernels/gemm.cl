@@ -70,6 +70,9 @@
 #ifndef HALF_VEC
 #define HALF_VEC 0
 #endif
+#ifndef VEC_ST  // the epilogue's vector stores are compiled in (gemm.py: GPUs, per storage dtype)
+#define VEC_ST 0
+#endif
 // VEC_GLD with half storage: 4 halves (64 bits) per load through vloada_half4 (OpenCL 1.2 core,
 // float4 result, no cl_khr_fp16), where the device's build sets HALF_VEC (gemm.py: 1, or 2 for
 // the integer widening below); HALF_VEC 0 keeps the half tiles on scalar vload_half
@@ -99,6 +102,8 @@ inline float4 ld4_half_bits(__global const half* p) {
   return (float4)(half_bits(u.x & 0xffffu), half_bits(u.x >> 16), half_bits(u.y & 0xffffu), half_bits(u.y >> 16));
 }
 #define LD4(p, i) ld4_half_bits((p) + (i))
+#elif defined(STORAGE_HALF) && HALF_VEC == 3  // one 64-bit load, converted from a private copy
+#define LD4(p, i) vld4_wide((p) + (i))
 #elif defined(STORAGE_HALF)  // 4 consecutive elements from an offset that is a multiple of 4 (flags bits 3, 4)
 #define LD4(p, i) vloada_half4(0, (p) + (i))
 #else
@@ -114,11 +119,13 @@ inline float4 ld4_half_bits(__global const half* p) {
 // 4 consecutive columns n..n+3 (n a multiple of 4) of row m, one vector store: for convolutions
 // the 4 pixels lie in one image, contiguous in NCHW (gemm.py sets flags bit 5 only where OH*OW is
 // a multiple of 4); bias and Z added and the activation applied per component, as STORE_C does
-#define EPI1(v, m, n, z) RELU_IF(ACT((v) + BIAS_AT(m, n) + (z)))
+#define EPI1(r, v, m, n, z) do { const float t_ = ACT((v) + BIAS_AT(m, n) + (z)); (r) = RELU_IF(t_); } while (0)
 #define STORE4_AT(C, m, n, i_, v0, v1, v2, v3) do {                                                \
     const float4 z4_ = (flags & 2) ? VLD4(Zr, i_) : (float4)(0.0f);                              \
-    VST4(C, i_, (float4)(EPI1(v0, m, n, z4_.x), EPI1(v1, m, (n) + 1, z4_.y),                      \
-                         EPI1(v2, m, (n) + 2, z4_.z), EPI1(v3, m, (n) + 3, z4_.w))); } while (0)
+    float4 r4_;                                                                                   \
+    EPI1(r4_.x, v0, m, n, z4_.x); EPI1(r4_.y, v1, m, (n) + 1, z4_.y);                             \
+    EPI1(r4_.z, v2, m, (n) + 2, z4_.z); EPI1(r4_.w, v3, m, (n) + 3, z4_.w);                       \
+    VST4(C, i_, r4_); } while (0)
 #ifdef CONV
 #define STORE_C4(C, m, n, v0, v1, v2, v3) do { const int ohw_ = cv[3] * cv[4], b_ = (n) / ohw_;     \
     STORE4_AT(C, m, n, (b_ * cv[9] + (m)) * ohw_ + ((n) - b_ * ohw_), v0, v1, v2, v3); } while (0)
@@ -397,7 +404,7 @@ void gemm(__global const T* restrict A, __global const T* restrict B,
 #endif
 
   // epilogue: partial sums to the workspace (split-K), or alpha, bias, activation and store
-#if USE_LOCAL && VEC_LDS && defined(EPI_VEC)
+#if USE_LOCAL && VEC_LDS && VEC_ST
   // a work-item's columns come in groups of 4 consecutive ones (COL): with flags bit 5 (C, and Z
   // laid out as C, may be accessed 4 elements at a time: see gemm.py), one vector store per group
   // (float4, or 4 halves through vstorea_half4) where all 4 are in range

@@ -97,34 +97,42 @@ def _nvidia(dev) -> bool:
 
 
 # The half loads of gemm.cl per device (the compile-time switch HALF_VEC): 0 scalar vload_half;
-# 1 (default) VEC_GLD tiles read 4 halves at a time with vloada_half4 (float4; PoCL 3.0 builds it,
+# 1 VEC_GLD tiles read 4 halves at a time with vloada_half4 (float4; PoCL 3.0 builds it,
 # though it aborts on half *vector types*, MEASURED.md: tested in test_programs.py); 2 the same
 # loads as ushort / uint2 bits widened with integer operations (no conversion instruction), every
-# half load of the program. A device whose name contains a key here gets that level;
-# KERNELKIT_OPENCL_HALF_VEC=0/1/2 forces one.
+# half load of the program; 3 (default, session 5) the VEC_GLD loads as one 64-bit integer load converted
+# by vload_half4 from a private copy (storage.cl's vld4_wide). A device whose name contains a key
+# here gets that level; KERNELKIT_OPENCL_HALF_VEC=0/1/2/3 forces one.
 HALF_VEC_BY_DEVICE: dict[str, int] = {}
+# Level 3 by default (session 5): NVIDIA's compiler turns vloada_half4 into four 16-bit loads (PTX
+# of the H100 run: ld.global.u16 only), level 3 into one 64-bit load; float16 ResNet-50 b32
+# 15.14 vs 15.61 ms, MobileNetV2 3.10 vs 3.12, transformer 1.71 vs 1.75 (docs/opencl.md).
+HALF_VEC_DEFAULT = 3
 
-# The epilogue's vector stores (flags bit 5: 4 columns of C per float4 / vstorea_half4 store in
-# the VEC_LDS tiles, issue 12 session 5); False keeps every store scalar (tests compare the two).
-VECTOR_STORES = True
+# The epilogue's vector stores per storage dtype (flags bit 5: 4 columns of C per float4 /
+# vstorea_half4 store in the VEC_LDS tiles, issue 12 session 5); False keeps every store scalar
+# (tests compare the two). Measured on the H100 (docs/opencl.md, session 5): fp32 ResNet-50 b32
+# 12.98 vs 13.57 ms with them, MobileNetV2 and the transformer within 2.5 %; float16 slower with
+# them on all three (3.19 vs 3.13, 1.86 vs 1.74, 16.17 vs 15.73 ms), hence off for half.
+VECTOR_STORES = {"float32": True, "float16": False}
+# Only GPU programs get them (the VEC_ST define): PoCL's compile of the large tiles with the vector
+# epilogue took minutes; tests set this to try them on a CPU device with small tiles.
+VECTOR_STORES_ON_CPU = False
 
 
-def vector_epilogue(dev, params: dict) -> bool:
-    """Whether ``params``' program has the vector-store epilogue (flags bit 5 then picks it per
-    launch). Not for double-buffered tiles on a CPU device: PoCL's compile of that combination ran
-    for more than 20 minutes (its work-item loops replicate the unrolled epilogue's branches around
-    the k-loop's barriers); GPUs build it in about a second."""
-    return bool(params.get("USE_LOCAL") and params.get("VEC_LDS")) and (
-        dev.platform.is_gpu or not params.get("DBUF"))
+def vector_stores(dev, half: bool) -> bool:
+    """Whether gemm.cl programs for ``dev`` and this storage dtype compile the vector epilogue."""
+    on_device = dev.platform.is_gpu or VECTOR_STORES_ON_CPU
+    return bool(on_device and VECTOR_STORES.get("float16" if half else "float32", False))
 
 
 def half_vector_loads(dev) -> int:
-    """The HALF_VEC level of gemm.cl's half-storage programs on ``dev`` (0, 1 or 2)."""
+    """The HALF_VEC level of gemm.cl's half-storage programs on ``dev`` (0, 1, 2 or 3)."""
     forced = os.environ.get("KERNELKIT_OPENCL_HALF_VEC", "")
-    if forced in ("0", "1", "2"):
+    if forced in ("0", "1", "2", "3"):
         return int(forced)
     name = dev.cl_device.name.lower()
-    return next((v for k, v in HALF_VEC_BY_DEVICE.items() if k.lower() in name), 1)
+    return next((v for k, v in HALF_VEC_BY_DEVICE.items() if k.lower() in name), HALF_VEC_DEFAULT)
 
 
 def program_defines(params: dict) -> dict:
@@ -151,11 +159,12 @@ def _kernel(dev, call: GemmCall, params: dict, name: str = "gemm", half: bool = 
     options = build_options(params)
     act, act_params = _define_act(call)
     half_vec = half_vector_loads(dev) if half else 0
-    if half_vec == 1 and not tile.get("VEC_GLD"):  # scalar loads either way: one program
+    if half_vec in (1, 3) and not tile.get("VEC_GLD"):  # scalar loads either way: one program
         half_vec = 0
-    epi_vec = vector_epilogue(dev, params)
+    vec_st = int(name == "gemm" and bool(tile.get("USE_LOCAL")) and bool(tile.get("VEC_LDS"))
+                 and vector_stores(dev, half))
     key = (name, act, act_params, tuple(sorted(tile.items())), options, call.trans_a, call.trans_b,
-           call.conv is not None, half, half_vec, epi_vec)
+           call.conv is not None, half, half_vec, vec_st)
 
     def make():
         act_src, defines = activation(act, act_params)
@@ -166,8 +175,8 @@ def _kernel(dev, call: GemmCall, params: dict, name: str = "gemm", half: bool = 
             defines["STORAGE_HALF"] = 1
         if half_vec:
             defines["HALF_VEC"] = half_vec
-        if epi_vec:
-            defines["EPI_VEC"] = 1
+        if vec_st:
+            defines["VEC_ST"] = 1
         return dev.kernel(act_src + source("gemm.cl"), name, defines, options)
 
     return dev.memo(key, make)
@@ -241,8 +250,8 @@ def _launch(dev, call: GemmCall, params: dict, a, b, bias, out, z=None):
         cvec = hw % 4 == 0 and hw > 0
     else:
         cvec = call.ldc % 4 == 0 and call.zc % 4 == 0
-    cvec = VECTOR_STORES and cvec and out.offset % 4 == 0 and (not has_z or z.offset % 4 == 0)
-    cvec = cvec and vector_epilogue(dev, params)
+    cvec = (vector_stores(dev, out.dtype == np.float16) and cvec and out.offset % 4 == 0
+            and (not has_z or z.offset % 4 == 0))
     flags = int(has_bias) | int(has_z) << 1 | relu | vec | int(cvec) << 5
     args = [a.buffer, b.buffer, (bias if has_bias else out).buffer, out.buffer,
             *(np.int32(v) for v in (call.M, call.N, call.K, call.lda, call.ldb, call.ldc, call.bias_sm, call.bias_sn)),
