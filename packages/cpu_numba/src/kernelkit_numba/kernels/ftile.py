@@ -42,7 +42,7 @@ from numba.extending import intrinsic
 
 from .. import config
 from ..config import jit
-from .qtile import host_features
+from .qtile import host_features, k_loop
 
 ENV = "KERNELKIT_F32_GEMM"
 CHOICES = ("auto", "off", "generic", "avx2", "avx512")
@@ -195,33 +195,15 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool):
             rr = ir.Constant(i64, r)
             return builder.select(builder.icmp_signed("<", rr, m_valid), rr, last)
 
-        pre = builder.basic_block
-        loadb = builder.append_basic_block("ftile.load")
-        head = builder.append_basic_block("ftile.head")
-        body = builder.append_basic_block("ftile.body")
-        done = builder.append_basic_block("ftile.done")
-        builder.cbranch(builder.icmp_signed("!=", first, ir.Constant(i64, 0)), head, loadb)
-        builder.position_at_end(loadb)
-        loaded = []
-        for r in range(mr):
-            row = builder.gep(po, [builder.mul(ldo, row_of(r))])
-            for j in range(nvec):
-                loaded.append(vload(builder.gep(row, [ir.Constant(i64, lanes * j)]), j))
-        builder.branch(head)
+        def partial_sums():  # a later K chunk starts from the output block's partial sums
+            loaded = []
+            for r in range(mr):
+                row = builder.gep(po, [builder.mul(ldo, row_of(r))])
+                for j in range(nvec):
+                    loaded.append(vload(builder.gep(row, [ir.Constant(i64, lanes * j)]), j))
+            return loaded
 
-        builder.position_at_end(head)
-        k = builder.phi(i64)
-        k.add_incoming(ir.Constant(i64, 0), pre)
-        k.add_incoming(ir.Constant(i64, 0), loadb)
-        accs = []
-        for i in range(mr * nvec):
-            phi = builder.phi(vf)
-            phi.add_incoming(zero_v, pre)
-            phi.add_incoming(loaded[i], loadb)
-            accs.append(phi)
-        builder.cbranch(builder.icmp_signed("<", k, k_n), body, done)
-
-        builder.position_at_end(body)
+        k, accs, close = k_loop(builder, k_n, [zero_v] * (mr * nvec), "ftile", (first, partial_sums))
         xrow = builder.gep(px, [builder.mul(k, ldx)])
         xv = [vload(builder.gep(xrow, [ir.Constant(i64, lanes * j)]), j) for j in range(nvec)]
         wrow = builder.gep(pw, [builder.mul(k, ir.Constant(i64, mr))])
@@ -230,12 +212,7 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool):
             bw = splat(builder.load(builder.gep(wrow, [ir.Constant(i64, r)]), align=4))
             for j in range(nvec):
                 new.append(builder.call(fma, [bw, xv[j], accs[r * nvec + j]]))
-        k.add_incoming(builder.add(k, ir.Constant(i64, 1)), builder.basic_block)
-        for phi, value in zip(accs, new):
-            phi.add_incoming(value, builder.basic_block)
-        builder.branch(head)
-
-        builder.position_at_end(done)
+        close(new)
         lov, hiv = splat(lo), splat(hi)
         for r in range(mr):
             with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, r), m_valid), likely=True):
@@ -443,29 +420,10 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool):
             pp = ir.Constant(i64, p)
             pix.append(builder.select(builder.icmp_signed("<", pp, n_valid), pp, last))
 
-        pre = builder.basic_block
-        loadb = builder.append_basic_block("fcols.load")
-        head = builder.append_basic_block("fcols.head")
-        body = builder.append_basic_block("fcols.body")
-        done = builder.append_basic_block("fcols.done")
-        builder.cbranch(builder.icmp_signed("!=", first, ir.Constant(i64, 0)), head, loadb)
-        builder.position_at_end(loadb)
-        loaded = [builder.load(vptr(pa, p * width + j * lanes), align=4) for p in range(mp) for j in range(cv)]
-        builder.branch(head)
+        def partial_sums():  # a later K chunk starts from the stored partial sums
+            return [builder.load(vptr(pa, p * width + j * lanes), align=4) for p in range(mp) for j in range(cv)]
 
-        builder.position_at_end(head)
-        k = builder.phi(i64)
-        k.add_incoming(ir.Constant(i64, 0), pre)
-        k.add_incoming(ir.Constant(i64, 0), loadb)
-        accs = []
-        for i in range(mp * cv):
-            phi = builder.phi(vf)
-            phi.add_incoming(zero_v, pre)
-            phi.add_incoming(loaded[i], loadb)
-            accs.append(phi)
-        builder.cbranch(builder.icmp_signed("<", k, k_n), body, done)
-
-        builder.position_at_end(body)
+        k, accs, close = k_loop(builder, k_n, [zero_v] * (mp * cv), "fcols", (first, partial_sums))
         wrow = builder.gep(pw, [builder.mul(k, ir.Constant(i64, width))])
         wv = [builder.load(vptr(wrow, j * lanes), align=4) for j in range(cv)]
         xrow = builder.gep(px, [builder.mul(k, ldx)])
@@ -474,12 +432,7 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool):
             bx = splat(builder.load(builder.gep(xrow, [pix[p]]), align=4))
             for j in range(cv):
                 new.append(builder.call(fma, [wv[j], bx, accs[p * cv + j]]))
-        k.add_incoming(builder.add(k, ir.Constant(i64, 1)), builder.basic_block)
-        for phi, value in zip(accs, new):
-            phi.add_incoming(value, builder.basic_block)
-        builder.branch(head)
-
-        builder.position_at_end(done)
+        close(new)
         with builder.if_else(builder.icmp_signed("!=", final, ir.Constant(i64, 0))) as (fin, partial):
             with partial:
                 for p in range(mp):

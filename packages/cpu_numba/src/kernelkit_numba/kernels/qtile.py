@@ -65,26 +65,40 @@ def _data(context, builder, arrty, value):
     return cgutils.create_struct_proxy(arrty)(context, builder, value=value).data
 
 
-def _k_loop(builder, kq, inits, label: str):
-    """Open a micro-kernel's loop over K groups: blocks ``label``.head/.body/.done, the counter q
-    (0 to kq) and one accumulator phi per initial value of ``inits``; the builder is left in the
-    body. Returns (q, accs, close): ``close(new)`` feeds the body's next accumulators back to the
-    phis, loops, and leaves the builder in .done, where ``accs`` are the sums."""
+def k_loop(builder, count, inits, label: str, resume=None):
+    """Open a micro-kernel's loop of ``count`` steps (over K groups): blocks ``label``.head/.body/.done,
+    the counter (from 0) and one accumulator phi per initial value of ``inits``; the builder is left
+    in the body. ``resume`` = (first, partial): the accumulators start at ``inits`` only when
+    ``first`` is nonzero, else at the values ``partial()`` reads in block ``label``.load (a later K
+    chunk continuing stored partial sums). Returns (counter, accs, close): ``close(new)`` feeds the
+    body's next accumulators back to the phis, loops, and leaves the builder in .done."""
     i64 = ir.IntType(64)
     pre = builder.basic_block
+    loadb = builder.append_basic_block(f"{label}.load") if resume is not None else None
     head = builder.append_basic_block(f"{label}.head")
     body = builder.append_basic_block(f"{label}.body")
     done = builder.append_basic_block(f"{label}.done")
-    builder.branch(head)
+    if resume is None:
+        builder.branch(head)
+    else:
+        first, partial = resume
+        builder.cbranch(builder.icmp_signed("!=", first, ir.Constant(i64, 0)), head, loadb)
+        builder.position_at_end(loadb)
+        loaded = partial()
+        builder.branch(head)
     builder.position_at_end(head)
     q = builder.phi(i64)
     q.add_incoming(ir.Constant(i64, 0), pre)
+    if loadb is not None:
+        q.add_incoming(ir.Constant(i64, 0), loadb)
     accs = []
-    for init in inits:
+    for i, init in enumerate(inits):
         phi = builder.phi(init.type)
         phi.add_incoming(init, pre)
+        if loadb is not None:
+            phi.add_incoming(loaded[i], loadb)
         accs.append(phi)
-    builder.cbranch(builder.icmp_signed("<", q, kq), body, done)
+    builder.cbranch(builder.icmp_signed("<", q, count), body, done)
     builder.position_at_end(body)
 
     def close(new):
@@ -133,7 +147,7 @@ def _tile_intrinsic(kind: str, mr: int, nr: int):
         zero_v = ir.Constant(vi32, None)
         splat = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
 
-        q, accs, close = _k_loop(builder, kq, [zero_v] * (mr * nv), "qtile")
+        q, accs, close = k_loop(builder, kq, [zero_v] * (mr * nv), "qtile")
         arow = builder.gep(pa, [builder.mul(q, ir.Constant(i64, 4 * mr))])
         brow = builder.gep(pb, [builder.mul(q, ir.Constant(i64, 4 * nr))])
         bvec = []
@@ -205,7 +219,7 @@ def _wide_intrinsic(mr: int, npan: int):
         zero_v = ir.Constant(vi32, None)
         splat = ir.Constant(vi32, [0] * lanes)
 
-        q, accs, close = _k_loop(builder, kq, [zero_v] * (mr * npan), "qwide")
+        q, accs, close = k_loop(builder, kq, [zero_v] * (mr * npan), "qwide")
         a_at = builder.mul(q, a_qs)
         b_at = builder.mul(q, ir.Constant(i64, 4 * lanes))
         bvec = [builder.bitcast(builder.load(builder.bitcast(builder.gep(p, [b_at]), vi8.as_pointer()), align=1), vi32)
@@ -317,7 +331,7 @@ def _rows_intrinsic(kind: str, mr: int, nvec: int, fused: bool = False, masked: 
                                              builder.load(builder.gep(pt, [ir.Constant(i64, r)])), ir.Constant(i32, 0))
                 starts.append(builder.shuffle_vector(one, ir.Constant(vi32, ir.Undefined), splat))
 
-        q, accs, close = _k_loop(builder, kq, [starts[i // nvec] if cvt else zero_v for i in range(mr * nvec)],
+        q, accs, close = k_loop(builder, kq, [starts[i // nvec] if cvt else zero_v for i in range(mr * nvec)],
                                  "qrows")
         bvec = []
         if PACKED_X:  # interleaved (and flipped) beforehand by pack_x: one load a vector
