@@ -131,6 +131,12 @@ def to_float(y, acc, has_acc, mult, bias, has_bias, out):
             out[r, c] = f + bias[c] if has_bias else f
 
 
+# DynamicQuantizeMatMul's work in loop units per integer operation (config.SERIAL_WORK counts
+# about one loop step a unit; the int8 micro-kernel runs ~200-700 GOP/s a core), and the products
+# of few rows that are cut into column shards at two threads or more (below: one call)
+INT8_WORK = 32.0
+COLUMN_SHARD_OPS = 1 << 20
+
 GEMV_ROWS = 8  # products with at most this many rows of A run as integer dot products (gemv_int8)
 
 
@@ -508,7 +514,10 @@ class DynamicQuantizeMatMul(NumbaKernel):
         self.packed = _matmul_packing(input_specs[1].rank)
 
     def work(self, a, b, *rest):
-        return 2.0 * a.size * b.shape[-1]
+        """The product's integer operations in loop units (config.SERIAL_WORK): the micro-kernel
+        does ~INT8_WORK of them in the time of one loop step, so products from ~2**20 operations
+        (the MLP's batch-1 layers, every product of the transformer) get the session's threads."""
+        return 2.0 * a.size * b.shape[-1] * INT8_WORK
 
     def serial_call(self, step):
         """Calls on the calling thread alone (one thread, or little work): straight to the one-call
@@ -584,12 +593,29 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
     x2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
     m_n, k_n, n_n = x2.shape[0], x2.shape[1], head[5]
     block = m_n if m_n <= GEMV_ROWS else qpack.block_rows(m_n, k_n, head[4] * qpack.NR, head[1])
-    if not serial and m_n > block and config.shard_count(-(-m_n // block), 2.0 * m_n * k_n * n_n) > 1:
-        return None
+    relu = kernel.attrs.get("activation") == "Relu"
+    if not serial:
+        threads = config.current_threads()
+        if m_n > block and config.shard_count(-(-m_n // block), 2.0 * m_n * k_n * n_n) > 1:
+            return None  # row blocks on the pool (tiled_dynamic)
+        groups = -(-head[4] // qpack.GROUP_PANELS)
+        if m_n <= GEMV_ROWS and threads > 1 and groups > 1 and 2.0 * m_n * k_n * n_n >= COLUMN_SHARD_OPS:
+            return _column_shards(head, x2, n_n, relu, min(groups, threads), groups, a.shape)
     out = np.empty((m_n, n_n), np.float32)
-    if not qpack.dq_matmul_small(head[0], x2, *head[1:], out, block, kernel.attrs.get("activation") == "Relu"):
+    if not qpack.dq_matmul_small(head[0], x2, *head[1:], out, block, relu):
         return None
     return out.reshape(*a.shape[:-1], head[5])
+
+
+def _column_shards(head, x2, n_n, relu, count, groups, a_shape):
+    """small_dynamic's product for one row block (a few rows) cut into ``count`` shards of B's
+    column groups on the pool (qpack.dq_matmul_panels; each shard quantizes the few rows of A
+    itself); None when A holds a NaN or an infinity."""
+    out = np.empty((x2.shape[0], n_n), np.float32)
+    ok = np.ones(1, np.bool_)
+    args = (head[0], x2, *head[1:], out, relu, ok)
+    config.run_shards(lambda i: qpack.dq_matmul_panels(*args, i * groups // count, (i + 1) * groups // count), count)
+    return out.reshape(*a_shape[:-1], n_n) if ok[0] else None
 
 
 def few_rows(a_shape, b) -> bool:

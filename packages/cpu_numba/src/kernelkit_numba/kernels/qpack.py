@@ -292,6 +292,69 @@ def relu_flat(y):
         flat[i] = max(flat[i], zero)
 
 
+@jit
+def dq_params(x2, b_scale, mult):
+    """(finite, scale, zero point) of DynamicQuantizeLinear over the C-contiguous float32 ``x2``
+    (float_range; the float32 steps of kernelkit.ops.quantize.dynamic_params) and ``mult[n] =
+    scale * b_scale[n]`` (the Mul node's float32 product); finite False (the rest unset) when x2
+    holds a NaN or an infinity."""
+    finite, lo, hi = float_range(x2.view(np.int32))
+    if not finite:
+        return False, np.float32(1), np.uint8(0)
+    scale = np.float32(1) if hi == lo else np.float32((hi - lo) / np.float32(255))
+    zf = np.float32(np.float32(0) - lo / scale)
+    zf = np.float32(np.rint(min(max(zf, np.float32(0)), np.float32(255))))
+    for n in range(b_scale.shape[0]):
+        mult[n] = scale * b_scale[n]
+    return True, scale, np.uint8(zf)
+
+
+GROUP_PANELS = 8  # column shards of dq_matmul_panels: 8 panels (128 columns, the 1 x 128 wide tile) a group
+
+
+@jit_exact
+def dq_matmul_panels(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, b_scale, bias, has_bias,
+                     out, relu, ok, g_lo, g_hi):
+    """Column groups [g_lo, g_hi) (GROUP_PANELS B panels each) of DynamicQuantizeMatMul for a few
+    rows of A (one row block: batch 1 at two threads, each shard a group range): A's range and
+    parameters (dq_params) and its quantized panels are computed by every shard (a few hundred
+    values: cheaper than a second parallel region), then this shard's panels' product and
+    epilogue (to_float_rows, the same float32 steps as dq_matmul_rows) and the fused Relu.
+    ``ok[0]`` is set False, computing nothing, when A holds a NaN or an infinity."""
+    m_n = x2.shape[0]
+    mult = np.empty(b_scale.shape[0], np.float32)
+    finite, scale, zp = dq_params(x2, b_scale, mult)
+    if not finite:
+        ok[0] = False
+        return
+    per_col = b_scale.shape[0] > 1
+    p0 = g_lo * GROUP_PANELS
+    p1 = min(n_panels, g_hi * GROUP_PANELS)
+    c0 = p0 * 16
+    c1 = min(n_n, p1 * 16)
+    if c1 <= c0:
+        return
+    za = np.int64(zp)
+    terms = np.empty(c1 - c0, np.int32)
+    for n in range(c0, c1):
+        terms[n - c0] = np.int32(-za * np.int64(col_sums[n]) + np.int64(k_n) * za * np.int64(zb[n]))
+    abuf = np.empty(m_n * kq * 4, np.uint8)
+    row = np.empty(kq * 4, np.uint8)
+    rowsum = np.empty(m_n, np.int32)
+    pack_quantized(x2, 0, m_n, scale, zp, mr, kq, abuf.view(np.uint32), row, rowsum)
+    ldc = (p1 - p0) * 16
+    cbuf = np.empty(m_n * ldc, np.int32)
+    qtile.gemm_kind(kind, abuf, bdata[p0 * kq * 64:], kq, p1 - p0, cbuf, ldc, m_n)
+    mu = mult[c0:c1] if per_col else mult[0:1]
+    bs = bias[c0:c1] if has_bias else bias[0:1]
+    for r in range(m_n):
+        dst = out[r][c0:c1].reshape((1, c1 - c0))
+        to_float_rows(cbuf[r * ldc:], ldc, 1, c1 - c0, terms, zb[c0:c1], rowsum[r:r + 1], has_zb, mu, per_col, bs,
+                      has_bias, dst, 0)
+        if relu:
+            relu_flat(dst)
+
+
 @jit_exact
 def dq_matmul_small(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, b_scale, bias, has_bias,
                     out, block, relu) -> bool:
@@ -303,17 +366,11 @@ def dq_matmul_small(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, h
     False, computing nothing, when A holds a NaN or an infinity (the caller's general path keeps
     NumPy's handling of those)."""
     m_n = x2.shape[0]
-    finite, lo, hi = float_range(x2.view(np.int32))
+    mult = np.empty(b_scale.shape[0], np.float32)
+    finite, scale, zp = dq_params(x2, b_scale, mult)
     if not finite:
         return False
-    scale = np.float32(1) if hi == lo else np.float32((hi - lo) / np.float32(255))
-    zf = np.float32(np.float32(0) - lo / scale)
-    zf = np.float32(np.rint(min(max(zf, np.float32(0)), np.float32(255))))
-    zp = np.uint8(zf)
     per_col = b_scale.shape[0] > 1
-    mult = np.empty(b_scale.shape[0], np.float32)
-    for n in range(b_scale.shape[0]):
-        mult[n] = scale * b_scale[n]
     dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, mult, per_col,
                    bias, has_bias, out, block, 0, (m_n + block - 1) // block)
     if relu:
