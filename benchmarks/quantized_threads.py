@@ -1,7 +1,7 @@
 """One quantized model at one and at two threads, per op type: kernelkit numba int8 (best call per
 node over the runs, summed by op type; the two sessions' runs interleaved round by round) beside
-onnxruntime int8 at the same thread counts, and the whole run's median. Shows which nodes gain from
-the second thread.
+onnxruntime int8 at the same thread counts. Shows which nodes gain from the second thread (whole-run
+times: benchmarks/quantized.py --threads 1 / 2, one thread count per process).
 
     OPENBLAS_NUM_THREADS=1 taskset -c 0,1 python benchmarks/quantized_threads.py transformer [--runs 10]
 """
@@ -68,11 +68,6 @@ def main(argv=None) -> int:
             rows.append((step.op, step.name, best[t].get(step.name, 0.0)))
         kk[t] = _by_op(rows)
     ox = {t: _by_op(qprof.ort_profile(path, feed, t, args.runs)) for t in threads}
-    plain = {t: kernelkit.Session(model, threads=t, options={"numba_start": "eager"}) for t in threads}
-    ort_runs = {t: qbench._ort(path, t) for t in threads}
-    runs = {f"kk {t}t": (lambda s: lambda x: s.run(None, {"x": x}))(plain[t]) for t in threads}
-    runs.update({f"ort {t}t": ort_runs[t] for t in threads})
-    med = qbench._median_ms(runs, feed["x"], 5 * args.runs)
     print(f"{name}: int8, batch 1, best call per node (ms), kernelkit {args.rounds} x {args.runs} runs per "
           f"thread count, interleaved; onnxruntime {args.runs} runs")
     print("| kernelkit op | 1 thread | 2 threads | 1t / 2t |\n|---|---:|---:|---:|")
@@ -82,11 +77,13 @@ def main(argv=None) -> int:
     print(f"| node sum | {t1:.3f} | {t2:.3f} | {t1 / t2:.2f}x |")
     print("\n| onnxruntime op | 1 thread | 2 threads | 1t / 2t |\n|---|---:|---:|---:|")
     for op in sorted(ox[1], key=lambda o: -ox[1][o]):
-        print(f"| {op} | {ox[1][op]:.3f} | {ox[2].get(op, 0.0):.3f} | {ox[1][op] / max(ox[2].get(op, 0.0), 1e-9):.2f}x |")
+        two = ox[2].get(op, 0.0)
+        print(f"| {op} | {ox[1][op]:.3f} | {two:.3f} | {ox[1][op] / max(two, 1e-9):.2f}x |")
     o1, o2 = sum(ox[1].values()), sum(ox[2].values())
     print(f"| node sum | {o1:.3f} | {o2:.3f} | {o1 / o2:.2f}x |")
-    print(f"\nwhole run, median of {5 * args.runs} (ms): " + ", ".join(f"{k} {v:.3f}" for k, v in med.items()) +
-          f"; kk / ort: 1t {med['kk 1t'] / med['ort 1t']:.2f}x, 2t {med['kk 2t'] / med['ort 2t']:.2f}x")
+    from kernelkit_numba.shards import POOL
+
+    print(f"\nshard pool: {POOL.stats} (backoffs: jobs run on one thread for a while after a sign of a busy core)")
     return 0
 
 

@@ -1,7 +1,7 @@
 """merge_dynamic_matmul: sibling DynamicQuantizeMatMul nodes on one input become one node over the
-concatenated weights and a Split, bit for bit the unmerged graph's (reference and numba, per-tensor
-and per-column scales and zero points, int8 and uint8 weights, with and without bias); siblings that
-cannot merge stay as they are."""
+concatenated weights that writes the siblings' outputs (its ``split`` attribute), bit for bit the
+unmerged graph's (reference and numba, per-tensor and per-column scales and zero points, int8 and
+uint8 weights, with and without bias); siblings that cannot merge stay as they are."""
 from __future__ import annotations
 
 import numpy as np
@@ -53,7 +53,8 @@ def test_siblings_merge_bit_for_bit(vendors, dtype, bias):
         pytest.importorskip("kernelkit_numba")
     model = _siblings(["tensor", "column", "plain"], bias=bias, dtype=dtype)
     sess, got, want = _runs(model, vendors)
-    assert [n.op_id for n in sess.graph.nodes] == [OP, "Split"]
+    assert [n.op_id for n in sess.graph.nodes] == [OP]
+    assert sess.graph.nodes[0].attrs["split"] == [8, 12, 16]
     assert sess.passes_fired["merge_dynamic_matmul"] == 1
     assert [o.name for o in sess.get_outputs()] == model.graph.outputs
     for g, w in zip(got, want):
@@ -66,7 +67,7 @@ def test_siblings_with_and_without_bias_merge_apart():
     -0.0 into +0.0); an input read by one DynamicQuantizeMatMul only is left as it is."""
     model = _siblings(["tensor", "column", "plain"], bias=[True, False, True])
     sess, got, want = _runs(model, ["reference"])
-    assert sorted(n.op_id for n in sess.graph.nodes) == sorted([OP, "Split", OP])
+    assert sorted(n.op_id for n in sess.graph.nodes) == [OP, OP]
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
     sess, _, _ = _runs(_siblings(["tensor"]), ["reference"])

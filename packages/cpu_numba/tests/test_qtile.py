@@ -442,6 +442,37 @@ def test_dynamic_quantize_matmul_column_shards(case, shape, n, b_dtype, relu, mo
     assert sorted(calls) == [(0, groups // 2), (groups // 2, groups)]
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+@pytest.mark.parametrize("case", ["mixed", "nan"])
+@pytest.mark.parametrize("shape", [(1, 784), (3, 300), (2, 100, 96)])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("relu", [False, True])
+def test_dynamic_quantize_matmul_split_outputs(case, shape, threads, relu, monkeypatch):
+    """A merged DynamicQuantizeMatMul's ``split`` outputs (parts not on panel or column-group
+    bounds, one empty) written by the epilogues themselves = the reference's parts bit for bit: the
+    one-call path, column shards (few rows, two threads), row blocks (two threads), NaN's general
+    path; each output C-contiguous."""
+    _need("vnni512")
+    from kernelkit.testing import run_single_op
+
+    rng = np.random.default_rng(shape[-1])
+    a = SMALL_A[case](rng, shape)
+    split = [100, 0, 300, 372]
+    n = sum(split)
+    b = rng.integers(-128, 128, (shape[-1], n)).astype(np.int8)
+    inputs = [a, b, rng.uniform(0.01, 0.02, n).astype(np.float32), rng.integers(-9, 9, n).astype(np.int8),
+              rng.standard_normal(n).astype(np.float32)]
+    attrs = {"split": split, **({"activation": "Relu"} if relu else {})}
+    monkeypatch.setenv(qtile.ENV, "vnni512")
+    kw = dict(attrs=attrs, passes=False, constants=(1, 2, 3, 4), domain="com.microsoft", n_outputs=len(split))
+    want = run_single_op("DynamicQuantizeMatMul", inputs, vendors=["reference"], **kw)
+    got = run_single_op("DynamicQuantizeMatMul", inputs, vendors=["numba"], fallback=False, threads=threads, **kw)
+    assert len(got) == len(split)
+    for g, w, width in zip(got, want, split):
+        assert g.shape == shape[:-1] + (width,) and g.flags.c_contiguous
+        np.testing.assert_array_equal(g, w)
+
+
 POOLS = [
     ((1, 64, 112, 112), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),  # ResNet-18's
     ((2, 3, 9, 11), dict(kernel_shape=[2, 3], strides=[1, 2], pads=[0, 1, 1, 0], ceil_mode=1)),

@@ -212,20 +212,39 @@ def _dyn_matmul_infer(ctx) -> TensorSpec:
             raise ctx.error(f"{name} must be float32, got {ctx.inputs[i].dtype}")
     if ctx.attrs["activation"] not in ("", "Relu"):
         raise ctx.error(f"activation {ctx.attrs['activation']!r} is not '' or 'Relu'")
-    return TensorSpec(matmul_shapes(ctx, ctx.inputs[0], ctx.inputs[1])[-1], "float32")
+    shape = matmul_shapes(ctx, ctx.inputs[0], ctx.inputs[1])[-1]
+    parts = list(ctx.attrs["split"] or ())
+    n_out = len(ctx.node.outputs)
+    if not parts:
+        if n_out != 1:
+            raise ctx.error(f"node has {n_out} outputs; more than one needs the 'split' attribute")
+        return TensorSpec(shape, "float32")
+    if len(parts) != n_out or min(parts) < 0 or (isinstance(shape[-1], int) and sum(parts) != shape[-1]):
+        raise ctx.error(f"split {parts} does not cut the {shape[-1]} columns into the node's {n_out} outputs")
+    return [TensorSpec(tuple(shape[:-1]) + (n,), "float32") for n in parts]
 
 
 @register_kernel("DynamicQuantizeMatMul", domain="com.microsoft", device="cpu", vendor="reference", dtype="float32",
                  priority=-100)
-def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None, *, activation=""):
+def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None, *, activation="", split=()):
     """onnxruntime's fusion of DynamicQuantizeLinear(A) -> MatMulInteger -> Cast -> Mul [-> Add]: A
     quantized to uint8 as DynamicQuantizeLinear does, then MatMulIntegerToFloat's float32 steps;
-    ``activation`` "Relu" (kernelkit's, from the fuse_dynamic_relu pass): the Relu node's np.maximum."""
+    ``activation`` "Relu" (kernelkit's, from the fuse_dynamic_relu pass): the Relu node's np.maximum;
+    ``split`` (kernelkit's, from merge_dynamic_matmul): the columns cut into one output per entry,
+    as a Split on the last axis would."""
     from .quantize import dynamic_quantize_linear
 
     q, a_scale, a_zero_point = dynamic_quantize_linear(a)
     y = matmul_integer_to_float(q, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
-    return np.maximum(y, 0, out=y) if activation == "Relu" else y
+    if activation == "Relu":
+        np.maximum(y, 0, out=y)
+    return split_columns(y, split) if split else y
+
+
+def split_columns(y: np.ndarray, split) -> tuple:
+    """``y`` cut along its last axis into C-contiguous parts of ``split`` columns."""
+    bounds = np.cumsum([0, *split])
+    return tuple(np.ascontiguousarray(y[..., int(c0):int(c1)]) for c0, c1 in zip(bounds[:-1], bounds[1:]))
 
 
 def _dyn_matmul_samples(rng, dtype):
@@ -241,10 +260,14 @@ def _dyn_matmul_samples(rng, dtype):
     for rows in (1, 40):  # a fused Relu (batch 1 and more rows)
         yield [rng.standard_normal((rows, 64)).astype(dtype), _int8(rng, "int8", 64, 9), np.float32(0.02),
                None, rng.standard_normal(9).astype(np.float32)], {"activation": "Relu"}
+    for shape, n, split in (((1, 64), 300, [100, 100, 100]), ((2, 40, 64), 44, [16, 20, 8])):  # kernelkit's split
+        yield ([rng.standard_normal(shape).astype(dtype), _int8(rng, "int8", 64, n),
+                rng.uniform(0.01, 0.02, n).astype(np.float32), _int8(rng, "int8", n),
+                rng.standard_normal(n).astype(np.float32)], {"split": split}, {"n_outputs": len(split)})
 
 
 register_op("DynamicQuantizeMatMul", domain="com.microsoft",
-            attrs={"activation": ("string", ""), "activation_params": ("floats", ())},
-            inputs=["A", "B", "b_scale", "b_zero_point?", "bias?"], outputs=["Y"],
+            attrs={"activation": ("string", ""), "activation_params": ("floats", ()), "split": ("ints", ())},
+            inputs=["A", "B", "b_scale", "b_zero_point?", "bias?"], outputs=["Y*"],
             infer=_dyn_matmul_infer, samples=_dyn_matmul_samples,
             flops=lambda ctx: _flops(matmul_shapes(ctx, ctx.inputs[0], ctx.inputs[1])))

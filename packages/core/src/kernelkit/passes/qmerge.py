@@ -1,9 +1,11 @@
 """``merge_dynamic_matmul``: sibling com.microsoft::DynamicQuantizeMatMul nodes that read the same
 float input (a transformer's Q, K and V projections) become one node over their weights
-concatenated along N, followed by a Split into the original outputs:
+concatenated along N that writes the original outputs (kernelkit's ``split`` attribute: the
+columns cut as a Split on the last axis would, each part written by the epilogue into its own
+array; session 5 had a Split node after the merged product, 50-85 us a layer of copying):
 
     DQMM(x, B1, s1, z1, b1), DQMM(x, B2, s2, z2, b2), ...
-        into  Split(DQMM(x, [B1 B2 ...], [s1 s2 ...], [z1 z2 ...], [b1 b2 ...]), axis=-1)
+        into  DQMM(x, [B1 B2 ...], [s1 s2 ...], [z1 z2 ...], [b1 b2 ...], split=[N1, N2, ...])
 
 so that x's range is found and x quantized once instead of once per projection (onnxruntime
 shares one DynamicQuantizeLinear among the three MatMulIntegerToFloat nodes for the same reason).
@@ -13,8 +15,8 @@ product is exact, and each column's float32 steps (int32 -> float32, * (a_scale 
 + bias[n]) are the same operations on the same values.
 
 Merged only: constant 2-D weights of one dtype and K, constant float32 scales (per tensor or per
-column) and zero points, biases on all siblings or none, no attributes, and where the session's
-device has a Split kernel. Runs after ``fuse_qdq``, which makes these nodes.
+column) and zero points, biases on all siblings or none, no attributes. Runs after ``fuse_qdq``,
+which makes these nodes.
 
 ``fuse_dynamic_relu``: a Relu that alone reads a DynamicQuantizeMatMul's output becomes the node's
 ``activation`` attribute (kernelkit's, as QLinearMatMul's): the same max(y, 0) on the same values,
@@ -27,8 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..ir import Graph, Node, TensorSpec, Value
-from ..registry import select_kernel
+from ..ir import Graph, Node
 from . import PassContext, register_pass
 from . import quantized as _quantized  # noqa: F401 - registers fuse_qdq, the anchor below
 from .builtin import _attrs, _const, _Index, _new_constant, _overridden
@@ -68,8 +69,8 @@ def _part(graph: Graph, node: Node) -> _Part | None:
     return _Part(node, b, per_col(scale), per_col(zp), bias)
 
 
-def _merge(graph: Graph, parts: list[_Part]) -> tuple[Node, Node]:
-    """The merged node and the Split writing the parts' outputs."""
+def _merge(graph: Graph, parts: list[_Part]) -> Node:
+    """The merged node, writing the parts' outputs (its ``split`` attribute)."""
     first = parts[0].node
     x = first.inputs[0]
     dtype = parts[0].b.dtype
@@ -85,15 +86,9 @@ def _merge(graph: Graph, parts: list[_Part]) -> tuple[Node, Node]:
         inputs.append(_new_constant(graph, f"{base}_merged_bias", np.concatenate([p.bias for p in parts])))
     while not inputs[-1]:
         inputs.pop()
-    shape = tuple(graph.spec(x).shape)
-    widths = [p.b.shape[1] for p in parts]
-    out = graph.fresh_name(f"{base}_merged")
-    graph.values[out] = Value(out, TensorSpec(shape[:-1] + (sum(widths),), "float32"))
-    merged = Node("DynamicQuantizeMatMul", inputs, [out], {}, f"{base}_merged", "com.microsoft")
-    sizes = _new_constant(graph, f"{base}_merged_split", np.array(widths, np.int64))
-    split = Node("Split", [out, sizes], [p.node.outputs[0] for p in parts], {"axis": len(shape) - 1},
-                 f"{base}_merged_split")
-    return merged, split
+    widths = [int(p.b.shape[1]) for p in parts]
+    return Node("DynamicQuantizeMatMul", inputs, [p.node.outputs[0] for p in parts], {"split": widths},
+                f"{base}_merged", "com.microsoft")
 
 
 @register_pass("merge_dynamic_matmul", after="fuse_qdq")
@@ -113,16 +108,14 @@ def merge_dynamic_matmul(graph: Graph, ctx: PassContext) -> int:
             if part.b.shape[0] == spec.shape[-1]:
                 by_kind.setdefault((part.b.dtype.str, part.b.shape[0], part.bias is not None), []).append(part)
         groups += [parts for parts in by_kind.values() if len(parts) > 1]
-    if not groups or select_kernel("Split", ctx.device, "float32", ctx.vendors, [None], {"axis": 0},
-                                   ctx.scope) is None:
+    if not groups:
         return 0
     replace: dict[int, list[Node]] = {}
     for parts in groups:
-        merged, split = _merge(graph, parts)
-        replace[id(parts[0].node)] = [merged, split]
+        replace[id(parts[0].node)] = [_merge(graph, parts)]
         for p in parts[1:]:
             replace[id(p.node)] = []
-        log.debug("merge_dynamic_matmul: %s -> one DynamicQuantizeMatMul + Split", [p.node.name for p in parts])
+        log.debug("merge_dynamic_matmul: %s -> one DynamicQuantizeMatMul, split outputs", [p.node.name for p in parts])
     graph.nodes = [m for n in graph.nodes for m in replace.get(id(n), [n])]
     used = {i for n in graph.nodes for i in n.inputs} | set(graph.outputs)
     for parts in groups:  # the siblings' own constants, unless something else reads them
@@ -142,6 +135,8 @@ def fuse_dynamic_relu(graph: Graph, ctx: PassContext) -> int:
     for node in [n for n in graph.nodes if n.op_id == "Relu"]:
         producer = index.producers.get(node.inputs[0])
         if producer is None or producer.op_id != OP or index.sole_reader(node.inputs[0]) is not node:
+            continue
+        if len(producer.outputs) != 1:  # a merged node's split outputs: the Relu reads one part only
             continue
         if _attrs(producer).get("activation") or _overridden(graph, node, _attrs(node), ctx):
             continue

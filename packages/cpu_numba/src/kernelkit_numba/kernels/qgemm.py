@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from kernelkit.ops.integer import split_columns
 from kernelkit.ops.qlinear import clamp_bounds, multiplier
 from kernelkit.registry import register_kernel
 from numba import prange
@@ -532,37 +533,68 @@ class DynamicQuantizeMatMul(NumbaKernel):
         return call
 
     def compute(self, a, b, b_scale, b_zero_point=None, bias=None):
-        """The product [+ bias], then the fused Relu (attribute ``activation``, the fuse_dynamic_relu pass)."""
+        """The product [+ bias], then the fused Relu (attribute ``activation``, the fuse_dynamic_relu
+        pass); one output, or one per part of the columns (attribute ``split``, merge_dynamic_matmul:
+        the micro-kernel's epilogue writes each part into its own array)."""
         if a.shape[-1] and a.size:  # one Numba call where one shard takes it (one thread; batch 1)
             out = small_dynamic(self, a, b, b_scale, b_zero_point, bias)
             if out is not None:
                 return out
-        y = self._product(a, b, b_scale, b_zero_point, bias)
+        y, bounds = self._product(a, b, b_scale, b_zero_point, bias)
         if self.attrs.get("activation") == "Relu":
             qpack.relu_flat(y)
-        return y
+        if bounds is not None:
+            return column_parts(y, bounds, a.shape)
+        split = self.attrs.get("split")
+        return split_columns(y, split) if split else y
 
     def _product(self, a, b, b_scale, b_zero_point, bias):
+        """(y, bounds): the parts laid one after the other in a flat y (column_parts), or (the whole
+        product, None)."""
         flat, a_scale, a_zp = dynamic_range(a)
         if not np.isfinite(a_scale):  # an infinity in A (NaN: scale NaN): the reference's steps, whose
             # 0 * inf products make NaN where the exact-integer paths' epilogues differ (-inf)
             from kernelkit.ops.integer import dynamic_quantize_matmul
 
-            return dynamic_quantize_matmul(a, b, b_scale, b_zero_point, bias)
+            return dynamic_quantize_matmul(a, b, b_scale, b_zero_point, bias), None
         mult = (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)).reshape(-1)  # as the Mul node
         tile = tiled(self, b, b_zero_point)
         if tile is not None:  # A quantized straight into the micro-kernel's panels
-            return tiled_dynamic(self, tile, flat.reshape(-1, a.shape[-1]), a_scale, a_zp, mult, bias, a.shape)
+            bounds = column_bounds(self, tile[1].n)
+            return tiled_dynamic(self, tile, flat.reshape(-1, a.shape[-1]), a_scale, a_zp, mult, bias, bounds), bounds
         finish = float_epilogue(self, mult, bias)
         if few_rows(a.shape, b):  # integer dot products read the uint8 A
             q = np.empty(a.shape, np.uint8)
             quantize_flat(flat, a_scale, a_zp, q.reshape(-1))
-            return gemv_finish(self, q, a_zp, b, b_zero_point, finish)
+            return gemv_finish(self, q, a_zp, b, b_zero_point, finish), None
         af = np.empty(a.shape, np.float32)  # BLAS reads float32: quantized minus zp in one pass
         quantize_offset(flat, a_scale, np.float32(a_zp), af.reshape(-1))
         bf, blocks = self.packed.get(b, b_zero_point, max(int(a_zp), 255 - int(a_zp)))
         config.blas_single()  # uses_blas is off for the micro-kernel's sake
-        return integer_product(af, bf, blocks, finish)
+        return integer_product(af, bf, blocks, finish), None
+
+
+def column_bounds(kernel, n: int) -> np.ndarray:
+    """int64 [0, n1, n1 + n2, ..., n]: the column parts of the node's outputs (attribute ``split``;
+    without it one part, [0, n]), kept on the kernel."""
+    hit = kernel.__dict__.get("_column_bounds")
+    if hit is None or hit[0] != n:
+        split = [int(v) for v in kernel.attrs.get("split") or ()]
+        if split and (sum(split) != n or min(split) < 0):
+            raise ValueError(f"split {split} does not cut the product's {n} columns")
+        hit = kernel._column_bounds = (n, np.cumsum([0, *split], dtype=np.int64) if split else
+                                       np.array([0, n], np.int64))
+    return hit[1]
+
+
+def column_parts(flat: np.ndarray, bounds: np.ndarray, a_shape):
+    """The outputs whose parts qpack.to_float_parts wrote one after the other into ``flat``: one
+    array (..., n), or a tuple of C-contiguous (..., width) views, one per part."""
+    lead = tuple(a_shape[:-1])
+    if bounds.shape[0] == 2:
+        return flat.reshape(*lead, int(bounds[1]))
+    m = math.prod(lead)
+    return tuple(flat[m * int(c0):m * int(c1)].reshape(*lead, int(c1 - c0)) for c0, c1 in zip(bounds[:-1], bounds[1:]))
 
 
 def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = False):
@@ -594,28 +626,29 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
     m_n, k_n, n_n = x2.shape[0], x2.shape[1], head[5]
     block = m_n if m_n <= GEMV_ROWS else qpack.block_rows(m_n, k_n, head[4] * qpack.NR, head[1])
     relu = kernel.attrs.get("activation") == "Relu"
+    bounds = column_bounds(kernel, n_n)
     if not serial:
         threads = config.current_threads()
         if m_n > block and config.shard_count(-(-m_n // block), 2.0 * m_n * k_n * n_n) > 1:
             return None  # row blocks on the pool (tiled_dynamic)
         groups = -(-head[4] // qpack.GROUP_PANELS)
         if m_n <= GEMV_ROWS and threads > 1 and groups > 1 and 2.0 * m_n * k_n * n_n >= COLUMN_SHARD_OPS:
-            return _column_shards(head, x2, n_n, relu, min(groups, threads), groups, a.shape)
-    out = np.empty((m_n, n_n), np.float32)
-    if not qpack.dq_matmul_small(head[0], x2, *head[1:], out, block, relu):
+            return _column_shards(head, x2, bounds, relu, min(groups, threads), groups, a.shape)
+    flat = np.empty(m_n * n_n, np.float32)
+    if not qpack.dq_matmul_small(head[0], x2, *head[1:], flat, bounds, block, relu):
         return None
-    return out.reshape(*a.shape[:-1], head[5])
+    return column_parts(flat, bounds, a.shape)
 
 
-def _column_shards(head, x2, n_n, relu, count, groups, a_shape):
+def _column_shards(head, x2, bounds, relu, count, groups, a_shape):
     """small_dynamic's product for one row block (a few rows) cut into ``count`` shards of B's
     column groups on the pool (qpack.dq_matmul_panels; each shard quantizes the few rows of A
     itself); None when A holds a NaN or an infinity."""
-    out = np.empty((x2.shape[0], n_n), np.float32)
+    flat = np.empty(x2.shape[0] * head[5], np.float32)
     ok = np.ones(1, np.bool_)
-    args = (head[0], x2, *head[1:], out, relu, ok)
+    args = (head[0], x2, *head[1:], flat, bounds, relu, ok)
     config.run_shards(lambda i: qpack.dq_matmul_panels(*args, i * groups // count, (i + 1) * groups // count), count)
-    return out.reshape(*a_shape[:-1], n_n) if ok[0] else None
+    return column_parts(flat, bounds, a_shape) if ok[0] else None
 
 
 def few_rows(a_shape, b) -> bool:
@@ -700,12 +733,13 @@ def tiled_requantized(kernel, tile, a, a_zero_point, mult, bias, y_zero_point, b
     return out.reshape(*a.shape[:-1], pb.n)
 
 
-def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, a_shape):
+def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, bounds):
     """DynamicQuantizeMatMul on the micro-kernel, one Numba call per shard of row blocks
-    (qpack.dq_matmul_rows): quantize into the panels, product, float32 epilogue."""
+    (qpack.dq_matmul_rows): quantize into the panels, product, float32 epilogue into the column
+    parts ``bounds`` laid one after the other in the flat result (column_parts)."""
     variant, pb = tile
     m_n = x2.shape[0]
-    out = np.empty((m_n, pb.n), np.float32)
+    out = np.empty(m_n * pb.n, np.float32)
     has_bias = bias is not None
     bias_arr = derived(kernel, (bias,), lambda: np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias
                        else np.zeros(1, np.float32))
@@ -713,8 +747,8 @@ def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, a_shape):
     blocks = -(-m_n // block)
     args = (qtile.KIND[variant.name], x2, np.float32(a_scale), np.uint8(a_zp), variant.mr, pb.data, pb.kq,
             pb.n_panels, pb.n, pb.col_sums, pb.k, pb.zp, pb.has_zp, mult, mult.shape[0] > 1, bias_arr, has_bias, out,
-            block)
+            bounds, block)
     config.parallel_for(qpack.dq_matmul_rows, blocks, args, 2.0 * m_n * pb.k * pb.n)
-    return out.reshape(*a_shape[:-1], pb.n)
+    return out
 
 
