@@ -95,3 +95,39 @@ def test_relu_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows):
     (got,), (want,) = fused.run(None, {"x": xv}), Session(model, vendors=vendors, passes=False).run(None, {"x": xv})
     np.testing.assert_array_equal(got, want)
     assert (want == 0).any() and (want > 0).any()
+
+
+@pytest.mark.parametrize("vendors", [["reference"], ["numba"]])
+@pytest.mark.parametrize("rows", [1, 40])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_residual_add_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, threads):
+    """DynamicQuantizeMatMul -> Add (a transformer's residual: the product on either side, the other
+    operand computed before or after the product, one that broadcasts) into the node's residual
+    input, equal to the unfused graph bit for bit (batch 1, 40 rows; numba at one and two threads,
+    i.e. the one-call, column-shard and row-block paths). A product read by something else, or one
+    with a fused Relu, keeps its Add."""
+    if vendors == ["numba"]:
+        pytest.importorskip("kernelkit_numba")
+    rng = np.random.default_rng(rows)
+    g = GraphBuilder("residual")
+    x = g.input("x", ("N", 800))
+    b = g.constant(rng.integers(-128, 128, (800, 800)).astype(np.int8))
+    s, bias = g.constant(np.float32(0.01)), g.constant(rng.standard_normal(800).astype(np.float32))
+    dq = lambda a: g.op("DynamicQuantizeMatMul", a, b, s, g.constant(np.int8(5)), bias, domain="com.microsoft")  # noqa: E731
+    y1 = dq(x)
+    r1 = g.op("Sigmoid", x)  # computed after the product in the node order
+    b2 = g.constant(rng.integers(-100, 100, (800, 800)).astype(np.int8))
+    h = g.op("Add", r1, y1)  # product on the right
+    y2 = g.op("DynamicQuantizeMatMul", h, b2, s, None, g.constant(rng.standard_normal(800).astype(np.float32)),
+              domain="com.microsoft")
+    h2 = g.op("Add", y2, g.constant(rng.standard_normal(800).astype(np.float32)))  # broadcasts
+    y3 = dq(h2)
+    g.output(g.op("Add", y3, g.op("Tanh", y3)))  # y3 read twice: stays
+    model = g.build()
+    xv = (rng.standard_normal((rows, 800)) * 2).astype(np.float32)
+    fused = Session(model, vendors=vendors, threads=threads)
+    assert fused.passes_fired.get("fuse_dynamic_add") == 2
+    assert [n.op_id for n in fused.graph.nodes].count("Add") == 1
+    plain = Session(model, vendors=vendors, threads=threads, passes=["fuse_qdq"])
+    (got,), (want,) = fused.run(None, {"x": xv}), plain.run(None, {"x": xv})
+    np.testing.assert_array_equal(got, want)

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
+from ..shape import broadcast_shapes
 from ._window import WINDOW_ATTRS, symbolic_out, window
 from .conv import _conv, conv_geometry
 from .matmul import matmul_shapes
@@ -207,7 +208,7 @@ register_op("MatMulIntegerToFloat", domain="com.microsoft",
 # -- DynamicQuantizeMatMul (com.microsoft) --------------------------------------------------------
 def _dyn_matmul_infer(ctx) -> TensorSpec:
     check_int8(ctx, [(1, "B", None), (3, "b_zero_point", 1)])
-    for i, name in ((0, "A"), (2, "b_scale"), (4, "bias")):
+    for i, name in ((0, "A"), (2, "b_scale"), (4, "bias"), (5, "residual")):
         if ctx.has(i) and ctx.inputs[i].dtype != "float32":
             raise ctx.error(f"{name} must be float32, got {ctx.inputs[i].dtype}")
     if ctx.attrs["activation"] not in ("", "Relu"):
@@ -215,6 +216,11 @@ def _dyn_matmul_infer(ctx) -> TensorSpec:
     shape = matmul_shapes(ctx, ctx.inputs[0], ctx.inputs[1])[-1]
     parts = list(ctx.attrs["split"] or ())
     n_out = len(ctx.node.outputs)
+    if ctx.has(5):
+        if parts or ctx.attrs["activation"]:
+            raise ctx.error("a residual input goes with neither 'split' nor 'activation'")
+        return TensorSpec(broadcast_shapes(shape, ctx.inputs[5].shape, where="DynamicQuantizeMatMul's residual"),
+                          "float32")
     if not parts:
         if n_out != 1:
             raise ctx.error(f"node has {n_out} outputs; more than one needs the 'split' attribute")
@@ -226,18 +232,21 @@ def _dyn_matmul_infer(ctx) -> TensorSpec:
 
 @register_kernel("DynamicQuantizeMatMul", domain="com.microsoft", device="cpu", vendor="reference", dtype="float32",
                  priority=-100)
-def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None, *, activation="", split=()):
+def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None, residual=None, *, activation="", split=()):
     """onnxruntime's fusion of DynamicQuantizeLinear(A) -> MatMulInteger -> Cast -> Mul [-> Add]: A
     quantized to uint8 as DynamicQuantizeLinear does, then MatMulIntegerToFloat's float32 steps;
     ``activation`` "Relu" (kernelkit's, from the fuse_dynamic_relu pass): the Relu node's np.maximum;
     ``split`` (kernelkit's, from merge_dynamic_matmul): the columns cut into one output per entry,
-    as a Split on the last axis would."""
+    as a Split on the last axis would; ``residual`` (kernelkit's input, from fuse_dynamic_add): the
+    Add node after it, y + residual (same shape)."""
     from .quantize import dynamic_quantize_linear
 
     q, a_scale, a_zero_point = dynamic_quantize_linear(a)
     y = matmul_integer_to_float(q, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
     if activation == "Relu":
         np.maximum(y, 0, out=y)
+    if residual is not None:  # as the Add node (broadcasting)
+        y = np.add(y, residual, out=y) if residual.shape == y.shape else np.add(y, residual)
     return split_columns(y, split) if split else y
 
 
@@ -264,10 +273,14 @@ def _dyn_matmul_samples(rng, dtype):
         yield ([rng.standard_normal(shape).astype(dtype), _int8(rng, "int8", 64, n),
                 rng.uniform(0.01, 0.02, n).astype(np.float32), _int8(rng, "int8", n),
                 rng.standard_normal(n).astype(np.float32)], {"split": split}, {"n_outputs": len(split)})
+    for shape in ((1, 300), (2, 40, 64)):  # a residual Add fused (kernelkit's input): batch 1 and more rows
+        yield [rng.standard_normal(shape).astype(dtype), _int8(rng, "int8", shape[-1], 24), np.float32(0.02),
+               np.int8(-3), rng.standard_normal(24).astype(np.float32),
+               rng.standard_normal(shape[:-1] + (24,)).astype(np.float32)], {}
 
 
 register_op("DynamicQuantizeMatMul", domain="com.microsoft",
             attrs={"activation": ("string", ""), "activation_params": ("floats", ()), "split": ("ints", ())},
-            inputs=["A", "B", "b_scale", "b_zero_point?", "bias?"], outputs=["Y*"],
+            inputs=["A", "B", "b_scale", "b_zero_point?", "bias?", "residual?"], outputs=["Y*"],
             infer=_dyn_matmul_infer, samples=_dyn_matmul_samples,
             flops=lambda ctx: _flops(matmul_shapes(ctx, ctx.inputs[0], ctx.inputs[1])))

@@ -145,3 +145,53 @@ def fuse_dynamic_relu(graph: Graph, ctx: PassContext) -> int:
         count += 1
     index.commit()
     return count
+
+
+@register_pass("fuse_dynamic_add", after="fuse_dynamic_relu")
+def fuse_dynamic_add(graph: Graph, ctx: PassContext) -> int:
+    """DynamicQuantizeMatMul -> Add(r, y) into DynamicQuantizeMatMul(..., residual=r).
+
+    A transformer's residual Adds (attention projection + x, second feed-forward product + the
+    LayerNormalization before it) become the epilogue's last step: the same float32 y + r, one
+    rounding, on the same values (bit for bit), without a pass over the activations (an r that
+    broadcasts is added after the product, as the Add node would). Fused only where the product's
+    single output is read by that Add alone, the node has no ``activation`` or ``split``, r is
+    float32 and no user kernel overrides the Add. The fused node takes the Add's place in the order
+    (r may be computed after the product)."""
+    if not any(n.op_id == OP for n in graph.nodes):
+        return 0
+    index = _Index(graph)
+    at_add: dict[int, Node] = {}
+    moved: set[int] = set()
+    for node in [n for n in graph.nodes if n.op_id == "Add"]:
+        if len(node.inputs) != 2 or len(node.outputs) != 1 or node.inputs[0] == node.inputs[1]:
+            continue
+        for side in (0, 1):
+            producer = index.producers.get(node.inputs[side])
+            if producer is None or producer.op_id != OP or id(producer) in moved or len(producer.outputs) != 1:
+                continue
+            attrs = _attrs(producer)
+            if attrs.get("activation") or attrs.get("split") or len(producer.inputs) > 5 or \
+                    index.sole_reader(producer.outputs[0]) is not node:
+                continue
+            other, y = node.inputs[1 - side], producer.outputs[0]
+            r_spec, out_spec = graph.spec(other), graph.spec(node.outputs[0])
+            if r_spec is None or r_spec.dtype != "float32" or out_spec is None or out_spec.dtype != "float32":
+                continue
+            if _overridden(graph, node, _attrs(node), ctx):
+                break
+            producer.inputs = (list(producer.inputs) + [""] * 5)[:5] + [other]
+            index.readers.setdefault(other, []).append(producer)
+            index.remove(node)
+            index.readers.pop(y, None)
+            index.producers.pop(y, None)
+            producer.outputs = [node.outputs[0]]
+            index.producers[node.outputs[0]] = producer
+            graph.values.pop(y, None)
+            at_add[id(node)] = producer
+            moved.add(id(producer))
+            break
+    if not at_add:
+        return 0
+    graph.nodes = [at_add.get(id(n), n) for n in graph.nodes if id(n) not in moved]
+    return len(at_add)

@@ -525,32 +525,38 @@ class DynamicQuantizeMatMul(NumbaKernel):
         path (small_dynamic), else ``run`` (the general path at this node's thread budget)."""
         run = self.run
 
-        def call(a, b, b_scale, b_zero_point=None, bias=None, out=None):
+        def call(a, b, b_scale, b_zero_point=None, bias=None, residual=None, out=None):
             a = _readonly(a)
-            y = small_dynamic(self, a, b, b_scale, b_zero_point, bias, True) if a.size and a.shape[-1] else None
-            return run((a, b, b_scale, b_zero_point, bias), None) if y is None else y
+            y = small_dynamic(self, a, b, b_scale, b_zero_point, bias, True, residual) if a.size and a.shape[-1] \
+                else None
+            return run((a, b, b_scale, b_zero_point, bias, residual), None) if y is None else y
 
         return call
 
-    def compute(self, a, b, b_scale, b_zero_point=None, bias=None):
+    def compute(self, a, b, b_scale, b_zero_point=None, bias=None, residual=None):
         """The product [+ bias], then the fused Relu (attribute ``activation``, the fuse_dynamic_relu
-        pass); one output, or one per part of the columns (attribute ``split``, merge_dynamic_matmul:
-        the micro-kernel's epilogue writes each part into its own array)."""
+        pass) or + ``residual`` (kernelkit's input, the fuse_dynamic_add pass); one output, or one per
+        part of the columns (attribute ``split``, merge_dynamic_matmul: the micro-kernel's epilogue
+        writes each part into its own array)."""
+        if residual is not None and residual.shape != a.shape[:-1] + b.shape[-1:]:  # broadcast: as the Add node
+            return np.add(self.compute(a, b, b_scale, b_zero_point, bias), residual)
         if a.shape[-1] and a.size:  # one Numba call where one shard takes it (one thread; batch 1)
-            out = small_dynamic(self, a, b, b_scale, b_zero_point, bias)
+            out = small_dynamic(self, a, b, b_scale, b_zero_point, bias, False, residual)
             if out is not None:
                 return out
-        y, bounds = self._product(a, b, b_scale, b_zero_point, bias)
+        y, bounds = self._product(a, b, b_scale, b_zero_point, bias, residual)
         if self.attrs.get("activation") == "Relu":
             qpack.relu_flat(y)
+        if residual is not None and bounds is None:  # the paths without the fused add (same shape here)
+            np.add(y, residual, out=y)
         if bounds is not None:
             return column_parts(y, bounds, a.shape)
         split = self.attrs.get("split")
         return split_columns(y, split) if split else y
 
-    def _product(self, a, b, b_scale, b_zero_point, bias):
-        """(y, bounds): the parts laid one after the other in a flat y (column_parts), or (the whole
-        product, None)."""
+    def _product(self, a, b, b_scale, b_zero_point, bias, residual):
+        """(y, bounds): the parts laid one after the other in a flat y (column_parts; + residual
+        included), or (the whole product, None)."""
         flat, a_scale, a_zp = dynamic_range(a)
         if not np.isfinite(a_scale):  # an infinity in A (NaN: scale NaN): the reference's steps, whose
             # 0 * inf products make NaN where the exact-integer paths' epilogues differ (-inf)
@@ -561,7 +567,8 @@ class DynamicQuantizeMatMul(NumbaKernel):
         tile = tiled(self, b, b_zero_point)
         if tile is not None:  # A quantized straight into the micro-kernel's panels
             bounds = column_bounds(self, tile[1].n)
-            return tiled_dynamic(self, tile, flat.reshape(-1, a.shape[-1]), a_scale, a_zp, mult, bias, bounds), bounds
+            x2 = flat.reshape(-1, a.shape[-1])
+            return tiled_dynamic(self, tile, x2, a_scale, a_zp, mult, bias, bounds, _residual(residual, x2)), bounds
         finish = float_epilogue(self, mult, bias)
         if few_rows(a.shape, b):  # integer dot products read the uint8 A
             q = np.empty(a.shape, np.uint8)
@@ -597,7 +604,17 @@ def column_parts(flat: np.ndarray, bounds: np.ndarray, a_shape):
     return tuple(flat[m * int(c0):m * int(c1)].reshape(*lead, int(c1 - c0)) for c0, c1 in zip(bounds[:-1], bounds[1:]))
 
 
-def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = False):
+def _residual(residual, x2) -> tuple:
+    """(res, has_res) arguments of the qpack kernels: ``residual`` as (rows, N) float32, or a stand-in."""
+    if residual is None:
+        return NO_RESIDUAL, False
+    return np.ascontiguousarray(residual, np.float32).reshape(x2.shape[0], -1), True
+
+
+NO_RESIDUAL = np.zeros((1, 1), np.float32)
+
+
+def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = False, residual=None):
     """DynamicQuantizeMatMul on the micro-kernel as one Numba call (qpack.dq_matmul_small: range,
     parameters, quantize into the panels, product, epilogue) where the product is one shard (one
     thread, or little work), its constant arguments kept on the kernel while the same read-only arrays
@@ -620,7 +637,7 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
         hit = (b, b_scale, b_zero_point, bias, env, volatile, head)  # volatile: writable, derived every call
         kernel._small = hit
     head = hit[6]
-    if head is None:
+    if head is None or (residual is not None and residual.shape != a.shape[:-1] + (head[5],)):
         return None
     x2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
     m_n, k_n, n_n = x2.shape[0], x2.shape[1], head[5]
@@ -633,20 +650,20 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
             return None  # row blocks on the pool (tiled_dynamic)
         groups = -(-head[4] // qpack.GROUP_PANELS)
         if m_n <= GEMV_ROWS and threads > 1 and groups > 1 and 2.0 * m_n * k_n * n_n >= COLUMN_SHARD_OPS:
-            return _column_shards(head, x2, bounds, relu, min(groups, threads), groups, a.shape)
+            return _column_shards(head, x2, bounds, relu, min(groups, threads), groups, a.shape, residual)
     flat = np.empty(m_n * n_n, np.float32)
-    if not qpack.dq_matmul_small(head[0], x2, *head[1:], flat, bounds, block, relu):
+    if not qpack.dq_matmul_small(head[0], x2, *head[1:], flat, bounds, *_residual(residual, x2), block, relu):
         return None
     return column_parts(flat, bounds, a.shape)
 
 
-def _column_shards(head, x2, bounds, relu, count, groups, a_shape):
+def _column_shards(head, x2, bounds, relu, count, groups, a_shape, residual):
     """small_dynamic's product for one row block (a few rows) cut into ``count`` shards of B's
     column groups on the pool (qpack.dq_matmul_panels; each shard quantizes the few rows of A
     itself); None when A holds a NaN or an infinity."""
     flat = np.empty(x2.shape[0] * head[5], np.float32)
     ok = np.ones(1, np.bool_)
-    args = (head[0], x2, *head[1:], flat, bounds, relu, ok)
+    args = (head[0], x2, *head[1:], flat, bounds, *_residual(residual, x2), relu, ok)
     config.run_shards(lambda i: qpack.dq_matmul_panels(*args, i * groups // count, (i + 1) * groups // count), count)
     return column_parts(flat, bounds, a_shape) if ok[0] else None
 
@@ -733,7 +750,7 @@ def tiled_requantized(kernel, tile, a, a_zero_point, mult, bias, y_zero_point, b
     return out.reshape(*a.shape[:-1], pb.n)
 
 
-def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, bounds):
+def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, bounds, res):
     """DynamicQuantizeMatMul on the micro-kernel, one Numba call per shard of row blocks
     (qpack.dq_matmul_rows): quantize into the panels, product, float32 epilogue into the column
     parts ``bounds`` laid one after the other in the flat result (column_parts)."""
@@ -747,7 +764,7 @@ def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, bounds):
     blocks = -(-m_n // block)
     args = (qtile.KIND[variant.name], x2, np.float32(a_scale), np.uint8(a_zp), variant.mr, pb.data, pb.kq,
             pb.n_panels, pb.n, pb.col_sums, pb.k, pb.zp, pb.has_zp, mult, mult.shape[0] > 1, bias_arr, has_bias, out,
-            bounds, block)
+            bounds, *res, block)
     config.parallel_for(qpack.dq_matmul_rows, blocks, args, 2.0 * m_n * pb.k * pb.n)
     return out
 

@@ -230,11 +230,13 @@ def pack_quantized(x2, r0, r1, scale, zp, mr, kq, out32, row, rowsum):
 
 
 @jit_exact
-def to_float_parts(cbuf, ldc, rows, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, flat, bounds, m_n,
-                   r0):
+def to_float_parts(cbuf, ldc, rows, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, flat, bounds, res,
+                   has_res, m_n, r0):
     """to_float_rows for each part p of the columns, [bounds[p], bounds[p + 1]), into its own
     C-contiguous (m_n, width) array laid one after the other in ``flat`` (one part: the whole
-    (m_n, N) output; several: a merged DynamicQuantizeMatMul's outputs, its ``split`` attribute)."""
+    (m_n, N) output; several: a merged DynamicQuantizeMatMul's outputs, its ``split`` attribute),
+    then + res[row, col] (``has_res``: a residual Add fused by fuse_dynamic_add; res (m_n, N)
+    float32, its own rounding after the epilogue's, as the Add node's)."""
     for p in range(bounds.shape[0] - 1):
         c0, c1 = bounds[p], bounds[p + 1]
         if c1 <= c0:
@@ -243,11 +245,21 @@ def to_float_parts(cbuf, ldc, rows, terms, zb, rowsum, has_zb, mult, per_col, bi
         to_float_rows(cbuf[c0:], ldc, rows, c1 - c0, terms[c0:c1], zb[c0:c1], rowsum, has_zb,
                       mult[c0:c1] if per_col else mult[0:1], per_col, bias[c0:c1] if has_bias else bias[0:1],
                       has_bias, dst, r0)
+        if has_res:
+            for r in range(r0, r0 + rows):
+                add_row(dst[r], res[r][c0:c1])
+
+
+@jit_exact
+def add_row(dst, src):
+    """dst += src (float32, one rounding: the Add node's)."""
+    for n in range(dst.shape[0]):
+        dst[n] = dst[n] + src[n]
 
 
 @jit_exact
 def dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, mult, per_col,
-                   bias, has_bias, flat, bounds, block, b_lo, b_hi):
+                   bias, has_bias, flat, bounds, res, has_res, block, b_lo, b_hi):
     """Row blocks [b_lo, b_hi) (``block`` rows each) of DynamicQuantizeMatMul on the A-panel
     micro-kernel (qtile.gemm_kind): the rows quantized straight into the panels (pack_quantized),
     the int32 block, then to_float_rows' epilogue (Cast -> Mul -> Add, no FMA contraction) into the
@@ -270,7 +282,7 @@ def dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, 
         pack_quantized(x2, r0, r1, scale, zp, mr, kq, a32, row, rowsum)
         qtile.gemm_kind(kind, abuf, bdata, kq, n_panels, cbuf, ldc, r1 - r0)
         to_float_parts(cbuf, ldc, r1 - r0, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, flat, bounds,
-                       m_n, r0)
+                       res, has_res, m_n, r0)
 
 
 INF_KEY = 0x7F800000  # float_range's key of +inf; of -inf:
@@ -332,7 +344,7 @@ GROUP_PANELS = 8  # column shards of dq_matmul_panels: 8 panels (128 columns, th
 
 @jit_exact
 def dq_matmul_panels(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, b_scale, bias, has_bias,
-                     flat, bounds, relu, ok, g_lo, g_hi):
+                     flat, bounds, res, has_res, relu, ok, g_lo, g_hi):
     """Column groups [g_lo, g_hi) (GROUP_PANELS B panels each) of DynamicQuantizeMatMul for a few
     rows of A (one row block: batch 1 at two threads, each shard a group range): A's range and
     parameters (dq_params) and its quantized panels are computed by every shard (a few hundred
@@ -375,13 +387,15 @@ def dq_matmul_panels(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, 
             dst = flat[at:at + hi - lo].reshape((1, hi - lo))
             to_float_rows(cbuf[r * ldc + lo - c0:], ldc, 1, hi - lo, terms[lo - c0:], zb[lo:hi], rowsum[r:r + 1],
                           has_zb, mu, per_col, bs, has_bias, dst, 0)
+            if has_res:
+                add_row(dst[0], res[r][lo:hi])
             if relu:
                 relu_flat(dst)
 
 
 @jit_exact
 def dq_matmul_small(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, b_scale, bias, has_bias,
-                    flat, bounds, block, relu) -> bool:
+                    flat, bounds, res, has_res, block, relu) -> bool:
     """DynamicQuantizeMatMul in one call (at one thread; batch 1 above all): A's range
     (float_range), its scale and zero point in float32 as kernelkit.ops.quantize.dynamic_params
     computes them, ``mult = a_scale * b_scale`` (the Mul node's float32 product), then
@@ -396,7 +410,7 @@ def dq_matmul_small(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, h
         return False
     per_col = b_scale.shape[0] > 1
     dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, mult, per_col,
-                   bias, has_bias, flat, bounds, block, 0, (m_n + block - 1) // block)
+                   bias, has_bias, flat, bounds, res, has_res, block, 0, (m_n + block - 1) // block)
     if relu:
         relu_flat(flat)
     return True
