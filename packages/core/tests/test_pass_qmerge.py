@@ -75,26 +75,33 @@ def test_siblings_with_and_without_bias_merge_apart():
 
 
 @pytest.mark.parametrize("vendors", [["reference"], ["numba"]])
-@pytest.mark.parametrize("rows", [1, 40])
-def test_relu_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows):
-    """DynamicQuantizeMatMul -> Relu (an MLP's hidden layer) into one node with activation=Relu,
-    equal to the pair bit for bit (batch 1: the one-call path; 40 rows), -0.0 and all."""
+@pytest.mark.parametrize("rows, n", [(1, 24), (40, 24), (1, 1000), (130, 300)])
+@pytest.mark.parametrize("act", ["Relu", "Gelu"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_activation_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, n, act, threads):
+    """DynamicQuantizeMatMul -> Relu (an MLP's hidden layer) or Gelu (a transformer's first feed-forward
+    product) into one node with that activation, equal to the pair bit for bit (batch 1: the one-call
+    path, column shards at two threads; 40 and 130 rows: row blocks), -0.0 and all."""
     if vendors == ["numba"]:
         pytest.importorskip("kernelkit_numba")
-    rng = np.random.default_rng(rows)
+    elif threads == 2:
+        pytest.skip("the reference has no threads")
+    rng = np.random.default_rng(rows + n)
     g = GraphBuilder("mlp")
-    x = g.input("x", ("N", 64))
-    b = g.constant(rng.integers(-128, 128, (64, 24)).astype(np.int8))
-    y = g.op("DynamicQuantizeMatMul", x, b, g.constant(np.float32(0.01)), None,
-             g.constant(rng.standard_normal(24).astype(np.float32)), domain="com.microsoft")
-    g.output(g.op("Relu", y))
+    x = g.input("x", ("N", 1100))
+    b = g.constant(rng.integers(-128, 128, (1100, n)).astype(np.int8))
+    y = g.op("DynamicQuantizeMatMul", x, b, g.constant(np.float32(0.001)), None,
+             g.constant(rng.standard_normal(n).astype(np.float32)), domain="com.microsoft")
+    g.output(g.op(act, y))
     model = g.build()
-    xv = rng.standard_normal((rows, 64)).astype(np.float32)
-    fused = Session(model, vendors=vendors)
-    assert [n.op_id for n in fused.graph.nodes] == [OP] and fused.graph.nodes[0].attrs["activation"] == "Relu"
-    (got,), (want,) = fused.run(None, {"x": xv}), Session(model, vendors=vendors, passes=False).run(None, {"x": xv})
+    xv = rng.standard_normal((rows, 1100)).astype(np.float32)
+    fused = Session(model, vendors=vendors, threads=threads)
+    assert [n.op_id for n in fused.graph.nodes] == [OP] and fused.graph.nodes[0].attrs["activation"] == act
+    plain = Session(model, vendors=vendors, passes=False, threads=threads)
+    (got,), (want,) = fused.run(None, {"x": xv}), plain.run(None, {"x": xv})
     np.testing.assert_array_equal(got, want)
-    assert (want == 0).any() and (want > 0).any()
+    assert (want == 0).any() if act == "Relu" else (want < 0).any()
+    assert (want > 0).any()
 
 
 @pytest.mark.parametrize("vendors", [["reference"], ["numba"]])

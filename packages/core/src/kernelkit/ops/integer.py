@@ -211,8 +211,8 @@ def _dyn_matmul_infer(ctx) -> TensorSpec:
     for i, name in ((0, "A"), (2, "b_scale"), (4, "bias"), (5, "residual")):
         if ctx.has(i) and ctx.inputs[i].dtype != "float32":
             raise ctx.error(f"{name} must be float32, got {ctx.inputs[i].dtype}")
-    if ctx.attrs["activation"] not in ("", "Relu"):
-        raise ctx.error(f"activation {ctx.attrs['activation']!r} is not '' or 'Relu'")
+    if ctx.attrs["activation"] not in ("", "Relu", "Gelu"):
+        raise ctx.error(f"activation {ctx.attrs['activation']!r} is not '', 'Relu' or 'Gelu'")
     shape = matmul_shapes(ctx, ctx.inputs[0], ctx.inputs[1])[-1]
     parts = list(ctx.attrs["split"] or ())
     n_out = len(ctx.node.outputs)
@@ -235,7 +235,8 @@ def _dyn_matmul_infer(ctx) -> TensorSpec:
 def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None, residual=None, *, activation="", split=()):
     """onnxruntime's fusion of DynamicQuantizeLinear(A) -> MatMulInteger -> Cast -> Mul [-> Add]: A
     quantized to uint8 as DynamicQuantizeLinear does, then MatMulIntegerToFloat's float32 steps;
-    ``activation`` "Relu" (kernelkit's, from the fuse_dynamic_relu pass): the Relu node's np.maximum;
+    ``activation`` "Relu" or "Gelu" (kernelkit's, from the fuse_dynamic_relu pass): the Relu node's
+    np.maximum, the Gelu node's erf form (approximate="none");
     ``split`` (kernelkit's, from merge_dynamic_matmul): the columns cut into one output per entry,
     as a Split on the last axis would; ``residual`` (kernelkit's input, from fuse_dynamic_add): the
     Add node after it, y + residual (same shape)."""
@@ -245,6 +246,10 @@ def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None, residua
     y = matmul_integer_to_float(q, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
     if activation == "Relu":
         np.maximum(y, 0, out=y)
+    elif activation == "Gelu":
+        from .unary import _gelu
+
+        y = _gelu(y, approximate="none")
     if residual is not None:  # as the Add node (broadcasting)
         y = np.add(y, residual, out=y) if residual.shape == y.shape else np.add(y, residual)
     return split_columns(y, split) if split else y
@@ -266,9 +271,10 @@ def _dyn_matmul_samples(rng, dtype):
            _int8(rng, "int8", 7), None], {}  # one row (batch 1), per-column b_zero_point
     yield [rng.standard_normal((2, 10, 600)).astype(dtype), _int8(rng, "int8", 600, 7), np.float32(0.02),
            np.int8(3), rng.standard_normal(7).astype(np.float32)], {}  # more rows than a GEMV
-    for rows in (1, 40):  # a fused Relu (batch 1 and more rows)
-        yield [rng.standard_normal((rows, 64)).astype(dtype), _int8(rng, "int8", 64, 9), np.float32(0.02),
-               None, rng.standard_normal(9).astype(np.float32)], {"activation": "Relu"}
+    for rows in (1, 40):  # a fused Relu, a fused Gelu (batch 1 and more rows)
+        for act in ("Relu", "Gelu"):
+            yield [rng.standard_normal((rows, 64)).astype(dtype), _int8(rng, "int8", 64, 9), np.float32(0.02),
+                   None, rng.standard_normal(9).astype(np.float32)], {"activation": act}
     for shape, n, split in (((1, 64), 300, [100, 100, 100]), ((2, 40, 64), 44, [16, 20, 8])):  # kernelkit's split
         yield ([rng.standard_normal(shape).astype(dtype), _int8(rng, "int8", 64, n),
                 rng.uniform(0.01, 0.02, n).astype(np.float32), _int8(rng, "int8", n),

@@ -18,9 +18,11 @@ Merged only: constant 2-D weights of one dtype and K, constant float32 scales (p
 column) and zero points, biases on all siblings or none, no attributes. Runs after ``fuse_qdq``,
 which makes these nodes.
 
-``fuse_dynamic_relu``: a Relu that alone reads a DynamicQuantizeMatMul's output becomes the node's
-``activation`` attribute (kernelkit's, as QLinearMatMul's): the same max(y, 0) on the same values,
-one node fewer (the MLP's hidden layers), unless a user's kernel overrides that Relu.
+``fuse_dynamic_relu``: a Relu or a Gelu (approximate="none") that alone reads a
+DynamicQuantizeMatMul's output becomes the node's ``activation`` attribute (kernelkit's, as
+QLinearMatMul's): the same max(y, 0), or the same Gelu loop, on the same values, one node fewer
+(the MLP's hidden layers; the transformer's first feed-forward product, whose Gelu then runs on
+each row block in cache and on the product's threads), unless a user's kernel overrides it.
 """
 from __future__ import annotations
 
@@ -128,11 +130,13 @@ def merge_dynamic_matmul(graph: Graph, ctx: PassContext) -> int:
 
 @register_pass("fuse_dynamic_relu", after="merge_dynamic_matmul")
 def fuse_dynamic_relu(graph: Graph, ctx: PassContext) -> int:
-    """DynamicQuantizeMatMul -> Relu into DynamicQuantizeMatMul(activation=Relu)."""
+    """DynamicQuantizeMatMul -> Relu or Gelu into DynamicQuantizeMatMul(activation=Relu or Gelu)."""
     if not any(n.op_id == OP for n in graph.nodes):
         return 0
     index, count = _Index(graph), 0
-    for node in [n for n in graph.nodes if n.op_id == "Relu"]:
+    for node in [n for n in graph.nodes if n.op_id in ("Relu", "Gelu")]:
+        if node.op_id == "Gelu" and _attrs(node).get("approximate", "none") != "none":
+            continue
         producer = index.producers.get(node.inputs[0])
         if producer is None or producer.op_id != OP or index.sole_reader(node.inputs[0]) is not node:
             continue
@@ -140,7 +144,7 @@ def fuse_dynamic_relu(graph: Graph, ctx: PassContext) -> int:
             continue
         if _attrs(producer).get("activation") or _overridden(graph, node, _attrs(node), ctx):
             continue
-        producer.attrs = {**producer.attrs, "activation": "Relu"}
+        producer.attrs = {**producer.attrs, "activation": node.op_id}
         index.splice(producer, node)
         count += 1
     index.commit()

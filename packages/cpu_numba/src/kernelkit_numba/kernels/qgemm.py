@@ -545,12 +545,11 @@ class DynamicQuantizeMatMul(NumbaKernel):
             if out is not None:
                 return out
         y, bounds = self._product(a, b, b_scale, b_zero_point, bias, residual)
-        if self.attrs.get("activation") == "Relu":
-            qpack.relu_flat(y)
-        if residual is not None and bounds is None:  # the paths without the fused add (same shape here)
-            np.add(y, residual, out=y)
-        if bounds is not None:
+        if bounds is not None:  # the micro-kernel's epilogue added the residual and activated
             return column_parts(y, bounds, a.shape)
+        if residual is not None:  # the paths without the fused add (same shape here)
+            np.add(y, residual, out=y)
+        qpack.activate(y.reshape(-1), activation_code(self))
         split = self.attrs.get("split")
         return split_columns(y, split) if split else y
 
@@ -568,7 +567,8 @@ class DynamicQuantizeMatMul(NumbaKernel):
         if tile is not None:  # A quantized straight into the micro-kernel's panels
             bounds = column_bounds(self, tile[1].n)
             x2 = flat.reshape(-1, a.shape[-1])
-            return tiled_dynamic(self, tile, x2, a_scale, a_zp, mult, bias, bounds, _residual(residual, x2)), bounds
+            return tiled_dynamic(self, tile, x2, a_scale, a_zp, mult, bias, bounds, _residual(residual, x2),
+                                 activation_code(self)), bounds
         finish = float_epilogue(self, mult, bias)
         if few_rows(a.shape, b):  # integer dot products read the uint8 A
             q = np.empty(a.shape, np.uint8)
@@ -602,6 +602,14 @@ def column_parts(flat: np.ndarray, bounds: np.ndarray, a_shape):
         return flat.reshape(*lead, int(bounds[1]))
     m = math.prod(lead)
     return tuple(flat[m * int(c0):m * int(c1)].reshape(*lead, int(c1 - c0)) for c0, c1 in zip(bounds[:-1], bounds[1:]))
+
+
+def activation_code(kernel) -> int:
+    """qpack's code of the node's fused activation (attribute ``activation``: "", "Relu", "Gelu")."""
+    return _ACT[kernel.attrs.get("activation") or ""]
+
+
+_ACT = {"": qpack.ACT_NONE, "Relu": qpack.ACT_RELU, "Gelu": qpack.ACT_GELU}
 
 
 def _residual(residual, x2) -> tuple:
@@ -642,7 +650,7 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
     x2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
     m_n, k_n, n_n = x2.shape[0], x2.shape[1], head[5]
     block = m_n if m_n <= GEMV_ROWS else qpack.block_rows(m_n, k_n, head[4] * qpack.NR, head[1])
-    relu = kernel.attrs.get("activation") == "Relu"
+    act = activation_code(kernel)
     bounds = column_bounds(kernel, n_n)
     if not serial:
         threads = config.current_threads()
@@ -650,20 +658,20 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
             return None  # row blocks on the pool (tiled_dynamic)
         groups = -(-head[4] // qpack.GROUP_PANELS)
         if m_n <= GEMV_ROWS and threads > 1 and groups > 1 and 2.0 * m_n * k_n * n_n >= COLUMN_SHARD_OPS:
-            return _column_shards(head, x2, bounds, relu, min(groups, threads), groups, a.shape, residual)
+            return _column_shards(head, x2, bounds, act, min(groups, threads), groups, a.shape, residual)
     flat = np.empty(m_n * n_n, np.float32)
-    if not qpack.dq_matmul_small(head[0], x2, *head[1:], flat, bounds, *_residual(residual, x2), block, relu):
+    if not qpack.dq_matmul_small(head[0], x2, *head[1:], flat, bounds, *_residual(residual, x2), block, act):
         return None
     return column_parts(flat, bounds, a.shape)
 
 
-def _column_shards(head, x2, bounds, relu, count, groups, a_shape, residual):
+def _column_shards(head, x2, bounds, act, count, groups, a_shape, residual):
     """small_dynamic's product for one row block (a few rows) cut into ``count`` shards of B's
     column groups on the pool (qpack.dq_matmul_panels; each shard quantizes the few rows of A
     itself); None when A holds a NaN or an infinity."""
     flat = np.empty(x2.shape[0] * head[5], np.float32)
     ok = np.ones(1, np.bool_)
-    args = (head[0], x2, *head[1:], flat, bounds, *_residual(residual, x2), relu, ok)
+    args = (head[0], x2, *head[1:], flat, bounds, *_residual(residual, x2), act, ok)
     config.run_shards(lambda i: qpack.dq_matmul_panels(*args, i * groups // count, (i + 1) * groups // count), count)
     return column_parts(flat, bounds, a_shape) if ok[0] else None
 
@@ -750,7 +758,7 @@ def tiled_requantized(kernel, tile, a, a_zero_point, mult, bias, y_zero_point, b
     return out.reshape(*a.shape[:-1], pb.n)
 
 
-def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, bounds, res):
+def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, bounds, res, act):
     """DynamicQuantizeMatMul on the micro-kernel, one Numba call per shard of row blocks
     (qpack.dq_matmul_rows): quantize into the panels, product, float32 epilogue into the column
     parts ``bounds`` laid one after the other in the flat result (column_parts)."""
@@ -764,7 +772,7 @@ def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, bounds, res):
     blocks = -(-m_n // block)
     args = (qtile.KIND[variant.name], x2, np.float32(a_scale), np.uint8(a_zp), variant.mr, pb.data, pb.kq,
             pb.n_panels, pb.n, pb.col_sums, pb.k, pb.zp, pb.has_zp, mult, mult.shape[0] > 1, bias_arr, has_bias, out,
-            bounds, *res, block)
+            bounds, *res, act, block)
     config.parallel_for(qpack.dq_matmul_rows, blocks, args, 2.0 * m_n * pb.k * pb.n)
     return out
 

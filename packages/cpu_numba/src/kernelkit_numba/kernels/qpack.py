@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import config
 from ..config import jit, jit_exact
-from . import qtile
+from . import qtile, unary
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 BLOCK_BYTES = 192 * 1024  # rows of A per block: the packed block stays in L2 while B's panels pass
@@ -231,12 +231,13 @@ def pack_quantized(x2, r0, r1, scale, zp, mr, kq, out32, row, rowsum):
 
 @jit_exact
 def to_float_parts(cbuf, ldc, rows, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, flat, bounds, res,
-                   has_res, m_n, r0):
+                   has_res, act, m_n, r0):
     """to_float_rows for each part p of the columns, [bounds[p], bounds[p + 1]), into its own
     C-contiguous (m_n, width) array laid one after the other in ``flat`` (one part: the whole
     (m_n, N) output; several: a merged DynamicQuantizeMatMul's outputs, its ``split`` attribute),
     then + res[row, col] (``has_res``: a residual Add fused by fuse_dynamic_add; res (m_n, N)
-    float32, its own rounding after the epilogue's, as the Add node's)."""
+    float32, its own rounding after the epilogue's, as the Add node's), then the fused activation
+    (``act``: ACT_RELU, ACT_GELU; the Relu and Gelu kernels' own loops) on the rows, still in cache."""
     for p in range(bounds.shape[0] - 1):
         c0, c1 = bounds[p], bounds[p + 1]
         if c1 <= c0:
@@ -248,6 +249,22 @@ def to_float_parts(cbuf, ldc, rows, terms, zb, rowsum, has_zb, mult, per_col, bi
         if has_res:
             for r in range(r0, r0 + rows):
                 add_row(dst[r], res[r][c0:c1])
+        if act != ACT_NONE:
+            activate(dst[r0:r0 + rows].reshape(-1), act)
+
+
+ACT_NONE, ACT_RELU, ACT_GELU = 0, 1, 2  # DynamicQuantizeMatMul's fused activation (attribute ``activation``)
+_GELU_INPLACE = unary._loop_inplace(unary.GELU)  # the Gelu node's in-place loop (approximate="none")
+
+
+@jit
+def activate(y, act):
+    """The fused activation in place on the C-contiguous float32 ``y``: Relu as relu_flat (the Relu
+    kernel's max), Gelu by the Gelu kernel's own loop, so that the fused node equals the pair."""
+    if act == ACT_RELU:
+        relu_flat(y)
+    elif act == ACT_GELU:
+        _GELU_INPLACE(y, np.float32(0), np.float32(0), 0, y.shape[0])
 
 
 @jit_exact
@@ -259,7 +276,7 @@ def add_row(dst, src):
 
 @jit_exact
 def dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, mult, per_col,
-                   bias, has_bias, flat, bounds, res, has_res, block, b_lo, b_hi):
+                   bias, has_bias, flat, bounds, res, has_res, act, block, b_lo, b_hi):
     """Row blocks [b_lo, b_hi) (``block`` rows each) of DynamicQuantizeMatMul on the A-panel
     micro-kernel (qtile.gemm_kind): the rows quantized straight into the panels (pack_quantized),
     the int32 block, then to_float_rows' epilogue (Cast -> Mul -> Add, no FMA contraction) into the
@@ -282,7 +299,7 @@ def dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, 
         pack_quantized(x2, r0, r1, scale, zp, mr, kq, a32, row, rowsum)
         qtile.gemm_kind(kind, abuf, bdata, kq, n_panels, cbuf, ldc, r1 - r0)
         to_float_parts(cbuf, ldc, r1 - r0, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, flat, bounds,
-                       res, has_res, m_n, r0)
+                       res, has_res, act, m_n, r0)
 
 
 INF_KEY = 0x7F800000  # float_range's key of +inf; of -inf:
@@ -344,12 +361,12 @@ GROUP_PANELS = 8  # column shards of dq_matmul_panels: 8 panels (128 columns, th
 
 @jit_exact
 def dq_matmul_panels(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, b_scale, bias, has_bias,
-                     flat, bounds, res, has_res, relu, ok, g_lo, g_hi):
+                     flat, bounds, res, has_res, act, ok, g_lo, g_hi):
     """Column groups [g_lo, g_hi) (GROUP_PANELS B panels each) of DynamicQuantizeMatMul for a few
     rows of A (one row block: batch 1 at two threads, each shard a group range): A's range and
     parameters (dq_params) and its quantized panels are computed by every shard (a few hundred
     values: cheaper than a second parallel region), then this shard's panels' product and
-    epilogue (to_float_rows, the same float32 steps as dq_matmul_rows) and the fused Relu.
+    epilogue (to_float_rows, the same float32 steps as dq_matmul_rows), residual and activation.
     ``ok[0]`` is set False, computing nothing, when A holds a NaN or an infinity."""
     m_n = x2.shape[0]
     mult = np.empty(b_scale.shape[0], np.float32)
@@ -389,18 +406,18 @@ def dq_matmul_panels(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, 
                           has_zb, mu, per_col, bs, has_bias, dst, 0)
             if has_res:
                 add_row(dst[0], res[r][lo:hi])
-            if relu:
-                relu_flat(dst)
+            if act != ACT_NONE:
+                activate(dst.reshape(-1), act)
 
 
 @jit_exact
 def dq_matmul_small(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, b_scale, bias, has_bias,
-                    flat, bounds, res, has_res, block, relu) -> bool:
+                    flat, bounds, res, has_res, block, act) -> bool:
     """DynamicQuantizeMatMul in one call (at one thread; batch 1 above all): A's range
     (float_range), its scale and zero point in float32 as kernelkit.ops.quantize.dynamic_params
     computes them, ``mult = a_scale * b_scale`` (the Mul node's float32 product), then
-    dq_matmul_rows over all row blocks of ``block`` rows (x2 C-contiguous), then a fused Relu
-    (``relu``: relu_flat). Returns
+    dq_matmul_rows over all row blocks of ``block`` rows (x2 C-contiguous; the fused activation
+    ``act`` in its epilogue). Returns
     False, computing nothing, when A holds a NaN or an infinity (the caller's general path keeps
     NumPy's handling of those)."""
     m_n = x2.shape[0]
@@ -410,9 +427,7 @@ def dq_matmul_small(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, h
         return False
     per_col = b_scale.shape[0] > 1
     dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, mult, per_col,
-                   bias, has_bias, flat, bounds, res, has_res, block, 0, (m_n + block - 1) // block)
-    if relu:
-        relu_flat(flat)
+                   bias, has_bias, flat, bounds, res, has_res, act, block, 0, (m_n + block - 1) // block)
     return True
 
 
