@@ -138,3 +138,44 @@ def test_residual_add_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, thre
     plain = Session(model, vendors=vendors, threads=threads, passes=["fuse_qdq"])
     (got,), (want,) = fused.run(None, {"x": xv}), plain.run(None, {"x": xv})
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("vendors", [["reference"], ["numba"]])
+@pytest.mark.parametrize("rows", [1, 40, 130])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_layer_norm_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, threads):
+    """DynamicQuantizeMatMul [+ residual] -> LayerNormalization (a transformer's post-norm) into the
+    node's norm inputs, equal to the unfused graph bit for bit (with and without the residual and the
+    norm's bias; batch 1, 40 and 130 rows; numba at one and two threads). A norm over more than the
+    last axis, or one whose Mean output is read, stays a node."""
+    if vendors == ["numba"]:
+        pytest.importorskip("kernelkit_numba")
+    elif threads == 2:
+        pytest.skip("the reference has no threads")
+    rng = np.random.default_rng(rows)
+    g = GraphBuilder("post_norm")
+    x = g.input("x", ("N", 4, 256))
+    s = g.constant(np.float32(0.01))
+
+    def dq(a, k, n):
+        return g.op("DynamicQuantizeMatMul", a, g.constant(rng.integers(-128, 128, (k, n)).astype(np.int8)), s,
+                    g.constant(np.int8(3)), g.constant(rng.standard_normal(n).astype(np.float32)),
+                    domain="com.microsoft")
+
+    def params(n):
+        return g.constant(rng.uniform(0.5, 2, n).astype(np.float32)), g.constant(rng.standard_normal(n).astype(
+            np.float32))
+
+    h = g.op("LayerNormalization", g.op("Add", x, dq(x, 256, 256)), *params(256), epsilon=1e-3)  # residual + norm
+    h = g.op("LayerNormalization", dq(h, 256, 256), params(256)[0], axis=2)  # no residual, no bias
+    h = g.op("LayerNormalization", dq(h, 256, 256), *params((4, 256)), axis=-2)  # two axes: stays
+    y, mean, _ = g.op("LayerNormalization", dq(h, 256, 256), *params(256), outputs=3)  # Mean read: stays
+    g.output(g.op("Add", y, mean))
+    model = g.build()
+    xv = rng.standard_normal((rows // 4 + 1, 4, 256)).astype(np.float32)
+    fused = Session(model, vendors=vendors, threads=threads)
+    assert fused.passes_fired.get("fuse_dynamic_norm") == 2
+    assert [n.op_id for n in fused.graph.nodes].count("LayerNormalization") == 2
+    plain = Session(model, vendors=vendors, threads=threads, passes=["fuse_qdq"])
+    (got,), (want,) = fused.run(None, {"x": xv}), plain.run(None, {"x": xv})
+    np.testing.assert_array_equal(got, want)

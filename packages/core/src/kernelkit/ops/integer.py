@@ -216,11 +216,18 @@ def _dyn_matmul_infer(ctx) -> TensorSpec:
     shape = matmul_shapes(ctx, ctx.inputs[0], ctx.inputs[1])[-1]
     parts = list(ctx.attrs["split"] or ())
     n_out = len(ctx.node.outputs)
-    if ctx.has(5):
+    if ctx.has(5) or ctx.has(6) or ctx.has(7):
         if parts or ctx.attrs["activation"]:
-            raise ctx.error("a residual input goes with neither 'split' nor 'activation'")
-        return TensorSpec(broadcast_shapes(shape, ctx.inputs[5].shape, where="DynamicQuantizeMatMul's residual"),
-                          "float32")
+            raise ctx.error("residual and norm inputs go with neither 'split' nor 'activation'")
+        if ctx.has(7) and not ctx.has(6):
+            raise ctx.error("norm_bias needs norm_scale")
+        if ctx.has(5):
+            shape = broadcast_shapes(shape, ctx.inputs[5].shape, where="DynamicQuantizeMatMul's residual")
+        for i, name in ((6, "norm_scale"), (7, "norm_bias")):
+            if ctx.has(i) and (ctx.inputs[i].dtype != "float32" or
+                               broadcast_shapes(ctx.inputs[i].shape, shape[-1:], where=name) != tuple(shape[-1:])):
+                raise ctx.error(f"{name} {ctx.inputs[i]} is not float32 over the last axis {shape[-1:]}")
+        return TensorSpec(tuple(shape), "float32")
     if not parts:
         if n_out != 1:
             raise ctx.error(f"node has {n_out} outputs; more than one needs the 'split' attribute")
@@ -232,14 +239,17 @@ def _dyn_matmul_infer(ctx) -> TensorSpec:
 
 @register_kernel("DynamicQuantizeMatMul", domain="com.microsoft", device="cpu", vendor="reference", dtype="float32",
                  priority=-100)
-def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None, residual=None, *, activation="", split=()):
+def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None, residual=None, norm_scale=None,
+                            norm_bias=None, *, activation="", split=(), norm_epsilon=1e-5):
     """onnxruntime's fusion of DynamicQuantizeLinear(A) -> MatMulInteger -> Cast -> Mul [-> Add]: A
     quantized to uint8 as DynamicQuantizeLinear does, then MatMulIntegerToFloat's float32 steps;
     ``activation`` "Relu" or "Gelu" (kernelkit's, from the fuse_dynamic_relu pass): the Relu node's
     np.maximum, the Gelu node's erf form (approximate="none");
     ``split`` (kernelkit's, from merge_dynamic_matmul): the columns cut into one output per entry,
     as a Split on the last axis would; ``residual`` (kernelkit's input, from fuse_dynamic_add): the
-    Add node after it, y + residual (same shape)."""
+    Add node after it, y + residual (same shape); ``norm_scale`` [``norm_bias``] (kernelkit's, from
+    fuse_dynamic_norm): then the LayerNormalization node after it, over the last axis with
+    ``norm_epsilon``."""
     from .quantize import dynamic_quantize_linear
 
     q, a_scale, a_zero_point = dynamic_quantize_linear(a)
@@ -252,6 +262,10 @@ def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None, residua
         y = _gelu(y, approximate="none")
     if residual is not None:  # as the Add node (broadcasting)
         y = np.add(y, residual, out=y) if residual.shape == y.shape else np.add(y, residual)
+    if norm_scale is not None:
+        from .layernorm import layer_normalization
+
+        y = layer_normalization(y, norm_scale, norm_bias, axis=-1, epsilon=norm_epsilon)[0]
     return split_columns(y, split) if split else y
 
 
@@ -283,10 +297,17 @@ def _dyn_matmul_samples(rng, dtype):
         yield [rng.standard_normal(shape).astype(dtype), _int8(rng, "int8", shape[-1], 24), np.float32(0.02),
                np.int8(-3), rng.standard_normal(24).astype(np.float32),
                rng.standard_normal(shape[:-1] + (24,)).astype(np.float32)], {}
+        # and the LayerNormalization after it (kernelkit's norm inputs)
+        yield [rng.standard_normal(shape).astype(dtype), _int8(rng, "int8", shape[-1], 24), np.float32(0.02),
+               np.int8(-3), rng.standard_normal(24).astype(np.float32),
+               rng.standard_normal(shape[:-1] + (24,)).astype(np.float32), rng.uniform(0.5, 2, 24).astype(np.float32),
+               rng.standard_normal(24).astype(np.float32)], {"norm_epsilon": 1e-3}
 
 
 register_op("DynamicQuantizeMatMul", domain="com.microsoft",
-            attrs={"activation": ("string", ""), "activation_params": ("floats", ()), "split": ("ints", ())},
-            inputs=["A", "B", "b_scale", "b_zero_point?", "bias?", "residual?"], outputs=["Y*"],
+            attrs={"activation": ("string", ""), "activation_params": ("floats", ()), "split": ("ints", ()),
+                   "norm_epsilon": ("float", 1e-5)},
+            inputs=["A", "B", "b_scale", "b_zero_point?", "bias?", "residual?", "norm_scale?", "norm_bias?"],
+            outputs=["Y*"],
             infer=_dyn_matmul_infer, samples=_dyn_matmul_samples,
             flops=lambda ctx: _flops(matmul_shapes(ctx, ctx.inputs[0], ctx.inputs[1])))

@@ -199,3 +199,64 @@ def fuse_dynamic_add(graph: Graph, ctx: PassContext) -> int:
         return 0
     graph.nodes = [at_add.get(id(n), n) for n in graph.nodes if id(n) not in moved]
     return len(at_add)
+
+
+@register_pass("fuse_dynamic_norm", after="fuse_dynamic_add")
+def fuse_dynamic_norm(graph: Graph, ctx: PassContext) -> int:
+    """DynamicQuantizeMatMul [+ residual] -> LayerNormalization (last axis) into the node's norm inputs.
+
+    A transformer's LayerNormalization after each residual product becomes the epilogue's last
+    step: each row block, whose rows are whole, is normalized by the LayerNormalization kernel's
+    own row loop while in cache and on the product's threads (bit for bit the node's). Fused only
+    where the product's single output is read by that node alone, it normalizes over the last axis
+    with stash_type 1, its Mean and InvStdDev are unused, its Scale and B are float32 of the last
+    dimension, the product has no ``activation`` or ``split``, and no user kernel overrides it."""
+    if not any(n.op_id == OP for n in graph.nodes):
+        return 0
+    index = _Index(graph)
+    at_norm: dict[int, Node] = {}
+    moved: set[int] = set()
+    for node in [n for n in graph.nodes if n.op_id == "LayerNormalization"]:
+        producer = index.producers.get(node.inputs[0])
+        if producer is None or producer.op_id != OP or id(producer) in moved or len(producer.outputs) != 1:
+            continue
+        attrs, ln = _attrs(producer), _attrs(node)
+        x = producer.outputs[0]
+        spec = graph.spec(x)
+        if attrs.get("activation") or attrs.get("split") or len(producer.inputs) > 6 or \
+                index.sole_reader(x) is not node or spec is None or spec.shape is None or not spec.shape:
+            continue
+        rank, n = len(spec.shape), spec.shape[-1]
+        if ln.get("axis", -1) not in (-1, rank - 1) or ln.get("stash_type", 1) != 1 or not isinstance(n, int):
+            continue
+        if any(o and not index.unused(o) for o in node.outputs[1:]):
+            continue
+        params = (list(node.inputs) + ["", ""])[1:3]
+        specs = [graph.spec(p) if p else None for p in params]
+        if specs[0] is None or any(s is not None and (s.dtype != "float32" or tuple(s.shape or ()) != (n,))
+                                   for s in specs):
+            continue
+        if _overridden(graph, node, ln, ctx):
+            continue
+        producer.inputs = (list(producer.inputs) + [""] * 6)[:6] + params
+        while not producer.inputs[-1]:
+            producer.inputs.pop()
+        producer.attrs = {**producer.attrs, "norm_epsilon": float(ln.get("epsilon", 1e-5))}
+        index.remove(node)
+        index.readers.pop(x, None)
+        index.producers.pop(x, None)
+        for p in params:
+            if p:
+                index.readers.setdefault(p, []).append(producer)
+        producer.outputs = [node.outputs[0]]
+        index.producers[node.outputs[0]] = producer
+        graph.values.pop(x, None)
+        for o in node.outputs[1:]:
+            if o:
+                graph.values.pop(o, None)
+        at_norm[id(node)] = producer
+        moved.add(id(producer))
+    if not at_norm:
+        return 0
+    graph.nodes = [at_norm.get(id(n), n) for n in graph.nodes if id(n) not in moved]
+    return len(at_norm)

@@ -28,6 +28,7 @@ from .._base import NumbaKernel
 from .._base import readonly as _readonly
 from ..config import jit_exact, jit_parallel
 from . import qpack, qtile
+from .norm import layer_normalization
 from .quantize import dynamic_range, quantize_flat, quantize_offset
 
 EXACT = float(1 << 24)  # float32 represents every integer up to this exactly
@@ -525,35 +526,43 @@ class DynamicQuantizeMatMul(NumbaKernel):
         path (small_dynamic), else ``run`` (the general path at this node's thread budget)."""
         run = self.run
 
-        def call(a, b, b_scale, b_zero_point=None, bias=None, residual=None, out=None):
+        def call(a, b, b_scale, b_zero_point=None, bias=None, residual=None, norm_scale=None, norm_bias=None,
+                 out=None):
             a = _readonly(a)
-            y = small_dynamic(self, a, b, b_scale, b_zero_point, bias, True, residual) if a.size and a.shape[-1] \
-                else None
-            return run((a, b, b_scale, b_zero_point, bias, residual), None) if y is None else y
+            y = small_dynamic(self, a, b, b_scale, b_zero_point, bias, True, residual, norm_scale, norm_bias) \
+                if a.size and a.shape[-1] else None
+            return run((a, b, b_scale, b_zero_point, bias, residual, norm_scale, norm_bias), None) if y is None else y
 
         return call
 
-    def compute(self, a, b, b_scale, b_zero_point=None, bias=None, residual=None):
+    def compute(self, a, b, b_scale, b_zero_point=None, bias=None, residual=None, norm_scale=None, norm_bias=None):
         """The product [+ bias], then the fused Relu (attribute ``activation``, the fuse_dynamic_relu
         pass) or + ``residual`` (kernelkit's input, the fuse_dynamic_add pass); one output, or one per
         part of the columns (attribute ``split``, merge_dynamic_matmul: the micro-kernel's epilogue
-        writes each part into its own array)."""
-        if residual is not None and residual.shape != a.shape[:-1] + b.shape[-1:]:  # broadcast: as the Add node
-            return np.add(self.compute(a, b, b_scale, b_zero_point, bias), residual)
+        writes each part into its own array); then LayerNormalization over the last axis (inputs
+        ``norm_scale``, ``norm_bias``, attribute ``norm_epsilon``: the fuse_dynamic_norm pass)."""
+        if residual is not None and residual.shape != a.shape[:-1] + b.shape[-1:] or \
+                norm_scale is not None and _norm_params(self, norm_scale, norm_bias, b.shape[-1]) is None:
+            y = self.compute(a, b, b_scale, b_zero_point, bias)  # broadcasting: the Add and LayerNormalization nodes'
+            y = y if residual is None else np.add(y, residual)
+            return y if norm_scale is None else layer_normalization(
+                y, norm_scale, norm_bias, axis=-1, epsilon=self.attrs.get("norm_epsilon", 1e-5))[0]
         if a.shape[-1] and a.size:  # one Numba call where one shard takes it (one thread; batch 1)
-            out = small_dynamic(self, a, b, b_scale, b_zero_point, bias, False, residual)
+            out = small_dynamic(self, a, b, b_scale, b_zero_point, bias, False, residual, norm_scale, norm_bias)
             if out is not None:
                 return out
-        y, bounds = self._product(a, b, b_scale, b_zero_point, bias, residual)
-        if bounds is not None:  # the micro-kernel's epilogue added the residual and activated
+        y, bounds = self._product(a, b, b_scale, b_zero_point, bias, residual, norm_scale, norm_bias)
+        if bounds is not None:  # the micro-kernel's epilogue added the residual, activated, normalized
             return column_parts(y, bounds, a.shape)
         if residual is not None:  # the paths without the fused add (same shape here)
             np.add(y, residual, out=y)
+        if norm_scale is not None:
+            y = layer_normalization(y, norm_scale, norm_bias, axis=-1, epsilon=self.attrs.get("norm_epsilon", 1e-5))[0]
         qpack.activate(y.reshape(-1), activation_code(self))
         split = self.attrs.get("split")
         return split_columns(y, split) if split else y
 
-    def _product(self, a, b, b_scale, b_zero_point, bias, residual):
+    def _product(self, a, b, b_scale, b_zero_point, bias, residual, norm_scale=None, norm_bias=None):
         """(y, bounds): the parts laid one after the other in a flat y (column_parts; + residual
         included), or (the whole product, None)."""
         flat, a_scale, a_zp = dynamic_range(a)
@@ -567,8 +576,9 @@ class DynamicQuantizeMatMul(NumbaKernel):
         if tile is not None:  # A quantized straight into the micro-kernel's panels
             bounds = column_bounds(self, tile[1].n)
             x2 = flat.reshape(-1, a.shape[-1])
+            norm = _norm_params(self, norm_scale, norm_bias, tile[1].n)
             return tiled_dynamic(self, tile, x2, a_scale, a_zp, mult, bias, bounds, _residual(residual, x2),
-                                 activation_code(self)), bounds
+                                 activation_code(self), norm), bounds
         finish = float_epilogue(self, mult, bias)
         if few_rows(a.shape, b):  # integer dot products read the uint8 A
             q = np.empty(a.shape, np.uint8)
@@ -604,6 +614,23 @@ def column_parts(flat: np.ndarray, bounds: np.ndarray, a_shape):
     return tuple(flat[m * int(c0):m * int(c1)].reshape(*lead, int(c1 - c0)) for c0, c1 in zip(bounds[:-1], bounds[1:]))
 
 
+def _norm_params(kernel, scale, bias, n: int):
+    """(norm, has_norm) arguments of the qpack kernels for a fused LayerNormalization over the last
+    axis: ((scale, bias, epsilon), True) with scale and bias as N contiguous float32 (as the
+    LayerNormalization kernel makes them), a stand-in without one, None where they are not of N."""
+    if scale is None:
+        return NO_NORM, False
+    if scale.size != n or (bias is not None and bias.size != n):
+        return None
+    eps = float(kernel.attrs.get("norm_epsilon", 1e-5))
+    s = np.ascontiguousarray(scale, np.float32).reshape(n)
+    b = np.zeros(n, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32).reshape(n)
+    return (s, b, eps), True
+
+
+NO_NORM = (np.zeros(1, np.float32), np.zeros(1, np.float32), 0.0)
+
+
 def activation_code(kernel) -> int:
     """qpack's code of the node's fused activation (attribute ``activation``: "", "Relu", "Gelu")."""
     return _ACT[kernel.attrs.get("activation") or ""]
@@ -622,7 +649,8 @@ def _residual(residual, x2) -> tuple:
 NO_RESIDUAL = np.zeros((1, 1), np.float32)
 
 
-def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = False, residual=None):
+def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = False, residual=None, norm_scale=None,
+                  norm_bias=None):
     """DynamicQuantizeMatMul on the micro-kernel as one Numba call (qpack.dq_matmul_small: range,
     parameters, quantize into the panels, product, epilogue) where the product is one shard (one
     thread, or little work), its constant arguments kept on the kernel while the same read-only arrays
@@ -652,15 +680,19 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
     block = m_n if m_n <= GEMV_ROWS else qpack.block_rows(m_n, k_n, head[4] * qpack.NR, head[1])
     act = activation_code(kernel)
     bounds = column_bounds(kernel, n_n)
+    norm = _norm_params(kernel, norm_scale, norm_bias, n_n)
+    if norm is None:
+        return None
     if not serial:
         threads = config.current_threads()
         if m_n > block and config.shard_count(-(-m_n // block), 2.0 * m_n * k_n * n_n) > 1:
             return None  # row blocks on the pool (tiled_dynamic)
         groups = -(-head[4] // qpack.GROUP_PANELS)
-        if m_n <= GEMV_ROWS and threads > 1 and groups > 1 and 2.0 * m_n * k_n * n_n >= COLUMN_SHARD_OPS:
+        if m_n <= GEMV_ROWS and threads > 1 and groups > 1 and 2.0 * m_n * k_n * n_n >= COLUMN_SHARD_OPS and \
+                not norm[1]:  # a norm needs whole rows
             return _column_shards(head, x2, bounds, act, min(groups, threads), groups, a.shape, residual)
     flat = np.empty(m_n * n_n, np.float32)
-    if not qpack.dq_matmul_small(head[0], x2, *head[1:], flat, bounds, *_residual(residual, x2), block, act):
+    if not qpack.dq_matmul_small(head[0], x2, *head[1:], flat, bounds, *_residual(residual, x2), block, act, *norm):
         return None
     return column_parts(flat, bounds, a.shape)
 
@@ -758,7 +790,7 @@ def tiled_requantized(kernel, tile, a, a_zero_point, mult, bias, y_zero_point, b
     return out.reshape(*a.shape[:-1], pb.n)
 
 
-def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, bounds, res, act):
+def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, bounds, res, act, norm):
     """DynamicQuantizeMatMul on the micro-kernel, one Numba call per shard of row blocks
     (qpack.dq_matmul_rows): quantize into the panels, product, float32 epilogue into the column
     parts ``bounds`` laid one after the other in the flat result (column_parts)."""
@@ -772,7 +804,7 @@ def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, bounds, res, act)
     blocks = -(-m_n // block)
     args = (qtile.KIND[variant.name], x2, np.float32(a_scale), np.uint8(a_zp), variant.mr, pb.data, pb.kq,
             pb.n_panels, pb.n, pb.col_sums, pb.k, pb.zp, pb.has_zp, mult, mult.shape[0] > 1, bias_arr, has_bias, out,
-            bounds, *res, act, block)
+            bounds, *res, act, *norm, block)
     config.parallel_for(qpack.dq_matmul_rows, blocks, args, 2.0 * m_n * pb.k * pb.n)
     return out
 
