@@ -11,7 +11,9 @@ fresh entry. A save that fails costs only speed and is logged.
 Numba keys an entry on the kernel's own bytecode and its file's time stamp, not on the helpers it
 inlines from other modules (an epilogue, a typed index, a constant): editing ``epilogue.py`` would
 leave ``conv.py``'s cached code in use. The index key therefore also carries a fingerprint of every
-source file of this package, so any change to the package recompiles its kernels.
+source file of this package, so any change to the package recompiles its kernels. A closure compiled
+once per variant (ftile's drivers) is keyed on its variant's name (``CLOSURE_KEY``) rather than on a
+pickle of its cells, which differs in every process where a cell holds an intrinsic.
 
 The cache folder must be writable only by the user (it holds pickles, which this module does not make
 safe to read from someone else); ``NUMBA_CACHE_DIR`` moves it.
@@ -56,12 +58,24 @@ def package_fingerprint() -> str:
     return digest.hexdigest()
 
 
+# A closure's cache key: Numba hashes a pickle of the closure's cells, which for cells that pickle
+# differently in every process (an intrinsic carries a random id) is a new key each time: the entry
+# is never found, and every process appends another. A closure kernelkit compiles per variant names
+# its variant in this attribute instead (a str that, with the package's sources, fixes its code).
+CLOSURE_KEY = "_kernelkit_cache_key"
+
+
 class CheckedCache(FunctionCache):
     """``FunctionCache`` whose unreadable entries are discarded and recompiled, keyed also on the
     package's sources (see the module doc)."""
 
     def _index_key(self, sig, codegen):
-        return (*super()._index_key(sig, codegen), package_fingerprint())
+        key = getattr(self._py_func, CLOSURE_KEY, None)
+        if key is None:
+            return (*super()._index_key(sig, codegen), package_fingerprint())
+        digest = hashlib.sha256(self._py_func.__code__.co_code).hexdigest()
+        return (sig, codegen.magic_tuple(), (digest, hashlib.sha256(key.encode()).hexdigest()),
+                package_fingerprint())
 
     def load_overload(self, sig, target_context):
         try:
