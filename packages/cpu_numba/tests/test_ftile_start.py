@@ -14,7 +14,7 @@ import pytest
 from kernelkit_numba.kernels import ftile
 
 JIT_OFF = os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
-pytestmark = pytest.mark.skipif(JIT_OFF, reason="nothing is compiled or cached when NUMBA_DISABLE_JIT=1")
+NO_JIT = pytest.mark.skipif(JIT_OFF, reason="nothing is compiled or cached when NUMBA_DISABLE_JIT=1")
 BEST = "avx512" if ftile.available("avx512") else "avx2" if ftile.available("avx2") else None
 
 # Three convolutions that take the three kinds of ftile driver where the variant has them: a 1x1 (rows
@@ -106,6 +106,7 @@ def _variants(compiled: dict) -> set:
     return {key.rsplit(".", 1)[-1] if key.startswith("ftile.") else "generic" for key in compiled}
 
 
+@NO_JIT
 @pytest.mark.parametrize("value", ["generic", "auto"])
 def test_a_session_compiles_only_the_variant_it_runs(tmp_path, value):
     """A Session (rows tiles, Winograd on the tiles, cols tiles) compiles the drivers of its variant
@@ -122,6 +123,7 @@ def test_a_session_compiles_only_the_variant_it_runs(tmp_path, value):
         assert f"ftile.cols.{BEST}" in run["compiled"], run
 
 
+@NO_JIT
 @pytest.mark.skipif(BEST is None, reason="only the generic variant runs on this CPU")
 def test_switching_the_variant_compiles_the_new_one(tmp_path):
     """KERNELKIT_F32_GEMM is read on every call: switching it in a running session compiles the new
@@ -132,6 +134,7 @@ def test_switching_the_variant_compiles_the_new_one(tmp_path):
     assert third["variant"] is None and third["compiled"] == second["compiled"]
 
 
+@NO_JIT
 def test_variant_drivers_are_cached_under_their_own_stable_key():
     """Each variant's driver has its own index key (the variant's name, not a pickle of the closure's
     intrinsics, which differs in every process), and the key carries Numba's CPU name and features."""
@@ -153,6 +156,7 @@ def test_variant_drivers_are_cached_under_their_own_stable_key():
     assert again[0] == again[1] == repr(keys[2]) + "\n"
 
 
+@NO_JIT
 def test_cached_drivers_load_only_for_their_variant_and_cpu(tmp_path):
     """The next process on the same variant and CPU loads the driver (no compilation); another CPU
     (NUMBA_CPU_NAME=generic: another key) or another variant compiles its own, each result exact."""
@@ -171,3 +175,22 @@ def test_cached_drivers_load_only_for_their_variant_and_cpu(tmp_path):
         runs.append(best)
     for run in runs:
         assert run["err"] < 1e-4, run
+
+
+def test_progress_line_names_a_variant_driver_by_its_variant():
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from kernelkit_numba import progress
+
+    shown = []
+
+    @contextmanager
+    def task(description):  # stands in for kernelkit.progress.task
+        shown.append(description)
+        yield
+
+    line = progress._Line(task)
+    line.on_start(SimpleNamespace(data={"dispatcher": ftile.rows_driver(0)}))
+    line.on_end(None)
+    assert shown == ["kernelkit-numba: compiling ftile.rows.generic (0 compiled)"]
