@@ -12,7 +12,8 @@ cache lookup, when numba ran every node) and a summary::
 temporary one, is emptied before each mode's cold process; modes: default ``tiered,eager``.
 ``--old DIR``: a tree with the same ``packages/*/src`` layout, e.g. ``git archive main packages
 benchmarks | tar -x -C /tmp/main``, its cold + warm processes alternated with this checkout's, each
-round; the summary gives medians over the rounds.)
+round; the summary gives medians over the rounds. ``PYTHONDONTWRITEBYTECODE`` is dropped for the
+processes, as in bench_warm_start.py: an installed package has its ``.pyc`` files.)
 """
 from __future__ import annotations
 
@@ -110,13 +111,14 @@ def main() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     cache = args.cache or tempfile.mkdtemp(prefix="numba_cache_")
     variants = _variants(args.old, here)
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # imports use .pyc files
     rows: dict = {}
     for r in range(args.rounds):
         for mode in args.modes.split(","):
             for variant, (path, bench) in variants.items():
                 shutil.rmtree(cache, ignore_errors=True)
                 os.makedirs(cache)
-                env = {**os.environ, "NUMBA_CACHE_DIR": cache, "KERNELKIT_NUMBA_START": mode}
+                env = {**base, "NUMBA_CACHE_DIR": cache, "KERNELKIT_NUMBA_START": mode}
                 if args.old:
                     env["PYTHONPATH"] = path
                 for label in ("cold", "warm"):
