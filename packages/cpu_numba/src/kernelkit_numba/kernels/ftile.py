@@ -30,6 +30,7 @@ along its channels' NCHW rows.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import numba
@@ -41,6 +42,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .. import config
+from ..cache import CLOSURE_KEY
 from ..config import jit
 from .qtile import host_features, k_loop
 
@@ -238,16 +240,6 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool):
     return tile
 
 
-_t512 = _tile_intrinsic("avx512", 8, 2, False, False)
-_t512m = _tile_intrinsic("avx512", 8, 2, True, False)
-_t512z = _tile_intrinsic("avx512", 8, 2, False, True)
-_t512mz = _tile_intrinsic("avx512", 8, 2, True, True)
-_t2 = _tile_intrinsic("avx2", 6, 2, False, False)
-_t2m = _tile_intrinsic("avx2", 6, 2, True, False)
-_t2z = _tile_intrinsic("avx2", 6, 2, False, True)
-_t2mz = _tile_intrinsic("avx2", 6, 2, True, True)
-
-
 @jit
 def _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off, ldo, lo, hi, out, m_valid,
                   n_valid, acc):
@@ -273,9 +265,10 @@ def _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off
             out[o_off + r * ldo + j] = v
 
 
-def _rows_driver(full, masked, full_z, masked_z, mr, nr):
+def _rows_driver(kind: int, full, masked, full_z, masked_z):
     """conv_tiles' loops for one variant, its four tiles fixed (a driver that dispatched on the kind
     inside the pixel loop, even inlined, ran small-K layers 20% slower)."""
+    mr, nr = MR[kind], NR[kind]
 
     def tiles(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block, groups,
               kc, pack, xp, s_lo, s_hi):
@@ -327,11 +320,7 @@ def _rows_driver(full, masked, full_z, masked_z, mr, nr):
                             masked(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
                                    m_valid, nv)
 
-    return jit(tiles)
-
-
-_rows_512 = _rows_driver(_t512, _t512m, _t512z, _t512mz, 8, 32)
-_rows_2 = _rows_driver(_t2, _t2m, _t2z, _t2mz, 6, 16)
+    return _variant_jit(tiles, "rows", kind)
 
 
 @jit
@@ -347,10 +336,30 @@ def _generic_tile_noz(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, l
                   np.empty(64, np.float32))
 
 
-_rows_generic = _rows_driver(_generic_tile_noz, _generic_tile_noz, _generic_tile, _generic_tile, 4, 16)
+_NAME = {v: k for k, v in KIND.items()}
 
 
-@jit
+def _variant_jit(fn, driver: str, kind: int):
+    """``jit(fn)`` for a driver closure of one variant. Numba keys a cached closure on a pickle of
+    its cells, and the cells here (intrinsics: pickled with a random per-process id) differ in every
+    process, so the key is the variant's name instead (cache.CLOSURE_KEY); the intrinsics' IR is
+    fixed by the package's sources, which every key also carries (cache.package_fingerprint), and by
+    the CPU features, which Numba's key carries."""
+    setattr(fn, CLOSURE_KEY, f"ftile.{driver}.{_NAME[kind]}")
+    return jit(fn)
+
+
+@functools.cache
+def rows_driver(kind: int):
+    """The compiled loops of conv_tiles for variant ``kind``, built on first use: a process compiles
+    (or loads from the cache) only the variants it runs."""
+    if kind == 0:
+        return _rows_driver(0, _generic_tile_noz, _generic_tile_noz, _generic_tile, _generic_tile)
+    name, mr = _NAME[kind], MR[kind]
+    tiles = [_tile_intrinsic(name, mr, 2, masked, with_z) for with_z in (False, True) for masked in (False, True)]
+    return _rows_driver(kind, *tiles)
+
+
 def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
                groups, kc, pack, xp, s_lo, s_hi):
     """Shards [s_lo, s_hi) of a convolution's product on the tiles of ``kind``: shard s is pixel block
@@ -361,15 +370,8 @@ def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z,
     clamp), the last one the epilogue. ``pack``: each chunk of the block's rows is first copied into
     tile order ([tile][k][nr], ``xp``: a scratch of at least block * kc floats), so that a tile reads
     one contiguous stream instead of one line from each of kc rows (kc pages apart where a row is 4
-    KiB or more)."""
-    if kind == 2:
-        _rows_512(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block, groups,
-                  kc, pack, xp, s_lo, s_hi)
-    elif kind == 1:
-        _rows_2(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block, groups,
-                kc, pack, xp, s_lo, s_hi)
-    else:
-        _rows_generic(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
+    KiB or more). Only variant ``kind``'s driver is compiled (rows_driver)."""
+    rows_driver(kind)(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
                       groups, kc, pack, xp, s_lo, s_hi)
 
 
@@ -478,14 +480,13 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool):
 COLS_WIDTH = {1: 16, 2: 48}  # channels per panel (cv * lanes): pack_weights(W, COLS_WIDTH[kind])
 COLS_LANES = {1: 8, 2: 16}  # the output channels must be a multiple of this
 COLS_KC = 512  # K per chunk of the cols tiles (a chunk of the 48-channel panel: 96 KiB, in L2)
-_c512 = _cols_intrinsic("avx512", 3, 7, False)
-_c512z = _cols_intrinsic("avx512", 3, 7, True)
-_c2 = _cols_intrinsic("avx2", 2, 6, False)
-_c2z = _cols_intrinsic("avx2", 2, 6, True)
+COLS_MP = {1: 6, 2: 7}  # pixels per cols tile
+COLS_CV = {1: 2, 2: 3}  # channel vectors per cols tile
 
 
-def _cols_driver(tile, tile_z, width, mp):
+def _cols_driver(kind: int, tile, tile_z):
     """conv_cols' loops for one variant, its two tiles fixed (see _rows_driver)."""
+    width, mp = COLS_WIDTH[kind], COLS_MP[kind]
 
     def panels(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi):
         tiles = (n_pix + mp - 1) // mp
@@ -506,25 +507,24 @@ def _cols_driver(tile, tile_z, width, mp):
                         tile(wp, w_off, x, k0 * ldx + p0, ldx, kk, first, final, acc, t * mp * width, bias, r0, z,
                              r0 * ldo + p0, ldo, lo, hi, out, m_valid, min(mp, n_pix - p0))
 
-    return jit(panels)
+    return _variant_jit(panels, "cols", kind)
 
 
-_cols_512 = _cols_driver(_c512, _c512z, 48, 7)
-_cols_2 = _cols_driver(_c2, _c2z, 16, 6)
+@functools.cache
+def cols_driver(kind: int):
+    """The compiled loops of conv_cols for variant ``kind`` (1 or 2), built on first use."""
+    name = _NAME[kind]
+    return _cols_driver(kind, *(_cols_intrinsic(name, COLS_CV[kind], COLS_MP[kind], z) for z in (False, True)))
 
 
-@jit
 def conv_cols(kind, wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi):
     """Weight panels [s_lo, s_hi) (COLS_WIDTH[kind] channels each; m_n a multiple of the lanes) of a
     convolution with few pixels on the cols tiles (kind 1 or 2): per panel, K in chunks of ``kc``,
     each chunk over every tile of COLS_MP pixels, the partial sums in a scratch (pixel, channel)
     block (``acc``: a scratch of at least scratch_size(kind, True, n_pix) floats); the last chunk
     applies the epilogue and writes the NCHW rows of ``out`` (row stride ldo, pixels from 0; ``x``
-    rows of ldx, ``z`` shaped like out)."""
-    if kind == 2:
-        _cols_512(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi)
-    else:
-        _cols_2(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi)
+    rows of ldx, ``z`` shaped like out). Only variant ``kind``'s driver is compiled (cols_driver)."""
+    cols_driver(kind)(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi)
 
 
 # ------------------------------------------------------------------------ Winograd's batched GEMMs
@@ -534,31 +534,57 @@ def pack_batched(u: np.ndarray, width: int) -> np.ndarray:
     return np.stack([pack_weights(np.ascontiguousarray(u[i], np.float32), width) for i in range(u.shape[0])])
 
 
-@jit
+def _batched_driver(kind: int, cols: bool):
+    """batched_gemms' loops for variant ``kind`` on the cols tiles (``cols``) or the rows tiles: one
+    closure each, so that a process compiles only the driver it calls. ``no`` (False), ``zero`` (0)
+    and ``kc`` come as arguments: a constant passed to a jitted function is typed as a literal, and
+    the tiles' driver would be compiled again for it (conv.py passes them from Python: bool, int64)."""
+    width = COLS_WIDTH[kind] if cols else MR[kind]
+    tiles = cols_driver(kind) if cols else rows_driver(kind)
+
+    def gemms_cols(wp, m_n, c_n, v, nt, mo, zeros, groups, no, zero, kc, scratch, s_lo, s_hi):
+        panels = (m_n + width - 1) // width
+        inf = np.float32(np.inf)
+        for s in range(s_lo, s_hi):
+            i = s // groups
+            g = s - i * groups
+            q0, q1 = g * panels // groups, (g + 1) * panels // groups
+            tiles(wp[i], c_n, m_n, v[i, :c_n * nt], nt, nt, zeros, zeros, no, -inf, inf, mo[i, :m_n * nt], nt,
+                  kc, scratch, q0, q1)
+
+    def gemms_rows(wp, m_n, c_n, v, nt, mo, zeros, groups, no, zero, kc, scratch, s_lo, s_hi):
+        panels = (m_n + width - 1) // width
+        inf = np.float32(np.inf)
+        for s in range(s_lo, s_hi):
+            i = s // groups
+            g = s - i * groups
+            q0, q1 = g * panels // groups, (g + 1) * panels // groups
+            # one pixel block (all nt columns) and one panel a "group": conv_tiles' shards [q0, q1)
+            tiles(wp[i], c_n, m_n, v[i, :c_n * nt], zero, nt, nt, zeros, zeros, zeros, no, -inf, inf,
+                  mo[i, :m_n * nt], zero, nt, nt, panels, kc, no, scratch, q0, q1)
+
+    return _variant_jit(gemms_cols if cols else gemms_rows, "batched_cols" if cols else "batched_rows", kind)
+
+
+_batched = functools.cache(_batched_driver)
+
+
 def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, scratch, s_lo, s_hi):
     """Shards [s_lo, s_hi) of P products ``mo[i, :m_n * nt] = U[i] @ v[i, :c_n * nt]`` (row-major
     (M, nt) and (C, nt) blocks at the start of each row of ``v`` and ``mo``; ``wp`` pack_batched's
     panels): shard s is position s // groups, weight-panel group s % groups, on the cols tiles
-    (``cols``: width COLS_WIDTH) or the rows tiles (width MR) without an epilogue; ``scratch`` at
-    least scratch_size(kind, cols, nt) floats."""
-    width = (48 if kind == 2 else 16) if cols else (8 if kind == 2 else (6 if kind == 1 else 4))
-    panels = (m_n + width - 1) // width
-    inf = np.float32(np.inf)
-    chunks = (c_n + KC - 1) // KC
-    kc = (c_n + chunks - 1) // chunks
-    for s in range(s_lo, s_hi):
-        i = s // groups
-        g = s - i * groups
-        q0, q1 = g * panels // groups, (g + 1) * panels // groups
-        x = v[i, :c_n * nt]
-        out = mo[i, :m_n * nt]
-        w = wp[i]
-        if cols:
-            conv_cols(kind, w, c_n, m_n, x, nt, nt, zeros, zeros, False, -inf, inf, out, nt, COLS_KC, scratch, q0,
-                      q1)
-        else:  # one pixel block (all nt columns) and one panel a "group": conv_tiles' shards [q0, q1)
-            conv_tiles(kind, w, c_n, m_n, x, 0, nt, nt, zeros, zeros, zeros, False, -inf, inf, out, 0, nt, nt,
-                       panels, kc, False, scratch, q0, q1)
+    (``cols``: width COLS_WIDTH, K chunks of COLS_KC) or the rows tiles (width MR, K in equal chunks
+    of at most KC) without an epilogue; ``scratch`` at least scratch_size(kind, cols, nt) floats. Only
+    the driver of (kind, cols) is compiled; ``v`` is passed read-only, so that its rows reach the
+    tiles' driver with the types conv.py's calls give it (one compiled driver serves both)."""
+    if cols:
+        kc = COLS_KC
+    else:
+        chunks = -(-c_n // KC)
+        kc = -(-c_n // chunks)
+    _batched(kind, bool(cols))(wp, m_n, c_n, config.readonly(v), nt, mo, zeros, groups, False, 0, kc, scratch, s_lo,
+                               s_hi)
+
 
 def scratch_size(kind: int, cols: bool, n_pix: int, block: int = 0, kc: int = 0, pack: bool = False) -> int:
     """Floats of the scratch conv_cols (``cols``) or conv_tiles (rows packed into tile order) takes."""
