@@ -1,0 +1,98 @@
+"""The float32 GEMM micro-kernels with a constant B (kernels/fgemm.py) against np.dot (OpenBLAS) and
+onnxruntime's MatMul node (MLAS, B prepacked as a constant), per shape of the MLP and the
+transformer: GFLOP/s, wall time, best of ``rounds``, calls interleaved and the order rotated every
+round (whichever runs after another finds its data out of cache).
+
+    python benchmarks/bench_fgemm.py [rounds] [threads] [shapes]    # default: 30 1, every shape
+    shapes: "64x784x1024,128x256x1024" (M x K x N)
+
+Columns: each fgemm variant this CPU has (``kc`` columns: the K chunk forced), np.dot, ORT, and
+what ``fgemm.kind_for`` picks by default (``BLAS``: the Gemm kernel keeps np.matmul).
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import onnxruntime as ort
+from kernelkit_numba import config
+from kernelkit_numba.kernels import fgemm, ftile
+from onnx import TensorProto, helper, numpy_helper
+from threadpoolctl import threadpool_limits
+
+SHAPES = [(64, 784, 1024), (64, 1024, 1024), (64, 1024, 10), (128, 256, 256), (128, 256, 1024), (128, 1024, 256),
+          (1024, 256, 256), (1024, 256, 1024), (1024, 1024, 256)]
+
+
+def ort_matmul(b: np.ndarray, threads: int):
+    m = helper.make_tensor_value_info("a", TensorProto.FLOAT, ["m", b.shape[0]])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", b.shape[1]])
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "mm", [m], [y],
+                              [numpy_helper.from_array(b, "b")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def measure(m: int, k: int, n: int, kinds: list, threads: int, rounds: int, rng) -> dict:
+    """Best wall seconds of each contender on one shape."""
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    out = np.empty((m, n), np.float32)
+    sess = ort_matmul(b, threads)
+    fns = {}
+    for name in kinds:
+        kind = ftile.KIND[name]
+        packed = fgemm.Packed(b, b, kind)
+        fns[name] = lambda kind=kind, packed=packed: fgemm.gemm(kind, packed, a, out)
+        if name == kinds[0]:
+            for kc in (256, 1024):
+                def forced(kind=kind, packed=packed, kc=kc):
+                    was, fgemm.KC = fgemm.KC, kc
+                    try:
+                        fgemm.gemm(kind, packed, a, out)
+                    finally:
+                        fgemm.KC = was
+                fns[f"{name} kc{kc}"] = forced
+    fns["np.dot"] = lambda: np.dot(a, b, out=out)
+    fns["ORT"] = lambda: sess.run(None, {"a": a})
+    best = dict.fromkeys(fns, np.inf)
+    names = list(fns)
+    with config.num_threads(threads):
+        for f in fns.values():
+            f()
+            f()
+        for i in range(rounds):
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                t0 = time.perf_counter()
+                fns[name]()
+                best[name] = min(best[name], time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+    threads = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    shapes = SHAPES if len(sys.argv) <= 3 else [tuple(int(v) for v in s.split("x")) for s in sys.argv[3].split(",")]
+    threadpool_limits(threads, user_api="blas")
+    kinds = [n for n in ("avx512", "avx2") if ftile.available(n)]
+    rng = np.random.default_rng(0)
+    cols = [*kinds, *(f"{kinds[0]} kc{kc}" for kc in (256, 1024) if kinds), "np.dot", "ORT"]
+    print(f"fgemm vs np.dot vs ORT MatMul, {threads} thread(s), GFLOP/s (best of {rounds} rounds, interleaved)")
+    print("| M x K x N | " + " | ".join(cols) + " | best fgemm / np.dot | best fgemm / ORT | default |")
+    print("|---|" + "---:|" * (len(cols) + 2) + "---|")
+    for m, k, n in shapes:
+        best = measure(m, k, n, kinds, threads, rounds, rng)
+        flops = 2.0 * m * k * n
+        rate = {name: flops / t / 1e9 for name, t in best.items()}
+        top = max(rate[c] for c in cols if c not in ("np.dot", "ORT"))
+        default = fgemm.kind_for(m, k, n)
+        label = "BLAS" if default is None else next(x for x, v in ftile.KIND.items() if v == default)
+        print(f"| {m} x {k} x {n} | " + " | ".join(f"{rate[c]:.0f}" for c in cols)
+              + f" | {top / rate['np.dot']:.2f} | {top / rate['ORT']:.2f} | {label} |")
+
+
+if __name__ == "__main__":
+    main()
