@@ -6,7 +6,8 @@ round (whichever runs after another finds its data out of cache).
     python benchmarks/bench_fgemm.py [rounds] [threads] [shapes]    # default: 30 1, every shape
     shapes: "64x784x1024,128x256x1024" (M x K x N)
 
-Columns: each fgemm variant this CPU has (``kc`` columns: the K chunk forced), np.dot, ORT, and
+Columns: each fgemm variant this CPU has (the first also with K chunks of 256 and with A packed into
+row panels first instead of broadcast from its own rows), np.dot, ORT, and
 what ``fgemm.kind_for`` picks by default (``BLAS``: the Gemm kernel keeps np.matmul).
 """
 from __future__ import annotations
@@ -48,14 +49,15 @@ def measure(m: int, k: int, n: int, kinds: list, threads: int, rounds: int, rng)
         packed = fgemm.Packed(b, b, kind)
         fns[name] = lambda kind=kind, packed=packed: fgemm.gemm(kind, packed, a, out)
         if name == kinds[0]:
-            for kc in (256, 1024):
-                def forced(kind=kind, packed=packed, kc=kc):
-                    was, fgemm.KC = fgemm.KC, kc
+            for label, attr, value in (("kc256", "KC", 256), ("packed A", "DIRECT_A", False)):
+                def forced(kind=kind, packed=packed, attr=attr, value=value):
+                    was = getattr(fgemm, attr)
+                    setattr(fgemm, attr, value)
                     try:
                         fgemm.gemm(kind, packed, a, out)
                     finally:
-                        fgemm.KC = was
-                fns[f"{name} kc{kc}"] = forced
+                        setattr(fgemm, attr, was)
+                fns[f"{name} {label}"] = forced
     fns["np.dot"] = lambda: np.dot(a, b, out=out)
     fns["ORT"] = lambda: sess.run(None, {"a": a})
     best = dict.fromkeys(fns, np.inf)
@@ -79,7 +81,7 @@ def main() -> None:
     threadpool_limits(threads, user_api="blas")
     kinds = [n for n in ("avx512", "avx2") if ftile.available(n)]
     rng = np.random.default_rng(0)
-    cols = [*kinds, *(f"{kinds[0]} kc{kc}" for kc in (256, 1024) if kinds), "np.dot", "ORT"]
+    cols = [*kinds, *(f"{kinds[0]} {label}" for label in ("kc256", "packed A") if kinds), "np.dot", "ORT"]
     print(f"fgemm vs np.dot vs ORT MatMul, {threads} thread(s), GFLOP/s (best of {rounds} rounds, interleaved)")
     print("| M x K x N | " + " | ".join(cols) + " | best fgemm / np.dot | best fgemm / ORT | default |")
     print("|---|" + "---:|" * (len(cols) + 2) + "---|")

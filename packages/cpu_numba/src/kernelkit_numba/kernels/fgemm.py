@@ -39,6 +39,7 @@ from .qtile import k_loop
 U = np.uint64
 MR = {0: 4, 1: 6, 2: 8}  # rows of A per tile
 NR = {0: 16, 1: 16, 2: 32}  # columns of B per tile (a packed panel)
+DIRECT_A = True  # broadcast from A's own rows where A is C-contiguous (AMD box: 0-7% above packing A first)
 KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 ran 3-15% above chunks of 256-512)
 
 
@@ -73,9 +74,10 @@ def pack_a(a, m_n, k_n, mr, ap):
 
 # --------------------------------------------------------------------------------------------- IR
 def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool):
-    """An intrinsic ``tile(a, a_off, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo, lo, hi,
-    m_valid, n_valid)``: rows [0, m_valid) and columns [0, n_valid) of the mr x nr block of ``out``
-    at ``out[o_off:]`` (row stride ``ldo``) = clamp(alpha * (A panel at ``a[a_off:]`` ([k][mr]) times
+    """An intrinsic ``tile(a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo,
+    lo, hi, m_valid, n_valid)``: rows [0, m_valid) and columns [0, n_valid) of the mr x nr block of
+    ``out`` at ``out[o_off:]`` (row stride ``ldo``) = clamp(alpha * (A at ``a[a_off + r * lda + k *
+    a_step]`` (a packed panel: lda 1, a_step mr; A's own rows: lda, 1) times
     B panel at ``b[b_off:]`` ([k][nr]) over k < k_n) + bias[c0 + j], lo, hi) (NaN kept). ``first`` =
     0: the accumulators start from ``out`` (a later K chunk). ``masked``: only the first n_valid
     columns are read and stored."""
@@ -83,7 +85,8 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool):
     nr = lanes * nvec
 
     def codegen(context, builder, sig, args):
-        (a, a_off, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo, lo, hi, m_valid, n_valid) = args
+        (a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo, lo, hi, m_valid,
+         n_valid) = args
         i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
         if not available(kind):  # compiled on every CPU, selected only where it runs
             trap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
@@ -98,9 +101,9 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool):
         mstore = cgutils.get_or_insert_function(mod, ir.FunctionType(ir.VoidType(), [vf, vf.as_pointer(), i32, vmask]),
                                                 f"llvm.masked.store.v{lanes}f32.p0")
         pa = builder.gep(builder.bitcast(_data(context, builder, sig.args[0], a), f32.as_pointer()), [a_off])
-        pb = builder.gep(builder.bitcast(_data(context, builder, sig.args[2], b), f32.as_pointer()), [b_off])
-        pbias = builder.gep(builder.bitcast(_data(context, builder, sig.args[7], bias), f32.as_pointer()), [c0])
-        po = builder.gep(builder.bitcast(_data(context, builder, sig.args[9], out), f32.as_pointer()), [o_off])
+        pb = builder.gep(builder.bitcast(_data(context, builder, sig.args[4], b), f32.as_pointer()), [b_off])
+        pbias = builder.gep(builder.bitcast(_data(context, builder, sig.args[9], bias), f32.as_pointer()), [c0])
+        po = builder.gep(builder.bitcast(_data(context, builder, sig.args[11], out), f32.as_pointer()), [o_off])
         zero_v = ir.Constant(vf, None)
         splat0 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
 
@@ -143,14 +146,15 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool):
                     loaded.append(vload(builder.gep(row, [ir.Constant(i64, lanes * j)]), j))
             return loaded
 
+        arows = [builder.gep(pa, [builder.mul(lda, row_of(r))]) for r in range(mr)]  # rows past M: the last
         k, accs, close = k_loop(builder, k_n, [zero_v] * (mr * nvec), "fgemm", (first, partial_sums))
         brow = builder.gep(pb, [builder.mul(k, ir.Constant(i64, nr))])
         bv = [builder.load(builder.bitcast(builder.gep(brow, [ir.Constant(i64, lanes * j)]), vf.as_pointer()),
                            align=4) for j in range(nvec)]  # the packed panel: never past its end
-        arow = builder.gep(pa, [builder.mul(k, ir.Constant(i64, mr))])
+        ak = builder.mul(k, a_step)
         new = []
         for r in range(mr):
-            av = splat(builder.load(builder.gep(arow, [ir.Constant(i64, r)]), align=4))
+            av = splat(builder.load(builder.gep(arows[r], [ak]), align=4))
             for j in range(nvec):
                 new.append(builder.call(fma, [av, bv[j], accs[r * nvec + j]]))
         close(new)
@@ -169,15 +173,17 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool):
         return context.get_dummy_value()
 
     @intrinsic
-    def tile(typingctx, a, a_off, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo, lo, hi, m_valid, n_valid):
+    def tile(typingctx, a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo, lo, hi, m_valid,
+             n_valid):
         i64, f = types.int64, types.float32
-        return types.void(a, i64, b, i64, i64, i64, f, bias, i64, out, i64, i64, f, f, i64, i64), codegen
+        return types.void(a, i64, i64, i64, b, i64, i64, i64, f, bias, i64, out, i64, i64, f, f, i64, i64), codegen
 
     return tile
 
 
 @jit
-def _generic_tile(a, a_off, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo, lo, hi, m_valid, n_valid):
+def _generic_tile(a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo, lo, hi, m_valid,
+                  n_valid):
     """The tiles' arithmetic in plain loops (4 rows x 16 columns)."""
     acc = np.zeros((4, 16), np.float32)
     if not first:
@@ -185,8 +191,8 @@ def _generic_tile(a, a_off, b, b_off, k_n, first, alpha, bias, c0, out, o_off, l
             for j in range(n_valid):
                 acc[r, j] = out[o_off + r * ldo + j]
     for k in range(k_n):
-        for r in range(4):
-            av = a[a_off + k * 4 + r]
+        for r in range(m_valid):
+            av = a[a_off + r * lda + k * a_step]
             for j in range(16):
                 acc[r, j] += av * b[b_off + k * 16 + j]
     for r in range(m_valid):
@@ -209,13 +215,15 @@ def driver(kind: int, post: int):
     """The compiled loops of variant ``kind`` with the activation ``post`` (an epilogue code other
     than NONE/CLIP, applied over each finished tile; NONE: the tile's clamp is all) fixed.
 
-    ``gemm(ap, bp, k_n, m_n, n_n, alpha, bias, zeros, out, ldo, lo, hi, p0, p1, block, groups, kc,
+    ``gemm(ap, lda, bp, k_n, m_n, n_n, alpha, bias, zeros, out, ldo, lo, hi, p0, p1, block, groups, kc,
     s_lo, s_hi)``: shards [s_lo, s_hi), shard s being row block s // groups (``block`` row tiles)
-    times column-panel group s % groups."""
+    times column-panel group s % groups; ``ap`` A packed (``lda`` 0) or A's own rows (flat, ``lda``
+    apart)."""
     full, masked = _TILES[kind]
     mr, nr = MR[kind], NR[kind]
 
-    def gemm(ap, bp, k_n, m_n, n_n, alpha, bias, zeros, out, ldo, lo, hi, p0, p1, block, groups, kc, s_lo, s_hi):
+    def gemm(ap, lda, bp, k_n, m_n, n_n, alpha, bias, zeros, out, ldo, lo, hi, p0, p1, block, groups, kc, s_lo,
+             s_hi):
         tiles = (m_n + mr - 1) // mr
         panels = (n_n + nr - 1) // nr
         inf = np.float32(np.inf)
@@ -242,11 +250,15 @@ def driver(kind: int, post: int):
                         r0 = t * mr
                         mv = min(mr, m_n - r0)
                         o_off = r0 * ldo + c0
+                        if lda:  # A's own rows
+                            a_off, a_ld, a_step = r0 * lda + k0, lda, 1
+                        else:  # A packed
+                            a_off, a_ld, a_step = (t * k_n + k0) * mr, 1, mr
                         if nv >= nr:
-                            full(ap, (t * k_n + k0) * mr, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo, lo2, hi2,
+                            full(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo, lo2, hi2,
                                  mv, nv)
                         else:
-                            masked(ap, (t * k_n + k0) * mr, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo, lo2,
+                            masked(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo, lo2,
                                    hi2, mv, nv)
                         if post != NONE and final:
                             for r in range(mv):
@@ -297,8 +309,11 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
     mr = MR[kind]
     threads = config.current_threads()
     block, blocks, groups, kc = plan(kind, m_n, k_n, n_n, threads)
-    ap = config.thread_buffer("fgemm_a", -(-m_n // mr) * mr * k_n, np.float32)
-    pack_a(a2, m_n, k_n, mr, ap)
+    if DIRECT_A and a2.flags.c_contiguous:
+        ap, lda = a2.reshape(-1), k_n
+    else:
+        ap, lda = config.thread_buffer("fgemm_a", -(-m_n // mr) * mr * k_n, np.float32), 0
+        pack_a(a2, m_n, k_n, mr, ap)
     if bias is None:
         bb = packed.zeros
     else:
@@ -310,8 +325,8 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
     else:
         lo, hi, post = f32(-np.inf), f32(np.inf), code
     fn = driver(kind, post)
-    args = (ap, packed.bp, k_n, m_n, n_n, f32(alpha), bb, packed.zeros, out.reshape(-1), out.strides[0] // 4, lo, hi,
-            f32(p0), f32(p1), block, groups, kc)
+    args = (ap, lda, packed.bp, k_n, m_n, n_n, f32(alpha), bb, packed.zeros, out.reshape(-1), out.strides[0] // 4, lo,
+            hi, f32(p0), f32(p1), block, groups, kc)
     total = blocks * groups
     if total <= 1 or threads <= 1:
         fn(*args, 0, total)
