@@ -269,10 +269,10 @@ def driver(kind: int, post: int):
     return jit(gemm)
 
 
-def plan(kind: int, m_n: int, k_n: int, n_n: int, threads: int) -> tuple[int, int, int, int]:
+def plan(kind: int, m_n: int, k_n: int, n_n: int, shards: int) -> tuple[int, int, int, int]:
     """(block, blocks, groups, kc): row blocks of ``block`` row tiles (all of M up to 256 rows) and
-    column-panel groups so that every thread gets about one shard (each shard reads the whole A
-    block: few and large), K in equal chunks of at most KC."""
+    column-panel groups so that there are at least ``shards`` shards where the panels allow, K in
+    equal chunks of at most KC."""
     mr, nr = MR[kind], NR[kind]
     chunks = -(-k_n // KC)
     kc = -(-k_n // chunks)
@@ -281,8 +281,8 @@ def plan(kind: int, m_n: int, k_n: int, n_n: int, threads: int) -> tuple[int, in
     blocks = -(-tiles // block)
     panels = -(-n_n // nr)
     groups = 1
-    if threads > 1 and blocks < threads:
-        groups = max(1, min(panels, -(-threads // blocks)))
+    if shards > 1 and blocks < shards:
+        groups = max(1, min(panels, -(-shards // blocks)))
     return block, blocks, groups, kc
 
 
@@ -301,14 +301,16 @@ class Packed:
         self.zeros = config.readonly(np.zeros(width, np.float32))
 
 
-def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0) -> None:
-    """out (M, N) = act(alpha * a2 (M, K) @ B + bias) on the tiles of ``kind``, sharded on the pool.
-    ``bias``: N values or None; ``code``: an epilogue code (CLIP with p0, p1 the bounds)."""
+def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0,
+         shards: int | None = None) -> None:
+    """out (M, N) = act(alpha * a2 (M, K) @ B + bias) on the tiles of ``kind``, in about ``shards``
+    shards on the pool (default: one per thread of this call's budget). ``bias``: N values or None;
+    ``code``: an epilogue code (CLIP with p0, p1 the bounds)."""
     m_n, k_n = a2.shape
     n_n = packed.n_n
     mr = MR[kind]
     threads = config.current_threads()
-    block, blocks, groups, kc = plan(kind, m_n, k_n, n_n, threads)
+    block, blocks, groups, kc = plan(kind, m_n, k_n, n_n, threads if shards is None else shards)
     if DIRECT_A and a2.flags.c_contiguous:
         ap, lda = a2.reshape(-1), k_n
     else:

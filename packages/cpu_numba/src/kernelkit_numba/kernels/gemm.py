@@ -173,7 +173,7 @@ class Gemm(NumbaKernel):
             return False
         code, p0, p1 = self.act
         bias = None if beta == 0 else bias if beta == 1 else bias * beta
-        fgemm.gemm(kind, packed, lhs, y, alpha, bias, code, p0, p1)
+        fgemm.gemm(kind, packed, lhs, y, alpha, bias, code, p0, p1, tile_count(2.0 * m * n * k))
         return True
 
 
@@ -258,5 +258,6 @@ class MatMul(NumbaKernel):
             return None
         y = np.empty(a.shape[:-1] + (n,), np.float32) if out is None else out
         code, p0, p1 = self.act
-        fgemm.gemm(kind, packed, a2, y.reshape(-1, n), 1.0, None, code, p0, p1)
+        m = a2.shape[0]
+        fgemm.gemm(kind, packed, a2, y.reshape(-1, n), 1.0, None, code, p0, p1, tile_count(2.0 * m * n * k))
         return y
