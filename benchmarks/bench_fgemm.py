@@ -5,6 +5,12 @@ round (whichever runs after another finds its data out of cache).
 
     python benchmarks/bench_fgemm.py [rounds] [threads] [shapes]    # default: 30 1, every shape
     shapes: "64x784x1024,128x256x1024" (M x K x N)
+    python benchmarks/bench_fgemm.py mlp [rounds]                    # the MLP's per-run host cost
+
+``mlp``: the benchmark MLP (batch 64) through a numba Session at one thread against its three
+products called directly (fgemm.gemm with bias and Relu, the last layer np.dot + bias as the Gemm
+kernel runs it): the difference is what the session and the kernels' Python cost per run (main-thread
+CPU time, minima, interleaved).
 
 Columns: each fgemm variant this CPU has (the first also with K chunks of 256 and with A packed into
 row panels first instead of broadcast from its own rows), np.dot, ORT, and
@@ -74,7 +80,61 @@ def measure(m: int, k: int, n: int, kinds: list, threads: int, rounds: int, rng)
     return best
 
 
+def mlp_overhead(rounds: int) -> None:
+    import os
+
+    os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import kernelkit
+    from kernelkit_numba.kernels import epilogue
+    from test_bench_numba import model_case
+
+    threadpool_limits(1, user_api="blas")
+    proto, model, feed, _ = model_case("mlp")
+    sess = kernelkit.Session(model, vendors=["numba", "reference"], fallback=False, threads=1)
+    x = next(iter(feed.values()))
+    mats = [w for w in map(numpy_helper.to_array, proto.graph.initializer) if w.ndim == 2]  # (out, in): transB
+    kind = fgemm.kind_for(64, 784, 1024)
+    layers = []
+    for w in mats:
+        b2 = w.T
+        use = kind if kind is not None and fgemm.kind_for(64, b2.shape[0], b2.shape[1]) is not None else None
+        layers.append((use, fgemm.Packed(w, b2, use) if use is not None else None, b2,
+                       np.zeros(b2.shape[1], np.float32)))
+    bufs = [np.empty((64, b2.shape[1]), np.float32) for _, _, b2, _ in layers]
+    f = np.float32
+
+    def direct():
+        h = x
+        for i, (use, packed, b2, bias) in enumerate(layers):
+            code = epilogue.CLIP if i < len(layers) - 1 else epilogue.NONE
+            if use is None:
+                np.matmul(h, b2, out=bufs[i])
+                bufs[i] += bias
+            else:
+                fgemm.gemm(use, packed, h, bufs[i], 1.0, bias, code, f(0), f(np.inf))
+            h = bufs[i]
+
+    fns = {"session": lambda: sess.run(None, feed), "direct": direct}
+    best = dict.fromkeys(fns, np.inf)
+    for f_ in fns.values():
+        f_()
+        f_()
+    with config.num_threads(1):
+        for _ in range(rounds):
+            for name, f_ in fns.items():
+                t0 = time.thread_time()
+                f_()
+                best[name] = min(best[name], time.thread_time() - t0)
+    print(f"MLP b64, 1 thread, main-thread CPU ms (min of {rounds}): session {best['session'] * 1e3:.3f}, "
+          f"kernels called directly {best['direct'] * 1e3:.3f}, host cost per run "
+          f"{(best['session'] - best['direct']) * 1e6:.0f} us")
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "mlp":
+        mlp_overhead(int(sys.argv[2]) if len(sys.argv) > 2 else 50)
+        return
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 30
     threads = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     shapes = SHAPES if len(sys.argv) <= 3 else [tuple(int(v) for v in s.split("x")) for s in sys.argv[3].split(",")]
