@@ -12,8 +12,9 @@ products called directly (fgemm.gemm with bias and Relu, the last layer np.dot +
 kernel runs it): the difference is what the session and the kernels' Python cost per run (main-thread
 CPU time, minima, interleaved).
 
-Columns: each fgemm variant this CPU has (the first also with K chunks of 256 and with A packed into
-row panels first instead of broadcast from its own rows), np.dot, ORT, and
+Columns: each fgemm variant this CPU has (the first also with VARIATIONS: K chunks of 256, A packed
+into row panels first instead of broadcast from its own rows, row blocks of 64 KiB / 1 MiB of A per
+K chunk instead of 256 KiB), np.dot, ORT, and
 what ``fgemm.kind_for`` picks by default (``BLAS``: the Gemm kernel keeps np.matmul).
 """
 from __future__ import annotations
@@ -28,6 +29,9 @@ from kernelkit_numba.kernels import fgemm, ftile
 from onnx import TensorProto, helper, numpy_helper
 from threadpoolctl import threadpool_limits
 
+# the first variant again with one setting of fgemm changed: (label, attribute, value)
+VARIATIONS = [("kc256", "KC", 256), ("packed A", "DIRECT_A", False), ("blk 64K", "BLOCK_BYTES", 1 << 16),
+              ("blk 1M", "BLOCK_BYTES", 1 << 20)]
 SHAPES = [(64, 784, 1024), (64, 1024, 1024), (64, 1024, 10), (128, 256, 256), (128, 256, 1024), (128, 1024, 256),
           (1024, 256, 256), (1024, 256, 1024), (1024, 1024, 256)]
 
@@ -55,7 +59,7 @@ def measure(m: int, k: int, n: int, kinds: list, threads: int, rounds: int, rng)
         packed = fgemm.Packed(b, b, kind)
         fns[name] = lambda kind=kind, packed=packed: fgemm.gemm(kind, packed, a, out)
         if name == kinds[0]:
-            for label, attr, value in (("kc256", "KC", 256), ("packed A", "DIRECT_A", False)):
+            for label, attr, value in VARIATIONS:
                 def forced(kind=kind, packed=packed, attr=attr, value=value):
                     was = getattr(fgemm, attr)
                     setattr(fgemm, attr, value)
@@ -141,7 +145,7 @@ def main() -> None:
     threadpool_limits(threads, user_api="blas")
     kinds = [n for n in ("avx512", "avx2") if ftile.available(n)]
     rng = np.random.default_rng(0)
-    cols = [*kinds, *(f"{kinds[0]} {label}" for label in ("kc256", "packed A") if kinds), "np.dot", "ORT"]
+    cols = [*kinds, *(f"{kinds[0]} {label}" for label, _, _ in VARIATIONS if kinds), "np.dot", "ORT"]
     print(f"fgemm vs np.dot vs ORT MatMul, {threads} thread(s), GFLOP/s (best of {rounds} rounds, interleaved)")
     print("| M x K x N | " + " | ".join(cols) + " | best fgemm / np.dot | best fgemm / ORT | default |")
     print("|---|" + "---:|" * (len(cols) + 2) + "---|")

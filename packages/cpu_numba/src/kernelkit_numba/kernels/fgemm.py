@@ -39,6 +39,7 @@ from .qtile import k_loop
 U = np.uint64
 MR = {0: 4, 1: 6, 2: 8}  # rows of A per tile
 NR = {0: 16, 1: 16, 2: 32}  # columns of B per tile (a packed panel)
+BLOCK_BYTES = 256 * 1024  # a K chunk of a row block's A rows (the column panels pass over it in L2)
 DIRECT_A = True  # broadcast from A's own rows where A is C-contiguous (AMD box: 0-7% above packing A first)
 KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 ran 3-15% above chunks of 256-512)
 
@@ -270,14 +271,15 @@ def driver(kind: int, post: int):
 
 
 def plan(kind: int, m_n: int, k_n: int, n_n: int, shards: int) -> tuple[int, int, int, int]:
-    """(block, blocks, groups, kc): row blocks of ``block`` row tiles (all of M up to 256 rows) and
+    """(block, blocks, groups, kc): row blocks of ``block`` row tiles (a K chunk of the block's rows
+    of A within BLOCK_BYTES, so it stays in L2 while the column panels pass) and
     column-panel groups so that there are at least ``shards`` shards where the panels allow, K in
     equal chunks of at most KC."""
     mr, nr = MR[kind], NR[kind]
     chunks = -(-k_n // KC)
     kc = -(-k_n // chunks)
     tiles = -(-m_n // mr)
-    block = max(1, min(tiles, 256 // mr))
+    block = max(1, min(tiles, BLOCK_BYTES // (4 * kc * mr)))
     blocks = -(-tiles // block)
     panels = -(-n_n // nr)
     groups = 1
