@@ -150,3 +150,21 @@ def test_default_choice_by_shape(monkeypatch):
     kind = ftile.select()
     assert fgemm.kind_for(64, 784, 1024) == kind
     assert fgemm.kind_for(64, 1024, 10) is None  # ten columns: BLAS (bench_fgemm.py)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("threads, shards", [(1, None), (2, None), (2, 5)])
+def test_row_blocks_and_panel_groups(name, threads, shards, monkeypatch):
+    """Several row blocks (BLOCK_BYTES lowered) times column-panel groups, serially and on the pool."""
+    _need(name)
+    kind = ftile.KIND[name]
+    monkeypatch.setattr(fgemm, "BLOCK_BYTES", 1 << 10)
+    rng = np.random.default_rng(threads)
+    a, b = rng.standard_normal((53, 70)).astype(np.float32), rng.standard_normal((70, 99)).astype(np.float32)
+    bias = rng.standard_normal(99).astype(np.float32)
+    assert fgemm.plan(kind, 53, 70, 99, 2)[1] > 1  # more than one row block
+    out = np.empty((53, 99), np.float32)
+    with config.num_threads(threads):
+        fgemm.gemm(kind, fgemm.Packed(b, b, kind), a, out, 1.0, bias, epilogue.CLIP, np.float32(0), np.float32(np.inf),
+                   shards)
+    assert_close(out, _want(a, b, 1.0, bias, epilogue.CLIP, np.float32(0), np.float32(np.inf)))
