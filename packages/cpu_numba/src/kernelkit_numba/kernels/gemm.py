@@ -6,13 +6,14 @@ session gives one."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 from kernelkit.registry import register_kernel
 
 from .. import config
 from .._base import NumbaKernel
-from . import fgemm, gemm_nt
+from . import fgemm, ftile, gemm_nt
 from .conv import _edge, tile_grid
 from .epilogue import NONE, scale_bias_act_cols
 
@@ -67,10 +68,18 @@ class ConstantB:
     intermediate result arrives as a fresh read-only view each call). The first call packs it; a
     call with another array ends the micro-kernel path for the node (BLAS from then on)."""
 
-    __slots__ = ("packed", "off")
+    __slots__ = ("packed", "off", "picked")
 
     def __init__(self):
-        self.packed, self.off = None, False
+        self.packed, self.off, self.picked = None, False, None
+
+    def kind(self, m, k, n):
+        """fgemm.kind_for(m, k, n), kept while KERNELKIT_F32_GEMM and the shape stay (~3 us a call)."""
+        raw = os.environ.get(ftile.ENV)
+        hit = self.picked
+        if hit is None or hit[0] != raw or hit[1] != (m, k, n):
+            hit = self.picked = (raw, (m, k, n), fgemm.kind_for(m, k, n))
+        return hit[2]
 
     def get(self, b, b2, kind):
         """The Packed B for ``kind``, or None (not a constant: the BLAS path)."""
@@ -167,7 +176,7 @@ class Gemm(NumbaKernel):
             return False
         if self.attrs.get("transB", 0) and not self.attrs.get("transA", 0) and gemm_nt.usable(m, n):
             return False  # a few rows: gemm_nt
-        kind = fgemm.kind_for(m, k, n)
+        kind = self._const_b.kind(m, k, n)
         packed = None if kind is None else self._const_b.get(b, rhs, kind)
         if packed is None:
             return False
@@ -252,7 +261,7 @@ class MatMul(NumbaKernel):
         if a.shape[-1] != k or a.size == 0 or n == 0:
             return None
         a2 = a.reshape(-1, k)
-        kind = fgemm.kind_for(a2.shape[0], k, n)
+        kind = self._const_b.kind(a2.shape[0], k, n)
         packed = None if kind is None else self._const_b.get(b, b, kind)
         if packed is None:
             return None
