@@ -37,7 +37,7 @@ from .ftile import _data, available, choice
 from .qtile import k_loop
 
 U = np.uint64
-MR = {0: 4, 1: 6, 2: 8}  # rows of A per tile
+MR = {0: 4, 1: 6, 2: 8}  # rows of A per tile (bench_fgemm.py also runs avx512 with 12: MR replaced)
 NR = {0: 16, 1: 16, 2: 32}  # columns of B per tile (a packed panel)
 BLOCK_BYTES = 256 * 1024  # a K chunk of a row block's A rows (the column panels pass over it in L2)
 DIRECT_A = True  # broadcast from A's own rows where A is C-contiguous (AMD box: 0-7% above packing A first)
@@ -206,22 +206,27 @@ def _generic_tile(a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, 
             out[o_off + r * ldo + j] = v
 
 
-_TILES = {2: (_tile_intrinsic("avx512", 8, 2, False), _tile_intrinsic("avx512", 8, 2, True)),
-          1: (_tile_intrinsic("avx2", 6, 2, False), _tile_intrinsic("avx2", 6, 2, True)),
-          0: (_generic_tile, _generic_tile)}
+@functools.cache
+def _tiles(kind: int, mr: int):
+    """(full, masked) tiles of variant ``kind`` with ``mr`` rows (generic: 4 only)."""
+    if kind == 0:
+        return _generic_tile, _generic_tile
+    name = "avx512" if kind == 2 else "avx2"
+    return _tile_intrinsic(name, mr, 2, False), _tile_intrinsic(name, mr, 2, True)
 
 
 @functools.cache
-def driver(kind: int, post: int):
-    """The compiled loops of variant ``kind`` with the activation ``post`` (an epilogue code other
-    than NONE/CLIP, applied over each finished tile; NONE: the tile's clamp is all) fixed.
+def driver(kind: int, post: int, mr: int):
+    """The compiled loops of variant ``kind`` with ``mr``-row tiles and the activation ``post`` (an
+    epilogue code other than NONE/CLIP, applied over each finished tile; NONE: the tile's clamp is
+    all) fixed.
 
     ``gemm(ap, lda, bp, k_n, m_n, n_n, alpha, bias, zeros, out, ldo, lo, hi, p0, p1, block, groups, kc,
     s_lo, s_hi)``: shards [s_lo, s_hi), shard s being row block s // groups (``block`` row tiles)
     times column-panel group s % groups; ``ap`` A packed (``lda`` 0) or A's own rows (flat, ``lda``
     apart)."""
-    full, masked = _TILES[kind]
-    mr, nr = MR[kind], NR[kind]
+    full, masked = _tiles(kind, mr)
+    nr = NR[kind]
 
     def gemm(ap, lda, bp, k_n, m_n, n_n, alpha, bias, zeros, out, ldo, lo, hi, p0, p1, block, groups, kc, s_lo,
              s_hi):
@@ -328,7 +333,7 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
         lo, hi, post = f32(p0), f32(p1), NONE
     else:
         lo, hi, post = f32(-np.inf), f32(np.inf), code
-    fn = driver(kind, post)
+    fn = driver(kind, post, mr)
     args = (ap, lda, packed.bp, k_n, m_n, n_n, f32(alpha), bb, packed.zeros, out.reshape(-1), out.strides[0] // 4, lo,
             hi, f32(p0), f32(p1), block, groups, kc)
     total = blocks * groups
