@@ -6,13 +6,14 @@ session gives one."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 from kernelkit.registry import register_kernel
 
 from .. import config
 from .._base import NumbaKernel
-from . import gemm_nt
+from . import fgemm, ftile, gemm_nt
 from .conv import _edge, tile_grid
 from .epilogue import NONE, scale_bias_act_cols
 
@@ -61,6 +62,38 @@ def tiled_matmul(a, b, out, epilogue=None) -> None:
         config.run_shards(tile, rows * cols)
 
 
+class ConstantB:
+    """fgemm's packed copy of a node's right operand, kept while that operand is a constant: the
+    same read-only array on every call (the session hands constants over as they are; an
+    intermediate result arrives as a fresh read-only view each call). The first call packs it; a
+    call with another array ends the micro-kernel path for the node (BLAS from then on)."""
+
+    __slots__ = ("packed", "off", "picked")
+
+    def __init__(self):
+        self.packed, self.off, self.picked = None, False, None
+
+    def kind(self, m, k, n):
+        """fgemm.kind_for(m, k, n), kept while KERNELKIT_F32_GEMM and the shape stay (~3 us a call)."""
+        raw = os.environ.get(ftile.ENV)
+        hit = self.picked
+        if hit is None or hit[0] != raw or hit[1] != (m, k, n):
+            hit = self.picked = (raw, (m, k, n), fgemm.kind_for(m, k, n))
+        return hit[2]
+
+    def get(self, b, b2, kind):
+        """The Packed B for ``kind``, or None (not a constant: the BLAS path)."""
+        if self.off or b.flags.writeable:
+            return None
+        hit = self.packed
+        if hit is not None and hit.source is not b:
+            self.off, self.packed = True, None
+            return None
+        if hit is None or hit.kind != kind:
+            hit = self.packed = fgemm.Packed(b, b2, kind)
+        return hit
+
+
 def nt_matmul(a, bt, out, epilogue=None) -> None:
     """out (M, N) = a (M, K) @ bt.T for bt (N, K) by ``gemm_nt`` (a few rows: see gemm_nt.py), its
     column groups of four cut into shards; ``epilogue(r0, r1, c0, c1)`` runs on each finished
@@ -93,6 +126,7 @@ class Gemm(NumbaKernel):
 
     def setup(self, input_specs):
         self.act = self.fused_activation(input_specs)
+        self._const_b = ConstantB()
 
     def work(self, a, b, c=None):
         return gemm_work(2.0 * a.size * (b.size // max(1, a.shape[0] if self.attrs.get("transA", 0) else a.shape[1])))
@@ -113,6 +147,9 @@ class Gemm(NumbaKernel):
             bias, fused = config.readonly(np.zeros(n, dtype)), c is None
             if c is None:
                 beta = dtype.type(0)
+        if fused and dtype == np.float32 and b.ndim == 2 and y.flags.c_contiguous and self._tiles(lhs, rhs, b, y,
+                                                                                              alpha, beta, bias):
+            return y
         if fused and (alpha != 1 or beta != 0 or code != NONE):
             def epilogue(r0, r1, c0, c1):
                 scale_bias_act_cols(y, alpha, bias, beta, code, p0, p1, r0, r1, c0, c1)
@@ -130,6 +167,24 @@ class Gemm(NumbaKernel):
                 scale_bias_act_cols(y, dtype.type(1), bias, dtype.type(0), code, p0, p1)
         return y
 
+    def _tiles(self, lhs, rhs, b, y, alpha, beta, bias) -> bool:
+        """y on fgemm's micro-kernels when B is a constant and the shape class wins (or
+        KERNELKIT_F32_GEMM forces a variant); False: the BLAS path runs."""
+        m, k = lhs.shape
+        n = y.shape[1]
+        if m == 0 or n == 0 or k == 0:
+            return False
+        if self.attrs.get("transB", 0) and not self.attrs.get("transA", 0) and gemm_nt.usable(m, n):
+            return False  # a few rows: gemm_nt
+        kind = self._const_b.kind(m, k, n)
+        packed = None if kind is None else self._const_b.get(b, rhs, kind)
+        if packed is None:
+            return False
+        code, p0, p1 = self.act
+        bias = None if beta == 0 else bias if beta == 1 else bias * beta
+        fgemm.gemm(kind, packed, lhs, y, alpha, bias, code, p0, p1, tile_count(2.0 * m * n * k))
+        return True
+
 
 @register_kernel("MatMul", device="cpu", vendor="numba", dtype="float32")
 class MatMul(NumbaKernel):
@@ -140,6 +195,7 @@ class MatMul(NumbaKernel):
 
     def setup(self, input_specs):
         self.act = self.fused_activation(input_specs)
+        self._const_b = ConstantB()
 
     def work(self, a, b):
         """2 * batch * M * N * K."""
@@ -150,6 +206,11 @@ class MatMul(NumbaKernel):
 
     def compute(self, a, b, *, out=None):
         code, p0, p1 = self.act
+        if (b.ndim == 2 and a.ndim >= 2 and a.dtype == np.float32 and b.dtype == np.float32 and a.flags.c_contiguous
+                and (out is None or out.flags.c_contiguous)):
+            y = self._tiles(a, b, out)
+            if y is not None:
+                return y
         if a.ndim < 2 or b.ndim < 2 or config.current_threads() == 1:  # one NumPy call, as the reference
             if out is not None and a.ndim >= 2 and b.ndim >= 2:
                 y = np.matmul(a, b, out=out)
@@ -191,4 +252,21 @@ class MatMul(NumbaKernel):
                 scale_bias_act_cols(out, one, zeros, zero, code, p0, p1, r0, r1, c0, c1)
 
         config.run_shards(shard, items * rows * cols)
+        return y
+
+    def _tiles(self, a, b, out):
+        """a (..., M, K) @ a constant b (K, N) on fgemm's micro-kernels, the batch rows flattened into
+        M, or None (the BLAS path)."""
+        k, n = b.shape
+        if a.shape[-1] != k or a.size == 0 or n == 0:
+            return None
+        a2 = a.reshape(-1, k)
+        kind = self._const_b.kind(a2.shape[0], k, n)
+        packed = None if kind is None else self._const_b.get(b, b, kind)
+        if packed is None:
+            return None
+        y = np.empty(a.shape[:-1] + (n,), np.float32) if out is None else out
+        code, p0, p1 = self.act
+        m = a2.shape[0]
+        fgemm.gemm(kind, packed, a2, y.reshape(-1, n), 1.0, None, code, p0, p1, tile_count(2.0 * m * n * k))
         return y

@@ -1,0 +1,357 @@
+"""float32 GEMM micro-kernels with a constant right operand (Gemm / MatMul by a weight), written as
+LLVM IR (the GEMM counterpart of ftile.py's convolution tiles; ftile's variant choice and
+KERNELKIT_F32_GEMM apply).
+
+``out[m, n] = act(alpha * sum_k A[m, k] * B[k, n] + bias[n])``: B packed once per constant into
+panels of ``nr`` columns (``bp[(P * K + k) * nr + j] = B[k, P * nr + j]``, the last panel padded
+with zeros), A packed per call into panels of ``mr`` rows (``ap[(T * K + k) * mr + r] = A[T * mr +
+r, k]``, zero rows past M: one contiguous stream per tile, where A's own rows 4 KiB apart would
+share an L1 set). One tile is ``mr`` rows x ``nr`` columns of accumulators held as ``phi`` vectors
+across the K loop: each step loads the panel's ``nr`` columns of row k of B (two vectors),
+broadcasts the tile's ``mr`` values of A and multiplies-adds (``llvm.fma``). Then alpha, the bias
+(one value per column, a vector), Clip/Relu in the registers and the store (masked in the last
+panel). Other activations (Gelu, Sigmoid, ...) run over the tile right after its store, still in L1
+(``epilogue.act`` with the code fixed per compiled driver).
+
+Variants: ``avx512`` (8 rows x 32 columns, 16 zmm accumulators), ``avx2`` (6 x 16, 12 ymm),
+``generic`` (plain Numba loops, 4 x 16: any CPU, the tests).
+
+Loops (``gemm``): shards are (row block, column-panel group); per shard, K in equal chunks of at
+most ``KC`` (a later chunk resumes from the stored partial sums, only the last applies the
+epilogue), each column panel's chunk (kc x nr floats, in L1) over every row tile of the block.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .. import config
+from ..config import jit
+from .epilogue import CLIP, NONE, act
+from .ftile import _data, available, choice
+from .qtile import k_loop
+
+U = np.uint64
+MR = {0: 4, 1: 6, 2: 8}  # rows of A per tile (bench_fgemm.py also runs avx512 with 12: MR replaced)
+NR = {0: 16, 1: 16, 2: 32}  # columns of B per tile (a packed panel)
+BLOCK_BYTES = 256 * 1024  # a K chunk of a row block's A rows (the column panels pass over it in L2)
+DIRECT_A = True  # broadcast from A's own rows where A is C-contiguous (AMD box: 0-7% above packing A first)
+KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 ran 3-15% above chunks of 256-512)
+
+
+def pack_b(b: np.ndarray, nr: int) -> np.ndarray:
+    """(K, N) float32 (any strides: a transposed weight as a view) into panels of ``nr`` columns,
+    [panel][k][j], zero-padded columns: flat, read-only."""
+    k_n, n_n = b.shape
+    panels = -(-n_n // nr)
+    padded = np.zeros((k_n, panels * nr), np.float32)
+    padded[:, :n_n] = b
+    out = np.ascontiguousarray(padded.reshape(k_n, panels, nr).transpose(1, 0, 2)).reshape(-1)
+    return config.readonly(out)
+
+
+@jit
+def pack_a(a, m_n, k_n, mr, ap):
+    """(M, K) float32 ``a`` (2-D, any strides) into ``ap``: panels of ``mr`` rows, [tile][k][r], rows
+    past M zero."""
+    tiles = (m_n + mr - 1) // mr
+    for t in range(tiles):
+        base = t * k_n * mr
+        for r in range(mr):
+            m = t * mr + r
+            if m < m_n:
+                row = a[m]
+                for k in range(k_n):
+                    ap[U(base + k * mr + r)] = row[k]
+            else:
+                for k in range(k_n):
+                    ap[U(base + k * mr + r)] = np.float32(0)
+
+
+# --------------------------------------------------------------------------------------------- IR
+def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool):
+    """An intrinsic ``tile(a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo,
+    lo, hi, m_valid, n_valid)``: rows [0, m_valid) and columns [0, n_valid) of the mr x nr block of
+    ``out`` at ``out[o_off:]`` (row stride ``ldo``) = clamp(alpha * (A at ``a[a_off + r * lda + k *
+    a_step]`` (a packed panel: lda 1, a_step mr; A's own rows: lda, 1) times
+    B panel at ``b[b_off:]`` ([k][nr]) over k < k_n) + bias[c0 + j], lo, hi) (NaN kept). ``first`` =
+    0: the accumulators start from ``out`` (a later K chunk). ``masked``: only the first n_valid
+    columns are read and stored."""
+    lanes = 8 if kind == "avx2" else 16
+    nr = lanes * nvec
+
+    def codegen(context, builder, sig, args):
+        (a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo, lo, hi, m_valid,
+         n_valid) = args
+        i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
+        if not available(kind):  # compiled on every CPU, selected only where it runs
+            trap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
+            builder.call(trap, [])
+            return context.get_dummy_value()
+        mod = builder.module
+        vf = ir.VectorType(f32, lanes)
+        vmask = ir.VectorType(i1, lanes)
+        fma = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf, vf, vf]), f"llvm.fma.v{lanes}f32")
+        mload = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf.as_pointer(), i32, vmask, vf]),
+                                               f"llvm.masked.load.v{lanes}f32.p0")
+        mstore = cgutils.get_or_insert_function(mod, ir.FunctionType(ir.VoidType(), [vf, vf.as_pointer(), i32, vmask]),
+                                                f"llvm.masked.store.v{lanes}f32.p0")
+        pa = builder.gep(builder.bitcast(_data(context, builder, sig.args[0], a), f32.as_pointer()), [a_off])
+        pb = builder.gep(builder.bitcast(_data(context, builder, sig.args[4], b), f32.as_pointer()), [b_off])
+        pbias = builder.gep(builder.bitcast(_data(context, builder, sig.args[9], bias), f32.as_pointer()), [c0])
+        po = builder.gep(builder.bitcast(_data(context, builder, sig.args[11], out), f32.as_pointer()), [o_off])
+        zero_v = ir.Constant(vf, None)
+        splat0 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
+
+        def splat(value):
+            one = builder.insert_element(ir.Constant(vf, ir.Undefined), value, ir.Constant(i32, 0))
+            return builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined), splat0)
+
+        masks = []
+        if masked:
+            vi64 = ir.VectorType(i64, lanes)
+            valid = builder.insert_element(ir.Constant(vi64, ir.Undefined), n_valid, ir.Constant(i32, 0))
+            valid = builder.shuffle_vector(valid, ir.Constant(vi64, ir.Undefined), splat0)
+            masks = [builder.icmp_signed("<", ir.Constant(vi64, [lanes * j + t for t in range(lanes)]), valid)
+                     for j in range(nvec)]
+
+        def vload(ptr, j):
+            ptr = builder.bitcast(ptr, vf.as_pointer())
+            if masked:
+                return builder.call(mload, [ptr, ir.Constant(i32, 4), masks[j], zero_v])
+            return builder.load(ptr, align=4)
+
+        def vstore(value, ptr, j):
+            ptr = builder.bitcast(ptr, vf.as_pointer())
+            if masked:
+                builder.call(mstore, [value, ptr, ir.Constant(i32, 4), masks[j]])
+            else:
+                builder.store(value, ptr, align=4)
+
+        last = builder.sub(m_valid, ir.Constant(i64, 1))
+
+        def row_of(r):  # rows past m_valid read the last valid one (their sums are never stored)
+            rr = ir.Constant(i64, r)
+            return builder.select(builder.icmp_signed("<", rr, m_valid), rr, last)
+
+        def partial_sums():  # a later K chunk starts from the output block's partial sums
+            loaded = []
+            for r in range(mr):
+                row = builder.gep(po, [builder.mul(ldo, row_of(r))])
+                for j in range(nvec):
+                    loaded.append(vload(builder.gep(row, [ir.Constant(i64, lanes * j)]), j))
+            return loaded
+
+        arows = [builder.gep(pa, [builder.mul(lda, row_of(r))]) for r in range(mr)]  # rows past M: the last
+        k, accs, close = k_loop(builder, k_n, [zero_v] * (mr * nvec), "fgemm", (first, partial_sums))
+        brow = builder.gep(pb, [builder.mul(k, ir.Constant(i64, nr))])
+        bv = [builder.load(builder.bitcast(builder.gep(brow, [ir.Constant(i64, lanes * j)]), vf.as_pointer()),
+                           align=4) for j in range(nvec)]  # the packed panel: never past its end
+        ak = builder.mul(k, a_step)
+        new = []
+        for r in range(mr):
+            av = splat(builder.load(builder.gep(arows[r], [ak]), align=4))
+            for j in range(nvec):
+                new.append(builder.call(fma, [av, bv[j], accs[r * nvec + j]]))
+        close(new)
+        lov, hiv, alv = splat(lo), splat(hi), splat(alpha)
+        biases = [builder.load(builder.bitcast(builder.gep(pbias, [ir.Constant(i64, lanes * j)]), vf.as_pointer()),
+                               align=4) for j in range(nvec)]  # the bias is padded to whole panels
+        for r in range(mr):
+            with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, r), m_valid), likely=True):
+                off = builder.mul(ldo, ir.Constant(i64, r))
+                for j in range(nvec):
+                    at = builder.add(off, ir.Constant(i64, lanes * j))
+                    v = builder.call(fma, [accs[r * nvec + j], alv, biases[j]])
+                    v = builder.select(builder.fcmp_ordered("<", v, lov), lov, v)  # max(v, lo), NaN kept
+                    v = builder.select(builder.fcmp_ordered(">", v, hiv), hiv, v)  # min(v, hi)
+                    vstore(v, builder.gep(po, [at]), j)
+        return context.get_dummy_value()
+
+    @intrinsic
+    def tile(typingctx, a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo, lo, hi, m_valid,
+             n_valid):
+        i64, f = types.int64, types.float32
+        return types.void(a, i64, i64, i64, b, i64, i64, i64, f, bias, i64, out, i64, i64, f, f, i64, i64), codegen
+
+    return tile
+
+
+@jit
+def _generic_tile(a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo, lo, hi, m_valid,
+                  n_valid):
+    """The tiles' arithmetic in plain loops (4 rows x 16 columns)."""
+    acc = np.zeros((4, 16), np.float32)
+    if not first:
+        for r in range(m_valid):
+            for j in range(n_valid):
+                acc[r, j] = out[o_off + r * ldo + j]
+    for k in range(k_n):
+        for r in range(m_valid):
+            av = a[a_off + r * lda + k * a_step]
+            for j in range(16):
+                acc[r, j] += av * b[b_off + k * 16 + j]
+    for r in range(m_valid):
+        for j in range(n_valid):
+            v = acc[r, j] * alpha + bias[c0 + j]
+            if v < lo:
+                v = lo
+            if v > hi:
+                v = hi
+            out[o_off + r * ldo + j] = v
+
+
+@functools.cache
+def _tiles(kind: int, mr: int):
+    """(full, masked) tiles of variant ``kind`` with ``mr`` rows (generic: 4 only)."""
+    if kind == 0:
+        return _generic_tile, _generic_tile
+    name = "avx512" if kind == 2 else "avx2"
+    return _tile_intrinsic(name, mr, 2, False), _tile_intrinsic(name, mr, 2, True)
+
+
+@functools.cache
+def driver(kind: int, post: int, mr: int):
+    """The compiled loops of variant ``kind`` with ``mr``-row tiles and the activation ``post`` (an
+    epilogue code other than NONE/CLIP, applied over each finished tile; NONE: the tile's clamp is
+    all) fixed.
+
+    ``gemm(ap, lda, bp, k_n, m_n, n_n, alpha, bias, zeros, out, ldo, lo, hi, p0, p1, block, groups, kc,
+    s_lo, s_hi)``: shards [s_lo, s_hi), shard s being row block s // groups (``block`` row tiles)
+    times column-panel group s % groups; ``ap`` A packed (``lda`` 0) or A's own rows (flat, ``lda``
+    apart)."""
+    full, masked = _tiles(kind, mr)
+    nr = NR[kind]
+
+    def gemm(ap, lda, bp, k_n, m_n, n_n, alpha, bias, zeros, out, ldo, lo, hi, p0, p1, block, groups, kc, s_lo,
+             s_hi):
+        tiles = (m_n + mr - 1) // mr
+        panels = (n_n + nr - 1) // nr
+        inf = np.float32(np.inf)
+        one = np.float32(1)
+        for s in range(s_lo, s_hi):
+            rb = s // groups
+            g = s - rb * groups
+            t0 = rb * block
+            t1 = min(tiles, t0 + block)
+            q0, q1 = g * panels // groups, (g + 1) * panels // groups
+            for k0 in range(0, k_n, kc):
+                kk = min(kc, k_n - k0)
+                final = k0 + kk >= k_n
+                first = np.int64(1 if k0 == 0 else 0)
+                al = alpha if final else one
+                bb = bias if final else zeros
+                lo2 = lo if final else -inf
+                hi2 = hi if final else inf
+                for q in range(q0, q1):
+                    c0 = q * nr
+                    nv = min(nr, n_n - c0)
+                    b_off = (q * k_n + k0) * nr
+                    for t in range(t0, t1):
+                        r0 = t * mr
+                        mv = min(mr, m_n - r0)
+                        o_off = r0 * ldo + c0
+                        if lda:  # A's own rows
+                            a_off, a_ld, a_step = r0 * lda + k0, lda, 1
+                        else:  # A packed
+                            a_off, a_ld, a_step = (t * k_n + k0) * mr, 1, mr
+                        if nv >= nr:
+                            full(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo, lo2, hi2,
+                                 mv, nv)
+                        else:
+                            masked(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo, lo2,
+                                   hi2, mv, nv)
+                        if post != NONE and final:
+                            for r in range(mv):
+                                at = o_off + r * ldo
+                                for j in range(nv):
+                                    out[U(at + j)] = act(out[U(at + j)], post, p0, p1)
+
+    return jit(gemm)
+
+
+def plan(kind: int, m_n: int, k_n: int, n_n: int, shards: int) -> tuple[int, int, int, int]:
+    """(block, blocks, groups, kc): row blocks of ``block`` row tiles (a K chunk of the block's rows
+    of A within BLOCK_BYTES, so it stays in L2 while the column panels pass) and
+    column-panel groups so that there are at least ``shards`` shards where the panels allow, K in
+    equal chunks of at most KC."""
+    mr, nr = MR[kind], NR[kind]
+    chunks = -(-k_n // KC)
+    kc = -(-k_n // chunks)
+    tiles = -(-m_n // mr)
+    block = max(1, min(tiles, BLOCK_BYTES // (4 * kc * mr)))
+    blocks = -(-tiles // block)
+    panels = -(-n_n // nr)
+    groups = 1
+    if shards > 1 and blocks < shards:
+        groups = max(1, min(panels, -(-shards // blocks)))
+    return block, blocks, groups, kc
+
+
+class Packed:
+    """A constant B (K, N) packed for one variant, with its bias buffer padded to whole panels."""
+
+    __slots__ = ("source", "kind", "bp", "k_n", "n_n", "bias_buf", "zeros")
+
+    def __init__(self, source, b2, kind):
+        self.source, self.kind = source, kind
+        self.k_n, self.n_n = b2.shape
+        nr = NR[kind]
+        self.bp = pack_b(b2, nr)
+        width = -(-self.n_n // nr) * nr
+        self.bias_buf = np.zeros(width, np.float32)
+        self.zeros = config.readonly(np.zeros(width, np.float32))
+
+
+def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0,
+         shards: int | None = None) -> None:
+    """out (M, N) = act(alpha * a2 (M, K) @ B + bias) on the tiles of ``kind``, in about ``shards``
+    shards on the pool (default: one per thread of this call's budget). ``bias``: N values or None;
+    ``code``: an epilogue code (CLIP with p0, p1 the bounds)."""
+    m_n, k_n = a2.shape
+    n_n = packed.n_n
+    mr = MR[kind]
+    threads = config.current_threads()
+    block, blocks, groups, kc = plan(kind, m_n, k_n, n_n, threads if shards is None else shards)
+    if DIRECT_A and a2.flags.c_contiguous:
+        ap, lda = a2.reshape(-1), k_n
+    else:
+        ap, lda = config.thread_buffer("fgemm_a", -(-m_n // mr) * mr * k_n, np.float32), 0
+        pack_a(a2, m_n, k_n, mr, ap)
+    if bias is None:
+        bb = packed.zeros
+    else:
+        bb = packed.bias_buf
+        bb[:n_n] = bias
+    f32 = np.float32
+    if code == CLIP:
+        lo, hi, post = f32(p0), f32(p1), NONE
+    else:
+        lo, hi, post = f32(-np.inf), f32(np.inf), code
+    fn = driver(kind, post, mr)
+    args = (ap, lda, packed.bp, k_n, m_n, n_n, f32(alpha), bb, packed.zeros, out.reshape(-1), out.strides[0] // 4, lo,
+            hi, f32(p0), f32(p1), block, groups, kc)
+    total = blocks * groups
+    if total <= 1 or threads <= 1:
+        fn(*args, 0, total)
+        return
+    config.run_shards(lambda i: fn(*args, i, i + 1), total)
+
+
+def kind_for(m_n: int, k_n: int, n_n: int) -> int | None:
+    """The variant to run a GEMM of this shape on, or None for BLAS: KERNELKIT_F32_GEMM (a forced
+    variant always runs), else the shape classes where the tiles measured faster."""
+    kind, forced = choice()
+    if kind is None or forced:
+        return kind
+    return kind if wins(m_n, k_n, n_n) else None
+
+
+def wins(m_n: int, k_n: int, n_n: int) -> bool:
+    """Shapes where the tiles beat BLAS (benchmarks/bench_fgemm.py)."""
+    return m_n >= 8 and k_n >= 32 and n_n >= 16

@@ -1,0 +1,171 @@
+"""The float32 GEMM micro-kernels with a constant B (fgemm.py): every variant this CPU has against a
+float64 NumPy product (tails in M, N and K, K chunks, alpha, bias, Relu/Clip in the registers, the
+other activations over each tile, NaN kept, shards at two threads, a transposed A), and the Gemm and
+MatMul kernels forced onto each variant through a Session against the reference kernels."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kernelkit.testing import assert_close
+from kernelkit_numba import config
+from kernelkit_numba.kernels import epilogue, fgemm, ftile
+
+VARIANTS = ["generic", "avx2", "avx512"]
+_ACT = getattr(epilogue.act, "py_func", epilogue.act)  # one activated value, in Python
+
+
+def _need(name):
+    if not ftile.available(name):
+        missing = [f for f in ftile._NEEDS[name] if f not in ftile.host_features()]
+        why = f"this CPU lacks {', '.join(missing)}" if missing else "NUMBA_DISABLE_JIT=1: no compiled tiles"
+        pytest.skip(f"{why} ({name} cannot run here)")
+
+
+def _want(a, b, alpha, bias, code, p0, p1):
+    v = alpha * (a.astype(np.float64) @ b.astype(np.float64))
+    if bias is not None:
+        v = v + bias
+    v = v.astype(np.float32)
+    out = np.empty_like(v)
+    for i in range(v.shape[0]):
+        for j in range(v.shape[1]):
+            out[i, j] = _ACT(v[i, j], code, p0, p1) if code else v[i, j]
+    return out
+
+
+SHAPES = [(1, 1, 1), (5, 3, 7), (8, 16, 32), (9, 17, 33), (13, 300, 100), (64, 300, 70), (70, 64, 49), (3, 600, 31),
+          (130, 40, 10)]
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_tiles_against_float64(name, m, k, n, monkeypatch):
+    _need(name)
+    kind = ftile.KIND[name]
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)  # sums of order 1, as trained layers'
+    bias = rng.standard_normal(n).astype(np.float32)
+    packed = fgemm.Packed(b, b, kind)
+    f = np.float32
+    cases = [(1.0, None, epilogue.NONE, f(0), f(0), None, 1), (0.5, bias, epilogue.CLIP, f(0), f(np.inf), 7, 2),
+             (2.0, bias, epilogue.CLIP, f(-0.5), f(0.5), 64, 3), (1.0, bias, epilogue.GELU, f(0), f(0), None, 2)]
+    for alpha, bb, code, p0, p1, kc, threads in cases:
+        if kc is not None:
+            monkeypatch.setattr(fgemm, "KC", kc)
+        out = np.full((m, n), np.nan, np.float32)
+        with config.num_threads(threads):
+            fgemm.gemm(kind, packed, a, out, alpha, bb, code, p0, p1)
+        assert_close(out, _want(a, b, alpha, bb, code, p0, p1), err_msg=f"{name} K {k} code {code} kc {kc}")
+        monkeypatch.setattr(fgemm, "KC", 1024)
+    # A given transposed (a strided view, as Gemm's transA passes it)
+    at = np.ascontiguousarray(a.T)
+    out = np.empty((m, n), np.float32)
+    fgemm.gemm(kind, packed, at.T, out, 1.0, bias)
+    assert_close(out, _want(a, b, 1.0, bias, 0, 0, 0))
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("code", [epilogue.SIGMOID, epilogue.TANH, epilogue.LEAKY_RELU, epilogue.HARD_SWISH])
+def test_other_activations_over_the_tile(name, code):
+    _need(name)
+    kind = ftile.KIND[name]
+    rng = np.random.default_rng(code)
+    a, b = rng.standard_normal((19, 45)).astype(np.float32), rng.standard_normal((45, 37)).astype(np.float32)
+    bias = rng.standard_normal(37).astype(np.float32)
+    out = np.empty((19, 37), np.float32)
+    fgemm.gemm(kind, fgemm.Packed(b, b, kind), a, out, 1.0, bias, code, np.float32(0.1), np.float32(0))
+    assert_close(out, _want(a, b, 1.0, bias, code, np.float32(0.1), np.float32(0)))
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_nan_kept_and_inf_clamped(name):
+    _need(name)
+    kind = ftile.KIND[name]
+    a = np.ones((9, 4), np.float32)
+    a[2, 1] = np.nan
+    a[5, 0] = np.inf
+    b = np.ones((4, 20), np.float32)
+    out = np.empty((9, 20), np.float32)
+    fgemm.gemm(kind, fgemm.Packed(b, b, kind), a, out, 1.0, None, epilogue.CLIP, np.float32(0), np.float32(6))
+    assert np.isnan(out[2]).all() and (out[5] == 6).all() and (out[0] == 4).all()
+
+
+GEMM_CASES = [
+    ((64, 200), (300, 200), {"transB": 1, "activation": "Relu"}),  # an MLP layer (smaller: NUMBA_DISABLE_JIT job)
+    ((33, 70), (70, 45), {"alpha": 0.5, "beta": 2.0}),
+    ((20, 19), (50, 19), {"transB": 1, "activation": "Gelu"}),
+    ((40, 24), (24, 17), {"transA": 1, "activation": "Clip", "activation_params": [-0.5, 0.5]}),
+    ((9, 300), (300, 130), {}),
+]
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("a_shape, b_shape, attrs", GEMM_CASES)
+@pytest.mark.parametrize("with_c", [False, True])
+def test_gemm_session_on_each_variant(check, rng, monkeypatch, name, a_shape, b_shape, attrs, with_c):
+    _need(name)
+    monkeypatch.setenv(ftile.ENV, name)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in (a_shape, b_shape))
+    if attrs.get("transA"):
+        a = np.ascontiguousarray(a.T)
+    n = b_shape[0] if attrs.get("transB") else b_shape[1]
+    inputs = [a, b] + ([rng.standard_normal(n).astype(np.float32)] if with_c else [])
+    check("Gemm", inputs, attrs, constants=(1, 2) if with_c else (1,))
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("a_shape, activation", [((2, 30, 48), ""), ((70, 33), "Relu"), ((3, 5, 16), "Gelu")])
+def test_matmul_session_on_each_variant(check, rng, monkeypatch, name, a_shape, activation):
+    _need(name)
+    monkeypatch.setenv(ftile.ENV, name)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal((a_shape[-1], 40)).astype(np.float32)
+    check("MatMul", [a, b], {"activation": activation} if activation else {}, constants=(1,))
+
+
+def test_b_as_a_graph_input_stays_correct(rng):
+    """A B that is not a constant (a fresh array each run) is packed on the first call and then left
+    to BLAS: every run agrees with the product of its own B."""
+    import kernelkit
+    from kernelkit_converters.onnx import convert
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Gemm", ["a", "b"], ["y"])]
+    io = [helper.make_tensor_value_info("a", TensorProto.FLOAT, [32, 40]),
+          helper.make_tensor_value_info("b", TensorProto.FLOAT, [40, 48])]
+    out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 48])]
+    model = convert(helper.make_model(helper.make_graph(nodes, "g", io, out),
+                                      opset_imports=[helper.make_opsetid("", 21)]))
+    sess = kernelkit.Session(model, vendors=["numba"], fallback=False)
+    a = rng.standard_normal((32, 40)).astype(np.float32)
+    for _ in range(3):
+        b = rng.standard_normal((40, 48)).astype(np.float32)
+        assert_close(sess.run(None, {"a": a, "b": b})[0], a @ b)
+
+
+def test_default_choice_by_shape(monkeypatch):
+    monkeypatch.setenv(ftile.ENV, "off")
+    assert fgemm.kind_for(64, 784, 1024) is None
+    monkeypatch.setenv(ftile.ENV, "auto")
+    kind = ftile.select()
+    assert fgemm.kind_for(64, 784, 1024) == kind
+    assert fgemm.kind_for(64, 1024, 10) is None  # ten columns: BLAS (bench_fgemm.py)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("threads, shards", [(1, None), (2, None), (2, 5)])
+def test_row_blocks_and_panel_groups(name, threads, shards, monkeypatch):
+    """Several row blocks (BLOCK_BYTES lowered) times column-panel groups, serially and on the pool."""
+    _need(name)
+    kind = ftile.KIND[name]
+    monkeypatch.setattr(fgemm, "BLOCK_BYTES", 1 << 10)
+    rng = np.random.default_rng(threads)
+    a, b = rng.standard_normal((53, 70)).astype(np.float32), rng.standard_normal((70, 99)).astype(np.float32)
+    bias = rng.standard_normal(99).astype(np.float32)
+    assert fgemm.plan(kind, 53, 70, 99, 2)[1] > 1  # more than one row block
+    out = np.empty((53, 99), np.float32)
+    with config.num_threads(threads):
+        fgemm.gemm(kind, fgemm.Packed(b, b, kind), a, out, 1.0, bias, epilogue.CLIP, np.float32(0), np.float32(np.inf),
+                   shards)
+    assert_close(out, _want(a, b, 1.0, bias, epilogue.CLIP, np.float32(0), np.float32(np.inf)))
