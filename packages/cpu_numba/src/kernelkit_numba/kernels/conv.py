@@ -26,7 +26,7 @@ from kernelkit.shape import auto_pads, conv_out_dim
 from .. import config
 from .._base import NumbaKernel
 from ..config import jit_inline, jit_parallel
-from . import ftile, winograd
+from . import dwtile, ftile, winograd
 from ._range import tap_range
 from .epilogue import CLIP, NONE, bias_act_block, bias_act_rows
 from .gemm_nt import gemm_nt_rows
@@ -444,16 +444,21 @@ class Conv(NumbaKernel):
         inner = code if code in (NONE, CLIP) else NONE
         fused_z = True  # whether the path added z
         if cg == 1 and group > 1:
-            if z is not None:
-                inner, fused_z = NONE, False
             pads = self._geom_pads
-            if kh == kw == 3 and dh == dw == 1 and pads == (1, 1, 1, 1) and sh == sw and sh in (1, 2):
-                fn = _depthwise3x3 if sh == 1 else _depthwise3x3s2
-                args = (x4, w4, bias, y, inner, p0, p1)
+            if sh == sw and dwtile.depthwise_fits(sh, kh, kw, (dh, dw), pads, x4.dtype) and dwtile.enabled():
+                lo, hi = (p0, p1) if inner == CLIP else (-np.inf, np.inf)  # dwtile.py: bias, z, clamp fused
+                fn, args = dwtile.depthwise(x4, w4, bias, y, z, sh, ph, pw, lo, hi)
+                config.parallel_for(fn, n_n * m_n, args, 2.0 * y.size * kh * kw)
             else:
-                fn = _conv_depthwise
-                args = (x4, w4, bias, y, sh, sw, dh, dw, ph, pw, inner, p0, p1, x4.dtype.type(0))
-            config.parallel_for(fn, n_n * m_n, args, 2.0 * y.size * kh * kw)
+                if z is not None:
+                    inner, fused_z = NONE, False
+                if kh == kw == 3 and dh == dw == 1 and pads == (1, 1, 1, 1) and sh == sw and sh in (1, 2):
+                    fn = _depthwise3x3 if sh == 1 else _depthwise3x3s2
+                    args = (x4, w4, bias, y, inner, p0, p1)
+                else:
+                    fn = _conv_depthwise
+                    args = (x4, w4, bias, y, sh, sw, dh, dw, ph, pw, inner, p0, p1, x4.dtype.type(0))
+                config.parallel_for(fn, n_n * m_n, args, 2.0 * y.size * kh * kw)
         elif winograd.usable4(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, n_n) and self._unbounded:
             u = self._transformed(w, w4, 4)
             packed = self._wino_packed(u, m_n, n_n * -(-oh_n // 4) * -(-ow_n // 4))

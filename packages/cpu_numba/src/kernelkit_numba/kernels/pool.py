@@ -14,6 +14,7 @@ from kernelkit.registry import register_kernel
 
 from .._base import NumbaKernel, threaded
 from ..config import jit_parallel, parallel_for
+from . import dwtile
 from ._range import tap_range
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
@@ -204,6 +205,11 @@ class MaxPool(_Pool):
         x4 = self._as_2d(x)
         (kh, kw), (sh, sw), (dh, dw), (ph, pw) = win.kernel, win.strides, win.dilations, win.begin
         y = _output(x, x4.shape[:2] + tuple(win.out), out)
+        if not self.want_indices and dwtile.maxpool_fits(win.kernel, win.strides, win.dilations, x4.dtype) \
+                and dwtile.enabled():
+            fn, args = dwtile.maxpool(x4, y, sh, ph, pw)
+            parallel_for(fn, y.shape[0] * y.shape[1], args, 2.0 * y.size * (kh + kw))
+            return _result(x, y, out)
         if not self.want_indices:
             parallel_for(_max_pool_separable, y.shape[0] * y.shape[1], (x4, y, kh, kw, sh, sw, dh, dw, ph, pw),
                          2.0 * y.size * (kh + kw))

@@ -1,0 +1,374 @@
+"""float32 3x3 windows on NCHW planes as AVX-512 vector tiles in LLVM IR: depthwise convolution
+(stride 1 and 2, with bias, the fused residual Z and Clip/Relu/Relu6) and MaxPool 3x3 stride 2.
+
+Padding is never copied: every input vector is a masked load (``llvm.masked.load``; a masked-off
+lane reads 0 for a convolution, -inf for MaxPool, and touches no memory), the mask saying which
+lanes of the tap fall inside the plane.
+
+- **stride 1, pads 1** (``dw3_s1``): the plane is one flat vector loop, 16 outputs a step; tap
+  (i, j) of outputs ``p .. p+15`` reads ``x[p + (i-1) W + (j-1)]``, its mask the lanes whose row
+  above/below exists (a compare on ``p + lane``) and whose column left/right exists (a per-shape
+  table of two 16-bit masks per step, ``column_masks``). No border pass and no per-row setup, so a
+  7x7 plane is four steps (the earlier kernel did its 24 border outputs one by one).
+- **stride 2, any pads** (``dw3_s2``, ``max3_s2``): per chunk of 16 output columns, down the
+  output rows; an input row's three taps are the even and odd lanes of two 16-float loads starting
+  at column ``2 c0 - pw`` (tap 0 and 1) and the even lanes of two loads one column to the right
+  (tap 2), ``shufflevector``-deinterleaved. The last input row of one output row is the first of
+  the next: its three vectors are carried in registers (``phi``), so each output row loads two
+  input rows.
+
+Every loop is inside the intrinsic (weights and bias broadcast once per plane, the carried rows
+in registers); the Numba drivers (``_planes_*``) loop over planes ``[q0, q1)`` of the flattened
+(N, M) for the shard pool. Only an AVX-512 variant exists (masked loads and stores are cheap there;
+on AVX2 a masked store is microcoded on AMD): elsewhere conv.py and pool.py keep their Numba loops.
+``KERNELKIT_F32_DEPTHWISE=auto|off`` (read per call) turns these kernels off for A/B runs.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+from kernelkit.errors import ConfigError
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ..config import jit
+from .ftile import available
+from .qtile import k_loop
+
+ENV = "KERNELKIT_F32_DEPTHWISE"
+LANES = 16
+FLAT_MAX_W = 8  # stride-1 planes at most this wide run flat (a 7-wide row would fill 7 of 16 lanes)
+
+
+def enabled() -> bool:
+    """Whether the AVX-512 window kernels run: ``$KERNELKIT_F32_DEPTHWISE`` (auto/off) and the CPU."""
+    raw = (os.environ.get(ENV) or "auto").strip().lower() or "auto"
+    if raw not in ("auto", "off"):
+        raise ConfigError(f"${ENV}={raw!r}: expected auto or off")
+    return raw == "auto" and available("avx512")
+
+
+@functools.lru_cache(maxsize=64)
+def column_masks(h_n: int, w_n: int) -> np.ndarray:
+    """Per 16-output step of a flat h_n x w_n plane: the lanes whose column has a left neighbour
+    (bit t of entry 2v) and a right one (entry 2v + 1), as uint16 (read-only; cached per shape)."""
+    steps = -(-h_n * w_n // LANES)
+    col = np.arange(steps * LANES) % w_n
+    bits = (1 << np.arange(LANES)).astype(np.uint32)
+    left = ((col > 0).reshape(steps, LANES) * bits).sum(axis=1)
+    right = ((col < w_n - 1).reshape(steps, LANES) * bits).sum(axis=1)
+    out = np.stack([left, right], axis=1).astype(np.uint16).reshape(-1)
+    out.flags.writeable = False
+    return out
+
+
+def _data(context, builder, arrty, value):
+    return cgutils.create_struct_proxy(arrty)(context, builder, value=value).data
+
+
+class _Vec:
+    """The IR helpers of one codegen: 16-lane float32 vectors, masks, masked loads and stores."""
+
+    def __init__(self, builder):
+        self.b = builder
+        self.i1, self.i16, self.i32, self.i64, self.f32 = (ir.IntType(1), ir.IntType(16), ir.IntType(32),
+                                                          ir.IntType(64), ir.FloatType())
+        self.vf = ir.VectorType(self.f32, LANES)
+        self.vi = ir.VectorType(self.i32, LANES)
+        self.vm = ir.VectorType(self.i1, LANES)
+        mod = builder.module
+        self.fma = cgutils.get_or_insert_function(mod, ir.FunctionType(self.vf, [self.vf] * 3), "llvm.fma.v16f32")
+        self.mload = cgutils.get_or_insert_function(
+            mod, ir.FunctionType(self.vf, [self.vf.as_pointer(), self.i32, self.vm, self.vf]),
+            "llvm.masked.load.v16f32.p0")
+        self.mstore = cgutils.get_or_insert_function(
+            mod, ir.FunctionType(ir.VoidType(), [self.vf, self.vf.as_pointer(), self.i32, self.vm]),
+            "llvm.masked.store.v16f32.p0")
+        self.iota = ir.Constant(self.vi, list(range(LANES)))
+        self.ones = ir.Constant(self.vm, [1] * LANES)
+
+    def splat(self, value, vty=None):
+        vty = vty or self.vf
+        one = self.b.insert_element(ir.Constant(vty, ir.Undefined), value, ir.Constant(self.i32, 0))
+        return self.b.shuffle_vector(one, ir.Constant(vty, ir.Undefined), ir.Constant(self.vi, [0] * LANES))
+
+    def i32v(self, value):
+        """A splat of an i64 scalar as 16 x i32."""
+        return self.splat(self.b.trunc(value, self.i32), self.vi)
+
+    def lanes_in(self, start, limit):
+        """Mask of lanes t with 0 <= start + t < limit (i64 scalars; one unsigned compare)."""
+        return self.b.icmp_unsigned("<", self.b.add(self.i32v(start), self.iota), self.i32v(limit))
+
+    def load(self, base, off, mask, fill):
+        ptr = self.b.bitcast(self.b.gep(base, [off]), self.vf.as_pointer())
+        return self.b.call(self.mload, [ptr, ir.Constant(self.i32, 4), mask, fill])
+
+    def store(self, value, base, off, mask):
+        ptr = self.b.bitcast(self.b.gep(base, [off]), self.vf.as_pointer())
+        self.b.call(self.mstore, [value, ptr, ir.Constant(self.i32, 4), mask])
+
+    def clamp(self, v, lov, hiv):
+        v = self.b.select(self.b.fcmp_ordered("<", v, lov), lov, v)  # max(v, lo), NaN kept
+        return self.b.select(self.b.fcmp_ordered(">", v, hiv), hiv, v)  # min(v, hi)
+
+    def vmax(self, a, v):
+        """max(a, v) with NaN in either kept (NumPy's maximum): v when v > a or v is NaN, else a."""
+        take = self.b.or_(self.b.fcmp_ordered(">", v, a), self.b.fcmp_unordered("uno", v, v))
+        return self.b.select(take, v, a)
+
+    def const(self, value):
+        return ir.Constant(self.i64, value)
+
+
+def _trap_unless_avx512(context, builder):
+    """True (after emitting a trap) when this CPU lacks AVX-512: compiled everywhere, selected only
+    where it runs (as ftile's tiles)."""
+    if available("avx512"):
+        return False
+    trap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
+    builder.call(trap, [])
+    return True
+
+
+def _s1_intrinsic(with_z: bool):
+    """``dw3_s1(x, x_off, y, y_off, z, h_n, w_n, wt, w_off, beta, lo, hi, cm)``: one h_n x w_n plane
+    of a 3x3 depthwise convolution, stride 1, pads 1: ``y[y_off + p] = clamp(beta + sum_ij wt[w_off
+    + 3i + j] * x[x_off + p + (i-1) w_n + (j-1)] (+ z[y_off + p]), lo, hi)`` over the taps inside
+    the plane (cm: ``column_masks(h_n, w_n)``)."""
+
+    def codegen(context, builder, sig, args):
+        x, x_off, y, y_off, z, h_n, w_n, wt, w_off, beta, lo, hi, cm = args
+        if _trap_unless_avx512(context, builder):
+            return context.get_dummy_value()
+        v = _Vec(builder)
+        f32p = v.f32.as_pointer()
+        px = builder.gep(builder.bitcast(_data(context, builder, sig.args[0], x), f32p), [x_off])
+        py = builder.gep(builder.bitcast(_data(context, builder, sig.args[2], y), f32p), [y_off])
+        pz = builder.gep(builder.bitcast(_data(context, builder, sig.args[4], z), f32p), [y_off])
+        pw = builder.gep(builder.bitcast(_data(context, builder, sig.args[7], wt), f32p), [w_off])
+        pcm = builder.bitcast(_data(context, builder, sig.args[12], cm), v.i16.as_pointer())
+        wv = [v.splat(builder.load(builder.gep(pw, [v.const(t)]), align=4)) for t in range(9)]
+        bv, lov, hiv = v.splat(beta), v.splat(lo), v.splat(hi)
+        hw = builder.mul(h_n, w_n)
+        steps = builder.udiv(builder.add(hw, v.const(LANES - 1)), v.const(LANES))
+        zero = ir.Constant(v.vf, None)
+        hw_v, top_v, bot_v = v.i32v(hw), v.i32v(w_n), v.i32v(builder.sub(hw, w_n))
+        q, _, close = k_loop(builder, steps, [], "dw3s1")
+        p = builder.mul(q, v.const(LANES))
+        lane = builder.add(v.i32v(p), v.iota)
+        tail = builder.icmp_signed("<", lane, hw_v)
+        rows = [builder.and_(tail, builder.icmp_signed(">=", lane, top_v)), tail,
+                builder.and_(tail, builder.icmp_signed("<", lane, bot_v))]
+        at = builder.mul(q, v.const(2))
+        cols = [builder.bitcast(builder.load(builder.gep(pcm, [at]), align=2), v.vm), v.ones,
+                builder.bitcast(builder.load(builder.gep(pcm, [builder.add(at, v.const(1))]), align=2), v.vm)]
+        acc = bv
+        for i in range(3):
+            row = builder.add(p, builder.mul(w_n, v.const(i - 1)))
+            for j in range(3):
+                mask = rows[i] if j == 1 else builder.and_(rows[i], cols[j])
+                xv = v.load(px, builder.add(row, v.const(j - 1)), mask, zero)
+                acc = builder.call(v.fma, [wv[3 * i + j], xv, acc])
+        if with_z:
+            acc = builder.fadd(acc, v.load(pz, p, tail, zero))
+        v.store(v.clamp(acc, lov, hiv), py, p, tail)
+        close([])
+        return context.get_dummy_value()
+
+    @intrinsic
+    def dw3_s1(typingctx, x, x_off, y, y_off, z, h_n, w_n, wt, w_off, beta, lo, hi, cm):
+        i64, f = types.int64, types.float32
+        return types.void(x, i64, y, i64, z, i64, i64, wt, i64, f, f, f, cm), codegen
+
+    return dw3_s1
+
+
+def _rows_codegen(kind: str, stride: int, with_z: bool):
+    """The codegen of a 3x3 window of stride 1 or 2 over one plane, by chunks of 16 output columns,
+    down the output rows: ``kind`` "conv" (depthwise: bias + taps times weights, zero padding, + z,
+    clamp) or "max" (MaxPool: -inf padding, NaN propagated). The input rows an output row shares
+    with the next (two at stride 1, one at stride 2) are carried in registers, so each output row
+    loads ``stride`` new input rows. Arguments: x, x_off, y, y_off, z, h_n, w_n, oh_n, ow_n, ph, pw,
+    wt, w_off, beta, lo, hi."""
+
+    def codegen(context, builder, sig, args):
+        x, x_off, y, y_off, z, h_n, w_n, oh_n, ow_n, ph, pw, wt, w_off, beta, lo, hi = args
+        if _trap_unless_avx512(context, builder):
+            return context.get_dummy_value()
+        v = _Vec(builder)
+        f32p = v.f32.as_pointer()
+        px = builder.gep(builder.bitcast(_data(context, builder, sig.args[0], x), f32p), [x_off])
+        py = builder.gep(builder.bitcast(_data(context, builder, sig.args[2], y), f32p), [y_off])
+        pz = builder.gep(builder.bitcast(_data(context, builder, sig.args[4], z), f32p), [y_off])
+        conv = kind == "conv"
+        fill = ir.Constant(v.vf, None if conv else [float("-inf")] * LANES)
+        if conv:
+            pw_ = builder.gep(builder.bitcast(_data(context, builder, sig.args[11], wt), f32p), [w_off])
+            wv = [v.splat(builder.load(builder.gep(pw_, [v.const(t)]), align=4)) for t in range(9)]
+            bv, lov, hiv = v.splat(beta), v.splat(lo), v.splat(hi)
+        even = ir.Constant(v.vi, [2 * t for t in range(LANES)])
+        odd = ir.Constant(v.vi, [2 * t + 1 for t in range(LANES)])
+
+        def taps(ih, s, col_masks):
+            """Row ih's three tap vectors, input columns s + stride * t + j for j = 0, 1, 2 (zero /
+            -inf outside the plane)."""
+            inside = builder.and_(builder.icmp_signed(">=", ih, v.const(0)), builder.icmp_signed("<", ih, h_n))
+            rowv = v.splat(inside, v.vm)
+            base = builder.add(builder.mul(ih, w_n), s)
+            loads = [v.load(px, builder.add(base, v.const(d)), builder.and_(rowv, m), fill)
+                     for d, m in col_masks]
+            if stride == 1:
+                return loads
+            return [builder.shuffle_vector(loads[0], loads[1], even), builder.shuffle_vector(loads[0], loads[1], odd),
+                    builder.shuffle_vector(loads[2], loads[3], even)]
+
+        def combine(acc, row, tvs):
+            for j in range(3):
+                if conv:
+                    acc = builder.call(v.fma, [wv[3 * row + j], tvs[j], acc])
+                elif acc is None:
+                    acc = tvs[0]
+                else:
+                    acc = v.vmax(acc, tvs[j])
+            return acc
+
+        chunks = builder.udiv(builder.add(ow_n, v.const(LANES - 1)), v.const(LANES))
+        c, _, close_c = k_loop(builder, chunks, [], "w3c")
+        c0 = builder.mul(c, v.const(LANES))
+        s = builder.sub(builder.mul(c0, v.const(stride)), pw)  # input column of tap 0, lane 0
+        out_mask = v.lanes_in(c0, ow_n)
+        offsets = (0, 1, 2) if stride == 1 else (0, LANES, 2, LANES + 2)
+        col_masks = [(d, v.lanes_in(builder.add(s, v.const(d)), w_n)) for d in offsets]
+        first = builder.sub(v.const(0), ph)  # the input row of tap row 0 for output row 0
+        carried = [t for r in range(3 - stride) for t in taps(builder.add(first, v.const(r)), s, col_masks)]
+        oh, rows, close_r = k_loop(builder, oh_n, carried, "w3r")
+        top = builder.sub(builder.mul(oh, v.const(stride)), ph)
+        rows = [rows[3 * r:3 * r + 3] for r in range(3 - stride)]
+        rows += [taps(builder.add(top, v.const(r)), s, col_masks) for r in range(3 - stride, 3)]
+        acc = bv if conv else None
+        for r, tvs in enumerate(rows):
+            acc = combine(acc, r, tvs)
+        at = builder.add(builder.mul(oh, ow_n), c0)
+        if conv:
+            if with_z:
+                acc = builder.fadd(acc, v.load(pz, at, out_mask, ir.Constant(v.vf, None)))
+            acc = v.clamp(acc, lov, hiv)
+        v.store(acc, py, at, out_mask)
+        close_r([t for tvs in rows[stride:] for t in tvs])
+        close_c([])
+        return context.get_dummy_value()
+
+    return codegen
+
+
+def _rows_intrinsic(kind: str, stride: int, with_z: bool):
+    codegen = _rows_codegen(kind, stride, with_z)
+
+    @intrinsic
+    def w3_rows(typingctx, x, x_off, y, y_off, z, h_n, w_n, oh_n, ow_n, ph, pw, wt, w_off, beta, lo, hi):
+        i64, f = types.int64, types.float32
+        return types.void(x, i64, y, i64, z, i64, i64, i64, i64, i64, i64, wt, i64, f, f, f), codegen
+
+    return w3_rows
+
+
+_dw3_s1 = _s1_intrinsic(False)
+_dw3_s1z = _s1_intrinsic(True)
+_dw3_r1 = _rows_intrinsic("conv", 1, False)
+_dw3_r1z = _rows_intrinsic("conv", 1, True)
+_dw3_s2 = _rows_intrinsic("conv", 2, False)
+_dw3_s2z = _rows_intrinsic("conv", 2, True)
+_max3_s1 = _rows_intrinsic("max", 1, False)
+_max3_s2 = _rows_intrinsic("max", 2, False)
+
+
+def _conv_driver(tile, flat):
+    """The plane loop of one depthwise tile: planes [q0, q1) of the flattened (N, M); output m reads
+    input channel m // (M / C) (any channel multiplier)."""
+
+    def planes(x, w, bias, y, z, cm, ph, pw, lo, hi, q0, q1):
+        n_n, c_n, h_n, w_n = x.shape
+        m_n, oh_n, ow_n = y.shape[1], y.shape[2], y.shape[3]
+        mult = m_n // c_n
+        xf, yf, wf, zf = x.reshape(x.size), y.reshape(y.size), w.reshape(w.size), z.reshape(z.size)
+        hw, ohw = h_n * w_n, oh_n * ow_n
+        for nm in range(q0, q1):
+            n = nm // m_n
+            m = nm - n * m_n
+            x_off = (n * c_n + m // mult) * hw
+            if flat:
+                tile(xf, x_off, yf, nm * ohw, zf, h_n, w_n, wf, 9 * m, bias[m], lo, hi, cm)
+            else:
+                tile(xf, x_off, yf, nm * ohw, zf, h_n, w_n, oh_n, ow_n, ph, pw, wf, 9 * m, bias[m], lo, hi)
+
+    return jit(planes)
+
+
+_planes_flat = _conv_driver(_dw3_s1, True)
+_planes_flatz = _conv_driver(_dw3_s1z, True)
+_planes_r1 = _conv_driver(_dw3_r1, False)
+_planes_r1z = _conv_driver(_dw3_r1z, False)
+_planes_s2 = _conv_driver(_dw3_s2, False)
+_planes_s2z = _conv_driver(_dw3_s2z, False)
+
+
+def _max_driver(tile):
+    """The plane loop of one MaxPool tile: planes [q0, q1) of the flattened (N, C)."""
+
+    def planes(x, y, ph, pw, q0, q1):
+        h_n, w_n = x.shape[2], x.shape[3]
+        oh_n, ow_n = y.shape[2], y.shape[3]
+        xf, yf = x.reshape(x.size), y.reshape(y.size)
+        unused = np.empty(1, np.float32)
+        zero = np.float32(0)
+        for nc in range(q0, q1):
+            tile(xf, nc * h_n * w_n, yf, nc * oh_n * ow_n, yf, h_n, w_n, oh_n, ow_n, ph, pw, unused, 0, zero, zero,
+                 zero)
+
+    return jit(planes)
+
+
+_max_planes_s1 = _max_driver(_max3_s1)
+_max_planes_s2 = _max_driver(_max3_s2)
+
+
+def depthwise_fits(stride: int, kh: int, kw: int, dil: tuple, pads: tuple, dtype) -> bool:
+    """Whether a depthwise convolution runs on these tiles: float32, 3x3, undilated, stride 1 or 2
+    (any pads)."""
+    return dtype == np.float32 and kh == kw == 3 and tuple(dil) == (1, 1) and stride in (1, 2)
+
+
+def depthwise(x, w, bias, y, z, stride, ph, pw, lo, hi, flat=None):
+    """``(kernel, args)`` for ``config.parallel_for``: x (N, C, H, W), w (M, 1, 3, 3), y (N, M, OH, OW),
+    z shaped like y or None, lo/hi the clamp (-inf/inf for none)."""
+    zz = y if z is None else z
+    if flat is None:
+        flat = x.shape[3] <= FLAT_MAX_W and (ph, pw) == (1, 1) and y.shape[2:] == x.shape[2:]
+    lo, hi = np.float32(lo), np.float32(hi)
+    if stride == 1 and flat:
+        fn = _planes_flat if z is None else _planes_flatz
+        cm = column_masks(x.shape[2], x.shape[3])
+    elif stride == 1:
+        fn = _planes_r1 if z is None else _planes_r1z
+        cm = column_masks(1, 1)
+    else:
+        fn = _planes_s2 if z is None else _planes_s2z
+        cm = column_masks(1, 1)
+    return fn, (x, w, bias, y, zz, cm, ph, pw, lo, hi)
+
+
+def maxpool_fits(kernel, strides, dilations, dtype) -> bool:
+    """Whether a MaxPool (without Indices) runs on these tiles: float32, 3x3, stride 1 or 2 both
+    ways, undilated (any pads, ceil_mode: the output size decides which windows run)."""
+    return (dtype == np.float32 and tuple(kernel) == (3, 3) and tuple(strides) in ((1, 1), (2, 2))
+            and tuple(dilations) == (1, 1))
+
+
+def maxpool(x, y, stride, ph, pw):
+    """``(kernel, args)`` for ``config.parallel_for`` over the (N * C) planes."""
+    return (_max_planes_s1 if stride == 1 else _max_planes_s2), (x, y, ph, pw)
