@@ -41,6 +41,7 @@ from .qtile import k_loop
 
 ENV = "KERNELKIT_F32_DEPTHWISE"
 LANES = 16
+BAND_BYTES = 1 << 14  # a band's input rows (L1: they are read once per 16-column chunk)
 FLAT_MAX_W = 8  # stride-1 planes at most this wide run flat (a 7-wide row would fill 7 of 16 lanes)
 
 
@@ -117,9 +118,10 @@ class _Vec:
         return self.b.select(self.b.fcmp_ordered(">", v, hiv), hiv, v)  # min(v, hi)
 
     def vmax(self, a, v):
-        """max(a, v) with NaN in either kept (NumPy's maximum): v when v > a or v is NaN, else a."""
-        take = self.b.or_(self.b.fcmp_ordered(">", v, a), self.b.fcmp_unordered("uno", v, v))
-        return self.b.select(take, v, a)
+        """max(a, v) with NaN in either kept (NumPy's maximum): ``a > v ? a : v`` (one vmaxps, which
+        gives v when either is NaN), then a where a is NaN: three instructions."""
+        m = self.b.select(self.b.fcmp_ordered(">", a, v), a, v)
+        return self.b.select(self.b.fcmp_unordered("uno", a, a), a, m)
 
     def const(self, value):
         return ir.Constant(self.i64, value)
@@ -193,11 +195,12 @@ def _rows_codegen(kind: str, stride: int, with_z: bool):
     down the output rows: ``kind`` "conv" (depthwise: bias + taps times weights, zero padding, + z,
     clamp) or "max" (MaxPool: -inf padding, NaN propagated). The input rows an output row shares
     with the next (two at stride 1, one at stride 2) are carried in registers, so each output row
-    loads ``stride`` new input rows. Arguments: x, x_off, y, y_off, z, h_n, w_n, oh_n, ow_n, ph, pw,
-    wt, w_off, beta, lo, hi."""
+    loads ``stride`` new input rows. Arguments: x, x_off, y, y_off, z, h_n, w_n, r0, r1, ow_n, ph, pw,
+    wt, w_off, beta, lo, hi: output rows [r0, r1) of the plane (a band: its input rows stay in L1
+    while the chunks pass)."""
 
     def codegen(context, builder, sig, args):
-        x, x_off, y, y_off, z, h_n, w_n, oh_n, ow_n, ph, pw, wt, w_off, beta, lo, hi = args
+        x, x_off, y, y_off, z, h_n, w_n, r0, r1, ow_n, ph, pw, wt, w_off, beta, lo, hi = args
         if _trap_unless_avx512(context, builder):
             return context.get_dummy_value()
         v = _Vec(builder)
@@ -208,7 +211,7 @@ def _rows_codegen(kind: str, stride: int, with_z: bool):
         conv = kind == "conv"
         fill = ir.Constant(v.vf, None if conv else [float("-inf")] * LANES)
         if conv:
-            pw_ = builder.gep(builder.bitcast(_data(context, builder, sig.args[11], wt), f32p), [w_off])
+            pw_ = builder.gep(builder.bitcast(_data(context, builder, sig.args[12], wt), f32p), [w_off])
             wv = [v.splat(builder.load(builder.gep(pw_, [v.const(t)]), align=4)) for t in range(9)]
             bv, lov, hiv = v.splat(beta), v.splat(lo), v.splat(hi)
         even = ir.Constant(v.vi, [2 * t for t in range(LANES)])
@@ -222,19 +225,18 @@ def _rows_codegen(kind: str, stride: int, with_z: bool):
             base = builder.add(builder.mul(ih, w_n), s)
             loads = [v.load(px, builder.add(base, v.const(d)), builder.and_(rowv, m), fill)
                      for d, m in col_masks]
-            if stride == 1:
+            if stride == 2:
+                pairs = ((0, even), (0, odd), (2, even))
+                loads = [builder.shuffle_vector(loads[i], loads[i + 1], lanes) for i, lanes in pairs]
+            if conv:
                 return loads
-            return [builder.shuffle_vector(loads[0], loads[1], even), builder.shuffle_vector(loads[0], loads[1], odd),
-                    builder.shuffle_vector(loads[2], loads[3], even)]
+            return [v.vmax(v.vmax(loads[0], loads[1]), loads[2])]  # MaxPool: the row's maximum is all it carries
 
         def combine(acc, row, tvs):
+            if not conv:
+                return tvs[0] if acc is None else v.vmax(acc, tvs[0])
             for j in range(3):
-                if conv:
-                    acc = builder.call(v.fma, [wv[3 * row + j], tvs[j], acc])
-                elif acc is None:
-                    acc = tvs[0]
-                else:
-                    acc = v.vmax(acc, tvs[j])
+                acc = builder.call(v.fma, [wv[3 * row + j], tvs[j], acc])
             return acc
 
         chunks = builder.udiv(builder.add(ow_n, v.const(LANES - 1)), v.const(LANES))
@@ -244,11 +246,13 @@ def _rows_codegen(kind: str, stride: int, with_z: bool):
         out_mask = v.lanes_in(c0, ow_n)
         offsets = (0, 1, 2) if stride == 1 else (0, LANES, 2, LANES + 2)
         col_masks = [(d, v.lanes_in(builder.add(s, v.const(d)), w_n)) for d in offsets]
-        first = builder.sub(v.const(0), ph)  # the input row of tap row 0 for output row 0
+        first = builder.sub(builder.mul(r0, v.const(stride)), ph)  # input row of tap row 0 for output row r0
         carried = [t for r in range(3 - stride) for t in taps(builder.add(first, v.const(r)), s, col_masks)]
-        oh, rows, close_r = k_loop(builder, oh_n, carried, "w3r")
+        q, rows, close_r = k_loop(builder, builder.sub(r1, r0), carried, "w3r")
+        oh = builder.add(q, r0)
         top = builder.sub(builder.mul(oh, v.const(stride)), ph)
-        rows = [rows[3 * r:3 * r + 3] for r in range(3 - stride)]
+        per = 3 if conv else 1  # vectors a row carries
+        rows = [rows[per * r:per * r + per] for r in range(3 - stride)]
         rows += [taps(builder.add(top, v.const(r)), s, col_masks) for r in range(3 - stride, 3)]
         acc = bv if conv else None
         for r, tvs in enumerate(rows):
@@ -270,9 +274,9 @@ def _rows_intrinsic(kind: str, stride: int, with_z: bool):
     codegen = _rows_codegen(kind, stride, with_z)
 
     @intrinsic
-    def w3_rows(typingctx, x, x_off, y, y_off, z, h_n, w_n, oh_n, ow_n, ph, pw, wt, w_off, beta, lo, hi):
+    def w3_rows(typingctx, x, x_off, y, y_off, z, h_n, w_n, r0, r1, ow_n, ph, pw, wt, w_off, beta, lo, hi):
         i64, f = types.int64, types.float32
-        return types.void(x, i64, y, i64, z, i64, i64, i64, i64, i64, i64, wt, i64, f, f, f), codegen
+        return types.void(x, i64, y, i64, z, i64, i64, i64, i64, i64, i64, i64, wt, i64, f, f, f), codegen
 
     return w3_rows
 
@@ -291,7 +295,7 @@ def _conv_driver(tile, flat):
     """The plane loop of one depthwise tile: planes [q0, q1) of the flattened (N, M); output m reads
     input channel m // (M / C) (any channel multiplier)."""
 
-    def planes(x, w, bias, y, z, cm, ph, pw, lo, hi, q0, q1):
+    def planes(x, w, bias, y, z, cm, ph, pw, lo, hi, band, q0, q1):
         n_n, c_n, h_n, w_n = x.shape
         m_n, oh_n, ow_n = y.shape[1], y.shape[2], y.shape[3]
         mult = m_n // c_n
@@ -304,7 +308,9 @@ def _conv_driver(tile, flat):
             if flat:
                 tile(xf, x_off, yf, nm * ohw, zf, h_n, w_n, wf, 9 * m, bias[m], lo, hi, cm)
             else:
-                tile(xf, x_off, yf, nm * ohw, zf, h_n, w_n, oh_n, ow_n, ph, pw, wf, 9 * m, bias[m], lo, hi)
+                for r0 in range(0, oh_n, band):
+                    tile(xf, x_off, yf, nm * ohw, zf, h_n, w_n, r0, min(oh_n, r0 + band), ow_n, ph, pw, wf, 9 * m,
+                         bias[m], lo, hi)
 
     return jit(planes)
 
@@ -320,21 +326,27 @@ _planes_s2z = _conv_driver(_dw3_s2z, False)
 def _max_driver(tile):
     """The plane loop of one MaxPool tile: planes [q0, q1) of the flattened (N, C)."""
 
-    def planes(x, y, ph, pw, q0, q1):
+    def planes(x, y, ph, pw, band, q0, q1):
         h_n, w_n = x.shape[2], x.shape[3]
         oh_n, ow_n = y.shape[2], y.shape[3]
         xf, yf = x.reshape(x.size), y.reshape(y.size)
         unused = np.empty(1, np.float32)
         zero = np.float32(0)
         for nc in range(q0, q1):
-            tile(xf, nc * h_n * w_n, yf, nc * oh_n * ow_n, yf, h_n, w_n, oh_n, ow_n, ph, pw, unused, 0, zero, zero,
-                 zero)
+            for r0 in range(0, oh_n, band):
+                tile(xf, nc * h_n * w_n, yf, nc * oh_n * ow_n, yf, h_n, w_n, r0, min(oh_n, r0 + band), ow_n, ph, pw,
+                     unused, 0, zero, zero, zero)
 
     return jit(planes)
 
 
 _max_planes_s1 = _max_driver(_max3_s1)
 _max_planes_s2 = _max_driver(_max3_s2)
+
+
+def band_rows(w_n: int, stride: int) -> int:
+    """Output rows per band: the band's input rows (stride * rows + 2 of w_n floats) in BAND_BYTES."""
+    return max(1, (BAND_BYTES // (4 * max(1, w_n)) - 2) // stride)
 
 
 def depthwise_fits(stride: int, kh: int, kw: int, dil: tuple, pads: tuple, dtype) -> bool:
@@ -359,7 +371,7 @@ def depthwise(x, w, bias, y, z, stride, ph, pw, lo, hi, flat=None):
     else:
         fn = _planes_s2 if z is None else _planes_s2z
         cm = column_masks(1, 1)
-    return fn, (x, w, bias, y, zz, cm, ph, pw, lo, hi)
+    return fn, (x, w, bias, y, zz, cm, ph, pw, lo, hi, band_rows(x.shape[3], stride))
 
 
 def maxpool_fits(kernel, strides, dilations, dtype) -> bool:
@@ -371,4 +383,4 @@ def maxpool_fits(kernel, strides, dilations, dtype) -> bool:
 
 def maxpool(x, y, stride, ph, pw):
     """``(kernel, args)`` for ``config.parallel_for`` over the (N * C) planes."""
-    return (_max_planes_s1 if stride == 1 else _max_planes_s2), (x, y, ph, pw)
+    return (_max_planes_s1 if stride == 1 else _max_planes_s2), (x, y, ph, pw, band_rows(x.shape[3], stride))
