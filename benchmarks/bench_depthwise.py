@@ -1,8 +1,10 @@
 """MobileNetV2's depthwise 3x3 layers (bias + Relu6 fused) and ResNet's MaxPool 3x3/2 as one-node
 models, numba with the AVX-512 window tiles (``kernels/dwtile.py``) against the same Session with
 them off (``KERNELKIT_F32_DEPTHWISE=off``: conv.py's and pool.py's Numba loops) and onnxruntime's
-node (NCHW in and out: inside a model ORT keeps NCHWc between nodes), at 1 and 2 threads. Every
-call interleaved round by round, best wall ms of ``rounds``; the outputs checked against ORT first.
+node (NCHW in and out: inside a model ORT keeps NCHWc between nodes), at 1 and 2 threads; "tiles
+Nt all" runs every call on the shard pool (``dwtile.PARALLEL_US`` ~0: the measurement that sets it).
+Every call interleaved round by round, best wall ms of ``rounds``; the outputs checked against ORT
+first.
 
     python benchmarks/bench_depthwise.py [rounds=30] [threads=1,2] [filter]
 """
@@ -52,6 +54,26 @@ def ort_session(proto, threads):
     return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
+def everything_parallel(graph, threads, feed):
+    """A run of a Session whose window tiles shard every call (the thread budget is fixed when the
+    Session binds its nodes, the shard count per call)."""
+    keep = dwtile.PARALLEL_US
+    dwtile.PARALLEL_US = 1e-3
+    try:
+        sess = kk.Session(graph, vendors=["numba", "reference"], threads=threads)
+    finally:
+        dwtile.PARALLEL_US = keep
+
+    def run():
+        dwtile.PARALLEL_US = 1e-3
+        try:
+            return sess.run(None, feed)
+        finally:
+            dwtile.PARALLEL_US = keep
+
+    return run
+
+
 def layer(op, c, h, s, rounds, threads, rng):
     proto = model(op, c, h, s, rng)
     graph = convert(proto)
@@ -61,6 +83,8 @@ def layer(op, c, h, s, rounds, threads, rng):
         sess = kk.Session(graph, vendors=["numba", "reference"], threads=t)
         osess = ort_session(proto, t)
         runs[f"tiles {t}t"] = ("auto", lambda sess=sess: sess.run(None, feed))
+        if t > 1:
+            runs[f"tiles {t}t all"] = ("auto", everything_parallel(graph, t, feed))
         runs[f"loops {t}t"] = ("off", lambda sess=sess: sess.run(None, feed))
         runs[f"ORT {t}t"] = (None, lambda osess=osess: osess.run(None, feed))
     want = None
@@ -90,8 +114,10 @@ def main(argv):
     threads = [int(t) for t in argv[1].split(",")] if len(argv) > 1 else [1, 2]
     pick = argv[2] if len(argv) > 2 else ""
     rng = np.random.default_rng(0)
-    cols = [f"{k} {t}t" for t in threads for k in ("tiles", "loops", "ORT")]
+    cols = [f"{k} {t}t" for t in threads for k in ("tiles", "loops", "ORT")] + [f"tiles {t}t all" for t in threads
+                                                                                 if t > 1]
     ratios = [f"tiles/ORT {t}t" for t in threads] + [f"loops/tiles {t}t" for t in threads]
+    ratios += [f"tiles 1t/{t}t all" for t in threads if t > 1 and 1 in threads]
     print("| layer | " + " | ".join(cols + ratios) + " |")
     print("|---|" + "---:|" * (len(cols) + len(ratios)))
     for op, c, h, s in SHAPES:
@@ -101,6 +127,7 @@ def main(argv):
         ms = layer(op, c, h, s, rounds, threads, rng)
         r = [ms[f"tiles {t}t"] / ms[f"ORT {t}t"] for t in threads] + [ms[f"loops {t}t"] / ms[f"tiles {t}t"]
                                                                       for t in threads]
+        r += [ms["tiles 1t"] / ms[f"tiles {t}t all"] for t in threads if t > 1 and 1 in threads]
         print(f"| {name} | " + " | ".join(f"{ms[k]:.3f}" for k in cols) + " | "
               + " | ".join(f"{v:.2f}" for v in r) + " |", flush=True)
 

@@ -405,6 +405,10 @@ class Conv(NumbaKernel):
         return tuple(pads) if rank == 2 else (0, pads[0], 0, pads[1])
 
     def work(self, x, w, b=None, z=None):
+        if w.shape[1] == 1 and x.shape[1] > 1 and w.shape[2:] == (3, 3):  # depthwise 3x3: dwtile's estimate
+            s = int((self.attrs.get("strides") or (1,))[0])
+            return dwtile.work("conv", min(s, 2), x.shape[0] * w.shape[0], x.shape[0] * w.shape[0] * x[0, 0].size
+                               // (s * s))
         return 2.0 * x.size * w.size / max(1, x.shape[1])  # ~ 2 * N*C*H*W * (M/C)*Cg*kh*kw (stride 1)
 
     def compute(self, x, w, b=None, z=None, *, out=None):
@@ -448,7 +452,7 @@ class Conv(NumbaKernel):
             if sh == sw and dwtile.depthwise_fits(sh, kh, kw, (dh, dw), pads, x4.dtype) and dwtile.enabled():
                 lo, hi = (p0, p1) if inner == CLIP else (-np.inf, np.inf)  # dwtile.py: bias, z, clamp fused
                 fn, args = dwtile.depthwise(x4, w4, bias, y, z, sh, ph, pw, lo, hi)
-                config.parallel_for(fn, n_n * m_n, args, 2.0 * y.size * kh * kw)
+                dwtile.run(fn, n_n * m_n, args, dwtile.cost_us("conv", sh, n_n * m_n, y.size))
             else:
                 if z is not None:
                     inner, fused_z = NONE, False

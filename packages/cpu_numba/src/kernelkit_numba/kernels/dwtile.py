@@ -35,6 +35,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .. import config
 from ..config import jit
 from .ftile import available
 from .qtile import k_loop
@@ -342,6 +343,37 @@ def _max_driver(tile):
 
 _max_planes_s1 = _max_driver(_max3_s1)
 _max_planes_s2 = _max_driver(_max3_s2)
+
+
+# Cost of one call on one thread (AMD EPYC box, inside MobileNetV2 / ResNet-18, bench_depthwise.py):
+# about NS_PER_OUTPUT[(kind, stride)] ns an output plus NS_PER_PLANE a plane. A call estimated above
+# PARALLEL_US runs on the shard pool (Conv.work and MaxPool.work report it so that PARALLEL_US is
+# config.SERIAL_WORK), in shards of at least SHARD_US: handing a shard out costs a few microseconds.
+NS_PER_OUTPUT = {("conv", 1): 0.3, ("conv", 2): 0.6, ("max", 1): 0.4, ("max", 2): 0.8}
+NS_PER_PLANE = 15.0
+PARALLEL_US = 30.0
+SHARD_US = 12.0
+
+
+def cost_us(kind: str, stride: int, planes: int, outputs: int) -> float:
+    """Estimated microseconds of one call at one thread."""
+    return (outputs * NS_PER_OUTPUT[(kind, stride)] + planes * NS_PER_PLANE) * 1e-3
+
+
+def work(kind: str, stride: int, planes: int, outputs: int) -> float:
+    """The call's work in the units of ``config.SERIAL_WORK`` (PARALLEL_US of estimated time = SERIAL_WORK)."""
+    return cost_us(kind, stride, planes, outputs) * config.SERIAL_WORK / PARALLEL_US
+
+
+def run(kernel, planes: int, args: tuple, cost: float) -> None:
+    """``kernel(*args, q0, q1)`` over the planes: on this thread, or in shards of at least SHARD_US
+    (estimated) on the shard pool when this call's thread budget has more than one thread."""
+    threads = config.current_threads()
+    count = 1 if threads <= 1 else int(min(planes, config.SHARDS_PER_THREAD * threads, cost // SHARD_US))
+    if count <= 1:
+        kernel(*args, 0, planes)
+        return
+    config.run_shards(lambda i: kernel(*args, i * planes // count, (i + 1) * planes // count), count)
 
 
 def band_rows(w_n: int, stride: int) -> int:

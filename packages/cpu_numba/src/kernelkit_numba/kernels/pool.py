@@ -200,6 +200,13 @@ class MaxPool(_Pool):
         node = getattr(self.context, "node", None)
         self.want_indices = node is not None and len(node.outputs) > 1 and bool(node.outputs[1])
 
+    def work(self, x):
+        win = self._window(x.shape)
+        if not self.want_indices and dwtile.maxpool_fits(win.kernel, win.strides, win.dilations, x.dtype):
+            planes = x.shape[0] * x.shape[1]
+            return dwtile.work("max", win.strides[0], planes, planes * math.prod(win.out))
+        return super().work(x)
+
     def compute(self, x, *, out=None):
         win = self._window(x.shape)
         x4 = self._as_2d(x)
@@ -208,7 +215,7 @@ class MaxPool(_Pool):
         if not self.want_indices and dwtile.maxpool_fits(win.kernel, win.strides, win.dilations, x4.dtype) \
                 and dwtile.enabled():
             fn, args = dwtile.maxpool(x4, y, sh, ph, pw)
-            parallel_for(fn, y.shape[0] * y.shape[1], args, 2.0 * y.size * (kh + kw))
+            dwtile.run(fn, y.shape[0] * y.shape[1], args, dwtile.cost_us("max", sh, y.shape[0] * y.shape[1], y.size))
             return _result(x, y, out)
         if not self.want_indices:
             parallel_for(_max_pool_separable, y.shape[0] * y.shape[1], (x4, y, kh, kw, sh, sw, dh, dw, ph, pw),
