@@ -9,6 +9,7 @@
 #   CPUs 4,5   per-node profiles of MobileNetV2 at 2 and 1 threads (profile_ops.py)
 #   CPUs 6,7   the shard pool's trace of MobileNetV2 at 2 threads (trace_pool.py), then the protocol's
 #              table for MobileNetV2 (test_bench_numba.py: each runtime in its own process, quiet)
+#   CPUs 8,9   MobileNetV2 at 2 threads with config.SERIAL_WORK lowered (bench_serial_work.py)
 # Usage (repository root, after `source .whl/prelude.sh` on the device): bash benchmarks/dw_round.sh OUTDIR
 # Everything stops by BUDGET seconds (default 270) after the start.
 set -u
@@ -45,5 +46,9 @@ pinned() {
   export NUMBA_CACHE_DIR=/tmp/kk_nc67
   pinned 6,7 $PY benchmarks/trace_pool.py mobilenetv2 --threads 2 --cpus 6,7 > "$OUT/trace.txt" 2>&1
   pinned 6,7 $PY benchmarks/test_bench_numba.py mobilenetv2 5 quiet > "$OUT/table.txt" 2>&1
+) &
+(
+  export NUMBA_CACHE_DIR=/tmp/kk_nc89
+  pinned 8,9 $PY benchmarks/bench_serial_work.py mobilenetv2 30 25,23,21,19 > "$OUT/serial_work.txt" 2>&1
 ) &
 wait
