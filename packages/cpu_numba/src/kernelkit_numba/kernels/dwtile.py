@@ -46,12 +46,20 @@ BAND_BYTES = 1 << 14  # a band's input rows (L1: they are read once per 16-colum
 FLAT_MAX_W = 8  # stride-1 planes at most this wide run flat (a 7-wide row would fill 7 of 16 lanes)
 
 
+_enabled: dict = {}
+
+
 def enabled() -> bool:
-    """Whether the AVX-512 window kernels run: ``$KERNELKIT_F32_DEPTHWISE`` (auto/off) and the CPU."""
-    raw = (os.environ.get(ENV) or "auto").strip().lower() or "auto"
-    if raw not in ("auto", "off"):
-        raise ConfigError(f"${ENV}={raw!r}: expected auto or off")
-    return raw == "auto" and available("avx512")
+    """Whether the AVX-512 window kernels run: ``$KERNELKIT_F32_DEPTHWISE`` (auto/off, read per call)
+    and the CPU (checked once per value of the variable)."""
+    raw = os.environ.get(ENV)
+    hit = _enabled.get(raw)
+    if hit is None:
+        value = (raw or "auto").strip().lower() or "auto"
+        if value not in ("auto", "off"):
+            raise ConfigError(f"${ENV}={value!r}: expected auto or off")
+        hit = _enabled[raw] = value == "auto" and available("avx512")
+    return hit
 
 
 @functools.lru_cache(maxsize=64)
