@@ -21,6 +21,7 @@ when it hands one (``out=``).
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 from kernelkit.registry import register_kernel
@@ -410,8 +411,8 @@ class Conv(NumbaKernel):
     def work(self, x, w, b=None, z=None):
         if w.shape[1] == 1 and x.shape[1] > 1 and w.shape[2:] == (3, 3):  # depthwise 3x3: dwtile's estimate
             s = int((self.attrs.get("strides") or (1,))[0])
-            return dwtile.work("conv", min(s, 2), x.shape[0] * w.shape[0], x.shape[0] * w.shape[0] * x[0, 0].size
-                               // (s * s))
+            planes = x.shape[0] * w.shape[0]
+            return dwtile.work("conv", min(s, 2), planes, planes * math.prod(x.shape[2:]) // (s * s))
         return 2.0 * x.size * w.size / max(1, x.shape[1])  # ~ 2 * N*C*H*W * (M/C)*Cg*kh*kw (stride 1)
 
     def compute(self, x, w, b=None, z=None, *, out=None):
