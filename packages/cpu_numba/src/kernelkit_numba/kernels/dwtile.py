@@ -43,6 +43,7 @@ from .qtile import k_loop
 ENV = "KERNELKIT_F32_DEPTHWISE"
 LANES = 16
 BAND_BYTES = 1 << 14  # a band's input rows (L1: they are read once per 16-column chunk)
+PAIRS_MAX_W = 8  # stride-2 outputs at most this wide put two output rows in a vector
 FLAT_MAX_W = 8  # stride-1 planes at most this wide run flat (a 7-wide row would fill 7 of 16 lanes)
 
 
@@ -290,6 +291,81 @@ def _rows_intrinsic(kind: str, stride: int, with_z: bool):
     return w3_rows
 
 
+def _pairs_codegen(with_z: bool):
+    """The codegen of a 3x3 stride-2 depthwise window over output rows at most 8 wide (MobileNet's
+    14x14 -> 7x7 layer), two output rows to a vector: lanes [0, OW) are row oh, lanes [OW, 2 OW)
+    row oh + 1 (contiguous in the output). Tap row i of the pair reads input rows 2 oh - ph + i
+    (lanes of row oh) and 2 oh - ph + i + 2 (row oh + 1): per input row two loads (columns from
+    -pw and from 2 - pw), each tap vector one two-source permute (``vpermi2ps``, indices made once
+    from OW) of the two rows' loads. Five input rows a pair, the last carried to the next pair.
+    Arguments as the rows tile's."""
+
+    def codegen(context, builder, sig, args):
+        x, x_off, y, y_off, z, h_n, w_n, r0, r1, ow_n, ph, pw, wt, w_off, beta, lo, hi = args
+        if _trap_unless_avx512(context, builder):
+            return context.get_dummy_value()
+        v = _Vec(builder)
+        f32p = v.f32.as_pointer()
+        px = builder.gep(builder.bitcast(_data(context, builder, sig.args[0], x), f32p), [x_off])
+        py = builder.gep(builder.bitcast(_data(context, builder, sig.args[2], y), f32p), [y_off])
+        pz = builder.gep(builder.bitcast(_data(context, builder, sig.args[4], z), f32p), [y_off])
+        pwt = builder.gep(builder.bitcast(_data(context, builder, sig.args[12], wt), f32p), [w_off])
+        wv = [v.splat(builder.load(builder.gep(pwt, [v.const(t)]), align=4)) for t in range(9)]
+        bv, lov, hiv = v.splat(beta), v.splat(lo), v.splat(hi)
+        perm = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v.vf, [v.vf, v.vi, v.vf]),
+                                              "llvm.x86.avx512.vpermi2var.ps.512")
+        zero = ir.Constant(v.vf, None)
+        ow_v = v.i32v(ow_n)
+        two_t = ir.Constant(v.vi, [2 * t for t in range(LANES)])
+        upper = builder.sub(builder.add(two_t, ir.Constant(v.vi, [LANES] * LANES)), builder.add(ow_v, ow_v))
+        idx_e = builder.select(builder.icmp_signed("<", v.iota, ow_v), two_t, upper)
+        idx_o = builder.add(idx_e, ir.Constant(v.vi, [1] * LANES))
+        s = builder.sub(v.const(0), pw)
+        masks = [v.lanes_in(s, w_n), v.lanes_in(builder.add(s, v.const(2)), w_n)]
+
+        def row(ih):
+            inside = builder.and_(builder.icmp_signed(">=", ih, v.const(0)), builder.icmp_signed("<", ih, h_n))
+            rowv = v.splat(inside, v.vm)
+            base = builder.add(builder.mul(ih, w_n), s)
+            return [v.load(px, builder.add(base, v.const(2 * k)), builder.and_(rowv, masks[k]), zero) for k in (0, 1)]
+
+        first = builder.sub(builder.mul(r0, v.const(2)), ph)
+        pairs = builder.udiv(builder.add(builder.sub(r1, r0), v.const(1)), v.const(2))
+        q, carried, close = k_loop(builder, pairs, row(first), "w3p")
+        oh = builder.add(r0, builder.mul(q, v.const(2)))
+        top = builder.sub(builder.mul(oh, v.const(2)), ph)
+        rows = [carried] + [row(builder.add(top, v.const(k))) for k in range(1, 5)]
+        acc = bv
+        for i in range(3):
+            a, b = rows[i], rows[i + 2]
+            taps = [builder.call(perm, [a[0], idx_e, b[0]]), builder.call(perm, [a[0], idx_o, b[0]]),
+                    builder.call(perm, [a[1], idx_e, b[1]])]
+            for j in range(3):
+                acc = builder.call(v.fma, [wv[3 * i + j], taps[j], acc])
+        two = builder.icmp_signed("<", builder.add(oh, v.const(1)), r1)
+        valid = builder.select(two, builder.add(ow_n, ow_n), ow_n)
+        out_mask = builder.icmp_signed("<", v.iota, v.i32v(valid))
+        at = builder.mul(oh, ow_n)
+        if with_z:
+            acc = builder.fadd(acc, v.load(pz, at, out_mask, zero))
+        v.store(v.clamp(acc, lov, hiv), py, at, out_mask)
+        close(rows[4])
+        return context.get_dummy_value()
+
+    return codegen
+
+
+def _pairs_intrinsic(with_z: bool):
+    codegen = _pairs_codegen(with_z)
+
+    @intrinsic
+    def w3_pairs(typingctx, x, x_off, y, y_off, z, h_n, w_n, r0, r1, ow_n, ph, pw, wt, w_off, beta, lo, hi):
+        i64, f = types.int64, types.float32
+        return types.void(x, i64, y, i64, z, i64, i64, i64, i64, i64, i64, i64, wt, i64, f, f, f), codegen
+
+    return w3_pairs
+
+
 _dw3_s1 = _s1_intrinsic(False)
 _dw3_s1z = _s1_intrinsic(True)
 _dw3_r1 = _rows_intrinsic("conv", 1, False)
@@ -330,6 +406,8 @@ _planes_r1 = _conv_driver(_dw3_r1, False)
 _planes_r1z = _conv_driver(_dw3_r1z, False)
 _planes_s2 = _conv_driver(_dw3_s2, False)
 _planes_s2z = _conv_driver(_dw3_s2z, False)
+_planes_p2 = _conv_driver(_pairs_intrinsic(False), False)
+_planes_p2z = _conv_driver(_pairs_intrinsic(True), False)
 
 
 def _max_driver(tile):
@@ -395,7 +473,7 @@ def depthwise_fits(stride: int, kh: int, kw: int, dil: tuple, pads: tuple, dtype
     return dtype == np.float32 and kh == kw == 3 and tuple(dil) == (1, 1) and stride in (1, 2)
 
 
-def depthwise(x, w, bias, y, z, stride, ph, pw, lo, hi, flat=None):
+def depthwise(x, w, bias, y, z, stride, ph, pw, lo, hi, flat=None, pairs=None):
     """``(kernel, args)`` for ``config.parallel_for``: x (N, C, H, W), w (M, 1, 3, 3), y (N, M, OH, OW),
     z shaped like y or None, lo/hi the clamp (-inf/inf for none)."""
     zz = y if z is None else z
@@ -407,6 +485,9 @@ def depthwise(x, w, bias, y, z, stride, ph, pw, lo, hi, flat=None):
         cm = column_masks(x.shape[2], x.shape[3])
     elif stride == 1:
         fn = _planes_r1 if z is None else _planes_r1z
+        cm = column_masks(1, 1)
+    elif y.shape[3] <= PAIRS_MAX_W and pairs is not False:
+        fn = _planes_p2 if z is None else _planes_p2z
         cm = column_masks(1, 1)
     else:
         fn = _planes_s2 if z is None else _planes_s2z
