@@ -123,6 +123,18 @@ class _Vec:
         ptr = self.b.bitcast(self.b.gep(base, [off]), self.vf.as_pointer())
         self.b.call(self.mstore, [value, ptr, ir.Constant(self.i32, 4), mask])
 
+    def window(self, bias, wv, rows):
+        """bias + sum over the 3 x 3 taps ``rows[i][j]`` times ``wv[3 i + j]``: one FMA chain per tap row
+        (the first from the bias), added at the end, so the chains overlap (one chain of nine FMAs
+        is 9 x 4 cycles of latency a vector)."""
+        sums = []
+        for i, taps in enumerate(rows):
+            acc = bias if i == 0 else self.b.fmul(wv[3 * i], taps[0])
+            for j in range(0 if i == 0 else 1, 3):
+                acc = self.b.call(self.fma, [wv[3 * i + j], taps[j], acc])
+            sums.append(acc)
+        return self.b.fadd(self.b.fadd(sums[0], sums[1]), sums[2])
+
     def clamp(self, v, lov, hiv):
         v = self.b.select(self.b.fcmp_ordered("<", v, lov), lov, v)  # max(v, lo), NaN kept
         return self.b.select(self.b.fcmp_ordered(">", v, hiv), hiv, v)  # min(v, hi)
@@ -179,13 +191,12 @@ def _s1_intrinsic(with_z: bool):
         at = builder.mul(q, v.const(2))
         cols = [builder.bitcast(builder.load(builder.gep(pcm, [at]), align=2), v.vm), v.ones,
                 builder.bitcast(builder.load(builder.gep(pcm, [builder.add(at, v.const(1))]), align=2), v.vm)]
-        acc = bv
+        taps = []
         for i in range(3):
             row = builder.add(p, builder.mul(w_n, v.const(i - 1)))
-            for j in range(3):
-                mask = rows[i] if j == 1 else builder.and_(rows[i], cols[j])
-                xv = v.load(px, builder.add(row, v.const(j - 1)), mask, zero)
-                acc = builder.call(v.fma, [wv[3 * i + j], xv, acc])
+            taps.append([v.load(px, builder.add(row, v.const(j - 1)),
+                                rows[i] if j == 1 else builder.and_(rows[i], cols[j]), zero) for j in range(3)])
+        acc = v.window(bv, wv, taps)
         if with_z:
             acc = builder.fadd(acc, v.load(pz, p, tail, zero))
         v.store(v.clamp(acc, lov, hiv), py, p, tail)
@@ -242,12 +253,6 @@ def _rows_codegen(kind: str, stride: int, with_z: bool):
                 return loads
             return [v.vmax(v.vmax(loads[0], loads[1]), loads[2])]  # MaxPool: the row's maximum is all it carries
 
-        def combine(acc, row, tvs):
-            if not conv:
-                return tvs[0] if acc is None else v.vmax(acc, tvs[0])
-            for j in range(3):
-                acc = builder.call(v.fma, [wv[3 * row + j], tvs[j], acc])
-            return acc
 
         chunks = builder.udiv(builder.add(ow_n, v.const(LANES - 1)), v.const(LANES))
         c, _, close_c = k_loop(builder, chunks, [], "w3c")
@@ -264,9 +269,10 @@ def _rows_codegen(kind: str, stride: int, with_z: bool):
         per = 3 if conv else 1  # vectors a row carries
         rows = [rows[per * r:per * r + per] for r in range(3 - stride)]
         rows += [taps(builder.add(top, v.const(r)), s, col_masks) for r in range(3 - stride, 3)]
-        acc = bv if conv else None
-        for r, tvs in enumerate(rows):
-            acc = combine(acc, r, tvs)
+        if conv:
+            acc = v.window(bv, wv, rows)
+        else:
+            acc = v.vmax(v.vmax(rows[0][0], rows[1][0]), rows[2][0])
         at = builder.add(builder.mul(oh, ow_n), c0)
         if conv:
             if with_z:
@@ -335,13 +341,9 @@ def _pairs_codegen(with_z: bool):
         oh = builder.add(r0, builder.mul(q, v.const(2)))
         top = builder.sub(builder.mul(oh, v.const(2)), ph)
         rows = [carried] + [row(builder.add(top, v.const(k))) for k in range(1, 5)]
-        acc = bv
-        for i in range(3):
-            a, b = rows[i], rows[i + 2]
-            taps = [builder.call(perm, [a[0], idx_e, b[0]]), builder.call(perm, [a[0], idx_o, b[0]]),
-                    builder.call(perm, [a[1], idx_e, b[1]])]
-            for j in range(3):
-                acc = builder.call(v.fma, [wv[3 * i + j], taps[j], acc])
+        taps = [[builder.call(perm, [a[0], idx_e, b[0]]), builder.call(perm, [a[0], idx_o, b[0]]),
+                 builder.call(perm, [a[1], idx_e, b[1]])] for a, b in zip(rows[:3], rows[2:])]
+        acc = v.window(bv, wv, taps)
         two = builder.icmp_signed("<", builder.add(oh, v.const(1)), r1)
         valid = builder.select(two, builder.add(ow_n, ow_n), ow_n)
         out_mask = builder.icmp_signed("<", v.iota, v.i32v(valid))
@@ -386,16 +388,25 @@ def _conv_driver(tile, flat):
         mult = m_n // c_n
         xf, yf, wf, zf = x.reshape(x.size), y.reshape(y.size), w.reshape(w.size), z.reshape(z.size)
         hw, ohw = h_n * w_n, oh_n * ow_n
+        n = q0 // m_n  # image, output channel, input channel and its r-th output: counted, not divided
+        m = q0 - n * m_n
+        c = m // mult
+        r = m - c * mult
         for nm in range(q0, q1):
-            n = nm // m_n
-            m = nm - n * m_n
-            x_off = (n * c_n + m // mult) * hw
+            x_off = (n * c_n + c) * hw
             if flat:
                 tile(xf, x_off, yf, nm * ohw, zf, h_n, w_n, wf, 9 * m, bias[m], lo, hi, cm)
             else:
                 for r0 in range(0, oh_n, band):
                     tile(xf, x_off, yf, nm * ohw, zf, h_n, w_n, r0, min(oh_n, r0 + band), ow_n, ph, pw, wf, 9 * m,
                          bias[m], lo, hi)
+            m += 1
+            r += 1
+            if r == mult:
+                r = 0
+                c += 1
+            if m == m_n:
+                m, c, n = 0, 0, n + 1
 
     return jit(planes)
 
