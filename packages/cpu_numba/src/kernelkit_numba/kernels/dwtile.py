@@ -1,26 +1,29 @@
 """float32 3x3 windows on NCHW planes as AVX-512 vector tiles in LLVM IR: depthwise convolution
-(stride 1 and 2, with bias, the fused residual Z and Clip/Relu/Relu6) and MaxPool 3x3 stride 2.
+(stride 1 and 2, any pads, any channel multiplier; bias, the fused residual Z and Clip/Relu/Relu6 in
+the registers) and MaxPool 3x3 (stride 1 and 2, any pads).
 
 Padding is never copied: every input vector is a masked load (``llvm.masked.load``; a masked-off
 lane reads 0 for a convolution, -inf for MaxPool, and touches no memory), the mask saying which
 lanes of the tap fall inside the plane.
 
-- **stride 1, pads 1** (``dw3_s1``): the plane is one flat vector loop, 16 outputs a step; tap
-  (i, j) of outputs ``p .. p+15`` reads ``x[p + (i-1) W + (j-1)]``, its mask the lanes whose row
-  above/below exists (a compare on ``p + lane``) and whose column left/right exists (a per-shape
-  table of two 16-bit masks per step, ``column_masks``). No border pass and no per-row setup, so a
-  7x7 plane is four steps (the earlier kernel did its 24 border outputs one by one).
-- **stride 2, any pads** (``dw3_s2``, ``max3_s2``): per chunk of 16 output columns, down the
-  output rows; an input row's three taps are the even and odd lanes of two 16-float loads starting
-  at column ``2 c0 - pw`` (tap 0 and 1) and the even lanes of two loads one column to the right
-  (tap 2), ``shufflevector``-deinterleaved. The last input row of one output row is the first of
-  the next: its three vectors are carried in registers (``phi``), so each output row loads two
-  input rows.
+- **By rows** (``_rows_codegen``, every stride and pad): per chunk of 16 output columns, down a
+  band of output rows. An input row's three taps are three loads (stride 1) or, at stride 2, the
+  even and odd lanes of two 16-float loads from column ``2 c0 - pw`` and the even lanes of two
+  loads one column to the right (``shufflevector``). The input rows an output row shares with the
+  next (two at stride 1, one at stride 2) are carried as ``phi`` vectors, so each output row loads
+  ``stride`` new rows; MaxPool carries each row's maximum over its taps instead.
+- **Flat 7x7 planes** (``_s1_intrinsic``, stride 1, pads 1, at most ``FLAT_MAX_W`` wide): the plane
+  is one flat loop of 16 outputs a step, tap (i, j) at ``p + (i-1) W + (j-1)``, masked by compares
+  on ``p + lane`` (rows) and a per-shape table of column masks (``column_masks``).
+- **Two output rows to a vector** (``_pairs_codegen``, stride 2, outputs at most ``PAIRS_MAX_W``
+  wide): lanes ``[0, OW)`` row oh, ``[OW, 2 OW)`` row oh + 1, each tap one two-source permute of
+  two input rows' loads.
 
 Every loop is inside the intrinsic (weights and bias broadcast once per plane, the carried rows
 in registers); the Numba drivers (``_planes_*``) loop over planes ``[q0, q1)`` of the flattened
-(N, M) for the shard pool. Only an AVX-512 variant exists (masked loads and stores are cheap there;
-on AVX2 a masked store is microcoded on AMD): elsewhere conv.py and pool.py keep their Numba loops.
+(N, M), and ``run`` shards them on the pool above ``PARALLEL_US`` of estimated time. Only an
+AVX-512 variant exists (masked loads and stores are cheap there; on AVX2 a masked store is
+microcoded on AMD): elsewhere conv.py and pool.py keep their Numba loops.
 ``KERNELKIT_F32_DEPTHWISE=auto|off`` (read per call) turns these kernels off for A/B runs.
 """
 from __future__ import annotations
