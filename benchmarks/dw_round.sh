@@ -49,6 +49,6 @@ pinned() {
 ) &
 (
   export NUMBA_CACHE_DIR=/tmp/kk_nc89
-  pinned 8,9 $PY benchmarks/bench_serial_work.py mobilenetv2 30 25,23,21,19 > "$OUT/serial_work.txt" 2>&1
+  pinned 8,9 $PY benchmarks/bench_serial_work.py mobilenetv2 30 25,23,21,19 10,20 > "$OUT/serial_work.txt" 2>&1
 ) &
 wait
