@@ -458,7 +458,7 @@ class Conv(NumbaKernel):
             u = self._transformed(w, w4, 4)
             packed = self._wino_packed(u, m_n, n_n * -(-oh_n // 4) * -(-ow_n // 4))
             winograd.conv3x3_f4(x4, u, bias, y, z, ph, pw, inner, p0, p1, self._wino_scratch, packed)
-        elif winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n):
+        elif winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, self._wino_small(x4.dtype, c_n, m_n)):
             u = self._transformed(w, w4, 2)
             packed = self._wino_packed(u, m_n, -(-oh_n // 2) * -(-ow_n // 2))
             winograd.conv3x3(x4, u, bias, y, ph, pw, inner, p0, p1, self._wino_scratch, z, packed)
@@ -485,6 +485,17 @@ class Conv(NumbaKernel):
             self._w_src, self._w_variant, self._w_wino = w, variant, config.readonly(fn(w4))
         return self._w_wino
 
+    def _wino_small(self, dtype, c_n, m_n) -> bool:
+        """Whether F(2x2, 3x3) also takes maps of 7x7 to 13x13 (``winograd.usable``'s ``small``): where
+        its position GEMMs run on ftile's cols tiles (float32, WINO_SMALL_MIN_C+ input channels, output
+        channels a multiple of the lanes), unless WINO_SMALL is off. A 512x7x7 layer then runs 16
+        products of 512 x 512 x 16 (134 MFLOP) on the 8-pixel cols tile instead of one of 512 x 4608
+        x 49 (231 MFLOP), and no im2col: 1.44x faster at one thread on the AMD box."""
+        if not WINO_SMALL or dtype != np.float32 or c_n < WINO_SMALL_MIN_C:
+            return False
+        kind = ftile.choice()[0]
+        return kind in ftile.COLS_LANES and m_n % ftile.COLS_LANES[kind] == 0
+
     def _wino_packed(self, u, m_n, nt):
         """(kind, cols, packed panels, zeros) for Winograd's position GEMMs (M x C by C x nt tiles)
         on ftile's micro-kernels, or None for BLAS (KERNELKIT_F32_GEMM=off, no variant, float64):
@@ -494,7 +505,7 @@ class Conv(NumbaKernel):
         kind, forced = ftile.choice() if u.dtype == np.float32 else (None, False)
         if kind is None or (not forced and u.shape[2] < WINO_FTILE_MIN_C):
             return None
-        cols = ftile_cols(kind, m_n, nt, u.shape[2])
+        cols = ftile.cols_mode(kind, nt) if ftile_cols(kind, m_n, nt, u.shape[2]) else 0
         width = ftile.COLS_WIDTH[kind] if cols else ftile.MR[kind]
         hit = self.__dict__.get("_wino_pack")
         if hit is None or hit[0] is not u or hit[1] != width:
@@ -544,7 +555,7 @@ class Conv(NumbaKernel):
                 else:
                     col = self._col
                     config.parallel_for(_im2col, k_n, (xs, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n),
-                                        2.0 * k_n * l_n)
+                                        _IM2COL_WORK * k_n * l_n)
                 ymat = y[n, g * mg:(g + 1) * mg].reshape(mg, l_n)
                 zmat = None if z is None else z[n, g * mg:(g + 1) * mg].reshape(mg, l_n)
                 wg, bg = wmat[g], bias[g * mg:(g + 1) * mg]
@@ -604,7 +615,7 @@ class Conv(NumbaKernel):
         l_n = oh_n * ow_n
         width = ftile.COLS_WIDTH[kind] if cols else ftile.MR[kind]
         wp, zero, zz, lo, hi = self._ftile_args(y, bias, z, width, w2)
-        key = (kind, cols, m_n, k_n, l_n, config.current_threads())
+        key = (kind, cols, m_n, k_n, l_n, ftile.BALANCED_PLAN, config.current_threads())
         hit = self.__dict__.get("_fplan")
         if hit is None or hit[0] != key:  # kept while the shapes and the thread budget stay
             hit = self._fplan = (key, ftile.plan(kind, m_n, k_n, l_n, key[-1]), -(-m_n // width))
@@ -616,7 +627,7 @@ class Conv(NumbaKernel):
                 if self._col is None or self._col.shape != (k_n, l_n) or self._col.dtype != x4.dtype:
                     self._col = np.empty((k_n, l_n), x4.dtype)
                 config.parallel_for(_im2col, k_n, (x4[n], self._col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n),
-                                    2.0 * k_n * l_n)
+                                    _IM2COL_WORK * k_n * l_n)
                 xs = config.readonly(self._col.reshape(-1))
             zn = zz.reshape(-1) if z is None else zz[n].reshape(-1)
             work = 2.0 * m_n * k_n * l_n
@@ -722,6 +733,9 @@ class Conv(NumbaKernel):
 
 _GEMM_TILES_PER_THREAD = 1  # BLAS tiles of one conv GEMM per thread: each call repacks its panels, and on
 # the Xeon 4 a thread left ResNet-18 at 2 threads no faster than at 1 (39.2 vs 38.2 ms; 1: 28.4 ms)
+_IM2COL_WORK = 24.0  # work units (~25 ps each, see winograd._TRANSFORM_WORK) per column-matrix element:
+# the copy ran 0.3-1.0 ns an element on the AMD box (7x7 maps the slowest); at 2.0 every im2col of
+# ResNet-18 (0.02-0.23 ms) stayed on one thread at two (issue 11, session 6)
 _NT_MAX_COLS = 64  # output pixels (7x7 maps) up to which weights of _NT_MIN_ROWS+ rows run gemm_nt_rows
 _NT_MIN_ROWS = 64
 _NT_K_CHUNK = 2048
@@ -754,6 +768,8 @@ def ftile_cols(kind, mg, l_n, k_n) -> bool:
 
 
 WINO_FTILE_MIN_C = 128  # input channels from which Winograd's position GEMMs run on ftile
+WINO_SMALL = True  # F(2x2, 3x3) on 7x7-13x13 maps where its GEMMs run on the cols tiles (_wino_small)
+WINO_SMALL_MIN_C = 128
 FTILE_COLS_MAX = 64  # output pixels (7x7 maps) up to which ftile runs the cols tiles: on the Xeon
 # the rows tiles (with packed rows) beat them at 14x14 (256 x 1024 x 196: 127 vs 111 GFLOP/s; the AMD
 # box had them even)

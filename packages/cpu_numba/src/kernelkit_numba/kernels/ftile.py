@@ -511,6 +511,20 @@ def _cols_driver(tile, tile_z, width, mp):
 
 _cols_512 = _cols_driver(_c512, _c512z, 48, 7)
 _cols_2 = _cols_driver(_c2, _c2z, 16, 6)
+# 8 pixels a tile (24 accumulators, 3 weight vectors: 27 of the 32 zmm): Winograd's F(2x2, 3x3) on a
+# 7x7 map has 16 tiles, two of these where the 7-pixel tile runs three (21 columns for 16)
+_c512_8 = _cols_intrinsic("avx512", 3, 8, False)
+_c512_8z = _cols_intrinsic("avx512", 3, 8, True)
+_cols_512_8 = _cols_driver(_c512_8, _c512_8z, 48, 8)
+COLS8_KIND = 2  # the kind that has the 8-pixel cols tile
+
+
+def cols_mode(kind: int, n_pix: int) -> int:
+    """1: conv_cols's tile (7 pixels on avx512, 6 on avx2), 2: conv_cols8 (8 pixels, avx512), whichever
+    runs fewer pixel slots for ``n_pix`` columns (8 on 16 columns: 16 slots against 21)."""
+    if kind != COLS8_KIND:
+        return 1
+    return 2 if -(-n_pix // 8) * 8 < -(-n_pix // 7) * 7 else 1
 
 
 @jit
@@ -527,6 +541,13 @@ def conv_cols(kind, wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ld
         _cols_2(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi)
 
 
+@jit
+def conv_cols8(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi):
+    """conv_cols on the avx512 tile of 8 pixels (``cols_mode`` 2; ``acc`` at least
+    scratch_size(2, 2, n_pix) floats)."""
+    _cols_512_8(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi)
+
+
 # ------------------------------------------------------------------------ Winograd's batched GEMMs
 def pack_batched(u: np.ndarray, width: int) -> np.ndarray:
     """(P, M, C) weights (Winograd's transformed U, one (M, C) matrix per position) packed per
@@ -539,8 +560,8 @@ def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, scratch, s
     """Shards [s_lo, s_hi) of P products ``mo[i, :m_n * nt] = U[i] @ v[i, :c_n * nt]`` (row-major
     (M, nt) and (C, nt) blocks at the start of each row of ``v`` and ``mo``; ``wp`` pack_batched's
     panels): shard s is position s // groups, weight-panel group s % groups, on the cols tiles
-    (``cols``: width COLS_WIDTH) or the rows tiles (width MR) without an epilogue; ``scratch`` at
-    least scratch_size(kind, cols, nt) floats."""
+    (``cols`` 1, or 2 for conv_cols8: width COLS_WIDTH) or the rows tiles (``cols`` 0: width MR)
+    without an epilogue; ``scratch`` at least scratch_size(kind, cols, nt) floats."""
     width = (48 if kind == 2 else 16) if cols else (8 if kind == 2 else (6 if kind == 1 else 4))
     panels = (m_n + width - 1) // width
     inf = np.float32(np.inf)
@@ -553,17 +574,20 @@ def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, scratch, s
         x = v[i, :c_n * nt]
         out = mo[i, :m_n * nt]
         w = wp[i]
-        if cols:
+        if cols == 2:
+            conv_cols8(w, c_n, m_n, x, nt, nt, zeros, zeros, False, -inf, inf, out, nt, COLS_KC, scratch, q0, q1)
+        elif cols:
             conv_cols(kind, w, c_n, m_n, x, nt, nt, zeros, zeros, False, -inf, inf, out, nt, COLS_KC, scratch, q0,
                       q1)
         else:  # one pixel block (all nt columns) and one panel a "group": conv_tiles' shards [q0, q1)
             conv_tiles(kind, w, c_n, m_n, x, 0, nt, nt, zeros, zeros, zeros, False, -inf, inf, out, 0, nt, nt,
                        panels, kc, False, scratch, q0, q1)
 
-def scratch_size(kind: int, cols: bool, n_pix: int, block: int = 0, kc: int = 0, pack: bool = False) -> int:
-    """Floats of the scratch conv_cols (``cols``) or conv_tiles (rows packed into tile order) takes."""
+def scratch_size(kind: int, cols: int, n_pix: int, block: int = 0, kc: int = 0, pack: bool = False) -> int:
+    """Floats of the scratch conv_cols (``cols`` 1), conv_cols8 (2) or conv_tiles (0: rows packed
+    into tile order) takes."""
     if cols:
-        mp = 7 if kind == 2 else 6
+        mp = 8 if cols == 2 else (7 if kind == 2 else 6)
         return -(-n_pix // mp) * mp * COLS_WIDTH[kind]
     return block * kc if pack else 1
 
@@ -598,9 +622,48 @@ BLOCK_BYTES = 256 * 1024  # a block's pixel rows of one K chunk (kc x block floa
 
 
 def plan(kind: int, m_n: int, k_n: int, n_pix: int, threads: int) -> tuple[int, int, int, int]:
-    """(block, blocks, groups, kc) for conv_tiles: pixel blocks of a multiple of nr keeping a K
-    chunk's rows in L2, cut further (and the weight panels into groups) so that every thread has
-    at least two shards where there is work for them."""
+    """(block, blocks, groups, kc) for conv_tiles: pixel blocks of equal whole tiles (nr pixels)
+    keeping a K chunk's rows in L2; at several threads at least two shards a thread, the blocks'
+    count rounded up to a multiple of the threads, and where a map has too few tiles for that, the
+    (blocks, weight-panel groups) split whose shards the threads finish soonest (``_makespan``).
+    Before (issue 11, session 6) the blocks were L2-sized with a remainder: 3136 pixels as 1024 x 3
+    + 64 and 196 as 64 x 3 + 4 left one of two threads a quarter to a half of the product idle."""
+    if not BALANCED_PLAN:
+        return _plan_s5(kind, m_n, k_n, n_pix, threads)
+    nr = NR[kind]
+    chunks = -(-k_n // KC)
+    kc = -(-k_n // chunks)
+    tiles = -(-n_pix // nr)
+    per = max(1, BLOCK_BYTES // (4 * kc) // nr)  # tiles a block keeps in L2
+    blocks = -(-tiles // per)
+    groups = 1
+    if threads > 1:
+        want = 2 * threads
+        if blocks >= want or blocks >= tiles:
+            blocks = min(tiles, -(-blocks // threads) * threads)
+        else:
+            panels = -(-m_n // MR[kind])
+            pack = PACK_TILE_COST if pack_rows(m_n, k_n, n_pix) else 0.0  # every group copies its block
+            best = None
+            for b in range(blocks, min(tiles, want) + 1):
+                bt = -(-tiles // b)
+                b_real = -(-tiles // bt)
+                g = max(1, min(panels, -(-want // b_real)))
+                span = _makespan(tiles, bt, panels, g, threads, pack)
+                key = (span, b_real * g)
+                if best is None or key < best[0]:
+                    best = (key, b_real, g)
+            blocks, groups = best[1], best[2]
+    bt = -(-tiles // blocks)
+    blocks = -(-tiles // bt)
+    return bt * nr, blocks, groups, kc
+
+
+BALANCED_PLAN = True  # False: session 5's plan (_plan_s5), for A/B runs (bench_conv_threads.py)
+
+
+def _plan_s5(kind: int, m_n: int, k_n: int, n_pix: int, threads: int) -> tuple[int, int, int, int]:
+    """plan() as session 5 had it: L2-sized blocks with a remainder, cut to 2 shards a thread."""
     mr, nr = MR[kind], NR[kind]
     chunks = -(-k_n // KC)
     kc = -(-k_n // chunks)
@@ -612,10 +675,28 @@ def plan(kind: int, m_n: int, k_n: int, n_pix: int, threads: int) -> tuple[int, 
     if threads > 1:
         want = 2 * threads
         if blocks < want:
-            per_block = -(-n_pix // want)
-            per = max(nr, -(-per_block // nr) * nr)
+            per = max(nr, -(-(-(-n_pix // want)) // nr) * nr)
             block = min(block, per)
             blocks = -(-n_pix // block)
         if blocks < want:
             groups = max(1, min(panels, -(-want // blocks)))
     return block, blocks, groups, kc
+
+
+PACK_TILE_COST = 2.0  # copying a tile's rows into tile order, in tile x panel products (nr * kc copies
+# at ~0.3 ns against 2 * mr * nr * kc flops at ~100 GFLOP/s)
+
+
+def _makespan(tiles: int, bt: int, panels: int, groups: int, threads: int, pack: float = 0.0) -> float:
+    """When the last of ``threads`` threads, each claiming the next shard as it gets free, finishes
+    conv_tiles' shards (blocks of ``bt`` of ``tiles`` tiles times ``groups`` groups of ``panels``
+    weight panels), in tile x panel units (``pack`` more a tile where each shard first copies its
+    block's rows) plus a shard's hand-out cost."""
+    free = [0.0] * threads
+    for b in range(-(-tiles // bt)):
+        nt = min(bt, tiles - b * bt)
+        for g in range(groups):
+            cost = nt * ((g + 1) * panels // groups - g * panels // groups + pack) + 0.5
+            t = free.index(min(free))
+            free[t] += cost
+    return max(free)
