@@ -675,7 +675,8 @@ def _plan_s5(kind: int, m_n: int, k_n: int, n_pix: int, threads: int) -> tuple[i
     if threads > 1:
         want = 2 * threads
         if blocks < want:
-            per = max(nr, -(-(-(-n_pix // want)) // nr) * nr)
+            per_block = -(-n_pix // want)
+            per = max(nr, -(-per_block // nr) * nr)
             block = min(block, per)
             blocks = -(-n_pix // block)
         if blocks < want:
