@@ -21,7 +21,7 @@ pinned() {
   taskset -c "$cpus" timeout "$left" "$@"
 }
 OLD="winograd._TRANSFORM_WORK=40.0,winograd._OUT_WORK=40.0,winograd._TRANSFORM4_WORK=60.0,winograd._OUT4_WORK=60.0"
-OLD="$OLD,conv._IM2COL_WORK=2.0,conv.WINO_SMALL=0,ftile.BALANCED_PLAN=0"
+OLD="$OLD,conv._IM2COL_WORK=2.0,conv.WINO_SMALL=0,ftile.BALANCED_PLAN=0,conv.IMPLICIT=0"
 { lscpu; lscpu -e; $PY -c "import numba, numpy, onnxruntime; print(numba.__version__, numpy.__version__, onnxruntime.__version__)"; } > "$OUT/env.txt" 2>&1
 (
   export NUMBA_CACHE_DIR=/tmp/kk_nc01
@@ -37,13 +37,19 @@ if [ -n "${BASE:-}" ]; then
 fi
 (
   export NUMBA_CACHE_DIR=/tmp/kk_nc45
-  for m in resnet18 resnet50; do
-    pinned 4,5 $PY benchmarks/trace_pool.py $m --threads 2 --runs 10 --cpus 4,5
-  done > "$OUT/trace.txt" 2>&1
-  pinned 4,5 $PY benchmarks/bench_conv_threads.py 15 "$OLD" conv.WINO_FTILE_MIN_C=64 > "$OUT/layers.txt" 2>&1
+  pinned 4,5 $PY benchmarks/bench_conv_threads.py 15 "$OLD" conv.IMPLICIT=0 conv.WINO_FTILE_MIN_C=64 \
+    > "$OUT/layers.txt" 2>&1
+  {
+    for m in resnet18 resnet50; do
+      pinned 4,5 $PY benchmarks/trace_pool.py $m --threads 2 --runs 10 --cpus 4,5
+    done
+    pinned 4,5 env KERNELKIT_NUMBA_SPIN_US=2000 $PY benchmarks/trace_pool.py resnet18 --threads 2 --runs 10 --cpus 4,5
+  } > "$OUT/trace.txt" 2>&1
 ) &
 (
   export NUMBA_CACHE_DIR=/tmp/kk_nc67
-  KK_MODELS=resnet18,resnet50 pinned 6,7 $PY benchmarks/bench_conv_threads.py 10 "$OLD" > "$OUT/models.txt" 2>&1
+  pinned 6,7 env KK_MODELS=resnet18,resnet50 $PY benchmarks/bench_conv_threads.py 10 "$OLD" > "$OUT/models.txt" 2>&1
+  pinned 6,7 $PY benchmarks/profile_ops.py resnet18 2 8 > "$OUT/profile2.txt" 2>&1
+  pinned 6,7 $PY benchmarks/profile_ops.py resnet18 1 8 > "$OUT/profile1.txt" 2>&1
 ) &
 wait

@@ -153,6 +153,10 @@ CONV_CASES = [
     ((1, 16, 14, 14), (32, 16, 3, 3), {"pads": [1, 1, 1, 1], "activation": "Relu"}),
     ((1, 8, 30, 29), (24, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
     ((2, 16, 14, 14), (48, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
+    # the implicit GEMM (strided, output rows of 28+ pixels; the 7x7/2 stem-like case above too): asymmetric
+    # pads, stride 3 with a 5x5 kernel
+    ((1, 8, 60, 58), (12, 8, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 2], "activation": "Relu"}),
+    ((1, 4, 90, 95), (20, 4, 5, 5), {"strides": [3, 3], "pads": [2, 2, 2, 2]}),
     # F(2x2, 3x3) on small maps (conv.WINO_SMALL, 128+ input channels): 7x7 (16 tile columns: the 8-pixel
     # cols tile on avx512), 9x9 (25 columns), two images
     ((1, 128, 7, 7), (48, 128, 3, 3), {"pads": [1, 1, 1, 1], "activation": "Relu"}),
@@ -258,3 +262,23 @@ def test_small_maps_take_winograd(check, rng, monkeypatch):
         check("Conv", [x, w, b], attrs, constants=(1, 2))
         check("Conv", [x, w, b, z], attrs, constants=(1, 2))
         assert bool(calls) == (small and ftile.select() in ftile.COLS_LANES)
+
+
+def test_strided_layers_take_the_implicit_gemm(check, rng, monkeypatch):
+    """A 3x3/2 layer with 28+ output columns runs ftile.conv_implicit (conv.IMPLICIT) where the CPU
+    has an avx2 or avx512 variant, with and without the fused residual; 1x1/2 and IMPLICIT off do not."""
+    from kernelkit_numba.kernels import conv
+
+    calls = []
+    real = ftile.conv_implicit
+    monkeypatch.setattr(ftile, "conv_implicit", lambda *a: calls.append(1) or real(*a))
+    cases = [((1, 16, 60, 60), (24, 16, 3, 3), 1, True), ((1, 16, 60, 60), (24, 16, 1, 1), 0, False)]
+    for (xs, ws, pad, takes), on in [(c, on) for c in cases for on in (True, False)]:
+        monkeypatch.setattr(conv, "IMPLICIT", on)
+        x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (xs, ws, ws[:1]))
+        attrs = {"strides": [2, 2], "pads": [pad] * 4, "activation": "Relu"}
+        y = run_single_op("Conv", [x, w, b], {"strides": [2, 2], "pads": [pad] * 4}, vendors=["reference"])[0]
+        calls.clear()
+        check("Conv", [x, w, b], attrs, constants=(1, 2))
+        check("Conv", [x, w, b, rng.standard_normal(y.shape).astype(np.float32)], attrs, constants=(1, 2))
+        assert bool(calls) == (on and takes and ftile.select() in (1, 2))

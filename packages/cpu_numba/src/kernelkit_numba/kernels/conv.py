@@ -532,6 +532,9 @@ class Conv(NumbaKernel):
         code, p0, p1 = self.act
         direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
         kind = self._ftile_kind(group, code, kh, kw, sh, sw, mg, k_n, l_n, x4.dtype)
+        if kind is not None and implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n):
+            self._gemm_implicit(x4, wmat[0], y, bias, z, kind)
+            return
         blocked = not direct and k_n * l_n * x4.itemsize > _COL_BYTES and l_n >= _BLOCKED_MIN_COLS
         if blocked:
             self._gemm_blocked(x4, wmat, y, group, bias, z, kind)
@@ -641,6 +644,31 @@ class Conv(NumbaKernel):
                     l_n, block, groups, kc, pack)
             ftile.run_sharded(ftile.conv_tiles, blocks * groups, args, work,
                               ftile.scratch_size(kind, False, l_n, block, kc, pack))
+
+    def _gemm_implicit(self, x4, w2, y, bias, z, kind):
+        """A strided convolution as an implicit GEMM (ftile.conv_implicit): per image the input's
+        column phases, zero-padded (ftile.phases_padded, about the input's size), then the rows
+        tiles read every row of the product through a table of per-k offsets into them: no im2col
+        and no copy into tile order. Sharded over output rows."""
+        (sh, _), _, (ph, pw), (oh_n, ow_n) = self._geom
+        n_n, c_n = x4.shape[:2]
+        m_n, k_n = w2.shape
+        kh, kw = self._kernel_hw
+        wp, _, zz, lo, hi = self._ftile_args(y, bias, z, ftile.MR[kind], w2)
+        key = (c_n, kh, kw, sh, ph, pw, oh_n, ow_n)
+        hit = self.__dict__.get("_implicit")
+        if hit is None or hit[0] != key:
+            hp, qp, pl, step, koff = ftile.implicit_geometry(c_n, kh, kw, sh, ph, pw, oh_n, ow_n)
+            hit = self._implicit = (key, (hp, qp, pl, step, config.readonly(koff)), np.empty(sh * c_n * hp * qp,
+                                                                                            np.float32))
+        (hp, qp, pl, step, koff), xpp = hit[1], hit[2]
+        work = 2.0 * m_n * k_n * oh_n * ow_n
+        for n in range(n_n):
+            ftile.phases_padded(config.readonly(x4[n]), xpp, sh, ph, pl, hp, qp)
+            zn = zz.reshape(-1) if z is None else zz[n].reshape(-1)
+            args = (kind, wp, k_n, m_n, config.readonly(xpp), koff, step, ow_n, bias, zn, z is not None, lo, hi,
+                    y[n].reshape(-1), oh_n * ow_n)
+            ftile.run_sharded(ftile.conv_implicit, oh_n, args, work, 1)
 
     def _gemm_nt(self, x4, wmat, y, group, bias, z, direct, tiles):
         """Few output pixels (7x7 maps), many weight rows: the columns transposed (one row of K
@@ -755,6 +783,22 @@ def ftile_wins(kh, kw, sh, sw, mg, k_n, l_n) -> bool:
 
 
 _FTILE_BLAS_PIXELS = (0, 0)  # output pixels (exclusive, inclusive) left to BLAS: none
+
+
+def implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n) -> bool:
+    """Whether a (float32, one group, ftile) convolution runs as conv.py's implicit GEMM
+    (``_gemm_implicit``): strided both ways alike, undilated, output rows of at least
+    IMPLICIT_MIN_OW pixels (a tile covers 32 pixels of one row), K up to IMPLICIT_MAX_K (no K
+    chunks), a variant with the offset-table tiles (avx2, avx512), IMPLICIT on; not 1x1 (its
+    im2col is one strided copy of a quarter of the input, the padded phases the whole input twice:
+    0.33 vs 0.19 ms for 64 -> 128 on 56x56 on the AMD box)."""
+    return (IMPLICIT and kind in (1, 2) and sh == sw >= 2 and dh == dw == 1 and ow_n >= IMPLICIT_MIN_OW
+            and k_n <= IMPLICIT_MAX_K and kh * kw > 1)
+
+
+IMPLICIT = True
+IMPLICIT_MIN_OW = 28  # the 7x7/2 stem's 112-pixel rows and 3x3/2 from 56x56: 28 of a tile's 32 lanes
+IMPLICIT_MAX_K = 2048
 
 
 def ftile_cols(kind, mg, l_n, k_n) -> bool:

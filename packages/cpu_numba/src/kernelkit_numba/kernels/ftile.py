@@ -130,13 +130,14 @@ def _data(context, builder, arrty, value):
     return cgutils.create_struct_proxy(arrty)(context, builder, value=value).data
 
 
-def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool):
+def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool, offs: bool = False):
     """An intrinsic ``tile(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out,
     m_valid, n_valid)``: rows [0, m_valid) of an mr x nr block of ``out`` at ``out[o_off:]`` (row
     stride ``ldo``) = act(W panel at ``w[w_off:]`` ([k][mr]) times the rows ``x[x_off + k * ldx:]``
     over k < k_n + bias[r0 + r] (+ z at the same place as out when ``with_z``)), act = clamp to
     [lo, hi] (NaN kept). ``first`` = 0: the accumulators start from ``out`` (a later K chunk).
-    ``masked``: only the first n_valid pixels of a row are read and stored."""
+    ``masked``: only the first n_valid pixels of a row are read and stored. ``offs`` (the implicit
+    GEMM, ``conv_implicit``): ``ldx`` is an int64 array, row k read at ``x[x_off + ldx[k]:]``."""
     lanes = 8 if kind == "avx2" else 16
     nr = lanes * nvec
 
@@ -203,8 +204,13 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool):
                     loaded.append(vload(builder.gep(row, [ir.Constant(i64, lanes * j)]), j))
             return loaded
 
+        if offs:
+            pk = builder.bitcast(_data(context, builder, sig.args[4], ldx), i64.as_pointer())
         k, accs, close = k_loop(builder, k_n, [zero_v] * (mr * nvec), "ftile", (first, partial_sums))
-        xrow = builder.gep(px, [builder.mul(k, ldx)])
+        if offs:
+            xrow = builder.gep(px, [builder.load(builder.gep(pk, [k]), align=8)])
+        else:
+            xrow = builder.gep(px, [builder.mul(k, ldx)])
         xv = [vload(builder.gep(xrow, [ir.Constant(i64, lanes * j)]), j) for j in range(nvec)]
         wrow = builder.gep(pw, [builder.mul(k, ir.Constant(i64, mr))])
         new = []
@@ -232,7 +238,8 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool):
     def tile(typingctx, w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
              n_valid):
         i64, f = types.int64, types.float32
-        return types.void(w, i64, x, i64, i64, i64, i64, bias, i64, z, i64, i64, f, f, out, i64, i64), codegen
+        return types.void(w, i64, x, i64, ldx if offs else i64, i64, i64, bias, i64, z, i64, i64, f, f, out, i64,
+                          i64), codegen
 
     tile.nr = nr
     return tile
@@ -371,6 +378,95 @@ def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z,
     else:
         _rows_generic(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
                       groups, kc, pack, xp, s_lo, s_hi)
+
+
+# ---------------------------------------------------- implicit GEMM: strided convolutions, no im2col
+def _implicit_driver(full, masked, full_z, masked_z, mr, nr):
+    """conv_implicit's loops for one variant (its four offset-table tiles fixed)."""
+
+    def rows(wp, k_n, m_n, x, koff, row_step, ow_n, bias, z, has_z, lo, hi, out, ldo, s_lo, s_hi):
+        panels = (m_n + mr - 1) // mr
+        one = np.int64(1)
+        for oh in range(s_lo, s_hi):
+            xb = oh * row_step
+            ob = oh * ow_n
+            for q in range(panels):
+                r0 = q * mr
+                m_valid = min(mr, m_n - r0)
+                w_off = q * k_n * mr
+                for t in range(0, ow_n, nr):
+                    nv = min(nr, ow_n - t)
+                    o_off = r0 * ldo + ob + t
+                    if nv >= nr:
+                        if has_z:
+                            full_z(wp, w_off, x, xb + t, koff, k_n, one, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
+                                   nv)
+                        else:
+                            full(wp, w_off, x, xb + t, koff, k_n, one, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
+                                 nv)
+                    elif has_z:
+                        masked_z(wp, w_off, x, xb + t, koff, k_n, one, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
+                                 nv)
+                    else:
+                        masked(wp, w_off, x, xb + t, koff, k_n, one, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, nv)
+
+    return jit(rows)
+
+
+_FORMS = ((False, False), (True, False), (False, True), (True, True))  # (masked, with_z): full, masked, _z, masked_z
+_impl_512 = _implicit_driver(*(_tile_intrinsic("avx512", 8, 2, m, z, True) for m, z in _FORMS), 8, 32)
+_impl_2 = _implicit_driver(*(_tile_intrinsic("avx2", 6, 2, m, z, True) for m, z in _FORMS), 6, 16)
+
+
+@jit
+def conv_implicit(kind, wp, k_n, m_n, x, koff, row_step, ow_n, bias, z, has_z, lo, hi, out, ldo, scratch, s_lo, s_hi):
+    """Output rows [s_lo, s_hi) of a strided convolution as an implicit GEMM on the rows tiles of
+    ``kind`` (1 or 2), no im2col: ``x`` the zero-padded column phases of one image
+    (``phases_padded``), row k of the product read at ``x[oh * row_step + ow + koff[k]]`` for output
+    pixel (oh, ow) (``implicit_offsets``), each tile 32 (avx2: 16) pixels of one output row; the
+    epilogue as conv_tiles', ``out`` (rows of ``ldo`` = OH * OW) and ``z`` flat. ``scratch`` unused
+    (run_sharded's signature)."""
+    if kind == 2:
+        _impl_512(wp, k_n, m_n, x, koff, row_step, ow_n, bias, z, has_z, lo, hi, out, ldo, s_lo, s_hi)
+    else:
+        _impl_2(wp, k_n, m_n, x, koff, row_step, ow_n, bias, z, has_z, lo, hi, out, ldo, s_lo, s_hi)
+
+
+def implicit_geometry(c_n: int, kh: int, kw: int, s: int, ph: int, pw: int, oh_n: int, ow_n: int):
+    """(hp, qp, pl, row_step, koff) of conv_implicit for stride ``s`` (both ways), dilation 1: the
+    padded phase array is (s, C, hp, qp) with phase b's column q = input column (q - pl) * s + b and
+    row r = input row r - ph; tap (c, i, j) of output (oh, ow) reads it at ((b C + c) hp + oh s + i)
+    qp + ow + dq with b = (j - pw) mod s, dq = (j - pw - b) / s + pl."""
+    pl = -(-pw // s)
+    hp = (oh_n - 1) * s + kh
+    qp = ow_n + (kw - 1) // s + pl + 1
+    koff = np.empty(c_n * kh * kw, np.int64)
+    for c in range(c_n):
+        for i in range(kh):
+            for j in range(kw):
+                b = (j - pw) % s
+                dq = (j - pw - b) // s + pl
+                koff[(c * kh + i) * kw + j] = ((b * c_n + c) * hp + i) * qp + dq
+    return hp, qp, pl, s * qp, koff
+
+
+@jit
+def phases_padded(x, xpp, s, ph, pl, hp, qp):
+    """xpp[b, c, r, q] = x[c, r - ph, (q - pl) * s + b], 0 outside the input (``x`` (C, H, W), ``xpp``
+    flat (s * C * hp * qp))."""
+    c_n, h_n, w_n = x.shape
+    for b in range(s):
+        for c in range(c_n):
+            for r in range(hp):
+                d0 = U(((b * c_n + c) * hp + r) * qp)
+                h = r - ph
+                if h < 0 or h >= h_n:
+                    for q in range(qp):
+                        xpp[d0 + U(q)] = 0
+                    continue
+                for q in range(qp):
+                    w = (q - pl) * s + b
+                    xpp[d0 + U(q)] = x[c, h, w] if 0 <= w < w_n else 0
 
 
 # ------------------------------------------------------------------ small maps: channels in the lanes
