@@ -532,9 +532,6 @@ class Conv(NumbaKernel):
         code, p0, p1 = self.act
         direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
         kind = self._ftile_kind(group, code, kh, kw, sh, sw, mg, k_n, l_n, x4.dtype)
-        if kind is not None and implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n):
-            self._gemm_implicit(x4, wmat[0], y, bias, z, kind)
-            return
         blocked = not direct and k_n * l_n * x4.itemsize > _COL_BYTES and l_n >= _BLOCKED_MIN_COLS
         if blocked:
             self._gemm_blocked(x4, wmat, y, group, bias, z, kind)
@@ -615,6 +612,9 @@ class Conv(NumbaKernel):
         n_n = x4.shape[0]
         m_n, k_n = w2.shape
         kh, kw = self._kernel_hw
+        if implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n):
+            self._gemm_implicit(x4, w2, y, bias, z, kind)
+            return
         l_n = oh_n * ow_n
         width = ftile.COLS_WIDTH[kind] if cols else ftile.MR[kind]
         wp, zero, zz, lo, hi = self._ftile_args(y, bias, z, width, w2)
@@ -664,7 +664,8 @@ class Conv(NumbaKernel):
         (hp, qp, pl, step, koff), xpp = hit[1], hit[2]
         work = 2.0 * m_n * k_n * oh_n * ow_n
         for n in range(n_n):
-            ftile.phases_padded(config.readonly(x4[n]), xpp, sh, ph, pl, hp, qp)
+            config.parallel_for(ftile.phases_padded, c_n, (config.readonly(x4[n]), xpp, sh, ph, pl, hp, qp),
+                                _IM2COL_WORK * xpp.size)
             zn = zz.reshape(-1) if z is None else zz[n].reshape(-1)
             args = (kind, wp, k_n, m_n, config.readonly(xpp), koff, step, ow_n, bias, zn, z is not None, lo, hi,
                     y[n].reshape(-1), oh_n * ow_n)
@@ -717,6 +718,9 @@ class Conv(NumbaKernel):
         cg, kh, kw = c_n // group, *self._kernel_hw
         l_n = oh_n * ow_n
         code, p0, p1 = self.act
+        if kind is not None and implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n):  # the stem
+            self._gemm_implicit(x4, wmat[0], y, bias, z, kind)
+            return
         rows = max(1, min(oh_n, _COL_BLOCK_BYTES // (k_n * x4.itemsize * ow_n)))
         threads = config.current_threads()
         if threads > 1:  # at least two blocks a thread: a block is one shard

@@ -451,12 +451,12 @@ def implicit_geometry(c_n: int, kh: int, kw: int, s: int, ph: int, pw: int, oh_n
 
 
 @jit
-def phases_padded(x, xpp, s, ph, pl, hp, qp):
+def phases_padded(x, xpp, s, ph, pl, hp, qp, c0, c1):
     """xpp[b, c, r, q] = x[c, r - ph, (q - pl) * s + b], 0 outside the input (``x`` (C, H, W), ``xpp``
-    flat (s * C * hp * qp))."""
+    flat (s * C * hp * qp)), channels [c0, c1)."""
     c_n, h_n, w_n = x.shape
     for b in range(s):
-        for c in range(c_n):
+        for c in range(c0, c1):
             for r in range(hp):
                 d0 = U(((b * c_n + c) * hp + r) * qp)
                 h = r - ph
