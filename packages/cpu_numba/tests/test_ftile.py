@@ -282,3 +282,23 @@ def test_strided_layers_take_the_implicit_gemm(check, rng, monkeypatch):
         check("Conv", [x, w, b], attrs, constants=(1, 2))
         check("Conv", [x, w, b, rng.standard_normal(y.shape).astype(np.float32)], attrs, constants=(1, 2))
         assert bool(calls) == (on and takes and ftile.select() in (1, 2))
+
+
+@pytest.mark.parametrize("c,h,w,k,s,p", [(3, 30, 28, 7, 2, 3), (5, 13, 17, 5, 3, 2), (4, 17, 20, 3, 2, 0), (2, 9, 8, 4, 3, 3)])
+def test_padded_phases(c, h, w, k, s, p):
+    """ftile.phases_padded against its definition: xpp[b, c, r, q] = x[c, r - ph, (q - pl) s + b], 0 outside,
+    in two channel ranges (its shards)."""
+    oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    x = np.random.default_rng(c + h + w).standard_normal((c, h, w)).astype(np.float32)
+    hp, qp, pl, _, koff = ftile.implicit_geometry(c, k, k, s, p, p, oh, ow)
+    xpp = np.full(s * c * hp * qp, np.nan, np.float32)
+    ftile.phases_padded(x, xpp, s, p, pl, hp, qp, 0, c // 2)
+    ftile.phases_padded(x, xpp, s, p, pl, hp, qp, c // 2, c)
+    want = np.zeros((s, c, hp, qp), np.float32)
+    for b in range(s):
+        for r in range(hp):
+            for q in range(qp):
+                if 0 <= r - p < h and 0 <= (q - pl) * s + b < w:
+                    want[b, :, r, q] = x[:, r - p, (q - pl) * s + b]
+    np.testing.assert_array_equal(xpp.reshape(want.shape), want)
+    assert koff.min() >= 0 and koff.max() + (oh - 1) * s * qp + ow <= xpp.size  # every read stays inside

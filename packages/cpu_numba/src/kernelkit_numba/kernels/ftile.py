@@ -453,9 +453,13 @@ def implicit_geometry(c_n: int, kh: int, kw: int, s: int, ph: int, pw: int, oh_n
 @jit
 def phases_padded(x, xpp, s, ph, pl, hp, qp, c0, c1):
     """xpp[b, c, r, q] = x[c, r - ph, (q - pl) * s + b], 0 outside the input (``x`` (C, H, W), ``xpp``
-    flat (s * C * hp * qp)), channels [c0, c1)."""
+    flat (s * C * hp * qp)), channels [c0, c1). Flat unsigned indexing, the valid columns of a row
+    computed once (a bounds test per element ran the 64@56 input's phases at 0.16 ms)."""
     c_n, h_n, w_n = x.shape
+    xf = x.reshape(x.size)
     for b in range(s):
+        q_hi = min(qp, pl + (w_n - b + s - 1) // s)  # past the last q with (q - pl) * s + b < w_n
+        q_lo = min(pl, q_hi)  # the first q with (q - pl) * s + b >= 0 is pl (b < s)
         for c in range(c0, c1):
             for r in range(hp):
                 d0 = U(((b * c_n + c) * hp + r) * qp)
@@ -464,9 +468,13 @@ def phases_padded(x, xpp, s, ph, pl, hp, qp, c0, c1):
                     for q in range(qp):
                         xpp[d0 + U(q)] = 0
                     continue
-                for q in range(qp):
-                    w = (q - pl) * s + b
-                    xpp[d0 + U(q)] = x[c, h, w] if 0 <= w < w_n else 0
+                src = (c * h_n + h) * w_n + b - pl * s  # signed: src + q * s >= 0 for q >= q_lo
+                for q in range(q_lo):
+                    xpp[d0 + U(q)] = 0
+                for q in range(q_lo, q_hi):
+                    xpp[d0 + U(q)] = xf[U(src + q * s)]
+                for q in range(q_hi, qp):
+                    xpp[d0 + U(q)] = 0
 
 
 # ------------------------------------------------------------------ small maps: channels in the lanes
