@@ -284,7 +284,8 @@ def test_strided_layers_take_the_implicit_gemm(check, rng, monkeypatch):
         assert bool(calls) == (on and takes and ftile.select() in (1, 2))
 
 
-@pytest.mark.parametrize("c,h,w,k,s,p", [(3, 30, 28, 7, 2, 3), (5, 13, 17, 5, 3, 2), (4, 17, 20, 3, 2, 0), (2, 9, 8, 4, 3, 3)])
+@pytest.mark.parametrize("c,h,w,k,s,p", [(3, 30, 28, 7, 2, 3), (5, 13, 17, 5, 3, 2), (4, 17, 20, 3, 2, 0),
+                                         (2, 9, 8, 4, 3, 3)])
 def test_padded_phases(c, h, w, k, s, p):
     """ftile.phases_padded against its definition: xpp[b, c, r, q] = x[c, r - ph, (q - pl) s + b], 0 outside,
     in two channel ranges (its shards)."""
