@@ -3,8 +3,11 @@ the residual Z (pass fuse_residual) and the activation.
 
 3x3 stride-1 convolutions run as Winograd (``winograd.py``): F(4x4, 3x3) where the batch has two
 14x14 maps' worth of outputs and the activation leaves the output unbounded (its float32 error is
-~4e-6 of the largest pre-activation), else F(2x2, 3x3) on maps of 14x14 and more; weights
-transformed once. Other grouped/dense convolution is im2col + BLAS: the columns of one image and
+~4e-6 of the largest pre-activation), else F(2x2, 3x3) on maps of 14x14 and more (from 7x7 where
+its GEMMs run on ftile's cols tiles: ``WINO_SMALL``); weights transformed once. float32 dense
+convolutions run on ftile.py's micro-kernels (strided ones with wide output rows as an implicit
+GEMM over the input's padded column phases: ``_gemm_implicit``; see docs/numba.md, sessions 5
+and 6). Other grouped/dense convolution is im2col + BLAS: the columns of one image and
 group are packed by a sharded Numba kernel (a 1x1 stride-1 unpadded conv needs no packing: the
 image is already the column matrix; a column matrix over 1 MiB is packed and multiplied in
 blocks of output rows of about 2 MiB of columns, strided ones with wide outputs packed from the
