@@ -6,7 +6,8 @@
 #   CPUs 2,3   the baseline tree BASE (another checkout's root, e.g. `git archive` of main): the same
 #   CPUs 4,5   this tree: the shard pool's trace of ResNet-18/50 at 2 threads (trace_pool.py), then
 #              per layer 1t vs 2t with the shard trace and variants (bench_conv_threads.py)
-#   CPUs 6,7   this tree: whole models 1t / 2t with session 5's settings as a variant, interleaved
+#   CPUs 6,7   this tree: whole models 1t / 2t with session 5's settings as a variant and with the pool
+#              never backing off, interleaved; per-node profiles of ResNet-18 at 2 and 1 threads
 # Usage (repository root, after `source .whl/prelude.sh`): BASE=dir bash benchmarks/conv_threads_round.sh OUT
 # Everything stops BUDGET seconds (default 330) after the start.
 set -u
@@ -48,7 +49,8 @@ fi
 ) &
 (
   export NUMBA_CACHE_DIR=/tmp/kk_nc67
-  pinned 6,7 env KK_MODELS=resnet18,resnet50 $PY benchmarks/bench_conv_threads.py 10 "$OLD" > "$OUT/models.txt" 2>&1
+  pinned 6,7 env KK_MODELS=resnet18,resnet50 $PY benchmarks/bench_conv_threads.py 10 "$OLD" \
+    pool.backoff=0,pool._serial_until=0.0 > "$OUT/models.txt" 2>&1
   pinned 6,7 $PY benchmarks/profile_ops.py resnet18 2 8 > "$OUT/profile2.txt" 2>&1
   pinned 6,7 $PY benchmarks/profile_ops.py resnet18 1 8 > "$OUT/profile1.txt" 2>&1
 ) &
