@@ -26,14 +26,14 @@ OLD="$OLD,conv._IM2COL_WORK=2.0,conv.WINO_SMALL=0,ftile.BALANCED_PLAN=0,conv.IMP
 { lscpu; lscpu -e; $PY -c "import numba, numpy, onnxruntime; print(numba.__version__, numpy.__version__, onnxruntime.__version__)"; } > "$OUT/env.txt" 2>&1
 (
   export NUMBA_CACHE_DIR=/tmp/kk_nc01
-  pinned 0,1 $PY benchmarks/test_bench_numba.py resnet18,resnet50 5 quiet > "$OUT/table.txt" 2>&1
+  pinned 0,1 $PY benchmarks/test_bench_numba.py resnet18,resnet50,mobilenetv2 5 quiet > "$OUT/table.txt" 2>&1
 ) &
 if [ -n "${BASE:-}" ]; then
   (
     export NUMBA_CACHE_DIR=/tmp/kk_nc23
     src=$(cd "$BASE" && pwd)
     export PYTHONPATH="$src/packages/core/src:$src/packages/cpu_numba/src:$src/packages/converters/src:${PYTHONPATH:-}"
-    cd "$BASE" && pinned 2,3 $PY benchmarks/test_bench_numba.py resnet18,resnet50 5 quiet > "$OUT/table_base.txt" 2>&1
+    cd "$BASE" && pinned 2,3 $PY benchmarks/test_bench_numba.py resnet18,resnet50,mobilenetv2 5 quiet > "$OUT/table_base.txt" 2>&1
   ) &
 fi
 (
