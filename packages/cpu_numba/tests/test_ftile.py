@@ -154,8 +154,8 @@ CONV_CASES = [
     ((1, 8, 30, 29), (24, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
     ((2, 16, 14, 14), (48, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
     # the implicit GEMM (strided, output rows of 28+ pixels; the 7x7/2 stem-like case above too): two images,
-    # asymmetric pads; stride 3 with a 5x5 kernel
-    ((2, 8, 60, 58), (12, 8, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 2], "activation": "Relu"}),
+    # asymmetric pads, 39-pixel rows (32 + a one-vector tile of 7); stride 3 with a 5x5 kernel
+    ((2, 8, 60, 78), (12, 8, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 2], "activation": "Relu"}),
     ((1, 4, 90, 95), (20, 4, 5, 5), {"strides": [3, 3], "pads": [2, 2, 2, 2]}),
     # F(2x2, 3x3) on small maps (conv.WINO_SMALL, 128+ input channels): 7x7 (16 tile columns: the 8-pixel
     # cols tile on avx512), 9x9 (25 columns), two images

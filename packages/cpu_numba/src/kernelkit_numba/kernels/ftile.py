@@ -381,8 +381,9 @@ def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z,
 
 
 # ---------------------------------------------------- implicit GEMM: strided convolutions, no im2col
-def _implicit_driver(full, masked, full_z, masked_z, mr, nr):
-    """conv_implicit's loops for one variant (its four offset-table tiles fixed)."""
+def _implicit_driver(full, masked, full_z, masked_z, half, half_z, mr, nr):
+    """conv_implicit's loops for one variant (its offset-table tiles fixed; ``half``: a masked tile of
+    one vector, for a row's last nr / 2 pixels or fewer, as the stem's 112 = 3 x 32 + 16)."""
 
     def rows(wp, k_n, m_n, x, koff, row_step, ow_n, bias, z, has_z, lo, hi, out, ldo, s_lo, s_hi):
         panels = (m_n + mr - 1) // mr
@@ -404,6 +405,13 @@ def _implicit_driver(full, masked, full_z, masked_z, mr, nr):
                         else:
                             full(wp, w_off, x, xb + t, koff, k_n, one, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
                                  nv)
+                    elif 2 * nv <= nr:
+                        if has_z:
+                            half_z(wp, w_off, x, xb + t, koff, k_n, one, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
+                                   nv)
+                        else:
+                            half(wp, w_off, x, xb + t, koff, k_n, one, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
+                                 nv)
                     elif has_z:
                         masked_z(wp, w_off, x, xb + t, koff, k_n, one, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
                                  nv)
@@ -414,8 +422,10 @@ def _implicit_driver(full, masked, full_z, masked_z, mr, nr):
 
 
 _FORMS = ((False, False), (True, False), (False, True), (True, True))  # (masked, with_z): full, masked, _z, masked_z
-_impl_512 = _implicit_driver(*(_tile_intrinsic("avx512", 8, 2, m, z, True) for m, z in _FORMS), 8, 32)
-_impl_2 = _implicit_driver(*(_tile_intrinsic("avx2", 6, 2, m, z, True) for m, z in _FORMS), 6, 16)
+_impl_512 = _implicit_driver(*(_tile_intrinsic("avx512", 8, 2, m, z, True) for m, z in _FORMS),
+                             *(_tile_intrinsic("avx512", 8, 1, True, z, True) for z in (False, True)), 8, 32)
+_impl_2 = _implicit_driver(*(_tile_intrinsic("avx2", 6, 2, m, z, True) for m, z in _FORMS),
+                           *(_tile_intrinsic("avx2", 6, 1, True, z, True) for z in (False, True)), 6, 16)
 
 
 @jit
