@@ -3,8 +3,11 @@ the residual Z (pass fuse_residual) and the activation.
 
 3x3 stride-1 convolutions run as Winograd (``winograd.py``): F(4x4, 3x3) where the batch has two
 14x14 maps' worth of outputs and the activation leaves the output unbounded (its float32 error is
-~4e-6 of the largest pre-activation), else F(2x2, 3x3) on maps of 14x14 and more; weights
-transformed once. Other grouped/dense convolution is im2col + BLAS: the columns of one image and
+~4e-6 of the largest pre-activation), else F(2x2, 3x3) on maps of 14x14 and more (from 7x7 where
+its GEMMs run on ftile's cols tiles: ``WINO_SMALL``); weights transformed once. float32 dense
+convolutions run on ftile.py's micro-kernels (strided ones with wide output rows as an implicit
+GEMM over the input's padded column phases: ``_gemm_implicit``; see docs/numba.md, sessions 5
+and 6). Other grouped/dense convolution is im2col + BLAS: the columns of one image and
 group are packed by a sharded Numba kernel (a 1x1 stride-1 unpadded conv needs no packing: the
 image is already the column matrix; a column matrix over 1 MiB is packed and multiplied in
 blocks of output rows of about 2 MiB of columns, strided ones with wide outputs packed from the
@@ -471,7 +474,7 @@ class Conv(NumbaKernel):
             u = self._transformed(w, w4, 4)
             packed = self._wino_packed(u, m_n, n_n * -(-oh_n // 4) * -(-ow_n // 4))
             winograd.conv3x3_f4(x4, u, bias, y, z, ph, pw, inner, p0, p1, self._wino_scratch, packed)
-        elif winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n):
+        elif winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, self._wino_small(x4.dtype, c_n, m_n)):
             u = self._transformed(w, w4, 2)
             packed = self._wino_packed(u, m_n, -(-oh_n // 2) * -(-ow_n // 2))
             winograd.conv3x3(x4, u, bias, y, ph, pw, inner, p0, p1, self._wino_scratch, z, packed)
@@ -498,6 +501,17 @@ class Conv(NumbaKernel):
             self._w_src, self._w_variant, self._w_wino = w, variant, config.readonly(fn(w4))
         return self._w_wino
 
+    def _wino_small(self, dtype, c_n, m_n) -> bool:
+        """Whether F(2x2, 3x3) also takes maps of 7x7 to 13x13 (``winograd.usable``'s ``small``): where
+        its position GEMMs run on ftile's cols tiles (float32, WINO_SMALL_MIN_C+ input channels, output
+        channels a multiple of the lanes), unless WINO_SMALL is off. A 512x7x7 layer then runs 16
+        products of 512 x 512 x 16 (134 MFLOP) on the 8-pixel cols tile instead of one of 512 x 4608
+        x 49 (231 MFLOP), and no im2col: 1.44x faster at one thread on the AMD box."""
+        if not WINO_SMALL or dtype != np.float32 or c_n < WINO_SMALL_MIN_C:
+            return False
+        kind = ftile.choice()[0]
+        return kind in ftile.COLS_LANES and m_n % ftile.COLS_LANES[kind] == 0
+
     def _wino_packed(self, u, m_n, nt):
         """(kind, cols, packed panels, zeros) for Winograd's position GEMMs (M x C by C x nt tiles)
         on ftile's micro-kernels, or None for BLAS (KERNELKIT_F32_GEMM=off, no variant, float64):
@@ -507,7 +521,7 @@ class Conv(NumbaKernel):
         kind, forced = ftile.choice() if u.dtype == np.float32 else (None, False)
         if kind is None or (not forced and u.shape[2] < WINO_FTILE_MIN_C):
             return None
-        cols = ftile_cols(kind, m_n, nt, u.shape[2])
+        cols = ftile.cols_mode(kind, nt) if ftile_cols(kind, m_n, nt, u.shape[2]) else 0
         width = ftile.COLS_WIDTH[kind] if cols else ftile.MR[kind]
         hit = self.__dict__.get("_wino_pack")
         if hit is None or hit[0] is not u or hit[1] != width:
@@ -560,7 +574,7 @@ class Conv(NumbaKernel):
                 else:
                     col = self._col
                     config.parallel_for(_im2col, k_n, (xs, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n),
-                                        2.0 * k_n * l_n)
+                                        _IM2COL_WORK * k_n * l_n)
                 ymat = y[n, g * mg:(g + 1) * mg].reshape(mg, l_n)
                 zmat = None if z is None else z[n, g * mg:(g + 1) * mg].reshape(mg, l_n)
                 wg, bg = wmat[g], bias[g * mg:(g + 1) * mg]
@@ -652,10 +666,13 @@ class Conv(NumbaKernel):
         n_n = x4.shape[0]
         m_n, k_n = w2.shape
         kh, kw = self._kernel_hw
+        if implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n):
+            self._gemm_implicit(x4, w2, y, bias, z, kind)
+            return
         l_n = oh_n * ow_n
         width = ftile.COLS_WIDTH[kind] if cols else ftile.MR[kind]
         wp, zero, zz, lo, hi = self._ftile_args(y, bias, z, width, w2)
-        key = (kind, cols, m_n, k_n, l_n, config.current_threads())
+        key = (kind, cols, m_n, k_n, l_n, ftile.BALANCED_PLAN, config.current_threads())
         hit = self.__dict__.get("_fplan")
         if hit is None or hit[0] != key:  # kept while the shapes and the thread budget stay
             hit = self._fplan = (key, ftile.plan(kind, m_n, k_n, l_n, key[-1]), -(-m_n // width))
@@ -667,7 +684,7 @@ class Conv(NumbaKernel):
                 if self._col is None or self._col.shape != (k_n, l_n) or self._col.dtype != x4.dtype:
                     self._col = np.empty((k_n, l_n), x4.dtype)
                 config.parallel_for(_im2col, k_n, (x4[n], self._col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n),
-                                    2.0 * k_n * l_n)
+                                    _IM2COL_WORK * k_n * l_n)
                 xs = config.readonly(self._col.reshape(-1))
             zn = zz.reshape(-1) if z is None else zz[n].reshape(-1)
             work = 2.0 * m_n * k_n * l_n
@@ -681,6 +698,32 @@ class Conv(NumbaKernel):
                     l_n, block, groups, kc, pack)
             ftile.run_sharded(ftile.conv_tiles, blocks * groups, args, work,
                               ftile.scratch_size(kind, False, l_n, block, kc, pack))
+
+    def _gemm_implicit(self, x4, w2, y, bias, z, kind):
+        """A strided convolution as an implicit GEMM (ftile.conv_implicit): per image the input's
+        column phases, zero-padded (ftile.phases_padded, about the input's size), then the rows
+        tiles read every row of the product through a table of per-k offsets into them: no im2col
+        and no copy into tile order. Sharded over output rows."""
+        (sh, _), _, (ph, pw), (oh_n, ow_n) = self._geom
+        n_n, c_n = x4.shape[:2]
+        m_n, k_n = w2.shape
+        kh, kw = self._kernel_hw
+        wp, _, zz, lo, hi = self._ftile_args(y, bias, z, ftile.MR[kind], w2)
+        key = (c_n, kh, kw, sh, ph, pw, oh_n, ow_n)
+        hit = self.__dict__.get("_implicit")
+        if hit is None or hit[0] != key:
+            hp, qp, pl, step, koff = ftile.implicit_geometry(c_n, kh, kw, sh, ph, pw, oh_n, ow_n)
+            hit = self._implicit = (key, (hp, qp, pl, step, config.readonly(koff)), np.empty(sh * c_n * hp * qp,
+                                                                                            np.float32))
+        (hp, qp, pl, step, koff), xpp = hit[1], hit[2]
+        work = 2.0 * m_n * k_n * oh_n * ow_n
+        for n in range(n_n):
+            config.parallel_for(ftile.phases_padded, c_n, (config.readonly(x4[n]), xpp, sh, ph, pl, hp, qp),
+                                _IM2COL_WORK * xpp.size)
+            zn = zz.reshape(-1) if z is None else zz[n].reshape(-1)
+            args = (kind, wp, k_n, m_n, config.readonly(xpp), koff, step, ow_n, bias, zn, z is not None, lo, hi,
+                    y[n].reshape(-1), oh_n * ow_n)
+            ftile.run_sharded(ftile.conv_implicit, oh_n, args, work, 1)
 
     def _gemm_nt(self, x4, wmat, y, group, bias, z, direct, tiles):
         """Few output pixels (7x7 maps), many weight rows: the columns transposed (one row of K
@@ -729,6 +772,9 @@ class Conv(NumbaKernel):
         cg, kh, kw = c_n // group, *self._kernel_hw
         l_n = oh_n * ow_n
         code, p0, p1 = self.act
+        if kind is not None and implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n):  # the stem
+            self._gemm_implicit(x4, wmat[0], y, bias, z, kind)
+            return
         rows = max(1, min(oh_n, _COL_BLOCK_BYTES // (k_n * x4.itemsize * ow_n)))
         threads = config.current_threads()
         if threads > 1:  # at least two blocks a thread: a block is one shard
@@ -773,6 +819,9 @@ class Conv(NumbaKernel):
 
 _GEMM_TILES_PER_THREAD = 1  # BLAS tiles of one conv GEMM per thread: each call repacks its panels, and on
 # the Xeon 4 a thread left ResNet-18 at 2 threads no faster than at 1 (39.2 vs 38.2 ms; 1: 28.4 ms)
+_IM2COL_WORK = 24.0  # work units (~25 ps each, see winograd._TRANSFORM_WORK) per column-matrix element:
+# the copy ran 0.3-1.0 ns an element on the AMD box (7x7 maps the slowest); at 2.0 every im2col of
+# ResNet-18 (0.02-0.23 ms) stayed on one thread at two (issue 11, session 6)
 _NT_MAX_COLS = 64  # output pixels (7x7 maps) up to which weights of _NT_MIN_ROWS+ rows run gemm_nt_rows
 _NT_MIN_ROWS = 64
 _NT_K_CHUNK = 2048
@@ -795,6 +844,22 @@ def ftile_wins(kh, kw, sh, sw, mg, k_n, l_n) -> bool:
 _FTILE_BLAS_PIXELS = (0, 0)  # output pixels (exclusive, inclusive) left to BLAS: none
 
 
+def implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n) -> bool:
+    """Whether a (float32, one group, ftile) convolution runs as conv.py's implicit GEMM
+    (``_gemm_implicit``): strided both ways alike, undilated, output rows of at least
+    IMPLICIT_MIN_OW pixels (a tile covers 32 pixels of one row), K up to IMPLICIT_MAX_K (no K
+    chunks), a variant with the offset-table tiles (avx2, avx512), IMPLICIT on; not 1x1 (its
+    im2col is one strided copy of a quarter of the input, the padded phases the whole input twice:
+    0.33 vs 0.19 ms for 64 -> 128 on 56x56 on the AMD box)."""
+    return (IMPLICIT and kind in (1, 2) and sh == sw >= 2 and dh == dw == 1 and ow_n >= IMPLICIT_MIN_OW
+            and k_n <= IMPLICIT_MAX_K and kh * kw > 1)
+
+
+IMPLICIT = True
+IMPLICIT_MIN_OW = 28  # the 7x7/2 stem's 112-pixel rows and 3x3/2 from 56x56: 28 of a tile's 32 lanes
+IMPLICIT_MAX_K = 2048
+
+
 def ftile_cols(kind, mg, l_n, k_n) -> bool:
     """Whether a product of ``mg`` channels, ``l_n`` output pixels and depth ``k_n`` takes ftile's
     cols tiles (channels in the lanes: maps of at most FTILE_COLS_MAX pixels, channels a multiple of
@@ -806,6 +871,8 @@ def ftile_cols(kind, mg, l_n, k_n) -> bool:
 
 
 WINO_FTILE_MIN_C = 128  # input channels from which Winograd's position GEMMs run on ftile
+WINO_SMALL = True  # F(2x2, 3x3) on 7x7-13x13 maps where its GEMMs run on the cols tiles (_wino_small)
+WINO_SMALL_MIN_C = 128
 FTILE_COLS_MAX = 64  # output pixels (7x7 maps) up to which ftile runs the cols tiles: on the Xeon
 # the rows tiles (with packed rows) beat them at 14x14 (256 x 1024 x 196: 127 vs 111 GFLOP/s; the AMD
 # box had them even)
