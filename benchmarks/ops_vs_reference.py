@@ -21,6 +21,10 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "models"))
 os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")  # steady state: compile in the warm-up
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    # one thread for the reference's BLAS too (the numba kernels set their own per call): left alone,
+    # NumPy's matmul ran on both pinned cores and the reference's GEMMs looked twice as fast
+    os.environ.setdefault(_var, "1")
 import kernelkit  # noqa: E402
 import zoo  # noqa: E402
 from _timing import best_node_ms  # noqa: E402
