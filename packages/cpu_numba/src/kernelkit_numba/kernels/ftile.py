@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 
 import numba
 import numpy as np
@@ -344,6 +345,24 @@ def _generic_tile_noz(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, l
 
 
 _NAME = {v: k for k, v in KIND.items()}
+_built: dict = {}
+_build_lock = threading.RLock()  # reentrant: a batched driver builds its tiles' driver
+
+
+def _built_once(factory):
+    """``factory(*key)`` made once per key, under a lock: the first calls of a driver may come from
+    several shards at once, and two dispatchers of one variant would each compile or load it."""
+    @functools.wraps(factory)
+    def get(*key):
+        hit = _built.get((factory, key))
+        if hit is None:
+            with _build_lock:
+                hit = _built.get((factory, key))
+                if hit is None:
+                    hit = _built[factory, key] = factory(*key)
+        return hit
+
+    return get
 
 
 def _variant_jit(fn, driver: str, kind: int):
@@ -356,7 +375,7 @@ def _variant_jit(fn, driver: str, kind: int):
     return jit(fn)
 
 
-@functools.cache
+@_built_once
 def rows_driver(kind: int):
     """The compiled loops of conv_tiles for variant ``kind``, built on first use: a process compiles
     (or loads from the cache) only the variants it runs."""
@@ -628,7 +647,7 @@ def _cols_driver(kind: int, tile, tile_z, mp: int | None = None):
     return _variant_jit(panels, driver, kind)
 
 
-@functools.cache
+@_built_once
 def cols_driver(kind: int):
     """The compiled loops of conv_cols for variant ``kind`` (1 or 2), built on first use."""
     name = _NAME[kind]
@@ -711,7 +730,7 @@ def _batched_driver(kind: int, cols: int):
     return _variant_jit(gemms_cols if cols else gemms_rows, name, kind)
 
 
-_batched = functools.cache(_batched_driver)
+_batched = _built_once(_batched_driver)
 
 
 def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, scratch, s_lo, s_hi):

@@ -649,6 +649,9 @@ def _gemm_vnni512_wide(a, b, kq, n_panels, c, ldc, m_rows):
 
 
 WIDE = True  # vnni512 runs the wide tiles (False: the 8 x 16 / 1 x 16 ones, _gemm_vnni512)
+# gemm_kind's vnni512 product, fixed here: a branch on WIDE inside it left the other one typed and
+# compiled in every int8 process (~0.2 s on the shared box), though never run
+_GEMM_VNNI512 = _gemm_vnni512_wide if WIDE else _gemm_vnni512
 
 
 @jit
@@ -679,10 +682,8 @@ def _gemm_generic(a, b, kq, n_panels, c, ldc, m_rows):
 @jit
 def gemm_kind(kind, a, b, kq, n_panels, c, ldc, m_rows):
     """The A-panel product of variant ``kind`` (0 generic, 1 avx2, 2 vnni512; see Variant.gemm)."""
-    if kind == 2 and WIDE:
-        _gemm_vnni512_wide(a, b, kq, n_panels, c, ldc, m_rows)
-    elif kind == 2:
-        _gemm_vnni512(a, b, kq, n_panels, c, ldc, m_rows)
+    if kind == 2:
+        _GEMM_VNNI512(a, b, kq, n_panels, c, ldc, m_rows)
     elif kind == 1:
         _gemm_avx2(a, b, kq, n_panels, c, ldc, m_rows)
     else:
@@ -706,7 +707,7 @@ def host_features() -> frozenset:
 VARIANTS = {
     "generic": Variant("generic", 4, 16, _gemm_generic, False),
     "avx2": Variant("avx2", 4, 16, _gemm_avx2, True),
-    "vnni512": Variant("vnni512", 8, 16, _gemm_vnni512_wide, False),
+    "vnni512": Variant("vnni512", 8, 16, _GEMM_VNNI512, False),
 }
 _NEEDS = {"generic": (), "avx2": ("avx2",), "vnni512": ("avx512f", "avx512bw", "avx512vnni")}
 
