@@ -1,13 +1,14 @@
 """One convolution at 1 and 2 threads, interleaved, and how its 2-thread run was cut into shards
 (which thread ran how many, for how long): finds the layers whose parallel path does not scale
-(docs/numba.md, "Two threads (issue 11, session 5)").
+(docs/numba.md, "Two threads (issue 11, session 5)" and "Two threads with the micro-kernels (issue 11,
+session 6)").
 
     python benchmarks/bench_conv_threads.py [rounds=30] [VARIANT ...]
     KK_MODELS=resnet18,resnet50 python benchmarks/bench_conv_threads.py ...   # whole models instead
 
 A VARIANT such as ``conv._GEMM_TILES_PER_THREAD=2,winograd._TRANSFORM_WORK=160`` sets constants of
-``kernelkit_numba.kernels`` modules for an extra 2-thread column, timed interleaved with the default
-(``pool.backoff=0`` sets an attribute of the shard pool, ``shards.POOL``, instead).
+``kernelkit_numba.kernels`` modules for two extra columns (1 and 2 threads), timed interleaved with
+the defaults (``pool.backoff=0`` sets an attribute of the shard pool, ``shards.POOL``, instead).
 ``KK_NO_BACKOFF=1``: the pool never backs off (on a box loaded by other jobs a back-off would leave
 the 2-thread column at one thread); the pool's counters (jobs, serial jobs, stalls, misses,
 back-offs) are printed after each model.

@@ -847,8 +847,8 @@ _FTILE_BLAS_PIXELS = (0, 0)  # output pixels (exclusive, inclusive) left to BLAS
 def implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n) -> bool:
     """Whether a (float32, one group, ftile) convolution runs as conv.py's implicit GEMM
     (``_gemm_implicit``): strided both ways alike, undilated, output rows of at least
-    IMPLICIT_MIN_OW pixels (a tile covers 32 pixels of one row), K up to IMPLICIT_MAX_K (no K
-    chunks), a variant with the offset-table tiles (avx2, avx512), IMPLICIT on; not 1x1 (its
+    IMPLICIT_MIN_OW pixels (a tile covers 32 pixels of one row), K up to IMPLICIT_MAX_K (few input
+    channels: the stems), a variant with the offset-table tiles (avx2, avx512), IMPLICIT on; not 1x1 (its
     im2col is one strided copy of a quarter of the input, the padded phases the whole input twice:
     0.33 vs 0.19 ms for 64 -> 128 on 56x56 on the AMD box)."""
     return (IMPLICIT and kind in (1, 2) and sh == sw >= 2 and dh == dw == 1 and ow_n >= IMPLICIT_MIN_OW
@@ -857,7 +857,10 @@ def implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n) -> bool:
 
 IMPLICIT = True
 IMPLICIT_MIN_OW = 28  # the 7x7/2 stem's 112-pixel rows and 3x3/2 from 56x56: 28 of a tile's 32 lanes
-IMPLICIT_MAX_K = 2048
+IMPLICIT_MAX_K = 256  # deeper K read in place fell behind im2col + the copy into tile order on the Xeon
+# (bench_conv_threads.py, 1 thread: 3x3/2 64 -> 128 at 56x56, K = 576, 1.51 vs 1.32 ms; 128 -> 128, K = 1152,
+# 3.03 vs 2.59), while the 7x7/2 stem (K = 147) ran 1.72 vs 2.86-3.00 ms; on the AMD box K = 27 (MobileNetV2's
+# stem) 1.13x, 144 1.17x, 288 0.99x
 
 
 def ftile_cols(kind, mg, l_n, k_n) -> bool:
