@@ -41,7 +41,7 @@ def ort_matmul(b: np.ndarray, threads: int):
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", b.shape[1]])
     graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "mm", [m], [y],
                               [numpy_helper.from_array(b, "b")])
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)  # ORT 1.30: <= 13
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
     return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
