@@ -3,10 +3,12 @@ process and the best of ``reps`` kept per runtime: on a shared, noisy machine th
 run are meaningful where block medians in separate processes are not (docs/numba.md). At one
 thread the CPU time of the process is used (time spent waiting for a core does not count).
 
-    python benchmarks/bench_e2e_interleaved.py resnet18 [reps=15] [threads=1] [batch=1] [f32ab=0]
+    python benchmarks/bench_e2e_interleaved.py resnet18 [reps=15] [threads=1] [batch=1] [f32ab=0] [dwab=0]
 
 ``f32ab=1`` adds "numba_blas": the same numba Session with KERNELKIT_F32_GEMM=off around each of its
 calls (the convolutions on OpenBLAS instead of the float32 micro-kernels of kernels/ftile.py).
+``dwab=1`` adds "numba_loops": the same with KERNELKIT_F32_DEPTHWISE=off (depthwise convolutions and
+MaxPool on Numba loops instead of the window tiles of kernels/dwtile.py).
 """
 from __future__ import annotations
 
@@ -37,6 +39,19 @@ def batched(name: str, batch: int):
     return proto, convert(proto), {k: np.repeat(v, batch, axis=0) for k, v in feed.items()}
 
 
+def _with_env(run, name, value):
+    """``run`` with the environment variable ``name`` set to ``value`` around each call."""
+
+    def wrapped(out, feeds):
+        os.environ[name] = value
+        try:
+            return run(out, feeds)
+        finally:
+            os.environ.pop(name)
+
+    return wrapped
+
+
 def main(argv):
     name = argv[0]
     reps = int(argv[1]) if len(argv) > 1 else 15
@@ -49,16 +64,9 @@ def main(argv):
     runs = {"numba": kernelkit.Session(model, vendors=["numba", "reference"], threads=threads).run,
             "ort": ort_session(proto, threads).run}
     if f32ab:
-        numba_run = runs["numba"]
-
-        def numba_blas(out, feeds):
-            os.environ["KERNELKIT_F32_GEMM"] = "off"
-            try:
-                return numba_run(out, feeds)
-            finally:
-                os.environ.pop("KERNELKIT_F32_GEMM")
-
-        runs["numba_blas"] = numba_blas
+        runs["numba_blas"] = _with_env(runs["numba"], "KERNELKIT_F32_GEMM", "off")
+    if len(argv) > 5 and argv[5] == "1":
+        runs["numba_loops"] = _with_env(runs["numba"], "KERNELKIT_F32_DEPTHWISE", "off")
     if threads == 1:
         ref = kernelkit.Session(model, vendors=["reference"])
 
@@ -84,8 +92,9 @@ def main(argv):
             best[k] = min(best[k], clock() - t0)
     line = " ".join(f"{k} {v * 1e3:.2f}" for k, v in best.items())
     extra = f" | numba/ort {best['numba'] / best['ort']:.2f}"
-    if "numba_blas" in best:
-        extra += f" numba_blas/numba {best['numba_blas'] / best['numba']:.2f}"
+    for k in ("numba_blas", "numba_loops"):
+        if k in best:
+            extra += f" {k}/numba {best[k] / best['numba']:.2f}"
     if "reference" in best:
         extra += f" reference/numba {best['reference'] / best['numba']:.2f}"
     print(f"{name} b{batch} {threads}t ({'cpu' if threads == 1 else 'wall'} ms, best of {reps}): {line}{extra}")

@@ -6,16 +6,22 @@ theirs) and eager (``KERNELKIT_NUMBA_START=eager``: the first run compiles). Pri
 process (with a breakdown: backend import, session build, first run, each compilation, the first
 cache lookup, when numba ran every node) and a summary::
 
-    python benchmarks/bench_first_run.py [model] [cache folder] [modes]
+    python benchmarks/bench_first_run.py [model] [cache folder] [modes] [--old DIR] [--rounds N]
 
 (model: a name from test_bench_numba.BUILDERS, default resnet18; the cache folder, default a new
-temporary one, is emptied before each mode's cold process; modes: default ``tiered,eager``.)
+temporary one, is emptied before each mode's cold process; modes: default ``tiered,eager``.
+``--old DIR``: a tree with the same ``packages/*/src`` layout, e.g. ``git archive main packages
+benchmarks | tar -x -C /tmp/main``, its cold + warm processes alternated with this checkout's, each
+round; the summary gives medians over the rounds. ``PYTHONDONTWRITEBYTECODE`` is dropped for the
+processes, as in bench_warm_start.py: an installed package has its ``.pyc`` files.)
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -82,27 +88,58 @@ print(json.dumps({"import_and_build_model_s": round(t1 - t0, 3), "session_and_fi
 """
 
 
+def _variants(old: str, here: str) -> dict:
+    """name -> (PYTHONPATH, benchmarks folder): this checkout, and ``old``'s sources first on the path."""
+    variants = {"new": (os.environ.get("PYTHONPATH", ""), here)}
+    if old:
+        pkgs = os.path.join(old, "packages")
+        srcs = [os.path.join(pkgs, p, "src") for p in sorted(os.listdir(pkgs))]
+        variants["old"] = (os.pathsep.join(s for s in srcs if os.path.isdir(s)), os.path.join(old, "benchmarks"))
+    return variants
+
+
 def main() -> None:
-    name = sys.argv[1] if len(sys.argv) > 1 else "resnet18"
-    cache = sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp(prefix="numba_cache_")
-    modes = (sys.argv[3] if len(sys.argv) > 3 else "tiered,eager").split(",")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", nargs="?", default="resnet18")
+    ap.add_argument("cache", nargs="?", default="", help="cache folder (emptied before each cold process)")
+    ap.add_argument("modes", nargs="?", default="tiered,eager")
+    ap.add_argument("--old", default="", help="another source tree (git archive main packages benchmarks), "
+                                              "its processes alternated with this checkout's")
+    ap.add_argument("--rounds", type=int, default=1)
+    args = ap.parse_args()
+    name = args.model
     here = os.path.dirname(os.path.abspath(__file__))
-    rows = {}
-    for mode in modes:
-        shutil.rmtree(cache, ignore_errors=True)
-        os.makedirs(cache)
-        env = {**os.environ, "NUMBA_CACHE_DIR": cache, "KERNELKIT_NUMBA_START": mode}
-        for label in ("cold", "warm"):
-            out = subprocess.run([sys.executable, "-c", _PROBE, name, here], env=env, stdout=subprocess.PIPE,
-                                 text=True, check=True, timeout=900)
-            rows[mode, label] = json.loads(out.stdout.strip().splitlines()[-1])
-            print(json.dumps({"model": name, "start": mode, "cache": label, **rows[mode, label]}), flush=True)
-    for (mode, label), row in rows.items():
-        above = row["session_and_first_run_s"] - row["steady_run_s"]
-        print(f"{name} {mode:6} {label} cache: first run {row['session_and_first_run_s']:.2f} s "
+    cache = args.cache or tempfile.mkdtemp(prefix="numba_cache_")
+    variants = _variants(args.old, here)
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # imports use .pyc files
+    rows: dict = {}
+    for r in range(args.rounds):
+        for mode in args.modes.split(","):
+            for variant, (path, bench) in variants.items():
+                shutil.rmtree(cache, ignore_errors=True)
+                os.makedirs(cache)
+                env = {**base, "NUMBA_CACHE_DIR": cache, "KERNELKIT_NUMBA_START": mode}
+                if args.old:
+                    env["PYTHONPATH"] = path
+                for label in ("cold", "warm"):
+                    out = subprocess.run([sys.executable, "-c", _PROBE, name, bench], env=env,
+                                         stdout=subprocess.PIPE, text=True, check=True, timeout=900)
+                    row = json.loads(out.stdout.strip().splitlines()[-1])
+                    rows.setdefault((mode, label, variant), []).append(row)
+                    print(json.dumps({"model": name, "start": mode, "cache": label, "variant": variant, "round": r,
+                                      **row}), flush=True)
+    for (mode, label, variant), got in rows.items():
+        row = {k: statistics.median(x[k] for x in got) for k in ("session_and_first_run_s", "steady_run_s",
+                                                                   "backend_import_s", "session_build_s",
+                                                                   "first_run_s", "numba_everywhere_s",
+                                                                   "compilations")}
+        above = statistics.median(x["session_and_first_run_s"] - x["steady_run_s"] for x in got)
+        tag = f" {variant}" if args.old else ""
+        print(f"{name} {mode:6} {label} cache{tag}: first run {row['session_and_first_run_s']:.2f} s "
               f"({above:.2f} s above steady state {row['steady_run_s'] * 1e3:.1f} ms; backends "
               f"{row['backend_import_s']:.2f} + build {row['session_build_s']:.2f} + run {row['first_run_s']:.2f}), "
-              f"numba on every node after {row['numba_everywhere_s']:.2f} s, {row['compilations']} compilations")
+              f"numba on every node after {row['numba_everywhere_s']:.2f} s, {row['compilations']:.0f} compilations"
+              + (f" (medians of {len(got)})" if len(got) > 1 else ""))
 
 
 if __name__ == "__main__":

@@ -361,10 +361,10 @@ for _ in range(3):
         t0 = time.perf_counter(); sess.run(None, feed); t.append((time.perf_counter() - t0) * 1e3)
     blocks.append(float(np.median(t)))
 expected = ort_session(proto, 1).run(None, feed)[0]
-stalls = sys.modules["kernelkit_numba.shards"].POOL.stalls if "kernelkit_numba.shards" in sys.modules else 0
+pool = sys.modules["kernelkit_numba.shards"].POOL if "kernelkit_numba.shards" in sys.modules else None
 print(json.dumps({"model": name, "runtime": runtime, "median_ms": min(blocks), "blocks": blocks,
                   "first_run_s": first, "cosine_ok": bool(cosine(out, expected) >= MODEL_COSINE),
-                  "pool_stalls": stalls}))
+                  "pool_stalls": pool.stalls if pool else 0, "pool": dict(pool.stats) if pool else {}}))
 """
 
 

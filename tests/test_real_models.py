@@ -90,3 +90,34 @@ def test_model_in_a_layout_agrees_with_onnxruntime(case, layout):
         (got,) = laid.run(None, {"x": x})
         assert_close(got, want, err_msg=f"{name} {layout}")
         assert_close(got, plain.run(None, {"x": x})[0], err_msg=f"{name} {layout}")
+
+
+@pytest.fixture(scope="module", params=sorted(zoo.EXTRA_SMALL))
+def extra(request):
+    """Issue 11's five architectures from real exports (EfficientNet-B0, RegNetY, GPT-2, BERT, a
+    YOLO-style detection head): SiLU and squeeze-excitation, grouped convs, int64 token ids through
+    Range/Gather/Slice, a boolean causal mask through Where, a padding mask through Equal/Not/Cast,
+    Resize and a box decode."""
+    proto = zoo.EXTRA_SMALL[request.param]()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    oracle = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return request.param, proto, convert(proto.SerializeToString()), oracle
+
+
+@pytest.mark.parametrize("vendor", ["reference", "numba"])
+def test_extra_model_agrees_with_onnxruntime(extra, vendor):
+    if vendor == "numba":
+        pytest.importorskip("kernelkit_numba")
+    name, proto, model, oracle = extra
+    session = kernelkit.Session(model, vendors=[vendor, "reference"], threads=1)
+    if vendor == "numba":  # the compute runs on numba; only shape arithmetic and views may stay
+        left = {s.op for s in session.plan.kernel_steps() if s.placement[1] == "reference"} - {
+            "Shape", "Reshape", "Squeeze", "Unsqueeze", "Range", "Slice", "Concat", "ConstantOfShape", "Equal", "Not"}
+        assert not left, (name, left)
+    for batch in (1, 3):
+        feed = zoo.feed(proto, batch, seed=batch)
+        (want,) = oracle.run(None, feed)
+        (got,) = session.run(None, feed)
+        assert cosine(got, want) >= MODEL_COSINE, name
+        assert_close(got, want, err_msg=f"{name} {vendor} batch {batch}")

@@ -1,7 +1,7 @@
 """merge_dynamic_matmul: sibling DynamicQuantizeMatMul nodes on one input become one node over the
-concatenated weights and a Split, bit for bit the unmerged graph's (reference and numba, per-tensor
-and per-column scales and zero points, int8 and uint8 weights, with and without bias); siblings that
-cannot merge stay as they are."""
+concatenated weights that writes the siblings' outputs (its ``split`` attribute), bit for bit the
+unmerged graph's (reference and numba, per-tensor and per-column scales and zero points, int8 and
+uint8 weights, with and without bias); siblings that cannot merge stay as they are."""
 from __future__ import annotations
 
 import numpy as np
@@ -53,7 +53,8 @@ def test_siblings_merge_bit_for_bit(vendors, dtype, bias):
         pytest.importorskip("kernelkit_numba")
     model = _siblings(["tensor", "column", "plain"], bias=bias, dtype=dtype)
     sess, got, want = _runs(model, vendors)
-    assert [n.op_id for n in sess.graph.nodes] == [OP, "Split"]
+    assert [n.op_id for n in sess.graph.nodes] == [OP]
+    assert sess.graph.nodes[0].attrs["split"] == [8, 12, 16]
     assert sess.passes_fired["merge_dynamic_matmul"] == 1
     assert [o.name for o in sess.get_outputs()] == model.graph.outputs
     for g, w in zip(got, want):
@@ -66,7 +67,7 @@ def test_siblings_with_and_without_bias_merge_apart():
     -0.0 into +0.0); an input read by one DynamicQuantizeMatMul only is left as it is."""
     model = _siblings(["tensor", "column", "plain"], bias=[True, False, True])
     sess, got, want = _runs(model, ["reference"])
-    assert sorted(n.op_id for n in sess.graph.nodes) == sorted([OP, "Split", OP])
+    assert sorted(n.op_id for n in sess.graph.nodes) == [OP, OP]
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
     sess, _, _ = _runs(_siblings(["tensor"]), ["reference"])
@@ -74,23 +75,107 @@ def test_siblings_with_and_without_bias_merge_apart():
 
 
 @pytest.mark.parametrize("vendors", [["reference"], ["numba"]])
+@pytest.mark.parametrize("rows, n", [(1, 24), (40, 24), (1, 1000), (130, 300)])
+@pytest.mark.parametrize("act", ["Relu", "Gelu"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_activation_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, n, act, threads):
+    """DynamicQuantizeMatMul -> Relu (an MLP's hidden layer) or Gelu (a transformer's first feed-forward
+    product) into one node with that activation, equal to the pair bit for bit (batch 1: the one-call
+    path, column shards at two threads; 40 and 130 rows: row blocks), -0.0 and all."""
+    if vendors == ["numba"]:
+        pytest.importorskip("kernelkit_numba")
+    elif threads == 2:
+        pytest.skip("the reference has no threads")
+    rng = np.random.default_rng(rows + n)
+    g = GraphBuilder("mlp")
+    x = g.input("x", ("N", 1100))
+    b = g.constant(rng.integers(-128, 128, (1100, n)).astype(np.int8))
+    y = g.op("DynamicQuantizeMatMul", x, b, g.constant(np.float32(0.001)), None,
+             g.constant(rng.standard_normal(n).astype(np.float32)), domain="com.microsoft")
+    g.output(g.op(act, y))
+    model = g.build()
+    xv = rng.standard_normal((rows, 1100)).astype(np.float32)
+    fused = Session(model, vendors=vendors, threads=threads)
+    assert [n.op_id for n in fused.graph.nodes] == [OP] and fused.graph.nodes[0].attrs["activation"] == act
+    plain = Session(model, vendors=vendors, passes=False, threads=threads)
+    (got,), (want,) = fused.run(None, {"x": xv}), plain.run(None, {"x": xv})
+    np.testing.assert_array_equal(got, want)
+    assert (want == 0).any() if act == "Relu" else (want < 0).any()
+    assert (want > 0).any()
+
+
+@pytest.mark.parametrize("vendors", [["reference"], ["numba"]])
 @pytest.mark.parametrize("rows", [1, 40])
-def test_relu_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows):
-    """DynamicQuantizeMatMul -> Relu (an MLP's hidden layer) into one node with activation=Relu,
-    equal to the pair bit for bit (batch 1: the one-call path; 40 rows), -0.0 and all."""
+@pytest.mark.parametrize("threads", [1, 2])
+def test_residual_add_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, threads):
+    """DynamicQuantizeMatMul -> Add (a transformer's residual: the product on either side, the other
+    operand computed before or after the product, one that broadcasts) into the node's residual
+    input, equal to the unfused graph bit for bit (batch 1, 40 rows; numba at one and two threads,
+    i.e. the one-call, column-shard and row-block paths). A product read by something else, or one
+    with a fused Relu, keeps its Add."""
     if vendors == ["numba"]:
         pytest.importorskip("kernelkit_numba")
     rng = np.random.default_rng(rows)
-    g = GraphBuilder("mlp")
-    x = g.input("x", ("N", 64))
-    b = g.constant(rng.integers(-128, 128, (64, 24)).astype(np.int8))
-    y = g.op("DynamicQuantizeMatMul", x, b, g.constant(np.float32(0.01)), None,
-             g.constant(rng.standard_normal(24).astype(np.float32)), domain="com.microsoft")
-    g.output(g.op("Relu", y))
+    g = GraphBuilder("residual")
+    x = g.input("x", ("N", 800))
+    b = g.constant(rng.integers(-128, 128, (800, 800)).astype(np.int8))
+    s, bias = g.constant(np.float32(0.01)), g.constant(rng.standard_normal(800).astype(np.float32))
+    dq = lambda a: g.op("DynamicQuantizeMatMul", a, b, s, g.constant(np.int8(5)), bias, domain="com.microsoft")  # noqa: E731
+    y1 = dq(x)
+    r1 = g.op("Sigmoid", x)  # computed after the product in the node order
+    b2 = g.constant(rng.integers(-100, 100, (800, 800)).astype(np.int8))
+    h = g.op("Add", r1, y1)  # product on the right
+    y2 = g.op("DynamicQuantizeMatMul", h, b2, s, None, g.constant(rng.standard_normal(800).astype(np.float32)),
+              domain="com.microsoft")
+    h2 = g.op("Add", y2, g.constant(rng.standard_normal(800).astype(np.float32)))  # broadcasts
+    y3 = dq(h2)
+    g.output(g.op("Add", y3, g.op("Tanh", y3)))  # y3 read twice: stays
     model = g.build()
-    xv = rng.standard_normal((rows, 64)).astype(np.float32)
-    fused = Session(model, vendors=vendors)
-    assert [n.op_id for n in fused.graph.nodes] == [OP] and fused.graph.nodes[0].attrs["activation"] == "Relu"
-    (got,), (want,) = fused.run(None, {"x": xv}), Session(model, vendors=vendors, passes=False).run(None, {"x": xv})
+    xv = (rng.standard_normal((rows, 800)) * 2).astype(np.float32)
+    fused = Session(model, vendors=vendors, threads=threads)
+    assert fused.passes_fired.get("fuse_dynamic_add") == 2
+    assert [n.op_id for n in fused.graph.nodes].count("Add") == 1
+    plain = Session(model, vendors=vendors, threads=threads, passes=["fuse_qdq"])
+    (got,), (want,) = fused.run(None, {"x": xv}), plain.run(None, {"x": xv})
     np.testing.assert_array_equal(got, want)
-    assert (want == 0).any() and (want > 0).any()
+
+
+@pytest.mark.parametrize("vendors", [["reference"], ["numba"]])
+@pytest.mark.parametrize("rows", [1, 40, 130])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_layer_norm_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, threads):
+    """DynamicQuantizeMatMul [+ residual] -> LayerNormalization (a transformer's post-norm) into the
+    node's norm inputs, equal to the unfused graph bit for bit (with and without the residual and the
+    norm's bias; batch 1, 40 and 130 rows; numba at one and two threads). A norm over more than the
+    last axis, or one whose Mean output is read, stays a node."""
+    if vendors == ["numba"]:
+        pytest.importorskip("kernelkit_numba")
+    elif threads == 2:
+        pytest.skip("the reference has no threads")
+    rng = np.random.default_rng(rows)
+    g = GraphBuilder("post_norm")
+    x = g.input("x", ("N", 4, 256))
+    s = g.constant(np.float32(0.01))
+
+    def dq(a, k, n):
+        return g.op("DynamicQuantizeMatMul", a, g.constant(rng.integers(-128, 128, (k, n)).astype(np.int8)), s,
+                    g.constant(np.int8(3)), g.constant(rng.standard_normal(n).astype(np.float32)),
+                    domain="com.microsoft")
+
+    def params(n):
+        return g.constant(rng.uniform(0.5, 2, n).astype(np.float32)), g.constant(rng.standard_normal(n).astype(
+            np.float32))
+
+    h = g.op("LayerNormalization", g.op("Add", x, dq(x, 256, 256)), *params(256), epsilon=1e-3)  # residual + norm
+    h = g.op("LayerNormalization", dq(h, 256, 256), params(256)[0], axis=2)  # no residual, no bias
+    h = g.op("LayerNormalization", dq(h, 256, 256), *params((4, 256)), axis=-2)  # two axes: stays
+    y, mean, _ = g.op("LayerNormalization", dq(h, 256, 256), *params(256), outputs=3)  # Mean read: stays
+    g.output(g.op("Add", y, mean))
+    model = g.build()
+    xv = rng.standard_normal((rows // 4 + 1, 4, 256)).astype(np.float32)
+    fused = Session(model, vendors=vendors, threads=threads)
+    assert fused.passes_fired.get("fuse_dynamic_norm") == 2
+    assert [n.op_id for n in fused.graph.nodes].count("LayerNormalization") == 2
+    plain = Session(model, vendors=vendors, threads=threads, passes=["fuse_qdq"])
+    (got,), (want,) = fused.run(None, {"x": xv}), plain.run(None, {"x": xv})
+    np.testing.assert_array_equal(got, want)

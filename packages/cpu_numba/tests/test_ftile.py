@@ -115,6 +115,24 @@ def test_cols_tiles(name, m, k, n):
         _close(_cols(kind, w, x, b, zz, lo, hi, kc), _want(w, x, b, zz, lo, hi), k)
 
 
+@pytest.mark.parametrize("m,k,n", [(48, 512, 16), (16, 5, 8), (64, 70, 13), (96, 300, 33), (32, 1, 1)])
+def test_cols8_tiles(m, k, n):
+    """conv_cols8, the avx512 cols tile of 8 pixels (Winograd's 16 tile columns of a 7x7 map)."""
+    _need("avx512")
+    rng = np.random.default_rng(m + k + n)
+    w = (rng.standard_normal((m, k)) / np.sqrt(k)).astype(np.float32)
+    x = rng.standard_normal((k, n)).astype(np.float32)
+    b, z = rng.standard_normal(m).astype(np.float32), rng.standard_normal((m, n)).astype(np.float32)
+    wp = ftile.pack_weights(w, ftile.COLS_WIDTH[2])
+    acc = np.empty(ftile.scratch_size(2, 2, n), np.float32)
+    assert ftile.cols_mode(2, 16) == 2 and ftile.cols_mode(2, 49) == 1 and ftile.cols_mode(1, 16) == 1
+    for zz, lo, hi, kc in [(None, -INF, INF, 512), (z, 0, INF, 64), (z, -0.5, 0.5, 7)]:
+        out = np.full((m, n), np.nan, np.float32)
+        ftile.conv_cols8(wp, k, m, x.reshape(-1), n, n, b, np.zeros(1, np.float32) if zz is None else zz.reshape(-1),
+                         zz is not None, np.float32(lo), np.float32(hi), out.reshape(-1), n, kc, acc, 0, -(-m // 48))
+        _close(out, _want(w, x, b, zz, lo, hi), k)
+
+
 # Conv through a Session, the kernel forced onto each variant: 1x1 direct (channel and pixel tails),
 # strided / padded im2col, 7x7 and 14x14 maps (cols tiles where the channels allow), the stem-like
 # blocked im2col, batch 2, Winograd
@@ -135,6 +153,14 @@ CONV_CASES = [
     ((1, 16, 14, 14), (32, 16, 3, 3), {"pads": [1, 1, 1, 1], "activation": "Relu"}),
     ((1, 8, 30, 29), (24, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
     ((2, 16, 14, 14), (48, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
+    # the implicit GEMM (strided, output rows of 28+ pixels; the 7x7/2 stem-like case above too): two images,
+    # asymmetric pads, 39-pixel rows (32 + a one-vector tile of 7); stride 3 with a 5x5 kernel
+    ((2, 8, 60, 78), (12, 8, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 2], "activation": "Relu"}),
+    ((1, 4, 90, 95), (20, 4, 5, 5), {"strides": [3, 3], "pads": [2, 2, 2, 2]}),
+    # F(2x2, 3x3) on small maps (conv.WINO_SMALL, 128+ input channels): 7x7 (16 tile columns: the 8-pixel
+    # cols tile on avx512), 9x9 (25 columns), two images
+    ((1, 128, 7, 7), (48, 128, 3, 3), {"pads": [1, 1, 1, 1], "activation": "Relu"}),
+    ((2, 128, 9, 9), (32, 128, 3, 3), {"pads": [1, 1, 1, 1]}),
 ]
 
 
@@ -216,3 +242,64 @@ def test_forced_unavailable_is_typed(monkeypatch, name):
     assert info.value.code == "KK_F32_GEMM_UNAVAILABLE"
     monkeypatch.setenv(ftile.ENV, "auto")
     assert ftile.select() is None
+
+
+def test_small_maps_take_winograd(check, rng, monkeypatch):
+    """A 3x3 layer on a 7x7 map with 128+ input channels runs F(2x2, 3x3) on the cols tiles
+    (conv.WINO_SMALL) where the CPU has a cols variant, with and without the fused residual; with
+    WINO_SMALL off it runs the direct cols tiles."""
+    from kernelkit_numba.kernels import conv, winograd
+
+    calls = []
+    real = winograd.conv3x3
+    monkeypatch.setattr(winograd, "conv3x3", lambda *a, **k: calls.append(1) or real(*a, **k))
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 128, 7, 7), (64, 128, 3, 3), (64,)))
+    attrs = {"pads": [1, 1, 1, 1], "activation": "Relu"}
+    z = rng.standard_normal((1, 64, 7, 7)).astype(np.float32)
+    for small in (True, False):
+        monkeypatch.setattr(conv, "WINO_SMALL", small)
+        calls.clear()
+        check("Conv", [x, w, b], attrs, constants=(1, 2))
+        check("Conv", [x, w, b, z], attrs, constants=(1, 2))
+        assert bool(calls) == (small and ftile.select() in ftile.COLS_LANES)
+
+
+def test_strided_layers_take_the_implicit_gemm(check, rng, monkeypatch):
+    """A 3x3/2 layer with 28+ output columns runs ftile.conv_implicit (conv.IMPLICIT) where the CPU
+    has an avx2 or avx512 variant, with and without the fused residual; 1x1/2 and IMPLICIT off do not."""
+    from kernelkit_numba.kernels import conv
+
+    calls = []
+    real = ftile.conv_implicit
+    monkeypatch.setattr(ftile, "conv_implicit", lambda *a: calls.append(1) or real(*a))
+    cases = [((1, 16, 60, 60), (24, 16, 3, 3), 1, True), ((1, 16, 60, 60), (24, 16, 1, 1), 0, False)]
+    for (xs, ws, pad, takes), on in [(c, on) for c in cases for on in (True, False)]:
+        monkeypatch.setattr(conv, "IMPLICIT", on)
+        x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (xs, ws, ws[:1]))
+        attrs = {"strides": [2, 2], "pads": [pad] * 4, "activation": "Relu"}
+        y = run_single_op("Conv", [x, w, b], {"strides": [2, 2], "pads": [pad] * 4}, vendors=["reference"])[0]
+        calls.clear()
+        check("Conv", [x, w, b], attrs, constants=(1, 2))
+        check("Conv", [x, w, b, rng.standard_normal(y.shape).astype(np.float32)], attrs, constants=(1, 2))
+        assert bool(calls) == (on and takes and ftile.select() in (1, 2))
+
+
+@pytest.mark.parametrize("c,h,w,k,s,p", [(3, 30, 28, 7, 2, 3), (5, 13, 17, 5, 3, 2), (4, 17, 20, 3, 2, 0),
+                                         (2, 9, 8, 4, 3, 3)])
+def test_padded_phases(c, h, w, k, s, p):
+    """ftile.phases_padded against its definition: xpp[b, c, r, q] = x[c, r - ph, (q - pl) s + b], 0 outside,
+    in two channel ranges (its shards)."""
+    oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    x = np.random.default_rng(c + h + w).standard_normal((c, h, w)).astype(np.float32)
+    hp, qp, pl, _, koff = ftile.implicit_geometry(c, k, k, s, p, p, oh, ow)
+    xpp = np.full(s * c * hp * qp, np.nan, np.float32)
+    ftile.phases_padded(x, xpp, s, p, pl, hp, qp, 0, c // 2)
+    ftile.phases_padded(x, xpp, s, p, pl, hp, qp, c // 2, c)
+    want = np.zeros((s, c, hp, qp), np.float32)
+    for b in range(s):
+        for r in range(hp):
+            for q in range(qp):
+                if 0 <= r - p < h and 0 <= (q - pl) * s + b < w:
+                    want[b, :, r, q] = x[:, r - p, (q - pl) * s + b]
+    np.testing.assert_array_equal(xpp.reshape(want.shape), want)
+    assert koff.min() >= 0 and koff.max() + (oh - 1) * s * qp + ow <= xpp.size  # every read stays inside

@@ -404,6 +404,75 @@ def test_dynamic_quantize_matmul_few_rows(case, shape, b_dtype, monkeypatch):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+@pytest.mark.parametrize("case", ["mixed", "positive", "minus_zero", "nan"])
+@pytest.mark.parametrize("shape, n", [((1, 784), 700), ((1, 2, 300), 1000), ((8, 200), 1024)])
+@pytest.mark.parametrize("b_dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("relu", [False, True])
+def test_dynamic_quantize_matmul_column_shards(case, shape, n, b_dtype, relu, monkeypatch):
+    """DynamicQuantizeMatMul of a few rows at two threads: B's column groups in shards
+    (qpack.dq_matmul_panels, each quantizing A itself; a partial last group and panel) = the
+    reference bit for bit, per-tensor and per-column scales and zero points, bias, the fused Relu;
+    a NaN in A takes the general path."""
+    from kernelkit.testing import run_single_op
+    from kernelkit_numba.kernels import qgemm
+
+    _need("vnni512")
+    calls = []
+    panels = qpack.dq_matmul_panels
+    monkeypatch.setattr(qpack, "dq_matmul_panels", lambda *args: calls.append(args[-2:]) or panels(*args))
+    rng = np.random.default_rng(len(case) * 100 + n)
+    a = SMALL_A[case](rng, shape)
+    info = np.iinfo(b_dtype)
+    b = rng.integers(info.min, info.max + 1, (shape[-1], n)).astype(b_dtype)
+    per_col = shape[0] != 1
+    b_scale = rng.uniform(0.01, 0.02, n if per_col else ()).astype(np.float32)
+    b_zp = rng.integers(info.min, info.max + 1, n).astype(b_dtype) if per_col else np.array(7, b_dtype)
+    inputs = [a, b, b_scale, b_zp, rng.standard_normal(n).astype(np.float32)]
+    attrs = {"activation": "Relu"} if relu else None
+    monkeypatch.setenv(qtile.ENV, "vnni512")
+    kw = dict(attrs=attrs, passes=False, constants=(1, 2, 3, 4), domain="com.microsoft")
+    (want,) = run_single_op("DynamicQuantizeMatMul", inputs, vendors=["reference"], **kw)
+    if relu:
+        want = np.maximum(want, np.float32(0))
+    (got,) = run_single_op("DynamicQuantizeMatMul", inputs, vendors=["numba"], fallback=False, threads=2, **kw)
+    np.testing.assert_array_equal(got, want)
+    groups = -(-n // (16 * qpack.GROUP_PANELS))
+    assert 2.0 * a.size * n >= qgemm.COLUMN_SHARD_OPS
+    assert sorted(calls) == [(0, groups // 2), (groups // 2, groups)]
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+@pytest.mark.parametrize("case", ["mixed", "nan"])
+@pytest.mark.parametrize("shape", [(1, 784), (3, 300), (2, 100, 96)])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("relu", [False, True])
+def test_dynamic_quantize_matmul_split_outputs(case, shape, threads, relu, monkeypatch):
+    """A merged DynamicQuantizeMatMul's ``split`` outputs (parts not on panel or column-group
+    bounds, one empty) written by the epilogues themselves = the reference's parts bit for bit: the
+    one-call path, column shards (few rows, two threads), row blocks (two threads), NaN's general
+    path; each output C-contiguous."""
+    _need("vnni512")
+    from kernelkit.testing import run_single_op
+
+    rng = np.random.default_rng(shape[-1])
+    a = SMALL_A[case](rng, shape)
+    split = [100, 0, 300, 372]
+    n = sum(split)
+    b = rng.integers(-128, 128, (shape[-1], n)).astype(np.int8)
+    inputs = [a, b, rng.uniform(0.01, 0.02, n).astype(np.float32), rng.integers(-9, 9, n).astype(np.int8),
+              rng.standard_normal(n).astype(np.float32)]
+    attrs = {"split": split, **({"activation": "Relu"} if relu else {})}
+    monkeypatch.setenv(qtile.ENV, "vnni512")
+    kw = dict(attrs=attrs, passes=False, constants=(1, 2, 3, 4), domain="com.microsoft", n_outputs=len(split))
+    want = run_single_op("DynamicQuantizeMatMul", inputs, vendors=["reference"], **kw)
+    got = run_single_op("DynamicQuantizeMatMul", inputs, vendors=["numba"], fallback=False, threads=threads, **kw)
+    assert len(got) == len(split)
+    for g, w, width in zip(got, want, split):
+        assert g.shape == shape[:-1] + (width,) and g.flags.c_contiguous
+        np.testing.assert_array_equal(g, w)
+
+
 POOLS = [
     ((1, 64, 112, 112), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),  # ResNet-18's
     ((2, 3, 9, 11), dict(kernel_shape=[2, 3], strides=[1, 2], pads=[0, 1, 1, 0], ceil_mode=1)),

@@ -235,6 +235,30 @@ def test_background_loading_waits_for_an_idle_model_thread(monkeypatch):
     assert time.perf_counter() - t0 < 0.5
 
 
+def test_background_loading_waits_for_a_long_stand_in_to_end(monkeypatch):
+    """A stand-in that runs longer than IDLE_S (a reference convolution on a busy box) keeps the
+    batch waiting until it ends (MAX_DELAY_S at the latest), not IDLE_S after it started."""
+    import time
+
+    monkeypatch.setattr(tiered, "IDLE_S", 0.02)
+    monkeypatch.setattr(tiered, "MAX_DELAY_S", 0.3)
+    monkeypatch.setattr(tiered, "_last_stand_in", time.perf_counter())
+    monkeypatch.setattr(tiered, "_standing_in", 1)  # started now, still running
+    t0 = time.perf_counter()
+    tiered._await_idle()
+    assert 0.25 <= time.perf_counter() - t0 < 5.0
+    calls = []
+
+    class Kernel:  # the stand-in's bookkeeping around a reference call that fails (numba then runs)
+        _tier_trial = None
+        where = "node"
+
+    monkeypatch.setattr(tiered, "_reference", lambda *a: calls.append(tiered._standing_in) or 1 / 0)
+    monkeypatch.setattr(tiered, "_standing_in", 0)
+    assert tiered._stand_in(Kernel(), lambda inputs, out: "numba", (), None) == "numba"
+    assert calls == [1] and tiered._standing_in == 0
+
+
 def test_reference_stand_ins_run_blas_at_one_thread(monkeypatch):
     """A stand-in runs where a numba kernel would: BLAS at one thread, as the numba kernels' own
     calls (a reference convolution at OpenBLAS's thread count collapses on a busy core)."""

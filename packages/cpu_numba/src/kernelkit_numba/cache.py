@@ -11,7 +11,9 @@ fresh entry. A save that fails costs only speed and is logged.
 Numba keys an entry on the kernel's own bytecode and its file's time stamp, not on the helpers it
 inlines from other modules (an epilogue, a typed index, a constant): editing ``epilogue.py`` would
 leave ``conv.py``'s cached code in use. The index key therefore also carries a fingerprint of every
-source file of this package, so any change to the package recompiles its kernels.
+source file of this package, so any change to the package recompiles its kernels. A closure compiled
+once per variant (ftile's drivers) is keyed on its variant's name (``CLOSURE_KEY``) rather than on a
+pickle of its cells, which differs in every process where a cell holds an intrinsic.
 
 The cache folder must be writable only by the user (it holds pickles, which this module does not make
 safe to read from someone else); ``NUMBA_CACHE_DIR`` moves it.
@@ -56,12 +58,24 @@ def package_fingerprint() -> str:
     return digest.hexdigest()
 
 
+# A closure's cache key: Numba hashes a pickle of the closure's cells, which for cells that pickle
+# differently in every process (an intrinsic carries a random id) is a new key each time: the entry
+# is never found, and every process appends another. A closure kernelkit compiles per variant names
+# its variant in this attribute instead (a str that, with the package's sources, fixes its code).
+CLOSURE_KEY = "_kernelkit_cache_key"
+
+
 class CheckedCache(FunctionCache):
     """``FunctionCache`` whose unreadable entries are discarded and recompiled, keyed also on the
     package's sources (see the module doc)."""
 
     def _index_key(self, sig, codegen):
-        return (*super()._index_key(sig, codegen), package_fingerprint())
+        key = getattr(self._py_func, CLOSURE_KEY, None)
+        if key is None:
+            return (*super()._index_key(sig, codegen), package_fingerprint())
+        digest = hashlib.sha256(self._py_func.__code__.co_code).hexdigest()
+        return (sig, codegen.magic_tuple(), (digest, hashlib.sha256(key.encode()).hexdigest()),
+                package_fingerprint())
 
     def load_overload(self, sig, target_context):
         try:
@@ -94,9 +108,34 @@ class CheckedCache(FunctionCache):
         return removed
 
 
+class LazyCache:
+    """A dispatcher's :class:`CheckedCache`, made when the dispatcher first compiles or loads. Making
+    one finds the cache folder and checks it is writable (a folder made and a temporary file written
+    and removed per kernel): ~0.5 ms a dispatcher, at import, for the ~120 kernels of this package,
+    most of which a given model never calls."""
+
+    __slots__ = ("_py_func", "_made")
+
+    def __init__(self, py_func):
+        self._py_func = py_func
+        self._made = None
+
+    def made(self) -> CheckedCache:
+        """The CheckedCache (made now if it was not)."""
+        if self._made is None:
+            with _lock:
+                if self._made is None:
+                    self._made = CheckedCache(self._py_func)
+        return self._made
+
+    def __getattr__(self, name):  # load_overload, save_overload, flush, cache_path, discard, ...
+        return getattr(self.made(), name)
+
+
 def checked(dispatcher, enabled: bool = True):
-    """Give ``dispatcher`` (from ``numba.njit``) a :class:`CheckedCache` when ``enabled`` (a plain
-    function, as ``njit`` gives under NUMBA_DISABLE_JIT=1, is left alone); returns it."""
+    """Give ``dispatcher`` (from ``numba.njit``) a :class:`CheckedCache` (made on its first use:
+    :class:`LazyCache`) when ``enabled`` (a plain function, as ``njit`` gives under
+    NUMBA_DISABLE_JIT=1, is left alone); returns it."""
     if enabled and hasattr(dispatcher, "enable_caching"):
-        dispatcher._cache = CheckedCache(dispatcher.py_func)
+        dispatcher._cache = LazyCache(dispatcher.py_func)
     return dispatcher

@@ -142,9 +142,11 @@ TILE_SHARDS_PER_THREAD = 2
 def shard_count(total: int, work: float, threads: int | None = None, unit: float | None = None) -> int:
     """How many shards a loop of ``total`` iterations and ``work`` units is cut into (shards of at
     least ``unit``, default MIN_SHARD_WORK)."""
-    n = current_threads() if threads is None else threads
     unit = MIN_SHARD_WORK if unit is None else unit
-    if n <= 1 or total <= 1 or work < 2 * unit:
+    if total <= 1 or work < 2 * unit:  # small work first: no thread-budget lookup (~1-2 us a call)
+        return 1
+    n = current_threads() if threads is None else threads
+    if n <= 1:
         return 1
     return int(max(2, min(total, SHARDS_PER_THREAD * n, work // max(unit, 1))))
 

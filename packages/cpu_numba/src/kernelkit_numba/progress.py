@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import threading
 
+from .cache import CLOSURE_KEY
+
 _installed = False
 _lock = threading.Lock()
 
@@ -34,7 +36,9 @@ class _Line:
             module = getattr(fn, "__module__", "") or ""
             if not module.startswith("kernelkit_numba"):  # a user's own Numba function: not ours to report
                 return
-            name = f"{module.removeprefix('kernelkit_numba.kernels.')}.{fn.__qualname__}"
+            # a variant's driver (ftile.py's closures) by its variant: "ftile.rows.avx512"
+            name = getattr(fn, CLOSURE_KEY, None) or \
+                f"{module.removeprefix('kernelkit_numba.kernels.')}.{fn.__qualname__}"
             self.open = self.task(f"kernelkit-numba: compiling {name} ({self.count - 1} compiled)")
             self.open.__enter__()
 

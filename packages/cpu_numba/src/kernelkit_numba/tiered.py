@@ -14,7 +14,7 @@ JIT runtimes do:
 2. On :class:`NotCompiled` the call is redone by the node's reference kernel (vendor "reference",
    same attributes; built once per node and input shapes; written into the plan's ``out`` when
    given), and a *trial* is queued: one background thread (``kernelkit-numba-compile``; it starts a
-   batch once the model's thread has run no stand-in for ``IDLE_S``, at most ``MAX_DELAY_S`` late) runs the
+   batch once no stand-in has run for ``IDLE_S``, at most ``MAX_DELAY_S`` late) runs the
    node's own numba call on copies of the inputs and of ``out`` (same dtypes, ranks and
    contiguity, so the same signatures; constants are not copied), compiling or loading everything
    the node needs; what the kernel prepares on the way (transformed weights) stays. Its result
@@ -61,8 +61,8 @@ MAX_TRIALS = 3  # trials per node before it compiles on the calling thread
 # compiler holds the GIL most of the time, and a thread that wants it back (the model's, between two
 # NumPy calls of a reference kernel) waits up to the interval (5 ms by default) each time.
 SWITCH_INTERVAL_S = 2e-4
-# The background thread starts a batch of trials once the model's thread has run no stand-in for
-# IDLE_S (its first run is over), or MAX_DELAY_S after it woke at the latest: loading cached kernels
+# The background thread starts a batch of trials once no stand-in runs and none ended for IDLE_S (the
+# first run is over), or MAX_DELAY_S after it woke at the latest: loading cached kernels
 # in a fresh process is ~0.3-0.5 s of mostly GIL-holding work (Numba's start), which ran beside the
 # first run and made it up to 2-5x slower (warm-cache ResNet-18 on the busy 2-core box: first run
 # 0.15-0.41 s beside it, 0.08-0.25 s with the loading after it).
@@ -166,7 +166,8 @@ _switch: list = []  # (interval before, interval set) while trials run
 _layouts: dict[type, str | None] = {}  # kernel class -> its registered layout ("" default), None: several
 _ran: set = set()  # kernel classes that completed a trial in this process
 _ranked: dict[tuple, list] = {}  # (op, dtype) -> reference candidates
-_last_stand_in = 0.0  # perf_counter of the latest reference stand-in call (the model's thread is busy)
+_last_stand_in = 0.0  # perf_counter of the latest start or end of a reference stand-in call
+_standing_in = 0  # stand-in calls running now (on the models' threads)
 
 
 def stats() -> dict:
@@ -220,13 +221,19 @@ def _stand_in(kernel, run, inputs, out):
     """The reference kernel's call; one that fails (cannot be built for the node, or rejects the
     inputs) makes the node numba's alone: its trial ends, and numba runs here (raising its own error
     where the inputs are bad)."""
-    global _last_stand_in
+    global _last_stand_in, _standing_in
+    with _lock:
+        _standing_in += 1
     _last_stand_in = time.perf_counter()
     try:
         return _reference(kernel, inputs, out)
     except Exception as exc:  # noqa: BLE001 - numba decides, as without tiering
         log.debug("%s: no reference stand-in (%s: %s); numba on the calling thread", kernel.where,
                   type(exc).__name__, exc)
+    finally:
+        _last_stand_in = time.perf_counter()
+        with _lock:
+            _standing_in -= 1
     settle(kernel)
     kernel._tier_trial, kernel._tier_mode = None, EAGER
     return run(inputs, out)
@@ -273,9 +280,12 @@ def _submit(kernel, run, inputs, out) -> _Trial:
 
 
 def _await_idle() -> None:
-    """Sleep until the model's thread has run no stand-in for IDLE_S, or MAX_DELAY_S have passed."""
+    """Sleep until no stand-in runs and none ended within IDLE_S, or MAX_DELAY_S have passed. (A
+    stand-in that runs longer than IDLE_S, as a reference convolution on a busy box, used to let the
+    loading start in the middle of a first run: on the shared 2-core box 3 of 7 warm first runs of
+    ResNet-18 took 0.2 s instead of 0.07.)"""
     deadline = time.perf_counter() + MAX_DELAY_S
-    while time.perf_counter() < deadline and time.perf_counter() - _last_stand_in < IDLE_S:
+    while time.perf_counter() < deadline and (_standing_in or time.perf_counter() - _last_stand_in < IDLE_S):
         time.sleep(IDLE_S / 2)
 
 

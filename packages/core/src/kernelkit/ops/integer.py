@@ -13,6 +13,7 @@ import numpy as np
 
 from ..ir import TensorSpec
 from ..registry import register_kernel, register_op
+from ..shape import broadcast_shapes
 from ._window import WINDOW_ATTRS, symbolic_out, window
 from .conv import _conv, conv_geometry
 from .matmul import matmul_shapes
@@ -207,25 +208,71 @@ register_op("MatMulIntegerToFloat", domain="com.microsoft",
 # -- DynamicQuantizeMatMul (com.microsoft) --------------------------------------------------------
 def _dyn_matmul_infer(ctx) -> TensorSpec:
     check_int8(ctx, [(1, "B", None), (3, "b_zero_point", 1)])
-    for i, name in ((0, "A"), (2, "b_scale"), (4, "bias")):
+    for i, name in ((0, "A"), (2, "b_scale"), (4, "bias"), (5, "residual")):
         if ctx.has(i) and ctx.inputs[i].dtype != "float32":
             raise ctx.error(f"{name} must be float32, got {ctx.inputs[i].dtype}")
-    if ctx.attrs["activation"] not in ("", "Relu"):
-        raise ctx.error(f"activation {ctx.attrs['activation']!r} is not '' or 'Relu'")
-    return TensorSpec(matmul_shapes(ctx, ctx.inputs[0], ctx.inputs[1])[-1], "float32")
+    if ctx.attrs["activation"] not in ("", "Relu", "Gelu"):
+        raise ctx.error(f"activation {ctx.attrs['activation']!r} is not '', 'Relu' or 'Gelu'")
+    shape = matmul_shapes(ctx, ctx.inputs[0], ctx.inputs[1])[-1]
+    parts = list(ctx.attrs["split"] or ())
+    n_out = len(ctx.node.outputs)
+    if ctx.has(5) or ctx.has(6) or ctx.has(7):
+        if parts or ctx.attrs["activation"]:
+            raise ctx.error("residual and norm inputs go with neither 'split' nor 'activation'")
+        if ctx.has(7) and not ctx.has(6):
+            raise ctx.error("norm_bias needs norm_scale")
+        if ctx.has(5):
+            shape = broadcast_shapes(shape, ctx.inputs[5].shape, where="DynamicQuantizeMatMul's residual")
+        for i, name in ((6, "norm_scale"), (7, "norm_bias")):
+            if ctx.has(i) and (ctx.inputs[i].dtype != "float32" or
+                               broadcast_shapes(ctx.inputs[i].shape, shape[-1:], where=name) != tuple(shape[-1:])):
+                raise ctx.error(f"{name} {ctx.inputs[i]} is not float32 over the last axis {shape[-1:]}")
+        return TensorSpec(tuple(shape), "float32")
+    if not parts:
+        if n_out != 1:
+            raise ctx.error(f"node has {n_out} outputs; more than one needs the 'split' attribute")
+        return TensorSpec(shape, "float32")
+    if len(parts) != n_out or min(parts) < 0 or (isinstance(shape[-1], int) and sum(parts) != shape[-1]):
+        raise ctx.error(f"split {parts} does not cut the {shape[-1]} columns into the node's {n_out} outputs")
+    return [TensorSpec(tuple(shape[:-1]) + (n,), "float32") for n in parts]
 
 
 @register_kernel("DynamicQuantizeMatMul", domain="com.microsoft", device="cpu", vendor="reference", dtype="float32",
                  priority=-100)
-def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None, *, activation=""):
+def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None, residual=None, norm_scale=None,
+                            norm_bias=None, *, activation="", split=(), norm_epsilon=1e-5):
     """onnxruntime's fusion of DynamicQuantizeLinear(A) -> MatMulInteger -> Cast -> Mul [-> Add]: A
     quantized to uint8 as DynamicQuantizeLinear does, then MatMulIntegerToFloat's float32 steps;
-    ``activation`` "Relu" (kernelkit's, from the fuse_dynamic_relu pass): the Relu node's np.maximum."""
+    ``activation`` "Relu" or "Gelu" (kernelkit's, from the fuse_dynamic_relu pass): the Relu node's
+    np.maximum, the Gelu node's erf form (approximate="none");
+    ``split`` (kernelkit's, from merge_dynamic_matmul): the columns cut into one output per entry,
+    as a Split on the last axis would; ``residual`` (kernelkit's input, from fuse_dynamic_add): the
+    Add node after it, y + residual (same shape); ``norm_scale`` [``norm_bias``] (kernelkit's, from
+    fuse_dynamic_norm): then the LayerNormalization node after it, over the last axis with
+    ``norm_epsilon``."""
     from .quantize import dynamic_quantize_linear
 
     q, a_scale, a_zero_point = dynamic_quantize_linear(a)
     y = matmul_integer_to_float(q, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
-    return np.maximum(y, 0, out=y) if activation == "Relu" else y
+    if activation == "Relu":
+        np.maximum(y, 0, out=y)
+    elif activation == "Gelu":
+        from .unary import _gelu
+
+        y = _gelu(y, approximate="none")
+    if residual is not None:  # as the Add node (broadcasting)
+        y = np.add(y, residual, out=y) if residual.shape == y.shape else np.add(y, residual)
+    if norm_scale is not None:
+        from .layernorm import layer_normalization
+
+        y = layer_normalization(y, norm_scale, norm_bias, axis=-1, epsilon=norm_epsilon)[0]
+    return split_columns(y, split) if split else y
+
+
+def split_columns(y: np.ndarray, split) -> tuple:
+    """``y`` cut along its last axis into C-contiguous parts of ``split`` columns."""
+    bounds = np.cumsum([0, *split])
+    return tuple(np.ascontiguousarray(y[..., int(c0):int(c1)]) for c0, c1 in zip(bounds[:-1], bounds[1:]))
 
 
 def _dyn_matmul_samples(rng, dtype):
@@ -238,13 +285,29 @@ def _dyn_matmul_samples(rng, dtype):
            _int8(rng, "int8", 7), None], {}  # one row (batch 1), per-column b_zero_point
     yield [rng.standard_normal((2, 10, 600)).astype(dtype), _int8(rng, "int8", 600, 7), np.float32(0.02),
            np.int8(3), rng.standard_normal(7).astype(np.float32)], {}  # more rows than a GEMV
-    for rows in (1, 40):  # a fused Relu (batch 1 and more rows)
-        yield [rng.standard_normal((rows, 64)).astype(dtype), _int8(rng, "int8", 64, 9), np.float32(0.02),
-               None, rng.standard_normal(9).astype(np.float32)], {"activation": "Relu"}
+    for rows in (1, 40):  # a fused Relu, a fused Gelu (batch 1 and more rows)
+        for act in ("Relu", "Gelu"):
+            yield [rng.standard_normal((rows, 64)).astype(dtype), _int8(rng, "int8", 64, 9), np.float32(0.02),
+                   None, rng.standard_normal(9).astype(np.float32)], {"activation": act}
+    for shape, n, split in (((1, 64), 300, [100, 100, 100]), ((2, 40, 64), 44, [16, 20, 8])):  # kernelkit's split
+        yield ([rng.standard_normal(shape).astype(dtype), _int8(rng, "int8", 64, n),
+                rng.uniform(0.01, 0.02, n).astype(np.float32), _int8(rng, "int8", n),
+                rng.standard_normal(n).astype(np.float32)], {"split": split}, {"n_outputs": len(split)})
+    for shape in ((1, 300), (2, 40, 64)):  # a residual Add fused (kernelkit's input): batch 1 and more rows
+        yield [rng.standard_normal(shape).astype(dtype), _int8(rng, "int8", shape[-1], 24), np.float32(0.02),
+               np.int8(-3), rng.standard_normal(24).astype(np.float32),
+               rng.standard_normal(shape[:-1] + (24,)).astype(np.float32)], {}
+        # and the LayerNormalization after it (kernelkit's norm inputs)
+        yield [rng.standard_normal(shape).astype(dtype), _int8(rng, "int8", shape[-1], 24), np.float32(0.02),
+               np.int8(-3), rng.standard_normal(24).astype(np.float32),
+               rng.standard_normal(shape[:-1] + (24,)).astype(np.float32), rng.uniform(0.5, 2, 24).astype(np.float32),
+               rng.standard_normal(24).astype(np.float32)], {"norm_epsilon": 1e-3}
 
 
 register_op("DynamicQuantizeMatMul", domain="com.microsoft",
-            attrs={"activation": ("string", ""), "activation_params": ("floats", ())},
-            inputs=["A", "B", "b_scale", "b_zero_point?", "bias?"], outputs=["Y"],
+            attrs={"activation": ("string", ""), "activation_params": ("floats", ()), "split": ("ints", ()),
+                   "norm_epsilon": ("float", 1e-5)},
+            inputs=["A", "B", "b_scale", "b_zero_point?", "bias?", "residual?", "norm_scale?", "norm_bias?"],
+            outputs=["Y*"],
             infer=_dyn_matmul_infer, samples=_dyn_matmul_samples,
             flops=lambda ctx: _flops(matmul_shapes(ctx, ctx.inputs[0], ctx.inputs[1])))

@@ -1,9 +1,11 @@
 """``merge_dynamic_matmul``: sibling com.microsoft::DynamicQuantizeMatMul nodes that read the same
 float input (a transformer's Q, K and V projections) become one node over their weights
-concatenated along N, followed by a Split into the original outputs:
+concatenated along N that writes the original outputs (kernelkit's ``split`` attribute: the
+columns cut as a Split on the last axis would, each part written by the epilogue into its own
+array; session 5 had a Split node after the merged product, 50-85 us a layer of copying):
 
     DQMM(x, B1, s1, z1, b1), DQMM(x, B2, s2, z2, b2), ...
-        into  Split(DQMM(x, [B1 B2 ...], [s1 s2 ...], [z1 z2 ...], [b1 b2 ...]), axis=-1)
+        into  DQMM(x, [B1 B2 ...], [s1 s2 ...], [z1 z2 ...], [b1 b2 ...], split=[N1, N2, ...])
 
 so that x's range is found and x quantized once instead of once per projection (onnxruntime
 shares one DynamicQuantizeLinear among the three MatMulIntegerToFloat nodes for the same reason).
@@ -13,12 +15,14 @@ product is exact, and each column's float32 steps (int32 -> float32, * (a_scale 
 + bias[n]) are the same operations on the same values.
 
 Merged only: constant 2-D weights of one dtype and K, constant float32 scales (per tensor or per
-column) and zero points, biases on all siblings or none, no attributes, and where the session's
-device has a Split kernel. Runs after ``fuse_qdq``, which makes these nodes.
+column) and zero points, biases on all siblings or none, no attributes. Runs after ``fuse_qdq``,
+which makes these nodes.
 
-``fuse_dynamic_relu``: a Relu that alone reads a DynamicQuantizeMatMul's output becomes the node's
-``activation`` attribute (kernelkit's, as QLinearMatMul's): the same max(y, 0) on the same values,
-one node fewer (the MLP's hidden layers), unless a user's kernel overrides that Relu.
+``fuse_dynamic_relu``: a Relu or a Gelu (approximate="none") that alone reads a
+DynamicQuantizeMatMul's output becomes the node's ``activation`` attribute (kernelkit's, as
+QLinearMatMul's): the same max(y, 0), or the same Gelu loop, on the same values, one node fewer
+(the MLP's hidden layers; the transformer's first feed-forward product, whose Gelu then runs on
+each row block in cache and on the product's threads), unless a user's kernel overrides it.
 """
 from __future__ import annotations
 
@@ -27,8 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..ir import Graph, Node, TensorSpec, Value
-from ..registry import select_kernel
+from ..ir import Graph, Node
 from . import PassContext, register_pass
 from . import quantized as _quantized  # noqa: F401 - registers fuse_qdq, the anchor below
 from .builtin import _attrs, _const, _Index, _new_constant, _overridden
@@ -68,8 +71,8 @@ def _part(graph: Graph, node: Node) -> _Part | None:
     return _Part(node, b, per_col(scale), per_col(zp), bias)
 
 
-def _merge(graph: Graph, parts: list[_Part]) -> tuple[Node, Node]:
-    """The merged node and the Split writing the parts' outputs."""
+def _merge(graph: Graph, parts: list[_Part]) -> Node:
+    """The merged node, writing the parts' outputs (its ``split`` attribute)."""
     first = parts[0].node
     x = first.inputs[0]
     dtype = parts[0].b.dtype
@@ -85,15 +88,9 @@ def _merge(graph: Graph, parts: list[_Part]) -> tuple[Node, Node]:
         inputs.append(_new_constant(graph, f"{base}_merged_bias", np.concatenate([p.bias for p in parts])))
     while not inputs[-1]:
         inputs.pop()
-    shape = tuple(graph.spec(x).shape)
-    widths = [p.b.shape[1] for p in parts]
-    out = graph.fresh_name(f"{base}_merged")
-    graph.values[out] = Value(out, TensorSpec(shape[:-1] + (sum(widths),), "float32"))
-    merged = Node("DynamicQuantizeMatMul", inputs, [out], {}, f"{base}_merged", "com.microsoft")
-    sizes = _new_constant(graph, f"{base}_merged_split", np.array(widths, np.int64))
-    split = Node("Split", [out, sizes], [p.node.outputs[0] for p in parts], {"axis": len(shape) - 1},
-                 f"{base}_merged_split")
-    return merged, split
+    widths = [int(p.b.shape[1]) for p in parts]
+    return Node("DynamicQuantizeMatMul", inputs, [p.node.outputs[0] for p in parts], {"split": widths},
+                f"{base}_merged", "com.microsoft")
 
 
 @register_pass("merge_dynamic_matmul", after="fuse_qdq")
@@ -113,16 +110,14 @@ def merge_dynamic_matmul(graph: Graph, ctx: PassContext) -> int:
             if part.b.shape[0] == spec.shape[-1]:
                 by_kind.setdefault((part.b.dtype.str, part.b.shape[0], part.bias is not None), []).append(part)
         groups += [parts for parts in by_kind.values() if len(parts) > 1]
-    if not groups or select_kernel("Split", ctx.device, "float32", ctx.vendors, [None], {"axis": 0},
-                                   ctx.scope) is None:
+    if not groups:
         return 0
     replace: dict[int, list[Node]] = {}
     for parts in groups:
-        merged, split = _merge(graph, parts)
-        replace[id(parts[0].node)] = [merged, split]
+        replace[id(parts[0].node)] = [_merge(graph, parts)]
         for p in parts[1:]:
             replace[id(p.node)] = []
-        log.debug("merge_dynamic_matmul: %s -> one DynamicQuantizeMatMul + Split", [p.node.name for p in parts])
+        log.debug("merge_dynamic_matmul: %s -> one DynamicQuantizeMatMul, split outputs", [p.node.name for p in parts])
     graph.nodes = [m for n in graph.nodes for m in replace.get(id(n), [n])]
     used = {i for n in graph.nodes for i in n.inputs} | set(graph.outputs)
     for parts in groups:  # the siblings' own constants, unless something else reads them
@@ -135,18 +130,133 @@ def merge_dynamic_matmul(graph: Graph, ctx: PassContext) -> int:
 
 @register_pass("fuse_dynamic_relu", after="merge_dynamic_matmul")
 def fuse_dynamic_relu(graph: Graph, ctx: PassContext) -> int:
-    """DynamicQuantizeMatMul -> Relu into DynamicQuantizeMatMul(activation=Relu)."""
+    """DynamicQuantizeMatMul -> Relu or Gelu into DynamicQuantizeMatMul(activation=Relu or Gelu)."""
     if not any(n.op_id == OP for n in graph.nodes):
         return 0
     index, count = _Index(graph), 0
-    for node in [n for n in graph.nodes if n.op_id == "Relu"]:
+    for node in [n for n in graph.nodes if n.op_id in ("Relu", "Gelu")]:
+        if node.op_id == "Gelu" and _attrs(node).get("approximate", "none") != "none":
+            continue
         producer = index.producers.get(node.inputs[0])
         if producer is None or producer.op_id != OP or index.sole_reader(node.inputs[0]) is not node:
             continue
+        if len(producer.outputs) != 1:  # a merged node's split outputs: the Relu reads one part only
+            continue
         if _attrs(producer).get("activation") or _overridden(graph, node, _attrs(node), ctx):
             continue
-        producer.attrs = {**producer.attrs, "activation": "Relu"}
+        producer.attrs = {**producer.attrs, "activation": node.op_id}
         index.splice(producer, node)
         count += 1
     index.commit()
     return count
+
+
+@register_pass("fuse_dynamic_add", after="fuse_dynamic_relu")
+def fuse_dynamic_add(graph: Graph, ctx: PassContext) -> int:
+    """DynamicQuantizeMatMul -> Add(r, y) into DynamicQuantizeMatMul(..., residual=r).
+
+    A transformer's residual Adds (attention projection + x, second feed-forward product + the
+    LayerNormalization before it) become the epilogue's last step: the same float32 y + r, one
+    rounding, on the same values (bit for bit), without a pass over the activations (an r that
+    broadcasts is added after the product, as the Add node would). Fused only where the product's
+    single output is read by that Add alone, the node has no ``activation`` or ``split``, r is
+    float32 and no user kernel overrides the Add. The fused node takes the Add's place in the order
+    (r may be computed after the product)."""
+    if not any(n.op_id == OP for n in graph.nodes):
+        return 0
+    index = _Index(graph)
+    at_add: dict[int, Node] = {}
+    moved: set[int] = set()
+    for node in [n for n in graph.nodes if n.op_id == "Add"]:
+        if len(node.inputs) != 2 or len(node.outputs) != 1 or node.inputs[0] == node.inputs[1]:
+            continue
+        for side in (0, 1):
+            producer = index.producers.get(node.inputs[side])
+            if producer is None or producer.op_id != OP or id(producer) in moved or len(producer.outputs) != 1:
+                continue
+            attrs = _attrs(producer)
+            if attrs.get("activation") or attrs.get("split") or len(producer.inputs) > 5 or \
+                    index.sole_reader(producer.outputs[0]) is not node:
+                continue
+            other, y = node.inputs[1 - side], producer.outputs[0]
+            r_spec, out_spec = graph.spec(other), graph.spec(node.outputs[0])
+            if r_spec is None or r_spec.dtype != "float32" or out_spec is None or out_spec.dtype != "float32":
+                continue
+            if _overridden(graph, node, _attrs(node), ctx):
+                break
+            producer.inputs = (list(producer.inputs) + [""] * 5)[:5] + [other]
+            index.readers.setdefault(other, []).append(producer)
+            index.remove(node)
+            index.readers.pop(y, None)
+            index.producers.pop(y, None)
+            producer.outputs = [node.outputs[0]]
+            index.producers[node.outputs[0]] = producer
+            graph.values.pop(y, None)
+            at_add[id(node)] = producer
+            moved.add(id(producer))
+            break
+    if not at_add:
+        return 0
+    graph.nodes = [at_add.get(id(n), n) for n in graph.nodes if id(n) not in moved]
+    return len(at_add)
+
+
+@register_pass("fuse_dynamic_norm", after="fuse_dynamic_add")
+def fuse_dynamic_norm(graph: Graph, ctx: PassContext) -> int:
+    """DynamicQuantizeMatMul [+ residual] -> LayerNormalization (last axis) into the node's norm inputs.
+
+    A transformer's LayerNormalization after each residual product becomes the epilogue's last
+    step: each row block, whose rows are whole, is normalized by the LayerNormalization kernel's
+    own row loop while in cache and on the product's threads (bit for bit the node's). Fused only
+    where the product's single output is read by that node alone, it normalizes over the last axis
+    with stash_type 1, its Mean and InvStdDev are unused, its Scale and B are float32 of the last
+    dimension, the product has no ``activation`` or ``split``, and no user kernel overrides it."""
+    if not any(n.op_id == OP for n in graph.nodes):
+        return 0
+    index = _Index(graph)
+    at_norm: dict[int, Node] = {}
+    moved: set[int] = set()
+    for node in [n for n in graph.nodes if n.op_id == "LayerNormalization"]:
+        producer = index.producers.get(node.inputs[0])
+        if producer is None or producer.op_id != OP or id(producer) in moved or len(producer.outputs) != 1:
+            continue
+        attrs, ln = _attrs(producer), _attrs(node)
+        x = producer.outputs[0]
+        spec = graph.spec(x)
+        if attrs.get("activation") or attrs.get("split") or len(producer.inputs) > 6 or \
+                index.sole_reader(x) is not node or spec is None or spec.shape is None or not spec.shape:
+            continue
+        rank, n = len(spec.shape), spec.shape[-1]
+        if ln.get("axis", -1) not in (-1, rank - 1) or ln.get("stash_type", 1) != 1 or not isinstance(n, int):
+            continue
+        if any(o and not index.unused(o) for o in node.outputs[1:]):
+            continue
+        params = (list(node.inputs) + ["", ""])[1:3]
+        specs = [graph.spec(p) if p else None for p in params]
+        if specs[0] is None or any(s is not None and (s.dtype != "float32" or tuple(s.shape or ()) != (n,))
+                                   for s in specs):
+            continue
+        if _overridden(graph, node, ln, ctx):
+            continue
+        producer.inputs = (list(producer.inputs) + [""] * 6)[:6] + params
+        while not producer.inputs[-1]:
+            producer.inputs.pop()
+        producer.attrs = {**producer.attrs, "norm_epsilon": float(ln.get("epsilon", 1e-5))}
+        index.remove(node)
+        index.readers.pop(x, None)
+        index.producers.pop(x, None)
+        for p in params:
+            if p:
+                index.readers.setdefault(p, []).append(producer)
+        producer.outputs = [node.outputs[0]]
+        index.producers[node.outputs[0]] = producer
+        graph.values.pop(x, None)
+        for o in node.outputs[1:]:
+            if o:
+                graph.values.pop(o, None)
+        at_norm[id(node)] = producer
+        moved.add(id(producer))
+    if not at_norm:
+        return 0
+    graph.nodes = [at_norm.get(id(n), n) for n in graph.nodes if id(n) not in moved]
+    return len(at_norm)

@@ -155,13 +155,22 @@ def _shards(loop, total, args, elements):
 
 # Add/Sub/Mul/Div are memory-bound: NumPy's SIMD loops ran them 1.3x faster than the Numba loops
 # (1x96x112x112 Mul: 0.67 vs 0.87 ms), so they run as NumPy ufuncs on shards of the broadcast views
+# (not Pow: NumPy's float32 power is ~8x slower than the Numba loop's powf for x ** 3, GPT-2's
+# tanh GELU: 143 vs 18 ms over 12 layers)
 _UFUNCS = {ADD: np.add, SUB: np.subtract, MUL: np.multiply, DIV: np.divide}
 
 
 def _run_ufunc(ufunc, a, b, out) -> None:
+    if 4.0 * out.size < 2 * config.MIN_SHARD_WORK:  # one call: the per-call checks cost ~4 us
+        if ufunc is np.divide:  # x / 0 is inf or NaN without a warning, as in the Numba loops
+            with np.errstate(all="ignore"):
+                ufunc(a, b, out=out)
+        else:  # as the reference kernels call them (an overflow to inf may warn, as there)
+            ufunc(a, b, out=out)
+        return
     axis = next((k for k, d in enumerate(out.shape) if d >= 4), None)
     if axis is None or config.shard_count(out.shape[axis], 4.0 * out.size) <= 1:
-        with np.errstate(all="ignore"):  # x / 0 is inf or NaN without a warning, as in the Numba loops
+        with np.errstate(all="ignore"):
             ufunc(a, b, out=out)
         return
     av, bv, lead = np.broadcast_to(a, out.shape), np.broadcast_to(b, out.shape), (slice(None),) * axis
@@ -284,6 +293,31 @@ def mean(*xs, out=None):
     out /= out.dtype.type(len(xs))
     return out
 
+
+def _ufunc_serial(code):
+    """``fn.serial`` (``_base.FunctionKernel``) of Add/Sub/Mul/Div: on one thread the call is the
+    NumPy ufunc itself, as the reference runs it (the generic path's checks cost ~5 us a node:
+    an EfficientNet runs 65 Muls)."""
+    ufunc = _UFUNCS[code]
+
+    def make(input_specs, **attrs):
+        if len(input_specs) != 2 or any(s is None or s.layout or s.dtype != input_specs[0].dtype
+                                        for s in input_specs):
+            return None
+        if ufunc is np.divide:
+            def call(a, b, *, out=None):
+                with np.errstate(all="ignore"):  # x / 0 is inf or NaN without a warning
+                    return ufunc(a, b, out=out)
+        else:
+            def call(a, b, *, out=None):
+                return ufunc(a, b, out=out)
+        return call
+
+    return make
+
+
+for _code, _fn in ((ADD, add), (SUB, sub), (MUL, mul), (DIV, div)):
+    _fn.serial = _ufunc_serial(_code)
 
 _SUPPORTS = {"Pow": _same_dtype}
 for _name, _fn in {"Add": add, "Sub": sub, "Mul": mul, "Div": div, "Pow": pow_, "PRelu": prelu, "Max": max_,

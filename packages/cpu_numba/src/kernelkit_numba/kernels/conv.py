@@ -3,21 +3,28 @@ the residual Z (pass fuse_residual) and the activation.
 
 3x3 stride-1 convolutions run as Winograd (``winograd.py``): F(4x4, 3x3) where the batch has two
 14x14 maps' worth of outputs and the activation leaves the output unbounded (its float32 error is
-~4e-6 of the largest pre-activation), else F(2x2, 3x3) on maps of 14x14 and more; weights
-transformed once. Other grouped/dense convolution is im2col + BLAS: the columns of one image and
+~4e-6 of the largest pre-activation), else F(2x2, 3x3) on maps of 14x14 and more (from 7x7 where
+its GEMMs run on ftile's cols tiles: ``WINO_SMALL``); weights transformed once. float32 dense
+convolutions run on ftile.py's micro-kernels (strided ones with wide output rows as an implicit
+GEMM over the input's padded column phases: ``_gemm_implicit``; see docs/numba.md, sessions 5
+and 6). Other grouped/dense convolution is im2col + BLAS: the columns of one image and
 group are packed by a sharded Numba kernel (a 1x1 stride-1 unpadded conv needs no packing: the
 image is already the column matrix; a column matrix over 1 MiB is packed and multiplied in
 blocks of output rows of about 2 MiB of columns, strided ones with wide outputs packed from the
 input's column phases), and the GEMM is cut into output tiles, each one BLAS call at one thread
 writing straight into the NCHW output and followed at once by its epilogue. Convolutions with one
-input channel per group (depthwise, any channel multiplier) run as contiguous multiply-adds
-straight from x (3x3 pads 1 stride 1), over the stride phases of each padded plane split once
-(3x3 pads 1 stride 2) or with one pass per tap over those phases (``_conv_depthwise``), with bias
-and Relu/Relu6 fused. The output goes into the session's arena when it hands one (``out=``).
+input channel per group (depthwise, any channel multiplier) run, for float32 3x3 undilated stride 1
+or 2 on an AVX-512 CPU, as the window tiles of ``dwtile.py`` (masked vector loads instead of padding,
+bias, the residual Z and Relu/Relu6 fused, sharded over planes above an estimated 30 us); otherwise
+as contiguous multiply-adds straight from x (3x3 pads 1 stride 1), over the stride phases of each
+padded plane split once (3x3 pads 1 stride 2) or with one pass per tap over those phases
+(``_conv_depthwise``), with bias and Relu/Relu6 fused. The output goes into the session's arena
+when it hands one (``out=``).
 """
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 from kernelkit.registry import register_kernel
@@ -26,7 +33,7 @@ from kernelkit.shape import auto_pads, conv_out_dim
 from .. import config
 from .._base import NumbaKernel
 from ..config import jit_inline, jit_parallel
-from . import ftile, winograd
+from . import dwtile, ftile, winograd
 from ._range import tap_range
 from .epilogue import CLIP, NONE, bias_act_block, bias_act_rows
 from .gemm_nt import gemm_nt_rows
@@ -405,6 +412,10 @@ class Conv(NumbaKernel):
         return tuple(pads) if rank == 2 else (0, pads[0], 0, pads[1])
 
     def work(self, x, w, b=None, z=None):
+        if w.shape[1] == 1 and x.shape[1] > 1 and w.shape[2:] == (3, 3):  # depthwise 3x3: dwtile's estimate
+            s = int((self.attrs.get("strides") or (1,))[0])
+            planes = x.shape[0] * w.shape[0]
+            return dwtile.work("conv", min(s, 2), planes, planes * math.prod(x.shape[2:]) // (s * s))
         return 2.0 * x.size * w.size / max(1, x.shape[1])  # ~ 2 * N*C*H*W * (M/C)*Cg*kh*kw (stride 1)
 
     def compute(self, x, w, b=None, z=None, *, out=None):
@@ -444,21 +455,26 @@ class Conv(NumbaKernel):
         inner = code if code in (NONE, CLIP) else NONE
         fused_z = True  # whether the path added z
         if cg == 1 and group > 1:
-            if z is not None:
-                inner, fused_z = NONE, False
             pads = self._geom_pads
-            if kh == kw == 3 and dh == dw == 1 and pads == (1, 1, 1, 1) and sh == sw and sh in (1, 2):
-                fn = _depthwise3x3 if sh == 1 else _depthwise3x3s2
-                args = (x4, w4, bias, y, inner, p0, p1)
+            if sh == sw and dwtile.depthwise_fits(sh, kh, kw, (dh, dw), pads, x4.dtype) and dwtile.enabled():
+                lo, hi = (p0, p1) if inner == CLIP else (-np.inf, np.inf)  # dwtile.py: bias, z, clamp fused
+                fn, args = dwtile.depthwise(x4, w4, bias, y, z, sh, ph, pw, lo, hi)
+                dwtile.run(fn, n_n * m_n, args, dwtile.cost_us("conv", sh, n_n * m_n, y.size))
             else:
-                fn = _conv_depthwise
-                args = (x4, w4, bias, y, sh, sw, dh, dw, ph, pw, inner, p0, p1, x4.dtype.type(0))
-            config.parallel_for(fn, n_n * m_n, args, 2.0 * y.size * kh * kw)
+                if z is not None:
+                    inner, fused_z = NONE, False
+                if kh == kw == 3 and dh == dw == 1 and pads == (1, 1, 1, 1) and sh == sw and sh in (1, 2):
+                    fn = _depthwise3x3 if sh == 1 else _depthwise3x3s2
+                    args = (x4, w4, bias, y, inner, p0, p1)
+                else:
+                    fn = _conv_depthwise
+                    args = (x4, w4, bias, y, sh, sw, dh, dw, ph, pw, inner, p0, p1, x4.dtype.type(0))
+                config.parallel_for(fn, n_n * m_n, args, 2.0 * y.size * kh * kw)
         elif winograd.usable4(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, n_n) and self._unbounded:
             u = self._transformed(w, w4, 4)
             packed = self._wino_packed(u, m_n, n_n * -(-oh_n // 4) * -(-ow_n // 4))
             winograd.conv3x3_f4(x4, u, bias, y, z, ph, pw, inner, p0, p1, self._wino_scratch, packed)
-        elif winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n):
+        elif winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, self._wino_small(x4.dtype, c_n, m_n)):
             u = self._transformed(w, w4, 2)
             packed = self._wino_packed(u, m_n, -(-oh_n // 2) * -(-ow_n // 2))
             winograd.conv3x3(x4, u, bias, y, ph, pw, inner, p0, p1, self._wino_scratch, z, packed)
@@ -485,6 +501,17 @@ class Conv(NumbaKernel):
             self._w_src, self._w_variant, self._w_wino = w, variant, config.readonly(fn(w4))
         return self._w_wino
 
+    def _wino_small(self, dtype, c_n, m_n) -> bool:
+        """Whether F(2x2, 3x3) also takes maps of 7x7 to 13x13 (``winograd.usable``'s ``small``): where
+        its position GEMMs run on ftile's cols tiles (float32, WINO_SMALL_MIN_C+ input channels, output
+        channels a multiple of the lanes), unless WINO_SMALL is off. A 512x7x7 layer then runs 16
+        products of 512 x 512 x 16 (134 MFLOP) on the 8-pixel cols tile instead of one of 512 x 4608
+        x 49 (231 MFLOP), and no im2col: 1.44x faster at one thread on the AMD box."""
+        if not WINO_SMALL or dtype != np.float32 or c_n < WINO_SMALL_MIN_C:
+            return False
+        kind = ftile.choice()[0]
+        return kind in ftile.COLS_LANES and m_n % ftile.COLS_LANES[kind] == 0
+
     def _wino_packed(self, u, m_n, nt):
         """(kind, cols, packed panels, zeros) for Winograd's position GEMMs (M x C by C x nt tiles)
         on ftile's micro-kernels, or None for BLAS (KERNELKIT_F32_GEMM=off, no variant, float64):
@@ -494,7 +521,7 @@ class Conv(NumbaKernel):
         kind, forced = ftile.choice() if u.dtype == np.float32 else (None, False)
         if kind is None or (not forced and u.shape[2] < WINO_FTILE_MIN_C):
             return None
-        cols = ftile_cols(kind, m_n, nt, u.shape[2])
+        cols = ftile.cols_mode(kind, nt) if ftile_cols(kind, m_n, nt, u.shape[2]) else 0
         width = ftile.COLS_WIDTH[kind] if cols else ftile.MR[kind]
         hit = self.__dict__.get("_wino_pack")
         if hit is None or hit[0] is not u or hit[1] != width:
@@ -521,6 +548,9 @@ class Conv(NumbaKernel):
         code, p0, p1 = self.act
         direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
         kind = self._ftile_kind(group, code, kh, kw, sh, sw, mg, k_n, l_n, x4.dtype)
+        if group > 1 and group * k_n * l_n * x4.itemsize <= _GROUPED_COL_BYTES:
+            self._gemm_grouped(x4, wmat, y, bias, z, direct)
+            return
         blocked = not direct and k_n * l_n * x4.itemsize > _COL_BYTES and l_n >= _BLOCKED_MIN_COLS
         if blocked:
             self._gemm_blocked(x4, wmat, y, group, bias, z, kind)
@@ -544,7 +574,7 @@ class Conv(NumbaKernel):
                 else:
                     col = self._col
                     config.parallel_for(_im2col, k_n, (xs, col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n),
-                                        2.0 * k_n * l_n)
+                                        _IM2COL_WORK * k_n * l_n)
                 ymat = y[n, g * mg:(g + 1) * mg].reshape(mg, l_n)
                 zmat = None if z is None else z[n, g * mg:(g + 1) * mg].reshape(mg, l_n)
                 wg, bg = wmat[g], bias[g * mg:(g + 1) * mg]
@@ -564,6 +594,41 @@ class Conv(NumbaKernel):
                 else:
                     config.run_shards(tile, m_tiles * p_tiles)
 
+
+    def _gemm_grouped(self, x4, wmat, y, bias, z, direct):
+        """Grouped (not depthwise) convolution, as RegNet's and ResNeXt's 3x3 layers: one im2col of
+        every channel (its rows are the groups' column matrices one after another), then the
+        groups' products as batched matmuls over shards of groups, each shard followed by the
+        epilogue of its output rows. One group at a time cost three calls a group (55 groups of
+        8 channels: 0.55 ms against the reference's 0.25 for a 440 x 7 x 7 layer)."""
+        (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = self._geom
+        n_n, c_n = x4.shape[:2]
+        group, mg, k_n = wmat.shape
+        kh, kw = self._kernel_hw
+        l_n, m_n = oh_n * ow_n, group * mg
+        code, p0, p1 = self.act
+        shards = config.shard_count(group, 2.0 * m_n * k_n * l_n, unit=config.MIN_TILE_WORK)
+        for n in range(n_n):
+            if direct:
+                cols = x4[n].reshape(group, k_n, l_n)
+            else:
+                buf = config.thread_buffer("conv_grouped", group * k_n * l_n, x4.dtype).reshape(group * k_n, l_n)
+                config.parallel_for(_im2col, group * k_n, (x4[n], buf, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n),
+                                    2.0 * group * k_n * l_n)
+                cols = buf.reshape(group, k_n, l_n)
+            yg = y[n].reshape(group, mg, l_n)
+            ymat = y[n].reshape(m_n, l_n)
+            zmat = None if z is None else z[n].reshape(m_n, l_n)
+
+            def shard(t, cols=cols, yg=yg, ymat=ymat, zmat=zmat):
+                g0, g1 = t * group // shards, (t + 1) * group // shards
+                np.matmul(wmat[g0:g1], cols[g0:g1], out=yg[g0:g1])
+                bias_act_block(ymat, bias, g0 * mg, g1 * mg, 0, l_n, code, p0, p1, zmat)
+
+            if shards <= 1:
+                shard(0)
+            else:
+                config.run_shards(shard, shards)
 
     def _ftile_kind(self, group, code, kh, kw, sh, sw, mg, k_n, l_n, dtype):
         """The ftile.py micro-kernel kind for this convolution, or None for BLAS: one group, float32,
@@ -601,10 +666,13 @@ class Conv(NumbaKernel):
         n_n = x4.shape[0]
         m_n, k_n = w2.shape
         kh, kw = self._kernel_hw
+        if implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n):
+            self._gemm_implicit(x4, w2, y, bias, z, kind)
+            return
         l_n = oh_n * ow_n
         width = ftile.COLS_WIDTH[kind] if cols else ftile.MR[kind]
         wp, zero, zz, lo, hi = self._ftile_args(y, bias, z, width, w2)
-        key = (kind, cols, m_n, k_n, l_n, config.current_threads())
+        key = (kind, cols, m_n, k_n, l_n, ftile.BALANCED_PLAN, config.current_threads())
         hit = self.__dict__.get("_fplan")
         if hit is None or hit[0] != key:  # kept while the shapes and the thread budget stay
             hit = self._fplan = (key, ftile.plan(kind, m_n, k_n, l_n, key[-1]), -(-m_n // width))
@@ -616,7 +684,7 @@ class Conv(NumbaKernel):
                 if self._col is None or self._col.shape != (k_n, l_n) or self._col.dtype != x4.dtype:
                     self._col = np.empty((k_n, l_n), x4.dtype)
                 config.parallel_for(_im2col, k_n, (x4[n], self._col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n),
-                                    2.0 * k_n * l_n)
+                                    _IM2COL_WORK * k_n * l_n)
                 xs = config.readonly(self._col.reshape(-1))
             zn = zz.reshape(-1) if z is None else zz[n].reshape(-1)
             work = 2.0 * m_n * k_n * l_n
@@ -630,6 +698,32 @@ class Conv(NumbaKernel):
                     l_n, block, groups, kc, pack)
             ftile.run_sharded(ftile.conv_tiles, blocks * groups, args, work,
                               ftile.scratch_size(kind, False, l_n, block, kc, pack))
+
+    def _gemm_implicit(self, x4, w2, y, bias, z, kind):
+        """A strided convolution as an implicit GEMM (ftile.conv_implicit): per image the input's
+        column phases, zero-padded (ftile.phases_padded, about the input's size), then the rows
+        tiles read every row of the product through a table of per-k offsets into them: no im2col
+        and no copy into tile order. Sharded over output rows."""
+        (sh, _), _, (ph, pw), (oh_n, ow_n) = self._geom
+        n_n, c_n = x4.shape[:2]
+        m_n, k_n = w2.shape
+        kh, kw = self._kernel_hw
+        wp, _, zz, lo, hi = self._ftile_args(y, bias, z, ftile.MR[kind], w2)
+        key = (c_n, kh, kw, sh, ph, pw, oh_n, ow_n)
+        hit = self.__dict__.get("_implicit")
+        if hit is None or hit[0] != key:
+            hp, qp, pl, step, koff = ftile.implicit_geometry(c_n, kh, kw, sh, ph, pw, oh_n, ow_n)
+            hit = self._implicit = (key, (hp, qp, pl, step, config.readonly(koff)), np.empty(sh * c_n * hp * qp,
+                                                                                            np.float32))
+        (hp, qp, pl, step, koff), xpp = hit[1], hit[2]
+        work = 2.0 * m_n * k_n * oh_n * ow_n
+        for n in range(n_n):
+            config.parallel_for(ftile.phases_padded, c_n, (config.readonly(x4[n]), xpp, sh, ph, pl, hp, qp),
+                                _IM2COL_WORK * xpp.size)
+            zn = zz.reshape(-1) if z is None else zz[n].reshape(-1)
+            args = (kind, wp, k_n, m_n, config.readonly(xpp), koff, step, ow_n, bias, zn, z is not None, lo, hi,
+                    y[n].reshape(-1), oh_n * ow_n)
+            ftile.run_sharded(ftile.conv_implicit, oh_n, args, work, 1)
 
     def _gemm_nt(self, x4, wmat, y, group, bias, z, direct, tiles):
         """Few output pixels (7x7 maps), many weight rows: the columns transposed (one row of K
@@ -678,6 +772,9 @@ class Conv(NumbaKernel):
         cg, kh, kw = c_n // group, *self._kernel_hw
         l_n = oh_n * ow_n
         code, p0, p1 = self.act
+        if kind is not None and implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n):  # the stem
+            self._gemm_implicit(x4, wmat[0], y, bias, z, kind)
+            return
         rows = max(1, min(oh_n, _COL_BLOCK_BYTES // (k_n * x4.itemsize * ow_n)))
         threads = config.current_threads()
         if threads > 1:  # at least two blocks a thread: a block is one shard
@@ -722,6 +819,9 @@ class Conv(NumbaKernel):
 
 _GEMM_TILES_PER_THREAD = 1  # BLAS tiles of one conv GEMM per thread: each call repacks its panels, and on
 # the Xeon 4 a thread left ResNet-18 at 2 threads no faster than at 1 (39.2 vs 38.2 ms; 1: 28.4 ms)
+_IM2COL_WORK = 24.0  # work units (~25 ps each, see winograd._TRANSFORM_WORK) per column-matrix element:
+# the copy ran 0.3-1.0 ns an element on the AMD box (7x7 maps the slowest); at 2.0 every im2col of
+# ResNet-18 (0.02-0.23 ms) stayed on one thread at two (issue 11, session 6)
 _NT_MAX_COLS = 64  # output pixels (7x7 maps) up to which weights of _NT_MIN_ROWS+ rows run gemm_nt_rows
 _NT_MIN_ROWS = 64
 _NT_K_CHUNK = 2048
@@ -730,6 +830,7 @@ _COL_BLOCK_BYTES = 1 << 21  # the column block of one shard (L2 + L3): 512 KiB b
 # and 3x3/2 64->128 at 56x56 1.0-1.05x slower at one thread (benchmarks/bench_conv_blocks.py)
 _PHASES_MIN_COLS = 64  # strided convs with this many output columns pack from column phases (the
 # 7x7/2 stem's columns: 0.25 vs 0.54 ms at one thread); at 28 columns (3x3/2 on 56x56) they tie
+_GROUPED_COL_BYTES = 1 << 23  # grouped convs with all groups' columns up to this take one batched pass
 _BLOCKED_MIN_COLS = 128  # fewer output pixels (7x7 maps): one GEMM over the whole column matrix
 
 
@@ -743,6 +844,22 @@ def ftile_wins(kh, kw, sh, sw, mg, k_n, l_n) -> bool:
 _FTILE_BLAS_PIXELS = (0, 0)  # output pixels (exclusive, inclusive) left to BLAS: none
 
 
+def implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n) -> bool:
+    """Whether a (float32, one group, ftile) convolution runs as conv.py's implicit GEMM
+    (``_gemm_implicit``): strided both ways alike, undilated, output rows of at least
+    IMPLICIT_MIN_OW pixels (a tile covers 32 pixels of one row), K up to IMPLICIT_MAX_K (no K
+    chunks), a variant with the offset-table tiles (avx2, avx512), IMPLICIT on; not 1x1 (its
+    im2col is one strided copy of a quarter of the input, the padded phases the whole input twice:
+    0.33 vs 0.19 ms for 64 -> 128 on 56x56 on the AMD box)."""
+    return (IMPLICIT and kind in (1, 2) and sh == sw >= 2 and dh == dw == 1 and ow_n >= IMPLICIT_MIN_OW
+            and k_n <= IMPLICIT_MAX_K and kh * kw > 1)
+
+
+IMPLICIT = True
+IMPLICIT_MIN_OW = 28  # the 7x7/2 stem's 112-pixel rows and 3x3/2 from 56x56: 28 of a tile's 32 lanes
+IMPLICIT_MAX_K = 2048
+
+
 def ftile_cols(kind, mg, l_n, k_n) -> bool:
     """Whether a product of ``mg`` channels, ``l_n`` output pixels and depth ``k_n`` takes ftile's
     cols tiles (channels in the lanes: maps of at most FTILE_COLS_MAX pixels, channels a multiple of
@@ -754,6 +871,8 @@ def ftile_cols(kind, mg, l_n, k_n) -> bool:
 
 
 WINO_FTILE_MIN_C = 128  # input channels from which Winograd's position GEMMs run on ftile
+WINO_SMALL = True  # F(2x2, 3x3) on 7x7-13x13 maps where its GEMMs run on the cols tiles (_wino_small)
+WINO_SMALL_MIN_C = 128
 FTILE_COLS_MAX = 64  # output pixels (7x7 maps) up to which ftile runs the cols tiles: on the Xeon
 # the rows tiles (with packed rows) beat them at 14x14 (256 x 1024 x 196: 127 vs 111 GFLOP/s; the AMD
 # box had them even)

@@ -30,6 +30,7 @@ along its channels' NCHW rows.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import numba
@@ -41,6 +42,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .. import config
+from ..cache import CLOSURE_KEY
 from ..config import jit
 from .qtile import host_features, k_loop
 
@@ -130,13 +132,14 @@ def _data(context, builder, arrty, value):
     return cgutils.create_struct_proxy(arrty)(context, builder, value=value).data
 
 
-def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool):
+def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool, offs: bool = False):
     """An intrinsic ``tile(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out,
     m_valid, n_valid)``: rows [0, m_valid) of an mr x nr block of ``out`` at ``out[o_off:]`` (row
     stride ``ldo``) = act(W panel at ``w[w_off:]`` ([k][mr]) times the rows ``x[x_off + k * ldx:]``
     over k < k_n + bias[r0 + r] (+ z at the same place as out when ``with_z``)), act = clamp to
     [lo, hi] (NaN kept). ``first`` = 0: the accumulators start from ``out`` (a later K chunk).
-    ``masked``: only the first n_valid pixels of a row are read and stored."""
+    ``masked``: only the first n_valid pixels of a row are read and stored. ``offs`` (the implicit
+    GEMM, ``conv_implicit``): ``ldx`` is an int64 array, row k read at ``x[x_off + ldx[k]:]``."""
     lanes = 8 if kind == "avx2" else 16
     nr = lanes * nvec
 
@@ -203,8 +206,13 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool):
                     loaded.append(vload(builder.gep(row, [ir.Constant(i64, lanes * j)]), j))
             return loaded
 
+        if offs:
+            pk = builder.bitcast(_data(context, builder, sig.args[4], ldx), i64.as_pointer())
         k, accs, close = k_loop(builder, k_n, [zero_v] * (mr * nvec), "ftile", (first, partial_sums))
-        xrow = builder.gep(px, [builder.mul(k, ldx)])
+        if offs:
+            xrow = builder.gep(px, [builder.load(builder.gep(pk, [k]), align=8)])
+        else:
+            xrow = builder.gep(px, [builder.mul(k, ldx)])
         xv = [vload(builder.gep(xrow, [ir.Constant(i64, lanes * j)]), j) for j in range(nvec)]
         wrow = builder.gep(pw, [builder.mul(k, ir.Constant(i64, mr))])
         new = []
@@ -232,20 +240,11 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool):
     def tile(typingctx, w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
              n_valid):
         i64, f = types.int64, types.float32
-        return types.void(w, i64, x, i64, i64, i64, i64, bias, i64, z, i64, i64, f, f, out, i64, i64), codegen
+        return types.void(w, i64, x, i64, ldx if offs else i64, i64, i64, bias, i64, z, i64, i64, f, f, out, i64,
+                          i64), codegen
 
     tile.nr = nr
     return tile
-
-
-_t512 = _tile_intrinsic("avx512", 8, 2, False, False)
-_t512m = _tile_intrinsic("avx512", 8, 2, True, False)
-_t512z = _tile_intrinsic("avx512", 8, 2, False, True)
-_t512mz = _tile_intrinsic("avx512", 8, 2, True, True)
-_t2 = _tile_intrinsic("avx2", 6, 2, False, False)
-_t2m = _tile_intrinsic("avx2", 6, 2, True, False)
-_t2z = _tile_intrinsic("avx2", 6, 2, False, True)
-_t2mz = _tile_intrinsic("avx2", 6, 2, True, True)
 
 
 @jit
@@ -273,9 +272,10 @@ def _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off
             out[o_off + r * ldo + j] = v
 
 
-def _rows_driver(full, masked, full_z, masked_z, mr, nr):
+def _rows_driver(kind: int, full, masked, full_z, masked_z):
     """conv_tiles' loops for one variant, its four tiles fixed (a driver that dispatched on the kind
     inside the pixel loop, even inlined, ran small-K layers 20% slower)."""
+    mr, nr = MR[kind], NR[kind]
 
     def tiles(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block, groups,
               kc, pack, xp, s_lo, s_hi):
@@ -327,11 +327,7 @@ def _rows_driver(full, masked, full_z, masked_z, mr, nr):
                             masked(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
                                    m_valid, nv)
 
-    return jit(tiles)
-
-
-_rows_512 = _rows_driver(_t512, _t512m, _t512z, _t512mz, 8, 32)
-_rows_2 = _rows_driver(_t2, _t2m, _t2z, _t2mz, 6, 16)
+    return _variant_jit(tiles, "rows", kind)
 
 
 @jit
@@ -347,10 +343,30 @@ def _generic_tile_noz(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, l
                   np.empty(64, np.float32))
 
 
-_rows_generic = _rows_driver(_generic_tile_noz, _generic_tile_noz, _generic_tile, _generic_tile, 4, 16)
+_NAME = {v: k for k, v in KIND.items()}
 
 
-@jit
+def _variant_jit(fn, driver: str, kind: int):
+    """``jit(fn)`` for a driver closure of one variant. Numba keys a cached closure on a pickle of
+    its cells, and the cells here (intrinsics: pickled with a random per-process id) differ in every
+    process, so the key is the variant's name instead (cache.CLOSURE_KEY); the intrinsics' IR is
+    fixed by the package's sources, which every key also carries (cache.package_fingerprint), and by
+    the CPU features, which Numba's key carries."""
+    setattr(fn, CLOSURE_KEY, f"ftile.{driver}.{_NAME[kind]}")
+    return jit(fn)
+
+
+@functools.cache
+def rows_driver(kind: int):
+    """The compiled loops of conv_tiles for variant ``kind``, built on first use: a process compiles
+    (or loads from the cache) only the variants it runs."""
+    if kind == 0:
+        return _rows_driver(0, _generic_tile_noz, _generic_tile_noz, _generic_tile, _generic_tile)
+    name, mr = _NAME[kind], MR[kind]
+    tiles = [_tile_intrinsic(name, mr, 2, masked, with_z) for with_z in (False, True) for masked in (False, True)]
+    return _rows_driver(kind, *tiles)
+
+
 def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
                groups, kc, pack, xp, s_lo, s_hi):
     """Shards [s_lo, s_hi) of a convolution's product on the tiles of ``kind``: shard s is pixel block
@@ -361,16 +377,117 @@ def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z,
     clamp), the last one the epilogue. ``pack``: each chunk of the block's rows is first copied into
     tile order ([tile][k][nr], ``xp``: a scratch of at least block * kc floats), so that a tile reads
     one contiguous stream instead of one line from each of kc rows (kc pages apart where a row is 4
-    KiB or more)."""
-    if kind == 2:
-        _rows_512(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block, groups,
-                  kc, pack, xp, s_lo, s_hi)
-    elif kind == 1:
-        _rows_2(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block, groups,
-                kc, pack, xp, s_lo, s_hi)
-    else:
-        _rows_generic(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
+    KiB or more). Only variant ``kind``'s driver is compiled (rows_driver)."""
+    rows_driver(kind)(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
                       groups, kc, pack, xp, s_lo, s_hi)
+
+
+# ---------------------------------------------------- implicit GEMM: strided convolutions, no im2col
+def _implicit_driver(full, masked, full_z, masked_z, half, half_z, mr, nr):
+    """conv_implicit's loops for one variant (its offset-table tiles fixed; ``half``: a masked tile of
+    one vector, for a row's last nr / 2 pixels or fewer, as the stem's 112 = 3 x 32 + 16)."""
+
+    def rows(wp, k_n, m_n, x, koff, row_step, ow_n, bias, z, has_z, lo, hi, out, ldo, s_lo, s_hi):
+        panels = (m_n + mr - 1) // mr
+        one = np.int64(1)
+        for oh in range(s_lo, s_hi):
+            xb = oh * row_step
+            ob = oh * ow_n
+            for q in range(panels):
+                r0 = q * mr
+                m_valid = min(mr, m_n - r0)
+                w_off = q * k_n * mr
+                for t in range(0, ow_n, nr):
+                    nv = min(nr, ow_n - t)
+                    o_off = r0 * ldo + ob + t
+                    if nv >= nr:
+                        if has_z:
+                            full_z(wp, w_off, x, xb + t, koff, k_n, one, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
+                                   nv)
+                        else:
+                            full(wp, w_off, x, xb + t, koff, k_n, one, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
+                                 nv)
+                    elif 2 * nv <= nr:
+                        if has_z:
+                            half_z(wp, w_off, x, xb + t, koff, k_n, one, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
+                                   nv)
+                        else:
+                            half(wp, w_off, x, xb + t, koff, k_n, one, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
+                                 nv)
+                    elif has_z:
+                        masked_z(wp, w_off, x, xb + t, koff, k_n, one, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
+                                 nv)
+                    else:
+                        masked(wp, w_off, x, xb + t, koff, k_n, one, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, nv)
+
+    return rows
+
+
+_FORMS = ((False, False), (True, False), (False, True), (True, True))  # (masked, with_z): full, masked, _z, masked_z
+
+
+@functools.cache
+def implicit_driver(kind: int):
+    """The compiled loops of conv_implicit for variant ``kind`` (1 or 2), built on first use."""
+    name, mr = _NAME[kind], MR[kind]
+    rows = _implicit_driver(*(_tile_intrinsic(name, mr, 2, m, z, True) for m, z in _FORMS),
+                            *(_tile_intrinsic(name, mr, 1, True, z, True) for z in (False, True)), mr, NR[kind])
+    return _variant_jit(rows, "implicit", kind)
+
+
+def conv_implicit(kind, wp, k_n, m_n, x, koff, row_step, ow_n, bias, z, has_z, lo, hi, out, ldo, scratch, s_lo, s_hi):
+    """Output rows [s_lo, s_hi) of a strided convolution as an implicit GEMM on the rows tiles of
+    ``kind`` (1 or 2), no im2col: ``x`` the zero-padded column phases of one image
+    (``phases_padded``), row k of the product read at ``x[oh * row_step + ow + koff[k]]`` for output
+    pixel (oh, ow) (``implicit_offsets``), each tile 32 (avx2: 16) pixels of one output row; the
+    epilogue as conv_tiles', ``out`` (rows of ``ldo`` = OH * OW) and ``z`` flat. ``scratch`` unused
+    (run_sharded's signature)."""
+    implicit_driver(kind)(wp, k_n, m_n, x, koff, row_step, ow_n, bias, z, has_z, lo, hi, out, ldo, s_lo, s_hi)
+
+
+def implicit_geometry(c_n: int, kh: int, kw: int, s: int, ph: int, pw: int, oh_n: int, ow_n: int):
+    """(hp, qp, pl, row_step, koff) of conv_implicit for stride ``s`` (both ways), dilation 1: the
+    padded phase array is (s, C, hp, qp) with phase b's column q = input column (q - pl) * s + b and
+    row r = input row r - ph; tap (c, i, j) of output (oh, ow) reads it at ((b C + c) hp + oh s + i)
+    qp + ow + dq with b = (j - pw) mod s, dq = (j - pw - b) / s + pl."""
+    pl = -(-pw // s)
+    hp = (oh_n - 1) * s + kh
+    qp = ow_n + (kw - 1) // s + pl + 1
+    koff = np.empty(c_n * kh * kw, np.int64)
+    for c in range(c_n):
+        for i in range(kh):
+            for j in range(kw):
+                b = (j - pw) % s
+                dq = (j - pw - b) // s + pl
+                koff[(c * kh + i) * kw + j] = ((b * c_n + c) * hp + i) * qp + dq
+    return hp, qp, pl, s * qp, koff
+
+
+@jit
+def phases_padded(x, xpp, s, ph, pl, hp, qp, c0, c1):
+    """xpp[b, c, r, q] = x[c, r - ph, (q - pl) * s + b], 0 outside the input (``x`` (C, H, W), ``xpp``
+    flat (s * C * hp * qp)), channels [c0, c1). Flat unsigned indexing, the valid columns of a row
+    computed once (a bounds test per element ran the 64@56 input's phases at 0.16 ms)."""
+    c_n, h_n, w_n = x.shape
+    xf = x.reshape(x.size)
+    for b in range(s):
+        q_hi = min(qp, pl + (w_n - b + s - 1) // s)  # past the last q with (q - pl) * s + b < w_n
+        q_lo = min(pl, q_hi)  # the first q with (q - pl) * s + b >= 0 is pl (b < s)
+        for c in range(c0, c1):
+            for r in range(hp):
+                d0 = U(((b * c_n + c) * hp + r) * qp)
+                h = r - ph
+                if h < 0 or h >= h_n:
+                    for q in range(qp):
+                        xpp[d0 + U(q)] = 0
+                    continue
+                src = (c * h_n + h) * w_n + b - pl * s  # signed: src + q * s >= 0 for q >= q_lo
+                for q in range(q_lo):
+                    xpp[d0 + U(q)] = 0
+                for q in range(q_lo, q_hi):
+                    xpp[d0 + U(q)] = xf[U(src + q * s)]
+                for q in range(q_hi, qp):
+                    xpp[d0 + U(q)] = 0
 
 
 # ------------------------------------------------------------------ small maps: channels in the lanes
@@ -478,14 +595,16 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool):
 COLS_WIDTH = {1: 16, 2: 48}  # channels per panel (cv * lanes): pack_weights(W, COLS_WIDTH[kind])
 COLS_LANES = {1: 8, 2: 16}  # the output channels must be a multiple of this
 COLS_KC = 512  # K per chunk of the cols tiles (a chunk of the 48-channel panel: 96 KiB, in L2)
-_c512 = _cols_intrinsic("avx512", 3, 7, False)
-_c512z = _cols_intrinsic("avx512", 3, 7, True)
-_c2 = _cols_intrinsic("avx2", 2, 6, False)
-_c2z = _cols_intrinsic("avx2", 2, 6, True)
+COLS_MP = {1: 6, 2: 7}  # pixels per cols tile
+COLS_CV = {1: 2, 2: 3}  # channel vectors per cols tile
 
 
-def _cols_driver(tile, tile_z, width, mp):
-    """conv_cols' loops for one variant, its two tiles fixed (see _rows_driver)."""
+def _cols_driver(kind: int, tile, tile_z, mp: int | None = None):
+    """conv_cols' loops for one variant, its two tiles fixed (see _rows_driver); ``mp`` pixels a
+    tile (COLS_MP[kind] unless given: conv_cols8's 8)."""
+    width = COLS_WIDTH[kind]
+    mp = COLS_MP[kind] if mp is None else mp
+    driver = "cols" if mp == COLS_MP[kind] else f"cols{mp}"
 
     def panels(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi):
         tiles = (n_pix + mp - 1) // mp
@@ -506,25 +625,49 @@ def _cols_driver(tile, tile_z, width, mp):
                         tile(wp, w_off, x, k0 * ldx + p0, ldx, kk, first, final, acc, t * mp * width, bias, r0, z,
                              r0 * ldo + p0, ldo, lo, hi, out, m_valid, min(mp, n_pix - p0))
 
-    return jit(panels)
+    return _variant_jit(panels, driver, kind)
 
 
-_cols_512 = _cols_driver(_c512, _c512z, 48, 7)
-_cols_2 = _cols_driver(_c2, _c2z, 16, 6)
+@functools.cache
+def cols_driver(kind: int):
+    """The compiled loops of conv_cols for variant ``kind`` (1 or 2), built on first use."""
+    name = _NAME[kind]
+    return _cols_driver(kind, *(_cols_intrinsic(name, COLS_CV[kind], COLS_MP[kind], z) for z in (False, True)))
 
 
-@jit
+# 8 pixels a tile (24 accumulators, 3 weight vectors: 27 of the 32 zmm): Winograd's F(2x2, 3x3) on a
+# 7x7 map has 16 tiles, two of these where the 7-pixel tile runs three (21 columns for 16)
+COLS8_KIND = 2  # the kind that has the 8-pixel cols tile
+
+
+@functools.cache
+def cols8_driver():
+    """The compiled loops of conv_cols8 (avx512), built on first use."""
+    return _cols_driver(COLS8_KIND, *(_cols_intrinsic("avx512", 3, 8, z) for z in (False, True)), mp=8)
+
+
+def cols_mode(kind: int, n_pix: int) -> int:
+    """1: conv_cols's tile (7 pixels on avx512, 6 on avx2), 2: conv_cols8 (8 pixels, avx512), whichever
+    runs fewer pixel slots for ``n_pix`` columns (8 on 16 columns: 16 slots against 21)."""
+    if kind != COLS8_KIND:
+        return 1
+    return 2 if -(-n_pix // 8) * 8 < -(-n_pix // 7) * 7 else 1
+
+
 def conv_cols(kind, wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi):
     """Weight panels [s_lo, s_hi) (COLS_WIDTH[kind] channels each; m_n a multiple of the lanes) of a
     convolution with few pixels on the cols tiles (kind 1 or 2): per panel, K in chunks of ``kc``,
     each chunk over every tile of COLS_MP pixels, the partial sums in a scratch (pixel, channel)
     block (``acc``: a scratch of at least scratch_size(kind, True, n_pix) floats); the last chunk
     applies the epilogue and writes the NCHW rows of ``out`` (row stride ldo, pixels from 0; ``x``
-    rows of ldx, ``z`` shaped like out)."""
-    if kind == 2:
-        _cols_512(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi)
-    else:
-        _cols_2(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi)
+    rows of ldx, ``z`` shaped like out). Only variant ``kind``'s driver is compiled (cols_driver)."""
+    cols_driver(kind)(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi)
+
+
+def conv_cols8(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi):
+    """conv_cols on the avx512 tile of 8 pixels (``cols_mode`` 2; ``acc`` at least
+    scratch_size(2, 2, n_pix) floats)."""
+    cols8_driver()(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi)
 
 
 # ------------------------------------------------------------------------ Winograd's batched GEMMs
@@ -534,36 +677,66 @@ def pack_batched(u: np.ndarray, width: int) -> np.ndarray:
     return np.stack([pack_weights(np.ascontiguousarray(u[i], np.float32), width) for i in range(u.shape[0])])
 
 
-@jit
+def _batched_driver(kind: int, cols: int):
+    """batched_gemms' loops for variant ``kind`` on the cols tiles (``cols`` 1, or 2: the 8-pixel
+    ones) or the rows tiles (0): one
+    closure each, so that a process compiles only the driver it calls. ``no`` (False), ``zero`` (0)
+    and ``kc`` come as arguments: a constant passed to a jitted function is typed as a literal, and
+    the tiles' driver would be compiled again for it (conv.py passes them from Python: bool, int64)."""
+    width = COLS_WIDTH[kind] if cols else MR[kind]
+    tiles = (cols8_driver() if cols == 2 else cols_driver(kind)) if cols else rows_driver(kind)
+
+    def gemms_cols(wp, m_n, c_n, v, nt, mo, zeros, groups, no, zero, kc, scratch, s_lo, s_hi):
+        panels = (m_n + width - 1) // width
+        inf = np.float32(np.inf)
+        for s in range(s_lo, s_hi):
+            i = s // groups
+            g = s - i * groups
+            q0, q1 = g * panels // groups, (g + 1) * panels // groups
+            tiles(wp[i], c_n, m_n, v[i, :c_n * nt], nt, nt, zeros, zeros, no, -inf, inf, mo[i, :m_n * nt], nt,
+                  kc, scratch, q0, q1)
+
+    def gemms_rows(wp, m_n, c_n, v, nt, mo, zeros, groups, no, zero, kc, scratch, s_lo, s_hi):
+        panels = (m_n + width - 1) // width
+        inf = np.float32(np.inf)
+        for s in range(s_lo, s_hi):
+            i = s // groups
+            g = s - i * groups
+            q0, q1 = g * panels // groups, (g + 1) * panels // groups
+            # one pixel block (all nt columns) and one panel a "group": conv_tiles' shards [q0, q1)
+            tiles(wp[i], c_n, m_n, v[i, :c_n * nt], zero, nt, nt, zeros, zeros, zeros, no, -inf, inf,
+                  mo[i, :m_n * nt], zero, nt, nt, panels, kc, no, scratch, q0, q1)
+
+    name = {0: "batched_rows", 1: "batched_cols", 2: "batched_cols8"}[cols]
+    return _variant_jit(gemms_cols if cols else gemms_rows, name, kind)
+
+
+_batched = functools.cache(_batched_driver)
+
+
 def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, scratch, s_lo, s_hi):
     """Shards [s_lo, s_hi) of P products ``mo[i, :m_n * nt] = U[i] @ v[i, :c_n * nt]`` (row-major
     (M, nt) and (C, nt) blocks at the start of each row of ``v`` and ``mo``; ``wp`` pack_batched's
     panels): shard s is position s // groups, weight-panel group s % groups, on the cols tiles
-    (``cols``: width COLS_WIDTH) or the rows tiles (width MR) without an epilogue; ``scratch`` at
-    least scratch_size(kind, cols, nt) floats."""
-    width = (48 if kind == 2 else 16) if cols else (8 if kind == 2 else (6 if kind == 1 else 4))
-    panels = (m_n + width - 1) // width
-    inf = np.float32(np.inf)
-    chunks = (c_n + KC - 1) // KC
-    kc = (c_n + chunks - 1) // chunks
-    for s in range(s_lo, s_hi):
-        i = s // groups
-        g = s - i * groups
-        q0, q1 = g * panels // groups, (g + 1) * panels // groups
-        x = v[i, :c_n * nt]
-        out = mo[i, :m_n * nt]
-        w = wp[i]
-        if cols:
-            conv_cols(kind, w, c_n, m_n, x, nt, nt, zeros, zeros, False, -inf, inf, out, nt, COLS_KC, scratch, q0,
-                      q1)
-        else:  # one pixel block (all nt columns) and one panel a "group": conv_tiles' shards [q0, q1)
-            conv_tiles(kind, w, c_n, m_n, x, 0, nt, nt, zeros, zeros, zeros, False, -inf, inf, out, 0, nt, nt,
-                       panels, kc, False, scratch, q0, q1)
-
-def scratch_size(kind: int, cols: bool, n_pix: int, block: int = 0, kc: int = 0, pack: bool = False) -> int:
-    """Floats of the scratch conv_cols (``cols``) or conv_tiles (rows packed into tile order) takes."""
+    (``cols`` 1, or 2 for conv_cols8's tiles: width COLS_WIDTH, K chunks of COLS_KC) or the rows
+    tiles (``cols`` 0: width MR, K in equal chunks of at most KC) without an epilogue; ``scratch`` at
+    least scratch_size(kind, cols, nt) floats. Only the driver of (kind, cols) is compiled; ``v`` is
+    passed read-only, so that its rows reach the tiles' driver with the types conv.py's calls give
+    it (one compiled driver serves both)."""
     if cols:
-        mp = 7 if kind == 2 else 6
+        kc = COLS_KC
+    else:
+        chunks = -(-c_n // KC)
+        kc = -(-c_n // chunks)
+    _batched(kind, int(cols))(wp, m_n, c_n, config.readonly(v), nt, mo, zeros, groups, False, 0, kc, scratch, s_lo,
+                              s_hi)
+
+
+def scratch_size(kind: int, cols: int, n_pix: int, block: int = 0, kc: int = 0, pack: bool = False) -> int:
+    """Floats of the scratch conv_cols (``cols`` 1), conv_cols8 (2) or conv_tiles (0: rows packed
+    into tile order) takes."""
+    if cols:
+        mp = 8 if cols == 2 else (7 if kind == 2 else 6)
         return -(-n_pix // mp) * mp * COLS_WIDTH[kind]
     return block * kc if pack else 1
 
@@ -598,9 +771,48 @@ BLOCK_BYTES = 256 * 1024  # a block's pixel rows of one K chunk (kc x block floa
 
 
 def plan(kind: int, m_n: int, k_n: int, n_pix: int, threads: int) -> tuple[int, int, int, int]:
-    """(block, blocks, groups, kc) for conv_tiles: pixel blocks of a multiple of nr keeping a K
-    chunk's rows in L2, cut further (and the weight panels into groups) so that every thread has
-    at least two shards where there is work for them."""
+    """(block, blocks, groups, kc) for conv_tiles: pixel blocks of equal whole tiles (nr pixels)
+    keeping a K chunk's rows in L2; at several threads at least two shards a thread, the blocks'
+    count rounded up to a multiple of the threads, and where a map has too few tiles for that, the
+    (blocks, weight-panel groups) split whose shards the threads finish soonest (``_makespan``).
+    Before (issue 11, session 6) the blocks were L2-sized with a remainder: 3136 pixels as 1024 x 3
+    + 64 and 196 as 64 x 3 + 4 left one of two threads a quarter to a half of the product idle."""
+    if not BALANCED_PLAN:
+        return _plan_s5(kind, m_n, k_n, n_pix, threads)
+    nr = NR[kind]
+    chunks = -(-k_n // KC)
+    kc = -(-k_n // chunks)
+    tiles = -(-n_pix // nr)
+    per = max(1, BLOCK_BYTES // (4 * kc) // nr)  # tiles a block keeps in L2
+    blocks = -(-tiles // per)
+    groups = 1
+    if threads > 1:
+        want = 2 * threads
+        if blocks >= want or blocks >= tiles:
+            blocks = min(tiles, -(-blocks // threads) * threads)
+        else:
+            panels = -(-m_n // MR[kind])
+            pack = PACK_TILE_COST if pack_rows(m_n, k_n, n_pix) else 0.0  # every group copies its block
+            best = None
+            for b in range(blocks, min(tiles, want) + 1):
+                bt = -(-tiles // b)
+                b_real = -(-tiles // bt)
+                g = max(1, min(panels, -(-want // b_real)))
+                span = _makespan(tiles, bt, panels, g, threads, pack)
+                key = (span, b_real * g)
+                if best is None or key < best[0]:
+                    best = (key, b_real, g)
+            blocks, groups = best[1], best[2]
+    bt = -(-tiles // blocks)
+    blocks = -(-tiles // bt)
+    return bt * nr, blocks, groups, kc
+
+
+BALANCED_PLAN = True  # False: session 5's plan (_plan_s5), for A/B runs (bench_conv_threads.py)
+
+
+def _plan_s5(kind: int, m_n: int, k_n: int, n_pix: int, threads: int) -> tuple[int, int, int, int]:
+    """plan() as session 5 had it: L2-sized blocks with a remainder, cut to 2 shards a thread."""
     mr, nr = MR[kind], NR[kind]
     chunks = -(-k_n // KC)
     kc = -(-k_n // chunks)
@@ -619,3 +831,22 @@ def plan(kind: int, m_n: int, k_n: int, n_pix: int, threads: int) -> tuple[int, 
         if blocks < want:
             groups = max(1, min(panels, -(-want // blocks)))
     return block, blocks, groups, kc
+
+
+PACK_TILE_COST = 2.0  # copying a tile's rows into tile order, in tile x panel products (nr * kc copies
+# at ~0.3 ns against 2 * mr * nr * kc flops at ~100 GFLOP/s)
+
+
+def _makespan(tiles: int, bt: int, panels: int, groups: int, threads: int, pack: float = 0.0) -> float:
+    """When the last of ``threads`` threads, each claiming the next shard as it gets free, finishes
+    conv_tiles' shards (blocks of ``bt`` of ``tiles`` tiles times ``groups`` groups of ``panels``
+    weight panels), in tile x panel units (``pack`` more a tile where each shard first copies its
+    block's rows) plus a shard's hand-out cost."""
+    free = [0.0] * threads
+    for b in range(-(-tiles // bt)):
+        nt = min(bt, tiles - b * bt)
+        for g in range(groups):
+            cost = nt * ((g + 1) * panels // groups - g * panels // groups + pack) + 0.5
+            t = free.index(min(free))
+            free[t] += cost
+    return max(free)

@@ -11,7 +11,7 @@ from kernelkit.registry import register_kernel
 from numba import prange
 
 from .._base import threaded
-from ..config import jit_parallel
+from ..config import jit_parallel, shard_count
 from ._copy import strides, take
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
@@ -31,6 +31,18 @@ def _gather_elements(x, idx, y):
 def gather(data, indices, *, axis=0, out=None):
     axis = axis % data.ndim
     idx = _checked(indices, data.shape[axis])
+    shape = data.shape[:axis] + idx.shape + data.shape[axis + 1:]
+    if shard_count(idx.size, 2.0 * math.prod(shape)) <= 1:
+        # one thread: NumPy's take (GPT-2's token embedding, 64 rows of a 50257 x 768 table: 21 us
+        # against 144 us through the offset tables, whose axis tables alone cost 46 us to build);
+        # the indices are checked and non-negative, so "clip" only skips take's buffered bounds check
+        if out is None:
+            return np.take(data, idx, axis=axis, mode="clip")
+        if out.shape == shape and out.flags.c_contiguous:
+            np.take(data, idx, axis=axis, out=out, mode="clip")
+        else:
+            np.copyto(out, np.take(data, idx, axis=axis, mode="clip").reshape(out.shape))
+        return out
     st = strides(data)
     tables = [np.arange(d, dtype=np.int64) * s for d, s in zip(data.shape, st)]
     tables[axis] = idx.reshape(-1) * st[axis]

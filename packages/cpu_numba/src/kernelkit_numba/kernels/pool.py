@@ -14,6 +14,7 @@ from kernelkit.registry import register_kernel
 
 from .._base import NumbaKernel, threaded
 from ..config import jit_parallel, parallel_for
+from . import dwtile
 from ._range import tap_range
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
@@ -192,18 +193,32 @@ class _Pool(NumbaKernel):
 
 @register_kernel("MaxPool", device="cpu", vendor="numba", dtype="float32", supports=_supports)
 class MaxPool(_Pool):
-    """Without Indices: ``_max_pool_separable`` on shards of planes (ResNet's 3x3/2 on
-    1x64x112x112: 0.34 ms at one thread, 1.30 ms as the running maximum of NumPy regions it
-    replaced; issue 11, session 4). With Indices: a Numba window scan. int8/uint8: qpool.py."""
+    """Without Indices: float32 3x3 stride 1 or 2 on dwtile's AVX-512 tiles (the row maxima in the
+    registers; sharded over planes above an estimated 30 us: ``work`` reports dwtile's estimate),
+    else ``_max_pool_separable`` on shards of planes (ResNet's 3x3/2 on 1x64x112x112: 0.34 ms at
+    one thread, 1.30 ms as the running maximum of NumPy regions it replaced; issue 11, session 4).
+    With Indices: a Numba window scan. int8/uint8: qpool.py."""
     def setup(self, input_specs):
         node = getattr(self.context, "node", None)
         self.want_indices = node is not None and len(node.outputs) > 1 and bool(node.outputs[1])
+
+    def work(self, x):
+        win = self._window(x.shape)
+        if not self.want_indices and dwtile.maxpool_fits(win.kernel, win.strides, win.dilations, x.dtype):
+            planes = x.shape[0] * x.shape[1]
+            return dwtile.work("max", win.strides[0], planes, planes * math.prod(win.out))
+        return super().work(x)
 
     def compute(self, x, *, out=None):
         win = self._window(x.shape)
         x4 = self._as_2d(x)
         (kh, kw), (sh, sw), (dh, dw), (ph, pw) = win.kernel, win.strides, win.dilations, win.begin
         y = _output(x, x4.shape[:2] + tuple(win.out), out)
+        if not self.want_indices and dwtile.maxpool_fits(win.kernel, win.strides, win.dilations, x4.dtype) \
+                and dwtile.enabled():
+            fn, args = dwtile.maxpool(x4, y, sh, ph, pw)
+            dwtile.run(fn, y.shape[0] * y.shape[1], args, dwtile.cost_us("max", sh, y.shape[0] * y.shape[1], y.size))
+            return _result(x, y, out)
         if not self.want_indices:
             parallel_for(_max_pool_separable, y.shape[0] * y.shape[1], (x4, y, kh, kw, sh, sw, dh, dw, ph, pw),
                          2.0 * y.size * (kh + kw))

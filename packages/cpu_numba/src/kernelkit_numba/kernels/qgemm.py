@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from kernelkit.ops.integer import split_columns
 from kernelkit.ops.qlinear import clamp_bounds, multiplier
 from kernelkit.registry import register_kernel
 from numba import prange
@@ -27,6 +28,7 @@ from .._base import NumbaKernel
 from .._base import readonly as _readonly
 from ..config import jit_exact, jit_parallel
 from . import qpack, qtile
+from .norm import layer_normalization
 from .quantize import dynamic_range, quantize_flat, quantize_offset
 
 EXACT = float(1 << 24)  # float32 represents every integer up to this exactly
@@ -130,6 +132,12 @@ def to_float(y, acc, has_acc, mult, bias, has_bias, out):
             f = np.float32(v) * mult[0 if scalar else c]
             out[r, c] = f + bias[c] if has_bias else f
 
+
+# DynamicQuantizeMatMul's work in loop units per integer operation (config.SERIAL_WORK counts
+# about one loop step a unit; the int8 micro-kernel runs ~200-700 GOP/s a core), and the products
+# of few rows that are cut into column shards at two threads or more (below: one call)
+INT8_WORK = 32.0
+COLUMN_SHARD_OPS = 1 << 20
 
 GEMV_ROWS = 8  # products with at most this many rows of A run as integer dot products (gemv_int8)
 
@@ -508,55 +516,141 @@ class DynamicQuantizeMatMul(NumbaKernel):
         self.packed = _matmul_packing(input_specs[1].rank)
 
     def work(self, a, b, *rest):
-        return 2.0 * a.size * b.shape[-1]
+        """The product's integer operations in loop units (config.SERIAL_WORK): the micro-kernel
+        does ~INT8_WORK of them in the time of one loop step, so products from ~2**20 operations
+        (the MLP's batch-1 layers, every product of the transformer) get the session's threads."""
+        return 2.0 * a.size * b.shape[-1] * INT8_WORK
 
     def serial_call(self, step):
         """Calls on the calling thread alone (one thread, or little work): straight to the one-call
         path (small_dynamic), else ``run`` (the general path at this node's thread budget)."""
         run = self.run
 
-        def call(a, b, b_scale, b_zero_point=None, bias=None, out=None):
+        def call(a, b, b_scale, b_zero_point=None, bias=None, residual=None, norm_scale=None, norm_bias=None,
+                 out=None):
             a = _readonly(a)
-            y = small_dynamic(self, a, b, b_scale, b_zero_point, bias, True) if a.size and a.shape[-1] else None
-            return run((a, b, b_scale, b_zero_point, bias), None) if y is None else y
+            y = small_dynamic(self, a, b, b_scale, b_zero_point, bias, True, residual, norm_scale, norm_bias) \
+                if a.size and a.shape[-1] else None
+            return run((a, b, b_scale, b_zero_point, bias, residual, norm_scale, norm_bias), None) if y is None else y
 
         return call
 
-    def compute(self, a, b, b_scale, b_zero_point=None, bias=None):
-        """The product [+ bias], then the fused Relu (attribute ``activation``, the fuse_dynamic_relu pass)."""
+    def compute(self, a, b, b_scale, b_zero_point=None, bias=None, residual=None, norm_scale=None, norm_bias=None):
+        """The product [+ bias], then the fused Relu (attribute ``activation``, the fuse_dynamic_relu
+        pass) or + ``residual`` (kernelkit's input, the fuse_dynamic_add pass); one output, or one per
+        part of the columns (attribute ``split``, merge_dynamic_matmul: the micro-kernel's epilogue
+        writes each part into its own array); then LayerNormalization over the last axis (inputs
+        ``norm_scale``, ``norm_bias``, attribute ``norm_epsilon``: the fuse_dynamic_norm pass)."""
+        if residual is not None and residual.shape != a.shape[:-1] + b.shape[-1:] or \
+                norm_scale is not None and _norm_params(self, norm_scale, norm_bias, b.shape[-1]) is None:
+            y = self.compute(a, b, b_scale, b_zero_point, bias)  # broadcasting: the Add and LayerNormalization nodes'
+            y = y if residual is None else np.add(y, residual)
+            return y if norm_scale is None else layer_normalization(
+                y, norm_scale, norm_bias, axis=-1, epsilon=self.attrs.get("norm_epsilon", 1e-5))[0]
         if a.shape[-1] and a.size:  # one Numba call where one shard takes it (one thread; batch 1)
-            out = small_dynamic(self, a, b, b_scale, b_zero_point, bias)
+            out = small_dynamic(self, a, b, b_scale, b_zero_point, bias, False, residual, norm_scale, norm_bias)
             if out is not None:
                 return out
-        y = self._product(a, b, b_scale, b_zero_point, bias)
-        if self.attrs.get("activation") == "Relu":
-            qpack.relu_flat(y)
-        return y
+        y, bounds = self._product(a, b, b_scale, b_zero_point, bias, residual, norm_scale, norm_bias)
+        if bounds is not None:  # the micro-kernel's epilogue added the residual, activated, normalized
+            return column_parts(y, bounds, a.shape)
+        if residual is not None:  # the paths without the fused add (same shape here)
+            np.add(y, residual, out=y)
+        if norm_scale is not None:
+            y = layer_normalization(y, norm_scale, norm_bias, axis=-1, epsilon=self.attrs.get("norm_epsilon", 1e-5))[0]
+        qpack.activate(y.reshape(-1), activation_code(self))
+        split = self.attrs.get("split")
+        return split_columns(y, split) if split else y
 
-    def _product(self, a, b, b_scale, b_zero_point, bias):
+    def _product(self, a, b, b_scale, b_zero_point, bias, residual, norm_scale=None, norm_bias=None):
+        """(y, bounds): the parts laid one after the other in a flat y (column_parts; + residual
+        included), or (the whole product, None)."""
         flat, a_scale, a_zp = dynamic_range(a)
         if not np.isfinite(a_scale):  # an infinity in A (NaN: scale NaN): the reference's steps, whose
             # 0 * inf products make NaN where the exact-integer paths' epilogues differ (-inf)
             from kernelkit.ops.integer import dynamic_quantize_matmul
 
-            return dynamic_quantize_matmul(a, b, b_scale, b_zero_point, bias)
+            return dynamic_quantize_matmul(a, b, b_scale, b_zero_point, bias), None
         mult = (np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)).reshape(-1)  # as the Mul node
         tile = tiled(self, b, b_zero_point)
         if tile is not None:  # A quantized straight into the micro-kernel's panels
-            return tiled_dynamic(self, tile, flat.reshape(-1, a.shape[-1]), a_scale, a_zp, mult, bias, a.shape)
+            bounds = column_bounds(self, tile[1].n)
+            x2 = flat.reshape(-1, a.shape[-1])
+            norm = _norm_params(self, norm_scale, norm_bias, tile[1].n)
+            return tiled_dynamic(self, tile, x2, a_scale, a_zp, mult, bias, bounds, _residual(residual, x2),
+                                 activation_code(self), norm), bounds
         finish = float_epilogue(self, mult, bias)
         if few_rows(a.shape, b):  # integer dot products read the uint8 A
             q = np.empty(a.shape, np.uint8)
             quantize_flat(flat, a_scale, a_zp, q.reshape(-1))
-            return gemv_finish(self, q, a_zp, b, b_zero_point, finish)
+            return gemv_finish(self, q, a_zp, b, b_zero_point, finish), None
         af = np.empty(a.shape, np.float32)  # BLAS reads float32: quantized minus zp in one pass
         quantize_offset(flat, a_scale, np.float32(a_zp), af.reshape(-1))
         bf, blocks = self.packed.get(b, b_zero_point, max(int(a_zp), 255 - int(a_zp)))
         config.blas_single()  # uses_blas is off for the micro-kernel's sake
-        return integer_product(af, bf, blocks, finish)
+        return integer_product(af, bf, blocks, finish), None
 
 
-def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = False):
+def column_bounds(kernel, n: int) -> np.ndarray:
+    """int64 [0, n1, n1 + n2, ..., n]: the column parts of the node's outputs (attribute ``split``;
+    without it one part, [0, n]), kept on the kernel."""
+    hit = kernel.__dict__.get("_column_bounds")
+    if hit is None or hit[0] != n:
+        split = [int(v) for v in kernel.attrs.get("split") or ()]
+        if split and (sum(split) != n or min(split) < 0):
+            raise ValueError(f"split {split} does not cut the product's {n} columns")
+        hit = kernel._column_bounds = (n, np.cumsum([0, *split], dtype=np.int64) if split else
+                                       np.array([0, n], np.int64))
+    return hit[1]
+
+
+def column_parts(flat: np.ndarray, bounds: np.ndarray, a_shape):
+    """The outputs whose parts qpack.to_float_parts wrote one after the other into ``flat``: one
+    array (..., n), or a tuple of C-contiguous (..., width) views, one per part."""
+    lead = tuple(a_shape[:-1])
+    if bounds.shape[0] == 2:
+        return flat.reshape(*lead, int(bounds[1]))
+    m = math.prod(lead)
+    return tuple(flat[m * int(c0):m * int(c1)].reshape(*lead, int(c1 - c0)) for c0, c1 in zip(bounds[:-1], bounds[1:]))
+
+
+def _norm_params(kernel, scale, bias, n: int):
+    """(norm, has_norm) arguments of the qpack kernels for a fused LayerNormalization over the last
+    axis: ((scale, bias, epsilon), True) with scale and bias as N contiguous float32 (as the
+    LayerNormalization kernel makes them), a stand-in without one, None where they are not of N."""
+    if scale is None:
+        return NO_NORM, False
+    if scale.size != n or (bias is not None and bias.size != n):
+        return None
+    eps = float(kernel.attrs.get("norm_epsilon", 1e-5))
+    s = np.ascontiguousarray(scale, np.float32).reshape(n)
+    b = np.zeros(n, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32).reshape(n)
+    return (s, b, eps), True
+
+
+NO_NORM = (np.zeros(1, np.float32), np.zeros(1, np.float32), 0.0)
+
+
+def activation_code(kernel) -> int:
+    """qpack's code of the node's fused activation (attribute ``activation``: "", "Relu", "Gelu")."""
+    return _ACT[kernel.attrs.get("activation") or ""]
+
+
+_ACT = {"": qpack.ACT_NONE, "Relu": qpack.ACT_RELU, "Gelu": qpack.ACT_GELU}
+
+
+def _residual(residual, x2) -> tuple:
+    """(res, has_res) arguments of the qpack kernels: ``residual`` as (rows, N) float32, or a stand-in."""
+    if residual is None:
+        return NO_RESIDUAL, False
+    return np.ascontiguousarray(residual, np.float32).reshape(x2.shape[0], -1), True
+
+
+NO_RESIDUAL = np.zeros((1, 1), np.float32)
+
+
+def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = False, residual=None, norm_scale=None,
+                  norm_bias=None):
     """DynamicQuantizeMatMul on the micro-kernel as one Numba call (qpack.dq_matmul_small: range,
     parameters, quantize into the panels, product, epilogue) where the product is one shard (one
     thread, or little work), its constant arguments kept on the kernel while the same read-only arrays
@@ -579,17 +673,39 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
         hit = (b, b_scale, b_zero_point, bias, env, volatile, head)  # volatile: writable, derived every call
         kernel._small = hit
     head = hit[6]
-    if head is None:
+    if head is None or (residual is not None and residual.shape != a.shape[:-1] + (head[5],)):
         return None
     x2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
     m_n, k_n, n_n = x2.shape[0], x2.shape[1], head[5]
     block = m_n if m_n <= GEMV_ROWS else qpack.block_rows(m_n, k_n, head[4] * qpack.NR, head[1])
-    if not serial and m_n > block and config.shard_count(-(-m_n // block), 2.0 * m_n * k_n * n_n) > 1:
+    act = activation_code(kernel)
+    bounds = column_bounds(kernel, n_n)
+    norm = _norm_params(kernel, norm_scale, norm_bias, n_n)
+    if norm is None:
         return None
-    out = np.empty((m_n, n_n), np.float32)
-    if not qpack.dq_matmul_small(head[0], x2, *head[1:], out, block, kernel.attrs.get("activation") == "Relu"):
+    if not serial:
+        threads = config.current_threads()
+        if m_n > block and config.shard_count(-(-m_n // block), 2.0 * m_n * k_n * n_n) > 1:
+            return None  # row blocks on the pool (tiled_dynamic)
+        groups = -(-head[4] // qpack.GROUP_PANELS)
+        if m_n <= GEMV_ROWS and threads > 1 and groups > 1 and 2.0 * m_n * k_n * n_n >= COLUMN_SHARD_OPS and \
+                not norm[1]:  # a norm needs whole rows
+            return _column_shards(head, x2, bounds, act, min(groups, threads), groups, a.shape, residual)
+    flat = np.empty(m_n * n_n, np.float32)
+    if not qpack.dq_matmul_small(head[0], x2, *head[1:], flat, bounds, *_residual(residual, x2), block, act, *norm):
         return None
-    return out.reshape(*a.shape[:-1], head[5])
+    return column_parts(flat, bounds, a.shape)
+
+
+def _column_shards(head, x2, bounds, act, count, groups, a_shape, residual):
+    """small_dynamic's product for one row block (a few rows) cut into ``count`` shards of B's
+    column groups on the pool (qpack.dq_matmul_panels; each shard quantizes the few rows of A
+    itself); None when A holds a NaN or an infinity."""
+    flat = np.empty(x2.shape[0] * head[5], np.float32)
+    ok = np.ones(1, np.bool_)
+    args = (head[0], x2, *head[1:], flat, bounds, *_residual(residual, x2), act, ok)
+    config.run_shards(lambda i: qpack.dq_matmul_panels(*args, i * groups // count, (i + 1) * groups // count), count)
+    return column_parts(flat, bounds, a_shape) if ok[0] else None
 
 
 def few_rows(a_shape, b) -> bool:
@@ -674,12 +790,13 @@ def tiled_requantized(kernel, tile, a, a_zero_point, mult, bias, y_zero_point, b
     return out.reshape(*a.shape[:-1], pb.n)
 
 
-def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, a_shape):
+def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, bounds, res, act, norm):
     """DynamicQuantizeMatMul on the micro-kernel, one Numba call per shard of row blocks
-    (qpack.dq_matmul_rows): quantize into the panels, product, float32 epilogue."""
+    (qpack.dq_matmul_rows): quantize into the panels, product, float32 epilogue into the column
+    parts ``bounds`` laid one after the other in the flat result (column_parts)."""
     variant, pb = tile
     m_n = x2.shape[0]
-    out = np.empty((m_n, pb.n), np.float32)
+    out = np.empty(m_n * pb.n, np.float32)
     has_bias = bias is not None
     bias_arr = derived(kernel, (bias,), lambda: np.ascontiguousarray(bias, np.float32).reshape(-1) if has_bias
                        else np.zeros(1, np.float32))
@@ -687,8 +804,8 @@ def tiled_dynamic(kernel, tile, x2, a_scale, a_zp, mult, bias, a_shape):
     blocks = -(-m_n // block)
     args = (qtile.KIND[variant.name], x2, np.float32(a_scale), np.uint8(a_zp), variant.mr, pb.data, pb.kq,
             pb.n_panels, pb.n, pb.col_sums, pb.k, pb.zp, pb.has_zp, mult, mult.shape[0] > 1, bias_arr, has_bias, out,
-            block)
+            bounds, *res, act, *norm, block)
     config.parallel_for(qpack.dq_matmul_rows, blocks, args, 2.0 * m_n * pb.k * pb.n)
-    return out.reshape(*a_shape[:-1], pb.n)
+    return out
 
 

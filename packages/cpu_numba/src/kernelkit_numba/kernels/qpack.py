@@ -18,7 +18,8 @@ import numpy as np
 
 from .. import config
 from ..config import jit, jit_exact
-from . import qtile
+from . import norm as _norm
+from . import qtile, unary
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 BLOCK_BYTES = 192 * 1024  # rows of A per block: the packed block stays in L2 while B's panels pass
@@ -230,12 +231,73 @@ def pack_quantized(x2, r0, r1, scale, zp, mr, kq, out32, row, rowsum):
 
 
 @jit_exact
+def to_float_parts(cbuf, ldc, rows, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, flat, bounds, res,
+                   has_res, act, norm, has_norm, m_n, r0):
+    """to_float_rows for each part p of the columns, [bounds[p], bounds[p + 1]), into its own
+    C-contiguous (m_n, width) array laid one after the other in ``flat`` (one part: the whole
+    (m_n, N) output; several: a merged DynamicQuantizeMatMul's outputs, its ``split`` attribute),
+    then + res[row, col] (``has_res``: a residual Add fused by fuse_dynamic_add; res (m_n, N)
+    float32, its own rounding after the epilogue's, as the Add node's), then the fused activation
+    (``act``: ACT_RELU, ACT_GELU; the Relu and Gelu kernels' own loops) on the rows, still in cache.
+    ``has_norm`` (one part, no activation; fuse_dynamic_norm): the rows go to a scratch block and
+    the LayerNormalization kernel's row loop (norm._layer_norm, ``norm`` = (scale, bias, epsilon)
+    over the last axis) writes them normalized into the output."""
+    if has_norm:
+        n_n = bounds[1]
+        tmp = np.empty((rows, n_n), np.float32)
+        to_float_rows(cbuf, ldc, rows, n_n, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, tmp, 0)
+        if has_res:
+            for r in range(rows):
+                add_row(tmp[r], res[r0 + r])
+        dst = flat[:m_n * n_n].reshape((m_n, n_n))
+        stats = np.empty(2 * rows, np.float32)
+        _norm_rows(tmp, norm[0], norm[1], norm[2], dst[r0:r0 + rows], stats[:rows], stats[rows:], 0, rows)
+        return
+    for p in range(bounds.shape[0] - 1):
+        c0, c1 = bounds[p], bounds[p + 1]
+        if c1 <= c0:
+            continue
+        dst = flat[m_n * c0:m_n * c1].reshape((m_n, c1 - c0))
+        to_float_rows(cbuf[c0:], ldc, rows, c1 - c0, terms[c0:c1], zb[c0:c1], rowsum, has_zb,
+                      mult[c0:c1] if per_col else mult[0:1], per_col, bias[c0:c1] if has_bias else bias[0:1],
+                      has_bias, dst, r0)
+        if has_res:
+            for r in range(r0, r0 + rows):
+                add_row(dst[r], res[r][c0:c1])
+        if act != ACT_NONE:
+            activate(dst[r0:r0 + rows].reshape(-1), act)
+
+
+_norm_rows = _norm._layer_norm  # the LayerNormalization kernel's row loop
+ACT_NONE, ACT_RELU, ACT_GELU = 0, 1, 2  # DynamicQuantizeMatMul's fused activation (attribute ``activation``)
+_GELU_INPLACE = unary._loop_inplace(unary.GELU)  # the Gelu node's in-place loop (approximate="none")
+
+
+@jit
+def activate(y, act):
+    """The fused activation in place on the C-contiguous float32 ``y``: Relu as relu_flat (the Relu
+    kernel's max), Gelu by the Gelu kernel's own loop, so that the fused node equals the pair."""
+    if act == ACT_RELU:
+        relu_flat(y)
+    elif act == ACT_GELU:
+        _GELU_INPLACE(y, np.float32(0), np.float32(0), 0, y.shape[0])
+
+
+@jit_exact
+def add_row(dst, src):
+    """dst += src (float32, one rounding: the Add node's)."""
+    for n in range(dst.shape[0]):
+        dst[n] = dst[n] + src[n]
+
+
+@jit_exact
 def dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, mult, per_col,
-                   bias, has_bias, out, block, b_lo, b_hi):
+                   bias, has_bias, flat, bounds, res, has_res, act, norm, has_norm, block, b_lo, b_hi):
     """Row blocks [b_lo, b_hi) (``block`` rows each) of DynamicQuantizeMatMul on the A-panel
     micro-kernel (qtile.gemm_kind): the rows quantized straight into the panels (pack_quantized),
-    the int32 block, then to_float_rows' epilogue (Cast -> Mul -> Add, no FMA contraction). The
-    column terms of this run's zero point (PackedB.column_terms) are computed here, wrapping in int32."""
+    the int32 block, then to_float_rows' epilogue (Cast -> Mul -> Add, no FMA contraction) into the
+    column parts of ``flat`` (to_float_parts). The column terms of this run's zero point
+    (PackedB.column_terms) are computed here, wrapping in int32."""
     m_n = x2.shape[0]
     za = np.int64(zp)
     terms = np.empty(n_n, np.int32)
@@ -252,7 +314,8 @@ def dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, 
         r1 = min(m_n, r0 + block)
         pack_quantized(x2, r0, r1, scale, zp, mr, kq, a32, row, rowsum)
         qtile.gemm_kind(kind, abuf, bdata, kq, n_panels, cbuf, ldc, r1 - r0)
-        to_float_rows(cbuf, ldc, r1 - r0, n_n, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, out, r0)
+        to_float_parts(cbuf, ldc, r1 - r0, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, flat, bounds,
+                       res, has_res, act, norm, has_norm, m_n, r0)
 
 
 INF_KEY = 0x7F800000  # float_range's key of +inf; of -inf:
@@ -292,32 +355,96 @@ def relu_flat(y):
         flat[i] = max(flat[i], zero)
 
 
-@jit_exact
-def dq_matmul_small(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, b_scale, bias, has_bias,
-                    out, block, relu) -> bool:
-    """DynamicQuantizeMatMul in one call (at one thread; batch 1 above all): A's range
-    (float_range), its scale and zero point in float32 as kernelkit.ops.quantize.dynamic_params
-    computes them, ``mult = a_scale * b_scale`` (the Mul node's float32 product), then
-    dq_matmul_rows over all row blocks of ``block`` rows (x2 C-contiguous), then a fused Relu
-    (``relu``: relu_flat). Returns
-    False, computing nothing, when A holds a NaN or an infinity (the caller's general path keeps
-    NumPy's handling of those)."""
-    m_n = x2.shape[0]
+@jit
+def dq_params(x2, b_scale, mult):
+    """(finite, scale, zero point) of DynamicQuantizeLinear over the C-contiguous float32 ``x2``
+    (float_range; the float32 steps of kernelkit.ops.quantize.dynamic_params) and ``mult[n] =
+    scale * b_scale[n]`` (the Mul node's float32 product); finite False (the rest unset) when x2
+    holds a NaN or an infinity."""
     finite, lo, hi = float_range(x2.view(np.int32))
     if not finite:
-        return False
+        return False, np.float32(1), np.uint8(0)
     scale = np.float32(1) if hi == lo else np.float32((hi - lo) / np.float32(255))
     zf = np.float32(np.float32(0) - lo / scale)
     zf = np.float32(np.rint(min(max(zf, np.float32(0)), np.float32(255))))
-    zp = np.uint8(zf)
-    per_col = b_scale.shape[0] > 1
-    mult = np.empty(b_scale.shape[0], np.float32)
     for n in range(b_scale.shape[0]):
         mult[n] = scale * b_scale[n]
+    return True, scale, np.uint8(zf)
+
+
+GROUP_PANELS = 8  # column shards of dq_matmul_panels: 8 panels (128 columns, the 1 x 128 wide tile) a group
+
+
+@jit_exact
+def dq_matmul_panels(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, b_scale, bias, has_bias,
+                     flat, bounds, res, has_res, act, ok, g_lo, g_hi):
+    """Column groups [g_lo, g_hi) (GROUP_PANELS B panels each) of DynamicQuantizeMatMul for a few
+    rows of A (one row block: batch 1 at two threads, each shard a group range): A's range and
+    parameters (dq_params) and its quantized panels are computed by every shard (a few hundred
+    values: cheaper than a second parallel region), then this shard's panels' product and
+    epilogue (to_float_rows, the same float32 steps as dq_matmul_rows), residual and activation.
+    ``ok[0]`` is set False, computing nothing, when A holds a NaN or an infinity."""
+    m_n = x2.shape[0]
+    mult = np.empty(b_scale.shape[0], np.float32)
+    finite, scale, zp = dq_params(x2, b_scale, mult)
+    if not finite:
+        ok[0] = False
+        return
+    per_col = b_scale.shape[0] > 1
+    p0 = g_lo * GROUP_PANELS
+    p1 = min(n_panels, g_hi * GROUP_PANELS)
+    c0 = p0 * 16
+    c1 = min(n_n, p1 * 16)
+    if c1 <= c0:
+        return
+    za = np.int64(zp)
+    terms = np.empty(c1 - c0, np.int32)
+    for n in range(c0, c1):
+        terms[n - c0] = np.int32(-za * np.int64(col_sums[n]) + np.int64(k_n) * za * np.int64(zb[n]))
+    abuf = np.empty(m_n * kq * 4, np.uint8)
+    row = np.empty(kq * 4, np.uint8)
+    rowsum = np.empty(m_n, np.int32)
+    pack_quantized(x2, 0, m_n, scale, zp, mr, kq, abuf.view(np.uint32), row, rowsum)
+    ldc = (p1 - p0) * 16
+    cbuf = np.empty(m_n * ldc, np.int32)
+    qtile.gemm_kind(kind, abuf, bdata[p0 * kq * 64:], kq, p1 - p0, cbuf, ldc, m_n)
+    for p in range(bounds.shape[0] - 1):  # each output part's share of [c0, c1)
+        lo, hi = max(c0, bounds[p]), min(c1, bounds[p + 1])
+        if hi <= lo:
+            continue
+        width = bounds[p + 1] - bounds[p]
+        mu = mult[lo:hi] if per_col else mult[0:1]
+        bs = bias[lo:hi] if has_bias else bias[0:1]
+        for r in range(m_n):
+            at = m_n * bounds[p] + r * width + lo - bounds[p]
+            dst = flat[at:at + hi - lo].reshape((1, hi - lo))
+            to_float_rows(cbuf[r * ldc + lo - c0:], ldc, 1, hi - lo, terms[lo - c0:], zb[lo:hi], rowsum[r:r + 1],
+                          has_zb, mu, per_col, bs, has_bias, dst, 0)
+            if has_res:
+                add_row(dst[0], res[r][lo:hi])
+            if act != ACT_NONE:
+                activate(dst.reshape(-1), act)
+
+
+@jit_exact
+def dq_matmul_small(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, b_scale, bias, has_bias,
+                    flat, bounds, res, has_res, block, act, norm, has_norm) -> bool:
+    """DynamicQuantizeMatMul in one call (at one thread; batch 1 above all): A's range
+    (float_range), its scale and zero point in float32 as kernelkit.ops.quantize.dynamic_params
+    computes them, ``mult = a_scale * b_scale`` (the Mul node's float32 product), then
+    dq_matmul_rows over all row blocks of ``block`` rows (x2 C-contiguous; the fused activation
+    ``act`` in its epilogue). Returns
+    False, computing nothing, when A holds a NaN or an infinity (the caller's general path keeps
+    NumPy's handling of those)."""
+    m_n = x2.shape[0]
+    mult = np.empty(b_scale.shape[0], np.float32)
+    finite, scale, zp = dq_params(x2, b_scale, mult)
+    if not finite:
+        return False
+    per_col = b_scale.shape[0] > 1
     dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, mult, per_col,
-                   bias, has_bias, out, block, 0, (m_n + block - 1) // block)
-    if relu:
-        relu_flat(out)
+                   bias, has_bias, flat, bounds, res, has_res, act, norm, has_norm, block, 0,
+                   (m_n + block - 1) // block)
     return True
 
 

@@ -44,6 +44,33 @@ def _supports(specs, attrs) -> bool:
             and attrs.get("nearest_mode", "round_prefer_floor") in NEAREST_MODES)
 
 
+def _repeat_factors(index, shape) -> list[int] | None:
+    """Each axis's integer upsampling factor when nearest's source index along every axis is
+    ``arange(n) // k`` (FPN's and YOLO's Resize x2), else None."""
+    factors = []
+    for idx, size in zip(index, shape):
+        k = idx.shape[0] // size
+        if k < 1 or k * size != idx.shape[0] or not np.array_equal(idx, np.arange(idx.shape[0]) // k):
+            return None
+        factors.append(k)
+    return factors
+
+
+def _repeat(x, factors, shape, into):
+    """Integer-factor nearest upsampling as NumPy's repeat along each scaled axis: its copy loops
+    are made for this (a 1x512x10x10 x2 upsampling, thread CPU time on the dev box: 112 us for the
+    two repeats against 706 us for the offset-table gather, and 587 us for one broadcast copy,
+    whose innermost runs are 2 elements long)."""
+    y = x
+    for axis, k in enumerate(factors):
+        if k > 1:
+            y = np.repeat(y, k, axis=axis)
+    if into is not None:
+        np.copyto(into, y)
+        return into
+    return y if y is not x else x.copy()
+
+
 def resize(x, roi=None, scales=None, sizes=None, *, axes=(), coordinate_transformation_mode="half_pixel",
            keep_aspect_ratio_policy="stretch", mode="nearest", nearest_mode="round_prefer_floor", out=None):
     into = out
@@ -60,6 +87,9 @@ def resize(x, roi=None, scales=None, sizes=None, *, axes=(), coordinate_transfor
            for size, s, n in zip(x.shape, scale, out)]
     if mode == "nearest":
         index = [np.clip(_nearest(c, nearest_mode), 0, size - 1) for c, size in zip(src, x.shape)]
+        factors = _repeat_factors(index, x.shape)
+        if factors is not None:
+            return _repeat(x, factors, tuple(out), into)
         return take(x, axis_tables(x, index), out=into)
     y = x
     for axis, (size, s, n, c) in enumerate(zip(x.shape, scale, out, src)):

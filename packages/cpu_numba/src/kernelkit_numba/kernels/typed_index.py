@@ -1,7 +1,8 @@
 """Index and selection kernels on int64 and bool data (shape and mask arithmetic in exported
-graphs): Gather, Expand and Where reuse the float32 kernels' compiled loops (they are dtype
-generic); Cast is one parallel conversion loop; GatherND and ScatterND copy whole slices, their
-row offsets computed from the index tuples."""
+graphs): Gather, Expand and Where reuse the float32 kernels (dtype generic: Numba loops or
+NumPy's take for Gather, Numba loops for Expand, NumPy's masked copies for Where); Cast is one
+parallel conversion loop; GatherND and ScatterND copy whole slices, their row offsets computed
+from the index tuples."""
 from __future__ import annotations
 
 import numpy as np

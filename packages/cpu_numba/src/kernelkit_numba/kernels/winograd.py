@@ -131,13 +131,22 @@ def _spaced(n: int) -> int:
     return 16 * (lines + 1 - lines % 2)
 
 
-_TRANSFORM_WORK = 40.0  # work units per (channel, tile) of the F(2x2, 3x3) input and output transforms
+# Work units (config.MIN_SHARD_WORK: a shard has at least 2**21) per (channel, tile) of the transforms,
+# scaled so that a unit is ~25 ps, the time of ~2.5 flops of the GEMM tiles: measured on the AMD box at
+# one thread, F(2x2, 3x3) input 5.2-6.6 ns, output 4.0-4.8 ns a (channel, tile); F(4x4, 3x3) input
+# ~21 ns, output ~15 ns. The old 40 / 60 units left every transform of ResNet-18 (0.05-0.26 ms each,
+# ~3 ms a run) on one thread at two (issue 11, session 6).
+_TRANSFORM_WORK = 200.0  # F(2x2, 3x3), input transform
+_OUT_WORK = 170.0  # F(2x2, 3x3), output transform
+_TRANSFORM4_WORK = 830.0  # F(4x4, 3x3), input
+_OUT4_WORK = 600.0  # F(4x4, 3x3), output
 
 
-def usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n) -> bool:
+def usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, small: bool = False) -> bool:
     """Winograd pays off for 3x3, stride 1, undilated, ungrouped convolutions on maps of at least
-    14x14 (smaller ones leave too few tiles for the 16 GEMMs to run near BLAS speed)."""
-    return kh == kw == 3 and sh == sw == dh == dw == 1 and group == 1 and oh_n * ow_n >= 196
+    14x14 (smaller ones leave too few tiles for the 16 GEMMs to run near BLAS speed); ``small``
+    (the GEMMs on ftile's cols tiles, conv.py): from 7x7."""
+    return kh == kw == 3 and sh == sw == dh == dw == 1 and group == 1 and oh_n * ow_n >= (49 if small else 196)
 
 
 def gemms(v, mo, u, m_n, c_n, nt, packed) -> None:
@@ -185,7 +194,7 @@ def conv3x3(x, u, bias, y, ph, pw, code, p0, p1, scratch, z=None, packed=None) -
         gemms(v, mo, u, m_n, c_n, t_n, packed)
         zn = config.readonly(z[n] if z is not None else y[n, :1])
         config.parallel_for(_output_transform, m_n, (mo, y[n], bias, zn, z is not None, th_n, tw_n, code, p0, p1),
-                            _TRANSFORM_WORK * m_n * t_n)
+                            _OUT_WORK * m_n * t_n)
 
 
 # -- F(4x4, 3x3) ---------------------------------------------------------------------------------
@@ -337,9 +346,9 @@ def conv3x3_f4(x, u, bias, y, z, ph, pw, code, p0, p1, scratch, packed=None) -> 
         scratch.update(key=key, v=np.empty((36, _spaced(c_n * nt)), x.dtype),
                        mo=np.empty((36, _spaced(m_n * nt)), x.dtype))
     v, mo = scratch["v"], scratch["mo"]
-    config.parallel_for(_input_transform4, n_n * c_n, (x, v, ph, pw, th_n, tw_n), 60.0 * c_n * nt)
+    config.parallel_for(_input_transform4, n_n * c_n, (x, v, ph, pw, th_n, tw_n), _TRANSFORM4_WORK * c_n * nt)
     gemms(v, mo, u, m_n, c_n, nt, packed)
     has_z = z is not None
     zz = z if has_z else y[:1, :1, :1, :1]
     config.parallel_for(_output_transform4, n_n * m_n, (mo, y, bias, config.readonly(zz), has_z, th_n, tw_n,
-                                                        code, p0, p1), 60.0 * m_n * nt)
+                                                        code, p0, p1), _OUT4_WORK * m_n * nt)

@@ -1,0 +1,91 @@
+"""Issue 11's per-op check: is any numba kernel slower than the reference kernel for the same node?
+
+For each model (benchmarks/models/zoo.py: the five benchmark models and the five extra
+architectures, EfficientNet-B0, RegNetY-400MF, GPT-2, BERT-base and a YOLO-style detection head,
+at their published sizes) a reference session and a numba session, both at one thread, each
+node's best time over the runs (``profile=True``). Nodes are matched by name (both sessions run
+the same passes, so they share their names; a node one of them fused away counts under
+"unmatched"). Prints per model the op types with their summed times and ratio, then every node
+where numba is slower than the reference by more than 10 % and 20 us, and a one-line verdict::
+
+    python benchmarks/ops_vs_reference.py [models=all] [runs=5] [batch=1]
+
+Run it pinned (``taskset -c 0,1``); the per-node minima are comparable within one process.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "models"))
+os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")  # steady state: compile in the warm-up
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    # one thread for the reference's BLAS too (the numba kernels set their own per call): left alone,
+    # NumPy's matmul ran on both pinned cores and the reference's GEMMs looked twice as fast
+    os.environ.setdefault(_var, "1")
+import kernelkit  # noqa: E402
+import zoo  # noqa: E402
+from _timing import best_node_ms  # noqa: E402
+from kernelkit_converters.onnx import convert  # noqa: E402
+
+SLOWER, MIN_MS = 1.10, 0.020
+
+
+def _builders() -> dict:
+    return {**zoo.MODELS, **zoo.EXTRA}
+
+
+def profile(model, feed, vendor: str, runs: int) -> dict[str, tuple[str, float, str]]:
+    """Node name -> (op, best ms, vendor that ran it)."""
+    sess = kernelkit.Session(model, vendors=[vendor, "reference"], threads=1, profile=True)
+    best = best_node_ms(sess, feed, runs)
+    return {s.name: (s.op, best.get(s.name, 0.0), s.key.vendor) for s in sess.plan.kernel_steps()}
+
+
+def compare(name: str, runs: int, batch: int) -> list[tuple]:
+    proto = _builders()[name]()
+    model = convert(proto.SerializeToString())
+    feed = zoo.feed(proto, batch)
+    ref = profile(model, feed, "reference", runs)
+    nb = profile(model, feed, "numba", runs)
+    by_op: dict = collections.defaultdict(lambda: [0, 0.0, 0.0])
+    slow = []
+    for node, (op, ms, vendor) in nb.items():
+        if node not in ref:
+            continue
+        row = by_op[op]
+        row[0] += 1
+        row[1] += ref[node][1]
+        row[2] += ms
+        if vendor == "numba" and ms > ref[node][1] * SLOWER and ms - ref[node][1] > MIN_MS:
+            slow.append((node, op, ref[node][1], ms))
+    unmatched = (sum(ms for n, (_, ms, _) in ref.items() if n not in nb),
+                 sum(ms for n, (_, ms, _) in nb.items() if n not in ref))
+    print(f"\n## {name} (batch {batch}, 1 thread, best of {runs} per node, ms)")
+    print("| op | nodes | reference | numba | reference / numba |")
+    print("|---|---:|---:|---:|---:|")
+    for op, (count, r, n) in sorted(by_op.items(), key=lambda kv: -kv[1][1]):
+        print(f"| {op} | {count} | {r:.3f} | {n:.3f} | {r / n if n else float('inf'):.2f} |")
+    total_r = sum(v[1] for v in by_op.values()) + unmatched[0]
+    total_n = sum(v[2] for v in by_op.values()) + unmatched[1]
+    print(f"| unmatched (fused in one session only) | | {unmatched[0]:.3f} | {unmatched[1]:.3f} | |")
+    print(f"| **sum** | {len(nb)} | {total_r:.3f} | {total_n:.3f} | {total_r / total_n:.2f} |")
+    for node, op, r, n in sorted(slow, key=lambda t: t[2] - t[3]):
+        print(f"  slower on numba: {node} ({op}) reference {r:.3f} ms, numba {n:.3f} ms")
+    return slow
+
+
+def main(argv: list[str]) -> int:
+    names = argv[0].split(",") if argv and argv[0] != "all" else list(_builders())
+    runs = int(argv[1]) if len(argv) > 1 else 5
+    batch = int(argv[2]) if len(argv) > 2 else 1
+    verdict = {name: compare(name, runs, batch) for name in names}
+    print("\nnodes where numba is slower than the reference (>10 % and >20 us):",
+          {name: len(slow) for name, slow in verdict.items()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
