@@ -169,3 +169,15 @@ def test_row_blocks_and_panel_groups(name, threads, shards, monkeypatch):
         fgemm.gemm(kind, fgemm.Packed(b, b, kind), a, out, 1.0, bias, epilogue.CLIP, np.float32(0), np.float32(np.inf),
                    shards)
     assert_close(out, _want(a, b, 1.0, bias, epilogue.CLIP, np.float32(0), np.float32(np.inf)))
+
+
+def test_drivers_are_cached_under_their_variant():
+    """The drivers close over LLVM IR intrinsics, which pickle differently in every process: each is
+    cached under a key naming its variant, tile height and activation (cache.CLOSURE_KEY), so that the
+    next process loads it instead of compiling it again."""
+    from kernelkit_numba.cache import CLOSURE_KEY
+
+    drivers = [fgemm.driver(kind, post, mr) for kind, mr in ((0, 4), (1, 6), (2, 8), (2, 12))
+               for post in (epilogue.NONE, epilogue.GELU)]
+    keys = {getattr(getattr(d, "py_func", d), CLOSURE_KEY) for d in drivers}  # py_func: unless NUMBA_DISABLE_JIT
+    assert len(keys) == 8 and all(k.startswith("fgemm.gemm.") for k in keys)

@@ -31,6 +31,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .. import config
+from ..cache import CLOSURE_KEY
 from ..config import jit
 from .epilogue import CLIP, NONE, act
 from .ftile import _data, available, choice
@@ -272,6 +273,8 @@ def driver(kind: int, post: int, mr: int):
                                 for j in range(nv):
                                     out[U(at + j)] = act(out[U(at + j)], post, p0, p1)
 
+    # cached under the variant's name: the cells (intrinsics) pickle differently in every process
+    setattr(gemm, CLOSURE_KEY, f"fgemm.gemm.{kind}.{mr}.{post}")
     return jit(gemm)
 
 
