@@ -91,7 +91,9 @@ def test_tiles_direct_against_numpy(rng):
 @pytest.mark.parametrize("op", ["dw1", "dw2", "max"])
 def test_two_threads_equal_one(rng, op):
     """Sharded over planes at 2 threads (the work above the serial limit): bit-equal to 1 thread."""
-    x = rng.standard_normal((1, 96, 112, 112)).astype(np.float32)
+    from kernelkit_numba import shards
+
+    x = rng.standard_normal((3, 96, 112, 112)).astype(np.float32)
     if op == "max":
         attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
         inputs, consts, name = [x], (), "MaxPool"
@@ -102,9 +104,14 @@ def test_two_threads_equal_one(rng, op):
         b = rng.standard_normal(96).astype(np.float32)
         inputs, consts, name = [x, w, b], (1, 2), "Conv"
     one = run_single_op(name, inputs, attrs, constants=consts, vendors=["numba"], fallback=False, threads=1)[0]
-    with config.num_threads(2):
-        two = run_single_op(name, inputs, attrs, constants=consts, vendors=["numba"], fallback=False,
-                            threads=2)[0]
+    shards.POOL.trace = []
+    try:
+        with config.num_threads(2):
+            two = run_single_op(name, inputs, attrs, constants=consts, vendors=["numba"], fallback=False,
+                                threads=2)[0]
+        assert any(r[1] > 0 for r in shards.POOL.trace)  # a second shard ran: the call was cut
+    finally:
+        shards.POOL.trace = None
     np.testing.assert_array_equal(one, two)
 
 

@@ -449,9 +449,13 @@ _max_planes_s2 = _max_driver(_max3_s2)
 # about NS_PER_OUTPUT[(kind, stride)] ns an output plus NS_PER_PLANE a plane. A call estimated above
 # PARALLEL_US runs on the shard pool (Conv.work and MaxPool.work report it so that PARALLEL_US is
 # config.SERIAL_WORK), in shards of at least SHARD_US: handing a shard out costs a few microseconds.
+# On the Xeon (dw_round.sh, docs/numba.md) every batch-1 layer ran slower sharded over 2 threads than
+# on one (MobileNetV2's 32@112 to 576@14, ResNet's MaxPool: the pool's worker wakes too late for
+# jobs of 0.05-0.3 ms, and the caller's input sits in its own L2), so batch-1 layers stay on one
+# thread; larger batches shard.
 NS_PER_OUTPUT = {("conv", 1): 0.3, ("conv", 2): 0.6, ("max", 1): 0.4, ("max", 2): 0.8}
 NS_PER_PLANE = 15.0
-PARALLEL_US = 30.0
+PARALLEL_US = 400.0
 SHARD_US = 12.0
 
 
