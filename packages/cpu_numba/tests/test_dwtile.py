@@ -1,5 +1,5 @@
-"""The AVX-512 window tiles (kernels/dwtile.py): depthwise 3x3 Conv (stride 1 flat and by rows,
-stride 2; pads, tails, channel multiplier, batch, bias, residual Z, activations) and MaxPool 3x3
+"""The AVX-512 window tiles (kernels/dwtile.py): depthwise 3x3 Conv (stride 1, stride 2 by rows and
+two output rows to a vector; pads, tails, channel multiplier, batch, bias, residual Z, activations) and MaxPool 3x3
 (stride 1 and 2, pads, ceil_mode, NaN and -inf) against the reference through a Session, the Numba
 loops they replace with ``KERNELKIT_F32_DEPTHWISE=off``, and 2-thread shards against 1 thread."""
 import numpy as np
@@ -11,7 +11,8 @@ from kernelkit_numba.kernels import dwtile
 
 needs_tiles = pytest.mark.skipif(not dwtile.available("avx512"), reason="no AVX-512 on this CPU")
 
-# (map, pads) pairs: MobileNet's maps, 7x7 (the flat path) and wider ones (by rows), odd and tiny
+# (map, pads) pairs: MobileNet's maps, 7x7 and maps whose stride-2 output is at most 8 wide (two
+# output rows to a vector), odd and tiny
 # maps (1, 2, 3 rows or columns), maps wider than one 16-lane chunk with a partial last chunk,
 # asymmetric and zero pads
 MAPS = [((14, 14), [1, 1, 1, 1]), ((7, 7), [1, 1, 1, 1]), ((8, 5), [1, 1, 1, 1]), ((15, 12), [1, 1, 1, 1]),
@@ -79,19 +80,34 @@ def test_tiles_direct_against_numpy(rng):
     want = b[None, :, None, None] + sum(w[None, :, 0, i, j, None, None] * pad[:, :, i:i + 9, j:j + 21]
                                         for i in range(3) for j in range(3))
     z = rng.standard_normal(want.shape).astype(np.float32)
-    for flat in (True, False):
-        y = np.full(want.shape, 7.0, np.float32)
-        fn, args = dwtile.depthwise(x, w, b, y, z, 1, 1, 1, -1.0, 1.0, flat=flat)
+    y = np.full(want.shape, 7.0, np.float32)
+    fn, args = dwtile.depthwise(x, w, b, y, z, 1, 1, 1, -1.0, 1.0)
+    fn(*args, 0, 12)
+    np.testing.assert_allclose(y, np.clip(want + z, -1, 1), rtol=1e-5, atol=1e-5)
+    assert np.isnan(y[1, 2, 3:6, 3:6]).all() and np.isfinite(y[1, 2, :2]).all()
+    # stride 2 with an 8-wide output: two output rows to a vector, and the same on the rows tile
+    pad2 = np.pad(x[:, :, :, :15], ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want2 = b[None, :, None, None] + sum(w[None, :, 0, i, j, None, None] * pad2[:, :, i:i + 9:2, j:j + 15:2]
+                                         for i in range(3) for j in range(3))
+    outs = []
+    for pairs in (None, False):
+        y2 = np.full(want2.shape, 7.0, np.float32)
+        fn, args = dwtile.depthwise(np.ascontiguousarray(x[:, :, :, :15]), w, b, y2, None, 2, 1, 1, -np.inf, np.inf,
+                                    pairs=pairs)
         fn(*args, 0, 12)
-        np.testing.assert_allclose(y, np.clip(want + z, -1, 1), rtol=1e-5, atol=1e-5)
-        assert np.isnan(y[1, 2, 3:6, 3:6]).all() and np.isfinite(y[1, 2, :2]).all()
+        outs.append(y2)
+    assert want2.shape[3] == 8
+    for y2 in outs:
+        np.testing.assert_allclose(y2, want2, rtol=1e-5, atol=1e-5)
 
 
 @needs_tiles
 @pytest.mark.parametrize("op", ["dw1", "dw2", "max"])
 def test_two_threads_equal_one(rng, op):
     """Sharded over planes at 2 threads (the work above the serial limit): bit-equal to 1 thread."""
-    x = rng.standard_normal((1, 96, 112, 112)).astype(np.float32)
+    from kernelkit_numba import shards
+
+    x = rng.standard_normal((3, 96, 112, 112)).astype(np.float32)
     if op == "max":
         attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
         inputs, consts, name = [x], (), "MaxPool"
@@ -102,9 +118,14 @@ def test_two_threads_equal_one(rng, op):
         b = rng.standard_normal(96).astype(np.float32)
         inputs, consts, name = [x, w, b], (1, 2), "Conv"
     one = run_single_op(name, inputs, attrs, constants=consts, vendors=["numba"], fallback=False, threads=1)[0]
-    with config.num_threads(2):
-        two = run_single_op(name, inputs, attrs, constants=consts, vendors=["numba"], fallback=False,
-                            threads=2)[0]
+    shards.POOL.trace = []
+    try:
+        with config.num_threads(2):
+            two = run_single_op(name, inputs, attrs, constants=consts, vendors=["numba"], fallback=False,
+                                threads=2)[0]
+        assert any(r[1] > 0 for r in shards.POOL.trace)  # a second shard ran: the call was cut
+    finally:
+        shards.POOL.trace = None
     np.testing.assert_array_equal(one, two)
 
 

@@ -15,7 +15,7 @@ input's column phases), and the GEMM is cut into output tiles, each one BLAS cal
 writing straight into the NCHW output and followed at once by its epilogue. Convolutions with one
 input channel per group (depthwise, any channel multiplier) run, for float32 3x3 undilated stride 1
 or 2 on an AVX-512 CPU, as the window tiles of ``dwtile.py`` (masked vector loads instead of padding,
-bias, the residual Z and Relu/Relu6 fused, sharded over planes above an estimated 30 us); otherwise
+bias, the residual Z and Relu/Relu6 fused, sharded over planes above an estimated 400 us); otherwise
 as contiguous multiply-adds straight from x (3x3 pads 1 stride 1), over the stride phases of each
 padded plane split once (3x3 pads 1 stride 2) or with one pass per tap over those phases
 (``_conv_depthwise``), with bias and Relu/Relu6 fused. The output goes into the session's arena

@@ -12,9 +12,6 @@ lanes of the tap fall inside the plane.
   loads one column to the right (``shufflevector``). The input rows an output row shares with the
   next (two at stride 1, one at stride 2) are carried as ``phi`` vectors, so each output row loads
   ``stride`` new rows; MaxPool carries each row's maximum over its taps instead.
-- **Flat 7x7 planes** (``_s1_intrinsic``, stride 1, pads 1, at most ``FLAT_MAX_W`` wide): the plane
-  is one flat loop of 16 outputs a step, tap (i, j) at ``p + (i-1) W + (j-1)``, masked by compares
-  on ``p + lane`` (rows) and a per-shape table of column masks (``column_masks``).
 - **Two output rows to a vector** (``_pairs_codegen``, stride 2, outputs at most ``PAIRS_MAX_W``
   wide): lanes ``[0, OW)`` row oh, ``[OW, 2 OW)`` row oh + 1, each tap one two-source permute of
   two input rows' loads.
@@ -28,7 +25,6 @@ microcoded on AMD): elsewhere conv.py and pool.py keep their Numba loops.
 """
 from __future__ import annotations
 
-import functools
 import os
 
 import numpy as np
@@ -47,7 +43,6 @@ ENV = "KERNELKIT_F32_DEPTHWISE"
 LANES = 16
 BAND_BYTES = 1 << 14  # a band's input rows (L1: they are read once per 16-column chunk)
 PAIRS_MAX_W = 8  # stride-2 outputs at most this wide put two output rows in a vector
-FLAT_MAX_W = 8  # stride-1 planes at most this wide run flat (a 7-wide row would fill 7 of 16 lanes)
 
 
 _enabled: dict = {}
@@ -66,20 +61,6 @@ def enabled() -> bool:
     return hit
 
 
-@functools.lru_cache(maxsize=64)
-def column_masks(h_n: int, w_n: int) -> np.ndarray:
-    """Per 16-output step of a flat h_n x w_n plane: the lanes whose column has a left neighbour
-    (bit t of entry 2v) and a right one (entry 2v + 1), as uint16 (read-only; cached per shape)."""
-    steps = -(-h_n * w_n // LANES)
-    col = np.arange(steps * LANES) % w_n
-    bits = (1 << np.arange(LANES)).astype(np.uint32)
-    left = ((col > 0).reshape(steps, LANES) * bits).sum(axis=1)
-    right = ((col < w_n - 1).reshape(steps, LANES) * bits).sum(axis=1)
-    out = np.stack([left, right], axis=1).astype(np.uint16).reshape(-1)
-    out.flags.writeable = False
-    return out
-
-
 def _data(context, builder, arrty, value):
     return cgutils.create_struct_proxy(arrty)(context, builder, value=value).data
 
@@ -89,8 +70,7 @@ class _Vec:
 
     def __init__(self, builder):
         self.b = builder
-        self.i1, self.i16, self.i32, self.i64, self.f32 = (ir.IntType(1), ir.IntType(16), ir.IntType(32),
-                                                          ir.IntType(64), ir.FloatType())
+        self.i1, self.i32, self.i64, self.f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
         self.vf = ir.VectorType(self.f32, LANES)
         self.vi = ir.VectorType(self.i32, LANES)
         self.vm = ir.VectorType(self.i1, LANES)
@@ -103,7 +83,6 @@ class _Vec:
             mod, ir.FunctionType(ir.VoidType(), [self.vf, self.vf.as_pointer(), self.i32, self.vm]),
             "llvm.masked.store.v16f32.p0")
         self.iota = ir.Constant(self.vi, list(range(LANES)))
-        self.ones = ir.Constant(self.vm, [1] * LANES)
 
     def splat(self, value, vty=None):
         vty = vty or self.vf
@@ -160,58 +139,6 @@ def _trap_unless_avx512(context, builder):
     trap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
     builder.call(trap, [])
     return True
-
-
-def _s1_intrinsic(with_z: bool):
-    """``dw3_s1(x, x_off, y, y_off, z, h_n, w_n, wt, w_off, beta, lo, hi, cm)``: one h_n x w_n plane
-    of a 3x3 depthwise convolution, stride 1, pads 1: ``y[y_off + p] = clamp(beta + sum_ij wt[w_off
-    + 3i + j] * x[x_off + p + (i-1) w_n + (j-1)] (+ z[y_off + p]), lo, hi)`` over the taps inside
-    the plane (cm: ``column_masks(h_n, w_n)``)."""
-
-    def codegen(context, builder, sig, args):
-        x, x_off, y, y_off, z, h_n, w_n, wt, w_off, beta, lo, hi, cm = args
-        if _trap_unless_avx512(context, builder):
-            return context.get_dummy_value()
-        v = _Vec(builder)
-        f32p = v.f32.as_pointer()
-        px = builder.gep(builder.bitcast(_data(context, builder, sig.args[0], x), f32p), [x_off])
-        py = builder.gep(builder.bitcast(_data(context, builder, sig.args[2], y), f32p), [y_off])
-        pz = builder.gep(builder.bitcast(_data(context, builder, sig.args[4], z), f32p), [y_off])
-        pw = builder.gep(builder.bitcast(_data(context, builder, sig.args[7], wt), f32p), [w_off])
-        pcm = builder.bitcast(_data(context, builder, sig.args[12], cm), v.i16.as_pointer())
-        wv = [v.splat(builder.load(builder.gep(pw, [v.const(t)]), align=4)) for t in range(9)]
-        bv, lov, hiv = v.splat(beta), v.splat(lo), v.splat(hi)
-        hw = builder.mul(h_n, w_n)
-        steps = builder.udiv(builder.add(hw, v.const(LANES - 1)), v.const(LANES))
-        zero = ir.Constant(v.vf, None)
-        hw_v, top_v, bot_v = v.i32v(hw), v.i32v(w_n), v.i32v(builder.sub(hw, w_n))
-        q, _, close = k_loop(builder, steps, [], "dw3s1")
-        p = builder.mul(q, v.const(LANES))
-        lane = builder.add(v.i32v(p), v.iota)
-        tail = builder.icmp_signed("<", lane, hw_v)
-        rows = [builder.and_(tail, builder.icmp_signed(">=", lane, top_v)), tail,
-                builder.and_(tail, builder.icmp_signed("<", lane, bot_v))]
-        at = builder.mul(q, v.const(2))
-        cols = [builder.bitcast(builder.load(builder.gep(pcm, [at]), align=2), v.vm), v.ones,
-                builder.bitcast(builder.load(builder.gep(pcm, [builder.add(at, v.const(1))]), align=2), v.vm)]
-        taps = []
-        for i in range(3):
-            row = builder.add(p, builder.mul(w_n, v.const(i - 1)))
-            taps.append([v.load(px, builder.add(row, v.const(j - 1)),
-                                rows[i] if j == 1 else builder.and_(rows[i], cols[j]), zero) for j in range(3)])
-        acc = v.window(bv, wv, taps)
-        if with_z:
-            acc = builder.fadd(acc, v.load(pz, p, tail, zero))
-        v.store(v.clamp(acc, lov, hiv), py, p, tail)
-        close([])
-        return context.get_dummy_value()
-
-    @intrinsic
-    def dw3_s1(typingctx, x, x_off, y, y_off, z, h_n, w_n, wt, w_off, beta, lo, hi, cm):
-        i64, f = types.int64, types.float32
-        return types.void(x, i64, y, i64, z, i64, i64, wt, i64, f, f, f, cm), codegen
-
-    return dw3_s1
 
 
 def _rows_codegen(kind: str, stride: int, with_z: bool):
@@ -371,8 +298,6 @@ def _pairs_intrinsic(with_z: bool):
     return w3_pairs
 
 
-_dw3_s1 = _s1_intrinsic(False)
-_dw3_s1z = _s1_intrinsic(True)
 _dw3_r1 = _rows_intrinsic("conv", 1, False)
 _dw3_r1z = _rows_intrinsic("conv", 1, True)
 _dw3_s2 = _rows_intrinsic("conv", 2, False)
@@ -381,11 +306,11 @@ _max3_s1 = _rows_intrinsic("max", 1, False)
 _max3_s2 = _rows_intrinsic("max", 2, False)
 
 
-def _conv_driver(tile, flat):
+def _conv_driver(tile):
     """The plane loop of one depthwise tile: planes [q0, q1) of the flattened (N, M); output m reads
     input channel m // (M / C) (any channel multiplier)."""
 
-    def planes(x, w, bias, y, z, cm, ph, pw, lo, hi, band, q0, q1):
+    def planes(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1):
         n_n, c_n, h_n, w_n = x.shape
         m_n, oh_n, ow_n = y.shape[1], y.shape[2], y.shape[3]
         mult = m_n // c_n
@@ -397,12 +322,9 @@ def _conv_driver(tile, flat):
         r = m - c * mult
         for nm in range(q0, q1):
             x_off = (n * c_n + c) * hw
-            if flat:
-                tile(xf, x_off, yf, nm * ohw, zf, h_n, w_n, wf, 9 * m, bias[m], lo, hi, cm)
-            else:
-                for r0 in range(0, oh_n, band):
-                    tile(xf, x_off, yf, nm * ohw, zf, h_n, w_n, r0, min(oh_n, r0 + band), ow_n, ph, pw, wf, 9 * m,
-                         bias[m], lo, hi)
+            for r0 in range(0, oh_n, band):
+                tile(xf, x_off, yf, nm * ohw, zf, h_n, w_n, r0, min(oh_n, r0 + band), ow_n, ph, pw, wf, 9 * m,
+                     bias[m], lo, hi)
             m += 1
             r += 1
             if r == mult:
@@ -414,14 +336,12 @@ def _conv_driver(tile, flat):
     return jit(planes)
 
 
-_planes_flat = _conv_driver(_dw3_s1, True)
-_planes_flatz = _conv_driver(_dw3_s1z, True)
-_planes_r1 = _conv_driver(_dw3_r1, False)
-_planes_r1z = _conv_driver(_dw3_r1z, False)
-_planes_s2 = _conv_driver(_dw3_s2, False)
-_planes_s2z = _conv_driver(_dw3_s2z, False)
-_planes_p2 = _conv_driver(_pairs_intrinsic(False), False)
-_planes_p2z = _conv_driver(_pairs_intrinsic(True), False)
+_planes_r1 = _conv_driver(_dw3_r1)
+_planes_r1z = _conv_driver(_dw3_r1z)
+_planes_s2 = _conv_driver(_dw3_s2)
+_planes_s2z = _conv_driver(_dw3_s2z)
+_planes_p2 = _conv_driver(_pairs_intrinsic(False))
+_planes_p2z = _conv_driver(_pairs_intrinsic(True))
 
 
 def _max_driver(tile):
@@ -449,9 +369,13 @@ _max_planes_s2 = _max_driver(_max3_s2)
 # about NS_PER_OUTPUT[(kind, stride)] ns an output plus NS_PER_PLANE a plane. A call estimated above
 # PARALLEL_US runs on the shard pool (Conv.work and MaxPool.work report it so that PARALLEL_US is
 # config.SERIAL_WORK), in shards of at least SHARD_US: handing a shard out costs a few microseconds.
+# On the Xeon (dw_round.sh, docs/numba.md) every batch-1 layer ran slower sharded over 2 threads than
+# on one (MobileNetV2's 32@112 to 576@14, ResNet's MaxPool: the pool's worker wakes too late for
+# jobs of 0.05-0.3 ms, and the caller's input sits in its own L2), so batch-1 layers stay on one
+# thread; larger batches shard.
 NS_PER_OUTPUT = {("conv", 1): 0.3, ("conv", 2): 0.6, ("max", 1): 0.4, ("max", 2): 0.8}
 NS_PER_PLANE = 15.0
-PARALLEL_US = 30.0
+PARALLEL_US = 400.0
 SHARD_US = 12.0
 
 
@@ -487,26 +411,19 @@ def depthwise_fits(stride: int, kh: int, kw: int, dil: tuple, pads: tuple, dtype
     return dtype == np.float32 and kh == kw == 3 and tuple(dil) == (1, 1) and stride in (1, 2)
 
 
-def depthwise(x, w, bias, y, z, stride, ph, pw, lo, hi, flat=None, pairs=None):
-    """``(kernel, args)`` for ``config.parallel_for``: x (N, C, H, W), w (M, 1, 3, 3), y (N, M, OH, OW),
-    z shaped like y or None, lo/hi the clamp (-inf/inf for none)."""
+def depthwise(x, w, bias, y, z, stride, ph, pw, lo, hi, pairs=None):
+    """``(kernel, args)`` for ``run``: x (N, C, H, W), w (M, 1, 3, 3), y (N, M, OH, OW), z shaped like
+    y or None, lo/hi the clamp (-inf/inf for none); ``pairs=False`` keeps narrow stride-2 outputs on
+    the rows tile."""
     zz = y if z is None else z
-    if flat is None:
-        flat = x.shape[3] <= FLAT_MAX_W and (ph, pw) == (1, 1) and y.shape[2:] == x.shape[2:]
     lo, hi = np.float32(lo), np.float32(hi)
-    if stride == 1 and flat:
-        fn = _planes_flat if z is None else _planes_flatz
-        cm = column_masks(x.shape[2], x.shape[3])
-    elif stride == 1:
+    if stride == 1:
         fn = _planes_r1 if z is None else _planes_r1z
-        cm = column_masks(1, 1)
     elif y.shape[3] <= PAIRS_MAX_W and pairs is not False:
         fn = _planes_p2 if z is None else _planes_p2z
-        cm = column_masks(1, 1)
     else:
         fn = _planes_s2 if z is None else _planes_s2z
-        cm = column_masks(1, 1)
-    return fn, (x, w, bias, y, zz, cm, ph, pw, lo, hi, band_rows(x.shape[3], stride))
+    return fn, (x, w, bias, y, zz, ph, pw, lo, hi, band_rows(x.shape[3], stride))
 
 
 def maxpool_fits(kernel, strides, dilations, dtype) -> bool:

@@ -194,7 +194,7 @@ class _Pool(NumbaKernel):
 @register_kernel("MaxPool", device="cpu", vendor="numba", dtype="float32", supports=_supports)
 class MaxPool(_Pool):
     """Without Indices: float32 3x3 stride 1 or 2 on dwtile's AVX-512 tiles (the row maxima in the
-    registers; sharded over planes above an estimated 30 us: ``work`` reports dwtile's estimate),
+    registers; sharded over planes above an estimated 400 us: ``work`` reports dwtile's estimate),
     else ``_max_pool_separable`` on shards of planes (ResNet's 3x3/2 on 1x64x112x112: 0.34 ms at
     one thread, 1.30 ms as the running maximum of NumPy regions it replaced; issue 11, session 4).
     With Indices: a Numba window scan. int8/uint8: qpool.py."""
