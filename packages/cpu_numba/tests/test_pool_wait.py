@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 
 import numba
 import numpy as np
@@ -247,3 +248,22 @@ def test_trace_records_who_ran_each_shard():
     assert sorted(r[1] for r in pool.trace if r[1] >= 0) == list(range(16))
     (job,) = [r for r in pool.trace if r[1] < 0]  # the job: published, all done, the caller's shards done
     assert job[3] <= job[5] <= job[4] and all(job[3] <= r[3] <= r[4] <= job[4] for r in pool.trace if r[1] >= 0)
+
+
+def test_a_preempted_caller_backs_off():
+    """A caller whose shards got under PREEMPT_SHARE of a core (its thread CPU time against the wall
+    time it spent on them: a busy process shares its core) ``MISSES`` jobs in a row backs the pool
+    off; a job where it ran at full speed clears the count."""
+    pool = shards.ShardPool(0.0)
+    job = types.SimpleNamespace(claimed=2)
+    worked = 10 * pool.PREEMPT_MIN_S
+    for _ in range(pool.MISSES - 1):
+        pool._judge(job, 0.0, worked, 0.5 * worked)
+    pool._judge(job, 0.0, worked, worked)  # a quiet job: the count starts again
+    assert not pool.backed_off() and pool.stats["preempted"] == pool.MISSES - 1
+    for _ in range(pool.MISSES):
+        assert not pool.backed_off()
+        pool._judge(job, 0.0, worked, 0.5 * worked)
+    assert pool.backed_off() and pool.stats["backoffs"] == 1 and pool.stats["preempted"] == 2 * pool.MISSES - 1
+    pool._judge(job, 0.0, pool.PREEMPT_MIN_S / 2, 0.0)  # too short a share to tell
+    assert pool.stats["preempted"] == 2 * pool.MISSES - 1

@@ -31,7 +31,10 @@ How a job reaches the workers (issue 11, session 4; docs/numba.md, "Shard pool")
   although the caller worked longer than ``MISS_S`` (an awake worker claims within microseconds, a
   woken one within ~0.1 ms: it had no core), ``MISSES`` jobs in a row, or a *stall* (the caller,
   done with every unclaimed shard, waited longer than ``STALL_S`` and longer than half its own share
-  for a shard a worker had started: the worker lost its core mid-shard) backs the pool off: for
+  for a shard a worker had started: the worker lost its core mid-shard), or the caller itself
+  running its shards on a shared core (its thread CPU time under ``PREEMPT_SHARE`` of the wall time
+  it spent on them, ``MISSES`` jobs in a row: three runnable threads on two cores, where the
+  second thread's gain is smaller than what the caller loses) backs the pool off: for
   ``MIN_BACKOFF_S`` (doubling up to ``MAX_BACKOFF_S`` while back-offs keep coming within
   ``CALM_S``) every job runs on the calling thread, and ``config.current_threads()`` says 1 so that
   kernels cut their work for one thread (no shards, one GEMM call) and BLAS and the kernels agree
@@ -151,6 +154,9 @@ class ShardPool:
     STALL_S = 5e-4
     MISS_S = 1e-3
     MISSES = 3
+    # the caller preempted: its shards' thread CPU time below this share of their wall time, in
+    # jobs where it worked at least PREEMPT_MIN_S (quiet: 0.95-1.0; a busy loop on its core: ~0.5)
+    PREEMPT_SHARE, PREEMPT_MIN_S = 0.75, 3e-4
     MIN_BACKOFF_S, MAX_BACKOFF_S, CALM_S = 0.05, 2.0, 10.0
     # worker side: spins that ran out in a row before a worker stops spinning; the time of one poll
     # (sched_yield on an idle core, ~0.5 us) where there is no cycle counter to bound the spin
@@ -174,10 +180,12 @@ class ShardPool:
         self._backoff = self.MIN_BACKOFF_S
         self._last_backoff = float("-inf")
         self._missed = 0
+        self._preempted = 0
         self._serial_ids = itertools.count(1).__next__
         self.trace: list | None = None
         self.backoff = True  # False: contention signs are counted but never back the pool off (tests)
-        self.stats = {"jobs": 0, "serial_jobs": 0, "stalls": 0, "misses": 0, "backoffs": 0, "busy_slot": 0}
+        self.stats = {"jobs": 0, "serial_jobs": 0, "stalls": 0, "misses": 0, "preempted": 0, "backoffs": 0,
+                      "busy_slot": 0}
 
     @property
     def stalls(self) -> int:
@@ -189,7 +197,7 @@ class ShardPool:
 
     def reset(self) -> None:
         """End a back-off now (tests, benchmarks)."""
-        self._serial_until, self._backoff, self._missed = 0.0, self.MIN_BACKOFF_S, 0
+        self._serial_until, self._backoff, self._missed, self._preempted = 0.0, self.MIN_BACKOFF_S, 0, 0
         self._last_backoff = float("-inf")
 
     # -- workers ---------------------------------------------------------------------------------
@@ -250,7 +258,7 @@ class ShardPool:
         try:
             self._ensure(helpers)
             job = _Job(fn, count, self._serial_ids(), self.trace, helpers)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             self._job = job
             self._gen[0] += 1
             if self._sleeping:
@@ -258,11 +266,11 @@ class ShardPool:
                     self._cond.notify(helpers)
             self.stats["jobs"] += 1
             job.work(False)
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.thread_time()
             if job.left:
                 job.done.wait()
             t2 = time.perf_counter()
-            self._judge(job, t2 - t1, t1 - t0)
+            self._judge(job, t2 - t1, t1 - t0, c1 - c0)
             if job.trace is not None:  # the job itself: published at t0, the caller's shards done at t1, all at t2
                 job.trace.append((job.serial_id, -1, threading.current_thread().name, t0, t2, t1))
         finally:
@@ -283,8 +291,10 @@ class ShardPool:
         if job.error is not None:
             raise job.error
 
-    def _judge(self, job: _Job, waited: float, worked: float) -> None:
-        """Count the contention signs of a finished job; back off after a stall or repeated misses."""
+    def _judge(self, job: _Job, waited: float, worked: float, cpu: float | None = None) -> None:
+        """Count the contention signs of a finished job (``worked``: the caller's wall time on its
+        shards, ``cpu``: its thread CPU time meanwhile); back off after a stall, repeated misses or
+        a caller preempted job after job."""
         if waited > self.STALL_S and waited > 0.5 * worked:
             self.stats["stalls"] += 1
             self._back_off(f"waited {waited * 1e3:.2f} ms for a worker's shard")
@@ -293,8 +303,16 @@ class ShardPool:
             self._missed += 1
             if self._missed >= self.MISSES:
                 self._back_off(f"no worker claimed a shard in {self._missed} jobs")
-        elif job.claimed:
-            self._missed = 0
+        elif cpu is not None and worked > self.PREEMPT_MIN_S and cpu < self.PREEMPT_SHARE * worked:
+            self.stats["preempted"] += 1
+            self._preempted += 1
+            if self._preempted >= self.MISSES:
+                self._back_off(f"the calling thread ran {cpu / worked:.0%} of its shards' time in "
+                               f"{self._preempted} jobs")
+        else:
+            self._preempted = 0
+            if job.claimed:
+                self._missed = 0
 
     def _back_off(self, why: str) -> None:
         if not self.backoff:
@@ -302,7 +320,7 @@ class ShardPool:
         now = time.perf_counter()
         calm = now - self._last_backoff > self.CALM_S
         self._backoff = self.MIN_BACKOFF_S if calm else min(2 * self._backoff, self.MAX_BACKOFF_S)
-        self._last_backoff, self._serial_until, self._missed = now, now + self._backoff, 0
+        self._last_backoff, self._serial_until, self._missed, self._preempted = now, now + self._backoff, 0, 0
         self.stats["backoffs"] += 1
         log.debug("shard pool: %s; one thread for %.2f s", why, self._backoff)
 
