@@ -133,11 +133,15 @@ def to_float(y, acc, has_acc, mult, bias, has_bias, out):
             out[r, c] = f + bias[c] if has_bias else f
 
 
-# DynamicQuantizeMatMul's work in loop units per integer operation (config.SERIAL_WORK counts
-# about one loop step a unit; the int8 micro-kernel runs ~200-700 GOP/s a core), and the products
-# of few rows that are cut into column shards at two threads or more (below: one call)
-INT8_WORK = 32.0
-COLUMN_SHARD_OPS = 1 << 20
+# DynamicQuantizeMatMul's work in loop units (config.SERIAL_WORK) per integer operation, and the
+# products of few rows that are cut into column shards at two threads or more (below: one call).
+# Measured on the Xeon at `taskset -c 0,1` (docs/quantization.md, session 6): a parallel product
+# ran slower than one thread (onnxruntime's int8 products gained nothing either), and column shards
+# made the batch-1 MLP's products 0.100 -> 0.170 ms; so the threshold stays session 5's (1.0:
+# products of >= 2**25 operations get the session's threads; 32 would give it to every product of
+# >= 2**20) and column shards are off (a machine whose two threads are two cores may try 1 << 20).
+INT8_WORK = 1.0
+COLUMN_SHARD_OPS = float("inf")
 
 GEMV_ROWS = 8  # products with at most this many rows of A run as integer dot products (gemv_int8)
 
@@ -516,9 +520,7 @@ class DynamicQuantizeMatMul(NumbaKernel):
         self.packed = _matmul_packing(input_specs[1].rank)
 
     def work(self, a, b, *rest):
-        """The product's integer operations in loop units (config.SERIAL_WORK): the micro-kernel
-        does ~INT8_WORK of them in the time of one loop step, so products from ~2**20 operations
-        (the MLP's batch-1 layers, every product of the transformer) get the session's threads."""
+        """The product's integer operations in loop units (config.SERIAL_WORK), INT8_WORK each."""
         return 2.0 * a.size * b.shape[-1] * INT8_WORK
 
     def serial_call(self, step):
