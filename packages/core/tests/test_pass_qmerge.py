@@ -38,6 +38,14 @@ def _siblings(kinds, k=40, bias=True, dtype=np.int8, seed=0):
     return g.build()
 
 
+def _two_thread_paths(monkeypatch, vendors, threads):
+    """numba at two threads: every DynamicQuantizeMatMul product on the threads, few rows in column
+    shards (both off by default on the Xeon's measurements: kernelkit_numba.kernels.qgemm)."""
+    if vendors == ["numba"] and threads > 1:
+        monkeypatch.setattr("kernelkit_numba.kernels.qgemm.COLUMN_SHARD_OPS", 1 << 20)
+        monkeypatch.setattr("kernelkit_numba.kernels.qgemm.INT8_WORK", 32.0)
+
+
 def _runs(model, vendors):
     x = (np.random.default_rng(1).standard_normal((2, 5, model.graph.spec("x").shape[-1])) * 3).astype(np.float32)
     merged = Session(model, vendors=vendors)
@@ -78,7 +86,7 @@ def test_siblings_with_and_without_bias_merge_apart():
 @pytest.mark.parametrize("rows, n", [(1, 24), (40, 24), (1, 1000), (130, 300)])
 @pytest.mark.parametrize("act", ["Relu", "Gelu"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_activation_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, n, act, threads):
+def test_activation_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, n, act, threads, monkeypatch):
     """DynamicQuantizeMatMul -> Relu (an MLP's hidden layer) or Gelu (a transformer's first feed-forward
     product) into one node with that activation, equal to the pair bit for bit (batch 1: the one-call
     path, column shards at two threads; 40 and 130 rows: row blocks), -0.0 and all."""
@@ -86,6 +94,7 @@ def test_activation_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, n, act
         pytest.importorskip("kernelkit_numba")
     elif threads == 2:
         pytest.skip("the reference has no threads")
+    _two_thread_paths(monkeypatch, vendors, threads)
     rng = np.random.default_rng(rows + n)
     g = GraphBuilder("mlp")
     x = g.input("x", ("N", 1100))
@@ -107,7 +116,7 @@ def test_activation_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, n, act
 @pytest.mark.parametrize("vendors", [["reference"], ["numba"]])
 @pytest.mark.parametrize("rows", [1, 40])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_residual_add_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, threads):
+def test_residual_add_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, threads, monkeypatch):
     """DynamicQuantizeMatMul -> Add (a transformer's residual: the product on either side, the other
     operand computed before or after the product, one that broadcasts) into the node's residual
     input, equal to the unfused graph bit for bit (batch 1, 40 rows; numba at one and two threads,
@@ -115,6 +124,7 @@ def test_residual_add_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, thre
     with a fused Relu, keeps its Add."""
     if vendors == ["numba"]:
         pytest.importorskip("kernelkit_numba")
+    _two_thread_paths(monkeypatch, vendors, threads)
     rng = np.random.default_rng(rows)
     g = GraphBuilder("residual")
     x = g.input("x", ("N", 800))
@@ -143,7 +153,7 @@ def test_residual_add_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, thre
 @pytest.mark.parametrize("vendors", [["reference"], ["numba"]])
 @pytest.mark.parametrize("rows", [1, 40, 130])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_layer_norm_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, threads):
+def test_layer_norm_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, threads, monkeypatch):
     """DynamicQuantizeMatMul [+ residual] -> LayerNormalization (a transformer's post-norm) into the
     node's norm inputs, equal to the unfused graph bit for bit (with and without the residual and the
     norm's bias; batch 1, 40 and 130 rows; numba at one and two threads). A norm over more than the
@@ -152,6 +162,7 @@ def test_layer_norm_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, thread
         pytest.importorskip("kernelkit_numba")
     elif threads == 2:
         pytest.skip("the reference has no threads")
+    _two_thread_paths(monkeypatch, vendors, threads)
     rng = np.random.default_rng(rows)
     g = GraphBuilder("post_norm")
     x = g.input("x", ("N", 4, 256))

@@ -418,6 +418,7 @@ def test_dynamic_quantize_matmul_column_shards(case, shape, n, b_dtype, relu, mo
     from kernelkit_numba.kernels import qgemm
 
     _need("vnni512")
+    _two_thread_paths(monkeypatch)
     calls = []
     panels = qpack.dq_matmul_panels
     monkeypatch.setattr(qpack, "dq_matmul_panels", lambda *args: calls.append(args[-2:]) or panels(*args))
@@ -442,6 +443,15 @@ def test_dynamic_quantize_matmul_column_shards(case, shape, n, b_dtype, relu, mo
     assert sorted(calls) == [(0, groups // 2), (groups // 2, groups)]
 
 
+def _two_thread_paths(monkeypatch):
+    """Every DynamicQuantizeMatMul product on a session's threads, few rows in column shards (both
+    off by default: qgemm.INT8_WORK, COLUMN_SHARD_OPS), so that two-thread tests reach them."""
+    from kernelkit_numba.kernels import qgemm
+
+    monkeypatch.setattr(qgemm, "COLUMN_SHARD_OPS", 1 << 20)
+    monkeypatch.setattr(qgemm, "INT8_WORK", 32.0)
+
+
 @pytest.mark.filterwarnings("ignore:invalid value encountered")
 @pytest.mark.parametrize("case", ["mixed", "nan"])
 @pytest.mark.parametrize("shape", [(1, 784), (3, 300), (2, 100, 96)])
@@ -464,6 +474,7 @@ def test_dynamic_quantize_matmul_split_outputs(case, shape, threads, relu, monke
               rng.standard_normal(n).astype(np.float32)]
     attrs = {"split": split, **({"activation": "Relu"} if relu else {})}
     monkeypatch.setenv(qtile.ENV, "vnni512")
+    _two_thread_paths(monkeypatch)
     kw = dict(attrs=attrs, passes=False, constants=(1, 2, 3, 4), domain="com.microsoft", n_outputs=len(split))
     want = run_single_op("DynamicQuantizeMatMul", inputs, vendors=["reference"], **kw)
     got = run_single_op("DynamicQuantizeMatMul", inputs, vendors=["numba"], fallback=False, threads=threads, **kw)

@@ -133,11 +133,15 @@ def to_float(y, acc, has_acc, mult, bias, has_bias, out):
             out[r, c] = f + bias[c] if has_bias else f
 
 
-# DynamicQuantizeMatMul's work in loop units per integer operation (config.SERIAL_WORK counts
-# about one loop step a unit; the int8 micro-kernel runs ~200-700 GOP/s a core), and the products
-# of few rows that are cut into column shards at two threads or more (below: one call)
-INT8_WORK = 32.0
-COLUMN_SHARD_OPS = 1 << 20
+# DynamicQuantizeMatMul's work in loop units (config.SERIAL_WORK) per integer operation, and the
+# products of few rows that are cut into column shards at two threads or more (below: one call).
+# Measured on the Xeon at `taskset -c 0,1` (docs/quantization.md, session 6): a parallel product
+# ran slower than one thread (onnxruntime's int8 products gained nothing either), and column shards
+# made the batch-1 MLP's products 0.100 -> 0.170 ms; so the threshold stays session 5's (1.0:
+# products of >= 2**25 operations get the session's threads; 32 would give it to every product of
+# >= 2**20) and column shards are off (a machine whose two threads are two cores may try 1 << 20).
+INT8_WORK = 1.0
+COLUMN_SHARD_OPS = float("inf")
 
 GEMV_ROWS = 8  # products with at most this many rows of A run as integer dot products (gemv_int8)
 
@@ -516,9 +520,7 @@ class DynamicQuantizeMatMul(NumbaKernel):
         self.packed = _matmul_packing(input_specs[1].rank)
 
     def work(self, a, b, *rest):
-        """The product's integer operations in loop units (config.SERIAL_WORK): the micro-kernel
-        does ~INT8_WORK of them in the time of one loop step, so products from ~2**20 operations
-        (the MLP's batch-1 layers, every product of the transformer) get the session's threads."""
+        """The product's integer operations in loop units (config.SERIAL_WORK), INT8_WORK each."""
         return 2.0 * a.size * b.shape[-1] * INT8_WORK
 
     def serial_call(self, step):
@@ -615,20 +617,21 @@ def column_parts(flat: np.ndarray, bounds: np.ndarray, a_shape):
 
 
 def _norm_params(kernel, scale, bias, n: int):
-    """(norm, has_norm) arguments of the qpack kernels for a fused LayerNormalization over the last
-    axis: ((scale, bias, epsilon), True) with scale and bias as N contiguous float32 (as the
-    LayerNormalization kernel makes them), a stand-in without one, None where they are not of N."""
+    """(nscale, nbias, eps, has_norm) arguments of the qpack kernels for a fused LayerNormalization
+    over the last axis: scale and bias as N contiguous float32 (as the LayerNormalization kernel makes
+    them), a stand-in without one, None where they are not of N. (Separate arguments, not a tuple:
+    Numba's dispatcher types a tuple argument in Python, ~1 us a call.)"""
     if scale is None:
-        return NO_NORM, False
+        return NO_NORM
     if scale.size != n or (bias is not None and bias.size != n):
         return None
     eps = float(kernel.attrs.get("norm_epsilon", 1e-5))
     s = np.ascontiguousarray(scale, np.float32).reshape(n)
     b = np.zeros(n, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32).reshape(n)
-    return (s, b, eps), True
+    return s, b, eps, True
 
 
-NO_NORM = (np.zeros(1, np.float32), np.zeros(1, np.float32), 0.0)
+NO_NORM = (np.zeros(1, np.float32), np.zeros(1, np.float32), 0.0, False)
 
 
 def activation_code(kernel) -> int:
@@ -670,7 +673,8 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
             head = (qtile.KIND[variant.name], variant.mr, pb.data, pb.kq, pb.n_panels, pb.n, pb.col_sums, pb.k,
                     pb.zp, pb.has_zp, np.ascontiguousarray(b_scale, np.float32).reshape(-1), bias_arr, has_bias)
         volatile = any(p is not None and p.flags.writeable for p in (b, b_scale, b_zero_point, bias))
-        hit = (b, b_scale, b_zero_point, bias, env, volatile, head)  # volatile: writable, derived every call
+        extra = (activation_code(kernel), column_bounds(kernel, head[5])) if head is not None else (0, None)
+        hit = (b, b_scale, b_zero_point, bias, env, volatile, head, *extra)  # volatile: writable, every call
         kernel._small = hit
     head = hit[6]
     if head is None or (residual is not None and residual.shape != a.shape[:-1] + (head[5],)):
@@ -678,9 +682,8 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
     x2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
     m_n, k_n, n_n = x2.shape[0], x2.shape[1], head[5]
     block = m_n if m_n <= GEMV_ROWS else qpack.block_rows(m_n, k_n, head[4] * qpack.NR, head[1])
-    act = activation_code(kernel)
-    bounds = column_bounds(kernel, n_n)
-    norm = _norm_params(kernel, norm_scale, norm_bias, n_n)
+    act, bounds = hit[7], hit[8]
+    norm = NO_NORM if norm_scale is None else _norm_params(kernel, norm_scale, norm_bias, n_n)
     if norm is None:
         return None
     if not serial:
@@ -689,10 +692,15 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
             return None  # row blocks on the pool (tiled_dynamic)
         groups = -(-head[4] // qpack.GROUP_PANELS)
         if m_n <= GEMV_ROWS and threads > 1 and groups > 1 and 2.0 * m_n * k_n * n_n >= COLUMN_SHARD_OPS and \
-                not norm[1]:  # a norm needs whole rows
+                not norm[3]:  # a norm needs whole rows
             return _column_shards(head, x2, bounds, act, min(groups, threads), groups, a.shape, residual)
     flat = np.empty(m_n * n_n, np.float32)
-    if not qpack.dq_matmul_small(head[0], x2, *head[1:], flat, bounds, *_residual(residual, x2), block, act, *norm):
+    if residual is None and not norm[3] and bounds.shape[0] == 2:  # the plain call: fewer arguments
+        if not qpack.dq_matmul_plain(head[0], x2, *head[1:], flat, block, act):
+            return None
+        return flat.reshape(*a.shape[:-1], n_n)
+    res = (NO_RESIDUAL, False) if residual is None else _residual(residual, x2)
+    if not qpack.dq_matmul_small(head[0], x2, *head[1:], flat, bounds, *res, block, act, *norm):
         return None
     return column_parts(flat, bounds, a.shape)
 

@@ -232,7 +232,7 @@ def pack_quantized(x2, r0, r1, scale, zp, mr, kq, out32, row, rowsum):
 
 @jit_exact
 def to_float_parts(cbuf, ldc, rows, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, flat, bounds, res,
-                   has_res, act, norm, has_norm, m_n, r0):
+                   has_res, act, nscale, nbias, eps, has_norm, m_n, r0):
     """to_float_rows for each part p of the columns, [bounds[p], bounds[p + 1]), into its own
     C-contiguous (m_n, width) array laid one after the other in ``flat`` (one part: the whole
     (m_n, N) output; several: a merged DynamicQuantizeMatMul's outputs, its ``split`` attribute),
@@ -240,7 +240,7 @@ def to_float_parts(cbuf, ldc, rows, terms, zb, rowsum, has_zb, mult, per_col, bi
     float32, its own rounding after the epilogue's, as the Add node's), then the fused activation
     (``act``: ACT_RELU, ACT_GELU; the Relu and Gelu kernels' own loops) on the rows, still in cache.
     ``has_norm`` (one part, no activation; fuse_dynamic_norm): the rows go to a scratch block and
-    the LayerNormalization kernel's row loop (norm._layer_norm, ``norm`` = (scale, bias, epsilon)
+    the LayerNormalization kernel's row loop (norm._layer_norm: ``nscale``, ``nbias``, ``eps``
     over the last axis) writes them normalized into the output."""
     if has_norm:
         n_n = bounds[1]
@@ -251,7 +251,7 @@ def to_float_parts(cbuf, ldc, rows, terms, zb, rowsum, has_zb, mult, per_col, bi
                 add_row(tmp[r], res[r0 + r])
         dst = flat[:m_n * n_n].reshape((m_n, n_n))
         stats = np.empty(2 * rows, np.float32)
-        _norm_rows(tmp, norm[0], norm[1], norm[2], dst[r0:r0 + rows], stats[:rows], stats[rows:], 0, rows)
+        _norm_rows(tmp, nscale, nbias, eps, dst[r0:r0 + rows], stats[:rows], stats[rows:], 0, rows)
         return
     for p in range(bounds.shape[0] - 1):
         c0, c1 = bounds[p], bounds[p + 1]
@@ -292,7 +292,7 @@ def add_row(dst, src):
 
 @jit_exact
 def dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, mult, per_col,
-                   bias, has_bias, flat, bounds, res, has_res, act, norm, has_norm, block, b_lo, b_hi):
+                   bias, has_bias, flat, bounds, res, has_res, act, nscale, nbias, eps, has_norm, block, b_lo, b_hi):
     """Row blocks [b_lo, b_hi) (``block`` rows each) of DynamicQuantizeMatMul on the A-panel
     micro-kernel (qtile.gemm_kind): the rows quantized straight into the panels (pack_quantized),
     the int32 block, then to_float_rows' epilogue (Cast -> Mul -> Add, no FMA contraction) into the
@@ -315,7 +315,7 @@ def dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, 
         pack_quantized(x2, r0, r1, scale, zp, mr, kq, a32, row, rowsum)
         qtile.gemm_kind(kind, abuf, bdata, kq, n_panels, cbuf, ldc, r1 - r0)
         to_float_parts(cbuf, ldc, r1 - r0, terms, zb, rowsum, has_zb, mult, per_col, bias, has_bias, flat, bounds,
-                       res, has_res, act, norm, has_norm, m_n, r0)
+                       res, has_res, act, nscale, nbias, eps, has_norm, m_n, r0)
 
 
 INF_KEY = 0x7F800000  # float_range's key of +inf; of -inf:
@@ -428,7 +428,7 @@ def dq_matmul_panels(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, 
 
 @jit_exact
 def dq_matmul_small(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, b_scale, bias, has_bias,
-                    flat, bounds, res, has_res, block, act, norm, has_norm) -> bool:
+                    flat, bounds, res, has_res, block, act, nscale, nbias, eps, has_norm) -> bool:
     """DynamicQuantizeMatMul in one call (at one thread; batch 1 above all): A's range
     (float_range), its scale and zero point in float32 as kernelkit.ops.quantize.dynamic_params
     computes them, ``mult = a_scale * b_scale`` (the Mul node's float32 product), then
@@ -443,9 +443,24 @@ def dq_matmul_small(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, h
         return False
     per_col = b_scale.shape[0] > 1
     dq_matmul_rows(kind, x2, scale, zp, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, mult, per_col,
-                   bias, has_bias, flat, bounds, res, has_res, act, norm, has_norm, block, 0,
+                   bias, has_bias, flat, bounds, res, has_res, act, nscale, nbias, eps, has_norm, block, 0,
                    (m_n + block - 1) // block)
     return True
+
+
+@jit_exact
+def dq_matmul_plain(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, b_scale, bias, has_bias,
+                    flat, block, act) -> bool:
+    """dq_matmul_small with one output, no residual and no norm: its stand-in arguments made here,
+    so that the call from Python passes 17 arguments, not 24 (Numba's dispatcher types each one:
+    ~0.3 us apiece, a batch-1 MLP layer's call is ~10 us)."""
+    bounds = np.empty(2, np.int64)
+    bounds[0] = 0
+    bounds[1] = n_n
+    res = np.zeros((1, 1), np.float32)
+    none = np.zeros(1, np.float32)
+    return dq_matmul_small(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, has_zb, b_scale, bias,
+                           has_bias, flat, bounds, res, False, block, act, none, none, 0.0, False)
 
 
 # --------------------------------------------------------- matrix products: one Numba call a shard
