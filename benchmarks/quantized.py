@@ -11,11 +11,18 @@ the MLP and the transformer encoder dynamic, by onnxruntime's quantizer through
 median of ``--rounds`` runs at batch 1 after warm-up, the four contenders timed in turns (a change
 in load reaches them alike); agreement compares kernelkit's int8 output with
 onnxruntime's on ``--agreement`` inputs (cosine, top-1). The table is printed last, in markdown.
+
+``--separate`` times each contender in its own child process instead (the protocol of
+docs/benchmarks.md): at two threads, contenders timed in turns in one process meet each other's
+pool threads still spinning from their last run (onnxruntime's spin after each run, kernelkit's
+workers' 200 us spin), which a user's process, running one runtime, does not.
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -78,7 +85,20 @@ def _kernelkit(model, threads: int):
     return lambda x: sess.run(None, {"x": x})[0]
 
 
-def bench(name: str, small: bool, folder: Path, args) -> dict:
+RUNTIMES = ("ort int8", "kk numba int8", "kk numba fp32", "ort fp32")
+
+
+def _runtime(key: str, proto, path: Path, threads: int):
+    if key == "ort int8":
+        return _ort(path, threads)
+    if key == "kk numba int8":
+        return _kernelkit(convert(path), threads)
+    if key == "kk numba fp32":
+        return _kernelkit(convert(proto), threads)
+    return _ort(proto, threads)
+
+
+def _quantized(name: str, small: bool, folder: Path, args):
     proto = (zoo.SMALL if small else zoo.MODELS)[name]()
     onnx.save(proto, folder / f"{name}.onnx")
     calibration = None
@@ -86,14 +106,26 @@ def bench(name: str, small: bool, folder: Path, args) -> dict:
         calibration = [{"x": _inputs(proto, 1, 1000 + i)} for i in range(16)]
     path = quantize(folder / f"{name}.onnx", folder / f"{name}.int8.onnx", mode=MODES[name], calibration=calibration,
                     reduce_range=args.reduce_range)
-    runs = {
-        "ort int8": _ort(path, args.threads),
-        "kk numba int8": _kernelkit(convert(path), args.threads),
-        "kk numba fp32": _kernelkit(convert(proto), args.threads),
-        "ort fp32": _ort(proto, args.threads),
-    }
+    return proto, path
+
+
+def _child(name: str, key: str, args) -> float:
+    """The median ms of one contender, timed in a child process of its own (``--only``)."""
+    cmd = [sys.executable, __file__, "--models", name, "--threads", str(args.threads), "--rounds", str(args.rounds),
+           "--reduce-range", "on" if args.reduce_range else "off", "--only", key] + (["--small"] if args.small else [])
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["median_ms"])
+
+
+def bench(name: str, small: bool, folder: Path, args) -> dict:
+    proto, path = _quantized(name, small, folder, args)
     x = _inputs(proto, 1, 0)
-    row = _median_ms(runs, x, args.rounds)
+    if args.separate:
+        row = {key: _child(name, key, args) for key in RUNTIMES}
+        runs = {key: _runtime(key, proto, path, args.threads) for key in ("ort int8", "kk numba int8")}
+    else:
+        runs = {key: _runtime(key, proto, path, args.threads) for key in RUNTIMES}
+        row = _median_ms(runs, x, args.rounds)
     cosines, same = [], 0
     for start in range(0, args.agreement, 10):
         xs = _inputs(proto, min(10, args.agreement - start), start + 1)
@@ -116,15 +148,26 @@ def main(argv=None) -> int:
     p.add_argument("--reduce-range", choices=("auto", "on", "off"), default="auto", nargs="?", const="on",
                    help="7-bit weights, which onnxruntime computes exactly on CPUs without VNNI (auto: when this "
                         "CPU lacks it, as onnxruntime recommends)")
+    p.add_argument("--separate", action="store_true", help="time each contender in its own process")
+    p.add_argument("--only", choices=RUNTIMES, help=argparse.SUPPRESS)  # a --separate child: one contender, JSON out
     args = p.parse_args(argv)
     args.reduce_range = args.reduce_range == "on" or (args.reduce_range == "auto" and not _has_vnni())
+    if args.only:
+        with tempfile.TemporaryDirectory() as tmp:
+            name = args.models.split(",")[0]
+            proto, path = _quantized(name, args.small, Path(tmp), args)
+            median = _median_ms({args.only: _runtime(args.only, proto, path, args.threads)}, _inputs(proto, 1, 0),
+                                args.rounds)[args.only]
+        print(json.dumps({"model": name, "runtime": args.only, "median_ms": median}))
+        return 0
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             rows[name] = bench(name, args.small, Path(tmp), args)
             print(name, rows[name], file=sys.stderr, flush=True)
     print(f"\n{'small' if args.small else 'published-size'} models, batch 1, {args.threads} thread(s), median of "
-          f"{args.rounds} runs (ms); agreement of kernelkit int8 with onnxruntime int8 on {args.agreement} inputs; "
+          f"{args.rounds} runs (ms){', each contender in its own process' if args.separate else ''}; "
+          f"agreement of kernelkit int8 with onnxruntime int8 on {args.agreement} inputs; "
           f"{'7' if args.reduce_range else '8'}-bit weights{'' if _has_vnni() else ' (no VNNI on this CPU)'}\n")
     print("| model | mode | onnxruntime int8 | kernelkit numba int8 | kernelkit / ort int8 | kernelkit numba fp32 "
           "| onnxruntime fp32 | kk int8 speed-up over kk fp32 | min cosine | same top-1 |")

@@ -82,18 +82,15 @@ def test_siblings_with_and_without_bias_merge_apart():
     assert [n.op_id for n in sess.graph.nodes] == [OP] and "merge_dynamic_matmul" not in sess.passes_fired
 
 
-@pytest.mark.parametrize("vendors", [["reference"], ["numba"]])
+@pytest.mark.parametrize("vendors, threads", [(["reference"], 1), (["numba"], 1), (["numba"], 2)])
 @pytest.mark.parametrize("rows, n", [(1, 24), (40, 24), (1, 1000), (130, 300)])
 @pytest.mark.parametrize("act", ["Relu", "Gelu"])
-@pytest.mark.parametrize("threads", [1, 2])
 def test_activation_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, n, act, threads, monkeypatch):
     """DynamicQuantizeMatMul -> Relu (an MLP's hidden layer) or Gelu (a transformer's first feed-forward
     product) into one node with that activation, equal to the pair bit for bit (batch 1: the one-call
     path, column shards at two threads; 40 and 130 rows: row blocks), -0.0 and all."""
     if vendors == ["numba"]:
         pytest.importorskip("kernelkit_numba")
-    elif threads == 2:
-        pytest.skip("the reference has no threads")
     _two_thread_paths(monkeypatch, vendors, threads)
     rng = np.random.default_rng(rows + n)
     g = GraphBuilder("mlp")
@@ -150,9 +147,8 @@ def test_residual_add_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, thre
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("vendors", [["reference"], ["numba"]])
+@pytest.mark.parametrize("vendors, threads", [(["reference"], 1), (["numba"], 1), (["numba"], 2)])
 @pytest.mark.parametrize("rows", [1, 40, 130])
-@pytest.mark.parametrize("threads", [1, 2])
 def test_layer_norm_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, threads, monkeypatch):
     """DynamicQuantizeMatMul [+ residual] -> LayerNormalization (a transformer's post-norm) into the
     node's norm inputs, equal to the unfused graph bit for bit (with and without the residual and the
@@ -160,8 +156,6 @@ def test_layer_norm_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, thread
     last axis, or one whose Mean output is read, stays a node."""
     if vendors == ["numba"]:
         pytest.importorskip("kernelkit_numba")
-    elif threads == 2:
-        pytest.skip("the reference has no threads")
     _two_thread_paths(monkeypatch, vendors, threads)
     rng = np.random.default_rng(rows)
     g = GraphBuilder("post_norm")

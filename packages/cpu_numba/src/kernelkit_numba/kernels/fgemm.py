@@ -40,7 +40,11 @@ from .qtile import k_loop
 U = np.uint64
 MR = {0: 4, 1: 6, 2: 8}  # rows of A per tile (bench_fgemm.py also runs avx512 with 12: MR replaced)
 NR = {0: 16, 1: 16, 2: 32}  # columns of B per tile (a packed panel)
-BLOCK_BYTES = 256 * 1024  # a K chunk of a row block's A rows (the column panels pass over it in L2)
+# a K chunk of a row block's A rows (the column panels pass over it in L2): 1 MiB ran at or above
+# 256 KiB on every shape of bench_fgemm.py on both machines (Xeon: 128 x 768 x 3072 151 vs 118
+# GFLOP/s, 128 x 3072 x 768 133 vs 105, the MLP's and transformer's shapes within 3 %; AMD box
+# 105-115 vs 91-109), where the 256 KiB of the first AMD round lost BERT's products to OpenBLAS
+BLOCK_BYTES = 1 << 20
 DIRECT_A = True  # broadcast from A's own rows where A is C-contiguous (AMD box: 0-7% above packing A first)
 KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 ran 3-15% above chunks of 256-512)
 
