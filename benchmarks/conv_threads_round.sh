@@ -11,16 +11,8 @@
 # Usage (repository root, after `source .whl/prelude.sh`): BASE=dir bash benchmarks/conv_threads_round.sh OUT
 # Everything stops BUDGET seconds (default 330) after the start.
 set -u
-OUT=${1:?output folder}
-PY=${PYTHON:-python3}
-DEADLINE=$(( $(date +%s) + ${BUDGET:-330} ))
-mkdir -p "$OUT"
-export KERNELKIT_NUMBA_START=eager PYTHONUNBUFFERED=1
-pinned() {
-  local cpus=$1 left=$(( DEADLINE - $(date +%s) )); shift
-  if (( left < 10 )); then echo "skipped (time budget): $*"; return 0; fi
-  taskset -c "$cpus" timeout "$left" "$@"
-}
+ROUND_BUDGET=330
+. "$(dirname "$0")/_round.sh"
 OLD="winograd._TRANSFORM_WORK=40.0,winograd._OUT_WORK=40.0,winograd._TRANSFORM4_WORK=60.0,winograd._OUT4_WORK=60.0"
 OLD="$OLD,conv._IM2COL_WORK=2.0,conv.WINO_SMALL=0,ftile.BALANCED_PLAN=0,conv.IMPLICIT=0"
 { lscpu; lscpu -e; $PY -c "import numba, numpy, onnxruntime; print(numba.__version__, numpy.__version__, onnxruntime.__version__)"; } > "$OUT/env.txt" 2>&1

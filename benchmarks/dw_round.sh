@@ -13,17 +13,8 @@
 # Usage (repository root, after `source .whl/prelude.sh` on the device): bash benchmarks/dw_round.sh OUTDIR
 # Everything stops by BUDGET seconds (default 270) after the start.
 set -u
-OUT=${1:?output folder}
-PY=${PYTHON:-python3}
-DEADLINE=$(( $(date +%s) + ${BUDGET:-270} ))
-mkdir -p "$OUT"
-export KERNELKIT_NUMBA_START=eager PYTHONUNBUFFERED=1
-pinned() {
-  local cpus=$1 left=$(( DEADLINE - $(date +%s) )); shift
-  if (( left < 10 )); then echo "skipped (time budget): $*"; return 0; fi
-  taskset -c "$cpus" timeout "$left" "$@"
-}
-{ lscpu | grep -E "Model name|^CPU\(s\)|L2|L3"; $PY -c "import numba, numpy, onnxruntime; print(numba.__version__, numpy.__version__, onnxruntime.__version__)"; } > "$OUT/env.txt" 2>&1
+ROUND_BUDGET=270
+. "$(dirname "$0")/_round.sh"
 (
   export NUMBA_CACHE_DIR=/tmp/kk_nc01
   for t in 1 2; do

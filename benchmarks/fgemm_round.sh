@@ -14,18 +14,9 @@
 # Everything stops by BUDGET seconds (default 270) after the start, so that the files written so far
 # come back from a device call with a time limit.
 set -u
-OUT=${1:?output folder}
-PY=${PYTHON:-python3}
-DEADLINE=$(( $(date +%s) + ${BUDGET:-270} ))
+ROUND_BUDGET=270
+. "$(dirname "$0")/_round.sh"
 ROUNDS=${ROUNDS:-15}
-mkdir -p "$OUT"
-export KERNELKIT_NUMBA_START=eager PYTHONUNBUFFERED=1
-pinned() {
-  local cpus=$1 left=$(( DEADLINE - $(date +%s) )); shift
-  if (( left < 10 )); then echo "skipped (time budget): $*"; return 0; fi
-  taskset -c "$cpus" timeout "$left" "$@"
-}
-{ lscpu; $PY -c "import numba, llvmlite, numpy, onnxruntime; print(numba.__version__, llvmlite.__version__, numpy.__version__, onnxruntime.__version__)"; } > "$OUT/env.txt" 2>&1
 (
   export NUMBA_CACHE_DIR=/tmp/kk_nc01
   for t in 1 2; do
