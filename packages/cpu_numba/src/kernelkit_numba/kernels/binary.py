@@ -161,16 +161,9 @@ _UFUNCS = {ADD: np.add, SUB: np.subtract, MUL: np.multiply, DIV: np.divide}
 
 
 def _run_ufunc(ufunc, a, b, out) -> None:
-    if 4.0 * out.size < 2 * config.MIN_SHARD_WORK:  # one call: the per-call checks cost ~4 us
-        if ufunc is np.divide:  # x / 0 is inf or NaN without a warning, as in the Numba loops
-            with np.errstate(all="ignore"):
-                ufunc(a, b, out=out)
-        else:  # as the reference kernels call them (an overflow to inf may warn, as there)
-            ufunc(a, b, out=out)
-        return
     axis = next((k for k, d in enumerate(out.shape) if d >= 4), None)
     if axis is None or config.shard_count(out.shape[axis], 4.0 * out.size) <= 1:
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"):  # x / 0 is inf or NaN without a warning, as in the Numba loops
             ufunc(a, b, out=out)
         return
     av, bv, lead = np.broadcast_to(a, out.shape), np.broadcast_to(b, out.shape), (slice(None),) * axis
@@ -297,20 +290,17 @@ def mean(*xs, out=None):
 def _ufunc_serial(code):
     """``fn.serial`` (``_base.FunctionKernel``) of Add/Sub/Mul/Div: on one thread the call is the
     NumPy ufunc itself, as the reference runs it (the generic path's checks cost ~5 us a node:
-    an EfficientNet runs 65 Muls)."""
+    an EfficientNet runs 65 Muls), without floating-point warnings as on the other paths."""
     ufunc = _UFUNCS[code]
+
+    def call(a, b, *, out=None):
+        with np.errstate(all="ignore"):
+            return ufunc(a, b, out=out)
 
     def make(input_specs, **attrs):
         if len(input_specs) != 2 or any(s is None or s.layout or s.dtype != input_specs[0].dtype
                                         for s in input_specs):
             return None
-        if ufunc is np.divide:
-            def call(a, b, *, out=None):
-                with np.errstate(all="ignore"):  # x / 0 is inf or NaN without a warning
-                    return ufunc(a, b, out=out)
-        else:
-            def call(a, b, *, out=None):
-                return ufunc(a, b, out=out)
         return call
 
     return make
