@@ -524,7 +524,7 @@ def requant_blocks(kind, a2, a32, words, mask, flip, mr, bdata, kq, n_panels, n_
 def a_operand(variant, a2: np.ndarray, pb: PackedB) -> tuple:
     """(kind, a2, a32, words, mask, flip, mr): A's arguments of the *_blocks drivers."""
     flip, _ = flip_of(a2.dtype)
-    words = a2.shape[1] % 4 == 0 and a2.flags.c_contiguous and not pb.has_zp
+    words = a2.shape[1] == 4 * pb.kq and a2.flags.c_contiguous and not pb.has_zp  # kq: padded for amx
     a32 = a2.reshape(-1).view(np.uint32).reshape(a2.shape[0], pb.kq) if words else _NO_WORDS
     mask = np.uint32(0x80808080 if flip else 0)
     return qtile.KIND[variant.name], a2, a32, words, mask, flip, variant.mr
