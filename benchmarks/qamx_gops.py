@@ -62,7 +62,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--shapes", default="transformer,mlp,resnet18")
+    parser.add_argument("--alignment", action="store_true", help="only the operand-alignment table")
     args = parser.parse_args(argv)
+    if args.alignment:
+        alignment(args.repeat)
+        return
     sys.path.insert(0, str(Path(__file__).parent))
     from kernelkit.session import Session
     from kernelkit.testing import single_op_model
@@ -143,6 +147,71 @@ def main(argv=None):
                     row["ort"] = 1e6 * _median(lambda so=so, af=af: so.run(None, {"a": af}), args.repeat)
                 cells = [("-" if row[c] is None else f"{row[c]:.2f}" if "/" in c else f"{row[c]:.1f}") for c in cols]
                 print(f"| ({m}, {k}, {n}) | {group} {what} | " + " | ".join(cells) + " |", flush=True)
+
+
+def _at32(n, dtype):
+    """n elements of dtype starting 32 bytes past a 64-byte line (as Numba's own arrays may start)."""
+    size = np.dtype(dtype).itemsize
+    buf = np.zeros(n + 128 // size, dtype)
+    skip = ((32 - buf.ctypes.data) % 64) // size
+    return buf[skip:skip + n]
+
+
+def _at64(n, dtype):
+    size = np.dtype(dtype).itemsize
+    buf = np.zeros(n + 64 // size, dtype)
+    skip = (-buf.ctypes.data % 64) // size
+    return buf[skip:skip + n]
+
+
+ALIGN_SHAPES = [(128, 256, 256), (128, 256, 1024), (128, 1024, 256), (784, 1152, 128), (196, 2304, 256)]
+
+
+def alignment(repeat: int) -> None:
+    """The AMX product alone (all rows one block) with its operands on or off 64-byte lines: B's
+    packing, A and C as the drivers allocate them (32 bytes past a line) or aligned, and the
+    driver's choices (qamx._gemm_amx_ex: A copied to an aligned scratch, C blocks through one);
+    each result checked against the VNNI product."""
+    from kernelkit_numba import config
+    from kernelkit_numba.kernels import qamx, qpack, qtile
+
+    if not qamx.available():
+        return
+    cases = [("A, B, C off lines", False, False, False, False), ("B aligned", True, False, False, False),
+             ("B aligned, A copied", True, False, True, False),
+             ("B aligned, A copied, C via scratch", True, False, True, True),
+             ("A, B, C aligned", True, True, False, False)]
+    print("\nAMX product alone, GOP/s at 1 thread, by operand alignment\n")
+    print("| shape (M, K, N) | " + " | ".join(c[0] for c in cases) + " | vnni512 alone |")
+    print("|---|" + "---:|" * (len(cases) + 1))
+    rng = np.random.default_rng(1)
+    with config.serial():
+        for m, k, n in ALIGN_SHAPES:
+            a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+            bt = rng.integers(-128, 128, (n, k)).astype(np.int8)
+            base = qpack.PackedB(bt, None, 16)
+            pb = qamx.packed(base)
+            ldc = pb.n_panels * 16
+            want = np.empty(m * ldc, np.int32)
+            abuf = np.empty(m * base.kq * 4, np.uint8)
+            qpack.pack_rows(a, 0, m, False, 8, base.kq, abuf, np.empty(m, np.int32))
+            vnni = lambda abuf=abuf, base=base, want=want, m=m, ldc=ldc: qtile.gemm_kind(  # noqa: E731
+                2, abuf, base.data, base.kq, base.n_panels, want, ldc, m)
+            t_vnni = _median(vnni, repeat)
+            ops = 2.0 * m * k * n
+            cells = []
+            for _, b_line, ac_line, align_a, c_lines in cases:
+                bd = pb.data if b_line else _at32(pb.data.size, np.int8)
+                bd[:] = pb.data
+                av = (_at64 if ac_line else _at32)(m * pb.kq * 4, np.uint8)
+                qpack.pack_rows(a, 0, m, False, 1, pb.kq, av, np.empty(m, np.int32))
+                cv = (_at64 if ac_line else _at32)(m * ldc, np.int32)
+                run = lambda av=av, bd=bd, cv=cv, m=m, ldc=ldc, pb=pb, x=align_a, y=c_lines: qamx._gemm_amx_ex(  # noqa: E731
+                    av, bd, pb.kq, pb.n_panels, cv, ldc, m, x, y)
+                cells.append(f"{ops / _median(run, repeat) / 1e9:.1f}")
+                if not np.array_equal(cv, want):
+                    cells[-1] += " WRONG"
+            print(f"| ({m}, {k}, {n}) | " + " | ".join(cells) + f" | {ops / t_vnni / 1e9:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -139,12 +139,22 @@ def _emulated_block(rows, cols):
     return block
 
 
+def _misaligned(n, dtype):
+    """n elements of dtype starting 32 bytes past a 64-byte line (as Numba's arrays may)."""
+    size = np.dtype(dtype).itemsize
+    buf = np.empty(n + 128 // size, dtype)
+    skip = ((32 - buf.ctypes.data) % 64) // size
+    return buf[skip:skip + n]
+
+
 @pytest.mark.parametrize("m,k,n", [(1, 70, 33), (15, 64, 16), (16, 64, 16), (17, 100, 48), (32, 256, 32),
                                    (45, 130, 70), (64, 33, 96), (80, 200, 17)])
-def test_driver_walk_emulated(m, k, n, monkeypatch):
+@pytest.mark.parametrize("align_a,c_lines", [(False, False), (True, True)])
+def test_driver_walk_emulated(m, k, n, align_a, c_lines, monkeypatch):
     """qamx's driver (its Python body) with the tile blocks emulated: 32 x 32 blocks, a 16-row block,
     an odd last panel, the rows past the last 16 on the VNNI few-row tiles (real where this CPU has
-    VNNI), on operands packed with K padded to 64 bytes = the int64 reference."""
+    VNNI), A copied to an aligned scratch and C blocks through one, on operands packed with K padded
+    to 64 bytes = the int64 reference."""
     if not qtile.available("vnni512"):
         pytest.skip("the driver's remainder rows run on the VNNI tiles")
     for rows in (1, 2):
@@ -157,12 +167,14 @@ def test_driver_walk_emulated(m, k, n, monkeypatch):
     a = rng.integers(0, 256, (m, k)).astype(np.uint8)
     bt = rng.integers(-128, 128, (n, k)).astype(np.int8)
     pb = qamx.packed(qpack.PackedB(bt, None, 16))
-    assert pb.kq % 16 == 0 and pb.k == k
-    abuf = np.full(m * pb.kq * 4, 77, np.uint8)
+    assert pb.kq % 16 == 0 and pb.k == k and pb.data.ctypes.data % 64 == 0
+    abuf = _misaligned(m * pb.kq * 4, np.uint8)
+    abuf[:] = 77
     qpack.pack_rows(a, 0, m, False, 1, pb.kq, abuf, np.empty(m, np.int32))
     ldc = pb.n_panels * 16
-    c = np.full(m * ldc, -1, np.int32)
-    getattr(qamx._gemm_amx, "py_func", qamx._gemm_amx)(abuf, pb.data, pb.kq, pb.n_panels, c, ldc, m)
+    c = _misaligned(m * ldc, np.int32)
+    c[:] = -1
+    qamx._gemm_amx_ex.py_func(abuf, pb.data, pb.kq, pb.n_panels, c, ldc, m, align_a, c_lines)
     np.testing.assert_array_equal(c.reshape(m, ldc)[:, :n], _reference(a, 0, bt, 0))
     assert calls == (["cfg", "rel"] if m >= 16 else [])
 

@@ -188,34 +188,73 @@ _block_1x1 = _block_intrinsic(1, 1)
 
 
 # ----------------------------------------------------------------------------------------- driver
+LINE = 64  # a tile row is one cache line: rows that straddle two lines cost two loads each
+
+
 @jit
-def _gemm_amx(a, b, kq, n_panels, c, ldc, m_rows):
-    """C's first m_rows rows (int32, row stride ldc) = A (one-row panels: rows of 4 kq bytes) times
-    B (panels of 16 columns, kq a multiple of 16): 32 x 32 blocks on the tiles, a 16-row block
-    left, an odd last panel alone; the rows beyond the last 16-row block on the VNNI few-row tiles."""
+def _aligned(n, dtype_of):
+    """A scratch array of n elements of ``dtype_of``'s dtype starting on a 64-byte line (Numba's own
+    arrays start on 32 bytes)."""
+    size = dtype_of.itemsize
+    buf = np.empty(n + LINE // size, dtype_of.dtype)
+    skip = (LINE - buf.ctypes.data % LINE) % LINE // size
+    return buf[skip:skip + n]
+
+
+@jit
+def _gemm_amx_ex(a, b, kq, n_panels, c, ldc, m_rows, align_a, c_lines):
+    """_gemm_amx with its choices as arguments (benchmarks/qamx_gops.py compares them): ``align_a``
+    copies A's tile rows to a 64-byte aligned scratch when A does not start on a line; ``c_lines``
+    stores each C block into an aligned scratch and copies it into C when C does not start on a line."""
     lda = kq * 4
     ps = kq * 64
     pairs = m_rows // (2 * ROWS)
     half = m_rows - pairs * 2 * ROWS >= ROWS
-    if pairs or half:
+    tiled_rows = pairs * 2 * ROWS + (ROWS if half else 0)
+    if tiled_rows:
+        at = a
+        if align_a and a.ctypes.data % LINE:
+            at = _aligned(tiled_rows * lda, a)
+            at[:] = a[:tiled_rows * lda]
+        scratch = c_lines and (c.ctypes.data % LINE != 0)
+        cs = _aligned(4 * ROWS * ROWS if scratch else 1, c)
         _configure()
-        for j in range(0, n_panels - 1, 2):
-            for p in range(pairs):
-                _block_2x2(a, p * 2 * ROWS * lda, lda, b, j * ps, ps, kq, c, p * 2 * ROWS * ldc + j * 16, ldc)
-            if half:
-                _block_1x2(a, pairs * 2 * ROWS * lda, lda, b, j * ps, ps, kq, c, pairs * 2 * ROWS * ldc + j * 16, ldc)
-        if n_panels % 2:
-            j = n_panels - 1
-            for p in range(pairs):
-                _block_2x1(a, p * 2 * ROWS * lda, lda, b, j * ps, ps, kq, c, p * 2 * ROWS * ldc + j * 16, ldc)
-            if half:
-                _block_1x1(a, pairs * 2 * ROWS * lda, lda, b, j * ps, ps, kq, c, pairs * 2 * ROWS * ldc + j * 16, ldc)
+        for j in range(0, n_panels, 2):
+            two = j + 1 < n_panels
+            for p in range(pairs + (1 if half else 0)):
+                r0 = p * 2 * ROWS
+                full = p < pairs
+                dst, d_off, ld = (cs, 0, 2 * ROWS) if scratch else (c, r0 * ldc + j * 16, ldc)
+                if full and two:
+                    _block_2x2(at, r0 * lda, lda, b, j * ps, ps, kq, dst, d_off, ld)
+                elif full:
+                    _block_2x1(at, r0 * lda, lda, b, j * ps, ps, kq, dst, d_off, ld)
+                elif two:
+                    _block_1x2(at, r0 * lda, lda, b, j * ps, ps, kq, dst, d_off, ld)
+                else:
+                    _block_1x1(at, r0 * lda, lda, b, j * ps, ps, kq, dst, d_off, ld)
+                if scratch:
+                    for r in range((2 if full else 1) * ROWS):
+                        c[(r0 + r) * ldc + j * 16:(r0 + r) * ldc + j * 16 + (32 if two else 16)] = \
+                            cs[r * 2 * ROWS:r * 2 * ROWS + (32 if two else 16)]
         _release()
-    r = pairs * 2 * ROWS + (ROWS if half else 0)
+    r = tiled_rows
     while r < m_rows:
         rows = min(4, m_rows - r)
         qtile._few_rows_vnni512(a, r * lda, lda, kq, b, n_panels, c, r * ldc, ldc, rows)
         r += rows
+
+
+ALIGN_A, C_LINES = True, False  # measured on the Xeon: docs/quantization.md (session 7)
+
+
+@jit
+def _gemm_amx(a, b, kq, n_panels, c, ldc, m_rows):
+    """C's first m_rows rows (int32, row stride ldc) = A (one-row panels: rows of 4 kq bytes) times
+    B (panels of 16 columns, kq a multiple of 16): for each pair of B panels, the 32-row blocks of
+    A on the tiles (a last 16-row block, an odd last panel alone), then the rows beyond the last
+    16-row block on the VNNI few-row tiles."""
+    _gemm_amx_ex(a, b, kq, n_panels, c, ldc, m_rows, ALIGN_A, C_LINES)
 
 
 VARIANT = qtile.Variant("amx", 1, 16, _gemm_amx, False)
@@ -302,13 +341,20 @@ def packed(pb):
     hit = pb.__dict__.get("_amx")
     if hit is None:
         kq = -(-pb.kq // KQ_ALIGN) * KQ_ALIGN
-        data = np.zeros((pb.n_panels, kq, 64), np.int8)
+        data = aligned_zeros(pb.n_panels * kq * 64).reshape(pb.n_panels, kq, 64)
         data[:, :pb.kq] = pb.data.reshape(pb.n_panels, pb.kq, 64)
         hit = object.__new__(type(pb))
         hit.__dict__.update({k: v for k, v in pb.__dict__.items() if k != "_amx"})
         hit.data, hit.kq = data.reshape(-1), kq
         pb._amx = hit
     return hit
+
+
+def aligned_zeros(n: int) -> np.ndarray:
+    """n int8 zeros starting on a 64-byte line (tile rows of B never straddle two)."""
+    buf = np.zeros(n + LINE, np.int8)
+    skip = -buf.ctypes.data % LINE
+    return buf[skip:skip + n]
 
 
 def upgrade(variant, pb):
