@@ -4,7 +4,7 @@ shapes (a convolution as its im2col GEMM: pixels x C*kh*kw x channels).
 
 Columns: the whole MatMulInteger path (qpack.run_blocks: pack A, product, int32 epilogue; B packed
 once) on vnni512 and on amx; each product alone on A packed beforehand, all rows one block;
-amx with row blocks of >= 32 rows (a block_rows variant); onnxruntime's MatMulInteger (B a
+amx with other floors of its row blocks (qpack.AMX_BLOCK_ROWS; default 64); onnxruntime's MatMulInteger (B a
 constant, prepacked); then DynamicQuantizeMatMul as one node (kernelkit session with
 KERNELKIT_INT8_AMX off / on, onnxruntime's com.microsoft node), median us.
 
@@ -27,6 +27,9 @@ SHAPES = {  # (M, K, N, what)
     "resnet18": [(3136, 576, 64, "3x3 64"), (784, 1152, 128, "3x3 128"), (196, 2304, 256, "3x3 256"),
                  (49, 4608, 512, "3x3 512"), (784, 64, 128, "1x1 down 128"), (12544, 147, 64, "7x7 stem")],
 }
+
+
+FLOORS = (16, 32, 128)  # qpack.AMX_BLOCK_ROWS tried beside the default
 
 
 def _median(fn, repeat):
@@ -81,13 +84,14 @@ def main(argv=None):
         has_ort = False
     amx = qamx.available()
     print(f"vnni512={qtile.available('vnni512')} amx={amx}" + ("" if amx else f" ({qamx.unavailable_reason()})"))
-    cols = ["vnni512 MatMulInteger", "amx MatMulInteger", "vnni512 alone", "amx alone", "amx, blocks >= 32",
+    cols = ["vnni512 MatMulInteger", "amx MatMulInteger", "vnni512 alone", "amx alone",
+            *(f"amx, blocks >= {f}" for f in FLOORS),
             "ort MatMulInteger", "amx / vnni512 (whole)", "DQMM us: kk vnni512", "kk amx", "ort"]
     print("GOP/s at 1 thread (2*M*K*N / median time), 8-bit weights\n")
     print("| shape (M, K, N) | what | " + " | ".join(cols) + " |")
     print("|---|---|" + "---:|" * len(cols))
     rng = np.random.default_rng(0)
-    block_rows = qpack.block_rows
+    block_floor = qpack.AMX_BLOCK_ROWS
     with config.serial():
         for group in args.shapes.split(","):
             for m, k, n, what in SHAPES[group]:
@@ -100,7 +104,8 @@ def main(argv=None):
                 for name, variant, pb in (("vnni512", qtile.VARIANTS["vnni512"], base),
                                           ("amx", qamx.VARIANT, qamx.packed(base))):
                     if name == "amx" and not amx:
-                        row[f"{name} MatMulInteger"] = row[f"{name} alone"] = row["amx, blocks >= 32"] = None
+                        row[f"{name} MatMulInteger"] = row[f"{name} alone"] = None
+                        row.update({f"amx, blocks >= {f}": None for f in FLOORS})
                         continue
                     out = np.empty((m, n), np.int32)
                     mm = (pb.column_terms(3), pb.zp, pb.has_zp, out)
@@ -114,11 +119,12 @@ def main(argv=None):
                         kind, abuf, pb.data, pb.kq, pb.n_panels, cbuf, pb.n_panels * 16, m)
                     row[f"{name} alone"] = ops / _median(alone, args.repeat) / 1e9
                     if name == "amx":
-                        qpack.block_rows = lambda mm_, kk, nn, mr: min(mm_, max(32, block_rows(mm_, kk, nn, mr)))
-                        try:
-                            row["amx, blocks >= 32"] = ops / _median(run, args.repeat) / 1e9
-                        finally:
-                            qpack.block_rows = block_rows
+                        for floor in FLOORS:
+                            qpack.AMX_BLOCK_ROWS = floor
+                            try:
+                                row[f"amx, blocks >= {floor}"] = ops / _median(run, args.repeat) / 1e9
+                            finally:
+                                qpack.AMX_BLOCK_ROWS = block_floor
                 row["ort MatMulInteger"] = None
                 if has_ort:
                     sess, _ = _ort_session(b, 3)
