@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The AMX int8 round (issue 16, session 7) in one device call on the GPU machine's Xeon:
-#   phase 1, CPU 0 alone: the AMX state of this process (features, arch_prctl), qamx_gops.py's operand
-#            alignment table, then its transformer and ResNet-18 shapes
-#   phase 2, side by side (shared L3: ratios within a job are what counts):
-#     CPUs 0,1   quantized.py --separate --threads 1 on MODELS: AMX on (auto), KERNELKIT_INT8_AMX=off, twice
-#     CPUs 2,3   test_qamx.py (the AMX products bit-exact) + the int8 product tests of test_qtile.py
+# the AMX state of this process (features, arch_prctl), then three jobs side by side (shared L3: ratios
+# within a job are what counts):
+#   CPUs 0,1   quantized.py --separate --threads 1 on MODELS: AMX on (auto), KERNELKIT_INT8_AMX=off, twice
+#   CPUs 2,3   test_qamx.py (the AMX products bit-exact) + the int8 product tests of test_qtile.py
+#   CPU 6      qamx_gops.py's operand alignment table, then its transformer, ResNet-18 and MLP shapes
 # Usage (repository root, after `source .whl/prelude.sh`): bash benchmarks/qamx_round.sh OUT [SECONDS] [MODELS]
 set -u
 OUT=${1:?output folder}
@@ -19,24 +19,26 @@ from kernelkit_numba.kernels import qamx, qtile
 print('features:', sorted(f for f in qtile.host_features() if 'amx' in f or 'vnni' in f))
 print('permission:', qamx.permission(), 'reason:', repr(qamx.unavailable_reason()), 'compiled:', qamx.compiled())
 " >> "$OUT/cpu.txt" 2>&1
-T1=$((LIMIT * 2 / 5))
-timeout $((T1 / 3)) taskset -c 0 $PY benchmarks/qamx_gops.py --repeat 20 --alignment > "$OUT/gops_align.txt" 2>&1
-timeout $((T1 * 2 / 3)) taskset -c 0 $PY benchmarks/qamx_gops.py --repeat 15 --shapes transformer,resnet18 \
-  > "$OUT/gops.txt" 2>&1
-T2=$((LIMIT - T1 - 5))
 (
   export NUMBA_CACHE_DIR=/tmp/kk_amx_nc1
-  for amx in auto off auto off; do
-    KERNELKIT_INT8_AMX=$amx timeout $((T2 / 4)) taskset -c 0,1 $PY benchmarks/quantized.py --separate --threads 1 \
+  for amx in auto off auto off; do  # alternately while at least 45 s are left
+    left=$((LIMIT - SECONDS))
+    [ $left -lt 45 ] && break
+    KERNELKIT_INT8_AMX=$amx timeout $left taskset -c 0,1 $PY benchmarks/quantized.py --separate --threads 1 \
       --models "$MODELS" --rounds 10 --agreement 20 >> "$OUT/quantized_$amx.txt" 2>&1
   done
 ) &
 (
   export NUMBA_CACHE_DIR=/tmp/kk_amx_nc2
-  timeout $((T2 / 2)) taskset -c 2,3 $PY -m pytest packages/cpu_numba/tests/test_qamx.py -q -rs -p no:cacheprovider \
+  timeout $((LIMIT / 2)) taskset -c 2,3 $PY -m pytest packages/cpu_numba/tests/test_qamx.py -q -rs -p no:cacheprovider \
     > "$OUT/test_qamx.txt" 2>&1
-  timeout $((T2 / 2)) taskset -c 2,3 $PY -m pytest packages/cpu_numba/tests/test_qtile.py -q -p no:cacheprovider \
-    -k "dynamic_quantize or variant_bit_exact or extremes or env" > "$OUT/test_qtile.txt" 2>&1
+  timeout $((LIMIT - SECONDS)) taskset -c 2,3 $PY -m pytest packages/cpu_numba/tests/test_qtile.py -q \
+    -p no:cacheprovider -k "dynamic_quantize or variant_bit_exact or extremes or env" > "$OUT/test_qtile.txt" 2>&1
+) &
+(
+  timeout $((LIMIT / 3)) taskset -c 6 $PY benchmarks/qamx_gops.py --repeat 20 --alignment > "$OUT/gops_align.txt" 2>&1
+  timeout $((LIMIT - SECONDS)) taskset -c 6 $PY benchmarks/qamx_gops.py --repeat 15 --shapes transformer,resnet18,mlp \
+    > "$OUT/gops.txt" 2>&1
 ) &
 wait
 tail -n 3 "$OUT"/test_*.txt
