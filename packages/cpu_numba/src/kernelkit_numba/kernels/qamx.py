@@ -245,7 +245,7 @@ def _gemm_amx_ex(a, b, kq, n_panels, c, ldc, m_rows, align_a, c_lines):
         r += rows
 
 
-ALIGN_A, C_LINES = True, True  # C tiles stored across two lines ran up to 10x slower on the Xeon (session 7)
+ALIGN_A, C_LINES = False, False  # both copies cost more than lines straddled (Xeon, docs: session 7)
 
 
 @jit
