@@ -292,11 +292,11 @@ def permission() -> tuple[bool, str]:
 
 def unavailable_reason() -> str:
     """'' where the AMX product can run in this process, else why not."""
-    if numba.config.DISABLE_JIT:
-        return "NUMBA_DISABLE_JIT=1: no compiled tiles"
     missing = [f for f in (*NEEDS, "avx512vnni") if f not in qtile.host_features()]
     if missing:
         return f"this CPU lacks {', '.join(missing)}"
+    if numba.config.DISABLE_JIT:
+        return "NUMBA_DISABLE_JIT=1: no compiled tiles"
     granted, why = permission()
     return "" if granted else why
 
