@@ -302,7 +302,15 @@ def unavailable_reason() -> str:
 
 
 def available() -> bool:
-    return not unavailable_reason()
+    """Whether the AMX product can run in this process (unavailable_reason, kept per feature set)."""
+    key = (qtile.host_features(), numba.config.DISABLE_JIT)
+    hit = _available.get(key)
+    if hit is None:
+        hit = _available[key] = not unavailable_reason()
+    return hit
+
+
+_available: dict = {}
 
 
 _checked: dict = {}
@@ -331,7 +339,7 @@ def selected(variant) -> bool:
     """Whether the AMX product replaces ``variant`` (qtile.select's choice) here."""
     if variant is None or variant.name != "vnni512" or requested() == "off":
         return False
-    return qtile.requested() == "auto" and available()
+    return available() and qtile.requested() == "auto"
 
 
 def packed(pb):
