@@ -27,7 +27,7 @@ from .. import config
 from .._base import NumbaKernel
 from .._base import readonly as _readonly
 from ..config import jit_exact, jit_parallel
-from . import qpack, qtile
+from . import qamx, qpack, qtile
 from .norm import layer_normalization
 from .quantize import dynamic_range, quantize_flat, quantize_offset
 
@@ -751,7 +751,7 @@ def tiled(kernel, b, b_zero_point, trans_b: bool = False):
         return None
     pb = qpack.packed_b(kernel, lambda: b if trans_b else b.T, b, b_zero_point)
     variant = qtile.select(pb.safe_pairs)
-    return None if variant is None else (variant, pb)
+    return None if variant is None else qamx.upgrade(variant, pb)  # AMX tiles where the CPU has them
 
 
 def _zp(zero_point) -> int:

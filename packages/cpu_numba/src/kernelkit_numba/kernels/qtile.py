@@ -523,7 +523,7 @@ _rowsq_avx2 = _rows_intrinsic("avx2", 4, 2, fused=True, cvt=True)
 _rowsq_vnni = _rows_intrinsic("vnni512", 8, 2, fused=True, cvt=True)
 _rowsm_avx2 = _rows_intrinsic("avx2", 4, 2, fused=True, masked=True, cvt=True)
 _rowsm_vnni = _rows_intrinsic("vnni512", 8, 2, fused=True, masked=True, cvt=True)
-KIND = {"generic": 0, "avx2": 1, "vnni512": 2}
+KIND = {"generic": 0, "avx2": 1, "vnni512": 2, "amx": 3}  # amx: qamx.py (A-panel products only)
 ROWS_MR = {0: 4, 1: 4, 2: 8}
 ROWS_NR = {0: 16, 1: 16, 2: 32}
 
@@ -681,9 +681,11 @@ def _gemm_generic(a, b, kq, n_panels, c, ldc, m_rows):
 
 @jit
 def gemm_kind(kind, a, b, kq, n_panels, c, ldc, m_rows):
-    """The A-panel product of variant ``kind`` (0 generic, 1 avx2, 2 vnni512; see Variant.gemm)."""
+    """The A-panel product of variant ``kind`` (0 generic, 1 avx2, 2 vnni512, 3 amx; see Variant.gemm)."""
     if kind == 2:
         _GEMM_VNNI512(a, b, kq, n_panels, c, ldc, m_rows)
+    elif kind == 3:
+        qamx.GEMM(a, b, kq, n_panels, c, ldc, m_rows)
     elif kind == 1:
         _gemm_avx2(a, b, kq, n_panels, c, ldc, m_rows)
     else:
@@ -758,3 +760,6 @@ def select(safe_pairs: bool) -> Variant | None:
         return VARIANTS["avx2"] if available("avx2") and safe_pairs else None
     variant = VARIANTS[value]
     return VARIANTS["generic"] if variant.needs_safe_pairs and not safe_pairs else variant
+
+
+from . import qamx  # noqa: E402  (AMX tiles: built on this module; gemm_kind runs its qamx.GEMM)
