@@ -533,7 +533,7 @@ class DynamicQuantizeMatMul(NumbaKernel):
         else the one-call path (small_dynamic), else ``run`` (the general path at this node's thread
         budget)."""
         run, kernel, env_raw = self.run, self, env_reader(qtile.ENV)
-        plain_fn = qpack.dq_matmul_plain
+        bound_fn = qpack.dq_matmul_bound
 
         def call(a, b, b_scale, b_zero_point=None, bias=None, residual=None, norm_scale=None, norm_bias=None,
                  out=None):
@@ -544,8 +544,8 @@ class DynamicQuantizeMatMul(NumbaKernel):
                 if x2.flags.c_contiguous:
                     x2.setflags(write=False)  # one compiled signature (readonly inputs, as _base.readonly)
                     flat = np.empty(p[7], np.float32)
-                    if plain_fn(p[8], x2, *p[9], flat, p[10], p[11]):
-                        return flat.reshape(p[12])
+                    if bound_fn(p[8], x2, *p[9], flat):
+                        return flat.reshape(p[10])
             a = _readonly(a)
             y = small_dynamic(self, a, b, b_scale, b_zero_point, bias, True, residual, norm_scale, norm_bias) \
                 if a.size and a.shape[-1] else None
@@ -735,10 +735,10 @@ def env_reader(name: str):
 
 
 def _bind_plain(kernel, a, b, b_scale, b_zero_point, bias, env_raw) -> None:
-    """Keep on the kernel the arguments of qpack.dq_matmul_plain for A of ``a``'s shape (after a
+    """Keep on the kernel the arguments of qpack.dq_matmul_bound for A of ``a``'s shape (after a
     small_dynamic call made its constants): (A shape, B, B scale, B zero point, bias, the raw
-    KERNELKIT_INT8_GEMM, A as 2-D, output size, kind, the constants after A, block rows, activation,
-    output shape). The serial call checks them by identity and goes straight to the one Numba call:
+    KERNELKIT_INT8_GEMM, A as 2-D, output size, the integer arguments as one array, the constant
+    arrays, output shape). The serial call checks them by identity and goes straight to the one Numba call:
     ~1 us of Python a call instead of ~5 (small_dynamic's checks, the variant's choice, the
     readonly view). None where small_dynamic's plain path does not apply (several outputs; writable
     constants, which it re-reads every call)."""
@@ -753,8 +753,10 @@ def _bind_plain(kernel, a, b, b_scale, b_zero_point, bias, env_raw) -> None:
         kernel._plain = None
         return
     block = m_n if m_n <= GEMV_ROWS else qpack.block_rows(m_n, k_n, head[4] * qpack.NR, head[1])
-    kernel._plain = (a.shape, b, b_scale, b_zero_point, bias, env_raw, (m_n, k_n), m_n * n_n, head[0],
-                     tuple(head[1:]), block, hit[7], (*a.shape[:-1], n_n))
+    kind, mr, bdata, kq, n_panels, n, col_sums, k, zb, has_zb, b_scale_arr, bias_arr, has_bias = head
+    dims = np.array([kind, mr, kq, n_panels, n, k, has_zb, has_bias, block, hit[7]], np.int64)
+    kernel._plain = (a.shape, b, b_scale, b_zero_point, bias, env_raw, (m_n, k_n), m_n * n_n, dims,
+                     (bdata, col_sums, zb, b_scale_arr, bias_arr), (*a.shape[:-1], n_n))
 
 
 def _column_shards(head, x2, bounds, act, count, groups, a_shape, residual):
