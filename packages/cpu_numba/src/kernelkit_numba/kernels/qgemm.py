@@ -16,7 +16,6 @@ products on the raw int8 operands instead (``gemv_int8``: int32 arithmetic that 
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 from kernelkit.ops.integer import split_columns
@@ -532,7 +531,7 @@ class DynamicQuantizeMatMul(NumbaKernel):
         (``_plain``: one Numba call whose arguments were made for this A shape, checked by identity),
         else the one-call path (small_dynamic), else ``run`` (the general path at this node's thread
         budget)."""
-        run, kernel, env_raw = self.run, self, env_reader(qtile.ENV)
+        run, kernel, env_raw = self.run, self, qtile.requested_raw
         bound_fn = qpack.dq_matmul_bound
 
         def call(a, b, b_scale, b_zero_point=None, bias=None, residual=None, norm_scale=None, norm_bias=None,
@@ -721,17 +720,6 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
     if not qpack.dq_matmul_small(head[0], x2, *head[1:], flat, bounds, *res, block, act, *norm):
         return None
     return column_parts(flat, bounds, a.shape)
-
-
-def env_reader(name: str):
-    """A callable returning the environment variable ``name``'s raw value (bytes or str; None when
-    unset) on every call: ``os.environ``'s own dict where it has one (~0.05 us; ``os.environ.get``
-    of an unset name raises and catches a KeyError inside, ~1 us), else ``os.environ.get``."""
-    data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
-    if isinstance(data, dict) and encode is not None:
-        key = encode(name)
-        return lambda: data.get(key)
-    return lambda: os.environ.get(name)
 
 
 def _bind_plain(kernel, a, b, b_scale, b_zero_point, bias, env_raw) -> None:
