@@ -1,4 +1,4 @@
-"""kernelkit numba int8 and onnxruntime int8 on one quantized dynamic model (as benchmarks/quantized.py
+"""kernelkit numba int8 and onnxruntime int8 on one quantized model (as benchmarks/quantized.py
 makes it), in one process, one run of each in turn for ``--runs`` runs: best and median ms of each and
 their ratios, one JSON line. For A/B comparisons of small per-run costs on a noisy machine: run it under
 two trees (base first on PYTHONPATH, then the branch) several times and compare the ratios, which the
@@ -21,10 +21,8 @@ from pathlib import Path
 os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 import kernelkit  # noqa: E402
 import numpy as np  # noqa: E402
-import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 from kernelkit_converters.onnx import convert  # noqa: E402
-from kernelkit_converters.quantize import quantize  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("kernelkit_quantized", Path(__file__).parent / "quantized.py")
 qbench = importlib.util.module_from_spec(_spec)
@@ -33,7 +31,7 @@ _spec.loader.exec_module(qbench)
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("model", choices=[m for m, mode in qbench.MODES.items() if mode == "dynamic"])
+    p.add_argument("model", choices=sorted(qbench.MODES))
     p.add_argument("--runs", type=int, default=1000)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--int8-work", type=float, help="qgemm.INT8_WORK for this process")
@@ -45,11 +43,8 @@ def main(argv=None) -> int:
         qgemm.INT8_WORK = args.int8_work
     if args.column_shard_ops is not None:
         qgemm.COLUMN_SHARD_OPS = args.column_shard_ops
-    folder = Path(tempfile.mkdtemp())
-    proto = qbench.zoo.MODELS[args.model]()
-    onnx.save(proto, folder / f"{args.model}.onnx")
-    path = quantize(folder / f"{args.model}.onnx", folder / f"{args.model}.int8.onnx", mode="dynamic",
-                    calibration=None, reduce_range=not qbench._has_vnni())
+    args.reduce_range = not qbench._has_vnni()  # quantized.py's default (auto)
+    proto, path = qbench._quantized(args.model, False, Path(tempfile.mkdtemp()), args)
     x = qbench._inputs(proto, 1, 0)
     kk = kernelkit.Session(convert(path), threads=args.threads, options={"numba_start": "eager"})
     opts = ort.SessionOptions()
