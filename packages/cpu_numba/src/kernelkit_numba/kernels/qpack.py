@@ -463,6 +463,15 @@ def dq_matmul_plain(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, h
                            has_bias, flat, bounds, res, False, block, act, none, none, 0.0, False)
 
 
+@jit_exact
+def dq_matmul_bound(dims, x2, bdata, col_sums, zb, b_scale, bias, flat) -> bool:
+    """dq_matmul_plain with its integer arguments in one int64 array ``dims`` (kind, mr, kq, n_panels,
+    n_n, k_n, has_zb, has_bias, block, act): the serial call of a bound DynamicQuantizeMatMul
+    (qgemm._bind_plain) passes 8 arguments, not 17 (Numba's dispatcher types each one)."""
+    return dq_matmul_plain(dims[0], x2, dims[1], bdata, dims[2], dims[3], dims[4], col_sums, dims[5], zb,
+                           dims[6] != 0, b_scale, bias, dims[7] != 0, flat, dims[8], dims[9])
+
+
 # --------------------------------------------------------- matrix products: one Numba call a shard
 @jit
 def _pack_any(a2, a32, words, mask, flip, r0, r1, mr, kq, abuf, rowsum):
