@@ -92,3 +92,25 @@ def test_sigmoid_pass_against_float64(size):
         unary._sigmoid(x, part, 1, size - 1)
         np.testing.assert_array_equal(part[1:-1], y[2:-2])
         assert part[0] == part[-1] == -7.0
+
+
+@pytest.mark.parametrize("op, a, b, want", [("Div", 1.0, 0.0, np.inf), ("Mul", 1e30, 1e30, np.inf),
+                                            ("Sub", np.inf, np.inf, np.nan), ("Add", -np.inf, np.inf, np.nan)])
+def test_serial_ufunc_call_is_quiet_and_leaves_the_error_state(op, a, b, want):
+    """The one-thread Add/Sub/Mul/Div call (binary._quiet) raises no floating-point warning, also
+    under np.errstate(all="raise") around it, and leaves the caller's error state as it was."""
+    import warnings
+
+    from kernelkit.ir import TensorSpec
+    from kernelkit_numba.kernels import binary
+
+    specs = [TensorSpec((2, 3), "float32"), TensorSpec((1, 3), "float32")]
+    call = binary._ufunc_serial({"Add": binary.ADD, "Sub": binary.SUB, "Mul": binary.MUL,
+                                 "Div": binary.DIV}[op])(specs)
+    x, y = np.full((2, 3), a, np.float32), np.full((1, 3), b, np.float32)
+    with warnings.catch_warnings(), np.errstate(all="raise"):
+        warnings.simplefilter("error")
+        before = np.geterr()
+        got = call(x, y, out=np.empty((2, 3), np.float32))
+        assert np.geterr() == before
+    np.testing.assert_array_equal(got, np.full((2, 3), want, np.float32))
