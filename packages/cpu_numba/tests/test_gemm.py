@@ -114,3 +114,34 @@ def test_one_row_products_take_the_row_call(check):
     kernel.context = KernelContext(Node("Gemm", ["a", "b"], ["y"], {}, "n"), None, {}, 1)
     kernel.prepare([TensorSpec((2, k), "float32"), TensorSpec((k, n), "float32")], {})
     assert not kernel.bind(None).__qualname__.startswith("Gemm._row_call.")
+
+
+def test_matmul_blas_call_binding(check):
+    """Static MatMul on one thread: batched products (the attention's) and a 2-D B that fgemm does
+    not take bind ``_blas_call`` (one np.matmul + the activation), against the reference; a 2-D B
+    of a shape fgemm takes keeps the general path (the micro-kernels for a constant weight)."""
+    from kernelkit.invoke import KernelContext
+    from kernelkit.ir import Node, TensorSpec
+    from kernelkit_numba.kernels import fgemm
+    from kernelkit_numba.kernels.gemm import MatMul
+
+    r = np.random.default_rng(3)
+    for a_shape, b_shape, act, fast in [((1, 4, 16, 8), (1, 4, 8, 16), ("", ()), True),
+                                        ((2, 3, 5, 7), (3, 7, 4), ("Relu", ()), True),
+                                        ((6, 5), (5, 3), ("Gelu", (0.0,)), True),
+                                        ((64, 40), (40, 48), ("", ()), fgemm.kind_for(64, 40, 48) is None)]:
+        a = r.uniform(-1, 1, a_shape).astype(np.float32)
+        b = r.uniform(-1, 1, b_shape).astype(np.float32)
+        attrs = {"activation": act[0], "activation_params": list(act[1])} if act[0] else {}
+        check("MatMul", [a, b], attrs)
+        check("MatMul", [a, b], attrs, constants=(1,))
+        kernel = MatMul()
+        kernel.context = KernelContext(Node("MatMul", ["a", "b"], ["y"], {}, "n"), None, {}, 1)
+        kernel.prepare([TensorSpec(a.shape, "float32"), TensorSpec(b.shape, "float32")], attrs)
+        call = kernel.bind(None)
+        assert call.__qualname__.startswith("MatMul._blas_call.") == fast
+        if fast:
+            out = np.full(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), np.nan,
+                          np.float32)
+            assert call(a, b, out=out) is out
+            np.testing.assert_allclose(out, kernel.execute(a, b), rtol=1e-5, atol=1e-6)

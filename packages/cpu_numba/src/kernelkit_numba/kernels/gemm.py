@@ -246,6 +246,45 @@ class MatMul(NumbaKernel):
         self.act = self.fused_activation(input_specs)
         self._const_b = ConstantB()
 
+    def bind(self, step):
+        """Static products on one thread that fgemm does not take (the attention's batched
+        products, a B that is not 2-D) bind ``_blas_call``; everything else the general call."""
+        fast = self._blas_call()
+        if fast is None:
+            return super().bind(step)
+        progress.install()
+        return tiered.bound(self, fast)
+
+    def _blas_call(self):
+        """One ``np.matmul`` into the output, as the reference (and the general path on one thread)
+        runs it, then the fused activation: the general path's per-call decisions cost 10-40 us a
+        node inside GPT-2 (its 24 attention products, ~0.08 ms each). None where the general path
+        runs: shapes not static, not float32, a 1-D operand, more than one thread, or a 2-D B whose
+        shape fgemm takes (a constant weight: the micro-kernels)."""
+        specs = self.input_specs
+        if len(specs) != 2 or any(s is None or not s.is_static or s.layout for s in specs):
+            return None
+        a_spec, b_spec = specs
+        if a_spec.dtype != "float32" or b_spec.dtype != "float32" or len(a_spec.shape) < 2 or len(b_spec.shape) < 2:
+            return None
+        if self.static_threads() != 1:
+            return None
+        if len(b_spec.shape) == 2 and fgemm.kind_for(math.prod(a_spec.shape[:-1]), *b_spec.shape) is not None:
+            return None
+        code, p0, p1 = self.act
+        one, zero = np.float32(1), np.float32(0)
+
+        def call(a, b, *, out=None):
+            config.blas_single()
+            y = np.matmul(a, b, out=out)
+            if code != NONE and y.size:
+                rows = y.reshape(-1, y.shape[-1])
+                scale_bias_act_cols(rows, one, config.readonly(np.zeros(rows.shape[1], np.float32)), zero, code,
+                                    p0, p1)
+            return y
+
+        return call
+
     def work(self, a, b):
         """2 * batch * M * N * K."""
         m = a.shape[-2] if a.ndim > 1 else 1
