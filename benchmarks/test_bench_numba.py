@@ -338,6 +338,11 @@ from test_bench_numba import model_case, kernelkit_session, ort_session
 import kernelkit
 from kernelkit.testing import MODEL_COSINE, cosine
 name, runtime, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+import importlib, os
+for item in filter(None, os.environ.get("KERNELKIT_BENCH_SET", "").split(",")):
+    key, value = item.split("=")  # e.g. kernels.dwtile.PARALLEL_US=100, config.HEARTBEAT=0
+    module, attr = key.rsplit(".", 1)
+    setattr(importlib.import_module("kernelkit_numba." + module), attr, float(value) if "." in value else int(value))
 proto, model, feed, gflop = model_case(name)
 if runtime == "reference1":
     from threadpoolctl import threadpool_limits
@@ -416,6 +421,8 @@ def markdown(table: dict, names, title: str, runtimes=_RUNTIMES) -> str:
 
 if __name__ == "__main__":
     # python benchmarks/test_bench_numba.py [models] [rounds] [quiet,loaded]
+    #   KERNELKIT_BENCH_SET=kernels.dwtile.PARALLEL_US=100,config.HEARTBEAT=0 sets kernelkit_numba
+    #   module constants in every child process (a variant of the defaults, each in its own run)
     #   each runtime in its own process; run it pinned: taskset -c 0,1 python benchmarks/...
     # Steady-state timing: numba kernels compile in the warm-up calls, not in the background while
     # blocks are timed (tiered start, docs/numba.md "First call"); the child processes inherit it.

@@ -107,17 +107,70 @@ def test_spin_time_from_environment(monkeypatch):
 @pytest.mark.skipif(numba.config.DISABLE_JIT, reason="the spin loop is machine code (workers block without it)")
 def test_spin_loop_sees_the_generation():
     spin, rate = shards._spinner()
-    flag = np.zeros(1, np.int64)
-    assert not spin(flag, 0, 1 << 40, 10) and spin(flag, 1, 1 << 40, 10)
+    flag = np.zeros(3, np.int64)
+    assert spin(flag, 0, 10, 1 << 40, False) == 0 and spin(flag, 1, 10, 1 << 40, False) == 1  # polls as the clock
     if rate > 0:  # bounded by the cycle counter: ~1 ms of ticks ends a spin of many polls
         t0 = time.perf_counter()
-        assert not spin(flag, 0, int(1e-3 * rate), 1 << 40)
+        assert spin(flag, 0, int(1e-3 * rate), 1 << 62, True) == 0
         assert 5e-4 < time.perf_counter() - t0 < 1.0
     threading.Timer(0.01, lambda: flag.__setitem__(0, 5)).start()
     t0 = time.perf_counter()
-    while not spin(flag, 0, 1 << 40, 200):
+    while spin(flag, 0, 200, 1 << 40, False) != 1:
         assert time.perf_counter() - t0 < TIMEOUT_S
     assert flag[0] == 5
+
+
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="the spin loop is machine code (workers block without it)")
+def test_heartbeats_keep_the_spin_going():
+    """Beats (``flag[1]`` changing) keep a spin going past its idle time; it returns 2 at the cap
+    while they come, 0 once they stop for the idle time."""
+    spin, rate = shards._spinner()
+    if rate <= 0:
+        pytest.skip("no cycle counter")
+    flag = np.zeros(3, np.int64)
+    stop = threading.Event()
+
+    def beats():
+        while not stop.is_set():
+            flag[1] += 1
+            time.sleep(2e-4)
+
+    t = threading.Thread(target=beats, daemon=True)
+    t.start()
+    try:
+        t0 = time.perf_counter()
+        got = spin(flag, 0, int(5e-3 * rate), int(0.1 * rate), True)  # idle 5 ms, cap 100 ms
+        took = time.perf_counter() - t0
+    finally:
+        stop.set()
+        t.join()
+    assert got == 2 and took > 0.05  # the beats (every 0.2 ms) outlasted the idle time
+    assert spin(flag, 0, int(5e-3 * rate), int(0.1 * rate), True) == 0
+
+
+def test_a_heartbeat_wakes_a_sleeping_worker_and_no_beat_while_backed_off():
+    """The first beat of a run wakes a sleeping worker (once it has a spin loop), so that it is
+    awake for the run's first parallel kernel; a backed-off pool does not beat."""
+    pool = shards.ShardPool(200e-6)
+    fn, _ = counting(4)
+    within(pool.run, fn, 4, 2)  # starts the worker
+    deadline = time.perf_counter() + TIMEOUT_S
+    while not pool._sleeping:
+        assert time.perf_counter() < deadline
+        time.sleep(1e-3)
+    beats = int(pool._gen[1])
+    pool.beat()
+    assert pool._gen[1] == beats + 1 and pool._gen[2] == 0  # no spin loop yet: nobody is woken
+    pool._can_spin = True
+    pool.beat()
+    assert pool._gen[2] == 1
+    while pool._waking:  # the worker wakes (and, without a job or a spin loop, sleeps again)
+        assert time.perf_counter() < deadline
+        time.sleep(1e-3)
+    pool._back_off("test")
+    pool.beat()
+    assert pool._gen[1] == beats + 2
+    pool.reset()
 
 
 def test_stall_backs_off_and_current_threads_says_one():

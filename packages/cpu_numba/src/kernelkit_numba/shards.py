@@ -165,11 +165,17 @@ class ShardPool:
     # a worker builds its spin loop (a Numba function: compiled, or loaded from the disk cache, in
     # ~0.1-0.5 s of mostly GIL-holding work) after serving this many jobs, not during a first run
     SPIN_AFTER_JOBS = 32
+    # a spin kept going by heartbeats returns to Python this often, to re-check the back-off
+    SPIN_CAP_S = 0.02
 
     def __init__(self, spin_s: float | None = None):
         self.spin_s = spin_seconds() if spin_s is None else spin_s
         self._cond = threading.Condition(threading.Lock())
-        self._gen = np.zeros(1, np.int64)  # the generation: bumped for every job put in the slot
+        # [0] the generation, bumped for every job put in the slot; [1] the callers' heartbeat
+        # (``beat``); [2] bumped to wake sleeping workers without a job (a run has started)
+        self._gen = np.zeros(3, np.int64)
+        self._can_spin = False  # a worker has its spin loop (heartbeats wake workers from then on)
+        self._waking = False  # a heartbeat's wake-up is on its way
         self._job: _Job | None = None
         self._slot = threading.Lock()  # held by the caller whose job is in the slot
         self._sleeping = 0  # workers blocked on _cond
@@ -216,7 +222,7 @@ class ShardPool:
 
     def _serve(self) -> None:
         gen, cond = self._gen, self._cond
-        seen = int(gen[0])
+        seen, woke = int(gen[0]), int(gen[2])
         misses = 0
         spinner, served = None, 0
         while True:
@@ -224,17 +230,27 @@ class ShardPool:
                 spinner = _spinner()  # only a process that keeps the pool busy builds it
                 if spinner is not None:
                     spin, rate = spinner
-                    ticks = int(self.spin_s * rate) if rate > 0 else 1 << 62
-                    polls = int(self.spin_s / self.POLL_S) * (4 if rate > 0 else 1) + 1
+                    counter = rate > 0
+                    idle = int(self.spin_s * rate) if counter else int(self.spin_s / self.POLL_S) + 1
+                    cap = int(self.SPIN_CAP_S * rate) if counter else int(self.SPIN_CAP_S / self.POLL_S) + 1
+                    self._can_spin = True
             if gen[0] == seen and spinner is not None and misses < self.SPIN_MISSES and not self.backed_off():
-                misses = 0 if spin(gen, seen, ticks, polls) else misses + 1
+                got = spin(gen, seen, idle, cap, counter)
+                if got == 2:  # the callers' heartbeat kept it going: re-check the back-off, spin on
+                    continue
+                misses = 0 if got else misses + 1
             if gen[0] == seen:
                 slept = time.perf_counter()
                 with cond:
                     self._sleeping += 1
-                    while gen[0] == seen:  # re-checked after counting ourselves: no lost wake-up
+                    while gen[0] == seen and gen[2] == woke:  # re-checked after counting ourselves
                         cond.wait()
                     self._sleeping -= 1
+                    self._waking = False
+                    woke = int(gen[2])
+                if gen[0] == seen:  # woken by a heartbeat: a run has started, spin through it
+                    misses = 0
+                    continue
                 if time.perf_counter() - slept < self.spin_s:
                     misses = 0  # the job came within the spin time: spinning would have caught it
             seen = int(gen[0])
@@ -242,6 +258,23 @@ class ShardPool:
             if job is not None and job.ticket() < job.helpers:  # the job's thread budget holds
                 job.work(True)
                 served += 1
+
+    def beat(self) -> None:
+        """The callers' heartbeat, at every node of a multi-thread session's run: a spinning worker
+        keeps spinning while beats come (``_spin``: it sleeps ``spin_s`` after the last beat or job),
+        and a sleeping one is woken by the first beat of a run, so that it is awake when the run's
+        first parallel kernel comes (a woken worker claims ~50-150 us after the wake-up). No beat
+        while the pool is backed off, and none wakes a worker that has no spin loop yet."""
+        until = self._serial_until
+        if until and time.perf_counter() < until:
+            return
+        gen = self._gen
+        gen[1] += 1
+        if self._sleeping and self._can_spin and not self._waking:
+            with self._cond:
+                self._waking = True
+                gen[2] += 1
+                self._cond.notify_all()
 
     # -- callers ---------------------------------------------------------------------------------
     def run(self, fn, count: int, threads: int) -> None:

@@ -416,7 +416,10 @@ class Conv(NumbaKernel):
             s = int((self.attrs.get("strides") or (1,))[0])
             planes = x.shape[0] * w.shape[0]
             return dwtile.work("conv", min(s, 2), planes, planes * math.prod(x.shape[2:]) // (s * s))
-        return 2.0 * x.size * w.size / max(1, x.shape[1])  # ~ 2 * N*C*H*W * (M/C)*Cg*kh*kw (stride 1)
+        flops = 2.0 * x.size * w.size / max(1, x.shape[1])  # ~ 2 * N*C*H*W * (M/C)*Cg*kh*kw (stride 1)
+        if PRODUCT_WORK and (w.shape[1] > 1 or x.shape[1] == 1):  # a product (not depthwise): as gemm_work
+            return flops * max(1.0, config.SERIAL_WORK / (2.0 * config.MIN_TILE_WORK))
+        return flops
 
     def compute(self, x, w, b=None, z=None, *, out=None):
         """y = act(conv(x, w) + b (+ z)); z: the residual the fuse_residual pass moved into the conv
@@ -855,6 +858,10 @@ def implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n) -> bool:
             and k_n <= IMPLICIT_MAX_K and kh * kw > 1)
 
 
+# A convolution that is a product (not depthwise) goes to the shard pool from 2 * MIN_TILE_WORK flops,
+# as a Gemm does (gemm.gemm_work), not from SERIAL_WORK: MobileNetV2's 1x1 layers (10-30 MFLOP,
+# 0.1-0.3 ms) ran on one thread at every thread count (issue 11, session 7). Off: the old estimate.
+PRODUCT_WORK = True
 IMPLICIT = True
 IMPLICIT_MIN_OW = 28  # the 7x7/2 stem's 112-pixel rows and 3x3/2 from 56x56: 28 of a tile's 32 lanes
 IMPLICIT_MAX_K = 256  # deeper K read in place fell behind im2col + the copy into tile order on the Xeon
