@@ -320,3 +320,51 @@ def test_a_preempted_caller_backs_off():
     assert pool.backed_off() and pool.stats["backoffs"] == 1 and pool.stats["preempted"] == 2 * pool.MISSES - 1
     pool._judge(job, 0.0, pool.PREEMPT_MIN_S / 2, 0.0)  # too short a share to tell
     assert pool.stats["preempted"] == 2 * pool.MISSES - 1
+
+
+def test_short_jobs_nobody_helps_back_off():
+    """Short jobs (the caller worked SHORT_MISS_S to MISS_S) that no worker claimed from, although
+    workers spin (they have their spin loop) and none was asleep when the job came, ``SHORT_MISSES``
+    in a row back the pool off: the worker has no core (a busy process holds it). Before workers
+    spin, or with one asleep (woken late by design), such jobs are no sign; a helped job clears the count."""
+    pool = shards.ShardPool(0.0)
+    unhelped, helped = types.SimpleNamespace(claimed=0), types.SimpleNamespace(claimed=1)
+    worked = 2 * pool.SHORT_MISS_S
+    for _ in range(2 * pool.SHORT_MISSES):
+        pool._judge(unhelped, 0.0, worked, worked)  # no spin loop yet: workers sleep between jobs
+        pool._judge(unhelped, 0.0, worked, worked, 1)
+    assert pool.stats["short_misses"] == 0
+    pool._can_spin = True
+    for _ in range(2 * pool.SHORT_MISSES):
+        pool._judge(unhelped, 0.0, worked, worked, 1)  # a worker asleep at publication
+    for _ in range(pool.SHORT_MISSES - 1):
+        pool._judge(unhelped, 0.0, worked, worked)
+    pool._judge(helped, 0.0, worked, worked)
+    pool._judge(unhelped, 0.0, pool.SHORT_MISS_S / 2, 0.0)  # too short to tell
+    assert not pool.backed_off() and pool.stats["short_misses"] == pool.SHORT_MISSES - 1
+    for _ in range(pool.SHORT_MISSES):
+        assert not pool.backed_off()
+        pool._judge(unhelped, 0.0, worked, worked)
+    assert pool.backed_off() and pool.stats["backoffs"] == 1
+
+
+def test_short_jobs_of_a_worker_without_a_core_back_off():
+    """The same through ``run``: a worker that never runs (its core taken) while the pool counts it
+    as spinning; every shard still runs once, on the caller."""
+    pool = shards.ShardPool(0.0)
+    pool._serve = lambda: time.sleep(3600)
+    pool._can_spin = True
+    pool.MISS_S = pool.PREEMPT_MIN_S = float("inf")  # this rule alone (a loaded box stretches the jobs)
+    hits = [0] * 4
+
+    def fn(i):
+        hits[i] += 1
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < pool.SHORT_MISS_S / 2:
+            pass
+
+    for _ in range(pool.SHORT_MISSES):
+        assert not pool.backed_off()
+        within(pool.run, fn, 4, 2)
+    assert hits == [pool.SHORT_MISSES] * 4
+    assert pool.backed_off() and pool.stats["short_misses"] == pool.SHORT_MISSES

@@ -114,7 +114,10 @@ class _Job:
         self.ticket = itertools.count().__next__  # workers beyond ``helpers`` leave the job alone
         self.left = count
         self.lock = threading.Lock()
-        self.done = threading.Event()
+        # held until the last shard finishes (a plain lock as a one-shot signal: an Event costs
+        # ~3 us to make and ~1.5 us to set, a few percent of a MobileNetV2 layer's job)
+        self.done = threading.Lock()
+        self.done.acquire()
         self.error: BaseException | None = None
         self.claimed = 0  # shards the workers (not the caller) claimed
 
@@ -143,7 +146,7 @@ class _Job:
                 if helper:
                     self.claimed += finished
                 if self.left == 0:
-                    self.done.set()
+                    self.done.release()
 
 
 class ShardPool:
@@ -158,6 +161,9 @@ class ShardPool:
     # jobs where it worked at least PREEMPT_MIN_S (quiet: 0.95-1.0; a busy loop on its core: ~0.5)
     PREEMPT_SHARE, PREEMPT_MIN_S = 0.75, 3e-4
     MIN_BACKOFF_S, MAX_BACKOFF_S, CALM_S = 0.05, 2.0, 10.0
+    # short jobs (the caller worked SHORT_MISS_S to MISS_S) that no worker helped with, in a row,
+    # before the pool backs off: a spinning worker with a core claims within microseconds
+    SHORT_MISS_S, SHORT_MISSES = 5e-5, 8
     # worker side: spins that ran out in a row before a worker stops spinning; the time of one poll
     # (sched_yield on an idle core, ~0.5 us) where there is no cycle counter to bound the spin
     SPIN_MISSES = 8
@@ -186,12 +192,13 @@ class ShardPool:
         self._backoff = self.MIN_BACKOFF_S
         self._last_backoff = float("-inf")
         self._missed = 0
+        self._short = 0
         self._preempted = 0
         self._serial_ids = itertools.count(1).__next__
         self.trace: list | None = None
         self.backoff = True  # False: contention signs are counted but never back the pool off (tests)
         self.stats = {"jobs": 0, "serial_jobs": 0, "stalls": 0, "misses": 0, "preempted": 0, "backoffs": 0,
-                      "busy_slot": 0}
+                      "busy_slot": 0, "short_misses": 0}
 
     @property
     def stalls(self) -> int:
@@ -204,6 +211,7 @@ class ShardPool:
     def reset(self) -> None:
         """End a back-off now (tests, benchmarks)."""
         self._serial_until, self._backoff, self._missed, self._preempted = 0.0, self.MIN_BACKOFF_S, 0, 0
+        self._short = 0
         self._last_backoff = float("-inf")
 
     # -- workers ---------------------------------------------------------------------------------
@@ -294,16 +302,17 @@ class ShardPool:
             t0, c0 = time.perf_counter(), time.thread_time()
             self._job = job
             self._gen[0] += 1
-            if self._sleeping:
+            asleep = self._sleeping
+            if asleep:
                 with self._cond:
                     self._cond.notify(helpers)
             self.stats["jobs"] += 1
             job.work(False)
             t1, c1 = time.perf_counter(), time.thread_time()
             if job.left:
-                job.done.wait()
+                job.done.acquire()
             t2 = time.perf_counter()
-            self._judge(job, t2 - t1, t1 - t0, c1 - c0)
+            self._judge(job, t2 - t1, t1 - t0, c1 - c0, asleep)
             if job.trace is not None:  # the job itself: published at t0, the caller's shards done at t1, all at t2
                 job.trace.append((job.serial_id, -1, threading.current_thread().name, t0, t2, t1))
         finally:
@@ -324,7 +333,7 @@ class ShardPool:
         if job.error is not None:
             raise job.error
 
-    def _judge(self, job: _Job, waited: float, worked: float, cpu: float | None = None) -> None:
+    def _judge(self, job: _Job, waited: float, worked: float, cpu: float | None = None, asleep: int = 0) -> None:
         """Count the contention signs of a finished job (``worked``: the caller's wall time on its
         shards, ``cpu``: its thread CPU time meanwhile); back off after a stall, repeated misses or
         a caller preempted job after job."""
@@ -342,10 +351,18 @@ class ShardPool:
             if self._preempted >= self.MISSES:
                 self._back_off(f"the calling thread ran {cpu / worked:.0%} of its shards' time in "
                                f"{self._preempted} jobs")
+        elif job.claimed == 0 and worked > self.SHORT_MISS_S and self._can_spin and not asleep:
+            # a short job nobody helped with although no worker was asleep: the workers spin
+            # through a run (``beat``), so one with a core claims within microseconds;
+            # SHORT_MISSES in a row: it has none
+            self.stats["short_misses"] += 1
+            self._short += 1
+            if self._short >= self.SHORT_MISSES:
+                self._back_off(f"no worker claimed a shard in {self._short} short jobs")
         else:
             self._preempted = 0
             if job.claimed:
-                self._missed = 0
+                self._missed = self._short = 0
 
     def _back_off(self, why: str) -> None:
         if not self.backoff:
@@ -354,6 +371,7 @@ class ShardPool:
         calm = now - self._last_backoff > self.CALM_S
         self._backoff = self.MIN_BACKOFF_S if calm else min(2 * self._backoff, self.MAX_BACKOFF_S)
         self._last_backoff, self._serial_until, self._missed, self._preempted = now, now + self._backoff, 0, 0
+        self._short = 0
         self.stats["backoffs"] += 1
         log.debug("shard pool: %s; one thread for %.2f s", why, self._backoff)
 
