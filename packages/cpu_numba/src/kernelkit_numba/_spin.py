@@ -37,19 +37,25 @@ def _cycles(typingctx):
     return types.int64(), codegen
 
 
-def _spin(flag, seen, idle, cap, counter):
-    """Poll ``flag[0]`` (the job generation) until it differs from ``seen``: 1. Ends with 0 after
-    ``idle`` clock units in which neither a job came nor ``flag[1]`` (the callers' heartbeat, bumped
-    at every node of a multi-thread session's run) changed, or with 2 after ``cap`` units in all
-    (heartbeats kept coming: the caller re-checks the pool's state and spins again). The clock is
-    the cycle counter when ``counter``, else the number of polls."""
+def _spin(flag, seen, idle, cap, counter, left, after):
+    """Poll ``flag[0]`` (the job generation) until it differs from ``seen``: 1, returned ``after``
+    clock units later (the caller that published the job holds the GIL until its first shard's
+    kernel releases it; a worker asking for the GIL before then sleeps on CPython's GIL condition and
+    wakes tens of microseconds late). Ends with 0 after ``idle`` units in which neither a job came
+    nor ``flag[1]`` (the callers' heartbeat, bumped at every node of a multi-thread session's run)
+    changed, or with 2 after ``cap`` units in all (heartbeats kept coming: the worker re-checks the
+    pool's state and spins again). ``left`` > 0: first store it in ``flag[3]``, the job this worker
+    has just left, now that the GIL is released (``wait_left``). The clock is the cycle counter
+    when ``counter``, else the number of polls."""
+    if left > 0:
+        flag[3] = left
     start = _cycles() if counter else 0
     last = start
     beat = flag[1]
     i = 0
     while True:
         if flag[0] != seen:
-            return 1
+            break
         _sched_yield()
         i += 1
         if (i & 15) == 0:
@@ -61,7 +67,34 @@ def _spin(flag, seen, idle, cap, counter):
                 break
             if now - start > cap:
                 return 1 if flag[0] != seen else 2
-    return 1 if flag[0] != seen else 0
+    if flag[0] == seen:
+        return 0
+    if after > 0:
+        t0 = _cycles() if counter else 0
+        j = 0
+        while True:
+            _sched_yield()
+            j += 1
+            if (_cycles() - t0 if counter else j) > after:
+                break
+    return 1
+
+
+def _wait_left(flag, job, limit, counter):
+    """Poll ``flag[3]`` until a worker stores ``job`` there (it has left that job and released the
+    GIL: ``_spin``), with ``sched_yield`` between polls: 1; 0 after ``limit`` clock units. The caller
+    waits here instead of sleeping on a lock, which woke it tens of microseconds after the worker's
+    last shard."""
+    start = _cycles() if counter else 0
+    i = 0
+    while True:
+        if flag[3] == job:
+            return 1
+        _sched_yield()
+        i += 1
+        if (i & 15) == 0:
+            if (_cycles() - start if counter else i) > limit:
+                return 1 if flag[3] == job else 0
 
 
 def _ticks():
@@ -69,17 +102,20 @@ def _ticks():
 
 
 spin = checked(numba.njit(nogil=True)(_spin), True)
+wait_left = checked(numba.njit(nogil=True)(_wait_left), True)
 ticks = checked(numba.njit(nogil=True)(_ticks), True)
 
 
 def build():
     """(spin, ticks per second; 0 where there is no constant-rate cycle counter: the spin is then
-    bounded by its poll count), compiled or loaded from the cache now."""
-    spin(np.zeros(3, np.int64), 0, 0, 0, False)
+    bounded by its poll count, wait_left), compiled or loaded from the cache now."""
+    flag = np.zeros(4, np.int64)
+    spin(flag, 0, 0, 0, False, 0, 0)
+    wait_left(flag, 0, 0, False)
     rate = 0.0
     if platform.machine().lower() in ("x86_64", "amd64"):
         a, t0 = ticks(), time.perf_counter()
         time.sleep(0.002)
         b, t1 = ticks(), time.perf_counter()
         rate = (b - a) / (t1 - t0) if b > a else 0.0
-    return spin, rate
+    return spin, rate, wait_left

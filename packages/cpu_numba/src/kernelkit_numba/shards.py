@@ -76,9 +76,9 @@ _spin_lock = threading.Lock()
 
 
 def _spinner():
-    """``(spin, ticks per second)`` of the ``nogil`` polling loop (compiled, or loaded from the cache,
-    by the first worker that asks; None when it cannot be built: workers then block without
-    spinning). Ticks per second 0: no cycle counter, the spin is bounded by its poll count."""
+    """``(spin, ticks per second, wait_left)`` of the ``nogil`` polling loops (compiled, or loaded
+    from the cache, by the first worker that asks; None when they cannot be built: workers then
+    block without spinning). Ticks per second 0: no cycle counter, the loops count polls."""
     global _spin_fn
     if _spin_fn is None:
         with _spin_lock:
@@ -92,11 +92,10 @@ def _spinner():
 
 
 def _build_spinner():
-    """``spin(flag, seen, ticks, polls)`` polls ``flag[0]`` until it differs from ``seen`` (True) or
-    for ``ticks`` cycle-counter ticks or ``polls`` polls (False), all in one ``nogil`` call, so that a
+    """``_spin.build()``: the polling loops (``_spin.py``), each one ``nogil`` call, so that a
     spinning worker never takes the GIL (one that took it between polls and then lost its core held
     up the caller for a scheduler slice: MLP 2.2x slower than at one thread on the loaded 2-core
-    box); with the counter's ticks per second (``_spin.py``)."""
+    box); with the counter's ticks per second."""
     from . import _spin
 
     return _spin.build()
@@ -173,14 +172,24 @@ class ShardPool:
     SPIN_AFTER_JOBS = 32
     # a spin kept going by heartbeats returns to Python this often, to re-check the back-off
     SPIN_CAP_S = 0.02
+    # GIL hand-offs (issue 11, session 7): a thread that asks for the GIL while another holds it
+    # sleeps on CPython's GIL condition and wakes tens of microseconds after its release (35-40 us
+    # from a job's publication to the worker's first shard on the Xeon, with the worker spinning).
+    # A worker that sees a job waits CLAIM_AFTER_S more (the caller's first kernel has released the
+    # GIL by then); a caller done with its shards polls without the GIL, up to WAIT_LEFT_S, until
+    # the worker has left the job (back in its spin: the GIL is free) instead of sleeping on a lock.
+    CLAIM_AFTER_S = 1e-5
+    WAIT_LEFT_S = 2e-3
 
     def __init__(self, spin_s: float | None = None):
         self.spin_s = spin_seconds() if spin_s is None else spin_s
         self._cond = threading.Condition(threading.Lock())
         # [0] the generation, bumped for every job put in the slot; [1] the callers' heartbeat
-        # (``beat``); [2] bumped to wake sleeping workers without a job (a run has started)
-        self._gen = np.zeros(3, np.int64)
+        # (``beat``); [2] bumped to wake sleeping workers without a job (a run has started); [3] the
+        # job a worker has last left, stored once it no longer holds the GIL (``_spin.wait_left``)
+        self._gen = np.zeros(4, np.int64)
         self._can_spin = False  # a worker has its spin loop (heartbeats wake workers from then on)
+        self._waiter = None  # (wait_left, its limit, counter): built with the workers' spin loop
         self._waking = False  # a heartbeat's wake-up is on its way
         self._job: _Job | None = None
         self._slot = threading.Lock()  # held by the caller whose job is in the slot
@@ -231,23 +240,30 @@ class ShardPool:
     def _serve(self) -> None:
         gen, cond = self._gen, self._cond
         seen, woke = int(gen[0]), int(gen[2])
-        misses = 0
+        misses, left = 0, 0
         spinner, served = None, 0
         while True:
             if spinner is None and served == self.SPIN_AFTER_JOBS and self.spin_s > 0:
                 spinner = _spinner()  # only a process that keeps the pool busy builds it
                 if spinner is not None:
-                    spin, rate = spinner
+                    spin, rate, wait = spinner
                     counter = rate > 0
-                    idle = int(self.spin_s * rate) if counter else int(self.spin_s / self.POLL_S) + 1
-                    cap = int(self.SPIN_CAP_S * rate) if counter else int(self.SPIN_CAP_S / self.POLL_S) + 1
+
+                    def clock(seconds, rate=rate, counter=counter):
+                        return int(seconds * rate) if counter else int(seconds / self.POLL_S) + 1
+
+                    idle, cap, after = clock(self.spin_s), clock(self.SPIN_CAP_S), clock(self.CLAIM_AFTER_S)
+                    self._waiter = (wait, clock(self.WAIT_LEFT_S), counter)
                     self._can_spin = True
             if gen[0] == seen and spinner is not None and misses < self.SPIN_MISSES and not self.backed_off():
-                got = spin(gen, seen, idle, cap, counter)
+                got = spin(gen, seen, idle, cap, counter, left, after)
+                left = 0
                 if got == 2:  # the callers' heartbeat kept it going: re-check the back-off, spin on
                     continue
                 misses = 0 if got else misses + 1
             if gen[0] == seen:
+                if left:
+                    gen[3], left = left, 0
                 slept = time.perf_counter()
                 with cond:
                     self._sleeping += 1
@@ -265,6 +281,7 @@ class ShardPool:
             job = self._job
             if job is not None and job.ticket() < job.helpers:  # the job's thread budget holds
                 job.work(True)
+                left = job.serial_id  # stored in gen[3] once the GIL is released (_spin, wait_left)
                 served += 1
 
     def beat(self) -> None:
@@ -310,6 +327,9 @@ class ShardPool:
             job.work(False)
             t1, c1 = time.perf_counter(), time.thread_time()
             if job.left:
+                waiter = self._waiter
+                if waiter is not None and helpers == 1:  # poll without the GIL until the worker has left
+                    waiter[0](self._gen, job.serial_id, waiter[1], waiter[2])
                 job.done.acquire()
             t2 = time.perf_counter()
             self._judge(job, t2 - t1, t1 - t0, c1 - c0, asleep)
