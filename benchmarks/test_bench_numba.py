@@ -340,9 +340,17 @@ from kernelkit.testing import MODEL_COSINE, cosine
 name, runtime, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 import importlib, os
 for item in filter(None, os.environ.get("KERNELKIT_BENCH_SET", "").split(",")):
-    key, value = item.split("=")  # e.g. kernels.dwtile.PARALLEL_US=100, config.HEARTBEAT=0
-    module, attr = key.rsplit(".", 1)
-    setattr(importlib.import_module("kernelkit_numba." + module), attr, float(value) if "." in value else int(value))
+    key, value = item.split("=")  # e.g. kernels.dwtile.PARALLEL_US=100, shards.ShardPool.CLAIM_AFTER_S=0.0
+    parts = key.split(".")
+    for cut in range(len(parts) - 1, 0, -1):  # the longest importable module, then attributes
+        try:
+            obj = importlib.import_module("kernelkit_numba." + ".".join(parts[:cut]))
+            break
+        except ImportError:
+            continue
+    for name in parts[cut:-1]:
+        obj = getattr(obj, name)
+    setattr(obj, parts[-1], float(value) if "." in value else int(value))
 proto, model, feed, gflop = model_case(name)
 if runtime == "reference1":
     from threadpoolctl import threadpool_limits
