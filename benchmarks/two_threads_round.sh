@@ -3,8 +3,8 @@
 # 11, session 7)"): parts side by side, each pinned to its own two cores (they share the L3 and the
 # memory bandwidth: compare within a part, and the same part of this tree against BASE):
 #   CPUs 0,1 / 2,3     this tree / BASE: the protocol's table, quiet (test_bench_numba.py, each
-#                      runtime in its own process)
-#   CPUs 4,5 / 6,7     this tree / BASE: the same, loaded (a busy loop on CPU 4 / 6)
+#                      runtime in its own process); SWAP=1: the other way round
+#   CPUs 4,5 / 6,7     this tree / BASE: the same, loaded (a busy loop on CPU 4 / 6); SWAP=1: swapped
 #   CPUs 8,9 / 14,15   this tree with VARIANT_A / VARIANT_B (KERNELKIT_BENCH_SET), quiet
 #   CPUs 10,11 / 12,13 this tree / BASE: per node 1t vs 2t and the pool's jobs (trace_nodes.py)
 # Usage (repository root, after `source .whl/prelude.sh`):
@@ -40,13 +40,15 @@ nodes() {  # cpus file [base]
     fi
   done > "$OUT/$file" 2>&1
 }
-( export NUMBA_CACHE_DIR=/tmp/kk_nc01; table 0,1 quiet table_new.txt ) &
+Q_NEW=0,1 Q_BASE=2,3 L_NEW=4,5 L_BASE=6,7
+if [ "${SWAP:-0}" = 1 ]; then Q_NEW=2,3 Q_BASE=0,1 L_NEW=6,7 L_BASE=4,5; fi  # a second pass, pairs swapped
+( export NUMBA_CACHE_DIR=/tmp/kk_nc_qn; table $Q_NEW quiet table_new.txt ) &
 if [ -n "${BASE:-}" ]; then
-  ( export NUMBA_CACHE_DIR=/tmp/kk_nc23; table 2,3 quiet table_base.txt base ) &
-  ( export NUMBA_CACHE_DIR=/tmp/kk_nc67; table 6,7 loaded loaded_base.txt base ) &
+  ( export NUMBA_CACHE_DIR=/tmp/kk_nc_qb; table $Q_BASE quiet table_base.txt base ) &
+  ( export NUMBA_CACHE_DIR=/tmp/kk_nc_lb; table $L_BASE loaded loaded_base.txt base ) &
   ( export NUMBA_CACHE_DIR=/tmp/kk_nc1213; nodes 12,13 nodes_base.txt base ) &
 fi
-( export NUMBA_CACHE_DIR=/tmp/kk_nc45; table 4,5 loaded loaded_new.txt ) &
+( export NUMBA_CACHE_DIR=/tmp/kk_nc_ln; table $L_NEW loaded loaded_new.txt ) &
 if [ -n "${VARIANT_A:-}" ]; then
   ( export NUMBA_CACHE_DIR=/tmp/kk_nc89 KERNELKIT_BENCH_SET=$VARIANT_A; echo "$VARIANT_A" > "$OUT/variant_a.txt"
     table 8,9 quiet table_a.txt ) &
