@@ -348,8 +348,8 @@ for item in filter(None, os.environ.get("KERNELKIT_BENCH_SET", "").split(",")):
             break
         except ImportError:
             continue
-    for name in parts[cut:-1]:
-        obj = getattr(obj, name)
+    for part in parts[cut:-1]:  # (not ``name``: the model's)
+        obj = getattr(obj, part)
     setattr(obj, parts[-1], float(value) if "." in value else int(value))
 proto, model, feed, gflop = model_case(name)
 if runtime == "reference1":

@@ -108,23 +108,23 @@ def test_spin_time_from_environment(monkeypatch):
 def test_spin_loop_sees_the_generation():
     spin, rate, wait = shards._spinner()
     flag = np.zeros(4, np.int64)
-    assert spin(flag, 0, 10, 1 << 40, False, 0, 0) == 0  # polls as the clock
-    assert spin(flag, 1, 10, 1 << 40, False, 0, 0) == 1
+    assert spin(flag, 0, 10, 1 << 40, False, 0, 0, 0) == 0  # polls as the clock
+    assert spin(flag, 1, 10, 1 << 40, False, 0, 0, 0) == 1
     if rate > 0:  # bounded by the cycle counter: ~1 ms of ticks ends a spin of many polls
         t0 = time.perf_counter()
-        assert spin(flag, 0, int(1e-3 * rate), 1 << 62, True, 0, 0) == 0
+        assert spin(flag, 0, int(1e-3 * rate), 1 << 62, True, 0, 0, 0) == 0
         assert 5e-4 < time.perf_counter() - t0 < 1.0
     threading.Timer(0.01, lambda: flag.__setitem__(0, 5)).start()
     t0 = time.perf_counter()
-    while spin(flag, 0, 200, 1 << 40, False, 0, 0) != 1:
+    while spin(flag, 0, 200, 1 << 40, False, 0, 0, 0) != 1:
         assert time.perf_counter() - t0 < TIMEOUT_S
     assert flag[0] == 5
 
 
 @pytest.mark.skipif(numba.config.DISABLE_JIT, reason="the spin loop is machine code (workers block without it)")
 def test_heartbeats_keep_the_spin_going():
-    """Beats (``flag[1]`` changing) keep a spin going past its idle time; it returns 2 at the cap
-    while they come, 0 once they stop for the idle time."""
+    """Beats (``flag[1]`` changing) keep a spin going past its idle time (for its beat idle time after
+    each); it returns 2 at the cap while they come, 0 once they stop."""
     spin, rate, wait = shards._spinner()
     if rate <= 0:
         pytest.skip("no cycle counter")
@@ -140,13 +140,14 @@ def test_heartbeats_keep_the_spin_going():
     t.start()
     try:
         t0 = time.perf_counter()
-        got = spin(flag, 0, int(5e-3 * rate), int(0.1 * rate), True, 0, 0)  # idle 5 ms, cap 100 ms
+        # idle 20 ms, 50 ms after a beat, cap 200 ms (a loaded box delays the beats)
+        got = spin(flag, 0, int(0.02 * rate), int(0.2 * rate), True, 0, 0, int(0.05 * rate))
         took = time.perf_counter() - t0
     finally:
         stop.set()
         t.join()
-    assert got == 2 and took > 0.05  # the beats (every 0.2 ms) outlasted the idle time
-    assert spin(flag, 0, int(5e-3 * rate), int(0.1 * rate), True, 0, 0) == 0
+    assert got == 2 and took > 0.15  # the beats (every 0.2 ms) outlasted the idle times
+    assert spin(flag, 0, int(5e-3 * rate), int(0.1 * rate), True, 0, 0, int(5e-3 * rate)) == 0
 
 
 @pytest.mark.skipif(numba.config.DISABLE_JIT, reason="the spin loop is machine code (workers block without it)")
@@ -156,12 +157,12 @@ def test_the_worker_leaves_a_job_without_the_gil():
     spin, rate, wait = shards._spinner()
     flag = np.zeros(4, np.int64)
     assert wait(flag, 7, 1000, False) == 0  # nobody left job 7: gives up after its limit
-    assert spin(flag, 0, 10, 1 << 40, False, 7, 0) == 0 and flag[3] == 7
+    assert spin(flag, 0, 10, 1 << 40, False, 7, 0, 0) == 0 and flag[3] == 7
     assert wait(flag, 7, 1000, False) == 1
     flag[0] = 1
     if rate > 0:
         t0 = time.perf_counter()
-        assert spin(flag, 0, 10, 1 << 40, True, 0, int(2e-3 * rate)) == 1
+        assert spin(flag, 0, 10, 1 << 40, True, 0, int(2e-3 * rate), 0) == 1
         assert time.perf_counter() - t0 > 1.5e-3  # seen at once, returned 2 ms later
 
 

@@ -37,20 +37,22 @@ def _cycles(typingctx):
     return types.int64(), codegen
 
 
-def _spin(flag, seen, idle, cap, counter, left, after):
+def _spin(flag, seen, idle, cap, counter, left, after, beat_idle):
     """Poll ``flag[0]`` (the job generation) until it differs from ``seen``: 1, returned ``after``
     clock units later (the caller that published the job holds the GIL until its first shard's
     kernel releases it; a worker asking for the GIL before then sleeps on CPython's GIL condition and
-    wakes tens of microseconds late). Ends with 0 after ``idle`` units in which neither a job came
-    nor ``flag[1]`` (the callers' heartbeat, bumped at every node of a multi-thread session's run)
-    changed, or with 2 after ``cap`` units in all (heartbeats kept coming: the worker re-checks the
-    pool's state and spins again). ``left`` > 0: first store it in ``flag[3]``, the job this worker
+    wakes tens of microseconds late). Ends with 0 after ``idle`` units without a job, or, once
+    ``flag[1]`` (the callers' heartbeat, bumped at every node of a multi-thread session's run) has
+    changed, ``beat_idle`` units after its last change (a serial node between two parallel ones may
+    take longer than ``idle``), or with 2 after ``cap`` units in all (heartbeats kept coming: the
+    worker re-checks the pool's state and spins again). ``left`` > 0: first store it in ``flag[3]``, the job this worker
     has just left, now that the GIL is released (``wait_left``). The clock is the cycle counter
     when ``counter``, else the number of polls."""
     if left > 0:
         flag[3] = left
     start = _cycles() if counter else 0
     last = start
+    limit = idle
     beat = flag[1]
     i = 0
     while True:
@@ -62,8 +64,8 @@ def _spin(flag, seen, idle, cap, counter, left, after):
             now = _cycles() if counter else i
             b = flag[1]
             if b != beat:
-                beat, last = b, now
-            elif now - last > idle:
+                beat, last, limit = b, now, beat_idle
+            elif now - last > limit:
                 break
             if now - start > cap:
                 return 1 if flag[0] != seen else 2
@@ -110,7 +112,7 @@ def build():
     """(spin, ticks per second; 0 where there is no constant-rate cycle counter: the spin is then
     bounded by its poll count, wait_left), compiled or loaded from the cache now."""
     flag = np.zeros(4, np.int64)
-    spin(flag, 0, 0, 0, False, 0, 0)
+    spin(flag, 0, 0, 0, False, 0, 0, 0)
     wait_left(flag, 0, 0, False)
     rate = 0.0
     if platform.machine().lower() in ("x86_64", "amd64"):

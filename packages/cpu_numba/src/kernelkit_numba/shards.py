@@ -170,8 +170,12 @@ class ShardPool:
     # a worker builds its spin loop (a Numba function: compiled, or loaded from the disk cache, in
     # ~0.1-0.5 s of mostly GIL-holding work) after serving this many jobs, not during a first run
     SPIN_AFTER_JOBS = 32
-    # a spin kept going by heartbeats returns to Python this often, to re-check the back-off
+    # a spin kept going by heartbeats returns to Python this often, to re-check the back-off; once a
+    # heartbeat came, the spin ends BEAT_IDLE_S after the last one (not spin_s): MobileNetV2's serial
+    # depthwise nodes (0.3-0.4 ms) outlasted the 200 us spin, and the next 1x1 layer's job found
+    # the worker asleep (45-50 us to its first shard instead of ~18 on the Xeon)
     SPIN_CAP_S = 0.02
+    BEAT_IDLE_S = 1e-3
     # GIL hand-offs (issue 11, session 7): a thread that asks for the GIL while another holds it
     # sleeps on CPython's GIL condition and wakes tens of microseconds after its release (35-40 us
     # from a job's publication to the worker's first shard on the Xeon, with the worker spinning).
@@ -253,10 +257,11 @@ class ShardPool:
                         return int(seconds * rate) if counter else int(seconds / self.POLL_S) + 1
 
                     idle, cap, after = clock(self.spin_s), clock(self.SPIN_CAP_S), clock(self.CLAIM_AFTER_S)
+                    beat_idle = clock(max(self.spin_s, self.BEAT_IDLE_S))
                     self._waiter = (wait, clock(self.WAIT_LEFT_S), counter)
                     self._can_spin = True
             if gen[0] == seen and spinner is not None and misses < self.SPIN_MISSES and not self.backed_off():
-                got = spin(gen, seen, idle, cap, counter, left, after)
+                got = spin(gen, seen, idle, cap, counter, left, after, beat_idle)
                 left = 0
                 if got == 2:  # the callers' heartbeat kept it going: re-check the back-off, spin on
                     continue
