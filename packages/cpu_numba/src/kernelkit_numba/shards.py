@@ -182,8 +182,10 @@ class ShardPool:
     # A worker that sees a job waits CLAIM_AFTER_S more (the caller's first kernel has released the
     # GIL by then); a caller done with its shards polls without the GIL, up to WAIT_LEFT_S, until
     # the worker has left the job (back in its spin: the GIL is free) instead of sleeping on a lock.
+    # Not longer: a caller polling keeps its core busy, so a worker queued behind a busy process on
+    # the other core is not pulled onto it as it would be onto an idle one (a stall then lasts).
     CLAIM_AFTER_S = 1e-5
-    WAIT_LEFT_S = 2e-3
+    WAIT_LEFT_S = 2.5e-4
 
     def __init__(self, spin_s: float | None = None):
         self.spin_s = spin_seconds() if spin_s is None else spin_s
