@@ -341,6 +341,19 @@ from test_bench_numba import model_case, kernelkit_session, ort_session
 import kernelkit
 from kernelkit.testing import MODEL_COSINE, cosine
 name, runtime, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+import importlib, os
+for item in filter(None, os.environ.get("KERNELKIT_BENCH_SET", "").split(",")):
+    key, value = item.split("=")  # e.g. kernels.dwtile.PARALLEL_US=100, shards.ShardPool.CLAIM_AFTER_S=0.0
+    parts = key.split(".")
+    for cut in range(len(parts) - 1, 0, -1):  # the longest importable module, then attributes
+        try:
+            obj = importlib.import_module("kernelkit_numba." + ".".join(parts[:cut]))
+            break
+        except ImportError:
+            continue
+    for part in parts[cut:-1]:  # (not ``name``: the model's)
+        obj = getattr(obj, part)
+    setattr(obj, parts[-1], float(value) if "." in value else int(value))
 proto, model, feed, gflop = model_case(name)
 if runtime == "reference1":
     from threadpoolctl import threadpool_limits
@@ -419,6 +432,8 @@ def markdown(table: dict, names, title: str, runtimes=_RUNTIMES) -> str:
 
 if __name__ == "__main__":
     # python benchmarks/test_bench_numba.py [models] [rounds] [quiet,loaded]
+    #   KERNELKIT_BENCH_SET=kernels.dwtile.PARALLEL_US=100,config.HEARTBEAT=0 sets kernelkit_numba
+    #   module constants in every child process (a variant of the defaults, each in its own run)
     #   each runtime in its own process; run it pinned: taskset -c 0,1 python benchmarks/...
     # Steady-state timing: numba kernels compile in the warm-up calls, not in the background while
     # blocks are timed (tiered start, docs/numba.md "First call"); the child processes inherit it.
