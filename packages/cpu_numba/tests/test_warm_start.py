@@ -111,3 +111,42 @@ def test_a_warm_process_compiles_nothing(tmp_path):
     assert first["compilations"] > 0
     second = _probe(_POOL, tmp_path, KERNELKIT_NUMBA_START="eager")
     assert second["compilations"] == 0
+
+
+# Deferred start (kernelkit.deferred) in a fresh process, tiered: a session that is never run still
+# upgrades (MAX_DELAY_S after its build); asking the registry for numba's kernels meanwhile finishes
+# the import on the asking thread; run_async runs count as runs.
+_DEFERRED = """
+import json, sys
+import numpy as np
+import kernelkit
+from kernelkit.testing import assert_close
+
+rng = np.random.default_rng(0)
+g = kernelkit.GraphBuilder("tiny")
+x = g.input("x", (2, 8, 6, 6))
+w = rng.standard_normal((8, 8, 1, 1)).astype(np.float32)
+g.output(g.op("Softmax", g.op("Conv", x, w, np.ones(8, np.float32)), axis=1))
+model = g.build()
+feed = {"x": rng.standard_normal((2, 8, 6, 6)).astype(np.float32)}
+want = kernelkit.Session(model, vendors=["reference"]).run(None, feed)[0]
+idle = kernelkit.Session(model, vendors=["numba", "reference"])
+busy = kernelkit.Session(model)
+deferred = "kernelkit_numba.kernels.conv" not in sys.modules
+first = sorted(set(v for _, v in idle.placement().values()))
+assert_close(busy.run_async(None, feed).result()[0], want)
+keys = kernelkit.registry.kernels(vendor="numba")  # finishes the import here
+kernelkit.backends.settle()
+out = {"deferred": deferred, "first": first, "numba_keys": len(keys)}
+for name, sess in (("idle", idle), ("busy", busy)):
+    assert_close(sess.run(None, feed)[0], want)
+    out[name] = sorted(set(v for _, v in sess.placement().values()))
+print(json.dumps(out))
+"""
+
+
+@NO_JIT
+def test_deferred_sessions_upgrade_run_or_not(tmp_path):
+    row = _probe(_DEFERRED, tmp_path, KERNELKIT_NUMBA_START="tiered")
+    assert row["deferred"] and row["first"] == ["reference"] and row["numba_keys"] > 50
+    assert row["idle"] == ["numba"] and row["busy"] == ["numba"]
