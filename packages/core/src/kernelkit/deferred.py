@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import os
 import threading
 import time
 import weakref
@@ -118,9 +119,11 @@ def warming():
 
 
 def wait(timeout: float | None = None) -> bool:
-    """Block until every upgrade has swapped (True), or ``timeout`` seconds passed (False)."""
+    """Block until every upgrade of this process has swapped (True), or ``timeout`` seconds passed
+    (False). (A forked child's copies of its parent's upgrades restart at their session's next run.)"""
+    pid = os.getpid()
     with _changed:
-        return _changed.wait_for(lambda: not _upgrades, timeout)
+        return _changed.wait_for(lambda: not any(u.pid == pid for u in _upgrades), timeout)
 
 
 class Upgrade:
@@ -138,12 +141,21 @@ class Upgrade:
         self._last_end = 0.0
         self.feeds: dict | None = None
         self.done = threading.Event()
+        self._start()
+
+    def _start(self) -> None:
+        self.pid = os.getpid()
         with _lock:
             _upgrades.add(self)
         threading.Thread(target=self._serve, name="kernelkit-upgrade", daemon=True).start()
 
     def run_started(self, feeds: dict) -> None:
         """A run of the session starts (the model's thread); the first one's feeds are kept (copies)."""
+        if self.pid != os.getpid() and not self.done.is_set():  # a forked child: the thread stayed behind
+            self._state = threading.Condition(threading.Lock())
+            self._running = self._runs = 0
+            self._built = time.perf_counter()
+            self._start()
         with self._state:
             self._running += 1
             if self.feeds is None:
