@@ -16,6 +16,7 @@ from kernelkit.ops.qlinear import multiplier
 from kernelkit.registry import register_kernel
 
 from .. import config
+from ..by_kind import by_kind
 from ..config import jit_parallel
 from . import qdepthwise, qpack, qtile
 from .conv import Conv, U, _conv_depthwise, _edge, _im2col, supports_1d_2d, tile_grid
@@ -218,6 +219,9 @@ def _conv_rows_pixel_major(kind, w, kq, m_n, x, ldx, flip, n_pix, block, terms, 
             for r0 in range(0, m_n, mr):
                 qtile._rowsm_tile(kind, w, r0 * kq * 4, xp, 0, 0, kq, flip, terms, mult, r0, zp, lo, hi, flat,
                                   r0 * n_pix + p0 + full, n_pix, n - full)
+
+
+_conv_rows_pixel_major = by_kind(_conv_rows_pixel_major)  # compiled for the variant it runs only (by_kind.py)
 
 
 @jit_parallel

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import config
+from ..by_kind import by_kind, kind_taking
 from ..config import jit, jit_exact
 from . import norm as _norm
 from . import qtile, unary
@@ -681,6 +682,15 @@ def conv_rows(kind, w, kq, m_n, m_pad, x, ldx, flip, n_pix, block, terms, mult, 
                 for j in range(j0, n):
                     q = np.float32(np.rint(np.float32(np.int32(c[base + j] + t_m)) * mm)) + zp
                     dst[p0 + j] = min(max(q, lo), hi)
+
+
+# Each driver above compiles only the variant it runs (by_kind.py; Python callers still pass ``kind``):
+# a branch on kind compiled every variant's drivers and LLVM IR tiles (qtile.gemm_kind 5-6 s cold).
+kind_taking(qtile.gemm_kind, qtile.pack_x, qtile._rows_tile, qtile._rowsq_tile, qtile._rowsm_tile)
+dq_matmul_rows, dq_matmul_panels, dq_matmul_small, dq_matmul_plain = map(
+    by_kind, (dq_matmul_rows, dq_matmul_panels, dq_matmul_small, dq_matmul_plain))
+int32_blocks, float_blocks, requant_blocks, conv_rows = map(by_kind, (int32_blocks, float_blocks, requant_blocks,
+                                                                      conv_rows))
 
 
 X_BLOCK_BYTES = 384 * 1024  # input rows of a conv_rows block: they stay in L2 while every weight panel passes
