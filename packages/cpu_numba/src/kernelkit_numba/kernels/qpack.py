@@ -468,9 +468,19 @@ def dq_matmul_plain(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, h
 def dq_matmul_bound(dims, x2, bdata, col_sums, zb, b_scale, bias, flat) -> bool:
     """dq_matmul_plain with its integer arguments in one int64 array ``dims`` (kind, mr, kq, n_panels,
     n_n, k_n, has_zb, has_bias, block, act): the serial call of a bound DynamicQuantizeMatMul
-    (qgemm._bind_plain) passes 8 arguments, not 17 (Numba's dispatcher types each one)."""
+    (qgemm._bind_small) passes 8 arguments, not 17 (Numba's dispatcher types each one)."""
     return dq_matmul_plain(dims[0], x2, dims[1], bdata, dims[2], dims[3], dims[4], col_sums, dims[5], zb,
                            dims[6] != 0, b_scale, bias, dims[7] != 0, flat, dims[8], dims[9])
+
+
+@jit_exact
+def dq_matmul_bound_small(dims, x2, bdata, col_sums, zb, b_scale, bias, flat, bounds, res, nscale, nbias, eps) -> bool:
+    """dq_matmul_small with its integer arguments in one int64 array ``dims`` (dq_matmul_bound's, then
+    has_res, has_norm): the bound serial call of a DynamicQuantizeMatMul with several outputs, a fused
+    residual or a fused norm (qgemm._bind_small) passes 13 arguments, not 24."""
+    return dq_matmul_small(dims[0], x2, dims[1], bdata, dims[2], dims[3], dims[4], col_sums, dims[5], zb,
+                           dims[6] != 0, b_scale, bias, dims[7] != 0, flat, bounds, res, dims[10] != 0, dims[8],
+                           dims[9], nscale, nbias, eps, dims[11] != 0)
 
 
 # --------------------------------------------------------- matrix products: one Numba call a shard
