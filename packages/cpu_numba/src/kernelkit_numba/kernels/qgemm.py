@@ -545,14 +545,15 @@ class DynamicQuantizeMatMul(NumbaKernel):
                     x2.setflags(write=False)  # one compiled signature (readonly inputs, as _base.readonly)
                     flat = np.empty(p[10], np.float32)
                     if p[11] is not None:  # one output, no residual, no norm
-                        if plain_fn(p[11], x2, *p[12], flat):
+                        if plain_fn(p[11][0], p[11], x2, *p[12], flat):
                             return flat.reshape(p[13])
                     elif residual is None:
-                        if small_fn(p[14], x2, *p[12], flat, *p[15]):
+                        if small_fn(p[14][0], p[14], x2, *p[12], flat, *p[15]):
                             return column_parts(flat, p[15][0], p[0])
                     elif residual.shape == p[16] and residual.dtype is f32:
                         res = residual.reshape(p[17])
-                        if res.flags.c_contiguous and small_fn(p[14], x2, *p[12], flat, p[15][0], res, *p[15][2:]):
+                        if res.flags.c_contiguous and small_fn(p[14][0], p[14], x2, *p[12], flat, p[15][0], res,
+                                                               *p[15][2:]):
                             return column_parts(flat, p[15][0], p[0])
             a = _readonly(a)
             y = small_dynamic(self, a, b, b_scale, b_zero_point, bias, True, residual, norm_scale, norm_bias) \
