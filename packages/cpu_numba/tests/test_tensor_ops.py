@@ -287,3 +287,21 @@ def test_where_serial_call(shapes):
     assert call(cond, x, y, out=out) is out
     np.testing.assert_array_equal(out, want)
     assert where.serial([TensorSpec(("N",) + cond.shape, "bool")] + specs[1:]) is None
+
+
+def test_concat_serial_call(check, rng):
+    """concat.serial (static shapes, one dtype): np.concatenate into ``out`` along any axis, negative
+    axes too, the detection head's decode parts; dynamic shapes or mixed ranks get no serial call."""
+    from kernelkit.ir import TensorSpec
+    from kernelkit_numba.kernels.concat import concat
+
+    parts = [rng.standard_normal(s).astype(np.float32) for s in [(1, 3, 4, 4, 2), (1, 3, 4, 4, 2), (1, 3, 4, 4, 81)]]
+    for axis in (-1, 4):
+        call = concat.serial([TensorSpec(p.shape, "float32") for p in parts], axis=axis)
+        out = np.full((1, 3, 4, 4, 85), np.nan, np.float32)
+        assert call(*parts, out=out) is out
+        np.testing.assert_array_equal(out, np.concatenate(parts, axis=-1))
+    check("Concat", parts, {"axis": -1})
+    check("Concat", [rng.standard_normal((1, 5, 3, 3)).astype(np.float32),
+                     rng.standard_normal((1, 2, 3, 3)).astype(np.float32)], {"axis": 1})
+    assert concat.serial([TensorSpec(("N", 2), "float32"), TensorSpec((1, 2), "float32")], axis=0) is None
