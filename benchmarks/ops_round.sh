@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Issue 11's per-node round on the device host (session 7): benchmarks/ops_vs_reference.py over the
 # ten zoo models in three groups side by side on CPU pairs 0,1 / 2,3 / 4,5 (as session 6's Xeon round),
-# each group with its own cold Numba cache; the results go to OUT/ops_N.txt, a summary to stdout.
+# each group with its own cold Numba cache; the results go to OUT/ops_N.txt, a summary to stdout; beside
+# them bench_small_nodes.py on CPUs 6,7 (OUT/small_nodes.txt) and bench_fgemm.py on BERT's and GPT-2's
+# product shapes on CPUs 8,9 (OUT/fgemm.txt).
 #
 #     BUDGET=285 bash benchmarks/ops_round.sh OUT [RUNS=7]
 ROUND_BUDGET=285
@@ -15,6 +17,10 @@ for group in efficientnet_b0,regnet_y_400mf,detection_head,mlp resnet18,mobilene
       > "$OUT/ops_$i.txt" 2>&1 ) &
   i=$((i + 1))
 done
+( export NUMBA_CACHE_DIR=/tmp/nc_ops_small; pinned 6,7 "$PY" benchmarks/bench_small_nodes.py 100 > "$OUT/small_nodes.txt" 2>&1 ) &
+( export NUMBA_CACHE_DIR=/tmp/nc_ops_fgemm; pinned 8,9 "$PY" benchmarks/bench_fgemm.py 20 1 \
+    128x768x768,128x768x3072,128x3072x768,64x768x2304,64x768x3072,64x3072x768,64x768x768 > "$OUT/fgemm.txt" 2>&1 ) &
 wait
 grep "Model name" "$OUT/env.txt"
 for f in "$OUT"/ops_*.txt; do grep -E "^## |\*\*sum|nodes where|^  slower" "$f"; done
+cat "$OUT/small_nodes.txt" "$OUT/fgemm.txt"

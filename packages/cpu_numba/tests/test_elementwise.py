@@ -114,3 +114,13 @@ def test_serial_ufunc_call_is_quiet_and_leaves_the_error_state(op, a, b, want):
         got = call(x, y, out=np.empty((2, 3), np.float32))
         assert np.geterr() == before
     np.testing.assert_array_equal(got, np.full((2, 3), want, np.float32))
+
+
+@pytest.mark.parametrize("y_shape", [(), (1,), (1, 1, 1)])
+def test_pow_of_two_is_the_square(check, y_shape):
+    """Pow with a one-value exponent of 2 runs as x * x (binary.pow_): the reference's values, edges
+    included (NaN, inf, -0, huge); other exponents keep the Numba loop."""
+    x = np.array([[np.nan, np.inf, -np.inf, -0.0, 0.0, 3e20, -1.5, 2.5, 1e-30, 7.0]] * 2, np.float32)
+    with np.errstate(all="ignore"):  # the reference's NumPy warns on overflow; the values are the test
+        for e in (2.0, 3.0):
+            check("Pow", [x[None] if len(y_shape) == 3 else x, np.full(y_shape, e, np.float32)], constants=(1,))

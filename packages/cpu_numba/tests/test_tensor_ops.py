@@ -266,3 +266,42 @@ def test_where_into_an_operands_memory(into, shapes):
         out = np.empty_like(want)
     assert where(cond, x, y, out=out) is out
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("shapes", [((1, 1, 6, 6), (1, 3, 6, 6), ()), ((2, 3, 4), (2, 3, 4), (2, 3, 4)),
+                                    ((4, 1), (1, 7), (4, 7)), ((3,), (), (3,))])
+def test_where_serial_call(shapes):
+    """where.serial (static shapes, one thread): the two copies straight into ``out`` or a new array,
+    np.where's answer; dynamic shapes get no serial call."""
+    from kernelkit.ir import TensorSpec
+    from kernelkit_numba.kernels.where import where
+
+    r = np.random.default_rng(len(shapes[0]) + 7)
+    cond = r.random(shapes[0]) < 0.5
+    x, y = (r.standard_normal(s).astype(np.float32) for s in shapes[1:])
+    specs = [TensorSpec(cond.shape, "bool"), TensorSpec(x.shape, "float32"), TensorSpec(y.shape, "float32")]
+    call = where.serial(specs)
+    want = np.where(cond, x, y)
+    np.testing.assert_array_equal(call(cond, x, y), want)
+    out = np.full(want.shape, np.nan, np.float32)
+    assert call(cond, x, y, out=out) is out
+    np.testing.assert_array_equal(out, want)
+    assert where.serial([TensorSpec(("N",) + cond.shape, "bool")] + specs[1:]) is None
+
+
+def test_concat_serial_call(check, rng):
+    """concat.serial (static shapes, one dtype): np.concatenate into ``out`` along any axis, negative
+    axes too, the detection head's decode parts; dynamic shapes or mixed ranks get no serial call."""
+    from kernelkit.ir import TensorSpec
+    from kernelkit_numba.kernels.concat import concat
+
+    parts = [rng.standard_normal(s).astype(np.float32) for s in [(1, 3, 4, 4, 2), (1, 3, 4, 4, 2), (1, 3, 4, 4, 81)]]
+    for axis in (-1, 4):
+        call = concat.serial([TensorSpec(p.shape, "float32") for p in parts], axis=axis)
+        out = np.full((1, 3, 4, 4, 85), np.nan, np.float32)
+        assert call(*parts, out=out) is out
+        np.testing.assert_array_equal(out, np.concatenate(parts, axis=-1))
+    check("Concat", parts, {"axis": -1})
+    check("Concat", [rng.standard_normal((1, 5, 3, 3)).astype(np.float32),
+                     rng.standard_normal((1, 2, 3, 3)).astype(np.float32)], {"axis": 1})
+    assert concat.serial([TensorSpec(("N", 2), "float32"), TensorSpec((1, 2), "float32")], axis=0) is None

@@ -260,6 +260,12 @@ def div(a, b, *, out=None):
 
 
 def pow_(x, y, *, out=None):
+    if np.size(y) == 1 and np.ndim(y) <= np.ndim(x) and float(np.asarray(y).reshape(-1)[0]) == 2.0:
+        # x ** 2 as x * x (NumPy's power takes that shortcut too; libm's powf(x, 2) is the same
+        # correctly rounded square): the Numba loop's powf call per element ran 0.06 against the
+        # reference's 0.014 ms for the detection head's 1x3x40x40x2 box sizes
+        with np.errstate(all="ignore"):
+            return np.multiply(x, x, out=out)
     return _binary(x, y, POW, out)
 
 

@@ -50,5 +50,25 @@ def split(x, split=None, *, axis=0, num_outputs=None):
     return tuple(outs)
 
 
+def _concat_serial(input_specs, axis=0):
+    """``fn.serial`` of Concat (``_base.FunctionKernel``): for static shapes of one dtype on one
+    thread, NumPy's concatenate straight into the output, as the reference (the general path's
+    checks and one Numba row copy per input: 0.06 vs 0.10 ms for the detection head's 2 + 2 + 81
+    channel decode)."""
+    if not input_specs or any(s is None or not s.is_static or s.layout or s.dtype != input_specs[0].dtype
+                              for s in input_specs):
+        return None
+    rank = len(input_specs[0].shape)
+    if rank == 0 or any(len(s.shape) != rank for s in input_specs):
+        return None
+    ax = axis % rank
+
+    def call(*inputs, out=None):
+        return np.concatenate(inputs, axis=ax, out=out)
+
+    return call
+
+
+concat.serial = _concat_serial
 register_kernel("Concat", device="cpu", vendor="numba", dtype=("float32", "int8", "uint8"))(threaded(concat))
 register_kernel("Split", device="cpu", vendor="numba", dtype="float32")(threaded(split))

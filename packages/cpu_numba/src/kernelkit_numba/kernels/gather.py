@@ -63,5 +63,31 @@ def gather_elements(data, indices, *, axis=0, out=None):
     return y
 
 
+def _gather_serial(input_specs, axis=0):
+    """``fn.serial`` of Gather (``_base.FunctionKernel``): static shapes on one thread, the checked
+    indices straight to NumPy's take into the output (the general path cost ~30 us a node inside
+    BERT: its embedding and pooler gathers, 0.03-0.1 ms)."""
+    if len(input_specs) != 2 or any(s is None or not s.is_static or s.layout for s in input_specs):
+        return None
+    rank = len(input_specs[0].shape)
+    if rank == 0:
+        return None
+    ax = axis % rank
+    dim = input_specs[0].shape[ax]
+    shape = tuple(input_specs[0].shape[:ax]) + tuple(input_specs[1].shape) + tuple(input_specs[0].shape[ax + 1:])
+
+    def call(data, indices, *, out=None):
+        idx = _checked(indices, dim)
+        if out is None:
+            return np.take(data, idx, axis=ax, mode="clip")
+        if out.shape == shape and out.flags.c_contiguous:
+            return np.take(data, idx, axis=ax, out=out, mode="clip")
+        np.copyto(out, np.take(data, idx, axis=ax, mode="clip").reshape(out.shape))
+        return out
+
+    return call
+
+
+gather.serial = _gather_serial
 register_kernel("Gather", device="cpu", vendor="numba", dtype="float32")(threaded(gather))
 register_kernel("GatherElements", device="cpu", vendor="numba", dtype="float32")(threaded(gather_elements))
