@@ -20,6 +20,13 @@ from kernelkit_numba import config, tiered
 
 JIT_OFF = os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
 
+
+@pytest.fixture(autouse=True)
+def _backend_loaded():
+    """The in-process tests exercise per-node tiering: the numba kernels imported before their
+    sessions (a first session would otherwise start deferred, on the reference plan)."""
+    kernelkit.backends.load_backends(names=["numba"])
+
 # A 1x1 Conv (bias + activation epilogue) then a Softmax: two numba kernels, two compilations.
 _PROBE = """
 import json, sys
