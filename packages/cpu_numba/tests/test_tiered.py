@@ -67,9 +67,9 @@ assert_close(first, want, err_msg="first call")
 after_first = tiered.stats()
 deferred = "kernelkit_numba.kernels.conv" not in sys.modules  # the first run did not wait for the import
 placed_first = sorted(set(v for _, v in sess.placement().values()))
-tiered.wait(60)
+tiered.wait(240)
 sess.run(None, feed)
-tiered.wait(60)
+tiered.wait(240)
 before = tiered.stats()["reference_calls"]
 second = sess.run(None, feed)[0]
 assert_close(second, want, err_msg="after the swap")
