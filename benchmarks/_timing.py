@@ -69,3 +69,23 @@ def best_node_ms(sess, feed, runs: int) -> dict:
     for node, _start, secs, _tid in sess.profile_events():
         best[node] = min(best.get(node, np.inf), secs * 1e3)
     return best
+
+
+def best_node_ms_interleaved(sessions: list, feed, runs: int) -> list[dict]:
+    """``best_node_ms`` of several ``profile=True`` sessions run in turn, one run each per round
+    (ops_vs_reference.py: on a loaded host a later session no longer meets other load than an
+    earlier one)."""
+    for sess in sessions:
+        for _ in range(3):
+            sess.run(None, feed)
+        sess.reset_profile()
+    for _ in range(runs):
+        for sess in sessions:
+            sess.run(None, feed)
+    best: list[dict] = []
+    for sess in sessions:
+        b: dict = {}
+        for node, _start, secs, _tid in sess.profile_events():
+            b[node] = min(b.get(node, np.inf), secs * 1e3)
+        best.append(b)
+    return best

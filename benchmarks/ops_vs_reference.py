@@ -27,7 +27,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 import kernelkit  # noqa: E402
 import zoo  # noqa: E402
-from _timing import best_node_ms  # noqa: E402
+from _timing import best_node_ms_interleaved  # noqa: E402
 from kernelkit_converters.onnx import convert  # noqa: E402
 
 SLOWER, MIN_MS = 1.10, 0.020
@@ -37,19 +37,20 @@ def _builders() -> dict:
     return {**zoo.MODELS, **zoo.EXTRA}
 
 
-def profile(model, feed, vendor: str, runs: int) -> dict[str, tuple[str, float, str]]:
-    """Node name -> (op, best ms, vendor that ran it)."""
-    sess = kernelkit.Session(model, vendors=[vendor, "reference"], threads=1, profile=True)
-    best = best_node_ms(sess, feed, runs)
-    return {s.name: (s.op, best.get(s.name, 0.0), s.key.vendor) for s in sess.plan.kernel_steps()}
+def profile(model, feed, vendors: tuple[str, ...], runs: int) -> list[dict[str, tuple[str, float, str]]]:
+    """Per vendor, node name -> (op, best ms, vendor that ran it). The sessions run in turn, one run
+    each per round (a host whose load changes slows them alike; each one alone: session 6's runs)."""
+    sessions = [kernelkit.Session(model, vendors=[v, "reference"], threads=1, profile=True) for v in vendors]
+    best = best_node_ms_interleaved(sessions, feed, runs)
+    return [{s.name: (s.op, b.get(s.name, 0.0), s.key.vendor) for s in sess.plan.kernel_steps()}
+            for sess, b in zip(sessions, best)]
 
 
 def compare(name: str, runs: int, batch: int) -> list[tuple]:
     proto = _builders()[name]()
     model = convert(proto.SerializeToString())
     feed = zoo.feed(proto, batch)
-    ref = profile(model, feed, "reference", runs)
-    nb = profile(model, feed, "numba", runs)
+    ref, nb = profile(model, feed, ("reference", "numba"), runs)
     by_op: dict = collections.defaultdict(lambda: [0, 0.0, 0.0])
     slow = []
     for node, (op, ms, vendor) in nb.items():

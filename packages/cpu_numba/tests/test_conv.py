@@ -62,6 +62,23 @@ def test_conv_resnet_stem_and_pointwise(check, rng):
     check("Conv", [x, w, np.ones(8, np.float32)], {}, constants=(1, 2))
 
 
+@pytest.mark.parametrize("n, c, m", [(1, 440, 110), (1, 4, 96), (3, 48, 1152), (2, 7, 5)])
+@pytest.mark.parametrize("activation, params", [("", ()), ("Relu", ()), ("Sigmoid", ()), ("Clip", (-0.5, 0.5))])
+def test_conv_on_one_pixel_maps(check, rng, n, c, m, activation, params):
+    """1x1 convolutions of 1x1 maps (squeeze-and-excitation: conv._gemm_pixel, one BLAS product of
+    the images' pixels), with and without bias, against the reference; a 1x1 map reached by a
+    stride or a 3x3 kernel with pads keeps the other paths."""
+    x = rng.standard_normal((n, c, 1, 1)).astype(np.float32)
+    w = (rng.standard_normal((m, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
+    attrs = {"activation": activation, "activation_params": list(params)} if activation else {}
+    check("Conv", [x, w, rng.standard_normal(m).astype(np.float32)], attrs, constants=(1, 2))
+    check("Conv", [x, w], attrs, constants=(1,))
+    w3 = (rng.standard_normal((m, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
+    check("Conv", [x, w3], {**attrs, "pads": [1, 1, 1, 1]}, constants=(1,))
+    check("Conv", [rng.standard_normal((n, c, 2, 2)).astype(np.float32), w], {**attrs, "strides": [2, 2]},
+          constants=(1,))
+
+
 def test_conv_unknown_activation_is_a_typed_error(rng):
     x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
     w = rng.standard_normal((2, 2, 3, 3)).astype(np.float32)

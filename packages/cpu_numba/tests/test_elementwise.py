@@ -61,3 +61,56 @@ def test_unary_edge_values(check, op):
     x = np.array([np.inf, -np.inf, np.nan, 3e9, -3e9, 100.0, -100.0, 0.0, -0.0, 2.5, -2.5], np.float32)
     with np.errstate(all="ignore"):  # the reference's NumPy warns on inf/NaN; the values are the test
         check(op, [x])
+
+
+@pytest.mark.parametrize("size", [1, 7, 511, 512, 513, 3 * 512 + 17, 20_000])
+def test_sigmoid_pass_against_float64(size):
+    """unary._sigmoid (one Numba pass: exp(-|x|) by its polynomial, then 1 / (1 + e) or e / (1 + e))
+    against float64 over chunk boundaries, with the edges (inf, NaN, |x| around 87-89 where exp
+    overflows); in place equal to out of place; shards [lo, hi) touch nothing outside."""
+    from kernelkit.testing import assert_close
+    from kernelkit_numba.kernels import unary
+
+    rng = np.random.default_rng(size)
+    x = (rng.standard_normal(size) * 12).astype(np.float32)
+    edges = np.array([np.inf, -np.inf, np.nan, 86.9, -86.9, 87.5, -87.5, 88.8, -88.8, -100, 0.0, -0.0, 1e-8],
+                     np.float32)
+    x[:min(size, edges.size)] = edges[:size]
+    with np.errstate(over="ignore"):
+        want = (1 / (1 + np.exp(-x.astype(np.float64)))).astype(np.float32)
+    y = np.full(size + 2, -7.0, np.float32)
+    unary._sigmoid(x, y[1:-1], 0, size)
+    assert_close(y[1:-1], want)
+    assert np.array_equal(np.isnan(y[1:-1]), np.isnan(x))
+    assert y[0] == y[-1] == -7.0
+    assert np.all(y[1:-1][np.abs(x) > 87] == (x[np.abs(x) > 87] > 0))  # exactly 1 or 0 beyond 87
+    inplace = x.copy()
+    unary._sigmoid(inplace, inplace, 0, size)
+    np.testing.assert_array_equal(inplace, y[1:-1])
+    if size > 2:
+        part = np.full(size, -7.0, np.float32)
+        unary._sigmoid(x, part, 1, size - 1)
+        np.testing.assert_array_equal(part[1:-1], y[2:-2])
+        assert part[0] == part[-1] == -7.0
+
+
+@pytest.mark.parametrize("op, a, b, want", [("Div", 1.0, 0.0, np.inf), ("Mul", 1e30, 1e30, np.inf),
+                                            ("Sub", np.inf, np.inf, np.nan), ("Add", -np.inf, np.inf, np.nan)])
+def test_serial_ufunc_call_is_quiet_and_leaves_the_error_state(op, a, b, want):
+    """The one-thread Add/Sub/Mul/Div call (binary._quiet) raises no floating-point warning, also
+    under np.errstate(all="raise") around it, and leaves the caller's error state as it was."""
+    import warnings
+
+    from kernelkit.ir import TensorSpec
+    from kernelkit_numba.kernels import binary
+
+    specs = [TensorSpec((2, 3), "float32"), TensorSpec((1, 3), "float32")]
+    call = binary._ufunc_serial({"Add": binary.ADD, "Sub": binary.SUB, "Mul": binary.MUL,
+                                 "Div": binary.DIV}[op])(specs)
+    x, y = np.full((2, 3), a, np.float32), np.full((1, 3), b, np.float32)
+    with warnings.catch_warnings(), np.errstate(all="raise"):
+        warnings.simplefilter("error")
+        before = np.geterr()
+        got = call(x, y, out=np.empty((2, 3), np.float32))
+        assert np.geterr() == before
+    np.testing.assert_array_equal(got, np.full((2, 3), want, np.float32))

@@ -75,3 +75,73 @@ def test_gemm_nt_kernel_ranges():
     assert np.isnan(y[:, 8:]).all() and not np.isnan(y[:, :8]).any()
     gemm_nt(a, b, y, 2, 6)
     assert_close(y, a @ b.T)
+
+
+def test_one_row_products_take_the_row_call(check):
+    """Batch-1 Gemm (M = 1: classifier heads, MLP layers at batch 1) on one thread binds ``_row_call``
+    (np.matmul into the output, the bias in place): every C form per column, transposes, alpha,
+    beta, activations, against the reference; a C that is not one value per column, or two rows,
+    keeps the general path."""
+    from kernelkit.invoke import KernelContext
+    from kernelkit.ir import Node, TensorSpec
+    from kernelkit_numba.kernels.gemm import Gemm
+
+    r = np.random.default_rng(5)
+    k, n = 37, 50
+    for trans_a, trans_b, c_shape, alpha, beta, act in [
+            (0, 1, (n,), 1.0, 1.0, ("", ())), (0, 0, (1, n), 0.5, 2.0, ("Relu", ())),
+            (1, 1, None, -2.0, 1.0, ("Gelu", (0.0,))), (1, 0, (n,), 1.0, 0.0, ("Clip", (-0.2, 0.3))),
+            (0, 1, (n,), 1.0, 0.25, ("Sigmoid", ())), (0, 0, (1, 1), 1.0, 1.0, ("", ()))]:
+        a = r.uniform(-1, 1, (k, 1) if trans_a else (1, k)).astype(np.float32)
+        b = r.uniform(-1, 1, (n, k) if trans_b else (k, n)).astype(np.float32)
+        c = None if c_shape is None else r.uniform(-1, 1, c_shape).astype(np.float32)
+        attrs = {"transA": trans_a, "transB": trans_b, "alpha": alpha, "beta": beta, "activation": act[0],
+                 "activation_params": list(act[1])}
+        check("Gemm", [a, b, c], attrs, constants=(1, 2))
+        kernel = Gemm()
+        kernel.context = KernelContext(Node("Gemm", ["a", "b", "c"], ["y"], {}, "n"), None, {}, 1)
+        specs = [TensorSpec(x.shape, "float32") for x in (a, b) + (() if c is None else (c,))]
+        kernel.prepare(specs, attrs)
+        row = c is None or c.size == n
+        assert kernel.bind(None).__qualname__.startswith("Gemm._row_call.") == row
+        if row:
+            want = kernel.execute(a, b, c) if c is not None else kernel.execute(a, b)
+            out = np.full((1, n), np.nan, np.float32)
+            got = kernel.bind(None)(a, b, c, out=out) if c is not None else kernel.bind(None)(a, b, out=out)
+            assert got is out
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    kernel = Gemm()
+    kernel.context = KernelContext(Node("Gemm", ["a", "b"], ["y"], {}, "n"), None, {}, 1)
+    kernel.prepare([TensorSpec((2, k), "float32"), TensorSpec((k, n), "float32")], {})
+    assert not kernel.bind(None).__qualname__.startswith("Gemm._row_call.")
+
+
+def test_matmul_blas_call_binding(check):
+    """Static MatMul on one thread: batched products (the attention's) and a 2-D B that fgemm does
+    not take bind ``_blas_call`` (one np.matmul + the activation), against the reference; a 2-D B
+    of a shape fgemm takes keeps the general path (the micro-kernels for a constant weight)."""
+    from kernelkit.invoke import KernelContext
+    from kernelkit.ir import Node, TensorSpec
+    from kernelkit_numba.kernels import fgemm
+    from kernelkit_numba.kernels.gemm import MatMul
+
+    r = np.random.default_rng(3)
+    for a_shape, b_shape, act, fast in [((1, 4, 16, 8), (1, 4, 8, 16), ("", ()), True),
+                                        ((2, 3, 5, 7), (3, 7, 4), ("Relu", ()), True),
+                                        ((6, 5), (5, 3), ("Gelu", (0.0,)), True),
+                                        ((64, 40), (40, 48), ("", ()), fgemm.kind_for(64, 40, 48) is None)]:
+        a = r.uniform(-1, 1, a_shape).astype(np.float32)
+        b = r.uniform(-1, 1, b_shape).astype(np.float32)
+        attrs = {"activation": act[0], "activation_params": list(act[1])} if act[0] else {}
+        check("MatMul", [a, b], attrs)
+        check("MatMul", [a, b], attrs, constants=(1,))
+        kernel = MatMul()
+        kernel.context = KernelContext(Node("MatMul", ["a", "b"], ["y"], {}, "n"), None, {}, 1)
+        kernel.prepare([TensorSpec(a.shape, "float32"), TensorSpec(b.shape, "float32")], attrs)
+        call = kernel.bind(None)
+        assert call.__qualname__.startswith("MatMul._blas_call.") == fast
+        if fast:
+            out = np.full(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), np.nan,
+                          np.float32)
+            assert call(a, b, out=out) is out
+            np.testing.assert_allclose(out, kernel.execute(a, b), rtol=1e-5, atol=1e-6)

@@ -82,6 +82,46 @@ def test_concat_split(check, shape, data):
     check("Split", [_x(s, 5), np.array(sizes, np.int64)], {"axis": axis}, constants=(1,), n_outputs=len(sizes))
 
 
+def test_split_gives_views_on_one_thread_and_its_parts_feed_numba_kernels(rng, monkeypatch):
+    """concat.split on one thread returns views of its input, as the reference; sharded (several
+    threads, a large tensor) it copies. A graph where the strided parts feed numba kernels (Sigmoid,
+    Mul, Pow, Transpose, Concat, Reshape + MatMul, as GPT-2's Q/K/V and the detection head's decode)
+    matches the reference at one and two threads."""
+    import kernelkit
+    from kernelkit import GraphBuilder
+    from kernelkit.testing import assert_close
+    from kernelkit_numba import config
+    from kernelkit_numba.kernels.concat import split
+
+    x = rng.standard_normal((1, 6, 85)).astype(np.float32)
+    parts = split(x, [2, 2, 81], axis=-1)
+    assert all(np.shares_memory(p, x) for p in parts)
+    big = rng.standard_normal((64, 2, 4096)).astype(np.float32)
+    monkeypatch.setattr(config, "MIN_SHARD_WORK", 1000)
+    with config.num_threads(2):
+        copied = split(big, [1, 1], axis=1)
+    assert not any(np.shares_memory(p, big) for p in copied)
+    np.testing.assert_array_equal(copied[1], big[:, 1:])
+
+    g = GraphBuilder("split_views")
+    v = g.input("x", (1, 16, 96), "float32")
+    a, b, c = g.op("Split", v, np.array([32, 32, 32], np.int64), axis=2, outputs=3)
+    s = g.op("Sigmoid", a)
+    m = g.op("Mul", b, s)
+    p = g.op("Pow", c, np.array(2.0, np.float32))
+    t = g.op("Transpose", g.op("Reshape", m, np.array([1, 16, 4, 8], np.int64)), perm=[0, 2, 1, 3])
+    q = g.op("Transpose", g.op("Reshape", p, np.array([1, 16, 4, 8], np.int64)), perm=[0, 2, 3, 1])
+    g.output(g.op("MatMul", t, q))
+    g.output(g.op("Concat", a, c, m, axis=1))
+    model = g.build()
+    feed = {"x": rng.standard_normal((1, 16, 96)).astype(np.float32)}
+    want = kernelkit.Session(model, vendors=["reference"]).run(None, feed)
+    for threads in (1, 2):
+        got = kernelkit.Session(model, vendors=["numba", "reference"], threads=threads).run(None, feed)
+        for w, o in zip(want, got):
+            assert_close(o, w)
+
+
 @FEW
 @given(SHAPES, st.data())
 def test_gather_and_gather_elements(check, shape, data):

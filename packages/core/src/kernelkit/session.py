@@ -259,6 +259,32 @@ class Session:
 
     # -- running -------------------------------------------------------------------------------
     def _check_feeds(self, feeds: dict) -> dict[str, np.ndarray]:
+        """The feeds as read-only views, checked against the inputs' dtypes and shapes (symbolic
+        dimensions bound consistently across inputs). Feeds that are native-order ndarrays of the
+        expected dtypes, shapes and names take a short path (~1 us for one input instead of ~4);
+        anything else takes the full check and its errors."""
+        checks = self.__dict__.get("_feed_checks")
+        if checks is None:
+            checks = self._feed_checks = [(name, np.dtype(self.graph.values[name].spec.dtype),
+                                           tuple(self.graph.values[name].spec.shape)) for name in self.graph.inputs]
+        if feeds.__class__ is dict and len(feeds) == len(checks):
+            out, symbols = {}, None
+            for name, dtype, shape in checks:
+                arr = feeds.get(name)
+                if arr.__class__ is not np.ndarray or arr.dtype is not dtype or len(arr.shape) != len(shape):
+                    break
+                if arr.shape != shape:
+                    symbols = {} if symbols is None else symbols
+                    if not _binds(shape, arr.shape, symbols):
+                        break
+                view = arr.view()
+                view.setflags(write=False)  # kernels must never write into the caller's array
+                out[name] = view
+            else:
+                return out
+        return self._check_feeds_fully(feeds)
+
+    def _check_feeds_fully(self, feeds: dict) -> dict[str, np.ndarray]:
         if not isinstance(feeds, dict):
             raise InputError(f"feeds must be a dict of input name -> array, got {type(feeds).__name__}")
         expected = self.graph.inputs
@@ -389,6 +415,17 @@ class Session:
 
     def __repr__(self) -> str:
         return f"Session({self.graph.name!r}, device={self.device_name!r}, {len(self.plan.kernel_steps())} nodes)"
+
+
+def _binds(shape: tuple, got: tuple, symbols: dict) -> bool:
+    """Whether ``got`` matches ``shape`` (ints equal, each symbol bound to one size in ``symbols``)."""
+    for want, n in zip(shape, got):
+        if want.__class__ is str:
+            if symbols.setdefault(want, n) != n:
+                return False
+        elif want != n:
+            return False
+    return True
 
 
 @contextlib.contextmanager

@@ -35,7 +35,7 @@ from .._base import NumbaKernel
 from ..config import jit_inline, jit_parallel
 from . import dwtile, ftile, winograd
 from ._range import tap_range
-from .epilogue import CLIP, NONE, bias_act_block, bias_act_rows
+from .epilogue import CLIP, NONE, bias_act_block, bias_act_rows, scale_bias_act_cols
 from .gemm_nt import gemm_nt_rows
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
@@ -416,7 +416,10 @@ class Conv(NumbaKernel):
             s = int((self.attrs.get("strides") or (1,))[0])
             planes = x.shape[0] * w.shape[0]
             return dwtile.work("conv", min(s, 2), planes, planes * math.prod(x.shape[2:]) // (s * s))
-        return 2.0 * x.size * w.size / max(1, x.shape[1])  # ~ 2 * N*C*H*W * (M/C)*Cg*kh*kw (stride 1)
+        flops = 2.0 * x.size * w.size / max(1, x.shape[1])  # ~ 2 * N*C*H*W * (M/C)*Cg*kh*kw (stride 1)
+        if PRODUCT_WORK and (w.shape[1] > 1 or x.shape[1] == 1):  # a product (not depthwise)
+            return flops * max(1.0, config.SERIAL_WORK / PRODUCT_FLOPS)
+        return flops
 
     def compute(self, x, w, b=None, z=None, *, out=None):
         """y = act(conv(x, w) + b (+ z)); z: the residual the fuse_residual pass moved into the conv
@@ -547,6 +550,9 @@ class Conv(NumbaKernel):
         self._kernel_hw = (kh, kw)
         code, p0, p1 = self.act
         direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
+        if direct and l_n == 1 and group == 1 and z is None:
+            self._gemm_pixel(x4, wmat[0], y, bias)
+            return
         kind = self._ftile_kind(group, code, kh, kw, sh, sw, mg, k_n, l_n, x4.dtype)
         if group > 1 and group * k_n * l_n * x4.itemsize <= _GROUPED_COL_BYTES:
             self._gemm_grouped(x4, wmat, y, bias, z, direct)
@@ -594,6 +600,21 @@ class Conv(NumbaKernel):
                 else:
                     config.run_shards(tile, m_tiles * p_tiles)
 
+
+    def _gemm_pixel(self, x4, w2, y, bias):
+        """A 1x1 convolution of 1x1 maps (squeeze-and-excitation's two convolutions after the global
+        pool): the images' pixels as the rows of one BLAS product, (N, C) @ w2.T, a matrix-vector
+        product at batch 1 as the reference runs it, then bias + activation per column in one Numba
+        pass. The micro-kernels' tiles would spend 31 of their 32 pixel lanes on nothing
+        (EfficientNet's 48 -> 1152: 62 against the reference's 24 us)."""
+        n_n, m_n = y.shape[:2]
+        code, p0, p1 = self.act
+        y2 = y.reshape(n_n, m_n)
+        np.matmul(x4.reshape(n_n, -1), w2.T, out=y2)
+        if code == NONE:
+            y2 += bias
+        else:
+            scale_bias_act_cols(y2, y.dtype.type(1), bias, y.dtype.type(1), code, p0, p1)
 
     def _gemm_grouped(self, x4, wmat, y, bias, z, direct):
         """Grouped (not depthwise) convolution, as RegNet's and ResNeXt's 3x3 layers: one im2col of
@@ -855,6 +876,12 @@ def implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n) -> bool:
             and k_n <= IMPLICIT_MAX_K and kh * kw > 1)
 
 
+# A convolution that is a product (not depthwise) goes to the shard pool from PRODUCT_FLOPS flops,
+# not from config.SERIAL_WORK: MobileNetV2's 1x1 layers (10-30 MFLOP, 0.1-0.4 ms) ran on one thread
+# at every thread count. On the Xeon at two threads (trace_nodes.py, issue 11, session 7) its
+# layers of 14-40 MFLOP ran 1.15-1.5x faster, those of 9.6 MFLOP (0.13 ms) at par. Off: the old estimate.
+PRODUCT_WORK = True
+PRODUCT_FLOPS = 1.2e7
 IMPLICIT = True
 IMPLICIT_MIN_OW = 28  # the 7x7/2 stem's 112-pixel rows and 3x3/2 from 56x56: 28 of a tile's 32 lanes
 IMPLICIT_MAX_K = 256  # deeper K read in place fell behind im2col + the copy into tile order on the Xeon

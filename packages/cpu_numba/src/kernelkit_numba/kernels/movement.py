@@ -57,6 +57,30 @@ def transpose(x, *, perm=None, out=None):
     return copy_view(np.transpose(x, perm), out)
 
 
+def _transpose_serial(input_specs, perm=None):
+    """``fn.serial`` of Transpose (``_base.FunctionKernel``): the permutation checked once, then each
+    call is NumPy's copy of the permuted view into the output, as the reference runs it (the
+    general path's per-call checks cost 10-25 us a node inside GPT-2 and BERT, whose attention
+    transposes ~0.02 ms of data)."""
+    spec = input_specs[0] if input_specs else None
+    if spec is None or spec.layout or len(input_specs) != 1:
+        return None
+    rank = len(spec.shape)
+    axes = tuple(range(rank))[::-1] if perm is None else tuple(int(p) % max(rank, 1) for p in perm)
+    if sorted(axes) != list(range(rank)):
+        return None  # the general path raises the error
+
+    def call(x, *, out=None):
+        view = x.transpose(axes)
+        if out is None:
+            return view.copy()
+        np.copyto(out, view)
+        return out
+
+    return call
+
+
+transpose.serial = _transpose_serial
 register_kernel("Transpose", device="cpu", vendor="numba", dtype=("float32", "int8", "uint8"))(  # int8: QDQ models
     threaded(transpose))
 

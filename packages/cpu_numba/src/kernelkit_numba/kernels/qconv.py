@@ -11,8 +11,6 @@ included (QLinearConv), straight into the NCHW output.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 from kernelkit.ops.qlinear import multiplier
 from kernelkit.registry import register_kernel
@@ -597,7 +595,7 @@ class QLinearConv(_IntegerConv):
         caches), or None to allocate one."""
         consts = (x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b)
         fast = self.__dict__.get("_fast")
-        if fast is not None and fast[0] == (x.shape, x.dtype, os.environ.get(qtile.ENV), config.current_threads()) \
+        if fast is not None and fast[0] == (x.shape, x.dtype, qtile.requested_raw(), config.current_threads()) \
                 and all(p is q for p, q in zip(consts, fast[1])) and not any(a.flags.writeable for a in fast[2]):
             if out is None:
                 out = np.empty(fast[3], fast[4])
@@ -623,7 +621,7 @@ class QLinearConv(_IntegerConv):
         if run is not None:  # kept while the same read-only constants come in (a model's)
             arrays = tuple(p for p in consts if isinstance(p, np.ndarray))
             if not any(a.flags.writeable for a in arrays):
-                key = (x.shape, x.dtype, os.environ.get(qtile.ENV), config.current_threads())
+                key = (x.shape, x.dtype, qtile.requested_raw(), config.current_threads())
                 self._fast = (key, consts, arrays, out.shape, out.dtype, run)
             run(x, out)
             return out

@@ -27,7 +27,7 @@ from .. import config
 from .._base import NumbaKernel
 from .._base import readonly as _readonly
 from ..config import jit_exact, jit_parallel
-from . import qpack, qtile
+from . import qamx, qpack, qtile
 from .norm import layer_normalization
 from .quantize import dynamic_range, quantize_flat, quantize_offset
 
@@ -516,23 +516,40 @@ class DynamicQuantizeMatMul(NumbaKernel):
     (set to one thread, config.blas_single) only on the float32-BLAS path: the micro-kernel's calls
     skip that check, and calls on one thread take ``serial_call``."""
 
+    _plain = None  # the serial call's pre-bound arguments (_bind_plain)
+
     def setup(self, input_specs):
         self.packed = _matmul_packing(input_specs[1].rank)
+        self._plain = None
 
     def work(self, a, b, *rest):
         """The product's integer operations in loop units (config.SERIAL_WORK), INT8_WORK each."""
         return 2.0 * a.size * b.shape[-1] * INT8_WORK
 
     def serial_call(self, step):
-        """Calls on the calling thread alone (one thread, or little work): straight to the one-call
-        path (small_dynamic), else ``run`` (the general path at this node's thread budget)."""
-        run = self.run
+        """Calls on the calling thread alone (one thread, or little work): the pre-bound plain call
+        (``_plain``: one Numba call whose arguments were made for this A shape, checked by identity),
+        else the one-call path (small_dynamic), else ``run`` (the general path at this node's thread
+        budget)."""
+        run, kernel, env_raw = self.run, self, qtile.requested_raw
+        bound_fn = qpack.dq_matmul_bound
 
         def call(a, b, b_scale, b_zero_point=None, bias=None, residual=None, norm_scale=None, norm_bias=None,
                  out=None):
+            p = kernel._plain
+            if p is not None and a.shape == p[0] and b is p[1] and b_scale is p[2] and b_zero_point is p[3] and \
+                    bias is p[4] and residual is None and norm_scale is None and env_raw() == p[5]:
+                x2 = a.reshape(p[6])
+                if x2.flags.c_contiguous:
+                    x2.setflags(write=False)  # one compiled signature (readonly inputs, as _base.readonly)
+                    flat = np.empty(p[7], np.float32)
+                    if bound_fn(p[8], x2, *p[9], flat):
+                        return flat.reshape(p[10])
             a = _readonly(a)
             y = small_dynamic(self, a, b, b_scale, b_zero_point, bias, True, residual, norm_scale, norm_bias) \
                 if a.size and a.shape[-1] else None
+            if y is not None and residual is None and norm_scale is None:
+                _bind_plain(kernel, a, b, b_scale, b_zero_point, bias, env_raw())
             return run((a, b, b_scale, b_zero_point, bias, residual, norm_scale, norm_bias), None) if y is None else y
 
         return call
@@ -705,6 +722,31 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
     return column_parts(flat, bounds, a.shape)
 
 
+def _bind_plain(kernel, a, b, b_scale, b_zero_point, bias, env_raw) -> None:
+    """Keep on the kernel the arguments of qpack.dq_matmul_bound for A of ``a``'s shape (after a
+    small_dynamic call made its constants): (A shape, B, B scale, B zero point, bias, the raw
+    KERNELKIT_INT8_GEMM, A as 2-D, output size, the integer arguments as one array, the constant
+    arrays, output shape). The serial call checks them by identity and goes straight to the one Numba call:
+    ~1 us of Python a call instead of ~5 (small_dynamic's checks, the variant's choice, the
+    readonly view). None where small_dynamic's plain path does not apply (several outputs; writable
+    constants, which it re-reads every call)."""
+    hit = kernel.__dict__.get("_small")
+    if hit is None or hit[5] or hit[6] is None or hit[8].shape[0] != 2 or hit[0] is not b or hit[1] is not b_scale \
+            or hit[2] is not b_zero_point or hit[3] is not bias:
+        kernel._plain = None
+        return
+    head = hit[6]
+    m_n, k_n, n_n = math.prod(a.shape[:-1]), a.shape[-1], head[5]
+    if not m_n or not k_n:
+        kernel._plain = None
+        return
+    block = m_n if m_n <= GEMV_ROWS else qpack.block_rows(m_n, k_n, head[4] * qpack.NR, head[1])
+    kind, mr, bdata, kq, n_panels, n, col_sums, k, zb, has_zb, b_scale_arr, bias_arr, has_bias = head
+    dims = np.array([kind, mr, kq, n_panels, n, k, has_zb, has_bias, block, hit[7]], np.int64)
+    kernel._plain = (a.shape, b, b_scale, b_zero_point, bias, env_raw, (m_n, k_n), m_n * n_n, dims,
+                     (bdata, col_sums, zb, b_scale_arr, bias_arr), (*a.shape[:-1], n_n))
+
+
 def _column_shards(head, x2, bounds, act, count, groups, a_shape, residual):
     """small_dynamic's product for one row block (a few rows) cut into ``count`` shards of B's
     column groups on the pool (qpack.dq_matmul_panels; each shard quantizes the few rows of A
@@ -751,7 +793,7 @@ def tiled(kernel, b, b_zero_point, trans_b: bool = False):
         return None
     pb = qpack.packed_b(kernel, lambda: b if trans_b else b.T, b, b_zero_point)
     variant = qtile.select(pb.safe_pairs)
-    return None if variant is None else (variant, pb)
+    return None if variant is None else qamx.upgrade(variant, pb)  # AMX tiles where the CPU has them
 
 
 def _zp(zero_point) -> int:

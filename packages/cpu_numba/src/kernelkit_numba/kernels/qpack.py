@@ -464,6 +464,15 @@ def dq_matmul_plain(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, h
                            has_bias, flat, bounds, res, False, block, act, none, none, 0.0, False)
 
 
+@jit_exact
+def dq_matmul_bound(dims, x2, bdata, col_sums, zb, b_scale, bias, flat) -> bool:
+    """dq_matmul_plain with its integer arguments in one int64 array ``dims`` (kind, mr, kq, n_panels,
+    n_n, k_n, has_zb, has_bias, block, act): the serial call of a bound DynamicQuantizeMatMul
+    (qgemm._bind_plain) passes 8 arguments, not 17 (Numba's dispatcher types each one)."""
+    return dq_matmul_plain(dims[0], x2, dims[1], bdata, dims[2], dims[3], dims[4], col_sums, dims[5], zb,
+                           dims[6] != 0, b_scale, bias, dims[7] != 0, flat, dims[8], dims[9])
+
+
 # --------------------------------------------------------- matrix products: one Numba call a shard
 @jit
 def _pack_any(a2, a32, words, mask, flip, r0, r1, mr, kq, abuf, rowsum):
@@ -525,7 +534,7 @@ def requant_blocks(kind, a2, a32, words, mask, flip, mr, bdata, kq, n_panels, n_
 def a_operand(variant, a2: np.ndarray, pb: PackedB) -> tuple:
     """(kind, a2, a32, words, mask, flip, mr): A's arguments of the *_blocks drivers."""
     flip, _ = flip_of(a2.dtype)
-    words = a2.shape[1] % 4 == 0 and a2.flags.c_contiguous and not pb.has_zp
+    words = a2.shape[1] == 4 * pb.kq and a2.flags.c_contiguous and not pb.has_zp  # kq: padded for amx
     a32 = a2.reshape(-1).view(np.uint32).reshape(a2.shape[0], pb.kq) if words else _NO_WORDS
     mask = np.uint32(0x80808080 if flip else 0)
     return qtile.KIND[variant.name], a2, a32, words, mask, flip, variant.mr
@@ -701,9 +710,13 @@ def rows_block(m_pad: int, nr: int, n_pix: int, k: int = 0, threads: int = 1) ->
 # ---------------------------------------------------------------------------------------- driver
 def block_rows(m: int, k: int, n: int, mr: int) -> int:
     """Rows of A per block: at most BLOCK_BYTES of packed A and C_BLOCK_BYTES of int32 result, a
-    multiple of mr, at least 4 panels."""
-    rows = max(4 * mr, min(BLOCK_BYTES // max(k, 1), C_BLOCK_BYTES // (4 * max(n, 1))) // mr * mr)
+    multiple of mr, at least 4 panels (mr = 1, the AMX product's one-row panels: AMX_BLOCK_ROWS)."""
+    floor = 4 * mr if mr > 1 else AMX_BLOCK_ROWS
+    rows = max(floor, min(BLOCK_BYTES // max(k, 1), C_BLOCK_BYTES // (4 * max(n, 1))) // mr * mr)
     return min(rows, m)
+
+
+AMX_BLOCK_ROWS = 64  # qamx.py: each B tile serves two A tiles only in blocks of >= 32 rows
 
 
 def flip_of(dtype) -> tuple[bool, int]:

@@ -21,15 +21,24 @@ def _same_memory(a: np.ndarray, out: np.ndarray) -> bool:
 
 
 def _select(cond, x, y, out) -> None:
-    if _same_memory(x, out):
+    in_x, in_y = np.may_share_memory(out, x), np.may_share_memory(out, y)  # bounds only: ~0.2 us each
+    if in_x and _same_memory(x, out):
         np.copyto(out, y, where=np.logical_not(cond))
-    elif _same_memory(y, out):
+    elif in_y and _same_memory(y, out):
         np.copyto(out, x, where=cond)
-    elif np.may_share_memory(out, x) or np.may_share_memory(out, y):  # a partial overlap: copy first
+    elif in_x or in_y:  # a partial overlap: copy first
         np.copyto(out, np.where(cond, x, y))
+    elif _full(x, out) and not _full(y, out):  # e.g. scores and a fill value (GPT-2's mask)
+        np.copyto(out, x)  # a plain copy, then the fill where the condition fails: 29 vs 45 us for
+        np.copyto(out, y, where=np.logical_not(cond))  # 1x12x64x64 (y first, x masked; np.where 58)
     else:
         np.copyto(out, y)
         np.copyto(out, x, where=cond)
+
+
+def _full(a: np.ndarray, out: np.ndarray) -> bool:
+    """Whether ``a`` has every element of ``out`` (no broadcast axis): the operand worth a plain copy."""
+    return a.shape == out.shape and all(st or d <= 1 for st, d in zip(a.strides, a.shape))
 
 
 def where(condition, x, y, *, out=None):
