@@ -68,6 +68,20 @@ def by_kind(dispatcher) -> ByKind:
     return ByKind(dispatcher)
 
 
+def _typeof_by_kind() -> None:
+    """Jitted code that calls a wrapped driver with a run-time kind (``qpack.dq_matmul_bound``)
+    calls the original dispatcher (every variant compiled, as before): Numba types the wrapper as it."""
+    from numba.core import types
+    from numba.extending import typeof_impl
+
+    @typeof_impl.register(ByKind)
+    def _typeof(val, c):
+        return types.Dispatcher(val.dispatcher)
+
+
+_typeof_by_kind()
+
+
 def _target(fn):
     return fn.dispatcher if isinstance(fn, ByKind) else fn
 
