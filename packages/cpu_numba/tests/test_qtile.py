@@ -512,7 +512,7 @@ def test_integer_maxpool_equals_reference(case, dtype):
 @pytest.mark.filterwarnings("ignore:invalid value encountered")
 @pytest.mark.parametrize("relu", [False, True])
 def test_dynamic_quantize_matmul_bound_serial_call(relu, monkeypatch):
-    """The serial call's pre-bound plain path (DynamicQuantizeMatMul.serial_call, qgemm._bind_plain) in
+    """The serial call's pre-bound plain path (DynamicQuantizeMatMul.serial_call, qgemm._bind_small) in
     a one-thread session of symbolic batch, run after run: each run = the reference bit for bit through
     new inputs, a batch change (re-bound), a NaN (the general path, then back), KERNELKIT_INT8_GEMM
     switched to off (the float32-BLAS path) and back, and a non-contiguous feed."""

@@ -27,9 +27,18 @@ How a job reaches the workers (issue 11, session 4; docs/numba.md, "Shard pool")
   spins again once a job comes within the spin time of its going to sleep. The loop (``_spin.py``,
   bounded by the cycle counter, one ``nogil`` call per spin) is built by a worker after
   ``SPIN_AFTER_JOBS`` jobs, so a first run never waits for Numba to load it.
+- **A heartbeat through a run** (issue 11, session 7). Every node of a multi-thread session calls
+  ``beat()``: the spin goes on until ``BEAT_IDLE_S`` after the last beat, so serial nodes between
+  two parallel ones no longer put the worker to sleep, and a run's first beat wakes a sleeping one.
+- **GIL hand-offs without sleeping on the GIL.** A thread that asks for the GIL while the other
+  holds it sleeps on CPython's GIL condition and wakes tens of microseconds late. A worker that sees
+  a job waits ``CLAIM_AFTER_S`` in its spin before taking the GIL (the caller's first kernel has
+  released it by then); a caller done with its shards polls (``_spin.wait_left``, without the GIL,
+  up to ``WAIT_LEFT_S``) until the worker, back in its spin, stores the job it has left.
 - **Back-off under contention.** The caller watches each job: a helper that claimed no shard
   although the caller worked longer than ``MISS_S`` (an awake worker claims within microseconds, a
-  woken one within ~0.1 ms: it had no core), ``MISSES`` jobs in a row, or a *stall* (the caller,
+  woken one within ~0.1 ms: it had no core), ``MISSES`` jobs in a row, or longer than
+  ``SHORT_MISS_S`` while workers spin, ``SHORT_MISSES`` jobs in a row, or a *stall* (the caller,
   done with every unclaimed shard, waited longer than ``STALL_S`` and longer than half its own share
   for a shard a worker had started: the worker lost its core mid-shard), or the caller itself
   running its shards on a shared core (its thread CPU time under ``PREEMPT_SHARE`` of the wall time
@@ -293,7 +302,7 @@ class ShardPool:
 
     def beat(self) -> None:
         """The callers' heartbeat, at every node of a multi-thread session's run: a spinning worker
-        keeps spinning while beats come (``_spin``: it sleeps ``spin_s`` after the last beat or job),
+        keeps spinning while beats come (``_spin``: until ``BEAT_IDLE_S`` after the last beat),
         and a sleeping one is woken by the first beat of a run, so that it is awake when the run's
         first parallel kernel comes (a woken worker claims ~50-150 us after the wake-up). No beat
         while the pool is backed off, and none wakes a worker that has no spin loop yet."""
@@ -362,8 +371,8 @@ class ShardPool:
 
     def _judge(self, job: _Job, waited: float, worked: float, cpu: float | None = None, asleep: int = 0) -> None:
         """Count the contention signs of a finished job (``worked``: the caller's wall time on its
-        shards, ``cpu``: its thread CPU time meanwhile); back off after a stall, repeated misses or
-        a caller preempted job after job."""
+        shards, ``cpu``: its thread CPU time meanwhile, ``asleep``: workers asleep at publication);
+        back off after a stall, repeated misses (short ones too) or a caller preempted job after job."""
         if waited > self.STALL_S and waited > 0.5 * worked:
             self.stats["stalls"] += 1
             self._back_off(f"waited {waited * 1e3:.2f} ms for a worker's shard")

@@ -465,12 +465,24 @@ def dq_matmul_plain(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, h
 
 
 @jit_exact
-def dq_matmul_bound(dims, x2, bdata, col_sums, zb, b_scale, bias, flat) -> bool:
-    """dq_matmul_plain with its integer arguments in one int64 array ``dims`` (kind, mr, kq, n_panels,
-    n_n, k_n, has_zb, has_bias, block, act): the serial call of a bound DynamicQuantizeMatMul
-    (qgemm._bind_plain) passes 8 arguments, not 17 (Numba's dispatcher types each one)."""
-    return dq_matmul_plain(dims[0], x2, dims[1], bdata, dims[2], dims[3], dims[4], col_sums, dims[5], zb,
+def dq_matmul_bound(kind, dims, x2, bdata, col_sums, zb, b_scale, bias, flat) -> bool:
+    """dq_matmul_plain with its integer arguments in one int64 array ``dims`` (kind again, mr, kq,
+    n_panels, n_n, k_n, has_zb, has_bias, block, act): the serial call of a bound
+    DynamicQuantizeMatMul (qgemm._bind_small) passes 9 arguments, not 17 (Numba's dispatcher types
+    each one). ``kind`` comes first, so that by_kind compiles only that variant."""
+    return dq_matmul_plain(kind, x2, dims[1], bdata, dims[2], dims[3], dims[4], col_sums, dims[5], zb,
                            dims[6] != 0, b_scale, bias, dims[7] != 0, flat, dims[8], dims[9])
+
+
+@jit_exact
+def dq_matmul_bound_small(kind, dims, x2, bdata, col_sums, zb, b_scale, bias, flat, bounds, res, nscale, nbias,
+                          eps) -> bool:
+    """dq_matmul_small with its integer arguments in one int64 array ``dims`` (dq_matmul_bound's, then
+    has_res, has_norm): the bound serial call of a DynamicQuantizeMatMul with several outputs, a fused
+    residual or a fused norm (qgemm._bind_small) passes 13 arguments, not 24."""
+    return dq_matmul_small(kind, x2, dims[1], bdata, dims[2], dims[3], dims[4], col_sums, dims[5], zb,
+                           dims[6] != 0, b_scale, bias, dims[7] != 0, flat, bounds, res, dims[10] != 0, dims[8],
+                           dims[9], nscale, nbias, eps, dims[11] != 0)
 
 
 # --------------------------------------------------------- matrix products: one Numba call a shard
@@ -689,6 +701,7 @@ def conv_rows(kind, w, kq, m_n, m_pad, x, ldx, flip, n_pix, block, terms, mult, 
 kind_taking(qtile.gemm_kind, qtile.pack_x, qtile._rows_tile, qtile._rowsq_tile, qtile._rowsm_tile)
 dq_matmul_rows, dq_matmul_panels, dq_matmul_small, dq_matmul_plain = map(
     by_kind, (dq_matmul_rows, dq_matmul_panels, dq_matmul_small, dq_matmul_plain))
+dq_matmul_bound, dq_matmul_bound_small = map(by_kind, (dq_matmul_bound, dq_matmul_bound_small))
 int32_blocks, float_blocks, requant_blocks, conv_rows = map(by_kind, (int32_blocks, float_blocks, requant_blocks,
                                                                       conv_rows))
 dq_matmul_bound = by_kind_in(dq_matmul_bound)  # its kind is dims[0]
