@@ -68,36 +68,10 @@ def by_kind(dispatcher) -> ByKind:
     return ByKind(dispatcher)
 
 
-class ByKindIn(ByKind):
-    """``fn(dims, *args)`` whose kind is ``dims[0]`` (an int64 array of the integer arguments,
-    ``qpack.dq_matmul_bound``): runs ``fn``'s copy in which ``dims[0]`` is the constant kind."""
-
-    EXPR = "dims[0]"
-
-    def __init__(self, dispatcher):
-        super().__init__(dispatcher)
-        _takers.pop(id(dispatcher), None)  # its first parameter is not a kind
-
-    def __call__(self, *args):
-        kind = args[0][0]
-        try:
-            fn = self._by[kind]
-        except KeyError:
-            with _lock:
-                fn = self._by[int(kind)] = _copies.get((id(self.dispatcher), int(kind), self.EXPR)) or \
-                    _copies.setdefault((id(self.dispatcher), int(kind), self.EXPR),
-                                       _make(self.dispatcher, int(kind), self.EXPR))
-        return fn(*args)
-
-
-def by_kind_in(dispatcher) -> ByKindIn:
-    """Wrap a jitted function whose kind is ``dims[0]`` of its first parameter (see ByKindIn)."""
-    return ByKindIn(dispatcher)
-
-
 def _typeof_by_kind() -> None:
-    """Jitted code that calls a wrapped driver with a run-time kind (``qpack.dq_matmul_bound``)
-    calls the original dispatcher (every variant compiled, as before): Numba types the wrapper as it."""
+    """Jitted code that calls a wrapped driver with a run-time kind (a driver not wrapped itself)
+    calls the original dispatcher (every variant compiled, as before): Numba types the wrapper as it.
+    (Before, such a call failed to type: the wrapper is a Python object.)"""
     from numba.core import types
     from numba.extending import typeof_impl
 
@@ -124,10 +98,10 @@ def specialize(dispatcher, kind: int):
         return hit
 
 
-def _make(dispatcher, kind: int, expr: str | None = None):
+def _make(dispatcher, kind: int):
     py = getattr(dispatcher, "py_func", None)
     if py is None:  # NUMBA_DISABLE_JIT=1: the plain function
-        return dispatcher if expr is not None else lambda *args: dispatcher(kind, *args)
+        return lambda *args: dispatcher(kind, *args)
     import numba
 
     from .cache import CLOSURE_KEY, checked
@@ -136,14 +110,10 @@ def _make(dispatcher, kind: int, expr: str | None = None):
 
     tree = ast.parse(textwrap.dedent(inspect.getsource(py)))
     fdef = tree.body[0]
-    if expr is not None:  # the kind is an expression of the parameters: it becomes the constant
-        fdef.decorator_list = []
-        _Expr(ast.dump(ast.parse(expr, mode="eval").body)).visit(tree)
-    elif not isinstance(fdef, ast.FunctionDef) or not fdef.args.args or fdef.args.args[0].arg != PARAM:
+    if not isinstance(fdef, ast.FunctionDef) or not fdef.args.args or fdef.args.args[0].arg != PARAM:
         raise TypeError(f"by_kind: {py.__qualname__} must be a function whose first parameter is {PARAM!r}")
-    else:
-        fdef.decorator_list = []
-        fdef.args.args = fdef.args.args[1:]
+    fdef.decorator_list = []
+    fdef.args.args = fdef.args.args[1:]
     ns = dict(py.__globals__)
     ns[PARAM] = kind
     _Calls(ns, kind).visit(tree)
@@ -156,18 +126,6 @@ def _make(dispatcher, kind: int, expr: str | None = None):
     setattr(fn, CLOSURE_KEY, f"{module}.{py.__qualname__}.kind{kind}")
     options = {k: v for k, v in dispatcher.targetoptions.items() if k != "nopython"}
     return hook(checked(numba.njit(**options)(fn), CACHE))
-
-
-class _Expr(ast.NodeTransformer):
-    """Every occurrence of one expression (its ``ast.dump``) -> the name ``kind``."""
-
-    def __init__(self, dumped: str):
-        self.dumped = dumped
-
-    def generic_visit(self, node):
-        if isinstance(node, ast.expr) and ast.dump(node) == self.dumped:
-            return ast.copy_location(ast.Name(PARAM, ast.Load()), node)
-        return super().generic_visit(node)
 
 
 class _Calls(ast.NodeTransformer):

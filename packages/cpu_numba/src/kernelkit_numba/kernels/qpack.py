@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import config
-from ..by_kind import by_kind, by_kind_in, kind_taking
+from ..by_kind import by_kind, kind_taking
 from ..config import jit, jit_exact
 from . import norm as _norm
 from . import qtile, unary
@@ -704,7 +704,6 @@ dq_matmul_rows, dq_matmul_panels, dq_matmul_small, dq_matmul_plain = map(
 dq_matmul_bound, dq_matmul_bound_small = map(by_kind, (dq_matmul_bound, dq_matmul_bound_small))
 int32_blocks, float_blocks, requant_blocks, conv_rows = map(by_kind, (int32_blocks, float_blocks, requant_blocks,
                                                                       conv_rows))
-dq_matmul_bound = by_kind_in(dq_matmul_bound)  # its kind is dims[0]
 
 
 X_BLOCK_BYTES = 384 * 1024  # input rows of a conv_rows block: they stay in L2 while every weight panel passes
