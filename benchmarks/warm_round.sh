@@ -3,7 +3,8 @@
 # tree against BASE (another checkout, e.g. main), each installed into a folder of its own (pip
 # --target, entry points included, as .whl/prelude.sh installs this one), their processes alternated:
 #   cores 0,1  bench_first_run.py resnet18, tiered (empty and warm cache), ROUNDS rounds
-#   cores 2,3  bench_warm_start.py resnet18, tiered and eager, 5 alternated processes a side
+#   cores 2,3  bench_warm_start.py resnet18, tiered and eager, 5 alternated processes a side; then the
+#              transformer and MobileNetV2, tiered, 3 a side
 #   cores 4,5  bench_int8_start.py (the test-size int8 models), eager, empty and warm cache
 # The three run at the same time on their own cores (the host has other jobs too: ratios only).
 #   BASE=../.kk_warm_base BUDGET=270 bash benchmarks/warm_round.sh OUT
@@ -30,7 +31,11 @@ run_ab() { PYTHONPATH=$NEW pinned "$@"; }
 (run_ab 0,1 $PY "$AB/new/benchmarks/bench_first_run.py" resnet18 /tmp/kk_fr tiered --old "$AB/old" \
    --rounds "$ROUNDS" > "$OUT/first_run.txt" 2>&1) &
 (run_ab 2,3 $PY "$AB/new/benchmarks/bench_warm_start.py" resnet18 --old "$AB/old" --rounds 5 \
-   --modes tiered,eager --cpus 2,3 > "$OUT/warm_start.txt" 2>&1) &
+   --modes tiered,eager --cpus 2,3 > "$OUT/warm_start.txt" 2>&1
+ for m in transformer mobilenetv2; do
+   run_ab 2,3 $PY "$AB/new/benchmarks/bench_warm_start.py" $m --old "$AB/old" --rounds 3 --modes tiered \
+     --cpus 2,3 >> "$OUT/warm_start.txt" 2>&1
+ done) &
 (run_ab 4,5 $PY "$AB/new/benchmarks/bench_int8_start.py" --small --models resnet18,mlp,transformer \
    --old "$AB/old" > "$OUT/int8_start.txt" 2>&1) &
 wait

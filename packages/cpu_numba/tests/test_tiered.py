@@ -20,6 +20,13 @@ from kernelkit_numba import config, tiered
 
 JIT_OFF = os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
 
+
+@pytest.fixture(autouse=True)
+def _backend_loaded():
+    """The in-process tests exercise per-node tiering: the numba kernels imported before their
+    sessions (a first session would otherwise start deferred, on the reference plan)."""
+    kernelkit.backends.load_backends(names=["numba"])
+
 # A 1x1 Conv (bias + activation epilogue) then a Softmax: two numba kernels, two compilations.
 _PROBE = """
 import json, sys
@@ -60,9 +67,9 @@ assert_close(first, want, err_msg="first call")
 after_first = tiered.stats()
 deferred = "kernelkit_numba.kernels.conv" not in sys.modules  # the first run did not wait for the import
 placed_first = sorted(set(v for _, v in sess.placement().values()))
-tiered.wait(60)
+tiered.wait(240)
 sess.run(None, feed)
-tiered.wait(60)
+tiered.wait(240)
 before = tiered.stats()["reference_calls"]
 second = sess.run(None, feed)[0]
 assert_close(second, want, err_msg="after the swap")

@@ -150,3 +150,41 @@ def test_deferred_sessions_upgrade_run_or_not(tmp_path):
     row = _probe(_DEFERRED, tmp_path, KERNELKIT_NUMBA_START="tiered")
     assert row["deferred"] and row["first"] == ["reference"] and row["numba_keys"] > 50
     assert row["idle"] == ["numba"] and row["busy"] == ["numba"]
+
+
+# DynamicQuantizeMatMul's serial bound call (qpack.dq_matmul_bound, its kind in dims[0]) at batch 1,
+# one thread: runs the copies for its variant, never the generic drivers.
+_DYNAMIC = """
+import json
+import numpy as np
+import kernelkit
+from kernelkit.builder import GraphBuilder
+from kernelkit.testing import assert_close
+from kernelkit_numba.kernels import qpack
+
+rng = np.random.default_rng(16)
+k, n = 90, 40
+consts = [rng.integers(-128, 128, (k, n)).astype(np.int8), rng.uniform(0.01, 0.02, n).astype(np.float32),
+          rng.integers(-9, 9, n).astype(np.int8), rng.standard_normal(n).astype(np.float32)]
+g = GraphBuilder("dqmm")
+x = g.input("x", ("N", k))
+g.output(g.op("DynamicQuantizeMatMul", x, *[g.constant(c, name=f"c{i}") for i, c in enumerate(consts)],
+              domain="com.microsoft"))
+model = g.build()
+sess = kernelkit.Session(model, vendors=["numba"], fallback=False, passes=False, threads=1)
+ref = kernelkit.Session(model, vendors=["reference"], passes=False)
+for _ in range(3):
+    feed = {"x": rng.standard_normal((1, k)).astype(np.float32)}
+    assert_close(sess.run(None, feed)[0], ref.run(None, feed)[0])
+generic = [f.__name__ for f in (qpack.dq_matmul_bound, qpack.dq_matmul_plain, qpack.dq_matmul_small,
+                                qpack.dq_matmul_rows) if f.dispatcher.signatures]
+print(json.dumps({"generic": generic, "copies": sorted(str(k) for k in qpack.dq_matmul_bound._by)}))
+"""
+
+
+@NO_JIT
+def test_dynamic_bound_call_runs_its_variants_copies(tmp_path):
+    if not any(qtile.available(v) for v in ("vnni512", "avx2")):
+        pytest.skip("no int8 micro-kernel variant but generic on this CPU")
+    row = _probe(_DYNAMIC, tmp_path, KERNELKIT_NUMBA_START="eager")
+    assert row["generic"] == [] and len(row["copies"]) == 1

@@ -128,8 +128,9 @@ def wait(timeout: float | None = None) -> bool:
 
 class Upgrade:
     """The background rebuild of one session built while backends were deferred (module doc).
-    ``rebuild()`` returns the new session (built with every backend loaded); ``swap(new)`` moves
-    its plan into the old one."""
+    ``rebuild(session)`` returns the new session (built with every backend loaded); ``swap(session,
+    new)`` moves its plan into the old one. The session is held weakly: one dropped before its
+    upgrade starts is not rebuilt."""
 
     def __init__(self, session, rebuild: Callable, swap: Callable):
         self._session = weakref.ref(session)
@@ -188,7 +189,7 @@ class Upgrade:
             session = self._session()
             if session is None:
                 return
-            new = self._rebuild()
+            new = self._rebuild(session)
             feeds = self.feeds
             if feeds is not None:
                 try:
@@ -196,7 +197,7 @@ class Upgrade:
                         new.run(None, feeds)
                 except Exception as exc:  # noqa: BLE001 - the nodes then load on their first calls
                     log.debug("warm-up run of the upgraded session failed: %s: %s", type(exc).__name__, exc)
-            self._swap(new)
+            self._swap(session, new)
         except Exception as exc:  # noqa: BLE001 - the session keeps the kernels it started with
             log.warning("session upgrade failed (the session keeps its first kernels): %s: %s",
                         type(exc).__name__, exc)

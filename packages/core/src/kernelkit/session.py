@@ -116,7 +116,7 @@ class Session:
                 else:
                     waiting = [n for n in deferred.pending() if names is None or n in names]
                     if waiting:
-                        self._upgrade = deferred.Upgrade(self, self._rebuilt, self._adopt)
+                        self._upgrade = deferred.Upgrade(self, Session._rebuilt, Session._adopt)
                     return
             self._build_selected(*args)
 

@@ -68,6 +68,21 @@ def by_kind(dispatcher) -> ByKind:
     return ByKind(dispatcher)
 
 
+def _typeof_by_kind() -> None:
+    """Jitted code that calls a wrapped driver with a run-time kind (a driver not wrapped itself)
+    calls the original dispatcher (every variant compiled, as before): Numba types the wrapper as it.
+    (Before, such a call failed to type: the wrapper is a Python object.)"""
+    from numba.core import types
+    from numba.extending import typeof_impl
+
+    @typeof_impl.register(ByKind)
+    def _typeof(val, c):
+        return types.Dispatcher(val.dispatcher)
+
+
+_typeof_by_kind()
+
+
 def _target(fn):
     return fn.dispatcher if isinstance(fn, ByKind) else fn
 

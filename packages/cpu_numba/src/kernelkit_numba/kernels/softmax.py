@@ -132,7 +132,9 @@ SMALL = 4096  # elements: below this the Python between _rows_shard's three Numb
 @jit
 def _rows_small(x, y):
     """_rows_shard's Softmax steps over all rows in one call (the same exp_rows and _scale_rows)."""
-    y[...] = x
+    for i in range(x.shape[0]):  # not y[...] = x: Numba compiles that one's shape-mismatch message
+        for j in range(x.shape[1]):  # (unicode formatting: 3-10 s of a cold process on the AMD box)
+            y[i, j] = x[i, j]
     sums = np.empty(x.shape[0])
     exp_rows(y, np.float32(1), sums, np.empty(x.shape[1], np.int32))
     _scale_rows(y, sums)
