@@ -3,7 +3,7 @@ uses is compiled) and then with that cache populated (a second process loads the
 steady-state latency of the same process; for each start mode (docs/numba.md, "First call"):
 tiered (the default: nodes run their reference kernel until a background thread has compiled
 theirs) and eager (``KERNELKIT_NUMBA_START=eager``: the first run compiles). Prints one JSON line per
-process (with a breakdown: backend import, session build, first run, each compilation, the first
+process (with a breakdown: session build with the backends' import, first run, each compilation, the first
 cache lookup, when numba ran every node) and a summary::
 
     python benchmarks/bench_first_run.py [model] [cache folder] [modes] [--old DIR] [--rounds N]
@@ -27,44 +27,50 @@ import sys
 import tempfile
 
 _PROBE = """
-import json, sys, time
+import json, os, sys, time
 t0 = time.perf_counter()
 sys.path.insert(0, sys.argv[2])
 import numpy as np
 import kernelkit
 from test_bench_numba import model_case
 proto, model, feed, gflop = model_case(sys.argv[1])
-t1 = time.perf_counter()
-from kernelkit.backends import load_backends
-load_backends(names=["numba"])  # numba and its kernel modules: what the Session's build loads (its vendors)
-t2 = time.perf_counter()
-from numba.core import event
-from kernelkit_numba import cache, tiered
-compiled, stack, lookups = {}, [], []
-class Count(event.Listener):
-    def on_start(self, ev):
-        stack.append(time.perf_counter())
-    def on_end(self, ev):
-        took = time.perf_counter() - stack.pop()
-        if not stack:  # outermost: callees compiled on the way are inside it
-            fn = getattr(ev.data.get("dispatcher"), "py_func", None)
-            name = f"{getattr(fn, '__module__', '?').rsplit('.', 1)[-1]}.{getattr(fn, '__qualname__', '?')}"
-            compiled[name] = round(compiled.get(name, 0) + took, 3)
-        counts[0] += 1
-counts = [0]
-event.register("numba:compile", Count())
-load = cache.CheckedCache.load_overload
-def timed_load(self, sig, ctx):
-    t = time.perf_counter()
-    try:
-        return load(self, sig, ctx)
-    finally:
-        lookups.append(time.perf_counter() - t)
-cache.CheckedCache.load_overload = timed_load
+t1 = t2 = time.perf_counter()  # the Session build imports the backends (numba's in the background, deferred)
+compiled, stack, lookups, counts = {}, [], [], [0]
+def listen():  # imports numba: before the session only when the first run compiles (eager)
+    from numba.core import event
+    from kernelkit_numba import cache
+    class Count(event.Listener):
+        def on_start(self, ev):
+            stack.append(time.perf_counter())
+        def on_end(self, ev):
+            if not stack:  # started before the listener
+                return
+            took = time.perf_counter() - stack.pop()
+            if not stack:  # outermost: callees compiled on the way are inside it
+                fn = getattr(ev.data.get("dispatcher"), "py_func", None)
+                name = getattr(fn, "_kernelkit_cache_key", None) or \
+                    f"{getattr(fn, '__module__', '?').rsplit('.', 1)[-1]}.{getattr(fn, '__qualname__', '?')}"
+                compiled[name] = round(compiled.get(name, 0) + took, 3)
+            counts[0] += 1
+    event.register("numba:compile", Count())
+    load = cache.CheckedCache.load_overload
+    def timed_load(self, sig, ctx):
+        t = time.perf_counter()
+        try:
+            return load(self, sig, ctx)
+        finally:
+            lookups.append(time.perf_counter() - t)
+    cache.CheckedCache.load_overload = timed_load
+eager = os.environ.get("KERNELKIT_NUMBA_START") == "eager"
+if eager:
+    listen()
 sess = kernelkit.Session(model, vendors=["numba", "reference"], fallback=False)
 t3 = time.perf_counter()
 sess.run(None, feed)
 t4 = time.perf_counter()
+if not eager:
+    listen()
+from kernelkit_numba import tiered
 runs = 1
 while True:  # until a run leaves no trial behind: numba runs every node
     tiered.wait()
@@ -136,8 +142,8 @@ def main() -> None:
         above = statistics.median(x["session_and_first_run_s"] - x["steady_run_s"] for x in got)
         tag = f" {variant}" if args.old else ""
         print(f"{name} {mode:6} {label} cache{tag}: first run {row['session_and_first_run_s']:.2f} s "
-              f"({above:.2f} s above steady state {row['steady_run_s'] * 1e3:.1f} ms; backends "
-              f"{row['backend_import_s']:.2f} + build {row['session_build_s']:.2f} + run {row['first_run_s']:.2f}), "
+              f"({above:.2f} s above steady state {row['steady_run_s'] * 1e3:.1f} ms; build with the backends "
+              f"{row['session_build_s']:.2f} + run {row['first_run_s']:.2f}), "
               f"numba on every node after {row['numba_everywhere_s']:.2f} s, {row['compilations']:.0f} compilations"
               + (f" (medians of {len(got)})" if len(got) > 1 else ""))
 

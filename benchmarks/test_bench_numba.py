@@ -113,9 +113,9 @@ class OnnxNet:
         return model
 
 
-def resnet(depth: int) -> tuple[onnx.ModelProto, int]:
+def resnet(depth: int, batch: int = 1) -> tuple[onnx.ModelProto, int]:
     net = OnnxNet(f"resnet{depth}")
-    net.shapes["x"] = (1, 3, 224, 224)
+    net.shapes["x"] = (batch, 3, 224, 224)
     x = net.relu(net.bn(net.conv("x", 64, 7, 2)))
     n, c, h, w = net.shapes[x]
     x = net.node("MaxPool", [x], (n, c, h // 2, w // 2), kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
@@ -135,12 +135,12 @@ def resnet(depth: int) -> tuple[onnx.ModelProto, int]:
             short = net.bn(net.conv(x, cout, 1, stride)) if stride != 1 or cin != cout else x
             x, cin = net.relu(net.add(y, short)), cout
     out = net.head(x)
-    return net.build("x", (1, 3, 224, 224), out), net.flops
+    return net.build("x", (batch, 3, 224, 224), out), net.flops
 
 
-def mobilenet_v2() -> tuple[onnx.ModelProto, int]:
+def mobilenet_v2(batch: int = 1) -> tuple[onnx.ModelProto, int]:
     net = OnnxNet("mobilenetv2")
-    net.shapes["x"] = (1, 3, 224, 224)
+    net.shapes["x"] = (batch, 3, 224, 224)
     x = net.relu6(net.bn(net.conv("x", 32, 3, 2)))
     cin = 32
     for t, c, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
@@ -153,7 +153,7 @@ def mobilenet_v2() -> tuple[onnx.ModelProto, int]:
             x = net.add(x, y) if stride == 1 and cin == c else y
             cin = c
     x = net.relu6(net.bn(net.conv(x, 1280, 1)))
-    return net.build("x", (1, 3, 224, 224), net.head(x)), net.flops
+    return net.build("x", (batch, 3, 224, 224), net.head(x)), net.flops
 
 
 def transformer(layers=4, seq=128, d=256, heads=4, ffn=1024, batch=1) -> tuple[onnx.ModelProto, int]:
@@ -199,8 +199,11 @@ def mlp(batch=64, sizes=(784, 1024, 1024, 10)) -> tuple[onnx.ModelProto, int]:
 
 
 BUILDERS = {"resnet18": lambda: resnet(18), "resnet50": lambda: resnet(50), "mobilenetv2": mobilenet_v2,
-            "transformer": transformer, "mlp": mlp, "transformer_b8": lambda: transformer(batch=8)}
-WANTED = [m for m in os.environ.get("KERNELKIT_BENCH_MODELS", ",".join(BUILDERS)).split(",") if m]
+            "transformer": transformer, "mlp": mlp, "transformer_b8": lambda: transformer(batch=8),
+            "resnet18_b8": lambda: resnet(18, batch=8), "mobilenetv2_b8": lambda: mobilenet_v2(batch=8)}
+BATCH8 = ("resnet18_b8", "mobilenetv2_b8")  # throughput runs: by name only, not in the default set
+WANTED = [m for m in os.environ.get("KERNELKIT_BENCH_MODELS",
+                                    ",".join(b for b in BUILDERS if b not in BATCH8)).split(",") if m]
 ROUNDS = {"numba1": 20, "numba2": 20, "reference": 3, "ort1": 20, "ort2": 20}
 _cache: dict[str, tuple] = {}
 
@@ -338,6 +341,19 @@ from test_bench_numba import model_case, kernelkit_session, ort_session
 import kernelkit
 from kernelkit.testing import MODEL_COSINE, cosine
 name, runtime, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+import importlib, os
+for item in filter(None, os.environ.get("KERNELKIT_BENCH_SET", "").split(",")):
+    key, value = item.split("=")  # e.g. kernels.dwtile.PARALLEL_US=100, shards.ShardPool.CLAIM_AFTER_S=0.0
+    parts = key.split(".")
+    for cut in range(len(parts) - 1, 0, -1):  # the longest importable module, then attributes
+        try:
+            obj = importlib.import_module("kernelkit_numba." + ".".join(parts[:cut]))
+            break
+        except ImportError:
+            continue
+    for part in parts[cut:-1]:  # (not ``name``: the model's)
+        obj = getattr(obj, part)
+    setattr(obj, parts[-1], float(value) if "." in value else int(value))
 proto, model, feed, gflop = model_case(name)
 if runtime == "reference1":
     from threadpoolctl import threadpool_limits
@@ -416,6 +432,8 @@ def markdown(table: dict, names, title: str, runtimes=_RUNTIMES) -> str:
 
 if __name__ == "__main__":
     # python benchmarks/test_bench_numba.py [models] [rounds] [quiet,loaded]
+    #   KERNELKIT_BENCH_SET=kernels.dwtile.PARALLEL_US=100,config.HEARTBEAT=0 sets kernelkit_numba
+    #   module constants in every child process (a variant of the defaults, each in its own run)
     #   each runtime in its own process; run it pinned: taskset -c 0,1 python benchmarks/...
     # Steady-state timing: numba kernels compile in the warm-up calls, not in the background while
     # blocks are timed (tiered start, docs/numba.md "First call"); the child processes inherit it.

@@ -106,18 +106,89 @@ def test_spin_time_from_environment(monkeypatch):
 
 @pytest.mark.skipif(numba.config.DISABLE_JIT, reason="the spin loop is machine code (workers block without it)")
 def test_spin_loop_sees_the_generation():
-    spin, rate = shards._spinner()
-    flag = np.zeros(1, np.int64)
-    assert not spin(flag, 0, 1 << 40, 10) and spin(flag, 1, 1 << 40, 10)
+    spin, rate, wait = shards._spinner()
+    flag = np.zeros(4, np.int64)
+    assert spin(flag, 0, 10, 1 << 40, False, 0, 0, 0) == 0  # polls as the clock
+    assert spin(flag, 1, 10, 1 << 40, False, 0, 0, 0) == 1
     if rate > 0:  # bounded by the cycle counter: ~1 ms of ticks ends a spin of many polls
         t0 = time.perf_counter()
-        assert not spin(flag, 0, int(1e-3 * rate), 1 << 40)
+        assert spin(flag, 0, int(1e-3 * rate), 1 << 62, True, 0, 0, 0) == 0
         assert 5e-4 < time.perf_counter() - t0 < 1.0
     threading.Timer(0.01, lambda: flag.__setitem__(0, 5)).start()
     t0 = time.perf_counter()
-    while not spin(flag, 0, 1 << 40, 200):
+    while spin(flag, 0, 200, 1 << 40, False, 0, 0, 0) != 1:
         assert time.perf_counter() - t0 < TIMEOUT_S
     assert flag[0] == 5
+
+
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="the spin loop is machine code (workers block without it)")
+def test_heartbeats_keep_the_spin_going():
+    """Beats (``flag[1]`` changing) keep a spin going past its idle time (for its beat idle time after
+    each); it returns 2 at the cap while they come, 0 once they stop."""
+    spin, rate, wait = shards._spinner()
+    if rate <= 0:
+        pytest.skip("no cycle counter")
+    flag = np.zeros(4, np.int64)
+    stop = threading.Event()
+
+    def beats():
+        while not stop.is_set():
+            flag[1] += 1
+            time.sleep(2e-4)
+
+    t = threading.Thread(target=beats, daemon=True)
+    t.start()
+    try:
+        t0 = time.perf_counter()
+        # idle 20 ms, 50 ms after a beat, cap 200 ms (a loaded box delays the beats)
+        got = spin(flag, 0, int(0.02 * rate), int(0.2 * rate), True, 0, 0, int(0.05 * rate))
+        took = time.perf_counter() - t0
+    finally:
+        stop.set()
+        t.join()
+    assert got == 2 and took > 0.15  # the beats (every 0.2 ms) outlasted the idle times
+    assert spin(flag, 0, int(5e-3 * rate), int(0.1 * rate), True, 0, 0, int(5e-3 * rate)) == 0
+
+
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="the spin loop is machine code (workers block without it)")
+def test_the_worker_leaves_a_job_without_the_gil():
+    """A spin started with the job the worker has just left stores it in ``flag[3]`` (with the GIL
+    released), which ``wait_left`` polls for; a job seen is returned ``after`` clock units late."""
+    spin, rate, wait = shards._spinner()
+    flag = np.zeros(4, np.int64)
+    assert wait(flag, 7, 1000, False) == 0  # nobody left job 7: gives up after its limit
+    assert spin(flag, 0, 10, 1 << 40, False, 7, 0, 0) == 0 and flag[3] == 7
+    assert wait(flag, 7, 1000, False) == 1
+    flag[0] = 1
+    if rate > 0:
+        t0 = time.perf_counter()
+        assert spin(flag, 0, 10, 1 << 40, True, 0, int(2e-3 * rate), 0) == 1
+        assert time.perf_counter() - t0 > 1.5e-3  # seen at once, returned 2 ms later
+
+
+def test_a_heartbeat_wakes_a_sleeping_worker_and_no_beat_while_backed_off():
+    """The first beat of a run wakes a sleeping worker (once it has a spin loop), so that it is
+    awake for the run's first parallel kernel; a backed-off pool does not beat."""
+    pool = shards.ShardPool(200e-6)
+    fn, _ = counting(4)
+    within(pool.run, fn, 4, 2)  # starts the worker
+    deadline = time.perf_counter() + TIMEOUT_S
+    while not pool._sleeping:
+        assert time.perf_counter() < deadline
+        time.sleep(1e-3)
+    beats = int(pool._gen[1])
+    pool.beat()
+    assert pool._gen[1] == beats + 1 and pool._gen[2] == 0  # no spin loop yet: nobody is woken
+    pool._can_spin = True
+    pool.beat()
+    assert pool._gen[2] == 1
+    while pool._waking:  # the worker wakes (and, without a job or a spin loop, sleeps again)
+        assert time.perf_counter() < deadline
+        time.sleep(1e-3)
+    pool._back_off("test")
+    pool.beat()
+    assert pool._gen[1] == beats + 2
+    pool.reset()
 
 
 def test_stall_backs_off_and_current_threads_says_one():
@@ -267,3 +338,51 @@ def test_a_preempted_caller_backs_off():
     assert pool.backed_off() and pool.stats["backoffs"] == 1 and pool.stats["preempted"] == 2 * pool.MISSES - 1
     pool._judge(job, 0.0, pool.PREEMPT_MIN_S / 2, 0.0)  # too short a share to tell
     assert pool.stats["preempted"] == 2 * pool.MISSES - 1
+
+
+def test_short_jobs_nobody_helps_back_off():
+    """Short jobs (the caller worked SHORT_MISS_S to MISS_S) that no worker claimed from, although
+    workers spin (they have their spin loop) and none was asleep when the job came, ``SHORT_MISSES``
+    in a row back the pool off: the worker has no core (a busy process holds it). Before workers
+    spin, or with one asleep (woken late by design), such jobs are no sign; a helped job clears the count."""
+    pool = shards.ShardPool(0.0)
+    unhelped, helped = types.SimpleNamespace(claimed=0), types.SimpleNamespace(claimed=1)
+    worked = 2 * pool.SHORT_MISS_S
+    for _ in range(2 * pool.SHORT_MISSES):
+        pool._judge(unhelped, 0.0, worked, worked)  # no spin loop yet: workers sleep between jobs
+        pool._judge(unhelped, 0.0, worked, worked, 1)
+    assert pool.stats["short_misses"] == 0
+    pool._can_spin = True
+    for _ in range(2 * pool.SHORT_MISSES):
+        pool._judge(unhelped, 0.0, worked, worked, 1)  # a worker asleep at publication
+    for _ in range(pool.SHORT_MISSES - 1):
+        pool._judge(unhelped, 0.0, worked, worked)
+    pool._judge(helped, 0.0, worked, worked)
+    pool._judge(unhelped, 0.0, pool.SHORT_MISS_S / 2, 0.0)  # too short to tell
+    assert not pool.backed_off() and pool.stats["short_misses"] == pool.SHORT_MISSES - 1
+    for _ in range(pool.SHORT_MISSES):
+        assert not pool.backed_off()
+        pool._judge(unhelped, 0.0, worked, worked)
+    assert pool.backed_off() and pool.stats["backoffs"] == 1
+
+
+def test_short_jobs_of_a_worker_without_a_core_back_off():
+    """The same through ``run``: a worker that never runs (its core taken) while the pool counts it
+    as spinning; every shard still runs once, on the caller."""
+    pool = shards.ShardPool(0.0)
+    pool._serve = lambda: time.sleep(3600)
+    pool._can_spin = True
+    pool.MISS_S = pool.PREEMPT_MIN_S = float("inf")  # this rule alone (a loaded box stretches the jobs)
+    hits = [0] * 4
+
+    def fn(i):
+        hits[i] += 1
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < pool.SHORT_MISS_S / 2:
+            pass
+
+    for _ in range(pool.SHORT_MISSES):
+        assert not pool.backed_off()
+        within(pool.run, fn, 4, 2)
+    assert hits == [pool.SHORT_MISSES] * 4
+    assert pool.backed_off() and pool.stats["short_misses"] == pool.SHORT_MISSES

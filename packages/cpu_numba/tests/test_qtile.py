@@ -507,3 +507,46 @@ def test_integer_maxpool_equals_reference(case, dtype):
         want = run_single_op("MaxPool", [x], attrs, n_outputs=outputs, vendors=["reference"])
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+@pytest.mark.parametrize("relu", [False, True])
+def test_dynamic_quantize_matmul_bound_serial_call(relu, monkeypatch):
+    """The serial call's pre-bound plain path (DynamicQuantizeMatMul.serial_call, qgemm._bind_small) in
+    a one-thread session of symbolic batch, run after run: each run = the reference bit for bit through
+    new inputs, a batch change (re-bound), a NaN (the general path, then back), KERNELKIT_INT8_GEMM
+    switched to off (the float32-BLAS path) and back, and a non-contiguous feed."""
+    from kernelkit.builder import GraphBuilder
+    from kernelkit.session import Session
+
+    _need("vnni512")
+    monkeypatch.setenv(qtile.ENV, "vnni512")
+    rng = np.random.default_rng(16)
+    k, n = 90, 40
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    consts = [b, rng.uniform(0.01, 0.02, n).astype(np.float32), rng.integers(-9, 9, n).astype(np.int8),
+              rng.standard_normal(n).astype(np.float32)]
+    g = GraphBuilder("dqmm")
+    x = g.input("x", ("N", k))
+    y = g.op("DynamicQuantizeMatMul", x, *[g.constant(c, name=f"c{i}") for i, c in enumerate(consts)],
+             domain="com.microsoft", **({"activation": "Relu"} if relu else {}))
+    g.output(y)
+    model = g.build()
+    sess = Session(model, vendors=["numba"], fallback=False, passes=False, threads=1)
+    ref = Session(model, vendors=["reference"], passes=False)
+    step = next(s for s in sess.plan.steps if s.op.endswith("DynamicQuantizeMatMul"))
+    feeds = [rng.standard_normal((1, k)), rng.standard_normal((1, k)) * 5, rng.standard_normal((3, k)),
+             np.where(np.arange(k) == 4, np.nan, 1.0)[None], rng.standard_normal((1, k)), "off",
+             rng.standard_normal((1, k)), "vnni512", rng.standard_normal((2 * k, 1)).reshape(2, k)[:, ::1],
+             np.asfortranarray(rng.standard_normal((2, k))), rng.standard_normal((1, k))]
+    bound = 0
+    for f in feeds:
+        if isinstance(f, str):
+            monkeypatch.setenv(qtile.ENV, f)
+            continue
+        a = f.astype(np.float32)
+        (got,) = sess.run(None, {"x": a})
+        (want,) = ref.run(None, {"x": a})
+        np.testing.assert_array_equal(got, want)
+        bound += step.kernel._plain is not None and step.kernel._plain[0] == a.shape
+    assert bound >= 5  # the plain path was bound for most runs

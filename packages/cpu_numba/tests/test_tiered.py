@@ -1,7 +1,10 @@
-"""Tiered start (kernelkit_numba.tiered): in a fresh process the first calls of a numba node run its
-reference kernel while a background thread compiles (empty cache) or loads (warm cache) the numba
-code; results equal the reference both before and after the swap; a second process loads from the
-cache (no compilation); eager mode, vendors=["numba"] and the session option switch tiering off."""
+"""Tiered start (kernelkit_numba.tiered): in a fresh process a session first runs on the reference
+kernels while the numba kernels are imported, built and compiled (empty cache) or loaded (warm
+cache) in the background (kernelkit.deferred), then on numba's; once the backend is loaded, the
+first calls of a numba node run its reference kernel while a background thread compiles or loads
+the numba code; results equal the reference both before and after the swap; a second process loads
+from the cache (no compilation); eager mode, vendors=["numba"] and the session option switch
+tiering off."""
 import json
 import os
 import subprocess
@@ -16,6 +19,13 @@ from kernelkit.testing import assert_close
 from kernelkit_numba import config, tiered
 
 JIT_OFF = os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
+
+
+@pytest.fixture(autouse=True)
+def _backend_loaded():
+    """The in-process tests exercise per-node tiering: the numba kernels imported before their
+    sessions (a first session would otherwise start deferred, on the reference plan)."""
+    kernelkit.backends.load_backends(names=["numba"])
 
 # A 1x1 Conv (bias + activation epilogue) then a Softmax: two numba kernels, two compilations.
 _PROBE = """
@@ -49,26 +59,31 @@ feed = {"x": rng.standard_normal((2, 8, 6, 6)).astype(np.float32)}
 want = kernelkit.Session(model, vendors=["reference"]).run(None, feed)[0]
 vendors = json.loads(sys.argv[1])
 options = json.loads(sys.argv[2])
+if sys.argv[3] == "preload":  # the backend loaded before the session: no deferred start, stand-ins
+    kernelkit.backends.load_backends(names=["numba"])
 sess = kernelkit.Session(model, vendors=vendors, options=options)
 first = sess.run(None, feed)[0]
 assert_close(first, want, err_msg="first call")
 after_first = tiered.stats()
-tiered.wait(60)
+deferred = "kernelkit_numba.kernels.conv" not in sys.modules  # the first run did not wait for the import
+placed_first = sorted(set(v for _, v in sess.placement().values()))
+tiered.wait(240)
 sess.run(None, feed)
-tiered.wait(60)
+tiered.wait(240)
 before = tiered.stats()["reference_calls"]
 second = sess.run(None, feed)[0]
 assert_close(second, want, err_msg="after the swap")
 print(json.dumps({"first": after_first, "numba_ran_last": tiered.stats()["reference_calls"] == before,
-                  "compiled": len(compiled), "hits": len(hits)}))
+                  "compiled": len(compiled), "hits": len(hits), "deferred": deferred, "placed_first": placed_first,
+                  "placed_last": sorted(set(v for _, v in sess.placement().values()))}))
 """
 
 
-def _probe(cache, vendors=None, options=None, env=None) -> dict:
+def _probe(cache, vendors=None, options=None, env=None, preload=False) -> dict:
     env = {**{k: v for k, v in os.environ.items() if k != "KERNELKIT_NUMBA_START"}, "NUMBA_CACHE_DIR": str(cache),
            **(env or {})}
-    out = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(vendors), json.dumps(options or {})], env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(vendors), json.dumps(options or {}),
+                          "preload" if preload else "-"], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -83,10 +98,10 @@ def cold(tmp_path_factory):
 @pytest.mark.skipif(JIT_OFF, reason="nothing is compiled or cached when NUMBA_DISABLE_JIT=1")
 def test_first_process_runs_reference_then_numba(cold):
     _, row = cold
-    assert row["first"]["trials"] == 2 and row["first"]["reference_calls"] == 2  # both nodes stood in
-    assert row["first"]["failed"] == 0
+    assert row["deferred"] and row["placed_first"] == ["reference"]  # the session started on the reference
+    assert row["first"] == {"trials": 0, "failed": 0, "reference_calls": 0, "pending": 0}  # no stand-in needed
     assert row["compiled"] >= 2  # compiled in the background (the probe asserts results both times)
-    assert row["numba_ran_last"]  # once compiled, numba runs every node
+    assert row["numba_ran_last"] and row["placed_last"] == ["numba"]  # once upgraded, numba runs every node
 
 
 @pytest.mark.skipif(JIT_OFF, reason="nothing is compiled or cached when NUMBA_DISABLE_JIT=1")
@@ -94,7 +109,17 @@ def test_second_process_loads_from_the_cache_in_the_background(cold):
     cache, _ = cold
     row = _probe(cache)
     assert row["compiled"] == 0 and row["hits"] >= 2  # loaded, nothing compiled
-    assert row["first"]["trials"] == 2 and row["first"]["reference_calls"] == 2  # loading is off-thread too
+    assert row["deferred"] and row["placed_first"] == ["reference"]  # importing and loading are off-thread
+    assert row["numba_ran_last"] and row["placed_last"] == ["numba"]
+
+
+@pytest.mark.skipif(JIT_OFF, reason="nothing is compiled or cached when NUMBA_DISABLE_JIT=1")
+def test_a_loaded_backend_stands_in_per_node(cold):
+    cache, _ = cold
+    row = _probe(cache, preload=True)  # the kernels imported before the session: numba's plan at once
+    assert not row["deferred"] and row["placed_first"] == ["numba"]
+    assert row["first"]["trials"] == 2 and row["first"]["reference_calls"] == 2  # both nodes stood in
+    assert row["first"]["failed"] == 0 and row["compiled"] == 0 and row["hits"] >= 2
     assert row["numba_ran_last"]
 
 
@@ -110,6 +135,7 @@ def test_eager_runs_numba_from_the_first_call(cold, how):
         row = _probe(cache, vendors=["numba"])
     assert row["first"] == {"trials": 0, "failed": 0, "reference_calls": 0, "pending": 0}
     assert row["compiled"] == 0 and row["hits"] >= 2 and row["numba_ran_last"]
+    assert not row["deferred"] and row["placed_first"] == ["numba"]
 
 
 def test_bad_start_mode_is_a_config_error(monkeypatch):

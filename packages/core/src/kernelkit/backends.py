@@ -51,6 +51,10 @@ def load_backends(force: bool = False, names=None) -> dict[str, str]:
     global _done
     if names is None:
         names = _selection.get()
+    from . import deferred
+
+    if deferred.request() is None and deferred.pending():  # asked for outside a build that may defer
+        deferred.finish(None if names is None else set(names))
     with _lock:
         if names is None:
             if _done and not force:
@@ -67,7 +71,12 @@ def load_backends(force: bool = False, names=None) -> dict[str, str]:
                 continue
             try:
                 init = ep.load()
-                init()
+                rest = init()
+                if callable(rest):  # a deferred backend (kernelkit.deferred): the rest loads later
+                    if deferred.request() is None:
+                        rest()
+                    else:
+                        deferred.defer(ep.name, rest)
                 _loaded[ep.name] = "ok"
                 log.debug("loaded backend %s (%s)", ep.name, ep.value)
             except Exception as exc:  # a broken plugin must not take the runtime down
@@ -148,7 +157,11 @@ def register_settle_hook(fn) -> None:
 
 
 def settle(timeout: float | None = None) -> None:
-    """Call every settle hook (see ``register_settle_hook``)."""
+    """Wait for sessions upgrading in the background (``kernelkit.deferred``), then call every
+    settle hook (see ``register_settle_hook``)."""
+    from . import deferred
+
+    deferred.wait(timeout)
     for fn in list(_settle_hooks):
         fn(timeout)
 

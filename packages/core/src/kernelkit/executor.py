@@ -8,6 +8,7 @@ registry, builds a TensorSpec or a dict of attributes.
 """
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from collections import OrderedDict, deque
@@ -104,8 +105,11 @@ def make_runner(step: Step) -> Callable[[list], None]:
                 env[o] = _first(step, r) if r.__class__ in seq else r
             return run1
 
+        # a tuple of the input slots in one C call (two or more inputs; none: an empty tuple)
+        get = operator.itemgetter(*ins) if ins else (lambda env: ())
+
         def run_n(env):
-            r = call(*[env[i] for i in ins])
+            r = call(*get(env))
             env[o] = _first(step, r) if r.__class__ in seq else r
         return run_n
     sc = step.scratch_slot
@@ -180,7 +184,7 @@ class Executor:
                     pools[key] = pool
                     while len(pools) > MAX_SHAPE_PLANS:
                         pools.popitem(last=False)
-        elif key is not None:
+        elif key is not None and len(pools) > 1:  # (one plan: nothing to reorder, no lock)
             with self._pools_lock:
                 if key in pools:
                     pools.move_to_end(key)

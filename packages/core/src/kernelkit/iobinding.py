@@ -74,9 +74,10 @@ class IOBinding:
                 self._results = outs
                 return
             started = result[0]
+            ex = sess._executor
         else:
-            started = sess._executor.start(feeds)
-        ex = sess._executor
+            ex = sess._executor  # once: a deferred session's upgrade may swap it (kernelkit.deferred)
+            started = ex.start(feeds)
         env, arena, pool = started
         try:
             results = []

@@ -236,6 +236,29 @@ def _spec_of(x) -> TensorSpec | None:
     return TensorSpec(tuple(x.shape), np.dtype(x.dtype).name) if x is not None else None
 
 
+def _all_shapes(xs) -> tuple:
+    return tuple((x.shape, x.dtype) if x is not None else None for x in xs)
+
+
+def _shape_key(specs: list) -> Callable:
+    """``key(xs)`` of a dynamic call's inputs: their shapes and dtypes, which decide whether the kernel
+    must resize. Only inputs of symbolic shape can change between runs (a static spec's value has its
+    shape and dtype every run), so where one input is symbolic the key looks at it alone (plus the
+    input count): ~0.2 us a call against ~1.4 us for all eight inputs of a DynamicQuantizeMatMul."""
+    varying = [i for i, s in enumerate(specs) if s is not None and not s.is_static]
+    if len(varying) != 1:
+        return _all_shapes
+    (v,) = varying
+
+    def key(xs):
+        if len(xs) <= v:
+            return _all_shapes(xs)
+        x = xs[v]
+        return len(xs), None if x is None else (x.shape, x.dtype)
+
+    return key
+
+
 def _bind_class(step: Step, kernel, specs: list, dynamic: bool) -> Callable:
     """The call of a prepared class kernel: its ``bind(step)`` callable if it has one, else
     ``execute``, serialised per node (kernels keep per-node state) unless the kernel says
@@ -255,9 +278,11 @@ def _bind_class(step: Step, kernel, specs: list, dynamic: bool) -> Callable:
 
         return call
 
+    key_of = _shape_key(specs)
+
     def call_dynamic(*xs, **kw):
         with lock:
-            key = tuple((x.shape, x.dtype) if x is not None else None for x in xs)
+            key = key_of(xs)
             if key != state["key"]:  # TensorSpecs only when something changed (they cost ~10 us)
                 new = [_spec_of(x) for x in xs]
                 if new != state["specs"]:

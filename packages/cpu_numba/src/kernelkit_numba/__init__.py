@@ -9,16 +9,31 @@ the node runs its reference kernel (``tiered``; ``$KERNELKIT_NUMBA_START=eager``
 from __future__ import annotations
 
 
-def initialize() -> None:
-    """Register this backend's kernels with kernelkit (entry point)."""
+def initialize():
+    """Register this backend's kernels with kernelkit (entry point). In a Session build that allows
+    it (``kernelkit.deferred``: a CPU session that accepts reference kernels) and starts tiered,
+    only the hooks are registered and the kernels' import (Numba's with it, 0.2-0.3 s) is returned
+    as the finisher, run in the background once the model's first run is over."""
+    from kernelkit import deferred
     from kernelkit.backends import register_session_hook, register_settle_hook
-    from kernelkit.discovery import import_submodules
 
     from . import tiered
 
-    import_submodules(f"{__name__}.kernels")
     register_session_hook(tiered.check_options)  # a bad numba_start option fails the build
     register_settle_hook(tiered.wait)  # benchmarks wait for kernels compiling in the background
+    deferred.register_warm_hook(tiered.warming)  # an upgrade's warm-up run compiles where it runs
+    asked = deferred.request()
+    if asked is not None and tiered.may_defer(*asked):
+        tiered.blas_single()  # the reference kernels stand in: BLAS at one thread, as for stand-ins
+        return _import_kernels
+    _import_kernels()
+    return None
+
+
+def _import_kernels() -> None:
+    from kernelkit.discovery import import_submodules
+
+    import_submodules(f"{__name__}.kernels")
 
 
 def wait_compiled(timeout: float | None = None) -> bool:

@@ -131,14 +131,22 @@ class NumbaKernel:
         when the kernel has one."""
         progress.install()
         fixed = self.static_threads()
+        # a multi-thread session's nodes, serial ones too, keep the pool's workers awake through a
+        # run (shards.ShardPool.beat; issue 11, session 7)
+        several = self.threads != 1 and (self.threads or config.default_threads()) > 1
+        beat = config._POOL.beat if config.HEARTBEAT and several else None
         if fixed == 1 and not self.uses_blas:
             fast = self.serial_call(step)
             if fast is not None:
+                if beat is not None:
+                    fast = _beating(fast, beat)
                 return tiered.bound(self, fast)  # never compiles on this thread (tiered.py)
         compute, takes_out, blas, local = self.bound_compute(), self.takes_out, self.uses_blas, config._local
         threads_for = self.threads_for
 
         def call(*inputs, out=None):
+            if beat is not None:
+                beat()
             inputs = tuple(map(readonly, inputs))
             threads = fixed or threads_for(inputs)
             if blas:
@@ -183,6 +191,17 @@ class NumbaKernel:
 
     def attr_error(self, message: str) -> OpAttributeError:
         return OpAttributeError(f"{self.where}: {message}")
+
+
+def _beating(fast, beat):
+    """The serial fast path ``fast`` with the pool's heartbeat first (the name kept: it says which
+    path the plan took)."""
+    @functools.wraps(fast)
+    def beating(*inputs, out=None):
+        beat()
+        return fast(*inputs, out=out)
+
+    return beating
 
 
 def _execute(self, *inputs):

@@ -197,6 +197,10 @@ def thread_buffer(name: str, size: int, dtype) -> np.ndarray:
 # quiet Xeon, so the transformer's 128x256x256 GEMMs (17 MFLOP, ~0.2 ms) gained nothing from two
 # threads (13.2 ms at one thread, 14.0 at two with 2**23 here).
 SERIAL_WORK = 1 << 25
+# The nodes of a multi-thread session beat the shard pool's heartbeat (``shards.ShardPool.beat``):
+# its workers spin through a run instead of sleeping between parallel kernels more than the spin
+# time apart (issue 11, session 7). Read when a session binds its plan.
+HEARTBEAT = True
 
 
 _blas: list | None = None  # threadpoolctl controllers of the loaded BLAS libraries, found once

@@ -27,9 +27,18 @@ How a job reaches the workers (issue 11, session 4; docs/numba.md, "Shard pool")
   spins again once a job comes within the spin time of its going to sleep. The loop (``_spin.py``,
   bounded by the cycle counter, one ``nogil`` call per spin) is built by a worker after
   ``SPIN_AFTER_JOBS`` jobs, so a first run never waits for Numba to load it.
+- **A heartbeat through a run** (issue 11, session 7). Every node of a multi-thread session calls
+  ``beat()``: the spin goes on until ``BEAT_IDLE_S`` after the last beat, so serial nodes between
+  two parallel ones no longer put the worker to sleep, and a run's first beat wakes a sleeping one.
+- **GIL hand-offs without sleeping on the GIL.** A thread that asks for the GIL while the other
+  holds it sleeps on CPython's GIL condition and wakes tens of microseconds late. A worker that sees
+  a job waits ``CLAIM_AFTER_S`` in its spin before taking the GIL (the caller's first kernel has
+  released it by then); a caller done with its shards polls (``_spin.wait_left``, without the GIL,
+  up to ``WAIT_LEFT_S``) until the worker, back in its spin, stores the job it has left.
 - **Back-off under contention.** The caller watches each job: a helper that claimed no shard
   although the caller worked longer than ``MISS_S`` (an awake worker claims within microseconds, a
-  woken one within ~0.1 ms: it had no core), ``MISSES`` jobs in a row, or a *stall* (the caller,
+  woken one within ~0.1 ms: it had no core), ``MISSES`` jobs in a row, or longer than
+  ``SHORT_MISS_S`` while workers spin, ``SHORT_MISSES`` jobs in a row, or a *stall* (the caller,
   done with every unclaimed shard, waited longer than ``STALL_S`` and longer than half its own share
   for a shard a worker had started: the worker lost its core mid-shard), or the caller itself
   running its shards on a shared core (its thread CPU time under ``PREEMPT_SHARE`` of the wall time
@@ -76,9 +85,9 @@ _spin_lock = threading.Lock()
 
 
 def _spinner():
-    """``(spin, ticks per second)`` of the ``nogil`` polling loop (compiled, or loaded from the cache,
-    by the first worker that asks; None when it cannot be built: workers then block without
-    spinning). Ticks per second 0: no cycle counter, the spin is bounded by its poll count."""
+    """``(spin, ticks per second, wait_left)`` of the ``nogil`` polling loops (compiled, or loaded
+    from the cache, by the first worker that asks; None when they cannot be built: workers then
+    block without spinning). Ticks per second 0: no cycle counter, the loops count polls."""
     global _spin_fn
     if _spin_fn is None:
         with _spin_lock:
@@ -92,11 +101,10 @@ def _spinner():
 
 
 def _build_spinner():
-    """``spin(flag, seen, ticks, polls)`` polls ``flag[0]`` until it differs from ``seen`` (True) or
-    for ``ticks`` cycle-counter ticks or ``polls`` polls (False), all in one ``nogil`` call, so that a
+    """``_spin.build()``: the polling loops (``_spin.py``), each one ``nogil`` call, so that a
     spinning worker never takes the GIL (one that took it between polls and then lost its core held
     up the caller for a scheduler slice: MLP 2.2x slower than at one thread on the loaded 2-core
-    box); with the counter's ticks per second (``_spin.py``)."""
+    box); with the counter's ticks per second."""
     from . import _spin
 
     return _spin.build()
@@ -114,7 +122,10 @@ class _Job:
         self.ticket = itertools.count().__next__  # workers beyond ``helpers`` leave the job alone
         self.left = count
         self.lock = threading.Lock()
-        self.done = threading.Event()
+        # held until the last shard finishes (a plain lock as a one-shot signal: an Event costs
+        # ~3 us to make and ~1.5 us to set, a few percent of a MobileNetV2 layer's job)
+        self.done = threading.Lock()
+        self.done.acquire()
         self.error: BaseException | None = None
         self.claimed = 0  # shards the workers (not the caller) claimed
 
@@ -143,7 +154,7 @@ class _Job:
                 if helper:
                     self.claimed += finished
                 if self.left == 0:
-                    self.done.set()
+                    self.done.release()
 
 
 class ShardPool:
@@ -158,6 +169,9 @@ class ShardPool:
     # jobs where it worked at least PREEMPT_MIN_S (quiet: 0.95-1.0; a busy loop on its core: ~0.5)
     PREEMPT_SHARE, PREEMPT_MIN_S = 0.75, 3e-4
     MIN_BACKOFF_S, MAX_BACKOFF_S, CALM_S = 0.05, 2.0, 10.0
+    # short jobs (the caller worked SHORT_MISS_S to MISS_S) that no worker helped with, in a row,
+    # before the pool backs off: a spinning worker with a core claims within microseconds
+    SHORT_MISS_S, SHORT_MISSES = 5e-5, 8
     # worker side: spins that ran out in a row before a worker stops spinning; the time of one poll
     # (sched_yield on an idle core, ~0.5 us) where there is no cycle counter to bound the spin
     SPIN_MISSES = 8
@@ -165,11 +179,33 @@ class ShardPool:
     # a worker builds its spin loop (a Numba function: compiled, or loaded from the disk cache, in
     # ~0.1-0.5 s of mostly GIL-holding work) after serving this many jobs, not during a first run
     SPIN_AFTER_JOBS = 32
+    # a spin kept going by heartbeats returns to Python this often, to re-check the back-off; once a
+    # heartbeat came, the spin ends BEAT_IDLE_S after the last one (not spin_s): MobileNetV2's serial
+    # depthwise nodes (0.3-0.4 ms) outlasted the 200 us spin, and the next 1x1 layer's job found
+    # the worker asleep (45-50 us to its first shard instead of ~18 on the Xeon)
+    SPIN_CAP_S = 0.02
+    BEAT_IDLE_S = 1e-3
+    # GIL hand-offs (issue 11, session 7): a thread that asks for the GIL while another holds it
+    # sleeps on CPython's GIL condition and wakes tens of microseconds after its release (35-40 us
+    # from a job's publication to the worker's first shard on the Xeon, with the worker spinning).
+    # A worker that sees a job waits CLAIM_AFTER_S more (the caller's first kernel has released the
+    # GIL by then); a caller done with its shards polls without the GIL, up to WAIT_LEFT_S, until
+    # the worker has left the job (back in its spin: the GIL is free) instead of sleeping on a lock.
+    # Not longer: a caller polling keeps its core busy, so a worker queued behind a busy process on
+    # the other core is not pulled onto it as it would be onto an idle one (a stall then lasts).
+    CLAIM_AFTER_S = 1e-5
+    WAIT_LEFT_S = 2.5e-4
 
     def __init__(self, spin_s: float | None = None):
         self.spin_s = spin_seconds() if spin_s is None else spin_s
         self._cond = threading.Condition(threading.Lock())
-        self._gen = np.zeros(1, np.int64)  # the generation: bumped for every job put in the slot
+        # [0] the generation, bumped for every job put in the slot; [1] the callers' heartbeat
+        # (``beat``); [2] bumped to wake sleeping workers without a job (a run has started); [3] the
+        # job a worker has last left, stored once it no longer holds the GIL (``_spin.wait_left``)
+        self._gen = np.zeros(4, np.int64)
+        self._can_spin = False  # a worker has its spin loop (heartbeats wake workers from then on)
+        self._waiter = None  # (wait_left, its limit, counter): built with the workers' spin loop
+        self._waking = False  # a heartbeat's wake-up is on its way
         self._job: _Job | None = None
         self._slot = threading.Lock()  # held by the caller whose job is in the slot
         self._sleeping = 0  # workers blocked on _cond
@@ -180,12 +216,13 @@ class ShardPool:
         self._backoff = self.MIN_BACKOFF_S
         self._last_backoff = float("-inf")
         self._missed = 0
+        self._short = 0
         self._preempted = 0
         self._serial_ids = itertools.count(1).__next__
         self.trace: list | None = None
         self.backoff = True  # False: contention signs are counted but never back the pool off (tests)
         self.stats = {"jobs": 0, "serial_jobs": 0, "stalls": 0, "misses": 0, "preempted": 0, "backoffs": 0,
-                      "busy_slot": 0}
+                      "busy_slot": 0, "short_misses": 0}
 
     @property
     def stalls(self) -> int:
@@ -198,6 +235,7 @@ class ShardPool:
     def reset(self) -> None:
         """End a back-off now (tests, benchmarks)."""
         self._serial_until, self._backoff, self._missed, self._preempted = 0.0, self.MIN_BACKOFF_S, 0, 0
+        self._short = 0
         self._last_backoff = float("-inf")
 
     # -- workers ---------------------------------------------------------------------------------
@@ -216,32 +254,68 @@ class ShardPool:
 
     def _serve(self) -> None:
         gen, cond = self._gen, self._cond
-        seen = int(gen[0])
-        misses = 0
+        seen, woke = int(gen[0]), int(gen[2])
+        misses, left = 0, 0
         spinner, served = None, 0
         while True:
             if spinner is None and served == self.SPIN_AFTER_JOBS and self.spin_s > 0:
                 spinner = _spinner()  # only a process that keeps the pool busy builds it
                 if spinner is not None:
-                    spin, rate = spinner
-                    ticks = int(self.spin_s * rate) if rate > 0 else 1 << 62
-                    polls = int(self.spin_s / self.POLL_S) * (4 if rate > 0 else 1) + 1
+                    spin, rate, wait = spinner
+                    counter = rate > 0
+
+                    def clock(seconds, rate=rate, counter=counter):
+                        return int(seconds * rate) if counter else int(seconds / self.POLL_S) + 1
+
+                    idle, cap, after = clock(self.spin_s), clock(self.SPIN_CAP_S), clock(self.CLAIM_AFTER_S)
+                    beat_idle = clock(max(self.spin_s, self.BEAT_IDLE_S))
+                    self._waiter = (wait, clock(self.WAIT_LEFT_S), counter)
+                    self._can_spin = True
             if gen[0] == seen and spinner is not None and misses < self.SPIN_MISSES and not self.backed_off():
-                misses = 0 if spin(gen, seen, ticks, polls) else misses + 1
+                got = spin(gen, seen, idle, cap, counter, left, after, beat_idle)
+                left = 0
+                if got == 2:  # the callers' heartbeat kept it going: re-check the back-off, spin on
+                    continue
+                misses = 0 if got else misses + 1
             if gen[0] == seen:
+                if left:
+                    gen[3], left = left, 0
                 slept = time.perf_counter()
                 with cond:
                     self._sleeping += 1
-                    while gen[0] == seen:  # re-checked after counting ourselves: no lost wake-up
+                    while gen[0] == seen and gen[2] == woke:  # re-checked after counting ourselves
                         cond.wait()
                     self._sleeping -= 1
+                    self._waking = False
+                    woke = int(gen[2])
+                if gen[0] == seen:  # woken by a heartbeat: a run has started, spin through it
+                    misses = 0
+                    continue
                 if time.perf_counter() - slept < self.spin_s:
                     misses = 0  # the job came within the spin time: spinning would have caught it
             seen = int(gen[0])
             job = self._job
             if job is not None and job.ticket() < job.helpers:  # the job's thread budget holds
                 job.work(True)
+                left = job.serial_id  # stored in gen[3] once the GIL is released (_spin, wait_left)
                 served += 1
+
+    def beat(self) -> None:
+        """The callers' heartbeat, at every node of a multi-thread session's run: a spinning worker
+        keeps spinning while beats come (``_spin``: until ``BEAT_IDLE_S`` after the last beat),
+        and a sleeping one is woken by the first beat of a run, so that it is awake when the run's
+        first parallel kernel comes (a woken worker claims ~50-150 us after the wake-up). No beat
+        while the pool is backed off, and none wakes a worker that has no spin loop yet."""
+        until = self._serial_until
+        if until and time.perf_counter() < until:
+            return
+        gen = self._gen
+        gen[1] += 1
+        if self._sleeping and self._can_spin and not self._waking:
+            with self._cond:
+                self._waking = True
+                gen[2] += 1
+                self._cond.notify_all()
 
     # -- callers ---------------------------------------------------------------------------------
     def run(self, fn, count: int, threads: int) -> None:
@@ -261,16 +335,20 @@ class ShardPool:
             t0, c0 = time.perf_counter(), time.thread_time()
             self._job = job
             self._gen[0] += 1
-            if self._sleeping:
+            asleep = self._sleeping
+            if asleep:
                 with self._cond:
                     self._cond.notify(helpers)
             self.stats["jobs"] += 1
             job.work(False)
             t1, c1 = time.perf_counter(), time.thread_time()
             if job.left:
-                job.done.wait()
+                waiter = self._waiter
+                if waiter is not None and helpers == 1:  # poll without the GIL until the worker has left
+                    waiter[0](self._gen, job.serial_id, waiter[1], waiter[2])
+                job.done.acquire()
             t2 = time.perf_counter()
-            self._judge(job, t2 - t1, t1 - t0, c1 - c0)
+            self._judge(job, t2 - t1, t1 - t0, c1 - c0, asleep)
             if job.trace is not None:  # the job itself: published at t0, the caller's shards done at t1, all at t2
                 job.trace.append((job.serial_id, -1, threading.current_thread().name, t0, t2, t1))
         finally:
@@ -291,10 +369,10 @@ class ShardPool:
         if job.error is not None:
             raise job.error
 
-    def _judge(self, job: _Job, waited: float, worked: float, cpu: float | None = None) -> None:
+    def _judge(self, job: _Job, waited: float, worked: float, cpu: float | None = None, asleep: int = 0) -> None:
         """Count the contention signs of a finished job (``worked``: the caller's wall time on its
-        shards, ``cpu``: its thread CPU time meanwhile); back off after a stall, repeated misses or
-        a caller preempted job after job."""
+        shards, ``cpu``: its thread CPU time meanwhile, ``asleep``: workers asleep at publication);
+        back off after a stall, repeated misses (short ones too) or a caller preempted job after job."""
         if waited > self.STALL_S and waited > 0.5 * worked:
             self.stats["stalls"] += 1
             self._back_off(f"waited {waited * 1e3:.2f} ms for a worker's shard")
@@ -309,10 +387,18 @@ class ShardPool:
             if self._preempted >= self.MISSES:
                 self._back_off(f"the calling thread ran {cpu / worked:.0%} of its shards' time in "
                                f"{self._preempted} jobs")
+        elif job.claimed == 0 and worked > self.SHORT_MISS_S and self._can_spin and not asleep:
+            # a short job nobody helped with although no worker was asleep: the workers spin
+            # through a run (``beat``), so one with a core claims within microseconds;
+            # SHORT_MISSES in a row: it has none
+            self.stats["short_misses"] += 1
+            self._short += 1
+            if self._short >= self.SHORT_MISSES:
+                self._back_off(f"no worker claimed a shard in {self._short} short jobs")
         else:
             self._preempted = 0
             if job.claimed:
-                self._missed = 0
+                self._missed = self._short = 0
 
     def _back_off(self, why: str) -> None:
         if not self.backoff:
@@ -321,6 +407,7 @@ class ShardPool:
         calm = now - self._last_backoff > self.CALM_S
         self._backoff = self.MIN_BACKOFF_S if calm else min(2 * self._backoff, self.MAX_BACKOFF_S)
         self._last_backoff, self._serial_until, self._missed, self._preempted = now, now + self._backoff, 0, 0
+        self._short = 0
         self.stats["backoffs"] += 1
         log.debug("shard pool: %s; one thread for %.2f s", why, self._backoff)
 

@@ -143,6 +143,36 @@ def check_options(device: str, options: dict) -> None:
     mode_of(options)
 
 
+def may_defer(device: str, vendors, options: dict) -> bool:
+    """Whether a Session build of these settings may start before the kernels are imported
+    (``kernelkit.deferred``): a CPU session, tiered, that accepts reference kernels."""
+    from kernelkit.errors import ConfigError
+
+    try:
+        tiered = mode_of(options) == TIERED
+    except ConfigError:  # check_options fails the build
+        return False
+    return device == "cpu" and tiered and (vendors is None or "reference" in vendors)
+
+
+def warming(on: bool) -> None:
+    """``kernelkit.deferred`` warm hook: while ``on``, numba nodes called on this thread (a session
+    upgrade's warm-up run, off the model's thread) compile or load their kernels right there."""
+    _guard.warm = on
+
+
+def blas_single() -> None:
+    """Every loaded BLAS library at one thread (``config.blas_single``, without importing Numba):
+    a session starting on reference kernels before the numba kernels are imported."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return
+    for lib in ThreadpoolController().select(user_api="blas").lib_controllers:
+        if lib.get_num_threads() != 1:
+            lib.set_num_threads(1)
+
+
 # -- what a node runs ----------------------------------------------------------------------------
 class _Trial:
     """One background run of a node's numba call on copies of its inputs (and of ``out``)."""
@@ -178,9 +208,16 @@ def stats() -> dict:
 
 
 def wait(timeout: float | None = None) -> bool:
-    """Block until every queued trial has ended (True) or ``timeout`` seconds passed (False)."""
+    """Block until every session upgrading in the background (``kernelkit.deferred``) has swapped
+    and every queued trial has ended (True), or ``timeout`` seconds passed (False)."""
+    from kernelkit import deferred
+
+    start = time.perf_counter()
+    if not deferred.wait(timeout):
+        return False
+    left = None if timeout is None else max(0.0, timeout - (time.perf_counter() - start))
     with _idle:
-        return _idle.wait_for(lambda: _pending == 0 or os.getpid() != _pid, timeout)
+        return _idle.wait_for(lambda: _pending == 0 or os.getpid() != _pid, left)
 
 
 def call(kernel, run, inputs: tuple, out):
@@ -189,6 +226,10 @@ def call(kernel, run, inputs: tuple, out):
         kernel._tier_mode = _mode_for(kernel.context)
     if kernel._tier_mode == EAGER:
         return run(inputs, out)
+    if getattr(_guard, "warm", False):  # an upgrade's warm-up run (kernelkit.deferred): compile here
+        result = run(inputs, out)
+        _ran.add(type(kernel))
+        return result
     trial = kernel._tier_trial
     if trial is not None:
         if not trial.done.is_set() and trial.pid == os.getpid():

@@ -444,7 +444,10 @@ class Conv(NumbaKernel):
             s = int((self.attrs.get("strides") or (1,))[0])
             planes = x.shape[0] * w.shape[0]
             return dwtile.work("conv", min(s, 2), planes, planes * math.prod(x.shape[2:]) // (s * s))
-        return 2.0 * x.size * w.size / max(1, x.shape[1])  # ~ 2 * N*C*H*W * (M/C)*Cg*kh*kw (stride 1)
+        flops = 2.0 * x.size * w.size / max(1, x.shape[1])  # ~ 2 * N*C*H*W * (M/C)*Cg*kh*kw (stride 1)
+        if PRODUCT_WORK and (w.shape[1] > 1 or x.shape[1] == 1):  # a product (not depthwise)
+            return flops * max(1.0, config.SERIAL_WORK / PRODUCT_FLOPS)
+        return flops
 
     def compute(self, x, w, b=None, z=None, *, out=None):
         """y = act(conv(x, w) + b (+ z)); z: the residual the fuse_residual pass moved into the conv
@@ -906,6 +909,12 @@ def implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n) -> bool:
             and k_n <= IMPLICIT_MAX_K and kh * kw > 1)
 
 
+# A convolution that is a product (not depthwise) goes to the shard pool from PRODUCT_FLOPS flops,
+# not from config.SERIAL_WORK: MobileNetV2's 1x1 layers (10-30 MFLOP, 0.1-0.4 ms) ran on one thread
+# at every thread count. On the Xeon at two threads (trace_nodes.py, issue 11, session 7) its
+# layers of 14-40 MFLOP ran 1.15-1.5x faster, those of 9.6 MFLOP (0.13 ms) at par. Off: the old estimate.
+PRODUCT_WORK = True
+PRODUCT_FLOPS = 1.2e7
 IMPLICIT = True
 IMPLICIT_MIN_OW = 28  # the 7x7/2 stem's 112-pixel rows and 3x3/2 from 56x56: 28 of a tile's 32 lanes
 IMPLICIT_MAX_K = 256  # deeper K read in place fell behind im2col + the copy into tile order on the Xeon

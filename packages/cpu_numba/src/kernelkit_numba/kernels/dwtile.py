@@ -35,6 +35,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .. import config
+from ..cache import CLOSURE_KEY
 from ..config import jit
 from .ftile import available
 from .qtile import k_loop
@@ -344,8 +345,11 @@ _planes_p2 = _conv_driver(_pairs_intrinsic(False))
 _planes_p2z = _conv_driver(_pairs_intrinsic(True))
 
 
-def _max_driver(tile):
-    """The plane loop of one MaxPool tile: planes [q0, q1) of the flattened (N, C)."""
+def _max_driver(tile, name: str):
+    """The plane loop of one MaxPool tile: planes [q0, q1) of the flattened (N, C). ``name`` keys its
+    disk-cache entry (cache.CLOSURE_KEY): a pickle of the cell (an intrinsic) differs in every process,
+    so without it every warm process compiled the driver again (~0.9 s on the shared box) and added
+    one more entry to its index."""
 
     def planes(x, y, ph, pw, band, q0, q1):
         h_n, w_n = x.shape[2], x.shape[3]
@@ -358,11 +362,12 @@ def _max_driver(tile):
                 tile(xf, nc * h_n * w_n, yf, nc * oh_n * ow_n, yf, h_n, w_n, r0, min(oh_n, r0 + band), ow_n, ph, pw,
                      unused, 0, zero, zero, zero)
 
+    setattr(planes, CLOSURE_KEY, f"dwtile.max_planes.{name}")
     return jit(planes)
 
 
-_max_planes_s1 = _max_driver(_max3_s1)
-_max_planes_s2 = _max_driver(_max3_s2)
+_max_planes_s1 = _max_driver(_max3_s1, "s1")
+_max_planes_s2 = _max_driver(_max3_s2, "s2")
 
 
 # Cost of one call on one thread (AMD EPYC box, inside MobileNetV2 / ResNet-18, bench_depthwise.py):

@@ -760,11 +760,17 @@ def scratch_size(kind: int, cols: int, n_pix: int, block: int = 0, kc: int = 0, 
     return block * kc if pack else 1
 
 
+# A driver call takes ~20 arguments: Numba's dispatch unboxes each, ~5 us a call, so a shard of
+# config.MIN_SHARD_WORK flops (~20 us) spent a fifth of its time there. MobileNetV2's 1x1 layers
+# (10-30 MFLOP) run as 2-4 shards of this (issue 11, session 7); ResNet's layers keep 4 a thread.
+SHARD_UNIT = 1 << 22
+
+
 def run_sharded(kernel, total: int, args: tuple, work: float, size: int) -> None:
     """``kernel(*args, scratch, lo, hi)`` over shards of ``range(total)`` as config.parallel_for cuts
     them, ``scratch`` the running thread's kept float32 buffer of ``size`` (config.thread_buffer): a
-    steady run allocates nothing."""
-    count = config.shard_count(total, work)
+    steady run allocates nothing. Shards of at least SHARD_UNIT flops."""
+    count = config.shard_count(total, work, unit=SHARD_UNIT)
     if count <= 1:
         if total > 0:
             kernel(*args, config.thread_buffer("ftile", size, np.float32), 0, total)

@@ -11,13 +11,12 @@ included (QLinearConv), straight into the NCHW output.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 from kernelkit.ops.qlinear import multiplier
 from kernelkit.registry import register_kernel
 
 from .. import config
+from ..by_kind import by_kind
 from ..config import jit_parallel
 from . import qdepthwise, qpack, qtile
 from .conv import Conv, U, _conv_depthwise, _edge, _im2col, supports_1d_2d, tile_grid
@@ -220,6 +219,9 @@ def _conv_rows_pixel_major(kind, w, kq, m_n, x, ldx, flip, n_pix, block, terms, 
             for r0 in range(0, m_n, mr):
                 qtile._rowsm_tile(kind, w, r0 * kq * 4, xp, 0, 0, kq, flip, terms, mult, r0, zp, lo, hi, flat,
                                   r0 * n_pix + p0 + full, n_pix, n - full)
+
+
+_conv_rows_pixel_major = by_kind(_conv_rows_pixel_major)  # compiled for the variant it runs only (by_kind.py)
 
 
 @jit_parallel
@@ -593,7 +595,7 @@ class QLinearConv(_IntegerConv):
         caches), or None to allocate one."""
         consts = (x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b)
         fast = self.__dict__.get("_fast")
-        if fast is not None and fast[0] == (x.shape, x.dtype, os.environ.get(qtile.ENV), config.current_threads()) \
+        if fast is not None and fast[0] == (x.shape, x.dtype, qtile.requested_raw(), config.current_threads()) \
                 and all(p is q for p, q in zip(consts, fast[1])) and not any(a.flags.writeable for a in fast[2]):
             if out is None:
                 out = np.empty(fast[3], fast[4])
@@ -619,7 +621,7 @@ class QLinearConv(_IntegerConv):
         if run is not None:  # kept while the same read-only constants come in (a model's)
             arrays = tuple(p for p in consts if isinstance(p, np.ndarray))
             if not any(a.flags.writeable for a in arrays):
-                key = (x.shape, x.dtype, os.environ.get(qtile.ENV), config.current_threads())
+                key = (x.shape, x.dtype, qtile.requested_raw(), config.current_threads())
                 self._fast = (key, consts, arrays, out.shape, out.dtype, run)
             run(x, out)
             return out

@@ -27,7 +27,7 @@ from .. import config
 from .._base import NumbaKernel
 from .._base import readonly as _readonly
 from ..config import jit_exact, jit_parallel
-from . import qpack, qtile
+from . import qamx, qpack, qtile
 from .norm import layer_normalization
 from .quantize import dynamic_range, quantize_flat, quantize_offset
 
@@ -516,23 +516,50 @@ class DynamicQuantizeMatMul(NumbaKernel):
     (set to one thread, config.blas_single) only on the float32-BLAS path: the micro-kernel's calls
     skip that check, and calls on one thread take ``serial_call``."""
 
+    _plain = None  # the serial call's pre-bound arguments (_bind_small)
+
     def setup(self, input_specs):
         self.packed = _matmul_packing(input_specs[1].rank)
+        self._plain = None
 
     def work(self, a, b, *rest):
         """The product's integer operations in loop units (config.SERIAL_WORK), INT8_WORK each."""
         return 2.0 * a.size * b.shape[-1] * INT8_WORK
 
     def serial_call(self, step):
-        """Calls on the calling thread alone (one thread, or little work): straight to the one-call
-        path (small_dynamic), else ``run`` (the general path at this node's thread budget)."""
-        run = self.run
+        """Calls on the calling thread alone (one thread, or little work): the pre-bound call
+        (``_plain``, _bind_small: one Numba call whose arguments were made for this A shape, the
+        constants checked by identity), else the one-call path (small_dynamic), else ``run`` (the
+        general path at this node's thread budget)."""
+        run, kernel, env_raw = self.run, self, qtile.requested_raw
+        plain_fn, small_fn, f32 = qpack.dq_matmul_bound, qpack.dq_matmul_bound_small, np.dtype(np.float32)
 
         def call(a, b, b_scale, b_zero_point=None, bias=None, residual=None, norm_scale=None, norm_bias=None,
                  out=None):
+            p = kernel._plain
+            if p is not None and a.shape == p[0] and b is p[1] and b_scale is p[2] and b_zero_point is p[3] and \
+                    bias is p[4] and norm_scale is p[5] and norm_bias is p[6] and (residual is None) is p[7] and \
+                    env_raw() == p[8]:
+                x2 = a.reshape(p[9])
+                if x2.flags.c_contiguous:
+                    x2.setflags(write=False)  # one compiled signature (readonly inputs, as _base.readonly)
+                    flat = np.empty(p[10], np.float32)
+                    if p[11] is not None:  # one output, no residual, no norm
+                        if plain_fn(p[11][0], p[11], x2, *p[12], flat):
+                            return flat.reshape(p[13])
+                    elif residual is None:
+                        if small_fn(p[14][0], p[14], x2, *p[12], flat, *p[15]):
+                            return column_parts(flat, p[15][0], p[0])
+                    elif residual.shape == p[16] and residual.dtype is f32:
+                        res = residual.reshape(p[17])
+                        if res.flags.c_contiguous and small_fn(p[14][0], p[14], x2, *p[12], flat, p[15][0], res,
+                                                               *p[15][2:]):
+                            return column_parts(flat, p[15][0], p[0])
             a = _readonly(a)
             y = small_dynamic(self, a, b, b_scale, b_zero_point, bias, True, residual, norm_scale, norm_bias) \
                 if a.size and a.shape[-1] else None
+            if y is not None:
+                _bind_small(kernel, a, b, b_scale, b_zero_point, bias, residual, norm_scale, norm_bias, env_raw())
             return run((a, b, b_scale, b_zero_point, bias, residual, norm_scale, norm_bias), None) if y is None else y
 
         return call
@@ -705,6 +732,39 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
     return column_parts(flat, bounds, a.shape)
 
 
+def _bind_small(kernel, a, b, b_scale, b_zero_point, bias, residual, norm_scale, norm_bias, env_raw) -> None:
+    """Keep on the kernel (``_plain``) the arguments of the serial call's one Numba call for A of
+    ``a``'s shape, after a small_dynamic call made its constants: (0 A shape, 1-6 B, B scale, B zero
+    point, bias, norm scale, norm bias, 7 no residual, 8 the raw KERNELKIT_INT8_GEMM, 9 A as 2-D,
+    10 output size, 11 qpack.dq_matmul_bound's integer arguments (one output, no residual, no norm;
+    else None), 12 the constant arrays, 13 the output shape, 14 dq_matmul_bound_small's integer
+    arguments, 15 its (bounds, residual stand-in, norm scale, norm bias, epsilon), 16 the residual's
+    shape, 17 it as 2-D). The serial call checks them by identity and goes straight to one Numba
+    call: ~1 us of Python instead of ~5-13 (small_dynamic's checks, the norm's and residual's
+    conversions, 24 arguments to type). None where small_dynamic did not take the call (writable
+    constants, which it re-reads every call)."""
+    kernel._plain = None
+    hit = kernel.__dict__.get("_small")
+    if hit is None or hit[5] or hit[6] is None or hit[0] is not b or hit[1] is not b_scale \
+            or hit[2] is not b_zero_point or hit[3] is not bias:
+        return
+    head, bounds = hit[6], hit[8]
+    m_n, k_n, n_n = math.prod(a.shape[:-1]), a.shape[-1], head[5]
+    norm = NO_NORM if norm_scale is None else _norm_params(kernel, norm_scale, norm_bias, n_n)
+    if not m_n or not k_n or norm is None or any(x is not None and x.flags.writeable for x in (norm_scale, norm_bias)):
+        return
+    block = m_n if m_n <= GEMV_ROWS else qpack.block_rows(m_n, k_n, head[4] * qpack.NR, head[1])
+    kind, mr, bdata, kq, n_panels, n, col_sums, k, zb, has_zb, b_scale_arr, bias_arr, has_bias = head
+    ints = [kind, mr, kq, n_panels, n, k, has_zb, has_bias, block, hit[7]]
+    plain = residual is None and not norm[3] and bounds.shape[0] == 2
+    lead = tuple(a.shape[:-1])
+    kernel._plain = (a.shape, b, b_scale, b_zero_point, bias, norm_scale, norm_bias, residual is None, env_raw,
+                     (m_n, k_n), m_n * n_n, np.array(ints, np.int64) if plain else None,
+                     (bdata, col_sums, zb, b_scale_arr, bias_arr), (*lead, n_n),
+                     np.array([*ints, residual is not None, norm[3]], np.int64), (bounds, NO_RESIDUAL, *norm[:3]),
+                     (*lead, n_n), (m_n, n_n))
+
+
 def _column_shards(head, x2, bounds, act, count, groups, a_shape, residual):
     """small_dynamic's product for one row block (a few rows) cut into ``count`` shards of B's
     column groups on the pool (qpack.dq_matmul_panels; each shard quantizes the few rows of A
@@ -751,7 +811,7 @@ def tiled(kernel, b, b_zero_point, trans_b: bool = False):
         return None
     pb = qpack.packed_b(kernel, lambda: b if trans_b else b.T, b, b_zero_point)
     variant = qtile.select(pb.safe_pairs)
-    return None if variant is None else (variant, pb)
+    return None if variant is None else qamx.upgrade(variant, pb)  # AMX tiles where the CPU has them
 
 
 def _zp(zero_point) -> int:

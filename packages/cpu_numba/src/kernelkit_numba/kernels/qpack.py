@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import config
+from ..by_kind import by_kind, kind_taking
 from ..config import jit, jit_exact
 from . import norm as _norm
 from . import qtile, unary
@@ -463,6 +464,27 @@ def dq_matmul_plain(kind, x2, mr, bdata, kq, n_panels, n_n, col_sums, k_n, zb, h
                            has_bias, flat, bounds, res, False, block, act, none, none, 0.0, False)
 
 
+@jit_exact
+def dq_matmul_bound(kind, dims, x2, bdata, col_sums, zb, b_scale, bias, flat) -> bool:
+    """dq_matmul_plain with its integer arguments in one int64 array ``dims`` (kind again, mr, kq,
+    n_panels, n_n, k_n, has_zb, has_bias, block, act): the serial call of a bound
+    DynamicQuantizeMatMul (qgemm._bind_small) passes 9 arguments, not 17 (Numba's dispatcher types
+    each one). ``kind`` comes first, so that by_kind compiles only that variant."""
+    return dq_matmul_plain(kind, x2, dims[1], bdata, dims[2], dims[3], dims[4], col_sums, dims[5], zb,
+                           dims[6] != 0, b_scale, bias, dims[7] != 0, flat, dims[8], dims[9])
+
+
+@jit_exact
+def dq_matmul_bound_small(kind, dims, x2, bdata, col_sums, zb, b_scale, bias, flat, bounds, res, nscale, nbias,
+                          eps) -> bool:
+    """dq_matmul_small with its integer arguments in one int64 array ``dims`` (dq_matmul_bound's, then
+    has_res, has_norm): the bound serial call of a DynamicQuantizeMatMul with several outputs, a fused
+    residual or a fused norm (qgemm._bind_small) passes 13 arguments, not 24."""
+    return dq_matmul_small(kind, x2, dims[1], bdata, dims[2], dims[3], dims[4], col_sums, dims[5], zb,
+                           dims[6] != 0, b_scale, bias, dims[7] != 0, flat, bounds, res, dims[10] != 0, dims[8],
+                           dims[9], nscale, nbias, eps, dims[11] != 0)
+
+
 # --------------------------------------------------------- matrix products: one Numba call a shard
 @jit
 def _pack_any(a2, a32, words, mask, flip, r0, r1, mr, kq, abuf, rowsum):
@@ -524,7 +546,7 @@ def requant_blocks(kind, a2, a32, words, mask, flip, mr, bdata, kq, n_panels, n_
 def a_operand(variant, a2: np.ndarray, pb: PackedB) -> tuple:
     """(kind, a2, a32, words, mask, flip, mr): A's arguments of the *_blocks drivers."""
     flip, _ = flip_of(a2.dtype)
-    words = a2.shape[1] % 4 == 0 and a2.flags.c_contiguous and not pb.has_zp
+    words = a2.shape[1] == 4 * pb.kq and a2.flags.c_contiguous and not pb.has_zp  # kq: padded for amx
     a32 = a2.reshape(-1).view(np.uint32).reshape(a2.shape[0], pb.kq) if words else _NO_WORDS
     mask = np.uint32(0x80808080 if flip else 0)
     return qtile.KIND[variant.name], a2, a32, words, mask, flip, variant.mr
@@ -674,6 +696,16 @@ def conv_rows(kind, w, kq, m_n, m_pad, x, ldx, flip, n_pix, block, terms, mult, 
                     dst[p0 + j] = min(max(q, lo), hi)
 
 
+# Each driver above compiles only the variant it runs (by_kind.py; Python callers still pass ``kind``):
+# a branch on kind compiled every variant's drivers and LLVM IR tiles (qtile.gemm_kind 5-6 s cold).
+kind_taking(qtile.gemm_kind, qtile.pack_x, qtile._rows_tile, qtile._rowsq_tile, qtile._rowsm_tile)
+dq_matmul_rows, dq_matmul_panels, dq_matmul_small, dq_matmul_plain = map(
+    by_kind, (dq_matmul_rows, dq_matmul_panels, dq_matmul_small, dq_matmul_plain))
+dq_matmul_bound, dq_matmul_bound_small = map(by_kind, (dq_matmul_bound, dq_matmul_bound_small))
+int32_blocks, float_blocks, requant_blocks, conv_rows = map(by_kind, (int32_blocks, float_blocks, requant_blocks,
+                                                                      conv_rows))
+
+
 X_BLOCK_BYTES = 384 * 1024  # input rows of a conv_rows block: they stay in L2 while every weight panel passes
 
 
@@ -691,9 +723,13 @@ def rows_block(m_pad: int, nr: int, n_pix: int, k: int = 0, threads: int = 1) ->
 # ---------------------------------------------------------------------------------------- driver
 def block_rows(m: int, k: int, n: int, mr: int) -> int:
     """Rows of A per block: at most BLOCK_BYTES of packed A and C_BLOCK_BYTES of int32 result, a
-    multiple of mr, at least 4 panels."""
-    rows = max(4 * mr, min(BLOCK_BYTES // max(k, 1), C_BLOCK_BYTES // (4 * max(n, 1))) // mr * mr)
+    multiple of mr, at least 4 panels (mr = 1, the AMX product's one-row panels: AMX_BLOCK_ROWS)."""
+    floor = 4 * mr if mr > 1 else AMX_BLOCK_ROWS
+    rows = max(floor, min(BLOCK_BYTES // max(k, 1), C_BLOCK_BYTES // (4 * max(n, 1))) // mr * mr)
     return min(rows, m)
+
+
+AMX_BLOCK_ROWS = 64  # qamx.py: each B tile serves two A tiles only in blocks of >= 32 rows
 
 
 def flip_of(dtype) -> tuple[bool, int]:

@@ -523,7 +523,7 @@ _rowsq_avx2 = _rows_intrinsic("avx2", 4, 2, fused=True, cvt=True)
 _rowsq_vnni = _rows_intrinsic("vnni512", 8, 2, fused=True, cvt=True)
 _rowsm_avx2 = _rows_intrinsic("avx2", 4, 2, fused=True, masked=True, cvt=True)
 _rowsm_vnni = _rows_intrinsic("vnni512", 8, 2, fused=True, masked=True, cvt=True)
-KIND = {"generic": 0, "avx2": 1, "vnni512": 2}
+KIND = {"generic": 0, "avx2": 1, "vnni512": 2, "amx": 3}  # amx: qamx.py (A-panel products only)
 ROWS_MR = {0: 4, 1: 4, 2: 8}
 ROWS_NR = {0: 16, 1: 16, 2: 32}
 
@@ -681,9 +681,11 @@ def _gemm_generic(a, b, kq, n_panels, c, ldc, m_rows):
 
 @jit
 def gemm_kind(kind, a, b, kq, n_panels, c, ldc, m_rows):
-    """The A-panel product of variant ``kind`` (0 generic, 1 avx2, 2 vnni512; see Variant.gemm)."""
+    """The A-panel product of variant ``kind`` (0 generic, 1 avx2, 2 vnni512, 3 amx; see Variant.gemm)."""
     if kind == 2:
         _GEMM_VNNI512(a, b, kq, n_panels, c, ldc, m_rows)
+    elif kind == 3:
+        qamx.GEMM(a, b, kq, n_panels, c, ldc, m_rows)
     elif kind == 1:
         _gemm_avx2(a, b, kq, n_panels, c, ldc, m_rows)
     else:
@@ -720,19 +722,32 @@ def available(name: str) -> bool:
     return all(f in host_features() for f in _NEEDS[name])
 
 
+def env_reader(name: str):
+    """A callable returning the environment variable ``name``'s raw value (bytes or str; None when
+    unset) on every call: ``os.environ``'s own dict where it has one (~0.05 us; ``os.environ.get``
+    of an unset name raises and catches a KeyError inside, 1-3 us), else ``os.environ.get``."""
+    data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
+    if isinstance(data, dict) and encode is not None:
+        key = encode(name)
+        return lambda: data.get(key)
+    return lambda: os.environ.get(name)
+
+
 def requested() -> str:
     """KERNELKIT_INT8_GEMM (default ``auto``), checked: a bad value is a ConfigError, a variant this
-    CPU lacks an Int8GemmUnavailableError. Read on every call (a kernel's call: ~1 us)."""
-    raw = os.environ.get(ENV)
+    CPU lacks an Int8GemmUnavailableError. Read on every call (~0.2 us: the raw value, the check
+    kept per raw value and feature set)."""
+    raw = requested_raw()
     hit = _checked.get(raw)
-    if hit is not None and hit[0] == host_features():
+    if hit is not None and hit[0] is host_features():  # (cached: the same set object)
         return hit[1]
-    value = _check(raw)
+    value = _check(os.environ.get(ENV))
     _checked[raw] = (host_features(), value)
     return value
 
 
 _checked: dict = {}  # raw environment value -> (the features it was checked against, the choice)
+requested_raw = env_reader(ENV)  # KERNELKIT_INT8_GEMM's raw value (keys of kept plans: qconv, qgemm)
 
 
 def _check(raw) -> str:
@@ -758,3 +773,6 @@ def select(safe_pairs: bool) -> Variant | None:
         return VARIANTS["avx2"] if available("avx2") and safe_pairs else None
     variant = VARIANTS[value]
     return VARIANTS["generic"] if variant.needs_safe_pairs and not safe_pairs else variant
+
+
+from . import qamx  # noqa: E402  (AMX tiles: built on this module; gemm_kind runs its qamx.GEMM)

@@ -165,15 +165,24 @@ def gemms(v, mo, u, m_n, c_n, nt, packed) -> None:
                                                                     groups), gemm_work,
                           ftile.scratch_size(kind, cols, nt))
         return
-    blocks = max(1, min(m_n // 16, -(-config.shard_count(positions * m_n, gemm_work, unit=config.MIN_TILE_WORK)
-                                      // positions)))
+    # BLAS: a shard is a run of positions (and, with fewer positions than shards, a block of output
+    # rows), multiplied in one batched np.matmul: one Python call and one GIL release a shard. One
+    # BLAS call per position and shard (36 shards of ~20 us for ResNet's 64@56 layers) made the two
+    # threads hand the GIL back and forth around every product, and those layers ran no faster at
+    # two threads than at one on the Xeon (issue 11, session 7).
+    want = config.shard_count(positions * m_n, gemm_work, unit=config.MIN_TILE_WORK)
+    blocks = max(1, min(m_n // 16, -(-want // positions)))
+    runs = max(1, min(positions, want // blocks))
+    vv = v[:, :c_n * nt].reshape(positions, c_n, nt)
+    out = mo[:, :m_n * nt].reshape(positions, m_n, nt)
 
     def gemm(i):
         k, b = divmod(i, blocks)
+        k0, k1 = k * positions // runs, (k + 1) * positions // runs
         r0, r1 = b * m_n // blocks, (b + 1) * m_n // blocks
-        np.matmul(u[k, r0:r1], v[k, :c_n * nt].reshape(c_n, nt), out=mo[k, r0 * nt:r1 * nt].reshape(r1 - r0, nt))
+        np.matmul(u[k0:k1, r0:r1], vv[k0:k1], out=out[k0:k1, r0:r1])
 
-    config.run_shards(gemm, positions * blocks)
+    config.run_shards(gemm, runs * blocks)
 
 
 def conv3x3(x, u, bias, y, ph, pw, code, p0, p1, scratch, z=None, packed=None) -> None:
