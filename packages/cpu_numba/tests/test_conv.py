@@ -79,6 +79,22 @@ def test_conv_on_one_pixel_maps(check, rng, n, c, m, activation, params):
           constants=(1,))
 
 
+@pytest.mark.parametrize("x_shape, w_shape, attrs", [
+    ((1, 32, 7, 7), (32, 8, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),  # RegNetY's grouped layers, smaller
+    ((2, 24, 14, 14), (24, 8, 3, 3), {"group": 3, "pads": [1, 1, 1, 1], "activation": "Relu"}),
+    ((1, 16, 6, 5), (16, 4, 3, 2), {"group": 4, "pads": [0, 2, 1, 0]}),  # asymmetric pads, a 3x2 kernel
+    ((1, 16, 5, 5), (8, 8, 3, 3), {"group": 2}),  # no pads
+    ((1, 12, 9), (12, 4, 3), {"group": 3, "pads": [1, 1]}),  # 1-D
+    ((1, 16, 8, 8), (16, 8, 3, 3), {"group": 2, "pads": [1, 1, 1, 1], "strides": [2, 2]}),  # strided: _im2col
+])
+def test_grouped_conv_im2col_through_a_padded_copy(check, rng, x_shape, w_shape, attrs):
+    """Grouped convolutions at stride 1 take conv._im2col_padded (a zero-padded copy, then plain row
+    copies); strided ones the clipped _im2col. Both against the reference, with bias."""
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = (rng.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(np.float32)
+    check("Conv", [x, w, rng.standard_normal(w_shape[0]).astype(np.float32)], attrs, constants=(1, 2))
+
+
 def test_conv_unknown_activation_is_a_typed_error(rng):
     x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
     w = rng.standard_normal((2, 2, 3, 3)).astype(np.float32)

@@ -58,6 +58,27 @@ def test_small_softmax_is_the_sharded_one(shape):
     np.testing.assert_allclose(got.sum(axis=1), 1, rtol=1e-5)
 
 
+@pytest.mark.parametrize("fill", [-np.inf, np.float32(-3.4e38), -1e4])
+@pytest.mark.parametrize("shape", [(1, 2, 16, 16), (1, 12, 64, 64)])
+def test_softmax_masked_entries_are_exact_zeros(shape, fill):
+    """A causal mask's filled scores (-inf, float32's minimum, BERT's -1e4) give exact zeros, as the
+    reference's exp does, and no subnormal value anywhere (softmax._scale_rows: subnormals are
+    microcode assists on Intel cores, in the Softmax and in the P @ V product after it); the rest
+    matches the reference."""
+    from kernelkit.ops.softmax import _softmax as reference
+    from kernelkit.testing import assert_close
+    from kernelkit_numba.kernels.softmax import softmax
+
+    n = shape[-1]
+    x = np.random.default_rng(n).standard_normal(shape).astype(np.float32) * 4
+    keep = np.tril(np.ones((n, n), bool))
+    x = np.where(keep, x, np.float32(fill)).astype(np.float32)
+    got = softmax(x)
+    assert np.all(got[..., ~keep] == 0)
+    assert not np.any((got > 0) & (got < np.finfo(np.float32).tiny))
+    assert_close(got, reference(x))
+
+
 def _exp_rows_scalar_max(s, scale):
     """exp_rows' results with the row max found as a float32 scalar chain (its former first pass,
     ``top = t if t > top else top`` and a NaN flag) and the same exp steps: the oracle of the
