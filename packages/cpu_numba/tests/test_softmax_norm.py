@@ -79,6 +79,24 @@ def test_softmax_masked_entries_are_exact_zeros(shape, fill):
     assert_close(got, reference(x))
 
 
+def test_exp_rows_gives_no_subnormal_exps():
+    """softmax.exp_rows itself (the fused Attention's P @ V reads its exps before any division):
+    exps far below the row's max come out as exact zeros, never as tiny or subnormal values; the
+    others are exp of the shifted scores within float32 tolerance, and the sums add what is kept."""
+    from kernelkit.testing import assert_close
+    from kernelkit_numba.kernels import softmax as sm
+
+    s = np.array([[0.0, -1.0, -79.0, -83.0, -86.9, -90.0, -1e4, np.float32(-3.4e38)]] * 3, np.float32)
+    s[1] += 5.0
+    got, sums = s.copy(), np.empty(3, np.float64)
+    sm.exp_rows(got, np.float32(1), sums, np.empty(s.shape[1], np.int32))
+    want = np.exp((s - s.max(axis=1, keepdims=True)).astype(np.float64))
+    assert np.all(got[:, 3:] == 0)
+    assert not np.any((got > 0) & (got < sm._TINY))
+    assert_close(got[:, :3], want[:, :3].astype(np.float32))
+    assert_close(sums.astype(np.float32), got.astype(np.float64).sum(axis=1).astype(np.float32))
+
+
 def _exp_rows_scalar_max(s, scale):
     """exp_rows' results with the row max found as a float32 scalar chain (its former first pass,
     ``top = t if t > top else top`` and a NaN flag) and the same exp steps: the oracle of the
