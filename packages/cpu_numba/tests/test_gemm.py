@@ -78,7 +78,7 @@ def test_gemm_nt_kernel_ranges():
 
 
 def test_one_row_products_take_the_row_call(check):
-    """Batch-1 Gemm (M = 1: classifier heads, MLP layers at batch 1) on one thread binds ``_row_call``
+    """Batch-1 Gemm (M = 1: classifier heads, MLP layers at batch 1) on one thread binds ``serial_call``
     (np.matmul into the output, the bias in place): every C form per column, transposes, alpha,
     beta, activations, against the reference; a C that is not one value per column, or two rows,
     keeps the general path."""
@@ -103,7 +103,7 @@ def test_one_row_products_take_the_row_call(check):
         specs = [TensorSpec(x.shape, "float32") for x in (a, b) + (() if c is None else (c,))]
         kernel.prepare(specs, attrs)
         row = c is None or c.size == n
-        assert kernel.bind(None).__qualname__.startswith("Gemm._row_call.") == row
+        assert kernel.bind(None).__qualname__.startswith("Gemm.serial_call.") == row
         if row:
             want = kernel.execute(a, b, c) if c is not None else kernel.execute(a, b)
             out = np.full((1, n), np.nan, np.float32)
@@ -113,12 +113,12 @@ def test_one_row_products_take_the_row_call(check):
     kernel = Gemm()
     kernel.context = KernelContext(Node("Gemm", ["a", "b"], ["y"], {}, "n"), None, {}, 1)
     kernel.prepare([TensorSpec((2, k), "float32"), TensorSpec((k, n), "float32")], {})
-    assert not kernel.bind(None).__qualname__.startswith("Gemm._row_call.")
+    assert not kernel.bind(None).__qualname__.startswith("Gemm.serial_call.")
 
 
 def test_matmul_blas_call_binding(check):
     """Static MatMul on one thread: batched products (the attention's) and a 2-D B that fgemm does
-    not take bind ``_blas_call`` (one np.matmul + the activation), against the reference; a 2-D B
+    not take bind ``serial_call`` (one np.matmul + the activation), against the reference; a 2-D B
     of a shape fgemm takes keeps the general path (the micro-kernels for a constant weight)."""
     from kernelkit.invoke import KernelContext
     from kernelkit.ir import Node, TensorSpec
@@ -139,7 +139,7 @@ def test_matmul_blas_call_binding(check):
         kernel.context = KernelContext(Node("MatMul", ["a", "b"], ["y"], {}, "n"), None, {}, 1)
         kernel.prepare([TensorSpec(a.shape, "float32"), TensorSpec(b.shape, "float32")], attrs)
         call = kernel.bind(None)
-        assert call.__qualname__.startswith("MatMul._blas_call.") == fast
+        assert call.__qualname__.startswith("MatMul.serial_call.") == fast
         if fast:
             out = np.full(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), np.nan,
                           np.float32)

@@ -135,7 +135,7 @@ class NumbaKernel:
         # run (shards.ShardPool.beat; issue 11, session 7)
         several = self.threads != 1 and (self.threads or config.default_threads()) > 1
         beat = config._POOL.beat if config.HEARTBEAT and several else None
-        if fixed == 1 and not self.uses_blas:
+        if fixed == 1:
             fast = self.serial_call(step)
             if fast is not None:
                 if beat is not None:
@@ -162,7 +162,8 @@ class NumbaKernel:
 
     def serial_call(self, step):
         """A call ``(*inputs, out=None)`` for inputs of the prepared shapes that runs on the
-        calling thread alone without consulting the thread budget (no shards), or None."""
+        calling thread alone without consulting the thread budget (no shards), or None. A kernel
+        that calls BLAS (``uses_blas``) sets it to one thread in that call (config.blas_single)."""
         return None
 
     def bound_compute(self):

@@ -11,7 +11,7 @@ import os
 import numpy as np
 from kernelkit.registry import register_kernel
 
-from .. import config, progress, tiered
+from .. import config
 from .._base import NumbaKernel
 from . import fgemm, ftile, gemm_nt
 from .conv import _edge, tile_grid
@@ -131,22 +131,14 @@ class Gemm(NumbaKernel):
     def work(self, a, b, c=None):
         return gemm_work(2.0 * a.size * (b.size // max(1, a.shape[0] if self.attrs.get("transA", 0) else a.shape[1])))
 
-    def bind(self, step):
-        """Static batch-1 products (one row, a classifier head or an MLP layer at batch 1) on one
-        thread take ``_row_call``; everything else the general bound call."""
-        fast = self._row_call()
-        if fast is None:
-            return super().bind(step)
-        progress.install()
-        return tiered.bound(self, fast)
-
-    def _row_call(self):
-        """For M = 1 the product is a matrix-vector product that BLAS runs at memory speed: a call
-        that does what the reference does, ``np.matmul`` into the output, the bias added in place
-        (and the activation), without the general path's per-call decisions (Xeon: 30-40 us over
-        the reference a node; here 11-14 us), or None where the general path runs (shapes not
-        static, another dtype, several rows, more than one thread, a forced fgemm variant, a C that
-        is not one value per column)."""
+    def serial_call(self, step):
+        """Static batch-1 products on one thread (one row: a classifier head or an MLP layer at
+        batch 1; ``NumbaKernel.bind`` takes this call when the thread budget is 1): for M = 1 the
+        product is a matrix-vector product that BLAS runs at memory speed, so the call does what
+        the reference does, ``np.matmul`` into the output, the bias added in place (and the
+        activation), without the general path's per-call decisions (Xeon: 30-40 us over the
+        reference a node; here 11-14 us). None where the general path runs (shapes not static,
+        another dtype, several rows, a forced fgemm variant, a C that is not one value per column)."""
         specs = self.input_specs
         if len(specs) < 2 or any(s is not None and (not s.is_static or s.layout) for s in specs):
             return None
@@ -157,7 +149,7 @@ class Gemm(NumbaKernel):
             return None
         m, k = a_spec.shape[::-1] if at.get("transA", 0) else a_spec.shape
         n = b_spec.shape[0] if at.get("transB", 0) else b_spec.shape[1]
-        if m != 1 or k == 0 or n == 0 or self.static_threads() != 1 or fgemm.kind_for(m, k, n) is not None:
+        if m != 1 or k == 0 or n == 0 or fgemm.kind_for(m, k, n) is not None:
             return None
         if c_spec is not None and (math.prod(c_spec.shape) != n or not c_spec.shape or c_spec.shape[-1] != n):
             return None
@@ -246,28 +238,19 @@ class MatMul(NumbaKernel):
         self.act = self.fused_activation(input_specs)
         self._const_b = ConstantB()
 
-    def bind(self, step):
+    def serial_call(self, step):
         """Static products on one thread that fgemm does not take (the attention's batched
-        products, a B that is not 2-D) bind ``_blas_call``; everything else the general call."""
-        fast = self._blas_call()
-        if fast is None:
-            return super().bind(step)
-        progress.install()
-        return tiered.bound(self, fast)
-
-    def _blas_call(self):
-        """One ``np.matmul`` into the output, as the reference (and the general path on one thread)
-        runs it, then the fused activation: the general path's per-call decisions cost 10-40 us a
-        node inside GPT-2 (its 24 attention products, ~0.08 ms each). None where the general path
-        runs: shapes not static, not float32, a 1-D operand, more than one thread, or a 2-D B whose
-        shape fgemm takes (a constant weight: the micro-kernels)."""
+        products, a B that is not 2-D; ``NumbaKernel.bind`` takes this call when the thread budget
+        is 1): one ``np.matmul`` into the output, as the reference (and the general path on one
+        thread) runs it, then the fused activation: the general path's per-call decisions cost
+        10-40 us a node inside GPT-2 (its 24 attention products, ~0.08 ms each). None where the
+        general path runs: shapes not static, not float32, a 1-D operand, or a 2-D B whose shape
+        fgemm takes (a constant weight: the micro-kernels)."""
         specs = self.input_specs
         if len(specs) != 2 or any(s is None or not s.is_static or s.layout for s in specs):
             return None
         a_spec, b_spec = specs
         if a_spec.dtype != "float32" or b_spec.dtype != "float32" or len(a_spec.shape) < 2 or len(b_spec.shape) < 2:
-            return None
-        if self.static_threads() != 1:
             return None
         if len(b_spec.shape) == 2 and fgemm.kind_for(math.prod(a_spec.shape[:-1]), *b_spec.shape) is not None:
             return None
