@@ -244,7 +244,9 @@ def call(kernel, run, inputs: tuple, out):
         was = getattr(_guard, "on", False)
         _guard.on = True
         try:
-            return run(inputs, out)
+            result = run(inputs, out)
+            kernel._tier_ok = True  # ran numba without a miss: settled (``bound``'s ``settled``)
+            return result
         except NotCompiled as exc:
             missing = exc
         finally:
@@ -291,6 +293,14 @@ def bound(kernel, fn):
             return fn(*inputs, out=out)
         return call(kernel, run, inputs, out)
 
+    def settled():
+        """``fn`` itself once the node runs numba (eager, or a guarded call ran it without a
+        miss): the plan's executor then calls it without this wrapper (``kernelkit.plan``'s
+        ``step.direct``). A kernel that would still have to compile for a later call (a new
+        code path) then compiles on the calling thread, as an eager node does."""
+        return fn if kernel._tier_mode is EAGER or kernel._tier_ok else None
+
+    tiered_call.settled = settled
     return tiered_call
 
 
