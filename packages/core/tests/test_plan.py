@@ -330,6 +330,7 @@ class ShapeKernel:
 
     calls = plain_calls = 0
     thread_safe = True  # the plan adds no lock: the executor's gate alone keeps the state right
+    plain_safe = False  # the settled call says thread_safe
 
     def prepare(self, specs, attrs):
         self.rows, self.ready = specs[0].shape[0], False
@@ -351,6 +352,7 @@ class ShapeKernel:
             return plain(x, out=out)
 
         call.settled = lambda: plain if self.ready else None
+        plain.thread_safe = self.plain_safe
         return call
 
     def execute(self, x, *, out=None):
@@ -382,6 +384,24 @@ def test_runs_of_the_bound_shapes_call_the_kernel_directly_and_settle():
     for _ in range(3):
         sess.run(None, {"x": np.ones((2, 3), np.float32)})
     assert ShapeKernel.calls == calls and ShapeKernel.plain_calls == 17
+
+
+def test_a_settled_call_that_keeps_no_state_runs_without_the_nodes_lock(monkeypatch):
+    """A kernel that is not thread-safe runs under its node's lock, unless the call it settles on
+    says ``thread_safe``: then ``step.direct()`` gives that call itself."""
+    monkeypatch.setattr(ShapeKernel, "thread_safe", False)
+    sess = _shape_session()
+    step = sess.plan.steps[0]
+    sess.run(None, {"x": np.ones((2, 3), np.float32)})
+    call, settled = step.direct()
+    assert not settled and call.__qualname__.endswith("locked.<locals>.call")
+    step.kernel.ready = True
+    call, settled = step.direct()
+    assert settled and call.__qualname__.endswith("locked.<locals>.call")  # plain keeps state: locked
+    monkeypatch.setattr(ShapeKernel, "plain_safe", True)
+    sess.run(None, {"x": np.ones((3, 3), np.float32)})  # new shapes: bound again, a plain call that says so
+    call, settled = step.direct()
+    assert settled and call.__qualname__ == "ShapeKernel.bind.<locals>.plain" and call.thread_safe
 
 
 def test_concurrent_runs_of_different_shapes_never_share_a_kernel_state():

@@ -273,13 +273,14 @@ def _bind_class(step: Step, kernel, specs: list, dynamic: bool) -> Callable:
     executor uses it for runs of input shapes the kernels are bound for already, see
     ``Executor``), and without the kernel's start-up wrapper once the bound call says it has
     settled: a bound call may carry ``settled()``, which returns the callable that replaces it
-    from now on, or None while it still needs its wrapper (numba's tiered start)."""
+    from now on, or None while it still needs its wrapper (numba's tiered start). A settled call
+    that says ``thread_safe = True`` (it keeps no per-call state) runs without the node's lock."""
     lock = step.lock
     binder = getattr(kernel, "bind", None)
     state = {"fn": binder(step) if callable(binder) else kernel.execute, "specs": specs, "key": None}
     safe = getattr(kernel, "thread_safe", False)  # the kernel keeps no per-call state: no lock
 
-    def locked(fn):
+    def locked(fn, safe=safe):
         if safe:
             return fn
 
@@ -293,7 +294,9 @@ def _bind_class(step: Step, kernel, specs: list, dynamic: bool) -> Callable:
         fn = state["fn"]
         settled = getattr(fn, "settled", None)
         plain = settled() if settled is not None else fn
-        return (locked(fn), False) if plain is None else (locked(plain), True)
+        if plain is None:
+            return locked(fn), False
+        return locked(plain, safe or getattr(plain, "thread_safe", False)), True  # a call keeping no state
 
     step.direct = direct
     if not dynamic:

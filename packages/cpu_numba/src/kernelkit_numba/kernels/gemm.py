@@ -170,6 +170,7 @@ class Gemm(NumbaKernel):
                 y += c.reshape(n) if beta == 1 else beta * c.reshape(n)
             return y
 
+        call.thread_safe = True  # no per-call state: the plan's settled call needs no lock
         return call
 
     def compute(self, a, b, c=None, *, out=None):
@@ -266,6 +267,7 @@ class MatMul(NumbaKernel):
                                     p0, p1)
             return y
 
+        call.thread_safe = True  # no per-call state: the plan's settled call needs no lock
         return call
 
     def work(self, a, b):
