@@ -20,6 +20,9 @@ JIT runtimes do:
    the node needs; what the kernel prepares on the way (transformed weights) stays. Its result
    is dropped. A node that is resized waits for its trial first.
 3. Until its trial ends the node keeps running the reference; then it runs numba again (guarded).
+   Once a guarded call ran numba without a miss (or the node is eager), the node has settled: the
+   plan's executor then calls its kernel without this wrapper (``bound``'s ``settled``;
+   ``kernelkit.executor``), a new input shape's first run excepted.
    A trial that fails (a bug, or an input the kernel rejects) leaves the node compiling on the
    calling thread from then on, so the error surfaces as it would without tiering; so does a node
    whose trials keep missing (``MAX_TRIALS``).
