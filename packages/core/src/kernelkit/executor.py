@@ -200,6 +200,7 @@ class Executor:
         self._gate = threading.Condition()
         self._bound = _UNBOUND
         self._fixed: list | None = None
+        self._fixed_frees: list = []
         self._readers = self._waiting = 0
         self._writing = False
 
@@ -239,7 +240,7 @@ class Executor:
                 self._walk_quiet(self.runners, env)
                 self._runs += 1
                 if self._unsettled and not self._runs & (self._runs - 1):
-                    self._settle(self.runners)
+                    self._settle(self.runners, self._frees)
             else:
                 self._run_bound(key, pool, env)
         except BaseException:
@@ -282,7 +283,7 @@ class Executor:
                 self._walk_quiet(self._fixed, env)
                 self._runs += 1
                 if self._unsettled and not self._runs & (self._runs - 1):
-                    self._settle(self._fixed)
+                    self._settle(self._fixed, self._fixed_frees)
             finally:
                 with gate:
                     self._readers -= 1
@@ -292,7 +293,7 @@ class Executor:
         fixed = None
         try:  # the per-node calls check the shapes and resize
             self._walk_quiet(self.runners, env)
-            fixed = self._fix(pool.specs)
+            fixed = self._fix(pool)
         finally:
             with gate:
                 self._writing = False
@@ -300,30 +301,32 @@ class Executor:
                     self._bound, self._fixed = key, fixed
                 gate.notify_all()
 
-    def _fix(self, specs: dict) -> list:
+    def _fix(self, pool: ArenaPool) -> list:
         """The runners for the input shapes just run: each node whose input shapes follow from them
-        calls its kernel directly (``step.direct()``), the others keep the checked call."""
-        runners, unsettled = list(self.runners), []
+        calls its kernel directly (``step.direct()``), the others keep the checked call; values in
+        this key's arena are not dropped after their last reader (as in a static plan)."""
+        specs, mem = pool.specs, pool.mem
+        placed = set(mem.placed) | set(mem.scratch)
+        frees = [tuple(s for s in free if s not in placed) for free in self._frees]
+        runners, unsettled = [], []
         for i, step in enumerate(self.plan.steps):
-            if step.direct is None:
-                continue
-            in_specs = [specs.get(s) for s in step.input_slots if s]
-            if not all(sp is not None and sp.is_static for sp in in_specs):
-                continue  # a shape that depends on data: checked per call
-            call, settled = step.direct()
-            runners[i] = _with_frees(make_runner(step, call), self._frees[i])
-            if not settled:
-                unsettled.append(i)
-        self._unsettled = unsettled
+            call = None
+            if step.direct is not None and all(sp is not None and sp.is_static for sp in
+                                               (specs.get(s) for s in step.input_slots if s)):
+                call, settled = step.direct()  # (a shape that depends on data: checked per call)
+                if not settled:
+                    unsettled.append(i)
+            runners.append(_with_frees(make_runner(step, call), frees[i]))
+        self._unsettled, self._fixed_frees = unsettled, frees
         return runners
 
-    def _settle(self, runners: list) -> None:
+    def _settle(self, runners: list, frees: list) -> None:
         """Runners without the start-up wrapper of the nodes that have settled since."""
         left = []
         for i in self._unsettled:
             call, settled = self.plan.steps[i].direct()
             if settled:
-                runners[i] = _with_frees(make_runner(self.plan.steps[i], call), self._frees[i])
+                runners[i] = _with_frees(make_runner(self.plan.steps[i], call), frees[i])
             else:
                 left.append(i)
         self._unsettled = left
