@@ -311,11 +311,12 @@ def test_concat_serial_call(check, rng):
                                       ("float32", "float64"), ("int64", "float32"), ("int64", "int32"),
                                       ("bool", "float32"), ("int32", "bool")])
 def test_cast_serial_call(src, dst):
-    """cast.serial (one thread): NumPy's conversion, the Numba loop's values (truncation toward
-    zero, round to nearest, wrap-around, x != 0), a C-contiguous result also from a strided input;
-    its ``bare`` call (a plan's step: the executor sets the error state) gives the same."""
+    """cast.serial (one thread): NumPy's conversion, the reference kernel's values (truncation
+    toward zero, round to nearest, wrap-around, x != 0), a C-contiguous result also from a strided
+    input; its ``bare`` call (a plan's step: the executor sets the error state) gives the same."""
     from kernelkit.ir import TensorSpec
     from kernelkit.ops.cast import ONNX_DTYPE_NUMBERS
+    from kernelkit.ops.cast import cast as reference
     from kernelkit_numba.kernels.typed_index import cast
 
     r = np.random.default_rng(3)
@@ -327,7 +328,7 @@ def test_cast_serial_call(src, dst):
     view = x[:, ::2]
     to = ONNX_DTYPE_NUMBERS[dst]
     call = cast.serial([TensorSpec(view.shape, src)], to=to)
-    want = cast(np.ascontiguousarray(view), to=to)
+    want = reference(view, to=to)
     for fn in (call, call.bare):
         got = fn(view)
         assert got.dtype == np.dtype(dst) and got.flags.c_contiguous
