@@ -35,6 +35,10 @@ from .qgemm import (
     to_int32,
 )
 
+# An integer convolution's operation in config.SERIAL_WORK units (QLinearConv.work): the kernel's
+# share of the session's threads starts at SERIAL_WORK / INT8_CONV_WORK operations.
+INT8_CONV_WORK = 1.0
+
 
 @jit_parallel
 def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx, q0, q1):
@@ -587,7 +591,7 @@ class QLinearConv(_IntegerConv):
     """Exact integer convolution + int32 bias, requantized per output channel (+ Relu/Clip)."""
 
     def work(self, x, x_scale, x_zero_point, w, *rest):
-        return self.conv_work(x, w)
+        return self.conv_work(x, w) * INT8_CONV_WORK
 
     def compute(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b=None, *,
                 out=None):
