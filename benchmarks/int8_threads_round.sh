@@ -18,7 +18,7 @@ printf 'try:\n    import kernelkit_numba.config as _c\n    _c.HEARTBEAT = False\
   date -u; uptime; } 2>&1 | tee "$OUT/host.txt"
 T=$(date +%s)
 echo "== trace mobilenet_v2 ($(date -u +%T))" | tee -a "$OUT/trace.txt"
-taskset -c 0,1 python3 benchmarks/trace_quantized.py mobilenet_v2 --runs 40 --warmup 30 --top 40 \
+taskset -c 0,1 python3 benchmarks/trace_quantized.py mobilenet_v2 --runs ${RUNS:-40} --warmup ${WARM:-30} --top 40 \
   --variants 1t,2t,2t-hb0,2t-cw0,2t-cw0-hb0 --json "$OUT/trace_mnv2.json" 2>&1 | tee -a "$OUT/trace.txt"
 echo "trace took $(( $(date +%s) - T )) s" | tee -a "$OUT/trace.txt"
 one() { # label cpus threads [env...]
@@ -38,6 +38,6 @@ for r in $(seq 1 "$ROUNDS"); do
   if [ "$r" = 2 ]; then KEY="ort int8" one ort1t 0,1 1 X=1; KEY="ort int8" one ort2t 0,1 2 X=1; fi
 done
 echo "== trace resnet18 ($(date -u +%T))" | tee -a "$OUT/trace.txt"
-taskset -c 0,1 python3 benchmarks/trace_quantized.py resnet18 --runs 10 --warmup 12 --top 25 \
+taskset -c 0,1 python3 benchmarks/trace_quantized.py resnet18 --runs ${RUNS:-10} --warmup ${WARM:-12} --top 25 \
   --variants 1t,2t,2t-cw0,2t-hb0 --json "$OUT/trace_r18.json" 2>&1 | tee -a "$OUT/trace.txt"
 echo "done $(date -u +%T), $(( $(date +%s) - T )) s" | tee -a "$OUT/trace.txt"
