@@ -31,8 +31,8 @@ one() { # label cpus threads [env...]
 for r in $(seq 1 "$ROUNDS"); do
   one 1t 0,1 1 X=1
   one 2t 0,1 2 X=1
-  one 2t-cw0 0,1 2 PYTHONPATH="$SC/cw0:$PYTHONPATH"
-  one 2t-hb0 0,1 2 PYTHONPATH="$SC/hb0:$PYTHONPATH"
+  one 2t-cw0 0,1 2 PYTHONPATH="$SC/cw0:${PYTHONPATH:-}"
+  one 2t-hb0 0,1 2 PYTHONPATH="$SC/hb0:${PYTHONPATH:-}"
   one 2t-spin0 0,1 2 KERNELKIT_NUMBA_SPIN_US=0
   one 1t-cpu1 1 1 X=1
   if [ "$r" = 2 ]; then KEY="ort int8" one ort1t 0,1 1 X=1; KEY="ort int8" one ort2t 0,1 2 X=1; fi
