@@ -102,9 +102,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write every node's figures there")
     args = p.parse_args(argv)
     variants = args.variants.split(",")
-    qargs = argparse.Namespace(reduce_range=not qbench._has_vnni())
     with tempfile.TemporaryDirectory() as tmp:
-        proto, path = qbench._quantized(args.model, args.small, Path(tmp), qargs)
+        proto, path = qbench.quantized_model(args.model, args.small, Path(tmp), not qbench._has_vnni())
         model = convert(path)
     feed = {"x": qbench._inputs(proto, 1, 0)}
     sessions = {}
