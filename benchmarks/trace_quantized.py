@@ -4,14 +4,14 @@ the shard pool's jobs attributed to the nodes (docs/quantization.md, "MobileNetV
 threads (issue 16, session 8)").
 
     OPENBLAS_NUM_THREADS=1 taskset -c 0,1 python benchmarks/trace_quantized.py mobilenet_v2 [--runs 30]
-        [--variants 1t,2t,2t-serial,2t-hb0,2t-serial-hb0] [--gap-ms 3] [--top 30] [--json FILE]
+        [--variants 1t,2t,2t-hb0,2t-cw0,2t-cw0-hb0] [--gap-ms 3] [--top 30] [--json FILE]
 
 Variants (each its own session; a setting is held while the session is built and while it runs):
 ``1t`` and ``2t`` as shipped, ``-serial`` with ``config.SERIAL_WORK`` infinite (every node on the
 calling thread: only the pool's heartbeat, and a worker it keeps spinning, remain), ``-hb0`` with
 ``config.HEARTBEAT`` off, ``-cw<F>`` with ``qconv.INT8_CONV_WORK`` = F (the weight of an integer
-convolution's operation in ``config.SERIAL_WORK`` units: 0, every QLinearConv on the calling thread;
-0.5, only those of twice the work on the pool). Each run is preceded by
+convolution's operation in ``config.SERIAL_WORK`` units; 0: every QLinearConv on the calling thread;
+the default 0.5: from 2**26 operations on the pool). Each run is preceded by
 ``--gap-ms`` of sleep (a worker kept spinning by the previous run has stopped by then), so no run
 meets another session's worker. Printed: per node the median ms of each variant, sorted by the
 difference 2t - 1t, the pool jobs a 2t run publishes in the node and how many a worker helped with;
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=30)
     p.add_argument("--warmup", type=int, default=30, help="runs of each session first (the pool's spin loop "
                    "is built after 32 jobs)")
-    p.add_argument("--variants", default="1t,2t,2t-serial,2t-hb0,2t-serial-hb0")
+    p.add_argument("--variants", default="1t,2t,2t-hb0,2t-cw0,2t-cw0-hb0")
     p.add_argument("--gap-ms", type=float, default=3.0)
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--small", action="store_true")
