@@ -273,10 +273,14 @@ def _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off
             out[o_off + r * ldo + j] = v
 
 
-def _rows_driver(kind: int, full, masked, full_z, masked_z):
+def _rows_driver(kind: int, full, masked, full_z, masked_z, half=None, half_z=None):
     """conv_tiles' loops for one variant, its four tiles fixed (a driver that dispatched on the kind
-    inside the pixel loop, even inlined, ran small-K layers 20% slower)."""
+    inside the pixel loop, even inlined, ran small-K layers 20% slower). ``half``/``half_z``: masked
+    tiles of one vector for a row's last nr / 2 pixels or fewer (a 14x14 map's 196 = 6 x 32 + 4:
+    the two-vector tile spent a whole tile's FMAs on 4 pixels); the masked ones where None."""
     mr, nr = MR[kind], NR[kind]
+    if half is None:
+        half, half_z = masked, masked_z
 
     def tiles(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block, groups,
               kc, pack, xp, s_lo, s_hi):
@@ -320,6 +324,13 @@ def _rows_driver(kind: int, full, masked, full_z, masked_z):
                                        m_valid, nv)
                             else:
                                 full(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                     m_valid, nv)
+                        elif 2 * nv <= nr:
+                            if with_z:
+                                half_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                       m_valid, nv)
+                            else:
+                                half(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
                                      m_valid, nv)
                         elif with_z:
                             masked_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
@@ -383,7 +394,7 @@ def rows_driver(kind: int):
         return _rows_driver(0, _generic_tile_noz, _generic_tile_noz, _generic_tile, _generic_tile)
     name, mr = _NAME[kind], MR[kind]
     tiles = [_tile_intrinsic(name, mr, 2, masked, with_z) for with_z in (False, True) for masked in (False, True)]
-    return _rows_driver(kind, *tiles)
+    return _rows_driver(kind, *tiles, *(_tile_intrinsic(name, mr, 1, True, with_z) for with_z in (False, True)))
 
 
 def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
