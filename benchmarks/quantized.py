@@ -98,14 +98,16 @@ def _runtime(key: str, proto, path: Path, threads: int):
     return _ort(proto, threads)
 
 
-def _quantized(name: str, small: bool, folder: Path, args):
+def quantized_model(name: str, small: bool, folder: Path, reduce_range: bool):
+    """(the float model, the path of its int8 model made in ``folder`` by onnxruntime's quantizer:
+    dynamic or static QDQ as MODES says, static ones calibrated on 16 random inputs)."""
     proto = (zoo.SMALL if small else zoo.MODELS)[name]()
     onnx.save(proto, folder / f"{name}.onnx")
     calibration = None
     if MODES[name] == "static":
         calibration = [{"x": _inputs(proto, 1, 1000 + i)} for i in range(16)]
     path = quantize(folder / f"{name}.onnx", folder / f"{name}.int8.onnx", mode=MODES[name], calibration=calibration,
-                    reduce_range=args.reduce_range)
+                    reduce_range=reduce_range)
     return proto, path
 
 
@@ -118,7 +120,7 @@ def _child(name: str, key: str, args) -> float:
 
 
 def bench(name: str, small: bool, folder: Path, args) -> dict:
-    proto, path = _quantized(name, small, folder, args)
+    proto, path = quantized_model(name, small, folder, args.reduce_range)
     x = _inputs(proto, 1, 0)
     if args.separate:
         row = {key: _child(name, key, args) for key in RUNTIMES}
@@ -155,7 +157,7 @@ def main(argv=None) -> int:
     if args.only:
         with tempfile.TemporaryDirectory() as tmp:
             name = args.models.split(",")[0]
-            proto, path = _quantized(name, args.small, Path(tmp), args)
+            proto, path = quantized_model(name, args.small, Path(tmp), args.reduce_range)
             median = _median_ms({args.only: _runtime(args.only, proto, path, args.threads)}, _inputs(proto, 1, 0),
                                 args.rounds)[args.only]
         print(json.dumps({"model": name, "runtime": args.only, "median_ms": median}))

@@ -31,18 +31,17 @@ along its channels' NCHW rows.
 from __future__ import annotations
 
 import functools
-import os
 import threading
 
 import numba
 import numpy as np
-from kernelkit.errors import ConfigError, DeviceError
+from kernelkit.errors import DeviceError
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .. import config
+from .. import _env, config
 from ..cache import CLOSURE_KEY
 from ..config import jit
 from .qtile import host_features, k_loop
@@ -74,17 +73,16 @@ def available(name: str) -> bool:
 
 
 _checked: dict = {}
+requested_raw = _env.reader(ENV)  # KERNELKIT_F32_GEMM's raw value
 
 
 def requested() -> str:
     """KERNELKIT_F32_GEMM (default ``auto``), checked; read on every call (cached per raw value)."""
-    raw = os.environ.get(ENV)
+    raw = requested_raw()
     hit = _checked.get(raw)
     if hit is not None and hit[0] == host_features():
         return hit[1]
-    value = (raw or "auto").strip().lower() or "auto"
-    if value not in CHOICES:
-        raise ConfigError(f"${ENV}={value!r}: expected one of {', '.join(CHOICES)}")
+    value = _env.choice(raw, ENV, CHOICES)
     if value in KIND and not available(value):
         missing = [f for f in _NEEDS[value] if f not in host_features()]
         raise F32GemmUnavailableError(f"${ENV}={value}: this CPU lacks {', '.join(missing)}")
