@@ -15,11 +15,9 @@ non-contiguous input) runs the general path, so results never depend on which pa
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from .. import config
+from .. import _env, config
 from .._base import readonly
 from . import dwtile, ftile
 from .epilogue import CLIP, NONE
@@ -67,7 +65,7 @@ def serial_call(conv, step):
     direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
     if group != 1 or not direct or oh_n * ow_n == 1:
         return None
-    raw = os.environ.get(ftile.ENV)
+    raw = ftile.requested_raw()
     kind, forced = ftile.choice()
     if kind is None:
         return None
@@ -77,6 +75,9 @@ def serial_call(conv, step):
     if not forced and not ftile_wins(1, 1, 1, 1, m_n, k_n, l_n):
         return None
     return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n), y_shape, k_n, l_n, lo, hi, has_z)
+
+
+_dw_raw = _env.reader(dwtile.ENV)  # KERNELKIT_F32_DEPTHWISE's raw value, read on every call
 
 
 class _Constants:
@@ -113,14 +114,14 @@ def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n):
     """dwtile's planes driver with its arguments fixed (dwtile.depthwise's choice of tile)."""
     general = _general(conv)
     held = _Constants()
-    raw = os.environ.get(dwtile.ENV)
+    raw = _dw_raw()
     planes = y_shape[0] * y_shape[1]
     fn = band = None
 
     def depthwise(x, w, b=None, z=None, *, out=None):
         nonlocal fn, band
         y = _output(out, y_shape)
-        if (os.environ.get(dwtile.ENV) != raw or y is None or w.flags.writeable or not x.flags.c_contiguous
+        if (_dw_raw() != raw or y is None or w.flags.writeable or not x.flags.c_contiguous
                 or (z is not None and not z.flags.c_contiguous)):
             return general(x, w, b, z, out=out)
         if w is not held.w or b is not held.b:
@@ -161,7 +162,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z):
 
     def tiles(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)
-        if (os.environ.get(ftile.ENV) != raw or y is None or w.flags.writeable or not x.flags.c_contiguous
+        if (ftile.requested_raw() != raw or y is None or w.flags.writeable or not x.flags.c_contiguous
                 or (z is not None and not z.flags.c_contiguous)):
             return general(x, w, b, z, out=out)
         if w is not held.w or b is not held.b:
