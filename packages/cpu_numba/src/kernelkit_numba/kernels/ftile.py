@@ -519,7 +519,7 @@ def phases_padded(x, xpp, s, ph, pl, hp, qp, c0, c1):
 
 
 # ------------------------------------------------------------------ small maps: channels in the lanes
-def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool):
+def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool, wstride: int | None = None):
     """An intrinsic ``tile(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off,
     ldo, lo, hi, out, m_valid, n_valid)`` for maps of few pixels (7x7): the channels are the vector
     lanes. ``w`` packed as pack_weights(W, cv * lanes) ([k][cv * lanes channels], loaded as cv
@@ -528,9 +528,12 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool):
     ``acc[a_off:]``; ``final`` = 0: they are stored there (a K chunk), else bias (+ z) and clamp are
     applied and each vector is stored lane by lane along its channels' NCHW rows (``out[o_off + c *
     ldo + p]``). Pixels past n_valid read pixel n_valid - 1 and are not stored; channel vectors at or
-    past m_valid (a multiple of lanes) are not stored."""
+    past m_valid (a multiple of lanes) are not stored. ``wstride``: the packed panels' width when it
+    is wider than the tile's (a narrow tile on a panel's last channels: its row k at ``w[w_off + k *
+    wstride]``)."""
     lanes = 8 if kind == "avx2" else 16
     width = cv * lanes
+    wstep = width if wstride is None else wstride
 
     def codegen(context, builder, sig, args):
         (w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
@@ -569,7 +572,7 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool):
             return [builder.load(vptr(pa, p * width + j * lanes), align=4) for p in range(mp) for j in range(cv)]
 
         k, accs, close = k_loop(builder, k_n, [zero_v] * (mp * cv), "fcols", (first, partial_sums))
-        wrow = builder.gep(pw, [builder.mul(k, ir.Constant(i64, width))])
+        wrow = builder.gep(pw, [builder.mul(k, ir.Constant(i64, wstep))])
         wv = [builder.load(vptr(wrow, j * lanes), align=4) for j in range(cv)]
         xrow = builder.gep(px, [builder.mul(k, ldx)])
         new = []
@@ -695,18 +698,22 @@ COLS_MP = {1: 6, 2: 7}  # pixels per cols tile
 COLS_CV = {1: 2, 2: 3}  # channel vectors per cols tile
 
 
-def _cols_driver(kind: int, tile, tile_z, mp: int | None = None):
+def _cols_driver(kind: int, tile, tile_z, mp: int | None = None, narrow=None):
     """conv_cols' loops for one variant, its two tiles fixed (see _rows_driver); ``mp`` pixels a
-    tile (COLS_MP[kind] unless given: conv_cols8's 8)."""
-    width = COLS_WIDTH[kind]
+    tile (COLS_MP[kind] unless given: conv_cols8's 8). ``narrow``: (one, one_z, two, two_z), tiles of
+    one and two channel vectors on the same panels, for a last panel of that many vectors (160
+    channels = 3 x 48 + 16: the full tile computed 32 channels for nothing)."""
+    width, lanes = COLS_WIDTH[kind], COLS_LANES[kind]
     mp = COLS_MP[kind] if mp is None else mp
     driver = "cols" if mp == COLS_MP[kind] else f"cols{mp}"
+    one, one_z, two, two_z = (tile, tile_z, tile, tile_z) if narrow is None else narrow
 
     def panels(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi):
         tiles = (n_pix + mp - 1) // mp
         for q in range(s_lo, s_hi):
             r0 = q * width
             m_valid = min(width, m_n - r0)
+            cvs = (m_valid + lanes - 1) // lanes
             for k0 in range(0, k_n, kc):
                 kk = min(kc, k_n - k0)
                 first = np.int64(1 if k0 == 0 else 0)
@@ -714,21 +721,43 @@ def _cols_driver(kind: int, tile, tile_z, mp: int | None = None):
                 w_off = q * k_n * width + k0 * width
                 for t in range(tiles):
                     p0 = t * mp
-                    if has_z:
-                        tile_z(wp, w_off, x, k0 * ldx + p0, ldx, kk, first, final, acc, t * mp * width, bias, r0, z,
-                               r0 * ldo + p0, ldo, lo, hi, out, m_valid, min(mp, n_pix - p0))
+                    xo, ao, oo, nv = k0 * ldx + p0, t * mp * width, r0 * ldo + p0, min(mp, n_pix - p0)
+                    if cvs == 1:
+                        if has_z:
+                            one_z(wp, w_off, x, xo, ldx, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
+                                  m_valid, nv)
+                        else:
+                            one(wp, w_off, x, xo, ldx, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
+                                m_valid, nv)
+                    elif cvs == 2:
+                        if has_z:
+                            two_z(wp, w_off, x, xo, ldx, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
+                                  m_valid, nv)
+                        else:
+                            two(wp, w_off, x, xo, ldx, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
+                                m_valid, nv)
+                    elif has_z:
+                        tile_z(wp, w_off, x, xo, ldx, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
+                               m_valid, nv)
                     else:
-                        tile(wp, w_off, x, k0 * ldx + p0, ldx, kk, first, final, acc, t * mp * width, bias, r0, z,
-                             r0 * ldo + p0, ldo, lo, hi, out, m_valid, min(mp, n_pix - p0))
+                        tile(wp, w_off, x, xo, ldx, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
+                             m_valid, nv)
 
     return _variant_jit(panels, driver, kind)
+
+
+def _narrow(name: str, cv: int, mp: int):
+    """_cols_driver's ``narrow`` tiles for panels of ``cv`` vectors (cv - 1 and cv - 2 vectors wide)."""
+    lanes = 8 if name == "avx2" else 16
+    widths = [min(n, cv) for n in (1, 2)]
+    return tuple(_cols_intrinsic(name, n, mp, z, cv * lanes) for n in widths for z in (False, True))
 
 
 @_built_once
 def cols_driver(kind: int):
     """The compiled loops of conv_cols for variant ``kind`` (1 or 2), built on first use."""
-    name = _NAME[kind]
-    return _cols_driver(kind, *(_cols_intrinsic(name, COLS_CV[kind], COLS_MP[kind], z) for z in (False, True)))
+    name, cv, mp = _NAME[kind], COLS_CV[kind], COLS_MP[kind]
+    return _cols_driver(kind, *(_cols_intrinsic(name, cv, mp, z) for z in (False, True)), narrow=_narrow(name, cv, mp))
 
 
 # 8 pixels a tile (24 accumulators, 3 weight vectors: 27 of the 32 zmm): Winograd's F(2x2, 3x3) on a
@@ -739,7 +768,8 @@ COLS8_KIND = 2  # the kind that has the 8-pixel cols tile
 @functools.cache
 def cols8_driver():
     """The compiled loops of conv_cols8 (avx512), built on first use."""
-    return _cols_driver(COLS8_KIND, *(_cols_intrinsic("avx512", 3, 8, z) for z in (False, True)), mp=8)
+    return _cols_driver(COLS8_KIND, *(_cols_intrinsic("avx512", 3, 8, z) for z in (False, True)), mp=8,
+                        narrow=_narrow("avx512", 3, 8))
 
 
 def cols_mode(kind: int, n_pix: int) -> int:
