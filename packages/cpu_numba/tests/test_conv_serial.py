@@ -134,3 +134,27 @@ def test_serial_call_is_not_bound_where_the_general_path_decides(rng):
         w = _ro(rng.standard_normal(ws).astype(np.float32))
         name = _kernel(x, w, None, None, attrs).bind(None).__qualname__
         assert "_tiles_call" not in name and "_depthwise_call" not in name
+
+
+@needs_tiles
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("xs, ws, attrs, with_b, with_z", CASES + [
+    ((1, 96, 56, 56), (96, 96, 1, 1), {"activation": "Clip", "activation_params": [0.0, 6.0]}, True, True),
+    ((1, 320, 7, 7), (1280, 320, 1, 1), {}, True, False),
+    ((4, 96, 112, 112), (96, 1, 3, 3), {"group": 96, "pads": [1, 1, 1, 1], "strides": [2, 2]}, True, False)])
+def test_bound_compute_on_several_threads(rng, threads, xs, ws, attrs, with_b, with_z):
+    """On more threads the bound call's compute is conv_serial's (the same drivers through
+    ftile.run_sharded / dwtile.run, arguments bound once): bit-equal to ``execute``, close to the
+    reference, a second call (constants bound) too."""
+    depthwise = ws[1] == 1
+    if depthwise and not dwtile.enabled():
+        pytest.skip("no AVX-512 window tiles on this CPU")
+    x, w, b, z = _case(rng, xs, ws, attrs, with_b, with_z)
+    k = _kernel(x, w, b, z, attrs, threads=threads)
+    assert ("_depthwise_call" if depthwise else "_tiles_call") in k.bound_compute().__qualname__
+    call = k.bind(None)
+    inputs = _inputs(x, w, b, z)
+    want = k.execute(*inputs)
+    for _ in range(2):
+        np.testing.assert_array_equal(call(*inputs), want)
+    assert_close(want, run_single_op("Conv", inputs, attrs, vendors=["reference"])[0])

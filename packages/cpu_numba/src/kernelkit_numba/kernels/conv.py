@@ -529,6 +529,11 @@ class Conv(NumbaKernel):
         (conv_serial.py): its driver and arguments bound once. None: the general path."""
         return conv_serial.serial_call(self, step)
 
+    def bound_compute(self):
+        """``compute`` for the bound call of a convolution on more threads: the same drivers with their
+        arguments bound once (conv_serial.bound_compute), sharded at each call's budget."""
+        return conv_serial.bound_compute(self)
+
     def _transformed(self, w, w4, variant: int):
         """The Winograd transform of the weights (``variant`` 2: F(2x2, 3x3), 4: F(4x4, 3x3)), made
         once per constant: the session hands a kernel the same read-only array every run."""

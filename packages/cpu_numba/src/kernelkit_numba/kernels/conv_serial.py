@@ -28,6 +28,18 @@ def serial_call(conv, step):
     static float32 NCHW shapes, an epilogue the tiles fuse (none, Relu, Clip), and either a depthwise
     3x3 on dwtile's tiles or a dense 1x1 stride-1 unpadded convolution of more than one pixel on
     ftile's tiles."""
+    return _bind(conv, False)
+
+
+def bound_compute(conv):
+    """``compute`` as a bound call of ``conv`` runs it (``NumbaKernel.bind``'s general call, which
+    sets the thread budget first): for the convolutions ``serial_call`` takes, their driver through
+    ftile.run_sharded / dwtile.run at the budget of each call, with the arguments bound once (the
+    plan per thread count); else ``conv.compute``."""
+    return _bind(conv, True) or conv.compute
+
+
+def _bind(conv, parallel: bool):
     specs = conv.input_specs
     if len(specs) < 2 or any(s is not None and (not s.is_static or s.layout) for s in specs):
         return None
@@ -61,7 +73,7 @@ def serial_call(conv, step):
         if not (sh == sw and dwtile.depthwise_fits(sh, kh, kw, (dh, dw), conv._all_pads(x_shape, w_shape),
                                                     np.float32) and dwtile.enabled()):
             return None
-        return _depthwise_call(conv, y_shape, sh, ph, pw, lo, hi, has_z, m_n)
+        return _depthwise_call(conv, y_shape, sh, ph, pw, lo, hi, has_z, m_n, parallel)
     direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
     if group != 1 or not direct or oh_n * ow_n == 1:
         return None
@@ -74,7 +86,8 @@ def serial_call(conv, step):
     k_n, l_n = c_n, oh_n * ow_n
     if not forced and not ftile_wins(1, 1, 1, 1, m_n, k_n, l_n):
         return None
-    return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n), y_shape, k_n, l_n, lo, hi, has_z)
+    return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n), y_shape, k_n, l_n, lo, hi, has_z,
+                       parallel)
 
 
 _dw_raw = _env.reader(dwtile.ENV)  # KERNELKIT_F32_DEPTHWISE's raw value, read on every call
@@ -95,9 +108,13 @@ def _bias(conv, b, m_n):
         np.ascontiguousarray(b, dtype=np.float32).reshape(m_n))
 
 
-def _general(conv):
-    """The general path as the bound call runs it (NumbaKernel.run: read-only inputs, the thread
-    budget, BLAS at one thread)."""
+def _general(conv, parallel: bool):
+    """The general path: ``conv.compute`` inside a bound call (its wrapper made the inputs read-only
+    and set the thread budget), else as the bound call runs it (NumbaKernel.run: read-only inputs,
+    the thread budget, BLAS at one thread)."""
+    if parallel:
+        return conv.compute
+
     def general(*inputs, out=None):
         return conv.run(inputs, out)
 
@@ -110,9 +127,11 @@ def _output(out, y_shape):
     return out if out.flags.c_contiguous else None
 
 
-def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n):
-    """dwtile's planes driver with its arguments fixed (dwtile.depthwise's choice of tile)."""
-    general = _general(conv)
+def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n, parallel):
+    """dwtile's planes driver with its arguments fixed (dwtile.depthwise's choice of tile); ``parallel``:
+    through dwtile.run at the call's thread budget."""
+    general = _general(conv, parallel)
+    cost = dwtile.cost_us("conv", stride, y_shape[0] * y_shape[1], int(np.prod(y_shape)))
     held = _Constants()
     raw = _dw_raw()
     planes = y_shape[0] * y_shape[1]
@@ -133,16 +152,22 @@ def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n):
         if fn is None:
             fn, args = dwtile.depthwise(x, w, held.bias, y, z, stride, ph, pw, lo, hi)
             band = args[-1]
-        fn(x, w, held.bias, y, zz, ph, pw, lo, hi, band, 0, planes)
+        if parallel:
+            dwtile.run(fn, planes, (x, w, held.bias, y, zz, ph, pw, lo, hi, band), cost)
+        else:
+            fn(x, w, held.bias, y, zz, ph, pw, lo, hi, band, 0, planes)
         return y
 
     return depthwise
 
 
-def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z):
+def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, parallel):
     """ftile's rows (or cols) driver for a 1x1 stride-1 convolution, the NCHW input read in place
-    (conv._gemm_ftile's direct case at one thread), its arguments fixed."""
-    general = _general(conv)
+    (conv._gemm_ftile's direct case), its arguments fixed; ``parallel``: through ftile.run_sharded
+    at the call's thread budget (the plan made once per thread count), else on this thread."""
+    general = _general(conv, parallel)
+    work = 2.0 * y_shape[1] * k_n * l_n
+    plans: dict = {}
     held = _Constants()
     n_n, m_n = y_shape[0], y_shape[1]
     zero = conv._zeros(m_n, np.float32)
@@ -172,6 +197,9 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z):
             held.w, held.b, held.bias = w, b, _bias(conv, b, m_n)
         x = readonly(x)
         z = no_z if z is None else readonly(z)
+        if parallel:
+            _sharded(x, y, z, held)
+            return y
         scratch = config.thread_buffer("ftile", size, np.float32)
         for n in range(n_n):
             xs = x[n].reshape(-1)
@@ -184,5 +212,29 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z):
                 driver(held.packed, k_n, m_n, xs, 0, l_n, l_n, held.bias, zero, zn, has_z, lo, hi, yn, 0, l_n, block,
                        groups, kc, pack, scratch, 0, total)
         return y
+
+    def _sharded(x, y, z, held):
+        key = (config.current_threads(), ftile.BALANCED_PLAN)
+        threads = key[0]
+        hit = plans.get(key)
+        if hit is None:
+            if cols:
+                hit = plans[key] = (-(-m_n // width), None, None, None, size)
+            else:
+                p_block, p_blocks, p_groups, p_kc = ftile.plan(kind, m_n, k_n, l_n, threads)
+                hit = plans[key] = (p_blocks * p_groups, p_block, p_groups, p_kc,
+                                        ftile.scratch_size(kind, False, l_n, p_block, p_kc, pack))
+        count, p_block, p_groups, p_kc, p_size = hit
+        for n in range(n_n):
+            xs = x[n].reshape(-1)
+            yn = y[n].reshape(-1)
+            zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
+            if cols:
+                ftile.run_sharded(ftile.conv_cols, count, (kind, held.packed, k_n, m_n, xs, l_n, l_n, held.bias, zn,
+                                                           has_z, lo, hi, yn, l_n, ftile.COLS_KC), work, p_size)
+            else:
+                ftile.run_sharded(ftile.conv_tiles, count, (kind, held.packed, k_n, m_n, xs, 0, l_n, l_n, held.bias,
+                                                            zero, zn, has_z, lo, hi, yn, 0, l_n, p_block, p_groups,
+                                                            p_kc, pack), work, p_size)
 
     return tiles
