@@ -386,3 +386,79 @@ def test_short_jobs_of_a_worker_without_a_core_back_off():
         within(pool.run, fn, 4, 2)
     assert hits == [pool.SHORT_MISSES] * 4
     assert pool.backed_off() and pool.stats["short_misses"] == pool.SHORT_MISSES
+
+
+def test_late_workers_back_off():
+    """Jobs a worker helped with, but came to more than LATE_S after publication although it spins
+    (the spin loop exists, none asleep), ``LATE_MISSES`` in a row back the pool off: it has no core.
+    A worker asleep at publication, or before workers spin, is no sign; a prompt one clears the count."""
+    pool = shards.ShardPool(0.0)
+    helped = types.SimpleNamespace(claimed=1)
+    worked, late, prompt = 2 * pool.SHORT_MISS_S, 2 * pool.LATE_S, pool.LATE_S / 10
+    for _ in range(2 * pool.LATE_MISSES):
+        pool._judge(helped, 0.0, worked, worked, 0, late)  # no spin loop yet
+    pool._can_spin = True
+    for _ in range(2 * pool.LATE_MISSES):
+        pool._judge(helped, 0.0, worked, worked, 1, late)  # asleep at publication: woken late by design
+    assert pool.stats["late"] == 0
+    for _ in range(pool.LATE_MISSES - 1):
+        pool._judge(helped, 0.0, worked, worked, 0, late)
+    pool._judge(helped, 0.0, worked, worked, 0, prompt)
+    assert not pool.backed_off() and pool.stats["late"] == pool.LATE_MISSES - 1
+    for _ in range(pool.LATE_MISSES):
+        assert not pool.backed_off()
+        pool._judge(helped, 0.0, worked, worked, 0, late)
+    assert pool.backed_off() and pool.stats["backoffs"] == 1
+
+
+def test_a_caller_short_of_a_core_through_a_run_backs_off():
+    """The heartbeat's windows (``WINDOW_S``): the calling thread's CPU time under WINDOW_SHARE of
+    the wall time, ``WINDOW_MISSES`` windows in a row, backs the pool off; a gap between beats longer
+    than WINDOW_GAP_S (between runs) or a beat from another thread starts a new window, and a window
+    at full speed clears the count."""
+    pool = shards.ShardPool(0.0)
+    cpu = [0.0]
+    pool._thread_time = lambda: cpu[0]
+    step = pool.WINDOW_S / 10
+
+    def beats(n, t, share):
+        for _ in range(n):
+            t += step
+            cpu[0] += share * step
+            pool._window(t)
+        return t
+
+    t = beats(15, 0.0, 1.0)
+    assert pool.stats["windows"] >= 1 and pool.stats["slow_windows"] == 0
+    t = beats(11, t, 0.5)  # one slow window
+    t = beats(11, t, 1.0)  # a full one clears the count
+    assert pool.stats["slow_windows"] == 1 and not pool.backed_off()
+    for _ in range(3):  # long gaps between beats (between runs): no window is judged
+        t += 2 * pool.WINDOW_GAP_S
+        pool._window(t)
+    t = beats(5, t, 0.5)
+    assert pool.stats["slow_windows"] == 1
+    t = beats(25, t, 0.5)
+    assert pool.backed_off() and pool.stats["backoffs"] == 1
+    pool.reset()
+    windows = pool.stats["windows"]
+    other = threading.Thread(target=lambda: pool._window(t + step))
+    other.start()
+    other.join()
+    beats(5, t + step, 0.5)  # after another thread's beat, a new window
+    assert pool.stats["windows"] == windows
+
+
+def test_a_beating_caller_that_sleeps_backs_off():
+    """The same through ``beat``: a caller that beats every 2 ms and sleeps in between (its thread
+    CPU time far under its wall time) backs the pool off within a few windows; no beat counts
+    while backed off."""
+    pool = shards.ShardPool(0.0)
+    t0 = time.perf_counter()
+    while not pool.backed_off() and time.perf_counter() - t0 < 5.0:
+        pool.beat()
+        time.sleep(0.002)
+    assert pool.backed_off() and pool.stats["slow_windows"] >= pool.WINDOW_MISSES
+    beats = int(pool._gen[1])
+    pool.beat()
+    assert int(pool._gen[1]) == beats
