@@ -193,8 +193,9 @@ def test_a_heartbeat_wakes_a_sleeping_worker_and_no_beat_while_backed_off():
 
 def test_stall_backs_off_and_current_threads_says_one():
     """A worker that holds its shard far longer than the caller's whole share (a worker that lost
-    its core) is a stall: the pool then runs jobs on the calling thread, and ``current_threads()``
-    is 1 for that time, so the kernels cut their work for one thread."""
+    its core) is a stall; a second one within STALL_PAIR_S backs the pool off: it then runs jobs on
+    the calling thread, and ``current_threads()`` is 1 for that time, so the kernels cut their work
+    for one thread."""
     pool = shards.POOL
     pool.reset()
     pool.backoff = True  # off for the other tests of this package (conftest)
@@ -210,7 +211,10 @@ def test_stall_backs_off_and_current_threads_says_one():
     try:
         stalls = pool.stats["stalls"]
         within(pool.run, fn, 4, 2)
-        assert pool.stats["stalls"] == stalls + 1 and pool.backed_off()
+        assert pool.stats["stalls"] == stalls + 1 and not pool.backed_off()  # one stall: a hiccup
+        start.clear()
+        within(pool.run, fn, 4, 2)
+        assert pool.stats["stalls"] == stalls + 2 and pool.backed_off()
         with config.num_threads(2):
             assert config.current_threads() == 1
             assert config.shard_count(1000, 1e12, threads=None) == 1
@@ -240,15 +244,32 @@ def test_workers_that_never_claim_back_off():
 
 
 def test_back_off_grows_while_contention_repeats():
+    """The back-off doubles while signs come within CALM_S of the last back-off's end, and starts
+    again at MIN_BACKOFF_S after a calm spell; isolated stalls (further apart than STALL_PAIR_S)
+    never back off."""
     pool = shards.ShardPool(0.0)
     pool._back_off("test")
     first = pool._backoff
     pool._back_off("test")
     assert first == pool.MIN_BACKOFF_S and pool._backoff == 2 * first and pool.backed_off()
+    pool._serial_until = time.perf_counter() - 2 * pool.CALM_S  # ended a calm spell ago
+    pool._back_off("test")
+    assert pool._backoff == pool.MIN_BACKOFF_S
     pool.reset()
+    job = types.SimpleNamespace(claimed=1)
+    for _ in range(3):
+        pool._judge(job, 2 * pool.STALL_S, pool.STALL_S)
+        assert not pool.backed_off()
+        pool._last_stall -= 2 * pool.STALL_PAIR_S  # the next stall comes long after
+    pool._judge(job, 2 * pool.STALL_S, pool.STALL_S)
+    pool._judge(job, 2 * pool.STALL_S, pool.STALL_S)  # two in a row
+    assert pool.backed_off() and pool.stats["stalls"] == 5
+    pool.reset()
+    pool.reset()
+    backoffs = pool.stats["backoffs"]
     pool.backoff = False  # signs counted, no back-off
     pool._back_off("test")
-    assert not pool.backed_off() and pool.stats["backoffs"] == 2
+    assert not pool.backed_off() and pool.stats["backoffs"] == backoffs
 
 
 @pytest.mark.parametrize("spin_us", [0.0, 200.0])

@@ -38,16 +38,18 @@ How a job reaches the workers (issue 11, session 4; docs/numba.md, "Shard pool")
 - **Back-off under contention.** The caller watches each job: a helper that claimed no shard
   although the caller worked longer than ``MISS_S`` (an awake worker claims within microseconds, a
   woken one within ~0.1 ms: it had no core), ``MISSES`` jobs in a row, or longer than
-  ``SHORT_MISS_S`` while workers spin, ``SHORT_MISSES`` jobs in a row, or a *stall* (the caller,
-  done with every unclaimed shard, waited longer than ``STALL_S`` and longer than half its own share
-  for a shard a worker had started: the worker lost its core mid-shard), or the caller itself
-  running its shards on a shared core (its thread CPU time under ``PREEMPT_SHARE`` of the wall time
-  it spent on them, ``MISSES`` jobs in a row: three runnable threads on two cores, where the
-  second thread's gain is smaller than what the caller loses) backs the pool off: for
-  ``MIN_BACKOFF_S`` (doubling up to ``MAX_BACKOFF_S`` while back-offs keep coming within
-  ``CALM_S``) every job runs on the calling thread, and ``config.current_threads()`` says 1 so that
-  kernels cut their work for one thread (no shards, one GEMM call) and BLAS and the kernels agree
-  on one thread count. Workers do not spin meanwhile.
+  ``SHORT_MISS_S`` while workers spin, ``SHORT_MISSES`` jobs in a row, or two *stalls* within
+  ``STALL_PAIR_S`` (the caller, done with every unclaimed shard, waited longer than ``STALL_S`` and
+  longer than half its own share for a shard a worker had started: the worker lost its core
+  mid-shard; one alone is a hiccup), or the caller itself running its shards on a shared core (its
+  thread CPU time under ``PREEMPT_SHARE`` of the wall time it spent on them, ``MISSES`` jobs in a
+  row: three runnable threads on two cores, where the second thread's gain is smaller than what the
+  caller loses), or a worker late to ``LATE_MISSES`` jobs in a row (``LATE_S``), or the caller
+  under ``WINDOW_SHARE`` of a core through a run (``WINDOW_S``, measured at the heartbeat) backs
+  the pool off: for ``MIN_BACKOFF_S`` (doubling up to ``MAX_BACKOFF_S`` while signs come within
+  ``CALM_S`` of the last back-off's end) every job runs on the calling thread, and
+  ``config.current_threads()`` says 1 so that kernels cut their work for one thread (no shards, one
+  GEMM call) and BLAS and the kernels agree on one thread count. Workers do not spin meanwhile.
 
 ``trace`` (a list, or None) records every shard ``(job, shard, thread name, start, end)`` and every
 job ``(job, -1, caller, published, all done, caller's shards done)`` for ``benchmarks/trace_pool.py``;
@@ -166,12 +168,18 @@ class ShardPool:
 
     # caller-side contention signs (module docstring)
     STALL_S = 5e-4
+    # a stall backs off when the one before came within STALL_PAIR_S (issue 11, session 8): on the
+    # Xeon a quiet process saw 1-2 isolated stalls (a vCPU's hiccup), each of which backed the pool
+    # off for 50 ms-2 s; under load they come in runs
+    STALL_PAIR_S = 1.0
     MISS_S = 1e-3
     MISSES = 3
     # the caller preempted: its shards' thread CPU time below this share of their wall time, in
     # jobs where it worked at least PREEMPT_MIN_S (quiet: 0.95-1.0; a busy loop on its core: ~0.5)
     PREEMPT_SHARE, PREEMPT_MIN_S = 0.75, 3e-4
-    MIN_BACKOFF_S, MAX_BACKOFF_S, CALM_S = 0.05, 2.0, 10.0
+    # the back-off doubles (up to MAX_BACKOFF_S) while a sign comes within CALM_S of the end of the
+    # last back-off: contention that lasts; one later than that starts again at MIN_BACKOFF_S
+    MIN_BACKOFF_S, MAX_BACKOFF_S, CALM_S = 0.05, 2.0, 1.0
     # short jobs (the caller worked SHORT_MISS_S to MISS_S) that no worker helped with, in a row,
     # before the pool backs off: a spinning worker with a core claims within microseconds
     SHORT_MISS_S, SHORT_MISSES = 5e-5, 8
@@ -232,6 +240,7 @@ class ShardPool:
         self._serial_until = 0.0
         self._backoff = self.MIN_BACKOFF_S
         self._last_backoff = float("-inf")
+        self._last_stall = float("-inf")
         self._missed = 0
         self._short = 0
         self._preempted = 0
@@ -257,7 +266,7 @@ class ShardPool:
         self._serial_until, self._backoff, self._missed, self._preempted = 0.0, self.MIN_BACKOFF_S, 0, 0
         self._short = self._late = self._slow = 0
         self._win[2] = 0.0
-        self._last_backoff = float("-inf")
+        self._last_backoff = self._last_stall = float("-inf")
 
     # -- workers ---------------------------------------------------------------------------------
     def _ensure(self, n: int) -> None:
@@ -425,7 +434,11 @@ class ShardPool:
         caller preempted job after job."""
         if waited > self.STALL_S and waited > 0.5 * worked:
             self.stats["stalls"] += 1
-            self._back_off(f"waited {waited * 1e3:.2f} ms for a worker's shard")
+            now = time.perf_counter()
+            if now - self._last_stall <= self.STALL_PAIR_S:
+                self._back_off(f"waited {waited * 1e3:.2f} ms for a worker's shard (two stalls within "
+                               f"{self.STALL_PAIR_S:g} s)")
+            self._last_stall = now
         elif job.claimed == 0 and worked > self.MISS_S:
             self.stats["misses"] += 1
             self._missed += 1
@@ -463,7 +476,7 @@ class ShardPool:
         if not self.backoff:
             return
         now = time.perf_counter()
-        calm = now - self._last_backoff > self.CALM_S
+        calm = now - self._serial_until > self.CALM_S  # since the last back-off ended
         self._backoff = self.MIN_BACKOFF_S if calm else min(2 * self._backoff, self.MAX_BACKOFF_S)
         self._last_backoff, self._serial_until, self._missed, self._preempted = now, now + self._backoff, 0, 0
         self._short = self._late = self._slow = 0
