@@ -98,14 +98,16 @@ def _runtime(key: str, proto, path: Path, threads: int):
     return _ort(proto, threads)
 
 
-def _quantized(name: str, small: bool, folder: Path, args):
+def quantized_model(name: str, small: bool, folder: Path, reduce_range: bool):
+    """(the float model, the path of its int8 model made in ``folder`` by onnxruntime's quantizer:
+    dynamic or static QDQ as MODES says, static ones calibrated on 16 random inputs)."""
     proto = (zoo.SMALL if small else zoo.MODELS)[name]()
     onnx.save(proto, folder / f"{name}.onnx")
     calibration = None
     if MODES[name] == "static":
         calibration = [{"x": _inputs(proto, 1, 1000 + i)} for i in range(16)]
     path = quantize(folder / f"{name}.onnx", folder / f"{name}.int8.onnx", mode=MODES[name], calibration=calibration,
-                    reduce_range=args.reduce_range)
+                    reduce_range=reduce_range)
     return proto, path
 
 
@@ -118,7 +120,7 @@ def _child(name: str, key: str, args) -> float:
 
 
 def bench(name: str, small: bool, folder: Path, args) -> dict:
-    proto, path = _quantized(name, small, folder, args)
+    proto, path = quantized_model(name, small, folder, args.reduce_range)
     x = _inputs(proto, 1, 0)
     if args.separate:
         row = {key: _child(name, key, args) for key in RUNTIMES}
@@ -150,12 +152,21 @@ def main(argv=None) -> int:
                         "CPU lacks it, as onnxruntime recommends)")
     p.add_argument("--separate", action="store_true", help="time each contender in its own process")
     p.add_argument("--only", choices=RUNTIMES, help=argparse.SUPPRESS)  # a --separate child: one contender, JSON out
+    p.add_argument("--keep", metavar="DIR", help="with --only: the int8 model is made once into DIR and read from "
+                   "there by later processes (one contender a process, many processes)")
     args = p.parse_args(argv)
     args.reduce_range = args.reduce_range == "on" or (args.reduce_range == "auto" and not _has_vnni())
     if args.only:
         with tempfile.TemporaryDirectory() as tmp:
             name = args.models.split(",")[0]
-            proto, path = _quantized(name, args.small, Path(tmp), args)
+            folder = Path(tmp)
+            if args.keep:
+                folder = Path(args.keep) / f"{name}{'-small' if args.small else ''}{'-rr' if args.reduce_range else ''}"
+                folder.mkdir(parents=True, exist_ok=True)
+            if args.keep and (folder / f"{name}.int8.onnx").exists():
+                proto, path = (zoo.SMALL if args.small else zoo.MODELS)[name](), folder / f"{name}.int8.onnx"
+            else:
+                proto, path = quantized_model(name, args.small, folder, args.reduce_range)
             median = _median_ms({args.only: _runtime(args.only, proto, path, args.threads)}, _inputs(proto, 1, 0),
                                 args.rounds)[args.only]
         print(json.dumps({"model": name, "runtime": args.only, "median_ms": median}))

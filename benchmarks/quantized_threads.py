@@ -18,9 +18,7 @@ from pathlib import Path
 os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 import kernelkit  # noqa: E402
 import numpy as np  # noqa: E402
-import onnx  # noqa: E402
 from kernelkit_converters.onnx import convert  # noqa: E402
-from kernelkit_converters.quantize import quantize  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("kernelkit_qprofile", Path(__file__).parent / "quantized_profile.py")
 qprof = importlib.util.module_from_spec(_spec)
@@ -44,13 +42,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     name = args.model
     folder = Path(tempfile.mkdtemp())
-    proto = (qbench.zoo.SMALL if args.small else qbench.zoo.MODELS)[name]()
-    onnx.save(proto, folder / f"{name}.onnx")
-    calibration = None
-    if qbench.MODES[name] == "static":
-        calibration = [{"x": qbench._inputs(proto, 1, 1000 + i)} for i in range(16)]
-    path = quantize(folder / f"{name}.onnx", folder / f"{name}.int8.onnx", mode=qbench.MODES[name],
-                    calibration=calibration, reduce_range=not qbench._has_vnni())
+    proto, path = qbench.quantized_model(name, args.small, folder, reduce_range=not qbench._has_vnni())
     feed = {"x": qbench._inputs(proto, 1, 0)}
     model = convert(path)
     threads = (1, 2)

@@ -43,8 +43,8 @@ def main(argv=None) -> int:
         qgemm.INT8_WORK = args.int8_work
     if args.column_shard_ops is not None:
         qgemm.COLUMN_SHARD_OPS = args.column_shard_ops
-    args.reduce_range = not qbench._has_vnni()  # quantized.py's default (auto)
-    proto, path = qbench._quantized(args.model, False, Path(tempfile.mkdtemp()), args)
+    proto, path = qbench.quantized_model(args.model, False, Path(tempfile.mkdtemp()),
+                                         reduce_range=not qbench._has_vnni())  # quantized.py's default (auto)
     x = qbench._inputs(proto, 1, 0)
     kk = kernelkit.Session(convert(path), threads=args.threads, options={"numba_start": "eager"})
     opts = ort.SessionOptions()

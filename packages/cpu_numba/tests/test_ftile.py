@@ -115,6 +115,24 @@ def test_cols_tiles(name, m, k, n):
         _close(_cols(kind, w, x, b, zz, lo, hi, kc), _want(w, x, b, zz, lo, hi), k)
 
 
+@pytest.mark.parametrize("name", ["avx2", "avx512"])
+def test_cols_tiles_keep_nan_and_inf(name):
+    """The cols tiles' epilogue (avx512: transposed in registers, one masked store per channel row):
+    NaN stays NaN through the clamp, inf is clamped, the residual's NaN too; 16 and 48 channels."""
+    _need(name)
+    kind = ftile.KIND[name]
+    for m in (16, 48):
+        w = np.ones((m, 4), np.float32)
+        x = np.ones((4, 20), np.float32)
+        x[2, 5], x[1, 17], x[3, 8] = np.nan, np.inf, -np.inf
+        z = np.zeros((m, 20), np.float32)
+        z[m - 1, 3], z[0, 19] = np.nan, 7.0
+        b = np.arange(m, dtype=np.float32) / m
+        for zz, lo, hi in [(None, -INF, INF), (z, 0, INF), (z, 0, 6), (None, -1, 1)]:
+            want = _want(w, x, b, zz, lo, hi).astype(np.float32)
+            np.testing.assert_array_equal(_cols(kind, w, x, b, zz, lo, hi, 512), want)
+
+
 @pytest.mark.parametrize("m,k,n", [(48, 512, 16), (16, 5, 8), (64, 70, 13), (96, 300, 33), (32, 1, 1)])
 def test_cols8_tiles(m, k, n):
     """conv_cols8, the avx512 cols tile of 8 pixels (Winograd's 16 tile columns of a 7x7 map)."""

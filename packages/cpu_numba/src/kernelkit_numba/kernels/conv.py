@@ -33,7 +33,7 @@ from kernelkit.shape import auto_pads, conv_out_dim
 from .. import config
 from .._base import NumbaKernel
 from ..config import jit, jit_inline, jit_parallel
-from . import dwtile, ftile, winograd
+from . import conv_serial, dwtile, ftile, winograd
 from ._range import tap_range
 from .epilogue import CLIP, NONE, bias_act_block, bias_act_rows, scale_bias_act_cols
 from .gemm_nt import gemm_nt_rows
@@ -523,6 +523,16 @@ class Conv(NumbaKernel):
         if out is not None:
             return out
         return y[:, :, 0, :] if one_d else y
+
+    def serial_call(self, step):
+        """The one-thread fast path of a static float32 1x1 or depthwise 3x3 convolution
+        (conv_serial.py): its driver and arguments bound once. None: the general path."""
+        return conv_serial.serial_call(self, step)
+
+    def bound_compute(self):
+        """``compute`` for the bound call of a convolution on more threads: the same drivers with their
+        arguments bound once (conv_serial.bound_compute), sharded at each call's budget."""
+        return conv_serial.bound_compute(self)
 
     def _transformed(self, w, w4, variant: int):
         """The Winograd transform of the weights (``variant`` 2: F(2x2, 3x3), 4: F(4x4, 3x3)), made

@@ -25,16 +25,13 @@ microcoded on AMD): elsewhere conv.py and pool.py keep their Numba loops.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
-from kernelkit.errors import ConfigError
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .. import config
+from .. import _env, config
 from ..cache import CLOSURE_KEY
 from ..config import jit
 from .ftile import available
@@ -47,17 +44,16 @@ PAIRS_MAX_W = 8  # stride-2 outputs at most this wide put two output rows in a v
 
 
 _enabled: dict = {}
+_raw = _env.reader(ENV)
 
 
 def enabled() -> bool:
     """Whether the AVX-512 window kernels run: ``$KERNELKIT_F32_DEPTHWISE`` (auto/off, read per call)
     and the CPU (checked once per value of the variable)."""
-    raw = os.environ.get(ENV)
+    raw = _raw()
     hit = _enabled.get(raw)
     if hit is None:
-        value = (raw or "auto").strip().lower() or "auto"
-        if value not in ("auto", "off"):
-            raise ConfigError(f"${ENV}={value!r}: expected auto or off")
+        value = _env.choice(raw, ENV, ("auto", "off"))
         hit = _enabled[raw] = value == "auto" and available("avx512")
     return hit
 

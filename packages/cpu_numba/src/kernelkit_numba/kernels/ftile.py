@@ -31,18 +31,17 @@ along its channels' NCHW rows.
 from __future__ import annotations
 
 import functools
-import os
 import threading
 
 import numba
 import numpy as np
-from kernelkit.errors import ConfigError, DeviceError
+from kernelkit.errors import DeviceError
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .. import config
+from .. import _env, config
 from ..cache import CLOSURE_KEY
 from ..config import jit
 from .qtile import host_features, k_loop
@@ -74,17 +73,16 @@ def available(name: str) -> bool:
 
 
 _checked: dict = {}
+requested_raw = _env.reader(ENV)  # KERNELKIT_F32_GEMM's raw value
 
 
 def requested() -> str:
     """KERNELKIT_F32_GEMM (default ``auto``), checked; read on every call (cached per raw value)."""
-    raw = os.environ.get(ENV)
+    raw = requested_raw()
     hit = _checked.get(raw)
     if hit is not None and hit[0] == host_features():
         return hit[1]
-    value = (raw or "auto").strip().lower() or "auto"
-    if value not in CHOICES:
-        raise ConfigError(f"${ENV}={value!r}: expected one of {', '.join(CHOICES)}")
+    value = _env.choice(raw, ENV, CHOICES)
     if value in KIND and not available(value):
         missing = [f for f in _NEEDS[value] if f not in host_features()]
         raise F32GemmUnavailableError(f"${ENV}={value}: this CPU lacks {', '.join(missing)}")
@@ -273,10 +271,14 @@ def _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off
             out[o_off + r * ldo + j] = v
 
 
-def _rows_driver(kind: int, full, masked, full_z, masked_z):
+def _rows_driver(kind: int, full, masked, full_z, masked_z, half=None, half_z=None):
     """conv_tiles' loops for one variant, its four tiles fixed (a driver that dispatched on the kind
-    inside the pixel loop, even inlined, ran small-K layers 20% slower)."""
+    inside the pixel loop, even inlined, ran small-K layers 20% slower). ``half``/``half_z``: masked
+    tiles of one vector for a row's last nr / 2 pixels or fewer (a 14x14 map's 196 = 6 x 32 + 4:
+    the two-vector tile spent a whole tile's FMAs on 4 pixels); the masked ones where None."""
     mr, nr = MR[kind], NR[kind]
+    if half is None:
+        half, half_z = masked, masked_z
 
     def tiles(wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block, groups,
               kc, pack, xp, s_lo, s_hi):
@@ -320,6 +322,13 @@ def _rows_driver(kind: int, full, masked, full_z, masked_z):
                                        m_valid, nv)
                             else:
                                 full(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                     m_valid, nv)
+                        elif 2 * nv <= nr:
+                            if with_z:
+                                half_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                       m_valid, nv)
+                            else:
+                                half(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
                                      m_valid, nv)
                         elif with_z:
                             masked_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
@@ -383,7 +392,7 @@ def rows_driver(kind: int):
         return _rows_driver(0, _generic_tile_noz, _generic_tile_noz, _generic_tile, _generic_tile)
     name, mr = _NAME[kind], MR[kind]
     tiles = [_tile_intrinsic(name, mr, 2, masked, with_z) for with_z in (False, True) for masked in (False, True)]
-    return _rows_driver(kind, *tiles)
+    return _rows_driver(kind, *tiles, *(_tile_intrinsic(name, mr, 1, True, with_z) for with_z in (False, True)))
 
 
 def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
@@ -510,7 +519,7 @@ def phases_padded(x, xpp, s, ph, pl, hp, qp, c0, c1):
 
 
 # ------------------------------------------------------------------ small maps: channels in the lanes
-def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool):
+def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool, wstride: int | None = None):
     """An intrinsic ``tile(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off,
     ldo, lo, hi, out, m_valid, n_valid)`` for maps of few pixels (7x7): the channels are the vector
     lanes. ``w`` packed as pack_weights(W, cv * lanes) ([k][cv * lanes channels], loaded as cv
@@ -519,9 +528,12 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool):
     ``acc[a_off:]``; ``final`` = 0: they are stored there (a K chunk), else bias (+ z) and clamp are
     applied and each vector is stored lane by lane along its channels' NCHW rows (``out[o_off + c *
     ldo + p]``). Pixels past n_valid read pixel n_valid - 1 and are not stored; channel vectors at or
-    past m_valid (a multiple of lanes) are not stored."""
+    past m_valid (a multiple of lanes) are not stored. ``wstride``: the packed panels' width when it
+    is wider than the tile's (a narrow tile on a panel's last channels: its row k at ``w[w_off + k *
+    wstride]``)."""
     lanes = 8 if kind == "avx2" else 16
     width = cv * lanes
+    wstep = width if wstride is None else wstride
 
     def codegen(context, builder, sig, args):
         (w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out, m_valid,
@@ -560,7 +572,7 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool):
             return [builder.load(vptr(pa, p * width + j * lanes), align=4) for p in range(mp) for j in range(cv)]
 
         k, accs, close = k_loop(builder, k_n, [zero_v] * (mp * cv), "fcols", (first, partial_sums))
-        wrow = builder.gep(pw, [builder.mul(k, ir.Constant(i64, width))])
+        wrow = builder.gep(pw, [builder.mul(k, ir.Constant(i64, wstep))])
         wv = [builder.load(vptr(wrow, j * lanes), align=4) for j in range(cv)]
         xrow = builder.gep(px, [builder.mul(k, ldx)])
         new = []
@@ -577,28 +589,33 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool):
             with fin:
                 lov, hiv = splat(lo), splat(hi)
                 lastv = builder.sub(m_valid, ir.Constant(i64, lanes))
-                for j in range(cv):
-                    jj = ir.Constant(i64, j * lanes)
-                    at = builder.select(builder.icmp_signed("<", jj, m_valid), jj, lastv)
-                    bptr = builder.bitcast(builder.gep(pb, [builder.add(r0, at)]), vf.as_pointer())
-                    bv = builder.load(bptr, align=4)
-                    with builder.if_then(builder.icmp_signed("<", jj, m_valid), likely=True):
-                        for p in range(mp):
-                            with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, p), n_valid), likely=True):
-                                v = builder.fadd(accs[p * cv + j], bv)
-                                offs = [builder.add(builder.mul(ldo, ir.Constant(i64, j * lanes + t)),
-                                                    ir.Constant(i64, p)) for t in range(lanes)]
-                                if with_z:
-                                    zv = ir.Constant(vf, ir.Undefined)
+                if lanes == 16 and mp <= 8:  # transposed in registers: one masked store per channel row
+                    _cols_store_rows(builder, mod, accs, cv, mp, pb, r0, m_valid, lastv, pz if with_z else None, po,
+                                     ldo, lo, hi, n_valid)
+                else:
+                    for j in range(cv):
+                        jj = ir.Constant(i64, j * lanes)
+                        at = builder.select(builder.icmp_signed("<", jj, m_valid), jj, lastv)
+                        bptr = builder.bitcast(builder.gep(pb, [builder.add(r0, at)]), vf.as_pointer())
+                        bv = builder.load(bptr, align=4)
+                        with builder.if_then(builder.icmp_signed("<", jj, m_valid), likely=True):
+                            for p in range(mp):
+                                inside = builder.icmp_signed("<", ir.Constant(i64, p), n_valid)
+                                with builder.if_then(inside, likely=True):
+                                    v = builder.fadd(accs[p * cv + j], bv)
+                                    offs = [builder.add(builder.mul(ldo, ir.Constant(i64, j * lanes + t)),
+                                                        ir.Constant(i64, p)) for t in range(lanes)]
+                                    if with_z:
+                                        zv = ir.Constant(vf, ir.Undefined)
+                                        for t in range(lanes):
+                                            zt = builder.load(builder.gep(pz, [offs[t]]), align=4)
+                                            zv = builder.insert_element(zv, zt, ir.Constant(i32, t))
+                                        v = builder.fadd(v, zv)
+                                    v = builder.select(builder.fcmp_ordered("<", v, lov), lov, v)
+                                    v = builder.select(builder.fcmp_ordered(">", v, hiv), hiv, v)
                                     for t in range(lanes):
-                                        zt = builder.load(builder.gep(pz, [offs[t]]), align=4)
-                                        zv = builder.insert_element(zv, zt, ir.Constant(i32, t))
-                                    v = builder.fadd(v, zv)
-                                v = builder.select(builder.fcmp_ordered("<", v, lov), lov, v)
-                                v = builder.select(builder.fcmp_ordered(">", v, hiv), hiv, v)
-                                for t in range(lanes):
-                                    builder.store(builder.extract_element(v, ir.Constant(i32, t)),
-                                                  builder.gep(po, [offs[t]]), align=4)
+                                        builder.store(builder.extract_element(v, ir.Constant(i32, t)),
+                                                      builder.gep(po, [offs[t]]), align=4)
         return context.get_dummy_value()
 
     @intrinsic
@@ -611,6 +628,69 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool):
     return tile
 
 
+def _cols_store_rows(builder, mod, accs, cv, mp, pb, r0, m_valid, lastv, pz, po, ldo, lo, hi, n_valid):
+    """The cols tile's last K chunk on 16 lanes (avx512): per channel vector j, bias added to its ``mp``
+    pixel vectors (lane t = channel j * 16 + t), the (pixel, channel) block transposed in registers in
+    three stages of two-source shuffles (``vpermt2ps``; pixel vectors padded to 8) into 8 vectors of
+    two channels x 8 pixels, then per channel its NCHW row: + z (a masked row load), clamp, one masked
+    store of the first n_valid pixels. The lane-by-lane stores (and the residual's lane-by-lane loads)
+    it replaces cost as much as the FMAs at K = 160 (Xeon: 960 x 160 x 49 ran at ~0.7x onnxruntime)."""
+    i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
+    vf, vf8 = ir.VectorType(f32, 16), ir.VectorType(f32, 8)
+    vm8 = ir.VectorType(i1, 8)
+    mstore = cgutils.get_or_insert_function(mod, ir.FunctionType(ir.VoidType(), [vf8, vf8.as_pointer(), i32, vm8]),
+                                            "llvm.masked.store.v8f32.p0")
+    mload = cgutils.get_or_insert_function(mod, ir.FunctionType(vf8, [vf8.as_pointer(), i32, vm8, vf8]),
+                                           "llvm.masked.load.v8f32.p0")
+    vi8 = ir.VectorType(i64, 8)
+    nv = builder.insert_element(ir.Constant(vi8, ir.Undefined), n_valid, ir.Constant(i32, 0))
+    nv = builder.shuffle_vector(nv, ir.Constant(vi8, ir.Undefined), ir.Constant(ir.VectorType(i32, 8), [0] * 8))
+    mask = builder.icmp_signed("<", ir.Constant(vi8, list(range(8))), nv)  # pixels stored: p < n_valid
+    zero8 = ir.Constant(vf8, None)
+
+    def splat8(value):
+        one = builder.insert_element(ir.Constant(vf8, ir.Undefined), value, ir.Constant(i32, 0))
+        return builder.shuffle_vector(one, ir.Constant(vf8, ir.Undefined), ir.Constant(ir.VectorType(i32, 8), [0] * 8))
+
+    lo8, hi8 = splat8(lo), splat8(hi)
+
+    def shuf(a, b, want):  # a, b: (vector, lane labels); the 16 labels ``want`` taken from them
+        (va, la), (vb, lb) = a, b
+        idx = [la.index(x) if x in la else 16 + lb.index(x) for x in want]
+        return builder.shuffle_vector(va, vb, ir.Constant(ir.VectorType(i32, 16), idx)), list(want)
+
+    for j in range(cv):
+        jj = ir.Constant(i64, j * 16)
+        at = builder.select(builder.icmp_signed("<", jj, m_valid), jj, lastv)
+        bv = builder.load(builder.bitcast(builder.gep(pb, [builder.add(r0, at)]), vf.as_pointer()), align=4)
+        with builder.if_then(builder.icmp_signed("<", jj, m_valid), likely=True):
+            pix = [(builder.fadd(accs[p * cv + j], bv) if p < mp else ir.Constant(vf, None),
+                    [(p, t) for t in range(16)]) for p in range(8)]
+            pairs = {(k, h): shuf(pix[2 * k], pix[2 * k + 1], [(2 * k + e, c) for c in range(8 * h, 8 * h + 8)
+                                                                for e in (0, 1)])
+                     for k in range(4) for h in range(2)}
+            quads = {(g, h, q): shuf(pairs[2 * g, h], pairs[2 * g + 1, h],
+                                     [(p, c) for c in range(8 * h + 4 * q, 8 * h + 4 * q + 4)
+                                      for p in range(4 * g, 4 * g + 4)])
+                     for g in range(2) for h in range(2) for q in range(2)}
+            for h in range(2):
+                for q in range(2):
+                    for r in range(2):
+                        c0 = 8 * h + 4 * q + 2 * r
+                        v, _ = shuf(quads[0, h, q], quads[1, h, q], [(p, c) for c in (c0, c0 + 1) for p in range(8)])
+                        for e in range(2):
+                            half = ir.Constant(ir.VectorType(i32, 8), list(range(8 * e, 8 * e + 8)))
+                            row = builder.shuffle_vector(v, ir.Constant(vf, ir.Undefined), half)
+                            off = builder.mul(ldo, ir.Constant(i64, j * 16 + c0 + e))
+                            if pz is not None:
+                                zp = builder.bitcast(builder.gep(pz, [off]), vf8.as_pointer())
+                                row = builder.fadd(row, builder.call(mload, [zp, ir.Constant(i32, 4), mask, zero8]))
+                            row = builder.select(builder.fcmp_ordered("<", row, lo8), lo8, row)  # NaN kept
+                            row = builder.select(builder.fcmp_ordered(">", row, hi8), hi8, row)
+                            op = builder.bitcast(builder.gep(po, [off]), vf8.as_pointer())
+                            builder.call(mstore, [row, op, ir.Constant(i32, 4), mask])
+
+
 COLS_WIDTH = {1: 16, 2: 48}  # channels per panel (cv * lanes): pack_weights(W, COLS_WIDTH[kind])
 COLS_LANES = {1: 8, 2: 16}  # the output channels must be a multiple of this
 COLS_KC = 512  # K per chunk of the cols tiles (a chunk of the 48-channel panel: 96 KiB, in L2)
@@ -618,18 +698,22 @@ COLS_MP = {1: 6, 2: 7}  # pixels per cols tile
 COLS_CV = {1: 2, 2: 3}  # channel vectors per cols tile
 
 
-def _cols_driver(kind: int, tile, tile_z, mp: int | None = None):
+def _cols_driver(kind: int, tile, tile_z, mp: int | None = None, narrow=None):
     """conv_cols' loops for one variant, its two tiles fixed (see _rows_driver); ``mp`` pixels a
-    tile (COLS_MP[kind] unless given: conv_cols8's 8)."""
-    width = COLS_WIDTH[kind]
+    tile (COLS_MP[kind] unless given: conv_cols8's 8). ``narrow``: (one, one_z, two, two_z), tiles of
+    one and two channel vectors on the same panels, for a last panel of that many vectors (160
+    channels = 3 x 48 + 16: the full tile computed 32 channels for nothing)."""
+    width, lanes = COLS_WIDTH[kind], COLS_LANES[kind]
     mp = COLS_MP[kind] if mp is None else mp
     driver = "cols" if mp == COLS_MP[kind] else f"cols{mp}"
+    one, one_z, two, two_z = (tile, tile_z, tile, tile_z) if narrow is None else narrow
 
     def panels(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi):
         tiles = (n_pix + mp - 1) // mp
         for q in range(s_lo, s_hi):
             r0 = q * width
             m_valid = min(width, m_n - r0)
+            cvs = (m_valid + lanes - 1) // lanes
             for k0 in range(0, k_n, kc):
                 kk = min(kc, k_n - k0)
                 first = np.int64(1 if k0 == 0 else 0)
@@ -637,21 +721,43 @@ def _cols_driver(kind: int, tile, tile_z, mp: int | None = None):
                 w_off = q * k_n * width + k0 * width
                 for t in range(tiles):
                     p0 = t * mp
-                    if has_z:
-                        tile_z(wp, w_off, x, k0 * ldx + p0, ldx, kk, first, final, acc, t * mp * width, bias, r0, z,
-                               r0 * ldo + p0, ldo, lo, hi, out, m_valid, min(mp, n_pix - p0))
+                    xo, ao, oo, nv = k0 * ldx + p0, t * mp * width, r0 * ldo + p0, min(mp, n_pix - p0)
+                    if cvs == 1:
+                        if has_z:
+                            one_z(wp, w_off, x, xo, ldx, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
+                                  m_valid, nv)
+                        else:
+                            one(wp, w_off, x, xo, ldx, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
+                                m_valid, nv)
+                    elif cvs == 2:
+                        if has_z:
+                            two_z(wp, w_off, x, xo, ldx, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
+                                  m_valid, nv)
+                        else:
+                            two(wp, w_off, x, xo, ldx, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
+                                m_valid, nv)
+                    elif has_z:
+                        tile_z(wp, w_off, x, xo, ldx, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
+                               m_valid, nv)
                     else:
-                        tile(wp, w_off, x, k0 * ldx + p0, ldx, kk, first, final, acc, t * mp * width, bias, r0, z,
-                             r0 * ldo + p0, ldo, lo, hi, out, m_valid, min(mp, n_pix - p0))
+                        tile(wp, w_off, x, xo, ldx, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
+                             m_valid, nv)
 
     return _variant_jit(panels, driver, kind)
+
+
+def _narrow(name: str, cv: int, mp: int):
+    """_cols_driver's ``narrow`` tiles for panels of ``cv`` vectors (cv - 1 and cv - 2 vectors wide)."""
+    lanes = 8 if name == "avx2" else 16
+    widths = [min(n, cv) for n in (1, 2)]
+    return tuple(_cols_intrinsic(name, n, mp, z, cv * lanes) for n in widths for z in (False, True))
 
 
 @_built_once
 def cols_driver(kind: int):
     """The compiled loops of conv_cols for variant ``kind`` (1 or 2), built on first use."""
-    name = _NAME[kind]
-    return _cols_driver(kind, *(_cols_intrinsic(name, COLS_CV[kind], COLS_MP[kind], z) for z in (False, True)))
+    name, cv, mp = _NAME[kind], COLS_CV[kind], COLS_MP[kind]
+    return _cols_driver(kind, *(_cols_intrinsic(name, cv, mp, z) for z in (False, True)), narrow=_narrow(name, cv, mp))
 
 
 # 8 pixels a tile (24 accumulators, 3 weight vectors: 27 of the 32 zmm): Winograd's F(2x2, 3x3) on a
@@ -662,7 +768,8 @@ COLS8_KIND = 2  # the kind that has the 8-pixel cols tile
 @functools.cache
 def cols8_driver():
     """The compiled loops of conv_cols8 (avx512), built on first use."""
-    return _cols_driver(COLS8_KIND, *(_cols_intrinsic("avx512", 3, 8, z) for z in (False, True)), mp=8)
+    return _cols_driver(COLS8_KIND, *(_cols_intrinsic("avx512", 3, 8, z) for z in (False, True)), mp=8,
+                        narrow=_narrow("avx512", 3, 8))
 
 
 def cols_mode(kind: int, n_pix: int) -> int:
@@ -708,20 +815,30 @@ def _batched_driver(kind: int, cols: int):
     def gemms_cols(wp, m_n, c_n, v, nt, mo, zeros, groups, no, zero, kc, scratch, s_lo, s_hi):
         panels = (m_n + width - 1) // width
         inf = np.float32(np.inf)
+        n_g, n_p = (groups, 1) if groups > 0 else (-groups, wp.shape[0])
         for s in range(s_lo, s_hi):
-            i = s // groups
-            g = s - i * groups
-            q0, q1 = g * panels // groups, (g + 1) * panels // groups
+            if groups > 0:  # position-major: s = position * groups + group
+                i = s // n_g
+                g = s - i * n_g
+            else:  # group-major: s = group * positions + position
+                g = s // n_p
+                i = s - g * n_p
+            q0, q1 = g * panels // n_g, (g + 1) * panels // n_g
             tiles(wp[i], c_n, m_n, v[i, :c_n * nt], nt, nt, zeros, zeros, no, -inf, inf, mo[i, :m_n * nt], nt,
                   kc, scratch, q0, q1)
 
     def gemms_rows(wp, m_n, c_n, v, nt, mo, zeros, groups, no, zero, kc, scratch, s_lo, s_hi):
         panels = (m_n + width - 1) // width
         inf = np.float32(np.inf)
+        n_g, n_p = (groups, 1) if groups > 0 else (-groups, wp.shape[0])
         for s in range(s_lo, s_hi):
-            i = s // groups
-            g = s - i * groups
-            q0, q1 = g * panels // groups, (g + 1) * panels // groups
+            if groups > 0:
+                i = s // n_g
+                g = s - i * n_g
+            else:
+                g = s // n_p
+                i = s - g * n_p
+            q0, q1 = g * panels // n_g, (g + 1) * panels // n_g
             # one pixel block (all nt columns) and one panel a "group": conv_tiles' shards [q0, q1)
             tiles(wp[i], c_n, m_n, v[i, :c_n * nt], zero, nt, nt, zeros, zeros, zeros, no, -inf, inf,
                   mo[i, :m_n * nt], zero, nt, nt, panels, kc, no, scratch, q0, q1)
@@ -736,7 +853,8 @@ _batched = _built_once(_batched_driver)
 def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, scratch, s_lo, s_hi):
     """Shards [s_lo, s_hi) of P products ``mo[i, :m_n * nt] = U[i] @ v[i, :c_n * nt]`` (row-major
     (M, nt) and (C, nt) blocks at the start of each row of ``v`` and ``mo``; ``wp`` pack_batched's
-    panels): shard s is position s // groups, weight-panel group s % groups, on the cols tiles
+    panels): shard s is position s // groups, weight-panel group s % groups (``groups`` < 0: group
+    s // P, position s % P of -groups groups: a run of P shards is one group's every position), on the cols tiles
     (``cols`` 1, or 2 for conv_cols8's tiles: width COLS_WIDTH, K chunks of COLS_KC) or the rows
     tiles (``cols`` 0: width MR, K in equal chunks of at most KC) without an epilogue; ``scratch`` at
     least scratch_size(kind, cols, nt) floats. Only the driver of (kind, cols) is compiled; ``v`` is

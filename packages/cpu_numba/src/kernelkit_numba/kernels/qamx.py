@@ -39,12 +39,12 @@ import platform
 
 import numba
 import numpy as np
-from kernelkit.errors import ConfigError
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .. import _env
 from ..config import jit
 from . import qtile
 
@@ -314,18 +314,17 @@ _available: dict = {}
 
 
 _checked: dict = {}
+_raw = _env.reader(ENV)
 
 
 def requested() -> str:
     """KERNELKIT_INT8_AMX (default ``auto``), checked: a bad value is a ConfigError, ``on`` where AMX
     cannot run an Int8GemmUnavailableError with the reason."""
-    raw = os.environ.get(ENV)
+    raw = _raw()
     hit = _checked.get(raw)
     if hit is not None:
         return hit
-    value = (raw or "auto").strip().lower() or "auto"
-    if value not in CHOICES:
-        raise ConfigError(f"${ENV}={value!r}: expected one of {', '.join(CHOICES)}")
+    value = _env.choice(raw, ENV, CHOICES)
     why = unavailable_reason() if value != "off" else ""
     if value == "on" and why:
         raise qtile.Int8GemmUnavailableError(f"${ENV}=on: {why}")

@@ -25,16 +25,16 @@ float32-BLAS path of qgemm.py), and forcing one the CPU lacks raises ``Int8GemmU
 from __future__ import annotations
 
 import functools
-import os
 
 import numba
 import numpy as np
-from kernelkit.errors import ConfigError, DeviceError
+from kernelkit.errors import DeviceError
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .. import _env
 from ..config import jit
 
 ENV = "KERNELKIT_INT8_GEMM"
@@ -722,17 +722,6 @@ def available(name: str) -> bool:
     return all(f in host_features() for f in _NEEDS[name])
 
 
-def env_reader(name: str):
-    """A callable returning the environment variable ``name``'s raw value (bytes or str; None when
-    unset) on every call: ``os.environ``'s own dict where it has one (~0.05 us; ``os.environ.get``
-    of an unset name raises and catches a KeyError inside, 1-3 us), else ``os.environ.get``."""
-    data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
-    if isinstance(data, dict) and encode is not None:
-        key = encode(name)
-        return lambda: data.get(key)
-    return lambda: os.environ.get(name)
-
-
 def requested() -> str:
     """KERNELKIT_INT8_GEMM (default ``auto``), checked: a bad value is a ConfigError, a variant this
     CPU lacks an Int8GemmUnavailableError. Read on every call (~0.2 us: the raw value, the check
@@ -741,19 +730,17 @@ def requested() -> str:
     hit = _checked.get(raw)
     if hit is not None and hit[0] is host_features():  # (cached: the same set object)
         return hit[1]
-    value = _check(os.environ.get(ENV))
+    value = _check(raw)
     _checked[raw] = (host_features(), value)
     return value
 
 
 _checked: dict = {}  # raw environment value -> (the features it was checked against, the choice)
-requested_raw = env_reader(ENV)  # KERNELKIT_INT8_GEMM's raw value (keys of kept plans: qconv, qgemm)
+requested_raw = _env.reader(ENV)  # KERNELKIT_INT8_GEMM's raw value (keys of kept plans: qconv, qgemm)
 
 
 def _check(raw) -> str:
-    value = (raw or "auto").strip().lower() or "auto"
-    if value not in CHOICES:
-        raise ConfigError(f"${ENV}={value!r}: expected one of {', '.join(CHOICES)}")
+    value = _env.choice(raw, ENV, CHOICES)
     if value in VARIANTS and not available(value):
         missing = [f for f in _NEEDS[value] if f not in host_features()]
         raise Int8GemmUnavailableError(f"${ENV}={value}: this CPU lacks {', '.join(missing)}")

@@ -1,0 +1,240 @@
+"""Conv's serial fast path (``Conv.serial_call``): a convolution of static shapes that runs on the
+calling thread alone binds, once, the one compiled driver its general path would reach (ftile's rows
+or cols tiles for a float32 1x1 stride-1 convolution, dwtile's window tiles for a 3x3 depthwise one),
+with every argument that depends only on shapes, weights and attributes fixed; a call then checks
+that its weight and bias are the constants it bound and that the switches it read
+(``KERNELKIT_F32_GEMM``, ``KERNELKIT_F32_DEPTHWISE``) still say the same, and calls the driver.
+
+The general path (``Conv.compute``) makes those decisions on every call: geometry, dtype and group
+checks, the ftile variant from the environment, the plan, the packed weights' cache, the
+arguments, the thread-budget and BLAS bookkeeping of the bound call. On MobileNetV2 at one thread
+that was ~2 ms of a ~10 ms run on the AMD dev box (52 convolutions: the session 9.7-10.2 ms, the
+same drivers called alone 7.5-7.7 ms plus the head; docs/numba.md, "MobileNetV2 at one thread").
+Anything the fast path does not cover (weights fed as graph inputs, a switch changed, a
+non-contiguous input) runs the general path, so results never depend on which path ran.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _env, config
+from .._base import readonly
+from . import dwtile, ftile
+from .epilogue import CLIP, NONE
+
+
+def serial_call(conv, step):
+    """The fast call of ``conv`` (a prepared numba Conv kernel) or None where the general path runs:
+    static float32 NCHW shapes, an epilogue the tiles fuse (none, Relu, Clip), and either a depthwise
+    3x3 on dwtile's tiles or a dense 1x1 stride-1 unpadded convolution of more than one pixel on
+    ftile's tiles."""
+    return _bind(conv, False)
+
+
+def bound_compute(conv):
+    """``compute`` as a bound call of ``conv`` runs it (``NumbaKernel.bind``'s general call, which
+    sets the thread budget first): for the convolutions ``serial_call`` takes, their driver through
+    ftile.run_sharded / dwtile.run at the budget of each call, with the arguments bound once (the
+    plan per thread count); else ``conv.compute``."""
+    return _bind(conv, True) or conv.compute
+
+
+def _bind(conv, parallel: bool):
+    specs = conv.input_specs
+    if len(specs) < 2 or any(s is not None and (not s.is_static or s.layout) for s in specs):
+        return None
+    x_spec, w_spec = specs[0], specs[1]
+    if x_spec is None or w_spec is None or x_spec.dtype != "float32" or w_spec.dtype != "float32":
+        return None
+    if len(x_spec.shape) != 4 or len(w_spec.shape) != 4:
+        return None
+    b_spec = specs[2] if len(specs) > 2 else None
+    z_spec = specs[3] if len(specs) > 3 else None
+    if (b_spec is not None and b_spec.dtype != "float32") or (z_spec is not None and z_spec.dtype != "float32"):
+        return None
+    code, p0, p1 = conv.act
+    if code not in (NONE, CLIP):
+        return None
+    x_shape, w_shape = tuple(x_spec.shape), tuple(w_spec.shape)
+    (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = conv._geometry(x_shape, w_shape)
+    n_n, c_n, h_n, w_n = x_shape
+    m_n, cg, kh, kw = w_shape
+    group = int(conv.attrs.get("group", 1))
+    if c_n != cg * group or m_n % group or min(n_n, m_n, oh_n, ow_n) <= 0:
+        return None
+    y_shape = (n_n, m_n, oh_n, ow_n)
+    if z_spec is not None and tuple(z_spec.shape) != y_shape:
+        return None
+    if b_spec is not None and int(np.prod(b_spec.shape)) != m_n:
+        return None
+    lo, hi = (np.float32(p0), np.float32(p1)) if code == CLIP else (np.float32(-np.inf), np.float32(np.inf))
+    has_z = z_spec is not None
+    if cg == 1 and group > 1:
+        if not (sh == sw and dwtile.depthwise_fits(sh, kh, kw, (dh, dw), conv._all_pads(x_shape, w_shape),
+                                                    np.float32) and dwtile.enabled()):
+            return None
+        return _depthwise_call(conv, y_shape, sh, ph, pw, lo, hi, has_z, m_n, parallel)
+    direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
+    if group != 1 or not direct or oh_n * ow_n == 1:
+        return None
+    raw = ftile.requested_raw()
+    kind, forced = ftile.choice()
+    if kind is None:
+        return None
+    from .conv import ftile_cols, ftile_wins  # (conv imports this module)
+
+    k_n, l_n = c_n, oh_n * ow_n
+    if not forced and not ftile_wins(1, 1, 1, 1, m_n, k_n, l_n):
+        return None
+    return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n), y_shape, k_n, l_n, lo, hi, has_z,
+                       parallel)
+
+
+_dw_raw = _env.reader(dwtile.ENV)  # KERNELKIT_F32_DEPTHWISE's raw value, read on every call
+
+
+class _Constants:
+    """The weight and bias a fast call bound (by identity: the session hands a node the same
+    read-only constant every run), and what was derived from them."""
+
+    __slots__ = ("w", "b", "bias", "packed")
+
+    def __init__(self):
+        self.w = self.b = self.bias = self.packed = None
+
+
+def _bias(conv, b, m_n):
+    return conv._zeros(m_n, np.float32) if b is None else config.readonly(
+        np.ascontiguousarray(b, dtype=np.float32).reshape(m_n))
+
+
+def _general(conv, parallel: bool):
+    """The general path: ``conv.compute`` inside a bound call (its wrapper made the inputs read-only
+    and set the thread budget), else as the bound call runs it (NumbaKernel.run: read-only inputs,
+    the thread budget, BLAS at one thread)."""
+    if parallel:
+        return conv.compute
+
+    def general(*inputs, out=None):
+        return conv.run(inputs, out)
+
+    return general
+
+
+def _output(out, y_shape):
+    if out is None:
+        return np.empty(y_shape, np.float32)
+    return out if out.flags.c_contiguous else None
+
+
+def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n, parallel):
+    """dwtile's planes driver with its arguments fixed (dwtile.depthwise's choice of tile); ``parallel``:
+    through dwtile.run at the call's thread budget."""
+    general = _general(conv, parallel)
+    cost = dwtile.cost_us("conv", stride, y_shape[0] * y_shape[1], int(np.prod(y_shape)))
+    held = _Constants()
+    raw = _dw_raw()
+    planes = y_shape[0] * y_shape[1]
+    fn = band = None
+
+    def depthwise(x, w, b=None, z=None, *, out=None):
+        nonlocal fn, band
+        y = _output(out, y_shape)
+        if (_dw_raw() != raw or y is None or w.flags.writeable or not x.flags.c_contiguous
+                or (z is not None and not z.flags.c_contiguous)):
+            return general(x, w, b, z, out=out)
+        if w is not held.w or b is not held.b:
+            if not w.flags.c_contiguous or (b is not None and b.flags.writeable):
+                return general(x, w, b, z, out=out)
+            held.w, held.b, held.bias = w, b, _bias(conv, b, m_n)
+        x = readonly(x)
+        zz = y if z is None else readonly(z)
+        if fn is None:
+            fn, args = dwtile.depthwise(x, w, held.bias, y, z, stride, ph, pw, lo, hi)
+            band = args[-1]
+        if parallel:
+            dwtile.run(fn, planes, (x, w, held.bias, y, zz, ph, pw, lo, hi, band), cost)
+        else:
+            fn(x, w, held.bias, y, zz, ph, pw, lo, hi, band, 0, planes)
+        return y
+
+    return depthwise
+
+
+def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, parallel):
+    """ftile's rows (or cols) driver for a 1x1 stride-1 convolution, the NCHW input read in place
+    (conv._gemm_ftile's direct case), its arguments fixed; ``parallel``: through ftile.run_sharded
+    at the call's thread budget (the plan made once per thread count), else on this thread."""
+    general = _general(conv, parallel)
+    work = 2.0 * y_shape[1] * k_n * l_n
+    plans: dict = {}
+    held = _Constants()
+    n_n, m_n = y_shape[0], y_shape[1]
+    zero = conv._zeros(m_n, np.float32)
+    no_z = readonly(np.zeros(1, np.float32))
+    if cols:
+        width = ftile.COLS_WIDTH[kind]
+        driver = ftile.cols_driver(kind)
+        total = -(-m_n // width)
+        size = ftile.scratch_size(kind, True, l_n)
+    else:
+        width = ftile.MR[kind]
+        driver = ftile.rows_driver(kind)
+        block, blocks, groups, kc = ftile.plan(kind, m_n, k_n, l_n, 1)
+        total = blocks * groups
+        pack = ftile.pack_rows(m_n, k_n, l_n)
+        size = ftile.scratch_size(kind, False, l_n, block, kc, pack)
+
+    def tiles(x, w, b=None, z=None, *, out=None):
+        y = _output(out, y_shape)
+        if (ftile.requested_raw() != raw or y is None or w.flags.writeable or not x.flags.c_contiguous
+                or (z is not None and not z.flags.c_contiguous)):
+            return general(x, w, b, z, out=out)
+        if w is not held.w or b is not held.b:
+            if not w.flags.c_contiguous or (b is not None and b.flags.writeable):
+                return general(x, w, b, z, out=out)
+            held.packed = config.readonly(ftile.pack_weights(w.reshape(m_n, k_n), width))
+            held.w, held.b, held.bias = w, b, _bias(conv, b, m_n)
+        x = readonly(x)
+        z = no_z if z is None else readonly(z)
+        if parallel:
+            _sharded(x, y, z, held)
+            return y
+        scratch = config.thread_buffer("ftile", size, np.float32)
+        for n in range(n_n):
+            xs = x[n].reshape(-1)
+            yn = y[n].reshape(-1)
+            zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
+            if cols:
+                driver(held.packed, k_n, m_n, xs, l_n, l_n, held.bias, zn, has_z, lo, hi, yn, l_n, ftile.COLS_KC,
+                       scratch, 0, total)
+            else:
+                driver(held.packed, k_n, m_n, xs, 0, l_n, l_n, held.bias, zero, zn, has_z, lo, hi, yn, 0, l_n, block,
+                       groups, kc, pack, scratch, 0, total)
+        return y
+
+    def _sharded(x, y, z, held):
+        key = (config.current_threads(), ftile.BALANCED_PLAN)
+        threads = key[0]
+        hit = plans.get(key)
+        if hit is None:
+            if cols:
+                hit = plans[key] = (-(-m_n // width), None, None, None, size)
+            else:
+                p_block, p_blocks, p_groups, p_kc = ftile.plan(kind, m_n, k_n, l_n, threads)
+                hit = plans[key] = (p_blocks * p_groups, p_block, p_groups, p_kc,
+                                        ftile.scratch_size(kind, False, l_n, p_block, p_kc, pack))
+        count, p_block, p_groups, p_kc, p_size = hit
+        for n in range(n_n):
+            xs = x[n].reshape(-1)
+            yn = y[n].reshape(-1)
+            zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
+            if cols:
+                ftile.run_sharded(ftile.conv_cols, count, (kind, held.packed, k_n, m_n, xs, l_n, l_n, held.bias, zn,
+                                                           has_z, lo, hi, yn, l_n, ftile.COLS_KC), work, p_size)
+            else:
+                ftile.run_sharded(ftile.conv_tiles, count, (kind, held.packed, k_n, m_n, xs, 0, l_n, l_n, held.bias,
+                                                            zero, zn, has_z, lo, hi, yn, 0, l_n, p_block, p_groups,
+                                                            p_kc, pack), work, p_size)
+
+    return tiles

@@ -1,0 +1,160 @@
+"""Conv's serial fast path (kernels/conv_serial.py): which static convolutions bind it at one thread,
+its output against the general path (``execute``, bit for bit: the same drivers) and the reference,
+and the cases that must leave it (a new weight array, weights that are not constants, a switch
+changed after binding)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kernelkit.invoke import KernelContext
+from kernelkit.ir import Node, TensorSpec
+from kernelkit.testing import assert_close, run_single_op
+from kernelkit_numba.kernels import dwtile, ftile
+from kernelkit_numba.kernels.conv import Conv
+
+needs_tiles = pytest.mark.skipif(ftile.choice()[0] is None, reason="no AVX2/AVX-512 float32 tiles on this CPU")
+
+
+def _ro(a):
+    a = np.ascontiguousarray(a)
+    a.setflags(write=False)
+    return a
+
+
+def _kernel(x, w, b, z, attrs, threads=1):
+    names = ["x", "w", "b", "z"][:2 + (b is not None or z is not None) + (z is not None)]
+    k = Conv()
+    k.context = KernelContext(Node("Conv", names, ["y"], {}, "n"), None, {}, threads)
+    specs = [TensorSpec(x.shape, "float32"), TensorSpec(w.shape, "float32")]
+    if len(names) > 2:
+        specs.append(None if b is None else TensorSpec(b.shape, "float32"))
+    if z is not None:
+        specs.append(TensorSpec(z.shape, "float32"))
+    k.prepare(specs, attrs)
+    return k
+
+
+def _inputs(x, w, b, z):
+    xs = [x, w]
+    if b is not None or z is not None:
+        xs.append(b)
+    if z is not None:
+        xs.append(z)
+    return xs
+
+
+# (x shape, weight shape, attrs, with bias, with z): 1x1 on the rows tiles (14x14, 56x56 tails, M not a
+# multiple of 8), on the cols tiles (7x7, M a multiple of 16, K >= 128), batch 2; depthwise 3x3 stride 1
+# and 2 (the pairs tile at 7-wide outputs), with and without the residual and the bias
+CASES = [
+    ((1, 40, 14, 14), (24, 40, 1, 1), {"activation": "Clip", "activation_params": [0.0, 6.0]}, True, False),
+    ((1, 40, 14, 14), (20, 40, 1, 1), {}, True, True),
+    ((1, 24, 56, 56), (36, 24, 1, 1), {"activation": "Relu"}, False, False),
+    ((2, 16, 9, 11), (12, 16, 1, 1), {}, True, True),
+    ((1, 160, 7, 7), (32, 160, 1, 1), {}, True, True),
+    ((1, 192, 7, 7), (48, 192, 1, 1), {"activation": "Clip", "activation_params": [0.0, 6.0]}, True, False),
+    ((1, 24, 14, 14), (24, 1, 3, 3), {"group": 24, "pads": [1, 1, 1, 1],
+                                      "activation": "Clip", "activation_params": [0.0, 6.0]}, True, False),
+    ((2, 8, 15, 12), (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}, False, True),
+    ((1, 16, 14, 14), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1], "strides": [2, 2],
+                                      "activation": "Clip", "activation_params": [0.0, 6.0]}, True, False),
+    ((1, 16, 28, 28), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1], "strides": [2, 2]}, True, True),
+]
+
+
+def _case(rng, xs, ws, attrs, with_b, with_z):
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = _ro(rng.standard_normal(ws).astype(np.float32))
+    b = _ro(rng.standard_normal(ws[0]).astype(np.float32)) if with_b else None
+    z = None
+    if with_z:
+        y = run_single_op("Conv", _inputs(x, w, b, None), attrs, vendors=["reference"])[0]
+        z = rng.standard_normal(y.shape).astype(np.float32)
+    return x, w, b, z
+
+
+@needs_tiles
+@pytest.mark.parametrize("xs, ws, attrs, with_b, with_z", CASES)
+def test_serial_call_matches_the_general_path(rng, xs, ws, attrs, with_b, with_z):
+    depthwise = ws[1] == 1
+    if depthwise and not dwtile.enabled():
+        pytest.skip("no AVX-512 window tiles on this CPU")
+    x, w, b, z = _case(rng, xs, ws, attrs, with_b, with_z)
+    k = _kernel(x, w, b, z, attrs)
+    call = k.bind(None)
+    assert ("_depthwise_call" if depthwise else "_tiles_call") in call.__qualname__
+    inputs = _inputs(x, w, b, z)
+    want = k.execute(*inputs)
+    ref = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
+    for _ in range(2):  # the first call binds the constants, the second reuses them
+        out = np.full(want.shape, np.nan, np.float32)
+        got = call(*inputs, out=out)
+        assert got is out
+        np.testing.assert_array_equal(got, want)
+        assert_close(got, ref)
+    np.testing.assert_array_equal(call(*inputs), want)  # no out: allocated
+
+
+@needs_tiles
+def test_serial_call_leaves_for_new_or_writable_weights_and_switches(rng, monkeypatch):
+    attrs = {"activation": "Clip", "activation_params": [0.0, 6.0]}
+    x, w, b, z = _case(rng, (1, 40, 14, 14), (24, 40, 1, 1), attrs, True, True)
+    k = _kernel(x, w, b, z, attrs)
+    call = k.bind(None)
+    general = []
+    run = k.run
+    monkeypatch.setattr(k, "run", lambda inputs, out: general.append(1) or run(inputs, out))
+
+    def ref(w):
+        return run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
+
+    assert_close(call(x, w, b, z), ref(w))
+    assert not general
+    w2 = _ro(rng.standard_normal(w.shape).astype(np.float32))  # another constant: packed again
+    assert_close(call(x, w2, b, z), ref(w2))
+    assert not general
+    w3 = rng.standard_normal(w.shape).astype(np.float32)  # writable (a graph input): the general path
+    assert_close(call(x, w3, b, z), ref(w3))
+    assert general == [1]
+    monkeypatch.setenv(ftile.ENV, "off")  # changed after binding: the general path (BLAS) again
+    assert_close(call(x, w, b, z), ref(w))
+    assert general == [1, 1]
+
+
+def test_serial_call_is_not_bound_where_the_general_path_decides(rng):
+    """A 3x3 dense convolution, a 1x1 map and a strided 1x1 keep the general bound call; so does any
+    convolution of a two-thread budget whose work is above the serial limit."""
+    x = rng.standard_normal((1, 96, 112, 112)).astype(np.float32)
+    w = _ro(rng.standard_normal((96, 96, 1, 1)).astype(np.float32))
+    assert "_tiles_call" not in _kernel(x, w, None, None, {}, threads=2).bind(None).__qualname__
+    for xs, ws, attrs in [((1, 8, 10, 10), (8, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
+                          ((1, 32, 1, 1), (16, 32, 1, 1), {}),
+                          ((1, 16, 10, 10), (16, 16, 1, 1), {"strides": [2, 2]})]:
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = _ro(rng.standard_normal(ws).astype(np.float32))
+        name = _kernel(x, w, None, None, attrs).bind(None).__qualname__
+        assert "_tiles_call" not in name and "_depthwise_call" not in name
+
+
+@needs_tiles
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("xs, ws, attrs, with_b, with_z", CASES + [
+    ((1, 96, 56, 56), (96, 96, 1, 1), {"activation": "Clip", "activation_params": [0.0, 6.0]}, True, True),
+    ((1, 320, 7, 7), (1280, 320, 1, 1), {}, True, False),
+    ((4, 96, 112, 112), (96, 1, 3, 3), {"group": 96, "pads": [1, 1, 1, 1], "strides": [2, 2]}, True, False)])
+def test_bound_compute_on_several_threads(rng, threads, xs, ws, attrs, with_b, with_z):
+    """On more threads the bound call's compute is conv_serial's (the same drivers through
+    ftile.run_sharded / dwtile.run, arguments bound once): bit-equal to ``execute``, close to the
+    reference, a second call (constants bound) too."""
+    depthwise = ws[1] == 1
+    if depthwise and not dwtile.enabled():
+        pytest.skip("no AVX-512 window tiles on this CPU")
+    x, w, b, z = _case(rng, xs, ws, attrs, with_b, with_z)
+    k = _kernel(x, w, b, z, attrs, threads=threads)
+    assert ("_depthwise_call" if depthwise else "_tiles_call") in k.bound_compute().__qualname__
+    call = k.bind(None)
+    inputs = _inputs(x, w, b, z)
+    want = k.execute(*inputs)
+    for _ in range(2):
+        np.testing.assert_array_equal(call(*inputs), want)
+    assert_close(want, run_single_op("Conv", inputs, attrs, vendors=["reference"])[0])
