@@ -75,17 +75,21 @@ def _bind(conv, parallel: bool):
             return None
         return _depthwise_call(conv, y_shape, sh, ph, pw, lo, hi, has_z, m_n, parallel)
     direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
-    if group != 1 or not direct or oh_n * ow_n == 1:
+    if group != 1 or oh_n * ow_n == 1:
         return None
     raw = ftile.requested_raw()
     kind, forced = ftile.choice()
     if kind is None:
         return None
-    from .conv import ftile_cols, ftile_wins  # (conv imports this module)
+    from .conv import ftile_cols, ftile_wins, implicit_wins  # (conv imports this module)
 
-    k_n, l_n = c_n, oh_n * ow_n
-    if not forced and not ftile_wins(1, 1, 1, 1, m_n, k_n, l_n):
+    k_n, l_n = c_n * kh * kw, oh_n * ow_n
+    if not forced and not ftile_wins(kh, kw, sh, sw, m_n, k_n, l_n):
         return None
+    if not direct:  # the strided convolutions conv.py runs as its implicit GEMM (the stems)
+        if not implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n):
+            return None
+        return _implicit_call(conv, raw, kind, x_shape, y_shape, (kh, kw, sh, ph, pw), lo, hi, has_z, parallel)
     return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n), y_shape, k_n, l_n, lo, hi, has_z,
                        parallel)
 
@@ -159,6 +163,54 @@ def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n, parallel)
         return y
 
     return depthwise
+
+
+def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, parallel):
+    """conv._gemm_implicit with its arguments fixed: per image the input's zero-padded column phases
+    (ftile.phases_padded, into a buffer of this call's), then ftile's implicit-GEMM driver over the
+    output rows; ``parallel``: both through config.parallel_for / ftile.run_sharded at the call's
+    budget, as the general path runs them."""
+    from .conv import _IM2COL_WORK
+
+    general = _general(conv, parallel)
+    held = _Constants()
+    kh, kw, s, ph, pw = geom
+    n_n, c_n = x_shape[:2]
+    m_n, oh_n, ow_n = y_shape[1:]
+    k_n, l_n = c_n * kh * kw, oh_n * ow_n
+    hp, qp, pl, step, koff = ftile.implicit_geometry(c_n, kh, kw, s, ph, pw, oh_n, ow_n)
+    koff = config.readonly(koff)
+    xpp = np.empty(s * c_n * hp * qp, np.float32)
+    xpp_ro = config.readonly(xpp)
+    driver = ftile.implicit_driver(kind)
+    no_z = readonly(np.zeros(1, np.float32))
+    work = 2.0 * m_n * k_n * l_n
+
+    def implicit(x, w, b=None, z=None, *, out=None):
+        y = _output(out, y_shape)
+        if (ftile.requested_raw() != raw or y is None or w.flags.writeable or not x.flags.c_contiguous
+                or (z is not None and not z.flags.c_contiguous)):
+            return general(x, w, b, z, out=out)
+        if w is not held.w or b is not held.b:
+            if not w.flags.c_contiguous or (b is not None and b.flags.writeable):
+                return general(x, w, b, z, out=out)
+            held.packed = config.readonly(ftile.pack_weights(w.reshape(m_n, k_n), ftile.MR[kind]))
+            held.w, held.b, held.bias = w, b, _bias(conv, b, m_n)
+        x = readonly(x)
+        z = no_z if z is None else readonly(z)
+        for n in range(n_n):
+            yn = y[n].reshape(-1)
+            zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
+            if parallel:
+                config.parallel_for(ftile.phases_padded, c_n, (x[n], xpp, s, ph, pl, hp, qp), _IM2COL_WORK * xpp.size)
+                ftile.run_sharded(ftile.conv_implicit, oh_n, (kind, held.packed, k_n, m_n, xpp_ro, koff, step, ow_n,
+                                                              held.bias, zn, has_z, lo, hi, yn, l_n), work, 1)
+            else:
+                ftile.phases_padded(x[n], xpp, s, ph, pl, hp, qp, 0, c_n)
+                driver(held.packed, k_n, m_n, xpp_ro, koff, step, ow_n, held.bias, zn, has_z, lo, hi, yn, l_n, 0, oh_n)
+        return y
+
+    return implicit
 
 
 def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, parallel):
