@@ -2,6 +2,7 @@
 
     python benchmarks/host_overhead.py                 # 1,000-node chain, reference and numba
     python benchmarks/host_overhead.py --build 20000   # also time building a 20,000-node chain
+    python benchmarks/host_overhead.py --op Add --batch N --build   # an Add chain, a symbolic batch
 
 Per-node cost = wall time of one run of the chain / number of nodes, on a (1, 16) float32 tensor,
 1 thread (``Session(threads=1)``): the minimum and the median of ``--repeats`` runs, and the
@@ -19,11 +20,13 @@ import kernelkit as kk
 import numpy as np
 
 
-def chain(n: int) -> kk.Model:
-    g = kk.GraphBuilder(f"relu{n}")
-    x = g.input("x", (1, 16), "float32")
+def chain(n: int, op: str = "Relu", batch=1) -> kk.Model:
+    """``n`` nodes of ``op`` on a (batch, 16) input (a name: a symbolic batch, fed 1); Add adds the
+    running value to itself."""
+    g = kk.GraphBuilder(f"{op.lower()}{n}")
+    x = g.input("x", (batch, 16), "float32")
     for _ in range(n):
-        x = g.op("Relu", x)
+        x = g.op(op, *([x, x] if op == "Add" else [x]))
     g.output(x)
     return g.build()
 
@@ -58,10 +61,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=50)
     ap.add_argument("--build", type=int, nargs="*", default=[2000])
     ap.add_argument("--vendors", nargs="*", default=["reference", "numba"])
+    ap.add_argument("--op", default="Relu", choices=["Relu", "Add"])
+    ap.add_argument("--batch", default="1", help="the input's first dim: 1, or a name (symbolic, fed 1)")
     args = ap.parse_args()
-    model = chain(args.nodes)
+    batch = int(args.batch) if args.batch.isdigit() else args.batch
+    model = chain(args.nodes, args.op, batch)
     kk.load_backends()
-    print(f"host cost per node, {args.nodes}-node Relu chain on (1,16), 1 thread, {args.repeats} runs (us)")
+    print(f"host cost per node, {args.nodes}-node {args.op} chain on ({args.batch},16), 1 thread, "
+          f"{args.repeats} runs (us)")
     print(f"{'vendor':<12}{'cpu min':>9}{'wall min':>10}{'wall median':>13}")
     for v in args.vendors:
         best, median, cpu = per_node_us(model, v, args.repeats)

@@ -152,12 +152,21 @@ def main(argv=None) -> int:
                         "CPU lacks it, as onnxruntime recommends)")
     p.add_argument("--separate", action="store_true", help="time each contender in its own process")
     p.add_argument("--only", choices=RUNTIMES, help=argparse.SUPPRESS)  # a --separate child: one contender, JSON out
+    p.add_argument("--keep", metavar="DIR", help="with --only: the int8 model is made once into DIR and read from "
+                   "there by later processes (one contender a process, many processes)")
     args = p.parse_args(argv)
     args.reduce_range = args.reduce_range == "on" or (args.reduce_range == "auto" and not _has_vnni())
     if args.only:
         with tempfile.TemporaryDirectory() as tmp:
             name = args.models.split(",")[0]
-            proto, path = quantized_model(name, args.small, Path(tmp), args.reduce_range)
+            folder = Path(tmp)
+            if args.keep:
+                folder = Path(args.keep) / f"{name}{'-small' if args.small else ''}{'-rr' if args.reduce_range else ''}"
+                folder.mkdir(parents=True, exist_ok=True)
+            if args.keep and (folder / f"{name}.int8.onnx").exists():
+                proto, path = (zoo.SMALL if args.small else zoo.MODELS)[name](), folder / f"{name}.int8.onnx"
+            else:
+                proto, path = quantized_model(name, args.small, folder, args.reduce_range)
             median = _median_ms({args.only: _runtime(args.only, proto, path, args.threads)}, _inputs(proto, 1, 0),
                                 args.rounds)[args.only]
         print(json.dumps({"model": name, "runtime": args.only, "median_ms": median}))

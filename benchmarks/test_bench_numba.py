@@ -329,6 +329,27 @@ def block_table(names=WANTED, rounds: int = 15) -> list[dict]:
     return rows
 
 
+def apply_bench_set(spec: str | None = None) -> None:
+    """Set ``kernelkit_numba`` constants from ``spec`` (default ``$KERNELKIT_BENCH_SET``):
+    ``module.ATTR=value,...``, e.g. ``kernels.dwtile.PARALLEL_US=100,shards.ShardPool.CLAIM_AFTER_S=0.0``
+    (a value with a dot is a float, else an int): a variant of the defaults in a benchmark process."""
+    import importlib
+
+    spec = os.environ.get("KERNELKIT_BENCH_SET", "") if spec is None else spec
+    for item in filter(None, spec.split(",")):
+        key, value = item.split("=")
+        parts = key.split(".")
+        for cut in range(len(parts) - 1, 0, -1):  # the longest importable module, then attributes
+            try:
+                obj = importlib.import_module("kernelkit_numba." + ".".join(parts[:cut]))
+                break
+            except ImportError:
+                continue
+        for part in parts[cut:-1]:
+            obj = getattr(obj, part)
+        setattr(obj, parts[-1], float(value) if "." in value else int(value))
+
+
 _RUNTIMES = ("numba1", "numba", "reference1", "ort1", "ort2")
 _LABELS = {"numba1": "numba 1t", "numba": "numba default", "reference1": "reference 1t", "ort1": "ORT 1t",
            "ort2": "ORT 2t"}
@@ -341,19 +362,8 @@ from test_bench_numba import model_case, kernelkit_session, ort_session
 import kernelkit
 from kernelkit.testing import MODEL_COSINE, cosine
 name, runtime, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-import importlib, os
-for item in filter(None, os.environ.get("KERNELKIT_BENCH_SET", "").split(",")):
-    key, value = item.split("=")  # e.g. kernels.dwtile.PARALLEL_US=100, shards.ShardPool.CLAIM_AFTER_S=0.0
-    parts = key.split(".")
-    for cut in range(len(parts) - 1, 0, -1):  # the longest importable module, then attributes
-        try:
-            obj = importlib.import_module("kernelkit_numba." + ".".join(parts[:cut]))
-            break
-        except ImportError:
-            continue
-    for part in parts[cut:-1]:  # (not ``name``: the model's)
-        obj = getattr(obj, part)
-    setattr(obj, parts[-1], float(value) if "." in value else int(value))
+from test_bench_numba import apply_bench_set
+apply_bench_set()
 proto, model, feed, gflop = model_case(name)
 if runtime == "reference1":
     from threadpoolctl import threadpool_limits

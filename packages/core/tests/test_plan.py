@@ -323,6 +323,128 @@ def test_class_kernel_bind_hook_prebinds_the_call_and_rebinds_on_resize():
     assert BoundKernel.binds == 3  # at compile, then for (1, 2) and (4, 2)
 
 
+class ShapeKernel:
+    """Keeps the batch of its latest ``resize`` (per-node state) and checks every call against it;
+    ``bind`` counts its calls and gives a call that counts its own, without and with the settled
+    wrapper (``step.direct``)."""
+
+    calls = plain_calls = 0
+    thread_safe = True  # the plan adds no lock: the executor's gate alone keeps the state right
+    plain_safe = False  # the settled call says thread_safe
+
+    def prepare(self, specs, attrs):
+        self.rows, self.ready = specs[0].shape[0], False
+
+    def resize(self, specs):
+        self.rows = specs[0].shape[0]
+
+    def bind(self, step):
+        rows = self.rows
+
+        def plain(x, *, out=None):
+            ShapeKernel.plain_calls += 1
+            assert not isinstance(rows, str) and x.shape[0] == rows == self.rows, (x.shape, rows, self.rows)
+            time.sleep(0.0005)  # a concurrent run of other shapes would resize it now, if it could
+            return np.multiply(x, 2.0, out=out)
+
+        def call(x, *, out=None):
+            ShapeKernel.calls += 1
+            return plain(x, out=out)
+
+        call.settled = lambda: plain if self.ready else None
+        plain.thread_safe = self.plain_safe
+        return call
+
+    def execute(self, x, *, out=None):
+        raise AssertionError("the session calls what bind(step) returned")
+
+
+def _shape_session():
+    ShapeKernel.calls = ShapeKernel.plain_calls = 0
+    kernelkit.register_op("Twice", domain=DOMAIN, inputs=["X"], outputs=["Y"], infer=same_as_input)
+    kernelkit.register_kernel("Twice", domain=DOMAIN, device="cpu", vendor="reference", dtype="float32")(ShapeKernel)
+    g = GraphBuilder("m")
+    g.output(g.op("Neg", g.op("Twice", g.input("x", ("N", 3), "float32"), domain=DOMAIN, name="tw")))
+    return Session(g.build(), passes=False, **REF)
+
+
+def test_runs_of_the_bound_shapes_call_the_kernel_directly_and_settle():
+    """A symbolic plan checks shapes per node only in the first run of new input shapes; later runs
+    of those shapes call ``step.direct()``: the kernel's settled call once it says so."""
+    sess = _shape_session()
+    kernel = sess.plan.steps[0].kernel
+    for n in (2, 2, 2, 5, 5, 2):
+        (y,) = sess.run(None, {"x": np.ones((n, 3), np.float32)})
+        np.testing.assert_array_equal(y, np.full((n, 3), -2, np.float32))
+    assert ShapeKernel.calls == 6  # not settled: the wrapper runs every time
+    kernel.ready = True
+    for _ in range(8):  # settled within the next power-of-two run
+        sess.run(None, {"x": np.ones((2, 3), np.float32)})
+    calls = ShapeKernel.calls
+    for _ in range(3):
+        sess.run(None, {"x": np.ones((2, 3), np.float32)})
+    assert ShapeKernel.calls == calls and ShapeKernel.plain_calls == 17
+
+
+def test_a_settled_call_that_keeps_no_state_runs_without_the_nodes_lock(monkeypatch):
+    """A kernel that is not thread-safe runs under its node's lock, unless the call it settles on
+    says ``thread_safe``: then ``step.direct()`` gives that call itself."""
+    monkeypatch.setattr(ShapeKernel, "thread_safe", False)
+    sess = _shape_session()
+    step = sess.plan.steps[0]
+    sess.run(None, {"x": np.ones((2, 3), np.float32)})
+    call, settled = step.direct()
+    assert not settled and call.__qualname__.endswith("locked.<locals>.call")
+    step.kernel.ready = True
+    call, settled = step.direct()
+    assert settled and call.__qualname__.endswith("locked.<locals>.call")  # plain keeps state: locked
+    monkeypatch.setattr(ShapeKernel, "plain_safe", True)
+    sess.run(None, {"x": np.ones((3, 3), np.float32)})  # new shapes: bound again, a plain call that says so
+    call, settled = step.direct()
+    assert settled and call.__qualname__ == "ShapeKernel.bind.<locals>.plain" and call.thread_safe
+
+
+def test_concurrent_runs_of_different_shapes_never_share_a_kernel_state():
+    """Runs of other input shapes wait for the runs of the bound ones (and rebind alone): a
+    kernel's per-shape state is never changed under a running call."""
+    sess = _shape_session()
+    sess.plan.steps[0].kernel.ready = True
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(25):
+                n = int(rng.integers(1, 4))
+                x = rng.standard_normal((n, 3)).astype(np.float32)
+                (y,) = sess.run(None, {"x": x})
+                np.testing.assert_array_equal(y, -2 * x)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_a_run_sets_the_ignore_error_state_once_and_restores_the_callers():
+    """The executor runs every step under NumPy's error state "ignore" (``step.quiet``): a
+    reference kernel's overflow or 0/0 warns or raises nowhere, and the caller's state is back after."""
+    g = GraphBuilder("m")
+    x = g.input("x", (2,), "float32")
+    g.output(g.op("Div", g.op("Mul", x, x, name="sq"), x, name="dv"))
+    sess = Session(g.build(), passes=False, **REF)
+    assert all(s.quiet for s in sess.plan.steps)
+    with warnings.catch_warnings(), np.errstate(all="raise"):
+        warnings.simplefilter("error")
+        (y,) = sess.run(None, {"x": np.array([1e30, 0.0], np.float32)})
+        assert np.geterr()["over"] == "raise"
+    assert np.isinf(y[0]) and np.isnan(y[1])
+
+
 # -- session semantics ----------------------------------------------------------------------------------
 def test_run_async_copies_its_feeds_before_returning():
     started = threading.Event()

@@ -91,7 +91,9 @@ def test_one_row_products_take_the_row_call(check):
     for trans_a, trans_b, c_shape, alpha, beta, act in [
             (0, 1, (n,), 1.0, 1.0, ("", ())), (0, 0, (1, n), 0.5, 2.0, ("Relu", ())),
             (1, 1, None, -2.0, 1.0, ("Gelu", (0.0,))), (1, 0, (n,), 1.0, 0.0, ("Clip", (-0.2, 0.3))),
-            (0, 1, (n,), 1.0, 0.25, ("Sigmoid", ())), (0, 0, (1, 1), 1.0, 1.0, ("", ()))]:
+            (0, 1, (n,), 1.0, 0.25, ("Sigmoid", ())), (0, 0, (1, 1), 1.0, 1.0, ("", ())),
+            (0, 1, (n,), 1.0, 1.0, ("Tanh", ())), (0, 0, (1, n), 1.0, 0.5, ("Tanh", ())),
+            (1, 0, None, 0.5, 1.0, ("Tanh", ()))]:  # Tanh: NumPy's tanh after the bias (BERT's pooler)
         a = r.uniform(-1, 1, (k, 1) if trans_a else (1, k)).astype(np.float32)
         b = r.uniform(-1, 1, (n, k) if trans_b else (k, n)).astype(np.float32)
         c = None if c_shape is None else r.uniform(-1, 1, c_shape).astype(np.float32)

@@ -193,8 +193,9 @@ def test_a_heartbeat_wakes_a_sleeping_worker_and_no_beat_while_backed_off():
 
 def test_stall_backs_off_and_current_threads_says_one():
     """A worker that holds its shard far longer than the caller's whole share (a worker that lost
-    its core) is a stall: the pool then runs jobs on the calling thread, and ``current_threads()``
-    is 1 for that time, so the kernels cut their work for one thread."""
+    its core) is a stall; a second one within STALL_PAIR_S backs the pool off: it then runs jobs on
+    the calling thread, and ``current_threads()`` is 1 for that time, so the kernels cut their work
+    for one thread."""
     pool = shards.POOL
     pool.reset()
     pool.backoff = True  # off for the other tests of this package (conftest)
@@ -210,7 +211,10 @@ def test_stall_backs_off_and_current_threads_says_one():
     try:
         stalls = pool.stats["stalls"]
         within(pool.run, fn, 4, 2)
-        assert pool.stats["stalls"] == stalls + 1 and pool.backed_off()
+        assert pool.stats["stalls"] == stalls + 1 and not pool.backed_off()  # one stall: a hiccup
+        start.clear()
+        within(pool.run, fn, 4, 2)
+        assert pool.stats["stalls"] == stalls + 2 and pool.backed_off()
         with config.num_threads(2):
             assert config.current_threads() == 1
             assert config.shard_count(1000, 1e12, threads=None) == 1
@@ -240,15 +244,32 @@ def test_workers_that_never_claim_back_off():
 
 
 def test_back_off_grows_while_contention_repeats():
+    """The back-off doubles while signs come within CALM_S of the last back-off's end, and starts
+    again at MIN_BACKOFF_S after a calm spell; isolated stalls (further apart than STALL_PAIR_S)
+    never back off."""
     pool = shards.ShardPool(0.0)
     pool._back_off("test")
     first = pool._backoff
     pool._back_off("test")
     assert first == pool.MIN_BACKOFF_S and pool._backoff == 2 * first and pool.backed_off()
+    pool._serial_until = time.perf_counter() - 2 * pool.CALM_S  # ended a calm spell ago
+    pool._back_off("test")
+    assert pool._backoff == pool.MIN_BACKOFF_S
     pool.reset()
+    job = types.SimpleNamespace(claimed=1)
+    for _ in range(3):
+        pool._judge(job, 2 * pool.STALL_S, pool.STALL_S)
+        assert not pool.backed_off()
+        pool._last_stall -= 2 * pool.STALL_PAIR_S  # the next stall comes long after
+    pool._judge(job, 2 * pool.STALL_S, pool.STALL_S)
+    pool._judge(job, 2 * pool.STALL_S, pool.STALL_S)  # two in a row
+    assert pool.backed_off() and pool.stats["stalls"] == 5
+    pool.reset()
+    pool.reset()
+    backoffs = pool.stats["backoffs"]
     pool.backoff = False  # signs counted, no back-off
     pool._back_off("test")
-    assert not pool.backed_off() and pool.stats["backoffs"] == 2
+    assert not pool.backed_off() and pool.stats["backoffs"] == backoffs
 
 
 @pytest.mark.parametrize("spin_us", [0.0, 200.0])
@@ -386,3 +407,79 @@ def test_short_jobs_of_a_worker_without_a_core_back_off():
         within(pool.run, fn, 4, 2)
     assert hits == [pool.SHORT_MISSES] * 4
     assert pool.backed_off() and pool.stats["short_misses"] == pool.SHORT_MISSES
+
+
+def test_late_workers_back_off():
+    """Jobs a worker helped with, but came to more than LATE_S after publication although it spins
+    (the spin loop exists, none asleep), ``LATE_MISSES`` in a row back the pool off: it has no core.
+    A worker asleep at publication, or before workers spin, is no sign; a prompt one clears the count."""
+    pool = shards.ShardPool(0.0)
+    helped = types.SimpleNamespace(claimed=1)
+    worked, late, prompt = 2 * pool.SHORT_MISS_S, 2 * pool.LATE_S, pool.LATE_S / 10
+    for _ in range(2 * pool.LATE_MISSES):
+        pool._judge(helped, 0.0, worked, worked, 0, late)  # no spin loop yet
+    pool._can_spin = True
+    for _ in range(2 * pool.LATE_MISSES):
+        pool._judge(helped, 0.0, worked, worked, 1, late)  # asleep at publication: woken late by design
+    assert pool.stats["late"] == 0
+    for _ in range(pool.LATE_MISSES - 1):
+        pool._judge(helped, 0.0, worked, worked, 0, late)
+    pool._judge(helped, 0.0, worked, worked, 0, prompt)
+    assert not pool.backed_off() and pool.stats["late"] == pool.LATE_MISSES - 1
+    for _ in range(pool.LATE_MISSES):
+        assert not pool.backed_off()
+        pool._judge(helped, 0.0, worked, worked, 0, late)
+    assert pool.backed_off() and pool.stats["backoffs"] == 1
+
+
+def test_a_caller_short_of_a_core_through_a_run_backs_off():
+    """The heartbeat's windows (``WINDOW_S``): the calling thread's CPU time under WINDOW_SHARE of
+    the wall time, ``WINDOW_MISSES`` windows in a row, backs the pool off; a gap between beats longer
+    than WINDOW_GAP_S (between runs) or a beat from another thread starts a new window, and a window
+    at full speed clears the count."""
+    pool = shards.ShardPool(0.0)
+    cpu = [0.0]
+    pool._thread_time = lambda: cpu[0]
+    step = pool.WINDOW_S / 10
+
+    def beats(n, t, share):
+        for _ in range(n):
+            t += step
+            cpu[0] += share * step
+            pool._window(t)
+        return t
+
+    t = beats(15, 0.0, 1.0)
+    assert pool.stats["windows"] >= 1 and pool.stats["slow_windows"] == 0
+    t = beats(11, t, 0.5)  # one slow window
+    t = beats(11, t, 1.0)  # a full one clears the count
+    assert pool.stats["slow_windows"] == 1 and not pool.backed_off()
+    for _ in range(3):  # long gaps between beats (between runs): no window is judged
+        t += 2 * pool.WINDOW_GAP_S
+        pool._window(t)
+    t = beats(5, t, 0.5)
+    assert pool.stats["slow_windows"] == 1
+    t = beats(25, t, 0.5)
+    assert pool.backed_off() and pool.stats["backoffs"] == 1
+    pool.reset()
+    windows = pool.stats["windows"]
+    other = threading.Thread(target=lambda: pool._window(t + step))
+    other.start()
+    other.join()
+    beats(5, t + step, 0.5)  # after another thread's beat, a new window
+    assert pool.stats["windows"] == windows
+
+
+def test_a_beating_caller_that_sleeps_backs_off():
+    """The same through ``beat``: a caller that beats every 2 ms and sleeps in between (its thread
+    CPU time far under its wall time) backs the pool off within a few windows; no beat counts
+    while backed off."""
+    pool = shards.ShardPool(0.0)
+    t0 = time.perf_counter()
+    while not pool.backed_off() and time.perf_counter() - t0 < 5.0:
+        pool.beat()
+        time.sleep(0.002)
+    assert pool.backed_off() and pool.stats["slow_windows"] >= pool.WINDOW_MISSES
+    beats = int(pool._gen[1])
+    pool.beat()
+    assert int(pool._gen[1]) == beats

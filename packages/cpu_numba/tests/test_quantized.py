@@ -83,6 +83,38 @@ def test_qlinearconv_tiles_on_two_threads_equal_the_reference(k):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("x_shape, w_shape, stride, budget", [
+    ((1, 320, 7, 7), (1280, 320, 1, 1), 1, 1),  # MobileNetV2's 320 -> 1280 layer: 40 M operations
+    ((1, 3, 224, 224), (32, 3, 3, 3), 2, 1),  # MobileNetV2's stem: 22 M (its input pixels said 87 M)
+    ((1, 64, 56, 56), (64, 64, 3, 3), 1, 2),  # ResNet-18's 3x3 layer at 56x56: 231 M
+], ids=["mnv2-1x1", "mnv2-stem", "resnet18-3x3"])
+def test_qlinearconv_thread_budget_counts_output_operations(monkeypatch, x_shape, w_shape, stride, budget):
+    """At threads=2 a QLinearConv takes the session's threads from 2**26 operations (2 x output
+    pixels x output channels x K; qconv.INT8_CONV_WORK): MobileNetV2's layers stay on the calling
+    thread, ResNet-18's 3x3 layers do not (docs/quantization.md, issue 16, session 8)."""
+    from kernelkit_numba import config
+    from kernelkit_numba.kernels import qconv
+
+    seen = []
+    original = qconv.QLinearConv.compute
+
+    def spy(self, *xs, **kw):
+        seen.append(config._local.threads)  # the call's budget (current_threads() also says 1 when backed off)
+        return original(self, *xs, **kw)
+
+    monkeypatch.setattr(qconv.QLinearConv, "compute", spy)
+    rng = np.random.default_rng(0)
+    m = w_shape[0]
+    inputs = [rng.integers(-128, 128, x_shape).astype(np.int8), np.float32(0.05), np.int8(3),
+              rng.integers(-64, 64, w_shape).astype(np.int8), np.full(m, 0.002, np.float32), np.zeros(m, np.int8),
+              np.float32(0.4), np.int8(-2)]
+    k = w_shape[-1]
+    attrs = {"pads": [k // 2] * 4, "strides": [stride] * 2}
+    run_single_op("QLinearConv", inputs, attrs, vendors=["numba"], fallback=False, passes=False,
+                  constants=(1, 2, 3, 4, 5, 6, 7), threads=2)
+    assert seen and set(seen) == {budget}
+
+
 def test_blas_row_blocks_on_two_threads_are_exact():
     """MatMulIntegerToFloat with enough rows and work to be cut into row blocks on two threads
     (the transformer's projections): the exact product."""

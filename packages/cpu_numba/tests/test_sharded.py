@@ -92,3 +92,24 @@ def test_these_settings_really_shard(check, rng, monkeypatch):
                         run(fn, count, threads))
     check("Conv", [_x(rng, 1, 4, 14, 14), _x(rng, 6, 4, 3, 3)], {"pads": [1, 1, 1, 1]}, constants=(1,))
     assert seen and max(c for c, _ in seen) > 3 and {t for _, t in seen} == {3}
+
+
+@pytest.mark.parametrize("cols_min_k", [1, 1 << 20])  # the cols tiles, the rows tiles
+@pytest.mark.parametrize("residual", [False, True])
+def test_winograd_products_with_their_transform_sharded(check, rng, monkeypatch, cols_min_k, residual):
+    """F(2x2, 3x3) on ftile's tiles at 3 threads: shards of weight-panel groups, each running its
+    products at every position and then the output transform of its channels (winograd._gemms_out),
+    against the reference, with a partial last panel."""
+    from kernelkit_numba.kernels import conv, ftile, winograd
+
+    if ftile.choice()[0] is None:
+        pytest.skip("no float32 micro-kernel variant on this CPU")
+    monkeypatch.setattr(conv, "WINO_FTILE_MIN_C", 1)
+    monkeypatch.setattr(conv, "FTILE_COLS_MIN_K", cols_min_k)
+    fused = []
+    gemms_out = winograd._gemms_out
+    monkeypatch.setattr(winograd, "_gemms_out", lambda *a: fused.append(gemms_out(*a)) or fused[-1])
+    x, w, b = _x(rng, 1, 20, 14, 14), _x(rng, 304, 20, 3, 3), _x(rng, 304)
+    inputs = [x, w, b] + ([_x(rng, 1, 304, 14, 14)] if residual else [])
+    check("Conv", inputs, {"pads": [1, 1, 1, 1], "activation": "Relu"}, constants=(1, 2))
+    assert fused and all(fused)

@@ -305,3 +305,31 @@ def test_concat_serial_call(check, rng):
     check("Concat", [rng.standard_normal((1, 5, 3, 3)).astype(np.float32),
                      rng.standard_normal((1, 2, 3, 3)).astype(np.float32)], {"axis": 1})
     assert concat.serial([TensorSpec(("N", 2), "float32"), TensorSpec((1, 2), "float32")], axis=0) is None
+
+
+@pytest.mark.parametrize("src, dst", [("float32", "int32"), ("float32", "int64"), ("float32", "bool"),
+                                      ("float32", "float64"), ("int64", "float32"), ("int64", "int32"),
+                                      ("bool", "float32"), ("int32", "bool")])
+def test_cast_serial_call(src, dst):
+    """cast.serial (one thread): NumPy's conversion, the reference kernel's values (truncation
+    toward zero, round to nearest, wrap-around, x != 0), a C-contiguous result also from a strided
+    input; its ``bare`` call (a plan's step: the executor sets the error state) gives the same."""
+    from kernelkit.ir import TensorSpec
+    from kernelkit.ops.cast import ONNX_DTYPE_NUMBERS
+    from kernelkit.ops.cast import cast as reference
+    from kernelkit_numba.kernels.typed_index import cast
+
+    r = np.random.default_rng(3)
+    x = (r.standard_normal((4, 6)) * 1e3).astype(src) if src != "bool" else r.random((4, 6)) < 0.5
+    if src == "int64":
+        x[0, :3] = [2**40 + 3, -(2**33) - 1, 16777217]  # wraps to int32; rounds to float32
+    if src == "float32":
+        x[1, :4] = [-0.0, 0.75, -2.5, 3e9 if dst == "int64" else 7.0]
+    view = x[:, ::2]
+    to = ONNX_DTYPE_NUMBERS[dst]
+    call = cast.serial([TensorSpec(view.shape, src)], to=to)
+    want = reference(view, to=to)
+    for fn in (call, call.bare):
+        got = fn(view)
+        assert got.dtype == np.dtype(dst) and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, want)

@@ -21,6 +21,16 @@ from .errors import KernelExecutionError
 from .memory import ArenaPool, MemoryPlan, plan_memory
 from .plan import Plan, Step
 
+try:  # NumPy's error state is a context variable: setting it to a state made once is ~0.2 us a run
+    from numpy._core._ufunc_config import _extobj_contextvar as _ERRSTATE
+    from numpy._core._ufunc_config import _make_extobj
+
+    _QUIET = _make_extobj(all="ignore")
+except (ImportError, TypeError):  # another NumPy: np.errstate around the run
+    _ERRSTATE = _QUIET = None
+
+_UNBOUND = object()  # no input shapes bound yet (dynamic plans)
+
 MAX_SHAPE_PLANS = 16  # memory plans kept for distinct input shapes (least recently used dropped)
 PROFILE_EVENTS = 200_000  # per-call profile events kept (the oldest are dropped beyond this)
 
@@ -49,9 +59,9 @@ def _settle(step: Step, result, out):
     return out
 
 
-def make_runner(step: Step) -> Callable[[list], None]:
-    """``run(env)``: the step's call on its input slots, storing its outputs in their slots."""
-    call, ins, outs = step.call, step.input_slots, step.output_slots
+def make_runner(step: Step, call: Callable | None = None) -> Callable[[list], None]:
+    """``run(env)``: the step's call (or ``call``) on its input slots, storing its outputs in their slots."""
+    call, ins, outs = call or step.call, step.input_slots, step.output_slots
     real = [o for o in outs if o is not None]
     if step.kind == "copy":
         (a,), (o,) = ins, outs
@@ -143,7 +153,20 @@ def _with_frees(run: Callable[[list], None], free: tuple[int, ...]) -> Callable[
 
 class Executor:
     """Runs a Plan. ``memory_for(key)`` gives the memory plan of the input shapes ``key``;
-    ``concrete(key)`` computes (slot -> spec, step -> scratch bytes) for a new key."""
+    ``concrete(key)`` computes (slot -> spec, step -> scratch bytes) for a new key.
+
+    Per-node costs that do not depend on the node are paid once a run, not once a node:
+
+    - NumPy's error state is "ignore" for the whole run (one context-variable switch; kernels see
+      ``step.quiet`` and need not switch it around each ufunc);
+    - a plan of symbolic input shapes checks its class kernels' input shapes per node only in a
+      run of input shapes the kernels are not bound for yet. That run has the plan to itself
+      (runs of the bound shapes finish first, others wait), its nodes ``resize`` as they go, and
+      from then on runs of those shapes call each node whose input shapes follow from them
+      (``concrete``'s static specs) through ``step.direct()``, with no lock or shape key;
+    - a class kernel's start-up wrapper (numba's tiered start) is dropped from the run's call once
+      ``step.direct()`` says the node has settled (checked after runs 1, 2, 4, 8, ...).
+    """
 
     def __init__(self, plan: Plan, input_names: list[str], concrete: Callable, profile: bool = False):
         self.plan = plan
@@ -168,8 +191,18 @@ class Executor:
         if plan.static:  # values in the arena need no dropping either
             mem = self.pool_for(None).mem
             keep |= set(mem.placed) | set(mem.scratch)
-        self.runners = [_with_frees(make_runner(step), tuple(s for s in step.free if s not in keep))
-                        for step in plan.steps]
+        self._frees = [tuple(s for s in step.free if s not in keep) for step in plan.steps]
+        self.runners = [_with_frees(make_runner(step), free) for step, free in zip(plan.steps, self._frees)]
+        self._runs = 0
+        # static plans: the runners themselves lose their start-up wrappers as nodes settle
+        self._unsettled = [i for i, step in enumerate(plan.steps) if step.direct is not None] if plan.static else []
+        # symbolic plans: the input shapes the kernels are bound for, and the runners for them
+        self._gate = threading.Condition()
+        self._bound = _UNBOUND
+        self._fixed: list | None = None
+        self._fixed_frees: list = []
+        self._readers = self._waiting = 0
+        self._writing = False
 
     # -- memory ---------------------------------------------------------------------------------
     def pool_for(self, key) -> ArenaPool:
@@ -181,6 +214,7 @@ class Executor:
                 if pool is None:
                     specs, scratch = self._concrete(key)
                     pool = ArenaPool(plan_memory(self.plan, specs, scratch, key), self.base)
+                    pool.specs = specs
                     pools[key] = pool
                     while len(pools) > MAX_SHAPE_PLANS:
                         pools.popitem(last=False)
@@ -194,21 +228,108 @@ class Executor:
     # -- running --------------------------------------------------------------------------------
     def start(self, feeds: dict):
         """Run every step; returns (env, arena, pool) for ``finish``."""
-        key = None if self.plan.static else tuple(feeds[name].shape for name, _ in self.inputs)
+        static = self.plan.static
+        key = None if static else tuple(feeds[name].shape for name, _ in self.inputs)
         pool = self.pool_for(key)
         arena = pool.take()
         try:
             env = arena.template.copy()
             for name, slot in self.inputs:
                 env[slot] = feeds[name]
-            if self.profiling:
-                self._walk_timed(env)
+            if static:
+                self._walk_quiet(self.runners, env)
+                self._runs += 1
+                if self._unsettled and not self._runs & (self._runs - 1):
+                    self._settle(self.runners, self._frees)
             else:
-                self._walk(env)
+                self._run_bound(key, pool, env)
         except BaseException:
             pool.give(arena)
             raise
         return env, arena, pool
+
+    def _walk_quiet(self, runners: list, env: list) -> None:
+        """The steps under NumPy's error state "ignore", set once for the run."""
+        if _ERRSTATE is None:
+            with np.errstate(all="ignore"):
+                return self._walk_timed(runners, env) if self.profiling else self._walk(runners, env)
+        token = _ERRSTATE.set(_QUIET)
+        try:
+            if self.profiling:
+                self._walk_timed(runners, env)
+            else:
+                self._walk(runners, env)
+        finally:
+            _ERRSTATE.reset(token)
+
+    # -- symbolic input shapes: runs of the bound shapes skip the per-node check ------------------
+    def _run_bound(self, key: tuple, pool: ArenaPool, env: list) -> None:
+        gate = self._gate
+        with gate:
+            bound = self._bound == key and not self._writing and not self._waiting
+            if not bound:  # new shapes: wait for the runs of the bound ones, then rebind alone
+                self._waiting += 1
+                while self._readers or self._writing:
+                    gate.wait()
+                self._waiting -= 1
+                bound = self._bound == key  # another run bound them meanwhile
+                self._writing = not bound
+                if not bound:
+                    self._bound = _UNBOUND
+            if bound:
+                self._readers += 1
+        if bound:
+            try:
+                self._walk_quiet(self._fixed, env)
+                self._runs += 1
+                if self._unsettled and not self._runs & (self._runs - 1):
+                    self._settle(self._fixed, self._fixed_frees)
+            finally:
+                with gate:
+                    self._readers -= 1
+                    if not self._readers:
+                        gate.notify_all()
+            return
+        fixed = None
+        try:  # the per-node calls check the shapes and resize
+            self._walk_quiet(self.runners, env)
+            fixed = self._fix(pool)
+        finally:
+            with gate:
+                self._writing = False
+                if fixed is not None:
+                    self._bound, self._fixed = key, fixed
+                gate.notify_all()
+
+    def _fix(self, pool: ArenaPool) -> list:
+        """The runners for the input shapes just run: each node whose input shapes follow from them
+        calls its kernel directly (``step.direct()``), the others keep the checked call; values in
+        this key's arena are not dropped after their last reader (as in a static plan)."""
+        specs, mem = pool.specs, pool.mem
+        placed = set(mem.placed) | set(mem.scratch)
+        frees = [tuple(s for s in free if s not in placed) for free in self._frees]
+        runners, unsettled = [], []
+        for i, step in enumerate(self.plan.steps):
+            call = None
+            if step.direct is not None and all(sp is not None and sp.is_static for sp in
+                                               (specs.get(s) for s in step.input_slots if s)):
+                call, settled = step.direct()  # (a shape that depends on data: checked per call)
+                if not settled:
+                    unsettled.append(i)
+            runners.append(_with_frees(make_runner(step, call), frees[i]))
+        self._unsettled, self._fixed_frees = unsettled, frees
+        return runners
+
+    def _settle(self, runners: list, frees: list) -> None:
+        """Runners without the start-up wrapper of the nodes that have settled since."""
+        left = []
+        for i in self._unsettled:
+            call, settled = self.plan.steps[i].direct()
+            if settled:
+                runners[i] = _with_frees(make_runner(self.plan.steps[i], call), frees[i])
+            else:
+                left.append(i)
+        self._unsettled = left
 
     def finish(self, started, feeds: dict, names: list[str]) -> list[np.ndarray]:
         env, arena, pool = started
@@ -217,21 +338,21 @@ class Executor:
         finally:
             pool.give(arena)
 
-    def _walk(self, env: list) -> None:
+    def _walk(self, runners: list, env: list) -> None:
         i = 0
         try:
-            for i, run in enumerate(self.runners):  # noqa: B007 - i names the failing step
+            for i, run in enumerate(runners):  # noqa: B007 - i names the failing step
                 run(env)
         except KernelExecutionError:
             raise
         except Exception as exc:  # a kernel's own typed check too: one error class on every device
             raise self._failure(i, env, exc) from exc
 
-    def _walk_timed(self, env: list) -> None:
+    def _walk_timed(self, runners: list, env: list) -> None:
         steps = self.plan.steps
         i = 0
         try:
-            for i, run in enumerate(self.runners):
+            for i, run in enumerate(runners):
                 profiled_node.set(steps[i].name)  # devices tag their timing events with it
                 t0 = time.perf_counter()
                 run(env)

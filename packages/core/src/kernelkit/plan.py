@@ -67,6 +67,10 @@ class Step:
     call: Callable | None = field(default=None, repr=False)  # pre-bound: call(*inputs[, out=][, scratch=])
     free: tuple[int, ...] = ()  # slots dropped after this step (their last reader)
     lock: threading.Lock | None = field(default=None, repr=False)
+    # a class kernel's call for its current state without the plan's shape check (and without the
+    # kernel's start-up wrapper once it says it has settled): () -> (call, settled); None elsewhere
+    direct: Callable | None = field(default=None, repr=False)
+    quiet: bool = True  # the executor runs the step under NumPy's error state "ignore" (set once a run)
 
     @property
     def layout(self) -> tuple:
@@ -263,13 +267,21 @@ def _bind_class(step: Step, kernel, specs: list, dynamic: bool) -> Callable:
     """The call of a prepared class kernel: its ``bind(step)`` callable if it has one, else
     ``execute``, serialised per node (kernels keep per-node state) unless the kernel says
     ``thread_safe = True``. With symbolic input shapes the
-    call first checks the shapes and ``resize``s (and re-binds) when they changed."""
+    call first checks the shapes and ``resize``s (and re-binds) when they changed.
+
+    ``step.direct()`` gives the call for the kernel's current state without that check (the
+    executor uses it for runs of input shapes the kernels are bound for already, see
+    ``Executor``), and without the kernel's start-up wrapper once the bound call says it has
+    settled: a bound call may carry ``settled()``, which returns the callable that replaces it
+    from now on, or None while it still needs its wrapper (numba's tiered start). A settled call
+    that says ``thread_safe = True`` (it keeps no per-call state) runs without the node's lock."""
     lock = step.lock
     binder = getattr(kernel, "bind", None)
     state = {"fn": binder(step) if callable(binder) else kernel.execute, "specs": specs, "key": None}
-    if not dynamic:
-        fn = state["fn"]
-        if getattr(kernel, "thread_safe", False):  # the kernel keeps no per-call state: no lock
+    safe = getattr(kernel, "thread_safe", False)  # the kernel keeps no per-call state: no lock
+
+    def locked(fn, safe=safe):
+        if safe:
             return fn
 
         def call(*xs, **kw):
@@ -277,6 +289,18 @@ def _bind_class(step: Step, kernel, specs: list, dynamic: bool) -> Callable:
                 return fn(*xs, **kw)
 
         return call
+
+    def direct():
+        fn = state["fn"]
+        settled = getattr(fn, "settled", None)
+        plain = settled() if settled is not None else fn
+        if plain is None:
+            return locked(fn), False
+        return locked(plain, safe or getattr(plain, "thread_safe", False)), True  # a call keeping no state
+
+    step.direct = direct
+    if not dynamic:
+        return locked(state["fn"])
 
     key_of = _shape_key(specs)
 

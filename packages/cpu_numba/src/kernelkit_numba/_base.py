@@ -61,6 +61,7 @@ class NumbaKernel:
     input_specs: list = []
     _tier_mode = _tier_trial = _tier_ref = None  # tiered start (tiered.py): mode, pending trial, reference
     _tier_count = 0
+    _tier_ok = False  # a guarded call ran numba without a miss (tiered.bound's ``settled``)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -138,6 +139,8 @@ class NumbaKernel:
         if fixed == 1:
             fast = self.serial_call(step)
             if fast is not None:
+                if getattr(step, "quiet", False):  # the executor set NumPy's error state for the run
+                    fast = getattr(fast, "bare", fast)
                 if beat is not None:
                     fast = _beating(fast, beat)
                 return tiered.bound(self, fast)  # never compiles on this thread (tiered.py)
@@ -163,7 +166,10 @@ class NumbaKernel:
     def serial_call(self, step):
         """A call ``(*inputs, out=None)`` for inputs of the prepared shapes that runs on the
         calling thread alone without consulting the thread budget (no shards), or None. A kernel
-        that calls BLAS (``uses_blas``) sets it to one thread in that call (config.blas_single)."""
+        that calls BLAS (``uses_blas``) sets it to one thread in that call (config.blas_single). A
+        call that switches NumPy's error state to "ignore" around its work may carry the call
+        without the switch as ``call.bare``: ``bind`` takes it for a plan's step (``step.quiet``:
+        the executor sets that state once a run)."""
         return None
 
     def bound_compute(self):

@@ -38,16 +38,18 @@ How a job reaches the workers (issue 11, session 4; docs/numba.md, "Shard pool")
 - **Back-off under contention.** The caller watches each job: a helper that claimed no shard
   although the caller worked longer than ``MISS_S`` (an awake worker claims within microseconds, a
   woken one within ~0.1 ms: it had no core), ``MISSES`` jobs in a row, or longer than
-  ``SHORT_MISS_S`` while workers spin, ``SHORT_MISSES`` jobs in a row, or a *stall* (the caller,
-  done with every unclaimed shard, waited longer than ``STALL_S`` and longer than half its own share
-  for a shard a worker had started: the worker lost its core mid-shard), or the caller itself
-  running its shards on a shared core (its thread CPU time under ``PREEMPT_SHARE`` of the wall time
-  it spent on them, ``MISSES`` jobs in a row: three runnable threads on two cores, where the
-  second thread's gain is smaller than what the caller loses) backs the pool off: for
-  ``MIN_BACKOFF_S`` (doubling up to ``MAX_BACKOFF_S`` while back-offs keep coming within
-  ``CALM_S``) every job runs on the calling thread, and ``config.current_threads()`` says 1 so that
-  kernels cut their work for one thread (no shards, one GEMM call) and BLAS and the kernels agree
-  on one thread count. Workers do not spin meanwhile.
+  ``SHORT_MISS_S`` while workers spin, ``SHORT_MISSES`` jobs in a row, or two *stalls* within
+  ``STALL_PAIR_S`` (the caller, done with every unclaimed shard, waited longer than ``STALL_S`` and
+  longer than half its own share for a shard a worker had started: the worker lost its core
+  mid-shard; one alone is a hiccup), or the caller itself running its shards on a shared core (its
+  thread CPU time under ``PREEMPT_SHARE`` of the wall time it spent on them, ``MISSES`` jobs in a
+  row: three runnable threads on two cores, where the second thread's gain is smaller than what the
+  caller loses), or a worker late to ``LATE_MISSES`` jobs in a row (``LATE_S``), or the caller
+  under ``WINDOW_SHARE`` of a core through a run (``WINDOW_S``, measured at the heartbeat) backs
+  the pool off: for ``MIN_BACKOFF_S`` (doubling up to ``MAX_BACKOFF_S`` while signs come within
+  ``CALM_S`` of the last back-off's end) every job runs on the calling thread, and
+  ``config.current_threads()`` says 1 so that kernels cut their work for one thread (no shards, one
+  GEMM call) and BLAS and the kernels agree on one thread count. Workers do not spin meanwhile.
 
 ``trace`` (a list, or None) records every shard ``(job, shard, thread name, start, end)`` and every
 job ``(job, -1, caller, published, all done, caller's shards done)`` for ``benchmarks/trace_pool.py``;
@@ -114,7 +116,7 @@ class _Job:
     """One parallel call: ``fn(i)`` for every shard ``i`` in ``range(count)``."""
 
     __slots__ = ("fn", "count", "claim", "left", "lock", "done", "error", "claimed", "serial_id", "trace",
-                 "helpers", "ticket")
+                 "helpers", "ticket", "first")
 
     def __init__(self, fn, count: int, serial_id: int, trace, helpers: int = 0):
         self.fn, self.count, self.serial_id, self.trace, self.helpers = fn, count, serial_id, trace, helpers
@@ -128,11 +130,14 @@ class _Job:
         self.done.acquire()
         self.error: BaseException | None = None
         self.claimed = 0  # shards the workers (not the caller) claimed
+        self.first = 0.0  # when the first worker came to the job (perf_counter), 0: none came
 
     def work(self, helper: bool) -> None:
         """Claim and run shards until none is left; count the finished ones."""
         finished = 0
         fn, count, trace = self.fn, self.count, self.trace
+        if helper and not self.first:
+            self.first = time.perf_counter()
         name = threading.current_thread().name if trace is not None else ""
         while True:
             i = self.claim()
@@ -163,12 +168,18 @@ class ShardPool:
 
     # caller-side contention signs (module docstring)
     STALL_S = 5e-4
+    # a stall backs off when the one before came within STALL_PAIR_S (issue 11, session 8): on the
+    # Xeon a quiet process saw 1-2 isolated stalls (a vCPU's hiccup), each of which backed the pool
+    # off for 50 ms-2 s; under load they come in runs
+    STALL_PAIR_S = 1.0
     MISS_S = 1e-3
     MISSES = 3
     # the caller preempted: its shards' thread CPU time below this share of their wall time, in
     # jobs where it worked at least PREEMPT_MIN_S (quiet: 0.95-1.0; a busy loop on its core: ~0.5)
     PREEMPT_SHARE, PREEMPT_MIN_S = 0.75, 3e-4
-    MIN_BACKOFF_S, MAX_BACKOFF_S, CALM_S = 0.05, 2.0, 10.0
+    # the back-off doubles (up to MAX_BACKOFF_S) while a sign comes within CALM_S of the end of the
+    # last back-off: contention that lasts; one later than that starts again at MIN_BACKOFF_S
+    MIN_BACKOFF_S, MAX_BACKOFF_S, CALM_S = 0.05, 2.0, 1.0
     # short jobs (the caller worked SHORT_MISS_S to MISS_S) that no worker helped with, in a row,
     # before the pool backs off: a spinning worker with a core claims within microseconds
     SHORT_MISS_S, SHORT_MISSES = 5e-5, 8
@@ -195,6 +206,20 @@ class ShardPool:
     # the other core is not pulled onto it as it would be onto an idle one (a stall then lasts).
     CLAIM_AFTER_S = 1e-5
     WAIT_LEFT_S = 2.5e-4
+    # The caller's share of a core through a run (issue 11, session 8): the heartbeat (``beat``, at
+    # every node) measures the calling thread's CPU time against the wall time over windows of at
+    # least WINDOW_S of consecutive beats (a gap over WINDOW_GAP_S between two beats, or a beat from
+    # another thread, starts a new window: time between runs is not the run's). Under WINDOW_SHARE,
+    # WINDOW_MISSES windows in a row, the pool backs off: the caller shares its core with another
+    # runnable thread (a busy process, or our own worker spinning beside it), which the per-job
+    # rules miss when the jobs are short (MobileNetV2's serial nodes and 0.1-0.4 ms jobs: 2.7x its
+    # 1-thread time under load on the Xeon). WINDOW_S = 0: off.
+    WINDOW_S, WINDOW_GAP_S, WINDOW_SHARE, WINDOW_MISSES = 0.02, 0.05, 0.75, 2
+    # A worker that came to a job more than LATE_S after its publication although no worker was asleep
+    # (a spinning worker with a core comes within ~20-50 us), LATE_MISSES jobs in a row: it has no
+    # core; the pool backs off. LATE_S = 0: off.
+    LATE_S, LATE_MISSES = 3e-4, 4
+    _thread_time = staticmethod(time.thread_time)  # the calling thread's CPU time (tests replace it)
 
     def __init__(self, spin_s: float | None = None):
         self.spin_s = spin_seconds() if spin_s is None else spin_s
@@ -215,14 +240,18 @@ class ShardPool:
         self._serial_until = 0.0
         self._backoff = self.MIN_BACKOFF_S
         self._last_backoff = float("-inf")
+        self._last_stall = float("-inf")
         self._missed = 0
         self._short = 0
         self._preempted = 0
+        self._late = 0
+        self._slow = 0  # windows in a row with the caller under WINDOW_SHARE of a core
+        self._win = [0.0, 0.0, 0.0, 0]  # window start, its caller CPU time, last beat, thread id
         self._serial_ids = itertools.count(1).__next__
         self.trace: list | None = None
         self.backoff = True  # False: contention signs are counted but never back the pool off (tests)
         self.stats = {"jobs": 0, "serial_jobs": 0, "stalls": 0, "misses": 0, "preempted": 0, "backoffs": 0,
-                      "busy_slot": 0, "short_misses": 0}
+                      "busy_slot": 0, "short_misses": 0, "late": 0, "windows": 0, "slow_windows": 0}
 
     @property
     def stalls(self) -> int:
@@ -235,8 +264,9 @@ class ShardPool:
     def reset(self) -> None:
         """End a back-off now (tests, benchmarks)."""
         self._serial_until, self._backoff, self._missed, self._preempted = 0.0, self.MIN_BACKOFF_S, 0, 0
-        self._short = 0
-        self._last_backoff = float("-inf")
+        self._short = self._late = self._slow = 0
+        self._win[2] = 0.0
+        self._last_backoff = self._last_stall = float("-inf")
 
     # -- workers ---------------------------------------------------------------------------------
     def _ensure(self, n: int) -> None:
@@ -305,9 +335,11 @@ class ShardPool:
         keeps spinning while beats come (``_spin``: until ``BEAT_IDLE_S`` after the last beat),
         and a sleeping one is woken by the first beat of a run, so that it is awake when the run's
         first parallel kernel comes (a woken worker claims ~50-150 us after the wake-up). No beat
-        while the pool is backed off, and none wakes a worker that has no spin loop yet."""
+        while the pool is backed off, and none wakes a worker that has no spin loop yet. Also the caller's
+        share of a core through the run (``WINDOW_S``)."""
+        now = time.perf_counter()
         until = self._serial_until
-        if until and time.perf_counter() < until:
+        if until and now < until:
             return
         gen = self._gen
         gen[1] += 1
@@ -316,6 +348,30 @@ class ShardPool:
                 self._waking = True
                 gen[2] += 1
                 self._cond.notify_all()
+        if self.WINDOW_S:
+            self._window(now)
+
+    def _window(self, now: float) -> None:
+        """One beat of the caller's CPU-share window (``WINDOW_S``)."""
+        win = self._win
+        me = threading.get_ident()
+        if now - win[2] > self.WINDOW_GAP_S or win[3] != me:  # a new run, or another thread's
+            win[0], win[1], win[2], win[3] = now, self._thread_time(), now, me
+            return
+        win[2] = now
+        if now - win[0] < self.WINDOW_S:
+            return
+        cpu = self._thread_time()
+        share = (cpu - win[1]) / (now - win[0])
+        win[0], win[1] = now, cpu
+        self.stats["windows"] += 1
+        if share < self.WINDOW_SHARE:
+            self.stats["slow_windows"] += 1
+            self._slow += 1
+            if self._slow >= self.WINDOW_MISSES:
+                self._back_off(f"the calling thread ran {share:.0%} of the wall time in {self._slow} windows")
+        else:
+            self._slow = 0
 
     # -- callers ---------------------------------------------------------------------------------
     def run(self, fn, count: int, threads: int) -> None:
@@ -348,7 +404,7 @@ class ShardPool:
                     waiter[0](self._gen, job.serial_id, waiter[1], waiter[2])
                 job.done.acquire()
             t2 = time.perf_counter()
-            self._judge(job, t2 - t1, t1 - t0, c1 - c0, asleep)
+            self._judge(job, t2 - t1, t1 - t0, c1 - c0, asleep, job.first - t0 if job.first else None)
             if job.trace is not None:  # the job itself: published at t0, the caller's shards done at t1, all at t2
                 job.trace.append((job.serial_id, -1, threading.current_thread().name, t0, t2, t1))
         finally:
@@ -369,13 +425,20 @@ class ShardPool:
         if job.error is not None:
             raise job.error
 
-    def _judge(self, job: _Job, waited: float, worked: float, cpu: float | None = None, asleep: int = 0) -> None:
+    def _judge(self, job: _Job, waited: float, worked: float, cpu: float | None = None, asleep: int = 0,
+               came: float | None = None) -> None:
         """Count the contention signs of a finished job (``worked``: the caller's wall time on its
-        shards, ``cpu``: its thread CPU time meanwhile, ``asleep``: workers asleep at publication);
-        back off after a stall, repeated misses (short ones too) or a caller preempted job after job."""
+        shards, ``cpu``: its thread CPU time meanwhile, ``asleep``: workers asleep at publication,
+        ``came``: seconds from publication to the first worker's arrival, None: none came); back
+        off after a stall, repeated misses (short ones too), workers late job after job or a
+        caller preempted job after job."""
         if waited > self.STALL_S and waited > 0.5 * worked:
             self.stats["stalls"] += 1
-            self._back_off(f"waited {waited * 1e3:.2f} ms for a worker's shard")
+            now = time.perf_counter()
+            if now - self._last_stall <= self.STALL_PAIR_S:
+                self._back_off(f"waited {waited * 1e3:.2f} ms for a worker's shard (two stalls within "
+                               f"{self.STALL_PAIR_S:g} s)")
+            self._last_stall = now
         elif job.claimed == 0 and worked > self.MISS_S:
             self.stats["misses"] += 1
             self._missed += 1
@@ -395,19 +458,28 @@ class ShardPool:
             self._short += 1
             if self._short >= self.SHORT_MISSES:
                 self._back_off(f"no worker claimed a shard in {self._short} short jobs")
+        elif (self.LATE_S and job.claimed and came is not None and came > self.LATE_S and self._can_spin
+              and not asleep):
+            # helped, but late although no worker was asleep: a spinning worker with a core comes
+            # within tens of microseconds
+            self.stats["late"] += 1
+            self._late += 1
+            self._preempted = 0
+            if self._late >= self.LATE_MISSES:
+                self._back_off(f"a worker came {came * 1e3:.2f} ms after publication in {self._late} jobs")
         else:
             self._preempted = 0
             if job.claimed:
-                self._missed = self._short = 0
+                self._missed = self._short = self._late = 0
 
     def _back_off(self, why: str) -> None:
         if not self.backoff:
             return
         now = time.perf_counter()
-        calm = now - self._last_backoff > self.CALM_S
+        calm = now - self._serial_until > self.CALM_S  # since the last back-off ended
         self._backoff = self.MIN_BACKOFF_S if calm else min(2 * self._backoff, self.MAX_BACKOFF_S)
         self._last_backoff, self._serial_until, self._missed, self._preempted = now, now + self._backoff, 0, 0
-        self._short = 0
+        self._short = self._late = self._slow = 0
         self.stats["backoffs"] += 1
         log.debug("shard pool: %s; one thread for %.2f s", why, self._backoff)
 

@@ -20,6 +20,9 @@ JIT runtimes do:
    the node needs; what the kernel prepares on the way (transformed weights) stays. Its result
    is dropped. A node that is resized waits for its trial first.
 3. Until its trial ends the node keeps running the reference; then it runs numba again (guarded).
+   Once a guarded call ran numba without a miss (or the node is eager), the node has settled: the
+   plan's executor then calls its kernel without this wrapper (``bound``'s ``settled``;
+   ``kernelkit.executor``), a new input shape's first run excepted.
    A trial that fails (a bug, or an input the kernel rejects) leaves the node compiling on the
    calling thread from then on, so the error surfaces as it would without tiering; so does a node
    whose trials keep missing (``MAX_TRIALS``).
@@ -244,7 +247,9 @@ def call(kernel, run, inputs: tuple, out):
         was = getattr(_guard, "on", False)
         _guard.on = True
         try:
-            return run(inputs, out)
+            result = run(inputs, out)
+            kernel._tier_ok = True  # ran numba without a miss: settled (``bound``'s ``settled``)
+            return result
         except NotCompiled as exc:
             missing = exc
         finally:
@@ -291,6 +296,14 @@ def bound(kernel, fn):
             return fn(*inputs, out=out)
         return call(kernel, run, inputs, out)
 
+    def settled():
+        """``fn`` itself once the node runs numba (eager, or a guarded call ran it without a
+        miss): the plan's executor then calls it without this wrapper (``kernelkit.plan``'s
+        ``step.direct``). A kernel that would still have to compile for a later call (a new
+        code path) then compiles on the calling thread, as an eager node does."""
+        return fn if kernel._tier_mode is EAGER or kernel._tier_ok else None
+
+    tiered_call.settled = settled
     return tiered_call
 
 

@@ -309,6 +309,7 @@ def _quiet(ufunc):
         def call(a, b, *, out=None):
             with np.errstate(all="ignore"):
                 return ufunc(a, b, out=out)
+        call.bare = ufunc
         return call
     ignore, state = _IGNORE, _extobj_contextvar
 
@@ -319,6 +320,7 @@ def _quiet(ufunc):
         finally:
             state.reset(token)
 
+    call.bare = ufunc  # where the caller has set "ignore" already (a plan's step: ``step.quiet``)
     return call
 
 

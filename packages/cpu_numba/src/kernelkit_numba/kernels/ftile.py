@@ -815,20 +815,30 @@ def _batched_driver(kind: int, cols: int):
     def gemms_cols(wp, m_n, c_n, v, nt, mo, zeros, groups, no, zero, kc, scratch, s_lo, s_hi):
         panels = (m_n + width - 1) // width
         inf = np.float32(np.inf)
+        n_g, n_p = (groups, 1) if groups > 0 else (-groups, wp.shape[0])
         for s in range(s_lo, s_hi):
-            i = s // groups
-            g = s - i * groups
-            q0, q1 = g * panels // groups, (g + 1) * panels // groups
+            if groups > 0:  # position-major: s = position * groups + group
+                i = s // n_g
+                g = s - i * n_g
+            else:  # group-major: s = group * positions + position
+                g = s // n_p
+                i = s - g * n_p
+            q0, q1 = g * panels // n_g, (g + 1) * panels // n_g
             tiles(wp[i], c_n, m_n, v[i, :c_n * nt], nt, nt, zeros, zeros, no, -inf, inf, mo[i, :m_n * nt], nt,
                   kc, scratch, q0, q1)
 
     def gemms_rows(wp, m_n, c_n, v, nt, mo, zeros, groups, no, zero, kc, scratch, s_lo, s_hi):
         panels = (m_n + width - 1) // width
         inf = np.float32(np.inf)
+        n_g, n_p = (groups, 1) if groups > 0 else (-groups, wp.shape[0])
         for s in range(s_lo, s_hi):
-            i = s // groups
-            g = s - i * groups
-            q0, q1 = g * panels // groups, (g + 1) * panels // groups
+            if groups > 0:
+                i = s // n_g
+                g = s - i * n_g
+            else:
+                g = s // n_p
+                i = s - g * n_p
+            q0, q1 = g * panels // n_g, (g + 1) * panels // n_g
             # one pixel block (all nt columns) and one panel a "group": conv_tiles' shards [q0, q1)
             tiles(wp[i], c_n, m_n, v[i, :c_n * nt], zero, nt, nt, zeros, zeros, zeros, no, -inf, inf,
                   mo[i, :m_n * nt], zero, nt, nt, panels, kc, no, scratch, q0, q1)
@@ -843,7 +853,8 @@ _batched = _built_once(_batched_driver)
 def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, scratch, s_lo, s_hi):
     """Shards [s_lo, s_hi) of P products ``mo[i, :m_n * nt] = U[i] @ v[i, :c_n * nt]`` (row-major
     (M, nt) and (C, nt) blocks at the start of each row of ``v`` and ``mo``; ``wp`` pack_batched's
-    panels): shard s is position s // groups, weight-panel group s % groups, on the cols tiles
+    panels): shard s is position s // groups, weight-panel group s % groups (``groups`` < 0: group
+    s // P, position s % P of -groups groups: a run of P shards is one group's every position), on the cols tiles
     (``cols`` 1, or 2 for conv_cols8's tiles: width COLS_WIDTH, K chunks of COLS_KC) or the rows
     tiles (``cols`` 0: width MR, K in equal chunks of at most KC) without an epilogue; ``scratch`` at
     least scratch_size(kind, cols, nt) floats. Only the driver of (kind, cols) is compiled; ``v`` is

@@ -14,7 +14,7 @@ from .. import config
 from .._base import NumbaKernel
 from . import fgemm, ftile, gemm_nt
 from .conv import _edge, tile_grid
-from .epilogue import NONE, scale_bias_act_cols
+from .epilogue import NONE, TANH, scale_bias_act_cols
 
 # A GEMM of at least 2 * config.MIN_TILE_WORK flops (2^23, ~0.1 ms on one core) runs on every
 # thread of the budget, cut into config.TILE_SHARDS_PER_THREAD tiles per thread of at least MIN_TILE_WORK: the
@@ -162,13 +162,18 @@ class Gemm(NumbaKernel):
             y = np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=out)
             if alpha != 1:
                 y *= alpha
-            if code != NONE:
+            if code == TANH:  # NumPy's SIMD tanh (the epilogue's is libm's, one value at a time: BERT's
+                if c is not None:  # pooler, 768 values, 0.18 against the reference's 0.16 ms)
+                    y += c.reshape(n) if beta == 1 else beta * c.reshape(n)
+                np.tanh(y, out=y)
+            elif code != NONE:
                 bias = config.readonly(np.zeros(n, np.float32) if c is None else c.reshape(n))
                 scale_bias_act_cols(y, one, bias, beta if c is not None else np.float32(0), code, p0, p1)
             elif c is not None:
                 y += c.reshape(n) if beta == 1 else beta * c.reshape(n)
             return y
 
+        call.thread_safe = True  # no per-call state: the plan's settled call needs no lock
         return call
 
     def compute(self, a, b, c=None, *, out=None):
@@ -265,6 +270,7 @@ class MatMul(NumbaKernel):
                                     p0, p1)
             return y
 
+        call.thread_safe = True  # no per-call state: the plan's settled call needs no lock
         return call
 
     def work(self, a, b):

@@ -35,6 +35,17 @@ from .qgemm import (
     to_int32,
 )
 
+# QLinearConv's operations (2 x output pixels x output channels x K, QLinearConv.work) in
+# config.SERIAL_WORK units: 0.5, so that a QLinearConv takes the session's threads from 2**26
+# operations. On the Xeon (docs/quantization.md, "MobileNetV2 int8 at two threads (issue 16,
+# session 8)", per node 1t against 2t in one process) every QLinearConv of 13-40 M operations ran
+# slower on the pool or no faster (MobileNetV2's stem 0.355 -> 0.407 ms, its 320 -> 1280 layer at 7x7
+# 0.204 -> 0.242, ResNet-18's 1x1 stride-2 shortcuts 0.11 -> 0.14-0.17; the 16 -> 96 layer 0.445
+# -> 0.381, but the depthwise layer after it, reading its output from the other core's cache, 0.618 ->
+# 0.672), while ResNet-18's 3x3 layers of 231 M gain in its deep stages (512 channels at 7x7 1.22 ->
+# 0.75-0.85). The earlier estimate counted input pixels (4x the operations of a stride-2 layer).
+INT8_CONV_WORK = 0.5
+
 
 @jit_parallel
 def _qdepthwise(x, w, bias, mult, zy, lo_y, hi_y, y, sh, sw, dh, dw, ph, pw, zx, q0, q1):
@@ -587,7 +598,10 @@ class QLinearConv(_IntegerConv):
     """Exact integer convolution + int32 bias, requantized per output channel (+ Relu/Clip)."""
 
     def work(self, x, x_scale, x_zero_point, w, *rest):
-        return self.conv_work(x, w)
+        """The products' operations, 2 x output pixels x output channels x K (``w.size`` is
+        output channels x K of a group), INT8_CONV_WORK each."""
+        *_, (oh_n, ow_n) = self.geometry(x.shape, w.shape)
+        return 2.0 * x.shape[0] * oh_n * ow_n * w.size * INT8_CONV_WORK
 
     def compute(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b=None, *,
                 out=None):

@@ -185,6 +185,43 @@ def gemms(v, mo, u, m_n, c_n, nt, packed) -> None:
     config.run_shards(gemm, runs * blocks)
 
 
+# F(2x2, 3x3) on ftile's tiles at 2+ threads (issue 11, session 8): a shard runs one group of weight
+# panels at every position and then the output transform of those channels, so the transform runs
+# on both threads and reads the products its own thread has just written. Before, its work estimate
+# (under two minimum shards) kept it on the calling thread after a job whose products half came
+# from the other core: ResNet-18's 256@14 and 512@7 layers spent 0.3-0.6 ms a node outside any
+# shard at two threads on the Xeon. Where fewer than FUSED_MIN_SHARDS panel groups a thread, the
+# position-major shards and a separate transform.
+FUSED_OUT = True
+FUSED_MIN_SHARDS = 2
+
+
+def _gemms_out(v, mo, u, m_n, c_n, nt, packed, out_args) -> bool:
+    """``gemms`` then the output transform (``_output_transform``'s ``out_args`` before its channel
+    range) as shards of weight-panel groups, each group's products at every position and then its
+    channels' transform; False (nothing done) where there are too few panel groups for the threads."""
+    threads = config.current_threads()
+    if not FUSED_OUT or threads <= 1:
+        return False
+    kind, cols, wp, zeros = packed
+    width = ftile.COLS_WIDTH[kind] if cols else ftile.MR[kind]
+    panels = -(-m_n // width)
+    positions = u.shape[0]
+    shards = config.shard_count(panels, 2.0 * positions * m_n * c_n * nt, threads, unit=config.MIN_TILE_WORK)
+    if shards < FUSED_MIN_SHARDS * threads:
+        return False
+    size = ftile.scratch_size(kind, cols, nt)
+
+    def shard(g):
+        ftile.batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, -shards,
+                            config.thread_buffer("ftile", size, np.float32), g * positions, (g + 1) * positions)
+        m0, m1 = g * panels // shards * width, min(m_n, (g + 1) * panels // shards * width)
+        _output_transform(mo, *out_args, m0, m1)
+
+    config.run_shards(shard, shards)
+    return True
+
+
 def conv3x3(x, u, bias, y, ph, pw, code, p0, p1, scratch, z=None, packed=None) -> None:
     """y (N, M, OH, OW) = act(conv(x (N, C, H, W)) + bias (+ z)) with transformed weights u (16, M, C);
     z: the fused residual shaped like y, or None. ``scratch`` holds (v, mo) buffers reused between
@@ -200,10 +237,12 @@ def conv3x3(x, u, bias, y, ph, pw, code, p0, p1, scratch, z=None, packed=None) -
     v, mo = scratch["v"], scratch["mo"]
     for n in range(n_n):
         config.parallel_for(_input_transform, c_n, (x[n], v, ph, pw, th_n, tw_n), _TRANSFORM_WORK * c_n * t_n)
-        gemms(v, mo, u, m_n, c_n, t_n, packed)
         zn = config.readonly(z[n] if z is not None else y[n, :1])
-        config.parallel_for(_output_transform, m_n, (mo, y[n], bias, zn, z is not None, th_n, tw_n, code, p0, p1),
-                            _OUT_WORK * m_n * t_n)
+        out_args = (y[n], bias, zn, z is not None, th_n, tw_n, code, p0, p1)
+        if packed is not None and _gemms_out(v, mo, u, m_n, c_n, t_n, packed, out_args):
+            continue
+        gemms(v, mo, u, m_n, c_n, t_n, packed)
+        config.parallel_for(_output_transform, m_n, (mo, *out_args), _OUT_WORK * m_n * t_n)
 
 
 # -- F(4x4, 3x3) ---------------------------------------------------------------------------------

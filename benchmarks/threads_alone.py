@@ -1,0 +1,183 @@
+"""One session of a benchmark model alone in this process, per node (docs/numba.md, "Two threads on
+the CNNs (issue 11, session 8)").
+
+``trace_nodes.py`` runs the 1- and 2-thread sessions in one process, which inflates the 1-thread
+figures (the two sessions' packed weights share the caches): its per-node ratios overstate the
+second thread's gain. Here each thread count gets its own process (run this script twice and
+compare the JSON with ``--compare``). Per node: best and median time over the runs; at 2+ threads
+also the pool's jobs, the shards and shard time per thread (caller / workers), the worker's
+wake-up delay and the caller's wait at each job's end. Per run: wall time and the thread CPU time
+of the caller and of the pool's workers (a thread sharing its core with another runnable one gets
+less CPU than wall time)::
+
+    python benchmarks/threads_alone.py MODEL [--threads 2] [--runs 20] [--cpus 0,1] [--loaded]
+        [--set module.ATTR=value,...] [--no-backoff]  > out.json
+    python benchmarks/threads_alone.py --compare one_thread.json two_threads.json [--top 30]
+
+``--set`` (or ``$KERNELKIT_BENCH_SET``) sets ``kernelkit_numba`` constants as
+``test_bench_numba.py``'s children do; ``--loaded`` runs a busy loop pinned to the first CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def _cpu(clock_ids) -> float:
+    return sum(time.clock_gettime(c) for c in clock_ids)
+
+
+def measure(args) -> dict:
+    cpus = [int(c) for c in args.cpus.split(",")]
+    os.sched_setaffinity(0, set(cpus))
+    os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
+    import kernelkit
+    from kernelkit_numba import shards
+    from test_bench_numba import apply_bench_set, model_case
+    from trace_nodes import attribute
+
+    apply_bench_set(args.set)
+    if args.no_backoff:
+        shards.POOL.backoff = False
+    start = dict(shards.POOL.stats)
+    _, model, feed, _ = model_case(args.model)
+    sess = kernelkit.Session(model, vendors=["numba", "reference"], threads=args.threads, profile=True)
+    for _ in range(3):
+        sess.run(None, feed)
+    busy = None
+    if args.loaded:
+        busy = subprocess.Popen([sys.executable, "-c", "while 1: pass"],
+                                preexec_fn=lambda: os.sched_setaffinity(0, {cpus[0]}))
+        time.sleep(0.3)
+    pool = shards.POOL
+    before = dict(pool.stats)
+    per_node: dict = collections.defaultdict(list)
+    agg = collections.defaultdict(lambda: {"jobs": 0, "helped": 0, "caller_shards": 0, "worker_shards": 0,
+                                           "wake": [], "serial": 0, "caller_wait": 0.0, "caller_busy": 0.0,
+                                           "worker_busy": 0.0})
+    walls, caller_cpu, worker_cpu = [], [], []
+    try:
+        for _ in range(args.runs):
+            workers = [time.pthread_getcpuclockid(t.ident) for t in pool._workers if t.ident is not None]
+            sess.reset_profile()
+            pool.trace = [] if args.threads > 1 else None
+            c0, w0 = time.thread_time(), _cpu(workers)
+            t0 = time.perf_counter()
+            sess.run(None, feed)
+            t1 = time.perf_counter()
+            c1, w1 = time.thread_time(), _cpu(workers)
+            walls.append(t1 - t0)
+            caller_cpu.append((c1 - c0) / (t1 - t0))
+            worker_cpu.append((w1 - w0) / (t1 - t0) if workers else 0.0)
+            events = sess.profile_events()
+            for name, _, dt, *_ in events:
+                per_node[name].append(dt)
+            trace, pool.trace = pool.trace, None
+            if trace:
+                spans = sorted((ts, ts + dt, name) for name, ts, dt, *_ in events)
+                for node, d in attribute(events, trace).items():
+                    a = agg[node]
+                    for k in ("jobs", "helped", "caller_shards", "worker_shards", "serial", "caller_wait"):
+                        a[k] += d[k]
+                    a["wake"] += d["wake"]
+                jobs = {r[0]: r[2] for r in trace if r[1] < 0}
+                for r in trace:  # shard time per node and thread (by the shard's start)
+                    if r[1] < 0:
+                        continue
+                    node = next((n for s, e, n in spans if s <= r[3] <= e), None)
+                    key = "caller_busy" if jobs.get(r[0], r[2]) == r[2] else "worker_busy"
+                    agg[node][key] += r[4] - r[3]
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+    ops = {row["node"]: row["op"] for row in sess.profile()}
+    runs = args.runs
+    nodes = []
+    for name, ts in per_node.items():
+        a = agg.get(name)
+        row = {"node": name, "op": ops.get(name, "?"), "best_ms": min(ts) * 1e3,
+               "median_ms": statistics.median(ts) * 1e3}
+        if a is not None:
+            row.update(jobs=a["jobs"] / runs, helped=a["helped"] / runs, sh_caller=a["caller_shards"] / runs,
+                       sh_worker=a["worker_shards"] / runs, serial=a["serial"] / runs,
+                       wake_us=statistics.median(a["wake"]) * 1e6 if a["wake"] else None,
+                       caller_wait_us=a["caller_wait"] / runs * 1e6, caller_busy_ms=a["caller_busy"] / runs * 1e3,
+                       worker_busy_ms=a["worker_busy"] / runs * 1e3)
+        nodes.append(row)
+    node_sum = sum(r["median_ms"] for r in nodes)
+    return {"model": args.model, "threads": args.threads, "loaded": args.loaded, "set": args.set or "",
+            "cpus": args.cpus, "wall_best_ms": round(min(walls) * 1e3, 3),
+            "wall_median_ms": round(statistics.median(walls) * 1e3, 3),
+            "node_median_sum_ms": round(node_sum, 3),
+            "caller_cpu_share_median": round(statistics.median(caller_cpu), 3),
+            "worker_cpu_share_median": round(statistics.median(worker_cpu), 3),
+            "pool": {k: v - before.get(k, 0) for k, v in pool.stats.items()},
+            "pool_warmup": {k: before[k] - start.get(k, 0) for k in before}, "nodes": nodes}
+
+
+def compare(a_path: str, b_path: str, top: int) -> None:
+    a, b = (json.load(open(p)) for p in (a_path, b_path))
+    an = {r["node"]: r for r in a["nodes"]}
+    print(f"{a['model']}: {a['threads']}t {a['wall_median_ms']:.2f} ms (best {a['wall_best_ms']:.2f}) vs "
+          f"{b['threads']}t {b['wall_median_ms']:.2f} ms (best {b['wall_best_ms']:.2f}); ratio "
+          f"{a['wall_median_ms'] / b['wall_median_ms']:.2f}; pool {b['pool']}; caller cpu share "
+          f"{b['caller_cpu_share_median']}, worker {b['worker_cpu_share_median']}")
+    rows = []
+    for r in b["nodes"]:
+        o = an.get(r["node"])
+        if o is None:
+            continue
+        rows.append((o["median_ms"], r))
+    rows.sort(key=lambda x: -x[0])
+    print(f"{'node':<22} {'op':<10} {'A ms':>7} {'B ms':>7} {'A/B':>5} {'jobs':>4} {'help':>4} {'shC':>5} {'shW':>5} "
+          f"{'busyC':>6} {'busyW':>6} {'eff':>5} {'wake':>5} {'wait':>5}")
+    tot = collections.Counter()
+    for t1, r in rows[:top]:
+        busy = r.get("caller_busy_ms", 0.0) + r.get("worker_busy_ms", 0.0)
+        eff = t1 / busy if busy else float("nan")  # the node's time at A over the shard time at B
+        wake = r.get("wake_us")
+        print(f"{r['node'][:22]:<22} {r['op'][:10]:<10} {t1:7.3f} {r['median_ms']:7.3f} {t1 / r['median_ms']:5.2f} "
+              f"{r.get('jobs', 0):4.1f} {r.get('helped', 0):4.1f} {r.get('sh_caller', 0):5.1f} "
+              f"{r.get('sh_worker', 0):5.1f} {r.get('caller_busy_ms', 0):6.3f} {r.get('worker_busy_ms', 0):6.3f} "
+              f"{eff:5.2f} {'-' if wake is None else round(wake):>5} {r.get('caller_wait_us', 0):5.0f}")
+    for t1, r in rows:
+        tot["a"] += t1
+        tot["b"] += r["median_ms"]
+        tot["busy"] += r.get("caller_busy_ms", 0.0) + r.get("worker_busy_ms", 0.0)
+        tot["busyC"] += r.get("caller_busy_ms", 0.0)
+        tot["wait"] += r.get("caller_wait_us", 0.0) / 1e3
+        if not r.get("jobs"):
+            tot["a_serial"] += t1
+            tot["b_serial"] += r["median_ms"]
+    print({k: round(v, 3) for k, v in tot.items()})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model", nargs="?", default="resnet18")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--cpus", default="0,1")
+    ap.add_argument("--loaded", action="store_true")
+    ap.add_argument("--set", default=None)
+    ap.add_argument("--no-backoff", action="store_true")
+    ap.add_argument("--compare", nargs=2, default=None)
+    ap.add_argument("--top", type=int, default=30)
+    args = ap.parse_args()
+    if args.compare:
+        compare(*args.compare, args.top)
+        return
+    print(json.dumps(measure(args)))
+
+
+if __name__ == "__main__":
+    main()
