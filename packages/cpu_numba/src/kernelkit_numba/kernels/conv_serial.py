@@ -112,6 +112,13 @@ def _bias(conv, b, m_n):
         np.ascontiguousarray(b, dtype=np.float32).reshape(m_n))
 
 
+def _packed(conv, w, k_n, width):
+    """``w``'s panels of ``width`` rows through the kernel's own cache (Conv._ftile_weights): with a
+    tiered start the background trial runs the general path, which packs them first; one copy."""
+    conv._w_in = w
+    return conv._ftile_weights(w.reshape(w.shape[0], k_n), width)
+
+
 def _general(conv, parallel: bool):
     """The general path: ``conv.compute`` inside a bound call (its wrapper made the inputs read-only
     and set the thread budget), else as the bound call runs it (NumbaKernel.run: read-only inputs,
@@ -194,7 +201,7 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
         if w is not held.w or b is not held.b:
             if not w.flags.c_contiguous or (b is not None and b.flags.writeable):
                 return general(x, w, b, z, out=out)
-            held.packed = config.readonly(ftile.pack_weights(w.reshape(m_n, k_n), ftile.MR[kind]))
+            held.packed = _packed(conv, w, k_n, ftile.MR[kind])
             held.w, held.b, held.bias = w, b, _bias(conv, b, m_n)
         x = readonly(x)
         z = no_z if z is None else readonly(z)
@@ -245,7 +252,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         if w is not held.w or b is not held.b:
             if not w.flags.c_contiguous or (b is not None and b.flags.writeable):
                 return general(x, w, b, z, out=out)
-            held.packed = config.readonly(ftile.pack_weights(w.reshape(m_n, k_n), width))
+            held.packed = _packed(conv, w, k_n, width)
             held.w, held.b, held.bias = w, b, _bias(conv, b, m_n)
         x = readonly(x)
         z = no_z if z is None else readonly(z)
