@@ -170,3 +170,20 @@ def test_bound_compute_on_several_threads(rng, threads, xs, ws, attrs, with_b, w
     for _ in range(2):
         np.testing.assert_array_equal(call(*inputs), want)
     assert_close(want, run_single_op("Conv", inputs, attrs, vendors=["reference"])[0])
+
+
+def test_a_bad_switch_raises_at_the_call_as_before(rng, monkeypatch):
+    """A bad KERNELKIT_F32_GEMM / KERNELKIT_F32_DEPTHWISE value at bind time leaves the node on the
+    general path, which raises the ConfigError at the call (not while the session binds)."""
+    from kernelkit.errors import ConfigError
+
+    for env, ws, attrs in [(ftile.ENV, (8, 8, 1, 1), {}),
+                           (dwtile.ENV, (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]})]:
+        monkeypatch.setenv(env, "bogus")
+        x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
+        w = _ro(rng.standard_normal(ws).astype(np.float32))
+        k = _kernel(x, w, None, None, attrs)
+        call = k.bind(None)
+        with pytest.raises(ConfigError):
+            call(x, w)
+        monkeypatch.delenv(env)

@@ -16,6 +16,7 @@ non-contiguous input) runs the general path, so results never depend on which pa
 from __future__ import annotations
 
 import numpy as np
+from kernelkit.errors import KernelkitError
 
 from .. import _env, config
 from .._base import readonly
@@ -28,7 +29,7 @@ def serial_call(conv, step):
     static float32 NCHW shapes, an epilogue the tiles fuse (none, Relu, Clip), and either a depthwise
     3x3 on dwtile's tiles or a dense 1x1 stride-1 unpadded convolution of more than one pixel on
     ftile's tiles."""
-    return _bind(conv, False)
+    return _bind_checked(conv, False)
 
 
 def bound_compute(conv):
@@ -36,7 +37,16 @@ def bound_compute(conv):
     sets the thread budget first): for the convolutions ``serial_call`` takes, their driver through
     ftile.run_sharded / dwtile.run at the budget of each call, with the arguments bound once (the
     plan per thread count); else ``conv.compute``."""
-    return _bind(conv, True) or conv.compute
+    return _bind_checked(conv, True) or conv.compute
+
+
+def _bind_checked(conv, parallel: bool):
+    """_bind, or None where deciding raises one of kernelkit's errors (a bad switch value, an attribute
+    that disagrees with the weight): the general path then raises it at the call, as before."""
+    try:
+        return _bind(conv, parallel)
+    except KernelkitError:
+        return None
 
 
 def _bind(conv, parallel: bool):
