@@ -59,7 +59,21 @@ CASES = [
     ((1, 16, 14, 14), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1], "strides": [2, 2],
                                       "activation": "Clip", "activation_params": [0.0, 6.0]}, True, False),
     ((1, 16, 28, 28), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1], "strides": [2, 2]}, True, True),
+    # the stems: strided convolutions of few input channels on the implicit GEMM
+    ((1, 3, 64, 64), (16, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2],
+                                     "activation": "Clip", "activation_params": [0.0, 6.0]}, True, False),
+    ((2, 3, 61, 66), (12, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}, False, True),
 ]
+
+
+def _path(ws):
+    """The bound call's closure for a case (the implicit GEMM only on the avx2/avx512 tiles: a forced
+    ``generic`` variant leaves the stems to the general path)."""
+    if ws[1] == 1:
+        return "_depthwise_call"
+    if ws[2] > 1:
+        return "_implicit_call" if ftile.choice()[0] in (1, 2) else "NumbaKernel.bind"
+    return "_tiles_call"
 
 
 def _case(rng, xs, ws, attrs, with_b, with_z):
@@ -76,13 +90,12 @@ def _case(rng, xs, ws, attrs, with_b, with_z):
 @needs_tiles
 @pytest.mark.parametrize("xs, ws, attrs, with_b, with_z", CASES)
 def test_serial_call_matches_the_general_path(rng, xs, ws, attrs, with_b, with_z):
-    depthwise = ws[1] == 1
-    if depthwise and not dwtile.enabled():
+    if ws[1] == 1 and not dwtile.enabled():
         pytest.skip("no AVX-512 window tiles on this CPU")
     x, w, b, z = _case(rng, xs, ws, attrs, with_b, with_z)
     k = _kernel(x, w, b, z, attrs)
     call = k.bind(None)
-    assert ("_depthwise_call" if depthwise else "_tiles_call") in call.__qualname__
+    assert _path(ws) in call.__qualname__
     inputs = _inputs(x, w, b, z)
     want = k.execute(*inputs)
     ref = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
@@ -122,7 +135,7 @@ def test_serial_call_leaves_for_new_or_writable_weights_and_switches(rng, monkey
 
 
 def test_serial_call_is_not_bound_where_the_general_path_decides(rng):
-    """A 3x3 dense convolution, a 1x1 map and a strided 1x1 keep the general bound call; so does any
+    """A 3x3 dense convolution (Winograd), a 1x1 map and a strided 1x1 keep the general bound call; so does any
     convolution of a two-thread budget whose work is above the serial limit."""
     x = rng.standard_normal((1, 96, 112, 112)).astype(np.float32)
     w = _ro(rng.standard_normal((96, 96, 1, 1)).astype(np.float32))
@@ -133,7 +146,7 @@ def test_serial_call_is_not_bound_where_the_general_path_decides(rng):
         x = rng.standard_normal(xs).astype(np.float32)
         w = _ro(rng.standard_normal(ws).astype(np.float32))
         name = _kernel(x, w, None, None, attrs).bind(None).__qualname__
-        assert "_tiles_call" not in name and "_depthwise_call" not in name
+        assert not any(p in name for p in ("_tiles_call", "_depthwise_call", "_implicit_call"))
 
 
 @needs_tiles
@@ -146,15 +159,31 @@ def test_bound_compute_on_several_threads(rng, threads, xs, ws, attrs, with_b, w
     """On more threads the bound call's compute is conv_serial's (the same drivers through
     ftile.run_sharded / dwtile.run, arguments bound once): bit-equal to ``execute``, close to the
     reference, a second call (constants bound) too."""
-    depthwise = ws[1] == 1
-    if depthwise and not dwtile.enabled():
+    if ws[1] == 1 and not dwtile.enabled():
         pytest.skip("no AVX-512 window tiles on this CPU")
     x, w, b, z = _case(rng, xs, ws, attrs, with_b, with_z)
     k = _kernel(x, w, b, z, attrs, threads=threads)
-    assert ("_depthwise_call" if depthwise else "_tiles_call") in k.bound_compute().__qualname__
+    assert _path(ws).replace("NumbaKernel.bind", "Conv.compute") in k.bound_compute().__qualname__
     call = k.bind(None)
     inputs = _inputs(x, w, b, z)
     want = k.execute(*inputs)
     for _ in range(2):
         np.testing.assert_array_equal(call(*inputs), want)
     assert_close(want, run_single_op("Conv", inputs, attrs, vendors=["reference"])[0])
+
+
+def test_a_bad_switch_raises_at_the_call_as_before(rng, monkeypatch):
+    """A bad KERNELKIT_F32_GEMM / KERNELKIT_F32_DEPTHWISE value at bind time leaves the node on the
+    general path, which raises the ConfigError at the call (not while the session binds)."""
+    from kernelkit.errors import ConfigError
+
+    for env, ws, attrs in [(ftile.ENV, (8, 8, 1, 1), {}),
+                           (dwtile.ENV, (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]})]:
+        monkeypatch.setenv(env, "bogus")
+        x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
+        w = _ro(rng.standard_normal(ws).astype(np.float32))
+        k = _kernel(x, w, None, None, attrs)
+        call = k.bind(None)
+        with pytest.raises(ConfigError):
+            call(x, w)
+        monkeypatch.delenv(env)

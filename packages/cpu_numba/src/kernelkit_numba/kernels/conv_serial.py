@@ -16,6 +16,7 @@ non-contiguous input) runs the general path, so results never depend on which pa
 from __future__ import annotations
 
 import numpy as np
+from kernelkit.errors import KernelkitError
 
 from .. import _env, config
 from .._base import readonly
@@ -28,7 +29,7 @@ def serial_call(conv, step):
     static float32 NCHW shapes, an epilogue the tiles fuse (none, Relu, Clip), and either a depthwise
     3x3 on dwtile's tiles or a dense 1x1 stride-1 unpadded convolution of more than one pixel on
     ftile's tiles."""
-    return _bind(conv, False)
+    return _bind_checked(conv, False)
 
 
 def bound_compute(conv):
@@ -36,7 +37,16 @@ def bound_compute(conv):
     sets the thread budget first): for the convolutions ``serial_call`` takes, their driver through
     ftile.run_sharded / dwtile.run at the budget of each call, with the arguments bound once (the
     plan per thread count); else ``conv.compute``."""
-    return _bind(conv, True) or conv.compute
+    return _bind_checked(conv, True) or conv.compute
+
+
+def _bind_checked(conv, parallel: bool):
+    """_bind, or None where deciding raises one of kernelkit's errors (a bad switch value, an attribute
+    that disagrees with the weight): the general path then raises it at the call, as before."""
+    try:
+        return _bind(conv, parallel)
+    except KernelkitError:
+        return None
 
 
 def _bind(conv, parallel: bool):
@@ -75,17 +85,21 @@ def _bind(conv, parallel: bool):
             return None
         return _depthwise_call(conv, y_shape, sh, ph, pw, lo, hi, has_z, m_n, parallel)
     direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
-    if group != 1 or not direct or oh_n * ow_n == 1:
+    if group != 1 or oh_n * ow_n == 1:
         return None
     raw = ftile.requested_raw()
     kind, forced = ftile.choice()
     if kind is None:
         return None
-    from .conv import ftile_cols, ftile_wins  # (conv imports this module)
+    from .conv import ftile_cols, ftile_wins, implicit_wins  # (conv imports this module)
 
-    k_n, l_n = c_n, oh_n * ow_n
-    if not forced and not ftile_wins(1, 1, 1, 1, m_n, k_n, l_n):
+    k_n, l_n = c_n * kh * kw, oh_n * ow_n
+    if not forced and not ftile_wins(kh, kw, sh, sw, m_n, k_n, l_n):
         return None
+    if not direct:  # the strided convolutions conv.py runs as its implicit GEMM (the stems)
+        if not implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n):
+            return None
+        return _implicit_call(conv, raw, kind, x_shape, y_shape, (kh, kw, sh, ph, pw), lo, hi, has_z, parallel)
     return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n), y_shape, k_n, l_n, lo, hi, has_z,
                        parallel)
 
@@ -106,6 +120,13 @@ class _Constants:
 def _bias(conv, b, m_n):
     return conv._zeros(m_n, np.float32) if b is None else config.readonly(
         np.ascontiguousarray(b, dtype=np.float32).reshape(m_n))
+
+
+def _packed(conv, w, k_n, width):
+    """``w``'s panels of ``width`` rows through the kernel's own cache (Conv._ftile_weights): with a
+    tiered start the background trial runs the general path, which packs them first; one copy."""
+    conv._w_in = w
+    return conv._ftile_weights(w.reshape(w.shape[0], k_n), width)
 
 
 def _general(conv, parallel: bool):
@@ -161,6 +182,54 @@ def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n, parallel)
     return depthwise
 
 
+def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, parallel):
+    """conv._gemm_implicit with its arguments fixed: per image the input's zero-padded column phases
+    (ftile.phases_padded, into a buffer of this call's), then ftile's implicit-GEMM driver over the
+    output rows; ``parallel``: both through config.parallel_for / ftile.run_sharded at the call's
+    budget, as the general path runs them."""
+    from .conv import _IM2COL_WORK
+
+    general = _general(conv, parallel)
+    held = _Constants()
+    kh, kw, s, ph, pw = geom
+    n_n, c_n = x_shape[:2]
+    m_n, oh_n, ow_n = y_shape[1:]
+    k_n, l_n = c_n * kh * kw, oh_n * ow_n
+    hp, qp, pl, step, koff = ftile.implicit_geometry(c_n, kh, kw, s, ph, pw, oh_n, ow_n)
+    koff = config.readonly(koff)
+    xpp = np.empty(s * c_n * hp * qp, np.float32)
+    xpp_ro = config.readonly(xpp)
+    driver = ftile.implicit_driver(kind)
+    no_z = readonly(np.zeros(1, np.float32))
+    work = 2.0 * m_n * k_n * l_n
+
+    def implicit(x, w, b=None, z=None, *, out=None):
+        y = _output(out, y_shape)
+        if (ftile.requested_raw() != raw or y is None or w.flags.writeable or not x.flags.c_contiguous
+                or (z is not None and not z.flags.c_contiguous)):
+            return general(x, w, b, z, out=out)
+        if w is not held.w or b is not held.b:
+            if not w.flags.c_contiguous or (b is not None and b.flags.writeable):
+                return general(x, w, b, z, out=out)
+            held.packed = _packed(conv, w, k_n, ftile.MR[kind])
+            held.w, held.b, held.bias = w, b, _bias(conv, b, m_n)
+        x = readonly(x)
+        z = no_z if z is None else readonly(z)
+        for n in range(n_n):
+            yn = y[n].reshape(-1)
+            zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
+            if parallel:
+                config.parallel_for(ftile.phases_padded, c_n, (x[n], xpp, s, ph, pl, hp, qp), _IM2COL_WORK * xpp.size)
+                ftile.run_sharded(ftile.conv_implicit, oh_n, (kind, held.packed, k_n, m_n, xpp_ro, koff, step, ow_n,
+                                                              held.bias, zn, has_z, lo, hi, yn, l_n), work, 1)
+            else:
+                ftile.phases_padded(x[n], xpp, s, ph, pl, hp, qp, 0, c_n)
+                driver(held.packed, k_n, m_n, xpp_ro, koff, step, ow_n, held.bias, zn, has_z, lo, hi, yn, l_n, 0, oh_n)
+        return y
+
+    return implicit
+
+
 def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, parallel):
     """ftile's rows (or cols) driver for a 1x1 stride-1 convolution, the NCHW input read in place
     (conv._gemm_ftile's direct case), its arguments fixed; ``parallel``: through ftile.run_sharded
@@ -193,7 +262,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         if w is not held.w or b is not held.b:
             if not w.flags.c_contiguous or (b is not None and b.flags.writeable):
                 return general(x, w, b, z, out=out)
-            held.packed = config.readonly(ftile.pack_weights(w.reshape(m_n, k_n), width))
+            held.packed = _packed(conv, w, k_n, width)
             held.w, held.b, held.bias = w, b, _bias(conv, b, m_n)
         x = readonly(x)
         z = no_z if z is None else readonly(z)
