@@ -212,8 +212,8 @@ class ShardPool:
     # another thread, starts a new window: time between runs is not the run's). Under WINDOW_SHARE,
     # WINDOW_MISSES windows in a row, the pool backs off: the caller shares its core with another
     # runnable thread (a busy process, or our own worker spinning beside it), which the per-job
-    # rules miss when the jobs are short (MobileNetV2's serial nodes and 0.1-0.4 ms jobs: 2.7x its
-    # 1-thread time under load on the Xeon). WINDOW_S = 0: off.
+    # rules can miss where the jobs are short and the serial nodes long (MobileNetV2: 0.1-0.4 ms
+    # jobs; round 7 had it at 2.7x its 1-thread time under load on the Xeon). WINDOW_S = 0: off.
     WINDOW_S, WINDOW_GAP_S, WINDOW_SHARE, WINDOW_MISSES = 0.02, 0.05, 0.75, 2
     # A worker that came to a job more than LATE_S after its publication although no worker was asleep
     # (a spinning worker with a core comes within ~20-50 us), LATE_MISSES jobs in a row: it has no
