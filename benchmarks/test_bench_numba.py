@@ -11,6 +11,7 @@ Set KERNELKIT_BENCH_MODELS=resnet18,mlp to run a subset.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -394,11 +395,13 @@ print(json.dumps({"model": name, "runtime": runtime, "median_ms": min(blocks), "
 """
 
 
-def process_table(names, rounds: int = 15, loaded: bool = False, runtimes=_RUNTIMES) -> dict:
+def process_table(names, rounds: int = 15, loaded: bool = False, runtimes=_RUNTIMES, repeats: int = 1) -> dict:
     """Each (model, runtime) in its own process (inheriting this process's CPU affinity, e.g.
     ``taskset -c 0,1``), block-timed: 3 blocks of ``rounds`` calls after warm-up, the best block
     median kept. ``loaded``: a busy-loop process pinned to the first of those CPUs runs meanwhile.
-    numba default = ``Session()`` without ``threads`` (the pool uses every CPU of the affinity)."""
+    numba default = ``Session()`` without ``threads`` (the pool uses every CPU of the affinity).
+    ``repeats`` > 1 runs the whole table that many times in turn (the host drifts between
+    processes: runtimes of one repeat stand side by side) and keeps each cell's median."""
     busy = None
     if loaded:
         cpu = min(os.sched_getaffinity(0))
@@ -406,24 +409,23 @@ def process_table(names, rounds: int = 15, loaded: bool = False, runtimes=_RUNTI
         busy = subprocess.Popen([sys.executable, "-c", spin])
         time.sleep(0.5)
     here = os.path.dirname(os.path.abspath(__file__))
-    table: dict = {}
+    runs: dict = {}
     try:
-        for name in names:
-            for runtime in runtimes:
-                res = subprocess.run([sys.executable, "-c", _CHILD, name, runtime, str(rounds), here],
-                                     stdout=subprocess.PIPE, text=True, timeout=900)
-                if res.returncode:
-                    print(json.dumps({"model": name, "runtime": runtime, "error": res.returncode}), flush=True)
-                    continue
-                row = json.loads(res.stdout.strip().splitlines()[-1])
-                row["load"] = "loaded" if loaded else "quiet"
-                print(json.dumps(row), flush=True)
-                table[(name, runtime)] = row["median_ms"]
+        for _, name, runtime in itertools.product(range(repeats), names, runtimes):
+            res = subprocess.run([sys.executable, "-c", _CHILD, name, runtime, str(rounds), here],
+                                 stdout=subprocess.PIPE, text=True, timeout=900)
+            if res.returncode:
+                print(json.dumps({"model": name, "runtime": runtime, "error": res.returncode}), flush=True)
+                continue
+            row = json.loads(res.stdout.strip().splitlines()[-1])
+            row["load"] = "loaded" if loaded else "quiet"
+            print(json.dumps(row), flush=True)
+            runs.setdefault((name, runtime), []).append(row["median_ms"])
     finally:
         if busy is not None:
             busy.kill()
             busy.wait()
-    return table
+    return {key: float(np.median(ms)) for key, ms in runs.items()}
 
 
 def markdown(table: dict, names, title: str, runtimes=_RUNTIMES) -> str:
@@ -441,7 +443,7 @@ def markdown(table: dict, names, title: str, runtimes=_RUNTIMES) -> str:
 
 
 if __name__ == "__main__":
-    # python benchmarks/test_bench_numba.py [models] [rounds] [quiet,loaded]
+    # python benchmarks/test_bench_numba.py [models] [rounds] [quiet,loaded] [repeats]
     #   KERNELKIT_BENCH_SET=kernels.dwtile.PARALLEL_US=100,config.HEARTBEAT=0 sets kernelkit_numba
     #   module constants in every child process (a variant of the defaults, each in its own run)
     #   each runtime in its own process; run it pinned: taskset -c 0,1 python benchmarks/...
@@ -451,6 +453,7 @@ if __name__ == "__main__":
     picked = sys.argv[1].split(",") if len(sys.argv) > 1 else WANTED
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 15
     modes = sys.argv[3].split(",") if len(sys.argv) > 3 else ["quiet", "loaded"]
-    tables = {mode: process_table(picked, rounds, loaded=mode == "loaded") for mode in modes}
+    repeats = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    tables = {mode: process_table(picked, rounds, loaded=mode == "loaded", repeats=repeats) for mode in modes}
     for mode, table in tables.items():
         print(markdown(table, picked, mode))
