@@ -149,11 +149,47 @@ def test_serial_call_is_not_bound_where_the_general_path_decides(rng):
         assert not any(p in name for p in ("_tiles_call", "_depthwise_call", "_implicit_call"))
 
 
+# (x shape, weight shape, attrs, thread budget at two threads): the serial limits per layer kind
+# (conv.serial_flops): MobileNetV2's layers and ResNet's 1x1/2 shortcuts stay on the calling thread,
+# ResNet's 3x3 layers, its 7x7/2 stem and ResNet-50's 1x1 layers of 103 MFLOP go to the pool
+LIMITS = [
+    ((1, 16, 112, 112), (96, 16, 1, 1), {}, 1),  # 1x1 at 112x112, 38.5 MFLOP
+    ((1, 32, 112, 112), (16, 32, 1, 1), {}, 1),  # the 112x112 projection, 12.8 MFLOP
+    ((1, 24, 56, 56), (144, 24, 1, 1), {}, 1),  # 1x1 at 56x56, 21.7 MFLOP
+    ((1, 320, 7, 7), (1280, 320, 1, 1), {}, 1),  # the 7x7 head layer, 40 MFLOP
+    ((1, 960, 7, 7), (320, 960, 1, 1), {}, 1),
+    ((1, 3, 224, 224), (32, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, 1),  # stem, 21.7 MFLOP
+    ((1, 128, 28, 28), (256, 128, 1, 1), {"strides": [2, 2]}, 1),  # ResNet's 1x1/2 shortcut, 12.8 MFLOP
+    ((1, 64, 56, 56), (256, 64, 1, 1), {}, 2),  # ResNet-50's 1x1 at 56x56, 103 MFLOP
+    ((1, 512, 7, 7), (512, 512, 3, 3), {"pads": [1, 1, 1, 1]}, 2),  # 231 MFLOP on a 7x7 map
+    ((1, 64, 28, 28), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}, 2),  # 3x3, 58 MFLOP (PRODUCT_FLOPS)
+    ((1, 3, 224, 224), (64, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}, 2),  # ResNet's stem
+    ((1, 144, 56, 56), (144, 1, 3, 3), {"group": 144, "pads": [1, 1, 1, 1]}, 1),  # depthwise (dwtile's rule)
+]
+
+
+@pytest.mark.parametrize("xs, ws, attrs, want", LIMITS)
+def test_serial_limits_per_layer_kind(rng, xs, ws, attrs, want):
+    """At two threads a convolution below its kind's serial limit gets a budget of one thread when the
+    session binds it (no pool job: the serial fast path where it has one), those above get two."""
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = _ro(rng.standard_normal(ws).astype(np.float32))
+    k = _kernel(x, w, None, None, attrs, threads=2)
+    assert k.static_threads() == want
+    name = k.bind(None).__qualname__
+    serial = any(p in name for p in ("_tiles_call", "_depthwise_call", "_implicit_call"))
+    strided_1x1 = ws[2:] == (1, 1) and "strides" in attrs  # no fast path: the general call at one thread
+    if want == 1 and ftile.choice()[0] is not None and (ws[1] > 1 or dwtile.enabled()) and not strided_1x1:
+        assert serial
+    if want == 2:
+        assert not serial
+
+
 @needs_tiles
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize("xs, ws, attrs, with_b, with_z", CASES + [
-    ((1, 96, 56, 56), (96, 96, 1, 1), {"activation": "Clip", "activation_params": [0.0, 6.0]}, True, True),
-    ((1, 320, 7, 7), (1280, 320, 1, 1), {}, True, False),
+    ((1, 192, 56, 56), (192, 192, 1, 1), {"activation": "Clip", "activation_params": [0.0, 6.0]}, True, True),
+    ((1, 640, 7, 7), (1280, 640, 1, 1), {}, True, False),
     ((4, 96, 112, 112), (96, 1, 3, 3), {"group": 96, "pads": [1, 1, 1, 1], "strides": [2, 2]}, True, False)])
 def test_bound_compute_on_several_threads(rng, threads, xs, ws, attrs, with_b, with_z):
     """On more threads the bound call's compute is conv_serial's (the same drivers through

@@ -446,7 +446,11 @@ class Conv(NumbaKernel):
             return dwtile.work("conv", min(s, 2), planes, planes * math.prod(x.shape[2:]) // (s * s))
         flops = 2.0 * x.size * w.size / max(1, x.shape[1])  # ~ 2 * N*C*H*W * (M/C)*Cg*kh*kw (stride 1)
         if PRODUCT_WORK and (w.shape[1] > 1 or x.shape[1] == 1):  # a product (not depthwise)
-            return flops * max(1.0, config.SERIAL_WORK / PRODUCT_FLOPS)
+            strides = self.attrs.get("strides") or (1,)
+            flops /= max(1, math.prod(strides))  # per output pixel, not input pixel
+            limit = serial_flops(w.shape[2:], strides, w.shape[1] * math.prod(w.shape[2:]),
+                                 math.prod(x.shape[2:]) // max(1, math.prod(strides)))
+            return flops * config.SERIAL_WORK / limit
         return flops
 
     def compute(self, x, w, b=None, z=None, *, out=None):
@@ -925,6 +929,30 @@ def implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n) -> bool:
 # layers of 14-40 MFLOP ran 1.15-1.5x faster, those of 9.6 MFLOP (0.13 ms) at par. Off: the old estimate.
 PRODUCT_WORK = True
 PRODUCT_FLOPS = 1.2e7
+# The fp32 serial limits per layer kind (issue 11, session 8, "MobileNetV2 at two threads" in
+# docs/numba.md): the flops (output pixels) below which a product stays on the calling thread at
+# any thread count (Conv.work; the bound call then takes Conv.serial_call: no pool job, and no
+# heartbeat wake-up in a session without jobs). 1x1 layers, layers on maps of at most
+# FTILE_COLS_MAX pixels (7x7) and the implicit-GEMM stems below 2**26 flops: on the Xeon
+# MobileNetV2's 20 pooled layers (12-40 MFLOP, 0.1-0.45 ms) summed to ~1.4x their 1-thread time in
+# shards (caller 3.67 + worker 3.32 ms a run) and its default (2t) ran 1.34x its 1-thread time;
+# ResNet's 1x1/2 shortcuts (12.8 MFLOP) ran at par. int8 has the same rule (qconv.INT8_CONV_WORK).
+# ResNet's 3x3 layers (115-236 MFLOP) and ResNet-50's 1x1 layers (103-205 MFLOP) stay on the pool.
+# Other products keep PRODUCT_FLOPS.
+POINTWISE_FLOPS = float(1 << 26)
+SMALL_MAP_FLOPS = float(1 << 26)
+STEM_FLOPS = float(1 << 26)
+
+
+def serial_flops(kernel, strides, k_n: int, out_pixels: int) -> float:
+    """The flops from which a float32 product of this kind goes to the shard pool (see POINTWISE_FLOPS)."""
+    if math.prod(kernel) == 1:
+        return POINTWISE_FLOPS
+    if out_pixels <= FTILE_COLS_MAX:
+        return SMALL_MAP_FLOPS
+    if min(strides) >= 2 and k_n <= IMPLICIT_MAX_K:
+        return STEM_FLOPS
+    return PRODUCT_FLOPS
 IMPLICIT = True
 IMPLICIT_MIN_OW = 28  # the 7x7/2 stem's 112-pixel rows and 3x3/2 from 56x56: 28 of a tile's 32 lanes
 IMPLICIT_MAX_K = 256  # deeper K read in place fell behind im2col + the copy into tile order on the Xeon
