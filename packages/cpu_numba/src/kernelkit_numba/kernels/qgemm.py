@@ -692,9 +692,10 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
     general path)."""
     env = qtile.requested()
     hit = kernel.__dict__.get("_small")
+    few = math.prod(a.shape[:-1]) < qamx.ROWS  # batch 1: no AMX tile (tiled's ``rows``)
     if hit is None or hit[0] is not b or hit[1] is not b_scale or hit[2] is not b_zero_point or hit[3] is not bias \
-            or hit[4] != env or hit[5]:
-        tile = tiled(kernel, b, b_zero_point)
+            or hit[4] != env or hit[5] or hit[9] is not few:
+        tile = tiled(kernel, b, b_zero_point, rows=1 if few else None)
         head = None
         if tile is not None and np.ndim(b_scale) <= 1:
             variant, pb = tile
@@ -704,7 +705,7 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
                     pb.zp, pb.has_zp, np.ascontiguousarray(b_scale, np.float32).reshape(-1), bias_arr, has_bias)
         volatile = any(p is not None and p.flags.writeable for p in (b, b_scale, b_zero_point, bias))
         extra = (activation_code(kernel), column_bounds(kernel, head[5])) if head is not None else (0, None)
-        hit = (b, b_scale, b_zero_point, bias, env, volatile, head, *extra)  # volatile: writable, every call
+        hit = (b, b_scale, b_zero_point, bias, env, volatile, head, *extra, few)  # volatile: writable, every call
         kernel._small = hit
     head = hit[6]
     if head is None or (residual is not None and residual.shape != a.shape[:-1] + (head[5],)):
@@ -830,15 +831,20 @@ def gemv_finish(kernel, a, a_zero_point, b, b_zero_point, finish, trans_b: bool 
     return finish(y.reshape(-1, y.shape[-1]), NO_ACC, False, y.shape)
 
 
-def tiled(kernel, b, b_zero_point, trans_b: bool = False):
+def tiled(kernel, b, b_zero_point, trans_b: bool = False, rows=None):
     """(variant, PackedB) when an int8 micro-kernel (qtile.py) takes the product with constant 2-D B
     (``b.T`` with ``trans_b``), else None (the float32-BLAS path): KERNELKIT_INT8_GEMM=off, or avx2
-    only on a CPU without VNNI with weights whose pairs could saturate."""
+    only on a CPU without VNNI with weights whose pairs could saturate. ``rows``: A's row count where
+    the caller knows it: fewer than one AMX tile's (qamx.ROWS) keep vnni512 on the unpadded panels."""
     if b.ndim != 2 or qtile.requested() == "off":
         return None
     pb = qpack.packed_b(kernel, lambda: b if trans_b else b.T, b, b_zero_point)
     variant = qtile.select(pb.safe_pairs)
-    return None if variant is None else qamx.upgrade(variant, pb)  # AMX tiles where the CPU has them
+    if variant is None:
+        return None
+    if rows is not None and rows < qamx.ROWS:  # the AMX driver runs such rows on vnni512's few-row tiles
+        return variant, pb  # anyway, over B padded to 64-byte K steps (+6% of bytes at K = 784)
+    return qamx.upgrade(variant, pb)  # AMX tiles where the CPU has them
 
 
 def _zp(zero_point) -> int:
