@@ -67,15 +67,15 @@ def main(argv=None) -> int:
         xs = [before[i][s] if s is not None else None for s in step.input_slots]
         call = step.direct()[0] if step.direct is not None else None
         bound = getattr(getattr(step, "kernel", None), "_plain", None)
-        line = f"  {step.name:24s} runner {best_us(lambda: runners[i](list(before[i])), args.runs)}"
+        line = f"  {step.name:24s} runner {best_us(lambda r=runners[i], e=before[i]: r(list(e)), args.runs)}"
         if call is not None:
-            line += f"  call {best_us(lambda: call(*xs), args.runs)}"
+            line += f"  call {best_us(lambda c=call, xs=xs: c(*xs), args.runs)}"
         if bound is not None and bound[11] is not None:  # the one Numba call (one output, no residual)
             x2 = xs[0].reshape(bound[9])
             x2.setflags(write=False)
             flat = np.empty(bound[10], np.float32)
-            fn = bound[18][0]
-            line += f"  product {best_us(lambda: fn(bound[11], x2, *bound[12], flat), args.runs)}"
+            product = (bound[18][0], (bound[11], x2, *bound[12], flat))
+            line += f"  product {best_us(lambda f=product: f[0](*f[1]), args.runs)}"
         print(line)
     print(f"  {'walk':24s} {best_us(lambda: ex._walk_quiet(runners, list(env0)), args.runs)}")
     print(f"  {'start + finish':24s} {best_us(lambda: ex.finish(ex.start(feeds), feeds, names), args.runs)}")
