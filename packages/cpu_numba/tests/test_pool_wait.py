@@ -473,8 +473,14 @@ def test_a_caller_short_of_a_core_through_a_run_backs_off():
 def test_a_beating_caller_that_sleeps_backs_off():
     """The same through ``beat``: a caller that beats every 2 ms and sleeps in between (its thread
     CPU time far under its wall time) backs the pool off within a few windows; no beat counts
-    while backed off."""
+    while backed off, nor before the pool has a worker (no parallel job yet: nothing to keep awake
+    or to make serial)."""
     pool = shards.ShardPool(0.0)
+    for _ in range(3):
+        pool.beat()
+    assert int(pool._gen[1]) == 0 and pool.stats["windows"] == 0
+    fn, _ = counting(4)
+    within(pool.run, fn, 4, 2)  # starts the worker
     t0 = time.perf_counter()
     while not pool.backed_off() and time.perf_counter() - t0 < 5.0:
         pool.beat()

@@ -179,6 +179,43 @@ def test_driver_walk_emulated(m, k, n, align_a, c_lines, monkeypatch):
     assert calls == (["cfg", "rel"] if m >= 16 else [])
 
 
+@pytest.mark.parametrize("rows", [1, 3, 15])
+def test_few_rows_keep_vnni_panels(rows, monkeypatch):
+    """A DynamicQuantizeMatMul of fewer rows than one AMX tile (batch 1: the MLP) runs vnni512 on the
+    unpadded panels where AMX is selected (simulated here: qamx.upgrade made to choose it): the AMX
+    driver would run those rows on the same few-row tiles over B padded to 64-byte K steps. Equal to
+    the reference bit for bit through the one-call path and the bound serial call (three runs)."""
+    from kernelkit.builder import GraphBuilder
+    from kernelkit.session import Session
+
+    if not qtile.available("vnni512"):
+        pytest.skip("vnni512 cannot run here")
+    monkeypatch.delenv(qtile.ENV, raising=False)
+    monkeypatch.setattr(qamx, "upgrade", lambda variant, pb: (qamx.VARIANT, qamx.packed(pb)))
+    rng = np.random.default_rng(rows)
+    k, n = 784, 40  # K = 196 groups of 4: the AMX packing pads it to 208
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    b.flags.writeable = False
+    tile = qgemm.tiled(_Kernel(), b, None)
+    assert tile[0] is qamx.VARIANT and tile[1].kq == 208  # without ``rows``: the (simulated) AMX choice
+    assert qgemm.tiled(_Kernel(), b, None, rows=rows)[1].kq == 196
+    g = GraphBuilder("dqmm")
+    x = g.input("x", ("N", k))
+    consts = [b, rng.uniform(0.01, 0.02, n).astype(np.float32), rng.integers(-9, 9, n).astype(np.int8),
+              rng.standard_normal(n).astype(np.float32)]
+    g.output(g.op("DynamicQuantizeMatMul", x, *[g.constant(c, name=f"c{i}") for i, c in enumerate(consts)],
+                  domain="com.microsoft"))
+    model = g.build()
+    sess = Session(model, vendors=["numba"], fallback=False, passes=False, threads=1)
+    ref = Session(model, vendors=["reference"], passes=False)
+    step = next(s for s in sess.plan.steps if s.op.endswith("DynamicQuantizeMatMul"))
+    for scale in (1, 4, 0.2):
+        a = (rng.standard_normal((rows, k)) * scale).astype(np.float32)
+        np.testing.assert_array_equal(sess.run(None, {"x": a})[0], ref.run(None, {"x": a})[0])
+        head = step.kernel._small[6]
+        assert head[0] == qtile.KIND["vnni512"] and head[3] == 196
+
+
 # -------------------------------------------------------------------------------- on an AMX CPU
 SHAPES = [(1, 1, 1), (3, 5, 7), (16, 64, 16), (17, 31, 15), (31, 129, 47), (32, 256, 32), (33, 64, 33),
           (64, 256, 64), (128, 256, 256), (130, 77, 100), (300, 600, 40), (128, 1024, 96), (49, 4608, 40)]

@@ -538,15 +538,19 @@ def test_dynamic_quantize_matmul_bound_serial_call(relu, monkeypatch):
     feeds = [rng.standard_normal((1, k)), rng.standard_normal((1, k)) * 5, rng.standard_normal((3, k)),
              np.where(np.arange(k) == 4, np.nan, 1.0)[None], rng.standard_normal((1, k)), "off",
              rng.standard_normal((1, k)), "vnni512", rng.standard_normal((2 * k, 1)).reshape(2, k)[:, ::1],
-             np.asfortranarray(rng.standard_normal((2, k))), rng.standard_normal((1, k))]
-    bound = 0
+             np.asfortranarray(rng.standard_normal((2, k))), rng.standard_normal((1, k)),
+             *[rng.standard_normal((1, k)) * s for s in (1, 3, 0.1)]]
+    bound = entry = 0
     for f in feeds:
         if isinstance(f, str):
             monkeypatch.setenv(qtile.ENV, f)
             continue
         a = f.astype(np.float32)
+        p = step.kernel._plain
+        entry += p is not None and p[0] == a.shape and p[18][0] is not p[18][1]  # this run calls the entry point
         (got,) = sess.run(None, {"x": a})
         (want,) = ref.run(None, {"x": a})
         np.testing.assert_array_equal(got, want)
         bound += step.kernel._plain is not None and step.kernel._plain[0] == a.shape
     assert bound >= 5  # the plain path was bound for most runs
+    assert entry >= 2  # and its later runs called the compiled entry point (qgemm._entry)

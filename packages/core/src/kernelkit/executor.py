@@ -197,7 +197,8 @@ class Executor:
         # static plans: the runners themselves lose their start-up wrappers as nodes settle
         self._unsettled = [i for i, step in enumerate(plan.steps) if step.direct is not None] if plan.static else []
         # symbolic plans: the input shapes the kernels are bound for, and the runners for them
-        self._gate = threading.Condition()
+        self._gate_lock = threading.Lock()  # taken directly by the runs (Condition's own __enter__ is Python)
+        self._gate = threading.Condition(self._gate_lock)
         self._bound = _UNBOUND
         self._fixed: list | None = None
         self._fixed_frees: list = []
@@ -264,8 +265,8 @@ class Executor:
 
     # -- symbolic input shapes: runs of the bound shapes skip the per-node check ------------------
     def _run_bound(self, key: tuple, pool: ArenaPool, env: list) -> None:
-        gate = self._gate
-        with gate:
+        gate, lock = self._gate, self._gate_lock
+        with lock:
             bound = self._bound == key and not self._writing and not self._waiting
             if not bound:  # new shapes: wait for the runs of the bound ones, then rebind alone
                 self._waiting += 1
@@ -285,9 +286,9 @@ class Executor:
                 if self._unsettled and not self._runs & (self._runs - 1):
                     self._settle(self._fixed, self._fixed_frees)
             finally:
-                with gate:
+                with lock:
                     self._readers -= 1
-                    if not self._readers:
+                    if not self._readers and self._waiting:  # only a run of new shapes waits
                         gate.notify_all()
             return
         fixed = None

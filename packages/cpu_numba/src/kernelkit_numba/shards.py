@@ -336,7 +336,12 @@ class ShardPool:
         and a sleeping one is woken by the first beat of a run, so that it is awake when the run's
         first parallel kernel comes (a woken worker claims ~50-150 us after the wake-up). No beat
         while the pool is backed off, and none wakes a worker that has no spin loop yet. Also the caller's
-        share of a core through the run (``WINDOW_S``)."""
+        share of a core through the run (``WINDOW_S``). Nothing while the pool has no worker (no
+        parallel job has run in this process yet: the batch-1 MLP at two threads, whose products are
+        all serial): no worker to keep awake, no job that a back-off would make serial (~0.3 us a
+        node, and the beat's wrapper)."""
+        if not self._workers:
+            return
         now = time.perf_counter()
         until = self._serial_until
         if until and now < until:

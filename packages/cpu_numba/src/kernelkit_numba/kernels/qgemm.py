@@ -23,7 +23,7 @@ from kernelkit.ops.qlinear import clamp_bounds, multiplier
 from kernelkit.registry import register_kernel
 from numba import prange
 
-from .. import config
+from .. import by_kind, config
 from .._base import NumbaKernel
 from .._base import readonly as _readonly
 from ..config import jit_exact, jit_parallel
@@ -531,29 +531,32 @@ class DynamicQuantizeMatMul(NumbaKernel):
         (``_plain``, _bind_small: one Numba call whose arguments were made for this A shape, the
         constants checked by identity), else the one-call path (small_dynamic), else ``run`` (the
         general path at this node's thread budget)."""
-        run, kernel, env_raw = self.run, self, qtile.requested_raw
-        plain_fn, small_fn, f32 = qpack.dq_matmul_bound, qpack.dq_matmul_bound_small, np.dtype(np.float32)
+        run, kernel, env_raw, f32 = self.run, self, qtile.requested_raw, np.dtype(np.float32)
 
         def call(a, b, b_scale, b_zero_point=None, bias=None, residual=None, norm_scale=None, norm_bias=None,
                  out=None):
             p = kernel._plain
             if p is not None and a.shape == p[0] and b is p[1] and b_scale is p[2] and b_zero_point is p[3] and \
                     bias is p[4] and norm_scale is p[5] and norm_bias is p[6] and (residual is None) is p[7] and \
-                    env_raw() == p[8]:
+                    a.dtype is f32 and env_raw() == p[8]:
                 x2 = a.reshape(p[9])
                 if x2.flags.c_contiguous:
                     x2.setflags(write=False)  # one compiled signature (readonly inputs, as _base.readonly)
                     flat = np.empty(p[10], np.float32)
+                    fn = p[18]
                     if p[11] is not None:  # one output, no residual, no norm
-                        if plain_fn(p[11][0], p[11], x2, *p[12], flat):
+                        if fn[0](p[11], x2, *p[12], flat):
+                            if fn[2]:  # compiled now: its entry point from the next call on
+                                fn[0], fn[2] = _entry(fn[1], (p[11], x2, *p[12], flat)), False
                             return flat.reshape(p[13])
                     elif residual is None:
-                        if small_fn(p[14][0], p[14], x2, *p[12], flat, *p[15]):
+                        if fn[0](p[14], x2, *p[12], flat, *p[15]):
+                            if fn[2]:
+                                fn[0], fn[2] = _entry(fn[1], (p[14], x2, *p[12], flat, *p[15])), False
                             return column_parts(flat, p[15][0], p[0])
                     elif residual.shape == p[16] and residual.dtype is f32:
                         res = residual.reshape(p[17])
-                        if res.flags.c_contiguous and small_fn(p[14][0], p[14], x2, *p[12], flat, p[15][0], res,
-                                                               *p[15][2:]):
+                        if res.flags.c_contiguous and fn[1](p[14], x2, *p[12], flat, p[15][0], res, *p[15][2:]):
                             return column_parts(flat, p[15][0], p[0])
             a = _readonly(a)
             y = small_dynamic(self, a, b, b_scale, b_zero_point, bias, True, residual, norm_scale, norm_bias) \
@@ -689,9 +692,10 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
     general path)."""
     env = qtile.requested()
     hit = kernel.__dict__.get("_small")
+    few = math.prod(a.shape[:-1]) < qamx.ROWS  # batch 1: no AMX tile (tiled's ``rows``)
     if hit is None or hit[0] is not b or hit[1] is not b_scale or hit[2] is not b_zero_point or hit[3] is not bias \
-            or hit[4] != env or hit[5]:
-        tile = tiled(kernel, b, b_zero_point)
+            or hit[4] != env or hit[5] or hit[9] is not few:
+        tile = tiled(kernel, b, b_zero_point, rows=1 if few else None)
         head = None
         if tile is not None and np.ndim(b_scale) <= 1:
             variant, pb = tile
@@ -701,7 +705,7 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
                     pb.zp, pb.has_zp, np.ascontiguousarray(b_scale, np.float32).reshape(-1), bias_arr, has_bias)
         volatile = any(p is not None and p.flags.writeable for p in (b, b_scale, b_zero_point, bias))
         extra = (activation_code(kernel), column_bounds(kernel, head[5])) if head is not None else (0, None)
-        hit = (b, b_scale, b_zero_point, bias, env, volatile, head, *extra)  # volatile: writable, every call
+        hit = (b, b_scale, b_zero_point, bias, env, volatile, head, *extra, few)  # volatile: writable, every call
         kernel._small = hit
     head = hit[6]
     if head is None or (residual is not None and residual.shape != a.shape[:-1] + (head[5],)):
@@ -739,8 +743,11 @@ def _bind_small(kernel, a, b, b_scale, b_zero_point, bias, residual, norm_scale,
     10 output size, 11 qpack.dq_matmul_bound's integer arguments (one output, no residual, no norm;
     else None), 12 the constant arrays, 13 the output shape, 14 dq_matmul_bound_small's integer
     arguments, 15 its (bounds, residual stand-in, norm scale, norm bias, epsilon), 16 the residual's
-    shape, 17 it as 2-D). The serial call checks them by identity and goes straight to one Numba
-    call: ~1 us of Python instead of ~5-13 (small_dynamic's checks, the norm's and residual's
+    shape, 17 it as 2-D, 18 [the call, the by_kind copy of qpack.dq_matmul_bound(_small) for the
+    variant, whether the entry point is still to be looked up]: the copy, after its first call its
+    compiled entry point (_entry), so that later calls skip the by_kind lookup and the dispatcher's
+    typing of each argument). The serial call checks them by identity and goes straight to one
+    Numba call: ~1 us of Python instead of ~5-13 (small_dynamic's checks, the norm's and residual's
     conversions, 24 arguments to type). None where small_dynamic did not take the call (writable
     constants, which it re-reads every call)."""
     kernel._plain = None
@@ -758,11 +765,32 @@ def _bind_small(kernel, a, b, b_scale, b_zero_point, bias, residual, norm_scale,
     ints = [kind, mr, kq, n_panels, n, k, has_zb, has_bias, block, hit[7]]
     plain = residual is None and not norm[3] and bounds.shape[0] == 2
     lead = tuple(a.shape[:-1])
+    copy = by_kind.specialize(qpack.dq_matmul_bound if plain else qpack.dq_matmul_bound_small, kind)
     kernel._plain = (a.shape, b, b_scale, b_zero_point, bias, norm_scale, norm_bias, residual is None, env_raw,
                      (m_n, k_n), m_n * n_n, np.array(ints, np.int64) if plain else None,
                      (bdata, col_sums, zb, b_scale_arr, bias_arr), (*lead, n_n),
                      np.array([*ints, residual is not None, norm[3]], np.int64), (bounds, NO_RESIDUAL, *norm[:3]),
-                     (*lead, n_n), (m_n, n_n))
+                     (*lead, n_n), (m_n, n_n), [copy, copy, True])
+
+
+def _entry(dispatcher, args):
+    """The compiled entry point of ``dispatcher`` (a by_kind copy) for the Numba types of ``args``
+    (``CompileResult.entry_point``: the compiled function's own Python wrapper, which unboxes the
+    arguments as that signature says without the dispatcher typing each one first: ~0.4 us of a
+    batch-1 product's ~2 us call), or the dispatcher where it has none (NUMBA_DISABLE_JIT=1). The
+    serial call passes it only arguments of those types: its own arrays, and A as a readonly
+    C-contiguous 2-D float32 view (checked before each call)."""
+    overloads = getattr(dispatcher, "overloads", None)
+    if not overloads:
+        return dispatcher
+    import numba
+
+    try:
+        cres = overloads.get(tuple(numba.typeof(x) for x in args))
+    except ValueError:  # (a type numba.typeof does not know: never, for these arguments)
+        return dispatcher
+    entry = getattr(cres, "entry_point", None)
+    return dispatcher if entry is None else entry
 
 
 def _column_shards(head, x2, bounds, act, count, groups, a_shape, residual):
@@ -803,15 +831,20 @@ def gemv_finish(kernel, a, a_zero_point, b, b_zero_point, finish, trans_b: bool 
     return finish(y.reshape(-1, y.shape[-1]), NO_ACC, False, y.shape)
 
 
-def tiled(kernel, b, b_zero_point, trans_b: bool = False):
+def tiled(kernel, b, b_zero_point, trans_b: bool = False, rows=None):
     """(variant, PackedB) when an int8 micro-kernel (qtile.py) takes the product with constant 2-D B
     (``b.T`` with ``trans_b``), else None (the float32-BLAS path): KERNELKIT_INT8_GEMM=off, or avx2
-    only on a CPU without VNNI with weights whose pairs could saturate."""
+    only on a CPU without VNNI with weights whose pairs could saturate. ``rows``: A's row count where
+    the caller knows it: fewer than one AMX tile's (qamx.ROWS) keep vnni512 on the unpadded panels."""
     if b.ndim != 2 or qtile.requested() == "off":
         return None
     pb = qpack.packed_b(kernel, lambda: b if trans_b else b.T, b, b_zero_point)
     variant = qtile.select(pb.safe_pairs)
-    return None if variant is None else qamx.upgrade(variant, pb)  # AMX tiles where the CPU has them
+    if variant is None:
+        return None
+    if rows is not None and rows < qamx.ROWS:  # the AMX driver runs such rows on vnni512's few-row tiles
+        return variant, pb  # anyway, over B padded to 64-byte K steps (+6% of bytes at K = 784)
+    return qamx.upgrade(variant, pb)  # AMX tiles where the CPU has them
 
 
 def _zp(zero_point) -> int:
