@@ -554,9 +554,12 @@ def test_a_held_back_off_does_not_beat():
     assert pool._probe is None and not pool.backed_off()
 
 
-def test_the_idle_reading():
-    """``/proc/stat``'s idle seconds of the affinity CPUs: a number that grows (or None off Linux)."""
+def test_the_idle_reading(monkeypatch):
+    """``/proc/stat``'s idle seconds of the affinity CPUs: a number that grows (or None off Linux),
+    and None when a CPU of the affinity has no line there (then back-offs end on time)."""
     first = shards._proc_stat_idle()
     if first is None:
         pytest.skip("no /proc/stat")
     assert first >= 0.0 and shards._proc_stat_idle() >= first
+    monkeypatch.setattr(shards.os, "sched_getaffinity", lambda pid: {0, 1 << 20})
+    assert shards._proc_stat_idle() is None

@@ -119,10 +119,11 @@ def _build_spinner():
 
 def _proc_stat_idle() -> float | None:
     """Seconds the CPUs of this process's affinity spent idle since boot (``/proc/stat``'s idle and
-    iowait columns, in clock ticks), or None where that cannot be read (not Linux)."""
+    iowait columns, in clock ticks), or None where that cannot be read (not Linux, or a
+    ``/proc/stat`` without a line for each of those CPUs: a container's view of other numbers)."""
     try:
         cpus = {f"cpu{c}" for c in os.sched_getaffinity(0)}
-        ticks = 0
+        ticks, found = 0, 0
         with open("/proc/stat") as f:
             for line in f:
                 if not line.startswith("cpu"):
@@ -130,7 +131,8 @@ def _proc_stat_idle() -> float | None:
                 parts = line.split()
                 if parts[0] in cpus:
                     ticks += int(parts[4]) + int(parts[5])
-        return ticks / os.sysconf("SC_CLK_TCK")
+                    found += 1
+        return ticks / os.sysconf("SC_CLK_TCK") if found == len(cpus) else None
     except (OSError, ValueError, IndexError, AttributeError):
         return None
 
