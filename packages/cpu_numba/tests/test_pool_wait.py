@@ -563,3 +563,24 @@ def test_the_idle_reading(monkeypatch):
     assert first >= 0.0 and shards._proc_stat_idle() >= first
     monkeypatch.setattr(shards.os, "sched_getaffinity", lambda pid: {0, 1 << 20})
     assert shards._proc_stat_idle() is None
+
+
+def test_no_beat_while_the_caller_shares_its_core():
+    """A preempted job or a slow window (signs that the caller shares its core, before a back-off)
+    stop the heartbeat, so the worker's spin ends and its free core goes idle; a job at full speed
+    starts the beats again."""
+    pool = shards.ShardPool(0.0)
+    job = types.SimpleNamespace(claimed=2)
+    worked = 10 * pool.PREEMPT_MIN_S
+    beats = int(pool._gen[1])
+    pool.beat()
+    assert pool._gen[1] == beats + 1
+    pool._judge(job, 0.0, worked, 0.5 * worked)  # one preempted job
+    pool.beat()
+    assert pool._gen[1] == beats + 1 and not pool.backed_off()
+    pool._judge(job, 0.0, worked, worked)  # at full speed again
+    pool.beat()
+    assert pool._gen[1] == beats + 2
+    pool._slow = 1  # a slow window
+    pool.beat()
+    assert pool._gen[1] == beats + 2

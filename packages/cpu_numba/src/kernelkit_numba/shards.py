@@ -30,6 +30,7 @@ How a job reaches the workers (issue 11, session 4; docs/numba.md, "Shard pool")
 - **A heartbeat through a run** (issue 11, session 7). Every node of a multi-thread session calls
   ``beat()``: the spin goes on until ``BEAT_IDLE_S`` after the last beat, so serial nodes between
   two parallel ones no longer put the worker to sleep, and a run's first beat wakes a sleeping one.
+  No beat while a sign says the caller shares its core (a preempted job, a slow window: session 8).
 - **GIL hand-offs without sleeping on the GIL.** A thread that asks for the GIL while the other
   holds it sleeps on CPython's GIL condition and wakes tens of microseconds late. A worker that sees
   a job waits ``CLAIM_AFTER_S`` in its spin before taking the GIL (the caller's first kernel has
@@ -252,6 +253,8 @@ class ShardPool:
     # the busy one (~50 % speed) until the signs fired again: the transformer ran 1.89x its 1-thread
     # time under load on the Xeon. FREE_CORES = 0: off (every back-off ends on time).
     FREE_CORES = 0.5
+    # no heartbeat while a sign says the caller shares its core (``beat``); False: beats go on
+    HUSH_ON_SIGN = True
     _thread_time = staticmethod(time.thread_time)  # the calling thread's CPU time (tests replace it)
     _idle_time = staticmethod(_proc_stat_idle)  # idle seconds of the affinity CPUs (tests replace it)
     _process_time = staticmethod(time.process_time)  # this process's CPU time (tests replace it)
@@ -407,6 +410,14 @@ class ShardPool:
         now = time.perf_counter()
         until = self._serial_until
         if until and (now < until or (self._probe is not None and self._still_loaded(now))):
+            return
+        if self.HUSH_ON_SIGN and (self._preempted or self._slow):
+            # a sign that the caller shares its core (a preempted job, a slow window) and no back-off
+            # yet: no beat, so the worker's spin ends and its core goes idle, where the OS can move
+            # the caller (a spinning worker kept the free core, the caller ran beside the busy
+            # process at ~50 %); the window goes on
+            if self.WINDOW_S:
+                self._window(now)
             return
         gen = self._gen
         gen[1] += 1
