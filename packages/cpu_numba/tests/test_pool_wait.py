@@ -489,3 +489,104 @@ def test_a_beating_caller_that_sleeps_backs_off():
     beats = int(pool._gen[1])
     pool.beat()
     assert int(pool._gen[1]) == beats
+
+
+def _expire(pool, idle_s: float, cpu_s: float, wall_s: float = 0.1) -> None:
+    """End the current back-off now, as if it had lasted ``wall_s`` with the affinity CPUs idle for
+    ``idle_s`` and this process busy for ``cpu_s`` (a synthetic probe: nothing is timed)."""
+    now = time.perf_counter()
+    wall, idle, cpu = pool._probe
+    pool._probe = (now - wall_s, idle, cpu)
+    pool._serial_until = now - 1e-6
+    pool.clock["idle"] = idle + idle_s
+    pool.clock["cpu"] = cpu + cpu_s
+
+
+def _probed_pool():
+    pool = shards.ShardPool(0.0)
+    pool.clock = {"idle": 100.0, "cpu": 5.0}
+    pool._idle_time = lambda: pool.clock["idle"]
+    pool._process_time = lambda: pool.clock["cpu"]
+    return pool
+
+
+def test_a_back_off_lasts_while_no_core_is_free():
+    """At the end of a back-off the pool looks at how much of a core a second thread had through
+    it (idle time of the affinity CPUs + this process's CPU time, over the wall time, less the
+    caller's core): under FREE_CORES (a busy process on the other core, whether the caller ran or
+    waited) it backs off again, doubling; with a core free it comes back, and a back-off without a
+    reading (not Linux) or with FREE_CORES = 0 ends on time."""
+    pool = _probed_pool()
+    pool._back_off("test")
+    assert pool._probe is not None and pool.backed_off()
+    _expire(pool, idle_s=0.0, cpu_s=0.1)  # the caller busy on one core, the busy process on the other
+    assert pool.backed_off() and pool.stats["held"] == 1 and pool._backoff == 2 * pool.MIN_BACKOFF_S
+    _expire(pool, idle_s=0.09, cpu_s=0.01)  # the caller mostly idle, the other core still busy
+    assert pool.backed_off() and pool.stats["held"] == 2 and pool._backoff == 4 * pool.MIN_BACKOFF_S
+    _expire(pool, idle_s=0.1, cpu_s=0.1)  # quiet: the other core idle
+    assert not pool.backed_off() and pool.stats["held"] == 2 and pool._probe is None
+    assert not pool.backed_off()  # looked once; stays on
+    pool._back_off("test")
+    _expire(pool, idle_s=0.19, cpu_s=0.01)  # quiet and the caller idle between requests
+    assert not pool.backed_off() and pool.stats["backoffs"] == 4  # two of them held
+
+    pool.FREE_CORES = 0.0  # off: no look
+    pool._back_off("test")
+    assert pool._probe is None
+    pool._serial_until = time.perf_counter() - 1e-6
+    assert not pool.backed_off()
+    unreadable = shards.ShardPool(0.0)
+    unreadable._idle_time = lambda: None
+    unreadable._back_off("test")
+    assert unreadable._probe is None
+    unreadable._serial_until = time.perf_counter() - 1e-6
+    assert not unreadable.backed_off()
+
+
+def test_a_held_back_off_does_not_beat():
+    """The heartbeat of a run after a back-off's end looks first: still loaded, no beat (the workers
+    keep sleeping) and the pool stays backed off; free, the beat goes on."""
+    pool = _probed_pool()
+    pool._back_off("test")
+    beats = int(pool._gen[1])
+    _expire(pool, idle_s=0.0, cpu_s=0.1)
+    pool.beat()
+    assert pool._gen[1] == beats and pool.stats["held"] == 1 and pool.backed_off()
+    _expire(pool, idle_s=0.1, cpu_s=0.1)
+    pool.beat()
+    assert pool._gen[1] == beats + 1 and not pool.backed_off()
+    pool._back_off("test")
+    pool.reset()
+    assert pool._probe is None and not pool.backed_off()
+
+
+def test_the_idle_reading(monkeypatch):
+    """``/proc/stat``'s idle seconds of the affinity CPUs: a number that grows (or None off Linux),
+    and None when a CPU of the affinity has no line there (then back-offs end on time)."""
+    first = shards._proc_stat_idle()
+    if first is None:
+        pytest.skip("no /proc/stat")
+    assert first >= 0.0 and shards._proc_stat_idle() >= first
+    monkeypatch.setattr(shards.os, "sched_getaffinity", lambda pid: {0, 1 << 20})
+    assert shards._proc_stat_idle() is None
+
+
+def test_no_beat_while_the_caller_shares_its_core():
+    """A preempted job or a slow window (signs that the caller shares its core, before a back-off)
+    stop the heartbeat, so the worker's spin ends and its free core goes idle; a job at full speed
+    starts the beats again."""
+    pool = shards.ShardPool(0.0)
+    job = types.SimpleNamespace(claimed=2)
+    worked = 10 * pool.PREEMPT_MIN_S
+    beats = int(pool._gen[1])
+    pool.beat()
+    assert pool._gen[1] == beats + 1
+    pool._judge(job, 0.0, worked, 0.5 * worked)  # one preempted job
+    pool.beat()
+    assert pool._gen[1] == beats + 1 and not pool.backed_off()
+    pool._judge(job, 0.0, worked, worked)  # at full speed again
+    pool.beat()
+    assert pool._gen[1] == beats + 2
+    pool._slow = 1  # a slow window
+    pool.beat()
+    assert pool._gen[1] == beats + 2

@@ -30,6 +30,7 @@ How a job reaches the workers (issue 11, session 4; docs/numba.md, "Shard pool")
 - **A heartbeat through a run** (issue 11, session 7). Every node of a multi-thread session calls
   ``beat()``: the spin goes on until ``BEAT_IDLE_S`` after the last beat, so serial nodes between
   two parallel ones no longer put the worker to sleep, and a run's first beat wakes a sleeping one.
+  No beat while a sign says the caller shares its core (a preempted job, a slow window: session 8).
 - **GIL hand-offs without sleeping on the GIL.** A thread that asks for the GIL while the other
   holds it sleeps on CPython's GIL condition and wakes tens of microseconds late. A worker that sees
   a job waits ``CLAIM_AFTER_S`` in its spin before taking the GIL (the caller's first kernel has
@@ -50,6 +51,11 @@ How a job reaches the workers (issue 11, session 4; docs/numba.md, "Shard pool")
   ``CALM_S`` of the last back-off's end) every job runs on the calling thread, and
   ``config.current_threads()`` says 1 so that kernels cut their work for one thread (no shards, one
   GEMM call) and BLAS and the kernels agree on one thread count. Workers do not spin meanwhile.
+- **A back-off lasts while the load does** (issue 11, session 8). When a back-off ends, the pool
+  looks at the CPUs it may run on (``/proc/stat``'s idle time of the affinity CPUs, plus this
+  process's own CPU time, over the back-off): with less than ``FREE_CORES`` of a core left for a
+  second thread, it backs off again (doubling, up to ``MAX_BACKOFF_S``) instead of starting the
+  workers, spinning them through a run and waiting for the signs to fire once more.
 
 ``trace`` (a list, or None) records every shard ``(job, shard, thread name, start, end)`` and every
 job ``(job, -1, caller, published, all done, caller's shards done)`` for ``benchmarks/trace_pool.py``;
@@ -110,6 +116,26 @@ def _build_spinner():
     from . import _spin
 
     return _spin.build()
+
+
+def _proc_stat_idle() -> float | None:
+    """Seconds the CPUs of this process's affinity spent idle since boot (``/proc/stat``'s idle and
+    iowait columns, in clock ticks), or None where that cannot be read (not Linux, or a
+    ``/proc/stat`` without a line for each of those CPUs: a container's view of other numbers)."""
+    try:
+        cpus = {f"cpu{c}" for c in os.sched_getaffinity(0)}
+        ticks, found = 0, 0
+        with open("/proc/stat") as f:
+            for line in f:
+                if not line.startswith("cpu"):
+                    break
+                parts = line.split()
+                if parts[0] in cpus:
+                    ticks += int(parts[4]) + int(parts[5])
+                    found += 1
+        return ticks / os.sysconf("SC_CLK_TCK") if found == len(cpus) else None
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 class _Job:
@@ -219,7 +245,19 @@ class ShardPool:
     # (a spinning worker with a core comes within ~20-50 us), LATE_MISSES jobs in a row: it has no
     # core; the pool backs off. LATE_S = 0: off.
     LATE_S, LATE_MISSES = 3e-4, 4
+    # A back-off that ends looks whether a second thread has a core now (issue 11, session 8): the
+    # cores of the affinity free for it over the back-off, (idle CPU time + this process's CPU time)
+    # / wall time - 1 (the calling thread's core), under FREE_CORES: back off again. A busy process
+    # on one of two CPUs: ~0; quiet: ~1 (however busy the caller was). Before, the pool came back
+    # after every back-off, its worker spun through the runs on the free core while the caller shared
+    # the busy one (~50 % speed) until the signs fired again: the transformer ran 1.89x its 1-thread
+    # time under load on the Xeon. FREE_CORES = 0: off (every back-off ends on time).
+    FREE_CORES = 0.5
+    # no heartbeat while a sign says the caller shares its core (``beat``); False: beats go on
+    HUSH_ON_SIGN = True
     _thread_time = staticmethod(time.thread_time)  # the calling thread's CPU time (tests replace it)
+    _idle_time = staticmethod(_proc_stat_idle)  # idle seconds of the affinity CPUs (tests replace it)
+    _process_time = staticmethod(time.process_time)  # this process's CPU time (tests replace it)
 
     def __init__(self, spin_s: float | None = None):
         self.spin_s = spin_seconds() if spin_s is None else spin_s
@@ -247,25 +285,56 @@ class ShardPool:
         self._late = 0
         self._slow = 0  # windows in a row with the caller under WINDOW_SHARE of a core
         self._win = [0.0, 0.0, 0.0, 0]  # window start, its caller CPU time, last beat, thread id
+        # (wall, idle, process CPU time) at the start of the current back-off, looked at when it ends
+        # (``FREE_CORES``); None: no look pending
+        self._probe: tuple[float, float, float] | None = None
+        self._probing = threading.Lock()
         self._serial_ids = itertools.count(1).__next__
         self.trace: list | None = None
         self.backoff = True  # False: contention signs are counted but never back the pool off (tests)
         self.stats = {"jobs": 0, "serial_jobs": 0, "stalls": 0, "misses": 0, "preempted": 0, "backoffs": 0,
-                      "busy_slot": 0, "short_misses": 0, "late": 0, "windows": 0, "slow_windows": 0}
+                      "busy_slot": 0, "short_misses": 0, "late": 0, "windows": 0, "slow_windows": 0, "held": 0}
 
     @property
     def stalls(self) -> int:
         return self.stats["stalls"]
 
     def backed_off(self) -> bool:
-        """Whether jobs run on the calling thread alone now (after a contention sign)."""
-        return self._serial_until > 0.0 and time.perf_counter() < self._serial_until
+        """Whether jobs run on the calling thread alone now (after a contention sign; at its end,
+        again while no core is free for a second thread: ``FREE_CORES``)."""
+        until = self._serial_until
+        if not until:
+            return False
+        now = time.perf_counter()
+        return now < until or (self._probe is not None and self._still_loaded(now))
+
+    def _still_loaded(self, now: float) -> bool:
+        """At the end of a back-off: whether a second thread had less than ``FREE_CORES`` of a core
+        through it; then the pool backs off again (``stats["held"]``)."""
+        if not self._probing.acquire(blocking=False):
+            return True  # another thread is looking: still backed off for it
+        try:
+            probe, self._probe = self._probe, None
+            if probe is None:
+                return now < self._serial_until
+            idle = self._idle_time()
+            if idle is None or now <= probe[0]:
+                return False
+            free = (idle - probe[1] + self._process_time() - probe[2]) / (now - probe[0]) - 1.0
+            if free >= self.FREE_CORES:
+                return False
+            self.stats["held"] += 1
+            self._back_off(f"{max(free, 0.0):.2f} of a core free for a second thread in the last back-off")
+            return True
+        finally:
+            self._probing.release()
 
     def reset(self) -> None:
         """End a back-off now (tests, benchmarks)."""
         self._serial_until, self._backoff, self._missed, self._preempted = 0.0, self.MIN_BACKOFF_S, 0, 0
         self._short = self._late = self._slow = 0
         self._win[2] = 0.0
+        self._probe = None
         self._last_backoff = self._last_stall = float("-inf")
 
     # -- workers ---------------------------------------------------------------------------------
@@ -301,7 +370,8 @@ class ShardPool:
                     beat_idle = clock(max(self.spin_s, self.BEAT_IDLE_S))
                     self._waiter = (wait, clock(self.WAIT_LEFT_S), counter)
                     self._can_spin = True
-            if gen[0] == seen and spinner is not None and misses < self.SPIN_MISSES and not self.backed_off():
+            if (gen[0] == seen and spinner is not None and misses < self.SPIN_MISSES
+                    and time.perf_counter() >= self._serial_until and self._probe is None):
                 got = spin(gen, seen, idle, cap, counter, left, after, beat_idle)
                 left = 0
                 if got == 2:  # the callers' heartbeat kept it going: re-check the back-off, spin on
@@ -344,7 +414,15 @@ class ShardPool:
             return
         now = time.perf_counter()
         until = self._serial_until
-        if until and now < until:
+        if until and (now < until or (self._probe is not None and self._still_loaded(now))):
+            return
+        if self.HUSH_ON_SIGN and (self._preempted or self._slow):
+            # a sign that the caller shares its core (a preempted job, a slow window) and no back-off
+            # yet: no beat, so the worker's spin ends and its core goes idle, where the OS can move
+            # the caller (a spinning worker kept the free core, the caller ran beside the busy
+            # process at ~50 %); the window goes on
+            if self.WINDOW_S:
+                self._window(now)
             return
         gen = self._gen
         gen[1] += 1
@@ -485,6 +563,8 @@ class ShardPool:
         self._backoff = self.MIN_BACKOFF_S if calm else min(2 * self._backoff, self.MAX_BACKOFF_S)
         self._last_backoff, self._serial_until, self._missed, self._preempted = now, now + self._backoff, 0, 0
         self._short = self._late = self._slow = 0
+        idle = self._idle_time() if self.FREE_CORES else None
+        self._probe = None if idle is None else (now, idle, self._process_time())
         self.stats["backoffs"] += 1
         log.debug("shard pool: %s; one thread for %.2f s", why, self._backoff)
 
