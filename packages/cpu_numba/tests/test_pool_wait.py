@@ -547,6 +547,9 @@ def test_a_held_back_off_does_not_beat():
     """The heartbeat of a run after a back-off's end looks first: still loaded, no beat (the workers
     keep sleeping) and the pool stays backed off; free, the beat goes on."""
     pool = _probed_pool()
+    fn, _ = counting(4)
+    within(pool.run, fn, 4, 2)  # starts the worker (no beat before the pool has one)
+    pool.reset()  # whatever signs that job left (a loaded machine)
     pool._back_off("test")
     beats = int(pool._gen[1])
     _expire(pool, idle_s=0.0, cpu_s=0.1)
@@ -576,6 +579,9 @@ def test_no_beat_while_the_caller_shares_its_core():
     stop the heartbeat, so the worker's spin ends and its free core goes idle; a job at full speed
     starts the beats again."""
     pool = shards.ShardPool(0.0)
+    fn, _ = counting(4)
+    within(pool.run, fn, 4, 2)  # starts the worker (no beat before the pool has one)
+    pool.reset()  # whatever signs that job left (a loaded machine)
     job = types.SimpleNamespace(claimed=2)
     worked = 10 * pool.PREEMPT_MIN_S
     beats = int(pool._gen[1])
