@@ -140,7 +140,12 @@ def to_float(y, acc, has_acc, mult, bias, has_bias, out):
 # made the batch-1 MLP's products 0.100 -> 0.170 ms; so the threshold stays session 5's (1.0:
 # products of >= 2**25 operations get the session's threads; 32 would give it to every product of
 # >= 2**20) and column shards are off (a machine whose two threads are two cores may try 1 << 20).
-INT8_WORK = 1.0
+# Session 8 (AMX tiles: a 2**26-operation product takes ~0.1 ms, as long as a job's hand-offs): the
+# int8 transformer ran 3.93-5.83 ms at two threads against 3.52-3.55 at one in alternating processes,
+# never faster in any call of the session; so products take the session's threads from 2**27
+# operations (0.25: the transformer's 128 x 256 x 1024 products stay on the calling thread, a
+# batch-8 transformer's go to the pool).
+INT8_WORK = 0.25
 COLUMN_SHARD_OPS = float("inf")
 
 GEMV_ROWS = 8  # products with at most this many rows of A run as integer dot products (gemv_int8)
