@@ -116,6 +116,20 @@ class _Constants:
     def __init__(self):
         self.w = self.b = self.bias = self.packed = None
 
+    def usable(self, conv, x, w, b, z, y, m_n, packing=None) -> bool:
+        """Whether the bound call may run on these arguments (an output array, a C-contiguous input
+        and residual, read-only constants); a new weight or bias is taken up here: its float32 bias
+        and, with ``packing`` (K, tile width), its packed weights."""
+        if y is None or w.flags.writeable or not x.flags.c_contiguous or (z is not None and not z.flags.c_contiguous):
+            return False
+        if w is not self.w or b is not self.b:
+            if not w.flags.c_contiguous or (b is not None and b.flags.writeable):
+                return False
+            if packing is not None:
+                self.packed = _packed(conv, w, *packing)
+            self.w, self.b, self.bias = w, b, _bias(conv, b, m_n)
+        return True
+
 
 def _bias(conv, b, m_n):
     return conv._zeros(m_n, np.float32) if b is None else config.readonly(
@@ -161,13 +175,8 @@ def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n, parallel)
     def depthwise(x, w, b=None, z=None, *, out=None):
         nonlocal fn, band
         y = _output(out, y_shape)
-        if (_dw_raw() != raw or y is None or w.flags.writeable or not x.flags.c_contiguous
-                or (z is not None and not z.flags.c_contiguous)):
+        if _dw_raw() != raw or not held.usable(conv, x, w, b, z, y, m_n):
             return general(x, w, b, z, out=out)
-        if w is not held.w or b is not held.b:
-            if not w.flags.c_contiguous or (b is not None and b.flags.writeable):
-                return general(x, w, b, z, out=out)
-            held.w, held.b, held.bias = w, b, _bias(conv, b, m_n)
         x = readonly(x)
         zz = y if z is None else readonly(z)
         if fn is None:
@@ -202,17 +211,12 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
     driver = ftile.implicit_driver(kind)
     no_z = readonly(np.zeros(1, np.float32))
     work = 2.0 * m_n * k_n * l_n
+    packing = (k_n, ftile.MR[kind])  # (_packed's K and tile width)
 
     def implicit(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)
-        if (ftile.requested_raw() != raw or y is None or w.flags.writeable or not x.flags.c_contiguous
-                or (z is not None and not z.flags.c_contiguous)):
+        if ftile.requested_raw() != raw or not held.usable(conv, x, w, b, z, y, m_n, packing):
             return general(x, w, b, z, out=out)
-        if w is not held.w or b is not held.b:
-            if not w.flags.c_contiguous or (b is not None and b.flags.writeable):
-                return general(x, w, b, z, out=out)
-            held.packed = _packed(conv, w, k_n, ftile.MR[kind])
-            held.w, held.b, held.bias = w, b, _bias(conv, b, m_n)
         x = readonly(x)
         z = no_z if z is None else readonly(z)
         for n in range(n_n):
@@ -253,17 +257,12 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         total = blocks * groups
         pack = ftile.pack_rows(m_n, k_n, l_n)
         size = ftile.scratch_size(kind, False, l_n, block, kc, pack)
+    packing = (k_n, width)  # (_packed's K and tile width)
 
     def tiles(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)
-        if (ftile.requested_raw() != raw or y is None or w.flags.writeable or not x.flags.c_contiguous
-                or (z is not None and not z.flags.c_contiguous)):
+        if ftile.requested_raw() != raw or not held.usable(conv, x, w, b, z, y, m_n, packing):
             return general(x, w, b, z, out=out)
-        if w is not held.w or b is not held.b:
-            if not w.flags.c_contiguous or (b is not None and b.flags.writeable):
-                return general(x, w, b, z, out=out)
-            held.packed = _packed(conv, w, k_n, width)
-            held.w, held.b, held.bias = w, b, _bias(conv, b, m_n)
         x = readonly(x)
         z = no_z if z is None else readonly(z)
         if parallel:
