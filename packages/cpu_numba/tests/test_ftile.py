@@ -288,8 +288,10 @@ def test_strided_layers_take_the_implicit_gemm(check, rng, monkeypatch):
     from kernelkit_numba.kernels import conv
 
     calls = []
-    real = ftile.conv_implicit
+    real, real_driver = ftile.conv_implicit, ftile.implicit_driver
     monkeypatch.setattr(ftile, "conv_implicit", lambda *a: calls.append(1) or real(*a))
+    # a bound serial call (conv_serial) runs the variant's driver itself, bound when the session is built
+    monkeypatch.setattr(ftile, "implicit_driver", lambda kind: lambda *a: calls.append(1) or real_driver(kind)(*a))
     cases = [((1, 16, 60, 60), (24, 16, 3, 3), 1, True), ((1, 16, 60, 60), (24, 16, 1, 1), 0, False)]
     for (xs, ws, pad, takes), on in [(c, on) for c in cases for on in (True, False)]:
         monkeypatch.setattr(conv, "IMPLICIT", on)

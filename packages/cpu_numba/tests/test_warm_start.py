@@ -178,7 +178,10 @@ for _ in range(3):
     assert_close(sess.run(None, feed)[0], ref.run(None, feed)[0])
 generic = [f.__name__ for f in (qpack.dq_matmul_bound, qpack.dq_matmul_plain, qpack.dq_matmul_small,
                                 qpack.dq_matmul_rows) if f.dispatcher.signatures]
-print(json.dumps({"generic": generic, "copies": sorted(str(k) for k in qpack.dq_matmul_bound._by)}))
+from kernelkit_numba import by_kind
+target = id(by_kind._target(qpack.dq_matmul_bound))  # the copies made for it (by_kind.specialize), run
+copies = sorted(str(kind) for (d, kind), fn in by_kind._copies.items() if d == target and fn.signatures)
+print(json.dumps({"generic": generic, "copies": copies}))
 """
 
 
