@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from kernelkit.errors import KernelkitError
 
-from .. import _env, config
+from .. import config
 from .._base import readonly
 from . import dwtile, ftile
 from .epilogue import CLIP, NONE
@@ -104,7 +104,6 @@ def _bind(conv, parallel: bool):
                        parallel)
 
 
-_dw_raw = _env.reader(dwtile.ENV)  # KERNELKIT_F32_DEPTHWISE's raw value, read on every call
 
 
 class _Constants:
@@ -168,14 +167,14 @@ def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n, parallel)
     general = _general(conv, parallel)
     cost = dwtile.cost_us("conv", stride, y_shape[0] * y_shape[1], int(np.prod(y_shape)))
     held = _Constants()
-    raw = _dw_raw()
+    raw = dwtile.requested_raw()
     planes = y_shape[0] * y_shape[1]
     fn = band = None
 
     def depthwise(x, w, b=None, z=None, *, out=None):
         nonlocal fn, band
         y = _output(out, y_shape)
-        if _dw_raw() != raw or not held.usable(conv, x, w, b, z, y, m_n):
+        if dwtile.requested_raw() != raw or not held.usable(conv, x, w, b, z, y, m_n):
             return general(x, w, b, z, out=out)
         x = readonly(x)
         zz = y if z is None else readonly(z)

@@ -44,13 +44,13 @@ PAIRS_MAX_W = 8  # stride-2 outputs at most this wide put two output rows in a v
 
 
 _enabled: dict = {}
-_raw = _env.reader(ENV)
+requested_raw = _env.reader(ENV)  # KERNELKIT_F32_DEPTHWISE's raw value, read on every call
 
 
 def enabled() -> bool:
     """Whether the AVX-512 window kernels run: ``$KERNELKIT_F32_DEPTHWISE`` (auto/off, read per call)
     and the CPU (checked once per value of the variable)."""
-    raw = _raw()
+    raw = requested_raw()
     hit = _enabled.get(raw)
     if hit is None:
         value = _env.choice(raw, ENV, ("auto", "off"))
