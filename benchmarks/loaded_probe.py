@@ -63,16 +63,20 @@ if "held" in flags:
     pool._back_off("held for the probe")
 if "pin" in flags:
     os.sched_setaffinity(0, os.sched_getaffinity(0) - {busy})  # pid 0: this thread only
+from _timing import steal_seconds
 rows = []
 before = dict(pool.stats)
+steal0, wall0 = steal_seconds(), time.perf_counter()
 for _ in range(runs):
     s0, c0, t0 = switches(), time.thread_time(), time.perf_counter()
     sess.run(None, feed)
     t1, c1 = time.perf_counter(), time.thread_time()
     rows.append((t1 - t0, (c1 - c0) / (t1 - t0), where() == busy, switches() - s0))
+steal1 = steal_seconds()
+steal = None if steal0 is None or steal1 is None else (steal1 - steal0) / (time.perf_counter() - wall0)
 wall = sorted(r[0] for r in rows)
 out = {"model": name, "runtime": runtime, "flags": flags, "median_ms": wall[len(wall) // 2] * 1e3,
-       "best_ms": wall[0] * 1e3, "runs_ms": [round(r[0] * 1e3, 2) for r in rows],
+       "best_ms": wall[0] * 1e3, "steal_share": steal, "runs_ms": [round(r[0] * 1e3, 2) for r in rows],
        "caller_share": sorted(r[1] for r in rows)[len(rows) // 2],
        "on_busy_cpu": sum(r[2] for r in rows) / len(rows),
        "preemptions_a_run": sum(r[3] for r in rows) / len(rows),

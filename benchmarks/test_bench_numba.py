@@ -11,7 +11,6 @@ Set KERNELKIT_BENCH_MODELS=resnet18,mlp to run a subset.
 """
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import subprocess
@@ -381,16 +380,20 @@ out = sess.run(None, feed)[0]
 first = time.perf_counter() - t0
 for _ in range(2):
     sess.run(None, feed)
+from _timing import steal_seconds
+steal0, wall0 = steal_seconds(), time.perf_counter()
 blocks = []
 for _ in range(3):
     t = []
     for _ in range(rounds):
         t0 = time.perf_counter(); sess.run(None, feed); t.append((time.perf_counter() - t0) * 1e3)
     blocks.append(float(np.median(t)))
+steal1, wall1 = steal_seconds(), time.perf_counter()
+steal = None if steal0 is None or steal1 is None else (steal1 - steal0) / (wall1 - wall0)
 expected = ort_session(proto, 1).run(None, feed)[0]
 pool = sys.modules["kernelkit_numba.shards"].POOL if "kernelkit_numba.shards" in sys.modules else None
 print(json.dumps({"model": name, "runtime": runtime, "median_ms": min(blocks), "blocks": blocks,
-                  "first_run_s": first, "cosine_ok": bool(cosine(out, expected) >= MODEL_COSINE),
+                  "first_run_s": first, "steal_share": steal, "cosine_ok": bool(cosine(out, expected) >= MODEL_COSINE),
                   "pool_stalls": pool.stalls if pool else 0, "pool": dict(pool.stats) if pool else {}}))
 """
 
@@ -401,7 +404,9 @@ def process_table(names, rounds: int = 15, loaded: bool = False, runtimes=_RUNTI
     median kept. ``loaded``: a busy-loop process pinned to the first of those CPUs runs meanwhile.
     numba default = ``Session()`` without ``threads`` (the pool uses every CPU of the affinity).
     ``repeats`` > 1 runs the whole table that many times in turn (the host drifts between
-    processes: runtimes of one repeat stand side by side) and keeps each cell's median."""
+    processes: runtimes of one repeat stand side by side, in reverse order on odd repeats) and keeps
+    each cell's median. Each child reports the hypervisor's steal share of its CPUs over its timed
+    runs (``steal_share``)."""
     busy = None
     if loaded:
         cpu = min(os.sched_getaffinity(0))
@@ -411,7 +416,10 @@ def process_table(names, rounds: int = 15, loaded: bool = False, runtimes=_RUNTI
     here = os.path.dirname(os.path.abspath(__file__))
     runs: dict = {}
     try:
-        for _, name, runtime in itertools.product(range(repeats), names, runtimes):
+        # odd repeats take the runtimes in reverse: drift through a repeat hits each runtime alike
+        order = [(name, runtime) for rep in range(repeats) for name in names
+                 for runtime in (runtimes if rep % 2 == 0 else runtimes[::-1])]
+        for name, runtime in order:
             res = subprocess.run([sys.executable, "-c", _CHILD, name, runtime, str(rounds), here],
                                  stdout=subprocess.PIPE, text=True, timeout=900)
             if res.returncode:
