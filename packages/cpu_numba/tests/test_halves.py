@@ -133,3 +133,51 @@ def test_gemm_node_at_two_threads(shares):
     want = run_single_op("Gemm", [a, b, c], {}, constants=(1, 2), vendors=["reference"])[0]
     assert_close(got, want)
     assert shares
+
+
+def test_conv_axis():
+    assert halves.conv_axis(576, 196) == "channels"  # 14x14 expansion: weights outweigh the input
+    assert halves.conv_axis(144, 3136) == "pixels"  # 56x56
+    assert halves.conv_axis(24, 3136) == "pixels"
+
+
+@needs_tiles
+def test_conv_auto_axis_and_a_sleeping_worker(shares, monkeypatch):
+    """The default axis on a 14x14 expansion (channels) and a 56x56 one (pixels); with the worker
+    asleep both shares run on the caller, no job, the same result."""
+    monkeypatch.setattr(conv, "POINTWISE_FLOPS", 1.2e7)
+    pool = config._POOL
+    rng = np.random.default_rng(3)
+    for xs, ws in [((1, 96, 14, 14), (576, 96, 1, 1)), ((1, 24, 56, 56), (144, 24, 1, 1))]:
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = _ro((rng.standard_normal(ws) / np.sqrt(ws[1])).astype(np.float32))
+        b = _ro(rng.standard_normal(ws[0]).astype(np.float32))
+        attrs = {"activation": "Clip", "activation_params": [0.0, 6.0]}
+        want = run_single_op("Conv", [x, w, b], attrs, vendors=["reference"])[0]
+        call = _conv(x, w, b, None, attrs, 2).bind(None)
+        assert_close(call(x, w, b), want)
+        asleep, jobs = halves.stats["asleep"], pool.stats["jobs"]
+        monkeypatch.setattr(halves, "worker_asleep", lambda: True)
+        assert_close(call(x, w, b), want)
+        monkeypatch.setattr(halves, "worker_asleep", lambda: False)
+        assert pool.stats["jobs"] == jobs and halves.stats["asleep"] == asleep + 1
+    assert len(shares) == 4
+
+
+@pytest.mark.parametrize("heads", [4, 3])
+def test_attention_in_two_shards(monkeypatch, heads):
+    """At two threads a batch-1 Attention node runs its heads as two shards (an odd count: the caller's
+    share the larger), against the reference."""
+    import kernelkit as kk
+
+    counts = []
+    real = config.run_shards
+    monkeypatch.setattr(config, "run_shards", lambda fn, count: (counts.append(count), real(fn, count)))
+    rng = np.random.default_rng(heads)
+    q, k, v = (rng.uniform(-1, 1, (1, 64, heads * 16)).astype(np.float32) for _ in range(3))
+    attrs = {"q_num_heads": heads, "kv_num_heads": heads}
+    want = kk.testing.run_single_op("Attention", [q, k, v], attrs, vendors=["reference"], fallback=False)[0]
+    monkeypatch.setattr(config, "SERIAL_WORK", 0)
+    got = kk.testing.run_single_op("Attention", [q, k, v], attrs, vendors=["numba"], fallback=False, threads=2)[0]
+    assert_close(got, want)
+    assert counts and all(c == 2 for c in counts)

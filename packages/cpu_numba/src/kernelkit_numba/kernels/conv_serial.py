@@ -312,7 +312,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
     def _share_plan():
         """The two shares of one image (halves.py): per share (channel offset, channels, pixel
         offset, pixels, driver plan, scratch floats); made once per axis setting."""
-        axis = "pixels" if not cols and halves.CONV_AXIS == "pixels" else "channels"
+        axis = "channels" if cols else halves.conv_axis(m_n, l_n)
         hit = shares.get(axis)
         if hit is not None:
             return hit

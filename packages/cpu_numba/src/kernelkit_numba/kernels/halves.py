@@ -23,9 +23,24 @@ ON = True
 # first shard on the Xeon (docs/numba.md, session 7) at ~100 GFLOP/s
 LEAD_FLOPS = 2.0e6
 MAX_SHARE = 0.75  # the caller's share at most this
-# 1x1 convolutions: "channels" splits the output channels (each core streams half of the weights and
-# reads the whole input), "pixels" the output pixels (half of the input, all of the weights)
-CONV_AXIS = "channels"
+# 1x1 convolutions on the rows tiles: "channels" splits the output channels (each core streams half
+# of the weights and reads the whole input), "pixels" the output pixels (half of the input, all of
+# the weights), "auto" the one that leaves each core less to read: channels where the layer has more
+# output channels than pixels (its weights, M x K, outweigh its input, K x L: MobileNetV2's 14x14
+# expansions), else pixels (the 56x56 and 28x28 layers, whose weights are a few KiB, and 24- or
+# 32-channel projections, 3-4 panels of 8: too coarse to split evenly). The cols tiles (7x7 maps)
+# always split their 48-channel panels.
+CONV_AXIS = "auto"
+# Attention at two threads: its heads in two shards (not four)
+ATTENTION = True
+stats = {"asleep": 0}  # two-share calls run on the caller alone: the worker asleep (run())
+
+
+def conv_axis(m_n: int, l_n: int) -> str:
+    """The split of a 1x1 convolution of ``m_n`` output channels and ``l_n`` pixels on the rows tiles."""
+    if CONV_AXIS != "auto":
+        return CONV_AXIS
+    return "channels" if m_n > l_n else "pixels"
 
 
 def usable(threads: int) -> bool:
@@ -41,9 +56,24 @@ def caller_parts(parts: int, flops: float) -> int:
     return max(1, min(parts - 1, round(parts * share)))
 
 
+def worker_asleep() -> bool:
+    """Whether the pool's worker sleeps although it has its spin loop (it spins through a run once a
+    heartbeat came: asleep, it was not woken yet)."""
+    pool = config._POOL
+    return bool(pool._sleeping and pool._can_spin)
+
+
 def run(first, second) -> None:
     """``first()`` on the calling thread and ``second()`` on the worker (or the caller, when the worker
-    does not come in time), through the shard pool at the call's budget."""
+    does not come in time), through the shard pool at the call's budget. With the worker asleep
+    (its spin loop built, no heartbeat since its spin ended: it would come 50-150 us late, so that
+    the caller, done with its share, waits for the worker's whole share), both on the caller, no job:
+    the next node's heartbeat wakes it."""
+    if worker_asleep():
+        stats["asleep"] += 1
+        first()
+        second()
+        return
 
     def shard(i):
         if i == 0:
