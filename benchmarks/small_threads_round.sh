@@ -13,7 +13,7 @@ mkdir -p "$OUT"
 PY=${PY:-python3}
 CPUS=${CPUS:-0,1}
 REPEATS=${REPEATS:-3}
-BUDGET=${BUDGET:-190}
+BUDGET=${BUDGET:-200}
 BASE=${BASE:?BASE: the base tree}
 NEW=$(pwd)
 START=$(date +%s)
@@ -27,6 +27,7 @@ mnv2_new1t:$NEW:1:mobilenetv2:30:
 mnv2_new2t:$NEW:2:mobilenetv2:30:
 mnv2_split:$NEW:2:mobilenetv2:30:$SPLIT
 mnv2_splitoff:$NEW:2:mobilenetv2:30:$SPLIT,kernels.halves.ON=0
+mnv2_splitch:$NEW:2:mobilenetv2:30:$SPLIT,kernels.halves.CONV_AXIS=channels
 tr_base1t:$BASE:1:transformer:25:
 tr_base2t:$BASE:2:transformer:25:
 tr_new1t:$NEW:1:transformer:25:

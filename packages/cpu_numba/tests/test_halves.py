@@ -181,3 +181,28 @@ def test_attention_in_two_shards(monkeypatch, heads):
     got = kk.testing.run_single_op("Attention", [q, k, v], attrs, vendors=["numba"], fallback=False, threads=2)[0]
     assert_close(got, want)
     assert counts and all(c == 2 for c in counts)
+
+
+@pytest.mark.parametrize("trans_b, act", [(1, None), (0, "Relu")])
+def test_head_gemm_in_two_shares(shares, trans_b, act):
+    """A one-row Gemm with a 1280 x 1000 weight (MobileNetV2's head) at two threads: two shares of
+    columns, against the reference, with and without transB, bias and a fused activation."""
+    rng = np.random.default_rng(trans_b)
+    a = rng.standard_normal((1, 1280)).astype(np.float32)
+    b = _ro((rng.standard_normal((1000, 1280) if trans_b else (1280, 1000)) / 36).astype(np.float32))
+    c = _ro(rng.standard_normal(1000).astype(np.float32))
+    attrs = {"transB": trans_b, "alpha": 0.5, "beta": 2.0}
+    want = run_single_op("Gemm", [a, b, c], attrs, constants=(1, 2), vendors=["reference"])[0]
+    if act:
+        want = np.maximum(want, 0)
+    from kernelkit.invoke import KernelContext as Ctx
+    from kernelkit_numba.kernels.gemm import Gemm
+
+    k = Gemm()
+    k.context = Ctx(Node("Gemm", ["a", "b", "c"], ["y"], {}, "g"), None, {}, 2)
+    k.prepare([TensorSpec(a.shape, "float32"), TensorSpec(b.shape, "float32"), TensorSpec(c.shape, "float32")],
+              dict(attrs, **({"activation": act} if act else {})))
+    call = k.bind(None)
+    for _ in range(2):
+        assert_close(call(a, b, c), want)
+    assert len(shares) == 2
