@@ -6,7 +6,8 @@
 # tree's Numba cache on other CPUs. No process starts after BUDGET seconds. Usage (repository root,
 # after `source .whl/prelude.sh` on the device):
 #   BASE=/path/to/base/tree REPEATS=3 bash benchmarks/small_threads_round.sh OUT
-# Results: OUT/<model>_<config>_<repeat>.json; `python benchmarks/threads_alone.py --compare A B`.
+# onnxruntime at 2 threads in each round too (test_bench_numba.py's child: 3 blocks, the best block median).
+# Results: OUT/<config>_<repeat>.json; `python benchmarks/threads_alone.py --compare A B`.
 set -u
 OUT=${1:-/tmp/small_threads}
 mkdir -p "$OUT"
@@ -32,13 +33,20 @@ tr_base1t:$BASE:1:transformer:25:
 tr_base2t:$BASE:2:transformer:25:
 tr_new1t:$NEW:1:transformer:25:
 tr_new2t:$NEW:2:transformer:25:
-tr_lead0:$NEW:2:transformer:25:kernels.halves.LEAD_FLOPS=0.0"
+tr_lead0:$NEW:2:transformer:25:kernels.halves.LEAD_FLOPS=0.0
+mnv2_ort2:ort:2:mobilenetv2:15:
+tr_ort2:ort:2:transformer:15:"
 tree_env() {  # tree: that tree's sources first, its own Numba cache
   local src="$1/packages/core/src:$1/packages/cpu_numba/src:$1/packages/converters/src"
   echo "PYTHONPATH=$src${PYTHONPATH:+:$PYTHONPATH} NUMBA_CACHE_DIR=/tmp/kk_nc_$(basename "$1")"
 }
-one() {  # out tree threads model runs set cpus
+one() {  # out tree threads model runs set cpus (tree "ort": onnxruntime, test_bench_numba.py's child)
   local out=$1 tree=$2 threads=$3 model=$4 runs=$5 set=$6 cpus=$7
+  if [ "$tree" = ort ]; then
+    env $(tree_env "$NEW") taskset -c "$cpus" $PY -c "import sys; sys.path.insert(0, sys.argv[4]); import test_bench_numba as t; exec(t._CHILD)" \
+      "$model" "ort$threads" "$runs" "$NEW/benchmarks" > "$out" 2> "$out.err"
+    return
+  fi
   env $(tree_env "$tree") $PY "$tree/benchmarks/threads_alone.py" "$model" --threads "$threads" --runs "$runs" \
     --cpus "$cpus" ${set:+--set "$set"} > "$out" 2> "$out.err"
 }
