@@ -184,9 +184,10 @@ def test_attention_in_two_shards(monkeypatch, heads):
 
 
 @pytest.mark.parametrize("trans_b, act", [(1, None), (0, "Relu")])
-def test_head_gemm_in_two_shares(shares, trans_b, act):
+def test_head_gemm_in_two_shares(shares, monkeypatch, trans_b, act):
     """A one-row Gemm with a 1280 x 1000 weight (MobileNetV2's head) at two threads: two shares of
-    columns, against the reference, with and without transB, bias and a fused activation."""
+    columns while the worker spins, one call (no job) while it does not, against the reference,
+    with and without transB, bias and a fused activation."""
     rng = np.random.default_rng(trans_b)
     a = rng.standard_normal((1, 1280)).astype(np.float32)
     b = _ro((rng.standard_normal((1000, 1280) if trans_b else (1280, 1000)) / 36).astype(np.float32))
@@ -203,6 +204,10 @@ def test_head_gemm_in_two_shares(shares, trans_b, act):
     k.prepare([TensorSpec(a.shape, "float32"), TensorSpec(b.shape, "float32"), TensorSpec(c.shape, "float32")],
               dict(attrs, **({"activation": act} if act else {})))
     call = k.bind(None)
+    monkeypatch.setattr(halves, "worker_spinning", lambda: False)
+    assert_close(call(a, b, c), want)
+    assert not shares
+    monkeypatch.setattr(halves, "worker_spinning", lambda: True)
     for _ in range(2):
         assert_close(call(a, b, c), want)
     assert len(shares) == 2

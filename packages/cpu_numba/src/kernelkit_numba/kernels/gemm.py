@@ -188,16 +188,22 @@ class Gemm(NumbaKernel):
 
     def _split_head(self, call, trans_a, trans_b, alpha, beta, k, n):
         """A one-row product of a large weight (a classifier head: MobileNetV2's 1280 x 1000, 5 MiB)
-        at two threads: the matrix-vector product runs at memory speed, so two cores streaming half
-        of the weight each finish sooner; two shares of columns (halves.py), each its np.matmul into
-        its part of the output and its part of the bias and activation. The caller's share is
-        larger by LEAD_FLOPS counted as HEAD_FLOPS_PER_BYTE a weight byte."""
+        at two threads, while the pool's worker spins (other parallel nodes in the run): the
+        matrix-vector product runs at memory speed, so two cores streaming half of the weight each
+        finish sooner (Xeon: 0.34 -> 0.26 ms); two shares of columns (halves.py), each its np.matmul
+        into its part of the output and its part of the bias and activation. The caller's share is
+        larger by LEAD_FLOPS counted as HEAD_FLOPS_PER_BYTE a weight byte. With no worker spinning
+        it is the one-thread call: no job."""
         code, p0, p1 = self.act
         zero = np.float32(0)
         cut = halves.caller_parts(n // HEAD_SPLIT_COLS, 4.0 * k * n * HEAD_FLOPS_PER_BYTE) * HEAD_SPLIT_COLS
 
         def split(a, b, c=None, *, out=None):
-            if config._POOL.backed_off():  # one thread for now: one call
+            if not halves.worker_spinning() or config._POOL.backed_off():
+                # no worker spinning through this run (a model whose only parallel node is its head:
+                # MobileNetV2 at two threads; its job a run woke a sleeping worker, 73-91 us late, and
+                # once the worker had its spin loop the heartbeats kept it spinning beside every
+                # serial node), or one thread for now: one call
                 return call(a, b, c, out=out)
             config.blas_single()
             y = np.empty((1, n), np.float32) if out is None else out

@@ -63,6 +63,13 @@ def worker_asleep() -> bool:
     return bool(pool._sleeping and pool._can_spin)
 
 
+def worker_spinning() -> bool:
+    """Whether the pool has a worker with its spin loop that is not asleep now (a job published now
+    finds it within ~20 us)."""
+    pool = config._POOL
+    return bool(pool._workers and pool._can_spin and not pool._sleeping)
+
+
 def run(first, second) -> None:
     """``first()`` on the calling thread and ``second()`` on the worker (or the caller, when the worker
     does not come in time), through the shard pool at the call's budget. With the worker asleep
