@@ -332,7 +332,7 @@ def block_table(names=WANTED, rounds: int = 15) -> list[dict]:
 def apply_bench_set(spec: str | None = None) -> None:
     """Set ``kernelkit_numba`` constants from ``spec`` (default ``$KERNELKIT_BENCH_SET``):
     ``module.ATTR=value,...``, e.g. ``kernels.dwtile.PARALLEL_US=100,shards.ShardPool.CLAIM_AFTER_S=0.0``
-    (a value with a dot is a float, else an int): a variant of the defaults in a benchmark process."""
+    (a value with a dot is a float, else an int, else a string): a variant of the defaults in a benchmark process."""
     import importlib
 
     spec = os.environ.get("KERNELKIT_BENCH_SET", "") if spec is None else spec
@@ -347,7 +347,15 @@ def apply_bench_set(spec: str | None = None) -> None:
                 continue
         for part in parts[cut:-1]:
             obj = getattr(obj, part)
-        setattr(obj, parts[-1], float(value) if "." in value else int(value))
+        setattr(obj, parts[-1], _bench_value(value))
+
+
+def _bench_value(value: str):
+    """A ``KERNELKIT_BENCH_SET`` value: a float with a dot, else an int, else the string itself."""
+    try:
+        return float(value) if "." in value else int(value)
+    except ValueError:
+        return value
 
 
 _RUNTIMES = ("numba1", "numba", "reference1", "ort1", "ort2")

@@ -22,6 +22,7 @@ from kernelkit.registry import register_kernel
 from .. import config
 from .._base import NumbaKernel
 from ..config import jit
+from . import halves
 from .gemm import gemm_work
 from .softmax import exp_rows
 
@@ -103,6 +104,8 @@ class Attention(NumbaKernel):
         # the per-call Python is paid once per item); spread over 2 shards per thread otherwise
         threads = config.current_threads()
         per = hq if threads <= 1 else max(1, min(hq, (b * hq) // (2 * threads)))
+        if b == 1 and halves.ATTENTION and halves.usable(threads):
+            per = -(-hq // 2)  # two shards: the caller's heads and the worker's (halves.py)
         if group > 1:
             per = 1  # grouped-query heads: one K/V head per shard
         groups = -(-hq // per)

@@ -20,7 +20,7 @@ from kernelkit.errors import KernelkitError
 
 from .. import config
 from .._base import readonly
-from . import dwtile, ftile
+from . import dwtile, ftile, halves
 from .epilogue import CLIP, NONE
 
 
@@ -292,6 +292,9 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
                 hit = plans[key] = (p_blocks * p_groups, p_block, p_groups, p_kc,
                                         ftile.scratch_size(kind, False, l_n, p_block, p_kc, pack))
         count, p_block, p_groups, p_kc, p_size = hit
+        if halves.usable(threads):
+            _two_shares(x, y, z)
+            return
         for n in range(n_n):
             xs = x[n].reshape(-1)
             yn = y[n].reshape(-1)
@@ -303,5 +306,64 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
                 ftile.run_sharded(ftile.conv_tiles, count, (kind, held.packed, k_n, m_n, xs, 0, l_n, l_n, held.bias,
                                                             zero, zn, has_z, lo, hi, yn, 0, l_n, p_block, p_groups,
                                                             p_kc, pack), work, p_size)
+
+    shares: dict = {}
+
+    def _share_plan():
+        """The two shares of one image (halves.py): per share (channel offset, channels, pixel
+        offset, pixels, driver plan, scratch floats); made once per axis setting."""
+        axis = "channels" if cols else halves.conv_axis(m_n, l_n)
+        hit = shares.get(axis)
+        if hit is not None:
+            return hit
+        if cols:  # panels of COLS_WIDTH channels: the shares are panel ranges of the one driver
+            cut = halves.caller_parts(total, work)
+            hit = ((0, cut, 0, l_n, None, size), (cut, total, 0, l_n, None, size))
+        elif axis == "channels":
+            panels = -(-m_n // width)
+            c = halves.caller_parts(panels, work) * width
+            hit = tuple((c0, c1 - c0, 0, l_n, ftile.plan(kind, c1 - c0, k_n, l_n, 1))
+                        for c0, c1 in ((0, c), (c, m_n)))
+        else:
+            nr = ftile.NR[kind]
+            p = min(l_n, halves.caller_parts(-(-l_n // nr), work) * nr)
+            hit = tuple((0, m_n, p0, p1 - p0, ftile.plan(kind, m_n, k_n, p1 - p0, 1)) for p0, p1 in ((0, p), (p, l_n)))
+        if not cols:
+            hit = tuple(h + (ftile.scratch_size(kind, False, h[3], h[4][0], h[4][3], ftile.pack_rows(h[1], k_n, h[3])),)
+                        for h in hit)
+        shares[axis] = hit
+        return hit
+
+    def _two_shares(x, y, z):
+        """Each image as two shares on the pool (halves.run): the caller's first output channels (or
+        pixels) and the worker's rest, each share one driver call over its part."""
+        plan = _share_plan()
+        for n in range(n_n):
+            xs = x[n].reshape(-1)
+            yn = y[n].reshape(-1)
+            zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
+            calls = [_share_call(share, xs, yn, zn) for share in plan]
+            halves.run(*calls)
+
+    def _share_call(share, xs, yn, zn):
+        c0, mc, p0, np_, dplan, ssize = share
+        if cols:  # c0, mc: the panel range
+            def run_cols():
+                driver(held.packed, k_n, m_n, xs, l_n, l_n, held.bias, zn, has_z, lo, hi, yn, l_n, ftile.COLS_KC,
+                       config.thread_buffer("ftile", ssize, np.float32), c0, mc)
+            return run_cols
+        block, blocks, groups, kc = dplan
+        pack = ftile.pack_rows(mc, k_n, np_)
+        wp, bias, zeros, out, zz = held.packed, held.bias, zero, yn, zn
+        if c0:
+            wp, bias, zeros = wp[c0 * k_n:], bias[c0:], zeros[c0:]
+            out = yn[c0 * l_n:]
+            if has_z:
+                zz = zn[c0 * l_n:]
+
+        def run_rows():
+            driver(wp, k_n, mc, xs, p0, l_n, np_, bias, zeros, zz, has_z, lo, hi, out, p0, l_n, block, groups, kc,
+                   pack, config.thread_buffer("ftile", ssize, np.float32), 0, blocks * groups)
+        return run_rows
 
     return tiles

@@ -33,6 +33,7 @@ from numba.extending import intrinsic
 from .. import config
 from ..cache import CLOSURE_KEY
 from ..config import jit
+from . import halves
 from .epilogue import CLIP, NONE, act
 from .ftile import _data, available, choice
 from .qtile import k_loop
@@ -347,7 +348,25 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
     if total <= 1 or threads <= 1:
         fn(*args, 0, total)
         return
+    panels = -(-n_n // NR[kind])
+    if halves.usable(threads) and panels >= 2:
+        _two_shares(fn, args, packed, panels, NR[kind], 2.0 * m_n * n_n * k_n)
+        return
     config.run_shards(lambda i: fn(*args, i, i + 1), total)
+
+
+def _two_shares(fn, args, packed, panels, nr, flops):
+    """gemm's product at two threads as two shares (halves.py): the caller's first column panels, the
+    worker's rest, each one driver call over every row block of its panels (the driver sees the
+    worker's panels as a narrower B: B's panels, the bias, the zeros and the output offset)."""
+    ap, lda, bp, k_n, m_n, n_n, alpha, bb, zeros, out, ldo, lo, hi, p0, p1, block, _groups, kc = args
+    c = halves.caller_parts(panels, flops) * nr
+    tiles = -(-m_n // MR[packed.kind])
+    blocks = -(-tiles // block)
+    first = (ap, lda, bp, k_n, m_n, c, alpha, bb, zeros, out, ldo, lo, hi, p0, p1, block, 1, kc)
+    second = (ap, lda, bp[c * k_n:], k_n, m_n, n_n - c, alpha, bb[c:], zeros[c:], out[c:], ldo, lo, hi, p0, p1, block,
+              1, kc)
+    halves.run(lambda: fn(*first, 0, blocks), lambda: fn(*second, 0, blocks))
 
 
 def kind_for(m_n: int, k_n: int, n_n: int) -> int | None:
