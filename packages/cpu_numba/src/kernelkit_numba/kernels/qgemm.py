@@ -27,7 +27,7 @@ from .. import by_kind, config
 from .._base import NumbaKernel
 from .._base import readonly as _readonly
 from ..config import jit_exact, jit_parallel
-from . import qamx, qpack, qtile
+from . import qamx, qpack, qpair, qtile
 from .norm import layer_normalization
 from .quantize import dynamic_range, quantize_flat, quantize_offset
 
@@ -550,6 +550,18 @@ class DynamicQuantizeMatMul(NumbaKernel):
                     flat = np.empty(p[10], np.float32)
                     fn = p[18]
                     if p[11] is not None:  # one output, no residual, no norm
+                        pr = p[19]
+                        if pr is not None:  # two halves on two cores where the helper spins (qpair.py)
+                            helper = pr[0]
+                            if helper.usable():
+                                done = pr[3](helper.ctl, pr[1], x2, flat)
+                                if pr[4]:
+                                    pr[3], pr[4] = _entry(pr[3], (helper.ctl, pr[1], x2, flat)), False
+                                if done == 1 or done == 2:
+                                    helper.result(done)
+                                    return flat.reshape(p[13])
+                            else:
+                                helper.asleep()
                         if fn[0](p[11], x2, *p[12], flat):
                             if fn[2]:  # compiled now: its entry point from the next call on
                                 fn[0], fn[2] = _entry(fn[1], (p[11], x2, *p[12], flat)), False
@@ -751,10 +763,10 @@ def _bind_small(kernel, a, b, b_scale, b_zero_point, bias, residual, norm_scale,
     shape, 17 it as 2-D, 18 [the call, the by_kind copy of qpack.dq_matmul_bound(_small) for the
     variant, whether the entry point is still to be looked up]: the copy, after its first call its
     compiled entry point (_entry), so that later calls skip the by_kind lookup and the dispatcher's
-    typing of each argument). The serial call checks them by identity and goes straight to one
-    Numba call: ~1 us of Python instead of ~5-13 (small_dynamic's checks, the norm's and residual's
-    conversions, 24 arguments to type). None where small_dynamic did not take the call (writable
-    constants, which it re-reads every call)."""
+    typing of each argument), 19 the two halves on two cores (_pair, qpair.py) or None). The serial
+    call checks them by identity and goes straight to one Numba call: ~1 us of Python instead of
+    ~5-13 (small_dynamic's checks, the norm's and residual's conversions, 24 arguments to type). None
+    where small_dynamic did not take the call (writable constants, which it re-reads every call)."""
     kernel._plain = None
     hit = kernel.__dict__.get("_small")
     if hit is None or hit[5] or hit[6] is None or hit[0] is not b or hit[1] is not b_scale \
@@ -775,7 +787,30 @@ def _bind_small(kernel, a, b, b_scale, b_zero_point, bias, residual, norm_scale,
                      (m_n, k_n), m_n * n_n, np.array(ints, np.int64) if plain else None,
                      (bdata, col_sums, zb, b_scale_arr, bias_arr), (*lead, n_n),
                      np.array([*ints, residual is not None, norm[3]], np.int64), (bounds, NO_RESIDUAL, *norm[:3]),
-                     (*lead, n_n), (m_n, n_n), [copy, copy, True])
+                     (*lead, n_n), (m_n, n_n), [copy, copy, True],
+                     _pair(kernel, head, (m_n, k_n), hit[7]) if plain else None)
+
+
+# Few-row products of at least this many integer operations run as two halves of B's columns, the
+# calling thread's and a spinning helper's (qpair.py), in a session of two threads or more; inf: never.
+# (The 2-core box: a 784 x 1024 half 6.6 us against 11.2 for the whole product on one thread.)
+PAIR_OPS = float(1 << 20)
+
+
+def _pair(kernel, head, x2_shape, act):
+    """[the helper, its descriptor, the descriptor's arrays, the pair call (its by_kind copy for the
+    variant, then its entry point), whether the entry point is still to be looked up] of a bound
+    few-row product that runs as two halves (qpair.py) in this session, or None."""
+    m_n, k_n = x2_shape
+    threads = kernel.threads if kernel.threads is not None else config.default_threads()
+    if threads < 2 or m_n > GEMV_ROWS or 2.0 * m_n * k_n * head[5] < PAIR_OPS or head[0] == qtile.KIND["amx"] \
+            or not qpair.enabled():
+        return None
+    made = qpair.descriptor(head, x2_shape, act)
+    if made is None:
+        return None
+    copy = by_kind.specialize(qpair.pair_run, head[0])
+    return [qpair.server(head[0]), made[0], made[1], copy, True]
 
 
 def _entry(dispatcher, args):
