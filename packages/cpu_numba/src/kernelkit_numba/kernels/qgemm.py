@@ -809,8 +809,11 @@ def _pair(kernel, head, x2_shape, act):
     made = qpair.descriptor(head, x2_shape, act)
     if made is None:
         return None
-    copy = by_kind.specialize(qpair.pair_run, head[0])
-    return [qpair.server(head[0]), made[0], made[1], copy, True]
+    helper = qpair.server(head[0])
+    if not helper.prepare():  # both sides compiled now (the node's first call), the helper started
+        return None
+    helper.wake()
+    return [helper, made[0], made[1], by_kind.specialize(qpair.pair_run, head[0]), True]
 
 
 def _entry(dispatcher, args):

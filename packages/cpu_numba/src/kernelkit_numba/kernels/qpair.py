@@ -216,14 +216,22 @@ pair_run = by_kind(_pair_run)
 pair_serve = by_kind(_pair_serve)
 
 
-def _rate() -> float:
-    """The cycle counter's ticks per second (0 where it cannot be measured)."""
-    from .._spin import ticks
+_rate: list = []
 
-    a, t0 = ticks(), time.perf_counter()
-    time.sleep(0.002)
-    b, t1 = ticks(), time.perf_counter()
-    return (b - a) / (t1 - t0) if b > a else 0.0
+
+def cycle_rate() -> float:
+    """The cycle counter's ticks per second, measured once (0 where it cannot be: no pairs)."""
+    if not _rate:
+        rate = 0.0
+        if X86:
+            from .._spin import ticks
+
+            a, t0 = ticks(), time.perf_counter()
+            time.sleep(0.002)
+            b, t1 = ticks(), time.perf_counter()
+            rate = (b - a) / (t1 - t0) if b > a else 0.0
+        _rate.append(rate)
+    return _rate[0]
 
 
 class PairServer:
@@ -238,12 +246,16 @@ class PairServer:
         self.until = 0.0  # no pairing before this (perf_counter; a back-off)
         self._backoff = MIN_BACKOFF_S
         self._misses = 0
+        self.ready = False  # both sides compiled for this variant (prepare)
+        self.idle = self.cap = 0
+        self.stall = 1 << 62
         self.stats = {"paired": 0, "alone": 0, "stalls": 0, "backoffs": 0, "wakes": 0}
 
     def wake(self) -> None:
-        """Start the helper's spin (its thread at the first call): the caller runs this product alone."""
+        """Start the helper's spin (its thread at the first call; after ``prepare``): the caller runs
+        this product alone."""
         ctl = self.ctl
-        if ctl[AWAKE] != 0:
+        if ctl[AWAKE] != 0 or not self.ready:
             return
         ctl[AWAKE] = 2
         self.stats["wakes"] += 1
@@ -255,20 +267,29 @@ class PairServer:
                 self._thread.start()
             self._cond.notify()
 
-    def _serve(self) -> None:
-        ctl, fn = self.ctl, pair_serve
-        rate = _rate() if X86 else 0.0
+    def prepare(self) -> bool:
+        """Compile (or load) both sides for this variant on the calling thread, as a node's first call
+        compiles its kernels (not on the helper's thread while the model runs), with stand-in calls
+        that return at once: the callers' side finds the slot held, the helper's is told to stop.
+        False where there is no cycle counter to bound the helper's spin."""
+        if self.ready:
+            return True
+        rate = cycle_rate()
         if rate <= 0:
-            return  # no cycle counter: the helper stays asleep (ctl[AWAKE] == 2: callers never pair)
-        # the callers' side compiled (or loaded) here, not on a caller's thread: a stand-in call that
-        # finds the slot held and returns at once
+            return False
         held = np.zeros(8, np.int64)
         held[SLOT] = 1
+        held[STOP] = 1
         stand_in = np.zeros((1, 1), np.float32)
         stand_in.setflags(write=False)
         pair_run(self.kind, held, np.zeros(NDESC, np.int64), stand_in, np.zeros(1, np.float32))
-        idle, cap = int(IDLE_S * rate), int(CAP_S * rate)
-        self.stall = int(STALL_S * rate)
+        pair_serve(self.kind, held, 1 << 40, 1 << 40)
+        self.idle, self.cap, self.stall = int(IDLE_S * rate), int(CAP_S * rate), int(STALL_S * rate)
+        self.ready = True
+        return True
+
+    def _serve(self) -> None:
+        ctl, fn, kind = self.ctl, pair_serve, self.kind
         while True:
             with self._cond:
                 while not self._want:
@@ -276,7 +297,7 @@ class PairServer:
                     self._cond.wait()
                 self._want = False
             ctl[AWAKE] = 1
-            while fn(self.kind, ctl, idle, cap) == 2:
+            while fn(kind, ctl, self.idle, self.cap) == 2:
                 pass
             if ctl[STOP]:
                 ctl[AWAKE] = 0
@@ -287,7 +308,7 @@ class PairServer:
         if done == 1:
             self.stats["paired"] += 1
             self._misses = 0
-            if self.ctl[WAITED] > getattr(self, "stall", 1 << 62):
+            if self.ctl[WAITED] > self.stall:
                 self.stats["stalls"] += 1
                 self._back_off()
         elif done == 2:
@@ -324,7 +345,9 @@ _lock = threading.Lock()
 def _after_fork() -> None:
     """In a forked child: the helpers' threads did not come along; new ones start when asked."""
     for s in list(_servers.values()):
+        ready, idle, cap, stall = s.ready, s.idle, s.cap, s.stall
         s.__init__(s.kind)
+        s.ready, s.idle, s.cap, s.stall = ready, idle, cap, stall
 
 
 if hasattr(os, "register_at_fork"):
