@@ -607,7 +607,11 @@ class DynamicQuantizeMatMul(NumbaKernel):
             np.add(y, residual, out=y)
         if norm_scale is not None:
             y = layer_normalization(y, norm_scale, norm_bias, axis=-1, epsilon=self.attrs.get("norm_epsilon", 1e-5))[0]
-        qpack.activate(y.reshape(-1), activation_code(self))
+        act = activation_code(self)
+        if act == qpack.ACT_SOFTMAX:
+            qpack.softmax_rows(y.reshape(-1, y.shape[-1]))
+        else:
+            qpack.activate(y.reshape(-1), act)
         split = self.attrs.get("split")
         return split_columns(y, split) if split else y
 
@@ -682,7 +686,10 @@ NO_NORM = (np.zeros(1, np.float32), np.zeros(1, np.float32), 0.0, False)
 
 
 def activation_code(kernel) -> int:
-    """qpack's code of the node's fused activation (attribute ``activation``: "", "Relu", "Gelu")."""
+    """qpack's code of the node's fused activation (attribute ``activation``: "", "Relu", "Gelu"; or
+    ``softmax`` 1: a Softmax over the last axis)."""
+    if kernel.attrs.get("softmax"):
+        return qpack.ACT_SOFTMAX
     return _ACT[kernel.attrs.get("activation") or ""]
 
 
@@ -740,7 +747,7 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
             return None  # row blocks on the pool (tiled_dynamic)
         groups = -(-head[4] // qpack.GROUP_PANELS)
         if m_n <= GEMV_ROWS and threads > 1 and groups > 1 and 2.0 * m_n * k_n * n_n >= COLUMN_SHARD_OPS and \
-                not norm[3]:  # a norm needs whole rows
+                not norm[3] and act != qpack.ACT_SOFTMAX:  # a norm and a Softmax need whole rows
             return _column_shards(head, x2, bounds, act, min(groups, threads), groups, a.shape, residual)
     flat = np.empty(m_n * n_n, np.float32)
     if residual is None and not norm[3] and bounds.shape[0] == 2:  # the plain call: fewer arguments
@@ -804,7 +811,7 @@ def _pair(kernel, head, x2_shape, act):
     m_n, k_n = x2_shape
     threads = kernel.threads if kernel.threads is not None else config.default_threads()
     if threads < 2 or m_n > GEMV_ROWS or 2.0 * m_n * k_n * head[5] < PAIR_OPS or head[0] == qtile.KIND["amx"] \
-            or not qpair.enabled():
+            or act == qpack.ACT_SOFTMAX or not qpair.enabled():  # a Softmax needs whole rows
         return None
     made = qpair.descriptor(head, x2_shape, act)
     if made is None:
