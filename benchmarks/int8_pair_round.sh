@@ -34,8 +34,8 @@ OR="ort int8"
 # the int8 models once, then both trees' Numba compiles side by side (CPUs 2,3 and 4,5)
 one make-models mlp 1 "$OR" 3 0,1 X=1
 one make-models transformer 1 "$OR" 3 0,1 X=1
-( one warm-new mlp 2 "$KK" 3 2,3 X=1; one warm-new transformer 2 "$KK" 3 2,3 X=1; one warm-new mlp 1 "$KK" 3 2,3 X=1 ) &
-( one warm-old mlp 2 "$KK" 3 4,5 PYTHONPATH="$OLDPP"; one warm-old transformer 2 "$KK" 3 4,5 PYTHONPATH="$OLDPP" ) &
+( one warm-new mlp 2 "$KK" 3 "${WARM_A:-2,3}" X=1; one warm-new transformer 2 "$KK" 3 "${WARM_A:-2,3}" X=1 ) &
+( one warm-old mlp 2 "$KK" 3 "${WARM_B:-4,5}" PYTHONPATH="$OLDPP"; one warm-old transformer 2 "$KK" 3 "${WARM_B:-4,5}" PYTHONPATH="$OLDPP" ) &
 wait
 for r in $(seq 1 "$REPEATS"); do
   R=$r
