@@ -98,16 +98,16 @@ def test_caller_alone_busy_slot_and_nan():
     run = by_kind.specialize(qpair.pair_run, kind)
     ctl = np.zeros(8, np.int64)
     flat = np.empty(want.size, np.float32)
-    assert run(ctl, desc, x2, flat) == 2
+    assert run(ctl, desc, x2, flat, qpair.NO_RES) == 2
     np.testing.assert_array_equal(flat, want)
     assert ctl[qpair.STATE] == 1 * 4 + qpair.TAKEN and ctl[qpair.SLOT] == 0
     ctl[qpair.SLOT] = 1
-    assert run(ctl, desc, x2, np.empty(want.size, np.float32)) == 3
+    assert run(ctl, desc, x2, np.empty(want.size, np.float32), qpair.NO_RES) == 3
     ctl[qpair.SLOT] = 0
     bad = x2.copy()
     bad[0, 5] = np.nan
     bad.setflags(write=False)
-    assert run(ctl, desc, bad, np.empty(want.size, np.float32)) == 0
+    assert run(ctl, desc, bad, np.empty(want.size, np.float32), qpair.NO_RES) == 0
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered")
@@ -144,7 +144,8 @@ def test_session_pairs_at_two_threads(case, relu):
 
 
 def test_one_thread_and_switch_off(monkeypatch):
-    """No pair at one thread, under KERNELKIT_INT8_PAIR=off, or for the few-column last layer."""
+    """No pair at one thread, under KERNELKIT_INT8_PAIR=off, for the few-column last layer, or for
+    many rows by default."""
     _need_vnni()
     rng = np.random.default_rng(3)
     inputs = _inputs(rng, (1, 784), 1024)
@@ -152,6 +153,8 @@ def test_one_thread_and_switch_off(monkeypatch):
     assert _bound(_inputs(rng, (1, 1024), 10), False)[2]._plain[19] is None
     monkeypatch.setenv(qpair.ENV, "off")
     assert _bound(inputs, False)[2]._plain[19] is None
+    monkeypatch.delenv(qpair.ENV)  # many rows pair only under KERNELKIT_INT8_PAIR=rows
+    assert _bound(_inputs(rng, (40, 784), 1024), False)[2]._plain[19] is None
 
 
 def test_back_off_on_stalls_and_misses(monkeypatch):
@@ -171,3 +174,94 @@ def test_back_off_on_stalls_and_misses(monkeypatch):
     for _ in range(qpair.MISSES):
         helper.result(2)
     assert helper.stats["backoffs"] == 2 and helper.until - time.perf_counter() > first
+
+
+def _rows_model(rng, m, k, n, kind):
+    """One DynamicQuantizeMatMul of m rows with one of the transformer's epilogues: ``split`` (the merged
+    Q/K/V), a Gelu, or a residual and a LayerNormalization; (inputs, attrs, outputs)."""
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    inputs = [a, b, rng.uniform(0.01, 0.02, n).astype(np.float32), rng.integers(-128, 128, n).astype(np.int8),
+              rng.standard_normal(n).astype(np.float32)]
+    if kind == "split":
+        return inputs, {"split": [n // 3, n // 3, n - 2 * (n // 3)]}, 3
+    if kind == "gelu":
+        return inputs, {"activation": "Gelu"}, 1
+    inputs += [rng.standard_normal((m, n)).astype(np.float32), rng.uniform(0.5, 2, n).astype(np.float32),
+               rng.standard_normal(n).astype(np.float32)]
+    return inputs, {"norm_epsilon": 1e-5}, 1
+
+
+@pytest.mark.parametrize("kind", ["split", "gelu", "norm"])
+@pytest.mark.parametrize("m,k,n", [(128, 256, 768), (100, 130, 200)])
+def test_row_block_halves_at_two_threads(kind, m, k, n, monkeypatch):
+    """A two-thread session's product of many rows runs as two halves of A's row blocks (the caller's
+    and the helper's, A's range found once) with every epilogue (parts, Gelu, residual and norm), equal
+    to the one-thread session bit for bit on every run (and the reference, without Gelu and norm)."""
+    _need_vnni()
+    monkeypatch.setenv(qpair.ENV, "rows")
+    rng = np.random.default_rng(m + n)
+    inputs, attrs, n_out = _rows_model(rng, m, k, n, kind)
+    consts = tuple(i for i in range(1, len(inputs)) if i != 5)  # the residual is an input
+    kw = dict(attrs=attrs, n_outputs=n_out, constants=consts, domain="com.microsoft")
+    model = single_op_model("DynamicQuantizeMatMul", inputs, attrs, n_out, consts, "com.microsoft")
+    feeds = {f"in{i}": x for i, x in enumerate(inputs) if i not in consts}
+    want = Session(model, vendors=["numba"], fallback=False, threads=1, passes=False).run(None, feeds)
+    if kind == "split":  # numba's Gelu and LayerNormalization loops are its own (equal to its nodes: test_pass_qmerge)
+        ref = run_single_op("DynamicQuantizeMatMul", inputs, vendors=["reference"], passes=False, **kw)
+        for w, r in zip(want, ref):
+            np.testing.assert_array_equal(w, r)
+    sess = Session(model, vendors=["numba"], fallback=False, threads=2, passes=False)
+    sess.run(None, feeds)
+    kernel = next(s.kernel for s in sess._executor.plan.steps if getattr(s, "kernel", None) is not None)
+    pair = kernel._plain[19]
+    assert pair is not None and pair[1][qpair.MODE] == qpair.ROWS
+    helper = pair[0]
+    before = helper.stats["paired"] + helper.stats["alone"]
+    deadline = time.perf_counter() + 60
+    while True:
+        helper.until = 0.0
+        got = sess.run(None, feeds)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+        if helper.stats["paired"] + helper.stats["alone"] - before >= 10 or time.perf_counter() > deadline:
+            break
+    assert helper.stats["paired"] + helper.stats["alone"] - before >= 10
+
+
+def test_row_block_helper_half(monkeypatch):
+    """The helper's spin runs the upper row blocks of a ROWS job that the caller published (A's scale,
+    zero point and mult found first), the caller's half the lower: the one-thread product bit for bit."""
+    _need_vnni()
+    monkeypatch.setenv(qpair.ENV, "rows")
+    rng = np.random.default_rng(11)
+    inputs, attrs, _ = _rows_model(rng, 96, 200, 300, "norm")
+    consts = (1, 2, 3, 4, 6, 7)
+    model = single_op_model("DynamicQuantizeMatMul", inputs, attrs, 1, consts, "com.microsoft")
+    (want,) = Session(model, vendors=["numba"], fallback=False, threads=1, passes=False).run(
+        None, {"in0": inputs[0], "in5": inputs[5]})
+    sess = Session(model, vendors=["numba"], fallback=False, threads=2, passes=False)
+    sess.run(None, {"in0": inputs[0], "in5": inputs[5]})
+    kernel = next(s.kernel for s in sess._executor.plan.steps if getattr(s, "kernel", None) is not None)
+    kind, desc = kernel._plain[19][0].kind, kernel._plain[19][1].copy()
+    x2 = inputs[0].copy()
+    x2.setflags(write=False)
+    res = inputs[5].copy()
+    flat = np.full(want.size, np.nan, np.float32)
+    mult = np.empty(int(desc[qpair.BSCALE_N]), np.float32)
+    b_scale = np.ascontiguousarray(inputs[2])
+    finite, scale, zp = qpack.dq_params(x2, b_scale, mult)
+    assert finite
+    fvals = np.array([scale, 1e-5], np.float64)
+    desc[qpair.X2], desc[qpair.M], desc[qpair.FLAT], desc[qpair.RES] = x2.ctypes.data, 96, flat.ctypes.data, \
+        res.ctypes.data
+    desc[qpair.MULT], desc[qpair.FVALS], desc[qpair.ZP] = mult.ctypes.data, fvals.ctypes.data, zp
+    ctl = np.zeros(8, np.int64)
+    ctl[qpair.DESC] = desc.ctypes.data
+    ctl[qpair.STATE] = 3 * 4 + qpair.OPEN
+    assert by_kind.specialize(qpair.pair_serve, kind)(ctl, 1 << 22, 1 << 40) == 0
+    assert ctl[qpair.STATE] == 3 * 4 + qpair.DONE
+    cut = int(desc[qpair.SPLIT]) * int(desc[qpair.BLOCK]) * 300
+    assert np.isnan(flat[:cut]).all() and not np.isnan(flat[cut:]).any()
+    assert by_kind.specialize(qpair._half, kind)(desc, 0)
+    np.testing.assert_array_equal(flat.reshape(want.shape), want)

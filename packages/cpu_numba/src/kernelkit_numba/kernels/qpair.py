@@ -30,6 +30,13 @@ lost its core mid-half), or found ``MISSES`` jobs in a row unclaimed although th
 (it has no core), stops pairing for a back-off (doubling from 50 ms to 2 s); the shard pool's own
 back-off (``shards.POOL.backed_off``) stops it too. ``KERNELKIT_NUMBA_SPIN_US=0`` (no spinning
 threads) or ``KERNELKIT_INT8_PAIR=off`` turn it off.
+
+Products of more rows (the transformer's 128-row products) can run as two halves of A's row blocks
+(ROWS: the caller finds A's range, scale and zero point first, then each side runs
+``qpack.dq_matmul_rows`` over its blocks with the whole epilogue, parts, residual, activation and
+norm): ``KERNELKIT_INT8_PAIR=rows``. Not by default: bit for bit tested here (vnni512), not yet
+measured on the Xeon (AMX tiles, the pool's worker spinning beside the helper through the
+Attention nodes).
 """
 from __future__ import annotations
 
@@ -58,8 +65,12 @@ OPEN, CLAIMED, DONE, TAKEN = 0, 1, 2, 3
 STATE, DESC, SLOT, AWAKE, JOB, WAITED, STOP = range(7)
 # desc: addresses, sizes and the micro-kernel's integer arguments
 (X2, M, K, FLAT, BDATA, BDATA_N, COLSUMS, ZB, BSCALE, BSCALE_N, BIAS, BIAS_N, MR, KQ, NPANELS, N, HAS_ZB,
- HAS_BIAS, ACT, GROUPS, SPLIT) = range(21)
-NDESC = 21
+ HAS_BIAS, ACT, GROUPS, SPLIT,
+ # row blocks (MODE ROWS): A's zero point, the scratch of mult (N float32) and of [a_scale, norm epsilon]
+ # (float64), the column parts' bounds, the residual, the norm's scale and bias, their flags, block rows
+ MODE, ZP, MULT, FVALS, BOUNDS, BOUNDS_N, RES, HAS_RES, NSCALE, NBIAS, HAS_NORM, BLOCK) = range(33)
+NDESC = 33
+COLUMNS, ROWS = 0, 1  # MODE: halves of B's column groups (a few rows of A), or of A's row blocks
 
 IDLE_S = 1e-3  # the helper spins this long after its last job (the pool's BEAT_IDLE_S), then sleeps
 CAP_S = 0.02  # and returns to Python this often while jobs keep coming
@@ -130,8 +141,11 @@ kind_taking(qpack.dq_matmul_panels)  # this module's by_kind copies call its cop
 
 @jit
 def _half(kind, d, side) -> bool:
-    """One half of the job ``d`` (a descriptor): column groups [0, split) for side 0, [split, groups)
-    for side 1, through qpack.dq_matmul_panels; False when A holds a NaN or an infinity."""
+    """One half of the job ``d`` (a descriptor). COLUMNS: column groups [0, split) for side 0, [split,
+    groups) for side 1, through qpack.dq_matmul_panels (False when A holds a NaN or an infinity).
+    ROWS: row blocks [0, split) or [split, groups) through qpack.dq_matmul_rows, with A's scale, zero
+    point and mult that the caller found (dq_params) and the whole epilogue (parts, residual,
+    activation, norm: each row block holds whole rows)."""
     m_n, k_n, n_n = d[M], d[K], d[N]
     x2 = numba.carray(_ptr(d[X2]), (m_n, k_n), np.float32)
     flat = numba.carray(_ptr(d[FLAT]), (m_n * n_n,), np.float32)
@@ -140,13 +154,26 @@ def _half(kind, d, side) -> bool:
     zb = numba.carray(_ptr(d[ZB]), (n_n,), np.int32)
     b_scale = numba.carray(_ptr(d[BSCALE]), (d[BSCALE_N],), np.float32)
     bias = numba.carray(_ptr(d[BIAS]), (d[BIAS_N],), np.float32)
+    g0 = 0 if side == 0 else d[SPLIT]
+    g1 = d[SPLIT] if side == 0 else d[GROUPS]
+    if d[MODE] == ROWS:
+        mult = numba.carray(_ptr(d[MULT]), (d[BSCALE_N],), np.float32)
+        fvals = numba.carray(_ptr(d[FVALS]), (2,), np.float64)
+        bounds = numba.carray(_ptr(d[BOUNDS]), (d[BOUNDS_N],), np.int64)
+        has_res = d[HAS_RES] != 0
+        res = numba.carray(_ptr(d[RES]), (m_n if has_res else 1, n_n if has_res else 1), np.float32)
+        has_norm = d[HAS_NORM] != 0
+        nscale = numba.carray(_ptr(d[NSCALE]), (n_n if has_norm else 1,), np.float32)
+        nbias = numba.carray(_ptr(d[NBIAS]), (n_n if has_norm else 1,), np.float32)
+        qpack.dq_matmul_rows(kind, x2, np.float32(fvals[0]), np.uint8(d[ZP]), d[MR], bdata, d[KQ], d[NPANELS], n_n,
+                             col_sums, k_n, zb, d[HAS_ZB] != 0, mult, d[BSCALE_N] > 1, bias, d[HAS_BIAS] != 0, flat,
+                             bounds, res, has_res, d[ACT], nscale, nbias, fvals[1], has_norm, d[BLOCK], g0, g1)
+        return True
     bounds = np.empty(2, np.int64)
     bounds[0] = 0
     bounds[1] = n_n
     res = np.zeros((1, 1), np.float32)
     ok = np.ones(1, np.bool_)
-    g0 = 0 if side == 0 else d[SPLIT]
-    g1 = d[SPLIT] if side == 0 else d[GROUPS]
     qpack.dq_matmul_panels(kind, x2, d[MR], bdata, d[KQ], d[NPANELS], n_n, col_sums, k_n, zb, d[HAS_ZB] != 0, b_scale,
                            bias, d[HAS_BIAS] != 0, flat, bounds, res, False, d[ACT], ok, g0, g1)
     return ok[0]
@@ -156,15 +183,27 @@ kind_taking(_half)
 
 
 @jit
-def _pair_run(kind, ctl, desc, x2, flat) -> int:
-    """The caller's side of one job (A ``x2``, output ``flat``; the rest in ``desc``): 1 the helper ran
-    the second half, 2 the caller ran both, 0 A holds a NaN or an infinity (nothing usable written:
-    the caller's general path), 3 another caller holds the slot (nothing done)."""
+def _pair_run(kind, ctl, desc, x2, flat, res) -> int:
+    """The caller's side of one job (A ``x2``, output ``flat``, the residual ``res`` in ROWS mode where
+    the descriptor says so; the rest in ``desc``): 1 the helper ran the second half, 2 the caller ran
+    both, 0 A holds a NaN or an infinity (nothing usable written: the caller's general path), 3
+    another caller holds the slot (nothing done)."""
     if not _cas(ctl, SLOT, 0, 1):
         return 3
     desc[X2] = np.int64(x2.ctypes.data)
     desc[M] = x2.shape[0]
     desc[FLAT] = np.int64(flat.ctypes.data)
+    if desc[MODE] == ROWS:  # A's range, scale, zero point and mult once, before the halves
+        mult = numba.carray(_ptr(desc[MULT]), (desc[BSCALE_N],), np.float32)
+        b_scale = numba.carray(_ptr(desc[BSCALE]), (desc[BSCALE_N],), np.float32)
+        finite, scale, zp = qpack.dq_params(x2, b_scale, mult)
+        if not finite:
+            _store(ctl, SLOT, 0)
+            return 0
+        fvals = numba.carray(_ptr(desc[FVALS]), (2,), np.float64)
+        fvals[0] = scale
+        desc[ZP] = zp
+        desc[RES] = np.int64(res.ctypes.data)
     job = ctl[JOB] + 1
     ctl[JOB] = job
     ctl[DESC] = np.int64(desc.ctypes.data)
@@ -282,7 +321,7 @@ class PairServer:
         held[STOP] = 1
         stand_in = np.zeros((1, 1), np.float32)
         stand_in.setflags(write=False)
-        pair_run(self.kind, held, np.zeros(NDESC, np.int64), stand_in, np.zeros(1, np.float32))
+        pair_run(self.kind, held, np.zeros(NDESC, np.int64), stand_in, np.zeros(1, np.float32), NO_RES)
         pair_serve(self.kind, held, 1 << 40, 1 << 40)
         self.idle, self.cap, self.stall = int(IDLE_S * rate), int(CAP_S * rate), int(STALL_S * rate)
         self.ready = True
@@ -363,18 +402,38 @@ def server(kind: int) -> PairServer:
     return s
 
 
+def _setting() -> str:
+    return os.environ.get(ENV, "").strip().lower() or "auto"
+
+
 def enabled() -> bool:
     """Whether pairs may be made in this process: an x86-64 CPU, spinning threads allowed
     (``KERNELKIT_NUMBA_SPIN_US`` not 0) and ``KERNELKIT_INT8_PAIR`` not ``off``."""
-    return X86 and shards.spin_seconds() > 0 and os.environ.get(ENV, "").strip().lower() not in ("off", "0", "no")
+    return X86 and shards.spin_seconds() > 0 and _setting() not in ("off", "0", "no")
 
 
-def descriptor(head, x2_shape, act: int):
+def rows_enabled() -> bool:
+    """Whether products of more rows pair their row blocks too: ``KERNELKIT_INT8_PAIR=rows`` (not by
+    default: not yet measured on the Xeon, where its 128-row products run on AMX; the default ``auto``
+    pairs the few-row products only)."""
+    return _setting() == "rows"
+
+
+NO_RES = np.zeros((1, 1), np.float32)  # the residual argument where there is none (read-only, as a real
+NO_RES.setflags(write=False)  # residual is passed: one compiled signature)
+
+
+def descriptor(head, x2_shape, act: int, rows=None):
     """The int64 descriptor of one bound product (qgemm.small_dynamic's ``head``: kind, mr, B's panels,
     kq, panels, N, column sums, K, zero points, has_zp, B scales, bias, has_bias) and the arrays whose
-    addresses it holds (kept alive beside it), or None where the product does not split in two."""
+    addresses it holds (kept alive beside it), or None where the product does not split in two.
+    ``rows``: (block rows, column bounds, has_res, norm scale, norm bias, epsilon, has_norm) for halves
+    of A's row blocks (ROWS); None: halves of B's column groups (COLUMNS, a few rows)."""
     kind, mr, bdata, kq, n_panels, n, col_sums, k, zb, has_zb, b_scale, bias, has_bias = head
-    groups = -(-n_panels // qpack.GROUP_PANELS)
+    if rows is None:
+        groups = -(-n_panels // qpack.GROUP_PANELS)
+    else:
+        groups = -(-x2_shape[0] // rows[0])
     if groups < 2:
         return None
     arrays = tuple(np.ascontiguousarray(v) for v in (bdata, col_sums, zb, b_scale, bias))
@@ -383,6 +442,20 @@ def descriptor(head, x2_shape, act: int):
             b_scale.dtype != np.float32 or bias.dtype != np.float32 or zb.shape[0] != n or col_sums.shape[0] != n:
         return None
     d = np.zeros(NDESC, np.int64)
+    if rows is not None:
+        block, bounds, has_res, nscale, nbias, eps, has_norm = rows
+        mult = np.zeros(b_scale.size, np.float32)
+        fvals = np.array([0.0, eps], np.float64)
+        bounds = np.ascontiguousarray(bounds, np.int64)
+        nscale = np.ascontiguousarray(nscale, np.float32)
+        nbias = np.ascontiguousarray(nbias, np.float32)
+        if has_norm and (nscale.size != n or nbias.size != n):
+            return None
+        arrays += (mult, fvals, bounds, nscale, nbias)
+        d[MODE], d[MULT], d[FVALS] = ROWS, mult.ctypes.data, fvals.ctypes.data
+        d[BOUNDS], d[BOUNDS_N] = bounds.ctypes.data, bounds.size
+        d[HAS_RES], d[NSCALE], d[NBIAS], d[HAS_NORM], d[BLOCK] = int(has_res), nscale.ctypes.data, \
+            nbias.ctypes.data, int(has_norm), block
     d[M], d[K] = x2_shape
     d[BDATA], d[BDATA_N] = bdata.ctypes.data, bdata.size
     d[COLSUMS], d[ZB] = col_sums.ctypes.data, zb.ctypes.data
