@@ -97,11 +97,12 @@ def test_siblings_with_and_without_bias_merge_apart():
 
 @pytest.mark.parametrize("vendors, threads", [(["reference"], 1), (["numba"], 1), (["numba"], 2)])
 @pytest.mark.parametrize("rows, n", [(1, 24), (40, 24), (1, 1000), (130, 300)])
-@pytest.mark.parametrize("act", ["Relu", "Gelu"])
+@pytest.mark.parametrize("act", ["Relu", "Gelu", "Softmax"])
 def test_activation_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, n, act, threads, monkeypatch):
-    """DynamicQuantizeMatMul -> Relu (an MLP's hidden layer) or Gelu (a transformer's first feed-forward
-    product) into one node with that activation, equal to the pair bit for bit (batch 1: the one-call
-    path, column shards at two threads; 40 and 130 rows: row blocks), -0.0 and all."""
+    """DynamicQuantizeMatMul -> Relu (an MLP's hidden layer), Gelu (a transformer's first feed-forward
+    product) or Softmax (a classifier's head) into one node with that activation, equal to the pair
+    bit for bit (batch 1: the one-call path, column shards at two threads, never for a Softmax, which
+    needs whole rows; 40 and 130 rows: row blocks), -0.0 and all."""
     if vendors == ["numba"]:
         pytest.importorskip("kernelkit_numba")
     _two_thread_paths(monkeypatch, vendors, threads)
@@ -115,12 +116,31 @@ def test_activation_after_dynamic_matmul_fuses_bit_for_bit(vendors, rows, n, act
     model = g.build()
     xv = rng.standard_normal((rows, 1100)).astype(np.float32)
     fused = Session(model, vendors=vendors, threads=threads)
-    assert [n.op_id for n in fused.graph.nodes] == [OP] and fused.graph.nodes[0].attrs["activation"] == act
+    attrs = fused.graph.nodes[0].attrs
+    assert [n.op_id for n in fused.graph.nodes] == [OP]
+    assert attrs["softmax"] == 1 if act == "Softmax" else attrs["activation"] == act
     plain = Session(model, vendors=vendors, passes=False, threads=threads)
     (got,), (want,) = _agree(fused, plain, xv)
     np.testing.assert_array_equal(got, want)
-    assert (want == 0).any() if act == "Relu" else (want < 0).any()
+    if act == "Softmax":
+        np.testing.assert_allclose(want.sum(axis=-1), 1.0, rtol=1e-5)
+    else:
+        assert (want == 0).any() if act == "Relu" else (want < 0).any()
     assert (want > 0).any()
+
+
+def test_softmax_fuses_over_the_last_axis_only():
+    """A Softmax over another axis than the last stays a node (the epilogue normalizes whole rows)."""
+    rng = np.random.default_rng(5)
+    g = GraphBuilder("head")
+    x, x2 = g.input("x", (2, 3, 64)), g.input("x2", (2, 3, 64))  # two inputs: not merged
+    b = g.constant(rng.integers(-128, 128, (64, 10)).astype(np.int8))
+    y = g.op("DynamicQuantizeMatMul", x, b, g.constant(np.float32(0.01)), domain="com.microsoft")
+    y2 = g.op("DynamicQuantizeMatMul", x2, b, g.constant(np.float32(0.02)), domain="com.microsoft")
+    g.output(g.op("Softmax", y, axis=1), g.op("Softmax", y2, axis=2))
+    sess = Session(g.build(), vendors=["reference"])
+    ops = [(n.op_id, n.attrs.get("softmax", 0)) for n in sess.graph.nodes]
+    assert ops.count(("Softmax", 0)) == 1 and (OP, 1) in ops
 
 
 @pytest.mark.parametrize("vendors", [["reference"], ["numba"]])

@@ -215,10 +215,12 @@ def _dyn_matmul_infer(ctx) -> TensorSpec:
         raise ctx.error(f"activation {ctx.attrs['activation']!r} is not '', 'Relu' or 'Gelu'")
     shape = matmul_shapes(ctx, ctx.inputs[0], ctx.inputs[1])[-1]
     parts = list(ctx.attrs["split"] or ())
+    if ctx.attrs["softmax"] and (len(parts) > 1 or ctx.attrs["activation"]):
+        raise ctx.error("'softmax' normalizes whole rows of the product: it goes without 'split' and 'activation'")
     n_out = len(ctx.node.outputs)
     if ctx.has(5) or ctx.has(6) or ctx.has(7):
-        if parts or ctx.attrs["activation"]:
-            raise ctx.error("residual and norm inputs go with neither 'split' nor 'activation'")
+        if parts or ctx.attrs["activation"] or ctx.attrs["softmax"]:
+            raise ctx.error("residual and norm inputs go with neither 'split' nor 'activation' nor 'softmax'")
         if ctx.has(7) and not ctx.has(6):
             raise ctx.error("norm_bias needs norm_scale")
         if ctx.has(5):
@@ -240,11 +242,12 @@ def _dyn_matmul_infer(ctx) -> TensorSpec:
 @register_kernel("DynamicQuantizeMatMul", domain="com.microsoft", device="cpu", vendor="reference", dtype="float32",
                  priority=-100)
 def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None, residual=None, norm_scale=None,
-                            norm_bias=None, *, activation="", split=(), norm_epsilon=1e-5):
+                            norm_bias=None, *, activation="", split=(), norm_epsilon=1e-5, softmax=0):
     """onnxruntime's fusion of DynamicQuantizeLinear(A) -> MatMulInteger -> Cast -> Mul [-> Add]: A
     quantized to uint8 as DynamicQuantizeLinear does, then MatMulIntegerToFloat's float32 steps;
     ``activation`` "Relu" or "Gelu" (kernelkit's, from the fuse_dynamic_relu pass): the Relu node's
-    np.maximum, the Gelu node's erf form (approximate="none");
+    np.maximum, the Gelu node's erf form (approximate="none"); ``softmax`` 1 (kernelkit's, from the
+    same pass): the Softmax node's steps over the last axis;
     ``split`` (kernelkit's, from merge_dynamic_matmul): the columns cut into one output per entry,
     as a Split on the last axis would; ``residual`` (kernelkit's input, from fuse_dynamic_add): the
     Add node after it, y + residual (same shape); ``norm_scale`` [``norm_bias``] (kernelkit's, from
@@ -260,6 +263,10 @@ def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None, residua
         from .unary import _gelu
 
         y = _gelu(y, approximate="none")
+    if softmax:  # the Softmax node's steps over the last axis
+        from .softmax import _softmax
+
+        y = _softmax(y, axis=-1)
     if residual is not None:  # as the Add node (broadcasting)
         y = np.add(y, residual, out=y) if residual.shape == y.shape else np.add(y, residual)
     if norm_scale is not None:
@@ -285,10 +292,10 @@ def _dyn_matmul_samples(rng, dtype):
            _int8(rng, "int8", 7), None], {}  # one row (batch 1), per-column b_zero_point
     yield [rng.standard_normal((2, 10, 600)).astype(dtype), _int8(rng, "int8", 600, 7), np.float32(0.02),
            np.int8(3), rng.standard_normal(7).astype(np.float32)], {}  # more rows than a GEMV
-    for rows in (1, 40):  # a fused Relu, a fused Gelu (batch 1 and more rows)
-        for act in ("Relu", "Gelu"):
+    for rows in (1, 40):  # a fused Relu, Gelu, Softmax (batch 1 and more rows)
+        for attrs in ({"activation": "Relu"}, {"activation": "Gelu"}, {"softmax": 1}):
             yield [rng.standard_normal((rows, 64)).astype(dtype), _int8(rng, "int8", 64, 9), np.float32(0.02),
-                   None, rng.standard_normal(9).astype(np.float32)], {"activation": act}
+                   None, rng.standard_normal(9).astype(np.float32)], attrs
     for shape, n, split in (((1, 64), 300, [100, 100, 100]), ((2, 40, 64), 44, [16, 20, 8])):  # kernelkit's split
         yield ([rng.standard_normal(shape).astype(dtype), _int8(rng, "int8", 64, n),
                 rng.uniform(0.01, 0.02, n).astype(np.float32), _int8(rng, "int8", n),
@@ -306,7 +313,7 @@ def _dyn_matmul_samples(rng, dtype):
 
 register_op("DynamicQuantizeMatMul", domain="com.microsoft",
             attrs={"activation": ("string", ""), "activation_params": ("floats", ()), "split": ("ints", ()),
-                   "norm_epsilon": ("float", 1e-5)},
+                   "norm_epsilon": ("float", 1e-5), "softmax": ("int", 0)},
             inputs=["A", "B", "b_scale", "b_zero_point?", "bias?", "residual?", "norm_scale?", "norm_bias?"],
             outputs=["Y*"],
             infer=_dyn_matmul_infer, samples=_dyn_matmul_samples,

@@ -20,9 +20,11 @@ which makes these nodes.
 
 ``fuse_dynamic_relu``: a Relu or a Gelu (approximate="none") that alone reads a
 DynamicQuantizeMatMul's output becomes the node's ``activation`` attribute (kernelkit's, as
-QLinearMatMul's): the same max(y, 0), or the same Gelu loop, on the same values, one node fewer
-(the MLP's hidden layers; the transformer's first feed-forward product, whose Gelu then runs on
-each row block in cache and on the product's threads), unless a user's kernel overrides it.
+QLinearMatMul's), a Softmax over the last axis its ``softmax`` attribute (kernelkit's, 1): the same
+max(y, 0), the same Gelu loop, or the same Softmax row steps, on the same values, one node fewer
+(the MLP's hidden layers and its classifier's Softmax; the transformer's first feed-forward
+product, whose Gelu then runs on each row block in cache and on the product's threads), unless a
+user's kernel overrides it.
 """
 from __future__ import annotations
 
@@ -130,25 +132,42 @@ def merge_dynamic_matmul(graph: Graph, ctx: PassContext) -> int:
 
 @register_pass("fuse_dynamic_relu", after="merge_dynamic_matmul")
 def fuse_dynamic_relu(graph: Graph, ctx: PassContext) -> int:
-    """DynamicQuantizeMatMul -> Relu or Gelu into DynamicQuantizeMatMul(activation=Relu or Gelu)."""
+    """DynamicQuantizeMatMul -> Relu or Gelu into DynamicQuantizeMatMul(activation=Relu or Gelu), and
+    DynamicQuantizeMatMul -> Softmax (over the last axis) into DynamicQuantizeMatMul(softmax=1)."""
     if not any(n.op_id == OP for n in graph.nodes):
         return 0
     index, count = _Index(graph), 0
-    for node in [n for n in graph.nodes if n.op_id in ("Relu", "Gelu")]:
+    for node in [n for n in graph.nodes if n.op_id in ("Relu", "Gelu", "Softmax")]:
         if node.op_id == "Gelu" and _attrs(node).get("approximate", "none") != "none":
+            continue
+        if node.op_id == "Softmax" and not _last_axis(graph, node):
             continue
         producer = index.producers.get(node.inputs[0])
         if producer is None or producer.op_id != OP or index.sole_reader(node.inputs[0]) is not node:
             continue
         if len(producer.outputs) != 1:  # a merged node's split outputs: the Relu reads one part only
             continue
-        if _attrs(producer).get("activation") or _overridden(graph, node, _attrs(node), ctx):
+        if _attrs(producer).get("activation") or _attrs(producer).get("softmax") or \
+                _overridden(graph, node, _attrs(node), ctx):
             continue
-        producer.attrs = {**producer.attrs, "activation": node.op_id}
+        if node.op_id == "Softmax":  # not an elementwise activation: kernelkit's own attribute
+            producer.attrs = {**producer.attrs, "softmax": 1}
+        else:
+            producer.attrs = {**producer.attrs, "activation": node.op_id}
         index.splice(producer, node)
         count += 1
     index.commit()
     return count
+
+
+def _last_axis(graph: Graph, node: Node) -> bool:
+    """Whether a Softmax normalizes its input's last axis (its rank known where the axis is not -1)."""
+    axis = int(_attrs(node).get("axis", -1))
+    if axis == -1:
+        return True
+    spec = graph.spec(node.inputs[0])
+    rank = getattr(spec, "rank", None)
+    return bool(rank) and axis % rank == rank - 1
 
 
 @register_pass("fuse_dynamic_add", after="fuse_dynamic_relu")

@@ -27,7 +27,7 @@ from .. import by_kind, config
 from .._base import NumbaKernel
 from .._base import readonly as _readonly
 from ..config import jit_exact, jit_parallel
-from . import qamx, qpack, qtile
+from . import qamx, qpack, qpair, qtile
 from .norm import layer_normalization
 from .quantize import dynamic_range, quantize_flat, quantize_offset
 
@@ -549,20 +549,30 @@ class DynamicQuantizeMatMul(NumbaKernel):
                     x2.setflags(write=False)  # one compiled signature (readonly inputs, as _base.readonly)
                     flat = np.empty(p[10], np.float32)
                     fn = p[18]
+                    pr = p[19]  # two halves on two cores where the helper spins (qpair.py)
                     if p[11] is not None:  # one output, no residual, no norm
+                        if pr is not None and _paired(pr, x2, flat, qpair.NO_RES):
+                            return flat.reshape(p[13])
                         if fn[0](p[11], x2, *p[12], flat):
                             if fn[2]:  # compiled now: its entry point from the next call on
                                 fn[0], fn[2] = _entry(fn[1], (p[11], x2, *p[12], flat)), False
                             return flat.reshape(p[13])
                     elif residual is None:
+                        if pr is not None and _paired(pr, x2, flat, qpair.NO_RES):
+                            return column_parts(flat, p[15][0], p[0])
                         if fn[0](p[14], x2, *p[12], flat, *p[15]):
                             if fn[2]:
                                 fn[0], fn[2] = _entry(fn[1], (p[14], x2, *p[12], flat, *p[15])), False
                             return column_parts(flat, p[15][0], p[0])
                     elif residual.shape == p[16] and residual.dtype is f32:
                         res = residual.reshape(p[17])
-                        if res.flags.c_contiguous and fn[1](p[14], x2, *p[12], flat, p[15][0], res, *p[15][2:]):
-                            return column_parts(flat, p[15][0], p[0])
+                        if res.flags.c_contiguous:
+                            if pr is not None:
+                                res.setflags(write=False)  # one compiled signature, as qpair.NO_RES
+                            if pr is not None and _paired(pr, x2, flat, res):
+                                return column_parts(flat, p[15][0], p[0])
+                            if fn[1](p[14], x2, *p[12], flat, p[15][0], res, *p[15][2:]):
+                                return column_parts(flat, p[15][0], p[0])
             a = _readonly(a)
             y = small_dynamic(self, a, b, b_scale, b_zero_point, bias, True, residual, norm_scale, norm_bias) \
                 if a.size and a.shape[-1] else None
@@ -595,7 +605,11 @@ class DynamicQuantizeMatMul(NumbaKernel):
             np.add(y, residual, out=y)
         if norm_scale is not None:
             y = layer_normalization(y, norm_scale, norm_bias, axis=-1, epsilon=self.attrs.get("norm_epsilon", 1e-5))[0]
-        qpack.activate(y.reshape(-1), activation_code(self))
+        act = activation_code(self)
+        if act == qpack.ACT_SOFTMAX:
+            qpack.softmax_rows(y.reshape(-1, y.shape[-1]))
+        else:
+            qpack.activate(y.reshape(-1), act)
         split = self.attrs.get("split")
         return split_columns(y, split) if split else y
 
@@ -670,7 +684,10 @@ NO_NORM = (np.zeros(1, np.float32), np.zeros(1, np.float32), 0.0, False)
 
 
 def activation_code(kernel) -> int:
-    """qpack's code of the node's fused activation (attribute ``activation``: "", "Relu", "Gelu")."""
+    """qpack's code of the node's fused activation (attribute ``activation``: "", "Relu", "Gelu"; or
+    ``softmax`` 1: a Softmax over the last axis)."""
+    if kernel.attrs.get("softmax"):
+        return qpack.ACT_SOFTMAX
     return _ACT[kernel.attrs.get("activation") or ""]
 
 
@@ -728,7 +745,7 @@ def small_dynamic(kernel, a, b, b_scale, b_zero_point, bias, serial: bool = Fals
             return None  # row blocks on the pool (tiled_dynamic)
         groups = -(-head[4] // qpack.GROUP_PANELS)
         if m_n <= GEMV_ROWS and threads > 1 and groups > 1 and 2.0 * m_n * k_n * n_n >= COLUMN_SHARD_OPS and \
-                not norm[3]:  # a norm needs whole rows
+                not norm[3] and act != qpack.ACT_SOFTMAX:  # a norm and a Softmax need whole rows
             return _column_shards(head, x2, bounds, act, min(groups, threads), groups, a.shape, residual)
     flat = np.empty(m_n * n_n, np.float32)
     if residual is None and not norm[3] and bounds.shape[0] == 2:  # the plain call: fewer arguments
@@ -751,10 +768,10 @@ def _bind_small(kernel, a, b, b_scale, b_zero_point, bias, residual, norm_scale,
     shape, 17 it as 2-D, 18 [the call, the by_kind copy of qpack.dq_matmul_bound(_small) for the
     variant, whether the entry point is still to be looked up]: the copy, after its first call its
     compiled entry point (_entry), so that later calls skip the by_kind lookup and the dispatcher's
-    typing of each argument). The serial call checks them by identity and goes straight to one
-    Numba call: ~1 us of Python instead of ~5-13 (small_dynamic's checks, the norm's and residual's
-    conversions, 24 arguments to type). None where small_dynamic did not take the call (writable
-    constants, which it re-reads every call)."""
+    typing of each argument), 19 the two halves on two cores (_pair, qpair.py) or None). The serial
+    call checks them by identity and goes straight to one Numba call: ~1 us of Python instead of
+    ~5-13 (small_dynamic's checks, the norm's and residual's conversions, 24 arguments to type). None
+    where small_dynamic did not take the call (writable constants, which it re-reads every call)."""
     kernel._plain = None
     hit = kernel.__dict__.get("_small")
     if hit is None or hit[5] or hit[6] is None or hit[0] is not b or hit[1] is not b_scale \
@@ -775,7 +792,62 @@ def _bind_small(kernel, a, b, b_scale, b_zero_point, bias, residual, norm_scale,
                      (m_n, k_n), m_n * n_n, np.array(ints, np.int64) if plain else None,
                      (bdata, col_sums, zb, b_scale_arr, bias_arr), (*lead, n_n),
                      np.array([*ints, residual is not None, norm[3]], np.int64), (bounds, NO_RESIDUAL, *norm[:3]),
-                     (*lead, n_n), (m_n, n_n), [copy, copy, True])
+                     (*lead, n_n), (m_n, n_n), [copy, copy, True],
+                     _pair(kernel, head, (m_n, k_n), hit[7], plain, (block, bounds, residual is not None, *norm)))
+
+
+# Bound products in a session of two threads or more run as two halves, the calling thread's and a
+# spinning helper's (qpair.py): few rows (batch 1: one output, no residual, no norm, no Softmax) as
+# halves of B's column groups from PAIR_OPS integer operations, more rows as halves of A's row blocks
+# (every epilogue: parts, residual, activation, norm) from PAIR_ROW_OPS under KERNELKIT_INT8_PAIR=rows
+# (not measured on the Xeon yet: off by default); inf: never. (The 2-core box:
+# a 784 x 1024 half 6.6 us against 11.2 for the whole product on one thread; the Xeon: the batch-1
+# MLP's run 0.067 ms in pairs against 0.096 on one thread, in one process.)
+PAIR_OPS = float(1 << 20)
+PAIR_ROW_OPS = float(1 << 22)
+
+
+def _pair(kernel, head, x2_shape, act, plain: bool, rows: tuple):
+    """[the helper, its descriptor, the descriptor's arrays, the pair call (its by_kind copy for the
+    variant, then its entry point), whether the entry point is still to be looked up] of a bound
+    product that runs as two halves (qpair.py) in this session, or None. ``rows``: (block rows, the
+    column bounds, whether a residual comes, norm scale, norm bias, epsilon, whether a norm)."""
+    m_n, k_n = x2_shape
+    threads = kernel.threads if kernel.threads is not None else config.default_threads()
+    ops = 2.0 * m_n * k_n * head[5]
+    if threads < 2 or not qpair.enabled():
+        return None
+    if m_n <= GEMV_ROWS:  # B's column groups: one output, no Softmax (whole rows), not AMX
+        if not plain or ops < PAIR_OPS or head[0] == qtile.KIND["amx"] or act == qpack.ACT_SOFTMAX:
+            return None
+        made = qpair.descriptor(head, x2_shape, act)
+    else:
+        if ops < PAIR_ROW_OPS or not qpair.rows_enabled():
+            return None
+        made = qpair.descriptor(head, x2_shape, act, rows)
+    if made is None:
+        return None
+    helper = qpair.server(head[0])
+    if not helper.prepare():  # both sides compiled now (the node's first call), the helper started
+        return None
+    helper.wake()
+    return [helper, made[0], made[1], by_kind.specialize(qpair.pair_run, head[0]), True]
+
+
+def _paired(pr, x2, flat, res) -> bool:
+    """The product in two halves (qpair.py) where the helper spins (else it is woken, and False: the
+    caller's one-thread call); False too where A holds a NaN or an infinity or the slot is taken."""
+    helper = pr[0]
+    if not helper.usable():
+        helper.asleep()
+        return False
+    done = pr[3](helper.ctl, pr[1], x2, flat, res)
+    if pr[4]:  # compiled now: its entry point from the next call on
+        pr[3], pr[4] = _entry(pr[3], (helper.ctl, pr[1], x2, flat, res)), False
+    if done == 1 or done == 2:
+        helper.result(done)
+        return True
+    return False
 
 
 def _entry(dispatcher, args):

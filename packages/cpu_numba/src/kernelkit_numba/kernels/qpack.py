@@ -21,6 +21,7 @@ from ..by_kind import by_kind, kind_taking
 from ..config import jit, jit_exact
 from . import norm as _norm
 from . import qtile, unary
+from . import softmax as _softmax
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 BLOCK_BYTES = 192 * 1024  # rows of A per block: the packed block stays in L2 while B's panels pass
@@ -265,12 +266,15 @@ def to_float_parts(cbuf, ldc, rows, terms, zb, rowsum, has_zb, mult, per_col, bi
         if has_res:
             for r in range(r0, r0 + rows):
                 add_row(dst[r], res[r][c0:c1])
-        if act != ACT_NONE:
+        if act == ACT_SOFTMAX:  # whole rows (one part: the fused Softmax goes without split)
+            softmax_rows(dst[r0:r0 + rows])
+        elif act != ACT_NONE:
             activate(dst[r0:r0 + rows].reshape(-1), act)
 
 
 _norm_rows = _norm._layer_norm  # the LayerNormalization kernel's row loop
-ACT_NONE, ACT_RELU, ACT_GELU = 0, 1, 2  # DynamicQuantizeMatMul's fused activation (attribute ``activation``)
+# DynamicQuantizeMatMul's fused activation (attribute ``activation``)
+ACT_NONE, ACT_RELU, ACT_GELU, ACT_SOFTMAX = 0, 1, 2, 3
 _GELU_INPLACE = unary._loop_inplace(unary.GELU)  # the Gelu node's in-place loop (approximate="none")
 
 
@@ -282,6 +286,16 @@ def activate(y, act):
         relu_flat(y)
     elif act == ACT_GELU:
         _GELU_INPLACE(y, np.float32(0), np.float32(0), 0, y.shape[0])
+
+
+@jit
+def softmax_rows(y):
+    """The Softmax kernel's steps over each row of the C-contiguous 2-D float32 ``y``, in place
+    (softmax._rows_small after its copy: exp_rows, then _scale_rows), so that a DynamicQuantizeMatMul
+    with a fused Softmax equals the pair bit for bit."""
+    sums = np.empty(y.shape[0])
+    _softmax.exp_rows(y, np.float32(1), sums, np.empty(y.shape[1], np.int32))
+    _softmax._scale_rows(y, sums)
 
 
 @jit_exact

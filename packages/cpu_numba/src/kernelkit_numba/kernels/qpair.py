@@ -1,0 +1,467 @@
+"""Batch-1 int8 products on two cores: one DynamicQuantizeMatMul of a few rows cut into two halves of
+B's columns, the calling thread's and a spinning helper's, handed over in compiled code (issue 16,
+session 9; docs/quantization.md, "Two threads for the last int8 ratios").
+
+The shard pool (``shards``) hands a job over in Python: on the 2-core box a two-shard batch-1
+product took 22.8 us through it against 11.5 us on one thread (the worker waits ``CLAIM_AFTER_S``
+for the GIL, then runs Python to claim its shard). Here the hand-over never leaves compiled code:
+
+- **One helper thread per variant** (``PairServer``), started at the first pair call, spins in a
+  ``nogil`` Numba loop (``pair_serve``) on one int64 state word, ``sched_yield`` between polls, for
+  ``IDLE_S`` after its last job (a model's products are tens of microseconds apart, consecutive runs
+  too), then sleeps on a condition until a caller wakes it (a caller that finds it asleep runs the
+  product alone that time).
+- **The job** is a per-node int64 descriptor (``desc``): the addresses and sizes of A, the output and
+  B's packed panels, column sums, zero points, scales and bias (made once at bind, A's and the
+  output's written per call) and the micro-kernel's integer arguments; the helper rebuilds the arrays
+  from it (``numba.carray``). The caller (``pair_run``) stores the descriptor's address, publishes the
+  job as ``job * 4`` (open) with a release store, runs the first half of B's column groups, then
+  either claims the second half itself (compare-and-swap ``open -> taken``: the helper did not come)
+  or waits for the helper's ``done``. The helper claims with ``open -> claimed``. One word, increasing
+  job numbers: nothing is run twice or left out, and a late helper finds nothing to claim.
+- **Sticky halves**: the caller always runs the lower column groups and the helper the upper ones, so
+  each core's L2 keeps its half of the weights from run to run (the batch-1 MLP's 1.85 MB of int8
+  weights against a core's 1-2 MB of L2).
+- Each half is ``qpack.dq_matmul_panels`` (the column shards' kernel, bit for bit the one-thread
+  product): A's range and quantized row on each side, its panels' product and epilogue.
+
+Safety under load: a caller that waited longer than ``STALL_S`` for the helper's half (the helper
+lost its core mid-half), or found ``MISSES`` jobs in a row unclaimed although the helper was awake
+(it has no core), stops pairing for a back-off (doubling from 50 ms to 2 s); the shard pool's own
+back-off (``shards.POOL.backed_off``) stops it too. ``KERNELKIT_NUMBA_SPIN_US=0`` (no spinning
+threads) or ``KERNELKIT_INT8_PAIR=off`` turn it off.
+
+Products of more rows (the transformer's 128-row products) can run as two halves of A's row blocks
+(ROWS: the caller finds A's range, scale and zero point first, then each side runs
+``qpack.dq_matmul_rows`` over its blocks with the whole epilogue, parts, residual, activation and
+norm): ``KERNELKIT_INT8_PAIR=rows``. Not by default: bit for bit tested here (vnni512), not yet
+measured on the Xeon (AMX tiles, the pool's worker spinning beside the helper through the
+Attention nodes).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import threading
+import time
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+from .. import shards
+from .._spin import _cycles, _sched_yield
+from ..by_kind import by_kind, kind_taking
+from ..config import jit
+from . import qpack
+
+# the state word's low bits (the high bits: the job number)
+OPEN, CLAIMED, DONE, TAKEN = 0, 1, 2, 3
+# ctl: [0] the state word, [1] the descriptor's address, [2] the callers' slot (0 free, 1 held),
+# [3] the helper: 0 asleep, 1 spinning, 2 woken, [4] the last job number, [5] cycles the last caller
+# waited for the helper's half, [6] stop (tests)
+STATE, DESC, SLOT, AWAKE, JOB, WAITED, STOP = range(7)
+# desc: addresses, sizes and the micro-kernel's integer arguments
+(X2, M, K, FLAT, BDATA, BDATA_N, COLSUMS, ZB, BSCALE, BSCALE_N, BIAS, BIAS_N, MR, KQ, NPANELS, N, HAS_ZB,
+ HAS_BIAS, ACT, GROUPS, SPLIT,
+ # row blocks (MODE ROWS): A's zero point, the scratch of mult (N float32) and of [a_scale, norm epsilon]
+ # (float64), the column parts' bounds, the residual, the norm's scale and bias, their flags, block rows
+ MODE, ZP, MULT, FVALS, BOUNDS, BOUNDS_N, RES, HAS_RES, NSCALE, NBIAS, HAS_NORM, BLOCK) = range(33)
+NDESC = 33
+COLUMNS, ROWS = 0, 1  # MODE: halves of B's column groups (a few rows of A), or of A's row blocks
+
+IDLE_S = 1e-3  # the helper spins this long after its last job (the pool's BEAT_IDLE_S), then sleeps
+CAP_S = 0.02  # and returns to Python this often while jobs keep coming
+STALL_S = 3e-4  # a caller that waited longer than this for the helper's half: back off
+MISSES = 8  # jobs in a row the awake helper did not claim: back off
+MIN_BACKOFF_S, MAX_BACKOFF_S, CALM_S = 0.05, 2.0, 1.0
+ENV = "KERNELKIT_INT8_PAIR"
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+
+
+def _slot_ptr(context, builder, arr_ty, arr, idx):
+    ary = context.make_array(arr_ty)(context, builder, arr)
+    return builder.gep(ary.data, [idx])
+
+
+@intrinsic
+def _cas(typingctx, arr, idx, expected, new):
+    """Compare-and-swap of the int64 ``arr[idx]`` (sequentially consistent): whether it was ``expected``."""
+    def codegen(context, builder, sig, args):
+        ptr = _slot_ptr(context, builder, sig.args[0], args[0], args[1])
+        pair = builder.cmpxchg(ptr, args[2], args[3], "seq_cst", "seq_cst")
+        return builder.extract_value(pair, 1)
+
+    return types.boolean(arr, idx, types.int64, types.int64), codegen
+
+
+@intrinsic
+def _load(typingctx, arr, idx):
+    """Atomic load of the int64 ``arr[idx]`` (acquire)."""
+    def codegen(context, builder, sig, args):
+        return builder.load_atomic(_slot_ptr(context, builder, sig.args[0], args[0], args[1]), "acquire", 8)
+
+    return types.int64(arr, idx), codegen
+
+
+@intrinsic
+def _store(typingctx, arr, idx, value):
+    """Atomic store of ``value`` into the int64 ``arr[idx]`` (release: earlier stores are seen first)."""
+    def codegen(context, builder, sig, args):
+        builder.store_atomic(args[2], _slot_ptr(context, builder, sig.args[0], args[0], args[1]), "release", 8)
+        return context.get_dummy_value()
+
+    return types.none(arr, idx, types.int64), codegen
+
+
+@intrinsic
+def _pause(typingctx):
+    """x86's ``pause`` (a spin-wait hint: LLVM's llvm.x86.sse2.pause)."""
+    def codegen(context, builder, sig, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.x86.sse2.pause")
+        builder.call(fn, [])
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
+@intrinsic
+def _ptr(typingctx, addr):
+    """The int64 ``addr`` as a ``void *`` (numba.carray's pointer)."""
+    def codegen(context, builder, sig, args):
+        return builder.inttoptr(args[0], ir.IntType(8).as_pointer())
+
+    return types.voidptr(types.int64), codegen
+
+
+kind_taking(qpack.dq_matmul_panels)  # this module's by_kind copies call its copy for their kind
+
+
+@jit
+def _half(kind, d, side) -> bool:
+    """One half of the job ``d`` (a descriptor). COLUMNS: column groups [0, split) for side 0, [split,
+    groups) for side 1, through qpack.dq_matmul_panels (False when A holds a NaN or an infinity).
+    ROWS: row blocks [0, split) or [split, groups) through qpack.dq_matmul_rows, with A's scale, zero
+    point and mult that the caller found (dq_params) and the whole epilogue (parts, residual,
+    activation, norm: each row block holds whole rows)."""
+    m_n, k_n, n_n = d[M], d[K], d[N]
+    x2 = numba.carray(_ptr(d[X2]), (m_n, k_n), np.float32)
+    flat = numba.carray(_ptr(d[FLAT]), (m_n * n_n,), np.float32)
+    bdata = numba.carray(_ptr(d[BDATA]), (d[BDATA_N],), np.int8)
+    col_sums = numba.carray(_ptr(d[COLSUMS]), (n_n,), np.int32)
+    zb = numba.carray(_ptr(d[ZB]), (n_n,), np.int32)
+    b_scale = numba.carray(_ptr(d[BSCALE]), (d[BSCALE_N],), np.float32)
+    bias = numba.carray(_ptr(d[BIAS]), (d[BIAS_N],), np.float32)
+    g0 = 0 if side == 0 else d[SPLIT]
+    g1 = d[SPLIT] if side == 0 else d[GROUPS]
+    if d[MODE] == ROWS:
+        mult = numba.carray(_ptr(d[MULT]), (d[BSCALE_N],), np.float32)
+        fvals = numba.carray(_ptr(d[FVALS]), (2,), np.float64)
+        bounds = numba.carray(_ptr(d[BOUNDS]), (d[BOUNDS_N],), np.int64)
+        has_res = d[HAS_RES] != 0
+        res = numba.carray(_ptr(d[RES]), (m_n if has_res else 1, n_n if has_res else 1), np.float32)
+        has_norm = d[HAS_NORM] != 0
+        nscale = numba.carray(_ptr(d[NSCALE]), (n_n if has_norm else 1,), np.float32)
+        nbias = numba.carray(_ptr(d[NBIAS]), (n_n if has_norm else 1,), np.float32)
+        qpack.dq_matmul_rows(kind, x2, np.float32(fvals[0]), np.uint8(d[ZP]), d[MR], bdata, d[KQ], d[NPANELS], n_n,
+                             col_sums, k_n, zb, d[HAS_ZB] != 0, mult, d[BSCALE_N] > 1, bias, d[HAS_BIAS] != 0, flat,
+                             bounds, res, has_res, d[ACT], nscale, nbias, fvals[1], has_norm, d[BLOCK], g0, g1)
+        return True
+    bounds = np.empty(2, np.int64)
+    bounds[0] = 0
+    bounds[1] = n_n
+    res = np.zeros((1, 1), np.float32)
+    ok = np.ones(1, np.bool_)
+    qpack.dq_matmul_panels(kind, x2, d[MR], bdata, d[KQ], d[NPANELS], n_n, col_sums, k_n, zb, d[HAS_ZB] != 0, b_scale,
+                           bias, d[HAS_BIAS] != 0, flat, bounds, res, False, d[ACT], ok, g0, g1)
+    return ok[0]
+
+
+kind_taking(_half)
+
+
+@jit
+def _pair_run(kind, ctl, desc, x2, flat, res) -> int:
+    """The caller's side of one job (A ``x2``, output ``flat``, the residual ``res`` in ROWS mode where
+    the descriptor says so; the rest in ``desc``): 1 the helper ran the second half, 2 the caller ran
+    both, 0 A holds a NaN or an infinity (nothing usable written: the caller's general path), 3
+    another caller holds the slot (nothing done)."""
+    if not _cas(ctl, SLOT, 0, 1):
+        return 3
+    desc[X2] = np.int64(x2.ctypes.data)
+    desc[M] = x2.shape[0]
+    desc[FLAT] = np.int64(flat.ctypes.data)
+    if desc[MODE] == ROWS:  # A's range, scale, zero point and mult once, before the halves
+        mult = numba.carray(_ptr(desc[MULT]), (desc[BSCALE_N],), np.float32)
+        b_scale = numba.carray(_ptr(desc[BSCALE]), (desc[BSCALE_N],), np.float32)
+        finite, scale, zp = qpack.dq_params(x2, b_scale, mult)
+        if not finite:
+            _store(ctl, SLOT, 0)
+            return 0
+        fvals = numba.carray(_ptr(desc[FVALS]), (2,), np.float64)
+        fvals[0] = scale
+        desc[ZP] = zp
+        desc[RES] = np.int64(res.ctypes.data)
+    job = ctl[JOB] + 1
+    ctl[JOB] = job
+    ctl[DESC] = np.int64(desc.ctypes.data)
+    _store(ctl, STATE, job * 4 + OPEN)
+    ok = _half(kind, desc, 0)
+    if _cas(ctl, STATE, job * 4 + OPEN, job * 4 + TAKEN):
+        _half(kind, desc, 1)
+        done = 2
+        ctl[WAITED] = 0
+    else:
+        t0 = _cycles()
+        while _load(ctl, STATE) != job * 4 + DONE:
+            _pause()
+        ctl[WAITED] = _cycles() - t0
+        done = 1
+    _store(ctl, SLOT, 0)
+    return done if ok else 0
+
+
+@jit
+def _pair_serve(kind, ctl, idle, cap) -> int:
+    """The helper's spin: claims and runs the second half of each job published in ``ctl`` (variant
+    ``kind``); returns 0 after ``idle`` cycles without a job, 2 after ``cap`` cycles in all, 1 when
+    told to stop."""
+    start = _cycles()
+    last = start
+    i = 0
+    while True:
+        s = _load(ctl, STATE)
+        if s > 0 and (s & 3) == OPEN and _cas(ctl, STATE, s, s + CLAIMED):
+            d = numba.carray(_ptr(ctl[DESC]), (NDESC,), np.int64)
+            _half(kind, d, 1)
+            _store(ctl, STATE, s + DONE)
+            last = _cycles()
+            continue
+        _sched_yield()
+        i += 1
+        if (i & 15) == 0:
+            if _load(ctl, STOP) != 0:
+                return 1
+            now = _cycles()
+            if now - last > idle:
+                return 0
+            if now - start > cap:
+                return 2
+
+
+pair_run = by_kind(_pair_run)
+pair_serve = by_kind(_pair_serve)
+
+
+_rate: list = []
+
+
+def cycle_rate() -> float:
+    """The cycle counter's ticks per second, measured once (0 where it cannot be: no pairs)."""
+    if not _rate:
+        rate = 0.0
+        if X86:
+            from .._spin import ticks
+
+            a, t0 = ticks(), time.perf_counter()
+            time.sleep(0.002)
+            b, t1 = ticks(), time.perf_counter()
+            rate = (b - a) / (t1 - t0) if b > a else 0.0
+        _rate.append(rate)
+    return _rate[0]
+
+
+class PairServer:
+    """The helper thread of one micro-kernel variant and its control words (module doc)."""
+
+    def __init__(self, kind: int):
+        self.kind = kind
+        self.ctl = np.zeros(8, np.int64)
+        self._cond = threading.Condition(threading.Lock())
+        self._want = False
+        self._thread: threading.Thread | None = None
+        self.until = 0.0  # no pairing before this (perf_counter; a back-off)
+        self._backoff = MIN_BACKOFF_S
+        self._misses = 0
+        self.ready = False  # both sides compiled for this variant (prepare)
+        self.idle = self.cap = 0
+        self.stall = 1 << 62
+        self.stats = {"paired": 0, "alone": 0, "stalls": 0, "backoffs": 0, "wakes": 0}
+
+    def wake(self) -> None:
+        """Start the helper's spin (its thread at the first call; after ``prepare``): the caller runs
+        this product alone."""
+        ctl = self.ctl
+        if ctl[AWAKE] != 0 or not self.ready:
+            return
+        ctl[AWAKE] = 2
+        self.stats["wakes"] += 1
+        with self._cond:
+            self._want = True
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name=f"kernelkit-int8-pair-{self.kind}",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def prepare(self) -> bool:
+        """Compile (or load) both sides for this variant on the calling thread, as a node's first call
+        compiles its kernels (not on the helper's thread while the model runs), with stand-in calls
+        that return at once: the callers' side finds the slot held, the helper's is told to stop.
+        False where there is no cycle counter to bound the helper's spin."""
+        if self.ready:
+            return True
+        rate = cycle_rate()
+        if rate <= 0:
+            return False
+        held = np.zeros(8, np.int64)
+        held[SLOT] = 1
+        held[STOP] = 1
+        stand_in = np.zeros((1, 1), np.float32)
+        stand_in.setflags(write=False)
+        pair_run(self.kind, held, np.zeros(NDESC, np.int64), stand_in, np.zeros(1, np.float32), NO_RES)
+        pair_serve(self.kind, held, 1 << 40, 1 << 40)
+        self.idle, self.cap, self.stall = int(IDLE_S * rate), int(CAP_S * rate), int(STALL_S * rate)
+        self.ready = True
+        return True
+
+    def _serve(self) -> None:
+        ctl, fn, kind = self.ctl, pair_serve, self.kind
+        while True:
+            with self._cond:
+                while not self._want:
+                    ctl[AWAKE] = 0
+                    self._cond.wait()
+                self._want = False
+            ctl[AWAKE] = 1
+            while fn(kind, ctl, self.idle, self.cap) == 2:
+                pass
+            if ctl[STOP]:
+                ctl[AWAKE] = 0
+                return
+
+    def result(self, done: int) -> None:
+        """Count a pair call's outcome (1 paired, 2 alone) and back off on the signs of a helper without a core."""
+        if done == 1:
+            self.stats["paired"] += 1
+            self._misses = 0
+            if self.ctl[WAITED] > self.stall:
+                self.stats["stalls"] += 1
+                self._back_off()
+        elif done == 2:
+            self.stats["alone"] += 1
+            self._misses += 1
+            if self._misses >= MISSES:
+                self._back_off()
+
+    def _back_off(self) -> None:
+        now = time.perf_counter()
+        calm = now - self.until > CALM_S
+        self._backoff = MIN_BACKOFF_S if calm else min(2 * self._backoff, MAX_BACKOFF_S)
+        self.until = now + self._backoff
+        self._misses = 0
+        self.stats["backoffs"] += 1
+
+    def asleep(self) -> None:
+        """A caller found the helper not spinning: wake it unless it is waking or backed off."""
+        if self.ctl[AWAKE] == 0 and not (self.until and time.perf_counter() < self.until) and \
+                not shards.POOL.backed_off():
+            self.wake()
+
+    def usable(self) -> bool:
+        """Whether a pair call may be made now (the helper spinning, no back-off here or in the pool)."""
+        if self.ctl[AWAKE] != 1:
+            return False
+        return not (self.until and time.perf_counter() < self.until) and not shards.POOL.backed_off()
+
+
+_servers: dict[int, PairServer] = {}
+_lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    """In a forked child: the helpers' threads did not come along; new ones start when asked."""
+    for s in list(_servers.values()):
+        ready, idle, cap, stall = s.ready, s.idle, s.cap, s.stall
+        s.__init__(s.kind)
+        s.ready, s.idle, s.cap, s.stall = ready, idle, cap, stall
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def server(kind: int) -> PairServer:
+    """The helper of variant ``kind`` (made once per process)."""
+    s = _servers.get(kind)
+    if s is None:
+        with _lock:
+            s = _servers.setdefault(kind, PairServer(kind))
+    return s
+
+
+def _setting() -> str:
+    return os.environ.get(ENV, "").strip().lower() or "auto"
+
+
+def enabled() -> bool:
+    """Whether pairs may be made in this process: an x86-64 CPU, spinning threads allowed
+    (``KERNELKIT_NUMBA_SPIN_US`` not 0) and ``KERNELKIT_INT8_PAIR`` not ``off``."""
+    return X86 and shards.spin_seconds() > 0 and _setting() not in ("off", "0", "no")
+
+
+def rows_enabled() -> bool:
+    """Whether products of more rows pair their row blocks too: ``KERNELKIT_INT8_PAIR=rows`` (not by
+    default: not yet measured on the Xeon, where its 128-row products run on AMX; the default ``auto``
+    pairs the few-row products only)."""
+    return _setting() == "rows"
+
+
+NO_RES = np.zeros((1, 1), np.float32)  # the residual argument where there is none (read-only, as a real
+NO_RES.setflags(write=False)  # residual is passed: one compiled signature)
+
+
+def descriptor(head, x2_shape, act: int, rows=None):
+    """The int64 descriptor of one bound product (qgemm.small_dynamic's ``head``: kind, mr, B's panels,
+    kq, panels, N, column sums, K, zero points, has_zp, B scales, bias, has_bias) and the arrays whose
+    addresses it holds (kept alive beside it), or None where the product does not split in two.
+    ``rows``: (block rows, column bounds, has_res, norm scale, norm bias, epsilon, has_norm) for halves
+    of A's row blocks (ROWS); None: halves of B's column groups (COLUMNS, a few rows)."""
+    kind, mr, bdata, kq, n_panels, n, col_sums, k, zb, has_zb, b_scale, bias, has_bias = head
+    if rows is None:
+        groups = -(-n_panels // qpack.GROUP_PANELS)
+    else:
+        groups = -(-x2_shape[0] // rows[0])
+    if groups < 2:
+        return None
+    arrays = tuple(np.ascontiguousarray(v) for v in (bdata, col_sums, zb, b_scale, bias))
+    bdata, col_sums, zb, b_scale, bias = arrays
+    if bdata.dtype != np.int8 or col_sums.dtype != np.int32 or zb.dtype != np.int32 or \
+            b_scale.dtype != np.float32 or bias.dtype != np.float32 or zb.shape[0] != n or col_sums.shape[0] != n:
+        return None
+    d = np.zeros(NDESC, np.int64)
+    if rows is not None:
+        block, bounds, has_res, nscale, nbias, eps, has_norm = rows
+        mult = np.zeros(b_scale.size, np.float32)
+        fvals = np.array([0.0, eps], np.float64)
+        bounds = np.ascontiguousarray(bounds, np.int64)
+        nscale = np.ascontiguousarray(nscale, np.float32)
+        nbias = np.ascontiguousarray(nbias, np.float32)
+        if has_norm and (nscale.size != n or nbias.size != n):
+            return None
+        arrays += (mult, fvals, bounds, nscale, nbias)
+        d[MODE], d[MULT], d[FVALS] = ROWS, mult.ctypes.data, fvals.ctypes.data
+        d[BOUNDS], d[BOUNDS_N] = bounds.ctypes.data, bounds.size
+        d[HAS_RES], d[NSCALE], d[NBIAS], d[HAS_NORM], d[BLOCK] = int(has_res), nscale.ctypes.data, \
+            nbias.ctypes.data, int(has_norm), block
+    d[M], d[K] = x2_shape
+    d[BDATA], d[BDATA_N] = bdata.ctypes.data, bdata.size
+    d[COLSUMS], d[ZB] = col_sums.ctypes.data, zb.ctypes.data
+    d[BSCALE], d[BSCALE_N] = b_scale.ctypes.data, b_scale.size
+    d[BIAS], d[BIAS_N] = bias.ctypes.data, bias.size
+    d[MR], d[KQ], d[NPANELS], d[N] = mr, kq, n_panels, n
+    d[HAS_ZB], d[HAS_BIAS], d[ACT] = int(has_zb), int(has_bias), act
+    d[GROUPS], d[SPLIT] = groups, groups // 2
+    return d, arrays
