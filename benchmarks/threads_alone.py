@@ -62,7 +62,7 @@ def measure(args) -> dict:
     per_node: dict = collections.defaultdict(list)
     agg = collections.defaultdict(lambda: {"jobs": 0, "helped": 0, "caller_shards": 0, "worker_shards": 0,
                                            "wake": [], "serial": 0, "caller_wait": 0.0, "caller_busy": 0.0,
-                                           "worker_busy": 0.0})
+                                           "worker_busy": 0.0, "in_jobs": 0.0})
     walls, caller_cpu, worker_cpu = [], [], []
     try:
         for _ in range(args.runs):
@@ -89,6 +89,10 @@ def measure(args) -> dict:
                         a[k] += d[k]
                     a["wake"] += d["wake"]
                 jobs = {r[0]: r[2] for r in trace if r[1] < 0}
+                for r in trace:  # the caller inside a job (publication to all done), per node
+                    if r[1] < 0:
+                        node = next((n for s, e, n in spans if s <= r[3] <= e), None)
+                        agg[node]["in_jobs"] += r[4] - r[3]
                 for r in trace:  # shard time per node and thread (by the shard's start)
                     if r[1] < 0:
                         continue
@@ -111,7 +115,9 @@ def measure(args) -> dict:
                        sh_worker=a["worker_shards"] / runs, serial=a["serial"] / runs,
                        wake_us=statistics.median(a["wake"]) * 1e6 if a["wake"] else None,
                        caller_wait_us=a["caller_wait"] / runs * 1e6, caller_busy_ms=a["caller_busy"] / runs * 1e3,
-                       worker_busy_ms=a["worker_busy"] / runs * 1e3)
+                       worker_busy_ms=a["worker_busy"] / runs * 1e3,
+                       # the caller alone in the node (a mean a run): outside every job (Python, serial kernels)
+                       alone_ms=(sum(ts) - a["in_jobs"]) / runs * 1e3 if a["jobs"] else None)
         nodes.append(row)
     node_sum = sum(r["median_ms"] for r in nodes)
     return {"model": args.model, "threads": args.threads, "loaded": args.loaded, "set": args.set or "",
@@ -139,7 +145,7 @@ def compare(a_path: str, b_path: str, top: int) -> None:
         rows.append((o["median_ms"], r))
     rows.sort(key=lambda x: -x[0])
     print(f"{'node':<22} {'op':<10} {'A ms':>7} {'B ms':>7} {'A/B':>5} {'jobs':>4} {'help':>4} {'shC':>5} {'shW':>5} "
-          f"{'busyC':>6} {'busyW':>6} {'eff':>5} {'wake':>5} {'wait':>5}")
+          f"{'busyC':>6} {'busyW':>6} {'eff':>5} {'wake':>5} {'wait':>5} {'alone':>6}")
     tot = collections.Counter()
     for t1, r in rows[:top]:
         busy = r.get("caller_busy_ms", 0.0) + r.get("worker_busy_ms", 0.0)
@@ -148,13 +154,15 @@ def compare(a_path: str, b_path: str, top: int) -> None:
         print(f"{r['node'][:22]:<22} {r['op'][:10]:<10} {t1:7.3f} {r['median_ms']:7.3f} {t1 / r['median_ms']:5.2f} "
               f"{r.get('jobs', 0):4.1f} {r.get('helped', 0):4.1f} {r.get('sh_caller', 0):5.1f} "
               f"{r.get('sh_worker', 0):5.1f} {r.get('caller_busy_ms', 0):6.3f} {r.get('worker_busy_ms', 0):6.3f} "
-              f"{eff:5.2f} {'-' if wake is None else round(wake):>5} {r.get('caller_wait_us', 0):5.0f}")
+              f"{eff:5.2f} {'-' if wake is None else round(wake):>5} {r.get('caller_wait_us', 0):5.0f} "
+              f"{r.get('alone_ms') or 0.0:6.3f}")
     for t1, r in rows:
         tot["a"] += t1
         tot["b"] += r["median_ms"]
         tot["busy"] += r.get("caller_busy_ms", 0.0) + r.get("worker_busy_ms", 0.0)
         tot["busyC"] += r.get("caller_busy_ms", 0.0)
         tot["wait"] += r.get("caller_wait_us", 0.0) / 1e3
+        tot["alone"] += r.get("alone_ms") or 0.0
         if not r.get("jobs"):
             tot["a_serial"] += t1
             tot["b_serial"] += r["median_ms"]

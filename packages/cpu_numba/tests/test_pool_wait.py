@@ -597,3 +597,69 @@ def test_no_beat_while_the_caller_shares_its_core():
     pool._slow = 1  # a slow window
     pool.beat()
     assert pool._gen[1] == beats + 2
+
+
+@pytest.mark.parametrize("spin_us", [0.0, 200.0])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_phases_start_after_the_phase_before(spin_us, threads):
+    """``run``'s phases (issue 11, session 9): every shard runs once, and no shard of a phase starts
+    before every shard of the phase before has finished, on whichever threads (uneven shard times:
+    the other threads wait at the barrier, polling once the spin loops exist, else on the lock)."""
+    pool = shards.ShardPool(spin_us * 1e-6)
+    ends = (3, 4, 9)  # phases of 3, 1, 5 and 2 shards
+    count = 11
+    for _ in range(pool.SPIN_AFTER_JOBS + 4):  # past the jobs after which workers spin
+        spans = [[] for _ in range(count)]
+
+        def fn(i, spans=spans):
+            t0 = time.perf_counter()
+            time.sleep(1e-4 * (1 + i % 3))
+            spans[i].append((t0, time.perf_counter(), threading.current_thread().name))
+
+        within(pool.run, fn, count, threads, ends)
+        assert [len(s) for s in spans] == [1] * count
+        bounds = (0, *ends, count)
+        for p in range(1, len(bounds) - 1):
+            done = max(spans[i][0][1] for i in range(bounds[p - 1], bounds[p]))
+            assert all(spans[i][0][0] >= done for i in range(bounds[p], bounds[p + 1]))
+    if threads > 1:
+        assert pool.stats["jobs"] > 0
+
+
+def test_phases_error_reaches_the_caller_and_the_pool_goes_on():
+    """An error in a phase's shard: the later phases' barriers still open (the failed shard counts as
+    finished), the caller gets the error, and the next job runs every shard."""
+    pool = shards.ShardPool(200e-6)
+
+    def fn(i):
+        if i == 1:
+            raise ShapeError("shard 1 of phase 0")
+        time.sleep(5e-5)
+
+    with pytest.raises(ShapeError, match="phase 0"):
+        within(pool.run, fn, 8, 2, (2, 5))
+    fn2, hits = counting(8, delay=2e-5)
+    within(pool.run, fn2, 8, 2, (2, 5))
+    assert [len(h) for h in hits] == [1] * 8
+
+
+def test_run_phases_calls_each_part_in_order(monkeypatch):
+    """config.run_phases: each part's shards with their own numbers, parts in order, empty parts
+    skipped; one job on the pool."""
+    monkeypatch.setattr(config, "default_threads", lambda: 2)
+    seen = []
+    lock = threading.Lock()
+
+    def part(name):
+        def fn(i):
+            with lock:
+                seen.append((name, i))
+        return fn
+
+    jobs = shards.POOL.stats["jobs"] + shards.POOL.stats["serial_jobs"]
+    within(config.run_phases, [(part("a"), 3), (part("none"), 0), (part("b"), 1), (part("c"), 4)])
+    assert sorted(seen) == sorted([("a", i) for i in range(3)] + [("b", 0)] + [("c", i) for i in range(4)])
+    order = [name for name, _ in seen]
+    assert order.index("b") > max(k for k, n in enumerate(order) if n == "a")
+    assert min(k for k, n in enumerate(order) if n == "c") > order.index("b")
+    assert shards.POOL.stats["jobs"] + shards.POOL.stats["serial_jobs"] == jobs + 1

@@ -13,6 +13,7 @@ def many_shards(monkeypatch):
     monkeypatch.setattr(config, "SERIAL_WORK", 0)
     monkeypatch.setattr(config, "MIN_SHARD_WORK", 1)
     monkeypatch.setattr(config, "MIN_TILE_WORK", 1)
+    monkeypatch.setattr(config, "PHASE_UNIT", 1)
     monkeypatch.setattr(config, "default_threads", lambda: 3)
 
 
@@ -88,8 +89,8 @@ def test_these_settings_really_shard(check, rng, monkeypatch):
 
     seen = []
     run = shards.POOL.run
-    monkeypatch.setattr(shards.POOL, "run", lambda fn, count, threads: seen.append((count, threads)) or
-                        run(fn, count, threads))
+    monkeypatch.setattr(shards.POOL, "run", lambda fn, count, threads, *phases: seen.append((count, threads)) or
+                        run(fn, count, threads, *phases))
     check("Conv", [_x(rng, 1, 4, 14, 14), _x(rng, 6, 4, 3, 3)], {"pads": [1, 1, 1, 1]}, constants=(1,))
     assert seen and max(c for c, _ in seen) > 3 and {t for _, t in seen} == {3}
 
@@ -98,7 +99,7 @@ def test_these_settings_really_shard(check, rng, monkeypatch):
 @pytest.mark.parametrize("residual", [False, True])
 def test_winograd_products_with_their_transform_sharded(check, rng, monkeypatch, cols_min_k, residual):
     """F(2x2, 3x3) on ftile's tiles at 3 threads: shards of weight-panel groups, each running its
-    products at every position and then the output transform of its channels (winograd._gemms_out),
+    products at every position and then the output transform of its channels (winograd._fused_part),
     against the reference, with a partial last panel."""
     from kernelkit_numba.kernels import conv, ftile, winograd
 
@@ -107,9 +108,28 @@ def test_winograd_products_with_their_transform_sharded(check, rng, monkeypatch,
     monkeypatch.setattr(conv, "WINO_FTILE_MIN_C", 1)
     monkeypatch.setattr(conv, "FTILE_COLS_MIN_K", cols_min_k)
     fused = []
-    gemms_out = winograd._gemms_out
-    monkeypatch.setattr(winograd, "_gemms_out", lambda *a: fused.append(gemms_out(*a)) or fused[-1])
+    part = winograd._fused_part
+    monkeypatch.setattr(winograd, "_fused_part", lambda *a: fused.append(part(*a)) or fused[-1])
     x, w, b = _x(rng, 1, 20, 14, 14), _x(rng, 304, 20, 3, 3), _x(rng, 304)
     inputs = [x, w, b] + ([_x(rng, 1, 304, 14, 14)] if residual else [])
     check("Conv", inputs, {"pads": [1, 1, 1, 1], "activation": "Relu"}, constants=(1, 2))
     assert fused and all(fused)
+
+
+@pytest.mark.parametrize("x_shape", [(2, 5, 16, 15), (1, 4, 14, 14)])  # F(4x4, 3x3), F(2x2, 3x3)
+@pytest.mark.parametrize("phased", [True, False])
+def test_winograd_as_one_job_of_phases(check, rng, monkeypatch, x_shape, phased):
+    """At 2+ threads a Winograd convolution runs as one job of phases (input transform, products,
+    output transform: winograd.PHASED), against the reference; PHASED off: the calls in a row."""
+    from kernelkit_numba.kernels import winograd
+
+    monkeypatch.setattr(winograd, "PHASED", phased)
+    calls = []
+    run_phases = config.run_phases
+    monkeypatch.setattr(config, "run_phases", lambda parts: calls.append([c for _, c in parts]) or run_phases(parts))
+    check("Conv", [_x(rng, *x_shape), _x(rng, 19, x_shape[1], 3, 3), _x(rng, 19)],
+          {"pads": [1, 1, 1, 1], "activation": "Relu"}, constants=(1, 2))
+    if phased:
+        assert calls and all(len(c) == 3 and min(c) >= 2 for c in calls)
+    else:
+        assert not calls

@@ -178,6 +178,55 @@ def run_shards(fn, count: int) -> None:
     _POOL.run(carry_guard(fn), count, current_threads())
 
 
+def run_phases(parts) -> None:
+    """Phases of shards in one job on the shard pool (``shards.ShardPool.run``'s ``phases``): ``parts``
+    is a sequence of ``(fn, count)``; ``fn(i)`` for ``i`` in ``range(count)`` of each part, a part's
+    shards starting once every shard of the part before has finished. One publication, one wake-up
+    of the workers and one wait at the end, where calls in a row had one each, and no Python of the
+    caller's alone between them (issue 11, session 9)."""
+    fns, ends, total = [], [], 0
+    for fn, count in parts:
+        if count > 0:
+            fns.append((total, fn))
+            total += count
+            ends.append(total)
+    if not fns:
+        return
+    if len(fns) == 1:
+        _POOL.run(carry_guard(fns[0][1]), total, current_threads())
+        return
+
+    def shard(i):
+        for start, fn in reversed(fns):
+            if i >= start:
+                fn(i - start)
+                return
+
+    _POOL.run(carry_guard(shard), total, current_threads(), tuple(ends[:-1]))
+
+
+def phase_count(total: int, work: float, threads: int | None = None) -> int:
+    """Shards of a loop that runs as one phase of a job (``run_phases``): shards of at least
+    PHASE_UNIT and at most PHASE_SHARDS_PER_THREAD a thread (a shard within a job costs a claim and
+    a kernel call, ~5-10 us; a job of its own cost ~50-100 us on the Xeon: ``MIN_SHARD_WORK``)."""
+    if total <= 1 or work < 2 * PHASE_UNIT:
+        return 1
+    n = current_threads() if threads is None else threads
+    if n <= 1:
+        return 1
+    return int(max(2, min(total, PHASE_SHARDS_PER_THREAD * n, work // PHASE_UNIT)))
+
+
+PHASE_UNIT = 1 << 19
+PHASE_SHARDS_PER_THREAD = 2
+
+
+def phase_for(kernel, total: int, args: tuple, count: int):
+    """``(fn, count)`` for ``run_phases``: ``kernel(*args, lo, hi)`` over ``count`` shards of
+    ``range(total)``."""
+    return (lambda i: kernel(*args, i * total // count, (i + 1) * total // count)), count
+
+
 _thread_buffers = threading.local()
 
 

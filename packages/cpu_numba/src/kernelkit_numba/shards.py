@@ -113,9 +113,17 @@ def _build_spinner():
     spinning worker never takes the GIL (one that took it between polls and then lost its core held
     up the caller for a scheduler slice: MLP 2.2x slower than at one thread on the loaded 2-core
     box); with the counter's ticks per second."""
+    global _gate_fn
     from . import _spin
 
-    return _spin.build()
+    built = _spin.build()
+    _gate_fn = _spin.wait_count
+    return built
+
+
+# ``_spin.wait_count`` once a worker has built the spin loops (with them): the phases' barrier polls
+# with it; None before, when a thread at a barrier sleeps on the phase's lock at once
+_gate_fn = None
 
 
 def _proc_stat_idle() -> float | None:
@@ -139,13 +147,24 @@ def _proc_stat_idle() -> float | None:
 
 
 class _Job:
-    """One parallel call: ``fn(i)`` for every shard ``i`` in ``range(count)``."""
+    """One parallel call: ``fn(i)`` for every shard ``i`` in ``range(count)``; with ``ends`` (the
+    shard numbers where a new phase starts, ascending), no shard of a phase starts before every shard
+    of the phase before it has finished (``_gate``)."""
 
     __slots__ = ("fn", "count", "claim", "left", "lock", "done", "error", "claimed", "serial_id", "trace",
-                 "helpers", "ticket", "first")
+                 "helpers", "ticket", "first", "ends", "fin", "gates", "held", "held_cpu", "gate_limit")
 
-    def __init__(self, fn, count: int, serial_id: int, trace, helpers: int = 0):
+    def __init__(self, fn, count: int, serial_id: int, trace, helpers: int = 0, ends: tuple = (),
+                 gate_limit: tuple | None = None):
         self.fn, self.count, self.serial_id, self.trace, self.helpers = fn, count, serial_id, trace, helpers
+        self.ends = ends
+        self.held = self.held_cpu = 0.0  # the caller's wall and CPU time at the phases' barriers
+        self.gate_limit = gate_limit  # (clock units of the barrier's poll, counter), None: no poll
+        if ends:
+            self.fin = np.zeros(len(ends), np.int64)  # finished shards per phase (all but the last)
+            self.gates = [threading.Lock() for _ in ends]  # released when the phase's last shard finishes
+            for g in self.gates:
+                g.acquire()
         self.claim = itertools.count().__next__  # atomic under the GIL: each index is claimed once
         self.ticket = itertools.count().__next__  # workers beyond ``helpers`` leave the job alone
         self.left = count
@@ -165,10 +184,17 @@ class _Job:
         if helper and not self.first:
             self.first = time.perf_counter()
         name = threading.current_thread().name if trace is not None else ""
+        ends = self.ends
+        p = 0
         while True:
             i = self.claim()
             if i >= count:
                 break
+            if ends:
+                while p < len(ends) and i >= ends[p]:
+                    p += 1
+                if p and self.fin[p - 1] < ends[p - 1] - (ends[p - 2] if p > 1 else 0):
+                    self._gate(p - 1, helper)
             if self.error is None:  # after an error the other shards are skipped (claimed, not run)
                 t0 = time.perf_counter() if trace is not None else 0.0
                 try:
@@ -178,6 +204,11 @@ class _Job:
                         self.error = exc
                 if trace is not None:
                     trace.append((self.serial_id, i, name, t0, time.perf_counter()))
+            if p < len(ends):  # a shard of a phase that another one waits for
+                with self.lock:
+                    self.fin[p] += 1
+                    if self.fin[p] == ends[p] - (ends[p - 1] if p else 0):
+                        self.gates[p].release()
             finished += 1
         if finished:
             with self.lock:
@@ -186,6 +217,23 @@ class _Job:
                     self.claimed += finished
                 if self.left == 0:
                     self.done.release()
+
+    def _gate(self, q: int, helper: bool) -> None:
+        """Wait until every shard of phase ``q`` has finished (they are all claimed: shards are claimed
+        in order): a ``nogil`` poll (``_spin.wait_count``) up to the pool's ``WAIT_LEFT_S``, then sleep
+        on the phase's lock. The caller's time here counts as waiting (``ShardPool._judge``)."""
+        t0, c0 = time.perf_counter(), (0.0 if helper else time.thread_time())
+        target = self.ends[q] - (self.ends[q - 1] if q else 0)
+        gate, limit = _gate_fn, self.gate_limit
+        if gate is not None and limit is not None:
+            gate(self.fin, q, target, limit[0], limit[1])
+        if self.fin[q] < target:
+            lock = self.gates[q]
+            lock.acquire()
+            lock.release()
+        if not helper:
+            self.held += time.perf_counter() - t0
+            self.held_cpu += time.thread_time() - c0
 
 
 class ShardPool:
@@ -460,9 +508,12 @@ class ShardPool:
             self._slow = 0
 
     # -- callers ---------------------------------------------------------------------------------
-    def run(self, fn, count: int, threads: int) -> None:
+    def run(self, fn, count: int, threads: int, phases: tuple = ()) -> None:
         """Call ``fn(i)`` for ``i`` in ``range(count)`` on the calling thread and up to
-        ``threads - 1`` workers; returns when every shard has finished (re-raising the first error)."""
+        ``threads - 1`` workers; returns when every shard has finished (re-raising the first error).
+        ``phases``: the shard numbers (ascending, within ``(0, count)``) where a new phase starts; a
+        phase's shards start once every shard of the phase before has finished (one job for what
+        were several calls in a row: a kernel's input transform, products and output transform)."""
         helpers = min(threads, count) - 1
         if helpers <= 0 or self.backed_off():
             self._serial(fn, count)
@@ -473,7 +524,9 @@ class ShardPool:
             return
         try:
             self._ensure(helpers)
-            job = _Job(fn, count, self._serial_ids(), self.trace, helpers)
+            waiter = self._waiter
+            job = _Job(fn, count, self._serial_ids(), self.trace, helpers, phases,
+                       None if waiter is None else (waiter[1], waiter[2]))
             t0, c0 = time.perf_counter(), time.thread_time()
             self._job = job
             self._gen[0] += 1
@@ -490,7 +543,9 @@ class ShardPool:
                     waiter[0](self._gen, job.serial_id, waiter[1], waiter[2])
                 job.done.acquire()
             t2 = time.perf_counter()
-            self._judge(job, t2 - t1, t1 - t0, c1 - c0, asleep, job.first - t0 if job.first else None)
+            held = job.held  # the caller's time at the phases' barriers: waiting, not working
+            self._judge(job, t2 - t1 + held, t1 - t0 - held, c1 - c0 - job.held_cpu, asleep,
+                        job.first - t0 if job.first else None)
             if job.trace is not None:  # the job itself: published at t0, the caller's shards done at t1, all at t2
                 job.trace.append((job.serial_id, -1, threading.current_thread().name, t0, t2, t1))
         finally:
