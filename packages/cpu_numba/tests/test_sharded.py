@@ -133,3 +133,30 @@ def test_winograd_as_one_job_of_phases(check, rng, monkeypatch, x_shape, phased)
         assert calls and all(len(c) == 3 and min(c) >= 2 for c in calls)
     else:
         assert not calls
+
+
+@pytest.mark.parametrize("attrs, x_shape, w_shape", [
+    ({"pads": [1, 1, 1, 1], "strides": [2, 2], "activation": "Relu"}, (1, 40, 14, 14), (64, 40, 3, 3)),  # im2col
+    ({"pads": [1, 1, 1, 1], "strides": [2, 2]}, (1, 24, 13, 13), (96, 24, 3, 3)),  # im2col, cols tiles (7x7 out)
+    ({"pads": [3, 3, 3, 3], "strides": [2, 2], "activation": "Relu"}, (1, 3, 64, 64), (16, 3, 7, 7)),  # implicit
+])
+@pytest.mark.parametrize("phased", [True, False])
+def test_copies_and_product_as_one_job_of_phases(check, rng, monkeypatch, attrs, x_shape, w_shape, phased):
+    """At 2+ threads ftile's strided convolutions run their copy (im2col, the implicit GEMM's padded
+    phases) and their product as one job of two phases (conv.PHASED), against the reference."""
+    from kernelkit_numba.kernels import conv, ftile
+
+    name = ftile.variant_name()
+    if name is None:
+        pytest.skip("no float32 micro-kernel variant on this CPU")
+    monkeypatch.setenv("KERNELKIT_F32_GEMM", name)  # forced: no shape-class dispatch to BLAS
+    monkeypatch.setattr(conv, "PHASED", phased)
+    monkeypatch.setattr(ftile, "SHARD_UNIT", 1)
+    calls = []
+    run_phases = config.run_phases
+    monkeypatch.setattr(config, "run_phases", lambda parts: calls.append([c for _, c in parts]) or run_phases(parts))
+    check("Conv", [_x(rng, *x_shape), _x(rng, *w_shape), _x(rng, w_shape[0])], attrs, constants=(1, 2))
+    if phased:
+        assert calls and all(len(c) == 2 and min(c) >= 2 for c in calls)
+    else:
+        assert not calls
