@@ -160,3 +160,19 @@ def test_copies_and_product_as_one_job_of_phases(check, rng, monkeypatch, attrs,
         assert calls and all(len(c) == 2 and min(c) >= 2 for c in calls)
     else:
         assert not calls
+
+
+@pytest.mark.parametrize("total, count", [(11, 8), (6, 6), (112, 8), (32, 8), (196, 8), (5, 8), (1, 4), (49, 4)])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_guided_bounds(total, count, threads):
+    """config.guided: shards covering range(total) once, none empty, large first (sizes never grow
+    but for the remainder), the last at most half an equal shard where the units allow it, equal shards
+    at one thread."""
+    b = config.guided(total, count, threads)
+    sizes = [b[i + 1] - b[i] for i in range(len(b) - 1)]
+    assert b[0] == 0 and b[-1] == total and min(sizes) >= 1
+    if threads == 1 or total <= count:
+        assert len(sizes) == min(count, total) and max(sizes) - min(sizes) <= 1
+        return
+    assert all(x >= y for x, y in zip(sizes[:-2], sizes[1:-1]))
+    assert sizes[-1] <= max(1, -(-total // (2 * count))) and sizes[0] >= sizes[-1]

@@ -221,6 +221,27 @@ PHASE_UNIT = 1 << 19
 PHASE_SHARDS_PER_THREAD = 2
 
 
+def guided(total: int, count: int, threads: int) -> tuple[int, ...]:
+    """Bounds ``(0, b1, ..., total)`` of shards of ``range(total)`` (units of about equal work), large
+    first and small last, where ``count`` equal shards were asked for: each shard takes
+    ``1 / (GUIDED_SPLIT * threads)`` of what is left, at least half an equal shard (and one unit), so the
+    last shards are small and the caller's wait for the other threads' last shard at the end of a
+    job (60-160 us a job on the Xeon with equal shards: docs/numba.md, issue 11, session 8) shrinks.
+    ``count`` equal shards where the units are too few to cut finer, or at one thread."""
+    if threads <= 1 or total <= count or count <= 1 or not GUIDED_SPLIT:
+        count = max(1, min(count, total))
+        return tuple(i * total // count for i in range(count + 1))
+    least = max(1, -(-total // (2 * count)))
+    bounds, at = [0], 0
+    while at < total:
+        at = min(total, at + max(least, -(-(total - at) // (GUIDED_SPLIT * threads))))
+        bounds.append(at)
+    return tuple(bounds)
+
+
+GUIDED_SPLIT = 2  # 0: equal shards
+
+
 def phase_for(kernel, total: int, args: tuple, count: int):
     """``(fn, count)`` for ``run_phases``: ``kernel(*args, lo, hi)`` over ``count`` shards of
     ``range(total)``."""

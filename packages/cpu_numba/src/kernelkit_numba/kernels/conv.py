@@ -903,13 +903,15 @@ PHASED = True
 
 
 def ftile_part(kernel, total: int, args: tuple, work: float, size: int):
-    """ftile.run_sharded's shards of ``kernel`` as ``(fn, count)``, a phase of config.run_phases."""
+    """ftile.run_sharded's shards of ``kernel`` as ``(fn, count)``, a phase of config.run_phases; the
+    shards large first and small last (config.guided)."""
     count = config.shard_count(total, work, unit=ftile.SHARD_UNIT)
+    bounds = config.guided(total, count, config.current_threads())
 
     def shard(i):
-        kernel(*args, config.thread_buffer("ftile", size, np.float32), i * total // count, (i + 1) * total // count)
+        kernel(*args, config.thread_buffer("ftile", size, np.float32), bounds[i], bounds[i + 1])
 
-    return shard, count
+    return shard, len(bounds) - 1
 
 
 def implicit_phases(xn, xpp, s, ph, pl, hp, qp, args, oh_n: int, work: float) -> None:

@@ -231,14 +231,17 @@ def _fused_part(v, mo, u, m_n, c_n, nt, packed, out_args, threads):
     if shards < FUSED_MIN_SHARDS * threads:
         return None
     size = ftile.scratch_size(kind, cols, nt)
+    # panels [bounds[g], bounds[g + 1]) a shard, large first (config.guided; issue 11, session 9): one
+    # panel a group in the driver (group-major shard numbers, a shard a run of whole panels)
+    bounds = config.guided(panels, shards, threads)
 
     def shard(g):
-        ftile.batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, -shards,
-                            config.thread_buffer("ftile", size, np.float32), g * positions, (g + 1) * positions)
-        m0, m1 = g * panels // shards * width, min(m_n, (g + 1) * panels // shards * width)
-        _output_transform(mo, *out_args, m0, m1)
+        p0, p1 = bounds[g], bounds[g + 1]
+        ftile.batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, -panels,
+                            config.thread_buffer("ftile", size, np.float32), p0 * positions, p1 * positions)
+        _output_transform(mo, *out_args, p0 * width, min(m_n, p1 * width))
 
-    return shard, shards
+    return shard, len(bounds) - 1
 
 
 def _gemms_out(v, mo, u, m_n, c_n, nt, packed, out_args) -> bool:
