@@ -62,7 +62,8 @@ def measure(args) -> dict:
     per_node: dict = collections.defaultdict(list)
     agg = collections.defaultdict(lambda: {"jobs": 0, "helped": 0, "caller_shards": 0, "worker_shards": 0,
                                            "wake": [], "serial": 0, "caller_wait": 0.0, "caller_busy": 0.0,
-                                           "worker_busy": 0.0, "in_jobs": 0.0})
+                                           "worker_busy": 0.0, "in_jobs": 0.0, "caller_gaps": 0.0,
+                                           "worker_gaps": 0.0, "caller_lead": 0.0, "caller_tail": 0.0})
     walls, caller_cpu, worker_cpu = [], [], []
     try:
         for _ in range(args.runs):
@@ -89,10 +90,25 @@ def measure(args) -> dict:
                         a[k] += d[k]
                     a["wake"] += d["wake"]
                 jobs = {r[0]: r[2] for r in trace if r[1] < 0}
+                by_job = collections.defaultdict(list)
+                for r in trace:
+                    if r[1] >= 0:
+                        by_job[r[0]].append(r)
                 for r in trace:  # the caller inside a job (publication to all done), per node
                     if r[1] < 0:
                         node = next((n for s, e, n in spans if s <= r[3] <= e), None)
-                        agg[node]["in_jobs"] += r[4] - r[3]
+                        a = agg[node]
+                        a["in_jobs"] += r[4] - r[3]
+                        # the caller's time in the job outside its shards: publication to its first
+                        # shard (lead), between its shards (gaps: claims, the GIL, phase barriers),
+                        # its last shard to leaving the job's loop (tail); and the worker's gaps
+                        for who, rows in (("caller", [x for x in by_job[r[0]] if x[2] == r[2]]),
+                                          ("worker", [x for x in by_job[r[0]] if x[2] != r[2]])):
+                            rows.sort(key=lambda x: x[3])
+                            a[who + "_gaps"] += sum(b[3] - e[4] for e, b in zip(rows, rows[1:]))
+                            if who == "caller" and rows:
+                                a["caller_lead"] += rows[0][3] - r[3]
+                                a["caller_tail"] += r[5] - rows[-1][4]
                 for r in trace:  # shard time per node and thread (by the shard's start)
                     if r[1] < 0:
                         continue
@@ -117,7 +133,9 @@ def measure(args) -> dict:
                        caller_wait_us=a["caller_wait"] / runs * 1e6, caller_busy_ms=a["caller_busy"] / runs * 1e3,
                        worker_busy_ms=a["worker_busy"] / runs * 1e3,
                        # the caller alone in the node (a mean a run): outside every job (Python, serial kernels)
-                       alone_ms=(sum(ts) - a["in_jobs"]) / runs * 1e3 if a["jobs"] else None)
+                       alone_ms=(sum(ts) - a["in_jobs"]) / runs * 1e3 if a["jobs"] else None,
+                       **{k + "_ms": a[k] / runs * 1e3 for k in ("caller_lead", "caller_gaps", "caller_tail",
+                                                                 "worker_gaps")})
         nodes.append(row)
     node_sum = sum(r["median_ms"] for r in nodes)
     return {"model": args.model, "threads": args.threads, "loaded": args.loaded, "set": args.set or "",
@@ -163,6 +181,8 @@ def compare(a_path: str, b_path: str, top: int) -> None:
         tot["busyC"] += r.get("caller_busy_ms", 0.0)
         tot["wait"] += r.get("caller_wait_us", 0.0) / 1e3
         tot["alone"] += r.get("alone_ms") or 0.0
+        for k in ("caller_lead", "caller_gaps", "caller_tail", "worker_gaps"):
+            tot[k] += r.get(k + "_ms", 0.0)
         if not r.get("jobs"):
             tot["a_serial"] += t1
             tot["b_serial"] += r["median_ms"]
