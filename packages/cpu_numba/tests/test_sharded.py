@@ -118,11 +118,18 @@ def test_winograd_products_with_their_transform_sharded(check, rng, monkeypatch,
 
 @pytest.mark.parametrize("x_shape", [(2, 5, 16, 15), (1, 4, 14, 14)])  # F(4x4, 3x3), F(2x2, 3x3)
 @pytest.mark.parametrize("phased", [True, False])
-def test_winograd_as_one_job_of_phases(check, rng, monkeypatch, x_shape, phased):
+@pytest.mark.parametrize("on_ftile", [False, True])  # the products on BLAS, on ftile's tiles
+def test_winograd_as_one_job_of_phases(check, rng, monkeypatch, x_shape, phased, on_ftile):
     """At 2+ threads a Winograd convolution runs as one job of phases (input transform, products,
     output transform: winograd.PHASED), against the reference; PHASED off: the calls in a row."""
-    from kernelkit_numba.kernels import winograd
+    from kernelkit_numba.kernels import conv, ftile, winograd
 
+    if on_ftile:
+        if ftile.choice()[0] is None:
+            pytest.skip("no float32 micro-kernel variant on this CPU")
+        monkeypatch.setattr(conv, "WINO_FTILE_MIN_C", 1)
+        monkeypatch.setattr(winograd, "FUSED_OUT", False)  # the products, then the transform
+        monkeypatch.setattr(ftile, "SHARD_UNIT", 1)
     monkeypatch.setattr(winograd, "PHASED", phased)
     calls = []
     run_phases = config.run_phases

@@ -160,9 +160,11 @@ def gemms(v, mo, u, m_n, c_n, nt, packed) -> None:
     config.run_shards(fn, count)
 
 
-def _gemm_part(v, mo, u, m_n, c_n, nt, packed):
-    """``gemms``' shards as ``(fn, count)`` (``fn(i)`` runs shard i; a phase of ``config.run_phases``)."""
+def _gemm_part(v, mo, u, m_n, c_n, nt, packed, guided: bool = False):
+    """``gemms``' shards as ``(fn, count)`` (``fn(i)`` runs shard i; a phase of ``config.run_phases``);
+    ``guided``: large shards first and small last (config.guided) where the units allow it."""
     positions = u.shape[0]
+    threads = config.current_threads() if guided else 1
     gemm_work = 2.0 * positions * m_n * c_n * nt
     if packed is not None:
         kind, cols, wp, zeros = packed
@@ -173,13 +175,13 @@ def _gemm_part(v, mo, u, m_n, c_n, nt, packed):
         total = positions * groups
         count = config.shard_count(total, gemm_work, unit=ftile.SHARD_UNIT)
         size = ftile.scratch_size(kind, cols, nt)
+        bounds = config.guided(total, count, threads)
 
         def batched(i):
             ftile.batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups,
-                                config.thread_buffer("ftile", size, np.float32), i * total // count,
-                                (i + 1) * total // count)
+                                config.thread_buffer("ftile", size, np.float32), bounds[i], bounds[i + 1])
 
-        return batched, count
+        return batched, len(bounds) - 1
     # BLAS: a shard is a run of positions (and, with fewer positions than shards, a block of output
     # rows), multiplied in one batched np.matmul: one Python call and one GIL release a shard. One
     # BLAS call per position and shard (36 shards of ~20 us for ResNet's 64@56 layers) made the two
@@ -190,6 +192,14 @@ def _gemm_part(v, mo, u, m_n, c_n, nt, packed):
     runs = max(1, min(positions, want // blocks))
     vv = v[:, :c_n * nt].reshape(positions, c_n, nt)
     out = mo[:, :m_n * nt].reshape(positions, m_n, nt)
+    if blocks == 1 and threads > 1:  # runs of positions, large first (config.guided)
+        bounds = config.guided(positions, runs, threads)
+
+        def positions_run(i):
+            k0, k1 = bounds[i], bounds[i + 1]
+            np.matmul(u[k0:k1], vv[k0:k1], out=out[k0:k1])
+
+        return positions_run, len(bounds) - 1
 
     def gemm(i):
         k, b = divmod(i, blocks)
@@ -280,7 +290,7 @@ def conv3x3(x, u, bias, y, ph, pw, code, p0, p1, scratch, z=None, packed=None) -
             if fused is not None:
                 parts.append(fused)
             else:
-                parts.append(_gemm_part(v, mo, u, m_n, c_n, t_n, packed))
+                parts.append(_gemm_part(v, mo, u, m_n, c_n, t_n, packed, True))
                 parts.append(config.phase_for(_output_transform, m_n, (mo, *out_args),
                                               config.phase_count(m_n, _OUT_WORK * m_n * t_n, threads)))
             config.run_phases(parts)
@@ -450,7 +460,7 @@ def conv3x3_f4(x, u, bias, y, z, ph, pw, code, p0, p1, scratch, packed=None) -> 
         config.run_phases([
             config.phase_for(_input_transform4, n_n * c_n, in_args,
                              config.phase_count(n_n * c_n, _TRANSFORM4_WORK * c_n * nt, threads)),
-            _gemm_part(v, mo, u, m_n, c_n, nt, packed),
+            _gemm_part(v, mo, u, m_n, c_n, nt, packed, True),
             config.phase_for(_output_transform4, n_n * m_n, out_args,
                              config.phase_count(n_n * m_n, _OUT4_WORK * m_n * nt, threads))])
         return
