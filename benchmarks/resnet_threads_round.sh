@@ -26,9 +26,11 @@ tree_env() {  # tree: the PYTHONPATH and Numba cache alternate_trees.py gives it
   echo "PYTHONPATH=$t/packages/core/src:$t/packages/cpu_numba/src:$t/packages/converters/src${PYTHONPATH:+:$PYTHONPATH}" \
        "NUMBA_CACHE_DIR=/tmp/kk_alt_nc_$name"
 }
+PROF=${PROF:-/tmp/resnet_threads_prof}  # the profiles, then OUT/profiles.tgz (few files in OUT)
+mkdir -p "$PROF"
 alone() {  # tree name model threads runs: one profile process (this tree's threads_alone.py)
   env $(tree_env "$1" "$2") $PY benchmarks/threads_alone.py "$3" --threads "$4" --runs "$5" --cpus "$CPUS" \
-    > "$OUT/prof.$2.$3.$4t.json" 2>> "$OUT/log.txt"
+    > "$PROF/prof.$2.$3.$4t.json" 2>> "$OUT/log.txt"
   log "profile $2 $3 $4t rc=$?"
 }
 pair=2
@@ -38,7 +40,7 @@ for spec in "$BASE base" "$NEW new"; do
     cpus="$pair,$((pair + 1))"
     [ $((pair + 1)) -lt "$(nproc)" ] || cpus=$CPUS  # a small box: on the timed CPUs
     ( for t in 1 2; do
-        env $(tree_env "$1" "$2") timeout 150 $PY benchmarks/threads_alone.py "$m" --threads $t --runs 1 \
+        env $(tree_env "$1" "$2") timeout 100 $PY benchmarks/threads_alone.py "$m" --threads $t --runs 1 \
           --cpus "$cpus" > /dev/null 2>&1
       done ) &
     pair=$((pair + 2))
@@ -52,6 +54,7 @@ for m in $MODELS; do
   alone "$NEW" new "$m" 2 "$runs"
   alone "$BASE" base "$m" 2 "$runs"
 done
+tar czf "$OUT/profiles.tgz" -C "$PROF" .
 left=$((TOTAL_S - SECONDS - 12))
 log "alternate, budget ${left}s"
 $PY benchmarks/alternate_trees.py --base "$BASE" --models "$(echo $MODELS | tr ' ' ,)" --repeats "$REPEATS" --modes quiet \
@@ -60,8 +63,8 @@ $PY benchmarks/alternate_trees.py --base "$BASE" --models "$(echo $MODELS | tr '
 log "done"
 for m in $MODELS; do
   for t in new base; do
-    [ -s "$OUT/prof.new.$m.1t.json" ] && [ -s "$OUT/prof.$t.$m.2t.json" ] && \
-      $PY benchmarks/threads_alone.py --compare "$OUT/prof.new.$m.1t.json" "$OUT/prof.$t.$m.2t.json" --top 0 | \
+    [ -s "$PROF/prof.new.$m.1t.json" ] && [ -s "$PROF/prof.$t.$m.2t.json" ] && \
+      $PY benchmarks/threads_alone.py --compare "$PROF/prof.new.$m.1t.json" "$PROF/prof.$t.$m.2t.json" --top 0 | \
       sed "s/^/$t $m: /"
   done
 done
