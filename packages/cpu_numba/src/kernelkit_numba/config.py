@@ -243,9 +243,11 @@ GUIDED_SPLIT = 2  # 0: equal shards
 
 
 def phase_for(kernel, total: int, args: tuple, count: int):
-    """``(fn, count)`` for ``run_phases``: ``kernel(*args, lo, hi)`` over ``count`` shards of
-    ``range(total)``."""
-    return (lambda i: kernel(*args, i * total // count, (i + 1) * total // count)), count
+    """``(fn, count)`` for ``run_phases``: ``kernel(*args, lo, hi)`` over shards of ``range(total)``,
+    ``count`` of them cut large first and small last (``guided``: a thread at the barrier after the
+    phase waits for a small last shard of the other's, not an equal one)."""
+    bounds = guided(total, count, current_threads()) if count > 1 else (0, total)
+    return (lambda i: kernel(*args, bounds[i], bounds[i + 1])), len(bounds) - 1
 
 
 _thread_buffers = threading.local()
