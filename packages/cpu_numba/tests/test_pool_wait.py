@@ -166,6 +166,23 @@ def test_the_worker_leaves_a_job_without_the_gil():
         assert time.perf_counter() - t0 > 1.5e-3  # seen at once, returned 2 ms later
 
 
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="the spin loop is machine code (workers block without it)")
+def test_the_phase_barrier_poll():
+    """``_spin.wait_count`` (the phases' barrier, issue 11, session 9): 0 after its limit while the
+    count is short, 1 once it is reached, returned ``after`` clock units late."""
+    _, rate, _ = shards._spinner()
+    from kernelkit_numba import _spin
+
+    count = np.zeros(2, np.int64)
+    count[1] = 2
+    assert _spin.wait_count(count, 1, 3, 1000, False, 0) == 0
+    assert _spin.wait_count(count, 1, 2, 1000, False, 0) == 1
+    if rate > 0:
+        t0 = time.perf_counter()
+        assert _spin.wait_count(count, 1, 2, int(1e-3 * rate), True, int(2e-3 * rate)) == 1
+        assert time.perf_counter() - t0 > 1.5e-3  # reached at once, returned 2 ms later
+
+
 def test_a_heartbeat_wakes_a_sleeping_worker_and_no_beat_while_backed_off():
     """The first beat of a run wakes a sleeping worker (once it has a spin loop), so that it is
     awake for the run's first parallel kernel; a backed-off pool does not beat."""

@@ -159,7 +159,8 @@ class _Job:
         self.fn, self.count, self.serial_id, self.trace, self.helpers = fn, count, serial_id, trace, helpers
         self.ends = ends
         self.held = self.held_cpu = 0.0  # the caller's wall and CPU time at the phases' barriers
-        self.gate_limit = gate_limit  # (clock units of the barrier's poll, counter), None: no poll
+        # (clock units of the barrier's poll, counter, units to wait after it: GATE_AFTER_S), None: no poll
+        self.gate_limit = gate_limit
         if ends:
             self.fin = np.zeros(len(ends), np.int64)  # finished shards per phase (all but the last)
             self.gates = [threading.Lock() for _ in ends]  # released when the phase's last shard finishes
@@ -226,7 +227,7 @@ class _Job:
         target = self.ends[q] - (self.ends[q - 1] if q else 0)
         gate, limit = _gate_fn, self.gate_limit
         if gate is not None and limit is not None:
-            gate(self.fin, q, target, limit[0], limit[1])
+            gate(self.fin, q, target, limit[0], limit[1], limit[2])
         if self.fin[q] < target:
             lock = self.gates[q]
             lock.acquire()
@@ -280,6 +281,11 @@ class ShardPool:
     # the other core is not pulled onto it as it would be onto an idle one (a stall then lasts).
     CLAIM_AFTER_S = 1e-5
     WAIT_LEFT_S = 2.5e-4
+    # A thread at a phase's barrier (``run``'s phases, issue 11, session 9) polls without the GIL up to
+    # WAIT_LEFT_S and, once the phase is done, GATE_AFTER_S more before taking the GIL: the thread that
+    # finished the phase holds it until its next shard's kernel releases it (CLAIM_AFTER_S's reason).
+    # Not measured alone on the Xeon. 0: take it at once.
+    GATE_AFTER_S = 1e-5
     # The caller's share of a core through a run (issue 11, session 8): the heartbeat (``beat``, at
     # every node) measures the calling thread's CPU time against the wall time over windows of at
     # least WINDOW_S of consecutive beats (a gap over WINDOW_GAP_S between two beats, or a beat from
@@ -319,6 +325,7 @@ class ShardPool:
         self._gen = np.zeros(4, np.int64)
         self._can_spin = False  # a worker has its spin loop (heartbeats wake workers from then on)
         self._waiter = None  # (wait_left, its limit, counter): built with the workers' spin loop
+        self._gate_limit = None  # the phases' barrier poll (``_Job.gate_limit``), built with it too
         self._waking = False  # a heartbeat's wake-up is on its way
         self._job: _Job | None = None
         self._slot = threading.Lock()  # held by the caller whose job is in the slot
@@ -420,6 +427,7 @@ class ShardPool:
                     idle, cap, after = clock(self.spin_s), clock(self.SPIN_CAP_S), clock(self.CLAIM_AFTER_S)
                     beat_idle = clock(max(self.spin_s, self.BEAT_IDLE_S))
                     self._waiter = (wait, clock(self.WAIT_LEFT_S), counter)
+                    self._gate_limit = (clock(self.WAIT_LEFT_S), counter, clock(self.GATE_AFTER_S))
                     self._can_spin = True
             if (gen[0] == seen and spinner is not None and misses < self.SPIN_MISSES
                     and time.perf_counter() >= self._serial_until and self._probe is None):
@@ -524,9 +532,7 @@ class ShardPool:
             return
         try:
             self._ensure(helpers)
-            waiter = self._waiter
-            job = _Job(fn, count, self._serial_ids(), self.trace, helpers, phases,
-                       None if waiter is None else (waiter[1], waiter[2]))
+            job = _Job(fn, count, self._serial_ids(), self.trace, helpers, phases, self._gate_limit if phases else None)
             t0, c0 = time.perf_counter(), time.thread_time()
             self._job = job
             self._gen[0] += 1
