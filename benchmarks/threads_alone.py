@@ -6,9 +6,12 @@ figures (the two sessions' packed weights share the caches): its per-node ratios
 second thread's gain. Here each thread count gets its own process (run this script twice and
 compare the JSON with ``--compare``). Per node: best and median time over the runs; at 2+ threads
 also the pool's jobs, the shards and shard time per thread (caller / workers), the worker's
-wake-up delay and the caller's wait at each job's end. Per run: wall time and the thread CPU time
-of the caller and of the pool's workers (a thread sharing its core with another runnable one gets
-less CPU than wall time)::
+wake-up delay and the caller's wait at each job's end, the caller alone in the node outside every
+job (``alone_ms``: Python, kernels below two shards, whole runs in a back-off) and its time in a job
+outside its shards (``caller_lead_ms``, ``caller_gaps_ms``: claims, the GIL, phase barriers,
+``caller_tail_ms``; docs/numba.md, "Two threads on the ResNets (issue 11, session 9)"). Per run:
+wall time and the thread CPU time of the caller and of the pool's workers (a thread sharing its core
+with another runnable one gets less CPU than wall time)::
 
     python benchmarks/threads_alone.py MODEL [--threads 2] [--runs 20] [--cpus 0,1] [--loaded]
         [--set module.ATTR=value,...] [--no-backoff]  > out.json
