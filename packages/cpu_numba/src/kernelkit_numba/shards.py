@@ -36,6 +36,11 @@ How a job reaches the workers (issue 11, session 4; docs/numba.md, "Shard pool")
   a job waits ``CLAIM_AFTER_S`` in its spin before taking the GIL (the caller's first kernel has
   released it by then); a caller done with its shards polls (``_spin.wait_left``, without the GIL,
   up to ``WAIT_LEFT_S``) until the worker, back in its spin, stores the job it has left.
+- **Jobs of phases** (issue 11, session 9). ``run(..., phases)``: a shard of a phase starts once
+  every shard of the phase before has finished (a barrier polled without the GIL, then the phase's
+  lock), so a kernel's steps in a row (Winograd's input transform, products and output transform;
+  an im2col and its product) are one publication, one wake-up and one end wait; the caller's time
+  at the barriers counts as waiting for the back-off signs.
 - **Back-off under contention.** The caller watches each job: a helper that claimed no shard
   although the caller worked longer than ``MISS_S`` (an awake worker claims within microseconds, a
   woken one within ~0.1 ms: it had no core), ``MISSES`` jobs in a row, or longer than
