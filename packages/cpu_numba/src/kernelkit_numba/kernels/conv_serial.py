@@ -193,8 +193,8 @@ def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n, parallel)
 def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, parallel):
     """conv._gemm_implicit with its arguments fixed: per image the input's zero-padded column phases
     (ftile.phases_padded, into a buffer of this call's), then ftile's implicit-GEMM driver over the
-    output rows; ``parallel``: both through config.parallel_for / ftile.run_sharded at the call's
-    budget, as the general path runs them."""
+    output rows; ``parallel``: both through conv.implicit_phases at the call's budget, as the
+    general path runs them."""
     from .conv import implicit_phases
 
     general = _general(conv, parallel)
