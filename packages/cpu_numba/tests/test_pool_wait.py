@@ -680,3 +680,31 @@ def test_run_phases_calls_each_part_in_order(monkeypatch):
     assert order.index("b") > max(k for k, n in enumerate(order) if n == "a")
     assert min(k for k, n in enumerate(order) if n == "c") > order.index("b")
     assert shards.POOL.stats["jobs"] + shards.POOL.stats["serial_jobs"] == jobs + 1
+
+
+def test_a_worker_stalled_before_a_barrier_is_a_stall():
+    """A caller waiting at a phase's barrier for a worker's long shard counts a stall (its longest
+    wait, as at a job's end), and the time there is not its work: a job whose worker holds the last
+    shard of the first phase for 20 ms while the caller's shards take ~1 ms."""
+    pool = shards.ShardPool(200e-6)
+    pool.backoff = False
+    seen = []
+
+    def fn(i):
+        worker = threading.current_thread().name.startswith("kernelkit-numba")
+        if i < 2:
+            if worker:
+                seen.append(i)
+                time.sleep(0.02)
+            else:
+                time.sleep(1e-3)  # the caller's first shard: the worker comes meanwhile
+
+    for _ in range(20):  # until the worker took a shard of the first phase
+        before = pool.stats["stalls"]
+        seen.clear()
+        within(pool.run, fn, 4, 2, (2,))
+        if seen:
+            assert pool.stats["stalls"] == before + 1
+            break
+    else:
+        pytest.skip("the worker never came within the caller's first shard on this box")

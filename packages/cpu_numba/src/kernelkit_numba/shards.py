@@ -157,13 +157,14 @@ class _Job:
     of the phase before it has finished (``_gate``)."""
 
     __slots__ = ("fn", "count", "claim", "left", "lock", "done", "error", "claimed", "serial_id", "trace",
-                 "helpers", "ticket", "first", "ends", "fin", "gates", "held", "held_cpu", "gate_limit")
+                 "helpers", "ticket", "first", "ends", "fin", "gates", "held", "held_cpu", "held_max", "gate_limit")
 
     def __init__(self, fn, count: int, serial_id: int, trace, helpers: int = 0, ends: tuple = (),
                  gate_limit: tuple | None = None):
         self.fn, self.count, self.serial_id, self.trace, self.helpers = fn, count, serial_id, trace, helpers
         self.ends = ends
-        self.held = self.held_cpu = 0.0  # the caller's wall and CPU time at the phases' barriers
+        # the caller's wall and CPU time at the phases' barriers, and its longest wait at one
+        self.held = self.held_cpu = self.held_max = 0.0
         # (clock units of the barrier's poll, counter, units to wait after it: GATE_AFTER_S), None: no poll
         self.gate_limit = gate_limit
         if ends:
@@ -238,7 +239,9 @@ class _Job:
             lock.acquire()
             lock.release()
         if not helper:
-            self.held += time.perf_counter() - t0
+            waited = time.perf_counter() - t0
+            self.held += waited
+            self.held_max = max(self.held_max, waited)
             self.held_cpu += time.thread_time() - c0
 
 
@@ -554,8 +557,9 @@ class ShardPool:
                     waiter[0](self._gen, job.serial_id, waiter[1], waiter[2])
                 job.done.acquire()
             t2 = time.perf_counter()
-            held = job.held  # the caller's time at the phases' barriers: waiting, not working
-            self._judge(job, t2 - t1 + held, t1 - t0 - held, c1 - c0 - job.held_cpu, asleep,
+            # the caller's time at the phases' barriers is waiting, not working; a stall is one long
+            # wait (at a barrier or at the end), not several short ones summed
+            self._judge(job, max(t2 - t1, job.held_max), t1 - t0 - job.held, c1 - c0 - job.held_cpu, asleep,
                         job.first - t0 if job.first else None)
             if job.trace is not None:  # the job itself: published at t0, the caller's shards done at t1, all at t2
                 job.trace.append((job.serial_id, -1, threading.current_thread().name, t0, t2, t1))
