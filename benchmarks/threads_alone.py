@@ -7,9 +7,10 @@ second thread's gain. Here each thread count gets its own process (run this scri
 compare the JSON with ``--compare``). Per node: best and median time over the runs; at 2+ threads
 also the pool's jobs, the shards and shard time per thread (caller / workers), the worker's
 wake-up delay and the caller's wait at each job's end, the caller alone in the node outside every
-job (``alone_ms``: Python, kernels below two shards, whole runs in a back-off) and its time in a job
+job (``alone_ms``: Python, kernels below two shards) and its time in a job
 outside its shards (``caller_lead_ms``, ``caller_gaps_ms``: claims, the GIL, phase barriers,
-``caller_tail_ms``; docs/numba.md, "Two threads on the ResNets (issue 11, session 9)"). Per run:
+``caller_tail_ms``; docs/numba.md, "Two threads on the ResNets (issue 11, session 9)"), these
+per-run means over the runs without a back-off (``runs_without_backoff``). Per run:
 wall time and the thread CPU time of the caller and of the pool's workers (a thread sharing its core
 with another runnable one gets less CPU than wall time)::
 
@@ -68,11 +69,14 @@ def measure(args) -> dict:
                                            "worker_busy": 0.0, "in_jobs": 0.0, "caller_gaps": 0.0,
                                            "worker_gaps": 0.0, "caller_lead": 0.0, "caller_tail": 0.0})
     walls, caller_cpu, worker_cpu = [], [], []
+    clean_ts: dict = collections.defaultdict(float)  # node time summed over the runs without a back-off
+    clean = 0
     try:
         for _ in range(args.runs):
             workers = [time.pthread_getcpuclockid(t.ident) for t in pool._workers if t.ident is not None]
             sess.reset_profile()
             pool.trace = [] if args.threads > 1 else None
+            signs = (pool.stats["backoffs"], pool.stats["held"], pool.backed_off())
             c0, w0 = time.thread_time(), _cpu(workers)
             t0 = time.perf_counter()
             sess.run(None, feed)
@@ -85,6 +89,11 @@ def measure(args) -> dict:
             for name, _, dt, *_ in events:
                 per_node[name].append(dt)
             trace, pool.trace = pool.trace, None
+            if signs != (pool.stats["backoffs"], pool.stats["held"], False):
+                continue  # a back-off in this run: its kernels ran unsharded (no trace attributes)
+            clean += 1
+            for name, _, dt, *_ in events:
+                clean_ts[name] += dt
             if trace:
                 spans = sorted((ts, ts + dt, name) for name, ts, dt, *_ in events)
                 for node, d in attribute(events, trace).items():
@@ -123,7 +132,7 @@ def measure(args) -> dict:
             busy.kill()
             busy.wait()
     ops = {row["node"]: row["op"] for row in sess.profile()}
-    runs = args.runs
+    runs = max(1, clean)  # the per-run means of the trace: over the runs without a back-off
     nodes = []
     for name, ts in per_node.items():
         a = agg.get(name)
@@ -135,8 +144,8 @@ def measure(args) -> dict:
                        wake_us=statistics.median(a["wake"]) * 1e6 if a["wake"] else None,
                        caller_wait_us=a["caller_wait"] / runs * 1e6, caller_busy_ms=a["caller_busy"] / runs * 1e3,
                        worker_busy_ms=a["worker_busy"] / runs * 1e3,
-                       # the caller alone in the node (a mean a run): outside every job (Python, serial kernels)
-                       alone_ms=(sum(ts) - a["in_jobs"]) / runs * 1e3 if a["jobs"] else None,
+                       # the caller alone in the node (a mean a run without a back-off): outside every job
+                       alone_ms=(clean_ts[name] - a["in_jobs"]) / runs * 1e3 if a["jobs"] else None,
                        **{k + "_ms": a[k] / runs * 1e3 for k in ("caller_lead", "caller_gaps", "caller_tail",
                                                                  "worker_gaps")})
         nodes.append(row)
@@ -144,7 +153,7 @@ def measure(args) -> dict:
     return {"model": args.model, "threads": args.threads, "loaded": args.loaded, "set": args.set or "",
             "cpus": args.cpus, "wall_best_ms": round(min(walls) * 1e3, 3),
             "wall_median_ms": round(statistics.median(walls) * 1e3, 3),
-            "node_median_sum_ms": round(node_sum, 3),
+            "node_median_sum_ms": round(node_sum, 3), "runs_without_backoff": clean,
             "caller_cpu_share_median": round(statistics.median(caller_cpu), 3),
             "worker_cpu_share_median": round(statistics.median(worker_cpu), 3),
             "pool": {k: v - before.get(k, 0) for k, v in pool.stats.items()},
