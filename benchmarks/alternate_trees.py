@@ -9,9 +9,10 @@ that the host's drift hits every configuration alike::
         [--repeats 2] [--cpus 0,1] [--busy-cpu 1] [--modes quiet,loaded] [--budget 250] [--out F.jsonl]
         [--variant MODEL:module.ATTR=value,...] [--warm-cpus 2,3,4,5,...]
 
-Configurations: ``base numba1`` (1 thread), ``base numba`` and ``new numba`` (``Session()``: every
-CPU of the affinity). Each result is printed (and appended to ``--out``) as it comes; the summary
-gives per model and mode the median over the repeats and the ratios default / 1t and new / base.
+Configurations (``--configs``): ``base numba1`` (1 thread), ``base numba`` and ``new numba``
+(``Session()``: every CPU of the affinity), and any other (tree, runtime), e.g. ``base:ort2``. Each
+result is printed (and appended to ``--out``) as it comes; the summary gives per model and mode the
+median over the repeats and the ratios default / 1t, new / base and default / ORT 2t.
 No process starts after ``--budget`` seconds.
 """
 from __future__ import annotations
@@ -79,13 +80,16 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--variant", default="", help="MODEL:module.ATTR=value,...: one more configuration, this "
                     "tree's default with those constants (KERNELKIT_BENCH_SET), quiet only, for that model")
+    ap.add_argument("--configs", default="base:numba1,base:numba,new:numba",
+                    help="TREE:RUNTIME,... in turn (runtimes as test_bench_numba's children take them: numba1, "
+                    "numba (the default), ort2, ...)")
     ap.add_argument("--warm-cpus", default="", help="fill both trees' Numba caches first, one process per "
                     "(tree, model) at once on these CPU pairs (e.g. 2,3,4,5,...; not timed)")
     args = ap.parse_args()
     start = time.monotonic()
     trees = {"base": os.path.abspath(args.base), "new": os.path.abspath(args.new)}
     caches = {k: f"/tmp/kk_alt_nc_{k}" for k in trees}
-    configs = [("base", "numba1"), ("base", "numba"), ("new", "numba")]
+    configs = [tuple(c.split(":", 1)) for c in args.configs.split(",")]
     var_model, _, var_set = args.variant.partition(":")
     if args.warm_cpus:
         warm(trees, caches, args.models.split(","), args.warm_cpus.split(","))
@@ -129,17 +133,19 @@ def main() -> None:
 
 
 def summary(results: dict, models, modes) -> str:
-    lines = ["| model | mode | base 1t | base default | new default | base default / 1t | new default / 1t | "
-             "new / base (default) | repeats |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| model | mode | base 1t | base default | new default | ORT 2t | base default / 1t | new default / 1t | "
+             "new / base (default) | base / ORT 2t | new / ORT 2t | repeats |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for model in models:
         for mode in modes:
             med = {c: statistics.median(v) for (m, md, c), v in results.items() if m == model and md == mode}
             if not med:
                 continue
             one, base, new = (med.get(c, float("nan")) for c in ("base numba1", "base numba", "new numba"))
+            ort = med.get("base ort2", med.get("new ort2", float("nan")))
             n = min(len(v) for (m, md, c), v in results.items() if m == model and md == mode)
-            lines.append(f"| {model} | {mode} | {one:.2f} | {base:.2f} | {new:.2f} | {base / one:.2f} | {new / one:.2f}"
-                         f" | {new / base:.2f} | {n} |")
+            lines.append(f"| {model} | {mode} | {one:.2f} | {base:.2f} | {new:.2f} | {ort:.2f} | {base / one:.2f} | "
+                         f"{new / one:.2f} | {new / base:.2f} | {base / ort:.2f} | {new / ort:.2f} | {n} |")
     return "\n".join(lines)
 
 

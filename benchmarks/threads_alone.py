@@ -6,9 +6,13 @@ figures (the two sessions' packed weights share the caches): its per-node ratios
 second thread's gain. Here each thread count gets its own process (run this script twice and
 compare the JSON with ``--compare``). Per node: best and median time over the runs; at 2+ threads
 also the pool's jobs, the shards and shard time per thread (caller / workers), the worker's
-wake-up delay and the caller's wait at each job's end. Per run: wall time and the thread CPU time
-of the caller and of the pool's workers (a thread sharing its core with another runnable one gets
-less CPU than wall time)::
+wake-up delay and the caller's wait at each job's end, the caller alone in the node outside every
+job (``alone_ms``: Python, kernels below two shards) and its time in a job
+outside its shards (``caller_lead_ms``, ``caller_gaps_ms``: claims, the GIL, phase barriers,
+``caller_tail_ms``; docs/numba.md, "Two threads on the ResNets (issue 11, session 9)"), these
+per-run means over the runs without a back-off (``runs_without_backoff``). Per run:
+wall time and the thread CPU time of the caller and of the pool's workers (a thread sharing its core
+with another runnable one gets less CPU than wall time)::
 
     python benchmarks/threads_alone.py MODEL [--threads 2] [--runs 20] [--cpus 0,1] [--loaded]
         [--set module.ATTR=value,...] [--no-backoff]  > out.json
@@ -62,13 +66,17 @@ def measure(args) -> dict:
     per_node: dict = collections.defaultdict(list)
     agg = collections.defaultdict(lambda: {"jobs": 0, "helped": 0, "caller_shards": 0, "worker_shards": 0,
                                            "wake": [], "serial": 0, "caller_wait": 0.0, "caller_busy": 0.0,
-                                           "worker_busy": 0.0})
+                                           "worker_busy": 0.0, "in_jobs": 0.0, "caller_gaps": 0.0,
+                                           "worker_gaps": 0.0, "caller_lead": 0.0, "caller_tail": 0.0})
     walls, caller_cpu, worker_cpu = [], [], []
+    clean_ts: dict = collections.defaultdict(float)  # node time summed over the runs without a back-off
+    clean = 0
     try:
         for _ in range(args.runs):
             workers = [time.pthread_getcpuclockid(t.ident) for t in pool._workers if t.ident is not None]
             sess.reset_profile()
             pool.trace = [] if args.threads > 1 else None
+            signs = (pool.stats["backoffs"], pool.stats["held"], pool.backed_off())
             c0, w0 = time.thread_time(), _cpu(workers)
             t0 = time.perf_counter()
             sess.run(None, feed)
@@ -81,6 +89,11 @@ def measure(args) -> dict:
             for name, _, dt, *_ in events:
                 per_node[name].append(dt)
             trace, pool.trace = pool.trace, None
+            if signs != (pool.stats["backoffs"], pool.stats["held"], False):
+                continue  # a back-off in this run: its kernels ran unsharded (no trace attributes)
+            clean += 1
+            for name, _, dt, *_ in events:
+                clean_ts[name] += dt
             if trace:
                 spans = sorted((ts, ts + dt, name) for name, ts, dt, *_ in events)
                 for node, d in attribute(events, trace).items():
@@ -89,6 +102,25 @@ def measure(args) -> dict:
                         a[k] += d[k]
                     a["wake"] += d["wake"]
                 jobs = {r[0]: r[2] for r in trace if r[1] < 0}
+                by_job = collections.defaultdict(list)
+                for r in trace:
+                    if r[1] >= 0:
+                        by_job[r[0]].append(r)
+                for r in trace:  # the caller inside a job (publication to all done), per node
+                    if r[1] < 0:
+                        node = next((n for s, e, n in spans if s <= r[3] <= e), None)
+                        a = agg[node]
+                        a["in_jobs"] += r[4] - r[3]
+                        # the caller's time in the job outside its shards: publication to its first
+                        # shard (lead), between its shards (gaps: claims, the GIL, phase barriers),
+                        # its last shard to leaving the job's loop (tail); and the worker's gaps
+                        for who, rows in (("caller", [x for x in by_job[r[0]] if x[2] == r[2]]),
+                                          ("worker", [x for x in by_job[r[0]] if x[2] != r[2]])):
+                            rows.sort(key=lambda x: x[3])
+                            a[who + "_gaps"] += sum(b[3] - e[4] for e, b in zip(rows, rows[1:]))
+                            if who == "caller" and rows:
+                                a["caller_lead"] += rows[0][3] - r[3]
+                                a["caller_tail"] += r[5] - rows[-1][4]
                 for r in trace:  # shard time per node and thread (by the shard's start)
                     if r[1] < 0:
                         continue
@@ -100,7 +132,7 @@ def measure(args) -> dict:
             busy.kill()
             busy.wait()
     ops = {row["node"]: row["op"] for row in sess.profile()}
-    runs = args.runs
+    runs = max(1, clean)  # the per-run means of the trace: over the runs without a back-off
     nodes = []
     for name, ts in per_node.items():
         a = agg.get(name)
@@ -111,13 +143,17 @@ def measure(args) -> dict:
                        sh_worker=a["worker_shards"] / runs, serial=a["serial"] / runs,
                        wake_us=statistics.median(a["wake"]) * 1e6 if a["wake"] else None,
                        caller_wait_us=a["caller_wait"] / runs * 1e6, caller_busy_ms=a["caller_busy"] / runs * 1e3,
-                       worker_busy_ms=a["worker_busy"] / runs * 1e3)
+                       worker_busy_ms=a["worker_busy"] / runs * 1e3,
+                       # the caller alone in the node (a mean a run without a back-off): outside every job
+                       alone_ms=(clean_ts[name] - a["in_jobs"]) / runs * 1e3 if a["jobs"] else None,
+                       **{k + "_ms": a[k] / runs * 1e3 for k in ("caller_lead", "caller_gaps", "caller_tail",
+                                                                 "worker_gaps")})
         nodes.append(row)
     node_sum = sum(r["median_ms"] for r in nodes)
     return {"model": args.model, "threads": args.threads, "loaded": args.loaded, "set": args.set or "",
             "cpus": args.cpus, "wall_best_ms": round(min(walls) * 1e3, 3),
             "wall_median_ms": round(statistics.median(walls) * 1e3, 3),
-            "node_median_sum_ms": round(node_sum, 3),
+            "node_median_sum_ms": round(node_sum, 3), "runs_without_backoff": clean,
             "caller_cpu_share_median": round(statistics.median(caller_cpu), 3),
             "worker_cpu_share_median": round(statistics.median(worker_cpu), 3),
             "pool": {k: v - before.get(k, 0) for k, v in pool.stats.items()},
@@ -139,7 +175,7 @@ def compare(a_path: str, b_path: str, top: int) -> None:
         rows.append((o["median_ms"], r))
     rows.sort(key=lambda x: -x[0])
     print(f"{'node':<22} {'op':<10} {'A ms':>7} {'B ms':>7} {'A/B':>5} {'jobs':>4} {'help':>4} {'shC':>5} {'shW':>5} "
-          f"{'busyC':>6} {'busyW':>6} {'eff':>5} {'wake':>5} {'wait':>5}")
+          f"{'busyC':>6} {'busyW':>6} {'eff':>5} {'wake':>5} {'wait':>5} {'alone':>6}")
     tot = collections.Counter()
     for t1, r in rows[:top]:
         busy = r.get("caller_busy_ms", 0.0) + r.get("worker_busy_ms", 0.0)
@@ -148,13 +184,17 @@ def compare(a_path: str, b_path: str, top: int) -> None:
         print(f"{r['node'][:22]:<22} {r['op'][:10]:<10} {t1:7.3f} {r['median_ms']:7.3f} {t1 / r['median_ms']:5.2f} "
               f"{r.get('jobs', 0):4.1f} {r.get('helped', 0):4.1f} {r.get('sh_caller', 0):5.1f} "
               f"{r.get('sh_worker', 0):5.1f} {r.get('caller_busy_ms', 0):6.3f} {r.get('worker_busy_ms', 0):6.3f} "
-              f"{eff:5.2f} {'-' if wake is None else round(wake):>5} {r.get('caller_wait_us', 0):5.0f}")
+              f"{eff:5.2f} {'-' if wake is None else round(wake):>5} {r.get('caller_wait_us', 0):5.0f} "
+              f"{r.get('alone_ms') or 0.0:6.3f}")
     for t1, r in rows:
         tot["a"] += t1
         tot["b"] += r["median_ms"]
         tot["busy"] += r.get("caller_busy_ms", 0.0) + r.get("worker_busy_ms", 0.0)
         tot["busyC"] += r.get("caller_busy_ms", 0.0)
         tot["wait"] += r.get("caller_wait_us", 0.0) / 1e3
+        tot["alone"] += r.get("alone_ms") or 0.0
+        for k in ("caller_lead", "caller_gaps", "caller_tail", "worker_gaps"):
+            tot[k] += r.get(k + "_ms", 0.0)
         if not r.get("jobs"):
             tot["a_serial"] += t1
             tot["b_serial"] += r["median_ms"]

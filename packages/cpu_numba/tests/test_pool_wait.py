@@ -166,6 +166,23 @@ def test_the_worker_leaves_a_job_without_the_gil():
         assert time.perf_counter() - t0 > 1.5e-3  # seen at once, returned 2 ms later
 
 
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="the spin loop is machine code (workers block without it)")
+def test_the_phase_barrier_poll():
+    """``_spin.wait_count`` (the phases' barrier, issue 11, session 9): 0 after its limit while the
+    count is short, 1 once it is reached, returned ``after`` clock units late."""
+    _, rate, _ = shards._spinner()
+    from kernelkit_numba import _spin
+
+    count = np.zeros(2, np.int64)
+    count[1] = 2
+    assert _spin.wait_count(count, 1, 3, 1000, False, 0) == 0
+    assert _spin.wait_count(count, 1, 2, 1000, False, 0) == 1
+    if rate > 0:
+        t0 = time.perf_counter()
+        assert _spin.wait_count(count, 1, 2, int(1e-3 * rate), True, int(2e-3 * rate)) == 1
+        assert time.perf_counter() - t0 > 1.5e-3  # reached at once, returned 2 ms later
+
+
 def test_a_heartbeat_wakes_a_sleeping_worker_and_no_beat_while_backed_off():
     """The first beat of a run wakes a sleeping worker (once it has a spin loop), so that it is
     awake for the run's first parallel kernel; a backed-off pool does not beat."""
@@ -597,3 +614,97 @@ def test_no_beat_while_the_caller_shares_its_core():
     pool._slow = 1  # a slow window
     pool.beat()
     assert pool._gen[1] == beats + 2
+
+
+@pytest.mark.parametrize("spin_us", [0.0, 200.0])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_phases_start_after_the_phase_before(spin_us, threads):
+    """``run``'s phases (issue 11, session 9): every shard runs once, and no shard of a phase starts
+    before every shard of the phase before has finished, on whichever threads (uneven shard times:
+    the other threads wait at the barrier, polling once the spin loops exist, else on the lock)."""
+    pool = shards.ShardPool(spin_us * 1e-6)
+    ends = (3, 4, 9)  # phases of 3, 1, 5 and 2 shards
+    count = 11
+    for _ in range(pool.SPIN_AFTER_JOBS + 4):  # past the jobs after which workers spin
+        spans = [[] for _ in range(count)]
+
+        def fn(i, spans=spans):
+            t0 = time.perf_counter()
+            time.sleep(1e-4 * (1 + i % 3))
+            spans[i].append((t0, time.perf_counter(), threading.current_thread().name))
+
+        within(pool.run, fn, count, threads, ends)
+        assert [len(s) for s in spans] == [1] * count
+        bounds = (0, *ends, count)
+        for p in range(1, len(bounds) - 1):
+            done = max(spans[i][0][1] for i in range(bounds[p - 1], bounds[p]))
+            assert all(spans[i][0][0] >= done for i in range(bounds[p], bounds[p + 1]))
+    if threads > 1:
+        assert pool.stats["jobs"] > 0
+
+
+def test_phases_error_reaches_the_caller_and_the_pool_goes_on():
+    """An error in a phase's shard: the later phases' barriers still open (the failed shard counts as
+    finished), the caller gets the error, and the next job runs every shard."""
+    pool = shards.ShardPool(200e-6)
+
+    def fn(i):
+        if i == 1:
+            raise ShapeError("shard 1 of phase 0")
+        time.sleep(5e-5)
+
+    with pytest.raises(ShapeError, match="phase 0"):
+        within(pool.run, fn, 8, 2, (2, 5))
+    fn2, hits = counting(8, delay=2e-5)
+    within(pool.run, fn2, 8, 2, (2, 5))
+    assert [len(h) for h in hits] == [1] * 8
+
+
+def test_run_phases_calls_each_part_in_order(monkeypatch):
+    """config.run_phases: each part's shards with their own numbers, parts in order, empty parts
+    skipped; one job on the pool."""
+    monkeypatch.setattr(config, "default_threads", lambda: 2)
+    seen = []
+    lock = threading.Lock()
+
+    def part(name):
+        def fn(i):
+            with lock:
+                seen.append((name, i))
+        return fn
+
+    jobs = shards.POOL.stats["jobs"] + shards.POOL.stats["serial_jobs"]
+    within(config.run_phases, [(part("a"), 3), (part("none"), 0), (part("b"), 1), (part("c"), 4)])
+    assert sorted(seen) == sorted([("a", i) for i in range(3)] + [("b", 0)] + [("c", i) for i in range(4)])
+    order = [name for name, _ in seen]
+    assert order.index("b") > max(k for k, n in enumerate(order) if n == "a")
+    assert min(k for k, n in enumerate(order) if n == "c") > order.index("b")
+    assert shards.POOL.stats["jobs"] + shards.POOL.stats["serial_jobs"] == jobs + 1
+
+
+def test_a_worker_stalled_before_a_barrier_is_a_stall():
+    """A caller waiting at a phase's barrier for a worker's long shard counts a stall (its longest
+    wait, as at a job's end), and the time there is not its work: a job whose worker holds the last
+    shard of the first phase for 20 ms while the caller's shards take ~1 ms."""
+    pool = shards.ShardPool(200e-6)
+    pool.backoff = False
+    seen = []
+
+    def fn(i):
+        worker = threading.current_thread().name.startswith("kernelkit-numba")
+        if i < 2:
+            if worker:
+                seen.append(i)
+                time.sleep(0.02)
+            else:
+                time.sleep(1e-3)  # the caller's first shard: the worker comes meanwhile
+
+    for _ in range(20):  # until the worker took a shard of the first phase
+        before = pool.stats["stalls"]
+        seen.clear()
+        within(pool.run, fn, 4, 2, (2,))
+        if seen:
+            assert pool.stats["stalls"] == before + 1
+            break
+    else:
+        pytest.skip("the worker never came within the caller's first shard on this box")

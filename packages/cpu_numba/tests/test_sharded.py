@@ -13,6 +13,7 @@ def many_shards(monkeypatch):
     monkeypatch.setattr(config, "SERIAL_WORK", 0)
     monkeypatch.setattr(config, "MIN_SHARD_WORK", 1)
     monkeypatch.setattr(config, "MIN_TILE_WORK", 1)
+    monkeypatch.setattr(config, "PHASE_UNIT", 1)
     monkeypatch.setattr(config, "default_threads", lambda: 3)
 
 
@@ -88,8 +89,8 @@ def test_these_settings_really_shard(check, rng, monkeypatch):
 
     seen = []
     run = shards.POOL.run
-    monkeypatch.setattr(shards.POOL, "run", lambda fn, count, threads: seen.append((count, threads)) or
-                        run(fn, count, threads))
+    monkeypatch.setattr(shards.POOL, "run", lambda fn, count, threads, *phases: seen.append((count, threads)) or
+                        run(fn, count, threads, *phases))
     check("Conv", [_x(rng, 1, 4, 14, 14), _x(rng, 6, 4, 3, 3)], {"pads": [1, 1, 1, 1]}, constants=(1,))
     assert seen and max(c for c, _ in seen) > 3 and {t for _, t in seen} == {3}
 
@@ -98,7 +99,7 @@ def test_these_settings_really_shard(check, rng, monkeypatch):
 @pytest.mark.parametrize("residual", [False, True])
 def test_winograd_products_with_their_transform_sharded(check, rng, monkeypatch, cols_min_k, residual):
     """F(2x2, 3x3) on ftile's tiles at 3 threads: shards of weight-panel groups, each running its
-    products at every position and then the output transform of its channels (winograd._gemms_out),
+    products at every position and then the output transform of its channels (winograd._fused_part),
     against the reference, with a partial last panel."""
     from kernelkit_numba.kernels import conv, ftile, winograd
 
@@ -107,9 +108,78 @@ def test_winograd_products_with_their_transform_sharded(check, rng, monkeypatch,
     monkeypatch.setattr(conv, "WINO_FTILE_MIN_C", 1)
     monkeypatch.setattr(conv, "FTILE_COLS_MIN_K", cols_min_k)
     fused = []
-    gemms_out = winograd._gemms_out
-    monkeypatch.setattr(winograd, "_gemms_out", lambda *a: fused.append(gemms_out(*a)) or fused[-1])
+    part = winograd._fused_part
+    monkeypatch.setattr(winograd, "_fused_part", lambda *a: fused.append(part(*a)) or fused[-1])
     x, w, b = _x(rng, 1, 20, 14, 14), _x(rng, 304, 20, 3, 3), _x(rng, 304)
     inputs = [x, w, b] + ([_x(rng, 1, 304, 14, 14)] if residual else [])
     check("Conv", inputs, {"pads": [1, 1, 1, 1], "activation": "Relu"}, constants=(1, 2))
     assert fused and all(fused)
+
+
+@pytest.mark.parametrize("x_shape", [(2, 5, 16, 15), (1, 4, 14, 14)])  # F(4x4, 3x3), F(2x2, 3x3)
+@pytest.mark.parametrize("phased", [True, False])
+@pytest.mark.parametrize("on_ftile", [False, True])  # the products on BLAS, on ftile's tiles
+def test_winograd_as_one_job_of_phases(check, rng, monkeypatch, x_shape, phased, on_ftile):
+    """At 2+ threads a Winograd convolution runs as one job of phases (input transform, products,
+    output transform: winograd.PHASED), against the reference; PHASED off: the calls in a row."""
+    from kernelkit_numba.kernels import conv, ftile, winograd
+
+    if on_ftile:
+        if ftile.choice()[0] is None:
+            pytest.skip("no float32 micro-kernel variant on this CPU")
+        monkeypatch.setattr(conv, "WINO_FTILE_MIN_C", 1)
+        monkeypatch.setattr(winograd, "FUSED_OUT", False)  # the products, then the transform
+        monkeypatch.setattr(ftile, "SHARD_UNIT", 1)
+    monkeypatch.setattr(winograd, "PHASED", phased)
+    calls = []
+    run_phases = config.run_phases
+    monkeypatch.setattr(config, "run_phases", lambda parts: calls.append([c for _, c in parts]) or run_phases(parts))
+    check("Conv", [_x(rng, *x_shape), _x(rng, 19, x_shape[1], 3, 3), _x(rng, 19)],
+          {"pads": [1, 1, 1, 1], "activation": "Relu"}, constants=(1, 2))
+    if phased:
+        assert calls and all(len(c) == 3 and min(c) >= 2 for c in calls)
+    else:
+        assert not calls
+
+
+@pytest.mark.parametrize("attrs, x_shape, w_shape", [
+    ({"pads": [1, 1, 1, 1], "strides": [2, 2], "activation": "Relu"}, (1, 40, 14, 14), (64, 40, 3, 3)),  # im2col
+    ({"pads": [1, 1, 1, 1], "strides": [2, 2]}, (1, 24, 13, 13), (96, 24, 3, 3)),  # im2col, cols tiles (7x7 out)
+    ({"pads": [3, 3, 3, 3], "strides": [2, 2], "activation": "Relu"}, (1, 3, 64, 64), (16, 3, 7, 7)),  # implicit
+])
+@pytest.mark.parametrize("phased", [True, False])
+def test_copies_and_product_as_one_job_of_phases(check, rng, monkeypatch, attrs, x_shape, w_shape, phased):
+    """At 2+ threads ftile's strided convolutions run their copy (im2col, the implicit GEMM's padded
+    phases) and their product as one job of two phases (conv.PHASED), against the reference."""
+    from kernelkit_numba.kernels import conv, ftile
+
+    name = ftile.variant_name()
+    if name is None:
+        pytest.skip("no float32 micro-kernel variant on this CPU")
+    monkeypatch.setenv("KERNELKIT_F32_GEMM", name)  # forced: no shape-class dispatch to BLAS
+    monkeypatch.setattr(conv, "PHASED", phased)
+    monkeypatch.setattr(ftile, "SHARD_UNIT", 1)
+    calls = []
+    run_phases = config.run_phases
+    monkeypatch.setattr(config, "run_phases", lambda parts: calls.append([c for _, c in parts]) or run_phases(parts))
+    check("Conv", [_x(rng, *x_shape), _x(rng, *w_shape), _x(rng, w_shape[0])], attrs, constants=(1, 2))
+    if phased:
+        assert calls and all(len(c) == 2 and min(c) >= 2 for c in calls)
+    else:
+        assert not calls
+
+
+@pytest.mark.parametrize("total, count", [(11, 8), (6, 6), (112, 8), (32, 8), (196, 8), (5, 8), (1, 4), (49, 4)])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_guided_bounds(total, count, threads):
+    """config.guided: shards covering range(total) once, none empty, large first (sizes never grow
+    but for the remainder), the last at most half an equal shard where the units allow it, equal shards
+    at one thread."""
+    b = config.guided(total, count, threads)
+    sizes = [b[i + 1] - b[i] for i in range(len(b) - 1)]
+    assert b[0] == 0 and b[-1] == total and min(sizes) >= 1
+    if threads == 1 or total <= count:
+        assert len(sizes) == min(count, total) and max(sizes) - min(sizes) <= 1
+        return
+    assert all(x >= y for x, y in zip(sizes[:-2], sizes[1:-1]))
+    assert sizes[-1] <= max(1, -(-total // (2 * count))) and sizes[0] >= sizes[-1]

@@ -99,21 +99,53 @@ def _wait_left(flag, job, limit, counter):
                 return 1 if flag[3] == job else 0
 
 
+def _wait_count(count, i, target, limit, counter, after):
+    """Poll ``count[i]`` until it reaches ``target`` (every shard of a job's phase has finished:
+    ``shards._Job``'s barrier between phases), with ``sched_yield`` between polls: 1, returned
+    ``after`` clock units later (the thread that finished the phase holds the GIL until its next
+    shard's kernel releases it; asking for it before then sleeps on CPython's GIL condition, as
+    ``_spin``'s ``after`` says); 0 after ``limit`` clock units (the thread then sleeps on the
+    phase's lock)."""
+    start = _cycles() if counter else 0
+    j = 0
+    while True:
+        if count[i] >= target:
+            break
+        _sched_yield()
+        j += 1
+        if (j & 15) == 0:
+            if (_cycles() - start if counter else j) > limit:
+                if count[i] < target:
+                    return 0
+                break
+    if after > 0:
+        t0 = _cycles() if counter else 0
+        k = 0
+        while True:
+            _sched_yield()
+            k += 1
+            if (_cycles() - t0 if counter else k) > after:
+                break
+    return 1
+
+
 def _ticks():
     return _cycles()
 
 
 spin = checked(numba.njit(nogil=True)(_spin), True)
 wait_left = checked(numba.njit(nogil=True)(_wait_left), True)
+wait_count = checked(numba.njit(nogil=True)(_wait_count), True)
 ticks = checked(numba.njit(nogil=True)(_ticks), True)
 
 
 def build():
     """(spin, ticks per second; 0 where there is no constant-rate cycle counter: the spin is then
-    bounded by its poll count, wait_left), compiled or loaded from the cache now."""
+    bounded by its poll count, wait_left), compiled or loaded from the cache now, ``wait_count`` too."""
     flag = np.zeros(4, np.int64)
     spin(flag, 0, 0, 0, False, 0, 0, 0)
     wait_left(flag, 0, 0, False)
+    wait_count(flag, 0, 0, 0, False, 0)
     rate = 0.0
     if platform.machine().lower() in ("x86_64", "amd64"):
         a, t0 = ticks(), time.perf_counter()

@@ -178,6 +178,78 @@ def run_shards(fn, count: int) -> None:
     _POOL.run(carry_guard(fn), count, current_threads())
 
 
+def run_phases(parts) -> None:
+    """Phases of shards in one job on the shard pool (``shards.ShardPool.run``'s ``phases``): ``parts``
+    is a sequence of ``(fn, count)``; ``fn(i)`` for ``i`` in ``range(count)`` of each part, a part's
+    shards starting once every shard of the part before has finished. One publication, one wake-up
+    of the workers and one wait at the end, where calls in a row had one each, and no Python of the
+    caller's alone between them (issue 11, session 9)."""
+    fns, ends, total = [], [], 0
+    for fn, count in parts:
+        if count > 0:
+            fns.append((total, fn))
+            total += count
+            ends.append(total)
+    if not fns:
+        return
+    if len(fns) == 1:
+        _POOL.run(carry_guard(fns[0][1]), total, current_threads())
+        return
+
+    def shard(i):
+        for start, fn in reversed(fns):
+            if i >= start:
+                fn(i - start)
+                return
+
+    _POOL.run(carry_guard(shard), total, current_threads(), tuple(ends[:-1]))
+
+
+def phase_count(total: int, work: float, threads: int | None = None) -> int:
+    """Shards of a loop that runs as one phase of a job (``run_phases``): shards of at least
+    PHASE_UNIT and at most PHASE_SHARDS_PER_THREAD a thread (a shard within a job costs a claim and
+    a kernel call, ~5-10 us; a job of its own cost ~50-100 us on the Xeon: ``MIN_SHARD_WORK``)."""
+    if total <= 1 or work < 2 * PHASE_UNIT:
+        return 1
+    n = current_threads() if threads is None else threads
+    if n <= 1:
+        return 1
+    return int(max(2, min(total, PHASE_SHARDS_PER_THREAD * n, work // PHASE_UNIT)))
+
+
+PHASE_UNIT = 1 << 19
+PHASE_SHARDS_PER_THREAD = 2
+
+
+def guided(total: int, count: int, threads: int) -> tuple[int, ...]:
+    """Bounds ``(0, b1, ..., total)`` of shards of ``range(total)`` (units of about equal work), large
+    first and small last, where ``count`` equal shards were asked for: each shard takes
+    ``1 / (GUIDED_SPLIT * threads)`` of what is left, at least half an equal shard (and one unit), so the
+    last shards are small and the caller's wait for the other threads' last shard at the end of a
+    job (60-160 us a job on the Xeon with equal shards: docs/numba.md, issue 11, session 8) shrinks.
+    ``count`` equal shards where the units are too few to cut finer, or at one thread."""
+    if threads <= 1 or total <= count or count <= 1 or not GUIDED_SPLIT:
+        count = max(1, min(count, total))
+        return tuple(i * total // count for i in range(count + 1))
+    least = max(1, -(-total // (2 * count)))
+    bounds, at = [0], 0
+    while at < total:
+        at = min(total, at + max(least, -(-(total - at) // (GUIDED_SPLIT * threads))))
+        bounds.append(at)
+    return tuple(bounds)
+
+
+GUIDED_SPLIT = 2  # 0: equal shards
+
+
+def phase_for(kernel, total: int, args: tuple, count: int):
+    """``(fn, count)`` for ``run_phases``: ``kernel(*args, lo, hi)`` over shards of ``range(total)``,
+    ``count`` of them cut large first and small last (``guided``: a thread at the barrier after the
+    phase waits for a small last shard of the other's, not an equal one)."""
+    bounds = guided(total, count, current_threads()) if count > 1 else (0, total)
+    return (lambda i: kernel(*args, bounds[i], bounds[i + 1])), len(bounds) - 1
+
+
 _thread_buffers = threading.local()
 
 

@@ -36,6 +36,11 @@ How a job reaches the workers (issue 11, session 4; docs/numba.md, "Shard pool")
   a job waits ``CLAIM_AFTER_S`` in its spin before taking the GIL (the caller's first kernel has
   released it by then); a caller done with its shards polls (``_spin.wait_left``, without the GIL,
   up to ``WAIT_LEFT_S``) until the worker, back in its spin, stores the job it has left.
+- **Jobs of phases** (issue 11, session 9). ``run(..., phases)``: a shard of a phase starts once
+  every shard of the phase before has finished (a barrier polled without the GIL, then the phase's
+  lock), so a kernel's steps in a row (Winograd's input transform, products and output transform;
+  an im2col and its product) are one publication, one wake-up and one end wait; the caller's time
+  at the barriers counts as waiting for the back-off signs.
 - **Back-off under contention.** The caller watches each job: a helper that claimed no shard
   although the caller worked longer than ``MISS_S`` (an awake worker claims within microseconds, a
   woken one within ~0.1 ms: it had no core), ``MISSES`` jobs in a row, or longer than
@@ -113,9 +118,17 @@ def _build_spinner():
     spinning worker never takes the GIL (one that took it between polls and then lost its core held
     up the caller for a scheduler slice: MLP 2.2x slower than at one thread on the loaded 2-core
     box); with the counter's ticks per second."""
+    global _gate_fn
     from . import _spin
 
-    return _spin.build()
+    built = _spin.build()
+    _gate_fn = _spin.wait_count
+    return built
+
+
+# ``_spin.wait_count`` once a worker has built the spin loops (with them): the phases' barrier polls
+# with it; None before, when a thread at a barrier sleeps on the phase's lock at once
+_gate_fn = None
 
 
 def _proc_stat_idle() -> float | None:
@@ -139,13 +152,26 @@ def _proc_stat_idle() -> float | None:
 
 
 class _Job:
-    """One parallel call: ``fn(i)`` for every shard ``i`` in ``range(count)``."""
+    """One parallel call: ``fn(i)`` for every shard ``i`` in ``range(count)``; with ``ends`` (the
+    shard numbers where a new phase starts, ascending), no shard of a phase starts before every shard
+    of the phase before it has finished (``_gate``)."""
 
     __slots__ = ("fn", "count", "claim", "left", "lock", "done", "error", "claimed", "serial_id", "trace",
-                 "helpers", "ticket", "first")
+                 "helpers", "ticket", "first", "ends", "fin", "gates", "held", "held_cpu", "held_max", "gate_limit")
 
-    def __init__(self, fn, count: int, serial_id: int, trace, helpers: int = 0):
+    def __init__(self, fn, count: int, serial_id: int, trace, helpers: int = 0, ends: tuple = (),
+                 gate_limit: tuple | None = None):
         self.fn, self.count, self.serial_id, self.trace, self.helpers = fn, count, serial_id, trace, helpers
+        self.ends = ends
+        # the caller's wall and CPU time at the phases' barriers, and its longest wait at one
+        self.held = self.held_cpu = self.held_max = 0.0
+        # (clock units of the barrier's poll, counter, units to wait after it: GATE_AFTER_S), None: no poll
+        self.gate_limit = gate_limit
+        if ends:
+            self.fin = np.zeros(len(ends), np.int64)  # finished shards per phase (all but the last)
+            self.gates = [threading.Lock() for _ in ends]  # released when the phase's last shard finishes
+            for g in self.gates:
+                g.acquire()
         self.claim = itertools.count().__next__  # atomic under the GIL: each index is claimed once
         self.ticket = itertools.count().__next__  # workers beyond ``helpers`` leave the job alone
         self.left = count
@@ -165,10 +191,17 @@ class _Job:
         if helper and not self.first:
             self.first = time.perf_counter()
         name = threading.current_thread().name if trace is not None else ""
+        ends = self.ends
+        p = 0
         while True:
             i = self.claim()
             if i >= count:
                 break
+            if ends:
+                while p < len(ends) and i >= ends[p]:
+                    p += 1
+                if p and self.fin[p - 1] < ends[p - 1] - (ends[p - 2] if p > 1 else 0):
+                    self._gate(p - 1, helper)
             if self.error is None:  # after an error the other shards are skipped (claimed, not run)
                 t0 = time.perf_counter() if trace is not None else 0.0
                 try:
@@ -178,6 +211,11 @@ class _Job:
                         self.error = exc
                 if trace is not None:
                     trace.append((self.serial_id, i, name, t0, time.perf_counter()))
+            if p < len(ends):  # a shard of a phase that another one waits for
+                with self.lock:
+                    self.fin[p] += 1
+                    if self.fin[p] == ends[p] - (ends[p - 1] if p else 0):
+                        self.gates[p].release()
             finished += 1
         if finished:
             with self.lock:
@@ -186,6 +224,25 @@ class _Job:
                     self.claimed += finished
                 if self.left == 0:
                     self.done.release()
+
+    def _gate(self, q: int, helper: bool) -> None:
+        """Wait until every shard of phase ``q`` has finished (they are all claimed: shards are claimed
+        in order): a ``nogil`` poll (``_spin.wait_count``) up to the pool's ``WAIT_LEFT_S``, then sleep
+        on the phase's lock. The caller's time here counts as waiting (``ShardPool._judge``)."""
+        t0, c0 = time.perf_counter(), (0.0 if helper else time.thread_time())
+        target = self.ends[q] - (self.ends[q - 1] if q else 0)
+        gate, limit = _gate_fn, self.gate_limit
+        if gate is not None and limit is not None:
+            gate(self.fin, q, target, limit[0], limit[1], limit[2])
+        if self.fin[q] < target:
+            lock = self.gates[q]
+            lock.acquire()
+            lock.release()
+        if not helper:
+            waited = time.perf_counter() - t0
+            self.held += waited
+            self.held_max = max(self.held_max, waited)
+            self.held_cpu += time.thread_time() - c0
 
 
 class ShardPool:
@@ -232,6 +289,11 @@ class ShardPool:
     # the other core is not pulled onto it as it would be onto an idle one (a stall then lasts).
     CLAIM_AFTER_S = 1e-5
     WAIT_LEFT_S = 2.5e-4
+    # A thread at a phase's barrier (``run``'s phases, issue 11, session 9) polls without the GIL up to
+    # WAIT_LEFT_S and, once the phase is done, GATE_AFTER_S more before taking the GIL: the thread that
+    # finished the phase holds it until its next shard's kernel releases it (CLAIM_AFTER_S's reason).
+    # Not measured alone on the Xeon. 0: take it at once.
+    GATE_AFTER_S = 1e-5
     # The caller's share of a core through a run (issue 11, session 8): the heartbeat (``beat``, at
     # every node) measures the calling thread's CPU time against the wall time over windows of at
     # least WINDOW_S of consecutive beats (a gap over WINDOW_GAP_S between two beats, or a beat from
@@ -271,6 +333,7 @@ class ShardPool:
         self._gen = np.zeros(4, np.int64)
         self._can_spin = False  # a worker has its spin loop (heartbeats wake workers from then on)
         self._waiter = None  # (wait_left, its limit, counter): built with the workers' spin loop
+        self._gate_limit = None  # the phases' barrier poll (``_Job.gate_limit``), built with it too
         self._waking = False  # a heartbeat's wake-up is on its way
         self._job: _Job | None = None
         self._slot = threading.Lock()  # held by the caller whose job is in the slot
@@ -372,6 +435,7 @@ class ShardPool:
                     idle, cap, after = clock(self.spin_s), clock(self.SPIN_CAP_S), clock(self.CLAIM_AFTER_S)
                     beat_idle = clock(max(self.spin_s, self.BEAT_IDLE_S))
                     self._waiter = (wait, clock(self.WAIT_LEFT_S), counter)
+                    self._gate_limit = (clock(self.WAIT_LEFT_S), counter, clock(self.GATE_AFTER_S))
                     self._can_spin = True
             if (gen[0] == seen and spinner is not None and misses < self.SPIN_MISSES
                     and time.perf_counter() >= self._serial_until and self._probe is None):
@@ -460,9 +524,12 @@ class ShardPool:
             self._slow = 0
 
     # -- callers ---------------------------------------------------------------------------------
-    def run(self, fn, count: int, threads: int) -> None:
+    def run(self, fn, count: int, threads: int, phases: tuple = ()) -> None:
         """Call ``fn(i)`` for ``i`` in ``range(count)`` on the calling thread and up to
-        ``threads - 1`` workers; returns when every shard has finished (re-raising the first error)."""
+        ``threads - 1`` workers; returns when every shard has finished (re-raising the first error).
+        ``phases``: the shard numbers (ascending, within ``(0, count)``) where a new phase starts; a
+        phase's shards start once every shard of the phase before has finished (one job for what
+        were several calls in a row: a kernel's input transform, products and output transform)."""
         helpers = min(threads, count) - 1
         if helpers <= 0 or self.backed_off():
             self._serial(fn, count)
@@ -473,7 +540,7 @@ class ShardPool:
             return
         try:
             self._ensure(helpers)
-            job = _Job(fn, count, self._serial_ids(), self.trace, helpers)
+            job = _Job(fn, count, self._serial_ids(), self.trace, helpers, phases, self._gate_limit if phases else None)
             t0, c0 = time.perf_counter(), time.thread_time()
             self._job = job
             self._gen[0] += 1
@@ -490,7 +557,10 @@ class ShardPool:
                     waiter[0](self._gen, job.serial_id, waiter[1], waiter[2])
                 job.done.acquire()
             t2 = time.perf_counter()
-            self._judge(job, t2 - t1, t1 - t0, c1 - c0, asleep, job.first - t0 if job.first else None)
+            # the caller's time at the phases' barriers is waiting, not working; a stall is one long
+            # wait (at a barrier or at the end), not several short ones summed
+            self._judge(job, max(t2 - t1, job.held_max), t1 - t0 - job.held, c1 - c0 - job.held_cpu, asleep,
+                        job.first - t0 if job.first else None)
             if job.trace is not None:  # the job itself: published at t0, the caller's shards done at t1, all at t2
                 job.trace.append((job.serial_id, -1, threading.current_thread().name, t0, t2, t1))
         finally:

@@ -745,27 +745,37 @@ class Conv(NumbaKernel):
         if hit is None or hit[0] != key:  # kept while the shapes and the thread budget stay
             hit = self._fplan = (key, ftile.plan(kind, m_n, k_n, l_n, key[-1]), -(-m_n // width))
         (block, blocks, groups, kc), panels = hit[1], hit[2]
+        threads = key[-1]
         for n in range(n_n):
+            im2col = None
             if direct:
                 xs = x4[n].reshape(-1)
             else:
                 if self._col is None or self._col.shape != (k_n, l_n) or self._col.dtype != x4.dtype:
                     self._col = np.empty((k_n, l_n), x4.dtype)
-                config.parallel_for(_im2col, k_n, (x4[n], self._col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n),
-                                    _IM2COL_WORK * k_n * l_n)
+                im2col = (x4[n], self._col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n)
+                if not (PHASED and threads > 1):
+                    config.parallel_for(_im2col, k_n, im2col, _IM2COL_WORK * k_n * l_n)
+                    im2col = None
                 xs = config.readonly(self._col.reshape(-1))
             zn = zz.reshape(-1) if z is None else zz[n].reshape(-1)
             work = 2.0 * m_n * k_n * l_n
             if cols:
                 args = (kind, wp, k_n, m_n, xs, l_n, l_n, bias, zn, z is not None, lo, hi, y[n].reshape(-1), l_n,
                         ftile.COLS_KC)
-                ftile.run_sharded(ftile.conv_cols, panels, args, work, ftile.scratch_size(kind, True, l_n))
+                kernel, total, size = ftile.conv_cols, panels, ftile.scratch_size(kind, True, l_n)
+            else:
+                pack = ftile.pack_rows(m_n, k_n, l_n)
+                args = (kind, wp, k_n, m_n, xs, 0, l_n, l_n, bias, zero, zn, z is not None, lo, hi, y[n].reshape(-1),
+                        0, l_n, block, groups, kc, pack)
+                kernel, total = ftile.conv_tiles, blocks * groups
+                size = ftile.scratch_size(kind, False, l_n, block, kc, pack)
+            if im2col is None:
+                ftile.run_sharded(kernel, total, args, work, size)
                 continue
-            pack = ftile.pack_rows(m_n, k_n, l_n)
-            args = (kind, wp, k_n, m_n, xs, 0, l_n, l_n, bias, zero, zn, z is not None, lo, hi, y[n].reshape(-1), 0,
-                    l_n, block, groups, kc, pack)
-            ftile.run_sharded(ftile.conv_tiles, blocks * groups, args, work,
-                              ftile.scratch_size(kind, False, l_n, block, kc, pack))
+            config.run_phases([config.phase_for(_im2col, k_n, im2col,
+                                                config.phase_count(k_n, _IM2COL_WORK * k_n * l_n, threads)),
+                               ftile_part(kernel, total, args, work, size)])
 
     def _gemm_implicit(self, x4, w2, y, bias, z, kind):
         """A strided convolution as an implicit GEMM (ftile.conv_implicit): per image the input's
@@ -786,12 +796,10 @@ class Conv(NumbaKernel):
         (hp, qp, pl, step, koff), xpp = hit[1], hit[2]
         work = 2.0 * m_n * k_n * oh_n * ow_n
         for n in range(n_n):
-            config.parallel_for(ftile.phases_padded, c_n, (config.readonly(x4[n]), xpp, sh, ph, pl, hp, qp),
-                                _IM2COL_WORK * xpp.size)
             zn = zz.reshape(-1) if z is None else zz[n].reshape(-1)
             args = (kind, wp, k_n, m_n, config.readonly(xpp), koff, step, ow_n, bias, zn, z is not None, lo, hi,
                     y[n].reshape(-1), oh_n * ow_n)
-            ftile.run_sharded(ftile.conv_implicit, oh_n, args, work, 1)
+            implicit_phases(config.readonly(x4[n]), xpp, sh, ph, pl, hp, qp, args, oh_n, work)
 
     def _gemm_nt(self, x4, wmat, y, group, bias, z, direct, tiles):
         """Few output pixels (7x7 maps), many weight rows: the columns transposed (one row of K
@@ -887,6 +895,40 @@ class Conv(NumbaKernel):
 
 _GEMM_TILES_PER_THREAD = 1  # BLAS tiles of one conv GEMM per thread: each call repacks its panels, and on
 # the Xeon 4 a thread left ResNet-18 at 2 threads no faster than at 1 (39.2 vs 38.2 ms; 1: 28.4 ms)
+# At 2+ threads the copies before a product (im2col, the implicit GEMM's padded phases) and the
+# product run as one job of two phases (config.run_phases, issue 11, session 9): the copies below two
+# minimum shards (ResNet's 3x3/2 layers on 14x14 and 7x7, the stem's phases: 0.1-0.16 ms on the AMD
+# box) ran on the calling thread alone, and each was a job of its own otherwise. False: calls in a row.
+PHASED = True
+
+
+def ftile_part(kernel, total: int, args: tuple, work: float, size: int):
+    """ftile.run_sharded's shards of ``kernel`` as ``(fn, count)``, a phase of config.run_phases; the
+    shards large first and small last (config.guided)."""
+    count = config.shard_count(total, work, unit=ftile.SHARD_UNIT)
+    bounds = config.guided(total, count, config.current_threads())
+
+    def shard(i):
+        kernel(*args, config.thread_buffer("ftile", size, np.float32), bounds[i], bounds[i + 1])
+
+    return shard, len(bounds) - 1
+
+
+def implicit_phases(xn, xpp, s, ph, pl, hp, qp, args, oh_n: int, work: float) -> None:
+    """One image of the implicit GEMM: the input's padded column phases into ``xpp``
+    (ftile.phases_padded), then ftile.conv_implicit over the output rows with ``args`` (its arguments
+    before the scratch); at 2+ threads as one job of two phases (PHASED)."""
+    c_n = xn.shape[0]
+    threads = config.current_threads()
+    if PHASED and threads > 1:
+        config.run_phases([config.phase_for(ftile.phases_padded, c_n, (xn, xpp, s, ph, pl, hp, qp),
+                                             config.phase_count(c_n, _IM2COL_WORK * xpp.size, threads)),
+                           ftile_part(ftile.conv_implicit, oh_n, args, work, 1)])
+        return
+    config.parallel_for(ftile.phases_padded, c_n, (xn, xpp, s, ph, pl, hp, qp), _IM2COL_WORK * xpp.size)
+    ftile.run_sharded(ftile.conv_implicit, oh_n, args, work, 1)
+
+
 _IM2COL_WORK = 24.0  # work units (~25 ps each, see winograd._TRANSFORM_WORK) per column-matrix element:
 # the copy ran 0.3-1.0 ns an element on the AMD box (7x7 maps the slowest); at 2.0 every im2col of
 # ResNet-18 (0.02-0.23 ms) stayed on one thread at two (issue 11, session 6)

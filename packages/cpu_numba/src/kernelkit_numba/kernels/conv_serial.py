@@ -193,9 +193,9 @@ def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n, parallel)
 def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, parallel):
     """conv._gemm_implicit with its arguments fixed: per image the input's zero-padded column phases
     (ftile.phases_padded, into a buffer of this call's), then ftile's implicit-GEMM driver over the
-    output rows; ``parallel``: both through config.parallel_for / ftile.run_sharded at the call's
-    budget, as the general path runs them."""
-    from .conv import _IM2COL_WORK
+    output rows; ``parallel``: both through conv.implicit_phases at the call's budget, as the
+    general path runs them."""
+    from .conv import implicit_phases
 
     general = _general(conv, parallel)
     held = _Constants()
@@ -221,10 +221,9 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
         for n in range(n_n):
             yn = y[n].reshape(-1)
             zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
-            if parallel:
-                config.parallel_for(ftile.phases_padded, c_n, (x[n], xpp, s, ph, pl, hp, qp), _IM2COL_WORK * xpp.size)
-                ftile.run_sharded(ftile.conv_implicit, oh_n, (kind, held.packed, k_n, m_n, xpp_ro, koff, step, ow_n,
-                                                              held.bias, zn, has_z, lo, hi, yn, l_n), work, 1)
+            if parallel:  # one job of two phases at 2+ threads (conv.implicit_phases)
+                implicit_phases(x[n], xpp, s, ph, pl, hp, qp, (kind, held.packed, k_n, m_n, xpp_ro, koff, step, ow_n,
+                                                              held.bias, zn, has_z, lo, hi, yn, l_n), oh_n, work)
             else:
                 ftile.phases_padded(x[n], xpp, s, ph, pl, hp, qp, 0, c_n)
                 driver(held.packed, k_n, m_n, xpp_ro, koff, step, ow_n, held.bias, zn, has_z, lo, hi, yn, l_n, 0, oh_n)

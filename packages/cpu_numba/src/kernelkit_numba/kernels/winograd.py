@@ -153,7 +153,18 @@ def gemms(v, mo, u, m_n, c_n, nt, packed) -> None:
     """The P position products mo[i, :m_n * nt] = u[i] @ v[i, :c_n * nt] (P = 16 or 36), sharded
     over positions and output-channel blocks: on ftile's micro-kernels when ``packed`` is
     (kind, cols, panels of u: ftile.pack_batched), else one BLAS call a shard."""
+    fn, count = _gemm_part(v, mo, u, m_n, c_n, nt, packed)
+    if count <= 1:
+        fn(0)
+        return
+    config.run_shards(fn, count)
+
+
+def _gemm_part(v, mo, u, m_n, c_n, nt, packed, guided: bool = False):
+    """``gemms``' shards as ``(fn, count)`` (``fn(i)`` runs shard i; a phase of ``config.run_phases``);
+    ``guided``: large shards first and small last (config.guided) where the units allow it."""
     positions = u.shape[0]
+    threads = config.current_threads() if guided else 1
     gemm_work = 2.0 * positions * m_n * c_n * nt
     if packed is not None:
         kind, cols, wp, zeros = packed
@@ -161,10 +172,16 @@ def gemms(v, mo, u, m_n, c_n, nt, packed) -> None:
         panels = -(-m_n // width)
         want = config.shard_count(positions * panels, gemm_work, unit=config.MIN_TILE_WORK)
         groups = max(1, min(panels, -(-want // positions)))
-        ftile.run_sharded(ftile.batched_gemms, positions * groups, (kind, cols, wp, m_n, c_n, v, nt, mo, zeros,
-                                                                    groups), gemm_work,
-                          ftile.scratch_size(kind, cols, nt))
-        return
+        total = positions * groups
+        count = config.shard_count(total, gemm_work, unit=ftile.SHARD_UNIT)
+        size = ftile.scratch_size(kind, cols, nt)
+        bounds = config.guided(total, count, threads)
+
+        def batched(i):
+            ftile.batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups,
+                                config.thread_buffer("ftile", size, np.float32), bounds[i], bounds[i + 1])
+
+        return batched, len(bounds) - 1
     # BLAS: a shard is a run of positions (and, with fewer positions than shards, a block of output
     # rows), multiplied in one batched np.matmul: one Python call and one GIL release a shard. One
     # BLAS call per position and shard (36 shards of ~20 us for ResNet's 64@56 layers) made the two
@@ -175,6 +192,14 @@ def gemms(v, mo, u, m_n, c_n, nt, packed) -> None:
     runs = max(1, min(positions, want // blocks))
     vv = v[:, :c_n * nt].reshape(positions, c_n, nt)
     out = mo[:, :m_n * nt].reshape(positions, m_n, nt)
+    if blocks == 1 and threads > 1:  # runs of positions, large first (config.guided)
+        bounds = config.guided(positions, runs, threads)
+
+        def positions_run(i):
+            k0, k1 = bounds[i], bounds[i + 1]
+            np.matmul(u[k0:k1], vv[k0:k1], out=out[k0:k1])
+
+        return positions_run, len(bounds) - 1
 
     def gemm(i):
         k, b = divmod(i, blocks)
@@ -182,7 +207,7 @@ def gemms(v, mo, u, m_n, c_n, nt, packed) -> None:
         r0, r1 = b * m_n // blocks, (b + 1) * m_n // blocks
         np.matmul(u[k0:k1, r0:r1], vv[k0:k1], out=out[k0:k1, r0:r1])
 
-    config.run_shards(gemm, runs * blocks)
+    return gemm, runs * blocks
 
 
 # F(2x2, 3x3) on ftile's tiles at 2+ threads (issue 11, session 8): a shard runs one group of weight
@@ -194,31 +219,49 @@ def gemms(v, mo, u, m_n, c_n, nt, packed) -> None:
 # position-major shards and a separate transform.
 FUSED_OUT = True
 FUSED_MIN_SHARDS = 2
+# At 2+ threads a Winograd convolution is one job of phases (config.run_phases, issue 11, session 9):
+# the input transform, the products, the output transform (or the products and output transform of
+# the fused shards), each phase's shards starting once the phase before has finished. Before, each
+# was a call of its own, and those under two minimum shards (the input transforms of the 256@14 and
+# 512@7 layers, F(4x4)'s output transform on 128@28: 0.07-0.16 ms each on the AMD box) ran on the
+# calling thread alone. False: the calls in a row, as session 8 had them.
+PHASED = True
 
 
-def _gemms_out(v, mo, u, m_n, c_n, nt, packed, out_args) -> bool:
-    """``gemms`` then the output transform (``_output_transform``'s ``out_args`` before its channel
-    range) as shards of weight-panel groups, each group's products at every position and then its
-    channels' transform; False (nothing done) where there are too few panel groups for the threads."""
-    threads = config.current_threads()
-    if not FUSED_OUT or threads <= 1:
-        return False
+def _fused_part(v, mo, u, m_n, c_n, nt, packed, out_args, threads):
+    """The fused shards (``_gemms_out``) as ``(fn, count)``, or None where there are too few panel
+    groups for the threads."""
+    if not FUSED_OUT or threads <= 1 or packed is None:
+        return None
     kind, cols, wp, zeros = packed
     width = ftile.COLS_WIDTH[kind] if cols else ftile.MR[kind]
     panels = -(-m_n // width)
     positions = u.shape[0]
     shards = config.shard_count(panels, 2.0 * positions * m_n * c_n * nt, threads, unit=config.MIN_TILE_WORK)
     if shards < FUSED_MIN_SHARDS * threads:
-        return False
+        return None
     size = ftile.scratch_size(kind, cols, nt)
+    # panels [bounds[g], bounds[g + 1]) a shard, large first (config.guided; issue 11, session 9): one
+    # panel a group in the driver (group-major shard numbers, a shard a run of whole panels)
+    bounds = config.guided(panels, shards, threads)
 
     def shard(g):
-        ftile.batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, -shards,
-                            config.thread_buffer("ftile", size, np.float32), g * positions, (g + 1) * positions)
-        m0, m1 = g * panels // shards * width, min(m_n, (g + 1) * panels // shards * width)
-        _output_transform(mo, *out_args, m0, m1)
+        p0, p1 = bounds[g], bounds[g + 1]
+        ftile.batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, -panels,
+                            config.thread_buffer("ftile", size, np.float32), p0 * positions, p1 * positions)
+        _output_transform(mo, *out_args, p0 * width, min(m_n, p1 * width))
 
-    config.run_shards(shard, shards)
+    return shard, len(bounds) - 1
+
+
+def _gemms_out(v, mo, u, m_n, c_n, nt, packed, out_args) -> bool:
+    """``gemms`` then the output transform (``_output_transform``'s ``out_args`` before its channel
+    range) as shards of weight-panel groups, each group's products at every position and then its
+    channels' transform; False (nothing done) where there are too few panel groups for the threads."""
+    part = _fused_part(v, mo, u, m_n, c_n, nt, packed, out_args, config.current_threads())
+    if part is None:
+        return False
+    config.run_shards(*part)
     return True
 
 
@@ -235,10 +278,24 @@ def conv3x3(x, u, bias, y, ph, pw, code, p0, p1, scratch, z=None, packed=None) -
         scratch.update(key=key, v=np.empty((16, _spaced(c_n * t_n)), x.dtype),
                        mo=np.empty((16, _spaced(m_n * t_n)), x.dtype))
     v, mo = scratch["v"], scratch["mo"]
+    threads = config.current_threads()
     for n in range(n_n):
-        config.parallel_for(_input_transform, c_n, (x[n], v, ph, pw, th_n, tw_n), _TRANSFORM_WORK * c_n * t_n)
         zn = config.readonly(z[n] if z is not None else y[n, :1])
         out_args = (y[n], bias, zn, z is not None, th_n, tw_n, code, p0, p1)
+        in_args = (x[n], v, ph, pw, th_n, tw_n)
+        if PHASED and threads > 1:
+            parts = [config.phase_for(_input_transform, c_n, in_args,
+                                      config.phase_count(c_n, _TRANSFORM_WORK * c_n * t_n, threads))]
+            fused = _fused_part(v, mo, u, m_n, c_n, t_n, packed, out_args, threads)
+            if fused is not None:
+                parts.append(fused)
+            else:
+                parts.append(_gemm_part(v, mo, u, m_n, c_n, t_n, packed, True))
+                parts.append(config.phase_for(_output_transform, m_n, (mo, *out_args),
+                                              config.phase_count(m_n, _OUT_WORK * m_n * t_n, threads)))
+            config.run_phases(parts)
+            continue
+        config.parallel_for(_input_transform, c_n, in_args, _TRANSFORM_WORK * c_n * t_n)
         if packed is not None and _gemms_out(v, mo, u, m_n, c_n, t_n, packed, out_args):
             continue
         gemms(v, mo, u, m_n, c_n, t_n, packed)
@@ -394,9 +451,19 @@ def conv3x3_f4(x, u, bias, y, z, ph, pw, code, p0, p1, scratch, packed=None) -> 
         scratch.update(key=key, v=np.empty((36, _spaced(c_n * nt)), x.dtype),
                        mo=np.empty((36, _spaced(m_n * nt)), x.dtype))
     v, mo = scratch["v"], scratch["mo"]
-    config.parallel_for(_input_transform4, n_n * c_n, (x, v, ph, pw, th_n, tw_n), _TRANSFORM4_WORK * c_n * nt)
-    gemms(v, mo, u, m_n, c_n, nt, packed)
     has_z = z is not None
     zz = z if has_z else y[:1, :1, :1, :1]
-    config.parallel_for(_output_transform4, n_n * m_n, (mo, y, bias, config.readonly(zz), has_z, th_n, tw_n,
-                                                        code, p0, p1), _OUT4_WORK * m_n * nt)
+    in_args = (x, v, ph, pw, th_n, tw_n)
+    out_args = (mo, y, bias, config.readonly(zz), has_z, th_n, tw_n, code, p0, p1)
+    threads = config.current_threads()
+    if PHASED and threads > 1:  # one job of three phases (PHASED)
+        config.run_phases([
+            config.phase_for(_input_transform4, n_n * c_n, in_args,
+                             config.phase_count(n_n * c_n, _TRANSFORM4_WORK * c_n * nt, threads)),
+            _gemm_part(v, mo, u, m_n, c_n, nt, packed, True),
+            config.phase_for(_output_transform4, n_n * m_n, out_args,
+                             config.phase_count(n_n * m_n, _OUT4_WORK * m_n * nt, threads))])
+        return
+    config.parallel_for(_input_transform4, n_n * c_n, in_args, _TRANSFORM4_WORK * c_n * nt)
+    gemms(v, mo, u, m_n, c_n, nt, packed)
+    config.parallel_for(_output_transform4, n_n * m_n, out_args, _OUT4_WORK * m_n * nt)
