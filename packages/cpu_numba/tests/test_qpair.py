@@ -145,7 +145,7 @@ def test_session_pairs_at_two_threads(case, relu):
 
 def test_one_thread_and_switch_off(monkeypatch):
     """No pair at one thread, under KERNELKIT_INT8_PAIR=off, for the few-column last layer, or for
-    many rows by default."""
+    many rows under KERNELKIT_INT8_PAIR=few."""
     _need_vnni()
     rng = np.random.default_rng(3)
     inputs = _inputs(rng, (1, 784), 1024)
@@ -153,8 +153,11 @@ def test_one_thread_and_switch_off(monkeypatch):
     assert _bound(_inputs(rng, (1, 1024), 10), False)[2]._plain[19] is None
     monkeypatch.setenv(qpair.ENV, "off")
     assert _bound(inputs, False)[2]._plain[19] is None
-    monkeypatch.delenv(qpair.ENV)  # many rows pair only under KERNELKIT_INT8_PAIR=rows
+    monkeypatch.delenv(qpair.ENV, raising=False)  # by default many rows pair their row blocks
+    assert _bound(_inputs(rng, (40, 784), 1024), False)[2]._plain[19] is not None
+    monkeypatch.setenv(qpair.ENV, "few")  # few rows only: many rows run on the caller
     assert _bound(_inputs(rng, (40, 784), 1024), False)[2]._plain[19] is None
+    assert _bound(inputs, False)[2]._plain[19] is not None
 
 
 def test_back_off_on_stalls_and_misses(monkeypatch):

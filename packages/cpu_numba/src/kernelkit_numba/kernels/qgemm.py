@@ -799,8 +799,9 @@ def _bind_small(kernel, a, b, b_scale, b_zero_point, bias, residual, norm_scale,
 # Bound products in a session of two threads or more run as two halves, the calling thread's and a
 # spinning helper's (qpair.py): few rows (batch 1: one output, no residual, no norm, no Softmax) as
 # halves of B's column groups from PAIR_OPS integer operations, more rows as halves of A's row blocks
-# (every epilogue: parts, residual, activation, norm) from PAIR_ROW_OPS under KERNELKIT_INT8_PAIR=rows
-# (not measured on the Xeon yet: off by default); inf: never. (The 2-core box:
+# (every epilogue: parts, residual, activation, norm) from PAIR_ROW_OPS (KERNELKIT_INT8_PAIR=few: the
+# few-row products only; the Xeon's int8 transformer at two threads: 3.79-4.39 ms with the row halves
+# against 5.44-6.23 without, alternating processes); inf: never. (The 2-core box:
 # a 784 x 1024 half 6.6 us against 11.2 for the whole product on one thread; the Xeon: the batch-1
 # MLP's run 0.067 ms in pairs against 0.096 on one thread, in one process.)
 PAIR_OPS = float(1 << 20)
