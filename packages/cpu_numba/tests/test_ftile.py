@@ -12,7 +12,13 @@ from kernelkit.testing import assert_close, run_single_op
 from kernelkit_numba.kernels import ftile
 
 VARIANTS = ["generic", "avx2", "avx512"]
+ROW_VARIANTS = VARIANTS + ["avx512x12"]  # the rows tiles also on 12-row panels (ftile.ROWS12)
 INF = np.float32(np.inf)
+
+
+def _row_kind(name):
+    """(kind, the variant it needs) of a name in ROW_VARIANTS."""
+    return (ftile.ROWS12, "avx512") if name == "avx512x12" else (ftile.KIND[name], name)
 
 
 def _need(name):
@@ -57,11 +63,11 @@ ROW_SHAPES = [(1, 1, 1), (5, 3, 7), (8, 16, 32), (9, 17, 33), (13, 300, 100), (2
               (70, 64, 49), (3, 600, 31)]
 
 
-@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("name", ROW_VARIANTS)
 @pytest.mark.parametrize("m,k,n", ROW_SHAPES)
 def test_rows_tiles(name, m, k, n):
-    _need(name)
-    kind = ftile.KIND[name]
+    kind, need = _row_kind(name)
+    _need(need)
     rng = np.random.default_rng(m * 1000 + k * 10 + n)
     w = (rng.standard_normal((m, k)) / np.sqrt(k)).astype(np.float32)  # sums of order 1, as trained layers'
     x = rng.standard_normal((k, n)).astype(np.float32)
@@ -76,17 +82,30 @@ def test_rows_tiles(name, m, k, n):
         _close(got, _want(w, x, b, None, -INF, INF), k)
 
 
-@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("name", ROW_VARIANTS)
 def test_rows_tiles_keep_nan_and_inf(name):
     """NaN in the input stays NaN through the clamp (as NumPy's maximum/minimum); inf is clamped."""
-    _need(name)
-    kind = ftile.KIND[name]
-    w = np.ones((9, 4), np.float32)
+    kind, need = _row_kind(name)
+    _need(need)
+    w = np.ones((13, 4), np.float32)
     x = np.ones((4, 40), np.float32)
     x[2, 5], x[1, 37] = np.nan, np.inf
     for lo, hi in [(-INF, INF), (0, INF), (0, 6)]:
-        got = _rows(kind, w, x, np.zeros(9, np.float32), None, lo, hi)
-        np.testing.assert_array_equal(got, _want(w, x, np.zeros(9, np.float32), None, lo, hi).astype(np.float32))
+        got = _rows(kind, w, x, np.zeros(13, np.float32), None, lo, hi)
+        np.testing.assert_array_equal(got, _want(w, x, np.zeros(13, np.float32), None, lo, hi).astype(np.float32))
+
+
+def test_rows_kind_takes_12_row_panels_where_they_waste_little(monkeypatch):
+    """avx512 products of 96+ weight rows whose last 12-row panel wastes at most 1/32 of the rows run
+    on ROWS12; fewer rows, other variants and ROWS12_ON off keep their own kind."""
+    avx512 = ftile.KIND["avx512"]
+    assert [ftile.rows_kind(avx512, m) for m in (64, 96, 128, 160, 256, 320, 2048)] == \
+        [avx512, ftile.ROWS12, ftile.ROWS12, avx512, ftile.ROWS12, ftile.ROWS12, ftile.ROWS12]
+    assert ftile.rows_kind(ftile.KIND["avx2"], 256) == ftile.KIND["avx2"]
+    assert ftile.rows_kind(ftile.KIND["generic"], 256) == ftile.KIND["generic"]
+    assert ftile.MR[ftile.ROWS12] == 12 and ftile.NR[ftile.ROWS12] == ftile.NR[avx512]
+    monkeypatch.setattr(ftile, "ROWS12_ON", False)
+    assert ftile.rows_kind(avx512, 256) == avx512
 
 
 def _cols(kind, w, x, b, z, lo, hi, kc):
@@ -166,6 +185,9 @@ CONV_CASES = [
     ((1, 6, 20, 20), (10, 6, 3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
     ((1, 16, 28, 27), (32, 16, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "activation": "Relu"}),  # 14x14
     ((1, 16, 14, 13), (136, 16, 1, 1), {"activation": "Relu"}),  # M >= 128: rows copied into tile order (pack)
+    # 12-row panels on avx512 (ftile.rows_kind): 1x1 direct (M = 96: 8 panels), im2col (M = 132, pack)
+    ((1, 16, 14, 13), (96, 16, 1, 1), {"activation": "Relu"}),
+    ((1, 8, 15, 14), (132, 8, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
     # Winograd's position GEMMs: F(2x2, 3x3) on 14x14 (49 tile columns), F(4x4, 3x3) (64 columns, M % 16 = 8;
     # two images' 98)
     ((1, 16, 14, 14), (32, 16, 3, 3), {"pads": [1, 1, 1, 1], "activation": "Relu"}),

@@ -738,6 +738,8 @@ class Conv(NumbaKernel):
             self._gemm_implicit(x4, w2, y, bias, z, kind)
             return
         l_n = oh_n * ow_n
+        if not cols:
+            kind = ftile.rows_kind(kind, m_n)
         width = ftile.COLS_WIDTH[kind] if cols else ftile.MR[kind]
         wp, zero, zz, lo, hi = self._ftile_args(y, bias, z, width, w2)
         key = (kind, cols, m_n, k_n, l_n, ftile.BALANCED_PLAN, config.current_threads())
@@ -850,6 +852,7 @@ class Conv(NumbaKernel):
         blocks = -(-oh_n // rows)
         phased = sw > 1 and ow_n >= _PHASES_MIN_COLS
         if kind is not None:  # the float32 micro-kernel instead of BLAS + the epilogue pass (one group)
+            kind = ftile.rows_kind(kind, mg)
             wp, zero, zz, lo, hi = self._ftile_args(y, bias, z, ftile.MR[kind], wmat[0])
         for n in range(n_n):
             for g in range(group):

@@ -354,6 +354,27 @@ def _generic_tile_noz(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, l
 
 
 _NAME = {v: k for k, v in KIND.items()}
+# The rows tiles of 12 weight rows x 32 pixels on avx512 (24 zmm accumulators): a kind of their own
+# for the rows path only (MR/NR/plan/rows_driver/conv_tiles take it as any kind; the cols, implicit
+# and Winograd paths never see it). Per step of k the 8-row tile loads two pixel vectors for 16 FMAs,
+# this one for 24: a third less traffic from L2 for the pixel stream per flop, which the Xeon's two
+# FMA ports feel (session 5's raw table there: 12 x 32 at or above 8 x 32 on all seven shapes, +3-10%).
+ROWS12 = 3
+MR[ROWS12], NR[ROWS12] = 12, 32
+_NAME[ROWS12] = "avx512x12"
+_INTRINSIC_NAME = {ROWS12: "avx512"}
+ROWS12_ON = True
+ROWS12_MIN_M = 96  # fewer weight rows stay on 8-row panels (64 = 5 x 12 + 4: 72 rows computed)
+
+
+def rows_kind(kind, m_n: int):
+    """The kind conv_tiles runs a product of ``m_n`` weight rows on, for the variant ``kind``
+    (``choice``'s): ROWS12 (12-row panels) for avx512 where the last panel wastes at most 1/32 of the
+    rows (ROWS12_ON, m_n >= ROWS12_MIN_M), else ``kind`` itself (8-row panels). The weights must be
+    packed with MR of the returned kind."""
+    if kind == KIND["avx512"] and ROWS12_ON and m_n >= ROWS12_MIN_M and (-m_n % 12) * 32 <= m_n:
+        return ROWS12
+    return kind
 _built: dict = {}
 _build_lock = threading.RLock()  # reentrant: a batched driver builds its tiles' driver
 
@@ -390,7 +411,7 @@ def rows_driver(kind: int):
     (or loads from the cache) only the variants it runs."""
     if kind == 0:
         return _rows_driver(0, _generic_tile_noz, _generic_tile_noz, _generic_tile, _generic_tile)
-    name, mr = _NAME[kind], MR[kind]
+    name, mr = _INTRINSIC_NAME.get(kind, _NAME[kind]), MR[kind]
     tiles = [_tile_intrinsic(name, mr, 2, masked, with_z) for with_z in (False, True) for masked in (False, True)]
     return _rows_driver(kind, *tiles, *(_tile_intrinsic(name, mr, 1, True, with_z) for with_z in (False, True)))
 
