@@ -100,24 +100,29 @@ def _ort_nodes(proto, feed, threads: int, runs: int) -> list[dict]:
     return [{"name": n, "op": info[n][0], "shapes": info[n][1], "ms": best[n]} for n in order]
 
 
-def _whole_runs(proto, model, feed, threads: int, reps: int) -> dict:
-    """Best time of a whole run (ms) of kernelkit numba and onnxruntime without profiling, calls
-    interleaved: CPU time at one thread, wall time at more."""
+def _whole_runs(proto, model, feed, threads: int, reps: int, reference: bool) -> dict:
+    """Best time of a whole run (ms) of kernelkit numba and onnxruntime (and the reference kernels,
+    BLAS at ``threads`` threads) without profiling, calls interleaved: CPU time at one thread, wall
+    time at more."""
     import kernelkit
     from test_bench_numba import ort_session
+    from threadpoolctl import threadpool_limits
 
-    kk = kernelkit.Session(model, vendors=["numba", "reference"], threads=threads)
-    ox = ort_session(proto, threads)
+    sessions = {"numba": kernelkit.Session(model, vendors=["numba", "reference"], threads=threads),
+                "ort": ort_session(proto, threads)}
+    if reference:
+        sessions["reference"] = kernelkit.Session(model, vendors=["reference"])
     clock = time.process_time if threads == 1 else time.perf_counter
-    best = {"numba": float("inf"), "ort": float("inf")}
-    for _ in range(3):
-        kk.run(None, feed)
-        ox.run(None, feed)
-    for _ in range(reps):
-        for name, sess in (("numba", kk), ("ort", ox)):
-            t0 = clock()
-            sess.run(None, feed)
-            best[name] = min(best[name], (clock() - t0) * 1e3)
+    best = dict.fromkeys(sessions, float("inf"))
+    with threadpool_limits(threads):
+        for sess in sessions.values():
+            for _ in range(3):
+                sess.run(None, feed)
+        for _ in range(reps):
+            for name, sess in sessions.items():
+                t0 = clock()
+                sess.run(None, feed)
+                best[name] = min(best[name], (clock() - t0) * 1e3)
     return best
 
 
@@ -162,7 +167,7 @@ def measure(name: str, threads: int, runs: int, batch: int, reference: bool) -> 
     kk = _kk_nodes(model, feed, "numba", threads, runs)
     ref = _kk_nodes(model, feed, "reference", threads, runs) if reference else []
     ox = _ort_nodes(proto, feed, threads, runs)
-    whole = _whole_runs(proto, model, feed, threads, max(5, runs))
+    whole = _whole_runs(proto, model, feed, threads, max(5, runs), reference)
     ref_ms = {r["name"]: r["ms"] for r in ref}
     nodes = []
     for k, o in match(proto, kk, ox):
@@ -246,7 +251,10 @@ def table(results: list[dict]) -> str:
         lines.append(f"\nWhole run without profiling, {t} ({clock} ms, best per process): numba "
                      + ", ".join(f"{x['numba']:.2f}" for x in w) + "; onnxruntime "
                      + ", ".join(f"{x['ort']:.2f}" for x in w) + "; numba / ORT "
-                     + ", ".join(f"{x['numba'] / x['ort']:.2f}" for x in w))
+                     + ", ".join(f"{x['numba'] / x['ort']:.2f}" for x in w)
+                     + ("; reference " + ", ".join(f"{x['reference']:.2f}" for x in w) + "; reference / numba "
+                        + ", ".join(f"{x['reference'] / x['numba']:.2f}" for x in w) if "reference" in w[0] else "")
+                     + f" (kernels from {per[t][0]['source']})")
     return "\n".join(lines) + "\n"
 
 
