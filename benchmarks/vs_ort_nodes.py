@@ -11,12 +11,15 @@ time per node, so its per-node figures read high.
     python benchmarks/vs_ort_nodes.py resnet50,mlp --base DIR [--rounds 2] [--budget 150] [--out DIR]
     python benchmarks/vs_ort_nodes.py --merge a.json b.json ...
 
-``--reference`` adds the NumPy reference kernels' per-node times (a third column). ``--base DIR``:
+``--reference`` adds the NumPy reference kernels' per-node times (a third column) and their whole run.
+``--set kernels.fgemm.KC=256`` sets a module attribute of kernelkit_numba first. ``--base DIR``:
 this tree and the tree at DIR (``git archive`` of the branch point) in alternating processes
 (``--rounds`` each per model, none started after ``--budget`` seconds), each writing a JSON file
 into ``--out``; then the merged table: per node the median over each tree's processes, base / new
 and new / onnxruntime. ``--merge``: that table from JSON files written before (the tree is the
-``tree`` field: ``new`` unless the file came from ``--base``'s base processes).
+``tree`` field: ``new`` unless the file came from ``--base``'s base processes). ``--variant
+LABEL:MODEL:kernels.ftile.ROWS12_ON=False;...`` adds this tree with those settings as one more
+configuration of MODEL's turns.
 
 Matching: onnxruntime names a fused node after the last node it fused (``relu8_nchwc`` for
 Conv -> BatchNormalization -> Relu), and kernelkit's fused step writes that node's output
@@ -193,7 +196,7 @@ def _ratio(a, b):
 
 def table(results: list[dict]) -> str:
     """One model's merged table: per node the median over the processes of each tree."""
-    trees = sorted({r.get("tree", "new") for r in results}, key=lambda t: (t != "base", t))
+    trees = sorted({r.get("tree", "new") for r in results}, key=lambda t: (t != "base", t != "new", t))
     first = results[0]
     per = {t: [r for r in results if r.get("tree", "new") == t] for t in trees}
     names = [n["name"] for n in first["nodes"]]
@@ -205,7 +208,7 @@ def table(results: list[dict]) -> str:
 
     has_ref = any("ref" in n for r in results for n in r["nodes"])
     cols = [f"kk {t}" for t in trees] + ["ORT"] + (["ref"] if has_ref else []) + \
-        [f"{t} / ORT" for t in trees] + (["base / new"] if len(trees) > 1 else [])
+        [f"{t} / ORT" for t in trees] + [f"{t} / base" for t in trees[1:] if trees[0] == "base"]
     lines = [f"## {first['model']} batch {first['batch']}, {first['threads']} thread(s), best of {first['runs']} "
              f"runs per node, median over {', '.join(f'{len(per[t])} {t}' for t in trees)} process(es), ms",
              "", "| node | kind | " + " | ".join(cols) + " |", "|---|---|" + "---:|" * len(cols)]
@@ -226,8 +229,8 @@ def table(results: list[dict]) -> str:
             sums[kind]["ref"] += ref
         cells = [_f(vals[t]) for t in trees] + [_f(o)] + ([_f(ref)] if has_ref else [])
         cells += [_f(_ratio(vals[t], o), 5, 2) for t in trees]
-        if len(trees) > 1:
-            cells.append(_f(_ratio(vals[trees[0]], vals[trees[-1]]), 5, 2))
+        if trees[0] == "base":
+            cells += [_f(_ratio(vals[t], vals["base"]), 5, 2) for t in trees[1:]]
         lines.append(f"| {node} | {kind} | " + " | ".join(cells) + " |")
     lines += ["", "Per layer kind (sums of the per-node medians; 'over': the sum of what each node takes above "
               "onnxruntime's node), ms:", "",
@@ -273,23 +276,29 @@ def alternate(models: list[str], base: str, args) -> list[dict]:
     os.makedirs(out, exist_ok=True)
     trees = {"base": os.path.abspath(base), "new": os.path.dirname(HERE)}
     caches = {t: os.path.join(out, f"numba_cache_{t}") for t in trees}
+    configs = [("base", "base", []), ("new", "new", [])]
+    for spec in args.variant or []:  # LABEL:MODEL:module.ATTR=value;module.ATTR=value (this tree only)
+        label, model, sets = spec.split(":", 2)
+        configs.append((label, "new", [(model, x) for x in sets.split(";") if x]))
     t_end = time.monotonic() + args.budget
     results = []
     for rnd in range(args.rounds):
         for model in models:
-            for tree in (("base", "new") if rnd % 2 == 0 else ("new", "base")):
+            turn = [c for c in configs if all(m == model for m, _ in c[2])]
+            for label, tree, sets in (turn if rnd % 2 == 0 else turn[::-1]):
                 if time.monotonic() > t_end:
-                    print(f"budget spent: {tree} {model} round {rnd} not started", flush=True)
+                    print(f"budget spent: {label} {model} round {rnd} not started", flush=True)
                     continue
-                path = os.path.join(out, f"{model}_{tree}_{rnd}.json")
+                path = os.path.join(out, f"{model}_{label}_{rnd}.json")
                 cmd = [sys.executable, os.path.abspath(__file__), model, "--threads", str(args.threads), "--runs",
-                       str(args.runs), "--batch", str(args.batch), "--json", path, "--tree", tree, "--quiet"]
+                       str(args.runs), "--batch", str(args.batch), "--json", path, "--tree", label, "--quiet"]
+                cmd += [a for _, x in sets for a in ("--set", x)]
                 if args.reference:
                     cmd.append("--reference")
                 t0 = time.monotonic()
                 done = subprocess.run(cmd, env=tree_env(trees[tree], caches[tree]), capture_output=True, text=True,
                                       timeout=max(10.0, t_end - time.monotonic() + 60))
-                print(f"{model} {tree} round {rnd}: rc {done.returncode}, {time.monotonic() - t0:.1f} s", flush=True)
+                print(f"{model} {label} round {rnd}: rc {done.returncode}, {time.monotonic() - t0:.1f} s", flush=True)
                 if done.returncode:
                     print(done.stderr[-3000:], flush=True)
                     continue
@@ -313,7 +322,17 @@ def main(argv=None):
     p.add_argument("--budget", type=float, default=150.0)
     p.add_argument("--out")
     p.add_argument("--merge", nargs="+")
+    p.add_argument("--set", action="append", help="module.ATTR=value of kernelkit_numba, set before measuring")
+    p.add_argument("--variant", action="append",
+                   help="with --base: LABEL:MODEL:module.ATTR=value;... this tree with settings, one more turn")
     args = p.parse_args(argv)
+    for spec in args.set or []:
+        import ast
+        import importlib
+
+        target, value = spec.split("=", 1)
+        mod, attr = target.rsplit(".", 1)
+        setattr(importlib.import_module(f"kernelkit_numba.{mod}"), attr, ast.literal_eval(value))
     os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")  # steady state: compiled in the warm-up runs
     if args.merge:
         results = []
