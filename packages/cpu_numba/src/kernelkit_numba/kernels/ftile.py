@@ -930,7 +930,10 @@ def pack_rows(m_n: int, k_n: int, n_pix: int) -> bool:
     return m_n >= PACK_MIN_M or (k_n >= PACK_MIN_K and n_pix >= PACK_MIN_PIXELS)
 
 
-PACK_MIN_M, PACK_MIN_K, PACK_MIN_PIXELS = 128, 128, 2048
+PACK_MIN_M, PACK_MIN_K, PACK_MIN_PIXELS = 128, 128, 8192  # pixels: 2048 until session 9, which took the
+# 56x56 maps (3136 pixels) of fewer than 128 weight rows out: 64 x 256 x 3136 ran in place at 127 against 124
+# GFLOP/s packed on the Xeon (session 5) and 92 against 83 on the AMD box (bench_rows_tiles.py); the stem
+# (64 x 147 x 12544) that the rule was for runs as the implicit GEMM now
 BLOCK_BYTES = 256 * 1024  # a block's pixel rows of one K chunk (kc x block floats) stay in L2
 
 
