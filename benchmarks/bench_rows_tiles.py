@@ -1,7 +1,8 @@
 """ftile's rows tiles alone on ResNet-50's convolution GEMM shapes (M weight rows x K x pixels), one
 thread, GFLOP/s (wall time, best of ``reps`` rounds, calls interleaved in rotated order): 8-row
 (avx512) against 12-row panels (ftile.ROWS12), the pixel rows read in place or copied into tile
-order first (``pack``), K whole (chunks of at most ftile.KC) or in chunks of 512 / 256, and np.dot
+order first (``pack``), K whole (chunks of at most ftile.KC) or in chunks of 512 / 256 / 128, the
+panel-major loop order or the tile-major one (``tm``: ftile.rows_driver_order), and np.dot
 (OpenBLAS) on the same matrices; the outputs checked against a float64 product first. "default" is
 what conv.py runs for the shape (ftile.rows_kind, ftile.pack_rows, ftile.plan's chunks). Issue 11,
 session 9 (docs/numba.md, "ResNet-50 and the MLP at one thread").
@@ -22,10 +23,12 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 
 SHAPES = [(256, 64, 3136), (64, 256, 3136), (128, 256, 3136), (512, 128, 784), (128, 512, 784), (1024, 256, 196),
           (256, 1024, 196), (512, 1024, 196), (2048, 512, 49), (128, 1152, 784), (256, 2304, 196), (512, 256, 784)]
-# (label, 12 rows, pack, K chunk: 0 = ftile.plan's)
-VARIANTS = [("8", False, False, 0), ("8 pack", False, True, 0), ("12", True, False, 0), ("12 pack", True, True, 0),
-            ("8 pack kc256", False, True, 256), ("12 pack kc512", True, True, 512), ("12 pack kc256", True, True, 256),
-            ("12 kc256", True, False, 256)]
+# (label, 12 rows, pack, K chunk: 0 = ftile.plan's, tile-major loop order)
+VARIANTS = [("8", False, False, 0, False), ("8 pack", False, True, 0, False), ("12", True, False, 0, False),
+            ("12 pack", True, True, 0, False), ("8 pack kc256", False, True, 256, False),
+            ("12 pack kc512", True, True, 512, False), ("12 pack kc256", True, True, 256, False),
+            ("8 pack tm256", False, True, 256, True), ("12 pack tm256", True, True, 256, True),
+            ("12 tm256", True, False, 256, True), ("12 pack tm128", True, True, 128, True)]
 
 
 def measure(m_n: int, k_n: int, n_pix: int, reps: int) -> dict:
@@ -38,7 +41,7 @@ def measure(m_n: int, k_n: int, n_pix: int, reps: int) -> dict:
     base = ftile.KIND["avx512"]
     fns = {}
 
-    def make(kind, pack, kc_want):
+    def make(kind, pack, kc_want, tile_major=False):
         wp = config.readonly(ftile.pack_weights(w, ftile.MR[kind]))
         block, blocks, groups, kc = ftile.plan(kind, m_n, k_n, n_pix, 1)
         if kc_want:
@@ -46,17 +49,18 @@ def measure(m_n: int, k_n: int, n_pix: int, reps: int) -> dict:
         xp = np.empty(ftile.scratch_size(kind, False, n_pix, block, kc, True), np.float32)
         out = np.empty(m_n * n_pix, np.float32)
         inf = np.float32(np.inf)
+        driver = ftile.rows_driver_order(kind, tile_major) if tile_major is not None else ftile.rows_driver(kind)
 
         def f():
-            ftile.conv_tiles(kind, wp, k_n, m_n, x, 0, n_pix, n_pix, bias, bias, bias, False, -inf, inf, out, 0, n_pix,
-                             block, groups, kc, pack, xp, 0, blocks * groups)
+            driver(wp, k_n, m_n, x, 0, n_pix, n_pix, bias, bias, bias, False, -inf, inf, out, 0, n_pix, block, groups,
+                   kc, pack, xp, 0, blocks * groups)
             return out
 
         return f
 
-    for label, twelve, pack, kc in VARIANTS:
-        fns[label] = make(ftile.ROWS12 if twelve else base, pack, kc)
-    fns["default"] = make(ftile.rows_kind(base, m_n), ftile.pack_rows(m_n, k_n, n_pix), 0)
+    for label, twelve, pack, kc, tile_major in VARIANTS:
+        fns[label] = make(ftile.ROWS12 if twelve else base, pack, kc, tile_major)
+    fns["default"] = make(ftile.rows_kind(base, m_n), ftile.pack_rows(m_n, k_n, n_pix), 0, None)
     out = np.empty((m_n, n_pix), np.float32)
     fns["np.dot"] = lambda: np.dot(w, x2, out=out)
     for name, f in fns.items():

@@ -83,6 +83,25 @@ def test_rows_tiles(name, m, k, n):
 
 
 @pytest.mark.parametrize("name", ROW_VARIANTS)
+@pytest.mark.parametrize("m,k,n", [(13, 300, 100), (64, 147, 257), (70, 64, 49), (24, 16, 700)])
+def test_rows_tiles_tile_major(name, m, k, n, monkeypatch):
+    """The tile-major loop order (ftile.ROWS_TILE_MAJOR: each pixel tile over every weight panel per
+    K chunk; plan's chunks of KC_TILE_MAJOR), rows in place and packed, at 1-3 threads' plans."""
+    kind, need = _row_kind(name)
+    _need(need)
+    monkeypatch.setattr(ftile, "ROWS_TILE_MAJOR", True)
+    monkeypatch.setattr(ftile, "KC_TILE_MAJOR", 64)
+    rng = np.random.default_rng(m + k + n)
+    w = (rng.standard_normal((m, k)) / np.sqrt(k)).astype(np.float32)
+    x = rng.standard_normal((k, n)).astype(np.float32)
+    b, z = rng.standard_normal(m).astype(np.float32), rng.standard_normal((m, n)).astype(np.float32)
+    assert ftile.plan(kind, m, k, n, 1)[3] <= 64
+    for zz, lo, hi, threads in [(None, -INF, INF, 1), (z, 0, INF, 2), (z, -0.5, 0.5, 3)]:
+        for pack in (False, True):
+            _close(_rows(kind, w, x, b, zz, lo, hi, None, threads, pack=pack), _want(w, x, b, zz, lo, hi), k)
+
+
+@pytest.mark.parametrize("name", ROW_VARIANTS)
 def test_rows_tiles_keep_nan_and_inf(name):
     """NaN in the input stays NaN through the clamp (as NumPy's maximum/minimum); inf is clamped."""
     kind, need = _row_kind(name)

@@ -271,11 +271,14 @@ def _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off
             out[o_off + r * ldo + j] = v
 
 
-def _rows_driver(kind: int, full, masked, full_z, masked_z, half=None, half_z=None):
+def _rows_driver(kind: int, full, masked, full_z, masked_z, half=None, half_z=None, tile_major=False):
     """conv_tiles' loops for one variant, its four tiles fixed (a driver that dispatched on the kind
     inside the pixel loop, even inlined, ran small-K layers 20% slower). ``half``/``half_z``: masked
     tiles of one vector for a row's last nr / 2 pixels or fewer (a 14x14 map's 196 = 6 x 32 + 4:
-    the two-vector tile spent a whole tile's FMAs on 4 pixels); the masked ones where None."""
+    the two-vector tile spent a whole tile's FMAs on 4 pixels); the masked ones where None.
+    ``tile_major``: per K chunk each pixel tile passes every weight panel (the tile's kc x nr pixels
+    stay in L1, the panels stream from L2: BLIS's order) instead of each panel passing every tile
+    (the panel's kc x mr weights in L1, the pixels streaming)."""
     mr, nr = MR[kind], NR[kind]
     if half is None:
         half, half_z = masked, masked_z
@@ -305,39 +308,48 @@ def _rows_driver(kind: int, full, masked, full_z, masked_z, half=None, half_z=No
                             d = t * kk + k * nr
                             for j in range(min(nr, n - t)):
                                 xp[U(d + j)] = x[U(src + t + j)]
-                for q in range(q0, q1):
+                nt = (n + nr - 1) // nr
+                nq = q1 - q0
+                for i in range(nq * nt):
+                    if tile_major:
+                        ti = i // nq
+                        q = q0 + i - ti * nq
+                    else:
+                        qi = i // nt
+                        q = q0 + qi
+                        ti = i - qi * nt
+                    t = ti * nr
                     r0 = q * mr
                     m_valid = min(mr, m_n - r0)
                     w_off = q * k_n * mr + k0 * mr
-                    for t in range(0, n, nr):
-                        o_off = r0 * ldo + o_col0 + p0 + t
-                        nv = min(nr, n - t)
-                        if pack:
-                            src_x, x_off, step = xp, t * kk, nr
-                        else:
-                            src_x, x_off, step = x, k0 * ldx + x_col0 + p0 + t, ldx
-                        if nv >= nr:
-                            if with_z:
-                                full_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
-                                       m_valid, nv)
-                            else:
-                                full(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
-                                     m_valid, nv)
-                        elif 2 * nv <= nr:
-                            if with_z:
-                                half_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
-                                       m_valid, nv)
-                            else:
-                                half(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
-                                     m_valid, nv)
-                        elif with_z:
-                            masked_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
-                                     m_valid, nv)
-                        else:
-                            masked(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                    o_off = r0 * ldo + o_col0 + p0 + t
+                    nv = min(nr, n - t)
+                    if pack:
+                        src_x, x_off, step = xp, t * kk, nr
+                    else:
+                        src_x, x_off, step = x, k0 * ldx + x_col0 + p0 + t, ldx
+                    if nv >= nr:
+                        if with_z:
+                            full_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
                                    m_valid, nv)
+                        else:
+                            full(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                 m_valid, nv)
+                    elif 2 * nv <= nr:
+                        if with_z:
+                            half_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                   m_valid, nv)
+                        else:
+                            half(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                 m_valid, nv)
+                    elif with_z:
+                        masked_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                 m_valid, nv)
+                    else:
+                        masked(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                               m_valid, nv)
 
-    return _variant_jit(tiles, "rows", kind)
+    return _variant_jit(tiles, "rows_tm" if tile_major else "rows", kind)
 
 
 @jit
@@ -405,15 +417,26 @@ def _variant_jit(fn, driver: str, kind: int):
     return jit(fn)
 
 
-@_built_once
 def rows_driver(kind: int):
     """The compiled loops of conv_tiles for variant ``kind``, built on first use: a process compiles
-    (or loads from the cache) only the variants it runs."""
+    (or loads from the cache) only the variants it runs. The loop order is ROWS_TILE_MAJOR's."""
+    return rows_driver_order(kind, ROWS_TILE_MAJOR)
+
+
+ROWS_TILE_MAJOR = False  # the rows driver's loop order (_rows_driver's tile_major)
+KC_TILE_MAJOR = 256  # K chunk of the tile-major order: a 32-pixel tile's chunk is 32 KiB
+
+
+@_built_once
+def rows_driver_order(kind: int, tile_major: bool):
+    """rows_driver with the loop order given."""
     if kind == 0:
-        return _rows_driver(0, _generic_tile_noz, _generic_tile_noz, _generic_tile, _generic_tile)
+        return _rows_driver(0, _generic_tile_noz, _generic_tile_noz, _generic_tile, _generic_tile,
+                            tile_major=tile_major)
     name, mr = _INTRINSIC_NAME.get(kind, _NAME[kind]), MR[kind]
     tiles = [_tile_intrinsic(name, mr, 2, masked, with_z) for with_z in (False, True) for masked in (False, True)]
-    return _rows_driver(kind, *tiles, *(_tile_intrinsic(name, mr, 1, True, with_z) for with_z in (False, True)))
+    return _rows_driver(kind, *tiles, *(_tile_intrinsic(name, mr, 1, True, with_z) for with_z in (False, True)),
+                        tile_major=tile_major)
 
 
 def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
@@ -947,7 +970,7 @@ def plan(kind: int, m_n: int, k_n: int, n_pix: int, threads: int) -> tuple[int, 
     if not BALANCED_PLAN:
         return _plan_s5(kind, m_n, k_n, n_pix, threads)
     nr = NR[kind]
-    chunks = -(-k_n // KC)
+    chunks = -(-k_n // (KC_TILE_MAJOR if ROWS_TILE_MAJOR else KC))
     kc = -(-k_n // chunks)
     tiles = -(-n_pix // nr)
     per = max(1, BLOCK_BYTES // (4 * kc) // nr)  # tiles a block keeps in L2
