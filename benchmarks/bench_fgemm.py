@@ -34,7 +34,8 @@ from threadpoolctl import threadpool_limits
 VARIATIONS = [("kc256", "KC", 256), ("packed A", "DIRECT_A", False), ("blk 64K", "BLOCK_BYTES", 1 << 16),
               ("blk 1M", "BLOCK_BYTES", 1 << 20), ("12x32", "MR", {**fgemm.MR, 2: 12}),
               ("kc384", "KC", 384), ("kc512", "KC", 512),
-              ("12x32 kc256", ("MR", "KC"), ({**fgemm.MR, 2: 12}, 256))]  # 12x32: 8-row tiles for the last rows
+              ("12x32 kc256", ("MR", "KC"), ({**fgemm.MR, 2: 12}, 256)),
+              ("12x32 packed A", ("MR", "DIRECT_A"), ({**fgemm.MR, 2: 12}, False))]  # 12x32: 8-row tiles last
 SHAPES = [(64, 784, 1024), (64, 1024, 1024), (64, 1024, 10), (128, 256, 256), (128, 256, 1024), (128, 1024, 256),
           (1024, 256, 256), (1024, 256, 1024), (1024, 1024, 256)]
 

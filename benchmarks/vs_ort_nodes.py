@@ -293,7 +293,7 @@ def alternate(models: list[str], base: str, args) -> list[dict]:
                 cmd = [sys.executable, os.path.abspath(__file__), model, "--threads", str(args.threads), "--runs",
                        str(args.runs), "--batch", str(args.batch), "--json", path, "--tree", label, "--quiet"]
                 cmd += [a for _, x in sets for a in ("--set", x)]
-                if args.reference:
+                if args.reference and (args.reference == "all" or model in args.reference.split(",")):
                     cmd.append("--reference")
                 t0 = time.monotonic()
                 done = subprocess.run(cmd, env=tree_env(trees[tree], caches[tree]), capture_output=True, text=True,
@@ -304,6 +304,8 @@ def alternate(models: list[str], base: str, args) -> list[dict]:
                     continue
                 with open(path) as f:
                     results.append(json.load(f))
+                with open(os.path.join(out, "table.md"), "w") as f:  # so far: a cut-off run keeps it
+                    f.write(merged(results))
     return results
 
 
@@ -313,7 +315,8 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--reference", action="store_true")
+    p.add_argument("--reference", nargs="?", const="all", default="",
+                   help="add the reference kernels (of every model, or of those named: mlp,transformer)")
     p.add_argument("--json")
     p.add_argument("--tree", default="new")
     p.add_argument("--quiet", action="store_true")
@@ -351,7 +354,8 @@ def main(argv=None):
                 f.write(text)
         return
     for model in models:
-        res = measure(model, args.threads, args.runs, args.batch, args.reference)
+        ref = bool(args.reference) and (args.reference == "all" or model in args.reference.split(","))
+        res = measure(model, args.threads, args.runs, args.batch, ref)
         res["tree"] = args.tree
         if args.json:
             with open(args.json if len(models) == 1 else f"{args.json}.{model}", "w") as f:
