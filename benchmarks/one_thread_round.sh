@@ -32,7 +32,7 @@ RUNS=${RUNS:-6}
 ) &
 (
   export NUMBA_CACHE_DIR=/tmp/kk_nc4
-  pinned "${CPU_FGEMM:-4}" $PY benchmarks/bench_fgemm.py 20 1 64x784x1024,64x1024x1024,64x1024x10 > "$OUT/fgemm.txt" 2>&1
+  pinned "${CPU_FGEMM:-4}" $PY benchmarks/bench_fgemm.py 20 1 64x784x1024,64x1024x1024,64x1024x10,128x256x256,128x256x1024,128x1024x256 > "$OUT/fgemm.txt" 2>&1
 ) &
 (
   export NUMBA_CACHE_DIR=/tmp/kk_nc8
