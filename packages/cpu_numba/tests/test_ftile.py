@@ -216,6 +216,14 @@ CONV_CASES = [
     # asymmetric pads, 39-pixel rows (32 + a one-vector tile of 7); stride 3 with a 5x5 kernel
     ((2, 8, 60, 78), (12, 8, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 2], "activation": "Relu"}),
     ((1, 4, 90, 95), (20, 4, 5, 5), {"strides": [3, 3], "pads": [2, 2, 2, 2]}),
+    # strided 3x3 of K > 256 (conv.gather_wins: rows copied into tile order from the padded column phases):
+    # 15x15 outputs (runs across output rows), asymmetric pads with 96 rows (12-row panels on avx512), two
+    # images, a map of several pixel blocks, K = 1152 in two chunks
+    ((1, 32, 30, 29), (40, 32, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "activation": "Relu"}),
+    ((2, 32, 20, 22), (96, 32, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 2]}),
+    ((1, 32, 64, 64), (24, 32, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "activation": "Clip",
+                                       "activation_params": [-0.5, 0.5]}),
+    ((1, 128, 16, 16), (24, 128, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
     # F(2x2, 3x3) on small maps (conv.WINO_SMALL, 128+ input channels): 7x7 (16 tile columns: the 8-pixel
     # cols tile on avx512), 9x9 (25 columns), two images
     ((1, 128, 7, 7), (48, 128, 3, 3), {"pads": [1, 1, 1, 1], "activation": "Relu"}),
@@ -236,6 +244,38 @@ def test_conv_session_on_each_variant(check, rng, monkeypatch, name, x_shape, w_
                           vendors=["reference"])[0]
         inputs.append(rng.standard_normal(y.shape).astype(np.float32))
     check("Conv", inputs, attrs, constants=(1, 2))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("name", ["avx2", "avx512"])
+def test_strided_deep_k_takes_the_gather(rng, monkeypatch, name, threads):
+    """conv.gather_wins: a strided 3x3 of K > 256 on a map too large for the cols tiles runs
+    ftile.conv_gather (rows copied into tile order from the padded phases, no im2col), at 1-3
+    threads' shard plans (pixel blocks x panel groups), with the residual and a clamp, against the
+    reference kernels; GATHER off takes the im2col path to the same result."""
+    from kernelkit_numba.kernels import conv
+
+    _need(name)
+    monkeypatch.setenv(ftile.ENV, name)
+    calls = []
+    real = ftile.conv_gather
+    monkeypatch.setattr(ftile, "conv_gather", lambda *a: (calls.append(a[0]), real(*a)))
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((2, 40, 33, 31), (100, 40, 3, 3), (100,)))
+    plain = {"strides": [2, 2], "pads": [1, 1, 1, 1]}
+    attrs = {**plain, "activation": "Clip", "activation_params": [-1.0, 1.5]}
+    want0 = run_single_op("Conv", [x, w, b], plain, vendors=["reference"])[0]
+    z = rng.standard_normal(want0.shape).astype(np.float32)
+    want = run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
+    got = run_single_op("Conv", [x, w, b, z], attrs, constants=(1, 2), vendors=["numba", "reference"],
+                        threads=threads)[0]
+    assert calls, "the gather path did not run"
+    assert_close(got, want)
+    monkeypatch.setattr(conv, "GATHER", False)
+    calls.clear()
+    got = run_single_op("Conv", [x, w, b, z], attrs, constants=(1, 2), vendors=["numba", "reference"],
+                        threads=threads)[0]
+    assert not calls
+    assert_close(got, want)
 
 
 def test_conv_blocked_im2col_on_the_tiles(check, rng, monkeypatch):

@@ -517,6 +517,106 @@ def conv_implicit(kind, wp, k_n, m_n, x, koff, row_step, ow_n, bias, z, has_z, l
     implicit_driver(kind)(wp, k_n, m_n, x, koff, row_step, ow_n, bias, z, has_z, lo, hi, out, ldo, s_lo, s_hi)
 
 
+# ----------------------------- strided convolutions of deep K: the implicit GEMM's rows copied into tile order
+def _gather_driver(kind: int, full, masked, full_z, masked_z, half, half_z):
+    """conv_gather's loops for one variant (the rows tiles, reading the packed scratch)."""
+    mr, nr = MR[kind], NR[kind]
+
+    def tiles(wp, k_n, m_n, x, koff, row_step, ow_n, n_pix, bias, zeros, z, has_z, lo, hi, out, ldo, block, groups,
+              kc, xp, s_lo, s_hi):
+        panels = (m_n + mr - 1) // mr
+        inf = np.float32(np.inf)
+        runs = np.empty(3 * nr, np.int64)  # per tile: (lane, offset of the pixel in a phase row, length)
+        for s in range(s_lo, s_hi):
+            b = s // groups
+            g = s - b * groups
+            q0, q1 = g * panels // groups, (g + 1) * panels // groups
+            p0 = b * block
+            n = min(block, n_pix - p0)
+            for k0 in range(0, k_n, kc):
+                kk = min(kc, k_n - k0)
+                final = k0 + kk >= k_n
+                first = np.int64(1 if k0 == 0 else 0)
+                bb = bias if final else zeros
+                with_z = has_z and final
+                lo2 = lo if final else -inf
+                hi2 = hi if final else inf
+                for t in range(0, n, nr):  # copy the tile's rows k0..k0+kk into xp[t * kk:], [k][nr]
+                    nv = min(nr, n - t)
+                    p = p0 + t
+                    oh = p // ow_n
+                    ow = p - oh * ow_n
+                    j = 0
+                    nrun = 0
+                    while j < nv:  # the tile's pixels as runs along output rows
+                        ln = min(nv - j, ow_n - ow)
+                        runs[3 * nrun] = j
+                        runs[3 * nrun + 1] = oh * row_step + ow
+                        runs[3 * nrun + 2] = ln
+                        nrun += 1
+                        j += ln
+                        oh += 1
+                        ow = 0
+                    for k in range(kk):
+                        ko = koff[k0 + k]
+                        d = t * kk + k * nr
+                        for r in range(nrun):
+                            dj = d + runs[3 * r]
+                            src = ko + runs[3 * r + 1]
+                            for e in range(runs[3 * r + 2]):
+                                xp[U(dj + e)] = x[U(src + e)]
+                for q in range(q0, q1):
+                    r0 = q * mr
+                    m_valid = min(mr, m_n - r0)
+                    w_off = q * k_n * mr + k0 * mr
+                    for t in range(0, n, nr):
+                        o_off = r0 * ldo + p0 + t
+                        nv = min(nr, n - t)
+                        if nv >= nr:
+                            if with_z:
+                                full_z(wp, w_off, xp, t * kk, nr, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                       m_valid, nv)
+                            else:
+                                full(wp, w_off, xp, t * kk, nr, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                     m_valid, nv)
+                        elif 2 * nv <= nr:
+                            if with_z:
+                                half_z(wp, w_off, xp, t * kk, nr, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                       m_valid, nv)
+                            else:
+                                half(wp, w_off, xp, t * kk, nr, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                     m_valid, nv)
+                        elif with_z:
+                            masked_z(wp, w_off, xp, t * kk, nr, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                     m_valid, nv)
+                        else:
+                            masked(wp, w_off, xp, t * kk, nr, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                   m_valid, nv)
+
+    return _variant_jit(tiles, "gather", kind)
+
+
+@_built_once
+def gather_driver(kind: int):
+    """The compiled loops of conv_gather for variant ``kind`` (1, 2 or ROWS12), built on first use."""
+    name, mr = _INTRINSIC_NAME.get(kind, _NAME[kind]), MR[kind]
+    return _gather_driver(kind, *(_tile_intrinsic(name, mr, 2, m, z) for m, z in _FORMS),
+                          *(_tile_intrinsic(name, mr, 1, True, z) for z in (False, True)))
+
+
+def conv_gather(kind, wp, k_n, m_n, x, koff, row_step, ow_n, n_pix, bias, zeros, z, has_z, lo, hi, out, ldo, block,
+                groups, kc, xp, s_lo, s_hi):
+    """Shards [s_lo, s_hi) of a strided convolution on the rows tiles of ``kind`` (1, 2 or ROWS12) as
+    conv_tiles cuts them (ftile.plan: pixel blocks x weight-panel groups, K chunks), each block's
+    rows copied into tile order straight from the input's zero-padded column phases (``x``:
+    phases_padded; row k of output pixel p = oh * ow_n + ow at ``x[koff[k] + oh * row_step + ow]``,
+    implicit_geometry) instead of from an im2col matrix: one copy of the K x pixels values where
+    im2col + conv_tiles' packing made two (and wrote the column matrix out of cache). ``xp``: a
+    scratch of at least block * kc floats; ``out``/``z`` flat, rows of ``ldo`` = OH * OW."""
+    gather_driver(kind)(wp, k_n, m_n, x, koff, row_step, ow_n, n_pix, bias, zeros, z, has_z, lo, hi, out, ldo, block,
+                        groups, kc, xp, s_lo, s_hi)
+
+
 def implicit_geometry(c_n: int, kh: int, kw: int, s: int, ph: int, pw: int, oh_n: int, ow_n: int):
     """(hp, qp, pl, row_step, koff) of conv_implicit for stride ``s`` (both ways), dilation 1: the
     padded phase array is (s, C, hp, qp) with phase b's column q = input column (q - pl) * s + b and
