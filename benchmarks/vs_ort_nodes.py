@@ -103,10 +103,10 @@ def _ort_nodes(proto, feed, threads: int, runs: int) -> list[dict]:
     return [{"name": n, "op": info[n][0], "shapes": info[n][1], "ms": best[n]} for n in order]
 
 
-def _whole_runs(proto, model, feed, threads: int, reps: int, reference: bool) -> dict:
+def _whole_runs(proto, model, feed, threads: int, reps: int, reference: bool, min_seconds: float = 0.0) -> dict:
     """Best time of a whole run (ms) of kernelkit numba and onnxruntime (and the reference kernels,
     BLAS at ``threads`` threads) without profiling, calls interleaved: CPU time at one thread, wall
-    time at more."""
+    time at more; ``reps`` rounds, or more (at most 400) until numba's runs fill ``min_seconds``."""
     import kernelkit
     from test_bench_numba import ort_session
     from threadpoolctl import threadpool_limits
@@ -121,11 +121,15 @@ def _whole_runs(proto, model, feed, threads: int, reps: int, reference: bool) ->
         for sess in sessions.values():
             for _ in range(3):
                 sess.run(None, feed)
-        for _ in range(reps):
+        spent, i = 0.0, 0
+        while i < reps or (spent < min_seconds and i < 400):
             for name, sess in sessions.items():
                 t0 = clock()
                 sess.run(None, feed)
-                best[name] = min(best[name], (clock() - t0) * 1e3)
+                dt = clock() - t0
+                best[name] = min(best[name], dt * 1e3)
+                spent += dt if name == "numba" else 0.0
+            i += 1
     return best
 
 
@@ -163,14 +167,18 @@ def match(proto, kk: list[dict], ox: list[dict]) -> list[tuple]:
     return rows
 
 
-def measure(name: str, threads: int, runs: int, batch: int, reference: bool) -> dict:
+def measure(name: str, threads: int, runs: int, batch: int, reference: bool, min_seconds: float = 0.0) -> dict:
+    """One process's figures of a model: the whole runs first, then (``runs``, or more: as many as
+    fill ``min_seconds`` of numba runs, at most 200: the MLP's 2 ms runs want more than ResNet's)
+    each node's best time of numba, the reference kernels (``reference``) and onnxruntime."""
     from bench_e2e_interleaved import batched
 
     proto, model, feed = batched(name, batch)
+    whole = _whole_runs(proto, model, feed, threads, max(5, runs), reference, min_seconds)
+    runs = max(runs, min(200, int(min_seconds * 1e3 / max(whole["numba"], 1e-3))))
     kk = _kk_nodes(model, feed, "numba", threads, runs)
     ref = _kk_nodes(model, feed, "reference", threads, runs) if reference else []
     ox = _ort_nodes(proto, feed, threads, runs)
-    whole = _whole_runs(proto, model, feed, threads, max(5, runs), reference)
     ref_ms = {r["name"]: r["ms"] for r in ref}
     nodes = []
     for k, o in match(proto, kk, ox):
@@ -291,7 +299,8 @@ def alternate(models: list[str], base: str, args) -> list[dict]:
                     continue
                 path = os.path.join(out, f"{model}_{label}_{rnd}.json")
                 cmd = [sys.executable, os.path.abspath(__file__), model, "--threads", str(args.threads), "--runs",
-                       str(args.runs), "--batch", str(args.batch), "--json", path, "--tree", label, "--quiet"]
+                       str(args.runs), "--min-seconds", str(args.min_seconds), "--batch", str(args.batch), "--json",
+                       path, "--tree", label, "--quiet"]
                 cmd += [a for _, x in sets for a in ("--set", x)]
                 if args.reference and (args.reference == "all" or model in args.reference.split(",")):
                     cmd.append("--reference")
@@ -313,7 +322,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("models", nargs="?", default="")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--runs", type=int, default=10)
+    p.add_argument("--runs", type=int, default=10, help="runs per node at least")
+    p.add_argument("--min-seconds", type=float, default=0.5,
+                   help="more runs per node where the model's runs are short: as many as fill this much")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--reference", nargs="?", const="all", default="",
                    help="add the reference kernels (of every model, or of those named: mlp,transformer)")
@@ -355,7 +366,7 @@ def main(argv=None):
         return
     for model in models:
         ref = bool(args.reference) and (args.reference == "all" or model in args.reference.split(","))
-        res = measure(model, args.threads, args.runs, args.batch, ref)
+        res = measure(model, args.threads, args.runs, args.batch, ref, args.min_seconds)
         res["tree"] = args.tree
         if args.json:
             with open(args.json if len(models) == 1 else f"{args.json}.{model}", "w") as f:
