@@ -115,9 +115,11 @@ def test_rows_tiles_keep_nan_and_inf(name):
 
 
 def test_rows_kind_takes_12_row_panels_where_they_waste_little(monkeypatch):
-    """avx512 products of 96+ weight rows whose last 12-row panel wastes at most 1/32 of the rows run
-    on ROWS12; fewer rows, other variants and ROWS12_ON off keep their own kind."""
+    """With ROWS12_ON, avx512 products of 96+ weight rows whose last 12-row panel wastes at most 1/32
+    of the rows run on ROWS12; fewer rows, other variants and ROWS12_ON off (the default) keep their
+    own kind."""
     avx512 = ftile.KIND["avx512"]
+    monkeypatch.setattr(ftile, "ROWS12_ON", True)
     assert [ftile.rows_kind(avx512, m) for m in (64, 96, 128, 160, 256, 320, 2048)] == \
         [avx512, ftile.ROWS12, ftile.ROWS12, avx512, ftile.ROWS12, ftile.ROWS12, ftile.ROWS12]
     assert ftile.rows_kind(ftile.KIND["avx2"], 256) == ftile.KIND["avx2"]
@@ -237,6 +239,7 @@ CONV_CASES = [
 def test_conv_session_on_each_variant(check, rng, monkeypatch, name, x_shape, w_shape, attrs, with_z):
     _need(name)
     monkeypatch.setenv(ftile.ENV, name)
+    monkeypatch.setattr(ftile, "ROWS12_ON", with_z)  # 12-row panels (avx512, 96+ rows) in half the runs
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (x_shape, w_shape, w_shape[:1]))
     inputs = [x, w, b]
     if with_z:
@@ -257,10 +260,11 @@ def test_strided_deep_k_takes_the_gather(rng, monkeypatch, name, threads):
 
     _need(name)
     monkeypatch.setenv(ftile.ENV, name)
+    monkeypatch.setattr(ftile, "ROWS12_ON", threads == 2)  # 96 rows: 12-row panels (avx512) at 2 threads
     calls = []
     real = ftile.conv_gather
     monkeypatch.setattr(ftile, "conv_gather", lambda *a: (calls.append(a[0]), real(*a)))
-    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((2, 40, 33, 31), (100, 40, 3, 3), (100,)))
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((2, 40, 33, 31), (96, 40, 3, 3), (96,)))
     plain = {"strides": [2, 2], "pads": [1, 1, 1, 1]}
     attrs = {**plain, "activation": "Clip", "activation_params": [-1.0, 1.5]}
     want0 = run_single_op("Conv", [x, w, b], plain, vendors=["reference"])[0]

@@ -369,13 +369,15 @@ _NAME = {v: k for k, v in KIND.items()}
 # The rows tiles of 12 weight rows x 32 pixels on avx512 (24 zmm accumulators): a kind of their own
 # for the rows path only (MR/NR/plan/rows_driver/conv_tiles take it as any kind; the cols, implicit
 # and Winograd paths never see it). Per step of k the 8-row tile loads two pixel vectors for 16 FMAs,
-# this one for 24: a third less traffic from L2 for the pixel stream per flop, which the Xeon's two
-# FMA ports feel (session 5's raw table there: 12 x 32 at or above 8 x 32 on all seven shapes, +3-10%).
+# this one for 24: a third less traffic from L2 for the pixel stream per flop (session 5's raw table
+# on the Xeon: 12 x 32 at or above 8 x 32 on all seven shapes, +3-10%). Off by default (ROWS12_ON).
 ROWS12 = 3
 MR[ROWS12], NR[ROWS12] = 12, 32
 _NAME[ROWS12] = "avx512x12"
 _INTRINSIC_NAME = {ROWS12: "avx512"}
-ROWS12_ON = True
+ROWS12_ON = False  # off (issue 11, session 9): in ResNet-50 the 8-row tiles ran at or ahead of these on
+# both machines (the 64 -> 256 layers at 56x56 with the residual 6-12 % slower on 12 rows), where the
+# kernels alone had the 12-row ones 4 % ahead on the Xeon; on, they cost a second compiled rows driver
 ROWS12_MIN_M = 96  # fewer weight rows stay on 8-row panels (64 = 5 x 12 + 4: 72 rows computed)
 
 
