@@ -32,7 +32,10 @@ from threadpoolctl import threadpool_limits
 
 # the first variant again with one setting of fgemm changed: (label, attribute, value)
 VARIATIONS = [("kc256", "KC", 256), ("packed A", "DIRECT_A", False), ("blk 64K", "BLOCK_BYTES", 1 << 16),
-              ("blk 1M", "BLOCK_BYTES", 1 << 20), ("12x32", "MR", {**fgemm.MR, 2: 12})]
+              ("blk 1M", "BLOCK_BYTES", 1 << 20), ("12x32", "MR", {**fgemm.MR, 2: 12}),
+              ("kc384", "KC", 384), ("kc512", "KC", 512),
+              ("12x32 kc256", ("MR", "KC"), ({**fgemm.MR, 2: 12}, 256)),
+              ("12x32 packed A", ("MR", "DIRECT_A"), ({**fgemm.MR, 2: 12}, False))]  # 12x32: 8-row tiles last
 SHAPES = [(64, 784, 1024), (64, 1024, 1024), (64, 1024, 10), (128, 256, 256), (128, 256, 1024), (128, 1024, 256),
           (1024, 256, 256), (1024, 256, 1024), (1024, 1024, 256)]
 
@@ -62,12 +65,15 @@ def measure(m: int, k: int, n: int, kinds: list, threads: int, rounds: int, rng)
         if name == kinds[0]:
             for label, attr, value in VARIATIONS:
                 def forced(kind=kind, packed=packed, attr=attr, value=value):
-                    was = getattr(fgemm, attr)
-                    setattr(fgemm, attr, value)
+                    attrs, values = (attr, value) if isinstance(attr, tuple) else ((attr,), (value,))
+                    was = [getattr(fgemm, x) for x in attrs]
+                    for x, v in zip(attrs, values):
+                        setattr(fgemm, x, v)
                     try:
                         fgemm.gemm(kind, packed, a, out)
                     finally:
-                        setattr(fgemm, attr, was)
+                        for x, v in zip(attrs, was):
+                            setattr(fgemm, x, v)
                 fns[f"{name} {label}"] = forced
     if threads > 1 and kinds:  # more shards than threads: the caller absorbs a late worker
         kind0 = ftile.KIND[kinds[0]]

@@ -65,6 +65,32 @@ def test_tiles_against_float64(name, m, k, n, monkeypatch):
     assert_close(out, _want(a, b, 1.0, bias, 0, 0, 0))
 
 
+@pytest.mark.parametrize("m", [1, 5, 8, 12, 16, 20, 28, 40, 64, 77, 128])
+def test_mixed_12_and_8_row_tiles(m, monkeypatch):
+    """avx512 with 12-row tiles (fgemm.MR[2] = 12): the last rows on 0-2 tiles of 8 (row_tiles), A
+    read in place and packed, K chunks, bias and clamp, at one and two threads, against float64."""
+    _need("avx512")
+    monkeypatch.setattr(fgemm, "MR", {**fgemm.MR, 2: 12})
+    tall, short = fgemm.row_tiles(m, 12)
+    assert tall * 12 + short * 8 >= m and tall * 12 + short * 8 - m < 4 + 4 * (m < 8) and short <= 2
+    rng = np.random.default_rng(m)
+    k, n = 70, 45
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    packed = fgemm.Packed(b, b, 2)
+    f = np.float32
+    for kc, threads, direct in [(1024, 1, True), (16, 2, True), (1024, 1, False), (32, 2, False)]:
+        monkeypatch.setattr(fgemm, "KC", kc)
+        monkeypatch.setattr(fgemm, "DIRECT_A", direct)
+        out = np.full((m, n), np.nan, np.float32)
+        with config.num_threads(threads):
+            fgemm.gemm(2, packed, a, out, 1.0, bias, epilogue.CLIP, f(0), f(np.inf))
+        assert_close(out, _want(a, b, 1.0, bias, epilogue.CLIP, f(0), f(np.inf)), err_msg=f"kc {kc} direct {direct}")
+    assert fgemm.row_tiles(64, 12) == (4, 2) and fgemm.row_tiles(128, 12) == (10, 1)
+    assert fgemm.row_tiles(96, 12) == (8, 0) and fgemm.row_tiles(64, 8) == (8, 0)
+
+
 @pytest.mark.parametrize("name", VARIANTS)
 @pytest.mark.parametrize("code", [epilogue.SIGMOID, epilogue.TANH, epilogue.LEAKY_RELU, epilogue.HARD_SWISH])
 def test_other_activations_over_the_tile(name, code):

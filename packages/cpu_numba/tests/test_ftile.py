@@ -12,7 +12,13 @@ from kernelkit.testing import assert_close, run_single_op
 from kernelkit_numba.kernels import ftile
 
 VARIANTS = ["generic", "avx2", "avx512"]
+ROW_VARIANTS = VARIANTS + ["avx512x12"]  # the rows tiles also on 12-row panels (ftile.ROWS12)
 INF = np.float32(np.inf)
+
+
+def _row_kind(name):
+    """(kind, the variant it needs) of a name in ROW_VARIANTS."""
+    return (ftile.ROWS12, "avx512") if name == "avx512x12" else (ftile.KIND[name], name)
 
 
 def _need(name):
@@ -57,11 +63,11 @@ ROW_SHAPES = [(1, 1, 1), (5, 3, 7), (8, 16, 32), (9, 17, 33), (13, 300, 100), (2
               (70, 64, 49), (3, 600, 31)]
 
 
-@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("name", ROW_VARIANTS)
 @pytest.mark.parametrize("m,k,n", ROW_SHAPES)
 def test_rows_tiles(name, m, k, n):
-    _need(name)
-    kind = ftile.KIND[name]
+    kind, need = _row_kind(name)
+    _need(need)
     rng = np.random.default_rng(m * 1000 + k * 10 + n)
     w = (rng.standard_normal((m, k)) / np.sqrt(k)).astype(np.float32)  # sums of order 1, as trained layers'
     x = rng.standard_normal((k, n)).astype(np.float32)
@@ -76,17 +82,51 @@ def test_rows_tiles(name, m, k, n):
         _close(got, _want(w, x, b, None, -INF, INF), k)
 
 
-@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("name", ROW_VARIANTS)
+@pytest.mark.parametrize("m,k,n", [(13, 300, 100), (64, 147, 257), (70, 64, 49), (24, 16, 700)])
+def test_rows_tiles_tile_major(name, m, k, n, monkeypatch):
+    """The tile-major loop order (ftile.ROWS_TILE_MAJOR: each pixel tile over every weight panel per
+    K chunk; plan's chunks of KC_TILE_MAJOR), rows in place and packed, at 1-3 threads' plans."""
+    kind, need = _row_kind(name)
+    _need(need)
+    monkeypatch.setattr(ftile, "ROWS_TILE_MAJOR", True)
+    monkeypatch.setattr(ftile, "KC_TILE_MAJOR", 64)
+    rng = np.random.default_rng(m + k + n)
+    w = (rng.standard_normal((m, k)) / np.sqrt(k)).astype(np.float32)
+    x = rng.standard_normal((k, n)).astype(np.float32)
+    b, z = rng.standard_normal(m).astype(np.float32), rng.standard_normal((m, n)).astype(np.float32)
+    assert ftile.plan(kind, m, k, n, 1)[3] <= 64
+    for zz, lo, hi, threads in [(None, -INF, INF, 1), (z, 0, INF, 2), (z, -0.5, 0.5, 3)]:
+        for pack in (False, True):
+            _close(_rows(kind, w, x, b, zz, lo, hi, None, threads, pack=pack), _want(w, x, b, zz, lo, hi), k)
+
+
+@pytest.mark.parametrize("name", ROW_VARIANTS)
 def test_rows_tiles_keep_nan_and_inf(name):
     """NaN in the input stays NaN through the clamp (as NumPy's maximum/minimum); inf is clamped."""
-    _need(name)
-    kind = ftile.KIND[name]
-    w = np.ones((9, 4), np.float32)
+    kind, need = _row_kind(name)
+    _need(need)
+    w = np.ones((13, 4), np.float32)
     x = np.ones((4, 40), np.float32)
     x[2, 5], x[1, 37] = np.nan, np.inf
     for lo, hi in [(-INF, INF), (0, INF), (0, 6)]:
-        got = _rows(kind, w, x, np.zeros(9, np.float32), None, lo, hi)
-        np.testing.assert_array_equal(got, _want(w, x, np.zeros(9, np.float32), None, lo, hi).astype(np.float32))
+        got = _rows(kind, w, x, np.zeros(13, np.float32), None, lo, hi)
+        np.testing.assert_array_equal(got, _want(w, x, np.zeros(13, np.float32), None, lo, hi).astype(np.float32))
+
+
+def test_rows_kind_takes_12_row_panels_where_they_waste_little(monkeypatch):
+    """With ROWS12_ON, avx512 products of 96+ weight rows whose last 12-row panel wastes at most 1/32
+    of the rows run on ROWS12; fewer rows, other variants and ROWS12_ON off (the default) keep their
+    own kind."""
+    avx512 = ftile.KIND["avx512"]
+    monkeypatch.setattr(ftile, "ROWS12_ON", True)
+    assert [ftile.rows_kind(avx512, m) for m in (64, 96, 128, 160, 256, 320, 2048)] == \
+        [avx512, ftile.ROWS12, ftile.ROWS12, avx512, ftile.ROWS12, ftile.ROWS12, ftile.ROWS12]
+    assert ftile.rows_kind(ftile.KIND["avx2"], 256) == ftile.KIND["avx2"]
+    assert ftile.rows_kind(ftile.KIND["generic"], 256) == ftile.KIND["generic"]
+    assert ftile.MR[ftile.ROWS12] == 12 and ftile.NR[ftile.ROWS12] == ftile.NR[avx512]
+    monkeypatch.setattr(ftile, "ROWS12_ON", False)
+    assert ftile.rows_kind(avx512, 256) == avx512
 
 
 def _cols(kind, w, x, b, z, lo, hi, kc):
@@ -166,6 +206,9 @@ CONV_CASES = [
     ((1, 6, 20, 20), (10, 6, 3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
     ((1, 16, 28, 27), (32, 16, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "activation": "Relu"}),  # 14x14
     ((1, 16, 14, 13), (136, 16, 1, 1), {"activation": "Relu"}),  # M >= 128: rows copied into tile order (pack)
+    # 12-row panels on avx512 (ftile.rows_kind): 1x1 direct (M = 96: 8 panels), im2col (M = 132, pack)
+    ((1, 16, 14, 13), (96, 16, 1, 1), {"activation": "Relu"}),
+    ((1, 8, 15, 14), (132, 8, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
     # Winograd's position GEMMs: F(2x2, 3x3) on 14x14 (49 tile columns), F(4x4, 3x3) (64 columns, M % 16 = 8;
     # two images' 98)
     ((1, 16, 14, 14), (32, 16, 3, 3), {"pads": [1, 1, 1, 1], "activation": "Relu"}),
@@ -175,6 +218,14 @@ CONV_CASES = [
     # asymmetric pads, 39-pixel rows (32 + a one-vector tile of 7); stride 3 with a 5x5 kernel
     ((2, 8, 60, 78), (12, 8, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 2], "activation": "Relu"}),
     ((1, 4, 90, 95), (20, 4, 5, 5), {"strides": [3, 3], "pads": [2, 2, 2, 2]}),
+    # strided 3x3 of K > 256 (conv.gather_wins: rows copied into tile order from the padded column phases):
+    # 15x15 outputs (runs across output rows), asymmetric pads with 96 rows (12-row panels on avx512), two
+    # images, a map of several pixel blocks, K = 1152 in two chunks
+    ((1, 32, 30, 29), (40, 32, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "activation": "Relu"}),
+    ((2, 32, 20, 22), (96, 32, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 2]}),
+    ((1, 32, 64, 64), (24, 32, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "activation": "Clip",
+                                       "activation_params": [-0.5, 0.5]}),
+    ((1, 128, 16, 16), (24, 128, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
     # F(2x2, 3x3) on small maps (conv.WINO_SMALL, 128+ input channels): 7x7 (16 tile columns: the 8-pixel
     # cols tile on avx512), 9x9 (25 columns), two images
     ((1, 128, 7, 7), (48, 128, 3, 3), {"pads": [1, 1, 1, 1], "activation": "Relu"}),
@@ -188,6 +239,7 @@ CONV_CASES = [
 def test_conv_session_on_each_variant(check, rng, monkeypatch, name, x_shape, w_shape, attrs, with_z):
     _need(name)
     monkeypatch.setenv(ftile.ENV, name)
+    monkeypatch.setattr(ftile, "ROWS12_ON", with_z)  # 12-row panels (avx512, 96+ rows) in half the runs
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (x_shape, w_shape, w_shape[:1]))
     inputs = [x, w, b]
     if with_z:
@@ -195,6 +247,39 @@ def test_conv_session_on_each_variant(check, rng, monkeypatch, name, x_shape, w_
                           vendors=["reference"])[0]
         inputs.append(rng.standard_normal(y.shape).astype(np.float32))
     check("Conv", inputs, attrs, constants=(1, 2))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("name", ["avx2", "avx512"])
+def test_strided_deep_k_takes_the_gather(rng, monkeypatch, name, threads):
+    """conv.gather_wins: a strided 3x3 of K > 256 on a map too large for the cols tiles runs
+    ftile.conv_gather (rows copied into tile order from the padded phases, no im2col), at 1-3
+    threads' shard plans (pixel blocks x panel groups), with the residual and a clamp, against the
+    reference kernels; GATHER off takes the im2col path to the same result."""
+    from kernelkit_numba.kernels import conv
+
+    _need(name)
+    monkeypatch.setenv(ftile.ENV, name)
+    monkeypatch.setattr(ftile, "ROWS12_ON", threads == 2)  # 96 rows: 12-row panels (avx512) at 2 threads
+    calls = []
+    real = ftile.conv_gather
+    monkeypatch.setattr(ftile, "conv_gather", lambda *a: (calls.append(a[0]), real(*a)))
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((2, 40, 33, 31), (96, 40, 3, 3), (96,)))
+    plain = {"strides": [2, 2], "pads": [1, 1, 1, 1]}
+    attrs = {**plain, "activation": "Clip", "activation_params": [-1.0, 1.5]}
+    want0 = run_single_op("Conv", [x, w, b], plain, vendors=["reference"])[0]
+    z = rng.standard_normal(want0.shape).astype(np.float32)
+    want = run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
+    got = run_single_op("Conv", [x, w, b, z], attrs, constants=(1, 2), vendors=["numba", "reference"],
+                        threads=threads)[0]
+    assert calls, "the gather path did not run"
+    assert_close(got, want)
+    monkeypatch.setattr(conv, "GATHER", False)
+    calls.clear()
+    got = run_single_op("Conv", [x, w, b, z], attrs, constants=(1, 2), vendors=["numba", "reference"],
+                        threads=threads)[0]
+    assert not calls
+    assert_close(got, want)
 
 
 def test_conv_blocked_im2col_on_the_tiles(check, rng, monkeypatch):

@@ -62,21 +62,23 @@ def pack_b(b: np.ndarray, nr: int) -> np.ndarray:
 
 
 @jit
-def pack_a(a, m_n, k_n, mr, ap):
-    """(M, K) float32 ``a`` (2-D, any strides) into ``ap``: panels of ``mr`` rows, [tile][k][r], rows
+def pack_a(a, m_n, k_n, mr, ap, tall, short, short_mr):
+    """(M, K) float32 ``a`` (2-D, any strides) into ``ap``: ``tall`` panels of ``mr`` rows, then
+    ``short`` panels of ``short_mr`` rows (row_tiles), each [k][r] at row r0 * k_n of ``ap``, rows
     past M zero."""
-    tiles = (m_n + mr - 1) // mr
-    for t in range(tiles):
-        base = t * k_n * mr
-        for r in range(mr):
-            m = t * mr + r
+    for t in range(tall + short):
+        h = mr if t < tall else short_mr
+        r0 = t * mr if t < tall else tall * mr + (t - tall) * short_mr
+        base = r0 * k_n
+        for r in range(h):
+            m = r0 + r
             if m < m_n:
                 row = a[m]
                 for k in range(k_n):
-                    ap[U(base + k * mr + r)] = row[k]
+                    ap[U(base + k * h + r)] = row[k]
             else:
                 for k in range(k_n):
-                    ap[U(base + k * mr + r)] = np.float32(0)
+                    ap[U(base + k * h + r)] = np.float32(0)
 
 
 # --------------------------------------------------------------------------------------------- IR
@@ -221,6 +223,26 @@ def _tiles(kind: int, mr: int):
     return _tile_intrinsic(name, mr, 2, False), _tile_intrinsic(name, mr, 2, True)
 
 
+MIXED_MR = 12  # an avx512 driver of this height also has 8-row tiles for the last rows (row_tiles)
+SHORT_MR = 8
+
+
+def row_tiles(m_n: int, mr: int) -> tuple[int, int]:
+    """(tall, short): the row tiles of a product of ``m_n`` rows on ``mr``-row tiles: ``tall`` tiles of
+    mr rows, then (only for mr = MIXED_MR) ``short`` tiles of SHORT_MR rows, 0-2 of them, whichever
+    computes the fewest rows (64 rows = 4 x 12 + 2 x 8, where 12-row tiles alone would compute 72;
+    128 = 10 x 12 + 8)."""
+    if mr != MIXED_MR:
+        return -(-m_n // mr), 0
+    best = None
+    for short in range(3):
+        tall = -(-max(0, m_n - SHORT_MR * short) // mr)
+        key = (tall * mr + short * SHORT_MR, tall + short)
+        if best is None or key < best[0]:
+            best = (key, tall, short)
+    return best[1], best[2]
+
+
 @functools.cache
 def driver(kind: int, post: int, mr: int):
     """The compiled loops of variant ``kind`` with ``mr``-row tiles and the activation ``post`` (an
@@ -232,11 +254,21 @@ def driver(kind: int, post: int, mr: int):
     times column-panel group s % groups; ``ap`` A packed (``lda`` 0) or A's own rows (flat, ``lda``
     apart)."""
     full, masked = _tiles(kind, mr)
+    mixed = kind == 2 and mr == MIXED_MR  # 12-row tiles, then 8-row ones (row_tiles)
+    full8, masked8 = _tiles(kind, SHORT_MR) if mixed else (full, masked)
     nr = NR[kind]
 
     def gemm(ap, lda, bp, k_n, m_n, n_n, alpha, bias, zeros, out, ldo, lo, hi, p0, p1, block, groups, kc, s_lo,
              s_hi):
-        tiles = (m_n + mr - 1) // mr
+        if mixed:  # row_tiles(m_n, 12), inlined
+            tall, tiles = 0, 0
+            for short in range(3):
+                t_n = (max(0, m_n - SHORT_MR * short) + mr - 1) // mr
+                if short == 0 or t_n * mr + short * SHORT_MR < tall * mr + (tiles - tall) * SHORT_MR:
+                    tall, tiles = t_n, t_n + short
+        else:
+            tiles = (m_n + mr - 1) // mr
+            tall = tiles
         panels = (n_n + nr - 1) // nr
         inf = np.float32(np.inf)
         one = np.float32(1)
@@ -259,14 +291,22 @@ def driver(kind: int, post: int, mr: int):
                     nv = min(nr, n_n - c0)
                     b_off = (q * k_n + k0) * nr
                     for t in range(t0, t1):
-                        r0 = t * mr
-                        mv = min(mr, m_n - r0)
+                        h = mr if t < tall else SHORT_MR
+                        r0 = t * mr if t < tall else tall * mr + (t - tall) * SHORT_MR
+                        mv = min(h, m_n - r0)
                         o_off = r0 * ldo + c0
                         if lda:  # A's own rows
                             a_off, a_ld, a_step = r0 * lda + k0, lda, 1
-                        else:  # A packed
-                            a_off, a_ld, a_step = (t * k_n + k0) * mr, 1, mr
-                        if nv >= nr:
+                        else:  # A packed (tiles of h rows, tile t at row r0: pack_a)
+                            a_off, a_ld, a_step = r0 * k_n + k0 * h, 1, h
+                        if t >= tall:
+                            if nv >= nr:
+                                full8(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo, lo2,
+                                      hi2, mv, nv)
+                            else:
+                                masked8(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo,
+                                        lo2, hi2, mv, nv)
+                        elif nv >= nr:
                             full(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo, lo2, hi2,
                                  mv, nv)
                         else:
@@ -291,7 +331,7 @@ def plan(kind: int, m_n: int, k_n: int, n_n: int, shards: int) -> tuple[int, int
     mr, nr = MR[kind], NR[kind]
     chunks = -(-k_n // KC)
     kc = -(-k_n // chunks)
-    tiles = -(-m_n // mr)
+    tiles = sum(row_tiles(m_n, mr))
     block = max(1, min(tiles, BLOCK_BYTES // (4 * kc * mr)))
     blocks = -(-tiles // block)
     panels = -(-n_n // nr)
@@ -329,8 +369,9 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
     if DIRECT_A and a2.flags.c_contiguous:
         ap, lda = a2.reshape(-1), k_n
     else:
-        ap, lda = config.thread_buffer("fgemm_a", -(-m_n // mr) * mr * k_n, np.float32), 0
-        pack_a(a2, m_n, k_n, mr, ap)
+        tall, short = row_tiles(m_n, mr)
+        ap, lda = config.thread_buffer("fgemm_a", (tall * mr + short * SHORT_MR) * k_n, np.float32), 0
+        pack_a(a2, m_n, k_n, mr, ap, tall, short, SHORT_MR)
     if bias is None:
         bb = packed.zeros
     else:

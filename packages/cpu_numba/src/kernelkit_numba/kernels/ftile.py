@@ -271,11 +271,14 @@ def _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off
             out[o_off + r * ldo + j] = v
 
 
-def _rows_driver(kind: int, full, masked, full_z, masked_z, half=None, half_z=None):
+def _rows_driver(kind: int, full, masked, full_z, masked_z, half=None, half_z=None, tile_major=False):
     """conv_tiles' loops for one variant, its four tiles fixed (a driver that dispatched on the kind
     inside the pixel loop, even inlined, ran small-K layers 20% slower). ``half``/``half_z``: masked
     tiles of one vector for a row's last nr / 2 pixels or fewer (a 14x14 map's 196 = 6 x 32 + 4:
-    the two-vector tile spent a whole tile's FMAs on 4 pixels); the masked ones where None."""
+    the two-vector tile spent a whole tile's FMAs on 4 pixels); the masked ones where None.
+    ``tile_major``: per K chunk each pixel tile passes every weight panel (the tile's kc x nr pixels
+    stay in L1, the panels stream from L2: BLIS's order) instead of each panel passing every tile
+    (the panel's kc x mr weights in L1, the pixels streaming)."""
     mr, nr = MR[kind], NR[kind]
     if half is None:
         half, half_z = masked, masked_z
@@ -305,39 +308,48 @@ def _rows_driver(kind: int, full, masked, full_z, masked_z, half=None, half_z=No
                             d = t * kk + k * nr
                             for j in range(min(nr, n - t)):
                                 xp[U(d + j)] = x[U(src + t + j)]
-                for q in range(q0, q1):
+                nt = (n + nr - 1) // nr
+                nq = q1 - q0
+                for i in range(nq * nt):
+                    if tile_major:
+                        ti = i // nq
+                        q = q0 + i - ti * nq
+                    else:
+                        qi = i // nt
+                        q = q0 + qi
+                        ti = i - qi * nt
+                    t = ti * nr
                     r0 = q * mr
                     m_valid = min(mr, m_n - r0)
                     w_off = q * k_n * mr + k0 * mr
-                    for t in range(0, n, nr):
-                        o_off = r0 * ldo + o_col0 + p0 + t
-                        nv = min(nr, n - t)
-                        if pack:
-                            src_x, x_off, step = xp, t * kk, nr
-                        else:
-                            src_x, x_off, step = x, k0 * ldx + x_col0 + p0 + t, ldx
-                        if nv >= nr:
-                            if with_z:
-                                full_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
-                                       m_valid, nv)
-                            else:
-                                full(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
-                                     m_valid, nv)
-                        elif 2 * nv <= nr:
-                            if with_z:
-                                half_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
-                                       m_valid, nv)
-                            else:
-                                half(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
-                                     m_valid, nv)
-                        elif with_z:
-                            masked_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
-                                     m_valid, nv)
-                        else:
-                            masked(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                    o_off = r0 * ldo + o_col0 + p0 + t
+                    nv = min(nr, n - t)
+                    if pack:
+                        src_x, x_off, step = xp, t * kk, nr
+                    else:
+                        src_x, x_off, step = x, k0 * ldx + x_col0 + p0 + t, ldx
+                    if nv >= nr:
+                        if with_z:
+                            full_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
                                    m_valid, nv)
+                        else:
+                            full(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                 m_valid, nv)
+                    elif 2 * nv <= nr:
+                        if with_z:
+                            half_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                   m_valid, nv)
+                        else:
+                            half(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                 m_valid, nv)
+                    elif with_z:
+                        masked_z(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                 m_valid, nv)
+                    else:
+                        masked(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                               m_valid, nv)
 
-    return _variant_jit(tiles, "rows", kind)
+    return _variant_jit(tiles, "rows_tm" if tile_major else "rows", kind)
 
 
 @jit
@@ -354,6 +366,29 @@ def _generic_tile_noz(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, l
 
 
 _NAME = {v: k for k, v in KIND.items()}
+# The rows tiles of 12 weight rows x 32 pixels on avx512 (24 zmm accumulators): a kind of their own
+# for the rows path only (MR/NR/plan/rows_driver/conv_tiles take it as any kind; the cols, implicit
+# and Winograd paths never see it). Per step of k the 8-row tile loads two pixel vectors for 16 FMAs,
+# this one for 24: a third less traffic from L2 for the pixel stream per flop (session 5's raw table
+# on the Xeon: 12 x 32 at or above 8 x 32 on all seven shapes, +3-10%). Off by default (ROWS12_ON).
+ROWS12 = 3
+MR[ROWS12], NR[ROWS12] = 12, 32
+_NAME[ROWS12] = "avx512x12"
+_INTRINSIC_NAME = {ROWS12: "avx512"}
+ROWS12_ON = False  # off (issue 11, session 9): in ResNet-50 the 8-row tiles ran at or ahead of these on
+# both machines (the 64 -> 256 layers at 56x56 with the residual 6-12 % slower on 12 rows), where the
+# kernels alone had the 12-row ones 4 % ahead on the Xeon; on, they cost a second compiled rows driver
+ROWS12_MIN_M = 96  # fewer weight rows stay on 8-row panels (64 = 5 x 12 + 4: 72 rows computed)
+
+
+def rows_kind(kind, m_n: int):
+    """The kind conv_tiles runs a product of ``m_n`` weight rows on, for the variant ``kind``
+    (``choice``'s): ROWS12 (12-row panels) for avx512 where the last panel wastes at most 1/32 of the
+    rows (ROWS12_ON, m_n >= ROWS12_MIN_M), else ``kind`` itself (8-row panels). The weights must be
+    packed with MR of the returned kind."""
+    if kind == KIND["avx512"] and ROWS12_ON and m_n >= ROWS12_MIN_M and (-m_n % 12) * 32 <= m_n:
+        return ROWS12
+    return kind
 _built: dict = {}
 _build_lock = threading.RLock()  # reentrant: a batched driver builds its tiles' driver
 
@@ -384,15 +419,26 @@ def _variant_jit(fn, driver: str, kind: int):
     return jit(fn)
 
 
-@_built_once
 def rows_driver(kind: int):
     """The compiled loops of conv_tiles for variant ``kind``, built on first use: a process compiles
-    (or loads from the cache) only the variants it runs."""
+    (or loads from the cache) only the variants it runs. The loop order is ROWS_TILE_MAJOR's."""
+    return rows_driver_order(kind, ROWS_TILE_MAJOR)
+
+
+ROWS_TILE_MAJOR = False  # the rows driver's loop order (_rows_driver's tile_major)
+KC_TILE_MAJOR = 256  # K chunk of the tile-major order: a 32-pixel tile's chunk is 32 KiB
+
+
+@_built_once
+def rows_driver_order(kind: int, tile_major: bool):
+    """rows_driver with the loop order given."""
     if kind == 0:
-        return _rows_driver(0, _generic_tile_noz, _generic_tile_noz, _generic_tile, _generic_tile)
-    name, mr = _NAME[kind], MR[kind]
+        return _rows_driver(0, _generic_tile_noz, _generic_tile_noz, _generic_tile, _generic_tile,
+                            tile_major=tile_major)
+    name, mr = _INTRINSIC_NAME.get(kind, _NAME[kind]), MR[kind]
     tiles = [_tile_intrinsic(name, mr, 2, masked, with_z) for with_z in (False, True) for masked in (False, True)]
-    return _rows_driver(kind, *tiles, *(_tile_intrinsic(name, mr, 1, True, with_z) for with_z in (False, True)))
+    return _rows_driver(kind, *tiles, *(_tile_intrinsic(name, mr, 1, True, with_z) for with_z in (False, True)),
+                        tile_major=tile_major)
 
 
 def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
@@ -471,6 +517,106 @@ def conv_implicit(kind, wp, k_n, m_n, x, koff, row_step, ow_n, bias, z, has_z, l
     epilogue as conv_tiles', ``out`` (rows of ``ldo`` = OH * OW) and ``z`` flat. ``scratch`` unused
     (run_sharded's signature)."""
     implicit_driver(kind)(wp, k_n, m_n, x, koff, row_step, ow_n, bias, z, has_z, lo, hi, out, ldo, s_lo, s_hi)
+
+
+# ----------------------------- strided convolutions of deep K: the implicit GEMM's rows copied into tile order
+def _gather_driver(kind: int, full, masked, full_z, masked_z, half, half_z):
+    """conv_gather's loops for one variant (the rows tiles, reading the packed scratch)."""
+    mr, nr = MR[kind], NR[kind]
+
+    def tiles(wp, k_n, m_n, x, koff, row_step, ow_n, n_pix, bias, zeros, z, has_z, lo, hi, out, ldo, block, groups,
+              kc, xp, s_lo, s_hi):
+        panels = (m_n + mr - 1) // mr
+        inf = np.float32(np.inf)
+        runs = np.empty(3 * nr, np.int64)  # per tile: (lane, offset of the pixel in a phase row, length)
+        for s in range(s_lo, s_hi):
+            b = s // groups
+            g = s - b * groups
+            q0, q1 = g * panels // groups, (g + 1) * panels // groups
+            p0 = b * block
+            n = min(block, n_pix - p0)
+            for k0 in range(0, k_n, kc):
+                kk = min(kc, k_n - k0)
+                final = k0 + kk >= k_n
+                first = np.int64(1 if k0 == 0 else 0)
+                bb = bias if final else zeros
+                with_z = has_z and final
+                lo2 = lo if final else -inf
+                hi2 = hi if final else inf
+                for t in range(0, n, nr):  # copy the tile's rows k0..k0+kk into xp[t * kk:], [k][nr]
+                    nv = min(nr, n - t)
+                    p = p0 + t
+                    oh = p // ow_n
+                    ow = p - oh * ow_n
+                    j = 0
+                    nrun = 0
+                    while j < nv:  # the tile's pixels as runs along output rows
+                        ln = min(nv - j, ow_n - ow)
+                        runs[3 * nrun] = j
+                        runs[3 * nrun + 1] = oh * row_step + ow
+                        runs[3 * nrun + 2] = ln
+                        nrun += 1
+                        j += ln
+                        oh += 1
+                        ow = 0
+                    for k in range(kk):
+                        ko = koff[k0 + k]
+                        d = t * kk + k * nr
+                        for r in range(nrun):
+                            dj = d + runs[3 * r]
+                            src = ko + runs[3 * r + 1]
+                            for e in range(runs[3 * r + 2]):
+                                xp[U(dj + e)] = x[U(src + e)]
+                for q in range(q0, q1):
+                    r0 = q * mr
+                    m_valid = min(mr, m_n - r0)
+                    w_off = q * k_n * mr + k0 * mr
+                    for t in range(0, n, nr):
+                        o_off = r0 * ldo + p0 + t
+                        nv = min(nr, n - t)
+                        if nv >= nr:
+                            if with_z:
+                                full_z(wp, w_off, xp, t * kk, nr, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                       m_valid, nv)
+                            else:
+                                full(wp, w_off, xp, t * kk, nr, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                     m_valid, nv)
+                        elif 2 * nv <= nr:
+                            if with_z:
+                                half_z(wp, w_off, xp, t * kk, nr, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                       m_valid, nv)
+                            else:
+                                half(wp, w_off, xp, t * kk, nr, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                     m_valid, nv)
+                        elif with_z:
+                            masked_z(wp, w_off, xp, t * kk, nr, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                     m_valid, nv)
+                        else:
+                            masked(wp, w_off, xp, t * kk, nr, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
+                                   m_valid, nv)
+
+    return _variant_jit(tiles, "gather", kind)
+
+
+@_built_once
+def gather_driver(kind: int):
+    """The compiled loops of conv_gather for variant ``kind`` (1, 2 or ROWS12), built on first use."""
+    name, mr = _INTRINSIC_NAME.get(kind, _NAME[kind]), MR[kind]
+    return _gather_driver(kind, *(_tile_intrinsic(name, mr, 2, m, z) for m, z in _FORMS),
+                          *(_tile_intrinsic(name, mr, 1, True, z) for z in (False, True)))
+
+
+def conv_gather(kind, wp, k_n, m_n, x, koff, row_step, ow_n, n_pix, bias, zeros, z, has_z, lo, hi, out, ldo, block,
+                groups, kc, xp, s_lo, s_hi):
+    """Shards [s_lo, s_hi) of a strided convolution on the rows tiles of ``kind`` (1, 2 or ROWS12) as
+    conv_tiles cuts them (ftile.plan: pixel blocks x weight-panel groups, K chunks), each block's
+    rows copied into tile order straight from the input's zero-padded column phases (``x``:
+    phases_padded; row k of output pixel p = oh * ow_n + ow at ``x[koff[k] + oh * row_step + ow]``,
+    implicit_geometry) instead of from an im2col matrix: one copy of the K x pixels values where
+    im2col + conv_tiles' packing made two (and wrote the column matrix out of cache). ``xp``: a
+    scratch of at least block * kc floats; ``out``/``z`` flat, rows of ``ldo`` = OH * OW."""
+    gather_driver(kind)(wp, k_n, m_n, x, koff, row_step, ow_n, n_pix, bias, zeros, z, has_z, lo, hi, out, ldo, block,
+                        groups, kc, xp, s_lo, s_hi)
 
 
 def implicit_geometry(c_n: int, kh: int, kw: int, s: int, ph: int, pw: int, oh_n: int, ow_n: int):
@@ -909,7 +1055,10 @@ def pack_rows(m_n: int, k_n: int, n_pix: int) -> bool:
     return m_n >= PACK_MIN_M or (k_n >= PACK_MIN_K and n_pix >= PACK_MIN_PIXELS)
 
 
-PACK_MIN_M, PACK_MIN_K, PACK_MIN_PIXELS = 128, 128, 2048
+PACK_MIN_M, PACK_MIN_K, PACK_MIN_PIXELS = 128, 128, 8192  # pixels: 2048 until session 9, which took the
+# 56x56 maps (3136 pixels) of fewer than 128 weight rows out: 64 x 256 x 3136 ran in place at 127 against 124
+# GFLOP/s packed on the Xeon (session 5) and 92 against 83 on the AMD box (bench_rows_tiles.py); the stem
+# (64 x 147 x 12544) that the rule was for runs as the implicit GEMM now
 BLOCK_BYTES = 256 * 1024  # a block's pixel rows of one K chunk (kc x block floats) stay in L2
 
 
@@ -923,7 +1072,7 @@ def plan(kind: int, m_n: int, k_n: int, n_pix: int, threads: int) -> tuple[int, 
     if not BALANCED_PLAN:
         return _plan_s5(kind, m_n, k_n, n_pix, threads)
     nr = NR[kind]
-    chunks = -(-k_n // KC)
+    chunks = -(-k_n // (KC_TILE_MAJOR if ROWS_TILE_MAJOR else KC))
     kc = -(-k_n // chunks)
     tiles = -(-n_pix // nr)
     per = max(1, BLOCK_BYTES // (4 * kc) // nr)  # tiles a block keeps in L2
