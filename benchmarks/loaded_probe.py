@@ -5,11 +5,12 @@ the run's end (``/proc/thread-self/stat``), its involuntary context switches, an
 counters; per process it prints the medians and the share of runs that ended on the busy CPU.
 
     taskset -c 0,1 python benchmarks/loaded_probe.py resnet18,transformer [--runs 60] [--repeats 3]
-        [--variant LABEL=runtime[:pin][:held]]
+        [--variant LABEL=runtime[:pin][:held][:nobeat]]
 
 ``pin``: the calling thread pinned to the CPUs other than the busy one (is the caller's place the
 cost?); ``held``: the pool backed off for the whole process after the warm-up runs (the default's
-serial path without the pool's comings and goings). Linux only (``/proc``).
+serial path without the pool's comings and goings); ``nobeat``: ``config.HEARTBEAT`` off. Linux
+only (``/proc``).
 """
 from __future__ import annotations
 
@@ -50,6 +51,9 @@ def switches():
 
 
 _, model, feed, _ = model_case(name)
+if "nobeat" in flags:
+    from kernelkit_numba import config
+    config.HEARTBEAT = False
 if runtime == "numba":  # the default thread count
     import kernelkit
     sess = kernelkit.Session(model, vendors=["numba", "reference"], fallback=False)
@@ -91,7 +95,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=60)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--variant", action="append", default=[],
-                    help="LABEL=runtime[:pin][:held] (runtime: numba1 or numba)")
+                    help="LABEL=runtime[:pin][:held][:nobeat] (runtime: numba1, numba2 or numba)")
     args = ap.parse_args()
     configs = [("1t", "numba1", ""), ("default", "numba", "")]
     for v in args.variant:
