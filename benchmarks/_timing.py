@@ -94,20 +94,8 @@ def best_node_ms_interleaved(sessions: list, feed, runs: int) -> list[dict]:
 def steal_seconds() -> float | None:
     """Seconds the hypervisor took from the CPUs of this process's affinity since boot (``/proc/stat``'s
     steal column), or None where that cannot be read. The Xeon's figures move up to 50 % between
-    processes of the same code; the steal over a process's timed runs says whether its host lost time."""
-    import os
+    processes of the same code; the steal over a process's timed runs says whether its host lost time
+    (the Xeon reported none in session 9)."""
+    from kernelkit_numba.shards import proc_stat_seconds
 
-    try:
-        cpus = {f"cpu{c}" for c in os.sched_getaffinity(0)}
-        ticks, found = 0, 0
-        with open("/proc/stat") as f:
-            for line in f:
-                if not line.startswith("cpu"):
-                    break
-                parts = line.split()
-                if parts[0] in cpus and len(parts) > 8:
-                    ticks += int(parts[8])
-                    found += 1
-        return ticks / os.sysconf("SC_CLK_TCK") if found == len(cpus) else None
-    except (OSError, ValueError, AttributeError):
-        return None
+    return proc_stat_seconds((8,))

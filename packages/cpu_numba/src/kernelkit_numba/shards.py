@@ -131,10 +131,11 @@ def _build_spinner():
 _gate_fn = None
 
 
-def _proc_stat_idle() -> float | None:
-    """Seconds the CPUs of this process's affinity spent idle since boot (``/proc/stat``'s idle and
-    iowait columns, in clock ticks), or None where that cannot be read (not Linux, or a
-    ``/proc/stat`` without a line for each of those CPUs: a container's view of other numbers)."""
+def proc_stat_seconds(columns: tuple[int, ...]) -> float | None:
+    """Seconds the CPUs of this process's affinity spent in ``columns`` of ``/proc/stat``'s cpu lines
+    since boot (4, 5: idle and iowait; 8: stolen by the hypervisor), or None where that cannot be
+    read (not Linux, or a ``/proc/stat`` without a line for each of those CPUs: a container's view
+    of other numbers)."""
     try:
         cpus = {f"cpu{c}" for c in os.sched_getaffinity(0)}
         ticks, found = 0, 0
@@ -144,11 +145,16 @@ def _proc_stat_idle() -> float | None:
                     break
                 parts = line.split()
                 if parts[0] in cpus:
-                    ticks += int(parts[4]) + int(parts[5])
+                    ticks += sum(int(parts[c]) for c in columns)
                     found += 1
         return ticks / os.sysconf("SC_CLK_TCK") if found == len(cpus) else None
     except (OSError, ValueError, IndexError, AttributeError):
         return None
+
+
+def _proc_stat_idle() -> float | None:
+    """Seconds the CPUs of this process's affinity spent idle since boot (idle and iowait)."""
+    return proc_stat_seconds((4, 5))
 
 
 class _Job:
