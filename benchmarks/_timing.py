@@ -99,3 +99,35 @@ def steal_seconds() -> float | None:
     from kernelkit_numba.shards import proc_stat_seconds
 
     return proc_stat_seconds((8,))
+
+
+def ort_best_nodes(proto, feed, threads: int, runs: int) -> list[dict]:
+    """onnxruntime's own profile of ``runs`` runs after 3 warm-up runs (``enable_profiling``): per node
+    in run order, ``{"name", "op", "shapes" (input shapes), "ms" (best kernel time)}``. The profiler
+    adds to onnxruntime's per-node times: compare whole runs without it."""
+    import json
+    import os
+    import tempfile
+
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.enable_profiling = True
+    opts.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    for _ in range(3 + runs):
+        sess.run(None, feed)
+    path = sess.end_profiling()
+    with open(path) as f:
+        events = [e for e in json.load(f) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    os.unlink(path)
+    order, best, info = [], {}, {}
+    for e in events[len(events) * 3 // (3 + runs):]:  # skip the warm-up runs
+        name = e["name"][:-len("_kernel_time")]
+        if name not in best:
+            order.append(name)
+            shapes = [list(list(d.values())[0]) for d in e["args"].get("input_type_shape", [])]
+            info[name] = (e["args"].get("op_name"), shapes)
+        best[name] = min(best.get(name, np.inf), e["dur"] / 1e3)
+    return [{"name": n, "op": info[n][0], "shapes": info[n][1], "ms": best[n]} for n in order]

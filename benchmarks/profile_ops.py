@@ -8,19 +8,14 @@ convolution shapes lose and by how much (docs/numba.md, "Convolutions").
 from __future__ import annotations
 
 import collections
-import json
 import os
 import sys
-import tempfile
-
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # steady state: numba kernels compile in the warm-up calls (not in the background while timed)
 os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 import kernelkit  # noqa: E402
-import onnxruntime as ort  # noqa: E402
-from _timing import best_node_ms  # noqa: E402
+from _timing import best_node_ms, ort_best_nodes  # noqa: E402
 from bench_e2e_interleaved import batched  # noqa: E402
 
 
@@ -48,25 +43,7 @@ def kernelkit_profile(model, feed, vendor: str, threads: int, runs: int) -> list
 
 
 def ort_profile(proto, feed, threads: int, runs: int) -> list[tuple]:
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-    opts.enable_profiling = True
-    opts.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
-    sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    for _ in range(3 + runs):
-        sess.run(None, feed)
-    path = sess.end_profiling()
-    with open(path) as f:
-        events = [e for e in json.load(f) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
-    order, best, shapes = [], {}, {}
-    for e in events[len(events) * 3 // (3 + runs):]:  # skip the warm-up runs
-        name = e["name"][:-len("_kernel_time")]
-        if name not in best:
-            order.append(name)
-            inputs = e["args"].get("input_type_shape", [])
-            shapes[name] = (e["args"].get("op_name"), [list(d.values())[0] for d in inputs])
-        best[name] = min(best.get(name, np.inf), e["dur"] / 1e3)
-    return [(_key(shapes[n][0], shapes[n][1]), n, best[n]) for n in order]
+    return [(_key(n["op"], n["shapes"]), n["name"], n["ms"]) for n in ort_best_nodes(proto, feed, threads, runs)]
 
 
 def main(argv):

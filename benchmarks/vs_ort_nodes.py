@@ -78,29 +78,9 @@ def _kk_nodes(model, feed, vendor: str, threads: int, runs: int) -> list[dict]:
 
 
 def _ort_nodes(proto, feed, threads: int, runs: int) -> list[dict]:
-    import numpy as np
-    import onnxruntime as ort
+    from _timing import ort_best_nodes
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-    opts.enable_profiling = True
-    opts.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
-    sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    for _ in range(3 + runs):
-        sess.run(None, feed)
-    path = sess.end_profiling()
-    with open(path) as f:
-        events = [e for e in json.load(f) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
-    os.unlink(path)
-    order, best, info = [], {}, {}
-    for e in events[len(events) * 3 // (3 + runs):]:  # skip the warm-up runs
-        name = e["name"][:-len("_kernel_time")]
-        if name not in best:
-            order.append(name)
-            shapes = [list(list(d.values())[0]) for d in e["args"].get("input_type_shape", [])]
-            info[name] = (e["args"].get("op_name"), shapes)
-        best[name] = min(best.get(name, np.inf), e["dur"] / 1e3)
-    return [{"name": n, "op": info[n][0], "shapes": info[n][1], "ms": best[n]} for n in order]
+    return ort_best_nodes(proto, feed, threads, runs)
 
 
 def _whole_runs(proto, model, feed, threads: int, reps: int, reference: bool, min_seconds: float = 0.0) -> dict:
