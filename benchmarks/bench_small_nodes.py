@@ -6,7 +6,7 @@ node's best profiled time over ``reps`` runs, the two sessions run in turn::
 
 Cases: batch-1 Gemm heads (M = 1), 1x1 convolutions of 1x1 maps (squeeze-and-excitation) and of
 14x14 / 7x7 maps (EfficientNet-B0), RegNetY-400MF's grouped 3x3 layers (stride 1 and 2) and its 1x1/2
-shortcut (session 9), Sigmoid at EfficientNet's sizes, GPT-2's masked Where.
+shortcut and the detection head's x2 Resize (session 9), Sigmoid at EfficientNet's sizes, GPT-2's masked Where.
 """
 from __future__ import annotations
 
@@ -64,6 +64,15 @@ def conv(c, h, m, k=3, stride=1, group=1, act=""):
     return model, {"x": RNG.standard_normal((1, c, h, h)).astype(np.float32)}
 
 
+def resize2x(c, h):
+    """Nearest x2 upsampling of a c x h x h map (the detection head's FPN Resize), then a Relu: the
+    Resize's output in the session's arena (``out=``) as inside the model, not a fresh graph output."""
+    nodes = [helper.make_node("Resize", ["x", "", "s"], ["t"], mode="nearest"), helper.make_node("Relu", ["t"], ["y"])]
+    model = _model(nodes, [("x", F, [1, c, h, h])],
+                   ("y", [1, c, 2 * h, 2 * h]), {"s": np.array([1, 1, 2, 2], np.float32)})
+    return model, {"x": RNG.standard_normal((1, c, h, h)).astype(np.float32)}
+
+
 def sigmoid(c, h):
     model = _model([helper.make_node("Sigmoid", ["x"], ["y"])], [("x", F, [1, c, h, h])], ("y", [1, c, h, h]), {})
     return model, {"x": (RNG.standard_normal((1, c, h, h)) * 4).astype(np.float32)}
@@ -98,6 +107,8 @@ CASES = {
     "conv g55 440@14 3x3/2 Relu (RegNetY stage 4)": lambda: conv(440, 14, 440, 3, 2, 55, "Relu"),
     "conv g55 440@7 3x3 Relu (RegNetY stage 4)": lambda: conv(440, 7, 440, 3, 1, 55, "Relu"),
     "conv 32->48@112 1x1/2 (RegNetY shortcut)": lambda: conv(32, 112, 48, 1, 2),
+    "resize x2 512@10 (detection head)": lambda: resize2x(512, 10),
+    "resize x2 256@20 (detection head)": lambda: resize2x(256, 20),
     "sigmoid 32@112": lambda: sigmoid(32, 112),
     "sigmoid 144@56": lambda: sigmoid(144, 56),
     "sigmoid 672@14": lambda: sigmoid(672, 14),

@@ -194,6 +194,31 @@ def test_resize(check, shape, data, mode, transform, nearest, by_scales):
     check("Resize", inputs, attrs, constants=(len(inputs) - 1,))
 
 
+@pytest.mark.parametrize("shape, scales", [
+    ((1, 4, 10, 10), (1, 1, 2, 2)),  # the detection head's x2: H into the output, W repeated first
+    ((2, 3, 5, 17), (1, 1, 2, 1)),  # only H scaled: runs of one row
+    ((1, 3, 4, 8), (1, 1, 3, 2)),  # runs of exactly _REPEAT_MIN_RUN
+    ((1, 2, 3, 4), (1, 1, 2, 2)),  # runs of 8: repeats, then one copy
+    ((1, 5, 20), (1, 2, 1)),  # a channel axis scaled
+    ((2, 3, 4, 5), (2, 1, 1, 1)),  # the batch axis
+])
+@pytest.mark.parametrize("into", [True, False])
+def test_resize_integer_factors_into_the_output(monkeypatch, shape, scales, into):
+    """Nearest upsampling by integer factors (resize._repeat): the last step as a broadcast copy
+    straight into a given output, or the repeats and a copy; exactly the reference's values."""
+    from kernelkit.ops import resize as reference
+    from kernelkit_numba.kernels import resize
+
+    monkeypatch.setattr(resize, "REPEAT_INTO", into)
+    x = _x(shape, 3)
+    s = np.array(scales, np.float32)
+    want = reference.resize(x, None, s)
+    out = np.full(want.shape, np.nan, np.float32)
+    assert resize.resize(x, None, s, out=out) is out
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(resize.resize(x, None, s), want)
+
+
 def _zero_size_cases():
     r = np.random.default_rng(0)
     for shape in [(0, 3, 4, 5), (2, 0, 4, 5)]:

@@ -44,6 +44,10 @@ def _supports(specs, attrs) -> bool:
             and attrs.get("nearest_mode", "round_prefer_floor") in NEAREST_MODES)
 
 
+REPEAT_INTO = True  # _repeat writes its last step into the output (False: repeats, then a copy)
+_REPEAT_MIN_RUN = 16  # ... where the copy's contiguous runs are this long (2-element runs: 5x slower)
+
+
 def _repeat_factors(index, shape) -> list[int] | None:
     """Each axis's integer upsampling factor when nearest's source index along every axis is
     ``arange(n) // k`` (FPN's and YOLO's Resize x2), else None."""
@@ -62,6 +66,17 @@ def _repeat(x, factors, shape, into):
     two repeats against 706 us for the offset-table gather, and 587 us for one broadcast copy,
     whose innermost runs are 2 elements long)."""
     y = x
+    first = next((a for a, k in enumerate(factors) if k > 1), None)
+    if into is not None and REPEAT_INTO and first is not None and math.prod(shape[first + 1:]) >= _REPEAT_MIN_RUN:
+        for axis in range(first + 1, len(factors)):
+            if factors[axis] > 1:
+                y = np.repeat(y, factors[axis], axis=axis)
+        # the outermost scaled axis as a broadcast copy straight into the output: runs of the later
+        # axes' length, one temporary and one full-size copy fewer (YOLO's x2 of 512@10x10: 165 -> 123 us)
+        k = factors[first]
+        view = into.reshape(shape[:first] + (x.shape[first], k) + shape[first + 1:])
+        np.copyto(view, np.expand_dims(y, first + 1))
+        return into
     for axis, k in enumerate(factors):
         if k > 1:
             y = np.repeat(y, k, axis=axis)
