@@ -201,22 +201,31 @@ def test_resize(check, shape, data, mode, transform, nearest, by_scales):
     ((1, 2, 3, 4), (1, 1, 2, 2)),  # runs of 8: repeats, then one copy
     ((1, 5, 20), (1, 2, 1)),  # a channel axis scaled
     ((2, 3, 4, 5), (2, 1, 1, 1)),  # the batch axis
+    ((1, 2, 6, 6), (1, 1, 1.5, 2)),  # not a repeat: the gather
 ])
 @pytest.mark.parametrize("into", [True, False])
-def test_resize_integer_factors_into_the_output(monkeypatch, shape, scales, into):
+@pytest.mark.parametrize("plans", [True, False])
+@pytest.mark.parametrize("by_sizes", [False, True])
+def test_resize_integer_factors_into_the_output(monkeypatch, shape, scales, into, plans, by_sizes):
     """Nearest upsampling by integer factors (resize._repeat): the last step as a broadcast copy
-    straight into a given output, or the repeats and a copy; exactly the reference's values."""
+    straight into a given output, or the repeats and a copy; the repeat looked up by shape and
+    scales / sizes (``_repeat_plan``) or derived per call; exactly the reference's values."""
     from kernelkit.ops import resize as reference
     from kernelkit_numba.kernels import resize
 
     monkeypatch.setattr(resize, "REPEAT_INTO", into)
+    monkeypatch.setattr(resize, "REPEAT_PLANS", plans)
     x = _x(shape, 3)
     s = np.array(scales, np.float32)
-    want = reference.resize(x, None, s)
-    out = np.full(want.shape, np.nan, np.float32)
-    assert resize.resize(x, None, s, out=out) is out
-    np.testing.assert_array_equal(out, want)
-    np.testing.assert_array_equal(resize.resize(x, None, s), want)
+    args = (None, None, np.floor(s * np.array(shape)).astype(np.int64)) if by_sizes else (None, s)
+    want = reference.resize(x, *args)
+    for _ in range(2):  # the second call finds the plan
+        out = np.full(want.shape, np.nan, np.float32)
+        assert resize.resize(x, *args, out=out) is out
+        np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(resize.resize(x, *args), want)
+    with pytest.raises(ValueError):  # a bad scale still fails where the plan is looked up
+        resize.resize(x, None, -s, out=out)
 
 
 def _zero_size_cases():
