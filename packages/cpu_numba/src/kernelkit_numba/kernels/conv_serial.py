@@ -1,8 +1,9 @@
 """Conv's serial fast path (``Conv.serial_call``): a convolution of static shapes that runs on the
 calling thread alone binds, once, the one compiled driver its general path would reach (ftile's rows
-or cols tiles for a float32 1x1 stride-1 convolution, dwtile's window tiles for a 3x3 depthwise one),
-with every argument that depends only on shapes, weights and attributes fixed; a call then checks
-that its weight and bias are the constants it bound and that the switches it read
+or cols tiles for a float32 1x1 stride-1 convolution, dwtile's window tiles for a 3x3 depthwise one,
+BLAS's product for a 1x1 convolution of 1x1 maps: ``_pixel_call``), with every argument that
+depends only on shapes, weights and attributes fixed; a call then checks that its weight and bias
+are the constants it bound and that the switches it read
 (``KERNELKIT_F32_GEMM``, ``KERNELKIT_F32_DEPTHWISE``) still say the same, and calls the driver.
 
 The general path (``Conv.compute``) makes those decisions on every call: geometry, dtype and group
