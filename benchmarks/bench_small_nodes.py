@@ -5,7 +5,8 @@ node's best profiled time over ``reps`` runs, the two sessions run in turn::
     python benchmarks/bench_small_nodes.py [reps=200] [filter]
 
 Cases: batch-1 Gemm heads (M = 1), 1x1 convolutions of 1x1 maps (squeeze-and-excitation) and of
-14x14 / 7x7 maps (EfficientNet-B0), Sigmoid at EfficientNet's sizes, GPT-2's masked Where.
+14x14 / 7x7 maps (EfficientNet-B0), RegNetY-400MF's grouped 3x3 layers (stride 1 and 2) and its 1x1/2
+shortcut and the detection head's x2 Resize (session 9), Sigmoid at EfficientNet's sizes, GPT-2's masked Where.
 """
 from __future__ import annotations
 
@@ -50,6 +51,28 @@ def conv1x1(c, h, m, act=""):
     return model, {"x": RNG.standard_normal((1, c, h, h)).astype(np.float32)}
 
 
+def conv(c, h, m, k=3, stride=1, group=1, act=""):
+    """A k x k convolution (pads k // 2) of a c x h x h input, optionally grouped / strided, + act."""
+    w = (RNG.standard_normal((m, c // group, k, k)) / np.sqrt(c // group * k * k)).astype(np.float32)
+    o = (h + 2 * (k // 2) - k) // stride + 1
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t" if act else "y"], group=group, kernel_shape=[k, k],
+                              pads=[k // 2] * 4, strides=[stride, stride])]
+    if act:
+        nodes.append(helper.make_node(act, ["t"], ["y"]))
+    model = _model(nodes, [("x", F, [1, c, h, h])], ("y", [1, m, o, o]),
+                   {"w": w, "b": RNG.standard_normal(m).astype(np.float32)})
+    return model, {"x": RNG.standard_normal((1, c, h, h)).astype(np.float32)}
+
+
+def resize2x(c, h):
+    """Nearest x2 upsampling of a c x h x h map (the detection head's FPN Resize), then a Relu: the
+    Resize's output in the session's arena (``out=``) as inside the model, not a fresh graph output."""
+    nodes = [helper.make_node("Resize", ["x", "", "s"], ["t"], mode="nearest"), helper.make_node("Relu", ["t"], ["y"])]
+    model = _model(nodes, [("x", F, [1, c, h, h])],
+                   ("y", [1, c, 2 * h, 2 * h]), {"s": np.array([1, 1, 2, 2], np.float32)})
+    return model, {"x": RNG.standard_normal((1, c, h, h)).astype(np.float32)}
+
+
 def sigmoid(c, h):
     model = _model([helper.make_node("Sigmoid", ["x"], ["y"])], [("x", F, [1, c, h, h])], ("y", [1, c, h, h]), {})
     return model, {"x": (RNG.standard_normal((1, c, h, h)) * 4).astype(np.float32)}
@@ -75,6 +98,17 @@ CASES = {
     "conv 672->112@14": lambda: conv1x1(672, 14, 112),
     "conv 1152->320@7": lambda: conv1x1(1152, 7, 320),
     "conv 320->1280@7": lambda: conv1x1(320, 7, 1280),
+    "conv g6 48@112 3x3/2 Relu (RegNetY stage 1)": lambda: conv(48, 112, 48, 3, 2, 6, "Relu"),
+    "conv g6 48@56 3x3 Relu (RegNetY stage 1)": lambda: conv(48, 56, 48, 3, 1, 6, "Relu"),
+    "conv g13 104@56 3x3/2 Relu (RegNetY stage 2)": lambda: conv(104, 56, 104, 3, 2, 13, "Relu"),
+    "conv g13 104@28 3x3 Relu (RegNetY stage 2)": lambda: conv(104, 28, 104, 3, 1, 13, "Relu"),
+    "conv g26 208@28 3x3/2 Relu (RegNetY stage 3)": lambda: conv(208, 28, 208, 3, 2, 26, "Relu"),
+    "conv g26 208@14 3x3 Relu (RegNetY stage 3)": lambda: conv(208, 14, 208, 3, 1, 26, "Relu"),
+    "conv g55 440@14 3x3/2 Relu (RegNetY stage 4)": lambda: conv(440, 14, 440, 3, 2, 55, "Relu"),
+    "conv g55 440@7 3x3 Relu (RegNetY stage 4)": lambda: conv(440, 7, 440, 3, 1, 55, "Relu"),
+    "conv 32->48@112 1x1/2 (RegNetY shortcut)": lambda: conv(32, 112, 48, 1, 2),
+    "resize x2 512@10 (detection head)": lambda: resize2x(512, 10),
+    "resize x2 256@20 (detection head)": lambda: resize2x(256, 20),
     "sigmoid 32@112": lambda: sigmoid(32, 112),
     "sigmoid 144@56": lambda: sigmoid(144, 56),
     "sigmoid 672@14": lambda: sigmoid(672, 14),

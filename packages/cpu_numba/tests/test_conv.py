@@ -95,6 +95,41 @@ def test_grouped_conv_im2col_through_a_padded_copy(check, rng, x_shape, w_shape,
     check("Conv", [x, w, rng.standard_normal(w_shape[0]).astype(np.float32)], attrs, constants=(1, 2))
 
 
+@pytest.mark.parametrize("x_shape, w_shape, attrs, block", [
+    ((1, 48, 112, 112), (48, 8, 3, 3), {"group": 6, "pads": [1, 1, 1, 1], "strides": [2, 2],
+                                         "activation": "Relu"}, None),  # RegNetY's first 3x3/2, as is
+    ((2, 16, 13, 11), (16, 4, 3, 3), {"group": 4, "pads": [1, 0, 1, 2], "strides": [2, 2]}, 8000),  # 2-2-2-1 rows
+    ((1, 12, 15, 9), (18, 4, 3, 3), {"group": 3, "pads": [1, 1, 1, 1], "strides": [2, 1],
+                                      "dilations": [1, 2]}, 10000),  # 3-3-2 rows
+    ((1, 12, 17), (12, 4, 3), {"group": 3, "pads": [1, 1], "strides": [2]}, 1 << 8),  # 1-D: one block
+])
+@pytest.mark.parametrize("with_z", [False, True])
+def test_grouped_conv_in_blocks_of_rows(rng, monkeypatch, x_shape, w_shape, attrs, block, with_z):
+    """Strided grouped convolutions at one thread whose column matrix exceeds _GROUPED_ROWS_MIN_BYTES
+    run in blocks of output rows (``Conv._grouped_rows``): RegNetY's layer at its size, and small
+    ones with the limits lowered (one or a few rows a block, the last one partial), against the
+    reference, with bias and a fused residual."""
+    from kernelkit.testing import assert_close
+    from kernelkit_numba.kernels import conv
+
+    if block is not None:
+        monkeypatch.setattr(conv, "_GROUPED_ROWS_MIN_BYTES", 0)
+        monkeypatch.setattr(conv, "_GROUPED_CHUNK_BYTES", block)
+    calls = []
+    rows = conv.Conv._grouped_rows
+    monkeypatch.setattr(conv.Conv, "_grouped_rows", lambda self, *a: calls.append(a[-1]) or rows(self, *a))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = (rng.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(np.float32)
+    inputs = [x, w, rng.standard_normal(w_shape[0]).astype(np.float32)]
+    if with_z:
+        y = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
+        inputs.append(rng.standard_normal(y.shape).astype(np.float32))
+    got = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba"], fallback=False, threads=1)
+    want = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["reference"], fallback=False)
+    assert_close(got[0], want[0])
+    assert calls, "the row-block path did not run"
+
+
 def test_conv_unknown_activation_is_a_typed_error(rng):
     x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
     w = rng.standard_normal((2, 2, 3, 3)).astype(np.float32)

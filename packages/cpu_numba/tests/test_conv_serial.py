@@ -134,19 +134,54 @@ def test_serial_call_leaves_for_new_or_writable_weights_and_switches(rng, monkey
     assert general == [1, 1]
 
 
+@pytest.mark.parametrize("xs, ws, attrs, with_b", [
+    ((1, 32, 1, 1), (8, 32, 1, 1), {}, True),  # EfficientNet-B0's first squeeze
+    ((2, 48, 1, 1), (1152, 48, 1, 1), {"activation": "Sigmoid"}, True),  # the excitation, batch 2
+    ((1, 440, 1, 1), (110, 440, 1, 1), {"activation": "Relu"}, False),  # RegNetY's, no bias
+    ((1, 16, 1, 1), (24, 16, 1, 1), {"activation": "Clip", "activation_params": [0.0, 6.0]}, True),
+])
+def test_serial_call_on_one_pixel_maps(rng, monkeypatch, xs, ws, attrs, with_b):
+    """1x1 convolutions of 1x1 maps (squeeze-and-excitation) bind conv._gemm_pixel's product and
+    epilogue (``_pixel_call``): bit for bit the general path, close to the reference; a weight that is
+    not a constant and a residual leave for the general path."""
+    x, w, b, _ = _case(rng, xs, ws, attrs, with_b, False)
+    k = _kernel(x, w, b, None, attrs)
+    call = k.bind(None)
+    assert "_pixel_call" in call.__qualname__
+    inputs = _inputs(x, w, b, None)
+    want = k.execute(*inputs)
+    ref = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
+    general = []
+    run = k.run
+    monkeypatch.setattr(k, "run", lambda inputs, out: general.append(1) or run(inputs, out))
+    for _ in range(2):
+        out = np.full(want.shape, np.nan, np.float32)
+        assert call(*inputs, out=out) is out
+        np.testing.assert_array_equal(out, want)
+        assert_close(out, ref)
+    np.testing.assert_array_equal(call(*inputs), want)
+    assert not general
+    w2 = rng.standard_normal(ws).astype(np.float32)  # writable (a graph input): the general path
+    assert_close(call(x, w2, b), run_single_op("Conv", _inputs(x, w2, b, None), attrs, vendors=["reference"])[0])
+    assert general == [1]
+    zk = _kernel(x, w, b, want, attrs)  # a fused residual: not this call
+    assert "_pixel_call" not in zk.bind(None).__qualname__
+
+
 def test_serial_call_is_not_bound_where_the_general_path_decides(rng):
-    """A 3x3 dense convolution (Winograd), a 1x1 map and a strided 1x1 keep the general bound call; so does any
-    convolution of a two-thread budget whose work is above the serial limit."""
+    """A 3x3 dense convolution (Winograd), a strided 1x1 and a padded one of a 1x1 map keep the general
+    bound call; so does any convolution of a two-thread budget whose work is above the serial limit."""
     x = rng.standard_normal((1, 96, 112, 112)).astype(np.float32)
     w = _ro(rng.standard_normal((96, 96, 1, 1)).astype(np.float32))
     assert "_tiles_call" not in _kernel(x, w, None, None, {}, threads=2).bind(None).__qualname__
     for xs, ws, attrs in [((1, 8, 10, 10), (8, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
-                          ((1, 32, 1, 1), (16, 32, 1, 1), {}),
-                          ((1, 16, 10, 10), (16, 16, 1, 1), {"strides": [2, 2]})]:
+                          ((1, 16, 10, 10), (16, 16, 1, 1), {"strides": [2, 2]}),
+                          ((1, 8, 1, 1), (5, 8, 1, 1), {"pads": [0, 0, 1, 1], "strides": [2, 2]}),
+                          ((1, 8, 1, 1), (5, 8, 1, 1), {"pads": [0, 0, 1, 1]})]:  # a 2x2 output
         x = rng.standard_normal(xs).astype(np.float32)
         w = _ro(rng.standard_normal(ws).astype(np.float32))
         name = _kernel(x, w, None, None, attrs).bind(None).__qualname__
-        assert not any(p in name for p in ("_tiles_call", "_depthwise_call", "_implicit_call"))
+        assert not any(p in name for p in ("_tiles_call", "_depthwise_call", "_implicit_call", "_pixel_call"))
 
 
 # (x shape, weight shape, attrs, thread budget at two threads): the serial limits per layer kind

@@ -194,6 +194,40 @@ def test_resize(check, shape, data, mode, transform, nearest, by_scales):
     check("Resize", inputs, attrs, constants=(len(inputs) - 1,))
 
 
+@pytest.mark.parametrize("shape, scales", [
+    ((1, 4, 10, 10), (1, 1, 2, 2)),  # the detection head's x2: H into the output, W repeated first
+    ((2, 3, 5, 17), (1, 1, 2, 1)),  # only H scaled: runs of one row
+    ((1, 3, 4, 8), (1, 1, 3, 2)),  # runs of exactly _REPEAT_MIN_RUN
+    ((1, 2, 3, 4), (1, 1, 2, 2)),  # runs of 8: repeats, then one copy
+    ((1, 5, 20), (1, 2, 1)),  # a channel axis scaled
+    ((2, 3, 4, 5), (2, 1, 1, 1)),  # the batch axis
+    ((1, 2, 6, 6), (1, 1, 1.5, 2)),  # not a repeat: the gather
+])
+@pytest.mark.parametrize("into", [True, False])
+@pytest.mark.parametrize("plans", [True, False])
+@pytest.mark.parametrize("by_sizes", [False, True])
+def test_resize_integer_factors_into_the_output(monkeypatch, shape, scales, into, plans, by_sizes):
+    """Nearest upsampling by integer factors (resize._repeat): the last step as a broadcast copy
+    straight into a given output, or the repeats and a copy; the repeat looked up by shape and
+    scales / sizes (``_repeat_plan``) or derived per call; exactly the reference's values."""
+    from kernelkit.ops import resize as reference
+    from kernelkit_numba.kernels import resize
+
+    monkeypatch.setattr(resize, "REPEAT_INTO", into)
+    monkeypatch.setattr(resize, "REPEAT_PLANS", plans)
+    x = _x(shape, 3)
+    s = np.array(scales, np.float32)
+    args = (None, None, np.floor(s * np.array(shape)).astype(np.int64)) if by_sizes else (None, s)
+    want = reference.resize(x, *args)
+    for _ in range(2):  # the second call finds the plan
+        out = np.full(want.shape, np.nan, np.float32)
+        assert resize.resize(x, *args, out=out) is out
+        np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(resize.resize(x, *args), want)
+    with pytest.raises(ValueError):  # a bad scale still fails where the plan is looked up
+        resize.resize(x, None, -s, out=out)
+
+
 def _zero_size_cases():
     r = np.random.default_rng(0)
     for shape in [(0, 3, 4, 5), (2, 0, 4, 5)]:

@@ -674,6 +674,11 @@ class Conv(NumbaKernel):
         l_n, m_n = oh_n * ow_n, group * mg
         code, p0, p1 = self.act
         shards = config.shard_count(group, 2.0 * m_n * k_n * l_n, unit=config.MIN_TILE_WORK)
+        row_bytes = group * k_n * ow_n * x4.itemsize
+        if (_GROUPED_CHUNK_BYTES and not direct and shards <= 1 and sh * sw > 1
+                and row_bytes * oh_n > _GROUPED_ROWS_MIN_BYTES):
+            self._grouped_rows(x4, wmat, y, bias, z, max(1, _GROUPED_CHUNK_BYTES // row_bytes))
+            return
         for n in range(n_n):
             if direct:
                 cols = x4[n].reshape(group, k_n, l_n)
@@ -700,6 +705,32 @@ class Conv(NumbaKernel):
                 shard(0)
             else:
                 config.run_shards(shard, shards)
+
+    def _grouped_rows(self, x4, wmat, y, bias, z, rows):
+        """``_gemm_grouped`` at one thread for a column matrix over _GROUPED_CHUNK_BYTES: blocks of
+        ``rows`` output rows, each one im2col of its rows (every group) into a buffer that stays in
+        L2, the groups' batched product into those rows' columns of y, then their epilogue. The whole
+        matrix at once (RegNetY's 3x3/2 with 6 groups from 48x112x112: 5.4 MB) went through memory
+        between the copy and the product, and inside the model ran behind the reference's row tiles."""
+        (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = self._geom
+        n_n, m_n = y.shape[:2]
+        group, mg, k_n = wmat.shape
+        kh, kw = self._kernel_hw
+        l_n = oh_n * ow_n
+        code, p0, p1 = self.act
+        size = group * k_n * rows * ow_n
+        for n in range(n_n):
+            yg = y[n].reshape(group, mg, l_n)
+            ymat = y[n].reshape(m_n, l_n)
+            zmat = None if z is None else z[n].reshape(m_n, l_n)
+            for oh0 in range(0, oh_n, rows):
+                oh1 = min(oh_n, oh0 + rows)
+                c0, c1 = oh0 * ow_n, oh1 * ow_n
+                buf = config.thread_buffer("conv_grouped", size, x4.dtype)[:group * k_n * (c1 - c0)]
+                col = buf.reshape(group * k_n, c1 - c0)
+                _im2col_rows(x4[n], col, kh, kw, sh, sw, dh, dw, ph, pw, oh_n, ow_n, oh0, oh1, 0, group * k_n)
+                np.matmul(wmat, col.reshape(group, k_n, c1 - c0), out=yg[:, :, c0:c1])
+                bias_act_block(ymat, bias, 0, m_n, c0, c1, code, p0, p1, zmat)
 
     def _ftile_kind(self, group, code, kh, kw, sh, sw, mg, k_n, l_n, dtype):
         """The ftile.py micro-kernel kind for this convolution, or None for BLAS: one group, float32,
@@ -974,6 +1005,11 @@ _COL_BLOCK_BYTES = 1 << 21  # the column block of one shard (L2 + L3): 512 KiB b
 _PHASES_MIN_COLS = 64  # strided convs with this many output columns pack from column phases (the
 # 7x7/2 stem's columns: 0.25 vs 0.54 ms at one thread); at 28 columns (3x3/2 on 56x56) they tie
 _GROUPED_COL_BYTES = 1 << 23  # grouped convs with all groups' columns up to this take one batched pass
+_GROUPED_CHUNK_BYTES = 1 << 20  # strided grouped convs at one thread: columns of output rows up to this
+# a block (_grouped_rows); 0 turns the blocks off. 512 KiB blocks: RegNetY's 3x3/2 g6 from 48@112 0.83
+# vs 0.85 ms, but more, smaller batched products for the later stages (g26 from 208@28 0.28 -> 0.37 ms)
+_GROUPED_ROWS_MIN_BYTES = 1 << 22  # ... when all groups' columns exceed this (in the model, 2.9 MB for
+# g13 from 104@56 ran alike, 1.5 MB for g26 from 208@28 0.86x in blocks of 1 MiB)
 _BLOCKED_MIN_COLS = 128  # fewer output pixels (7x7 maps): one GEMM over the whole column matrix
 
 
