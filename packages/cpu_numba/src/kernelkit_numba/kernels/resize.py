@@ -102,11 +102,21 @@ def _repeat_plan(shape, scales, sizes, axes, transform, policy, nearest_mode):
     scale, out = _plan(shape, scales, sizes, axes, policy)
     if math.prod(out) == 0:
         return None
-    src = [np.arange(size, dtype=np.float64) if n == size and s == 1.0
-           else _source(np.arange(n, dtype=np.float64), size, s, transform)
-           for size, s, n in zip(shape, scale, out)]
-    factors = _repeat_factors([np.clip(_nearest(c, nearest_mode), 0, size - 1) for c, size in zip(src, shape)], shape)
+    factors = _repeat_factors(_nearest_index(shape, scale, out, transform, nearest_mode), shape)
     return None if factors is None else (tuple(factors), tuple(out))
+
+
+def _sources(shape, scale, out, transform) -> list:
+    """Per axis the source coordinate of each output position (float64)."""
+    return [np.arange(size, dtype=np.float64) if n == size and s == 1.0
+            else _source(np.arange(n, dtype=np.float64), size, s, transform)
+            for size, s, n in zip(shape, scale, out)]
+
+
+def _nearest_index(shape, scale, out, transform, nearest_mode) -> list:
+    """Per axis the source index nearest's rounding picks for each output position."""
+    return [np.clip(_nearest(c, nearest_mode), 0, size - 1)
+            for c, size in zip(_sources(shape, scale, out, transform), shape)]
 
 
 REPEAT_PLANS = True  # nearest Resizes into an output look their repeat up by shape and scales (False: derive it)
@@ -130,15 +140,13 @@ def resize(x, roi=None, scales=None, sizes=None, *, axes=(), coordinate_transfor
         if math.prod(out):
             raise ValueError(f"Resize cannot grow the empty input {x.shape} to {tuple(out)}")
         return np.empty(tuple(out), x.dtype) if into is None else into
-    src = [np.arange(size, dtype=np.float64) if n == size and s == 1.0
-           else _source(np.arange(n, dtype=np.float64), size, s, coordinate_transformation_mode)
-           for size, s, n in zip(x.shape, scale, out)]
     if mode == "nearest":
-        index = [np.clip(_nearest(c, nearest_mode), 0, size - 1) for c, size in zip(src, x.shape)]
+        index = _nearest_index(x.shape, scale, out, coordinate_transformation_mode, nearest_mode)
         factors = _repeat_factors(index, x.shape)
         if factors is not None:
             return _repeat(x, factors, tuple(out), into)
         return take(x, axis_tables(x, index), out=into)
+    src = _sources(x.shape, scale, out, coordinate_transformation_mode)
     y = x
     for axis, (size, s, n, c) in enumerate(zip(x.shape, scale, out, src)):
         if n == size and s == 1.0:
