@@ -163,6 +163,7 @@ class Gemm(NumbaKernel):
         alpha, beta = np.float32(at.get("alpha", 1.0)), np.float32(at.get("beta", 1.0))
         code, p0, p1 = self.act
         one = np.float32(1)
+        no_bias = config.readonly(np.zeros(n, np.float32))  # the epilogue's bias where C is absent
 
         def call(a, b, c=None, *, out=None):
             config.blas_single()
@@ -174,7 +175,7 @@ class Gemm(NumbaKernel):
                     y += c.reshape(n) if beta == 1 else beta * c.reshape(n)
                 np.tanh(y, out=y)
             elif code != NONE:
-                bias = config.readonly(np.zeros(n, np.float32) if c is None else c.reshape(n))
+                bias = no_bias if c is None else config.readonly(c.reshape(n))
                 scale_bias_act_cols(y, one, bias, beta if c is not None else np.float32(0), code, p0, p1)
             elif c is not None:
                 y += c.reshape(n) if beta == 1 else beta * c.reshape(n)
@@ -183,10 +184,10 @@ class Gemm(NumbaKernel):
         call.thread_safe = True  # no per-call state: the plan's settled call needs no lock
         if (halves.ON and code != TANH and n >= 2 * HEAD_SPLIT_COLS and 4 * k * n >= HEAD_SPLIT_BYTES
                 and (self.threads or config.default_threads()) == 2):
-            return self._split_head(call, trans_a, trans_b, alpha, beta, k, n)
+            return self._split_head(call, trans_a, trans_b, alpha, beta, k, n, no_bias)
         return call
 
-    def _split_head(self, call, trans_a, trans_b, alpha, beta, k, n):
+    def _split_head(self, call, trans_a, trans_b, alpha, beta, k, n, no_bias):
         """A one-row product of a large weight (a classifier head: MobileNetV2's 1280 x 1000, 5 MiB)
         at two threads, while the pool's worker spins (other parallel nodes in the run): the
         matrix-vector product runs at memory speed, so two cores streaming half of the weight each
@@ -209,7 +210,7 @@ class Gemm(NumbaKernel):
             y = np.empty((1, n), np.float32) if out is None else out
             lhs, rhs = a.T if trans_a else a, b.T if trans_b else b
             if c is None:
-                bias, bscale = self._zeros(n), zero
+                bias, bscale = no_bias, zero
             else:
                 bias, bscale = config.readonly(np.ascontiguousarray(c, dtype=np.float32).reshape(n)), beta
 
@@ -222,12 +223,6 @@ class Gemm(NumbaKernel):
 
         split.thread_safe = True
         return split
-
-    def _zeros(self, n):
-        z = getattr(self, "_zeros_n", None)
-        if z is None or z.size != n:
-            z = self._zeros_n = config.readonly(np.zeros(n, np.float32))
-        return z
 
     def compute(self, a, b, c=None, *, out=None):
         at = self.attrs
