@@ -380,6 +380,16 @@ class ShardPool:
         now = time.perf_counter()
         return now < until or (self._probe is not None and self._still_loaded(now))
 
+    def workers_asleep(self) -> bool:
+        """Whether a worker sleeps although it has its spin loop (it spins through a run once a
+        heartbeat came: asleep, it was not woken yet, and a job published now finds it 50-150 us late)."""
+        return bool(self._sleeping and self._can_spin)
+
+    def workers_spinning(self) -> bool:
+        """Whether the pool has workers with their spin loop and none asleep now (a job published now
+        finds one within ~20 us)."""
+        return bool(self._workers and self._can_spin and not self._sleeping)
+
     def _still_loaded(self, now: float) -> bool:
         """At the end of a back-off: whether a second thread had less than ``FREE_CORES`` of a core
         through it; then the pool backs off again (``stats["held"]``)."""

@@ -57,17 +57,13 @@ def caller_parts(parts: int, flops: float) -> int:
 
 
 def worker_asleep() -> bool:
-    """Whether the pool's worker sleeps although it has its spin loop (it spins through a run once a
-    heartbeat came: asleep, it was not woken yet)."""
-    pool = config._POOL
-    return bool(pool._sleeping and pool._can_spin)
+    """Whether the pool's worker sleeps although it has its spin loop (``ShardPool.workers_asleep``)."""
+    return config._POOL.workers_asleep()
 
 
 def worker_spinning() -> bool:
-    """Whether the pool has a worker with its spin loop that is not asleep now (a job published now
-    finds it within ~20 us)."""
-    pool = config._POOL
-    return bool(pool._workers and pool._can_spin and not pool._sleeping)
+    """Whether the pool has a spinning worker now (``ShardPool.workers_spinning``)."""
+    return config._POOL.workers_spinning()
 
 
 def run(first, second) -> None:
