@@ -6,8 +6,9 @@ process and 3.42 ms in the next, MobileNetV2 7.1 against 11.5 ms), so the one-pr
 of ``test_bench_numba.py`` compares runtimes that ran on different hosts, in effect. Here each runtime
 still has a process of its own (its own heap, threads and BLAS), built and warmed once; then the parent
 asks each in turn for a block of calls (``--turn-s`` seconds' worth, after ``--settle`` untimed calls
-that warm the caches the other processes evicted). Only one process runs at a time: the others wait
-on a pipe (the shard pool's workers sleep after their idle spin). A round is one block of each runtime,
+that warm the caches the other processes evicted, ``--gap-s`` after the last block ended). Only one
+process runs at a time: the others wait on a pipe (the shard pool's workers sleep after their idle
+spin). A round is one block of each runtime,
 in a rotated order; the ratios of the table are medians over rounds of the ratios within each round,
 so that a drift of the host moves both sides of a ratio alike.
 
@@ -121,7 +122,8 @@ def busy_loop() -> subprocess.Popen:
     return proc
 
 
-def take_turns(model: str, runtimes, rounds: int, turn_s: float, settle: int, loaded: bool, sink) -> dict:
+def take_turns(model: str, runtimes, rounds: int, turn_s: float, settle: int, loaded: bool, sink,
+               gap_s: float = 0.05) -> dict:
     """Rounds of one block per runtime; returns {runtime: [block medians]} and the per-round ratios."""
     busy = busy_loop() if loaded else None
     children = []
@@ -130,14 +132,18 @@ def take_turns(model: str, runtimes, rounds: int, turn_s: float, settle: int, lo
             children.append(Child(model, runtime))
         calls = {c.runtime: max(3, min(400, round(turn_s * 1e3 / max(c.ready["call_ms"], 1e-3)))) for c in children}
         blocks: dict = {r: [] for r in runtimes}
+        pool: dict = {r: {} for r in runtimes}
         for rnd in range(rounds):
             shift = rnd % len(children)
             order = children[shift:] + children[:shift]
             if rnd % 2:
                 order = order[::-1]
             for child in order:
+                time.sleep(gap_s)  # the last process's threads end their idle spin before the next block
                 row = child.block(calls[child.runtime], settle)
                 blocks[child.runtime].append(row["median_ms"])
+                for key, count in row["pool"].items():
+                    pool[child.runtime][key] = pool[child.runtime].get(key, 0) + count
                 if sink:
                     sink.write(json.dumps({"model": model, "runtime": child.runtime, "round": rnd,
                                            "load": "loaded" if loaded else "quiet", "calls": calls[child.runtime],
@@ -154,7 +160,7 @@ def take_turns(model: str, runtimes, rounds: int, turn_s: float, settle: int, lo
         if num in blocks and den in blocks:
             per_round = np.array(blocks[num]) / np.array(blocks[den])
             ratios[label] = (float(np.median(per_round)), float(per_round.min()), float(per_round.max()))
-    return {"blocks": blocks, "ratios": ratios, "cosine_ok": cosine_ok}
+    return {"blocks": blocks, "ratios": ratios, "cosine_ok": cosine_ok, "pool": pool}
 
 
 def markdown(results: dict, mode: str, runtimes) -> str:
@@ -175,6 +181,8 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--turn-s", type=float, default=0.3, help="seconds of calls per block")
     ap.add_argument("--settle", type=int, default=2, help="untimed calls at the start of each block")
+    ap.add_argument("--gap-s", type=float, default=0.05,
+                    help="pause between blocks (the last process's pool threads end their idle spin)")
     ap.add_argument("--mode", default="quiet", help="quiet, loaded or both (comma-separated)")
     ap.add_argument("--runtimes", default=",".join(RUNTIMES))
     ap.add_argument("--json", help="append every block as a JSON line to this file")
@@ -190,12 +198,13 @@ def main(argv=None) -> None:
             results = {}
             for model in args.models.split(","):
                 results[model] = take_turns(model, runtimes, args.rounds, args.turn_s, args.settle,
-                                            mode == "loaded", sink)
+                                            mode == "loaded", sink, args.gap_s)
                 bad = [r for r, ok in results[model]["cosine_ok"].items() if not ok]
                 if bad:
                     print(f"{model}: output disagrees with onnxruntime for {bad}", file=sys.stderr)
                 medians = ", ".join(f"{r} {np.median(b):.2f}" for r, b in results[model]["blocks"].items())
-                print(f"{model} {mode}: {medians}", file=sys.stderr, flush=True)
+                print(f"{model} {mode}: {medians}; numba default's pool {results[model]['pool'].get('numba', {})}",
+                      file=sys.stderr, flush=True)
             print(markdown(results, mode, runtimes), flush=True)
     finally:
         if sink:
