@@ -260,6 +260,7 @@ def test_strided_deep_k_takes_the_gather(rng, monkeypatch, name, threads):
 
     _need(name)
     monkeypatch.setenv(ftile.ENV, name)
+    monkeypatch.setattr(conv, "DIRECT", False)  # (avx512 would take fdirect.py's direct convolution)
     monkeypatch.setattr(ftile, "ROWS12_ON", threads == 2)  # 96 rows: 12-row panels (avx512) at 2 threads
     calls = []
     real = ftile.conv_gather

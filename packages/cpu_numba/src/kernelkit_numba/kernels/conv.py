@@ -33,7 +33,7 @@ from kernelkit.shape import auto_pads, conv_out_dim
 from .. import config
 from .._base import NumbaKernel
 from ..config import jit, jit_inline, jit_parallel
-from . import conv_serial, dwtile, ftile, winograd
+from . import conv_serial, dwtile, fdirect, ftile, winograd
 from ._range import tap_range
 from .epilogue import CLIP, NONE, bias_act_block, bias_act_rows, scale_bias_act_cols
 from .gemm_nt import gemm_nt_rows
@@ -599,6 +599,9 @@ class Conv(NumbaKernel):
         if group > 1 and group * k_n * l_n * x4.itemsize <= _GROUPED_COL_BYTES:
             self._gemm_grouped(x4, wmat, y, bias, z, direct)
             return
+        if kind is not None and group == 1 and direct_wins(kind, kh, kw, sh, sw, dh, dw, mg, ow_n):
+            self._gemm_direct(x4, wmat[0], y, bias, z)
+            return
         if kind is not None and group == 1 and gather_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n, mg, l_n):
             self._gemm_gather(x4, wmat[0], y, bias, z, kind)
             return
@@ -837,6 +840,33 @@ class Conv(NumbaKernel):
                     y[n].reshape(-1), oh_n * ow_n)
             implicit_phases(config.readonly(x4[n]), xpp, sh, ph, pl, hp, qp, args, oh_n, work)
 
+    def _gemm_direct(self, x4, w2, y, bias, z):
+        """A strided convolution as fdirect.py's direct convolution (the output channels in the lanes,
+        each output pixel's input value broadcast from the zero-padded input: no im2col, no copy into
+        tile order). Per image the padding, then the tiles sharded over (48-channel panel, block of
+        output rows); at 2+ threads both as one job of two phases (PHASED)."""
+        (sh, _), _, (ph, pw), (oh_n, ow_n) = self._geom
+        n_n, c_n = x4.shape[:2]
+        m_n, k_n = w2.shape
+        kh, kw = self._kernel_hw
+        wp, _, zz, lo, hi = self._ftile_args(y, bias, z, ftile.COLS_WIDTH[fdirect.KIND], w2)
+        threads = config.current_threads()
+        key = (c_n, kh, kw, sh, ph, pw, oh_n, ow_n, m_n, threads)
+        hit = self.__dict__.get("_direct")
+        if hit is None or hit[0] != key:
+            hp, wpad, step, koff = fdirect.geometry(c_n, kh, kw, sh, oh_n, ow_n)
+            hit = self._direct = (key, (hp, wpad, step, config.readonly(koff)), np.empty(c_n * hp * wpad, np.float32),
+                                  fdirect.plan(m_n, k_n, oh_n, threads))
+        (hp, wpad, step, koff), xp, (total, rb, kc) = hit[1], hit[2], hit[3]
+        size = fdirect.scratch_size(k_n, kc, oh_n, ow_n, rb)
+        work = 2.0 * m_n * k_n * oh_n * ow_n
+        pad = (fdirect.pad_planes, c_n, _IM2COL_WORK * xp.size)
+        for n in range(n_n):
+            zn = zz.reshape(-1) if z is None else zz[n].reshape(-1)
+            args = (sh, wp, k_n, m_n, config.readonly(xp), koff, step, ow_n, oh_n, rb, bias, zn, z is not None, lo,
+                    hi, y[n].reshape(-1), kc)
+            direct_phases(config.readonly(x4[n]), xp, ph, pw, hp, wpad, args, total, work, size, pad)
+
     def _gemm_gather(self, x4, w2, y, bias, z, kind):
         """A strided convolution of deep K (ResNet's 3x3/2 layers) on the rows tiles, each pixel block's
         rows copied into tile order straight from the input's padded column phases
@@ -991,6 +1021,32 @@ def implicit_phases(xn, xpp, s, ph, pl, hp, qp, args, oh_n: int, work: float) ->
         return
     config.parallel_for(ftile.phases_padded, c_n, (xn, xpp, s, ph, pl, hp, qp), _IM2COL_WORK * xpp.size)
     ftile.run_sharded(ftile.conv_implicit, oh_n, args, work, 1)
+
+
+def direct_phases(xn, xp, ph, pw, hp, wpad, args, total: int, work: float, size: int, pad) -> None:
+    """One image of fdirect.conv: the zero-padded input into ``xp`` (fdirect.pad_planes over the
+    channels), then the tiles' shards (``args``: fdirect.conv's arguments before the scratch); at 2+
+    threads one job of two phases (PHASED), as implicit_phases."""
+    fn, c_n, pad_work = pad
+    threads = config.current_threads()
+    if PHASED and threads > 1:
+        config.run_phases([config.phase_for(fn, c_n, (xn, xp, ph, pw, hp, wpad), config.phase_count(c_n, pad_work,
+                                                                                                     threads)),
+                           ftile_part(fdirect.conv, total, args, work, size)])
+        return
+    config.parallel_for(fn, c_n, (xn, xp, ph, pw, hp, wpad), pad_work)
+    ftile.run_sharded(fdirect.conv, total, args, work, size)
+
+
+def direct_wins(kind, kh, kw, sh, sw, dh, dw, mg, ow_n) -> bool:
+    """Whether a (float32, one group, ftile) convolution runs as ``_gemm_direct`` (fdirect.py): DIRECT
+    on and fdirect.fits (avx512, strided both ways alike, undilated, not 1x1, 64+ output channels in
+    multiples of 16, output rows of 7+ pixels): ResNet's 3x3/2 layers and the 7x7/2 stem, which ran
+    1.65-2.26x onnxruntime on the Xeon through the gather, im2col and implicit-GEMM paths (session 10)."""
+    return DIRECT and fdirect.fits(kind, kh, kw, sh, sw, dh, dw, mg, ow_n)
+
+
+DIRECT = True
 
 
 _IM2COL_WORK = 24.0  # work units (~25 ps each, see winograd._TRANSFORM_WORK) per column-matrix element:

@@ -1,0 +1,120 @@
+"""fdirect.py: strided float32 convolutions as direct convolutions on ftile's cols tiles (conv.DIRECT),
+against the reference kernels: panels of 48 channels with a last one of 16 or 32, rows not a multiple
+of the 7-pixel tile (the overlapping last tile), K in several chunks, residual and clamps, 1-3
+threads' shard plans, batch 2, the 7x7/2 stem's shape class, and DIRECT off to the same result."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kernelkit.testing import assert_close, run_single_op
+from kernelkit_numba.kernels import conv, fdirect, ftile
+
+FEW = settings(max_examples=25, deadline=None,
+               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+def _need_avx512():
+    if not ftile.available("avx512"):
+        pytest.skip("the direct convolution runs on avx512 only (this CPU or NUMBA_DISABLE_JIT lacks it)")
+
+
+@pytest.fixture
+def direct_calls(monkeypatch):
+    """The calls of fdirect.conv (their stride) while a test runs, with the avx512 variant forced."""
+    _need_avx512()
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    calls = []
+    real = fdirect.conv
+    monkeypatch.setattr(fdirect, "conv", lambda *a: (calls.append(a[0]), real(*a)))
+    return calls
+
+
+def _run(x, w, b, z, attrs, threads):
+    inputs = [x, w, b] if z is None else [x, w, b, z]
+    return run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"],
+                         threads=threads)[0]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("m_n", [64, 80, 96])
+def test_direct_matches_reference(rng, monkeypatch, direct_calls, threads, m_n):
+    """3x3/2 pads 1 from 40@31x33 (rows of 16 and 17 pixels: a last tile overlapping the one before)
+    into 64 (48 + 16), 80 (48 + 32) and 96 (2 x 48) channels, K = 360 in chunks of 96, with the residual
+    and a clamp; DIRECT off runs another path to the same result."""
+    monkeypatch.setattr(fdirect, "KC", 96)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((2, 40, 31, 33), (m_n, 40, 3, 3), (m_n,)))
+    plain = {"strides": [2, 2], "pads": [1, 1, 1, 1]}
+    attrs = {**plain, "activation": "Clip", "activation_params": [-1.0, 1.5]}
+    want0 = run_single_op("Conv", [x, w, b], plain, vendors=["reference"])[0]
+    z = rng.standard_normal(want0.shape).astype(np.float32)
+    want = run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
+    assert_close(_run(x, w, b, None, plain, threads), want0)
+    assert_close(_run(x, w, b, z, attrs, threads), want)
+    assert direct_calls and set(direct_calls) == {2}
+    monkeypatch.setattr(conv, "DIRECT", False)
+    direct_calls.clear()
+    assert_close(_run(x, w, b, z, attrs, threads), want)
+    assert not direct_calls
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_direct_stem_and_stride_3(rng, direct_calls, threads):
+    """The stem's class (3 input channels, 7x7/2 pads 3, rows of 7x7 tiles exactly: 56 pixels) with Relu,
+    and a 5x5/3 with asymmetric pads (its own driver, the stride a constant of the tiles)."""
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 3, 112, 112), (64, 3, 7, 7), (64,)))
+    attrs = {"strides": [2, 2], "pads": [3, 3, 3, 3], "activation": "Relu"}
+    want = run_single_op("Conv", [x, w, b], attrs, vendors=["reference"])[0]
+    assert_close(_run(x, w, b, None, attrs, threads), want)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 20, 30, 29), (112, 20, 5, 5), (112,)))
+    attrs = {"strides": [3, 3], "pads": [2, 0, 1, 3]}
+    want = run_single_op("Conv", [x, w, b], attrs, vendors=["reference"])[0]
+    assert_close(_run(x, w, b, None, attrs, threads), want)
+    assert set(direct_calls) == {2, 3}
+
+
+def test_direct_not_taken(rng, direct_calls):
+    """Too few channels, a map of rows under 7 pixels, a dilation, or a variant other than avx512:
+    the other paths."""
+    for xs, ws, attrs in [((1, 8, 30, 30), (32, 8, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+                          ((1, 8, 11, 11), (64, 8, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+                          ((1, 8, 30, 30), (64, 8, 3, 3), {"strides": [2, 2], "dilations": [2, 2]})]:
+        x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+        want = run_single_op("Conv", [x, w], attrs, vendors=["reference"])[0]
+        got = run_single_op("Conv", [x, w], attrs, constants=(1,), vendors=["numba", "reference"])[0]
+        assert_close(got, want)
+    assert not direct_calls
+    assert not conv.direct_wins(ftile.KIND["avx2"], 3, 3, 2, 2, 1, 1, 64, 28)
+    assert conv.direct_wins(ftile.KIND["avx512"], 3, 3, 2, 2, 1, 1, 64, 28)
+
+
+@st.composite
+def strided_cases(draw):
+    """Strided convolutions the direct path takes: 64-128 output channels in 16s, kernels 2-7, strides
+    2-3, any pads, maps whose output rows have 7-12 pixels, every fused and unfused activation."""
+    k = draw(st.integers(2, 7))
+    s = draw(st.integers(2, 3))
+    pads = [draw(st.integers(0, min(3, k - 1))) for _ in range(4)]
+    ow = draw(st.integers(7, 12))
+    w_in = (ow - 1) * s + k - pads[1] - pads[3] + draw(st.integers(0, s - 1))
+    h_in = draw(st.integers(max(1, k - pads[0] - pads[2]), 20))
+    c = draw(st.integers(1, 12))
+    m = 16 * draw(st.integers(4, 8))
+    act, params = draw(st.sampled_from([("", ()), ("Relu", ()), ("Clip", (-0.5, 0.5)), ("LeakyRelu", (0.2,))]))
+    attrs = {"strides": [s, s], "pads": pads, "activation": act, "activation_params": list(params)}
+    return (draw(st.integers(1, 2)), c, h_in, w_in), (m, c, k, k), attrs, draw(st.integers(0, 2**16))
+
+
+@FEW
+@given(strided_cases())
+def test_direct_matches_reference_hypothesis(direct_calls, case):
+    x_shape, w_shape, attrs, seed = case
+    r = np.random.default_rng(seed)
+    x = r.uniform(-1, 1, x_shape).astype(np.float32)
+    w = r.uniform(-1, 1, w_shape).astype(np.float32)
+    b = r.uniform(-1, 1, w_shape[0]).astype(np.float32)
+    want = run_single_op("Conv", [x, w, b], attrs, vendors=["reference"])[0]
+    got = run_single_op("Conv", [x, w, b], attrs, constants=(1, 2), vendors=["numba"], fallback=False)[0]
+    assert_close(got, want, err_msg=f"{x_shape} {w_shape} {attrs}")
+    assert direct_calls
