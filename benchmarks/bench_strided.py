@@ -1,6 +1,7 @@
 """The strided convolutions of the ResNets (issue 11, session 10): one-node Conv + bias + Relu models,
 numba with conv.DIRECT on (fdirect.py's direct convolution) and off (the paths before: the implicit
-GEMM for the stem, the gather for 3x3/2 maps over 7x7, im2col + the cols tiles on 7x7 maps) next to
+GEMM for the stem, the gather for 3x3/2 maps over 7x7, im2col + the cols tiles on 7x7 maps, F(2x2, 3x3)
+Winograd for the stride-1 512@7 layers) next to
 onnxruntime, all at one thread (or ``threads``), calls interleaved and rotated, best of ``reps``
 (wall time), so a noisy shared machine hits each alike. Checks both numba outputs against the
 reference kernels first.
@@ -31,6 +32,7 @@ SHAPES = [
     ("r50 3x3/2 128->128@56", 128, 56, 128, 3, 2),
     ("r50 3x3/2 256->256@28", 256, 28, 256, 3, 2),
     ("r50 3x3/2 512->512@14", 512, 14, 512, 3, 2),
+    ("r18 3x3 512@7", 512, 7, 512, 3, 1),
 ]
 
 

@@ -61,9 +61,9 @@ def test_direct_matches_reference(rng, monkeypatch, direct_calls, threads, m_n):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_direct_stem_and_stride_3(rng, direct_calls, threads):
-    """The stem's class (3 input channels, 7x7/2 pads 3, rows of 7x7 tiles exactly: 56 pixels) with Relu,
+    """The stem's class (3 input channels, 7x7/2 pads 3, rows of 49 pixels: 7-pixel tiles) with Relu,
     and a 5x5/3 with asymmetric pads (its own driver, the stride a constant of the tiles)."""
-    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 3, 112, 112), (64, 3, 7, 7), (64,)))
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 3, 98, 98), (64, 3, 7, 7), (64,)))
     attrs = {"strides": [2, 2], "pads": [3, 3, 3, 3], "activation": "Relu"}
     want = run_single_op("Conv", [x, w, b], attrs, vendors=["reference"])[0]
     assert_close(_run(x, w, b, None, attrs, threads), want)
@@ -72,6 +72,23 @@ def test_direct_stem_and_stride_3(rng, direct_calls, threads):
     want = run_single_op("Conv", [x, w, b], attrs, vendors=["reference"])[0]
     assert_close(_run(x, w, b, None, attrs, threads), want)
     assert set(direct_calls) == {2, 3}
+
+
+@pytest.mark.parametrize("wide", [(3, 8), (4, 6), None])
+def test_direct_wide_rows(rng, monkeypatch, direct_calls, wide):
+    """Output rows of 61 pixels (fdirect.WIDE's tiles: 8 pixels, the last tile overlapping; 4 x 6 on 128
+    channels, 3 x 8 and 3 x 7 on 80 = 48 + 32), with the residual, K in chunks."""
+    monkeypatch.setattr(fdirect, "WIDE", wide)
+    monkeypatch.setattr(fdirect, "KC", 20)
+    m_n = 128 if wide == (4, 6) else 80
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 5, 9, 121), (m_n, 5, 3, 3), (m_n,)))
+    attrs = {"strides": [2, 2], "pads": [1, 1, 1, 1]}
+    want0 = run_single_op("Conv", [x, w, b], attrs, vendors=["reference"])[0]
+    z = rng.standard_normal(want0.shape).astype(np.float32)
+    want = run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
+    assert_close(_run(x, w, b, z, attrs, 1), want)
+    assert_close(_run(x, w, b, None, attrs, 2), want0)
+    assert direct_calls and fdirect.tile_shape(m_n, 61) == (wide or (3, 7))
 
 
 def test_direct_not_taken(rng, direct_calls):
@@ -85,20 +102,29 @@ def test_direct_not_taken(rng, direct_calls):
         got = run_single_op("Conv", [x, w], attrs, constants=(1,), vendors=["numba", "reference"])[0]
         assert_close(got, want)
     assert not direct_calls
-    assert not conv.direct_wins(ftile.KIND["avx2"], 3, 3, 2, 2, 1, 1, 64, 28)
-    assert conv.direct_wins(ftile.KIND["avx512"], 3, 3, 2, 2, 1, 1, 64, 28)
+    assert not conv.direct_wins(ftile.KIND["avx2"], 3, 3, 2, 2, 1, 1, 64, 28, 784, 576)
+    assert conv.direct_wins(ftile.KIND["avx512"], 3, 3, 2, 2, 1, 1, 64, 28, 784, 576)
+    small = conv.DIRECT_SMALL  # stride 1 on 7x7 maps: DIRECT_SMALL (off by default)
+    assert conv.direct_wins(ftile.KIND["avx512"], 3, 3, 1, 1, 1, 1, 512, 7, 49, 4608) == small
+    assert not conv.direct_wins(ftile.KIND["avx512"], 3, 3, 1, 1, 1, 1, 512, 14, 196, 4608)
 
 
 @st.composite
 def strided_cases(draw):
-    """Strided convolutions the direct path takes: 64-128 output channels in 16s, kernels 2-7, strides
-    2-3, any pads, maps whose output rows have 7-12 pixels, every fused and unfused activation."""
+    """Convolutions the direct path takes: 64-128 output channels in 16s, kernels 2-7, strides 2-3 on
+    maps whose output rows have 7-12 pixels, or stride 1 on maps of at most 8x8 outputs, any pads, fused
+    and unfused activations."""
     k = draw(st.integers(2, 7))
-    s = draw(st.integers(2, 3))
+    s = draw(st.integers(1, 3))
     pads = [draw(st.integers(0, min(3, k - 1))) for _ in range(4)]
-    ow = draw(st.integers(7, 12))
+    ow = draw(st.integers(7, 8 if s == 1 else 12))
     w_in = (ow - 1) * s + k - pads[1] - pads[3] + draw(st.integers(0, s - 1))
-    h_in = draw(st.integers(max(1, k - pads[0] - pads[2]), 20))
+    if s == 1:  # stride 1: maps of at most 64 output pixels (DIRECT_SMALL_PIXELS)
+        h_in = (draw(st.integers(1, 8)) - 1) + k - pads[0] - pads[2]
+        if h_in < 1:
+            h_in, pads[0], pads[2] = k, 0, 0
+    else:
+        h_in = draw(st.integers(max(1, k - pads[0] - pads[2]), 20))
     c = draw(st.integers(1, 12))
     m = 16 * draw(st.integers(4, 8))
     act, params = draw(st.sampled_from([("", ()), ("Relu", ()), ("Clip", (-0.5, 0.5)), ("LeakyRelu", (0.2,))]))
@@ -106,9 +132,14 @@ def strided_cases(draw):
     return (draw(st.integers(1, 2)), c, h_in, w_in), (m, c, k, k), attrs, draw(st.integers(0, 2**16))
 
 
+@pytest.fixture
+def small_on(monkeypatch):
+    monkeypatch.setattr(conv, "DIRECT_SMALL", True)
+
+
 @FEW
 @given(strided_cases())
-def test_direct_matches_reference_hypothesis(direct_calls, case):
+def test_direct_matches_reference_hypothesis(direct_calls, small_on, case):
     x_shape, w_shape, attrs, seed = case
     r = np.random.default_rng(seed)
     x = r.uniform(-1, 1, x_shape).astype(np.float32)

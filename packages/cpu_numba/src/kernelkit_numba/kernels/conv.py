@@ -509,7 +509,8 @@ class Conv(NumbaKernel):
             u = self._transformed(w, w4, 4)
             packed = self._wino_packed(u, m_n, n_n * -(-oh_n // 4) * -(-ow_n // 4))
             winograd.conv3x3_f4(x4, u, bias, y, z, ph, pw, inner, p0, p1, self._wino_scratch, packed)
-        elif winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, self._wino_small(x4.dtype, c_n, m_n)):
+        elif (winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, self._wino_small(x4.dtype, c_n, m_n))
+              and not self._direct_small(x4.dtype, group, kh, kw, m_n, oh_n, ow_n)):
             u = self._transformed(w, w4, 2)
             packed = self._wino_packed(u, m_n, -(-oh_n // 2) * -(-ow_n // 2))
             winograd.conv3x3(x4, u, bias, y, ph, pw, inner, p0, p1, self._wino_scratch, z, packed)
@@ -557,6 +558,14 @@ class Conv(NumbaKernel):
         kind = ftile.choice()[0]
         return kind in ftile.COLS_LANES and m_n % ftile.COLS_LANES[kind] == 0
 
+    def _direct_small(self, dtype, group, kh, kw, m_n, oh_n, ow_n) -> bool:
+        """Whether a stride-1 convolution of a small map that F(2x2, 3x3) would take runs as the direct
+        convolution instead (``direct_wins``' DIRECT_SMALL: 7x7 maps, where Winograd's transformed
+        weights, 16 x M x C, come cold from memory every run)."""
+        if dtype != np.float32 or group != 1 or self.act[0] not in (NONE, CLIP):
+            return False
+        return direct_wins(ftile.choice()[0], kh, kw, 1, 1, 1, 1, m_n, ow_n, oh_n * ow_n, 0)
+
     def _wino_packed(self, u, m_n, nt):
         """(kind, cols, packed panels, zeros) for Winograd's position GEMMs (M x C by C x nt tiles)
         on ftile's micro-kernels, or None for BLAS (KERNELKIT_F32_GEMM=off, no variant, float64):
@@ -599,7 +608,7 @@ class Conv(NumbaKernel):
         if group > 1 and group * k_n * l_n * x4.itemsize <= _GROUPED_COL_BYTES:
             self._gemm_grouped(x4, wmat, y, bias, z, direct)
             return
-        if kind is not None and group == 1 and direct_wins(kind, kh, kw, sh, sw, dh, dw, mg, ow_n):
+        if kind is not None and group == 1 and direct_wins(kind, kh, kw, sh, sw, dh, dw, mg, ow_n, l_n, k_n):
             self._gemm_direct(x4, wmat[0], y, bias, z)
             return
         if kind is not None and group == 1 and gather_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n, mg, l_n):
@@ -849,22 +858,23 @@ class Conv(NumbaKernel):
         n_n, c_n = x4.shape[:2]
         m_n, k_n = w2.shape
         kh, kw = self._kernel_hw
-        wp, _, zz, lo, hi = self._ftile_args(y, bias, z, ftile.COLS_WIDTH[fdirect.KIND], w2)
+        cv, mp = fdirect.tile_shape(m_n, ow_n)
+        wp, _, zz, lo, hi = self._ftile_args(y, bias, z, 16 * cv, w2)
         threads = config.current_threads()
-        key = (c_n, kh, kw, sh, ph, pw, oh_n, ow_n, m_n, threads)
+        key = (c_n, kh, kw, sh, ph, pw, oh_n, ow_n, m_n, threads, cv)
         hit = self.__dict__.get("_direct")
         if hit is None or hit[0] != key:
             hp, wpad, step, koff = fdirect.geometry(c_n, kh, kw, sh, oh_n, ow_n)
             hit = self._direct = (key, (hp, wpad, step, config.readonly(koff)), np.empty(c_n * hp * wpad, np.float32),
-                                  fdirect.plan(m_n, k_n, oh_n, threads))
+                                  fdirect.plan(m_n, k_n, oh_n, threads, cv))
         (hp, wpad, step, koff), xp, (total, rb, kc) = hit[1], hit[2], hit[3]
-        size = fdirect.scratch_size(k_n, kc, oh_n, ow_n, rb)
+        size = fdirect.scratch_size(k_n, kc, oh_n, ow_n, rb, cv, mp)
         work = 2.0 * m_n * k_n * oh_n * ow_n
         pad = (fdirect.pad_planes, c_n, _IM2COL_WORK * xp.size)
         for n in range(n_n):
             zn = zz.reshape(-1) if z is None else zz[n].reshape(-1)
-            args = (sh, wp, k_n, m_n, config.readonly(xp), koff, step, ow_n, oh_n, rb, bias, zn, z is not None, lo,
-                    hi, y[n].reshape(-1), kc)
+            args = (sh, cv, mp, wp, k_n, m_n, config.readonly(xp), koff, step, ow_n, oh_n, rb, bias, zn, z is not None,
+                    lo, hi, y[n].reshape(-1), kc)
             direct_phases(config.readonly(x4[n]), xp, ph, pw, hp, wpad, args, total, work, size, pad)
 
     def _gemm_gather(self, x4, w2, y, bias, z, kind):
@@ -1038,15 +1048,24 @@ def direct_phases(xn, xp, ph, pw, hp, wpad, args, total: int, work: float, size:
     ftile.run_sharded(fdirect.conv, total, args, work, size)
 
 
-def direct_wins(kind, kh, kw, sh, sw, dh, dw, mg, ow_n) -> bool:
+def direct_wins(kind, kh, kw, sh, sw, dh, dw, mg, ow_n, l_n, k_n) -> bool:
     """Whether a (float32, one group, ftile) convolution runs as ``_gemm_direct`` (fdirect.py): DIRECT
-    on and fdirect.fits (avx512, strided both ways alike, undilated, not 1x1, 64+ output channels in
-    multiples of 16, output rows of 7+ pixels): ResNet's 3x3/2 layers and the 7x7/2 stem, which ran
-    1.65-2.26x onnxruntime on the Xeon through the gather, im2col and implicit-GEMM paths (session 10)."""
-    return DIRECT and fdirect.fits(kind, kh, kw, sh, sw, dh, dw, mg, ow_n)
+    on and fdirect.fits (avx512, not 1x1, 64+ output channels in multiples of 16, output rows of 7+
+    pixels), undilated, strided both ways alike (K of at least DIRECT_MIN_K), or stride 1 on maps of
+    at most DIRECT_SMALL_PIXELS output pixels (DIRECT_SMALL): ResNet's 3x3/2 layers and the 7x7/2 stem,
+    which ran 1.65-2.26x onnxruntime on the Xeon through the gather, im2col and implicit-GEMM paths,
+    and the 512@7 3x3 layers (1.29-1.33x there on F(2x2, 3x3) Winograd) (session 10)."""
+    if not (DIRECT and dh == dw == 1 and sh == sw and fdirect.fits(kind, kh, kw, mg, ow_n)):
+        return False
+    if sh == 1:
+        return DIRECT_SMALL and l_n <= DIRECT_SMALL_PIXELS
+    return k_n >= DIRECT_MIN_K
 
 
 DIRECT = True
+DIRECT_MIN_K = 0  # strided convolutions of shallower K keep their paths (IMPLICIT_MAX_K + 1: the stems)
+DIRECT_SMALL = False  # on the AMD box F(2x2, 3x3) ran the 512@7 layers faster in ResNet-18 (1.6 vs 2.3 ms)
+DIRECT_SMALL_PIXELS = 64
 
 
 _IM2COL_WORK = 24.0  # work units (~25 ps each, see winograd._TRANSFORM_WORK) per column-matrix element:

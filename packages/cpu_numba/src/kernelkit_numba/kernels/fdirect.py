@@ -69,12 +69,13 @@ def pad_planes(x, xp, ph, pw, hp, wp, c0, c1):
                 xp[d0 + U(q)] = 0
 
 
-def _driver(step: int, tiles):
-    """The direct convolution's loops for stride ``step``, its tiles fixed: ``tiles`` = (three, three_z,
-    one, one_z, two, two_z), full 7-pixel tiles of 3, 1 and 2 channel vectors (the last two for a last
-    panel of 16 or 32 channels), without and with the residual."""
-    three, three_z, one, one_z, two, two_z = tiles
-    width, lanes, mp = ftile.COLS_WIDTH[KIND], ftile.COLS_LANES[KIND], MP
+def _driver(step: int, cv: int, mp: int, tiles):
+    """The direct convolution's loops for stride ``step`` on tiles of ``cv`` channel vectors x ``mp``
+    pixels, its tiles fixed: ``tiles`` = (full, full_z, one, one_z, two, two_z), full tiles of ``cv``,
+    1 and 2 channel vectors (the last two for a last panel of 16 or 32 channels), without and with
+    the residual."""
+    full, full_z, one, one_z, two, two_z = tiles
+    width, lanes = cv * 16, 16
 
     def run(wp, k_n, m_n, x, koff, row_step, ow_n, oh_n, rb, bias, z, has_z, lo, hi, out, kc, acc, s_lo, s_hi):
         ldo = oh_n * ow_n
@@ -103,13 +104,13 @@ def _driver(step: int, tiles):
                         oo = ob + ow
                         ao = a * (mp * width)
                         a += 1
-                        if cvs == 3:
+                        if cvs == cv:
                             if has_z:
-                                three_z(wp, w_off, x, xo, ko, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi,
-                                        out, m_valid, mp)
+                                full_z(wp, w_off, x, xo, ko, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi,
+                                       out, m_valid, mp)
                             else:
-                                three(wp, w_off, x, xo, ko, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi,
-                                      out, m_valid, mp)
+                                full(wp, w_off, x, xo, ko, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi,
+                                     out, m_valid, mp)
                         elif cvs == 1:
                             if has_z:
                                 one_z(wp, w_off, x, xo, ko, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi,
@@ -124,26 +125,41 @@ def _driver(step: int, tiles):
                             two(wp, w_off, x, xo, ko, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
                                 m_valid, mp)
 
-    return ftile._variant_jit(run, f"direct{step}", KIND)
+    return ftile._variant_jit(run, f"direct{step}_{cv}x{mp}", KIND)
 
 
 @ftile._built_once
-def driver(step: int):
-    """The compiled loops of ``conv`` for stride ``step``, built on first use (cached on disk as
-    ftile.direct{step}.avx512)."""
-    width = ftile.COLS_WIDTH[KIND]
+def driver(step: int, cv: int = 3, mp: int = MP):
+    """The compiled loops of ``conv`` for stride ``step`` and tiles of ``cv`` x ``mp`` (TILES), built on
+    first use (cached on disk as ftile.direct{step}_{cv}x{mp}.avx512). Tiles of 4 vectors have no
+    narrow ones: their products have a multiple of 64 channels (``tile_shape``)."""
+    width = cv * 16
     tiles = []
-    for cv in (3, 1, 2):
+    for n in (cv, 1, 2):
         for z in (False, True):
-            tiles.append(ftile._cols_intrinsic("avx512", cv, MP, z, width, xstep=step, full=True))
-    return _driver(step, tuple(tiles))
+            tiles.append(ftile._cols_intrinsic("avx512", n if cv == 3 else cv, mp, z, width, xstep=step, full=True))
+    return _driver(step, cv, mp, tuple(tiles))
 
 
-def plan(m_n: int, k_n: int, oh_n: int, threads: int) -> tuple[int, int, int]:
+TILES = ((3, 7), (3, 8), (4, 6))  # (channel vectors, pixels): 21, 24 or 24 accumulators
+WIDE = (3, 8)  # the tiles of products with output rows of WIDE_MIN_OW+ pixels (None: 3 x 7)
+WIDE_MIN_OW = 56  # (the stem's 112-pixel rows: 14 tiles of 8 pixels, whose store transposes 8 pixel slots
+# where the 7-pixel tile's transposes 7 and a padding one)
+
+
+def tile_shape(m_n: int, ow_n: int) -> tuple[int, int]:
+    """(cv, mp) of the tiles a product of ``m_n`` channels and output rows of ``ow_n`` pixels runs on:
+    WIDE for wide rows (4 x 6 only where the channels are a multiple of 64), else 3 x 7 (the ResNets'
+    rows of 7, 14 and 28 pixels are whole 7-pixel tiles)."""
+    if WIDE is not None and ow_n >= WIDE_MIN_OW and (WIDE[0] != 4 or m_n % 64 == 0):
+        return WIDE
+    return 3, MP
+
+
+def plan(m_n: int, k_n: int, oh_n: int, threads: int, cv: int = 3) -> tuple[int, int, int]:
     """(shards, row blocks, kc): shard s is panel s // rb, output rows of block s % rb; at one thread
-    one block (each panel passes every output row), at more at least SHARDS_PER_THREAD shards a thread
-    (the blocks' count rounded up to a multiple of the threads)."""
-    panels = -(-m_n // ftile.COLS_WIDTH[KIND])
+    one block (each panel passes every output row), at more at least SHARDS_PER_THREAD shards a thread."""
+    panels = -(-m_n // (16 * cv))
     chunks = -(-k_n // KC)
     kc = -(-k_n // chunks)
     rb = 1
@@ -155,25 +171,28 @@ def plan(m_n: int, k_n: int, oh_n: int, threads: int) -> tuple[int, int, int]:
 SHARDS_PER_THREAD = 4
 
 
-def scratch_size(k_n: int, kc: int, oh_n: int, ow_n: int, rb: int) -> int:
+def scratch_size(k_n: int, kc: int, oh_n: int, ow_n: int, rb: int, cv: int = 3, mp: int = MP) -> int:
     """Floats of a shard's scratch: the partial sums of its tiles where K takes more than one chunk."""
     if kc >= k_n:
         return 1
-    return -(-oh_n // rb) * -(-ow_n // MP) * MP * ftile.COLS_WIDTH[KIND]
+    return -(-oh_n // rb) * -(-ow_n // mp) * mp * cv * 16
 
 
-def conv(step, wp, k_n, m_n, x, koff, row_step, ow_n, oh_n, rb, bias, z, has_z, lo, hi, out, kc, acc, s_lo, s_hi):
-    """Shards [s_lo, s_hi) (``plan``) of one image's strided convolution: ``x`` the flat zero-padded
-    input (``pad_planes``, planes of ``geometry``), ``wp`` the weights as ftile.pack_weights(W, 48),
-    ``out`` and ``z`` flat (M, OH * OW); ``acc`` a scratch of ``scratch_size`` floats."""
-    driver(step)(wp, k_n, m_n, x, koff, row_step, ow_n, oh_n, rb, bias, z, has_z, lo, hi, out, kc, acc, s_lo, s_hi)
+def conv(step, cv, mp, wp, k_n, m_n, x, koff, row_step, ow_n, oh_n, rb, bias, z, has_z, lo, hi, out, kc, acc, s_lo,
+         s_hi):
+    """Shards [s_lo, s_hi) (``plan``) of one image's strided convolution on tiles of ``cv`` x ``mp``
+    (``tile_shape``): ``x`` the flat zero-padded input (``pad_planes``, planes of ``geometry``), ``wp``
+    the weights as ftile.pack_weights(W, 16 * cv), ``out`` and ``z`` flat (M, OH * OW); ``acc`` a
+    scratch of ``scratch_size`` floats."""
+    driver(step, cv, mp)(wp, k_n, m_n, x, koff, row_step, ow_n, oh_n, rb, bias, z, has_z, lo, hi, out, kc, acc, s_lo,
+                         s_hi)
 
 
-def fits(kind, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, mg: int, ow_n: int) -> bool:
-    """Whether conv.py may run a (float32, one group) convolution here: avx512, strided both ways alike,
-    undilated, not 1x1, output channels a multiple of 16 (at least MIN_M), rows of at least 7 pixels."""
-    return (kind == KIND and sh == sw >= 2 and dh == dw == 1 and kh * kw > 1 and mg % 16 == 0 and mg >= MIN_M
-            and ow_n >= MP)
+def fits(kind, kh: int, kw: int, mg: int, ow_n: int) -> bool:
+    """Whether this module can run a (float32, one group) convolution: avx512, not 1x1, output
+    channels a multiple of 16 (at least MIN_M), output rows of at least 7 pixels (any stride, pads;
+    dilation 1)."""
+    return kind == KIND and kh * kw > 1 and mg % 16 == 0 and mg >= MIN_M and ow_n >= MP
 
 
 MIN_M = 64
