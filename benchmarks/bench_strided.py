@@ -1,7 +1,7 @@
 """The strided convolutions of the ResNets (issue 11, session 10): one-node Conv + bias + Relu models,
 numba with conv.DIRECT on (fdirect.py's direct convolution) and off (the paths before: the implicit
 GEMM for the stem, the gather for 3x3/2 maps over 7x7, im2col + the cols tiles on 7x7 maps, F(2x2, 3x3)
-Winograd for the stride-1 512@7 layers) next to
+Winograd for the stride-1 512@7 layers, which "direct" runs with conv.DIRECT_SMALL on) next to
 onnxruntime, all at one thread (or ``threads``), calls interleaved and rotated, best of ``reps``
 (wall time), so a noisy shared machine hits each alike. Checks both numba outputs against the
 reference kernels first.
@@ -48,6 +48,7 @@ def main(argv):
     print(f"{'layer':24s} {'direct':>8s} {'before':>8s} {'ORT':>8s} {'dir/bef':>8s} {'dir/ORT':>8s} {'GF/s dir':>9s}"
           f" {'GF/s ORT':>9s}")
     sums = np.zeros(3)
+    small = kconv.DIRECT_SMALL
     for name, c, h, m, k, s in SHAPES:
         if pick and pick not in name:
             continue
@@ -57,7 +58,7 @@ def main(argv):
         feed = {"x": x}
         kconv.DIRECT = False
         before = kernelkit.Session(model, vendors=["numba"], threads=threads)
-        kconv.DIRECT = True
+        kconv.DIRECT = kconv.DIRECT_SMALL = True  # (DIRECT_SMALL: the stride-1 512@7 layer direct too)
         direct = kernelkit.Session(model, vendors=["numba"], threads=threads)
         ref = kernelkit.Session(model, vendors=["reference"]).run(None, feed)[0]
         osess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
@@ -67,10 +68,10 @@ def main(argv):
             before.run(None, feed)
 
         def run_direct(direct=direct, feed=feed):
-            kconv.DIRECT = True
+            kconv.DIRECT = kconv.DIRECT_SMALL = True
             direct.run(None, feed)
 
-        kconv.DIRECT = True
+        kconv.DIRECT = kconv.DIRECT_SMALL = True
         assert_close(direct.run(None, feed)[0], ref, "float32")
         kconv.DIRECT = False
         assert_close(before.run(None, feed)[0], ref, "float32")
@@ -82,7 +83,7 @@ def main(argv):
                 t0 = time.perf_counter()
                 fns[j]()
                 best[j] = min(best[j], time.perf_counter() - t0)
-        kconv.DIRECT = True
+        kconv.DIRECT, kconv.DIRECT_SMALL = True, small
         oh = (h + 2 * (k // 2) - k) // s + 1
         flops = 2.0 * m * c * k * k * oh * oh
         sums += best
