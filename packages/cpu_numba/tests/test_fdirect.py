@@ -22,9 +22,11 @@ def _need_avx512():
 
 @pytest.fixture
 def direct_calls(monkeypatch):
-    """The calls of fdirect.conv (their stride) while a test runs, with the avx512 variant forced."""
+    """The calls of fdirect.conv (their stride) while a test runs, with the avx512 variant forced and
+    every K taken (DIRECT_MIN_K 0: the stems' K too)."""
     _need_avx512()
     monkeypatch.setenv(ftile.ENV, "avx512")
+    monkeypatch.setattr(conv, "DIRECT_MIN_K", 0)
     calls = []
     real = fdirect.conv
     monkeypatch.setattr(fdirect, "conv", lambda *a: (calls.append(a[0]), real(*a)))
@@ -91,7 +93,31 @@ def test_direct_wide_rows(rng, monkeypatch, direct_calls, wide):
     assert direct_calls and fdirect.tile_shape(m_n, 61) == (wide or (3, 7))
 
 
-def test_direct_not_taken(rng, direct_calls):
+def test_default_dispatch(rng, monkeypatch):
+    """By default (avx512): ResNet's 3x3/2 layers and the 512@7 3x3 layers direct, the 7x7/2 stem (K =
+    147) on the implicit GEMM (DIRECT_MIN_K), with the same results."""
+    _need_avx512()
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    calls = []
+    real = fdirect.conv
+    monkeypatch.setattr(fdirect, "conv", lambda *a: (calls.append(a[0]), real(*a)))
+    avx512 = ftile.KIND["avx512"]
+    assert conv.direct_wins(avx512, 3, 3, 2, 2, 1, 1, 128, 28, 784, 576)
+    assert conv.direct_wins(avx512, 3, 3, 1, 1, 1, 1, 512, 7, 49, 4608)
+    assert not conv.direct_wins(avx512, 7, 7, 2, 2, 1, 1, 64, 112, 12544, 147)
+    for xs, ws, attrs, direct in [((1, 3, 60, 60), (64, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}, False),
+                                  ((1, 32, 7, 7), (64, 32, 3, 3), {"pads": [1, 1, 1, 1]}, True),
+                                  ((2, 128, 7, 7), (64, 128, 3, 3), {"pads": [1, 1, 1, 1]}, True),  # not F(2x2)
+                                  ((1, 32, 30, 30), (64, 32, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, True)]:
+        calls.clear()
+        x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+        want = run_single_op("Conv", [x, w], attrs, vendors=["reference"])[0]
+        got = run_single_op("Conv", [x, w], attrs, constants=(1,), vendors=["numba", "reference"])[0]
+        assert_close(got, want)
+        assert bool(calls) == direct, (xs, ws)
+
+
+def test_direct_not_taken(rng, monkeypatch, direct_calls):
     """Too few channels, a map of rows under 7 pixels, a dilation, or a variant other than avx512:
     the other paths."""
     for xs, ws, attrs in [((1, 8, 30, 30), (32, 8, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
@@ -104,9 +130,9 @@ def test_direct_not_taken(rng, direct_calls):
     assert not direct_calls
     assert not conv.direct_wins(ftile.KIND["avx2"], 3, 3, 2, 2, 1, 1, 64, 28, 784, 576)
     assert conv.direct_wins(ftile.KIND["avx512"], 3, 3, 2, 2, 1, 1, 64, 28, 784, 576)
-    small = conv.DIRECT_SMALL  # stride 1 on 7x7 maps: DIRECT_SMALL (off by default)
-    assert conv.direct_wins(ftile.KIND["avx512"], 3, 3, 1, 1, 1, 1, 512, 7, 49, 4608) == small
     assert not conv.direct_wins(ftile.KIND["avx512"], 3, 3, 1, 1, 1, 1, 512, 14, 196, 4608)
+    monkeypatch.setattr(conv, "DIRECT_SMALL", False)
+    assert not conv.direct_wins(ftile.KIND["avx512"], 3, 3, 1, 1, 1, 1, 512, 7, 49, 4608)
 
 
 @st.composite

@@ -1062,10 +1062,6 @@ def direct_wins(kind, kh, kw, sh, sw, dh, dw, mg, ow_n, l_n, k_n) -> bool:
     return k_n >= DIRECT_MIN_K
 
 
-DIRECT = True
-DIRECT_MIN_K = 0  # strided convolutions of shallower K keep their paths (IMPLICIT_MAX_K + 1: the stems)
-DIRECT_SMALL = False  # on the AMD box F(2x2, 3x3) ran the 512@7 layers faster in ResNet-18 (1.6 vs 2.3 ms)
-DIRECT_SMALL_PIXELS = 64
 
 
 _IM2COL_WORK = 24.0  # work units (~25 ps each, see winograd._TRANSFORM_WORK) per column-matrix element:
@@ -1160,6 +1156,16 @@ IMPLICIT_MAX_K = 256  # deeper K read in place fell behind im2col + the copy int
 # (bench_conv_threads.py, 1 thread: 3x3/2 64 -> 128 at 56x56, K = 576, 1.51 vs 1.32 ms; 128 -> 128, K = 1152,
 # 3.03 vs 2.59), while the 7x7/2 stem (K = 147) ran 1.72 vs 2.86-3.00 ms; on the AMD box K = 27 (MobileNetV2's
 # stem) 1.13x, 144 1.17x, 288 0.99x
+
+
+DIRECT = True
+DIRECT_MIN_K = IMPLICIT_MAX_K + 1  # strided convolutions of shallower K (the stems) keep the implicit GEMM:
+# on the Xeon the 7x7/2 stem ran alike either way (in ResNet-18 1.87 vs 1.84 ms; alone 2.76 vs 2.77), on the
+# AMD box the implicit GEMM 3-8 % faster (session 10)
+DIRECT_SMALL = True  # the 512@7 3x3 layers: on the Xeon 0.88-0.94x F(2x2, 3x3)'s time in ResNet-18 (2.42-2.49
+# vs 2.63-2.78 ms a layer; Winograd's 16.7 MB of transformed weights come cold from memory every run), on the
+# AMD box 1.4x (2.2-2.3 vs 1.6 ms): the Xeon is the protocol's machine (session 10)
+DIRECT_SMALL_PIXELS = 64
 
 
 def ftile_cols(kind, mg, l_n, k_n) -> bool:
