@@ -351,9 +351,11 @@ def test_forced_unavailable_is_typed(monkeypatch, name):
 def test_small_maps_take_winograd(check, rng, monkeypatch):
     """A 3x3 layer on a 7x7 map with 128+ input channels runs F(2x2, 3x3) on the cols tiles
     (conv.WINO_SMALL) where the CPU has a cols variant, with and without the fused residual; with
-    WINO_SMALL off it runs the direct cols tiles."""
+    WINO_SMALL off it runs the direct cols tiles (conv.DIRECT_SMALL off: on, an avx512 CPU runs fdirect.py's
+    direct convolution there, test_fdirect.py)."""
     from kernelkit_numba.kernels import conv, winograd
 
+    monkeypatch.setattr(conv, "DIRECT_SMALL", False)
     calls = []
     real = winograd.conv3x3
     monkeypatch.setattr(winograd, "conv3x3", lambda *a, **k: calls.append(1) or real(*a, **k))
