@@ -9,7 +9,8 @@ convolutions run on ftile.py's micro-kernels (strided ones with wide output rows
 GEMM over the input's padded column phases: ``_gemm_implicit``; see docs/numba.md, sessions 5
 and 6); on avx512, strided ones of deeper K (ResNet's 3x3/2) and 3x3 layers on 7x7 maps as
 fdirect.py's direct convolution (``_gemm_direct``, ``direct_wins``; session 10). Other
-grouped/dense convolution is im2col + BLAS: the columns of one image and group are packed by a sharded Numba kernel (a 1x1 stride-1 unpadded conv needs no packing: the
+grouped/dense convolution is im2col + BLAS: the columns of one image and group are packed by a
+sharded Numba kernel (a 1x1 stride-1 unpadded conv needs no packing: the
 image is already the column matrix; a column matrix over 1 MiB is packed and multiplied in
 blocks of output rows of about 2 MiB of columns, strided ones with wide outputs packed from the
 input's column phases), and the GEMM is cut into output tiles, each one BLAS call at one thread
