@@ -33,7 +33,7 @@ from numba.extending import intrinsic
 from .. import config
 from ..cache import CLOSURE_KEY
 from ..config import jit
-from . import halves
+from . import fpair, halves
 from .epilogue import CLIP, NONE, act
 from .ftile import _data, available, choice
 from .qtile import k_loop
@@ -344,10 +344,11 @@ def plan(kind: int, m_n: int, k_n: int, n_n: int, shards: int) -> tuple[int, int
 class Packed:
     """A constant B (K, N) packed for one variant, with its bias buffer padded to whole panels."""
 
-    __slots__ = ("source", "kind", "bp", "k_n", "n_n", "bias_buf", "zeros")
+    __slots__ = ("source", "kind", "bp", "k_n", "n_n", "bias_buf", "zeros", "pairs")
 
     def __init__(self, source, b2, kind):
         self.source, self.kind = source, kind
+        self.pairs = {}  # fpair descriptors of this weight's products, by shape and epilogue (_paired)
         self.k_n, self.n_n = b2.shape
         nr = NR[kind]
         self.bp = pack_b(b2, nr)
@@ -386,6 +387,10 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
     args = (ap, lda, packed.bp, k_n, m_n, n_n, f32(alpha), bb, packed.zeros, out.reshape(-1), out.strides[0] // 4, lo,
             hi, f32(p0), f32(p1), block, groups, kc)
     total = blocks * groups
+    if threads == 2 and 2.0 * m_n * n_n * k_n >= PAIR_FLOPS and fpair.enabled() and \
+            _paired(kind, post, mr, packed, ap, lda, out, m_n, k_n, (f32(alpha), lo, hi, f32(p0), f32(p1)),
+                    bias is None):
+        return
     if total <= 1 or threads <= 1:
         fn(*args, 0, total)
         return
@@ -394,6 +399,57 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
         _two_shares(fn, args, packed, panels, NR[kind], 2.0 * m_n * n_n * k_n)
         return
     config.run_shards(lambda i: fn(*args, i, i + 1), total)
+
+
+# At two threads, products of at least this many flops run as two halves handed over in compiled code
+# (fpair.py), smaller ones on the caller
+PAIR_FLOPS = float(1 << 20)
+
+
+def _paired(kind, post, mr, packed, ap, lda, out, m_n, k_n, fvals, no_bias) -> bool:
+    """gemm's product at two threads as two halves on the caller and fpair's helper (fpair.py), with
+    its descriptor made at the first call of this weight, shape and epilogue; False where it does not
+    split (one panel and one row tile), the helper does not spin (woken now) or another caller holds
+    its slot: then the caller runs the product."""
+    if not out.flags.c_contiguous:
+        return False
+    ldo = out.strides[0] // 4
+    key = (m_n, k_n, lda, ldo, kind, post, mr, fvals, no_bias, ap.size, out.size)
+    made = packed.pairs.get(key)
+    if made is None:
+        made = packed.pairs[key] = _pair_descriptor(kind, post, mr, packed, lda, m_n, k_n, ldo, fvals, no_bias,
+                                                    ap.size, out.size)
+    return made is not False and fpair.run(made, ap, out.reshape(-1))
+
+
+def _pair_descriptor(kind, post, mr, packed, lda, m_n, k_n, ldo, fvals, no_bias, a_len, out_len):
+    """fpair's descriptor of one product (fpair.axis picks columns or rows), or False where it does not
+    split or the helper cannot start (no cycle counter)."""
+    n_n, nr = packed.n_n, NR[kind]
+    panels = -(-n_n // nr)
+    block, _blocks, _groups, kc = plan(kind, m_n, k_n, n_n, 1)
+    mode = fpair.axis(m_n, k_n, n_n, lda)
+    tiles = sum(row_tiles(m_n, mr))
+    if mode == fpair.ROWS and tiles >= 2:
+        cut = (tiles // 2) * mr if mr != MIXED_MR else max(1, round(m_n / 2 / mr)) * mr
+        cut = min(cut, m_n - 1)
+        sides = (sum(row_tiles(cut, mr)), sum(row_tiles(m_n - cut, mr)))
+    elif panels >= 2:
+        mode, cut = fpair.COLUMNS, (panels // 2) * nr
+        sides = (tiles, tiles)
+    else:
+        return False
+    helper = fpair.server()
+    if not helper.prepare():
+        return False
+    _fn, address = fpair.half_address(driver(kind, post, mr), f"fpair.half.{kind}.{mr}.{post}")
+    if not address:
+        return False
+    bias = packed.zeros if no_bias else packed.bias_buf
+    made = fpair.descriptor(address, mode, cut, (-(-sides[0] // block), -(-sides[1] // block)), packed.bp, bias,
+                            packed.zeros, fvals, (m_n, k_n, n_n, a_len, out_len), (lda, ldo), block, kc)
+    helper.wake()
+    return made
 
 
 def _two_shares(fn, args, packed, panels, nr, flops):
