@@ -178,3 +178,39 @@ def test_a_helper_without_a_core_backs_off(monkeypatch):
         assert_close(out, _want(a, b, bias))
     assert idle.stats["alone"] == pairs.MISSES and idle.stats["backoffs"] == 1
     assert not idle.usable()
+
+
+@pytest.mark.parametrize("trans_b, with_c, relu", [(1, True, True), (0, False, False), (1, True, False)])
+def test_one_thread_gemm_binds_the_micro_kernels(trans_b, with_c, relu, monkeypatch):
+    """A one-thread session's Gemm of fgemm's shape classes (the MLP's layers) takes the bound call
+    (fgemm.serial) from its first call on, the 10-column head Gemm's bound BLAS call; both equal to the
+    reference."""
+    made = []
+    real = fgemm.serial
+
+    def counted(*args, **kw):
+        made.append(args[0])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(fgemm, "serial", counted)
+    from kernelkit import Session
+    from kernelkit.testing import single_op_model
+
+    rng = np.random.default_rng(11)
+    for n in (1024, 10):
+        a = rng.standard_normal((64, 784)).astype(np.float32)
+        b = (rng.standard_normal((n, 784) if trans_b else (784, n)) / 28).astype(np.float32)
+        c = rng.standard_normal(n).astype(np.float32)
+        inputs = [a, b, c] if with_c else [a, b]
+        attrs = {"transB": trans_b, "alpha": 0.5, "beta": 2.0} if with_c else {"transB": trans_b}
+        model = single_op_model("Gemm", inputs, attrs, constants=(1, 2) if with_c else (1,))
+        sess = Session(model, vendors=["numba"], fallback=False, threads=1)
+        want = run_single_op("Gemm", inputs, attrs, constants=(1, 2) if with_c else (1,), vendors=["reference"])[0]
+        if relu:
+            want = np.maximum(want, 0)
+            model2 = single_op_model("Gemm", inputs, {**attrs, "activation": "Relu"},
+                                     constants=(1, 2) if with_c else (1,))
+            sess = Session(model2, vendors=["numba"], fallback=False, threads=1)
+        for _ in range(4):
+            assert_close(sess.run(None, {"in0": a})[0], want)
+    assert made == [ftile.choice()[0]]

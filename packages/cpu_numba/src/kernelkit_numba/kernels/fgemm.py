@@ -39,8 +39,14 @@ from .ftile import _data, available, choice
 from .qtile import k_loop
 
 U = np.uint64
-MR = {0: 4, 1: 6, 2: 8}  # rows of A per tile (bench_fgemm.py also runs avx512 with 12: MR replaced)
-NR = {0: 16, 1: 16, 2: 32}  # columns of B per tile (a packed panel)
+# NARROW: avx512 tiles of one vector of columns (8 x 16), for products of at most 16 columns (the MLP's
+# 64 x 1024 x 10 head); off (NARROW_ON): on the AMD box 22 us against np.matmul's 14 (A's rows 4 KiB
+# apart in one L1 set; gemm_nt's dot products 18), the head's 0.109 ms on the Xeon against the
+# reference's 0.041 was the general path's per-call work (now Gemm's bound serial call)
+NARROW = 3
+MR = {0: 4, 1: 6, 2: 8, NARROW: 8}  # rows of A per tile (bench_fgemm.py also runs avx512 with 12: MR replaced)
+NR = {0: 16, 1: 16, 2: 32, NARROW: 16}  # columns of B per tile (a packed panel)
+NARROW_ON = False
 # a K chunk of a row block's A rows (the column panels pass over it in L2): 1 MiB ran at or above
 # 256 KiB on every shape of bench_fgemm.py on both machines (Xeon: 128 x 768 x 3072 151 vs 118
 # GFLOP/s, 128 x 3072 x 768 133 vs 105, the MLP's and transformer's shapes within 3 %; AMD box
@@ -219,8 +225,9 @@ def _tiles(kind: int, mr: int):
     """(full, masked) tiles of variant ``kind`` with ``mr`` rows (generic: 4 only)."""
     if kind == 0:
         return _generic_tile, _generic_tile
-    name = "avx512" if kind == 2 else "avx2"
-    return _tile_intrinsic(name, mr, 2, False), _tile_intrinsic(name, mr, 2, True)
+    name = "avx512" if kind in (2, NARROW) else "avx2"
+    nvec = 1 if kind == NARROW else 2
+    return _tile_intrinsic(name, mr, nvec, False), _tile_intrinsic(name, mr, nvec, True)
 
 
 MIXED_MR = 12  # an avx512 driver of this height also has 8-row tiles for the last rows (row_tiles)
@@ -401,6 +408,33 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
     config.run_shards(lambda i: fn(*args, i, i + 1), total)
 
 
+def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0):
+    """``run(a2, out)``: gemm's product of ``m_n`` rows by ``packed`` on one thread with everything but
+    A (C-contiguous (M, K)) and the output (C-contiguous (M, N)) fixed now (a plan's serial call: the
+    general path's per-call decisions, ~20-40 us a node, left out). ``bias``: N values (copied) or None."""
+    k_n, n_n = packed.k_n, packed.n_n
+    mr = MR[kind]
+    block, blocks, groups, kc = plan(kind, m_n, k_n, n_n, 1)
+    if bias is None:
+        bb = packed.zeros
+    else:
+        bb = np.zeros_like(packed.bias_buf)
+        bb[:n_n] = bias
+    f32 = np.float32
+    if code == CLIP:
+        lo, hi, post = f32(p0), f32(p1), NONE
+    else:
+        lo, hi, post = f32(-np.inf), f32(np.inf), code
+    fn, bp, zeros, total = driver(kind, post, mr), packed.bp, packed.zeros, blocks * groups
+    alpha, p0, p1 = f32(alpha), f32(p0), f32(p1)
+
+    def run(a2, out):
+        fn(a2.reshape(-1), k_n, bp, k_n, m_n, n_n, alpha, bb, zeros, out.reshape(-1), n_n, lo, hi, p0, p1, block,
+           groups, kc, 0, total)
+
+    return run
+
+
 # At two threads, products of at least this many flops run as two halves handed over in compiled code
 # (fpair.py), smaller ones on the caller
 PAIR_FLOPS = float(1 << 20)
@@ -472,9 +506,17 @@ def kind_for(m_n: int, k_n: int, n_n: int) -> int | None:
     kind, forced = choice()
     if kind is None or forced:
         return kind
+    if kind == 2 and NARROW_ON and narrow_wins(m_n, k_n, n_n):
+        return NARROW
     return kind if wins(m_n, k_n, n_n) else None
 
 
 def wins(m_n: int, k_n: int, n_n: int) -> bool:
     """Shapes where the tiles beat BLAS (benchmarks/bench_fgemm.py)."""
     return m_n >= 8 and k_n >= 32 and n_n >= 16
+
+
+def narrow_wins(m_n: int, k_n: int, n_n: int) -> bool:
+    """Shapes of few columns where the 8 x 16 tiles (NARROW) beat BLAS's small-N path: 2 to 16 columns
+    (one column is a matrix-vector product), 8+ rows, K of 256+ (bench_fgemm.py)."""
+    return m_n >= 8 and k_n >= 256 and 2 <= n_n <= 16
