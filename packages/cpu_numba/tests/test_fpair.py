@@ -214,3 +214,17 @@ def test_one_thread_gemm_binds_the_micro_kernels(trans_b, with_c, relu, monkeypa
         for _ in range(4):
             assert_close(sess.run(None, {"in0": a})[0], want)
     assert made == [ftile.choice()[0]]
+
+
+def test_stall_scales_with_the_callers_half():
+    """A wait beyond STALL_S plus half the caller's own half backs off; a shorter one (a large product's
+    halves a little uneven) does not."""
+    helper = fpair.FPairServer(9)
+    helper.stall = 100
+    helper.ctl[fpair.OWN] = 1000
+    helper.ctl[pairs.WAITED] = 500
+    helper.result(1)
+    assert helper.stats["stalls"] == 0 and helper.until == 0.0
+    helper.ctl[pairs.WAITED] = 700
+    helper.result(1)
+    assert helper.stats["stalls"] == 1 and helper.until > time.perf_counter()

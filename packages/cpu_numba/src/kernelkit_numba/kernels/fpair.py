@@ -24,8 +24,8 @@ transformer's 0.16 ms projections. Here the int8 pairs' mechanism (``pairs``, ``
   needs no lead (halves.LEAD_FLOPS was the pool worker's ~20 us).
 
 Back-off under load as the int8 pairs (``pairs.PairServer``: a stall, unclaimed jobs, the pool's own
-back-off). ``KERNELKIT_F32_PAIR=off`` (or ``KERNELKIT_NUMBA_SPIN_US=0``) turns it off: the shares
-run through the pool as before.
+back-off). ``KERNELKIT_F32_PAIR=off`` (or ``ON = False``, or ``KERNELKIT_NUMBA_SPIN_US=0``) turns it
+off: the shares run through the pool as before.
 """
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ from .pairs import _call2, _cas, _load, _pause, _ptr, _store
 OPEN, CLAIMED, DONE, TAKEN = pairs.OPEN, pairs.CLAIMED, pairs.DONE, pairs.TAKEN
 STATE, DESC, SLOT, AWAKE, JOB, WAITED, STOP = pairs.STATE, pairs.DESC, pairs.SLOT, pairs.AWAKE, pairs.JOB, \
     pairs.WAITED, pairs.STOP
+OWN = 7  # ctl: cycles the last caller spent on its own half
 
 # desc: the half's address, A (per call: address; its length), lda (0: packed), B's panels, K, M, N, the
 # bias and zeros buffers, the output (per call) and its row stride, row-block rows, K chunk, the mode,
@@ -55,6 +56,7 @@ STATE, DESC, SLOT, AWAKE, JOB, WAITED, STOP = pairs.STATE, pairs.DESC, pairs.SLO
 NDESC = 22
 COLUMNS, ROWS = 0, 1
 ENV = "KERNELKIT_F32_PAIR"
+ON = True  # False: fgemm's products at two threads go through the pool's shares (halves.run) as before
 # The split: "auto" (COLUMNS where B has at least as many values as A, else ROWS where A is read in place),
 # "columns" or "rows"
 AXIS = "auto"
@@ -114,7 +116,9 @@ def pair_run(ctl, desc, a, out) -> int:
     ctl[JOB] = job
     ctl[DESC] = addr
     _store(ctl, STATE, job * 4 + OPEN)
+    t0 = _cycles()
     _call2(desc[FN], addr, 0)
+    ctl[OWN] = _cycles() - t0
     if _cas(ctl, STATE, job * 4 + OPEN, job * 4 + TAKEN):
         _call2(desc[FN], addr, 1)
         done = 2
@@ -162,6 +166,12 @@ class FPairServer(pairs.PairServer):
 
     name = "f32"
 
+    def stalled(self) -> bool:
+        """A wait for the helper's half longer than STALL_S plus half the caller's own half (a product's
+        halves take 0.01-0.6 ms: the MLP's 64 x 1024 x 1024 ~0.5 ms each, where a few percent of
+        imbalance is no sign of a lost core)."""
+        return self.ctl[WAITED] > self.stall + self.ctl[OWN] // 2
+
     def serve(self, ctl, idle, cap):
         return pair_serve(ctl, idle, cap)
 
@@ -192,7 +202,7 @@ def enabled() -> bool:
     """Whether float32 pairs may be made in this process: an x86-64 CPU, compiled code, spinning
     threads allowed (``KERNELKIT_NUMBA_SPIN_US`` not 0) and ``KERNELKIT_F32_PAIR`` not ``off``."""
     setting = os.environ.get(ENV, "").strip().lower()
-    return pairs.X86 and not numba.config.DISABLE_JIT and shards.spin_seconds() > 0 and \
+    return ON and pairs.X86 and not numba.config.DISABLE_JIT and shards.spin_seconds() > 0 and \
         setting not in ("off", "0", "no")
 
 

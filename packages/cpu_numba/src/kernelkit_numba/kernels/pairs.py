@@ -221,7 +221,7 @@ class PairServer:
         if done == 1:
             self.stats["paired"] += 1
             self._misses = 0
-            if self.ctl[WAITED] > self.stall:
+            if self.stalled():
                 self.stats["stalls"] += 1
                 self._back_off()
         elif done == 2:
@@ -229,6 +229,11 @@ class PairServer:
             self._misses += 1
             if self._misses >= MISSES:
                 self._back_off()
+
+    def stalled(self) -> bool:
+        """Whether the last paired call waited too long for the helper's half (a sign that the helper
+        lost its core mid-half)."""
+        return self.ctl[WAITED] > self.stall
 
     def _back_off(self) -> None:
         now = time.perf_counter()
