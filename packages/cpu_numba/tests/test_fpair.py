@@ -35,7 +35,7 @@ def _made(kind, packed, a, out, axis, monkeypatch, bias=None, lo=-np.inf, hi=np.
     if bias is not None:
         packed.bias_buf[:packed.n_n] = bias
     made = fgemm._pair_descriptor(kind, post, mr, packed, a.shape[1], a.shape[0], a.shape[1], out.shape[1], fvals,
-                                  bias is None, a.size, out.size)
+                                  packed.zeros if bias is None else packed.bias_buf, a.size, out.size)
     assert made is not False
     return made
 
@@ -144,19 +144,35 @@ def test_off_one_thread_and_small(monkeypatch):
     assert_close(out, _want(a, b, bias))
 
 
-def test_gemm_node_at_two_threads(monkeypatch):
-    """The MLP's first layer (64 x 784 -> 1024, Relu) through a two-thread session, against the reference."""
+@pytest.mark.parametrize("act", ["", "Relu"])
+def test_gemm_node_at_two_threads(act, monkeypatch):
+    """The MLP's first layer (64 x 784 -> 1024) through a two-thread session: its bound call
+    (Gemm.bound_compute) hands the product to fpair from the first calls on, against the reference."""
     _spinning(monkeypatch)
+    calls = []
+    real = fpair.run
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(fpair, "run", counted)
+    from kernelkit import Session
+    from kernelkit.testing import single_op_model
+
     rng = np.random.default_rng(7)
     a = rng.standard_normal((64, 784)).astype(np.float32)
-    b = (rng.standard_normal((784, 1024)) / 28).astype(np.float32)
+    b = (rng.standard_normal((1024, 784)) / 28).astype(np.float32)
     c = rng.standard_normal(1024).astype(np.float32)
-    for x in (b, c):
-        x.setflags(write=False)
-    want = run_single_op("Gemm", [a, b, c], {}, constants=(1, 2), vendors=["reference"])[0]
-    for _ in range(3):
-        got = run_single_op("Gemm", [a, b, c], {}, constants=(1, 2), vendors=["numba"], threads=2)[0]
-        assert_close(got, want)
+    attrs = {"transB": 1, "alpha": 1.5, **({"activation": act} if act else {})}
+    want = run_single_op("Gemm", [a, b, c], {"transB": 1, "alpha": 1.5}, constants=(1, 2), vendors=["reference"])[0]
+    if act:
+        want = np.maximum(want, 0)
+    sess = Session(single_op_model("Gemm", [a, b, c], attrs, constants=(1, 2)), vendors=["numba"], fallback=False,
+                   threads=2)
+    for _ in range(6):
+        assert_close(sess.run(None, {"in0": a})[0], want)
+    assert len(calls) >= 4
 
 
 def test_a_helper_without_a_core_backs_off(monkeypatch):

@@ -409,9 +409,11 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
 
 
 def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0):
-    """``run(a2, out)``: gemm's product of ``m_n`` rows by ``packed`` on one thread with everything but
-    A (C-contiguous (M, K)) and the output (C-contiguous (M, N)) fixed now (a plan's serial call: the
-    general path's per-call decisions, ~20-40 us a node, left out). ``bias``: N values (copied) or None."""
+    """``run(a2, out, threads=1, shards=1)``: gemm's product of ``m_n`` rows by ``packed`` with everything but A
+    (C-contiguous (M, K)) and the output (C-contiguous (M, N)) fixed now (a plan's bound call: the
+    general path's per-call decisions, ~10-40 us a node, left out). One thread: the driver over every
+    shard; two: fpair's halves (the descriptor made at the first such call) where the helper spins,
+    else (and at more threads) ``gemm`` in ``shards``. ``bias``: N values (copied) or None."""
     k_n, n_n = packed.k_n, packed.n_n
     mr = MR[kind]
     block, blocks, groups, kc = plan(kind, m_n, k_n, n_n, 1)
@@ -427,8 +429,19 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
         lo, hi, post = f32(-np.inf), f32(np.inf), code
     fn, bp, zeros, total = driver(kind, post, mr), packed.bp, packed.zeros, blocks * groups
     alpha, p0, p1 = f32(alpha), f32(p0), f32(p1)
+    pairs = 2.0 * m_n * n_n * k_n >= PAIR_FLOPS
+    made = []
 
-    def run(a2, out):
+    def run(a2, out, threads=1, shards=1):
+        if threads == 2 and pairs and fpair.enabled():
+            if not made:
+                made.append(_pair_descriptor(kind, post, mr, packed, k_n, m_n, k_n, n_n, (alpha, lo, hi, p0, p1), bb,
+                                             m_n * k_n, m_n * n_n))
+            if made[0] is not False and fpair.run(made[0], a2.reshape(-1), out.reshape(-1)):
+                return
+        if threads > 1:
+            gemm(kind, packed, a2, out, alpha, None if bias is None else bb[:n_n], code, p0, p1, shards)
+            return
         fn(a2.reshape(-1), k_n, bp, k_n, m_n, n_n, alpha, bb, zeros, out.reshape(-1), n_n, lo, hi, p0, p1, block,
            groups, kc, 0, total)
 
@@ -451,14 +464,15 @@ def _paired(kind, post, mr, packed, ap, lda, out, m_n, k_n, fvals, no_bias) -> b
     key = (m_n, k_n, lda, ldo, kind, post, mr, fvals, no_bias, ap.size, out.size)
     made = packed.pairs.get(key)
     if made is None:
-        made = packed.pairs[key] = _pair_descriptor(kind, post, mr, packed, lda, m_n, k_n, ldo, fvals, no_bias,
-                                                    ap.size, out.size)
+        made = packed.pairs[key] = _pair_descriptor(kind, post, mr, packed, lda, m_n, k_n, ldo, fvals,
+                                                    packed.zeros if no_bias else packed.bias_buf, ap.size, out.size)
     return made is not False and fpair.run(made, ap, out.reshape(-1))
 
 
-def _pair_descriptor(kind, post, mr, packed, lda, m_n, k_n, ldo, fvals, no_bias, a_len, out_len):
-    """fpair's descriptor of one product (fpair.axis picks columns or rows), or False where it does not
-    split or the helper cannot start (no cycle counter)."""
+def _pair_descriptor(kind, post, mr, packed, lda, m_n, k_n, ldo, fvals, bias, a_len, out_len):
+    """fpair's descriptor of one product (fpair.axis picks columns or rows; ``bias``: the padded bias
+    buffer it reads, or the zeros), or False where it does not split or the helper cannot start (no
+    cycle counter)."""
     n_n, nr = packed.n_n, NR[kind]
     panels = -(-n_n // nr)
     block, _blocks, _groups, kc = plan(kind, m_n, k_n, n_n, 1)
@@ -479,7 +493,6 @@ def _pair_descriptor(kind, post, mr, packed, lda, m_n, k_n, ldo, fvals, no_bias,
     _fn, address = fpair.half_address(driver(kind, post, mr), f"fpair.half.{kind}.{mr}.{post}")
     if not address:
         return False
-    bias = packed.zeros if no_bias else packed.bias_buf
     made = fpair.descriptor(address, mode, cut, (-(-sides[0] // block), -(-sides[1] // block)), packed.bp, bias,
                             packed.zeros, fvals, (m_n, k_n, n_n, a_len, out_len), (lda, ldo), block, kc)
     helper.wake()
