@@ -19,6 +19,7 @@
 """
 from __future__ import annotations
 
+import atexit
 import os
 import platform
 import threading
@@ -278,5 +279,13 @@ def _after_fork() -> None:
         s.reset_after_fork()
 
 
+def _stop_all() -> None:
+    """At exit: tell every helper to leave its compiled loop (at its next poll), so that none is still
+    reading its control words while the interpreter tears the arrays down."""
+    for s in list(_registered):
+        s.ctl[STOP] = 1
+
+
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
+atexit.register(_stop_all)
