@@ -18,7 +18,9 @@ needs_tiles = pytest.mark.skipif(ftile.choice()[0] is None, reason="no AVX2/AVX-
 
 @pytest.fixture
 def shares(monkeypatch):
-    """Counts the two-share jobs (halves.run calls)."""
+    """Counts the two-share jobs (halves.run calls); fgemm's products stay on the pool's shares (not
+    fpair's compiled hand-over: test_fpair.py)."""
+    monkeypatch.setenv("KERNELKIT_F32_PAIR", "off")
     calls = []
     real = halves.run
 
