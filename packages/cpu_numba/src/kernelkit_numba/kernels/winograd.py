@@ -485,9 +485,13 @@ def conv3x3_f4(x, u, bias, y, z, ph, pw, code, p0, p1, scratch, packed=None) -> 
 # starts at once, the worker ~20 us later, so the caller's run is a little longer), no barrier, and
 # no line written on one core is read on the other. False: the phases of session 9.
 TILES = True
-# tiles a block within a thread's run (0: the whole run in one block): smaller blocks keep v, the
-# products and the weights of a block in the core's L2, at the price of narrower products
-TILE_BLOCK = 0
+# A thread's run of tiles goes in blocks whose v and products take at most TILE_BYTES (0: the whole run
+# in one block), so that a block's transform, products and output transform find them in the core's L2.
+# At one thread too (SERIAL_TILES): on the AMD box (1 MiB L2) one thread ran ResNet's 64@56 layer in
+# 1.25 ms in two blocks of 98 tiles against 1.59 ms for the whole map's three passes (blocks of 49 tiles:
+# 1.31, of 25: 1.54: narrower products), the 128@28 layer 0.97 against 1.03 (bench_wino_tiles.py --serial).
+TILE_BYTES = 2 << 20
+SERIAL_TILES = True
 
 
 @jit_parallel
@@ -594,13 +598,14 @@ def _output_tiles4(mo, y, bias, z, has_z, th_n, tw_n, code, p0, p1, t0, t1, m0, 
 
 
 def _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, t0, t1) -> None:
-    """Tiles [t0, t1) of a one-image F(4x4, 3x3) layer on the calling thread: per block of at most
-    TILE_BLOCK tiles, the input transform, the 36 products and the output transform, in the thread's
+    """Tiles [t0, t1) of a one-image F(4x4, 3x3) layer on the calling thread: per block (TILE_BYTES),
+    the input transform, the 36 products and the output transform, in the thread's
     own buffers (``out_tail``: ``_output_tiles4``'s arguments after y up to its tile range)."""
     c_n, m_n = x0.shape[0], y0.shape[0]
-    block = TILE_BLOCK if TILE_BLOCK > 0 else t1 - t0
-    for b0 in range(t0, t1, block):
-        b1 = min(t1, b0 + block)
+    per_tile = 36 * (c_n + m_n) * x0.itemsize
+    blocks = max(1, -(-(t1 - t0) * per_tile // TILE_BYTES)) if TILE_BYTES > 0 else 1
+    for i in range(blocks):
+        b0, b1 = t0 + i * (t1 - t0) // blocks, t0 + (i + 1) * (t1 - t0) // blocks
         nl = b1 - b0
         lv, lm = _spaced(c_n * nl), _spaced(m_n * nl)
         v = config.thread_buffer("wino_v", 36 * lv, x0.dtype)[:36 * lv].reshape(36, lv)
@@ -626,11 +631,15 @@ def _by_tiles(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, threads) -> None:
         halves.run(lambda: _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, 0, cut),
                    lambda: _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, cut, nt))
         return
+    if threads <= 1:
+        _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, 0, nt)
+        return
     parts = max(1, min(threads, nt))
     config.run_shards(lambda i: _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed,
                                            i * nt // parts, (i + 1) * nt // parts), parts)
 
 
 def tiles_usable(n_n: int, threads: int, nt: int) -> bool:
-    """Whether an F(4x4, 3x3) call takes the tile split (``TILES``): one image, 2+ threads, a tile a thread."""
-    return TILES and n_n == 1 and threads > 1 and nt >= threads
+    """Whether an F(4x4, 3x3) call takes the tile split (``TILES``): one image and a tile a thread, at
+    2+ threads (at one: ``SERIAL_TILES``)."""
+    return TILES and n_n == 1 and nt >= threads and (threads > 1 or SERIAL_TILES)
