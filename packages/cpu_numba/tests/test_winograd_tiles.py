@@ -57,3 +57,18 @@ def test_f4_by_tiles_off_runs_phases(check, rng, monkeypatch):
     monkeypatch.setattr(config, "run_phases", lambda parts: calls.append(len(parts)) or run_phases(parts))
     check("Conv", [_x(rng, 1, 5, 28, 28), _x(rng, 7, 5, 3, 3), _x(rng, 7)], {"pads": [1, 1, 1, 1]}, constants=(1, 2))
     assert calls == [3] or (calls and set(calls) == {3})
+
+
+@pytest.mark.parametrize("pads", [[0, 0, 0, 0], [1, 0, 0, 1], [0, 1, 1, 0]])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_f4_by_tiles_pads(check, rng, monkeypatch, pads, threads):
+    """Unpadded and one-sided pads (the tiles' input rows start above or at the map's first row)."""
+    from kernelkit_numba.kernels import winograd
+
+    monkeypatch.setattr(config, "default_threads", lambda: threads)
+    monkeypatch.setattr(winograd, "TILE_BYTES", 20000)
+    runs = []
+    tiles_run = winograd._tiles_run
+    monkeypatch.setattr(winograd, "_tiles_run", lambda *a: runs.append(a[-2:]) or tiles_run(*a))
+    check("Conv", [_x(rng, 1, 5, 26, 25), _x(rng, 9, 5, 3, 3), _x(rng, 9)], {"pads": pads}, constants=(1, 2))
+    assert runs
