@@ -44,6 +44,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--variant", action="append", default=[], help="LABEL=module.ATTR=value,... (a default variant)")
     ap.add_argument("--variant1", action="append", default=[], help="LABEL=module.ATTR=value,... (a 1-thread variant)")
+    ap.add_argument("--ort", action="store_true", help="onnxruntime at two threads too (config ort2t)")
     ap.add_argument("--budget", type=float, default=0.0, help="seconds: no repeat started after this (0: none)")
     args = ap.parse_args()
     configs = [("1t", "numba1", ""), ("new", "numba", "")]
@@ -51,6 +52,8 @@ def main() -> None:
         for v in flag:
             label, spec = v.split("=", 1)
             configs.append((label, runtime, spec))
+    if args.ort:
+        configs.append(("ort2t", "ort2", ""))
     start = time.perf_counter()
     busy = None
     if args.mode == "loaded":
