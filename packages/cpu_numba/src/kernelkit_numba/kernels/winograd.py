@@ -627,9 +627,10 @@ def _by_tiles(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, threads) -> None:
     nt = th_n * tw_n
     c_n, m_n = x0.shape[0], y0.shape[0]
     if threads == 2 and halves.usable(2):
-        cut = halves.caller_parts(nt, 72.0 * m_n * c_n * nt)
+        flops = 72.0 * m_n * c_n * nt
+        cut = halves.caller_parts(nt, flops)
         halves.run(lambda: _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, 0, cut),
-                   lambda: _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, cut, nt))
+                   lambda: _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, cut, nt), flops)
         return
     if threads <= 1:
         _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, 0, nt)
