@@ -52,6 +52,7 @@ def measure(args) -> dict:
     os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
     import kernelkit
     from kernelkit_numba import shards
+    from kernelkit_numba.kernels import halves
     from test_bench_numba import apply_bench_set, model_case
     from trace_nodes import attribute
 
@@ -70,6 +71,7 @@ def measure(args) -> dict:
         time.sleep(0.3)
     pool = shards.POOL
     before = dict(pool.stats)
+    halves_before = dict(halves.stats)  # two-share calls run on the caller alone, and woken (halves.py)
     per_node: dict = collections.defaultdict(list)
     agg = collections.defaultdict(lambda: {"jobs": 0, "helped": 0, "caller_shards": 0, "worker_shards": 0,
                                            "wake": [], "serial": 0, "caller_wait": 0.0, "caller_busy": 0.0,
@@ -183,6 +185,7 @@ def measure(args) -> dict:
             "worker_cpu_share_median": round(statistics.median(worker_cpu), 3),
             "pool": {k: v - before.get(k, 0) for k, v in pool.stats.items()},
             "pool_warmup": {k: before[k] - start.get(k, 0) for k in before}, "nodes": nodes,
+            "halves": {k: v - halves_before.get(k, 0) for k, v in halves.stats.items()},
             **({"serial_wall_median_ms": round(statistics.median(serial_walls) * 1e3, 3),
                 "serial_wall_best_ms": round(min(serial_walls) * 1e3, 3)} if serial_walls else {})}
 
