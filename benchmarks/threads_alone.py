@@ -80,6 +80,8 @@ def measure(args) -> dict:
     walls, caller_cpu, worker_cpu = [], [], []
     serial_walls: list = []  # --interleave: the runs with every job on the caller (the pool held backed off)
     per_node_serial: dict = collections.defaultdict(list)
+    busy_runs: dict = collections.defaultdict(list)  # per node, per clean run: the shards' sum
+    clean_runs: dict = collections.defaultdict(list)  # ... and the node's time in that run
     clean_ts: dict = collections.defaultdict(float)  # node time summed over the runs without a back-off
     clean = 0
     try:
@@ -119,6 +121,7 @@ def measure(args) -> dict:
             clean += 1
             for name, _, dt, *_ in events:
                 clean_ts[name] += dt
+            run_busy: dict = collections.defaultdict(float)
             if trace:
                 spans = sorted((ts, ts + dt, name) for name, ts, dt, *_ in events)
                 for node, d in attribute(events, trace).items():
@@ -152,6 +155,10 @@ def measure(args) -> dict:
                     node = next((n for s, e, n in spans if s <= r[3] <= e), None)
                     key = "caller_busy" if jobs.get(r[0], r[2]) == r[2] else "worker_busy"
                     agg[node][key] += r[4] - r[3]
+                    run_busy[node] += r[4] - r[3]
+                for node, shard_sum in run_busy.items():  # per run: the medians below are not pulled by one slow run
+                    busy_runs[node].append(shard_sum)
+                    clean_runs[node].append(next(dt for name, _, dt, *_ in events if name == node))
     finally:
         if busy is not None:
             busy.kill()
@@ -165,6 +172,9 @@ def measure(args) -> dict:
                "median_ms": statistics.median(ts) * 1e3}
         if per_node_serial.get(name):
             row["serial_median_ms"] = statistics.median(per_node_serial[name]) * 1e3
+        if busy_runs.get(name):  # medians over the runs without a back-off (the busy means above: means)
+            row["busy_median_ms"] = statistics.median(busy_runs[name]) * 1e3
+            row["clean_median_ms"] = statistics.median(clean_runs[name]) * 1e3
         if a is not None:
             row.update(jobs=a["jobs"] / runs, helped=a["helped"] / runs, sh_caller=a["caller_shards"] / runs,
                        sh_worker=a["worker_shards"] / runs, serial=a["serial"] / runs,
@@ -233,8 +243,9 @@ def compare(a_path: str, b_path: str, top: int) -> None:
 
 def serial_vs(path: str, top: int) -> None:
     """An ``--interleave`` profile, per node: the serial runs' time (1t, the same process and weights),
-    the 2-thread node time, the shards' sum (caller + worker) and 1t / shard sum (below 1: the shards
-    at two threads take longer than the node alone on one thread), the caller's time outside shards."""
+    the 2-thread node time, the shards' sum (caller + worker; the median over runs where the profile has
+    it, else the mean, which one slow run pulls) and 1t / shard sum (below 1: the shards at two threads
+    take longer than the node alone on one thread), the caller's time outside shards (means)."""
     d = json.load(open(path))
     print(f"{d['model']}: serial {d.get('serial_wall_median_ms')} ms, {d['threads']}t {d['wall_median_ms']} ms "
           f"(1t/2t {d.get('serial_wall_median_ms', float('nan')) / d['wall_median_ms']:.2f}); pool {d['pool']}")
@@ -243,7 +254,7 @@ def serial_vs(path: str, top: int) -> None:
           f"{'busyW':>6} {'alone':>6} {'gaps':>6} {'wait':>6}")
     tot: collections.Counter = collections.Counter()
     for r in rows:
-        busy = r.get("caller_busy_ms", 0.0) + r.get("worker_busy_ms", 0.0)
+        busy = r.get("busy_median_ms", r.get("caller_busy_ms", 0.0) + r.get("worker_busy_ms", 0.0))
         other = (r.get("alone_ms") or 0.0, r.get("caller_lead_ms", 0.0) + r.get("caller_gaps_ms", 0.0)
                  + r.get("caller_tail_ms", 0.0), r.get("caller_wait_us", 0.0) / 1e3)
         tot["1t"] += r["serial_median_ms"]
