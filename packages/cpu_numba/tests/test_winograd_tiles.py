@@ -21,9 +21,9 @@ def _x(rng, *shape):
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("block_bytes", [0, 1, 20000])  # a thread's run in one block, a tile a block, a few
 @pytest.mark.parametrize("products", ["blas", "rows", "cols"])
-@pytest.mark.parametrize("hw, residual", [((28, 28), True), ((21, 23), False), ((20, 33), True)])
+@pytest.mark.parametrize("hw, residual", [((28, 28), True), ((21, 23), False), ((20, 33), True), ((64, 60), False)])
 def test_f4_by_tiles(check, rng, monkeypatch, threads, block_bytes, products, hw, residual):
-    from kernelkit_numba.kernels import conv, ftile, winograd
+    from kernelkit_numba.kernels import conv, ftile, halves, winograd
 
     if products != "blas":
         if ftile.choice()[0] is None:
@@ -33,6 +33,7 @@ def test_f4_by_tiles(check, rng, monkeypatch, threads, block_bytes, products, hw
         monkeypatch.setattr(conv, "FTILE_COLS_MAX", 1 << 20)
     monkeypatch.setattr(config, "default_threads", lambda: threads)
     monkeypatch.setattr(winograd, "TILE_BYTES", block_bytes)
+    monkeypatch.setattr(halves, "worker_asleep", lambda: False)  # a job whatever the worker does
     runs = []
     tiles_run = winograd._tiles_run
     monkeypatch.setattr(winograd, "_tiles_run", lambda *a: runs.append(a[-2:]) or tiles_run(*a))
@@ -43,6 +44,8 @@ def test_f4_by_tiles(check, rng, monkeypatch, threads, block_bytes, products, hw
     nt = -(-hw[0] // 4) * -(-hw[1] // 4)
     assert runs and sorted(runs)[0][0] == 0 and sum(t1 - t0 for t0, t1 in runs) % nt == 0
     assert len(runs) >= min(threads, 2)
+    if threads == 2 and nt * winograd.TAIL_SHARE >= winograd.TAIL_MIN_TILES:  # 64x60: 240 tiles, a tail of 24
+        assert len(runs) == 3 and sorted(runs)[-1] == (nt - int(nt * winograd.TAIL_SHARE), nt)
 
 
 def test_f4_by_tiles_off_runs_phases(check, rng, monkeypatch):

@@ -76,6 +76,19 @@ def worker_spinning() -> bool:
     return config._POOL.workers_spinning()
 
 
+def alone(flops: float = 0.0) -> bool:
+    """Whether a two-share product of ``flops`` (0: not given) runs on the calling thread alone, no job:
+    the worker asleep and the product under ``WAKE_FLOPS`` (``stats``: counted, and the products
+    published to wake the worker)."""
+    if not worker_asleep():
+        return False
+    if not WAKE_FLOPS or flops < WAKE_FLOPS:
+        stats["asleep"] += 1
+        return True
+    stats["woken"] += 1
+    return False
+
+
 def run(first, second, flops: float = 0.0) -> None:
     """``first()`` on the calling thread and ``second()`` on the worker (or the caller, when the worker
     does not come in time), through the shard pool at the call's budget. With the worker asleep
@@ -83,13 +96,10 @@ def run(first, second, flops: float = 0.0) -> None:
     the caller, done with its share, waits for the worker's whole share), both on the caller, no job:
     the next node's heartbeat wakes it; unless the product (``flops``, 0: not given) has at least
     ``WAKE_FLOPS``: then the job, whose publication wakes the worker."""
-    if worker_asleep():
-        if not WAKE_FLOPS or flops < WAKE_FLOPS:
-            stats["asleep"] += 1
-            first()
-            second()
-            return
-        stats["woken"] += 1
+    if alone(flops):
+        first()
+        second()
+        return
 
     def shard(i):
         if i == 0:

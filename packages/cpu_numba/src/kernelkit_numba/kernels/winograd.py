@@ -623,21 +623,43 @@ def _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, t0, t1) -> None:
 
 def _by_tiles(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, threads) -> None:
     """A one-image F(4x4, 3x3) layer as one job of a run of tiles a thread (TILES): at two threads
-    the caller's run first (halves.run; the caller's share a little larger: halves.caller_parts)."""
+    the caller's run first, the worker's second (the caller's share a little larger:
+    halves.caller_parts), and where the map has enough tiles a last run (TAIL_SHARE) for whichever
+    finishes first; with the worker asleep and a small layer, all on the caller (halves.alone)."""
     nt = th_n * tw_n
     c_n, m_n = x0.shape[0], y0.shape[0]
+
+    def part(t0, t1):
+        return lambda: _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, t0, t1)
+
+    if threads <= 1:
+        part(0, nt)()
+        return
     if threads == 2 and halves.usable(2):
         flops = 72.0 * m_n * c_n * nt
-        cut = halves.caller_parts(nt, flops)
-        halves.run(lambda: _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, 0, cut),
-                   lambda: _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, cut, nt), flops)
-        return
-    if threads <= 1:
-        _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, 0, nt)
+        tail = int(nt * TAIL_SHARE) if nt * TAIL_SHARE >= TAIL_MIN_TILES else 0
+        head = nt - tail
+        cut = halves.caller_parts(head, flops * head / nt)
+        if not tail:
+            halves.run(part(0, cut), part(cut, nt), flops)
+            return
+        if halves.alone(flops):
+            part(0, nt)()
+            return
+        runs = (part(0, cut), part(cut, head), part(head, nt))
+        config.run_shards(lambda i: runs[i](), 3)
         return
     parts = max(1, min(threads, nt))
-    config.run_shards(lambda i: _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed,
-                                           i * nt // parts, (i + 1) * nt // parts), parts)
+    config.run_shards(lambda i: part(i * nt // parts, (i + 1) * nt // parts)(), parts)
+
+
+# At two threads a last run of TAIL_SHARE of the tiles, claimed by whichever thread finishes its own run
+# first, where that is at least TAIL_MIN_TILES tiles (ResNet's 64@56 layers: 19 of 196; the 128@28 ones,
+# 49 tiles, keep two runs). Two fixed runs left the caller waiting 120-275 us at the end of each 64@56
+# layer on the Xeon (threads_alone.py --interleave, device call of session 10): the worker came 40-73 us
+# after publication and ran its tiles ~20 % slower than the caller.
+TAIL_SHARE = 0.1
+TAIL_MIN_TILES = 16
 
 
 def tiles_usable(n_n: int, threads: int, nt: int) -> bool:
