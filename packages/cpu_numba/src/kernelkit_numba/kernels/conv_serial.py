@@ -390,7 +390,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
             yn = y[n].reshape(-1)
             zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
             calls = [_share_call(share, xs, yn, zn) for share in plan]
-            halves.run(*calls)
+            halves.run(*calls, flops=work)
 
     def _share_call(share, xs, yn, zn):
         c0, mc, p0, np_, dplan, ssize = share
