@@ -28,6 +28,9 @@ def main(argv=None) -> None:
     ap.add_argument("--calls", type=int, default=10, help="timed calls per block")
     ap.add_argument("--settle", type=int, default=2, help="untimed calls at the start of each block")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME=ATTR=VALUE[,ATTR=VALUE]: one more session with pairs on, bound with these "
+                         "kernels.cpair constants set (e.g. pix=AXIS=pixels, nodw=PAIR_DEPTHWISE=0)")
     args = ap.parse_args(argv)
     os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
     sys.path.insert(0, HERE)
@@ -38,18 +41,27 @@ def main(argv=None) -> None:
 
     _proto, model, feed, _gflop = model_case(args.model)
 
-    def session(threads, pairs):
+    def session(threads, pairs, consts=()):
         was = os.environ.get(cpair.ENV)
         os.environ[cpair.ENV] = "auto" if pairs else "off"
+        kept = {attr: getattr(cpair, attr) for attr, _ in consts}
+        for attr, value in consts:
+            setattr(cpair, attr, type(kept[attr])(value) if not isinstance(kept[attr], bool) else value not in
+                    ("0", "false", "no"))
         try:
             return kernelkit.Session(model, vendors=["numba", "reference"], fallback=False, threads=threads)
         finally:
+            for attr, value in kept.items():
+                setattr(cpair, attr, value)
             if was is None:
                 os.environ.pop(cpair.ENV)
             else:
                 os.environ[cpair.ENV] = was
 
     sessions = {"on": session(args.threads, True), "off": session(args.threads, False), "1t": session(1, False)}
+    for spec in args.variant:
+        name, _, rest = spec.partition("=")
+        sessions[name] = session(args.threads, True, [tuple(kv.split("=", 1)) for kv in rest.split(",")])
     want = sessions["1t"].run(None, feed)[0]
     for s in sessions.values():
         for _ in range(3):
@@ -58,7 +70,8 @@ def main(argv=None) -> None:
     blocks: dict = {k: [] for k in sessions}
     names = list(sessions)
     for rnd in range(args.rounds):
-        order = names[rnd % 3:] + names[:rnd % 3]
+        shift = rnd % len(names)
+        order = names[shift:] + names[:shift]
         before = dict(srv.stats)
         for name in order:
             s = sessions[name]
@@ -74,6 +87,10 @@ def main(argv=None) -> None:
         print(f"round {rnd}: " + ", ".join(f"{k} {blocks[k][-1]:.2f}" for k in names) + f" ms; helper {delta}",
               flush=True)
     on, off, one = (np.array(blocks[k]) for k in ("on", "off", "1t"))
+    for name in names[3:]:
+        v = np.array(blocks[name])
+        print(f"{args.model}: variant {name} {np.median(v):.2f} ms, per-round {name}/off {np.median(v / off):.3f}, "
+              f"{name}/on {np.median(v / on):.3f}")
     print(f"{args.model}: medians on {np.median(on):.2f}, off {np.median(off):.2f}, 1t {np.median(one):.2f} ms; "
           f"per-round on/off {np.median(on / off):.3f} (min {np.min(on / off):.3f}, max {np.max(on / off):.3f}), "
           f"on/1t {np.median(on / one):.3f}, off/1t {np.median(off / one):.3f}; helper {srv.stats}")

@@ -84,6 +84,8 @@ DW_FNS = ("r1", "r1z", "s2", "s2z", "p2", "p2z")  # DWFN: dwtile's plane drivers
 MIN_US = 12.0
 FLOPS_PER_US = 6.0e4
 AXIS = "auto"  # the projection's split: "auto" (channels where the panels split evenly), "channels", "pixels"
+PAIR_POINTWISE = True  # the 1x1 layers pair (False: for A/B runs)
+PAIR_DEPTHWISE = True  # the depthwise layers pair
 
 
 def _drivers():
@@ -398,7 +400,7 @@ def _clamp(lo, hi) -> np.ndarray:
 def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_z: bool):
     """The pair of a bound 1x1 stride-1 layer on ftile's rows (or cols) tiles of KIND, or None."""
     n_n, m_n = y_shape[:2]
-    if n_n != 1 or 2.0 * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
+    if not PAIR_POINTWISE or n_n != 1 or 2.0 * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
         return None
     if not cols and ftile.rows_kind(KIND, m_n) != KIND:
         return None
@@ -468,7 +470,7 @@ def depthwise_pair(conv, step, y_shape, x_shape, stride: int, ph: int, pw: int, 
     """The pair of a bound depthwise 3x3 layer on dwtile's planes, or None."""
     n_n, m_n, oh_n, ow_n = y_shape
     c_n, h_n, w_n = x_shape[1:]
-    if n_n != 1 or m_n != c_n or m_n < 2:
+    if not PAIR_DEPTHWISE or n_n != 1 or m_n != c_n or m_n < 2:
         return None
     if dwtile.cost_us("conv", stride, m_n, m_n * oh_n * ow_n) < MIN_US:
         return None
