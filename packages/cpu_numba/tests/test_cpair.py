@@ -30,11 +30,13 @@ def _dw(c, stride=1):
     return {"group": c, "pads": [1, 1, 1, 1], "strides": [stride, stride], **CLIP6}
 
 
-# (x shape, weight shape, attrs, bias, residual): MobileNetV2's kinds of layer: expansions on the rows
+# (x shape, weight shape, attrs, bias, residual): MobileNetV2's kinds of layer: the 3x3/2 stem (implicit
+# GEMM, output channels), expansions on the rows
 # tiles (channel halves), projections of 16 and 24 channels (2 panels: channels; 3 panels: pixel
 # halves), with the residual, 7x7 layers on the cols tiles (960 = 20 panels of 48; 320 = 7 panels),
 # depthwise stride 1 and 2 (the pairs tile at 7-wide outputs), with the residual
 LAYERS = [
+    ((1, 3, 224, 224), (32, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], **CLIP6}, True, False),
     ((1, 16, 112, 112), (96, 16, 1, 1), CLIP6, True, False),
     ((1, 32, 112, 112), (16, 32, 1, 1), {}, True, False),
     ((1, 144, 56, 56), (24, 144, 1, 1), {}, True, True),
@@ -144,7 +146,7 @@ def test_caller_alone_and_helper_half(case, quiet_server):
     assert srv.ctl[qpair.STATE] == 1 * 4 + qpair.TAKEN and srv.ctl[qpair.SLOT] == 0
     assert not np.isnan(alone).any()
     assert_close(alone, _reference(x, w, b, z, attrs), np.float32)
-    if w.shape[1] > 1:  # 1x1: the one-thread drivers over parts
+    if w.shape[1] > 1:  # 1x1 and the stem: the one-thread drivers over parts
         np.testing.assert_array_equal(alone, want)
     else:
         assert_close(alone, want, np.float32)
@@ -202,6 +204,15 @@ def test_switches_and_sizes(monkeypatch):
 
     big = ((1, 16, 112, 112), (96, 16, 1, 1), CLIP6)
     assert pair_of(*big) is not None
+
+    def split(xs, ws):  # the second side's first pixel: 0 for halves of the output channels
+        return int(pair_of(xs, ws, {}).desc[cpair.SIDE0 + cpair.SIDE_N + cpair.S_P0])
+
+    assert split((1, 16, 112, 112), (96, 16, 1, 1)) == 0  # an expansion: channels (as the depthwise after it)
+    assert split((1, 32, 112, 112), (16, 32, 1, 1)) > 0  # projections on 16+ pixel tiles: pixels
+    assert split((1, 192, 28, 28), (32, 192, 1, 1)) > 0
+    assert split((1, 384, 14, 14), (64, 384, 1, 1)) == 0  # 7 pixel tiles, 8 panels: channels
+    assert split((1, 384, 14, 14), (24, 384, 1, 1)) > 0  # 3 panels: pixels
     assert pair_of(*big, threads=1) is None
     assert pair_of((2, 16, 56, 56), (96, 16, 1, 1), {}) is None
     assert pair_of((1, 16, 8, 8), (32, 16, 1, 1), {}) is None

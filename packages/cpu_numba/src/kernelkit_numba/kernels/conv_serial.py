@@ -105,7 +105,8 @@ def _bind(conv, parallel: bool, step=None):
     if not direct:  # the strided convolutions conv.py runs as its implicit GEMM (the stems)
         if not implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n):
             return None
-        return _implicit_call(conv, raw, kind, x_shape, y_shape, (kh, kw, sh, ph, pw), lo, hi, has_z, parallel)
+        return _implicit_call(conv, raw, kind, x_shape, y_shape, (kh, kw, sh, ph, pw), lo, hi, has_z, parallel,
+                              step)
     return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n), y_shape, k_n, l_n, lo, hi, has_z,
                        parallel, step)
 
@@ -241,7 +242,7 @@ def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n, parallel,
     return depthwise
 
 
-def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, parallel):
+def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, parallel, step=None):
     """conv._gemm_implicit with its arguments fixed: per image the input's zero-padded column phases
     (ftile.phases_padded, into a buffer of this call's), then ftile's implicit-GEMM driver over the
     output rows; ``parallel``: both through conv.implicit_phases at the call's budget, as the
@@ -254,7 +255,7 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
     n_n, c_n = x_shape[:2]
     m_n, oh_n, ow_n = y_shape[1:]
     k_n, l_n = c_n * kh * kw, oh_n * ow_n
-    hp, qp, pl, step, koff = ftile.implicit_geometry(c_n, kh, kw, s, ph, pw, oh_n, ow_n)
+    hp, qp, pl, step_n, koff = ftile.implicit_geometry(c_n, kh, kw, s, ph, pw, oh_n, ow_n)
     koff = config.readonly(koff)
     xpp = np.empty(s * c_n * hp * qp, np.float32)
     xpp_ro = config.readonly(xpp)
@@ -262,6 +263,8 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
     no_z = readonly(np.zeros(1, np.float32))
     work = 2.0 * m_n * k_n * l_n
     packing = (k_n, ftile.MR[kind])  # (_packed's K and tile width)
+    pair = None if parallel or kind != cpair.KIND else cpair.implicit_pair(conv, step, y_shape, k_n, xpp, koff,
+                                                                           step_n, lo, hi, has_z)
 
     def implicit(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)
@@ -273,11 +276,14 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
             yn = y[n].reshape(-1)
             zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
             if parallel:  # one job of two phases at 2+ threads (conv.implicit_phases)
-                implicit_phases(x[n], xpp, s, ph, pl, hp, qp, (kind, held.packed, k_n, m_n, xpp_ro, koff, step, ow_n,
+                implicit_phases(x[n], xpp, s, ph, pl, hp, qp, (kind, held.packed, k_n, m_n, xpp_ro, koff, step_n, ow_n,
                                                               held.bias, zn, has_z, lo, hi, yn, l_n), oh_n, work)
             else:
                 ftile.phases_padded(x[n], xpp, s, ph, pl, hp, qp, 0, c_n)
-                driver(held.packed, k_n, m_n, xpp_ro, koff, step, ow_n, held.bias, zn, has_z, lo, hi, yn, l_n, 0, oh_n)
+                if pair is not None and pair(held.packed, held.bias, x, y, None if z is no_z else z):
+                    continue  # (batch 1) output channels in two halves on two cores (cpair.py)
+                driver(held.packed, k_n, m_n, xpp_ro, koff, step_n, ow_n, held.bias, zn, has_z, lo, hi, yn, l_n, 0,
+                       oh_n)
         return y
 
     return implicit

@@ -66,11 +66,13 @@ from .qpair import (
 
 ENV = "KERNELKIT_F32_PAIR"
 KIND = 2  # ftile's avx512 variant (8-row panels, 48-channel cols panels); dwtile's tiles need AVX-512 too
-ROWS, COLS, DEPTHWISE = 0, 1, 2  # the descriptor's OP
+ROWS, COLS, DEPTHWISE, IMPLICIT = 0, 1, 2, 3  # the descriptor's OP
 # desc: the op, the per-call addresses (x, y, z, the two sides' scratch), the clamp, the layer's
 # arrays and sizes, then SIDE_N words a side from SIDE0
 (OP, XA, YA, ZA, HAS_Z, SCR0, SCR1, FV, WA, WA_N, BIAS, ZEROS, K, M, L, KC,
- C, H, W, OH, OW, PH, PW, BAND, DWFN) = range(25)
+ C, H, W, OH, OW, PH, PW, BAND, DWFN,
+ # the implicit GEMM (a strided stem): its padded phases buffer and offset table
+ XPP, XPP_N, KOFF) = range(28)
 SIDE0, SIDE_N = 32, 12
 # a side: its first output channel (or panel, plane), its channels (or the end panel, plane), its first
 # pixel and pixels, the rows plan's block, groups, kc, pack and shards, its scratch floats
@@ -83,9 +85,15 @@ DW_FNS = ("r1", "r1z", "s2", "s2z", "p2", "p2z")  # DWFN: dwtile's plane drivers
 # the end wait), MobileNetV2's smallest layers ~25 us.
 MIN_US = 12.0
 FLOPS_PER_US = 6.0e4
-AXIS = "auto"  # the projection's split: "auto" (channels where the panels split evenly), "channels", "pixels"
+# the split of a 1x1 layer on the rows tiles: "auto" (an expansion, more output channels than input ones, by
+# channels, as the depthwise layer after it; a projection by pixels where it has at least PIXEL_TILES tiles
+# of pixels, else by channels where its panels split evenly, else by pixels), "channels", "pixels"
+AXIS = "auto"
+PIXEL_TILES = 16  # the Xeon (session 10): 192 -> 32 at 28x28 by channels 0.87-0.90x the one-thread time,
+# 144 -> 24 at 56x56 by pixels 1.85x; at 14x14 (7 tiles, 4 : 3) the channels (384 -> 64: 1.27-1.30x)
 PAIR_POINTWISE = True  # the 1x1 layers pair (False: for A/B runs)
 PAIR_DEPTHWISE = True  # the depthwise layers pair
+PAIR_IMPLICIT = True  # the strided stems on the implicit GEMM pair
 
 
 def _drivers():
@@ -99,6 +107,7 @@ def _build():
     """The compiled sides (half, pair_run, pair_serve), closures over the drivers of KIND, keyed for the
     disk cache by name (cache.CLOSURE_KEY, as ftile's drivers)."""
     rows, cols, (dw0, dw1, dw2, dw3, dw4, dw5) = _drivers()
+    implicit = ftile.implicit_driver(KIND)
     f32 = np.float32
 
     def half(d, side):
@@ -131,6 +140,16 @@ def _build():
                 dw5(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
             return
         k_n, m_n, l_n = d[K], d[M], d[L]
+        if op == IMPLICIT:  # output channels [c0, c0 + mc) of every output row
+            c0, mc = d[b + S_C0], d[b + S_MC]
+            xpp = numba.carray(_ptr(d[XPP]), (d[XPP_N],), f32)
+            koff = numba.carray(_ptr(d[KOFF]), (k_n,), np.int64)
+            wp = numba.carray(_ptr(d[WA] + 4 * c0 * k_n), (mc * k_n,), f32)
+            bias = numba.carray(_ptr(d[BIAS] + 4 * c0), (mc,), f32)
+            y = numba.carray(_ptr(d[YA] + 4 * c0 * l_n), (mc * l_n,), f32)
+            z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + 4 * c0 * l_n), (mc * l_n,), f32)
+            implicit(wp, k_n, mc, xpp, koff, d[BAND], d[OW], bias, z, has_z, lo, hi, y, l_n, 0, d[OH])
+            return
         x = numba.carray(_ptr(d[XA]), (k_n * l_n,), f32)
         scratch = numba.carray(_ptr(d[SCR0 + side]), (d[b + S_SCR_N],), f32)
         if op == COLS:
@@ -430,7 +449,12 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
         tiles = -(-l_n // nr)
         axis = AXIS
         if axis == "auto":
-            axis = "channels" if panels % 2 == 0 or tiles < 2 else "pixels"
+            if m_n > k_n:
+                axis = "channels"
+            elif tiles >= PIXEL_TILES:
+                axis = "pixels"
+            else:
+                axis = "channels" if panels % 2 == 0 or tiles < 2 else "pixels"
         if axis == "channels" and panels >= 2:
             c = -(-panels // 2) * mr
             parts = ((0, c, 0, l_n), (c, m_n - c, 0, l_n))
@@ -463,6 +487,45 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
 
     pair = Pair(desc, sizes[0], sizes[1], fill)
     pair.keep = (fv,)
+    return pair
+
+
+def implicit_pair(conv, step, y_shape, k_n: int, xpp, koff, row_step: int, lo, hi, has_z: bool):
+    """The pair of a bound strided convolution on ftile's implicit GEMM (MobileNetV2's 3x3/2 stem) by
+    output channels, or None. ``xpp``: the call's padded phases buffer (the caller fills it before the
+    halves), ``koff``: the offset table."""
+    n_n, m_n, oh_n, ow_n = y_shape
+    l_n = oh_n * ow_n
+    mr = ftile.MR[KIND]
+    panels = -(-m_n // mr)
+    if not PAIR_IMPLICIT or n_n != 1 or panels < 2 or 2.0 * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
+        return None
+    if xpp.dtype != np.float32 or not xpp.flags.c_contiguous or koff.dtype != np.int64 or koff.size != k_n:
+        return None
+    if not _start(conv):
+        return None
+    c = -(-panels // 2) * mr
+    desc = np.zeros(NDESC, np.int64)
+    fv = _clamp(lo, hi)
+    koff = np.ascontiguousarray(koff)
+    desc[OP], desc[HAS_Z], desc[FV], desc[K], desc[M], desc[L] = IMPLICIT, int(has_z), fv.ctypes.data, k_n, m_n, l_n
+    desc[XPP], desc[XPP_N], desc[KOFF] = xpp.ctypes.data, xpp.size, koff.ctypes.data
+    desc[BAND], desc[OW], desc[OH] = row_step, ow_n, oh_n
+    desc[SIDE0 + S_C0], desc[SIDE0 + S_MC] = 0, c
+    desc[SIDE0 + SIDE_N + S_C0], desc[SIDE0 + SIDE_N + S_MC] = c, m_n - c
+    desc[SIDE0 + S_SCR_N] = desc[SIDE0 + SIDE_N + S_SCR_N] = 1
+    out = _names(step, "outputs")
+    if out:
+        _cuts[(out[0], m_n)] = c
+
+    def fill(d, packed, bias):
+        packed = np.ascontiguousarray(packed, np.float32)
+        bias = np.ascontiguousarray(bias, np.float32)
+        d[WA], d[WA_N], d[BIAS] = packed.ctypes.data, packed.size, bias.ctypes.data
+        return packed, bias, fv, xpp, koff
+
+    pair = Pair(desc, 1, 1, fill)
+    pair.keep = (fv, xpp, koff)
     return pair
 
 
