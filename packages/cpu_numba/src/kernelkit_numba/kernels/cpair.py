@@ -381,8 +381,10 @@ class Pair:
         one-thread call); False too where another caller holds the slot. ``w``, ``bias``: the bound
         call's constants (by identity: a new pair of them is written into the descriptor)."""
         srv = server()
+        if not srv.ready and not srv.prepare():  # both sides compiled at the first call, not at bind (a
+            return False  # tiered start's trial compiles them off the model's thread, as the node's kernels)
         if not srv.usable():
-            srv.asleep()
+            srv.asleep()  # wake it (the thread starts at the first wake): this call runs on the caller
             return False
         if w is not self.bound[0] or bias is not self.bound[1]:
             self.keep = self.fill(self.desc, w, bias)
@@ -403,13 +405,8 @@ class Pair:
 
 
 def _start(conv) -> bool:
-    if _threads(conv) < 2 or not enabled():
-        return False
-    srv = server()
-    if not srv.prepare():
-        return False
-    srv.wake()
-    return True
+    """Whether a pair may be bound for ``conv`` (its session's threads, the switches, a cycle counter)."""
+    return _threads(conv) >= 2 and enabled() and cycle_rate() > 0
 
 
 def _clamp(lo, hi) -> np.ndarray:
