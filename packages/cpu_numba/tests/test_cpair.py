@@ -86,6 +86,7 @@ def quiet_server(monkeypatch):
     monkeypatch.setattr(cpair, "_server", [srv])
     monkeypatch.setattr(srv, "wake", lambda: None)
     monkeypatch.setattr(_pool(), "backed_off", lambda: False)
+    monkeypatch.setattr(_pool(), "workers_spinning", lambda: False)
     return srv
 
 
@@ -189,6 +190,11 @@ def test_busy_slot_and_back_off(quiet_server):
     srv.until = 0.0
     srv.ctl[qpair.AWAKE] = 0  # asleep: the caller runs alone and asks for a wake-up
     np.testing.assert_array_equal(_run(f2, x, w, b, z, shape), want)
+    assert srv.ctl[qpair.JOB] == jobs
+    srv.ctl[qpair.AWAKE] = 1
+    with pytest.MonkeyPatch.context() as mp:  # the pool's worker spinning (a model with pooled layers)
+        mp.setattr(_pool(), "workers_spinning", lambda: True)
+        np.testing.assert_array_equal(_run(f2, x, w, b, z, shape), want)
     assert srv.ctl[qpair.JOB] == jobs
 
 

@@ -383,6 +383,8 @@ class Pair:
         srv = server()
         if not srv.ready and not srv.prepare():  # both sides compiled at the first call, not at bind (a
             return False  # tiered start's trial compiles them off the model's thread, as the node's kernels)
+        if shards.POOL.workers_spinning():  # a model with pooled layers (the ResNets): its worker spins
+            return False  # through the run; a third spinning thread on two cores would delay its jobs
         if not srv.usable():
             srv.asleep()  # wake it (the thread starts at the first wake): this call runs on the caller
             return False
