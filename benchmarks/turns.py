@@ -33,10 +33,11 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUNTIMES = ("numba1", "numba", "reference1", "ort1", "ort2")
 LABELS = {"numba1": "numba 1t", "numba": "numba default", "reference1": "reference 1t", "ort1": "ORT 1t",
-          "ort2": "ORT 2t"}
+          "ort2": "ORT 2t", "numbanp": "numba default, no conv pairs"}  # numbanp: KERNELKIT_F32_PAIR=off
 # (label, numerator, denominator): issue 11's ratios
 RATIOS = (("1t / ORT 1t", "numba1", "ort1"), ("default / ORT 2t", "numba", "ort2"),
-          ("reference / numba 1t", "reference1", "numba1"), ("default / 1t", "numba", "numba1"))
+          ("reference / numba 1t", "reference1", "numba1"), ("default / 1t", "numba", "numba1"),
+          ("no pairs / ORT 2t", "numbanp", "ort2"), ("default / no pairs", "numba", "numbanp"))
 
 _CHILD = r"""
 import json, os, sys, time
@@ -53,6 +54,9 @@ if runtime == "reference1":
     from threadpoolctl import threadpool_limits
     threadpool_limits(1, user_api="blas")
     sess = kernelkit.Session(model, vendors=["reference"], fallback=False)
+elif runtime == "numbanp":  # the default without the conv pairs (kernels/cpair.py)
+    os.environ["KERNELKIT_F32_PAIR"] = "off"
+    sess = kernelkit.Session(model, vendors=["numba", "reference"], fallback=False)
 elif runtime == "numba":
     sess = kernelkit.Session(model, vendors=["numba", "reference"], fallback=False)
 elif runtime.startswith("numba"):
@@ -64,6 +68,13 @@ for _ in range(2):
     sess.run(None, feed)
 ok = bool(cosine(out, ort_session(proto, 1).run(None, feed)[0]) >= MODEL_COSINE)
 pool = sys.modules["kernelkit_numba.shards"].POOL if "kernelkit_numba.shards" in sys.modules else None
+cpair = sys.modules.get("kernelkit_numba.kernels.cpair")  # the conv pairs' helper counters, as pair_*
+
+
+def pairs():
+    return {f"pair_{k}": v for k, v in cpair.server().stats.items()} if cpair and cpair._server else {}
+
+
 t0 = time.perf_counter()
 for _ in range(3):
     sess.run(None, feed)
@@ -72,13 +83,13 @@ for line in sys.stdin:
     calls, settle = map(int, line.split())
     if calls <= 0:
         break
-    before = dict(pool.stats) if pool else {}
+    before = {**(dict(pool.stats) if pool else {}), **pairs()}
     for _ in range(settle):
         sess.run(None, feed)
     ms = []
     for _ in range(calls):
         t0 = time.perf_counter(); sess.run(None, feed); ms.append((time.perf_counter() - t0) * 1e3)
-    after = dict(pool.stats) if pool else {}
+    after = {**(dict(pool.stats) if pool else {}), **pairs()}
     delta = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
     print(json.dumps({"median_ms": float(np.median(ms)), "best_ms": min(ms), "pool": delta}), flush=True)
 """

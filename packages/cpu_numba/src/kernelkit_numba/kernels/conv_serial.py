@@ -21,7 +21,7 @@ from kernelkit.errors import KernelkitError
 
 from .. import config
 from .._base import readonly
-from . import dwtile, ftile, halves
+from . import cpair, dwtile, ftile, halves
 from .epilogue import CLIP, NONE, scale_bias_act_cols
 
 
@@ -30,7 +30,7 @@ def serial_call(conv, step):
     static float32 NCHW shapes, an epilogue the tiles fuse (none, Relu, Clip), and either a depthwise
     3x3 on dwtile's tiles or a dense 1x1 stride-1 unpadded convolution of more than one pixel on
     ftile's tiles."""
-    return _bind_checked(conv, False)
+    return _bind_checked(conv, False, step)
 
 
 def bound_compute(conv):
@@ -41,16 +41,16 @@ def bound_compute(conv):
     return _bind_checked(conv, True) or conv.compute
 
 
-def _bind_checked(conv, parallel: bool):
+def _bind_checked(conv, parallel: bool, step=None):
     """_bind, or None where deciding raises one of kernelkit's errors (a bad switch value, an attribute
     that disagrees with the weight): the general path then raises it at the call, as before."""
     try:
-        return _bind(conv, parallel)
+        return _bind(conv, parallel, step)
     except KernelkitError:
         return None
 
 
-def _bind(conv, parallel: bool):
+def _bind(conv, parallel: bool, step=None):
     specs = conv.input_specs
     if len(specs) < 2 or any(s is not None and (not s.is_static or s.layout) for s in specs):
         return None
@@ -89,7 +89,7 @@ def _bind(conv, parallel: bool):
         if not (sh == sw and dwtile.depthwise_fits(sh, kh, kw, (dh, dw), conv._all_pads(x_shape, w_shape),
                                                     np.float32) and dwtile.enabled()):
             return None
-        return _depthwise_call(conv, y_shape, sh, ph, pw, lo, hi, has_z, m_n, parallel)
+        return _depthwise_call(conv, y_shape, sh, ph, pw, lo, hi, has_z, m_n, parallel, step)
     direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
     if group != 1 or oh_n * ow_n == 1:
         return None
@@ -106,9 +106,10 @@ def _bind(conv, parallel: bool):
         if not implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n) or direct_wins(kind, kh, kw, sh, sw, dh, dw,
                                                                                     m_n, ow_n, l_n, k_n):
             return None  # (the direct convolution: the general path, conv._gemm_direct)
-        return _implicit_call(conv, raw, kind, x_shape, y_shape, (kh, kw, sh, ph, pw), lo, hi, has_z, parallel)
+        return _implicit_call(conv, raw, kind, x_shape, y_shape, (kh, kw, sh, ph, pw), lo, hi, has_z, parallel,
+                              step)
     return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n), y_shape, k_n, l_n, lo, hi, has_z,
-                       parallel)
+                       parallel, step)
 
 
 
@@ -208,15 +209,18 @@ def _output(out, y_shape):
     return out if out.flags.c_contiguous else None
 
 
-def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n, parallel):
+def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n, parallel, step=None):
     """dwtile's planes driver with its arguments fixed (dwtile.depthwise's choice of tile); ``parallel``:
-    through dwtile.run at the call's thread budget."""
+    through dwtile.run at the call's thread budget. On one thread of a several-thread session: two
+    halves of the planes on two cores where cpair.py pairs the layer."""
     general = _general(conv, parallel)
     cost = dwtile.cost_us("conv", stride, y_shape[0] * y_shape[1], int(np.prod(y_shape)))
     held = _Constants()
     raw = dwtile.requested_raw()
     planes = y_shape[0] * y_shape[1]
     fn = band = None
+    pair = None if parallel else cpair.depthwise_pair(conv, step, y_shape, conv.input_specs[0].shape, stride, ph, pw,
+                                                      lo, hi, has_z)
 
     def depthwise(x, w, b=None, z=None, *, out=None):
         nonlocal fn, band
@@ -230,6 +234,8 @@ def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n, parallel)
             band = args[-1]
         if parallel:
             dwtile.run(fn, planes, (x, w, held.bias, y, zz, ph, pw, lo, hi, band), cost)
+        elif pair is not None and pair(w, held.bias, x, y, None if z is None else zz):
+            return y
         else:
             fn(x, w, held.bias, y, zz, ph, pw, lo, hi, band, 0, planes)
         return y
@@ -237,7 +243,7 @@ def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n, parallel)
     return depthwise
 
 
-def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, parallel):
+def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, parallel, step=None):
     """conv._gemm_implicit with its arguments fixed: per image the input's zero-padded column phases
     (ftile.phases_padded, into a buffer of this call's), then ftile's implicit-GEMM driver over the
     output rows; ``parallel``: both through conv.implicit_phases at the call's budget, as the
@@ -250,7 +256,7 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
     n_n, c_n = x_shape[:2]
     m_n, oh_n, ow_n = y_shape[1:]
     k_n, l_n = c_n * kh * kw, oh_n * ow_n
-    hp, qp, pl, step, koff = ftile.implicit_geometry(c_n, kh, kw, s, ph, pw, oh_n, ow_n)
+    hp, qp, pl, step_n, koff = ftile.implicit_geometry(c_n, kh, kw, s, ph, pw, oh_n, ow_n)
     koff = config.readonly(koff)
     xpp = np.empty(s * c_n * hp * qp, np.float32)
     xpp_ro = config.readonly(xpp)
@@ -258,6 +264,8 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
     no_z = readonly(np.zeros(1, np.float32))
     work = 2.0 * m_n * k_n * l_n
     packing = (k_n, ftile.MR[kind])  # (_packed's K and tile width)
+    pair = None if parallel or kind != cpair.KIND else cpair.implicit_pair(conv, step, y_shape, k_n, xpp, koff,
+                                                                           step_n, lo, hi, has_z)
 
     def implicit(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)
@@ -269,20 +277,24 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
             yn = y[n].reshape(-1)
             zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
             if parallel:  # one job of two phases at 2+ threads (conv.implicit_phases)
-                implicit_phases(x[n], xpp, s, ph, pl, hp, qp, (kind, held.packed, k_n, m_n, xpp_ro, koff, step, ow_n,
+                implicit_phases(x[n], xpp, s, ph, pl, hp, qp, (kind, held.packed, k_n, m_n, xpp_ro, koff, step_n, ow_n,
                                                               held.bias, zn, has_z, lo, hi, yn, l_n), oh_n, work)
             else:
                 ftile.phases_padded(x[n], xpp, s, ph, pl, hp, qp, 0, c_n)
-                driver(held.packed, k_n, m_n, xpp_ro, koff, step, ow_n, held.bias, zn, has_z, lo, hi, yn, l_n, 0, oh_n)
+                if pair is not None and pair(held.packed, held.bias, x, y, None if z is no_z else z):
+                    continue  # (batch 1) output channels in two halves on two cores (cpair.py)
+                driver(held.packed, k_n, m_n, xpp_ro, koff, step_n, ow_n, held.bias, zn, has_z, lo, hi, yn, l_n, 0,
+                       oh_n)
         return y
 
     return implicit
 
 
-def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, parallel):
+def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, parallel, step=None):
     """ftile's rows (or cols) driver for a 1x1 stride-1 convolution, the NCHW input read in place
     (conv._gemm_ftile's direct case), its arguments fixed; ``parallel``: through ftile.run_sharded
-    at the call's thread budget (the plan made once per thread count), else on this thread."""
+    at the call's thread budget (the plan made once per thread count), else on this thread (two
+    halves on two cores where cpair.py pairs the layer)."""
     general = _general(conv, parallel)
     work = 2.0 * y_shape[1] * k_n * l_n
     plans: dict = {}
@@ -304,6 +316,8 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         pack = ftile.pack_rows(m_n, k_n, l_n)
         size = ftile.scratch_size(kind, False, l_n, block, kc, pack)
     packing = (k_n, width)  # (_packed's K and tile width)
+    pair = None if parallel or kind != cpair.KIND else cpair.tiles_pair(conv, step, cols, y_shape, k_n, l_n, lo, hi,
+                                                                        has_z)
 
     def tiles(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)
@@ -313,6 +327,8 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         z = no_z if z is None else readonly(z)
         if parallel:
             _sharded(x, y, z, held)
+            return y
+        if pair is not None and pair(held.packed, held.bias, x, y, None if z is no_z else z):
             return y
         scratch = config.thread_buffer("ftile", size, np.float32)
         for n in range(n_n):

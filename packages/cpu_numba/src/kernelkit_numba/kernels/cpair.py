@@ -1,0 +1,571 @@
+"""float32 convolutions of a batch-1 image on two cores, handed over in compiled code: MobileNetV2's
+1x1 and depthwise 3x3 layers as the calling thread's half and a spinning helper's (issue 11,
+session 10; docs/numba.md, "MobileNetV2 on two cores, handed over in compiled code").
+
+MobileNetV2's layers are 30-300 us each. The shard pool hands a job over in Python (20-60 us a job:
+the GIL, a wake-up, the end wait), so at two threads they stayed on the calling thread (conv.py's
+serial limits). Here the hand-over is qpair.py's (the int8 products'): a helper thread spinning in a
+``nogil`` Numba loop on one int64 state word, a per-node int64 descriptor with the arrays' addresses
+(rebuilt with ``numba.carray``), the caller's claim of the second half by compare-and-swap where the
+helper did not come, and qpair's back-off rules (``PairServer``: ``STALL_S``, ``MISSES``, the pool's
+``backed_off``; ``KERNELKIT_NUMBA_SPIN_US=0`` turns pairs off).
+
+**Sticky channel halves.** The caller always runs the lower output channels and the helper the
+upper ones, in every layer of an inverted-residual block:
+
+- the expansion 1x1 (ftile's rows or cols tiles): output channels ``[0, c)`` and ``[c, M)``, ``c`` a
+  whole number of weight panels;
+- the depthwise 3x3 (dwtile's planes): the same channel cut, so each core reads the half of its
+  input that it has just written, from its own L2 (the cut of the layer that wrote the input is
+  looked up by the input's name, ``_cuts``; else the same rule on the channel count);
+- the projection 1x1: output channels where its panels split evenly, else output pixels (a
+  projection of 24 channels is three 8-row panels); it reads both halves of its input once.
+
+Each half is one call of the one-thread driver over its part (rows tiles: a one-thread plan of the
+part; cols tiles: a range of panels; depthwise: a range of planes), so a result is the one-thread
+path's, bit for bit (each output's sum runs over K in the same order whatever the part).
+
+Pairs are made only in a session of two threads or more, at batch 1, for layers above ``MIN_US``
+of estimated one-thread time, on the AVX-512 variants (ftile's kind 2 with 8-row panels and dwtile's
+tiles); ``KERNELKIT_F32_PAIR=off`` (read when a session binds its nodes) turns them off.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+import numba
+import numpy as np
+
+from .. import config, shards
+from .._spin import _cycles, _sched_yield
+from ..cache import CLOSURE_KEY
+from ..config import jit
+from . import dwtile, ftile
+from .qpair import (
+    AWAKE,
+    CLAIMED,
+    DESC,
+    DONE,
+    JOB,
+    OPEN,
+    SLOT,
+    STATE,
+    STOP,
+    TAKEN,
+    WAITED,
+    X86,
+    PairServer,
+    _cas,
+    _load,
+    _pause,
+    _ptr,
+    _store,
+    cycle_rate,
+)
+
+ENV = "KERNELKIT_F32_PAIR"
+KIND = 2  # ftile's avx512 variant (8-row panels, 48-channel cols panels); dwtile's tiles need AVX-512 too
+ROWS, COLS, DEPTHWISE, IMPLICIT = 0, 1, 2, 3  # the descriptor's OP
+# desc: the op, the per-call addresses (x, y, z, the two sides' scratch), the clamp, the layer's
+# arrays and sizes, then SIDE_N words a side from SIDE0
+(OP, XA, YA, ZA, HAS_Z, SCR0, SCR1, FV, WA, WA_N, BIAS, ZEROS, K, M, L, KC,
+ C, H, W, OH, OW, PH, PW, BAND, DWFN,
+ # the implicit GEMM (a strided stem): its padded phases buffer and offset table
+ XPP, XPP_N, KOFF) = range(28)
+SIDE0, SIDE_N = 32, 12
+# a side: its first output channel (or panel, plane), its channels (or the end panel, plane), its first
+# pixel and pixels, the rows plan's block, groups, kc, pack and shards, its scratch floats
+(S_C0, S_MC, S_P0, S_NP, S_BLOCK, S_GROUPS, S_KC, S_PACK, S_TOTAL, S_SCR_N) = range(10)
+NDESC = SIDE0 + 2 * SIDE_N
+DW_FNS = ("r1", "r1z", "s2", "s2z", "p2", "p2z")  # DWFN: dwtile's plane drivers, in this order
+
+# A layer pairs from this estimated one-thread time (microseconds): 1x1 layers at ~60 GFLOP/s,
+# depthwise ones by dwtile.cost_us. The hand-over costs ~1-3 us a layer (a store, the helper's poll,
+# the end wait), MobileNetV2's smallest layers ~25 us.
+MIN_US = 12.0
+FLOPS_PER_US = 6.0e4
+# the split of a 1x1 layer on the rows tiles: "auto" (an expansion, more output channels than input ones, by
+# channels, as the depthwise layer after it; a projection by pixels where it has at least PIXEL_TILES tiles
+# of pixels, else by channels where its panels split evenly, else by pixels), "channels", "pixels"
+AXIS = "auto"
+PIXEL_TILES = 16  # the Xeon (session 10): 192 -> 32 at 28x28 by channels 0.87-0.90x the one-thread time,
+# 144 -> 24 at 56x56 by pixels 1.85x; at 14x14 (7 tiles, 4 : 3) the channels (384 -> 64: 1.27-1.30x)
+PAIR_POINTWISE = True  # the 1x1 layers pair (False: for A/B runs)
+PAIR_DEPTHWISE = True  # the depthwise layers pair
+PAIR_IMPLICIT = True  # the strided stems on the implicit GEMM pair
+
+
+def _drivers():
+    """(rows, cols, the six depthwise plane drivers) of KIND."""
+    dw = (dwtile._planes_r1, dwtile._planes_r1z, dwtile._planes_s2, dwtile._planes_s2z, dwtile._planes_p2,
+          dwtile._planes_p2z)
+    return ftile.rows_driver(KIND), ftile.cols_driver(KIND), dw
+
+
+def _build():
+    """The compiled sides (half, pair_run, pair_serve), closures over the drivers of KIND, keyed for the
+    disk cache by name (cache.CLOSURE_KEY, as ftile's drivers)."""
+    rows, cols, (dw0, dw1, dw2, dw3, dw4, dw5) = _drivers()
+    implicit = ftile.implicit_driver(KIND)
+    f32 = np.float32
+
+    def half(d, side):
+        b = SIDE0 + side * SIDE_N
+        fv = numba.carray(_ptr(d[FV]), (2,), f32)
+        lo, hi = fv[0], fv[1]
+        has_z = d[HAS_Z] != 0
+        op = d[OP]
+        if op == DEPTHWISE:
+            n4 = (1, d[C], d[H], d[W])
+            o4 = (1, d[M], d[OH], d[OW])
+            x = numba.carray(_ptr(d[XA]), n4, f32)
+            y = numba.carray(_ptr(d[YA]), o4, f32)
+            z = numba.carray(_ptr(d[ZA] if has_z else d[YA]), o4, f32)
+            w = numba.carray(_ptr(d[WA]), (d[M], 1, 3, 3), f32)
+            bias = numba.carray(_ptr(d[BIAS]), (d[M],), f32)
+            q0, q1 = d[b + S_C0], d[b + S_MC]
+            fn, ph, pw, band = d[DWFN], d[PH], d[PW], d[BAND]
+            if fn == 0:
+                dw0(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+            elif fn == 1:
+                dw1(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+            elif fn == 2:
+                dw2(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+            elif fn == 3:
+                dw3(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+            elif fn == 4:
+                dw4(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+            else:
+                dw5(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+            return
+        k_n, m_n, l_n = d[K], d[M], d[L]
+        if op == IMPLICIT:  # output channels [c0, c0 + mc) of every output row
+            c0, mc = d[b + S_C0], d[b + S_MC]
+            xpp = numba.carray(_ptr(d[XPP]), (d[XPP_N],), f32)
+            koff = numba.carray(_ptr(d[KOFF]), (k_n,), np.int64)
+            wp = numba.carray(_ptr(d[WA] + 4 * c0 * k_n), (mc * k_n,), f32)
+            bias = numba.carray(_ptr(d[BIAS] + 4 * c0), (mc,), f32)
+            y = numba.carray(_ptr(d[YA] + 4 * c0 * l_n), (mc * l_n,), f32)
+            z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + 4 * c0 * l_n), (mc * l_n,), f32)
+            implicit(wp, k_n, mc, xpp, koff, d[BAND], d[OW], bias, z, has_z, lo, hi, y, l_n, 0, d[OH])
+            return
+        x = numba.carray(_ptr(d[XA]), (k_n * l_n,), f32)
+        scratch = numba.carray(_ptr(d[SCR0 + side]), (d[b + S_SCR_N],), f32)
+        if op == COLS:
+            wp = numba.carray(_ptr(d[WA]), (d[WA_N],), f32)
+            bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
+            y = numba.carray(_ptr(d[YA]), (m_n * l_n,), f32)
+            z = numba.carray(_ptr(d[ZA] if has_z else d[YA]), (m_n * l_n,), f32)
+            cols(wp, k_n, m_n, x, l_n, l_n, bias, z, has_z, lo, hi, y, l_n, d[KC], scratch, d[b + S_C0], d[b + S_MC])
+            return
+        c0, mc = d[b + S_C0], d[b + S_MC]
+        wp = numba.carray(_ptr(d[WA] + 4 * c0 * k_n), (mc * k_n,), f32)
+        bias = numba.carray(_ptr(d[BIAS] + 4 * c0), (mc,), f32)
+        zeros = numba.carray(_ptr(d[ZEROS] + 4 * c0), (mc,), f32)
+        y = numba.carray(_ptr(d[YA] + 4 * c0 * l_n), (mc * l_n,), f32)
+        z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + 4 * c0 * l_n), (mc * l_n,), f32)
+        p0 = d[b + S_P0]
+        rows(wp, k_n, mc, x, p0, l_n, d[b + S_NP], bias, zeros, z, has_z, lo, hi, y, p0, l_n, d[b + S_BLOCK],
+             d[b + S_GROUPS], d[b + S_KC], d[b + S_PACK] != 0, scratch, 0, d[b + S_TOTAL])
+
+    half = _named(half, "half")
+
+    def pair_run(ctl, desc, x, y, z, s0, s1):
+        """The caller's side of one layer: 1 the helper ran the second half, 2 the caller ran both, 3
+        another caller holds the slot (nothing done)."""
+        if not _cas(ctl, SLOT, 0, 1):
+            return 3
+        desc[XA] = np.int64(x.ctypes.data)
+        desc[YA] = np.int64(y.ctypes.data)
+        desc[ZA] = np.int64(z.ctypes.data)
+        desc[SCR0] = np.int64(s0.ctypes.data)
+        desc[SCR1] = np.int64(s1.ctypes.data)
+        job = ctl[JOB] + 1
+        ctl[JOB] = job
+        ctl[DESC] = np.int64(desc.ctypes.data)
+        _store(ctl, STATE, job * 4 + OPEN)
+        half(desc, 0)
+        if _cas(ctl, STATE, job * 4 + OPEN, job * 4 + TAKEN):
+            half(desc, 1)
+            done = 2
+            ctl[WAITED] = 0
+        else:
+            t0 = _cycles()
+            while _load(ctl, STATE) != job * 4 + DONE:
+                _pause()
+            ctl[WAITED] = _cycles() - t0
+            done = 1
+        _store(ctl, SLOT, 0)
+        return done
+
+    def pair_serve(ctl, idle, cap):
+        """The helper's spin (qpair._pair_serve's): 0 after ``idle`` cycles without a job, 2 after ``cap``
+        cycles in all, 1 when told to stop."""
+        start = _cycles()
+        last = start
+        i = 0
+        while True:
+            s = _load(ctl, STATE)
+            if s > 0 and (s & 3) == OPEN and _cas(ctl, STATE, s, s + CLAIMED):
+                d = numba.carray(_ptr(ctl[DESC]), (NDESC,), np.int64)
+                half(d, 1)
+                _store(ctl, STATE, s + DONE)
+                last = _cycles()
+                continue
+            _sched_yield()
+            i += 1
+            if (i & 15) == 0:
+                if _load(ctl, STOP) != 0:
+                    return 1
+                now = _cycles()
+                if now - last > idle:
+                    return 0
+                if now - start > cap:
+                    return 2
+
+    return half, _named(pair_run, "run"), _named(pair_serve, "serve")
+
+
+def _named(fn, name: str):
+    setattr(fn, CLOSURE_KEY, f"cpair.{name}.kind{KIND}")
+    return jit(fn)
+
+
+_built: list = []
+_build_lock = threading.Lock()
+
+
+def built():
+    """(half, pair_run, pair_serve), compiled on first use."""
+    if not _built:
+        with _build_lock:
+            if not _built:
+                _built.append(_build())
+    return _built[0]
+
+
+class ConvServer(PairServer):
+    """qpair's helper thread and back-off rules, serving conv halves (its own spin loop and sides),
+    with the helper's scratch."""
+
+    def __init__(self, kind: int = KIND):
+        super().__init__(kind)
+        self._scratch = np.zeros(1, np.float32)
+        self._kept: list = []  # scratch arrays a descriptor in flight may still point to
+
+    def scratch(self, size: int) -> np.ndarray:
+        """The helper side's scratch of at least ``size`` floats (grown at bind, never freed)."""
+        if self._scratch.size < size:
+            self._kept.append(self._scratch)
+            self._scratch = np.zeros(size, np.float32)
+        return self._scratch
+
+    def prepare(self) -> bool:
+        """Compile (or load) both sides on the calling thread with stand-in calls that return at once
+        (qpair.PairServer.prepare); False without a cycle counter."""
+        if self.ready:
+            return True
+        rate = cycle_rate()
+        if rate <= 0:
+            return False
+        _half, run, serve = built()
+        held = np.zeros(8, np.int64)
+        held[SLOT] = 1
+        held[STOP] = 1
+        x = config.readonly(np.zeros((1, 1, 1, 1), np.float32))
+        s = np.zeros(1, np.float32)
+        run(held, np.zeros(NDESC, np.int64), x, np.zeros((1, 1, 1, 1), np.float32), x, s, s)
+        serve(held, 1 << 40, 1 << 40)
+        from .qpair import CAP_S, IDLE_S, STALL_S
+
+        self.idle, self.cap, self.stall = int(IDLE_S * rate), int(CAP_S * rate), int(STALL_S * rate)
+        self.ready = True
+        return True
+
+    def _serve(self) -> None:
+        ctl, fn = self.ctl, built()[2]
+        while True:
+            with self._cond:
+                while not self._want:
+                    ctl[AWAKE] = 0
+                    self._cond.wait()
+                self._want = False
+            ctl[AWAKE] = 1
+            while fn(ctl, self.idle, self.cap) == 2:
+                pass
+            if ctl[STOP]:
+                ctl[AWAKE] = 0
+                return
+
+
+_server: list = []
+_server_lock = threading.Lock()
+
+
+def server() -> ConvServer:
+    """The process's conv helper (made once; its thread starts at the first pair)."""
+    if not _server:
+        with _server_lock:
+            if not _server:
+                _server.append(ConvServer())
+    return _server[0]
+
+
+def _after_fork() -> None:
+    """In a forked child the helper's thread did not come along: a new one starts when asked."""
+    for s in _server:
+        ready, idle, cap, stall = s.ready, s.idle, s.cap, s.stall
+        s.__init__()
+        s.ready, s.idle, s.cap, s.stall = ready, idle, cap, stall
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def _setting() -> str:
+    return os.environ.get(ENV, "").strip().lower() or "auto"
+
+
+def enabled() -> bool:
+    """Whether conv pairs may be made now: x86-64, spinning threads allowed (``KERNELKIT_NUMBA_SPIN_US``
+    not 0), ``KERNELKIT_F32_PAIR`` not off, and the AVX-512 tiles (ftile's kind 2, dwtile)."""
+    if not (X86 and shards.spin_seconds() > 0 and _setting() not in ("off", "0", "no")):
+        return False
+    kind, _forced = ftile.choice()
+    return kind == KIND and dwtile.enabled()
+
+
+def _threads(conv) -> int:
+    return conv.threads if conv.threads is not None else config.default_threads()
+
+
+# the channel cut of each 1x1 layer's output, by (tensor name, channels): the depthwise layer that
+# reads it cuts its planes there (each core reads what it wrote)
+_cuts: dict = {}
+
+
+def _default_cut(m_n: int, l_n: int) -> int:
+    """The cut of ``m_n`` channels on ``l_n`` pixels where the writer's is unknown: the expansion's rule."""
+    width = ftile.COLS_WIDTH[KIND] if l_n <= _cols_max() and m_n % ftile.COLS_LANES[KIND] == 0 else ftile.MR[KIND]
+    panels = -(-m_n // width)
+    return min(m_n, -(-panels // 2) * width)
+
+
+def _cols_max() -> int:
+    from .conv import FTILE_COLS_MAX
+
+    return FTILE_COLS_MAX
+
+
+def _names(step, attr: str) -> tuple:
+    return tuple(getattr(step, attr, ()) or ())
+
+
+class Pair:
+    """One bound layer's pair: its descriptor (the layer's arrays bound at its first call, the
+    per-call addresses written by pair_run), the arrays it points to, the two sides' scratch sizes."""
+
+    __slots__ = ("desc", "keep", "bound", "size0", "size1", "fill", "fn", "entry")
+
+    def __init__(self, desc, size0: int, size1: int, fill):
+        self.desc, self.size0, self.size1, self.fill = desc, size0, size1, fill
+        self.keep: tuple = ()
+        self.bound = (None, None)  # the weights (packed for the 1x1 tiles) and bias the descriptor holds
+        self.fn = built()[1]
+        self.entry = True  # the compiled entry point is still to be looked up (after the first call)
+
+    def __call__(self, w, bias, x, y, z) -> bool:
+        """The layer in two halves where the helper spins (else it is woken, and False: the caller's
+        one-thread call); False too where another caller holds the slot. ``w``, ``bias``: the bound
+        call's constants (by identity: a new pair of them is written into the descriptor)."""
+        srv = server()
+        if not srv.ready and not srv.prepare():  # both sides compiled at the first call, not at bind (a
+            return False  # tiered start's trial compiles them off the model's thread, as the node's kernels)
+        if shards.POOL.workers_spinning():  # a model with pooled layers (the ResNets): its worker spins
+            return False  # through the run; a third spinning thread on two cores would delay its jobs
+        if not srv.usable():
+            srv.asleep()  # wake it (the thread starts at the first wake): this call runs on the caller
+            return False
+        if w is not self.bound[0] or bias is not self.bound[1]:
+            self.keep = self.fill(self.desc, w, bias)
+            self.bound = (w, bias)
+        args = (srv.ctl, self.desc, x, y, x if z is None else z, config.thread_buffer("ftile", self.size0, np.float32),
+                srv.scratch(self.size1))
+        done = self.fn(*args)
+        if self.entry:  # from the next call on, the entry point of these argument types (qgemm._entry):
+            # the serial call passes only these (a read-only C-contiguous 4-D input and residual, a
+            # C-contiguous 4-D output, flat float32 scratch)
+            from .qgemm import _entry
+
+            self.fn, self.entry = _entry(self.fn, args), False
+        if done == 1 or done == 2:
+            srv.result(done)
+            return True
+        return False
+
+
+def _start(conv) -> bool:
+    """Whether a pair may be bound for ``conv`` (its session's threads, the switches, a cycle counter)."""
+    return _threads(conv) >= 2 and enabled() and cycle_rate() > 0
+
+
+def _clamp(lo, hi) -> np.ndarray:
+    return np.array([lo, hi], np.float32)
+
+
+def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_z: bool):
+    """The pair of a bound 1x1 stride-1 layer on ftile's rows (or cols) tiles of KIND, or None."""
+    n_n, m_n = y_shape[:2]
+    if not PAIR_POINTWISE or n_n != 1 or 2.0 * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
+        return None
+    if not cols and ftile.rows_kind(KIND, m_n) != KIND:
+        return None
+    if not _start(conv):
+        return None
+    desc = np.zeros(NDESC, np.int64)
+    fv = _clamp(lo, hi)
+    desc[OP], desc[HAS_Z], desc[FV], desc[K], desc[M], desc[L] = COLS if cols else ROWS, int(has_z), fv.ctypes.data, \
+        k_n, m_n, l_n
+    s0 = SIDE0
+    s1 = SIDE0 + SIDE_N
+    if cols:
+        width = ftile.COLS_WIDTH[KIND]
+        panels = -(-m_n // width)
+        if panels < 2:
+            return None
+        cut = -(-panels // 2)
+        size = ftile.scratch_size(KIND, True, l_n)
+        desc[KC] = ftile.COLS_KC
+        desc[s0 + S_C0], desc[s0 + S_MC], desc[s1 + S_C0], desc[s1 + S_MC] = 0, cut, cut, panels
+        desc[s0 + S_SCR_N] = desc[s1 + S_SCR_N] = size
+        sizes = (size, size)
+        channel_cut = min(m_n, cut * width)
+    else:
+        mr, nr = ftile.MR[KIND], ftile.NR[KIND]
+        panels = -(-m_n // mr)
+        tiles = -(-l_n // nr)
+        axis = AXIS
+        if axis == "auto":
+            if m_n > k_n:
+                axis = "channels"
+            elif tiles >= PIXEL_TILES:
+                axis = "pixels"
+            else:
+                axis = "channels" if panels % 2 == 0 or tiles < 2 else "pixels"
+        if axis == "channels" and panels >= 2:
+            c = -(-panels // 2) * mr
+            parts = ((0, c, 0, l_n), (c, m_n - c, 0, l_n))
+            channel_cut = c
+        elif tiles >= 2:
+            p = -(-tiles // 2) * nr
+            parts = ((0, m_n, 0, p), (0, m_n, p, l_n - p))
+            channel_cut = None
+        else:
+            return None
+        sizes = []
+        for base, (c0, mc, p0, np_) in zip((s0, s1), parts):
+            block, blocks, groups, kc = ftile.plan(KIND, mc, k_n, np_, 1)
+            pack = ftile.pack_rows(mc, k_n, np_)
+            size = ftile.scratch_size(KIND, False, np_, block, kc, pack)
+            desc[base:base + SIDE_N][:10] = (c0, mc, p0, np_, block, groups, kc, int(pack), blocks * groups, size)
+            sizes.append(size)
+    out = _names(step, "outputs")
+    if channel_cut is not None and out:
+        _cuts[(out[0], m_n)] = channel_cut
+    zeros = conv._zeros(m_n, np.float32)
+    srv = server()
+    srv.scratch(sizes[1])
+
+    def fill(d, packed, bias):
+        packed = np.ascontiguousarray(packed, np.float32)
+        bias = np.ascontiguousarray(bias, np.float32)
+        d[WA], d[WA_N], d[BIAS], d[ZEROS] = packed.ctypes.data, packed.size, bias.ctypes.data, zeros.ctypes.data
+        return packed, bias, zeros, fv
+
+    pair = Pair(desc, sizes[0], sizes[1], fill)
+    pair.keep = (fv,)
+    return pair
+
+
+def implicit_pair(conv, step, y_shape, k_n: int, xpp, koff, row_step: int, lo, hi, has_z: bool):
+    """The pair of a bound strided convolution on ftile's implicit GEMM (MobileNetV2's 3x3/2 stem) by
+    output channels, or None. ``xpp``: the call's padded phases buffer (the caller fills it before the
+    halves), ``koff``: the offset table."""
+    n_n, m_n, oh_n, ow_n = y_shape
+    l_n = oh_n * ow_n
+    mr = ftile.MR[KIND]
+    panels = -(-m_n // mr)
+    if not PAIR_IMPLICIT or n_n != 1 or panels < 2 or 2.0 * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
+        return None
+    if xpp.dtype != np.float32 or not xpp.flags.c_contiguous or koff.dtype != np.int64 or koff.size != k_n:
+        return None
+    if not _start(conv):
+        return None
+    c = -(-panels // 2) * mr
+    desc = np.zeros(NDESC, np.int64)
+    fv = _clamp(lo, hi)
+    koff = np.ascontiguousarray(koff)
+    desc[OP], desc[HAS_Z], desc[FV], desc[K], desc[M], desc[L] = IMPLICIT, int(has_z), fv.ctypes.data, k_n, m_n, l_n
+    desc[XPP], desc[XPP_N], desc[KOFF] = xpp.ctypes.data, xpp.size, koff.ctypes.data
+    desc[BAND], desc[OW], desc[OH] = row_step, ow_n, oh_n
+    desc[SIDE0 + S_C0], desc[SIDE0 + S_MC] = 0, c
+    desc[SIDE0 + SIDE_N + S_C0], desc[SIDE0 + SIDE_N + S_MC] = c, m_n - c
+    desc[SIDE0 + S_SCR_N] = desc[SIDE0 + SIDE_N + S_SCR_N] = 1
+    out = _names(step, "outputs")
+    if out:
+        _cuts[(out[0], m_n)] = c
+
+    def fill(d, packed, bias):
+        packed = np.ascontiguousarray(packed, np.float32)
+        bias = np.ascontiguousarray(bias, np.float32)
+        d[WA], d[WA_N], d[BIAS] = packed.ctypes.data, packed.size, bias.ctypes.data
+        return packed, bias, fv, xpp, koff
+
+    pair = Pair(desc, 1, 1, fill)
+    pair.keep = (fv, xpp, koff)
+    return pair
+
+
+def depthwise_pair(conv, step, y_shape, x_shape, stride: int, ph: int, pw: int, lo, hi, has_z: bool):
+    """The pair of a bound depthwise 3x3 layer on dwtile's planes, or None."""
+    n_n, m_n, oh_n, ow_n = y_shape
+    c_n, h_n, w_n = x_shape[1:]
+    if not PAIR_DEPTHWISE or n_n != 1 or m_n != c_n or m_n < 2:
+        return None
+    if dwtile.cost_us("conv", stride, m_n, m_n * oh_n * ow_n) < MIN_US:
+        return None
+    if not _start(conv):
+        return None
+    ins = _names(step, "inputs")
+    cut = _cuts.get((ins[0], m_n)) if ins else None
+    if cut is None:
+        cut = _default_cut(m_n, h_n * w_n)
+    if not 0 < cut < m_n:
+        return None
+    if stride == 1:
+        fn = 0
+    elif ow_n <= dwtile.PAIRS_MAX_W:
+        fn = 4
+    else:
+        fn = 2
+    fn += int(has_z)
+    desc = np.zeros(NDESC, np.int64)
+    fv = _clamp(lo, hi)
+    desc[OP], desc[HAS_Z], desc[FV] = DEPTHWISE, int(has_z), fv.ctypes.data
+    desc[C], desc[H], desc[W], desc[M], desc[OH], desc[OW] = c_n, h_n, w_n, m_n, oh_n, ow_n
+    desc[PH], desc[PW], desc[BAND], desc[DWFN] = ph, pw, dwtile.band_rows(w_n, stride), fn
+    desc[SIDE0 + S_C0], desc[SIDE0 + S_MC] = 0, cut
+    desc[SIDE0 + SIDE_N + S_C0], desc[SIDE0 + SIDE_N + S_MC] = cut, m_n
+    desc[SIDE0 + S_SCR_N] = desc[SIDE0 + SIDE_N + S_SCR_N] = 1
+
+    def fill(d, w, bias):
+        w = np.ascontiguousarray(w, np.float32)
+        bias = np.ascontiguousarray(bias, np.float32)
+        d[WA], d[WA_N], d[BIAS] = w.ctypes.data, w.size, bias.ctypes.data
+        return w, bias, fv
+
+    pair = Pair(desc, 1, 1, fill)
+    pair.keep = (fv,)
+    return pair

@@ -1,0 +1,271 @@
+"""float32 1x1 and depthwise convolutions of a batch-1 image as two halves on two cores
+(kernels/cpair.py): the caller alone, the helper's half, a busy slot, the back-off, the switches, and
+an inverted-residual block through a two-thread session. The 1x1 halves equal the one-thread path
+bit for bit (the same drivers over parts of the output); the depthwise halves run dwtile's plane
+drivers compiled inside the pair's code (fast-math reassociation there may round the last bit of a
+window's sum differently), so they are checked against the reference within the fp32 tolerances,
+and the caller's and the helper's copies of a half bit for bit against each other."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from kernelkit import Session
+from kernelkit.builder import GraphBuilder
+from kernelkit.invoke import KernelContext
+from kernelkit.ir import Node, TensorSpec
+from kernelkit.testing import assert_close, run_single_op
+from kernelkit_numba.kernels import cpair, dwtile, ftile, qpair
+from kernelkit_numba.kernels.conv import Conv
+
+pytestmark = [pytest.mark.skipif(not qpair.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
+              pytest.mark.skipif(ftile.choice()[0] != cpair.KIND or not dwtile.enabled(),
+                                 reason="conv pairs run on the AVX-512 tiles")]
+
+CLIP6 = {"activation": "Clip", "activation_params": [0.0, 6.0]}
+
+
+def _dw(c, stride=1):
+    return {"group": c, "pads": [1, 1, 1, 1], "strides": [stride, stride], **CLIP6}
+
+
+# (x shape, weight shape, attrs, bias, residual): MobileNetV2's kinds of layer: the 3x3/2 stem (implicit
+# GEMM, output channels), expansions on the rows
+# tiles (channel halves), projections of 16 and 24 channels (2 panels: channels; 3 panels: pixel
+# halves), with the residual, 7x7 layers on the cols tiles (960 = 20 panels of 48; 320 = 7 panels),
+# depthwise stride 1 and 2 (the pairs tile at 7-wide outputs), with the residual
+LAYERS = [
+    ((1, 3, 224, 224), (32, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], **CLIP6}, True, False),
+    ((1, 16, 112, 112), (96, 16, 1, 1), CLIP6, True, False),
+    ((1, 32, 112, 112), (16, 32, 1, 1), {}, True, False),
+    ((1, 144, 56, 56), (24, 144, 1, 1), {}, True, True),
+    ((1, 384, 14, 14), (64, 384, 1, 1), {}, False, True),
+    ((1, 160, 7, 7), (960, 160, 1, 1), CLIP6, True, False),
+    ((1, 960, 7, 7), (320, 960, 1, 1), {}, True, False),
+    ((1, 144, 56, 56), (144, 1, 3, 3), _dw(144), True, False),
+    ((1, 96, 112, 112), (96, 1, 3, 3), _dw(96, 2), True, False),
+    ((1, 576, 14, 14), (576, 1, 3, 3), _dw(576, 2), True, False),
+    ((1, 960, 7, 7), (960, 1, 3, 3), {"group": 960, "pads": [1, 1, 1, 1]}, False, True),
+]
+
+
+def _ro(a):
+    a = np.ascontiguousarray(a)
+    a.setflags(write=False)
+    return a
+
+
+def _kernel(x, w, b, z, attrs, threads):
+    """A prepared numba Conv of these static inputs in a session of ``threads`` (test_conv_serial's)."""
+    names = ["x", "w", "b", "z"][:2 + (b is not None or z is not None) + (z is not None)]
+    k = Conv()
+    k.context = KernelContext(Node("Conv", names, ["y"], {}, "n"), None, {}, threads)
+    specs = [TensorSpec(x.shape, "float32"), TensorSpec(w.shape, "float32")]
+    if len(names) > 2:
+        specs.append(None if b is None else TensorSpec(b.shape, "float32"))
+    if z is not None:
+        specs.append(TensorSpec(z.shape, "float32"))
+    k.prepare(specs, attrs)
+    return k
+
+
+def _inputs(x, w, b, z):
+    return [x, w] + ([b] if b is not None or z is not None else []) + ([z] if z is not None else [])
+
+
+def _out_shape(xs, ws, attrs):
+    s = attrs.get("strides", [1, 1])[0]
+    return (xs[0], ws[0], (xs[2] - 1) // s + 1, (xs[3] - 1) // s + 1)
+
+
+@pytest.fixture
+def quiet_server(monkeypatch):
+    """A conv server of this test's own whose thread never starts (the helper's part is run by hand)."""
+    srv = cpair.ConvServer()
+    monkeypatch.setattr(cpair, "_server", [srv])
+    monkeypatch.setattr(srv, "wake", lambda: None)
+    monkeypatch.setattr(_pool(), "backed_off", lambda: False)
+    monkeypatch.setattr(_pool(), "workers_spinning", lambda: False)
+    return srv
+
+
+def _pool():
+    from kernelkit_numba import shards
+
+    return shards.POOL
+
+
+def _layer(case, seed=0):
+    xs, ws, attrs, bias, res = case
+    rng = np.random.default_rng(seed)
+    x = _ro(rng.standard_normal(xs).astype(np.float32))
+    w = _ro(rng.standard_normal(ws).astype(np.float32) * np.float32(0.3))
+    b = _ro(rng.standard_normal(ws[0]).astype(np.float32)) if bias or res else None
+    z = _ro(rng.standard_normal(_out_shape(xs, ws, attrs)).astype(np.float32)) if res else None
+    return x, w, b, z, attrs
+
+
+def _reference(x, w, b, z, attrs):
+    act = attrs.get("activation")
+    conv_attrs = {k: v for k, v in attrs.items() if not k.startswith("activation")}
+    (y,) = run_single_op("Conv", [x, w] + ([b] if b is not None else []), conv_attrs, vendors=["reference"])
+    if z is not None:
+        y = y + z
+    if act == "Clip":
+        y = np.clip(y, *attrs["activation_params"])
+    elif act == "Relu":
+        y = np.maximum(y, 0)
+    return y.astype(np.float32)
+
+
+def _calls(x, w, b, z, attrs):
+    """(one-thread serial call, two-thread serial call and its pair) of the layer."""
+    k1, k2 = _kernel(x, w, b, z, attrs, 1), _kernel(x, w, b, z, attrs, 2)
+    f1, f2 = k1.serial_call(None), k2.serial_call(None)
+    assert f1 is not None and f2 is not None
+    return f1, f2
+
+
+def _run(f, x, w, b, z, shape):
+    return f(*_inputs(x, w, b, z), out=np.full(shape, np.nan, np.float32))
+
+
+@pytest.mark.parametrize("case", LAYERS, ids=lambda c: f"{c[0][1]}x{c[0][2]}-{c[1][0]}x{c[1][1]}")
+def test_caller_alone_and_helper_half(case, quiet_server):
+    """With the helper 'spinning' but never coming the caller claims the second half itself; the
+    helper's spin run by hand claims a published job's second half: both halves written, equal to
+    each other bit for bit, to the one-thread path bit for bit (1x1) and to the reference."""
+    x, w, b, z, attrs = _layer(case)
+    shape = _out_shape(x.shape, w.shape, attrs)
+    f1, f2 = _calls(x, w, b, z, attrs)
+    want = _run(f1, x, w, b, z, shape)
+    srv = quiet_server
+    srv.ctl[qpair.AWAKE] = 1
+    alone = _run(f2, x, w, b, z, shape)
+    assert srv.stats["alone"] == 1 and srv.stats["paired"] == 0
+    assert srv.ctl[qpair.STATE] == 1 * 4 + qpair.TAKEN and srv.ctl[qpair.SLOT] == 0
+    assert not np.isnan(alone).any()
+    assert_close(alone, _reference(x, w, b, z, attrs), np.float32)
+    if w.shape[1] > 1:  # 1x1 and the stem: the one-thread drivers over parts
+        np.testing.assert_array_equal(alone, want)
+    else:
+        assert_close(alone, want, np.float32)
+    # the helper's half: the job the caller published last, republished and served on this thread
+    desc = np.ctypeslib.as_array((np.ctypeslib.ctypes.c_int64 * cpair.NDESC).from_address(int(srv.ctl[qpair.DESC])))
+    y = np.full(shape, np.nan, np.float32)
+    desc[cpair.YA] = y.ctypes.data
+    srv.ctl[qpair.STATE] = 9 * 4 + qpair.OPEN
+    serve = cpair.built()[2]
+    assert serve(srv.ctl, 1 << 22, 1 << 40) == 0
+    assert srv.ctl[qpair.STATE] == 9 * 4 + qpair.DONE
+    written = ~np.isnan(y)
+    assert written.any() and not written.all()  # the second half only
+    np.testing.assert_array_equal(y[written], alone[written])  # the helper's copy = the caller's
+
+
+def test_busy_slot_and_back_off(quiet_server):
+    """A held slot: the serial path runs (the same result, no job); MISSES unclaimed jobs in a row: a
+    back-off, during which the layer runs on the caller without publishing a job."""
+    x, w, b, z, attrs = _layer(LAYERS[0])
+    shape = _out_shape(x.shape, w.shape, attrs)
+    f1, f2 = _calls(x, w, b, z, attrs)
+    want = _run(f1, x, w, b, z, shape)
+    srv = quiet_server
+    srv.ctl[qpair.AWAKE] = 1
+    srv.ctl[qpair.SLOT] = 1
+    np.testing.assert_array_equal(_run(f2, x, w, b, z, shape), want)
+    assert srv.ctl[qpair.JOB] == 0 and srv.stats["alone"] == 0
+    srv.ctl[qpair.SLOT] = 0
+    for _ in range(qpair.MISSES):
+        np.testing.assert_array_equal(_run(f2, x, w, b, z, shape), want)
+    assert srv.stats["backoffs"] == 1 and srv.until > time.perf_counter()
+    jobs = srv.ctl[qpair.JOB]
+    np.testing.assert_array_equal(_run(f2, x, w, b, z, shape), want)
+    assert srv.ctl[qpair.JOB] == jobs
+    srv.until = 0.0
+    srv.ctl[qpair.WAITED] = srv.stall + 1  # a stall: the helper's half came late
+    srv.result(1)
+    assert srv.stats["stalls"] == 1 and srv.until > time.perf_counter()
+    srv.until = 0.0
+    srv.ctl[qpair.AWAKE] = 0  # asleep: the caller runs alone and asks for a wake-up
+    np.testing.assert_array_equal(_run(f2, x, w, b, z, shape), want)
+    assert srv.ctl[qpair.JOB] == jobs
+    srv.ctl[qpair.AWAKE] = 1
+    with pytest.MonkeyPatch.context() as mp:  # the pool's worker spinning (a model with pooled layers)
+        mp.setattr(_pool(), "workers_spinning", lambda: True)
+        np.testing.assert_array_equal(_run(f2, x, w, b, z, shape), want)
+    assert srv.ctl[qpair.JOB] == jobs
+
+
+def test_switches_and_sizes(monkeypatch):
+    """No pair at one thread, for batch 2, for layers below MIN_US, under KERNELKIT_F32_PAIR=off or
+    KERNELKIT_NUMBA_SPIN_US=0."""
+    def pair_of(xs, ws, attrs, threads=2):
+        x, w, b, z, attrs = _layer((xs, ws, attrs, True, False))
+        k = _kernel(x, w, b, z, attrs, threads)
+        fn = k.serial_call(None)
+        cells = {c.cell_contents for c in fn.__closure__ or () if isinstance(c.cell_contents, cpair.Pair)}
+        return next(iter(cells), None)
+
+    big = ((1, 16, 112, 112), (96, 16, 1, 1), CLIP6)
+    assert pair_of(*big) is not None
+
+    def split(xs, ws):  # the second side's first pixel: 0 for halves of the output channels
+        return int(pair_of(xs, ws, {}).desc[cpair.SIDE0 + cpair.SIDE_N + cpair.S_P0])
+
+    assert split((1, 16, 112, 112), (96, 16, 1, 1)) == 0  # an expansion: channels (as the depthwise after it)
+    assert split((1, 32, 112, 112), (16, 32, 1, 1)) > 0  # projections on 16+ pixel tiles: pixels
+    assert split((1, 192, 28, 28), (32, 192, 1, 1)) > 0
+    assert split((1, 384, 14, 14), (64, 384, 1, 1)) == 0  # 7 pixel tiles, 8 panels: channels
+    assert split((1, 384, 14, 14), (24, 384, 1, 1)) > 0  # 3 panels: pixels
+    assert pair_of(*big, threads=1) is None
+    assert pair_of((2, 16, 56, 56), (96, 16, 1, 1), {}) is None
+    assert pair_of((1, 16, 8, 8), (32, 16, 1, 1), {}) is None
+    assert pair_of((1, 32, 14, 14), (32, 1, 3, 3), _dw(32)) is None
+    monkeypatch.setenv(cpair.ENV, "off")
+    assert pair_of(*big) is None
+    monkeypatch.delenv(cpair.ENV)
+    monkeypatch.setenv("KERNELKIT_NUMBA_SPIN_US", "0")
+    assert pair_of(*big) is None
+
+
+def _block_model(rng):
+    """An inverted-residual block of MobileNetV2 (24 -> 144 at 56x56, depthwise, 144 -> 24, the
+    residual) and its input."""
+    g = GraphBuilder("block")
+    x = g.input("x", (1, 24, 56, 56))
+
+    def conv(t, m, c, k, **attrs):
+        w = g.constant((rng.standard_normal((m, c, k, k)) * (0.5 / np.sqrt(c * k * k))).astype(np.float32))
+        b = g.constant(rng.standard_normal(m).astype(np.float32) * np.float32(0.1))
+        return g.op("Conv", t, w, b, **attrs)
+
+    e = g.op("Clip", conv(x, 144, 24, 1), g.constant(np.float32(0)), g.constant(np.float32(6)))
+    d = g.op("Clip", conv(e, 144, 1, 3, group=144, pads=[1, 1, 1, 1]), g.constant(np.float32(0)),
+             g.constant(np.float32(6)))
+    p = conv(d, 24, 144, 1)
+    g.output(g.op("Add", p, x))
+    return g.build(), {"x": rng.standard_normal((1, 24, 56, 56)).astype(np.float32)}
+
+
+def test_block_through_a_two_thread_session():
+    """The block in a two-thread session pairs its three layers (the helper's thread running) and
+    equals the reference within the fp32 tolerances on every run, paired or not."""
+    rng = np.random.default_rng(5)
+    model, feeds = _block_model(rng)
+    want = Session(model, vendors=["reference"]).run(None, feeds)[0]
+    one = Session(model, vendors=["numba"], threads=1).run(None, feeds)[0]
+    sess = Session(model, vendors=["numba"], fallback=False, threads=2)
+    srv = cpair.server()
+    before = srv.stats["paired"] + srv.stats["alone"]
+    deadline = time.perf_counter() + 60
+    while True:
+        got = sess.run(None, feeds)[0]
+        assert_close(got, want, np.float32)
+        assert_close(got, one, np.float32)
+        tried = srv.stats["paired"] + srv.stats["alone"] - before
+        if tried >= 30 or time.perf_counter() > deadline:
+            break
+        srv.until = 0.0  # a loaded test machine's back-off: try again
+    assert tried >= 30
