@@ -115,39 +115,59 @@ def _same(x, y) -> bool:
 SIGMOID_CHUNK = 512  # elements a pass of _sigmoid (its three loops over scratch that stays in L1)
 
 
-@jit
+def _logistic(swish: bool):
+    """The Sigmoid pass (``swish`` False) or the Swish pass, y = x * sigmoid(alpha * x) (``swish``
+    True: SiLU, x * Sigmoid(x), fused by core's ``fuse_silu``: one read of x and one write where
+    Sigmoid then Mul read x twice and the sigmoid once more). ``swish`` is a closure constant, so
+    each pass compiles only its own formula."""
+
+    @jit
+    def run(x, y, alpha, lo, hi):
+        """y[lo:hi] = 1 / (1 + exp(-x[lo:hi])) (times x[lo:hi], with alpha * x for x, for Swish) for
+        float32 in one pass over memory, in chunks whose three loops vectorise: e = exp(-|x|) as
+        softmax.exp_rows computes it (t = n ln2 + r, a degree-6 polynomial for exp(r), 2^n added to
+        the exponent bits from an int32 scratch: a scalar libm exp from Numba does not vectorise),
+        then 1 / (1 + e) for x >= 0 and e / (1 + e) below. |x| > 87 gives exactly 1 or 0 (the
+        reference: 1, and 0 once exp(-x) overflows at x < -88.7); NaN stays NaN. The reference's
+        four NumPy passes (negate, exp, add, reciprocal) cost 1.2-1.3x this."""
+        scratch = np.empty(SIGMOID_CHUNK, np.float32)
+        bits = scratch.view(np.int32)
+        powers = np.empty(SIGMOID_CHUNK, np.int32)
+        kept = np.empty(SIGMOID_CHUNK, np.float32)  # the chunk's x: y may be x (in place), and a loop
+        # reading and writing one array fails LLVM's overlap check and runs scalar (see _loop_inplace)
+        for c0 in range(lo, hi, SIGMOID_CHUNK):
+            n = min(SIGMOID_CHUNK, hi - c0)
+            src, dst = x[c0:c0 + n], y[c0:c0 + n]
+            for j in range(n):
+                v = src[U(j)]
+                kept[U(j)] = v
+                t = -abs(v * alpha) if swish else -abs(v)
+                t = t if t > _FLOOR else _FLOOR  # NaN too: no NaN reaches the int32 conversion
+                k = np.floor(t * _LOG2E + _HALF)
+                r = (t - k * _LN2_HI) - k * _LN2_LO
+                scratch[U(j)] = _ONE + r * (_ONE + r * (_C2 + r * (_C3 + r * (_C4 + r * (_C5 + r * _C6)))))
+                powers[U(j)] = np.int32(k) << 23
+            for j in range(n):
+                bits[U(j)] += powers[U(j)]
+            for j in range(n):
+                w = kept[U(j)]
+                v = w * alpha if swish else w
+                e = scratch[U(j)]
+                e = e if abs(v) <= _FAR else _ZERO  # NaN: 0, then v itself below
+                s = _ONE / (_ONE + e)
+                s = s if v >= 0 else (e * s if v == v else v)
+                dst[U(j)] = w * s if swish else s
+
+    return run
+
+
+_sigmoid_pass, _swish_pass = _logistic(False), _logistic(True)
+_ALPHA_ONE = np.float32(1.0)
+
+
 def _sigmoid(x, y, lo, hi):
-    """y[lo:hi] = 1 / (1 + exp(-x[lo:hi])) for float32 in one pass over memory, in chunks whose
-    three loops vectorise: e = exp(-|x|) as softmax.exp_rows computes it (t = n ln2 + r, a degree-6
-    polynomial for exp(r), 2^n added to the exponent bits from an int32 scratch: a scalar libm exp
-    from Numba does not vectorise), then 1 / (1 + e) for x >= 0 and e / (1 + e) below. |x| > 87
-    gives exactly 1 or 0 (the reference: 1, and 0 once exp(-x) overflows at x < -88.7); NaN stays
-    NaN. The reference's four NumPy passes (negate, exp, add, reciprocal) cost 1.2-1.3x this."""
-    scratch = np.empty(SIGMOID_CHUNK, np.float32)
-    bits = scratch.view(np.int32)
-    powers = np.empty(SIGMOID_CHUNK, np.int32)
-    kept = np.empty(SIGMOID_CHUNK, np.float32)  # the chunk's x: y may be x (in place), and a loop
-    # reading and writing one array fails LLVM's overlap check and runs scalar (see _loop_inplace)
-    for c0 in range(lo, hi, SIGMOID_CHUNK):
-        n = min(SIGMOID_CHUNK, hi - c0)
-        src, dst = x[c0:c0 + n], y[c0:c0 + n]
-        for j in range(n):
-            v = src[U(j)]
-            kept[U(j)] = v
-            t = -abs(v)
-            t = t if t > _FLOOR else _FLOOR  # NaN too: no NaN reaches the int32 conversion
-            k = np.floor(t * _LOG2E + _HALF)
-            r = (t - k * _LN2_HI) - k * _LN2_LO
-            scratch[U(j)] = _ONE + r * (_ONE + r * (_C2 + r * (_C3 + r * (_C4 + r * (_C5 + r * _C6)))))
-            powers[U(j)] = np.int32(k) << 23
-        for j in range(n):
-            bits[U(j)] += powers[U(j)]
-        for j in range(n):
-            v = kept[U(j)]
-            e = scratch[U(j)]
-            e = e if abs(v) <= _FAR else _ZERO  # NaN: 0, then v itself below
-            s = _ONE / (_ONE + e)
-            dst[U(j)] = s if v >= 0 else (e * s if v == v else v)
+    """y[lo:hi] = Sigmoid(x[lo:hi]) for float32: the one-pass loop of ``_logistic``."""
+    _sigmoid_pass(x, y, _ALPHA_ONE, lo, hi)
 
 
 def _numpy_sigmoid(x, y, lo, hi):
@@ -272,6 +292,39 @@ selu.serial = _serial(SELU, lambda alpha=1.67326319217681884765625, gamma=1.0507
 gelu.serial = _serial(GELU, lambda approximate="none": (1.0 if approximate == "tanh" else 0.0, 0.0))
 
 
+def swish(x, *, alpha=1.0, out=None):
+    """x * Sigmoid(alpha * x) in one pass (``_logistic``); core's ``fuse_silu`` writes SiLU, x * Sigmoid(x),
+    as this op. ``out`` may be ``x`` itself."""
+    if out is not None and not out.flags.c_contiguous:  # the plan's are; a caller's may not be
+        return _into(out, swish(x, alpha=alpha))
+    y = np.empty(x.shape, x.dtype) if out is None else out
+    if x.size:
+        flat = np.ascontiguousarray(x).reshape(-1)
+        parallel_for(_swish_pass, flat.size, (flat, y.reshape(-1), np.float32(alpha)), 8.0 * flat.size)
+    return y
+
+
+def _swish_serial(input_specs, alpha=1.0, **attrs):
+    """``swish.serial``: for a static shape, the pass on the calling thread, alpha bound once."""
+    spec = input_specs[0] if input_specs else None
+    if spec is None or not spec.is_static or spec.layout or len(input_specs) != 1:
+        return None
+    shape, n, a = tuple(spec.shape), math.prod(spec.shape), np.float32(alpha)
+
+    def call(x, *, out=None):
+        if out is not None and not out.flags.c_contiguous:
+            return _into(out, call(x))
+        y = np.empty(shape, np.float32) if out is None else out
+        if n:
+            _swish_pass(x.ravel(), y.ravel(), a, 0, n)
+        return y
+
+    return call
+
+
+swish.serial = _swish_serial
+
+
 def clip(x, lo=None, hi=None, *, out=None):
     """Clip's bounds are (scalar) inputs; min > max gives max everywhere, as in the reference."""
     lo = -np.inf if lo is None else float(np.asarray(lo).reshape(()))
@@ -288,7 +341,7 @@ def _plain(code):
 
 
 KERNELS = {"LeakyRelu": leaky_relu, "HardSigmoid": hard_sigmoid, "Elu": elu, "Selu": selu, "Gelu": gelu,
-           "Clip": clip}
+           "Clip": clip, "Swish": swish}
 for _name in ("Relu", "Sigmoid", "HardSwish", "Tanh", "Softplus", "Erf", "Exp", "Log", "Sqrt",
               "Reciprocal", "Neg", "Abs", "Floor", "Ceil"):
     KERNELS[_name] = _plain(CODES[_name])
