@@ -119,6 +119,37 @@ def test_swish_pass_against_float64(size, alpha):
     np.testing.assert_array_equal(inplace, got)
 
 
+@pytest.mark.parametrize("size", [1, 513, 20_000])
+def test_gelu_tanh_pass_against_float64(size):
+    """unary.gelu(approximate="tanh") on float32 (x * sigmoid(2u) in the Sigmoid pass) and the
+    epilogue's scalar form (x / (1 + exp(-2u)), a Gemm's fused Gelu) against float64's tanh formula,
+    with the edges; in place equal to out of place."""
+    from kernelkit.testing import assert_close
+    from kernelkit_numba.kernels import unary
+
+    rng = np.random.default_rng(size)
+    x = (rng.standard_normal(size) * 4).astype(np.float32)
+    edges = np.array([np.inf, -np.inf, np.nan, 30.0, -30.0, -5.0, -3.0, 0.0, -0.0, 1e-8, 200.0, -200.0], np.float32)
+    x[:min(size, edges.size)] = edges[:size]
+    with np.errstate(all="ignore"):
+        x64 = x.astype(np.float64)
+        want = (0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64 ** 3)))).astype(np.float32)
+    got = unary.gelu(x, approximate="tanh")
+    assert_close(got, want)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    inplace = x.copy()
+    unary.gelu(inplace, approximate="tanh", out=inplace)
+    np.testing.assert_array_equal(inplace, got)
+    if size > 1:
+        from kernelkit.testing import run_single_op
+        a = x[:, None] if size < 100 else x.reshape(-1, 1)
+        w = np.ones((1, 1), np.float32)
+        fused = run_single_op("Gemm", [a, w], {"activation": "Gelu", "activation_params": [1.0]},
+                              vendors=["numba"])[0]
+        with np.errstate(all="ignore"):
+            assert_close(fused.reshape(-1), want)
+
+
 @pytest.mark.parametrize("op, a, b, want", [("Div", 1.0, 0.0, np.inf), ("Mul", 1e30, 1e30, np.inf),
                                             ("Sub", np.inf, np.inf, np.nan), ("Add", -np.inf, np.inf, np.nan)])
 def test_serial_ufunc_call_is_quiet_and_leaves_the_error_state(op, a, b, want):
