@@ -5,6 +5,8 @@ median), the configurations taking turns so that the host's drift hits all of th
 
     taskset -c 0,1 python benchmarks/loaded_ab.py transformer,resnet18 --mode loaded --repeats 3 \\
         --variant old=shards.ShardPool.FREE_CORES=0
+    taskset -c 0,1 python benchmarks/loaded_ab.py resnet18 --mode quiet --variant off=kernels.winograd.TILES=0 \
+        --variant1 off1=kernels.winograd.TILES=0 --budget 100   # 1-thread variants too; no repeat past 100 s
 
 Prints a JSON line per process (with the pool's counters) and, per model, each configuration's
 median over the repeats and default / 1t per repeat."""
@@ -41,11 +43,18 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--variant", action="append", default=[], help="LABEL=module.ATTR=value,... (a default variant)")
+    ap.add_argument("--variant1", action="append", default=[], help="LABEL=module.ATTR=value,... (a 1-thread variant)")
+    ap.add_argument("--ort", action="store_true", help="onnxruntime at two threads too (config ort2t)")
+    ap.add_argument("--budget", type=float, default=0.0, help="seconds: no repeat started after this (0: none)")
     args = ap.parse_args()
     configs = [("1t", "numba1", ""), ("new", "numba", "")]
-    for v in args.variant:
-        label, spec = v.split("=", 1)
-        configs.append((label, "numba", spec))
+    for flag, runtime in ((args.variant, "numba"), (args.variant1, "numba1")):
+        for v in flag:
+            label, spec = v.split("=", 1)
+            configs.append((label, runtime, spec))
+    if args.ort:
+        configs.append(("ort2t", "ort2", ""))
+    start = time.perf_counter()
     busy = None
     if args.mode == "loaded":
         cpu = min(os.sched_getaffinity(0))
@@ -55,6 +64,8 @@ def main() -> None:
     got: dict = {}
     try:
         for rep in range(args.repeats):
+            if rep and args.budget and time.perf_counter() - start > args.budget * rep / (rep + 1):
+                break  # another repeat would not end within the budget (repeats take about as long)
             for name in args.models.split(","):
                 order = configs if rep % 2 == 0 else configs[::-1]
                 for label, runtime, spec in order:
@@ -67,6 +78,8 @@ def main() -> None:
             busy.kill()
             busy.wait()
     for name in args.models.split(","):
+        if (name, "1t") not in got:
+            continue
         one = got[(name, "1t")]
         line = [f"{name} ({args.mode})"]
         for label, _, _ in configs:

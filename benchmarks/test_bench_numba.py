@@ -400,9 +400,12 @@ steal1, wall1 = steal_seconds(), time.perf_counter()
 steal = None if steal0 is None or steal1 is None else (steal1 - steal0) / (wall1 - wall0)
 expected = ort_session(proto, 1).run(None, feed)[0]
 pool = sys.modules["kernelkit_numba.shards"].POOL if "kernelkit_numba.shards" in sys.modules else None
+fp = sys.modules.get("kernelkit_numba.kernels.fpair")  # the float32 pairs' helper, where it ran (session 10)
+fpair_stats = dict(fp.server().stats) if fp is not None and fp._server else {}
 print(json.dumps({"model": name, "runtime": runtime, "median_ms": min(blocks), "blocks": blocks,
                   "first_run_s": first, "steal_share": steal, "cosine_ok": bool(cosine(out, expected) >= MODEL_COSINE),
-                  "pool_stalls": pool.stalls if pool else 0, "pool": dict(pool.stats) if pool else {}}))
+                  "pool_stalls": pool.stalls if pool else 0, "pool": dict(pool.stats) if pool else {},
+                  "fpair": fpair_stats}))
 """
 
 

@@ -260,6 +260,7 @@ def test_strided_deep_k_takes_the_gather(rng, monkeypatch, name, threads):
 
     _need(name)
     monkeypatch.setenv(ftile.ENV, name)
+    monkeypatch.setattr(conv, "DIRECT", False)  # (avx512 would take fdirect.py's direct convolution)
     monkeypatch.setattr(ftile, "ROWS12_ON", threads == 2)  # 96 rows: 12-row panels (avx512) at 2 threads
     calls = []
     real = ftile.conv_gather
@@ -350,9 +351,11 @@ def test_forced_unavailable_is_typed(monkeypatch, name):
 def test_small_maps_take_winograd(check, rng, monkeypatch):
     """A 3x3 layer on a 7x7 map with 128+ input channels runs F(2x2, 3x3) on the cols tiles
     (conv.WINO_SMALL) where the CPU has a cols variant, with and without the fused residual; with
-    WINO_SMALL off it runs the direct cols tiles."""
+    WINO_SMALL off it runs the direct cols tiles (conv.DIRECT_SMALL off: on, an avx512 CPU runs fdirect.py's
+    direct convolution there, test_fdirect.py)."""
     from kernelkit_numba.kernels import conv, winograd
 
+    monkeypatch.setattr(conv, "DIRECT_SMALL", False)
     calls = []
     real = winograd.conv3x3
     monkeypatch.setattr(winograd, "conv3x3", lambda *a, **k: calls.append(1) or real(*a, **k))

@@ -112,9 +112,13 @@ def test_one_row_products_take_the_row_call(check):
             got = kernel.bind(None)(a, b, c, out=out) if c is not None else kernel.bind(None)(a, b, out=out)
             assert got is out
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    kernel = Gemm()
+    kernel = Gemm()  # two rows by B (k, n): BLAS's row call too (session 10: the MLP's 64 x 1024 x 10 head)
     kernel.context = KernelContext(Node("Gemm", ["a", "b"], ["y"], {}, "n"), None, {}, 1)
     kernel.prepare([TensorSpec((2, k), "float32"), TensorSpec((k, n), "float32")], {})
+    assert kernel.bind(None).__qualname__.startswith("Gemm.serial_call.")
+    kernel = Gemm()  # two rows by a transposed B: gemm_nt's dot products, the general path
+    kernel.context = KernelContext(Node("Gemm", ["a", "b"], ["y"], {}, "n"), None, {}, 1)
+    kernel.prepare([TensorSpec((2, k), "float32"), TensorSpec((n, k), "float32")], {"transB": 1})
     assert not kernel.bind(None).__qualname__.startswith("Gemm.serial_call.")
 
 

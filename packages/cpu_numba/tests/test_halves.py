@@ -18,13 +18,15 @@ needs_tiles = pytest.mark.skipif(ftile.choice()[0] is None, reason="no AVX2/AVX-
 
 @pytest.fixture
 def shares(monkeypatch):
-    """Counts the two-share jobs (halves.run calls)."""
+    """Counts the two-share jobs (halves.run calls); fgemm's products stay on the pool's shares (not
+    fpair's compiled hand-over: test_fpair.py)."""
+    monkeypatch.setenv("KERNELKIT_F32_PAIR", "off")
     calls = []
     real = halves.run
 
-    def counted(first, second):
+    def counted(first, second, flops=0.0):
         calls.append(1)
-        real(first, second)
+        real(first, second, flops)
 
     monkeypatch.setattr(halves, "run", counted)
     return calls
@@ -161,6 +163,29 @@ def test_conv_auto_axis_and_a_sleeping_worker(shares, monkeypatch):
         assert_close(call(x, w, b), want)
         monkeypatch.setattr(halves, "worker_asleep", lambda: False)
         assert pool.stats["jobs"] == jobs and halves.stats["asleep"] == asleep + 1
+    assert len(shares) == 4
+
+
+@needs_tiles
+def test_a_large_product_wakes_a_sleeping_worker(shares, monkeypatch):
+    """A product of at least halves.WAKE_FLOPS is published although the worker sleeps (its publication
+    wakes it: issue 11, session 10), the same result; under it, both shares on the caller, no job."""
+    pool = config._POOL
+    rng = np.random.default_rng(4)
+    xs, ws = (1, 64, 56, 56), (256, 64, 1, 1)  # 103 MFLOP: over conv.POINTWISE_FLOPS, on the pool
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = _ro((rng.standard_normal(ws) / np.sqrt(ws[1])).astype(np.float32))
+    b = _ro(rng.standard_normal(ws[0]).astype(np.float32))
+    want = run_single_op("Conv", [x, w, b], {}, vendors=["reference"])[0]
+    call = _conv(x, w, b, None, {}, 2).bind(None)
+    assert_close(call(x, w, b), want)
+    monkeypatch.setattr(halves, "worker_asleep", lambda: True)
+    for wake, job in ((1.0e8, 1), (2.0e8, 0), (0.0, 0)):
+        monkeypatch.setattr(halves, "WAKE_FLOPS", wake)
+        stats, jobs = dict(halves.stats), pool.stats["jobs"]
+        assert_close(call(x, w, b), want)
+        assert pool.stats["jobs"] == jobs + job
+        assert halves.stats["woken"] == stats["woken"] + job and halves.stats["asleep"] == stats["asleep"] + 1 - job
     assert len(shares) == 4
 
 

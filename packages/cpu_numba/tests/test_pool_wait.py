@@ -560,6 +560,19 @@ def test_a_back_off_lasts_while_no_core_is_free():
     assert not unreadable.backed_off()
 
 
+def test_a_back_off_looked_at_long_after_its_end_ends():
+    """A first job long after the back-off's end (an idle process: between requests, or while other
+    processes ran) does not read the CPUs' use over that gap as its own load: no hold, the pool is back."""
+    pool = _probed_pool()
+    pool._back_off("test")
+    _expire(pool, idle_s=0.0, cpu_s=0.1, wall_s=1.0)  # the other core busy all along...
+    pool._serial_until -= 2 * pool.STALE_PROBE_S  # ...but the back-off ended long before this look
+    assert not pool.backed_off() and pool.stats["held"] == 0 and pool._probe is None
+    pool._back_off("test")
+    _expire(pool, idle_s=0.0, cpu_s=0.1)  # looked at right at the end: still held
+    assert pool.backed_off() and pool.stats["held"] == 1
+
+
 def test_a_held_back_off_does_not_beat():
     """The heartbeat of a run after a back-off's end looks first: still loaded, no beat (the workers
     keep sleeping) and the pool stays backed off; free, the beat goes on."""

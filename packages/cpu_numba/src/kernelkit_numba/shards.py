@@ -321,6 +321,13 @@ class ShardPool:
     # the busy one (~50 % speed) until the signs fired again: the transformer ran 1.89x its 1-thread
     # time under load on the Xeon. FREE_CORES = 0: off (every back-off ends on time).
     FREE_CORES = 0.5
+    # The look covers the wall time from the back-off's start to the first job after its end. A
+    # process that was idle past that end (between requests, or while other processes took their
+    # turns) would read their use of the CPUs as its own load: MLP blocks of the Xeon's turns table
+    # (benchmarks/turns.py, session 10) each began with a 'held' back-off of 2 s read from the
+    # previous block's. After STALE_PROBE_S past the end the pool comes back without a look (a load
+    # that lasts fires the signs again within a few jobs).
+    STALE_PROBE_S = 0.05
     # no heartbeat while a sign says the caller shares its core (``beat``); False: beats go on.
     # Off: on the quiet Xeon (session 8, alternating processes, the transformer at 2 threads) one
     # preempted job hushed the beats, the worker slept and the next jobs waited for its wake-up:
@@ -399,6 +406,8 @@ class ShardPool:
             probe, self._probe = self._probe, None
             if probe is None:
                 return now < self._serial_until
+            if now - self._serial_until > self.STALE_PROBE_S:
+                return False  # idle past the back-off's end: the window says nothing about now
             idle = self._idle_time()
             if idle is None or now <= probe[0]:
                 return False

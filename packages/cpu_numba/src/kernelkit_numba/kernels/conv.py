@@ -7,8 +7,10 @@ the residual Z (pass fuse_residual) and the activation.
 its GEMMs run on ftile's cols tiles: ``WINO_SMALL``); weights transformed once. float32 dense
 convolutions run on ftile.py's micro-kernels (strided ones with wide output rows as an implicit
 GEMM over the input's padded column phases: ``_gemm_implicit``; see docs/numba.md, sessions 5
-and 6). Other grouped/dense convolution is im2col + BLAS: the columns of one image and
-group are packed by a sharded Numba kernel (a 1x1 stride-1 unpadded conv needs no packing: the
+and 6); on avx512, strided ones of deeper K (ResNet's 3x3/2) and 3x3 layers on 7x7 maps as
+fdirect.py's direct convolution (``_gemm_direct``, ``direct_wins``; session 10). Other
+grouped/dense convolution is im2col + BLAS: the columns of one image and group are packed by a
+sharded Numba kernel (a 1x1 stride-1 unpadded conv needs no packing: the
 image is already the column matrix; a column matrix over 1 MiB is packed and multiplied in
 blocks of output rows of about 2 MiB of columns, strided ones with wide outputs packed from the
 input's column phases), and the GEMM is cut into output tiles, each one BLAS call at one thread
@@ -33,7 +35,7 @@ from kernelkit.shape import auto_pads, conv_out_dim
 from .. import config
 from .._base import NumbaKernel
 from ..config import jit, jit_inline, jit_parallel
-from . import conv_serial, dwtile, ftile, winograd
+from . import conv_serial, dwtile, fdirect, ftile, winograd
 from ._range import tap_range
 from .epilogue import CLIP, NONE, bias_act_block, bias_act_rows, scale_bias_act_cols
 from .gemm_nt import gemm_nt_rows
@@ -509,7 +511,8 @@ class Conv(NumbaKernel):
             u = self._transformed(w, w4, 4)
             packed = self._wino_packed(u, m_n, n_n * -(-oh_n // 4) * -(-ow_n // 4))
             winograd.conv3x3_f4(x4, u, bias, y, z, ph, pw, inner, p0, p1, self._wino_scratch, packed)
-        elif winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, self._wino_small(x4.dtype, c_n, m_n)):
+        elif (winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, self._wino_small(x4.dtype, c_n, m_n))
+              and not self._direct_small(x4.dtype, group, kh, kw, m_n, oh_n, ow_n)):
             u = self._transformed(w, w4, 2)
             packed = self._wino_packed(u, m_n, -(-oh_n // 2) * -(-ow_n // 2))
             winograd.conv3x3(x4, u, bias, y, ph, pw, inner, p0, p1, self._wino_scratch, z, packed)
@@ -557,6 +560,14 @@ class Conv(NumbaKernel):
         kind = ftile.choice()[0]
         return kind in ftile.COLS_LANES and m_n % ftile.COLS_LANES[kind] == 0
 
+    def _direct_small(self, dtype, group, kh, kw, m_n, oh_n, ow_n) -> bool:
+        """Whether a stride-1 convolution of a small map that F(2x2, 3x3) would take runs as the direct
+        convolution instead (``direct_wins``' DIRECT_SMALL: 7x7 maps, where Winograd's transformed
+        weights, 16 x M x C, come cold from memory every run)."""
+        if dtype != np.float32 or group != 1 or self.act[0] not in (NONE, CLIP):
+            return False
+        return direct_wins(ftile.choice()[0], kh, kw, 1, 1, 1, 1, m_n, ow_n, oh_n * ow_n, 0)
+
     def _wino_packed(self, u, m_n, nt):
         """(kind, cols, packed panels, zeros) for Winograd's position GEMMs (M x C by C x nt tiles)
         on ftile's micro-kernels, or None for BLAS (KERNELKIT_F32_GEMM=off, no variant, float64):
@@ -598,6 +609,9 @@ class Conv(NumbaKernel):
         kind = self._ftile_kind(group, code, kh, kw, sh, sw, mg, k_n, l_n, x4.dtype)
         if group > 1 and group * k_n * l_n * x4.itemsize <= _GROUPED_COL_BYTES:
             self._gemm_grouped(x4, wmat, y, bias, z, direct)
+            return
+        if kind is not None and group == 1 and direct_wins(kind, kh, kw, sh, sw, dh, dw, mg, ow_n, l_n, k_n):
+            self._gemm_direct(x4, wmat[0], y, bias, z)
             return
         if kind is not None and group == 1 and gather_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n, mg, l_n):
             self._gemm_gather(x4, wmat[0], y, bias, z, kind)
@@ -837,6 +851,34 @@ class Conv(NumbaKernel):
                     y[n].reshape(-1), oh_n * ow_n)
             implicit_phases(config.readonly(x4[n]), xpp, sh, ph, pl, hp, qp, args, oh_n, work)
 
+    def _gemm_direct(self, x4, w2, y, bias, z):
+        """A strided convolution as fdirect.py's direct convolution (the output channels in the lanes,
+        each output pixel's input value broadcast from the zero-padded input: no im2col, no copy into
+        tile order). Per image the padding, then the tiles sharded over (48-channel panel, block of
+        output rows); at 2+ threads both as one job of two phases (PHASED)."""
+        (sh, _), _, (ph, pw), (oh_n, ow_n) = self._geom
+        n_n, c_n = x4.shape[:2]
+        m_n, k_n = w2.shape
+        kh, kw = self._kernel_hw
+        cv, mp = fdirect.tile_shape(m_n, ow_n)
+        wp, _, zz, lo, hi = self._ftile_args(y, bias, z, 16 * cv, w2)
+        threads = config.current_threads()
+        key = (c_n, kh, kw, sh, ph, pw, oh_n, ow_n, m_n, threads, cv)
+        hit = self.__dict__.get("_direct")
+        if hit is None or hit[0] != key:
+            hp, wpad, step, koff = fdirect.geometry(c_n, kh, kw, sh, oh_n, ow_n)
+            hit = self._direct = (key, (hp, wpad, step, config.readonly(koff)), np.empty(c_n * hp * wpad, np.float32),
+                                  fdirect.plan(m_n, k_n, oh_n, threads, cv))
+        (hp, wpad, step, koff), xp, (total, rb, kc) = hit[1], hit[2], hit[3]
+        size = fdirect.scratch_size(k_n, kc, oh_n, ow_n, rb, cv, mp)
+        work = 2.0 * m_n * k_n * oh_n * ow_n
+        pad = (fdirect.pad_planes, c_n, _IM2COL_WORK * xp.size)
+        for n in range(n_n):
+            zn = zz.reshape(-1) if z is None else zz[n].reshape(-1)
+            args = (sh, cv, mp, wp, k_n, m_n, config.readonly(xp), koff, step, ow_n, oh_n, rb, bias, zn, z is not None,
+                    lo, hi, y[n].reshape(-1), kc)
+            direct_phases(config.readonly(x4[n]), xp, ph, pw, hp, wpad, args, total, work, size, pad)
+
     def _gemm_gather(self, x4, w2, y, bias, z, kind):
         """A strided convolution of deep K (ResNet's 3x3/2 layers) on the rows tiles, each pixel block's
         rows copied into tile order straight from the input's padded column phases
@@ -993,6 +1035,37 @@ def implicit_phases(xn, xpp, s, ph, pl, hp, qp, args, oh_n: int, work: float) ->
     ftile.run_sharded(ftile.conv_implicit, oh_n, args, work, 1)
 
 
+def direct_phases(xn, xp, ph, pw, hp, wpad, args, total: int, work: float, size: int, pad) -> None:
+    """One image of fdirect.conv: the zero-padded input into ``xp`` (fdirect.pad_planes over the
+    channels), then the tiles' shards (``args``: fdirect.conv's arguments before the scratch); at 2+
+    threads one job of two phases (PHASED), as implicit_phases."""
+    fn, c_n, pad_work = pad
+    threads = config.current_threads()
+    if PHASED and threads > 1:
+        config.run_phases([config.phase_for(fn, c_n, (xn, xp, ph, pw, hp, wpad), config.phase_count(c_n, pad_work,
+                                                                                                     threads)),
+                           ftile_part(fdirect.conv, total, args, work, size)])
+        return
+    config.parallel_for(fn, c_n, (xn, xp, ph, pw, hp, wpad), pad_work)
+    ftile.run_sharded(fdirect.conv, total, args, work, size)
+
+
+def direct_wins(kind, kh, kw, sh, sw, dh, dw, mg, ow_n, l_n, k_n) -> bool:
+    """Whether a (float32, one group, ftile) convolution runs as ``_gemm_direct`` (fdirect.py): DIRECT
+    on and fdirect.fits (avx512, not 1x1, 64+ output channels in multiples of 16, output rows of 7+
+    pixels), undilated, strided both ways alike (K of at least DIRECT_MIN_K), or stride 1 on maps of
+    at most DIRECT_SMALL_PIXELS output pixels (DIRECT_SMALL): ResNet's 3x3/2 layers and the 7x7/2 stem,
+    which ran 1.65-2.26x onnxruntime on the Xeon through the gather, im2col and implicit-GEMM paths,
+    and the 512@7 3x3 layers (1.29-1.33x there on F(2x2, 3x3) Winograd) (session 10)."""
+    if not (DIRECT and dh == dw == 1 and sh == sw and fdirect.fits(kind, kh, kw, mg, ow_n)):
+        return False
+    if sh == 1:
+        return DIRECT_SMALL and l_n <= DIRECT_SMALL_PIXELS
+    return k_n >= DIRECT_MIN_K
+
+
+
+
 _IM2COL_WORK = 24.0  # work units (~25 ps each, see winograd._TRANSFORM_WORK) per column-matrix element:
 # the copy ran 0.3-1.0 ns an element on the AMD box (7x7 maps the slowest); at 2.0 every im2col of
 # ResNet-18 (0.02-0.23 ms) stayed on one thread at two (issue 11, session 6)
@@ -1085,6 +1158,16 @@ IMPLICIT_MAX_K = 256  # deeper K read in place fell behind im2col + the copy int
 # (bench_conv_threads.py, 1 thread: 3x3/2 64 -> 128 at 56x56, K = 576, 1.51 vs 1.32 ms; 128 -> 128, K = 1152,
 # 3.03 vs 2.59), while the 7x7/2 stem (K = 147) ran 1.72 vs 2.86-3.00 ms; on the AMD box K = 27 (MobileNetV2's
 # stem) 1.13x, 144 1.17x, 288 0.99x
+
+
+DIRECT = True
+DIRECT_MIN_K = IMPLICIT_MAX_K + 1  # strided convolutions of shallower K (the stems) keep the implicit GEMM:
+# on the Xeon the 7x7/2 stem ran alike either way (in ResNet-18 1.87 vs 1.84 ms; alone 2.76 vs 2.77), on the
+# AMD box the implicit GEMM 3-8 % faster (session 10)
+DIRECT_SMALL = True  # the 512@7 3x3 layers: on the Xeon 0.88-0.94x F(2x2, 3x3)'s time in ResNet-18 (2.42-2.49
+# vs 2.63-2.78 ms a layer; Winograd's 16.7 MB of transformed weights come cold from memory every run), on the
+# AMD box 1.4x (2.2-2.3 vs 1.6 ms): the Xeon is the protocol's machine (session 10)
+DIRECT_SMALL_PIXELS = 64
 
 
 def ftile_cols(kind, mg, l_n, k_n) -> bool:

@@ -97,7 +97,7 @@ def _bind(conv, parallel: bool):
     kind, forced = ftile.choice()
     if kind is None:
         return None
-    from .conv import ftile_cols, ftile_wins, implicit_wins  # (conv imports this module)
+    from .conv import direct_wins, ftile_cols, ftile_wins, implicit_wins  # (conv imports this module)
 
     k_n, l_n = c_n * kh * kw, oh_n * ow_n
     if not forced and not ftile_wins(kh, kw, sh, sw, m_n, k_n, l_n):
@@ -110,8 +110,9 @@ def _bind(conv, parallel: bool):
         return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n), y_shape, k_n, l_n, lo, hi, has_z,
                            parallel, sub)
     if not direct:  # the strided convolutions conv.py runs as its implicit GEMM (the stems)
-        if not implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n):
-            return None
+        if not implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n) or direct_wins(kind, kh, kw, sh, sw, dh, dw,
+                                                                                    m_n, ow_n, l_n, k_n):
+            return None  # (the direct convolution: the general path, conv._gemm_direct)
         return _implicit_call(conv, raw, kind, x_shape, y_shape, (kh, kw, sh, ph, pw), lo, hi, has_z, parallel)
     return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n), y_shape, k_n, l_n, lo, hi, has_z,
                        parallel)
@@ -411,7 +412,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
             yn = y[n].reshape(-1)
             zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
             calls = [_share_call(share, xs, yn, zn) for share in plan]
-            halves.run(*calls)
+            halves.run(*calls, flops=work)
 
     def _share_call(share, xs, yn, zn):
         c0, mc, p0, np_, dplan, ssize = share

@@ -33,14 +33,20 @@ from numba.extending import intrinsic
 from .. import config
 from ..cache import CLOSURE_KEY
 from ..config import jit
-from . import halves
+from . import fpair, halves
 from .epilogue import CLIP, NONE, act
 from .ftile import _data, available, choice
 from .qtile import k_loop
 
 U = np.uint64
-MR = {0: 4, 1: 6, 2: 8}  # rows of A per tile (bench_fgemm.py also runs avx512 with 12: MR replaced)
-NR = {0: 16, 1: 16, 2: 32}  # columns of B per tile (a packed panel)
+# NARROW: avx512 tiles of one vector of columns (8 x 16), for products of at most 16 columns (the MLP's
+# 64 x 1024 x 10 head); off (NARROW_ON): on the AMD box 22 us against np.matmul's 14 (A's rows 4 KiB
+# apart in one L1 set; gemm_nt's dot products 18), the head's 0.109 ms on the Xeon against the
+# reference's 0.041 was the general path's per-call work (now Gemm's bound serial call)
+NARROW = 3
+MR = {0: 4, 1: 6, 2: 8, NARROW: 8}  # rows of A per tile (bench_fgemm.py also runs avx512 with 12: MR replaced)
+NR = {0: 16, 1: 16, 2: 32, NARROW: 16}  # columns of B per tile (a packed panel)
+NARROW_ON = False
 # a K chunk of a row block's A rows (the column panels pass over it in L2): 1 MiB ran at or above
 # 256 KiB on every shape of bench_fgemm.py on both machines (Xeon: 128 x 768 x 3072 151 vs 118
 # GFLOP/s, 128 x 3072 x 768 133 vs 105, the MLP's and transformer's shapes within 3 %; AMD box
@@ -219,8 +225,9 @@ def _tiles(kind: int, mr: int):
     """(full, masked) tiles of variant ``kind`` with ``mr`` rows (generic: 4 only)."""
     if kind == 0:
         return _generic_tile, _generic_tile
-    name = "avx512" if kind == 2 else "avx2"
-    return _tile_intrinsic(name, mr, 2, False), _tile_intrinsic(name, mr, 2, True)
+    name = "avx512" if kind in (2, NARROW) else "avx2"
+    nvec = 1 if kind == NARROW else 2
+    return _tile_intrinsic(name, mr, nvec, False), _tile_intrinsic(name, mr, nvec, True)
 
 
 MIXED_MR = 12  # an avx512 driver of this height also has 8-row tiles for the last rows (row_tiles)
@@ -344,10 +351,11 @@ def plan(kind: int, m_n: int, k_n: int, n_n: int, shards: int) -> tuple[int, int
 class Packed:
     """A constant B (K, N) packed for one variant, with its bias buffer padded to whole panels."""
 
-    __slots__ = ("source", "kind", "bp", "k_n", "n_n", "bias_buf", "zeros")
+    __slots__ = ("source", "kind", "bp", "k_n", "n_n", "bias_buf", "zeros", "pairs")
 
     def __init__(self, source, b2, kind):
         self.source, self.kind = source, kind
+        self.pairs = {}  # fpair descriptors of this weight's products, by shape and epilogue (_paired)
         self.k_n, self.n_n = b2.shape
         nr = NR[kind]
         self.bp = pack_b(b2, nr)
@@ -386,6 +394,10 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
     args = (ap, lda, packed.bp, k_n, m_n, n_n, f32(alpha), bb, packed.zeros, out.reshape(-1), out.strides[0] // 4, lo,
             hi, f32(p0), f32(p1), block, groups, kc)
     total = blocks * groups
+    if threads == 2 and 2.0 * m_n * n_n * k_n >= PAIR_FLOPS and fpair.enabled() and \
+            _paired(kind, post, mr, packed, ap, lda, out, m_n, k_n, (f32(alpha), lo, hi, f32(p0), f32(p1)),
+                    bias is None):
+        return
     if total <= 1 or threads <= 1:
         fn(*args, 0, total)
         return
@@ -394,6 +406,97 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
         _two_shares(fn, args, packed, panels, NR[kind], 2.0 * m_n * n_n * k_n)
         return
     config.run_shards(lambda i: fn(*args, i, i + 1), total)
+
+
+def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0):
+    """``run(a2, out, threads=1, shards=1)``: gemm's product of ``m_n`` rows by ``packed`` with everything but A
+    (C-contiguous (M, K)) and the output (C-contiguous (M, N)) fixed now (a plan's bound call: the
+    general path's per-call decisions, ~10-40 us a node, left out). One thread: the driver over every
+    shard; two: fpair's halves (the descriptor made at the first such call) where the helper spins,
+    else (and at more threads) ``gemm`` in ``shards``. ``bias``: N values (copied) or None."""
+    k_n, n_n = packed.k_n, packed.n_n
+    mr = MR[kind]
+    block, blocks, groups, kc = plan(kind, m_n, k_n, n_n, 1)
+    if bias is None:
+        bb = packed.zeros
+    else:
+        bb = np.zeros_like(packed.bias_buf)
+        bb[:n_n] = bias
+    f32 = np.float32
+    if code == CLIP:
+        lo, hi, post = f32(p0), f32(p1), NONE
+    else:
+        lo, hi, post = f32(-np.inf), f32(np.inf), code
+    fn, bp, zeros, total = driver(kind, post, mr), packed.bp, packed.zeros, blocks * groups
+    alpha, p0, p1 = f32(alpha), f32(p0), f32(p1)
+    pairs = 2.0 * m_n * n_n * k_n >= PAIR_FLOPS
+    made = []
+
+    def run(a2, out, threads=1, shards=1):
+        if threads == 2 and pairs and fpair.enabled():
+            if not made:
+                made.append(_pair_descriptor(kind, post, mr, packed, k_n, m_n, k_n, n_n, (alpha, lo, hi, p0, p1), bb,
+                                             m_n * k_n, m_n * n_n))
+            if made[0] is not False and fpair.run(made[0], a2.reshape(-1), out.reshape(-1)):
+                return
+        if threads > 1:
+            gemm(kind, packed, a2, out, alpha, None if bias is None else bb[:n_n], code, p0, p1, shards)
+            return
+        fn(a2.reshape(-1), k_n, bp, k_n, m_n, n_n, alpha, bb, zeros, out.reshape(-1), n_n, lo, hi, p0, p1, block,
+           groups, kc, 0, total)
+
+    return run
+
+
+# At two threads, products of at least this many flops run as two halves handed over in compiled code
+# (fpair.py), smaller ones on the caller
+PAIR_FLOPS = float(1 << 20)
+
+
+def _paired(kind, post, mr, packed, ap, lda, out, m_n, k_n, fvals, no_bias) -> bool:
+    """gemm's product at two threads as two halves on the caller and fpair's helper (fpair.py), with
+    its descriptor made at the first call of this weight, shape and epilogue; False where it does not
+    split (one panel and one row tile), the helper does not spin (woken now) or another caller holds
+    its slot: then the caller runs the product."""
+    if not out.flags.c_contiguous:
+        return False
+    ldo = out.strides[0] // 4
+    key = (m_n, k_n, lda, ldo, kind, post, mr, fvals, no_bias, ap.size, out.size)
+    made = packed.pairs.get(key)
+    if made is None:
+        made = packed.pairs[key] = _pair_descriptor(kind, post, mr, packed, lda, m_n, k_n, ldo, fvals,
+                                                    packed.zeros if no_bias else packed.bias_buf, ap.size, out.size)
+    return made is not False and fpair.run(made, ap, out.reshape(-1))
+
+
+def _pair_descriptor(kind, post, mr, packed, lda, m_n, k_n, ldo, fvals, bias, a_len, out_len):
+    """fpair's descriptor of one product (fpair.axis picks columns or rows; ``bias``: the padded bias
+    buffer it reads, or the zeros), or False where it does not split or the helper cannot start (no
+    cycle counter)."""
+    n_n, nr = packed.n_n, NR[kind]
+    panels = -(-n_n // nr)
+    block, _blocks, _groups, kc = plan(kind, m_n, k_n, n_n, 1)
+    mode = fpair.axis(m_n, k_n, n_n, lda)
+    tiles = sum(row_tiles(m_n, mr))
+    if mode == fpair.ROWS and tiles >= 2:
+        cut = (tiles // 2) * mr if mr != MIXED_MR else max(1, round(m_n / 2 / mr)) * mr
+        cut = min(cut, m_n - 1)
+        sides = (sum(row_tiles(cut, mr)), sum(row_tiles(m_n - cut, mr)))
+    elif panels >= 2:
+        mode, cut = fpair.COLUMNS, (panels // 2) * nr
+        sides = (tiles, tiles)
+    else:
+        return False
+    helper = fpair.server()
+    if not helper.prepare():
+        return False
+    _fn, address = fpair.half_address(driver(kind, post, mr), f"fpair.half.{kind}.{mr}.{post}")
+    if not address:
+        return False
+    made = fpair.descriptor(address, mode, cut, (-(-sides[0] // block), -(-sides[1] // block)), packed.bp, bias,
+                            packed.zeros, fvals, (m_n, k_n, n_n, a_len, out_len), (lda, ldo), block, kc)
+    helper.wake()
+    return made
 
 
 def _two_shares(fn, args, packed, panels, nr, flops):
@@ -416,9 +519,17 @@ def kind_for(m_n: int, k_n: int, n_n: int) -> int | None:
     kind, forced = choice()
     if kind is None or forced:
         return kind
+    if kind == 2 and NARROW_ON and narrow_wins(m_n, k_n, n_n):
+        return NARROW
     return kind if wins(m_n, k_n, n_n) else None
 
 
 def wins(m_n: int, k_n: int, n_n: int) -> bool:
     """Shapes where the tiles beat BLAS (benchmarks/bench_fgemm.py)."""
     return m_n >= 8 and k_n >= 32 and n_n >= 16
+
+
+def narrow_wins(m_n: int, k_n: int, n_n: int) -> bool:
+    """Shapes of few columns where the 8 x 16 tiles (NARROW) beat BLAS's small-N path: 2 to 16 columns
+    (one column is a matrix-vector product), 8+ rows, K of 256+ (bench_fgemm.py)."""
+    return m_n >= 8 and k_n >= 256 and 2 <= n_n <= 16

@@ -665,7 +665,8 @@ def phases_padded(x, xpp, s, ph, pl, hp, qp, c0, c1):
 
 
 # ------------------------------------------------------------------ small maps: channels in the lanes
-def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool, wstride: int | None = None):
+def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool, wstride: int | None = None, xstep: int = 0,
+                    full: bool = False):
     """An intrinsic ``tile(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off,
     ldo, lo, hi, out, m_valid, n_valid)`` for maps of few pixels (7x7): the channels are the vector
     lanes. ``w`` packed as pack_weights(W, cv * lanes) ([k][cv * lanes channels], loaded as cv
@@ -676,7 +677,10 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool, wstride: int | No
     ldo + p]``). Pixels past n_valid read pixel n_valid - 1 and are not stored; channel vectors at or
     past m_valid (a multiple of lanes) are not stored. ``wstride``: the packed panels' width when it
     is wider than the tile's (a narrow tile on a panel's last channels: its row k at ``w[w_off + k *
-    wstride]``)."""
+    wstride]``). ``xstep`` > 0 (the direct convolution, fdirect.py): ``ldx`` is an int64 array, row k
+    at ``x[x_off + ldx[k]:]`` and pixel p ``xstep`` floats after pixel p - 1 (the stride: the input is
+    read in place, no column matrix); ``full``: every tile has ``mp`` valid pixels (n_valid ignored on
+    the way in: the pixel offsets are constants)."""
     lanes = 8 if kind == "avx2" else 16
     width = cv * lanes
     wstep = width if wstride is None else wstride
@@ -711,8 +715,11 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool, wstride: int | No
         last = builder.sub(n_valid, ir.Constant(i64, 1))
         pix = []
         for p in range(mp):  # pixels past n_valid read the last valid one (never stored)
-            pp = ir.Constant(i64, p)
-            pix.append(builder.select(builder.icmp_signed("<", pp, n_valid), pp, last))
+            pp = ir.Constant(i64, p * max(1, xstep))
+            if not full:
+                at = builder.mul(last, ir.Constant(i64, xstep)) if xstep else last
+                pp = builder.select(builder.icmp_signed("<", ir.Constant(i64, p), n_valid), pp, at)
+            pix.append(pp)
 
         def partial_sums():  # a later K chunk starts from the stored partial sums
             return [builder.load(vptr(pa, p * width + j * lanes), align=4) for p in range(mp) for j in range(cv)]
@@ -720,7 +727,11 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool, wstride: int | No
         k, accs, close = k_loop(builder, k_n, [zero_v] * (mp * cv), "fcols", (first, partial_sums))
         wrow = builder.gep(pw, [builder.mul(k, ir.Constant(i64, wstep))])
         wv = [builder.load(vptr(wrow, j * lanes), align=4) for j in range(cv)]
-        xrow = builder.gep(px, [builder.mul(k, ldx)])
+        if xstep:
+            pk = builder.bitcast(_data(context, builder, sig.args[4], ldx), i64.as_pointer())
+            xrow = builder.gep(px, [builder.load(builder.gep(pk, [k]), align=8)])
+        else:
+            xrow = builder.gep(px, [builder.mul(k, ldx)])
         new = []
         for p in range(mp):
             bx = splat(builder.load(builder.gep(xrow, [pix[p]]), align=4))
@@ -768,8 +779,8 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool, wstride: int | No
     def tile(typingctx, w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off, ldo, lo, hi, out,
              m_valid, n_valid):
         i64, f = types.int64, types.float32
-        return types.void(w, i64, x, i64, i64, i64, i64, i64, acc, i64, bias, i64, z, i64, i64, f, f, out, i64,
-                          i64), codegen
+        return types.void(w, i64, x, i64, ldx if xstep else i64, i64, i64, i64, acc, i64, bias, i64, z, i64, i64, f, f,
+                          out, i64, i64), codegen
 
     return tile
 

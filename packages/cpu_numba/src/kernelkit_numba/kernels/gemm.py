@@ -143,23 +143,22 @@ class Gemm(NumbaKernel):
         product is a matrix-vector product that BLAS runs at memory speed, so the call does what
         the reference does, ``np.matmul`` into the output, the bias added in place (and the
         activation), without the general path's per-call decisions (Xeon: 30-40 us over the
-        reference a node; here 11-14 us). None where the general path runs (shapes not static,
-        another dtype, several rows, a forced fgemm variant, a C that is not one value per column)."""
-        specs = self.input_specs
-        if len(specs) < 2 or any(s is not None and (not s.is_static or s.layout) for s in specs):
+        reference a node; here 11-14 us). Several rows do the same where BLAS runs them (the MLP's
+        64 x 1024 x 10 head: Xeon 0.109 ms in the general path against the reference's 0.041; not
+        gemm_nt's few rows) and take ``_bound_tiles`` where fgemm's micro-kernels do (issue 11,
+        session 10). None where the general path runs (shapes not static, another dtype, a forced
+        fgemm variant, a C that is not one value per column)."""
+        shape = self._static_shape()
+        if shape is None:
             return None
+        m, k, n, trans_a, trans_b = shape
+        if m > 1 and k and n and not trans_a and fgemm.kind_for(m, k, n) is not None:
+            return self._bound_tiles(m, k, n, True)  # fgemm's micro-kernels, bound (fpair10, session 10)
         at = self.attrs
-        a_spec, b_spec = specs[0], specs[1]
-        c_spec = specs[2] if len(specs) > 2 else None
-        if a_spec.dtype != "float32" or b_spec.dtype != "float32" or len(a_spec.shape) != 2 or len(b_spec.shape) != 2:
+        if k == 0 or n == 0 or fgemm.kind_for(m, k, n) is not None:
             return None
-        m, k = a_spec.shape[::-1] if at.get("transA", 0) else a_spec.shape
-        n = b_spec.shape[0] if at.get("transB", 0) else b_spec.shape[1]
-        if m != 1 or k == 0 or n == 0 or fgemm.kind_for(m, k, n) is not None:
-            return None
-        if c_spec is not None and (math.prod(c_spec.shape) != n or not c_spec.shape or c_spec.shape[-1] != n):
-            return None
-        trans_a, trans_b = at.get("transA", 0), at.get("transB", 0)
+        if m != 1 and (m < 1 or (trans_b and not trans_a and gemm_nt.usable(m, n))):
+            return None  # (several rows by BLAS as the general path runs them at one thread: the MLP's head)
         alpha, beta = np.float32(at.get("alpha", 1.0)), np.float32(at.get("beta", 1.0))
         code, p0, p1 = self.act
         one = np.float32(1)
@@ -182,9 +181,79 @@ class Gemm(NumbaKernel):
             return y
 
         call.thread_safe = True  # no per-call state: the plan's settled call needs no lock
-        if (halves.ON and code != TANH and n >= 2 * HEAD_SPLIT_COLS and 4 * k * n >= HEAD_SPLIT_BYTES
+        if (halves.ON and m == 1 and code != TANH and n >= 2 * HEAD_SPLIT_COLS and 4 * k * n >= HEAD_SPLIT_BYTES
                 and (self.threads or config.default_threads()) == 2):
             return self._split_head(call, trans_a, trans_b, alpha, beta, k, n, no_bias)
+        return call
+
+    def _static_shape(self):
+        """(M, K, N, transA, transB) of a node whose inputs are static 2-D float32 (C one value per column
+        or absent), or None."""
+        specs = self.input_specs
+        if len(specs) < 2 or any(s is not None and (not s.is_static or s.layout) for s in specs):
+            return None
+        at = self.attrs
+        a_spec, b_spec = specs[0], specs[1]
+        c_spec = specs[2] if len(specs) > 2 else None
+        if a_spec.dtype != "float32" or b_spec.dtype != "float32" or len(a_spec.shape) != 2 or len(b_spec.shape) != 2:
+            return None
+        trans_a, trans_b = at.get("transA", 0), at.get("transB", 0)
+        m, k = a_spec.shape[::-1] if trans_a else a_spec.shape
+        n = b_spec.shape[0] if trans_b else b_spec.shape[1]
+        if c_spec is not None and (math.prod(c_spec.shape) != n or not c_spec.shape or c_spec.shape[-1] != n):
+            return None
+        return m, k, n, trans_a, trans_b
+
+    def bound_compute(self):
+        """``compute``, or where fgemm's micro-kernels take this node's static shape, the bound call of
+        ``_bound_tiles`` at each call's thread budget (two threads: fpair's halves; issue 11, session 10)."""
+        shape = self._static_shape()
+        if shape is None:
+            return self.compute
+        m, k, n, trans_a, _trans_b = shape
+        if m > 1 and k and n and not trans_a and fgemm.kind_for(m, k, n) is not None:
+            return self._bound_tiles(m, k, n, False)
+        return self.compute
+
+    def _bound_tiles(self, m, k, n, serial: bool):
+        """The call of a product on fgemm's micro-kernels (``fgemm.serial``: everything but A and the
+        output fixed at the first call) while B and C are the constants that first call saw (the same
+        arrays every call); anything else runs the general path (issue 11, session 10: the general
+        path's decisions cost 10-40 us a node, the MLP's and the transformer's products). ``serial``:
+        the one-thread call (``serial_call``), else ``bound_compute``'s at each call's budget."""
+        at = self.attrs
+        trans_b = at.get("transB", 0)
+        alpha, beta = np.float32(at.get("alpha", 1.0)), np.float32(at.get("beta", 1.0))
+        code, p0, p1 = self.act
+        local, bound, flops = config._local, [], 2.0 * m * n * k
+
+        def general(a, b, c, out):
+            if not serial:
+                return self.compute(a, b, c, out=out)
+            was = getattr(local, "threads", None)
+            local.threads = 1
+            try:
+                config.blas_single()
+                return self.compute(a, b, c, out=out)
+            finally:
+                local.threads = was
+
+        def call(a, b, c=None, *, out=None):
+            if bound and bound[0] is b and bound[1] is c and a.flags.c_contiguous and \
+                    (out is None or out.flags.c_contiguous):
+                y = np.empty((m, n), np.float32) if out is None else out
+                threads = 1 if serial else config.current_threads()
+                bound[2](a, y, threads, tile_count(flops) if threads > 1 else 1)
+                return y
+            if not bound and not b.flags.writeable and (c is None or not c.flags.writeable) and \
+                    a.dtype == np.float32 and b.dtype == np.float32:
+                kind = self._const_b.kind(m, k, n)
+                packed = None if kind is None else self._const_b.get(b, b.T if trans_b else b, kind)
+                if packed is not None:
+                    bias = None if c is None or beta == 0 else np.asarray(c, np.float32).reshape(n) * beta
+                    bound.extend((b, c, fgemm.serial(kind, packed, m, alpha, bias, code, p0, p1)))
+            return general(a, b, c, out)
+
         return call
 
     def _split_head(self, call, trans_a, trans_b, alpha, beta, k, n, no_bias):

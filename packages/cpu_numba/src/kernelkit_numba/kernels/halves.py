@@ -33,7 +33,17 @@ MAX_SHARE = 0.75  # the caller's share at most this
 CONV_AXIS = "auto"
 # Attention at two threads: its heads in two shards (not four)
 ATTENTION = True
-stats = {"asleep": 0}  # two-share calls run on the caller alone: the worker asleep (run())
+# A product of at least WAKE_FLOPS is published although the worker sleeps (issue 11, session 10): the
+# publication wakes it, and it takes the second share 50-150 us late while the caller runs the first,
+# which beats the caller running both once a share takes longer than that (~1.5e7 flops at ~100
+# GFLOP/s). Session 9 ran every product on the caller while the worker slept, and in ResNet-50 at two
+# threads on the Xeon that became a chain: the 56x56 1x1 layers (1.4-2.8 ms at one thread) ran on the
+# caller alone run after run (threads_alone.py --interleave: conv59, 68, 76, 84, 93 without a job,
+# 9 ms a run), because each took longer than the pool's BEAT_IDLE_S (1 ms), so the worker the next
+# heartbeat woke spun out and slept again before the next such node looked. 0: never.
+WAKE_FLOPS = 3.0e7
+# two-share calls run on the caller alone (the worker asleep), and those published although it slept
+stats = {"asleep": 0, "woken": 0}
 
 
 def conv_axis(m_n: int, l_n: int) -> str:
@@ -66,14 +76,27 @@ def worker_spinning() -> bool:
     return config._POOL.workers_spinning()
 
 
-def run(first, second) -> None:
+def alone(flops: float = 0.0) -> bool:
+    """Whether a two-share product of ``flops`` (0: not given) runs on the calling thread alone, no job:
+    the worker asleep and the product under ``WAKE_FLOPS`` (``stats``: counted, and the products
+    published to wake the worker)."""
+    if not worker_asleep():
+        return False
+    if not WAKE_FLOPS or flops < WAKE_FLOPS:
+        stats["asleep"] += 1
+        return True
+    stats["woken"] += 1
+    return False
+
+
+def run(first, second, flops: float = 0.0) -> None:
     """``first()`` on the calling thread and ``second()`` on the worker (or the caller, when the worker
     does not come in time), through the shard pool at the call's budget. With the worker asleep
     (its spin loop built, no heartbeat since its spin ended: it would come 50-150 us late, so that
     the caller, done with its share, waits for the worker's whole share), both on the caller, no job:
-    the next node's heartbeat wakes it."""
-    if worker_asleep():
-        stats["asleep"] += 1
+    the next node's heartbeat wakes it; unless the product (``flops``, 0: not given) has at least
+    ``WAKE_FLOPS``: then the job, whose publication wakes the worker."""
+    if alone(flops):
         first()
         second()
         return

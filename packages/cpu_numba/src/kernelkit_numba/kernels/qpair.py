@@ -41,28 +41,24 @@ processes: 3.79-4.39 ms with the row halves against 5.44-6.23 without, four pair
 from __future__ import annotations
 
 import os
-import platform
 import threading
-import time
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba.core import cgutils, types
-from numba.extending import intrinsic
 
 from .. import shards
 from .._spin import _cycles, _sched_yield
 from ..by_kind import by_kind, kind_taking
 from ..config import jit
-from . import qpack
+from . import pairs, qpack
+from .pairs import _cas, _load, _pause, _ptr, _store, cycle_rate  # noqa: F401 (cycle_rate: qpair's name too)
 
-# the state word's low bits (the high bits: the job number)
-OPEN, CLAIMED, DONE, TAKEN = 0, 1, 2, 3
-# ctl: [0] the state word, [1] the descriptor's address, [2] the callers' slot (0 free, 1 held),
-# [3] the helper: 0 asleep, 1 spinning, 2 woken, [4] the last job number, [5] cycles the last caller
-# waited for the helper's half, [6] stop (tests)
-STATE, DESC, SLOT, AWAKE, JOB, WAITED, STOP = range(7)
+# the control words, atomics, helper thread and back-off are shared with fpair.py (pairs.py)
+OPEN, CLAIMED, DONE, TAKEN = pairs.OPEN, pairs.CLAIMED, pairs.DONE, pairs.TAKEN
+STATE, DESC, SLOT, AWAKE, JOB, WAITED, STOP = pairs.STATE, pairs.DESC, pairs.SLOT, pairs.AWAKE, pairs.JOB, \
+    pairs.WAITED, pairs.STOP
+IDLE_S, CAP_S, STALL_S, MISSES = pairs.IDLE_S, pairs.CAP_S, pairs.STALL_S, pairs.MISSES
+MIN_BACKOFF_S, MAX_BACKOFF_S, CALM_S, X86 = pairs.MIN_BACKOFF_S, pairs.MAX_BACKOFF_S, pairs.CALM_S, pairs.X86
 # desc: addresses, sizes and the micro-kernel's integer arguments
 (X2, M, K, FLAT, BDATA, BDATA_N, COLSUMS, ZB, BSCALE, BSCALE_N, BIAS, BIAS_N, MR, KQ, NPANELS, N, HAS_ZB,
  HAS_BIAS, ACT, GROUPS, SPLIT,
@@ -72,68 +68,7 @@ STATE, DESC, SLOT, AWAKE, JOB, WAITED, STOP = range(7)
 NDESC = 33
 COLUMNS, ROWS = 0, 1  # MODE: halves of B's column groups (a few rows of A), or of A's row blocks
 
-IDLE_S = 1e-3  # the helper spins this long after its last job (the pool's BEAT_IDLE_S), then sleeps
-CAP_S = 0.02  # and returns to Python this often while jobs keep coming
-STALL_S = 3e-4  # a caller that waited longer than this for the helper's half: back off
-MISSES = 8  # jobs in a row the awake helper did not claim: back off
-MIN_BACKOFF_S, MAX_BACKOFF_S, CALM_S = 0.05, 2.0, 1.0
 ENV = "KERNELKIT_INT8_PAIR"
-X86 = platform.machine().lower() in ("x86_64", "amd64")
-
-
-def _slot_ptr(context, builder, arr_ty, arr, idx):
-    ary = context.make_array(arr_ty)(context, builder, arr)
-    return builder.gep(ary.data, [idx])
-
-
-@intrinsic
-def _cas(typingctx, arr, idx, expected, new):
-    """Compare-and-swap of the int64 ``arr[idx]`` (sequentially consistent): whether it was ``expected``."""
-    def codegen(context, builder, sig, args):
-        ptr = _slot_ptr(context, builder, sig.args[0], args[0], args[1])
-        pair = builder.cmpxchg(ptr, args[2], args[3], "seq_cst", "seq_cst")
-        return builder.extract_value(pair, 1)
-
-    return types.boolean(arr, idx, types.int64, types.int64), codegen
-
-
-@intrinsic
-def _load(typingctx, arr, idx):
-    """Atomic load of the int64 ``arr[idx]`` (acquire)."""
-    def codegen(context, builder, sig, args):
-        return builder.load_atomic(_slot_ptr(context, builder, sig.args[0], args[0], args[1]), "acquire", 8)
-
-    return types.int64(arr, idx), codegen
-
-
-@intrinsic
-def _store(typingctx, arr, idx, value):
-    """Atomic store of ``value`` into the int64 ``arr[idx]`` (release: earlier stores are seen first)."""
-    def codegen(context, builder, sig, args):
-        builder.store_atomic(args[2], _slot_ptr(context, builder, sig.args[0], args[0], args[1]), "release", 8)
-        return context.get_dummy_value()
-
-    return types.none(arr, idx, types.int64), codegen
-
-
-@intrinsic
-def _pause(typingctx):
-    """x86's ``pause`` (a spin-wait hint: LLVM's llvm.x86.sse2.pause)."""
-    def codegen(context, builder, sig, args):
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.x86.sse2.pause")
-        builder.call(fn, [])
-        return context.get_dummy_value()
-
-    return types.none(), codegen
-
-
-@intrinsic
-def _ptr(typingctx, addr):
-    """The int64 ``addr`` as a ``void *`` (numba.carray's pointer)."""
-    def codegen(context, builder, sig, args):
-        return builder.inttoptr(args[0], ir.IntType(8).as_pointer())
-
-    return types.voidptr(types.int64), codegen
 
 
 kind_taking(qpack.dq_matmul_panels)  # this module's by_kind copies call its copy for their kind
@@ -255,67 +190,18 @@ pair_run = by_kind(_pair_run)
 pair_serve = by_kind(_pair_serve)
 
 
-_rate: list = []
+class PairServer(pairs.PairServer):
+    """The helper thread of one int8 micro-kernel variant (pairs.PairServer: control words, wake,
+    back-off) running ``pair_serve``."""
 
+    name = "int8"
 
-def cycle_rate() -> float:
-    """The cycle counter's ticks per second, measured once (0 where it cannot be: no pairs)."""
-    if not _rate:
-        rate = 0.0
-        if X86:
-            from .._spin import ticks
+    def serve(self, ctl, idle, cap):
+        return pair_serve(self.kind, ctl, idle, cap)
 
-            a, t0 = ticks(), time.perf_counter()
-            time.sleep(0.002)
-            b, t1 = ticks(), time.perf_counter()
-            rate = (b - a) / (t1 - t0) if b > a else 0.0
-        _rate.append(rate)
-    return _rate[0]
-
-
-class PairServer:
-    """The helper thread of one micro-kernel variant and its control words (module doc)."""
-
-    def __init__(self, kind: int):
-        self.kind = kind
-        self.ctl = np.zeros(8, np.int64)
-        self._cond = threading.Condition(threading.Lock())
-        self._want = False
-        self._thread: threading.Thread | None = None
-        self.until = 0.0  # no pairing before this (perf_counter; a back-off)
-        self._backoff = MIN_BACKOFF_S
-        self._misses = 0
-        self.ready = False  # both sides compiled for this variant (prepare)
-        self.idle = self.cap = 0
-        self.stall = 1 << 62
-        self.stats = {"paired": 0, "alone": 0, "stalls": 0, "backoffs": 0, "wakes": 0}
-
-    def wake(self) -> None:
-        """Start the helper's spin (its thread at the first call; after ``prepare``): the caller runs
-        this product alone."""
-        ctl = self.ctl
-        if ctl[AWAKE] != 0 or not self.ready:
-            return
-        ctl[AWAKE] = 2
-        self.stats["wakes"] += 1
-        with self._cond:
-            self._want = True
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._serve, name=f"kernelkit-int8-pair-{self.kind}",
-                                                daemon=True)
-                self._thread.start()
-            self._cond.notify()
-
-    def prepare(self) -> bool:
-        """Compile (or load) both sides for this variant on the calling thread, as a node's first call
-        compiles its kernels (not on the helper's thread while the model runs), with stand-in calls
-        that return at once: the callers' side finds the slot held, the helper's is told to stop.
-        False where there is no cycle counter to bound the helper's spin."""
-        if self.ready:
-            return True
-        rate = cycle_rate()
-        if rate <= 0:
-            return False
+    def compile_sides(self):
+        """Both sides for this variant, with stand-in calls that return at once: the callers' side
+        finds the slot held, the helper's is told to stop."""
         held = np.zeros(8, np.int64)
         held[SLOT] = 1
         held[STOP] = 1
@@ -323,74 +209,10 @@ class PairServer:
         stand_in.setflags(write=False)
         pair_run(self.kind, held, np.zeros(NDESC, np.int64), stand_in, np.zeros(1, np.float32), NO_RES)
         pair_serve(self.kind, held, 1 << 40, 1 << 40)
-        self.idle, self.cap, self.stall = int(IDLE_S * rate), int(CAP_S * rate), int(STALL_S * rate)
-        self.ready = True
-        return True
-
-    def _serve(self) -> None:
-        ctl, fn, kind = self.ctl, pair_serve, self.kind
-        while True:
-            with self._cond:
-                while not self._want:
-                    ctl[AWAKE] = 0
-                    self._cond.wait()
-                self._want = False
-            ctl[AWAKE] = 1
-            while fn(kind, ctl, self.idle, self.cap) == 2:
-                pass
-            if ctl[STOP]:
-                ctl[AWAKE] = 0
-                return
-
-    def result(self, done: int) -> None:
-        """Count a pair call's outcome (1 paired, 2 alone) and back off on the signs of a helper without a core."""
-        if done == 1:
-            self.stats["paired"] += 1
-            self._misses = 0
-            if self.ctl[WAITED] > self.stall:
-                self.stats["stalls"] += 1
-                self._back_off()
-        elif done == 2:
-            self.stats["alone"] += 1
-            self._misses += 1
-            if self._misses >= MISSES:
-                self._back_off()
-
-    def _back_off(self) -> None:
-        now = time.perf_counter()
-        calm = now - self.until > CALM_S
-        self._backoff = MIN_BACKOFF_S if calm else min(2 * self._backoff, MAX_BACKOFF_S)
-        self.until = now + self._backoff
-        self._misses = 0
-        self.stats["backoffs"] += 1
-
-    def asleep(self) -> None:
-        """A caller found the helper not spinning: wake it unless it is waking or backed off."""
-        if self.ctl[AWAKE] == 0 and not (self.until and time.perf_counter() < self.until) and \
-                not shards.POOL.backed_off():
-            self.wake()
-
-    def usable(self) -> bool:
-        """Whether a pair call may be made now (the helper spinning, no back-off here or in the pool)."""
-        if self.ctl[AWAKE] != 1:
-            return False
-        return not (self.until and time.perf_counter() < self.until) and not shards.POOL.backed_off()
 
 
 _servers: dict[int, PairServer] = {}
 _lock = threading.Lock()
-
-
-def _after_fork() -> None:
-    """In a forked child: the helpers' threads did not come along; new ones start when asked."""
-    for s in list(_servers.values()):
-        ready, idle, cap, stall = s.ready, s.idle, s.cap, s.stall
-        s.__init__(s.kind)
-        s.ready, s.idle, s.cap, s.stall = ready, idle, cap, stall
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
 
 
 def server(kind: int) -> PairServer:
@@ -398,7 +220,9 @@ def server(kind: int) -> PairServer:
     s = _servers.get(kind)
     if s is None:
         with _lock:
-            s = _servers.setdefault(kind, PairServer(kind))
+            s = _servers.get(kind)
+            if s is None:
+                s = _servers[kind] = pairs.register(PairServer(kind))
     return s
 
 

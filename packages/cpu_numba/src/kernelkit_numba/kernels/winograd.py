@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import config
 from ..config import jit_inline, jit_parallel
-from . import ftile
+from . import ftile, halves
 from .epilogue import CLIP
 
 U64 = np.uint64  # unsigned index: no wraparound check in inner loops
@@ -456,6 +456,10 @@ def conv3x3_f4(x, u, bias, y, z, ph, pw, code, p0, p1, scratch, packed=None) -> 
     in_args = (x, v, ph, pw, th_n, tw_n)
     out_args = (mo, y, bias, config.readonly(zz), has_z, th_n, tw_n, code, p0, p1)
     threads = config.current_threads()
+    if tiles_usable(n_n, threads, nt):  # one job, a run of tiles a thread (TILES)
+        _by_tiles(x[0], u, y[0], (bias, config.readonly(zz[0]), has_z, th_n, tw_n, code, p0, p1), ph, pw,
+                  th_n, tw_n, packed, threads)
+        return
     if PHASED and threads > 1:  # one job of three phases (PHASED)
         config.run_phases([
             config.phase_for(_input_transform4, n_n * c_n, in_args,
@@ -467,3 +471,198 @@ def conv3x3_f4(x, u, bias, y, z, ph, pw, code, p0, p1, scratch, packed=None) -> 
     config.parallel_for(_input_transform4, n_n * c_n, in_args, _TRANSFORM4_WORK * c_n * nt)
     gemms(v, mo, u, m_n, c_n, nt, packed)
     config.parallel_for(_output_transform4, n_n * m_n, out_args, _OUT4_WORK * m_n * nt)
+
+
+# -- F(4x4, 3x3) at 2+ threads by tiles (issue 11, session 10) ------------------------------------
+# Session 9's job of three phases split each phase on another axis: the input transform by input
+# channels, the products by positions (runs of the 36), the output transform by output channels, so
+# each phase read about half of what the one before had written on the other core (ResNet's 64@56
+# layer: v and the products 1.8 MB each), and the threads met at two barriers a layer. Here a one-image
+# layer is cut by tiles instead: each thread transforms its own run of tiles (every channel), runs the
+# 36 products on those tile columns (every weight: 0.6 MB for 64x64, 2.4 MB for 128x128, read-only and
+# shared) and writes their outputs, all in one shard, into buffers of its own (config.thread_buffer:
+# the same memory layer after layer). One job of two shards, the caller's first (halves.run: it
+# starts at once, the worker ~20 us later, so the caller's run is a little longer), no barrier, and
+# no line written on one core is read on the other. False: the phases of session 9.
+TILES = True
+# A thread's run of tiles goes in blocks whose v and products take at most TILE_BYTES (0: the whole run
+# in one block), so that a block's transform, products and output transform find them in the core's L2.
+# At one thread too (SERIAL_TILES): on the AMD box (1 MiB L2) one thread ran ResNet's 64@56 layer in
+# 1.25 ms in two blocks of 98 tiles against 1.59 ms for the whole map's three passes (blocks of 49 tiles:
+# 1.31, of 25: 1.54: narrower products), the 128@28 layer 0.97 against 1.03 (bench_wino_tiles.py --serial).
+TILE_BYTES = 2 << 20
+SERIAL_TILES = True
+
+
+@jit_parallel
+def _input_tiles4(x, v, ph, pw, th_n, tw_n, t0, t1, c0, c1):
+    """``_input_transform4`` for tiles [t0, t1) of one image x (C, H, W), channels [c0, c1):
+    v[k, c * (t1 - t0) + t - t0] = (B^T d B)[k] of tile t (row-major over th_n x tw_n). Only the
+    input rows under those tiles are copied into the padded scratch."""
+    c_n, h_n, w_n = x.shape
+    nl = t1 - t0
+    th_lo, th_hi = t0 // tw_n, (t1 - 1) // tw_n + 1
+    hp, wp = 4 * (th_hi - th_lo) + 2, 4 * tw_n + 2
+    pad = np.empty((hp, wp), x.dtype)
+    rows = np.empty((6, wp), x.dtype)
+    f2, f4, f5 = np.float32(2), np.float32(4), np.float32(5)
+    for c in range(c0, c1):
+        src = x[c]
+        for r in range(hp):
+            ih = r + 4 * th_lo - ph
+            row = pad[r]
+            if ih < 0 or ih >= h_n:
+                for p in range(wp):
+                    row[U64(p)] = 0
+                continue
+            srow = src[ih]
+            lo, hi = min(wp, max(0, pw)), min(wp, w_n + pw)
+            for p in range(lo):
+                row[U64(p)] = 0
+            for p in range(lo, hi):
+                row[U64(p)] = srow[U64(p - pw)]
+            for p in range(max(lo, hi), wp):
+                row[U64(p)] = 0
+        for th in range(th_lo, th_hi):
+            lo, hi = max(0, t0 - th * tw_n), min(tw_n, t1 - th * tw_n)
+            r = 4 * (th - th_lo)
+            d0, d1, d2, d3, d4, d5 = pad[r], pad[r + 1], pad[r + 2], pad[r + 3], pad[r + 4], pad[r + 5]
+            t0r, t1r, t2r, t3r, t4r, t5r = rows[0], rows[1], rows[2], rows[3], rows[4], rows[5]
+            for p in range(4 * lo, 4 * hi + 2):
+                i = U64(p)
+                t0r[i] = f4 * d0[i] - f5 * d2[i] + d4[i]
+                t1r[i] = d3[i] + d4[i] - f4 * (d1[i] + d2[i])
+                t2r[i] = d4[i] - d3[i] + f4 * (d1[i] - d2[i])
+                t3r[i] = d4[i] - d2[i] + f2 * (d3[i] - d1[i])
+                t4r[i] = d4[i] - d2[i] + f2 * (d1[i] - d3[i])
+                t5r[i] = f4 * d1[i] - f5 * d3[i] + d5[i]
+            base = c * nl + th * tw_n - t0
+            for a in range(6):
+                ra = rows[a]
+                k = 6 * a
+                for tw in range(lo, hi):
+                    p = U64(4 * tw)
+                    e0, e1, e2, e3, e4, e5 = ra[p], ra[p + 1], ra[p + 2], ra[p + 3], ra[p + 4], ra[p + 5]
+                    t = U64(base + tw)
+                    v[k, t] = f4 * e0 - f5 * e2 + e4
+                    v[k + 1, t] = e3 + e4 - f4 * (e1 + e2)
+                    v[k + 2, t] = e4 - e3 + f4 * (e1 - e2)
+                    v[k + 3, t] = e4 - e2 + f2 * (e3 - e1)
+                    v[k + 4, t] = e4 - e2 + f2 * (e1 - e3)
+                    v[k + 5, t] = f4 * e1 - f5 * e3 + e5
+
+
+@jit_parallel
+def _output_tiles4(mo, y, bias, z, has_z, th_n, tw_n, code, p0, p1, t0, t1, m0, m1):
+    """``_output_transform4`` for tiles [t0, t1) of one image y (M, OH, OW), output channels [m0, m1):
+    mo[k, m * (t1 - t0) + t - t0]; z shaped like y (read only when ``has_z``)."""
+    m_n, oh_n, ow_n = y.shape
+    nl = t1 - t0
+    th_lo, th_hi = t0 // tw_n, (t1 - 1) // tw_n + 1
+    ob = np.empty((4, 4 * tw_n), y.dtype)
+    s = np.empty((4, 6), y.dtype)
+    f2, f4, f8 = np.float32(2), np.float32(4), np.float32(8)
+    for m in range(m0, m1):
+        beta = bias[m]
+        for th in range(th_lo, th_hi):
+            lo, hi = max(0, t0 - th * tw_n), min(tw_n, t1 - th * tw_n)
+            base = m * nl + th * tw_n - t0
+            for tw in range(lo, hi):
+                t = U64(base + tw)
+                for b in range(6):
+                    g0, g1, g2 = mo[b, t], mo[6 + b, t], mo[12 + b, t]
+                    g3, g4, g5 = mo[18 + b, t], mo[24 + b, t], mo[30 + b, t]
+                    s[0, b] = g0 + g1 + g2 + g3 + g4
+                    s[1, b] = g1 - g2 + f2 * (g3 - g4)
+                    s[2, b] = g1 + g2 + f4 * (g3 + g4)
+                    s[3, b] = g1 - g2 + f8 * (g3 - g4) + g5
+                p = U64(4 * tw)
+                for a in range(4):
+                    g0, g1, g2, g3, g4, g5 = s[a, 0], s[a, 1], s[a, 2], s[a, 3], s[a, 4], s[a, 5]
+                    oa = ob[a]
+                    oa[p] = g0 + g1 + g2 + g3 + g4 + beta
+                    oa[p + 1] = g1 - g2 + f2 * (g3 - g4) + beta
+                    oa[p + 2] = g1 + g2 + f4 * (g3 + g4) + beta
+                    oa[p + 3] = g1 - g2 + f8 * (g3 - g4) + g5 + beta
+            for a in range(min(4, oh_n - 4 * th)):
+                oh = 4 * th + a
+                dst = y[m, oh]
+                src = ob[a]
+                if has_z:
+                    zr = z[m, oh]
+                    for p in range(4 * lo, min(ow_n, 4 * hi)):
+                        dst[U64(p)] = _activate(src[U64(p)] + zr[U64(p)], code, p0, p1)
+                else:
+                    for p in range(4 * lo, min(ow_n, 4 * hi)):
+                        dst[U64(p)] = _activate(src[U64(p)], code, p0, p1)
+
+
+def _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, t0, t1) -> None:
+    """Tiles [t0, t1) of a one-image F(4x4, 3x3) layer on the calling thread: per block (TILE_BYTES),
+    the input transform, the 36 products and the output transform, in the thread's
+    own buffers (``out_tail``: ``_output_tiles4``'s arguments after y up to its tile range)."""
+    c_n, m_n = x0.shape[0], y0.shape[0]
+    per_tile = 36 * (c_n + m_n) * x0.itemsize
+    blocks = max(1, -(-(t1 - t0) * per_tile // TILE_BYTES)) if TILE_BYTES > 0 else 1
+    for i in range(blocks):
+        b0, b1 = t0 + i * (t1 - t0) // blocks, t0 + (i + 1) * (t1 - t0) // blocks
+        nl = b1 - b0
+        lv, lm = _spaced(c_n * nl), _spaced(m_n * nl)
+        v = config.thread_buffer("wino_v", 36 * lv, x0.dtype)[:36 * lv].reshape(36, lv)
+        mo = config.thread_buffer("wino_mo", 36 * lm, x0.dtype)[:36 * lm].reshape(36, lm)
+        _input_tiles4(x0, v, ph, pw, th_n, tw_n, b0, b1, 0, c_n)
+        if packed is None:
+            np.matmul(u, v[:, :c_n * nl].reshape(36, c_n, nl), out=mo[:, :m_n * nl].reshape(36, m_n, nl))
+        else:
+            kind, cols, wp, zeros = packed
+            cols = ftile.cols_mode(kind, nl) if cols else 0  # the same panels (COLS_WIDTH) either way
+            ftile.batched_gemms(kind, cols, wp, m_n, c_n, v, nl, mo, zeros, 1,
+                                config.thread_buffer("ftile", ftile.scratch_size(kind, cols, nl), np.float32), 0, 36)
+        _output_tiles4(config.readonly(mo), y0, *out_tail, b0, b1, 0, m_n)
+
+
+def _by_tiles(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, threads) -> None:
+    """A one-image F(4x4, 3x3) layer as one job of a run of tiles a thread (TILES): at two threads
+    the caller's run first, the worker's second (the caller's share a little larger:
+    halves.caller_parts), and where the map has enough tiles a last run (TAIL_SHARE) for whichever
+    finishes first; with the worker asleep and a small layer, all on the caller (halves.alone)."""
+    nt = th_n * tw_n
+    c_n, m_n = x0.shape[0], y0.shape[0]
+
+    def part(t0, t1):
+        return lambda: _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, t0, t1)
+
+    if threads <= 1:
+        part(0, nt)()
+        return
+    if threads == 2 and halves.usable(2):
+        flops = 72.0 * m_n * c_n * nt
+        tail = int(nt * TAIL_SHARE) if nt * TAIL_SHARE >= TAIL_MIN_TILES else 0
+        head = nt - tail
+        cut = halves.caller_parts(head, flops * head / nt)
+        if not tail:
+            halves.run(part(0, cut), part(cut, nt), flops)
+            return
+        if halves.alone(flops):
+            part(0, nt)()
+            return
+        runs = (part(0, cut), part(cut, head), part(head, nt))
+        config.run_shards(lambda i: runs[i](), 3)
+        return
+    parts = max(1, min(threads, nt))
+    config.run_shards(lambda i: part(i * nt // parts, (i + 1) * nt // parts)(), parts)
+
+
+# At two threads a last run of TAIL_SHARE of the tiles, claimed by whichever thread finishes its own run
+# first, where that is at least TAIL_MIN_TILES tiles (ResNet's 64@56 layers: 19 of 196; the 128@28 ones,
+# 49 tiles, keep two runs). Two fixed runs left the caller waiting 120-275 us at the end of each 64@56
+# layer on the Xeon (threads_alone.py --interleave, device call of session 10): the worker came 40-73 us
+# after publication and ran its tiles ~20 % slower than the caller.
+TAIL_SHARE = 0.1
+TAIL_MIN_TILES = 16
+
+
+def tiles_usable(n_n: int, threads: int, nt: int) -> bool:
+    """Whether an F(4x4, 3x3) call takes the tile split (``TILES``): one image and a tile a thread, at
+    2+ threads (at one: ``SERIAL_TILES``)."""
+    return TILES and n_n == 1 and nt >= threads and (threads > 1 or SERIAL_TILES)

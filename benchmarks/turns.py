@@ -1,0 +1,215 @@
+"""Issue 11's process table, taken in turns: every runtime of a model in its own live process, the
+processes running short blocks one at a time, round after round, and each ratio taken within a round.
+
+The Xeon's speed drifts by 1.5x over seconds (session 10: numba's 1-thread MLP ran 1.96 ms in one
+process and 3.42 ms in the next, MobileNetV2 7.1 against 11.5 ms), so the one-process-per-cell table
+of ``test_bench_numba.py`` compares runtimes that ran on different hosts, in effect. Here each runtime
+still has a process of its own (its own heap, threads and BLAS), built and warmed once; then the parent
+asks each in turn for a block of calls (``--turn-s`` seconds' worth, after ``--settle`` untimed calls
+that warm the caches the other processes evicted, ``--gap-s`` after the last block ended). Only one
+process runs at a time: the others wait on a pipe (the shard pool's workers sleep after their idle
+spin). A round is one block of each runtime,
+in a rotated order; the ratios of the table are medians over rounds of the ratios within each round,
+so that a drift of the host moves both sides of a ratio alike.
+
+    taskset -c 0,1 python benchmarks/turns.py resnet18,mobilenetv2,transformer,mlp [--rounds 9]
+        [--mode quiet,loaded] [--runtimes numba1,numba,reference1,ort1,ort2] [--json OUT.jsonl]
+
+``loaded``: a busy loop pinned to the first CPU of this process's affinity for the whole model. Each
+numba process reports its shard pool's counters per block (back-offs, preempted jobs); each process
+checks its output against onnxruntime at one thread (``MODEL_COSINE``) before timing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUNTIMES = ("numba1", "numba", "reference1", "ort1", "ort2")
+LABELS = {"numba1": "numba 1t", "numba": "numba default", "reference1": "reference 1t", "ort1": "ORT 1t",
+          "ort2": "ORT 2t"}
+# (label, numerator, denominator): issue 11's ratios
+RATIOS = (("1t / ORT 1t", "numba1", "ort1"), ("default / ORT 2t", "numba", "ort2"),
+          ("reference / numba 1t", "reference1", "numba1"), ("default / 1t", "numba", "numba1"))
+
+_CHILD = r"""
+import json, os, sys, time
+sys.path.insert(0, sys.argv[3])
+os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
+import numpy as np
+from test_bench_numba import apply_bench_set, kernelkit_session, model_case, ort_session
+import kernelkit
+from kernelkit.testing import MODEL_COSINE, cosine
+name, runtime = sys.argv[1], sys.argv[2]
+apply_bench_set()
+proto, model, feed, gflop = model_case(name)
+if runtime == "reference1":
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(1, user_api="blas")
+    sess = kernelkit.Session(model, vendors=["reference"], fallback=False)
+elif runtime == "numba":
+    sess = kernelkit.Session(model, vendors=["numba", "reference"], fallback=False)
+elif runtime.startswith("numba"):
+    sess = kernelkit_session(model, runtime)
+else:
+    sess = ort_session(proto, int(runtime[3:]))
+out = sess.run(None, feed)[0]
+for _ in range(2):
+    sess.run(None, feed)
+ok = bool(cosine(out, ort_session(proto, 1).run(None, feed)[0]) >= MODEL_COSINE)
+pool = sys.modules["kernelkit_numba.shards"].POOL if "kernelkit_numba.shards" in sys.modules else None
+t0 = time.perf_counter()
+for _ in range(3):
+    sess.run(None, feed)
+print(json.dumps({"ready": True, "cosine_ok": ok, "call_ms": (time.perf_counter() - t0) / 3 * 1e3}), flush=True)
+for line in sys.stdin:
+    calls, settle = map(int, line.split())
+    if calls <= 0:
+        break
+    before = dict(pool.stats) if pool else {}
+    for _ in range(settle):
+        sess.run(None, feed)
+    ms = []
+    for _ in range(calls):
+        t0 = time.perf_counter(); sess.run(None, feed); ms.append((time.perf_counter() - t0) * 1e3)
+    after = dict(pool.stats) if pool else {}
+    delta = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+    print(json.dumps({"median_ms": float(np.median(ms)), "best_ms": min(ms), "pool": delta}), flush=True)
+"""
+
+
+class Child:
+    """One runtime's live process: built and warmed at start, then a block of calls per ``block``."""
+
+    def __init__(self, model: str, runtime: str):
+        self.runtime = runtime
+        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, model, runtime, HERE],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.ready = self._reply()
+
+    def _reply(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.runtime}: the child process ended (exit {self.proc.wait()})")
+        return json.loads(line)
+
+    def block(self, calls: int, settle: int) -> dict:
+        self.proc.stdin.write(f"{calls} {settle}\n")
+        self.proc.stdin.flush()
+        return self._reply()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("0 0\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+
+
+def busy_loop() -> subprocess.Popen:
+    cpu = min(os.sched_getaffinity(0))
+    spin = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
+    proc = subprocess.Popen([sys.executable, "-c", spin])
+    time.sleep(0.5)
+    return proc
+
+
+def take_turns(model: str, runtimes, rounds: int, turn_s: float, settle: int, loaded: bool, sink,
+               gap_s: float = 0.05) -> dict:
+    """Rounds of one block per runtime; returns {runtime: [block medians]} and the per-round ratios."""
+    busy = busy_loop() if loaded else None
+    children = []
+    try:
+        for runtime in runtimes:  # built one after another: no process compiles beside a timed one
+            children.append(Child(model, runtime))
+        calls = {c.runtime: max(3, min(400, round(turn_s * 1e3 / max(c.ready["call_ms"], 1e-3)))) for c in children}
+        blocks: dict = {r: [] for r in runtimes}
+        pool: dict = {r: {} for r in runtimes}
+        for rnd in range(rounds):
+            shift = rnd % len(children)
+            order = children[shift:] + children[:shift]
+            if rnd % 2:
+                order = order[::-1]
+            for child in order:
+                time.sleep(gap_s)  # the last process's threads end their idle spin before the next block
+                row = child.block(calls[child.runtime], settle)
+                blocks[child.runtime].append(row["median_ms"])
+                for key, count in row["pool"].items():
+                    pool[child.runtime][key] = pool[child.runtime].get(key, 0) + count
+                if sink:
+                    sink.write(json.dumps({"model": model, "runtime": child.runtime, "round": rnd,
+                                           "load": "loaded" if loaded else "quiet", "calls": calls[child.runtime],
+                                           **row}) + "\n")
+        cosine_ok = {c.runtime: c.ready["cosine_ok"] for c in children}
+    finally:
+        for child in children:
+            child.close()
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+    ratios = {}
+    for label, num, den in RATIOS:
+        if num in blocks and den in blocks:
+            per_round = np.array(blocks[num]) / np.array(blocks[den])
+            ratios[label] = (float(np.median(per_round)), float(per_round.min()), float(per_round.max()))
+    return {"blocks": blocks, "ratios": ratios, "cosine_ok": cosine_ok, "pool": pool}
+
+
+def markdown(results: dict, mode: str, runtimes) -> str:
+    labels = [label for label, num, den in RATIOS if num in runtimes and den in runtimes]
+    lines = [f"| {mode} | " + " | ".join(LABELS[r] for r in runtimes) + " | "
+             + " | ".join(f"{label} (min-max over rounds)" for label in labels) + " |",
+             "|---" + "|---:" * (len(runtimes) + len(labels)) + "|"]
+    for model, res in results.items():
+        cells = [f"{np.median(res['blocks'][r]):.2f}" for r in runtimes]
+        cells += [f"**{m:.2f}** ({lo:.2f}-{hi:.2f})" for m, lo, hi in (res["ratios"][label] for label in labels)]
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("models")
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--turn-s", type=float, default=0.3, help="seconds of calls per block")
+    ap.add_argument("--settle", type=int, default=2, help="untimed calls at the start of each block")
+    ap.add_argument("--gap-s", type=float, default=0.05,
+                    help="pause between blocks (the last process's pool threads end their idle spin)")
+    ap.add_argument("--mode", default="quiet", help="quiet, loaded or both (comma-separated)")
+    ap.add_argument("--runtimes", default=",".join(RUNTIMES))
+    ap.add_argument("--json", help="append every block as a JSON line to this file")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
+    runtimes = tuple(args.runtimes.split(","))
+    unknown = set(runtimes) - set(LABELS)
+    if unknown:
+        ap.error(f"unknown runtimes {sorted(unknown)}; known: {', '.join(LABELS)}")
+    sink = open(args.json, "a") if args.json else None  # noqa: SIM115 (closed below)
+    try:
+        for mode in args.mode.split(","):
+            results = {}
+            for model in args.models.split(","):
+                results[model] = take_turns(model, runtimes, args.rounds, args.turn_s, args.settle,
+                                            mode == "loaded", sink, args.gap_s)
+                bad = [r for r, ok in results[model]["cosine_ok"].items() if not ok]
+                if bad:
+                    print(f"{model}: output disagrees with onnxruntime for {bad}", file=sys.stderr)
+                medians = ", ".join(f"{r} {np.median(b):.2f}" for r, b in results[model]["blocks"].items())
+                print(f"{model} {mode}: {medians}; numba default's pool {results[model]['pool'].get('numba', {})}",
+                      file=sys.stderr, flush=True)
+            print(markdown(results, mode, runtimes), flush=True)
+    finally:
+        if sink:
+            sink.close()
+
+
+if __name__ == "__main__":
+    main()

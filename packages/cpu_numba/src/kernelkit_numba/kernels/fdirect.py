@@ -1,0 +1,198 @@
+"""Strided float32 convolutions as direct convolutions on ftile.py's cols tiles (issue 11, session 10).
+
+The 3x3 stride-2 layers and the 7x7/2 stem of the ResNets: no im2col matrix, no copy into tile order,
+no column phases. The output channels are the vector lanes (weights packed once as
+``ftile.pack_weights(W, 48)``: per k three vectors of 16 channels), each of a tile's 7 output pixels
+(consecutive along one output row) is one broadcast load: pixel p of tap k = (c, i, j) is the input
+value ``xp[c, oh * s + i, (ow + p) * s + j]`` of the zero-padded input ``xp`` (made once per call,
+``pad_planes``), at ``koff[k] + oh * s * Wp + (ow + p) * s`` floats: one offset from a table per k,
+the pixels at constant distances (the stride), so the stride costs nothing in the inner loop (a
+broadcast load does not care where its one value lies). 21 accumulators (7 pixels x 48 channels);
+the last K chunk adds bias (+ the residual Z), clamps and writes each channel's 7 pixels along its
+NCHW row (``ftile._cols_store_rows``: the block transposed in registers, one masked store a channel).
+
+A row's last tile overlaps the one before where the row is not a multiple of 7 pixels (both store the
+same values), so every tile is full: the ResNets' rows (112, 28, 14, 7) are whole tiles. K is cut
+into equal chunks of at most ``KC`` (earlier chunks keep their sums in a scratch, as conv_cols does).
+Shards: (48-channel panel, block of output rows), panel-major; at one thread one shard.
+
+This is what onnxruntime's MLAS does for these layers (an NCHWc direct convolution, the output
+channels in the lanes) without the NCHWc layout: the input stays NCHW and the output is written NCHW.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import jit
+from . import ftile
+
+U = np.uint64
+KC = 768  # K per chunk: a chunk of the 48-channel panel (144 KiB) in L2 while the tiles pass
+MP = 7  # pixels a tile (ftile.COLS_MP[2])
+KIND = 2  # avx512 only: the tiles' 16 lanes and the in-register transposition of the store
+
+
+def geometry(c_n: int, kh: int, kw: int, s: int, oh_n: int, ow_n: int):
+    """(hp, wp, row_step, koff): the padded input's planes (hp, wp), the floats between two output
+    rows' first taps (s * wp) and the offset of each tap k = (c, i, j) (c * hp + i) * wp + j."""
+    hp = (oh_n - 1) * s + kh
+    wp = (ow_n - 1) * s + kw
+    c = np.arange(c_n, dtype=np.int64)[:, None, None]
+    i = np.arange(kh, dtype=np.int64)[None, :, None]
+    j = np.arange(kw, dtype=np.int64)[None, None, :]
+    koff = ((c * hp + i) * wp + j).reshape(-1)
+    return hp, wp, s * wp, koff
+
+
+@jit
+def pad_planes(x, xp, ph, pw, hp, wp, c0, c1):
+    """xp[c, r, q] = x[c, r - ph, q - pw], 0 outside x (``x`` (C, H, W), ``xp`` flat C * hp * wp),
+    channels [c0, c1)."""
+    c_n, h_n, w_n = x.shape
+    xf = x.reshape(x.size)
+    q_lo = min(pw, wp)
+    q_hi = max(q_lo, min(wp, w_n + pw))
+    for c in range(c0, c1):
+        for r in range(hp):
+            d0 = U((c * hp + r) * wp)
+            h = r - ph
+            if h < 0 or h >= h_n:
+                for q in range(wp):
+                    xp[d0 + U(q)] = 0
+                continue
+            src = (c * h_n + h) * w_n - pw  # signed: src + q >= 0 for q >= q_lo
+            for q in range(q_lo):
+                xp[d0 + U(q)] = 0
+            for q in range(q_lo, q_hi):
+                xp[d0 + U(q)] = xf[U(src + q)]
+            for q in range(q_hi, wp):
+                xp[d0 + U(q)] = 0
+
+
+def _driver(step: int, cv: int, mp: int, tiles):
+    """The direct convolution's loops for stride ``step`` on tiles of ``cv`` channel vectors x ``mp``
+    pixels, its tiles fixed: ``tiles`` = (full, full_z, one, one_z, two, two_z), full tiles of ``cv``,
+    1 and 2 channel vectors (the last two for a last panel of 16 or 32 channels), without and with
+    the residual."""
+    full, full_z, one, one_z, two, two_z = tiles
+    width, lanes = cv * 16, 16
+
+    def run(wp, k_n, m_n, x, koff, row_step, ow_n, oh_n, rb, bias, z, has_z, lo, hi, out, kc, acc, s_lo, s_hi):
+        ldo = oh_n * ow_n
+        tpr = (ow_n + mp - 1) // mp
+        for s in range(s_lo, s_hi):
+            q = s // rb
+            b = s - q * rb
+            h0 = b * oh_n // rb
+            h1 = (b + 1) * oh_n // rb
+            r0 = q * width
+            m_valid = min(width, m_n - r0)
+            cvs = (m_valid + lanes - 1) // lanes
+            for k0 in range(0, k_n, kc):
+                kk = min(kc, k_n - k0)
+                first = np.int64(1 if k0 == 0 else 0)
+                final = np.int64(1 if k0 + kk >= k_n else 0)
+                w_off = q * k_n * width + k0 * width
+                ko = koff[k0:k0 + kk]
+                a = 0
+                for oh in range(h0, h1):
+                    xb = oh * row_step
+                    ob = r0 * ldo + oh * ow_n
+                    for t in range(tpr):
+                        ow = min(t * mp, ow_n - mp)
+                        xo = xb + ow * step
+                        oo = ob + ow
+                        ao = a * (mp * width)
+                        a += 1
+                        if cvs == cv:
+                            if has_z:
+                                full_z(wp, w_off, x, xo, ko, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi,
+                                       out, m_valid, mp)
+                            else:
+                                full(wp, w_off, x, xo, ko, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi,
+                                     out, m_valid, mp)
+                        elif cvs == 1:
+                            if has_z:
+                                one_z(wp, w_off, x, xo, ko, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi,
+                                      out, m_valid, mp)
+                            else:
+                                one(wp, w_off, x, xo, ko, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi,
+                                    out, m_valid, mp)
+                        elif has_z:
+                            two_z(wp, w_off, x, xo, ko, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
+                                  m_valid, mp)
+                        else:
+                            two(wp, w_off, x, xo, ko, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
+                                m_valid, mp)
+
+    return ftile._variant_jit(run, f"direct{step}_{cv}x{mp}", KIND)
+
+
+@ftile._built_once
+def driver(step: int, cv: int = 3, mp: int = MP):
+    """The compiled loops of ``conv`` for stride ``step`` and tiles of ``cv`` x ``mp`` (TILES), built on
+    first use (cached on disk as ftile.direct{step}_{cv}x{mp}.avx512). Tiles of 4 vectors have no
+    narrow ones: their products have a multiple of 64 channels (``tile_shape``)."""
+    width = cv * 16
+    tiles = []
+    for n in (cv, 1, 2):
+        for z in (False, True):
+            tiles.append(ftile._cols_intrinsic("avx512", n if cv == 3 else cv, mp, z, width, xstep=step, full=True))
+    return _driver(step, cv, mp, tuple(tiles))
+
+
+TILES = ((3, 7), (3, 8), (4, 6))  # (channel vectors, pixels): 21, 24 or 24 accumulators
+WIDE = (3, 8)  # the tiles of products with output rows of WIDE_MIN_OW+ pixels (None: 3 x 7)
+WIDE_MIN_OW = 56  # (the stem's 112-pixel rows: 14 tiles of 8 pixels, whose store transposes 8 pixel slots
+# where the 7-pixel tile's transposes 7 and a padding one)
+
+
+def tile_shape(m_n: int, ow_n: int) -> tuple[int, int]:
+    """(cv, mp) of the tiles a product of ``m_n`` channels and output rows of ``ow_n`` pixels runs on:
+    WIDE for wide rows (4 x 6 only where the channels are a multiple of 64), else 3 x 7 (the ResNets'
+    rows of 7, 14 and 28 pixels are whole 7-pixel tiles)."""
+    if WIDE is not None and ow_n >= WIDE_MIN_OW and (WIDE[0] != 4 or m_n % 64 == 0):
+        return WIDE
+    return 3, MP
+
+
+def plan(m_n: int, k_n: int, oh_n: int, threads: int, cv: int = 3) -> tuple[int, int, int]:
+    """(shards, row blocks, kc): shard s is panel s // rb, output rows of block s % rb; at one thread
+    one block (each panel passes every output row), at more at least SHARDS_PER_THREAD shards a thread."""
+    panels = -(-m_n // (16 * cv))
+    chunks = -(-k_n // KC)
+    kc = -(-k_n // chunks)
+    rb = 1
+    if threads > 1:
+        rb = min(oh_n, -(-(SHARDS_PER_THREAD * threads) // panels))
+    return panels * rb, rb, kc
+
+
+SHARDS_PER_THREAD = 4
+
+
+def scratch_size(k_n: int, kc: int, oh_n: int, ow_n: int, rb: int, cv: int = 3, mp: int = MP) -> int:
+    """Floats of a shard's scratch: the partial sums of its tiles where K takes more than one chunk."""
+    if kc >= k_n:
+        return 1
+    return -(-oh_n // rb) * -(-ow_n // mp) * mp * cv * 16
+
+
+def conv(step, cv, mp, wp, k_n, m_n, x, koff, row_step, ow_n, oh_n, rb, bias, z, has_z, lo, hi, out, kc, acc, s_lo,
+         s_hi):
+    """Shards [s_lo, s_hi) (``plan``) of one image's strided convolution on tiles of ``cv`` x ``mp``
+    (``tile_shape``): ``x`` the flat zero-padded input (``pad_planes``, planes of ``geometry``), ``wp``
+    the weights as ftile.pack_weights(W, 16 * cv), ``out`` and ``z`` flat (M, OH * OW); ``acc`` a
+    scratch of ``scratch_size`` floats."""
+    driver(step, cv, mp)(wp, k_n, m_n, x, koff, row_step, ow_n, oh_n, rb, bias, z, has_z, lo, hi, out, kc, acc, s_lo,
+                         s_hi)
+
+
+def fits(kind, kh: int, kw: int, mg: int, ow_n: int) -> bool:
+    """Whether this module can run a (float32, one group) convolution: avx512, not 1x1, output
+    channels a multiple of 16 (at least MIN_M), output rows of at least 7 pixels (any stride, pads;
+    dilation 1)."""
+    return kind == KIND and kh * kw > 1 and mg % 16 == 0 and mg >= MIN_M and ow_n >= MP
+
+
+MIN_M = 64

@@ -1,0 +1,291 @@
+"""Two halves of one product on two cores, handed over in compiled code: what the int8 pairs
+(``qpair``, issue 16, session 9) and the float32 pairs (``fpair``, issue 11, session 10) share.
+
+- **The control words** (``ctl``, int64): the state word (``job * 4 + OPEN | CLAIMED | DONE | TAKEN``),
+  the descriptor's address, the callers' slot, whether the helper spins, the last job number, the
+  cycles the last caller waited for the helper's half, and a stop flag (tests).
+- **Atomics and hints** as LLVM intrinsics (``_cas``, ``_load``, ``_store``, ``_pause``), ``_ptr`` (an
+  int64 address as numba.carray's pointer) and ``_call2`` (a call through a C function pointer:
+  fpair's halves are compiled per micro-kernel driver and reached by address, so one helper loop
+  serves them all).
+- **The helper thread** (``PairServer``): started at a variant's first pair call, it spins in a
+  ``nogil`` Numba loop for ``IDLE_S`` after its last job (``sched_yield`` between polls), then sleeps
+  on a condition until a caller wakes it (that caller runs its product alone). Its loop and stand-in
+  compile calls are its subclass's (``serve``, ``compile_sides``).
+- **Back-off under load**: a caller that waited longer than ``STALL_S`` for the helper's half, or
+  ``MISSES`` jobs in a row that the awake helper did not claim, stops pairing for a back-off that
+  doubles from ``MIN_BACKOFF_S`` to ``MAX_BACKOFF_S`` (reset after ``CALM_S`` without signs); the
+  shard pool's back-off (``shards.POOL.backed_off``) stops it too.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import platform
+import threading
+import time
+
+import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+from .. import shards
+
+# the state word's low bits (the high bits: the job number)
+OPEN, CLAIMED, DONE, TAKEN = 0, 1, 2, 3
+# ctl: [0] the state word, [1] the descriptor's address, [2] the callers' slot (0 free, 1 held),
+# [3] the helper: 0 asleep, 1 spinning, 2 woken, [4] the last job number, [5] cycles the last caller
+# waited for the helper's half, [6] stop (tests)
+STATE, DESC, SLOT, AWAKE, JOB, WAITED, STOP = range(7)
+
+IDLE_S = 1e-3  # the helper spins this long after its last job (the pool's BEAT_IDLE_S), then sleeps
+CAP_S = 0.02  # and returns to Python this often while jobs keep coming
+STALL_S = 3e-4  # a caller that waited longer than this for the helper's half: back off
+MISSES = 8  # jobs in a row the awake helper did not claim: back off
+MIN_BACKOFF_S, MAX_BACKOFF_S, CALM_S = 0.05, 2.0, 1.0
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+
+
+def _slot_ptr(context, builder, arr_ty, arr, idx):
+    ary = context.make_array(arr_ty)(context, builder, arr)
+    return builder.gep(ary.data, [idx])
+
+
+@intrinsic
+def _cas(typingctx, arr, idx, expected, new):
+    """Compare-and-swap of the int64 ``arr[idx]`` (sequentially consistent): whether it was ``expected``."""
+    def codegen(context, builder, sig, args):
+        ptr = _slot_ptr(context, builder, sig.args[0], args[0], args[1])
+        pair = builder.cmpxchg(ptr, args[2], args[3], "seq_cst", "seq_cst")
+        return builder.extract_value(pair, 1)
+
+    return types.boolean(arr, idx, types.int64, types.int64), codegen
+
+
+@intrinsic
+def _load(typingctx, arr, idx):
+    """Atomic load of the int64 ``arr[idx]`` (acquire)."""
+    def codegen(context, builder, sig, args):
+        return builder.load_atomic(_slot_ptr(context, builder, sig.args[0], args[0], args[1]), "acquire", 8)
+
+    return types.int64(arr, idx), codegen
+
+
+@intrinsic
+def _store(typingctx, arr, idx, value):
+    """Atomic store of ``value`` into the int64 ``arr[idx]`` (release: earlier stores are seen first)."""
+    def codegen(context, builder, sig, args):
+        builder.store_atomic(args[2], _slot_ptr(context, builder, sig.args[0], args[0], args[1]), "release", 8)
+        return context.get_dummy_value()
+
+    return types.none(arr, idx, types.int64), codegen
+
+
+@intrinsic
+def _pause(typingctx):
+    """x86's ``pause`` (a spin-wait hint: LLVM's llvm.x86.sse2.pause)."""
+    def codegen(context, builder, sig, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.x86.sse2.pause")
+        builder.call(fn, [])
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
+@intrinsic
+def _ptr(typingctx, addr):
+    """The int64 ``addr`` as a ``void *`` (numba.carray's pointer)."""
+    def codegen(context, builder, sig, args):
+        return builder.inttoptr(args[0], ir.IntType(8).as_pointer())
+
+    return types.voidptr(types.int64), codegen
+
+
+@intrinsic
+def _call2(typingctx, fn, a, b):
+    """``fn(a, b)`` for ``fn`` the address of a C function ``int64 (int64, int64)`` (a jitted function's
+    C wrapper: ``function_address``)."""
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        ptr = builder.inttoptr(args[0], ir.FunctionType(i64, [i64, i64]).as_pointer())
+        return builder.call(ptr, [args[1], args[2]])
+
+    return types.int64(types.int64, types.int64, types.int64), codegen
+
+
+def function_address(dispatcher) -> int:
+    """The address of the C wrapper of ``dispatcher`` (a jitted ``f(int64, int64) -> int64``), compiled
+    (or loaded from the disk cache) for that signature now; 0 where there is none (NUMBA_DISABLE_JIT)."""
+    if not hasattr(dispatcher, "compile"):
+        return 0
+    from numba.core.typing import signature
+    from numba.experimental.function_type import _get_wrapper_address
+
+    sig = signature(types.int64, types.int64, types.int64)
+    dispatcher.compile(sig.args)
+    return int(_get_wrapper_address(dispatcher, sig))
+
+
+_rate: list = []
+
+
+def cycle_rate() -> float:
+    """The cycle counter's ticks per second, measured once (0 where it cannot be: no pairs)."""
+    if not _rate:
+        rate = 0.0
+        if X86:
+            from .._spin import ticks
+
+            a, t0 = ticks(), time.perf_counter()
+            time.sleep(0.002)
+            b, t1 = ticks(), time.perf_counter()
+            rate = (b - a) / (t1 - t0) if b > a else 0.0
+        _rate.append(rate)
+    return _rate[0]
+
+
+class PairServer:
+    """The helper thread of one family and variant and its control words (module doc). Subclasses
+    give ``serve(ctl, idle, cap)`` (the helper's compiled loop: 0 idle, 1 stopped, 2 the cap) and
+    ``compile_sides()`` (both sides compiled on the calling thread, with stand-in calls)."""
+
+    name = "pair"
+
+    def __init__(self, kind: int):
+        self.kind = kind
+        self.ctl = np.zeros(8, np.int64)
+        self._cond = threading.Condition(threading.Lock())
+        self._want = False
+        self._thread: threading.Thread | None = None
+        self.until = 0.0  # no pairing before this (perf_counter; a back-off)
+        self._backoff = MIN_BACKOFF_S
+        self._misses = 0
+        self.ready = False  # both sides compiled for this variant (prepare)
+        self.idle = self.cap = 0
+        self.stall = 1 << 62
+        self.stats = {"paired": 0, "alone": 0, "stalls": 0, "backoffs": 0, "wakes": 0}
+
+    def serve(self, ctl, idle: int, cap: int) -> int:
+        raise NotImplementedError
+
+    def compile_sides(self) -> None:
+        raise NotImplementedError
+
+    def wake(self) -> None:
+        """Start the helper's spin (its thread at the first call; after ``prepare``): the caller runs
+        this product alone."""
+        ctl = self.ctl
+        if ctl[AWAKE] != 0 or not self.ready:
+            return
+        ctl[AWAKE] = 2
+        self.stats["wakes"] += 1
+        with self._cond:
+            self._want = True
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name=f"kernelkit-{self.name}-pair-{self.kind}",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def prepare(self) -> bool:
+        """Compile (or load) both sides for this variant on the calling thread, as a node's first call
+        compiles its kernels (not on the helper's thread while the model runs). False where there is
+        no cycle counter to bound the helper's spin."""
+        if self.ready:
+            return True
+        rate = cycle_rate()
+        if rate <= 0:
+            return False
+        self.compile_sides()
+        self.idle, self.cap, self.stall = int(IDLE_S * rate), int(CAP_S * rate), int(STALL_S * rate)
+        self.ready = True
+        return True
+
+    def _serve(self) -> None:
+        ctl = self.ctl
+        while True:
+            with self._cond:
+                while not self._want:
+                    ctl[AWAKE] = 0
+                    self._cond.wait()
+                self._want = False
+            ctl[AWAKE] = 1
+            while self.serve(ctl, self.idle, self.cap) == 2:
+                pass
+            if ctl[STOP]:
+                ctl[AWAKE] = 0
+                return
+
+    def result(self, done: int) -> None:
+        """Count a pair call's outcome (1 paired, 2 alone) and back off on the signs of a helper without a core."""
+        if done == 1:
+            self.stats["paired"] += 1
+            self._misses = 0
+            if self.stalled():
+                self.stats["stalls"] += 1
+                self._back_off()
+        elif done == 2:
+            self.stats["alone"] += 1
+            self._misses += 1
+            if self._misses >= MISSES:
+                self._back_off()
+
+    def stalled(self) -> bool:
+        """Whether the last paired call waited too long for the helper's half (a sign that the helper
+        lost its core mid-half)."""
+        return self.ctl[WAITED] > self.stall
+
+    def _back_off(self) -> None:
+        now = time.perf_counter()
+        calm = now - self.until > CALM_S
+        self._backoff = MIN_BACKOFF_S if calm else min(2 * self._backoff, MAX_BACKOFF_S)
+        self.until = now + self._backoff
+        self._misses = 0
+        self.stats["backoffs"] += 1
+
+    def asleep(self) -> None:
+        """A caller found the helper not spinning: wake it unless it is waking or backed off."""
+        if self.ctl[AWAKE] == 0 and not (self.until and time.perf_counter() < self.until) and \
+                not shards.POOL.backed_off():
+            self.wake()
+
+    def usable(self) -> bool:
+        """Whether a pair call may be made now (the helper spinning, no back-off here or in the pool)."""
+        if self.ctl[AWAKE] != 1:
+            return False
+        return not (self.until and time.perf_counter() < self.until) and not shards.POOL.backed_off()
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: the thread did not come along; a new one starts when asked."""
+        ready, idle, cap, stall = self.ready, self.idle, self.cap, self.stall
+        PairServer.__init__(self, self.kind)
+        self.ready, self.idle, self.cap, self.stall = ready, idle, cap, stall
+
+
+_registered: list[PairServer] = []
+_lock = threading.Lock()
+
+
+def register(server: PairServer) -> PairServer:
+    """Keep ``server`` for the after-fork reset; returns it."""
+    with _lock:
+        _registered.append(server)
+    return server
+
+
+def _after_fork() -> None:
+    for s in list(_registered):
+        s.reset_after_fork()
+
+
+def _stop_all() -> None:
+    """At exit: tell every helper to leave its compiled loop (at its next poll), so that none is still
+    reading its control words while the interpreter tears the arrays down."""
+    for s in list(_registered):
+        s.ctl[STOP] = 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+atexit.register(_stop_all)

@@ -1,0 +1,177 @@
+"""fdirect.py: strided float32 convolutions as direct convolutions on ftile's cols tiles (conv.DIRECT),
+against the reference kernels: panels of 48 channels with a last one of 16 or 32, rows not a multiple
+of the 7-pixel tile (the overlapping last tile), K in several chunks, residual and clamps, 1-3
+threads' shard plans, batch 2, the 7x7/2 stem's shape class, and DIRECT off to the same result."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kernelkit.testing import assert_close, run_single_op
+from kernelkit_numba.kernels import conv, fdirect, ftile
+
+FEW = settings(max_examples=25, deadline=None,
+               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+def _need_avx512():
+    if not ftile.available("avx512"):
+        pytest.skip("the direct convolution runs on avx512 only (this CPU or NUMBA_DISABLE_JIT lacks it)")
+
+
+@pytest.fixture
+def direct_calls(monkeypatch):
+    """The calls of fdirect.conv (their stride) while a test runs, with the avx512 variant forced and
+    every K taken (DIRECT_MIN_K 0: the stems' K too)."""
+    _need_avx512()
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    monkeypatch.setattr(conv, "DIRECT_MIN_K", 0)
+    calls = []
+    real = fdirect.conv
+    monkeypatch.setattr(fdirect, "conv", lambda *a: (calls.append(a[0]), real(*a)))
+    return calls
+
+
+def _run(x, w, b, z, attrs, threads):
+    inputs = [x, w, b] if z is None else [x, w, b, z]
+    return run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"],
+                         threads=threads)[0]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("m_n", [64, 80, 96])
+def test_direct_matches_reference(rng, monkeypatch, direct_calls, threads, m_n):
+    """3x3/2 pads 1 from 40@31x33 (rows of 16 and 17 pixels: a last tile overlapping the one before)
+    into 64 (48 + 16), 80 (48 + 32) and 96 (2 x 48) channels, K = 360 in chunks of 96, with the residual
+    and a clamp; DIRECT off runs another path to the same result."""
+    monkeypatch.setattr(fdirect, "KC", 96)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((2, 40, 31, 33), (m_n, 40, 3, 3), (m_n,)))
+    plain = {"strides": [2, 2], "pads": [1, 1, 1, 1]}
+    attrs = {**plain, "activation": "Clip", "activation_params": [-1.0, 1.5]}
+    want0 = run_single_op("Conv", [x, w, b], plain, vendors=["reference"])[0]
+    z = rng.standard_normal(want0.shape).astype(np.float32)
+    want = run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
+    assert_close(_run(x, w, b, None, plain, threads), want0)
+    assert_close(_run(x, w, b, z, attrs, threads), want)
+    assert direct_calls and set(direct_calls) == {2}
+    monkeypatch.setattr(conv, "DIRECT", False)
+    direct_calls.clear()
+    assert_close(_run(x, w, b, z, attrs, threads), want)
+    assert not direct_calls
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_direct_stem_and_stride_3(rng, direct_calls, threads):
+    """The stem's class (3 input channels, 7x7/2 pads 3, rows of 49 pixels: 7-pixel tiles) with Relu,
+    and a 5x5/3 with asymmetric pads (its own driver, the stride a constant of the tiles)."""
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 3, 98, 98), (64, 3, 7, 7), (64,)))
+    attrs = {"strides": [2, 2], "pads": [3, 3, 3, 3], "activation": "Relu"}
+    want = run_single_op("Conv", [x, w, b], attrs, vendors=["reference"])[0]
+    assert_close(_run(x, w, b, None, attrs, threads), want)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 20, 30, 29), (112, 20, 5, 5), (112,)))
+    attrs = {"strides": [3, 3], "pads": [2, 0, 1, 3]}
+    want = run_single_op("Conv", [x, w, b], attrs, vendors=["reference"])[0]
+    assert_close(_run(x, w, b, None, attrs, threads), want)
+    assert set(direct_calls) == {2, 3}
+
+
+@pytest.mark.parametrize("wide", [(3, 8), (4, 6), None])
+def test_direct_wide_rows(rng, monkeypatch, direct_calls, wide):
+    """Output rows of 61 pixels (fdirect.WIDE's tiles: 8 pixels, the last tile overlapping; 4 x 6 on 128
+    channels, 3 x 8 and 3 x 7 on 80 = 48 + 32), with the residual, K in chunks."""
+    monkeypatch.setattr(fdirect, "WIDE", wide)
+    monkeypatch.setattr(fdirect, "KC", 20)
+    m_n = 128 if wide == (4, 6) else 80
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 5, 9, 121), (m_n, 5, 3, 3), (m_n,)))
+    attrs = {"strides": [2, 2], "pads": [1, 1, 1, 1]}
+    want0 = run_single_op("Conv", [x, w, b], attrs, vendors=["reference"])[0]
+    z = rng.standard_normal(want0.shape).astype(np.float32)
+    want = run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
+    assert_close(_run(x, w, b, z, attrs, 1), want)
+    assert_close(_run(x, w, b, None, attrs, 2), want0)
+    assert direct_calls and fdirect.tile_shape(m_n, 61) == (wide or (3, 7))
+
+
+def test_default_dispatch(rng, monkeypatch):
+    """By default (avx512): ResNet's 3x3/2 layers and the 512@7 3x3 layers direct, the 7x7/2 stem (K =
+    147) on the implicit GEMM (DIRECT_MIN_K), with the same results."""
+    _need_avx512()
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    calls = []
+    real = fdirect.conv
+    monkeypatch.setattr(fdirect, "conv", lambda *a: (calls.append(a[0]), real(*a)))
+    avx512 = ftile.KIND["avx512"]
+    assert conv.direct_wins(avx512, 3, 3, 2, 2, 1, 1, 128, 28, 784, 576)
+    assert conv.direct_wins(avx512, 3, 3, 1, 1, 1, 1, 512, 7, 49, 4608)
+    assert not conv.direct_wins(avx512, 7, 7, 2, 2, 1, 1, 64, 112, 12544, 147)
+    for xs, ws, attrs, direct in [((1, 3, 60, 60), (64, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}, False),
+                                  ((1, 32, 7, 7), (64, 32, 3, 3), {"pads": [1, 1, 1, 1]}, True),
+                                  ((2, 128, 7, 7), (64, 128, 3, 3), {"pads": [1, 1, 1, 1]}, True),  # not F(2x2)
+                                  ((1, 32, 30, 30), (64, 32, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, True)]:
+        calls.clear()
+        x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+        want = run_single_op("Conv", [x, w], attrs, vendors=["reference"])[0]
+        got = run_single_op("Conv", [x, w], attrs, constants=(1,), vendors=["numba", "reference"])[0]
+        assert_close(got, want)
+        assert bool(calls) == direct, (xs, ws)
+
+
+def test_direct_not_taken(rng, monkeypatch, direct_calls):
+    """Too few channels, a map of rows under 7 pixels, a dilation, or a variant other than avx512:
+    the other paths."""
+    for xs, ws, attrs in [((1, 8, 30, 30), (32, 8, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+                          ((1, 8, 11, 11), (64, 8, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+                          ((1, 8, 30, 30), (64, 8, 3, 3), {"strides": [2, 2], "dilations": [2, 2]})]:
+        x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+        want = run_single_op("Conv", [x, w], attrs, vendors=["reference"])[0]
+        got = run_single_op("Conv", [x, w], attrs, constants=(1,), vendors=["numba", "reference"])[0]
+        assert_close(got, want)
+    assert not direct_calls
+    assert not conv.direct_wins(ftile.KIND["avx2"], 3, 3, 2, 2, 1, 1, 64, 28, 784, 576)
+    assert conv.direct_wins(ftile.KIND["avx512"], 3, 3, 2, 2, 1, 1, 64, 28, 784, 576)
+    assert not conv.direct_wins(ftile.KIND["avx512"], 3, 3, 1, 1, 1, 1, 512, 14, 196, 4608)
+    monkeypatch.setattr(conv, "DIRECT_SMALL", False)
+    assert not conv.direct_wins(ftile.KIND["avx512"], 3, 3, 1, 1, 1, 1, 512, 7, 49, 4608)
+
+
+@st.composite
+def strided_cases(draw):
+    """Convolutions the direct path takes: 64-128 output channels in 16s, kernels 2-7, strides 2-3 on
+    maps whose output rows have 7-12 pixels, or stride 1 on maps of at most 8x8 outputs, any pads, fused
+    and unfused activations."""
+    k = draw(st.integers(2, 7))
+    s = draw(st.integers(1, 3))
+    pads = [draw(st.integers(0, min(3, k - 1))) for _ in range(4)]
+    ow = draw(st.integers(7, 8 if s == 1 else 12))
+    w_in = (ow - 1) * s + k - pads[1] - pads[3] + draw(st.integers(0, s - 1))
+    if s == 1:  # stride 1: maps of at most 64 output pixels (DIRECT_SMALL_PIXELS)
+        h_in = (draw(st.integers(1, 8)) - 1) + k - pads[0] - pads[2]
+        if h_in < 1:
+            h_in, pads[0], pads[2] = k, 0, 0
+    else:
+        h_in = draw(st.integers(max(1, k - pads[0] - pads[2]), 20))
+    c = draw(st.integers(1, 12))
+    m = 16 * draw(st.integers(4, 8))
+    act, params = draw(st.sampled_from([("", ()), ("Relu", ()), ("Clip", (-0.5, 0.5)), ("LeakyRelu", (0.2,))]))
+    attrs = {"strides": [s, s], "pads": pads, "activation": act, "activation_params": list(params)}
+    return (draw(st.integers(1, 2)), c, h_in, w_in), (m, c, k, k), attrs, draw(st.integers(0, 2**16))
+
+
+@pytest.fixture
+def small_on(monkeypatch):
+    monkeypatch.setattr(conv, "DIRECT_SMALL", True)
+
+
+@FEW
+@given(strided_cases())
+def test_direct_matches_reference_hypothesis(direct_calls, small_on, case):
+    x_shape, w_shape, attrs, seed = case
+    r = np.random.default_rng(seed)
+    x = r.uniform(-1, 1, x_shape).astype(np.float32)
+    w = r.uniform(-1, 1, w_shape).astype(np.float32)
+    b = r.uniform(-1, 1, w_shape[0]).astype(np.float32)
+    want = run_single_op("Conv", [x, w, b], attrs, vendors=["reference"])[0]
+    got = run_single_op("Conv", [x, w, b], attrs, constants=(1, 2), vendors=["numba"], fallback=False)[0]
+    assert_close(got, want, err_msg=f"{x_shape} {w_shape} {attrs}")
+    assert direct_calls

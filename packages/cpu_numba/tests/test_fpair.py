@@ -1,0 +1,246 @@
+"""float32 products as two halves on two cores, handed over in compiled code (kernels/fpair.py,
+pairs.py): the helper's half and the caller's through the descriptor (columns and rows, partial
+panels, bias or none, a clamp or an activation), the caller alone, a busy slot, fgemm at two threads
+with the helper spinning, a Gemm node through a session, and the back-off when the helper has no core."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from kernelkit.testing import assert_close, run_single_op
+from kernelkit_numba import config, shards
+from kernelkit_numba.kernels import epilogue, fgemm, fpair, ftile, pairs
+
+pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
+              pytest.mark.skipif(ftile.choice()[0] is None, reason="no AVX2/AVX-512 float32 tiles on this CPU")]
+
+
+def _case(rng, m, k, n):
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    return a, b, bias
+
+
+def _want(a, b, bias, lo=-np.inf, hi=np.inf, alpha=1.0):
+    y = alpha * (a.astype(np.float64) @ b.astype(np.float64)) + (0 if bias is None else bias)
+    return np.clip(y, lo, hi).astype(np.float32)
+
+
+def _made(kind, packed, a, out, axis, monkeypatch, bias=None, lo=-np.inf, hi=np.inf, post=epilogue.NONE, mr=None):
+    monkeypatch.setattr(fpair, "AXIS", axis)
+    mr = fgemm.MR[kind] if mr is None else mr
+    fvals = (np.float32(1), np.float32(lo), np.float32(hi), np.float32(0), np.float32(0))
+    if bias is not None:
+        packed.bias_buf[:packed.n_n] = bias
+    made = fgemm._pair_descriptor(kind, post, mr, packed, a.shape[1], a.shape[0], a.shape[1], out.shape[1], fvals,
+                                  packed.zeros if bias is None else packed.bias_buf, a.size, out.size)
+    assert made is not False
+    return made
+
+
+@pytest.mark.parametrize("axis", ["columns", "rows"])
+@pytest.mark.parametrize("m, k, n", [(64, 784, 1024), (53, 70, 99), (9, 40, 33), (128, 256, 256)])
+def test_halves_through_the_descriptor(axis, m, k, n, monkeypatch):
+    """The helper's loop runs side 1 of an open job, the caller's half side 0: together the product."""
+    kind = ftile.choice()[0]
+    rng = np.random.default_rng(m + n)
+    a, b, bias = _case(rng, m, k, n)
+    packed = fgemm.Packed(b, b, kind)
+    out = np.full((m, n), np.nan, np.float32)
+    made = _made(kind, packed, a, out, axis, monkeypatch, bias, lo=0.0)
+    assert made.mode == (fpair.ROWS if axis == "rows" else fpair.COLUMNS)
+    d = made.desc
+    d[fpair.AP], d[fpair.OUT] = a.ctypes.data, out.ctypes.data
+    ctl = np.zeros(8, np.int64)
+    ctl[pairs.DESC] = d.ctypes.data
+    ctl[pairs.STATE] = 5 * 4 + pairs.OPEN  # job 5, open
+    assert fpair.pair_serve(ctl, 1 << 22, 1 << 40) == 0  # claims, runs side 1, then idles out
+    assert ctl[pairs.STATE] == 5 * 4 + pairs.DONE
+    half = fpair.half_address(fgemm.driver(kind, epilogue.NONE, fgemm.MR[kind]),
+                              f"fpair.half.{kind}.{fgemm.MR[kind]}.{epilogue.NONE}")[0]
+    cut = int(d[fpair.CUT])
+    side0 = out[:cut] if axis == "rows" else out[:, :cut]
+    assert np.isnan(side0).all() and not np.isnan(out).all()
+    assert half(d.ctypes.data, 0) == 0
+    assert_close(out, _want(a, b, bias, lo=0.0))
+
+
+@pytest.mark.parametrize("axis", ["columns", "rows"])
+def test_caller_alone_busy_slot_and_activation(axis, monkeypatch):
+    """No helper: the caller claims side 1 itself (2); a held slot does nothing (3); a Gelu epilogue
+    (an activation applied over each tile) and no bias."""
+    kind = ftile.choice()[0]
+    a, b, _ = _case(np.random.default_rng(1), 40, 96, 80)
+    packed = fgemm.Packed(b, b, kind)
+    out = np.full((40, 80), np.nan, np.float32)
+    made = _made(kind, packed, a, out, axis, monkeypatch, post=epilogue.GELU)
+    fpair.half_address(fgemm.driver(kind, epilogue.GELU, fgemm.MR[kind]),
+                       f"fpair.half.{kind}.{fgemm.MR[kind]}.{epilogue.GELU}")
+    ctl = np.zeros(8, np.int64)
+    assert fpair.pair_run(ctl, made.desc, a.reshape(-1), out.reshape(-1)) == 2
+    assert ctl[pairs.STATE] == 1 * 4 + pairs.TAKEN and ctl[pairs.SLOT] == 0
+    want = run_single_op("Gelu", [_want(a, b, None)], vendors=["reference"])[0]
+    assert_close(out, want)
+    ctl[pairs.SLOT] = 1
+    fresh = np.full_like(out, np.nan)
+    assert fpair.pair_run(ctl, made.desc, a.reshape(-1), fresh.reshape(-1)) == 3
+    assert np.isnan(fresh).all()
+
+
+def _spinning(monkeypatch):
+    """fpair's helper awake (the pool's back-off off: a loaded test machine would stop the pairs)."""
+    monkeypatch.setattr(shards.POOL, "backoff", False)
+    monkeypatch.setattr(shards.POOL, "_serial_until", 0.0)
+    helper = fpair.server()
+    helper.until = 0.0
+    return helper
+
+
+@pytest.mark.parametrize("m, k, n, axis", [(64, 784, 1024, "auto"), (100, 70, 99, "rows"), (128, 256, 256, "auto")])
+def test_fgemm_pairs_at_two_threads(m, k, n, axis, monkeypatch):
+    """fgemm.gemm at two threads hands its products to the helper (woken at the first call): every
+    result within tolerance of the float64 product, and pairs made."""
+    kind = ftile.choice()[0]
+    monkeypatch.setattr(fpair, "AXIS", axis)
+    helper = _spinning(monkeypatch)
+    a, b, bias = _case(np.random.default_rng(m), m, k, n)
+    packed = fgemm.Packed(b, b, kind)
+    want = _want(a, b, bias, 0.0, 6.0)
+    before = helper.stats["paired"] + helper.stats["alone"]
+    deadline = time.perf_counter() + 60
+    while True:
+        out = np.full((m, n), np.nan, np.float32)
+        with config.num_threads(2):
+            fgemm.gemm(kind, packed, a, out, 1.0, bias, epilogue.CLIP, np.float32(0), np.float32(6), 2)
+        assert_close(out, want)
+        tried = helper.stats["paired"] + helper.stats["alone"] - before
+        if tried >= 20 or time.perf_counter() > deadline:
+            break
+        helper.until = 0.0  # a loaded test machine's back-off: try again
+    assert tried >= 20
+    assert packed.pairs
+
+
+def test_off_one_thread_and_small(monkeypatch):
+    """No descriptor at one thread, under KERNELKIT_F32_PAIR=off, or below PAIR_FLOPS."""
+    kind = ftile.choice()[0]
+    _spinning(monkeypatch)
+    a, b, bias = _case(np.random.default_rng(2), 64, 256, 256)
+    packed = fgemm.Packed(b, b, kind)
+    out = np.empty((64, 256), np.float32)
+    with config.num_threads(1):
+        fgemm.gemm(kind, packed, a, out, 1.0, bias)
+    monkeypatch.setenv(fpair.ENV, "off")
+    with config.num_threads(2):
+        fgemm.gemm(kind, packed, a, out, 1.0, bias)
+    assert not packed.pairs
+    monkeypatch.delenv(fpair.ENV)
+    monkeypatch.setattr(fgemm, "PAIR_FLOPS", 1e12)
+    with config.num_threads(2):
+        fgemm.gemm(kind, packed, a, out, 1.0, bias)
+    assert not packed.pairs
+    assert_close(out, _want(a, b, bias))
+
+
+@pytest.mark.parametrize("act", ["", "Relu"])
+def test_gemm_node_at_two_threads(act, monkeypatch):
+    """The MLP's first layer (64 x 784 -> 1024) through a two-thread session: its bound call
+    (Gemm.bound_compute) hands the product to fpair from the first calls on, against the reference."""
+    _spinning(monkeypatch)
+    calls = []
+    real = fpair.run
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(fpair, "run", counted)
+    from kernelkit import Session
+    from kernelkit.testing import single_op_model
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((64, 784)).astype(np.float32)
+    b = (rng.standard_normal((1024, 784)) / 28).astype(np.float32)
+    c = rng.standard_normal(1024).astype(np.float32)
+    attrs = {"transB": 1, "alpha": 1.5, **({"activation": act} if act else {})}
+    want = run_single_op("Gemm", [a, b, c], {"transB": 1, "alpha": 1.5}, constants=(1, 2), vendors=["reference"])[0]
+    if act:
+        want = np.maximum(want, 0)
+    sess = Session(single_op_model("Gemm", [a, b, c], attrs, constants=(1, 2)), vendors=["numba"], fallback=False,
+                   threads=2)
+    for _ in range(6):
+        assert_close(sess.run(None, {"in0": a})[0], want)
+    assert len(calls) >= 4
+
+
+def test_a_helper_without_a_core_backs_off(monkeypatch):
+    """A helper marked awake that never claims (its core taken): every job runs on the caller, right,
+    and after MISSES of them the pairs stop for a back-off."""
+    kind = ftile.choice()[0]
+    monkeypatch.setattr(shards.POOL, "backoff", False)
+    monkeypatch.setattr(shards.POOL, "_serial_until", 0.0)
+    idle = fpair.FPairServer(7)
+    assert idle.prepare()
+    idle.ctl[pairs.AWAKE] = 1  # "spinning", but no thread
+    monkeypatch.setattr(fpair, "_server", [idle])
+    a, b, bias = _case(np.random.default_rng(4), 64, 256, 512)
+    packed = fgemm.Packed(b, b, kind)
+    for _ in range(pairs.MISSES):
+        out = np.full((64, 512), np.nan, np.float32)
+        with config.num_threads(2):
+            fgemm.gemm(kind, packed, a, out, 1.0, bias)
+        assert_close(out, _want(a, b, bias))
+    assert idle.stats["alone"] == pairs.MISSES and idle.stats["backoffs"] == 1
+    assert not idle.usable()
+
+
+@pytest.mark.parametrize("trans_b, with_c, relu", [(1, True, True), (0, False, False), (1, True, False)])
+def test_one_thread_gemm_binds_the_micro_kernels(trans_b, with_c, relu, monkeypatch):
+    """A one-thread session's Gemm of fgemm's shape classes (the MLP's layers) takes the bound call
+    (fgemm.serial) from its first call on, the 10-column head Gemm's bound BLAS call; both equal to the
+    reference."""
+    made = []
+    real = fgemm.serial
+
+    def counted(*args, **kw):
+        made.append(args[0])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(fgemm, "serial", counted)
+    from kernelkit import Session
+    from kernelkit.testing import single_op_model
+
+    rng = np.random.default_rng(11)
+    for n in (1024, 10):
+        a = rng.standard_normal((64, 784)).astype(np.float32)
+        b = (rng.standard_normal((n, 784) if trans_b else (784, n)) / 28).astype(np.float32)
+        c = rng.standard_normal(n).astype(np.float32)
+        inputs = [a, b, c] if with_c else [a, b]
+        attrs = {"transB": trans_b, "alpha": 0.5, "beta": 2.0} if with_c else {"transB": trans_b}
+        model = single_op_model("Gemm", inputs, attrs, constants=(1, 2) if with_c else (1,))
+        sess = Session(model, vendors=["numba"], fallback=False, threads=1)
+        want = run_single_op("Gemm", inputs, attrs, constants=(1, 2) if with_c else (1,), vendors=["reference"])[0]
+        if relu:
+            want = np.maximum(want, 0)
+            model2 = single_op_model("Gemm", inputs, {**attrs, "activation": "Relu"},
+                                     constants=(1, 2) if with_c else (1,))
+            sess = Session(model2, vendors=["numba"], fallback=False, threads=1)
+        for _ in range(4):
+            assert_close(sess.run(None, {"in0": a})[0], want)
+    assert made == [ftile.choice()[0]]
+
+
+def test_stall_scales_with_the_callers_half():
+    """A wait beyond STALL_S plus half the caller's own half backs off; a shorter one (a large product's
+    halves a little uneven) does not."""
+    helper = fpair.FPairServer(9)
+    helper.stall = 100
+    helper.ctl[fpair.OWN] = 1000
+    helper.ctl[pairs.WAITED] = 500
+    helper.result(1)
+    assert helper.stats["stalls"] == 0 and helper.until == 0.0
+    helper.ctl[pairs.WAITED] = 700
+    helper.result(1)
+    assert helper.stats["stalls"] == 1 and helper.until > time.perf_counter()
