@@ -6,7 +6,8 @@ node's best profiled time over ``reps`` runs, the two sessions run in turn::
 
 Cases: batch-1 Gemm heads (M = 1), 1x1 convolutions of 1x1 maps (squeeze-and-excitation) and of
 14x14 / 7x7 maps (EfficientNet-B0), RegNetY-400MF's grouped 3x3 layers (stride 1 and 2) and its 1x1/2
-shortcut and the detection head's x2 Resize (session 9), Sigmoid at EfficientNet's sizes, GPT-2's masked Where.
+shortcuts (RegNetY's, ResNet-18's and ResNet-50's: session 10) and the detection head's x2 Resize
+(session 9), Sigmoid at EfficientNet's sizes, GPT-2's masked Where.
 """
 from __future__ import annotations
 
@@ -107,6 +108,13 @@ CASES = {
     "conv g55 440@14 3x3/2 Relu (RegNetY stage 4)": lambda: conv(440, 14, 440, 3, 2, 55, "Relu"),
     "conv g55 440@7 3x3 Relu (RegNetY stage 4)": lambda: conv(440, 7, 440, 3, 1, 55, "Relu"),
     "conv 32->48@112 1x1/2 (RegNetY shortcut)": lambda: conv(32, 112, 48, 1, 2),
+    "conv 48->104@56 1x1/2 (RegNetY shortcut)": lambda: conv(48, 56, 104, 1, 2),
+    "conv 104->208@28 1x1/2 (RegNetY shortcut)": lambda: conv(104, 28, 208, 1, 2),
+    "conv 208->440@14 1x1/2 (RegNetY shortcut)": lambda: conv(208, 14, 440, 1, 2),
+    "conv 64->128@56 1x1/2 (ResNet-18 shortcut)": lambda: conv(64, 56, 128, 1, 2),
+    "conv 128->256@28 1x1/2 (ResNet-18 shortcut)": lambda: conv(128, 28, 256, 1, 2),
+    "conv 256->512@14 1x1/2 (ResNet-18 shortcut)": lambda: conv(256, 14, 512, 1, 2),
+    "conv 512->1024@28 1x1/2 (ResNet-50 shortcut)": lambda: conv(512, 28, 1024, 1, 2),
     "resize x2 512@10 (detection head)": lambda: resize2x(512, 10),
     "resize x2 256@20 (detection head)": lambda: resize2x(256, 20),
     "sigmoid 32@112": lambda: sigmoid(32, 112),

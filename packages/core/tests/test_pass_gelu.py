@@ -1,5 +1,6 @@
 """fuse_gelu: the erf form of GELU written in Div/Erf/Add/Mul nodes becomes one Gelu node (both
-exporters' orders, Mul by 1/sqrt 2), equal to the op-by-op block within float32 tolerance on the
+exporters' orders, Mul by 1/sqrt 2), and so does the tanh form GPT-2's exports write (Pow/Mul/Add/Tanh,
+a Gelu with approximate="tanh"), equal to the op-by-op block within float32 tolerance on the
 reference and on numba; it leaves blocks with other constants or shared intermediates alone."""
 from __future__ import annotations
 
@@ -84,6 +85,54 @@ def test_other_blocks_are_left_alone(change):
     sess, got = _run(model, ["reference"])
     assert "fuse_gelu" not in sess.passes_fired
     assert "Erf" in [n.op_id for n in sess.graph.nodes]
+    _, want = _run(model, ["reference"], passes=False)
+    for g, w in zip(got, want):
+        assert_close(g, w)
+
+
+def gelu_tanh_model(swapped=False, cubic=0.044715, power=3.0, extra_reader=False):
+    """x (2, 5, 16) @ W + b -> GELU's tanh form as GPT-2's exports write it:
+    0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))) (``swapped``: the other operand orders)."""
+    g = GraphBuilder("gelu_tanh")
+    x = g.input("x", (2, 5, 16))
+    rng = np.random.default_rng(1)
+    x = g.op("Add", g.op("MatMul", x, g.constant(rng.standard_normal((16, 16)).astype(np.float32))),
+             g.constant(rng.standard_normal(16).astype(np.float32)))
+    cube = g.op("Mul", _c(g, cubic), g.op("Pow", x, _c(g, power))) if swapped else \
+        g.op("Mul", g.op("Pow", x, _c(g, power)), _c(g, cubic))
+    inner = g.op("Add", cube, x) if swapped else g.op("Add", x, cube)
+    tanh = g.op("Tanh", g.op("Mul", _c(g, math.sqrt(2 / math.pi)), inner) if swapped else
+                g.op("Mul", inner, _c(g, math.sqrt(2 / math.pi))))
+    plus = g.op("Add", _c(g, 1.0), tanh) if swapped else g.op("Add", tanh, _c(g, 1.0))
+    y = g.op("Mul", plus, g.op("Mul", _c(g, 0.5), x)) if swapped else g.op("Mul", g.op("Mul", x, _c(g, 0.5)), plus)
+    g.output(y)
+    if extra_reader:
+        g.output(tanh)
+    return g.build()
+
+
+@pytest.mark.parametrize("swapped", [False, True])
+@pytest.mark.parametrize("vendors", [["reference"], ["numba"]])
+def test_gelu_tanh_block_becomes_one_node(swapped, vendors):
+    if vendors == ["numba"]:
+        pytest.importorskip("kernelkit_numba")
+    model = gelu_tanh_model(swapped)
+    sess, got = _run(model, vendors)
+    ops = [n.op_id for n in sess.graph.nodes]
+    assert sess.passes_fired.get("fuse_gelu") == 1
+    assert ops == ["MatMul", "Add", "Gelu"]
+    assert sess.graph.nodes[-1].attrs == {"approximate": "tanh"}
+    _, want = _run(model, ["reference"], passes=False)
+    assert_close(got[0], want[0])
+    assert np.abs(want[0]).max() > 1 and want[0].min() < -0.1
+
+
+@pytest.mark.parametrize("change", [dict(cubic=0.05), dict(power=2.0), dict(extra_reader=True)])
+def test_other_tanh_blocks_are_left_alone(change):
+    model = gelu_tanh_model(**change)
+    sess, got = _run(model, ["reference"])
+    assert "fuse_gelu" not in sess.passes_fired
+    assert "Tanh" in [n.op_id for n in sess.graph.nodes]
     _, want = _run(model, ["reference"], passes=False)
     for g, w in zip(got, want):
         assert_close(g, w)

@@ -63,6 +63,12 @@ CASES = [
     ((1, 3, 64, 64), (16, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2],
                                      "activation": "Clip", "activation_params": [0.0, 6.0]}, True, False),
     ((2, 3, 61, 66), (12, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}, False, True),
+    # 1x1 strided (the shortcuts): the input subsampled into a buffer, then the stride-1 tiles (rows tiles
+    # at 28x28 and odd sizes, cols tiles at 7x7, stride 3 and unequal strides, an end pad that is never read)
+    ((1, 24, 56, 56), (40, 24, 1, 1), {"strides": [2, 2]}, True, False),
+    ((2, 16, 15, 13), (12, 16, 1, 1), {"strides": [2, 2], "activation": "Relu"}, True, True),
+    ((1, 160, 14, 14), (32, 160, 1, 1), {"strides": [2, 2]}, False, True),
+    ((1, 8, 13, 12), (16, 8, 1, 1), {"strides": [3, 2], "pads": [0, 0, 1, 0]}, True, False),
 ]
 
 
@@ -169,13 +175,14 @@ def test_serial_call_on_one_pixel_maps(rng, monkeypatch, xs, ws, attrs, with_b):
 
 
 def test_serial_call_is_not_bound_where_the_general_path_decides(rng):
-    """A 3x3 dense convolution (Winograd), a strided 1x1 and a padded one of a 1x1 map keep the general
-    bound call; so does any convolution of a two-thread budget whose work is above the serial limit."""
+    """A 3x3 dense convolution (Winograd), a strided 1x1 whose end pad is read and a padded one of a 1x1
+    map keep the general bound call; so does any convolution of a two-thread budget whose work is above the
+    serial limit."""
     x = rng.standard_normal((1, 96, 112, 112)).astype(np.float32)
     w = _ro(rng.standard_normal((96, 96, 1, 1)).astype(np.float32))
     assert "_tiles_call" not in _kernel(x, w, None, None, {}, threads=2).bind(None).__qualname__
     for xs, ws, attrs in [((1, 8, 10, 10), (8, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
-                          ((1, 16, 10, 10), (16, 16, 1, 1), {"strides": [2, 2]}),
+                          ((1, 16, 10, 10), (16, 16, 1, 1), {"strides": [2, 2], "pads": [0, 0, 1, 1]}),
                           ((1, 8, 1, 1), (5, 8, 1, 1), {"pads": [0, 0, 1, 1], "strides": [2, 2]}),
                           ((1, 8, 1, 1), (5, 8, 1, 1), {"pads": [0, 0, 1, 1]})]:  # a 2x2 output
         x = rng.standard_normal(xs).astype(np.float32)
@@ -213,8 +220,7 @@ def test_serial_limits_per_layer_kind(rng, xs, ws, attrs, want):
     assert k.static_threads() == want
     name = k.bind(None).__qualname__
     serial = any(p in name for p in ("_tiles_call", "_depthwise_call", "_implicit_call"))
-    strided_1x1 = ws[2:] == (1, 1) and "strides" in attrs  # no fast path: the general call at one thread
-    if want == 1 and ftile.choice()[0] is not None and (ws[1] > 1 or dwtile.enabled()) and not strided_1x1:
+    if want == 1 and ftile.choice()[0] is not None and (ws[1] > 1 or dwtile.enabled()):
         assert serial
     if want == 2:
         assert not serial

@@ -40,7 +40,8 @@ def test_variadic_three_inputs(check, rng):
 
 UNARY = sorted({k.op for k in kernelkit.kernels(vendor="numba")}
                & {"Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Selu",
-                  "Softplus", "Gelu", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Floor", "Ceil"})
+                  "Softplus", "Gelu", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Floor", "Ceil",
+                  "Swish"})
 
 
 @pytest.mark.parametrize("op", UNARY)
@@ -50,13 +51,13 @@ def test_unary_matches_reference_on_op_samples(check, op):
     for inputs, attrs in cases:
         check(op, inputs, attrs)
     extra = {"LeakyRelu": {"alpha": 0.3}, "Gelu": {"approximate": "tanh"}, "Elu": {"alpha": 0.5},
-             "HardSigmoid": {"alpha": 0.3, "beta": 0.4}}
+             "HardSigmoid": {"alpha": 0.3, "beta": 0.4}, "Swish": {"alpha": -0.7}}
     if op in extra:
         check(op, cases[1][0], extra[op])
 
 
 @pytest.mark.parametrize("op", ["Relu", "Abs", "Neg", "Floor", "Ceil", "Exp", "Sigmoid", "Tanh", "Softplus", "Elu",
-                                "Erf", "Gelu", "Clip"])
+                                "Erf", "Gelu", "Clip", "Swish"])
 def test_unary_edge_values(check, op):
     x = np.array([np.inf, -np.inf, np.nan, 3e9, -3e9, 100.0, -100.0, 0.0, -0.0, 2.5, -2.5], np.float32)
     with np.errstate(all="ignore"):  # the reference's NumPy warns on inf/NaN; the values are the test
@@ -92,6 +93,61 @@ def test_sigmoid_pass_against_float64(size):
         unary._sigmoid(x, part, 1, size - 1)
         np.testing.assert_array_equal(part[1:-1], y[2:-2])
         assert part[0] == part[-1] == -7.0
+
+
+@pytest.mark.parametrize("alpha", [1.0, 1.702, -0.5])
+@pytest.mark.parametrize("size", [1, 513, 20_000])
+def test_swish_pass_against_float64(size, alpha):
+    """unary.swish (the Sigmoid pass times x, fuse_silu's SiLU at alpha 1) against float64, with the
+    edges; in place equal to out of place."""
+    from kernelkit.testing import assert_close
+    from kernelkit_numba.kernels import unary
+
+    rng = np.random.default_rng(size)
+    x = (rng.standard_normal(size) * 12).astype(np.float32)
+    edges = np.array([np.inf, -np.inf, np.nan, 86.9, -86.9, 87.5, -87.5, 88.8, -88.8, -100, 0.0, -0.0, 1e-8],
+                     np.float32)
+    x[:min(size, edges.size)] = edges[:size]
+    with np.errstate(all="ignore"):
+        x64 = x.astype(np.float64)
+        want = (x64 / (1 + np.exp(-alpha * x64))).astype(np.float32)
+    got = unary.swish(x, alpha=alpha)
+    assert_close(got, want)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    inplace = x.copy()
+    unary.swish(inplace, alpha=alpha, out=inplace)
+    np.testing.assert_array_equal(inplace, got)
+
+
+@pytest.mark.parametrize("size", [1, 513, 20_000])
+def test_gelu_tanh_pass_against_float64(size):
+    """unary.gelu(approximate="tanh") on float32 (x * sigmoid(2u) in the Sigmoid pass) and the
+    epilogue's scalar form (x / (1 + exp(-2u)), a Gemm's fused Gelu) against float64's tanh formula,
+    with the edges; in place equal to out of place."""
+    from kernelkit.testing import assert_close
+    from kernelkit_numba.kernels import unary
+
+    rng = np.random.default_rng(size)
+    x = (rng.standard_normal(size) * 4).astype(np.float32)
+    edges = np.array([np.inf, -np.inf, np.nan, 30.0, -30.0, -5.0, -3.0, 0.0, -0.0, 1e-8, 200.0, -200.0], np.float32)
+    x[:min(size, edges.size)] = edges[:size]
+    with np.errstate(all="ignore"):
+        x64 = x.astype(np.float64)
+        want = (0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64 ** 3)))).astype(np.float32)
+    got = unary.gelu(x, approximate="tanh")
+    assert_close(got, want)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    inplace = x.copy()
+    unary.gelu(inplace, approximate="tanh", out=inplace)
+    np.testing.assert_array_equal(inplace, got)
+    if size > 1:
+        from kernelkit.testing import run_single_op
+        a = x[:, None] if size < 100 else x.reshape(-1, 1)
+        w = np.ones((1, 1), np.float32)
+        fused = run_single_op("Gemm", [a, w], {"activation": "Gelu", "activation_params": [1.0]},
+                              vendors=["numba"])[0]
+        with np.errstate(all="ignore"):
+            assert_close(fused.reshape(-1), want)
 
 
 @pytest.mark.parametrize("op, a, b, want", [("Div", 1.0, 0.0, np.inf), ("Mul", 1e30, 1e30, np.inf),

@@ -367,3 +367,51 @@ def test_cast_serial_call(src, dst):
         got = fn(view)
         assert got.dtype == np.dtype(dst) and got.flags.c_contiguous
         np.testing.assert_array_equal(got, want)
+
+
+def test_split_serial_call(rng):
+    """concat.split's serial call (static shape, one thread): views of the input, equal to np.split,
+    for a constant ``split`` (its slices made once, a new array taken up), ``num_outputs``, negative
+    axes; a writable ``split`` (a graph input) is read on every call; a dynamic shape gets none."""
+    from kernelkit.ir import TensorSpec
+    from kernelkit_numba.kernels.concat import split
+
+    x = rng.standard_normal((1, 8, 12)).astype(np.float32)
+    sizes = np.array([4, 3, 5], np.int64)
+    sizes.setflags(write=False)
+    call = split.serial([TensorSpec(x.shape, "float32"), TensorSpec((3,), "int64")], axis=-1)
+    for s in (sizes, sizes, np.array([6, 6], np.int64), np.array([2, 10], np.int64)):
+        parts = call(x, s)
+        want = np.split(x, np.cumsum(s)[:-1], axis=-1)
+        assert len(parts) == len(want) and all(np.shares_memory(p, x) for p in parts)
+        for p, w in zip(parts, want):
+            np.testing.assert_array_equal(p, w)
+    even = split.serial([TensorSpec(x.shape, "float32")], axis=1, num_outputs=2)
+    for p, w in zip(even(x), np.split(x, 2, axis=1)):
+        np.testing.assert_array_equal(p, w)
+    assert split.serial([TensorSpec(("N", 8, 12), "float32")], axis=1, num_outputs=2) is None
+
+
+def test_gather_serial_call_checks_constant_indices_once(rng, monkeypatch):
+    """Gather's serial call checks a read-only (constant) indices array on its first call only; a
+    writable one (a graph input) on every call; out-of-range indices still raise."""
+    from kernelkit.ir import TensorSpec
+    from kernelkit_numba.kernels import gather as mod
+
+    x = rng.standard_normal((1, 6, 5)).astype(np.float32)
+    const = np.array(-1, np.int64)
+    const.setflags(write=False)
+    call = mod.gather.serial([TensorSpec(x.shape, "float32"), TensorSpec((), "int64")], axis=1)
+    seen = []
+    checked = mod._checked
+    monkeypatch.setattr(mod, "_checked", lambda i, d: seen.append(1) or checked(i, d))
+    for _ in range(3):
+        np.testing.assert_array_equal(call(x, const), x[:, -1])
+    assert seen == [1]
+    live = np.array(2, np.int64)
+    for v in (2, 3):
+        live[...] = v
+        np.testing.assert_array_equal(call(x, live), x[:, v])
+    assert seen == [1, 1, 1]
+    with pytest.raises(IndexError):  # the session wraps it as a KernelExecutionError, as the reference's
+        call(x, np.array(6, np.int64))

@@ -181,7 +181,7 @@ def _same(attrs: dict, name: str, shapes) -> dict:
 LAYOUT_FREE: dict[str, object] = {
     **{op: _same for op in (
         "Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Selu", "Celu",
-        "Gelu", "Softplus", "Softsign", "Mish", "Exp", "Log", "Abs", "Neg", "Sqrt", "Reciprocal", "Erf",
+        "Gelu", "Softplus", "Softsign", "Mish", "Swish", "Exp", "Log", "Abs", "Neg", "Sqrt", "Reciprocal", "Erf",
         "Floor", "Ceil", "Round", "Sign", "Identity", "Add", "Sub", "Mul", "Div", "Max", "Min", "Sum",
         "Mean", "Pow", "Where", "LayoutReorder")},
     "Concat": _concat_axis,  # axis remapped to the physical one

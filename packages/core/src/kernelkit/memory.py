@@ -33,7 +33,7 @@ ALIGN = 64  # bytes: every block starts on a cache line (and an AVX-512 vector)
 # ops whose kernels may write their output over an input of the same shape and dtype
 INPLACE_OPS = frozenset({
     "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Selu", "Softplus", "Gelu",
-    "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Floor", "Ceil", "Clip",
+    "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Floor", "Ceil", "Clip", "Swish",
     "Add", "Sub", "Mul", "Div",
 })
 

@@ -117,6 +117,7 @@ def run_passes(graph: Graph, selection: Iterable[str] | bool | None = None,
 
 # registers the built-in passes in pipeline order (quantized: fuse_qdq, before fuse_activation;
 # layouts: the layout pass, final: it runs once, after the others reach their fixed point;
-# attention: fuse_attention, after fuse_activation; gelu: fuse_gelu, before fuse_activation;
+# attention: fuse_attention, after fuse_activation; gelu: fuse_gelu, before fuse_activation; silu:
+# fuse_silu, before fuse_activation;
 # qmerge: merge_dynamic_matmul, after fuse_qdq, and fuse_dynamic_relu after it)
-from . import attention, builtin, gelu, layouts, qmerge, quantized  # noqa: E402,F401
+from . import attention, builtin, gelu, layouts, qmerge, quantized, silu  # noqa: E402,F401

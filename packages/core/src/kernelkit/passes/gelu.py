@@ -29,6 +29,7 @@ from .builtin import _attrs, _const, _Index, _overridden
 log = logging.getLogger("kernelkit.passes")
 
 SQRT2 = math.sqrt(2.0)
+SQRT_2_PI, GELU_CUBIC = math.sqrt(2.0 / math.pi), 0.044715  # the tanh form's constants
 
 
 def _scalar_const(graph: Graph, name: str) -> float | None:
@@ -70,9 +71,16 @@ def _match(graph: Graph, index: _Index, erf: Node) -> tuple[str, str, list[Node]
                   if _close(_scalar_const(graph, c), 1.0 / SQRT2)), None)
     else:
         return None
-    add = index.sole_reader(erf.outputs[0])
-    if x is None or add is None or add.op_id != "Add" or not _close(_scalar_const(graph, _other(add, erf.outputs[0])
-                                                                                    or ""), 1.0):
+    if x is None:
+        return None
+    return _tail(graph, index, erf, x, [div])
+
+
+def _tail(graph: Graph, index: _Index, act: Node, x: str, head: list[Node]) -> tuple[str, str, list[Node]] | None:
+    """The block's end after ``act`` (its Erf or Tanh): Add(act, 1), then 0.5 * x * that (Mul(Mul(x,
+    0.5), .)) or x * that * 0.5; (x, output, every node of the block) or None."""
+    add = index.sole_reader(act.outputs[0])
+    if add is None or add.op_id != "Add" or not _close(_scalar_const(graph, _other(add, act.outputs[0]) or ""), 1.0):
         return None
     mul = index.sole_reader(add.outputs[0])
     other = _other(mul, add.outputs[0]) if mul is not None and mul.op_id == "Mul" else None
@@ -80,25 +88,60 @@ def _match(graph: Graph, index: _Index, erf: Node) -> tuple[str, str, list[Node]
         return None
     half = _scaled_by(graph, index, other, x, 0.5)
     if half is not None:  # 0.5 * x * (1 + erf)
-        return x, mul.outputs[0], [div, erf, add, half, mul]
+        return x, mul.outputs[0], head + [act, add, half, mul]
     last = index.sole_reader(mul.outputs[0])
     if other != x or last is None or last.op_id != "Mul" or \
             not _close(_scalar_const(graph, _other(last, mul.outputs[0]) or ""), 0.5):
         return None
-    return x, last.outputs[0], [div, erf, add, mul, last]  # x * (1 + erf) * 0.5
+    return x, last.outputs[0], head + [act, add, mul, last]  # x * (1 + erf) * 0.5
+
+
+def _const_operand(graph: Graph, node: Node | None, op: str, want: float) -> str | None:
+    """The operand of ``node`` (an ``op`` of two inputs) that is not the scalar constant ``want``."""
+    if node is None or node.op_id != op or len(node.inputs) != 2:
+        return None
+    for value, const in ((node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])):
+        if _close(_scalar_const(graph, const), want):
+            return value
+    return None
+
+
+def _match_tanh(graph: Graph, index: _Index, tanh: Node) -> tuple[str, str, list[Node]] | None:
+    """(x, output, nodes of the block) for GELU's tanh form around ``tanh``, as GPT-2's exports write
+    it: Tanh(Mul(Add(x, Mul(Pow(x, 3), 0.044715)), sqrt(2 / pi))), then the erf form's end."""
+    scale = index.producers.get(tanh.inputs[0])
+    if scale is None or index.sole_reader(tanh.inputs[0]) is not tanh:
+        return None
+    inner = _const_operand(graph, scale, "Mul", SQRT_2_PI)
+    add = index.producers.get(inner) if inner is not None and index.sole_reader(inner) is scale else None
+    if add is None or add.op_id != "Add" or len(add.inputs) != 2:
+        return None
+    for x, cubed in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+        mul = index.producers.get(cubed)
+        if mul is None or index.sole_reader(cubed) is not add:
+            continue
+        power = _const_operand(graph, mul, "Mul", GELU_CUBIC)
+        pow_node = index.producers.get(power) if power is not None and index.sole_reader(power) is mul else None
+        if pow_node is None or pow_node.op_id != "Pow" or len(pow_node.inputs) != 2 or pow_node.inputs[0] != x \
+                or not _close(_scalar_const(graph, pow_node.inputs[1]), 3.0):
+            continue
+        return _tail(graph, index, tanh, x, [pow_node, mul, add, scale])
+    return None
 
 
 @register_pass("fuse_gelu", before="fuse_activation")
 def fuse_gelu(graph: Graph, ctx: PassContext) -> int:
-    """0.5 * x * (1 + erf(x / sqrt 2)) written in Div/Erf/Add/Mul nodes into one Gelu node."""
-    erfs = [n for n in graph.nodes if n.op_id == "Erf"]
-    if not erfs:
+    """0.5 * x * (1 + erf(x / sqrt 2)) written in Div/Erf/Add/Mul nodes (or the tanh form in
+    Pow/Mul/Add/Tanh nodes) into one Gelu node."""
+    acts = [n for n in graph.nodes if n.op_id in ("Erf", "Tanh")]
+    if not acts:
         return 0
     index, count = _Index(graph), 0
-    for erf in erfs:
-        if id(erf) in index._removed:
+    for act in acts:
+        if id(act) in index._removed:
             continue
-        found = _match(graph, index, erf)
+        tanh = act.op_id == "Tanh"
+        found = _match_tanh(graph, index, act) if tanh else _match(graph, index, act)
         if found is None:
             continue
         x, out, block = found
@@ -107,10 +150,10 @@ def fuse_gelu(graph: Graph, ctx: PassContext) -> int:
             continue
         if any(_overridden(graph, node, _attrs(node), ctx) for node in block):
             continue  # a user's kernel runs one of them: keep the block as written
-        if select_kernel("Gelu", ctx.device, "float32", ctx.vendors, [spec], {"approximate": "none"},
-                         ctx.scope) is None:
+        attrs = {"approximate": "tanh" if tanh else "none"}
+        if select_kernel("Gelu", ctx.device, "float32", ctx.vendors, [spec], attrs, ctx.scope) is None:
             continue
-        fused = Node("Gelu", [x], [out], {}, erf.name + "_gelu")
+        fused = Node("Gelu", [x], [out], {"approximate": "tanh"} if tanh else {}, act.name + "_gelu")
         last = block[-1]
         for node in block:
             index.remove(node)
@@ -121,7 +164,7 @@ def fuse_gelu(graph: Graph, ctx: PassContext) -> int:
         index._removed.discard(id(fused))
         index.producers[out] = fused
         index.readers.setdefault(x, []).append(fused)
-        log.debug("fuse_gelu: %s -> Gelu", erf.name)
+        log.debug("fuse_gelu: %s -> Gelu", act.name)
         count += 1
     index.commit()
     return count
