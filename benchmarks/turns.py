@@ -15,6 +15,11 @@ so that a drift of the host moves both sides of a ratio alike.
     taskset -c 0,1 python benchmarks/turns.py resnet18,mobilenetv2,transformer,mlp [--rounds 9]
         [--mode quiet,loaded] [--runtimes numba1,numba,reference1,ort1,ort2] [--json OUT.jsonl]
 
+``--variant LABEL=SPEC`` adds the default session with other settings as one more runtime, e.g.
+``--variant notiles=kernels.winograd.TILES=0 --variant nopair=KERNELKIT_F32_PAIR=off`` (SPEC:
+``;``-separated ``NAME=VALUE`` environment variables and ``module.ATTR=VALUE`` kernelkit_numba
+constants), with its ratios to the default and to onnxruntime 2t.
+
 ``loaded``: a busy loop pinned to the first CPU of this process's affinity for the whole model. Each
 numba process reports its shard pool's counters per block (back-offs, preempted jobs); each process
 checks its output against onnxruntime at one thread (``MODEL_COSINE``) before timing.
@@ -42,6 +47,11 @@ RATIOS = (("1t / ORT 1t", "numba1", "ort1"), ("default / ORT 2t", "numba", "ort2
 _CHILD = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[3])
+# a --variant: the default session with these settings (NAME=VALUE: an environment variable, set before
+# kernelkit is imported; module.ATTR=VALUE: a kernelkit_numba constant, test_bench_numba.apply_bench_set)
+variant = sys.argv[4] if len(sys.argv) > 4 else ""
+env_items = [i for i in variant.split(";") if i and "." not in i.split("=")[0]]
+os.environ.update(dict(i.split("=", 1) for i in env_items))
 os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 import numpy as np
 from test_bench_numba import apply_bench_set, kernelkit_session, model_case, ort_session
@@ -57,7 +67,9 @@ if runtime == "reference1":
 elif runtime == "numbanp":  # the default without the conv pairs (kernels/cpair.py)
     os.environ["KERNELKIT_F32_PAIR"] = "off"
     sess = kernelkit.Session(model, vendors=["numba", "reference"], fallback=False)
-elif runtime == "numba":
+elif runtime == "numba" or variant:
+    if variant:
+        apply_bench_set(",".join(i for i in variant.split(";") if i and i not in env_items))
     sess = kernelkit.Session(model, vendors=["numba", "reference"], fallback=False)
 elif runtime.startswith("numba"):
     sess = kernelkit_session(model, runtime)
@@ -98,9 +110,9 @@ for line in sys.stdin:
 class Child:
     """One runtime's live process: built and warmed at start, then a block of calls per ``block``."""
 
-    def __init__(self, model: str, runtime: str):
+    def __init__(self, model: str, runtime: str, variant: str = ""):
         self.runtime = runtime
-        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, model, runtime, HERE],
+        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, model, runtime, HERE, variant],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.ready = self._reply()
 
@@ -140,7 +152,7 @@ def take_turns(model: str, runtimes, rounds: int, turn_s: float, settle: int, lo
     children = []
     try:
         for runtime in runtimes:  # built one after another: no process compiles beside a timed one
-            children.append(Child(model, runtime))
+            children.append(Child(model, runtime, VARIANTS.get(runtime, "")))
         calls = {c.runtime: max(3, min(400, round(turn_s * 1e3 / max(c.ready["call_ms"], 1e-3)))) for c in children}
         blocks: dict = {r: [] for r in runtimes}
         pool: dict = {r: {} for r in runtimes}
@@ -174,6 +186,23 @@ def take_turns(model: str, runtimes, rounds: int, turn_s: float, settle: int, lo
     return {"blocks": blocks, "ratios": ratios, "cosine_ok": cosine_ok, "pool": pool}
 
 
+VARIANTS: dict = {}  # --variant LABEL=SPEC: runtime LABEL is the default session with SPEC's settings
+
+
+def add_variant(text: str) -> str:
+    """``LABEL=SPEC`` (SPEC: ``;``-separated ``NAME=VALUE`` environment variables and
+    ``module.ATTR=VALUE`` kernelkit_numba constants) as one more runtime, with its ratios to the
+    default and to onnxruntime 2t; returns the label."""
+    global RATIOS
+    label, _, spec = text.partition("=")
+    if not label or not spec or label in LABELS:
+        raise ValueError(f"--variant {text!r}: expected a new LABEL=SPEC")
+    VARIANTS[label] = spec
+    LABELS[label] = f"{label} ({spec})"
+    RATIOS = RATIOS + ((f"default / {label}", "numba", label), (f"{label} / ORT 2t", label, "ort2"))
+    return label
+
+
 def markdown(results: dict, mode: str, runtimes) -> str:
     labels = [label for label, num, den in RATIOS if num in runtimes and den in runtimes]
     lines = [f"| {mode} | " + " | ".join(LABELS[r] for r in runtimes) + " | "
@@ -197,9 +226,12 @@ def main(argv=None) -> None:
     ap.add_argument("--mode", default="quiet", help="quiet, loaded or both (comma-separated)")
     ap.add_argument("--runtimes", default=",".join(RUNTIMES))
     ap.add_argument("--json", help="append every block as a JSON line to this file")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="LABEL=SPEC: one more runtime, the default with SPEC's settings (';'-separated "
+                         "NAME=VALUE environment variables and module.ATTR=VALUE kernelkit_numba constants)")
     args = ap.parse_args(argv)
     os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
-    runtimes = tuple(args.runtimes.split(","))
+    runtimes = tuple(args.runtimes.split(",")) + tuple(add_variant(v) for v in args.variant)
     unknown = set(runtimes) - set(LABELS)
     if unknown:
         ap.error(f"unknown runtimes {sorted(unknown)}; known: {', '.join(LABELS)}")
