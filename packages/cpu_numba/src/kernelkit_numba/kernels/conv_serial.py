@@ -311,6 +311,8 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
     path gathered them per column-matrix row and paid its per-call decisions: ResNet-18's and
     RegNetY's shortcuts ran 0.93-1.25x the reference's slice + BLAS product on the AMD box."""
     general = _general(conv, parallel)
+    sh = sw = 1
+    buf = buf_ro = None
     if sub is not None:
         sh, sw, sub_shape = sub
         buf = np.empty(sub_shape, np.float32)
