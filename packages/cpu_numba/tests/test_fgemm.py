@@ -198,14 +198,14 @@ def test_row_blocks_and_panel_groups(name, threads, shards, monkeypatch):
 
 
 @pytest.mark.parametrize("name", VARIANTS)
-@pytest.mark.parametrize("threads, kc", [(1, 1024), (1, 32), (2, 1024)])
-def test_prefetch_of_the_next_panel(name, threads, kc, monkeypatch):
+@pytest.mark.parametrize("threads, kc, pfs", [(1, 1024, 16), (1, 32, 16), (2, 1024, 16), (1, 1024, 4), (1, 32, 4)])
+def test_prefetch_of_the_next_panel(name, threads, kc, pfs, monkeypatch):
     """PREFETCH (the first row tiles of a panel prefetch the next panel's K chunk) changes no value:
     one thread with whole K and in K chunks, two threads (fpair's halves or the pool's shares), the
     bound serial call and a masked last panel, on drivers cached under their own key."""
     _need(name)
     kind = ftile.KIND[name]
-    monkeypatch.setattr(fgemm, "PREFETCH", True)
+    monkeypatch.setattr(fgemm, "PREFETCH", pfs)
     monkeypatch.setattr(fgemm, "KC", kc)
     rng = np.random.default_rng(kc + threads)
     a, b = rng.standard_normal((20, 100)).astype(np.float32), rng.standard_normal((100, 90)).astype(np.float32)
@@ -222,8 +222,8 @@ def test_prefetch_of_the_next_panel(name, threads, kc, monkeypatch):
     from kernelkit_numba.cache import CLOSURE_KEY
 
     d = fgemm.driver(kind, epilogue.NONE, fgemm.MR[kind])
-    assert d is not fgemm.driver(kind, epilogue.NONE, fgemm.MR[kind], False)
-    assert getattr(getattr(d, "py_func", d), CLOSURE_KEY).endswith(".pf")
+    assert d is not fgemm.driver(kind, epilogue.NONE, fgemm.MR[kind], 0)
+    assert getattr(getattr(d, "py_func", d), CLOSURE_KEY).endswith(f".pf{pfs}")
 
 
 def test_drivers_are_cached_under_their_variant():
