@@ -54,8 +54,10 @@ NARROW_ON = False
 BLOCK_BYTES = 1 << 20
 DIRECT_A = True  # broadcast from A's own rows where A is C-contiguous (AMD box: 0-7% above packing A first)
 # the next column panel's K chunk prefetched into L2 by the first row tiles of the current one, this many
-# floats a K step (driver; 0: off)
-PREFETCH = 0
+# floats a K step (driver; 0: off). 4 (a line every 4 steps over the first nr / 4 tiles): B streams from
+# L3 in the model (bench_fgemm_cold.py, Xeon: 64 x 1024 x 1024 with B cold 130 against 93 GFLOP/s, the
+# whole MLP at one thread 0.82 of no prefetch in one process; AMD box 0.95)
+PREFETCH = 4
 KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 ran 3-15% above chunks of 256-512)
 
 
