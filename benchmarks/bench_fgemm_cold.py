@@ -12,11 +12,12 @@ bound under its fgemm settings at its first run: Gemm binds fgemm's serial call 
 and the reference kernels, runs interleaved in one process (the Xeon's processes differ by 1.5x):
 main-thread CPU ms, best and median over rounds, and each configuration's ratio to the first.
 
-Contenders: fgemm's driver as it is (``default``), with PREFETCH 16 / 4 (the first row tiles of each
-column panel prefetch the next panel into L2, a line every step / every 4 steps), with K chunks of
-256 / 512 (KC: each panel's chunk passes every row tile from L1/L2); GFLOP/s from the best over
-rounds of one pass over the sets (mean per call), contenders interleaved and their order rotated
-every round. A is one (M, K) matrix (in the model the previous layer's output, in L2).
+Contenders: fgemm's driver without the prefetch (``pf0``; the default until session 10), with
+PREFETCH 16 / 4 (the first row tiles of each column panel prefetch the next panel into L2, a line
+every step / every 4 steps), with K chunks of 256 / 512 (KC: each panel's chunk passes every row
+tile from L1/L2); GFLOP/s from the best over rounds of one pass over the sets (mean per call),
+contenders interleaved and their order rotated every round. A is one (M, K) matrix (in the model the
+previous layer's output, in L2).
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ from kernelkit_numba.kernels import fgemm, ftile
 from threadpoolctl import threadpool_limits
 
 # label: fgemm settings while binding (serial() reads KC and PREFETCH when it binds)
-CONFIGS = {"default": {}, "pf16": {"PREFETCH": 16}, "pf4": {"PREFETCH": 4}, "kc256": {"KC": 256},
+CONFIGS = {"pf0": {"PREFETCH": 0}, "pf16": {"PREFETCH": 16}, "pf4": {"PREFETCH": 4},
+           "kc256": {"KC": 256, "PREFETCH": 0},
            "kc256 pf16": {"KC": 256, "PREFETCH": 16}, "kc512 pf16": {"KC": 512, "PREFETCH": 16}}
 SHAPES = [(64, 784, 1024), (64, 1024, 1024)]
 
@@ -124,7 +126,7 @@ def mlp(rounds: int, labels: list) -> None:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "mlp":
-        labels = sys.argv[3].split(",") if len(sys.argv) > 3 else ["default", "pf16", "pf4", "kc256", "kc256 pf16"]
+        labels = sys.argv[3].split(",") if len(sys.argv) > 3 else ["pf0", "pf16", "pf4", "kc256", "kc256 pf16"]
         mlp(int(sys.argv[2]) if len(sys.argv) > 2 else 200, labels)
         return
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 20

@@ -14,7 +14,7 @@ run() {  # limit, file, args...
   echo "== $*" >> "$out/$file"
   timeout "$limit" taskset -c "$cpu" python3 bench_fgemm_cold.py "$@" >> "$out/$file" 2>&1
 }
-run 40 mlp_ab.txt mlp 400 "default,pf16,pf4,kc256 pf16"
+run 40 mlp_ab.txt mlp 400 "pf0,pf16,pf4,kc256 pf16"
 run 35 cold.txt 10 1,6,24
-run 25 mlp_ab.txt mlp 400 "pf16,default,pf4,kc256 pf16"
+run 25 mlp_ab.txt mlp 400 "pf16,pf0,pf4,kc256 pf16"
 cat "$out"/*.txt
