@@ -18,7 +18,9 @@ Variants: ``avx512`` (8 rows x 32 columns, 16 zmm accumulators), ``avx2`` (6 x 1
 
 Loops (``gemm``): shards are (row block, column-panel group); per shard, K in equal chunks of at
 most ``KC`` (a later chunk resumes from the stored partial sums, only the last applies the
-epilogue), each column panel's chunk (kc x nr floats, in L1) over every row tile of the block.
+epilogue), each column panel's chunk (kc x nr floats, in L1) over every row tile of the block; the
+block's first row tiles prefetch the next panel's chunk into L2 (PREFETCH: in the model B streams
+from L3).
 """
 from __future__ import annotations
 
