@@ -14,9 +14,9 @@ CPU time, minima, interleaved).
 
 Columns: each fgemm variant this CPU has (the first also with VARIATIONS: K chunks of 256, A packed
 into row panels first instead of broadcast from its own rows, row blocks of 64 KiB / 1 MiB of A per
-K chunk instead of 256 KiB, avx512 tiles of 12 rows instead of 8; at 2+ threads also cut into 4
-shards a thread instead of one or two), np.dot, ORT, and
-what ``fgemm.kind_for`` picks by default (``BLAS``: the Gemm kernel keeps np.matmul).
+K chunk instead of 256 KiB, avx512 tiles of 12 rows instead of 8, no prefetch of the next panel or
+a line of it every K step (PREFETCH 0 / 16); at 2+ threads also cut into 4 shards a thread instead of
+one or two), np.dot, ORT, and what ``fgemm.kind_for`` picks by default (``BLAS``: the Gemm kernel keeps np.matmul).
 """
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ VARIATIONS = [("kc256", "KC", 256), ("packed A", "DIRECT_A", False), ("blk 64K",
               ("blk 1M", "BLOCK_BYTES", 1 << 20), ("12x32", "MR", {**fgemm.MR, 2: 12}),
               ("kc384", "KC", 384), ("kc512", "KC", 512),
               ("12x32 kc256", ("MR", "KC"), ({**fgemm.MR, 2: 12}, 256)),
-              ("12x32 packed A", ("MR", "DIRECT_A"), ({**fgemm.MR, 2: 12}, False))]  # 12x32: 8-row tiles last
+              ("12x32 packed A", ("MR", "DIRECT_A"), ({**fgemm.MR, 2: 12}, False)),
+              ("pf0", "PREFETCH", 0), ("pf16", "PREFETCH", 16)]  # 12x32: 8-row tiles last
 SHAPES = [(64, 784, 1024), (64, 1024, 1024), (64, 1024, 10), (128, 256, 256), (128, 256, 1024), (128, 1024, 256),
           (1024, 256, 256), (1024, 256, 1024), (1024, 1024, 256)]
 

@@ -197,6 +197,35 @@ def test_row_blocks_and_panel_groups(name, threads, shards, monkeypatch):
     assert_close(out, _want(a, b, 1.0, bias, epilogue.CLIP, np.float32(0), np.float32(np.inf)))
 
 
+@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("threads, kc, pfs", [(1, 1024, 16), (1, 32, 16), (2, 1024, 16), (1, 1024, 4), (1, 32, 4)])
+def test_prefetch_of_the_next_panel(name, threads, kc, pfs, monkeypatch):
+    """PREFETCH (the first row tiles of a panel prefetch the next panel's K chunk) changes no value:
+    one thread with whole K and in K chunks, two threads (fpair's halves or the pool's shares), the
+    bound serial call and a masked last panel, on drivers cached under their own key."""
+    _need(name)
+    kind = ftile.KIND[name]
+    monkeypatch.setattr(fgemm, "PREFETCH", pfs)
+    monkeypatch.setattr(fgemm, "KC", kc)
+    rng = np.random.default_rng(kc + threads)
+    a, b = rng.standard_normal((20, 100)).astype(np.float32), rng.standard_normal((100, 90)).astype(np.float32)
+    bias = rng.standard_normal(90).astype(np.float32)
+    packed = fgemm.Packed(b, b, kind)
+    want = _want(a, b, 1.0, bias, epilogue.CLIP, np.float32(0), np.float32(np.inf))
+    out = np.empty((20, 90), np.float32)
+    with config.num_threads(threads):
+        fgemm.gemm(kind, packed, a, out, 1.0, bias, epilogue.CLIP, np.float32(0), np.float32(np.inf))
+    assert_close(out, want)
+    out2 = np.empty((20, 90), np.float32)
+    fgemm.serial(kind, packed, 20, 1.0, bias, epilogue.CLIP, 0.0, np.inf)(a, out2)
+    assert_close(out2, want)
+    from kernelkit_numba.cache import CLOSURE_KEY
+
+    d = fgemm.driver(kind, epilogue.NONE, fgemm.MR[kind])
+    assert d is not fgemm.driver(kind, epilogue.NONE, fgemm.MR[kind], 0)
+    assert getattr(getattr(d, "py_func", d), CLOSURE_KEY).endswith(f".pf{pfs}")
+
+
 def test_drivers_are_cached_under_their_variant():
     """The drivers close over LLVM IR intrinsics, which pickle differently in every process: each is
     cached under a key naming its variant, tile height and activation (cache.CLOSURE_KEY), so that the

@@ -18,7 +18,9 @@ Variants: ``avx512`` (8 rows x 32 columns, 16 zmm accumulators), ``avx2`` (6 x 1
 
 Loops (``gemm``): shards are (row block, column-panel group); per shard, K in equal chunks of at
 most ``KC`` (a later chunk resumes from the stored partial sums, only the last applies the
-epilogue), each column panel's chunk (kc x nr floats, in L1) over every row tile of the block.
+epilogue), each column panel's chunk (kc x nr floats, in L1) over every row tile of the block; the
+block's first row tiles prefetch the next panel's chunk into L2 (PREFETCH: in the model B streams
+from L3).
 """
 from __future__ import annotations
 
@@ -53,6 +55,11 @@ NARROW_ON = False
 # 105-115 vs 91-109), where the 256 KiB of the first AMD round lost BERT's products to OpenBLAS
 BLOCK_BYTES = 1 << 20
 DIRECT_A = True  # broadcast from A's own rows where A is C-contiguous (AMD box: 0-7% above packing A first)
+# the next column panel's K chunk prefetched into L2 by the first row tiles of the current one, this many
+# floats a K step (driver; 0: off). 4 (a line every 4 steps over the first nr / 4 tiles): B streams from
+# L3 in the model (bench_fgemm_cold.py, Xeon: 64 x 1024 x 1024 with B cold 130 against 93 GFLOP/s, the
+# whole MLP at one thread 0.82 of no prefetch in one process; AMD box 0.95)
+PREFETCH = 4
 KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 ran 3-15% above chunks of 256-512)
 
 
@@ -88,20 +95,21 @@ def pack_a(a, m_n, k_n, mr, ap, tall, short, short_mr):
 
 
 # --------------------------------------------------------------------------------------------- IR
-def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool):
+def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool = False):
     """An intrinsic ``tile(a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo,
-    lo, hi, m_valid, n_valid)``: rows [0, m_valid) and columns [0, n_valid) of the mr x nr block of
+    lo, hi, m_valid, n_valid, pf, pfs)``: rows [0, m_valid) and columns [0, n_valid) of the mr x nr block of
     ``out`` at ``out[o_off:]`` (row stride ``ldo``) = clamp(alpha * (A at ``a[a_off + r * lda + k *
     a_step]`` (a packed panel: lda 1, a_step mr; A's own rows: lda, 1) times
     B panel at ``b[b_off:]`` ([k][nr]) over k < k_n) + bias[c0 + j], lo, hi) (NaN kept). ``first`` =
     0: the accumulators start from ``out`` (a later K chunk). ``masked``: only the first n_valid
-    columns are read and stored."""
+    columns are read and stored. ``prefetch``: each step k also prefetches (into L2) the cache line
+    holding ``b[pf + pfs * k]`` (a later panel of B: the driver's PREFETCH); without, pf and pfs unused."""
     lanes = 8 if kind == "avx2" else 16
     nr = lanes * nvec
 
     def codegen(context, builder, sig, args):
         (a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo, lo, hi, m_valid,
-         n_valid) = args
+         n_valid, pf, pfs) = args
         i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
         if not available(kind):  # compiled on every CPU, selected only where it runs
             trap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
@@ -116,7 +124,12 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool):
         mstore = cgutils.get_or_insert_function(mod, ir.FunctionType(ir.VoidType(), [vf, vf.as_pointer(), i32, vmask]),
                                                 f"llvm.masked.store.v{lanes}f32.p0")
         pa = builder.gep(builder.bitcast(_data(context, builder, sig.args[0], a), f32.as_pointer()), [a_off])
-        pb = builder.gep(builder.bitcast(_data(context, builder, sig.args[4], b), f32.as_pointer()), [b_off])
+        b_base = builder.bitcast(_data(context, builder, sig.args[4], b), f32.as_pointer())
+        pb = builder.gep(b_base, [b_off])
+        ppf = builder.gep(b_base, [pf])
+        i8p = ir.IntType(8).as_pointer()
+        prefetch_fn = cgutils.get_or_insert_function(mod, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                                  "llvm.prefetch.p0")
         pbias = builder.gep(builder.bitcast(_data(context, builder, sig.args[9], bias), f32.as_pointer()), [c0])
         po = builder.gep(builder.bitcast(_data(context, builder, sig.args[11], out), f32.as_pointer()), [o_off])
         zero_v = ir.Constant(vf, None)
@@ -167,6 +180,9 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool):
         bv = [builder.load(builder.bitcast(builder.gep(brow, [ir.Constant(i64, lanes * j)]), vf.as_pointer()),
                            align=4) for j in range(nvec)]  # the packed panel: never past its end
         ak = builder.mul(k, a_step)
+        if prefetch:
+            line = builder.bitcast(builder.gep(ppf, [builder.mul(k, pfs)]), i8p)
+            builder.call(prefetch_fn, [line, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])  # L2
         new = []
         for r in range(mr):
             av = splat(builder.load(builder.gep(arows[r], [ak]), align=4))
@@ -189,17 +205,18 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool):
 
     @intrinsic
     def tile(typingctx, a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo, lo, hi, m_valid,
-             n_valid):
+             n_valid, pf, pfs):
         i64, f = types.int64, types.float32
-        return types.void(a, i64, i64, i64, b, i64, i64, i64, f, bias, i64, out, i64, i64, f, f, i64, i64), codegen
+        return (types.void(a, i64, i64, i64, b, i64, i64, i64, f, bias, i64, out, i64, i64, f, f, i64, i64, i64, i64),
+                codegen)
 
     return tile
 
 
 @jit
 def _generic_tile(a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo, lo, hi, m_valid,
-                  n_valid):
-    """The tiles' arithmetic in plain loops (4 rows x 16 columns)."""
+                  n_valid, pf, pfs):
+    """The tiles' arithmetic in plain loops (4 rows x 16 columns; ``pf``, ``pfs`` unused)."""
     acc = np.zeros((4, 16), np.float32)
     if not first:
         for r in range(m_valid):
@@ -221,13 +238,13 @@ def _generic_tile(a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, 
 
 
 @functools.cache
-def _tiles(kind: int, mr: int):
-    """(full, masked) tiles of variant ``kind`` with ``mr`` rows (generic: 4 only)."""
+def _tiles(kind: int, mr: int, prefetch: bool = False):
+    """(full, masked) tiles of variant ``kind`` with ``mr`` rows (generic: 4 only), with the prefetch."""
     if kind == 0:
         return _generic_tile, _generic_tile
     name = "avx512" if kind in (2, NARROW) else "avx2"
     nvec = 1 if kind == NARROW else 2
-    return _tile_intrinsic(name, mr, nvec, False), _tile_intrinsic(name, mr, nvec, True)
+    return _tile_intrinsic(name, mr, nvec, False, prefetch), _tile_intrinsic(name, mr, nvec, True, prefetch)
 
 
 MIXED_MR = 12  # an avx512 driver of this height also has 8-row tiles for the last rows (row_tiles)
@@ -250,8 +267,13 @@ def row_tiles(m_n: int, mr: int) -> tuple[int, int]:
     return best[1], best[2]
 
 
+def driver(kind: int, post: int, mr: int, prefetch: int | None = None):
+    """_driver with PREFETCH (now) unless ``prefetch`` is given."""
+    return _driver(kind, post, mr, int(PREFETCH if prefetch is None else prefetch))
+
+
 @functools.cache
-def driver(kind: int, post: int, mr: int):
+def _driver(kind: int, post: int, mr: int, prefetch: int):
     """The compiled loops of variant ``kind`` with ``mr``-row tiles and the activation ``post`` (an
     epilogue code other than NONE/CLIP, applied over each finished tile; NONE: the tile's clamp is
     all) fixed.
@@ -259,10 +281,14 @@ def driver(kind: int, post: int, mr: int):
     ``gemm(ap, lda, bp, k_n, m_n, n_n, alpha, bias, zeros, out, ldo, lo, hi, p0, p1, block, groups, kc,
     s_lo, s_hi)``: shards [s_lo, s_hi), shard s being row block s // groups (``block`` row tiles)
     times column-panel group s % groups; ``ap`` A packed (``lda`` 0) or A's own rows (flat, ``lda``
-    apart)."""
-    full, masked = _tiles(kind, mr)
+    apart). ``prefetch`` (floats a K step, 0: none): the first nr / prefetch row tiles of a row block
+    over column panel q prefetch panel q + 1's K chunk into L2, ``prefetch`` floats of it a K step each
+    (16: a cache line a step over the first nr / 16 tiles; 4: a line every 4 steps over nr / 4 tiles),
+    so that the next panel's first tile does not wait on L3."""
+    full, masked = _tiles(kind, mr, prefetch > 0)
     mixed = kind == 2 and mr == MIXED_MR  # 12-row tiles, then 8-row ones (row_tiles)
-    full8, masked8 = _tiles(kind, SHORT_MR) if mixed else (full, masked)
+    full8, masked8 = _tiles(kind, SHORT_MR, prefetch > 0) if mixed else (full, masked)
+    pfs = max(1, prefetch)
     nr = NR[kind]
 
     def gemm(ap, lda, bp, k_n, m_n, n_n, alpha, bias, zeros, out, ldo, lo, hi, p0, p1, block, groups, kc, s_lo,
@@ -297,7 +323,11 @@ def driver(kind: int, post: int, mr: int):
                     c0 = q * nr
                     nv = min(nr, n_n - c0)
                     b_off = (q * k_n + k0) * nr
+                    nxt = ((q + 1) * k_n + k0) * nr
                     for t in range(t0, t1):
+                        pf = b_off
+                        if prefetch and q + 1 < q1 and (t - t0) * pfs < nr:
+                            pf = nxt + (t - t0) * kk * pfs
                         h = mr if t < tall else SHORT_MR
                         r0 = t * mr if t < tall else tall * mr + (t - tall) * SHORT_MR
                         mv = min(h, m_n - r0)
@@ -309,16 +339,16 @@ def driver(kind: int, post: int, mr: int):
                         if t >= tall:
                             if nv >= nr:
                                 full8(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo, lo2,
-                                      hi2, mv, nv)
+                                      hi2, mv, nv, pf, pfs)
                             else:
                                 masked8(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo,
-                                        lo2, hi2, mv, nv)
+                                        lo2, hi2, mv, nv, pf, pfs)
                         elif nv >= nr:
                             full(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo, lo2, hi2,
-                                 mv, nv)
+                                 mv, nv, pf, pfs)
                         else:
                             masked(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo, lo2,
-                                   hi2, mv, nv)
+                                   hi2, mv, nv, pf, pfs)
                         if post != NONE and final:
                             for r in range(mv):
                                 at = o_off + r * ldo
@@ -326,7 +356,7 @@ def driver(kind: int, post: int, mr: int):
                                     out[U(at + j)] = act(out[U(at + j)], post, p0, p1)
 
     # cached under the variant's name: the cells (intrinsics) pickle differently in every process
-    setattr(gemm, CLOSURE_KEY, f"fgemm.gemm.{kind}.{mr}.{post}")
+    setattr(gemm, CLOSURE_KEY, f"fgemm.gemm.{kind}.{mr}.{post}" + (f".pf{prefetch}" if prefetch else ""))
     return jit(gemm)
 
 
@@ -490,7 +520,8 @@ def _pair_descriptor(kind, post, mr, packed, lda, m_n, k_n, ldo, fvals, bias, a_
     helper = fpair.server()
     if not helper.prepare():
         return False
-    _fn, address = fpair.half_address(driver(kind, post, mr), f"fpair.half.{kind}.{mr}.{post}")
+    pf = f".pf{int(PREFETCH)}" if PREFETCH else ""
+    _fn, address = fpair.half_address(driver(kind, post, mr), f"fpair.half.{kind}.{mr}.{post}{pf}")
     if not address:
         return False
     made = fpair.descriptor(address, mode, cut, (-(-sides[0] // block), -(-sides[1] // block)), packed.bp, bias,
