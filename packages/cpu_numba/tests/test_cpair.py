@@ -16,7 +16,7 @@ from kernelkit.builder import GraphBuilder
 from kernelkit.invoke import KernelContext
 from kernelkit.ir import Node, TensorSpec
 from kernelkit.testing import assert_close, run_single_op
-from kernelkit_numba.kernels import cpair, dwtile, ftile, qpair
+from kernelkit_numba.kernels import cpair, dwtile, fpair, ftile, qpair
 from kernelkit_numba.kernels.conv import Conv
 
 pytestmark = [pytest.mark.skipif(not qpair.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
@@ -81,9 +81,10 @@ def _out_shape(xs, ws, attrs):
 
 @pytest.fixture
 def quiet_server(monkeypatch):
-    """A conv server of this test's own whose thread never starts (the helper's part is run by hand)."""
-    srv = cpair.ConvServer()
-    monkeypatch.setattr(cpair, "_server", [srv])
+    """fpair's helper (the one for every float32 pair) of this test's own whose thread never starts (the
+    helper's part is run by hand)."""
+    srv = fpair.FPairServer(0)
+    monkeypatch.setattr(fpair, "_server", [srv])
     monkeypatch.setattr(srv, "wake", lambda: None)
     monkeypatch.setattr(_pool(), "backed_off", lambda: False)
     monkeypatch.setattr(_pool(), "workers_spinning", lambda: False)
@@ -156,8 +157,7 @@ def test_caller_alone_and_helper_half(case, quiet_server):
     y = np.full(shape, np.nan, np.float32)
     desc[cpair.YA] = y.ctypes.data
     srv.ctl[qpair.STATE] = 9 * 4 + qpair.OPEN
-    serve = cpair.built()[2]
-    assert serve(srv.ctl, 1 << 22, 1 << 40) == 0
+    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0  # fpair's loop: the half reached by address
     assert srv.ctl[qpair.STATE] == 9 * 4 + qpair.DONE
     written = ~np.isnan(y)
     assert written.any() and not written.all()  # the second half only
@@ -184,8 +184,9 @@ def test_busy_slot_and_back_off(quiet_server):
     np.testing.assert_array_equal(_run(f2, x, w, b, z, shape), want)
     assert srv.ctl[qpair.JOB] == jobs
     srv.until = 0.0
-    srv.ctl[qpair.WAITED] = srv.stall + 1  # a stall: the helper's half came late
-    srv.result(1)
+    srv.ctl[qpair.WAITED] = srv.stall + 1  # a stall: the helper's half came late (cpair's strict rule:
+    srv.ctl[fpair.OWN] = 1 << 40  # no slack for the caller's own half, as the conv pairs call it)
+    srv.result(1, strict=True)
     assert srv.stats["stalls"] == 1 and srv.until > time.perf_counter()
     srv.until = 0.0
     srv.ctl[qpair.AWAKE] = 0  # asleep: the caller runs alone and asks for a wake-up
@@ -198,6 +199,14 @@ def test_busy_slot_and_back_off(quiet_server):
     assert srv.ctl[qpair.JOB] == jobs
 
 
+def _contents(cell):
+    """A closure cell's value (None for an empty one: a name the closure assigns later)."""
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return None
+
+
 def test_switches_and_sizes(monkeypatch):
     """No pair at one thread, for batch 2, for layers below MIN_US, under KERNELKIT_F32_PAIR=off or
     KERNELKIT_NUMBA_SPIN_US=0."""
@@ -205,7 +214,7 @@ def test_switches_and_sizes(monkeypatch):
         x, w, b, z, attrs = _layer((xs, ws, attrs, True, False))
         k = _kernel(x, w, b, z, attrs, threads)
         fn = k.serial_call(None)
-        cells = {c.cell_contents for c in fn.__closure__ or () if isinstance(c.cell_contents, cpair.Pair)}
+        cells = {v for v in map(_contents, fn.__closure__ or ()) if isinstance(v, cpair.Pair)}
         return next(iter(cells), None)
 
     big = ((1, 16, 112, 112), (96, 16, 1, 1), CLIP6)

@@ -217,12 +217,13 @@ class PairServer:
                 ctl[AWAKE] = 0
                 return
 
-    def result(self, done: int) -> None:
-        """Count a pair call's outcome (1 paired, 2 alone) and back off on the signs of a helper without a core."""
+    def result(self, done: int, strict: bool = False) -> None:
+        """Count a pair call's outcome (1 paired, 2 alone) and back off on the signs of a helper without a
+        core (``strict``: the stall rule without a subclass's slack, ``stalled``)."""
         if done == 1:
             self.stats["paired"] += 1
             self._misses = 0
-            if self.stalled():
+            if self.stalled(strict):
                 self.stats["stalls"] += 1
                 self._back_off()
         elif done == 2:
@@ -231,9 +232,9 @@ class PairServer:
             if self._misses >= MISSES:
                 self._back_off()
 
-    def stalled(self) -> bool:
+    def stalled(self, strict: bool = False) -> bool:
         """Whether the last paired call waited too long for the helper's half (a sign that the helper
-        lost its core mid-half)."""
+        lost its core mid-half): longer than ``STALL_S``."""
         return self.ctl[WAITED] > self.stall
 
     def _back_off(self) -> None:
