@@ -8,6 +8,7 @@ and the caller's and the helper's copies of a half bit for bit against each othe
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -278,3 +279,77 @@ def test_block_through_a_two_thread_session():
             break
         srv.until = 0.0  # a loaded test machine's back-off: try again
     assert tried >= 30
+
+
+def _head_model(rng):
+    """A MobileNetV2-like tail and its input: a 1x1 expansion, a depthwise 3x3, a 1x1 projection (cpair's
+    pairs), then a Gemm head on fgemm's tiles (fpair's pair): the projection's 64 channels as rows
+    (a batch-1 head of one row runs on BLAS, fgemm.wins) by 1000 columns."""
+    g = GraphBuilder("tail")
+    x = g.input("x", (1, 32, 14, 14))
+
+    def conv(t, m, c, k, **attrs):
+        w = g.constant((rng.standard_normal((m, c, k, k)) * (0.5 / np.sqrt(c * k * k))).astype(np.float32))
+        b = g.constant(rng.standard_normal(m).astype(np.float32) * np.float32(0.1))
+        return g.op("Conv", t, w, b, **attrs)
+
+    def clip(t):
+        return g.op("Clip", t, g.constant(np.float32(0)), g.constant(np.float32(6)))
+
+    e = clip(conv(x, 192, 32, 1))
+    d = clip(conv(e, 192, 1, 3, group=192, pads=[1, 1, 1, 1]))
+    p = conv(d, 64, 192, 1)
+    f = g.op("Reshape", p, g.constant(np.array([64, 196], np.int64)))
+    w = g.constant((rng.standard_normal((196, 1000)) * (1 / np.sqrt(196))).astype(np.float32))
+    c = g.constant(rng.standard_normal(1000).astype(np.float32) * np.float32(0.1))
+    g.output(g.op("Gemm", f, w, c))
+    return g.build(), {"x": rng.standard_normal((1, 32, 14, 14)).astype(np.float32)}
+
+
+def _pair_threads() -> list:
+    """The float32 pairs' helper threads alive now (qpair's int8 helpers, one per variant, apart)."""
+    import threading
+
+    return [t for t in threading.enumerate() if "-pair-" in t.name and "int8" not in t.name]
+
+
+def test_convs_and_gemm_head_share_one_helper(monkeypatch):
+    """At two threads the conv layers (cpair) and the Gemm head (fgemm, fpair) pair on ONE helper thread
+    (fpair's: issue 11, session 10, second round), and the result equals the one-thread run and the
+    reference within the fp32 tolerances on every run."""
+    if not fpair.enabled():
+        pytest.skip("float32 pairs are off in this process")
+    rng = np.random.default_rng(11)
+    model, feeds = _head_model(rng)
+    want = Session(model, vendors=["reference"]).run(None, feeds)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        one = Session(model, vendors=["numba"], threads=1).run(None, feeds)[0]
+    gemm_pairs = []
+    run = fpair.run
+
+    def counted(desc, a, out):
+        done = run(desc, a, out)
+        gemm_pairs.append(done)
+        return done
+
+    monkeypatch.setattr(fpair, "run", counted)
+    with warnings.catch_warnings():  # the Reshape (a view) on the reference kernels
+        warnings.simplefilter("ignore")
+        sess = Session(model, vendors=["numba"], threads=2)
+    srv = fpair.server()
+    before = srv.stats["paired"] + srv.stats["alone"]
+    deadline = time.perf_counter() + 60
+    while True:
+        got = sess.run(None, feeds)[0]
+        assert_close(got, want, np.float32)
+        assert_close(got, one, np.float32)
+        tried = srv.stats["paired"] + srv.stats["alone"] - before
+        gemm = sum(gemm_pairs)
+        if (gemm >= 10 and tried - gemm >= 30) or time.perf_counter() > deadline:
+            break
+        srv.until = 0.0  # a loaded test machine's back-off: try again
+    assert gemm >= 10 and tried - gemm >= 30  # both families paired, on fpair's server
+    helpers = _pair_threads()
+    assert len(helpers) == 1 and helpers[0].name.startswith("kernelkit-f32-pair"), [t.name for t in helpers]
+    assert cpair.server() is srv
