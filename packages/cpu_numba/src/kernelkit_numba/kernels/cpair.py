@@ -4,11 +4,15 @@ session 10; docs/numba.md, "MobileNetV2 on two cores, handed over in compiled co
 
 MobileNetV2's layers are 30-300 us each. The shard pool hands a job over in Python (20-60 us a job:
 the GIL, a wake-up, the end wait), so at two threads they stayed on the calling thread (conv.py's
-serial limits). Here the hand-over is qpair.py's (the int8 products'): a helper thread spinning in a
-``nogil`` Numba loop on one int64 state word, a per-node int64 descriptor with the arrays' addresses
-(rebuilt with ``numba.carray``), the caller's claim of the second half by compare-and-swap where the
-helper did not come, and qpair's back-off rules (``PairServer``: ``STALL_S``, ``MISSES``, the pool's
-``backed_off``; ``KERNELKIT_NUMBA_SPIN_US=0`` turns pairs off).
+serial limits). Here the hand-over is fpair.py's, on its helper thread (the one for every float32
+pair, issue 11, session 10, second round): a helper spinning in a ``nogil`` Numba loop on one int64
+state word reaches this module's compiled ``half(desc_address, side)`` by address (the descriptor's
+first word, ``FN``, as fgemm's halves), a per-node int64 descriptor holds the arrays' addresses
+(rebuilt with ``numba.carray``), ``pair_run`` writes the per-call addresses and calls fpair's
+``pair_job`` (publish, side 0, claim the second half by compare-and-swap where the helper did not
+come, or wait), and the back-off rules are qpair's (``pairs.PairServer``: ``STALL_S`` without fpair's
+slack, ``MISSES``, the pool's ``backed_off``; no pair while the pool's worker spins;
+``KERNELKIT_NUMBA_SPIN_US=0`` turns pairs off).
 
 **Sticky channel halves.** The caller always runs the lower output channels and the helper the
 upper ones, in every layer of an inverted-residual block:
