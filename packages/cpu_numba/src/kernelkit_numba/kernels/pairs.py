@@ -6,8 +6,9 @@
   cycles the last caller waited for the helper's half, and a stop flag (tests).
 - **Atomics and hints** as LLVM intrinsics (``_cas``, ``_load``, ``_store``, ``_pause``), ``_ptr`` (an
   int64 address as numba.carray's pointer) and ``_call2`` (a call through a C function pointer:
-  fpair's halves are compiled per micro-kernel driver and reached by address, so one helper loop
-  serves them all).
+  every pair's half, fpair's (per fgemm driver), cpair's (the conv halves) and qpair's (per int8
+  variant), is compiled on its own and reached by address, so one helper loop, fpair's, serves them
+  all: one helper thread for every pair since issue 11, session 10, second round).
 - **The helper thread** (``PairServer``): started at a variant's first pair call, it spins in a
   ``nogil`` Numba loop for ``IDLE_S`` after its last job (``sched_yield`` between polls), then sleeps
   on a condition until a caller wakes it (that caller runs its product alone). Its loop and stand-in
