@@ -9,7 +9,7 @@
   every pair's half, fpair's (per fgemm driver), cpair's (the conv halves) and qpair's (per int8
   variant), is compiled on its own and reached by address, so one helper loop, fpair's, serves them
   all: one helper thread for every pair since issue 11, session 10, second round).
-- **The helper thread** (``PairServer``): started at a variant's first pair call, it spins in a
+- **The helper thread** (``PairServer``; its one subclass, fpair's): started at the first pair call, it spins in a
   ``nogil`` Numba loop for ``IDLE_S`` after its last job (``sched_yield`` between polls), then sleeps
   on a condition until a caller wakes it (that caller runs its product alone). Its loop and stand-in
   compile calls are its subclass's (``serve``, ``compile_sides``).
@@ -147,7 +147,7 @@ def cycle_rate() -> float:
 
 
 class PairServer:
-    """The helper thread of one family and variant and its control words (module doc). Subclasses
+    """A helper thread and its control words (module doc; one per process: fpair's). Subclasses
     give ``serve(ctl, idle, cap)`` (the helper's compiled loop: 0 idle, 1 stopped, 2 the cap) and
     ``compile_sides()`` (both sides compiled on the calling thread, with stand-in calls)."""
 
