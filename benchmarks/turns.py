@@ -84,7 +84,7 @@ cpair = sys.modules.get("kernelkit_numba.kernels.cpair")  # the conv pairs' help
 
 
 def pairs():
-    return {f"pair_{k}": v for k, v in cpair.server().stats.items()} if cpair and cpair._server else {}
+    return {f"pair_{k}": v for k, v in cpair.server().stats.items()} if cpair and cpair.fpair._server else {}
 
 
 t0 = time.perf_counter()

@@ -8,6 +8,7 @@ and the caller's and the helper's copies of a half bit for bit against each othe
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from kernelkit.builder import GraphBuilder
 from kernelkit.invoke import KernelContext
 from kernelkit.ir import Node, TensorSpec
 from kernelkit.testing import assert_close, run_single_op
-from kernelkit_numba.kernels import cpair, dwtile, ftile, qpair
+from kernelkit_numba.kernels import cpair, dwtile, fpair, ftile, qpair
 from kernelkit_numba.kernels.conv import Conv
 
 pytestmark = [pytest.mark.skipif(not qpair.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
@@ -81,9 +82,10 @@ def _out_shape(xs, ws, attrs):
 
 @pytest.fixture
 def quiet_server(monkeypatch):
-    """A conv server of this test's own whose thread never starts (the helper's part is run by hand)."""
-    srv = cpair.ConvServer()
-    monkeypatch.setattr(cpair, "_server", [srv])
+    """fpair's helper (the one for every float32 pair) of this test's own whose thread never starts (the
+    helper's part is run by hand)."""
+    srv = fpair.FPairServer(0)
+    monkeypatch.setattr(fpair, "_server", [srv])
     monkeypatch.setattr(srv, "wake", lambda: None)
     monkeypatch.setattr(_pool(), "backed_off", lambda: False)
     monkeypatch.setattr(_pool(), "workers_spinning", lambda: False)
@@ -156,8 +158,7 @@ def test_caller_alone_and_helper_half(case, quiet_server):
     y = np.full(shape, np.nan, np.float32)
     desc[cpair.YA] = y.ctypes.data
     srv.ctl[qpair.STATE] = 9 * 4 + qpair.OPEN
-    serve = cpair.built()[2]
-    assert serve(srv.ctl, 1 << 22, 1 << 40) == 0
+    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0  # fpair's loop: the half reached by address
     assert srv.ctl[qpair.STATE] == 9 * 4 + qpair.DONE
     written = ~np.isnan(y)
     assert written.any() and not written.all()  # the second half only
@@ -184,8 +185,9 @@ def test_busy_slot_and_back_off(quiet_server):
     np.testing.assert_array_equal(_run(f2, x, w, b, z, shape), want)
     assert srv.ctl[qpair.JOB] == jobs
     srv.until = 0.0
-    srv.ctl[qpair.WAITED] = srv.stall + 1  # a stall: the helper's half came late
-    srv.result(1)
+    srv.ctl[qpair.WAITED] = srv.stall + 1  # a stall: the helper's half came late (cpair's strict rule:
+    srv.ctl[fpair.OWN] = 1 << 40  # no slack for the caller's own half, as the conv pairs call it)
+    srv.result(1, strict=True)
     assert srv.stats["stalls"] == 1 and srv.until > time.perf_counter()
     srv.until = 0.0
     srv.ctl[qpair.AWAKE] = 0  # asleep: the caller runs alone and asks for a wake-up
@@ -198,6 +200,14 @@ def test_busy_slot_and_back_off(quiet_server):
     assert srv.ctl[qpair.JOB] == jobs
 
 
+def _contents(cell):
+    """A closure cell's value (None for an empty one: a name the closure assigns later)."""
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return None
+
+
 def test_switches_and_sizes(monkeypatch):
     """No pair at one thread, for batch 2, for layers below MIN_US, under KERNELKIT_F32_PAIR=off or
     KERNELKIT_NUMBA_SPIN_US=0."""
@@ -205,7 +215,7 @@ def test_switches_and_sizes(monkeypatch):
         x, w, b, z, attrs = _layer((xs, ws, attrs, True, False))
         k = _kernel(x, w, b, z, attrs, threads)
         fn = k.serial_call(None)
-        cells = {c.cell_contents for c in fn.__closure__ or () if isinstance(c.cell_contents, cpair.Pair)}
+        cells = {v for v in map(_contents, fn.__closure__ or ()) if isinstance(v, cpair.Pair)}
         return next(iter(cells), None)
 
     big = ((1, 16, 112, 112), (96, 16, 1, 1), CLIP6)
@@ -269,3 +279,77 @@ def test_block_through_a_two_thread_session():
             break
         srv.until = 0.0  # a loaded test machine's back-off: try again
     assert tried >= 30
+
+
+def _head_model(rng):
+    """A MobileNetV2-like tail and its input: a 1x1 expansion, a depthwise 3x3, a 1x1 projection (cpair's
+    pairs), then a Gemm head on fgemm's tiles (fpair's pair): the projection's 64 channels as rows
+    (a batch-1 head of one row runs on BLAS, fgemm.wins) by 1000 columns."""
+    g = GraphBuilder("tail")
+    x = g.input("x", (1, 32, 14, 14))
+
+    def conv(t, m, c, k, **attrs):
+        w = g.constant((rng.standard_normal((m, c, k, k)) * (0.5 / np.sqrt(c * k * k))).astype(np.float32))
+        b = g.constant(rng.standard_normal(m).astype(np.float32) * np.float32(0.1))
+        return g.op("Conv", t, w, b, **attrs)
+
+    def clip(t):
+        return g.op("Clip", t, g.constant(np.float32(0)), g.constant(np.float32(6)))
+
+    e = clip(conv(x, 192, 32, 1))
+    d = clip(conv(e, 192, 1, 3, group=192, pads=[1, 1, 1, 1]))
+    p = conv(d, 64, 192, 1)
+    f = g.op("Reshape", p, g.constant(np.array([64, 196], np.int64)))
+    w = g.constant((rng.standard_normal((196, 1000)) * (1 / np.sqrt(196))).astype(np.float32))
+    c = g.constant(rng.standard_normal(1000).astype(np.float32) * np.float32(0.1))
+    g.output(g.op("Gemm", f, w, c))
+    return g.build(), {"x": rng.standard_normal((1, 32, 14, 14)).astype(np.float32)}
+
+
+def _pair_threads() -> list:
+    """The pair helper threads alive now (float32 and int8: one since session 10's second round)."""
+    import threading
+
+    return [t for t in threading.enumerate() if "-pair-" in t.name]
+
+
+def test_convs_and_gemm_head_share_one_helper(monkeypatch):
+    """At two threads the conv layers (cpair) and the Gemm head (fgemm, fpair) pair on ONE helper thread
+    (fpair's: issue 11, session 10, second round), and the result equals the one-thread run and the
+    reference within the fp32 tolerances on every run."""
+    if not fpair.enabled():
+        pytest.skip("float32 pairs are off in this process")
+    rng = np.random.default_rng(11)
+    model, feeds = _head_model(rng)
+    want = Session(model, vendors=["reference"]).run(None, feeds)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        one = Session(model, vendors=["numba"], threads=1).run(None, feeds)[0]
+    gemm_pairs = []
+    run = fpair.run
+
+    def counted(desc, a, out):
+        done = run(desc, a, out)
+        gemm_pairs.append(done)
+        return done
+
+    monkeypatch.setattr(fpair, "run", counted)
+    with warnings.catch_warnings():  # the Reshape (a view) on the reference kernels
+        warnings.simplefilter("ignore")
+        sess = Session(model, vendors=["numba"], threads=2)
+    srv = fpair.server()
+    before = srv.stats["paired"] + srv.stats["alone"]
+    deadline = time.perf_counter() + 60
+    while True:
+        got = sess.run(None, feeds)[0]
+        assert_close(got, want, np.float32)
+        assert_close(got, one, np.float32)
+        tried = srv.stats["paired"] + srv.stats["alone"] - before
+        gemm = sum(gemm_pairs)
+        if (gemm >= 10 and tried - gemm >= 30) or time.perf_counter() > deadline:
+            break
+        srv.until = 0.0  # a loaded test machine's back-off: try again
+    assert gemm >= 10 and tried - gemm >= 30  # both families paired, on fpair's server
+    helpers = _pair_threads()
+    assert len(helpers) == 1 and helpers[0].name.startswith("kernelkit-f32-pair"), [t.name for t in helpers]
+    assert cpair.server() is srv

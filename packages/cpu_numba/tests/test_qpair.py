@@ -10,7 +10,7 @@ import pytest
 from kernelkit import Session
 from kernelkit.testing import run_single_op, single_op_model
 from kernelkit_numba import by_kind
-from kernelkit_numba.kernels import qgemm, qpack, qpair, qtile
+from kernelkit_numba.kernels import fpair, qgemm, qpack, qpair, qtile
 
 pytestmark = pytest.mark.skipif(not qpair.X86, reason="pairs need x86-64 (pause, the cycle counter)")
 
@@ -77,8 +77,8 @@ def test_helper_and_caller_halves(shape, n, per_col, relu):
     ctl = np.zeros(8, np.int64)
     ctl[qpair.DESC] = desc.ctypes.data
     ctl[qpair.STATE] = 5 * 4 + qpair.OPEN  # job 5, open
-    serve = by_kind.specialize(qpair.pair_serve, kind)
-    assert serve(ctl, 1 << 22, 1 << 40) == 0  # claimed, ran, then idled out
+    assert fpair.pair_serve(ctl, 1 << 22, 1 << 40) == 0  # fpair's loop (the half by address): claimed, ran,
+    # then idled out
     assert ctl[qpair.STATE] == 5 * 4 + qpair.DONE
     split = int(desc[qpair.SPLIT]) * qpack.GROUP_PANELS * 16
     out = flat.reshape(x2.shape[0], n)
@@ -141,6 +141,9 @@ def test_session_pairs_at_two_threads(case, relu):
         helper.until = 0.0  # a loaded test machine's back-off: try again
     assert helper.stats["wakes"] > before["wakes"] or helper.ctl[qpair.AWAKE] != 0
     assert tried >= 20
+    import threading  # one helper thread for every pair, int8 and float32 (fpair's)
+
+    assert helper is fpair.server() and sum("-pair-" in t.name for t in threading.enumerate()) == 1
 
 
 def test_one_thread_and_switch_off(monkeypatch):
@@ -162,14 +165,16 @@ def test_one_thread_and_switch_off(monkeypatch):
 
 def test_back_off_on_stalls_and_misses(monkeypatch):
     """A stall (the caller waited for the helper's half longer than STALL_S) or MISSES unclaimed jobs
-    in a row stop the pairs for a back-off that doubles while the signs go on."""
-    helper = qpair.PairServer(99)
+    in a row stop the pairs for a back-off that doubles while the signs go on (on fpair's helper, the
+    one for every pair, with qpair's strict stall rule: qgemm's ``result(done, strict=True)``)."""
+    helper = fpair.FPairServer(99)
+    helper.ctl[fpair.OWN] = 1 << 40  # no slack for the caller's own half under the strict rule
     helper.stall = 100
     helper.ctl[qpair.WAITED] = 50
-    helper.result(1)
+    helper.result(1, strict=True)
     assert helper.until == 0.0 and helper.stats["paired"] == 1
     helper.ctl[qpair.WAITED] = 500
-    helper.result(1)
+    helper.result(1, strict=True)
     first = helper.until - time.perf_counter()
     assert helper.stats["stalls"] == 1 and 0 < first <= qpair.MIN_BACKOFF_S
     helper.ctl[qpair.AWAKE] = 1
@@ -246,7 +251,7 @@ def test_row_block_helper_half(monkeypatch):
     sess = Session(model, vendors=["numba"], fallback=False, threads=2, passes=False)
     sess.run(None, {"in0": inputs[0], "in5": inputs[5]})
     kernel = next(s.kernel for s in sess._executor.plan.steps if getattr(s, "kernel", None) is not None)
-    kind, desc = kernel._plain[19][0].kind, kernel._plain[19][1].copy()
+    kind, desc = kernel._plain[19][5], kernel._plain[19][1].copy()
     x2 = inputs[0].copy()
     x2.setflags(write=False)
     res = inputs[5].copy()
@@ -262,7 +267,7 @@ def test_row_block_helper_half(monkeypatch):
     ctl = np.zeros(8, np.int64)
     ctl[qpair.DESC] = desc.ctypes.data
     ctl[qpair.STATE] = 3 * 4 + qpair.OPEN
-    assert by_kind.specialize(qpair.pair_serve, kind)(ctl, 1 << 22, 1 << 40) == 0
+    assert fpair.pair_serve(ctl, 1 << 22, 1 << 40) == 0
     assert ctl[qpair.STATE] == 3 * 4 + qpair.DONE
     cut = int(desc[qpair.SPLIT]) * int(desc[qpair.BLOCK]) * 300
     assert np.isnan(flat[:cut]).all() and not np.isnan(flat[cut:]).any()

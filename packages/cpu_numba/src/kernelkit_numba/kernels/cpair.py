@@ -4,11 +4,15 @@ session 10; docs/numba.md, "MobileNetV2 on two cores, handed over in compiled co
 
 MobileNetV2's layers are 30-300 us each. The shard pool hands a job over in Python (20-60 us a job:
 the GIL, a wake-up, the end wait), so at two threads they stayed on the calling thread (conv.py's
-serial limits). Here the hand-over is qpair.py's (the int8 products'): a helper thread spinning in a
-``nogil`` Numba loop on one int64 state word, a per-node int64 descriptor with the arrays' addresses
-(rebuilt with ``numba.carray``), the caller's claim of the second half by compare-and-swap where the
-helper did not come, and qpair's back-off rules (``PairServer``: ``STALL_S``, ``MISSES``, the pool's
-``backed_off``; ``KERNELKIT_NUMBA_SPIN_US=0`` turns pairs off).
+serial limits). Here the hand-over is fpair.py's, on its helper thread (the one for every float32
+pair, issue 11, session 10, second round): a helper spinning in a ``nogil`` Numba loop on one int64
+state word reaches this module's compiled ``half(desc_address, side)`` by address (the descriptor's
+first word, ``FN``, as fgemm's halves), a per-node int64 descriptor holds the arrays' addresses
+(rebuilt with ``numba.carray``), ``pair_run`` writes the per-call addresses and calls fpair's
+``pair_job`` (publish, side 0, claim the second half by compare-and-swap where the helper did not
+come, or wait), and the back-off rules are qpair's (``pairs.PairServer``: ``STALL_S`` without fpair's
+slack, ``MISSES``, the pool's ``backed_off``; no pair while the pool's worker spins;
+``KERNELKIT_NUMBA_SPIN_US=0`` turns pairs off).
 
 **Sticky channel halves.** The caller always runs the lower output channels and the helper the
 upper ones, in every layer of an inverted-residual block:
@@ -31,6 +35,7 @@ tiles); ``KERNELKIT_F32_PAIR=off`` (read when a session binds its nodes) turns t
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 
@@ -38,41 +43,21 @@ import numba
 import numpy as np
 
 from .. import config, shards
-from .._spin import _cycles, _sched_yield
 from ..cache import CLOSURE_KEY
 from ..config import jit
-from . import dwtile, ftile
-from .qpair import (
-    AWAKE,
-    CLAIMED,
-    DESC,
-    DONE,
-    JOB,
-    OPEN,
-    SLOT,
-    STATE,
-    STOP,
-    TAKEN,
-    WAITED,
-    X86,
-    PairServer,
-    _cas,
-    _load,
-    _pause,
-    _ptr,
-    _store,
-    cycle_rate,
-)
+from . import dwtile, fpair, ftile, pairs
+from .pairs import SLOT, STOP, X86, _cas, _ptr, cycle_rate
 
 ENV = "KERNELKIT_F32_PAIR"
 KIND = 2  # ftile's avx512 variant (8-row panels, 48-channel cols panels); dwtile's tiles need AVX-512 too
 ROWS, COLS, DEPTHWISE, IMPLICIT = 0, 1, 2, 3  # the descriptor's OP
-# desc: the op, the per-call addresses (x, y, z, the two sides' scratch), the clamp, the layer's
-# arrays and sizes, then SIDE_N words a side from SIDE0
-(OP, XA, YA, ZA, HAS_Z, SCR0, SCR1, FV, WA, WA_N, BIAS, ZEROS, K, M, L, KC,
+# desc: the half's address (fpair's helper calls it: every family's descriptor starts with it), the op,
+# the per-call addresses (x, y, z, the two sides' scratch), the clamp, the layer's arrays and sizes,
+# then SIDE_N words a side from SIDE0
+(FN, OP, XA, YA, ZA, HAS_Z, SCR0, SCR1, FV, WA, WA_N, BIAS, ZEROS, K, M, L, KC,
  C, H, W, OH, OW, PH, PW, BAND, DWFN,
  # the implicit GEMM (a strided stem): its padded phases buffer and offset table
- XPP, XPP_N, KOFF) = range(28)
+ XPP, XPP_N, KOFF) = range(29)
 SIDE0, SIDE_N = 32, 12
 # a side: its first output channel (or panel, plane), its channels (or the end panel, plane), its first
 # pixel and pixels, the rows plan's block, groups, kc, pack and shards, its scratch floats
@@ -104,13 +89,15 @@ def _drivers():
 
 
 def _build():
-    """The compiled sides (half, pair_run, pair_serve), closures over the drivers of KIND, keyed for the
-    disk cache by name (cache.CLOSURE_KEY, as ftile's drivers)."""
+    """The compiled ``half(desc_address, side) -> 0`` (side 0 the caller's, 1 the helper's), a closure
+    over the drivers of KIND, keyed for the disk cache by name (cache.CLOSURE_KEY, as ftile's
+    drivers); fpair's helper reaches it by address (``half_address``)."""
     rows, cols, (dw0, dw1, dw2, dw3, dw4, dw5) = _drivers()
     implicit = ftile.implicit_driver(KIND)
     f32 = np.float32
 
-    def half(d, side):
+    def half(addr, side):
+        d = numba.carray(_ptr(addr), (NDESC,), np.int64)
         b = SIDE0 + side * SIDE_N
         fv = numba.carray(_ptr(d[FV]), (2,), f32)
         lo, hi = fv[0], fv[1]
@@ -138,7 +125,7 @@ def _build():
                 dw4(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
             else:
                 dw5(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
-            return
+            return 0
         k_n, m_n, l_n = d[K], d[M], d[L]
         if op == IMPLICIT:  # output channels [c0, c0 + mc) of every output row
             c0, mc = d[b + S_C0], d[b + S_MC]
@@ -149,7 +136,7 @@ def _build():
             y = numba.carray(_ptr(d[YA] + 4 * c0 * l_n), (mc * l_n,), f32)
             z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + 4 * c0 * l_n), (mc * l_n,), f32)
             implicit(wp, k_n, mc, xpp, koff, d[BAND], d[OW], bias, z, has_z, lo, hi, y, l_n, 0, d[OH])
-            return
+            return 0
         x = numba.carray(_ptr(d[XA]), (k_n * l_n,), f32)
         scratch = numba.carray(_ptr(d[SCR0 + side]), (d[b + S_SCR_N],), f32)
         if op == COLS:
@@ -158,7 +145,7 @@ def _build():
             y = numba.carray(_ptr(d[YA]), (m_n * l_n,), f32)
             z = numba.carray(_ptr(d[ZA] if has_z else d[YA]), (m_n * l_n,), f32)
             cols(wp, k_n, m_n, x, l_n, l_n, bias, z, has_z, lo, hi, y, l_n, d[KC], scratch, d[b + S_C0], d[b + S_MC])
-            return
+            return 0
         c0, mc = d[b + S_C0], d[b + S_MC]
         wp = numba.carray(_ptr(d[WA] + 4 * c0 * k_n), (mc * k_n,), f32)
         bias = numba.carray(_ptr(d[BIAS] + 4 * c0), (mc,), f32)
@@ -168,160 +155,75 @@ def _build():
         p0 = d[b + S_P0]
         rows(wp, k_n, mc, x, p0, l_n, d[b + S_NP], bias, zeros, z, has_z, lo, hi, y, p0, l_n, d[b + S_BLOCK],
              d[b + S_GROUPS], d[b + S_KC], d[b + S_PACK] != 0, scratch, 0, d[b + S_TOTAL])
+        return 0
 
-    half = _named(half, "half")
-
-    def pair_run(ctl, desc, x, y, z, s0, s1):
-        """The caller's side of one layer: 1 the helper ran the second half, 2 the caller ran both, 3
-        another caller holds the slot (nothing done)."""
-        if not _cas(ctl, SLOT, 0, 1):
-            return 3
-        desc[XA] = np.int64(x.ctypes.data)
-        desc[YA] = np.int64(y.ctypes.data)
-        desc[ZA] = np.int64(z.ctypes.data)
-        desc[SCR0] = np.int64(s0.ctypes.data)
-        desc[SCR1] = np.int64(s1.ctypes.data)
-        job = ctl[JOB] + 1
-        ctl[JOB] = job
-        ctl[DESC] = np.int64(desc.ctypes.data)
-        _store(ctl, STATE, job * 4 + OPEN)
-        half(desc, 0)
-        if _cas(ctl, STATE, job * 4 + OPEN, job * 4 + TAKEN):
-            half(desc, 1)
-            done = 2
-            ctl[WAITED] = 0
-        else:
-            t0 = _cycles()
-            while _load(ctl, STATE) != job * 4 + DONE:
-                _pause()
-            ctl[WAITED] = _cycles() - t0
-            done = 1
-        _store(ctl, SLOT, 0)
-        return done
-
-    def pair_serve(ctl, idle, cap):
-        """The helper's spin (qpair._pair_serve's): 0 after ``idle`` cycles without a job, 2 after ``cap``
-        cycles in all, 1 when told to stop."""
-        start = _cycles()
-        last = start
-        i = 0
-        while True:
-            s = _load(ctl, STATE)
-            if s > 0 and (s & 3) == OPEN and _cas(ctl, STATE, s, s + CLAIMED):
-                d = numba.carray(_ptr(ctl[DESC]), (NDESC,), np.int64)
-                half(d, 1)
-                _store(ctl, STATE, s + DONE)
-                last = _cycles()
-                continue
-            _sched_yield()
-            i += 1
-            if (i & 15) == 0:
-                if _load(ctl, STOP) != 0:
-                    return 1
-                now = _cycles()
-                if now - last > idle:
-                    return 0
-                if now - start > cap:
-                    return 2
-
-    return half, _named(pair_run, "run"), _named(pair_serve, "serve")
+    setattr(half, CLOSURE_KEY, f"cpair.half.kind{KIND}")
+    return jit(half)
 
 
-def _named(fn, name: str):
-    setattr(fn, CLOSURE_KEY, f"cpair.{name}.kind{KIND}")
-    return jit(fn)
+@functools.cache
+def half_address() -> int:
+    """The C address of the compiled half (compiled or loaded now; fpair.half_address's way), 0 where
+    there is none."""
+    return pairs.function_address(_build())
 
 
-_built: list = []
-_build_lock = threading.Lock()
+@jit
+def pair_run(ctl, desc, x, y, z, s0, s1) -> int:
+    """The caller's side of one layer: the per-call addresses into ``desc`` once it holds the callers'
+    slot, then fpair's job (publish, side 0, claim side 1 or wait for the helper's). 1 the helper ran
+    the second half, 2 the caller ran both, 3 another caller holds the slot (nothing done)."""
+    if not _cas(ctl, SLOT, 0, 1):
+        return 3
+    desc[XA] = np.int64(x.ctypes.data)
+    desc[YA] = np.int64(y.ctypes.data)
+    desc[ZA] = np.int64(z.ctypes.data)
+    desc[SCR0] = np.int64(s0.ctypes.data)
+    desc[SCR1] = np.int64(s1.ctypes.data)
+    return fpair.pair_job(ctl, desc)
 
 
-def built():
-    """(half, pair_run, pair_serve), compiled on first use."""
-    if not _built:
-        with _build_lock:
-            if not _built:
-                _built.append(_build())
-    return _built[0]
+_ready: list = []
+_ready_lock = threading.Lock()
+_scratch = [np.zeros(1, np.float32)]  # the helper side's scratch
+_kept: list = []  # scratch arrays a descriptor in flight may still point to
 
 
-class ConvServer(PairServer):
-    """qpair's helper thread and back-off rules, serving conv halves (its own spin loop and sides),
-    with the helper's scratch."""
-
-    def __init__(self, kind: int = KIND):
-        super().__init__(kind)
-        self._scratch = np.zeros(1, np.float32)
-        self._kept: list = []  # scratch arrays a descriptor in flight may still point to
-
-    def scratch(self, size: int) -> np.ndarray:
-        """The helper side's scratch of at least ``size`` floats (grown at bind, never freed)."""
-        if self._scratch.size < size:
-            self._kept.append(self._scratch)
-            self._scratch = np.zeros(size, np.float32)
-        return self._scratch
-
-    def prepare(self) -> bool:
-        """Compile (or load) both sides on the calling thread with stand-in calls that return at once
-        (qpair.PairServer.prepare); False without a cycle counter."""
-        if self.ready:
-            return True
-        rate = cycle_rate()
-        if rate <= 0:
-            return False
-        _half, run, serve = built()
-        held = np.zeros(8, np.int64)
-        held[SLOT] = 1
-        held[STOP] = 1
-        x = config.readonly(np.zeros((1, 1, 1, 1), np.float32))
-        s = np.zeros(1, np.float32)
-        run(held, np.zeros(NDESC, np.int64), x, np.zeros((1, 1, 1, 1), np.float32), x, s, s)
-        serve(held, 1 << 40, 1 << 40)
-        from .qpair import CAP_S, IDLE_S, STALL_S
-
-        self.idle, self.cap, self.stall = int(IDLE_S * rate), int(CAP_S * rate), int(STALL_S * rate)
-        self.ready = True
-        return True
-
-    def _serve(self) -> None:
-        ctl, fn = self.ctl, built()[2]
-        while True:
-            with self._cond:
-                while not self._want:
-                    ctl[AWAKE] = 0
-                    self._cond.wait()
-                self._want = False
-            ctl[AWAKE] = 1
-            while fn(ctl, self.idle, self.cap) == 2:
-                pass
-            if ctl[STOP]:
-                ctl[AWAKE] = 0
-                return
+def scratch(size: int) -> np.ndarray:
+    """The helper side's scratch of at least ``size`` floats (grown at bind, never freed): one helper
+    thread runs one job at a time."""
+    if _scratch[0].size < size:
+        _kept.append(_scratch[0])
+        _scratch[0] = np.zeros(size, np.float32)
+    return _scratch[0]
 
 
-_server: list = []
-_server_lock = threading.Lock()
+def server() -> fpair.FPairServer:
+    """The helper that runs the conv halves: fpair's, the one for every float32 pair."""
+    return fpair.server()
 
 
-def server() -> ConvServer:
-    """The process's conv helper (made once; its thread starts at the first pair)."""
-    if not _server:
-        with _server_lock:
-            if not _server:
-                _server.append(ConvServer())
-    return _server[0]
-
-
-def _after_fork() -> None:
-    """In a forked child the helper's thread did not come along: a new one starts when asked."""
-    for s in _server:
-        ready, idle, cap, stall = s.ready, s.idle, s.cap, s.stall
-        s.__init__()
-        s.ready, s.idle, s.cap, s.stall = ready, idle, cap, stall
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
+def prepare() -> int:
+    """Compile (or load) fpair's sides and this module's half and caller on the calling thread, with
+    stand-in calls that return at once, as a node's first call compiles its kernels: the half's
+    address, 0 where there is no pair (no cycle counter, no compiled code)."""
+    if _ready:
+        return _ready[0]
+    with _ready_lock:
+        if _ready:
+            return _ready[0]
+        if not server().prepare():
+            return 0
+        address = half_address()
+        if address:
+            held = np.zeros(8, np.int64)
+            held[SLOT] = 1
+            held[STOP] = 1
+            x = config.readonly(np.zeros((1, 1, 1, 1), np.float32))
+            s = np.zeros(1, np.float32)
+            pair_run(held, np.zeros(NDESC, np.int64), x, np.zeros((1, 1, 1, 1), np.float32), x, s, s)
+        _ready.append(address)
+    return _ready[0]
 
 
 def _setting() -> str:
@@ -373,16 +275,21 @@ class Pair:
         self.desc, self.size0, self.size1, self.fill = desc, size0, size1, fill
         self.keep: tuple = ()
         self.bound = (None, None)  # the weights (packed for the 1x1 tiles) and bias the descriptor holds
-        self.fn = built()[1]
+        self.fn = pair_run
         self.entry = True  # the compiled entry point is still to be looked up (after the first call)
 
     def __call__(self, w, bias, x, y, z) -> bool:
         """The layer in two halves where the helper spins (else it is woken, and False: the caller's
         one-thread call); False too where another caller holds the slot. ``w``, ``bias``: the bound
         call's constants (by identity: a new pair of them is written into the descriptor)."""
+        if not self.desc[FN]:  # both sides compiled at the first call, not at bind (a tiered start's trial
+            address = prepare()  # compiles them off the model's thread, as the node's kernels)
+            if not address:
+                return False
+            self.desc[FN] = address
         srv = server()
-        if not srv.ready and not srv.prepare():  # both sides compiled at the first call, not at bind (a
-            return False  # tiered start's trial compiles them off the model's thread, as the node's kernels)
+        if not srv.ready and not srv.prepare():  # (a server made since: fpair's sides compiled or loaded)
+            return False
         if shards.POOL.workers_spinning():  # a model with pooled layers (the ResNets): its worker spins
             return False  # through the run; a third spinning thread on two cores would delay its jobs
         if not srv.usable():
@@ -392,7 +299,7 @@ class Pair:
             self.keep = self.fill(self.desc, w, bias)
             self.bound = (w, bias)
         args = (srv.ctl, self.desc, x, y, x if z is None else z, config.thread_buffer("ftile", self.size0, np.float32),
-                srv.scratch(self.size1))
+                scratch(self.size1))
         done = self.fn(*args)
         if self.entry:  # from the next call on, the entry point of these argument types (qgemm._entry):
             # the serial call passes only these (a read-only C-contiguous 4-D input and residual, a
@@ -401,7 +308,7 @@ class Pair:
 
             self.fn, self.entry = _entry(self.fn, args), False
         if done == 1 or done == 2:
-            srv.result(done)
+            srv.result(done, strict=True)  # qpair's stall rule (STALL_S), not fpair's slack for long halves
             return True
         return False
 
@@ -475,8 +382,7 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
     if channel_cut is not None and out:
         _cuts[(out[0], m_n)] = channel_cut
     zeros = conv._zeros(m_n, np.float32)
-    srv = server()
-    srv.scratch(sizes[1])
+    scratch(sizes[1])
 
     def fill(d, packed, bias):
         packed = np.ascontiguousarray(packed, np.float32)

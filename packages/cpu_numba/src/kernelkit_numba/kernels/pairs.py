@@ -6,9 +6,10 @@
   cycles the last caller waited for the helper's half, and a stop flag (tests).
 - **Atomics and hints** as LLVM intrinsics (``_cas``, ``_load``, ``_store``, ``_pause``), ``_ptr`` (an
   int64 address as numba.carray's pointer) and ``_call2`` (a call through a C function pointer:
-  fpair's halves are compiled per micro-kernel driver and reached by address, so one helper loop
-  serves them all).
-- **The helper thread** (``PairServer``): started at a variant's first pair call, it spins in a
+  every pair's half, fpair's (per fgemm driver), cpair's (the conv halves) and qpair's (per int8
+  variant), is compiled on its own and reached by address, so one helper loop, fpair's, serves them
+  all: one helper thread for every pair since issue 11, session 10, second round).
+- **The helper thread** (``PairServer``; its one subclass, fpair's): started at the first pair call, it spins in a
   ``nogil`` Numba loop for ``IDLE_S`` after its last job (``sched_yield`` between polls), then sleeps
   on a condition until a caller wakes it (that caller runs its product alone). Its loop and stand-in
   compile calls are its subclass's (``serve``, ``compile_sides``).
@@ -146,7 +147,7 @@ def cycle_rate() -> float:
 
 
 class PairServer:
-    """The helper thread of one family and variant and its control words (module doc). Subclasses
+    """A helper thread and its control words (module doc; one per process: fpair's). Subclasses
     give ``serve(ctl, idle, cap)`` (the helper's compiled loop: 0 idle, 1 stopped, 2 the cap) and
     ``compile_sides()`` (both sides compiled on the calling thread, with stand-in calls)."""
 
@@ -217,12 +218,13 @@ class PairServer:
                 ctl[AWAKE] = 0
                 return
 
-    def result(self, done: int) -> None:
-        """Count a pair call's outcome (1 paired, 2 alone) and back off on the signs of a helper without a core."""
+    def result(self, done: int, strict: bool = False) -> None:
+        """Count a pair call's outcome (1 paired, 2 alone) and back off on the signs of a helper without a
+        core (``strict``: the stall rule without a subclass's slack, ``stalled``)."""
         if done == 1:
             self.stats["paired"] += 1
             self._misses = 0
-            if self.stalled():
+            if self.stalled(strict):
                 self.stats["stalls"] += 1
                 self._back_off()
         elif done == 2:
@@ -231,9 +233,9 @@ class PairServer:
             if self._misses >= MISSES:
                 self._back_off()
 
-    def stalled(self) -> bool:
+    def stalled(self, strict: bool = False) -> bool:
         """Whether the last paired call waited too long for the helper's half (a sign that the helper
-        lost its core mid-half)."""
+        lost its core mid-half): longer than ``STALL_S``."""
         return self.ctl[WAITED] > self.stall
 
     def _back_off(self) -> None:

@@ -828,11 +828,11 @@ def _pair(kernel, head, x2_shape, act, plain: bool, rows: tuple):
         made = qpair.descriptor(head, x2_shape, act, rows)
     if made is None:
         return None
-    helper = qpair.server(head[0])
-    if not helper.prepare():  # both sides compiled now (the node's first call), the helper started
+    helper = qpair.server(head[0])  # fpair's helper, the one for every pair
+    if not qpair.prepare(head[0]):  # both sides compiled now (the node's first call), the helper started
         return None
     helper.wake()
-    return [helper, made[0], made[1], by_kind.specialize(qpair.pair_run, head[0]), True]
+    return [helper, made[0], made[1], by_kind.specialize(qpair.pair_run, head[0]), True, head[0]]
 
 
 def _paired(pr, x2, flat, res) -> bool:
@@ -846,7 +846,7 @@ def _paired(pr, x2, flat, res) -> bool:
     if pr[4]:  # compiled now: its entry point from the next call on
         pr[3], pr[4] = _entry(pr[3], (helper.ctl, pr[1], x2, flat, res)), False
     if done == 1 or done == 2:
-        helper.result(done)
+        helper.result(done, strict=True)  # qpair's stall rule (STALL_S), not fpair's slack for long halves
         return True
     return False
 

@@ -6,11 +6,13 @@ The shard pool (``shards``) hands a job over in Python: on the 2-core box a two-
 product took 22.8 us through it against 11.5 us on one thread (the worker waits ``CLAIM_AFTER_S``
 for the GIL, then runs Python to claim its shard). Here the hand-over never leaves compiled code:
 
-- **One helper thread per variant** (``PairServer``), started at the first pair call, spins in a
-  ``nogil`` Numba loop (``pair_serve``) on one int64 state word, ``sched_yield`` between polls, for
-  ``IDLE_S`` after its last job (a model's products are tens of microseconds apart, consecutive runs
-  too), then sleeps on a condition until a caller wakes it (a caller that finds it asleep runs the
-  product alone that time).
+- **One helper thread for every pair** (fpair's ``FPairServer``, since issue 11, session 10, second
+  round; one per variant before), started at the first pair call, spins in a ``nogil`` Numba loop
+  (``fpair.pair_serve``) on one int64 state word, ``sched_yield`` between polls, for ``IDLE_S`` after
+  its last job (a model's products are tens of microseconds apart, consecutive runs too), then sleeps
+  on a condition until a caller wakes it (a caller that finds it asleep runs the product alone that
+  time). It reaches each variant's half by address: the descriptor's first word (``FN``) is the C
+  address of that variant's ``half_at`` (a by_kind copy, ``half_address``), as fgemm's and cpair's.
 - **The job** is a per-node int64 descriptor (``desc``): the addresses and sizes of A, the output and
   B's packed panels, column sums, zero points, scales and bias (made once at bind, A's and the
   output's written per call) and the micro-kernel's integer arguments; the helper rebuilds the arrays
@@ -27,8 +29,9 @@ for the GIL, then runs Python to claim its shard). Here the hand-over never leav
 
 Safety under load: a caller that waited longer than ``STALL_S`` for the helper's half (the helper
 lost its core mid-half), or found ``MISSES`` jobs in a row unclaimed although the helper was awake
-(it has no core), stops pairing for a back-off (doubling from 50 ms to 2 s); the shard pool's own
-back-off (``shards.POOL.backed_off``) stops it too. ``KERNELKIT_NUMBA_SPIN_US=0`` (no spinning
+(it has no core), stops pairing for a back-off (doubling from 50 ms to 2 s; qgemm's ``result(done,
+strict=True)``: without the slack that fgemm's products give the caller's own half); the shard
+pool's own back-off (``shards.POOL.backed_off``) stops it too. ``KERNELKIT_NUMBA_SPIN_US=0`` (no spinning
 threads) or ``KERNELKIT_INT8_PAIR=off`` turn it off.
 
 Products of more rows (the transformer's 128-row products) can run as two halves of A's row blocks
@@ -47,7 +50,7 @@ import numba
 import numpy as np
 
 from .. import shards
-from .._spin import _cycles, _sched_yield
+from .._spin import _cycles
 from ..by_kind import by_kind, kind_taking
 from ..config import jit
 from . import pairs, qpack
@@ -60,12 +63,12 @@ STATE, DESC, SLOT, AWAKE, JOB, WAITED, STOP = pairs.STATE, pairs.DESC, pairs.SLO
 IDLE_S, CAP_S, STALL_S, MISSES = pairs.IDLE_S, pairs.CAP_S, pairs.STALL_S, pairs.MISSES
 MIN_BACKOFF_S, MAX_BACKOFF_S, CALM_S, X86 = pairs.MIN_BACKOFF_S, pairs.MAX_BACKOFF_S, pairs.CALM_S, pairs.X86
 # desc: addresses, sizes and the micro-kernel's integer arguments
-(X2, M, K, FLAT, BDATA, BDATA_N, COLSUMS, ZB, BSCALE, BSCALE_N, BIAS, BIAS_N, MR, KQ, NPANELS, N, HAS_ZB,
+(FN, X2, M, K, FLAT, BDATA, BDATA_N, COLSUMS, ZB, BSCALE, BSCALE_N, BIAS, BIAS_N, MR, KQ, NPANELS, N, HAS_ZB,
  HAS_BIAS, ACT, GROUPS, SPLIT,
  # row blocks (MODE ROWS): A's zero point, the scratch of mult (N float32) and of [a_scale, norm epsilon]
  # (float64), the column parts' bounds, the residual, the norm's scale and bias, their flags, block rows
- MODE, ZP, MULT, FVALS, BOUNDS, BOUNDS_N, RES, HAS_RES, NSCALE, NBIAS, HAS_NORM, BLOCK) = range(33)
-NDESC = 33
+ MODE, ZP, MULT, FVALS, BOUNDS, BOUNDS_N, RES, HAS_RES, NSCALE, NBIAS, HAS_NORM, BLOCK) = range(34)
+NDESC = 34  # FN: the address of this variant's half_at (fpair's helper calls it: every pair descriptor starts so)
 COLUMNS, ROWS = 0, 1  # MODE: halves of B's column groups (a few rows of A), or of A's row blocks
 
 ENV = "KERNELKIT_INT8_PAIR"
@@ -159,71 +162,54 @@ def _pair_run(kind, ctl, desc, x2, flat, res) -> int:
 
 
 @jit
-def _pair_serve(kind, ctl, idle, cap) -> int:
-    """The helper's spin: claims and runs the second half of each job published in ``ctl`` (variant
-    ``kind``); returns 0 after ``idle`` cycles without a job, 2 after ``cap`` cycles in all, 1 when
-    told to stop."""
-    start = _cycles()
-    last = start
-    i = 0
-    while True:
-        s = _load(ctl, STATE)
-        if s > 0 and (s & 3) == OPEN and _cas(ctl, STATE, s, s + CLAIMED):
-            d = numba.carray(_ptr(ctl[DESC]), (NDESC,), np.int64)
-            _half(kind, d, 1)
-            _store(ctl, STATE, s + DONE)
-            last = _cycles()
-            continue
-        _sched_yield()
-        i += 1
-        if (i & 15) == 0:
-            if _load(ctl, STOP) != 0:
-                return 1
-            now = _cycles()
-            if now - last > idle:
-                return 0
-            if now - start > cap:
-                return 2
+def _half_at(kind, addr, side) -> int:
+    """``_half`` of the descriptor at ``addr`` as a C function ``int64 (int64, int64)`` for fpair's
+    helper loop (1 done, 0 A not finite: the caller's side finds that on its own half)."""
+    d = numba.carray(_ptr(addr), (NDESC,), np.int64)
+    return 1 if _half(kind, d, side) else 0
 
 
 pair_run = by_kind(_pair_run)
-pair_serve = by_kind(_pair_serve)
-
-
-class PairServer(pairs.PairServer):
-    """The helper thread of one int8 micro-kernel variant (pairs.PairServer: control words, wake,
-    back-off) running ``pair_serve``."""
-
-    name = "int8"
-
-    def serve(self, ctl, idle, cap):
-        return pair_serve(self.kind, ctl, idle, cap)
-
-    def compile_sides(self):
-        """Both sides for this variant, with stand-in calls that return at once: the callers' side
-        finds the slot held, the helper's is told to stop."""
-        held = np.zeros(8, np.int64)
-        held[SLOT] = 1
-        held[STOP] = 1
-        stand_in = np.zeros((1, 1), np.float32)
-        stand_in.setflags(write=False)
-        pair_run(self.kind, held, np.zeros(NDESC, np.int64), stand_in, np.zeros(1, np.float32), NO_RES)
-        pair_serve(self.kind, held, 1 << 40, 1 << 40)
-
-
-_servers: dict[int, PairServer] = {}
+half_at = by_kind(_half_at)
+_addresses: dict[int, int] = {}
 _lock = threading.Lock()
 
 
-def server(kind: int) -> PairServer:
-    """The helper of variant ``kind`` (made once per process)."""
-    s = _servers.get(kind)
-    if s is None:
+def half_address(kind: int) -> int:
+    """The C address of variant ``kind``'s ``half_at`` (compiled or loaded now), 0 where there is none."""
+    address = _addresses.get(kind)
+    if address is None:
         with _lock:
-            s = _servers.get(kind)
-            if s is None:
-                s = _servers[kind] = pairs.register(PairServer(kind))
-    return s
+            address = _addresses.get(kind)
+            if address is None:
+                from ..by_kind import specialize
+
+                address = _addresses[kind] = pairs.function_address(specialize(half_at, kind))
+    return address
+
+
+def server(kind: int = 0) -> pairs.PairServer:
+    """The helper that runs the int8 halves of every variant: fpair's, the one helper thread for every
+    pair (issue 11, session 10, second round; one per variant before)."""
+    from . import fpair
+
+    return fpair.server()
+
+
+def prepare(kind: int) -> bool:
+    """The helper's sides (fpair's) and variant ``kind``'s caller side compiled (or loaded) on the
+    calling thread, as a node's first call compiles its kernels, the caller's with a stand-in call that
+    finds the slot held; False where there is no cycle counter or no compiled half."""
+    helper = server(kind)
+    if not helper.prepare() or not half_address(kind):
+        return False
+    held = np.zeros(8, np.int64)
+    held[SLOT] = 1
+    held[STOP] = 1
+    stand_in = np.zeros((1, 1), np.float32)
+    stand_in.setflags(write=False)
+    pair_run(kind, held, np.zeros(NDESC, np.int64), stand_in, np.zeros(1, np.float32), NO_RES)
+    return True
 
 
 def _setting() -> str:
@@ -265,6 +251,9 @@ def descriptor(head, x2_shape, act: int, rows=None):
             b_scale.dtype != np.float32 or bias.dtype != np.float32 or zb.shape[0] != n or col_sums.shape[0] != n:
         return None
     d = np.zeros(NDESC, np.int64)
+    d[FN] = half_address(kind)
+    if not d[FN]:
+        return None
     if rows is not None:
         block, bounds, has_res, nscale, nbias, eps, has_norm = rows
         mult = np.zeros(b_scale.size, np.float32)
