@@ -321,6 +321,58 @@ def transform_weights4(w) -> np.ndarray:
     return np.ascontiguousarray(u.reshape(36, w.shape[0], w.shape[1]), dtype=w.dtype)
 
 
+@jit_inline
+def _pad_rows4(src, pad, r0, h_n, w_n, ph, pw):
+    """pad[r] = row r0 + r - ph of the plane src (H, W), shifted right by pw, zero outside it."""
+    hp, wp = pad.shape
+    lo, hi = min(wp, max(0, pw)), min(wp, w_n + pw)
+    for r in range(hp):
+        ih = r + r0 - ph
+        row = pad[r]
+        if ih < 0 or ih >= h_n:
+            for p in range(wp):
+                row[U64(p)] = 0
+            continue
+        srow = src[ih]
+        for p in range(lo):
+            row[U64(p)] = 0
+        for p in range(lo, hi):
+            row[U64(p)] = srow[U64(p - pw)]
+        for p in range(max(lo, hi), wp):
+            row[U64(p)] = 0
+
+
+@jit_inline
+def _tile_row4(pad, rows, r, lo, hi, v, base):
+    """The tiles [lo, hi) of the tile row whose 6x6 patches start at pad row r: the vertical pass B^T
+    over their columns of rows r..r+5 (contiguous, into ``rows``), then the horizontal one per tile,
+    v[k, base + tw] = (B^T d B)[k]."""
+    f2, f4, f5 = np.float32(2), np.float32(4), np.float32(5)
+    d0, d1, d2, d3, d4, d5 = pad[r], pad[r + 1], pad[r + 2], pad[r + 3], pad[r + 4], pad[r + 5]
+    t0, t1, t2, t3, t4, t5 = rows[0], rows[1], rows[2], rows[3], rows[4], rows[5]
+    for p in range(4 * lo, 4 * hi + 2):
+        i = U64(p)
+        t0[i] = f4 * d0[i] - f5 * d2[i] + d4[i]
+        t1[i] = d3[i] + d4[i] - f4 * (d1[i] + d2[i])
+        t2[i] = d4[i] - d3[i] + f4 * (d1[i] - d2[i])
+        t3[i] = d4[i] - d2[i] + f2 * (d3[i] - d1[i])
+        t4[i] = d4[i] - d2[i] + f2 * (d1[i] - d3[i])
+        t5[i] = f4 * d1[i] - f5 * d3[i] + d5[i]
+    for a in range(6):
+        ra = rows[a]
+        k = 6 * a
+        for tw in range(lo, hi):
+            p = U64(4 * tw)
+            e0, e1, e2, e3, e4, e5 = ra[p], ra[p + 1], ra[p + 2], ra[p + 3], ra[p + 4], ra[p + 5]
+            t = U64(base + tw)
+            v[k, t] = f4 * e0 - f5 * e2 + e4
+            v[k + 1, t] = e3 + e4 - f4 * (e1 + e2)
+            v[k + 2, t] = e4 - e3 + f4 * (e1 - e2)
+            v[k + 3, t] = e4 - e2 + f2 * (e3 - e1)
+            v[k + 4, t] = e4 - e2 + f2 * (e1 - e3)
+            v[k + 5, t] = f4 * e1 - f5 * e3 + e5
+
+
 @jit_parallel
 def _input_transform4(x, v, ph, pw, th_n, tw_n, q0, q1):
     """v[k, c * (N*T) + n * T + t] = (B^T d B)[k] for the 6x6 patch d of tile t (T = th_n * tw_n
@@ -330,55 +382,14 @@ def _input_transform4(x, v, ph, pw, th_n, tw_n, q0, q1):
     n_n, c_n, h_n, w_n = x.shape
     t_n = th_n * tw_n
     nt = n_n * t_n
-    hp, wp = 4 * th_n + 2, 4 * tw_n + 2
-    pad = np.zeros((hp, wp), x.dtype)
-    rows = np.empty((6, wp), x.dtype)
-    f2, f4, f5 = np.float32(2), np.float32(4), np.float32(5)
+    pad = np.empty((4 * th_n + 2, 4 * tw_n + 2), x.dtype)
+    rows = np.empty((6, 4 * tw_n + 2), x.dtype)
     for q in range(q0, q1):
         n = q // c_n
         c = q - n * c_n
-        src = x[n, c]
-        for r in range(hp):
-            ih = r - ph
-            row = pad[r]
-            if ih < 0 or ih >= h_n:
-                for p in range(wp):
-                    row[U64(p)] = 0
-                continue
-            srow = src[ih]
-            lo, hi = min(wp, max(0, pw)), min(wp, w_n + pw)
-            for p in range(lo):
-                row[U64(p)] = 0
-            for p in range(lo, hi):
-                row[U64(p)] = srow[U64(p - pw)]
-            for p in range(max(lo, hi), wp):
-                row[U64(p)] = 0
+        _pad_rows4(x[n, c], pad, 0, h_n, w_n, ph, pw)
         for th in range(th_n):
-            r = 4 * th
-            d0, d1, d2, d3, d4, d5 = pad[r], pad[r + 1], pad[r + 2], pad[r + 3], pad[r + 4], pad[r + 5]
-            t0, t1, t2, t3, t4, t5 = rows[0], rows[1], rows[2], rows[3], rows[4], rows[5]
-            for p in range(wp):
-                i = U64(p)
-                t0[i] = f4 * d0[i] - f5 * d2[i] + d4[i]
-                t1[i] = d3[i] + d4[i] - f4 * (d1[i] + d2[i])
-                t2[i] = d4[i] - d3[i] + f4 * (d1[i] - d2[i])
-                t3[i] = d4[i] - d2[i] + f2 * (d3[i] - d1[i])
-                t4[i] = d4[i] - d2[i] + f2 * (d1[i] - d3[i])
-                t5[i] = f4 * d1[i] - f5 * d3[i] + d5[i]
-            base = c * nt + n * t_n + th * tw_n
-            for a in range(6):
-                ra = rows[a]
-                k = 6 * a
-                for tw in range(tw_n):
-                    p = U64(4 * tw)
-                    e0, e1, e2, e3, e4, e5 = ra[p], ra[p + 1], ra[p + 2], ra[p + 3], ra[p + 4], ra[p + 5]
-                    t = U64(base + tw)
-                    v[k, t] = f4 * e0 - f5 * e2 + e4
-                    v[k + 1, t] = e3 + e4 - f4 * (e1 + e2)
-                    v[k + 2, t] = e4 - e3 + f4 * (e1 - e2)
-                    v[k + 3, t] = e4 - e2 + f2 * (e3 - e1)
-                    v[k + 4, t] = e4 - e2 + f2 * (e1 - e3)
-                    v[k + 5, t] = f4 * e1 - f5 * e3 + e5
+            _tile_row4(pad, rows, 4 * th, 0, tw_n, v, c * nt + n * t_n + th * tw_n)
 
 
 @jit_parallel
@@ -502,54 +513,13 @@ def _input_tiles4(x, v, ph, pw, th_n, tw_n, t0, t1, c0, c1):
     c_n, h_n, w_n = x.shape
     nl = t1 - t0
     th_lo, th_hi = t0 // tw_n, (t1 - 1) // tw_n + 1
-    hp, wp = 4 * (th_hi - th_lo) + 2, 4 * tw_n + 2
-    pad = np.empty((hp, wp), x.dtype)
-    rows = np.empty((6, wp), x.dtype)
-    f2, f4, f5 = np.float32(2), np.float32(4), np.float32(5)
+    pad = np.empty((4 * (th_hi - th_lo) + 2, 4 * tw_n + 2), x.dtype)
+    rows = np.empty((6, 4 * tw_n + 2), x.dtype)
     for c in range(c0, c1):
-        src = x[c]
-        for r in range(hp):
-            ih = r + 4 * th_lo - ph
-            row = pad[r]
-            if ih < 0 or ih >= h_n:
-                for p in range(wp):
-                    row[U64(p)] = 0
-                continue
-            srow = src[ih]
-            lo, hi = min(wp, max(0, pw)), min(wp, w_n + pw)
-            for p in range(lo):
-                row[U64(p)] = 0
-            for p in range(lo, hi):
-                row[U64(p)] = srow[U64(p - pw)]
-            for p in range(max(lo, hi), wp):
-                row[U64(p)] = 0
+        _pad_rows4(x[c], pad, 4 * th_lo, h_n, w_n, ph, pw)
         for th in range(th_lo, th_hi):
             lo, hi = max(0, t0 - th * tw_n), min(tw_n, t1 - th * tw_n)
-            r = 4 * (th - th_lo)
-            d0, d1, d2, d3, d4, d5 = pad[r], pad[r + 1], pad[r + 2], pad[r + 3], pad[r + 4], pad[r + 5]
-            t0r, t1r, t2r, t3r, t4r, t5r = rows[0], rows[1], rows[2], rows[3], rows[4], rows[5]
-            for p in range(4 * lo, 4 * hi + 2):
-                i = U64(p)
-                t0r[i] = f4 * d0[i] - f5 * d2[i] + d4[i]
-                t1r[i] = d3[i] + d4[i] - f4 * (d1[i] + d2[i])
-                t2r[i] = d4[i] - d3[i] + f4 * (d1[i] - d2[i])
-                t3r[i] = d4[i] - d2[i] + f2 * (d3[i] - d1[i])
-                t4r[i] = d4[i] - d2[i] + f2 * (d1[i] - d3[i])
-                t5r[i] = f4 * d1[i] - f5 * d3[i] + d5[i]
-            base = c * nl + th * tw_n - t0
-            for a in range(6):
-                ra = rows[a]
-                k = 6 * a
-                for tw in range(lo, hi):
-                    p = U64(4 * tw)
-                    e0, e1, e2, e3, e4, e5 = ra[p], ra[p + 1], ra[p + 2], ra[p + 3], ra[p + 4], ra[p + 5]
-                    t = U64(base + tw)
-                    v[k, t] = f4 * e0 - f5 * e2 + e4
-                    v[k + 1, t] = e3 + e4 - f4 * (e1 + e2)
-                    v[k + 2, t] = e4 - e3 + f4 * (e1 - e2)
-                    v[k + 3, t] = e4 - e2 + f2 * (e3 - e1)
-                    v[k + 4, t] = e4 - e2 + f2 * (e1 - e3)
-                    v[k + 5, t] = f4 * e1 - f5 * e3 + e5
+            _tile_row4(pad, rows, 4 * (th - th_lo), lo, hi, v, c * nl + th * tw_n - t0)
 
 
 @jit_parallel
