@@ -392,6 +392,27 @@ def _input_transform4(x, v, ph, pw, th_n, tw_n, q0, q1):
             _tile_row4(pad, rows, 4 * th, 0, tw_n, v, c * nt + n * t_n + th * tw_n)
 
 
+@jit_inline
+def _out_tile4(mo, t, s, ob, p, beta):
+    """ob[0:4, p:p+4] = A^T M A + beta for tile t's 36 products mo[:, t] (vertical pass into s, then
+    horizontal)."""
+    f2, f4, f8 = np.float32(2), np.float32(4), np.float32(8)
+    for b in range(6):  # vertical: A^T over the six rows of M, column b
+        m0, m1, m2 = mo[b, t], mo[6 + b, t], mo[12 + b, t]
+        m3, m4, m5 = mo[18 + b, t], mo[24 + b, t], mo[30 + b, t]
+        s[0, b] = m0 + m1 + m2 + m3 + m4
+        s[1, b] = m1 - m2 + f2 * (m3 - m4)
+        s[2, b] = m1 + m2 + f4 * (m3 + m4)
+        s[3, b] = m1 - m2 + f8 * (m3 - m4) + m5
+    for a in range(4):  # horizontal: A^T over the six columns
+        g0, g1, g2, g3, g4, g5 = s[a, 0], s[a, 1], s[a, 2], s[a, 3], s[a, 4], s[a, 5]
+        oa = ob[a]
+        oa[p] = g0 + g1 + g2 + g3 + g4 + beta
+        oa[p + 1] = g1 - g2 + f2 * (g3 - g4) + beta
+        oa[p + 2] = g1 + g2 + f4 * (g3 + g4) + beta
+        oa[p + 3] = g1 - g2 + f8 * (g3 - g4) + g5 + beta
+
+
 @jit_parallel
 def _output_transform4(mo, y, bias, z, has_z, th_n, tw_n, code, p0, p1, q0, q1):
     """y[n, m] = act(A^T M A + bias[m] (+ z[n, m])) for planes [q0, q1) of the flattened (N, M);
@@ -403,7 +424,6 @@ def _output_transform4(mo, y, bias, z, has_z, th_n, tw_n, code, p0, p1, q0, q1):
     wo = 4 * tw_n
     ob = np.empty((4, wo), y.dtype)
     s = np.empty((4, 6), y.dtype)
-    f2, f4, f8 = np.float32(2), np.float32(4), np.float32(8)
     for q in range(q0, q1):
         n = q // m_n
         m = q - n * m_n
@@ -411,22 +431,7 @@ def _output_transform4(mo, y, bias, z, has_z, th_n, tw_n, code, p0, p1, q0, q1):
         for th in range(th_n):
             base = m * nt + n * t_n + th * tw_n
             for tw in range(tw_n):
-                t = U64(base + tw)
-                for b in range(6):  # vertical: A^T over the six rows of M, column b
-                    m0, m1, m2 = mo[b, t], mo[6 + b, t], mo[12 + b, t]
-                    m3, m4, m5 = mo[18 + b, t], mo[24 + b, t], mo[30 + b, t]
-                    s[0, b] = m0 + m1 + m2 + m3 + m4
-                    s[1, b] = m1 - m2 + f2 * (m3 - m4)
-                    s[2, b] = m1 + m2 + f4 * (m3 + m4)
-                    s[3, b] = m1 - m2 + f8 * (m3 - m4) + m5
-                p = U64(4 * tw)
-                for a in range(4):  # horizontal: A^T over the six columns
-                    g0, g1, g2, g3, g4, g5 = s[a, 0], s[a, 1], s[a, 2], s[a, 3], s[a, 4], s[a, 5]
-                    oa = ob[a]
-                    oa[p] = g0 + g1 + g2 + g3 + g4 + beta
-                    oa[p + 1] = g1 - g2 + f2 * (g3 - g4) + beta
-                    oa[p + 2] = g1 + g2 + f4 * (g3 + g4) + beta
-                    oa[p + 3] = g1 - g2 + f8 * (g3 - g4) + g5 + beta
+                _out_tile4(mo, U64(base + tw), s, ob, U64(4 * tw), beta)
             for a in range(min(4, oh_n - 4 * th)):
                 oh = 4 * th + a
                 dst = y[n, m, oh]
@@ -531,29 +536,13 @@ def _output_tiles4(mo, y, bias, z, has_z, th_n, tw_n, code, p0, p1, t0, t1, m0, 
     th_lo, th_hi = t0 // tw_n, (t1 - 1) // tw_n + 1
     ob = np.empty((4, 4 * tw_n), y.dtype)
     s = np.empty((4, 6), y.dtype)
-    f2, f4, f8 = np.float32(2), np.float32(4), np.float32(8)
     for m in range(m0, m1):
         beta = bias[m]
         for th in range(th_lo, th_hi):
             lo, hi = max(0, t0 - th * tw_n), min(tw_n, t1 - th * tw_n)
             base = m * nl + th * tw_n - t0
             for tw in range(lo, hi):
-                t = U64(base + tw)
-                for b in range(6):
-                    g0, g1, g2 = mo[b, t], mo[6 + b, t], mo[12 + b, t]
-                    g3, g4, g5 = mo[18 + b, t], mo[24 + b, t], mo[30 + b, t]
-                    s[0, b] = g0 + g1 + g2 + g3 + g4
-                    s[1, b] = g1 - g2 + f2 * (g3 - g4)
-                    s[2, b] = g1 + g2 + f4 * (g3 + g4)
-                    s[3, b] = g1 - g2 + f8 * (g3 - g4) + g5
-                p = U64(4 * tw)
-                for a in range(4):
-                    g0, g1, g2, g3, g4, g5 = s[a, 0], s[a, 1], s[a, 2], s[a, 3], s[a, 4], s[a, 5]
-                    oa = ob[a]
-                    oa[p] = g0 + g1 + g2 + g3 + g4 + beta
-                    oa[p + 1] = g1 - g2 + f2 * (g3 - g4) + beta
-                    oa[p + 2] = g1 + g2 + f4 * (g3 + g4) + beta
-                    oa[p + 3] = g1 - g2 + f8 * (g3 - g4) + g5 + beta
+                _out_tile4(mo, U64(base + tw), s, ob, U64(4 * tw), beta)
             for a in range(min(4, oh_n - 4 * th)):
                 oh = 4 * th + a
                 dst = y[m, oh]
