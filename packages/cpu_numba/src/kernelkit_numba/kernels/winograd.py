@@ -562,7 +562,7 @@ def _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, t0, t1) -> None:
     own buffers (``out_tail``: ``_output_tiles4``'s arguments after y up to its tile range)."""
     c_n, m_n = x0.shape[0], y0.shape[0]
     per_tile = 36 * (c_n + m_n) * x0.itemsize
-    blocks = max(1, -(-(t1 - t0) * per_tile // TILE_BYTES)) if TILE_BYTES > 0 else 1
+    blocks = max(1, min(t1 - t0, -(-(t1 - t0) * per_tile // TILE_BYTES))) if TILE_BYTES > 0 else 1  # none empty
     for i in range(blocks):
         b0, b1 = t0 + i * (t1 - t0) // blocks, t0 + (i + 1) * (t1 - t0) // blocks
         nl = b1 - b0
