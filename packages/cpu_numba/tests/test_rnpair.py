@@ -225,3 +225,18 @@ def test_block_through_a_two_thread_session(monkeypatch):
         srv.until = 0.0  # a loaded test machine's back-off: try again
     assert tried >= 15
     assert shards.POOL.stats["jobs"] == jobs
+
+
+def test_one_stall_is_a_hiccup(quiet_server):
+    """rnpair's stall rule (HICCUP_S, the pool's STALL_PAIR_S): one stall counts and does not back off, a
+    second within HICCUP_S does; the default rule (fpair's, cpair's) backs off at the first."""
+    srv = quiet_server
+    srv.ctl[pairs.WAITED] = srv.stall + 1
+    srv.ctl[fpair.OWN] = 0
+    srv.result(1, False, rnpair.HICCUP_S)
+    assert srv.stats["stalls"] == 1 and srv.stats["backoffs"] == 0 and srv.until == 0.0
+    srv.result(1, False, rnpair.HICCUP_S)
+    assert srv.stats["stalls"] == 2 and srv.stats["backoffs"] == 1 and srv.until > time.perf_counter()
+    srv.until = 0.0
+    srv.result(1)
+    assert srv.stats["backoffs"] == 2

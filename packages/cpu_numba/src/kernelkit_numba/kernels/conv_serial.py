@@ -333,6 +333,8 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
     packing = (k_n, ftile.MR[kind])  # (_packed's K and tile width)
     pair = None if (parallel and not rnpair.POINTWISE) or kind != cpair.KIND else cpair.implicit_pair(
         conv, step, y_shape, k_n, xpp, koff, step_n, lo, hi, has_z)
+    if parallel and pair is not None:
+        pair.rule = (False, rnpair.HICCUP_S)  # a stem of ~1 ms a half: fpair's slack, one stall a hiccup
 
     def implicit(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)
@@ -397,6 +399,8 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
     packing = (k_n, width)  # (_packed's K and tile width)
     pair = None if (parallel and not rnpair.POINTWISE) or kind != cpair.KIND else cpair.tiles_pair(
         conv, step, cols, y_shape, k_n, l_n, lo, hi, has_z)
+    if parallel and pair is not None:
+        pair.rule = (False, rnpair.HICCUP_S)  # ResNet-50's 1x1 layers (0.3-1.4 ms a half): as rnpair's
 
     def tiles(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)

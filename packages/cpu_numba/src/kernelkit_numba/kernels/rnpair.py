@@ -49,6 +49,12 @@ DIRECT = True  # fdirect's direct convolutions pair
 POINTWISE = True  # the parallel 1x1 layers and stems take cpair's pairs (conv_serial.py)
 WINO4_MIN_PIXELS = 196  # output pixels from which a 3x3 stride-1 layer pairs as F(4x4, 3x3) by tiles
 KIND = 2  # ftile's avx512 variant (fdirect's tiles need it)
+# A stall (the caller waited more than pairs.STALL_S plus half its own half for the helper's) backs the
+# pairs off only when the one before came within HICCUP_S (the shard pool's STALL_PAIR_S): on the Xeon
+# (the device call of session 11) quiet blocks of ResNet-18 and -50 saw 1-4 isolated stalls, each of
+# which backed every pair off for 50-200 ms (the block median 30-35 ms against 17-19 without). 0: every
+# stall backs off (fpair's and cpair's rule).
+HICCUP_S = 1.0
 
 OP_WINO, OP_DIRECT = 0, 1
 # desc: the half's address, the op, the per-call addresses (x, y, z), has_z, the float values (lo, hi,
@@ -236,7 +242,7 @@ class Pair:
         if done == 3:
             return False
         if not alone:
-            srv.result(done)
+            srv.result(done, False, HICCUP_S)
         return True
 
 
