@@ -1,11 +1,11 @@
 """The ResNets' convolutions of a batch-1 image at two threads as two halves on fpair's helper
-(kernels/rnpair.py): F(4x4, 3x3) by tiles (products on ftile's rows and cols tiles) and fdirect's
-direct convolutions (strides 1 and 2), the caller alone, the helper's half run by hand, a busy slot,
-the back-off, the switch, and a small residual block through a two-thread session. The direct halves
-are the one-thread driver's shards, so they equal the one-thread path bit for bit; the Winograd halves
-(their products on ftile where the one-thread path may take BLAS, the 14x14 maps on F(4x4) where it
-takes F(2x2)) are checked against the one-thread path and the reference within the fp32 tolerances,
-and the helper's copy of a half bit for bit against the caller's."""
+(kernels/rnpair.py): F(4x4, 3x3) by tiles, F(2x2, 3x3) by output channels (products on ftile's rows and
+cols tiles) and fdirect's direct convolutions (strides 1 and 2); the caller alone, the helper's half run
+by hand, a busy slot, the back-off, the switch, and a small residual block through a two-thread session.
+The direct halves are the one-thread driver's shards, so they equal the one-thread path bit for bit; the
+Winograd halves (their products on ftile where the one-thread path may take BLAS) are checked against the
+one-thread path and the reference within the fp32 tolerances, and the helper's copy of a half bit for bit
+against the caller's."""
 from __future__ import annotations
 
 import time
@@ -27,12 +27,14 @@ pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause
 
 RELU = {"activation": "Relu"}
 PADS = {"pads": [1, 1, 1, 1]}
-# (x shape, weight shape, attrs, residual, op): F(4x4) on the rows-tile products (64@28, K = 64, with the
-# residual), on the cols-tile products (128@14: F(2x2) at one thread), fdirect's 3x3/2 (K = 576) and
-# its stride-1 small map (64@7, with the residual)
+# (x shape, weight shape, attrs, residual, op): F(4x4) by tiles on the rows-tile products (64@28, K = 64,
+# with the residual), F(2x2) by output channels on the cols-tile products (128@14: 3 panels of 48) and on
+# the rows tiles (64@14, with the residual), fdirect's 3x3/2 (K = 576) and its stride-1 small map (64@7,
+# with the residual)
 LAYERS = [
     ((1, 64, 28, 28), (64, 64, 3, 3), {**PADS, **RELU}, True, rnpair.OP_WINO),
-    ((1, 128, 14, 14), (128, 128, 3, 3), {**PADS, **RELU}, False, rnpair.OP_WINO),
+    ((1, 128, 14, 14), (128, 128, 3, 3), {**PADS, **RELU}, False, rnpair.OP_WINO2),
+    ((1, 64, 14, 14), (64, 64, 3, 3), {**PADS, **RELU}, True, rnpair.OP_WINO2),
     ((1, 64, 28, 28), (128, 64, 3, 3), {**PADS, "strides": [2, 2], **RELU}, False, rnpair.OP_DIRECT),
     ((1, 64, 7, 7), (64, 64, 3, 3), {**PADS, **RELU}, True, rnpair.OP_DIRECT),
 ]
@@ -141,7 +143,7 @@ def test_caller_alone_and_helper_half(case, quiet_server):
 def test_busy_slot_asleep_back_off_and_pool(quiet_server, monkeypatch):
     """A held slot: the general path (no job); the helper asleep or backed off: both halves on the
     caller, no job; the pool's worker spinning: the general path; a one-thread budget: the general path."""
-    case = LAYERS[2]
+    case = LAYERS[3]  # fdirect's 3x3/2: the general path's result bit for bit
     xs, ws, attrs, res, _op = case
     inputs = _layer(case, 1)
     shape = _out_shape(xs, ws, attrs)

@@ -21,7 +21,7 @@ from kernelkit.errors import KernelkitError
 
 from .. import config, shards
 from .._base import readonly
-from . import cpair, dwtile, fdirect, ftile, halves, rnpair
+from . import cpair, dwtile, fdirect, ftile, halves, rnpair, winograd
 from .epilogue import CLIP, NONE, scale_bias_act_cols
 
 
@@ -151,6 +151,9 @@ def _paired_call(conv, x_shape, y_shape, geom, code, p0, p1, lo, hi, has_z):
     if kh == kw == 3 and sh == sw == dh == dw == 1 and conv._unbounded and l_n >= rnpair.WINO4_MIN_PIXELS \
             and not small:
         pair = rnpair.wino_pair(conv, x_shape, y_shape, ph, pw, code, p0, p1, has_z)
+    elif not small and winograd.usable(kh, kw, sh, sw, dh, dw, 1, oh_n, ow_n,
+                                       conv._wino_small(np.float32, x_shape[1], m_n)):
+        pair = rnpair.wino2_pair(conv, x_shape, y_shape, ph, pw, code, p0, p1, has_z)
     elif small:
         pair, pad = rnpair.direct_pair(conv, x_shape, y_shape, (kh, kw), sh, ph, pw, lo, hi, has_z) or (None, None)
     else:

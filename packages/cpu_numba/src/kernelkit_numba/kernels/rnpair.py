@@ -47,7 +47,11 @@ ON = True  # False: the ResNets' parallel convolutions go through the shard pool
 WINO = True  # the F(4x4, 3x3) layers pair (False: for A/B runs)
 DIRECT = True  # fdirect's direct convolutions pair
 POINTWISE = True  # the parallel 1x1 layers and stems take cpair's pairs (conv_serial.py)
-WINO4_MIN_PIXELS = 196  # output pixels from which a 3x3 stride-1 layer pairs as F(4x4, 3x3) by tiles
+# output pixels from which a 3x3 stride-1 layer pairs as F(4x4, 3x3) by tiles (winograd.usable4's 392 at
+# batch 1); smaller maps pair as F(2x2, 3x3) by output channels (WINO2). F(4x4) by tiles on the 14x14
+# layers (16 tiles) had each side read all 36 x 256 x 256 transformed weights (9.4 MB) for 8 tiles
+WINO4_MIN_PIXELS = 392
+WINO2 = True  # the F(2x2, 3x3) layers pair (by output channels: the weights' halves)
 KIND = 2  # ftile's avx512 variant (fdirect's tiles need it)
 # A stall (the caller waited more than pairs.STALL_S plus half its own half for the helper's) backs the
 # pairs off only when the one before came within HICCUP_S (the shard pool's STALL_PAIR_S): on the Xeon
@@ -56,11 +60,11 @@ KIND = 2  # ftile's avx512 variant (fdirect's tiles need it)
 # stall backs off (fpair's and cpair's rule).
 HICCUP_S = 1.0
 
-OP_WINO, OP_DIRECT = 0, 1
+OP_WINO, OP_DIRECT, OP_WINO2 = 0, 1, 2
 # desc: the half's address, the op, the per-call addresses (x, y, z), has_z, the float values (lo, hi,
 # p0, p1), the weights (packed panels) and their length, zeros, bias, the shapes, then SIDE_N words a side
 (FN, OP, XA, YA, ZA, HAS_Z, FV, WP, WP_N, ZEROS, BIAS, C, H, W, M, OH, OW, PH, PW, TH, TW, CODE, COLS, KC, LV,
- LM, XP, XP_N, KOFF, K, ROWSTEP, RB, STEP) = range(33)
+ LM, XP, XP_N, KOFF, K, ROWSTEP, RB, STEP, PANELS, WIDTH) = range(35)
 SIDE0, SIDE_N = 36, 8
 # a side: its first and end tile (shard), its blocks, its v, products and scratch buffers (per call), the
 # scratch's floats
@@ -75,6 +79,7 @@ def _build():
     bat0, bat1, bat2 = (ftile._batched(KIND, c) for c in (0, 1, 2))
     drv1, drv2 = fdirect.driver(1, 3, fdirect.MP), fdirect.driver(2, 3, fdirect.MP)
     tin, tout = winograd._input_tiles4, winograd._output_tiles4
+    tin2, tout2 = winograd._input_transform, winograd._output_transform
     f32 = np.float32
 
     def half(addr, side):
@@ -107,11 +112,26 @@ def _build():
         y = numba.carray(_ptr(d[YA]), (m_n, oh_n, ow_n), f32)
         z = numba.carray(_ptr(d[ZA] if has_z else d[YA]), (m_n, oh_n, ow_n), f32)
         lv, lm = d[LV], d[LM]
+        zeros = numba.carray(_ptr(d[ZEROS]), (m_n,), f32)
+        bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
+        if d[OP] == OP_WINO2:  # every tile's input transform (each side its own), then its weight panels
+            nt = th_n * tw_n  # [t0, t1) at every position and their channels' output transform
+            v = numba.carray(_ptr(d[b + S_V]), (16, lv), f32)
+            mo = numba.carray(_ptr(d[b + S_MO]), (16, lm), f32)
+            wp = numba.carray(_ptr(d[WP]), (16, d[WP_N] // 16), f32)
+            tin2(x, v, d[PH], d[PW], th_n, tw_n, 0, c_n)
+            groups = -d[PANELS]
+            if d[COLS] == 0:
+                bat0(wp, m_n, c_n, v, nt, mo, zeros, groups, no, zero, d[KC], scratch, t0 * 16, t1 * 16)
+            elif d[COLS] == 2:
+                bat2(wp, m_n, c_n, v, nt, mo, zeros, groups, no, zero, d[KC], scratch, t0 * 16, t1 * 16)
+            else:
+                bat1(wp, m_n, c_n, v, nt, mo, zeros, groups, no, zero, d[KC], scratch, t0 * 16, t1 * 16)
+            tout2(mo, y, bias, z, has_z, th_n, tw_n, d[CODE], fv[2], fv[3], t0 * d[WIDTH], min(m_n, t1 * d[WIDTH]))
+            return 0
         v = numba.carray(_ptr(d[b + S_V]), (36, lv), f32)
         mo = numba.carray(_ptr(d[b + S_MO]), (36, lm), f32)
         wp = numba.carray(_ptr(d[WP]), (36, d[WP_N] // 36), f32)
-        zeros = numba.carray(_ptr(d[ZEROS]), (m_n,), f32)
-        bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
         blocks = d[b + S_BLOCKS]
         for i in range(blocks):
             b0 = t0 + i * (t1 - t0) // blocks
@@ -311,6 +331,51 @@ def _direct_worst(m_n: int, oh_n: int, rb: int, width: int) -> int:
     return max(part, m_n * oh_n - part)
 
 
+def wino2_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_z: bool):
+    """The pair of a bound 3x3 stride-1 layer of one image as F(2x2, 3x3) by output channels (conv.py's
+    fused shards: a side's weight panels at every position, then their channels' output transform; each
+    side transforms every tile's input itself: no barrier), or None."""
+    n_n, c_n, h_n, w_n = x_shape
+    m_n, oh_n, ow_n = y_shape[1:]
+    if not (ON and WINO2 and n_n == 1 and enabled()):
+        return None
+    th_n, tw_n = (oh_n + 1) // 2, (ow_n + 1) // 2
+    nt = th_n * tw_n
+    from .conv import ftile_cols
+
+    cols = ftile.cols_mode(KIND, nt) if ftile_cols(KIND, m_n, nt, c_n) else 0
+    width = ftile.COLS_WIDTH[KIND] if cols else ftile.MR[KIND]
+    panels = -(-m_n // width)
+    if panels < 2:
+        return None
+    cut = min(range(1, panels), key=lambda q: max(min(m_n, q * width), m_n - min(m_n, q * width)))
+    desc = np.zeros(NDESC, np.int64)
+    fv = np.array([0, 0, p0, p1], np.float32)
+    desc[OP], desc[HAS_Z], desc[FV] = OP_WINO2, int(has_z), fv.ctypes.data
+    desc[C], desc[H], desc[W], desc[M], desc[OH], desc[OW] = c_n, h_n, w_n, m_n, oh_n, ow_n
+    desc[PH], desc[PW], desc[TH], desc[TW], desc[CODE], desc[COLS] = ph, pw, th_n, tw_n, code, cols
+    desc[KC] = ftile.COLS_KC if cols else -(-c_n // -(-c_n // ftile.KC))
+    desc[PANELS], desc[WIDTH] = panels, width
+    lv, lm = winograd._spaced(c_n * nt), winograd._spaced(m_n * nt)
+    desc[LV], desc[LM] = lv, lm
+    ssize = ftile.scratch_size(KIND, cols, nt)
+    for side, (q0, q1) in enumerate(((0, cut), (cut, panels))):
+        base = SIDE0 + side * SIDE_N
+        desc[base + S_T0], desc[base + S_T1], desc[base + S_BLOCKS], desc[base + S_SCR_N] = q0, q1, 1, ssize
+    zeros = conv._zeros(m_n, np.float32)
+    desc[ZEROS] = zeros.ctypes.data
+
+    def prep(d, w, bias):
+        u = conv._transformed(w, np.asarray(w, np.float32).reshape(m_n, c_n, 3, 3), 2)
+        wp = np.ascontiguousarray(ftile.pack_batched(u, width).reshape(16, -1))
+        d[WP], d[WP_N] = wp.ctypes.data, wp.size
+        return wp, fv, zeros
+
+    pair = Pair(desc, ((16 * lv, 16 * lm, ssize), (16 * lv, 16 * lm, ssize)), prep)
+    pair.keep = (fv, zeros)
+    return pair
+
+
 def direct_cut(m_n: int, oh_n: int, rb: int, width: int) -> int:
     """The caller's shards (panel-major: shard s is panel s // rb, row block s % rb) of fdirect's
     two-thread plan, so that both sides get about the same channels x rows (a last panel of 16 or 32
@@ -375,4 +440,4 @@ def direct_pair(conv, x_shape, y_shape, kernel: tuple, stride: int, ph: int, pw:
     return pair, pair_pad
 
 
-__all__ = ["ON", "Pair", "direct_pair", "enabled", "half_address", "pair_run", "prepare", "wino_pair"]
+__all__ = ["ON", "Pair", "direct_pair", "enabled", "half_address", "pair_run", "prepare", "wino2_pair", "wino_pair"]
