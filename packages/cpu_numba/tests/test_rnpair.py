@@ -242,3 +242,25 @@ def test_one_stall_is_a_hiccup(quiet_server):
     srv.until = 0.0
     srv.result(1)
     assert srv.stats["backoffs"] == 2
+
+
+def test_a_pairs_back_off_backs_the_pool_off(quiet_server, monkeypatch):
+    """POOL_BACKOFF: a back-off of the pairs (here a busy helper's misses through a paired layer) backs
+    the shard pool off (its look at the free cores decides its end); off: the pairs' own alone."""
+    calls = []
+    monkeypatch.setattr(shards.POOL, "_back_off", lambda why: calls.append(why))
+    case = LAYERS[3]
+    xs, ws, attrs, res, _op = case
+    inputs = _layer(case, 2)
+    shape = _out_shape(xs, ws, attrs)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    for _ in range(pairs.MISSES):  # the helper 'spinning' but never claiming
+        _at(2, fn, inputs, shape)
+    assert srv.stats["backoffs"] == 1 and len(calls) == 1
+    srv.until = 0.0
+    monkeypatch.setattr(rnpair, "POOL_BACKOFF", False)
+    for _ in range(pairs.MISSES):
+        _at(2, fn, inputs, shape)
+    assert srv.stats["backoffs"] == 2 and len(calls) == 1

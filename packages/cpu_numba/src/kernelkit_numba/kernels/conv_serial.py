@@ -134,6 +134,18 @@ def _pairs_now(pair, n_n: int) -> bool:
             and not shards.POOL.workers_spinning())
 
 
+def _paired(pair, parallel: bool, *args) -> bool:
+    """``pair(*args)`` (a cpair pair); in a bound parallel call its back-off backs the pool off too
+    (rnpair.follow)."""
+    if not parallel:
+        return pair(*args)
+    srv = cpair.server()
+    before = srv.stats["backoffs"]
+    done = pair(*args)
+    rnpair.follow(srv, before)
+    return done
+
+
 def _paired_call(conv, x_shape, y_shape, geom, code, p0, p1, lo, hi, has_z):
     """The bound parallel call of a one-image 3x3 stride-1 layer (F(4x4, 3x3) by tiles) or a direct
     convolution (fdirect.py) as rnpair.py's pair at a budget of two threads, else ``conv.compute``;
@@ -354,7 +366,7 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
                                                               held.bias, zn, has_z, lo, hi, yn, l_n), oh_n, work)
             else:
                 ftile.phases_padded(x[n], xpp, s, ph, pl, hp, qp, 0, c_n)
-                if pair is not None and pair(held.packed, held.bias, x, y, None if z is no_z else z):
+                if pair is not None and _paired(pair, paired, held.packed, held.bias, x, y, None if z is no_z else z):
                     continue  # (batch 1) output channels in two halves on two cores (cpair.py)
                 driver(held.packed, k_n, m_n, xpp_ro, koff, step_n, ow_n, held.bias, zn, has_z, lo, hi, yn, l_n, 0,
                        oh_n)
@@ -417,7 +429,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         if parallel and not _pairs_now(pair, n_n):
             _sharded(x, y, z, held)
             return y
-        if pair is not None and pair(held.packed, held.bias, x, y, None if z is no_z else z):
+        if pair is not None and _paired(pair, parallel, held.packed, held.bias, x, y, None if z is no_z else z):
             return y
         scratch = config.thread_buffer("ftile", size, np.float32)
         for n in range(n_n):

@@ -59,6 +59,12 @@ KIND = 2  # ftile's avx512 variant (fdirect's tiles need it)
 # which backed every pair off for 50-200 ms (the block median 30-35 ms against 17-19 without). 0: every
 # stall backs off (fpair's and cpair's rule).
 HICCUP_S = 1.0
+# A back-off of these pairs backs the shard pool off too (its FREE_CORES look at the back-off's end holds
+# it while the other core stays busy, and config.current_threads() says 1 meanwhile: every layer on its
+# one-thread path). The pairs' own back-off restarts at 50 ms whenever the last one ended more than
+# pairs.CALM_S before (each block of turns.py --mode loaded: 3-4 back-offs a 0.3 s block on the Xeon,
+# the tries between them beside the busy loop). False: the pairs' back-off alone.
+POOL_BACKOFF = True
 
 OP_WINO, OP_DIRECT, OP_WINO2 = 0, 1, 2
 # desc: the half's address, the op, the per-call addresses (x, y, z), has_z, the float values (lo, hi,
@@ -262,8 +268,17 @@ class Pair:
         if done == 3:
             return False
         if not alone:
+            before = srv.stats["backoffs"]
             srv.result(done, False, HICCUP_S)
+            follow(srv, before)
         return True
+
+
+def follow(srv, before: int) -> None:
+    """Back the shard pool off where the pairs' helper ``srv`` backed off since its count was ``before``
+    (POOL_BACKOFF)."""
+    if POOL_BACKOFF and srv.stats["backoffs"] > before:
+        shards.POOL._back_off("the ResNet pairs backed off (rnpair.POOL_BACKOFF)")
 
 
 def _tile_blocks(t0: int, t1: int, c_n: int, m_n: int) -> int:
@@ -440,4 +455,5 @@ def direct_pair(conv, x_shape, y_shape, kernel: tuple, stride: int, ph: int, pw:
     return pair, pair_pad
 
 
-__all__ = ["ON", "Pair", "direct_pair", "enabled", "half_address", "pair_run", "prepare", "wino2_pair", "wino_pair"]
+__all__ = ["ON", "Pair", "direct_pair", "enabled", "follow", "half_address", "pair_run", "prepare", "wino2_pair",
+           "wino_pair"]
