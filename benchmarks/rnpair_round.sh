@@ -12,6 +12,9 @@ ROUNDS=${ROUNDS:-6}
 CPUS=${CPUS:-0,1}
 LCPUS=${LCPUS:-2,3}
 OFF=kernels.rnpair.ON=0
+# more A/B runtimes for both tables, e.g. VARIANTS="stall=kernels.rnpair.HICCUP_S=0.0 nopool=kernels.rnpair.POOL_BACKOFF=0"
+VARIANTS=${VARIANTS:-}
+more=(); for v in $VARIANTS; do more+=(--variant "$v"); done
 export PYTHONUNBUFFERED=1 KERNELKIT_NUMBA_START=eager PYTHONWARNINGS=ignore
 { lscpu | grep -E "Model name|^CPU\(s\)|L2"; nproc; date -u; } > "$OUT/env.txt" 2>&1
 log() { echo "$(date -u +%T) +${SECONDS}s $*" >> "$OUT/log.txt"; }
@@ -28,9 +31,9 @@ done
 wait
 log "warm"
 taskset -c "$CPUS" timeout "${TURNS_S:-90}" python3 benchmarks/turns.py resnet18,resnet50 --runtimes numba1,numba,ort2 \
-    --variant "old=$OFF" --rounds "$ROUNDS" --json "$OUT/quiet.jsonl" > "$OUT/quiet.md" 2> "$OUT/quiet.err" &
+    --variant "old=$OFF" "${more[@]}" --rounds "$ROUNDS" --json "$OUT/quiet.jsonl" > "$OUT/quiet.md" 2> "$OUT/quiet.err" &
 taskset -c "$LCPUS" timeout "${TURNS_S:-90}" python3 benchmarks/turns.py resnet18,resnet50 --runtimes numba1,numba,ort2 \
-    --variant "old=$OFF" --mode loaded --rounds "${LROUNDS:-3}" --json "$OUT/loaded.jsonl" > "$OUT/loaded.md" \
+    --variant "old=$OFF" "${more[@]}" --mode loaded --rounds "${LROUNDS:-3}" --json "$OUT/loaded.jsonl" > "$OUT/loaded.md" \
     2> "$OUT/loaded.err" &
 ( timeout "${NODES_S:-80}" python3 benchmarks/threads_alone.py resnet18 --threads 2 --runs 20 --cpus 4,5 \
     > "$OUT/nodes18.json" 2>> "$OUT/log.txt"; log "nodes18 rc=$?" ) &
