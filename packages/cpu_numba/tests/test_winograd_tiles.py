@@ -12,6 +12,9 @@ def many_shards(monkeypatch):
     monkeypatch.setattr(config, "MIN_SHARD_WORK", 1)
     monkeypatch.setattr(config, "MIN_TILE_WORK", 1)
     monkeypatch.setattr(config, "PHASE_UNIT", 1)
+    from kernelkit_numba.kernels import rnpair
+
+    monkeypatch.setattr(rnpair, "ON", False)  # the pool's paths here (rnpair.py's pairs: test_rnpair.py)
 
 
 def _x(rng, *shape):

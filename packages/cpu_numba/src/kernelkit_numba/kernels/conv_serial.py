@@ -19,9 +19,9 @@ from __future__ import annotations
 import numpy as np
 from kernelkit.errors import KernelkitError
 
-from .. import config
+from .. import config, shards
 from .._base import readonly
-from . import cpair, dwtile, ftile, halves
+from . import cpair, dwtile, fdirect, ftile, halves, rnpair, winograd
 from .epilogue import CLIP, NONE, scale_bias_act_cols
 
 
@@ -93,6 +93,10 @@ def _bind(conv, parallel: bool, step=None):
     direct = kh == kw == sh == sw == 1 and ph == pw == 0 and (oh_n, ow_n) == (h_n, w_n)
     if group != 1 or oh_n * ow_n == 1:
         return None
+    if parallel and n_n == 1 and rnpair.ON and not direct and (kh, kw) != (1, 1):
+        paired = _paired_call(conv, x_shape, y_shape, (kh, kw, sh, sw, dh, dw, ph, pw), code, p0, p1, lo, hi, has_z)
+        if paired is not None:
+            return paired
     raw = ftile.requested_raw()
     kind, forced = ftile.choice()
     if kind is None:
@@ -119,6 +123,74 @@ def _bind(conv, parallel: bool, step=None):
                        parallel, step)
 
 
+
+
+def _pairs_now(pair, n_n: int) -> bool:
+    """Whether a bound parallel call of one image runs as a pair (cpair.py's, rnpair.py's) now: a pair
+    bound, rnpair.ON, a budget of two threads and the pool's worker not spinning (a model whose other
+    nodes take the pool keeps its jobs there). Where the pair then finds its helper asleep or backed off,
+    the call runs on this thread alone (the one-thread driver), not on the pool."""
+    return (pair is not None and n_n == 1 and rnpair.ON and config.current_threads() == 2
+            and not shards.POOL.workers_spinning())
+
+
+def _paired(pair, parallel: bool, *args) -> bool:
+    """``pair(*args)`` (a cpair pair); in a bound parallel call its back-off backs the pool off too
+    (rnpair.follow)."""
+    if not parallel:
+        return pair(*args)
+    srv = cpair.server()
+    before = srv.stats["backoffs"]
+    done = pair(*args)
+    rnpair.follow(srv, before)
+    return done
+
+
+def _paired_call(conv, x_shape, y_shape, geom, code, p0, p1, lo, hi, has_z):
+    """The bound parallel call of a one-image 3x3 stride-1 layer (F(4x4, 3x3) by tiles) or a direct
+    convolution (fdirect.py) as rnpair.py's pair at a budget of two threads, else ``conv.compute``;
+    None where the layer has no pair."""
+    from .conv import direct_wins
+
+    kh, kw, sh, sw, dh, dw, ph, pw = geom
+    kind = ftile.choice()[0]
+    if kind != rnpair.KIND:
+        return None
+    m_n, oh_n, ow_n = y_shape[1:]
+    k_n, l_n = x_shape[1] * kh * kw, oh_n * ow_n
+    pad = None
+    small = direct_wins(kind, kh, kw, sh, sw, dh, dw, m_n, ow_n, l_n, k_n)
+    if kh == kw == 3 and sh == sw == dh == dw == 1 and conv._unbounded and l_n >= rnpair.WINO4_MIN_PIXELS \
+            and not small:
+        pair = rnpair.wino_pair(conv, x_shape, y_shape, ph, pw, code, p0, p1, has_z)
+    elif not small and winograd.usable(kh, kw, sh, sw, dh, dw, 1, oh_n, ow_n,
+                                       conv._wino_small(np.float32, x_shape[1], m_n)):
+        pair = rnpair.wino2_pair(conv, x_shape, y_shape, ph, pw, code, p0, p1, has_z)
+    elif small:
+        pair, pad = rnpair.direct_pair(conv, x_shape, y_shape, (kh, kw), sh, ph, pw, lo, hi, has_z) or (None, None)
+    else:
+        return None
+    if pair is None:
+        return None
+    general = conv.compute
+    held = _Constants()
+    raw = ftile.requested_raw()
+    m_n = y_shape[1]
+
+    def paired(x, w, b=None, z=None, *, out=None):
+        y = _output(out, y_shape)
+        if (config.current_threads() != 2 or ftile.requested_raw() != raw or shards.POOL.workers_spinning()
+                or not held.usable(conv, x, w, b, z, y, m_n)):
+            return general(x, w, b, z, out=out)
+        x0 = readonly(x)[0]
+        if pad is not None:  # the zero-padded input for both sides, on the caller
+            xp, pad_h, pad_w, hp, wpad, c_n = pad
+            fdirect.pad_planes(x0, xp, pad_h, pad_w, hp, wpad, 0, c_n)
+        if pair(w, held.bias, x0, y[0], None if z is None else readonly(z)[0]):
+            return y
+        return general(x, w, b, z, out=out)
+
+    return paired
 
 
 def _one_pixel(geometry) -> bool:
@@ -274,8 +346,10 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
     no_z = readonly(np.zeros(1, np.float32))
     work = 2.0 * m_n * k_n * l_n
     packing = (k_n, ftile.MR[kind])  # (_packed's K and tile width)
-    pair = None if parallel or kind != cpair.KIND else cpair.implicit_pair(conv, step, y_shape, k_n, xpp, koff,
-                                                                           step_n, lo, hi, has_z)
+    pair = None if (parallel and not rnpair.POINTWISE) or kind != cpair.KIND else cpair.implicit_pair(
+        conv, step, y_shape, k_n, xpp, koff, step_n, lo, hi, has_z)
+    if parallel and pair is not None:
+        pair.rule = (False, rnpair.HICCUP_S)  # a stem of ~1 ms a half: fpair's slack, one stall a hiccup
 
     def implicit(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)
@@ -283,15 +357,16 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
             return general(x, w, b, z, out=out)
         x = readonly(x)
         z = no_z if z is None else readonly(z)
+        paired = parallel and _pairs_now(pair, n_n)
         for n in range(n_n):
             yn = y[n].reshape(-1)
             zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
-            if parallel:  # one job of two phases at 2+ threads (conv.implicit_phases)
+            if parallel and not paired:  # one job of two phases at 2+ threads (conv.implicit_phases)
                 implicit_phases(x[n], xpp, s, ph, pl, hp, qp, (kind, held.packed, k_n, m_n, xpp_ro, koff, step_n, ow_n,
                                                               held.bias, zn, has_z, lo, hi, yn, l_n), oh_n, work)
             else:
                 ftile.phases_padded(x[n], xpp, s, ph, pl, hp, qp, 0, c_n)
-                if pair is not None and pair(held.packed, held.bias, x, y, None if z is no_z else z):
+                if pair is not None and _paired(pair, paired, held.packed, held.bias, x, y, None if z is no_z else z):
                     continue  # (batch 1) output channels in two halves on two cores (cpair.py)
                 driver(held.packed, k_n, m_n, xpp_ro, koff, step_n, ow_n, held.bias, zn, has_z, lo, hi, yn, l_n, 0,
                        oh_n)
@@ -337,8 +412,10 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         pack = ftile.pack_rows(m_n, k_n, l_n)
         size = ftile.scratch_size(kind, False, l_n, block, kc, pack)
     packing = (k_n, width)  # (_packed's K and tile width)
-    pair = None if parallel or kind != cpair.KIND else cpair.tiles_pair(conv, step, cols, y_shape, k_n, l_n, lo, hi,
-                                                                        has_z)
+    pair = None if (parallel and not rnpair.POINTWISE) or kind != cpair.KIND else cpair.tiles_pair(
+        conv, step, cols, y_shape, k_n, l_n, lo, hi, has_z)
+    if parallel and pair is not None:
+        pair.rule = (False, rnpair.HICCUP_S)  # ResNet-50's 1x1 layers (0.3-1.4 ms a half): as rnpair's
 
     def tiles(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)
@@ -349,10 +426,10 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
             x = buf_ro
         x = readonly(x)
         z = no_z if z is None else readonly(z)
-        if parallel:
+        if parallel and not _pairs_now(pair, n_n):
             _sharded(x, y, z, held)
             return y
-        if pair is not None and pair(held.packed, held.bias, x, y, None if z is no_z else z):
+        if pair is not None and _paired(pair, parallel, held.packed, held.bias, x, y, None if z is no_z else z):
             return y
         scratch = config.thread_buffer("ftile", size, np.float32)
         for n in range(n_n):

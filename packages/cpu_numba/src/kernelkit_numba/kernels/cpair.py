@@ -269,7 +269,7 @@ class Pair:
     """One bound layer's pair: its descriptor (the layer's arrays bound at its first call, the
     per-call addresses written by pair_run), the arrays it points to, the two sides' scratch sizes."""
 
-    __slots__ = ("desc", "keep", "bound", "size0", "size1", "fill", "fn", "entry")
+    __slots__ = ("desc", "keep", "bound", "size0", "size1", "fill", "fn", "entry", "rule")
 
     def __init__(self, desc, size0: int, size1: int, fill):
         self.desc, self.size0, self.size1, self.fill = desc, size0, size1, fill
@@ -277,6 +277,8 @@ class Pair:
         self.bound = (None, None)  # the weights (packed for the 1x1 tiles) and bias the descriptor holds
         self.fn = pair_run
         self.entry = True  # the compiled entry point is still to be looked up (after the first call)
+        self.rule = (True, 0.0)  # the stall rule: (strict, hiccup_s) of PairServer.result (rnpair.py's
+        # parallel ResNet layers: fpair's slack and the pool's two-stalls rule)
 
     def __call__(self, w, bias, x, y, z) -> bool:
         """The layer in two halves where the helper spins (else it is woken, and False: the caller's
@@ -308,7 +310,7 @@ class Pair:
 
             self.fn, self.entry = _entry(self.fn, args), False
         if done == 1 or done == 2:
-            srv.result(done, strict=True)  # qpair's stall rule (STALL_S), not fpair's slack for long halves
+            srv.result(done, *self.rule)  # qpair's stall rule (STALL_S), not fpair's slack for long halves
             return True
         return False
 

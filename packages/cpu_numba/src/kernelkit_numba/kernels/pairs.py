@@ -162,6 +162,7 @@ class PairServer:
         self.until = 0.0  # no pairing before this (perf_counter; a back-off)
         self._backoff = MIN_BACKOFF_S
         self._misses = 0
+        self._last_stall = float("-inf")
         self.ready = False  # both sides compiled for this variant (prepare)
         self.idle = self.cap = 0
         self.stall = 1 << 62
@@ -218,15 +219,20 @@ class PairServer:
                 ctl[AWAKE] = 0
                 return
 
-    def result(self, done: int, strict: bool = False) -> None:
+    def result(self, done: int, strict: bool = False, hiccup_s: float = 0.0) -> None:
         """Count a pair call's outcome (1 paired, 2 alone) and back off on the signs of a helper without a
-        core (``strict``: the stall rule without a subclass's slack, ``stalled``)."""
+        core (``strict``: the stall rule without a subclass's slack, ``stalled``; ``hiccup_s`` > 0: a stall
+        backs off only when the one before came within that many seconds, the shard pool's STALL_PAIR_S
+        rule: one alone is a vCPU's hiccup, rnpair.py)."""
         if done == 1:
             self.stats["paired"] += 1
             self._misses = 0
             if self.stalled(strict):
                 self.stats["stalls"] += 1
-                self._back_off()
+                now = time.perf_counter()
+                last, self._last_stall = self._last_stall, now
+                if not hiccup_s or now - last <= hiccup_s:
+                    self._back_off()
         elif done == 2:
             self.stats["alone"] += 1
             self._misses += 1

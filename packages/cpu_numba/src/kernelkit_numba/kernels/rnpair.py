@@ -1,0 +1,459 @@
+"""The ResNets' convolutions at two threads, batch 1, handed over in compiled code (issue 11, session
+11; docs/numba.md, "The ResNets on two cores, handed over in compiled code").
+
+At a thread budget of two the ResNets' convolutions went through the shard pool: a job handed over in
+Python (20-60 us: the GIL, a worker that may sleep, the end wait; 120-275 us a layer of end waits on
+the 64@56 Winograd layers on the Xeon). MobileNetV2's layers run as two sticky halves on fpair's
+helper thread (cpair.py). Here every kind of convolution a ResNet has at batch 1 does the same, so
+that no node needs the pool (and, with no pool job in the process, the pool has no worker to keep
+awake: cpair's rule "no pair while the pool's worker spins" holds by itself):
+
+- **3x3 stride 1 as F(4x4, 3x3) by tiles** (``WINO``): each side runs its run of tiles in blocks
+  (winograd.TILE_BYTES): the input transform of its tiles (every channel), the 36 products on ftile's
+  batched tiles (the weights packed once for them, also where the one-thread path takes BLAS: 64 input
+  channels) and the output transform (bias, residual, Relu), in buffers of its own thread's. The
+  maps of ``WINO4_MIN_PIXELS`` and more take it (the 14x14 layers too, which run F(2x2, 3x3) at one
+  thread: its sharded phases had no half).
+- **The direct convolutions** (``DIRECT``: fdirect.py, the 3x3/2 layers of K >= 257 and the 512@7
+  layers): the caller pads the input (``fdirect.pad_planes``), then each side runs half of the
+  two-thread plan's shards (48-channel panel, block of output rows).
+- **The 1x1 layers and the stem** (``POINTWISE``): cpair.py's pairs (ftile's rows and cols tiles, the
+  implicit GEMM), taken by the bound parallel call too (conv_serial.py).
+
+Each side is reached through one compiled ``half(desc_address, side)`` (this module's, by address,
+the descriptor's first word, as cpair's and fgemm's), run by fpair's helper (``pair_serve``); the
+caller's side is ``pair_run`` (the per-call addresses, then fpair's ``pair_job``). Where the helper does
+not spin or is backed off (``pairs.PairServer``'s rules: ``STALL_S`` with fpair's slack of half the
+caller's own half, ``MISSES``, the pool's back-off), the caller runs both sides itself (``alone``):
+the one-thread work, no pool job. While the pool's worker spins (a model with pooled nodes) the bound
+call runs ``Conv.compute`` as before. ``ON = False`` (or ``KERNELKIT_F32_PAIR=off``,
+``KERNELKIT_NUMBA_SPIN_US=0``) turns all of it off.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+
+import numba
+import numpy as np
+
+from .. import config, shards
+from ..cache import CLOSURE_KEY
+from ..config import jit
+from . import cpair, fdirect, fpair, ftile, pairs, winograd
+from .pairs import SLOT, _call2, _cas, _ptr
+
+ON = True  # False: the ResNets' parallel convolutions go through the shard pool (Conv.compute) as before
+WINO = True  # the F(4x4, 3x3) layers pair (False: for A/B runs)
+DIRECT = True  # fdirect's direct convolutions pair
+POINTWISE = True  # the parallel 1x1 layers and stems take cpair's pairs (conv_serial.py)
+# output pixels from which a 3x3 stride-1 layer pairs as F(4x4, 3x3) by tiles (winograd.usable4's 392 at
+# batch 1); smaller maps pair as F(2x2, 3x3) by output channels (WINO2). F(4x4) by tiles on the 14x14
+# layers (16 tiles) had each side read all 36 x 256 x 256 transformed weights (9.4 MB) for 8 tiles
+WINO4_MIN_PIXELS = 392
+WINO2 = True  # the F(2x2, 3x3) layers pair (by output channels: the weights' halves)
+KIND = 2  # ftile's avx512 variant (fdirect's tiles need it)
+# A stall (the caller waited more than pairs.STALL_S plus half its own half for the helper's) backs the
+# pairs off only when the one before came within HICCUP_S (the shard pool's STALL_PAIR_S): on the Xeon
+# (the device call of session 11) quiet blocks of ResNet-18 and -50 saw 1-4 isolated stalls, each of
+# which backed every pair off for 50-200 ms (the block median 30-35 ms against 17-19 without). 0: every
+# stall backs off (fpair's and cpair's rule).
+HICCUP_S = 1.0
+# A back-off of these pairs backs the shard pool off too (its FREE_CORES look at the back-off's end holds
+# it while the other core stays busy, and config.current_threads() says 1 meanwhile: every layer on its
+# one-thread path). The pairs' own back-off restarts at 50 ms whenever the last one ended more than
+# pairs.CALM_S before (each block of turns.py --mode loaded: 3-4 back-offs a 0.3 s block on the Xeon,
+# the tries between them beside the busy loop). False: the pairs' back-off alone.
+POOL_BACKOFF = True
+
+OP_WINO, OP_DIRECT, OP_WINO2 = 0, 1, 2
+# desc: the half's address, the op, the per-call addresses (x, y, z), has_z, the float values (lo, hi,
+# p0, p1), the weights (packed panels) and their length, zeros, bias, the shapes, then SIDE_N words a side
+(FN, OP, XA, YA, ZA, HAS_Z, FV, WP, WP_N, ZEROS, BIAS, C, H, W, M, OH, OW, PH, PW, TH, TW, CODE, COLS, KC, LV,
+ LM, XP, XP_N, KOFF, K, ROWSTEP, RB, STEP, PANELS, WIDTH) = range(35)
+SIDE0, SIDE_N = 36, 8
+# a side: its first and end tile (shard), its blocks, its v, products and scratch buffers (per call), the
+# scratch's floats
+S_T0, S_T1, S_BLOCKS, S_V, S_MO, S_SCR, S_SCR_N = range(7)
+NDESC = SIDE0 + 2 * SIDE_N
+
+
+def _build():
+    """The compiled ``half(desc_address, side) -> 0`` (side 0 the caller's, 1 the helper's): a closure
+    over winograd's tile transforms, ftile's batched products (kind 2, rows and both cols tiles) and
+    fdirect's drivers (3 x 7 tiles, strides 1 and 2), cached on disk by name."""
+    bat0, bat1, bat2 = (ftile._batched(KIND, c) for c in (0, 1, 2))
+    drv1, drv2 = fdirect.driver(1, 3, fdirect.MP), fdirect.driver(2, 3, fdirect.MP)
+    tin, tout = winograd._input_tiles4, winograd._output_tiles4
+    tin2, tout2 = winograd._input_transform, winograd._output_transform
+    f32 = np.float32
+
+    def half(addr, side):
+        d = numba.carray(_ptr(addr), (NDESC,), np.int64)
+        b = SIDE0 + side * SIDE_N
+        fv = numba.carray(_ptr(d[FV]), (4,), f32)
+        has_z = d[HAS_Z] != 0
+        no = d[HAS_Z] < 0  # False, typed as a value (not a literal)
+        zero = d[OP] * 0
+        t0, t1 = d[b + S_T0], d[b + S_T1]
+        scratch = numba.carray(_ptr(d[b + S_SCR]), (d[b + S_SCR_N],), f32)
+        m_n = d[M]
+        if d[OP] == OP_DIRECT:
+            k_n, oh_n, ow_n = d[K], d[OH], d[OW]
+            xp = numba.carray(_ptr(d[XP]), (d[XP_N],), f32)
+            koff = numba.carray(_ptr(d[KOFF]), (k_n,), np.int64)
+            wp = numba.carray(_ptr(d[WP]), (d[WP_N],), f32)
+            bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
+            out = numba.carray(_ptr(d[YA]), (m_n * oh_n * ow_n,), f32)
+            z = numba.carray(_ptr(d[ZA] if has_z else d[YA]), (m_n * oh_n * ow_n,), f32)
+            if d[STEP] == 1:
+                drv1(wp, k_n, m_n, xp, koff, d[ROWSTEP], ow_n, oh_n, d[RB], bias, z, has_z, fv[0], fv[1], out, d[KC],
+                     scratch, t0, t1)
+            else:
+                drv2(wp, k_n, m_n, xp, koff, d[ROWSTEP], ow_n, oh_n, d[RB], bias, z, has_z, fv[0], fv[1], out, d[KC],
+                     scratch, t0, t1)
+            return 0
+        c_n, oh_n, ow_n, th_n, tw_n = d[C], d[OH], d[OW], d[TH], d[TW]
+        x = numba.carray(_ptr(d[XA]), (c_n, d[H], d[W]), f32)
+        y = numba.carray(_ptr(d[YA]), (m_n, oh_n, ow_n), f32)
+        z = numba.carray(_ptr(d[ZA] if has_z else d[YA]), (m_n, oh_n, ow_n), f32)
+        lv, lm = d[LV], d[LM]
+        zeros = numba.carray(_ptr(d[ZEROS]), (m_n,), f32)
+        bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
+        if d[OP] == OP_WINO2:  # every tile's input transform (each side its own), then its weight panels
+            nt = th_n * tw_n  # [t0, t1) at every position and their channels' output transform
+            v = numba.carray(_ptr(d[b + S_V]), (16, lv), f32)
+            mo = numba.carray(_ptr(d[b + S_MO]), (16, lm), f32)
+            wp = numba.carray(_ptr(d[WP]), (16, d[WP_N] // 16), f32)
+            tin2(x, v, d[PH], d[PW], th_n, tw_n, 0, c_n)
+            groups = -d[PANELS]
+            if d[COLS] == 0:
+                bat0(wp, m_n, c_n, v, nt, mo, zeros, groups, no, zero, d[KC], scratch, t0 * 16, t1 * 16)
+            elif d[COLS] == 2:
+                bat2(wp, m_n, c_n, v, nt, mo, zeros, groups, no, zero, d[KC], scratch, t0 * 16, t1 * 16)
+            else:
+                bat1(wp, m_n, c_n, v, nt, mo, zeros, groups, no, zero, d[KC], scratch, t0 * 16, t1 * 16)
+            tout2(mo, y, bias, z, has_z, th_n, tw_n, d[CODE], fv[2], fv[3], t0 * d[WIDTH], min(m_n, t1 * d[WIDTH]))
+            return 0
+        v = numba.carray(_ptr(d[b + S_V]), (36, lv), f32)
+        mo = numba.carray(_ptr(d[b + S_MO]), (36, lm), f32)
+        wp = numba.carray(_ptr(d[WP]), (36, d[WP_N] // 36), f32)
+        blocks = d[b + S_BLOCKS]
+        for i in range(blocks):
+            b0 = t0 + i * (t1 - t0) // blocks
+            b1 = t0 + (i + 1) * (t1 - t0) // blocks
+            nl = b1 - b0
+            tin(x, v, d[PH], d[PW], th_n, tw_n, b0, b1, 0, c_n)
+            if d[COLS] == 0:
+                bat0(wp, m_n, c_n, v, nl, mo, zeros, 1, no, zero, d[KC], scratch, 0, 36)
+            elif (nl + 7) // 8 * 8 < (nl + 6) // 7 * 7:  # ftile.cols_mode: the 8-pixel tiles
+                bat2(wp, m_n, c_n, v, nl, mo, zeros, 1, no, zero, d[KC], scratch, 0, 36)
+            else:
+                bat1(wp, m_n, c_n, v, nl, mo, zeros, 1, no, zero, d[KC], scratch, 0, 36)
+            tout(mo, y, bias, z, has_z, th_n, tw_n, d[CODE], fv[2], fv[3], b0, b1, 0, m_n)
+        return 0
+
+    setattr(half, CLOSURE_KEY, f"rnpair.half.kind{KIND}")
+    return jit(half)
+
+
+@functools.cache
+def half_address() -> int:
+    """The C address of the compiled half (compiled or loaded now), 0 where there is none."""
+    return pairs.function_address(_build())
+
+
+@jit
+def pair_run(ctl, desc, x, y, z, v0, mo0, s0, v1, mo1, s1, alone) -> int:
+    """One layer: the per-call addresses into ``desc``, then fpair's job (publish, side 0, claim side 1
+    or wait for the helper's) once it holds the callers' slot; ``alone``: both sides on the caller, no
+    job. 1 the helper ran the second half, 2 the caller ran both, 3 another caller holds the slot."""
+    if not alone and not _cas(ctl, SLOT, 0, 1):
+        return 3
+    desc[XA] = np.int64(x.ctypes.data)
+    desc[YA] = np.int64(y.ctypes.data)
+    desc[ZA] = np.int64(z.ctypes.data)
+    desc[SIDE0 + S_V] = np.int64(v0.ctypes.data)
+    desc[SIDE0 + S_MO] = np.int64(mo0.ctypes.data)
+    desc[SIDE0 + S_SCR] = np.int64(s0.ctypes.data)
+    desc[SIDE0 + SIDE_N + S_V] = np.int64(v1.ctypes.data)
+    desc[SIDE0 + SIDE_N + S_MO] = np.int64(mo1.ctypes.data)
+    desc[SIDE0 + SIDE_N + S_SCR] = np.int64(s1.ctypes.data)
+    if alone:
+        addr = np.int64(desc.ctypes.data)
+        _call2(desc[FN], addr, 0)
+        _call2(desc[FN], addr, 1)
+        return 2
+    return fpair.pair_job(ctl, desc)
+
+
+_ready: list = []
+_ready_lock = threading.Lock()
+_helper: dict = {}  # the helper side's buffers by name (one helper thread runs one job at a time)
+_kept: list = []  # buffers a descriptor in flight may still point to
+
+
+def helper_buffer(name: str, size: int) -> np.ndarray:
+    """The helper side's float32 buffer ``name`` of at least ``size`` floats (grown, never freed)."""
+    buf = _helper.get(name)
+    if buf is None or buf.size < size:
+        if buf is not None:
+            _kept.append(buf)
+        buf = _helper[name] = np.zeros(max(size, 1), np.float32)
+    return buf
+
+
+def prepare() -> int:
+    """Compile (or load) fpair's sides, this module's half and its caller on the calling thread: the
+    half's address, 0 where there is no pair."""
+    if _ready:
+        return _ready[0]
+    with _ready_lock:
+        if _ready:
+            return _ready[0]
+        if not fpair.server().prepare():
+            return 0
+        address = half_address()
+        if address:
+            held = np.zeros(8, np.int64)
+            held[SLOT] = 1
+            s = np.zeros(1, np.float32)
+            pair_run(held, np.zeros(NDESC, np.int64), s, s, s, s, s, s, s, s, s, False)
+        _ready.append(address)
+    return _ready[0]
+
+
+def enabled() -> bool:
+    """Whether these pairs may be made now: ``ON``, cpair's conditions (x86-64, spinning threads, the
+    switch, the AVX-512 tiles) and a cycle counter."""
+    return ON and cpair.enabled() and pairs.cycle_rate() > 0
+
+
+class Pair:
+    """One bound layer's pair: its descriptor, the arrays it points to, the sides' buffer sizes."""
+
+    __slots__ = ("desc", "keep", "sizes", "prep", "bound")
+
+    def __init__(self, desc, sizes, prep):
+        self.desc, self.sizes, self.prep = desc, sizes, prep
+        self.keep: tuple = ()
+        self.bound = None  # the weight the descriptor's packed panels come from
+
+    def __call__(self, w, bias, x, y, z) -> bool:
+        """The layer in two halves (or both on the caller where the helper does not spin: it is woken);
+        False where nothing was done (no compiled half, the pool's worker spinning, another caller in
+        the slot): the caller takes the general path. ``x``, ``y``, ``z``: one image (3-D)."""
+        if not self.desc[FN]:
+            address = prepare()
+            if not address:
+                return False
+            self.desc[FN] = address
+        if shards.POOL.workers_spinning():
+            return False
+        srv = fpair.server()
+        if not srv.ready and not srv.prepare():
+            return False
+        alone = not srv.usable()
+        if alone:
+            srv.asleep()
+        if w is not self.bound:
+            self.keep = self.prep(self.desc, w, bias)
+            self.bound = w
+        self.desc[BIAS] = bias.ctypes.data
+        (v0, m0, s0), (v1, m1, s1) = self.sizes
+        args = (srv.ctl, self.desc, x, y, y if z is None else z, config.thread_buffer("wino_v", v0, np.float32),
+                config.thread_buffer("wino_mo", m0, np.float32), config.thread_buffer("ftile", s0, np.float32),
+                helper_buffer("v", v1), helper_buffer("mo", m1), helper_buffer("scratch", s1), alone)
+        done = pair_run(*args)
+        if done == 3:
+            return False
+        if not alone:
+            before = srv.stats["backoffs"]
+            srv.result(done, False, HICCUP_S)
+            follow(srv, before)
+        return True
+
+
+def follow(srv, before: int) -> None:
+    """Back the shard pool off where the pairs' helper ``srv`` backed off since its count was ``before``
+    (POOL_BACKOFF)."""
+    if POOL_BACKOFF and srv.stats["backoffs"] > before:
+        shards.POOL._back_off("the ResNet pairs backed off (rnpair.POOL_BACKOFF)")
+
+
+def _tile_blocks(t0: int, t1: int, c_n: int, m_n: int) -> int:
+    """Blocks of a run of tiles (winograd._tiles_run's rule: v and products under TILE_BYTES)."""
+    per_tile = 36 * (c_n + m_n) * 4
+    return max(1, -(-(t1 - t0) * per_tile // winograd.TILE_BYTES)) if winograd.TILE_BYTES > 0 else 1
+
+
+def wino_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_z: bool):
+    """The pair of a bound 3x3 stride-1 (pads 1) layer of one image as F(4x4, 3x3) by tiles, or None."""
+    n_n, c_n, h_n, w_n = x_shape
+    m_n, oh_n, ow_n = y_shape[1:]
+    if not (ON and WINO and n_n == 1 and oh_n * ow_n >= WINO4_MIN_PIXELS and enabled()):
+        return None
+    if m_n % ftile.COLS_LANES[KIND] and m_n % ftile.MR[KIND]:
+        return None
+    th_n, tw_n = (oh_n + 3) // 4, (ow_n + 3) // 4
+    nt = th_n * tw_n
+    if nt < 2:
+        return None
+    from .conv import ftile_cols
+
+    cols = ftile_cols(KIND, m_n, nt, c_n)
+    width = ftile.COLS_WIDTH[KIND] if cols else ftile.MR[KIND]
+    cut = -(-nt // 2)
+    desc = np.zeros(NDESC, np.int64)
+    fv = np.array([0, 0, p0, p1], np.float32)
+    desc[OP], desc[HAS_Z], desc[FV] = OP_WINO, int(has_z), fv.ctypes.data
+    desc[C], desc[H], desc[W], desc[M], desc[OH], desc[OW] = c_n, h_n, w_n, m_n, oh_n, ow_n
+    desc[PH], desc[PW], desc[TH], desc[TW], desc[CODE], desc[COLS] = ph, pw, th_n, tw_n, code, int(cols)
+    desc[KC] = ftile.COLS_KC if cols else -(-c_n // -(-c_n // ftile.KC))
+    sizes = []
+    most = 0
+    for side, (t0, t1) in enumerate(((0, cut), (cut, nt))):
+        blocks = _tile_blocks(t0, t1, c_n, m_n)
+        nl = -(-(t1 - t0) // blocks)
+        most = max(most, nl)
+        base = SIDE0 + side * SIDE_N
+        desc[base + S_T0], desc[base + S_T1], desc[base + S_BLOCKS] = t0, t1, blocks
+    lv, lm = winograd._spaced(c_n * most), winograd._spaced(m_n * most)
+    desc[LV], desc[LM] = lv, lm
+    ssize = max(ftile.scratch_size(KIND, 2 if cols else 0, most), ftile.scratch_size(KIND, 1, most)) if cols else 1
+    for side in range(2):
+        desc[SIDE0 + side * SIDE_N + S_SCR_N] = ssize
+        sizes.append((36 * lv, 36 * lm, ssize))
+    zeros = conv._zeros(m_n, np.float32)
+    desc[ZEROS] = zeros.ctypes.data
+
+    def prep(d, w, bias):
+        u = conv._transformed(w, np.asarray(w, np.float32).reshape(m_n, c_n, 3, 3), 4)
+        wp = np.ascontiguousarray(ftile.pack_batched(u, width).reshape(36, -1))
+        d[WP], d[WP_N] = wp.ctypes.data, wp.size
+        return wp, fv, zeros
+
+    pair = Pair(desc, sizes, prep)
+    pair.keep = (fv, zeros)
+    return pair
+
+
+def _direct_worst(m_n: int, oh_n: int, rb: int, width: int) -> int:
+    """The larger side's channels x rows at ``direct_cut``'s cut."""
+    cut = direct_cut(m_n, oh_n, rb, width)
+    part = sum(min(width, m_n - (s // rb) * width) * ((s % rb + 1) * oh_n // rb - (s % rb) * oh_n // rb)
+               for s in range(cut))
+    return max(part, m_n * oh_n - part)
+
+
+def wino2_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_z: bool):
+    """The pair of a bound 3x3 stride-1 layer of one image as F(2x2, 3x3) by output channels (conv.py's
+    fused shards: a side's weight panels at every position, then their channels' output transform; each
+    side transforms every tile's input itself: no barrier), or None."""
+    n_n, c_n, h_n, w_n = x_shape
+    m_n, oh_n, ow_n = y_shape[1:]
+    if not (ON and WINO2 and n_n == 1 and enabled()):
+        return None
+    th_n, tw_n = (oh_n + 1) // 2, (ow_n + 1) // 2
+    nt = th_n * tw_n
+    from .conv import ftile_cols
+
+    cols = ftile.cols_mode(KIND, nt) if ftile_cols(KIND, m_n, nt, c_n) else 0
+    width = ftile.COLS_WIDTH[KIND] if cols else ftile.MR[KIND]
+    panels = -(-m_n // width)
+    if panels < 2:
+        return None
+    cut = min(range(1, panels), key=lambda q: max(min(m_n, q * width), m_n - min(m_n, q * width)))
+    desc = np.zeros(NDESC, np.int64)
+    fv = np.array([0, 0, p0, p1], np.float32)
+    desc[OP], desc[HAS_Z], desc[FV] = OP_WINO2, int(has_z), fv.ctypes.data
+    desc[C], desc[H], desc[W], desc[M], desc[OH], desc[OW] = c_n, h_n, w_n, m_n, oh_n, ow_n
+    desc[PH], desc[PW], desc[TH], desc[TW], desc[CODE], desc[COLS] = ph, pw, th_n, tw_n, code, cols
+    desc[KC] = ftile.COLS_KC if cols else -(-c_n // -(-c_n // ftile.KC))
+    desc[PANELS], desc[WIDTH] = panels, width
+    lv, lm = winograd._spaced(c_n * nt), winograd._spaced(m_n * nt)
+    desc[LV], desc[LM] = lv, lm
+    ssize = ftile.scratch_size(KIND, cols, nt)
+    for side, (q0, q1) in enumerate(((0, cut), (cut, panels))):
+        base = SIDE0 + side * SIDE_N
+        desc[base + S_T0], desc[base + S_T1], desc[base + S_BLOCKS], desc[base + S_SCR_N] = q0, q1, 1, ssize
+    zeros = conv._zeros(m_n, np.float32)
+    desc[ZEROS] = zeros.ctypes.data
+
+    def prep(d, w, bias):
+        u = conv._transformed(w, np.asarray(w, np.float32).reshape(m_n, c_n, 3, 3), 2)
+        wp = np.ascontiguousarray(ftile.pack_batched(u, width).reshape(16, -1))
+        d[WP], d[WP_N] = wp.ctypes.data, wp.size
+        return wp, fv, zeros
+
+    pair = Pair(desc, ((16 * lv, 16 * lm, ssize), (16 * lv, 16 * lm, ssize)), prep)
+    pair.keep = (fv, zeros)
+    return pair
+
+
+def direct_cut(m_n: int, oh_n: int, rb: int, width: int) -> int:
+    """The caller's shards (panel-major: shard s is panel s // rb, row block s % rb) of fdirect's
+    two-thread plan, so that both sides get about the same channels x rows (a last panel of 16 or 32
+    channels counts for what it has: 512 channels are 10 panels of 48 and one of 32)."""
+    total = -(-m_n // width) * rb
+    work = []
+    for s in range(total):
+        q, b = divmod(s, rb)
+        work.append(min(width, m_n - q * width) * ((b + 1) * oh_n // rb - b * oh_n // rb))
+    best, cut, run = None, 1, 0
+    whole = sum(work)
+    for s in range(1, total):
+        run += work[s - 1]
+        worst = max(run, whole - run)
+        if best is None or worst < best:
+            best, cut = worst, s
+    return cut
+
+
+def direct_pair(conv, x_shape, y_shape, kernel: tuple, stride: int, ph: int, pw: int, lo, hi, has_z: bool):
+    """The pair of a bound direct convolution (fdirect.py, 3 x 7 tiles) of one image, or None."""
+    n_n, c_n = x_shape[:2]
+    m_n, oh_n, ow_n = y_shape[1:]
+    kh, kw = kernel
+    if not (ON and DIRECT and n_n == 1 and stride in (1, 2) and enabled()):
+        return None
+    cv, mp = fdirect.tile_shape(m_n, ow_n)
+    if (cv, mp) != (3, fdirect.MP):
+        return None
+    k_n = c_n * kh * kw
+    total, rb, kc = fdirect.plan(m_n, k_n, oh_n, 2, cv)
+    if total < 2:
+        return None
+    if rb * 2 <= oh_n and _direct_worst(m_n, oh_n, 2 * rb, 16 * cv) < 0.97 * _direct_worst(m_n, oh_n, rb, 16 * cv):
+        rb *= 2  # a finer cut where the plan's leaves one side 3 %+ more (512@7: 272 channels against 240)
+        total = -(-m_n // (16 * cv)) * rb
+    hp, wpad, step, koff = fdirect.geometry(c_n, kh, kw, stride, oh_n, ow_n)
+    koff = np.ascontiguousarray(koff)
+    xp = np.zeros(c_n * hp * wpad, np.float32)
+    size = fdirect.scratch_size(k_n, kc, oh_n, ow_n, rb, cv, mp)
+    cut = direct_cut(m_n, oh_n, rb, 16 * cv)
+    desc = np.zeros(NDESC, np.int64)
+    fv = np.array([lo, hi, 0, 0], np.float32)
+    desc[OP], desc[HAS_Z], desc[FV], desc[M], desc[OH], desc[OW] = OP_DIRECT, int(has_z), fv.ctypes.data, m_n, oh_n, \
+        ow_n
+    desc[XP], desc[XP_N], desc[KOFF], desc[K], desc[ROWSTEP], desc[RB], desc[KC], desc[STEP] = \
+        xp.ctypes.data, xp.size, koff.ctypes.data, k_n, step, rb, kc, stride
+    for side, (t0, t1) in enumerate(((0, cut), (cut, total))):
+        base = SIDE0 + side * SIDE_N
+        desc[base + S_T0], desc[base + S_T1], desc[base + S_BLOCKS], desc[base + S_SCR_N] = t0, t1, 1, size
+
+    def prep(d, w, bias):
+        from .conv_serial import _packed
+
+        wp = np.ascontiguousarray(_packed(conv, w, k_n, 16 * cv), np.float32)
+        d[WP], d[WP_N] = wp.ctypes.data, wp.size
+        return wp, fv, xp, koff
+
+    pair = Pair(desc, ((1, 1, size), (1, 1, size)), prep)
+    pair.keep = (fv, xp, koff)
+    pair_pad = (xp, ph, pw, hp, wpad, c_n)
+    return pair, pair_pad
+
+
+__all__ = ["ON", "Pair", "direct_pair", "enabled", "follow", "half_address", "pair_run", "prepare", "wino2_pair",
+           "wino_pair"]

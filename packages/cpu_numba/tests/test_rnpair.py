@@ -1,0 +1,266 @@
+"""The ResNets' convolutions of a batch-1 image at two threads as two halves on fpair's helper
+(kernels/rnpair.py): F(4x4, 3x3) by tiles, F(2x2, 3x3) by output channels (products on ftile's rows and
+cols tiles) and fdirect's direct convolutions (strides 1 and 2); the caller alone, the helper's half run
+by hand, a busy slot, the back-off, the switch, and a small residual block through a two-thread session.
+The direct halves are the one-thread driver's shards, so they equal the one-thread path bit for bit; the
+Winograd halves (their products on ftile where the one-thread path may take BLAS) are checked against the
+one-thread path and the reference within the fp32 tolerances, and the helper's copy of a half bit for bit
+against the caller's."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from kernelkit import Session
+from kernelkit.builder import GraphBuilder
+from kernelkit.invoke import KernelContext
+from kernelkit.ir import Node, TensorSpec
+from kernelkit.testing import assert_close, run_single_op
+from kernelkit_numba import config, shards
+from kernelkit_numba.kernels import conv_serial, fpair, ftile, pairs, rnpair
+from kernelkit_numba.kernels.conv import Conv
+
+pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
+              pytest.mark.skipif(ftile.choice()[0] != rnpair.KIND or not rnpair.enabled(),
+                                 reason="the ResNet pairs run on the AVX-512 tiles")]
+
+RELU = {"activation": "Relu"}
+PADS = {"pads": [1, 1, 1, 1]}
+# (x shape, weight shape, attrs, residual, op): F(4x4) by tiles on the rows-tile products (64@28, K = 64,
+# with the residual), F(2x2) by output channels on the cols-tile products (128@14: 3 panels of 48) and on
+# the rows tiles (64@14, with the residual), fdirect's 3x3/2 (K = 576) and its stride-1 small map (64@7,
+# with the residual)
+LAYERS = [
+    ((1, 64, 28, 28), (64, 64, 3, 3), {**PADS, **RELU}, True, rnpair.OP_WINO),
+    ((1, 128, 14, 14), (128, 128, 3, 3), {**PADS, **RELU}, False, rnpair.OP_WINO2),
+    ((1, 64, 14, 14), (64, 64, 3, 3), {**PADS, **RELU}, True, rnpair.OP_WINO2),
+    ((1, 64, 28, 28), (128, 64, 3, 3), {**PADS, "strides": [2, 2], **RELU}, False, rnpair.OP_DIRECT),
+    ((1, 64, 7, 7), (64, 64, 3, 3), {**PADS, **RELU}, True, rnpair.OP_DIRECT),
+]
+
+
+def _ro(a):
+    a = np.ascontiguousarray(a)
+    a.setflags(write=False)
+    return a
+
+
+def _out_shape(xs, ws, attrs):
+    s = attrs.get("strides", [1, 1])[0]
+    return (xs[0], ws[0], (xs[2] - 1) // s + 1, (xs[3] - 1) // s + 1)
+
+
+def _kernel(xs, ws, attrs, threads, res):
+    names = ["x", "w", "b"] + (["z"] if res else [])
+    k = Conv()
+    k.context = KernelContext(Node("Conv", names, ["y"], {}, "n"), None, {}, threads)
+    specs = [TensorSpec(xs, "float32"), TensorSpec(ws, "float32"), TensorSpec((ws[0],), "float32")]
+    if res:
+        specs.append(TensorSpec(_out_shape(xs, ws, attrs), "float32"))
+    k.prepare(specs, attrs)
+    return k
+
+
+def _layer(case, seed=0):
+    xs, ws, attrs, res, _op = case
+    rng = np.random.default_rng(seed)
+    x = _ro(rng.standard_normal(xs).astype(np.float32))
+    w = _ro(rng.standard_normal(ws).astype(np.float32) * np.float32(0.1))
+    b = _ro(rng.standard_normal(ws[0]).astype(np.float32))
+    z = _ro(rng.standard_normal(_out_shape(xs, ws, attrs)).astype(np.float32)) if res else None
+    return [x, w, b] + ([z] if res else [])
+
+
+def _reference(inputs, attrs):
+    conv_attrs = {k: v for k, v in attrs.items() if not k.startswith("activation")}
+    (y,) = run_single_op("Conv", inputs[:3], conv_attrs, vendors=["reference"])
+    if len(inputs) > 3:
+        y = y + inputs[3]
+    return np.maximum(y, 0).astype(np.float32)
+
+
+def _at(threads, fn, inputs, shape):
+    was = getattr(config._local, "threads", None)
+    config._local.threads = threads
+    try:
+        return fn(*inputs, out=np.full(shape, np.nan, np.float32))
+    finally:
+        config._local.threads = was
+
+
+@pytest.fixture
+def quiet_server(monkeypatch):
+    """fpair's helper of this test's own whose thread never starts (the helper's half is run by hand)."""
+    srv = fpair.FPairServer(0)
+    monkeypatch.setattr(fpair, "_server", [srv])
+    monkeypatch.setattr(srv, "wake", lambda: None)
+    monkeypatch.setattr(shards.POOL, "backed_off", lambda: False)
+    monkeypatch.setattr(shards.POOL, "workers_spinning", lambda: False)
+    return srv
+
+
+def _pair_of(fn):
+    cells = [c.cell_contents for c in getattr(fn, "__closure__", None) or ()
+             if isinstance(c.cell_contents, rnpair.Pair)]
+    return cells[0] if cells else None
+
+
+@pytest.mark.parametrize("case", LAYERS, ids=lambda c: f"{c[0][1]}x{c[0][2]}-{c[1][0]}s{c[2].get('strides', [1])[0]}")
+def test_caller_alone_and_helper_half(case, quiet_server):
+    """The helper 'spinning' but never coming: the caller claims the second half; the helper's loop run
+    by hand serves a republished job's second half, bit for bit the caller's; the result equals the
+    one-thread path (bit for bit for the direct convolution) and the reference."""
+    xs, ws, attrs, res, op = case
+    inputs = _layer(case)
+    shape = _out_shape(xs, ws, attrs)
+    one = _kernel(xs, ws, attrs, 1, res)
+    want = _at(1, one.compute, inputs, shape)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    pair = _pair_of(fn)
+    assert pair is not None and pair.desc[rnpair.OP] == op
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    got = _at(2, fn, inputs, shape)
+    assert srv.stats["alone"] == 1 and srv.stats["paired"] == 0
+    assert srv.ctl[pairs.STATE] == 1 * 4 + pairs.TAKEN and srv.ctl[pairs.SLOT] == 0
+    assert not np.isnan(got).any()
+    assert_close(got, _reference(inputs, attrs), np.float32)
+    if op == rnpair.OP_DIRECT:
+        np.testing.assert_array_equal(got, want)
+    else:
+        assert_close(got, want, np.float32)
+    y = np.full(shape, np.nan, np.float32)
+    pair.desc[rnpair.YA] = y.ctypes.data
+    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
+    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0  # fpair's loop: the half reached by address
+    assert srv.ctl[pairs.STATE] == 9 * 4 + pairs.DONE
+    written = ~np.isnan(y)
+    assert written.any() and not written.all()  # the second half only
+    np.testing.assert_array_equal(y[written], got[written])
+
+
+def test_busy_slot_asleep_back_off_and_pool(quiet_server, monkeypatch):
+    """A held slot: the general path (no job); the helper asleep or backed off: both halves on the
+    caller, no job; the pool's worker spinning: the general path; a one-thread budget: the general path."""
+    case = LAYERS[3]  # fdirect's 3x3/2: the general path's result bit for bit
+    xs, ws, attrs, res, _op = case
+    inputs = _layer(case, 1)
+    shape = _out_shape(xs, ws, attrs)
+    want = _at(1, _kernel(xs, ws, attrs, 1, res).compute, inputs, shape)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    srv.ctl[pairs.SLOT] = 1
+    np.testing.assert_array_equal(_at(2, fn, inputs, shape), want)
+    assert srv.ctl[pairs.JOB] == 0 and srv.stats["alone"] == 0
+    srv.ctl[pairs.SLOT] = 0
+    srv.ctl[pairs.AWAKE] = 0  # asleep: both halves on the caller
+    np.testing.assert_array_equal(_at(2, fn, inputs, shape), want)
+    assert srv.ctl[pairs.JOB] == 0
+    srv.ctl[pairs.AWAKE] = 1
+    srv.until = time.perf_counter() + 60  # backed off
+    np.testing.assert_array_equal(_at(2, fn, inputs, shape), want)
+    assert srv.ctl[pairs.JOB] == 0
+    srv.until = 0.0
+    monkeypatch.setattr(shards.POOL, "workers_spinning", lambda: True)
+    np.testing.assert_array_equal(_at(2, fn, inputs, shape), want)
+    np.testing.assert_array_equal(_at(1, fn, inputs, shape), want)
+    assert srv.ctl[pairs.JOB] == 0
+    monkeypatch.setattr(shards.POOL, "workers_spinning", lambda: False)
+    np.testing.assert_array_equal(_at(2, fn, inputs, shape), want)
+    assert srv.ctl[pairs.JOB] == 1
+
+
+def test_switch_and_sizes(monkeypatch):
+    """No pair with rnpair.ON off, for batch 2, or for a 3x3 layer of a map under WINO4_MIN_PIXELS that
+    fdirect does not take (48 channels)."""
+    xs, ws, attrs, res, _op = LAYERS[0]
+
+    def pair_of(xs, ws):
+        return _pair_of(conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, False)))
+
+    assert pair_of(xs, ws) is not None
+    assert pair_of((2,) + xs[1:], ws) is None
+    assert pair_of((1, 48, 12, 12), (48, 48, 3, 3)) is None
+    monkeypatch.setattr(rnpair, "ON", False)
+    assert pair_of(xs, ws) is None
+
+
+def _block_model(rng):
+    """A ResNet basic block at 64@28 (two 3x3 layers, the residual) and a 3x3/2 layer to 128@14, and its
+    input."""
+    g = GraphBuilder("block")
+    x = g.input("x", (1, 64, 28, 28))
+
+    def conv(t, m, c, **attrs):
+        w = g.constant((rng.standard_normal((m, c, 3, 3)) * (0.5 / np.sqrt(c * 9))).astype(np.float32))
+        b = g.constant(rng.standard_normal(m).astype(np.float32) * np.float32(0.1))
+        return g.op("Conv", t, w, b, pads=[1, 1, 1, 1], **attrs)
+
+    a = g.op("Relu", conv(x, 64, 64))
+    r = g.op("Relu", g.op("Add", conv(a, 64, 64), x))
+    g.output(g.op("Relu", conv(r, 128, 64, strides=[2, 2])))
+    return g.build(), {"x": rng.standard_normal((1, 64, 28, 28)).astype(np.float32)}
+
+
+def test_block_through_a_two_thread_session(monkeypatch):
+    """The block in a two-thread session runs its three layers as pairs on fpair's helper thread (no
+    pool job) and equals the reference and the one-thread run within the fp32 tolerances on every run."""
+    monkeypatch.setattr(shards.POOL, "workers_spinning", lambda: False)  # (other tests' pool workers)
+    rng = np.random.default_rng(3)
+    model, feeds = _block_model(rng)
+    want = Session(model, vendors=["reference"]).run(None, feeds)[0]
+    one = Session(model, vendors=["numba"], threads=1).run(None, feeds)[0]
+    sess = Session(model, vendors=["numba"], fallback=False, threads=2)
+    srv = fpair.server()
+    before = srv.stats["paired"] + srv.stats["alone"]
+    jobs = shards.POOL.stats["jobs"]
+    deadline = time.perf_counter() + 60
+    while True:
+        got = sess.run(None, feeds)[0]
+        assert_close(got, want, np.float32)
+        assert_close(got, one, np.float32)
+        tried = srv.stats["paired"] + srv.stats["alone"] - before
+        if tried >= 15 or time.perf_counter() > deadline:
+            break
+        srv.until = 0.0  # a loaded test machine's back-off: try again
+    assert tried >= 15
+    assert shards.POOL.stats["jobs"] == jobs
+
+
+def test_one_stall_is_a_hiccup(quiet_server):
+    """rnpair's stall rule (HICCUP_S, the pool's STALL_PAIR_S): one stall counts and does not back off, a
+    second within HICCUP_S does; the default rule (fpair's, cpair's) backs off at the first."""
+    srv = quiet_server
+    srv.ctl[pairs.WAITED] = srv.stall + 1
+    srv.ctl[fpair.OWN] = 0
+    srv.result(1, False, rnpair.HICCUP_S)
+    assert srv.stats["stalls"] == 1 and srv.stats["backoffs"] == 0 and srv.until == 0.0
+    srv.result(1, False, rnpair.HICCUP_S)
+    assert srv.stats["stalls"] == 2 and srv.stats["backoffs"] == 1 and srv.until > time.perf_counter()
+    srv.until = 0.0
+    srv.result(1)
+    assert srv.stats["backoffs"] == 2
+
+
+def test_a_pairs_back_off_backs_the_pool_off(quiet_server, monkeypatch):
+    """POOL_BACKOFF: a back-off of the pairs (here a busy helper's misses through a paired layer) backs
+    the shard pool off (its look at the free cores decides its end); off: the pairs' own alone."""
+    calls = []
+    monkeypatch.setattr(shards.POOL, "_back_off", lambda why: calls.append(why))
+    case = LAYERS[3]
+    xs, ws, attrs, res, _op = case
+    inputs = _layer(case, 2)
+    shape = _out_shape(xs, ws, attrs)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    for _ in range(pairs.MISSES):  # the helper 'spinning' but never claiming
+        _at(2, fn, inputs, shape)
+    assert srv.stats["backoffs"] == 1 and len(calls) == 1
+    srv.until = 0.0
+    monkeypatch.setattr(rnpair, "POOL_BACKOFF", False)
+    for _ in range(pairs.MISSES):
+        _at(2, fn, inputs, shape)
+    assert srv.stats["backoffs"] == 2 and len(calls) == 1
