@@ -544,13 +544,14 @@ def _two_shares(fn, args, packed, panels, nr, flops):
     halves.run(lambda: fn(*first, 0, blocks), lambda: fn(*second, 0, blocks))
 
 
-def kind_for(m_n: int, k_n: int, n_n: int) -> int | None:
+def kind_for(m_n: int, k_n: int, n_n: int, narrow: bool = False) -> int | None:
     """The variant to run a GEMM of this shape on, or None for BLAS: KERNELKIT_F32_GEMM (a forced
-    variant always runs), else the shape classes where the tiles measured faster."""
+    variant always runs), else the shape classes where the tiles measured faster. ``narrow``: the
+    NARROW tiles for few columns as if NARROW_ON (Gemm's one-thread bound call, gemm.HEAD_NARROW)."""
     kind, forced = choice()
     if kind is None or forced:
         return kind
-    if kind == 2 and NARROW_ON and narrow_wins(m_n, k_n, n_n):
+    if kind == 2 and (NARROW_ON or narrow) and narrow_wins(m_n, k_n, n_n):
         return NARROW
     return kind if wins(m_n, k_n, n_n) else None
 

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# ResNet-50 and the MLP at one thread (issue 11, session 11): one device call, jobs side by side on
+# separate CPU pairs, each under its own time limit; the Numba cache warmed first.
+#   bash benchmarks/r50t11_round.sh OUT
+out=${1:-out}
+mkdir -p "$out"
+export KERNELKIT_NUMBA_START=eager
+cd "$(dirname "$0")" || exit 1
+t0=$(date +%s)
+# warm the cache: the one-thread kernels of both models and the variants' extra drivers, two processes
+warm() {
+  timeout 70 taskset -c "$1" python3 -c "
+import sys; sys.path.insert(0, '.')
+from test_bench_numba import apply_bench_set, model_case, kernelkit_session
+apply_bench_set('$3')
+proto, model, feed, g = model_case('$2'); kernelkit_session(model, 'numba1').run(None, feed)" >> "$out/warm.txt" 2>&1
+}
+warm 0 resnet50 "" & warm 2 mlp "" & warm 4 resnet50 "kernels.ftile.ROWS12_ON=1" &
+warm 6 mlp "kernels.fgemm.NARROW_ON=1,kernels.fgemm.MR.2=12,kernels.fgemm.PREFETCH=8" & wait
+echo "warm: $(( $(date +%s) - t0 )) s" >> "$out/warm.txt"
+R50=(--variant1 r12=kernels.ftile.ROWS12_ON=1 --variant1 kc144=kernels.fdirect.KC=144
+     --variant1 blk1m=kernels.ftile.BLOCK_BYTES=1048576 --variant1 small0=kernels.conv.DIRECT_SMALL=0)
+MLP=(--variant1 narrow=kernels.fgemm.NARROW_ON=1 --variant1 mr12=kernels.fgemm.MR.2=12
+     --variant1 pf8=kernels.fgemm.PREFETCH=8)
+left=$(( ${LIMIT:-160} - ( $(date +%s) - t0 ) ))
+timeout $left taskset -c 0,1 python3 turns.py resnet50 --rounds "${ROUNDS:-7}" --runtimes numba1,reference1,ort1 \
+  "${R50[@]}" --json "$out/turns_r50.jsonl" > "$out/turns_r50.txt" 2>&1 &
+timeout $left taskset -c 4,5 python3 turns.py mlp --rounds "${ROUNDS:-7}" --runtimes numba1,reference1,ort1 \
+  "${MLP[@]}" --json "$out/turns_mlp.jsonl" > "$out/turns_mlp.txt" 2>&1 &
+( timeout $left taskset -c 2,3 python3 ops_vs_reference.py resnet50 7 > "$out/ops_r50.txt" 2>&1
+  timeout $left taskset -c 2,3 python3 ops_vs_reference.py mlp 7 64 > "$out/ops_mlp.txt" 2>&1 ) &
+wait
+echo "total: $(( $(date +%s) - t0 )) s" >> "$out/warm.txt"
