@@ -15,12 +15,17 @@ from test_bench_numba import apply_bench_set, model_case, kernelkit_session
 apply_bench_set('$3')
 proto, model, feed, g = model_case('$2'); kernelkit_session(model, 'numba1').run(None, feed)" >> "$out/warm.txt" 2>&1
 }
-warm 0 resnet50 "" & warm 2 mlp "" & warm 4 resnet50 "kernels.ftile.ROWS12_ON=1" &
-warm 6 mlp "kernels.fgemm.NARROW_ON=1,kernels.fgemm.MR.2=12,kernels.fgemm.PREFETCH=8" & wait
+warm 0 resnet50 "" & warm 2 mlp "" & warm 4 resnet50 "kernels.ftile.ROWS12_ON=1,kernels.conv.DIRECT_SMALL=0" &
+warm 6 mlp "kernels.gemm.HEAD_NARROW=0,kernels.fgemm.MR.2=12,kernels.fgemm.PREFETCH=8" &
+warm 8 resnet50 "kernels.ftile.ROWS12_ON=1,kernels.ftile.MR.3=14,kernels.ftile._NAME.3=avx512x14" & wait
 echo "warm: $(( $(date +%s) - t0 )) s" >> "$out/warm.txt"
-R50=(--variant1 r12=kernels.ftile.ROWS12_ON=1 --variant1 kc144=kernels.fdirect.KC=144
-     --variant1 blk1m=kernels.ftile.BLOCK_BYTES=1048576 --variant1 small0=kernels.conv.DIRECT_SMALL=0)
-MLP=(--variant1 narrow=kernels.fgemm.NARROW_ON=1 --variant1 mr12=kernels.fgemm.MR.2=12
+# each --variant1: numba 1t with one setting changed (ratios 1t / variant: above 1 = the variant faster)
+# (r14: the 12-row rows tiles' kind run with 14 rows, 28 accumulators, under a cache name of its own)
+R50=(--variant1 r12=kernels.ftile.ROWS12_ON=1
+     --variant1 "r14=kernels.ftile.ROWS12_ON=1;kernels.ftile.MR.3=14;kernels.ftile._NAME.3=avx512x14"
+     --variant1 kc144=kernels.fdirect.KC=144 --variant1 blk1m=kernels.ftile.BLOCK_BYTES=1048576
+     --variant1 small0=kernels.conv.DIRECT_SMALL=0)
+MLP=(--variant1 blas=kernels.gemm.HEAD_NARROW=0 --variant1 mr12=kernels.fgemm.MR.2=12
      --variant1 pf8=kernels.fgemm.PREFETCH=8)
 left=$(( ${LIMIT:-160} - ( $(date +%s) - t0 ) ))
 timeout $left taskset -c 0,1 python3 turns.py resnet50 --rounds "${ROUNDS:-7}" --runtimes numba1,reference1,ort1 \
@@ -31,3 +36,4 @@ timeout $left taskset -c 4,5 python3 turns.py mlp --rounds "${ROUNDS:-7}" --runt
   timeout $left taskset -c 2,3 python3 ops_vs_reference.py mlp 7 64 > "$out/ops_mlp.txt" 2>&1 ) &
 wait
 echo "total: $(( $(date +%s) - t0 )) s" >> "$out/warm.txt"
+lscpu | grep -E "Model name|L2|L3" > "$out/env.txt"
