@@ -37,3 +37,21 @@ timeout $left taskset -c 4,5 python3 turns.py mlp --rounds "${ROUNDS:-7}" --runt
 wait
 echo "total: $(( $(date +%s) - t0 )) s" >> "$out/warm.txt"
 lscpu | grep -E "Model name|L2|L3" > "$out/env.txt"
+# a short table last: per model and runtime the median block ms and the median over rounds of numba 1t's
+# block / this runtime's block (above 1: faster than numba 1t), from the blocks written so far
+python3 - "$out"/turns_*.jsonl <<'PY'
+import collections, json, sys
+import numpy as np
+for path in sys.argv[1:]:
+    rows = [json.loads(line) for line in open(path)]
+    by = collections.defaultdict(dict)
+    for r in rows:
+        by[r["runtime"]][r["round"]] = r["median_ms"]
+    base = by.get("numba1", {})
+    model = rows[0]["model"] if rows else path
+    for rt, blocks in by.items():
+        common = [k for k in blocks if k in base]
+        ratio = [base[k] / blocks[k] for k in common]
+        print(f"{model:9s} {rt:10s} {np.median(list(blocks.values())):8.2f} ms  numba1/this "
+              f"{np.median(ratio):.3f} ({min(ratio):.2f}-{max(ratio):.2f}) rounds {len(blocks)}")
+PY
