@@ -259,7 +259,8 @@ class Gemm(NumbaKernel):
                 packed = None if kind is None else self._const_b.get(b, b.T if trans_b else b, kind)
                 if packed is not None:
                     bias = None if c is None or beta == 0 else np.asarray(c, np.float32).reshape(n) * beta
-                    bound.extend((b, c, fgemm.serial(kind, packed, m, alpha, bias, code, p0, p1)))
+                    pf = fgemm.PREFETCH_ONE_THREAD if serial else None
+                    bound.extend((b, c, fgemm.serial(kind, packed, m, alpha, bias, code, p0, p1, pf)))
             return general(a, b, c, out)
 
         return call
