@@ -219,7 +219,7 @@ def test_prefetch_of_the_next_panel(name, threads, kc, pfs, monkeypatch):
     out2 = np.empty((20, 90), np.float32)
     fgemm.serial(kind, packed, 20, 1.0, bias, epilogue.CLIP, 0.0, np.inf)(a, out2)
     assert_close(out2, want)
-    if pfs == 4 and kc == 1024:  # Gemm's one-thread bound call: its own prefetch (PREFETCH_ONE_THREAD)
+    if pfs == 4 and kc == 1024 and name == "avx512":  # Gemm's one-thread bound call: PREFETCH_ONE_THREAD
         out2[:] = np.nan
         fgemm.serial(kind, packed, 20, 1.0, bias, epilogue.CLIP, 0.0, np.inf, 8)(a, out2)
         assert_close(out2, want)
