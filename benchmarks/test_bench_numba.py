@@ -332,7 +332,8 @@ def block_table(names=WANTED, rounds: int = 15) -> list[dict]:
 def apply_bench_set(spec: str | None = None) -> None:
     """Set ``kernelkit_numba`` constants from ``spec`` (default ``$KERNELKIT_BENCH_SET``):
     ``module.ATTR=value,...``, e.g. ``kernels.dwtile.PARALLEL_US=100,shards.ShardPool.CLAIM_AFTER_S=0.0``
-    (a value with a dot is a float, else an int, else a string): a variant of the defaults in a benchmark process."""
+    (a value with a dot is a float, else an int, else a string; ``module.DICT.KEY=value`` sets an item of
+    a dict constant, an int key where it reads as one): a variant of the defaults in a benchmark process."""
     import importlib
 
     spec = os.environ.get("KERNELKIT_BENCH_SET", "") if spec is None else spec
@@ -346,8 +347,11 @@ def apply_bench_set(spec: str | None = None) -> None:
             except ImportError:
                 continue
         for part in parts[cut:-1]:
-            obj = getattr(obj, part)
-        setattr(obj, parts[-1], _bench_value(value))
+            obj = obj[_bench_value(part)] if isinstance(obj, dict) else getattr(obj, part)
+        if isinstance(obj, dict):  # an item of a dict constant: kernels.fgemm.MR.2=12
+            obj[_bench_value(parts[-1])] = _bench_value(value)
+        else:
+            setattr(obj, parts[-1], _bench_value(value))
 
 
 def _bench_value(value: str):

@@ -18,7 +18,9 @@ so that a drift of the host moves both sides of a ratio alike.
 ``--variant LABEL=SPEC`` adds the default session with other settings as one more runtime, e.g.
 ``--variant notiles=kernels.winograd.TILES=0 --variant nopair=KERNELKIT_F32_PAIR=off`` (SPEC:
 ``;``-separated ``NAME=VALUE`` environment variables and ``module.ATTR=VALUE`` kernelkit_numba
-constants), with its ratios to the default and to onnxruntime 2t.
+constants), with its ratios to the default and to onnxruntime 2t. ``--variant1 LABEL=SPEC`` adds the
+one-thread session (``numba1``) with SPEC's settings, with its ratios to numba 1t and onnxruntime 1t
+and the reference's ratio to it.
 
 ``loaded``: a busy loop pinned to the first CPU of this process's affinity for the whole model. Each
 numba process reports its shard pool's counters per block (back-offs, preempted jobs); each process
@@ -70,7 +72,8 @@ elif runtime == "numbanp":  # the default without the conv pairs (kernels/cpair.
 elif runtime == "numba" or variant:
     if variant:
         apply_bench_set(",".join(i for i in variant.split(";") if i and i not in env_items))
-    sess = kernelkit.Session(model, vendors=["numba", "reference"], fallback=False)
+    threads = int(sys.argv[5]) if len(sys.argv) > 5 else None  # a --variant1: one thread
+    sess = kernelkit.Session(model, vendors=["numba", "reference"], fallback=False, threads=threads)
 elif runtime.startswith("numba"):
     sess = kernelkit_session(model, runtime)
 else:
@@ -110,9 +113,10 @@ for line in sys.stdin:
 class Child:
     """One runtime's live process: built and warmed at start, then a block of calls per ``block``."""
 
-    def __init__(self, model: str, runtime: str, variant: str = ""):
+    def __init__(self, model: str, runtime: str, variant: str = "", threads: int | None = None):
         self.runtime = runtime
-        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, model, runtime, HERE, variant],
+        extra = [str(threads)] if threads else []
+        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, model, runtime, HERE, variant, *extra],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.ready = self._reply()
 
@@ -152,7 +156,7 @@ def take_turns(model: str, runtimes, rounds: int, turn_s: float, settle: int, lo
     children = []
     try:
         for runtime in runtimes:  # built one after another: no process compiles beside a timed one
-            children.append(Child(model, runtime, VARIANTS.get(runtime, "")))
+            children.append(Child(model, runtime, VARIANTS.get(runtime, ""), VARIANT_THREADS.get(runtime)))
         calls = {c.runtime: max(3, min(400, round(turn_s * 1e3 / max(c.ready["call_ms"], 1e-3)))) for c in children}
         blocks: dict = {r: [] for r in runtimes}
         pool: dict = {r: {} for r in runtimes}
@@ -187,19 +191,26 @@ def take_turns(model: str, runtimes, rounds: int, turn_s: float, settle: int, lo
 
 
 VARIANTS: dict = {}  # --variant LABEL=SPEC: runtime LABEL is the default session with SPEC's settings
+VARIANT_THREADS: dict = {}  # --variant1 LABEL=SPEC: LABEL runs at one thread
 
 
-def add_variant(text: str) -> str:
+def add_variant(text: str, threads: int | None = None) -> str:
     """``LABEL=SPEC`` (SPEC: ``;``-separated ``NAME=VALUE`` environment variables and
     ``module.ATTR=VALUE`` kernelkit_numba constants) as one more runtime, with its ratios to the
-    default and to onnxruntime 2t; returns the label."""
+    default and to onnxruntime 2t (``threads=1``: to numba 1t and onnxruntime 1t, and the reference's
+    ratio to it); returns the label."""
     global RATIOS
     label, _, spec = text.partition("=")
     if not label or not spec or label in LABELS:
         raise ValueError(f"--variant {text!r}: expected a new LABEL=SPEC")
     VARIANTS[label] = spec
-    LABELS[label] = f"{label} ({spec})"
-    RATIOS = RATIOS + ((f"default / {label}", "numba", label), (f"{label} / ORT 2t", label, "ort2"))
+    LABELS[label] = f"{label} ({spec}{', 1t' if threads else ''})"
+    if threads:
+        VARIANT_THREADS[label] = threads
+        RATIOS = RATIOS + ((f"1t / {label}", "numba1", label), (f"{label} / ORT 1t", label, "ort1"),
+                           (f"reference / {label}", "reference1", label))
+    else:
+        RATIOS = RATIOS + ((f"default / {label}", "numba", label), (f"{label} / ORT 2t", label, "ort2"))
     return label
 
 
@@ -229,9 +240,12 @@ def main(argv=None) -> None:
     ap.add_argument("--variant", action="append", default=[],
                     help="LABEL=SPEC: one more runtime, the default with SPEC's settings (';'-separated "
                          "NAME=VALUE environment variables and module.ATTR=VALUE kernelkit_numba constants)")
+    ap.add_argument("--variant1", action="append", default=[],
+                    help="LABEL=SPEC: one more runtime, numba 1t with SPEC's settings (as --variant)")
     args = ap.parse_args(argv)
     os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
-    runtimes = tuple(args.runtimes.split(",")) + tuple(add_variant(v) for v in args.variant)
+    runtimes = (tuple(args.runtimes.split(",")) + tuple(add_variant(v) for v in args.variant)
+                + tuple(add_variant(v, threads=1) for v in args.variant1))
     unknown = set(runtimes) - set(LABELS)
     if unknown:
         ap.error(f"unknown runtimes {sorted(unknown)}; known: {', '.join(LABELS)}")

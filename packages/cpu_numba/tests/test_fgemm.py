@@ -219,6 +219,10 @@ def test_prefetch_of_the_next_panel(name, threads, kc, pfs, monkeypatch):
     out2 = np.empty((20, 90), np.float32)
     fgemm.serial(kind, packed, 20, 1.0, bias, epilogue.CLIP, 0.0, np.inf)(a, out2)
     assert_close(out2, want)
+    if pfs == 4 and kc == 1024 and name == "avx512":  # Gemm's one-thread bound call: PREFETCH_ONE_THREAD
+        out2[:] = np.nan
+        fgemm.serial(kind, packed, 20, 1.0, bias, epilogue.CLIP, 0.0, np.inf, 8)(a, out2)
+        assert_close(out2, want)
     from kernelkit_numba.cache import CLOSURE_KEY
 
     d = fgemm.driver(kind, epilogue.NONE, fgemm.MR[kind])
@@ -236,3 +240,33 @@ def test_drivers_are_cached_under_their_variant():
                for post in (epilogue.NONE, epilogue.GELU)]
     keys = {getattr(getattr(d, "py_func", d), CLOSURE_KEY) for d in drivers}  # py_func: unless NUMBA_DISABLE_JIT
     assert len(keys) == 8 and all(k.startswith("fgemm.gemm.") for k in keys)
+
+
+@pytest.mark.parametrize("narrow", [True, False])
+def test_few_columns_head_at_one_thread(rng, monkeypatch, narrow):
+    """A Gemm of 2-16 columns with a constant B at one thread (the MLP's 64 x 1024 x 10 head) runs
+    fgemm's NARROW tiles in its bound serial call (gemm.HEAD_NARROW; off: np.matmul, as the reference),
+    with the bias and Relu, against the float64 product over several runs."""
+    import kernelkit
+    from kernelkit_converters.onnx import convert
+    from kernelkit_numba.kernels import gemm
+    from onnx import TensorProto, helper, numpy_helper
+
+    monkeypatch.setattr(gemm, "HEAD_NARROW", narrow)
+    b = (rng.standard_normal((256, 10)) / 16).astype(np.float32)
+    c = rng.standard_normal(10).astype(np.float32)
+    nodes = [helper.make_node("Gemm", ["a", "b", "c"], ["g"]), helper.make_node("Relu", ["g"], ["y"])]
+    io = [helper.make_tensor_value_info("a", TensorProto.FLOAT, [24, 256])]
+    out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [24, 10])]
+    graph = helper.make_graph(nodes, "g", io, out, [numpy_helper.from_array(b, "b"), numpy_helper.from_array(c, "c")])
+    model = convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    sess = kernelkit.Session(model, vendors=["numba"], fallback=False, threads=1)
+    for _ in range(3):
+        a = rng.standard_normal((24, 256)).astype(np.float32)
+        assert_close(sess.run(None, {"a": a})[0], _want(a, b, 1.0, c, epilogue.CLIP, np.float32(0), np.float32(np.inf)))
+    gemm_kernel = next(s.kernel for s in sess.plan.kernel_steps() if s.op == "Gemm")
+    packed = gemm_kernel._const_b.packed  # B packed at the bound call's first run
+    if narrow and ftile.available("avx512") and ftile.select() == ftile.KIND["avx512"]:
+        assert packed is not None and packed.kind == fgemm.NARROW
+    elif not narrow:
+        assert packed is None  # np.matmul

@@ -127,6 +127,9 @@ def test_rows_kind_takes_12_row_panels_where_they_waste_little(monkeypatch):
     assert ftile.MR[ftile.ROWS12] == 12 and ftile.NR[ftile.ROWS12] == ftile.NR[avx512]
     monkeypatch.setattr(ftile, "ROWS12_ON", False)
     assert ftile.rows_kind(avx512, 256) == avx512
+    assert ftile.rows_kind(avx512, 256, one_thread=True) == ftile.ROWS12  # ROWS12_ONE_THREAD
+    monkeypatch.setattr(ftile, "ROWS12_ONE_THREAD", False)
+    assert ftile.rows_kind(avx512, 256, one_thread=True) == avx512
 
 
 def _cols(kind, w, x, b, z, lo, hi, kc):

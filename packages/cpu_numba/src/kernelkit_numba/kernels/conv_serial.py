@@ -404,7 +404,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         total = -(-m_n // width)
         size = ftile.scratch_size(kind, True, l_n)
     else:
-        kind = ftile.rows_kind(kind, m_n)
+        kind = ftile.rows_kind(kind, m_n, one_thread=not parallel and (conv.threads or config.default_threads()) == 1)
         width = ftile.MR[kind]
         driver = ftile.rows_driver(kind)
         block, blocks, groups, kc = ftile.plan(kind, m_n, k_n, l_n, 1)

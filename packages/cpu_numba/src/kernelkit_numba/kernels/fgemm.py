@@ -60,6 +60,10 @@ DIRECT_A = True  # broadcast from A's own rows where A is C-contiguous (AMD box:
 # L3 in the model (bench_fgemm_cold.py, Xeon: 64 x 1024 x 1024 with B cold 130 against 93 GFLOP/s, the
 # whole MLP at one thread 0.82 of no prefetch in one process; AMD box 0.95)
 PREFETCH = 4
+# Gemm's one-thread bound call (fgemm.serial from Gemm.serial_call) with this PREFETCH instead (None: PREFETCH):
+# Xeon, the MLP b64 at one thread in turns (issue 11, session 11), 8 faster than 4 in 6 of 7 rounds, median
+# 1.12x (the next panel's chunk prefetched over the first 4 row tiles instead of 8: done before the 8th)
+PREFETCH_ONE_THREAD = 8
 KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 ran 3-15% above chunks of 256-512)
 
 
@@ -438,12 +442,13 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
     config.run_shards(lambda i: fn(*args, i, i + 1), total)
 
 
-def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0):
+def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0, prefetch=None):
     """``run(a2, out, threads=1, shards=1)``: gemm's product of ``m_n`` rows by ``packed`` with everything but A
     (C-contiguous (M, K)) and the output (C-contiguous (M, N)) fixed now (a plan's bound call: the
     general path's per-call decisions, ~10-40 us a node, left out). One thread: the driver over every
     shard; two: fpair's halves (the descriptor made at the first such call) where the helper spins,
-    else (and at more threads) ``gemm`` in ``shards``. ``bias``: N values (copied) or None."""
+    else (and at more threads) ``gemm`` in ``shards``. ``bias``: N values (copied) or None.
+    ``prefetch``: the one-thread driver's PREFETCH (None: PREFETCH's value now)."""
     k_n, n_n = packed.k_n, packed.n_n
     mr = MR[kind]
     block, blocks, groups, kc = plan(kind, m_n, k_n, n_n, 1)
@@ -457,7 +462,7 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
         lo, hi, post = f32(p0), f32(p1), NONE
     else:
         lo, hi, post = f32(-np.inf), f32(np.inf), code
-    fn, bp, zeros, total = driver(kind, post, mr), packed.bp, packed.zeros, blocks * groups
+    fn, bp, zeros, total = driver(kind, post, mr, prefetch), packed.bp, packed.zeros, blocks * groups
     alpha, p0, p1 = f32(alpha), f32(p0), f32(p1)
     pairs = 2.0 * m_n * n_n * k_n >= PAIR_FLOPS
     made = []
@@ -544,13 +549,14 @@ def _two_shares(fn, args, packed, panels, nr, flops):
     halves.run(lambda: fn(*first, 0, blocks), lambda: fn(*second, 0, blocks))
 
 
-def kind_for(m_n: int, k_n: int, n_n: int) -> int | None:
+def kind_for(m_n: int, k_n: int, n_n: int, narrow: bool = False) -> int | None:
     """The variant to run a GEMM of this shape on, or None for BLAS: KERNELKIT_F32_GEMM (a forced
-    variant always runs), else the shape classes where the tiles measured faster."""
+    variant always runs), else the shape classes where the tiles measured faster. ``narrow``: the
+    NARROW tiles for few columns as if NARROW_ON (Gemm's one-thread bound call, gemm.HEAD_NARROW)."""
     kind, forced = choice()
     if kind is None or forced:
         return kind
-    if kind == 2 and NARROW_ON and narrow_wins(m_n, k_n, n_n):
+    if kind == 2 and (NARROW_ON or narrow) and narrow_wins(m_n, k_n, n_n):
         return NARROW
     return kind if wins(m_n, k_n, n_n) else None
 

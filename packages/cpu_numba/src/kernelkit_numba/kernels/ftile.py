@@ -381,12 +381,18 @@ ROWS12_ON = False  # off (issue 11, session 9): in ResNet-50 the 8-row tiles ran
 ROWS12_MIN_M = 96  # fewer weight rows stay on 8-row panels (64 = 5 x 12 + 4: 72 rows computed)
 
 
-def rows_kind(kind, m_n: int):
+ROWS12_ONE_THREAD = True  # a one-thread session's bound 1x1 calls take ROWS12 as if ROWS12_ON (issue 11,
+# session 11: Xeon, ResNet-50 at one thread in turns, 12-row panels faster in 6 of 7 rounds, median 1.075x;
+# not at two threads, where cpair's halves run on 8-row panels only)
+
+
+def rows_kind(kind, m_n: int, one_thread: bool = False):
     """The kind conv_tiles runs a product of ``m_n`` weight rows on, for the variant ``kind``
     (``choice``'s): ROWS12 (12-row panels) for avx512 where the last panel wastes at most 1/32 of the
-    rows (ROWS12_ON, m_n >= ROWS12_MIN_M), else ``kind`` itself (8-row panels). The weights must be
-    packed with MR of the returned kind."""
-    if kind == KIND["avx512"] and ROWS12_ON and m_n >= ROWS12_MIN_M and (-m_n % 12) * 32 <= m_n:
+    rows (ROWS12_ON, or ``one_thread`` and ROWS12_ONE_THREAD; m_n >= ROWS12_MIN_M), else ``kind``
+    itself (8-row panels). The weights must be packed with MR of the returned kind."""
+    on = ROWS12_ON or (one_thread and ROWS12_ONE_THREAD)
+    if kind == KIND["avx512"] and on and m_n >= ROWS12_MIN_M and (-m_n % 12) * 32 <= m_n:
         return ROWS12
     return kind
 _built: dict = {}

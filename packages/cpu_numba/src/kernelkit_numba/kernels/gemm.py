@@ -28,6 +28,13 @@ from .epilogue import NONE, TANH, scale_bias_act_cols
 HEAD_SPLIT_BYTES = 1 << 21
 HEAD_SPLIT_COLS = 16
 HEAD_FLOPS_PER_BYTE = 8.0  # a memory-bound weight byte (~12 GB/s a core) as flops (~100 GFLOP/s)
+# Products of 2-16 columns with a constant B at one thread (the MLP's 64 x 1024 x 10 head) on fgemm's
+# NARROW tiles (8 x 16), B packed once, in Gemm's bound serial call (False: np.matmul, as the reference).
+# Alone BLAS is faster (AMD box 14 against 22 us), but in the model A arrives cold: the product before
+# wrote it while streaming its 4 MiB B through L2, and BLAS's code and buffers are cold after numba's
+# kernels (issue 11, session 11: AMD box in the model 0.053-0.063 ms on BLAS, 0.034-0.035 on NARROW,
+# the reference 0.031-0.037, whose separate bias and Relu passes leave A in cache)
+HEAD_NARROW = True
 
 
 def gemm_work(flops: float) -> float:
@@ -79,12 +86,12 @@ class ConstantB:
     def __init__(self):
         self.packed, self.off, self.picked = None, False, None
 
-    def kind(self, m, k, n):
-        """fgemm.kind_for(m, k, n), kept while KERNELKIT_F32_GEMM and the shape stay (~3 us a call)."""
+    def kind(self, m, k, n, narrow: bool = False):
+        """fgemm.kind_for(m, k, n, narrow), kept while KERNELKIT_F32_GEMM and the shape stay (~3 us a call)."""
         raw = ftile.requested_raw()
         hit = self.picked
-        if hit is None or hit[0] != raw or hit[1] != (m, k, n):
-            hit = self.picked = (raw, (m, k, n), fgemm.kind_for(m, k, n))
+        if hit is None or hit[0] != raw or hit[1] != (m, k, n, narrow):
+            hit = self.picked = (raw, (m, k, n, narrow), fgemm.kind_for(m, k, n, narrow))
         return hit[2]
 
     def get(self, b, b2, kind):
@@ -152,7 +159,7 @@ class Gemm(NumbaKernel):
         if shape is None:
             return None
         m, k, n, trans_a, trans_b = shape
-        if m > 1 and k and n and not trans_a and fgemm.kind_for(m, k, n) is not None:
+        if m > 1 and k and n and not trans_a and fgemm.kind_for(m, k, n, HEAD_NARROW) is not None:
             return self._bound_tiles(m, k, n, True)  # fgemm's micro-kernels, bound (fpair10, session 10)
         at = self.attrs
         if k == 0 or n == 0 or fgemm.kind_for(m, k, n) is not None:
@@ -226,6 +233,7 @@ class Gemm(NumbaKernel):
         alpha, beta = np.float32(at.get("alpha", 1.0)), np.float32(at.get("beta", 1.0))
         code, p0, p1 = self.act
         local, bound, flops = config._local, [], 2.0 * m * n * k
+        narrow = serial and HEAD_NARROW  # (one thread only: at two, fpair's halves run the kinds of kind_for)
 
         def general(a, b, c, out):
             if not serial:
@@ -247,11 +255,12 @@ class Gemm(NumbaKernel):
                 return y
             if not bound and not b.flags.writeable and (c is None or not c.flags.writeable) and \
                     a.dtype == np.float32 and b.dtype == np.float32:
-                kind = self._const_b.kind(m, k, n)
+                kind = self._const_b.kind(m, k, n, narrow)
                 packed = None if kind is None else self._const_b.get(b, b.T if trans_b else b, kind)
                 if packed is not None:
                     bias = None if c is None or beta == 0 else np.asarray(c, np.float32).reshape(n) * beta
-                    bound.extend((b, c, fgemm.serial(kind, packed, m, alpha, bias, code, p0, p1)))
+                    pf = fgemm.PREFETCH_ONE_THREAD if serial else None
+                    bound.extend((b, c, fgemm.serial(kind, packed, m, alpha, bias, code, p0, p1, pf)))
             return general(a, b, c, out)
 
         return call
