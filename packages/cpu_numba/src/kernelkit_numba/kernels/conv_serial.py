@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from kernelkit.errors import KernelkitError
 
-from .. import config
+from .. import config, shards
 from .._base import readonly
 from . import cpair, dwtile, ftile, halves
 from .epilogue import CLIP, NONE, scale_bias_act_cols
@@ -119,6 +119,14 @@ def _bind(conv, parallel: bool, step=None):
                        parallel, step)
 
 
+
+
+def _pooled() -> bool:
+    """A batch's bound call with a pair (cpair.BATCH, at two threads): whether it takes the shard pool
+    (its worker spins: a model with pooled layers, where a pair would be a third spinning thread)
+    rather than the pair, or the calling thread alone where the pair refuses (the helper asleep or
+    backed off: as at batch 1, no pool job, so a model whose layers all pair never wakes a worker)."""
+    return shards.POOL.workers_spinning()
 
 
 def _one_pixel(geometry) -> bool:
@@ -229,8 +237,8 @@ def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n, parallel,
     raw = dwtile.requested_raw()
     planes = y_shape[0] * y_shape[1]
     fn = band = None
-    pair = None if parallel else cpair.depthwise_pair(conv, step, y_shape, conv.input_specs[0].shape, stride, ph, pw,
-                                                      lo, hi, has_z)
+    pair = None if parallel and y_shape[0] == 1 else cpair.depthwise_pair(
+        conv, step, y_shape, conv.input_specs[0].shape, stride, ph, pw, lo, hi, has_z)
 
     def depthwise(x, w, b=None, z=None, *, out=None):
         nonlocal fn, band
@@ -242,7 +250,7 @@ def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n, parallel,
         if fn is None:
             fn, args = dwtile.depthwise(x, w, held.bias, y, z, stride, ph, pw, lo, hi)
             band = args[-1]
-        if parallel:
+        if parallel and (pair is None or _pooled()):
             dwtile.run(fn, planes, (x, w, held.bias, y, zz, ph, pw, lo, hi, band), cost)
         elif pair is not None and pair(w, held.bias, x, y, None if z is None else zz):
             return y
@@ -274,8 +282,8 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
     no_z = readonly(np.zeros(1, np.float32))
     work = 2.0 * m_n * k_n * l_n
     packing = (k_n, ftile.MR[kind])  # (_packed's K and tile width)
-    pair = None if parallel or kind != cpair.KIND else cpair.implicit_pair(conv, step, y_shape, k_n, xpp, koff,
-                                                                           step_n, lo, hi, has_z)
+    pair = None if (parallel and n_n == 1) or kind != cpair.KIND else cpair.implicit_pair(
+        conv, step, y_shape, k_n, xpp, koff, step_n, lo, hi, has_z)
 
     def implicit(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)
@@ -283,16 +291,17 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
             return general(x, w, b, z, out=out)
         x = readonly(x)
         z = no_z if z is None else readonly(z)
+        pooled = parallel and (pair is None or _pooled())
         for n in range(n_n):
             yn = y[n].reshape(-1)
             zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
-            if parallel:  # one job of two phases at 2+ threads (conv.implicit_phases)
+            if pooled:  # one job of two phases at 2+ threads (conv.implicit_phases)
                 implicit_phases(x[n], xpp, s, ph, pl, hp, qp, (kind, held.packed, k_n, m_n, xpp_ro, koff, step_n, ow_n,
                                                               held.bias, zn, has_z, lo, hi, yn, l_n), oh_n, work)
             else:
                 ftile.phases_padded(x[n], xpp, s, ph, pl, hp, qp, 0, c_n)
-                if pair is not None and pair(held.packed, held.bias, x, y, None if z is no_z else z):
-                    continue  # (batch 1) output channels in two halves on two cores (cpair.py)
+                if pair is not None and pair(held.packed, held.bias, x, y[n:n + 1], None if z is no_z else z[n:n + 1]):
+                    continue  # the image's output channels in two halves on two cores (cpair.py)
                 driver(held.packed, k_n, m_n, xpp_ro, koff, step_n, ow_n, held.bias, zn, has_z, lo, hi, yn, l_n, 0,
                        oh_n)
         return y
@@ -337,8 +346,8 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         pack = ftile.pack_rows(m_n, k_n, l_n)
         size = ftile.scratch_size(kind, False, l_n, block, kc, pack)
     packing = (k_n, width)  # (_packed's K and tile width)
-    pair = None if parallel or kind != cpair.KIND else cpair.tiles_pair(conv, step, cols, y_shape, k_n, l_n, lo, hi,
-                                                                        has_z)
+    pair = None if (parallel and n_n == 1) or kind != cpair.KIND else cpair.tiles_pair(conv, step, cols, y_shape, k_n,
+                                                                                       l_n, lo, hi, has_z)
 
     def tiles(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)
@@ -349,7 +358,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
             x = buf_ro
         x = readonly(x)
         z = no_z if z is None else readonly(z)
-        if parallel:
+        if parallel and (pair is None or _pooled()):
             _sharded(x, y, z, held)
             return y
         if pair is not None and pair(held.packed, held.bias, x, y, None if z is no_z else z):

@@ -58,10 +58,11 @@ ROWS, COLS, DEPTHWISE, IMPLICIT = 0, 1, 2, 3  # the descriptor's OP
  C, H, W, OH, OW, PH, PW, BAND, DWFN,
  # the implicit GEMM (a strided stem): its padded phases buffer and offset table
  XPP, XPP_N, KOFF) = range(29)
+# (a batch: each side loops over its images [S_N0, S_N1), the images' arrays one after another)
 SIDE0, SIDE_N = 32, 12
 # a side: its first output channel (or panel, plane), its channels (or the end panel, plane), its first
-# pixel and pixels, the rows plan's block, groups, kc, pack and shards, its scratch floats
-(S_C0, S_MC, S_P0, S_NP, S_BLOCK, S_GROUPS, S_KC, S_PACK, S_TOTAL, S_SCR_N) = range(10)
+# pixel and pixels, the rows plan's block, groups, kc, pack and shards, its scratch floats, its images
+(S_C0, S_MC, S_P0, S_NP, S_BLOCK, S_GROUPS, S_KC, S_PACK, S_TOTAL, S_SCR_N, S_N0, S_N1) = range(12)
 NDESC = SIDE0 + 2 * SIDE_N
 DW_FNS = ("r1", "r1z", "s2", "s2z", "p2", "p2z")  # DWFN: dwtile's plane drivers, in this order
 
@@ -79,6 +80,12 @@ PIXEL_TILES = 16  # the Xeon (session 10): 192 -> 32 at 28x28 by channels 0.87-0
 PAIR_POINTWISE = True  # the 1x1 layers pair (False: for A/B runs)
 PAIR_DEPTHWISE = True  # the depthwise layers pair
 PAIR_IMPLICIT = True  # the strided stems on the implicit GEMM pair
+# A batch of images pairs too, at exactly two threads (issue 11, session 11; False: batch 1 only). Each side
+# loops over its images: "images" (the caller the first half of the batch, the helper the rest, every channel),
+# "channels" (each side its channel (or pixel) part of every image, as at batch 1), "auto" (images where the
+# batch is even, else channels). The stem stays one image a hand-over, by channels.
+BATCH = True
+BATCH_AXIS = "auto"
 
 
 def _drivers():
@@ -103,31 +110,34 @@ def _build():
         lo, hi = fv[0], fv[1]
         has_z = d[HAS_Z] != 0
         op = d[OP]
-        if op == DEPTHWISE:
+        n0, n1 = d[b + S_N0], d[b + S_N1]
+        if op == DEPTHWISE:  # planes [q0, q1) of each of the side's images
             n4 = (1, d[C], d[H], d[W])
             o4 = (1, d[M], d[OH], d[OW])
-            x = numba.carray(_ptr(d[XA]), n4, f32)
-            y = numba.carray(_ptr(d[YA]), o4, f32)
-            z = numba.carray(_ptr(d[ZA] if has_z else d[YA]), o4, f32)
+            xs, ys = 4 * d[C] * d[H] * d[W], 4 * d[M] * d[OH] * d[OW]
             w = numba.carray(_ptr(d[WA]), (d[M], 1, 3, 3), f32)
             bias = numba.carray(_ptr(d[BIAS]), (d[M],), f32)
             q0, q1 = d[b + S_C0], d[b + S_MC]
             fn, ph, pw, band = d[DWFN], d[PH], d[PW], d[BAND]
-            if fn == 0:
-                dw0(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
-            elif fn == 1:
-                dw1(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
-            elif fn == 2:
-                dw2(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
-            elif fn == 3:
-                dw3(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
-            elif fn == 4:
-                dw4(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
-            else:
-                dw5(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+            for n in range(n0, n1):
+                x = numba.carray(_ptr(d[XA] + n * xs), n4, f32)
+                y = numba.carray(_ptr(d[YA] + n * ys), o4, f32)
+                z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + n * ys), o4, f32)
+                if fn == 0:
+                    dw0(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+                elif fn == 1:
+                    dw1(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+                elif fn == 2:
+                    dw2(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+                elif fn == 3:
+                    dw3(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+                elif fn == 4:
+                    dw4(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+                else:
+                    dw5(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
             return 0
         k_n, m_n, l_n = d[K], d[M], d[L]
-        if op == IMPLICIT:  # output channels [c0, c0 + mc) of every output row
+        if op == IMPLICIT:  # output channels [c0, c0 + mc) of every output row (one image a call)
             c0, mc = d[b + S_C0], d[b + S_MC]
             xpp = numba.carray(_ptr(d[XPP]), (d[XPP_N],), f32)
             koff = numba.carray(_ptr(d[KOFF]), (k_n,), np.int64)
@@ -137,24 +147,29 @@ def _build():
             z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + 4 * c0 * l_n), (mc * l_n,), f32)
             implicit(wp, k_n, mc, xpp, koff, d[BAND], d[OW], bias, z, has_z, lo, hi, y, l_n, 0, d[OH])
             return 0
-        x = numba.carray(_ptr(d[XA]), (k_n * l_n,), f32)
+        xs, ys = 4 * k_n * l_n, 4 * m_n * l_n
         scratch = numba.carray(_ptr(d[SCR0 + side]), (d[b + S_SCR_N],), f32)
         if op == COLS:
             wp = numba.carray(_ptr(d[WA]), (d[WA_N],), f32)
             bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
-            y = numba.carray(_ptr(d[YA]), (m_n * l_n,), f32)
-            z = numba.carray(_ptr(d[ZA] if has_z else d[YA]), (m_n * l_n,), f32)
-            cols(wp, k_n, m_n, x, l_n, l_n, bias, z, has_z, lo, hi, y, l_n, d[KC], scratch, d[b + S_C0], d[b + S_MC])
+            for n in range(n0, n1):
+                x = numba.carray(_ptr(d[XA] + n * xs), (k_n * l_n,), f32)
+                y = numba.carray(_ptr(d[YA] + n * ys), (m_n * l_n,), f32)
+                z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + n * ys), (m_n * l_n,), f32)
+                cols(wp, k_n, m_n, x, l_n, l_n, bias, z, has_z, lo, hi, y, l_n, d[KC], scratch, d[b + S_C0],
+                     d[b + S_MC])
             return 0
         c0, mc = d[b + S_C0], d[b + S_MC]
         wp = numba.carray(_ptr(d[WA] + 4 * c0 * k_n), (mc * k_n,), f32)
         bias = numba.carray(_ptr(d[BIAS] + 4 * c0), (mc,), f32)
         zeros = numba.carray(_ptr(d[ZEROS] + 4 * c0), (mc,), f32)
-        y = numba.carray(_ptr(d[YA] + 4 * c0 * l_n), (mc * l_n,), f32)
-        z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + 4 * c0 * l_n), (mc * l_n,), f32)
         p0 = d[b + S_P0]
-        rows(wp, k_n, mc, x, p0, l_n, d[b + S_NP], bias, zeros, z, has_z, lo, hi, y, p0, l_n, d[b + S_BLOCK],
-             d[b + S_GROUPS], d[b + S_KC], d[b + S_PACK] != 0, scratch, 0, d[b + S_TOTAL])
+        for n in range(n0, n1):
+            x = numba.carray(_ptr(d[XA] + n * xs), (k_n * l_n,), f32)
+            y = numba.carray(_ptr(d[YA] + n * ys + 4 * c0 * l_n), (mc * l_n,), f32)
+            z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + n * ys + 4 * c0 * l_n), (mc * l_n,), f32)
+            rows(wp, k_n, mc, x, p0, l_n, d[b + S_NP], bias, zeros, z, has_z, lo, hi, y, p0, l_n, d[b + S_BLOCK],
+                 d[b + S_GROUPS], d[b + S_KC], d[b + S_PACK] != 0, scratch, 0, d[b + S_TOTAL])
         return 0
 
     setattr(half, CLOSURE_KEY, f"cpair.half.kind{KIND}")
@@ -269,10 +284,11 @@ class Pair:
     """One bound layer's pair: its descriptor (the layer's arrays bound at its first call, the
     per-call addresses written by pair_run), the arrays it points to, the two sides' scratch sizes."""
 
-    __slots__ = ("desc", "keep", "bound", "size0", "size1", "fill", "fn", "entry")
+    __slots__ = ("desc", "keep", "bound", "size0", "size1", "fill", "fn", "entry", "strict")
 
-    def __init__(self, desc, size0: int, size1: int, fill):
+    def __init__(self, desc, size0: int, size1: int, fill, strict: bool = True):
         self.desc, self.size0, self.size1, self.fill = desc, size0, size1, fill
+        self.strict = strict  # qpair's stall rule (a batch-1 layer's halves, 15-150 us), else fpair's slack
         self.keep: tuple = ()
         self.bound = (None, None)  # the weights (packed for the 1x1 tiles) and bias the descriptor holds
         self.fn = pair_run
@@ -308,14 +324,33 @@ class Pair:
 
             self.fn, self.entry = _entry(self.fn, args), False
         if done == 1 or done == 2:
-            srv.result(done, strict=True)  # qpair's stall rule (STALL_S), not fpair's slack for long halves
+            srv.result(done, strict=self.strict)  # batch 1: qpair's stall rule (STALL_S), not fpair's slack for
+            # long halves (a batch's halves are the images' sum: 0.1-1.5 ms)
             return True
         return False
 
 
-def _start(conv) -> bool:
-    """Whether a pair may be bound for ``conv`` (its session's threads, the switches, a cycle counter)."""
-    return _threads(conv) >= 2 and enabled() and cycle_rate() > 0
+def _start(conv, n_n: int = 1) -> bool:
+    """Whether a pair may be bound for ``conv`` of batch ``n_n`` (its session's threads: 2+ at batch 1,
+    exactly 2 for a batch (``BATCH``); the switches, a cycle counter)."""
+    threads = _threads(conv)
+    if n_n > 1 and not (BATCH and threads == 2):
+        return False
+    return threads >= 2 and enabled() and cycle_rate() > 0
+
+
+def by_images(n_n: int) -> bool:
+    """Whether a batch of ``n_n`` images pairs as image halves (``BATCH_AXIS``), not channel halves."""
+    if n_n < 2:
+        return False
+    return BATCH_AXIS == "images" or (BATCH_AXIS == "auto" and n_n % 2 == 0)
+
+
+def _images(desc, n_n: int, images: bool) -> None:
+    """Each side's images: halves of the batch, or every image."""
+    h = (n_n + 1) // 2 if images else n_n
+    desc[SIDE0 + S_N0], desc[SIDE0 + S_N1] = 0, h
+    desc[SIDE0 + SIDE_N + S_N0], desc[SIDE0 + SIDE_N + S_N1] = (h, n_n) if images else (0, n_n)
 
 
 def _clamp(lo, hi) -> np.ndarray:
@@ -325,12 +360,13 @@ def _clamp(lo, hi) -> np.ndarray:
 def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_z: bool):
     """The pair of a bound 1x1 stride-1 layer on ftile's rows (or cols) tiles of KIND, or None."""
     n_n, m_n = y_shape[:2]
-    if not PAIR_POINTWISE or n_n != 1 or 2.0 * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
+    if not PAIR_POINTWISE or 2.0 * n_n * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
         return None
     if not cols and ftile.rows_kind(KIND, m_n) != KIND:
         return None
-    if not _start(conv):
+    if not _start(conv, n_n):
         return None
+    images = by_images(n_n)
     desc = np.zeros(NDESC, np.int64)
     fv = _clamp(lo, hi)
     desc[OP], desc[HAS_Z], desc[FV], desc[K], desc[M], desc[L] = COLS if cols else ROWS, int(has_z), fv.ctypes.data, \
@@ -340,15 +376,15 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
     if cols:
         width = ftile.COLS_WIDTH[KIND]
         panels = -(-m_n // width)
-        if panels < 2:
+        if panels < 2 and not images:
             return None
-        cut = -(-panels // 2)
+        cut = panels if images else -(-panels // 2)
         size = ftile.scratch_size(KIND, True, l_n)
         desc[KC] = ftile.COLS_KC
-        desc[s0 + S_C0], desc[s0 + S_MC], desc[s1 + S_C0], desc[s1 + S_MC] = 0, cut, cut, panels
+        desc[s0 + S_C0], desc[s0 + S_MC], desc[s1 + S_C0], desc[s1 + S_MC] = 0, cut, (0 if images else cut), panels
         desc[s0 + S_SCR_N] = desc[s1 + S_SCR_N] = size
         sizes = (size, size)
-        channel_cut = min(m_n, cut * width)
+        channel_cut = None if images else min(m_n, cut * width)
     else:
         mr, nr = ftile.MR[KIND], ftile.NR[KIND]
         panels = -(-m_n // mr)
@@ -361,7 +397,10 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
                 axis = "pixels"
             else:
                 axis = "channels" if panels % 2 == 0 or tiles < 2 else "pixels"
-        if axis == "channels" and panels >= 2:
+        if images:
+            parts = ((0, m_n, 0, l_n), (0, m_n, 0, l_n))
+            channel_cut = None
+        elif axis == "channels" and panels >= 2:
             c = -(-panels // 2) * mr
             parts = ((0, c, 0, l_n), (c, m_n - c, 0, l_n))
             channel_cut = c
@@ -378,6 +417,7 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
             size = ftile.scratch_size(KIND, False, np_, block, kc, pack)
             desc[base:base + SIDE_N][:10] = (c0, mc, p0, np_, block, groups, kc, int(pack), blocks * groups, size)
             sizes.append(size)
+    _images(desc, n_n, images)
     out = _names(step, "outputs")
     if channel_cut is not None and out:
         _cuts[(out[0], m_n)] = channel_cut
@@ -390,7 +430,7 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
         d[WA], d[WA_N], d[BIAS], d[ZEROS] = packed.ctypes.data, packed.size, bias.ctypes.data, zeros.ctypes.data
         return packed, bias, zeros, fv
 
-    pair = Pair(desc, sizes[0], sizes[1], fill)
+    pair = Pair(desc, sizes[0], sizes[1], fill, strict=n_n == 1)
     pair.keep = (fv,)
     return pair
 
@@ -398,16 +438,16 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
 def implicit_pair(conv, step, y_shape, k_n: int, xpp, koff, row_step: int, lo, hi, has_z: bool):
     """The pair of a bound strided convolution on ftile's implicit GEMM (MobileNetV2's 3x3/2 stem) by
     output channels, or None. ``xpp``: the call's padded phases buffer (the caller fills it before the
-    halves), ``koff``: the offset table."""
+    halves), ``koff``: the offset table. One image a call (a batch: the caller passes each image's output)."""
     n_n, m_n, oh_n, ow_n = y_shape
     l_n = oh_n * ow_n
     mr = ftile.MR[KIND]
     panels = -(-m_n // mr)
-    if not PAIR_IMPLICIT or n_n != 1 or panels < 2 or 2.0 * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
+    if not PAIR_IMPLICIT or panels < 2 or 2.0 * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
         return None
     if xpp.dtype != np.float32 or not xpp.flags.c_contiguous or koff.dtype != np.int64 or koff.size != k_n:
         return None
-    if not _start(conv):
+    if not _start(conv, n_n):
         return None
     c = -(-panels // 2) * mr
     desc = np.zeros(NDESC, np.int64)
@@ -419,6 +459,7 @@ def implicit_pair(conv, step, y_shape, k_n: int, xpp, koff, row_step: int, lo, h
     desc[SIDE0 + S_C0], desc[SIDE0 + S_MC] = 0, c
     desc[SIDE0 + SIDE_N + S_C0], desc[SIDE0 + SIDE_N + S_MC] = c, m_n - c
     desc[SIDE0 + S_SCR_N] = desc[SIDE0 + SIDE_N + S_SCR_N] = 1
+    _images(desc, 1, False)
     out = _names(step, "outputs")
     if out:
         _cuts[(out[0], m_n)] = c
@@ -429,7 +470,7 @@ def implicit_pair(conv, step, y_shape, k_n: int, xpp, koff, row_step: int, lo, h
         d[WA], d[WA_N], d[BIAS] = packed.ctypes.data, packed.size, bias.ctypes.data
         return packed, bias, fv, xpp, koff
 
-    pair = Pair(desc, 1, 1, fill)
+    pair = Pair(desc, 1, 1, fill, strict=n_n == 1)
     pair.keep = (fv, xpp, koff)
     return pair
 
@@ -438,17 +479,20 @@ def depthwise_pair(conv, step, y_shape, x_shape, stride: int, ph: int, pw: int, 
     """The pair of a bound depthwise 3x3 layer on dwtile's planes, or None."""
     n_n, m_n, oh_n, ow_n = y_shape
     c_n, h_n, w_n = x_shape[1:]
-    if not PAIR_DEPTHWISE or n_n != 1 or m_n != c_n or m_n < 2:
+    if not PAIR_DEPTHWISE or m_n != c_n or m_n < 2:
         return None
-    if dwtile.cost_us("conv", stride, m_n, m_n * oh_n * ow_n) < MIN_US:
+    if dwtile.cost_us("conv", stride, n_n * m_n, n_n * m_n * oh_n * ow_n) < MIN_US:
         return None
-    if not _start(conv):
+    if not _start(conv, n_n):
         return None
+    images = by_images(n_n)
     ins = _names(step, "inputs")
     cut = _cuts.get((ins[0], m_n)) if ins else None
     if cut is None:
         cut = _default_cut(m_n, h_n * w_n)
-    if not 0 < cut < m_n:
+    if images:
+        cut = m_n
+    elif not 0 < cut < m_n:
         return None
     if stride == 1:
         fn = 0
@@ -463,8 +507,9 @@ def depthwise_pair(conv, step, y_shape, x_shape, stride: int, ph: int, pw: int, 
     desc[C], desc[H], desc[W], desc[M], desc[OH], desc[OW] = c_n, h_n, w_n, m_n, oh_n, ow_n
     desc[PH], desc[PW], desc[BAND], desc[DWFN] = ph, pw, dwtile.band_rows(w_n, stride), fn
     desc[SIDE0 + S_C0], desc[SIDE0 + S_MC] = 0, cut
-    desc[SIDE0 + SIDE_N + S_C0], desc[SIDE0 + SIDE_N + S_MC] = cut, m_n
+    desc[SIDE0 + SIDE_N + S_C0], desc[SIDE0 + SIDE_N + S_MC] = (0 if images else cut), m_n
     desc[SIDE0 + S_SCR_N] = desc[SIDE0 + SIDE_N + S_SCR_N] = 1
+    _images(desc, n_n, images)
 
     def fill(d, w, bias):
         w = np.ascontiguousarray(w, np.float32)
@@ -472,6 +517,6 @@ def depthwise_pair(conv, step, y_shape, x_shape, stride: int, ph: int, pw: int, 
         d[WA], d[WA_N], d[BIAS] = w.ctypes.data, w.size, bias.ctypes.data
         return w, bias, fv
 
-    pair = Pair(desc, 1, 1, fill)
+    pair = Pair(desc, 1, 1, fill, strict=n_n == 1)
     pair.keep = (fv,)
     return pair
