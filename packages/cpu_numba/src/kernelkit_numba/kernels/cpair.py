@@ -1,4 +1,4 @@
-"""float32 convolutions of a batch-1 image on two cores, handed over in compiled code: MobileNetV2's
+"""float32 convolutions on two cores, handed over in compiled code: MobileNetV2's
 1x1 and depthwise 3x3 layers as the calling thread's half and a spinning helper's (issue 11,
 session 10; docs/numba.md, "MobileNetV2 on two cores, handed over in compiled code").
 
@@ -29,9 +29,18 @@ Each half is one call of the one-thread driver over its part (rows tiles: a one-
 part; cols tiles: a range of panels; depthwise: a range of planes), so a result is the one-thread
 path's, bit for bit (each output's sum runs over K in the same order whatever the part).
 
-Pairs are made only in a session of two threads or more, at batch 1, for layers above ``MIN_US``
-of estimated one-thread time, on the AVX-512 variants (ftile's kind 2 with 8-row panels and dwtile's
-tiles); ``KERNELKIT_F32_PAIR=off`` (read when a session binds its nodes) turns them off.
+Pairs are made only in a session of two threads or more, for layers above ``MIN_US`` of estimated
+one-thread time, on the AVX-512 variants (ftile's kind 2 with 8-row panels and dwtile's tiles);
+``KERNELKIT_F32_PAIR=off`` (read when a session binds its nodes) turns them off.
+
+**A batch** (issue 11, session 11; ``BATCH``): at exactly two threads a batch pairs too, each side
+looping over its images: image halves for an even batch (the caller the first images, the helper the
+rest: each core reads what it wrote, whatever the layer), channel halves of every image for an odd
+one (``BATCH_AXIS``); the stem is one hand-over an image. Such a layer's bound call is conv_serial's
+pooled one where its work passes the serial limits: it takes the pool while the pool's worker spins
+(a model with pooled layers), else the pair, else (the helper refused) the caller alone, so that a
+model whose layers all pair never starts a pool worker (MobileNetV2 at batch 8: 1.76x onnxruntime's
+two threads through the pool in session 10).
 """
 from __future__ import annotations
 
