@@ -135,9 +135,11 @@ def _run(f, x, w, b, z, shape):
 
 # a batch (issue 11, session 11): image halves (an even batch) and channel halves of every image (an odd one):
 # an expansion, projections by pixels with the residual and by channels, the cols tiles, depthwise stride 1
-# (with the residual) and 2, the stem (one image a hand-over: the helper's half checked on the last image)
+# (with the residual) and 2, the stem (even: each side its images' phases; odd: one image a hand-over, the
+# helper's half checked on the last image)
 BATCH_LAYERS = [
     ((2, 3, 64, 64), (32, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], **CLIP6}, True, False),
+    ((3, 3, 64, 64), (32, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], **CLIP6}, True, False),
     ((2, 16, 28, 28), (96, 16, 1, 1), CLIP6, True, False),
     ((3, 144, 28, 28), (24, 144, 1, 1), {}, True, True),
     ((3, 384, 14, 14), (64, 384, 1, 1), {}, True, False),
@@ -170,7 +172,8 @@ def _check_halves(case, quiet_server):
     srv = quiet_server
     srv.ctl[qpair.AWAKE] = 1
     alone = _run(f2, x, w, b, z, shape)
-    jobs = x.shape[0] if w.shape[1] > 1 and w.shape[2] > 1 else 1  # the stem: one hand-over an image
+    stem = w.shape[1] > 1 and w.shape[2] > 1  # an odd batch's stem: one hand-over an image
+    jobs = x.shape[0] if stem and not (cpair.by_images(x.shape[0]) and cpair.IMPLICIT_IMAGES) else 1
     assert srv.stats["alone"] == jobs and srv.stats["paired"] == 0
     assert srv.ctl[qpair.STATE] == jobs * 4 + qpair.TAKEN and srv.ctl[qpair.SLOT] == 0
     assert not np.isnan(alone).any()
@@ -181,7 +184,7 @@ def _check_halves(case, quiet_server):
         assert_close(alone, want, np.float32)
     # the helper's half: the job the caller published last, republished and served on this thread
     desc = np.ctypeslib.as_array((np.ctypeslib.ctypes.c_int64 * cpair.NDESC).from_address(int(srv.ctl[qpair.DESC])))
-    if desc[cpair.OP] == cpair.IMPLICIT:  # one image a hand-over: the last one published
+    if desc[cpair.OP] == cpair.IMPLICIT and not desc[cpair.IMGS]:  # one image a hand-over: the last one
         shape, alone = (1,) + shape[1:], alone[-1:]
     y = np.full(shape, np.nan, np.float32)
     desc[cpair.YA] = y.ctypes.data

@@ -283,7 +283,7 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
     work = 2.0 * m_n * k_n * l_n
     packing = (k_n, ftile.MR[kind])  # (_packed's K and tile width)
     pair = None if (parallel and n_n == 1) or kind != cpair.KIND else cpair.implicit_pair(
-        conv, step, y_shape, k_n, xpp, koff, step_n, lo, hi, has_z)
+        conv, step, y_shape, k_n, xpp, koff, step_n, lo, hi, has_z, x_shape, (s, ph, pl, hp, qp))
 
     def implicit(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)
@@ -292,6 +292,9 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
         x = readonly(x)
         z = no_z if z is None else readonly(z)
         pooled = parallel and (pair is None or _pooled())
+        if not pooled and pair is not None and pair.whole and pair(held.packed, held.bias, x, y,
+                                                                   None if z is no_z else z):
+            return y  # a batch by images: each core its images' phases and outputs (cpair.py)
         for n in range(n_n):
             yn = y[n].reshape(-1)
             zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
@@ -300,7 +303,8 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
                                                               held.bias, zn, has_z, lo, hi, yn, l_n), oh_n, work)
             else:
                 ftile.phases_padded(x[n], xpp, s, ph, pl, hp, qp, 0, c_n)
-                if pair is not None and pair(held.packed, held.bias, x, y[n:n + 1], None if z is no_z else z[n:n + 1]):
+                if pair is not None and not pair.whole and pair(held.packed, held.bias, x, y[n:n + 1],
+                                                                None if z is no_z else z[n:n + 1]):
                     continue  # the image's output channels in two halves on two cores (cpair.py)
                 driver(held.packed, k_n, m_n, xpp_ro, koff, step_n, ow_n, held.bias, zn, has_z, lo, hi, yn, l_n, 0,
                        oh_n)

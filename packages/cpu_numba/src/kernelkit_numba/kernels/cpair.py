@@ -65,10 +65,12 @@ ROWS, COLS, DEPTHWISE, IMPLICIT = 0, 1, 2, 3  # the descriptor's OP
 # then SIDE_N words a side from SIDE0
 (FN, OP, XA, YA, ZA, HAS_Z, SCR0, SCR1, FV, WA, WA_N, BIAS, ZEROS, K, M, L, KC,
  C, H, W, OH, OW, PH, PW, BAND, DWFN,
- # the implicit GEMM (a strided stem): its padded phases buffer and offset table
- XPP, XPP_N, KOFF) = range(29)
+ # the implicit GEMM (a strided stem): its padded phases buffer and offset table; for whole images (a batch
+ # by images: each side fills its own phases, in its scratch) the flag and the phases' geometry (C, H, W, PH
+ # the input's)
+ XPP, XPP_N, KOFF, IMGS, STRIDE, PL, HP, QP) = range(34)
 # (a batch: each side loops over its images [S_N0, S_N1), the images' arrays one after another)
-SIDE0, SIDE_N = 32, 12
+SIDE0, SIDE_N = 36, 12
 # a side: its first output channel (or panel, plane), its channels (or the end panel, plane), its first
 # pixel and pixels, the rows plan's block, groups, kc, pack and shards, its scratch floats, its images
 (S_C0, S_MC, S_P0, S_NP, S_BLOCK, S_GROUPS, S_KC, S_PACK, S_TOTAL, S_SCR_N, S_N0, S_N1) = range(12)
@@ -95,6 +97,8 @@ PAIR_IMPLICIT = True  # the strided stems on the implicit GEMM pair
 # batch is even, else channels). The stem stays one image a hand-over, by channels.
 BATCH = True
 BATCH_AXIS = "auto"
+IMPLICIT_IMAGES = True  # a stem of a batch by images: one hand-over a batch, each side its images' phases and
+# every channel (False: one hand-over an image by channels, the caller filling the phases)
 
 
 def _drivers():
@@ -110,6 +114,7 @@ def _build():
     drivers); fpair's helper reaches it by address (``half_address``)."""
     rows, cols, (dw0, dw1, dw2, dw3, dw4, dw5) = _drivers()
     implicit = ftile.implicit_driver(KIND)
+    phases = ftile.phases_padded
     f32 = np.float32
 
     def half(addr, side):
@@ -146,6 +151,19 @@ def _build():
                     dw5(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
             return 0
         k_n, m_n, l_n = d[K], d[M], d[L]
+        if op == IMPLICIT and d[IMGS] != 0:  # whole images [n0, n1), every channel, the phases in the scratch
+            xpp = numba.carray(_ptr(d[SCR0 + side]), (d[XPP_N],), f32)
+            koff = numba.carray(_ptr(d[KOFF]), (k_n,), np.int64)
+            wp = numba.carray(_ptr(d[WA]), (m_n * k_n,), f32)
+            bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
+            c_n, h_n, w_n = d[C], d[H], d[W]
+            for n in range(n0, n1):
+                x = numba.carray(_ptr(d[XA] + 4 * n * c_n * h_n * w_n), (c_n, h_n, w_n), f32)
+                phases(x, xpp, d[STRIDE], d[PH], d[PL], d[HP], d[QP], 0, c_n)
+                y = numba.carray(_ptr(d[YA] + 4 * n * m_n * l_n), (m_n * l_n,), f32)
+                z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + 4 * n * m_n * l_n), (m_n * l_n,), f32)
+                implicit(wp, k_n, m_n, xpp, koff, d[BAND], d[OW], bias, z, has_z, lo, hi, y, l_n, 0, d[OH])
+            return 0
         if op == IMPLICIT:  # output channels [c0, c0 + mc) of every output row (one image a call)
             c0, mc = d[b + S_C0], d[b + S_MC]
             xpp = numba.carray(_ptr(d[XPP]), (d[XPP_N],), f32)
@@ -293,11 +311,12 @@ class Pair:
     """One bound layer's pair: its descriptor (the layer's arrays bound at its first call, the
     per-call addresses written by pair_run), the arrays it points to, the two sides' scratch sizes."""
 
-    __slots__ = ("desc", "keep", "bound", "size0", "size1", "fill", "fn", "entry", "strict")
+    __slots__ = ("desc", "keep", "bound", "size0", "size1", "fill", "fn", "entry", "strict", "whole")
 
     def __init__(self, desc, size0: int, size1: int, fill, strict: bool = True):
         self.desc, self.size0, self.size1, self.fill = desc, size0, size1, fill
         self.strict = strict  # qpair's stall rule (a batch-1 layer's halves, 15-150 us), else fpair's slack
+        self.whole = False  # a stem's pair of whole images (one call a batch), else one call an image
         self.keep: tuple = ()
         self.bound = (None, None)  # the weights (packed for the 1x1 tiles) and bias the descriptor holds
         self.fn = pair_run
@@ -444,15 +463,20 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
     return pair
 
 
-def implicit_pair(conv, step, y_shape, k_n: int, xpp, koff, row_step: int, lo, hi, has_z: bool):
+def implicit_pair(conv, step, y_shape, k_n: int, xpp, koff, row_step: int, lo, hi, has_z: bool, x_shape=None,
+                  phases=None):
     """The pair of a bound strided convolution on ftile's implicit GEMM (MobileNetV2's 3x3/2 stem) by
     output channels, or None. ``xpp``: the call's padded phases buffer (the caller fills it before the
-    halves), ``koff``: the offset table. One image a call (a batch: the caller passes each image's output)."""
+    halves), ``koff``: the offset table. One image a call (a batch: the caller passes each image's
+    output), or for a batch by images (``by_images``, with ``x_shape`` and ``phases`` = (stride, pad
+    top, pad left, padded rows, columns a phase)) one call a batch, each side filling its images'
+    phases into its own scratch (``Pair.whole``)."""
     n_n, m_n, oh_n, ow_n = y_shape
     l_n = oh_n * ow_n
     mr = ftile.MR[KIND]
     panels = -(-m_n // mr)
-    if not PAIR_IMPLICIT or panels < 2 or 2.0 * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
+    whole = by_images(n_n) and IMPLICIT_IMAGES and x_shape is not None and phases is not None
+    if not PAIR_IMPLICIT or (panels < 2 and not whole) or 2.0 * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
         return None
     if xpp.dtype != np.float32 or not xpp.flags.c_contiguous or koff.dtype != np.int64 or koff.size != k_n:
         return None
@@ -469,8 +493,16 @@ def implicit_pair(conv, step, y_shape, k_n: int, xpp, koff, row_step: int, lo, h
     desc[SIDE0 + SIDE_N + S_C0], desc[SIDE0 + SIDE_N + S_MC] = c, m_n - c
     desc[SIDE0 + S_SCR_N] = desc[SIDE0 + SIDE_N + S_SCR_N] = 1
     _images(desc, 1, False)
+    size = 1
+    if whole:
+        desc[IMGS], desc[C], desc[H], desc[W] = 1, *x_shape[1:]
+        desc[STRIDE], desc[PH], desc[PL], desc[HP], desc[QP] = phases
+        size = xpp.size
+        desc[SIDE0 + S_SCR_N] = desc[SIDE0 + SIDE_N + S_SCR_N] = size
+        _images(desc, n_n, True)
+        scratch(size)
     out = _names(step, "outputs")
-    if out:
+    if out and not whole:
         _cuts[(out[0], m_n)] = c
 
     def fill(d, packed, bias):
@@ -479,7 +511,8 @@ def implicit_pair(conv, step, y_shape, k_n: int, xpp, koff, row_step: int, lo, h
         d[WA], d[WA_N], d[BIAS] = packed.ctypes.data, packed.size, bias.ctypes.data
         return packed, bias, fv, xpp, koff
 
-    pair = Pair(desc, 1, 1, fill, strict=n_n == 1)
+    pair = Pair(desc, size, size, fill, strict=n_n == 1)
+    pair.whole = whole
     pair.keep = (fv, xpp, koff)
     return pair
 
