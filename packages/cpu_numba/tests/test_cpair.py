@@ -188,6 +188,8 @@ def _check_halves(case, quiet_server):
         shape, alone = (1,) + shape[1:], alone[-1:]
     y = np.full(shape, np.nan, np.float32)
     desc[cpair.YA] = y.ctypes.data
+    if desc[cpair.DYN]:  # images claimed one at a time: the helper's are the second half's
+        desc[cpair.CLAIM] = (int(desc[cpair.DYN]) << 32) | (int(desc[cpair.DYN]) + 1) // 2
     srv.ctl[qpair.STATE] = 9 * 4 + qpair.OPEN
     assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0  # fpair's loop: the half reached by address
     assert srv.ctl[qpair.STATE] == 9 * 4 + qpair.DONE
@@ -265,6 +267,7 @@ def test_switches_and_sizes(monkeypatch):
     assert pair_of((2, 16, 56, 56), (96, 16, 1, 1), {}, threads=3) is None  # (more threads: the pool)
     images = pair_of((2, 16, 56, 56), (96, 16, 1, 1), {}).desc  # an even batch: image halves
     assert tuple(images[cpair.SIDE0 + cpair.SIDE_N + cpair.S_N0:][:2]) == (1, 2)
+    assert images[cpair.DYN] == (2 if cpair.DYNAMIC else 0)  # (claimed one at a time from both ends)
     channels = pair_of((3, 16, 56, 56), (96, 16, 1, 1), {}).desc  # an odd one: channel halves of every image
     assert tuple(channels[cpair.SIDE0 + cpair.SIDE_N + cpair.S_N0:][:2]) == (0, 3)
     monkeypatch.setattr(cpair, "BATCH", False)

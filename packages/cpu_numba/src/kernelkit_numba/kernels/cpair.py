@@ -55,7 +55,7 @@ from .. import config, shards
 from ..cache import CLOSURE_KEY
 from ..config import jit
 from . import dwtile, fpair, ftile, pairs
-from .pairs import SLOT, STOP, X86, _cas, _ptr, cycle_rate
+from .pairs import SLOT, STOP, X86, _cas, _load, _ptr, cycle_rate
 
 ENV = "KERNELKIT_F32_PAIR"
 KIND = 2  # ftile's avx512 variant (8-row panels, 48-channel cols panels); dwtile's tiles need AVX-512 too
@@ -68,7 +68,10 @@ ROWS, COLS, DEPTHWISE, IMPLICIT = 0, 1, 2, 3  # the descriptor's OP
  # the implicit GEMM (a strided stem): its padded phases buffer and offset table; for whole images (a batch
  # by images: each side fills its own phases, in its scratch) the flag and the phases' geometry (C, H, W, PH
  # the input's)
- XPP, XPP_N, KOFF, IMGS, STRIDE, PL, HP, QP) = range(34)
+ XPP, XPP_N, KOFF, IMGS, STRIDE, PL, HP, QP,
+ # images claimed one at a time (DYNAMIC): the claim word (the caller's next image in the low 32 bits, the
+ # end of the helper's images in the high ones; written per call) and the batch (0: each side its [N0, N1))
+ CLAIM, DYN) = range(36)
 # (a batch: each side loops over its images [S_N0, S_N1), the images' arrays one after another)
 SIDE0, SIDE_N = 36, 12
 # a side: its first output channel (or panel, plane), its channels (or the end panel, plane), its first
@@ -97,6 +100,10 @@ PAIR_IMPLICIT = True  # the strided stems on the implicit GEMM pair
 # batch is even, else channels). The stem stays one image a hand-over, by channels.
 BATCH = True
 BATCH_AXIS = "auto"
+# a batch by images: each side claims its next image as it goes, the caller from the front, the helper from the
+# back (with the same speed the static halves; a helper that lost its core mid-layer leaves the caller the
+# images it has not begun, so the caller waits for one image at most). False: fixed halves [N0, N1)
+DYNAMIC = True
 IMPLICIT_IMAGES = True  # a stem of a batch by images: one hand-over a batch, each side its images' phases and
 # every channel (False: one hand-over an image by channels, the caller filling the phases)
 
@@ -124,7 +131,6 @@ def _build():
         lo, hi = fv[0], fv[1]
         has_z = d[HAS_Z] != 0
         op = d[OP]
-        n0, n1 = d[b + S_N0], d[b + S_N1]
         if op == DEPTHWISE:  # planes [q0, q1) of each of the side's images
             n4 = (1, d[C], d[H], d[W])
             o4 = (1, d[M], d[OH], d[OW])
@@ -133,7 +139,8 @@ def _build():
             bias = numba.carray(_ptr(d[BIAS]), (d[M],), f32)
             q0, q1 = d[b + S_C0], d[b + S_MC]
             fn, ph, pw, band = d[DWFN], d[PH], d[PW], d[BAND]
-            for n in range(n0, n1):
+            n = _image(d, b, side, -1)
+            while n >= 0:
                 x = numba.carray(_ptr(d[XA] + n * xs), n4, f32)
                 y = numba.carray(_ptr(d[YA] + n * ys), o4, f32)
                 z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + n * ys), o4, f32)
@@ -149,6 +156,7 @@ def _build():
                     dw4(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
                 else:
                     dw5(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+                n = _image(d, b, side, n)
             return 0
         k_n, m_n, l_n = d[K], d[M], d[L]
         if op == IMPLICIT and d[IMGS] != 0:  # whole images [n0, n1), every channel, the phases in the scratch
@@ -157,12 +165,14 @@ def _build():
             wp = numba.carray(_ptr(d[WA]), (m_n * k_n,), f32)
             bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
             c_n, h_n, w_n = d[C], d[H], d[W]
-            for n in range(n0, n1):
+            n = _image(d, b, side, -1)
+            while n >= 0:
                 x = numba.carray(_ptr(d[XA] + 4 * n * c_n * h_n * w_n), (c_n, h_n, w_n), f32)
                 phases(x, xpp, d[STRIDE], d[PH], d[PL], d[HP], d[QP], 0, c_n)
                 y = numba.carray(_ptr(d[YA] + 4 * n * m_n * l_n), (m_n * l_n,), f32)
                 z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + 4 * n * m_n * l_n), (m_n * l_n,), f32)
                 implicit(wp, k_n, m_n, xpp, koff, d[BAND], d[OW], bias, z, has_z, lo, hi, y, l_n, 0, d[OH])
+                n = _image(d, b, side, n)
             return 0
         if op == IMPLICIT:  # output channels [c0, c0 + mc) of every output row (one image a call)
             c0, mc = d[b + S_C0], d[b + S_MC]
@@ -179,28 +189,51 @@ def _build():
         if op == COLS:
             wp = numba.carray(_ptr(d[WA]), (d[WA_N],), f32)
             bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
-            for n in range(n0, n1):
+            n = _image(d, b, side, -1)
+            while n >= 0:
                 x = numba.carray(_ptr(d[XA] + n * xs), (k_n * l_n,), f32)
                 y = numba.carray(_ptr(d[YA] + n * ys), (m_n * l_n,), f32)
                 z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + n * ys), (m_n * l_n,), f32)
                 cols(wp, k_n, m_n, x, l_n, l_n, bias, z, has_z, lo, hi, y, l_n, d[KC], scratch, d[b + S_C0],
                      d[b + S_MC])
+                n = _image(d, b, side, n)
             return 0
         c0, mc = d[b + S_C0], d[b + S_MC]
         wp = numba.carray(_ptr(d[WA] + 4 * c0 * k_n), (mc * k_n,), f32)
         bias = numba.carray(_ptr(d[BIAS] + 4 * c0), (mc,), f32)
         zeros = numba.carray(_ptr(d[ZEROS] + 4 * c0), (mc,), f32)
         p0 = d[b + S_P0]
-        for n in range(n0, n1):
+        n = _image(d, b, side, -1)
+        while n >= 0:
             x = numba.carray(_ptr(d[XA] + n * xs), (k_n * l_n,), f32)
             y = numba.carray(_ptr(d[YA] + n * ys + 4 * c0 * l_n), (mc * l_n,), f32)
             z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + n * ys + 4 * c0 * l_n), (mc * l_n,), f32)
             rows(wp, k_n, mc, x, p0, l_n, d[b + S_NP], bias, zeros, z, has_z, lo, hi, y, p0, l_n, d[b + S_BLOCK],
                  d[b + S_GROUPS], d[b + S_KC], d[b + S_PACK] != 0, scratch, 0, d[b + S_TOTAL])
+            n = _image(d, b, side, n)
         return 0
 
     setattr(half, CLOSURE_KEY, f"cpair.half.kind{KIND}")
     return jit(half)
+
+
+@jit
+def _image(d, b, side, prev):
+    """The side's next image after ``prev`` (-1: its first), -1 where none is left: claimed from the shared
+    word (DYN: the caller from the front, the helper from the back), else the next of its [N0, N1)."""
+    if d[DYN] > 0:
+        while True:
+            word = _load(d, CLAIM)
+            lo, hi = word & 0xFFFFFFFF, word >> 32
+            if lo >= hi:
+                return -1
+            if side == 0:
+                if _cas(d, CLAIM, word, word + 1):
+                    return lo
+            elif _cas(d, CLAIM, word, word - (1 << 32)):
+                return hi - 1
+    n = d[b + S_N0] if prev < 0 else prev + 1
+    return n if n < d[b + S_N1] else -1
 
 
 @functools.cache
@@ -222,6 +255,8 @@ def pair_run(ctl, desc, x, y, z, s0, s1) -> int:
     desc[ZA] = np.int64(z.ctypes.data)
     desc[SCR0] = np.int64(s0.ctypes.data)
     desc[SCR1] = np.int64(s1.ctypes.data)
+    if desc[DYN] > 0:
+        desc[CLAIM] = desc[DYN] << 32  # every image unclaimed (stored before fpair publishes the job)
     return fpair.pair_job(ctl, desc)
 
 
@@ -375,7 +410,8 @@ def by_images(n_n: int) -> bool:
 
 
 def _images(desc, n_n: int, images: bool) -> None:
-    """Each side's images: halves of the batch, or every image."""
+    """Each side's images: halves of the batch (claimed one at a time where DYNAMIC), or every image."""
+    desc[DYN] = n_n if images and DYNAMIC else 0
     h = (n_n + 1) // 2 if images else n_n
     desc[SIDE0 + S_N0], desc[SIDE0 + S_N1] = 0, h
     desc[SIDE0 + SIDE_N + S_N0], desc[SIDE0 + SIDE_N + S_N1] = (h, n_n) if images else (0, n_n)
