@@ -89,6 +89,7 @@ def quiet_server(monkeypatch):
     monkeypatch.setattr(srv, "wake", lambda: None)
     monkeypatch.setattr(_pool(), "backed_off", lambda: False)
     monkeypatch.setattr(_pool(), "workers_spinning", lambda: False)
+    monkeypatch.setattr(_pool(), "workers_asleep", lambda: False)
     return srv
 
 
@@ -309,7 +310,8 @@ def test_batch_block_through_a_two_thread_session(monkeypatch):
     model, feeds = _block_model(rng, batch=4)
     want = Session(model, vendors=["reference"]).run(None, feeds)[0]
     one = Session(model, vendors=["numba"], threads=1).run(None, feeds)[0]
-    monkeypatch.setattr(_pool(), "workers_spinning", lambda: False)  # (another test's worker may still spin)
+    monkeypatch.setattr(_pool(), "workers_spinning", lambda: False)  # (another test's worker may spin or
+    monkeypatch.setattr(_pool(), "workers_asleep", lambda: False)  # sleep: a model with pooled layers)
     sess = Session(model, vendors=["numba"], fallback=False, threads=2)
     srv = cpair.server()
     before, jobs = srv.stats["paired"] + srv.stats["alone"], _pool().stats["jobs"]

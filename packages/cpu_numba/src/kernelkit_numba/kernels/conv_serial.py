@@ -123,10 +123,13 @@ def _bind(conv, parallel: bool, step=None):
 
 def _pooled() -> bool:
     """A batch's bound call with a pair (cpair.BATCH, at two threads): whether it takes the shard pool
-    (its worker spins: a model with pooled layers, where a pair would be a third spinning thread)
-    rather than the pair, or the calling thread alone where the pair refuses (the helper asleep or
-    backed off: as at batch 1, no pool job, so a model whose layers all pair never wakes a worker)."""
-    return shards.POOL.workers_spinning()
+    (the pool has a worker with its spin loop, spinning or asleep: a model with pooled layers, where a
+    pair would be a third spinning thread; ResNet-18 b8's shortcuts found the worker asleep once a run on
+    the Xeon) rather than the pair, or the calling thread alone where the pair refuses (the helper
+    asleep or backed off: as at batch 1, no pool job, so a model whose layers all pair never starts a
+    worker)."""
+    pool = shards.POOL
+    return pool.workers_spinning() or pool.workers_asleep()
 
 
 def _one_pixel(geometry) -> bool:

@@ -369,8 +369,9 @@ class Pair:
         srv = server()
         if not srv.ready and not srv.prepare():  # (a server made since: fpair's sides compiled or loaded)
             return False
-        if shards.POOL.workers_spinning():  # a model with pooled layers (the ResNets): its worker spins
-            return False  # through the run; a third spinning thread on two cores would delay its jobs
+        if shards.POOL.workers_spinning() or (not self.strict and shards.POOL.workers_asleep()):
+            return False  # a model with pooled layers (the ResNets): its worker spins through the run; a
+            # third spinning thread on two cores would delay its jobs (a batch: a worker at all, conv_serial._pooled)
         if not srv.usable():
             srv.asleep()  # wake it (the thread starts at the first wake): this call runs on the caller
             return False
