@@ -199,6 +199,40 @@ def _check_halves(case, quiet_server):
     np.testing.assert_array_equal(y[written], alone[written])  # the helper's copy = the caller's
 
 
+def test_batch_image_stall(quiet_server, monkeypatch):
+    """Images claimed one at a time (cpair.DYNAMIC): a paired call that waited past STALL_S plus one of the
+    caller's images backs off (IMAGE_STALL), a shorter wait does not; fpair's slack (half the caller's own
+    half) lets the longer wait pass."""
+    x, w, b, z, attrs = _layer(((4, 16, 28, 28), (96, 16, 1, 1), CLIP6, True, False))
+    shape = _out_shape(x.shape, w.shape, attrs)
+    f2 = _kernel(x, w, b, z, attrs, 2).serial_call(None)
+    pair = next(v for v in map(_contents, f2.__closure__ or ()) if isinstance(v, cpair.Pair))
+    if not pair.desc[cpair.DYN]:
+        pytest.skip("images claimed in fixed halves (cpair.DYNAMIC off)")
+    srv = quiet_server
+    srv.ctl[qpair.AWAKE] = 1
+    _run(f2, x, w, b, z, shape)  # (the first call: compiled, the entry point looked up)
+    own = 1 << 20
+
+    def paired(wait):  # the helper 'ran' the second half; the caller ran all 4 images, waited ``wait``
+        def fn(*args):
+            srv.ctl[qpair.WAITED], srv.ctl[fpair.OWN] = srv.stall + wait, own
+            pair.desc[cpair.CLAIM] = (4 << 32) | 4
+            return 1
+        return fn
+
+    pair.fn = paired(own // 5)  # under one image (own / 4): no stall
+    _run(f2, x, w, b, z, shape)
+    assert srv.stats["stalls"] == 0
+    pair.fn = paired(own // 3)  # past one image: a stall, a back-off
+    _run(f2, x, w, b, z, shape)
+    assert srv.stats["stalls"] == 1 and srv.stats["backoffs"] == 1
+    srv.until = 0.0
+    monkeypatch.setattr(cpair, "IMAGE_STALL", False)
+    _run(f2, x, w, b, z, shape)  # fpair's slack (own / 2)
+    assert srv.stats["stalls"] == 1
+
+
 def test_busy_slot_and_back_off(quiet_server):
     """A held slot: the serial path runs (the same result, no job); MISSES unclaimed jobs in a row: a
     back-off, during which the layer runs on the caller without publishing a job."""

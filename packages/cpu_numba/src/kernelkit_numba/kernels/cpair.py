@@ -104,6 +104,8 @@ BATCH_AXIS = "auto"
 # back (with the same speed the static halves; a helper that lost its core mid-layer leaves the caller the
 # images it has not begun, so the caller waits for one image at most). False: fixed halves [N0, N1)
 DYNAMIC = True
+IMAGE_STALL = True  # such a pair's stall: a wait past STALL_S plus one of the caller's images (False: fpair's
+# slack of half the caller's own half)
 IMPLICIT_IMAGES = True  # a stem of a batch by images: one hand-over a batch, each side its images' phases and
 # every channel (False: one hand-over an image by channels, the caller filling the phases)
 
@@ -388,8 +390,14 @@ class Pair:
 
             self.fn, self.entry = _entry(self.fn, args), False
         if done == 1 or done == 2:
-            srv.result(done, strict=self.strict)  # batch 1: qpair's stall rule (STALL_S), not fpair's slack for
-            # long halves (a batch's halves are the images' sum: 0.1-1.5 ms)
+            strict = self.strict  # batch 1: qpair's stall rule (STALL_S), not fpair's slack for long halves
+            if done == 1 and not strict and IMAGE_STALL and self.desc[DYN] > 0:
+                # images claimed one at a time: the caller waits for one image of the helper's at most, so a
+                # wait past STALL_S plus one of the caller's own images is a helper that lost its core
+                ctl = srv.ctl
+                mine = int(self.desc[CLAIM]) & 0xFFFFFFFF  # the images the caller ran (from the front)
+                strict = bool(ctl[pairs.WAITED] > srv.stall + ctl[fpair.OWN] // max(mine, 1))
+            srv.result(done, strict=strict)  # (a batch otherwise: fpair's slack of half the caller's own)
             return True
         return False
 
