@@ -89,6 +89,7 @@ def quiet_server(monkeypatch):
     monkeypatch.setattr(srv, "wake", lambda: None)
     monkeypatch.setattr(_pool(), "backed_off", lambda: False)
     monkeypatch.setattr(_pool(), "workers_spinning", lambda: False)
+    monkeypatch.setattr(_pool(), "workers_asleep", lambda: False)
     return srv
 
 
@@ -133,11 +134,38 @@ def _run(f, x, w, b, z, shape):
     return f(*_inputs(x, w, b, z), out=np.full(shape, np.nan, np.float32))
 
 
+# a batch (issue 11, session 11): image halves (an even batch) and channel halves of every image (an odd one):
+# an expansion, projections by pixels with the residual and by channels, the cols tiles, depthwise stride 1
+# (with the residual) and 2, the stem (even: each side its images' phases; odd: one image a hand-over, the
+# helper's half checked on the last image)
+BATCH_LAYERS = [
+    ((2, 3, 64, 64), (32, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], **CLIP6}, True, False),
+    ((3, 3, 64, 64), (32, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], **CLIP6}, True, False),
+    ((2, 16, 28, 28), (96, 16, 1, 1), CLIP6, True, False),
+    ((3, 144, 28, 28), (24, 144, 1, 1), {}, True, True),
+    ((3, 384, 14, 14), (64, 384, 1, 1), {}, True, False),
+    ((2, 160, 7, 7), (960, 160, 1, 1), CLIP6, True, False),
+    ((3, 960, 7, 7), (320, 960, 1, 1), {}, True, False),
+    ((3, 144, 28, 28), (144, 1, 3, 3), _dw(144), True, True),
+    ((2, 96, 56, 56), (96, 1, 3, 3), _dw(96, 2), True, False),
+]
+
+
 @pytest.mark.parametrize("case", LAYERS, ids=lambda c: f"{c[0][1]}x{c[0][2]}-{c[1][0]}x{c[1][1]}")
 def test_caller_alone_and_helper_half(case, quiet_server):
     """With the helper 'spinning' but never coming the caller claims the second half itself; the
     helper's spin run by hand claims a published job's second half: both halves written, equal to
     each other bit for bit, to the one-thread path bit for bit (1x1) and to the reference."""
+    _check_halves(case, quiet_server)
+
+
+@pytest.mark.parametrize("case", BATCH_LAYERS, ids=lambda c: f"b{c[0][0]}-{c[0][1]}x{c[0][2]}-{c[1][0]}x{c[1][1]}")
+def test_batch_caller_alone_and_helper_half(case, quiet_server):
+    """The same for a batch of 2 or 3 images at two threads (cpair.BATCH)."""
+    _check_halves(case, quiet_server)
+
+
+def _check_halves(case, quiet_server):
     x, w, b, z, attrs = _layer(case)
     shape = _out_shape(x.shape, w.shape, attrs)
     f1, f2 = _calls(x, w, b, z, attrs)
@@ -145,8 +173,10 @@ def test_caller_alone_and_helper_half(case, quiet_server):
     srv = quiet_server
     srv.ctl[qpair.AWAKE] = 1
     alone = _run(f2, x, w, b, z, shape)
-    assert srv.stats["alone"] == 1 and srv.stats["paired"] == 0
-    assert srv.ctl[qpair.STATE] == 1 * 4 + qpair.TAKEN and srv.ctl[qpair.SLOT] == 0
+    stem = w.shape[1] > 1 and w.shape[2] > 1  # an odd batch's stem: one hand-over an image
+    jobs = x.shape[0] if stem and not (cpair.by_images(x.shape[0]) and cpair.IMPLICIT_IMAGES) else 1
+    assert srv.stats["alone"] == jobs and srv.stats["paired"] == 0
+    assert srv.ctl[qpair.STATE] == jobs * 4 + qpair.TAKEN and srv.ctl[qpair.SLOT] == 0
     assert not np.isnan(alone).any()
     assert_close(alone, _reference(x, w, b, z, attrs), np.float32)
     if w.shape[1] > 1:  # 1x1 and the stem: the one-thread drivers over parts
@@ -155,14 +185,52 @@ def test_caller_alone_and_helper_half(case, quiet_server):
         assert_close(alone, want, np.float32)
     # the helper's half: the job the caller published last, republished and served on this thread
     desc = np.ctypeslib.as_array((np.ctypeslib.ctypes.c_int64 * cpair.NDESC).from_address(int(srv.ctl[qpair.DESC])))
+    if desc[cpair.OP] == cpair.IMPLICIT and not desc[cpair.IMGS]:  # one image a hand-over: the last one
+        shape, alone = (1,) + shape[1:], alone[-1:]
     y = np.full(shape, np.nan, np.float32)
     desc[cpair.YA] = y.ctypes.data
+    if desc[cpair.DYN]:  # images claimed one at a time: the helper's are the second half's
+        desc[cpair.CLAIM] = (int(desc[cpair.DYN]) << 32) | (int(desc[cpair.DYN]) + 1) // 2
     srv.ctl[qpair.STATE] = 9 * 4 + qpair.OPEN
     assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0  # fpair's loop: the half reached by address
     assert srv.ctl[qpair.STATE] == 9 * 4 + qpair.DONE
     written = ~np.isnan(y)
     assert written.any() and not written.all()  # the second half only
     np.testing.assert_array_equal(y[written], alone[written])  # the helper's copy = the caller's
+
+
+def test_batch_image_stall(quiet_server, monkeypatch):
+    """Images claimed one at a time (cpair.DYNAMIC): a paired call that waited past STALL_S plus one of the
+    caller's images backs off (IMAGE_STALL), a shorter wait does not; fpair's slack (half the caller's own
+    half) lets the longer wait pass."""
+    x, w, b, z, attrs = _layer(((4, 16, 28, 28), (96, 16, 1, 1), CLIP6, True, False))
+    shape = _out_shape(x.shape, w.shape, attrs)
+    f2 = _kernel(x, w, b, z, attrs, 2).serial_call(None)
+    pair = next(v for v in map(_contents, f2.__closure__ or ()) if isinstance(v, cpair.Pair))
+    if not pair.desc[cpair.DYN]:
+        pytest.skip("images claimed in fixed halves (cpair.DYNAMIC off)")
+    srv = quiet_server
+    srv.ctl[qpair.AWAKE] = 1
+    _run(f2, x, w, b, z, shape)  # (the first call: compiled, the entry point looked up)
+    own = 1 << 20
+
+    def paired(wait):  # the helper 'ran' the second half; the caller ran all 4 images, waited ``wait``
+        def fn(*args):
+            srv.ctl[qpair.WAITED], srv.ctl[fpair.OWN] = srv.stall + wait, own
+            pair.desc[cpair.CLAIM] = (4 << 32) | 4
+            return 1
+        return fn
+
+    pair.fn = paired(own // 5)  # under one image (own / 4): no stall
+    _run(f2, x, w, b, z, shape)
+    assert srv.stats["stalls"] == 0
+    pair.fn = paired(own // 3)  # past one image: a stall, a back-off
+    _run(f2, x, w, b, z, shape)
+    assert srv.stats["stalls"] == 1 and srv.stats["backoffs"] == 1
+    srv.until = 0.0
+    monkeypatch.setattr(cpair, "IMAGE_STALL", False)
+    _run(f2, x, w, b, z, shape)  # fpair's slack (own / 2)
+    assert srv.stats["stalls"] == 1
 
 
 def test_busy_slot_and_back_off(quiet_server):
@@ -209,8 +277,8 @@ def _contents(cell):
 
 
 def test_switches_and_sizes(monkeypatch):
-    """No pair at one thread, for batch 2, for layers below MIN_US, under KERNELKIT_F32_PAIR=off or
-    KERNELKIT_NUMBA_SPIN_US=0."""
+    """No pair at one thread, for a batch at 3+ threads or with cpair.BATCH off, for layers below MIN_US,
+    under KERNELKIT_F32_PAIR=off or KERNELKIT_NUMBA_SPIN_US=0."""
     def pair_of(xs, ws, attrs, threads=2):
         x, w, b, z, attrs = _layer((xs, ws, attrs, True, False))
         k = _kernel(x, w, b, z, attrs, threads)
@@ -230,7 +298,16 @@ def test_switches_and_sizes(monkeypatch):
     assert split((1, 384, 14, 14), (64, 384, 1, 1)) == 0  # 7 pixel tiles, 8 panels: channels
     assert split((1, 384, 14, 14), (24, 384, 1, 1)) > 0  # 3 panels: pixels
     assert pair_of(*big, threads=1) is None
+    assert pair_of((2, 16, 56, 56), (96, 16, 1, 1), {}) is not None  # a batch at two threads (cpair.BATCH)
+    assert pair_of((2, 16, 56, 56), (96, 16, 1, 1), {}, threads=3) is None  # (more threads: the pool)
+    images = pair_of((2, 16, 56, 56), (96, 16, 1, 1), {}).desc  # an even batch: image halves
+    assert tuple(images[cpair.SIDE0 + cpair.SIDE_N + cpair.S_N0:][:2]) == (1, 2)
+    assert images[cpair.DYN] == (2 if cpair.DYNAMIC else 0)  # (claimed one at a time from both ends)
+    channels = pair_of((3, 16, 56, 56), (96, 16, 1, 1), {}).desc  # an odd one: channel halves of every image
+    assert tuple(channels[cpair.SIDE0 + cpair.SIDE_N + cpair.S_N0:][:2]) == (0, 3)
+    monkeypatch.setattr(cpair, "BATCH", False)
     assert pair_of((2, 16, 56, 56), (96, 16, 1, 1), {}) is None
+    monkeypatch.setattr(cpair, "BATCH", True)
     assert pair_of((1, 16, 8, 8), (32, 16, 1, 1), {}) is None
     assert pair_of((1, 32, 14, 14), (32, 1, 3, 3), _dw(32)) is None
     monkeypatch.setenv(cpair.ENV, "off")
@@ -240,11 +317,11 @@ def test_switches_and_sizes(monkeypatch):
     assert pair_of(*big) is None
 
 
-def _block_model(rng):
+def _block_model(rng, batch=1):
     """An inverted-residual block of MobileNetV2 (24 -> 144 at 56x56, depthwise, 144 -> 24, the
     residual) and its input."""
     g = GraphBuilder("block")
-    x = g.input("x", (1, 24, 56, 56))
+    x = g.input("x", (batch, 24, 56, 56))
 
     def conv(t, m, c, k, **attrs):
         w = g.constant((rng.standard_normal((m, c, k, k)) * (0.5 / np.sqrt(c * k * k))).astype(np.float32))
@@ -256,7 +333,33 @@ def _block_model(rng):
              g.constant(np.float32(6)))
     p = conv(d, 24, 144, 1)
     g.output(g.op("Add", p, x))
-    return g.build(), {"x": rng.standard_normal((1, 24, 56, 56)).astype(np.float32)}
+    return g.build(), {"x": rng.standard_normal((batch, 24, 56, 56)).astype(np.float32)}
+
+
+def test_batch_block_through_a_two_thread_session(monkeypatch):
+    """A batch of 4 (its 1x1 layers above the serial limit: the pooled bind) at two threads pairs by image
+    halves and starts no pool job (the pool's worker not spinning: pair, or the caller alone where the helper
+    refuses), equal to the reference and the one-thread run within the fp32 tolerances."""
+    rng = np.random.default_rng(7)
+    model, feeds = _block_model(rng, batch=4)
+    want = Session(model, vendors=["reference"]).run(None, feeds)[0]
+    one = Session(model, vendors=["numba"], threads=1).run(None, feeds)[0]
+    monkeypatch.setattr(_pool(), "workers_spinning", lambda: False)  # (another test's worker may spin or
+    monkeypatch.setattr(_pool(), "workers_asleep", lambda: False)  # sleep: a model with pooled layers)
+    sess = Session(model, vendors=["numba"], fallback=False, threads=2)
+    srv = cpair.server()
+    before, jobs = srv.stats["paired"] + srv.stats["alone"], _pool().stats["jobs"]
+    deadline = time.perf_counter() + 60
+    while True:
+        got = sess.run(None, feeds)[0]
+        assert_close(got, want, np.float32)
+        assert_close(got, one, np.float32)
+        tried = srv.stats["paired"] + srv.stats["alone"] - before
+        if tried >= 15 or time.perf_counter() > deadline:
+            break
+        srv.until = 0.0  # a loaded test machine's back-off: try again
+    assert tried >= 15
+    assert _pool().stats["jobs"] == jobs
 
 
 def test_block_through_a_two_thread_session():

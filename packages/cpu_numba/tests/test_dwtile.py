@@ -103,9 +103,12 @@ def test_tiles_direct_against_numpy(rng):
 
 @needs_tiles
 @pytest.mark.parametrize("op", ["dw1", "dw2", "max"])
-def test_two_threads_equal_one(rng, op):
+def test_two_threads_equal_one(rng, op, monkeypatch):
     """Sharded over planes at 2 threads (the work above the serial limit): bit-equal to 1 thread."""
     from kernelkit_numba import shards
+    from kernelkit_numba.kernels import cpair
+
+    monkeypatch.setattr(cpair, "BATCH", False)  # the pool's shards (a batch at two threads pairs: test_cpair)
 
     x = rng.standard_normal((3, 96, 112, 112)).astype(np.float32)
     if op == "max":

@@ -192,6 +192,24 @@ def _paired_call(conv, x_shape, y_shape, geom, code, p0, p1, lo, hi, has_z):
 
     return paired
 
+def _pooled() -> bool:
+    """A batch's bound call with a pair (cpair.BATCH, at two threads): whether it takes the shard pool
+    (the pool has a worker with its spin loop, spinning or asleep: a model with pooled layers, where a
+    pair would be a third spinning thread; ResNet-18 b8's shortcuts found the worker asleep once a run on
+    the Xeon) rather than the pair, or the calling thread alone where the pair refuses (the helper
+    asleep or backed off: as at batch 1, no pool job, so a model whose layers all pair never starts a
+    worker)."""
+    pool = shards.POOL
+    return pool.workers_spinning() or pool.workers_asleep()
+
+
+def _pair_now(pair, n_n: int) -> bool:
+    """Whether a bound parallel call runs its pair now: one image, rnpair's rule (``_pairs_now``); a batch
+    (cpair.BATCH), mnv2b8's (the pool has no worker: ``_pooled``)."""
+    if n_n == 1:
+        return _pairs_now(pair, n_n)
+    return pair is not None and not _pooled()
+
 
 def _one_pixel(geometry) -> bool:
     """Stride 1, no pads, a 1x1 output: the general path's ``direct`` 1x1 of a 1x1 map."""
@@ -301,8 +319,8 @@ def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n, parallel,
     raw = dwtile.requested_raw()
     planes = y_shape[0] * y_shape[1]
     fn = band = None
-    pair = None if parallel else cpair.depthwise_pair(conv, step, y_shape, conv.input_specs[0].shape, stride, ph, pw,
-                                                      lo, hi, has_z)
+    pair = None if parallel and y_shape[0] == 1 else cpair.depthwise_pair(
+        conv, step, y_shape, conv.input_specs[0].shape, stride, ph, pw, lo, hi, has_z)
 
     def depthwise(x, w, b=None, z=None, *, out=None):
         nonlocal fn, band
@@ -314,7 +332,7 @@ def _depthwise_call(conv, y_shape, stride, ph, pw, lo, hi, has_z, m_n, parallel,
         if fn is None:
             fn, args = dwtile.depthwise(x, w, held.bias, y, z, stride, ph, pw, lo, hi)
             band = args[-1]
-        if parallel:
+        if parallel and (pair is None or _pooled()):
             dwtile.run(fn, planes, (x, w, held.bias, y, zz, ph, pw, lo, hi, band), cost)
         elif pair is not None and pair(w, held.bias, x, y, None if z is None else zz):
             return y
@@ -346,9 +364,9 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
     no_z = readonly(np.zeros(1, np.float32))
     work = 2.0 * m_n * k_n * l_n
     packing = (k_n, ftile.MR[kind])  # (_packed's K and tile width)
-    pair = None if (parallel and not rnpair.POINTWISE) or kind != cpair.KIND else cpair.implicit_pair(
-        conv, step, y_shape, k_n, xpp, koff, step_n, lo, hi, has_z)
-    if parallel and pair is not None:
+    pair = None if (parallel and n_n == 1 and not rnpair.POINTWISE) or kind != cpair.KIND else cpair.implicit_pair(
+        conv, step, y_shape, k_n, xpp, koff, step_n, lo, hi, has_z, x_shape, (s, ph, pl, hp, qp))
+    if parallel and n_n == 1 and pair is not None:
         pair.rule = (False, rnpair.HICCUP_S)  # a stem of ~1 ms a half: fpair's slack, one stall a hiccup
 
     def implicit(x, w, b=None, z=None, *, out=None):
@@ -357,17 +375,22 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
             return general(x, w, b, z, out=out)
         x = readonly(x)
         z = no_z if z is None else readonly(z)
-        paired = parallel and _pairs_now(pair, n_n)
+        pooled = parallel and not _pair_now(pair, n_n)
+        if not pooled and pair is not None and pair.whole and pair(held.packed, held.bias, x, y,
+                                                                   None if z is no_z else z):
+            return y  # a batch by images: each core its images' phases and outputs (cpair.py)
         for n in range(n_n):
             yn = y[n].reshape(-1)
             zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
-            if parallel and not paired:  # one job of two phases at 2+ threads (conv.implicit_phases)
+            if pooled:  # one job of two phases at 2+ threads (conv.implicit_phases)
                 implicit_phases(x[n], xpp, s, ph, pl, hp, qp, (kind, held.packed, k_n, m_n, xpp_ro, koff, step_n, ow_n,
                                                               held.bias, zn, has_z, lo, hi, yn, l_n), oh_n, work)
             else:
                 ftile.phases_padded(x[n], xpp, s, ph, pl, hp, qp, 0, c_n)
-                if pair is not None and _paired(pair, paired, held.packed, held.bias, x, y, None if z is no_z else z):
-                    continue  # (batch 1) output channels in two halves on two cores (cpair.py)
+                zs = None if z is no_z else z[n:n + 1]
+                if pair is not None and not pair.whole and _paired(pair, parallel and n_n == 1, held.packed,
+                                                                   held.bias, x, y[n:n + 1], zs):
+                    continue  # the image's output channels in two halves on two cores (cpair.py)
                 driver(held.packed, k_n, m_n, xpp_ro, koff, step_n, ow_n, held.bias, zn, has_z, lo, hi, yn, l_n, 0,
                        oh_n)
         return y
@@ -412,9 +435,9 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         pack = ftile.pack_rows(m_n, k_n, l_n)
         size = ftile.scratch_size(kind, False, l_n, block, kc, pack)
     packing = (k_n, width)  # (_packed's K and tile width)
-    pair = None if (parallel and not rnpair.POINTWISE) or kind != cpair.KIND else cpair.tiles_pair(
+    pair = None if (parallel and n_n == 1 and not rnpair.POINTWISE) or kind != cpair.KIND else cpair.tiles_pair(
         conv, step, cols, y_shape, k_n, l_n, lo, hi, has_z)
-    if parallel and pair is not None:
+    if parallel and n_n == 1 and pair is not None:
         pair.rule = (False, rnpair.HICCUP_S)  # ResNet-50's 1x1 layers (0.3-1.4 ms a half): as rnpair's
 
     def tiles(x, w, b=None, z=None, *, out=None):
@@ -426,10 +449,11 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
             x = buf_ro
         x = readonly(x)
         z = no_z if z is None else readonly(z)
-        if parallel and not _pairs_now(pair, n_n):
+        if parallel and not _pair_now(pair, n_n):
             _sharded(x, y, z, held)
             return y
-        if pair is not None and _paired(pair, parallel, held.packed, held.bias, x, y, None if z is no_z else z):
+        if pair is not None and _paired(pair, parallel and n_n == 1, held.packed, held.bias, x, y,
+                                        None if z is no_z else z):
             return y
         scratch = config.thread_buffer("ftile", size, np.float32)
         for n in range(n_n):

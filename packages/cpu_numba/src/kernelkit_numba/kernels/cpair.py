@@ -1,4 +1,4 @@
-"""float32 convolutions of a batch-1 image on two cores, handed over in compiled code: MobileNetV2's
+"""float32 convolutions on two cores, handed over in compiled code: MobileNetV2's
 1x1 and depthwise 3x3 layers as the calling thread's half and a spinning helper's (issue 11,
 session 10; docs/numba.md, "MobileNetV2 on two cores, handed over in compiled code").
 
@@ -29,9 +29,18 @@ Each half is one call of the one-thread driver over its part (rows tiles: a one-
 part; cols tiles: a range of panels; depthwise: a range of planes), so a result is the one-thread
 path's, bit for bit (each output's sum runs over K in the same order whatever the part).
 
-Pairs are made only in a session of two threads or more, at batch 1, for layers above ``MIN_US``
-of estimated one-thread time, on the AVX-512 variants (ftile's kind 2 with 8-row panels and dwtile's
-tiles); ``KERNELKIT_F32_PAIR=off`` (read when a session binds its nodes) turns them off.
+Pairs are made only in a session of two threads or more, for layers above ``MIN_US`` of estimated
+one-thread time, on the AVX-512 variants (ftile's kind 2 with 8-row panels and dwtile's tiles);
+``KERNELKIT_F32_PAIR=off`` (read when a session binds its nodes) turns them off.
+
+**A batch** (issue 11, session 11; ``BATCH``): at exactly two threads a batch pairs too, each side
+looping over its images: image halves for an even batch (the caller the first images, the helper the
+rest: each core reads what it wrote, whatever the layer), channel halves of every image for an odd
+one (``BATCH_AXIS``); the stem is one hand-over an image. Such a layer's bound call is conv_serial's
+pooled one where its work passes the serial limits: it takes the pool while the pool's worker spins
+(a model with pooled layers), else the pair, else (the helper refused) the caller alone, so that a
+model whose layers all pair never starts a pool worker (MobileNetV2 at batch 8: 1.76x onnxruntime's
+two threads through the pool in session 10).
 """
 from __future__ import annotations
 
@@ -46,7 +55,7 @@ from .. import config, shards
 from ..cache import CLOSURE_KEY
 from ..config import jit
 from . import dwtile, fpair, ftile, pairs
-from .pairs import SLOT, STOP, X86, _cas, _ptr, cycle_rate
+from .pairs import SLOT, STOP, X86, _cas, _load, _ptr, cycle_rate
 
 ENV = "KERNELKIT_F32_PAIR"
 KIND = 2  # ftile's avx512 variant (8-row panels, 48-channel cols panels); dwtile's tiles need AVX-512 too
@@ -56,12 +65,18 @@ ROWS, COLS, DEPTHWISE, IMPLICIT = 0, 1, 2, 3  # the descriptor's OP
 # then SIDE_N words a side from SIDE0
 (FN, OP, XA, YA, ZA, HAS_Z, SCR0, SCR1, FV, WA, WA_N, BIAS, ZEROS, K, M, L, KC,
  C, H, W, OH, OW, PH, PW, BAND, DWFN,
- # the implicit GEMM (a strided stem): its padded phases buffer and offset table
- XPP, XPP_N, KOFF) = range(29)
-SIDE0, SIDE_N = 32, 12
+ # the implicit GEMM (a strided stem): its padded phases buffer and offset table; for whole images (a batch
+ # by images: each side fills its own phases, in its scratch) the flag and the phases' geometry (C, H, W, PH
+ # the input's)
+ XPP, XPP_N, KOFF, IMGS, STRIDE, PL, HP, QP,
+ # images claimed one at a time (DYNAMIC): the claim word (the caller's next image in the low 32 bits, the
+ # end of the helper's images in the high ones; written per call) and the batch (0: each side its [N0, N1))
+ CLAIM, DYN) = range(36)
+# (a batch: each side loops over its images [S_N0, S_N1), the images' arrays one after another)
+SIDE0, SIDE_N = 36, 12
 # a side: its first output channel (or panel, plane), its channels (or the end panel, plane), its first
-# pixel and pixels, the rows plan's block, groups, kc, pack and shards, its scratch floats
-(S_C0, S_MC, S_P0, S_NP, S_BLOCK, S_GROUPS, S_KC, S_PACK, S_TOTAL, S_SCR_N) = range(10)
+# pixel and pixels, the rows plan's block, groups, kc, pack and shards, its scratch floats, its images
+(S_C0, S_MC, S_P0, S_NP, S_BLOCK, S_GROUPS, S_KC, S_PACK, S_TOTAL, S_SCR_N, S_N0, S_N1) = range(12)
 NDESC = SIDE0 + 2 * SIDE_N
 DW_FNS = ("r1", "r1z", "s2", "s2z", "p2", "p2z")  # DWFN: dwtile's plane drivers, in this order
 
@@ -79,6 +94,20 @@ PIXEL_TILES = 16  # the Xeon (session 10): 192 -> 32 at 28x28 by channels 0.87-0
 PAIR_POINTWISE = True  # the 1x1 layers pair (False: for A/B runs)
 PAIR_DEPTHWISE = True  # the depthwise layers pair
 PAIR_IMPLICIT = True  # the strided stems on the implicit GEMM pair
+# A batch of images pairs too, at exactly two threads (issue 11, session 11; False: batch 1 only). Each side
+# loops over its images: "images" (the caller the first half of the batch, the helper the rest, every channel),
+# "channels" (each side its channel (or pixel) part of every image, as at batch 1), "auto" (images where the
+# batch is even, else channels). The stem stays one image a hand-over, by channels.
+BATCH = True
+BATCH_AXIS = "auto"
+# a batch by images: each side claims its next image as it goes, the caller from the front, the helper from the
+# back (with the same speed the static halves; a helper that lost its core mid-layer leaves the caller the
+# images it has not begun, so the caller waits for one image at most). False: fixed halves [N0, N1)
+DYNAMIC = True
+IMAGE_STALL = True  # such a pair's stall: a wait past STALL_S plus one of the caller's images (False: fpair's
+# slack of half the caller's own half)
+IMPLICIT_IMAGES = True  # a stem of a batch by images: one hand-over a batch, each side its images' phases and
+# every channel (False: one hand-over an image by channels, the caller filling the phases)
 
 
 def _drivers():
@@ -94,6 +123,7 @@ def _build():
     drivers); fpair's helper reaches it by address (``half_address``)."""
     rows, cols, (dw0, dw1, dw2, dw3, dw4, dw5) = _drivers()
     implicit = ftile.implicit_driver(KIND)
+    phases = ftile.phases_padded
     f32 = np.float32
 
     def half(addr, side):
@@ -103,31 +133,50 @@ def _build():
         lo, hi = fv[0], fv[1]
         has_z = d[HAS_Z] != 0
         op = d[OP]
-        if op == DEPTHWISE:
+        if op == DEPTHWISE:  # planes [q0, q1) of each of the side's images
             n4 = (1, d[C], d[H], d[W])
             o4 = (1, d[M], d[OH], d[OW])
-            x = numba.carray(_ptr(d[XA]), n4, f32)
-            y = numba.carray(_ptr(d[YA]), o4, f32)
-            z = numba.carray(_ptr(d[ZA] if has_z else d[YA]), o4, f32)
+            xs, ys = 4 * d[C] * d[H] * d[W], 4 * d[M] * d[OH] * d[OW]
             w = numba.carray(_ptr(d[WA]), (d[M], 1, 3, 3), f32)
             bias = numba.carray(_ptr(d[BIAS]), (d[M],), f32)
             q0, q1 = d[b + S_C0], d[b + S_MC]
             fn, ph, pw, band = d[DWFN], d[PH], d[PW], d[BAND]
-            if fn == 0:
-                dw0(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
-            elif fn == 1:
-                dw1(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
-            elif fn == 2:
-                dw2(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
-            elif fn == 3:
-                dw3(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
-            elif fn == 4:
-                dw4(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
-            else:
-                dw5(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+            n = _image(d, b, side, -1)
+            while n >= 0:
+                x = numba.carray(_ptr(d[XA] + n * xs), n4, f32)
+                y = numba.carray(_ptr(d[YA] + n * ys), o4, f32)
+                z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + n * ys), o4, f32)
+                if fn == 0:
+                    dw0(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+                elif fn == 1:
+                    dw1(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+                elif fn == 2:
+                    dw2(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+                elif fn == 3:
+                    dw3(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+                elif fn == 4:
+                    dw4(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+                else:
+                    dw5(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
+                n = _image(d, b, side, n)
             return 0
         k_n, m_n, l_n = d[K], d[M], d[L]
-        if op == IMPLICIT:  # output channels [c0, c0 + mc) of every output row
+        if op == IMPLICIT and d[IMGS] != 0:  # whole images [n0, n1), every channel, the phases in the scratch
+            xpp = numba.carray(_ptr(d[SCR0 + side]), (d[XPP_N],), f32)
+            koff = numba.carray(_ptr(d[KOFF]), (k_n,), np.int64)
+            wp = numba.carray(_ptr(d[WA]), (m_n * k_n,), f32)
+            bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
+            c_n, h_n, w_n = d[C], d[H], d[W]
+            n = _image(d, b, side, -1)
+            while n >= 0:
+                x = numba.carray(_ptr(d[XA] + 4 * n * c_n * h_n * w_n), (c_n, h_n, w_n), f32)
+                phases(x, xpp, d[STRIDE], d[PH], d[PL], d[HP], d[QP], 0, c_n)
+                y = numba.carray(_ptr(d[YA] + 4 * n * m_n * l_n), (m_n * l_n,), f32)
+                z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + 4 * n * m_n * l_n), (m_n * l_n,), f32)
+                implicit(wp, k_n, m_n, xpp, koff, d[BAND], d[OW], bias, z, has_z, lo, hi, y, l_n, 0, d[OH])
+                n = _image(d, b, side, n)
+            return 0
+        if op == IMPLICIT:  # output channels [c0, c0 + mc) of every output row (one image a call)
             c0, mc = d[b + S_C0], d[b + S_MC]
             xpp = numba.carray(_ptr(d[XPP]), (d[XPP_N],), f32)
             koff = numba.carray(_ptr(d[KOFF]), (k_n,), np.int64)
@@ -137,28 +186,56 @@ def _build():
             z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + 4 * c0 * l_n), (mc * l_n,), f32)
             implicit(wp, k_n, mc, xpp, koff, d[BAND], d[OW], bias, z, has_z, lo, hi, y, l_n, 0, d[OH])
             return 0
-        x = numba.carray(_ptr(d[XA]), (k_n * l_n,), f32)
+        xs, ys = 4 * k_n * l_n, 4 * m_n * l_n
         scratch = numba.carray(_ptr(d[SCR0 + side]), (d[b + S_SCR_N],), f32)
         if op == COLS:
             wp = numba.carray(_ptr(d[WA]), (d[WA_N],), f32)
             bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
-            y = numba.carray(_ptr(d[YA]), (m_n * l_n,), f32)
-            z = numba.carray(_ptr(d[ZA] if has_z else d[YA]), (m_n * l_n,), f32)
-            cols(wp, k_n, m_n, x, l_n, l_n, bias, z, has_z, lo, hi, y, l_n, d[KC], scratch, d[b + S_C0], d[b + S_MC])
+            n = _image(d, b, side, -1)
+            while n >= 0:
+                x = numba.carray(_ptr(d[XA] + n * xs), (k_n * l_n,), f32)
+                y = numba.carray(_ptr(d[YA] + n * ys), (m_n * l_n,), f32)
+                z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + n * ys), (m_n * l_n,), f32)
+                cols(wp, k_n, m_n, x, l_n, l_n, bias, z, has_z, lo, hi, y, l_n, d[KC], scratch, d[b + S_C0],
+                     d[b + S_MC])
+                n = _image(d, b, side, n)
             return 0
         c0, mc = d[b + S_C0], d[b + S_MC]
         wp = numba.carray(_ptr(d[WA] + 4 * c0 * k_n), (mc * k_n,), f32)
         bias = numba.carray(_ptr(d[BIAS] + 4 * c0), (mc,), f32)
         zeros = numba.carray(_ptr(d[ZEROS] + 4 * c0), (mc,), f32)
-        y = numba.carray(_ptr(d[YA] + 4 * c0 * l_n), (mc * l_n,), f32)
-        z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + 4 * c0 * l_n), (mc * l_n,), f32)
         p0 = d[b + S_P0]
-        rows(wp, k_n, mc, x, p0, l_n, d[b + S_NP], bias, zeros, z, has_z, lo, hi, y, p0, l_n, d[b + S_BLOCK],
-             d[b + S_GROUPS], d[b + S_KC], d[b + S_PACK] != 0, scratch, 0, d[b + S_TOTAL])
+        n = _image(d, b, side, -1)
+        while n >= 0:
+            x = numba.carray(_ptr(d[XA] + n * xs), (k_n * l_n,), f32)
+            y = numba.carray(_ptr(d[YA] + n * ys + 4 * c0 * l_n), (mc * l_n,), f32)
+            z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + n * ys + 4 * c0 * l_n), (mc * l_n,), f32)
+            rows(wp, k_n, mc, x, p0, l_n, d[b + S_NP], bias, zeros, z, has_z, lo, hi, y, p0, l_n, d[b + S_BLOCK],
+                 d[b + S_GROUPS], d[b + S_KC], d[b + S_PACK] != 0, scratch, 0, d[b + S_TOTAL])
+            n = _image(d, b, side, n)
         return 0
 
     setattr(half, CLOSURE_KEY, f"cpair.half.kind{KIND}")
     return jit(half)
+
+
+@jit
+def _image(d, b, side, prev):
+    """The side's next image after ``prev`` (-1: its first), -1 where none is left: claimed from the shared
+    word (DYN: the caller from the front, the helper from the back), else the next of its [N0, N1)."""
+    if d[DYN] > 0:
+        while True:
+            word = _load(d, CLAIM)
+            lo, hi = word & 0xFFFFFFFF, word >> 32
+            if lo >= hi:
+                return -1
+            if side == 0:
+                if _cas(d, CLAIM, word, word + 1):
+                    return lo
+            elif _cas(d, CLAIM, word, word - (1 << 32)):
+                return hi - 1
+    n = d[b + S_N0] if prev < 0 else prev + 1
+    return n if n < d[b + S_N1] else -1
 
 
 @functools.cache
@@ -180,6 +257,8 @@ def pair_run(ctl, desc, x, y, z, s0, s1) -> int:
     desc[ZA] = np.int64(z.ctypes.data)
     desc[SCR0] = np.int64(s0.ctypes.data)
     desc[SCR1] = np.int64(s1.ctypes.data)
+    if desc[DYN] > 0:
+        desc[CLAIM] = desc[DYN] << 32  # every image unclaimed (stored before fpair publishes the job)
     return fpair.pair_job(ctl, desc)
 
 
@@ -269,16 +348,18 @@ class Pair:
     """One bound layer's pair: its descriptor (the layer's arrays bound at its first call, the
     per-call addresses written by pair_run), the arrays it points to, the two sides' scratch sizes."""
 
-    __slots__ = ("desc", "keep", "bound", "size0", "size1", "fill", "fn", "entry", "rule")
+    __slots__ = ("desc", "keep", "bound", "size0", "size1", "fill", "fn", "entry", "strict", "whole", "rule")
 
-    def __init__(self, desc, size0: int, size1: int, fill):
+    def __init__(self, desc, size0: int, size1: int, fill, strict: bool = True):
         self.desc, self.size0, self.size1, self.fill = desc, size0, size1, fill
+        self.strict = strict  # qpair's stall rule (a batch-1 layer's halves, 15-150 us), else fpair's slack
+        self.whole = False  # a stem's pair of whole images (one call a batch), else one call an image
         self.keep: tuple = ()
         self.bound = (None, None)  # the weights (packed for the 1x1 tiles) and bias the descriptor holds
         self.fn = pair_run
         self.entry = True  # the compiled entry point is still to be looked up (after the first call)
-        self.rule = (True, 0.0)  # the stall rule: (strict, hiccup_s) of PairServer.result (rnpair.py's
-        # parallel ResNet layers: fpair's slack and the pool's two-stalls rule)
+        self.rule = None  # else the stall rule, (strict, hiccup_s) of PairServer.result (rnpair.py's parallel
+        # one-image ResNet layers: fpair's slack and the pool's two-stalls rule)
 
     def __call__(self, w, bias, x, y, z) -> bool:
         """The layer in two halves where the helper spins (else it is woken, and False: the caller's
@@ -292,8 +373,9 @@ class Pair:
         srv = server()
         if not srv.ready and not srv.prepare():  # (a server made since: fpair's sides compiled or loaded)
             return False
-        if shards.POOL.workers_spinning():  # a model with pooled layers (the ResNets): its worker spins
-            return False  # through the run; a third spinning thread on two cores would delay its jobs
+        if shards.POOL.workers_spinning() or (not self.strict and shards.POOL.workers_asleep()):
+            return False  # a model with pooled layers (the ResNets): its worker spins through the run; a
+            # third spinning thread on two cores would delay its jobs (a batch: a worker at all, conv_serial._pooled)
         if not srv.usable():
             srv.asleep()  # wake it (the thread starts at the first wake): this call runs on the caller
             return False
@@ -310,14 +392,43 @@ class Pair:
 
             self.fn, self.entry = _entry(self.fn, args), False
         if done == 1 or done == 2:
-            srv.result(done, *self.rule)  # qpair's stall rule (STALL_S), not fpair's slack for long halves
+            if self.rule is not None:
+                srv.result(done, *self.rule)
+                return True
+            strict = self.strict  # batch 1: qpair's stall rule (STALL_S), not fpair's slack for long halves
+            if done == 1 and not strict and IMAGE_STALL and self.desc[DYN] > 0:
+                # images claimed one at a time: the caller waits for one image of the helper's at most, so a
+                # wait past STALL_S plus one of the caller's own images is a helper that lost its core
+                ctl = srv.ctl
+                mine = int(self.desc[CLAIM]) & 0xFFFFFFFF  # the images the caller ran (from the front)
+                strict = bool(ctl[pairs.WAITED] > srv.stall + ctl[fpair.OWN] // max(mine, 1))
+            srv.result(done, strict=strict)  # (a batch otherwise: fpair's slack of half the caller's own)
             return True
         return False
 
 
-def _start(conv) -> bool:
-    """Whether a pair may be bound for ``conv`` (its session's threads, the switches, a cycle counter)."""
-    return _threads(conv) >= 2 and enabled() and cycle_rate() > 0
+def _start(conv, n_n: int = 1) -> bool:
+    """Whether a pair may be bound for ``conv`` of batch ``n_n`` (its session's threads: 2+ at batch 1,
+    exactly 2 for a batch (``BATCH``); the switches, a cycle counter)."""
+    threads = _threads(conv)
+    if n_n > 1 and not (BATCH and threads == 2):
+        return False
+    return threads >= 2 and enabled() and cycle_rate() > 0
+
+
+def by_images(n_n: int) -> bool:
+    """Whether a batch of ``n_n`` images pairs as image halves (``BATCH_AXIS``), not channel halves."""
+    if n_n < 2:
+        return False
+    return BATCH_AXIS == "images" or (BATCH_AXIS == "auto" and n_n % 2 == 0)
+
+
+def _images(desc, n_n: int, images: bool) -> None:
+    """Each side's images: halves of the batch (claimed one at a time where DYNAMIC), or every image."""
+    desc[DYN] = n_n if images and DYNAMIC else 0
+    h = (n_n + 1) // 2 if images else n_n
+    desc[SIDE0 + S_N0], desc[SIDE0 + S_N1] = 0, h
+    desc[SIDE0 + SIDE_N + S_N0], desc[SIDE0 + SIDE_N + S_N1] = (h, n_n) if images else (0, n_n)
 
 
 def _clamp(lo, hi) -> np.ndarray:
@@ -327,12 +438,13 @@ def _clamp(lo, hi) -> np.ndarray:
 def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_z: bool):
     """The pair of a bound 1x1 stride-1 layer on ftile's rows (or cols) tiles of KIND, or None."""
     n_n, m_n = y_shape[:2]
-    if not PAIR_POINTWISE or n_n != 1 or 2.0 * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
+    if not PAIR_POINTWISE or 2.0 * n_n * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
         return None
     if not cols and ftile.rows_kind(KIND, m_n) != KIND:
         return None
-    if not _start(conv):
+    if not _start(conv, n_n):
         return None
+    images = by_images(n_n)
     desc = np.zeros(NDESC, np.int64)
     fv = _clamp(lo, hi)
     desc[OP], desc[HAS_Z], desc[FV], desc[K], desc[M], desc[L] = COLS if cols else ROWS, int(has_z), fv.ctypes.data, \
@@ -342,15 +454,15 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
     if cols:
         width = ftile.COLS_WIDTH[KIND]
         panels = -(-m_n // width)
-        if panels < 2:
+        if panels < 2 and not images:
             return None
-        cut = -(-panels // 2)
+        cut = panels if images else -(-panels // 2)
         size = ftile.scratch_size(KIND, True, l_n)
         desc[KC] = ftile.COLS_KC
-        desc[s0 + S_C0], desc[s0 + S_MC], desc[s1 + S_C0], desc[s1 + S_MC] = 0, cut, cut, panels
+        desc[s0 + S_C0], desc[s0 + S_MC], desc[s1 + S_C0], desc[s1 + S_MC] = 0, cut, (0 if images else cut), panels
         desc[s0 + S_SCR_N] = desc[s1 + S_SCR_N] = size
         sizes = (size, size)
-        channel_cut = min(m_n, cut * width)
+        channel_cut = None if images else min(m_n, cut * width)
     else:
         mr, nr = ftile.MR[KIND], ftile.NR[KIND]
         panels = -(-m_n // mr)
@@ -363,7 +475,10 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
                 axis = "pixels"
             else:
                 axis = "channels" if panels % 2 == 0 or tiles < 2 else "pixels"
-        if axis == "channels" and panels >= 2:
+        if images:
+            parts = ((0, m_n, 0, l_n), (0, m_n, 0, l_n))
+            channel_cut = None
+        elif axis == "channels" and panels >= 2:
             c = -(-panels // 2) * mr
             parts = ((0, c, 0, l_n), (c, m_n - c, 0, l_n))
             channel_cut = c
@@ -380,6 +495,7 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
             size = ftile.scratch_size(KIND, False, np_, block, kc, pack)
             desc[base:base + SIDE_N][:10] = (c0, mc, p0, np_, block, groups, kc, int(pack), blocks * groups, size)
             sizes.append(size)
+    _images(desc, n_n, images)
     out = _names(step, "outputs")
     if channel_cut is not None and out:
         _cuts[(out[0], m_n)] = channel_cut
@@ -392,24 +508,29 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
         d[WA], d[WA_N], d[BIAS], d[ZEROS] = packed.ctypes.data, packed.size, bias.ctypes.data, zeros.ctypes.data
         return packed, bias, zeros, fv
 
-    pair = Pair(desc, sizes[0], sizes[1], fill)
+    pair = Pair(desc, sizes[0], sizes[1], fill, strict=n_n == 1)
     pair.keep = (fv,)
     return pair
 
 
-def implicit_pair(conv, step, y_shape, k_n: int, xpp, koff, row_step: int, lo, hi, has_z: bool):
+def implicit_pair(conv, step, y_shape, k_n: int, xpp, koff, row_step: int, lo, hi, has_z: bool, x_shape=None,
+                  phases=None):
     """The pair of a bound strided convolution on ftile's implicit GEMM (MobileNetV2's 3x3/2 stem) by
     output channels, or None. ``xpp``: the call's padded phases buffer (the caller fills it before the
-    halves), ``koff``: the offset table."""
+    halves), ``koff``: the offset table. One image a call (a batch: the caller passes each image's
+    output), or for a batch by images (``by_images``, with ``x_shape`` and ``phases`` = (stride, pad
+    top, pad left, padded rows, columns a phase)) one call a batch, each side filling its images'
+    phases into its own scratch (``Pair.whole``)."""
     n_n, m_n, oh_n, ow_n = y_shape
     l_n = oh_n * ow_n
     mr = ftile.MR[KIND]
     panels = -(-m_n // mr)
-    if not PAIR_IMPLICIT or n_n != 1 or panels < 2 or 2.0 * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
+    whole = by_images(n_n) and IMPLICIT_IMAGES and x_shape is not None and phases is not None
+    if not PAIR_IMPLICIT or (panels < 2 and not whole) or 2.0 * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
         return None
     if xpp.dtype != np.float32 or not xpp.flags.c_contiguous or koff.dtype != np.int64 or koff.size != k_n:
         return None
-    if not _start(conv):
+    if not _start(conv, n_n):
         return None
     c = -(-panels // 2) * mr
     desc = np.zeros(NDESC, np.int64)
@@ -421,8 +542,17 @@ def implicit_pair(conv, step, y_shape, k_n: int, xpp, koff, row_step: int, lo, h
     desc[SIDE0 + S_C0], desc[SIDE0 + S_MC] = 0, c
     desc[SIDE0 + SIDE_N + S_C0], desc[SIDE0 + SIDE_N + S_MC] = c, m_n - c
     desc[SIDE0 + S_SCR_N] = desc[SIDE0 + SIDE_N + S_SCR_N] = 1
+    _images(desc, 1, False)
+    size = 1
+    if whole:
+        desc[IMGS], desc[C], desc[H], desc[W] = 1, *x_shape[1:]
+        desc[STRIDE], desc[PH], desc[PL], desc[HP], desc[QP] = phases
+        size = xpp.size
+        desc[SIDE0 + S_SCR_N] = desc[SIDE0 + SIDE_N + S_SCR_N] = size
+        _images(desc, n_n, True)
+        scratch(size)
     out = _names(step, "outputs")
-    if out:
+    if out and not whole:
         _cuts[(out[0], m_n)] = c
 
     def fill(d, packed, bias):
@@ -431,7 +561,8 @@ def implicit_pair(conv, step, y_shape, k_n: int, xpp, koff, row_step: int, lo, h
         d[WA], d[WA_N], d[BIAS] = packed.ctypes.data, packed.size, bias.ctypes.data
         return packed, bias, fv, xpp, koff
 
-    pair = Pair(desc, 1, 1, fill)
+    pair = Pair(desc, size, size, fill, strict=n_n == 1)
+    pair.whole = whole
     pair.keep = (fv, xpp, koff)
     return pair
 
@@ -440,17 +571,20 @@ def depthwise_pair(conv, step, y_shape, x_shape, stride: int, ph: int, pw: int, 
     """The pair of a bound depthwise 3x3 layer on dwtile's planes, or None."""
     n_n, m_n, oh_n, ow_n = y_shape
     c_n, h_n, w_n = x_shape[1:]
-    if not PAIR_DEPTHWISE or n_n != 1 or m_n != c_n or m_n < 2:
+    if not PAIR_DEPTHWISE or m_n != c_n or m_n < 2:
         return None
-    if dwtile.cost_us("conv", stride, m_n, m_n * oh_n * ow_n) < MIN_US:
+    if dwtile.cost_us("conv", stride, n_n * m_n, n_n * m_n * oh_n * ow_n) < MIN_US:
         return None
-    if not _start(conv):
+    if not _start(conv, n_n):
         return None
+    images = by_images(n_n)
     ins = _names(step, "inputs")
     cut = _cuts.get((ins[0], m_n)) if ins else None
     if cut is None:
         cut = _default_cut(m_n, h_n * w_n)
-    if not 0 < cut < m_n:
+    if images:
+        cut = m_n
+    elif not 0 < cut < m_n:
         return None
     if stride == 1:
         fn = 0
@@ -465,8 +599,9 @@ def depthwise_pair(conv, step, y_shape, x_shape, stride: int, ph: int, pw: int, 
     desc[C], desc[H], desc[W], desc[M], desc[OH], desc[OW] = c_n, h_n, w_n, m_n, oh_n, ow_n
     desc[PH], desc[PW], desc[BAND], desc[DWFN] = ph, pw, dwtile.band_rows(w_n, stride), fn
     desc[SIDE0 + S_C0], desc[SIDE0 + S_MC] = 0, cut
-    desc[SIDE0 + SIDE_N + S_C0], desc[SIDE0 + SIDE_N + S_MC] = cut, m_n
+    desc[SIDE0 + SIDE_N + S_C0], desc[SIDE0 + SIDE_N + S_MC] = (0 if images else cut), m_n
     desc[SIDE0 + S_SCR_N] = desc[SIDE0 + SIDE_N + S_SCR_N] = 1
+    _images(desc, n_n, images)
 
     def fill(d, w, bias):
         w = np.ascontiguousarray(w, np.float32)
@@ -474,6 +609,6 @@ def depthwise_pair(conv, step, y_shape, x_shape, stride: int, ph: int, pw: int, 
         d[WA], d[WA_N], d[BIAS] = w.ctypes.data, w.size, bias.ctypes.data
         return w, bias, fv
 
-    pair = Pair(desc, 1, 1, fill)
+    pair = Pair(desc, 1, 1, fill, strict=n_n == 1)
     pair.keep = (fv,)
     return pair

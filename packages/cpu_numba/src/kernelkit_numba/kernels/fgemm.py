@@ -474,6 +474,11 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
                                              m_n * k_n, m_n * n_n))
             if made[0] is not False and fpair.run(made[0], a2.reshape(-1), out.reshape(-1)):
                 return
+            if made[0] is not False and PAIR_ALONE and not (config._POOL.workers_spinning()
+                                                            or config._POOL.workers_asleep()):
+                threads = 1  # the helper refused (asleep: woken now; backed off; a busy slot) and the pool has
+                # no worker: the caller alone, as cpair's layers, not a pool job whose worker would spin
+                # through every later run (MobileNetV2 b8's head: its conv pairs then stop, conv_serial._pooled)
         if threads > 1:
             gemm(kind, packed, a2, out, alpha, None if bias is None else bb[:n_n], code, p0, p1, shards)
             return
@@ -486,6 +491,9 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
 # At two threads, products of at least this many flops run as two halves handed over in compiled code
 # (fpair.py), smaller ones on the caller
 PAIR_FLOPS = float(1 << 20)
+# A bound product whose pair the helper refused runs on the caller alone where the pool has no worker
+# (issue 11, session 11; False: the pool's two shares, which start a worker that then spins through every run)
+PAIR_ALONE = True
 
 
 def _paired(kind, post, mr, packed, ap, lda, out, m_n, k_n, fvals, no_bias) -> bool:
