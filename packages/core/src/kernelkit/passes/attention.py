@@ -2,8 +2,13 @@
 (opset 23; reference kernel in ``kernelkit/ops/attention.py``), as onnxruntime's attention fusion
 does:
 
-    MatMul(Q, Kt) [-> Mul(c) | Div(c)] -> Softmax(last axis) -> MatMul(., V)
-        into  Attention(Q, K, V, scale=c or 1/c or 1)       (4-D: batch, heads, seq, head)
+    MatMul(Q, Kt) [-> Mul(c) | Div(c)] [-> Add(mask)] -> Softmax(last axis) -> MatMul(., V)
+        into  Attention(Q, K, V[, mask], scale=c or 1/c or 1)       (4-D: batch, heads, seq, head)
+
+The Add is an additive mask (BERT's (batch, 1, 1, keys) padding bias, -10000 where a key is
+padding): a float tensor of the scores' dtype that broadcasts onto the scores without changing
+their shape and whose last axis is the keys axis itself (ONNX's ``attn_mask``, added after the
+scale; a shorter mask would be padded with -inf by the op, not broadcast).
 
 K is Kt with its last two axes swapped: a Transpose producing Kt gets a twin with the composed
 permutation, anything else a new Transpose. When the heads come from 3-D projections the usual
@@ -36,6 +41,8 @@ log = logging.getLogger("kernelkit.passes")
 
 # the optional scale between the two MatMuls: op -> attention scale from the constant c
 SCALES = {"Mul": lambda c: c, "Div": lambda c: 1.0 / c}
+MASKS = True  # an additive mask Add between the scale and the Softmax joins the node (switch)
+FLOAT_MASKS = ("float32", "float64", "float16")
 
 
 def _static(graph: Graph, name: str, rank: int) -> tuple | None:
@@ -63,13 +70,38 @@ def _scale(graph: Graph, node: Node, value: str) -> float | None:
     return float(SCALES[node.op_id](float(c.reshape(()))))
 
 
+def _mask(graph: Graph, node: Node, value: str) -> str | None:
+    """The additive mask an Add node applies to the scores ``value`` (4-D), or None: the other
+    input, of the scores' float dtype, rank <= 4, broadcasting onto the scores' shape without
+    changing it, its last axis the keys axis itself (length 1 would be padded by Attention)."""
+    if node.op_id != "Add" or len(node.inputs) != 2 or node.inputs[0] == node.inputs[1]:
+        return None
+    other = node.inputs[1] if node.inputs[0] == value else node.inputs[0]
+    scores, mask = graph.spec(value), graph.spec(other)
+    if scores is None or mask is None or scores.shape is None or mask.shape is None or len(scores.shape) != 4 \
+            or not 1 <= len(mask.shape) <= 4 or mask.dtype != scores.dtype or mask.dtype not in FLOAT_MASKS:
+        return None
+    if mask.shape[-1] != scores.shape[-1] or not isinstance(mask.shape[-1], int):
+        return None
+    for d, full in zip(mask.shape, scores.shape[4 - len(mask.shape):]):
+        if d != 1 and d != full and not (isinstance(d, str) and isinstance(full, str)):
+            return None  # (two symbols: equal at run time, or the Add's broadcast fails there too)
+    return other
+
+
 def _chain(graph: Graph, index: _Index, first: Node):
-    """(scale node or None, softmax, second MatMul, scale) following the QK MatMul ``first``."""
+    """(scale node or None, mask Add or None, mask value or None, softmax, second MatMul, scale)
+    following the QK MatMul ``first``."""
     node = index.sole_reader(first.outputs[0])
-    scale, scaler = 1.0, None
+    scale, scaler, adder, mask = 1.0, None, None, None
     if node is not None and node.op_id in SCALES:
         scale, scaler = _scale(graph, node, first.outputs[0]), node
         node = index.sole_reader(node.outputs[0])
+    if node is not None and node.op_id == "Add" and MASKS:
+        mask = _mask(graph, node, (scaler or first).outputs[0])
+        if mask is None:
+            return None
+        adder, node = node, index.sole_reader(node.outputs[0])
     if scale is None or node is None or node.op_id != "Softmax":
         return None
     if _attrs(node)["axis"] not in (-1, 3):
@@ -77,7 +109,7 @@ def _chain(graph: Graph, index: _Index, first: Node):
     second = index.sole_reader(node.outputs[0])
     if second is None or second.op_id != "MatMul" or second.inputs[0] != node.outputs[0]:
         return None
-    return scaler, node, second, scale
+    return scaler, adder, mask, node, second, scale
 
 
 def _same_rows(x3: tuple | None, x4: tuple | None) -> bool:
@@ -157,7 +189,7 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> int:
         found = _chain(graph, index, first)
         if found is None:
             continue
-        scaler, softmax, second, scale = found
+        scaler, adder, mask, softmax, second, scale = found
         q, kt, v = first.inputs[0], first.inputs[1], second.inputs[1]
         shapes = [_static(graph, name, 4) for name in (q, kt, v)]
         if None in shapes or _attrs(first)["activation"] or _attrs(second)["activation"]:
@@ -165,7 +197,8 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> int:
         (b, h, m, dk), (kb, kh, kdk, n), (vb, vh, vn, _) = shapes
         if (kb, kh, kdk) != (b, h, dk) or (vb, vh, vn) != (b, h, n):
             continue
-        if any(_overridden(graph, node, _attrs(node), ctx) for node in (first, scaler, softmax, second) if node):
+        if any(_overridden(graph, node, _attrs(node), ctx) for node in (first, scaler, adder, softmax, second)
+               if node):
             continue  # a user's kernel runs one of them: keep the block as written
         # 3-D form: heads split from projections and merged back after
         merge = _merged_3d(index, graph, second.outputs[0])
@@ -175,7 +208,7 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> int:
         if merge is not None and None not in (xq, xk, xv):
             inputs, output = [xq, xk, xv], merge.outputs[0]
             attrs.update(q_num_heads=h, kv_num_heads=h)
-            gone = [first, scaler, softmax, second, index.sole_reader(second.outputs[0]), merge]
+            gone = [first, scaler, adder, softmax, second, index.sole_reader(second.outputs[0]), merge]
             new_nodes = []
         else:
             k_name, perm = _source(index, kt, [0, 1, 3, 2])
@@ -186,7 +219,9 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> int:
                 new_nodes = [Node("Transpose", [k_src], [k_name], {"perm": perm},
                                   graph.fresh_name(f"{first.name}_keys"))]
             inputs, output = [q, k_name, v], second.outputs[0]
-            gone = [first, scaler, softmax, second]
+            gone = [first, scaler, adder, softmax, second]
+        if mask is not None:
+            inputs = inputs + [mask]
         if not _fused_kernel(graph, ctx, inputs, attrs):
             for t in new_nodes:
                 graph.values.pop(t.outputs[0], None)
