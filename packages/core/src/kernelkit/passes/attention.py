@@ -107,7 +107,7 @@ def _chain(graph: Graph, index: _Index, first: Node):
     if _attrs(node)["axis"] not in (-1, 3):
         return None
     second = index.sole_reader(node.outputs[0])
-    if second is None or second.op_id != "MatMul" or second.inputs[0] != node.outputs[0]:
+    if second is None or second.op_id != "MatMul" or second.inputs[0] != node.outputs[0] or len(second.inputs) != 2:
         return None
     return scaler, adder, mask, node, second, scale
 
@@ -185,7 +185,7 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> int:
         log.debug("fuse_attention: shapes not inferable (%s); nothing fused", exc)
         return 0
     index, count = _Index(graph), 0
-    for first in [n for n in graph.nodes if n.op_id == "MatMul"]:
+    for first in [n for n in graph.nodes if n.op_id == "MatMul" and len(n.inputs) == 2]:  # (not a bias's)
         found = _chain(graph, index, first)
         if found is None:
             continue
