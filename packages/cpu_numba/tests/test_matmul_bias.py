@@ -1,6 +1,6 @@
 """numba's MatMul with core's optional bias input (fuse_matmul_bias): fgemm's tiles, the BLAS path at
-one thread (the serial call) and in shards, batched B, with and without a fused activation, against
-the reference kernel."""
+one thread (the serial call) and in shards, batched B, with and without a fused activation (GELU's tanh
+form as unary's pass after the product), against the reference kernel."""
 from __future__ import annotations
 
 import kernelkit as kk
@@ -19,7 +19,8 @@ def _r(rng, *shape):
     ((2, 16, 64), (64, 48)),  # fgemm's tiles
     ((2, 3, 5, 8), (3, 8, 7)),  # batched B
 ])
-@pytest.mark.parametrize("attrs", [{}, {"activation": "Gelu"}, {"activation": "Relu"}])
+@pytest.mark.parametrize("attrs", [{}, {"activation": "Gelu"}, {"activation": "Relu"},
+                                   {"activation": "Gelu", "activation_params": (1.0,)}])  # tanh: a pass after
 @pytest.mark.parametrize("threads", [1, 3])
 def test_matmul_bias_matches_reference(rng, monkeypatch, a_shape, b_shape, attrs, threads):
     if threads > 1:  # every product cut into shards
@@ -28,4 +29,14 @@ def test_matmul_bias_matches_reference(rng, monkeypatch, a_shape, b_shape, attrs
     inputs = [_r(rng, *a_shape), _r(rng, *b_shape), _r(rng, b_shape[-1])]
     want = kk.testing.run_single_op("MatMul", inputs, attrs, vendors=["reference"], fallback=False)[0]
     got = kk.testing.run_single_op("MatMul", inputs, attrs, vendors=["numba"], fallback=False, threads=threads)[0]
+    assert_close(got, want)
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((2, 5, 8), (8, 6)), ((2, 16, 64), (64, 48))])
+def test_matmul_tanh_gelu_without_a_bias(rng, a_shape, b_shape):
+    """A fused tanh Gelu without a bias (a MatMul -> Gelu pair) takes the same pass after the product."""
+    inputs = [_r(rng, *a_shape), _r(rng, *b_shape)]
+    attrs = {"activation": "Gelu", "activation_params": (1.0,)}
+    want = kk.testing.run_single_op("MatMul", inputs, attrs, vendors=["reference"], fallback=False)[0]
+    got = kk.testing.run_single_op("MatMul", inputs, attrs, vendors=["numba"], fallback=False, threads=1)[0]
     assert_close(got, want)
