@@ -29,6 +29,7 @@ from .gemm import gemm_work
 from .softmax import exp_rows
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
+ROW_MASK = True  # a mask constant over heads and query rows is added as one contiguous row (switch)
 SCRATCH_BYTES = 1 << 20  # one shard's scores block (query rows x keys, float32) at most this big (L2)
 
 # attributes whose non-default value this kernel leaves to the reference
@@ -73,6 +74,18 @@ def _scale_mask(s, scale, mask):
             row, add = s[g, i], mask[g, i]
             for j in range(row.shape[0]):
                 row[U(j)] = row[U(j)] * scale + add[U(j)]
+
+
+@jit
+def _scale_row_mask(s, scale, mask):
+    """_scale_mask for a mask constant over heads and query rows (BERT's (batch, 1, 1, keys) padding
+    bias): one contiguous row of N values, so the loop vectorises (the general view's strides keep
+    it scalar: 57 us per 12 x 128 x 128 block on the dev box)."""
+    for g in range(s.shape[0]):
+        for i in range(s.shape[1]):
+            row = s[g, i]
+            for j in range(row.shape[0]):
+                row[U(j)] = row[U(j)] * scale + mask[U(j)]
 
 
 @register_kernel("Attention", device="cpu", vendor="numba", dtype="float32", supports=supports)
@@ -124,6 +137,8 @@ class Attention(NumbaKernel):
         m4 = None
         if mask is not None:  # (b, hq, m, n) view, zero strides where the mask broadcasts
             m4 = np.broadcast_to(mask.reshape((1,) * (4 - mask.ndim) + mask.shape), (b, hq, m, n))
+        one_row = m4 is not None and ROW_MASK and m4.strides[1] == 0 and m4.strides[2] == 0 and \
+            m4.strides[3] == m4.itemsize
         group = hq // hkv
         one = q.dtype.type(1)
         # heads per shard: all of a batch item's at one thread (one batched GEMM call per product, so
@@ -151,7 +166,10 @@ class Attention(NumbaKernel):
             if m4 is None:
                 exp_rows(s.reshape(-1, n), scale, sums, config.thread_buffer("attention_powers", n, np.int32))
             else:
-                _scale_mask(s, scale, m4[bi, h0:h1, r0:r1])
+                if one_row:
+                    _scale_row_mask(s, scale, m4[bi, 0, 0])
+                else:
+                    _scale_mask(s, scale, m4[bi, h0:h1, r0:r1])
                 exp_rows(s.reshape(-1, n), one, sums, config.thread_buffer("attention_powers", n, np.int32))
             dst = y4[bi, h0:h1, r0:r1]
             np.matmul(s, v4[bi, kv0:kv1], out=dst)
