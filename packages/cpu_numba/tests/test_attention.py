@@ -82,12 +82,17 @@ def test_attention_declines_masks_and_caches():
 
 
 # -- fuse_attention ---------------------------------------------------------------------------
+LOWEST = float(np.finfo(np.float32).min)  # GPT-2's Where value for masked scores
+
+
 def _block(batch=1, seq=6, keys=None, heads=2, head=4, scale_op="Mul", scale=0.5, softmax_axis=-1,
-           three_d=True, extra_reader=False, symbolic=False, two_transposes=False, mask=None):
+           three_d=True, extra_reader=False, symbolic=False, two_transposes=False, mask=None, where=None,
+           lowest=LOWEST):
     """A transformer's attention block written op by op (as exporters do). ``symbolic``: the batch
     axis is a symbol and the Reshapes copy it (shape entry 0); ``two_transposes``: K is split into
     heads like Q, then transposed by a second Transpose (PyTorch's exports); ``mask``: the shape of
-    an additive mask input added after the scale (BERT's padding bias), None for none."""
+    an additive mask input added after the scale (BERT's padding bias), None for none; ``where``: the
+    shape of a boolean mask applied as Where(mask, scores, ``lowest``) (GPT-2's causal mask)."""
     keys = keys or seq
     rng = np.random.default_rng(7)
     g = kk.GraphBuilder("att")
@@ -115,6 +120,8 @@ def _block(batch=1, seq=6, keys=None, heads=2, head=4, scale_op="Mul", scale=0.5
         scores = g.op(scale_op, scores, g.constant(np.float32(scale)))
     if mask is not None:
         scores = g.op("Add", scores, g.input("mask", tuple("N" if d == "N" else d for d in mask)))
+    if where is not None:
+        scores = g.op("Where", g.input("keep", where, "bool"), scores, g.constant(np.float32(lowest)))
     probs = g.op("Softmax", scores, axis=softmax_axis)
     y = g.op("MatMul", probs, v)
     if three_d:
@@ -127,6 +134,12 @@ def _block(batch=1, seq=6, keys=None, heads=2, head=4, scale_op="Mul", scale=0.5
     if mask is not None:
         shape = tuple(batch if d == "N" else d for d in mask)
         feeds["mask"] = np.where(rng.uniform(size=shape) < 0.3, -10000, 0).astype(np.float32)
+    if where is not None:  # causal where it covers (queries, keys), else random, each row keeping one key
+        keep = rng.uniform(size=where) < 0.6
+        keep[..., 0] = True
+        if where[-2:] == (seq, keys):
+            keep = np.broadcast_to(np.tril(np.ones((seq, keys), bool)), where).copy()
+        feeds["keep"] = keep
     return g.build(), feeds
 
 
@@ -143,6 +156,8 @@ def _fused_and_plain(model, feeds, **kw):
     {"batch": 3, "symbolic": True, "two_transposes": True}, {"two_transposes": True, "three_d": False},
     {"scale_op": "Div", "scale": 8.0, "batch": 2, "symbolic": True, "mask": ("N", 1, 1, 6)},  # BERT's
     {"three_d": False, "mask": (6, 6)},
+    {"scale_op": "Div", "scale": 8.0, "batch": 2, "symbolic": True, "where": (1, 1, 6, 6)},  # GPT-2's
+    {"three_d": False, "where": (6, 1), "lowest": -np.inf},  # a keys axis of 1 that Where broadcasts
 ])
 def test_fused_block_equals_unfused(kw):
     model, feeds = _block(**kw)
@@ -164,6 +179,7 @@ def test_fused_block_equals_unfused(kw):
     {"extra_reader": True},  # the probabilities are read elsewhere
     {"mask": (1, 1, 1, 1)},  # a mask shorter than the keys: Attention would pad it with -inf
     {"mask": (2, 1, 6, 6), "three_d": False},  # a mask that widens the scores
+    {"where": (1, 1, 6, 6), "lowest": -10000.0},  # Where's value is not the lowest: not a plain mask
 ])
 def test_pass_declines_non_matching_blocks(kw):
     model, feeds = _block(**kw)

@@ -133,21 +133,6 @@ class Gemm(NumbaKernel):
     def setup(self, input_specs):
         self.act = self.fused_activation(input_specs)
         self._const_b = ConstantB()
-        code, p0, _ = self.act
-        # GELU's tanh form after the product (GPT-2's feed-forward MatMul + bias + Gelu): the product
-        # and bias, then unary's vectorised one-pass formula over the output in place; the epilogue's
-        # scalar form is a libm expf per value (64 x 3072: ~7 against ~3 ms for the product alone)
-        self._gelu_tanh = bool(TANH_GELU_PASS and code == GELU and p0 != 0 and input_specs[0].dtype == "float32")
-        if self._gelu_tanh:
-            self.act = (NONE, p0 * 0, p0 * 0)
-
-    def _after(self, y):
-        """The activation the epilogue left out (``_gelu_tanh``), in place on y."""
-        if self._gelu_tanh and y.size:
-            from .unary import _ALPHA_ONE, _gelu_tanh_pass, _logistic_apply
-
-            _logistic_apply(_gelu_tanh_pass, y, _ALPHA_ONE, y)
-        return y
 
     def work(self, a, b, c=None):
         return gemm_work(2.0 * a.size * (b.size // max(1, a.shape[0] if self.attrs.get("transA", 0) else a.shape[1])))
