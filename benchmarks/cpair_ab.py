@@ -12,6 +12,7 @@ the median ratios on/off and on/1t.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import time
@@ -30,7 +31,8 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=ATTR=VALUE[,ATTR=VALUE]: one more session with pairs on, bound with these "
-                         "kernels.cpair constants set (e.g. pix=AXIS=pixels, nodw=PAIR_DEPTHWISE=0)")
+                         "kernels.cpair constants set (e.g. pix=AXIS=pixels, nodw=PAIR_DEPTHWISE=0; "
+                         "MODULE.ATTR: kernels.MODULE's, e.g. nohead=hpair.ON=0)")
     args = ap.parse_args(argv)
     os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
     sys.path.insert(0, HERE)
@@ -41,18 +43,23 @@ def main(argv=None) -> None:
 
     _proto, model, feed, _gflop = model_case(args.model)
 
+    def where(attr):
+        """(module, name) of a variant's constant: ATTR in kernels.cpair, MODULE.ATTR in kernels.MODULE."""
+        mod, _, name = attr.rpartition(".")
+        return (importlib.import_module(f"kernelkit_numba.kernels.{mod}") if mod else cpair), name
+
     def session(threads, pairs, consts=()):
         was = os.environ.get(cpair.ENV)
         os.environ[cpair.ENV] = "auto" if pairs else "off"
-        kept = {attr: getattr(cpair, attr) for attr, _ in consts}
+        kept = {attr: getattr(*where(attr)) for attr, _ in consts}
         for attr, value in consts:
-            setattr(cpair, attr, type(kept[attr])(value) if not isinstance(kept[attr], bool) else value not in
+            setattr(*where(attr), type(kept[attr])(value) if not isinstance(kept[attr], bool) else value not in
                     ("0", "false", "no"))
         try:
             return kernelkit.Session(model, vendors=["numba", "reference"], fallback=False, threads=threads)
         finally:
             for attr, value in kept.items():
-                setattr(cpair, attr, value)
+                setattr(*where(attr), value)
             if was is None:
                 os.environ.pop(cpair.ENV)
             else:

@@ -247,3 +247,44 @@ def test_stall_scales_with_the_callers_half():
     helper.ctl[pairs.WAITED] = 700
     helper.result(1)
     assert helper.stats["stalls"] == 1 and helper.until > time.perf_counter()
+
+
+@pytest.mark.parametrize("trans_b, with_c", [(1, True), (0, False)])
+def test_one_row_head_pairs_at_two_threads(trans_b, with_c, monkeypatch):
+    """A one-row Gemm of a 1 MiB+ weight (MobileNetV2's 1280 x 1000 head, hpair.py) at two threads: its
+    halves through fpair's helper (the caller's and the helper's half each checked by hand through the
+    descriptor), and through a two-thread session against the reference; ``hpair.ON`` off: no pair."""
+    from kernelkit import Session
+    from kernelkit.testing import single_op_model
+    from kernelkit_numba.kernels import hpair
+
+    _spinning(monkeypatch)
+    rng = np.random.default_rng(12)
+    k, n = 1280, 1000
+    a = rng.standard_normal((1, k)).astype(np.float32)
+    b = (rng.standard_normal((n, k) if trans_b else (k, n)) / 36).astype(np.float32)
+    c = rng.standard_normal(n).astype(np.float32)
+    want = _want(a, b.T if trans_b else b, 2 * c if with_c else None, alpha=0.5)
+    made = hpair.descriptor(b, c * 2 if with_c else np.zeros(n, np.float32), 0.5, k, n, trans_b)
+    assert made is not None and 0 < made.desc[hpair.CUT] < n
+    out = np.full((1, n), np.nan, np.float32)
+    made.desc[hpair.AP], made.desc[hpair.OUT] = a.ctypes.data, out.ctypes.data
+    hpair.half(made.desc.ctypes.data, 0)
+    assert np.isnan(out[0, made.desc[hpair.CUT]:]).all()
+    hpair.half(made.desc.ctypes.data, 1)
+    assert_close(out, want)
+
+    calls = []
+    real = fpair.run
+    monkeypatch.setattr(fpair, "run", lambda *args: calls.append(1) or real(*args))
+    inputs, consts = ([a, b, c], (1, 2)) if with_c else ([a, b], (1,))
+    attrs = {"transB": trans_b, "alpha": 0.5, "beta": 2.0}
+    for on, threads in ((True, 2), (False, 2), (True, 1)):
+        monkeypatch.setattr(hpair, "ON", on)
+        calls.clear()
+        sess = Session(single_op_model("Gemm", inputs, attrs, constants=consts), vendors=["numba"], fallback=False,
+                       threads=threads)
+        for _ in range(8):
+            assert_close(sess.run(None, {"in0": a})[0], want)
+            time.sleep(0.001)
+        assert (len(calls) >= 4) if on and threads == 2 else not calls

@@ -12,7 +12,7 @@ from kernelkit.registry import register_kernel
 
 from .. import config
 from .._base import NumbaKernel
-from . import fgemm, ftile, gemm_nt, halves
+from . import fgemm, fpair, ftile, gemm_nt, halves, hpair
 from .conv import _edge, tile_grid
 from .epilogue import GELU, NONE, TANH, scale_bias_act_cols
 
@@ -188,8 +188,11 @@ class Gemm(NumbaKernel):
             return y
 
         call.thread_safe = True  # no per-call state: the plan's settled call needs no lock
+        two = (self.threads or config.default_threads()) == 2
+        if two and code == NONE and hpair.usable(m, k, n, trans_a):
+            call = self._paired_head(call, k, n, trans_b, alpha, beta)  # (issue 11, session 11)
         if (halves.ON and m == 1 and code != TANH and n >= 2 * HEAD_SPLIT_COLS and 4 * k * n >= HEAD_SPLIT_BYTES
-                and (self.threads or config.default_threads()) == 2):
+                and two):
             return self._split_head(call, trans_a, trans_b, alpha, beta, k, n, no_bias)
         return call
 
@@ -266,6 +269,34 @@ class Gemm(NumbaKernel):
             return general(a, b, c, out)
 
         return call
+
+    def _paired_head(self, call, k, n, trans_b, alpha, beta):
+        """A one-row product of a large constant weight at two threads as two output halves on fpair's
+        helper, handed over in compiled code (hpair.py: MobileNetV2's head, whose pool split never ran),
+        while B and C are the arrays of its first call; ``call`` (the one-thread call) where the pool's
+        worker spins (no pair then), the helper refuses (asleep: woken now; backed off; a busy slot) or
+        the inputs are not those constants."""
+        bound = []
+
+        def paired(a, b, c=None, *, out=None):
+            if not bound:
+                if b.flags.writeable or not b.flags.c_contiguous or (c is not None and c.flags.writeable):
+                    bound.extend((None, None, None))
+                else:
+                    bias = np.zeros(n, np.float32) if c is None or beta == 0 else \
+                        np.asarray(c, np.float32).reshape(n) * beta
+                    bound.extend((b, c, hpair.descriptor(b, bias, alpha, k, n, trans_b)))
+            made = bound[2]
+            if made is not None and bound[0] is b and bound[1] is c and a.flags.c_contiguous and \
+                    a.dtype == np.float32 and (out is None or out.flags.c_contiguous) and \
+                    not halves.worker_spinning():
+                y = np.empty((1, n), np.float32) if out is None else out
+                if fpair.run(made, a.reshape(-1), y.reshape(-1)):
+                    return y
+            return call(a, b, c, out=out)
+
+        paired.thread_safe = True  # fpair's slot: a second caller finds it held and runs the call
+        return paired
 
     def _split_head(self, call, trans_a, trans_b, alpha, beta, k, n, no_bias):
         """A one-row product of a large weight (a classifier head: MobileNetV2's 1280 x 1000, 5 MiB)
