@@ -132,6 +132,25 @@ def test_rows_kind_takes_12_row_panels_where_they_waste_little(monkeypatch):
     assert ftile.rows_kind(avx512, 256, one_thread=True) == avx512
 
 
+def test_12_row_tiles_own_chunk_and_block(monkeypatch):
+    """KC12 / BLOCK_BYTES12 (off: 0) set the K chunk and pixel block of ROWS12's plans only, and the
+    tiles give the same sums on them (three chunks of 100, blocks of two tiles)."""
+    _need("avx512")
+    rows12, avx512 = ftile.ROWS12, ftile.KIND["avx512"]
+    before = ftile.plan(avx512, 100, 300, 200, 1)
+    assert ftile.plan(rows12, 100, 300, 200, 1) == before  # the same rule while off
+    monkeypatch.setattr(ftile, "KC12", 128)
+    monkeypatch.setattr(ftile, "BLOCK_BYTES12", 4 * 100 * 64)
+    assert ftile.plan(rows12, 100, 300, 200, 1) == (64, 4, 1, 100)
+    assert ftile.plan(avx512, 100, 300, 200, 1) == before
+    rng = np.random.default_rng(12)
+    w = (rng.standard_normal((100, 300)) / np.sqrt(300)).astype(np.float32)
+    x = rng.standard_normal((300, 200)).astype(np.float32)
+    b, z = rng.standard_normal(100).astype(np.float32), rng.standard_normal((100, 200)).astype(np.float32)
+    for pack in (False, True):
+        _close(_rows(rows12, w, x, b, z, 0, INF, pack=pack), _want(w, x, b, z, 0, INF), 300)
+
+
 def _cols(kind, w, x, b, z, lo, hi, kc):
     m_n, k_n = w.shape
     n_pix = x.shape[1]
