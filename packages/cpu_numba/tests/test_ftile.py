@@ -433,3 +433,28 @@ def test_padded_phases(c, h, w, k, s, p):
                     want[b, :, r, q] = x[:, r - p, (q - pl) * s + b]
     np.testing.assert_array_equal(xpp.reshape(want.shape), want)
     assert koff.min() >= 0 and koff.max() + (oh - 1) * s * qp + ow <= xpp.size  # every read stays inside
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_one_thread_14x14_pointwise_on_the_cols_tiles(rng, monkeypatch, stride):
+    """conv.FTILE_COLS_MAX_ONE_THREAD = 196: a one-thread session's 1x1 layer on a 14x14 map (and the
+    1x1/2 shortcut to one) runs on the cols tiles, with the residual and Relu, against the reference;
+    at two threads the limit stays FTILE_COLS_MAX."""
+    from kernelkit_numba.kernels import conv
+
+    _need("avx512")
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    monkeypatch.setattr(conv, "FTILE_COLS_MAX_ONE_THREAD", 196)
+    assert conv.ftile_cols(2, 48, 196, 128, one_thread=True) and not conv.ftile_cols(2, 48, 196, 128)
+    calls = []
+    real = ftile.cols_driver
+    monkeypatch.setattr(ftile, "cols_driver", lambda kind: (calls.append(kind), real(kind))[1])
+    hw = 14 * stride
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 128, hw, hw), (48, 128, 1, 1), (48,)))
+    plain = {"strides": [stride, stride]}
+    z = rng.standard_normal((1, 48, 14, 14)).astype(np.float32)
+    attrs = {**plain, "activation": "Relu"}
+    want = run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
+    got = run_single_op("Conv", [x, w, b, z], attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
+    assert calls, "the cols tiles did not run"
+    assert_close(got, want)

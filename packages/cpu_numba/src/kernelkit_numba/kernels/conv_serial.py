@@ -104,6 +104,7 @@ def _bind(conv, parallel: bool, step=None):
     from .conv import direct_wins, ftile_cols, ftile_wins, implicit_wins  # (conv imports this module)
 
     k_n, l_n = c_n * kh * kw, oh_n * ow_n
+    one = not parallel and (conv.threads or config.default_threads()) == 1  # (_tiles_call's one_thread)
     if not forced and not ftile_wins(kh, kw, sh, sw, m_n, k_n, l_n):
         return None
     if (SUBSAMPLE and kh == kw == 1 and ph == pw == 0 and not direct
@@ -111,7 +112,7 @@ def _bind(conv, parallel: bool, step=None):
         # a 1x1 strided convolution (ResNet's and RegNetY's shortcuts): the pixels it reads
         # copied into a contiguous (C, oh, ow) buffer, then the 1x1 stride-1 tiles on it
         sub = (sh, sw, (n_n, c_n, oh_n, ow_n))
-        return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n), y_shape, k_n, l_n, lo, hi, has_z,
+        return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n, one), y_shape, k_n, l_n, lo, hi, has_z,
                            parallel, step, sub)
     if not direct:  # the strided convolutions conv.py runs as its implicit GEMM (the stems)
         if not implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n) or direct_wins(kind, kh, kw, sh, sw, dh, dw,
@@ -119,7 +120,7 @@ def _bind(conv, parallel: bool, step=None):
             return None  # (the direct convolution: the general path, conv._gemm_direct)
         return _implicit_call(conv, raw, kind, x_shape, y_shape, (kh, kw, sh, ph, pw), lo, hi, has_z, parallel,
                               step)
-    return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n), y_shape, k_n, l_n, lo, hi, has_z,
+    return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n, one), y_shape, k_n, l_n, lo, hi, has_z,
                        parallel, step)
 
 
