@@ -439,12 +439,14 @@ def test_padded_phases(c, h, w, k, s, p):
 def test_one_thread_14x14_pointwise_on_the_cols_tiles(rng, monkeypatch, stride):
     """conv.FTILE_COLS_MAX_ONE_THREAD = 196: a one-thread session's 1x1 layer on a 14x14 map (and the
     1x1/2 shortcut to one) runs on the cols tiles, with the residual and Relu, against the reference;
-    at two threads the limit stays FTILE_COLS_MAX."""
+    at two threads the limit stays FTILE_COLS_MAX. Stride 2 with FTILE_COLS_KC_ONE_THREAD = 48 (K = 128 in
+    three chunks)."""
     from kernelkit_numba.kernels import conv
 
     _need("avx512")
     monkeypatch.setenv(ftile.ENV, "avx512")
     monkeypatch.setattr(conv, "FTILE_COLS_MAX_ONE_THREAD", 196)
+    monkeypatch.setattr(conv, "FTILE_COLS_KC_ONE_THREAD", 48 if stride == 2 else 0)
     assert conv.ftile_cols(2, 48, 196, 128, one_thread=True) and not conv.ftile_cols(2, 48, 196, 128)
     calls = []
     real = ftile.cols_driver

@@ -1196,6 +1196,10 @@ FTILE_COLS_MAX_ONE_THREAD = 64  # the same limit for a one-thread session's boun
 # 1024 -> 512 1.12x, 256 -> 1024 + Z 1.06x, the shortcut 1.07x, the model 1.01x; kept at 64 until the
 # Xeon says (session 5 had there the 8-row rows tiles ahead at 14x14, 127 against 111 GFLOP/s alone).
 # A/B: kernels.conv.FTILE_COLS_MAX_ONE_THREAD=196
+FTILE_COLS_KC_ONE_THREAD = 0  # the cols tiles' K chunk on those maps (0: ftile.COLS_KC, 512). 128: a 48-channel
+# panel's chunk is 24 KiB and stays in L1 over the map's 28 tiles, each k then streaming one line of pixels
+# from L2 for 21 FMAs (at 512 its 96 KiB chunk streams three weight vectors a k). AMD box: no difference;
+# for the Xeon (A/B: kernels.conv.FTILE_COLS_MAX_ONE_THREAD=196;kernels.conv.FTILE_COLS_KC_ONE_THREAD=128)
 
 
 @functools.cache

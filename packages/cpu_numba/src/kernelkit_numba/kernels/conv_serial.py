@@ -422,11 +422,16 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
     n_n, m_n = y_shape[0], y_shape[1]
     zero = conv._zeros(m_n, np.float32)
     no_z = readonly(np.zeros(1, np.float32))
+    cols_kc = ftile.COLS_KC
     if cols:
+        from .conv import FTILE_COLS_KC_ONE_THREAD, FTILE_COLS_MAX
+
         width = ftile.COLS_WIDTH[kind]
         driver = ftile.cols_driver(kind)
         total = -(-m_n // width)
         size = ftile.scratch_size(kind, True, l_n)
+        if l_n > FTILE_COLS_MAX and FTILE_COLS_KC_ONE_THREAD:  # (maps only FTILE_COLS_MAX_ONE_THREAD takes)
+            cols_kc = FTILE_COLS_KC_ONE_THREAD
     else:
         kind = ftile.rows_kind(kind, m_n, one_thread=not parallel and (conv.threads or config.default_threads()) == 1)
         width = ftile.MR[kind]
@@ -462,7 +467,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
             yn = y[n].reshape(-1)
             zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
             if cols:
-                driver(held.packed, k_n, m_n, xs, l_n, l_n, held.bias, zn, has_z, lo, hi, yn, l_n, ftile.COLS_KC,
+                driver(held.packed, k_n, m_n, xs, l_n, l_n, held.bias, zn, has_z, lo, hi, yn, l_n, cols_kc,
                        scratch, 0, total)
             else:
                 driver(held.packed, k_n, m_n, xs, 0, l_n, l_n, held.bias, zero, zn, has_z, lo, hi, yn, 0, l_n, block,
