@@ -72,6 +72,15 @@ def compare(name: str, runs: int, batch: int) -> list[tuple]:
     total_r = sum(v[1] for v in by_op.values()) + unmatched[0]
     total_n = sum(v[2] for v in by_op.values()) + unmatched[1]
     print(f"| unmatched (fused in one session only) | | {unmatched[0]:.3f} | {unmatched[1]:.3f} | |")
+    for label, side, other in (("reference only", ref, nb), ("numba only", nb, ref)):
+        ops: dict = collections.defaultdict(lambda: [0, 0.0])
+        for n, (op, ms, _) in side.items():
+            if n not in other:
+                ops[op][0] += 1
+                ops[op][1] += ms
+        if ops:  # what a fusion took (numba's passes fuse where a numba kernel runs the fused op)
+            print(f"  {label}: " + ", ".join(f"{op} x{c} {ms:.3f} ms" for op, (c, ms) in
+                                             sorted(ops.items(), key=lambda kv: -kv[1][1])))
     print(f"| **sum** | {len(nb)} | {total_r:.3f} | {total_n:.3f} | {total_r / total_n:.2f} |")
     for node, op, r, n in sorted(slow, key=lambda t: t[2] - t[3]):
         print(f"  slower on numba: {node} ({op}) reference {r:.3f} ms, numba {n:.3f} ms")

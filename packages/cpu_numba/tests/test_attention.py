@@ -47,22 +47,52 @@ def test_attention_special_values(check, rng):
     assert np.isnan(got[0, 0, 1]).all() and (got[0, 1, 2] == 0).all()
 
 
+@pytest.mark.parametrize("q_shape, k_shape, mask_shape, attrs", [
+    ((2, 3, 5, 8), (2, 3, 7, 8), (2, 1, 1, 7), {}),  # BERT's padding bias: (batch, 1, 1, keys)
+    ((1, 2, 4, 8), (1, 2, 6, 8), (4, 6), {"scale": 0.3}),  # (queries, keys)
+    ((2, 5, 12), (2, 7, 12), (1, 3, 5, 7), {"q_num_heads": 3, "kv_num_heads": 3}),  # 3-D, per head
+])
+def test_attention_with_an_additive_mask_matches_reference(check, rng, q_shape, k_shape, mask_shape, attrs):
+    mask = np.where(rng.uniform(size=mask_shape) < 0.3, np.float32(-10000), _r(rng, *mask_shape))
+    check("Attention", [_r(rng, *q_shape), 3 * _r(rng, *k_shape), _r(rng, *k_shape), mask.astype(np.float32)],
+          attrs)
+
+
+def test_attention_mask_of_minus_inf_rows(check, rng):
+    """A query row whose mask is -inf everywhere gives zeros, as the reference; -inf on some keys
+    gives them no weight."""
+    q, k, v = _r(rng, 1, 2, 4, 8), _r(rng, 1, 2, 5, 8), _r(rng, 1, 2, 5, 3)
+    mask = np.zeros((4, 5), np.float32)
+    mask[1] = -np.inf
+    mask[2, :3] = -np.inf
+    got = check("Attention", [q, k, v, mask], {})[0]
+    assert (got[:, :, 1] == 0).all() and np.isfinite(got).all()
+
+
 def test_attention_declines_masks_and_caches():
     spec = kk.TensorSpec((1, 2, 3, 4), "float32")
     ok = attention_kernel.supports
     assert ok([spec, spec, spec], {"scale": None})
     assert not ok([spec, spec, spec, kk.TensorSpec((3, 3), "bool")], {})
+    assert ok([spec, spec, spec, kk.TensorSpec((1, 1, 1, 3), "float32")], {})
+    assert not ok([spec, spec, spec, None, spec], {})
     assert not ok([spec, spec, spec], {"is_causal": 1})
     assert not ok([spec, spec, spec], {"softcap": 1.0})
     assert not ok([spec, spec, spec], {"scale": -1.0})
 
 
 # -- fuse_attention ---------------------------------------------------------------------------
+LOWEST = float(np.finfo(np.float32).min)  # GPT-2's Where value for masked scores
+
+
 def _block(batch=1, seq=6, keys=None, heads=2, head=4, scale_op="Mul", scale=0.5, softmax_axis=-1,
-           three_d=True, extra_reader=False, symbolic=False, two_transposes=False):
+           three_d=True, extra_reader=False, symbolic=False, two_transposes=False, mask=None, where=None,
+           lowest=LOWEST):
     """A transformer's attention block written op by op (as exporters do). ``symbolic``: the batch
     axis is a symbol and the Reshapes copy it (shape entry 0); ``two_transposes``: K is split into
-    heads like Q, then transposed by a second Transpose (PyTorch's exports)."""
+    heads like Q, then transposed by a second Transpose (PyTorch's exports); ``mask``: the shape of
+    an additive mask input added after the scale (BERT's padding bias), None for none; ``where``: the
+    shape of a boolean mask applied as Where(mask, scores, ``lowest``) (GPT-2's causal mask)."""
     keys = keys or seq
     rng = np.random.default_rng(7)
     g = kk.GraphBuilder("att")
@@ -88,6 +118,10 @@ def _block(batch=1, seq=6, keys=None, heads=2, head=4, scale_op="Mul", scale=0.5
     scores = g.op("MatMul", q, kt)
     if scale_op:
         scores = g.op(scale_op, scores, g.constant(np.float32(scale)))
+    if mask is not None:
+        scores = g.op("Add", scores, g.input("mask", tuple("N" if d == "N" else d for d in mask)))
+    if where is not None:
+        scores = g.op("Where", g.input("keep", where, "bool"), scores, g.constant(np.float32(lowest)))
     probs = g.op("Softmax", scores, axis=softmax_axis)
     y = g.op("MatMul", probs, v)
     if three_d:
@@ -97,6 +131,15 @@ def _block(batch=1, seq=6, keys=None, heads=2, head=4, scale_op="Mul", scale=0.5
     if extra_reader:
         g.output(g.op("Relu", probs))
     feeds = {"q": _r(rng, batch, seq, d), "k": _r(rng, batch, keys, d), "v": _r(rng, batch, keys, d)}
+    if mask is not None:
+        shape = tuple(batch if d == "N" else d for d in mask)
+        feeds["mask"] = np.where(rng.uniform(size=shape) < 0.3, -10000, 0).astype(np.float32)
+    if where is not None:  # causal where it covers (queries, keys), else random, each row keeping one key
+        keep = rng.uniform(size=where) < 0.6
+        keep[..., 0] = True
+        if where[-2:] == (seq, keys):
+            keep = np.broadcast_to(np.tril(np.ones((seq, keys), bool)), where).copy()
+        feeds["keep"] = keep
     return g.build(), feeds
 
 
@@ -111,6 +154,10 @@ def _fused_and_plain(model, feeds, **kw):
     {}, {"scale_op": "Div", "scale": 8.0}, {"scale_op": None}, {"three_d": False},
     {"batch": 2, "seq": 5, "keys": 9, "heads": 3}, {"softmax_axis": 3},
     {"batch": 3, "symbolic": True, "two_transposes": True}, {"two_transposes": True, "three_d": False},
+    {"scale_op": "Div", "scale": 8.0, "batch": 2, "symbolic": True, "mask": ("N", 1, 1, 6)},  # BERT's
+    {"three_d": False, "mask": (6, 6)},
+    {"scale_op": "Div", "scale": 8.0, "batch": 2, "symbolic": True, "where": (1, 1, 6, 6)},  # GPT-2's
+    {"three_d": False, "where": (6, 1), "lowest": -np.inf},  # a keys axis of 1 that Where broadcasts
 ])
 def test_fused_block_equals_unfused(kw):
     model, feeds = _block(**kw)
@@ -130,6 +177,9 @@ def test_fused_block_equals_unfused(kw):
     {"scale": -0.5},  # the reference's Attention takes sqrt(scale)
     {"softmax_axis": 2},  # not the keys axis
     {"extra_reader": True},  # the probabilities are read elsewhere
+    {"mask": (1, 1, 1, 1)},  # a mask shorter than the keys: Attention would pad it with -inf
+    {"mask": (2, 1, 6, 6), "three_d": False},  # a mask that widens the scores
+    {"where": (1, 1, 6, 6), "lowest": -10000.0},  # Where's value is not the lowest: not a plain mask
 ])
 def test_pass_declines_non_matching_blocks(kw):
     model, feeds = _block(**kw)

@@ -1,5 +1,7 @@
 """MatMul (ONNX opset 21, NumPy semantics: batched, broadcast batch dims, 1-D operands) with a
-fused activation."""
+fused activation, and an optional per-column ``bias`` (N values, added before the activation:
+what ``fuse_matmul_bias`` folds from an Add after the product, a kernelkit extension as the
+activation attributes are)."""
 from __future__ import annotations
 
 import math
@@ -41,7 +43,15 @@ def matmul_shapes(ctx, a, b):
 
 
 def _infer(ctx) -> TensorSpec:
-    return TensorSpec(_shapes(ctx)[-1], ctx.inputs[0].dtype)
+    shapes = _shapes(ctx)
+    if ctx.has(2):
+        bias, n = ctx.inputs[2], shapes[3]
+        known = bias.rank == 1 and isinstance(n, int) and isinstance(bias.shape[0], int)
+        if bias.dtype != ctx.inputs[0].dtype or bias.rank != 1 or ctx.inputs[1].rank < 2 or \
+                (known and bias.shape[0] != n):
+            raise ctx.error(f"bias {bias} must be 1-D, of A's dtype, one value per column of the product "
+                            f"({n}; B of rank >= 2)")
+    return TensorSpec(shapes[-1], ctx.inputs[0].dtype)
 
 
 def _flops(ctx) -> int | None:
@@ -51,13 +61,18 @@ def _flops(ctx) -> int | None:
 
 
 @register_kernel("MatMul", device="cpu", vendor="reference", dtype=DTYPES, priority=-100)
-def matmul(a, b, *, activation="", activation_params=(), out=None):
+def matmul(a, b, bias=None, *, activation="", activation_params=(), out=None):
     ct = compute_dtype(a.dtype)
     if out is not None and (ct != a.dtype or out.ndim == 0):
-        return into(out, matmul(a, b, activation=activation, activation_params=activation_params))
+        return into(out, matmul(a, b, bias, activation=activation, activation_params=activation_params))
     y = np.asarray(np.matmul(a.astype(ct, copy=False), b.astype(ct, copy=False), out=out), dtype=ct)
+    if bias is not None:
+        np.add(y, bias.astype(ct, copy=False), out=y)
     y = apply_activation(y, activation, activation_params).astype(a.dtype, copy=False)
     return y if y is out else into(out, y)
+
+
+matmul.bias_input = True  # takes the optional bias (fuse_matmul_bias asks the kernel it would pick)
 
 
 def _samples(rng, dtype):
@@ -76,5 +91,5 @@ def _samples(rng, dtype):
         yield [r(3, 8), r(8, 4)], {"activation": "Tanh"}
 
 
-register_op("MatMul", inputs=["A", "B"], outputs=["Y"], attrs=ACTIVATION_ATTRS, infer=_infer, samples=_samples,
+register_op("MatMul", inputs=["A", "B", "bias?"], outputs=["Y"], attrs=ACTIVATION_ATTRS, infer=_infer, samples=_samples,
             flops=_flops)

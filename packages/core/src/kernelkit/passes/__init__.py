@@ -120,4 +120,4 @@ def run_passes(graph: Graph, selection: Iterable[str] | bool | None = None,
 # attention: fuse_attention, after fuse_activation; gelu: fuse_gelu, before fuse_activation; silu:
 # fuse_silu, before fuse_activation;
 # qmerge: merge_dynamic_matmul, after fuse_qdq, and fuse_dynamic_relu after it)
-from . import attention, builtin, gelu, layouts, qmerge, quantized, silu  # noqa: E402,F401
+from . import attention, builtin, gelu, layouts, matmul_bias, qmerge, quantized, silu  # noqa: E402,F401

@@ -2,8 +2,17 @@
 (opset 23; reference kernel in ``kernelkit/ops/attention.py``), as onnxruntime's attention fusion
 does:
 
-    MatMul(Q, Kt) [-> Mul(c) | Div(c)] -> Softmax(last axis) -> MatMul(., V)
-        into  Attention(Q, K, V, scale=c or 1/c or 1)       (4-D: batch, heads, seq, head)
+    MatMul(Q, Kt) [-> Mul(c) | Div(c)] [-> Add(mask)] -> Softmax(last axis) -> MatMul(., V)
+        into  Attention(Q, K, V[, mask], scale=c or 1/c or 1)       (4-D: batch, heads, seq, head)
+
+The Add is an additive mask (BERT's (batch, 1, 1, keys) padding bias, -10000 where a key is
+padding): a float tensor of the scores' dtype that broadcasts onto the scores without changing
+their shape and whose last axis is the keys axis itself (ONNX's ``attn_mask``, added after the
+scale; a shorter mask would be padded with -inf by the op, not broadcast). In its place a
+``Where(cond, scores, c)`` with c = -inf or the dtype's lowest finite value (GPT-2's causal mask, a
+boolean slice of a constant) joins as the float mask ``Where(cond, 0, c)``, a new node computed per
+run: s + c rounds to c for any |s| < 2^103, so the masked scores are the same (a NaN or infinite
+masked score, which Where would hide, reaches the row's softmax).
 
 K is Kt with its last two axes swapped: a Transpose producing Kt gets a twin with the composed
 permutation, anything else a new Transpose. When the heads come from 3-D projections the usual
@@ -36,6 +45,9 @@ log = logging.getLogger("kernelkit.passes")
 
 # the optional scale between the two MatMuls: op -> attention scale from the constant c
 SCALES = {"Mul": lambda c: c, "Div": lambda c: 1.0 / c}
+MASKS = True  # an additive mask Add between the scale and the Softmax joins the node (switch)
+WHERE_MASKS = True  # a Where(cond, scores, lowest) too, as the float mask where(cond, 0, lowest) (switch)
+FLOAT_MASKS = ("float32", "float64", "float16")
 
 
 def _static(graph: Graph, name: str, rank: int) -> tuple | None:
@@ -63,21 +75,71 @@ def _scale(graph: Graph, node: Node, value: str) -> float | None:
     return float(SCALES[node.op_id](float(c.reshape(()))))
 
 
+def _fits(scores, mask, keys_axis: bool = True) -> bool:
+    """Whether a mask of spec ``mask`` applies to 4-D ``scores`` as Attention's ``attn_mask``: rank
+    <= 4, broadcasting onto the scores' shape without changing it (a symbol against a number other
+    than 1: that number or 1 at run time, or the op's broadcast fails), and with ``keys_axis`` its
+    last axis the keys axis itself (length 1 would be padded by Attention, not broadcast)."""
+    if scores is None or mask is None or scores.shape is None or mask.shape is None or len(scores.shape) != 4 \
+            or not 1 <= len(mask.shape) <= 4:
+        return False
+    if keys_axis and (mask.shape[-1] != scores.shape[-1] or not isinstance(mask.shape[-1], int)):
+        return False
+    for d, full in zip(mask.shape, scores.shape[4 - len(mask.shape):]):
+        if d != 1 and d != full and not (isinstance(d, str) and (isinstance(full, str) or full != 1)):
+            return False
+    return True
+
+
+def _mask(graph: Graph, node: Node, value: str):
+    """The mask a node applies to the scores ``value`` (4-D), or None:
+    - an Add: the other input, an additive mask of the scores' float dtype (its name);
+    - a Where(cond, value, c) with c -inf or the dtype's lowest finite value (GPT-2's causal mask):
+      ("where", cond, c). Scores s kept where cond holds, c elsewhere, is s + (0 or c) exactly for
+      |s| < 2^103 (s + finfo.min rounds to finfo.min), which the pass writes as a float mask with
+      the keys axis in full (cond's last axis may be a symbol or 1: Where broadcasts it)."""
+    if node.op_id == "Add" and len(node.inputs) == 2 and node.inputs[0] != node.inputs[1]:
+        other = node.inputs[1] if node.inputs[0] == value else node.inputs[0]
+        scores, mask = graph.spec(value), graph.spec(other)
+        if mask is not None and scores is not None and mask.dtype == scores.dtype and mask.dtype in FLOAT_MASKS \
+                and _fits(scores, mask):
+            return other
+        return None
+    if node.op_id == "Where" and WHERE_MASKS and len(node.inputs) == 3 and node.inputs[1] == value \
+            and node.inputs[0] != value and node.inputs[2] != value:
+        scores, cond = graph.spec(value), graph.spec(node.inputs[0])
+        c = _const(graph, node.inputs[2])
+        if scores is None or cond is None or cond.dtype != "bool" or c is None or c.size != 1 or c.ndim > 4 \
+                or c.dtype.name != scores.dtype or scores.dtype not in FLOAT_MASKS or not isinstance(
+                    scores.shape[-1], int) or not _fits(scores, cond, keys_axis=False):
+            return None
+        low = float(c.reshape(()))
+        if low == -np.inf or low == float(np.finfo(c.dtype).min):
+            return ("where", node.inputs[0], low)
+    return None
+
+
 def _chain(graph: Graph, index: _Index, first: Node):
-    """(scale node or None, softmax, second MatMul, scale) following the QK MatMul ``first``."""
+    """(scale node or None, mask Add or None, mask value or None, softmax, second MatMul, scale)
+    following the QK MatMul ``first``."""
     node = index.sole_reader(first.outputs[0])
-    scale, scaler = 1.0, None
+    scale, scaler, adder, mask = 1.0, None, None, None
     if node is not None and node.op_id in SCALES:
         scale, scaler = _scale(graph, node, first.outputs[0]), node
         node = index.sole_reader(node.outputs[0])
+    if node is not None and node.op_id in ("Add", "Where") and MASKS:
+        mask = _mask(graph, node, (scaler or first).outputs[0])
+        if mask is None:
+            return None
+        adder, node = node, index.sole_reader(node.outputs[0])
     if scale is None or node is None or node.op_id != "Softmax":
         return None
     if _attrs(node)["axis"] not in (-1, 3):
         return None
     second = index.sole_reader(node.outputs[0])
-    if second is None or second.op_id != "MatMul" or second.inputs[0] != node.outputs[0]:
+    if second is None or second.op_id != "MatMul" or second.inputs[0] != node.outputs[0] or len(second.inputs) != 2:
         return None
-    return scaler, node, second, scale
+    return scaler, adder, mask, node, second, scale
 
 
 def _same_rows(x3: tuple | None, x4: tuple | None) -> bool:
@@ -153,11 +215,11 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> int:
         log.debug("fuse_attention: shapes not inferable (%s); nothing fused", exc)
         return 0
     index, count = _Index(graph), 0
-    for first in [n for n in graph.nodes if n.op_id == "MatMul"]:
+    for first in [n for n in graph.nodes if n.op_id == "MatMul" and len(n.inputs) == 2]:  # (not a bias's)
         found = _chain(graph, index, first)
         if found is None:
             continue
-        scaler, softmax, second, scale = found
+        scaler, adder, mask, softmax, second, scale = found
         q, kt, v = first.inputs[0], first.inputs[1], second.inputs[1]
         shapes = [_static(graph, name, 4) for name in (q, kt, v)]
         if None in shapes or _attrs(first)["activation"] or _attrs(second)["activation"]:
@@ -165,7 +227,8 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> int:
         (b, h, m, dk), (kb, kh, kdk, n), (vb, vh, vn, _) = shapes
         if (kb, kh, kdk) != (b, h, dk) or (vb, vh, vn) != (b, h, n):
             continue
-        if any(_overridden(graph, node, _attrs(node), ctx) for node in (first, scaler, softmax, second) if node):
+        if any(_overridden(graph, node, _attrs(node), ctx) for node in (first, scaler, adder, softmax, second)
+               if node):
             continue  # a user's kernel runs one of them: keep the block as written
         # 3-D form: heads split from projections and merged back after
         merge = _merged_3d(index, graph, second.outputs[0])
@@ -175,7 +238,7 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> int:
         if merge is not None and None not in (xq, xk, xv):
             inputs, output = [xq, xk, xv], merge.outputs[0]
             attrs.update(q_num_heads=h, kv_num_heads=h)
-            gone = [first, scaler, softmax, second, index.sole_reader(second.outputs[0]), merge]
+            gone = [first, scaler, adder, softmax, second, index.sole_reader(second.outputs[0]), merge]
             new_nodes = []
         else:
             k_name, perm = _source(index, kt, [0, 1, 3, 2])
@@ -186,10 +249,27 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> int:
                 new_nodes = [Node("Transpose", [k_src], [k_name], {"perm": perm},
                                   graph.fresh_name(f"{first.name}_keys"))]
             inputs, output = [q, k_name, v], second.outputs[0]
-            gone = [first, scaler, softmax, second]
+            gone = [first, scaler, adder, softmax, second]
+        made = []  # constants this rewrite adds (dropped again if it does not happen)
+        if isinstance(mask, tuple):  # Where(cond, scores, c): the float mask where(cond, 0, c), per run
+            _, cond, low = mask
+            dtype = graph.spec(first.outputs[0]).dtype
+            mask = graph.fresh_name(f"{adder.name}_mask")
+            zero, lowest = graph.fresh_name(f"{adder.name}_zero"), graph.fresh_name(f"{adder.name}_lowest")
+            keys = graph.spec(first.outputs[0]).shape[-1]  # zeros of the keys' length: a full keys axis
+            graph.values[zero] = Value(zero, TensorSpec((keys,), dtype), data=np.zeros(keys, dtype))
+            graph.values[lowest] = Value(lowest, TensorSpec((), dtype), data=np.array(low, dtype))
+            graph.values[mask] = Value(mask, TensorSpec(tuple(graph.spec(cond).shape[:-1]) + (keys,), dtype))
+            made = [zero, lowest]
+            where = Node("Where", [cond, zero, lowest], [mask], {}, graph.fresh_name(f"{adder.name}_to_mask"))
+            new_nodes = new_nodes + [where]
+        if mask is not None:
+            inputs = inputs + [mask]
         if not _fused_kernel(graph, ctx, inputs, attrs):
             for t in new_nodes:
                 graph.values.pop(t.outputs[0], None)
+            for name in made:
+                graph.values.pop(name, None)
             continue
         fused = Node("Attention", list(inputs), [output], attrs, graph.fresh_name(f"{second.name}_attention"))
         at = graph.nodes.index(second)

@@ -327,15 +327,24 @@ def wino_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_z
     zeros = conv._zeros(m_n, np.float32)
     desc[ZEROS] = zeros.ctypes.data
 
-    def prep(d, w, bias):
-        u = conv._transformed(w, np.asarray(w, np.float32).reshape(m_n, c_n, 3, 3), 4)
-        wp = np.ascontiguousarray(ftile.pack_batched(u, width).reshape(36, -1))
-        d[WP], d[WP_N] = wp.ctypes.data, wp.size
-        return wp, fv, zeros
-
+    prep = _wino_prep(conv, m_n, c_n, width, 4, fv, zeros)
     pair = Pair(desc, sizes, prep)
     pair.keep = (fv, zeros)
     return pair
+
+
+def _wino_prep(conv, m_n: int, c_n: int, width: int, tile: int, fv, zeros):
+    """A Winograd pair's ``prep``: the weights transformed for F(tile x tile, 3x3) (conv's cache) and packed
+    in ``width``-row panels a position, their address in the descriptor."""
+    positions = (tile + 2) ** 2
+
+    def prep(d, w, bias):
+        u = conv._transformed(w, np.asarray(w, np.float32).reshape(m_n, c_n, 3, 3), tile)
+        wp = np.ascontiguousarray(ftile.pack_batched(u, width).reshape(positions, -1))
+        d[WP], d[WP_N] = wp.ctypes.data, wp.size
+        return wp, fv, zeros
+
+    return prep
 
 
 def _direct_worst(m_n: int, oh_n: int, rb: int, width: int) -> int:
@@ -380,12 +389,7 @@ def wino2_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_
     zeros = conv._zeros(m_n, np.float32)
     desc[ZEROS] = zeros.ctypes.data
 
-    def prep(d, w, bias):
-        u = conv._transformed(w, np.asarray(w, np.float32).reshape(m_n, c_n, 3, 3), 2)
-        wp = np.ascontiguousarray(ftile.pack_batched(u, width).reshape(16, -1))
-        d[WP], d[WP_N] = wp.ctypes.data, wp.size
-        return wp, fv, zeros
-
+    prep = _wino_prep(conv, m_n, c_n, width, 2, fv, zeros)
     pair = Pair(desc, ((16 * lv, 16 * lm, ssize), (16 * lv, 16 * lm, ssize)), prep)
     pair.keep = (fv, zeros)
     return pair

@@ -1,0 +1,93 @@
+"""``fuse_matmul_bias``: a linear layer over a (batch, seq, K) input, written as
+``Add(MatMul(A, W), b)`` with a constant 2-D W and a constant per-column bias b (how exporters
+write ``nn.Linear`` on 3-D inputs: GPT-2's and BERT's projections and feed-forward layers),
+becomes one ``MatMul(A, W, b)``: the bias joins the product's epilogue (numba's fgemm tiles add it
+as they store the output; the reference adds it after ``np.matmul``), and a following activation
+then joins it too (``fuse_activation``: BERT's feed-forward MatMul -> Add -> Gelu is one node).
+
+The converters' ``onnx_matmul_add_to_gemm`` takes 2-D products and those whose leading dims are
+static (through Reshapes around a Gemm); a symbolic batch or sequence axis would be lost in the
+Reshape back, so those products were left as two nodes: this pass takes an A of rank >= 3 with a
+symbolic leading axis (static ones stay the converters').
+It fires only where the kernel the session would pick for the MatMul takes the bias
+(``bias_input`` on the kernel), no user's kernel overrides the Add, the product's output has no
+other reader and is not a graph output, and the bias has the output's dtype and broadcasts along
+the last axis only (N values, or (1, ..., 1, N)). The fused node keeps the Add's name and output;
+its result is the pair's, bit for bit on the reference (the same two roundings).
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ..ir import Graph, Node, TensorSpec, Value
+from ..registry import select_kernel
+from . import PassContext, register_pass
+from .builtin import _attrs, _const, _Index, _overridden
+
+log = logging.getLogger("kernelkit.passes")
+
+ENABLED = True  # the switch (benchmarks' A/B)
+
+
+def _bias_kernel(graph: Graph, ctx: PassContext, inputs: list, attrs: dict) -> bool:
+    """Whether the MatMul kernel the session would pick for ``inputs`` takes a bias input."""
+    from ..backends import load_backends
+
+    load_backends()
+    specs = [graph.spec(i) for i in inputs]
+    entry = select_kernel("MatMul", ctx.device, specs[0].dtype, ctx.vendors, specs, attrs, ctx.scope)
+    return entry is not None and bool(getattr(entry.impl, "bias_input", False))
+
+
+@register_pass("fuse_matmul_bias", before="fuse_activation")
+def fuse_matmul_bias(graph: Graph, ctx: PassContext) -> int:
+    """Add(MatMul(A, constant W), constant per-column bias), A of rank >= 3 with a symbolic leading
+    axis, into MatMul(A, W, bias)."""
+    if not ENABLED:
+        return 0
+    index, count = _Index(graph), 0
+    for mm in [n for n in graph.nodes if n.op_id == "MatMul" and len(n.inputs) == 2]:
+        attrs = _attrs(mm)
+        if attrs["activation"]:
+            continue
+        add = index.sole_reader(mm.outputs[0])
+        if add is None or add.op_id != "Add" or len(add.inputs) != 2 or add.inputs[0] == add.inputs[1]:
+            continue
+        a_spec, out_spec = graph.spec(mm.inputs[0]), graph.spec(add.outputs[0])
+        w, bias = _const(graph, mm.inputs[1]), _const(graph, [i for i in add.inputs if i != mm.outputs[0]][0])
+        if a_spec is None or out_spec is None or a_spec.shape is None or len(a_spec.shape) < 3 or w is None \
+                or bias is None or w.ndim != 2 or out_spec.dtype not in ("float32", "float64", "float16"):
+            continue
+        if all(isinstance(d, int) for d in a_spec.shape[:-1]):
+            continue  # static rows: the converters' Reshape -> Gemm -> Reshape (onnx_matmul_add_to_gemm)
+        n = w.shape[1]
+        if bias.dtype.name != out_spec.dtype or w.dtype != bias.dtype or bias.size != n \
+                or bias.ndim > len(a_spec.shape) or bias.shape[-1:] != (n,):
+            continue
+        if _overridden(graph, add, _attrs(add), ctx):
+            continue  # a user's kernel runs the Add: keep it
+        name = [i for i in add.inputs if i != mm.outputs[0]][0]
+        if bias.ndim != 1:  # (1, ..., 1, N): its N values as a constant of their own
+            name = graph.fresh_name(f"{add.name}_bias")
+            graph.values[name] = Value(name, TensorSpec((n,), out_spec.dtype),
+                                       data=np.ascontiguousarray(bias.reshape(n)))
+        inputs = [mm.inputs[0], mm.inputs[1], name]
+        if not _bias_kernel(graph, ctx, inputs, attrs):
+            if name not in add.inputs:
+                graph.values.pop(name, None)
+            continue
+        fused = Node("MatMul", inputs, list(add.outputs), dict(mm.attrs), add.name, "")
+        index.remove(mm)
+        index.remove(add)
+        graph.values.pop(mm.outputs[0], None)
+        graph.nodes[graph.nodes.index(add)] = fused
+        index._removed.discard(id(fused))
+        index.producers[fused.outputs[0]] = fused
+        for i in inputs:
+            index.readers.setdefault(i, []).append(fused)
+        log.debug("fuse_matmul_bias: %s + %s -> MatMul with a bias", mm.name, add.name)
+        count += 1
+    index.commit()
+    return count
