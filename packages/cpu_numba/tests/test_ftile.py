@@ -132,6 +132,25 @@ def test_rows_kind_takes_12_row_panels_where_they_waste_little(monkeypatch):
     assert ftile.rows_kind(avx512, 256, one_thread=True) == avx512
 
 
+def test_12_row_tiles_own_chunk_and_block(monkeypatch):
+    """KC12 / BLOCK_BYTES12 (off: 0) set the K chunk and pixel block of ROWS12's plans only, and the
+    tiles give the same sums on them (three chunks of 100, blocks of two tiles)."""
+    _need("avx512")
+    rows12, avx512 = ftile.ROWS12, ftile.KIND["avx512"]
+    before = ftile.plan(avx512, 100, 300, 200, 1)
+    assert ftile.plan(rows12, 100, 300, 200, 1) == before  # the same rule while off
+    monkeypatch.setattr(ftile, "KC12", 128)
+    monkeypatch.setattr(ftile, "BLOCK_BYTES12", 4 * 100 * 64)
+    assert ftile.plan(rows12, 100, 300, 200, 1) == (64, 4, 1, 100)
+    assert ftile.plan(avx512, 100, 300, 200, 1) == before
+    rng = np.random.default_rng(12)
+    w = (rng.standard_normal((100, 300)) / np.sqrt(300)).astype(np.float32)
+    x = rng.standard_normal((300, 200)).astype(np.float32)
+    b, z = rng.standard_normal(100).astype(np.float32), rng.standard_normal((100, 200)).astype(np.float32)
+    for pack in (False, True):
+        _close(_rows(rows12, w, x, b, z, 0, INF, pack=pack), _want(w, x, b, z, 0, INF), 300)
+
+
 def _cols(kind, w, x, b, z, lo, hi, kc):
     m_n, k_n = w.shape
     n_pix = x.shape[1]
@@ -414,3 +433,30 @@ def test_padded_phases(c, h, w, k, s, p):
                     want[b, :, r, q] = x[:, r - p, (q - pl) * s + b]
     np.testing.assert_array_equal(xpp.reshape(want.shape), want)
     assert koff.min() >= 0 and koff.max() + (oh - 1) * s * qp + ow <= xpp.size  # every read stays inside
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_one_thread_14x14_pointwise_on_the_cols_tiles(rng, monkeypatch, stride):
+    """conv.FTILE_COLS_MAX_ONE_THREAD = 196: a one-thread session's 1x1 layer on a 14x14 map (and the
+    1x1/2 shortcut to one) runs on the cols tiles, with the residual and Relu, against the reference;
+    at two threads the limit stays FTILE_COLS_MAX. Stride 2 with FTILE_COLS_KC_ONE_THREAD = 48 (K = 128 in
+    three chunks)."""
+    from kernelkit_numba.kernels import conv
+
+    _need("avx512")
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    monkeypatch.setattr(conv, "FTILE_COLS_MAX_ONE_THREAD", 196)
+    monkeypatch.setattr(conv, "FTILE_COLS_KC_ONE_THREAD", 48 if stride == 2 else 0)
+    assert conv.ftile_cols(2, 48, 196, 128, one_thread=True) and not conv.ftile_cols(2, 48, 196, 128)
+    calls = []
+    real = ftile.cols_driver
+    monkeypatch.setattr(ftile, "cols_driver", lambda kind: (calls.append(kind), real(kind))[1])
+    hw = 14 * stride
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 128, hw, hw), (48, 128, 1, 1), (48,)))
+    plain = {"strides": [stride, stride]}
+    z = rng.standard_normal((1, 48, 14, 14)).astype(np.float32)
+    attrs = {**plain, "activation": "Relu"}
+    want = run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
+    got = run_single_op("Conv", [x, w, b, z], attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
+    assert calls, "the cols tiles did not run"
+    assert_close(got, want)

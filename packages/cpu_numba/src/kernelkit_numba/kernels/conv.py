@@ -1170,13 +1170,15 @@ DIRECT_SMALL = True  # the 512@7 3x3 layers: on the Xeon 0.88-0.94x F(2x2, 3x3)'
 DIRECT_SMALL_PIXELS = 64
 
 
-def ftile_cols(kind, mg, l_n, k_n) -> bool:
+def ftile_cols(kind, mg, l_n, k_n, one_thread: bool = False) -> bool:
     """Whether a product of ``mg`` channels, ``l_n`` output pixels and depth ``k_n`` takes ftile's
-    cols tiles (channels in the lanes: maps of at most FTILE_COLS_MAX pixels, channels a multiple of
-    the lanes; the rows tile would run 49 pixels as 64), unless K is below
+    cols tiles (channels in the lanes: maps of at most FTILE_COLS_MAX pixels, or
+    FTILE_COLS_MAX_ONE_THREAD for ``one_thread`` (a one-thread session's bound 1x1 calls), channels
+    a multiple of the lanes; the rows tile would run 49 pixels as 64), unless K is below
     FTILE_COLS_MIN_K: each tile stores its 21 vectors lane by lane (336 scalar stores), which at
     K = 64 cost as much as the FMAs (64 x 64 x 196: 57 GFLOP/s against 75 on the rows tiles)."""
-    return (kind in ftile.COLS_LANES and l_n <= FTILE_COLS_MAX and mg % ftile.COLS_LANES[kind] == 0
+    most = max(FTILE_COLS_MAX, FTILE_COLS_MAX_ONE_THREAD) if one_thread else FTILE_COLS_MAX
+    return (kind in ftile.COLS_LANES and l_n <= most and mg % ftile.COLS_LANES[kind] == 0
             and k_n >= FTILE_COLS_MIN_K)
 
 
@@ -1187,6 +1189,17 @@ FTILE_COLS_MAX = 64  # output pixels (7x7 maps) up to which ftile runs the cols 
 # the rows tiles (with packed rows) beat them at 14x14 (256 x 1024 x 196: 127 vs 111 GFLOP/s; the AMD
 # box had them even)
 FTILE_COLS_MIN_K = 128
+FTILE_COLS_MAX_ONE_THREAD = 64  # the same limit for a one-thread session's bound 1x1 calls (conv_serial's
+# _tiles_call; issue 11, session 11, r50t11b). 196: ResNet-50's 14x14 1x1 layers (and the 1x1/2 shortcut to
+# 14x14) on the cols tiles, 28 tiles of 7 pixels with no lane idle (the rows tiles run 196 pixels as 208).
+# AMD box in the model (nodes_ab.py resnet50, best of 9 per node, sessions in turn): 1024 -> 256 1.12x,
+# 1024 -> 512 1.12x, 256 -> 1024 + Z 1.06x, the shortcut 1.07x, the model 1.01x; kept at 64 until the
+# Xeon says (session 5 had there the 8-row rows tiles ahead at 14x14, 127 against 111 GFLOP/s alone).
+# A/B: kernels.conv.FTILE_COLS_MAX_ONE_THREAD=196
+FTILE_COLS_KC_ONE_THREAD = 0  # the cols tiles' K chunk on those maps (0: ftile.COLS_KC, 512). 128: a 48-channel
+# panel's chunk is 24 KiB and stays in L1 over the map's 28 tiles, each k then streaming one line of pixels
+# from L2 for 21 FMAs (at 512 its 96 KiB chunk streams three weight vectors a k). AMD box: no difference;
+# for the Xeon (A/B: kernels.conv.FTILE_COLS_MAX_ONE_THREAD=196;kernels.conv.FTILE_COLS_KC_ONE_THREAD=128)
 
 
 @functools.cache

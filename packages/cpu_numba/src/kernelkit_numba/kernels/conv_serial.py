@@ -104,6 +104,7 @@ def _bind(conv, parallel: bool, step=None):
     from .conv import direct_wins, ftile_cols, ftile_wins, implicit_wins  # (conv imports this module)
 
     k_n, l_n = c_n * kh * kw, oh_n * ow_n
+    one = not parallel and (conv.threads or config.default_threads()) == 1  # (_tiles_call's one_thread)
     if not forced and not ftile_wins(kh, kw, sh, sw, m_n, k_n, l_n):
         return None
     if (SUBSAMPLE and kh == kw == 1 and ph == pw == 0 and not direct
@@ -111,7 +112,7 @@ def _bind(conv, parallel: bool, step=None):
         # a 1x1 strided convolution (ResNet's and RegNetY's shortcuts): the pixels it reads
         # copied into a contiguous (C, oh, ow) buffer, then the 1x1 stride-1 tiles on it
         sub = (sh, sw, (n_n, c_n, oh_n, ow_n))
-        return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n), y_shape, k_n, l_n, lo, hi, has_z,
+        return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n, one), y_shape, k_n, l_n, lo, hi, has_z,
                            parallel, step, sub)
     if not direct:  # the strided convolutions conv.py runs as its implicit GEMM (the stems)
         if not implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n) or direct_wins(kind, kh, kw, sh, sw, dh, dw,
@@ -119,7 +120,7 @@ def _bind(conv, parallel: bool, step=None):
             return None  # (the direct convolution: the general path, conv._gemm_direct)
         return _implicit_call(conv, raw, kind, x_shape, y_shape, (kh, kw, sh, ph, pw), lo, hi, has_z, parallel,
                               step)
-    return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n), y_shape, k_n, l_n, lo, hi, has_z,
+    return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n, one), y_shape, k_n, l_n, lo, hi, has_z,
                        parallel, step)
 
 
@@ -421,11 +422,16 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
     n_n, m_n = y_shape[0], y_shape[1]
     zero = conv._zeros(m_n, np.float32)
     no_z = readonly(np.zeros(1, np.float32))
+    cols_kc = ftile.COLS_KC
     if cols:
+        from .conv import FTILE_COLS_KC_ONE_THREAD, FTILE_COLS_MAX
+
         width = ftile.COLS_WIDTH[kind]
         driver = ftile.cols_driver(kind)
         total = -(-m_n // width)
         size = ftile.scratch_size(kind, True, l_n)
+        if l_n > FTILE_COLS_MAX and FTILE_COLS_KC_ONE_THREAD:  # (maps only FTILE_COLS_MAX_ONE_THREAD takes)
+            cols_kc = FTILE_COLS_KC_ONE_THREAD
     else:
         kind = ftile.rows_kind(kind, m_n, one_thread=not parallel and (conv.threads or config.default_threads()) == 1)
         width = ftile.MR[kind]
@@ -461,7 +467,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
             yn = y[n].reshape(-1)
             zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
             if cols:
-                driver(held.packed, k_n, m_n, xs, l_n, l_n, held.bias, zn, has_z, lo, hi, yn, l_n, ftile.COLS_KC,
+                driver(held.packed, k_n, m_n, xs, l_n, l_n, held.bias, zn, has_z, lo, hi, yn, l_n, cols_kc,
                        scratch, 0, total)
             else:
                 driver(held.packed, k_n, m_n, xs, 0, l_n, l_n, held.bias, zero, zn, has_z, lo, hi, yn, 0, l_n, block,

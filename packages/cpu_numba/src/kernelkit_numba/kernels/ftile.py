@@ -1077,6 +1077,14 @@ PACK_MIN_M, PACK_MIN_K, PACK_MIN_PIXELS = 128, 128, 8192  # pixels: 2048 until s
 # GFLOP/s packed on the Xeon (session 5) and 92 against 83 on the AMD box (bench_rows_tiles.py); the stem
 # (64 x 147 x 12544) that the rule was for runs as the implicit GEMM now
 BLOCK_BYTES = 256 * 1024  # a block's pixel rows of one K chunk (kc x block floats) stay in L2
+# The 12-row tiles' own K chunk and block size (issue 11, session 11, r50t11b; 0: KC and BLOCK_BYTES, as
+# the 8-row tiles). ROWS12 runs at one thread only by default (ROWS12_ONE_THREAD), so these are per-shape
+# choices of the one-thread 1x1 layers: a 12-row panel's chunk at KC is 48 KiB (the Xeon's whole L1), and
+# at BLOCK_BYTES a 14x14 map of K = 1024 is 4 blocks of 2 tiles, each passing all the weights (2 MiB at
+# 512 rows). Kept off: on the AMD box alone (bench_rows_tiles.py --blocks, warm or --cold) every choice ran
+# within 3 % of the default; on the Xeon unmeasured (A/B: kernels.ftile.KC12=512, kernels.ftile.BLOCK_BYTES12=1048576)
+KC12 = 0
+BLOCK_BYTES12 = 0
 
 
 def plan(kind: int, m_n: int, k_n: int, n_pix: int, threads: int) -> tuple[int, int, int, int]:
@@ -1089,10 +1097,11 @@ def plan(kind: int, m_n: int, k_n: int, n_pix: int, threads: int) -> tuple[int, 
     if not BALANCED_PLAN:
         return _plan_s5(kind, m_n, k_n, n_pix, threads)
     nr = NR[kind]
-    chunks = -(-k_n // (KC_TILE_MAJOR if ROWS_TILE_MAJOR else KC))
+    twelve = kind == ROWS12
+    chunks = -(-k_n // (KC_TILE_MAJOR if ROWS_TILE_MAJOR else (KC12 if twelve and KC12 else KC)))
     kc = -(-k_n // chunks)
     tiles = -(-n_pix // nr)
-    per = max(1, BLOCK_BYTES // (4 * kc) // nr)  # tiles a block keeps in L2
+    per = max(1, (BLOCK_BYTES12 if twelve and BLOCK_BYTES12 else BLOCK_BYTES) // (4 * kc) // nr)  # tiles in L2
     blocks = -(-tiles // per)
     groups = 1
     if threads > 1:

@@ -1,0 +1,125 @@
+"""Per-node A/B of kernelkit_numba settings inside a model at one thread: the reference session, the
+numba session with the defaults and one numba session per ``LABEL=SPEC`` variant (SPEC:
+``;``-separated ``module.ATTR=VALUE`` constants, as turns.py's ``--variant1``; each set while its
+session is built and warmed, then put back), all in one process, run in turn one run each per round
+(``_timing.best_node_ms_interleaved``), each node's best time. Prints the Conv nodes grouped by
+kind (kernel, stride, channels, map; ``+Z`` with a fused residual) and the other ops, per group the
+summed ms of every session and the ratios reference / numba and numba / variant (above 1: the
+variant faster). Issue 11, session 11 (docs/numba.md, "ResNet-50's 1x1 layers at one thread").
+
+    taskset -c 0,1 python benchmarks/nodes_ab.py resnet50 [runs=15] \
+        [kc512=kernels.ftile.KC12=512 ...]
+"""
+from __future__ import annotations
+
+import collections
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "models"))
+os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # the reference's BLAS at one thread (ops_vs_reference.py)
+import kernelkit  # noqa: E402
+import zoo  # noqa: E402
+from _timing import best_node_ms_interleaved  # noqa: E402
+from kernelkit_converters.onnx import convert  # noqa: E402
+from onnx import numpy_helper  # noqa: E402
+
+
+def _saved(spec: str) -> dict:
+    """The current values of SPEC's constants (to put back after the variant's session is built)."""
+    import importlib
+
+    out = {}
+    for item in filter(None, spec.split(";")):
+        key = item.split("=")[0]
+        mod, attr = key.rsplit(".", 1)
+        obj = importlib.import_module("kernelkit_numba." + mod)
+        out[(obj, attr)] = getattr(obj, attr)
+    return out
+
+
+def _kinds(proto) -> dict:
+    """Conv node name -> its kind label (kernel/stride, in -> out channels, input map)."""
+    weights = {t.name: numpy_helper.to_array(t).shape for t in proto.graph.initializer}
+    shapes = {}
+    for vi in list(proto.graph.value_info) + list(proto.graph.input):
+        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        shapes[vi.name] = dims
+    out = {}
+    for node in proto.graph.node:
+        if node.op_type != "Conv" or node.input[1] not in weights:
+            continue
+        m, c, kh, kw = weights[node.input[1]]
+        stride = next((list(a.ints) for a in node.attribute if a.name == "strides"), [1, 1])
+        hw = shapes.get(node.input[0], [])
+        where = f"@{hw[2]}" if len(hw) == 4 and hw[2] else ""
+        out[node.name] = f"{kh}x{kw}/{stride[0]} {c}->{m}{where}"
+        for o in node.output:
+            out[o] = out[node.name]
+    return out
+
+
+def main(argv: list[str]) -> int:
+    from test_bench_numba import apply_bench_set
+
+    name = argv[0] if argv else "resnet50"
+    runs = int(argv[1]) if len(argv) > 1 else 15
+    variants = [a.split("=", 1) for a in argv[2:]]
+    proto = {**zoo.MODELS, **zoo.EXTRA}[name]()
+    try:
+        import onnx
+
+        proto = onnx.shape_inference.infer_shapes(proto)
+    except Exception:  # noqa: BLE001 - the map sizes are labels only
+        pass
+    kinds = _kinds(proto)
+    model = convert(proto.SerializeToString())
+    feed = zoo.feed(proto, 1)
+    labels = ["reference", "numba"] + [v[0] for v in variants]
+    sessions = [kernelkit.Session(model, vendors=["reference"], threads=1, profile=True),
+                kernelkit.Session(model, vendors=["numba", "reference"], threads=1, profile=True)]
+    for _, spec in variants:
+        saved = _saved(spec)
+        apply_bench_set(spec.replace(";", ","))
+        try:
+            sess = kernelkit.Session(model, vendors=["numba", "reference"], threads=1, profile=True)
+            for _ in range(2):
+                sess.run(None, feed)
+        finally:
+            for (obj, attr), value in saved.items():
+                setattr(obj, attr, value)
+        sessions.append(sess)
+    best = best_node_ms_interleaved(sessions, feed, runs)
+    steps = {s.name: s for s in sessions[1].plan.kernel_steps()}
+    groups: dict = collections.defaultdict(lambda: [0] + [0.0] * len(labels))
+    for node, step in steps.items():
+        kind = step.op
+        if step.op == "Conv":
+            label = next((kinds[o] for o in [node, *step.outputs] if o in kinds), "?")
+            kind = f"Conv {label}" + (" +Z" if len(step.inputs) > 3 else "")
+        row = groups[kind]
+        row[0] += 1
+        for i, b in enumerate(best):
+            row[1 + i] += b.get(node, 0.0)
+    print(f"## {name}, 1 thread, best of {runs} per node (ms), sessions in turn")
+    head = " | ".join(labels)
+    ratios = ["reference / numba"] + [f"numba / {v}" for v in labels[2:]]
+    print(f"| kind | nodes | {head} | " + " | ".join(ratios) + " |")
+    print("|---|---:|" + "---:|" * (len(labels) + len(ratios)))
+    total = [0.0] * len(labels)
+    for kind, row in sorted(groups.items(), key=lambda kv: -kv[1][2]):
+        ms = row[1:]
+        total = [a + b for a, b in zip(total, ms)]
+        rs = [ms[0] / ms[1]] + [ms[1] / v for v in ms[2:]]
+        print(f"| {kind} | {row[0]} | " + " | ".join(f"{v:.3f}" for v in ms) + " | "
+              + " | ".join(f"{r:.3f}" for r in rs) + " |")
+    rs = [total[0] / total[1]] + [total[1] / v for v in total[2:]]
+    print("| **sum** | | " + " | ".join(f"{v:.2f}" for v in total) + " | " + " | ".join(f"{r:.3f}" for r in rs) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
