@@ -2,6 +2,8 @@
 the NumPy reference, and compare within kernelkit.testing.TOLERANCES."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from kernelkit.testing import assert_close, run_single_op
@@ -41,3 +43,21 @@ def _steady_pool():
     yield
     shards.POOL.backoff = True
     shards.POOL.reset()
+
+
+@pytest.fixture
+def pair_calls():
+    """``pair_calls(run, server, n)``: ``run()`` (which checks its own results) again and again until the
+    pair server (pairs.PairServer) has taken ``n`` more pair calls, paired or run alone, or 60 s have
+    passed, its back-off cleared between runs (a loaded test machine's); returns the count."""
+    def calls(run, srv, n: int) -> int:
+        before = srv.stats["paired"] + srv.stats["alone"]
+        deadline = time.perf_counter() + 60
+        while True:
+            run()
+            tried = srv.stats["paired"] + srv.stats["alone"] - before
+            if tried >= n or time.perf_counter() > deadline:
+                return tried
+            srv.until = 0.0
+
+    return calls

@@ -336,7 +336,7 @@ def _block_model(rng, batch=1):
     return g.build(), {"x": rng.standard_normal((batch, 24, 56, 56)).astype(np.float32)}
 
 
-def test_batch_block_through_a_two_thread_session(monkeypatch):
+def test_batch_block_through_a_two_thread_session(monkeypatch, pair_calls):
     """A batch of 4 (its 1x1 layers above the serial limit: the pooled bind) at two threads pairs by image
     halves and starts no pool job (the pool's worker not spinning: pair, or the caller alone where the helper
     refuses), equal to the reference and the one-thread run within the fp32 tolerances."""
@@ -348,21 +348,18 @@ def test_batch_block_through_a_two_thread_session(monkeypatch):
     monkeypatch.setattr(_pool(), "workers_asleep", lambda: False)  # sleep: a model with pooled layers)
     sess = Session(model, vendors=["numba"], fallback=False, threads=2)
     srv = cpair.server()
-    before, jobs = srv.stats["paired"] + srv.stats["alone"], _pool().stats["jobs"]
-    deadline = time.perf_counter() + 60
-    while True:
+    jobs = _pool().stats["jobs"]
+
+    def run():
         got = sess.run(None, feeds)[0]
         assert_close(got, want, np.float32)
         assert_close(got, one, np.float32)
-        tried = srv.stats["paired"] + srv.stats["alone"] - before
-        if tried >= 15 or time.perf_counter() > deadline:
-            break
-        srv.until = 0.0  # a loaded test machine's back-off: try again
-    assert tried >= 15
+
+    assert pair_calls(run, srv, 15) >= 15
     assert _pool().stats["jobs"] == jobs
 
 
-def test_block_through_a_two_thread_session():
+def test_block_through_a_two_thread_session(pair_calls):
     """The block in a two-thread session pairs its three layers (the helper's thread running) and
     equals the reference within the fp32 tolerances on every run, paired or not."""
     rng = np.random.default_rng(5)
@@ -371,17 +368,13 @@ def test_block_through_a_two_thread_session():
     one = Session(model, vendors=["numba"], threads=1).run(None, feeds)[0]
     sess = Session(model, vendors=["numba"], fallback=False, threads=2)
     srv = cpair.server()
-    before = srv.stats["paired"] + srv.stats["alone"]
-    deadline = time.perf_counter() + 60
-    while True:
+
+    def run():
         got = sess.run(None, feeds)[0]
         assert_close(got, want, np.float32)
         assert_close(got, one, np.float32)
-        tried = srv.stats["paired"] + srv.stats["alone"] - before
-        if tried >= 30 or time.perf_counter() > deadline:
-            break
-        srv.until = 0.0  # a loaded test machine's back-off: try again
-    assert tried >= 30
+
+    assert pair_calls(run, srv, 30) >= 30
 
 
 def _head_model(rng):

@@ -99,7 +99,7 @@ def _spinning(monkeypatch):
 
 
 @pytest.mark.parametrize("m, k, n, axis", [(64, 784, 1024, "auto"), (100, 70, 99, "rows"), (128, 256, 256, "auto")])
-def test_fgemm_pairs_at_two_threads(m, k, n, axis, monkeypatch):
+def test_fgemm_pairs_at_two_threads(m, k, n, axis, monkeypatch, pair_calls):
     """fgemm.gemm at two threads hands its products to the helper (woken at the first call): every
     result within tolerance of the float64 product, and pairs made."""
     kind = ftile.choice()[0]
@@ -108,18 +108,14 @@ def test_fgemm_pairs_at_two_threads(m, k, n, axis, monkeypatch):
     a, b, bias = _case(np.random.default_rng(m), m, k, n)
     packed = fgemm.Packed(b, b, kind)
     want = _want(a, b, bias, 0.0, 6.0)
-    before = helper.stats["paired"] + helper.stats["alone"]
-    deadline = time.perf_counter() + 60
-    while True:
+
+    def run():
         out = np.full((m, n), np.nan, np.float32)
         with config.num_threads(2):
             fgemm.gemm(kind, packed, a, out, 1.0, bias, epilogue.CLIP, np.float32(0), np.float32(6), 2)
         assert_close(out, want)
-        tried = helper.stats["paired"] + helper.stats["alone"] - before
-        if tried >= 20 or time.perf_counter() > deadline:
-            break
-        helper.until = 0.0  # a loaded test machine's back-off: try again
-    assert tried >= 20
+
+    assert pair_calls(run, helper, 20) >= 20
     assert packed.pairs
 
 

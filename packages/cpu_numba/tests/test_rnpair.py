@@ -204,7 +204,7 @@ def _block_model(rng):
     return g.build(), {"x": rng.standard_normal((1, 64, 28, 28)).astype(np.float32)}
 
 
-def test_block_through_a_two_thread_session(monkeypatch):
+def test_block_through_a_two_thread_session(monkeypatch, pair_calls):
     """The block in a two-thread session runs its three layers as pairs on fpair's helper thread (no
     pool job) and equals the reference and the one-thread run within the fp32 tolerances on every run."""
     monkeypatch.setattr(shards.POOL, "workers_spinning", lambda: False)  # (other tests' pool workers)
@@ -214,18 +214,14 @@ def test_block_through_a_two_thread_session(monkeypatch):
     one = Session(model, vendors=["numba"], threads=1).run(None, feeds)[0]
     sess = Session(model, vendors=["numba"], fallback=False, threads=2)
     srv = fpair.server()
-    before = srv.stats["paired"] + srv.stats["alone"]
     jobs = shards.POOL.stats["jobs"]
-    deadline = time.perf_counter() + 60
-    while True:
+
+    def run():
         got = sess.run(None, feeds)[0]
         assert_close(got, want, np.float32)
         assert_close(got, one, np.float32)
-        tried = srv.stats["paired"] + srv.stats["alone"] - before
-        if tried >= 15 or time.perf_counter() > deadline:
-            break
-        srv.until = 0.0  # a loaded test machine's back-off: try again
-    assert tried >= 15
+
+    assert pair_calls(run, srv, 15) >= 15
     assert shards.POOL.stats["jobs"] == jobs
 
 
