@@ -1189,13 +1189,14 @@ FTILE_COLS_MAX = 64  # output pixels (7x7 maps) up to which ftile runs the cols 
 # the rows tiles (with packed rows) beat them at 14x14 (256 x 1024 x 196: 127 vs 111 GFLOP/s; the AMD
 # box had them even)
 FTILE_COLS_MIN_K = 128
-FTILE_COLS_MAX_ONE_THREAD = 64  # the same limit for a one-thread session's bound 1x1 calls (conv_serial's
+FTILE_COLS_MAX_ONE_THREAD = 196  # the same limit for a one-thread session's bound 1x1 calls (conv_serial's
 # _tiles_call; issue 11, session 11, r50t11b). 196: ResNet-50's 14x14 1x1 layers (and the 1x1/2 shortcut to
 # 14x14) on the cols tiles, 28 tiles of 7 pixels with no lane idle (the rows tiles run 196 pixels as 208).
 # AMD box in the model (nodes_ab.py resnet50, best of 9 per node, sessions in turn): 1024 -> 256 1.12x,
-# 1024 -> 512 1.12x, 256 -> 1024 + Z 1.06x, the shortcut 1.07x, the model 1.01x; kept at 64 until the
-# Xeon says (session 5 had there the 8-row rows tiles ahead at 14x14, 127 against 111 GFLOP/s alone).
-# A/B: kernels.conv.FTILE_COLS_MAX_ONE_THREAD=196
+# 1024 -> 512 1.12x, 256 -> 1024 + Z 1.06x, the shortcut 1.07x, the model 1.01x. Xeon (the lead's call,
+# turns.py resnet50 --variant1, 6 rounds): numba 1t / cols196 1.03 (0.98-1.28), faster in 5 of 6 rounds,
+# so on (session 5 had there the 8-row rows tiles ahead at 14x14 alone, 127 against 111 GFLOP/s).
+# A/B: kernels.conv.FTILE_COLS_MAX_ONE_THREAD=64 (off)
 FTILE_COLS_KC_ONE_THREAD = 0  # the cols tiles' K chunk on those maps (0: ftile.COLS_KC, 512). 128: a 48-channel
 # panel's chunk is 24 KiB and stays in L1 over the map's 28 tiles, each k then streaming one line of pixels
 # from L2 for 21 FMAs (at 512 its 96 KiB chunk streams three weight vectors a k). AMD box: no difference;
