@@ -1061,7 +1061,15 @@ def direct_wins(kind, kh, kw, sh, sw, dh, dw, mg, ow_n, l_n, k_n) -> bool:
         return False
     if sh == 1:
         return DIRECT_SMALL and l_n <= DIRECT_SMALL_PIXELS
-    return k_n >= DIRECT_MIN_K
+    return k_n >= DIRECT_MIN_K and not direct_unfilled(kind, mg, ow_n)
+
+
+def direct_unfilled(kind, mg, ow_n) -> bool:
+    """Whether fdirect's tiles would fill a strided layer's output rows of ``ow_n`` pixels by less than
+    DIRECT_MIN_FILL (its tiles are 7 or 8 pixels of one row: rows of 10 pixels run as 14). Such a
+    layer takes im2col + the rows tiles (``_gemm_ftile``), not the gather either (``gather_wins``)."""
+    mp = fdirect.tile_shape(mg, ow_n)[1]
+    return kind == fdirect.KIND and ow_n < DIRECT_MIN_FILL * (-(-ow_n // mp) * mp)
 
 
 
@@ -1116,7 +1124,8 @@ def gather_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n, mg, l_n) -> bool:
     through im2col + the copy into tile order, ~1 ms a layer above their GEMM alone (session 9)."""
     return (GATHER and kind in (1, 2) and sh == sw >= 2 and dh == dw == 1 and kh * kw > 1
             and not implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n)
-            and not ftile_cols(kind, mg, l_n, k_n))
+            and not ftile_cols(kind, mg, l_n, k_n)
+            and not (DIRECT and fdirect.fits(kind, kh, kw, mg, ow_n) and direct_unfilled(kind, mg, ow_n)))
 
 
 GATHER = True
@@ -1168,6 +1177,12 @@ DIRECT_SMALL = True  # the 512@7 3x3 layers: on the Xeon 0.88-0.94x F(2x2, 3x3)'
 # vs 2.63-2.78 ms a layer; Winograd's 16.7 MB of transformed weights come cold from memory every run), on the
 # AMD box 1.4x (2.2-2.3 vs 1.6 ms): the Xeon is the protocol's machine (session 10)
 DIRECT_SMALL_PIXELS = 64
+DIRECT_MIN_FILL = 0.85  # strided layers whose output rows fill fdirect's tiles by less (direct_unfilled) run
+# im2col + the rows tiles: the detection head's Conv_107 (3x3/2, 256 -> 512 at 20 -> 10, rows of 10 pixels as
+# 14) was 1.22x the reference's im2col + BLAS on the Xeon (session 11). AMD box, one node, best of 20: fdirect
+# 1.45x the reference, the gather 1.28x, im2col + rows tiles 0.86x; at 40 -> 20 (fill 0.95) fdirect 0.90x,
+# im2col 0.95x; the ResNets' rows of 7, 14, 28 fill 1.0 (issue 11, session 11, benchmarks/bench_pernode11.py).
+# 0: the old rule
 
 
 def ftile_cols(kind, mg, l_n, k_n, one_thread: bool = False) -> bool:
