@@ -25,6 +25,7 @@ from _timing import best_cpu_ms  # noqa: E402
 from kernelkit_converters.onnx import convert  # noqa: E402
 from kernelkit_numba import config  # noqa: E402
 from kernelkit_numba.kernels import conv as nconv  # noqa: E402
+from kernelkit_numba.kernels import ftile  # noqa: E402
 
 
 def conv_model(c, h, m, k, s, g, relu):
@@ -59,16 +60,24 @@ def gemm_model(k, n):
 
 
 def switched(fn, module, **values):
-    """``fn`` run with ``module``'s constants set to ``values`` (restored after)."""
+    """``fn`` run with ``module``'s constants set to ``values`` (restored after); the key ``F32_GEMM`` sets
+    $KERNELKIT_F32_GEMM instead ("off": conv.py's BLAS path)."""
+    env = values.pop("F32_GEMM", None)
+
     def call():
         old = {k: getattr(module, k) for k in values}
+        was = os.environ.get(ftile.ENV)
         for k, v in values.items():
             setattr(module, k, v)
+        if env is not None:
+            os.environ[ftile.ENV] = env
         try:
             return fn()
         finally:
             for k, v in old.items():
                 setattr(module, k, v)
+            if env is not None:
+                os.environ.pop(ftile.ENV) if was is None else os.environ.__setitem__(ftile.ENV, was)
     return call
 
 
@@ -76,7 +85,8 @@ def cases():
     return {
         "Conv_107 3x3/2 256->512 @20": (conv_model(256, 20, 512, 3, 2, 1, False), nconv,
                                         {"default": {}, "direct": {"DIRECT_MIN_FILL": 0.0}, "gather": {"DIRECT": False},
-                                         "im2col+ftile": {"DIRECT": False, "GATHER": False}}),
+                                         "im2col+rows": {"UNFILLED_COLS": False},
+                                         "im2col+BLAS": {"F32_GEMM": "off"}}),
         "3x3/2 128->256 @40": (conv_model(128, 40, 256, 3, 2, 1, False), nconv,
                                {"direct": {}, "im2col+ftile": {"DIRECT": False, "GATHER": False}}),
         "3x3/2 256->512 @14 (ResNet-18)": (conv_model(256, 14, 512, 3, 2, 1, True), nconv,
@@ -96,10 +106,11 @@ def main(argv):
             continue
         model = convert(proto.SerializeToString())
         ref = kernelkit.Session(model, vendors=["reference"], threads=1)
-        nb = kernelkit.Session(model, vendors=["numba", "reference"], threads=1)
         fns = {"reference": lambda ref=ref, feed=feed: ref.run(None, feed)}
         want = ref.run(None, feed)[0]
-        for label, values in variants.items():
+        for label, values in variants.items():  # a session each: a kernel keeps one packing of its weights
+            nb = kernelkit.Session(model, vendors=["numba", "reference"], threads=1)
+
             def run(nb=nb, feed=feed):
                 return nb.run(None, feed)
 

@@ -127,6 +127,35 @@ def test_default_dispatch(rng, monkeypatch):
         assert bool(calls) == direct, (xs, ws)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_unfilled_rows_on_cols_tiles(rng, monkeypatch, threads):
+    """A strided layer whose rows of 10 pixels fill fdirect's 7-pixel tiles by 0.71 (the detection head's
+    Conv_107 class, DIRECT_MIN_FILL): im2col + the cols tiles (UNFILLED_COLS), with the bias and Relu; the
+    rows tiles when UNFILLED_COLS is off, and fdirect at DIRECT_MIN_FILL 0, to the same result (one and two
+    threads)."""
+    _need_avx512()
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    calls = []
+    for name in ("conv_cols", "conv_tiles"):
+        real = getattr(ftile, name)
+        monkeypatch.setattr(ftile, name, lambda *a, real=real, name=name: (calls.append(name), real(*a))[1])
+    direct = []
+    real_direct = fdirect.conv
+    monkeypatch.setattr(fdirect, "conv", lambda *a: (direct.append(a[0]), real_direct(*a))[1])
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 64, 20, 20), (128, 64, 3, 3), (128,)))
+    attrs = {"strides": [2, 2], "pads": [1, 1, 1, 1], "activation": "Relu"}
+    want = run_single_op("Conv", [x, w, b], attrs, vendors=["reference"])[0]
+    assert_close(_run(x, w, b, None, attrs, threads), want)
+    assert set(calls) == {"conv_cols"} and not direct
+    calls.clear()
+    monkeypatch.setattr(conv, "UNFILLED_COLS", False)
+    assert_close(_run(x, w, b, None, attrs, threads), want)
+    assert set(calls) == {"conv_tiles"} and not direct
+    monkeypatch.setattr(conv, "DIRECT_MIN_FILL", 0.0)
+    assert_close(_run(x, w, b, None, attrs, threads), want)
+    assert direct or threads > 1  # (one image at two threads: rnpair's pair of fdirect)
+
+
 def test_direct_not_taken(rng, monkeypatch, direct_calls):
     """Too few channels, a map of rows under 7 pixels, a dilation, or a variant other than avx512:
     the other paths."""
