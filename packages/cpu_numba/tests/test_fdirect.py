@@ -23,10 +23,11 @@ def _need_avx512():
 @pytest.fixture
 def direct_calls(monkeypatch):
     """The calls of fdirect.conv (their stride) while a test runs, with the avx512 variant forced and
-    every K taken (DIRECT_MIN_K 0: the stems' K too)."""
+    every K taken (DIRECT_MIN_K 0: the stems' K too) and every row length (DIRECT_MIN_FILL 0)."""
     _need_avx512()
     monkeypatch.setenv(ftile.ENV, "avx512")
     monkeypatch.setattr(conv, "DIRECT_MIN_K", 0)
+    monkeypatch.setattr(conv, "DIRECT_MIN_FILL", 0.0)
     calls = []
     real = fdirect.conv
     monkeypatch.setattr(fdirect, "conv", lambda *a: (calls.append(a[0]), real(*a)))
@@ -95,7 +96,8 @@ def test_direct_wide_rows(rng, monkeypatch, direct_calls, wide):
 
 def test_default_dispatch(rng, monkeypatch):
     """By default (avx512): ResNet's 3x3/2 layers and the 512@7 3x3 layers direct, the 7x7/2 stem (K =
-    147) on the implicit GEMM (DIRECT_MIN_K), with the same results."""
+    147) on the implicit GEMM (DIRECT_MIN_K), strided layers with rows of 10 or 15 pixels (7-pixel tiles
+    filled by 0.71: DIRECT_MIN_FILL) on im2col + the rows tiles, with the same results."""
     _need_avx512()
     monkeypatch.setenv(ftile.ENV, "avx512")
     calls = []
@@ -105,16 +107,53 @@ def test_default_dispatch(rng, monkeypatch):
     assert conv.direct_wins(avx512, 3, 3, 2, 2, 1, 1, 128, 28, 784, 576)
     assert conv.direct_wins(avx512, 3, 3, 1, 1, 1, 1, 512, 7, 49, 4608)
     assert not conv.direct_wins(avx512, 7, 7, 2, 2, 1, 1, 64, 112, 12544, 147)
+    assert conv.direct_wins(avx512, 3, 3, 2, 2, 1, 1, 256, 20, 400, 1152)  # rows of 20 in 21: the head's 40 -> 20
+    assert not conv.direct_wins(avx512, 3, 3, 2, 2, 1, 1, 512, 10, 100, 2304)  # Conv_107: 10 in 14
+    assert not conv.gather_wins(avx512, 3, 3, 2, 2, 1, 1, 10, 2304, 512, 100)  # im2col + the rows tiles
+    monkeypatch.setattr(conv, "DIRECT_MIN_FILL", 0.0)
+    assert conv.direct_wins(avx512, 3, 3, 2, 2, 1, 1, 512, 10, 100, 2304)
+    monkeypatch.setattr(conv, "DIRECT_MIN_FILL", 0.85)
     for xs, ws, attrs, direct in [((1, 3, 60, 60), (64, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}, False),
                                   ((1, 32, 7, 7), (64, 32, 3, 3), {"pads": [1, 1, 1, 1]}, True),
                                   ((2, 128, 7, 7), (64, 128, 3, 3), {"pads": [1, 1, 1, 1]}, True),  # not F(2x2)
-                                  ((1, 32, 30, 30), (64, 32, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, True)]:
+                                  ((1, 32, 28, 28), (64, 32, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, True),
+                                  ((1, 32, 30, 30), (64, 32, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, False),
+                                  ((1, 64, 20, 20), (128, 64, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, False)]:
         calls.clear()
         x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
         want = run_single_op("Conv", [x, w], attrs, vendors=["reference"])[0]
         got = run_single_op("Conv", [x, w], attrs, constants=(1,), vendors=["numba", "reference"])[0]
         assert_close(got, want)
         assert bool(calls) == direct, (xs, ws)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_unfilled_rows_on_cols_tiles(rng, monkeypatch, threads):
+    """A strided layer whose rows of 10 pixels fill fdirect's 7-pixel tiles by 0.71 (the detection head's
+    Conv_107 class, DIRECT_MIN_FILL): im2col + the cols tiles (UNFILLED_COLS), with the bias and Relu; the
+    rows tiles when UNFILLED_COLS is off, and fdirect at DIRECT_MIN_FILL 0, to the same result (one and two
+    threads)."""
+    _need_avx512()
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    calls = []
+    for name in ("conv_cols", "conv_tiles"):
+        real = getattr(ftile, name)
+        monkeypatch.setattr(ftile, name, lambda *a, real=real, name=name: (calls.append(name), real(*a))[1])
+    direct = []
+    real_direct = fdirect.conv
+    monkeypatch.setattr(fdirect, "conv", lambda *a: (direct.append(a[0]), real_direct(*a))[1])
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 64, 20, 20), (128, 64, 3, 3), (128,)))
+    attrs = {"strides": [2, 2], "pads": [1, 1, 1, 1], "activation": "Relu"}
+    want = run_single_op("Conv", [x, w, b], attrs, vendors=["reference"])[0]
+    assert_close(_run(x, w, b, None, attrs, threads), want)
+    assert set(calls) == {"conv_cols"} and not direct
+    calls.clear()
+    monkeypatch.setattr(conv, "UNFILLED_COLS", False)
+    assert_close(_run(x, w, b, None, attrs, threads), want)
+    assert set(calls) == {"conv_tiles"} and not direct
+    monkeypatch.setattr(conv, "DIRECT_MIN_FILL", 0.0)
+    assert_close(_run(x, w, b, None, attrs, threads), want)
+    assert direct or threads > 1  # (one image at two threads: rnpair's pair of fdirect)
 
 
 def test_direct_not_taken(rng, monkeypatch, direct_calls):

@@ -621,7 +621,9 @@ class Conv(NumbaKernel):
             self._gemm_blocked(x4, wmat, y, group, bias, z, kind)
             return
         if kind is not None:
-            self._gemm_ftile(x4, wmat[0], y, bias, z, direct, kind, ftile_cols(kind, mg, l_n, k_n))
+            cols = ftile_cols(kind, mg, l_n, k_n) or (group == 1 and unfilled_cols(kind, kh, kw, sh, sw, dh, dw, mg,
+                                                                                   ow_n, k_n))
+            self._gemm_ftile(x4, wmat[0], y, bias, z, direct, kind, cols)
             return
         if not direct and (self._col is None or self._col.shape != (k_n, l_n) or self._col.dtype != x4.dtype):
             self._col = np.empty((k_n, l_n), x4.dtype)
@@ -1061,7 +1063,27 @@ def direct_wins(kind, kh, kw, sh, sw, dh, dw, mg, ow_n, l_n, k_n) -> bool:
         return False
     if sh == 1:
         return DIRECT_SMALL and l_n <= DIRECT_SMALL_PIXELS
-    return k_n >= DIRECT_MIN_K
+    return k_n >= DIRECT_MIN_K and not direct_unfilled(kind, mg, ow_n)
+
+
+def unfilled_cols(kind, kh, kw, sh, sw, dh, dw, mg, ow_n, k_n) -> bool:
+    """Whether a strided layer that fdirect leaves for its fill (``direct_unfilled``) runs im2col + the
+    cols tiles (UNFILLED_COLS; their 7-pixel tiles run over all the output pixels, not a row: the
+    detection head's 10 x 10 as 15 tiles, 105 pixels) rather than the rows tiles, where they take its
+    channels (a multiple of the lanes) and K (FTILE_COLS_MIN_K). Maps large enough for
+    ``_gemm_blocked`` take that first."""
+    return (UNFILLED_COLS and DIRECT and dh == dw == 1 and sh == sw >= 2 and kind in ftile.COLS_LANES
+            and mg % ftile.COLS_LANES[kind] == 0 and k_n >= FTILE_COLS_MIN_K
+            and fdirect.fits(kind, kh, kw, mg, ow_n) and direct_unfilled(kind, mg, ow_n))
+
+
+def direct_unfilled(kind, mg, ow_n) -> bool:
+    """Whether fdirect's tiles would fill a strided layer's output rows of ``ow_n`` pixels by less than
+    DIRECT_MIN_FILL (its tiles are 7 or 8 pixels of one row: rows of 10 pixels run as 14). Such a
+    layer takes im2col + ftile's tiles (``_gemm_ftile``, ``unfilled_cols``), not the gather either
+    (``gather_wins``)."""
+    mp = fdirect.tile_shape(mg, ow_n)[1]
+    return kind == fdirect.KIND and ow_n < DIRECT_MIN_FILL * (-(-ow_n // mp) * mp)
 
 
 
@@ -1116,7 +1138,8 @@ def gather_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n, mg, l_n) -> bool:
     through im2col + the copy into tile order, ~1 ms a layer above their GEMM alone (session 9)."""
     return (GATHER and kind in (1, 2) and sh == sw >= 2 and dh == dw == 1 and kh * kw > 1
             and not implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n)
-            and not ftile_cols(kind, mg, l_n, k_n))
+            and not ftile_cols(kind, mg, l_n, k_n)
+            and not (DIRECT and fdirect.fits(kind, kh, kw, mg, ow_n) and direct_unfilled(kind, mg, ow_n)))
 
 
 GATHER = True
@@ -1168,6 +1191,15 @@ DIRECT_SMALL = True  # the 512@7 3x3 layers: on the Xeon 0.88-0.94x F(2x2, 3x3)'
 # vs 2.63-2.78 ms a layer; Winograd's 16.7 MB of transformed weights come cold from memory every run), on the
 # AMD box 1.4x (2.2-2.3 vs 1.6 ms): the Xeon is the protocol's machine (session 10)
 DIRECT_SMALL_PIXELS = 64
+DIRECT_MIN_FILL = 0.85  # strided layers whose output rows fill fdirect's tiles by less (direct_unfilled)
+# run im2col + ftile's tiles: the detection head's Conv_107 (3x3/2, 256 -> 512 at 20 -> 10, rows of 10
+# pixels as 14) was 1.22x the reference's im2col + BLAS on the Xeon (issue 11, session 11). One-node
+# sessions, one per path (a kernel keeps one packing of its weights: switches alternated on one session
+# repacked them every call), AMD box, best of 40, twice: fdirect 1.08-1.09x the reference, the gather
+# 0.98, im2col + rows tiles 0.97-0.99, im2col + cols tiles 0.83-0.84 (UNFILLED_COLS), im2col + BLAS
+# 1.02-1.04 (benchmarks/bench_pernode11.py). The ResNets' rows of 7, 14, 28 fill 1.0, the head's 20 and
+# 40 0.95. 0: the old rule.
+UNFILLED_COLS = True  # those layers on the cols tiles (unfilled_cols; False: the rows tiles)
 
 
 def ftile_cols(kind, mg, l_n, k_n, one_thread: bool = False) -> bool:
