@@ -159,6 +159,9 @@ def test_session_threads_one_runs_serial_with_one_blas_thread(monkeypatch):
 
 
 def test_large_call_runs_on_session_threads_with_blas_at_one(monkeypatch):
+    from kernelkit_numba.kernels import rnpair
+
+    monkeypatch.setattr(rnpair, "ON", False)  # the pool's path (a pair runs its halves without Conv.compute)
     [(threads, blas)] = _spy_conv(monkeypatch, 2, (1, 64, 64, 64))  # ~38 MFLOP: above SERIAL_WORK
     assert threads == 2 and set(blas) <= {1}  # shards in parallel, BLAS never threads itself
 
