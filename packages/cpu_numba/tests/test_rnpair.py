@@ -236,6 +236,9 @@ def test_one_stall_is_a_hiccup(quiet_server):
     srv.result(1, False, rnpair.HICCUP_S)
     assert srv.stats["stalls"] == 2 and srv.stats["backoffs"] == 1 and srv.until > time.perf_counter()
     srv.until = 0.0
+    srv._last_stall = time.perf_counter() - 2 * rnpair.HICCUP_S  # the one before, longer ago than HICCUP_S
+    srv.result(1, False, rnpair.HICCUP_S)
+    assert srv.stats["stalls"] == 3 and srv.stats["backoffs"] == 1 and srv.until == 0.0
     srv.result(1)
     assert srv.stats["backoffs"] == 2
 

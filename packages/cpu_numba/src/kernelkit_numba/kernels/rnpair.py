@@ -57,8 +57,12 @@ KIND = 2  # ftile's avx512 variant (fdirect's tiles need it)
 # pairs off only when the one before came within HICCUP_S (the shard pool's STALL_PAIR_S): on the Xeon
 # (the device call of session 11) quiet blocks of ResNet-18 and -50 saw 1-4 isolated stalls, each of
 # which backed every pair off for 50-200 ms (the block median 30-35 ms against 17-19 without). 0: every
-# stall backs off (fpair's and cpair's rule).
-HICCUP_S = 1.0
+# stall backs off (fpair's and cpair's rule). 0.1 s, not the pool's 1 s: at 1 s the final code's quiet
+# blocks still backed off 1-7 times (two hiccups a second apart); a helper without its core stalls on
+# nearly every pair call (ms apart), which 0.1 s still catches. Xeon (the lead's call E, session 11,
+# turns.py resnet18,resnet50 --variant hic01=kernels.rnpair.HICCUP_S=0.1, 8 rounds quiet, 4 loaded):
+# quiet default(1.0) / hic01 ResNet-50 1.13 (0.91-1.86; 5 of 8 rounds), ResNet-18 1.01; loaded 1.06, 1.07.
+HICCUP_S = 0.1
 # A back-off of these pairs backs the shard pool off too (its FREE_CORES look at the back-off's end holds
 # it while the other core stays busy, and config.current_threads() says 1 meanwhile: every layer on its
 # one-thread path). The pairs' own back-off restarts at 50 ms whenever the last one ended more than
