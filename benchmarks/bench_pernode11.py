@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
@@ -25,7 +24,7 @@ os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 import kernelkit  # noqa: E402
-from _timing import best_cpu_ms  # noqa: E402
+from _timing import best_cpu_ms, best_wall_ms  # noqa: E402
 from kernelkit_converters.onnx import convert  # noqa: E402
 from kernelkit_numba import config  # noqa: E402
 from kernelkit_numba.kernels import conv as nconv  # noqa: E402
@@ -99,17 +98,6 @@ def cases():
         "head 2048->1000": (gemm_model(2048, 1000), None, {"numba": {}}),
         "head 440->1000": (gemm_model(440, 1000), None, {"numba": {}}),
     }
-
-
-def best_wall_ms(fns: dict, reps: int) -> dict:
-    """best_cpu_ms by the wall clock (sessions of several threads)."""
-    best = dict.fromkeys(fns, np.inf)
-    for _ in range(reps):
-        for name, f in fns.items():
-            t0 = time.perf_counter()
-            f()
-            best[name] = min(best[name], time.perf_counter() - t0)
-    return {k: v * 1e3 for k, v in best.items()}
 
 
 def main(argv):
