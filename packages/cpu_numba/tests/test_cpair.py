@@ -80,6 +80,16 @@ def _out_shape(xs, ws, attrs):
     return (xs[0], ws[0], (xs[2] - 1) // s + 1, (xs[3] - 1) // s + 1)
 
 
+@pytest.fixture(autouse=True)
+def two_thread_tiles(monkeypatch):
+    """The one-thread path on the two-thread sessions' tiles (a 1x1 layer of a 14x14 map takes the cols
+    tiles at one thread only: conv.FTILE_COLS_MAX_ONE_THREAD), so that a pair's halves, the one-thread
+    driver over parts, equal it bit for bit."""
+    from kernelkit_numba.kernels import conv
+
+    monkeypatch.setattr(conv, "FTILE_COLS_MAX_ONE_THREAD", conv.FTILE_COLS_MAX)
+
+
 @pytest.fixture
 def quiet_server(monkeypatch):
     """fpair's helper (the one for every float32 pair) of this test's own whose thread never starts (the
