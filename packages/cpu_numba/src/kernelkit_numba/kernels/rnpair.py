@@ -285,12 +285,6 @@ def follow(srv, before: int) -> None:
         shards.POOL._back_off("the ResNet pairs backed off (rnpair.POOL_BACKOFF)")
 
 
-def _tile_blocks(t0: int, t1: int, c_n: int, m_n: int) -> int:
-    """Blocks of a run of tiles (winograd._tiles_run's rule: v and products under TILE_BYTES)."""
-    per_tile = 36 * (c_n + m_n) * 4
-    return max(1, -(-(t1 - t0) * per_tile // winograd.TILE_BYTES)) if winograd.TILE_BYTES > 0 else 1
-
-
 def wino_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_z: bool):
     """The pair of a bound 3x3 stride-1 (pads 1) layer of one image as F(4x4, 3x3) by tiles, or None."""
     n_n, c_n, h_n, w_n = x_shape
@@ -317,7 +311,7 @@ def wino_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_z
     sizes = []
     most = 0
     for side, (t0, t1) in enumerate(((0, cut), (cut, nt))):
-        blocks = _tile_blocks(t0, t1, c_n, m_n)
+        blocks = winograd.tile_blocks(t1 - t0, c_n, m_n)
         nl = -(-(t1 - t0) // blocks)
         most = max(most, nl)
         base = SIDE0 + side * SIDE_N

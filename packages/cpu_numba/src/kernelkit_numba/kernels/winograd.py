@@ -556,13 +556,20 @@ def _output_tiles4(mo, y, bias, z, has_z, th_n, tw_n, code, p0, p1, t0, t1, m0, 
                         dst[U64(p)] = _activate(src[U64(p)], code, p0, p1)
 
 
+def tile_blocks(tiles: int, c_n: int, m_n: int, itemsize: int = 4) -> int:
+    """The blocks a run of ``tiles`` F(4x4) tiles goes in: v and the products (36 x (C + M) values a
+    tile) under TILE_BYTES a block (0: one block), never more blocks than tiles (none empty)."""
+    if TILE_BYTES <= 0:
+        return 1
+    return max(1, min(tiles, -(-tiles * 36 * (c_n + m_n) * itemsize // TILE_BYTES)))
+
+
 def _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, t0, t1) -> None:
     """Tiles [t0, t1) of a one-image F(4x4, 3x3) layer on the calling thread: per block (TILE_BYTES),
     the input transform, the 36 products and the output transform, in the thread's
     own buffers (``out_tail``: ``_output_tiles4``'s arguments after y up to its tile range)."""
     c_n, m_n = x0.shape[0], y0.shape[0]
-    per_tile = 36 * (c_n + m_n) * x0.itemsize
-    blocks = max(1, min(t1 - t0, -(-(t1 - t0) * per_tile // TILE_BYTES))) if TILE_BYTES > 0 else 1  # none empty
+    blocks = tile_blocks(t1 - t0, c_n, m_n, x0.itemsize)
     for i in range(blocks):
         b0, b1 = t0 + i * (t1 - t0) // blocks, t0 + (i + 1) * (t1 - t0) // blocks
         nl = b1 - b0
