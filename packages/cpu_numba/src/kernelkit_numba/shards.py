@@ -392,6 +392,11 @@ class ShardPool:
         heartbeat came: asleep, it was not woken yet, and a job published now finds it 50-150 us late)."""
         return bool(self._sleeping and self._can_spin)
 
+    def has_spin_worker(self) -> bool:
+        """Whether the pool has a worker with its spin loop, spinning or asleep (``workers_spinning`` or
+        ``workers_asleep``): a model with pooled nodes, where a pair would be a third spinning thread."""
+        return self.workers_spinning() or self.workers_asleep()
+
     def workers_spinning(self) -> bool:
         """Whether the pool has workers with their spin loop and none asleep now (a job published now
         finds one within ~20 us)."""

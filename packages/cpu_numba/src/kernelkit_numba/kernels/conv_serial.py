@@ -104,7 +104,7 @@ def _bind(conv, parallel: bool, step=None):
     from .conv import direct_wins, ftile_cols, ftile_wins, implicit_wins  # (conv imports this module)
 
     k_n, l_n = c_n * kh * kw, oh_n * ow_n
-    one = not parallel and (conv.threads or config.default_threads()) == 1  # (_tiles_call's one_thread)
+    one = _one_thread(conv, parallel)
     if not forced and not ftile_wins(kh, kw, sh, sw, m_n, k_n, l_n):
         return None
     if (SUBSAMPLE and kh == kw == 1 and ph == pw == 0 and not direct
@@ -124,15 +124,6 @@ def _bind(conv, parallel: bool, step=None):
                        parallel, step)
 
 
-
-
-def _pairs_now(pair, n_n: int) -> bool:
-    """Whether a bound parallel call of one image runs as a pair (cpair.py's, rnpair.py's) now: a pair
-    bound, rnpair.ON, a budget of two threads and the pool's worker not spinning (a model whose other
-    nodes take the pool keeps its jobs there). Where the pair then finds its helper asleep or backed off,
-    the call runs on this thread alone (the one-thread driver), not on the pool."""
-    return (pair is not None and n_n == 1 and rnpair.ON and config.current_threads() == 2
-            and not shards.POOL.workers_spinning())
 
 
 def _paired(pair, parallel: bool, *args) -> bool:
@@ -176,7 +167,6 @@ def _paired_call(conv, x_shape, y_shape, geom, code, p0, p1, lo, hi, has_z):
     general = conv.compute
     held = _Constants()
     raw = ftile.requested_raw()
-    m_n = y_shape[1]
 
     def paired(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)
@@ -193,6 +183,13 @@ def _paired_call(conv, x_shape, y_shape, geom, code, p0, p1, lo, hi, has_z):
 
     return paired
 
+
+def _one_thread(conv, parallel: bool) -> bool:
+    """Whether a bound call is a one-thread session's (its tile choices: conv.ftile_cols's and
+    ftile.rows_kind's ``one_thread``)."""
+    return not parallel and (conv.threads or config.default_threads()) == 1
+
+
 def _pooled() -> bool:
     """A batch's bound call with a pair (cpair.BATCH, at two threads): whether it takes the shard pool
     (the pool has a worker with its spin loop, spinning or asleep: a model with pooled layers, where a
@@ -200,16 +197,20 @@ def _pooled() -> bool:
     the Xeon) rather than the pair, or the calling thread alone where the pair refuses (the helper
     asleep or backed off: as at batch 1, no pool job, so a model whose layers all pair never starts a
     worker)."""
-    pool = shards.POOL
-    return pool.workers_spinning() or pool.workers_asleep()
+    return shards.POOL.has_spin_worker()
 
 
 def _pair_now(pair, n_n: int) -> bool:
-    """Whether a bound parallel call runs its pair now: one image, rnpair's rule (``_pairs_now``); a batch
-    (cpair.BATCH), mnv2b8's (the pool has no worker: ``_pooled``)."""
+    """Whether a bound parallel call runs its pair (cpair.py's) now, not the pool. One image: rnpair.ON,
+    a budget of two threads and the pool's worker not spinning (a model whose other nodes take the pool
+    keeps its jobs there); a batch (cpair.BATCH): the pool has no worker (``_pooled``). Where the pair
+    then finds its helper asleep or backed off, the call runs on this thread alone (the one-thread
+    driver), not on the pool."""
+    if pair is None:
+        return False
     if n_n == 1:
-        return _pairs_now(pair, n_n)
-    return pair is not None and not _pooled()
+        return rnpair.ON and config.current_threads() == 2 and not shards.POOL.workers_spinning()
+    return not _pooled()
 
 
 def _one_pixel(geometry) -> bool:
@@ -433,7 +434,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         if l_n > FTILE_COLS_MAX and FTILE_COLS_KC_ONE_THREAD:  # (maps only FTILE_COLS_MAX_ONE_THREAD takes)
             cols_kc = FTILE_COLS_KC_ONE_THREAD
     else:
-        kind = ftile.rows_kind(kind, m_n, one_thread=not parallel and (conv.threads or config.default_threads()) == 1)
+        kind = ftile.rows_kind(kind, m_n, one_thread=_one_thread(conv, parallel))
         width = ftile.MR[kind]
         driver = ftile.rows_driver(kind)
         block, blocks, groups, kc = ftile.plan(kind, m_n, k_n, l_n, 1)

@@ -373,7 +373,8 @@ class Pair:
         srv = server()
         if not srv.ready and not srv.prepare():  # (a server made since: fpair's sides compiled or loaded)
             return False
-        if shards.POOL.workers_spinning() or (not self.strict and shards.POOL.workers_asleep()):
+        pool = shards.POOL
+        if pool.workers_spinning() if self.strict else pool.has_spin_worker():
             return False  # a model with pooled layers (the ResNets): its worker spins through the run; a
             # third spinning thread on two cores would delay its jobs (a batch: a worker at all, conv_serial._pooled)
         if not srv.usable():

@@ -474,8 +474,7 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
                                              m_n * k_n, m_n * n_n))
             if made[0] is not False and fpair.run(made[0], a2.reshape(-1), out.reshape(-1)):
                 return
-            if made[0] is not False and PAIR_ALONE and not (config._POOL.workers_spinning()
-                                                            or config._POOL.workers_asleep()):
+            if made[0] is not False and PAIR_ALONE and not config._POOL.has_spin_worker():
                 threads = 1  # the helper refused (asleep: woken now; backed off; a busy slot) and the pool has
                 # no worker: the caller alone, as cpair's layers, not a pool job whose worker would spin
                 # through every later run (MobileNetV2 b8's head: its conv pairs then stop, conv_serial._pooled)
