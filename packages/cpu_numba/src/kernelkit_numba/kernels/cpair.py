@@ -264,17 +264,11 @@ def pair_run(ctl, desc, x, y, z, s0, s1) -> int:
 
 _ready: list = []
 _ready_lock = threading.Lock()
-_scratch = [np.zeros(1, np.float32)]  # the helper side's scratch
-_kept: list = []  # scratch arrays a descriptor in flight may still point to
 
 
 def scratch(size: int) -> np.ndarray:
-    """The helper side's scratch of at least ``size`` floats (grown at bind, never freed): one helper
-    thread runs one job at a time."""
-    if _scratch[0].size < size:
-        _kept.append(_scratch[0])
-        _scratch[0] = np.zeros(size, np.float32)
-    return _scratch[0]
+    """The helper side's scratch of at least ``size`` floats (grown at bind, never freed)."""
+    return fpair.helper_buffer("cpair.scratch", size)
 
 
 def server() -> fpair.FPairServer:
@@ -282,27 +276,21 @@ def server() -> fpair.FPairServer:
     return fpair.server()
 
 
+def _warm() -> None:
+    """The caller's side compiled through a stand-in call that finds the slot held."""
+    held = np.zeros(8, np.int64)
+    held[SLOT] = 1
+    held[STOP] = 1
+    x = config.readonly(np.zeros((1, 1, 1, 1), np.float32))
+    s = np.zeros(1, np.float32)
+    pair_run(held, np.zeros(NDESC, np.int64), x, np.zeros((1, 1, 1, 1), np.float32), x, s, s)
+
+
 def prepare() -> int:
-    """Compile (or load) fpair's sides and this module's half and caller on the calling thread, with
-    stand-in calls that return at once, as a node's first call compiles its kernels: the half's
-    address, 0 where there is no pair (no cycle counter, no compiled code)."""
-    if _ready:
-        return _ready[0]
-    with _ready_lock:
-        if _ready:
-            return _ready[0]
-        if not server().prepare():
-            return 0
-        address = half_address()
-        if address:
-            held = np.zeros(8, np.int64)
-            held[SLOT] = 1
-            held[STOP] = 1
-            x = config.readonly(np.zeros((1, 1, 1, 1), np.float32))
-            s = np.zeros(1, np.float32)
-            pair_run(held, np.zeros(NDESC, np.int64), x, np.zeros((1, 1, 1, 1), np.float32), x, s, s)
-        _ready.append(address)
-    return _ready[0]
+    """Compile (or load) fpair's sides and this module's half and caller on the calling thread
+    (fpair.prepare_family): the half's address, 0 where there is no pair (no cycle counter, no
+    compiled code)."""
+    return fpair.prepare_family(_ready, _ready_lock, half_address, _warm)
 
 
 def _setting() -> str:

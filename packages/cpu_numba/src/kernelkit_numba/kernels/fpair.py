@@ -207,6 +207,41 @@ def server() -> FPairServer:
     return _server[0]
 
 
+_helper_buffers: dict = {}  # the helper side's buffers by name (one helper thread runs one job at a time)
+_helper_kept: list = []  # buffers a descriptor in flight may still point to
+
+
+def helper_buffer(name: str, size: int) -> np.ndarray:
+    """The helper side's float32 buffer ``name`` (a family's scratch: cpair.py's, rnpair.py's) of at
+    least ``size`` floats, grown, never freed."""
+    buf = _helper_buffers.get(name)
+    if buf is None or buf.size < size:
+        if buf is not None:
+            _helper_kept.append(buf)
+        buf = _helper_buffers[name] = np.zeros(max(size, 1), np.float32)
+    return buf
+
+
+def prepare_family(ready: list, lock, address, warm) -> int:
+    """A family of halves this helper serves (cpair.py's conv halves, rnpair.py's), made ready on the
+    calling thread once a process, as a node's first call compiles its kernels: this module's sides
+    (``server().prepare``), the family's compiled half (``address()``: its C address, 0 where there is
+    none) and, where there is one, its caller side through a stand-in call (``warm()``). The half's
+    address (kept in ``ready``), 0 where there is no pair."""
+    if ready:
+        return ready[0]
+    with lock:
+        if ready:
+            return ready[0]
+        if not server().prepare():
+            return 0
+        address_now = address()
+        if address_now:
+            warm()
+        ready.append(address_now)
+    return ready[0]
+
+
 def enabled() -> bool:
     """Whether float32 pairs may be made in this process: an x86-64 CPU, compiled code, spinning
     threads allowed (``KERNELKIT_NUMBA_SPIN_US`` not 0) and ``KERNELKIT_F32_PAIR`` not ``off``."""

@@ -193,38 +193,20 @@ def pair_run(ctl, desc, x, y, z, v0, mo0, s0, v1, mo1, s1, alone) -> int:
 
 _ready: list = []
 _ready_lock = threading.Lock()
-_helper: dict = {}  # the helper side's buffers by name (one helper thread runs one job at a time)
-_kept: list = []  # buffers a descriptor in flight may still point to
 
 
-def helper_buffer(name: str, size: int) -> np.ndarray:
-    """The helper side's float32 buffer ``name`` of at least ``size`` floats (grown, never freed)."""
-    buf = _helper.get(name)
-    if buf is None or buf.size < size:
-        if buf is not None:
-            _kept.append(buf)
-        buf = _helper[name] = np.zeros(max(size, 1), np.float32)
-    return buf
+def _warm() -> None:
+    """The caller's side compiled through a stand-in call that finds the slot held."""
+    held = np.zeros(8, np.int64)
+    held[SLOT] = 1
+    s = np.zeros(1, np.float32)
+    pair_run(held, np.zeros(NDESC, np.int64), s, s, s, s, s, s, s, s, s, False)
 
 
 def prepare() -> int:
-    """Compile (or load) fpair's sides, this module's half and its caller on the calling thread: the
-    half's address, 0 where there is no pair."""
-    if _ready:
-        return _ready[0]
-    with _ready_lock:
-        if _ready:
-            return _ready[0]
-        if not fpair.server().prepare():
-            return 0
-        address = half_address()
-        if address:
-            held = np.zeros(8, np.int64)
-            held[SLOT] = 1
-            s = np.zeros(1, np.float32)
-            pair_run(held, np.zeros(NDESC, np.int64), s, s, s, s, s, s, s, s, s, False)
-        _ready.append(address)
-    return _ready[0]
+    """Compile (or load) fpair's sides, this module's half and its caller on the calling thread
+    (fpair.prepare_family): the half's address, 0 where there is no pair."""
+    return fpair.prepare_family(_ready, _ready_lock, half_address, _warm)
 
 
 def enabled() -> bool:
@@ -267,7 +249,8 @@ class Pair:
         (v0, m0, s0), (v1, m1, s1) = self.sizes
         args = (srv.ctl, self.desc, x, y, y if z is None else z, config.thread_buffer("wino_v", v0, np.float32),
                 config.thread_buffer("wino_mo", m0, np.float32), config.thread_buffer("ftile", s0, np.float32),
-                helper_buffer("v", v1), helper_buffer("mo", m1), helper_buffer("scratch", s1), alone)
+                fpair.helper_buffer("rnpair.v", v1), fpair.helper_buffer("rnpair.mo", m1),
+                fpair.helper_buffer("rnpair.scratch", s1), alone)
         done = pair_run(*args)
         if done == 3:
             return False
