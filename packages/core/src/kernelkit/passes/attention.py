@@ -36,10 +36,9 @@ import logging
 import numpy as np
 
 from ..ir import Graph, Node, TensorSpec, Value
-from ..registry import select_kernel
 from ..shape import infer_shapes
 from . import PassContext, register_pass
-from .builtin import _attrs, _const, _Index, _overridden
+from .builtin import _attrs, _const, _Index, _overridden, _picked
 
 log = logging.getLogger("kernelkit.passes")
 
@@ -191,14 +190,10 @@ def _merged_3d(index: _Index, graph: Graph, y: str) -> Node | None:
 
 def _fused_kernel(graph: Graph, ctx: PassContext, inputs: list, attrs: dict) -> bool:
     """Whether the session would run this Attention node with a non-reference kernel."""
-    from ..backends import load_backends
-
-    load_backends()
-    specs = [graph.spec(i) for i in inputs]
     full = {"is_causal": 0, "qk_matmul_output_mode": 0, "softcap": 0.0, "left_window_size": -1,
             "right_window_size": -1, "kv_num_heads": None, "q_num_heads": None, "softmax_precision": None,
             **attrs}
-    entry = select_kernel("Attention", ctx.device, specs[0].dtype, ctx.vendors, specs, full, ctx.scope)
+    entry = _picked(ctx, "Attention", [graph.spec(i) for i in inputs], full)
     return entry is not None and entry.key.vendor != "reference"
 
 

@@ -309,13 +309,9 @@ def _takes_z(graph: Graph, conv: Node, z: str, ctx: PassContext) -> bool:
     others never see a fused Z)."""
     import inspect
 
-    from ..backends import load_backends
-
-    load_backends()
     specs = [graph.spec(i) if i else None for i in conv.inputs[:3]] + [None] * (3 - len(conv.inputs))
     specs.append(graph.spec(z))
-    attrs = _attrs(conv)
-    entry = select_kernel(conv.op_id, ctx.device, specs[0].dtype, ctx.vendors, specs, attrs, ctx.scope)
+    entry = _picked(ctx, conv.op_id, specs, _attrs(conv))
     if entry is None:
         return False
     target = getattr(entry.impl, "compute", None) if entry.is_class else entry.impl
@@ -364,16 +360,22 @@ def _activation_params(graph: Graph, node: Node, attrs: dict) -> tuple | None:
     return ACTIVATIONS[node.op_id].fuse(attrs, extra)
 
 
-def _overridden(graph: Graph, node: Node, attrs: dict, ctx: PassContext) -> str | None:
-    """The vendor of a non-built-in kernel the session would pick for ``node``, if any."""
+def _picked(ctx: PassContext, op: str, specs: list, attrs: dict):
+    """The kernel entry the session would pick for an ``op`` node of input ``specs`` (the first's dtype)
+    and ``attrs`` on its device, vendors and scope, or None; backends loaded first (plugins register
+    their kernels there, and the session would see them)."""
     from ..backends import load_backends
 
-    load_backends()  # plugins register their kernels here; the session would see them
+    load_backends()
+    return select_kernel(op, ctx.device, specs[0].dtype, ctx.vendors, specs, attrs, ctx.scope)
+
+
+def _overridden(graph: Graph, node: Node, attrs: dict, ctx: PassContext) -> str | None:
+    """The vendor of a non-built-in kernel the session would pick for ``node``, if any."""
     specs = [graph.spec(i) if i else None for i in node.inputs]
-    dtype = specs[0].dtype
-    entry = select_kernel(node.op_id, ctx.device, dtype, ctx.vendors, specs, attrs, ctx.scope)
+    entry = _picked(ctx, node.op_id, specs, attrs)
     if entry is None and ctx.vendors is not None:
-        entry = select_kernel(node.op_id, ctx.device, dtype, None, specs, attrs, ctx.scope)
+        entry = select_kernel(node.op_id, ctx.device, specs[0].dtype, None, specs, attrs, ctx.scope)
     return entry.key.vendor if entry is not None and entry.key.vendor not in BUILTIN_VENDORS else None
 
 

@@ -22,9 +22,8 @@ import logging
 import numpy as np
 
 from ..ir import Graph, Node, TensorSpec, Value
-from ..registry import select_kernel
 from . import PassContext, register_pass
-from .builtin import _attrs, _const, _Index, _overridden
+from .builtin import _attrs, _const, _Index, _overridden, _picked
 
 log = logging.getLogger("kernelkit.passes")
 
@@ -33,11 +32,7 @@ ENABLED = True  # the switch (benchmarks' A/B)
 
 def _bias_kernel(graph: Graph, ctx: PassContext, inputs: list, attrs: dict) -> bool:
     """Whether the MatMul kernel the session would pick for ``inputs`` takes a bias input."""
-    from ..backends import load_backends
-
-    load_backends()
-    specs = [graph.spec(i) for i in inputs]
-    entry = select_kernel("MatMul", ctx.device, specs[0].dtype, ctx.vendors, specs, attrs, ctx.scope)
+    entry = _picked(ctx, "MatMul", [graph.spec(i) for i in inputs], attrs)
     return entry is not None and bool(getattr(entry.impl, "bias_input", False))
 
 
