@@ -270,7 +270,7 @@ def follow(srv, before: int) -> None:
 
 def wino_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_z: bool):
     """The pair of a bound 3x3 stride-1 (pads 1) layer of one image as F(4x4, 3x3) by tiles, or None."""
-    n_n, c_n, h_n, w_n = x_shape
+    n_n, c_n = x_shape[:2]
     m_n, oh_n, ow_n = y_shape[1:]
     if not (ON and WINO and n_n == 1 and oh_n * ow_n >= WINO4_MIN_PIXELS and enabled()):
         return None
@@ -285,12 +285,7 @@ def wino_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_z
     cols = ftile_cols(KIND, m_n, nt, c_n)
     width = ftile.COLS_WIDTH[KIND] if cols else ftile.MR[KIND]
     cut = -(-nt // 2)
-    desc = np.zeros(NDESC, np.int64)
-    fv = np.array([0, 0, p0, p1], np.float32)
-    desc[OP], desc[HAS_Z], desc[FV] = OP_WINO, int(has_z), fv.ctypes.data
-    desc[C], desc[H], desc[W], desc[M], desc[OH], desc[OW] = c_n, h_n, w_n, m_n, oh_n, ow_n
-    desc[PH], desc[PW], desc[TH], desc[TW], desc[CODE], desc[COLS] = ph, pw, th_n, tw_n, code, int(cols)
-    desc[KC] = ftile.COLS_KC if cols else -(-c_n // -(-c_n // ftile.KC))
+    desc = _wino_desc(OP_WINO, x_shape, y_shape, ph, pw, th_n, tw_n, code, cols, has_z)
     sizes = []
     most = 0
     for side, (t0, t1) in enumerate(((0, cut), (cut, nt))):
@@ -305,19 +300,31 @@ def wino_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_z
     for side in range(2):
         desc[SIDE0 + side * SIDE_N + S_SCR_N] = ssize
         sizes.append((36 * lv, 36 * lm, ssize))
-    zeros = conv._zeros(m_n, np.float32)
-    desc[ZEROS] = zeros.ctypes.data
-
-    prep = _wino_prep(conv, m_n, c_n, width, 4, fv, zeros)
-    pair = Pair(desc, sizes, prep)
-    pair.keep = (fv, zeros)
-    return pair
+    return _wino_pair(conv, desc, sizes, m_n, c_n, width, 4, p0, p1)
 
 
-def _wino_prep(conv, m_n: int, c_n: int, width: int, tile: int, fv, zeros):
-    """A Winograd pair's ``prep``: the weights transformed for F(tile x tile, 3x3) (conv's cache) and packed
-    in ``width``-row panels a position, their address in the descriptor."""
+def _wino_desc(op: int, x_shape, y_shape, ph: int, pw: int, th_n: int, tw_n: int, code: int, cols: int,
+               has_z: bool):
+    """A Winograd pair's descriptor with what both kinds hold: the op, the shapes, pads and tiles, the
+    epilogue and the products' K chunk (the sides' parts, buffers and weights are the caller's)."""
+    _n, c_n, h_n, w_n = x_shape
+    m_n, oh_n, ow_n = y_shape[1:]
+    desc = np.zeros(NDESC, np.int64)
+    desc[OP], desc[HAS_Z] = op, int(has_z)
+    desc[C], desc[H], desc[W], desc[M], desc[OH], desc[OW] = c_n, h_n, w_n, m_n, oh_n, ow_n
+    desc[PH], desc[PW], desc[TH], desc[TW], desc[CODE], desc[COLS] = ph, pw, th_n, tw_n, code, int(cols)
+    desc[KC] = ftile.COLS_KC if cols else -(-c_n // -(-c_n // ftile.KC))
+    return desc
+
+
+def _wino_pair(conv, desc, sizes, m_n: int, c_n: int, width: int, tile: int, p0, p1) -> Pair:
+    """A Winograd pair on ``desc``: its float values (the epilogue's p0, p1), zeros and ``prep`` (the
+    weights transformed for F(tile x tile, 3x3) (conv's cache) and packed in ``width``-row panels a
+    position, their address in the descriptor)."""
     positions = (tile + 2) ** 2
+    fv = np.array([0, 0, p0, p1], np.float32)
+    zeros = conv._zeros(m_n, np.float32)
+    desc[FV], desc[ZEROS] = fv.ctypes.data, zeros.ctypes.data
 
     def prep(d, w, bias):
         u = conv._transformed(w, np.asarray(w, np.float32).reshape(m_n, c_n, 3, 3), tile)
@@ -325,7 +332,9 @@ def _wino_prep(conv, m_n: int, c_n: int, width: int, tile: int, fv, zeros):
         d[WP], d[WP_N] = wp.ctypes.data, wp.size
         return wp, fv, zeros
 
-    return prep
+    pair = Pair(desc, sizes, prep)
+    pair.keep = (fv, zeros)
+    return pair
 
 
 def _direct_worst(m_n: int, oh_n: int, rb: int, width: int) -> int:
@@ -340,7 +349,7 @@ def wino2_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_
     """The pair of a bound 3x3 stride-1 layer of one image as F(2x2, 3x3) by output channels (conv.py's
     fused shards: a side's weight panels at every position, then their channels' output transform; each
     side transforms every tile's input itself: no barrier), or None."""
-    n_n, c_n, h_n, w_n = x_shape
+    n_n, c_n = x_shape[:2]
     m_n, oh_n, ow_n = y_shape[1:]
     if not (ON and WINO2 and n_n == 1 and enabled()):
         return None
@@ -354,12 +363,7 @@ def wino2_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_
     if panels < 2:
         return None
     cut = min(range(1, panels), key=lambda q: max(min(m_n, q * width), m_n - min(m_n, q * width)))
-    desc = np.zeros(NDESC, np.int64)
-    fv = np.array([0, 0, p0, p1], np.float32)
-    desc[OP], desc[HAS_Z], desc[FV] = OP_WINO2, int(has_z), fv.ctypes.data
-    desc[C], desc[H], desc[W], desc[M], desc[OH], desc[OW] = c_n, h_n, w_n, m_n, oh_n, ow_n
-    desc[PH], desc[PW], desc[TH], desc[TW], desc[CODE], desc[COLS] = ph, pw, th_n, tw_n, code, cols
-    desc[KC] = ftile.COLS_KC if cols else -(-c_n // -(-c_n // ftile.KC))
+    desc = _wino_desc(OP_WINO2, x_shape, y_shape, ph, pw, th_n, tw_n, code, cols, has_z)
     desc[PANELS], desc[WIDTH] = panels, width
     lv, lm = winograd._spaced(c_n * nt), winograd._spaced(m_n * nt)
     desc[LV], desc[LM] = lv, lm
@@ -367,13 +371,7 @@ def wino2_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_
     for side, (q0, q1) in enumerate(((0, cut), (cut, panels))):
         base = SIDE0 + side * SIDE_N
         desc[base + S_T0], desc[base + S_T1], desc[base + S_BLOCKS], desc[base + S_SCR_N] = q0, q1, 1, ssize
-    zeros = conv._zeros(m_n, np.float32)
-    desc[ZEROS] = zeros.ctypes.data
-
-    prep = _wino_prep(conv, m_n, c_n, width, 2, fv, zeros)
-    pair = Pair(desc, ((16 * lv, 16 * lm, ssize), (16 * lv, 16 * lm, ssize)), prep)
-    pair.keep = (fv, zeros)
-    return pair
+    return _wino_pair(conv, desc, ((16 * lv, 16 * lm, ssize), (16 * lv, 16 * lm, ssize)), m_n, c_n, width, 2, p0, p1)
 
 
 def direct_cut(m_n: int, oh_n: int, rb: int, width: int) -> int:
