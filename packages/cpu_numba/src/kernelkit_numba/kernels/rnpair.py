@@ -337,12 +337,18 @@ def _wino_pair(conv, desc, sizes, m_n: int, c_n: int, width: int, tile: int, p0,
     return pair
 
 
+def _shard_work(m_n: int, oh_n: int, rb: int, width: int) -> list[int]:
+    """Channels x rows of each shard of fdirect's two-thread plan (panel-major: shard s is panel s // rb,
+    row block s % rb; a last panel of 16 or 32 channels counts for what it has)."""
+    return [min(width, m_n - (s // rb) * width) * ((s % rb + 1) * oh_n // rb - (s % rb) * oh_n // rb)
+            for s in range(-(-m_n // width) * rb)]
+
+
 def _direct_worst(m_n: int, oh_n: int, rb: int, width: int) -> int:
     """The larger side's channels x rows at ``direct_cut``'s cut."""
-    cut = direct_cut(m_n, oh_n, rb, width)
-    part = sum(min(width, m_n - (s // rb) * width) * ((s % rb + 1) * oh_n // rb - (s % rb) * oh_n // rb)
-               for s in range(cut))
-    return max(part, m_n * oh_n - part)
+    work = _shard_work(m_n, oh_n, rb, width)
+    part = sum(work[:direct_cut(m_n, oh_n, rb, width)])
+    return max(part, sum(work) - part)
 
 
 def wino2_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_z: bool):
@@ -378,14 +384,10 @@ def direct_cut(m_n: int, oh_n: int, rb: int, width: int) -> int:
     """The caller's shards (panel-major: shard s is panel s // rb, row block s % rb) of fdirect's
     two-thread plan, so that both sides get about the same channels x rows (a last panel of 16 or 32
     channels counts for what it has: 512 channels are 10 panels of 48 and one of 32)."""
-    total = -(-m_n // width) * rb
-    work = []
-    for s in range(total):
-        q, b = divmod(s, rb)
-        work.append(min(width, m_n - q * width) * ((b + 1) * oh_n // rb - b * oh_n // rb))
+    work = _shard_work(m_n, oh_n, rb, width)
     best, cut, run = None, 1, 0
     whole = sum(work)
-    for s in range(1, total):
+    for s in range(1, len(work)):
         run += work[s - 1]
         worst = max(run, whole - run)
         if best is None or worst < best:
