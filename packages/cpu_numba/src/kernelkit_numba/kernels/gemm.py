@@ -413,6 +413,17 @@ class MatMul(NumbaKernel):
         if self._gelu_tanh:
             self.act = (NONE, p0 * 0, p0 * 0)
 
+    def _bias_act(self, y, bias):
+        """The bias (None: none) and the fused activation over a one-call product's output, in place."""
+        code, p0, p1 = self.act
+        if bias is not None and code == NONE:
+            np.add(y, bias, out=y)
+        elif (code != NONE or bias is not None) and y.size:
+            rows = y.reshape(-1, y.shape[-1] if y.ndim else 1)
+            add = bias if bias is not None else config.readonly(np.zeros(rows.shape[1], y.dtype))
+            scale_bias_act_cols(rows, y.dtype.type(1), add, y.dtype.type(0 if bias is None else 1), code, p0, p1)
+        return y
+
     def _after(self, y):
         """The activation the epilogue left out (``_gelu_tanh``), in place on y."""
         if self._gelu_tanh and y.size:
@@ -437,21 +448,11 @@ class MatMul(NumbaKernel):
             return None
         if len(b_spec.shape) == 2 and fgemm.kind_for(math.prod(a_spec.shape[:-1]), *b_spec.shape) is not None:
             return None
-        code, p0, p1 = self.act
-        one, zero = np.float32(1), np.float32(0)
-        after = self._after
+        bias_act, after = self._bias_act, self._after
 
         def call(a, b, bias=None, *, out=None):
             config.blas_single()
-            y = np.matmul(a, b, out=out)
-            if bias is not None and code == NONE:
-                np.add(y, bias, out=y)
-            elif (code != NONE or bias is not None) and y.size:
-                rows = y.reshape(-1, y.shape[-1])
-                scale_bias_act_cols(rows, one, bias if bias is not None else
-                                    config.readonly(np.zeros(rows.shape[1], np.float32)), one if bias is not None
-                                    else zero, code, p0, p1)
-            return after(y)
+            return after(bias_act(np.matmul(a, b, out=out), bias))
 
         call.thread_safe = True  # no per-call state: the plan's settled call needs no lock
         return call
@@ -485,11 +486,7 @@ class MatMul(NumbaKernel):
                 if out is not None:
                     out[...] = y
                     y = out
-            if (code != NONE or bias is not None) and y.size:
-                rows = y.reshape(-1, y.shape[-1] if y.ndim else 1)
-                add = bias if bias is not None else config.readonly(np.zeros(rows.shape[1], y.dtype))
-                scale_bias_act_cols(rows, y.dtype.type(1), add, y.dtype.type(0 if bias is None else 1), code, p0, p1)
-            return y
+            return self._bias_act(y, bias)
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
         if b.shape[-2] != k:
