@@ -263,3 +263,72 @@ def test_a_pairs_back_off_backs_the_pool_off(quiet_server, monkeypatch):
     for _ in range(pairs.MISSES):
         _at(2, fn, inputs, shape)
     assert srv.stats["backoffs"] == 2 and len(calls) == 1
+
+
+# ResNet-50's 1x1 layers on the cols tiles in the bound parallel call (issue 11, session 12): 512 channels at 7x7
+# (10 panels of 48 and one of 32) and 256 at 14x14 with the residual (conv_serial.PAIR_COLS_MAX; 5 panels and
+# one of 16), each cut where both sides get the same channels x pixels, the panel at the cut split by pixels
+POINTWISE = [
+    ((1, 256, 7, 7), (512, 256, 1, 1), RELU, False, None),
+    ((1, 128, 14, 14), (256, 128, 1, 1), RELU, True, None),
+]
+
+
+def _cpair_of(fn):
+    from kernelkit_numba.kernels import cpair
+
+    cells = []
+    for c in getattr(fn, "__closure__", None) or ():
+        try:
+            cells.append(c.cell_contents)
+        except ValueError:  # (a cell not yet filled: a nested function defined after)
+            pass
+    pairs_ = [c for c in cells if isinstance(c, cpair.Pair)]
+    return pairs_[0] if pairs_ else None
+
+
+@pytest.mark.parametrize("case", POINTWISE, ids=lambda c: f"{c[0][1]}x{c[0][2]}-{c[1][0]}")
+def test_cols_split_halves(case, quiet_server):
+    """A 1x1 layer's cols panels cut with the panel at the cut split by pixels (cpair.COLS_SPLIT): the
+    caller alone and the helper's half run by hand equal the one-thread path (the same cols driver over
+    parts of the output) bit for bit, and the reference; the helper writes its part only."""
+    from kernelkit_numba.kernels import cpair
+
+    xs, ws, attrs, res, _op = case
+    inputs = _layer(case)
+    shape = _out_shape(xs, ws, attrs)
+    want = _at(1, conv_serial.bound_compute(_kernel(xs, ws, attrs, 1, res)), inputs, shape)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    pair = _cpair_of(fn)
+    assert pair is not None and pair.desc[cpair.OP] == cpair.COLS
+    s0, s1 = cpair.SIDE0, cpair.SIDE0 + cpair.SIDE_N
+    q, a = cpair.cols_split(ws[0], xs[2] * xs[3])
+    assert a > 0 and pair.desc[s0 + cpair.S_NP] == a and pair.desc[s1 + cpair.S_P0] == a
+    assert pair.desc[s0 + cpair.S_MC] == q and pair.desc[s1 + cpair.S_C0] == q + 1
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    got = _at(2, fn, inputs, shape)
+    assert srv.stats["alone"] == 1
+    np.testing.assert_array_equal(got, want)
+    assert_close(got, _reference(inputs, attrs), np.float32)
+    y = np.full(shape, np.nan, np.float32)
+    pair.desc[cpair.YA] = y.ctypes.data
+    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
+    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
+    written = ~np.isnan(y)
+    half = y.reshape(ws[0], -1)
+    width = ftile.COLS_WIDTH[cpair.KIND]
+    assert not written.reshape(ws[0], -1)[:q * width].any() and written.reshape(ws[0], -1)[(q + 1) * width:].all()
+    assert not np.isnan(half[q * width, a:]).any() and np.isnan(half[q * width, :a]).all()
+    np.testing.assert_array_equal(y[written], got[written])
+
+
+def test_cols_split_rule():
+    """cpair.cols_split: both sides' channels x pixels within one tile of pixels of a half."""
+    from kernelkit_numba.kernels import cpair
+
+    width, mp = ftile.COLS_WIDTH[cpair.KIND], ftile.COLS_MP[cpair.KIND]
+    for m_n, l_n in ((512, 49), (256, 196), (2048, 49), (1024, 196), (96, 49), (480, 49)):
+        q, a = cpair.cols_split(m_n, l_n)
+        mine = q * width * l_n + min(width, m_n - q * width) * a
+        assert abs(mine - m_n * l_n / 2) <= min(width, m_n - q * width) * mp / 2 + 1e-9

@@ -104,7 +104,9 @@ def _bind(conv, parallel: bool, step=None):
     from .conv import direct_wins, ftile_cols, ftile_wins, implicit_wins  # (conv imports this module)
 
     k_n, l_n = c_n * kh * kw, oh_n * ow_n
-    one = _one_thread(conv, parallel)
+    # (a one-image parallel call's pair takes the cols tiles up to PAIR_COLS_MAX pixels, as one thread does)
+    one = _one_thread(conv, parallel) or (parallel and n_n == 1 and rnpair.ON and rnpair.POINTWISE
+                                          and l_n <= PAIR_COLS_MAX)
     if not forced and not ftile_wins(kh, kw, sh, sw, m_n, k_n, l_n):
         return None
     if (SUBSAMPLE and kh == kw == 1 and ph == pw == 0 and not direct
@@ -219,6 +221,12 @@ def _one_pixel(geometry) -> bool:
     return sh == sw == 1 and ph == pw == 0 and oh_n == ow_n == 1
 
 
+# The bound parallel call of a one-image 1x1 layer (its cpair pair, rnpair.POINTWISE) takes ftile's cols tiles on
+# maps of up to this many pixels, as a one-thread session does (conv.FTILE_COLS_MAX_ONE_THREAD; the rule is
+# ftile_cols's): ResNet-50's 14x14 1x1 layers, which at two threads ran the rows tiles (196 pixels as 208) while
+# the one-thread session's cols tiles ran them 1.06-1.12x faster (AMD box). Their 256 and 1024 channels cut
+# by cpair.COLS_SPLIT. Issue 11, session 12 (r50t12). 0 (or 64): conv.FTILE_COLS_MAX's rule, the rows tiles.
+PAIR_COLS_MAX = 196
 PIXEL = True  # 1x1 convolutions of 1x1 maps bind conv._gemm_pixel's product (False: the general path)
 # 1x1 strided unpadded convolutions subsample their input into a buffer and run the stride-1 tiles
 # (False: the general path, im2col's gather per column-matrix row and the tiles through conv._gemm)
@@ -443,7 +451,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         size = ftile.scratch_size(kind, False, l_n, block, kc, pack)
     packing = (k_n, width)  # (_packed's K and tile width)
     pair = None if (parallel and n_n == 1 and not rnpair.POINTWISE) or kind != cpair.KIND else cpair.tiles_pair(
-        conv, step, cols, y_shape, k_n, l_n, lo, hi, has_z)
+        conv, step, cols, y_shape, k_n, l_n, lo, hi, has_z, split=parallel and n_n == 1)
     if parallel and n_n == 1 and pair is not None:
         pair.rule = (False, rnpair.HICCUP_S)  # ResNet-50's 1x1 layers (0.3-1.4 ms a half): as rnpair's
 

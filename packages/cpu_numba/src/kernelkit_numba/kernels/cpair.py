@@ -108,6 +108,12 @@ IMAGE_STALL = True  # such a pair's stall: a wait past STALL_S plus one of the c
 # slack of half the caller's own half)
 IMPLICIT_IMAGES = True  # a stem of a batch by images: one hand-over a batch, each side its images' phases and
 # every channel (False: one hand-over an image by channels, the caller filling the phases)
+# A one-image layer of the bound parallel call (ResNet-50's 1x1 layers at 7x7, and at 14x14 where they take
+# the cols tiles: conv_serial.PAIR_COLS_MAX) on the cols tiles cuts its 48-channel panels where both sides get
+# the same channels x pixels, the panel at the cut split by pixels (whole tiles of 7): 512 channels (10 panels
+# and one of 32) were 6 panels (288 channels) against 5 (224), 256 (5 and one of 16) 144 against 112.
+# Issue 11, session 12 (r50t12). False: whole panels, the caller the first half (rounded up).
+COLS_SPLIT = True
 
 
 def _drivers():
@@ -198,6 +204,13 @@ def _build():
                 z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + n * ys), (m_n * l_n,), f32)
                 cols(wp, k_n, m_n, x, l_n, l_n, bias, z, has_z, lo, hi, y, l_n, d[KC], scratch, d[b + S_C0],
                      d[b + S_MC])
+                p0, np_ = d[b + S_P0], d[b + S_NP]
+                if np_ > 0:  # the panel at the cut (COLS_SPLIT): its pixels [p0, p0 + np_), read and written in place
+                    q = d[b + S_BLOCK]
+                    xq = numba.carray(_ptr(d[XA] + n * xs + 4 * p0), (k_n * l_n - p0,), f32)
+                    yq = numba.carray(_ptr(d[YA] + n * ys + 4 * p0), (m_n * l_n - p0,), f32)
+                    zq = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + n * ys + 4 * p0), (m_n * l_n - p0,), f32)
+                    cols(wp, k_n, m_n, xq, l_n, np_, bias, zq, has_z, lo, hi, yq, l_n, d[KC], scratch, q, q + 1)
                 n = _image(d, b, side, n)
             return 0
         c0, mc = d[b + S_C0], d[b + S_MC]
@@ -424,8 +437,25 @@ def _clamp(lo, hi) -> np.ndarray:
     return np.array([lo, hi], np.float32)
 
 
-def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_z: bool):
-    """The pair of a bound 1x1 stride-1 layer on ftile's rows (or cols) tiles of KIND, or None."""
+def cols_split(m_n: int, l_n: int) -> tuple[int, int]:
+    """COLS_SPLIT's cut of ``m_n`` channels (cols panels of COLS_WIDTH) on ``l_n`` pixels: (q, a), the caller
+    running panels [0, q) and pixels [0, a) of panel q (whole tiles of COLS_MP), the helper the rest of panel q
+    and the panels after it; a == 0: no panel split."""
+    width, mp = ftile.COLS_WIDTH[KIND], ftile.COLS_MP[KIND]
+    half = m_n / 2
+    q = int(half // width)
+    rest = half - q * width  # the caller's channels of panel q
+    tiles = -(-l_n // mp)
+    valid = min(width, m_n - q * width)
+    a = min(l_n, int(round(rest / valid * tiles)) * mp) if valid > 0 else 0
+    if a >= l_n:
+        return q + 1, 0
+    return q, a
+
+
+def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_z: bool, split: bool = False):
+    """The pair of a bound 1x1 stride-1 layer on ftile's rows (or cols) tiles of KIND, or None. ``split``: a
+    one-image layer's cols panels cut by COLS_SPLIT's rule (the bound parallel call's)."""
     n_n, m_n = y_shape[:2]
     if not PAIR_POINTWISE or 2.0 * n_n * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
         return None
@@ -449,6 +479,13 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
         size = ftile.scratch_size(KIND, True, l_n)
         desc[KC] = ftile.COLS_KC
         desc[s0 + S_C0], desc[s0 + S_MC], desc[s1 + S_C0], desc[s1 + S_MC] = 0, cut, (0 if images else cut), panels
+        if split and COLS_SPLIT and not images and n_n == 1:
+            q, a = cols_split(m_n, l_n)
+            cut = q + int(a > 0)  # (the channel cut below: the split panel counts as the caller's)
+            desc[s0 + S_MC], desc[s1 + S_C0] = q, cut
+            if a:
+                desc[s0 + S_BLOCK], desc[s0 + S_P0], desc[s0 + S_NP] = q, 0, a
+                desc[s1 + S_BLOCK], desc[s1 + S_P0], desc[s1 + S_NP] = q, a, l_n - a
         desc[s0 + S_SCR_N] = desc[s1 + S_SCR_N] = size
         sizes = (size, size)
         channel_cut = None if images else min(m_n, cut * width)
