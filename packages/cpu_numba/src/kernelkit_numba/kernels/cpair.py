@@ -437,11 +437,11 @@ def _clamp(lo, hi) -> np.ndarray:
     return np.array([lo, hi], np.float32)
 
 
-def cols_split(m_n: int, l_n: int) -> tuple[int, int]:
+def cols_split(m_n: int, l_n: int, mp: int | None = None) -> tuple[int, int]:
     """COLS_SPLIT's cut of ``m_n`` channels (cols panels of COLS_WIDTH) on ``l_n`` pixels: (q, a), the caller
-    running panels [0, q) and pixels [0, a) of panel q (whole tiles of COLS_MP), the helper the rest of panel q
-    and the panels after it; a == 0: no panel split."""
-    width, mp = ftile.COLS_WIDTH[KIND], ftile.COLS_MP[KIND]
+    running panels [0, q) and pixels [0, a) of panel q (whole tiles of ``mp`` pixels, COLS_MP unless given),
+    the helper the rest of panel q and the panels after it; a == 0: no panel split."""
+    width, mp = ftile.COLS_WIDTH[KIND], mp or ftile.COLS_MP[KIND]
     half = m_n / 2
     q = int(half // width)
     rest = half - q * width  # the caller's channels of panel q

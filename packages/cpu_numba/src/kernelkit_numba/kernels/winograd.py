@@ -86,15 +86,22 @@ def _activate(v, code, p0, p1):
 def _output_transform(mo, y, bias, z, has_z, th_n, tw_n, code, p0, p1, m0, m1):
     """y[m] (OH, OW) = act(A^T M A + bias[m] (+ z[m])) per tile, output channels [m0, m1);
     mo[k, m * tiles + t]; z: the fused residual shaped like y (read only when ``has_z``)."""
+    _output_transform_tiles(mo, y, bias, z, has_z, th_n, tw_n, code, p0, p1, m0, m1, 0, th_n * tw_n)
+
+
+@jit_parallel
+def _output_transform_tiles(mo, y, bias, z, has_z, th_n, tw_n, code, p0, p1, m0, m1, t0, t1):
+    """``_output_transform`` of tiles [t0, t1) (row-major over th_n x tw_n) only (rnpair.py's F(2x2) pairs:
+    a panel of channels split by tiles between the two sides)."""
     oh_n, ow_n = y.shape[1], y.shape[2]
     for m in range(m0, m1):
         beta = bias[m]
         plane = y[m]
         zp = z[m] if has_z else z[0]
-        for th in range(th_n):
+        for th in range(t0 // tw_n, (t1 + tw_n - 1) // tw_n):
             oh = 2 * th
             two_rows = oh + 1 < oh_n
-            for tw in range(tw_n):
+            for tw in range(max(0, t0 - th * tw_n), min(tw_n, t1 - th * tw_n)):
                 t = U64((m * th_n + th) * tw_n + tw)
                 s0 = mo[0, t] + mo[4, t] + mo[8, t]
                 s1 = mo[1, t] + mo[5, t] + mo[9, t]
@@ -556,12 +563,13 @@ def _output_tiles4(mo, y, bias, z, has_z, th_n, tw_n, code, p0, p1, t0, t1, m0, 
                         dst[U64(p)] = _activate(src[U64(p)], code, p0, p1)
 
 
-def tile_blocks(tiles: int, c_n: int, m_n: int, itemsize: int = 4) -> int:
+def tile_blocks(tiles: int, c_n: int, m_n: int, itemsize: int = 4, budget: int | None = None) -> int:
     """The blocks a run of ``tiles`` F(4x4) tiles goes in: v and the products (36 x (C + M) values a
-    tile) under TILE_BYTES a block (0: one block), never more blocks than tiles (none empty)."""
-    if TILE_BYTES <= 0:
+    tile) under TILE_BYTES (or ``budget``) a block (0: one block), never more blocks than tiles (none empty)."""
+    budget = TILE_BYTES if budget is None else budget
+    if budget <= 0:
         return 1
-    return max(1, min(tiles, -(-tiles * 36 * (c_n + m_n) * itemsize // TILE_BYTES)))
+    return max(1, min(tiles, -(-tiles * 36 * (c_n + m_n) * itemsize // budget)))
 
 
 def _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, t0, t1) -> None:
