@@ -5,6 +5,8 @@
 # session's three switches off), loaded on LCPUS, and nodes_ab2t.py (per kind of layer: 2t / 1t, default / old,
 # default / tb1m: the 64@56 Winograd pairs in blocks of 49 tiles) on NCPUS. The tables come last, computed from
 # the turns' JSON lines (so that a turns job cut by its timeout still gives its rounds).
+# (Run once, 13:53 UTC, with PAIR_COLS_MAX 196 and WINO2_SPLIT on; both are off since, so "old" now differs from
+# the default in cpair.COLS_SPLIT only.)
 #     OUT=/tmp/out bash benchmarks/r50t12_round.sh
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

@@ -111,6 +111,17 @@ def test_caller_alone_and_helper_half(case, quiet_server):
     """The helper 'spinning' but never coming: the caller claims the second half; the helper's loop run
     by hand serves a republished job's second half, bit for bit the caller's; the result equals the
     one-thread path (bit for bit for the direct convolution) and the reference."""
+    _check_halves(case, quiet_server)
+
+
+def test_wino2_split_halves(quiet_server, monkeypatch):
+    """F(2x2) by channels with the panel at the cut split by tiles (rnpair.WINO2_SPLIT: 128 channels are two
+    panels of 48 and one of 32, the middle one split): as test_caller_alone_and_helper_half."""
+    monkeypatch.setattr(rnpair, "WINO2_SPLIT", True)
+    _check_halves(LAYERS[1], quiet_server, split=True)
+
+
+def _check_halves(case, srv, split=False):
     xs, ws, attrs, res, op = case
     inputs = _layer(case)
     shape = _out_shape(xs, ws, attrs)
@@ -119,7 +130,7 @@ def test_caller_alone_and_helper_half(case, quiet_server):
     fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
     pair = _pair_of(fn)
     assert pair is not None and pair.desc[rnpair.OP] == op
-    srv = quiet_server
+    assert (pair.desc[rnpair.SIDE0 + rnpair.S_SNP] > 0) == split
     srv.ctl[pairs.AWAKE] = 1
     got = _at(2, fn, inputs, shape)
     assert srv.stats["alone"] == 1 and srv.stats["paired"] == 0
@@ -288,12 +299,13 @@ def _cpair_of(fn):
 
 
 @pytest.mark.parametrize("case", POINTWISE, ids=lambda c: f"{c[0][1]}x{c[0][2]}-{c[1][0]}")
-def test_cols_split_halves(case, quiet_server):
+def test_cols_split_halves(case, quiet_server, monkeypatch):
     """A 1x1 layer's cols panels cut with the panel at the cut split by pixels (cpair.COLS_SPLIT): the
     caller alone and the helper's half run by hand equal the one-thread path (the same cols driver over
     parts of the output) bit for bit, and the reference; the helper writes its part only."""
     from kernelkit_numba.kernels import cpair
 
+    monkeypatch.setattr(conv_serial, "PAIR_COLS_MAX", 196)  # (the 14x14 layer on the cols tiles)
     xs, ws, attrs, res, _op = case
     inputs = _layer(case)
     shape = _out_shape(xs, ws, attrs)

@@ -223,10 +223,12 @@ def _one_pixel(geometry) -> bool:
 
 # The bound parallel call of a one-image 1x1 layer (its cpair pair, rnpair.POINTWISE) takes ftile's cols tiles on
 # maps of up to this many pixels, as a one-thread session does (conv.FTILE_COLS_MAX_ONE_THREAD; the rule is
-# ftile_cols's): ResNet-50's 14x14 1x1 layers, which at two threads ran the rows tiles (196 pixels as 208) while
-# the one-thread session's cols tiles ran them 1.06-1.12x faster (AMD box). Their 256 and 1024 channels cut
-# by cpair.COLS_SPLIT. Issue 11, session 12 (r50t12). 0 (or 64): conv.FTILE_COLS_MAX's rule, the rows tiles.
-PAIR_COLS_MAX = 196
+# ftile_cols's; 0: conv.FTILE_COLS_MAX's rule, the rows tiles on ResNet-50's 14x14 1x1 layers, which run 196
+# pixels as 208). Issue 11, session 12 (r50t12), 196 against 0, per kind of layer in the model (nodes_ab2t.py):
+# AMD box 1.03-1.15x faster (their 256 and 1024 channels cut by cpair.COLS_SPLIT); Xeon 1.11-1.16x slower,
+# against 0.97-1.09x for an identical session (session 5 had the rows tiles ahead at 14x14 there, 127 against
+# 111 GFLOP/s): off. A/B: kernels.conv_serial.PAIR_COLS_MAX=196
+PAIR_COLS_MAX = 0
 PIXEL = True  # 1x1 convolutions of 1x1 maps bind conv._gemm_pixel's product (False: the general path)
 # 1x1 strided unpadded convolutions subsample their input into a buffer and run the stride-1 tiles
 # (False: the general path, im2col's gather per column-matrix row and the tiles through conv._gemm)

@@ -112,7 +112,9 @@ IMPLICIT_IMAGES = True  # a stem of a batch by images: one hand-over a batch, ea
 # the cols tiles: conv_serial.PAIR_COLS_MAX) on the cols tiles cuts its 48-channel panels where both sides get
 # the same channels x pixels, the panel at the cut split by pixels (whole tiles of 7): 512 channels (10 panels
 # and one of 32) were 6 panels (288 channels) against 5 (224), 256 (5 and one of 16) 144 against 112.
-# Issue 11, session 12 (r50t12). False: whole panels, the caller the first half (rounded up).
+# Issue 11, session 12 (r50t12), nodes_ab2t.py: ResNet-50's 2048 -> 512 at 7x7 1.10x faster on the AMD box
+# (512 -> 2048 1.03x), at par on the Xeon (1.01-1.04x slower against 0.97-1.03x for an identical session).
+# False: whole panels, the caller the first half (rounded up).
 COLS_SPLIT = True
 
 

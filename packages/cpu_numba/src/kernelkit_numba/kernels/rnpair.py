@@ -52,10 +52,13 @@ POINTWISE = True  # the parallel 1x1 layers and stems take cpair's pairs (conv_s
 # layers (16 tiles) had each side read all 36 x 256 x 256 transformed weights (9.4 MB) for 8 tiles
 WINO4_MIN_PIXELS = 392
 WINO2 = True  # the F(2x2, 3x3) layers pair (by output channels: the weights' halves)
-# F(2x2, 3x3) by output channels on the cols tiles cuts its 48-channel panels where both sides get the same
-# channels x tiles, the panel at the cut split by tiles (cpair.cols_split): the 256@14 layers (5 panels and one
-# of 16) were 144 channels against 112. Issue 11, session 12 (r50t12). False: whole panels.
-WINO2_SPLIT = True
+# True: F(2x2, 3x3) by output channels on the cols tiles cuts its 48-channel panels where both sides get the
+# same channels x tiles, the panel at the cut split by tiles (cpair.cols_split; the 256@14 layers, 5 panels and
+# one of 16, are 144 channels against 112 by whole panels), both sides then reading that panel's 16 positions of
+# weights. Issue 11, session 12 (r50t12): AMD box in the model 0.97-1.03x (nodes_ab2t.py); Xeon (nodes_ab2t.py
+# beside two turns jobs) the 256@14 layers 1.11x slower against 1.07x for an identical session: no gain, off.
+# A/B: kernels.rnpair.WINO2_SPLIT=1
+WINO2_SPLIT = False
 # The bytes of v and products a block of a side's F(4x4) tiles takes (winograd.tile_blocks; None:
 # winograd.TILE_BYTES, 2 MiB: the 64@56 layers' 98 tiles a side in one block of 1.8 MB, the 128@28 layers' 25)
 PAIR_TILE_BYTES = None
