@@ -344,3 +344,33 @@ def test_cols_split_rule():
         q, a = cpair.cols_split(m_n, l_n)
         mine = q * width * l_n + min(width, m_n - q * width) * a
         assert abs(mine - m_n * l_n / 2) <= min(width, m_n - q * width) * mp / 2 + 1e-9
+
+
+@pytest.mark.parametrize("stride", [2, 1])
+def test_maxpool_pair(stride, quiet_server):
+    """A one-image MaxPool 3x3 in a two-thread session as two halves of its planes (cpair.maxpool_pair): the
+    caller alone equals the reference bit for bit, the helper's half run by hand writes the upper planes
+    only, equal to it."""
+    from kernelkit_numba.kernels import cpair
+    from kernelkit_numba.kernels.pool import MaxPool
+
+    attrs = {"kernel_shape": [3, 3], "strides": [stride, stride], "pads": [1, 1, 1, 1]}
+    rng = np.random.default_rng(5)
+    x = _ro(rng.standard_normal((1, 16, 20, 20)).astype(np.float32))
+    (want,) = run_single_op("MaxPool", [x], attrs, vendors=["reference"])
+    k = MaxPool()
+    k.context = KernelContext(Node("MaxPool", ["x"], ["y"], {}, "n"), None, {}, 2)
+    k.prepare([TensorSpec(x.shape, "float32")], attrs)
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    got = k.compute(x)
+    assert srv.stats["alone"] == 1
+    np.testing.assert_array_equal(got, want)
+    pair = k._pair[1]
+    assert pair.desc[cpair.DWFN] == 6 + (stride == 2)
+    y = np.full(want.shape, np.nan, np.float32)
+    pair.desc[cpair.YA] = y.ctypes.data
+    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
+    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
+    assert np.isnan(y[0, :8]).all() and not np.isnan(y[0, 8:]).any()
+    np.testing.assert_array_equal(y[0, 8:], want[0, 8:])

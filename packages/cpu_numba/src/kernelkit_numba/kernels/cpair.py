@@ -78,7 +78,8 @@ SIDE0, SIDE_N = 36, 12
 # pixel and pixels, the rows plan's block, groups, kc, pack and shards, its scratch floats, its images
 (S_C0, S_MC, S_P0, S_NP, S_BLOCK, S_GROUPS, S_KC, S_PACK, S_TOTAL, S_SCR_N, S_N0, S_N1) = range(12)
 NDESC = SIDE0 + 2 * SIDE_N
-DW_FNS = ("r1", "r1z", "s2", "s2z", "p2", "p2z")  # DWFN: dwtile's plane drivers, in this order
+DW_FNS = ("r1", "r1z", "s2", "s2z", "p2", "p2z", "max1", "max2")  # DWFN: dwtile's plane drivers, in this order
+# (max1, max2: its MaxPool 3x3 planes, stride 1 and 2: maxpool_pair)
 
 # A layer pairs from this estimated one-thread time (microseconds): 1x1 layers at ~60 GFLOP/s,
 # depthwise ones by dwtile.cost_us. The hand-over costs ~1-3 us a layer (a store, the helper's poll,
@@ -132,6 +133,7 @@ def _build():
     rows, cols, (dw0, dw1, dw2, dw3, dw4, dw5) = _drivers()
     implicit = ftile.implicit_driver(KIND)
     phases = ftile.phases_padded
+    mx1, mx2 = dwtile._max_planes_s1, dwtile._max_planes_s2
     f32 = np.float32
 
     def half(addr, side):
@@ -154,7 +156,11 @@ def _build():
                 x = numba.carray(_ptr(d[XA] + n * xs), n4, f32)
                 y = numba.carray(_ptr(d[YA] + n * ys), o4, f32)
                 z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + n * ys), o4, f32)
-                if fn == 0:
+                if fn == 6:
+                    mx1(x, y, ph, pw, band, q0, q1)
+                elif fn == 7:
+                    mx2(x, y, ph, pw, band, q0, q1)
+                elif fn == 0:
                     dw0(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
                 elif fn == 1:
                     dw1(x, w, bias, y, z, ph, pw, lo, hi, band, q0, q1)
@@ -592,6 +598,44 @@ def implicit_pair(conv, step, y_shape, k_n: int, xpp, koff, row_step: int, lo, h
     pair = Pair(desc, size, size, fill, strict=n_n == 1)
     pair.whole = whole
     pair.keep = (fv, xpp, koff)
+    return pair
+
+
+# A one-image float32 MaxPool 3x3 on dwtile's tiles in a two-thread session (ResNet's 3x3/2 after the stem, 64
+# planes of 112x112; serial below dwtile's PARALLEL_US: 0.45 ms at two threads on the Xeon, 0.85 of its
+# one-thread time) runs as two halves of its planes on the helper (maxpool_pair; kernels/pool.py). Issue 11,
+# session 12 (r50t12). False: the planes on the calling thread.
+PAIR_MAXPOOL = True
+_NO_WEIGHT = np.zeros(1, np.float32)
+
+
+def maxpool_pair(kernel, y_shape, x_shape, stride: int, ph: int, pw: int):
+    """The pair of a bound one-image MaxPool 3x3 (stride 1 or 2) on dwtile's max planes, by halves of the planes
+    (the depthwise op with DWFN max1 / max2; called with no weight: ``pair(None, None, x, y, None)``), or None."""
+    n_n, m_n, oh_n, ow_n = y_shape
+    c_n, h_n, w_n = x_shape[1:]
+    if not (PAIR_MAXPOOL and n_n == 1 and m_n == c_n and m_n >= 2 and stride in (1, 2)):
+        return None
+    if not _start(kernel, 1):
+        return None
+    desc = np.zeros(NDESC, np.int64)
+    fv = _clamp(0.0, 0.0)
+    desc[OP], desc[HAS_Z], desc[FV] = DEPTHWISE, 0, fv.ctypes.data
+    desc[C], desc[H], desc[W], desc[M], desc[OH], desc[OW] = c_n, h_n, w_n, m_n, oh_n, ow_n
+    desc[PH], desc[PW], desc[BAND], desc[DWFN] = ph, pw, dwtile.band_rows(w_n, stride), 6 + (stride == 2)
+    cut = m_n // 2
+    desc[SIDE0 + S_C0], desc[SIDE0 + S_MC] = 0, cut
+    desc[SIDE0 + SIDE_N + S_C0], desc[SIDE0 + SIDE_N + S_MC] = cut, m_n
+    desc[SIDE0 + S_SCR_N] = desc[SIDE0 + SIDE_N + S_SCR_N] = 1
+    _images(desc, 1, False)
+
+    def fill(d, _w, _bias):
+        d[WA], d[WA_N], d[BIAS] = _NO_WEIGHT.ctypes.data, 1, _NO_WEIGHT.ctypes.data
+        return fv, _NO_WEIGHT
+
+    fill(desc, None, None)  # (the calls pass no weight: Pair's bound (None, None) never calls it again)
+    pair = Pair(desc, 1, 1, fill, strict=True)
+    pair.keep = (fv,)
     return pair
 
 

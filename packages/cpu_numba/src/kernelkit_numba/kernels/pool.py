@@ -12,6 +12,7 @@ import numpy as np
 from kernelkit.geometry import window
 from kernelkit.registry import register_kernel
 
+from .. import config
 from .._base import NumbaKernel, threaded
 from ..config import jit_parallel, parallel_for
 from . import dwtile
@@ -209,6 +210,29 @@ class MaxPool(_Pool):
             return dwtile.work("max", win.strides[0], planes, planes * math.prod(win.out))
         return super().work(x)
 
+    def _paired(self, x4, y, stride: int, ph: int, pw: int) -> bool:
+        """One image in a session of two threads: the planes in two halves on fpair's helper (cpair.maxpool_pair;
+        issue 11, session 12); False where it did not run (no pair, the helper asleep or backed off)."""
+        from . import cpair, rnpair
+
+        if (self.threads or config.default_threads()) != 2 or not y.flags.c_contiguous or not y.flags.writeable:
+            return False
+        key = (x4.shape, y.shape, stride, ph, pw)
+        hit = self.__dict__.get("_pair")
+        if hit is None or hit[0] != key:
+            pair = cpair.maxpool_pair(self, y.shape, x4.shape, stride, ph, pw)
+            if pair is not None:
+                pair.rule = (False, rnpair.HICCUP_S)  # (rnpair's rule for the parallel one-image layers)
+            hit = self._pair = (key, pair)
+        pair = hit[1]
+        if pair is None:
+            return False
+        srv = cpair.server()
+        before = srv.stats["backoffs"]
+        done = pair(None, None, config.readonly(x4), y, None)
+        rnpair.follow(srv, before)
+        return done
+
     def compute(self, x, *, out=None):
         win = self._window(x.shape)
         x4 = self._as_2d(x)
@@ -216,6 +240,8 @@ class MaxPool(_Pool):
         y = _output(x, x4.shape[:2] + tuple(win.out), out)
         if not self.want_indices and dwtile.maxpool_fits(win.kernel, win.strides, win.dilations, x4.dtype) \
                 and dwtile.enabled():
+            if x4.shape[0] == 1 and self._paired(x4, y, sh, ph, pw):
+                return _result(x, y, out)
             fn, args = dwtile.maxpool(x4, y, sh, ph, pw)
             dwtile.run(fn, y.shape[0] * y.shape[1], args, dwtile.cost_us("max", sh, y.shape[0] * y.shape[1], y.size))
             return _result(x, y, out)
