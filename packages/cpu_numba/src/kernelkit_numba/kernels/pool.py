@@ -213,10 +213,10 @@ class MaxPool(_Pool):
     def _paired(self, x4, y, stride: int, ph: int, pw: int) -> bool:
         """One image in a session of two threads: the planes in two halves on fpair's helper (cpair.maxpool_pair;
         issue 11, session 12); False where it did not run (no pair, the helper asleep or backed off)."""
-        from . import cpair, rnpair
-
         if (self.threads or config.default_threads()) != 2 or not y.flags.c_contiguous or not y.flags.writeable:
             return False
+        from . import cpair, rnpair  # (the conv pairs' modules, imported once a two-thread pool runs)
+
         key = (x4.shape, y.shape, stride, ph, pw)
         hit = self.__dict__.get("_pair")
         if hit is None or hit[0] != key:
