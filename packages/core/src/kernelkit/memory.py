@@ -37,10 +37,23 @@ ALIGN = 64  # bytes: every block starts on a cache line (and an AVX-512 vector)
 # the hot plan (issue 11, session 12): on (True) or off (False: session 11's plans, by size only)
 HOT = True
 HOT_MAX_GROWTH = 1.25  # the hot plan is kept when its arena is at most this times the smaller best-fit one
+
+
+def _l2_bytes(default: int = 1 << 20) -> int:
+    """The L2 cache of CPU 0 (Linux sysfs), else ``default``."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index2/size") as f:
+            text = f.read().strip().upper()
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+        return int(text.rstrip("KM")) * scale or default
+    except (OSError, ValueError):
+        return default
+
+
 # bytes touched (read or written) by the steps since a region's last use, beyond which it counts as cold:
 # the L2 of a core (1 MiB on the Zen 4 box, 2 MiB on the Xeon). A byte written costs its age over this,
 # 1 at most; a byte the arena grows by (never held) costs HOT_GROW: a cold gap is taken before the top
-HOT_CACHE_BYTES = 1 << 20
+HOT_CACHE_BYTES = _l2_bytes()
 HOT_GROW = 1.05
 
 # ops whose kernels may write their output over an input of the same shape and dtype
