@@ -5,6 +5,7 @@ in turn, each node's best ms over ``runs`` (``profile=True``)::
 
     taskset -c 0,1 python benchmarks/bench_residual_after_gemm.py [K=3072] [runs=30]
     KERNELKIT_F32_GEMM=off taskset -c 0,1 python benchmarks/bench_residual_after_gemm.py   # BLAS product
+    KERNELKIT_BENCH_SET=kernels.fgemm.KC=256 taskset -c 0,1 python benchmarks/bench_residual_after_gemm.py
 
 With K = 3072 (BERT's FFN2: 9.4 MB of weights) the Add after fgemm's product ran 1.32-1.42x the
 reference's on the AMD box; after the BLAS product (``KERNELKIT_F32_GEMM=off``) 0.97-1.11x; with
@@ -24,9 +25,11 @@ import numpy as np  # noqa: E402
 from _timing import best_node_ms_interleaved  # noqa: E402
 from kernelkit_converters.onnx import convert  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from test_bench_numba import apply_bench_set  # noqa: E402
 
 
 def main(argv: list[str]) -> None:
+    apply_bench_set()  # $KERNELKIT_BENCH_SET: module constants of kernelkit_numba
     k = int(argv[0]) if argv else 3072
     runs = int(argv[1]) if len(argv) > 1 else 30
     rng = np.random.default_rng(0)
