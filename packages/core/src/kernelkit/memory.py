@@ -3,7 +3,8 @@ their lifetimes (best fit in greedy-by-size and greedy-by-breadth order, the sma
 the planners of TFLite's arena and onnxruntime's memory patterns). With ``HOT`` on, a third,
 chronological plan places each block where the arena was touched most recently (``place_hot``:
 a value written into memory its neighbours just read finds its lines in L1/L2, as a freshly
-malloc'ed chunk does), and is kept when its arena is at most ``HOT_MAX_GROWTH`` times the best.
+malloc'ed chunk does); of the three, the plan whose writers find their destinations warmest is kept
+among those whose arena is at most ``HOT_MAX_GROWTH`` times the smallest (``place_best``).
 
 Which values get a place in the arena: each single output of a host kernel that takes ``out=``,
 whose shape is known for the run's input shapes, and that is not a graph output (outputs are
@@ -36,7 +37,7 @@ ALIGN = 64  # bytes: every block starts on a cache line (and an AVX-512 vector)
 
 # the hot plan (issue 11, session 12): on (True) or off (False: session 11's plans, by size only)
 HOT = True
-HOT_MAX_GROWTH = 1.25  # the hot plan is kept when its arena is at most this times the smaller best-fit one
+HOT_MAX_GROWTH = 1.25  # with HOT, a plan is kept only if its arena is at most this times the smallest
 
 
 def _l2_bytes(default: int = 1 << 20) -> int:
