@@ -43,7 +43,8 @@ def test_hot_plans_never_overlap_blocks_alive_together(spans, steps, cache):
     best_fit = min(place_blocks(blocks), place_blocks(blocks, memory.by_breadth))
     top = place_best(blocks, clock, info := {})
     _disjoint_when_alive(blocks, top)
-    assert info["best_fit_bytes"] == best_fit <= top <= best_fit * memory.HOT_MAX_GROWTH
+    # the bound is against best fit; the chronological plan may also come out smaller than best fit
+    assert info["best_fit_bytes"] == best_fit and live_peak(blocks, 40) <= top <= best_fit * memory.HOT_MAX_GROWTH
     small = [k for k in ("size", "breadth", "hot") if info[k + "_bytes"] <= best_fit * memory.HOT_MAX_GROWTH]
     warmest = min(small, key=lambda k: (info[k + "_cost"], info[k + "_bytes"]))
     assert write_cost(blocks, clock) == info[warmest + "_cost"] and top == info[warmest + "_bytes"]
