@@ -64,6 +64,10 @@ PREFETCH = 4
 # Xeon, the MLP b64 at one thread in turns (issue 11, session 11), 8 faster than 4 in 6 of 7 rounds, median
 # 1.12x (the next panel's chunk prefetched over the first 4 row tiles instead of 8: done before the 8th)
 PREFETCH_ONE_THREAD = 8
+# Gemm's one-thread bound call packs A into row tiles (pack_a: each tile's mr rows one contiguous stream)
+# instead of broadcasting from A's own rows (DIRECT_A), read when the call binds (issue 11, session 12: a
+# Xeon A/B, ``--variant1 packa=kernels.fgemm.PACK_A_ONE_THREAD=1``; A's 8 rows 4 KiB apart share an L1 set)
+PACK_A_ONE_THREAD = False
 KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 ran 3-15% above chunks of 256-512)
 
 
@@ -466,6 +470,9 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
     alpha, p0, p1 = f32(alpha), f32(p0), f32(p1)
     pairs = 2.0 * m_n * n_n * k_n >= PAIR_FLOPS
     made = []
+    tall, short = row_tiles(m_n, mr)
+    pack = bool(PACK_A_ONE_THREAD)
+    a_len = (tall * mr + short * SHORT_MR) * k_n
 
     def run(a2, out, threads=1, shards=1):
         if threads == 2 and pairs and fpair.enabled():
@@ -480,6 +487,12 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
                 # through every later run (MobileNetV2 b8's head: its conv pairs then stop, conv_serial._pooled)
         if threads > 1:
             gemm(kind, packed, a2, out, alpha, None if bias is None else bb[:n_n], code, p0, p1, shards)
+            return
+        if pack:
+            ap = config.thread_buffer("fgemm_a", a_len, np.float32)
+            pack_a(a2, m_n, k_n, mr, ap, tall, short, SHORT_MR)
+            fn(ap, 0, bp, k_n, m_n, n_n, alpha, bb, zeros, out.reshape(-1), n_n, lo, hi, p0, p1, block, groups, kc, 0,
+               total)
             return
         fn(a2.reshape(-1), k_n, bp, k_n, m_n, n_n, alpha, bb, zeros, out.reshape(-1), n_n, lo, hi, p0, p1, block,
            groups, kc, 0, total)
