@@ -68,6 +68,10 @@ PREFETCH_ONE_THREAD = 8
 # instead of broadcasting from A's own rows (DIRECT_A), read when the call binds (issue 11, session 12: a
 # Xeon A/B, ``--variant1 packa=kernels.fgemm.PACK_A_ONE_THREAD=1``; A's 8 rows 4 KiB apart share an L1 set)
 PACK_A_ONE_THREAD = False
+# Gemm's one-thread bound call's tiles prefetch their panel's row k + B_AHEAD into L1 at step k (0: off; read
+# when the call binds): the 8 row tiles of a column panel each read its 100-128 KiB from L2 (issue 11,
+# session 12: a Xeon A/B, ``--variant1 ahead8=kernels.fgemm.B_AHEAD_ONE_THREAD=8``)
+B_AHEAD_ONE_THREAD = 0
 KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 ran 3-15% above chunks of 256-512)
 
 
@@ -103,7 +107,7 @@ def pack_a(a, m_n, k_n, mr, ap, tall, short, short_mr):
 
 
 # --------------------------------------------------------------------------------------------- IR
-def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool = False):
+def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool = False, ahead: int = 0):
     """An intrinsic ``tile(a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo,
     lo, hi, m_valid, n_valid, pf, pfs)``: rows [0, m_valid) and columns [0, n_valid) of the mr x nr block of
     ``out`` at ``out[o_off:]`` (row stride ``ldo``) = clamp(alpha * (A at ``a[a_off + r * lda + k *
@@ -111,7 +115,9 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool 
     B panel at ``b[b_off:]`` ([k][nr]) over k < k_n) + bias[c0 + j], lo, hi) (NaN kept). ``first`` =
     0: the accumulators start from ``out`` (a later K chunk). ``masked``: only the first n_valid
     columns are read and stored. ``prefetch``: each step k also prefetches (into L2) the cache line
-    holding ``b[pf + pfs * k]`` (a later panel of B: the driver's PREFETCH); without, pf and pfs unused."""
+    holding ``b[pf + pfs * k]`` (a later panel of B: the driver's PREFETCH); without, pf and pfs unused.
+    ``ahead`` (steps, 0: none): each step k also prefetches into L1 the panel's row k + ahead (its nvec
+    vectors: B_AHEAD), which the tile reads ``ahead`` steps later."""
     lanes = 8 if kind == "avx2" else 16
     nr = lanes * nvec
 
@@ -191,6 +197,11 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool 
         if prefetch:
             line = builder.bitcast(builder.gep(ppf, [builder.mul(k, pfs)]), i8p)
             builder.call(prefetch_fn, [line, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])  # L2
+        if ahead:
+            later = builder.gep(brow, [ir.Constant(i64, ahead * nr)])
+            for j in range(nvec):
+                line = builder.bitcast(builder.gep(later, [ir.Constant(i64, lanes * j)]), i8p)
+                builder.call(prefetch_fn, [line, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])  # L1
         new = []
         for r in range(mr):
             av = splat(builder.load(builder.gep(arows[r], [ak]), align=4))
@@ -246,13 +257,14 @@ def _generic_tile(a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, 
 
 
 @functools.cache
-def _tiles(kind: int, mr: int, prefetch: bool = False):
-    """(full, masked) tiles of variant ``kind`` with ``mr`` rows (generic: 4 only), with the prefetch."""
+def _tiles(kind: int, mr: int, prefetch: bool = False, ahead: int = 0):
+    """(full, masked) tiles of variant ``kind`` with ``mr`` rows (generic: 4 only), with the prefetches."""
     if kind == 0:
         return _generic_tile, _generic_tile
     name = "avx512" if kind in (2, NARROW) else "avx2"
     nvec = 1 if kind == NARROW else 2
-    return _tile_intrinsic(name, mr, nvec, False, prefetch), _tile_intrinsic(name, mr, nvec, True, prefetch)
+    return (_tile_intrinsic(name, mr, nvec, False, prefetch, ahead),
+            _tile_intrinsic(name, mr, nvec, True, prefetch, ahead))
 
 
 MIXED_MR = 12  # an avx512 driver of this height also has 8-row tiles for the last rows (row_tiles)
@@ -275,13 +287,13 @@ def row_tiles(m_n: int, mr: int) -> tuple[int, int]:
     return best[1], best[2]
 
 
-def driver(kind: int, post: int, mr: int, prefetch: int | None = None):
-    """_driver with PREFETCH (now) unless ``prefetch`` is given."""
-    return _driver(kind, post, mr, int(PREFETCH if prefetch is None else prefetch))
+def driver(kind: int, post: int, mr: int, prefetch: int | None = None, ahead: int = 0):
+    """_driver with PREFETCH (now) unless ``prefetch`` is given; ``ahead``: the tiles' B_AHEAD."""
+    return _driver(kind, post, mr, int(PREFETCH if prefetch is None else prefetch), int(ahead))
 
 
 @functools.cache
-def _driver(kind: int, post: int, mr: int, prefetch: int):
+def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0):
     """The compiled loops of variant ``kind`` with ``mr``-row tiles and the activation ``post`` (an
     epilogue code other than NONE/CLIP, applied over each finished tile; NONE: the tile's clamp is
     all) fixed.
@@ -293,9 +305,9 @@ def _driver(kind: int, post: int, mr: int, prefetch: int):
     over column panel q prefetch panel q + 1's K chunk into L2, ``prefetch`` floats of it a K step each
     (16: a cache line a step over the first nr / 16 tiles; 4: a line every 4 steps over nr / 4 tiles),
     so that the next panel's first tile does not wait on L3."""
-    full, masked = _tiles(kind, mr, prefetch > 0)
+    full, masked = _tiles(kind, mr, prefetch > 0, ahead)
     mixed = kind == 2 and mr == MIXED_MR  # 12-row tiles, then 8-row ones (row_tiles)
-    full8, masked8 = _tiles(kind, SHORT_MR, prefetch > 0) if mixed else (full, masked)
+    full8, masked8 = _tiles(kind, SHORT_MR, prefetch > 0, ahead) if mixed else (full, masked)
     pfs = max(1, prefetch)
     nr = NR[kind]
 
@@ -364,7 +376,8 @@ def _driver(kind: int, post: int, mr: int, prefetch: int):
                                     out[U(at + j)] = act(out[U(at + j)], post, p0, p1)
 
     # cached under the variant's name: the cells (intrinsics) pickle differently in every process
-    setattr(gemm, CLOSURE_KEY, f"fgemm.gemm.{kind}.{mr}.{post}" + (f".pf{prefetch}" if prefetch else ""))
+    setattr(gemm, CLOSURE_KEY, f"fgemm.gemm.{kind}.{mr}.{post}" + (f".pf{prefetch}" if prefetch else "") +
+            (f".a{ahead}" if ahead else ""))
     return jit(gemm)
 
 
@@ -446,13 +459,15 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
     config.run_shards(lambda i: fn(*args, i, i + 1), total)
 
 
-def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0, prefetch=None):
+def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0, prefetch=None,
+           ahead=0, packed_a=False):
     """``run(a2, out, threads=1, shards=1)``: gemm's product of ``m_n`` rows by ``packed`` with everything but A
     (C-contiguous (M, K)) and the output (C-contiguous (M, N)) fixed now (a plan's bound call: the
     general path's per-call decisions, ~10-40 us a node, left out). One thread: the driver over every
     shard; two: fpair's halves (the descriptor made at the first such call) where the helper spins,
     else (and at more threads) ``gemm`` in ``shards``. ``bias``: N values (copied) or None.
-    ``prefetch``: the one-thread driver's PREFETCH (None: PREFETCH's value now)."""
+    ``prefetch``: the one-thread driver's PREFETCH (None: PREFETCH's value now); ``ahead``: its tiles'
+    B_AHEAD (0: none); ``packed_a``: the one-thread driver reads A packed into row tiles (pack_a), not A's rows."""
     k_n, n_n = packed.k_n, packed.n_n
     mr = MR[kind]
     block, blocks, groups, kc = plan(kind, m_n, k_n, n_n, 1)
@@ -466,12 +481,12 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
         lo, hi, post = f32(p0), f32(p1), NONE
     else:
         lo, hi, post = f32(-np.inf), f32(np.inf), code
-    fn, bp, zeros, total = driver(kind, post, mr, prefetch), packed.bp, packed.zeros, blocks * groups
+    fn, bp, zeros, total = driver(kind, post, mr, prefetch, ahead), packed.bp, packed.zeros, blocks * groups
     alpha, p0, p1 = f32(alpha), f32(p0), f32(p1)
     pairs = 2.0 * m_n * n_n * k_n >= PAIR_FLOPS
     made = []
     tall, short = row_tiles(m_n, mr)
-    pack = bool(PACK_A_ONE_THREAD)
+    pack = bool(packed_a)
     a_len = (tall * mr + short * SHORT_MR) * k_n
 
     def run(a2, out, threads=1, shards=1):
