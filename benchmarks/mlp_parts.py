@@ -22,8 +22,8 @@ os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 import kernelkit  # noqa: E402
-import onnx.numpy_helper as nh  # noqa: E402
 import numpy as np  # noqa: E402
+import onnx.numpy_helper as nh  # noqa: E402
 from kernelkit_numba.kernels import epilogue, fgemm, ftile  # noqa: E402
 from test_bench_numba import apply_bench_set, model_case, ort_session  # noqa: E402
 
@@ -74,7 +74,6 @@ def main() -> None:
     weights = [nh.to_array(i) for i in proto.graph.initializer]
     mats = [w for w in weights if w.ndim == 2]
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((64, mats[0].shape[1])).astype(np.float32)
     flops = {}
     chain = []
     for i, w in enumerate(mats):
