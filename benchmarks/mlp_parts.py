@@ -3,7 +3,7 @@ reference and onnxruntime 1t; numba's nodes in the model (a profiling session: h
 kernel call) and their sum against the run; each product's bound call alone (fgemm.serial, as Gemm
 binds it) with B hot (the same call again) and cold (a 32 MiB buffer written between calls: B from L3
 or memory), GFLOP/s; np.matmul + bias + Relu (the reference's kernels) likewise. Everything interleaved
-in one process, in rotated order each round; best and median per entry (ms).
+in one process, in a random order each round; best and median per entry (ms).
 
     python benchmarks/mlp_parts.py [rounds=200] [variant ...]
 
@@ -13,6 +13,7 @@ constants are put back), run beside the default in the same rounds.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -24,6 +25,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import kernelkit  # noqa: E402
 import numpy as np  # noqa: E402
 import onnx.numpy_helper as nh  # noqa: E402
+from bench_fgemm import ort_matmul  # noqa: E402
 from kernelkit_numba.kernels import epilogue, fgemm, ftile  # noqa: E402
 from test_bench_numba import apply_bench_set, model_case, ort_session  # noqa: E402
 
@@ -34,8 +36,9 @@ def evict() -> None:
     EVICT[::16] += 1.0  # a write to every cache line
 
 
-def variant_session(model, spec: str):
-    """A numba 1t session built and warmed under SPEC's constants (put back afterwards)."""
+@contextlib.contextmanager
+def settings(spec: str):
+    """SPEC's kernelkit_numba constants set for the block (put back afterwards)."""
     import importlib
 
     saved = []
@@ -46,14 +49,26 @@ def variant_session(model, spec: str):
         saved.append((mod, parts[-1], getattr(mod, parts[-1])))
     apply_bench_set(",".join(filter(None, spec.split(";"))))
     try:
-        sess = kernelkit.Session(model, vendors=["numba", "reference"], fallback=False, threads=1)
-        _, _, feed, _ = model_case("mlp")
-        for _ in range(3):
-            sess.run(None, feed)
+        yield
     finally:
         for mod, name, was in saved:
             setattr(mod, name, was)
-    return sess
+
+
+def bound_products(mats, rng):
+    """Each product's bound one-thread call as Gemm binds it now (fgemm.serial with the one-thread
+    constants), on its own A and output: [(name, flops, run, x, out, w)]."""
+    made = []
+    for i, w in enumerate(mats):
+        n_n, k_n = w.shape
+        last = i == len(mats) - 1
+        pk = fgemm.kind_for(64, k_n, n_n, narrow=True)
+        packed = fgemm.Packed(w, np.ascontiguousarray(w).T, pk)
+        run = fgemm.serial(pk, packed, 64, 1.0, np.zeros(n_n, np.float32), epilogue.NONE if last else epilogue.CLIP,
+                           0.0, np.inf, fgemm.PREFETCH_ONE_THREAD, fgemm.B_AHEAD_ONE_THREAD, fgemm.PACK_A_ONE_THREAD)
+        x = rng.standard_normal((64, k_n)).astype(np.float32)
+        made.append((f"{k_n}x{n_n}", 2.0 * 64 * k_n * n_n, run, x, np.empty((64, n_n), np.float32), w))
+    return made
 
 
 def main() -> None:
@@ -66,42 +81,39 @@ def main() -> None:
     ort1 = ort_session(proto, 1)
     fns = {"numba 1t run": lambda: numba1.run(None, feed), "numba 1t profiled": lambda: prof.run(None, feed),
            "reference run": lambda: ref.run(None, feed), "ORT 1t run": lambda: ort1.run(None, feed)}
-    for label, spec in variants:
-        sess = variant_session(model, spec)
-        fns[f"{label} run"] = lambda sess=sess: sess.run(None, feed)
     # the products alone: the model's weights, bound as Gemm binds them at one thread
     kind, _forced = ftile.choice()
-    weights = [nh.to_array(i) for i in proto.graph.initializer]
-    mats = [w for w in weights if w.ndim == 2]
+    mats = [w for w in (nh.to_array(i) for i in proto.graph.initializer) if w.ndim == 2]
     rng = np.random.default_rng(0)
     flops = {}
     chain = []
-    for i, w in enumerate(mats):
-        n_n, k_n = w.shape
-        last = i == len(mats) - 1
-        b2 = np.ascontiguousarray(w).T
-        pk = fgemm.kind_for(64, k_n, n_n, narrow=True)
-        packed = fgemm.Packed(w, b2, pk)
-        bias = np.zeros(n_n, np.float32)
-        run = fgemm.serial(pk, packed, 64, 1.0, bias, epilogue.CLIP if not last else epilogue.NONE,
-                           0.0, np.inf, fgemm.PREFETCH_ONE_THREAD)
-        x = rng.standard_normal((64, k_n)).astype(np.float32)
-        out = np.empty((64, n_n), np.float32)
-        chain.append((run, np.empty((64, n_n), np.float32)))
+    for label, spec in variants:
+        with settings(spec):
+            sess = kernelkit.Session(model, vendors=["numba", "reference"], fallback=False, threads=1)
+            for _ in range(3):
+                sess.run(None, feed)  # binds under SPEC
+            made = bound_products(mats, rng)
+        fns[f"{label} run"] = lambda sess=sess: sess.run(None, feed)
+        for name, _f, run, x, out, _w in made[:2]:
+            fns[f"{name} {label} cold"] = (lambda run=run, x=x, out=out: run(x, out), True)
+    for name, fl, run, x, out, w in bound_products(mats, rng):
+        chain.append((run, np.empty_like(out)))
         wt = w.T  # the reference's np.matmul operand (transB as a view)
+        last = len(chain) == len(mats)
 
-        def blas(x=x, wt=wt, out=out, bias=bias, last=last):
+        def blas(x=x, wt=wt, out=out, last=last):
             np.matmul(x, wt, out=out)
-            out += bias
+            out += 0.0
             if not last:
                 np.maximum(out, 0, out=out)
 
-        name = f"{k_n}x{n_n}"
-        flops[name] = 2.0 * 64 * k_n * n_n
+        mm = ort_matmul(np.ascontiguousarray(wt), 1)
+        flops[name] = fl
         fns[f"{name} fgemm hot"] = lambda run=run, x=x, out=out: run(x, out)
         fns[f"{name} fgemm cold"] = (lambda run=run, x=x, out=out: run(x, out), True)
         fns[f"{name} blas hot"] = blas
         fns[f"{name} blas cold"] = (blas, True)
+        fns[f"{name} ORT MatMul cold"] = (lambda mm=mm, x=x: mm.run(None, {"a": x}), True)
     x0 = next(iter(feed.values()))
 
     def chained():  # the three bound calls on the feed, as the run calls them, without the executor
@@ -119,9 +131,10 @@ def main() -> None:
         f = fns[n]
         (f[0] if isinstance(f, tuple) else f)()
     prof.reset_profile()
-    for r in range(rounds):
-        k = r % len(names)
-        for n in names[k:] + names[:k]:
+    order = np.random.default_rng(1)
+    for _ in range(rounds):
+        for i in order.permutation(len(names)):  # each entry after a random one (a rotation keeps its neighbour)
+            n = names[i]
             f = fns[n]
             cold = isinstance(f, tuple)
             if cold:
