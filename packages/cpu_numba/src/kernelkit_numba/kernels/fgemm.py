@@ -515,6 +515,38 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
     return run
 
 
+# One-row products (a classifier head: 1 x 512 x 1000 and up) at one thread: B packed once into panels and
+# streamed in one pass over the whole K on 1-row tiles, each step prefetching the stream this many K steps
+# ahead into L1 (B_AHEAD's prefetch: the packed panels are one contiguous stream; 0: none; AMD box, weights
+# cold, bench_heads.py: 32 0.93x of none). Issue 11, session 12; Gemm binds it where gemm.HEAD_ROW is on
+ROW_AHEAD = 0
+
+
+def row(kind: int, packed: Packed, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0, ahead=None):
+    """``run(a2, out)``: out (1, N) = act(alpha * a2 (1, K, C-contiguous) @ B + bias) on 1-row tiles of
+    ``kind`` over B's packed panels, K whole (one pass over the weights), at one thread; ``ahead``: the
+    tiles' L1 prefetch distance in K steps (None: ROW_AHEAD now). ``bias``: N values (copied) or None."""
+    k_n, n_n = packed.k_n, packed.n_n
+    if bias is None:
+        bb = packed.zeros
+    else:
+        bb = np.zeros_like(packed.bias_buf)
+        bb[:n_n] = bias
+    f32 = np.float32
+    if code == CLIP:
+        lo, hi, post = f32(p0), f32(p1), NONE
+    else:
+        lo, hi, post = f32(-np.inf), f32(np.inf), code
+    fn = driver(kind, post, 1, 0, ROW_AHEAD if ahead is None else ahead)
+    bp, zeros, alpha, p0, p1 = packed.bp, packed.zeros, f32(alpha), f32(p0), f32(p1)
+    kc = max(1, k_n)
+
+    def run(a2, out):
+        fn(a2.reshape(-1), k_n, bp, k_n, 1, n_n, alpha, bb, zeros, out.reshape(-1), n_n, lo, hi, p0, p1, 1, 1, kc, 0, 1)
+
+    return run
+
+
 # At two threads, products of at least this many flops run as two halves handed over in compiled code
 # (fpair.py), smaller ones on the caller
 PAIR_FLOPS = float(1 << 20)

@@ -35,6 +35,12 @@ HEAD_FLOPS_PER_BYTE = 8.0  # a memory-bound weight byte (~12 GB/s a core) as flo
 # kernels (issue 11, session 11: AMD box in the model 0.053-0.063 ms on BLAS, 0.034-0.035 on NARROW,
 # the reference 0.031-0.037, whose separate bias and Relu passes leave A in cache)
 HEAD_NARROW = True
+# One-row products (classifier heads) of at least HEAD_ROW_BYTES of constant weights on fgemm.row (the
+# weights packed once, streamed in one pass on 1-row tiles) instead of np.matmul (OpenBLAS's sgemv, the
+# reference's call), read when the node binds (issue 11, session 12; False: np.matmul). AMD box, weights
+# cold (bench_heads.py): 1.5-1.75x np.matmul on the 1 x 512 / 1280 / 2048 x 1000 heads
+HEAD_ROW = True
+HEAD_ROW_BYTES = 1 << 16
 
 
 def gemm_work(flops: float) -> float:
@@ -188,6 +194,9 @@ class Gemm(NumbaKernel):
             return y
 
         call.thread_safe = True  # no per-call state: the plan's settled call needs no lock
+        kind = ftile.choice()[0]
+        if HEAD_ROW and m == 1 and not trans_a and code != TANH and kind in (1, 2) and 4 * k * n >= HEAD_ROW_BYTES:
+            call = self._row_head(call, kind, k, n, trans_b, alpha, beta)  # (issue 11, session 12)
         two = (self.threads or config.default_threads()) == 2
         if two and code == NONE and hpair.usable(m, k, n, trans_a):
             call = self._paired_head(call, k, n, trans_b, alpha, beta)  # (issue 11, session 11)
@@ -270,6 +279,31 @@ class Gemm(NumbaKernel):
             return general(a, b, c, out)
 
         return call
+
+    def _row_head(self, call, kind, k, n, trans_b, alpha, beta):
+        """A one-row product on fgemm.row (the weights packed once at the first call, one pass over them
+        on 1-row tiles of ``kind``) while B and C are the arrays of that first call (constants); ``call``
+        (np.matmul) for anything else."""
+        code, p0, p1 = self.act
+        bound = []
+
+        def row(a, b, c=None, *, out=None):
+            if not bound:
+                if b.flags.writeable or b.dtype != np.float32 or (c is not None and c.flags.writeable):
+                    bound.extend((None, None, None))
+                else:
+                    bias = None if c is None or beta == 0 else np.asarray(c, np.float32).reshape(n) * beta
+                    packed = fgemm.Packed(b, b.T if trans_b else b, kind)
+                    bound.extend((b, c, fgemm.row(kind, packed, alpha, bias, code, p0, p1)))
+            if bound[2] is not None and bound[0] is b and bound[1] is c and a.flags.c_contiguous and \
+                    a.dtype == np.float32 and (out is None or out.flags.c_contiguous):
+                y = np.empty((1, n), np.float32) if out is None else out
+                bound[2](a, y)
+                return y
+            return call(a, b, c, out=out)
+
+        row.thread_safe = True  # (two first calls at once pack twice: the last one's list entries win)
+        return row
 
     def _paired_head(self, call, k, n, trans_b, alpha, beta):
         """A one-row product of a large constant weight at two threads as two output halves on fpair's
