@@ -547,6 +547,33 @@ def row(kind: int, packed: Packed, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0
     return run
 
 
+def row_pair(kind: int, packed: Packed, alpha=1.0, bias=None, ahead=None):
+    """fpair's descriptor of ``row``'s product (no activation) as two halves of B's column panels, the
+    caller's first, the helper's the rest (hpair's head pairs on the 1-row tiles), or False where it
+    does not split or the helper cannot start."""
+    k_n, n_n, nr = packed.k_n, packed.n_n, NR[kind]
+    panels = -(-n_n // nr)
+    if panels < 2:
+        return False
+    helper = fpair.server()
+    if not helper.prepare():
+        return False
+    ahead = int(ROW_AHEAD if ahead is None else ahead)
+    _fn, address = fpair.half_address(driver(kind, NONE, 1, 0, ahead),
+                                      f"fpair.half.{kind}.1.{NONE}" + (f".a{ahead}" if ahead else ""))
+    if not address:
+        return False
+    bb = np.zeros_like(packed.bias_buf)
+    if bias is not None:
+        bb[:n_n] = bias
+    f32 = np.float32
+    fvals = (f32(alpha), f32(-np.inf), f32(np.inf), f32(0), f32(0))
+    made = fpair.descriptor(address, fpair.COLUMNS, (panels // 2) * nr, (1, 1), packed.bp, bb, packed.zeros, fvals,
+                            (1, k_n, n_n, k_n, n_n), (k_n, n_n), 1, max(1, k_n))
+    helper.wake()
+    return made
+
+
 # At two threads, products of at least this many flops run as two halves handed over in compiled code
 # (fpair.py), smaller ones on the caller
 PAIR_FLOPS = float(1 << 20)

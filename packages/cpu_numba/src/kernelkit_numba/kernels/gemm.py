@@ -198,8 +198,9 @@ class Gemm(NumbaKernel):
         if HEAD_ROW and m == 1 and not trans_a and code != TANH and kind in (1, 2) and 4 * k * n >= HEAD_ROW_BYTES:
             call = self._row_head(call, kind, k, n, trans_b, alpha, beta)  # (issue 11, session 12)
         two = (self.threads or config.default_threads()) == 2
-        if two and code == NONE and hpair.usable(m, k, n, trans_a):
-            call = self._paired_head(call, k, n, trans_b, alpha, beta)  # (issue 11, session 11)
+        if two and code == NONE and hpair.usable(m, k, n, trans_a):  # (issue 11, session 11; on the row tiles:
+            row = HEAD_ROW and kind in (1, 2)  # session 12)
+            call = self._paired_head(call, k, n, trans_b, alpha, beta, kind if row else None)
         if (halves.ON and m == 1 and code != TANH and n >= 2 * HEAD_SPLIT_COLS and 4 * k * n >= HEAD_SPLIT_BYTES
                 and two):
             return self._split_head(call, trans_a, trans_b, alpha, beta, k, n, no_bias)
@@ -293,8 +294,8 @@ class Gemm(NumbaKernel):
                     bound.extend((None, None, None))
                 else:
                     bias = None if c is None or beta == 0 else np.asarray(c, np.float32).reshape(n) * beta
-                    packed = fgemm.Packed(b, b.T if trans_b else b, kind)
-                    bound.extend((b, c, fgemm.row(kind, packed, alpha, bias, code, p0, p1)))
+                    packed = self._const_b.get(b, b.T if trans_b else b, kind)  # (one copy with the head pair's)
+                    bound.extend((b, c, None if packed is None else fgemm.row(kind, packed, alpha, bias, code, p0, p1)))
             if bound[2] is not None and bound[0] is b and bound[1] is c and a.flags.c_contiguous and \
                     a.dtype == np.float32 and (out is None or out.flags.c_contiguous):
                 y = np.empty((1, n), np.float32) if out is None else out
@@ -305,12 +306,13 @@ class Gemm(NumbaKernel):
         row.thread_safe = True  # (two first calls at once pack twice: the last one's list entries win)
         return row
 
-    def _paired_head(self, call, k, n, trans_b, alpha, beta):
+    def _paired_head(self, call, k, n, trans_b, alpha, beta, kind=None):
         """A one-row product of a large constant weight at two threads as two output halves on fpair's
         helper, handed over in compiled code (hpair.py: MobileNetV2's head, whose pool split never ran),
         while B and C are the arrays of its first call; ``call`` (the one-thread call) where the pool's
         worker spins (no pair then), the helper refuses (asleep: woken now; backed off; a busy slot) or
-        the inputs are not those constants."""
+        the inputs are not those constants. ``kind``: the halves run fgemm.row's 1-row tiles of this
+        variant over the weights packed once (fgemm.row_pair; None: hpair's own loops over B in place)."""
         bound = []
 
         def paired(a, b, c=None, *, out=None):
@@ -320,7 +322,10 @@ class Gemm(NumbaKernel):
                 else:
                     bias = np.zeros(n, np.float32) if c is None or beta == 0 else \
                         np.asarray(c, np.float32).reshape(n) * beta
-                    bound.extend((b, c, hpair.descriptor(b, bias, alpha, k, n, trans_b)))
+                    packed = None if kind is None else self._const_b.get(b, b.T if trans_b else b, kind)
+                    made = hpair.descriptor(b, bias, alpha, k, n, trans_b) if packed is None else \
+                        fgemm.row_pair(kind, packed, alpha, bias) or None
+                    bound.extend((b, c, made))
             made = bound[2]
             if made is not None and bound[0] is b and bound[1] is c and a.flags.c_contiguous and \
                     a.dtype == np.float32 and (out is None or out.flags.c_contiguous) and \
