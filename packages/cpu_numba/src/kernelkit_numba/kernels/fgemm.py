@@ -65,13 +65,14 @@ PREFETCH = 4
 # 1.12x (the next panel's chunk prefetched over the first 4 row tiles instead of 8: done before the 8th)
 PREFETCH_ONE_THREAD = 8
 # Gemm's one-thread bound call packs A into row tiles (pack_a: each tile's mr rows one contiguous stream)
-# instead of broadcasting from A's own rows (DIRECT_A), read when the call binds (issue 11, session 12: a
-# Xeon A/B, ``--variant1 packa=kernels.fgemm.PACK_A_ONE_THREAD=1``; A's 8 rows 4 KiB apart share an L1 set)
+# instead of broadcasting from A's own rows (DIRECT_A), read when the call binds. Off: issue 11, session 12,
+# Xeon: the MLP's products with B cold 109 / 123 GFLOP/s against 119 / 121, in turns 0.99x; AMD box 0.96x
 PACK_A_ONE_THREAD = False
 # Gemm's one-thread bound call's tiles prefetch their panel's row k + B_AHEAD into L1 at step k (0: off; read
-# when the call binds): the 8 row tiles of a column panel each read its 100-128 KiB from L2 (issue 11,
-# session 12: a Xeon A/B, ``--variant1 ahead8=kernels.fgemm.B_AHEAD_ONE_THREAD=8``)
-B_AHEAD_ONE_THREAD = 0
+# when the call binds): the 8 row tiles of a column panel each read its 100-128 KiB from L2. Issue 11,
+# session 12, Xeon: the MLP b64's products with B cold 130-131 GFLOP/s against 119-121 (bench mlp_parts.py),
+# the MLP in turns numba 1t / ahead8 1.16 (9 rounds), reference / ahead8 1.50; 16: 1.10; AMD box a tie
+B_AHEAD_ONE_THREAD = 8
 KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 ran 3-15% above chunks of 256-512)
 
 
