@@ -66,7 +66,7 @@ PREFETCH = 4
 PREFETCH_ONE_THREAD = 8
 # Gemm's one-thread bound call packs A into row tiles (pack_a: each tile's mr rows one contiguous stream)
 # instead of broadcasting from A's own rows (DIRECT_A), read when the call binds. Off: issue 11, session 12,
-# Xeon: the MLP's products with B cold 109 / 123 GFLOP/s against 119 / 121, in turns 0.99x; AMD box 0.96x
+# Xeon: the MLP's products with B cold 109 / 123 GFLOP/s against 119 / 121, in turns 0.99x; AMD box 0.95-0.97x
 PACK_A_ONE_THREAD = False
 # Gemm's one-thread bound call's tiles prefetch their panel's row k + B_AHEAD into L1 at step k (0: off; read
 # when the call binds): the 8 row tiles of a column panel each read its 100-128 KiB from L2. Issue 11,

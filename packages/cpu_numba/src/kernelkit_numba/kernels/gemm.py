@@ -37,8 +37,10 @@ HEAD_FLOPS_PER_BYTE = 8.0  # a memory-bound weight byte (~12 GB/s a core) as flo
 HEAD_NARROW = True
 # One-row products (classifier heads) of at least HEAD_ROW_BYTES of constant weights on fgemm.row (the
 # weights packed once, streamed in one pass on 1-row tiles) instead of np.matmul (OpenBLAS's sgemv, the
-# reference's call), read when the node binds (issue 11, session 12; False: np.matmul). AMD box, weights
-# cold (bench_heads.py): 1.5-1.75x np.matmul on the 1 x 512 / 1280 / 2048 x 1000 heads
+# reference's call), read when the node binds (issue 11, session 12; False: np.matmul). Weights cold
+# (bench_heads.py), np.matmul / the row tiles on the 1 x 512 / 1280 / 2048 x 1000 heads: Xeon 1.46 / 1.33 /
+# 1.22, AMD box 1.5-1.95 / 1.75 / 1.45-1.67; in the model AMD box 1.75x (ResNet-18), Xeon not A/B'd (the heads
+# still 0.85x the reference there, as np.matmul was: docs/numba.md, session 12)
 HEAD_ROW = True
 HEAD_ROW_BYTES = 1 << 16
 
