@@ -416,6 +416,24 @@ class Packed:
         self.zeros = config.readonly(np.zeros(width, np.float32))
 
 
+def _clamp(code: int, p0, p1) -> tuple:
+    """(lo, hi, post) of an epilogue code: Clip (Relu) as the tiles' clamp in the registers, any other
+    activation over each finished tile (``post``) with an open clamp."""
+    f32 = np.float32
+    if code == CLIP:
+        return f32(p0), f32(p1), NONE
+    return f32(-np.inf), f32(np.inf), code
+
+
+def _own_bias(packed: Packed, bias):
+    """A bound call's own bias buffer, padded to whole panels (``bias``'s N values copied), or the zeros."""
+    if bias is None:
+        return packed.zeros
+    bb = np.zeros_like(packed.bias_buf)
+    bb[:packed.n_n] = bias
+    return bb
+
+
 def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0,
          shards: int | None = None) -> None:
     """out (M, N) = act(alpha * a2 (M, K) @ B + bias) on the tiles of ``kind``, in about ``shards``
@@ -438,10 +456,7 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
         bb = packed.bias_buf
         bb[:n_n] = bias
     f32 = np.float32
-    if code == CLIP:
-        lo, hi, post = f32(p0), f32(p1), NONE
-    else:
-        lo, hi, post = f32(-np.inf), f32(np.inf), code
+    lo, hi, post = _clamp(code, p0, p1)
     fn = driver(kind, post, mr)
     args = (ap, lda, packed.bp, k_n, m_n, n_n, f32(alpha), bb, packed.zeros, out.reshape(-1), out.strides[0] // 4, lo,
             hi, f32(p0), f32(p1), block, groups, kc)
@@ -472,16 +487,9 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
     k_n, n_n = packed.k_n, packed.n_n
     mr = MR[kind]
     block, blocks, groups, kc = plan(kind, m_n, k_n, n_n, 1)
-    if bias is None:
-        bb = packed.zeros
-    else:
-        bb = np.zeros_like(packed.bias_buf)
-        bb[:n_n] = bias
+    bb = _own_bias(packed, bias)
     f32 = np.float32
-    if code == CLIP:
-        lo, hi, post = f32(p0), f32(p1), NONE
-    else:
-        lo, hi, post = f32(-np.inf), f32(np.inf), code
+    lo, hi, post = _clamp(code, p0, p1)
     fn, bp, zeros, total = driver(kind, post, mr, prefetch, ahead), packed.bp, packed.zeros, blocks * groups
     alpha, p0, p1 = f32(alpha), f32(p0), f32(p1)
     pairs = 2.0 * m_n * n_n * k_n >= PAIR_FLOPS
@@ -528,16 +536,9 @@ def row(kind: int, packed: Packed, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0
     ``kind`` over B's packed panels, K whole (one pass over the weights), at one thread; ``ahead``: the
     tiles' L1 prefetch distance in K steps (None: ROW_AHEAD now). ``bias``: N values (copied) or None."""
     k_n, n_n = packed.k_n, packed.n_n
-    if bias is None:
-        bb = packed.zeros
-    else:
-        bb = np.zeros_like(packed.bias_buf)
-        bb[:n_n] = bias
+    bb = _own_bias(packed, bias)
     f32 = np.float32
-    if code == CLIP:
-        lo, hi, post = f32(p0), f32(p1), NONE
-    else:
-        lo, hi, post = f32(-np.inf), f32(np.inf), code
+    lo, hi, post = _clamp(code, p0, p1)
     fn = driver(kind, post, 1, 0, ROW_AHEAD if ahead is None else ahead)
     bp, zeros, alpha, p0, p1 = packed.bp, packed.zeros, f32(alpha), f32(p0), f32(p1)
     kc = max(1, k_n)
@@ -564,13 +565,10 @@ def row_pair(kind: int, packed: Packed, alpha=1.0, bias=None, ahead=None):
                                       f"fpair.half.{kind}.1.{NONE}" + (f".a{ahead}" if ahead else ""))
     if not address:
         return False
-    bb = np.zeros_like(packed.bias_buf)
-    if bias is not None:
-        bb[:n_n] = bias
     f32 = np.float32
     fvals = (f32(alpha), f32(-np.inf), f32(np.inf), f32(0), f32(0))
-    made = fpair.descriptor(address, fpair.COLUMNS, (panels // 2) * nr, (1, 1), packed.bp, bb, packed.zeros, fvals,
-                            (1, k_n, n_n, k_n, n_n), (k_n, n_n), 1, max(1, k_n))
+    made = fpair.descriptor(address, fpair.COLUMNS, (panels // 2) * nr, (1, 1), packed.bp, _own_bias(packed, bias),
+                            packed.zeros, fvals, (1, k_n, n_n, k_n, n_n), (k_n, n_n), 1, max(1, k_n))
     helper.wake()
     return made
 
