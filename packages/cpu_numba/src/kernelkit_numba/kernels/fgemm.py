@@ -73,6 +73,9 @@ PACK_A_ONE_THREAD = False
 # session 12, Xeon: the MLP b64's products with B cold 130-131 GFLOP/s against 119-121 (bench mlp_parts.py),
 # the MLP in turns numba 1t / ahead8 1.16 (9 rounds), reference / ahead8 1.50; 16: 1.10; AMD box a tie
 B_AHEAD_ONE_THREAD = 8
+# the same L1 prefetch in fpair's two-thread halves (read when a product's descriptor is made; 0: off, not
+# measured on the Xeon: ``--variant ahead8=kernels.fgemm.B_AHEAD_PAIR=8``)
+B_AHEAD_PAIR = 0
 KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 ran 3-15% above chunks of 256-512)
 
 
@@ -619,7 +622,9 @@ def _pair_descriptor(kind, post, mr, packed, lda, m_n, k_n, ldo, fvals, bias, a_
     if not helper.prepare():
         return False
     pf = f".pf{int(PREFETCH)}" if PREFETCH else ""
-    _fn, address = fpair.half_address(driver(kind, post, mr), f"fpair.half.{kind}.{mr}.{post}{pf}")
+    ahead = int(B_AHEAD_PAIR)
+    _fn, address = fpair.half_address(driver(kind, post, mr, None, ahead),
+                                      f"fpair.half.{kind}.{mr}.{post}{pf}" + (f".a{ahead}" if ahead else ""))
     if not address:
         return False
     made = fpair.descriptor(address, mode, cut, (-(-sides[0] // block), -(-sides[1] // block)), packed.bp, bias,
