@@ -161,8 +161,10 @@ class Gemm(NumbaKernel):
         reference a node; here 11-14 us). Several rows do the same where BLAS runs them (the MLP's
         64 x 1024 x 10 head: Xeon 0.109 ms in the general path against the reference's 0.041; not
         gemm_nt's few rows) and take ``_bound_tiles`` where fgemm's micro-kernels do (issue 11,
-        session 10). None where the general path runs (shapes not static, another dtype, a forced
-        fgemm variant, a C that is not one value per column)."""
+        session 10). One row by constant weights of HEAD_ROW_BYTES or more runs fgemm.row's 1-row
+        tiles instead of np.matmul (``_row_head``, HEAD_ROW; issue 11, session 12). None where the
+        general path runs (shapes not static, another dtype, a forced fgemm variant, a C that is not
+        one value per column)."""
         shape = self._static_shape()
         if shape is None:
             return None
