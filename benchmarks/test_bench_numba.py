@@ -332,6 +332,7 @@ def block_table(names=WANTED, rounds: int = 15) -> list[dict]:
 def apply_bench_set(spec: str | None = None) -> None:
     """Set ``kernelkit_numba`` constants from ``spec`` (default ``$KERNELKIT_BENCH_SET``):
     ``module.ATTR=value,...``, e.g. ``kernels.dwtile.PARALLEL_US=100,shards.ShardPool.CLAIM_AFTER_S=0.0``
+    (a module of ``kernelkit_numba``, or one named in full: ``kernelkit.memory.HOT=0``)
     (a value with a dot is a float, else an int, else a string; ``module.DICT.KEY=value`` sets an item of
     a dict constant, an int key where it reads as one): a variant of the defaults in a benchmark process."""
     import importlib
@@ -340,9 +341,12 @@ def apply_bench_set(spec: str | None = None) -> None:
     for item in filter(None, spec.split(",")):
         key, value = item.split("=")
         parts = key.split(".")
-        for cut in range(len(parts) - 1, 0, -1):  # the longest importable module, then attributes
+        # the longest importable module, then attributes: kernelkit_numba's, or any module named in
+        # full from kernelkit or kernelkit_numba (kernelkit.memory.HOT=0)
+        absolute = parts[0] in ("kernelkit", "kernelkit_numba")
+        for cut in range(len(parts) - 1, 0, -1):
             try:
-                obj = importlib.import_module("kernelkit_numba." + ".".join(parts[:cut]))
+                obj = importlib.import_module(("" if absolute else "kernelkit_numba.") + ".".join(parts[:cut]))
                 break
             except ImportError:
                 continue

@@ -249,7 +249,8 @@ def main(argv=None) -> None:
     unknown = set(runtimes) - set(LABELS)
     if unknown:
         ap.error(f"unknown runtimes {sorted(unknown)}; known: {', '.join(LABELS)}")
-    sink = open(args.json, "a") if args.json else None  # noqa: SIM115 (closed below)
+    sink = open(args.json, "a", buffering=1) if args.json else None  # noqa: SIM115 (closed below; line-buffered:
+    # the blocks written so far stay when a device call's deadline ends the process)
     try:
         for mode in args.mode.split(","):
             results = {}

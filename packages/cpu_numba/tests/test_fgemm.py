@@ -230,6 +230,36 @@ def test_prefetch_of_the_next_panel(name, threads, kc, pfs, monkeypatch):
     assert getattr(getattr(d, "py_func", d), CLOSURE_KEY).endswith(f".pf{pfs}")
 
 
+@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("m,mr", [(20, None), (64, 12)])
+def test_one_thread_b_ahead_and_packed_a(name, m, mr, monkeypatch):
+    """The bound one-thread call's switches (B_AHEAD_ONE_THREAD: each tile prefetches its panel's row k + ahead
+    into L1; PACK_A_ONE_THREAD: A packed into row tiles) change no value: a masked last panel, K in chunks
+    and whole, 8-row and mixed 12/8-row tiles, against the float64 product; the L1 prefetch's driver is
+    cached under its own key."""
+    _need(name)
+    kind = ftile.KIND[name]
+    if mr is not None:
+        if kind != 2:
+            pytest.skip("12-row tiles: avx512 only")
+        monkeypatch.setitem(fgemm.MR, kind, mr)
+    rng = np.random.default_rng(m)
+    a, b = rng.standard_normal((m, 300)).astype(np.float32), rng.standard_normal((300, 90)).astype(np.float32)
+    bias = rng.standard_normal(90).astype(np.float32)
+    packed = fgemm.Packed(b, b, kind)
+    want = _want(a, b, 1.0, bias, epilogue.CLIP, np.float32(0), np.float32(np.inf))
+    for kc in (1024, 128):
+        monkeypatch.setattr(fgemm, "KC", kc)
+        for ahead, pack in ((8, False), (0, True), (16, True)):
+            out = np.full((m, 90), np.nan, np.float32)
+            fgemm.serial(kind, packed, m, 1.0, bias, epilogue.CLIP, 0.0, np.inf, 8, ahead, pack)(a, out)
+            assert_close(out, want)
+    from kernelkit_numba.cache import CLOSURE_KEY
+
+    d = fgemm.driver(kind, epilogue.NONE, fgemm.MR[kind], 8, 8)
+    assert getattr(getattr(d, "py_func", d), CLOSURE_KEY).endswith(".pf8.a8")
+
+
 def test_drivers_are_cached_under_their_variant():
     """The drivers close over LLVM IR intrinsics, which pickle differently in every process: each is
     cached under a key naming its variant, tile height and activation (cache.CLOSURE_KEY), so that the

@@ -67,6 +67,46 @@ def test_halves_through_the_descriptor(axis, m, k, n, monkeypatch):
     assert_close(out, _want(a, b, bias, lo=0.0))
 
 
+@pytest.mark.parametrize("m, k, n", [(64, 300, 70), (1, 300, 70)])
+def test_halves_with_the_l1_prefetch_and_one_row(m, k, n, monkeypatch):
+    """Halves compiled with B_AHEAD_PAIR's L1 prefetch (64 rows), and a one-row head's halves on the
+    1-row tiles (fgemm.row_pair, a masked last panel, a bias, alpha): the helper's side through its
+    loop, the caller's through the descriptor's half, together the product."""
+    kind = ftile.choice()[0]
+    rng = np.random.default_rng(m + n)
+    a, b, bias = _case(rng, m, k, n)
+    packed = fgemm.Packed(b, b, kind)
+    out = np.full((m, n), np.nan, np.float32)
+    if m == 1:
+        made = fgemm.row_pair(kind, packed, 0.5, bias)
+        want = _want(a, b, bias, alpha=0.5)
+    else:
+        monkeypatch.setattr(fgemm, "B_AHEAD_PAIR", 8)
+        made = _made(kind, packed, a, out, "columns", monkeypatch, bias, lo=0.0)
+        want = _want(a, b, bias, lo=0.0)
+    d = made.desc
+    d[fpair.AP], d[fpair.OUT] = a.ctypes.data, out.ctypes.data
+    ctl = np.zeros(8, np.int64)
+    ctl[pairs.DESC] = d.ctypes.data
+    ctl[pairs.STATE] = 5 * 4 + pairs.OPEN
+    assert fpair.pair_serve(ctl, 1 << 22, 1 << 40) == 0
+    assert ctl[pairs.STATE] == 5 * 4 + pairs.DONE
+    cut = int(d[fpair.CUT])
+    assert 0 < cut < n and np.isnan(out[:, :cut]).all() and not np.isnan(out[:, cut:]).any()
+    if m == 1:
+        half, address = fpair.half_address(fgemm.driver(kind, epilogue.NONE, 1, 0, fgemm.ROW_AHEAD),
+                                           f"fpair.half.{kind}.1.{epilogue.NONE}" +
+                                           (f".a{fgemm.ROW_AHEAD}" if fgemm.ROW_AHEAD else ""))
+    else:
+        mr = fgemm.MR[kind]
+        pf = f".pf{fgemm.PREFETCH}" if fgemm.PREFETCH else ""
+        half, address = fpair.half_address(fgemm.driver(kind, epilogue.NONE, mr, None, 8),
+                                           f"fpair.half.{kind}.{mr}.{epilogue.NONE}{pf}.a8")
+    assert address == d[fpair.FN]
+    assert half(d.ctypes.data, 0) == 0
+    assert_close(out, want)
+
+
 @pytest.mark.parametrize("axis", ["columns", "rows"])
 def test_caller_alone_busy_slot_and_activation(axis, monkeypatch):
     """No helper: the caller claims side 1 itself (2); a held slot does nothing (3); a Gelu epilogue

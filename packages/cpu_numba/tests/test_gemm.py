@@ -1,6 +1,7 @@
 """Property tests: Gemm (transposes, alpha/beta, every C broadcast form, fused activation) and
 MatMul (2-D, batched, broadcast batch dims, 1-D operands)."""
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -120,6 +121,43 @@ def test_one_row_products_take_the_row_call(check):
     kernel.context = KernelContext(Node("Gemm", ["a", "b"], ["y"], {}, "n"), None, {}, 1)
     kernel.prepare([TensorSpec((2, k), "float32"), TensorSpec((n, k), "float32")], {"transB": 1})
     assert not kernel.bind(None).__qualname__.startswith("Gemm.serial_call.")
+
+
+@pytest.mark.parametrize("trans_b, act, alpha, beta, with_c", [(1, "", 1.0, 1.0, True), (0, "Relu", 0.5, 2.0, True),
+                                                              (1, "Sigmoid", 1.0, 1.0, False)])
+def test_one_row_heads_on_the_row_tiles(monkeypatch, trans_b, act, alpha, beta, with_c):
+    """A one-row Gemm by constant weights (a classifier head) at one thread runs fgemm.row (gemm.HEAD_ROW:
+    the weights packed once, 1-row tiles over them; a masked last panel) with alpha, beta, the bias and
+    the activation, against the reference kernels over several runs; a head the switch leaves off runs
+    np.matmul."""
+    import kernelkit
+    from kernelkit_converters.onnx import convert
+    from kernelkit_numba.kernels import fgemm, ftile, gemm
+    from onnx import TensorProto, helper, numpy_helper
+
+    rows = []
+    made = fgemm.row
+    monkeypatch.setattr(fgemm, "row", lambda *args, **kw: rows.append(args) or made(*args, **kw))
+    monkeypatch.setattr(gemm, "HEAD_ROW_BYTES", 4 * 300 * 70)
+    r = np.random.default_rng(trans_b)
+    for n in (70, 69):  # 70 x 300 floats: on; 69: below HEAD_ROW_BYTES, np.matmul
+        b = r.uniform(-1, 1, (n, 300) if trans_b else (300, n)).astype(np.float32)
+        inits = [numpy_helper.from_array(b, "b")]
+        if with_c:
+            inits.append(numpy_helper.from_array(r.uniform(-1, 1, n).astype(np.float32), "c"))
+        node = helper.make_node("Gemm", ["a", "b"] + (["c"] if with_c else []), ["g"], transB=trans_b, alpha=alpha,
+                                beta=beta)
+        nodes = [node] + ([helper.make_node(act, ["g"], ["y"])] if act else [])
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 300])],
+                                  [helper.make_tensor_value_info("y" if act else "g", TensorProto.FLOAT, [1, n])],
+                                  inits)
+        model = convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+        sess = kernelkit.Session(model, vendors=["numba"], fallback=False, threads=1)
+        ref = kernelkit.Session(model, vendors=["reference"], fallback=False)
+        for _ in range(3):
+            a = {"a": r.uniform(-1, 1, (1, 300)).astype(np.float32)}
+            np.testing.assert_allclose(sess.run(None, a)[0], ref.run(None, a)[0], rtol=1e-5, atol=1e-5)
+    assert len(rows) == (1 if ftile.choice()[0] in (1, 2) else 0)
 
 
 def test_matmul_blas_call_binding(check):

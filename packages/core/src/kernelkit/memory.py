@@ -1,6 +1,10 @@
 """The memory plan: intermediates with known shapes live in one arena, at offsets planned from
 their lifetimes (best fit in greedy-by-size and greedy-by-breadth order, the smaller arena kept:
-the planners of TFLite's arena and onnxruntime's memory patterns).
+the planners of TFLite's arena and onnxruntime's memory patterns). With ``HOT`` on, a third,
+chronological plan places each block where the arena was touched most recently (``place_hot``:
+a value written into memory its neighbours just read finds its lines in L1/L2, as a freshly
+malloc'ed chunk does); of the three, the plan whose writers find their destinations warmest is kept
+among those whose arena is at most ``HOT_MAX_GROWTH`` times the smallest (``place_best``).
 
 Which values get a place in the arena: each single output of a host kernel that takes ``out=``,
 whose shape is known for the run's input shapes, and that is not a graph output (outputs are
@@ -17,6 +21,7 @@ A kernel's declared scratch is one more block that lives for its step only.
 """
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 from dataclasses import dataclass, field
@@ -29,6 +34,28 @@ from .layout import physical_shape
 from .limits import check_tensor_bytes
 
 ALIGN = 64  # bytes: every block starts on a cache line (and an AVX-512 vector)
+
+# the hot plan (issue 11, session 12): on (True) or off (False: session 11's plans, by size only)
+HOT = True
+HOT_MAX_GROWTH = 1.25  # with HOT, a plan is kept only if its arena is at most this times the smallest
+
+
+def _l2_bytes(default: int = 1 << 20) -> int:
+    """The L2 cache of CPU 0 (Linux sysfs), else ``default``."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index2/size") as f:
+            text = f.read().strip().upper()
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+        return int(text.rstrip("KM")) * scale or default
+    except (OSError, ValueError):
+        return default
+
+
+# bytes touched (read or written) by the steps since a region's last use, beyond which it counts as cold:
+# the L2 of a core (1 MiB on the Zen 4 box, 2 MiB on the Xeon). A byte written costs its age over this,
+# 1 at most; a byte the arena grows by (never held) costs HOT_GROW: a cold gap is taken before the top
+HOT_CACHE_BYTES = _l2_bytes()
+HOT_GROW = 1.05
 
 # ops whose kernels may write their output over an input of the same shape and dtype
 INPLACE_OPS = frozenset({
@@ -98,16 +125,143 @@ def place_blocks(blocks: list[Block], order=by_size) -> int:
     return top
 
 
-def place_best(blocks: list[Block]) -> int:
-    """``place_blocks`` in each order, keeping the smaller arena (offsets set accordingly)."""
-    best = None
+def place_best(blocks: list[Block], clock: list[int] | None = None, info: dict | None = None) -> int:
+    """``place_blocks`` in each order, keeping the smaller arena (offsets set accordingly). With
+    ``HOT`` and ``clock`` (bytes touched before each step, see ``_clock``), also ``place_hot``'s plan,
+    and the plan kept is the one whose writers find their destinations warmest (the least
+    ``write_cost``) among those whose arena is at most ``HOT_MAX_GROWTH`` times the smallest.
+    ``info``, if given, gets the smallest arena (``best_fit_bytes``), whether the hot plan was kept
+    (``hot``), each plan's arena (``size_bytes``, ``breadth_bytes``, ``hot_bytes``) and, with ``HOT``
+    and ``clock``, each plan's ``write_cost`` (``size_cost``...)."""
+    plans = {}
     for order in (by_size, by_breadth):
         top = place_blocks(blocks, order)
-        if best is None or top < best[0]:
-            best = (top, [b.offset for b in blocks])
-    for b, offset in zip(blocks, best[1]):
+        plans[order.__name__[3:]] = (top, [b.offset for b in blocks])
+    smallest = min(top for top, _ in plans.values())
+    info = {} if info is None else info
+    info.update(best_fit_bytes=smallest, hot=False, **{name + "_bytes": top for name, (top, _) in plans.items()})
+    if HOT and clock is not None and blocks:
+        top = place_hot(blocks, clock)
+        plans["hot"] = (top, [b.offset for b in blocks])
+        info["hot_bytes"] = top
+        costs = {}
+        for name, (_top, offsets) in plans.items():
+            for b, offset in zip(blocks, offsets):
+                b.offset = offset
+            costs[name] = write_cost(blocks, clock)
+            info[name + "_cost"] = costs[name]
+        kept = min((name for name, (top, _) in plans.items() if top <= smallest * HOT_MAX_GROWTH),
+                   key=lambda name: (costs[name], plans[name][0]))
+        info["hot"] = kept == "hot"
+    else:
+        kept = min(plans, key=lambda name: plans[name][0])
+    top, offsets = plans[kept]
+    for b, offset in zip(blocks, offsets):
         b.offset = offset
-    return best[0]
+    return top
+
+
+class _History:
+    """Which step last held each byte of an arena: segments ``[lo, hi)`` (sorted, disjoint, covering
+    ``[0, top)``) with that step (-1: never), and the cost of writing a block over them."""
+
+    def __init__(self, clock: list[int], cache: int | None = None):
+        self.clock, self.cache, self.grow = clock, cache or HOT_CACHE_BYTES, HOT_GROW
+        self.los: list[int] = []
+        self.his: list[int] = []
+        self.last: list[int] = []
+        self.top = 0
+
+    def cost(self, o: int, n: int, t: int) -> float:
+        """Writing ``[o, o + n)`` at step ``t``: the sum over its bytes of ``min(age / cache, 1)``, a
+        byte's age being the bytes the steps touched since the last step that held it (``grow`` a
+        byte never held, beyond the arena's top)."""
+        los, his, last, clock, cache, grow = self.los, self.his, self.last, self.clock, self.cache, self.grow
+        now, total, end = clock[t], 0.0, o + n
+        k = max(bisect.bisect_right(los, o) - 1, 0)
+        while k < len(los) and los[k] < end:
+            w = min(his[k], end) - max(los[k], o)
+            if w > 0:
+                total += w * (grow if last[k] < 0 else min((now - clock[last[k] + 1]) / cache, 1.0))
+            k += 1
+        if end > self.top:
+            total += (end - max(self.top, o)) * grow
+        return total
+
+    def mark(self, o: int, n: int, step: int) -> None:
+        """``[o, o + n)`` held until ``step``."""
+        los, his, last, end = self.los, self.his, self.last, o + n
+        if end > self.top:  # the arena grows: the new bytes were never held
+            los.append(self.top)
+            his.append(end)
+            last.append(-1)
+            self.top = end
+        k = j = bisect.bisect_right(his, o)  # the first segment that ends after o
+        head, tail = [], []
+        while j < len(los) and los[j] < end:
+            if los[j] < o:
+                head = [(los[j], o, last[j])]
+            if his[j] > end:
+                tail = [(end, his[j], last[j])]
+            j += 1
+        pieces = [*head, (o, end, step), *tail]
+        los[k:j] = [p[0] for p in pieces]
+        his[k:j] = [p[1] for p in pieces]
+        last[k:j] = [p[2] for p in pieces]
+
+
+def _chronological(blocks: list[Block]) -> list[Block]:
+    return sorted(blocks, key=lambda b: (b.start, -b.nbytes, b.end))
+
+
+def write_cost(blocks: list[Block], clock: list[int], cache: int | None = None) -> float:
+    """The placed blocks' cost of writing each over what the arena held before (``_History.cost``),
+    in bytes of cold memory: a plan's measure of how cold its writers' destinations are."""
+    hist, total = _History(clock, cache), 0.0
+    for b in _chronological(blocks):
+        total += hist.cost(b.offset, b.nbytes, b.start)
+        hist.mark(b.offset, b.nbytes, b.end)
+    return total
+
+
+def place_hot(blocks: list[Block], clock: list[int], cache: int | None = None) -> int:
+    """Chronological placement (onnxruntime's allocation planner hands out the most recently freed
+    buffer): blocks in order of their first step, larger first at one step, each at the offset where
+    the bytes it covers were used most recently, so that its writer finds them in cache. ``clock[t]``
+    is the bytes all steps touched before step ``t``; the cost of an offset is ``_History.cost``
+    (memory no block held yet, the arena's growth: ``HOT_GROW`` a byte). Candidates: the ends of
+    every gap between the blocks alive in its span and the edges of the earlier blocks' regions
+    inside it; ties go to the smaller gap, then the lower offset. Returns the arena size."""
+    hist = _History(clock, cache)
+    los, his = hist.los, hist.his
+    active: list[Block] = []  # placed blocks that may still overlap the next ones in time
+    for block in _chronological(blocks):
+        t, n = block.start, block.nbytes
+        active = [b for b in active if b.end >= t]  # (every placed block starts at t or before)
+        best = None  # (cost, gap, offset)
+        cursor = 0
+        for other in sorted(active, key=lambda b: b.offset) + [None]:
+            hi = None if other is None else other.offset
+            if hi is None or hi - cursor >= n:
+                gap = math.inf if hi is None else hi - cursor
+                limit = (max(hist.top, cursor + n) if hi is None else hi) - n
+                offsets = {cursor, limit}
+                k = max(bisect.bisect_right(los, cursor) - 1, 0)
+                while k < len(los) and los[k] < limit + n:
+                    for c in (los[k], his[k], los[k] - n, his[k] - n):
+                        if cursor <= c <= limit:
+                            offsets.add(c)
+                    k += 1
+                for o in offsets:
+                    key = (hist.cost(o, n, t), gap, o)
+                    if best is None or key < best:
+                        best = key
+            if other is not None:
+                cursor = max(cursor, other.offset + other.nbytes)
+        block.offset = best[2]
+        hist.mark(block.offset, n, block.end)
+        active.append(block)
+    return hist.top
 
 
 def live_peak(blocks: list[Block], steps: int) -> int:
@@ -135,11 +289,17 @@ class MemoryPlan:
     scratch: dict[int, tuple[int, int]] = field(default_factory=dict)  # scratch slot -> (offset, nbytes)
     inplace: dict[int, int] = field(default_factory=dict)  # step index -> input slot written over
     allocated: int = 0  # intermediates left to their kernels (unknown shape, no out=, off the host)
+    hot: bool = False  # the chronological plan (``place_hot``) was kept
+    best_fit_bytes: int = 0  # the smaller best-fit arena (greedy by size or breadth)
+    cost: dict = field(default_factory=dict)  # ``write_cost`` of the plans computed: best_fit, hot
+    blocks: list = field(default_factory=list, repr=False)  # the placed blocks (benchmarks/arena_hot.py)
+    clock: list = field(default_factory=list, repr=False)  # ``_clock``: bytes touched before each step
 
     def summary(self) -> dict:
         return {"arena_bytes": self.arena_bytes, "live_peak_bytes": self.live_peak_bytes,
                 "scratch_bytes": self.scratch_bytes, "planned_values": len(self.placed),
-                "inplace_steps": len(self.inplace), "kernel_allocated_values": self.allocated}
+                "inplace_steps": len(self.inplace), "kernel_allocated_values": self.allocated,
+                "hot_plan": self.hot, "best_fit_arena_bytes": self.best_fit_bytes}
 
 
 def plan_memory(plan, specs: dict[int, TensorSpec | None], scratch: dict[int, int], key=None) -> MemoryPlan:
@@ -202,11 +362,30 @@ def plan_memory(plan, specs: dict[int, TensorSpec | None], scratch: dict[int, in
             blocks.append(block)
             mem.scratch[step.scratch_slot] = (block, nbytes)
             mem.scratch_bytes = max(mem.scratch_bytes, nbytes)
-    mem.arena_bytes = place_best(blocks)
+    info: dict = {}
+    mem.blocks, mem.clock = blocks, _clock(steps, specs, scratch)
+    mem.arena_bytes = place_best(blocks, mem.clock, info)
+    mem.hot, mem.best_fit_bytes = info["hot"], info["best_fit_bytes"]
+    mem.cost = {k[:-5]: v for k, v in info.items() if k.endswith("_cost")}
     mem.live_peak_bytes = live_peak(blocks, n)
     mem.placed = {s: (b.offset, shape, dtype) for s, (b, shape, dtype) in mem.placed.items()}
     mem.scratch = {s: (b.offset, nbytes) for s, (b, nbytes) in mem.scratch.items()}
     return mem
+
+
+def _clock(steps, specs, scratch: dict[int, int]) -> list[int]:
+    """Bytes touched before each step (and after the last, twice): the sum over the steps before of
+    their inputs' and outputs' bytes (constants included, where their specs are static) and their
+    scratch: ``place_hot``'s measure of how long ago a region was used."""
+    clock = [0]
+    for i, step in enumerate(steps):
+        touched = scratch.get(i, 0)
+        for s in (*step.input_slots, *step.output_slots):
+            spec = specs.get(s) if s is not None else None
+            if spec is not None and spec.is_static:
+                touched += math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
+        clock.append(clock[-1] + touched)
+    return clock + [clock[-1]]
 
 
 def _inplace_input(step, i: int, out: int, specs, block_of: dict, blocks_read) -> int | None:

@@ -64,6 +64,18 @@ PREFETCH = 4
 # Xeon, the MLP b64 at one thread in turns (issue 11, session 11), 8 faster than 4 in 6 of 7 rounds, median
 # 1.12x (the next panel's chunk prefetched over the first 4 row tiles instead of 8: done before the 8th)
 PREFETCH_ONE_THREAD = 8
+# Gemm's one-thread bound call packs A into row tiles (pack_a: each tile's mr rows one contiguous stream)
+# instead of broadcasting from A's own rows (DIRECT_A), read when the call binds. Off: issue 11, session 12,
+# Xeon: the MLP's products with B cold 109 / 123 GFLOP/s against 119 / 121, in turns 0.99x; AMD box 0.95-0.97x
+PACK_A_ONE_THREAD = False
+# Gemm's one-thread bound call's tiles prefetch their panel's row k + B_AHEAD into L1 at step k (0: off; read
+# when the call binds): the 8 row tiles of a column panel each read its 100-128 KiB from L2. Issue 11,
+# session 12, Xeon: the MLP b64's products with B cold 130-131 GFLOP/s against 119-121 (bench mlp_parts.py),
+# the MLP in turns numba 1t / ahead8 1.16 (9 rounds), reference / ahead8 1.50; 16: 1.10; AMD box a tie
+B_AHEAD_ONE_THREAD = 8
+# the same L1 prefetch in fpair's two-thread halves (read when a product's descriptor is made; 0: off, not
+# measured on the Xeon: ``--variant ahead8=kernels.fgemm.B_AHEAD_PAIR=8``)
+B_AHEAD_PAIR = 0
 KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 ran 3-15% above chunks of 256-512)
 
 
@@ -99,7 +111,7 @@ def pack_a(a, m_n, k_n, mr, ap, tall, short, short_mr):
 
 
 # --------------------------------------------------------------------------------------------- IR
-def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool = False):
+def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool = False, ahead: int = 0):
     """An intrinsic ``tile(a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo,
     lo, hi, m_valid, n_valid, pf, pfs)``: rows [0, m_valid) and columns [0, n_valid) of the mr x nr block of
     ``out`` at ``out[o_off:]`` (row stride ``ldo``) = clamp(alpha * (A at ``a[a_off + r * lda + k *
@@ -107,7 +119,9 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool 
     B panel at ``b[b_off:]`` ([k][nr]) over k < k_n) + bias[c0 + j], lo, hi) (NaN kept). ``first`` =
     0: the accumulators start from ``out`` (a later K chunk). ``masked``: only the first n_valid
     columns are read and stored. ``prefetch``: each step k also prefetches (into L2) the cache line
-    holding ``b[pf + pfs * k]`` (a later panel of B: the driver's PREFETCH); without, pf and pfs unused."""
+    holding ``b[pf + pfs * k]`` (a later panel of B: the driver's PREFETCH); without, pf and pfs unused.
+    ``ahead`` (steps, 0: none): each step k also prefetches into L1 the panel's row k + ahead (its nvec
+    vectors: B_AHEAD), which the tile reads ``ahead`` steps later."""
     lanes = 8 if kind == "avx2" else 16
     nr = lanes * nvec
 
@@ -187,6 +201,11 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool 
         if prefetch:
             line = builder.bitcast(builder.gep(ppf, [builder.mul(k, pfs)]), i8p)
             builder.call(prefetch_fn, [line, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])  # L2
+        if ahead:
+            later = builder.gep(brow, [ir.Constant(i64, ahead * nr)])
+            for j in range(nvec):
+                line = builder.bitcast(builder.gep(later, [ir.Constant(i64, lanes * j)]), i8p)
+                builder.call(prefetch_fn, [line, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])  # L1
         new = []
         for r in range(mr):
             av = splat(builder.load(builder.gep(arows[r], [ak]), align=4))
@@ -242,13 +261,14 @@ def _generic_tile(a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, 
 
 
 @functools.cache
-def _tiles(kind: int, mr: int, prefetch: bool = False):
-    """(full, masked) tiles of variant ``kind`` with ``mr`` rows (generic: 4 only), with the prefetch."""
+def _tiles(kind: int, mr: int, prefetch: bool = False, ahead: int = 0):
+    """(full, masked) tiles of variant ``kind`` with ``mr`` rows (generic: 4 only), with the prefetches."""
     if kind == 0:
         return _generic_tile, _generic_tile
     name = "avx512" if kind in (2, NARROW) else "avx2"
     nvec = 1 if kind == NARROW else 2
-    return _tile_intrinsic(name, mr, nvec, False, prefetch), _tile_intrinsic(name, mr, nvec, True, prefetch)
+    return (_tile_intrinsic(name, mr, nvec, False, prefetch, ahead),
+            _tile_intrinsic(name, mr, nvec, True, prefetch, ahead))
 
 
 MIXED_MR = 12  # an avx512 driver of this height also has 8-row tiles for the last rows (row_tiles)
@@ -271,13 +291,13 @@ def row_tiles(m_n: int, mr: int) -> tuple[int, int]:
     return best[1], best[2]
 
 
-def driver(kind: int, post: int, mr: int, prefetch: int | None = None):
-    """_driver with PREFETCH (now) unless ``prefetch`` is given."""
-    return _driver(kind, post, mr, int(PREFETCH if prefetch is None else prefetch))
+def driver(kind: int, post: int, mr: int, prefetch: int | None = None, ahead: int = 0):
+    """_driver with PREFETCH (now) unless ``prefetch`` is given; ``ahead``: the tiles' B_AHEAD."""
+    return _driver(kind, post, mr, int(PREFETCH if prefetch is None else prefetch), int(ahead))
 
 
 @functools.cache
-def _driver(kind: int, post: int, mr: int, prefetch: int):
+def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0):
     """The compiled loops of variant ``kind`` with ``mr``-row tiles and the activation ``post`` (an
     epilogue code other than NONE/CLIP, applied over each finished tile; NONE: the tile's clamp is
     all) fixed.
@@ -289,9 +309,9 @@ def _driver(kind: int, post: int, mr: int, prefetch: int):
     over column panel q prefetch panel q + 1's K chunk into L2, ``prefetch`` floats of it a K step each
     (16: a cache line a step over the first nr / 16 tiles; 4: a line every 4 steps over nr / 4 tiles),
     so that the next panel's first tile does not wait on L3."""
-    full, masked = _tiles(kind, mr, prefetch > 0)
+    full, masked = _tiles(kind, mr, prefetch > 0, ahead)
     mixed = kind == 2 and mr == MIXED_MR  # 12-row tiles, then 8-row ones (row_tiles)
-    full8, masked8 = _tiles(kind, SHORT_MR, prefetch > 0) if mixed else (full, masked)
+    full8, masked8 = _tiles(kind, SHORT_MR, prefetch > 0, ahead) if mixed else (full, masked)
     pfs = max(1, prefetch)
     nr = NR[kind]
 
@@ -360,7 +380,8 @@ def _driver(kind: int, post: int, mr: int, prefetch: int):
                                     out[U(at + j)] = act(out[U(at + j)], post, p0, p1)
 
     # cached under the variant's name: the cells (intrinsics) pickle differently in every process
-    setattr(gemm, CLOSURE_KEY, f"fgemm.gemm.{kind}.{mr}.{post}" + (f".pf{prefetch}" if prefetch else ""))
+    setattr(gemm, CLOSURE_KEY, f"fgemm.gemm.{kind}.{mr}.{post}" + (f".pf{prefetch}" if prefetch else "") +
+            (f".a{ahead}" if ahead else ""))
     return jit(gemm)
 
 
@@ -398,6 +419,24 @@ class Packed:
         self.zeros = config.readonly(np.zeros(width, np.float32))
 
 
+def _clamp(code: int, p0, p1) -> tuple:
+    """(lo, hi, post) of an epilogue code: Clip (Relu) as the tiles' clamp in the registers, any other
+    activation over each finished tile (``post``) with an open clamp."""
+    f32 = np.float32
+    if code == CLIP:
+        return f32(p0), f32(p1), NONE
+    return f32(-np.inf), f32(np.inf), code
+
+
+def _own_bias(packed: Packed, bias):
+    """A bound call's own bias buffer, padded to whole panels (``bias``'s N values copied), or the zeros."""
+    if bias is None:
+        return packed.zeros
+    bb = np.zeros_like(packed.bias_buf)
+    bb[:packed.n_n] = bias
+    return bb
+
+
 def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0,
          shards: int | None = None) -> None:
     """out (M, N) = act(alpha * a2 (M, K) @ B + bias) on the tiles of ``kind``, in about ``shards``
@@ -420,10 +459,7 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
         bb = packed.bias_buf
         bb[:n_n] = bias
     f32 = np.float32
-    if code == CLIP:
-        lo, hi, post = f32(p0), f32(p1), NONE
-    else:
-        lo, hi, post = f32(-np.inf), f32(np.inf), code
+    lo, hi, post = _clamp(code, p0, p1)
     fn = driver(kind, post, mr)
     args = (ap, lda, packed.bp, k_n, m_n, n_n, f32(alpha), bb, packed.zeros, out.reshape(-1), out.strides[0] // 4, lo,
             hi, f32(p0), f32(p1), block, groups, kc)
@@ -442,30 +478,28 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
     config.run_shards(lambda i: fn(*args, i, i + 1), total)
 
 
-def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0, prefetch=None):
+def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0, prefetch=None,
+           ahead=0, packed_a=False):
     """``run(a2, out, threads=1, shards=1)``: gemm's product of ``m_n`` rows by ``packed`` with everything but A
     (C-contiguous (M, K)) and the output (C-contiguous (M, N)) fixed now (a plan's bound call: the
     general path's per-call decisions, ~10-40 us a node, left out). One thread: the driver over every
     shard; two: fpair's halves (the descriptor made at the first such call) where the helper spins,
     else (and at more threads) ``gemm`` in ``shards``. ``bias``: N values (copied) or None.
-    ``prefetch``: the one-thread driver's PREFETCH (None: PREFETCH's value now)."""
+    ``prefetch``: the one-thread driver's PREFETCH (None: PREFETCH's value now); ``ahead``: its tiles'
+    B_AHEAD (0: none); ``packed_a``: the one-thread driver reads A packed into row tiles (pack_a), not A's rows."""
     k_n, n_n = packed.k_n, packed.n_n
     mr = MR[kind]
     block, blocks, groups, kc = plan(kind, m_n, k_n, n_n, 1)
-    if bias is None:
-        bb = packed.zeros
-    else:
-        bb = np.zeros_like(packed.bias_buf)
-        bb[:n_n] = bias
+    bb = _own_bias(packed, bias)
     f32 = np.float32
-    if code == CLIP:
-        lo, hi, post = f32(p0), f32(p1), NONE
-    else:
-        lo, hi, post = f32(-np.inf), f32(np.inf), code
-    fn, bp, zeros, total = driver(kind, post, mr, prefetch), packed.bp, packed.zeros, blocks * groups
+    lo, hi, post = _clamp(code, p0, p1)
+    fn, bp, zeros, total = driver(kind, post, mr, prefetch, ahead), packed.bp, packed.zeros, blocks * groups
     alpha, p0, p1 = f32(alpha), f32(p0), f32(p1)
     pairs = 2.0 * m_n * n_n * k_n >= PAIR_FLOPS
     made = []
+    tall, short = row_tiles(m_n, mr)
+    pack = bool(packed_a)
+    a_len = (tall * mr + short * SHORT_MR) * k_n
 
     def run(a2, out, threads=1, shards=1):
         if threads == 2 and pairs and fpair.enabled():
@@ -481,10 +515,65 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
         if threads > 1:
             gemm(kind, packed, a2, out, alpha, None if bias is None else bb[:n_n], code, p0, p1, shards)
             return
+        if pack:
+            ap = config.thread_buffer("fgemm_a", a_len, np.float32)
+            pack_a(a2, m_n, k_n, mr, ap, tall, short, SHORT_MR)
+            fn(ap, 0, bp, k_n, m_n, n_n, alpha, bb, zeros, out.reshape(-1), n_n, lo, hi, p0, p1, block, groups, kc, 0,
+               total)
+            return
         fn(a2.reshape(-1), k_n, bp, k_n, m_n, n_n, alpha, bb, zeros, out.reshape(-1), n_n, lo, hi, p0, p1, block,
            groups, kc, 0, total)
 
     return run
+
+
+# One-row products (a classifier head: 1 x 512 x 1000 and up) at one thread: B packed once into panels and
+# streamed in one pass over the whole K on 1-row tiles, each step prefetching the stream this many K steps
+# ahead into L1 (B_AHEAD's prefetch: the packed panels are one contiguous stream; 0: none; AMD box, weights
+# cold, bench_heads.py: 32 0.93x of none). Issue 11, session 12; Gemm binds it where gemm.HEAD_ROW is on
+ROW_AHEAD = 0
+
+
+def row(kind: int, packed: Packed, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0, ahead=None):
+    """``run(a2, out)``: out (1, N) = act(alpha * a2 (1, K, C-contiguous) @ B + bias) on 1-row tiles of
+    ``kind`` over B's packed panels, K whole (one pass over the weights), at one thread; ``ahead``: the
+    tiles' L1 prefetch distance in K steps (None: ROW_AHEAD now). ``bias``: N values (copied) or None."""
+    k_n, n_n = packed.k_n, packed.n_n
+    bb = _own_bias(packed, bias)
+    f32 = np.float32
+    lo, hi, post = _clamp(code, p0, p1)
+    fn = driver(kind, post, 1, 0, ROW_AHEAD if ahead is None else ahead)
+    bp, zeros, alpha, p0, p1 = packed.bp, packed.zeros, f32(alpha), f32(p0), f32(p1)
+    kc = max(1, k_n)
+
+    def run(a2, out):
+        fn(a2.reshape(-1), k_n, bp, k_n, 1, n_n, alpha, bb, zeros, out.reshape(-1), n_n, lo, hi, p0, p1, 1, 1, kc, 0, 1)
+
+    return run
+
+
+def row_pair(kind: int, packed: Packed, alpha=1.0, bias=None, ahead=None):
+    """fpair's descriptor of ``row``'s product (no activation) as two halves of B's column panels, the
+    caller's first, the helper's the rest (hpair's head pairs on the 1-row tiles), or False where it
+    does not split or the helper cannot start."""
+    k_n, n_n, nr = packed.k_n, packed.n_n, NR[kind]
+    panels = -(-n_n // nr)
+    if panels < 2:
+        return False
+    helper = fpair.server()
+    if not helper.prepare():
+        return False
+    ahead = int(ROW_AHEAD if ahead is None else ahead)
+    _fn, address = fpair.half_address(driver(kind, NONE, 1, 0, ahead),
+                                      f"fpair.half.{kind}.1.{NONE}" + (f".a{ahead}" if ahead else ""))
+    if not address:
+        return False
+    f32 = np.float32
+    fvals = (f32(alpha), f32(-np.inf), f32(np.inf), f32(0), f32(0))
+    made = fpair.descriptor(address, fpair.COLUMNS, (panels // 2) * nr, (1, 1), packed.bp, _own_bias(packed, bias),
+                            packed.zeros, fvals, (1, k_n, n_n, k_n, n_n), (k_n, n_n), 1, max(1, k_n))
+    helper.wake()
+    return made
 
 
 # At two threads, products of at least this many flops run as two halves handed over in compiled code
@@ -533,7 +622,9 @@ def _pair_descriptor(kind, post, mr, packed, lda, m_n, k_n, ldo, fvals, bias, a_
     if not helper.prepare():
         return False
     pf = f".pf{int(PREFETCH)}" if PREFETCH else ""
-    _fn, address = fpair.half_address(driver(kind, post, mr), f"fpair.half.{kind}.{mr}.{post}{pf}")
+    ahead = int(B_AHEAD_PAIR)
+    _fn, address = fpair.half_address(driver(kind, post, mr, None, ahead),
+                                      f"fpair.half.{kind}.{mr}.{post}{pf}" + (f".a{ahead}" if ahead else ""))
     if not address:
         return False
     made = fpair.descriptor(address, mode, cut, (-(-sides[0] // block), -(-sides[1] // block)), packed.bp, bias,

@@ -35,6 +35,14 @@ HEAD_FLOPS_PER_BYTE = 8.0  # a memory-bound weight byte (~12 GB/s a core) as flo
 # kernels (issue 11, session 11: AMD box in the model 0.053-0.063 ms on BLAS, 0.034-0.035 on NARROW,
 # the reference 0.031-0.037, whose separate bias and Relu passes leave A in cache)
 HEAD_NARROW = True
+# One-row products (classifier heads) of at least HEAD_ROW_BYTES of constant weights on fgemm.row (the
+# weights packed once, streamed in one pass on 1-row tiles) instead of np.matmul (OpenBLAS's sgemv, the
+# reference's call), read when the node binds (issue 11, session 12; False: np.matmul). Weights cold
+# (bench_heads.py), np.matmul / the row tiles on the 1 x 512 / 1280 / 2048 x 1000 heads: Xeon 1.46 / 1.33 /
+# 1.22, AMD box 1.5-1.95 / 1.75 / 1.45-1.67; in the model AMD box 1.75x (ResNet-18), Xeon not A/B'd (the heads
+# still 0.85x the reference there, as np.matmul was: docs/numba.md, session 12)
+HEAD_ROW = True
+HEAD_ROW_BYTES = 1 << 16
 
 
 def gemm_work(flops: float) -> float:
@@ -153,8 +161,10 @@ class Gemm(NumbaKernel):
         reference a node; here 11-14 us). Several rows do the same where BLAS runs them (the MLP's
         64 x 1024 x 10 head: Xeon 0.109 ms in the general path against the reference's 0.041; not
         gemm_nt's few rows) and take ``_bound_tiles`` where fgemm's micro-kernels do (issue 11,
-        session 10). None where the general path runs (shapes not static, another dtype, a forced
-        fgemm variant, a C that is not one value per column)."""
+        session 10). One row by constant weights of HEAD_ROW_BYTES or more runs fgemm.row's 1-row
+        tiles instead of np.matmul (``_row_head``, HEAD_ROW; issue 11, session 12). None where the
+        general path runs (shapes not static, another dtype, a forced fgemm variant, a C that is not
+        one value per column)."""
         shape = self._static_shape()
         if shape is None:
             return None
@@ -188,9 +198,13 @@ class Gemm(NumbaKernel):
             return y
 
         call.thread_safe = True  # no per-call state: the plan's settled call needs no lock
+        kind = ftile.choice()[0]
+        if HEAD_ROW and m == 1 and not trans_a and code != TANH and kind in (1, 2) and 4 * k * n >= HEAD_ROW_BYTES:
+            call = self._row_head(call, kind, k, n, trans_b, alpha, beta)  # (issue 11, session 12)
         two = (self.threads or config.default_threads()) == 2
-        if two and code == NONE and hpair.usable(m, k, n, trans_a):
-            call = self._paired_head(call, k, n, trans_b, alpha, beta)  # (issue 11, session 11)
+        if two and code == NONE and hpair.usable(m, k, n, trans_a):  # (issue 11, session 11; on the row tiles:
+            row = HEAD_ROW and kind in (1, 2)  # session 12)
+            call = self._paired_head(call, k, n, trans_b, alpha, beta, kind if row else None)
         if (halves.ON and m == 1 and code != TANH and n >= 2 * HEAD_SPLIT_COLS and 4 * k * n >= HEAD_SPLIT_BYTES
                 and two):
             return self._split_head(call, trans_a, trans_b, alpha, beta, k, n, no_bias)
@@ -263,19 +277,46 @@ class Gemm(NumbaKernel):
                 if packed is not None:
                     bias = None if c is None or beta == 0 else np.asarray(c, np.float32).reshape(n) * beta
                     pf = fgemm.PREFETCH_ONE_THREAD if serial else None
-                    bound.extend((b, c, fgemm.serial(kind, packed, m, alpha, bias, code, p0, p1, pf)))
+                    ahead, pack = (fgemm.B_AHEAD_ONE_THREAD, fgemm.PACK_A_ONE_THREAD) if serial else (0, False)
+                    bound.extend((b, c, fgemm.serial(kind, packed, m, alpha, bias, code, p0, p1, pf, ahead, pack)))
                     return call(a, b, c, out=out)  # the first call bound too: at two threads the general
                     # path's pool job (gemm_nt's few rows) would start a worker that spins through every run
             return general(a, b, c, out)
 
         return call
 
-    def _paired_head(self, call, k, n, trans_b, alpha, beta):
+    def _row_head(self, call, kind, k, n, trans_b, alpha, beta):
+        """A one-row product on fgemm.row (the weights packed once at the first call, one pass over them
+        on 1-row tiles of ``kind``) while B and C are the arrays of that first call (constants); ``call``
+        (np.matmul) for anything else."""
+        code, p0, p1 = self.act
+        bound = []
+
+        def row(a, b, c=None, *, out=None):
+            if not bound:
+                if b.flags.writeable or b.dtype != np.float32 or (c is not None and c.flags.writeable):
+                    bound.extend((None, None, None))
+                else:
+                    bias = None if c is None or beta == 0 else np.asarray(c, np.float32).reshape(n) * beta
+                    packed = self._const_b.get(b, b.T if trans_b else b, kind)  # (one copy with the head pair's)
+                    bound.extend((b, c, None if packed is None else fgemm.row(kind, packed, alpha, bias, code, p0, p1)))
+            if bound[2] is not None and bound[0] is b and bound[1] is c and a.flags.c_contiguous and \
+                    a.dtype == np.float32 and (out is None or out.flags.c_contiguous):
+                y = np.empty((1, n), np.float32) if out is None else out
+                bound[2](a, y)
+                return y
+            return call(a, b, c, out=out)
+
+        row.thread_safe = True  # (two first calls at once pack twice: the last one's list entries win)
+        return row
+
+    def _paired_head(self, call, k, n, trans_b, alpha, beta, kind=None):
         """A one-row product of a large constant weight at two threads as two output halves on fpair's
         helper, handed over in compiled code (hpair.py: MobileNetV2's head, whose pool split never ran),
         while B and C are the arrays of its first call; ``call`` (the one-thread call) where the pool's
         worker spins (no pair then), the helper refuses (asleep: woken now; backed off; a busy slot) or
-        the inputs are not those constants."""
+        the inputs are not those constants. ``kind``: the halves run fgemm.row's 1-row tiles of this
+        variant over the weights packed once (fgemm.row_pair; None: hpair's own loops over B in place)."""
         bound = []
 
         def paired(a, b, c=None, *, out=None):
@@ -285,7 +326,10 @@ class Gemm(NumbaKernel):
                 else:
                     bias = np.zeros(n, np.float32) if c is None or beta == 0 else \
                         np.asarray(c, np.float32).reshape(n) * beta
-                    bound.extend((b, c, hpair.descriptor(b, bias, alpha, k, n, trans_b)))
+                    packed = None if kind is None else self._const_b.get(b, b.T if trans_b else b, kind)
+                    made = hpair.descriptor(b, bias, alpha, k, n, trans_b) if packed is None else \
+                        fgemm.row_pair(kind, packed, alpha, bias) or None
+                    bound.extend((b, c, made))
             made = bound[2]
             if made is not None and bound[0] is b and bound[1] is c and a.flags.c_contiguous and \
                     a.dtype == np.float32 and (out is None or out.flags.c_contiguous) and \

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The MLP and the Gemm heads at one thread (issue 11, session 12): one device call, jobs side by side on
+# separate CPUs under one deadline (BUDGET seconds, default 112), the Numba cache warmed first.
+#   bash benchmarks/gemm12_round.sh OUT
+ROUND_BUDGET=112
+cd "$(dirname "$0")" || exit 1
+source ./_round.sh "$@"
+t0=$(date +%s)
+# warm the cache: the one-thread kernels of each model and the variants' extra drivers, side by side
+warm() {
+  pinned "$1" timeout 60 "$PY" -c "
+import sys; sys.path.insert(0, '.')
+from test_bench_numba import apply_bench_set, model_case, kernelkit_session
+apply_bench_set('$3')
+proto, model, feed, g = model_case('$2'); kernelkit_session(model, 'numba1').run(None, feed)" >> "$OUT/warm.txt" 2>&1
+}
+warm 0 mlp "" & warm 1 mlp "kernels.fgemm.B_AHEAD_ONE_THREAD=8" & warm 2 mlp "kernels.fgemm.B_AHEAD_ONE_THREAD=16" &
+warm 3 mlp "kernels.fgemm.PACK_A_ONE_THREAD=1" & warm 4 resnet50 "" & warm 5 resnet18 "" & warm 6 mobilenetv2 "" &
+pinned 7 timeout 60 "$PY" -c "
+import numpy as np
+from kernelkit_numba.kernels import fgemm
+w = np.ones((64, 100), np.float32); x = np.ones((1, 100), np.float32); out = np.empty((1, 64), np.float32)
+for a in (0, 16, 32, 64):
+    fgemm.row(2, fgemm.Packed(w, w.T, 2), ahead=a)(x, out)" >> "$OUT/warm.txt" 2>&1 &
+wait
+echo "warm: $(( $(date +%s) - t0 )) s" >> "$OUT/warm.txt"
+MLP=(--variant1 ahead8=kernels.fgemm.B_AHEAD_ONE_THREAD=8 --variant1 ahead16=kernels.fgemm.B_AHEAD_ONE_THREAD=16
+     --variant1 packa=kernels.fgemm.PACK_A_ONE_THREAD=1)
+pinned 0,1 "$PY" turns.py mlp --rounds "${ROUNDS:-9}" --runtimes numba1,reference1,ort1 "${MLP[@]}" \
+  --json "$OUT/turns_mlp.jsonl" > "$OUT/turns_mlp.txt" 2>&1 &
+pinned 8,9 "$PY" turns.py resnet50,resnet18 --rounds "${ROUNDS_R:-5}" --runtimes numba1,reference1,ort1 \
+  --variant1 old=kernels.gemm.HEAD_ROW=0 --json "$OUT/turns_resnet.jsonl" > "$OUT/turns_resnet.txt" 2>&1 &
+( pinned 2 "$PY" mlp_parts.py 120 ahead8=kernels.fgemm.B_AHEAD_ONE_THREAD=8 \
+    ahead16=kernels.fgemm.B_AHEAD_ONE_THREAD=16 packa=kernels.fgemm.PACK_A_ONE_THREAD=1 > "$OUT/mlp_parts.txt" 2>&1
+  pinned 2 "$PY" bench_heads.py 150 > "$OUT/heads.txt" 2>&1 ) &
+pinned 4,5 "$PY" ops_vs_reference.py resnet18,mobilenet_v2 7 > "$OUT/ops.txt" 2>&1 &
+wait
+echo "total: $(( $(date +%s) - t0 )) s" >> "$OUT/warm.txt"
+lscpu | grep "Model name"
+# a short table last: per model and runtime the median block ms and the median over rounds of numba 1t's
+# block / this runtime's block (above 1: faster than numba 1t), from the blocks written so far
+"$PY" - "$OUT"/turns_*.jsonl <<'PY'
+import collections, json, sys
+import numpy as np
+for path in sys.argv[1:]:
+    try:
+        rows = [json.loads(line) for line in open(path)]
+    except OSError:
+        continue
+    for model in dict.fromkeys(r["model"] for r in rows):
+        by = collections.defaultdict(dict)
+        for r in rows:
+            if r["model"] == model:
+                by[r["runtime"]][r["round"]] = r["median_ms"]
+        base = by.get("numba1", {})
+        for rt, blocks in by.items():
+            common = [k for k in blocks if k in base]
+            ratio = [base[k] / blocks[k] for k in common] or [float("nan")]
+            print(f"{model:9s} {rt:10s} {np.median(list(blocks.values())):8.2f} ms  numba1/this "
+                  f"{np.median(ratio):.3f} ({min(ratio):.2f}-{max(ratio):.2f}) rounds {len(blocks)}")
+PY
+grep -h "^| \(1x\|784\|1024\|numba\|ORT\|reference\|ahead\|packa\|products\|gemm\|sum\|profiled\)" "$OUT/mlp_parts.txt" \
+  "$OUT/heads.txt" 2>/dev/null | head -60
+grep -h -i "gemm\|verdict\|slower" "$OUT/ops.txt" 2>/dev/null | head -20
