@@ -53,7 +53,10 @@ ON = True  # False: attention, LayerNorm and Softmax at two threads as before (t
 ATTENTION = True  # the fused attention pairs by heads
 NORM = True  # LayerNormalization pairs by rows
 SOFTMAX = True  # Softmax (last axis) pairs by rows
-ROWS_MIN = 1 << 14  # LayerNorm / Softmax elements from which they pair (the transformer's 128 x 256: 32768)
+# LayerNorm / Softmax elements from which they pair: the transformer's 128 x 256 LayerNorm (32768, 12 us on the
+# AMD box) gained nothing measurable paired (best 10.0 against 11.2 us; the pair's Python ~1 us), its batch 8
+# (262144, ~95 us) and BERT's 128 x 768 pair
+ROWS_MIN = 1 << 16
 HICCUP_S = 0.1  # the stall rule's window (PairServer.result's hiccup_s; rnpair.HICCUP_S's value)
 
 OP_ATTN, OP_NORM, OP_SOFTMAX = 0, 1, 2
@@ -359,11 +362,13 @@ _norms: dict = {}  # LayerNorm's and Softmax's descriptors by shape (the per-cal
 def layer_norm(x, scale, bias, eps: float, y, mean, inv) -> bool:
     """``norm._layer_norm`` over every row of ``x`` (R, D), C-contiguous float32, as two halves of rows (False:
     not done, the caller's path)."""
-    if not (ON and NORM) or x.shape[0] < 2 or x.dtype != np.float32 or not enabled():
+    if not (ON and NORM):
         return False
     key = (OP_NORM, x.shape, float(eps))
     made = _norms.get(key)
     if made is None:
+        if x.shape[0] < 2 or x.dtype != np.float32 or not enabled():
+            return False
         d = np.zeros(NDESC, np.int64)
         fv = np.array([eps], np.float64)
         d[OP], d[M], d[N], d[FV], d[UNITS], d[CUT] = OP_NORM, x.shape[0], x.shape[1], fv.ctypes.data, x.shape[0], \
@@ -375,11 +380,13 @@ def layer_norm(x, scale, bias, eps: float, y, mean, inv) -> bool:
 def softmax_rows(x, y) -> bool:
     """softmax.py's Softmax of every row of ``x`` (R, L) into ``y``, both C-contiguous float32, as two halves of
     rows (False: not done)."""
-    if not (ON and SOFTMAX) or x.shape[0] < 2 or x.dtype != np.float32 or not enabled():
+    if not (ON and SOFTMAX):
         return False
     key = (OP_SOFTMAX, x.shape)
     made = _norms.get(key)
     if made is None:
+        if x.shape[0] < 2 or x.dtype != np.float32 or not enabled():
+            return False
         r_n, l_n = x.shape
         d = np.zeros(NDESC, np.int64)
         part = _split(r_n)
