@@ -183,6 +183,27 @@ def test_busy_slot_asleep_back_off_pool_and_switch(quiet_server, monkeypatch):
     assert srv.ctl[pairs.JOB] == 2
 
 
+def test_a_backed_off_helper_backs_the_pool_off(quiet_server, monkeypatch):
+    """POOL_BACKOFF: a node that finds the helper backed off (here by a product's pair, as fpair.run's) backs the
+    shard pool off, so that its look at the free cores decides the end; asleep: no; off: the pairs' back-off
+    alone."""
+    calls = []
+    monkeypatch.setattr(shards.POOL, "_back_off", lambda why: calls.append(why))
+    case = CASES[0]
+    inputs = _operands(case, 2)
+    k = _kernel(case, 2)
+    srv = quiet_server
+    _at(2, k.compute, *inputs)  # asleep: both halves on the caller, no back-off
+    assert calls == []
+    srv.ctl[pairs.AWAKE] = 1
+    srv.until = time.perf_counter() + 60
+    _at(2, k.compute, *inputs)
+    assert len(calls) == 1
+    monkeypatch.setattr(tpair, "POOL_BACKOFF", False)
+    _at(2, k.compute, *inputs)
+    assert len(calls) == 1 and srv.ctl[pairs.JOB] == 0
+
+
 def test_rows_kernels_take_two_threads_where_they_pair(monkeypatch):
     """LayerNorm's and Softmax's kernels get the session's two threads where they pair (ROWS_MIN elements,
     rows to cut), one thread otherwise."""

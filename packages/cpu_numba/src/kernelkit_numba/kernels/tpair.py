@@ -29,15 +29,17 @@ is one compiled function an op (``attn_run``, ``norm_run``, ``softmax_run``: the
 then fpair's ``pair_job``). Where the helper does not spin or is backed off, the caller runs both sides
 itself (``alone``: no job); while the pool's worker spins (a model with pooled nodes) or another caller
 holds the slot, the node takes its general path. The stall rule is rnpair's (fpair's slack, two stalls
-within ``HICCUP_S``; a back-off of the pairs backs the pool off too, ``rnpair.follow``).
+within ``HICCUP_S``); a back-off of the pairs, these or the products', backs the pool off too (``POOL_BACKOFF``,
+``rnpair.follow``), so that its look at the free cores keeps a loaded run at one thread.
 
-Switches: ``ON`` (all), ``ATTENTION``, ``NORM``, ``SOFTMAX``, ``ROWS_MIN``; ``KERNELKIT_F32_PAIR=off`` and
-``KERNELKIT_NUMBA_SPIN_US=0`` turn it off with the other pairs (``fpair.enabled``).
+Switches: ``ON`` (all), ``ATTENTION``, ``NORM``, ``SOFTMAX``, ``ROWS_MIN``, ``POOL_BACKOFF``;
+``KERNELKIT_F32_PAIR=off`` and ``KERNELKIT_NUMBA_SPIN_US=0`` turn it off with the other pairs (``fpair.enabled``).
 """
 from __future__ import annotations
 
 import functools
 import threading
+import time
 
 import numba
 import numpy as np
@@ -58,6 +60,13 @@ SOFTMAX = True  # Softmax (last axis) pairs by rows
 # (262144, ~95 us) and BERT's 128 x 768 pair
 ROWS_MIN = 1 << 16
 HICCUP_S = 0.1  # the stall rule's window (PairServer.result's hiccup_s; rnpair.HICCUP_S's value)
+# A node that finds the helper backed off (a stall or misses here or in the products' pairs, fpair.run) backs the
+# shard pool off too, as rnpair.POOL_BACKOFF (rnpair.follow, also here for these pairs' own back-offs): the pool's
+# look at the free cores then holds the whole model at one thread while the other core stays busy. A transformer
+# whose nodes all pair has no pool job, so nothing else backs the pool off: on the Xeon (issue 11, session 12,
+# turns.py --mode loaded) its default ran 1.14x its one-thread time with the pairs' back-offs alone (4 a 0.3 s
+# block, each try beside the busy loop), the pool path 0.88x. False: the pairs' back-off alone.
+POOL_BACKOFF = True
 
 OP_ATTN, OP_NORM, OP_SOFTMAX = 0, 1, 2
 # desc: the half's address, the op, the per-call addresses (the inputs, the output, the mask or LayerNorm's
@@ -336,6 +345,8 @@ def _go(made: Made, fn, *arrays) -> bool:
         return False
     alone = not srv.usable()
     if alone:
+        if POOL_BACKOFF and srv.until > time.perf_counter():
+            shards.POOL._back_off("the pairs are backed off (tpair.POOL_BACKOFF)")
         srv.asleep()
     if made.size:
         arrays += (config.thread_buffer("tpair", made.size, np.float32),
@@ -484,5 +495,5 @@ def attention(made: Made, q, k, v, mask, out):
     return None
 
 
-__all__ = ["ATTENTION", "NORM", "ON", "ROWS_MIN", "SOFTMAX", "attention", "attention_descriptor", "by_rows", "enabled",
-           "half_address", "layer_norm", "prepare", "rows_pair", "softmax_rows"]
+__all__ = ["ATTENTION", "NORM", "ON", "POOL_BACKOFF", "ROWS_MIN", "SOFTMAX", "attention", "attention_descriptor",
+           "by_rows", "enabled", "half_address", "layer_norm", "prepare", "rows_pair", "softmax_rows"]
