@@ -3,6 +3,11 @@ two-thread session run in blocks, the switch flipped between blocks (the switch 
 blocks alternating, the ratio on / off taken within each round (issue 11, session 12).
 
     taskset -c 0,1 python benchmarks/tpair_ab.py [transformer] [--rounds 8] [--runs 20] [--no-backoff]
+    python benchmarks/tpair_ab.py transformer --jobs [--runs 40] [--no-backoff]
+
+``--jobs``: the pool's jobs a run by the kernel function that published them, and the pair helper's counts,
+with the switch on (first, so that no pool worker exists yet) and then off, each after 30 untimed runs (the
+pool's worker builds its spin loop after 32 jobs).
 
 Once an "off" block has published pool jobs the pool has a worker, and from its spin loop on (32 jobs) the
 heartbeats wake it through every later run, "on" blocks too (where tpair then leaves the nodes to the
@@ -25,6 +30,7 @@ def main(argv=None) -> None:
     ap.add_argument("model", nargs="?", default="transformer")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--jobs", action="store_true", help="count the pool's jobs a run by publisher (on, then off)")
     ap.add_argument("--no-backoff", action="store_true",
                     help="the shard pool never backs off (a shared box, where its look at the free cores holds it)")
     args = ap.parse_args(argv)
@@ -39,6 +45,10 @@ def main(argv=None) -> None:
         shards.POOL.reset()
     _proto, model, feed, _gflop = model_case(args.model)
     sess = kernelkit.Session(model, vendors=["numba", "reference"], fallback=False, threads=2)
+    if args.jobs:
+        for on in (True, False):
+            count_jobs(sess, feed, on, args.runs)
+        return
     for on in (True, False, True):
         tpair.ON = on
         for _ in range(3):
@@ -63,6 +73,39 @@ def main(argv=None) -> None:
         ratios.append(med[True] / med[False])
     print(f"{args.model}: on / off median {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max "
           f"{max(ratios):.3f}) over {len(ratios)} rounds: " + " ".join(f"{x:.2f}" for x in ratios))
+
+
+def count_jobs(sess, feed, on: bool, runs: int) -> None:
+    """The pool's jobs a run by the kernels' function that published them (the first frame in a kernels/
+    module), with tpair.ON = ``on``, after 30 untimed runs; and the pair helper's counts over the runs."""
+    import collections
+    import traceback
+
+    from kernelkit_numba import shards
+    from kernelkit_numba.kernels import fpair, tpair
+
+    tpair.ON = on
+    for _ in range(30):
+        sess.run(None, feed)
+    pool = shards.POOL
+    run, by = pool.run, collections.Counter()
+
+    def counted(fn, count, *a, **kw):
+        frames = [f for f in traceback.extract_stack()[:-1] if f"{os.sep}kernels{os.sep}" in f.filename]
+        by[f"{os.path.basename(frames[0].filename)}:{frames[0].name}" if frames else "?"] += 1
+        return run(fn, count, *a, **kw)
+
+    pool.run = counted
+    jobs, pairs = pool.stats["jobs"], dict(fpair.server().stats)
+    try:
+        for _ in range(runs):
+            sess.run(None, feed)
+    finally:
+        pool.run = run
+    st = fpair.server().stats
+    print(f"tpair.ON={int(on)}: pool jobs a run {(pool.stats['jobs'] - jobs) / runs:.2f}, pool.run calls a run by "
+          f"publisher {({k: round(v / runs, 2) for k, v in by.items()})}, pairs "
+          f"{({k: st[k] - pairs[k] for k in st})}", flush=True)
 
 
 if __name__ == "__main__":
