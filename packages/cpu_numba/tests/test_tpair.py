@@ -120,6 +120,21 @@ def test_attention_caller_alone_and_helper_half(case, rows, quiet_server, monkey
     np.testing.assert_array_equal(out[written], got[written])
 
 
+def test_attention_special_values(quiet_server):
+    """A NaN in Q makes its row NaN, a query row masked with -inf everywhere gives zeros (the reference's rules),
+    through the halves."""
+    case = CASES[2]
+    q, k, v, mask = (np.array(a) for a in _operands(case, 3))
+    q[0, 0, 1, 2] = np.nan
+    mask[4] = NINF
+    inputs = [_ro(a) for a in (q, k, v, mask)]
+    quiet_server.ctl[pairs.AWAKE] = 1
+    got = _at(2, _kernel(case, 2).compute, *inputs)
+    assert quiet_server.stats["alone"] == 1
+    assert np.isnan(got[0, 0, 1]).all() and (got[0, :, 4] == 0).all()
+    assert_close(got, run_single_op("Attention", inputs, case[4], vendors=["reference"])[0], np.float32)
+
+
 @pytest.mark.parametrize("op", ["norm", "softmax"])
 def test_rows_equal_the_one_thread_path(op, quiet_server):
     """LayerNorm and Softmax by rows: the caller alone and the helper's half equal the one-thread path bit for
