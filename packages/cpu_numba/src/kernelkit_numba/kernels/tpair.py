@@ -25,11 +25,11 @@ helper as the products, so a transformer at two threads publishes no pool job at
 
 One compiled ``half(desc_address, side)`` serves the three (its address the descriptor's first word,
 as cpair's, rnpair's and fgemm's halves), run by fpair's helper loop (``pair_serve``); the caller's side
-is one compiled function an op (``attn_run``, ``norm_run``, ``softmax_run``: the per-call addresses,
-then fpair's ``pair_job``). Where the helper does not spin or is backed off, the caller runs both sides
-itself (``alone``: no job); while the pool's worker spins (a model with pooled nodes) or another caller
-holds the slot, the node takes its general path. The stall rule is rnpair's (fpair's slack, two stalls
-within ``HICCUP_S``); a back-off of the pairs, these or the products', backs the pool off too (``POOL_BACKOFF``,
+is one compiled function (``pair_run``: the slot, the per-call addresses, then fpair's ``pair_job``).
+Where the helper does not spin or is backed off, the caller runs both sides itself (``alone``: no job);
+while the pool's worker spins (a model with pooled nodes) or another caller holds the slot, the node
+takes its general path. The stall rule is rnpair's (fpair's slack, two stalls within ``HICCUP_S``); a
+back-off of the pairs, these or the products', backs the pool off too (``POOL_BACKOFF``,
 ``rnpair.follow``), so that its look at the free cores keeps a loaded run at one thread.
 
 Switches: ``ON`` (all), ``ATTENTION``, ``NORM``, ``SOFTMAX``, ``ROWS_MIN``, ``POOL_BACKOFF``;
@@ -211,10 +211,22 @@ def half_address(kind: int) -> int:
 
 
 @jit
-def _finish(ctl, desc, alone) -> int:
-    """Once the caller holds the slot and wrote the per-call addresses: both sides on the caller
-    (``alone``: no job; the slot released), else fpair's job. 2 the caller ran both, 1 the helper ran
-    the second half."""
+def pair_run(ctl, desc, a, b, c, d, e, f, s0, s1, alone) -> int:
+    """One node: the callers' slot (3: another caller holds it, nothing done), the addresses of ``a`` ... ``f``
+    (the op's arrays, in the descriptor's order XA, KA, VA, YA, MA, IA: attention's Q, K, V, output and mask,
+    LayerNorm's x, scale, bias, y, mean and inverse deviations, Softmax's x and y; ``_UNUSED`` where the op has
+    none, any layout: the strides are the descriptor's) and of each side's scratch, then both sides on the
+    caller (``alone``: no job) or fpair's job. 2 the caller ran both, 1 the helper ran the second half."""
+    if not _cas(ctl, SLOT, 0, 1):
+        return 3
+    desc[XA] = np.int64(a.ctypes.data)
+    desc[KA] = np.int64(b.ctypes.data)
+    desc[VA] = np.int64(c.ctypes.data)
+    desc[YA] = np.int64(d.ctypes.data)
+    desc[MA] = np.int64(e.ctypes.data)
+    desc[IA] = np.int64(f.ctypes.data)
+    desc[S0] = np.int64(s0.ctypes.data)
+    desc[S1] = np.int64(s1.ctypes.data)
     if alone:
         addr = np.int64(desc.ctypes.data)
         _call2(desc[FN], addr, 0)
@@ -224,47 +236,7 @@ def _finish(ctl, desc, alone) -> int:
     return fpair.pair_job(ctl, desc)
 
 
-@jit
-def attn_run(ctl, desc, q, k, v, y, mask, s0, s1, alone) -> int:
-    """One attention node: the callers' slot (3: another caller holds it, nothing done), the per-call
-    addresses, then ``_finish``. Q, K, V, the output and the mask in any layout (their strides are the
-    descriptor's)."""
-    if not _cas(ctl, SLOT, 0, 1):
-        return 3
-    desc[XA] = np.int64(q.ctypes.data)
-    desc[KA] = np.int64(k.ctypes.data)
-    desc[VA] = np.int64(v.ctypes.data)
-    desc[YA] = np.int64(y.ctypes.data)
-    desc[MA] = np.int64(mask.ctypes.data)
-    desc[S0] = np.int64(s0.ctypes.data)
-    desc[S1] = np.int64(s1.ctypes.data)
-    return _finish(ctl, desc, alone)
-
-
-@jit
-def norm_run(ctl, desc, x, scale, bias, y, mean, inv, alone) -> int:
-    """One LayerNorm node's rows (x, y (R, D), the statistics (R,)): as ``attn_run``."""
-    if not _cas(ctl, SLOT, 0, 1):
-        return 3
-    desc[XA] = np.int64(x.ctypes.data)
-    desc[KA] = np.int64(scale.ctypes.data)
-    desc[VA] = np.int64(bias.ctypes.data)
-    desc[YA] = np.int64(y.ctypes.data)
-    desc[MA] = np.int64(mean.ctypes.data)
-    desc[IA] = np.int64(inv.ctypes.data)
-    return _finish(ctl, desc, alone)
-
-
-@jit
-def softmax_run(ctl, desc, x, y, s0, s1, alone) -> int:
-    """One Softmax node's rows (x, y (R, L), C-contiguous): as ``attn_run``."""
-    if not _cas(ctl, SLOT, 0, 1):
-        return 3
-    desc[XA] = np.int64(x.ctypes.data)
-    desc[YA] = np.int64(y.ctypes.data)
-    desc[S0] = np.int64(s0.ctypes.data)
-    desc[S1] = np.int64(s1.ctypes.data)
-    return _finish(ctl, desc, alone)
+_UNUSED = np.zeros(16, np.float32)  # pair_run's array where an op has none (the unused words' address)
 
 
 _ready: list = []
@@ -272,16 +244,17 @@ _ready_lock = threading.Lock()
 
 
 def _warm() -> None:
-    """The callers' sides compiled through stand-in calls that find the slot held."""
+    """The caller's side compiled for LayerNorm's and Softmax's arrays through stand-in calls that find the slot
+    held (attention's compile at its first call)."""
     held = np.zeros(8, np.int64)
     held[SLOT] = 1
     held[STOP] = 1
     d = np.zeros(NDESC, np.int64)
-    s = np.zeros(1, np.float32)
+    s, u = np.zeros(1, np.float32), _UNUSED
     r = config.readonly(np.zeros((1, 1), np.float32))
     w = np.zeros((1, 1), np.float32)
-    norm_run(held, d, r, config.readonly(s), config.readonly(s), w, s, s, False)
-    softmax_run(held, d, r, w, s, s, False)
+    pair_run(held, d, r, config.readonly(s), config.readonly(s), w, s, s, u, u, False)
+    pair_run(held, d, r, u, u, w, u, u, s, s, False)
 
 
 def prepare() -> int:
@@ -328,10 +301,11 @@ class Made:
         self.desc, self.keep, self.size, self.y_shape = desc, keep, size, y_shape
 
 
-def _go(made: Made, fn, *arrays) -> bool:
-    """``fn(ctl, desc, *arrays, [scratch of both sides,] alone)`` for ``made``: a pair where the helper spins,
-    both sides on the caller where it does not (it is woken) or is backed off; False where nothing was done
-    (no compiled half, the pool's worker spinning, another caller in the slot): the node's general path."""
+def _go(made: Made, *arrays) -> bool:
+    """``pair_run(ctl, desc, *arrays, the sides' scratch, alone)`` for ``made`` (its six arrays): a pair where the
+    helper spins, both sides on the caller where it does not (it is woken) or is backed off; False where nothing
+    was done (no compiled half, the pool's worker spinning, another caller in the slot): the node's general
+    path."""
     desc = made.desc
     if not desc[FN]:
         address = prepare()
@@ -349,9 +323,11 @@ def _go(made: Made, fn, *arrays) -> bool:
             shards.POOL._back_off("the pairs are backed off (tpair.POOL_BACKOFF)")
         srv.asleep()
     if made.size:
-        arrays += (config.thread_buffer("tpair", made.size, np.float32),
+        scratch = (config.thread_buffer("tpair", made.size, np.float32),
                    fpair.helper_buffer("tpair.scratch", made.size))
-    done = fn(srv.ctl, desc, *arrays, alone)
+    else:
+        scratch = (_UNUSED, _UNUSED)
+    done = pair_run(srv.ctl, desc, *arrays, *scratch, alone)
     if done == 3:
         return False
     if not alone:
@@ -385,7 +361,7 @@ def layer_norm(x, scale, bias, eps: float, y, mean, inv) -> bool:
         d[OP], d[M], d[N], d[FV], d[UNITS], d[CUT] = OP_NORM, x.shape[0], x.shape[1], fv.ctypes.data, x.shape[0], \
             _split(x.shape[0])
         made = _norms[key] = Made(d, (fv,), 0)
-    return _go(made, norm_run, x, scale, bias, y, mean, inv)
+    return _go(made, x, scale, bias, y, mean, inv)
 
 
 def softmax_rows(x, y) -> bool:
@@ -404,7 +380,7 @@ def softmax_rows(x, y) -> bool:
         off_pow = _up(2 * part)
         d[OP], d[M], d[N], d[UNITS], d[CUT], d[OFF_SUMS], d[OFF_POW] = OP_SOFTMAX, r_n, l_n, r_n, part, 0, off_pow
         made = _norms[key] = Made(d, (), off_pow + _up(l_n))
-    return _go(made, softmax_run, x, y)
+    return _go(made, x, _UNUSED, _UNUSED, y, _UNUSED, _UNUSED)
 
 
 def _up(n: int) -> int:
@@ -490,10 +466,10 @@ def attention(made: Made, q, k, v, mask, out):
     """The attention of ``made`` into ``out`` (None: a fresh array) as two halves of heads; None where not done
     (the node's general path)."""
     y = np.empty(made.y_shape, np.float32) if out is None else out
-    if _go(made, attn_run, q, k, v, y, made.keep[1] if mask is None else mask):
+    if _go(made, q, k, v, y, made.keep[1] if mask is None else mask, _UNUSED):
         return y
     return None
 
 
 __all__ = ["ATTENTION", "NORM", "ON", "POOL_BACKOFF", "ROWS_MIN", "SOFTMAX", "attention", "attention_descriptor",
-           "by_rows", "enabled", "half_address", "layer_norm", "prepare", "rows_pair", "softmax_rows"]
+           "by_rows", "enabled", "half_address", "layer_norm", "pair_run", "prepare", "rows_pair", "softmax_rows"]
