@@ -194,7 +194,9 @@ def test_attention_in_two_shards(monkeypatch, heads):
     """At two threads a batch-1 Attention node runs its heads as two shards (an odd count: the caller's
     share the larger), against the reference."""
     import kernelkit as kk
+    from kernelkit_numba.kernels import tpair
 
+    monkeypatch.setattr(tpair, "ATTENTION", False)  # (at two threads the heads pair on fpair's helper: test_tpair)
     counts = []
     real = config.run_shards
     monkeypatch.setattr(config, "run_shards", lambda fn, count: (counts.append(count), real(fn, count)))

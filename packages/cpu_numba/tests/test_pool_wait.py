@@ -72,10 +72,12 @@ def test_workers_help_and_budget_holds():
         assert len(names) <= 2 and [len(h) for h in hits] == [1] * 16
 
 
-def test_kernel_results_equal_at_one_and_two_threads(rng):
+def test_kernel_results_equal_at_one_and_two_threads(rng, monkeypatch):
     """A real sharded kernel (Softmax rows through ``config.parallel_for``) gives the same numbers
     at one and two threads, and the same as NumPy."""
-    from kernelkit_numba.kernels import softmax
+    from kernelkit_numba.kernels import softmax, tpair
+
+    monkeypatch.setattr(tpair, "ON", False)  # at two threads the rows pair on fpair's helper (test_tpair.py)
 
     x = rng.standard_normal((512, 1024)).astype(np.float32)
     def at(threads):  # the budget is per thread: set it on the thread that runs the kernel

@@ -24,7 +24,7 @@ from kernelkit.registry import register_kernel
 from .. import config
 from .._base import NumbaKernel
 from ..config import jit
-from . import halves
+from . import halves, tpair
 from .gemm import gemm_work
 from .softmax import exp_rows
 
@@ -97,6 +97,7 @@ class Attention(NumbaKernel):
     def setup(self, input_specs):
         node = getattr(self.context, "node", None)
         self.extra_outputs = node is not None and len([o for o in node.outputs if o]) > 1
+        self._pairs = {}  # tpair's descriptors by the operands' shapes and strides (False: no pair)
 
     def work(self, q, k, v, *rest):
         """The two products' flops, counted as GEMM flops (mostly BLAS)."""
@@ -113,6 +114,10 @@ class Attention(NumbaKernel):
             # a shorter mask is padded with -inf by the op: the reference's rules
             return reference_attention(q, k, v, *rest, **{key: at[key] for key in (
                 *_PLAIN, "scale", "q_num_heads", "kv_num_heads", "softmax_precision") if key in at})[0]
+        if tpair.ON and tpair.ATTENTION and config.current_threads() == 2:  # two halves of heads (tpair.py)
+            y = self._paired(q, k, v, mask, out)
+            if y is not None:
+                return y
         if q.ndim == 3:
             hq, hkv = at.get("q_num_heads"), at.get("kv_num_heads")
             if not hq or not hkv:
@@ -177,3 +182,23 @@ class Attention(NumbaKernel):
 
         config.run_shards(shard, b * groups * blocks)
         return y
+
+    def _paired(self, q, k, v, mask, out):
+        """The node as two halves of (batch item, head) pairs on fpair's helper (tpair.py), its descriptor made
+        at the first call of these shapes and strides; None where it does not pair (the general path)."""
+        key = (q.shape, q.strides, k.shape, k.strides, v.shape, v.strides, None if out is None else out.strides,
+               None if mask is None else (mask.shape, mask.strides))
+        made = self._pairs.get(key)
+        if made is None:
+            at = self.attrs
+            if q.ndim == 4:
+                hq, hkv = q.shape[1], k.shape[1]
+            else:
+                hq, hkv = at.get("q_num_heads"), at.get("kv_num_heads")
+            made = False
+            if hq and hkv and q.ndim in (3, 4) and tpair.enabled():
+                dk = k.shape[3] if q.ndim == 4 else k.shape[2] // hkv
+                scale = at["scale"] if at.get("scale") is not None else 1 / math.sqrt(max(dk, 1))
+                made = tpair.attention_descriptor(q, k, v, mask, out, hq, hkv, scale) or False
+            self._pairs[key] = made
+        return tpair.attention(made, q, k, v, mask, out) if made else None

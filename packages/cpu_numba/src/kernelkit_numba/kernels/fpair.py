@@ -60,6 +60,10 @@ ON = True  # False: fgemm's products at two threads go through the pool's shares
 # The split: "auto" (COLUMNS where B has at least as many values as A, else ROWS where A is read in place),
 # "columns" or "rows"
 AXIS = "auto"
+# A stall of a product's pair backs off only where the one before came within this many seconds (PairServer.result's
+# hiccup_s, as rnpair.HICCUP_S for the ResNets' layers and tpair's); 0: every stall backs off (issue 11, session
+# 12: for an A/B of the transformer, whose products now pair beside no pool at all)
+HICCUP_S = 0.0
 
 
 def half_fn(driver, key: str):
@@ -295,7 +299,7 @@ def run(desc: Descriptor, a_flat, out_flat) -> bool:
         return False
     done = pair_run(helper.ctl, desc.desc, a_flat, out_flat)
     if done == 1 or done == 2:
-        helper.result(done)
+        helper.result(done, False, HICCUP_S)
         return True
     return False
 

@@ -10,8 +10,10 @@ import math
 import numpy as np
 from kernelkit.registry import register_kernel
 
+from .. import config
 from .._base import threaded
 from ..config import jit, jit_parallel, parallel_for
+from . import tpair
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
@@ -101,9 +103,10 @@ def layer_normalization(x, scale, b=None, *, axis=-1, epsilon=1e-5, out=None):
     if d_n == 0:  # nothing to normalize over: statistics of an empty row are NaN, as in NumPy
         mean[...], inv[...] = np.nan, np.nan
     elif rows.shape[0]:
-        parallel_for(_layer_norm, rows.shape[0],
-                     (rows, scale, bias, float(epsilon), y.reshape(rows.shape), mean.reshape(-1), inv.reshape(-1)),
-                     8.0 * rows.size)
+        args = (rows, scale, bias, float(epsilon), y.reshape(rows.shape), mean.reshape(-1), inv.reshape(-1))
+        # at two threads: two halves of rows on fpair's helper (tpair.py), else shards of rows (one, when small)
+        if not (config.current_threads() == 2 and tpair.rows_pair(2, rows.size) and tpair.layer_norm(*args)):
+            parallel_for(_layer_norm, rows.shape[0], args, 8.0 * rows.size)
     return y, mean, inv
 
 
@@ -127,7 +130,9 @@ def instance_normalization(x, scale, b, *, epsilon=1e-5):
     return y
 
 
-register_kernel("LayerNormalization", device="cpu", vendor="numba", dtype="float32")(threaded(layer_normalization))
+# at two threads the session's budget where the rows pair (tpair.by_rows), one thread below SERIAL_WORK otherwise
+LayerNormKernel = register_kernel("LayerNormalization", device="cpu", vendor="numba", dtype="float32")(
+    tpair.by_rows(threaded(layer_normalization), lambda x, axis: x.ndim > 0 and math.prod(x.shape[:axis % x.ndim]) > 1))
 register_kernel("BatchNormalization", device="cpu", vendor="numba", dtype="float32")(threaded(batch_normalization))
 register_kernel("InstanceNormalization", device="cpu", vendor="numba", dtype="float32")(
     threaded(instance_normalization))

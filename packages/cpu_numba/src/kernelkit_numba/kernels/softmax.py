@@ -11,8 +11,10 @@ import math
 import numpy as np
 from kernelkit.registry import register_kernel
 
+from .. import config
 from .._base import threaded
 from ..config import jit, jit_parallel, parallel_for
+from . import tpair
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
@@ -127,6 +129,8 @@ def _softmax_rows(x, y, log):
     if not log and x.size <= SMALL:
         _rows_small(x, y)
         return
+    if not log and config.current_threads() == 2 and tpair.rows_pair(2, x.size) and tpair.softmax_rows(x, y):
+        return  # two halves of rows on fpair's helper (tpair.py)
     parallel_for(_rows_shard, x.shape[0], (x, y, log), 8.0 * x.size)
 
 
@@ -260,5 +264,8 @@ def _softmax_serial(input_specs, axis=-1):
 
 
 softmax.serial = _softmax_serial
-register_kernel("Softmax", device="cpu", vendor="numba", dtype="float32")(threaded(softmax))
+# at two threads the session's budget where the rows pair (tpair.by_rows; the last axis only)
+SoftmaxKernel = register_kernel("Softmax", device="cpu", vendor="numba", dtype="float32")(
+    tpair.by_rows(threaded(softmax), lambda x, axis: x.ndim > 1 and axis % x.ndim == x.ndim - 1 and
+                  math.prod(x.shape[:-1]) > 1))
 register_kernel("LogSoftmax", device="cpu", vendor="numba", dtype="float32")(threaded(log_softmax))
