@@ -324,3 +324,29 @@ def test_one_row_head_pairs_at_two_threads(trans_b, with_c, monkeypatch):
             assert_close(sess.run(None, {"in0": a})[0], want)
             time.sleep(0.001)
         assert (len(calls) >= 4) if on and threads == 2 else not calls
+
+
+def test_a_woken_helper_waits_for_its_first_job():
+    """The caller that wakes the helper runs its product alone: the woken helper spins WAKE_IDLE_S for its
+    first job, not IDLE_S, or a product longer than IDLE_S finds it asleep again at the next product, and
+    every product of every run wakes it and runs alone (the MLP at two threads, session 12)."""
+    import time
+
+    helper = fpair.FPairServer(11)
+    assert helper.prepare()
+    assert pairs.WAKE_IDLE_S > pairs.IDLE_S
+    rate = helper.idle / pairs.IDLE_S
+    helper.wake_idle = int(5.0 * rate)  # 5 s: the test's own window, far beyond any scheduling delay,
+    helper.cap = int(10.0 * rate)  # inside one call of the helper's loop (WAKE_IDLE_S < CAP_S)
+    helper.wake()
+    deadline = time.perf_counter() + 5.0
+    while helper.ctl[pairs.AWAKE] != 1 and time.perf_counter() < deadline:
+        time.sleep(1e-3)
+    assert helper.ctl[pairs.AWAKE] == 1
+    time.sleep(50 * pairs.IDLE_S)  # no job: past IDLE_S, inside the wake window
+    try:
+        assert helper.ctl[pairs.AWAKE] == 1
+    finally:
+        helper.ctl[pairs.STOP] = 1
+        helper._thread.join(5.0)
+    assert not helper._thread.is_alive()

@@ -11,7 +11,8 @@
   all: one helper thread for every pair since issue 11, session 10, second round).
 - **The helper thread** (``PairServer``; its one subclass, fpair's): started at the first pair call, it spins in a
   ``nogil`` Numba loop for ``IDLE_S`` after its last job (``sched_yield`` between polls), then sleeps
-  on a condition until a caller wakes it (that caller runs its product alone). Its loop and stand-in
+  on a condition until a caller wakes it (that caller runs its product alone; a woken helper waits
+  ``WAKE_IDLE_S`` for its first job, the length of such a product and more). Its loop and stand-in
   compile calls are its subclass's (``serve``, ``compile_sides``).
 - **Back-off under load**: a caller that waited longer than ``STALL_S`` for the helper's half, or
   ``MISSES`` jobs in a row that the awake helper did not claim, stops pairing for a back-off that
@@ -41,6 +42,11 @@ OPEN, CLAIMED, DONE, TAKEN = 0, 1, 2, 3
 STATE, DESC, SLOT, AWAKE, JOB, WAITED, STOP = range(7)
 
 IDLE_S = 1e-3  # the helper spins this long after its last job (the pool's BEAT_IDLE_S), then sleeps
+# a woken helper spins this long for its first job: the caller that woke it runs that product alone
+# meanwhile, and without it a product longer than IDLE_S (the MLP's ~1 ms ones on a slow host) finds the
+# helper asleep again at the next product, so that every product of every run wakes it and runs alone
+# (issue 11, session 12's call: the MLP's default 1.10x its one thread, 283 wakes and no pair in a block)
+WAKE_IDLE_S = 5e-3  # (below CAP_S: one call of the helper's loop)
 CAP_S = 0.02  # and returns to Python this often while jobs keep coming
 STALL_S = 3e-4  # a caller that waited longer than this for the helper's half: back off
 MISSES = 8  # jobs in a row the awake helper did not claim: back off
@@ -164,7 +170,7 @@ class PairServer:
         self._misses = 0
         self._last_stall = float("-inf")
         self.ready = False  # both sides compiled for this variant (prepare)
-        self.idle = self.cap = 0
+        self.idle = self.cap = self.wake_idle = 0
         self.stall = 1 << 62
         self.stats = {"paired": 0, "alone": 0, "stalls": 0, "backoffs": 0, "wakes": 0}
 
@@ -201,6 +207,7 @@ class PairServer:
             return False
         self.compile_sides()
         self.idle, self.cap, self.stall = int(IDLE_S * rate), int(CAP_S * rate), int(STALL_S * rate)
+        self.wake_idle = int(WAKE_IDLE_S * rate)
         self.ready = True
         return True
 
@@ -213,8 +220,9 @@ class PairServer:
                     self._cond.wait()
                 self._want = False
             ctl[AWAKE] = 1
-            while self.serve(ctl, self.idle, self.cap) == 2:
-                pass
+            idle = max(self.idle, self.wake_idle)  # the first job comes after the waking caller's product
+            while self.serve(ctl, idle, self.cap) == 2:
+                idle = self.idle
             if ctl[STOP]:
                 ctl[AWAKE] = 0
                 return
