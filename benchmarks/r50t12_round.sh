@@ -5,13 +5,13 @@
 # session's three switches off), loaded on LCPUS, and nodes_ab2t.py (per kind of layer: 2t / 1t, default / old,
 # default / tb1m: the 64@56 Winograd pairs in blocks of 49 tiles) on NCPUS. The tables come last, computed from
 # the turns' JSON lines (so that a turns job cut by its timeout still gives its rounds).
-# (Run once, 13:53 UTC, with PAIR_COLS_MAX 196 and WINO2_SPLIT on; both are off since, so "old" now differs from
+# (Run once, 13:53 UTC, with PAIR_COLS_MAX 196 and WINO2_SPLIT on; both were off since, WINO2_SPLIT removed, so "old" now differs from
 # the default in cpair.COLS_SPLIT only.)
 #     OUT=/tmp/out bash benchmarks/r50t12_round.sh
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 CPUS=${CPUS:-0,1}; LCPUS=${LCPUS:-2,3}; NCPUS=${NCPUS:-4,5}
-OLD="old=kernels.cpair.COLS_SPLIT=0;kernels.conv_serial.PAIR_COLS_MAX=0;kernels.rnpair.WINO2_SPLIT=0"
+OLD="old=kernels.cpair.COLS_SPLIT=0;kernels.conv_serial.PAIR_COLS_MAX=0"
 TB="tb1m=kernels.rnpair.PAIR_TILE_BYTES=1048576"
 export PYTHONUNBUFFERED=1 KERNELKIT_NUMBA_START=eager PYTHONWARNINGS=ignore
 { lscpu | grep -E "Model name|^CPU\(s\)|L2|L3"; date -u; } > "$OUT/env.txt" 2>&1

@@ -114,14 +114,7 @@ def test_caller_alone_and_helper_half(case, quiet_server):
     _check_halves(case, quiet_server)
 
 
-def test_wino2_split_halves(quiet_server, monkeypatch):
-    """F(2x2) by channels with the panel at the cut split by tiles (rnpair.WINO2_SPLIT: 128 channels are two
-    panels of 48 and one of 32, the middle one split): as test_caller_alone_and_helper_half."""
-    monkeypatch.setattr(rnpair, "WINO2_SPLIT", True)
-    _check_halves(LAYERS[1], quiet_server, split=True)
-
-
-def _check_halves(case, srv, split=False):
+def _check_halves(case, srv):
     xs, ws, attrs, res, op = case
     inputs = _layer(case)
     shape = _out_shape(xs, ws, attrs)
@@ -130,7 +123,6 @@ def _check_halves(case, srv, split=False):
     fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
     pair = _pair_of(fn)
     assert pair is not None and pair.desc[rnpair.OP] == op
-    assert (pair.desc[rnpair.SIDE0 + rnpair.S_SNP] > 0) == split
     srv.ctl[pairs.AWAKE] = 1
     got = _at(2, fn, inputs, shape)
     assert srv.stats["alone"] == 1 and srv.stats["paired"] == 0

@@ -52,13 +52,6 @@ POINTWISE = True  # the parallel 1x1 layers and stems take cpair's pairs (conv_s
 # layers (16 tiles) had each side read all 36 x 256 x 256 transformed weights (9.4 MB) for 8 tiles
 WINO4_MIN_PIXELS = 392
 WINO2 = True  # the F(2x2, 3x3) layers pair (by output channels: the weights' halves)
-# True: F(2x2, 3x3) by output channels on the cols tiles cuts its 48-channel panels where both sides get the
-# same channels x tiles, the panel at the cut split by tiles (cpair.cols_split; the 256@14 layers, 5 panels and
-# one of 16, are 144 channels against 112 by whole panels), both sides then reading that panel's 16 positions of
-# weights. Issue 11, session 12 (r50t12): AMD box in the model 0.97-1.03x (nodes_ab2t.py); Xeon (nodes_ab2t.py
-# beside two turns jobs) the 256@14 layers 1.11x slower against 1.07x for an identical session: no gain, off.
-# A/B: kernels.rnpair.WINO2_SPLIT=1
-WINO2_SPLIT = False
 # The bytes of v and products a block of a side's F(4x4) tiles takes (winograd.tile_blocks; None:
 # winograd.TILE_BYTES, 2 MiB: the 64@56 layers' 98 tiles a side in one block of 1.8 MB, the 128@28 layers' 25)
 PAIR_TILE_BYTES = None
@@ -85,11 +78,10 @@ OP_WINO, OP_DIRECT, OP_WINO2 = 0, 1, 2
 # p0, p1), the weights (packed panels) and their length, zeros, bias, the shapes, then SIDE_N words a side
 (FN, OP, XA, YA, ZA, HAS_Z, FV, WP, WP_N, ZEROS, BIAS, C, H, W, M, OH, OW, PH, PW, TH, TW, CODE, COLS, KC, LV,
  LM, XP, XP_N, KOFF, K, ROWSTEP, RB, STEP, PANELS, WIDTH) = range(35)
-SIDE0, SIDE_N = 36, 10
+SIDE0, SIDE_N = 36, 8
 # a side: its first and end tile (shard), its blocks, its v, products and scratch buffers (per call), the
-# scratch's floats; F(2x2) by channels (WINO2_SPLIT): the panel split by tiles at the cut, the side's first tile
-# of it and its tiles (0: none)
-S_T0, S_T1, S_BLOCKS, S_V, S_MO, S_SCR, S_SCR_N, S_SQ, S_SP0, S_SNP = range(10)
+# scratch's floats
+S_T0, S_T1, S_BLOCKS, S_V, S_MO, S_SCR, S_SCR_N = range(7)
 NDESC = SIDE0 + 2 * SIDE_N
 
 
@@ -98,8 +90,6 @@ def _build():
     over winograd's tile transforms, ftile's batched products (kind 2, rows and both cols tiles) and
     fdirect's drivers (3 x 7 tiles, strides 1 and 2), cached on disk by name."""
     bat0, bat1, bat2 = (ftile._batched(KIND, c) for c in (0, 1, 2))
-    cols1, cols2 = ftile.cols_driver(KIND), ftile.cols8_driver()
-    tout2t = winograd._output_transform_tiles
     drv1, drv2 = fdirect.driver(1, 3, fdirect.MP), fdirect.driver(2, 3, fdirect.MP)
     tin, tout = winograd._input_tiles4, winograd._output_tiles4
     tin2, tout2 = winograd._input_transform, winograd._output_transform
@@ -151,19 +141,6 @@ def _build():
             else:
                 bat1(wp, m_n, c_n, v, nt, mo, zeros, groups, no, zero, d[KC], scratch, t0 * 16, t1 * 16)
             tout2(mo, y, bias, z, has_z, th_n, tw_n, d[CODE], fv[2], fv[3], t0 * d[WIDTH], min(m_n, t1 * d[WIDTH]))
-            snp = d[b + S_SNP]
-            if snp > 0:  # the panel at the cut, tiles [sp0, sp0 + snp) at every position (batched_cols' call)
-                sq, sp0 = d[b + S_SQ], d[b + S_SP0]
-                inf = np.float32(np.inf)
-                for i in range(16):
-                    if d[COLS] == 2:
-                        cols2(wp[i], c_n, m_n, v[i, sp0:c_n * nt], nt, snp, zeros, zeros, no, -inf, inf,
-                              mo[i, sp0:m_n * nt], nt, d[KC], scratch, sq, sq + 1)
-                    else:
-                        cols1(wp[i], c_n, m_n, v[i, sp0:c_n * nt], nt, snp, zeros, zeros, no, -inf, inf,
-                              mo[i, sp0:m_n * nt], nt, d[KC], scratch, sq, sq + 1)
-                tout2t(mo, y, bias, z, has_z, th_n, tw_n, d[CODE], fv[2], fv[3], sq * d[WIDTH],
-                       min(m_n, (sq + 1) * d[WIDTH]), sp0, sp0 + snp)
             return 0
         v = numba.carray(_ptr(d[b + S_V]), (36, lv), f32)
         mo = numba.carray(_ptr(d[b + S_MO]), (36, lm), f32)
@@ -395,21 +372,14 @@ def wino2_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_
     if panels < 2:
         return None
     cut = min(range(1, panels), key=lambda q: max(min(m_n, q * width), m_n - min(m_n, q * width)))
-    split_q, split_a = cpair.cols_split(m_n, nt, 8 if cols == 2 else 7) if cols and WINO2_SPLIT else (cut, 0)
     desc = _wino_desc(OP_WINO2, x_shape, y_shape, ph, pw, th_n, tw_n, code, cols, has_z)
     desc[PANELS], desc[WIDTH] = panels, width
     lv, lm = winograd._spaced(c_n * nt), winograd._spaced(m_n * nt)
     desc[LV], desc[LM] = lv, lm
     ssize = ftile.scratch_size(KIND, cols, nt)
-    parts = ((0, cut), (cut, panels)) if not (cols and WINO2_SPLIT) else (
-        (0, split_q), (split_q + int(split_a > 0), panels))
-    for side, (q0, q1) in enumerate(parts):
+    for side, (q0, q1) in enumerate(((0, cut), (cut, panels))):
         base = SIDE0 + side * SIDE_N
         desc[base + S_T0], desc[base + S_T1], desc[base + S_BLOCKS], desc[base + S_SCR_N] = q0, q1, 1, ssize
-    if cols and WINO2_SPLIT and split_a:
-        for side, (first, tiles) in enumerate(((0, split_a), (split_a, nt - split_a))):
-            base = SIDE0 + side * SIDE_N
-            desc[base + S_SQ], desc[base + S_SP0], desc[base + S_SNP] = split_q, first, tiles
     return _wino_pair(conv, desc, ((16 * lv, 16 * lm, ssize), (16 * lv, 16 * lm, ssize)), m_n, c_n, width, 2, p0, p1)
 
 

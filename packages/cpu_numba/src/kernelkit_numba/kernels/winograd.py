@@ -123,49 +123,6 @@ def _output_transform(mo, y, bias, z, has_z, th_n, tw_n, code, p0, p1, m0, m1):
                         plane[oh + 1, ow + 1] = _activate(v11, code, p0, p1)
 
 
-@jit_parallel
-def _output_transform_tiles(mo, y, bias, z, has_z, th_n, tw_n, code, p0, p1, m0, m1, t0, t1):
-    """``_output_transform`` of tiles [t0, t1) (row-major over th_n x tw_n) only (rnpair.py's F(2x2) pairs:
-    a panel of channels split by tiles between the two sides, rnpair.WINO2_SPLIT). Its own loops: as the
-    body of ``_output_transform`` over a range of tiles, the whole map's transform ran 4-6 % slower (AMD box:
-    70 against 73 us at 256 x 14x14)."""
-    oh_n, ow_n = y.shape[1], y.shape[2]
-    for m in range(m0, m1):
-        beta = bias[m]
-        plane = y[m]
-        zp = z[m] if has_z else z[0]
-        for th in range(t0 // tw_n, (t1 + tw_n - 1) // tw_n):
-            oh = 2 * th
-            two_rows = oh + 1 < oh_n
-            for tw in range(max(0, t0 - th * tw_n), min(tw_n, t1 - th * tw_n)):
-                t = U64((m * th_n + th) * tw_n + tw)
-                s0 = mo[0, t] + mo[4, t] + mo[8, t]
-                s1 = mo[1, t] + mo[5, t] + mo[9, t]
-                s2 = mo[2, t] + mo[6, t] + mo[10, t]
-                s3 = mo[3, t] + mo[7, t] + mo[11, t]
-                d0 = mo[4, t] - mo[8, t] - mo[12, t]
-                d1 = mo[5, t] - mo[9, t] - mo[13, t]
-                d2 = mo[6, t] - mo[10, t] - mo[14, t]
-                d3 = mo[7, t] - mo[11, t] - mo[15, t]
-                ow = 2 * tw
-                v00, v01, v10, v11 = s0 + s1 + s2 + beta, s1 - s2 - s3 + beta, d0 + d1 + d2 + beta, d1 - d2 - d3 + beta
-                if has_z:
-                    v00 += zp[oh, ow]
-                    if ow + 1 < ow_n:
-                        v01 += zp[oh, ow + 1]
-                    if two_rows:
-                        v10 += zp[oh + 1, ow]
-                        if ow + 1 < ow_n:
-                            v11 += zp[oh + 1, ow + 1]
-                plane[oh, ow] = _activate(v00, code, p0, p1)
-                if ow + 1 < ow_n:
-                    plane[oh, ow + 1] = _activate(v01, code, p0, p1)
-                if two_rows:
-                    plane[oh + 1, ow] = _activate(v10, code, p0, p1)
-                    if ow + 1 < ow_n:
-                        plane[oh + 1, ow + 1] = _activate(v11, code, p0, p1)
-
-
 def _spaced(n: int) -> int:
     """A row length of at least ``n`` floats whose byte size is an odd multiple of 64: the 16 rows
     a transform writes at once then fall in different cache sets (rows 4 KiB apart made the input
