@@ -61,3 +61,20 @@ def pair_calls():
             srv.until = 0.0
 
     return calls
+
+
+@pytest.fixture
+def quiet_server(monkeypatch):
+    """fpair's helper (the one for every float32 pair: cpair's, rnpair's, tpair's halves) of this test's
+    own whose thread never starts (the helper's half is run by hand), the shard pool neither backed off
+    nor with a worker spinning or asleep."""
+    from kernelkit_numba import shards
+    from kernelkit_numba.kernels import fpair
+
+    srv = fpair.FPairServer(0)
+    monkeypatch.setattr(fpair, "_server", [srv])
+    monkeypatch.setattr(srv, "wake", lambda: None)
+    monkeypatch.setattr(shards.POOL, "backed_off", lambda: False)
+    monkeypatch.setattr(shards.POOL, "workers_spinning", lambda: False)
+    monkeypatch.setattr(shards.POOL, "workers_asleep", lambda: False)
+    return srv

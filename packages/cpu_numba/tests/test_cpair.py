@@ -90,19 +90,6 @@ def two_thread_tiles(monkeypatch):
     monkeypatch.setattr(conv, "FTILE_COLS_MAX_ONE_THREAD", conv.FTILE_COLS_MAX)
 
 
-@pytest.fixture
-def quiet_server(monkeypatch):
-    """fpair's helper (the one for every float32 pair) of this test's own whose thread never starts (the
-    helper's part is run by hand)."""
-    srv = fpair.FPairServer(0)
-    monkeypatch.setattr(fpair, "_server", [srv])
-    monkeypatch.setattr(srv, "wake", lambda: None)
-    monkeypatch.setattr(_pool(), "backed_off", lambda: False)
-    monkeypatch.setattr(_pool(), "workers_spinning", lambda: False)
-    monkeypatch.setattr(_pool(), "workers_asleep", lambda: False)
-    return srv
-
-
 def _pool():
     from kernelkit_numba import shards
 

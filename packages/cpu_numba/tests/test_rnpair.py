@@ -89,17 +89,6 @@ def _at(threads, fn, inputs, shape):
         config._local.threads = was
 
 
-@pytest.fixture
-def quiet_server(monkeypatch):
-    """fpair's helper of this test's own whose thread never starts (the helper's half is run by hand)."""
-    srv = fpair.FPairServer(0)
-    monkeypatch.setattr(fpair, "_server", [srv])
-    monkeypatch.setattr(srv, "wake", lambda: None)
-    monkeypatch.setattr(shards.POOL, "backed_off", lambda: False)
-    monkeypatch.setattr(shards.POOL, "workers_spinning", lambda: False)
-    return srv
-
-
 def _pair_of(fn):
     cells = [c.cell_contents for c in getattr(fn, "__closure__", None) or ()
              if isinstance(c.cell_contents, rnpair.Pair)]

@@ -70,17 +70,6 @@ def _at(threads, fn, *args, **kw):
         config._local.threads = was
 
 
-@pytest.fixture
-def quiet_server(monkeypatch):
-    """fpair's helper of this test's own whose thread never starts (the helper's half is run by hand)."""
-    srv = fpair.FPairServer(0)
-    monkeypatch.setattr(fpair, "_server", [srv])
-    monkeypatch.setattr(srv, "wake", lambda: None)
-    monkeypatch.setattr(shards.POOL, "backed_off", lambda: False)
-    monkeypatch.setattr(shards.POOL, "workers_spinning", lambda: False)
-    return srv
-
-
 def _helper_half(srv, desc, out):
     """Republish the last job with its output at ``out`` (NaN): fpair's helper loop runs the second half."""
     out[...] = np.nan
