@@ -122,6 +122,10 @@ def _check_halves(case, srv):
         np.testing.assert_array_equal(got, want)
     else:
         assert_close(got, want, np.float32)
+    chunks = int(pair.desc[rnpair.DYN])
+    if chunks:  # claimed chunks: the caller claimed every one from the front (its side 1 found none left)
+        assert pair.desc[rnpair.CLAIM] == (chunks << 32) | chunks
+        pair.desc[rnpair.CLAIM] = (chunks << 32) | (chunks - 2)  # the caller took all but the last two
     y = np.full(shape, np.nan, np.float32)
     pair.desc[rnpair.YA] = y.ctypes.data
     srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
@@ -130,6 +134,37 @@ def _check_halves(case, srv):
     written = ~np.isnan(y)
     assert written.any() and not written.all()  # the second half only
     np.testing.assert_array_equal(y[written], got[written])
+    if chunks:  # the helper claimed the last two chunks from the back: their tiles' output rows, nothing else
+        nt, tw = int(pair.desc[rnpair.TH] * pair.desc[rnpair.TW]), int(pair.desc[rnpair.TW])
+        assert pair.desc[rnpair.CLAIM] == ((chunks - 2) << 32) | (chunks - 2)
+        first = (chunks - 2) * nt // chunks  # the first tile of the helper's chunks
+        rows = np.flatnonzero(written.any(axis=(0, 1, 3)))
+        assert rows.min() == first // tw * 4 and rows.max() == shape[2] - 1
+        assert written[..., (first // tw + 1) * 4:, :].all() and not written[..., :first // tw * 4, :].any()
+
+
+def test_dynamic_chunks_caller_alone(quiet_server, monkeypatch):
+    """DYNAMIC on an F(4x4) layer: the chunks (DYN_CHUNKS, each of DYN_MIN_TILES tiles or more); a helper that
+    never claims the job leaves every chunk to the caller's side, which equals the static halves bit for bit
+    (the same tiles' products in other blocks) and the one-thread path within the fp32 tolerances; False: the
+    static halves."""
+    case = LAYERS[0]
+    xs, ws, attrs, res, _op = case
+    inputs = _layer(case, 2)
+    shape = _out_shape(xs, ws, attrs)
+    assert rnpair.dyn_chunks(196, 98) == 8 and rnpair.dyn_chunks(49, 25) == 4 and rnpair.dyn_chunks(16, 8) == 2
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    pair = _pair_of(fn)
+    assert pair.desc[rnpair.DYN] == 4
+    got = _at(2, fn, inputs, shape)
+    assert srv.stats["alone"] == 1 and pair.desc[rnpair.CLAIM] == (4 << 32) | 4
+    monkeypatch.setattr(rnpair, "DYNAMIC", False)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    assert _pair_of(fn).desc[rnpair.DYN] == 0
+    np.testing.assert_array_equal(_at(2, fn, inputs, shape), got)
+    assert_close(got, _at(1, _kernel(xs, ws, attrs, 1, res).compute, inputs, shape), np.float32)
 
 
 def test_busy_slot_asleep_back_off_and_pool(quiet_server, monkeypatch):

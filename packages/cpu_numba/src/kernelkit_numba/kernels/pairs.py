@@ -227,15 +227,16 @@ class PairServer:
                 ctl[AWAKE] = 0
                 return
 
-    def result(self, done: int, strict: bool = False, hiccup_s: float = 0.0) -> None:
+    def result(self, done: int, strict: bool = False, hiccup_s: float = 0.0, stalled: bool | None = None) -> None:
         """Count a pair call's outcome (1 paired, 2 alone) and back off on the signs of a helper without a
         core (``strict``: the stall rule without a subclass's slack, ``stalled``; ``hiccup_s`` > 0: a stall
         backs off only when the one before came within that many seconds, the shard pool's STALL_PAIR_S
-        rule: one alone is a vCPU's hiccup, rnpair.py)."""
+        rule: one alone is a vCPU's hiccup, rnpair.py; ``stalled``: the caller's own verdict, rnpair's
+        claimed chunks)."""
         if done == 1:
             self.stats["paired"] += 1
             self._misses = 0
-            if self.stalled(strict):
+            if self.stalled(strict) if stalled is None else stalled:
                 self.stats["stalls"] += 1
                 now = time.perf_counter()
                 last, self._last_stall = self._last_stall, now

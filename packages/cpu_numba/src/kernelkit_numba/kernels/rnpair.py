@@ -41,7 +41,7 @@ from .. import config, shards
 from ..cache import CLOSURE_KEY
 from ..config import jit
 from . import cpair, fdirect, fpair, ftile, pairs, winograd
-from .pairs import SLOT, _call2, _cas, _ptr
+from .pairs import SLOT, _call2, _cas, _load, _ptr
 
 ON = True  # False: the ResNets' parallel convolutions go through the shard pool (Conv.compute) as before
 WINO = True  # the F(4x4, 3x3) layers pair (False: for A/B runs)
@@ -72,13 +72,24 @@ HICCUP_S = 0.1
 # pairs.CALM_S before (each block of turns.py --mode loaded: 3-4 back-offs a 0.3 s block on the Xeon,
 # the tries between them beside the busy loop). False: the pairs' back-off alone.
 POOL_BACKOFF = True
+# Halves that cannot stall (issue 11, session 12): an F(4x4) layer's tiles in DYN_CHUNKS chunks (fewer where a
+# chunk would have under DYN_MIN_TILES tiles), claimed from one word as the sides go, the caller from the front
+# and the helper from the back (cpair.DYNAMIC's claim word), so that a helper that loses its core mid-layer holds
+# one chunk: the caller runs the rest and waits for that chunk alone. The stall rule then counts a wait past
+# STALL_S plus one of the caller's chunks. False: the static halves (each side its half of the tiles).
+DYNAMIC = True
+DYN_CHUNKS = 8
+DYN_MIN_TILES = 12
 
 OP_WINO, OP_DIRECT, OP_WINO2 = 0, 1, 2
 # desc: the half's address, the op, the per-call addresses (x, y, z), has_z, the float values (lo, hi,
 # p0, p1), the weights (packed panels) and their length, zeros, bias, the shapes, then SIDE_N words a side
 (FN, OP, XA, YA, ZA, HAS_Z, FV, WP, WP_N, ZEROS, BIAS, C, H, W, M, OH, OW, PH, PW, TH, TW, CODE, COLS, KC, LV,
- LM, XP, XP_N, KOFF, K, ROWSTEP, RB, STEP, PANELS, WIDTH) = range(35)
-SIDE0, SIDE_N = 36, 8
+ LM, XP, XP_N, KOFF, K, ROWSTEP, RB, STEP, PANELS, WIDTH,
+ # chunks claimed as the sides go (DYNAMIC): the claim word (cpair's layout: the caller's next chunk in the low 32
+ # bits, the end of the chunks left in the high ones; written per call) and the chunks (0: each side its [T0, T1))
+ CLAIM, DYN) = range(37)
+SIDE0, SIDE_N = 38, 8
 # a side: its first and end tile (shard), its blocks, its v, products and scratch buffers (per call), the
 # scratch's floats
 S_T0, S_T1, S_BLOCKS, S_V, S_MO, S_SCR, S_SCR_N = range(7)
@@ -145,10 +156,20 @@ def _build():
         v = numba.carray(_ptr(d[b + S_V]), (36, lv), f32)
         mo = numba.carray(_ptr(d[b + S_MO]), (36, lm), f32)
         wp = numba.carray(_ptr(d[WP]), (36, d[WP_N] // 36), f32)
-        blocks = d[b + S_BLOCKS]
-        for i in range(blocks):
-            b0 = t0 + i * (t1 - t0) // blocks
-            b1 = t0 + (i + 1) * (t1 - t0) // blocks
+        blocks, dyn, nt = d[b + S_BLOCKS], d[DYN], th_n * tw_n
+        i = 0
+        while True:
+            if dyn > 0:  # the next chunk claimed (the caller from the front, the helper from the back)
+                k = _claim(d, side)
+                if k < 0:
+                    break
+                b0, b1 = k * nt // dyn, (k + 1) * nt // dyn
+            else:
+                if i >= blocks:
+                    break
+                b0 = t0 + i * (t1 - t0) // blocks
+                b1 = t0 + (i + 1) * (t1 - t0) // blocks
+                i += 1
             nl = b1 - b0
             tin(x, v, d[PH], d[PW], th_n, tw_n, b0, b1, 0, c_n)
             if d[COLS] == 0:
@@ -162,6 +183,22 @@ def _build():
 
     setattr(half, CLOSURE_KEY, f"rnpair.half.kind{KIND}")
     return jit(half)
+
+
+@jit
+def _claim(d, side) -> int:
+    """The side's next chunk from the claim word (cpair._image's layout: side 0 from the front, side 1 from
+    the back), -1 where none is left."""
+    while True:
+        word = _load(d, CLAIM)
+        lo, hi = word & 0xFFFFFFFF, word >> 32
+        if lo >= hi:
+            return -1
+        if side == 0:
+            if _cas(d, CLAIM, word, word + 1):
+                return lo
+        elif _cas(d, CLAIM, word, word - (1 << 32)):
+            return hi - 1
 
 
 @functools.cache
@@ -186,6 +223,8 @@ def pair_run(ctl, desc, x, y, z, v0, mo0, s0, v1, mo1, s1, alone) -> int:
     desc[SIDE0 + SIDE_N + S_V] = np.int64(v1.ctypes.data)
     desc[SIDE0 + SIDE_N + S_MO] = np.int64(mo1.ctypes.data)
     desc[SIDE0 + SIDE_N + S_SCR] = np.int64(s1.ctypes.data)
+    if desc[DYN] > 0:
+        desc[CLAIM] = desc[DYN] << 32  # every chunk unclaimed (stored before fpair publishes the job)
     if alone:
         addr = np.int64(desc.ctypes.data)
         _call2(desc[FN], addr, 0)
@@ -259,7 +298,14 @@ class Pair:
             return False
         if not alone:
             before = srv.stats["backoffs"]
-            srv.result(done, False, HICCUP_S)
+            stalled = None
+            if done == 1 and self.desc[DYN] > 0:
+                # chunks claimed as the sides go: the caller waits for one chunk of the helper's at most, so a
+                # wait past STALL_S plus one of the caller's own chunks is a helper that lost its core
+                ctl = srv.ctl
+                mine = int(self.desc[CLAIM]) & 0xFFFFFFFF  # the chunks the caller ran (from the front)
+                stalled = bool(ctl[pairs.WAITED] > srv.stall + ctl[fpair.OWN] // max(mine, 1))
+            srv.result(done, False, HICCUP_S, stalled)
             follow(srv, before)
         return True
 
@@ -297,6 +343,10 @@ def wino_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_z
         most = max(most, nl)
         base = SIDE0 + side * SIDE_N
         desc[base + S_T0], desc[base + S_T1], desc[base + S_BLOCKS] = t0, t1, blocks
+    chunks = dyn_chunks(nt, most)
+    if chunks:
+        desc[DYN] = chunks
+        most = -(-nt // chunks)
     lv, lm = winograd._spaced(c_n * most), winograd._spaced(m_n * most)
     desc[LV], desc[LM] = lv, lm
     ssize = max(ftile.scratch_size(KIND, 2 if cols else 0, most), ftile.scratch_size(KIND, 1, most)) if cols else 1
@@ -304,6 +354,15 @@ def wino_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_z
         desc[SIDE0 + side * SIDE_N + S_SCR_N] = ssize
         sizes.append((36 * lv, 36 * lm, ssize))
     return _wino_pair(conv, desc, sizes, m_n, c_n, width, 4, p0, p1)
+
+
+def dyn_chunks(nt: int, most: int) -> int:
+    """The chunks of ``nt`` F(4x4) tiles that DYNAMIC claims (DYN_CHUNKS, fewer where a chunk would have under
+    DYN_MIN_TILES tiles or more than ``most``, the static halves' largest block), 0: static halves."""
+    if not DYNAMIC:
+        return 0
+    n = max(min(DYN_CHUNKS, nt // max(DYN_MIN_TILES, 1)), -(-nt // max(most, 1)))
+    return n if n >= 2 else 0
 
 
 def _wino_desc(op: int, x_shape, y_shape, ph: int, pw: int, th_n: int, tw_n: int, code: int, cols: int,
