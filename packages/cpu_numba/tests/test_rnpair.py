@@ -103,6 +103,15 @@ def test_caller_alone_and_helper_half(case, quiet_server):
     _check_halves(case, quiet_server)
 
 
+def test_dynamic_chunks_helper_half(quiet_server, monkeypatch):
+    """DYNAMIC: the F(4x4) tiles in chunks claimed from one word (4 chunks of the 49 tiles here): the caller
+    alone claims every chunk; the helper's loop run by hand after the caller took all but two runs the last
+    two from the back (their tiles' rows, nothing else), bit for bit the caller's."""
+    monkeypatch.setattr(rnpair, "DYNAMIC", True)
+    monkeypatch.setattr(rnpair, "DYN_MIN_TILES", 12)
+    assert _check_halves(LAYERS[0], quiet_server) == 4
+
+
 def _check_halves(case, srv):
     xs, ws, attrs, res, op = case
     inputs = _layer(case)
@@ -141,6 +150,7 @@ def _check_halves(case, srv):
         rows = np.flatnonzero(written.any(axis=(0, 1, 3)))
         assert rows.min() == first // tw * 4 and rows.max() == shape[2] - 1
         assert written[..., (first // tw + 1) * 4:, :].all() and not written[..., :first // tw * 4, :].any()
+    return chunks
 
 
 def test_dynamic_chunks_caller_alone(quiet_server, monkeypatch):
@@ -152,6 +162,9 @@ def test_dynamic_chunks_caller_alone(quiet_server, monkeypatch):
     xs, ws, attrs, res, _op = case
     inputs = _layer(case, 2)
     shape = _out_shape(xs, ws, attrs)
+    monkeypatch.setattr(rnpair, "DYNAMIC", True)
+    monkeypatch.setattr(rnpair, "DYN_CHUNKS", 8)
+    monkeypatch.setattr(rnpair, "DYN_MIN_TILES", 12)
     assert rnpair.dyn_chunks(196, 98) == 8 and rnpair.dyn_chunks(49, 25) == 4 and rnpair.dyn_chunks(16, 8) == 2
     srv = quiet_server
     srv.ctl[pairs.AWAKE] = 1
@@ -268,6 +281,27 @@ def test_one_stall_is_a_hiccup(quiet_server):
     assert srv.stats["stalls"] == 3 and srv.stats["backoffs"] == 1 and srv.until == 0.0
     srv.result(1)
     assert srv.stats["backoffs"] == 2
+
+
+def test_chunk_stall_rule(quiet_server):
+    """With claimed chunks a stall is a wait past STALL_S plus one of the caller's chunks (its own time over
+    the chunks it ran), with HICCUP_S's rule on top; the static halves keep the server's rule (None)."""
+    srv = quiet_server
+    srv.stall = 1000
+    desc = np.zeros(rnpair.NDESC, np.int64)
+    assert rnpair.chunk_stall(srv, desc) is None
+    desc[rnpair.DYN], desc[rnpair.CLAIM] = 8, (5 << 32) | 5  # the caller ran 5 chunks in 5000 cycles
+    srv.ctl[fpair.OWN] = 5000
+    srv.ctl[pairs.WAITED] = 1900  # past STALL_S, not past STALL_S plus a chunk: no stall
+    assert rnpair.chunk_stall(srv, desc) is False
+    srv.result(1, False, rnpair.HICCUP_S, False)
+    srv.result(1, False, rnpair.HICCUP_S, False)
+    assert srv.stats["stalls"] == 0 and srv.stats["backoffs"] == 0
+    srv.ctl[pairs.WAITED] = 2001
+    assert rnpair.chunk_stall(srv, desc) is True
+    srv.result(1, False, rnpair.HICCUP_S, True)
+    srv.result(1, False, rnpair.HICCUP_S, True)
+    assert srv.stats["stalls"] == 2 and srv.stats["backoffs"] == 1
 
 
 def test_a_pairs_back_off_backs_the_pool_off(quiet_server, monkeypatch):

@@ -77,9 +77,14 @@ POOL_BACKOFF = True
 # and the helper from the back (cpair.DYNAMIC's claim word), so that a helper that loses its core mid-layer holds
 # one chunk: the caller runs the rest and waits for that chunk alone. The stall rule then counts a wait past
 # STALL_S plus one of the caller's chunks. False: the static halves (each side its half of the tiles).
-DYNAMIC = True
-DYN_CHUNKS = 8
-DYN_MIN_TILES = 12
+# Off: a chunk reads all 36 positions' packed weights again (64@56: 590 KB, 128@28: 2.4 MB), and that cost more
+# than the stalls it saved. Xeon (session 12, dyn12's call: turns.py resnet18,resnet50 --rounds 6, quiet),
+# 8 chunks / static 1.07 (ResNet-18), 1.15 (ResNet-50), 4 chunks / static 1.07, 1.04 (medians; the rounds'
+# best at par), though the dynamic halves stalled less (ResNet-18: no stall in 6 blocks against 1-3 in 4 of 6
+# and 3 back-offs); the AMD box, one 64@56 layer alone: 8 chunks 1.20x the static halves' two blocks, 4 1.09x.
+DYNAMIC = False
+DYN_CHUNKS = 4
+DYN_MIN_TILES = 24
 
 OP_WINO, OP_DIRECT, OP_WINO2 = 0, 1, 2
 # desc: the half's address, the op, the per-call addresses (x, y, z), has_z, the float values (lo, hi,
@@ -298,16 +303,21 @@ class Pair:
             return False
         if not alone:
             before = srv.stats["backoffs"]
-            stalled = None
-            if done == 1 and self.desc[DYN] > 0:
-                # chunks claimed as the sides go: the caller waits for one chunk of the helper's at most, so a
-                # wait past STALL_S plus one of the caller's own chunks is a helper that lost its core
-                ctl = srv.ctl
-                mine = int(self.desc[CLAIM]) & 0xFFFFFFFF  # the chunks the caller ran (from the front)
-                stalled = bool(ctl[pairs.WAITED] > srv.stall + ctl[fpair.OWN] // max(mine, 1))
-            srv.result(done, False, HICCUP_S, stalled)
+            srv.result(done, False, HICCUP_S, chunk_stall(srv, self.desc) if done == 1 else None)
             follow(srv, before)
         return True
+
+
+def chunk_stall(srv, desc) -> bool | None:
+    """Whether the paired call just made on ``desc`` stalled, where its tiles were claimed in chunks (DYN):
+    the caller waits for one chunk of the helper's at most, so only a wait past STALL_S plus one of the
+    caller's own chunks (its own time over the chunks it ran) is a helper that lost its core; None for the
+    static halves (the server's own rule)."""
+    if desc[DYN] <= 0:
+        return None
+    ctl = srv.ctl
+    mine = int(desc[CLAIM]) & 0xFFFFFFFF  # the chunks the caller ran (from the front)
+    return bool(ctl[pairs.WAITED] > srv.stall + ctl[fpair.OWN] // max(mine, 1))
 
 
 def follow(srv, before: int) -> None:
@@ -502,5 +512,5 @@ def direct_pair(conv, x_shape, y_shape, kernel: tuple, stride: int, ph: int, pw:
     return pair, pair_pad
 
 
-__all__ = ["ON", "Pair", "direct_pair", "enabled", "follow", "half_address", "pair_run", "prepare", "wino2_pair",
-           "wino_pair"]
+__all__ = ["DYNAMIC", "ON", "Pair", "chunk_stall", "direct_pair", "dyn_chunks", "enabled", "follow",
+           "half_address", "pair_run", "prepare", "wino2_pair", "wino_pair"]
