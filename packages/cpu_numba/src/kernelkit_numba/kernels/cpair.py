@@ -55,7 +55,7 @@ from .. import config, shards
 from ..cache import CLOSURE_KEY
 from ..config import jit
 from . import dwtile, fpair, ftile, pairs
-from .pairs import SLOT, STOP, X86, _cas, _load, _ptr, cycle_rate
+from .pairs import SLOT, STOP, X86, _cas, _ptr, cycle_rate
 
 ENV = "KERNELKIT_F32_PAIR"
 KIND = 2  # ftile's avx512 variant (8-row panels, 48-channel cols panels); dwtile's tiles need AVX-512 too
@@ -245,16 +245,7 @@ def _image(d, b, side, prev):
     """The side's next image after ``prev`` (-1: its first), -1 where none is left: claimed from the shared
     word (DYN: the caller from the front, the helper from the back), else the next of its [N0, N1)."""
     if d[DYN] > 0:
-        while True:
-            word = _load(d, CLAIM)
-            lo, hi = word & 0xFFFFFFFF, word >> 32
-            if lo >= hi:
-                return -1
-            if side == 0:
-                if _cas(d, CLAIM, word, word + 1):
-                    return lo
-            elif _cas(d, CLAIM, word, word - (1 << 32)):
-                return hi - 1
+        return pairs.claim_ends(d, CLAIM, side)
     n = d[b + S_N0] if prev < 0 else prev + 1
     return n if n < d[b + S_N1] else -1
 

@@ -33,6 +33,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from .. import shards
+from ..config import jit
 
 # the state word's low bits (the high bits: the job number)
 OPEN, CLAIMED, DONE, TAKEN = 0, 1, 2, 3
@@ -119,6 +120,23 @@ def _call2(typingctx, fn, a, b):
         return builder.call(ptr, [args[1], args[2]])
 
     return types.int64(types.int64, types.int64, types.int64), codegen
+
+
+@jit
+def claim_ends(d, at, side) -> int:
+    """The next item of the two-ended claim word ``d[at]`` (low 32 bits: the front's next item; high 32
+    bits: the end of what is left), side 0 taking from the front and side 1 from the back; -1 where none
+    is left (cpair's images with DYNAMIC, rnpair's chunks with DYNAMIC)."""
+    while True:
+        word = _load(d, at)
+        lo, hi = word & 0xFFFFFFFF, word >> 32
+        if lo >= hi:
+            return -1
+        if side == 0:
+            if _cas(d, at, word, word + 1):
+                return lo
+        elif _cas(d, at, word, word - (1 << 32)):
+            return hi - 1
 
 
 def function_address(dispatcher) -> int:

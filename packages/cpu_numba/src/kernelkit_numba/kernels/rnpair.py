@@ -41,7 +41,7 @@ from .. import config, shards
 from ..cache import CLOSURE_KEY
 from ..config import jit
 from . import cpair, fdirect, fpair, ftile, pairs, winograd
-from .pairs import SLOT, _call2, _cas, _load, _ptr
+from .pairs import SLOT, _call2, _cas, _ptr, claim_ends
 
 ON = True  # False: the ResNets' parallel convolutions go through the shard pool (Conv.compute) as before
 WINO = True  # the F(4x4, 3x3) layers pair (False: for A/B runs)
@@ -165,7 +165,7 @@ def _build():
         i = 0
         while True:
             if dyn > 0:  # the next chunk claimed (the caller from the front, the helper from the back)
-                k = _claim(d, side)
+                k = claim_ends(d, CLAIM, side)
                 if k < 0:
                     break
                 b0, b1 = k * nt // dyn, (k + 1) * nt // dyn
@@ -188,22 +188,6 @@ def _build():
 
     setattr(half, CLOSURE_KEY, f"rnpair.half.kind{KIND}")
     return jit(half)
-
-
-@jit
-def _claim(d, side) -> int:
-    """The side's next chunk from the claim word (cpair._image's layout: side 0 from the front, side 1 from
-    the back), -1 where none is left."""
-    while True:
-        word = _load(d, CLAIM)
-        lo, hi = word & 0xFFFFFFFF, word >> 32
-        if lo >= hi:
-            return -1
-        if side == 0:
-            if _cas(d, CLAIM, word, word + 1):
-                return lo
-        elif _cas(d, CLAIM, word, word - (1 << 32)):
-            return hi - 1
 
 
 @functools.cache
