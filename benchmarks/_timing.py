@@ -77,17 +77,20 @@ def best_node_ms(sess, feed, runs: int) -> dict:
     return best
 
 
-def best_node_ms_interleaved(sessions: list, feed, runs: int) -> list[dict]:
+def best_node_ms_interleaved(sessions: list, feed, runs: int, rotate: bool = False) -> list[dict]:
     """``best_node_ms`` of several ``profile=True`` sessions run in turn, one run each per round
     (ops_vs_reference.py: on a loaded host a later session no longer meets other load than an
-    earlier one)."""
+    earlier one). ``rotate``: the order rotated every round, so that no session always runs right
+    after the same other one and meets the caches it left (nodes_ab2t.py: a session always after the
+    one-thread one ran its first layers 1.2-1.3x slower on the Xeon, session 12)."""
     for sess in sessions:
         for _ in range(3):
             sess.run(None, feed)
         sess.reset_profile()
-    for _ in range(runs):
-        for sess in sessions:
-            sess.run(None, feed)
+    n = len(sessions)
+    for r in range(runs):
+        for k in range(n):
+            sessions[(r + k) % n if rotate else k].run(None, feed)
     best: list[dict] = []
     for sess in sessions:
         b: dict = {}

@@ -21,30 +21,12 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 import kernelkit  # noqa: E402
 import zoo  # noqa: E402
+from _timing import best_node_ms_interleaved  # noqa: E402
 from kernelkit import memory  # noqa: E402
 from kernelkit_converters.onnx import convert  # noqa: E402
 from ops_vs_reference import MIN_MS, SLOWER  # noqa: E402
 
 LABELS = ("reference", "HOT=0", "HOT=1")
-
-
-def _best_rotated(sessions: list, feed, runs: int) -> list[dict]:
-    """Each node's best ms per session, the sessions run in turn, in a rotated order each round (the
-    session that runs right after another meets the caches it left: no side always gets that)."""
-    for sess in sessions:
-        for _ in range(3):
-            sess.run(None, feed)
-        sess.reset_profile()
-    for r in range(runs):
-        for k in range(len(sessions)):
-            sessions[(r + k) % len(sessions)].run(None, feed)
-    best: list[dict] = []
-    for sess in sessions:
-        b: dict = {}
-        for node, _start, secs, _tid in sess.profile_events():
-            b[node] = min(b.get(node, float("inf")), secs * 1e3)
-        best.append(b)
-    return best
 
 
 def compare(name: str, runs: int, ops: set[str]) -> None:
@@ -58,7 +40,7 @@ def compare(name: str, runs: int, ops: set[str]) -> None:
         sessions.append(sess)
     memory.HOT = True
     mems = [s.memory() for s in sessions]
-    best = _best_rotated(sessions, feed, runs)
+    best = best_node_ms_interleaved(sessions, feed, runs, rotate=True)
     steps = {s.name: (s.op, s.key.vendor) for s in sessions[1].plan.kernel_steps()}
     print(f"\n## {name} (1 thread, best of {runs} per node, ms; arena MB off {mems[1]['arena_bytes'] / 1e6:.2f}, "
           f"on {mems[2]['arena_bytes'] / 1e6:.2f}, hot plan kept: {mems[2]['hot_plan']})")

@@ -62,12 +62,8 @@ def _kinds(proto) -> dict:
     return out
 
 
-def main(argv: list[str]) -> int:
-    from test_bench_numba import apply_bench_set
-
-    name = argv[0] if argv else "resnet50"
-    runs = int(argv[1]) if len(argv) > 1 else 15
-    variants = [a.split("=", 1) for a in argv[2:]]
+def load(name: str):
+    """The zoo model ``name``: its Conv kind labels (``_kinds``), the converted model and a batch-1 feed."""
     proto = {**zoo.MODELS, **zoo.EXTRA}[name]()
     try:
         import onnx
@@ -75,27 +71,33 @@ def main(argv: list[str]) -> int:
         proto = onnx.shape_inference.infer_shapes(proto)
     except Exception:  # noqa: BLE001 - the map sizes are labels only
         pass
-    kinds = _kinds(proto)
-    model = convert(proto.SerializeToString())
-    feed = zoo.feed(proto, 1)
-    labels = ["reference", "numba"] + [v[0] for v in variants]
-    sessions = [kernelkit.Session(model, vendors=["reference"], threads=1, profile=True),
-                kernelkit.Session(model, vendors=["numba", "reference"], threads=1, profile=True)]
-    for _, spec in variants:
-        saved = _saved(spec)
-        apply_bench_set(spec.replace(";", ","))
-        try:
-            sess = kernelkit.Session(model, vendors=["numba", "reference"], threads=1, profile=True)
-            for _ in range(2):
-                sess.run(None, feed)
-        finally:
-            for (obj, attr), value in saved.items():
-                setattr(obj, attr, value)
-        sessions.append(sess)
-    best = best_node_ms_interleaved(sessions, feed, runs)
-    steps = {s.name: s for s in sessions[1].plan.kernel_steps()}
+    return _kinds(proto), convert(proto.SerializeToString()), zoo.feed(proto, 1)
+
+
+def variant_session(model, feed, spec: str, threads: int):
+    """A numba session built and warmed (two runs) under SPEC's constants, which are then put back."""
+    from test_bench_numba import apply_bench_set
+
+    saved = _saved(spec)
+    apply_bench_set(spec.replace(";", ","))
+    try:
+        sess = kernelkit.Session(model, vendors=["numba", "reference"], threads=threads, profile=True)
+        for _ in range(2):
+            sess.run(None, feed)
+    finally:
+        for (obj, attr), value in saved.items():
+            setattr(obj, attr, value)
+    return sess
+
+
+def print_groups(title: str, kinds: dict, plan_session, best: list[dict], labels: list[str],
+                 ratio_names: list[str], ratios) -> None:
+    """The nodes of ``plan_session``'s plan grouped by kind (Conv by ``kinds``' label, ``+Z`` with a fused
+    residual; other ops by op), per group the summed best ms of every session (``best``, one dict per
+    label) and ``ratios(ms)`` (one value per name in ``ratio_names``), sorted by the second session's ms,
+    and the sums."""
     groups: dict = collections.defaultdict(lambda: [0] + [0.0] * len(labels))
-    for node, step in steps.items():
+    for node, step in {s.name: s for s in plan_session.plan.kernel_steps()}.items():
         kind = step.op
         if step.op == "Conv":
             label = next((kinds[o] for o in [node, *step.outputs] if o in kinds), "?")
@@ -104,22 +106,37 @@ def main(argv: list[str]) -> int:
         row[0] += 1
         for i, b in enumerate(best):
             row[1 + i] += b.get(node, 0.0)
-    print(f"## {name}, 1 thread, best of {runs} per node (ms), sessions in turn")
-    head = " | ".join(labels)
-    ratios = ["reference / numba"] + [f"numba / {v}" for v in labels[2:]]
-    print(f"| kind | nodes | {head} | " + " | ".join(ratios) + " |")
-    print("|---|---:|" + "---:|" * (len(labels) + len(ratios)))
+    print(title)
+    print(f"| kind | nodes | {' | '.join(labels)} | " + " | ".join(ratio_names) + " |")
+    print("|---|---:|" + "---:|" * (len(labels) + len(ratio_names)))
     total = [0.0] * len(labels)
     for kind, row in sorted(groups.items(), key=lambda kv: -kv[1][2]):
         ms = row[1:]
         total = [a + b for a, b in zip(total, ms)]
-        rs = [ms[0] / ms[1]] + [ms[1] / v for v in ms[2:]]
         print(f"| {kind} | {row[0]} | " + " | ".join(f"{v:.3f}" for v in ms) + " | "
-              + " | ".join(f"{r:.3f}" for r in rs) + " |")
-    rs = [total[0] / total[1]] + [total[1] / v for v in total[2:]]
-    print("| **sum** | | " + " | ".join(f"{v:.2f}" for v in total) + " | " + " | ".join(f"{r:.3f}" for r in rs) + " |")
-    return 0
+              + " | ".join(f"{r:.3f}" for r in ratios(ms)) + " |")
+    print("| **sum** | | " + " | ".join(f"{v:.2f}" for v in total) + " | "
+          + " | ".join(f"{r:.3f}" for r in ratios(total)) + " |")
 
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else 0.0
+
+
+def main(argv: list[str]) -> int:
+    name = argv[0] if argv else "resnet50"
+    runs = int(argv[1]) if len(argv) > 1 else 15
+    variants = [a.split("=", 1) for a in argv[2:]]
+    kinds, model, feed = load(name)
+    labels = ["reference", "numba"] + [v[0] for v in variants]
+    sessions = [kernelkit.Session(model, vendors=["reference"], threads=1, profile=True),
+                kernelkit.Session(model, vendors=["numba", "reference"], threads=1, profile=True)]
+    sessions += [variant_session(model, feed, spec, 1) for _, spec in variants]
+    best = best_node_ms_interleaved(sessions, feed, runs)
+    print_groups(f"## {name}, 1 thread, best of {runs} per node (ms), sessions in turn", kinds, sessions[1], best,
+                 labels, ["reference / numba"] + [f"numba / {v}" for v in labels[2:]],
+                 lambda ms: [_ratio(ms[0], ms[1])] + [_ratio(ms[1], v) for v in ms[2:]])
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
