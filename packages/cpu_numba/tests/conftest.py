@@ -64,6 +64,27 @@ def pair_calls():
 
 
 @pytest.fixture
+def session_pair_calls(pair_calls):
+    """``session_pair_calls(sess, feeds, want, one, n)``: runs the two-thread session ``sess`` (``pair_calls``)
+    until fpair's helper has taken ``n`` more pair calls, each output equal to the reference's ``want`` and
+    the one-thread run's ``one`` within the fp32 tolerances; returns the pair calls taken and the shard-pool
+    jobs started meanwhile."""
+    from kernelkit_numba import shards
+    from kernelkit_numba.kernels import fpair
+
+    def calls(sess, feeds, want, one, n: int) -> tuple[int, int]:
+        jobs = shards.POOL.stats["jobs"]
+
+        def run():
+            got = sess.run(None, feeds)[0]
+            assert_close(got, want, np.float32)
+            assert_close(got, one, np.float32)
+
+        return pair_calls(run, fpair.server(), n), shards.POOL.stats["jobs"] - jobs
+
+    return calls
+
+@pytest.fixture
 def quiet_server(monkeypatch):
     """fpair's helper (the one for every float32 pair: cpair's, rnpair's, tpair's halves) of this test's
     own whose thread never starts (the helper's half is run by hand), the shard pool neither backed off

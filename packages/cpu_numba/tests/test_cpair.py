@@ -333,7 +333,7 @@ def _block_model(rng, batch=1):
     return g.build(), {"x": rng.standard_normal((batch, 24, 56, 56)).astype(np.float32)}
 
 
-def test_batch_block_through_a_two_thread_session(monkeypatch, pair_calls):
+def test_batch_block_through_a_two_thread_session(monkeypatch, session_pair_calls):
     """A batch of 4 (its 1x1 layers above the serial limit: the pooled bind) at two threads pairs by image
     halves and starts no pool job (the pool's worker not spinning: pair, or the caller alone where the helper
     refuses), equal to the reference and the one-thread run within the fp32 tolerances."""
@@ -344,19 +344,11 @@ def test_batch_block_through_a_two_thread_session(monkeypatch, pair_calls):
     monkeypatch.setattr(_pool(), "workers_spinning", lambda: False)  # (another test's worker may spin or
     monkeypatch.setattr(_pool(), "workers_asleep", lambda: False)  # sleep: a model with pooled layers)
     sess = Session(model, vendors=["numba"], fallback=False, threads=2)
-    srv = cpair.server()
-    jobs = _pool().stats["jobs"]
-
-    def run():
-        got = sess.run(None, feeds)[0]
-        assert_close(got, want, np.float32)
-        assert_close(got, one, np.float32)
-
-    assert pair_calls(run, srv, 15) >= 15
-    assert _pool().stats["jobs"] == jobs
+    tried, jobs = session_pair_calls(sess, feeds, want, one, 15)
+    assert tried >= 15 and jobs == 0
 
 
-def test_block_through_a_two_thread_session(pair_calls):
+def test_block_through_a_two_thread_session(session_pair_calls):
     """The block in a two-thread session pairs its three layers (the helper's thread running) and
     equals the reference within the fp32 tolerances on every run, paired or not."""
     rng = np.random.default_rng(5)
@@ -364,14 +356,7 @@ def test_block_through_a_two_thread_session(pair_calls):
     want = Session(model, vendors=["reference"]).run(None, feeds)[0]
     one = Session(model, vendors=["numba"], threads=1).run(None, feeds)[0]
     sess = Session(model, vendors=["numba"], fallback=False, threads=2)
-    srv = cpair.server()
-
-    def run():
-        got = sess.run(None, feeds)[0]
-        assert_close(got, want, np.float32)
-        assert_close(got, one, np.float32)
-
-    assert pair_calls(run, srv, 30) >= 30
+    assert session_pair_calls(sess, feeds, want, one, 30)[0] >= 30
 
 
 def _head_model(rng):

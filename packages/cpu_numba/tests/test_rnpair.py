@@ -244,7 +244,7 @@ def _block_model(rng):
     return g.build(), {"x": rng.standard_normal((1, 64, 28, 28)).astype(np.float32)}
 
 
-def test_block_through_a_two_thread_session(monkeypatch, pair_calls):
+def test_block_through_a_two_thread_session(monkeypatch, session_pair_calls):
     """The block in a two-thread session runs its three layers as pairs on fpair's helper thread (no
     pool job) and equals the reference and the one-thread run within the fp32 tolerances on every run."""
     monkeypatch.setattr(shards.POOL, "workers_spinning", lambda: False)  # (other tests' pool workers)
@@ -253,16 +253,8 @@ def test_block_through_a_two_thread_session(monkeypatch, pair_calls):
     want = Session(model, vendors=["reference"]).run(None, feeds)[0]
     one = Session(model, vendors=["numba"], threads=1).run(None, feeds)[0]
     sess = Session(model, vendors=["numba"], fallback=False, threads=2)
-    srv = fpair.server()
-    jobs = shards.POOL.stats["jobs"]
-
-    def run():
-        got = sess.run(None, feeds)[0]
-        assert_close(got, want, np.float32)
-        assert_close(got, one, np.float32)
-
-    assert pair_calls(run, srv, 15) >= 15
-    assert shards.POOL.stats["jobs"] == jobs
+    tried, jobs = session_pair_calls(sess, feeds, want, one, 15)
+    assert tried >= 15 and jobs == 0
 
 
 def test_one_stall_is_a_hiccup(quiet_server):

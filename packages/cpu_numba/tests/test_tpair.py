@@ -250,7 +250,7 @@ def _encoder(rng):
     return g.build(), {"x": rng.standard_normal((1, 128, 256)).astype(np.float32)}
 
 
-def test_encoder_through_a_two_thread_session(monkeypatch, pair_calls):
+def test_encoder_through_a_two_thread_session(monkeypatch, session_pair_calls):
     """The block in a two-thread session runs its attention, LayerNorm and Softmax as pairs on fpair's helper
     thread, publishes no pool job, and equals the reference and the one-thread run on every run."""
     monkeypatch.setattr(shards.POOL, "workers_spinning", lambda: False)  # (other tests' pool workers)
@@ -270,14 +270,6 @@ def test_encoder_through_a_two_thread_session(monkeypatch, pair_calls):
     one = Session(model, vendors=["numba", "reference"], threads=1).run(None, feeds)[0]
     sess = Session(model, vendors=["numba", "reference"], fallback=False, threads=2)
     assert [s.op for s in sess.plan.kernel_steps()].count("Attention") == 1
-    srv = fpair.server()
-    jobs = shards.POOL.stats["jobs"]
-
-    def run():
-        got = sess.run(None, feeds)[0]
-        assert_close(got, want, np.float32)
-        assert_close(got, one, np.float32)
-
-    assert pair_calls(run, srv, 15) >= 15
-    assert shards.POOL.stats["jobs"] == jobs
+    tried, jobs = session_pair_calls(sess, feeds, want, one, 15)
+    assert tried >= 15 and jobs == 0
     assert all(n > 0 for n in calls.values()), calls
