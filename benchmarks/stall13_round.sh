@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The ResNets at two threads: the pairs' stall rule, session 13's device round (issue 11; docs/numba.md, "The
-# ResNet pairs' hiccups (issue 11, session 13)"). The cache warmed by one untimed run of ResNet-18 and -50 at one
+# ResNet pairs' stall bursts (issue 11, session 13)"). The cache warmed by one untimed run of ResNet-18 and -50 at one
 # and two threads in parallel processes, then side by side:
 #   CPUS (quiet):   turns.py numba 1t, default, ORT 2t and the variants h3 (rnpair.HICCUPS=3), fix
 #                   (rnpair.HICCUP_BACKOFF_S=0.05) and h3fix (both);
@@ -8,6 +8,8 @@
 #   QCPUS (quiet):  default, ORT 2t, dyn (rnpair.DYNAMIC=1: dyn12's 4 chunks) and h3fix again.
 # The tables come last, computed from the turns' JSON lines (a job cut by its timeout still gives its rounds),
 # with the pair helper's counters per block (stalls, the back-offs they fired, all back-offs, paired, alone).
+# (Run once, 16:18 UTC, WARM_S=45 TURNS_S=175 ROUNDS=8 LROUNDS=5: quiet2's JSON lines did not come back, past the
+# device's 8 files; its tables are in the printed summary.)
 #     OUT=/tmp/out bash benchmarks/stall13_round.sh
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

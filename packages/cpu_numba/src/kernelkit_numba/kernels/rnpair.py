@@ -69,13 +69,16 @@ HICCUP_S = 0.1
 # The stalls within HICCUP_S that back off (pairs.PairServer.result's hiccups; 2: a stall and the one before it). A
 # helper whose core is taken stalls (or misses, pairs.MISSES) on nearly every call, ms apart; a vCPU's hiccup on the
 # Xeon is one wait of a few hundred us now and then, and the quiet blocks of session 12 still backed off 1-3 times
-# on two of them 0.1 s apart (issue 11, session 13).
+# on two of them 0.1 s apart. Kept at 2: on the Xeon (session 13's call, docs/numba.md "The ResNet pairs' stall
+# bursts") the quiet stalls came in bursts (3-10 in one 0.3 s block, none in most), so 3 backed off in as many
+# blocks (7 of 32 against the default's 5), and default / HICCUPS=3 was 0.89-0.97; under load no block stalled at all.
 HICCUPS = 2
 # > 0: a back-off of these pairs fired by their stalls (the hiccup rule) lasts this long, never doubling, and so does
 # the shard pool's that follows it (follow, POOL_BACKOFF); under load the pool's look at its end
 # (shards.ShardPool.FREE_CORES) still holds it, doubling, while the other core stays busy. 0: it doubles from
 # pairs.MIN_BACKOFF_S while back-offs come within pairs.CALM_S of each other (both the pairs' and the pool's), so a
-# quiet block's second hiccup back-off ran 100 ms at one thread, its third 200 ms (issue 11, session 13).
+# quiet block's second hiccup back-off ran 100 ms at one thread, its third 200 ms (issue 11, session 13). Off: on the
+# Xeon default / 0.05 s was 0.98 (ResNet-18) and 0.99 (ResNet-50) quiet, within the spread between processes.
 HICCUP_BACKOFF_S = 0.0
 # A back-off of these pairs backs the shard pool off too (its FREE_CORES look at the back-off's end holds
 # it while the other core stays busy, and config.current_threads() says 1 meanwhile: every layer on its
