@@ -106,7 +106,10 @@ DYN_MIN_TILES = 24
 # BALANCE_GAIN and kept within BALANCE_RANGE of the tiles either side of the middle (the sides' buffers are sized
 # for the largest side in that range). A tile's products depend on its place in its side's run of tiles in the last
 # bits, so the output moves with the cut within the fp32 tolerances (as the static halves' against the one-thread
-# path), not bit for bit from run to run. Read when a layer binds. False: the even cut.
+# path), not bit for bit from run to run. Read when a layer binds. False: the even cut. Off: on the Xeon (session 13's
+# call, gap_trace.py and turns.py) ResNet-50's caller waited 6.0 ms a run at the halves' ends against 0.98 (a side's
+# cost is not per tile: each reads all 36 positions' weights, so a shrinking side looks slower a tile and shrinks
+# on to the range's end); default / BALANCE 1.00 (ResNet-18) and 0.97 (ResNet-50) quiet, 0.99 and 0.80 loaded.
 BALANCE = False
 BALANCE_GAIN = 0.25
 BALANCE_RANGE = 0.15
