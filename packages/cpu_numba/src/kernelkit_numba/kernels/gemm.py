@@ -43,6 +43,10 @@ HEAD_NARROW = True
 # still 0.85x the reference there, as np.matmul was: docs/numba.md, session 12)
 HEAD_ROW = True
 HEAD_ROW_BYTES = 1 << 16
+# Those heads' weights packed at a multiple of this many bytes (fgemm.pack_b's align; fgemm.HUGE_PAGE: on
+# transparent huge pages, one TLB entry a 2 MiB page where the weights fill one; 0: where NumPy puts them),
+# read at the first call (issue 11, session 13)
+HEAD_ALIGN = 0
 
 
 def gemm_work(flops: float) -> float:
@@ -102,8 +106,9 @@ class ConstantB:
             hit = self.picked = (raw, (m, k, n, narrow), fgemm.kind_for(m, k, n, narrow))
         return hit[2]
 
-    def get(self, b, b2, kind):
-        """The Packed B for ``kind``, or None (not a constant: the BLAS path)."""
+    def get(self, b, b2, kind, align=None):
+        """The Packed B for ``kind`` (``align``: fgemm.pack_b's, at the first packing), or None (not a
+        constant: the BLAS path)."""
         if self.off or b.flags.writeable:
             return None
         hit = self.packed
@@ -111,7 +116,7 @@ class ConstantB:
             self.off, self.packed = True, None
             return None
         if hit is None or hit.kind != kind:
-            hit = self.packed = fgemm.Packed(b, b2, kind)
+            hit = self.packed = fgemm.Packed(b, b2, kind, align)
         return hit
 
 
@@ -298,7 +303,8 @@ class Gemm(NumbaKernel):
                     bound.extend((None, None, None))
                 else:
                     bias = None if c is None or beta == 0 else np.asarray(c, np.float32).reshape(n) * beta
-                    packed = self._const_b.get(b, b.T if trans_b else b, kind)  # (one copy with the head pair's)
+                    # (one copy with the head pair's)
+                    packed = self._const_b.get(b, b.T if trans_b else b, kind, HEAD_ALIGN)
                     bound.extend((b, c, None if packed is None else fgemm.row(kind, packed, alpha, bias, code, p0, p1)))
             if bound[2] is not None and bound[0] is b and bound[1] is c and a.flags.c_contiguous and \
                     a.dtype == np.float32 and (out is None or out.flags.c_contiguous):
@@ -326,7 +332,7 @@ class Gemm(NumbaKernel):
                 else:
                     bias = np.zeros(n, np.float32) if c is None or beta == 0 else \
                         np.asarray(c, np.float32).reshape(n) * beta
-                    packed = None if kind is None else self._const_b.get(b, b.T if trans_b else b, kind)
+                    packed = None if kind is None else self._const_b.get(b, b.T if trans_b else b, kind, HEAD_ALIGN)
                     made = hpair.descriptor(b, bias, alpha, k, n, trans_b) if packed is None else \
                         fgemm.row_pair(kind, packed, alpha, bias) or None
                     bound.extend((b, c, made))
