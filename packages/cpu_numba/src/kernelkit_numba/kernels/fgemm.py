@@ -605,7 +605,7 @@ def row(kind: int, packed: Packed, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0
 # the weights). In the model the head's weights come from memory, where one stream keeps fewer lines in
 # flight than the reference's matrix-vector product (OpenBLAS's reads 4 rows of (K, N) weights at once);
 # read when the call binds (issue 11, session 13)
-ROW_STREAMS = 1
+ROW_STREAMS = 4
 
 
 def _streams_intrinsic(kind: str, streams: int):

@@ -46,7 +46,7 @@ HEAD_ROW_BYTES = 1 << 16
 # Those heads' weights packed at a multiple of this many bytes (fgemm.pack_b's align; fgemm.HUGE_PAGE: on
 # transparent huge pages, one TLB entry a 2 MiB page where the weights fill one; 0: where NumPy puts them),
 # read at the first call (issue 11, session 13)
-HEAD_ALIGN = 0
+HEAD_ALIGN = 1 << 21  # (fgemm.HUGE_PAGE)
 
 
 def gemm_work(flops: float) -> float:
