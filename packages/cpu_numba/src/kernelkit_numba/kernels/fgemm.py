@@ -563,10 +563,10 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
 # ahead into L1 (B_AHEAD's prefetch: the packed panels are one contiguous stream; 0: none; AMD box, weights
 # cold, bench_heads.py: 32 0.93x of none). Issue 11, session 12; Gemm binds it where gemm.HEAD_ROW is on
 ROW_AHEAD = 0
-# The same call's tiles prefetch the next column panel into L2 while they read the current one, this many
-# floats of it a K step (the driver's PREFETCH with one row tile a panel: 32, a line every 128 B of the
-# next panel, one panel (K x 128 B) ahead; 0: none). In the model the head's weights come from memory, and
-# the hardware's streams stop at every 4 KiB page (issue 11, session 13)
+# The same call's tiles (one stream, ROW_STREAMS 1) prefetch the next column panel into L2 while they read the
+# current one, this many floats of it a K step (the driver's PREFETCH with one row tile a panel: 32, a line
+# every 128 B of the next panel, one panel (K x 128 B) ahead; 0: none). Off: issue 11, session 13, Xeon, weights
+# from memory, 1 x 512 / 2048 x 1000: 196 / 750 us against 201 / 666 without (bench_head_state.py)
 ROW_PREFETCH = 0
 
 
@@ -602,9 +602,11 @@ def row(kind: int, packed: Packed, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0
 
 # The same call reads this many column panels at once (1-row tiles of ROW_STREAMS x nr columns, each panel its
 # own contiguous stream of K x nr floats, K x 128 B apart; 1: one panel after another, a single stream through
-# the weights). In the model the head's weights come from memory, where one stream keeps fewer lines in
-# flight than the reference's matrix-vector product (OpenBLAS's reads 4 rows of (K, N) weights at once);
-# read when the call binds (issue 11, session 13)
+# the weights), read when the call binds. In the model the head's weights come from memory (issue 11, session
+# 13, head_in_model.py: flushing them first costs 0-20 %), where one stream ran at 10.4 GB/s on a Xeon core,
+# 4 at 11.9, 8 at 12.9 (bench_head_state.py, 1 x 512 x 1000; 1280 and 2048 alike); with gemm.HEAD_ALIGN, the
+# Xeon's heads in the model 1.12-1.30x faster than one stream (head_in_model.py medians; docs/numba.md, "The
+# Gemm heads in the model": 8 streams are the next A/B)
 ROW_STREAMS = 4
 
 

@@ -39,13 +39,15 @@ HEAD_NARROW = True
 # weights packed once, streamed in one pass on 1-row tiles) instead of np.matmul (OpenBLAS's sgemv, the
 # reference's call), read when the node binds (issue 11, session 12; False: np.matmul). Weights cold
 # (bench_heads.py), np.matmul / the row tiles on the 1 x 512 / 1280 / 2048 x 1000 heads: Xeon 1.46 / 1.33 /
-# 1.22, AMD box 1.5-1.95 / 1.75 / 1.45-1.67; in the model AMD box 1.75x (ResNet-18), Xeon not A/B'd (the heads
-# still 0.85x the reference there, as np.matmul was: docs/numba.md, session 12)
+# 1.22, AMD box 1.5-1.95 / 1.75 / 1.45-1.67; in the model AMD box 1.75x (ResNet-18). Xeon in the model
+# (session 13, with fgemm.ROW_STREAMS and HEAD_ALIGN): ResNet-18's head 0.134 ms against np.matmul's 0.160
 HEAD_ROW = True
 HEAD_ROW_BYTES = 1 << 16
 # Those heads' weights packed at a multiple of this many bytes (fgemm.pack_b's align; fgemm.HUGE_PAGE: on
-# transparent huge pages, one TLB entry a 2 MiB page where the weights fill one; 0: where NumPy puts them),
-# read at the first call (issue 11, session 13)
+# transparent huge pages, one TLB entry a 2 MiB page where the weights fill one; 0: where NumPy puts them,
+# 16 B into a 4 KiB page below 4 MiB), read at the first call. Issue 11, session 13, Xeon, weights from memory
+# (bench_head_state.py, 4 panels at once): 1 x 512 x 1000 162 against 177 us, 1 x 1280 x 1000 347 against 394;
+# ResNet-18's head in the model 0.134 against 0.179 ms (nodes_ab.py)
 HEAD_ALIGN = 1 << 21  # (fgemm.HUGE_PAGE)
 
 
