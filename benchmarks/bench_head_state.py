@@ -16,8 +16,9 @@ np.matmul's median in the same state to each (above 1: faster than np.matmul).
 OpenBLAS's other matrix-vector kernel). A variant is ``a<D>`` (fgemm.row with ROW_AHEAD D: L1 prefetch D
 K steps ahead), ``pf<F>`` (the next column panel prefetched into L2 during the current one, F floats a K
 step: fgemm.ROW_PREFETCH) or ``s<S>`` (S column panels read at once: fgemm.ROW_STREAMS), joined by ``+``,
-and ``al`` (the weights packed at a page boundary: fgemm.PACK_ALIGN 4096) or ``hp`` (at a 2 MiB boundary on
-transparent huge pages: PACK_ALIGN fgemm.HUGE_PAGE), e.g. ``s4+al``.
+and ``al`` (the weights packed at a page of their own mapping: fgemm.PACK_ALIGN 4096) or ``hp`` (on
+transparent huge pages: PACK_ALIGN fgemm.HUGE_PAGE), e.g. ``s4+al``. (Session 13's Xeon call ran ``hp`` as
+a 2 MiB-aligned shared mapping, which gets no huge pages: today's ``al``.)
 """
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ def main() -> None:
             opts = {"ahead": 0, "prefetch": 0, "streams": 1}
             mine = packed
             for part in v.split("+"):
-                if part in ("al", "hp"):  # its own copy packed at a page boundary (hp: on huge pages)
+                if part in ("al", "hp"):  # its own copy packed at a page (hp: on huge pages)
                     was, fgemm.PACK_ALIGN = fgemm.PACK_ALIGN, 4096 if part == "al" else fgemm.HUGE_PAGE
                     mine = fgemm.Packed(w, w.T, kind)
                     fgemm.PACK_ALIGN = was

@@ -79,25 +79,27 @@ B_AHEAD_PAIR = 0
 KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 ran 3-15% above chunks of 256-512)
 
 
-# The packed panels start at a multiple of this many bytes (0: where NumPy's allocation puts them, 16 bytes
-# into a page for large arrays, so that every 64-byte vector of a panel spans two cache lines; HUGE_PAGE and
-# above: also on transparent huge pages; read when a weight is packed; issue 11, session 13)
+# The packed panels start at a multiple of this many bytes (0 or 1: where NumPy's allocation puts them, 16 bytes
+# into a page for large arrays, so that every 64-byte vector of a panel spans two cache lines; from HUGE_PAGE:
+# on transparent huge pages; read when a weight is packed; issue 11, session 13)
 PACK_ALIGN = 0
 HUGE_PAGE = 1 << 21
 
 
 def aligned_empty(size: int, align: int) -> np.ndarray:
-    """A flat float32 array of ``size`` values whose data starts at a multiple of ``align`` bytes (> 0); from
-    2 MiB on, its own anonymous mapping advised as transparent huge pages (one TLB entry a 2 MiB page)."""
-    if align >= HUGE_PAGE:
-        import mmap
+    """A flat float32 array of ``size`` values whose data starts at a multiple of ``align`` bytes (> 1), in its
+    own anonymous mapping: below HUGE_PAGE a shared one (4 KiB pages, whatever the system's huge-page
+    setting for private memory; the layout session 13 measured on the Xeon), from HUGE_PAGE a private one
+    advised as transparent huge pages (one TLB entry a 2 MiB page)."""
+    import mmap
 
-        mem = mmap.mmap(-1, size * 4 + align)
+    if align >= HUGE_PAGE:
+        mem = mmap.mmap(-1, size * 4 + align, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         if hasattr(mmap, "MADV_HUGEPAGE"):
             mem.madvise(mmap.MADV_HUGEPAGE)
-        raw = np.frombuffer(mem, np.uint8)
     else:
-        raw = np.empty(size * 4 + align, np.uint8)
+        mem = mmap.mmap(-1, size * 4 + align)
+    raw = np.frombuffer(mem, np.uint8)
     skip = -raw.ctypes.data % align
     return raw[skip:skip + size * 4].view(np.float32)
 

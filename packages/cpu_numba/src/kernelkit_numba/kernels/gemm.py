@@ -43,12 +43,12 @@ HEAD_NARROW = True
 # (session 13, with fgemm.ROW_STREAMS and HEAD_ALIGN): ResNet-18's head 0.134 ms against np.matmul's 0.160
 HEAD_ROW = True
 HEAD_ROW_BYTES = 1 << 16
-# Those heads' weights packed at a multiple of this many bytes (fgemm.pack_b's align; fgemm.HUGE_PAGE: on
-# transparent huge pages, one TLB entry a 2 MiB page where the weights fill one; 0: where NumPy puts them,
-# 16 B into a 4 KiB page below 4 MiB), read at the first call. Issue 11, session 13, Xeon, weights from memory
-# (bench_head_state.py, 4 panels at once): 1 x 512 x 1000 162 against 177 us, 1 x 1280 x 1000 347 against 394;
-# ResNet-18's head in the model 0.134 against 0.179 ms (nodes_ab.py)
-HEAD_ALIGN = 1 << 21  # (fgemm.HUGE_PAGE)
+# Those heads' weights packed at a multiple of this many bytes (fgemm.pack_b's align: 4096, at a page of their
+# own mapping, every vector of a panel in one cache line; 0: where NumPy puts them, 16 B into a page; from
+# fgemm.HUGE_PAGE: on transparent huge pages, not measured), read at the first call. Issue 11, session 13,
+# Xeon, weights from memory (bench_head_state.py, 4 panels at once): 1 x 512 x 1000 162 against 177 us,
+# 1 x 1280 x 1000 347 against 394; ResNet-18's head in the model 0.134 against 0.179 ms (nodes_ab.py)
+HEAD_ALIGN = 4096
 
 
 def gemm_work(flops: float) -> float:
