@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
 
         argv = [a for a in argv if a != "--no-backoff"]
         shards.POOL.backoff = False
-        pairs.PairServer._back_off = lambda self: None
+        pairs.PairServer._back_off = lambda self, seconds=0.0: None
     name = argv[0] if argv else "resnet50"
     runs = int(argv[1]) if len(argv) > 1 else 15
     variants = [a.split("=", 1) for a in argv[2:]]

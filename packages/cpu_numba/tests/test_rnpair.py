@@ -18,7 +18,7 @@ from kernelkit.invoke import KernelContext
 from kernelkit.ir import Node, TensorSpec
 from kernelkit.testing import assert_close, run_single_op
 from kernelkit_numba import config, shards
-from kernelkit_numba.kernels import conv_serial, fpair, ftile, pairs, rnpair
+from kernelkit_numba.kernels import conv_serial, fpair, ftile, pairs, rnpair, winograd
 from kernelkit_numba.kernels.conv import Conv
 
 pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
@@ -178,6 +178,61 @@ def test_dynamic_chunks_caller_alone(quiet_server, monkeypatch):
     assert _pair_of(fn).desc[rnpair.DYN] == 0
     np.testing.assert_array_equal(_at(2, fn, inputs, shape), got)
     assert_close(got, _at(1, _kernel(xs, ws, attrs, 1, res).compute, inputs, shape), np.float32)
+
+
+def test_balanced_cut(quiet_server, monkeypatch):
+    """BALANCE on an F(4x4) layer (49 tiles, 64@28): the cut moves toward the one at which both sides end
+    together (a helper that takes twice the caller's time a tile and starts late: fewer tiles for it), by
+    BALANCE_GAIN and within BALANCE_RANGE, and stays where the helper came after the caller's half; the output
+    at a moved cut equals the even cut's and the reference within the fp32 tolerances (not bit for bit: a tile's
+    products depend on its place in its side's run of tiles), the caller alone and the helper's half run by hand
+    (its tiles' rows only, bit for bit the caller's); the pairs' trace keeps the call's stamps."""
+    case = LAYERS[0]
+    xs, ws, attrs, res, _op = case
+    inputs = _layer(case, 4)
+    shape = _out_shape(xs, ws, attrs)
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    even = _at(2, conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res)), inputs, shape)
+    assert _pair_of(conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))).balance is None
+    monkeypatch.setattr(rnpair, "BALANCE", True)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    pair = _pair_of(fn)
+    assert pair.balance[:4] == [25.0, 17, 32, 49] and pair.desc[rnpair.SIDE0 + rnpair.S_T1] == 25
+    ctl = srv.ctl
+    ctl[fpair.OWN], ctl[pairs.PUBLISHED], ctl[pairs.CLAIMED_AT], ctl[pairs.FINISHED_AT] = 2500, 0, 200, 200 + 4800
+    # caller 100 a tile, helper 200 a tile starting at 200: both end together at (200 + 49 * 200) / 300 = 33.3
+    assert rnpair.rebalance(pair, ctl) == round(25 + 0.25 * (10000 / 300 - 25))
+    for _ in range(20):  # the same rates at every cut: it settles at the range's end
+        nc = int(pair.desc[rnpair.SIDE0 + rnpair.S_T1])
+        ctl[fpair.OWN], ctl[pairs.FINISHED_AT] = 100 * nc, 200 + 200 * (49 - nc)
+        rnpair.rebalance(pair, ctl)
+    assert pair.desc[rnpair.SIDE0 + rnpair.S_T1] == 32 == pair.desc[rnpair.SIDE0 + rnpair.SIDE_N + rnpair.S_T0]
+    ctl[pairs.CLAIMED_AT] = 2600  # the helper came after the caller's half: left as it is
+    assert rnpair.rebalance(pair, ctl) == 32
+    for side in range(2):
+        base = rnpair.SIDE0 + side * rnpair.SIDE_N
+        n = int(pair.desc[base + rnpair.S_T1] - pair.desc[base + rnpair.S_T0])
+        assert pair.desc[base + rnpair.S_BLOCKS] == winograd.tile_blocks(n, 64, 64)
+    rnpair.set_cut(pair.desc, 18, 49, 64, 64)  # the helper's side its largest (31 tiles)
+    got = _at(2, fn, inputs, shape)
+    assert srv.stats["alone"] == 2 and not np.isnan(got).any()
+    assert_close(got, even, np.float32)
+    assert_close(got, _reference(inputs, attrs), np.float32)
+    y = np.full(shape, np.nan, np.float32)
+    pair.desc[rnpair.YA] = y.ctypes.data
+    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
+    trace = []
+    monkeypatch.setattr(pairs, "TRACE", trace)
+    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
+    written = ~np.isnan(y)
+    rows = np.flatnonzero(written.any(axis=(0, 1, 3)))
+    assert rows.min() == 18 // 7 * 4 and rows.max() == shape[2] - 1  # 7 tiles a row: tile 18 starts in row 2
+    np.testing.assert_array_equal(y[written], got[written])
+    assert srv.ctl[pairs.FINISHED_AT] > srv.ctl[pairs.CLAIMED_AT] > 0
+    srv.result(1, *rnpair.rule())
+    assert len(trace) == 1 and trace[0][1] == 1
+    assert trace[0][5] == srv.ctl[pairs.FINISHED_AT] - srv.ctl[pairs.CLAIMED_AT]
 
 
 def test_busy_slot_asleep_back_off_and_pool(quiet_server, monkeypatch):

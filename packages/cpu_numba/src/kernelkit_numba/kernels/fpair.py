@@ -46,6 +46,7 @@ from .pairs import _call2, _cas, _load, _pause, _ptr, _store
 OPEN, CLAIMED, DONE, TAKEN = pairs.OPEN, pairs.CLAIMED, pairs.DONE, pairs.TAKEN
 STATE, DESC, SLOT, AWAKE, JOB, WAITED, STOP = pairs.STATE, pairs.DESC, pairs.SLOT, pairs.AWAKE, pairs.JOB, \
     pairs.WAITED, pairs.STOP
+PUBLISHED, CLAIMED_AT, FINISHED_AT = pairs.PUBLISHED, pairs.CLAIMED_AT, pairs.FINISHED_AT
 OWN = 7  # ctl: cycles the last caller spent on its own half
 
 # desc: the half's address, A (per call: address; its length), lda (0: packed), B's panels, K, M, N, the
@@ -128,8 +129,10 @@ def pair_job(ctl, desc) -> int:
     job = ctl[JOB] + 1
     ctl[JOB] = job
     ctl[DESC] = addr
-    _store(ctl, STATE, job * 4 + OPEN)
     t0 = _cycles()
+    if ctl.shape[0] > FINISHED_AT:  # (the cycle stamps: pairs.PUBLISHED; a shorter ctl has none)
+        ctl[PUBLISHED] = t0
+    _store(ctl, STATE, job * 4 + OPEN)
     _call2(desc[FN], addr, 0)
     ctl[OWN] = _cycles() - t0
     if _cas(ctl, STATE, job * 4 + OPEN, job * 4 + TAKEN):
@@ -153,12 +156,17 @@ def pair_serve(ctl, idle, cap) -> int:
     start = _cycles()
     last = start
     i = 0
+    stamps = ctl.shape[0] > FINISHED_AT  # (pairs.PUBLISHED's stamps; a shorter ctl has none)
     while True:
         s = _load(ctl, STATE)
         if s > 0 and (s & 3) == OPEN and _cas(ctl, STATE, s, s + CLAIMED):
+            if stamps:
+                ctl[CLAIMED_AT] = _cycles()
             addr = ctl[DESC]
             fn = numba.carray(_ptr(addr), (1,), np.int64)[0]  # FN: the first word of every descriptor
             _call2(fn, addr, 1)
+            if stamps:
+                ctl[FINISHED_AT] = _cycles()
             _store(ctl, STATE, s + DONE)
             last = _cycles()
             continue

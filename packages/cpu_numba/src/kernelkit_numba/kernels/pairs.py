@@ -43,6 +43,15 @@ OPEN, CLAIMED, DONE, TAKEN = 0, 1, 2, 3
 # [3] the helper: 0 asleep, 1 spinning, 2 woken, [4] the last job number, [5] cycles the last caller
 # waited for the helper's half, [6] stop (tests)
 STATE, DESC, SLOT, AWAKE, JOB, WAITED, STOP = range(7)
+# ctl's cycle stamps of the last job (issue 11, session 13: where a two-thread run's time goes): [8] the caller
+# published it, [9] the helper claimed it, [10] the helper finished its half ([7] is fpair's OWN; a ctl of 8 words,
+# the tests' and the stand-in calls', has none)
+PUBLISHED, CLAIMED_AT, FINISHED_AT = 8, 9, 10
+NCTL = 12
+# A list: each pair call that reports its outcome (PairServer.result) appends (perf_counter, done, the caller's
+# own half, its wait, the helper's start after the publish, the helper's half; cycles) to it (benchmarks/
+# gap_trace.py); None: nothing kept
+TRACE = None
 
 IDLE_S = 1e-3  # the helper spins this long after its last job (the pool's BEAT_IDLE_S), then sleeps
 # a woken helper spins this long for its first job: the caller that woke it runs that product alone
@@ -186,7 +195,7 @@ class PairServer:
 
     def __init__(self, kind: int):
         self.kind = kind
-        self.ctl = np.zeros(8, np.int64)
+        self.ctl = np.zeros(NCTL, np.int64)
         self._cond = threading.Condition(threading.Lock())
         self._want = False
         self._thread: threading.Thread | None = None
@@ -261,6 +270,11 @@ class PairServer:
         backs off only as the ``hiccups``-th within that many seconds, the shard pool's STALL_PAIR_S rule:
         one alone is a vCPU's hiccup, rnpair.py; such a back-off lasts ``fixed_s`` where that is > 0, without
         doubling; ``stalled``: the caller's own verdict, rnpair's claimed chunks)."""
+        if TRACE is not None:
+            c = self.ctl
+            TRACE.append((time.perf_counter(), done, int(c[7]), int(c[WAITED]), int(c[CLAIMED_AT] - c[PUBLISHED]),
+                          int(c[FINISHED_AT] - c[CLAIMED_AT])) if done == 1 else
+                         (time.perf_counter(), done, int(c[7]), 0, 0, 0))
         if done == 1:
             self.stats["paired"] += 1
             self._misses = 0

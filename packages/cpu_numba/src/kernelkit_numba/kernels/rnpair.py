@@ -99,6 +99,20 @@ POOL_BACKOFF = True
 DYNAMIC = False
 DYN_CHUNKS = 4
 DYN_MIN_TILES = 24
+# Halves that follow the sides' speeds (issue 11, session 13; docs/numba.md, "The gap between the layers and the
+# run"): after each paired call of an F(4x4) layer (static halves), the cut between the caller's tiles and the
+# helper's moves toward the one at which both would have finished together, from the call's cycle stamps (the
+# caller's own half, the helper's start after the publish and its half: pairs.PUBLISHED ...), smoothed by
+# BALANCE_GAIN and kept within BALANCE_RANGE of the tiles either side of the middle (the sides' buffers are sized
+# for the largest side in that range). A tile's products depend on its place in its side's run of tiles in the last
+# bits, so the output moves with the cut within the fp32 tolerances (as the static halves' against the one-thread
+# path), not bit for bit from run to run. Read when a layer binds. False: the even cut. Off: on the Xeon (session 13's
+# call, gap_trace.py and turns.py) ResNet-50's caller waited 6.0 ms a run at the halves' ends against 0.98 (a side's
+# cost is not per tile: each reads all 36 positions' weights, so a shrinking side looks slower a tile and shrinks
+# on to the range's end); default / BALANCE 1.00 (ResNet-18) and 0.97 (ResNet-50) quiet, 0.99 and 0.80 loaded.
+BALANCE = False
+BALANCE_GAIN = 0.25
+BALANCE_RANGE = 0.15
 
 OP_WINO, OP_DIRECT, OP_WINO2 = 0, 1, 2
 # desc: the half's address, the op, the per-call addresses (x, y, z), has_z, the float values (lo, hi,
@@ -263,12 +277,14 @@ def enabled() -> bool:
 class Pair:
     """One bound layer's pair: its descriptor, the arrays it points to, the sides' buffer sizes."""
 
-    __slots__ = ("desc", "keep", "sizes", "prep", "bound")
+    __slots__ = ("desc", "keep", "sizes", "prep", "bound", "balance")
 
     def __init__(self, desc, sizes, prep):
         self.desc, self.sizes, self.prep = desc, sizes, prep
         self.keep: tuple = ()
         self.bound = None  # the weight the descriptor's packed panels come from
+        # BALANCE (an F(4x4) layer's moving cut): [the smoothed cut, its least, its most, the tiles, C, M]
+        self.balance: list | None = None
 
     def __call__(self, w, bias, x, y, z) -> bool:
         """The layer in two halves (or both on the caller where the helper does not spin: it is woken);
@@ -303,7 +319,37 @@ class Pair:
             before = srv.stats["backoffs"]
             srv.result(done, *rule(chunk_stall(srv, self.desc) if done == 1 else None))
             follow(srv, before)
+            if done == 1 and self.balance is not None:
+                rebalance(self, srv.ctl)
         return True
+
+
+def rebalance(pair: Pair, ctl) -> int:
+    """BALANCE: move ``pair``'s cut (an F(4x4) layer's static halves, the caller's tiles [0, cut)) toward the one at
+    which the call just made would have ended on both sides at once, from its cycle stamps in ``ctl``; the cut now.
+    A call whose helper started after the caller's half ended (a helper without its core) leaves it."""
+    bal, d = pair.balance, pair.desc
+    nc = int(d[SIDE0 + S_T1])
+    nt = bal[3]
+    own, start = int(ctl[fpair.OWN]), int(ctl[pairs.CLAIMED_AT] - ctl[pairs.PUBLISHED])
+    helper = int(ctl[pairs.FINISHED_AT] - ctl[pairs.CLAIMED_AT])
+    if own <= 0 or helper <= 0 or start < 0 or start >= own:
+        return nc
+    rc, rh = own / nc, helper / (nt - nc)  # cycles a tile on each side
+    bal[0] += BALANCE_GAIN * ((start + nt * rh) / (rc + rh) - bal[0])
+    cut = min(max(int(round(bal[0])), bal[1]), bal[2])
+    if cut != nc:
+        set_cut(d, cut, nt, bal[4], bal[5])
+    return cut
+
+
+def set_cut(d, cut: int, nt: int, c_n: int, m_n: int) -> None:
+    """An F(4x4) descriptor's halves at ``cut`` (the caller's tiles [0, cut), the helper's [cut, nt)), each side in
+    winograd.tile_blocks' blocks (the sides' buffers sized for it: wino_pair)."""
+    for side, (t0, t1) in enumerate(((0, cut), (cut, nt))):
+        base = SIDE0 + side * SIDE_N
+        d[base + S_T0], d[base + S_T1] = t0, t1
+        d[base + S_BLOCKS] = winograd.tile_blocks(t1 - t0, c_n, m_n, budget=PAIR_TILE_BYTES)
 
 
 def rule(stalled: bool | None = None) -> tuple:
@@ -364,16 +410,25 @@ def wino_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_z
         base = SIDE0 + side * SIDE_N
         desc[base + S_T0], desc[base + S_T1], desc[base + S_BLOCKS] = t0, t1, blocks
     chunks = dyn_chunks(nt, most)
+    balance = None
     if chunks:
         desc[DYN] = chunks
         most = -(-nt // chunks)
+    elif BALANCE:
+        lo = max(1, int(nt * (0.5 - BALANCE_RANGE)))
+        hi = max(min(nt - 1, nt - lo), cut)
+        balance = [float(cut), lo, hi, nt, c_n, m_n]
+        for n in range(nt - hi, hi + 1):  # the largest block of a side of n tiles, for every cut in range
+            most = max(most, -(-n // winograd.tile_blocks(n, c_n, m_n, budget=PAIR_TILE_BYTES)))
     lv, lm = winograd._spaced(c_n * most), winograd._spaced(m_n * most)
     desc[LV], desc[LM] = lv, lm
     ssize = max(ftile.scratch_size(KIND, 2 if cols else 0, most), ftile.scratch_size(KIND, 1, most)) if cols else 1
     for side in range(2):
         desc[SIDE0 + side * SIDE_N + S_SCR_N] = ssize
         sizes.append((36 * lv, 36 * lm, ssize))
-    return _wino_pair(conv, desc, sizes, m_n, c_n, width, 4, p0, p1)
+    pair = _wino_pair(conv, desc, sizes, m_n, c_n, width, 4, p0, p1)
+    pair.balance = balance
+    return pair
 
 
 def dyn_chunks(nt: int, most: int) -> int:
@@ -522,5 +577,5 @@ def direct_pair(conv, x_shape, y_shape, kernel: tuple, stride: int, ph: int, pw:
     return pair, pair_pad
 
 
-__all__ = ["DYNAMIC", "ON", "Pair", "chunk_stall", "direct_pair", "dyn_chunks", "enabled", "follow",
-           "half_address", "pair_run", "prepare", "rule", "wino2_pair", "wino_pair"]
+__all__ = ["BALANCE", "DYNAMIC", "ON", "Pair", "chunk_stall", "direct_pair", "dyn_chunks", "enabled", "follow",
+           "half_address", "pair_run", "prepare", "rebalance", "rule", "set_cut", "wino2_pair", "wino_pair"]
