@@ -15,6 +15,7 @@ Aliasing rules the planner keeps:
   extends the lifetime of every arena block its inputs live in, transitively;
 - an elementwise op (``INPLACE_OPS``) whose input dies at that step, with the output's shape and
   dtype, writes over that input's block, unless another input of the step reads the same block;
+  a MatMul with a fused residual (``INPLACE_INPUT``) the same, over that residual only;
 - feeds and constants are never in the arena, so never written.
 
 A kernel's declared scratch is one more block that lives for its step only.
@@ -63,6 +64,12 @@ INPLACE_OPS = frozenset({
     "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Floor", "Ceil", "Clip", "Swish",
     "Add", "Sub", "Mul", "Div",
 })
+
+
+# ops whose kernels may write their output over one input only, by position, under the same rule: a
+# MatMul's fused residual Z (passes.matmul_bias.fuse_matmul_residual; the residual Add it replaced
+# ran in place over it)
+INPLACE_INPUT = {"MatMul": 3}
 
 
 def _aligned(nbytes: int) -> int:
@@ -337,7 +344,12 @@ def plan_memory(plan, specs: dict[int, TensorSpec | None], scratch: dict[int, in
                 check_tensor_bytes(spec.shape, dtype)
             except TensorTooLargeError as exc:
                 raise KernelExecutionError(f"node {step.name!r} ({step.op}): {exc}") from exc
-            reuse = _inplace_input(step, i, o, specs, block_of, blocks_read) if step.op in INPLACE_OPS else None
+            reuse = None
+            if step.op in INPLACE_OPS:
+                reuse = _inplace_input(step, i, o, specs, block_of, blocks_read)
+            elif len(step.input_slots) > INPLACE_INPUT.get(step.op, len(step.input_slots)):
+                only = step.input_slots[INPLACE_INPUT[step.op]]
+                reuse = _inplace_input(step, i, o, specs, block_of, blocks_read, only) if only is not None else None
             if reuse is not None:
                 block = block_of[reuse]
                 block.end = max(block.end, last.get(o, i))
@@ -388,10 +400,10 @@ def _clock(steps, specs, scratch: dict[int, int]) -> list[int]:
     return clock + [clock[-1]]
 
 
-def _inplace_input(step, i: int, out: int, specs, block_of: dict, blocks_read) -> int | None:
-    """The input slot whose block ``step`` may write its output over, if any."""
+def _inplace_input(step, i: int, out: int, specs, block_of: dict, blocks_read, only=None) -> int | None:
+    """The input slot whose block ``step`` may write its output over, if any (``only``: that slot or none)."""
     want = specs[out]
-    for s in step.input_slots:
+    for s in step.input_slots if only is None else (only,):
         block = block_of.get(s)
         if block is None or block.end != i or specs.get(s) != want:
             continue

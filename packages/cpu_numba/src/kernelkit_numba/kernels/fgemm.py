@@ -291,13 +291,14 @@ def row_tiles(m_n: int, mr: int) -> tuple[int, int]:
     return best[1], best[2]
 
 
-def driver(kind: int, post: int, mr: int, prefetch: int | None = None, ahead: int = 0):
-    """_driver with PREFETCH (now) unless ``prefetch`` is given; ``ahead``: the tiles' B_AHEAD."""
-    return _driver(kind, post, mr, int(PREFETCH if prefetch is None else prefetch), int(ahead))
+def driver(kind: int, post: int, mr: int, prefetch: int | None = None, ahead: int = 0, resid: bool = False):
+    """_driver with PREFETCH (now) unless ``prefetch`` is given; ``ahead``: the tiles' B_AHEAD; ``resid``:
+    the first K chunk starts from ``out`` (a fused residual already there)."""
+    return _driver(kind, post, mr, int(PREFETCH if prefetch is None else prefetch), int(ahead), bool(resid))
 
 
 @functools.cache
-def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0):
+def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid: bool = False):
     """The compiled loops of variant ``kind`` with ``mr``-row tiles and the activation ``post`` (an
     epilogue code other than NONE/CLIP, applied over each finished tile; NONE: the tile's clamp is
     all) fixed.
@@ -308,8 +309,12 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0):
     apart). ``prefetch`` (floats a K step, 0: none): the first nr / prefetch row tiles of a row block
     over column panel q prefetch panel q + 1's K chunk into L2, ``prefetch`` floats of it a K step each
     (16: a cache line a step over the first nr / 16 tiles; 4: a line every 4 steps over nr / 4 tiles),
-    so that the next panel's first tile does not wait on L3."""
+    so that the next panel's first tile does not wait on L3. ``resid``: every K chunk, the first
+    included, starts from the output's values (``out`` holds a residual r on entry: ``out = act(alpha *
+    (r + A @ B) + bias)``, the residual added in the accumulators where the tile loads its output block
+    anyway: MatMul's fused residual, alpha 1)."""
     full, masked = _tiles(kind, mr, prefetch > 0, ahead)
+    start = 0 if resid else 1  # the first chunk's ``first``
     mixed = kind == 2 and mr == MIXED_MR  # 12-row tiles, then 8-row ones (row_tiles)
     full8, masked8 = _tiles(kind, SHORT_MR, prefetch > 0, ahead) if mixed else (full, masked)
     pfs = max(1, prefetch)
@@ -338,7 +343,7 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0):
             for k0 in range(0, k_n, kc):
                 kk = min(kc, k_n - k0)
                 final = k0 + kk >= k_n
-                first = np.int64(1 if k0 == 0 else 0)
+                first = np.int64(start if k0 == 0 else 0)
                 al = alpha if final else one
                 bb = bias if final else zeros
                 lo2 = lo if final else -inf
@@ -381,7 +386,7 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0):
 
     # cached under the variant's name: the cells (intrinsics) pickle differently in every process
     setattr(gemm, CLOSURE_KEY, f"fgemm.gemm.{kind}.{mr}.{post}" + (f".pf{prefetch}" if prefetch else "") +
-            (f".a{ahead}" if ahead else ""))
+            (f".a{ahead}" if ahead else "") + (".z" if resid else ""))
     return jit(gemm)
 
 
@@ -438,10 +443,13 @@ def _own_bias(packed: Packed, bias):
 
 
 def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0,
-         shards: int | None = None) -> None:
+         shards: int | None = None, resid: bool = False) -> None:
     """out (M, N) = act(alpha * a2 (M, K) @ B + bias) on the tiles of ``kind``, in about ``shards``
     shards on the pool (default: one per thread of this call's budget). ``bias``: N values or None;
-    ``code``: an epilogue code (CLIP with p0, p1 the bounds)."""
+    ``code``: an epilogue code (CLIP with p0, p1 the bounds). ``resid``: ``out`` holds a residual r on
+    entry and gets act(r + a2 @ B + bias) (alpha 1; the driver's ``resid``; never fpair's halves)."""
+    if resid and alpha != 1:
+        raise ValueError("fgemm.gemm: a residual in the accumulators needs alpha 1")
     m_n, k_n = a2.shape
     n_n = packed.n_n
     mr = MR[kind]
@@ -460,11 +468,11 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
         bb[:n_n] = bias
     f32 = np.float32
     lo, hi, post = _clamp(code, p0, p1)
-    fn = driver(kind, post, mr)
+    fn = driver(kind, post, mr, resid=resid)
     args = (ap, lda, packed.bp, k_n, m_n, n_n, f32(alpha), bb, packed.zeros, out.reshape(-1), out.strides[0] // 4, lo,
             hi, f32(p0), f32(p1), block, groups, kc)
     total = blocks * groups
-    if threads == 2 and 2.0 * m_n * n_n * k_n >= PAIR_FLOPS and fpair.enabled() and \
+    if threads == 2 and not resid and 2.0 * m_n * n_n * k_n >= PAIR_FLOPS and fpair.enabled() and \
             _paired(kind, post, mr, packed, ap, lda, out, m_n, k_n, (f32(alpha), lo, hi, f32(p0), f32(p1)),
                     bias is None):
         return
