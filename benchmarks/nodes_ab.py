@@ -65,7 +65,8 @@ def _kinds(proto) -> dict:
 
 def load(name: str):
     """The zoo model ``name``: its Conv kind labels (``_kinds``), the converted model and a batch-1 feed."""
-    proto = {**zoo.MODELS, **zoo.EXTRA}[name]()
+    short = name.removesuffix("_l4")  # bert_l4, gpt2_l4: four layers, a vocabulary of 2048 (turns.py's)
+    proto = {**zoo.MODELS, **zoo.EXTRA}[name]() if short == name else getattr(zoo, short)(layers=4, vocab=2048)
     try:
         import onnx
 

@@ -12,9 +12,18 @@ output); any other node one of them fused away counts under "unmatched". Prints 
 types with their summed times and ratio, then every node where numba is slower than the reference by
 more than 10 % and 20 us, and a one-line verdict::
 
-    python benchmarks/ops_vs_reference.py [models=all] [runs=5] [batch=1]
+    python benchmarks/ops_vs_reference.py [models=all] [runs=5] [batch=1] [--rotate]
 
-Run it pinned (``taskset -c 0,1``); the per-node minima are comparable within one process.
+``bert_l4``, ``gpt2_l4``: their first four layers with a vocabulary of 2048 (each layer's shapes as
+published; a build of seconds, as turns.py's). ``KERNELKIT_BENCH_SET`` (test_bench_numba.apply_bench_set,
+e.g. ``kernelkit.memory.NEST_CONCAT=1``) is applied before the sessions are built.
+
+Run it pinned (``taskset -c 0,1``); the per-node minima are comparable within one process. The two
+sessions run one after the other each round, so each session's first nodes meet the caches the other
+session's run left; ``--rotate`` turns the order every round (``_timing.best_node_ms_interleaved``), so
+that each session also runs after itself, as a deployed session does (issue 11, session 13: the
+transformer's first product, Add_7, was the only one of its 24 slower than the reference, and only in
+the fixed order).
 """
 from __future__ import annotations
 
@@ -38,15 +47,17 @@ SLOWER, MIN_MS = 1.10, 0.020
 
 
 def _builders() -> dict:
-    return {**zoo.MODELS, **zoo.EXTRA}
+    both = {**zoo.MODELS, **zoo.EXTRA}
+    return {**both, **{f"{n}_l4": (lambda n=n: getattr(zoo, n)(layers=4, vocab=2048)) for n in ("bert", "gpt2")}}
 
 
-def profile(model, feed, vendors: tuple[str, ...], runs: int) -> list[dict[str, tuple[str, float, str, tuple]]]:
+def profile(model, feed, vendors: tuple[str, ...], runs: int,
+            rotate: bool = False) -> list[dict[str, tuple[str, float, str, tuple]]]:
     """Per vendor, node name -> (op, best ms, vendor that ran it, its output names). The sessions run in
     turn, one run each per round (a host whose load changes slows them alike; each one alone: session 6's
     runs)."""
     sessions = [kernelkit.Session(model, vendors=[v, "reference"], threads=1, profile=True) for v in vendors]
-    best = best_node_ms_interleaved(sessions, feed, runs)
+    best = best_node_ms_interleaved(sessions, feed, runs, rotate=rotate)
     return [{s.name: (s.op, b.get(s.name, 0.0), s.key.vendor, tuple(s.outputs)) for s in sess.plan.kernel_steps()}
             for sess, b in zip(sessions, best)]
 
@@ -65,11 +76,11 @@ def absorbed(ref: dict, nb: dict) -> dict[str, list[str]]:
     return out
 
 
-def compare(name: str, runs: int, batch: int) -> list[tuple]:
+def compare(name: str, runs: int, batch: int, rotate: bool = False) -> list[tuple]:
     proto = _builders()[name]()
     model = convert(proto.SerializeToString())
     feed = zoo.feed(proto, batch)
-    ref, nb = profile(model, feed, ("reference", "numba"), runs)
+    ref, nb = profile(model, feed, ("reference", "numba"), runs, rotate)
     fused = absorbed(ref, nb)
     taken = {r for rs in fused.values() for r in rs}
     by_op: dict = collections.defaultdict(lambda: [0, 0.0, 0.0])
@@ -88,7 +99,7 @@ def compare(name: str, runs: int, batch: int) -> list[tuple]:
             slow.append((node, op, ref_ms, ms))
     unmatched = (sum(row[1] for n, row in ref.items() if n not in nb and n not in taken),
                  sum(row[1] for n, row in nb.items() if n not in ref))
-    print(f"\n## {name} (batch {batch}, 1 thread, best of {runs} per node, ms)")
+    print(f"\n## {name} (batch {batch}, 1 thread, best of {runs} per node, ms{', order rotated' if rotate else ''})")
     print("| op | nodes | reference | numba | reference / numba |")
     print("|---|---:|---:|---:|---:|")
     for op, (count, r, n) in sorted(by_op.items(), key=lambda kv: -kv[1][1]):
@@ -115,10 +126,15 @@ def compare(name: str, runs: int, batch: int) -> list[tuple]:
 
 
 def main(argv: list[str]) -> int:
-    names = argv[0].split(",") if argv and argv[0] != "all" else list(_builders())
+    from test_bench_numba import apply_bench_set
+
+    apply_bench_set()
+    rotate = "--rotate" in argv
+    argv = [a for a in argv if a != "--rotate"]
+    names = argv[0].split(",") if argv and argv[0] != "all" else [*zoo.MODELS, *zoo.EXTRA]
     runs = int(argv[1]) if len(argv) > 1 else 5
     batch = int(argv[2]) if len(argv) > 2 else 1
-    verdict = {name: compare(name, runs, batch) for name in names}
+    verdict = {name: compare(name, runs, batch, rotate) for name in names}
     print("\nnodes where numba is slower than the reference (>10 % and >20 us):",
           {name: len(slow) for name, slow in verdict.items()})
     return 0

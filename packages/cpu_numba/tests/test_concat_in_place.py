@@ -34,6 +34,12 @@ def _feed(seed, shape=SHAPE):
     return {"x": np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
 
 
+@pytest.fixture(autouse=True)
+def _nest_on(monkeypatch):
+    """The switch on (its default is the Xeon's word: docs/numba.md, session 13)."""
+    monkeypatch.setattr(kmemory, "NEST_CONCAT", True)
+
+
 @pytest.fixture
 def skipped(monkeypatch):
     """How many inputs numba's Concat found in place."""

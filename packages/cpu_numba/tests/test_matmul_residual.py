@@ -19,6 +19,12 @@ def _r(rng, *shape):
     return rng.uniform(-1, 1, shape).astype(np.float32)
 
 
+@pytest.fixture(autouse=True)
+def _fusion_on(monkeypatch):
+    """The pass on (its default is the Xeon's word: docs/numba.md, session 13)."""
+    monkeypatch.setattr(matmul_bias, "RESIDUAL_ENABLED", True)
+
+
 @pytest.fixture
 def resid_calls(monkeypatch):
     """The shapes of the fgemm products run with a residual in the accumulators."""
@@ -46,7 +52,9 @@ ACTS = [{}, {"activation": "Relu"}, {"activation": "Gelu"}, {"activation": "Gelu
 @pytest.mark.parametrize("a_shape, b_shape, tiles", SHAPES)
 @pytest.mark.parametrize("attrs", ACTS)
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_residual_matches_reference(rng, resid_calls, a_shape, b_shape, tiles, attrs, with_bias):
+@pytest.mark.parametrize("ahead", [1, 0])
+def test_residual_matches_reference(rng, monkeypatch, resid_calls, a_shape, b_shape, tiles, attrs, with_bias, ahead):
+    monkeypatch.setattr(fgemm, "RESID_PREFETCH", ahead)  # with and without the next tile's prefetch
     out_shape = a_shape[:-1] + b_shape[-1:]
     inputs = [_r(rng, *a_shape), _r(rng, *b_shape), _r(rng, b_shape[-1]) if with_bias else None, _r(rng, *out_shape)]
     want = kk.testing.run_single_op("MatMul", inputs, attrs, vendors=["reference"], fallback=False)[0]

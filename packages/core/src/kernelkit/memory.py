@@ -79,7 +79,7 @@ INPLACE_INPUT = {"MatMul": 3}
 # Concat in place (issue 11, session 13): a Concat's inputs written by their producers into their parts of
 # the Concat's own block (``_nest_concat``), where the Concat's kernel says it skips inputs already in place
 # (``inputs_in_place``: numba's; the reference's copies, and its sessions keep their plan). False: off
-NEST_CONCAT = True
+NEST_CONCAT = False
 
 
 def _aligned(nbytes: int) -> int:

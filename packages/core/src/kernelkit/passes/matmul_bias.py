@@ -88,8 +88,8 @@ def fuse_matmul_bias(graph: Graph, ctx: PassContext) -> int:
     return count
 
 
-# fuse_matmul_residual's switch (benchmarks' A/B: kernelkit.passes.matmul_bias.RESIDUAL_ENABLED=0)
-RESIDUAL_ENABLED = True
+# fuse_matmul_residual's switch (benchmarks' A/B: kernelkit.passes.matmul_bias.RESIDUAL_ENABLED=1)
+RESIDUAL_ENABLED = False
 
 
 def _residual_kernel(graph: Graph, ctx: PassContext, inputs: list, attrs: dict) -> bool:

@@ -260,6 +260,30 @@ def _generic_tile(a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, 
             out[o_off + r * ldo + j] = v
 
 
+@intrinsic
+def _prefetch_write(typingctx, arr, idx):
+    """``_prefetch_write(arr, i)``: a hint to fetch the cache line of ``arr[i]`` (float32, flat) for writing
+    (``llvm.prefetch``, rw 1, locality 3: into L1); never faults."""
+
+    def codegen(context, builder, sig, args):
+        a, i = args
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        base = builder.bitcast(_data(context, builder, sig.args[0], a), ir.FloatType().as_pointer())
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(builder.gep(base, [i]), i8p), ir.Constant(i32, 1), ir.Constant(i32, 3),
+                          ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, types.int64), codegen
+
+
+# with a residual in the accumulators (the driver's resid), each tile of the first K chunk first prefetches
+# the next tile's output block (the residual it starts from) for writing: the tiles load it before their K
+# loop, and a load from L3 there stalls the whole tile (0: off)
+RESID_PREFETCH = 1
+
+
 @functools.cache
 def _tiles(kind: int, mr: int, prefetch: bool = False, ahead: int = 0):
     """(full, masked) tiles of variant ``kind`` with ``mr`` rows (generic: 4 only), with the prefetches."""
@@ -294,11 +318,12 @@ def row_tiles(m_n: int, mr: int) -> tuple[int, int]:
 def driver(kind: int, post: int, mr: int, prefetch: int | None = None, ahead: int = 0, resid: bool = False):
     """_driver with PREFETCH (now) unless ``prefetch`` is given; ``ahead``: the tiles' B_AHEAD; ``resid``:
     the first K chunk starts from ``out`` (a fused residual already there)."""
-    return _driver(kind, post, mr, int(PREFETCH if prefetch is None else prefetch), int(ahead), bool(resid))
+    return _driver(kind, post, mr, int(PREFETCH if prefetch is None else prefetch), int(ahead),
+                   (2 if RESID_PREFETCH else 1) if resid else 0)
 
 
 @functools.cache
-def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid: bool = False):
+def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid: int = 0):
     """The compiled loops of variant ``kind`` with ``mr``-row tiles and the activation ``post`` (an
     epilogue code other than NONE/CLIP, applied over each finished tile; NONE: the tile's clamp is
     all) fixed.
@@ -309,12 +334,14 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid:
     apart). ``prefetch`` (floats a K step, 0: none): the first nr / prefetch row tiles of a row block
     over column panel q prefetch panel q + 1's K chunk into L2, ``prefetch`` floats of it a K step each
     (16: a cache line a step over the first nr / 16 tiles; 4: a line every 4 steps over nr / 4 tiles),
-    so that the next panel's first tile does not wait on L3. ``resid``: every K chunk, the first
-    included, starts from the output's values (``out`` holds a residual r on entry: ``out = act(alpha *
-    (r + A @ B) + bias)``, the residual added in the accumulators where the tile loads its output block
-    anyway: MatMul's fused residual, alpha 1)."""
+    so that the next panel's first tile does not wait on L3. ``resid`` (1; 2 with RESID_PREFETCH): every
+    K chunk, the first included, starts from the output's values (``out`` holds a residual r on entry:
+    ``out = act(alpha * (r + A @ B) + bias)``, the residual added in the accumulators where the tile
+    loads its output block anyway: MatMul's fused residual, alpha 1); with 2, each tile of the first
+    chunk prefetches the next tile's rows of r."""
     full, masked = _tiles(kind, mr, prefetch > 0, ahead)
     start = 0 if resid else 1  # the first chunk's ``first``
+    ahead_out = resid == 2  # and prefetch the next tile's residual (RESID_PREFETCH)
     mixed = kind == 2 and mr == MIXED_MR  # 12-row tiles, then 8-row ones (row_tiles)
     full8, masked8 = _tiles(kind, SHORT_MR, prefetch > 0, ahead) if mixed else (full, masked)
     pfs = max(1, prefetch)
@@ -354,6 +381,17 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid:
                     b_off = (q * k_n + k0) * nr
                     nxt = ((q + 1) * k_n + k0) * nr
                     for t in range(t0, t1):
+                        if ahead_out and k0 == 0:  # the next tile's rows of the residual, for writing
+                            tn, qn = t + 1, q
+                            if tn >= t1:
+                                tn, qn = t0, q + 1
+                            if qn < q1:
+                                hn = mr if tn < tall else SHORT_MR
+                                rn = tn * mr if tn < tall else tall * mr + (tn - tall) * SHORT_MR
+                                for r in range(min(hn, m_n - rn)):
+                                    at = (rn + r) * ldo + qn * nr
+                                    for j in range(0, min(nr, n_n - qn * nr), 16):
+                                        _prefetch_write(out, at + j)
                         pf = b_off
                         if prefetch and q + 1 < q1 and (t - t0) * pfs < nr:
                             pf = nxt + (t - t0) * kk * pfs
@@ -386,7 +424,7 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid:
 
     # cached under the variant's name: the cells (intrinsics) pickle differently in every process
     setattr(gemm, CLOSURE_KEY, f"fgemm.gemm.{kind}.{mr}.{post}" + (f".pf{prefetch}" if prefetch else "") +
-            (f".a{ahead}" if ahead else "") + (".z" if resid else ""))
+            (f".a{ahead}" if ahead else "") + ((".zp" if ahead_out else ".z") if resid else ""))
     return jit(gemm)
 
 
