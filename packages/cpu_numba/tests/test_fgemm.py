@@ -300,3 +300,57 @@ def test_few_columns_head_at_one_thread(rng, monkeypatch, narrow):
         assert packed is not None and packed.kind == fgemm.NARROW
     elif not narrow:
         assert packed is None  # np.matmul
+
+
+@pytest.mark.parametrize("name", ["avx2", "avx512"])
+@pytest.mark.parametrize("k,n", [(512, 1000), (1280, 1000), (2048, 1000), (300, 70), (40, 130)])
+def test_row_heads_streams_prefetch_and_alignment(name, k, n, monkeypatch):
+    """fgemm.row's one-row head (the four CNNs' heads: 512 / 1280 / 2048 x 1000, and small ones whose panels
+    do not fill a group of streams) at every setting of its switches (ROW_STREAMS: several panels read at
+    once, the panels left over one at a time and the last one masked; ROW_PREFETCH: the next panel into
+    L2; PACK_ALIGN: the panels packed at a page boundary, or a huge page's), with and without the bias,
+    alpha, Relu (in the registers) and Sigmoid (after), B given (K, N) and transposed (N, K), against the
+    float64 product; the streams' drivers are cached under their own keys."""
+    _need(name)
+    kind = ftile.KIND[name]
+    rng = np.random.default_rng(k + n)
+    a = rng.standard_normal((1, k)).astype(np.float32)
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)  # (N, K), as exported (transB)
+    bias = rng.standard_normal(n).astype(np.float32)
+    f = np.float32
+    cases = [(1.0, bias, epilogue.NONE, f(0), f(0)), (0.5, None, epilogue.CLIP, f(0), f(np.inf)),
+             (2.0, bias, epilogue.SIGMOID, f(0), f(0))]
+    for align in (1, 4096, fgemm.HUGE_PAGE):  # (1: where NumPy puts them)
+        monkeypatch.setattr(fgemm, "PACK_ALIGN", align)
+        for b2 in (w.T, np.ascontiguousarray(w.T)):  # transB's view of (N, K), and a (K, N) weight
+            packed = fgemm.Packed(w, b2, kind)
+            huge = align >= fgemm.HUGE_PAGE and packed.bp.nbytes >= fgemm.HUGE_PAGE
+            assert packed.bp.ctypes.data % (align if huge or align < fgemm.HUGE_PAGE else 4096) == 0
+            for alpha, bb, code, p0, p1 in cases:
+                want = _want(a, w.T, alpha, bb, code, p0, p1)
+                for streams, prefetch in ((1, 0), (1, 32), (2, 0), (4, 0), (8, 0)):
+                    out = np.full((1, n), np.nan, np.float32)
+                    fgemm.row(kind, packed, alpha, bb, code, p0, p1, prefetch=prefetch, streams=streams)(a, out)
+                    assert_close(out, want, err_msg=f"{name} streams {streams} prefetch {prefetch} align {align}")
+    from kernelkit_numba.cache import CLOSURE_KEY
+
+    d = fgemm._rows_driver(kind, epilogue.NONE, 4)
+    assert getattr(getattr(d, "py_func", d), CLOSURE_KEY) == f"fgemm.rows.{kind}.{epilogue.NONE}.s4"
+
+
+def test_row_head_streams_keep_nan_and_inf():
+    """The streams' tiles keep NaN and clamp +-inf as the other tiles do (Relu6's clamp in the registers)."""
+    _need("avx512")
+    k, n = 64, 256
+    a = np.ones((1, k), np.float32)
+    a[0, 3] = np.nan
+    b = np.ones((k, n), np.float32)
+    b[:, 100:] = 0
+    b[3, 100:] = 0  # NaN * 0 is NaN: every column sees the NaN
+    out = np.empty((1, n), np.float32)
+    fgemm.row(2, fgemm.Packed(b, b, 2), 1.0, None, epilogue.CLIP, np.float32(0), np.float32(6), streams=4)(a, out)
+    assert np.isnan(out).all()
+    a[0, 3] = np.inf
+    b[3, 100:] = 1
+    fgemm.row(2, fgemm.Packed(b, b, 2), 1.0, None, epilogue.CLIP, np.float32(0), np.float32(6), streams=4)(a, out)
+    assert np.array_equal(out, np.full((1, n), 6, np.float32))

@@ -160,6 +160,47 @@ def test_one_row_heads_on_the_row_tiles(monkeypatch, trans_b, act, alpha, beta, 
     assert len(rows) == (1 if ftile.choice()[0] in (1, 2) else 0)
 
 
+@pytest.mark.parametrize("k", [512, 1280, 2048])
+@pytest.mark.parametrize("trans_b, with_c", [(1, True), (0, True), (1, False)])
+def test_model_heads_on_the_row_tiles_at_each_setting(monkeypatch, k, trans_b, with_c):
+    """The heads of ResNet-18, MobileNetV2 / EfficientNet-B0 and ResNet-50 (1 x K x 1000 by a constant
+    weight, transB both ways, with and without the bias) at one thread on fgemm.row at both settings of
+    each of its switches (fgemm.ROW_STREAMS 1 and 4, fgemm.ROW_PREFETCH 0 and 32, gemm.HEAD_ALIGN 0,
+    4096 and a huge page; read when the node binds), against the reference kernel over several runs."""
+    import kernelkit
+    from kernelkit.testing import assert_close
+    from kernelkit_converters.onnx import convert
+    from kernelkit_numba.kernels import fgemm, ftile, gemm
+    from onnx import TensorProto, helper, numpy_helper
+
+    r = np.random.default_rng(k + trans_b)
+    n = 1000
+    b = (r.standard_normal((n, k) if trans_b else (k, n)) / np.sqrt(k)).astype(np.float32)
+    inits = [numpy_helper.from_array(b, "b")]
+    if with_c:
+        inits.append(numpy_helper.from_array(r.standard_normal(n).astype(np.float32), "c"))
+    node = helper.make_node("Gemm", ["a", "b"] + (["c"] if with_c else []), ["y"], transB=trans_b)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], inits)
+    model = convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    ref = kernelkit.Session(model, vendors=["reference"], fallback=False)
+    drivers, made = [], fgemm._rows_driver
+    monkeypatch.setattr(fgemm, "_rows_driver", lambda *args: drivers.append(args[2]) or made(*args))
+    for streams, prefetch, align in ((1, 0, 1), (4, 0, 4096), (1, 32, fgemm.HUGE_PAGE), (4, 0, 1)):
+        monkeypatch.setattr(fgemm, "ROW_STREAMS", streams)
+        monkeypatch.setattr(fgemm, "ROW_PREFETCH", prefetch)
+        monkeypatch.setattr(gemm, "HEAD_ALIGN", align)
+        sess = kernelkit.Session(model, vendors=["numba"], fallback=False, threads=1)
+        for _ in range(3):
+            a = {"a": r.uniform(-1, 1, (1, k)).astype(np.float32)}
+            assert_close(sess.run(None, a)[0], ref.run(None, a)[0],
+                         err_msg=f"streams {streams} prefetch {prefetch} align {align}")
+        packed = next(s.kernel for s in sess.plan.kernel_steps() if s.op == "Gemm")._const_b.packed
+        huge = packed is not None and align >= fgemm.HUGE_PAGE and packed.bp.nbytes >= fgemm.HUGE_PAGE
+        assert packed is None or packed.bp.ctypes.data % (align if huge or align < fgemm.HUGE_PAGE else 4096) == 0
+    assert drivers == ([4, 4] if ftile.choice()[0] in (1, 2) else [])  # the row tiles: avx2 / avx512
+
+
 def test_matmul_blas_call_binding(check):
     """Static MatMul on one thread: batched products (the attention's) and a 2-D B that fgemm does
     not take bind ``serial_call`` (one np.matmul + the activation), against the reference; a 2-D B

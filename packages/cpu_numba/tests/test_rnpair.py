@@ -268,11 +268,80 @@ def test_one_stall_is_a_hiccup(quiet_server):
     srv.result(1, False, rnpair.HICCUP_S)
     assert srv.stats["stalls"] == 2 and srv.stats["backoffs"] == 1 and srv.until > time.perf_counter()
     srv.until = 0.0
-    srv._last_stall = time.perf_counter() - 2 * rnpair.HICCUP_S  # the one before, longer ago than HICCUP_S
+    srv._stalls = [time.perf_counter() - 2 * rnpair.HICCUP_S]  # the one before, longer ago than HICCUP_S
     srv.result(1, False, rnpair.HICCUP_S)
     assert srv.stats["stalls"] == 3 and srv.stats["backoffs"] == 1 and srv.until == 0.0
     srv.result(1)
-    assert srv.stats["backoffs"] == 2
+    assert srv.stats["backoffs"] == 2 and srv.stats["stall_backoffs"] == 2
+
+
+def test_hiccups_in_a_window(quiet_server, monkeypatch):
+    """rnpair.HICCUPS = 3 (its rule()): two stalls within HICCUP_S are hiccups, the third backs off; a stall older than
+    the window drops out of the count; with no window (fpair's rule) the first stall still backs off."""
+    monkeypatch.setattr(rnpair, "HICCUPS", 3)
+    srv = quiet_server
+    srv.ctl[pairs.WAITED] = srv.stall + 1
+    srv.ctl[fpair.OWN] = 0
+    for stalls in (1, 2):
+        srv.result(1, *rnpair.rule())
+        assert srv.stats["stalls"] == stalls and srv.stats["backoffs"] == 0 and srv.until == 0.0
+    srv.result(1, *rnpair.rule())
+    assert srv.stats["stalls"] == 3 and srv.stats["backoffs"] == 1 and srv.until > time.perf_counter()
+    srv.until = 0.0
+    old = time.perf_counter() - 2 * rnpair.HICCUP_S
+    srv._stalls = [old, old]  # both before, longer ago than HICCUP_S
+    srv.result(1, *rnpair.rule())
+    srv.result(1, *rnpair.rule())
+    assert srv.stats["stalls"] == 5 and srv.stats["backoffs"] == 1 and srv.until == 0.0
+    srv.ctl[pairs.WAITED] = srv.stall  # not past STALL_S: no stall, the count stays
+    srv.result(1, *rnpair.rule())
+    assert srv.stats["stalls"] == 5 and srv.stats["backoffs"] == 1
+    srv.ctl[pairs.WAITED] = srv.stall + 1
+    srv.result(1, *rnpair.rule())
+    assert srv.stats["stalls"] == 6 and srv.stats["backoffs"] == 2 and srv.until > time.perf_counter()
+    srv.until = 0.0
+    srv.result(1)
+    assert srv.stats["backoffs"] == 3 and srv.stats["stall_backoffs"] == 3
+
+
+def test_hiccup_back_off_of_fixed_length(quiet_server, monkeypatch):
+    """rnpair.HICCUP_BACKOFF_S: a back-off the hiccup rule fires lasts that long however many came before
+    (the doubling state untouched), and the pool's that follows it (rnpair.follow) too; a back-off of the
+    other signs (MISSES) still doubles."""
+    monkeypatch.setattr(rnpair, "HICCUP_BACKOFF_S", 0.03)
+    calls = []
+    monkeypatch.setattr(shards.POOL, "_back_off", lambda why, seconds=0.0: calls.append(seconds))
+    srv = quiet_server
+    srv.ctl[pairs.WAITED] = srv.stall + 1
+    srv.ctl[fpair.OWN] = 0
+    for backoffs in (1, 2, 3):
+        before = srv.stats["backoffs"]
+        srv._stalls = []  # (the stall before, long ago)
+        t0 = time.perf_counter()
+        srv.result(1, *rnpair.rule())
+        srv.result(1, *rnpair.rule())
+        t1 = time.perf_counter()
+        rnpair.follow(srv, before)
+        assert srv.stats["backoffs"] == backoffs and srv._backoff == pairs.MIN_BACKOFF_S
+        assert t0 + 0.03 <= srv.until <= t1 + 0.03 and calls == [0.03] * backoffs
+    for _ in range(pairs.MISSES):  # then the helper's misses: the doubling back-off, the pool's of its own
+        srv.result(2)
+    assert srv.stats["backoffs"] == 4 and srv.fixed == 0.0 and srv._backoff == 2 * pairs.MIN_BACKOFF_S
+    rnpair.follow(srv, 3)
+    assert calls[-1] == 0.0
+
+
+def test_pool_back_off_of_fixed_length():
+    """ShardPool._back_off with ``seconds``: jobs run alone that long, the doubling state as it was; without,
+    it doubles from there as before."""
+    pool = shards.ShardPool(spin_s=0.0)
+    pool.FREE_CORES = 0.0
+    t0 = time.perf_counter()
+    pool._back_off("test", 0.02)
+    assert pool._backoff == pool.MIN_BACKOFF_S and t0 + 0.02 <= pool._serial_until <= time.perf_counter() + 0.02
+    assert pool.backed_off() and pool.stats["backoffs"] == 1
+    pool._back_off("test")
+    assert pool._backoff == 2 * pool.MIN_BACKOFF_S and pool.stats["backoffs"] == 2
 
 
 def test_chunk_stall_rule(quiet_server):

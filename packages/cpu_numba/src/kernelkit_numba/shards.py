@@ -658,18 +658,22 @@ class ShardPool:
             if job.claimed:
                 self._missed = self._short = self._late = 0
 
-    def _back_off(self, why: str) -> None:
+    def _back_off(self, why: str, seconds: float = 0.0) -> None:
+        """Jobs on the calling thread alone for the doubling back-off, or for ``seconds`` where that is > 0
+        (a pairs' back-off of fixed length, ``pairs.HICCUP_BACKOFF_S``: the doubling state stays as it was)."""
         if not self.backoff:
             return
         now = time.perf_counter()
-        calm = now - self._serial_until > self.CALM_S  # since the last back-off ended
-        self._backoff = self.MIN_BACKOFF_S if calm else min(2 * self._backoff, self.MAX_BACKOFF_S)
-        self._last_backoff, self._serial_until, self._missed, self._preempted = now, now + self._backoff, 0, 0
+        if seconds <= 0:
+            calm = now - self._serial_until > self.CALM_S  # since the last back-off ended
+            self._backoff = self.MIN_BACKOFF_S if calm else min(2 * self._backoff, self.MAX_BACKOFF_S)
+        length = seconds if seconds > 0 else self._backoff
+        self._last_backoff, self._serial_until, self._missed, self._preempted = now, now + length, 0, 0
         self._short = self._late = self._slow = 0
         idle = self._idle_time() if self.FREE_CORES else None
         self._probe = None if idle is None else (now, idle, self._process_time())
         self.stats["backoffs"] += 1
-        log.debug("shard pool: %s; one thread for %.2f s", why, self._backoff)
+        log.debug("shard pool: %s; one thread for %.2f s", why, length)
 
 
 POOL = ShardPool()

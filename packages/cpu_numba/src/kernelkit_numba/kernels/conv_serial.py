@@ -379,7 +379,7 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
     pair = None if (parallel and n_n == 1 and not rnpair.POINTWISE) or kind != cpair.KIND else cpair.implicit_pair(
         conv, step, y_shape, k_n, xpp, koff, step_n, lo, hi, has_z, x_shape, (s, ph, pl, hp, qp))
     if parallel and n_n == 1 and pair is not None:
-        pair.rule = (False, rnpair.HICCUP_S)  # a stem of ~1 ms a half: fpair's slack, one stall a hiccup
+        pair.rule = rnpair.rule()  # a stem of ~1 ms a half: fpair's slack, one stall a hiccup
 
     def implicit(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)
@@ -455,7 +455,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
     pair = None if (parallel and n_n == 1 and not rnpair.POINTWISE) or kind != cpair.KIND else cpair.tiles_pair(
         conv, step, cols, y_shape, k_n, l_n, lo, hi, has_z, split=parallel and n_n == 1)
     if parallel and n_n == 1 and pair is not None:
-        pair.rule = (False, rnpair.HICCUP_S)  # ResNet-50's 1x1 layers (0.3-1.4 ms a half): as rnpair's
+        pair.rule = rnpair.rule()  # ResNet-50's 1x1 layers (0.3-1.4 ms a half): as rnpair's
 
     def tiles(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)

@@ -79,14 +79,47 @@ B_AHEAD_PAIR = 0
 KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 ran 3-15% above chunks of 256-512)
 
 
-def pack_b(b: np.ndarray, nr: int) -> np.ndarray:
+# The packed panels start at a multiple of this many bytes (0 or 1: where NumPy's allocation puts them, 16 bytes
+# into a page for large arrays, so that every 64-byte vector of a panel spans two cache lines; from HUGE_PAGE:
+# on transparent huge pages; read when a weight is packed; issue 11, session 13)
+PACK_ALIGN = 0
+HUGE_PAGE = 1 << 21
+
+
+def aligned_empty(size: int, align: int) -> np.ndarray:
+    """A flat float32 array of ``size`` values whose data starts at a multiple of ``align`` bytes (> 1), in its
+    own anonymous mapping: below HUGE_PAGE a shared one (4 KiB pages, whatever the system's huge-page
+    setting for private memory; the layout session 13 measured on the Xeon), from HUGE_PAGE a private one
+    advised as transparent huge pages (one TLB entry a 2 MiB page)."""
+    import mmap
+
+    if align >= HUGE_PAGE:
+        mem = mmap.mmap(-1, size * 4 + align, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            mem.madvise(mmap.MADV_HUGEPAGE)
+    else:
+        mem = mmap.mmap(-1, size * 4 + align)
+    raw = np.frombuffer(mem, np.uint8)
+    skip = -raw.ctypes.data % align
+    return raw[skip:skip + size * 4].view(np.float32)
+
+
+def pack_b(b: np.ndarray, nr: int, align: int | None = None) -> np.ndarray:
     """(K, N) float32 (any strides: a transposed weight as a view) into panels of ``nr`` columns,
-    [panel][k][j], zero-padded columns: flat, read-only."""
+    [panel][k][j], zero-padded columns: flat, read-only, starting at a multiple of ``align`` bytes (None:
+    PACK_ALIGN; at least HUGE_PAGE: on huge pages where the panels fill one, else at a 4 KiB page)."""
     k_n, n_n = b.shape
     panels = -(-n_n // nr)
     padded = np.zeros((k_n, panels * nr), np.float32)
     padded[:, :n_n] = b
-    out = np.ascontiguousarray(padded.reshape(k_n, panels, nr).transpose(1, 0, 2)).reshape(-1)
+    align = int(PACK_ALIGN if align is None else align)
+    if align >= HUGE_PAGE and 4 * panels * k_n * nr < HUGE_PAGE:
+        align = 4096  # (a huge page for less would hold mostly nothing)
+    if align <= 1:
+        out = np.ascontiguousarray(padded.reshape(k_n, panels, nr).transpose(1, 0, 2)).reshape(-1)
+    else:
+        out = aligned_empty(panels * k_n * nr, align)
+        out.reshape(panels, k_n, nr)[...] = padded.reshape(k_n, panels, nr).transpose(1, 0, 2)
     return config.readonly(out)
 
 
@@ -447,16 +480,16 @@ def plan(kind: int, m_n: int, k_n: int, n_n: int, shards: int) -> tuple[int, int
 
 
 class Packed:
-    """A constant B (K, N) packed for one variant, with its bias buffer padded to whole panels."""
+    """A constant B (K, N) packed for one variant, with its bias buffer padded to whole panels (``align``: pack_b's)."""
 
     __slots__ = ("source", "kind", "bp", "k_n", "n_n", "bias_buf", "zeros", "pairs")
 
-    def __init__(self, source, b2, kind):
+    def __init__(self, source, b2, kind, align=None):
         self.source, self.kind = source, kind
         self.pairs = {}  # fpair descriptors of this weight's products, by shape and epilogue (_paired)
         self.k_n, self.n_n = b2.shape
         nr = NR[kind]
-        self.bp = pack_b(b2, nr)
+        self.bp = pack_b(b2, nr, align)
         width = -(-self.n_n // nr) * nr
         self.bias_buf = np.zeros(width, np.float32)
         self.zeros = config.readonly(np.zeros(width, np.float32))
@@ -578,24 +611,142 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
 # ahead into L1 (B_AHEAD's prefetch: the packed panels are one contiguous stream; 0: none; AMD box, weights
 # cold, bench_heads.py: 32 0.93x of none). Issue 11, session 12; Gemm binds it where gemm.HEAD_ROW is on
 ROW_AHEAD = 0
+# The same call's tiles (one stream, ROW_STREAMS 1) prefetch the next column panel into L2 while they read the
+# current one, this many floats of it a K step (the driver's PREFETCH with one row tile a panel: 32, a line
+# every 128 B of the next panel, one panel (K x 128 B) ahead; 0: none). Off: issue 11, session 13, Xeon, weights
+# from memory, 1 x 512 / 2048 x 1000: 196 / 750 us against 201 / 666 without (bench_head_state.py)
+ROW_PREFETCH = 0
 
 
-def row(kind: int, packed: Packed, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0, ahead=None):
+def row(kind: int, packed: Packed, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0, ahead=None, prefetch=None,
+        streams=None):
     """``run(a2, out)``: out (1, N) = act(alpha * a2 (1, K, C-contiguous) @ B + bias) on 1-row tiles of
     ``kind`` over B's packed panels, K whole (one pass over the weights), at one thread; ``ahead``: the
-    tiles' L1 prefetch distance in K steps (None: ROW_AHEAD now). ``bias``: N values (copied) or None."""
+    tiles' L1 prefetch distance in K steps (None: ROW_AHEAD now); ``prefetch``: the next panel's L2
+    prefetch, floats a K step (None: ROW_PREFETCH now); ``streams``: panels read at once (None: ROW_STREAMS
+    now; above 1 the tiles of _rows_driver, without the prefetches). ``bias``: N values (copied) or None."""
     k_n, n_n = packed.k_n, packed.n_n
     bb = _own_bias(packed, bias)
     f32 = np.float32
     lo, hi, post = _clamp(code, p0, p1)
-    fn = driver(kind, post, 1, 0, ROW_AHEAD if ahead is None else ahead)
+    streams = int(ROW_STREAMS if streams is None else streams)
     bp, zeros, alpha, p0, p1 = packed.bp, packed.zeros, f32(alpha), f32(p0), f32(p1)
+    if streams > 1 and kind != 0:
+        rows = _rows_driver(kind, post, streams)
+
+        def run_streams(a2, out):
+            rows(a2.reshape(-1), bp, k_n, n_n, alpha, bb, zeros, out.reshape(-1), lo, hi, p0, p1)
+
+        return run_streams
+    prefetch = int(ROW_PREFETCH if prefetch is None else prefetch)
+    fn = driver(kind, post, 1, prefetch, ROW_AHEAD if ahead is None else ahead)
     kc = max(1, k_n)
 
     def run(a2, out):
         fn(a2.reshape(-1), k_n, bp, k_n, 1, n_n, alpha, bb, zeros, out.reshape(-1), n_n, lo, hi, p0, p1, 1, 1, kc, 0, 1)
 
     return run
+
+
+# The same call reads this many column panels at once (1-row tiles of ROW_STREAMS x nr columns, each panel its
+# own contiguous stream of K x nr floats, K x 128 B apart; 1: one panel after another, a single stream through
+# the weights), read when the call binds. In the model the head's weights come from memory (issue 11, session
+# 13, head_in_model.py: flushing them first costs 0-20 %), where one stream ran at 10.4 GB/s on a Xeon core,
+# 4 at 11.9, 8 at 12.9 (bench_head_state.py, 1 x 512 x 1000; 1280 and 2048 alike); with gemm.HEAD_ALIGN, the
+# Xeon's heads in the model 1.12-1.30x faster than one stream (head_in_model.py medians; docs/numba.md, "The
+# Gemm heads in the model": 8 streams are the next A/B)
+ROW_STREAMS = 4
+
+
+def _streams_intrinsic(kind: str, streams: int):
+    """An intrinsic ``tile(a, b, b_off, pstride, k_n, alpha, bias, c0, out, lo, hi)``: ``streams`` whole
+    column panels at once on a 1-row tile, panel s of B at ``b[b_off + s * pstride:]`` ([k][nr], k < k_n),
+    ``out[c0 + s * nr + j]`` = clamp(alpha * sum_k a[k] * that panel's [k][j] + bias[c0 + s * nr + j], lo, hi)
+    (NaN kept)."""
+    lanes = 8 if kind == "avx2" else 16
+    nvec = 2
+    nr = lanes * nvec
+
+    def codegen(context, builder, sig, args):
+        a, b, b_off, pstride, k_n, alpha, bias, c0, out, lo, hi = args
+        i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+        if not available(kind):
+            trap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
+            builder.call(trap, [])
+            return context.get_dummy_value()
+        vf = ir.VectorType(f32, lanes)
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf, vf, vf]), f"llvm.fma.v{lanes}f32")
+        pa = builder.bitcast(_data(context, builder, sig.args[0], a), f32.as_pointer())
+        pb = builder.gep(builder.bitcast(_data(context, builder, sig.args[1], b), f32.as_pointer()), [b_off])
+        pbias = builder.gep(builder.bitcast(_data(context, builder, sig.args[6], bias), f32.as_pointer()), [c0])
+        po = builder.gep(builder.bitcast(_data(context, builder, sig.args[8], out), f32.as_pointer()), [c0])
+        splat0 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
+
+        def splat(value):
+            one = builder.insert_element(ir.Constant(vf, ir.Undefined), value, ir.Constant(i32, 0))
+            return builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined), splat0)
+
+        def vec(ptr, at):
+            return builder.bitcast(builder.gep(ptr, [at]), vf.as_pointer())
+
+        panels = [builder.gep(pb, [builder.mul(pstride, ir.Constant(i64, t))]) for t in range(streams)]
+        k, accs, close = k_loop(builder, k_n, [ir.Constant(vf, None)] * (streams * nvec), "frows")
+        av = splat(builder.load(builder.gep(pa, [k]), align=4))
+        row = builder.mul(k, ir.Constant(i64, nr))
+        new = []
+        for t in range(streams):
+            for j in range(nvec):
+                bv = builder.load(vec(panels[t], builder.add(row, ir.Constant(i64, lanes * j))), align=4)
+                new.append(builder.call(fma, [av, bv, accs[t * nvec + j]]))
+        close(new)
+        lov, hiv, alv = splat(lo), splat(hi), splat(alpha)
+        for t in range(streams):
+            for j in range(nvec):
+                at = ir.Constant(i64, t * nr + lanes * j)
+                v = builder.call(fma, [accs[t * nvec + j], alv, builder.load(vec(pbias, at), align=4)])
+                v = builder.select(builder.fcmp_ordered("<", v, lov), lov, v)  # max(v, lo), NaN kept
+                v = builder.select(builder.fcmp_ordered(">", v, hiv), hiv, v)  # min(v, hi)
+                builder.store(v, vec(po, at), align=4)
+        return context.get_dummy_value()
+
+    @intrinsic
+    def tile(typingctx, a, b, b_off, pstride, k_n, alpha, bias, c0, out, lo, hi):
+        i64, f = types.int64, types.float32
+        return types.void(a, b, i64, i64, i64, f, bias, i64, out, f, f), codegen
+
+    return tile
+
+
+@functools.cache
+def _rows_driver(kind: int, post: int, streams: int):
+    """``run(a, bp, k_n, n_n, alpha, bias, zeros, out, lo, hi, p0, p1)``: out (N, flat) = act(alpha * a (K,
+    flat) @ B + bias) over B's packed panels, ``streams`` whole panels at once (_streams_intrinsic), the
+    panels left over one at a time on the 1-row tiles (the last one masked); ``post`` as in _driver."""
+    full, masked = _tiles(kind, 1)
+    multi = _streams_intrinsic("avx512" if kind in (2, NARROW) else "avx2", streams)
+    nr = NR[kind]
+
+    def rows(a, bp, k_n, n_n, alpha, bias, zeros, out, lo, hi, p0, p1):
+        panels = (n_n + nr - 1) // nr
+        groups = (n_n // nr) // streams
+        pstride = k_n * nr
+        for g in range(groups):
+            q = g * streams
+            multi(a, bp, q * pstride, pstride, k_n, alpha, bias, q * nr, out, lo, hi)
+        one = np.int64(1)
+        for q in range(groups * streams, panels):
+            c0 = q * nr
+            nv = min(nr, n_n - c0)
+            if nv >= nr:
+                full(a, 0, k_n, 1, bp, q * pstride, k_n, one, alpha, bias, c0, out, c0, n_n, lo, hi, 1, nv, 0, 1)
+            else:
+                masked(a, 0, k_n, 1, bp, q * pstride, k_n, one, alpha, bias, c0, out, c0, n_n, lo, hi, 1, nv, 0, 1)
+        if post != NONE:
+            for j in range(n_n):
+                out[U(j)] = act(out[U(j)], post, p0, p1)
+
+    setattr(rows, CLOSURE_KEY, f"fgemm.rows.{kind}.{post}.s{streams}")
+    return jit(rows)
 
 
 def row_pair(kind: int, packed: Packed, alpha=1.0, bias=None, ahead=None):

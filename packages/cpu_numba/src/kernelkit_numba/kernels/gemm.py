@@ -39,10 +39,16 @@ HEAD_NARROW = True
 # weights packed once, streamed in one pass on 1-row tiles) instead of np.matmul (OpenBLAS's sgemv, the
 # reference's call), read when the node binds (issue 11, session 12; False: np.matmul). Weights cold
 # (bench_heads.py), np.matmul / the row tiles on the 1 x 512 / 1280 / 2048 x 1000 heads: Xeon 1.46 / 1.33 /
-# 1.22, AMD box 1.5-1.95 / 1.75 / 1.45-1.67; in the model AMD box 1.75x (ResNet-18), Xeon not A/B'd (the heads
-# still 0.85x the reference there, as np.matmul was: docs/numba.md, session 12)
+# 1.22, AMD box 1.5-1.95 / 1.75 / 1.45-1.67; in the model AMD box 1.75x (ResNet-18). Xeon in the model
+# (session 13, with fgemm.ROW_STREAMS and HEAD_ALIGN): ResNet-18's head 0.134 ms against np.matmul's 0.160
 HEAD_ROW = True
 HEAD_ROW_BYTES = 1 << 16
+# Those heads' weights packed at a multiple of this many bytes (fgemm.pack_b's align: 4096, at a page of their
+# own mapping, every vector of a panel in one cache line; 0: where NumPy puts them, 16 B into a page; from
+# fgemm.HUGE_PAGE: on transparent huge pages, not measured), read at the first call. Issue 11, session 13,
+# Xeon, weights from memory (bench_head_state.py, 4 panels at once): 1 x 512 x 1000 162 against 177 us,
+# 1 x 1280 x 1000 347 against 394; ResNet-18's head in the model 0.134 against 0.179 ms (nodes_ab.py)
+HEAD_ALIGN = 4096
 
 
 def gemm_work(flops: float) -> float:
@@ -102,8 +108,9 @@ class ConstantB:
             hit = self.picked = (raw, (m, k, n, narrow), fgemm.kind_for(m, k, n, narrow))
         return hit[2]
 
-    def get(self, b, b2, kind):
-        """The Packed B for ``kind``, or None (not a constant: the BLAS path)."""
+    def get(self, b, b2, kind, align=None):
+        """The Packed B for ``kind`` (``align``: fgemm.pack_b's, at the first packing), or None (not a
+        constant: the BLAS path)."""
         if self.off or b.flags.writeable:
             return None
         hit = self.packed
@@ -111,7 +118,7 @@ class ConstantB:
             self.off, self.packed = True, None
             return None
         if hit is None or hit.kind != kind:
-            hit = self.packed = fgemm.Packed(b, b2, kind)
+            hit = self.packed = fgemm.Packed(b, b2, kind, align)
         return hit
 
 
@@ -298,7 +305,8 @@ class Gemm(NumbaKernel):
                     bound.extend((None, None, None))
                 else:
                     bias = None if c is None or beta == 0 else np.asarray(c, np.float32).reshape(n) * beta
-                    packed = self._const_b.get(b, b.T if trans_b else b, kind)  # (one copy with the head pair's)
+                    # (one copy with the head pair's)
+                    packed = self._const_b.get(b, b.T if trans_b else b, kind, HEAD_ALIGN)
                     bound.extend((b, c, None if packed is None else fgemm.row(kind, packed, alpha, bias, code, p0, p1)))
             if bound[2] is not None and bound[0] is b and bound[1] is c and a.flags.c_contiguous and \
                     a.dtype == np.float32 and (out is None or out.flags.c_contiguous):
@@ -326,7 +334,7 @@ class Gemm(NumbaKernel):
                 else:
                     bias = np.zeros(n, np.float32) if c is None or beta == 0 else \
                         np.asarray(c, np.float32).reshape(n) * beta
-                    packed = None if kind is None else self._const_b.get(b, b.T if trans_b else b, kind)
+                    packed = None if kind is None else self._const_b.get(b, b.T if trans_b else b, kind, HEAD_ALIGN)
                     made = hpair.descriptor(b, bias, alpha, k, n, trans_b) if packed is None else \
                         fgemm.row_pair(kind, packed, alpha, bias) or None
                     bound.extend((b, c, made))

@@ -17,7 +17,9 @@
 - **Back-off under load**: a caller that waited longer than ``STALL_S`` for the helper's half, or
   ``MISSES`` jobs in a row that the awake helper did not claim, stops pairing for a back-off that
   doubles from ``MIN_BACKOFF_S`` to ``MAX_BACKOFF_S`` (reset after ``CALM_S`` without signs); the
-  shard pool's back-off (``shards.POOL.backed_off``) stops it too.
+  shard pool's back-off (``shards.POOL.backed_off``) stops it too. A caller with a hiccup window (the
+  ResNets' and the transformer's pairs) backs off only at its ``hiccups``-th stall within it (2), for a
+  fixed length where it passes one (rnpair.HICCUPS, rnpair.HICCUP_BACKOFF_S; issue 11, session 13).
 """
 from __future__ import annotations
 
@@ -52,6 +54,11 @@ CAP_S = 0.02  # and returns to Python this often while jobs keep coming
 STALL_S = 3e-4  # a caller that waited longer than this for the helper's half: back off
 MISSES = 8  # jobs in a row the awake helper did not claim: back off
 MIN_BACKOFF_S, MAX_BACKOFF_S, CALM_S = 0.05, 2.0, 1.0
+# The hiccup rule's defaults (a caller's ``hiccup_s`` > 0: the ResNets' pairs, rnpair.py, and the transformer's,
+# tpair.py): a stall backs off only as the ``hiccups``-th within hiccup_s (2: a stall and the one before it; one
+# alone is a vCPU's hiccup), and such a back-off lasts ``fixed_s`` where that is > 0, never doubling (0: it doubles
+# from MIN_BACKOFF_S as every other). rnpair passes its own (rnpair.HICCUPS, rnpair.HICCUP_BACKOFF_S).
+HICCUPS = 2
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 
 
@@ -186,11 +193,13 @@ class PairServer:
         self.until = 0.0  # no pairing before this (perf_counter; a back-off)
         self._backoff = MIN_BACKOFF_S
         self._misses = 0
-        self._last_stall = float("-inf")
+        self._stalls: list[float] = []  # the last HICCUPS - 1 stalls' times (the hiccup rule)
+        self.fixed = 0.0  # the last back-off's length where the hiccup rule fired it with a fixed length, else 0
         self.ready = False  # both sides compiled for this variant (prepare)
         self.idle = self.cap = self.wake_idle = 0
         self.stall = 1 << 62
-        self.stats = {"paired": 0, "alone": 0, "stalls": 0, "backoffs": 0, "wakes": 0}
+        # (stall_backoffs: the back-offs that stalls fired, the rest are MISSES')
+        self.stats = {"paired": 0, "alone": 0, "stalls": 0, "backoffs": 0, "stall_backoffs": 0, "wakes": 0}
 
     def serve(self, ctl, idle: int, cap: int) -> int:
         raise NotImplementedError
@@ -245,21 +254,30 @@ class PairServer:
                 ctl[AWAKE] = 0
                 return
 
-    def result(self, done: int, strict: bool = False, hiccup_s: float = 0.0, stalled: bool | None = None) -> None:
+    def result(self, done: int, strict: bool = False, hiccup_s: float = 0.0, stalled: bool | None = None,
+               hiccups: int = HICCUPS, fixed_s: float = 0.0) -> None:
         """Count a pair call's outcome (1 paired, 2 alone) and back off on the signs of a helper without a
         core (``strict``: the stall rule without a subclass's slack, ``stalled``; ``hiccup_s`` > 0: a stall
-        backs off only when the one before came within that many seconds, the shard pool's STALL_PAIR_S
-        rule: one alone is a vCPU's hiccup, rnpair.py; ``stalled``: the caller's own verdict, rnpair's
-        claimed chunks)."""
+        backs off only as the ``hiccups``-th within that many seconds, the shard pool's STALL_PAIR_S rule:
+        one alone is a vCPU's hiccup, rnpair.py; such a back-off lasts ``fixed_s`` where that is > 0, without
+        doubling; ``stalled``: the caller's own verdict, rnpair's claimed chunks)."""
         if done == 1:
             self.stats["paired"] += 1
             self._misses = 0
             if self.stalled(strict) if stalled is None else stalled:
                 self.stats["stalls"] += 1
-                now = time.perf_counter()
-                last, self._last_stall = self._last_stall, now
-                if not hiccup_s or now - last <= hiccup_s:
+                if not hiccup_s:
+                    self.stats["stall_backoffs"] += 1
                     self._back_off()
+                    return
+                now = time.perf_counter()
+                recent = [t for t in self._stalls if now - t <= hiccup_s]
+                recent.append(now)
+                keep = max(hiccups, 1) - 1
+                self._stalls = recent[-keep:] if keep else []
+                if len(recent) >= hiccups:
+                    self.stats["stall_backoffs"] += 1
+                    self._back_off(fixed_s)
         elif done == 2:
             self.stats["alone"] += 1
             self._misses += 1
@@ -271,11 +289,17 @@ class PairServer:
         lost its core mid-half): longer than ``STALL_S``."""
         return self.ctl[WAITED] > self.stall
 
-    def _back_off(self) -> None:
+    def _back_off(self, seconds: float = 0.0) -> None:
+        """No pairing for the doubling back-off (module doc), or for ``seconds`` where that is > 0 (the hiccup
+        rule's ``fixed_s``: the doubling state stays as it was)."""
         now = time.perf_counter()
-        calm = now - self.until > CALM_S
-        self._backoff = MIN_BACKOFF_S if calm else min(2 * self._backoff, MAX_BACKOFF_S)
-        self.until = now + self._backoff
+        if seconds > 0:
+            self.until = now + seconds
+        else:
+            calm = now - self.until > CALM_S
+            self._backoff = MIN_BACKOFF_S if calm else min(2 * self._backoff, MAX_BACKOFF_S)
+            self.until = now + self._backoff
+        self.fixed = max(seconds, 0.0)
         self._misses = 0
         self.stats["backoffs"] += 1
 

@@ -222,7 +222,7 @@ class MaxPool(_Pool):
         if hit is None or hit[0] != key:
             pair = cpair.maxpool_pair(self, y.shape, x4.shape, stride, ph, pw)
             if pair is not None:
-                pair.rule = (False, rnpair.HICCUP_S)  # (rnpair's rule for the parallel one-image layers)
+                pair.rule = rnpair.rule()  # (rnpair's rule for the parallel one-image layers)
             hit = self._pair = (key, pair)
         pair = hit[1]
         if pair is None:

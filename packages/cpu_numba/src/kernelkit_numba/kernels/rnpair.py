@@ -66,6 +66,20 @@ KIND = 2  # ftile's avx512 variant (fdirect's tiles need it)
 # turns.py resnet18,resnet50 --variant hic01=kernels.rnpair.HICCUP_S=0.1, 8 rounds quiet, 4 loaded):
 # quiet default(1.0) / hic01 ResNet-50 1.13 (0.91-1.86; 5 of 8 rounds), ResNet-18 1.01; loaded 1.06, 1.07.
 HICCUP_S = 0.1
+# The stalls within HICCUP_S that back off (pairs.PairServer.result's hiccups; 2: a stall and the one before it). A
+# helper whose core is taken stalls (or misses, pairs.MISSES) on nearly every call, ms apart; a vCPU's hiccup on the
+# Xeon is one wait of a few hundred us now and then, and the quiet blocks of session 12 still backed off 1-3 times
+# on two of them 0.1 s apart. Kept at 2: on the Xeon (session 13's call, docs/numba.md "The ResNet pairs' stall
+# bursts") the quiet stalls came in bursts (3-10 in one 0.3 s block, none in most), so 3 backed off in as many
+# blocks (7 of 32 against the default's 5), and default / HICCUPS=3 was 0.89-0.97; under load no block stalled at all.
+HICCUPS = 2
+# > 0: a back-off of these pairs fired by their stalls (the hiccup rule) lasts this long, never doubling, and so does
+# the shard pool's that follows it (follow, POOL_BACKOFF); under load the pool's look at its end
+# (shards.ShardPool.FREE_CORES) still holds it, doubling, while the other core stays busy. 0: it doubles from
+# pairs.MIN_BACKOFF_S while back-offs come within pairs.CALM_S of each other (both the pairs' and the pool's), so a
+# quiet block's second hiccup back-off ran 100 ms at one thread, its third 200 ms (issue 11, session 13). Off: on the
+# Xeon default / 0.05 s was 0.98 (ResNet-18) and 0.99 (ResNet-50) quiet, within the spread between processes.
+HICCUP_BACKOFF_S = 0.0
 # A back-off of these pairs backs the shard pool off too (its FREE_CORES look at the back-off's end holds
 # it while the other core stays busy, and config.current_threads() says 1 meanwhile: every layer on its
 # one-thread path). The pairs' own back-off restarts at 50 ms whenever the last one ended more than
@@ -287,9 +301,17 @@ class Pair:
             return False
         if not alone:
             before = srv.stats["backoffs"]
-            srv.result(done, False, HICCUP_S, chunk_stall(srv, self.desc) if done == 1 else None)
+            srv.result(done, *rule(chunk_stall(srv, self.desc) if done == 1 else None))
             follow(srv, before)
         return True
+
+
+def rule(stalled: bool | None = None) -> tuple:
+    """The stall rule of these pairs, as pairs.PairServer.result's arguments after ``done``: fpair's slack
+    (not strict), HICCUP_S, the caller's own verdict ``stalled`` (None: the server's), HICCUPS and
+    HICCUP_BACKOFF_S (cpair's pairs of the parallel one-image layers keep it as their ``rule``: read when
+    they are bound)."""
+    return False, HICCUP_S, stalled, HICCUPS, HICCUP_BACKOFF_S
 
 
 def chunk_stall(srv, desc) -> bool | None:
@@ -306,9 +328,13 @@ def chunk_stall(srv, desc) -> bool | None:
 
 def follow(srv, before: int) -> None:
     """Back the shard pool off where the pairs' helper ``srv`` backed off since its count was ``before``
-    (POOL_BACKOFF)."""
+    (POOL_BACKOFF), for as long as the pairs' where that was of a fixed length (pairs.HICCUP_BACKOFF_S)."""
     if POOL_BACKOFF and srv.stats["backoffs"] > before:
-        shards.POOL._back_off("the ResNet pairs backed off (rnpair.POOL_BACKOFF)")
+        why = "the ResNet pairs backed off (rnpair.POOL_BACKOFF)"
+        if srv.fixed:
+            shards.POOL._back_off(why, srv.fixed)
+        else:
+            shards.POOL._back_off(why)
 
 
 def wino_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_z: bool):
@@ -497,4 +523,4 @@ def direct_pair(conv, x_shape, y_shape, kernel: tuple, stride: int, ph: int, pw:
 
 
 __all__ = ["DYNAMIC", "ON", "Pair", "chunk_stall", "direct_pair", "dyn_chunks", "enabled", "follow",
-           "half_address", "pair_run", "prepare", "wino2_pair", "wino_pair"]
+           "half_address", "pair_run", "prepare", "rule", "wino2_pair", "wino_pair"]
