@@ -174,3 +174,22 @@ def test_switch_off(monkeypatch):
     monkeypatch.setattr(matmul_bias, "RESIDUAL_ENABLED", False)
     sess = Session(residual_model(), vendors=["numba", "reference"], threads=1, fallback=False)
     assert "fuse_matmul_residual" not in sess.passes_fired
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_residual_produced_between_product_and_add(rng, threads):
+    """r's producer listed after the product (the fused node takes the Add's place, so the passes after,
+    trim_dead's sweep among them, keep it), with a batched B: the serial call at one thread."""
+    g = GraphBuilder("late")
+    x = g.input("x", (2, 4, 6, 8))
+    r = g.input("r", (2, 4, 6, 5))
+    mm = g.op("MatMul", x, g.constant(_r(rng, 4, 8, 5)))  # listed before Relu(r)
+    g.output(g.op("Neg", g.op("Add", mm, g.op("Relu", r))))
+    model = g.build()
+    feeds = {"x": _r(rng, 2, 4, 6, 8), "r": _r(rng, 2, 4, 6, 5)}
+    sess = Session(model, vendors=["numba", "reference"], threads=threads, fallback=False)
+    got = sess.run(None, feeds)[0]
+    assert sess.passes_fired.get("fuse_matmul_residual") == 1
+    assert [s.op for s in sess.plan.kernel_steps()] == ["Relu", "MatMul", "Neg"]
+    assert sess.memory()["inplace_steps"] >= 1
+    assert_close(got, Session(model, vendors=["reference"], passes=False).run(None, feeds)[0])

@@ -108,8 +108,8 @@ def fuse_matmul_residual(graph: Graph, ctx: PassContext) -> int:
     product + x) joins the product (numba's fgemm tiles start their accumulators from r). It fires where the
     kernel the session would pick for the MatMul takes the residual (``residual_input``), no user's kernel
     overrides the Add, and the product has no activation and no other reader (r cannot depend on the product
-    then: the session orders the rewritten graph again, r's producer before the fused node). The fused node
-    keeps the MatMul's name and writes the Add's output (``benchmarks/ops_vs_reference.py`` compares it with
+    then). The fused node takes the Add's place in the node list, keeps the MatMul's name and writes the
+    Add's output (``benchmarks/ops_vs_reference.py`` compares it with
     the reference's MatMul and Add together)."""
     if not RESIDUAL_ENABLED:
         return 0
@@ -135,6 +135,12 @@ def fuse_matmul_residual(graph: Graph, ctx: PassContext) -> int:
             mm.inputs = inputs
             index.readers.setdefault(other, []).append(mm)
             index.splice(mm, add)
+            # the fused node takes the Add's place (r may be produced between the product and the Add: the
+            # passes after this one, trim_dead's sweep among them, read the node list in order); the Add,
+            # left in the product's place, leaves at commit
+            at = {id(n): i for i, n in enumerate(graph.nodes)}
+            i_mm, i_add = at[id(mm)], at[id(add)]
+            graph.nodes[i_mm], graph.nodes[i_add] = add, mm
             log.debug("fuse_matmul_residual: %s + %s -> MatMul with a residual", mm.name, add.name)
             count += 1
             break

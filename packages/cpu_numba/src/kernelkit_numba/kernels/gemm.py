@@ -510,8 +510,9 @@ class MatMul(NumbaKernel):
         bias_act, after, compute = self._bias_act, self._after, self.compute
 
         def call(a, b, bias=None, z=None, *, out=None):
-            if z is not None:
-                return compute(a, b, bias, z, out=out)
+            if z is not None:  # a fused residual: the general call on this thread alone
+                with config.num_threads(1):
+                    return compute(a, b, bias, z, out=out)
             config.blas_single()
             return after(bias_act(np.matmul(a, b, out=out), bias))
 
