@@ -193,3 +193,14 @@ def test_residual_produced_between_product_and_add(rng, threads):
     assert [s.op for s in sess.plan.kernel_steps()] == ["Relu", "MatMul", "Neg"]
     assert sess.memory()["inplace_steps"] >= 1
     assert_close(got, Session(model, vendors=["reference"], passes=False).run(None, feeds)[0])
+
+
+def test_constant_is_not_a_residual(rng):
+    """Add(MatMul, a constant) is a bias (fuse_matmul_bias's per column, or one per element as here): not fused."""
+    g = GraphBuilder("const")
+    x = g.input("x", ("N", 6, 8))
+    y = g.op("Add", g.op("MatMul", x, g.constant(_r(rng, 8, 5))), g.constant(_r(rng, 6, 5)))
+    g.output(g.op("Neg", y))
+    sess = Session(g.build(), vendors=["numba", "reference"], threads=1, fallback=False)
+    sess.run(None, {"x": _r(rng, 2, 6, 8)})
+    assert "fuse_matmul_residual" not in sess.passes_fired

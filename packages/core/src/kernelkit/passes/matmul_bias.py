@@ -102,15 +102,16 @@ def _residual_kernel(graph: Graph, ctx: PassContext, inputs: list, attrs: dict) 
 
 @register_pass("fuse_matmul_residual", after="fuse_matmul_bias")
 def fuse_matmul_residual(graph: Graph, ctx: PassContext) -> int:
-    """Add(MatMul(A, constant W[, bias]), r), r of the product's dtype, into MatMul(A, W, bias, r) (Z broadcasts
-    as the Add did; numba's tiles take it where it has the product's shape, its other paths add it after):
-    the residual Add of a transformer layer (the attention's output projection + x, the second feed-forward
-    product + x) joins the product (numba's fgemm tiles start their accumulators from r). It fires where the
-    kernel the session would pick for the MatMul takes the residual (``residual_input``), no user's kernel
-    overrides the Add, and the product has no activation and no other reader (r cannot depend on the product
-    then). The fused node takes the Add's place in the node list, keeps the MatMul's name and writes the
-    Add's output (``benchmarks/ops_vs_reference.py`` compares it with
-    the reference's MatMul and Add together)."""
+    """Add(MatMul(A, constant W[, bias]), r), r a value of the product's dtype that is not a constant (a
+    constant is a bias: fuse_matmul_bias's, or the converters' Gemm), into MatMul(A, W, bias, r); Z
+    broadcasts as the Add did (numba's tiles take it where it has the product's shape, its other paths add
+    it after). The residual Add of a transformer layer (the attention's output projection + x, the second
+    feed-forward product + x) joins the product: numba's fgemm tiles start their accumulators from r. It
+    fires where the kernel the session would pick for the MatMul takes the residual (``residual_input``),
+    no user's kernel overrides the Add, and the product has no activation and no other reader (r cannot
+    depend on the product then). The fused node takes the Add's place in the node list, keeps the MatMul's
+    name and writes the Add's output (``benchmarks/ops_vs_reference.py`` compares it with the reference's
+    MatMul and Add together)."""
     if not RESIDUAL_ENABLED:
         return 0
     index, count = _Index(graph), 0
@@ -125,6 +126,8 @@ def fuse_matmul_residual(graph: Graph, ctx: PassContext) -> int:
                 continue
             if len(mm.inputs) > 3 or _attrs(mm)["activation"] or _const(graph, mm.inputs[1]) is None:
                 continue
+            if _const(graph, other) is not None:
+                continue  # a constant is a bias (fuse_matmul_bias's, or the converters' Gemm), not a residual
             spec, ospec = graph.spec(mm.outputs[0]), graph.spec(other)
             if out is None or spec is None or ospec is None or spec.dtype != out.dtype or ospec.dtype != out.dtype \
                     or out.dtype not in ("float32", "float64"):
