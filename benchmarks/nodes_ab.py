@@ -36,7 +36,8 @@ def _saved(spec: str) -> dict:
     for item in filter(None, spec.split(";")):
         key = item.split("=")[0]
         mod, attr = key.rsplit(".", 1)
-        obj = importlib.import_module("kernelkit_numba." + mod)
+        absolute = mod.split(".")[0] in ("kernelkit", "kernelkit_numba")  # named in full: kernelkit.memory.HOT
+        obj = importlib.import_module(mod if absolute else "kernelkit_numba." + mod)
         out[(obj, attr)] = getattr(obj, attr)
     return out
 
@@ -64,7 +65,8 @@ def _kinds(proto) -> dict:
 
 def load(name: str):
     """The zoo model ``name``: its Conv kind labels (``_kinds``), the converted model and a batch-1 feed."""
-    proto = {**zoo.MODELS, **zoo.EXTRA}[name]()
+    short = name.removesuffix("_l4")  # bert_l4, gpt2_l4: four layers, a vocabulary of 2048 (turns.py's)
+    proto = {**zoo.MODELS, **zoo.EXTRA}[name]() if short == name else getattr(zoo, short)(layers=4, vocab=2048)
     try:
         import onnx
 
@@ -136,6 +138,11 @@ def main(argv: list[str]) -> int:
     print_groups(f"## {name}, 1 thread, best of {runs} per node (ms), sessions in turn", kinds, sessions[1], best,
                  labels, ["reference / numba"] + [f"numba / {v}" for v in labels[2:]],
                  lambda ms: [_ratio(ms[0], ms[1])] + [_ratio(ms[1], v) for v in ms[2:]])
+    # every node of each session's own plan (a variant that fuses differently has other nodes than the
+    # default's, which the groups above are made of)
+    print("| all nodes, each session's own | | " + " | ".join(f"{sum(b.values()):.2f}" for b in best) + " | "
+          + " | ".join(f"{r:.3f}" for r in [_ratio(sum(best[0].values()), sum(best[1].values()))]
+                       + [_ratio(sum(best[1].values()), sum(b.values())) for b in best[2:]]) + " |")
     return 0
 
 if __name__ == "__main__":

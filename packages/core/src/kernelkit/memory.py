@@ -15,6 +15,11 @@ Aliasing rules the planner keeps:
   extends the lifetime of every arena block its inputs live in, transitively;
 - an elementwise op (``INPLACE_OPS``) whose input dies at that step, with the output's shape and
   dtype, writes over that input's block, unless another input of the step reads the same block;
+  a MatMul with a fused residual (``INPLACE_INPUT``) the same, over that residual only;
+- a Concat whose kernel opts in (``inputs_in_place``; ``NEST_CONCAT``), along an axis with nothing
+  but 1s before it, gets its inputs' blocks nested in its own where they die at the Concat: each
+  input's producer writes straight into its part of the output, and the Concat finds its inputs in
+  place (its copy skipped);
 - feeds and constants are never in the arena, so never written.
 
 A kernel's declared scratch is one more block that lives for its step only.
@@ -63,6 +68,18 @@ INPLACE_OPS = frozenset({
     "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Floor", "Ceil", "Clip", "Swish",
     "Add", "Sub", "Mul", "Div",
 })
+
+
+# ops whose kernels may write their output over one input only, by position, under the same rule: a
+# MatMul's fused residual Z (passes.matmul_bias.fuse_matmul_residual; the residual Add it replaced
+# ran in place over it)
+INPLACE_INPUT = {"MatMul": 3}
+
+
+# Concat in place (issue 11, session 13): a Concat's inputs written by their producers into their parts of
+# the Concat's own block (``_nest_concat``), where the Concat's kernel says it skips inputs already in place
+# (``inputs_in_place``: numba's; the reference's copies, and its sessions keep their plan). False: off
+NEST_CONCAT = False
 
 
 def _aligned(nbytes: int) -> int:
@@ -293,13 +310,14 @@ class MemoryPlan:
     best_fit_bytes: int = 0  # the smaller best-fit arena (greedy by size or breadth)
     cost: dict = field(default_factory=dict)  # ``write_cost`` of the plans computed: best_fit, hot
     blocks: list = field(default_factory=list, repr=False)  # the placed blocks (benchmarks/arena_hot.py)
+    nested: int = 0  # input blocks nested in a Concat's (NEST_CONCAT)
     clock: list = field(default_factory=list, repr=False)  # ``_clock``: bytes touched before each step
 
     def summary(self) -> dict:
         return {"arena_bytes": self.arena_bytes, "live_peak_bytes": self.live_peak_bytes,
                 "scratch_bytes": self.scratch_bytes, "planned_values": len(self.placed),
                 "inplace_steps": len(self.inplace), "kernel_allocated_values": self.allocated,
-                "hot_plan": self.hot, "best_fit_arena_bytes": self.best_fit_bytes}
+                "hot_plan": self.hot, "best_fit_arena_bytes": self.best_fit_bytes, "nested_blocks": self.nested}
 
 
 def plan_memory(plan, specs: dict[int, TensorSpec | None], scratch: dict[int, int], key=None) -> MemoryPlan:
@@ -318,6 +336,7 @@ def plan_memory(plan, specs: dict[int, TensorSpec | None], scratch: dict[int, in
     block_of: dict[int, Block] = {}
     roots: dict[int, set] = {}  # slot of a kernel-made value -> blocks it may be a view of
     blocks: list[Block] = []
+    nested: list[tuple[Block, Block, int]] = []  # (child, parent, byte offset in it), in the order nested
 
     def blocks_read(s: int) -> set:
         return {id(block_of[s])} if s in block_of else roots.get(s, set())
@@ -337,7 +356,12 @@ def plan_memory(plan, specs: dict[int, TensorSpec | None], scratch: dict[int, in
                 check_tensor_bytes(spec.shape, dtype)
             except TensorTooLargeError as exc:
                 raise KernelExecutionError(f"node {step.name!r} ({step.op}): {exc}") from exc
-            reuse = _inplace_input(step, i, o, specs, block_of, blocks_read) if step.op in INPLACE_OPS else None
+            reuse = None
+            if step.op in INPLACE_OPS:
+                reuse = _inplace_input(step, i, o, specs, block_of, blocks_read)
+            elif len(step.input_slots) > INPLACE_INPUT.get(step.op, len(step.input_slots)):
+                only = step.input_slots[INPLACE_INPUT[step.op]]
+                reuse = _inplace_input(step, i, o, specs, block_of, blocks_read, only) if only is not None else None
             if reuse is not None:
                 block = block_of[reuse]
                 block.end = max(block.end, last.get(o, i))
@@ -356,6 +380,9 @@ def plan_memory(plan, specs: dict[int, TensorSpec | None], scratch: dict[int, in
                     roots[o] = read
                     for b in read:
                         by_id[b].end = max(by_id[b].end, last.get(o, i))
+        if NEST_CONCAT and step.op == "Concat" and outs and outs[0] in block_of and \
+                getattr(step.kernel, "inputs_in_place", False):
+            _nest_concat(step, i, specs, block_of, blocks, nested)
         nbytes = scratch.get(i, 0)
         if nbytes > 0 and step.scratch_slot is not None:
             block = Block(_aligned(nbytes), i, i)
@@ -365,6 +392,9 @@ def plan_memory(plan, specs: dict[int, TensorSpec | None], scratch: dict[int, in
     info: dict = {}
     mem.blocks, mem.clock = blocks, _clock(steps, specs, scratch)
     mem.arena_bytes = place_best(blocks, mem.clock, info)
+    for child, parent, at in reversed(nested):  # a parent nested later (a Concat of Concats) is placed first
+        child.offset = parent.offset + at
+    mem.nested = len(nested)
     mem.hot, mem.best_fit_bytes = info["hot"], info["best_fit_bytes"]
     mem.cost = {k[:-5]: v for k, v in info.items() if k.endswith("_cost")}
     mem.live_peak_bytes = live_peak(blocks, n)
@@ -388,10 +418,50 @@ def _clock(steps, specs, scratch: dict[int, int]) -> list[int]:
     return clock + [clock[-1]]
 
 
-def _inplace_input(step, i: int, out: int, specs, block_of: dict, blocks_read) -> int | None:
-    """The input slot whose block ``step`` may write its output over, if any."""
-    want = specs[out]
+def _nest_concat(step, i: int, specs, block_of: dict, blocks: list, nested: list) -> None:
+    """Nest the blocks of ``step``'s (a Concat's) inputs in its output's block, each at its part of the
+    output: inputs in the arena, each in a block of its own (not shared with another input) that holds
+    exactly that value and dies at this step, of the output's dtype and default layout; the axis must
+    have only 1s before it (each input then one contiguous run of the output's bytes). The output's
+    block then lives from the first nested input's producer on."""
+    out = step.output_slots[0]
+    spec = specs.get(out)
+    axis = (step.node.attrs if step.node is not None else step.attrs).get("axis")  # step.attrs: bound ones
+    if axis is None or spec is None or spec.layout or not spec.is_static or not spec.shape:
+        return
+    shape = tuple(spec.shape)
+    axis %= len(shape)
+    if math.prod(shape[:axis]) != 1:
+        return
+    parent = block_of[out]
+    itemsize = np.dtype(spec.dtype).itemsize
+    at, picked, seen = 0, [], set()
     for s in step.input_slots:
+        ispec = specs.get(s)
+        if ispec is None or not ispec.is_static or len(ispec.shape) != len(shape):
+            return
+        nbytes = math.prod(ispec.shape) * itemsize
+        block = block_of.get(s)
+        if block is not None and block is not parent and id(block) not in seen and block.end == i \
+                and block.nbytes == _aligned(nbytes) and ispec.dtype == spec.dtype and not ispec.layout \
+                and any(b is block for b in blocks):
+            picked.append((block, at))
+        seen.add(id(block))
+        at += nbytes
+    if at != math.prod(shape) * itemsize:
+        return
+    for block, offset in picked:
+        if offset % ALIGN:
+            continue  # a block starts on a cache line (the views' alignment)
+        blocks.remove(block)
+        nested.append((block, parent, offset))
+        parent.start = min(parent.start, block.start)
+
+
+def _inplace_input(step, i: int, out: int, specs, block_of: dict, blocks_read, only=None) -> int | None:
+    """The input slot whose block ``step`` may write its output over, if any (``only``: that slot or none)."""
+    want = specs[out]
+    for s in step.input_slots if only is None else (only,):
         block = block_of.get(s)
         if block is None or block.end != i or specs.get(s) != want:
             continue

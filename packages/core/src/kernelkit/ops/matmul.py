@@ -1,7 +1,9 @@
 """MatMul (ONNX opset 21, NumPy semantics: batched, broadcast batch dims, 1-D operands) with a
 fused activation, and an optional per-column ``bias`` (N values, added before the activation:
 what ``fuse_matmul_bias`` folds from an Add after the product, a kernelkit extension as the
-activation attributes are)."""
+activation attributes are), and an optional residual ``Z`` (added after the bias, before the
+activation, with the Add's broadcasting: ``fuse_matmul_residual``'s fold of a residual Add after the
+product; the output has the broadcast shape of the product and Z)."""
 from __future__ import annotations
 
 import math
@@ -51,6 +53,11 @@ def _infer(ctx) -> TensorSpec:
                 (known and bias.shape[0] != n):
             raise ctx.error(f"bias {bias} must be 1-D, of A's dtype, one value per column of the product "
                             f"({n}; B of rank >= 2)")
+    if ctx.has(3):
+        z = ctx.inputs[3]
+        if z.dtype != ctx.inputs[0].dtype:
+            raise ctx.error(f"residual Z {z} must have A's dtype")
+        return TensorSpec(broadcast_shapes(shapes[-1], z.shape, where=ctx.where), ctx.inputs[0].dtype)
     return TensorSpec(shapes[-1], ctx.inputs[0].dtype)
 
 
@@ -61,13 +68,16 @@ def _flops(ctx) -> int | None:
 
 
 @register_kernel("MatMul", device="cpu", vendor="reference", dtype=DTYPES, priority=-100)
-def matmul(a, b, bias=None, *, activation="", activation_params=(), out=None):
+def matmul(a, b, bias=None, z=None, *, activation="", activation_params=(), out=None):
     ct = compute_dtype(a.dtype)
-    if out is not None and (ct != a.dtype or out.ndim == 0):
-        return into(out, matmul(a, b, bias, activation=activation, activation_params=activation_params))
+    if out is not None and (ct != a.dtype or out.ndim == 0 or z is not None):  # z: out may be z, or broadcast
+        return into(out, matmul(a, b, bias, z, activation=activation, activation_params=activation_params))
     y = np.asarray(np.matmul(a.astype(ct, copy=False), b.astype(ct, copy=False), out=out), dtype=ct)
     if bias is not None:
         np.add(y, bias.astype(ct, copy=False), out=y)
+    if z is not None:  # the residual after the bias: the unfused Add's rounding (and its broadcast)
+        zc = z.astype(ct, copy=False)
+        y = np.add(y, zc, out=y) if np.broadcast_shapes(y.shape, zc.shape) == y.shape else np.add(y, zc)
     y = apply_activation(y, activation, activation_params).astype(a.dtype, copy=False)
     return y if y is out else into(out, y)
 
@@ -91,5 +101,5 @@ def _samples(rng, dtype):
         yield [r(3, 8), r(8, 4)], {"activation": "Tanh"}
 
 
-register_op("MatMul", inputs=["A", "B", "bias?"], outputs=["Y"], attrs=ACTIVATION_ATTRS, infer=_infer, samples=_samples,
-            flops=_flops)
+register_op("MatMul", inputs=["A", "B", "bias?", "Z?"], outputs=["Y"], attrs=ACTIVATION_ATTRS, infer=_infer,
+            samples=_samples, flops=_flops)

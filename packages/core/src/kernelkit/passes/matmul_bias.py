@@ -86,3 +86,66 @@ def fuse_matmul_bias(graph: Graph, ctx: PassContext) -> int:
         count += 1
     index.commit()
     return count
+
+
+# fuse_matmul_residual's switch (benchmarks' A/B: kernelkit.passes.matmul_bias.RESIDUAL_ENABLED=1)
+RESIDUAL_ENABLED = False
+
+
+def _residual_kernel(graph: Graph, ctx: PassContext, inputs: list, attrs: dict) -> bool:
+    """Whether the MatMul kernel the session would pick for ``inputs`` (A, B, bias or "", Z) opts in to a
+    fused residual (``residual_input`` on the kernel: the reference's does not, so its session keeps the
+    Add, the graph as exported)."""
+    entry = _picked(ctx, "MatMul", [graph.spec(i) if i else None for i in inputs], attrs)
+    return entry is not None and bool(getattr(entry.impl, "residual_input", False))
+
+
+@register_pass("fuse_matmul_residual", after="fuse_matmul_bias")
+def fuse_matmul_residual(graph: Graph, ctx: PassContext) -> int:
+    """Add(MatMul(A, constant W[, bias]), r), r a value of the product's dtype that is not a constant (a
+    constant is a bias: fuse_matmul_bias's, or the converters' Gemm), into MatMul(A, W, bias, r); Z
+    broadcasts as the Add did (numba's tiles take it where it has the product's shape, its other paths add
+    it after). The residual Add of a transformer layer (the attention's output projection + x, the second
+    feed-forward product + x) joins the product: numba's fgemm tiles start their accumulators from r. It
+    fires where the kernel the session would pick for the MatMul takes the residual (``residual_input``),
+    no user's kernel overrides the Add, and the product has no activation and no other reader (r cannot
+    depend on the product then). The fused node takes the Add's place in the node list, keeps the MatMul's
+    name and writes the Add's output (``benchmarks/ops_vs_reference.py`` compares it with the reference's
+    MatMul and Add together)."""
+    if not RESIDUAL_ENABLED:
+        return 0
+    index, count = _Index(graph), 0
+    for add in [n for n in graph.nodes if n.op_id == "Add" and len(n.inputs) == 2]:
+        if add.inputs[0] == add.inputs[1] or id(add) in index._removed:
+            continue
+        out = graph.spec(add.outputs[0])
+        for pos in (0, 1):
+            mm = index.producers.get(add.inputs[pos])
+            other = add.inputs[1 - pos]
+            if mm is None or mm.op_id != "MatMul" or index.sole_reader(add.inputs[pos]) is not add:
+                continue
+            if len(mm.inputs) > 3 or _attrs(mm)["activation"] or _const(graph, mm.inputs[1]) is None:
+                continue
+            if _const(graph, other) is not None:
+                continue  # a constant is a bias (fuse_matmul_bias's, or the converters' Gemm), not a residual
+            spec, ospec = graph.spec(mm.outputs[0]), graph.spec(other)
+            if out is None or spec is None or ospec is None or spec.dtype != out.dtype or ospec.dtype != out.dtype \
+                    or out.dtype not in ("float32", "float64"):
+                continue  # (MatMul's Z broadcasts as the Add did: the product's and r's shapes may differ)
+            inputs = (list(mm.inputs) + [""])[:3] + [other]
+            if not _residual_kernel(graph, ctx, inputs, _attrs(mm)) or _overridden(graph, add, _attrs(add), ctx):
+                continue
+            mm.inputs = inputs
+            index.readers.setdefault(other, []).append(mm)
+            index.splice(mm, add)
+            # the fused node takes the Add's place (r may be produced between the product and the Add: the
+            # passes after this one, trim_dead's sweep among them, read the node list in order); the Add,
+            # left in the product's place, leaves at commit
+            at = {id(n): i for i, n in enumerate(graph.nodes)}
+            i_mm, i_add = at[id(mm)], at[id(add)]
+            graph.nodes[i_mm], graph.nodes[i_add] = add, mm
+            log.debug("fuse_matmul_residual: %s + %s -> MatMul with a residual", mm.name, add.name)
+            count += 1
+            break
+    index.commit()
+    return count

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from kernelkit import memory as kmemory
 from kernelkit.ops.split import split_sizes
 from kernelkit.registry import register_kernel
 
@@ -25,9 +26,17 @@ def concat(*inputs, axis, out=None):
     col = 0
     for x in inputs:
         m = as_matrix(x.astype(y.dtype, copy=False), axis)
-        copy_cols(m, dst, 0, col, m.shape[1])
+        if not (kmemory.NEST_CONCAT and _in_place(m, dst[:, col:col + m.shape[1]])):
+            copy_cols(m, dst, 0, col, m.shape[1])
         col += m.shape[1]
     return y
+
+
+def _in_place(x, part) -> bool:
+    """Whether ``x`` already is ``part`` of the output (the memory plan nested its block there:
+    ``kernelkit.memory.NEST_CONCAT``): the same first byte and the same arrangement."""
+    return x.shape == part.shape and x.__array_interface__["data"][0] == part.__array_interface__["data"][0] and \
+        all(a == b for a, b, n in zip(x.strides, part.strides, x.shape) if n > 1)
 
 
 def split(x, split=None, *, axis=0, num_outputs=None):
@@ -62,9 +71,28 @@ def _concat_serial(input_specs, axis=0):
     if rank == 0 or any(len(s.shape) != rank for s in input_specs):
         return None
     ax = axis % rank
+    # the plan nests inputs only along an axis with nothing but 1s before it (kernelkit.memory._nest_concat)
+    nestable = math.prod(input_specs[0].shape[:ax]) == 1
+    lead = (slice(None),) * ax
+    ends = np.cumsum([0] + [s.shape[ax] for s in input_specs]).tolist()
+    parts = [lead + (slice(a, b),) for a, b in zip(ends[:-1], ends[1:])]
 
     def call(*inputs, out=None):
-        return np.concatenate(inputs, axis=ax, out=out)
+        if out is None:
+            return np.concatenate(inputs, axis=ax)
+        if not (nestable and kmemory.NEST_CONCAT):  # no input can be in place: the check's ~3 us an input
+            return np.concatenate(inputs, axis=ax, out=out)  # saved (NumPy copies any overlap right)
+        moved = 0
+        for x, part in zip(inputs, parts):
+            if _in_place(x, out[part]):  # written there by its producer (the plan nested its block)
+                moved += 1
+        if moved == 0:
+            return np.concatenate(inputs, axis=ax, out=out)
+        for x, part in zip(inputs, parts):
+            dst = out[part]
+            if not _in_place(x, dst):
+                np.copyto(dst, x)
+        return out
 
     return call
 
@@ -97,6 +125,8 @@ def _split_serial(input_specs, axis=0, num_outputs=None):
 
 
 concat.serial = _concat_serial
+concat_kernel = threaded(concat)
+concat_kernel.inputs_in_place = True  # skips inputs already at their part of out (kernelkit.memory.NEST_CONCAT)
 split.serial = _split_serial
-register_kernel("Concat", device="cpu", vendor="numba", dtype=("float32", "int8", "uint8"))(threaded(concat))
+register_kernel("Concat", device="cpu", vendor="numba", dtype=("float32", "int8", "uint8"))(concat_kernel)
 register_kernel("Split", device="cpu", vendor="numba", dtype="float32")(threaded(split))

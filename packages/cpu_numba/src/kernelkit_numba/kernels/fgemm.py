@@ -293,6 +293,30 @@ def _generic_tile(a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, 
             out[o_off + r * ldo + j] = v
 
 
+@intrinsic
+def _prefetch_write(typingctx, arr, idx):
+    """``_prefetch_write(arr, i)``: a hint to fetch the cache line of ``arr[i]`` (float32, flat) for writing
+    (``llvm.prefetch``, rw 1, locality 3: into L1); never faults."""
+
+    def codegen(context, builder, sig, args):
+        a, i = args
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        base = builder.bitcast(_data(context, builder, sig.args[0], a), ir.FloatType().as_pointer())
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(builder.gep(base, [i]), i8p), ir.Constant(i32, 1), ir.Constant(i32, 3),
+                          ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, types.int64), codegen
+
+
+# with a residual in the accumulators (the driver's resid), each tile of the first K chunk first prefetches
+# the next tile's output block (the residual it starts from) for writing: the tiles load it before their K
+# loop, and a load from L3 there stalls the whole tile (0: off)
+RESID_PREFETCH = 1
+
+
 @functools.cache
 def _tiles(kind: int, mr: int, prefetch: bool = False, ahead: int = 0):
     """(full, masked) tiles of variant ``kind`` with ``mr`` rows (generic: 4 only), with the prefetches."""
@@ -324,13 +348,15 @@ def row_tiles(m_n: int, mr: int) -> tuple[int, int]:
     return best[1], best[2]
 
 
-def driver(kind: int, post: int, mr: int, prefetch: int | None = None, ahead: int = 0):
-    """_driver with PREFETCH (now) unless ``prefetch`` is given; ``ahead``: the tiles' B_AHEAD."""
-    return _driver(kind, post, mr, int(PREFETCH if prefetch is None else prefetch), int(ahead))
+def driver(kind: int, post: int, mr: int, prefetch: int | None = None, ahead: int = 0, resid: bool = False):
+    """_driver with PREFETCH (now) unless ``prefetch`` is given; ``ahead``: the tiles' B_AHEAD; ``resid``:
+    the first K chunk starts from ``out`` (a fused residual already there)."""
+    return _driver(kind, post, mr, int(PREFETCH if prefetch is None else prefetch), int(ahead),
+                   (2 if RESID_PREFETCH else 1) if resid else 0)
 
 
 @functools.cache
-def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0):
+def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid: int = 0):
     """The compiled loops of variant ``kind`` with ``mr``-row tiles and the activation ``post`` (an
     epilogue code other than NONE/CLIP, applied over each finished tile; NONE: the tile's clamp is
     all) fixed.
@@ -341,8 +367,14 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0):
     apart). ``prefetch`` (floats a K step, 0: none): the first nr / prefetch row tiles of a row block
     over column panel q prefetch panel q + 1's K chunk into L2, ``prefetch`` floats of it a K step each
     (16: a cache line a step over the first nr / 16 tiles; 4: a line every 4 steps over nr / 4 tiles),
-    so that the next panel's first tile does not wait on L3."""
+    so that the next panel's first tile does not wait on L3. ``resid`` (1; 2 with RESID_PREFETCH): every
+    K chunk, the first included, starts from the output's values (``out`` holds a residual r on entry:
+    ``out = act(alpha * (r + A @ B) + bias)``, the residual added in the accumulators where the tile
+    loads its output block anyway: MatMul's fused residual, alpha 1); with 2, each tile of the first
+    chunk prefetches the next tile's rows of r."""
     full, masked = _tiles(kind, mr, prefetch > 0, ahead)
+    start = 0 if resid else 1  # the first chunk's ``first``
+    ahead_out = resid == 2  # and prefetch the next tile's residual (RESID_PREFETCH)
     mixed = kind == 2 and mr == MIXED_MR  # 12-row tiles, then 8-row ones (row_tiles)
     full8, masked8 = _tiles(kind, SHORT_MR, prefetch > 0, ahead) if mixed else (full, masked)
     pfs = max(1, prefetch)
@@ -371,7 +403,7 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0):
             for k0 in range(0, k_n, kc):
                 kk = min(kc, k_n - k0)
                 final = k0 + kk >= k_n
-                first = np.int64(1 if k0 == 0 else 0)
+                first = np.int64(start if k0 == 0 else 0)
                 al = alpha if final else one
                 bb = bias if final else zeros
                 lo2 = lo if final else -inf
@@ -382,6 +414,17 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0):
                     b_off = (q * k_n + k0) * nr
                     nxt = ((q + 1) * k_n + k0) * nr
                     for t in range(t0, t1):
+                        if ahead_out and k0 == 0:  # the next tile's rows of the residual, for writing
+                            tn, qn = t + 1, q
+                            if tn >= t1:
+                                tn, qn = t0, q + 1
+                            if qn < q1:
+                                hn = mr if tn < tall else SHORT_MR
+                                rn = tn * mr if tn < tall else tall * mr + (tn - tall) * SHORT_MR
+                                for r in range(min(hn, m_n - rn)):
+                                    at = (rn + r) * ldo + qn * nr
+                                    for j in range(0, min(nr, n_n - qn * nr), 16):
+                                        _prefetch_write(out, at + j)
                         pf = b_off
                         if prefetch and q + 1 < q1 and (t - t0) * pfs < nr:
                             pf = nxt + (t - t0) * kk * pfs
@@ -414,7 +457,7 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0):
 
     # cached under the variant's name: the cells (intrinsics) pickle differently in every process
     setattr(gemm, CLOSURE_KEY, f"fgemm.gemm.{kind}.{mr}.{post}" + (f".pf{prefetch}" if prefetch else "") +
-            (f".a{ahead}" if ahead else ""))
+            (f".a{ahead}" if ahead else "") + ((".zp" if ahead_out else ".z") if resid else ""))
     return jit(gemm)
 
 
@@ -471,10 +514,13 @@ def _own_bias(packed: Packed, bias):
 
 
 def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0,
-         shards: int | None = None) -> None:
+         shards: int | None = None, resid: bool = False) -> None:
     """out (M, N) = act(alpha * a2 (M, K) @ B + bias) on the tiles of ``kind``, in about ``shards``
     shards on the pool (default: one per thread of this call's budget). ``bias``: N values or None;
-    ``code``: an epilogue code (CLIP with p0, p1 the bounds)."""
+    ``code``: an epilogue code (CLIP with p0, p1 the bounds). ``resid``: ``out`` holds a residual r on
+    entry and gets act(r + a2 @ B + bias) (alpha 1; the driver's ``resid``; never fpair's halves)."""
+    if resid and alpha != 1:
+        raise ValueError("fgemm.gemm: a residual in the accumulators needs alpha 1")
     m_n, k_n = a2.shape
     n_n = packed.n_n
     mr = MR[kind]
@@ -493,11 +539,11 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
         bb[:n_n] = bias
     f32 = np.float32
     lo, hi, post = _clamp(code, p0, p1)
-    fn = driver(kind, post, mr)
+    fn = driver(kind, post, mr, resid=resid)
     args = (ap, lda, packed.bp, k_n, m_n, n_n, f32(alpha), bb, packed.zeros, out.reshape(-1), out.strides[0] // 4, lo,
             hi, f32(p0), f32(p1), block, groups, kc)
     total = blocks * groups
-    if threads == 2 and 2.0 * m_n * n_n * k_n >= PAIR_FLOPS and fpair.enabled() and \
+    if threads == 2 and not resid and 2.0 * m_n * n_n * k_n >= PAIR_FLOPS and fpair.enabled() and \
             _paired(kind, post, mr, packed, ap, lda, out, m_n, k_n, (f32(alpha), lo, hi, f32(p0), f32(p1)),
                     bias is None):
         return

@@ -443,6 +443,11 @@ class Gemm(NumbaKernel):
 
 
 TANH_GELU_PASS = True  # MatMul's fused tanh Gelu as unary's pass after the product (False: the epilogue's)
+# MatMul's fused residual (core's fuse_matmul_residual: Add(MatMul(A, W, bias), r) -> MatMul(A, W, bias, r))
+# in fgemm's accumulators at one thread: the output starts as r (the plan writes the output over r's block,
+# else r is copied in) and the tiles' first K chunk resumes from it, so r is read where the tiles load their
+# output block anyway (False: the product, then np.add of r: the two nodes' work in one step)
+RESIDUAL_TILES = True
 
 
 @register_kernel("MatMul", device="cpu", vendor="numba", dtype="float32")
@@ -453,6 +458,7 @@ class MatMul(NumbaKernel):
 
     uses_blas = True
     bias_input = True  # fuse_matmul_bias: the bias goes into fgemm's epilogue (or one pass after BLAS)
+    residual_input = True  # fuse_matmul_residual: a residual Z (the output's shape) in fgemm's accumulators
 
     def setup(self, input_specs):
         self.act = self.fused_activation(input_specs)
@@ -465,9 +471,10 @@ class MatMul(NumbaKernel):
         if self._gelu_tanh:
             self.act = (NONE, p0 * 0, p0 * 0)
 
-    def _bias_act(self, y, bias):
-        """The bias (None: none) and the fused activation over a one-call product's output, in place."""
-        code, p0, p1 = self.act
+    def _bias_act(self, y, bias, act=None):
+        """The bias (None: none) and the fused activation (``act``: (code, p0, p1), None: the node's) over
+        a one-call product's output, in place."""
+        code, p0, p1 = self.act if act is None else act
         if bias is not None and code == NONE:
             np.add(y, bias, out=y)
         elif (code != NONE or bias is not None) and y.size:
@@ -500,34 +507,70 @@ class MatMul(NumbaKernel):
             return None
         if len(b_spec.shape) == 2 and fgemm.kind_for(math.prod(a_spec.shape[:-1]), *b_spec.shape) is not None:
             return None
-        bias_act, after = self._bias_act, self._after
+        bias_act, after, compute = self._bias_act, self._after, self.compute
 
-        def call(a, b, bias=None, *, out=None):
+        def call(a, b, bias=None, z=None, *, out=None):
+            if z is not None:  # a fused residual: the general call on this thread alone
+                with config.num_threads(1):
+                    return compute(a, b, bias, z, out=out)
             config.blas_single()
             return after(bias_act(np.matmul(a, b, out=out), bias))
 
         call.thread_safe = True  # no per-call state: the plan's settled call needs no lock
         return call
 
-    def work(self, a, b, bias=None):
+    def work(self, a, b, bias=None, z=None):
         """2 * batch * M * N * K."""
         m = a.shape[-2] if a.ndim > 1 else 1
         n = b.shape[-1] if b.ndim > 1 else 1
         batch = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
         return gemm_work(2.0 * batch * m * n * (a.shape[-1] if a.ndim else 1))
 
-    def compute(self, a, b, bias=None, *, out=None):
+    def compute(self, a, b, bias=None, z=None, *, out=None):
+        if z is not None:
+            return self._after(self._residual(a, b, bias, z, out))
         return self._after(self._product(a, b, bias, out))
 
-    def _product(self, a, b, bias, out):
+    def _residual(self, a, b, bias, z, out):
+        """act(a @ b + bias + z) into ``out`` (which may be z's own memory: the plan writes the output
+        over the residual's block): at one thread on fgemm's tiles with the output starting as z
+        (``RESIDUAL_TILES``), else the product without the activation, z added, then the activation."""
+        if RESIDUAL_TILES and config.current_threads() == 1 and b.ndim == 2 and a.ndim >= 2 and \
+                a.dtype == np.float32 and b.dtype == np.float32 and z.dtype == np.float32 and a.flags.c_contiguous:
+            shape = a.shape[:-1] + b.shape[-1:]
+            if z.shape == shape and self._const_b.kind(math.prod(a.shape[:-1]), *b.shape) is not None and \
+                    (out is None or out.flags.c_contiguous):
+                y = np.empty(shape, np.float32) if out is None else out
+                if not _same_memory(y, z):
+                    np.copyto(y, z)
+                if self._tiles(a, b, y, None if bias is None else np.ascontiguousarray(bias, np.float32),
+                               resid=True) is not None:
+                    return y
+                z = y  # no tiles after all: y holds z
+                out = y
         code, p0, p1 = self.act
+        plain = (NONE, p0 * 0, p0 * 0)
+        into = out
+        if out is not None and (np.shares_memory(out, z) or out.shape != _product_shape(a, b)):
+            into = None  # the product on its own first (z is the output's memory, or z broadcasts the product up)
+            if out.shape == _product_shape(a, b):  # this thread's scratch
+                into = config.thread_buffer("matmul_z", out.size, out.dtype).reshape(out.shape)
+        y = self._product(a, b, bias, into, plain)
+        if out is None:
+            y = np.add(y, z, out=y) if np.broadcast_shapes(y.shape, z.shape) == y.shape else np.add(y, z)
+        else:
+            y = np.add(y, z, out=out)
+        return self._bias_act(y, None) if code != NONE else y
+
+    def _product(self, a, b, bias, out, act=None):
+        code, p0, p1 = act = self.act if act is None else act
         if bias is not None:
             if b.ndim < 2 or bias.shape != (b.shape[-1],):
                 raise ValueError(f"MatMul bias {bias.shape} is not one value per column of B {b.shape}")
             bias = np.ascontiguousarray(bias, dtype=a.dtype)
         if (b.ndim == 2 and a.ndim >= 2 and a.dtype == np.float32 and b.dtype == np.float32 and a.flags.c_contiguous
                 and (out is None or out.flags.c_contiguous)):
-            y = self._tiles(a, b, out, bias)
+            y = self._tiles(a, b, out, bias, act=act)
             if y is not None:
                 return y
         if a.ndim < 2 or b.ndim < 2 or config.current_threads() == 1:  # one NumPy call, as the reference
@@ -538,7 +581,7 @@ class MatMul(NumbaKernel):
                 if out is not None:
                     out[...] = y
                     y = out
-            return self._bias_act(y, bias)
+            return self._bias_act(y, bias, act)
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
         if b.shape[-2] != k:
@@ -571,9 +614,10 @@ class MatMul(NumbaKernel):
         config.run_shards(shard, items * rows * cols)
         return y
 
-    def _tiles(self, a, b, out, bias=None):
+    def _tiles(self, a, b, out, bias=None, resid=False, act=None):
         """a (..., M, K) @ a constant b (K, N) (+ bias) on fgemm's micro-kernels, the batch rows
-        flattened into M, or None (the BLAS path)."""
+        flattened into M, or None (the BLAS path). ``resid``: ``out`` holds a residual to add (fgemm's
+        ``resid``); ``act``: (code, p0, p1), None: the node's."""
         k, n = b.shape
         if a.shape[-1] != k or a.size == 0 or n == 0:
             return None
@@ -583,7 +627,26 @@ class MatMul(NumbaKernel):
         if packed is None:
             return None
         y = np.empty(a.shape[:-1] + (n,), np.float32) if out is None else out
-        code, p0, p1 = self.act
+        code, p0, p1 = self.act if act is None else act
         m = a2.shape[0]
-        fgemm.gemm(kind, packed, a2, y.reshape(-1, n), 1.0, bias, code, p0, p1, tile_count(2.0 * m * n * k))
+        fgemm.gemm(kind, packed, a2, y.reshape(-1, n), 1.0, bias, code, p0, p1, tile_count(2.0 * m * n * k), resid)
         return y
+
+
+def _product_shape(a, b) -> tuple:
+    """The shape of np.matmul(a, b) (a 1-D operand promoted, then its axis dropped, as NumPy does)."""
+    sa, sb = tuple(a.shape), tuple(b.shape)
+    a2 = sa if len(sa) > 1 else (1,) + sa
+    b2 = sb if len(sb) > 1 else sb + (1,)
+    shape = np.broadcast_shapes(a2[:-2], b2[:-2]) + (a2[-2], b2[-1])
+    if len(sa) == 1:
+        shape = shape[:-2] + shape[-1:]
+    if len(sb) == 1:
+        shape = shape[:-1]
+    return shape
+
+
+def _same_memory(x, y) -> bool:
+    """Whether arrays x and y are the same memory in the same arrangement (the plan's in-place output)."""
+    return x.__array_interface__["data"][0] == y.__array_interface__["data"][0] and x.shape == y.shape and \
+        x.strides == y.strides
