@@ -87,7 +87,7 @@ def test_a_loading_process_computes_what_the_compiling_one_did(tmp_path):
         assert first[name] == second[name], name
 
 
-@NO_JIT
+@PAIRS
 def test_copies_of_callees_are_local_to_their_caller():
     """A kernel's module holds its callees' copies as local (internal) functions: its object file calls
     them wherever it is loaded, never another definition of the same name (cache.SelfContainedLibrary)."""
@@ -102,6 +102,7 @@ def test_copies_of_callees_are_local_to_their_caller():
     assert [fn.name for fn in copies if fn.linkage != ll.Linkage.internal] == []
 
 
+@NO_JIT
 def test_a_switch_a_kernel_is_built_from_keys_its_entry(monkeypatch):
     """cache.baked: the values a kernel's code is built from (globals it reads, its closure's cells, the
     same of the kernels it calls) are in its key, and nothing else: a rebuilt closure with the same
