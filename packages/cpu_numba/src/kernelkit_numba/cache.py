@@ -15,6 +15,25 @@ source file of this package, so any change to the package recompiles its kernels
 once per variant (ftile's drivers) is keyed on its variant's name (``CLOSURE_KEY``) rather than on a
 pickle of its cells, which differs in every process where a cell holds an intrinsic.
 
+The key also carries the values a kernel's code was built from and that its source does not fix
+(:func:`baked`): the plain values (bool, int, float, str, tuples of them) of the module globals its
+code reads (Numba freezes a global's value into the code when it compiles), of its closure's cells
+(what a builder such as ftile's, rnpair's or fdirect's captured), and the same of every function,
+kernel and intrinsic those reach. A module switch that a test or an A/B run (``turns.py --variant
+LABEL=kernels.X.Y=V``) sets therefore gets code compiled for its value, where the name alone
+(``CLOSURE_KEY``) let a process load the code another value compiled.
+
+A kernel's compiled code is self-contained (:class:`SelfContainedLibrary`): Numba links a copy of every
+callee into the caller's module, optimises the whole module again, and exports the copies as weak
+symbols, which the JIT's linker binds to a definition of the same name already loaded in the process,
+if any. A process that compiles a caller has compiled its callees first, so the caller ran the callees'
+own code; a process that loads the caller from this cache usually has not, so it ran the copies, which
+the second optimisation (fastmath: ``reassoc``, ``contract``) may have made round differently: the
+results depended on what the process had compiled or loaded before (rnpair's half, issue 11, session 13).
+The copies are therefore made local to the caller's object after optimisation: the compiling and the
+loading process run the same machine code, and a copy never binds to another function that carries the
+same mangled name (the names number functions per process).
+
 The cache folder must be writable only by the user (it holds pickles, which this module does not make
 safe to read from someone else); ``NUMBA_CACHE_DIR`` moves it.
 """
@@ -25,11 +44,15 @@ import hashlib
 import logging
 import os
 import threading
+import types
 import warnings
 from functools import cache
 from pathlib import Path
 
+import llvmlite.binding as ll
+import numpy as np
 from numba.core.caching import FunctionCache
+from numba.core.codegen import JITCodeLibrary
 
 log = logging.getLogger("kernelkit.numba.cache")
 
@@ -58,11 +81,129 @@ def package_fingerprint() -> str:
     return digest.hexdigest()
 
 
+_PLAIN = (bool, int, float, complex, str, bytes, type(None), np.generic)
+
+
+@cache
+def _names(code) -> tuple:
+    """The names ``code`` (and the code nested in it) loads: globals, and attributes (a module's switch
+    read as ``module.NAME``), in order, once each."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names.extend(_names(const))
+    return tuple(dict.fromkeys(names))
+
+
+def _ours(obj) -> bool:
+    return (getattr(obj, "__module__", None) or "").startswith("kernelkit_numba")
+
+
+def _function_of(obj):
+    """The Python function behind a kernel (its ``py_func``), an intrinsic (its typing function) or a
+    cached or wrapped function; None for anything else."""
+    for attr in ("py_func", "_defn", "__wrapped__"):
+        inner = getattr(obj, attr, None)
+        if inner is not None:
+            return _function_of(inner) or inner
+    return obj if isinstance(obj, types.FunctionType) else None
+
+
+def _feed(digest, value, seen: set) -> None:
+    """Add ``value`` to ``digest``: a plain value (or a tuple or frozenset of them) by value, a function,
+    kernel or intrinsic of this package by its name, its cells and the globals its code reads (each
+    once), anything else (a module, a mutable container, a lock, a foreign function) by its type."""
+    if isinstance(value, _PLAIN):
+        digest.update(f"{type(value).__name__}:{value!r};".encode())
+        return
+    if isinstance(value, tuple):
+        digest.update(b"(")
+        for item in value:
+            _feed(digest, item, seen)
+        digest.update(b")")
+        return
+    if isinstance(value, frozenset):
+        digest.update(repr(sorted(repr(v) for v in value)).encode())
+        return
+    fn = _function_of(value)
+    if fn is None or not _ours(fn):
+        digest.update(f"<{type(value).__module__}.{type(value).__qualname__}>".encode())
+        return
+    digest.update(f"{fn.__module__}.{fn.__qualname__}".encode())
+    if id(fn) in seen:
+        return
+    seen.add(id(fn))
+    for cell in fn.__closure__ or ():
+        try:
+            _feed(digest, cell.cell_contents, seen)
+        except ValueError:  # an empty cell
+            digest.update(b"<empty>")
+    env = fn.__globals__
+    names = _names(fn.__code__)
+    for name in names:
+        if name not in env:
+            continue
+        value = env[name]
+        if isinstance(value, types.ModuleType):  # module.NAME: every name the code loads that it has
+            if value.__name__.startswith("kernelkit_numba"):
+                for attr in names:
+                    if attr in value.__dict__:
+                        digest.update(f"{name}.{attr}=".encode())
+                        _feed(digest, value.__dict__[attr], seen)
+            continue
+        digest.update(f"{name}=".encode())
+        _feed(digest, value, seen)
+
+
+def baked(py_func) -> str:
+    """SHA-256 over the values the code of ``py_func`` (a kernel's function) is built from beyond its
+    source: see the module doc. Computed on each load and save of a kernel (the bytecode scans are
+    cached)."""
+    digest = hashlib.sha256()
+    _feed(digest, py_func, set())
+    return digest.hexdigest()
+
+
 # A closure's cache key: Numba hashes a pickle of the closure's cells, which for cells that pickle
 # differently in every process (an intrinsic carries a random id) is a new key each time: the entry
 # is never found, and every process appends another. A closure kernelkit compiles per variant names
 # its variant in this attribute instead (a str that, with the package's sources, fixes its code).
 CLOSURE_KEY = "_kernelkit_cache_key"
+
+
+# the Itanium-mangled namespace of this package's functions (``_ZN15kernelkit_numba...``)
+_OURS = "15kernelkit_numba"
+
+
+class SelfContainedLibrary(JITCodeLibrary):
+    """Numba's JIT code library whose linked-in copies of this package's functions are made local
+    (``internal``) once the module is optimised, so that the caller's object file calls its own copies
+    wherever it is compiled or loaded (see the module doc). The optimised code is Numba's: only the
+    symbols' binding changes."""
+
+    def _optimize_final_module(self):
+        super()._optimize_final_module()
+        for fn in self._final_module.functions:
+            if not fn.is_declaration and fn.linkage == ll.Linkage.linkonce_odr and _OURS in fn.name:
+                fn.linkage = "internal"
+
+
+_installed: list = []
+
+
+def self_contained() -> bool:
+    """Make Numba's CPU code generator build :class:`SelfContainedLibrary` libraries (once a process,
+    before the first kernel of this package compiles or loads: ``LazyCache.made``); whether it does."""
+    if not _installed:
+        with _lock:
+            if not _installed:
+                from numba.core.registry import cpu_target
+
+                gen = cpu_target.target_context.codegen()
+                if issubclass(SelfContainedLibrary, type(gen)._library_class):
+                    gen._library_class = SelfContainedLibrary
+                _installed.append(gen._library_class is SelfContainedLibrary)
+    return _installed[0]
 
 
 class CheckedCache(FunctionCache):
@@ -72,10 +213,10 @@ class CheckedCache(FunctionCache):
     def _index_key(self, sig, codegen):
         key = getattr(self._py_func, CLOSURE_KEY, None)
         if key is None:
-            return (*super()._index_key(sig, codegen), package_fingerprint())
+            return (*super()._index_key(sig, codegen), package_fingerprint(), baked(self._py_func))
         digest = hashlib.sha256(self._py_func.__code__.co_code).hexdigest()
         return (sig, codegen.magic_tuple(), (digest, hashlib.sha256(key.encode()).hexdigest()),
-                package_fingerprint())
+                package_fingerprint(), baked(self._py_func))
 
     def load_overload(self, sig, target_context):
         try:
@@ -123,6 +264,7 @@ class LazyCache:
     def made(self) -> CheckedCache:
         """The CheckedCache (made now if it was not)."""
         if self._made is None:
+            self_contained()
             with _lock:
                 if self._made is None:
                     self._made = CheckedCache(self._py_func)

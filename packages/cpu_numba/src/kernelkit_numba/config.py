@@ -75,6 +75,15 @@ def jit_exact(fn):
     return checked(numba.njit(**{**_FLAGS, "fastmath": set(FASTMATH - {"contract"})})(fn))
 
 
+def jit_ordered(fn):
+    """A serial kernel without ``reassoc``: its float operations keep their written order, so that an
+    output rounds alike in a vectorised loop's body and its scalar remainder and in every copy of the
+    kernel (a caller's module optimises its own copy of each callee again: cache.py). Winograd's input
+    transform by tiles: with ``reassoc`` rnpair's copy of it rounded a tile differently by where the
+    tile fell in its block (issue 11, session 13); as fast without it (the dev box, 0.95-0.99x)."""
+    return hook(checked(numba.njit(**{**_FLAGS, "fastmath": set(FASTMATH - {"reassoc"})})(fn), CACHE))
+
+
 _local = threading.local()  # .threads: this thread's budget for the current kernel call
 
 

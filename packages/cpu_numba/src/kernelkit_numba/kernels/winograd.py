@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import config
-from ..config import jit_inline, jit_parallel
+from ..config import jit_inline, jit_ordered, jit_parallel
 from . import ftile, halves
 from .epilogue import CLIP
 
@@ -510,11 +510,12 @@ TILE_BYTES = 2 << 20
 SERIAL_TILES = True
 
 
-@jit_parallel
+@jit_ordered
 def _input_tiles4(x, v, ph, pw, th_n, tw_n, t0, t1, c0, c1):
     """``_input_transform4`` for tiles [t0, t1) of one image x (C, H, W), channels [c0, c1):
     v[k, c * (t1 - t0) + t - t0] = (B^T d B)[k] of tile t (row-major over th_n x tw_n). Only the
-    input rows under those tiles are copied into the padded scratch."""
+    input rows under those tiles are copied into the padded scratch. No ``reassoc`` (jit_ordered): a
+    tile's values do not depend on the run of tiles it comes in (rnpair's blocks and chunks)."""
     c_n, h_n, w_n = x.shape
     nl = t1 - t0
     th_lo, th_hi = t0 // tw_n, (t1 - 1) // tw_n + 1

@@ -1,0 +1,157 @@
+"""Results that do not depend on what an earlier process compiled (issue 11, session 13; cache.py).
+
+A process that compiles a kernel and a later one that loads it from the same Numba cache must compute
+the same bits: rnpair's F(4x4) pair half loaded from a warm cache ran the copies of its callees that
+Numba links into the caller (optimised again, ``reassoc``), where the compiling process had bound them
+to the callees' own code, and both its static and its DYNAMIC halves differed in the last bits from the
+compiling process's (and from each other). And a module switch that a kernel's code is built from keys
+its cache entry (``cache.baked``): a process with another value (a test's monkeypatch, an A/B run's
+``--variant``) compiles its own code instead of loading the other value's."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import llvmlite.binding as ll
+import pytest
+from kernelkit_numba import cache
+from kernelkit_numba.kernels import ftile, pairs, rnpair
+from numba import types
+
+JIT_OFF = os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
+NO_JIT = pytest.mark.skipif(JIT_OFF, reason="nothing is compiled or cached when NUMBA_DISABLE_JIT=1")
+PAIRS = pytest.mark.skipif(JIT_OFF or not pairs.X86 or ftile.choice()[0] != rnpair.KIND or not rnpair.enabled(),
+                           reason="the ResNet pairs run on the AVX-512 tiles (x86-64)")
+TESTS = str(Path(__file__).resolve().parent)
+
+# test_rnpair's F(4x4) layer (64@28, the residual) through the pair half run by the caller alone, with
+# the static halves and with DYNAMIC chunks, and through the one-thread path; prints the outputs' bytes
+# (hex) and whether this process compiled the half or loaded it.
+_LAYER = """
+import json, sys
+import pytest
+sys.path.insert(0, TESTS)
+from kernelkit_numba import shards
+from kernelkit_numba.kernels import conv_serial, fpair, pairs, rnpair
+import test_rnpair as T
+
+mp = pytest.MonkeyPatch()
+srv = fpair.FPairServer(0)
+mp.setattr(fpair, "_server", [srv])
+mp.setattr(srv, "wake", lambda: None)
+for name in ("backed_off", "workers_spinning", "workers_asleep"):
+    mp.setattr(shards.POOL, name, lambda: False)
+srv.ctl[pairs.AWAKE] = 1
+xs, ws, attrs, res, _op = T.LAYERS[0]
+inputs = T._layer(T.LAYERS[0], 2)
+shape = T._out_shape(xs, ws, attrs)
+out = {}
+for dyn in (False, True):
+    mp.setattr(rnpair, "DYNAMIC", dyn)
+    mp.setattr(rnpair, "DYN_CHUNKS", 8)
+    mp.setattr(rnpair, "DYN_MIN_TILES", 12)
+    fn = conv_serial.bound_compute(T._kernel(xs, ws, attrs, 2, res))
+    out["dynamic" if dyn else "static"] = T._at(2, fn, inputs, shape).tobytes().hex()
+out["one"] = T._at(1, T._kernel(xs, ws, attrs, 1, res).compute, inputs, shape).tobytes().hex()
+out["alone"] = srv.stats["alone"]
+half = rnpair._build()  # a dispatcher of the same half: its overload comes from this process's cache
+half.compile((rnpair.numba.types.int64,) * 2)
+out["half_loaded"] = sum(half._cache_hits.values())
+print(json.dumps(out))
+""".replace("TESTS", repr(TESTS))
+
+
+def _probe(script: str, cache_dir, **env) -> dict:
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), **env})
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@PAIRS
+def test_a_loading_process_computes_what_the_compiling_one_did(tmp_path):
+    """Two processes, one fresh cache: the first compiles rnpair's half, the second loads it; the layer's
+    static halves, DYNAMIC chunks and one-thread path are bit for bit the same in both, and the static
+    halves equal the chunks in each (before: the loading process's halves differed from the compiling
+    one's and from each other)."""
+    first = _probe(_LAYER, tmp_path)
+    second = _probe(_LAYER, tmp_path)
+    assert first["alone"] == second["alone"] == 2
+    assert second["half_loaded"] == 1
+    for row in (first, second):
+        assert row["static"] == row["dynamic"]
+    for name in ("static", "dynamic", "one"):
+        assert first[name] == second[name], name
+
+
+@PAIRS
+def test_copies_of_callees_are_local_to_their_caller():
+    """A kernel's module holds its callees' copies as local (internal) functions: its object file calls
+    them wherever it is loaded, never another definition of the same name (cache.SelfContainedLibrary)."""
+    assert cache.self_contained()
+    half = rnpair._build()
+    half.compile((types.int64,) * 2)
+    cres = next(iter(half.overloads.values()))
+    module = cres.library._get_module_for_linking()  # the compiled module's, or the cached bitcode's
+    own = cres.fndesc.mangled_name[4:]  # _ZN15kernelkit_numba... without _ZN: the wrappers carry it too
+    copies = [fn for fn in module.functions if not fn.is_declaration and cache._OURS in fn.name and own not in fn.name]
+    assert len(copies) >= 5  # winograd's transforms, ftile's batched products and drivers, fdirect's drivers
+    assert [fn.name for fn in copies if fn.linkage != ll.Linkage.internal] == []
+
+
+@NO_JIT
+def test_a_switch_a_kernel_is_built_from_keys_its_entry(monkeypatch):
+    """cache.baked: the values a kernel's code is built from (globals it reads, its closure's cells, the
+    same of the kernels it calls) are in its key, and nothing else: a rebuilt closure with the same
+    values has the same key."""
+    half = rnpair._build()
+    key = cache.baked(half.py_func)
+    assert cache.baked(rnpair._build().py_func) == key
+    monkeypatch.setattr(ftile, "ROWS_TILE_MAJOR", not ftile.ROWS_TILE_MAJOR)  # read by ftile's builders
+    monkeypatch.setattr(ftile, "_built", {})
+    tm = cache.baked(rnpair._build().py_func)
+    assert tm != key
+    monkeypatch.setattr(ftile, "ROWS_TILE_MAJOR", not ftile.ROWS_TILE_MAJOR)
+    monkeypatch.setattr(ftile, "_built", {})
+    assert cache.baked(rnpair._build().py_func) == key
+    monkeypatch.setattr(rnpair, "NDESC", rnpair.NDESC + 1)  # a global the half's code reads
+    assert cache.baked(rnpair._build().py_func) != key
+
+
+# ftile's batched products on the rows tiles of kind 0 (any CPU), ROWS_TILE_MAJOR from $TILE_MAJOR; prints the
+# product's bytes and whether this process loaded the batched driver or compiled it.
+_BATCHED = """
+import json, os
+import numpy as np
+from kernelkit_numba.kernels import ftile
+ftile.ROWS_TILE_MAJOR = os.environ["TILE_MAJOR"] == "1"
+rng = np.random.default_rng(0)
+m_n, c_n, nt = 8, 12, 40
+u = rng.standard_normal((4, m_n, c_n)).astype(np.float32)
+v = rng.standard_normal((4, c_n * nt)).astype(np.float32)
+mo = np.zeros((4, m_n * nt), np.float32)
+wp = np.ascontiguousarray(ftile.pack_batched(u, ftile.MR[0]).reshape(4, -1))
+scratch = np.zeros(ftile.scratch_size(0, 0, nt), np.float32)
+ftile.batched_gemms(0, 0, wp, m_n, c_n, v, nt, mo, np.zeros(m_n, np.float32), 1, scratch, 0, 4)
+want = np.einsum("pmc,pcn->pmn", u, v.reshape(4, c_n, nt)).reshape(4, -1)
+d = ftile._batched(0, 0)
+print(json.dumps({"err": float(np.abs(mo - want).max()), "loaded": sum(d._cache_hits.values()),
+                  "compiled": sum(d._cache_misses.values())}))
+"""
+
+
+@NO_JIT
+def test_a_variant_process_does_not_load_the_default_code(tmp_path):
+    """One cache, three processes: ROWS_TILE_MAJOR on (an A/B run's variant) compiles ftile's batched
+    driver (its rows driver tile-major); the default then compiles its own (before: it loaded the
+    variant's, whose key was the driver's name alone); a second default loads that."""
+    variant = _probe(_BATCHED, tmp_path, TILE_MAJOR="1")
+    default = _probe(_BATCHED, tmp_path, TILE_MAJOR="0")
+    again = _probe(_BATCHED, tmp_path, TILE_MAJOR="0")
+    for row in (variant, default, again):
+        assert row["err"] < 1e-4
+    assert variant["compiled"] == 1 and default["compiled"] == 1 and default["loaded"] == 0
+    assert again["loaded"] == 1 and again["compiled"] == 0
