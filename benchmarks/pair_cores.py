@@ -44,7 +44,7 @@ def _together(cpus: list[int], seconds: float) -> list[float]:
            f"import pair_cores as p; print(p._compute({seconds}))"
     procs = [subprocess.Popen(["taskset", "-c", str(c), sys.executable, "-c", code], stdout=subprocess.PIPE,
                               text=True) for c in cpus]
-    return [float(p.communicate()[0]) for p in procs]
+    return [float(p.communicate()[0] or "nan") for p in procs]
 
 
 def _handover(a: int, b: int, nbytes: int, reps: int) -> dict:

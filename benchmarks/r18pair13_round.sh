@@ -12,7 +12,7 @@ M49="m49=kernels.rnpair.BY_M_TILES=49"; M196="m196=kernels.rnpair.BY_M_TILES=196
 export PYTHONUNBUFFERED=1 KERNELKIT_NUMBA_START=eager PYTHONWARNINGS=ignore
 t0=$(date +%s)
 { lscpu | grep -E "Model name|^CPU\(s\)|Thread|L2|L3"; date -u; } > "$O/env.txt" 2>&1
-timeout 30 python3 benchmarks/pair_cores.py --cpus 0,1 --many 0-15 --seconds 1.5 > "$O/cores.txt" 2>&1
+timeout 30 python3 benchmarks/pair_cores.py --cpus 0,1 --many 0-15 --seconds ${PC_S:-1.5} > "$O/cores.txt" 2>&1
 echo "cores: $(( $(date +%s) - t0 )) s" >> "$O/env.txt"
 left=$(( T - ($(date +%s) - t0) ))
 ( timeout $(( left * 6 / 10 )) taskset -c 0,1 python3 benchmarks/nodes_ab2t.py resnet18 8 --no-backoff "$M49" "$M196" \
