@@ -3,6 +3,7 @@
 # ResNet-18 per kind of layer at two threads on CPUs 0,1 with the rest of the machine idle, then again while 12
 # other CPUs (2-13) run one-thread products (what neighbours do to a pair's 2t / 1t); pair_cores.py in both states.
 #     OUT=/tmp/out bash benchmarks/r18pair13_load.sh
+# Run once, 16:58-17:03 UTC (docs/numba.md has the figures).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; O=$(mktemp -d)
 export PYTHONUNBUFFERED=1 KERNELKIT_NUMBA_START=eager PYTHONWARNINGS=ignore

@@ -5,6 +5,7 @@
 # and turns.py's A/B of BY_M_TILES=49 quiet (4,5) and loaded (6,7). Prints a short summary last; everything else
 # goes into $OUT/all.tgz (one file: the device returns few).
 #     OUT=/tmp/out T=170 bash benchmarks/r18pair13_round.sh
+# Run once, 16:58-17:03 UTC (docs/numba.md has the figures).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; O=$(mktemp -d)
 T=${T:-170}

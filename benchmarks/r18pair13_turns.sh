@@ -3,6 +3,7 @@
 # turns.py resnet18 (numba, numba1, ort2) on CPUs 0,1 with the machine idle, then again beside three ResNet-50
 # numba two-thread sessions running back to back on 2,3 / 4,5 / 6,7 (the neighbours of a device round's side jobs).
 #     OUT=/tmp/out bash benchmarks/r18pair13_turns.sh
+# Run once, 16:58-17:03 UTC (docs/numba.md has the figures).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; O=$(mktemp -d)
 export PYTHONUNBUFFERED=1 KERNELKIT_NUMBA_START=eager PYTHONWARNINGS=ignore

@@ -117,7 +117,9 @@ BALANCE_RANGE = 0.15
 # 3x3 layers at two threads"): each side transforms every tile's input itself and runs its whole weight panels (the
 # cut of wino2_pair: the sides' channels within one panel) at every position, so that each side reads half the
 # transformed weights (128@28: 1.2 of 2.4 MB) instead of all of them for half the tiles. Read when a layer binds.
-# 0: every F(4x4) layer by tiles (49: the 28x28 layers, 196: the 56x56 ones too).
+# 0: every F(4x4) layer by tiles (49: the 28x28 layers, 196: the 56x56 ones too). Off: on the Xeon (session 13,
+# nodes_ab2t.py) default / 49 was 0.84-0.87 on ResNet-18's 128@28 layers and 0.72 on ResNet-50's, default / 196
+# 0.68-0.76 on the 64@56 ones: the input transform that both sides repeat costs more than half the weights saves.
 BY_M_TILES = 0
 
 OP_WINO, OP_DIRECT, OP_WINO2 = 0, 1, 2
