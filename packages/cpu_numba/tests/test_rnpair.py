@@ -540,3 +540,42 @@ def test_maxpool_pair(stride, quiet_server):
     assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
     assert np.isnan(y[0, :8]).all() and not np.isnan(y[0, 8:]).any()
     np.testing.assert_array_equal(y[0, 8:], want[0, 8:])
+
+
+@pytest.mark.parametrize("case", [LAYERS[0], ((1, 128, 28, 28), (128, 128, 3, 3), {**PADS, **RELU}, True, 0)],
+                         ids=["64x28-rows", "128x28-z"])
+def test_by_output_channels(case, quiet_server, monkeypatch):
+    """BY_M_TILES: an F(4x4) layer of that many tiles or fewer pairs by output channels (whole weight panels a
+    side, every tile on both): the caller alone equals the one-thread path and the reference within the fp32
+    tolerances, and the halves by tiles within them too (the tiles in other blocks); the helper's half run by hand
+    writes its channels only (every pixel of them), bit for bit the caller's; 0: by tiles."""
+    xs, ws, attrs, res, _op = case
+    inputs = _layer(case, 5)
+    shape = _out_shape(xs, ws, attrs)
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    tiles = _at(2, conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res)), inputs, shape)
+    monkeypatch.setattr(rnpair, "BY_M_TILES", 49)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    pair = _pair_of(fn)
+    d = pair.desc
+    width = int(d[rnpair.WIDTH])
+    assert d[rnpair.OP] == rnpair.OP_WINO and d[rnpair.PANELS] == -(-ws[0] // width) >= 2
+    cut = int(d[rnpair.SIDE0 + rnpair.S_T1])
+    assert cut == d[rnpair.SIDE0 + rnpair.SIDE_N + rnpair.S_T0] and d[rnpair.SIDE0 + rnpair.SIDE_N + rnpair.S_T1] == \
+        d[rnpair.PANELS]
+    assert abs(2 * min(ws[0], cut * width) - ws[0]) <= width
+    got = _at(2, fn, inputs, shape)
+    assert srv.stats["alone"] == 2 and not np.isnan(got).any()
+    assert_close(got, _reference(inputs, attrs), np.float32)
+    assert_close(got, _at(1, _kernel(xs, ws, attrs, 1, res).compute, inputs, shape), np.float32)
+    assert_close(got, tiles, np.float32)
+    y = np.full(shape, np.nan, np.float32)
+    d[rnpair.YA] = y.ctypes.data
+    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
+    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
+    written = ~np.isnan(y)
+    assert written[:, cut * width:].all() and not written[:, :cut * width].any()
+    np.testing.assert_array_equal(y[written], got[written])
+    monkeypatch.setattr(rnpair, "BY_M_TILES", 48)  # 49 tiles: by tiles
+    assert _pair_of(conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))).desc[rnpair.PANELS] == 0

@@ -113,6 +113,14 @@ DYN_MIN_TILES = 24
 BALANCE = False
 BALANCE_GAIN = 0.25
 BALANCE_RANGE = 0.15
+# F(4x4) layers of at most BY_M_TILES tiles pair by output channels (issue 11, session 13; docs/numba.md, "ResNet-18's
+# 3x3 layers at two threads"): each side transforms every tile's input itself and runs its whole weight panels (the
+# cut of wino2_pair: the sides' channels within one panel) at every position, so that each side reads half the
+# transformed weights (128@28: 1.2 of 2.4 MB) instead of all of them for half the tiles. Read when a layer binds.
+# 0: every F(4x4) layer by tiles (49: the 28x28 layers, 196: the 56x56 ones too). Off: on the Xeon (session 13,
+# nodes_ab2t.py) default / 49 was 0.84-0.87 on ResNet-18's 128@28 layers and 0.72 on ResNet-50's, default / 196
+# 0.68-0.76 on the 64@56 ones: the input transform that both sides repeat costs more than half the weights saves.
+BY_M_TILES = 0
 
 OP_WINO, OP_DIRECT, OP_WINO2 = 0, 1, 2
 # desc: the half's address, the op, the per-call addresses (x, y, z), has_z, the float values (lo, hi,
@@ -190,6 +198,20 @@ def _build():
         mo = numba.carray(_ptr(d[b + S_MO]), (36, lm), f32)
         wp = numba.carray(_ptr(d[WP]), (36, d[WP_N] // 36), f32)
         blocks, dyn, nt = d[b + S_BLOCKS], d[DYN], th_n * tw_n
+        if d[PANELS] > 0:  # BY_M_TILES: every tile (each side its own input transform), the side's panels [t0, t1)
+            groups, m0, m1 = -d[PANELS], t0 * d[WIDTH], min(m_n, t1 * d[WIDTH])
+            for i in range(blocks):
+                b0, b1 = i * nt // blocks, (i + 1) * nt // blocks
+                nl = b1 - b0
+                tin(x, v, d[PH], d[PW], th_n, tw_n, b0, b1, 0, c_n)
+                if d[COLS] == 0:
+                    bat0(wp, m_n, c_n, v, nl, mo, zeros, groups, no, zero, d[KC], scratch, t0 * 36, t1 * 36)
+                elif (nl + 7) // 8 * 8 < (nl + 6) // 7 * 7:
+                    bat2(wp, m_n, c_n, v, nl, mo, zeros, groups, no, zero, d[KC], scratch, t0 * 36, t1 * 36)
+                else:
+                    bat1(wp, m_n, c_n, v, nl, mo, zeros, groups, no, zero, d[KC], scratch, t0 * 36, t1 * 36)
+                tout(mo, y, bias, z, has_z, th_n, tw_n, d[CODE], fv[2], fv[3], b0, b1, m0, m1)
+            return 0
         i = 0
         while True:
             if dyn > 0:  # the next chunk claimed (the caller from the front, the helper from the back)
@@ -401,6 +423,8 @@ def wino_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_z
     width = ftile.COLS_WIDTH[KIND] if cols else ftile.MR[KIND]
     cut = -(-nt // 2)
     desc = _wino_desc(OP_WINO, x_shape, y_shape, ph, pw, th_n, tw_n, code, cols, has_z)
+    if nt <= BY_M_TILES and -(-m_n // width) >= 2:
+        return _by_m_pair(conv, desc, c_n, m_n, nt, width, p0, p1)
     sizes = []
     most = 0
     for side, (t0, t1) in enumerate(((0, cut), (cut, nt))):
@@ -429,6 +453,30 @@ def wino_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_z
     pair = _wino_pair(conv, desc, sizes, m_n, c_n, width, 4, p0, p1)
     pair.balance = balance
     return pair
+
+
+def _panel_cut(m_n: int, width: int) -> int:
+    """The caller's whole ``width``-channel panels of ``m_n`` channels, so that the sides' channels are as even as
+    whole panels allow."""
+    panels = -(-m_n // width)
+    return min(range(1, panels), key=lambda q: max(min(m_n, q * width), m_n - min(m_n, q * width)))
+
+
+def _by_m_pair(conv, desc, c_n: int, m_n: int, nt: int, width: int, p0, p1) -> Pair:
+    """An F(4x4) layer's pair by output channels (BY_M_TILES): each side every tile in winograd.tile_blocks' blocks
+    (the one-thread path's), its whole panels of the weights."""
+    panels = -(-m_n // width)
+    cut = _panel_cut(m_n, width)
+    blocks = winograd.tile_blocks(nt, c_n, m_n, budget=PAIR_TILE_BYTES)
+    most = -(-nt // blocks)
+    desc[PANELS], desc[WIDTH] = panels, width
+    lv, lm = winograd._spaced(c_n * most), winograd._spaced(m_n * most)
+    desc[LV], desc[LM] = lv, lm
+    ssize = max(ftile.scratch_size(KIND, 2, most), ftile.scratch_size(KIND, 1, most)) if desc[COLS] else 1
+    for side, (q0, q1) in enumerate(((0, cut), (cut, panels))):
+        base = SIDE0 + side * SIDE_N
+        desc[base + S_T0], desc[base + S_T1], desc[base + S_BLOCKS], desc[base + S_SCR_N] = q0, q1, blocks, ssize
+    return _wino_pair(conv, desc, [(36 * lv, 36 * lm, ssize)] * 2, m_n, c_n, width, 4, p0, p1)
 
 
 def dyn_chunks(nt: int, most: int) -> int:
@@ -505,7 +553,7 @@ def wino2_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_
     panels = -(-m_n // width)
     if panels < 2:
         return None
-    cut = min(range(1, panels), key=lambda q: max(min(m_n, q * width), m_n - min(m_n, q * width)))
+    cut = _panel_cut(m_n, width)
     desc = _wino_desc(OP_WINO2, x_shape, y_shape, ph, pw, th_n, tw_n, code, cols, has_z)
     desc[PANELS], desc[WIDTH] = panels, width
     lv, lm = winograd._spaced(c_n * nt), winograd._spaced(m_n * nt)
@@ -577,5 +625,5 @@ def direct_pair(conv, x_shape, y_shape, kernel: tuple, stride: int, ph: int, pw:
     return pair, pair_pad
 
 
-__all__ = ["BALANCE", "DYNAMIC", "ON", "Pair", "chunk_stall", "direct_pair", "dyn_chunks", "enabled", "follow",
-           "half_address", "pair_run", "prepare", "rebalance", "rule", "set_cut", "wino2_pair", "wino_pair"]
+__all__ = ["BALANCE", "BY_M_TILES", "DYNAMIC", "ON", "Pair", "chunk_stall", "direct_pair", "dyn_chunks", "enabled",
+           "follow", "half_address", "pair_run", "prepare", "rebalance", "rule", "set_cut", "wino2_pair", "wino_pair"]
