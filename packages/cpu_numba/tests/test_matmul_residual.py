@@ -21,7 +21,7 @@ def _r(rng, *shape):
 
 @pytest.fixture(autouse=True)
 def _fusion_on(monkeypatch):
-    """The pass on (its default is the Xeon's word: docs/numba.md, session 13)."""
+    """The pass on (its default since issue 11, session 13: docs/numba.md), whatever a test before set."""
     monkeypatch.setattr(matmul_bias, "RESIDUAL_ENABLED", True)
 
 
