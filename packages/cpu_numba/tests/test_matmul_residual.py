@@ -12,7 +12,7 @@ from kernelkit import GraphBuilder, Session
 from kernelkit.passes import matmul_bias
 from kernelkit.testing import assert_close
 from kernelkit_numba import config
-from kernelkit_numba.kernels import fgemm, gemm
+from kernelkit_numba.kernels import epilogue, fgemm, fpair, ftile, gemm, pairs
 
 
 def _r(rng, *shape):
@@ -21,7 +21,7 @@ def _r(rng, *shape):
 
 @pytest.fixture(autouse=True)
 def _fusion_on(monkeypatch):
-    """The pass on (its default is the Xeon's word: docs/numba.md, session 13)."""
+    """The pass on (its default since issue 11, session 13: docs/numba.md), whatever a test before set."""
     monkeypatch.setattr(matmul_bias, "RESIDUAL_ENABLED", True)
 
 
@@ -69,8 +69,11 @@ def test_residual_matches_reference(rng, monkeypatch, resid_calls, a_shape, b_sh
 
 @pytest.mark.parametrize("a_shape, b_shape, tiles", SHAPES)
 @pytest.mark.parametrize("attrs", [{}, {"activation": "Relu"}])
-def test_residual_in_shards(rng, monkeypatch, resid_calls, a_shape, b_shape, tiles, attrs):
-    """At three threads (every product cut into shards) the product runs as without Z, then Z is added."""
+@pytest.mark.parametrize("threads_too", [True, False])
+def test_residual_in_shards(rng, monkeypatch, resid_calls, a_shape, b_shape, tiles, attrs, threads_too):
+    """At three threads (every product cut into shards) each shard's tiles start from its block of Z
+    (RESIDUAL_THREADS), or the product runs as without Z, then Z is added."""
+    monkeypatch.setattr(gemm, "RESIDUAL_THREADS", threads_too)
     monkeypatch.setattr(config, "SERIAL_WORK", 0)
     monkeypatch.setattr(config, "MIN_SHARD_WORK", 0)
     out_shape = a_shape[:-1] + b_shape[-1:]
@@ -78,7 +81,7 @@ def test_residual_in_shards(rng, monkeypatch, resid_calls, a_shape, b_shape, til
     want = kk.testing.run_single_op("MatMul", inputs, attrs, vendors=["reference"], fallback=False)[0]
     got = kk.testing.run_single_op("MatMul", inputs, attrs, vendors=["numba"], fallback=False, threads=3)[0]
     assert_close(got, want)
-    assert resid_calls == []
+    assert resid_calls == ([(int(np.prod(out_shape[:-1])), out_shape[-1])] if tiles and threads_too else [])
 
 
 @pytest.mark.parametrize("z_shape, out_shape", [((1, 16, 48), (2, 16, 48)), ((16, 48), (2, 16, 48)),
@@ -124,8 +127,9 @@ def _feeds(seq=16, k=64, n=48):
 @pytest.mark.parametrize("act", [None, "Relu"])
 @pytest.mark.parametrize("threads, tiles", [(1, True), (1, False), (2, True)])
 def test_pass_fuses_on_numba_and_writes_over_r(monkeypatch, resid_calls, k, act, threads, tiles):
-    """The fused node writes over r's block (the plan's in-place step): on the tiles from r at one thread,
-    else the product into scratch first (RESIDUAL_TILES off; two threads), then r added into its block."""
+    """The fused node writes over r's block (the plan's in-place step): on the tiles from r at one thread
+    and at two (RESIDUAL_THREADS), else the product into scratch first (RESIDUAL_TILES off), then r added
+    into its block."""
     monkeypatch.setattr(gemm, "RESIDUAL_TILES", tiles)
     if threads > 1:  # the product on two threads, small as it is
         monkeypatch.setattr(config, "SERIAL_WORK", 0)
@@ -146,7 +150,7 @@ def test_pass_fuses_on_numba_and_writes_over_r(monkeypatch, resid_calls, k, act,
     mem = sess._executor.last_memory
     at = {s.name: i for i, s in enumerate(sess.plan.steps)}[fused.name]
     assert mem.inplace == {at: fused.input_slots[3]}  # written over Relu(r)'s block
-    assert resid_calls == ([(32, 48)] if threads == 1 and tiles else [])
+    assert resid_calls == ([(32, 48)] if tiles else [])
     want = Session(model, vendors=["reference"], passes=False).run(None, feeds)[0]
     assert_close(got, want)
     again = sess.run(None, feeds)[0]  # the arena's r block is written again by the Relu: the same result
@@ -204,3 +208,93 @@ def test_constant_is_not_a_residual(rng):
     sess = Session(g.build(), vendors=["numba", "reference"], threads=1, fallback=False)
     sess.run(None, {"x": _r(rng, 2, 6, 8)})
     assert "fuse_matmul_residual" not in sess.passes_fired
+
+
+# fpair's halves with the residual in their accumulators (fgemm.RESID_PAIRS): two threads
+
+@pytest.mark.parametrize("axis", ["columns", "rows"])
+@pytest.mark.parametrize("m, k, n", [(128, 256, 256), (53, 1100, 99)])
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("ahead", [1, 0])
+@pytest.mark.parametrize("post", [epilogue.NONE, epilogue.GELU])
+@pytest.mark.skipif(not pairs.X86 or ftile.choice()[0] is None, reason="pairs need x86-64 and the float32 tiles")
+def test_pair_halves_start_from_r(quiet_server, monkeypatch, axis, m, k, n, with_bias, ahead, post):
+    """fgemm.gemm with a residual at two threads pairs (RESID_PAIRS): the caller alone (the helper
+    'spinning' but never coming) runs both halves, each from its own rows or columns of r; the helper's
+    half, served by fpair's loop over the same descriptor, writes its part the same bit for bit. Both equal
+    the one-thread tiles from r bit for bit and the float64 product + bias + r within the fp32 tolerances
+    (K 1100: two chunks, the second from the partial sums; 99 columns: a masked last panel)."""
+    monkeypatch.setattr(fpair, "AXIS", axis)
+    monkeypatch.setattr(fgemm, "RESID_PREFETCH", ahead)
+    kind = ftile.choice()[0]
+    rng = np.random.default_rng(m + n)
+    a = _r(rng, m, k)
+    b = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    bias = _r(rng, n) if with_bias else None
+    z = _r(rng, m, n)
+    packed = fgemm.Packed(b, b, kind)
+    p0 = 0.0
+    one = z.copy()
+    with config.num_threads(1):
+        fgemm.gemm(kind, packed, a, one, 1.0, bias, post, p0, 0.0, resid=True)
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    alone = z.copy()
+    with config.num_threads(2):
+        fgemm.gemm(kind, packed, a, alone, 1.0, bias, post, p0, 0.0, resid=True)
+    assert srv.stats["alone"] == 1 and srv.stats["paired"] == 0  # the pair ran, the caller on both sides
+    np.testing.assert_array_equal(alone, one)
+    y64 = a.astype(np.float64) @ b.astype(np.float64) + (0 if bias is None else bias) + z
+    if post == epilogue.GELU:
+        from math import erf
+        y64 = y64 * 0.5 * (1 + np.vectorize(erf)(y64 / np.sqrt(2)))
+    assert_close(alone, y64.astype(np.float32), np.float32)
+    # the helper's half: the job the caller published, republished over a fresh r and served on this thread
+    desc = np.ctypeslib.as_array((np.ctypeslib.ctypes.c_int64 * fpair.NDESC).from_address(int(srv.ctl[pairs.DESC])))
+    assert desc[fpair.MODE] == (fpair.ROWS if axis == "rows" else fpair.COLUMNS)
+    y = z.copy()
+    desc[fpair.OUT] = y.ctypes.data
+    desc[fpair.AP] = a.ctypes.data
+    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
+    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
+    assert srv.ctl[pairs.STATE] == 9 * 4 + pairs.DONE
+    cut = int(desc[fpair.CUT])
+    mine, theirs = (np.s_[:cut], np.s_[cut:]) if axis == "rows" else (np.s_[:, :cut], np.s_[:, cut:])
+    np.testing.assert_array_equal(y[mine], z[mine])  # side 0 untouched: still r
+    np.testing.assert_array_equal(y[theirs], one[theirs])  # side 1 from its own part of r
+
+
+def test_pair_key_keeps_resid_apart(monkeypatch):
+    """A weight's product with a residual and without get their own descriptors (halves of their own)."""
+    kind = ftile.choice()[0]
+    if kind is None or not pairs.X86:
+        pytest.skip("pairs need x86-64 and the float32 tiles")
+    rng = np.random.default_rng(2)
+    a, b, z = _r(rng, 64, 128), _r(rng, 128, 96), _r(rng, 64, 96)
+    packed = fgemm.Packed(b, b, kind)
+    monkeypatch.setattr(fpair, "run", lambda desc, a_flat, out_flat: False)  # descriptors made, no pair run
+    with config.num_threads(2):
+        plain = np.empty_like(z)
+        fgemm.gemm(kind, packed, a, plain, resid=False)
+        fused = z.copy()
+        fgemm.gemm(kind, packed, a, fused, resid=True)
+    made = list(packed.pairs.values())
+    assert len(made) == 2 and made[0] is not False and made[1] is not False
+    assert made[0].desc[fpair.FN] != made[1].desc[fpair.FN]  # two halves: plain and from r
+    assert_close(plain, a @ b, np.float32)
+    assert_close(fused, a @ b + z, np.float32)
+
+
+def test_residual_pairs_through_a_two_thread_session(session_pair_calls, resid_calls):
+    """The transformer's residual product (128 x 256 x 256 + bias + r) fused in a two-thread session pairs on
+    fpair's helper from r's block, equal to the reference and the one-thread run on every run, paired or
+    not (a refused pair: the two shares from r, as the unfused product's; a loaded box's pool job is theirs)."""
+    model = residual_model(k=256, n=256, seq=128)
+    feeds = _feeds(seq=128, k=256, n=256)
+    want = Session(model, vendors=["reference"], passes=False).run(None, feeds)[0]
+    one = Session(model, vendors=["numba", "reference"], threads=1).run(None, feeds)[0]
+    sess = Session(model, vendors=["numba", "reference"], fallback=False, threads=2)
+    assert sess.passes_fired.get("fuse_matmul_residual") == 1
+    before = len(resid_calls)
+    tried, _jobs = session_pair_calls(sess, feeds, want, one, 10)
+    assert tried >= 10 and resid_calls[before:] and set(resid_calls[before:]) == {(256, 256)}  # from r

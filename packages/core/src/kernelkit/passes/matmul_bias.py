@@ -88,8 +88,11 @@ def fuse_matmul_bias(graph: Graph, ctx: PassContext) -> int:
     return count
 
 
-# fuse_matmul_residual's switch (benchmarks' A/B: kernelkit.passes.matmul_bias.RESIDUAL_ENABLED=1)
-RESIDUAL_ENABLED = False
+# fuse_matmul_residual's switch (benchmarks' A/B: kernelkit.passes.matmul_bias.RESIDUAL_ENABLED=0). On since
+# issue 11, session 13 (resid13; docs/numba.md): Xeon, turns.py default / fused bert_l4 1.00, transformer 1.01
+# at two threads, 1.02 / 0.99 at one, 0.99 / 1.06 loaded; at two threads the fused products 1.02-1.07x the
+# product + Add per node (nodes_ab2t.py)
+RESIDUAL_ENABLED = True
 
 
 def _residual_kernel(graph: Graph, ctx: PassContext, inputs: list, attrs: dict) -> bool:

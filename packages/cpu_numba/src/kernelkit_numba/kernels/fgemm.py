@@ -518,7 +518,8 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
     """out (M, N) = act(alpha * a2 (M, K) @ B + bias) on the tiles of ``kind``, in about ``shards``
     shards on the pool (default: one per thread of this call's budget). ``bias``: N values or None;
     ``code``: an epilogue code (CLIP with p0, p1 the bounds). ``resid``: ``out`` holds a residual r on
-    entry and gets act(r + a2 @ B + bias) (alpha 1; the driver's ``resid``; never fpair's halves)."""
+    entry and gets act(r + a2 @ B + bias) (alpha 1; the driver's ``resid``: at two threads fpair's halves
+    each start from their rows or columns of r, ``RESID_PAIRS``; the pool's shares from theirs)."""
     if resid and alpha != 1:
         raise ValueError("fgemm.gemm: a residual in the accumulators needs alpha 1")
     m_n, k_n = a2.shape
@@ -543,9 +544,9 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
     args = (ap, lda, packed.bp, k_n, m_n, n_n, f32(alpha), bb, packed.zeros, out.reshape(-1), out.strides[0] // 4, lo,
             hi, f32(p0), f32(p1), block, groups, kc)
     total = blocks * groups
-    if threads == 2 and not resid and 2.0 * m_n * n_n * k_n >= PAIR_FLOPS and fpair.enabled() and \
+    if threads == 2 and (RESID_PAIRS or not resid) and 2.0 * m_n * n_n * k_n >= PAIR_FLOPS and fpair.enabled() and \
             _paired(kind, post, mr, packed, ap, lda, out, m_n, k_n, (f32(alpha), lo, hi, f32(p0), f32(p1)),
-                    bias is None):
+                    bias is None, resid):
         return
     if total <= 1 or threads <= 1:
         fn(*args, 0, total)
@@ -779,9 +780,13 @@ PAIR_FLOPS = float(1 << 20)
 # A bound product whose pair the helper refused runs on the caller alone where the pool has no worker
 # (issue 11, session 11; False: the pool's two shares, which start a worker that then spins through every run)
 PAIR_ALONE = True
+# A fused residual (gemm's ``resid``: the output holds r on entry) at two threads in fpair's halves, each side's
+# driver starting its tiles from its own rows or columns of r, as the one-thread tiles do (issue 11, session 13;
+# False: such a product does not pair, and the pool's shares or the caller alone run it)
+RESID_PAIRS = True
 
 
-def _paired(kind, post, mr, packed, ap, lda, out, m_n, k_n, fvals, no_bias) -> bool:
+def _paired(kind, post, mr, packed, ap, lda, out, m_n, k_n, fvals, no_bias, resid=False) -> bool:
     """gemm's product at two threads as two halves on the caller and fpair's helper (fpair.py), with
     its descriptor made at the first call of this weight, shape and epilogue; False where it does not
     split (one panel and one row tile), the helper does not spin (woken now) or another caller holds
@@ -789,18 +794,20 @@ def _paired(kind, post, mr, packed, ap, lda, out, m_n, k_n, fvals, no_bias) -> b
     if not out.flags.c_contiguous:
         return False
     ldo = out.strides[0] // 4
-    key = (m_n, k_n, lda, ldo, kind, post, mr, fvals, no_bias, ap.size, out.size)
+    key = (m_n, k_n, lda, ldo, kind, post, mr, fvals, no_bias, ap.size, out.size, resid)
     made = packed.pairs.get(key)
     if made is None:
         made = packed.pairs[key] = _pair_descriptor(kind, post, mr, packed, lda, m_n, k_n, ldo, fvals,
-                                                    packed.zeros if no_bias else packed.bias_buf, ap.size, out.size)
+                                                    packed.zeros if no_bias else packed.bias_buf, ap.size, out.size,
+                                                    resid)
     return made is not False and fpair.run(made, ap, out.reshape(-1))
 
 
-def _pair_descriptor(kind, post, mr, packed, lda, m_n, k_n, ldo, fvals, bias, a_len, out_len):
+def _pair_descriptor(kind, post, mr, packed, lda, m_n, k_n, ldo, fvals, bias, a_len, out_len, resid=False):
     """fpair's descriptor of one product (fpair.axis picks columns or rows; ``bias``: the padded bias
-    buffer it reads, or the zeros), or False where it does not split or the helper cannot start (no
-    cycle counter)."""
+    buffer it reads, or the zeros; ``resid``: the halves' drivers start from the output's values, a
+    residual there on entry), or False where it does not split or the helper cannot start (no cycle
+    counter)."""
     n_n, nr = packed.n_n, NR[kind]
     panels = -(-n_n // nr)
     block, _blocks, _groups, kc = plan(kind, m_n, k_n, n_n, 1)
@@ -820,8 +827,9 @@ def _pair_descriptor(kind, post, mr, packed, lda, m_n, k_n, ldo, fvals, bias, a_
         return False
     pf = f".pf{int(PREFETCH)}" if PREFETCH else ""
     ahead = int(B_AHEAD_PAIR)
-    _fn, address = fpair.half_address(driver(kind, post, mr, None, ahead),
-                                      f"fpair.half.{kind}.{mr}.{post}{pf}" + (f".a{ahead}" if ahead else ""))
+    fn = driver(kind, post, mr, None, ahead, resid)
+    z = ((".zp" if RESID_PREFETCH else ".z") if resid else "")
+    _fn, address = fpair.half_address(fn, f"fpair.half.{kind}.{mr}.{post}{pf}" + (f".a{ahead}" if ahead else "") + z)
     if not address:
         return False
     made = fpair.descriptor(address, mode, cut, (-(-sides[0] // block), -(-sides[1] // block)), packed.bp, bias,

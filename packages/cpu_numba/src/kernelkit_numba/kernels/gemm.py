@@ -448,6 +448,10 @@ TANH_GELU_PASS = True  # MatMul's fused tanh Gelu as unary's pass after the prod
 # else r is copied in) and the tiles' first K chunk resumes from it, so r is read where the tiles load their
 # output block anyway (False: the product, then np.add of r: the two nodes' work in one step)
 RESIDUAL_TILES = True
+# ... at every thread count, not only at one: at two, fpair's halves start from their own rows or columns of r
+# (fgemm.RESID_PAIRS), at more the pool's shares from theirs (issue 11, session 13; False: at two threads and
+# up the product into this thread's scratch, then np.add of r into the output, the unfused pair's two passes)
+RESIDUAL_THREADS = True
 
 
 @register_kernel("MatMul", device="cpu", vendor="numba", dtype="float32")
@@ -533,9 +537,10 @@ class MatMul(NumbaKernel):
 
     def _residual(self, a, b, bias, z, out):
         """act(a @ b + bias + z) into ``out`` (which may be z's own memory: the plan writes the output
-        over the residual's block): at one thread on fgemm's tiles with the output starting as z
-        (``RESIDUAL_TILES``), else the product without the activation, z added, then the activation."""
-        if RESIDUAL_TILES and config.current_threads() == 1 and b.ndim == 2 and a.ndim >= 2 and \
+        over the residual's block): on fgemm's tiles with the output starting as z (``RESIDUAL_TILES``; at
+        one thread, or at any with ``RESIDUAL_THREADS``), else the product without the activation, z added,
+        then the activation."""
+        if RESIDUAL_TILES and (RESIDUAL_THREADS or config.current_threads() == 1) and b.ndim == 2 and a.ndim >= 2 and \
                 a.dtype == np.float32 and b.dtype == np.float32 and z.dtype == np.float32 and a.flags.c_contiguous:
             shape = a.shape[:-1] + b.shape[-1:]
             if z.shape == shape and self._const_b.kind(math.prod(a.shape[:-1]), *b.shape) is not None and \
