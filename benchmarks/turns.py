@@ -157,7 +157,12 @@ def take_turns(model: str, runtimes, rounds: int, turn_s: float, settle: int, lo
     try:
         for runtime in runtimes:  # built one after another: no process compiles beside a timed one
             children.append(Child(model, runtime, VARIANTS.get(runtime, ""), VARIANT_THREADS.get(runtime)))
-        calls = {c.runtime: max(3, min(400, round(turn_s * 1e3 / max(c.ready["call_ms"], 1e-3)))) for c in children}
+        def per_block(ms: float) -> int:
+            return max(3, min(400, round(turn_s * 1e3 / max(ms, 1e-3))))
+
+        # from the ready calls, then from each block's median: a first call that compiled or woke a pool must
+        # not leave a runtime at 3 calls a block for every round (session 13's J2: MobileNetV2's default)
+        calls = {c.runtime: per_block(c.ready["call_ms"]) for c in children}
         blocks: dict = {r: [] for r in runtimes}
         pool: dict = {r: {} for r in runtimes}
         for rnd in range(rounds):
@@ -167,13 +172,15 @@ def take_turns(model: str, runtimes, rounds: int, turn_s: float, settle: int, lo
                 order = order[::-1]
             for child in order:
                 time.sleep(gap_s)  # the last process's threads end their idle spin before the next block
-                row = child.block(calls[child.runtime], settle)
+                n_calls = calls[child.runtime]
+                row = child.block(n_calls, settle)
                 blocks[child.runtime].append(row["median_ms"])
+                calls[child.runtime] = per_block(row["median_ms"])
                 for key, count in row["pool"].items():
                     pool[child.runtime][key] = pool[child.runtime].get(key, 0) + count
                 if sink:
                     sink.write(json.dumps({"model": model, "runtime": child.runtime, "round": rnd,
-                                           "load": "loaded" if loaded else "quiet", "calls": calls[child.runtime],
+                                           "load": "loaded" if loaded else "quiet", "calls": n_calls,
                                            **row}) + "\n")
         cosine_ok = {c.runtime: c.ready["cosine_ok"] for c in children}
     finally:
