@@ -28,7 +28,9 @@ import time
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
+from bench_heads import head_case  # noqa: E402
 from kernelkit_numba.kernels import fgemm, ftile  # noqa: E402
 from llvmlite import ir  # noqa: E402
 from numba import njit, types  # noqa: E402
@@ -72,18 +74,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     fns = {}
     for k_n, n_n in heads:
-        w = (rng.standard_normal((n_n, k_n)) / np.sqrt(k_n)).astype(np.float32)  # (N, K): transB, as exported
-        w.flags.writeable = False
-        x = rng.standard_normal((1, k_n)).astype(np.float32)
-        bias = rng.standard_normal(n_n).astype(np.float32)
-        out = np.empty((1, n_n), np.float32)
-        want = x.astype(np.float64) @ w.T.astype(np.float64) + bias
-        packed = fgemm.Packed(w, w.T, kind)
-
-        def blas(x=x, w=w, out=out, bias=bias):
-            np.matmul(x, w.T, out=out)
-            out += bias
-
+        w, x, bias, out, want, packed, blas = head_case(rng, k_n, n_n, kind)
         name = f"1x{k_n}x{n_n}"
         wkn = np.ascontiguousarray(w.T)  # (K, N): a MatMul's weight (the zoo's heads: MatMul + Add)
         wkn.flags.writeable = False

@@ -26,6 +26,24 @@ def evict() -> None:
     EVICT[::16] += 1.0  # a write to every cache line
 
 
+
+def head_case(rng, k_n: int, n_n: int, kind: int):
+    """A 1 x k_n x n_n head: its weight (N, K) as exported (transB, read-only), input, bias, output, the
+    float64 answer, the weight packed for ``kind`` and np.matmul + bias (the reference's call) into out."""
+    w = (rng.standard_normal((n_n, k_n)) / np.sqrt(k_n)).astype(np.float32)
+    w.flags.writeable = False
+    x = rng.standard_normal((1, k_n)).astype(np.float32)
+    bias = rng.standard_normal(n_n).astype(np.float32)
+    out = np.empty((1, n_n), np.float32)
+    want = x.astype(np.float64) @ w.T.astype(np.float64) + bias
+    packed = fgemm.Packed(w, w.T, kind)
+
+    def blas(x=x, w=w, out=out, bias=bias):
+        np.matmul(x, w.T, out=out)
+        out += bias
+
+    return w, x, bias, out, want, packed, blas
+
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 300
     heads = [tuple(int(v) for v in s.split("x")) for s in sys.argv[2].split(",")] if len(sys.argv) > 2 else HEADS
@@ -35,18 +53,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     fns, shape_of = {}, {}
     for k_n, n_n in heads:
-        w = (rng.standard_normal((n_n, k_n)) / np.sqrt(k_n)).astype(np.float32)  # (N, K): transB, as exported
-        w.flags.writeable = False
-        x = rng.standard_normal((1, k_n)).astype(np.float32)
-        bias = rng.standard_normal(n_n).astype(np.float32)
-        out = np.empty((1, n_n), np.float32)
-        want = x.astype(np.float64) @ w.T.astype(np.float64) + bias
-        packed = fgemm.Packed(w, w.T, kind)
-
-        def blas(x=x, w=w, out=out, bias=bias):
-            np.matmul(x, w.T, out=out)
-            out += bias
-
+        w, x, bias, out, want, packed, blas = head_case(rng, k_n, n_n, kind)
         name = f"1x{k_n}x{n_n}"
         entries = {"np.matmul": blas}
         for ahead in aheads:
