@@ -24,6 +24,13 @@ def readonly(a):
     return a
 
 
+def same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` are the same memory in the same arrangement (shape, strides, first byte): an
+    output the memory plan placed over an input's block."""
+    return a.shape == b.shape and a.strides == b.strides and \
+        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+
+
 def _names_out(fn) -> bool:
     """Whether ``fn`` takes a keyword-only ``out``."""
     try:

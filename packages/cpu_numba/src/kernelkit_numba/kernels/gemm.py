@@ -11,7 +11,7 @@ import numpy as np
 from kernelkit.registry import register_kernel
 
 from .. import config
-from .._base import NumbaKernel
+from .._base import NumbaKernel, same_memory
 from . import fgemm, fpair, ftile, gemm_nt, halves, hpair
 from .conv import _edge, tile_grid
 from .epilogue import GELU, NONE, TANH, scale_bias_act_cols
@@ -546,7 +546,7 @@ class MatMul(NumbaKernel):
             if z.shape == shape and self._const_b.kind(math.prod(a.shape[:-1]), *b.shape) is not None and \
                     (out is None or out.flags.c_contiguous):
                 y = np.empty(shape, np.float32) if out is None else out
-                if not _same_memory(y, z):
+                if not same_memory(y, z):
                     np.copyto(y, z)
                 if self._tiles(a, b, y, None if bias is None else np.ascontiguousarray(bias, np.float32),
                                resid=True) is not None:
@@ -649,9 +649,3 @@ def _product_shape(a, b) -> tuple:
     if len(sb) == 1:
         shape = shape[:-1]
     return shape
-
-
-def _same_memory(x, y) -> bool:
-    """Whether arrays x and y are the same memory in the same arrangement (the plan's in-place output)."""
-    return x.__array_interface__["data"][0] == y.__array_interface__["data"][0] and x.shape == y.shape and \
-        x.strides == y.strides

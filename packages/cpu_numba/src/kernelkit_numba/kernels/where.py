@@ -12,19 +12,14 @@ import numpy as np
 from kernelkit.registry import register_kernel
 
 from .. import config
-from .._base import threaded
-
-
-def _same_memory(a: np.ndarray, out: np.ndarray) -> bool:
-    return (a.shape == out.shape and a.strides == out.strides
-            and a.__array_interface__["data"][0] == out.__array_interface__["data"][0])
+from .._base import same_memory, threaded
 
 
 def _select(cond, x, y, out) -> None:
     in_x, in_y = np.may_share_memory(out, x), np.may_share_memory(out, y)  # bounds only: ~0.2 us each
-    if in_x and _same_memory(x, out):
+    if in_x and same_memory(x, out):
         np.copyto(out, y, where=np.logical_not(cond))
-    elif in_y and _same_memory(y, out):
+    elif in_y and same_memory(y, out):
         np.copyto(out, x, where=cond)
     elif in_x or in_y:  # a partial overlap: copy first
         np.copyto(out, np.where(cond, x, y))
