@@ -47,7 +47,7 @@ OPEN, CLAIMED, DONE, TAKEN = pairs.OPEN, pairs.CLAIMED, pairs.DONE, pairs.TAKEN
 STATE, DESC, SLOT, AWAKE, JOB, WAITED, STOP = pairs.STATE, pairs.DESC, pairs.SLOT, pairs.AWAKE, pairs.JOB, \
     pairs.WAITED, pairs.STOP
 PUBLISHED, CLAIMED_AT, FINISHED_AT = pairs.PUBLISHED, pairs.CLAIMED_AT, pairs.FINISHED_AT
-OWN = 7  # ctl: cycles the last caller spent on its own half
+OWN = pairs.OWN  # ctl: cycles the last caller spent on its own half
 
 # desc: the half's address, A (per call: address; its length), lda (0: packed), B's panels, K, M, N, the
 # bias and zeros buffers, the output (per call) and its row stride, row-block rows, K chunk, the mode,

@@ -43,9 +43,10 @@ OPEN, CLAIMED, DONE, TAKEN = 0, 1, 2, 3
 # [3] the helper: 0 asleep, 1 spinning, 2 woken, [4] the last job number, [5] cycles the last caller
 # waited for the helper's half, [6] stop (tests)
 STATE, DESC, SLOT, AWAKE, JOB, WAITED, STOP = range(7)
+OWN = 7  # ctl: cycles the last caller spent on its own half (fpair's stall rule)
 # ctl's cycle stamps of the last job (issue 11, session 13: where a two-thread run's time goes): [8] the caller
-# published it, [9] the helper claimed it, [10] the helper finished its half ([7] is fpair's OWN; a ctl of 8 words,
-# the tests' and the stand-in calls', has none)
+# published it, [9] the helper claimed it, [10] the helper finished its half (a ctl of 8 words, the tests' and the
+# stand-in calls', has none)
 PUBLISHED, CLAIMED_AT, FINISHED_AT = 8, 9, 10
 NCTL = 12
 # A list: each pair call that reports its outcome (PairServer.result) appends (perf_counter, done, the caller's
@@ -272,9 +273,9 @@ class PairServer:
         doubling; ``stalled``: the caller's own verdict, rnpair's claimed chunks)."""
         if TRACE is not None:
             c = self.ctl
-            TRACE.append((time.perf_counter(), done, int(c[7]), int(c[WAITED]), int(c[CLAIMED_AT] - c[PUBLISHED]),
+            TRACE.append((time.perf_counter(), done, int(c[OWN]), int(c[WAITED]), int(c[CLAIMED_AT] - c[PUBLISHED]),
                           int(c[FINISHED_AT] - c[CLAIMED_AT])) if done == 1 else
-                         (time.perf_counter(), done, int(c[7]), 0, 0, 0))
+                         (time.perf_counter(), done, int(c[OWN]), 0, 0, 0))
         if done == 1:
             self.stats["paired"] += 1
             self._misses = 0
