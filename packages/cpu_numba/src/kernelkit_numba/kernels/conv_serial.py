@@ -435,14 +435,22 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
     no_z = readonly(np.zeros(1, np.float32))
     cols_kc = ftile.COLS_KC
     if cols:
-        from .conv import FTILE_COLS_KC_ONE_THREAD, FTILE_COLS_MAX
+        from .conv import FTILE_COLS_KC_ONE_THREAD, FTILE_COLS_KC_SMALL_ONE_THREAD, FTILE_COLS_MAX, cols_shape_one_thread
 
         width = ftile.COLS_WIDTH[kind]
         driver = ftile.cols_driver(kind)
         total = -(-m_n // width)
         size = ftile.scratch_size(kind, True, l_n)
+        shape = cols_shape_one_thread(kind, m_n, l_n) if _one_thread(conv, parallel) else None
+        if shape is not None:  # another tile shape (conv.COLS_TILE_ONE_THREAD): its own panels, no pair
+            width = 16 * shape[0]
+            driver = ftile.cols_shape_driver(*shape)
+            total = m_n // width
+            size = ftile.cols_shape_scratch(*shape, l_n)
         if l_n > FTILE_COLS_MAX and FTILE_COLS_KC_ONE_THREAD:  # (maps only FTILE_COLS_MAX_ONE_THREAD takes)
             cols_kc = FTILE_COLS_KC_ONE_THREAD
+        elif l_n <= FTILE_COLS_MAX and FTILE_COLS_KC_SMALL_ONE_THREAD and not parallel:
+            cols_kc = FTILE_COLS_KC_SMALL_ONE_THREAD
     else:
         kind = ftile.rows_kind(kind, m_n, one_thread=_one_thread(conv, parallel))
         width = ftile.MR[kind]
@@ -452,8 +460,9 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         pack = ftile.pack_rows(m_n, k_n, l_n)
         size = ftile.scratch_size(kind, False, l_n, block, kc, pack)
     packing = (k_n, width)  # (_packed's K and tile width)
-    pair = None if (parallel and n_n == 1 and not rnpair.POINTWISE) or kind != cpair.KIND else cpair.tiles_pair(
-        conv, step, cols, y_shape, k_n, l_n, lo, hi, has_z, split=parallel and n_n == 1)
+    pair = None if (parallel and n_n == 1 and not rnpair.POINTWISE) or kind != cpair.KIND or (
+        cols and width != ftile.COLS_WIDTH[kind]) else cpair.tiles_pair(conv, step, cols, y_shape, k_n, l_n, lo, hi,
+                                                                         has_z, split=parallel and n_n == 1)
     if parallel and n_n == 1 and pair is not None:
         pair.rule = rnpair.rule()  # ResNet-50's 1x1 layers (0.3-1.4 ms a half): as rnpair's
 
