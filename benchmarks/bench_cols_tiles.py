@@ -76,7 +76,7 @@ def best_rates(fns: dict, flops: float, reps: int, cold: bool) -> dict:
     for i in range(reps):
         for name in names[i % len(names):] + names[:i % len(names)]:
             if cold:
-                _FLUSH += 1.0
+                np.add(_FLUSH, 1.0, out=_FLUSH)
             t0 = time.perf_counter()
             fns[name]()
             best[name] = min(best[name], time.perf_counter() - t0)

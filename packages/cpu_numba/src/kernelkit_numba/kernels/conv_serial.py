@@ -435,7 +435,12 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
     no_z = readonly(np.zeros(1, np.float32))
     cols_kc = ftile.COLS_KC
     if cols:
-        from .conv import FTILE_COLS_KC_ONE_THREAD, FTILE_COLS_KC_SMALL_ONE_THREAD, FTILE_COLS_MAX, cols_shape_one_thread
+        from .conv import (
+            FTILE_COLS_KC_ONE_THREAD,
+            FTILE_COLS_KC_SMALL_ONE_THREAD,
+            FTILE_COLS_MAX,
+            cols_shape_one_thread,
+        )
 
         width = ftile.COLS_WIDTH[kind]
         driver = ftile.cols_driver(kind)
