@@ -462,6 +462,37 @@ def test_one_thread_14x14_pointwise_on_the_cols_tiles(rng, monkeypatch, stride):
     assert_close(got, want)
 
 
+@pytest.mark.parametrize("hw,stride", [(14, 1), (7, 1), (14, 2)])
+def test_one_thread_pointwise_cols_chunk_defaults(rng, monkeypatch, hw, stride):
+    """The one-thread 1x1 calls on the cols tiles take K in chunks of conv.FTILE_COLS_KC_ONE_THREAD (14x14 maps)
+    and FTILE_COLS_KC_SMALL_ONE_THREAD (7x7, and the 1x1/2 shortcut to 7x7) as set, K = 300 in three uneven
+    chunks of the default 128, 80 channels (a last panel of 32), with the residual and Relu, against the
+    reference."""
+    from kernelkit_numba.kernels import conv
+
+    _need("avx512")
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    out_hw = hw // stride
+    want_kc = conv.FTILE_COLS_KC_SMALL_ONE_THREAD if out_hw * out_hw <= conv.FTILE_COLS_MAX \
+        else conv.FTILE_COLS_KC_ONE_THREAD
+    assert want_kc and 300 > 2 * want_kc
+    kcs = []
+    real = ftile.cols_driver
+
+    def recording(kind):
+        driver = real(kind)
+        return lambda *a: (kcs.append(a[13]), driver(*a))[1]
+
+    monkeypatch.setattr(ftile, "cols_driver", recording)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 300, hw, hw), (80, 300, 1, 1), (80,)))
+    z = rng.standard_normal((1, 80, out_hw, out_hw)).astype(np.float32)
+    attrs = {"strides": [stride, stride], "activation": "Relu"}
+    want = run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
+    got = run_single_op("Conv", [x, w, b, z], attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
+    assert kcs and set(kcs) == {want_kc}, kcs
+    assert_close(got, want)
+
+
 @pytest.mark.parametrize("shape", ["4x6", "3x8", "3x7"])
 @pytest.mark.parametrize("hw,stride", [(14, 1), (7, 1), (14, 2)])
 @pytest.mark.parametrize("m_n", [128, 80])
