@@ -446,15 +446,17 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         driver = ftile.cols_driver(kind)
         total = -(-m_n // width)
         size = ftile.scratch_size(kind, True, l_n)
-        shape = cols_shape_one_thread(kind, m_n, l_n) if _one_thread(conv, parallel) else None
+        one_thread = _one_thread(conv, parallel)
+        shape = cols_shape_one_thread(kind, m_n, l_n) if one_thread else None
         if shape is not None:  # another tile shape (conv.COLS_TILE_ONE_THREAD): its own panels, no pair
             width = 16 * shape[0]
             driver = ftile.cols_shape_driver(*shape)
             total = m_n // width
             size = ftile.cols_shape_scratch(*shape, l_n)
-        if l_n > FTILE_COLS_MAX and FTILE_COLS_KC_ONE_THREAD:  # (maps only FTILE_COLS_MAX_ONE_THREAD takes)
+        # a one-thread session's K chunk (a two-thread call the pair refused keeps COLS_KC, as its halves)
+        if one_thread and l_n > FTILE_COLS_MAX and FTILE_COLS_KC_ONE_THREAD:
             cols_kc = FTILE_COLS_KC_ONE_THREAD
-        elif l_n <= FTILE_COLS_MAX and FTILE_COLS_KC_SMALL_ONE_THREAD and not parallel:
+        elif one_thread and l_n <= FTILE_COLS_MAX and FTILE_COLS_KC_SMALL_ONE_THREAD:
             cols_kc = FTILE_COLS_KC_SMALL_ONE_THREAD
     else:
         kind = ftile.rows_kind(kind, m_n, one_thread=_one_thread(conv, parallel))
