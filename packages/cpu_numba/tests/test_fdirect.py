@@ -214,3 +214,26 @@ def test_direct_matches_reference_hypothesis(direct_calls, small_on, case):
     got = run_single_op("Conv", [x, w, b], attrs, constants=(1, 2), vendors=["numba"], fallback=False)[0]
     assert_close(got, want, err_msg=f"{x_shape} {w_shape} {attrs}")
     assert direct_calls
+
+
+@pytest.mark.parametrize("ahead", [8, 3])
+@pytest.mark.parametrize("m_n", [80, 96])
+def test_direct_weights_ahead(rng, monkeypatch, direct_calls, ahead, m_n):
+    """fdirect.AHEAD (the tiles' weights prefetched ``ahead`` steps on into L1): 3x3/2 pads 1 from 40@29x31
+    into 80 (48 + 32) and 96 channels at one thread, K = 360 in chunks of 96 (the last chunk's prefetches
+    run past its panel), with and without the residual, Relu, against the reference; the driver taken is
+    the prefetching one."""
+    monkeypatch.setattr(fdirect, "KC", 96)
+    monkeypatch.setattr(fdirect, "AHEAD", ahead)
+    built = []
+    real = fdirect.driver_ahead
+    monkeypatch.setattr(fdirect, "driver_ahead", lambda *a: (built.append(a[3]), real(*a))[1])
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 40, 29, 31), (m_n, 40, 3, 3), (m_n,)))
+    plain = {"strides": [2, 2], "pads": [1, 1, 1, 1]}
+    attrs = {**plain, "activation": "Relu"}
+    want0 = run_single_op("Conv", [x, w, b], plain, vendors=["reference"])[0]
+    z = rng.standard_normal(want0.shape).astype(np.float32)
+    want = run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
+    assert_close(_run(x, w, b, None, plain, 1), want0)
+    assert_close(_run(x, w, b, z, attrs, 1), want)
+    assert direct_calls and set(built) == {ahead}

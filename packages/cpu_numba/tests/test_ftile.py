@@ -526,3 +526,27 @@ def test_one_thread_pointwise_cols_tile_shapes(rng, monkeypatch, shape, hw, stri
         got = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
         assert_close(got, want)
     assert bool(calls) == taken, calls
+
+
+@pytest.mark.parametrize("m_n", [120, 100, 64])
+@pytest.mark.parametrize("hw", [28, 15])
+def test_one_thread_pointwise_rows_prefetch(rng, monkeypatch, m_n, hw):
+    """ftile.ROWS_PREFETCH: a one-thread session's 1x1 layer on the rows tiles whose tiles prefetch the next
+    tile's output and residual rows (12-row panels for 120 channels, 8-row for 100 and 64; a 15x15 map's 225
+    pixels end on a masked tile and a half one), K = 70 in chunks of 32 (ftile.KC), with and without the
+    residual, Relu, against the reference; the prefetching driver is the one taken."""
+    _need("avx512")
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    monkeypatch.setattr(ftile, "ROWS_PREFETCH", 1)
+    monkeypatch.setattr(ftile, "KC", 32)
+    monkeypatch.setattr(ftile, "KC12", 32)
+    built = []
+    real = ftile.rows_driver_order
+    monkeypatch.setattr(ftile, "rows_driver_order", lambda *a: (built.append(a), real(*a))[1])
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 70, hw, hw), (m_n, 70, 1, 1), (m_n,)))
+    z = rng.standard_normal((1, m_n, hw, hw)).astype(np.float32)
+    for inputs, attrs in (([x, w, b, z], {"activation": "Relu"}), ([x, w, b], {})):
+        want = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
+        got = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
+        assert_close(got, want)
+    assert built and all(pf for _kind, _tm, pf in built), built

@@ -870,15 +870,15 @@ class Conv(NumbaKernel):
         if hit is None or hit[0] != key:
             hp, wpad, step, koff = fdirect.geometry(c_n, kh, kw, sh, oh_n, ow_n)
             hit = self._direct = (key, (hp, wpad, step, config.readonly(koff)), np.empty(c_n * hp * wpad, np.float32),
-                                  fdirect.plan(m_n, k_n, oh_n, threads, cv))
-        (hp, wpad, step, koff), xp, (total, rb, kc) = hit[1], hit[2], hit[3]
+                                  fdirect.plan(m_n, k_n, oh_n, threads, cv), fdirect.AHEAD if threads == 1 else 0)
+        (hp, wpad, step, koff), xp, (total, rb, kc), ahead = hit[1:5]
         size = fdirect.scratch_size(k_n, kc, oh_n, ow_n, rb, cv, mp)
         work = 2.0 * m_n * k_n * oh_n * ow_n
         pad = (fdirect.pad_planes, c_n, _IM2COL_WORK * xp.size)
         for n in range(n_n):
             zn = zz.reshape(-1) if z is None else zz[n].reshape(-1)
-            args = (sh, cv, mp, wp, k_n, m_n, config.readonly(xp), koff, step, ow_n, oh_n, rb, bias, zn, z is not None,
-                    lo, hi, y[n].reshape(-1), kc)
+            args = (sh, cv, mp, ahead, wp, k_n, m_n, config.readonly(xp), koff, step, ow_n, oh_n, rb, bias, zn,
+                    z is not None, lo, hi, y[n].reshape(-1), kc)
             direct_phases(config.readonly(x4[n]), xp, ph, pw, hp, wpad, args, total, work, size, pad)
 
     def _gemm_gather(self, x4, w2, y, bias, z, kind):

@@ -69,7 +69,7 @@ def pad_planes(x, xp, ph, pw, hp, wp, c0, c1):
                 xp[d0 + U(q)] = 0
 
 
-def _driver(step: int, cv: int, mp: int, tiles):
+def _driver(step: int, cv: int, mp: int, tiles, ahead: int = 0):
     """The direct convolution's loops for stride ``step`` on tiles of ``cv`` channel vectors x ``mp``
     pixels, its tiles fixed: ``tiles`` = (full, full_z, one, one_z, two, two_z), full tiles of ``cv``,
     1 and 2 channel vectors (the last two for a last panel of 16 or 32 channels), without and with
@@ -125,20 +125,33 @@ def _driver(step: int, cv: int, mp: int, tiles):
                             two(wp, w_off, x, xo, ko, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
                                 m_valid, mp)
 
-    return ftile._variant_jit(run, f"direct{step}_{cv}x{mp}", KIND)
+    return ftile._variant_jit(run, f"direct{step}_{cv}x{mp}" + (f"_a{ahead}" if ahead else ""), KIND)
+
+
+def driver(step: int, cv: int = 3, mp: int = MP):
+    """The compiled loops of ``conv`` for stride ``step`` and tiles of ``cv`` x ``mp`` (TILES), without
+    the weights' prefetch, built on first use (cached on disk as ftile.direct{step}_{cv}x{mp}.avx512)."""
+    return driver_ahead(step, cv, mp, 0)
+
+
+# Issue 11, session 14 (r50two14): the tiles prefetch their weights' row k + AHEAD into L1 at step k (0: off;
+# conv.py's one-thread call reads it when it first plans a layer): a 48-channel panel's chunk of KC steps is
+# 144 KiB and streams from L2 once a tile, as fgemm's B panels did before B_AHEAD_ONE_THREAD.
+# A/B: kernels.fdirect.AHEAD=8
+AHEAD = 0
 
 
 @ftile._built_once
-def driver(step: int, cv: int = 3, mp: int = MP):
-    """The compiled loops of ``conv`` for stride ``step`` and tiles of ``cv`` x ``mp`` (TILES), built on
-    first use (cached on disk as ftile.direct{step}_{cv}x{mp}.avx512). Tiles of 4 vectors have no
-    narrow ones: their products have a multiple of 64 channels (``tile_shape``)."""
+def driver_ahead(step: int, cv: int, mp: int, ahead: int):
+    """``driver`` with the prefetch distance given. Tiles of 4 vectors have no narrow ones: their
+    products have a multiple of 64 channels (``tile_shape``)."""
     width = cv * 16
     tiles = []
     for n in (cv, 1, 2):
         for z in (False, True):
-            tiles.append(ftile._cols_intrinsic("avx512", n if cv == 3 else cv, mp, z, width, xstep=step, full=True))
-    return _driver(step, cv, mp, tuple(tiles))
+            tiles.append(ftile._cols_intrinsic("avx512", n if cv == 3 else cv, mp, z, width, xstep=step, full=True,
+                                               ahead=ahead))
+    return _driver(step, cv, mp, tuple(tiles), ahead)
 
 
 TILES = ((3, 7), (3, 8), (4, 6))  # (channel vectors, pixels): 21, 24 or 24 accumulators
@@ -178,14 +191,15 @@ def scratch_size(k_n: int, kc: int, oh_n: int, ow_n: int, rb: int, cv: int = 3, 
     return -(-oh_n // rb) * -(-ow_n // mp) * mp * cv * 16
 
 
-def conv(step, cv, mp, wp, k_n, m_n, x, koff, row_step, ow_n, oh_n, rb, bias, z, has_z, lo, hi, out, kc, acc, s_lo,
-         s_hi):
+def conv(step, cv, mp, ahead, wp, k_n, m_n, x, koff, row_step, ow_n, oh_n, rb, bias, z, has_z, lo, hi, out, kc, acc,
+         s_lo, s_hi):
     """Shards [s_lo, s_hi) (``plan``) of one image's strided convolution on tiles of ``cv`` x ``mp``
-    (``tile_shape``): ``x`` the flat zero-padded input (``pad_planes``, planes of ``geometry``), ``wp``
+    (``tile_shape``), their weights prefetched ``ahead`` steps on (AHEAD's value when the layer was
+    planned): ``x`` the flat zero-padded input (``pad_planes``, planes of ``geometry``), ``wp``
     the weights as ftile.pack_weights(W, 16 * cv), ``out`` and ``z`` flat (M, OH * OW); ``acc`` a
     scratch of ``scratch_size`` floats."""
-    driver(step, cv, mp)(wp, k_n, m_n, x, koff, row_step, ow_n, oh_n, rb, bias, z, has_z, lo, hi, out, kc, acc, s_lo,
-                         s_hi)
+    driver_ahead(step, cv, mp, ahead)(wp, k_n, m_n, x, koff, row_step, ow_n, oh_n, rb, bias, z, has_z, lo, hi, out,
+                                      kc, acc, s_lo, s_hi)
 
 
 def fits(kind, kh: int, kw: int, mg: int, ow_n: int) -> bool:

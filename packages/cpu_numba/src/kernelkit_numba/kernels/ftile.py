@@ -131,14 +131,17 @@ def _data(context, builder, arrty, value):
     return cgutils.create_struct_proxy(arrty)(context, builder, value=value).data
 
 
-def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool, offs: bool = False):
+def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool, offs: bool = False, pf: bool = False):
     """An intrinsic ``tile(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out,
     m_valid, n_valid)``: rows [0, m_valid) of an mr x nr block of ``out`` at ``out[o_off:]`` (row
     stride ``ldo``) = act(W panel at ``w[w_off:]`` ([k][mr]) times the rows ``x[x_off + k * ldx:]``
     over k < k_n + bias[r0 + r] (+ z at the same place as out when ``with_z``)), act = clamp to
     [lo, hi] (NaN kept). ``first`` = 0: the accumulators start from ``out`` (a later K chunk).
     ``masked``: only the first n_valid pixels of a row are read and stored. ``offs`` (the implicit
-    GEMM, ``conv_implicit``): ``ldx`` is an int64 array, row k read at ``x[x_off + ldx[k]:]``."""
+    GEMM, ``conv_implicit``): ``ldx`` is an int64 array, row k read at ``x[x_off + ldx[k]:]``. ``pf``
+    (ROWS_PREFETCH): before its K loop the tile prefetches into L2 the output rows of the next tile
+    along them (``nr`` pixels on: the panel-major driver's next tile) for writing, and their residual
+    rows too ``with_z``, so that the epilogue's stores and loads of that tile find them."""
     lanes = 8 if kind == "avx2" else 16
     nr = lanes * nvec
 
@@ -205,6 +208,16 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool, o
                     loaded.append(vload(builder.gep(row, [ir.Constant(i64, lanes * j)]), j))
             return loaded
 
+        if pf:  # the next tile's output (and residual) rows into L2, a line each 16 floats
+            i8p = ir.IntType(8).as_pointer()
+            prefetch = cgutils.get_or_insert_function(mod, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                                      "llvm.prefetch.p0")
+            for r in range(mr):
+                at = builder.add(builder.mul(ldo, row_of(r)), ir.Constant(i64, nr))
+                for base, rw in ((po, 1), (pz, 0)) if with_z else ((po, 1),):
+                    for j in range(nvec * lanes // 16):
+                        line = builder.bitcast(builder.gep(base, [builder.add(at, ir.Constant(i64, 16 * j))]), i8p)
+                        builder.call(prefetch, [line, ir.Constant(i32, rw), ir.Constant(i32, 2), ir.Constant(i32, 1)])
         if offs:
             pk = builder.bitcast(_data(context, builder, sig.args[4], ldx), i64.as_pointer())
         k, accs, close = k_loop(builder, k_n, [zero_v] * (mr * nvec), "ftile", (first, partial_sums))
@@ -271,7 +284,7 @@ def _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off
             out[o_off + r * ldo + j] = v
 
 
-def _rows_driver(kind: int, full, masked, full_z, masked_z, half=None, half_z=None, tile_major=False):
+def _rows_driver(kind: int, full, masked, full_z, masked_z, half=None, half_z=None, tile_major=False, pf=False):
     """conv_tiles' loops for one variant, its four tiles fixed (a driver that dispatched on the kind
     inside the pixel loop, even inlined, ran small-K layers 20% slower). ``half``/``half_z``: masked
     tiles of one vector for a row's last nr / 2 pixels or fewer (a 14x14 map's 196 = 6 x 32 + 4:
@@ -349,7 +362,7 @@ def _rows_driver(kind: int, full, masked, full_z, masked_z, half=None, half_z=No
                         masked(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
                                m_valid, nv)
 
-    return _variant_jit(tiles, "rows_tm" if tile_major else "rows", kind)
+    return _variant_jit(tiles, ("rows_tm" if tile_major else "rows") + ("_pf" if pf else ""), kind)
 
 
 @jit
@@ -427,24 +440,32 @@ def _variant_jit(fn, driver: str, kind: int):
 
 def rows_driver(kind: int):
     """The compiled loops of conv_tiles for variant ``kind``, built on first use: a process compiles
-    (or loads from the cache) only the variants it runs. The loop order is ROWS_TILE_MAJOR's."""
-    return rows_driver_order(kind, ROWS_TILE_MAJOR)
+    (or loads from the cache) only the variants it runs. The loop order is ROWS_TILE_MAJOR's, the
+    tiles' prefetch ROWS_PREFETCH's (avx512 kinds, panel-major order)."""
+    pf = bool(ROWS_PREFETCH) and kind in (KIND["avx512"], ROWS12) and not ROWS_TILE_MAJOR
+    return rows_driver_order(kind, ROWS_TILE_MAJOR, pf)
 
 
 ROWS_TILE_MAJOR = False  # the rows driver's loop order (_rows_driver's tile_major)
 KC_TILE_MAJOR = 256  # K chunk of the tile-major order: a 32-pixel tile's chunk is 32 KiB
+# Issue 11, session 14 (r50two14): the avx512 rows tiles prefetch the next tile's output rows (and residual
+# rows) into L2 before their K loop (_tile_intrinsic's ``pf``): a tile writes mr NCHW rows of nr pixels, and
+# a 56x56 map's K = 64 tile (~800 cycles) ends on 24-48 lines from L3 that the L2 streamer, one stream
+# a row restarting at every page, does not always have (0: off). A/B: kernels.ftile.ROWS_PREFETCH=1
+ROWS_PREFETCH = 0
 
 
 @_built_once
-def rows_driver_order(kind: int, tile_major: bool):
-    """rows_driver with the loop order given."""
+def rows_driver_order(kind: int, tile_major: bool, pf: bool = False):
+    """rows_driver with the loop order (and the tiles' prefetch) given."""
     if kind == 0:
         return _rows_driver(0, _generic_tile_noz, _generic_tile_noz, _generic_tile, _generic_tile,
                             tile_major=tile_major)
     name, mr = _INTRINSIC_NAME.get(kind, _NAME[kind]), MR[kind]
-    tiles = [_tile_intrinsic(name, mr, 2, masked, with_z) for with_z in (False, True) for masked in (False, True)]
-    return _rows_driver(kind, *tiles, *(_tile_intrinsic(name, mr, 1, True, with_z) for with_z in (False, True)),
-                        tile_major=tile_major)
+    tiles = [_tile_intrinsic(name, mr, 2, masked, with_z, pf=pf) for with_z in (False, True)
+             for masked in (False, True)]
+    return _rows_driver(kind, *tiles, *(_tile_intrinsic(name, mr, 1, True, with_z, pf=pf) for with_z in (False, True)),
+                        tile_major=tile_major, pf=pf)
 
 
 def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
@@ -672,7 +693,7 @@ def phases_padded(x, xpp, s, ph, pl, hp, qp, c0, c1):
 
 # ------------------------------------------------------------------ small maps: channels in the lanes
 def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool, wstride: int | None = None, xstep: int = 0,
-                    full: bool = False):
+                    full: bool = False, ahead: int = 0):
     """An intrinsic ``tile(w, w_off, x, x_off, ldx, k_n, first, final, acc, a_off, bias, r0, z, o_off,
     ldo, lo, hi, out, m_valid, n_valid)`` for maps of few pixels (7x7): the channels are the vector
     lanes. ``w`` packed as pack_weights(W, cv * lanes) ([k][cv * lanes channels], loaded as cv
@@ -686,7 +707,9 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool, wstride: int | No
     wstride]``). ``xstep`` > 0 (the direct convolution, fdirect.py): ``ldx`` is an int64 array, row k
     at ``x[x_off + ldx[k]:]`` and pixel p ``xstep`` floats after pixel p - 1 (the stride: the input is
     read in place, no column matrix); ``full``: every tile has ``mp`` valid pixels (n_valid ignored on
-    the way in: the pixel offsets are constants)."""
+    the way in: the pixel offsets are constants). ``ahead`` (steps, 0: none; fdirect.AHEAD): each step k
+    also prefetches into L1 the weights' row k + ahead (its cv lines), which stream from L2 once a tile
+    where the panel's chunk is larger than L1."""
     lanes = 8 if kind == "avx2" else 16
     width = cv * lanes
     wstep = width if wstride is None else wstride
@@ -733,6 +756,13 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool, wstride: int | No
         k, accs, close = k_loop(builder, k_n, [zero_v] * (mp * cv), "fcols", (first, partial_sums))
         wrow = builder.gep(pw, [builder.mul(k, ir.Constant(i64, wstep))])
         wv = [builder.load(vptr(wrow, j * lanes), align=4) for j in range(cv)]
+        if ahead:  # never faults past the panel's end
+            i8p = ir.IntType(8).as_pointer()
+            prefetch = cgutils.get_or_insert_function(mod, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                                      "llvm.prefetch.p0")
+            for j in range(cv * lanes // 16):
+                line = builder.bitcast(builder.gep(wrow, [ir.Constant(i64, ahead * wstep + 16 * j)]), i8p)
+                builder.call(prefetch, [line, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
         if xstep:
             pk = builder.bitcast(_data(context, builder, sig.args[4], ldx), i64.as_pointer())
             xrow = builder.gep(px, [builder.load(builder.gep(pk, [k]), align=8)])
