@@ -13,19 +13,19 @@ A8="a8=kernels.fdirect.AHEAD=8"
 V="ctl=kernels.conv.DIRECT=1 $PF $A8 a16=kernels.fdirect.AHEAD=16 pfa8=kernels.ftile.ROWS_PREFETCH=1;kernels.fdirect.AHEAD=8"
 R=$(echo "$V" | tr ' ' '\n' | tac | tr '\n' ' ')
 # shellcheck disable=SC2086
-timeout 55 taskset -c 0,1 python3 nodes_ab.py resnet50 1 $V > "$O/warm50.txt" 2>&1 &
-timeout 55 taskset -c 2,3 python3 nodes_ab.py resnet18 1 "$PF" "$A8" > "$O/warm18.txt" 2>&1 &
+timeout 50 taskset -c 0,1 python3 nodes_ab.py resnet50 1 $V > "$O/warm50.txt" 2>&1 &
+timeout 50 taskset -c 2,3 python3 nodes_ab.py resnet18 1 "$PF" "$A8" > "$O/warm18.txt" 2>&1 &
 wait
-timeout 95 taskset -c 0,1 python3 turns.py resnet50 --rounds 12 --runtimes numba,ort2 \
+timeout 85 taskset -c 0,1 python3 turns.py resnet50 --rounds 9 --runtimes numba,ort2 \
   --variant "kc128=kernels.ftile.COLS_KC=128" > "$O/t50_2t.txt" 2>&1 &
 # shellcheck disable=SC2086
-timeout 95 taskset -c 2,3 python3 nodes_ab.py resnet50 12 $V > "$O/abA.txt" 2>&1 &
+timeout 85 taskset -c 2,3 python3 nodes_ab.py resnet50 12 $V > "$O/abA.txt" 2>&1 &
 # shellcheck disable=SC2086
-timeout 95 taskset -c 4,5 python3 nodes_ab.py resnet50 12 $R > "$O/abB.txt" 2>&1 &
-timeout 95 taskset -c 6,7 python3 turns.py resnet50 --rounds 12 --runtimes numba1,ort1,reference1 \
+timeout 85 taskset -c 4,5 python3 nodes_ab.py resnet50 12 $R > "$O/abB.txt" 2>&1 &
+timeout 85 taskset -c 6,7 python3 turns.py resnet50 --rounds 9 --runtimes numba1,ort1,reference1 \
   --variant1 "$PF" --variant1 "$A8" > "$O/t50.txt" 2>&1 &
-timeout 95 taskset -c 8,9 python3 turns.py resnet18 --rounds 12 --runtimes numba1,ort1 \
+timeout 85 taskset -c 8,9 python3 turns.py resnet18 --rounds 9 --runtimes numba1,ort1 \
   --variant1 "$PF" --variant1 "$A8" > "$O/t18.txt" 2>&1 &
-timeout 95 taskset -c 10 python3 bench_r50_layers.py 15 both "$PF" "$A8" > "$O/layers.txt" 2>&1 &
+timeout 85 taskset -c 10 python3 bench_r50_layers.py 15 both "$PF" "$A8" > "$O/layers.txt" 2>&1 &
 wait
 for f in "$O"/*.txt; do echo "== $f"; grep -h "^| \|^hot\|^cold\|quiet:" "$f" | tail -40 | cut -c1-300; done
