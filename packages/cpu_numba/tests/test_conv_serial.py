@@ -290,8 +290,8 @@ TAIL_CASES = [
 def test_cols_tiles_with_a_rows_tail(rng, monkeypatch, variant, xs, ws, attrs, with_b, with_z):
     """A one-thread 1x1 layer with a tail of channels (cols_tail): bound to ``_tail_call``, close to the
     reference and the general path (the rows tiles over every channel; bit for bit without a residual: each
-    output is the same chain of FMAs over K); a second call reuses the bound constants, a new constant packs its tail again;
-    COLS_TAIL off binds the old tiles call, and two threads never take it."""
+    output is the same chain of FMAs over K); a second call reuses the bound constants, a new constant packs
+    its tail again; COLS_TAIL off binds the old tiles call, and two threads never take it."""
     from kernelkit_numba.kernels import conv_serial
 
     if variant != "auto":
