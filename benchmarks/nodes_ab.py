@@ -8,7 +8,10 @@ summed ms of every session and the ratios reference / numba and numba / variant 
 variant faster). Issue 11, session 11 (docs/numba.md, "ResNet-50's 1x1 layers at one thread").
 
     taskset -c 0,1 python benchmarks/nodes_ab.py resnet50 [runs=15] \
-        [kc512=kernels.ftile.KC12=512 ...]
+        [kc512=kernels.ftile.KC12=512 ...] [--rotate]
+
+``--rotate``: the sessions' order turned every round (``_timing.best_node_ms_interleaved``), so that no
+session always runs after the same other one.
 """
 from __future__ import annotations
 
@@ -126,6 +129,8 @@ def _ratio(a: float, b: float) -> float:
 
 
 def main(argv: list[str]) -> int:
+    rotate = "--rotate" in argv  # the sessions' order turned every round (ops_vs_reference.py's --rotate)
+    argv = [a for a in argv if a != "--rotate"]
     name = argv[0] if argv else "resnet50"
     runs = int(argv[1]) if len(argv) > 1 else 15
     variants = [a.split("=", 1) for a in argv[2:]]
@@ -134,8 +139,9 @@ def main(argv: list[str]) -> int:
     sessions = [kernelkit.Session(model, vendors=["reference"], threads=1, profile=True),
                 kernelkit.Session(model, vendors=["numba", "reference"], threads=1, profile=True)]
     sessions += [variant_session(model, feed, spec, 1) for _, spec in variants]
-    best = best_node_ms_interleaved(sessions, feed, runs)
-    print_groups(f"## {name}, 1 thread, best of {runs} per node (ms), sessions in turn", kinds, sessions[1], best,
+    best = best_node_ms_interleaved(sessions, feed, runs, rotate)
+    print_groups(f"## {name}, 1 thread, best of {runs} per node (ms), sessions in turn"
+                 + (", order rotated" if rotate else ""), kinds, sessions[1], best,
                  labels, ["reference / numba"] + [f"numba / {v}" for v in labels[2:]],
                  lambda ms: [_ratio(ms[0], ms[1])] + [_ratio(ms[1], v) for v in ms[2:]])
     # every node of each session's own plan (a variant that fuses differently has other nodes than the
