@@ -662,7 +662,7 @@ ROW_STREAMS = 4
 # avx512), into the cache ROW_STREAMS_HINT names (llvm.prefetch's locality: 3 L1, 2 L2); 0: no prefetch, the
 # hardware's streams alone. Read when the call binds. Issue 11, session 14 (regnet14): the heads' weights come
 # from memory in the model, one core's hardware prefetch ran them at 12-13 GB/s (session 13)
-ROW_STREAMS_AHEAD = 0
+ROW_STREAMS_AHEAD = 16
 ROW_STREAMS_HINT = 3
 
 
