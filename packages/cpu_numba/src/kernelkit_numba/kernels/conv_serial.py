@@ -285,7 +285,9 @@ PAIR_COLS_MAX = 0
 # 440 -> 440 at 7x7: 27.5 vectors of 16) runs its first channels, down to a multiple of the lanes, on the cols
 # tiles and the rest (8 channels) on one rows panel (``cols_tail``), where the rows tiles ran the whole layer's 49
 # pixels as 64. Issue 11, session 14 (regnet14; docs/numba.md, "RegNetY's 440-channel 1x1 layers and the Gemm
-# heads"). A/B: kernels.conv_serial.COLS_TAIL=0 (the rows tiles)
+# heads"): on the Xeon in RegNetY (nodes_ab.py, order rotated) its eleven 440 -> 440 layers at 7x7 ran 0.76-0.86x
+# the rows tiles' time and its 1x1/2 shortcut to 7x7 0.81x; without it they ran at the reference's time (two of
+# them over the per-node bar in the lead's call J2). A/B: kernels.conv_serial.COLS_TAIL=0 (the rows tiles)
 COLS_TAIL = True
 
 

@@ -660,9 +660,12 @@ def row(kind: int, packed: Packed, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0
 ROW_STREAMS = 4
 # The streams' tiles prefetch each panel's row k + ROW_STREAMS_AHEAD at step k (its nr floats: two cache lines on
 # avx512), into the cache ROW_STREAMS_HINT names (llvm.prefetch's locality: 3 L1, 2 L2); 0: no prefetch, the
-# hardware's streams alone. Read when the call binds. Issue 11, session 14 (regnet14): the heads' weights come
-# from memory in the model, one core's hardware prefetch ran them at 12-13 GB/s (session 13)
-ROW_STREAMS_AHEAD = 16
+# hardware's streams alone. Read when the call binds. Off: issue 11, session 14 (regnet14), two Xeon calls. In the
+# first, 16 steps into L1 ran the heads 1.10x (RegNetY) and 1.14x (ResNet-50) faster in nodes_ab.py and 1.08x
+# alone from memory (bench_head_state.py); in the second, alone from memory 0.95-1.00x at 440-2048 x 1000, and
+# in the model (head_in_model.py) the medians of 0, 16 and 32 steps within the run's spread (ResNet-50 0.479
+# with 16 against 0.513 without, MobileNetV2 0.351 against 0.332). A/B: kernels.fgemm.ROW_STREAMS_AHEAD=16
+ROW_STREAMS_AHEAD = 0
 ROW_STREAMS_HINT = 3
 
 
