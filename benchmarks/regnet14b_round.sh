@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# regnet14's second device call (issue 11, session 14), with fgemm.ROW_STREAMS_AHEAD 16 as the default: phase 1
+# regnet14's second device call (issue 11, session 14; it ran at c075b10, where fgemm.ROW_STREAMS_AHEAD was 16: with
+# today's default of 0, KERNELKIT_BENCH_SET=kernels.fgemm.ROW_STREAMS_AHEAD=16 repeats phase 1's sessions): phase 1
 # alone on CPUs 0,1, the target's per-node check on RegNetY, ResNet-50 and MobileNetV2 (order rotated); phase 2
 # side by side, the heads in the model without the prefetch (q0) and at 32 steps, the heads alone by where
 # their weights are, and RegNetY whole at one thread in turns against COLS_TAIL off and q0.
