@@ -460,3 +460,69 @@ def test_one_thread_14x14_pointwise_on_the_cols_tiles(rng, monkeypatch, stride):
     got = run_single_op("Conv", [x, w, b, z], attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
     assert calls, "the cols tiles did not run"
     assert_close(got, want)
+
+
+@pytest.mark.parametrize("hw,stride", [(14, 1), (7, 1), (14, 2)])
+def test_one_thread_pointwise_cols_chunk_defaults(rng, monkeypatch, hw, stride):
+    """The one-thread 1x1 calls on the cols tiles take K in chunks of conv.FTILE_COLS_KC_ONE_THREAD (14x14 maps)
+    and FTILE_COLS_KC_SMALL_ONE_THREAD (7x7, and the 1x1/2 shortcut to 7x7) as set, K = 300 in three uneven
+    chunks of the default 128, 80 channels (a last panel of 32), with the residual and Relu, against the
+    reference."""
+    from kernelkit_numba.kernels import conv
+
+    _need("avx512")
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    out_hw = hw // stride
+    want_kc = conv.FTILE_COLS_KC_SMALL_ONE_THREAD if out_hw * out_hw <= conv.FTILE_COLS_MAX \
+        else conv.FTILE_COLS_KC_ONE_THREAD
+    assert want_kc and 300 > 2 * want_kc
+    kcs = []
+    real = ftile.cols_driver
+
+    def recording(kind):
+        driver = real(kind)
+        return lambda *a: (kcs.append(a[13]), driver(*a))[1]
+
+    monkeypatch.setattr(ftile, "cols_driver", recording)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 300, hw, hw), (80, 300, 1, 1), (80,)))
+    z = rng.standard_normal((1, 80, out_hw, out_hw)).astype(np.float32)
+    attrs = {"strides": [stride, stride], "activation": "Relu"}
+    want = run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
+    got = run_single_op("Conv", [x, w, b, z], attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
+    assert kcs and set(kcs) == {want_kc}, kcs
+    assert_close(got, want)
+
+
+@pytest.mark.parametrize("shape", ["4x6", "3x8", "3x7"])
+@pytest.mark.parametrize("hw,stride", [(14, 1), (7, 1), (14, 2)])
+@pytest.mark.parametrize("m_n", [128, 80])
+def test_one_thread_pointwise_cols_tile_shapes(rng, monkeypatch, shape, hw, stride, m_n):
+    """conv.COLS_TILE_ONE_THREAD / COLS_TILE_SMALL_ONE_THREAD: a one-thread session's 1x1 layer on a 14x14
+    and a 7x7 map (and the 1x1/2 shortcut to 7x7) on the 4 x 6 and 3 x 8 cols tiles (ftile.cols_shape_driver),
+    K = 136 in uneven chunks (FTILE_COLS_KC_ONE_THREAD / FTILE_COLS_KC_SMALL_ONE_THREAD = 48), with and
+    without the residual, Relu, against the reference. 80 channels are no multiple of 64: 4 x 6 leaves
+    them on the 3 x 7 tile (3 x 8 runs its narrow last panel); "3x7" is the default tile through the switch."""
+    from kernelkit_numba.kernels import conv
+
+    _need("avx512")
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    monkeypatch.setattr(conv, "FTILE_COLS_MAX_ONE_THREAD", 196)
+    monkeypatch.setattr(conv, "COLS_TILE_ONE_THREAD", shape)
+    monkeypatch.setattr(conv, "COLS_TILE_SMALL_ONE_THREAD", shape)
+    monkeypatch.setattr(conv, "FTILE_COLS_KC_ONE_THREAD", 48)
+    monkeypatch.setattr(conv, "FTILE_COLS_KC_SMALL_ONE_THREAD", 48)
+    out_hw = hw // stride
+    cv, mp = (int(v) for v in shape.split("x"))
+    taken = shape != "3x7" and m_n % (16 * cv) == 0
+    assert (conv.cols_shape_one_thread(ftile.COLS8_KIND, m_n, out_hw * out_hw) == (cv, mp)) == taken
+    calls = []
+    real = ftile.cols_shape_driver
+    monkeypatch.setattr(ftile, "cols_shape_driver", lambda *a: (calls.append(a), real(*a))[1])
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 136, hw, hw), (m_n, 136, 1, 1), (m_n,)))
+    z = rng.standard_normal((1, m_n, out_hw, out_hw)).astype(np.float32)
+    for inputs, attrs in (([x, w, b, z], {"strides": [stride, stride], "activation": "Relu"}),
+                          ([x, w, b], {"strides": [stride, stride]})):
+        want = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
+        got = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
+        assert_close(got, want)
+    assert bool(calls) == taken, calls

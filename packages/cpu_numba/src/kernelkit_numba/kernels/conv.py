@@ -1229,10 +1229,38 @@ FTILE_COLS_MAX_ONE_THREAD = 196  # the same limit for a one-thread session's bou
 # turns.py resnet50 --variant1, 6 rounds): numba 1t / cols196 1.03 (0.98-1.28), faster in 5 of 6 rounds,
 # so on (session 5 had there the 8-row rows tiles ahead at 14x14 alone, 127 against 111 GFLOP/s).
 # A/B: kernels.conv.FTILE_COLS_MAX_ONE_THREAD=64 (off)
-FTILE_COLS_KC_ONE_THREAD = 0  # the cols tiles' K chunk on those maps (0: ftile.COLS_KC, 512). 128: a 48-channel
+FTILE_COLS_KC_ONE_THREAD = 128  # the cols tiles' K chunk on those maps (0: ftile.COLS_KC, 512). 128: a 48-channel
 # panel's chunk is 24 KiB and stays in L1 over the map's 28 tiles, each k then streaming one line of pixels
-# from L2 for 21 FMAs (at 512 its 96 KiB chunk streams three weight vectors a k). AMD box: no difference;
-# for the Xeon (A/B: kernels.conv.FTILE_COLS_MAX_ONE_THREAD=196;kernels.conv.FTILE_COLS_KC_ONE_THREAD=128)
+# from L2 for 21 FMAs (at 512 its 96 KiB chunk streams three weight vectors a k). AMD box: no difference. Xeon
+# (issue 11, session 14, r50one14; nodes_ab.py resnet50, five processes in three calls): the 14x14 1x1 layers
+# 1.03-1.10x faster per kind (1024 -> 256 1.07-1.10, 256 -> 1024 + Z 1.03-1.09), so on. Off:
+# kernels.conv.FTILE_COLS_KC_ONE_THREAD=0
+FTILE_COLS_KC_SMALL_ONE_THREAD = 128  # the same for a one-thread bound call's maps of at most FTILE_COLS_MAX pixels
+# (ResNet-50's 7x7 1x1 layers and the 1x1/2 shortcut to 7x7; 0: ftile.COLS_KC). At 512 a 48-channel panel's chunk
+# (96 KiB) streams from L2 once per tile, 7 times on a 7x7 map; at 128 (24 KiB) it stays in L1 over the 7 tiles.
+# Xeon (session 14): 2048 -> 512 1.05-1.08x, the 1024 -> 2048 shortcut 1.05-1.13x, 512 -> 2048 + Z 1.00-1.05x;
+# with FTILE_COLS_KC_ONE_THREAD, ResNet-50 numba 1t / both 1.08, 1.08, 1.00 in three turns runs. Off:
+# kernels.conv.FTILE_COLS_KC_SMALL_ONE_THREAD=0
+COLS_TILE_ONE_THREAD = ""  # the cols tile of a one-thread bound 1x1 call on maps above FTILE_COLS_MAX pixels (the
+# 14x14 ones), as "CVxMP" of ftile.COLS_SHAPES ("": 3 x 7, ftile.cols_driver): "4x6" (64 channels x 6 pixels: 4
+# weight vectors and 6 broadcasts per 24 FMAs, against 3 and 7 per 21; 198 pixel slots for 196) or "3x8" (200).
+# Channels a multiple of the tile's (cols_shape_one_thread). Issue 11, session 14: on the Xeon in ResNet-50 (two
+# processes) 4 x 6 0.95-1.03x per 14x14 kind and 3 x 8 0.95-1.06x, no gain: off.
+COLS_TILE_SMALL_ONE_THREAD = ""  # the same on maps of at most FTILE_COLS_MAX pixels (7x7: 4 x 6 runs 54 slots for
+# 49; on the Xeon 0.82-0.97x per 7x7 kind: off)
+
+
+def cols_shape_one_thread(kind: int, m_n: int, l_n: int) -> tuple[int, int] | None:
+    """(cv, mp) of the cols tile a one-thread bound 1x1 call of ftile ``kind`` with ``m_n`` channels on ``l_n``
+    pixels takes instead of ftile.cols_driver's 3 x 7 (COLS_TILE_ONE_THREAD, COLS_TILE_SMALL_ONE_THREAD), or
+    None."""
+    spec = COLS_TILE_SMALL_ONE_THREAD if l_n <= FTILE_COLS_MAX else COLS_TILE_ONE_THREAD
+    if not spec or kind != ftile.COLS8_KIND:
+        return None
+    cv, mp = (int(v) for v in str(spec).split("x"))
+    if (cv, mp) not in ftile.COLS_SHAPES or (cv, mp) == (3, 7) or m_n % (16 * cv):
+        return None
+    return cv, mp
 
 
 @functools.cache

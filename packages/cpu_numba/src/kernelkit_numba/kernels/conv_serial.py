@@ -131,9 +131,10 @@ def _bind(conv, parallel: bool, step=None):
 def _tail_call(conv, raw, kind, y_shape, k_n, l_n, lo, hi, has_z, general, buf, buf_ro, sh, sw, sub, tail):
     """_tiles_call's one-thread call with a ``tail`` (cols_tail): the weights packed in cols panels (the
     kernel's packing, Conv._ftile_weights; the last panel's rows past m_n - tail are never read), the first
-    m_n - tail channels through the cols driver, then the last ``tail`` rows, packed once into one rows
-    panel of ``kind``, through the rows driver writing their NCHW rows of the output."""
-    from .conv import FTILE_COLS_KC_ONE_THREAD, FTILE_COLS_MAX
+    m_n - tail channels through the cols driver (its K chunk _tiles_call's one-thread rule; the standard
+    tile: conv.COLS_TILE_ONE_THREAD's other shapes are not taken here), then the last ``tail`` rows, packed
+    once into one rows panel of ``kind``, through the rows driver writing their NCHW rows of the output."""
+    from .conv import FTILE_COLS_KC_ONE_THREAD, FTILE_COLS_KC_SMALL_ONE_THREAD, FTILE_COLS_MAX
 
     n_n, m_n = y_shape[0], y_shape[1]
     held = _Constants()
@@ -144,7 +145,9 @@ def _tail_call(conv, raw, kind, y_shape, k_n, l_n, lo, hi, has_z, general, buf, 
     cols_driver = ftile.cols_driver(kind)
     panels = main // width + int(main % width > 0)
     cols_size = ftile.scratch_size(kind, True, l_n)
-    cols_kc = FTILE_COLS_KC_ONE_THREAD if l_n > FTILE_COLS_MAX and FTILE_COLS_KC_ONE_THREAD else ftile.COLS_KC
+    # the K chunk of _tiles_call's one-thread cols tiles (conv.FTILE_COLS_KC_ONE_THREAD / _SMALL_ONE_THREAD)
+    small = l_n <= FTILE_COLS_MAX
+    cols_kc = (FTILE_COLS_KC_SMALL_ONE_THREAD if small else FTILE_COLS_KC_ONE_THREAD) or ftile.COLS_KC
     rows_driver = ftile.rows_driver(kind)
     block, blocks, groups, kc = ftile.plan(kind, tail, k_n, l_n, 1)
     pack = ftile.pack_rows(tail, k_n, l_n)
@@ -516,14 +519,29 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
     if tail:
         return _tail_call(conv, raw, kind, y_shape, k_n, l_n, lo, hi, has_z, general, buf, buf_ro, sh, sw, sub, tail)
     if cols:
-        from .conv import FTILE_COLS_KC_ONE_THREAD, FTILE_COLS_MAX
+        from .conv import (
+            FTILE_COLS_KC_ONE_THREAD,
+            FTILE_COLS_KC_SMALL_ONE_THREAD,
+            FTILE_COLS_MAX,
+            cols_shape_one_thread,
+        )
 
         width = ftile.COLS_WIDTH[kind]
         driver = ftile.cols_driver(kind)
         total = -(-m_n // width)
         size = ftile.scratch_size(kind, True, l_n)
-        if l_n > FTILE_COLS_MAX and FTILE_COLS_KC_ONE_THREAD:  # (maps only FTILE_COLS_MAX_ONE_THREAD takes)
+        one_thread = _one_thread(conv, parallel)
+        shape = cols_shape_one_thread(kind, m_n, l_n) if one_thread else None
+        if shape is not None:  # another tile shape (conv.COLS_TILE_ONE_THREAD): its own panels, no pair
+            width = 16 * shape[0]
+            driver = ftile.cols_shape_driver(*shape)
+            total = m_n // width
+            size = ftile.cols_shape_scratch(*shape, l_n)
+        # a one-thread session's K chunk (a two-thread call the pair refused keeps COLS_KC, as its halves)
+        if one_thread and l_n > FTILE_COLS_MAX and FTILE_COLS_KC_ONE_THREAD:
             cols_kc = FTILE_COLS_KC_ONE_THREAD
+        elif one_thread and l_n <= FTILE_COLS_MAX and FTILE_COLS_KC_SMALL_ONE_THREAD:
+            cols_kc = FTILE_COLS_KC_SMALL_ONE_THREAD
     else:
         kind = ftile.rows_kind(kind, m_n, one_thread=_one_thread(conv, parallel))
         width = ftile.MR[kind]
@@ -533,8 +551,9 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         pack = ftile.pack_rows(m_n, k_n, l_n)
         size = ftile.scratch_size(kind, False, l_n, block, kc, pack)
     packing = (k_n, width)  # (_packed's K and tile width)
-    pair = None if (parallel and n_n == 1 and not rnpair.POINTWISE) or kind != cpair.KIND else cpair.tiles_pair(
-        conv, step, cols, y_shape, k_n, l_n, lo, hi, has_z, split=parallel and n_n == 1)
+    pair = None if (parallel and n_n == 1 and not rnpair.POINTWISE) or kind != cpair.KIND or (
+        cols and width != ftile.COLS_WIDTH[kind]) else cpair.tiles_pair(conv, step, cols, y_shape, k_n, l_n, lo, hi,
+                                                                         has_z, split=parallel and n_n == 1)
     if parallel and n_n == 1 and pair is not None:
         pair.rule = rnpair.rule()  # ResNet-50's 1x1 layers (0.3-1.4 ms a half): as rnpair's
 

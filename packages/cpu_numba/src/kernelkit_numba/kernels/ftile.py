@@ -861,14 +861,18 @@ COLS_MP = {1: 6, 2: 7}  # pixels per cols tile
 COLS_CV = {1: 2, 2: 3}  # channel vectors per cols tile
 
 
-def _cols_driver(kind: int, tile, tile_z, mp: int | None = None, narrow=None):
+def _cols_driver(kind: int, tile, tile_z, mp: int | None = None, narrow=None, cv: int | None = None):
     """conv_cols' loops for one variant, its two tiles fixed (see _rows_driver); ``mp`` pixels a
     tile (COLS_MP[kind] unless given: conv_cols8's 8). ``narrow``: (one, one_z, two, two_z), tiles of
     one and two channel vectors on the same panels, for a last panel of that many vectors (160
-    channels = 3 x 48 + 16: the full tile computed 32 channels for nothing)."""
-    width, lanes = COLS_WIDTH[kind], COLS_LANES[kind]
+    channels = 3 x 48 + 16: the full tile computed 32 channels for nothing). ``cv``: channel vectors
+    a tile (COLS_CV[kind] unless given: panels of cv * lanes channels, cols_shape_driver's)."""
+    lanes = COLS_LANES[kind]
+    width = COLS_WIDTH[kind] if cv is None else cv * lanes
     mp = COLS_MP[kind] if mp is None else mp
     driver = "cols" if mp == COLS_MP[kind] else f"cols{mp}"
+    if cv is not None and cv != COLS_CV[kind]:
+        driver = f"cols{cv}x{mp}"
     one, one_z, two, two_z = (tile, tile_z, tile, tile_z) if narrow is None else narrow
 
     def panels(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi):
@@ -933,6 +937,28 @@ def cols8_driver():
     """The compiled loops of conv_cols8 (avx512), built on first use."""
     return _cols_driver(COLS8_KIND, *(_cols_intrinsic("avx512", 3, 8, z) for z in (False, True)), mp=8,
                         narrow=_narrow("avx512", 3, 8))
+
+
+COLS_SHAPES = ((3, 7), (3, 8), (4, 6))  # (channel vectors, pixels) of cols_shape_driver's avx512 tiles
+
+
+@_built_once
+def cols_shape_driver(cv: int, mp: int):
+    """conv_cols' loops on avx512 tiles of ``cv`` channel vectors x ``mp`` pixels (COLS_SHAPES), over
+    panels of cv * 16 channels packed as pack_weights(W, cv * 16); the scratch holds
+    cols_shape_scratch(cv, mp, n_pix) floats. 3 x 7 is cols_driver(2) and 3 x 8 cols8_driver(); 4 x 6
+    (24 accumulators: 4 weight vectors and 6 broadcasts per 24 FMAs, against 3 and 7 per 21) has no
+    narrow tiles, so its products take channels in multiples of 64 (conv.cols_shape_one_thread)."""
+    if (cv, mp) == (COLS_CV[COLS8_KIND], COLS_MP[COLS8_KIND]):
+        return cols_driver(COLS8_KIND)
+    if (cv, mp) == (COLS_CV[COLS8_KIND], 8):
+        return cols8_driver()
+    return _cols_driver(COLS8_KIND, *(_cols_intrinsic("avx512", cv, mp, z) for z in (False, True)), mp=mp, cv=cv)
+
+
+def cols_shape_scratch(cv: int, mp: int, n_pix: int) -> int:
+    """Floats of cols_shape_driver(cv, mp)'s scratch for ``n_pix`` pixels: every tile's partial sums."""
+    return -(-n_pix // mp) * mp * cv * 16
 
 
 def cols_mode(kind: int, n_pix: int) -> int:
