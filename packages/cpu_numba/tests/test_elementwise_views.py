@@ -1,7 +1,8 @@
-"""Add/Sub/Mul/Div at one thread on views (binary.VIEW_ROWS: rows of a view whose last axes are contiguous
-run in Numba loops): a Split's parts along the last axis and along the channels, slices, transposes,
-broadcast views and small tensors give the NumPy ufunc's values bit for bit, with the switch on and off,
-and never write into the caller's arrays."""
+"""Add/Sub/Mul/Div at one thread where NumPy would take its general iterator (binary.VIEW_ROWS: small
+calls in one 5-D broadcasting Numba loop, larger views whose last axes are contiguous as rows): a Split's
+parts along the last axis and along the channels, slices, transposes, broadcasts and small tensors give
+the NumPy ufunc's values bit for bit, with the switch on and off, and never write into the caller's
+arrays."""
 import kernelkit
 import numpy as np
 import pytest
@@ -41,13 +42,20 @@ def _views(rng):
         ("one element", s[0, 0, 0, 0, 1:2], np.array(7.0, np.float32)),
         ("three elements", s[0, 0, 0, :3, 0], s[0, 0, 1, :3, 1]),
         ("contiguous", c, c[::-1].copy()), ("contiguous x scalar", c, two),
+        ("grid broadcast", np.ascontiguousarray(xy), _values(rng, (1, 1, 10, 10, 2))),
+        ("anchor broadcast", _values(rng, (1, 3, 1, 1, 2)), xy),
+        ("per-channel", c, _values(rng, (1, 6, 1, 1))), ("lower rank", _values(rng, (7,)), c[:, 1:3]),
+        ("both broadcast", _values(rng, (2, 1, 5, 1)), _values(rng, (6, 1, 7))),
+        ("rank 1 views", s[0, 0, 0, :, 3], s[0, 0, 1, :, 5]),
     ]
 
 
-@pytest.mark.parametrize("on", [True, False])
+@pytest.mark.parametrize("on, small", [(True, 4096), (True, 0), (False, 4096)])
 @pytest.mark.parametrize("op", sorted(CODES))
-def test_serial_call_on_views_equals_the_ufunc(monkeypatch, op, on):
+def test_serial_call_on_views_equals_the_ufunc(monkeypatch, op, on, small):
+    """SMALL 0: the larger calls' paths (rows of a view, the ufunc for broadcasts) on the same operands."""
     monkeypatch.setattr(binary, "VIEW_ROWS", on)
+    monkeypatch.setattr(binary, "SMALL", small)
     rng = np.random.default_rng(11)
     for name, a, b in _views(rng):
         a_was, b_was = a.copy(), b.copy()
@@ -112,3 +120,30 @@ def test_split_then_elementwise_in_a_session(monkeypatch, on, threads):
         np.testing.assert_array_equal(sess.run(None, feed)[0], want)
     np.testing.assert_array_equal(feed["x"], kept)
     assert {s.key.vendor for s in sess.plan.kernel_steps() if s.op in ("Mul", "Add", "Sub", "Div")} == {"numba"}
+
+
+@pytest.mark.parametrize("narrow", [64, 0])
+def test_split_copies_its_narrow_parts(monkeypatch, narrow):
+    """Split's serial call: parts whose rows are narrower than SPLIT_NARROW bytes come back as arrays of
+    their own (C order, not sharing the input), the others as views; the values are np.split's, the input
+    is unchanged, and a part along the channels (rows of H * W values) stays a view."""
+    from kernelkit_numba.kernels import concat
+
+    monkeypatch.setattr(concat, "SPLIT_NARROW", narrow)
+    rng = np.random.default_rng(2)
+    x = _values(rng, (1, 3, 4, 4, 85))
+    kept = x.copy()
+    call = concat._split_serial([TensorSpec(x.shape, "float32")], axis=4)
+    sizes = np.array([2, 2, 81], np.int64)
+    for _ in range(2):  # the slices are made once per split constant
+        got = call(x, sizes)
+        for part, want in zip(got, np.split(x, [2, 4], axis=4)):
+            np.testing.assert_array_equal(part, want)
+        owned = [p.flags.c_contiguous and not np.shares_memory(p, x) for p in got]
+        assert owned == ([True, True, False] if narrow else [False, False, False])
+    np.testing.assert_array_equal(x, kept)
+    c = _values(rng, (2, 6, 5, 7))
+    parts = concat._split_serial([TensorSpec(c.shape, "float32")], axis=1, num_outputs=3)(c)
+    assert all(np.shares_memory(p, c) for p in parts)
+    for part, want in zip(parts, np.split(c, 3, axis=1)):
+        np.testing.assert_array_equal(part, want)
