@@ -334,7 +334,8 @@ def _quiet(ufunc):
 # against 5-7 us for the same Mul on the next part, and the cost moved to the next broadcast Add when
 # only the view went to Numba (issue 11, session 14). Up to ``SMALL`` elements one 5-D broadcasting loop
 # takes every such call; above it, views whose last axes are contiguous run as rows (a Split's part
-# along the channels), other broadcasts stay on the ufunc. False: the ufunc for every layout.
+# along the channels), other broadcasts stay on the ufunc. False: the ufunc for every layout (read when a
+# node is bound).
 VIEW_ROWS = True
 SMALL = 4096  # elements of the output up to which the 5-D loop runs (scalar: ~1 ns an element)
 
@@ -429,7 +430,7 @@ def _view_call(code: int, ufunc):
     def call(a, b, *, out=None):
         if (a.shape == b.shape or not b.ndim or not a.ndim) and a.flags.c_contiguous and b.flags.c_contiguous:
             return ufunc(a, b, out=out)
-        if not VIEW_ROWS or out is None or not out.flags.c_contiguous or out.ndim > 5 or not out.size \
+        if out is None or not out.flags.c_contiguous or out.ndim > 5 or not out.size \
                 or not a.dtype == b.dtype == out.dtype or np.may_share_memory(out, a) or np.may_share_memory(out, b):
             return ufunc(a, b, out=out)  # (NumPy copies an overlapping operand first; the loops would not)
         if not loops:
@@ -467,13 +468,13 @@ def _ufunc_serial(code):
     NumPy ufunc itself, as the reference runs it (the generic path's checks cost ~5 us a node:
     an EfficientNet runs 65 Muls), without floating-point warnings as on the other paths; calls that
     NumPy would run through its general iterator run in Numba loops (``VIEW_ROWS``, ``_view_call``)."""
-    call = _quiet(_view_call(code, _UFUNCS[code]))
+    plain, viewed = _quiet(_UFUNCS[code]), _quiet(_view_call(code, _UFUNCS[code]))
 
     def make(input_specs, **attrs):
         if len(input_specs) != 2 or any(s is None or s.layout or s.dtype != input_specs[0].dtype
                                         for s in input_specs):
             return None
-        return call
+        return viewed if VIEW_ROWS else plain  # (read when the node is bound: nodes_ab.py's variants)
 
     return make
 

@@ -102,7 +102,7 @@ SPLIT_SERIAL = True  # Split's serial call (False: the general path; ops_switch_
 # row) is copied into an array of its own by the serial call, the other parts stay views. Its readers
 # (the decode's Mul, Pow) then read a few contiguous lines instead of one line per row, cold by the time
 # they run: Mul_263 read its (1, 3, 10, 10, 2) view at 28-36 us against the reference's 11-15 (issue 11,
-# session 14). 0: every part a view.
+# session 14). 0: every part a view (read when a node is bound).
 SPLIT_NARROW = 64
 
 
@@ -119,7 +119,7 @@ def _split_serial(input_specs, axis=0, num_outputs=None):
     ax = axis % len(shape)
     lead = (slice(None),) * ax
     outer, inner = math.prod(shape[:ax]), math.prod(shape[ax + 1:])
-    itemsize = np.dtype(spec.dtype).itemsize
+    itemsize, narrowest = np.dtype(spec.dtype).itemsize, SPLIT_NARROW  # (read when the node is bound)
     kept: list = [None, None, None]  # (the split input the slices were made for, the slices, the narrow parts)
 
     def call(x, split=None, *, out=None):
@@ -129,7 +129,7 @@ def _split_serial(input_specs, axis=0, num_outputs=None):
             bounds = np.cumsum([0] + list(sizes)).tolist()
             narrow = [(k, a * inner, (b - a) * inner, shape[:ax] + (b - a,) + shape[ax + 1:])
                       for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))
-                      if 0 < (b - a) * inner * itemsize < SPLIT_NARROW and outer > 1 and len(sizes) > 1]
+                      if 0 < (b - a) * inner * itemsize < narrowest and outer > 1 and len(sizes) > 1]
             hit = kept[:] = [split, [lead + (slice(a, b),) for a, b in zip(bounds[:-1], bounds[1:])], narrow]
         parts = tuple(x[part] for part in hit[1])
         if not hit[2] or not x.flags.c_contiguous:
