@@ -124,24 +124,26 @@ def test_split_then_elementwise_in_a_session(monkeypatch, on, threads):
 
 @pytest.mark.parametrize("narrow", [64, 0])
 def test_split_copies_its_narrow_parts(monkeypatch, narrow):
-    """Split's serial call: parts whose rows are narrower than SPLIT_NARROW bytes come back as arrays of
-    their own (C order, not sharing the input), the others as views; the values are np.split's, the input
+    """Split's serial call: parts whose rows are narrower than SPLIT_NARROW bytes (and of at most
+    SPLIT_NARROW_MAX bytes) come back as arrays of their own (C order, not sharing the input), the others
+    as views; the values are np.split's, the input
     is unchanged, and a part along the channels (rows of H * W values) stays a view."""
     from kernelkit_numba.kernels import concat
 
     monkeypatch.setattr(concat, "SPLIT_NARROW", narrow)
     rng = np.random.default_rng(2)
-    x = _values(rng, (1, 3, 4, 4, 85))
-    kept = x.copy()
-    call = concat._split_serial([TensorSpec(x.shape, "float32")], axis=4)
-    sizes = np.array([2, 2, 81], np.int64)
-    for _ in range(2):  # the slices are made once per split constant
-        got = call(x, sizes)
-        for part, want in zip(got, np.split(x, [2, 4], axis=4)):
-            np.testing.assert_array_equal(part, want)
-        owned = [p.flags.c_contiguous and not np.shares_memory(p, x) for p in got]
-        assert owned == ([True, True, False] if narrow else [False, False, False])
-    np.testing.assert_array_equal(x, kept)
+    for shape, copied in (((1, 3, 4, 4, 85), narrow > 0), ((1, 3, 40, 40, 85), False)):  # 38 KB parts: views
+        x = _values(rng, shape)
+        kept = x.copy()
+        call = concat._split_serial([TensorSpec(x.shape, "float32")], axis=4)
+        sizes = np.array([2, 2, 81], np.int64)
+        for _ in range(2):  # the slices are made once per split constant
+            got = call(x, sizes)
+            for part, want in zip(got, np.split(x, [2, 4], axis=4)):
+                np.testing.assert_array_equal(part, want)
+            owned = [p.flags.c_contiguous and not np.shares_memory(p, x) for p in got]
+            assert owned == [copied, copied, False]
+        np.testing.assert_array_equal(x, kept)
     c = _values(rng, (2, 6, 5, 7))
     parts = concat._split_serial([TensorSpec(c.shape, "float32")], axis=1, num_outputs=3)(c)
     assert all(np.shares_memory(p, c) for p in parts)

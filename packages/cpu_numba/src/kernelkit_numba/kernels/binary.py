@@ -335,8 +335,9 @@ def _quiet(ufunc):
 # only the view went to Numba (issue 11, session 14). Up to ``SMALL`` elements one 5-D broadcasting loop
 # takes every such call; above it, views whose last axes are contiguous run as rows (a Split's part
 # along the channels), other broadcasts stay on the ufunc. False: the ufunc for every layout (read when a
-# node is bound).
-VIEW_ROWS = True
+# node is bound). Off: on the Xeon the loops made the head's 3 Adds 0.057 against 0.042 ms and its 12 Muls
+# 0.125 against 0.107 (nodes_ab.py, Split's narrow parts copied in both); the cold cost moved, it did not go.
+VIEW_ROWS = False
 SMALL = 4096  # elements of the output up to which the 5-D loop runs (scalar: ~1 ns an element)
 
 

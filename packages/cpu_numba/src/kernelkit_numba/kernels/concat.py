@@ -102,8 +102,11 @@ SPLIT_SERIAL = True  # Split's serial call (False: the general path; ops_switch_
 # row) is copied into an array of its own by the serial call, the other parts stay views. Its readers
 # (the decode's Mul, Pow) then read a few contiguous lines instead of one line per row, cold by the time
 # they run: Mul_263 read its (1, 3, 10, 10, 2) view at 28-36 us against the reference's 11-15 (issue 11,
-# session 14). 0: every part a view (read when a node is bound).
+# session 14). 0: every part a view (read when a node is bound). Parts larger than SPLIT_NARROW_MAX bytes
+# stay views: the level-0 parts, 38 KB gathered from a 1.6 MB input, made the Xeon's Split_182 73 against
+# the reference's 51 us.
 SPLIT_NARROW = 64
+SPLIT_NARROW_MAX = 16384
 
 
 def _split_serial(input_specs, axis=0, num_outputs=None):
@@ -111,7 +114,8 @@ def _split_serial(input_specs, axis=0, num_outputs=None):
     along the axis, made once per ``split`` constant), as the one-thread general path returns them
     but without ``np.split`` (its swapaxes per part) and the general path's per-call decisions
     (GPT-2's Q/K/V Split: 0.09 against the reference's 0.07-0.11 ms inside the model on the Xeon);
-    a part whose rows are narrower than ``SPLIT_NARROW`` bytes is copied (one row copy loop)."""
+    a part whose rows are narrower than ``SPLIT_NARROW`` bytes, of at most ``SPLIT_NARROW_MAX`` bytes, is
+    copied (one row copy loop)."""
     spec = input_specs[0] if input_specs else None
     if not SPLIT_SERIAL or spec is None or not spec.is_static or spec.layout or not spec.shape:
         return None
@@ -119,7 +123,7 @@ def _split_serial(input_specs, axis=0, num_outputs=None):
     ax = axis % len(shape)
     lead = (slice(None),) * ax
     outer, inner = math.prod(shape[:ax]), math.prod(shape[ax + 1:])
-    itemsize, narrowest = np.dtype(spec.dtype).itemsize, SPLIT_NARROW  # (read when the node is bound)
+    itemsize, narrowest, largest = np.dtype(spec.dtype).itemsize, SPLIT_NARROW, SPLIT_NARROW_MAX  # (at bind)
     kept: list = [None, None, None]  # (the split input the slices were made for, the slices, the narrow parts)
 
     def call(x, split=None, *, out=None):
@@ -129,7 +133,8 @@ def _split_serial(input_specs, axis=0, num_outputs=None):
             bounds = np.cumsum([0] + list(sizes)).tolist()
             narrow = [(k, a * inner, (b - a) * inner, shape[:ax] + (b - a,) + shape[ax + 1:])
                       for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))
-                      if 0 < (b - a) * inner * itemsize < narrowest and outer > 1 and len(sizes) > 1]
+                      if 0 < (b - a) * inner * itemsize < narrowest and outer > 1 and len(sizes) > 1
+                      and outer * (b - a) * inner * itemsize <= largest]
             hit = kept[:] = [split, [lead + (slice(a, b),) for a, b in zip(bounds[:-1], bounds[1:])], narrow]
         parts = tuple(x[part] for part in hit[1])
         if not hit[2] or not x.flags.c_contiguous:
