@@ -264,12 +264,20 @@ def from_json(paths, runtimes=None, blocks_keys=()) -> None:
     ``blocks_keys`` block by block."""
     rows = []
     for path in paths:
-        with open(path) as f:
-            rows += [json.loads(line) for line in f if line.strip()]
-    for row in rows:  # a variant's label and ratios, from its lines (runs before the spec was written: the label)
-        rt = row["runtime"]
-        if rt not in LABELS:
-            add_variant(f"{rt}={row.get('spec') or '?'}", threads=row.get("threads"))
+        try:
+            with open(path) as f:
+                found = [json.loads(line) for line in f if line.strip()]
+        except FileNotFoundError:
+            found = []
+        if not found:
+            print(f"{path}: no blocks")
+        rows += found
+    specs: dict = {}  # a variant's label and ratios, from its lines (runs before the spec was written: the label)
+    for row in rows:
+        if row["runtime"] not in LABELS and not specs.get(row["runtime"], (None,))[0]:
+            specs[row["runtime"]] = (row.get("spec"), row.get("threads"))
+    for rt, (spec, threads) in specs.items():
+        add_variant(f"{rt}={spec or '?'}", threads=threads)
     if runtimes is None:
         seen = list(dict.fromkeys(row["runtime"] for row in rows))
         runtimes = [r for r in LABELS if r in seen and r not in VARIANTS] + [r for r in seen if r in VARIANTS]
