@@ -214,3 +214,17 @@ def test_entries_written_by_two_processes_load_into_one(tmp_path):
         assert both[k]["by_address"] == both[k]["by_dispatcher"] == want
         assert both[k]["uid"] == writer[k]["uid"] >= 1 << 62
 
+
+def test_constants_that_code_built_once_reads():
+    """cache.built_once_readers (benchmarks/nodes_ab.py refuses such a variant): the switches that builders
+    bake in are found through the builders made once a process (ftile.ROWS_TILE_MAJOR: ftile's batched driver
+    and rnpair's and cpair's halves, through the rows drivers they build; fdirect.MP: rnpair's half), a
+    switch read on each call (rnpair.DYNAMIC, rnpair.BY_M_TILES) by none."""
+    from kernelkit_numba.kernels import cpair, fdirect  # noqa: F401 (their builders are scanned)
+
+    def readers(module, name):
+        return [r.removeprefix("kernelkit_numba.kernels.") for r in cache.built_once_readers(module.__name__, name)]
+
+    assert {"ftile._batched", "rnpair.half_address", "cpair.half_address"} <= set(readers(ftile, "ROWS_TILE_MAJOR"))
+    assert "rnpair.half_address" in readers(fdirect, "MP")
+    assert readers(rnpair, "DYNAMIC") == readers(rnpair, "BY_M_TILES") == []

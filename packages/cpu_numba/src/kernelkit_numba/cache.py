@@ -174,6 +174,61 @@ def baked(py_func) -> str:
     return digest.hexdigest()
 
 
+def _reads(fn, memo: dict) -> frozenset:
+    """The (module, name) pairs of module globals that ``fn``'s code (nested code included) reads, directly
+    or through the functions, kernels and cached builders of this package it reaches by a global name."""
+    if id(fn) in memo:
+        return memo[id(fn)] or frozenset()
+    memo[id(fn)] = None  # a cycle: what the outer call collects
+    out: set = set()
+    env, names = fn.__globals__, _names(fn.__code__)
+
+    def visit(module: str, name: str, value) -> None:
+        out.add((module, name))
+        inner = _function_of(value)
+        if inner is not None and _ours(inner):
+            out.update(_reads(inner, memo))
+
+    for name in names:
+        if name not in env:
+            continue
+        value = env[name]
+        if isinstance(value, types.ModuleType):
+            if value.__name__.startswith("kernelkit_numba"):
+                for attr in names:
+                    if attr in value.__dict__:
+                        visit(value.__name__, attr, value.__dict__[attr])
+            continue
+        visit(fn.__module__, name, value)
+    memo[id(fn)] = frozenset(out)
+    return memo[id(fn)]
+
+
+def built_once_readers(module: str, name: str) -> list[str]:
+    """The builders and kernels of this package that a process makes once and whose code reads the module
+    constant ``module.name`` (``kernelkit_numba.kernels.ftile``, ``ROWS_TILE_MAJOR``), directly or through
+    the functions it calls: the kernels (Numba freezes a global into the code it compiles, once a signature),
+    the ``functools.cache`` builders and ftile's ``_built_once`` ones (their result is kept per arguments,
+    not per the constants they read). A constant set in a live process after those ran reaches none of
+    their products: a benchmark that switches it inside one process (nodes_ab.py) would measure the code
+    built first (``turns.py --variant`` gives each value a process). Imported modules of this package only."""
+    import sys
+
+    memo: dict = {}
+    found = []
+    for mod_name, mod in list(sys.modules.items()):
+        if not mod_name.startswith("kernelkit_numba") or mod is None:
+            continue
+        for attr, value in list(vars(mod).items()):
+            once = hasattr(value, "py_func") or hasattr(value, "cache_clear") or hasattr(value, "__wrapped__")
+            fn = _function_of(value) if once else None
+            if fn is None or not _ours(fn) or fn.__module__ != mod_name:
+                continue
+            if (module, name) in _reads(fn, memo):
+                found.append(f"{mod_name}.{attr}")
+    return sorted(set(found))
+
+
 # A closure's cache key: Numba hashes a pickle of the closure's cells, which for cells that pickle
 # differently in every process (an intrinsic carries a random id) is a new key each time: the entry
 # is never found, and every process appends another. A closure kernelkit compiles per variant names
