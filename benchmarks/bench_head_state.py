@@ -16,7 +16,9 @@ np.matmul's median in the same state to each (above 1: faster than np.matmul).
 OpenBLAS's other matrix-vector kernel). A variant is ``a<D>`` (fgemm.row with ROW_AHEAD D: L1 prefetch D
 K steps ahead), ``pf<F>`` (the next column panel prefetched into L2 during the current one, F floats a K
 step: fgemm.ROW_PREFETCH) or ``s<S>`` (S column panels read at once: fgemm.ROW_STREAMS), joined by ``+``,
-and ``al`` (the weights packed at a page of their own mapping: fgemm.PACK_ALIGN 4096) or ``hp`` (on
+``q<D>`` (the streams' tiles prefetch each panel D K steps ahead into L1, ``q<D>l2`` into L2:
+fgemm.ROW_STREAMS_AHEAD, ROW_STREAMS_HINT), and ``al`` (the weights packed at a page of their own mapping:
+fgemm.PACK_ALIGN 4096) or ``hp`` (on
 transparent huge pages: PACK_ALIGN fgemm.HUGE_PAGE), e.g. ``s4+al``. (Session 13's Xeon call ran ``hp`` as
 a 2 MiB-aligned shared mapping, which gets no huge pages: today's ``al``.)
 """
@@ -87,8 +89,11 @@ def main() -> None:
         for v in variants:
             opts = {"ahead": 0, "prefetch": 0, "streams": 1}
             mine = packed
+            stream_ahead = (0, 3)
             for part in v.split("+"):
-                if part in ("al", "hp"):  # its own copy packed at a page (hp: on huge pages)
+                if part.startswith("q"):  # q16: ROW_STREAMS_AHEAD 16 into L1; q16l2: into L2
+                    stream_ahead = (int(part[1:].split("l")[0]), 2 if part.endswith("l2") else 3)
+                elif part in ("al", "hp"):  # its own copy packed at a page (hp: on huge pages)
                     was, fgemm.PACK_ALIGN = fgemm.PACK_ALIGN, 4096 if part == "al" else fgemm.HUGE_PAGE
                     mine = fgemm.Packed(w, w.T, kind)
                     fgemm.PACK_ALIGN = was
@@ -98,7 +103,10 @@ def main() -> None:
                     opts["ahead"] = int(part[1:])
                 else:
                     opts["streams"] = int(part[1:])
+            saved = fgemm.ROW_STREAMS_AHEAD, fgemm.ROW_STREAMS_HINT
+            fgemm.ROW_STREAMS_AHEAD, fgemm.ROW_STREAMS_HINT = stream_ahead
             run = fgemm.row(kind, mine, 1.0, bias, **opts)
+            fgemm.ROW_STREAMS_AHEAD, fgemm.ROW_STREAMS_HINT = saved
             run(x, out)
             np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
             entries[f"row {v}"] = (lambda run=run, x=x, out=out: run(x, out), mine.bp)

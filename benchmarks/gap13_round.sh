@@ -8,25 +8,13 @@
 #     OUT=/tmp/out bash benchmarks/gap13_round.sh
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/_round.sh" "$OUT"  # warm_cache (the turns' tables: turns.py --from-json; both since session 14)
 BAL="bal=kernels.rnpair.BALANCE=1"
 export PYTHONUNBUFFERED=1 KERNELKIT_NUMBA_START=eager PYTHONWARNINGS=ignore
 { lscpu | grep -E "Model name|^CPU\(s\)|L2|L3"; date -u; git log --oneline -1; } > "$OUT/env.txt" 2>&1
 T0=$(date +%s)
 log() { echo "$(date -u +%T) +$(( $(date +%s) - T0 ))s $*" >> "$OUT/log.txt"; }
-read -r -a wcpus <<< "6,7 8,9 10,11 12,13"
-i=0
-for m in resnet50 resnet18; do
-  for t in numba1 numba2; do
-    ( taskset -c "${wcpus[$i]}" timeout "${WARM_S:-45}" python3 -c "
-import sys; sys.path.insert(0, 'benchmarks')
-from test_bench_numba import model_case, kernelkit_session
-_, model, feed, _ = model_case('$m')
-s = kernelkit_session(model, '$t'); s.run(None, feed); s.run(None, feed)
-" > /dev/null 2>> "$OUT/warm.err" ) &
-    i=$((i + 1))
-  done
-done
-wait
+warm_cache "6,7 8,9 10,11 12,13" "${WARM_S:-45}" resnet50:numba1 resnet50:numba2 resnet18:numba1 resnet18:numba2
 log warm
 taskset -c 0,1 timeout "${TURNS_S:-115}" python3 benchmarks/turns.py resnet18,resnet50 --rounds "${ROUNDS:-6}" \
     --runtimes numba,numba1,ort2 --variant "$BAL" --json "$OUT/quiet.jsonl" > "$OUT/quiet.md" 2> "$OUT/quiet.err" &
@@ -44,30 +32,7 @@ log done
 cat "$OUT/env.txt" "$OUT/log.txt"
 tail -n 3 "$OUT/warm.err" "$OUT/quiet.err" "$OUT/loaded.err" "$OUT/trace18.err" "$OUT/trace50.err" 2>/dev/null | cut -c1-300
 cat "$OUT/trace18.md" "$OUT/trace50.md"
-python3 - "$OUT" <<'PYEOF'
-import collections, json, os, sys
-import numpy as np
-out = sys.argv[1]
-KEYS = ("pair_stalls", "pair_stall_backoffs", "pair_backoffs", "pair_paired", "pair_alone")
-for job in ("quiet", "loaded"):
-    path = os.path.join(out, f"{job}.jsonl")
-    if not os.path.exists(path):
-        continue
-    rows = [json.loads(line) for line in open(path) if line.strip()]
-    by = collections.defaultdict(dict)
-    for r in rows:
-        by[(r["model"], r["round"])][r["runtime"]] = r["median_ms"]
-    for model in dict.fromkeys(r["model"] for r in rows):
-        rounds = [v for (m, _), v in sorted(by.items()) if m == model]
-        runtimes = list(dict.fromkeys(k for v in rounds for k in v))
-        med = {rt: np.median([v[rt] for v in rounds if rt in v]) for rt in runtimes}
-        print(f"{job} {model}: rounds {len(rounds)}; median ms " + ", ".join(f"{rt} {med[rt]:.2f}" for rt in runtimes))
-        for num, den in (("numba", "ort2"), ("bal", "ort2"), ("numba", "numba1"), ("bal", "numba1"), ("numba", "bal")):
-            per = [v[num] / v[den] for v in rounds if num in v and den in v]
-            if per:
-                print(f"  {num} / {den}: {np.median(per):.3f} ({min(per):.3f}-{max(per):.3f}) n={len(per)}")
-        for rt in ("numba", "bal"):
-            blocks = [r for r in rows if r["model"] == model and r["runtime"] == rt]
-            cells = ["/".join(str((b.get("pool") or {}).get(k, 0)) for k in KEYS) for b in blocks]
-            print(f"  {rt} per block ({'/'.join(KEYS)}): " + "  ".join(cells))
-PYEOF
+for job in quiet loaded; do
+  echo "== $job"
+  python3 benchmarks/turns.py --from-json "$OUT/$job.jsonl" --blocks pair_stalls,pair_stall_backoffs,pair_backoffs,pair_paired,pair_alone
+done

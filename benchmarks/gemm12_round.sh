@@ -6,16 +6,11 @@ ROUND_BUDGET=112
 cd "$(dirname "$0")" || exit 1
 source ./_round.sh "$@"
 t0=$(date +%s)
-# warm the cache: the one-thread kernels of each model and the variants' extra drivers, side by side
-warm() {
-  pinned "$1" timeout 60 "$PY" -c "
-import sys; sys.path.insert(0, '.')
-from test_bench_numba import apply_bench_set, model_case, kernelkit_session
-apply_bench_set('$3')
-proto, model, feed, g = model_case('$2'); kernelkit_session(model, 'numba1').run(None, feed)" >> "$OUT/warm.txt" 2>&1
-}
-warm 0 mlp "" & warm 1 mlp "kernels.fgemm.B_AHEAD_ONE_THREAD=8" & warm 2 mlp "kernels.fgemm.B_AHEAD_ONE_THREAD=16" &
-warm 3 mlp "kernels.fgemm.PACK_A_ONE_THREAD=1" & warm 4 resnet50 "" & warm 5 resnet18 "" & warm 6 mobilenetv2 "" &
+# warm the cache: the one-thread kernels of each model and the variants' extra drivers, side by side (_round.sh's
+# warm_cache since session 14)
+warm_cache "0 1 2 3 4 5 6" 60 mlp:numba1 mlp:numba1:kernels.fgemm.B_AHEAD_ONE_THREAD=8 \
+  mlp:numba1:kernels.fgemm.B_AHEAD_ONE_THREAD=16 mlp:numba1:kernels.fgemm.PACK_A_ONE_THREAD=1 resnet50:numba1 \
+  resnet18:numba1 mobilenetv2:numba1 &
 pinned 7 timeout 60 "$PY" -c "
 import numpy as np
 from kernelkit_numba.kernels import fgemm
@@ -37,28 +32,9 @@ pinned 4,5 "$PY" ops_vs_reference.py resnet18,mobilenet_v2 7 > "$OUT/ops.txt" 2>
 wait
 echo "total: $(( $(date +%s) - t0 )) s" >> "$OUT/warm.txt"
 lscpu | grep "Model name"
-# a short table last: per model and runtime the median block ms and the median over rounds of numba 1t's
-# block / this runtime's block (above 1: faster than numba 1t), from the blocks written so far
-"$PY" - "$OUT"/turns_*.jsonl <<'PY'
-import collections, json, sys
-import numpy as np
-for path in sys.argv[1:]:
-    try:
-        rows = [json.loads(line) for line in open(path)]
-    except OSError:
-        continue
-    for model in dict.fromkeys(r["model"] for r in rows):
-        by = collections.defaultdict(dict)
-        for r in rows:
-            if r["model"] == model:
-                by[r["runtime"]][r["round"]] = r["median_ms"]
-        base = by.get("numba1", {})
-        for rt, blocks in by.items():
-            common = [k for k in blocks if k in base]
-            ratio = [base[k] / blocks[k] for k in common] or [float("nan")]
-            print(f"{model:9s} {rt:10s} {np.median(list(blocks.values())):8.2f} ms  numba1/this "
-                  f"{np.median(ratio):.3f} ({min(ratio):.2f}-{max(ratio):.2f}) rounds {len(blocks)}")
-PY
+# the turns' tables last, from the blocks written so far (turns.py --from-json since session 14; 1t / LABEL above 1:
+# the variant faster than numba 1t)
+for f in "$OUT"/turns_*.jsonl; do "$PY" turns.py --from-json "$f"; done
 grep -h "^| \(1x\|784\|1024\|numba\|ORT\|reference\|ahead\|packa\|products\|gemm\|sum\|profiled\)" "$OUT/mlp_parts.txt" \
   "$OUT/heads.txt" 2>/dev/null | head -60
 grep -h -i "gemm\|verdict\|slower" "$OUT/ops.txt" 2>/dev/null | head -20

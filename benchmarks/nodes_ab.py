@@ -6,9 +6,15 @@ session is built and warmed, then put back), all in one process, run in turn one
 kind (kernel, stride, channels, map; ``+Z`` with a fused residual) and the other ops, per group the
 summed ms of every session and the ratios reference / numba and numba / variant (above 1: the
 variant faster). Issue 11, session 11 (docs/numba.md, "ResNet-50's 1x1 layers at one thread").
+A constant that code built once a process reads (``cache.built_once_readers``: ``ftile.ROWS_TILE_MAJOR``,
+``fdirect.MP``, ...) cannot be switched in the process: such a variant is refused (turns.py's
+``--variant1`` gives each value a process).
 
     taskset -c 0,1 python benchmarks/nodes_ab.py resnet50 [runs=15] \
-        [kc512=kernels.ftile.KC12=512 ...]
+        [kc512=kernels.ftile.KC12=512 ...] [--rotate]
+
+``--rotate``: the sessions' order turned every round (``_timing.best_node_ms_interleaved``), so that no
+session always runs after the same other one.
 """
 from __future__ import annotations
 
@@ -40,6 +46,47 @@ def _saved(spec: str) -> dict:
         obj = importlib.import_module(mod if absolute else "kernelkit_numba." + mod)
         out[(obj, attr)] = getattr(obj, attr)
     return out
+
+
+def _constant(key: str) -> tuple[str, str]:
+    """(module, name) of the module constant a SPEC key sets (test_bench_numba.apply_bench_set's reading:
+    the longest importable module, relative to kernelkit_numba unless named in full, then the constant,
+    whose items a longer key sets: kernels.fgemm.MR.2 is MR's)."""
+    import importlib
+
+    parts = key.split(".")
+    absolute = parts[0] in ("kernelkit", "kernelkit_numba")
+    for cut in range(len(parts) - 1, 0, -1):
+        name = ("" if absolute else "kernelkit_numba.") + ".".join(parts[:cut])
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        return name, parts[cut]
+    raise SystemExit(f"{key}: no module of kernelkit_numba or kernelkit holds it")
+
+
+def refuse_built_once(variants: list, tool: str) -> None:
+    """Exit with a message where a variant's SPEC sets a constant that code a process builds once reads
+    (kernelkit_numba.cache.built_once_readers: ftile.ROWS_TILE_MAJOR, fdirect.MP, ...): set inside this
+    process, after the default session built that code, the variant would run the default's code."""
+    import importlib
+    import pkgutil
+
+    from kernelkit_numba import cache, kernels
+
+    for info in pkgutil.iter_modules(kernels.__path__):  # the builders of every kernel, not only the imported
+        importlib.import_module(f"{kernels.__name__}.{info.name}")
+    for label, spec in variants:
+        for item in filter(None, spec.split(";")):
+            module, name = _constant(item.split("=")[0])
+            readers = cache.built_once_readers(module, name)
+            if readers:
+                raise SystemExit(
+                    f"{tool}: variant {label}: {module}.{name} is read by code a process builds or compiles once "
+                    f"({', '.join(r.removeprefix('kernelkit_numba.') for r in readers)}); switched in this "
+                    f"process, the variant would run the code built first for the default. A/B it with a "
+                    f"process per value: turns.py --variant1 {label}={spec} (one thread) or --variant (default)")
 
 
 def _kinds(proto) -> dict:
@@ -126,16 +173,20 @@ def _ratio(a: float, b: float) -> float:
 
 
 def main(argv: list[str]) -> int:
+    rotate = "--rotate" in argv  # the sessions' order turned every round (ops_vs_reference.py's --rotate)
+    argv = [a for a in argv if a != "--rotate"]
     name = argv[0] if argv else "resnet50"
     runs = int(argv[1]) if len(argv) > 1 else 15
     variants = [a.split("=", 1) for a in argv[2:]]
+    refuse_built_once(variants, "nodes_ab.py")
     kinds, model, feed = load(name)
     labels = ["reference", "numba"] + [v[0] for v in variants]
     sessions = [kernelkit.Session(model, vendors=["reference"], threads=1, profile=True),
                 kernelkit.Session(model, vendors=["numba", "reference"], threads=1, profile=True)]
     sessions += [variant_session(model, feed, spec, 1) for _, spec in variants]
-    best = best_node_ms_interleaved(sessions, feed, runs)
-    print_groups(f"## {name}, 1 thread, best of {runs} per node (ms), sessions in turn", kinds, sessions[1], best,
+    best = best_node_ms_interleaved(sessions, feed, runs, rotate)
+    print_groups(f"## {name}, 1 thread, best of {runs} per node (ms), sessions in turn"
+                 + (", order rotated" if rotate else ""), kinds, sessions[1], best,
                  labels, ["reference / numba"] + [f"numba / {v}" for v in labels[2:]],
                  lambda ms: [_ratio(ms[0], ms[1])] + [_ratio(ms[1], v) for v in ms[2:]])
     # every node of each session's own plan (a variant that fuses differently has other nodes than the

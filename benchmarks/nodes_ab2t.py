@@ -3,7 +3,7 @@
 per round, the order rotated every round, each node's best time) with a one-thread numba session, the default
 two-thread session and one two-thread session per ``LABEL=SPEC`` variant (SPEC: ``;``-separated
 ``module.ATTR=VALUE`` constants, set while its session is built and warmed, then put back: constants read when
-a node binds, such as the pairs' cuts).
+a node binds, such as the pairs' cuts; one that code built once a process reads is refused, as in nodes_ab.py).
 Prints the Conv nodes grouped by kind (nodes_ab's labels) and the other ops: per group the summed ms of every
 session, 2t / 1t (ideal 0.5) and default / variant (above 1: the variant faster)::
 
@@ -18,7 +18,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nodes_ab import _ratio, best_node_ms_interleaved, kernelkit, load, print_groups, variant_session  # noqa: E402, I001 (sets the environment first)
+from nodes_ab import (  # noqa: E402, I001 (sets the environment first)
+    _ratio, best_node_ms_interleaved, kernelkit, load, print_groups, refuse_built_once, variant_session)
 
 
 class _Woken:
@@ -56,6 +57,7 @@ def main(argv: list[str]) -> int:
     name = argv[0] if argv else "resnet50"
     runs = int(argv[1]) if len(argv) > 1 else 15
     variants = [a.split("=", 1) for a in argv[2:]]
+    refuse_built_once(variants, "nodes_ab2t.py")
     kinds, model, feed = load(name)
     labels = ["numba1", "default"] + [v[0] for v in variants]
     sessions = [kernelkit.Session(model, vendors=["numba", "reference"], threads=1, profile=True),

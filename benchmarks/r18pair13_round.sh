@@ -35,25 +35,6 @@ cat "$O/env.txt" "$O/cores.txt"
 for f in a18 b18 a50 b50; do
   echo "== $f"; grep -h -E "^## |Conv 3x3|MaxPool|\*\*sum|Error|Traceback" "$O/$f.txt" | cut -c1-150 | tail -16
 done
-python3 - "$O" <<'PYEOF'
-import collections, json, os, sys
-import numpy as np
-out = sys.argv[1]
-for job in ("quiet", "loaded"):
-    path = os.path.join(out, f"{job}.jsonl")
-    if not os.path.exists(path):
-        print(f"{job}: no blocks"); continue
-    rows = [json.loads(line) for line in open(path) if line.strip()]
-    by = collections.defaultdict(dict)
-    for r in rows:
-        by[(r["model"], r["round"])][r["runtime"]] = r["median_ms"]
-    for model in dict.fromkeys(r["model"] for r in rows):
-        rounds = [v for (m, _), v in sorted(by.items()) if m == model]
-        runtimes = list(dict.fromkeys(k for v in rounds for k in v))
-        med = {rt: np.median([v[rt] for v in rounds if rt in v]) for rt in runtimes}
-        print(f"{job} {model}: rounds {len(rounds)}; median ms " + ", ".join(f"{rt} {med[rt]:.2f}" for rt in runtimes))
-        for num, den in (("numba", "ort2"), ("m49", "ort2"), ("numba", "numba1"), ("m49", "numba1"), ("numba", "m49")):
-            per = [v[num] / v[den] for v in rounds if num in v and den in v]
-            if per:
-                print(f"  {num} / {den}: {np.median(per):.3f} ({min(per):.3f}-{max(per):.3f}) n={len(per)}")
-PYEOF
+for job in quiet loaded; do  # the turns' tables (turns.py --from-json since session 14)
+  echo "== $job"; python3 benchmarks/turns.py --from-json "$O/$job.jsonl"
+done

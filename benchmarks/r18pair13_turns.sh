@@ -30,22 +30,6 @@ wait
 echo "all: $(( $(date +%s) - t0 )) s" >> "$O/log.txt"
 tar -czf "$OUT/all.tgz" -C "$O" .
 cat "$O/log.txt"
-python3 - "$O" <<'PYEOF'
-import collections, json, os, sys
-import numpy as np
-for job in ("idle", "busy"):
-    path = os.path.join(sys.argv[1], f"{job}.jsonl")
-    rows = [json.loads(line) for line in open(path) if line.strip()] if os.path.exists(path) else []
-    by = collections.defaultdict(dict)
-    for r in rows:
-        by[r["round"]][r["runtime"]] = r["median_ms"]
-    rounds = [v for _, v in sorted(by.items())]
-    if not rounds:
-        print(f"{job}: no blocks"); continue
-    med = {rt: np.median([v[rt] for v in rounds if rt in v]) for rt in ("numba", "numba1", "ort2")}
-    print(f"{job}: rounds {len(rounds)}; median ms " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
-    for num, den in (("numba", "ort2"), ("numba", "numba1")):
-        per = [v[num] / v[den] for v in rounds if num in v and den in v]
-        if per:
-            print(f"  {num} / {den}: {np.median(per):.3f} ({min(per):.3f}-{max(per):.3f}) n={len(per)}")
-PYEOF
+for job in idle busy; do  # the turns' tables (turns.py --from-json since session 14)
+  echo "== $job"; python3 benchmarks/turns.py --from-json "$O/$job.jsonl"
+done

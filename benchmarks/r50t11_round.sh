@@ -6,18 +6,13 @@ out=${1:-out}
 mkdir -p "$out"
 export KERNELKIT_NUMBA_START=eager
 cd "$(dirname "$0")" || exit 1
+source ./_round.sh "$out"  # warm_cache (and the tables: turns.py --from-json; both since session 14)
 t0=$(date +%s)
-# warm the cache: the one-thread kernels of both models and the variants' extra drivers, two processes
-warm() {
-  timeout 70 taskset -c "$1" python3 -c "
-import sys; sys.path.insert(0, '.')
-from test_bench_numba import apply_bench_set, model_case, kernelkit_session
-apply_bench_set('$3')
-proto, model, feed, g = model_case('$2'); kernelkit_session(model, 'numba1').run(None, feed)" >> "$out/warm.txt" 2>&1
-}
-warm 0 resnet50 "" & warm 2 mlp "" & warm 4 resnet50 "kernels.ftile.ROWS12_ON=1,kernels.conv.DIRECT_SMALL=0" &
-warm 6 mlp "kernels.gemm.HEAD_NARROW=0,kernels.fgemm.MR.2=12,kernels.fgemm.PREFETCH=8" &
-warm 8 resnet50 "kernels.ftile.ROWS12_ON=1,kernels.ftile.MR.3=14,kernels.ftile._NAME.3=avx512x14" & wait
+# warm the cache: the one-thread kernels of both models and the variants' extra drivers, side by side
+warm_cache "0 2 4 6 8" 70 resnet50:numba1 mlp:numba1 \
+  resnet50:numba1:kernels.ftile.ROWS12_ON=1,kernels.conv.DIRECT_SMALL=0 \
+  mlp:numba1:kernels.gemm.HEAD_NARROW=0,kernels.fgemm.MR.2=12,kernels.fgemm.PREFETCH=8 \
+  resnet50:numba1:kernels.ftile.ROWS12_ON=1,kernels.ftile.MR.3=14,kernels.ftile._NAME.3=avx512x14
 echo "warm: $(( $(date +%s) - t0 )) s" >> "$out/warm.txt"
 # each --variant1: numba 1t with one setting changed (ratios 1t / variant: above 1 = the variant faster)
 # (r14: the 12-row rows tiles' kind run with 14 rows, 28 accumulators, under a cache name of its own)
@@ -37,21 +32,5 @@ timeout $left taskset -c 4,5 python3 turns.py mlp --rounds "${ROUNDS:-7}" --runt
 wait
 echo "total: $(( $(date +%s) - t0 )) s" >> "$out/warm.txt"
 lscpu | grep -E "Model name|L2|L3" > "$out/env.txt"
-# a short table last: per model and runtime the median block ms and the median over rounds of numba 1t's
-# block / this runtime's block (above 1: faster than numba 1t), from the blocks written so far
-python3 - "$out"/turns_*.jsonl <<'PY'
-import collections, json, sys
-import numpy as np
-for path in sys.argv[1:]:
-    rows = [json.loads(line) for line in open(path)]
-    by = collections.defaultdict(dict)
-    for r in rows:
-        by[r["runtime"]][r["round"]] = r["median_ms"]
-    base = by.get("numba1", {})
-    model = rows[0]["model"] if rows else path
-    for rt, blocks in by.items():
-        common = [k for k in blocks if k in base]
-        ratio = [base[k] / blocks[k] for k in common]
-        print(f"{model:9s} {rt:10s} {np.median(list(blocks.values())):8.2f} ms  numba1/this "
-              f"{np.median(ratio):.3f} ({min(ratio):.2f}-{max(ratio):.2f}) rounds {len(blocks)}")
-PY
+# the turns' tables last, from the blocks written so far (1t / LABEL above 1: the variant faster than numba 1t)
+for f in "$out"/turns_*.jsonl; do python3 turns.py --from-json "$f"; done

@@ -14,6 +14,7 @@ so that a drift of the host moves both sides of a ratio alike.
 
     taskset -c 0,1 python benchmarks/turns.py resnet18,mobilenetv2,transformer,mlp [--rounds 9]
         [--mode quiet,loaded] [--runtimes numba1,numba,reference1,ort1,ort2] [--json OUT.jsonl]
+    python benchmarks/turns.py --from-json OUT.jsonl [MORE.jsonl ...] [--blocks pair_stalls,backoffs]
 
 ``--variant LABEL=SPEC`` adds the default session with other settings as one more runtime, e.g.
 ``--variant notiles=kernels.winograd.TILES=0 --variant nopair=KERNELKIT_F32_PAIR=off`` (SPEC:
@@ -21,6 +22,13 @@ so that a drift of the host moves both sides of a ratio alike.
 constants), with its ratios to the default and to onnxruntime 2t. ``--variant1 LABEL=SPEC`` adds the
 one-thread session (``numba1``) with SPEC's settings, with its ratios to numba 1t and onnxruntime 1t
 and the reference's ratio to it.
+
+``--from-json FILE [FILE ...]``: no run; the tables (and each numba runtime's pool counters) from the JSON
+lines that runs wrote with ``--json``, the same medians, ratios and ranges over rounds as the live run
+printed, so that a run cut by a deadline still gives its table (of the rounds it finished: a ratio takes the
+rounds that hold both its runtimes). A variant's spec comes from its lines (older lines without it: from
+``--variant``/``--variant1`` as given to the run, else the label alone); ``--blocks KEY,...`` adds each
+block's pool counters of those names.
 
 ``loaded``: a busy loop pinned to the first CPU of this process's affinity for the whole model. Each
 numba process reports its shard pool's counters per block (back-offs, preempted jobs); each process
@@ -163,8 +171,7 @@ def take_turns(model: str, runtimes, rounds: int, turn_s: float, settle: int, lo
         # from the ready calls, then from each block's median: a first call that compiled or woke a pool must
         # not leave a runtime at 3 calls a block for every round (session 13's J2: MobileNetV2's default)
         calls = {c.runtime: per_block(c.ready["call_ms"]) for c in children}
-        blocks: dict = {r: [] for r in runtimes}
-        pool: dict = {r: {} for r in runtimes}
+        rows = []
         for rnd in range(rounds):
             shift = rnd % len(children)
             order = children[shift:] + children[:shift]
@@ -173,15 +180,14 @@ def take_turns(model: str, runtimes, rounds: int, turn_s: float, settle: int, lo
             for child in order:
                 time.sleep(gap_s)  # the last process's threads end their idle spin before the next block
                 n_calls = calls[child.runtime]
-                row = child.block(n_calls, settle)
-                blocks[child.runtime].append(row["median_ms"])
+                row = {"model": model, "runtime": child.runtime, "round": rnd, "load": "loaded" if loaded else "quiet",
+                       "calls": n_calls, **child.block(n_calls, settle)}
+                if child.runtime in VARIANTS:  # what --from-json labels it with
+                    row.update(spec=VARIANTS[child.runtime], threads=VARIANT_THREADS.get(child.runtime))
                 calls[child.runtime] = per_block(row["median_ms"])
-                for key, count in row["pool"].items():
-                    pool[child.runtime][key] = pool[child.runtime].get(key, 0) + count
+                rows.append(row)
                 if sink:
-                    sink.write(json.dumps({"model": model, "runtime": child.runtime, "round": rnd,
-                                           "load": "loaded" if loaded else "quiet", "calls": n_calls,
-                                           **row}) + "\n")
+                    sink.write(json.dumps(row) + "\n")
         cosine_ok = {c.runtime: c.ready["cosine_ok"] for c in children}
     finally:
         for child in children:
@@ -189,12 +195,29 @@ def take_turns(model: str, runtimes, rounds: int, turn_s: float, settle: int, lo
         if busy is not None:
             busy.kill()
             busy.wait()
+    return {**summarise(rows, runtimes), "cosine_ok": cosine_ok}
+
+
+def summarise(rows: list, runtimes) -> dict:
+    """One model's blocks (the rows a run writes with ``--json``, of one load): {"blocks": {runtime: block
+    medians, by round}, "ratios": {label: (median, min, max) over the rounds that hold both runtimes of the
+    ratio}, "pool": {runtime: summed counters}, "rounds": rounds with a block}, the live run's and
+    --from-json's."""
+    by_round: dict = {}
+    pool: dict = {r: {} for r in runtimes}
+    for row in rows:
+        by_round.setdefault(row["round"], {})[row["runtime"]] = row["median_ms"]
+        counts = pool.setdefault(row["runtime"], {})
+        for key, count in (row.get("pool") or {}).items():
+            counts[key] = counts.get(key, 0) + count
+    rounds = [by_round[k] for k in sorted(by_round)]
+    blocks = {r: [rnd[r] for rnd in rounds if r in rnd] for r in runtimes}
     ratios = {}
     for label, num, den in RATIOS:
-        if num in blocks and den in blocks:
-            per_round = np.array(blocks[num]) / np.array(blocks[den])
+        per_round = np.array([rnd[num] / rnd[den] for rnd in rounds if num in rnd and den in rnd])
+        if per_round.size:
             ratios[label] = (float(np.median(per_round)), float(per_round.min()), float(per_round.max()))
-    return {"blocks": blocks, "ratios": ratios, "cosine_ok": cosine_ok, "pool": pool}
+    return {"blocks": blocks, "ratios": ratios, "pool": pool, "rounds": len(rounds)}
 
 
 VARIANTS: dict = {}  # --variant LABEL=SPEC: runtime LABEL is the default session with SPEC's settings
@@ -227,31 +250,86 @@ def markdown(results: dict, mode: str, runtimes) -> str:
              + " | ".join(f"{label} (min-max over rounds)" for label in labels) + " |",
              "|---" + "|---:" * (len(runtimes) + len(labels)) + "|"]
     for model, res in results.items():
-        cells = [f"{np.median(res['blocks'][r]):.2f}" for r in runtimes]
-        cells += [f"**{m:.2f}** ({lo:.2f}-{hi:.2f})" for m, lo, hi in (res["ratios"][label] for label in labels)]
+        cells = [f"{np.median(res['blocks'][r]):.2f}" if res["blocks"].get(r) else "-" for r in runtimes]
+        cells += [f"**{m:.2f}** ({lo:.2f}-{hi:.2f})" if (m, lo, hi) != (None,) * 3 else "-"
+                  for m, lo, hi in (res["ratios"].get(label, (None,) * 3) for label in labels)]
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+def from_json(paths, runtimes=None, blocks_keys=()) -> None:
+    """Print the tables of the blocks in ``paths`` (``--json`` files): one per load, in the order the lines
+    came, a row per model; the runtimes ``runtimes`` or those in the lines (issue 11's first, then the
+    variants as they came); then each numba runtime's summed pool counters, and the counters named in
+    ``blocks_keys`` block by block."""
+    rows = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                found = [json.loads(line) for line in f if line.strip()]
+        except FileNotFoundError:
+            found = []
+        if not found:
+            print(f"{path}: no blocks")
+        rows += found
+    specs: dict = {}  # a variant's label and ratios, from its lines (runs before the spec was written: the label)
+    for row in rows:
+        if row["runtime"] not in LABELS and not specs.get(row["runtime"], (None,))[0]:
+            specs[row["runtime"]] = (row.get("spec"), row.get("threads"))
+    for rt, (spec, threads) in specs.items():
+        add_variant(f"{rt}={spec or '?'}", threads=threads)
+    if runtimes is None:
+        seen = list(dict.fromkeys(row["runtime"] for row in rows))
+        runtimes = [r for r in LABELS if r in seen and r not in VARIANTS] + [r for r in seen if r in VARIANTS]
+    for mode in dict.fromkeys(row["load"] for row in rows):
+        results = {model: summarise([r for r in rows if r["load"] == mode and r["model"] == model], runtimes)
+                   for model in dict.fromkeys(r["model"] for r in rows if r["load"] == mode)}
+        print(markdown(results, mode, runtimes))
+        for model, res in results.items():
+            pools = "; ".join(f"{rt}: " + ", ".join(f"{k} {v}" for k, v in counts.items())
+                              for rt, counts in res["pool"].items() if counts and rt in runtimes)
+            print(f"{mode} {model}: {res['rounds']} rounds" + (f"; pool counters {pools}" if pools else ""))
+            for rt in runtimes if blocks_keys else ():
+                cells = ["/".join(str((r.get("pool") or {}).get(k, 0)) for k in blocks_keys)
+                         for r in rows if r["load"] == mode and r["model"] == model and r["runtime"] == rt]
+                if any(c.strip("/0") for c in cells):
+                    print(f"  {rt} per block ({'/'.join(blocks_keys)}): " + "  ".join(cells))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("models")
+    ap.add_argument("models", nargs="?", help="comma-separated (not with --from-json)")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--turn-s", type=float, default=0.3, help="seconds of calls per block")
     ap.add_argument("--settle", type=int, default=2, help="untimed calls at the start of each block")
     ap.add_argument("--gap-s", type=float, default=0.05,
                     help="pause between blocks (the last process's pool threads end their idle spin)")
     ap.add_argument("--mode", default="quiet", help="quiet, loaded or both (comma-separated)")
-    ap.add_argument("--runtimes", default=",".join(RUNTIMES))
+    ap.add_argument("--runtimes", help=f"comma-separated (default {','.join(RUNTIMES)}; with --from-json: "
+                                      "those in the files)")
     ap.add_argument("--json", help="append every block as a JSON line to this file")
+    ap.add_argument("--from-json", nargs="+", metavar="FILE",
+                    help="no run: the tables of the blocks in these --json files (a run cut short: its rounds)")
+    ap.add_argument("--blocks", default="", help="with --from-json: pool counters (comma-separated names) to "
+                                                 "print block by block")
     ap.add_argument("--variant", action="append", default=[],
                     help="LABEL=SPEC: one more runtime, the default with SPEC's settings (';'-separated "
                          "NAME=VALUE environment variables and module.ATTR=VALUE kernelkit_numba constants)")
     ap.add_argument("--variant1", action="append", default=[],
                     help="LABEL=SPEC: one more runtime, numba 1t with SPEC's settings (as --variant)")
     args = ap.parse_args(argv)
+    if args.from_json:
+        for v in args.variant:
+            add_variant(v)
+        for v in args.variant1:
+            add_variant(v, threads=1)
+        from_json(args.from_json, args.runtimes.split(",") if args.runtimes else None,
+                  [k for k in args.blocks.split(",") if k])
+        return
+    if not args.models:
+        ap.error("models: comma-separated names (or --from-json FILE)")
     os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
-    runtimes = (tuple(args.runtimes.split(",")) + tuple(add_variant(v) for v in args.variant)
+    runtimes = (tuple((args.runtimes or ",".join(RUNTIMES)).split(",")) + tuple(add_variant(v) for v in args.variant)
                 + tuple(add_variant(v, threads=1) for v in args.variant1))
     unknown = set(runtimes) - set(LABELS)
     if unknown:

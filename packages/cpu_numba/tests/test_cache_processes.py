@@ -155,3 +155,76 @@ def test_a_variant_process_does_not_load_the_default_code(tmp_path):
         assert row["err"] < 1e-4
     assert variant["compiled"] == 1 and default["compiled"] == 1 and default["loaded"] == 0
     assert again["loaded"] == 1 and again["compiled"] == 0
+
+
+# One closure of this package's kind (a pair half's ``half(int64, int64) -> int64``, keyed by its variant's
+# name: CLOSURE_KEY) built for each K in $KS, in a module of its own so that every process compiles the same
+# functions in the same order; prints, per K, whether this process loaded it, the N of its name, and its
+# results for a few arguments through the dispatcher and through its C address looked up by name
+# (pairs.function_address, as the pair halves are run) once every K is built.
+_MODULE = """
+import numba
+from kernelkit_numba import cache
+
+
+def build(k):
+    def half(a, b):
+        return a * k + b
+    half._kernelkit_cache_key = f"probe half {k}"
+    return cache.checked(numba.njit(cache=True)(half))
+"""
+_HALVES = """
+import ctypes, json, os, sys
+sys.path.insert(0, os.environ["MODULE_DIR"])
+import probe_halves
+from kernelkit_numba.kernels import pairs
+args = [(0, 0), (1, 2), (-7, 3), (1 << 40, -5)]
+built = {k: probe_halves.build(k) for k in map(int, os.environ["KS"].split(","))}
+for d in built.values():
+    pairs.function_address(d)  # compiled or loaded, one after another
+out = {}
+for k, d in built.items():
+    c = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(pairs.function_address(d))
+    cres = next(iter(d.overloads.values()))
+    out[k] = {"loaded": sum(d._cache_hits.values()), "uid": cres.fndesc.uid, "by_address": [c(*a) for a in args],
+              "by_dispatcher": [d(*a) for a in args]}
+print(json.dumps(out))
+"""
+
+
+@NO_JIT
+def test_entries_written_by_two_processes_load_into_one(tmp_path):
+    """Two processes on one cache each compile one variant of the same closure (the same name but for N, at
+    the same count of compiled functions: the same N before); a third loads both, and every result through
+    each variant's dispatcher and through its C address looked up by name after both were loaded is the
+    variant's own, bit for bit as in the process that wrote it (before: both addresses led to the variant
+    loaded last). The N of an entry's names comes from its key (cache.derived_uid), not from the process."""
+    (tmp_path / "mod").mkdir()
+    (tmp_path / "mod" / "probe_halves.py").write_text(_MODULE)
+    env = {"MODULE_DIR": str(tmp_path / "mod")}
+    first = _probe(_HALVES, tmp_path / "cache", KS="3", **env)
+    second = _probe(_HALVES, tmp_path / "cache", KS="5", **env)
+    both = _probe(_HALVES, tmp_path / "cache", KS="3,5", **env)
+    assert first["3"]["loaded"] == second["5"]["loaded"] == 0
+    assert both["3"]["loaded"] == both["5"]["loaded"] == 1
+    assert first["3"]["uid"] != second["5"]["uid"]
+    for k, writer in (("3", first), ("5", second)):
+        want = [a * int(k) + b for a, b in [(0, 0), (1, 2), (-7, 3), (1 << 40, -5)]]
+        assert writer[k]["by_address"] == writer[k]["by_dispatcher"] == want
+        assert both[k]["by_address"] == both[k]["by_dispatcher"] == want
+        assert both[k]["uid"] == writer[k]["uid"] >= 1 << 62
+
+
+def test_constants_that_code_built_once_reads():
+    """cache.built_once_readers (benchmarks/nodes_ab.py refuses such a variant): the switches that builders
+    bake in are found through the builders made once a process (ftile.ROWS_TILE_MAJOR: ftile's batched driver
+    and rnpair's and cpair's halves, through the rows drivers they build; fdirect.MP: rnpair's half), a
+    switch read on each call (rnpair.DYNAMIC, rnpair.BY_M_TILES) by none."""
+    from kernelkit_numba.kernels import cpair, fdirect  # noqa: F401 (their builders are scanned)
+
+    def readers(module, name):
+        return [r.removeprefix("kernelkit_numba.kernels.") for r in cache.built_once_readers(module.__name__, name)]
+
+    assert {"ftile._batched", "rnpair.half_address", "cpair.half_address"} <= set(readers(ftile, "ROWS_TILE_MAJOR"))
+    assert "rnpair.half_address" in readers(fdirect, "MP")
+    assert readers(rnpair, "DYNAMIC") == readers(rnpair, "BY_M_TILES") == []

@@ -264,3 +264,87 @@ def test_a_bad_switch_raises_at_the_call_as_before(rng, monkeypatch):
         with pytest.raises(ConfigError):
             call(x, w)
         monkeypatch.delenv(env)
+
+
+# (x shape, weight shape, attrs, with bias, with z): 1x1 layers whose output channels are not a multiple of the cols
+# tiles' lanes, on cols tiles for the channels down to a multiple of the lanes and one rows panel for the rest
+# (conv_serial.cols_tail): RegNetY's 440 -> 440 at 7x7 (bias + Relu, and with a residual), its 208 -> 440 1x1/2
+# shortcut from 14x14, a single full cols panel ahead of the tail (56 = 48 + 8), a map whose last cols tile is
+# partial (5x5: 25 = 3 x 7 + 4), K past one COLS_KC chunk (K = 600), batch 2, tails of 4 and 12 (more than
+# one rows panel on avx512: no tail)
+TAIL_CASES = [
+    ((1, 440, 7, 7), (440, 440, 1, 1), {"activation": "Relu"}, True, False),
+    ((1, 440, 7, 7), (440, 440, 1, 1), {}, True, True),
+    ((1, 208, 14, 14), (440, 208, 1, 1), {"strides": [2, 2]}, True, False),
+    ((2, 128, 3, 4), (56, 128, 1, 1), {"activation": "Clip", "activation_params": [0.0, 6.0]}, True, True),
+    ((1, 136, 5, 5), (136, 136, 1, 1), {}, False, False),
+    ((1, 600, 7, 7), (200, 600, 1, 1), {"activation": "Relu"}, True, True),
+    ((1, 128, 7, 7), (52, 128, 1, 1), {}, True, True),  # a tail of 4 on both variants
+    ((1, 160, 6, 6), (444, 160, 1, 1), {"activation": "Relu"}, True, False),  # avx2: 4; avx512: 12, no tail
+]
+
+
+@needs_tiles
+@pytest.mark.parametrize("variant", ["auto", "avx2"])
+@pytest.mark.parametrize("xs, ws, attrs, with_b, with_z", TAIL_CASES)
+def test_cols_tiles_with_a_rows_tail(rng, monkeypatch, variant, xs, ws, attrs, with_b, with_z):
+    """A one-thread 1x1 layer with a tail of channels (cols_tail): bound to ``_tail_call``, close to the
+    reference and the general path (the rows tiles over every channel; bit for bit without a residual: each
+    output is the same chain of FMAs over K); a second call reuses the bound constants, a new constant packs
+    its tail again; COLS_TAIL off binds the old tiles call, and two threads never take it."""
+    from kernelkit_numba.kernels import conv_serial
+
+    if variant != "auto":
+        if not ftile.available(variant):
+            pytest.skip(f"no {variant} on this CPU")
+        monkeypatch.setenv(ftile.ENV, variant)
+    kind = ftile.choice()[0]
+    if kind not in ftile.COLS_LANES:
+        pytest.skip("no cols tiles for this variant")
+    x, w, b, z = _case(rng, xs, ws, attrs, with_b, with_z)
+    inputs = _inputs(x, w, b, z)
+    ref = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
+    lanes = ftile.COLS_LANES[kind]
+    tail = conv_serial.cols_tail(kind, ws[0], ref.shape[2] * ref.shape[3], ws[1], True)
+    assert tail == (ws[0] % lanes if ws[0] % lanes <= ftile.MR[kind] else 0)
+    k = _kernel(x, w, b, z, attrs)
+    call = k.bind(None)
+    assert ("_tail_call" in call.__qualname__) == bool(tail)
+    want = k.execute(*inputs)
+    for _ in range(2):
+        out = np.full(want.shape, np.nan, np.float32)
+        assert call(*inputs, out=out) is out
+        assert_close(out, ref)
+        assert_close(out, want)
+        if z is None:  # the same chain of FMAs over K, then the bias (the tiles add a residual in their own order)
+            np.testing.assert_array_equal(out, want)
+    w2 = _ro(rng.standard_normal(ws).astype(np.float32))  # another constant: both packings made again
+    inputs2 = _inputs(x, w2, b, z)
+    assert_close(call(*inputs2), run_single_op("Conv", inputs2, attrs, vendors=["reference"])[0])
+    monkeypatch.setattr(conv_serial, "COLS_TAIL", False)
+    old = _kernel(x, w, b, z, attrs).bind(None)
+    assert "_tiles_call" in old.__qualname__ and "_tail_call" not in old.__qualname__
+    assert_close(old(*inputs), ref)
+    monkeypatch.setattr(conv_serial, "COLS_TAIL", True)
+    assert "_tail_call" not in _kernel(x, w, b, z, attrs, threads=2).bound_compute().__qualname__
+
+
+def test_cols_tail_rule(monkeypatch):
+    """cols_tail: only at one thread, only a tail of at most one rows panel (MR) past a multiple of the lanes,
+    at least one full cols panel ahead of it, and a shape the cols tiles take (ftile_cols: few pixels, K >=
+    FTILE_COLS_MIN_K); none for the generic variant or with COLS_TAIL off."""
+    from kernelkit_numba.kernels import conv_serial
+
+    k = ftile.KIND["avx512"]
+    assert conv_serial.cols_tail(k, 440, 49, 440, True) == 8
+    assert conv_serial.cols_tail(k, 440, 49, 440, False) == 0  # a session of more threads
+    assert conv_serial.cols_tail(k, 448, 49, 440, True) == 0  # a multiple of the lanes: the cols tiles alone
+    assert conv_serial.cols_tail(k, 444, 49, 440, True) == 0  # 12 past 432: more than one 8-row panel
+    assert conv_serial.cols_tail(k, 52, 49, 440, True) == 4  # one full panel of 48 ahead of the tail
+    assert conv_serial.cols_tail(k, 40, 49, 440, True) == 0  # no full panel of 48 ahead of the tail
+    assert conv_serial.cols_tail(k, 440, 784, 440, True) == 0  # a 28x28 map: the rows tiles
+    assert conv_serial.cols_tail(k, 440, 49, 64, True) == 0  # K below FTILE_COLS_MIN_K
+    assert conv_serial.cols_tail(ftile.KIND["avx2"], 444, 49, 440, True) == 4
+    assert conv_serial.cols_tail(0, 440, 49, 440, True) == 0
+    monkeypatch.setattr(conv_serial, "COLS_TAIL", False)
+    assert conv_serial.cols_tail(k, 440, 49, 440, True) == 0

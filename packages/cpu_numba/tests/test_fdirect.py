@@ -94,6 +94,24 @@ def test_direct_wide_rows(rng, monkeypatch, direct_calls, wide):
     assert direct_calls and fdirect.tile_shape(m_n, 61) == (wide or (3, 7))
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_direct_stem_on_wide_tile(rng, monkeypatch, direct_calls, threads):
+    """fdirect.WIDE_TILE (issue 11, session 14): the 7x7/2 stem's shape (3 -> 64 channels, pads 3, rows of 60
+    pixels: 10 tiles of 6) with Relu on 4 x 6 tiles, one 64-channel panel, against the reference; "3x8" and ""
+    (WIDE) name the tiles they say."""
+    monkeypatch.setattr(fdirect, "WIDE_TILE", "4x6")
+    assert fdirect.tile_shape(64, 112) == (4, 6) and fdirect.tile_shape(80, 112) == (3, fdirect.MP)  # 4 x 6: 64s
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 3, 120, 120), (64, 3, 7, 7), (64,)))
+    attrs = {"strides": [2, 2], "pads": [3, 3, 3, 3], "activation": "Relu"}
+    want = run_single_op("Conv", [x, w, b], attrs, vendors=["reference"])[0]
+    assert_close(_run(x, w, b, None, attrs, threads), want)
+    assert direct_calls and set(direct_calls) == {2}
+    monkeypatch.setattr(fdirect, "WIDE_TILE", "3x8")
+    assert fdirect.tile_shape(64, 112) == (3, 8)
+    monkeypatch.setattr(fdirect, "WIDE_TILE", "")
+    assert fdirect.tile_shape(64, 112) == fdirect.WIDE
+
+
 def test_default_dispatch(rng, monkeypatch):
     """By default (avx512): ResNet's 3x3/2 layers and the 512@7 3x3 layers direct, the 7x7/2 stem (K =
     147) on the implicit GEMM (DIRECT_MIN_K), strided layers with rows of 10 or 15 pixels (7-pixel tiles

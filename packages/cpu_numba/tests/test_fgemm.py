@@ -307,10 +307,11 @@ def test_few_columns_head_at_one_thread(rng, monkeypatch, narrow):
 def test_row_heads_streams_prefetch_and_alignment(name, k, n, monkeypatch):
     """fgemm.row's one-row head (the four CNNs' heads: 512 / 1280 / 2048 x 1000, and small ones whose panels
     do not fill a group of streams) at every setting of its switches (ROW_STREAMS: several panels read at
-    once, the panels left over one at a time and the last one masked; ROW_PREFETCH: the next panel into
-    L2; PACK_ALIGN: the panels packed at a page boundary, or a huge page's), with and without the bias,
-    alpha, Relu (in the registers) and Sigmoid (after), B given (K, N) and transposed (N, K), against the
-    float64 product; the streams' drivers are cached under their own keys."""
+    once, the panels left over one at a time and the last one masked; ROW_STREAMS_AHEAD: the streams' rows
+    prefetched K steps ahead; ROW_PREFETCH: the next panel into L2; PACK_ALIGN: the panels packed at a page
+    boundary, or a huge page's), with and without the bias, alpha, Relu (in the registers) and Sigmoid
+    (after), B given (K, N) and transposed (N, K), against the float64 product; the streams' drivers are
+    cached under their own keys."""
     _need(name)
     kind = ftile.KIND[name]
     rng = np.random.default_rng(k + n)
@@ -328,14 +329,19 @@ def test_row_heads_streams_prefetch_and_alignment(name, k, n, monkeypatch):
             assert packed.bp.ctypes.data % (align if huge or align < fgemm.HUGE_PAGE else 4096) == 0
             for alpha, bb, code, p0, p1 in cases:
                 want = _want(a, w.T, alpha, bb, code, p0, p1)
-                for streams, prefetch in ((1, 0), (1, 32), (2, 0), (4, 0), (8, 0)):
+                for streams, prefetch, ahead in ((1, 0, 0), (1, 32, 0), (2, 0, 0), (4, 0, 0), (8, 0, 0), (4, 0, 16),
+                                                 (8, 0, 3)):
                     out = np.full((1, n), np.nan, np.float32)
+                    monkeypatch.setattr(fgemm, "ROW_STREAMS_AHEAD", ahead)  # (read when the call binds)
                     fgemm.row(kind, packed, alpha, bb, code, p0, p1, prefetch=prefetch, streams=streams)(a, out)
-                    assert_close(out, want, err_msg=f"{name} streams {streams} prefetch {prefetch} align {align}")
+                    assert_close(out, want, err_msg=f"{name} streams {streams} prefetch {prefetch} ahead {ahead} "
+                                                    f"align {align}")
     from kernelkit_numba.cache import CLOSURE_KEY
 
     d = fgemm._rows_driver(kind, epilogue.NONE, 4)
     assert getattr(getattr(d, "py_func", d), CLOSURE_KEY) == f"fgemm.rows.{kind}.{epilogue.NONE}.s4"
+    d = fgemm._rows_driver(kind, epilogue.NONE, 4, 16, 2)
+    assert getattr(getattr(d, "py_func", d), CLOSURE_KEY) == f"fgemm.rows.{kind}.{epilogue.NONE}.s4.a16h2"
 
 
 def test_row_head_streams_keep_nan_and_inf():

@@ -199,6 +199,29 @@ def test_residual_produced_between_product_and_add(rng, threads):
     assert_close(got, Session(model, vendors=["reference"], passes=False).run(None, feeds)[0])
 
 
+def test_residual_chain_each_fused_node_in_its_adds_place(rng):
+    """Four layers of x = Neg(Add(Relu(x), MatMul(x, W))), each r (the Relu) listed between its product and its
+    Add, then an Add of two products: one sweep fuses the five (the node list's places kept current across the
+    fusions: each fused MatMul where its Add was, after the node that writes its r; of two products the Add's
+    first input is the one fused, the other its r), and the session computes what the unfused graph does."""
+    g = GraphBuilder("chain")
+    x = g.input("x", ("N", 6, 8))
+    for _ in range(4):
+        mm = g.op("MatMul", x, g.constant(_r(rng, 8, 8)))
+        x = g.op("Neg", g.op("Add", g.op("Relu", x), mm))
+    first, second = (g.op("MatMul", x, g.constant(_r(rng, 8, 8))) for _ in range(2))
+    g.output(g.op("Add", first, second))
+    model = g.build()
+    feeds = {"x": _r(rng, 2, 6, 8)}
+    sess = Session(model, vendors=["numba", "reference"], threads=1, fallback=False)
+    got = sess.run(None, feeds)[0]
+    assert sess.passes_fired.get("fuse_matmul_residual") == 5
+    steps = sess.plan.kernel_steps()
+    assert [s.op for s in steps] == ["Relu", "MatMul", "Neg"] * 4 + ["MatMul", "MatMul"]
+    assert [s.name for s in steps[-2:]] == [second.name, first.name]
+    assert_close(got, Session(model, vendors=["reference"], passes=False).run(None, feeds)[0])
+
+
 def test_constant_is_not_a_residual(rng):
     """Add(MatMul, a constant) is a bias (fuse_matmul_bias's per column, or one per element as here): not fused."""
     g = GraphBuilder("const")

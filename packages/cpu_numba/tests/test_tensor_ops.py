@@ -369,12 +369,16 @@ def test_cast_serial_call(src, dst):
         np.testing.assert_array_equal(got, want)
 
 
-def test_split_serial_call(rng):
+def test_split_serial_call(rng, monkeypatch):
     """concat.split's serial call (static shape, one thread): views of the input, equal to np.split,
     for a constant ``split`` (its slices made once, a new array taken up), ``num_outputs``, negative
-    axes; a writable ``split`` (a graph input) is read on every call; a dynamic shape gets none."""
+    axes; a writable ``split`` (a graph input) is read on every call; a dynamic shape gets none. (Narrow
+    parts are copies by default: test_elementwise_views.py; here every part is a view.)"""
     from kernelkit.ir import TensorSpec
+    from kernelkit_numba.kernels import concat
     from kernelkit_numba.kernels.concat import split
+
+    monkeypatch.setattr(concat, "SPLIT_NARROW", 0)
 
     x = rng.standard_normal((1, 8, 12)).astype(np.float32)
     sizes = np.array([4, 3, 5], np.int64)

@@ -148,6 +148,25 @@ def test_bad_start_mode_is_a_config_error(monkeypatch):
         kernelkit.Session(g.build())
 
 
+def test_eager_from_the_environment_settles_the_nodes(monkeypatch):
+    """$KERNELKIT_NUMBA_START=eager (the benchmarks set it) drops the tiered wrapper from a node's call:
+    the mode read from the environment is a str of its own, and the wrapper tests it with ``is``
+    (session 14: no node of those runs ever settled, each call kept the wrapper)."""
+    monkeypatch.setenv("KERNELKIT_NUMBA_START", "".join(["ea", "ger"]))  # a str object unlike EAGER
+    assert tiered.mode_of(None) is tiered.EAGER and tiered.mode_of({"numba_start": "tiered"}) is tiered.TIERED
+    g = kernelkit.GraphBuilder("t")
+    g.output(g.op("Mul", g.input("x", (2, 5)), np.float32(3.0)))
+    model = g.build()
+    x = {"x": np.arange(10, dtype=np.float32).reshape(2, 5)}
+    sess = kernelkit.Session(model, threads=1)
+    for _ in range(3):
+        got = sess.run(None, x)[0]
+    np.testing.assert_array_equal(got, x["x"] * np.float32(3.0))
+    [step] = sess.plan.kernel_steps()
+    call, settled = step.direct()
+    assert settled and step.kernel._tier_mode is tiered.EAGER and not hasattr(call, "settled")
+
+
 @pytest.mark.skipif(JIT_OFF, reason="no dispatcher when NUMBA_DISABLE_JIT=1")
 def test_guarded_dispatcher_raises_instead_of_compiling_and_the_guard_reaches_shards():
     @config.jit

@@ -83,3 +83,29 @@ def test_f4_by_tiles_pads(check, rng, monkeypatch, pads, threads):
     monkeypatch.setattr(winograd, "_tiles_run", lambda *a: runs.append(a[-2:]) or tiles_run(*a))
     check("Conv", [_x(rng, 1, 5, 26, 25), _x(rng, 9, 5, 3, 3), _x(rng, 9)], {"pads": pads}, constants=(1, 2))
     assert runs
+
+
+@pytest.mark.parametrize("products", ["blas", "cols"])
+@pytest.mark.parametrize("residual", [False, True])
+def test_f4_on_one_14x14_map(check, rng, monkeypatch, products, residual):
+    """winograd.F4_MIN_OUTPUTS at 196 (issue 11, session 14): a one-image 14x14 layer on F(4x4, 3x3) (16 tiles,
+    the last row and column of tiles half outside the map) at one thread, against the reference; at the default
+    it stays on F(2x2, 3x3)."""
+    from kernelkit_numba.kernels import conv, ftile, winograd
+
+    if products != "blas":
+        if ftile.choice()[0] is None:
+            pytest.skip("no float32 micro-kernel variant on this CPU")
+        monkeypatch.setattr(conv, "WINO_FTILE_MIN_C", 1)
+    monkeypatch.setattr(config, "default_threads", lambda: 1)
+    calls = []
+    f4 = winograd.conv3x3_f4
+    monkeypatch.setattr(winograd, "conv3x3_f4", lambda *a, **k: calls.append(1) or f4(*a, **k))
+    m = 48
+    x, w, b = _x(rng, 1, 32, 14, 14), _x(rng, m, 32, 3, 3), _x(rng, m)
+    inputs = [x, w, b] + ([_x(rng, 1, m, 14, 14)] if residual else [])
+    check("Conv", inputs, {"pads": [1, 1, 1, 1], "activation": "Relu"}, constants=(1, 2))
+    assert not calls
+    monkeypatch.setattr(winograd, "F4_MIN_OUTPUTS", 196)
+    check("Conv", inputs, {"pads": [1, 1, 1, 1], "activation": "Relu"}, constants=(1, 2))
+    assert calls

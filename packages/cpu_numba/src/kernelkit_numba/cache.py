@@ -34,6 +34,16 @@ The copies are therefore made local to the caller's object after optimisation: t
 loading process run the same machine code, and a copy never binds to another function that carries the
 same mangled name (the names number functions per process).
 
+The names themselves are made from the entry's key (:func:`derived_uid`). Numba names a function
+``qualname[abi:vN](argument types)``, N a counter of the functions the process compiled, and it looks a
+compiled function's C entry points up by name in one table per process (``pairs.function_address``: the
+pair halves' addresses): where two entries that different processes wrote define the same name (the same
+closure's qualname and types, built from other values, at the same count: ftile's 8-row and 12-row rows
+drivers, fpair's halves of two products), a lookup made after both were loaded found the one loaded last.
+A kernel whose entry this module keys takes N from a hash of that key instead, so entries of different
+code carry different names, whichever process wrote them (and a process never gives a name twice: an N it
+already gave or loaded falls back to the counter).
+
 The cache folder must be writable only by the user (it holds pickles, which this module does not make
 safe to read from someone else); ``NUMBA_CACHE_DIR`` moves it.
 """
@@ -164,6 +174,61 @@ def baked(py_func) -> str:
     return digest.hexdigest()
 
 
+def _reads(fn, memo: dict) -> frozenset:
+    """The (module, name) pairs of module globals that ``fn``'s code (nested code included) reads, directly
+    or through the functions, kernels and cached builders of this package it reaches by a global name."""
+    if id(fn) in memo:
+        return memo[id(fn)] or frozenset()
+    memo[id(fn)] = None  # a cycle: what the outer call collects
+    out: set = set()
+    env, names = fn.__globals__, _names(fn.__code__)
+
+    def visit(module: str, name: str, value) -> None:
+        out.add((module, name))
+        inner = _function_of(value)
+        if inner is not None and _ours(inner):
+            out.update(_reads(inner, memo))
+
+    for name in names:
+        if name not in env:
+            continue
+        value = env[name]
+        if isinstance(value, types.ModuleType):
+            if value.__name__.startswith("kernelkit_numba"):
+                for attr in names:
+                    if attr in value.__dict__:
+                        visit(value.__name__, attr, value.__dict__[attr])
+            continue
+        visit(fn.__module__, name, value)
+    memo[id(fn)] = frozenset(out)
+    return memo[id(fn)]
+
+
+def built_once_readers(module: str, name: str) -> list[str]:
+    """The builders and kernels of this package that a process makes once and whose code reads the module
+    constant ``module.name`` (``kernelkit_numba.kernels.ftile``, ``ROWS_TILE_MAJOR``), directly or through
+    the functions it calls: the kernels (Numba freezes a global into the code it compiles, once a signature),
+    the ``functools.cache`` builders and ftile's ``_built_once`` ones (their result is kept per arguments,
+    not per the constants they read). A constant set in a live process after those ran reaches none of
+    their products: a benchmark that switches it inside one process (nodes_ab.py) would measure the code
+    built first (``turns.py --variant`` gives each value a process). Imported modules of this package only."""
+    import sys
+
+    memo: dict = {}
+    found = []
+    for mod_name, mod in list(sys.modules.items()):
+        if not mod_name.startswith("kernelkit_numba") or mod is None:
+            continue
+        for attr, value in list(vars(mod).items()):
+            once = hasattr(value, "py_func") or hasattr(value, "cache_clear") or hasattr(value, "__wrapped__")
+            fn = _function_of(value) if once else None
+            if fn is None or not _ours(fn) or fn.__module__ != mod_name:
+                continue
+            if (module, name) in _reads(fn, memo):
+                found.append(f"{mod_name}.{attr}")
+    return sorted(set(found))
+
+
 # A closure's cache key: Numba hashes a pickle of the closure's cells, which for cells that pickle
 # differently in every process (an intrinsic carries a random id) is a new key each time: the entry
 # is never found, and every process appends another. A closure kernelkit compiles per variant names
@@ -192,8 +257,9 @@ _installed: list = []
 
 
 def self_contained() -> bool:
-    """Make Numba's CPU code generator build :class:`SelfContainedLibrary` libraries (once a process,
-    before the first kernel of this package compiles or loads: ``LazyCache.made``); whether it does."""
+    """Make Numba's CPU code generator build :class:`SelfContainedLibrary` libraries and name the kernels
+    this module keys after their keys (:func:`derived_uid`; once a process, before the first kernel of this
+    package compiles or loads: ``LazyCache.made``); whether the libraries are self-contained."""
     if not _installed:
         with _lock:
             if not _installed:
@@ -202,8 +268,54 @@ def self_contained() -> bool:
                 gen = cpu_target.target_context.codegen()
                 if issubclass(SelfContainedLibrary, type(gen)._library_class):
                     gen._library_class = SelfContainedLibrary
+                _name_after_keys()
                 _installed.append(gen._library_class is SelfContainedLibrary)
     return _installed[0]
+
+
+# -- function names from the entry's key ----------------------------------------------------------------
+_UID_BITS = 62  # N in [2**62, 2**63): never one of Numba's counter's (1, 2, ...)
+_naming = threading.local()  # .pending: [(py_func, N)] for the compiles a cache miss is about to start
+_given: set = set()  # the derived N this process compiled or loaded names under
+
+
+def derived_uid(key) -> int:
+    """The N of the names of a kernel compiled for cache index ``key`` (a hash of its ``repr``: the
+    signature, the CPU, the code and everything else the key holds)."""
+    digest = hashlib.sha256(repr(key).encode()).digest()
+    return (1 << _UID_BITS) | (int.from_bytes(digest[:8], "little") & ((1 << _UID_BITS) - 1))
+
+
+def _name_after_keys() -> None:
+    """Wrap Numba's ``FunctionIdentity.from_function`` (where a compile takes its N from the process's
+    counter): the function a cache miss of this module's registered takes that N instead (once)."""
+    from numba.core.bytecode import FunctionIdentity
+
+    made = FunctionIdentity.from_function.__func__
+    if getattr(made, "_kernelkit", False):
+        return
+
+    def from_function(cls, pyfunc):
+        ident = made(cls, pyfunc)
+        pending = getattr(_naming, "pending", None)
+        for i in range(len(pending or ()) - 1, -1, -1):
+            if pending[i][0] is ident.func:
+                uid = pending.pop(i)[1]
+                if uid not in _given:
+                    ident.unique_id, ident.unique_name = uid, f"{ident.func_qualname}${uid}"
+                    _given.add(uid)
+                break
+        return ident
+
+    from_function._kernelkit = True
+    FunctionIdentity.from_function = classmethod(from_function)
+
+
+def _will_compile(py_func, key) -> None:
+    """A cache miss of ``py_func`` under ``key``: its compile, next, names its functions after the key."""
+    pending = _naming.__dict__.setdefault("pending", [])
+    pending[:] = [p for p in pending if p[0] is not py_func][-8:]  # a miss that did not compile leaves no trace
+    pending.append((py_func, derived_uid(key)))
 
 
 class CheckedCache(FunctionCache):
@@ -220,12 +332,22 @@ class CheckedCache(FunctionCache):
 
     def load_overload(self, sig, target_context):
         try:
-            return super().load_overload(sig, target_context)
+            cres = super().load_overload(sig, target_context)
         except Exception as exc:  # noqa: BLE001 - any failure to read the cache means "not cached"
             removed = self.discard()
             _warn_once(f"numba cache entry of {self._name} in {self._cache_path} is unreadable "
                        f"({type(exc).__name__}: {str(exc)[:120]}); removed {removed} file(s), recompiling")
-            return None
+            cres = None
+        if cres is None:  # Numba compiles it next: under names made from the key
+            try:
+                key = self._index_key(sig, target_context.codegen())
+            except Exception:  # noqa: BLE001 - no key (a cell that does not pickle): the counter's N
+                key = None
+            if key is not None:
+                _will_compile(self._py_func, key)
+        elif (getattr(cres.fndesc, "uid", None) or 0) >> _UID_BITS:
+            _given.add(cres.fndesc.uid)
+        return cres
 
     def save_overload(self, sig, data):
         try:

@@ -48,6 +48,7 @@ class _Index:
         self.producers = graph.producers()
         self.readers = graph.consumers()
         self._removed: set[int] = set()
+        self._at: dict[int, int] | None = None  # node id -> its place in graph.nodes (``place``)
 
     def sole_reader(self, name: str) -> Node | None:
         """The only node reading ``name``, if ``name`` is not also a graph output."""
@@ -88,8 +89,36 @@ class _Index:
         self.remove(node)
         self.rename(producer, producer.outputs[0], node.outputs[0])
 
+    def place(self, node: Node) -> int:
+        """``node``'s place in the graph's node list (the map is built on first use and kept current by
+        ``swap`` and ``replace``, so that a sweep's rewrites cost O(nodes), not O(nodes) each)."""
+        if self._at is None:
+            self._at = {id(n): i for i, n in enumerate(self.graph.nodes)}
+        return self._at[id(node)]
+
+    def swap(self, a: Node, b: Node) -> None:
+        """``a`` and ``b`` exchange their places in the node list."""
+        i, j = self.place(a), self.place(b)
+        self.graph.nodes[i], self.graph.nodes[j] = b, a
+        self._at[id(a)], self._at[id(b)] = j, i
+
+    def replace(self, old: Node, new: Node) -> None:
+        """``new`` takes ``old``'s place in the node list (and in the index, as ``old``'s outputs' producer
+        and a reader of its inputs); ``old`` leaves the index."""
+        i = self.place(old)
+        self.remove(old)
+        self.graph.nodes[i] = new
+        self._at[id(new)] = self._at.pop(id(old))
+        self._removed.discard(id(new))
+        for name in new.outputs:
+            self.producers[name] = new
+        for name in new.inputs:
+            if name:
+                self.readers.setdefault(name, []).append(new)
+
     def commit(self) -> None:
         self.graph.nodes = [n for n in self.graph.nodes if id(n) not in self._removed]
+        self._at = None
 
 
 def _new_constant(graph: Graph, base: str, data: np.ndarray) -> str:
@@ -318,29 +347,36 @@ def _takes_z(graph: Graph, conv: Node, z: str, ctx: PassContext) -> bool:
     return target is not None and "z" in inspect.signature(target).parameters
 
 
+def adds_over(graph: Graph, index: _Index, op: str):
+    """Each Add of two inputs with an ``op`` node's output as an input that no other node reads (and that is
+    not a graph output), as (the Add, that producer, the Add's other input), the Add's first input tried
+    first: the pattern of fuse_residual (a Conv) and matmul_bias.fuse_matmul_residual (a MatMul). An Add
+    that the caller fused (removed from ``index``) yields no second pair."""
+    for add in [n for n in graph.nodes if n.op_id == "Add" and len(n.inputs) == 2]:
+        for pos in (0, 1):
+            if id(add) in index._removed:
+                break
+            producer = index.producers.get(add.inputs[pos])
+            if producer is not None and producer.op_id == op and index.sole_reader(add.inputs[pos]) is add:
+                yield add, producer, add.inputs[1 - pos]
+
+
 @register_pass("fuse_residual", after="fold_batchnorm")
 def fuse_residual(graph: Graph, ctx: PassContext) -> int:
     """Add(Conv(x), r) -> Conv(x, Z=r): the residual add of ResNet-like blocks becomes the conv's
     epilogue (fuse_activation then takes a following Relu too), when the conv has no activation,
     r has the conv output's shape, and the session's Conv kernel accepts ``z``."""
     index, count = _Index(graph), 0
-    for node in [n for n in graph.nodes if n.op_id == "Add"]:
-        out = graph.spec(node.outputs[0])
-        for pos in (0, 1):
-            conv = index.producers.get(node.inputs[pos])
-            other = node.inputs[1 - pos]
-            if conv is None or conv.op_id != "Conv" or index.sole_reader(node.inputs[pos]) is not node:
-                continue
-            if len(conv.inputs) > 3 and conv.inputs[3] or _attrs(conv)["activation"]:
-                continue
-            spec, ospec = graph.spec(conv.outputs[0]), graph.spec(other)
-            if ospec is None or spec != out or ospec != out or not _takes_z(graph, conv, other, ctx):
-                continue
-            conv.inputs = (list(conv.inputs) + ["", ""])[:3] + [other]
-            index.readers.setdefault(other, []).append(conv)
-            index.splice(conv, node)
-            count += 1
-            break
+    for node, conv, other in adds_over(graph, index, "Conv"):
+        if len(conv.inputs) > 3 and conv.inputs[3] or _attrs(conv)["activation"]:
+            continue
+        out, spec, ospec = graph.spec(node.outputs[0]), graph.spec(conv.outputs[0]), graph.spec(other)
+        if ospec is None or spec != out or ospec != out or not _takes_z(graph, conv, other, ctx):
+            continue
+        conv.inputs = (list(conv.inputs) + ["", ""])[:3] + [other]
+        index.readers.setdefault(other, []).append(conv)
+        index.splice(conv, node)
+        count += 1
     index.commit()
     return count
 

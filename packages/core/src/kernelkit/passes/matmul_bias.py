@@ -23,7 +23,7 @@ import numpy as np
 
 from ..ir import Graph, Node, TensorSpec, Value
 from . import PassContext, register_pass
-from .builtin import _attrs, _const, _Index, _overridden, _picked
+from .builtin import _attrs, _const, _Index, _overridden, _picked, adds_over
 
 log = logging.getLogger("kernelkit.passes")
 
@@ -75,13 +75,8 @@ def fuse_matmul_bias(graph: Graph, ctx: PassContext) -> int:
             continue
         fused = Node("MatMul", inputs, list(add.outputs), dict(mm.attrs), add.name, "")
         index.remove(mm)
-        index.remove(add)
+        index.replace(add, fused)
         graph.values.pop(mm.outputs[0], None)
-        graph.nodes[graph.nodes.index(add)] = fused
-        index._removed.discard(id(fused))
-        index.producers[fused.outputs[0]] = fused
-        for i in inputs:
-            index.readers.setdefault(i, []).append(fused)
         log.debug("fuse_matmul_bias: %s + %s -> MatMul with a bias", mm.name, add.name)
         count += 1
     index.commit()
@@ -118,37 +113,26 @@ def fuse_matmul_residual(graph: Graph, ctx: PassContext) -> int:
     if not RESIDUAL_ENABLED:
         return 0
     index, count = _Index(graph), 0
-    for add in [n for n in graph.nodes if n.op_id == "Add" and len(n.inputs) == 2]:
-        if add.inputs[0] == add.inputs[1] or id(add) in index._removed:
+    for add, mm, other in adds_over(graph, index, "MatMul"):
+        if len(mm.inputs) > 3 or _attrs(mm)["activation"] or _const(graph, mm.inputs[1]) is None:
             continue
-        out = graph.spec(add.outputs[0])
-        for pos in (0, 1):
-            mm = index.producers.get(add.inputs[pos])
-            other = add.inputs[1 - pos]
-            if mm is None or mm.op_id != "MatMul" or index.sole_reader(add.inputs[pos]) is not add:
-                continue
-            if len(mm.inputs) > 3 or _attrs(mm)["activation"] or _const(graph, mm.inputs[1]) is None:
-                continue
-            if _const(graph, other) is not None:
-                continue  # a constant is a bias (fuse_matmul_bias's, or the converters' Gemm), not a residual
-            spec, ospec = graph.spec(mm.outputs[0]), graph.spec(other)
-            if out is None or spec is None or ospec is None or spec.dtype != out.dtype or ospec.dtype != out.dtype \
-                    or out.dtype not in ("float32", "float64"):
-                continue  # (MatMul's Z broadcasts as the Add did: the product's and r's shapes may differ)
-            inputs = (list(mm.inputs) + [""])[:3] + [other]
-            if not _residual_kernel(graph, ctx, inputs, _attrs(mm)) or _overridden(graph, add, _attrs(add), ctx):
-                continue
-            mm.inputs = inputs
-            index.readers.setdefault(other, []).append(mm)
-            index.splice(mm, add)
-            # the fused node takes the Add's place (r may be produced between the product and the Add: the
-            # passes after this one, trim_dead's sweep among them, read the node list in order); the Add,
-            # left in the product's place, leaves at commit
-            at = {id(n): i for i, n in enumerate(graph.nodes)}
-            i_mm, i_add = at[id(mm)], at[id(add)]
-            graph.nodes[i_mm], graph.nodes[i_add] = add, mm
-            log.debug("fuse_matmul_residual: %s + %s -> MatMul with a residual", mm.name, add.name)
-            count += 1
-            break
+        if _const(graph, other) is not None:
+            continue  # a constant is a bias (fuse_matmul_bias's, or the converters' Gemm), not a residual
+        out, spec, ospec = graph.spec(add.outputs[0]), graph.spec(mm.outputs[0]), graph.spec(other)
+        if out is None or spec is None or ospec is None or spec.dtype != out.dtype or ospec.dtype != out.dtype \
+                or out.dtype not in ("float32", "float64"):
+            continue  # (MatMul's Z broadcasts as the Add did: the product's and r's shapes may differ)
+        inputs = (list(mm.inputs) + [""])[:3] + [other]
+        if not _residual_kernel(graph, ctx, inputs, _attrs(mm)) or _overridden(graph, add, _attrs(add), ctx):
+            continue
+        mm.inputs = inputs
+        index.readers.setdefault(other, []).append(mm)
+        index.splice(mm, add)
+        # the fused node takes the Add's place (r may be produced between the product and the Add: the passes
+        # after this one, trim_dead's sweep among them, read the node list in order); the Add, left in the
+        # product's place, leaves at commit
+        index.swap(mm, add)
+        log.debug("fuse_matmul_residual: %s + %s -> MatMul with a residual", mm.name, add.name)
+        count += 1
     index.commit()
     return count

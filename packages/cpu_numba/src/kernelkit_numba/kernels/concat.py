@@ -11,7 +11,7 @@ from kernelkit.registry import register_kernel
 
 from .._base import threaded
 from ..config import shard_count
-from ._copy import as_matrix, copy_cols
+from ._copy import _copy_cols, as_matrix, copy_cols
 
 
 def concat(*inputs, axis, out=None):
@@ -98,28 +98,53 @@ def _concat_serial(input_specs, axis=0):
 
 
 SPLIT_SERIAL = True  # Split's serial call (False: the general path; ops_switch_ab.py's switch)
+# A part whose rows are shorter than this many bytes (the detection head's xy and wh: 2 of 85 values a
+# row) is copied into an array of its own by the serial call, the other parts stay views. Its readers
+# (the decode's Mul, Pow) then read a few contiguous lines instead of one line per row, cold by the time
+# they run: Mul_263 read its (1, 3, 10, 10, 2) view at 28-36 us against the reference's 11-15 (issue 11,
+# session 14). 0: every part a view (read when a node is bound). Parts larger than SPLIT_NARROW_MAX bytes
+# stay views: the level-0 parts, 38 KB gathered from a 1.6 MB input, made the Xeon's Split_182 73 against
+# the reference's 51 us.
+SPLIT_NARROW = 64
+SPLIT_NARROW_MAX = 16384
 
 
 def _split_serial(input_specs, axis=0, num_outputs=None):
     """``fn.serial`` of Split: for a static input on one thread, its parts as views (basic slices
     along the axis, made once per ``split`` constant), as the one-thread general path returns them
     but without ``np.split`` (its swapaxes per part) and the general path's per-call decisions
-    (GPT-2's Q/K/V Split: 0.09 against the reference's 0.07-0.11 ms inside the model on the Xeon)."""
+    (GPT-2's Q/K/V Split: 0.09 against the reference's 0.07-0.11 ms inside the model on the Xeon);
+    a part whose rows are narrower than ``SPLIT_NARROW`` bytes, of at most ``SPLIT_NARROW_MAX`` bytes, is
+    copied (one row copy loop)."""
     spec = input_specs[0] if input_specs else None
     if not SPLIT_SERIAL or spec is None or not spec.is_static or spec.layout or not spec.shape:
         return None
     shape = tuple(spec.shape)
     ax = axis % len(shape)
     lead = (slice(None),) * ax
-    kept: list = [None, None]  # (the split input the slices were made for, the slices)
+    outer, inner = math.prod(shape[:ax]), math.prod(shape[ax + 1:])
+    itemsize, narrowest, largest = np.dtype(spec.dtype).itemsize, SPLIT_NARROW, SPLIT_NARROW_MAX  # (at bind)
+    kept: list = [None, None, None]  # (the split input the slices were made for, the slices, the narrow parts)
 
     def call(x, split=None, *, out=None):
         hit = kept
         if hit[1] is None or hit[0] is not split or (split is not None and split.flags.writeable):
             sizes = split_sizes(shape[ax], None if split is None else [int(s) for s in split], num_outputs)
             bounds = np.cumsum([0] + list(sizes)).tolist()
-            hit = kept[:] = [split, [lead + (slice(a, b),) for a, b in zip(bounds[:-1], bounds[1:])]]
-        return tuple(x[part] for part in hit[1])
+            narrow = [(k, a * inner, (b - a) * inner, shape[:ax] + (b - a,) + shape[ax + 1:])
+                      for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))
+                      if 0 < (b - a) * inner * itemsize < narrowest and outer > 1 and len(sizes) > 1
+                      and outer * (b - a) * inner * itemsize <= largest]
+            hit = kept[:] = [split, [lead + (slice(a, b),) for a, b in zip(bounds[:-1], bounds[1:])], narrow]
+        parts = tuple(x[part] for part in hit[1])
+        if not hit[2] or not x.flags.c_contiguous:
+            return parts
+        rows, parts = x.reshape(outer, -1), list(parts)
+        for k, col, width, part_shape in hit[2]:
+            y = np.empty(part_shape, x.dtype)
+            _copy_cols(rows, y.reshape(outer, width), col, 0, width, 0, outer)
+            parts[k] = y
+        return tuple(parts)
 
     return call
 

@@ -115,7 +115,7 @@ def _bind(conv, parallel: bool, step=None):
         # copied into a contiguous (C, oh, ow) buffer, then the 1x1 stride-1 tiles on it
         sub = (sh, sw, (n_n, c_n, oh_n, ow_n))
         return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n, one), y_shape, k_n, l_n, lo, hi, has_z,
-                           parallel, step, sub)
+                           parallel, step, sub, tail=cols_tail(kind, m_n, l_n, k_n, _one_thread(conv, parallel)))
     if not direct:  # the strided convolutions conv.py runs as its implicit GEMM (the stems)
         if not implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n) or direct_wins(kind, kh, kw, sh, sw, dh, dw,
                                                                                     m_n, ow_n, l_n, k_n):
@@ -123,9 +123,64 @@ def _bind(conv, parallel: bool, step=None):
         return _implicit_call(conv, raw, kind, x_shape, y_shape, (kh, kw, sh, ph, pw), lo, hi, has_z, parallel,
                               step)
     return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n, one), y_shape, k_n, l_n, lo, hi, has_z,
-                       parallel, step)
+                       parallel, step, tail=cols_tail(kind, m_n, l_n, k_n, _one_thread(conv, parallel)))
 
 
+
+
+def _tail_call(conv, raw, kind, y_shape, k_n, l_n, lo, hi, has_z, general, buf, buf_ro, sh, sw, sub, tail):
+    """_tiles_call's one-thread call with a ``tail`` (cols_tail): the weights packed in cols panels (the
+    kernel's packing, Conv._ftile_weights; the last panel's rows past m_n - tail are never read), the first
+    m_n - tail channels through the cols driver (its K chunk _tiles_call's one-thread rule; the standard
+    tile: conv.COLS_TILE_ONE_THREAD's other shapes are not taken here), then the last ``tail`` rows, packed
+    once into one rows panel of ``kind``, through the rows driver writing their NCHW rows of the output."""
+    from .conv import FTILE_COLS_KC_ONE_THREAD, FTILE_COLS_KC_SMALL_ONE_THREAD, FTILE_COLS_MAX
+
+    n_n, m_n = y_shape[0], y_shape[1]
+    held = _Constants()
+    zero = conv._zeros(m_n, np.float32)
+    no_z = readonly(np.zeros(1, np.float32))
+    width = ftile.COLS_WIDTH[kind]
+    main = m_n - tail
+    cols_driver = ftile.cols_driver(kind)
+    panels = main // width + int(main % width > 0)
+    cols_size = ftile.scratch_size(kind, True, l_n)
+    # the K chunk of _tiles_call's one-thread cols tiles (conv.FTILE_COLS_KC_ONE_THREAD / _SMALL_ONE_THREAD)
+    small = l_n <= FTILE_COLS_MAX
+    cols_kc = (FTILE_COLS_KC_SMALL_ONE_THREAD if small else FTILE_COLS_KC_ONE_THREAD) or ftile.COLS_KC
+    rows_driver = ftile.rows_driver(kind)
+    block, blocks, groups, kc = ftile.plan(kind, tail, k_n, l_n, 1)
+    pack = ftile.pack_rows(tail, k_n, l_n)
+    rows_size = ftile.scratch_size(kind, False, l_n, block, kc, pack)
+    size = max(cols_size, rows_size)
+    kept = [None, None]  # (the cols packing the tail was taken with, the tail's rows panel)
+
+    def tiles(x, w, b=None, z=None, *, out=None):
+        y = _output(out, y_shape)
+        if ftile.requested_raw() != raw or not held.usable(conv, x, w, b, z, y, m_n, (k_n, width)):
+            return general(x, w, b, z, out=out)
+        if kept[0] is not held.packed:
+            kept[0], kept[1] = held.packed, readonly(ftile.pack_weights(
+                np.ascontiguousarray(w.reshape(m_n, k_n)[main:], np.float32), ftile.MR[kind]))
+        if sub is not None:
+            np.copyto(buf, x[:, :, ::sh, ::sw])
+            x = buf_ro
+        x = readonly(x)
+        z = no_z if z is None else readonly(z)
+        scratch = config.thread_buffer("ftile", size, np.float32)
+        bias_t, zero_t = held.bias[main:], zero[main:]
+        for n in range(n_n):
+            xs = x[n].reshape(-1)
+            yn = y[n].reshape(-1)
+            zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
+            cols_driver(held.packed, k_n, main, xs, l_n, l_n, held.bias, zn, has_z, lo, hi, yn, l_n, cols_kc,
+                        scratch, 0, panels)
+            zt = zn[main * l_n:] if has_z else zn
+            rows_driver(kept[1], k_n, tail, xs, 0, l_n, l_n, bias_t, zero_t, zt, has_z, lo, hi, yn[main * l_n:], 0,
+                        l_n, block, groups, kc, pack, scratch, 0, blocks * groups)
+        return y
+
+    return tiles
 
 
 def _paired(pair, parallel: bool, *args) -> bool:
@@ -229,6 +284,31 @@ def _one_pixel(geometry) -> bool:
 # against 0.97-1.09x for an identical session (session 5 had the rows tiles ahead at 14x14 there, 127 against
 # 111 GFLOP/s): off. A/B: kernels.conv_serial.PAIR_COLS_MAX=196
 PAIR_COLS_MAX = 0
+# A one-thread session's 1x1 layer whose output channels are not a multiple of the cols tiles' lanes (RegNetY's
+# 440 -> 440 at 7x7: 27.5 vectors of 16) runs its first channels, down to a multiple of the lanes, on the cols
+# tiles and the rest (8 channels) on one rows panel (``cols_tail``), where the rows tiles ran the whole layer's 49
+# pixels as 64. Issue 11, session 14 (regnet14; docs/numba.md, "RegNetY's 440-channel 1x1 layers and the Gemm
+# heads"): on the Xeon in RegNetY (nodes_ab.py, order rotated) its eleven 440 -> 440 layers at 7x7 ran 0.76-0.86x
+# the rows tiles' time and its 1x1/2 shortcut to 7x7 0.81x; without it they ran at the reference's time (two of
+# them over the per-node bar in the lead's call J2). A/B: kernels.conv_serial.COLS_TAIL=0 (the rows tiles)
+COLS_TAIL = True
+
+
+def cols_tail(kind, m_n: int, l_n: int, k_n: int, one_thread: bool) -> int:
+    """The output channels past the last multiple of the cols tiles' lanes that a one-thread bound 1x1 call
+    runs on a rows panel, the rest on the cols tiles (COLS_TAIL); 0: the whole layer on one kind of tile
+    (ftile_cols' rule). Only where the cols tiles would take the layer but for its channel count, and at least
+    one full panel of COLS_WIDTH channels is left to them."""
+    from .conv import ftile_cols
+
+    if not (COLS_TAIL and one_thread) or kind not in ftile.COLS_LANES:
+        return 0
+    tail = m_n % ftile.COLS_LANES[kind]
+    if not tail or m_n - tail < ftile.COLS_WIDTH[kind] or tail > ftile.MR[kind]:
+        return 0
+    return tail if ftile_cols(kind, m_n - tail, l_n, k_n, one_thread) else 0
+
+
 PIXEL = True  # 1x1 convolutions of 1x1 maps bind conv._gemm_pixel's product (False: the general path)
 # 1x1 strided unpadded convolutions subsample their input into a buffer and run the stride-1 tiles
 # (False: the general path, im2col's gather per column-matrix row and the tiles through conv._gemm)
@@ -410,7 +490,7 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
     return implicit
 
 
-def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, parallel, step=None, sub=None):
+def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, parallel, step=None, sub=None, tail=0):
     """ftile's rows (or cols) driver for a 1x1 stride-1 convolution, the NCHW input read in place
     (conv._gemm_ftile's direct case), its arguments fixed; ``parallel``: through ftile.run_sharded
     at the call's thread budget (the plan made once per thread count), else on this thread (two
@@ -419,7 +499,9 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
     and sw-th column are first copied into a contiguous buffer of this call's (one strided copy of
     a quarter of the input at stride 2) that the tiles then read as the stride-1 input. The general
     path gathered them per column-matrix row and paid its per-call decisions: ResNet-18's and
-    RegNetY's shortcuts ran 0.93-1.25x the reference's slice + BLAS product on the AMD box."""
+    RegNetY's shortcuts ran 0.93-1.25x the reference's slice + BLAS product on the AMD box.
+    ``tail`` > 0 (``cols_tail``, one thread): the first m_n - tail channels on the cols tiles, the last
+    ``tail`` on one panel of the rows tiles (its own packing of those weight rows)."""
     general = _general(conv, parallel)
     sh = sw = 1
     buf = buf_ro = None
@@ -434,6 +516,8 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
     zero = conv._zeros(m_n, np.float32)
     no_z = readonly(np.zeros(1, np.float32))
     cols_kc = ftile.COLS_KC
+    if tail:
+        return _tail_call(conv, raw, kind, y_shape, k_n, l_n, lo, hi, has_z, general, buf, buf_ro, sh, sw, sub, tail)
     if cols:
         from .conv import (
             FTILE_COLS_KC_ONE_THREAD,

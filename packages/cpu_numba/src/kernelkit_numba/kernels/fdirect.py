@@ -161,14 +161,20 @@ TILES = ((3, 7), (3, 8), (4, 6))  # (channel vectors, pixels): 21, 24 or 24 accu
 WIDE = (3, 8)  # the tiles of products with output rows of WIDE_MIN_OW+ pixels (None: 3 x 7)
 WIDE_MIN_OW = 56  # (the stem's 112-pixel rows: 14 tiles of 8 pixels, whose store transposes 8 pixel slots
 # where the 7-pixel tile's transposes 7 and a padding one)
+WIDE_TILE = ""  # "CVxMP" of TILES in place of WIDE ("": WIDE), for A/B runs (the bench settings take no tuple):
+# kernels.fdirect.WIDE_TILE=4x6 with kernels.conv.DIRECT_MIN_K=0 runs the ResNets' 7x7/2 stem (64 channels, rows of
+# 112 pixels) on one 64-channel panel of 4 x 6 tiles (24 FMAs per 4 weight vectors and 6 broadcasts) where 3 x 8
+# runs a 48-channel panel and a 16-channel one of 1 x 8 tiles (8 FMAs per vector and 8 broadcasts). Issue 11,
+# session 14 (r18one14): not measured on the Xeon.
 
 
 def tile_shape(m_n: int, ow_n: int) -> tuple[int, int]:
     """(cv, mp) of the tiles a product of ``m_n`` channels and output rows of ``ow_n`` pixels runs on:
-    WIDE for wide rows (4 x 6 only where the channels are a multiple of 64), else 3 x 7 (the ResNets'
+    WIDE (or WIDE_TILE) for wide rows (4 x 6 only where the channels are a multiple of 64), else 3 x 7 (the ResNets'
     rows of 7, 14 and 28 pixels are whole 7-pixel tiles)."""
-    if WIDE is not None and ow_n >= WIDE_MIN_OW and (WIDE[0] != 4 or m_n % 64 == 0):
-        return WIDE
+    wide = tuple(int(v) for v in str(WIDE_TILE).split("x")) if WIDE_TILE else WIDE
+    if wide is not None and ow_n >= WIDE_MIN_OW and (wide[0] != 4 or m_n % 64 == 0):
+        return wide
     return 3, MP
 
 

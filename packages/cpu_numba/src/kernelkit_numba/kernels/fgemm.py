@@ -633,7 +633,8 @@ def row(kind: int, packed: Packed, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0
     streams = int(ROW_STREAMS if streams is None else streams)
     bp, zeros, alpha, p0, p1 = packed.bp, packed.zeros, f32(alpha), f32(p0), f32(p1)
     if streams > 1 and kind != 0:
-        rows = _rows_driver(kind, post, streams)
+        ahead_s = int(ROW_STREAMS_AHEAD)
+        rows = _rows_driver(kind, post, streams, ahead_s, int(ROW_STREAMS_HINT) if ahead_s else 3)
 
         def run_streams(a2, out):
             rows(a2.reshape(-1), bp, k_n, n_n, alpha, bb, zeros, out.reshape(-1), lo, hi, p0, p1)
@@ -657,13 +658,23 @@ def row(kind: int, packed: Packed, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0
 # Xeon's heads in the model 1.12-1.30x faster than one stream (head_in_model.py medians; docs/numba.md, "The
 # Gemm heads in the model": 8 streams are the next A/B)
 ROW_STREAMS = 4
+# The streams' tiles prefetch each panel's row k + ROW_STREAMS_AHEAD at step k (its nr floats: two cache lines on
+# avx512), into the cache ROW_STREAMS_HINT names (llvm.prefetch's locality: 3 L1, 2 L2); 0: no prefetch, the
+# hardware's streams alone. Read when the call binds. Off: issue 11, session 14 (regnet14), two Xeon calls. In the
+# first, 16 steps into L1 ran the heads 1.10x (RegNetY) and 1.14x (ResNet-50) faster in nodes_ab.py and 1.08x
+# alone from memory (bench_head_state.py); in the second, alone from memory 0.95-1.00x at 440-2048 x 1000, and
+# in the model (head_in_model.py) the medians of 0, 16 and 32 steps within the run's spread (ResNet-50 0.479
+# with 16 against 0.513 without, MobileNetV2 0.351 against 0.332). A/B: kernels.fgemm.ROW_STREAMS_AHEAD=16
+ROW_STREAMS_AHEAD = 0
+ROW_STREAMS_HINT = 3
 
 
-def _streams_intrinsic(kind: str, streams: int):
+def _streams_intrinsic(kind: str, streams: int, ahead: int = 0, hint: int = 3):
     """An intrinsic ``tile(a, b, b_off, pstride, k_n, alpha, bias, c0, out, lo, hi)``: ``streams`` whole
     column panels at once on a 1-row tile, panel s of B at ``b[b_off + s * pstride:]`` ([k][nr], k < k_n),
     ``out[c0 + s * nr + j]`` = clamp(alpha * sum_k a[k] * that panel's [k][j] + bias[c0 + s * nr + j], lo, hi)
-    (NaN kept)."""
+    (NaN kept). ``ahead`` > 0: step k also prefetches each panel's row k + ahead (every cache line of its nr
+    floats; past the panel's end a hint that never faults) with llvm.prefetch's locality ``hint``."""
     lanes = 8 if kind == "avx2" else 16
     nvec = 2
     nr = lanes * nvec
@@ -694,6 +705,15 @@ def _streams_intrinsic(kind: str, streams: int):
         k, accs, close = k_loop(builder, k_n, [ir.Constant(vf, None)] * (streams * nvec), "frows")
         av = splat(builder.load(builder.gep(pa, [k]), align=4))
         row = builder.mul(k, ir.Constant(i64, nr))
+        if ahead:
+            i8p = ir.IntType(8).as_pointer()
+            pf = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                                "llvm.prefetch.p0")
+            there = builder.add(row, ir.Constant(i64, ahead * nr))
+            for t in range(streams):
+                for line in range(0, nr, 16):  # every 64-byte line of the row
+                    ptr = builder.bitcast(builder.gep(panels[t], [builder.add(there, ir.Constant(i64, line))]), i8p)
+                    builder.call(pf, [ptr, ir.Constant(i32, 0), ir.Constant(i32, hint), ir.Constant(i32, 1)])
         new = []
         for t in range(streams):
             for j in range(nvec):
@@ -719,12 +739,13 @@ def _streams_intrinsic(kind: str, streams: int):
 
 
 @functools.cache
-def _rows_driver(kind: int, post: int, streams: int):
+def _rows_driver(kind: int, post: int, streams: int, ahead: int = 0, hint: int = 3):
     """``run(a, bp, k_n, n_n, alpha, bias, zeros, out, lo, hi, p0, p1)``: out (N, flat) = act(alpha * a (K,
-    flat) @ B + bias) over B's packed panels, ``streams`` whole panels at once (_streams_intrinsic), the
-    panels left over one at a time on the 1-row tiles (the last one masked); ``post`` as in _driver."""
+    flat) @ B + bias) over B's packed panels, ``streams`` whole panels at once (_streams_intrinsic, its
+    prefetch ``ahead`` steps ahead with locality ``hint``), the panels left over one at a time on the 1-row
+    tiles (the last one masked); ``post`` as in _driver."""
     full, masked = _tiles(kind, 1)
-    multi = _streams_intrinsic("avx512" if kind in (2, NARROW) else "avx2", streams)
+    multi = _streams_intrinsic("avx512" if kind in (2, NARROW) else "avx2", streams, ahead, hint)
     nr = NR[kind]
 
     def rows(a, bp, k_n, n_n, alpha, bias, zeros, out, lo, hi, p0, p1):
@@ -746,7 +767,7 @@ def _rows_driver(kind: int, post: int, streams: int):
             for j in range(n_n):
                 out[U(j)] = act(out[U(j)], post, p0, p1)
 
-    setattr(rows, CLOSURE_KEY, f"fgemm.rows.{kind}.{post}.s{streams}")
+    setattr(rows, CLOSURE_KEY, f"fgemm.rows.{kind}.{post}.s{streams}" + (f".a{ahead}h{hint}" if ahead else ""))
     return jit(rows)
 
 

@@ -445,13 +445,18 @@ def _output_transform4(mo, y, bias, z, has_z, th_n, tw_n, code, p0, p1, q0, q1):
                         dst[U64(p)] = _activate(src[U64(p)], code, p0, p1)
 
 
+F4_MIN_OUTPUTS = 392  # output pixels of the batch from which F(4x4, 3x3) runs (usable4): two 14x14 maps. 196:
+# ResNet-18's one-image 256@14 layers on F(4x4) too (16 tiles of 4x4, 256 outputs computed for 196) rather than
+# F(2x2) (49 tiles); issue 11, session 14 (r18one14), an A/B switch: kernels.winograd.F4_MIN_OUTPUTS=196
+
+
 def usable4(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, batch) -> bool:
     """F(4x4, 3x3) where the batch's tiles fill enough GEMM columns: at least two 14x14 maps' worth
     of outputs (measured, one thread: a 64x56x56 layer 1.6 vs 2.1 ms on F(2x2, 3x3); one 14x14 map
     ran faster on F(2x2, 3x3), two at par; 512x7x7 at batch 8 15 ms against 34 for im2col + GEMM)."""
     if not (kh == kw == 3 and sh == sw == dh == dw == 1 and group == 1):
         return False
-    return batch * oh_n * ow_n >= 392
+    return batch * oh_n * ow_n >= F4_MIN_OUTPUTS
 
 
 def conv3x3_f4(x, u, bias, y, z, ph, pw, code, p0, p1, scratch, packed=None) -> None:
