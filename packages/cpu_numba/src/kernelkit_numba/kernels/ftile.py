@@ -451,7 +451,9 @@ KC_TILE_MAJOR = 256  # K chunk of the tile-major order: a 32-pixel tile's chunk 
 # Issue 11, session 14 (r50two14): the avx512 rows tiles prefetch the next tile's output rows (and residual
 # rows) into L2 before their K loop (_tile_intrinsic's ``pf``): a tile writes mr NCHW rows of nr pixels, and
 # a 56x56 map's K = 64 tile (~800 cycles) ends on 24-48 lines from L3 that the L2 streamer, one stream
-# a row restarting at every page, does not always have (0: off). A/B: kernels.ftile.ROWS_PREFETCH=1
+# a row restarting at every page, does not always have (0: off). Xeon, ResNet-50 per kind: 0.94-1.02x on the
+# 28x28 and 56x56 1x1 layers, in turns 1.00: off. A/B: turns.py --variant1 pf=kernels.ftile.ROWS_PREFETCH=1
+# (nodes_ab.py refuses it: the pair halves' built-once drivers read it too)
 ROWS_PREFETCH = 0
 
 
