@@ -171,6 +171,42 @@ def table(path: str) -> str:
     return "\n".join(lines)
 
 
+def short(path: str) -> str:
+    """One line a block, then per model and paired runtime the fastest and the slowest third of its blocks: the
+    caller's and the helper's halves, the sides' ends apart (waits plus the helper's idle ends) and the steal, ms a
+    run (uneven cores: the ends apart grow in the slow blocks; both sides slow: the halves grow, the ends do not)."""
+    rows = [json.loads(line) for line in open(path)]
+    lines = []
+    for r in rows:
+        t = r.get("trace", {})
+        p = t.get("pairs") or {}
+        steal = "/".join(f"{v['steal_ms']:.0f}" for v in t.get("cpus", {}).values())
+        cpu = ";".join(f"{c}:{v[0]:.0f},{v[1]:.1f},{v[2]:.1f}" for c, v in sorted(p.get("by_caller_cpu", {}).items()))
+        halves = (f"own {p['own_ms']:.1f} hlp {p['helper_ms']:.1f} wait {p['wait_ms']:.2f} idle {p['idle_end_ms']:.2f}"
+                  if p else "")
+        lines.append(f"{r['model']} {r['load']} r{r['round']} {r['runtime']} {r['median_ms']:.1f} steal {steal} "
+                     f"rq {sum(x['rq_wait_ms'] for x in t.get('threads', [])):.1f} {halves} {cpu}")
+    for key in sorted({(r["model"], r["load"], r["runtime"]) for r in rows if (r.get("trace") or {}).get("pairs")}):
+        sub = sorted((r for r in rows if (r["model"], r["load"], r["runtime"]) == key), key=lambda r: r["median_ms"])
+        third = max(1, len(sub) // 3)
+        zero = {"own_ms": 0.0, "helper_ms": 0.0, "wait_ms": 0.0, "idle_end_ms": 0.0, "helper_over_own": 0.0}
+        for label, part in (("fast", sub[:third]), ("slow", sub[-third:])):
+            ps = [r["trace"].get("pairs") or zero for r in part]
+
+            def mean(f, ps=ps):
+                return sum(f(p) for p in ps) / len(ps)
+
+            steal = sum(sum(v["steal_ms"] for v in r["trace"]["cpus"].values()) for r in part) / len(part)
+            lines.append(f"{' '.join(key)} {label} {len(part)} blocks: median "
+                         f"{sum(r['median_ms'] for r in part) / len(part):.1f} own {mean(lambda p: p['own_ms']):.1f} "
+                         f"hlp {mean(lambda p: p['helper_ms']):.1f} "
+                         f"ends apart {mean(lambda p: p['wait_ms'] + p['idle_end_ms']):.2f} "
+                         f"hlp/own {mean(lambda p: p['helper_over_own']):.2f} steal {steal:.0f}")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    for p in sys.argv[1:]:
-        print(table(p))
+    args = sys.argv[1:]
+    brief = "--short" in args
+    for p in (a for a in args if a != "--short"):
+        print(short(p) if brief else table(p))
