@@ -98,6 +98,11 @@ def pairs():
     return {f"pair_{k}": v for k, v in cpair.server().stats.items()} if cpair and cpair.fpair._server else {}
 
 
+# KERNELKIT_TURNS_TRACE=1: each block's pair halves, CPUs' steal and threads (benchmarks/turns_trace.py)
+tracer = None
+if os.environ.get("KERNELKIT_TURNS_TRACE") == "1":
+    from turns_trace import BlockTrace
+    tracer = BlockTrace()
 t0 = time.perf_counter()
 for _ in range(3):
     sess.run(None, feed)
@@ -110,11 +115,17 @@ for line in sys.stdin:
     for _ in range(settle):
         sess.run(None, feed)
     ms = []
+    if tracer:
+        tracer.start()
     for _ in range(calls):
         t0 = time.perf_counter(); sess.run(None, feed); ms.append((time.perf_counter() - t0) * 1e3)
+    trace = tracer.stop(calls) if tracer else None
     after = {**(dict(pool.stats) if pool else {}), **pairs()}
     delta = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
-    print(json.dumps({"median_ms": float(np.median(ms)), "best_ms": min(ms), "pool": delta}), flush=True)
+    row = {"median_ms": float(np.median(ms)), "best_ms": min(ms), "pool": delta}
+    if trace is not None:
+        row["trace"] = trace
+    print(json.dumps(row), flush=True)
 """
 
 

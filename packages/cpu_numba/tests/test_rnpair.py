@@ -184,8 +184,8 @@ def test_balanced_cut(quiet_server, monkeypatch):
     """BALANCE on an F(4x4) layer (49 tiles, 64@28): the cut moves toward the one at which both sides end
     together (a helper that takes twice the caller's time a tile and starts late: fewer tiles for it), by
     BALANCE_GAIN and within BALANCE_RANGE, and stays where the helper came after the caller's half; the output
-    at a moved cut equals the even cut's and the reference within the fp32 tolerances (not bit for bit: a tile's
-    products depend on its place in its side's run of tiles), the caller alone and the helper's half run by hand
+    at a moved cut equals the even cut's bit for bit (session 14: winograd's ordered input transform) and the
+    reference within the fp32 tolerances, the caller alone and the helper's half run by hand
     (its tiles' rows only, bit for bit the caller's); the pairs' trace keeps the call's stamps."""
     case = LAYERS[0]
     xs, ws, attrs, res, _op = case
@@ -217,7 +217,7 @@ def test_balanced_cut(quiet_server, monkeypatch):
     rnpair.set_cut(pair.desc, 18, 49, 64, 64)  # the helper's side its largest (31 tiles)
     got = _at(2, fn, inputs, shape)
     assert srv.stats["alone"] == 2 and not np.isnan(got).any()
-    assert_close(got, even, np.float32)
+    np.testing.assert_array_equal(got, even)
     assert_close(got, _reference(inputs, attrs), np.float32)
     y = np.full(shape, np.nan, np.float32)
     pair.desc[rnpair.YA] = y.ctypes.data
@@ -233,6 +233,62 @@ def test_balanced_cut(quiet_server, monkeypatch):
     srv.result(1, *rnpair.rule())
     assert len(trace) == 1 and trace[0][1] == 1
     assert trace[0][5] == srv.ctl[pairs.FINISHED_AT] - srv.ctl[pairs.CLAIMED_AT]
+
+
+def test_follow_cut(quiet_server, monkeypatch):
+    """FOLLOW (with BALANCE): the cut moves by FOLLOW_GAIN of the tiles that even the sides' ends, at most FOLLOW_STEP
+    of the tiles a call (at least one), not within one tile's time, never past BALANCE_RANGE, and holds where the
+    helper came after the caller's half; the output is bit for bit the even cut's at every cut (each side its own
+    run of tiles in its own blocks) on a 64@56 layer (196 tiles) and a 64@28 one (49), and the helper's half run by
+    hand at a moved cut is bit for bit the caller's."""
+    monkeypatch.setattr(rnpair, "BALANCE", True)
+    monkeypatch.setattr(rnpair, "FOLLOW", True)
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    big = None
+    for xs, cuts in (((1, 64, 56, 56), (68, 75, 97, 98, 99, 113, 128)), ((1, 64, 28, 28), (17, 20, 24, 31, 32))):
+        case = (xs, (64, 64, 3, 3), {**PADS, **RELU}, True, rnpair.OP_WINO)
+        inputs = _layer(case, 5)
+        shape = _out_shape(xs, case[1], case[2])
+        fn = conv_serial.bound_compute(_kernel(xs, case[1], case[2], 2, True))
+        pair = _pair_of(fn)
+        big = big or pair
+        nt = (xs[2] // 4) * (xs[3] // 4)
+        assert pair.balance[1:4] == [min(cuts), max(cuts), nt]  # BALANCE_RANGE 0.15 either side of the middle
+        even = _at(2, fn, inputs, shape)
+        assert_close(even, _reference(inputs, case[2]), np.float32)
+        for cut in cuts:
+            rnpair.set_cut(pair.desc, cut, nt, 64, 64)
+            np.testing.assert_array_equal(_at(2, fn, inputs, shape), even)
+        y = np.full(shape, np.nan, np.float32)  # the helper's half (tiles [cuts[-1], nt)) by hand
+        pair.desc[rnpair.YA] = y.ctypes.data
+        srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
+        assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
+        written = ~np.isnan(y)
+        assert written.any() and not written.all()
+        np.testing.assert_array_equal(y[written], even[written])
+    # the moves, on the 64@56 pair from the even cut (98 of 196); cycles: each side 100 a tile
+    pair = big
+    pair.balance[0] = 98.0
+    rnpair.set_cut(pair.desc, 98, 196, 64, 64)
+    ctl = srv.ctl
+
+    def call(own, start, helper):
+        ctl[fpair.OWN], ctl[pairs.PUBLISHED], ctl[pairs.CLAIMED_AT] = own, 0, start
+        ctl[pairs.FINISHED_AT] = start + helper
+        return rnpair.rebalance(pair, ctl)
+
+    assert call(9800, 0, 9890) == 98  # within one tile's time: held
+    assert call(9800, 0, 9800 + 800) == 100  # 4 tiles late (2 x 4 x 100 cycles): half of the 4 tiles that even them
+    assert call(9800, 0, 9800 + 20000) == 104  # far late: FOLLOW_STEP x 196 = 3.92 tiles a call at most
+    assert pair.desc[rnpair.SIDE0 + rnpair.S_T1] == 104 == pair.desc[rnpair.SIDE0 + rnpair.SIDE_N + rnpair.S_T0]
+    for _ in range(20):
+        call(9800, 0, 9800 + 20000)
+    assert pair.desc[rnpair.SIDE0 + rnpair.S_T1] == 128  # held at the range's end
+    for _ in range(20):  # the caller the slower: to the other end
+        call(9800 + 20000, 0, 9800)
+    assert pair.desc[rnpair.SIDE0 + rnpair.S_T1] == 68
+    assert call(1000, 2000, 5000) == 68  # the helper came after the caller's half: held
 
 
 def test_busy_slot_asleep_back_off_and_pool(quiet_server, monkeypatch):

@@ -104,15 +104,25 @@ DYN_MIN_TILES = 24
 # helper's moves toward the one at which both would have finished together, from the call's cycle stamps (the
 # caller's own half, the helper's start after the publish and its half: pairs.PUBLISHED ...), smoothed by
 # BALANCE_GAIN and kept within BALANCE_RANGE of the tiles either side of the middle (the sides' buffers are sized
-# for the largest side in that range). A tile's products depend on its place in its side's run of tiles in the last
-# bits, so the output moves with the cut within the fp32 tolerances (as the static halves' against the one-thread
-# path), not bit for bit from run to run. Read when a layer binds. False: the even cut. Off: on the Xeon (session 13's
+# for the largest side in that range). The output is bit for bit the even cut's at every cut (session 14: since
+# session 13's jit_ordered input transform; before it, a tile's values depended on its place in its side's run of
+# tiles in the last bits). Read when a layer binds. False: the even cut. Off: on the Xeon (session 13's
 # call, gap_trace.py and turns.py) ResNet-50's caller waited 6.0 ms a run at the halves' ends against 0.98 (a side's
 # cost is not per tile: each reads all 36 positions' weights, so a shrinking side looks slower a tile and shrinks
 # on to the range's end); default / BALANCE 1.00 (ResNet-18) and 0.97 (ResNet-50) quiet, 0.99 and 0.80 loaded.
 BALANCE = False
 BALANCE_GAIN = 0.25
 BALANCE_RANGE = 0.15
+# BALANCE's cut by the sides' ends instead of their rates (issue 11, session 14; docs/numba.md, "The two-thread
+# blocks that run slow in turns"): after a paired call the cut moves by FOLLOW_GAIN of the tiles that would have
+# evened the sides' ends (the helper's start plus its half against the caller's half, over twice the layer's cycles
+# a tile: a tile moved shortens one side and lengthens the other), at most FOLLOW_STEP of the tiles a call (at least
+# one), and not at all within one tile's time; a side's fixed cost (the 36 positions' weights) then drives nothing.
+# The output is bit for bit the even cut's at every cut since winograd's input transform keeps its order
+# (config.jit_ordered, issue 11, session 13): test_rnpair.py::test_follow_cut. Read at each call, with BALANCE on.
+FOLLOW = False
+FOLLOW_GAIN = 0.5
+FOLLOW_STEP = 0.02
 # F(4x4) layers of at most BY_M_TILES tiles pair by output channels (issue 11, session 13; docs/numba.md, "ResNet-18's
 # 3x3 layers at two threads"): each side transforms every tile's input itself and runs its whole weight panels (the
 # cut of wino2_pair: the sides' channels within one panel) at every position, so that each side reads half the
@@ -349,7 +359,8 @@ class Pair:
 def rebalance(pair: Pair, ctl) -> int:
     """BALANCE: move ``pair``'s cut (an F(4x4) layer's static halves, the caller's tiles [0, cut)) toward the one at
     which the call just made would have ended on both sides at once, from its cycle stamps in ``ctl``; the cut now.
-    A call whose helper started after the caller's half ended (a helper without its core) leaves it."""
+    A call whose helper started after the caller's half ended (a helper without its core) leaves it. FOLLOW: a clamped
+    step from the sides' ends instead (its comment)."""
     bal, d = pair.balance, pair.desc
     nc = int(d[SIDE0 + S_T1])
     nt = bal[3]
@@ -357,8 +368,16 @@ def rebalance(pair: Pair, ctl) -> int:
     helper = int(ctl[pairs.FINISHED_AT] - ctl[pairs.CLAIMED_AT])
     if own <= 0 or helper <= 0 or start < 0 or start >= own:
         return nc
-    rc, rh = own / nc, helper / (nt - nc)  # cycles a tile on each side
-    bal[0] += BALANCE_GAIN * ((start + nt * rh) / (rc + rh) - bal[0])
+    if FOLLOW:
+        tau = (own + helper) / nt  # cycles a tile, a side's fixed cost included (the moves the smaller)
+        late = start + helper - own  # > 0: the helper ended last, the caller takes more tiles
+        if abs(late) <= tau:
+            return nc
+        most = max(1.0, FOLLOW_STEP * nt)
+        bal[0] = min(max(bal[0] + min(max(FOLLOW_GAIN * late / (2 * tau), -most), most), bal[1]), bal[2])
+    else:
+        rc, rh = own / nc, helper / (nt - nc)  # cycles a tile on each side
+        bal[0] += BALANCE_GAIN * ((start + nt * rh) / (rc + rh) - bal[0])
     cut = min(max(int(round(bal[0])), bal[1]), bal[2])
     if cut != nc:
         set_cut(d, cut, nt, bal[4], bal[5])
@@ -625,5 +644,6 @@ def direct_pair(conv, x_shape, y_shape, kernel: tuple, stride: int, ph: int, pw:
     return pair, pair_pad
 
 
-__all__ = ["BALANCE", "BY_M_TILES", "DYNAMIC", "ON", "Pair", "chunk_stall", "direct_pair", "dyn_chunks", "enabled",
-           "follow", "half_address", "pair_run", "prepare", "rebalance", "rule", "set_cut", "wino2_pair", "wino_pair"]
+__all__ = ["BALANCE", "BY_M_TILES", "DYNAMIC", "FOLLOW", "ON", "Pair", "chunk_stall", "direct_pair", "dyn_chunks",
+           "enabled", "follow", "half_address", "pair_run", "prepare", "rebalance", "rule", "set_cut", "wino2_pair",
+           "wino_pair"]
