@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import functools
 
-import numba
 import numpy as np
 from kernelkit.registry import register_kernel
 from numpy.lib.stride_tricks import as_strided
 
 from .. import config
 from .._base import threaded
-from ..cache import checked
 from ..config import jit_inline, jit_parallel, parallel_for
-from ..tiered import hook
 
 U = np.uint64  # unsigned index: no wraparound check in inner loops
 
@@ -327,155 +324,19 @@ def _quiet(ufunc):
     return call
 
 
-# Add/Sub/Mul/Div at one thread where NumPy's ufunc would take its general iterator (a view that is not
-# contiguous as a whole, a broadcast other than by a scalar): Numba loops instead (``_view_call``). Inside
-# a numba session that iterator's code is cold whenever a node first needs it after a stretch of Numba
-# kernels: the detection head's Mul by 2 of a Split's (1, 3, 10, 10, 2) part ran 28-32 us in the model
-# against 5-7 us for the same Mul on the next part, and the cost moved to the next broadcast Add when
-# only the view went to Numba (issue 11, session 14). Up to ``SMALL`` elements one 5-D broadcasting loop
-# takes every such call; above it, views whose last axes are contiguous run as rows (a Split's part
-# along the channels), other broadcasts stay on the ufunc. False: the ufunc for every layout (read when a
-# node is bound). Off: on the Xeon the loops made the head's 3 Adds 0.057 against 0.042 ms and its 12 Muls
-# 0.125 against 0.107 (nodes_ab.py, Split's narrow parts copied in both); the cold cost moved, it did not go.
-VIEW_ROWS = False
-SMALL = 4096  # elements of the output up to which the 5-D loop runs (scalar: ~1 ns an element)
-
-
-def _exact(fn):
-    """A kernel compiled without fastmath: one IEEE operation an element rounds as NumPy's ufunc does."""
-    return hook(checked(numba.njit(**{**config._FLAGS, "fastmath": False})(fn), config.CACHE))
-
-
-def _row_loops(code: int):
-    """(with_scalar, pair, broadcast5) for one op: ``with_scalar`` and ``pair`` over 2-D arrays of rows (any
-    row stride, unit stride within a row), ``broadcast5`` over 5-D operands broadcast against the output."""
-
-    @_exact
-    def with_scalar(x, s, out, swapped):
-        """out[r, k] = x[r, k] op s (s op x[r, k] when swapped)."""
-        rows, n = x.shape
-        for r in range(rows):
-            if swapped:
-                for k in range(n):
-                    out[U(r), U(k)] = _op(s, x[U(r), U(k)], code)
-            else:
-                for k in range(n):
-                    out[U(r), U(k)] = _op(x[U(r), U(k)], s, code)
-
-    @_exact
-    def pair(a, b, out):
-        """out[r, k] = a[r, k] op b[r, k]."""
-        rows, n = a.shape
-        for r in range(rows):
-            for k in range(n):
-                out[U(r), U(k)] = _op(a[U(r), U(k)], b[U(r), U(k)], code)
-
-    @_exact
-    def broadcast5(a, b, out):
-        """out = a op b, each of a and b 5-D with each axis either out's or 1 (repeated); False when the
-        shapes do not broadcast so (nothing written)."""
-        for d in range(5):
-            if (a.shape[d] != out.shape[d] and a.shape[d] != 1) or (b.shape[d] != out.shape[d] and b.shape[d] != 1):
-                return False
-        n0, n1, n2, n3, n4 = out.shape
-        a4, b4 = a.shape[4] != 1, b.shape[4] != 1
-        for i0 in range(n0):
-            p0, q0 = i0 if a.shape[0] != 1 else 0, i0 if b.shape[0] != 1 else 0
-            for i1 in range(n1):
-                p1, q1 = i1 if a.shape[1] != 1 else 0, i1 if b.shape[1] != 1 else 0
-                for i2 in range(n2):
-                    p2, q2 = i2 if a.shape[2] != 1 else 0, i2 if b.shape[2] != 1 else 0
-                    for i3 in range(n3):
-                        p3, q3 = i3 if a.shape[3] != 1 else 0, i3 if b.shape[3] != 1 else 0
-                        ra, rb, ro = a[p0, p1, p2, p3], b[q0, q1, q2, q3], out[i0, i1, i2, i3]
-                        if a4 and b4:
-                            for k in range(n4):
-                                ro[U(k)] = _op(ra[U(k)], rb[U(k)], code)
-                        elif a4:
-                            v = rb[0]
-                            for k in range(n4):
-                                ro[U(k)] = _op(ra[U(k)], v, code)
-                        elif b4:
-                            u = ra[0]
-                            for k in range(n4):
-                                ro[U(k)] = _op(u, rb[U(k)], code)
-                        else:
-                            ro[0] = _op(ra[0], rb[0], code)
-        return True
-
-    return with_scalar, pair, broadcast5
-
-
-_row_loops = functools.cache(_row_loops)
-_ONES = ((), (1,), (1, 1), (1, 1, 1), (1, 1, 1, 1), (1, 1, 1, 1, 1))
-
-
-def _run_length(x) -> int:
-    """Elements of x's longest contiguous run at its end (the product of its last axes in C order)."""
-    run, step = 1, x.itemsize
-    for n, st in zip(reversed(x.shape), reversed(x.strides)):
-        if n != 1 and st != step * run:
-            break
-        run *= n
-    return run
-
-
-def _view_call(code: int, ufunc):
-    """``ufunc(a, b, out=out)`` for one thread, where NumPy's trivial loops take the contiguous calls (the
-    same shape, or one operand a single value: a shape compare and two flag reads, ~0.3 us) and the
-    others run in ``_row_loops``' Numba loops: up to ``SMALL`` elements of a plan's output (C order, of
-    the broadcast shape, rank <= 5) ``broadcast5``; larger views whose last axes are contiguous, with a
-    scalar or a view of their shape, as rows; everything else is the ufunc's."""
-    loops = []
-
-    def call(a, b, *, out=None):
-        if (a.shape == b.shape or not b.ndim or not a.ndim) and a.flags.c_contiguous and b.flags.c_contiguous:
-            return ufunc(a, b, out=out)
-        if out is None or not out.flags.c_contiguous or out.ndim > 5 or not out.size \
-                or not a.dtype == b.dtype == out.dtype or np.may_share_memory(out, a) or np.may_share_memory(out, b):
-            return ufunc(a, b, out=out)  # (NumPy copies an overlapping operand first; the loops would not)
-        if not loops:
-            loops.append(_row_loops(code))
-        with_scalar, pair, broadcast5 = loops[0]
-        if out.size <= SMALL and a.ndim <= out.ndim and b.ndim <= out.ndim:
-            pad = _ONES[5 - a.ndim] if a.ndim < 5 else ()
-            a5 = a.reshape(pad + a.shape) if pad else a
-            pad = _ONES[5 - b.ndim] if b.ndim < 5 else ()
-            b5 = b.reshape(pad + b.shape) if pad else b
-            if broadcast5(a5, b5, out.reshape(_ONES[5 - out.ndim] + out.shape) if out.ndim < 5 else out):
-                return out
-            return ufunc(a, b, out=out)  # (shapes that do not broadcast to out: NumPy's error)
-        if a.shape == b.shape == out.shape:
-            run = min(_run_length(a), _run_length(b))
-            if run == 1:  # no contiguous run (a transpose): the ufunc
-                return ufunc(a, b, out=out)
-            pair(a.reshape(-1, run), b.reshape(-1, run), out.reshape(-1, run))
-            return out
-        swapped = a.size < b.size
-        x, s = (b, a) if swapped else (a, b)
-        if s.size != 1 or x.shape != out.shape:
-            return ufunc(a, b, out=out)
-        run = _run_length(x)
-        if run == 1:
-            return ufunc(a, b, out=out)
-        with_scalar(x.reshape(-1, run), s.reshape(-1)[0], out.reshape(-1, run), swapped)
-        return out
-
-    return call
-
-
 def _ufunc_serial(code):
     """``fn.serial`` (``_base.FunctionKernel``) of Add/Sub/Mul/Div: on one thread the call is the
     NumPy ufunc itself, as the reference runs it (the generic path's checks cost ~5 us a node:
-    an EfficientNet runs 65 Muls), without floating-point warnings as on the other paths; calls that
-    NumPy would run through its general iterator run in Numba loops (``VIEW_ROWS``, ``_view_call``)."""
-    plain, viewed = _quiet(_UFUNCS[code]), _quiet(_view_call(code, _UFUNCS[code]))
+    an EfficientNet runs 65 Muls), without floating-point warnings as on the other paths. Views (a Split's
+    parts) stay on the ufunc too: exact Numba loops for them moved the cold cost of NumPy's general iterator
+    to the next node instead of removing it, and were slower on the Xeon (issue 11, session 14)."""
+    call = _quiet(_UFUNCS[code])
 
     def make(input_specs, **attrs):
         if len(input_specs) != 2 or any(s is None or s.layout or s.dtype != input_specs[0].dtype
                                         for s in input_specs):
             return None
-        return viewed if VIEW_ROWS else plain  # (read when the node is bound: nodes_ab.py's variants)
+        return call
 
     return make
 
