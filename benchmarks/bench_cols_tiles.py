@@ -68,7 +68,11 @@ def fns_of(m: int, k: int, n: int, rng) -> dict:
     return fns
 
 
-def best_rates(fns: dict, flops: float, reps: int, cold: bool) -> dict:
+def best_rates(fns: dict, flops: float, reps: int, cold: bool, flush=None, touch=()) -> dict:
+    """GFLOP/s of each of ``fns`` (one call each, best of ``reps`` rounds, the order turned every round); cold:
+    ``flush`` (default this module's 16 MiB) written before every call, then each array of ``touch`` read
+    (an input that should be in the caches, as in the model)."""
+    flush = _FLUSH if flush is None else flush
     names = list(fns)
     best = dict.fromkeys(names, np.inf)
     for f in fns.values():
@@ -76,7 +80,9 @@ def best_rates(fns: dict, flops: float, reps: int, cold: bool) -> dict:
     for i in range(reps):
         for name in names[i % len(names):] + names[:i % len(names)]:
             if cold:
-                np.add(_FLUSH, 1.0, out=_FLUSH)
+                np.add(flush, 1.0, out=flush)
+                for t in touch:
+                    t.sum()
             t0 = time.perf_counter()
             fns[name]()
             best[name] = min(best[name], time.perf_counter() - t0)

@@ -23,6 +23,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 import kernelkit  # noqa: E402
 import numpy as np  # noqa: E402
+from bench_cols_tiles import best_rates  # noqa: E402
 from kernelkit.testing import assert_close  # noqa: E402
 from kernelkit_converters.onnx import convert  # noqa: E402
 from nodes_ab import variant_session  # noqa: E402
@@ -104,22 +105,6 @@ def pad_us(layer, reps: int) -> float:
     return best * 1e6
 
 
-def best_rates(fns: dict, feed: dict, flops: float, reps: int, cold: bool) -> dict:
-    names = list(fns)
-    best = dict.fromkeys(names, np.inf)
-    for f in fns.values():
-        f()
-    for i in range(reps):
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            if cold:
-                np.add(_FLUSH, 1.0, out=_FLUSH)
-                feed["x"].sum()
-            t0 = time.perf_counter()
-            fns[name]()
-            best[name] = min(best[name], time.perf_counter() - t0)
-    return {name: flops / v / 1e9 for name, v in best.items()}
-
-
 def main(argv: list[str]) -> int:
     reps = int(argv[0]) if argv else 20
     modes = {"hot": [False], "cold": [True], "both": [False, True]}[argv[1] if len(argv) > 1 else "both"]
@@ -133,7 +118,7 @@ def main(argv: list[str]) -> int:
         print("| layer | " + " | ".join(names) + " | ORT / numba | pad us |")
         print("|---|" + "---:|" * (len(names) + 2))
         for layer, fns, feed, flops in built:
-            rate = best_rates(fns, feed, flops, reps, cold)
+            rate = best_rates(fns, flops, reps, cold, _FLUSH, (feed["x"],))
             pad = f"{pads[layer[0]]:.0f}" if layer[0] in pads else ""
             print(f"| {layer[0]} | " + " | ".join(f"{rate[c]:.0f}" if c in rate else "-" for c in names)
                   + f" | {rate['numba'] / rate['ORT']:.2f} | {pad} |", flush=True)
