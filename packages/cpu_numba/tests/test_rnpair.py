@@ -568,6 +568,79 @@ def test_cols_split_rule():
         assert abs(mine - m_n * l_n / 2) <= min(width, m_n - q * width) * mp / 2 + 1e-9
 
 
+# cpair.FOLLOW (issue 11, session 14): one-image 1x1 layers in the bound parallel call, with the residual and Relu, at
+# odd sizes: 64 -> 200 at 15x15 (rows tiles by channels: 25 panels of 8), 256 -> 64 at 30x30 (rows tiles by pixels:
+# 29 tiles of 32, the last of 4) and 256 -> 512 at 7x7 (cols tiles: 11 panels x 7 tiles of 7 pixels)
+FOLLOW_LAYERS = [
+    ((1, 64, 15, 15), (200, 64, 1, 1), RELU, True, 0),
+    ((1, 256, 30, 30), (64, 256, 1, 1), RELU, True, 0),
+    ((1, 256, 7, 7), (512, 256, 1, 1), RELU, True, 1),
+]
+
+
+@pytest.mark.parametrize("case", FOLLOW_LAYERS, ids=lambda c: f"{c[0][1]}x{c[0][2]}-{c[1][0]}")
+def test_follow_cut_pointwise(case, quiet_server, monkeypatch):
+    """cpair.FOLLOW: a 1x1 pair's output is bit for bit the bound cut's at every cut of its range (the caller
+    alone), and the helper's half run by hand at a moved cut writes its part only, equal to it; the cut moves
+    toward the faster side by FOLLOW_GAIN of the units that even the ends, at most FOLLOW_STEP of them a call,
+    not within one unit's time, never past FOLLOW_RANGE, and holds where the helper came after the caller's half."""
+    from kernelkit_numba.kernels import cpair
+
+    monkeypatch.setattr(cpair, "FOLLOW", True)
+    xs, ws, attrs, res, op = case
+    inputs = _layer(case, 3)
+    shape = _out_shape(xs, ws, attrs)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    pair = _cpair_of(fn)
+    assert pair is not None and pair.desc[cpair.OP] == (cpair.COLS if op else cpair.ROWS)
+    cut0, lo, hi, nt = int(pair.follow[0]), *pair.follow[1:4]
+    assert nt == {0: (25, 29)[xs[1] == 256], 1: 77}[op] and lo < cut0 < hi
+    assert (lo, hi) == (max(1, round(cut0 - 0.15 * nt)), min(nt - 1, round(cut0 + 0.15 * nt)))
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    even = _at(2, fn, inputs, shape)
+    assert_close(even, _reference(inputs, attrs), np.float32)
+    alone = srv.stats["alone"]
+    for cut in range(lo, hi + 1):
+        cpair.set_cut(pair, cut)
+        srv._misses = 0  # (no back-off after MISSES calls alone)
+        np.testing.assert_array_equal(_at(2, fn, inputs, shape), even)
+    assert srv.stats["alone"] == alone + hi - lo + 1 and srv.stats["backoffs"] == 0
+    y = np.full(shape, np.nan, np.float32)  # the helper's half (units [hi, nt)) by hand
+    pair.desc[cpair.YA] = y.ctypes.data
+    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
+    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
+    written = ~np.isnan(y)
+    assert written.any() and not written.all()
+    np.testing.assert_array_equal(y[written], even[written])
+    # the moves from the bound cut; cycles: 100 a unit
+    pair.follow[0] = float(cut0)
+    cpair.set_cut(pair, cut0)
+    ctl = srv.ctl
+    total = 100 * nt
+
+    def call(own, start, helper):
+        ctl[fpair.OWN], ctl[pairs.PUBLISHED], ctl[pairs.CLAIMED_AT] = own, 0, start
+        ctl[pairs.FINISHED_AT] = start + helper
+        return cpair.follow_cut(pair, ctl)
+
+    half = total // 2
+    most = max(1, int(0.02 * nt))
+    assert call(half, 0, total - half + 90) == cut0  # within one unit's time: held
+    assert call(half, 0, total - half + 400) == cut0 + 1  # the helper 2 units late: half of the 2 that even the ends
+    assert call(half, 0, total - half + 100 * total) == cut0 + 1 + most  # far late: at most FOLLOW_STEP a call
+    for _ in range(nt):
+        call(half, 0, half + total)
+    assert call(half, 0, half + total) == hi  # held at the range's end
+    for _ in range(nt):  # the caller the slower: to the other end
+        last = call(half + total, 0, half)
+    assert last == lo
+    assert call(1000, 2000, 5000) == lo  # the helper came after the caller's half: held
+    srv._misses = 0
+    np.testing.assert_array_equal(_at(2, fn, inputs, shape), even)
+    assert srv.stats["alone"] == alone + hi - lo + 2
+
+
 @pytest.mark.parametrize("stride", [2, 1])
 def test_maxpool_pair(stride, quiet_server):
     """A one-image MaxPool 3x3 in a two-thread session as two halves of its planes (cpair.maxpool_pair): the

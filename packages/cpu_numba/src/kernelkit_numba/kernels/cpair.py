@@ -117,6 +117,20 @@ IMPLICIT_IMAGES = True  # a stem of a batch by images: one hand-over a batch, ea
 # (512 -> 2048 1.03x), at par on the Xeon (1.01-1.04x slower against 0.97-1.03x for an identical session).
 # False: whole panels, the caller the first half (rounded up).
 COLS_SPLIT = True
+# A one-image 1x1 layer's cut that follows the cores (issue 11, session 14; docs/numba.md, "A cut that follows the
+# cores in the 1x1 halves"): rnpair.FOLLOW's rule on this module's halves. The cut is counted in the units the layer
+# splits: the rows tiles' weight panels (MR channels, a layer by channels) or pixel tiles (NR pixels, by pixels), the
+# cols tiles' (panel, tile of COLS_MP pixels) steps (the panel at the cut split by pixels, as COLS_SPLIT's). After
+# each paired call the cut moves by FOLLOW_GAIN of the units that would have evened the two sides' ends (the
+# helper's start plus its half against the caller's half, from fpair's cycle stamps, over twice the layer's cycles
+# a unit), at most FOLLOW_STEP of the units a call (at least one), not within one unit's time, within FOLLOW_RANGE
+# of the units either side of the bound cut, and not where the helper came after the caller's half. Each half is
+# the one-thread driver over its part, so the output is the even cut's bit for bit at every cut
+# (test_rnpair.py::test_follow_cut_pointwise). Read at each call. False: the bound cut. Off: not yet on the Xeon.
+FOLLOW = False
+FOLLOW_GAIN = 0.5
+FOLLOW_STEP = 0.02
+FOLLOW_RANGE = 0.15
 
 
 def _drivers():
@@ -348,7 +362,8 @@ class Pair:
     """One bound layer's pair: its descriptor (the layer's arrays bound at its first call, the
     per-call addresses written by pair_run), the arrays it points to, the two sides' scratch sizes."""
 
-    __slots__ = ("desc", "keep", "bound", "size0", "size1", "fill", "fn", "entry", "strict", "whole", "rule")
+    __slots__ = ("desc", "keep", "bound", "size0", "size1", "fill", "fn", "entry", "strict", "whole", "rule",
+                 "follow")
 
     def __init__(self, desc, size0: int, size1: int, fill, strict: bool = True):
         self.desc, self.size0, self.size1, self.fill = desc, size0, size1, fill
@@ -358,6 +373,8 @@ class Pair:
         self.bound = (None, None)  # the weights (packed for the 1x1 tiles) and bias the descriptor holds
         self.fn = pair_run
         self.entry = True  # the compiled entry point is still to be looked up (after the first call)
+        self.follow = None  # FOLLOW's state of a one-image tiles pair: [the cut (float), lowest, highest, units,
+        # the setter (cut -> the sides' scratch floats)]
         self.rule = None  # else the stall rule, (strict, hiccup_s) of PairServer.result (rnpair.py's parallel
         # one-image ResNet layers: fpair's slack and the pool's two-stalls rule)
 
@@ -392,6 +409,8 @@ class Pair:
             from .qgemm import _entry
 
             self.fn, self.entry = _entry(self.fn, args), False
+        if done == 1 and FOLLOW and self.follow is not None:
+            follow_cut(self, srv.ctl)
         if done == 1 or done == 2:
             if self.rule is not None:
                 srv.result(done, *self.rule)
@@ -513,14 +532,20 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
             channel_cut = None
         else:
             return None
-        sizes = []
-        for base, (c0, mc, p0, np_) in zip((s0, s1), parts):
-            block, blocks, groups, kc = ftile.plan(KIND, mc, k_n, np_, 1)
-            pack = ftile.pack_rows(mc, k_n, np_)
-            size = ftile.scratch_size(KIND, False, np_, block, kc, pack)
-            desc[base:base + SIDE_N][:10] = (c0, mc, p0, np_, block, groups, kc, int(pack), blocks * groups, size)
-            sizes.append(size)
+        sizes = _rows_sides(desc, parts, k_n)
     _images(desc, n_n, images)
+    follow = None
+    if n_n == 1:
+        if cols:
+            tiles = -(-l_n // ftile.COLS_MP[KIND])
+            q0 = int(desc[s1 + S_C0]) - int(desc[s0 + S_NP] > 0)
+            follow = (panels * tiles, q0 * tiles + -(-int(desc[s0 + S_NP]) // ftile.COLS_MP[KIND]),
+                      functools.partial(_set_cols, desc, panels, tiles, l_n, size))
+        elif channel_cut is not None:
+            follow = (panels, channel_cut // mr, functools.partial(_set_rows, desc, k_n, m_n, l_n, mr, True, {}))
+        else:
+            follow = (tiles, int(desc[s1 + S_P0]) // nr, functools.partial(_set_rows, desc, k_n, m_n, l_n, nr, False,
+                                                                           {}))
     out = _names(step, "outputs")
     if channel_cut is not None and out:
         _cuts[(out[0], m_n)] = channel_cut
@@ -535,7 +560,82 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
 
     pair = Pair(desc, sizes[0], sizes[1], fill, strict=n_n == 1)
     pair.keep = (fv,)
+    if follow is not None and follow[0] >= 2:
+        nt, cut, setter = follow
+        span = FOLLOW_RANGE * nt
+        pair.follow = [float(cut), max(1, int(round(cut - span))), min(nt - 1, int(round(cut + span))), nt, setter]
     return pair
+
+
+def _rows_sides(desc, parts, k_n: int) -> list:
+    """The rows tiles' two sides in ``desc``: per side (first channel, channels, first pixel, pixels) in ``parts``,
+    each side a one-thread plan of its part; the sides' scratch floats."""
+    sizes = []
+    for base, (c0, mc, p0, np_) in zip((SIDE0, SIDE0 + SIDE_N), parts):
+        block, blocks, groups, kc = ftile.plan(KIND, mc, k_n, np_, 1)
+        pack = ftile.pack_rows(mc, k_n, np_)
+        size = ftile.scratch_size(KIND, False, np_, block, kc, pack)
+        desc[base:base + SIDE_N][:10] = (c0, mc, p0, np_, block, groups, kc, int(pack), blocks * groups, size)
+        sizes.append(size)
+    return sizes
+
+
+def _set_rows(desc, k_n: int, m_n: int, l_n: int, unit: int, channels: bool, made: dict, cut: int) -> tuple:
+    """FOLLOW's setter of a rows-tiles pair: the caller's first ``cut`` weight panels (``channels``; ``unit`` MR
+    channels) or pixel tiles (``unit`` NR pixels), the helper the rest; the sides' scratch floats. ``made``: the
+    sides' words by cut (a plan made once a cut)."""
+    hit = made.get(cut)
+    if hit is None:
+        e = min(cut * unit, m_n if channels else l_n)
+        parts = ((0, e, 0, l_n), (e, m_n - e, 0, l_n)) if channels else ((0, m_n, 0, e), (0, m_n, e, l_n - e))
+        sizes = _rows_sides(desc, parts, k_n)
+        hit = made[cut] = (desc[SIDE0:SIDE0 + 2 * SIDE_N].copy(), tuple(sizes))
+    desc[SIDE0:SIDE0 + 2 * SIDE_N] = hit[0]
+    return hit[1]
+
+
+def _set_cols(desc, panels: int, tiles: int, l_n: int, size: int, cut: int) -> tuple:
+    """FOLLOW's setter of a one-image cols-tiles pair: the caller's first ``cut`` (panel, pixel tile) steps, i.e.
+    panels [0, q) and pixels [0, a) of panel q (COLS_SPLIT's split), the helper the rest; the sides' scratch floats
+    (the cols tiles' scratch does not depend on the part)."""
+    q, r = divmod(cut, tiles)
+    a = r * ftile.COLS_MP[KIND]  # (< l_n: r < tiles)
+    s0, s1 = SIDE0, SIDE0 + SIDE_N
+    desc[s0 + S_C0], desc[s0 + S_MC], desc[s1 + S_C0], desc[s1 + S_MC] = 0, q, q + int(a > 0), panels
+    if a:
+        desc[s0 + S_BLOCK], desc[s0 + S_P0], desc[s0 + S_NP] = q, 0, a
+        desc[s1 + S_BLOCK], desc[s1 + S_P0], desc[s1 + S_NP] = q, a, l_n - a
+    else:
+        desc[s0 + S_NP] = desc[s1 + S_NP] = 0
+    return size, size
+
+
+def set_cut(pair: Pair, cut: int) -> None:
+    """A one-image tiles pair's cut at ``cut`` of its FOLLOW units (the sides' scratch grown where needed)."""
+    size0, size1 = pair.follow[4](cut)
+    pair.size0, pair.size1 = max(pair.size0, size0), max(pair.size1, size1)
+
+
+def follow_cut(pair: Pair, ctl) -> int:
+    """FOLLOW: move ``pair``'s cut toward the one at which the paired call just made would have ended on both sides at
+    once, from fpair's cycle stamps in ``ctl`` (rnpair.rebalance's FOLLOW rule); the cut now (in its units)."""
+    f = pair.follow
+    nt = f[3]
+    cut = min(max(int(round(f[0])), f[1]), f[2])
+    own, start = int(ctl[fpair.OWN]), int(ctl[pairs.CLAIMED_AT] - ctl[pairs.PUBLISHED])
+    helper = int(ctl[pairs.FINISHED_AT] - ctl[pairs.CLAIMED_AT])
+    if own <= 0 or helper <= 0 or start < 0 or start >= own:
+        return cut
+    tau = (own + helper) / nt  # cycles a unit, a side's fixed cost included (the moves the smaller)
+    late = start + helper - own  # > 0: the helper ended last, the caller takes more units
+    if abs(late) <= tau:
+        return cut
+    most = max(1.0, FOLLOW_STEP * nt)
+    f[0] = min(max(f[0] + min(max(FOLLOW_GAIN * late / (2 * tau), -most), most), f[1]), f[2])
+    now = min(max(int(round(f[0])), f[1]), f[2])
+    if now != cut:
+        set_cut(pair, now)
+    return now
 
 
 def implicit_pair(conv, step, y_shape, k_n: int, xpp, koff, row_step: int, lo, hi, has_z: bool, x_shape=None,
