@@ -641,6 +641,45 @@ def test_follow_cut_pointwise(case, quiet_server, monkeypatch):
     assert srv.stats["alone"] == alone + hi - lo + 2
 
 
+@pytest.mark.parametrize("case", LAYERS[3:], ids=["s2", "s1-res"])
+def test_follow_cut_direct(case, quiet_server, monkeypatch):
+    """rnpair.FOLLOW_DIRECT: fdirect's pair (3x3/2; 64@7 with the residual) equals the one-thread path bit for bit at
+    every cut of its range, and its cut moves toward the faster side within the range (cpair.follow_step's rule)."""
+    monkeypatch.setattr(rnpair, "FOLLOW_DIRECT", True)
+    xs, ws, attrs, res, _op = case
+    inputs = _layer(case, 4)
+    shape = _out_shape(xs, ws, attrs)
+    want = _at(1, _kernel(xs, ws, attrs, 1, res).compute, inputs, shape)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    pair = _pair_of(fn)
+    assert pair.desc[rnpair.OP] == rnpair.OP_DIRECT
+    cut0, lo, hi, nt = int(pair.direct[0]), *pair.direct[1:]
+    s0, s1 = rnpair.SIDE0, rnpair.SIDE0 + rnpair.SIDE_N
+    assert pair.desc[s0 + rnpair.S_T1] == cut0 and lo < hi and nt == pair.desc[s1 + rnpair.S_T1]
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    for cut in range(lo, hi + 1):
+        rnpair.set_direct_cut(pair, cut)
+        srv._misses = 0
+        np.testing.assert_array_equal(_at(2, fn, inputs, shape), want)
+    assert srv.stats["alone"] == hi - lo + 1
+    rnpair.set_direct_cut(pair, cut0)
+    ctl = srv.ctl
+
+    def call(own, helper):
+        ctl[fpair.OWN], ctl[pairs.PUBLISHED], ctl[pairs.CLAIMED_AT], ctl[pairs.FINISHED_AT] = own, 0, 0, helper
+        return rnpair.follow_direct(pair, ctl)
+
+    for _ in range(2 * nt):  # the helper the slower: the caller takes shards up to the range's end
+        call(1000, 3000)
+    assert pair.desc[rnpair.SIDE0 + rnpair.S_T1] == hi == pair.desc[rnpair.SIDE0 + rnpair.SIDE_N + rnpair.S_T0]
+    for _ in range(2 * nt):
+        call(3000, 1000)
+    assert pair.desc[rnpair.SIDE0 + rnpair.S_T1] == lo
+    srv._misses = 0
+    np.testing.assert_array_equal(_at(2, fn, inputs, shape), want)
+
+
 @pytest.mark.parametrize("stride", [2, 1])
 def test_maxpool_pair(stride, quiet_server):
     """A one-image MaxPool 3x3 in a two-thread session as two halves of its planes (cpair.maxpool_pair): the

@@ -618,24 +618,29 @@ def set_cut(pair: Pair, cut: int) -> None:
 
 def follow_cut(pair: Pair, ctl) -> int:
     """FOLLOW: move ``pair``'s cut toward the one at which the paired call just made would have ended on both sides at
-    once, from fpair's cycle stamps in ``ctl`` (rnpair.rebalance's FOLLOW rule); the cut now (in its units)."""
-    f = pair.follow
+    once, from fpair's cycle stamps in ``ctl`` (``follow_step``); the cut now (in its units)."""
+    cut, now = follow_step(pair.follow, ctl)
+    if now != cut:
+        set_cut(pair, now)
+    return now
+
+
+def follow_step(f: list, ctl) -> tuple[int, int]:
+    """FOLLOW's rule (rnpair.rebalance's FOLLOW rule) on the state ``f`` = [the cut (float), its least, its most, the
+    units, ...] from the last paired call's cycle stamps in ``ctl``: (the cut before, the cut now)."""
     nt = f[3]
     cut = min(max(int(round(f[0])), f[1]), f[2])
     own, start = int(ctl[fpair.OWN]), int(ctl[pairs.CLAIMED_AT] - ctl[pairs.PUBLISHED])
     helper = int(ctl[pairs.FINISHED_AT] - ctl[pairs.CLAIMED_AT])
     if own <= 0 or helper <= 0 or start < 0 or start >= own:
-        return cut
+        return cut, cut
     tau = (own + helper) / nt  # cycles a unit, a side's fixed cost included (the moves the smaller)
     late = start + helper - own  # > 0: the helper ended last, the caller takes more units
     if abs(late) <= tau:
-        return cut
+        return cut, cut
     most = max(1.0, FOLLOW_STEP * nt)
     f[0] = min(max(f[0] + min(max(FOLLOW_GAIN * late / (2 * tau), -most), most), f[1]), f[2])
-    now = min(max(int(round(f[0])), f[1]), f[2])
-    if now != cut:
-        set_cut(pair, now)
-    return now
+    return cut, min(max(int(round(f[0])), f[1]), f[2])
 
 
 def implicit_pair(conv, step, y_shape, k_n: int, xpp, koff, row_step: int, lo, hi, has_z: bool, x_shape=None,

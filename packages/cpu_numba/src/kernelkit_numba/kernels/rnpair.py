@@ -123,6 +123,12 @@ BALANCE_RANGE = 0.15
 FOLLOW = False
 FOLLOW_GAIN = 0.5
 FOLLOW_STEP = 0.02
+# The same for fdirect's pairs (issue 11, session 14; docs/numba.md, "A cut that follows the cores in the 1x1
+# halves"): the cut between the caller's shards (panel-major: panel, row block) and the helper's moves by
+# cpair.follow_step's rule (cpair's FOLLOW_GAIN, FOLLOW_STEP, FOLLOW_RANGE around the bound cut, direct_cut), in
+# shards. Each shard is the one-thread driver's, so the output is bit for bit the bound cut's at every cut
+# (test_rnpair.py::test_follow_cut_direct). Read at each call. Off: not yet on the Xeon.
+FOLLOW_DIRECT = False
 # F(4x4) layers of at most BY_M_TILES tiles pair by output channels (issue 11, session 13; docs/numba.md, "ResNet-18's
 # 3x3 layers at two threads"): each side transforms every tile's input itself and runs its whole weight panels (the
 # cut of wino2_pair: the sides' channels within one panel) at every position, so that each side reads half the
@@ -309,7 +315,7 @@ def enabled() -> bool:
 class Pair:
     """One bound layer's pair: its descriptor, the arrays it points to, the sides' buffer sizes."""
 
-    __slots__ = ("desc", "keep", "sizes", "prep", "bound", "balance")
+    __slots__ = ("desc", "keep", "sizes", "prep", "bound", "balance", "direct")
 
     def __init__(self, desc, sizes, prep):
         self.desc, self.sizes, self.prep = desc, sizes, prep
@@ -317,6 +323,7 @@ class Pair:
         self.bound = None  # the weight the descriptor's packed panels come from
         # BALANCE (an F(4x4) layer's moving cut): [the smoothed cut, its least, its most, the tiles, C, M]
         self.balance: list | None = None
+        self.direct: list | None = None  # FOLLOW_DIRECT (fdirect's shards): [the cut (float), least, most, shards]
 
     def __call__(self, w, bias, x, y, z) -> bool:
         """The layer in two halves (or both on the caller where the helper does not spin: it is woken);
@@ -353,7 +360,23 @@ class Pair:
             follow(srv, before)
             if done == 1 and self.balance is not None:
                 rebalance(self, srv.ctl)
+            elif done == 1 and FOLLOW_DIRECT and self.direct is not None:
+                follow_direct(self, srv.ctl)
         return True
+
+
+def follow_direct(pair: Pair, ctl) -> int:
+    """FOLLOW_DIRECT: move a direct pair's cut (the caller's shards [0, cut)) by cpair.follow_step's rule; the cut."""
+    cut, now = cpair.follow_step(pair.direct, ctl)
+    if now != cut:
+        set_direct_cut(pair, now)
+    return now
+
+
+def set_direct_cut(pair: Pair, cut: int) -> None:
+    """A direct pair's halves at ``cut``: the caller's shards [0, cut), the helper's [cut, shards)."""
+    d = pair.desc
+    d[SIDE0 + S_T1] = d[SIDE0 + SIDE_N + S_T0] = cut
 
 
 def rebalance(pair: Pair, ctl) -> int:
@@ -640,10 +663,12 @@ def direct_pair(conv, x_shape, y_shape, kernel: tuple, stride: int, ph: int, pw:
 
     pair = Pair(desc, ((1, 1, size), (1, 1, size)), prep)
     pair.keep = (fv, xp, koff)
+    span = cpair.FOLLOW_RANGE * total
+    pair.direct = [float(cut), max(1, int(round(cut - span))), min(total - 1, int(round(cut + span))), total]
     pair_pad = (xp, ph, pw, hp, wpad, c_n)
     return pair, pair_pad
 
 
 __all__ = ["BALANCE", "BY_M_TILES", "DYNAMIC", "FOLLOW", "ON", "Pair", "chunk_stall", "direct_pair", "dyn_chunks",
-           "enabled", "follow", "half_address", "pair_run", "prepare", "rebalance", "rule", "set_cut", "wino2_pair",
-           "wino_pair"]
+           "enabled", "follow", "follow_direct", "half_address", "pair_run", "prepare", "rebalance", "rule",
+           "set_cut", "wino2_pair", "wino_pair"]
