@@ -33,7 +33,7 @@ KERNELKIT_TURNS_TRACE=1 timeout "${QS:-150}" taskset -c 0,1 python3 benchmarks/t
   --rounds "${QR:-7}" --runtimes numba,numba1,ort2 --variant "$CF" --variant "$CFD" --variant "$ALL" \
   --json "$OUT/quiet.jsonl" > "$OUT/quiet.txt" 2>&1
 echo "quiet rc $? $(( $(date +%s) - T0 ))s" >> "$OUT/env.txt"
-timeout "${LS:-80}" taskset -c 0,1 python3 benchmarks/turns.py resnet50,resnet18 --mode loaded --rounds "${LR:-4}" \
+timeout "${LS:-100}" taskset -c 0,1 python3 benchmarks/turns.py resnet50,resnet18 --mode loaded --rounds "${LR:-4}" \
   --runtimes numba,numba1 --variant "$CF" --variant "$CFD" --variant "$ALL" --json "$OUT/loaded.jsonl" \
   > "$OUT/loaded.txt" 2>&1
 echo "loaded rc $? $(( $(date +%s) - T0 ))s" >> "$OUT/env.txt"
