@@ -13,15 +13,18 @@ os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 # may run on (its affinity, so `taskset -c 0,1 python3 -m pytest` starts two; xdist's own count is the
 # machine's physical cores), at most MAX_WORKERS: each worker compiles and holds its own numba kernels
 # (about 1.5 GB at the end of a run). PYTEST_XDIST_AUTO_NUM_WORKERS still sets the number; -n N or -n 0 too.
-# `python3 -m pytest benchmarks` runs in one process: pytest-benchmark times nothing under xdist.
+# In one process: `python3 -m pytest benchmarks` (pytest-benchmark times nothing under xdist) and a run of
+# one file (`python3 -m pytest path/to/test_x.py[::test]`: one worker would run it all anyway).
 MAX_WORKERS = 8
 BENCHMARKS = Path(__file__).resolve().parent / "benchmarks"
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config):
-    paths = [Path(str(arg).split("::")[0]).resolve() for arg in config.args]
+    paths = {Path(str(arg).split("::")[0]).resolve() for arg in config.args}
     if paths and all(p.is_relative_to(BENCHMARKS) for p in paths):
+        return 0
+    if len(paths) == 1 and next(iter(paths)).is_file():
         return 0
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # xdist's own hook reads it
