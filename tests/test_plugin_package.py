@@ -150,7 +150,8 @@ def test_plugin_installs_into_fresh_venv_and_runs_a_model(venv):
 def test_conformance_suite_cross_checks_the_plugin_kernels(venv):
     """The plugin's kernels are in the registry, so tests/test_conformance.py covers them as it is."""
     proc = subprocess.run([str(venv), "-m", "pytest", str(ROOT / "tests" / "test_conformance.py"), "-q",
-                           "-k", "ChannelPoly", "-p", "no:cacheprovider", "-o", "console_output_style=classic"],
+                           "-k", "ChannelPoly", "-n", "0", "-p", "no:cacheprovider",
+                           "-o", "console_output_style=classic"],
                           capture_output=True, text=True, cwd=venv.parents[2], timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     passed = re.search(r"(\d+) passed", proc.stdout)
