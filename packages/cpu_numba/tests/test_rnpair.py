@@ -137,6 +137,7 @@ def _check_halves(case, srv):
         pair.desc[rnpair.CLAIM] = (chunks << 32) | (chunks - 2)  # the caller took all but the last two
     y = np.full(shape, np.nan, np.float32)
     pair.desc[rnpair.YA] = y.ctypes.data
+    srv.ctl[pairs.DESC] = pair.desc.ctypes.data  # the job: this pair's (a call the caller ran alone published none)
     srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
     assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0  # fpair's loop: the half reached by address
     assert srv.ctl[pairs.STATE] == 9 * 4 + pairs.DONE
@@ -221,6 +222,7 @@ def test_balanced_cut(quiet_server, monkeypatch):
     assert_close(got, _reference(inputs, attrs), np.float32)
     y = np.full(shape, np.nan, np.float32)
     pair.desc[rnpair.YA] = y.ctypes.data
+    srv.ctl[pairs.DESC] = pair.desc.ctypes.data  # the job: this pair's (a call the caller ran alone published none)
     srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
     trace = []
     monkeypatch.setattr(pairs, "TRACE", trace)
@@ -262,6 +264,7 @@ def test_follow_cut(quiet_server, monkeypatch):
             np.testing.assert_array_equal(_at(2, fn, inputs, shape), even)
         y = np.full(shape, np.nan, np.float32)  # the helper's half (tiles [cuts[-1], nt)) by hand
         pair.desc[rnpair.YA] = y.ctypes.data
+        srv.ctl[pairs.DESC] = pair.desc.ctypes.data  # the job: this pair's (a call the caller ran alone published none)
         srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
         assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
         written = ~np.isnan(y)
@@ -547,6 +550,7 @@ def test_cols_split_halves(case, quiet_server, monkeypatch):
     assert_close(got, _reference(inputs, attrs), np.float32)
     y = np.full(shape, np.nan, np.float32)
     pair.desc[cpair.YA] = y.ctypes.data
+    srv.ctl[pairs.DESC] = pair.desc.ctypes.data  # the job: this pair's (a call the caller ran alone published none)
     srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
     assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
     written = ~np.isnan(y)
@@ -608,6 +612,7 @@ def test_follow_cut_pointwise(case, quiet_server, monkeypatch):
     assert srv.stats["alone"] == alone + hi - lo + 1 and srv.stats["backoffs"] == 0
     y = np.full(shape, np.nan, np.float32)  # the helper's half (units [hi, nt)) by hand
     pair.desc[cpair.YA] = y.ctypes.data
+    srv.ctl[pairs.DESC] = pair.desc.ctypes.data  # the job: this pair's (a call the caller ran alone published none)
     srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
     assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
     written = ~np.isnan(y)
@@ -704,6 +709,7 @@ def test_maxpool_pair(stride, quiet_server):
     assert pair.desc[cpair.DWFN] == 6 + (stride == 2)
     y = np.full(want.shape, np.nan, np.float32)
     pair.desc[cpair.YA] = y.ctypes.data
+    srv.ctl[pairs.DESC] = pair.desc.ctypes.data  # the job: this pair's (a call the caller ran alone published none)
     srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
     assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
     assert np.isnan(y[0, :8]).all() and not np.isnan(y[0, 8:]).any()
@@ -740,6 +746,7 @@ def test_by_output_channels(case, quiet_server, monkeypatch):
     assert_close(got, tiles, np.float32)
     y = np.full(shape, np.nan, np.float32)
     d[rnpair.YA] = y.ctypes.data
+    srv.ctl[pairs.DESC] = pair.desc.ctypes.data  # the job: this pair's (a call the caller ran alone published none)
     srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
     assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
     written = ~np.isnan(y)

@@ -74,6 +74,7 @@ def _helper_half(srv, desc, out):
     """Republish the last job with its output at ``out`` (NaN): fpair's helper loop runs the second half."""
     out[...] = np.nan
     desc[tpair.YA] = out.ctypes.data
+    srv.ctl[pairs.DESC] = desc.ctypes.data  # this job's descriptor, whatever the last call published
     srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
     assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
     assert srv.ctl[pairs.STATE] == 9 * 4 + pairs.DONE
