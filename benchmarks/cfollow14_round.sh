@@ -8,26 +8,15 @@
 #     OUT=/tmp/out bash benchmarks/cfollow14_round.sh
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source "$(dirname "$0")/_round.sh" "$OUT"  # warm_cache; OUT/env.txt (lscpu, versions)
 export KERNELKIT_NUMBA_START=eager PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
 CF="cf=kernels.cpair.FOLLOW=1"
 CFD="cfd=kernels.cpair.FOLLOW=1;kernels.rnpair.FOLLOW_DIRECT=1"
 ALL="all=kernels.cpair.FOLLOW=1;kernels.rnpair.FOLLOW_DIRECT=1;kernels.rnpair.BALANCE=1;kernels.rnpair.FOLLOW=1"
-{ lscpu | grep -E "Model name|Hypervisor"; git log --oneline -1; date -u; } > "$OUT/env.txt" 2>&1
+{ lscpu | grep -E "Model name|Hypervisor"; git log --oneline -1; date -u; } >> "$OUT/env.txt" 2>&1
 T0=$(date +%s)
-read -r -a wcpus <<< "${WARM_CPUS:-4,5 6,7 8,9 10,11}"
-i=0
-for m in resnet50 resnet18; do  # the cache: each model at one and two threads, side by side (WARM_CPUS)
-  for t in numba1 numba2; do
-    ( taskset -c "${wcpus[$i]}" timeout "${WARM_S:-120}" python3 -c "
-import sys; sys.path.insert(0, 'benchmarks')
-from test_bench_numba import model_case, kernelkit_session
-_, model, feed, _ = model_case('$m')
-s = kernelkit_session(model, '$t'); s.run(None, feed); s.run(None, feed)
-" > /dev/null 2>> "$OUT/warm.err" ) &
-    i=$((i + 1))
-  done
-done
-wait
+# the cache: each model at one and two threads, side by side (WARM_CPUS), each under WARM_S (_round.sh's warm_cache)
+warm_cache "${WARM_CPUS:-4,5 6,7 8,9 10,11}" "${WARM_S:-120}" resnet50:numba1 resnet50:numba2 resnet18:numba1 resnet18:numba2
 echo "warm $(( $(date +%s) - T0 ))s" >> "$OUT/env.txt"
 KERNELKIT_TURNS_TRACE=1 timeout "${QS:-150}" taskset -c 0,1 python3 benchmarks/turns.py resnet50,resnet18 \
   --rounds "${QR:-7}" --runtimes numba,numba1,ort2 --variant "$CF" --variant "$CFD" --variant "$ALL" \
