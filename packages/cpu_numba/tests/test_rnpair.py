@@ -89,6 +89,18 @@ def _at(threads, fn, inputs, shape):
         config._local.threads = was
 
 
+def _helper_half(srv, desc, ya, shape):
+    """The helper's half of ``desc``'s job, run by hand on this thread through fpair's loop into a fresh NaN
+    output (the descriptor's output slot ``ya``): published as job 9 with this descriptor, whatever the last
+    call published (a call the caller ran alone publishes none)."""
+    y = np.full(shape, np.nan, np.float32)
+    desc[ya] = y.ctypes.data
+    srv.ctl[pairs.DESC] = desc.ctypes.data
+    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
+    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
+    return y
+
+
 def _pair_of(fn):
     cells = [c.cell_contents for c in getattr(fn, "__closure__", None) or ()
              if isinstance(c.cell_contents, rnpair.Pair)]
@@ -135,11 +147,7 @@ def _check_halves(case, srv):
     if chunks:  # claimed chunks: the caller claimed every one from the front (its side 1 found none left)
         assert pair.desc[rnpair.CLAIM] == (chunks << 32) | chunks
         pair.desc[rnpair.CLAIM] = (chunks << 32) | (chunks - 2)  # the caller took all but the last two
-    y = np.full(shape, np.nan, np.float32)
-    pair.desc[rnpair.YA] = y.ctypes.data
-    srv.ctl[pairs.DESC] = pair.desc.ctypes.data  # the job: this pair's (a call the caller ran alone published none)
-    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
-    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0  # fpair's loop: the half reached by address
+    y = _helper_half(srv, pair.desc, rnpair.YA, shape)
     assert srv.ctl[pairs.STATE] == 9 * 4 + pairs.DONE
     written = ~np.isnan(y)
     assert written.any() and not written.all()  # the second half only
@@ -220,13 +228,9 @@ def test_balanced_cut(quiet_server, monkeypatch):
     assert srv.stats["alone"] == 2 and not np.isnan(got).any()
     np.testing.assert_array_equal(got, even)
     assert_close(got, _reference(inputs, attrs), np.float32)
-    y = np.full(shape, np.nan, np.float32)
-    pair.desc[rnpair.YA] = y.ctypes.data
-    srv.ctl[pairs.DESC] = pair.desc.ctypes.data  # the job: this pair's (a call the caller ran alone published none)
-    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
     trace = []
     monkeypatch.setattr(pairs, "TRACE", trace)
-    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
+    y = _helper_half(srv, pair.desc, rnpair.YA, shape)
     written = ~np.isnan(y)
     rows = np.flatnonzero(written.any(axis=(0, 1, 3)))
     assert rows.min() == 18 // 7 * 4 and rows.max() == shape[2] - 1  # 7 tiles a row: tile 18 starts in row 2
@@ -262,11 +266,7 @@ def test_follow_cut(quiet_server, monkeypatch):
         for cut in cuts:
             rnpair.set_cut(pair.desc, cut, nt, 64, 64)
             np.testing.assert_array_equal(_at(2, fn, inputs, shape), even)
-        y = np.full(shape, np.nan, np.float32)  # the helper's half (tiles [cuts[-1], nt)) by hand
-        pair.desc[rnpair.YA] = y.ctypes.data
-        srv.ctl[pairs.DESC] = pair.desc.ctypes.data  # the job: this pair's (a call the caller ran alone published none)
-        srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
-        assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
+        y = _helper_half(srv, pair.desc, rnpair.YA, shape)  # the helper's half (tiles [cuts[-1], nt)) by hand
         written = ~np.isnan(y)
         assert written.any() and not written.all()
         np.testing.assert_array_equal(y[written], even[written])
@@ -548,11 +548,7 @@ def test_cols_split_halves(case, quiet_server, monkeypatch):
     assert srv.stats["alone"] == 1
     np.testing.assert_array_equal(got, want)
     assert_close(got, _reference(inputs, attrs), np.float32)
-    y = np.full(shape, np.nan, np.float32)
-    pair.desc[cpair.YA] = y.ctypes.data
-    srv.ctl[pairs.DESC] = pair.desc.ctypes.data  # the job: this pair's (a call the caller ran alone published none)
-    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
-    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
+    y = _helper_half(srv, pair.desc, cpair.YA, shape)
     written = ~np.isnan(y)
     half = y.reshape(ws[0], -1)
     width = ftile.COLS_WIDTH[cpair.KIND]
@@ -610,11 +606,7 @@ def test_follow_cut_pointwise(case, quiet_server, monkeypatch):
         srv._misses = 0  # (no back-off after MISSES calls alone)
         np.testing.assert_array_equal(_at(2, fn, inputs, shape), even)
     assert srv.stats["alone"] == alone + hi - lo + 1 and srv.stats["backoffs"] == 0
-    y = np.full(shape, np.nan, np.float32)  # the helper's half (units [hi, nt)) by hand
-    pair.desc[cpair.YA] = y.ctypes.data
-    srv.ctl[pairs.DESC] = pair.desc.ctypes.data  # the job: this pair's (a call the caller ran alone published none)
-    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
-    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
+    y = _helper_half(srv, pair.desc, cpair.YA, shape)  # the helper's half (units [hi, nt)) by hand
     written = ~np.isnan(y)
     assert written.any() and not written.all()
     np.testing.assert_array_equal(y[written], even[written])
@@ -707,11 +699,7 @@ def test_maxpool_pair(stride, quiet_server):
     np.testing.assert_array_equal(got, want)
     pair = k._pair[1]
     assert pair.desc[cpair.DWFN] == 6 + (stride == 2)
-    y = np.full(want.shape, np.nan, np.float32)
-    pair.desc[cpair.YA] = y.ctypes.data
-    srv.ctl[pairs.DESC] = pair.desc.ctypes.data  # the job: this pair's (a call the caller ran alone published none)
-    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
-    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
+    y = _helper_half(srv, pair.desc, cpair.YA, want.shape)
     assert np.isnan(y[0, :8]).all() and not np.isnan(y[0, 8:]).any()
     np.testing.assert_array_equal(y[0, 8:], want[0, 8:])
 
@@ -744,11 +732,7 @@ def test_by_output_channels(case, quiet_server, monkeypatch):
     assert_close(got, _reference(inputs, attrs), np.float32)
     assert_close(got, _at(1, _kernel(xs, ws, attrs, 1, res).compute, inputs, shape), np.float32)
     assert_close(got, tiles, np.float32)
-    y = np.full(shape, np.nan, np.float32)
-    d[rnpair.YA] = y.ctypes.data
-    srv.ctl[pairs.DESC] = pair.desc.ctypes.data  # the job: this pair's (a call the caller ran alone published none)
-    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
-    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
+    y = _helper_half(srv, d, rnpair.YA, shape)
     written = ~np.isnan(y)
     assert written[:, cut * width:].all() and not written[:, :cut * width].any()
     np.testing.assert_array_equal(y[written], got[written])
