@@ -132,14 +132,18 @@ def test_session_pairs_at_two_threads(case, relu):
     helper.until = 0.0
     before = dict(helper.stats)
     deadline = time.perf_counter() + 60
+
+    def helper_seen():  # woken by these calls, or already awake from an earlier test and serving halves
+        return helper.stats["wakes"] > before["wakes"] or helper.stats["paired"] > before["paired"]
+
     while True:
         got = sess.run(None, feeds)[0]
         np.testing.assert_array_equal(got, want)
         tried = helper.stats["paired"] + helper.stats["alone"] - before["paired"] - before["alone"]
-        if tried >= 20 or time.perf_counter() > deadline:
-            break
+        if (tried >= 20 and helper_seen()) or time.perf_counter() > deadline:
+            break  # (under pytest-xdist the other worker may hold the second core for a while)
         helper.until = 0.0  # a loaded test machine's back-off: try again
-    assert helper.stats["wakes"] > before["wakes"] or helper.ctl[qpair.AWAKE] != 0
+    assert helper_seen()
     assert tried >= 20
     import threading  # one helper thread for every pair, int8 and float32 (fpair's)
 
