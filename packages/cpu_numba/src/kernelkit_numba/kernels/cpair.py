@@ -625,9 +625,12 @@ def follow_cut(pair: Pair, ctl) -> int:
     return now
 
 
-def follow_step(f: list, ctl) -> tuple[int, int]:
-    """FOLLOW's rule (rnpair.rebalance's FOLLOW rule) on the state ``f`` = [the cut (float), its least, its most, the
-    units, ...] from the last paired call's cycle stamps in ``ctl``: (the cut before, the cut now)."""
+def follow_step(f: list, ctl, gain: float | None = None, step: float | None = None) -> tuple[int, int]:
+    """FOLLOW's rule on the state ``f`` = [the cut (float), its least, its most, the units, ...] from the last paired
+    call's cycle stamps in ``ctl``: (the cut before, the cut now). ``gain``, ``step``: FOLLOW_GAIN and FOLLOW_STEP
+    unless given (rnpair.rebalance passes rnpair's, for the F(4x4) layers' cut)."""
+    gain = FOLLOW_GAIN if gain is None else gain
+    step = FOLLOW_STEP if step is None else step
     nt = f[3]
     cut = min(max(int(round(f[0])), f[1]), f[2])
     own, start = int(ctl[fpair.OWN]), int(ctl[pairs.CLAIMED_AT] - ctl[pairs.PUBLISHED])
@@ -638,8 +641,8 @@ def follow_step(f: list, ctl) -> tuple[int, int]:
     late = start + helper - own  # > 0: the helper ended last, the caller takes more units
     if abs(late) <= tau:
         return cut, cut
-    most = max(1.0, FOLLOW_STEP * nt)
-    f[0] = min(max(f[0] + min(max(FOLLOW_GAIN * late / (2 * tau), -most), most), f[1]), f[2])
+    most = max(1.0, step * nt)
+    f[0] = min(max(f[0] + min(max(gain * late / (2 * tau), -most), most), f[1]), f[2])
     return cut, min(max(int(round(f[0])), f[1]), f[2])
 
 

@@ -391,13 +391,11 @@ def rebalance(pair: Pair, ctl) -> int:
     helper = int(ctl[pairs.FINISHED_AT] - ctl[pairs.CLAIMED_AT])
     if own <= 0 or helper <= 0 or start < 0 or start >= own:
         return nc
-    if FOLLOW:
-        tau = (own + helper) / nt  # cycles a tile, a side's fixed cost included (the moves the smaller)
-        late = start + helper - own  # > 0: the helper ended last, the caller takes more tiles
-        if abs(late) <= tau:
+    if FOLLOW:  # (bal's first four words are cpair.follow_step's state: the cut, its least, its most, the tiles)
+        was = bal[0]
+        cpair.follow_step(bal, ctl, FOLLOW_GAIN, FOLLOW_STEP)
+        if bal[0] == was:  # within one tile's time
             return nc
-        most = max(1.0, FOLLOW_STEP * nt)
-        bal[0] = min(max(bal[0] + min(max(FOLLOW_GAIN * late / (2 * tau), -most), most), bal[1]), bal[2])
     else:
         rc, rh = own / nc, helper / (nt - nc)  # cycles a tile on each side
         bal[0] += BALANCE_GAIN * ((start + nt * rh) / (rc + rh) - bal[0])
