@@ -128,14 +128,21 @@ def _bind(conv, parallel: bool, step=None):
 
 
 
+def one_thread_cols_kc(l_n: int) -> int:
+    """The cols tiles' K chunk in a one-thread session's bound 1x1 call on a map of ``l_n`` pixels:
+    conv.FTILE_COLS_KC_SMALL_ONE_THREAD up to FTILE_COLS_MAX pixels, FTILE_COLS_KC_ONE_THREAD above (the maps
+    only FTILE_COLS_MAX_ONE_THREAD takes), ftile.COLS_KC where that switch is 0."""
+    from .conv import FTILE_COLS_KC_ONE_THREAD, FTILE_COLS_KC_SMALL_ONE_THREAD, FTILE_COLS_MAX
+
+    return (FTILE_COLS_KC_SMALL_ONE_THREAD if l_n <= FTILE_COLS_MAX else FTILE_COLS_KC_ONE_THREAD) or ftile.COLS_KC
+
+
 def _tail_call(conv, raw, kind, y_shape, k_n, l_n, lo, hi, has_z, general, buf, buf_ro, sh, sw, sub, tail):
     """_tiles_call's one-thread call with a ``tail`` (cols_tail): the weights packed in cols panels (the
     kernel's packing, Conv._ftile_weights; the last panel's rows past m_n - tail are never read), the first
-    m_n - tail channels through the cols driver (its K chunk _tiles_call's one-thread rule; the standard
+    m_n - tail channels through the cols driver (its K chunk one_thread_cols_kc's; the standard
     tile: conv.COLS_TILE_ONE_THREAD's other shapes are not taken here), then the last ``tail`` rows, packed
     once into one rows panel of ``kind``, through the rows driver writing their NCHW rows of the output."""
-    from .conv import FTILE_COLS_KC_ONE_THREAD, FTILE_COLS_KC_SMALL_ONE_THREAD, FTILE_COLS_MAX
-
     n_n, m_n = y_shape[0], y_shape[1]
     held = _Constants()
     zero = conv._zeros(m_n, np.float32)
@@ -145,9 +152,7 @@ def _tail_call(conv, raw, kind, y_shape, k_n, l_n, lo, hi, has_z, general, buf, 
     cols_driver = ftile.cols_driver(kind)
     panels = main // width + int(main % width > 0)
     cols_size = ftile.scratch_size(kind, True, l_n)
-    # the K chunk of _tiles_call's one-thread cols tiles (conv.FTILE_COLS_KC_ONE_THREAD / _SMALL_ONE_THREAD)
-    small = l_n <= FTILE_COLS_MAX
-    cols_kc = (FTILE_COLS_KC_SMALL_ONE_THREAD if small else FTILE_COLS_KC_ONE_THREAD) or ftile.COLS_KC
+    cols_kc = one_thread_cols_kc(l_n)
     rows_driver = ftile.rows_driver(kind)
     block, blocks, groups, kc = ftile.plan(kind, tail, k_n, l_n, 1)
     pack = ftile.pack_rows(tail, k_n, l_n)
@@ -519,12 +524,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
     if tail:
         return _tail_call(conv, raw, kind, y_shape, k_n, l_n, lo, hi, has_z, general, buf, buf_ro, sh, sw, sub, tail)
     if cols:
-        from .conv import (
-            FTILE_COLS_KC_ONE_THREAD,
-            FTILE_COLS_KC_SMALL_ONE_THREAD,
-            FTILE_COLS_MAX,
-            cols_shape_one_thread,
-        )
+        from .conv import cols_shape_one_thread
 
         width = ftile.COLS_WIDTH[kind]
         driver = ftile.cols_driver(kind)
@@ -537,11 +537,8 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
             driver = ftile.cols_shape_driver(*shape)
             total = m_n // width
             size = ftile.cols_shape_scratch(*shape, l_n)
-        # a one-thread session's K chunk (a two-thread call the pair refused keeps COLS_KC, as its halves)
-        if one_thread and l_n > FTILE_COLS_MAX and FTILE_COLS_KC_ONE_THREAD:
-            cols_kc = FTILE_COLS_KC_ONE_THREAD
-        elif one_thread and l_n <= FTILE_COLS_MAX and FTILE_COLS_KC_SMALL_ONE_THREAD:
-            cols_kc = FTILE_COLS_KC_SMALL_ONE_THREAD
+        if one_thread:  # (a two-thread call the pair refused keeps COLS_KC, as its halves)
+            cols_kc = one_thread_cols_kc(l_n)
     else:
         kind = ftile.rows_kind(kind, m_n, one_thread=_one_thread(conv, parallel))
         width = ftile.MR[kind]
