@@ -14,7 +14,10 @@ more than 10 % and 20 us, each with the spread of its within-round ratio (numba 
 the median, the range over the rounds, and in how many rounds numba was slower at all), and a one-line
 verdict::
 
-    python benchmarks/ops_vs_reference.py [models=all] [runs=5] [batch=1] [--rotate]
+    python benchmarks/ops_vs_reference.py [models=all] [runs=5] [batch=1] [--rotate] [--nodes=NAME,NAME]
+
+``--nodes``: those nodes too, slower or not, each with the same spread ("  node NAME (OP) ...": a node at
+the line in one call shown level, or not, alone).
 
 ``bert_l4``, ``gpt2_l4``: their first four layers with a vocabulary of 2048 (each layer's shapes as
 published; a build of seconds, as turns.py's). ``KERNELKIT_BENCH_SET`` (test_bench_numba.apply_bench_set,
@@ -89,7 +92,7 @@ def absorbed(ref: dict, nb: dict) -> dict[str, list[str]]:
     return out
 
 
-def compare(name: str, runs: int, batch: int, rotate: bool = False) -> list[tuple]:
+def compare(name: str, runs: int, batch: int, rotate: bool = False, nodes: tuple = ()) -> list[tuple]:
     proto = _builders()[name]()
     model = convert(proto.SerializeToString())
     feed = zoo.feed(proto, batch)
@@ -97,7 +100,7 @@ def compare(name: str, runs: int, batch: int, rotate: bool = False) -> list[tupl
     fused = absorbed(ref, nb)
     taken = {r for rs in fused.values() for r in rs}
     by_op: dict = collections.defaultdict(lambda: [0, 0.0, 0.0])
-    slow = []
+    slow, named = [], []
     for node, (op, ms, vendor, _, nb_rounds) in nb.items():
         if node not in ref:
             continue
@@ -111,6 +114,8 @@ def compare(name: str, runs: int, batch: int, rotate: bool = False) -> list[tupl
         row[2] += ms
         if vendor == "numba" and ms > ref_ms * SLOWER and ms - ref_ms > MIN_MS:
             slow.append((node, op, ref_ms, ms, spread(list(ref_rounds), nb_rounds)))
+        if node in nodes:
+            named.append((node, op, ref_ms, ms, spread(list(ref_rounds), nb_rounds)))
     unmatched = (sum(row[1] for n, row in ref.items() if n not in nb and n not in taken),
                  sum(row[1] for n, row in nb.items() if n not in ref))
     print(f"\n## {name} (batch {batch}, 1 thread, best of {runs} per node, ms{', order rotated' if rotate else ''})")
@@ -134,9 +139,10 @@ def compare(name: str, runs: int, batch: int, rotate: bool = False) -> list[tupl
         print(f"  fused in numba only, compared with the reference nodes they absorbed: {len(fused)} nodes, e.g. "
               + ", ".join(f"{n} absorbs {'+'.join(rs)}" for n, rs in list(fused.items())[:3]))
     print(f"| **sum** | {len(nb)} | {total_r:.3f} | {total_n:.3f} | {total_r / total_n:.2f} |")
-    for node, op, r, n, (med, lo, hi, over) in sorted(slow, key=lambda t: t[2] - t[3]):
-        print(f"  slower on numba: {node} ({op}) reference {r:.3f} ms, numba {n:.3f} ms; per round numba / "
-              f"reference {med:.2f} ({lo:.2f}-{hi:.2f}), slower in {over} of {runs}")
+    for label, rows in (("slower on numba", sorted(slow, key=lambda t: t[2] - t[3])), ("node", named)):
+        for node, op, r, n, (med, lo, hi, over) in rows:
+            print(f"  {label}: {node} ({op}) reference {r:.3f} ms, numba {n:.3f} ms; per round numba / "
+                  f"reference {med:.2f} ({lo:.2f}-{hi:.2f}), slower in {over} of {runs}")
     return slow
 
 
@@ -145,11 +151,12 @@ def main(argv: list[str]) -> int:
 
     apply_bench_set()
     rotate = "--rotate" in argv
-    argv = [a for a in argv if a != "--rotate"]
+    nodes = tuple(n for a in argv if a.startswith("--nodes=") for n in a.split("=", 1)[1].split(",") if n)
+    argv = [a for a in argv if a != "--rotate" and not a.startswith("--nodes=")]
     names = argv[0].split(",") if argv and argv[0] != "all" else [*zoo.MODELS, *zoo.EXTRA]
     runs = int(argv[1]) if len(argv) > 1 else 5
     batch = int(argv[2]) if len(argv) > 2 else 1
-    verdict = {name: compare(name, runs, batch, rotate) for name in names}
+    verdict = {name: compare(name, runs, batch, rotate, nodes) for name in names}
     print("\nnodes where numba is slower than the reference (>10 % and >20 us):",
           {name: len(slow) for name, slow in verdict.items()})
     return 0

@@ -90,3 +90,17 @@ def test_nodes_ab_prints_the_named_nodes(tools, capsys):
     assert out[2] == "| a | 1.000 | 1.100 | 1.000 | 0.909 (0.77-1.00) | 1.000 (1.00-2.00) |"
     assert out[3] == "| b | not in every session's plan |"
     assert sys.modules["nodes_ab"] is nodes_ab
+
+
+def test_ops_vs_reference_prints_named_nodes_slower_or_not(tools, monkeypatch):
+    _, ops, _, zoo = tools
+    monkeypatch.setattr(ops, "_builders", lambda: {"tiny": lambda: zoo.mlp((16, 32, 8))})
+    monkeypatch.setattr(ops, "SLOWER", 1e9)  # nothing is slower: only the named node is printed
+    softmax = [s.name for s in _sessions(zoo)[0][1].plan.kernel_steps() if s.op == "Softmax"]
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        assert ops.compare("tiny", 3, 1, rotate=True, nodes=(*softmax, "no_such_node")) == []
+    lines = [line for line in text.getvalue().splitlines() if line.startswith("  ")]
+    pattern = (rf"  node: {softmax[0]} \(Softmax\) reference [\d.]+ ms, numba [\d.]+ ms; per round numba / reference "
+               r"[\d.]+ \([\d.]+-[\d.]+\), slower in \d of 3$")
+    assert len(lines) == 1 and re.match(pattern, lines[0])

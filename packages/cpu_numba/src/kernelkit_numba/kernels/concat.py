@@ -69,7 +69,7 @@ def split(x, split=None, *, axis=0, num_outputs=None):
 # for ownership of the fresh array's lines, which in a numba session come from memory: the reference's
 # malloc hands it a chunk its own intermediates freed a moment before, numba's arena leaves malloc only older
 # ones; issue 11, sessions 12 and 15). 0: NumPy's concatenate, as the reference. Read when a node is bound.
-OUTPUT_NT = 0
+OUTPUT_NT = 1 << 20
 
 
 @intrinsic
