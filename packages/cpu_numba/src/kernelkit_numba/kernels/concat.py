@@ -148,6 +148,10 @@ def _concat_serial(input_specs, axis=0):
     shape = tuple(input_specs[0].shape[:ax]) + (ends[-1],) + tuple(input_specs[0].shape[ax + 1:])
     sizes = [math.prod(s.shape) for s in input_specs]
     offsets = np.cumsum([0] + sizes).tolist()
+    # read when the node is bound, as the plan it runs in (built under the same setting) was: a variant's
+    # session in nodes_ab.py keeps its setting after the switch is put back (read on each call, its nested
+    # inputs went through NumPy's overlap copies: call 1 of session 15 timed that as the nesting's cost)
+    nest = nestable and kmemory.NEST_CONCAT
     streamed = (OUTPUT_NT and nestable and input_specs[0].dtype == "float32" and not numba.config.DISABLE_JIT
                 and 4 * offsets[-1] >= OUTPUT_NT)
 
@@ -160,7 +164,7 @@ def _concat_serial(input_specs, axis=0):
                     _nt_copy(x.reshape(-1), flat, at)
                 return y
             return np.concatenate(inputs, axis=ax)
-        if not (nestable and kmemory.NEST_CONCAT):  # no input can be in place: the check's ~3 us an input
+        if not nest:  # no input can be in place: the check's ~3 us an input
             return np.concatenate(inputs, axis=ax, out=out)  # saved (NumPy copies any overlap right)
         moved = 0
         for x, part in zip(inputs, parts):
