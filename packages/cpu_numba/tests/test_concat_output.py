@@ -5,6 +5,7 @@ not stream (an arena output, a strided input, an axis with more than 1 before it
 off) it runs NumPy's concatenate."""
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 from kernelkit import GraphBuilder, Session
@@ -105,5 +106,6 @@ def test_a_session_with_a_streamed_output_agrees_with_the_reference(threads, mon
                 for k, rows in enumerate((4800, 1200, 300))}
         got, want = nb.run(None, feed)[0], ref.run(None, feed)[0]
         assert_close(got, want)
-    # the serial call streamed the three parts in each run (a copy is below the two-thread sessions' shards too)
-    assert streamed == [0, 4800 * 85, 6000 * 85] * 3
+    # the serial call streamed the three parts in each run (a copy is below the two-thread sessions' shards too);
+    # under NUMBA_DISABLE_JIT (no compiled stores) NumPy's concatenate
+    assert streamed == ([] if numba.config.DISABLE_JIT else [0, 4800 * 85, 6000 * 85] * 3)
