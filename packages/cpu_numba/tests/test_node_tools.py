@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import pytest
 
+pytest.importorskip("onnx")
+pytest.importorskip("kernelkit_converters")
 BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "..", "benchmarks")
 
 
