@@ -19,7 +19,10 @@
   doubles from ``MIN_BACKOFF_S`` to ``MAX_BACKOFF_S`` (reset after ``CALM_S`` without signs); the
   shard pool's back-off (``shards.POOL.backed_off``) stops it too. A caller with a hiccup window (the
   ResNets' and the transformer's pairs) backs off only at its ``hiccups``-th stall within it (2), for a
-  fixed length where it passes one (rnpair.HICCUPS, rnpair.HICCUP_BACKOFF_S; issue 11, session 13).
+  fixed length where it passes one (rnpair.HICCUPS, rnpair.HICCUP_BACKOFF_S; issue 11, session 13); where it passes
+  them, a stall's slack is its own fraction of the caller's half, the back-off is a count of pair calls
+  (``SKIP_CALM``), and a stall that the paired calls since the last one paid for is forgotten (rnpair.STALL_SLACK,
+  STALL_SKIP, STALL_NET; issue 11, session 15).
 """
 from __future__ import annotations
 
