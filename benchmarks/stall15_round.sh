@@ -4,7 +4,7 @@
 # 0,1; then the loaded A/B on CPUs 2,3 beside the other three models quiet on 0,1 (the switches no slower there).
 # Prints turns_trace.py --short and --stalls (one line a stall: the halves, the helper's ratio before it, fired,
 # paid for, the gap after) and the tables last. The variants: V1, V2, V3 (LABEL=SPEC); limits QS, LS (s), rounds
-# QR, LR, OR. Session 15's call ran it with the defaults in 163 s after the machine's start (warm-up 34 s).
+# QR, LR, OR. Session 15's call ran it with the defaults in 163 s from the warm-up's start (warm-up 34 s).
 #     OUT=/tmp/out bash benchmarks/stall15_round.sh
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
