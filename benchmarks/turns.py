@@ -101,7 +101,7 @@ def pairs():
 # KERNELKIT_TURNS_TRACE=1: each block's pair halves, CPUs' steal and threads (benchmarks/turns_trace.py)
 tracer = None
 if os.environ.get("KERNELKIT_TURNS_TRACE") == "1":
-    from turns_trace import BlockTrace
+    from turns_trace import BlockTrace, getcpu
     tracer = BlockTrace()
 t0 = time.perf_counter()
 for _ in range(3):
@@ -117,9 +117,20 @@ for line in sys.stdin:
     ms = []
     if tracer:
         tracer.start()
+    runs = []  # traced: per call its ms, the pair calls paired, alone (missed) and the wakes in it, whether the
+    # pool was backed off at its start, the caller's CPU at its end
     for _ in range(calls):
+        if tracer:
+            p0 = pairs()
+            off = bool(pool and pool._serial_until > time.perf_counter())
         t0 = time.perf_counter(); sess.run(None, feed); ms.append((time.perf_counter() - t0) * 1e3)
+        if tracer:
+            p1 = pairs()
+            runs.append([round(ms[-1], 2), *(p1.get(k, 0) - p0.get(k, 0) for k in ("pair_paired", "pair_alone",
+                                                                                  "pair_wakes")), int(off), getcpu()])
     trace = tracer.stop(calls) if tracer else None
+    if tracer:
+        trace["runs"] = runs
     after = {**(dict(pool.stats) if pool else {}), **pairs()}
     delta = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
     row = {"median_ms": float(np.median(ms)), "best_ms": min(ms), "pool": delta}

@@ -328,6 +328,14 @@ class ShardPool:
     # previous block's. After STALE_PROBE_S past the end the pool comes back without a look (a load
     # that lasts fires the signs again within a few jobs).
     STALE_PROBE_S = 0.05
+    # A process that found the machine loaded (a look at a back-off's end held it, within the last HOLD_S: the
+    # back-off's ``last_held``) and comes back after such an idle gap does not come back blind: it backs off again
+    # with a look of its own (the calls meanwhile at one thread, as under load they would run anyway), so that it
+    # stays at one thread while the load lasts. Without it, every stretch of calls after a gap (each block of
+    # turns.py --mode loaded) brought the two-thread paths back: the pairs woke their helper, which spun and missed
+    # its jobs beside the busy process until the pairs backed off (issue 11, session 15; docs/numba.md, "Layers
+    # alone under load"). 0: off (after a gap the pool comes back without a look).
+    HOLD_S = 0.0
     # no heartbeat while a sign says the caller shares its core (``beat``); False: beats go on.
     # Off: on the quiet Xeon (session 8, alternating processes, the transformer at 2 threads) one
     # preempted job hushed the beats, the worker slept and the next jobs waited for its wake-up:
@@ -358,6 +366,8 @@ class ShardPool:
         self._backoff = self.MIN_BACKOFF_S
         self._last_backoff = float("-inf")
         self._last_stall = float("-inf")
+        # when a back-off's end last found no core free for a second thread (``FREE_CORES``: held; HOLD_S)
+        self.last_held = float("-inf")
         self._missed = 0
         self._short = 0
         self._preempted = 0
@@ -372,7 +382,8 @@ class ShardPool:
         self.trace: list | None = None
         self.backoff = True  # False: contention signs are counted but never back the pool off (tests)
         self.stats = {"jobs": 0, "serial_jobs": 0, "stalls": 0, "misses": 0, "preempted": 0, "backoffs": 0,
-                      "busy_slot": 0, "short_misses": 0, "late": 0, "windows": 0, "slow_windows": 0, "held": 0}
+                      "busy_slot": 0, "short_misses": 0, "late": 0, "windows": 0, "slow_windows": 0, "held": 0,
+                      "rehold": 0}
 
     @property
     def stalls(self) -> int:
@@ -412,6 +423,10 @@ class ShardPool:
             if probe is None:
                 return now < self._serial_until
             if now - self._serial_until > self.STALE_PROBE_S:
+                if self.HOLD_S > 0 and now - self.last_held < self.HOLD_S:  # loaded lately: a fresh look
+                    self.stats["rehold"] += 1
+                    self._back_off(f"loaded {now - self.last_held:.2f} s ago: a fresh look after an idle gap")
+                    return True
                 return False  # idle past the back-off's end: the window says nothing about now
             idle = self._idle_time()
             if idle is None or now <= probe[0]:
@@ -420,6 +435,7 @@ class ShardPool:
             if free >= self.FREE_CORES:
                 return False
             self.stats["held"] += 1
+            self.last_held = now
             self._back_off(f"{max(free, 0.0):.2f} of a core free for a second thread in the last back-off")
             return True
         finally:
@@ -431,7 +447,7 @@ class ShardPool:
         self._short = self._late = self._slow = 0
         self._win[2] = 0.0
         self._probe = None
-        self._last_backoff = self._last_stall = float("-inf")
+        self._last_backoff = self._last_stall = self.last_held = float("-inf")
 
     # -- workers ---------------------------------------------------------------------------------
     def _ensure(self, n: int) -> None:

@@ -239,11 +239,24 @@ def _paired_call(conv, x_shape, y_shape, geom, code, p0, p1, lo, hi, has_z):
         if pad is not None:  # the zero-padded input for both sides, on the caller
             xp, pad_h, pad_w, hp, wpad, c_n = pad
             fdirect.pad_planes(x0, xp, pad_h, pad_w, hp, wpad, 0, c_n)
-        if pair(w, held.bias, x0, y[0], None if z is None else readonly(z)[0]):
+        if pair(w, held.bias, x0, y[0], None if z is None else readonly(z)[0],
+                lambda: _one_budget(general, x, w, b, z, y)):
             return y
         return general(x, w, b, z, out=out)
 
     return paired
+
+
+def _one_budget(general, x, w, b, z, y):
+    """``general`` (Conv.compute) into ``y`` at a budget of one thread: a one-thread session's call of the layer
+    (rnpair.ALONE_SERIAL)."""
+    local = config._local
+    was = getattr(local, "threads", None)
+    local.threads = 1
+    try:
+        return general(x, w, b, z, out=y)
+    finally:
+        local.threads = was
 
 
 def _one_thread(conv, parallel: bool) -> bool:

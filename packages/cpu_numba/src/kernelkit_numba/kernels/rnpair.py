@@ -104,6 +104,13 @@ STALL_NET = False
 # pairs.CALM_S before (each block of turns.py --mode loaded: 3-4 back-offs a 0.3 s block on the Xeon,
 # the tries between them beside the busy loop). False: the pairs' back-off alone.
 POOL_BACKOFF = True
+# A layer that finds the helper not spinning or backed off (pairs.PairServer.usable) runs numba 1t's call of it: the
+# general path (Conv.compute) at a budget of one thread, where the bound call passes it (conv_serial._paired_call),
+# instead of both halves of the pair one after the other on the caller (issue 11, session 15; docs/numba.md,
+# "Layers alone under load"): the one-thread session's kernels (F(4x4) on one block of every tile, its BLAS
+# products at 64 input channels, F(2x2) by phases, fdirect's one-thread plan with fdirect.AHEAD), bit for bit its
+# output. False: both halves on the caller (the pair's kernels, bit for bit the paired call's output).
+ALONE_SERIAL = False
 # Halves that cannot stall (issue 11, session 12): an F(4x4) layer's tiles in DYN_CHUNKS chunks (fewer where a
 # chunk would have under DYN_MIN_TILES tiles), claimed from one word as the sides go, the caller from the front
 # and the helper from the back (cpair.DYNAMIC's claim word), so that a helper that loses its core mid-layer holds
@@ -343,8 +350,9 @@ class Pair:
         self.balance: list | None = None
         self.direct: list | None = None  # FOLLOW_DIRECT (fdirect's shards): [the cut (float), least, most, shards]
 
-    def __call__(self, w, bias, x, y, z) -> bool:
-        """The layer in two halves (or both on the caller where the helper does not spin: it is woken);
+    def __call__(self, w, bias, x, y, z, serial=None) -> bool:
+        """The layer in two halves (or both on the caller where the helper does not spin: it is woken; with
+        ALONE_SERIAL, ``serial()`` instead where given: the one-thread session's call, writing ``y``);
         False where nothing was done (no compiled half, the pool's worker spinning, another caller in
         the slot): the caller takes the general path. ``x``, ``y``, ``z``: one image (3-D)."""
         if not self.desc[FN]:
@@ -360,6 +368,9 @@ class Pair:
         alone = not srv.usable()
         if alone:
             srv.asleep()
+            if ALONE_SERIAL and serial is not None:
+                serial()
+                return True
         if w is not self.bound:
             self.keep = self.prep(self.desc, w, bias)
             self.bound = w
@@ -685,6 +696,6 @@ def direct_pair(conv, x_shape, y_shape, kernel: tuple, stride: int, ph: int, pw:
     return pair, pair_pad
 
 
-__all__ = ["BALANCE", "BY_M_TILES", "DYNAMIC", "FOLLOW", "ON", "Pair", "chunk_stall", "direct_pair", "dyn_chunks",
-           "enabled", "follow", "follow_direct", "half_address", "pair_run", "prepare", "rebalance", "rule",
-           "set_cut", "wino2_pair", "wino_pair"]
+__all__ = ["ALONE_SERIAL", "BALANCE", "BY_M_TILES", "DYNAMIC", "FOLLOW", "ON", "Pair", "chunk_stall", "direct_pair",
+           "dyn_chunks", "enabled", "follow", "follow_direct", "half_address", "pair_run", "prepare", "rebalance",
+           "rule", "set_cut", "wino2_pair", "wino_pair"]
