@@ -575,6 +575,43 @@ def test_a_back_off_looked_at_long_after_its_end_ends():
     assert pool.backed_off() and pool.stats["held"] == 1
 
 
+def test_a_loaded_process_looks_again_after_a_gap():
+    """HOLD_S: a process whose last held look was within HOLD_S, back after an idle gap past the back-off's end,
+    backs off again with a fresh look (``rehold``) instead of coming back without one; that look decides: still
+    loaded, held (and the hold renewed); a core free, the pool comes back. Past HOLD_S, or off, it comes back."""
+    pool = _probed_pool()
+    pool.HOLD_S = 5.0
+    pool._back_off("test")
+    _expire(pool, idle_s=0.0, cpu_s=0.1)  # the busy process on the other core: held
+    assert pool.backed_off() and pool.stats["held"] == 1
+    held_at = pool.last_held
+    _expire(pool, idle_s=0.0, cpu_s=0.1, wall_s=1.0)
+    pool._serial_until -= 2 * pool.STALE_PROBE_S  # an idle gap past the back-off's end
+    assert pool.backed_off() and pool.stats["rehold"] == 1 and pool.stats["held"] == 1
+    assert pool._probe is not None and pool._serial_until > time.perf_counter()  # a back-off with its own look
+    _expire(pool, idle_s=0.0, cpu_s=0.1)  # still loaded
+    assert pool.backed_off() and pool.stats["held"] == 2 and pool.last_held > held_at
+    _expire(pool, idle_s=0.0, cpu_s=0.1, wall_s=1.0)
+    pool._serial_until -= 2 * pool.STALE_PROBE_S
+    assert pool.backed_off() and pool.stats["rehold"] == 2
+    _expire(pool, idle_s=0.1, cpu_s=0.1)  # the load has gone: back
+    assert not pool.backed_off() and pool.stats["held"] == 2 and pool._probe is None
+    pool._back_off("test")  # a later back-off, looked at long after its end
+    _expire(pool, idle_s=0.0, cpu_s=0.1, wall_s=1.0)
+    pool._serial_until -= 2 * pool.STALE_PROBE_S
+    pool.last_held -= pool.HOLD_S  # loaded longer ago than HOLD_S: back without a look
+    assert not pool.backed_off() and pool.stats["rehold"] == 2
+    pool.HOLD_S = 0.0  # off: a gap right after a held look comes back too
+    pool._back_off("test")
+    _expire(pool, idle_s=0.0, cpu_s=0.1)
+    assert pool.backed_off() and pool.stats["held"] == 3
+    _expire(pool, idle_s=0.0, cpu_s=0.1, wall_s=1.0)
+    pool._serial_until -= 2 * pool.STALE_PROBE_S
+    assert not pool.backed_off() and pool.stats["rehold"] == 2
+    pool.reset()
+    assert pool.last_held == float("-inf")
+
+
 def test_a_held_back_off_does_not_beat():
     """The heartbeat of a run after a back-off's end looks first: still loaded, no beat (the workers
     keep sleeping) and the pool stays backed off; free, the beat goes on."""

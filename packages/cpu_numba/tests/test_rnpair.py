@@ -634,6 +634,31 @@ def test_a_skipped_layer_runs_alone(case, quiet_server):
     assert_close(skipped, _reference(inputs, attrs), np.float32)
 
 
+@pytest.mark.parametrize("case", LAYERS, ids=lambda c: f"{c[0][1]}x{c[0][2]}-{c[1][0]}s{c[2].get('strides', [1])[0]}")
+def test_a_layer_alone_runs_the_one_thread_call(case, quiet_server, monkeypatch):
+    """ALONE_SERIAL: a layer whose pair finds the helper not spinning (asleep here) runs the one-thread session's
+    call of it, bit for bit that session's output and the reference's within the tolerances, publishes no job and
+    counts no outcome; off, the same layer runs both halves on the caller, bit for bit a paired call's halves."""
+    xs, ws, attrs, res, _op = case
+    inputs = _layer(case, 5)
+    shape = _out_shape(xs, ws, attrs)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    assert _pair_of(fn) is not None
+    srv = quiet_server
+    one = _at(1, conv_serial.bound_compute(_kernel(xs, ws, attrs, 1, res)), inputs, shape)
+    monkeypatch.setattr(rnpair, "ALONE_SERIAL", True)
+    alone = _at(2, fn, inputs, shape)
+    assert srv.ctl[pairs.JOB] == 0 and srv.stats["alone"] == srv.stats["paired"] == 0
+    np.testing.assert_array_equal(alone, one)
+    assert_close(alone, _reference(inputs, attrs), np.float32)
+    monkeypatch.setattr(rnpair, "ALONE_SERIAL", False)
+    halves = _at(2, fn, inputs, shape)
+    assert srv.ctl[pairs.JOB] == 0
+    srv.ctl[pairs.AWAKE] = 1  # the helper 'spinning' but never coming: the caller takes its half
+    np.testing.assert_array_equal(halves, _at(2, fn, inputs, shape))
+    assert srv.ctl[pairs.JOB] == 1 and srv.stats["alone"] == 1
+
+
 def test_a_pairs_back_off_backs_the_pool_off(quiet_server, monkeypatch):
     """POOL_BACKOFF: a back-off of the pairs (here a busy helper's misses through a paired layer) backs
     the shard pool off (its look at the free cores decides its end); off: the pairs' own alone."""
