@@ -236,11 +236,14 @@ def _paired_call(conv, x_shape, y_shape, geom, code, p0, p1, lo, hi, has_z):
                 or not held.usable(conv, x, w, b, z, y, m_n)):
             return general(x, w, b, z, out=out)
         x0 = readonly(x)[0]
-        if pad is not None:  # the zero-padded input for both sides, on the caller
+        before = None
+        if pad is not None:  # the zero-padded input for both sides, on the caller (where the pair runs)
             xp, pad_h, pad_w, hp, wpad, c_n = pad
-            fdirect.pad_planes(x0, xp, pad_h, pad_w, hp, wpad, 0, c_n)
+
+            def before():
+                fdirect.pad_planes(x0, xp, pad_h, pad_w, hp, wpad, 0, c_n)
         if pair(w, held.bias, x0, y[0], None if z is None else readonly(z)[0],
-                lambda: _one_budget(general, x, w, b, z, y)):
+                lambda: _one_budget(general, x, w, b, z, y), before):
             return y
         return general(x, w, b, z, out=out)
 

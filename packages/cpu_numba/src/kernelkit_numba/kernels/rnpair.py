@@ -350,9 +350,10 @@ class Pair:
         self.balance: list | None = None
         self.direct: list | None = None  # FOLLOW_DIRECT (fdirect's shards): [the cut (float), least, most, shards]
 
-    def __call__(self, w, bias, x, y, z, serial=None) -> bool:
+    def __call__(self, w, bias, x, y, z, serial=None, before=None) -> bool:
         """The layer in two halves (or both on the caller where the helper does not spin: it is woken; with
-        ALONE_SERIAL, ``serial()`` instead where given: the one-thread session's call, writing ``y``);
+        ALONE_SERIAL, ``serial()`` instead where given: the one-thread session's call, writing ``y``; else
+        ``before()`` first where given: fdirect's padded input);
         False where nothing was done (no compiled half, the pool's worker spinning, another caller in
         the slot): the caller takes the general path. ``x``, ``y``, ``z``: one image (3-D)."""
         if not self.desc[FN]:
@@ -371,6 +372,8 @@ class Pair:
             if ALONE_SERIAL and serial is not None:
                 serial()
                 return True
+        if before is not None:
+            before()
         if w is not self.bound:
             self.keep = self.prep(self.desc, w, bias)
             self.bound = w
