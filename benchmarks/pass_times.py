@@ -71,15 +71,16 @@ def _chain(kind: str, n: int):
     return g.build()
 
 
-def load(name: str):
-    """The kernelkit Model for a MODEL argument."""
+def load(name: str, folder: Path | None = None):
+    """The kernelkit Model for a MODEL argument (an int8 model's files in ``folder``, else a new temporary one)."""
     from kernelkit_converters.onnx import convert
 
     if ":" in name:
         kind, arg = name.split(":", 1)
         if kind in ("q", "qs"):
             qbench = _module("kernelkit_quantized", HERE / "quantized.py")
-            _, path = qbench.quantized_model(arg, kind == "qs", Path(tempfile.mkdtemp()), not qbench._has_vnni())
+            folder = folder or Path(tempfile.mkdtemp())
+            _, path = qbench.quantized_model(arg, kind == "qs", folder, not qbench._has_vnni())
             return convert(path)
         return _chain(kind, int(arg))
     zoo = _module("kernelkit_zoo", HERE / "models" / "zoo.py")
