@@ -477,13 +477,15 @@ def test_one_thread_pointwise_cols_chunk_defaults(rng, monkeypatch, hw, stride):
         else conv.FTILE_COLS_KC_ONE_THREAD
     assert want_kc and 300 > 2 * want_kc
     kcs = []
-    real = ftile.cols_driver
 
-    def recording(kind):
-        driver = real(kind)
-        return lambda *a: (kcs.append(a[13]), driver(*a))[1]
+    def recording(real):  # the plain driver or the prefetching one (conv.COLS_AHEAD_ONE_THREAD)
+        def make(*key):
+            driver = real(*key)
+            return lambda *a: (kcs.append(a[13]), driver(*a))[1]
+        return make
 
-    monkeypatch.setattr(ftile, "cols_driver", recording)
+    monkeypatch.setattr(ftile, "cols_driver", recording(ftile.cols_driver))
+    monkeypatch.setattr(ftile, "cols_driver_ahead", recording(ftile.cols_driver_ahead))
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 300, hw, hw), (80, 300, 1, 1), (80,)))
     z = rng.standard_normal((1, 80, out_hw, out_hw)).astype(np.float32)
     attrs = {"strides": [stride, stride], "activation": "Relu"}
