@@ -83,21 +83,33 @@ def best_node_ms_interleaved(sessions: list, feed, runs: int, rotate: bool = Fal
     earlier one). ``rotate``: the order rotated every round, so that no session always runs right
     after the same other one and meets the caches it left (nodes_ab2t.py: a session always after the
     one-thread one ran its first layers 1.2-1.3x slower on the Xeon, session 12)."""
+    return [{node: min(ms) for node, ms in per.items()}
+            for per in node_ms_rounds_interleaved(sessions, feed, runs, rotate)]
+
+
+def node_ms_rounds_interleaved(sessions: list, feed, runs: int, rotate: bool = False) -> list[dict]:
+    """``best_node_ms_interleaved``'s runs, every round kept: per session, node -> its ms in each round
+    (a list of ``runs``, round r of every session in the same place; a node called more than once in a
+    run: its fastest call). ops_vs_reference.py reads the spread of a node's within-round ratio from it."""
     for sess in sessions:
         for _ in range(3):
             sess.run(None, feed)
         sess.reset_profile()
     n = len(sessions)
+    seen = [0] * n
+    per: list[dict] = [{} for _ in sessions]
     for r in range(runs):
         for k in range(n):
-            sessions[(r + k) % n if rotate else k].run(None, feed)
-    best: list[dict] = []
-    for sess in sessions:
-        b: dict = {}
-        for node, _start, secs, _tid in sess.profile_events():
-            b[node] = min(b.get(node, np.inf), secs * 1e3)
-        best.append(b)
-    return best
+            i = (r + k) % n if rotate else k
+            sessions[i].run(None, feed)
+            events = sessions[i].profile_events()
+            run: dict = {}
+            for node, _start, secs, _tid in events[seen[i]:]:
+                run[node] = min(run.get(node, np.inf), secs * 1e3)
+            seen[i] = len(events)
+            for node, ms in run.items():
+                per[i].setdefault(node, [np.inf] * runs)[r] = ms
+    return per
 
 
 def steal_seconds() -> float | None:

@@ -14,7 +14,10 @@ A constant that code built once a process reads (``cache.built_once_readers``: `
         [kc512=kernels.ftile.KC12=512 ...] [--rotate]
 
 ``--rotate``: the sessions' order turned every round (``_timing.best_node_ms_interleaved``), so that no
-session always runs after the same other one.
+session always runs after the same other one. ``--nodes=NAME,NAME``: also those nodes one by one, each
+session's best ms and the within-round ratios reference / numba and numba / variant as the median over the
+rounds with their range (``_timing.node_ms_rounds_interleaved``): whether a per-node gap is outside the
+rounds' noise.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")  # the reference's BLAS at one thread (ops_vs_reference.py)
 import kernelkit  # noqa: E402
 import zoo  # noqa: E402
-from _timing import best_node_ms_interleaved  # noqa: E402
+from _timing import best_node_ms_interleaved, node_ms_rounds_interleaved  # noqa: E402, F401 (nodes_ab2t.py)
 from kernelkit_converters.onnx import convert  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
 
@@ -172,9 +175,33 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b else 0.0
 
 
+def round_ratio(a: list, b: list) -> str:
+    """The within-round ratio a / b over the rounds: "median (lowest-highest)"."""
+    import numpy as np
+
+    r = sorted(x / y for x, y in zip(a, b) if y > 0 and np.isfinite(x) and np.isfinite(y))
+    return f"{np.median(r):.3f} ({r[0]:.2f}-{r[-1]:.2f})" if r else "-"
+
+
+def print_nodes(nodes: list[str], rounds: list[dict], labels: list[str]) -> None:
+    """``--nodes``: per named node each session's best ms, then reference / numba and numba / variant
+    within each round, median (range over the rounds)."""
+    print(f"| node | {' | '.join(labels)} | reference / numba | " + " | ".join(f"numba / {v}" for v in labels[2:])
+          + " |")
+    print("|---|" + "---:|" * (2 * len(labels) - 1))
+    for node in nodes:
+        if any(node not in r for r in rounds):
+            print(f"| {node} | not in every session's plan |")
+            continue
+        print(f"| {node} | " + " | ".join(f"{min(r[node]):.3f}" for r in rounds) + " | "
+              + " | ".join([round_ratio(rounds[0][node], rounds[1][node])]
+                           + [round_ratio(rounds[1][node], r[node]) for r in rounds[2:]]) + " |")
+
+
 def main(argv: list[str]) -> int:
     rotate = "--rotate" in argv  # the sessions' order turned every round (ops_vs_reference.py's --rotate)
-    argv = [a for a in argv if a != "--rotate"]
+    nodes = [n for a in argv if a.startswith("--nodes=") for n in a.split("=", 1)[1].split(",") if n]
+    argv = [a for a in argv if a != "--rotate" and not a.startswith("--nodes=")]
     name = argv[0] if argv else "resnet50"
     runs = int(argv[1]) if len(argv) > 1 else 15
     variants = [a.split("=", 1) for a in argv[2:]]
@@ -184,7 +211,8 @@ def main(argv: list[str]) -> int:
     sessions = [kernelkit.Session(model, vendors=["reference"], threads=1, profile=True),
                 kernelkit.Session(model, vendors=["numba", "reference"], threads=1, profile=True)]
     sessions += [variant_session(model, feed, spec, 1) for _, spec in variants]
-    best = best_node_ms_interleaved(sessions, feed, runs, rotate)
+    rounds = node_ms_rounds_interleaved(sessions, feed, runs, rotate)
+    best = [{node: min(ms) for node, ms in r.items()} for r in rounds]
     print_groups(f"## {name}, 1 thread, best of {runs} per node (ms), sessions in turn"
                  + (", order rotated" if rotate else ""), kinds, sessions[1], best,
                  labels, ["reference / numba"] + [f"numba / {v}" for v in labels[2:]],
@@ -194,6 +222,8 @@ def main(argv: list[str]) -> int:
     print("| all nodes, each session's own | | " + " | ".join(f"{sum(b.values()):.2f}" for b in best) + " | "
           + " | ".join(f"{r:.3f}" for r in [_ratio(sum(best[0].values()), sum(best[1].values()))]
                        + [_ratio(sum(best[1].values()), sum(b.values())) for b in best[2:]]) + " |")
+    if nodes:
+        print_nodes(nodes, rounds, labels)
     return 0
 
 if __name__ == "__main__":

@@ -10,9 +10,14 @@ not into the reference's) is compared whole: the fused node, which keeps one ref
 and writes the outputs of the others, against the sum of those reference nodes ("absorbs" in the
 output); any other node one of them fused away counts under "unmatched". Prints per model the op
 types with their summed times and ratio, then every node where numba is slower than the reference by
-more than 10 % and 20 us, and a one-line verdict::
+more than 10 % and 20 us, each with the spread of its within-round ratio (numba / reference in each round:
+the median, the range over the rounds, and in how many rounds numba was slower at all), and a one-line
+verdict::
 
-    python benchmarks/ops_vs_reference.py [models=all] [runs=5] [batch=1] [--rotate]
+    python benchmarks/ops_vs_reference.py [models=all] [runs=5] [batch=1] [--rotate] [--nodes=NAME,NAME]
+
+``--nodes``: those nodes too, slower or not, each with the same spread ("  node NAME (OP) ...": a node at
+the line in one call shown level, or not, alone).
 
 ``bert_l4``, ``gpt2_l4``: their first four layers with a vocabulary of 2048 (each layer's shapes as
 published; a build of seconds, as turns.py's). ``KERNELKIT_BENCH_SET`` (test_bench_numba.apply_bench_set,
@@ -31,6 +36,8 @@ import collections
 import os
 import sys
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "models"))
 os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")  # steady state: compile in the warm-up
@@ -40,7 +47,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 import kernelkit  # noqa: E402
 import zoo  # noqa: E402
-from _timing import best_node_ms_interleaved  # noqa: E402
+from _timing import node_ms_rounds_interleaved  # noqa: E402
 from kernelkit_converters.onnx import convert  # noqa: E402
 
 SLOWER, MIN_MS = 1.10, 0.020
@@ -52,14 +59,23 @@ def _builders() -> dict:
 
 
 def profile(model, feed, vendors: tuple[str, ...], runs: int,
-            rotate: bool = False) -> list[dict[str, tuple[str, float, str, tuple]]]:
-    """Per vendor, node name -> (op, best ms, vendor that ran it, its output names). The sessions run in
-    turn, one run each per round (a host whose load changes slows them alike; each one alone: session 6's
-    runs)."""
+            rotate: bool = False) -> list[dict[str, tuple[str, float, str, tuple, list]]]:
+    """Per vendor, node name -> (op, best ms, vendor that ran it, its output names, its ms in each round).
+    The sessions run in turn, one run each per round (a host whose load changes slows them alike; each one
+    alone: session 6's runs)."""
     sessions = [kernelkit.Session(model, vendors=[v, "reference"], threads=1, profile=True) for v in vendors]
-    best = best_node_ms_interleaved(sessions, feed, runs, rotate=rotate)
-    return [{s.name: (s.op, b.get(s.name, 0.0), s.key.vendor, tuple(s.outputs)) for s in sess.plan.kernel_steps()}
-            for sess, b in zip(sessions, best)]
+    rounds = node_ms_rounds_interleaved(sessions, feed, runs, rotate=rotate)
+    return [{s.name: (s.op, min(r.get(s.name, [0.0])), s.key.vendor, tuple(s.outputs), r.get(s.name, [0.0] * runs))
+             for s in sess.plan.kernel_steps()} for sess, r in zip(sessions, rounds)]
+
+
+def spread(ref_rounds: list, nb_rounds: list) -> tuple[float, float, float, int]:
+    """A node's within-round ratio numba / reference over the rounds: (median, lowest, highest, rounds in
+    which numba was slower). A 1.10x best-of-N whose lowest round is under 1 is inside the rounds' noise."""
+    ratios = sorted(n / r for r, n in zip(ref_rounds, nb_rounds) if r > 0 and np.isfinite(r) and np.isfinite(n))
+    if not ratios:
+        return float("nan"), float("nan"), float("nan"), 0
+    return float(np.median(ratios)), ratios[0], ratios[-1], sum(x > 1.0 for x in ratios)
 
 
 def absorbed(ref: dict, nb: dict) -> dict[str, list[str]]:
@@ -76,7 +92,7 @@ def absorbed(ref: dict, nb: dict) -> dict[str, list[str]]:
     return out
 
 
-def compare(name: str, runs: int, batch: int, rotate: bool = False) -> list[tuple]:
+def compare(name: str, runs: int, batch: int, rotate: bool = False, nodes: tuple = ()) -> list[tuple]:
     proto = _builders()[name]()
     model = convert(proto.SerializeToString())
     feed = zoo.feed(proto, batch)
@@ -84,11 +100,12 @@ def compare(name: str, runs: int, batch: int, rotate: bool = False) -> list[tupl
     fused = absorbed(ref, nb)
     taken = {r for rs in fused.values() for r in rs}
     by_op: dict = collections.defaultdict(lambda: [0, 0.0, 0.0])
-    slow = []
-    for node, (op, ms, vendor, _) in nb.items():
+    slow, named = [], []
+    for node, (op, ms, vendor, _, nb_rounds) in nb.items():
         if node not in ref:
             continue
         ref_ms = ref[node][1] + sum(ref[r][1] for r in fused.get(node, ()))
+        ref_rounds = np.sum([ref[r][4] for r in (node, *fused.get(node, ()))], axis=0)
         if node in fused:
             op = "+".join([op] + [ref[r][0] for r in fused[node]]) + " (fused in numba)"
         row = by_op[op]
@@ -96,7 +113,9 @@ def compare(name: str, runs: int, batch: int, rotate: bool = False) -> list[tupl
         row[1] += ref_ms
         row[2] += ms
         if vendor == "numba" and ms > ref_ms * SLOWER and ms - ref_ms > MIN_MS:
-            slow.append((node, op, ref_ms, ms))
+            slow.append((node, op, ref_ms, ms, spread(list(ref_rounds), nb_rounds)))
+        if node in nodes:
+            named.append((node, op, ref_ms, ms, spread(list(ref_rounds), nb_rounds)))
     unmatched = (sum(row[1] for n, row in ref.items() if n not in nb and n not in taken),
                  sum(row[1] for n, row in nb.items() if n not in ref))
     print(f"\n## {name} (batch {batch}, 1 thread, best of {runs} per node, ms{', order rotated' if rotate else ''})")
@@ -109,7 +128,7 @@ def compare(name: str, runs: int, batch: int, rotate: bool = False) -> list[tupl
     print(f"| unmatched (fused in one session only) | | {unmatched[0]:.3f} | {unmatched[1]:.3f} | |")
     for label, side, other in (("reference only", ref, nb), ("numba only", nb, ref)):
         ops: dict = collections.defaultdict(lambda: [0, 0.0])
-        for n, (op, ms, _, _) in side.items():
+        for n, (op, ms, *_) in side.items():
             if n not in other and n not in taken:
                 ops[op][0] += 1
                 ops[op][1] += ms
@@ -120,8 +139,10 @@ def compare(name: str, runs: int, batch: int, rotate: bool = False) -> list[tupl
         print(f"  fused in numba only, compared with the reference nodes they absorbed: {len(fused)} nodes, e.g. "
               + ", ".join(f"{n} absorbs {'+'.join(rs)}" for n, rs in list(fused.items())[:3]))
     print(f"| **sum** | {len(nb)} | {total_r:.3f} | {total_n:.3f} | {total_r / total_n:.2f} |")
-    for node, op, r, n in sorted(slow, key=lambda t: t[2] - t[3]):
-        print(f"  slower on numba: {node} ({op}) reference {r:.3f} ms, numba {n:.3f} ms")
+    for label, rows in (("slower on numba", sorted(slow, key=lambda t: t[2] - t[3])), ("node", named)):
+        for node, op, r, n, (med, lo, hi, over) in rows:
+            print(f"  {label}: {node} ({op}) reference {r:.3f} ms, numba {n:.3f} ms; per round numba / "
+                  f"reference {med:.2f} ({lo:.2f}-{hi:.2f}), slower in {over} of {runs}")
     return slow
 
 
@@ -130,11 +151,12 @@ def main(argv: list[str]) -> int:
 
     apply_bench_set()
     rotate = "--rotate" in argv
-    argv = [a for a in argv if a != "--rotate"]
+    nodes = tuple(n for a in argv if a.startswith("--nodes=") for n in a.split("=", 1)[1].split(",") if n)
+    argv = [a for a in argv if a != "--rotate" and not a.startswith("--nodes=")]
     names = argv[0].split(",") if argv and argv[0] != "all" else [*zoo.MODELS, *zoo.EXTRA]
     runs = int(argv[1]) if len(argv) > 1 else 5
     batch = int(argv[2]) if len(argv) > 2 else 1
-    verdict = {name: compare(name, runs, batch, rotate) for name in names}
+    verdict = {name: compare(name, runs, batch, rotate, nodes) for name in names}
     print("\nnodes where numba is slower than the reference (>10 % and >20 us):",
           {name: len(slow) for name, slow in verdict.items()})
     return 0

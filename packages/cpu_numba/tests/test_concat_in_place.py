@@ -93,6 +93,24 @@ def test_switch_off_keeps_the_copy(monkeypatch, skipped):
     assert on.memory()["arena_bytes"] < sess.memory()["arena_bytes"]
 
 
+def test_the_switch_is_read_when_the_node_is_bound(monkeypatch, skipped):
+    """A session bound with the switch on keeps finding its nested inputs in place after the switch is put back
+    (nodes_ab.py's variants: read on each call, the nested inputs went through NumPy's overlap copies), and
+    one bound with it off never checks."""
+    on = Session(_model(), vendors=["numba", "reference"], threads=1, fallback=False)
+    on.run(None, _feed(0))
+    monkeypatch.setattr(kmemory, "NEST_CONCAT", False)
+    off = Session(_model(), vendors=["numba", "reference"], threads=1, fallback=False)
+    want = Session(_model(), vendors=["reference"], threads=1, fallback=False).run(None, _feed(1))[0]
+    skipped[0] = 0
+    assert_close(on.run(None, _feed(1))[0], want)
+    assert skipped[0] == 2 * 3 and on.memory()["nested_blocks"] == 3  # each input found in place, then skipped
+    skipped[0] = 0
+    monkeypatch.setattr(kmemory, "NEST_CONCAT", True)
+    assert_close(off.run(None, _feed(1))[0], want)
+    assert skipped[0] == 0 and off.memory()["nested_blocks"] == 0
+
+
 def test_kernel_copies_inputs_not_in_place():
     """The serial call with some inputs at their part of ``out`` and some elsewhere copies only the others."""
     call = concat_mod._concat_serial([_spec((1, 2, 3)), _spec((1, 4, 3))], axis=1)

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 from kernelkit import memory as kmemory
 from kernelkit.ops.split import split_sizes
 from kernelkit.registry import register_kernel
+from llvmlite import ir
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from .._base import threaded
-from ..config import shard_count
+from ..config import jit, shard_count
 from ._copy import _copy_cols, as_matrix, copy_cols
+from .ftile import _data
 
 
 def concat(*inputs, axis, out=None):
@@ -59,6 +64,70 @@ def split(x, split=None, *, axis=0, num_outputs=None):
     return tuple(outs)
 
 
+# A Concat that writes a graph output (out=None: a fresh array the caller owns, Concat_285 of the detection
+# head, 2.1 MB) with at least this many bytes copies its contiguous parts with non-temporal stores (no read
+# for ownership of the fresh array's lines, which in a numba session come from memory: the reference's
+# malloc hands it a chunk its own intermediates freed a moment before, numba's arena leaves malloc only older
+# ones; issue 11, sessions 12 and 15). 0: NumPy's concatenate, as the reference. Read when a node is bound.
+OUTPUT_NT = 1 << 20
+
+
+@intrinsic
+def _nt_line(typingctx, dst, d_off, src, s_off):
+    """``dst[d_off:d_off + 16] = src[s_off:s_off + 16]`` (float32) as two 32-byte non-temporal stores;
+    ``dst`` at ``d_off`` 32-byte aligned."""
+    sig = numba.types.void(dst, d_off, src, s_off)
+
+    def codegen(context, builder, sig, args):
+        pd = builder.bitcast(_data(context, builder, sig.args[0], args[0]), ir.FloatType().as_pointer())
+        ps = builder.bitcast(_data(context, builder, sig.args[2], args[2]), ir.FloatType().as_pointer())
+        vf = ir.VectorType(ir.FloatType(), 8)
+        nontemporal = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
+        for half in (0, 8):
+            at_s = builder.add(args[3], ir.Constant(args[3].type, half))
+            at_d = builder.add(args[1], ir.Constant(args[1].type, half))
+            v = builder.load(builder.bitcast(builder.gep(ps, [at_s]), vf.as_pointer()), align=4)
+            store = builder.store(v, builder.bitcast(builder.gep(pd, [at_d]), vf.as_pointer()), align=32)
+            store.set_metadata("nontemporal", nontemporal)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _sfence(typingctx):
+    """The store fence that orders the non-temporal stores before whatever follows."""
+    sig = numba.types.void()
+
+    def codegen(context, builder, sig, args):
+        fence = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
+                                               "llvm.x86.sse.sfence")
+        builder.call(fence, [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@jit
+def _nt_copy(src, dst, d0):
+    """``dst[d0:d0 + src.size] = src`` (1-D float32, contiguous): the scalars up to dst's first 32-byte
+    boundary, then 64-byte lines with non-temporal stores, then the tail; a store fence after."""
+    n = np.int64(src.shape[0])
+    d0 = np.int64(d0)
+    head = np.int64(((32 - ((dst.ctypes.data + d0 * 4) & 31)) & 31) >> 2)
+    if head > n:
+        head = n
+    for j in range(head):
+        dst[d0 + j] = src[j]
+    i = head
+    while i + 16 <= n:
+        _nt_line(dst, d0 + i, src, i)
+        i += 16
+    for j in range(i, n):
+        dst[d0 + j] = src[j]
+    _sfence()
+
+
 def _concat_serial(input_specs, axis=0):
     """``fn.serial`` of Concat (``_base.FunctionKernel``): for static shapes of one dtype on one
     thread, NumPy's concatenate straight into the output, as the reference (the general path's
@@ -76,11 +145,26 @@ def _concat_serial(input_specs, axis=0):
     lead = (slice(None),) * ax
     ends = np.cumsum([0] + [s.shape[ax] for s in input_specs]).tolist()
     parts = [lead + (slice(a, b),) for a, b in zip(ends[:-1], ends[1:])]
+    shape = tuple(input_specs[0].shape[:ax]) + (ends[-1],) + tuple(input_specs[0].shape[ax + 1:])
+    sizes = [math.prod(s.shape) for s in input_specs]
+    offsets = np.cumsum([0] + sizes).tolist()
+    # read when the node is bound, as the plan it runs in (built under the same setting) was: a variant's
+    # session in nodes_ab.py keeps its setting after the switch is put back (read on each call, its nested
+    # inputs went through NumPy's overlap copies: call 1 of session 15 timed that as the nesting's cost)
+    nest = nestable and kmemory.NEST_CONCAT
+    streamed = (OUTPUT_NT and nestable and input_specs[0].dtype == "float32" and not numba.config.DISABLE_JIT
+                and 4 * offsets[-1] >= OUTPUT_NT)
 
     def call(*inputs, out=None):
         if out is None:
+            if streamed and all(x.flags.c_contiguous for x in inputs):  # a graph output (fresh array)
+                y = np.empty(shape, np.float32)
+                flat = y.reshape(-1)
+                for x, at in zip(inputs, offsets):
+                    _nt_copy(x.reshape(-1), flat, at)
+                return y
             return np.concatenate(inputs, axis=ax)
-        if not (nestable and kmemory.NEST_CONCAT):  # no input can be in place: the check's ~3 us an input
+        if not nest:  # no input can be in place: the check's ~3 us an input
             return np.concatenate(inputs, axis=ax, out=out)  # saved (NumPy copies any overlap right)
         moved = 0
         for x, part in zip(inputs, parts):
