@@ -148,7 +148,9 @@ FOLLOW_RANGE = 0.15
 # panels (by channels) or pixel tiles (by pixels), grouped into at most TAIL_UNITS claims; the cols tiles' 48-channel
 # panels, each cut into pieces of whole 7-pixel tiles (TAIL_UNITS claims at most). Each unit is one call of the
 # one-thread driver over its part, so the output is the even cut's bit for bit whoever claims which unit
-# (test_rnpair.py::test_tail_pointwise). Read when a layer binds; replaces COLS_SPLIT's and FOLLOW's cut there.
+# (test_tail.py::test_tail_pointwise). Read when a layer binds; replaces COLS_SPLIT's and FOLLOW's cut there. Off: on
+# the Xeon (session 15's call, benchmarks/tail15_round.sh, 7 rounds quiet) the sides' ends came together (ResNet-50:
+# 2.3 ms a run apart against 7.0, with TAIL_DIRECT) but the blocks did not gain (default / tail 0.97, 0.78-1.15).
 TAIL = False
 TAIL_SHARE = 0.25
 TAIL_UNITS = 8

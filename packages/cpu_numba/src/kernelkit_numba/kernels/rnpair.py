@@ -151,7 +151,8 @@ FOLLOW_DIRECT = False
 # claims"): the shards about direct_cut (cpair.TAIL_SHARE of them, at least two) are claimed one at a time from one
 # word (the caller from the front after its bulk [0, a), the helper from the back after its [b, shards)), so that the
 # faster core takes more of them. Each shard is the one-thread driver's, so the output is the one-thread path's bit
-# for bit whoever claims which (test_rnpair.py::test_tail_direct). Read when a layer binds; FOLLOW_DIRECT then holds.
+# for bit whoever claims which (test_tail.py::test_tail_direct). Read when a layer binds; FOLLOW_DIRECT then holds.
+# Off: with cpair.TAIL on the Xeon, default / tail 0.97 (ResNet-50) and 1.22 (ResNet-18), within the spread.
 TAIL_DIRECT = False
 # F(4x4) layers of at most BY_M_TILES tiles pair by output channels (issue 11, session 13; docs/numba.md, "ResNet-18's
 # 3x3 layers at two threads"): each side transforms every tile's input itself and runs its whole weight panels (the
