@@ -610,6 +610,32 @@ def test_stalls_paid_for(quiet_server, monkeypatch):
     assert srv2.stats["paid"] == 0 and fired == [0, 0, 0, 0, 1, 1, 2]
 
 
+def test_misses_in_a_window(monkeypatch):
+    """MISS_WINDOW: the pairs back off where MISSES of the last MISS_WINDOW outcomes were misses, though a claimed
+    job came between them (a helper beside the caller on its CPU: 3 misses, then a claim, over and over); off, only
+    MISSES in a row do, and that pattern never backs off."""
+    pattern = [2, 2, 2, 1] * 12
+    srv = fpair.FPairServer(0)
+    for done in pattern:
+        srv.result(done, *rnpair.rule())
+    assert srv.stats["backoffs"] == 0 and srv.stats["alone"] == 36 and srv.stats["paired"] == 12
+    monkeypatch.setattr(pairs, "MISS_WINDOW", 16)
+    srv = fpair.FPairServer(0)
+    fired = []
+    for done in pattern:
+        if srv.until:  # (what the caller would see: no pair within the back-off; here the outcomes go on)
+            fired.append(srv.stats["alone"] + srv.stats["paired"])
+            srv.until = 0.0
+        srv.result(done, *rnpair.rule())
+    # the 8th miss among the last 16 outcomes: call 10 (3 + 3 + 2 misses, 2 claims), then 8 more misses in a
+    # window that a back-off empties: 10-11 calls later
+    assert fired == [10, 21, 31, 42] and srv.stats["backoffs"] == 4
+    srv = fpair.FPairServer(0)
+    for done in [1] * 20 + [2] * 7 + [1] + [2] * 7:  # 14 misses in 16, never 8 in a row: backs off at the 8th
+        srv.result(done, *rnpair.rule())
+    assert srv.stats["backoffs"] == 1
+
+
 @pytest.mark.parametrize("case", [LAYERS[0], LAYERS[3]], ids=["wino", "direct"])
 def test_a_skipped_layer_runs_alone(case, quiet_server):
     """A layer asked for within a back-off counted in calls runs both halves on the caller (no job published, no

@@ -79,6 +79,13 @@ HICCUPS = 2
 # stalling, one without its core, is left alone for longer and longer); a later one starts again at ``skip``.
 SKIP_CALM = 4
 SKIP_MAX = 64
+# Misses counted over the last MISS_WINDOW pair outcomes (issue 11, session 15; docs/numba.md, "Layers alone under
+# load"): where MISSES of them were jobs the awake helper did not claim, the pairs back off, as MISSES in a row do.
+# On the Xeon under load (a busy process on one of the two CPUs) the helper sat on the caller's CPU, beside it: it
+# claimed a job now and then (4-9 of the ~21 pair calls a ResNet-18 run) and missed the rest, each claim reset the
+# run of misses, so no back-off came in a whole block, and the caller waited on the run queue for a quarter of
+# its time. 0: off (MISSES in a row only).
+MISS_WINDOW = 0
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 
 
@@ -213,6 +220,7 @@ class PairServer:
         self.until = 0.0  # no pairing before this (perf_counter; a back-off)
         self._backoff = MIN_BACKOFF_S
         self._misses = 0
+        self._recent = 0  # the last MISS_WINDOW outcomes, a bit each (1: a miss), the newest lowest
         self._stalls: list[float] = []  # the last HICCUPS - 1 stalls' times (the hiccup rule)
         self.fixed = 0.0  # the last back-off's length where the hiccup rule fired it with a fixed length, else 0
         self.ready = False  # both sides compiled for this variant (prepare)
@@ -300,6 +308,12 @@ class PairServer:
             TRACE.append((time.perf_counter(), done, int(c[OWN]), int(c[WAITED]), int(c[CLAIMED_AT] - c[PUBLISHED]),
                           int(c[FINISHED_AT] - c[CLAIMED_AT])) if done == 1 else
                          (time.perf_counter(), done, int(c[OWN]), 0, 0, 0))
+        if done in (1, 2) and MISS_WINDOW > 0:
+            self._recent = ((self._recent << 1) | (done == 2)) & ((1 << MISS_WINDOW) - 1)
+            if done == 2 and bin(self._recent).count("1") >= MISSES:
+                self.stats["alone"] += 1
+                self._back_off()
+                return
         if done == 1:
             self.stats["paired"] += 1
             self._misses = 0
@@ -356,7 +370,7 @@ class PairServer:
             self._backoff = MIN_BACKOFF_S if calm else min(2 * self._backoff, MAX_BACKOFF_S)
             self.until = now + self._backoff
         self.fixed = max(seconds, 0.0)
-        self._misses = 0
+        self._misses = self._recent = 0
         self.stats["backoffs"] += 1
 
     def asleep(self) -> None:
