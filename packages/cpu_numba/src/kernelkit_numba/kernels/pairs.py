@@ -16,7 +16,8 @@
   compile calls are its subclass's (``serve``, ``compile_sides``).
 - **Back-off under load**: a caller that waited longer than ``STALL_S`` for the helper's half, or
   ``MISSES`` jobs in a row that the awake helper did not claim, stops pairing for a back-off that
-  doubles from ``MIN_BACKOFF_S`` to ``MAX_BACKOFF_S`` (reset after ``CALM_S`` without signs); the
+  doubles from ``MIN_BACKOFF_S`` to ``MAX_BACKOFF_S`` (reset after ``CALM_S`` without signs; the misses also
+  counted over the last ``MISS_WINDOW`` outcomes, issue 11, session 15); the
   shard pool's back-off (``shards.POOL.backed_off``) stops it too. A caller with a hiccup window (the
   ResNets' and the transformer's pairs) backs off only at its ``hiccups``-th stall within it (2), for a
   fixed length where it passes one (rnpair.HICCUPS, rnpair.HICCUP_BACKOFF_S; issue 11, session 13); where it passes
@@ -84,8 +85,10 @@ SKIP_MAX = 64
 # On the Xeon under load (a busy process on one of the two CPUs) the helper sat on the caller's CPU, beside it: it
 # claimed a job now and then (4-9 of the ~21 pair calls a ResNet-18 run) and missed the rest, each claim reset the
 # run of misses, so no back-off came in a whole block, and the caller waited on the run queue for a quarter of
-# its time. 0: off (MISSES in a row only).
-MISS_WINDOW = 0
+# its time. 0: off (MISSES in a row only). On (16): Xeon, session 15's second call, ResNet-18 under load default /
+# this 0.99 (0.86-1.28; its blocks missed 8 jobs, never more), with shards.ShardPool.HOLD_S 0.97; quiet (with HOLD_S
+# and rnpair.ALONE_SERIAL) default / them 1.03 (ResNet-18), 1.00 (ResNet-50).
+MISS_WINDOW = 16
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 
 

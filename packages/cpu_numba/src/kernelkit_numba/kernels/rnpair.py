@@ -109,7 +109,10 @@ POOL_BACKOFF = True
 # instead of both halves of the pair one after the other on the caller (issue 11, session 15; docs/numba.md,
 # "Layers alone under load"): the one-thread session's kernels (F(4x4) on one block of every tile, its BLAS
 # products at 64 input channels, F(2x2) by phases, fdirect's one-thread plan with fdirect.AHEAD), bit for bit its
-# output. False: both halves on the caller (the pair's kernels, bit for bit the paired call's output).
+# output. False: both halves on the caller (the pair's kernels, bit for bit the paired call's output). Off: on the
+# Xeon (session 15's two calls, loaded ResNet-18) its share was not told apart: with shards.ShardPool.HOLD_S on, a
+# process under load has its pool backed off and its layers on the general path already, and hold / hold with it
+# was 55.70 / 53.48 ms in one call, 43.18 / 44.94 in the other; alone, default / it 1.07 (0.62-1.14).
 ALONE_SERIAL = False
 # Halves that cannot stall (issue 11, session 12): an F(4x4) layer's tiles in DYN_CHUNKS chunks (fewer where a
 # chunk would have under DYN_MIN_TILES tiles), claimed from one word as the sides go, the caller from the front
