@@ -348,3 +348,46 @@ def test_cols_tail_rule(monkeypatch):
     assert conv_serial.cols_tail(0, 440, 49, 440, True) == 0
     monkeypatch.setattr(conv_serial, "COLS_TAIL", False)
     assert conv_serial.cols_tail(k, 440, 49, 440, True) == 0
+
+
+# ResNet-50's 1x1 layers and a shortcut (issue 11, session 15): the one-thread session's tile choices (the cols tiles
+# at 14x14, the 12-row tiles, the cols tiles' K chunk) against the bound parallel call's own at a budget of one
+HELD_CASES = [
+    ((1, 1024, 14, 14), (256, 1024, 1, 1), {"activation": "Relu"}, True, False),
+    ((1, 256, 14, 14), (1024, 256, 1, 1), {"activation": "Relu"}, True, True),
+    ((1, 512, 7, 7), (2048, 512, 1, 1), {"activation": "Relu"}, True, True),
+    ((1, 64, 56, 56), (256, 64, 1, 1), {}, True, False),
+    ((1, 512, 28, 28), (1024, 512, 1, 1), {"strides": [2, 2]}, True, False),
+]
+
+
+@needs_tiles
+@pytest.mark.parametrize("xs, ws, attrs, with_b, with_z", HELD_CASES)
+def test_a_held_layer_runs_the_one_thread_call(rng, monkeypatch, quiet_server, xs, ws, attrs, with_b, with_z):
+    """HELD_ONE_THREAD: a two-thread session's bound 1x1 call at a budget of one thread (the pool backed off), or
+    at two with its pair refused (the helper asleep), runs the one-thread session's call of the layer: bit for bit
+    its output, close to the reference; no job is published. Off, it runs its own driver, close to the reference."""
+    from kernelkit_numba import config
+    from kernelkit_numba.kernels import conv_serial, pairs
+
+    x, w, b, z = _case(rng, xs, ws, attrs, with_b, with_z)
+    inputs = _inputs(_ro(x), w, b, None if z is None else _ro(z))
+    one = _kernel(x, w, b, z, attrs, threads=1).bind(None)(*inputs)
+    ref = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
+    call = conv_serial.bound_compute(_kernel(x, w, b, z, attrs, threads=2))
+
+    def at(threads):
+        was = getattr(config._local, "threads", None)
+        config._local.threads = threads
+        try:
+            return call(*inputs, out=np.full(one.shape, np.nan, np.float32))
+        finally:
+            config._local.threads = was
+
+    assert_close(at(1), ref)  # off: the parallel call's own driver at one thread
+    monkeypatch.setattr(conv_serial, "HELD_ONE_THREAD", True)
+    for _ in range(2):  # (bound at the first)
+        np.testing.assert_array_equal(at(1), one)
+    np.testing.assert_array_equal(at(2), one)  # the pair refused: the helper asleep
+    assert quiet_server.ctl[pairs.JOB] == 0
+    assert_close(one, ref)

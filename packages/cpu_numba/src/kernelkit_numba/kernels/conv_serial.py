@@ -16,6 +16,8 @@ non-contiguous input) runs the general path, so results never depend on which pa
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 from kernelkit.errors import KernelkitError
 
@@ -273,8 +275,47 @@ def _one_budget(general, x, w, b, z, y):
 
 def _one_thread(conv, parallel: bool) -> bool:
     """Whether a bound call is a one-thread session's (its tile choices: conv.ftile_cols's and
-    ftile.rows_kind's ``one_thread``)."""
-    return not parallel and (conv.threads or config.default_threads()) == 1
+    ftile.rows_kind's ``one_thread``), or is bound as one (``_one_thread_call``)."""
+    return getattr(_forced, "on", False) or (not parallel and (conv.threads or config.default_threads()) == 1)
+
+
+# A one-image bound parallel call of a 1x1 layer or a strided 1x1 shortcut (ftile's tiles: _tiles_call) that runs on the
+# caller alone, the shard pool backed off (a budget of one thread: under load, shards.ShardPool.HOLD_S) or
+# its pair refused (the helper asleep or backed off), takes the one-thread session's bound call of the layer
+# (``_one_thread_call``: its tile shapes and K chunks, conv.COLS_TILE_ONE_THREAD, one_thread_cols_kc,
+# ftile.ROWS12_ONE_THREAD, cols_tail; no pair), bit for bit numba 1t's output, instead of its own driver with the
+# two-thread choices. Read at each call. Issue 11, session 15 (docs/numba.md, "Layers alone under load"): on the Xeon
+# under load the held default's ResNet-50 runs (no pair call, the caller on its own CPU, no run-queue wait) took
+# 110-123 ms against numba 1t's 75-118 in the same rounds (default / 1t 1.22); the AMD box runs both at one speed
+# (benchmarks/held_serial.py resnet50: 1.008), so its one-thread choices are the Xeon's. Off: not yet measured there.
+HELD_ONE_THREAD = False
+_forced = threading.local()  # on: a bind for _one_thread_call (one-thread choices, no pair)
+
+
+def _one_thread_call(conv, step):
+    """The one-thread session's bound serial call of ``conv`` (its one-thread tile choices, no pair), or None."""
+    _forced.on = True
+    try:
+        return _bind_checked(conv, False, step)
+    finally:
+        _forced.on = False
+
+
+def _held_one(conv, step, parallel: bool, n_n: int):
+    """HELD_ONE_THREAD's call for a one-image bound parallel call: ``call()`` gives the one-thread session's call of the
+    layer (bound at the first), None where it has none or the switch is off; None for other calls."""
+    if not (parallel and n_n == 1):
+        return None
+    kept: list = []
+
+    def call():
+        if not HELD_ONE_THREAD:
+            return None
+        if not kept:
+            kept.append(_one_thread_call(conv, step))
+        return kept[0]
+
+    return call
 
 
 def _pooled() -> bool:
@@ -576,12 +617,18 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         size = ftile.scratch_size(kind, False, l_n, block, kc, pack)
     packing = (k_n, width)  # (_packed's K and tile width)
     pair = None if (parallel and n_n == 1 and not rnpair.POINTWISE) or kind != cpair.KIND or (
-        cols and width != ftile.COLS_WIDTH[kind]) else cpair.tiles_pair(conv, step, cols, y_shape, k_n, l_n, lo, hi,
-                                                                         has_z, split=parallel and n_n == 1)
+        cols and width != ftile.COLS_WIDTH[kind]) or getattr(_forced, "on", False) else cpair.tiles_pair(
+        conv, step, cols, y_shape, k_n, l_n, lo, hi, has_z, split=parallel and n_n == 1)
     if parallel and n_n == 1 and pair is not None:
         pair.rule = rnpair.rule()  # ResNet-50's 1x1 layers (0.3-1.4 ms a half): as rnpair's
+    held_one = _held_one(conv, step, parallel, n_n)
 
     def tiles(x, w, b=None, z=None, *, out=None):
+        if held_one is not None and config.current_threads() == 1:  # (HELD_ONE_THREAD)
+            one = held_one()
+            if one is not None:
+                return one(x, w, b, z, out=out)
+        x_in, z_in = x, z
         y = _output(out, y_shape)
         if ftile.requested_raw() != raw or not held.usable(conv, x, w, b, z, y, m_n, packing):
             return general(x, w, b, z, out=out)
@@ -596,6 +643,9 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         if pair is not None and _paired(pair, parallel and n_n == 1, held.packed, held.bias, x, y,
                                         None if z is no_z else z):
             return y
+        one = held_one() if held_one is not None else None
+        if one is not None:  # the pair refused (HELD_ONE_THREAD): numba 1t's call
+            return one(x_in, w, b, z_in, out=y)
         scratch = config.thread_buffer("ftile", size, np.float32)
         for n in range(n_n):
             xs = x[n].reshape(-1)
