@@ -546,7 +546,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
             driver = ftile.cols_shape_driver(*shape)
             total = m_n // width
             size = ftile.cols_shape_scratch(*shape, l_n)
-        if one_thread:  # (a two-thread call the pair refused keeps COLS_KC, as its halves)
+        if one_thread:  # (a two-thread call the pair refused takes its halves' driver and K chunk: below)
             cols_kc = one_thread_cols_kc(l_n)
             if shape is None:
                 driver = _cols_driver(kind)
@@ -564,6 +564,8 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
                                                                          has_z, split=parallel and n_n == 1)
     if parallel and n_n == 1 and pair is not None:
         pair.rule = rnpair.rule()  # ResNet-50's 1x1 layers (0.3-1.4 ms a half): as rnpair's
+    if cols and pair is not None and not _one_thread(conv, parallel):  # the call of a refused pair: its halves'
+        driver, cols_kc = ftile.cols_driver_ahead(kind, pair.ahead), int(pair.desc[cpair.KC])  # (cpair.COLS_AHEAD)
 
     def tiles(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)
