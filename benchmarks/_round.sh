@@ -3,12 +3,14 @@
 # argument), PY, a DEADLINE of BUDGET seconds from now (default ROUND_BUDGET, set by the script), the environment
 # of the steady-state measurements, ``pinned CPUS COMMAND...`` (taskset + the time left; a command that
 # would start with under 10 s left is skipped, so that the files written so far come back from a
-# device call with a time limit), ``warm_cache`` (below) and OUT/env.txt (the CPU and the library versions).
+# device call with a time limit), ``warm_cache`` (below), ``elapsed``, ``tables`` and ``ops_summary`` (the lines
+# the scripts print last) and OUT/env.txt (the CPU and the library versions).
 # The tables of turns.py's JSON lines (a job cut by its time limit: its rounds so far): turns.py --from-json.
 OUT=${1:?output folder}
 PY=${PYTHON:-python3}
 ROUND_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-DEADLINE=$(( $(date +%s) + ${BUDGET:-${ROUND_BUDGET:-300}} ))
+ROUND_T0=$(date +%s)
+DEADLINE=$(( ROUND_T0 + ${BUDGET:-${ROUND_BUDGET:-300}} ))
 mkdir -p "$OUT"
 export KERNELKIT_NUMBA_START=eager PYTHONUNBUFFERED=1
 pinned() {
@@ -40,4 +42,15 @@ s = kernelkit_session(model, sys.argv[3]); s.run(None, feed); s.run(None, feed)
   done
   wait "${pids[@]}"
 }
+# elapsed LABEL: prints "LABEL N s", N the seconds since this file was sourced.
+elapsed() { echo "$1 $(( $(date +%s) - ROUND_T0 )) s"; }
+# tables FILE...: the markdown tables' rows and the headings of each file, without the separator rows (turns.py's,
+# head_in_model.py's, nodes_ab.py's tables).
+tables() {
+  local f
+  for f in "$@"; do grep "^|\|^##" "$f" | grep -v "^|---"; done
+}
+# ops_summary FILE: of ops_vs_reference.py's output, the headings, the nodes slower than the reference and the
+# Conv, Gemm and sum rows of its per-op tables (40 lines at most).
+ops_summary() { grep -i "slower\|^##\|^| Conv\|^| Gemm\|^| \*\*sum" "$1" | head -40; }
 { lscpu; $PY -c "import numba, llvmlite, numpy, onnxruntime; print(numba.__version__, llvmlite.__version__, numpy.__version__, onnxruntime.__version__)"; } > "$OUT/env.txt" 2>&1

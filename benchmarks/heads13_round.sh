@@ -6,7 +6,6 @@
 ROUND_BUDGET=158
 cd "$(dirname "$0")" || exit 1
 source ./_round.sh "$@"
-t0=$(date +%s)
 OLD="kernels.fgemm.ROW_STREAMS=1;kernels.gemm.HEAD_ALIGN=0"
 V=("old=$OLD" "s8=kernels.fgemm.ROW_STREAMS=8" "hp=kernels.gemm.HEAD_ALIGN=2097152"
    "s8hp=kernels.fgemm.ROW_STREAMS=8;kernels.gemm.HEAD_ALIGN=2097152" "np=kernels.gemm.HEAD_ALIGN=0"
@@ -33,9 +32,9 @@ for pair in "2,3 resnet18 21" "4,5 mobilenet_v2 21" "6,7 resnet50 9" "8,9 effici
 done
 pinned 12 "$PY" bench_head_state.py 60 512x1000,1280x1000,2048x1000 a0,s4+al,s8+al,s4+hp,s8+hp > "$OUT/state.txt" 2>&1 &
 wait
-echo "total $(( $(date +%s) - t0 )) s"
+elapsed total
 for f in "$OUT"/ab_*.txt; do grep -i "^## \|^| kind\|^| Gemm" "$f"; done
-for f in "$OUT"/in_*.txt; do grep "^|\|^##" "$f" | grep -v "^|---"; done
+tables "$OUT"/in_*.txt
 grep -i "gemm\|slower\|^##" "$OUT/ops.txt" | head -30
 grep "dram" "$OUT/state.txt"
 grep -h "^|" "$OUT/turns.txt" | tail -4

@@ -16,16 +16,15 @@ if [ "$call" = 1 ]; then
 else
   label=far SPEC=kernelkit.memory.HOT_FAR=1.0 rounds=11 more=() runtimes=numba1,numba
 fi
-t0=$(date +%s)
 pinned 0,1 "$PY" nodes_ab.py detection_head "$rounds" --rotate "$label=$SPEC" "${more[@]}" --nodes="$NODES" \
   > "$OUT/ab.txt" 2>&1 &
 ab=$!
 warm_cache "2,3 4,5" 40 detection_head:numba2
 wait $ab
-echo "per node $(( $(date +%s) - t0 )) s"
-t1=$(date +%s)
+elapsed "per node"
 pinned 0,1 "$PY" turns.py detection_head --runtimes "$runtimes" --variant "$label=$SPEC" --variant1 "${label}1=$SPEC" \
   --rounds 11 --json "$OUT/turns.jsonl" > "$OUT/turns.txt" 2>&1
-echo "turns $(( $(date +%s) - t1 )) s"
+elapsed total
 grep "^| Concat\|^| Resize\|^| \*\*sum\|^| node\|^| Conv_\|^| Mul_" "$OUT/ab.txt"
-"$PY" turns.py --from-json "$OUT/turns.jsonl" | grep "^| detection_head\|^| quiet"
+"$PY" turns.py --from-json "$OUT/turns.jsonl" > "$OUT/turns_table.txt" 2>&1
+tables "$OUT/turns_table.txt"

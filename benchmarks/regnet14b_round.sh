@@ -8,11 +8,10 @@
 ROUND_BUDGET=95
 cd "$(dirname "$0")" || exit 1
 source ./_round.sh "$@"
-t0=$(date +%s)
 Q0="q0=kernels.fgemm.ROW_STREAMS_AHEAD=0"
 Q32="q32=kernels.fgemm.ROW_STREAMS_AHEAD=32"
 pinned 0,1 "$PY" ops_vs_reference.py regnet_y_400mf,resnet50,mobilenet_v2 "${RUNS:-15}" --rotate > "$OUT/ops.txt" 2>&1
-echo "phase 1 $(( $(date +%s) - t0 )) s"
+elapsed "phase 1"
 pinned 0,1 "$PY" head_in_model.py resnet50 15 "$Q0" "$Q32" > "$OUT/in_resnet50.txt" 2>&1 &
 pinned 2,3 "$PY" head_in_model.py mobilenet_v2 21 "$Q0" "$Q32" > "$OUT/in_mobilenet_v2.txt" 2>&1 &
 pinned 4,5 "$PY" head_in_model.py regnet_y_400mf 21 "$Q0" "$Q32" > "$OUT/in_regnet.txt" 2>&1 &
@@ -22,8 +21,8 @@ pinned 6,7 "$PY" turns.py regnet_y_400mf --rounds 5 --runtimes numba1,reference1
 pinned 8 "$PY" bench_head_state.py 30 440x1000,512x1000,1280x1000,2048x1000 s4+al,s4+al+q8,s4+al+q16,s4+al+q32 \
   > "$OUT/state.txt" 2>&1 &
 wait
-echo "total $(( $(date +%s) - t0 )) s"
-grep -i "slower\|^##\|^| Conv\|^| Gemm\|^| \*\*sum" "$OUT/ops.txt" | head -40
-for f in "$OUT"/in_*.txt; do grep "^|\|^##" "$f" | grep -v "^|---"; done
+elapsed total
+ops_summary "$OUT/ops.txt"
+tables "$OUT"/in_*.txt
 grep "dram" "$OUT/state.txt"
-grep "^|\|^##" "$OUT/turns.txt" | grep -v "^|---" | tail -8
+tables "$OUT/turns.txt" | tail -8

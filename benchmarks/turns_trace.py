@@ -1,7 +1,7 @@
 """Per block of a turns.py run, where a two-thread numba block's time went (issue 11, session 14; docs/numba.md,
 "The two-thread blocks that run slow in turns"): ``KERNELKIT_TURNS_TRACE=1 taskset -c 0,1 python
 benchmarks/turns.py ...`` adds a ``trace`` entry to each block's JSON line, and ``python benchmarks/turns_trace.py
-OUT.jsonl`` prints them as a table per model and runtime.
+OUT.jsonl`` prints them as a table per model and runtime (``--short``: a line a block; ``--stalls``: a line a stall).
 
 Per block (its timed calls only, not the settle calls):
 
@@ -32,10 +32,52 @@ def getcpu() -> int:
 
 
 class CpuTrace(list):
-    """``pairs.TRACE`` that also keeps the calling thread's CPU on each appended call."""
+    """``pairs.TRACE`` that also keeps the calling thread's CPU on each appended call, and in ``marks`` the pair
+    helper's stall counters as the call reports (before its own verdict: a call's stall shows in the next mark)."""
+
+    def __init__(self):
+        super().__init__()
+        self.marks: list = []
 
     def append(self, item) -> None:
         list.append(self, (*item, getcpu()))
+        self.marks.append(_stall_counts())
+
+
+def _stall_counts() -> tuple:
+    """The pair helper's (stalls, the back-offs they fired: time-based and counted in calls, the stalls paid for:
+    rnpair.STALL_NET) now."""
+    fpair = sys.modules.get("kernelkit_numba.kernels.fpair")
+    if fpair is None or not fpair._server:
+        return (0, 0, 0)
+    st = fpair._server[0].stats
+    return (st.get("stalls", 0), st.get("stall_backoffs", 0) + st.get("skips", 0), st.get("paid", 0))
+
+
+def stall_records(trace, rate: float, t0: float) -> list:
+    """Each stall of a block's pair calls (``trace``: a CpuTrace): [ms since the block began, the caller's own half,
+    its wait, the helper's start, its half (us), the helper's half over the caller's, the median of that over the 8
+    paired calls before (a helper on a slower core: high before too; a lost core: a spike), whether it fired a
+    back-off, whether it was paid for (rnpair.STALL_NET), and the ms until the next pair call reported (a
+    back-off's length, as the run saw it)]."""
+    if not trace or rate <= 0:
+        return []
+    us = 1e6 / rate
+    marks = list(trace.marks) + [_stall_counts()]
+    out, before = [], []
+    for i, (t, done, o, w, s, h, _cpu) in enumerate(trace):
+        if done != 1:
+            continue
+        stalled, fired, paid = (marks[i + 1][k] > marks[i][k] for k in range(3))
+        if stalled:
+            prior = sorted(before[-8:])
+            gap = (trace[i + 1][0] - t) * 1e3 if i + 1 < len(trace) else -1.0
+            out.append([round((t - t0) * 1e3, 2), round(o * us, 1), round(w * us, 1), round(s * us, 1),
+                        round(h * us, 1), round(h / o, 2) if o > 0 else 0.0,
+                        round(prior[len(prior) // 2], 2) if prior else 0.0, fired, paid, round(gap, 2)])
+        if o > 0:
+            before.append(h / o)
+    return out
 
 
 def _proc_stat(cpus) -> dict:
@@ -138,6 +180,7 @@ class BlockTrace:
                 "ratio_q": [ratios[int(q * (len(ratios) - 1))] for q in (0.1, 0.5, 0.9)] if ratios else [],
                 # per CPU the caller ran on: calls a run, its own halves' and the helper's halves' ms a run
                 "by_caller_cpu": {k: [v[0] / max(calls, 1), v[1] * ms, v[2] * ms] for k, v in by_cpu.items()},
+                "stalls": stall_records(trace, rate, self.t0),
             }
             self.pairs.TRACE = None
         return out
@@ -205,8 +248,19 @@ def short(path: str) -> str:
     return "\n".join(lines)
 
 
+def stalls(path: str) -> str:
+    """Each block's stalls (stall_records), one line a stall: when in the block, own / wait / the helper's start and
+    half (us), the helper's half over the caller's and its median over the 8 calls before, fired, paid for, the gap
+    after."""
+    lines = ["block | ms in block | own us | wait | hlp start | hlp half | hlp/own | before | fired | paid | gap ms"]
+    for r in (json.loads(line) for line in open(path)):
+        for rec in ((r.get("trace") or {}).get("pairs") or {}).get("stalls", []):
+            lines.append(f"{r['model']} {r['load']} r{r['round']} {r['runtime']} | " + " | ".join(str(v) for v in rec))
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
-    brief = "--short" in args
-    for p in (a for a in args if a != "--short"):
-        print(short(p) if brief else table(p))
+    mode = short if "--short" in args else stalls if "--stalls" in args else table
+    for p in (a for a in args if a not in ("--short", "--stalls")):
+        print(mode(p))

@@ -477,13 +477,15 @@ def test_one_thread_pointwise_cols_chunk_defaults(rng, monkeypatch, hw, stride):
         else conv.FTILE_COLS_KC_ONE_THREAD
     assert want_kc and 300 > 2 * want_kc
     kcs = []
-    real = ftile.cols_driver
 
-    def recording(kind):
-        driver = real(kind)
-        return lambda *a: (kcs.append(a[13]), driver(*a))[1]
+    def recording(real):  # the plain driver or the prefetching one (conv.COLS_AHEAD_ONE_THREAD)
+        def make(*key):
+            driver = real(*key)
+            return lambda *a: (kcs.append(a[13]), driver(*a))[1]
+        return make
 
-    monkeypatch.setattr(ftile, "cols_driver", recording)
+    monkeypatch.setattr(ftile, "cols_driver", recording(ftile.cols_driver))
+    monkeypatch.setattr(ftile, "cols_driver_ahead", recording(ftile.cols_driver_ahead))
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 300, hw, hw), (80, 300, 1, 1), (80,)))
     z = rng.standard_normal((1, 80, out_hw, out_hw)).astype(np.float32)
     attrs = {"strides": [stride, stride], "activation": "Relu"}
@@ -491,6 +493,34 @@ def test_one_thread_pointwise_cols_chunk_defaults(rng, monkeypatch, hw, stride):
     got = run_single_op("Conv", [x, w, b, z], attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
     assert kcs and set(kcs) == {want_kc}, kcs
     assert_close(got, want)
+
+
+@pytest.mark.parametrize("ahead", [16, 3])
+@pytest.mark.parametrize("hw,stride", [(14, 1), (7, 1), (14, 2)])
+@pytest.mark.parametrize("m_n,n_n", [(80, 1), (112, 2)])
+def test_one_thread_pointwise_cols_ahead(rng, monkeypatch, ahead, hw, stride, m_n, n_n):
+    """conv.COLS_AHEAD_ONE_THREAD: a one-thread session's 1x1 layer on the cols tiles that prefetch their
+    weights ``ahead`` steps on (ftile.cols_driver_ahead) on a 14x14 and a 7x7 map and the 1x1/2 shortcut to
+    7x7, K = 300 in three uneven chunks of the default 128 (the prefetch runs past a chunk's and a panel's
+    end), 80 channels (a last panel of two vectors) and 112 (one vector), batch 1 and 2, with and without the
+    residual, Relu, against the reference."""
+    from kernelkit_numba.kernels import conv
+
+    _need("avx512")
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    monkeypatch.setattr(conv, "COLS_AHEAD_ONE_THREAD", ahead)
+    calls = []
+    real = ftile.cols_driver_ahead
+    monkeypatch.setattr(ftile, "cols_driver_ahead", lambda *a: (calls.append(a), real(*a))[1])
+    out_hw = hw // stride
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((n_n, 300, hw, hw), (m_n, 300, 1, 1), (m_n,)))
+    z = rng.standard_normal((n_n, m_n, out_hw, out_hw)).astype(np.float32)
+    for inputs, attrs in (([x, w, b, z], {"strides": [stride, stride], "activation": "Relu"}),
+                          ([x, w, b], {"strides": [stride, stride]})):
+        want = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
+        got = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
+        assert_close(got, want)
+    assert calls and set(calls) == {(ftile.COLS8_KIND, ahead)}, calls
 
 
 @pytest.mark.parametrize("shape", ["4x6", "3x8", "3x7"])

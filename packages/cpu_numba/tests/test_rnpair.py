@@ -479,6 +479,161 @@ def test_chunk_stall_rule(quiet_server):
     assert srv.stats["stalls"] == 2 and srv.stats["backoffs"] == 1
 
 
+def test_stall_slack(quiet_server, monkeypatch):
+    """rnpair.STALL_SLACK: a stall is a wait past STALL_S plus that fraction of the caller's own half; at the default
+    (0.5) rule()'s verdicts are the server's own (fpair's slack) on a scripted run of waits; at 1.0 a wait up to
+    STALL_S plus the caller's whole half (the pair no slower than the caller alone) is none."""
+    srv = quiet_server
+    srv.stall = 1000
+    srv.ctl[fpair.OWN] = 4000
+    waits = (0, 2999, 3000, 3001, 4999, 5000, 5001, 40000)
+    want = [w > 1000 + 2000 for w in waits]
+    got = []
+    for w in waits:
+        srv.ctl[pairs.WAITED] = w
+        before = srv.stats["stalls"]
+        srv._stalls = []  # (each verdict on its own: no back-off)
+        srv.result(1, *rnpair.rule())
+        got.append(srv.stats["stalls"] > before)
+        assert srv.stalled() == (w > 3000)
+    assert got == want and srv.stats["backoffs"] == 0
+    monkeypatch.setattr(rnpair, "STALL_SLACK", 1.0)
+    got = []
+    for w in waits:
+        srv.ctl[pairs.WAITED] = w
+        before = srv.stats["stalls"]
+        srv._stalls = []
+        srv.result(1, *rnpair.rule())
+        got.append(srv.stats["stalls"] > before)
+    assert got == [w > 1000 + 4000 for w in waits]
+    srv.ctl[pairs.WAITED] = 40000
+    srv.result(1, *rnpair.rule(False))  # the caller's own verdict (claimed chunks) still decides
+    assert srv.stats["stalls"] == 7
+    srv.result(2, *rnpair.rule())  # a call the caller ran alone is no stall
+    assert srv.stats["stalls"] == 7 and srv.stats["alone"] == 1
+
+
+def test_stall_back_off_counted_in_calls(quiet_server, monkeypatch):
+    """rnpair.STALL_SKIP: the hiccup rule's back-off is the next STALL_SKIP pair calls on the caller (usable() False,
+    the helper not woken), no time-based back-off and none of the pool's (rnpair.follow); a fire within SKIP_CALM
+    times the last length of calls after its end doubles it, up to SKIP_MAX times STALL_SKIP; a later one starts
+    again at STALL_SKIP; the helper's misses still back off in time."""
+    monkeypatch.setattr(rnpair, "STALL_SKIP", 5)
+    pool_calls, wakes = [], []
+    monkeypatch.setattr(shards.POOL, "_back_off", lambda why, seconds=0.0: pool_calls.append(why))
+    srv = quiet_server
+    monkeypatch.setattr(srv, "wake", lambda: wakes.append(1))
+    srv.ctl[pairs.WAITED] = srv.stall + 1
+    srv.ctl[fpair.OWN] = 0
+    srv.ctl[pairs.AWAKE] = 1
+
+    def fire():  # two stalls within HICCUP_S (the one before them long ago)
+        before = srv.stats["backoffs"]
+        srv._stalls = []
+        srv.result(1, *rnpair.rule())
+        srv.result(1, *rnpair.rule())
+        rnpair.follow(srv, before)
+
+    def calls(n):  # n pair calls asked for: how many were refused
+        return sum(not srv.usable() for _ in range(n))
+
+    srv.result(1, *rnpair.rule())  # one stall alone: a hiccup
+    assert srv.stats["stalls"] == 1 and srv.skip == 0 and srv.stats["skips"] == 0
+    srv.result(1, *rnpair.rule())
+    assert srv.stats["skips"] == 1 and srv.skip == 5 and srv.until == 0.0
+    assert srv.stats["backoffs"] == 0 and srv.stats["stall_backoffs"] == 0 and pool_calls == []
+    srv.ctl[pairs.AWAKE] = 0  # the helper asleep meanwhile: not woken while calls are left to skip
+    for _ in range(4):
+        assert not srv.usable()
+        srv.asleep()
+    assert wakes == [] and srv.skip == 1
+    assert not srv.usable()
+    srv.asleep()  # the last skipped call wakes it, for the next
+    assert wakes == [1] and srv.skip == 0
+    srv.ctl[pairs.AWAKE] = 1
+    assert srv.usable()
+    fire()  # soon after the skip's end (1 call, within SKIP_CALM x 5): doubled
+    assert srv.skip == 10 and calls(12) == 10 and pool_calls == []
+    fire()  # 2 calls after: doubled again
+    assert srv.skip == 20 and calls(20) == 20
+    assert calls(pairs.SKIP_CALM * 20 + 1) == 0
+    fire()  # calm for longer than SKIP_CALM x 20 calls: from STALL_SKIP again
+    assert srv.skip == 5 and calls(5) == 5
+    for _ in range(12):  # stalls that keep coming: doubling up to SKIP_MAX x STALL_SKIP
+        fire()
+    assert srv.skip == pairs.SKIP_MAX * 5 and srv.stats["skips"] == 16 and srv.stats["backoffs"] == 0
+    assert srv.until == 0.0 and pool_calls == []
+    srv.skip = 0
+    for _ in range(pairs.MISSES):  # the helper's misses: the time-based back-off, as before
+        srv.result(2, *rnpair.rule())
+    assert srv.stats["backoffs"] == 1 and srv.until > time.perf_counter()
+    monkeypatch.setattr(rnpair, "STALL_SKIP", 0)  # off: the stall rule's back-off in time, as before
+    srv.until = 0.0
+    fire()
+    assert srv.stats["backoffs"] == 2 and srv.stats["stall_backoffs"] == 1 and srv.skip == 0
+    assert srv.until > time.perf_counter() and len(pool_calls) == 1
+
+
+def test_stalls_paid_for(quiet_server, monkeypatch):
+    """rnpair.STALL_NET: a stall that the paired calls since the last one paid for (their own halves less their waits,
+    it included, at 0 or above) is counted (stats["paid"]) but not toward the hiccup rule; one after calls that lost
+    time counts, and two such within HICCUP_S back off; off, the same run backs off at its second stall."""
+    srv = quiet_server
+    srv.stall = 1000
+    srv.ctl[fpair.OWN] = 4000
+    script = [0, 0, 0, 10000, 10000, 0, 10000]  # the waits: 3 calls saving 4000 each, stalls of 6000 lost
+    monkeypatch.setattr(rnpair, "STALL_NET", True)
+    fired = []
+    for w in script:
+        srv.ctl[pairs.WAITED] = w
+        srv.result(1, *rnpair.rule())
+        fired.append(srv.stats["backoffs"])
+    # the first stall paid for (12000 saved before it, 6000 lost), the second not (-6000): counted; the third
+    # after a call that saved 4000: -2000, counted, the second within HICCUP_S: backs off
+    assert srv.stats["stalls"] == 3 and srv.stats["paid"] == 1 and fired == [0, 0, 0, 0, 0, 0, 1]
+    assert srv._net == 0 and srv.stats["stall_backoffs"] == 1
+    srv.until, srv._stalls = 0.0, []
+    srv.ctl[pairs.WAITED] = 0
+    for _ in range(2):  # 8000 saved, then a stall of 20000 lost: not paid for, one counted stall (a hiccup)
+        srv.result(1, *rnpair.rule())
+    srv.ctl[pairs.WAITED] = 24000
+    srv.result(1, *rnpair.rule())
+    assert srv.stats["paid"] == 1 and srv.stats["backoffs"] == 1 and len(srv._stalls) == 1
+    monkeypatch.setattr(rnpair, "STALL_NET", False)
+    srv2 = fpair.FPairServer(0)
+    srv2.stall, srv2.ctl[fpair.OWN] = 1000, 4000
+    fired = []
+    for w in script:
+        srv2.ctl[pairs.WAITED] = w
+        srv2.result(1, *rnpair.rule())
+        fired.append(srv2.stats["backoffs"])
+    assert srv2.stats["paid"] == 0 and fired == [0, 0, 0, 0, 1, 1, 2]
+
+
+@pytest.mark.parametrize("case", [LAYERS[0], LAYERS[3]], ids=["wino", "direct"])
+def test_a_skipped_layer_runs_alone(case, quiet_server):
+    """A layer asked for within a back-off counted in calls runs both halves on the caller (no job published, no
+    outcome counted) and uses one call up: bit for bit the output of a paired call whose helper never came (the
+    caller took its half), and of the one-thread path for fdirect's shards."""
+    xs, ws, attrs, res, op = case
+    inputs = _layer(case, 3)
+    shape = _out_shape(xs, ws, attrs)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    assert _pair_of(fn) is not None
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    taken = _at(2, fn, inputs, shape)  # the helper 'spinning' but never coming: the caller takes its half
+    assert srv.stats["alone"] == 1 and srv.ctl[pairs.STATE] == 1 * 4 + pairs.TAKEN
+    srv.skip = 2
+    skipped = _at(2, fn, inputs, shape)
+    assert srv.skip == 1 and srv.stats["alone"] == 1 and srv.stats["paired"] == 0
+    assert srv.ctl[pairs.JOB] == 1  # no job published
+    np.testing.assert_array_equal(skipped, taken)
+    if op == rnpair.OP_DIRECT:
+        np.testing.assert_array_equal(skipped, _at(1, _kernel(xs, ws, attrs, 1, res).compute, inputs, shape))
+    assert_close(skipped, _reference(inputs, attrs), np.float32)
+
+
 def test_a_pairs_back_off_backs_the_pool_off(quiet_server, monkeypatch):
     """POOL_BACKOFF: a back-off of the pairs (here a busy helper's misses through a paired layer) backs
     the shard pool off (its look at the free cores decides its end); off: the pairs' own alone."""

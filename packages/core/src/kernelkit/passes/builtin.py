@@ -116,6 +116,22 @@ class _Index:
             if name:
                 self.readers.setdefault(name, []).append(new)
 
+    def fuse(self, nodes: list[Node], new: Node, at: Node) -> None:
+        """``nodes`` (a block one pass fuses) leave the graph, ``new`` takes the place of ``at`` (one of them) as
+        ``replace`` puts it, and the values they wrote that ``new`` does not write leave ``graph.values``."""
+        for node in nodes:
+            if node is not at:
+                self.remove(node)
+        self.replace(at, new)
+        for node in nodes:
+            for name in node.outputs:
+                if name and name not in new.outputs:
+                    self.graph.values.pop(name, None)
+
+    def removed(self, node: Node) -> bool:
+        """Whether ``node`` left the graph in this sweep (it stays in the node list until ``commit``)."""
+        return id(node) in self._removed
+
     def commit(self) -> None:
         self.graph.nodes = [n for n in self.graph.nodes if id(n) not in self._removed]
         self._at = None
@@ -354,7 +370,7 @@ def adds_over(graph: Graph, index: _Index, op: str):
     that the caller fused (removed from ``index``) yields no second pair."""
     for add in [n for n in graph.nodes if n.op_id == "Add" and len(n.inputs) == 2]:
         for pos in (0, 1):
-            if id(add) in index._removed:
+            if index.removed(add):
                 break
             producer = index.producers.get(add.inputs[pos])
             if producer is not None and producer.op_id == op and index.sole_reader(add.inputs[pos]) is add:

@@ -138,7 +138,7 @@ def fuse_gelu(graph: Graph, ctx: PassContext) -> int:
         return 0
     index, count = _Index(graph), 0
     for act in acts:
-        if id(act) in index._removed:
+        if index.removed(act):
             continue
         tanh = act.op_id == "Tanh"
         found = _match_tanh(graph, index, act) if tanh else _match(graph, index, act)
@@ -154,16 +154,7 @@ def fuse_gelu(graph: Graph, ctx: PassContext) -> int:
         if select_kernel("Gelu", ctx.device, "float32", ctx.vendors, [spec], attrs, ctx.scope) is None:
             continue
         fused = Node("Gelu", [x], [out], {"approximate": "tanh"} if tanh else {}, act.name + "_gelu")
-        last = block[-1]
-        for node in block:
-            index.remove(node)
-            for o in node.outputs:
-                if o != out:
-                    graph.values.pop(o, None)
-        graph.nodes[graph.nodes.index(last)] = fused
-        index._removed.discard(id(fused))
-        index.producers[out] = fused
-        index.readers.setdefault(x, []).append(fused)
+        index.fuse(block, fused, at=block[-1])  # in the place of the block's last node, which wrote ``out``
         log.debug("fuse_gelu: %s -> Gelu", act.name)
         count += 1
     index.commit()

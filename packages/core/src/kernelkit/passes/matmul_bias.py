@@ -74,9 +74,7 @@ def fuse_matmul_bias(graph: Graph, ctx: PassContext) -> int:
                 graph.values.pop(name, None)
             continue
         fused = Node("MatMul", inputs, list(add.outputs), dict(mm.attrs), add.name, "")
-        index.remove(mm)
-        index.replace(add, fused)
-        graph.values.pop(mm.outputs[0], None)
+        index.fuse([mm, add], fused, at=add)
         log.debug("fuse_matmul_bias: %s + %s -> MatMul with a bias", mm.name, add.name)
         count += 1
     index.commit()

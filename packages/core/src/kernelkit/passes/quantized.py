@@ -296,11 +296,7 @@ def _fuse_dynamic_quantize(graph: Graph, index: _Index, dql: Node) -> list[Node]
         while inputs and not inputs[-1]:
             inputs.pop()
         fused = Node("DynamicQuantizeMatMul", inputs, list(mm.outputs), {}, mm.name, "com.microsoft")
-        index.remove(mm)
-        graph.nodes[graph.nodes.index(mm)] = fused
-        index.producers[fused.outputs[0]] = fused
-        for name in set(inputs) - {""}:
-            index.readers.setdefault(name, []).append(fused)
+        index.replace(mm, fused)
         log.debug("fuse_qdq: %s -> DynamicQuantizeMatMul", mm.name)
     return users
 
@@ -323,17 +319,10 @@ def _fold_constant_dq(graph: Graph, index: _Index) -> int:
     return count
 
 
-def _replace(graph: Graph, index: _Index, fused: Node, group: list[Node]) -> None:
+def _replace(index: _Index, fused: Node, group: list[Node]) -> None:
     """Put ``fused`` (writing the last node's output) where the group's first node was. Its inputs
     are defined before that node: they are the group's inputs or constants."""
-    for old in group:
-        index.remove(old)
-    for old in group[:-1]:
-        graph.values.pop(old.outputs[0], None)
-    graph.nodes[graph.nodes.index(group[0])] = fused
-    index.producers[fused.outputs[0]] = fused
-    for name in set(fused.inputs) - {""}:
-        index.readers.setdefault(name, []).append(fused)
+    index.fuse(group, fused, at=group[0])
     log.debug("fuse_qdq: %s (%s) -> %s", group[0].name, group[0].op_id, fused.op_id)
 
 
@@ -347,10 +336,10 @@ def fuse_qdq(graph: Graph, ctx: PassContext) -> int:
         if node.op_id in INTEGER_OPS:
             count += _integer_op(graph, index, node)
             continue
-        if node.op_id == "Cast" and id(node) not in index._removed:
+        if node.op_id == "Cast" and not index.removed(node):
             found = _fuse_dynamic(graph, index, node)
             if found is not None:
-                _replace(graph, index, found[0], found[1])
+                _replace(index, found[0], found[1])
                 count += 1
             continue
         fuse = FUSIONS.get(node.op_id)
@@ -364,7 +353,7 @@ def fuse_qdq(graph: Graph, ctx: PassContext) -> int:
         fused = fuse(graph, index, node, q, act)
         if fused is None:
             continue
-        _replace(graph, index, fused, [node, *between, q])
+        _replace(index, fused, [node, *between, q])
         count += 1
     index.commit()
     index = _Index(graph)  # afresh: ids of the nodes removed above may be reused by new ones

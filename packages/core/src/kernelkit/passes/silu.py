@@ -47,13 +47,7 @@ def fuse_silu(graph: Graph, ctx: PassContext) -> int:
         if vendor is None or vendor != _vendor(graph, "Sigmoid", x, ctx, {}):
             continue
         fused = Node("Swish", [x], [mul.outputs[0]], {}, mul.name)
-        index.remove(sig)
-        index.remove(mul)
-        graph.values.pop(gate, None)
-        graph.nodes[graph.nodes.index(mul)] = fused
-        index._removed.discard(id(fused))
-        index.producers[fused.outputs[0]] = fused
-        index.readers.setdefault(x, []).append(fused)
+        index.fuse([sig, mul], fused, at=mul)
         log.debug("fuse_silu: %s * %s -> Swish", sig.name, mul.name)
         count += 1
     index.commit()

@@ -1241,6 +1241,14 @@ FTILE_COLS_KC_SMALL_ONE_THREAD = 128  # the same for a one-thread bound call's m
 # Xeon (session 14): 2048 -> 512 1.05-1.08x, the 1024 -> 2048 shortcut 1.05-1.13x, 512 -> 2048 + Z 1.00-1.05x;
 # with FTILE_COLS_KC_ONE_THREAD, ResNet-50 numba 1t / both 1.08, 1.08, 1.00 in three turns runs. Off:
 # kernels.conv.FTILE_COLS_KC_SMALL_ONE_THREAD=0
+COLS_AHEAD_ONE_THREAD = 16  # a one-thread bound 1x1 call's cols tiles (3 x 7, the narrow ones too) prefetch their
+# weights' row k + this into L1 at step k (ftile.cols_driver_ahead; 0: off), as fdirect.AHEAD does for its tiles.
+# In the model a 1x1 layer's weights (1-4 MiB at 14x14 and 7x7) come from L3 or memory, and the first tile of
+# every K chunk waits for them. Issue 11, session 15 (nchwc15; docs/numba.md, "ResNet-50's bottleneck blocks at
+# one thread"): Xeon, ResNet-50 per kind (nodes_ab.py, two processes, orders reversed), 16 against 0: the 7x7
+# layers and the 1x1/2 shortcut to 7x7 1.13-1.18x, the 14x14 ones 1.01-1.06x (an identical session 0.97-1.05x);
+# a second call against off 1.25-1.30x and 1.02-1.09x; 32 and 64 no better; RegNetY's 440@7 layers 1.14x (32);
+# ResNet-18 and RegNetY in turns level (1.01, 1.02). Off: kernels.conv.COLS_AHEAD_ONE_THREAD=0
 COLS_TILE_ONE_THREAD = ""  # the cols tile of a one-thread bound 1x1 call on maps above FTILE_COLS_MAX pixels (the
 # 14x14 ones), as "CVxMP" of ftile.COLS_SHAPES ("": 3 x 7, ftile.cols_driver): "4x6" (64 channels x 6 pixels: 4
 # weight vectors and 6 broadcasts per 24 FMAs, against 3 and 7 per 21; 198 pixel slots for 196) or "3x8" (200).

@@ -137,6 +137,15 @@ def one_thread_cols_kc(l_n: int) -> int:
     return (FTILE_COLS_KC_SMALL_ONE_THREAD if l_n <= FTILE_COLS_MAX else FTILE_COLS_KC_ONE_THREAD) or ftile.COLS_KC
 
 
+def _cols_driver(kind):
+    """The 3 x 7 cols driver of a one-thread bound 1x1 call: its tiles prefetch their weights
+    conv.COLS_AHEAD_ONE_THREAD steps ahead (ftile.cols_driver_ahead), or ftile.cols_driver where that is 0."""
+    from .conv import COLS_AHEAD_ONE_THREAD
+
+    ahead = int(COLS_AHEAD_ONE_THREAD)
+    return ftile.cols_driver_ahead(kind, ahead) if ahead else ftile.cols_driver(kind)
+
+
 def _tail_call(conv, raw, kind, y_shape, k_n, l_n, lo, hi, has_z, general, buf, buf_ro, sh, sw, sub, tail):
     """_tiles_call's one-thread call with a ``tail`` (cols_tail): the weights packed in cols panels (the
     kernel's packing, Conv._ftile_weights; the last panel's rows past m_n - tail are never read), the first
@@ -149,7 +158,7 @@ def _tail_call(conv, raw, kind, y_shape, k_n, l_n, lo, hi, has_z, general, buf, 
     no_z = readonly(np.zeros(1, np.float32))
     width = ftile.COLS_WIDTH[kind]
     main = m_n - tail
-    cols_driver = ftile.cols_driver(kind)
+    cols_driver = _cols_driver(kind)
     panels = main // width + int(main % width > 0)
     cols_size = ftile.scratch_size(kind, True, l_n)
     cols_kc = one_thread_cols_kc(l_n)
@@ -539,6 +548,8 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
             size = ftile.cols_shape_scratch(*shape, l_n)
         if one_thread:  # (a two-thread call the pair refused keeps COLS_KC, as its halves)
             cols_kc = one_thread_cols_kc(l_n)
+            if shape is None:
+                driver = _cols_driver(kind)
     else:
         kind = ftile.rows_kind(kind, m_n, one_thread=_one_thread(conv, parallel))
         width = ftile.MR[kind]

@@ -893,18 +893,20 @@ COLS_MP = {1: 6, 2: 7}  # pixels per cols tile
 COLS_CV = {1: 2, 2: 3}  # channel vectors per cols tile
 
 
-def _cols_driver(kind: int, tile, tile_z, mp: int | None = None, narrow=None, cv: int | None = None):
+def _cols_driver(kind: int, tile, tile_z, mp: int | None = None, narrow=None, cv: int | None = None, suffix: str = ""):
     """conv_cols' loops for one variant, its two tiles fixed (see _rows_driver); ``mp`` pixels a
     tile (COLS_MP[kind] unless given: conv_cols8's 8). ``narrow``: (one, one_z, two, two_z), tiles of
     one and two channel vectors on the same panels, for a last panel of that many vectors (160
     channels = 3 x 48 + 16: the full tile computed 32 channels for nothing). ``cv``: channel vectors
-    a tile (COLS_CV[kind] unless given: panels of cv * lanes channels, cols_shape_driver's)."""
+    a tile (COLS_CV[kind] unless given: panels of cv * lanes channels, cols_shape_driver's). ``suffix``:
+    added to the driver's cache name (tiles of another code: cols_driver_ahead's ``_a{ahead}``)."""
     lanes = COLS_LANES[kind]
     width = COLS_WIDTH[kind] if cv is None else cv * lanes
     mp = COLS_MP[kind] if mp is None else mp
     driver = "cols" if mp == COLS_MP[kind] else f"cols{mp}"
     if cv is not None and cv != COLS_CV[kind]:
         driver = f"cols{cv}x{mp}"
+    driver += suffix
     one, one_z, two, two_z = (tile, tile_z, tile, tile_z) if narrow is None else narrow
 
     def panels(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi):
@@ -957,6 +959,21 @@ def cols_driver(kind: int):
     """The compiled loops of conv_cols for variant ``kind`` (1 or 2), built on first use."""
     name, cv, mp = _NAME[kind], COLS_CV[kind], COLS_MP[kind]
     return _cols_driver(kind, *(_cols_intrinsic(name, cv, mp, z) for z in (False, True)), narrow=_narrow(name, cv, mp))
+
+
+@_built_once
+def cols_driver_ahead(kind: int, ahead: int):
+    """cols_driver(kind) whose tiles (the narrow ones too) also prefetch into L1, at step k, their weights'
+    row k + ``ahead`` (_cols_intrinsic's ``ahead``: the panel's next rows, past a chunk's end the next
+    chunk's, past a panel's end the next panel's); 0: cols_driver(kind) itself. A one-thread session's bound
+    1x1 calls take it (conv.COLS_AHEAD_ONE_THREAD): in the model their weights come from L3 or memory."""
+    if not ahead:
+        return cols_driver(kind)
+    name, cv, mp = _NAME[kind], COLS_CV[kind], COLS_MP[kind]
+    width = cv * COLS_LANES[kind]
+    narrow = tuple(_cols_intrinsic(name, min(n, cv), mp, z, width, ahead=ahead) for n in (1, 2) for z in (False, True))
+    return _cols_driver(kind, *(_cols_intrinsic(name, cv, mp, z, ahead=ahead) for z in (False, True)), narrow=narrow,
+                        suffix=f"_a{ahead}")
 
 
 # 8 pixels a tile (24 accumulators, 3 weight vectors: 27 of the 32 zmm): Winograd's F(2x2, 3x3) on a

@@ -19,7 +19,10 @@
   doubles from ``MIN_BACKOFF_S`` to ``MAX_BACKOFF_S`` (reset after ``CALM_S`` without signs); the
   shard pool's back-off (``shards.POOL.backed_off``) stops it too. A caller with a hiccup window (the
   ResNets' and the transformer's pairs) backs off only at its ``hiccups``-th stall within it (2), for a
-  fixed length where it passes one (rnpair.HICCUPS, rnpair.HICCUP_BACKOFF_S; issue 11, session 13).
+  fixed length where it passes one (rnpair.HICCUPS, rnpair.HICCUP_BACKOFF_S; issue 11, session 13); where it passes
+  them, a stall's slack is its own fraction of the caller's half, the back-off is a count of pair calls
+  (``SKIP_CALM``), and a stall that the paired calls since the last one paid for is forgotten (rnpair.STALL_SLACK,
+  STALL_SKIP, STALL_NET; issue 11, session 15).
 """
 from __future__ import annotations
 
@@ -69,6 +72,13 @@ MIN_BACKOFF_S, MAX_BACKOFF_S, CALM_S = 0.05, 2.0, 1.0
 # alone is a vCPU's hiccup), and such a back-off lasts ``fixed_s`` where that is > 0, never doubling (0: it doubles
 # from MIN_BACKOFF_S as every other). rnpair passes its own (rnpair.HICCUPS, rnpair.HICCUP_BACKOFF_S).
 HICCUPS = 2
+# A stall back-off counted in pair calls (a caller's ``skip`` > 0, rnpair.STALL_SKIP; issue 11, session 15): where the
+# stall rule fires, the next ``skip`` pair calls (of any family) run on the caller, the helper left to sleep, and no
+# time-based back-off (nor the shard pool's, rnpair.follow) starts. A fire within SKIP_CALM times the last skip's
+# length of pair calls after its end doubles the length (up to SKIP_MAX times ``skip``: a helper that keeps
+# stalling, one without its core, is left alone for longer and longer); a later one starts again at ``skip``.
+SKIP_CALM = 4
+SKIP_MAX = 64
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 
 
@@ -208,8 +218,14 @@ class PairServer:
         self.ready = False  # both sides compiled for this variant (prepare)
         self.idle = self.cap = self.wake_idle = 0
         self.stall = 1 << 62
-        # (stall_backoffs: the back-offs that stalls fired, the rest are MISSES')
-        self.stats = {"paired": 0, "alone": 0, "stalls": 0, "backoffs": 0, "stall_backoffs": 0, "wakes": 0}
+        self.skip = 0  # pair calls still to run on the caller (a stall back-off counted in calls: SKIP_CALM)
+        self._skip_len = 0  # the last such back-off's length in calls (0: none yet)
+        self._since = 0  # pair calls asked for (usable) since it ended
+        self._net = 0  # cycles the paired calls since the last stall saved (own halves less waits: result's net)
+        # (stall_backoffs: the back-offs that stalls fired, the rest are MISSES'; skips: the stall back-offs
+        # counted in calls, which are neither; paid: stalls that pairing had paid for, result's net)
+        self.stats = {"paired": 0, "alone": 0, "stalls": 0, "backoffs": 0, "stall_backoffs": 0, "wakes": 0,
+                      "skips": 0, "paid": 0}
 
     def serve(self, ctl, idle: int, cap: int) -> int:
         raise NotImplementedError
@@ -265,12 +281,20 @@ class PairServer:
                 return
 
     def result(self, done: int, strict: bool = False, hiccup_s: float = 0.0, stalled: bool | None = None,
-               hiccups: int = HICCUPS, fixed_s: float = 0.0) -> None:
+               hiccups: int = HICCUPS, fixed_s: float = 0.0, slack: float | None = None, skip: int = 0,
+               net: bool = False) -> None:
         """Count a pair call's outcome (1 paired, 2 alone) and back off on the signs of a helper without a
         core (``strict``: the stall rule without a subclass's slack, ``stalled``; ``hiccup_s`` > 0: a stall
         backs off only as the ``hiccups``-th within that many seconds, the shard pool's STALL_PAIR_S rule:
         one alone is a vCPU's hiccup, rnpair.py; such a back-off lasts ``fixed_s`` where that is > 0, without
-        doubling; ``stalled``: the caller's own verdict, rnpair's claimed chunks)."""
+        doubling; ``stalled``: the caller's own verdict, rnpair's claimed chunks; ``slack``: where ``stalled``
+        is None, a stall is a wait past STALL_S plus that fraction of the caller's own half, instead of the
+        server's rule; ``skip`` > 0: a stall back-off is the next ``skip`` pair calls instead, SKIP_CALM; ``net``: a
+        stall counts toward a back-off only where the paired calls since the last stall, it included, lost time:
+        the sum of the caller's own halves less its waits (what pairing saved against the caller alone, a half
+        each) below 0; else it is ``paid``, and forgotten)."""
+        if done == 1 and stalled is None and slack is not None:
+            stalled = bool(self.ctl[WAITED] > self.stall + int(slack * self.ctl[OWN]))
         if TRACE is not None:
             c = self.ctl
             TRACE.append((time.perf_counter(), done, int(c[OWN]), int(c[WAITED]), int(c[CLAIMED_AT] - c[PUBLISHED]),
@@ -279,11 +303,17 @@ class PairServer:
         if done == 1:
             self.stats["paired"] += 1
             self._misses = 0
+            if net:
+                self._net += int(self.ctl[OWN]) - int(self.ctl[WAITED])
             if self.stalled(strict) if stalled is None else stalled:
                 self.stats["stalls"] += 1
+                if net:
+                    paid, self._net = self._net >= 0, 0
+                    if paid:
+                        self.stats["paid"] += 1
+                        return
                 if not hiccup_s:
-                    self.stats["stall_backoffs"] += 1
-                    self._back_off()
+                    self._stall_back_off(0.0, skip)
                     return
                 now = time.perf_counter()
                 recent = [t for t in self._stalls if now - t <= hiccup_s]
@@ -291,13 +321,24 @@ class PairServer:
                 keep = max(hiccups, 1) - 1
                 self._stalls = recent[-keep:] if keep else []
                 if len(recent) >= hiccups:
-                    self.stats["stall_backoffs"] += 1
-                    self._back_off(fixed_s)
+                    self._stall_back_off(fixed_s, skip)
         elif done == 2:
             self.stats["alone"] += 1
             self._misses += 1
             if self._misses >= MISSES:
                 self._back_off()
+
+    def _stall_back_off(self, fixed_s: float, skip: int) -> None:
+        """The back-off a stall fired: the next pair calls on the caller where ``skip`` > 0 (SKIP_CALM), else
+        ``_back_off(fixed_s)``."""
+        if skip <= 0:
+            self.stats["stall_backoffs"] += 1
+            self._back_off(fixed_s)
+            return
+        calm = not self._skip_len or self._since > SKIP_CALM * self._skip_len
+        self._skip_len = skip if calm else min(2 * self._skip_len, SKIP_MAX * skip)
+        self.skip, self._since, self._misses = self._skip_len, 0, 0
+        self.stats["skips"] += 1
 
     def stalled(self, strict: bool = False) -> bool:
         """Whether the last paired call waited too long for the helper's half (a sign that the helper
@@ -320,12 +361,17 @@ class PairServer:
 
     def asleep(self) -> None:
         """A caller found the helper not spinning: wake it unless it is waking or backed off."""
-        if self.ctl[AWAKE] == 0 and not (self.until and time.perf_counter() < self.until) and \
+        if self.ctl[AWAKE] == 0 and not self.skip and not (self.until and time.perf_counter() < self.until) and \
                 not shards.POOL.backed_off():
             self.wake()
 
     def usable(self) -> bool:
-        """Whether a pair call may be made now (the helper spinning, no back-off here or in the pool)."""
+        """Whether a pair call may be made now (the helper spinning, no back-off here or in the pool); a call
+        within a back-off counted in calls (``skip``) uses one of them up."""
+        if self.skip > 0:
+            self.skip -= 1
+            return False
+        self._since += 1
         if self.ctl[AWAKE] != 1:
             return False
         return not (self.until and time.perf_counter() < self.until) and not shards.POOL.backed_off()

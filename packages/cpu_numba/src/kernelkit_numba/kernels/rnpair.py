@@ -80,6 +80,24 @@ HICCUPS = 2
 # quiet block's second hiccup back-off ran 100 ms at one thread, its third 200 ms (issue 11, session 13). Off: on the
 # Xeon default / 0.05 s was 0.98 (ResNet-18) and 0.99 (ResNet-50) quiet, within the spread between processes.
 HICCUP_BACKOFF_S = 0.0
+# The stall bursts (issue 11, session 15; docs/numba.md, "The ResNet pairs' stall bursts, counted in layers"): call U
+# (session 14) found the slow quiet blocks pairing 31-39 of ResNet-50's 55 layers a run, the helper's halves 1.35x the
+# caller's all through them, and the hiccup rule firing back-offs that double (50, 100, 200 ms, and the pool's
+# with them: most of a 0.3 s block on one thread). Two switches for that, both in rule():
+# - STALL_SLACK: a stall is a wait past pairs.STALL_S plus this fraction of the caller's own half (0.5: fpair's
+#   slack, as before); 1.0: only a call that took longer paired than the caller alone would have (the helper's half
+#   past twice the caller's) is a stall, so that a helper on a slower core, which still pays, backs nothing off.
+# - STALL_SKIP: > 0, a back-off the stall rule fires is the next STALL_SKIP pair calls (layers) on the caller,
+#   doubling while it fires again soon after (pairs.SKIP_CALM, SKIP_MAX), not a time and not the pool's; 0: the
+#   time-based back-off (HICCUP_BACKOFF_S, doubling) as before. Under load no stall fires (session 13's call: 0 in
+#   40 loaded blocks; the helper's misses back off, pairs.MISSES, and those stay time-based).
+# - STALL_NET: a stall counts toward the hiccup rule only where the paired calls since the last stall, it included,
+#   lost time against the caller alone (the caller's own halves less its waits, summed, below 0: PairServer.result's
+#   net); a stall on a slower helper that the calls before it paid for is forgotten. False: every stall counts.
+# Read when a layer binds (cpair's pairs keep their rule) and at each rnpair call.
+STALL_SLACK = 0.5
+STALL_SKIP = 0
+STALL_NET = False
 # A back-off of these pairs backs the shard pool off too (its FREE_CORES look at the back-off's end holds
 # it while the other core stays busy, and config.current_threads() says 1 meanwhile: every layer on its
 # one-thread path). The pairs' own back-off restarts at 50 ms whenever the last one ended more than
@@ -416,10 +434,10 @@ def set_cut(d, cut: int, nt: int, c_n: int, m_n: int) -> None:
 
 def rule(stalled: bool | None = None) -> tuple:
     """The stall rule of these pairs, as pairs.PairServer.result's arguments after ``done``: fpair's slack
-    (not strict), HICCUP_S, the caller's own verdict ``stalled`` (None: the server's), HICCUPS and
-    HICCUP_BACKOFF_S (cpair's pairs of the parallel one-image layers keep it as their ``rule``: read when
-    they are bound)."""
-    return False, HICCUP_S, stalled, HICCUPS, HICCUP_BACKOFF_S
+    (not strict), HICCUP_S, the caller's own verdict ``stalled`` (None: a wait past STALL_S plus STALL_SLACK of
+    the caller's own half), HICCUPS, HICCUP_BACKOFF_S, STALL_SKIP and STALL_NET (cpair's pairs of the parallel
+    one-image layers keep it as their ``rule``: read when they are bound)."""
+    return False, HICCUP_S, stalled, HICCUPS, HICCUP_BACKOFF_S, STALL_SLACK, STALL_SKIP, STALL_NET
 
 
 def chunk_stall(srv, desc) -> bool | None:
