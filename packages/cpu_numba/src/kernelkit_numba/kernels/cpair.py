@@ -77,7 +77,15 @@ SIDE0, SIDE_N = 36, 12
 # a side: its first output channel (or panel, plane), its channels (or the end panel, plane), its first
 # pixel and pixels, the rows plan's block, groups, kc, pack and shards, its scratch floats, its images
 (S_C0, S_MC, S_P0, S_NP, S_BLOCK, S_GROUPS, S_KC, S_PACK, S_TOTAL, S_SCR_N, S_N0, S_N1) = range(12)
-NDESC = SIDE0 + 2 * SIDE_N
+# TAIL (a one-image 1x1 layer's middle units claimed one at a time), after the sides: the claim word (written per
+# call: the caller's next unit in the low 32 bits, the end of those left in the high ones), the units (0: no tail),
+# their kind (rows tiles by channels, by pixels, cols tiles), the middle's first channel (pixel; cols: panel), a
+# unit's channels (pixels; cols: pieces of a panel), then a unit's one-thread plan on the rows tiles (block, groups,
+# kc, pack, shards; cols: the tile's pixels) and its scratch floats (bind only)
+(T_CLAIM, T_N, T_AXIS, T_START, T_STEP, T_BLOCK, T_GROUPS, T_KC, T_PACK, T_TOTAL, T_SCR) = range(SIDE0 + 2 * SIDE_N,
+                                                                                               SIDE0 + 2 * SIDE_N + 11)
+T_CHANNELS, T_PIXELS, T_COLS = 0, 1, 2
+NDESC = SIDE0 + 2 * SIDE_N + 11
 DW_FNS = ("r1", "r1z", "s2", "s2z", "p2", "p2z", "max1", "max2")  # DWFN: dwtile's plane drivers, in this order
 # (max1, max2: its MaxPool 3x3 planes, stride 1 and 2: maxpool_pair)
 
@@ -131,6 +139,21 @@ FOLLOW = False
 FOLLOW_GAIN = 0.5
 FOLLOW_STEP = 0.02
 FOLLOW_RANGE = 0.15
+# A one-image 1x1 layer's uneven halves evened by a claimed middle (issue 11, session 15; docs/numba.md, "A middle
+# that the faster core claims"): the bound parallel call's layers (ResNet-50's) keep a fixed bulk a side (the caller's
+# first units, the helper's last, each one tuned call of the one-thread driver as before), and the TAIL_SHARE of the
+# layer's units between them is claimed one unit at a time from one word (pairs.claim_ends: the caller from the front,
+# after its bulk, the helper from the back, after its own), so that the side whose core runs faster takes more of
+# it and the caller waits for one unit of the helper's at most past its own bulk. Units: the rows tiles' weight
+# panels (by channels) or pixel tiles (by pixels), grouped into at most TAIL_UNITS claims; the cols tiles' 48-channel
+# panels, each cut into pieces of whole 7-pixel tiles (TAIL_UNITS claims at most). Each unit is one call of the
+# one-thread driver over its part, so the output is the even cut's bit for bit whoever claims which unit
+# (test_tail.py::test_tail_pointwise). Read when a layer binds; replaces COLS_SPLIT's and FOLLOW's cut there. Off: on
+# the Xeon (session 15's call, benchmarks/tail15_round.sh, 7 rounds quiet) the sides' ends came together (ResNet-50:
+# 2.3 ms a run apart against 7.0, with TAIL_DIRECT) but the blocks did not gain (default / tail 0.97, 0.78-1.15).
+TAIL = False
+TAIL_SHARE = 0.25
+TAIL_UNITS = 8
 # The cols halves' weight prefetch (issue 11, session 15; docs/numba.md, "The weights' prefetch in the two-thread
 # halves"): > 0, the cols tiles of this module's halves (ResNet-50's 7x7 1x1 layers at two threads, the 14x14 ones
 # too where conv_serial.PAIR_COLS_MAX takes them) prefetch their weights' row k + COLS_AHEAD into L1 at step k
@@ -259,6 +282,21 @@ def _build(ahead: int = 0):
                     zq = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + n * ys + 4 * p0), (m_n * l_n - p0,), f32)
                     cols(wp, k_n, m_n, xq, l_n, np_, bias, zq, has_z, lo, hi, yq, l_n, d[KC], scratch, q, q + 1)
                 n = _image(d, b, side, n)
+            if d[T_N] > 0:  # TAIL: the middle panels' pieces (whole tiles of pixels), claimed one at a time
+                pieces, mp = d[T_STEP], d[T_BLOCK]
+                tiles = (l_n + mp - 1) // mp
+                while True:
+                    u = pairs.claim_ends(d, T_CLAIM, side)
+                    if u < 0:
+                        break
+                    q = d[T_START] + u // pieces
+                    j = u - (u // pieces) * pieces
+                    p0 = (j * tiles // pieces) * mp
+                    np_ = min(l_n, ((j + 1) * tiles // pieces) * mp) - p0
+                    xq = numba.carray(_ptr(d[XA] + 4 * p0), (k_n * l_n - p0,), f32)
+                    yq = numba.carray(_ptr(d[YA] + 4 * p0), (m_n * l_n - p0,), f32)
+                    zq = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + 4 * p0), (m_n * l_n - p0,), f32)
+                    cols(wp, k_n, m_n, xq, l_n, np_, bias, zq, has_z, lo, hi, yq, l_n, d[KC], scratch, q, q + 1)
             return 0
         c0, mc = d[b + S_C0], d[b + S_MC]
         wp = numba.carray(_ptr(d[WA] + 4 * c0 * k_n), (mc * k_n,), f32)
@@ -270,9 +308,28 @@ def _build(ahead: int = 0):
             x = numba.carray(_ptr(d[XA] + n * xs), (k_n * l_n,), f32)
             y = numba.carray(_ptr(d[YA] + n * ys + 4 * c0 * l_n), (mc * l_n,), f32)
             z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + n * ys + 4 * c0 * l_n), (mc * l_n,), f32)
-            rows(wp, k_n, mc, x, p0, l_n, d[b + S_NP], bias, zeros, z, has_z, lo, hi, y, p0, l_n, d[b + S_BLOCK],
-                 d[b + S_GROUPS], d[b + S_KC], d[b + S_PACK] != 0, scratch, 0, d[b + S_TOTAL])
+            if mc > 0 and d[b + S_NP] > 0:
+                rows(wp, k_n, mc, x, p0, l_n, d[b + S_NP], bias, zeros, z, has_z, lo, hi, y, p0, l_n, d[b + S_BLOCK],
+                     d[b + S_GROUPS], d[b + S_KC], d[b + S_PACK] != 0, scratch, 0, d[b + S_TOTAL])
             n = _image(d, b, side, n)
+        if d[T_N] > 0:  # TAIL: the middle's units, claimed one at a time (one image)
+            x = numba.carray(_ptr(d[XA]), (k_n * l_n,), f32)
+            step = d[T_STEP]
+            while True:
+                u = pairs.claim_ends(d, T_CLAIM, side)
+                if u < 0:
+                    break
+                if d[T_AXIS] == T_CHANNELS:
+                    c0, mc, p0, np_ = d[T_START] + u * step, step, 0, l_n
+                else:
+                    c0, mc, p0, np_ = 0, m_n, d[T_START] + u * step, step
+                wp = numba.carray(_ptr(d[WA] + 4 * c0 * k_n), (mc * k_n,), f32)
+                bias = numba.carray(_ptr(d[BIAS] + 4 * c0), (mc,), f32)
+                zeros = numba.carray(_ptr(d[ZEROS] + 4 * c0), (mc,), f32)
+                y = numba.carray(_ptr(d[YA] + 4 * c0 * l_n), (mc * l_n,), f32)
+                z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + 4 * c0 * l_n), (mc * l_n,), f32)
+                rows(wp, k_n, mc, x, p0, l_n, np_, bias, zeros, z, has_z, lo, hi, y, p0, l_n, d[T_BLOCK], d[T_GROUPS],
+                     d[T_KC], d[T_PACK] != 0, scratch, 0, d[T_TOTAL])
         return 0
 
     setattr(half, CLOSURE_KEY, f"cpair.half.kind{KIND}" + (f".a{ahead}" if ahead else ""))
@@ -310,6 +367,8 @@ def pair_run(ctl, desc, x, y, z, s0, s1) -> int:
     desc[SCR1] = np.int64(s1.ctypes.data)
     if desc[DYN] > 0:
         desc[CLAIM] = desc[DYN] << 32  # every image unclaimed (stored before fpair publishes the job)
+    if desc[T_N] > 0:
+        desc[T_CLAIM] = desc[T_N] << 32  # TAIL: every middle unit unclaimed
     return fpair.pair_job(ctl, desc)
 
 
@@ -533,6 +592,7 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
             if a:
                 desc[s0 + S_BLOCK], desc[s0 + S_P0], desc[s0 + S_NP] = q, 0, a
                 desc[s1 + S_BLOCK], desc[s1 + S_P0], desc[s1 + S_NP] = q, a, l_n - a
+        tail = split and TAIL and not images and n_n == 1 and _tail_cols(desc, m_n, l_n, panels)
         desc[s0 + S_SCR_N] = desc[s1 + S_SCR_N] = size
         sizes = (size, size)
         channel_cut = None if images else min(m_n, cut * width)
@@ -561,10 +621,16 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
             channel_cut = None
         else:
             return None
+        tail = split and TAIL and not images and n_n == 1 and _tail_rows(desc, parts, k_n, m_n, l_n, mr, nr)
+        if tail:
+            parts = tail
         sizes = _rows_sides(desc, parts, k_n)
+        if tail:
+            sizes = [max(size, int(desc[T_SCR])) for size in sizes]  # (a unit's scratch floats)
+            desc[SIDE0 + S_SCR_N], desc[SIDE0 + SIDE_N + S_SCR_N] = sizes
     _images(desc, n_n, images)
     follow = None
-    if n_n == 1:
+    if n_n == 1 and not tail:
         if cols:
             tiles = -(-l_n // ftile.COLS_MP[KIND])
             q0 = int(desc[s1 + S_C0]) - int(desc[s0 + S_NP] > 0)
@@ -594,6 +660,68 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
         span = FOLLOW_RANGE * nt
         pair.follow = [float(cut), max(1, int(round(cut - span))), min(nt - 1, int(round(cut + span))), nt, setter]
     return pair
+
+
+def _tail_split(units: int) -> tuple[int, int, int] | None:
+    """TAIL's middle of ``units`` (the layer's panels or tiles): (the caller's bulk in units, the middle's claims,
+    the units a claim), the middle about TAIL_SHARE of them, centred, in at most TAIL_UNITS claims of equal units;
+    None where a side's bulk or the middle would be empty."""
+    mid = max(2, int(round(TAIL_SHARE * units)))
+    step = max(1, -(-mid // max(TAIL_UNITS, 1)))
+    claims = mid // step
+    mid = claims * step
+    a = (units - mid) // 2
+    if claims < 2 or a < 1 or units - a - mid < 1:
+        return None
+    return a, claims, step
+
+
+def _tail_rows(desc, parts, k_n: int, m_n: int, l_n: int, mr: int, nr: int):
+    """TAIL on a one-image rows-tiles pair: the middle's words in ``desc`` (its units: weight panels where ``parts``
+    cut the channels, else pixel tiles) and the sides' bulk parts (first channel, channels, first pixel, pixels), or
+    None (too few units: the halves as bound)."""
+    channels = parts[1][0] > 0
+    units = -(-m_n // mr) if channels else -(-l_n // nr)
+    split = _tail_split(units)
+    if split is None:
+        return None
+    a, claims, step = split
+    unit = mr if channels else nr
+    start, size, end = a * unit, step * unit, (a + claims * step) * unit
+    if channels:
+        parts = ((0, start, 0, l_n), (end, m_n - end, 0, l_n))
+        block, blocks, groups, kc = ftile.plan(KIND, size, k_n, l_n, 1)
+        pack = ftile.pack_rows(size, k_n, l_n)
+        scr = ftile.scratch_size(KIND, False, l_n, block, kc, pack)
+    else:
+        parts = ((0, m_n, 0, start), (0, m_n, end, l_n - end))
+        block, blocks, groups, kc = ftile.plan(KIND, m_n, k_n, size, 1)
+        pack = ftile.pack_rows(m_n, k_n, size)
+        scr = ftile.scratch_size(KIND, False, size, block, kc, pack)
+    desc[T_N], desc[T_AXIS], desc[T_START], desc[T_STEP] = claims, T_CHANNELS if channels else T_PIXELS, start, size
+    desc[T_BLOCK], desc[T_GROUPS], desc[T_KC], desc[T_PACK], desc[T_TOTAL] = block, groups, kc, int(pack), \
+        blocks * groups
+    desc[T_SCR] = scr
+    return parts
+
+
+def _tail_cols(desc, m_n: int, l_n: int, panels: int) -> bool:
+    """TAIL on a one-image cols-tiles pair: whole panels a side's bulk (no panel split), the middle's panels in pieces
+    of whole tiles of pixels (at most TAIL_UNITS claims); False (the halves as bound) where the panels are too few."""
+    mid = max(1, int(round(TAIL_SHARE * panels)))
+    a = (panels - mid) // 2
+    if a < 1 or panels - a - mid < 1:
+        return False
+    mp = ftile.COLS_MP[KIND]
+    tiles = -(-l_n // mp)
+    pieces = max(1, min(tiles, TAIL_UNITS // mid))
+    if mid * pieces < 2:
+        return False
+    s0, s1 = SIDE0, SIDE0 + SIDE_N
+    desc[s0 + S_C0], desc[s0 + S_MC], desc[s0 + S_NP] = 0, a, 0
+    desc[s1 + S_C0], desc[s1 + S_MC], desc[s1 + S_NP] = a + mid, panels, 0
+    desc[T_N], desc[T_AXIS], desc[T_START], desc[T_STEP], desc[T_BLOCK] = mid * pieces, T_COLS, a, pieces, mp
+    return True
 
 
 def _rows_sides(desc, parts, k_n: int) -> list:

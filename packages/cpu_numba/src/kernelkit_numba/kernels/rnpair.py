@@ -147,6 +147,13 @@ FOLLOW_STEP = 0.02
 # shards. Each shard is the one-thread driver's, so the output is bit for bit the bound cut's at every cut
 # (test_rnpair.py::test_follow_cut_direct). Read at each call. Off: not yet on the Xeon.
 FOLLOW_DIRECT = False
+# cpair.TAIL's claimed middle on fdirect's pairs (issue 11, session 15; docs/numba.md, "A middle that the faster core
+# claims"): the shards about direct_cut (cpair.TAIL_SHARE of them, at least two) are claimed one at a time from one
+# word (the caller from the front after its bulk [0, a), the helper from the back after its [b, shards)), so that the
+# faster core takes more of them. Each shard is the one-thread driver's, so the output is the one-thread path's bit
+# for bit whoever claims which (test_tail.py::test_tail_direct). Read when a layer binds; FOLLOW_DIRECT then holds.
+# Off: with cpair.TAIL on the Xeon, default / tail 0.97 (ResNet-50) and 1.22 (ResNet-18), within the spread.
+TAIL_DIRECT = False
 # F(4x4) layers of at most BY_M_TILES tiles pair by output channels (issue 11, session 13; docs/numba.md, "ResNet-18's
 # 3x3 layers at two threads"): each side transforms every tile's input itself and runs its whole weight panels (the
 # cut of wino2_pair: the sides' channels within one panel) at every position, so that each side reads half the
@@ -175,7 +182,10 @@ SIDE0, SIDE_N = 38, 8
 # a side: its first and end tile (shard), its blocks, its v, products and scratch buffers (per call), the
 # scratch's floats
 S_T0, S_T1, S_BLOCKS, S_V, S_MO, S_SCR, S_SCR_N = range(7)
-NDESC = SIDE0 + 2 * SIDE_N
+# TAIL_DIRECT (fdirect's middle shards claimed one at a time), after the sides: the claim word (written per call,
+# cpair's layout), the middle's shards (0: no tail) and its first shard
+T_CLAIM, T_N, T_START = SIDE0 + 2 * SIDE_N, SIDE0 + 2 * SIDE_N + 1, SIDE0 + 2 * SIDE_N + 2
+NDESC = SIDE0 + 2 * SIDE_N + 3
 
 
 def _build(ahead: int = 0):
@@ -207,12 +217,21 @@ def _build(ahead: int = 0):
             bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
             out = numba.carray(_ptr(d[YA]), (m_n * oh_n * ow_n,), f32)
             z = numba.carray(_ptr(d[ZA] if has_z else d[YA]), (m_n * oh_n * ow_n,), f32)
-            if d[STEP] == 1:
-                drv1(wp, k_n, m_n, xp, koff, d[ROWSTEP], ow_n, oh_n, d[RB], bias, z, has_z, fv[0], fv[1], out, d[KC],
-                     scratch, t0, t1)
-            else:
-                drv2(wp, k_n, m_n, xp, koff, d[ROWSTEP], ow_n, oh_n, d[RB], bias, z, has_z, fv[0], fv[1], out, d[KC],
-                     scratch, t0, t1)
+            while True:  # the side's bulk [t0, t1), then (TAIL_DIRECT) the middle's shards claimed one at a time
+                if t1 > t0:
+                    if d[STEP] == 1:
+                        drv1(wp, k_n, m_n, xp, koff, d[ROWSTEP], ow_n, oh_n, d[RB], bias, z, has_z, fv[0], fv[1], out,
+                             d[KC], scratch, t0, t1)
+                    else:
+                        drv2(wp, k_n, m_n, xp, koff, d[ROWSTEP], ow_n, oh_n, d[RB], bias, z, has_z, fv[0], fv[1], out,
+                             d[KC], scratch, t0, t1)
+                if d[T_N] <= 0:
+                    break
+                u = claim_ends(d, T_CLAIM, side)
+                if u < 0:
+                    break
+                t0 = d[T_START] + u
+                t1 = t0 + 1
             return 0
         c_n, oh_n, ow_n, th_n, tw_n = d[C], d[OH], d[OW], d[TH], d[TW]
         x = numba.carray(_ptr(d[XA]), (c_n, d[H], d[W]), f32)
@@ -307,6 +326,8 @@ def pair_run(ctl, desc, x, y, z, v0, mo0, s0, v1, mo1, s1, alone) -> int:
     desc[SIDE0 + SIDE_N + S_SCR] = np.int64(s1.ctypes.data)
     if desc[DYN] > 0:
         desc[CLAIM] = desc[DYN] << 32  # every chunk unclaimed (stored before fpair publishes the job)
+    if desc[T_N] > 0:
+        desc[T_CLAIM] = desc[T_N] << 32  # TAIL_DIRECT: every middle shard unclaimed
     if alone:
         addr = np.int64(desc.ctypes.data)
         _call2(desc[FN], addr, 0)
@@ -650,6 +671,15 @@ def direct_cut(m_n: int, oh_n: int, rb: int, width: int) -> int:
     return cut
 
 
+def direct_tail(total: int, cut: int) -> tuple[int, int] | None:
+    """TAIL_DIRECT's middle of fdirect's ``total`` shards about the bound ``cut``: (a, b), the shards [a, b) claimed
+    (cpair.TAIL_SHARE of them, at least two), each side's bulk at least one shard; None where there is no room."""
+    mid = max(2, int(round(cpair.TAIL_SHARE * total)))
+    a = max(1, cut - mid // 2)
+    b = min(total - 1, a + mid)
+    return (a, b) if b - a >= 2 else None
+
+
 def direct_pair(conv, x_shape, y_shape, kernel: tuple, stride: int, ph: int, pw: int, lo, hi, has_z: bool):
     """The pair of a bound direct convolution (fdirect.py, 3 x 7 tiles) of one image, or None."""
     n_n, c_n = x_shape[:2]
@@ -678,7 +708,13 @@ def direct_pair(conv, x_shape, y_shape, kernel: tuple, stride: int, ph: int, pw:
         ow_n
     desc[XP], desc[XP_N], desc[KOFF], desc[K], desc[ROWSTEP], desc[RB], desc[KC], desc[STEP] = \
         xp.ctypes.data, xp.size, koff.ctypes.data, k_n, step, rb, kc, stride
-    for side, (t0, t1) in enumerate(((0, cut), (cut, total))):
+    bulk = ((0, cut), (cut, total))
+    tail = direct_tail(total, cut) if TAIL_DIRECT else None
+    if tail is not None:
+        a, b = tail
+        bulk = ((0, a), (b, total))
+        desc[T_N], desc[T_START] = b - a, a
+    for side, (t0, t1) in enumerate(bulk):
         base = SIDE0 + side * SIDE_N
         desc[base + S_T0], desc[base + S_T1], desc[base + S_BLOCKS], desc[base + S_SCR_N] = t0, t1, 1, size
 
@@ -692,11 +728,12 @@ def direct_pair(conv, x_shape, y_shape, kernel: tuple, stride: int, ph: int, pw:
     pair = Pair(desc, ((1, 1, size), (1, 1, size)), prep)
     pair.keep = (fv, xp, koff)
     span = cpair.FOLLOW_RANGE * total
-    pair.direct = [float(cut), max(1, int(round(cut - span))), min(total - 1, int(round(cut + span))), total]
+    if tail is None:
+        pair.direct = [float(cut), max(1, int(round(cut - span))), min(total - 1, int(round(cut + span))), total]
     pair_pad = (xp, ph, pw, hp, wpad, c_n)
     return pair, pair_pad
 
 
-__all__ = ["BALANCE", "BY_M_TILES", "DYNAMIC", "FOLLOW", "ON", "Pair", "chunk_stall", "direct_pair", "dyn_chunks",
-           "enabled", "follow", "follow_direct", "half_address", "pair_run", "prepare", "rebalance", "rule",
-           "set_cut", "wino2_pair", "wino_pair"]
+__all__ = ["BALANCE", "BY_M_TILES", "DYNAMIC", "FOLLOW", "ON", "Pair", "chunk_stall", "direct_pair", "direct_tail",
+           "dyn_chunks", "enabled", "follow", "follow_direct", "half_address", "pair_run", "prepare", "rebalance",
+           "rule", "set_cut", "wino2_pair", "wino_pair"]
