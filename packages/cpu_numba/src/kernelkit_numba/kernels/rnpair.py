@@ -164,10 +164,13 @@ TAIL_DIRECT = False
 BY_M_TILES = 0
 # fdirect's halves' weight prefetch (issue 11, session 15; docs/numba.md, "The weights' prefetch in the two-thread
 # halves"): > 0, the direct pairs' tiles (ResNet-50's 3x3/2 layers of K >= 257 and 512@7 layers, ResNet-18's 3x3/2
-# and 7x7 ones at two threads) prefetch their weights' row k + DIRECT_AHEAD into L1 at step k
+# and 512@7 ones at two threads) prefetch their weights' row k + DIRECT_AHEAD into L1 at step k
 # (fdirect.driver_ahead, as a one-thread session's with fdirect.AHEAD). Read when a layer binds: every pair of this
 # module takes the compiled half of its value (one per value a process: half_address(ahead); the F(4x4) and F(2x2)
 # ops' code the same). The prefetch changes no arithmetic: the halves stay the one-thread path's bit for bit. 0: off.
+# Off: on the Xeon (benchmarks/ahead15_round.sh, nodes_ab2t.py) ResNet-50's 512@7 and 3x3/2 layers 1.00-1.30x faster
+# per kind, ResNet-18's 1.17-1.28x (its Conv sum 1.10x), but ResNet-50 in turns 0.96-0.98 and ResNet-18 1.04, eight
+# jobs side by side (0.74-1.69 over rounds): no whole-model gain shown yet. A/B: kernels.rnpair.DIRECT_AHEAD=16
 DIRECT_AHEAD = 0
 
 OP_WINO, OP_DIRECT, OP_WINO2 = 0, 1, 2
