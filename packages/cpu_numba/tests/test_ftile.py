@@ -579,7 +579,7 @@ def test_one_thread_pointwise_rows_prefetch(rng, monkeypatch, m_n, hw):
         want = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
         got = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
         assert_close(got, want)
-    assert built and all(pf for _kind, _tm, pf in built), built
+    assert built and all(a[2] for a in built), built
 
 
 @pytest.mark.parametrize("align", [64, 0])

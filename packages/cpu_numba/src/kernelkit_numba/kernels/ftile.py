@@ -497,8 +497,10 @@ def rows_driver_order(kind: int, tile_major: bool, pf: bool = False, xahead: int
 # place (ftile.pack_rows false: fewer than PACK_MIN_M weight rows, ResNet-50's 256 -> 64 and 64 -> 64 at
 # 56x56) prefetch, at step k, the tile's pixels of row k + this into L1 (rows_driver_ahead; 0: off). Row k
 # and row k + 1 are a whole map apart (12 KiB at 56x56): a new page each step, past the stride the
-# hardware's prefetchers follow
-ROWS_X_AHEAD_ONE_THREAD = 0
+# hardware's prefetchers follow. Xeon (docs/numba.md, "The 1x1 tiles' own rate at one thread"): 64 x 256 x
+# 3136 alone 120-138 -> 145-151 GFLOP/s; ResNet-50's 256 -> 64 at 56x56 1.12-1.22x in three processes (ctl
+# 0.96-1.09), the rest of ResNet-50, RegNetY and MobileNetV2 level: on (8)
+ROWS_X_AHEAD_ONE_THREAD = 8
 
 
 def rows_driver_ahead(kind: int, xahead: int):
