@@ -119,7 +119,8 @@ def select() -> int | None:
 # ---------------------------------------------------------------------------------------- packing
 # Issue 11, session 15 (rate15): the packed weights start on this many bytes (0: np.empty's own, 16 or 32
 # bytes past a cache line for large arrays). The cols tiles load their weights as 64-byte vectors at
-# multiples of 192 bytes from the panels' start: misaligned, every one of them crossed two lines
+# multiples of 192 bytes from the panels' start: misaligned, every one of them crossed two lines. Xeon alone
+# (bench_tile_rate.py): the cols tiles +1-6 %, with config.BUFFER_ALIGN the packed rows tiles +6-12 %
 PACK_ALIGN = 64
 
 
@@ -1020,7 +1021,8 @@ def cols_driver(kind: int):
 # offsets from one pointer (_cols_intrinsic's ``full``; cols_driver_ahead's ``whole``). The general tile
 # picks each pixel's offset at run time (pixels past the map's end read the last one): seven pointers a
 # step, fourteen in the loop LLVM unrolls by two, five of them reloaded from the stack every two steps,
-# on the load ports that the broadcasts and the weight loads fill (inspect_asm). False: the general tile
+# on the load ports that the broadcasts and the weight loads fill (inspect_asm). Xeon alone: -1 to +5 %; in
+# ResNet-50 level (docs/numba.md, "The 1x1 tiles' own rate at one thread"). False: the general tile
 COLS_WHOLE_ONE_THREAD = True
 
 
