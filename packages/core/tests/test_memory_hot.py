@@ -1,7 +1,8 @@
 """The hot memory plan (issue 11, session 12; ``kernelkit.memory.HOT``): the chronological placement
 keeps the arena's invariants on random lifetimes, hands a block the memory freed most recently, is
 kept only within ``HOT_MAX_GROWTH`` of the smaller best-fit arena and when its writers' destinations
-are warmer, and changes no session's outputs."""
+are warmer, and changes no session's outputs; with ``HOT_FAR`` (session 15) the choice among the plans counts
+the bytes older than the L2 by how much older."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,8 +34,16 @@ touched = st.lists(st.integers(0, 3 << 20), min_size=40, max_size=40)
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(lifetimes, touched, st.sampled_from([64 << 10, 1 << 20]))
-def test_hot_plans_never_overlap_blocks_alive_together(spans, steps, cache):
+@given(lifetimes, touched, st.sampled_from([64 << 10, 1 << 20]), st.sampled_from([0.0, 1.0]))
+def test_hot_plans_never_overlap_blocks_alive_together(spans, steps, cache, far):
+    memory.HOT_FAR = far  # (put back below: hypothesis runs many examples in one test)
+    try:
+        _hot_plans_never_overlap(spans, steps, cache, far)
+    finally:
+        memory.HOT_FAR = 0.0
+
+
+def _hot_plans_never_overlap(spans, steps, cache, far):
     blocks = [Block(n * 4096, s, s + d) for n, s, d in spans]
     clock = np.concatenate([[0], np.cumsum(steps)]).tolist()
     top = place_hot(blocks, clock, cache)
@@ -47,7 +56,7 @@ def test_hot_plans_never_overlap_blocks_alive_together(spans, steps, cache):
     assert info["best_fit_bytes"] == best_fit and live_peak(blocks, 40) <= top <= best_fit * memory.HOT_MAX_GROWTH
     small = [k for k in ("size", "breadth", "hot") if info[k + "_bytes"] <= best_fit * memory.HOT_MAX_GROWTH]
     warmest = min(small, key=lambda k: (info[k + "_cost"], info[k + "_bytes"]))
-    assert write_cost(blocks, clock) == info[warmest + "_cost"] and top == info[warmest + "_bytes"]
+    assert write_cost(blocks, clock, far=far) == info[warmest + "_cost"] and top == info[warmest + "_bytes"]
     assert info["hot"] == (warmest == "hot")
 
 
@@ -72,6 +81,56 @@ def test_a_larger_hot_plan_is_dropped(monkeypatch):
     monkeypatch.setattr(memory, "place_hot", lambda blocks, clock: [setattr(b, "offset", i * 1024)
                                                                      for i, b in enumerate(blocks)] and 3072)
     assert place_best(blocks, clock, info := {}) == 2048 and not info["hot"]
+
+
+def test_bytes_older_than_the_cache_cost_by_how_much_older(monkeypatch):
+    clock = [k << 20 for k in range(60)]  # every step touches 1 MiB
+    monkeypatch.setattr(memory, "HOT_FAR_BYTES", 32 << 20)
+    costs = {}
+    for far in (0.0, 1.0, 0.5):
+        hist = memory._History(clock, 1 << 20, far)
+        hist.mark(0, 4096, 0)  # [0, 4096) last held at step 0, [4096, 8192) at step 9, [8192, 12288) at step 8
+        hist.mark(4096, 4096, 9)
+        hist.mark(8192, 4096, 8)
+        costs[far] = (hist.cost(0, 4096, 10), hist.cost(4096, 4096, 10), hist.cost(8192, 4096, 10),
+                      hist.cost(0, 4096, 50), hist.cost(12288, 4096, 10))
+    # ages at step 10: 9 MiB, 0, 1 MiB (the cache: not older); at step 50: 49 MiB; beyond the top: never held
+    assert costs[0.0] == (4096, 0, 4096, 4096, 4096 * memory.HOT_GROW)  # session 12's cost
+    assert costs[1.0] == (4096 * 1.25, 0, 4096, 4096 * 2, 4096 * memory.HOT_GROW * 2)
+    assert costs[0.5] == (4096 * 1.125, 0, 4096, 4096 * 1.5, 4096 * memory.HOT_GROW * 1.5)
+    blocks = [Block(4096, 0, 0, 0), Block(4096, 10, 11, 0)]
+    assert write_cost(blocks, clock, 1 << 20) == write_cost(blocks, clock, 1 << 20, 0.0) == 4096 * (1.05 + 1)
+    assert write_cost(blocks, clock, 1 << 20, 1.0) == 4096 * (2.1 + 1.25)
+
+
+def test_the_far_cost_keeps_the_plan_whose_cold_writes_are_recent(monkeypatch):
+    """Four blocks whose hot plan writes the 2 MiB block at step 8 partly over bytes last held at step 3
+    (70 MiB of traffic before), best fit over bytes held until step 7 (1 MiB): session 12's cost (every byte
+    older than the L2 alike) keeps the hot plan, ``HOT_FAR`` best fit; each planner places as before."""
+    monkeypatch.setattr(memory, "HOT_CACHE_BYTES", 1 << 20)
+    steps = [4, 48, 16, 1, 48, 2, 16, 1, 1, 48, 48, 4, 0, 16]  # MiB touched by each step
+    clock = np.concatenate([[0], np.cumsum(steps)]).astype(int).tolist()
+    clock = [c << 20 for c in clock]
+
+    def blocks():
+        return [Block(2 << 20, 2, 6), Block(512 << 10, 5, 7), Block(2 << 20, 8, 10), Block(1536 << 10, 0, 3)]
+
+    hot, fit = blocks(), blocks()
+    place_hot(hot, clock)
+    place_blocks(fit)
+    kept = {}
+    for far in (0.0, 1.0):
+        monkeypatch.setattr(memory, "HOT_FAR", far)
+        kept[far] = blocks()
+        top = place_best(kept[far], clock, info := {})
+        _disjoint_when_alive(kept[far], top)
+        assert top == info["best_fit_bytes"] == 3670016
+        assert info["hot_cost"] == pytest.approx(write_cost(hot, clock, far=far))
+        assert info["size_cost"] == pytest.approx(write_cost(fit, clock, far=far))
+    assert [b.offset for b in kept[0.0]] == [b.offset for b in hot] and info["hot"] is False
+    assert [b.offset for b in kept[1.0]] == [b.offset for b in fit] != [b.offset for b in hot]
+    assert write_cost(hot, clock) < write_cost(fit, clock) and write_cost(hot, clock, far=1.0) > write_cost(
+        fit, clock, far=1.0)
 
 
 def _residual_net(ws):

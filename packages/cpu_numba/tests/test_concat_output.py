@@ -109,3 +109,100 @@ def test_a_session_with_a_streamed_output_agrees_with_the_reference(threads, mon
     # the serial call streamed the three parts in each run (a copy is below the two-thread sessions' shards too);
     # under NUMBA_DISABLE_JIT (no compiled stores) NumPy's concatenate
     assert streamed == ([] if numba.config.DISABLE_JIT else [0, 4800 * 85, 6000 * 85] * 3)
+
+
+# kernels.concat.ARENA_NT: the same streamed copy into an arena block (out= given, the plan's, not nested)
+NECK = ((1, 256, 40, 40), (1, 128, 40, 40))  # the detection head's Concat_153 (2.5 MB out)
+
+
+def _arena_serial(shapes, axis, monkeypatch, threshold=1, nest=False):
+    monkeypatch.setattr(concat_mod, "ARENA_NT", threshold)  # read when the call is bound, as NEST_CONCAT
+    monkeypatch.setattr(concat_mod.kmemory, "NEST_CONCAT", nest)
+    return concat_mod._concat_serial([TensorSpec(s, "float32") for s in shapes], axis=axis)
+
+
+@pytest.mark.parametrize("shapes,axis", [
+    (NECK, 1),
+    (((1, 3, 5), (1, 7, 5), (1, 1, 5), (1, 2, 5)), 1),  # every part's start off the 32-byte line
+    (((1, 1), (1, 100), (1, 3)), -1),
+])
+def test_streamed_arena_output_equals_numpy_bit_for_bit(shapes, axis, monkeypatch):
+    xs = _inputs(shapes)
+    want = np.concatenate(xs, axis=axis)
+    streamed, nt_copy = [], concat_mod._nt_copy
+    monkeypatch.setattr(concat_mod, "_nt_copy", lambda *a: streamed.append(a[2]) or nt_copy(*a))
+    call = _arena_serial(shapes, axis, monkeypatch)
+    arena = np.full(want.size + 40, 7.0, np.float32)
+    out = arena[16:16 + want.size].reshape(want.shape)  # a block inside a larger buffer, 64-byte aligned or not
+    for _ in range(2):
+        before = [x.copy() for x in xs]
+        assert call(*xs, out=out) is out and _same(out, want)
+        assert all(_same(a, b) for a, b in zip(xs, before))
+        assert (arena[:16] == 7).all() and (arena[16 + want.size:] == 7).all()  # nothing written around it
+    starts = np.cumsum([0] + [x.size for x in xs[:-1]]).tolist()
+    assert streamed == ([] if numba.config.DISABLE_JIT else starts * 2)
+
+
+def test_where_the_arena_copy_does_not_stream_numpy_concatenates(monkeypatch):
+    def nt_copy(*args):
+        raise AssertionError("streamed where it must not")
+
+    monkeypatch.setattr(concat_mod, "_nt_copy", nt_copy)
+    monkeypatch.setattr(concat_mod, "OUTPUT_NT", 0)
+    xs = _inputs(NECK)
+    want = np.concatenate(xs, axis=1)
+
+    def into_out(call, inputs):
+        out = np.full(want.shape, 7.0, np.float32)
+        assert call(*inputs, out=out) is out and _same(out, want)
+
+    into_out(_arena_serial(NECK, 1, monkeypatch, threshold=0), xs)  # the switch off (the default)
+    into_out(_arena_serial(NECK, 1, monkeypatch, threshold=4 * want.size + 4), xs)  # below the size
+    into_out(_arena_serial(NECK, 1, monkeypatch), [np.asfortranarray(xs[0]), xs[1]])  # a strided input
+    into_out(_arena_serial(NECK, 1, monkeypatch, nest=True), xs)  # nested plans: their own path
+    assert _same(_arena_serial(NECK, 1, monkeypatch)(*xs), want)  # a graph output is OUTPUT_NT's
+    # an input that overlaps the output (not the plan's, which nests or keeps them apart): NumPy's overlap copy
+    half = NECK[1]
+    out = np.concatenate([xs[1], np.zeros(half, np.float32)], axis=1)
+    src = out[:, :half[1]]  # the output's first part itself
+    expected = np.concatenate([xs[1], xs[1]], axis=1)
+    assert _arena_serial((half, half), 1, monkeypatch)(src, src, out=out) is out and _same(out, expected)
+    # more than 1 before the axis: the parts are not contiguous stretches of the output
+    shapes = ((2, 3, 4), (2, 5, 4))
+    ys = _inputs(shapes)
+    out = np.empty((2, 8, 4), np.float32)
+    assert _arena_serial(shapes, 1, monkeypatch)(*ys, out=out) is out and _same(out, np.concatenate(ys, axis=1))
+
+
+def _neck():
+    """The detection head's neck: an upsampled map concatenated on channels with an earlier one (both in the
+    arena), then read by a 1x1 convolution (the Concat's output is not a graph output)."""
+    rng = np.random.default_rng(5)
+    g = GraphBuilder("neck")
+    x = g.input("x", (1, 8, 20, 20))
+    skip = g.op("Relu", g.op("Conv", x, g.constant(rng.standard_normal((128, 8, 1, 1)).astype(np.float32))))
+    low = g.op("Relu", g.op("Conv", x, g.constant(rng.standard_normal((64, 8, 3, 3)).astype(np.float32)),
+                            strides=[2, 2], pads=[1, 1, 1, 1]))
+    up = g.op("Resize", low, g.constant(np.zeros(0, np.float32)), g.constant(np.array([1, 1, 2, 2], np.float32)),
+              mode="nearest")
+    cat = g.op("Concat", up, skip, axis=1)
+    g.output(g.op("Conv", cat, g.constant(rng.standard_normal((16, 192, 1, 1)).astype(np.float32))))
+    return g.build()
+
+
+def test_a_session_with_a_streamed_arena_concat_agrees_with_the_reference(monkeypatch):
+    monkeypatch.setattr(concat_mod.kmemory, "NEST_CONCAT", False)
+    streamed, nt_copy = [], concat_mod._nt_copy
+    monkeypatch.setattr(concat_mod, "_nt_copy", lambda *a: streamed.append(a[2]) or nt_copy(*a))
+    model = _neck()
+    ref = Session(model, vendors=["reference"], threads=1)
+    plain = Session(model, vendors=["numba", "reference"], threads=1)
+    monkeypatch.setattr(concat_mod, "ARENA_NT", 1)
+    nb = Session(model, vendors=["numba", "reference"], threads=1)
+    rng = np.random.default_rng(4)
+    for _ in range(3):  # the arena reused over runs
+        feed = {"x": rng.standard_normal((1, 8, 20, 20)).astype(np.float32)}
+        got = nb.run(None, feed)[0]
+        assert_close(got, ref.run(None, feed)[0])
+        assert _same(got, plain.run(None, feed)[0])  # the copy changes no bit
+    assert streamed == ([] if numba.config.DISABLE_JIT else [0, 64 * 400] * 3)

@@ -520,7 +520,7 @@ def test_one_thread_pointwise_cols_ahead(rng, monkeypatch, ahead, hw, stride, m_
         want = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
         got = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
         assert_close(got, want)
-    assert calls and set(calls) == {(ftile.COLS8_KIND, ahead)}, calls
+    assert calls and set(calls) == {(ftile.COLS8_KIND, ahead, ftile.COLS_WHOLE_ONE_THREAD)}, calls
 
 
 @pytest.mark.parametrize("shape", ["4x6", "3x8", "3x7"])
@@ -579,4 +579,88 @@ def test_one_thread_pointwise_rows_prefetch(rng, monkeypatch, m_n, hw):
         want = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
         got = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
         assert_close(got, want)
-    assert built and all(pf for _kind, _tm, pf in built), built
+    assert built and all(a[2] for a in built), built
+
+
+@pytest.mark.parametrize("align", [64, 0])
+def test_packed_weights_and_thread_buffers_aligned(rng, monkeypatch, align):
+    """ftile.PACK_ALIGN / config.BUFFER_ALIGN (issue 11, session 15): the packed weights (pack_weights, and
+    pack_batched's rows) and the thread buffers start on a cache line where the switch is 64, and hold the
+    same panels either way ([panel][k][r], the last panel's rows zero)."""
+    from kernelkit_numba import config
+
+    monkeypatch.setattr(ftile, "PACK_ALIGN", align)
+    monkeypatch.setattr(config, "BUFFER_ALIGN", align)
+    w = rng.standard_normal((50, 37)).astype(np.float32)
+    got = ftile.pack_weights(w, 12)
+    want = np.zeros((5, 37, 12), np.float32)
+    for p in range(5):
+        rows = w[12 * p:12 * p + 12]
+        want[p, :, :rows.shape[0]] = rows.T
+    np.testing.assert_array_equal(got, want.reshape(-1))
+    u = rng.standard_normal((3, 40, 24)).astype(np.float32)
+    batched = ftile.pack_batched(u, 16)
+    for i in range(3):
+        np.testing.assert_array_equal(batched[i], ftile.pack_weights(u[i], 16))
+    buf = config.thread_buffer("test_aligned", 1000 + 3, np.float32)
+    assert buf.size == 1003 and buf.dtype == np.float32
+    if align:
+        for a in (got, batched, buf):
+            assert a.ctypes.data % align == 0
+        assert (batched.strides[0] % align) == 0
+
+
+@pytest.mark.parametrize("whole", [True, False])
+@pytest.mark.parametrize("hw,stride", [(14, 1), (7, 1), (13, 1), (14, 2)])
+@pytest.mark.parametrize("m_n,n_n", [(80, 1), (96, 2)])
+def test_one_thread_pointwise_cols_whole_tiles(rng, monkeypatch, whole, hw, stride, m_n, n_n):
+    """ftile.COLS_WHOLE_ONE_THREAD (issue 11, session 15): a one-thread session's 1x1 layer on the cols tiles
+    runs its tiles of 7 valid pixels on the tile with constant pixel offsets: 14x14 and 7x7 maps (every tile
+    whole), 13x13 (169 = 24 x 7 + 1: the last tile on the general one), the 1x1/2 shortcut to 7x7; 80 channels
+    (a last panel of two vectors: the narrow tiles) and 96; batch 1 and 2; K = 300 in chunks of 128; with and
+    without the residual, Relu; against the reference, with the driver the switch names taken."""
+    from kernelkit_numba.kernels import conv
+
+    _need("avx512")
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    monkeypatch.setattr(ftile, "COLS_WHOLE_ONE_THREAD", whole)
+    calls = []
+    real = ftile.cols_driver_ahead
+    monkeypatch.setattr(ftile, "cols_driver_ahead", lambda *a: (calls.append(a), real(*a))[1])
+    out_hw = -(-hw // stride)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((n_n, 300, hw, hw), (m_n, 300, 1, 1), (m_n,)))
+    z = rng.standard_normal((n_n, m_n, out_hw, out_hw)).astype(np.float32)
+    for inputs, attrs in (([x, w, b, z], {"strides": [stride, stride], "activation": "Relu"}),
+                          ([x, w, b], {"strides": [stride, stride]})):
+        want = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
+        got = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
+        assert_close(got, want)
+    if whole or conv.COLS_AHEAD_ONE_THREAD:
+        assert calls and set(calls) == {(ftile.COLS8_KIND, int(conv.COLS_AHEAD_ONE_THREAD), whole)}, calls
+
+
+@pytest.mark.parametrize("xahead", [8, 3])
+@pytest.mark.parametrize("m_n,hw", [(108, 17), (64, 30), (100, 15)])
+def test_one_thread_pointwise_rows_pixels_ahead(rng, monkeypatch, xahead, m_n, hw):
+    """ftile.ROWS_X_AHEAD_ONE_THREAD (issue 11, session 15): a one-thread session's 1x1 layer on the rows tiles
+    that read their pixel rows in place (fewer than PACK_MIN_M weight rows) prefetch row k + xahead: 12-row
+    panels for 108 channels, 8-row for 64 and 100; 17x17 (289 = 9 x 32 + 1: a half tile), 30x30 (900 = 28 x 32
+    + 4), 15x15 (a masked tile and a half one); K = 70 in chunks of 32 (the prefetch past a chunk's and the
+    rows' end); batch 2; with and without the residual, Relu; against the reference; the prefetching driver
+    taken."""
+    _need("avx512")
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    monkeypatch.setattr(ftile, "ROWS_X_AHEAD_ONE_THREAD", xahead)
+    monkeypatch.setattr(ftile, "KC", 32)
+    monkeypatch.setattr(ftile, "KC12", 32)
+    assert not ftile.pack_rows(m_n, 70, hw * hw)
+    built = []
+    real = ftile.rows_driver_order
+    monkeypatch.setattr(ftile, "rows_driver_order", lambda *a: (built.append(a), real(*a))[1])
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((2, 70, hw, hw), (m_n, 70, 1, 1), (m_n,)))
+    z = rng.standard_normal((2, m_n, hw, hw)).astype(np.float32)
+    for inputs, attrs in (([x, w, b, z], {"activation": "Relu"}), ([x, w, b], {})):
+        want = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
+        got = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
+        assert_close(got, want)
+    assert built and all(len(a) == 4 and a[3] == xahead for a in built), built

@@ -62,6 +62,17 @@ def _l2_bytes(default: int = 1 << 20) -> int:
 HOT_CACHE_BYTES = _l2_bytes()
 HOT_GROW = 1.05
 
+# Beyond the L2 (issue 11, session 15): in the choice among the plans (``place_best``), a byte older than
+# HOT_CACHE_BYTES costs 1 plus HOT_FAR times its age past the L2 over HOT_FAR_BYTES (HOT_FAR more at most; a byte
+# never held: HOT_GROW times 1 + HOT_FAR), so that of two plans whose writers meet bytes colder than the L2 the one
+# that used them more recently (still in the L3) is kept; ``place_hot`` places as before. On the Xeon (2 MiB L2) the
+# detection head's hot plan put Concat_153 (2.5 MB) over bytes last used 53 MB of traffic earlier, best fit over
+# bytes used 0-7 MB earlier; with HOT_FAR = 1 best fit is kept (the only plan of the ten models that changes).
+# The node then ran at the reference's time, the whole model no faster (docs/numba.md). 0: off. Read when a plan
+# is made.
+HOT_FAR = 0.0
+HOT_FAR_BYTES = 32 << 20
+
 # ops whose kernels may write their output over an input of the same shape and dtype
 INPLACE_OPS = frozenset({
     "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Selu", "Softplus", "Gelu",
@@ -146,7 +157,8 @@ def place_best(blocks: list[Block], clock: list[int] | None = None, info: dict |
     """``place_blocks`` in each order, keeping the smaller arena (offsets set accordingly). With
     ``HOT`` and ``clock`` (bytes touched before each step, see ``_clock``), also ``place_hot``'s plan,
     and the plan kept is the one whose writers find their destinations warmest (the least
-    ``write_cost``) among those whose arena is at most ``HOT_MAX_GROWTH`` times the smallest.
+    ``write_cost``, with ``HOT_FAR``'s cost of the bytes older than the L2) among those whose arena is at
+    most ``HOT_MAX_GROWTH`` times the smallest.
     ``info``, if given, gets the smallest arena (``best_fit_bytes``), whether the hot plan was kept
     (``hot``), each plan's arena (``size_bytes``, ``breadth_bytes``, ``hot_bytes``) and, with ``HOT``
     and ``clock``, each plan's ``write_cost`` (``size_cost``...)."""
@@ -165,7 +177,7 @@ def place_best(blocks: list[Block], clock: list[int] | None = None, info: dict |
         for name, (_top, offsets) in plans.items():
             for b, offset in zip(blocks, offsets):
                 b.offset = offset
-            costs[name] = write_cost(blocks, clock)
+            costs[name] = write_cost(blocks, clock, far=HOT_FAR)
             info[name + "_cost"] = costs[name]
         kept = min((name for name, (top, _) in plans.items() if top <= smallest * HOT_MAX_GROWTH),
                    key=lambda name: (costs[name], plans[name][0]))
@@ -182,8 +194,9 @@ class _History:
     """Which step last held each byte of an arena: segments ``[lo, hi)`` (sorted, disjoint, covering
     ``[0, top)``) with that step (-1: never), and the cost of writing a block over them."""
 
-    def __init__(self, clock: list[int], cache: int | None = None):
+    def __init__(self, clock: list[int], cache: int | None = None, far: float = 0.0):
         self.clock, self.cache, self.grow = clock, cache or HOT_CACHE_BYTES, HOT_GROW
+        self.far, self.far_bytes = far, HOT_FAR_BYTES
         self.los: list[int] = []
         self.his: list[int] = []
         self.last: list[int] = []
@@ -192,17 +205,25 @@ class _History:
     def cost(self, o: int, n: int, t: int) -> float:
         """Writing ``[o, o + n)`` at step ``t``: the sum over its bytes of ``min(age / cache, 1)``, a
         byte's age being the bytes the steps touched since the last step that held it (``grow`` a
-        byte never held, beyond the arena's top)."""
+        byte never held, beyond the arena's top); with ``HOT_FAR``, a byte older than ``cache`` costs
+        ``HOT_FAR * min((age - cache) / HOT_FAR_BYTES, 1)`` more (one never held ``grow * HOT_FAR``)."""
         los, his, last, clock, cache, grow = self.los, self.his, self.last, self.clock, self.cache, self.grow
+        far, far_bytes = self.far, self.far_bytes
         now, total, end = clock[t], 0.0, o + n
         k = max(bisect.bisect_right(los, o) - 1, 0)
         while k < len(los) and los[k] < end:
             w = min(his[k], end) - max(los[k], o)
             if w > 0:
-                total += w * (grow if last[k] < 0 else min((now - clock[last[k] + 1]) / cache, 1.0))
+                if last[k] < 0:
+                    total += w * grow * (1.0 + far)
+                else:
+                    age = now - clock[last[k] + 1]
+                    total += w * min(age / cache, 1.0)
+                    if far and age > cache:
+                        total += w * far * min((age - cache) / far_bytes, 1.0)
             k += 1
         if end > self.top:
-            total += (end - max(self.top, o)) * grow
+            total += (end - max(self.top, o)) * grow * (1.0 + far)
         return total
 
     def mark(self, o: int, n: int, step: int) -> None:
@@ -231,10 +252,11 @@ def _chronological(blocks: list[Block]) -> list[Block]:
     return sorted(blocks, key=lambda b: (b.start, -b.nbytes, b.end))
 
 
-def write_cost(blocks: list[Block], clock: list[int], cache: int | None = None) -> float:
+def write_cost(blocks: list[Block], clock: list[int], cache: int | None = None, far: float = 0.0) -> float:
     """The placed blocks' cost of writing each over what the arena held before (``_History.cost``),
-    in bytes of cold memory: a plan's measure of how cold its writers' destinations are."""
-    hist, total = _History(clock, cache), 0.0
+    in bytes of cold memory: a plan's measure of how cold its writers' destinations are (``far``: the
+    extra cost of the bytes older than the cache, ``_History.cost``)."""
+    hist, total = _History(clock, cache, far), 0.0
     for b in _chronological(blocks):
         total += hist.cost(b.offset, b.nbytes, b.start)
         hist.mark(b.offset, b.nbytes, b.end)

@@ -260,16 +260,32 @@ def phase_for(kernel, total: int, args: tuple, count: int):
 
 
 _thread_buffers = threading.local()
+# Issue 11, session 15 (rate15): the thread buffers start on this many bytes (0: wherever NumPy's allocator
+# puts them: 16 or 32 bytes past a cache line for large arrays, so that every 64-byte vector load of the rows
+# tiles' packed pixels, Winograd's V and fgemm's A panels crossed two cache lines). Read on each call
+BUFFER_ALIGN = 64
+
+
+def aligned_empty(size: int, dtype, align: int) -> np.ndarray:
+    """A flat uninitialised array of ``size`` elements starting on a multiple of ``align`` bytes (0 or 1:
+    np.empty's own)."""
+    dtype = np.dtype(dtype)
+    if align <= 1:
+        return np.empty(size, dtype)
+    raw = np.empty(size * dtype.itemsize + align, np.uint8)
+    at = (-raw.ctypes.data) % align
+    return raw[at:at + size * dtype.itemsize].view(dtype)
 
 
 def thread_buffer(name: str, size: int, dtype) -> np.ndarray:
     """The calling thread's flat work array ``name`` of ``size`` elements, kept between calls (grown
     to the largest size asked): a shard's scratch, so that a steady run allocates none. One array per
-    (thread, name, dtype): use it within a shard that runs no other kernel meanwhile."""
-    key = (name, np.dtype(dtype))
+    (thread, name, dtype, BUFFER_ALIGN): use it within a shard that runs no other kernel meanwhile."""
+    align = BUFFER_ALIGN
+    key = (name, np.dtype(dtype), align)
     buf = _thread_buffers.__dict__.get(key)
     if buf is None or buf.size < size:
-        buf = _thread_buffers.__dict__[key] = np.empty(size, dtype)
+        buf = _thread_buffers.__dict__[key] = aligned_empty(size, dtype, align)
     return buf[:size]
 
 

@@ -70,6 +70,12 @@ def split(x, split=None, *, axis=0, num_outputs=None):
 # malloc hands it a chunk its own intermediates freed a moment before, numba's arena leaves malloc only older
 # ones; issue 11, sessions 12 and 15). 0: NumPy's concatenate, as the reference. Read when a node is bound.
 OUTPUT_NT = 1 << 20
+# The same streamed copy for a Concat that writes an arena block (out= from the memory plan, not nested:
+# kernelkit.memory.NEST_CONCAT off or an input the plan could not nest), at least this many bytes. The detection
+# head's Concat_153 (2.5 MB) writes its block at 1.16-1.20x the reference's fresh array alone on the Xeon; streamed
+# it ran 1.39x faster (issue 11, session 15), but its reader (Conv_156) then finds the output in memory, not in the
+# caches, and lost as much (0.93). 0: off (NumPy's concatenate into out). Read when a node is bound.
+ARENA_NT = 0
 
 
 @intrinsic
@@ -154,6 +160,8 @@ def _concat_serial(input_specs, axis=0):
     nest = nestable and kmemory.NEST_CONCAT
     streamed = (OUTPUT_NT and nestable and input_specs[0].dtype == "float32" and not numba.config.DISABLE_JIT
                 and 4 * offsets[-1] >= OUTPUT_NT)
+    arena_nt = (ARENA_NT and nestable and input_specs[0].dtype == "float32" and not numba.config.DISABLE_JIT
+                and 4 * offsets[-1] >= ARENA_NT)
 
     def call(*inputs, out=None):
         if out is None:
@@ -165,6 +173,12 @@ def _concat_serial(input_specs, axis=0):
                 return y
             return np.concatenate(inputs, axis=ax)
         if not nest:  # no input can be in place: the check's ~3 us an input
+            if arena_nt and out.flags.c_contiguous and all(x.flags.c_contiguous and not np.may_share_memory(x, out)
+                                                           for x in inputs):
+                flat = out.reshape(-1)
+                for x, at in zip(inputs, offsets):
+                    _nt_copy(x.reshape(-1), flat, at)
+                return out
             return np.concatenate(inputs, axis=ax, out=out)  # saved (NumPy copies any overlap right)
         moved = 0
         for x, part in zip(inputs, parts):

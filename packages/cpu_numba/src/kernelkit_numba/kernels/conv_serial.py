@@ -141,11 +141,12 @@ def one_thread_cols_kc(l_n: int) -> int:
 
 def _cols_driver(kind):
     """The 3 x 7 cols driver of a one-thread bound 1x1 call: its tiles prefetch their weights
-    conv.COLS_AHEAD_ONE_THREAD steps ahead (ftile.cols_driver_ahead), or ftile.cols_driver where that is 0."""
+    conv.COLS_AHEAD_ONE_THREAD steps ahead and its full tiles read their pixels at constant offsets
+    (ftile.COLS_WHOLE_ONE_THREAD; ftile.cols_driver_ahead), or ftile.cols_driver where neither is on."""
     from .conv import COLS_AHEAD_ONE_THREAD
 
-    ahead = int(COLS_AHEAD_ONE_THREAD)
-    return ftile.cols_driver_ahead(kind, ahead) if ahead else ftile.cols_driver(kind)
+    ahead, whole = int(COLS_AHEAD_ONE_THREAD), bool(ftile.COLS_WHOLE_ONE_THREAD)
+    return ftile.cols_driver_ahead(kind, ahead, whole) if ahead or whole else ftile.cols_driver(kind)
 
 
 def _tail_call(conv, raw, kind, y_shape, k_n, l_n, lo, hi, has_z, general, buf, buf_ro, sh, sw, sub, tail):
@@ -603,17 +604,18 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
             driver = ftile.cols_shape_driver(*shape)
             total = m_n // width
             size = ftile.cols_shape_scratch(*shape, l_n)
-        if one_thread:  # (a two-thread call the pair refused keeps COLS_KC, as its halves)
+        if one_thread:  # (a two-thread call the pair refused takes its halves' driver and K chunk: below)
             cols_kc = one_thread_cols_kc(l_n)
             if shape is None:
                 driver = _cols_driver(kind)
     else:
         kind = ftile.rows_kind(kind, m_n, one_thread=_one_thread(conv, parallel))
         width = ftile.MR[kind]
-        driver = ftile.rows_driver(kind)
         block, blocks, groups, kc = ftile.plan(kind, m_n, k_n, l_n, 1)
         total = blocks * groups
         pack = ftile.pack_rows(m_n, k_n, l_n)
+        xahead = ftile.ROWS_X_AHEAD_ONE_THREAD if _one_thread(conv, parallel) and not pack else 0
+        driver = ftile.rows_driver_ahead(kind, xahead)
         size = ftile.scratch_size(kind, False, l_n, block, kc, pack)
     packing = (k_n, width)  # (_packed's K and tile width)
     pair = None if (parallel and n_n == 1 and not rnpair.POINTWISE) or kind != cpair.KIND or (
@@ -621,6 +623,8 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         conv, step, cols, y_shape, k_n, l_n, lo, hi, has_z, split=parallel and n_n == 1)
     if parallel and n_n == 1 and pair is not None:
         pair.rule = rnpair.rule()  # ResNet-50's 1x1 layers (0.3-1.4 ms a half): as rnpair's
+    if cols and pair is not None and not _one_thread(conv, parallel):  # the call of a refused pair: its halves'
+        driver, cols_kc = ftile.cols_driver_ahead(kind, pair.ahead), int(pair.desc[cpair.KC])  # (cpair.COLS_AHEAD)
     held_one = _held_one(conv, step, parallel, n_n)
 
     def tiles(x, w, b=None, z=None, *, out=None):

@@ -154,20 +154,49 @@ FOLLOW_RANGE = 0.15
 TAIL = False
 TAIL_SHARE = 0.25
 TAIL_UNITS = 8
+# The cols halves' weight prefetch (issue 11, session 15; docs/numba.md, "The weights' prefetch in the two-thread
+# halves"): > 0, the cols tiles of this module's halves (ResNet-50's 7x7 1x1 layers at two threads, the 14x14 ones
+# too where conv_serial.PAIR_COLS_MAX takes them) prefetch their weights' row k + COLS_AHEAD into L1 at step k
+# (ftile.cols_driver_ahead, as a one-thread session's 1x1 calls with conv.COLS_AHEAD_ONE_THREAD), and so does the
+# caller's whole-layer call where the pair is refused (conv_serial._tiles_call). Read when a layer binds: a pair's
+# half is the compiled half of its value (one per value a process: half_address(ahead)), the other ops' code the
+# same. The prefetch changes no arithmetic: the halves stay the one-thread path's bit for bit. Off: on the Xeon
+# (benchmarks/ahead15_round.sh, nodes_ab2t.py resnet50, two orders, with rnpair.DIRECT_AHEAD) ResNet-50's 7x7 layers
+# 1.12-1.26x faster per kind (2048 -> 512 0.98 and 1.17), but in turns, eight jobs side by side, ResNet-50 0.96-0.98
+# (0.74-1.69 over rounds): not yet a whole-model gain. A/B: kernels.cpair.COLS_AHEAD=16
+COLS_AHEAD = 0
+# True: the cols halves (and the refused pair's whole-layer call) take a one-thread session's K chunk
+# (conv_serial.one_thread_cols_kc: conv.FTILE_COLS_KC_SMALL_ONE_THREAD on 7x7, FTILE_COLS_KC_ONE_THREAD above, 128:
+# a 48-channel panel's chunk of 24 KiB stays in L1 over the map's tiles) instead of ftile.COLS_KC (512, 96 KiB).
+# The chunks' partial sums pass through the scratch unrounded (float32 stores), so the output is the same bit for
+# bit. Read when a layer binds. False: COLS_KC. Off: on the Xeon (ahead15_round.sh) 0.92-1.08x per 7x7 kind, on top
+# of the prefetch 0.94-1.04x. A/B: kernels.cpair.COLS_KC_ONE_THREAD=1
+COLS_KC_ONE_THREAD = False
 
 
-def _drivers():
-    """(rows, cols, the six depthwise plane drivers) of KIND."""
+def cols_kc(l_n: int) -> int:
+    """The cols halves' K chunk on a map of ``l_n`` pixels (COLS_KC_ONE_THREAD's rule, read now)."""
+    if COLS_KC_ONE_THREAD:
+        from .conv_serial import one_thread_cols_kc
+
+        return one_thread_cols_kc(l_n)
+    return ftile.COLS_KC
+
+
+def _drivers(ahead: int = 0):
+    """(rows, cols, the six depthwise plane drivers) of KIND; the cols tiles prefetching their weights ``ahead``
+    steps on (0: none)."""
     dw = (dwtile._planes_r1, dwtile._planes_r1z, dwtile._planes_s2, dwtile._planes_s2z, dwtile._planes_p2,
           dwtile._planes_p2z)
-    return ftile.rows_driver(KIND), ftile.cols_driver(KIND), dw
+    return ftile.rows_driver(KIND), ftile.cols_driver_ahead(KIND, ahead), dw
 
 
-def _build():
+def _build(ahead: int = 0):
     """The compiled ``half(desc_address, side) -> 0`` (side 0 the caller's, 1 the helper's), a closure
-    over the drivers of KIND, keyed for the disk cache by name (cache.CLOSURE_KEY, as ftile's
+    over the drivers of KIND (the cols tiles' weights prefetched ``ahead`` steps on: COLS_AHEAD's value
+    where the pair was bound), keyed for the disk cache by name (cache.CLOSURE_KEY, as ftile's
     drivers); fpair's helper reaches it by address (``half_address``)."""
-    rows, cols, (dw0, dw1, dw2, dw3, dw4, dw5) = _drivers()
+    rows, cols, (dw0, dw1, dw2, dw3, dw4, dw5) = _drivers(ahead)
     implicit = ftile.implicit_driver(KIND)
     phases = ftile.phases_padded
     mx1, mx2 = dwtile._max_planes_s1, dwtile._max_planes_s2
@@ -307,7 +336,7 @@ def _build():
                      d[T_KC], d[T_PACK] != 0, scratch, 0, d[T_TOTAL])
         return 0
 
-    setattr(half, CLOSURE_KEY, f"cpair.half.kind{KIND}")
+    setattr(half, CLOSURE_KEY, f"cpair.half.kind{KIND}" + (f".a{ahead}" if ahead else ""))
     return jit(half)
 
 
@@ -322,10 +351,10 @@ def _image(d, b, side, prev):
 
 
 @functools.cache
-def half_address() -> int:
-    """The C address of the compiled half (compiled or loaded now; fpair.half_address's way), 0 where
-    there is none."""
-    return pairs.function_address(_build())
+def half_address(ahead: int = 0) -> int:
+    """The C address of the compiled half whose cols tiles prefetch ``ahead`` steps on (compiled or loaded
+    now; fpair.half_address's way), 0 where there is none."""
+    return pairs.function_address(_build(ahead))
 
 
 @jit
@@ -347,7 +376,7 @@ def pair_run(ctl, desc, x, y, z, s0, s1) -> int:
     return fpair.pair_job(ctl, desc)
 
 
-_ready: list = []
+_ready: dict = {}  # COLS_AHEAD's value -> [the half's address] once made ready
 _ready_lock = threading.Lock()
 
 
@@ -371,11 +400,13 @@ def _warm() -> None:
     pair_run(held, np.zeros(NDESC, np.int64), x, np.zeros((1, 1, 1, 1), np.float32), x, s, s)
 
 
-def prepare() -> int:
-    """Compile (or load) fpair's sides and this module's half and caller on the calling thread
-    (fpair.prepare_family): the half's address, 0 where there is no pair (no cycle counter, no
-    compiled code)."""
-    return fpair.prepare_family(_ready, _ready_lock, half_address, _warm)
+def prepare(ahead: int = 0) -> int:
+    """Compile (or load) fpair's sides and this module's half (its cols tiles prefetching ``ahead`` steps on)
+    and caller on the calling thread (fpair.prepare_family): the half's address, 0 where there is no pair (no
+    cycle counter, no compiled code)."""
+    with _ready_lock:
+        ready = _ready.setdefault(int(ahead), [])
+    return fpair.prepare_family(ready, _ready_lock, functools.partial(half_address, int(ahead)), _warm)
 
 
 def _setting() -> str:
@@ -422,7 +453,7 @@ class Pair:
     per-call addresses written by pair_run), the arrays it points to, the two sides' scratch sizes."""
 
     __slots__ = ("desc", "keep", "bound", "size0", "size1", "fill", "fn", "entry", "strict", "whole", "rule",
-                 "follow")
+                 "follow", "ahead")
 
     def __init__(self, desc, size0: int, size1: int, fill, strict: bool = True):
         self.desc, self.size0, self.size1, self.fill = desc, size0, size1, fill
@@ -434,6 +465,8 @@ class Pair:
         self.entry = True  # the compiled entry point is still to be looked up (after the first call)
         self.follow = None  # FOLLOW's state of a one-image tiles pair: [the cut (float), lowest, highest, units,
         # the setter (cut -> the sides' scratch floats)]
+        self.ahead = int(COLS_AHEAD)  # the half's cols prefetch (COLS_AHEAD at bind: every pair of a process the
+        # same half where the switch is not changed)
         self.rule = None  # else the stall rule, (strict, hiccup_s) of PairServer.result (rnpair.py's parallel
         # one-image ResNet layers: fpair's slack and the pool's two-stalls rule)
 
@@ -442,7 +475,7 @@ class Pair:
         one-thread call); False too where another caller holds the slot. ``w``, ``bias``: the bound
         call's constants (by identity: a new pair of them is written into the descriptor)."""
         if not self.desc[FN]:  # both sides compiled at the first call, not at bind (a tiered start's trial
-            address = prepare()  # compiles them off the model's thread, as the node's kernels)
+            address = prepare(self.ahead)  # compiles them off the model's thread, as the node's kernels)
             if not address:
                 return False
             self.desc[FN] = address
@@ -554,7 +587,7 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
             return None
         cut = panels if images else -(-panels // 2)
         size = ftile.scratch_size(KIND, True, l_n)
-        desc[KC] = ftile.COLS_KC
+        desc[KC] = cols_kc(l_n)
         desc[s0 + S_C0], desc[s0 + S_MC], desc[s1 + S_C0], desc[s1 + S_MC] = 0, cut, (0 if images else cut), panels
         if split and COLS_SPLIT and not images and n_n == 1:
             q, a = cols_split(m_n, l_n)

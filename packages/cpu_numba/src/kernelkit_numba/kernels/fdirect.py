@@ -135,8 +135,8 @@ def driver(step: int, cv: int = 3, mp: int = MP):
 
 
 # Issue 11, session 14 (r50two14): the tiles prefetch their weights' row k + AHEAD into L1 at step k (0: off;
-# conv.py's one-thread call reads it when it first plans a layer; the two-thread pairs and shards keep 0, not
-# measured): a 48-channel panel's chunk of KC steps is 144 KiB and streams from L2 (from L3 for the 512-channel
+# conv.py's one-thread call reads it when it first plans a layer; the two-thread pairs take rnpair.DIRECT_AHEAD, the
+# shards 0): a 48-channel panel's chunk of KC steps is 144 KiB and streams from L2 (from L3 for the 512-channel
 # layers' 9.4 MB of weights) once a tile, as fgemm's B panels did before B_AHEAD_ONE_THREAD. Xeon, ResNet-50 per
 # kind in four processes (nodes_ab.py, two calls), 16 against 0: the 512@7 layers 1.20-1.24x, the 3x3/2 to 7x7
 # 1.17-1.29x, to 14x14 1.02-1.14x, to 28x28 1.00-1.08x (an identical session 0.89-1.12x); 8: 1.09-1.19x and

@@ -117,13 +117,23 @@ def select() -> int | None:
 
 
 # ---------------------------------------------------------------------------------------- packing
+# Issue 11, session 15 (rate15): the packed weights start on this many bytes (0: np.empty's own, 16 or 32
+# bytes past a cache line for large arrays). The cols tiles load their weights as 64-byte vectors at
+# multiples of 192 bytes from the panels' start: misaligned, every one of them crossed two lines. Xeon alone
+# (bench_tile_rate.py): the cols tiles +1-6 %, with config.BUFFER_ALIGN the packed rows tiles +6-12 %
+PACK_ALIGN = 64
+
+
 def pack_weights(w2: np.ndarray, mr: int) -> np.ndarray:
-    """(M, K) float32 weights into panels of ``mr`` rows, [panel][k][r], zero-padded rows."""
+    """(M, K) float32 weights into panels of ``mr`` rows, [panel][k][r], zero-padded rows; the array
+    starts on PACK_ALIGN bytes."""
     m_n, k_n = w2.shape
     panels = -(-m_n // mr)
     padded = np.zeros((panels * mr, k_n), np.float32)
     padded[:m_n] = w2
-    return np.ascontiguousarray(padded.reshape(panels, mr, k_n).transpose(0, 2, 1)).reshape(-1)
+    out = config.aligned_empty(panels * mr * k_n, np.float32, PACK_ALIGN)
+    out.reshape(panels, k_n, mr)[...] = padded.reshape(panels, mr, k_n).transpose(0, 2, 1)
+    return out
 
 
 # --------------------------------------------------------------------------------------------- IR
@@ -131,7 +141,8 @@ def _data(context, builder, arrty, value):
     return cgutils.create_struct_proxy(arrty)(context, builder, value=value).data
 
 
-def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool, offs: bool = False, pf: bool = False):
+def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool, offs: bool = False, pf: bool = False,
+                    xahead: int = 0):
     """An intrinsic ``tile(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out,
     m_valid, n_valid)``: rows [0, m_valid) of an mr x nr block of ``out`` at ``out[o_off:]`` (row
     stride ``ldo``) = act(W panel at ``w[w_off:]`` ([k][mr]) times the rows ``x[x_off + k * ldx:]``
@@ -141,7 +152,9 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool, o
     GEMM, ``conv_implicit``): ``ldx`` is an int64 array, row k read at ``x[x_off + ldx[k]:]``. ``pf``
     (ROWS_PREFETCH): before its K loop the tile prefetches into L2 the output rows of the next tile
     along them (``nr`` pixels on: the panel-major driver's next tile) for writing, and their residual
-    rows too ``with_z``, so that the epilogue's stores and loads of that tile find them."""
+    rows too ``with_z``, so that the epilogue's stores and loads of that tile find them. ``xahead`` (steps,
+    0: none; not with ``offs``): each step k also prefetches into L1 the tile's pixels of row k + xahead
+    (ROWS_X_AHEAD_ONE_THREAD: rows read in place, a page or more apart)."""
     lanes = 8 if kind == "avx2" else 16
     nr = lanes * nvec
 
@@ -225,6 +238,14 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool, o
             xrow = builder.gep(px, [builder.load(builder.gep(pk, [k]), align=8)])
         else:
             xrow = builder.gep(px, [builder.mul(k, ldx)])
+        if xahead and not offs:  # never faults past the rows' end
+            i8p = ir.IntType(8).as_pointer()
+            fetch = cgutils.get_or_insert_function(mod, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                                   "llvm.prefetch.p0")
+            ahead_row = builder.gep(xrow, [builder.mul(ldx, ir.Constant(i64, xahead))])
+            for j in range(nvec * lanes // 16):
+                line = builder.bitcast(builder.gep(ahead_row, [ir.Constant(i64, 16 * j)]), i8p)
+                builder.call(fetch, [line, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
         xv = [vload(builder.gep(xrow, [ir.Constant(i64, lanes * j)]), j) for j in range(nvec)]
         wrow = builder.gep(pw, [builder.mul(k, ir.Constant(i64, mr))])
         new = []
@@ -284,7 +305,8 @@ def _tile_generic(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, has_z, o_off
             out[o_off + r * ldo + j] = v
 
 
-def _rows_driver(kind: int, full, masked, full_z, masked_z, half=None, half_z=None, tile_major=False, pf=False):
+def _rows_driver(kind: int, full, masked, full_z, masked_z, half=None, half_z=None, tile_major=False, pf=False,
+                 suffix: str = ""):
     """conv_tiles' loops for one variant, its four tiles fixed (a driver that dispatched on the kind
     inside the pixel loop, even inlined, ran small-K layers 20% slower). ``half``/``half_z``: masked
     tiles of one vector for a row's last nr / 2 pixels or fewer (a 14x14 map's 196 = 6 x 32 + 4:
@@ -362,7 +384,7 @@ def _rows_driver(kind: int, full, masked, full_z, masked_z, half=None, half_z=No
                         masked(wp, w_off, src_x, x_off, step, kk, first, bb, r0, z, o_off, ldo, lo2, hi2, out,
                                m_valid, nv)
 
-    return _variant_jit(tiles, ("rows_tm" if tile_major else "rows") + ("_pf" if pf else ""), kind)
+    return _variant_jit(tiles, ("rows_tm" if tile_major else "rows") + ("_pf" if pf else "") + suffix, kind)
 
 
 @jit
@@ -458,16 +480,37 @@ ROWS_PREFETCH = 0
 
 
 @_built_once
-def rows_driver_order(kind: int, tile_major: bool, pf: bool = False):
-    """rows_driver with the loop order (and the tiles' prefetch) given."""
+def rows_driver_order(kind: int, tile_major: bool, pf: bool = False, xahead: int = 0):
+    """rows_driver with the loop order (and the tiles' prefetches: ``pf`` ROWS_PREFETCH's, ``xahead`` the
+    pixel rows', rows_driver_ahead's) given."""
     if kind == 0:
         return _rows_driver(0, _generic_tile_noz, _generic_tile_noz, _generic_tile, _generic_tile,
                             tile_major=tile_major)
     name, mr = _INTRINSIC_NAME.get(kind, _NAME[kind]), MR[kind]
-    tiles = [_tile_intrinsic(name, mr, 2, masked, with_z, pf=pf) for with_z in (False, True)
+    tiles = [_tile_intrinsic(name, mr, 2, masked, with_z, pf=pf, xahead=xahead) for with_z in (False, True)
              for masked in (False, True)]
-    return _rows_driver(kind, *tiles, *(_tile_intrinsic(name, mr, 1, True, with_z, pf=pf) for with_z in (False, True)),
-                        tile_major=tile_major, pf=pf)
+    return _rows_driver(kind, *tiles, *(_tile_intrinsic(name, mr, 1, True, with_z, pf=pf, xahead=xahead)
+                                        for with_z in (False, True)),
+                        tile_major=tile_major, pf=pf, suffix=f"_x{xahead}" if xahead else "")
+
+
+# Issue 11, session 15 (rate15): a one-thread session's bound 1x1 calls whose rows tiles read the pixel rows in
+# place (ftile.pack_rows false: fewer than PACK_MIN_M weight rows, ResNet-50's 256 -> 64 and 64 -> 64 at
+# 56x56) prefetch, at step k, the tile's pixels of row k + this into L1 (rows_driver_ahead; 0: off). Row k
+# and row k + 1 are a whole map apart (12 KiB at 56x56): a new page each step, past the stride the
+# hardware's prefetchers follow. Xeon (docs/numba.md, "The 1x1 tiles' own rate at one thread"): 64 x 256 x
+# 3136 alone 120-138 -> 145-151 GFLOP/s; ResNet-50's 256 -> 64 at 56x56 1.12-1.22x in three processes (ctl
+# 0.96-1.09), the rest of ResNet-50, RegNetY and MobileNetV2 level: on (8)
+ROWS_X_AHEAD_ONE_THREAD = 8
+
+
+def rows_driver_ahead(kind: int, xahead: int):
+    """rows_driver(kind) whose tiles also prefetch their pixel row k + ``xahead`` at step k (0: rows_driver
+    itself); the loop order and ROWS_PREFETCH as rows_driver's."""
+    if not xahead or kind not in (KIND["avx512"], ROWS12):
+        return rows_driver(kind)
+    pf = bool(ROWS_PREFETCH) and not ROWS_TILE_MAJOR
+    return rows_driver_order(kind, ROWS_TILE_MAJOR, pf, int(xahead))
 
 
 def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
@@ -893,13 +936,16 @@ COLS_MP = {1: 6, 2: 7}  # pixels per cols tile
 COLS_CV = {1: 2, 2: 3}  # channel vectors per cols tile
 
 
-def _cols_driver(kind: int, tile, tile_z, mp: int | None = None, narrow=None, cv: int | None = None, suffix: str = ""):
+def _cols_driver(kind: int, tile, tile_z, mp: int | None = None, narrow=None, cv: int | None = None, suffix: str = "",
+                 whole=None):
     """conv_cols' loops for one variant, its two tiles fixed (see _rows_driver); ``mp`` pixels a
     tile (COLS_MP[kind] unless given: conv_cols8's 8). ``narrow``: (one, one_z, two, two_z), tiles of
     one and two channel vectors on the same panels, for a last panel of that many vectors (160
     channels = 3 x 48 + 16: the full tile computed 32 channels for nothing). ``cv``: channel vectors
     a tile (COLS_CV[kind] unless given: panels of cv * lanes channels, cols_shape_driver's). ``suffix``:
-    added to the driver's cache name (tiles of another code: cols_driver_ahead's ``_a{ahead}``)."""
+    added to the driver's cache name (tiles of another code: cols_driver_ahead's ``_a{ahead}``). ``whole``:
+    (tile, tile_z) of the full width built with ``full`` (the pixels at constant offsets), for every tile
+    of ``mp`` valid pixels (COLS_WHOLE)."""
     lanes = COLS_LANES[kind]
     width = COLS_WIDTH[kind] if cv is None else cv * lanes
     mp = COLS_MP[kind] if mp is None else mp
@@ -908,6 +954,8 @@ def _cols_driver(kind: int, tile, tile_z, mp: int | None = None, narrow=None, cv
         driver = f"cols{cv}x{mp}"
     driver += suffix
     one, one_z, two, two_z = (tile, tile_z, tile, tile_z) if narrow is None else narrow
+    whole_on = whole is not None
+    all_, all_z = (tile, tile_z) if whole is None else whole
 
     def panels(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi):
         tiles = (n_pix + mp - 1) // mp
@@ -937,6 +985,13 @@ def _cols_driver(kind: int, tile, tile_z, mp: int | None = None, narrow=None, cv
                         else:
                             two(wp, w_off, x, xo, ldx, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
                                 m_valid, nv)
+                    elif whole_on and nv == mp:
+                        if has_z:
+                            all_z(wp, w_off, x, xo, ldx, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi,
+                                  out, m_valid, nv)
+                        else:
+                            all_(wp, w_off, x, xo, ldx, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
+                                 m_valid, nv)
                     elif has_z:
                         tile_z(wp, w_off, x, xo, ldx, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
                                m_valid, nv)
@@ -961,19 +1016,32 @@ def cols_driver(kind: int):
     return _cols_driver(kind, *(_cols_intrinsic(name, cv, mp, z) for z in (False, True)), narrow=_narrow(name, cv, mp))
 
 
+# Issue 11, session 15 (rate15): a one-thread session's bound 1x1 calls on the cols tiles (conv_serial) run
+# every tile of COLS_MP valid pixels (all of a 14x14 or 7x7 map's) on a tile whose pixels sit at constant
+# offsets from one pointer (_cols_intrinsic's ``full``; cols_driver_ahead's ``whole``). The general tile
+# picks each pixel's offset at run time (pixels past the map's end read the last one): seven pointers a
+# step, fourteen in the loop LLVM unrolls by two, five of them reloaded from the stack every two steps,
+# on the load ports that the broadcasts and the weight loads fill (inspect_asm). Xeon alone: -1 to +5 %; in
+# ResNet-50 level (docs/numba.md, "The 1x1 tiles' own rate at one thread"). False: the general tile
+COLS_WHOLE_ONE_THREAD = True
+
+
 @_built_once
-def cols_driver_ahead(kind: int, ahead: int):
+def cols_driver_ahead(kind: int, ahead: int, whole: bool = False):
     """cols_driver(kind) whose tiles (the narrow ones too) also prefetch into L1, at step k, their weights'
     row k + ``ahead`` (_cols_intrinsic's ``ahead``: the panel's next rows, past a chunk's end the next
-    chunk's, past a panel's end the next panel's); 0: cols_driver(kind) itself. A one-thread session's bound
-    1x1 calls take it (conv.COLS_AHEAD_ONE_THREAD): in the model their weights come from L3 or memory."""
-    if not ahead:
+    chunk's, past a panel's end the next panel's; 0: no prefetch), and with ``whole``, whose tiles of all
+    their pixels valid have them at constant offsets (COLS_WHOLE_ONE_THREAD); neither: cols_driver(kind)
+    itself. A one-thread session's bound 1x1 calls take it (conv.COLS_AHEAD_ONE_THREAD): in the model their
+    weights come from L3 or memory."""
+    if not ahead and not whole:
         return cols_driver(kind)
     name, cv, mp = _NAME[kind], COLS_CV[kind], COLS_MP[kind]
     width = cv * COLS_LANES[kind]
     narrow = tuple(_cols_intrinsic(name, min(n, cv), mp, z, width, ahead=ahead) for n in (1, 2) for z in (False, True))
+    tiles = tuple(_cols_intrinsic(name, cv, mp, z, ahead=ahead, full=True) for z in (False, True)) if whole else None
     return _cols_driver(kind, *(_cols_intrinsic(name, cv, mp, z, ahead=ahead) for z in (False, True)), narrow=narrow,
-                        suffix=f"_a{ahead}")
+                        suffix=(f"_a{ahead}" if ahead else "") + ("_w" if whole else ""), whole=tiles)
 
 
 # 8 pixels a tile (24 accumulators, 3 weight vectors: 27 of the 32 zmm): Winograd's F(2x2, 3x3) on a
@@ -1037,8 +1105,12 @@ def conv_cols8(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc
 # ------------------------------------------------------------------------ Winograd's batched GEMMs
 def pack_batched(u: np.ndarray, width: int) -> np.ndarray:
     """(P, M, C) weights (Winograd's transformed U, one (M, C) matrix per position) packed per
-    position into panels of ``width`` rows: (P, panels * width * C)."""
-    return np.stack([pack_weights(np.ascontiguousarray(u[i], np.float32), width) for i in range(u.shape[0])])
+    position into panels of ``width`` rows: (P, panels * width * C), starting on PACK_ALIGN bytes."""
+    rows = [pack_weights(np.ascontiguousarray(u[i], np.float32), width) for i in range(u.shape[0])]
+    out = config.aligned_empty(len(rows) * rows[0].size, np.float32, PACK_ALIGN).reshape(len(rows), rows[0].size)
+    for i, row in enumerate(rows):
+        out[i] = row
+    return out
 
 
 def _batched_driver(kind: int, cols: int):

@@ -172,6 +172,16 @@ TAIL_DIRECT = False
 # nodes_ab2t.py) default / 49 was 0.84-0.87 on ResNet-18's 128@28 layers and 0.72 on ResNet-50's, default / 196
 # 0.68-0.76 on the 64@56 ones: the input transform that both sides repeat costs more than half the weights saves.
 BY_M_TILES = 0
+# fdirect's halves' weight prefetch (issue 11, session 15; docs/numba.md, "The weights' prefetch in the two-thread
+# halves"): > 0, the direct pairs' tiles (ResNet-50's 3x3/2 layers of K >= 257 and 512@7 layers, ResNet-18's 3x3/2
+# and 512@7 ones at two threads) prefetch their weights' row k + DIRECT_AHEAD into L1 at step k
+# (fdirect.driver_ahead, as a one-thread session's with fdirect.AHEAD). Read when a layer binds: every pair of this
+# module takes the compiled half of its value (one per value a process: half_address(ahead); the F(4x4) and F(2x2)
+# ops' code the same). The prefetch changes no arithmetic: the halves stay the one-thread path's bit for bit. 0: off.
+# Off: on the Xeon (benchmarks/ahead15_round.sh, nodes_ab2t.py) ResNet-50's 512@7 and 3x3/2 layers 1.00-1.30x faster
+# per kind, ResNet-18's 1.17-1.28x (its Conv sum 1.10x), but ResNet-50 in turns 0.96-0.98 and ResNet-18 1.04, eight
+# jobs side by side (0.74-1.69 over rounds): no whole-model gain shown yet. A/B: kernels.rnpair.DIRECT_AHEAD=16
+DIRECT_AHEAD = 0
 
 OP_WINO, OP_DIRECT, OP_WINO2 = 0, 1, 2
 # desc: the half's address, the op, the per-call addresses (x, y, z), has_z, the float values (lo, hi,
@@ -191,12 +201,13 @@ T_CLAIM, T_N, T_START = SIDE0 + 2 * SIDE_N, SIDE0 + 2 * SIDE_N + 1, SIDE0 + 2 * 
 NDESC = SIDE0 + 2 * SIDE_N + 3
 
 
-def _build():
+def _build(ahead: int = 0):
     """The compiled ``half(desc_address, side) -> 0`` (side 0 the caller's, 1 the helper's): a closure
     over winograd's tile transforms, ftile's batched products (kind 2, rows and both cols tiles) and
-    fdirect's drivers (3 x 7 tiles, strides 1 and 2), cached on disk by name."""
+    fdirect's drivers (3 x 7 tiles, strides 1 and 2, their weights prefetched ``ahead`` steps on:
+    DIRECT_AHEAD's value where the pair was bound), cached on disk by name."""
     bat0, bat1, bat2 = (ftile._batched(KIND, c) for c in (0, 1, 2))
-    drv1, drv2 = fdirect.driver(1, 3, fdirect.MP), fdirect.driver(2, 3, fdirect.MP)
+    drv1, drv2 = (fdirect.driver_ahead(s, 3, fdirect.MP, ahead) for s in (1, 2))
     tin, tout = winograd._input_tiles4, winograd._output_tiles4
     tin2, tout2 = winograd._input_transform, winograd._output_transform
     f32 = np.float32
@@ -299,14 +310,15 @@ def _build():
             tout(mo, y, bias, z, has_z, th_n, tw_n, d[CODE], fv[2], fv[3], b0, b1, 0, m_n)
         return 0
 
-    setattr(half, CLOSURE_KEY, f"rnpair.half.kind{KIND}")
+    setattr(half, CLOSURE_KEY, f"rnpair.half.kind{KIND}" + (f".a{ahead}" if ahead else ""))
     return jit(half)
 
 
 @functools.cache
-def half_address() -> int:
-    """The C address of the compiled half (compiled or loaded now), 0 where there is none."""
-    return pairs.function_address(_build())
+def half_address(ahead: int = 0) -> int:
+    """The C address of the compiled half whose direct tiles prefetch ``ahead`` steps on (compiled or loaded
+    now), 0 where there is none."""
+    return pairs.function_address(_build(ahead))
 
 
 @jit
@@ -337,7 +349,7 @@ def pair_run(ctl, desc, x, y, z, v0, mo0, s0, v1, mo1, s1, alone) -> int:
     return fpair.pair_job(ctl, desc)
 
 
-_ready: list = []
+_ready: dict = {}  # DIRECT_AHEAD's value -> [the half's address] once made ready
 _ready_lock = threading.Lock()
 
 
@@ -349,10 +361,12 @@ def _warm() -> None:
     pair_run(held, np.zeros(NDESC, np.int64), s, s, s, s, s, s, s, s, s, False)
 
 
-def prepare() -> int:
-    """Compile (or load) fpair's sides, this module's half and its caller on the calling thread
-    (fpair.prepare_family): the half's address, 0 where there is no pair."""
-    return fpair.prepare_family(_ready, _ready_lock, half_address, _warm)
+def prepare(ahead: int = 0) -> int:
+    """Compile (or load) fpair's sides, this module's half (its direct tiles prefetching ``ahead`` steps on) and
+    its caller on the calling thread (fpair.prepare_family): the half's address, 0 where there is no pair."""
+    with _ready_lock:
+        ready = _ready.setdefault(int(ahead), [])
+    return fpair.prepare_family(ready, _ready_lock, functools.partial(half_address, int(ahead)), _warm)
 
 
 def enabled() -> bool:
@@ -364,10 +378,11 @@ def enabled() -> bool:
 class Pair:
     """One bound layer's pair: its descriptor, the arrays it points to, the sides' buffer sizes."""
 
-    __slots__ = ("desc", "keep", "sizes", "prep", "bound", "balance", "direct")
+    __slots__ = ("desc", "keep", "sizes", "prep", "bound", "balance", "direct", "ahead")
 
     def __init__(self, desc, sizes, prep):
         self.desc, self.sizes, self.prep = desc, sizes, prep
+        self.ahead = int(DIRECT_AHEAD)  # the half's direct prefetch (DIRECT_AHEAD at bind)
         self.keep: tuple = ()
         self.bound = None  # the weight the descriptor's packed panels come from
         # BALANCE (an F(4x4) layer's moving cut): [the smoothed cut, its least, its most, the tiles, C, M]
@@ -381,7 +396,7 @@ class Pair:
         False where nothing was done (no compiled half, the pool's worker spinning, another caller in
         the slot): the caller takes the general path. ``x``, ``y``, ``z``: one image (3-D)."""
         if not self.desc[FN]:
-            address = prepare()
+            address = prepare(self.ahead)
             if not address:
                 return False
             self.desc[FN] = address
