@@ -615,6 +615,7 @@ def test_misses_in_a_window(monkeypatch):
     job came between them (a helper beside the caller on its CPU: 3 misses, then a claim, over and over); off, only
     MISSES in a row do, and that pattern never backs off."""
     pattern = [2, 2, 2, 1] * 12
+    monkeypatch.setattr(pairs, "MISS_WINDOW", 0)
     srv = fpair.FPairServer(0)
     for done in pattern:
         srv.result(done, *rnpair.rule())
@@ -809,7 +810,7 @@ def test_follow_cut_pointwise(case, quiet_server, monkeypatch):
     alone = srv.stats["alone"]
     for cut in range(lo, hi + 1):
         cpair.set_cut(pair, cut)
-        srv._misses = 0  # (no back-off after MISSES calls alone)
+        srv._misses = srv._recent = 0  # (no back-off after MISSES calls alone, in a row or in pairs.MISS_WINDOW)
         np.testing.assert_array_equal(_at(2, fn, inputs, shape), even)
     assert srv.stats["alone"] == alone + hi - lo + 1 and srv.stats["backoffs"] == 0
     y = _helper_half(srv, pair.desc, cpair.YA, shape)  # the helper's half (units [hi, nt)) by hand
