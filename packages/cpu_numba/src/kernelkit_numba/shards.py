@@ -336,9 +336,10 @@ class ShardPool:
     # its jobs beside the busy process until the pairs backed off (issue 11, session 15; docs/numba.md, "Layers
     # alone under load"). 0: off (after a gap the pool comes back without a look). On: Xeon, session 15's two calls
     # (turns.py --mode loaded, a busy process on one of the two CPUs; with pairs.MISS_WINDOW in the second), ResNet-18
-    # default / this 1.11 and 0.97, MLP 1.26 and 1.28, transformer 1.15 and 0.97, MobileNetV2 1.05 and 1.01,
-    # ResNet-50 0.98 and 1.02 (medians over 4-7 rounds); quiet it never acts (no look holds): default / it 1.03
-    # (ResNet-18) and 1.00 (ResNet-50). Its blocks ran no pair call after the first held look.
+    # default / this 1.11 and 0.97, ResNet-50 0.98 (call 1); with rnpair.ALONE_SERIAL too, MLP 1.26 and 1.28,
+    # transformer 1.15 and 0.97, MobileNetV2 1.05 and 1.01, ResNet-50 0.94 and 1.02 (medians over 4-7 rounds); quiet
+    # it never acts (no look holds): default / them 1.12 and 1.03 (ResNet-18), 1.00 (ResNet-50). Its blocks ran no
+    # pair call after the first held look.
     HOLD_S = 5.0
     # no heartbeat while a sign says the caller shares its core (``beat``); False: beats go on.
     # Off: on the quiet Xeon (session 8, alternating processes, the transformer at 2 threads) one

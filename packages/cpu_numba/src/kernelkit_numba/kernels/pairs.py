@@ -83,7 +83,7 @@ SKIP_MAX = 64
 # Misses counted over the last MISS_WINDOW pair outcomes (issue 11, session 15; docs/numba.md, "Layers alone under
 # load"): where MISSES of them were jobs the awake helper did not claim, the pairs back off, as MISSES in a row do.
 # On the Xeon under load (a busy process on one of the two CPUs) the helper sat on the caller's CPU, beside it: it
-# claimed a job now and then (4-9 of the ~21 pair calls a ResNet-18 run) and missed the rest, each claim reset the
+# claimed a job now and then (4-10 of the ~21 pair calls a ResNet-18 run) and missed the rest, each claim reset the
 # run of misses, so no back-off came in a whole block, and the caller waited on the run queue for a quarter of
 # its time. 0: off (MISSES in a row only). On (16): Xeon, session 15's second call, ResNet-18 under load default /
 # this 0.99 (0.86-1.28; its blocks missed 8 jobs, never more), with shards.ShardPool.HOLD_S 0.97; quiet (with HOLD_S
