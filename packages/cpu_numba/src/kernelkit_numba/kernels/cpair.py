@@ -160,11 +160,11 @@ TAIL_UNITS = 8
 # (ftile.cols_driver_ahead, as a one-thread session's 1x1 calls with conv.COLS_AHEAD_ONE_THREAD), and so does the
 # caller's whole-layer call where the pair is refused (conv_serial._tiles_call). Read when a layer binds: a pair's
 # half is the compiled half of its value (one per value a process: half_address(ahead)), the other ops' code the
-# same. The prefetch changes no arithmetic: the halves stay the one-thread path's bit for bit. Off: on the Xeon
+# same. The prefetch changes no arithmetic: the halves stay the one-thread path's bit for bit. On (16): on the Xeon
 # (benchmarks/ahead15_round.sh, nodes_ab2t.py resnet50, two orders, with rnpair.DIRECT_AHEAD) ResNet-50's 7x7 layers
-# 1.12-1.26x faster per kind (2048 -> 512 0.98 and 1.17), but in turns, eight jobs side by side, ResNet-50 0.96-0.98
-# (0.74-1.69 over rounds): not yet a whole-model gain. A/B: kernels.cpair.COLS_AHEAD=16
-COLS_AHEAD = 0
+# 1.12-1.26x faster per kind (2048 -> 512 0.98 and 1.17); with rnpair.DIRECT_AHEAD, default / both off 0.94
+# (0.82-1.02) on ResNet-50 in the lead's call L2a (turns alone on CPUs 0,1, 8 rounds). A/B: kernels.cpair.COLS_AHEAD=0
+COLS_AHEAD = 16
 # True: the cols halves (and the refused pair's whole-layer call) take a one-thread session's K chunk
 # (conv_serial.one_thread_cols_kc: conv.FTILE_COLS_KC_SMALL_ONE_THREAD on 7x7, FTILE_COLS_KC_ONE_THREAD above, 128:
 # a 48-channel panel's chunk of 24 KiB stays in L1 over the map's tiles) instead of ftile.COLS_KC (512, 96 KiB).

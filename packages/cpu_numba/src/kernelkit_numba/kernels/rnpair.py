@@ -178,10 +178,11 @@ BY_M_TILES = 0
 # (fdirect.driver_ahead, as a one-thread session's with fdirect.AHEAD). Read when a layer binds: every pair of this
 # module takes the compiled half of its value (one per value a process: half_address(ahead); the F(4x4) and F(2x2)
 # ops' code the same). The prefetch changes no arithmetic: the halves stay the one-thread path's bit for bit. 0: off.
-# Off: on the Xeon (benchmarks/ahead15_round.sh, nodes_ab2t.py) ResNet-50's 512@7 and 3x3/2 layers 1.00-1.30x faster
-# per kind, ResNet-18's 1.17-1.28x (its Conv sum 1.10x), but ResNet-50 in turns 0.96-0.98 and ResNet-18 1.04, eight
-# jobs side by side (0.74-1.69 over rounds): no whole-model gain shown yet. A/B: kernels.rnpair.DIRECT_AHEAD=16
-DIRECT_AHEAD = 0
+# On (16, with cpair.COLS_AHEAD): on the Xeon (benchmarks/ahead15_round.sh, nodes_ab2t.py) ResNet-50's 512@7 and 3x3/2
+# layers 1.00-1.30x faster per kind, ResNet-18's 1.17-1.28x (its Conv sum 1.10x); in the lead's call L2a (turns, alone
+# on CPUs 0,1, 8 rounds, docs/benchmarks.md "Round 15") default / both off 0.94 (0.82-1.02) on ResNet-50 and 0.95 on
+# ResNet-18. A/B: kernels.rnpair.DIRECT_AHEAD=0
+DIRECT_AHEAD = 16
 
 OP_WINO, OP_DIRECT, OP_WINO2 = 0, 1, 2
 # desc: the half's address, the op, the per-call addresses (x, y, z), has_z, the float values (lo, hi,
