@@ -2,11 +2,15 @@
 the NumPy reference, and compare within kernelkit.testing.TOLERANCES."""
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 from kernelkit.testing import assert_close, run_single_op
+
+sys.path.insert(0, str(Path(__file__).parent))  # the tests' helper module (_conv_layers)
 
 
 def check_against_reference(op, inputs, attrs=None, *, constants=(), n_outputs=None):

@@ -495,6 +495,19 @@ def test_one_thread_pointwise_cols_chunk_defaults(rng, monkeypatch, hw, stride):
     assert_close(got, want)
 
 
+def _one_thread_1x1_against_reference(rng, n_n, k_n, m_n, hw, stride=1):
+    """A one-thread session's 1x1 Conv (n_n images of k_n channels on hw x hw, m_n outputs, the stride) with the
+    residual and Relu, then without either, each against the reference (the weights and bias constants)."""
+    out_hw = -(-hw // stride)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((n_n, k_n, hw, hw), (m_n, k_n, 1, 1), (m_n,)))
+    z = rng.standard_normal((n_n, m_n, out_hw, out_hw)).astype(np.float32)
+    for inputs, attrs in (([x, w, b, z], {"strides": [stride, stride], "activation": "Relu"}),
+                          ([x, w, b], {"strides": [stride, stride]})):
+        want = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
+        got = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
+        assert_close(got, want)
+
+
 @pytest.mark.parametrize("ahead", [16, 3])
 @pytest.mark.parametrize("hw,stride", [(14, 1), (7, 1), (14, 2)])
 @pytest.mark.parametrize("m_n,n_n", [(80, 1), (112, 2)])
@@ -512,14 +525,7 @@ def test_one_thread_pointwise_cols_ahead(rng, monkeypatch, ahead, hw, stride, m_
     calls = []
     real = ftile.cols_driver_ahead
     monkeypatch.setattr(ftile, "cols_driver_ahead", lambda *a: (calls.append(a), real(*a))[1])
-    out_hw = hw // stride
-    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((n_n, 300, hw, hw), (m_n, 300, 1, 1), (m_n,)))
-    z = rng.standard_normal((n_n, m_n, out_hw, out_hw)).astype(np.float32)
-    for inputs, attrs in (([x, w, b, z], {"strides": [stride, stride], "activation": "Relu"}),
-                          ([x, w, b], {"strides": [stride, stride]})):
-        want = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
-        got = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
-        assert_close(got, want)
+    _one_thread_1x1_against_reference(rng, n_n, 300, m_n, hw, stride)
     assert calls and set(calls) == {(ftile.COLS8_KIND, ahead, ftile.COLS_WHOLE_ONE_THREAD)}, calls
 
 
@@ -548,13 +554,7 @@ def test_one_thread_pointwise_cols_tile_shapes(rng, monkeypatch, shape, hw, stri
     calls = []
     real = ftile.cols_shape_driver
     monkeypatch.setattr(ftile, "cols_shape_driver", lambda *a: (calls.append(a), real(*a))[1])
-    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 136, hw, hw), (m_n, 136, 1, 1), (m_n,)))
-    z = rng.standard_normal((1, m_n, out_hw, out_hw)).astype(np.float32)
-    for inputs, attrs in (([x, w, b, z], {"strides": [stride, stride], "activation": "Relu"}),
-                          ([x, w, b], {"strides": [stride, stride]})):
-        want = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
-        got = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
-        assert_close(got, want)
+    _one_thread_1x1_against_reference(rng, 1, 136, m_n, hw, stride)
     assert bool(calls) == taken, calls
 
 
@@ -573,12 +573,7 @@ def test_one_thread_pointwise_rows_prefetch(rng, monkeypatch, m_n, hw):
     built = []
     real = ftile.rows_driver_order
     monkeypatch.setattr(ftile, "rows_driver_order", lambda *a: (built.append(a), real(*a))[1])
-    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 70, hw, hw), (m_n, 70, 1, 1), (m_n,)))
-    z = rng.standard_normal((1, m_n, hw, hw)).astype(np.float32)
-    for inputs, attrs in (([x, w, b, z], {"activation": "Relu"}), ([x, w, b], {})):
-        want = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
-        got = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
-        assert_close(got, want)
+    _one_thread_1x1_against_reference(rng, 1, 70, m_n, hw)
     assert built and all(a[2] for a in built), built
 
 
@@ -627,14 +622,7 @@ def test_one_thread_pointwise_cols_whole_tiles(rng, monkeypatch, whole, hw, stri
     calls = []
     real = ftile.cols_driver_ahead
     monkeypatch.setattr(ftile, "cols_driver_ahead", lambda *a: (calls.append(a), real(*a))[1])
-    out_hw = -(-hw // stride)
-    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((n_n, 300, hw, hw), (m_n, 300, 1, 1), (m_n,)))
-    z = rng.standard_normal((n_n, m_n, out_hw, out_hw)).astype(np.float32)
-    for inputs, attrs in (([x, w, b, z], {"strides": [stride, stride], "activation": "Relu"}),
-                          ([x, w, b], {"strides": [stride, stride]})):
-        want = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
-        got = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
-        assert_close(got, want)
+    _one_thread_1x1_against_reference(rng, n_n, 300, m_n, hw, stride)
     if whole or conv.COLS_AHEAD_ONE_THREAD:
         assert calls and set(calls) == {(ftile.COLS8_KIND, int(conv.COLS_AHEAD_ONE_THREAD), whole)}, calls
 
@@ -657,10 +645,5 @@ def test_one_thread_pointwise_rows_pixels_ahead(rng, monkeypatch, xahead, m_n, h
     built = []
     real = ftile.rows_driver_order
     monkeypatch.setattr(ftile, "rows_driver_order", lambda *a: (built.append(a), real(*a))[1])
-    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((2, 70, hw, hw), (m_n, 70, 1, 1), (m_n,)))
-    z = rng.standard_normal((2, m_n, hw, hw)).astype(np.float32)
-    for inputs, attrs in (([x, w, b, z], {"activation": "Relu"}), ([x, w, b], {})):
-        want = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
-        got = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
-        assert_close(got, want)
+    _one_thread_1x1_against_reference(rng, 2, 70, m_n, hw)
     assert built and all(len(a) == 4 and a[3] == xahead for a in built), built

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernelkit.invoke import KernelContext
-from kernelkit.ir import Node, TensorSpec
-from kernelkit.testing import assert_close, run_single_op
-from kernelkit_numba import config
+from _conv_layers import _at, _kernel, _layer, _out_shape, _reference
+from kernelkit.testing import assert_close
 from kernelkit_numba.kernels import conv_serial, cpair, ftile, pairs, rnpair
-from kernelkit_numba.kernels.conv import Conv
 
 pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
               pytest.mark.skipif(ftile.choice()[0] != rnpair.KIND or not rnpair.enabled(),
@@ -35,55 +32,6 @@ DIRECT = [
     ((1, 64, 28, 28), (128, 64, 3, 3), {**PADS, "strides": [2, 2], **RELU}, False, None),
     ((1, 64, 7, 7), (64, 64, 3, 3), {**PADS, **RELU}, True, None),
 ]
-
-
-def _ro(a):
-    a = np.ascontiguousarray(a)
-    a.setflags(write=False)
-    return a
-
-
-def _out_shape(xs, ws, attrs):
-    s = attrs.get("strides", [1, 1])[0]
-    return (xs[0], ws[0], (xs[2] - 1) // s + 1, (xs[3] - 1) // s + 1)
-
-
-def _kernel(xs, ws, attrs, threads, res):
-    names = ["x", "w", "b"] + (["z"] if res else [])
-    k = Conv()
-    k.context = KernelContext(Node("Conv", names, ["y"], {}, "n"), None, {}, threads)
-    specs = [TensorSpec(xs, "float32"), TensorSpec(ws, "float32"), TensorSpec((ws[0],), "float32")]
-    if res:
-        specs.append(TensorSpec(_out_shape(xs, ws, attrs), "float32"))
-    k.prepare(specs, attrs)
-    return k
-
-
-def _layer(case, seed=0):
-    xs, ws, attrs, res, _op = case
-    rng = np.random.default_rng(seed)
-    x = _ro(rng.standard_normal(xs).astype(np.float32))
-    w = _ro(rng.standard_normal(ws).astype(np.float32) * np.float32(0.1))
-    b = _ro(rng.standard_normal(ws[0]).astype(np.float32))
-    z = _ro(rng.standard_normal(_out_shape(xs, ws, attrs)).astype(np.float32)) if res else None
-    return [x, w, b] + ([z] if res else [])
-
-
-def _reference(inputs, attrs):
-    conv_attrs = {k: v for k, v in attrs.items() if not k.startswith("activation")}
-    (y,) = run_single_op("Conv", inputs[:3], conv_attrs, vendors=["reference"])
-    if len(inputs) > 3:
-        y = y + inputs[3]
-    return (np.maximum(y, 0) if attrs.get("activation") == "Relu" else y).astype(np.float32)
-
-
-def _at(threads, fn, inputs, shape):
-    was = getattr(config._local, "threads", None)
-    config._local.threads = threads
-    try:
-        return fn(*inputs, out=np.full(shape, np.nan, np.float32))
-    finally:
-        config._local.threads = was
 
 
 def _pair_in(fn, cls):
