@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 import numpy as np  # noqa: E402
+from bench_cols_tiles import best_rates  # noqa: E402
 from kernelkit_numba.kernels import fdirect, ftile  # noqa: E402
 
 SHAPES = [(256, 64, 3136), (64, 256, 3136), (512, 128, 784), (128, 512, 784), (1024, 256, 196), (256, 1024, 196),
@@ -88,13 +89,7 @@ def main(argv: list[str]) -> int:
             names = list(fns)
             print("| K x M x pixels | " + " | ".join(names) + " | NCHW16c / NCHW |")
             print("|---|" + "---:|" * (len(names) + 1))
-        best = dict.fromkeys(names, np.inf)
-        for i in range(reps):
-            for name in names[i % len(names):] + names[:i % len(names)]:
-                t0 = time.perf_counter()
-                fns[name]()
-                best[name] = min(best[name], time.perf_counter() - t0)
-        rate = {n: 2.0 * k_n * m_n * p_n / best[n] / 1e9 for n in names}
+        rate = best_rates(fns, 2.0 * k_n * m_n * p_n, reps, False)
         print(f"| {k_n} x {m_n} x {p_n} | " + " | ".join(f"{rate[n]:.0f}" for n in names)
               + f" | {rate['direct NCHW16c'] / rate['direct NCHW']:.2f} |", flush=True)
     return 0

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 import numpy as np  # noqa: E402
+from bench_cols_tiles import best_rates  # noqa: E402
 from kernelkit_numba import config  # noqa: E402
 from kernelkit_numba.kernels import conv, ftile  # noqa: E402
 
@@ -101,14 +102,7 @@ def measure(make, m, k, n, reps):
         got = f().reshape(m, n)
         err = np.abs(got - want).max() / np.abs(want).max()
         assert err < 1e-5, (name, err)
-    best = dict.fromkeys(fns, np.inf)
-    names = list(fns)
-    for i in range(reps):
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            t0 = time.perf_counter()
-            fns[name]()
-            best[name] = min(best[name], time.perf_counter() - t0)
-    return {key: 2.0 * m * k * n / v / 1e9 for key, v in best.items()}
+    return best_rates(fns, 2.0 * m * k * n, reps, False)
 
 
 def main(argv):
