@@ -382,6 +382,7 @@ def test_a_held_layer_runs_the_one_thread_call(rng, monkeypatch, quiet_server, x
     one = _kernel(x, w, b, z, attrs, threads=1).bind(None)(*inputs)
     ref = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
     call = conv_serial.bound_compute(_kernel(x, w, b, z, attrs, threads=2))
+    monkeypatch.setattr(conv_serial, "HELD_ONE_THREAD", False)
 
     def at(threads):
         was = getattr(config._local, "threads", None)
@@ -433,6 +434,7 @@ def test_a_tiered_held_layer_binds_in_the_background(rng, monkeypatch, quiet_ser
 
     inputs, one, conv = _held_layer(rng)
     call = conv_serial.bound_compute(conv)
+    monkeypatch.setattr(conv_serial, "HELD_ONE_THREAD", False)
     own = _held_at_one(call, inputs, one.shape)  # off
     assert not np.array_equal(own, one)  # (so that the bit-for-bit checks below tell the two calls apart)
     threads, go, me = [], threading.Event(), threading.current_thread()
@@ -480,6 +482,7 @@ def test_a_failed_background_bind_keeps_the_own_call(rng, monkeypatch, quiet_ser
 
     inputs, one, conv = _held_layer(rng)
     call = conv_serial.bound_compute(conv)
+    monkeypatch.setattr(conv_serial, "HELD_ONE_THREAD", False)
     own = _held_at_one(call, inputs, one.shape)
     monkeypatch.setattr(conv_serial, "_one_thread_call", fake)
     monkeypatch.setattr(conv_serial, "HELD_ONE_THREAD", True)

@@ -292,8 +292,12 @@ def _one_thread(conv, parallel: bool) -> bool:
 # two-thread choices. Read at each call. Issue 11, session 15 (docs/numba.md, "Layers alone under load"): on the Xeon
 # under load the held default's ResNet-50 runs (no pair call, the caller on its own CPU, no run-queue wait) took
 # 110-123 ms against numba 1t's 75-118 in the same rounds (default / 1t 1.22); the AMD box runs both at one speed
-# (benchmarks/held_serial.py resnet50: 1.008), so its one-thread choices are the Xeon's. Off: not yet measured there.
-HELD_ONE_THREAD = False
+# (benchmarks/held_serial.py resnet50: 1.008), so its one-thread choices are the Xeon's. On: the lead's call L2a
+# (docs/benchmarks.md, "Round 15"; loaded alone on CPUs 0,1, 4 rounds), default / hone(this on) 1.29 (1.05-1.46) on
+# ResNet-18 and 1.22 (1.02-1.45) on ResNet-50, faster in every round; the models it does not touch 0.92-1.02. With a
+# tiered start the one-thread call is bound (its weights packed, its drivers compiled) on the background thread, the
+# layer's own call running until then (``_held_one``; session 15, hone15); eager binds it at the first held call.
+HELD_ONE_THREAD = True
 _forced = threading.local()  # on: a bind for _one_thread_call (one-thread choices, no pair)
 
 
