@@ -4,6 +4,13 @@ and the cases that must leave it (a new weight array, weights that are not const
 changed after binding)."""
 from __future__ import annotations
 
+import gc
+import subprocess
+import sys
+import threading
+import warnings
+import weakref
+
 import numpy as np
 import pytest
 from kernelkit.invoke import KernelContext
@@ -21,10 +28,10 @@ def _ro(a):
     return a
 
 
-def _kernel(x, w, b, z, attrs, threads=1):
+def _kernel(x, w, b, z, attrs, threads=1, options=None):
     names = ["x", "w", "b", "z"][:2 + (b is not None or z is not None) + (z is not None)]
     k = Conv()
-    k.context = KernelContext(Node("Conv", names, ["y"], {}, "n"), None, {}, threads)
+    k.context = KernelContext(Node("Conv", names, ["y"], {}, "n"), None, options or {}, threads)
     specs = [TensorSpec(x.shape, "float32"), TensorSpec(w.shape, "float32")]
     if len(names) > 2:
         specs.append(None if b is None else TensorSpec(b.shape, "float32"))
@@ -375,6 +382,7 @@ def test_a_held_layer_runs_the_one_thread_call(rng, monkeypatch, quiet_server, x
     one = _kernel(x, w, b, z, attrs, threads=1).bind(None)(*inputs)
     ref = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
     call = conv_serial.bound_compute(_kernel(x, w, b, z, attrs, threads=2))
+    monkeypatch.setattr(conv_serial, "HELD_ONE_THREAD", False)
 
     def at(threads):
         was = getattr(config._local, "threads", None)
@@ -391,3 +399,140 @@ def test_a_held_layer_runs_the_one_thread_call(rng, monkeypatch, quiet_server, x
     np.testing.assert_array_equal(at(2), one)  # the pair refused: the helper asleep
     assert quiet_server.ctl[pairs.JOB] == 0
     assert_close(one, ref)
+
+
+def _held_at_one(call, inputs, shape):
+    """``call`` (a bound parallel call) at a budget of one thread (the pool backed off), into a fresh output."""
+    from kernelkit_numba import config
+
+    was = getattr(config._local, "threads", None)
+    config._local.threads = 1
+    try:
+        return call(*inputs, out=np.full(shape, np.nan, np.float32))
+    finally:
+        config._local.threads = was
+
+
+def _held_layer(rng, case=1):
+    """ResNet-50's 256 -> 1024 14x14 layer of HELD_CASES (whose one-thread call differs from the parallel call's own
+    driver in the last bits): its inputs, numba 1t's output, and a two-thread kernel of a tiered start."""
+    xs, ws, attrs, with_b, with_z = HELD_CASES[case]
+    x, w, b, z = _case(rng, xs, ws, attrs, with_b, with_z)
+    inputs = _inputs(_ro(x), w, b, None if z is None else _ro(z))
+    one = _kernel(x, w, b, z, attrs, threads=1).bind(None)(*inputs)
+    return inputs, one, _kernel(x, w, b, z, attrs, threads=2, options={"numba_start": "tiered"})
+
+
+@needs_tiles
+def test_a_tiered_held_layer_binds_in_the_background(rng, monkeypatch, quiet_server):
+    """HELD_ONE_THREAD under a tiered start: the first held call does not bind the one-thread call on the calling
+    thread (the bind runs on the background thread, held there by an event of the test's) and runs the layer's own
+    driver meanwhile, bit for bit the call with the switch off; once the bind ended, calls run numba 1t's call, bit
+    for bit."""
+    from kernelkit_numba import tiered
+    from kernelkit_numba.kernels import conv_serial, pairs
+
+    inputs, one, conv = _held_layer(rng)
+    call = conv_serial.bound_compute(conv)
+    monkeypatch.setattr(conv_serial, "HELD_ONE_THREAD", False)
+    own = _held_at_one(call, inputs, one.shape)  # off
+    assert not np.array_equal(own, one)  # (so that the bit-for-bit checks below tell the two calls apart)
+    threads, go, me = [], threading.Event(), threading.current_thread()
+    bind = conv_serial._one_thread_call
+
+    def held_bind(c, step):
+        threads.append(threading.current_thread())
+        assert threads[-1] is me or go.wait(60)
+        return bind(c, step)
+
+    monkeypatch.setattr(conv_serial, "_one_thread_call", held_bind)
+    monkeypatch.setattr(conv_serial, "HELD_ONE_THREAD", True)
+    try:
+        np.testing.assert_array_equal(_held_at_one(call, inputs, one.shape), own)  # asked: the bind queued
+        np.testing.assert_array_equal(_held_at_one(call, inputs, one.shape), own)  # pending: its own driver again
+    finally:
+        go.set()
+    assert tiered.wait(60)
+    assert len(threads) == 1 and threads[0] is not me and threads[0].daemon
+    for _ in range(2):
+        np.testing.assert_array_equal(_held_at_one(call, inputs, one.shape), one)
+    assert len(threads) == 1
+    assert quiet_server.ctl[pairs.JOB] == 0
+
+
+def _fails_to_bind(c, step):
+    raise RuntimeError("no bind")
+
+
+def _fails_to_run(c, step):
+    def run(*args, out=None):
+        raise RuntimeError("no run")
+
+    return run
+
+
+@needs_tiles
+@pytest.mark.parametrize("fake", [_fails_to_bind, _fails_to_run])
+def test_a_failed_background_bind_keeps_the_own_call(rng, monkeypatch, quiet_server, fake):
+    """An error in the background bind (binding, or its first run there) leaves the layer on its own driver (bit for
+    bit the call with the switch off) and gives one KernelkitWarning at the next held call, not an error."""
+    from kernelkit.errors import KernelkitWarning
+    from kernelkit_numba import tiered
+    from kernelkit_numba.kernels import conv_serial
+
+    inputs, one, conv = _held_layer(rng)
+    call = conv_serial.bound_compute(conv)
+    monkeypatch.setattr(conv_serial, "HELD_ONE_THREAD", False)
+    own = _held_at_one(call, inputs, one.shape)
+    monkeypatch.setattr(conv_serial, "_one_thread_call", fake)
+    monkeypatch.setattr(conv_serial, "HELD_ONE_THREAD", True)
+    go = threading.Event()
+    tiered.background(lambda: go.wait(60))  # the thread busy: the bind ends after the first call
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (not yet)
+            np.testing.assert_array_equal(_held_at_one(call, inputs, one.shape), own)
+    finally:
+        go.set()
+    assert tiered.wait(60)
+    with pytest.warns(KernelkitWarning, match="no bind|no run"):
+        np.testing.assert_array_equal(_held_at_one(call, inputs, one.shape), own)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once
+        np.testing.assert_array_equal(_held_at_one(call, inputs, one.shape), own)
+
+
+@needs_tiles
+def test_a_pending_bind_outlives_its_session(rng, monkeypatch, quiet_server):
+    """A layer collected while its background bind waits in the queue: the queue does not keep it alive, the bind
+    then ends without binding anything, and the background thread goes on (the next job runs)."""
+    from kernelkit_numba import tiered
+    from kernelkit_numba.kernels import conv_serial
+
+    inputs, one, conv = _held_layer(rng)
+    call = conv_serial.bound_compute(conv)
+    go, binds = threading.Event(), []
+    blocker = tiered.background(lambda: go.wait(60))  # the thread busy: the layer's bind waits in the queue
+    monkeypatch.setattr(conv_serial, "_one_thread_call", lambda c, step: binds.append(c))
+    monkeypatch.setattr(conv_serial, "HELD_ONE_THREAD", True)
+    try:
+        assert_close(_held_at_one(call, inputs, one.shape), one)
+        gone = weakref.ref(conv)
+        del conv, call
+        gc.collect()
+        assert gone() is None
+    finally:
+        go.set()
+    assert tiered.wait(60) and blocker.error is None
+    assert binds == []
+    ran = []
+    tiered.background(lambda: ran.append(1))
+    assert tiered.wait(60) and ran == [1]
+
+
+def test_a_queued_background_job_does_not_hold_the_exit():
+    """tiered.background's thread is a daemon: a process whose job never ends still exits at once."""
+    code = ("import threading, kernelkit_numba.tiered as t; t.background(threading.Event().wait); "
+            "import time; time.sleep(0.2); print('exit')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "exit", done.stderr

@@ -317,13 +317,22 @@ def settle(kernel) -> None:
         trial.done.wait()
 
 
-def _submit(kernel, run, inputs, out) -> _Trial:
+def background(job) -> _Trial:
+    """Queue ``job()`` on the background thread, after the trials queued before it (one job at a time; a
+    daemon thread, so one still queued at exit does not hold the interpreter). For work a kernel must not do
+    on the model's thread (conv_serial.HELD_ONE_THREAD's bind of a layer's one-thread call: packing, compiling).
+    Not counted in :func:`stats`' trials; :func:`wait` waits for it. ``job`` handles its own errors (one it
+    raises is logged, and the returned handle's ``error`` holds it); the handle's ``done`` is set at its end."""
+    return _submit(None, lambda inputs, out: job(), (), None, counted=False)
+
+
+def _submit(kernel, run, inputs, out, counted: bool = True) -> _Trial:
     global _worker, _pending, _queue, _pid
     trial = _Trial(kernel, run, tuple(_copy_like(x) for x in inputs), None if out is None else _copy_like(out, True))
     with _lock:
         if os.getpid() != _pid:  # a forked child: the parent's worker and queue did not come along
             _queue, _worker, _pending, _pid = queue.SimpleQueue(), None, 0, os.getpid()
-        _counts["trials"] += 1
+        _counts["trials"] += counted
         _pending += 1
         before = sys.getswitchinterval()
         if _pending == 1 and before > SWITCH_INTERVAL_S:
@@ -358,13 +367,16 @@ def _serve() -> None:
             trial.run(trial.inputs, trial.out)
         except BaseException as exc:  # noqa: BLE001 - the node then compiles on its own thread
             trial.error = exc
-            log.debug("numba trial of %s failed: %s: %s", trial.kernel.where, type(exc).__name__, exc)
+            log.debug("numba trial of %s failed: %s: %s", getattr(trial.kernel, "where", "a background job"),
+                      type(exc).__name__, exc)
         else:
-            _ran.add(type(trial.kernel))
+            if trial.kernel is not None:
+                _ran.add(type(trial.kernel))
+        counted = trial.kernel is not None
         trial.kernel = trial.run = trial.inputs = trial.out = None
         trial.done.set()
         with _lock:
-            _counts["failed"] += trial.error is not None
+            _counts["failed"] += counted and trial.error is not None
             _pending -= 1
             if _pending == 0:
                 batch = True

@@ -16,12 +16,16 @@ non-contiguous input) runs the general path, so results never depend on which pa
 """
 from __future__ import annotations
 
+import functools
+import os
 import threading
+import warnings
+import weakref
 
 import numpy as np
-from kernelkit.errors import KernelkitError
+from kernelkit.errors import KernelkitError, KernelkitWarning
 
-from .. import config, shards
+from .. import config, shards, tiered
 from .._base import readonly
 from . import cpair, dwtile, fdirect, ftile, halves, rnpair, winograd
 from .epilogue import CLIP, NONE, scale_bias_act_cols
@@ -288,8 +292,12 @@ def _one_thread(conv, parallel: bool) -> bool:
 # two-thread choices. Read at each call. Issue 11, session 15 (docs/numba.md, "Layers alone under load"): on the Xeon
 # under load the held default's ResNet-50 runs (no pair call, the caller on its own CPU, no run-queue wait) took
 # 110-123 ms against numba 1t's 75-118 in the same rounds (default / 1t 1.22); the AMD box runs both at one speed
-# (benchmarks/held_serial.py resnet50: 1.008), so its one-thread choices are the Xeon's. Off: not yet measured there.
-HELD_ONE_THREAD = False
+# (benchmarks/held_serial.py resnet50: 1.008), so its one-thread choices are the Xeon's. On: the lead's call L2a
+# (docs/benchmarks.md, "Round 15"; loaded alone on CPUs 0,1, 4 rounds), default / hone(this on) 1.29 (1.05-1.46) on
+# ResNet-18 and 1.22 (1.02-1.45) on ResNet-50, faster in every round; the models it does not touch 0.92-1.02. With a
+# tiered start the one-thread call is bound (its weights packed, its drivers compiled) on the background thread, the
+# layer's own call running until then (``_held_one``; session 15, hone15); eager binds it at the first held call.
+HELD_ONE_THREAD = True
 _forced = threading.local()  # on: a bind for _one_thread_call (one-thread choices, no pair)
 
 
@@ -303,20 +311,117 @@ def _one_thread_call(conv, step):
 
 
 def _held_one(conv, step, parallel: bool, n_n: int):
-    """HELD_ONE_THREAD's call for a one-image bound parallel call: ``call()`` gives the one-thread session's call of the
-    layer (bound at the first), None where it has none or the switch is off; None for other calls."""
+    """HELD_ONE_THREAD's call for a one-image bound parallel call: ``call(x, w, b, z, y)`` (the arguments of the call
+    that asks) gives the one-thread session's call of the layer, None where it has none yet, has none at all or the
+    switch is off; None for other calls.
+
+    The first ask binds it (``_one_thread_call``: the weights packed for the one-thread tiles) and runs it once, which
+    compiles or loads its drivers. With a tiered start (tiered.py: nothing compiles on the thread that runs the model)
+    that happens on the background thread (``tiered.background``, on private copies of the asking call's input,
+    residual and output), and the asks until it ends get None: the caller runs its own path meanwhile. A bind that
+    fails there leaves the layer on its own path for good and gives one KernelkitWarning at the next ask. Eager
+    (``KERNELKIT_NUMBA_START=eager``, the benchmarks; a node whose trial failed; a deferred session's warm-up run) it
+    happens at the first ask, on the calling thread, which compiles anyway: the runs after are the same either way."""
     if not (parallel and n_n == 1):
         return None
-    kept: list = []
+    held = _HeldOne(conv, step)
 
-    def call():
+    def call(x, w, b, z, y):
         if not HELD_ONE_THREAD:
             return None
-        if not kept:
-            kept.append(_one_thread_call(conv, step))
-        return kept[0]
+        if held.state is _BOUND:
+            return held.one
+        return held.ask(x, w, b, z, y)
 
+    call.held = held  # (the tests)
     return call
+
+
+_BOUND, _PENDING, _FAILED = "bound", "pending", "failed"
+_held_lock = threading.Lock()
+
+
+class _HeldOne:
+    """The one-thread call of one layer for ``_held_one``: its state (None: never asked; _PENDING: a background bind
+    queued or running; _BOUND: ``one`` is the call, or None where the layer has none; _FAILED: the bind raised
+    ``error``), set by the background thread in one assignment each."""
+
+    __slots__ = ("conv", "step", "state", "one", "error", "job", "__weakref__")
+
+    def __init__(self, conv, step):
+        self.conv, self.step = weakref.ref(conv), step  # (a pending bind does not keep a collected session's layer)
+        self.state = self.one = self.error = self.job = None
+
+    def ask(self, x, w, b, z, y):
+        """The call where it is bound; else starts the bind (or binds here: eager) and gives None meanwhile."""
+        if self._unasked():
+            conv = self.conv()
+            if conv is None:
+                return None
+            with _held_lock:  # (two threads running one session: one bind)
+                if self._unasked():
+                    if _binds_here(conv):
+                        self._bind(conv, None)
+                    else:
+                        args = tuple(_private(a) for a in (x, z, y))
+                        self.state = _PENDING
+                        self.job = tiered.background(functools.partial(self._bind, None, (args, w, b)))
+        state = self.state
+        if state is _BOUND:
+            return self.one
+        if state is _FAILED:
+            error, self.error, self.state = self.error, None, _BOUND  # warned once, then its own path for good
+            warnings.warn(f"conv_serial.HELD_ONE_THREAD: the one-thread call of {getattr(self.conv(), 'where', '?')} "
+                          f"could not be bound ({type(error).__name__}: {error}); the layer keeps its own call",
+                          KernelkitWarning, stacklevel=4)
+        return None
+
+    def _unasked(self) -> bool:
+        """Never asked, or its bind was queued in the parent of this forked process (it never runs here)."""
+        job = self.job
+        return self.state is None or (self.state is _PENDING and job is not None and job.pid != os.getpid()
+                                      and not job.done.is_set())
+
+    def _bind(self, conv, warm):
+        """Bind the call (and, on the background thread, run it once on ``warm``'s copies); the state in one
+        assignment at the end."""
+        if conv is None:
+            conv = self.conv()
+            if conv is None:  # the session was collected meanwhile
+                self.state = _BOUND
+                return
+        try:
+            one = _one_thread_call(conv, self.step)
+            if one is not None and warm is not None:
+                (x, z, y), w, b = warm
+                if _direct(x, w, z):  # (else the call would take the general path: the shard pool, from this thread)
+                    _one_budget(one, x, w, b, z, y)  # packs the weights, compiles or loads the drivers
+        except Exception as exc:  # noqa: BLE001 - the layer keeps its own call; the next ask (eager: this one) warns
+            self.error, self.state = exc, _FAILED
+            return
+        self.one, self.state = one, _BOUND
+
+
+def _direct(x, w, z) -> bool:
+    """Whether a bound call takes its own driver on these arguments (not the general path: _Constants.usable)."""
+    return x.flags.c_contiguous and not w.flags.writeable and w.flags.c_contiguous and (
+        z is None or z.flags.c_contiguous)
+
+
+def _binds_here(conv) -> bool:
+    """Whether ``_held_one`` binds on the calling thread: the node compiles there anyway (its start mode is eager, or it
+    has become so: a failed trial), or this is a deferred session's warm-up run (tiered.warming)."""
+    mode = conv._tier_mode or tiered._mode_for(conv.context)
+    return mode is tiered.EAGER or getattr(tiered._guard, "warm", False)
+
+
+def _private(a):
+    """A private copy of a call's array for the background bind's run (same dtype, layout and writeability, hence the
+    same compiled signatures); None stays None."""
+    if a is None:
+        return None
+    c = tiered._copy_like(a, True)
+    return c if a.flags.writeable else readonly(c)
 
 
 def _pooled() -> bool:
@@ -629,7 +734,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
 
     def tiles(x, w, b=None, z=None, *, out=None):
         if held_one is not None and config.current_threads() == 1:  # (HELD_ONE_THREAD)
-            one = held_one()
+            one = held_one(x, w, b, z, out)
             if one is not None:
                 return one(x, w, b, z, out=out)
         x_in, z_in = x, z
@@ -647,7 +752,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         if pair is not None and _paired(pair, parallel and n_n == 1, held.packed, held.bias, x, y,
                                         None if z is no_z else z):
             return y
-        one = held_one() if held_one is not None else None
+        one = held_one(x_in, w, b, z_in, y) if held_one is not None else None
         if one is not None:  # the pair refused (HELD_ONE_THREAD): numba 1t's call
             return one(x_in, w, b, z_in, out=y)
         scratch = config.thread_buffer("ftile", size, np.float32)
