@@ -292,12 +292,14 @@ def _one_thread(conv, parallel: bool) -> bool:
 # two-thread choices. Read at each call. Issue 11, session 15 (docs/numba.md, "Layers alone under load"): on the Xeon
 # under load the held default's ResNet-50 runs (no pair call, the caller on its own CPU, no run-queue wait) took
 # 110-123 ms against numba 1t's 75-118 in the same rounds (default / 1t 1.22); the AMD box runs both at one speed
-# (benchmarks/held_serial.py resnet50: 1.008), so its one-thread choices are the Xeon's. On: the lead's call L2a
-# (docs/benchmarks.md, "Round 15"; loaded alone on CPUs 0,1, 4 rounds), default / hone(this on) 1.29 (1.05-1.46) on
-# ResNet-18 and 1.22 (1.02-1.45) on ResNet-50, faster in every round; the models it does not touch 0.92-1.02. With a
-# tiered start the one-thread call is bound (its weights packed, its drivers compiled) on the background thread, the
-# layer's own call running until then (``_held_one``; session 15, hone15); eager binds it at the first held call.
-HELD_ONE_THREAD = True
+# (benchmarks/held_serial.py resnet50: 1.008), so its one-thread choices are the Xeon's. With a tiered start the
+# one-thread call is bound (its weights packed, its drivers compiled) on the background thread, the layer's own call
+# running until then (``_held_one``; session 15, hone15); eager binds it at the first held call. Off: the lead's call
+# L2a (docs/benchmarks.md, "Round 15"; loaded alone on CPUs 0,1, 4 rounds) read default / hone 1.29 (1.05-1.46) on
+# ResNet-18 and 1.22 (1.02-1.45) on ResNet-50, but ResNet-18 makes no held call of this kind (hone15, AMD box: its
+# shortcuts take another path), so its 1.29 is drift between the processes, and ResNet-50's 1.22 is not shown to be
+# more. A/B: kernels.conv_serial.HELD_ONE_THREAD=1 (loaded, with a count of the layers bound).
+HELD_ONE_THREAD = False
 _forced = threading.local()  # on: a bind for _one_thread_call (one-thread choices, no pair)
 
 
