@@ -647,3 +647,79 @@ def test_one_thread_pointwise_rows_pixels_ahead(rng, monkeypatch, xahead, m_n, h
     monkeypatch.setattr(ftile, "rows_driver_order", lambda *a: (built.append(a), real(*a))[1])
     _one_thread_1x1_against_reference(rng, 2, 70, m_n, hw)
     assert built and all(len(a) == 4 and a[3] == xahead for a in built), built
+
+
+@pytest.mark.parametrize("m_n,hw,k_n", [(108, 16, 70), (100, 15, 33), (136, 28, 70), (64, 30, 45), (136, 17, 33)])
+def test_one_thread_pointwise_rows_nt_stores(rng, monkeypatch, m_n, hw, k_n):
+    """ftile.ROWS_NT_ONE_THREAD (issue 11, session 15): a one-thread session's 1x1 layer on the rows tiles stores
+    its full tiles' outputs non-temporal where a tile's rows are whole 64-byte lines (16x16 and 28x28 maps;
+    15x15, 30x30 and 17x17 rows are not: the plain stores), bit for bit the switch's off output and within the
+    reference's tolerance: 12-row panels (108, 136 channels: packed) and 8-row (100, 64: in place), masked and half
+    tiles (15x15, 17x17, 28x28's 784 = 24 x 32 + 16, 30x30), odd K, batch 2 (the second image's rows off a line
+    where M x pixels is not a multiple of 16), with the residual and Relu and without; the non-temporal driver
+    taken at one thread only, and only where K is one chunk."""
+    _need("avx512")
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    built = []
+    real = ftile.rows_driver_ahead
+    monkeypatch.setattr(ftile, "rows_driver_ahead", lambda *a: (built.append(a), real(*a))[1])
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((2, k_n, hw, hw), (m_n, k_n, 1, 1), (m_n,)))
+    z = rng.standard_normal((2, m_n, hw, hw)).astype(np.float32)
+    for inputs, attrs in (([x, w, b, z], {"activation": "Relu"}), ([x, w, b], {})):
+        want = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
+        got = {}
+        for threads in (1, 2):
+            for nt in (False, True):
+                monkeypatch.setattr(ftile, "ROWS_NT_ONE_THREAD", nt)
+                built.clear()
+                got[threads, nt] = run_single_op("Conv", inputs, attrs, constants=(1, 2),
+                                                 vendors=["numba", "reference"], threads=threads)[0]
+                assert_close(got[threads, nt], want)
+                taken = [a for a in built if len(a) > 2 and a[2]]
+                assert bool(taken) == (nt and threads == 1), (threads, nt, built)
+            np.testing.assert_array_equal(got[threads, True], got[threads, False])
+    monkeypatch.setattr(ftile, "ROWS_NT_ONE_THREAD", True)
+    monkeypatch.setattr(ftile, "KC", 32)  # K in chunks: the earlier chunks' sums are read back, no nt driver
+    monkeypatch.setattr(ftile, "KC12", 32)
+    built.clear()
+    _one_thread_1x1_against_reference(rng, 1, k_n, m_n, hw)
+    assert built and not any(len(a) > 2 and a[2] for a in built), built
+
+
+@pytest.mark.parametrize("kind_name", ["avx512", "avx512x12"])
+@pytest.mark.parametrize("ldo,o_col0", [(256, 0), (256, 16), (784, 0), (260, 0), (256, 4)])
+def test_rows_driver_nt_bit_for_bit(rng, kind_name, ldo, o_col0):
+    """The rows driver with non-temporal stores (rows_driver_ahead's ``nt``) writes what the plain one writes, on
+    every path: the output's rows on 64 bytes (ldo 256, 784 from column 0 or 16) or not (ldo 260, column 4: the
+    plain stores), K in one chunk and in three (the earlier chunks' sums read back), with the residual and a
+    clamp and without, pixel rows packed and in place; the columns around the written ones untouched."""
+    _need("avx512")
+    kind = ftile.ROWS12 if kind_name == "avx512x12" else ftile.KIND["avx512"]
+    m_n, k_n, n_pix = 20, 37, 200  # two panels of 12 (the last of 8 rows) or three of 8 (the last of 4); 6 x 32 + 8
+    w = rng.standard_normal((m_n, k_n)).astype(np.float32)
+    x = rng.standard_normal(k_n * n_pix).astype(np.float32)
+    z = rng.standard_normal(m_n * ldo).astype(np.float32)
+    bias = rng.standard_normal(m_n).astype(np.float32)
+    zeros = np.zeros(m_n, np.float32)
+    wp = ftile.pack_weights(w, ftile.MR[kind])
+    for kc, pack, has_z, lo, hi in ((k_n, False, True, 0.0, np.inf), (13, True, False, -0.5, 0.5),
+                                    (k_n, True, False, -np.inf, np.inf), (13, False, True, 0.0, 6.0)):
+        outs = []
+        for nt in (False, True):
+            out = ftile.config.aligned_empty(m_n * ldo, np.float32, 64)
+            out[...] = 7.0
+            xp = np.zeros(n_pix * kc, np.float32)
+            drv = ftile.rows_driver_ahead(kind, 0, nt)
+            assert (drv is ftile.rows_driver(kind)) == (not nt)
+            blocks = -(-n_pix // 64)
+            drv(wp, k_n, m_n, x, 0, n_pix, n_pix, bias, zeros, z, has_z, np.float32(lo), np.float32(hi), out, o_col0,
+                ldo, 64, 1, kc, pack, xp, 0, blocks)
+            outs.append(out)
+        np.testing.assert_array_equal(outs[1], outs[0])
+        got = outs[0].reshape(m_n, ldo)
+        want = w.astype(np.float64) @ x.reshape(k_n, n_pix) + bias[:, None]
+        if has_z:
+            want = want + z.reshape(m_n, ldo)[:, o_col0:o_col0 + n_pix]
+        want = np.clip(want, lo, hi)
+        np.testing.assert_allclose(got[:, o_col0:o_col0 + n_pix], want, rtol=1e-4, atol=1e-4)
+        assert (got[:, :o_col0] == 7.0).all() and (got[:, o_col0 + n_pix:] == 7.0).all()

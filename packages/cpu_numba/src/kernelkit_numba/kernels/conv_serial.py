@@ -722,7 +722,8 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         total = blocks * groups
         pack = ftile.pack_rows(m_n, k_n, l_n)
         xahead = ftile.ROWS_X_AHEAD_ONE_THREAD if _one_thread(conv, parallel) and not pack else 0
-        driver = ftile.rows_driver_ahead(kind, xahead)
+        nt = bool(ftile.ROWS_NT_ONE_THREAD) and _one_thread(conv, parallel) and kc >= k_n  # (one K chunk)
+        driver = ftile.rows_driver_ahead(kind, xahead, nt)
         size = ftile.scratch_size(kind, False, l_n, block, kc, pack)
     packing = (k_n, width)  # (_packed's K and tile width)
     pair = None if (parallel and n_n == 1 and not rnpair.POINTWISE) or kind != cpair.KIND or (

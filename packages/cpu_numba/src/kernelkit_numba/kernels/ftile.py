@@ -142,7 +142,7 @@ def _data(context, builder, arrty, value):
 
 
 def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool, offs: bool = False, pf: bool = False,
-                    xahead: int = 0):
+                    xahead: int = 0, nt: bool = False):
     """An intrinsic ``tile(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out,
     m_valid, n_valid)``: rows [0, m_valid) of an mr x nr block of ``out`` at ``out[o_off:]`` (row
     stride ``ldo``) = act(W panel at ``w[w_off:]`` ([k][mr]) times the rows ``x[x_off + k * ldx:]``
@@ -154,7 +154,12 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool, o
     along them (``nr`` pixels on: the panel-major driver's next tile) for writing, and their residual
     rows too ``with_z``, so that the epilogue's stores and loads of that tile find them. ``xahead`` (steps,
     0: none; not with ``offs``): each step k also prefetches into L1 the tile's pixels of row k + xahead
-    (ROWS_X_AHEAD_ONE_THREAD: rows read in place, a page or more apart)."""
+    (ROWS_X_AHEAD_ONE_THREAD: rows read in place, a page or more apart). ``nt`` (not with ``masked``): the
+    epilogue's stores are non-temporal (``!nontemporal``, movntps: the lines go to memory without being read
+    for ownership or kept in the caches) where the tile's first output address is on 64 bytes and ``ldo`` a
+    multiple of 16 (every row's vectors then whole aligned lines), else the plain stores (ROWS_NT_ONE_THREAD;
+    its callers take it for products of one K chunk: an earlier chunk's sums would be read back from memory);
+    the same values either way."""
     lanes = 8 if kind == "avx2" else 16
     nr = lanes * nvec
 
@@ -255,18 +260,36 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool, o
                 new.append(builder.call(fma, [bw, xv[j], accs[r * nvec + j]]))
         close(new)
         lov, hiv = splat(lo), splat(hi)
-        for r in range(mr):
-            with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, r), m_valid), likely=True):
-                bv = splat(builder.load(builder.gep(pb, [builder.add(r0, ir.Constant(i64, r))]), align=4))
-                off = builder.mul(ldo, ir.Constant(i64, r))
-                for j in range(nvec):
-                    at = builder.add(off, ir.Constant(i64, lanes * j))
-                    v = builder.fadd(accs[r * nvec + j], bv)
-                    if with_z:
-                        v = builder.fadd(v, vload(builder.gep(pz, [at]), j))
-                    v = builder.select(builder.fcmp_ordered("<", v, lov), lov, v)  # max(v, lo), NaN kept
-                    v = builder.select(builder.fcmp_ordered(">", v, hiv), hiv, v)  # min(v, hi)
-                    vstore(v, builder.gep(po, [at]), j)
+
+        def epilogue(stream):
+            for r in range(mr):
+                with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, r), m_valid), likely=True):
+                    bv = splat(builder.load(builder.gep(pb, [builder.add(r0, ir.Constant(i64, r))]), align=4))
+                    off = builder.mul(ldo, ir.Constant(i64, r))
+                    for j in range(nvec):
+                        at = builder.add(off, ir.Constant(i64, lanes * j))
+                        v = builder.fadd(accs[r * nvec + j], bv)
+                        if with_z:
+                            v = builder.fadd(v, vload(builder.gep(pz, [at]), j))
+                        v = builder.select(builder.fcmp_ordered("<", v, lov), lov, v)  # max(v, lo), NaN kept
+                        v = builder.select(builder.fcmp_ordered(">", v, hiv), hiv, v)  # min(v, hi)
+                        if stream:
+                            ptr = builder.bitcast(builder.gep(po, [at]), vf.as_pointer())
+                            st = builder.store(v, ptr, align=4 * lanes)
+                            st.set_metadata("nontemporal", mod.add_metadata([ir.Constant(i32, 1)]))
+                        else:
+                            vstore(v, builder.gep(po, [at]), j)
+
+        if nt and not masked:
+            lines = builder.or_(builder.ptrtoint(po, i64), builder.mul(ldo, ir.Constant(i64, 4)))
+            whole = builder.icmp_unsigned("==", builder.and_(lines, ir.Constant(i64, 63)), ir.Constant(i64, 0))
+            with builder.if_else(whole, likely=True) as (then, other):
+                with then:
+                    epilogue(True)
+                with other:
+                    epilogue(False)
+        else:
+            epilogue(False)
         return context.get_dummy_value()
 
     @intrinsic
@@ -480,18 +503,18 @@ ROWS_PREFETCH = 0
 
 
 @_built_once
-def rows_driver_order(kind: int, tile_major: bool, pf: bool = False, xahead: int = 0):
+def rows_driver_order(kind: int, tile_major: bool, pf: bool = False, xahead: int = 0, nt: bool = False):
     """rows_driver with the loop order (and the tiles' prefetches: ``pf`` ROWS_PREFETCH's, ``xahead`` the
-    pixel rows', rows_driver_ahead's) given."""
+    pixel rows', rows_driver_ahead's; ``nt``: the full tiles' epilogue stores non-temporal) given."""
     if kind == 0:
         return _rows_driver(0, _generic_tile_noz, _generic_tile_noz, _generic_tile, _generic_tile,
                             tile_major=tile_major)
     name, mr = _INTRINSIC_NAME.get(kind, _NAME[kind]), MR[kind]
-    tiles = [_tile_intrinsic(name, mr, 2, masked, with_z, pf=pf, xahead=xahead) for with_z in (False, True)
+    tiles = [_tile_intrinsic(name, mr, 2, masked, with_z, pf=pf, xahead=xahead, nt=nt) for with_z in (False, True)
              for masked in (False, True)]
     return _rows_driver(kind, *tiles, *(_tile_intrinsic(name, mr, 1, True, with_z, pf=pf, xahead=xahead)
                                         for with_z in (False, True)),
-                        tile_major=tile_major, pf=pf, suffix=f"_x{xahead}" if xahead else "")
+                        tile_major=tile_major, pf=pf, suffix=(f"_x{xahead}" if xahead else "") + ("_nt" if nt else ""))
 
 
 # Issue 11, session 15 (rate15): a one-thread session's bound 1x1 calls whose rows tiles read the pixel rows in
@@ -504,13 +527,23 @@ def rows_driver_order(kind: int, tile_major: bool, pf: bool = False, xahead: int
 ROWS_X_AHEAD_ONE_THREAD = 8
 
 
-def rows_driver_ahead(kind: int, xahead: int):
-    """rows_driver(kind) whose tiles also prefetch their pixel row k + ``xahead`` at step k (0: rows_driver
-    itself); the loop order and ROWS_PREFETCH as rows_driver's."""
-    if not xahead or kind not in (KIND["avx512"], ROWS12):
+def rows_driver_ahead(kind: int, xahead: int, nt: bool = False):
+    """rows_driver(kind) whose tiles also prefetch their pixel row k + ``xahead`` at step k (0: none) and, with
+    ``nt``, store their full tiles' outputs non-temporal (ROWS_NT_ONE_THREAD); neither: rows_driver itself. The
+    loop order and ROWS_PREFETCH as rows_driver's."""
+    if not (xahead or nt) or kind not in (KIND["avx512"], ROWS12):
         return rows_driver(kind)
     pf = bool(ROWS_PREFETCH) and not ROWS_TILE_MAJOR
-    return rows_driver_order(kind, ROWS_TILE_MAJOR, pf, int(xahead))
+    return rows_driver_order(kind, ROWS_TILE_MAJOR, pf, int(xahead), bool(nt))
+
+
+# Issue 11, session 15 (out15): a one-thread session's bound 1x1 calls on the rows tiles (ResNet-50's 28x28
+# and 56x56 1x1 layers) store their full tiles' outputs non-temporal (_tile_intrinsic's ``nt``): a 64 -> 256
+# layer at 56x56 writes 3.2 MB of output rows, each line read for ownership first and then pushed out of L2 by
+# the rows after it. Taken only where the plan's K chunk is the whole K (every ResNet-50 layer there). Unmeasured
+# on the Xeon: off (docs/numba.md, "The writes after the K loop"). A/B:
+# nodes_ab.py resnet50 N nt=kernels.ftile.ROWS_NT_ONE_THREAD=1 (read at bind)
+ROWS_NT_ONE_THREAD = False
 
 
 def conv_tiles(kind, wp, k_n, m_n, x, x_col0, ldx, n_pix, bias, zeros, z, has_z, lo, hi, out, o_col0, ldo, block,
