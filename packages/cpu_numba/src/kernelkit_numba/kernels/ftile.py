@@ -534,7 +534,7 @@ def rows_driver_ahead(kind: int, xahead: int, nt: bool = False):
     if not (xahead or nt) or kind not in (KIND["avx512"], ROWS12):
         return rows_driver(kind)
     pf = bool(ROWS_PREFETCH) and not ROWS_TILE_MAJOR
-    return rows_driver_order(kind, ROWS_TILE_MAJOR, pf, int(xahead), bool(nt))
+    return rows_driver_order(kind, ROWS_TILE_MAJOR, pf, int(xahead), *((True,) if nt else ()))  # (one key a driver)
 
 
 # Issue 11, session 15 (out15): a one-thread session's bound 1x1 calls on the rows tiles (ResNet-50's 28x28
