@@ -16,10 +16,11 @@ import pytest
 from kernelkit.invoke import KernelContext
 from kernelkit.ir import Node, TensorSpec
 from kernelkit.testing import assert_close, run_single_op
-from kernelkit_numba.kernels import dwtile, ftile
+from kernelkit_numba.kernels import conv_serial, dwtile, ftile
 from kernelkit_numba.kernels.conv import Conv
 
 needs_tiles = pytest.mark.skipif(ftile.choice()[0] is None, reason="no AVX2/AVX-512 float32 tiles on this CPU")
+needs_avx512 = pytest.mark.skipif(not ftile.available("avx512"), reason="no AVX-512 float32 tiles on this CPU")
 
 
 def _ro(a):
@@ -536,3 +537,94 @@ def test_a_queued_background_job_does_not_hold_the_exit():
             "import time; time.sleep(0.2); print('exit')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "exit", done.stderr
+
+
+def _residual_block(rng, n_n, c_n, m_n, hw):
+    """x -> Relu -> 1x1 Conv (m_n) -> a; x -> 1x1 Conv (m_n) -> z; Relu(a' + z) with a' = 1x1 Conv(a) -> 1x1
+    Conv -> y: fuse_residual moves the Add into the third Conv, whose residual z dies there; y after it keeps
+    that Conv's output in the arena (a graph output never is)."""
+    from kernelkit_converters.onnx import convert
+    from onnx import TensorProto, helper, numpy_helper
+
+    def weight(name, m, c):
+        return numpy_helper.from_array((rng.standard_normal((m, c, 1, 1)) / np.sqrt(c)).astype(np.float32), name)
+
+    def bias(name, m):
+        return numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), name)
+
+    inits = [weight("w1", m_n, c_n), weight("w2", m_n, c_n), weight("w3", m_n, m_n), weight("w4", 24, m_n),
+             bias("b1", m_n), bias("b2", m_n), bias("b3", m_n)]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Conv", ["r", "w1", "b1"], ["a"]),
+             helper.make_node("Conv", ["x", "w2", "b2"], ["z"]),
+             helper.make_node("Conv", ["a", "w3", "b3"], ["c"]),
+             helper.make_node("Add", ["c", "z"], ["d"]),
+             helper.make_node("Relu", ["d"], ["e"]),
+             helper.make_node("Conv", ["e", "w4"], ["y"])]
+    io = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n_n, c_n, hw, hw]),
+          helper.make_tensor_value_info("y", TensorProto.FLOAT, [n_n, 24, hw, hw])]
+    proto = helper.make_model(helper.make_graph(nodes, "block", io[:1], io[1:], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    return convert(proto), rng.standard_normal((n_n, c_n, hw, hw)).astype(np.float32)
+
+
+@needs_avx512
+@pytest.mark.parametrize("n_n,c_n,m_n,hw", [(1, 40, 136, 28), (2, 33, 100, 15), (1, 64, 72, 17)])
+def test_residual_in_place_plan(rng, monkeypatch, n_n, c_n, m_n, hw):
+    """conv_serial.RESIDUAL_IN_PLACE (issue 11, session 15): in a one-thread session the memory plan writes the
+    fused-residual 1x1 Conv's output over its residual (one in-place step more), and the model's output is bit
+    for bit the switch's off output and within the reference's tolerance: 12-row panels (136 channels: packed
+    pixels) and 8-row (100, 72: in place), odd K, partial tiles (15x15, 17x17), batch 2; at two threads the plan
+    keeps them apart (and the output the same)."""
+    import kernelkit
+
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    model, x = _residual_block(rng, n_n, c_n, m_n, hw)
+    want = kernelkit.Session(model, vendors=["reference"]).run(None, {"x": x})[0]
+    for threads in (1, 2):
+        got, steps = {}, {}
+        for on in (False, True):
+            monkeypatch.setattr(conv_serial, "RESIDUAL_IN_PLACE", on)
+            sess = kernelkit.Session(model, vendors=["numba", "reference"], threads=threads)
+            assert sess.passes_fired.get("fuse_residual") == 1
+            got[on] = sess.run(None, {"x": x})[0]
+            got[on, 2] = sess.run(None, {"x": x})[0]  # the arena's second run: the residual rewritten first
+            steps[on] = sess.memory({"x": x.shape})["inplace_steps"]
+            assert_close(got[on], want)
+        assert steps[True] == steps[False] + (threads == 1), (threads, steps)
+        for key in (True, (False, 2), (True, 2)):
+            np.testing.assert_array_equal(got[key], got[False])
+
+
+@needs_avx512
+@pytest.mark.parametrize("case", ["rows", "chunks", "cols", "general", "two threads"])
+def test_residual_in_place_calls(rng, monkeypatch, case):
+    """Every path of a bound 1x1 call with the fused residual handed as its own output (out = z, as the memory
+    plan places it under RESIDUAL_IN_PLACE): the serial rows driver of one K chunk in place, K in chunks (the
+    earlier chunks' sums would overwrite the residual), the cols tiles (7x7), the general path
+    (KERNELKIT_F32_GEMM=off: compute) and two threads take a copy of it first; each bit for bit the call with
+    its own output and within the reference's tolerance; residual_over's answer for the case."""
+    monkeypatch.setenv(ftile.ENV, "off" if case == "general" else "avx512")
+    hw, m_n, k_n = (7, 128, 256) if case == "cols" else (15, 100, 70)
+    if case == "chunks":
+        monkeypatch.setattr(ftile, "KC", 32)
+        monkeypatch.setattr(ftile, "KC12", 32)
+    monkeypatch.setattr(conv_serial, "RESIDUAL_IN_PLACE", True)
+    x = rng.standard_normal((1, k_n, hw, hw)).astype(np.float32)
+    w = (rng.standard_normal((m_n, k_n, 1, 1)) / np.sqrt(k_n)).astype(np.float32)
+    b = rng.standard_normal(m_n).astype(np.float32)
+    z = rng.standard_normal((1, m_n, hw, hw)).astype(np.float32)
+    attrs = {"activation": "Relu"}
+    k = _kernel(x, w, b, z, attrs, threads=2 if case == "two threads" else 1)
+    specs = [TensorSpec(a.shape, "float32") for a in (x, w, b, z)]
+    assert (k.output_over_input(specs) == 3) == (case == "rows"), case
+    call = k.bind(None) if case != "general" else (lambda *a, out=None: k.execute(*a, out=out))
+    inputs = [_ro(x), _ro(w), _ro(b), _ro(z)]
+    ref = run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
+    for _ in range(2):  # the first call binds the constants, the second reuses them
+        apart = call(*inputs, out=np.empty_like(z))
+        over = z.copy()
+        got = call(inputs[0], inputs[1], inputs[2], over, out=over)
+        assert got is over
+        np.testing.assert_array_equal(got, apart)
+        assert_close(got, ref)

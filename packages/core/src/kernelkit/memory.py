@@ -15,7 +15,8 @@ Aliasing rules the planner keeps:
   extends the lifetime of every arena block its inputs live in, transitively;
 - an elementwise op (``INPLACE_OPS``) whose input dies at that step, with the output's shape and
   dtype, writes over that input's block, unless another input of the step reads the same block;
-  a MatMul with a fused residual (``INPLACE_INPUT``) the same, over that residual only;
+  a MatMul with a fused residual (``INPLACE_INPUT``) the same, over that residual only, and so a step whose
+  kernel names the input it may write over (``output_over_input(input_specs)``: its position, or None);
 - a Concat whose kernel opts in (``inputs_in_place``; ``NEST_CONCAT``), along an axis with nothing
   but 1s before it, gets its inputs' blocks nested in its own where they die at the Concat: each
   input's producer writes straight into its part of the output, and the Concat finds its inputs in
@@ -384,6 +385,9 @@ def plan_memory(plan, specs: dict[int, TensorSpec | None], scratch: dict[int, in
             elif len(step.input_slots) > INPLACE_INPUT.get(step.op, len(step.input_slots)):
                 only = step.input_slots[INPLACE_INPUT[step.op]]
                 reuse = _inplace_input(step, i, o, specs, block_of, blocks_read, only) if only is not None else None
+            elif (at := _kernel_over(step, specs)) is not None and at < len(step.input_slots):
+                only = step.input_slots[at]
+                reuse = _inplace_input(step, i, o, specs, block_of, blocks_read, only) if only is not None else None
             if reuse is not None:
                 block = block_of[reuse]
                 block.end = max(block.end, last.get(o, i))
@@ -478,6 +482,14 @@ def _nest_concat(step, i: int, specs, block_of: dict, blocks: list, nested: list
         blocks.remove(block)
         nested.append((block, parent, offset))
         parent.start = min(parent.start, block.start)
+
+
+def _kernel_over(step, specs) -> int | None:
+    """The input position ``step``'s kernel says its output may be written over (``output_over_input(specs)``,
+    the specs of its inputs for this plan's shapes), or None (no such method, or it declines: numba's Conv for
+    its serial rows tiles under kernels.conv_serial.RESIDUAL_IN_PLACE)."""
+    over = getattr(step.kernel, "output_over_input", None)
+    return over([specs.get(s) for s in step.input_slots]) if callable(over) else None
 
 
 def _inplace_input(step, i: int, out: int, specs, block_of: dict, blocks_read, only=None) -> int | None:

@@ -455,10 +455,23 @@ class Conv(NumbaKernel):
             return flops * config.SERIAL_WORK / limit
         return flops
 
+    def output_over_input(self, input_specs):
+        """The memory plan's question (kernelkit.memory's kernel opt-in; ``input_specs`` the plan's, of the
+        run's shapes): 3 (the fused residual Z may be the
+        output's own memory) where conv_serial.RESIDUAL_IN_PLACE is on and this node's bound call will be the
+        serial rows driver of one K chunk (conv_serial.residual_over); else None."""
+        from . import conv_serial
+
+        return 3 if conv_serial.residual_over(self, input_specs) else None
+
     def compute(self, x, w, b=None, z=None, *, out=None):
         """y = act(conv(x, w) + b (+ z)); z: the residual the fuse_residual pass moved into the conv
         (shaped like y), added before the activation. ``out``: the array to write y into (the
-        session's arena, C-contiguous, never one of the inputs: Conv is not an in-place op)."""
+        session's arena, C-contiguous; the residual's own memory where output_over_input let the plan
+        put it there: then z is copied first, this path's kernels not being checked for it)."""
+        if z is not None and out is not None and out.shape == z.shape and \
+                out.__array_interface__["data"][0] == z.__array_interface__["data"][0]:
+            z = z.copy()
         key = (x.shape, w.shape)
         if key != self._geom_key:
             self._geom = self._geometry(x.shape, w.shape)

@@ -669,6 +669,56 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
     return implicit
 
 
+# Issue 11, session 15 (out15): a fused-residual 1x1 Conv that a one-thread session binds to the serial rows driver
+# with its K in one chunk (ResNet-50's 28x28 and 56x56 +Z layers) lets the memory plan write its output over its
+# residual where the residual dies there (Conv.output_over_input; kernelkit.memory's kernel opt-in): no second
+# stream of 3.2 MB at 56x56, no read for ownership of the output's lines. Dev box (docs/numba.md, "The writes
+# after the K loop"): ResNet-50's +Z layers at 56x56 1.14-1.20x, 28x28 1.06-1.08x in the model, the next nodes
+# level (a prototype over every +Z layer); the Xeon unmeasured: off. Read when a session makes its memory plan
+# (residual_over; nodes_ab.py can switch it).
+RESIDUAL_IN_PLACE = False
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays of one shape start at the same byte (the memory plan's in-place placement)."""
+    return a.shape == b.shape and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+
+
+def residual_over(conv, specs) -> bool:
+    """Whether RESIDUAL_IN_PLACE lets the memory plan put ``conv``'s output over its fused residual: a
+    one-thread session's 1x1 stride-1 float32 Conv with the residual, static shapes, that _bind gives the serial
+    rows driver with its K in one chunk (the choices _bind and _tiles_call make, made again here: the plan is
+    made before the first call binds; a call whose bind went another way copies such a residual first). ``specs``:
+    the memory plan's specs of the inputs, the run's shapes (the kernel's own may still be symbolic)."""
+    if not RESIDUAL_IN_PLACE or conv.threads != 1:
+        return False
+    if len(specs) < 4 or any(s is None or not s.is_static or s.layout or s.dtype != "float32" for s in specs[:4]):
+        return False
+    x_shape, w_shape = tuple(specs[0].shape), tuple(specs[1].shape)
+    if len(x_shape) != 4 or len(w_shape) != 4 or w_shape[2:] != (1, 1) or int(conv.attrs.get("group", 1)) != 1:
+        return False
+    if conv.act[0] not in (NONE, CLIP):
+        return False
+    (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = conv._geometry(x_shape, w_shape)
+    n_n, c_n, h_n, w_n = x_shape
+    m_n = w_shape[0]
+    if (sh, sw, ph, pw) != (1, 1, 0, 0) or (oh_n, ow_n) != (h_n, w_n) or tuple(specs[3].shape) != (n_n, m_n, oh_n,
+                                                                                                    ow_n):
+        return False
+    kind, forced = ftile.choice()
+    if kind is None:
+        return False
+    from .conv import ftile_cols, ftile_wins
+
+    l_n = oh_n * ow_n
+    if l_n == 1 or not (forced or ftile_wins(1, 1, 1, 1, m_n, c_n, l_n)) or ftile_cols(kind, m_n, l_n, c_n, True):
+        return False
+    if cols_tail(kind, m_n, l_n, c_n, True):
+        return False
+    kc = ftile.plan(ftile.rows_kind(kind, m_n, one_thread=True), m_n, c_n, l_n, 1)[3]
+    return kc >= c_n
+
+
 def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, parallel, step=None, sub=None, tail=0):
     """ftile's rows (or cols) driver for a 1x1 stride-1 convolution, the NCHW input read in place
     (conv._gemm_ftile's direct case), its arguments fixed; ``parallel``: through ftile.run_sharded
@@ -734,16 +784,24 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
     if cols and pair is not None and not _one_thread(conv, parallel):  # the call of a refused pair: its halves'
         driver, cols_kc = ftile.cols_driver_ahead(kind, pair.ahead), int(pair.desc[cpair.KC])  # (cpair.COLS_AHEAD)
     held_one = _held_one(conv, step, parallel, n_n)
+    # RESIDUAL_IN_PLACE: the serial rows driver of one K chunk reads each residual element before it writes the
+    # output element over it, so it may be handed out = z; every other branch below gets a copy of such a z
+    over_safe = not cols and kc >= k_n and _one_thread(conv, parallel)
 
     def tiles(x, w, b=None, z=None, *, out=None):
+        over = z is not None and out is not None and _same_memory(z, out)  # (RESIDUAL_IN_PLACE's plan)
         if held_one is not None and config.current_threads() == 1:  # (HELD_ONE_THREAD)
+            if over:
+                z, over = z.copy(), False
             one = held_one(x, w, b, z, out)
             if one is not None:
                 return one(x, w, b, z, out=out)
         x_in, z_in = x, z
         y = _output(out, y_shape)
         if ftile.requested_raw() != raw or not held.usable(conv, x, w, b, z, y, m_n, packing):
-            return general(x, w, b, z, out=out)
+            return general(x, w, b, z, out=out)  # (compute copies such a z)
+        if over and not (over_safe and not parallel):  # only the serial driver below of one K chunk takes it
+            z, over = z.copy(), False
         if sub is not None:
             np.copyto(buf, x[:, :, ::sh, ::sw])
             x = buf_ro
@@ -752,10 +810,10 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         if parallel and not _pair_now(pair, n_n):
             _sharded(x, y, z, held)
             return y
-        if pair is not None and _paired(pair, parallel and n_n == 1, held.packed, held.bias, x, y,
-                                        None if z is no_z else z):
+        if pair is not None and not over and _paired(pair, parallel and n_n == 1, held.packed, held.bias, x, y,
+                                                     None if z is no_z else z):
             return y
-        one = held_one(x_in, w, b, z_in, y) if held_one is not None else None
+        one = held_one(x_in, w, b, z_in, y) if held_one is not None and not over else None
         if one is not None:  # the pair refused (HELD_ONE_THREAD): numba 1t's call
             return one(x_in, w, b, z_in, out=y)
         scratch = config.thread_buffer("ftile", size, np.float32)
