@@ -458,9 +458,9 @@ class Conv(NumbaKernel):
 
     def output_over_input(self, input_specs):
         """The memory plan's question (kernelkit.memory's kernel opt-in; ``input_specs`` the plan's, of the
-        run's shapes): 3 (the fused residual Z may be the
-        output's own memory) where conv_serial.RESIDUAL_IN_PLACE is on and this node's bound call will be the
-        serial rows driver of one K chunk (conv_serial.residual_over); else None."""
+        run's shapes): 3 (the fused residual Z may be the output's own memory) where
+        conv_serial.RESIDUAL_IN_PLACE is on and this node's bound call will be the serial rows driver of one
+        K chunk (conv_serial.residual_over); else None."""
         from . import conv_serial
 
         try:
