@@ -30,6 +30,12 @@ rounds that hold both its runtimes). A variant's spec comes from its lines (olde
 ``--variant``/``--variant1`` as given to the run, else the label alone); ``--blocks KEY,...`` adds each
 block's pool counters of those names.
 
+``--probe``: each process times a fixed workload (a 1 MiB float32 array scaled 20 times, best of 5) just before
+each block's settling calls and writes it with the block (``probe_ms``); under the table, each runtime's probe times
+and each ratio over the rounds whose two blocks' probes agree within 10 %. The Xeon runs at two speeds for
+seconds at a time (session 15's call L3: numba 1t's and onnxruntime 1t's MobileNetV2 blocks each at ~7.5 or
+~10.5 ms, whatever their CPU), and a ratio of blocks that ran at different speeds measures the host.
+
 ``loaded``: a busy loop pinned to the first CPU of this process's affinity for the whole model. Each
 numba process reports its shard pool's counters per block (back-offs, preempted jobs); each process
 checks its output against onnxruntime at one thread (``MODEL_COSINE``) before timing.
@@ -103,6 +109,21 @@ tracer = None
 if os.environ.get("KERNELKIT_TURNS_TRACE") == "1":
     from turns_trace import BlockTrace, getcpu
     tracer = BlockTrace()
+# --probe: the host's speed at each block, a fixed workload timed just before its settling calls (a 1 MiB float32
+# array scaled 20 times, best of 5: the same work in every process, whatever the runtime)
+probe_buf = np.ones(1 << 18, np.float32) if os.environ.get("KERNELKIT_TURNS_PROBE") == "1" else None
+
+
+def probe_ms():
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(20):
+            np.multiply(probe_buf, np.float32(1.0), out=probe_buf)
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e3
+
+
 t0 = time.perf_counter()
 for _ in range(3):
     sess.run(None, feed)
@@ -112,6 +133,7 @@ for line in sys.stdin:
     if calls <= 0:
         break
     before = {**(dict(pool.stats) if pool else {}), **pairs()}
+    probe = probe_ms() if probe_buf is not None else None  # before the settling calls: they re-warm the caches
     for _ in range(settle):
         sess.run(None, feed)
     ms = []
@@ -134,6 +156,8 @@ for line in sys.stdin:
     after = {**(dict(pool.stats) if pool else {}), **pairs()}
     delta = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
     row = {"median_ms": float(np.median(ms)), "best_ms": min(ms), "pool": delta}
+    if probe is not None:
+        row["probe_ms"] = round(probe, 4)
     if trace is not None:
         row["trace"] = trace
     print(json.dumps(row), flush=True)
@@ -239,7 +263,40 @@ def summarise(rows: list, runtimes) -> dict:
         per_round = np.array([rnd[num] / rnd[den] for rnd in rounds if num in rnd and den in rnd])
         if per_round.size:
             ratios[label] = (float(np.median(per_round)), float(per_round.min()), float(per_round.max()))
-    return {"blocks": blocks, "ratios": ratios, "pool": pool, "rounds": len(rounds)}
+    out = {"blocks": blocks, "ratios": ratios, "pool": pool, "rounds": len(rounds)}
+    probes: dict = {}  # --probe: round -> runtime -> the host probe's ms before that block
+    for row in rows:
+        if row.get("probe_ms"):
+            probes.setdefault(row["round"], {})[row["runtime"]] = row["probe_ms"]
+    if probes:
+        out["probes"] = {r: [probes[k][r] for k in sorted(probes) if r in probes[k]] for r in runtimes}
+        out["matched"] = {}  # each ratio over the rounds whose two blocks found the host at one speed
+        for label, num, den in RATIOS:
+            keep = [by_round[k][num] / by_round[k][den] for k in sorted(by_round)
+                    if num in by_round[k] and den in by_round[k] and num in probes.get(k, {}) and den in probes[k]
+                    and abs(probes[k][num] / probes[k][den] - 1) <= PROBE_MATCH]
+            if keep:
+                out["matched"][label] = (float(np.median(keep)), len(keep))
+    return out
+
+
+PROBE_MATCH = 0.10  # --probe: two blocks found the host at one speed where their probes are within 10 %
+
+
+def probe_lines(results: dict, mode: str, runtimes) -> list[str]:
+    """--probe's lines under a table: per model, each runtime's probe ms (median, range over its blocks), and the
+    table's ratios over the rounds whose two blocks' probes agree within PROBE_MATCH (median, rounds kept)."""
+    lines = []
+    for model, res in results.items():
+        if not res.get("probes"):
+            continue
+        probes = ", ".join(f"{r} {np.median(v):.3f} ({min(v):.3f}-{max(v):.3f})"
+                           for r, v in res["probes"].items() if v and r in runtimes)
+        matched = ", ".join(f"{label} {m:.2f} ({n} of {res['rounds']})" for label, (m, n) in res["matched"].items()
+                            if any(num in runtimes and den in runtimes and lb == label for lb, num, den in RATIOS))
+        lines.append(f"{mode} {model}: host probe ms {probes}")
+        lines.append(f"{mode} {model}: rounds at one host speed (probes within {PROBE_MATCH:.0%}): {matched or '-'}")
+    return lines
 
 
 VARIANTS: dict = {}  # --variant LABEL=SPEC: runtime LABEL is the default session with SPEC's settings
@@ -307,6 +364,8 @@ def from_json(paths, runtimes=None, blocks_keys=()) -> None:
         results = {model: summarise([r for r in rows if r["load"] == mode and r["model"] == model], runtimes)
                    for model in dict.fromkeys(r["model"] for r in rows if r["load"] == mode)}
         print(markdown(results, mode, runtimes))
+        for line in probe_lines(results, mode, runtimes):
+            print(line)
         for model, res in results.items():
             pools = "; ".join(f"{rt}: " + ", ".join(f"{k} {v}" for k, v in counts.items())
                               for rt, counts in res["pool"].items() if counts and rt in runtimes)
@@ -337,6 +396,9 @@ def main(argv=None) -> None:
     ap.add_argument("--variant", action="append", default=[],
                     help="LABEL=SPEC: one more runtime, the default with SPEC's settings (';'-separated "
                          "NAME=VALUE environment variables and module.ATTR=VALUE kernelkit_numba constants)")
+    ap.add_argument("--probe", action="store_true",
+                    help="time a fixed workload in each process before each block (the host's speed), and print "
+                         "each ratio over the rounds whose two blocks found the host at one speed")
     ap.add_argument("--variant1", action="append", default=[],
                     help="LABEL=SPEC: one more runtime, numba 1t with SPEC's settings (as --variant)")
     args = ap.parse_args(argv)
@@ -351,6 +413,8 @@ def main(argv=None) -> None:
     if not args.models:
         ap.error("models: comma-separated names (or --from-json FILE)")
     os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
+    if args.probe:
+        os.environ["KERNELKIT_TURNS_PROBE"] = "1"
     runtimes = (tuple((args.runtimes or ",".join(RUNTIMES)).split(",")) + tuple(add_variant(v) for v in args.variant)
                 + tuple(add_variant(v, threads=1) for v in args.variant1))
     unknown = set(runtimes) - set(LABELS)
@@ -371,6 +435,8 @@ def main(argv=None) -> None:
                 print(f"{model} {mode}: {medians}; numba default's pool {results[model]['pool'].get('numba', {})}",
                       file=sys.stderr, flush=True)
             print(markdown(results, mode, runtimes), flush=True)
+            for line in probe_lines(results, mode, runtimes):
+                print(line, flush=True)
     finally:
         if sink:
             sink.close()

@@ -106,3 +106,29 @@ def test_ops_vs_reference_prints_named_nodes_slower_or_not(tools, monkeypatch):
     pattern = (rf"  node: {softmax[0]} \(Softmax\) reference [\d.]+ ms, numba [\d.]+ ms; per round numba / reference "
                r"[\d.]+ \([\d.]+-[\d.]+\), slower in \d of 3$")
     assert len(lines) == 1 and re.match(pattern, lines[0])
+
+
+def test_turns_probe_keeps_the_rounds_at_one_host_speed(monkeypatch):
+    """turns.py --probe (session 15): summarise takes each ratio over the rounds whose two blocks' host probes agree
+    within PROBE_MATCH, and the lines under the table give each runtime's probe and those ratios."""
+    monkeypatch.syspath_prepend(BENCH)
+    import turns
+
+    def row(rnd, runtime, ms, probe):
+        return {"model": "m", "runtime": runtime, "round": rnd, "load": "quiet", "median_ms": ms, "pool": {},
+                "probe_ms": probe}
+
+    # round 0 and 2: both blocks at one speed; round 1: numba1's block found the host 40 % slower
+    rows = [row(0, "numba1", 10.0, 0.25), row(0, "ort1", 8.0, 0.26),
+            row(1, "numba1", 14.0, 0.35), row(1, "ort1", 8.0, 0.25),
+            row(2, "numba1", 9.0, 0.25), row(2, "ort1", 10.0, 0.25)]
+    res = turns.summarise(rows, ("numba1", "ort1"))
+    assert res["ratios"]["1t / ORT 1t"] == (1.25, 0.9, 1.75)  # every round: the median of 1.25, 1.75, 0.9
+    assert res["matched"]["1t / ORT 1t"] == (pytest.approx(1.075), 2)  # rounds 0 and 2 only
+    assert res["probes"] == {"numba1": [0.25, 0.35, 0.25], "ort1": [0.26, 0.25, 0.25]}
+    lines = turns.probe_lines({"m": res}, "quiet", ("numba1", "ort1"))
+    assert lines == ["quiet m: host probe ms numba1 0.250 (0.250-0.350), ort1 0.250 (0.250-0.260)",
+                     "quiet m: rounds at one host speed (probes within 10%): 1t / ORT 1t 1.07 (2 of 3)"]
+    # blocks written without --probe: no probe lines, the ratios as before
+    plain = turns.summarise([{k: v for k, v in r.items() if k != "probe_ms"} for r in rows], ("numba1", "ort1"))
+    assert "probes" not in plain and turns.probe_lines({"m": plain}, "quiet", ("numba1", "ort1")) == []
