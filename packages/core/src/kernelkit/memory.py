@@ -382,10 +382,7 @@ def plan_memory(plan, specs: dict[int, TensorSpec | None], scratch: dict[int, in
             reuse = None
             if step.op in INPLACE_OPS:
                 reuse = _inplace_input(step, i, o, specs, block_of, blocks_read)
-            elif len(step.input_slots) > INPLACE_INPUT.get(step.op, len(step.input_slots)):
-                only = step.input_slots[INPLACE_INPUT[step.op]]
-                reuse = _inplace_input(step, i, o, specs, block_of, blocks_read, only) if only is not None else None
-            elif (at := _kernel_over(step, specs)) is not None and at < len(step.input_slots):
+            elif (at := _input_over(step, specs)) is not None and at < len(step.input_slots):
                 only = step.input_slots[at]
                 reuse = _inplace_input(step, i, o, specs, block_of, blocks_read, only) if only is not None else None
             if reuse is not None:
@@ -484,10 +481,13 @@ def _nest_concat(step, i: int, specs, block_of: dict, blocks: list, nested: list
         parent.start = min(parent.start, block.start)
 
 
-def _kernel_over(step, specs) -> int | None:
-    """The input position ``step``'s kernel says its output may be written over (``output_over_input(specs)``,
-    the specs of its inputs for this plan's shapes), or None (no such method, or it declines: numba's Conv for
-    its serial rows tiles under kernels.conv_serial.RESIDUAL_IN_PLACE)."""
+def _input_over(step, specs) -> int | None:
+    """The input position ``step`` may write its output over: its op's (``INPLACE_INPUT``, a MatMul's fused
+    residual), else the one its kernel names (``output_over_input(specs)``, the specs of its inputs for this plan's
+    shapes), else None (no such method, or it declines: numba's Conv but for its serial rows tiles under
+    kernels.conv_serial.RESIDUAL_IN_PLACE)."""
+    if step.op in INPLACE_INPUT:
+        return INPLACE_INPUT[step.op]
     over = getattr(step.kernel, "output_over_input", None)
     return over([specs.get(s) for s in step.input_slots]) if callable(over) else None
 
