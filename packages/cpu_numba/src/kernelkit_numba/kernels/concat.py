@@ -158,27 +158,27 @@ def _concat_serial(input_specs, axis=0):
     # session in nodes_ab.py keeps its setting after the switch is put back (read on each call, its nested
     # inputs went through NumPy's overlap copies: call 1 of session 15 timed that as the nesting's cost)
     nest = nestable and kmemory.NEST_CONCAT
-    streamed = (OUTPUT_NT and nestable and input_specs[0].dtype == "float32" and not numba.config.DISABLE_JIT
-                and 4 * offsets[-1] >= OUTPUT_NT)
-    arena_nt = (ARENA_NT and nestable and input_specs[0].dtype == "float32" and not numba.config.DISABLE_JIT
-                and 4 * offsets[-1] >= ARENA_NT)
+    def streams(at_least: int) -> bool:  # (OUTPUT_NT, ARENA_NT: float32 parts of at least that many bytes in all)
+        return bool(at_least and nestable and input_specs[0].dtype == "float32" and not numba.config.DISABLE_JIT
+                    and 4 * offsets[-1] >= at_least)
+
+    streamed, arena_nt = streams(OUTPUT_NT), streams(ARENA_NT)
+
+    def stream(inputs, y):  # each part's non-temporal copy into its place in y (C order)
+        flat = y.reshape(-1)
+        for x, at in zip(inputs, offsets):
+            _nt_copy(x.reshape(-1), flat, at)
+        return y
 
     def call(*inputs, out=None):
         if out is None:
             if streamed and all(x.flags.c_contiguous for x in inputs):  # a graph output (fresh array)
-                y = np.empty(shape, np.float32)
-                flat = y.reshape(-1)
-                for x, at in zip(inputs, offsets):
-                    _nt_copy(x.reshape(-1), flat, at)
-                return y
+                return stream(inputs, np.empty(shape, np.float32))
             return np.concatenate(inputs, axis=ax)
         if not nest:  # no input can be in place: the check's ~3 us an input
             if arena_nt and out.flags.c_contiguous and all(x.flags.c_contiguous and not np.may_share_memory(x, out)
                                                            for x in inputs):
-                flat = out.reshape(-1)
-                for x, at in zip(inputs, offsets):
-                    _nt_copy(x.reshape(-1), flat, at)
-                return out
+                return stream(inputs, out)
             return np.concatenate(inputs, axis=ax, out=out)  # saved (NumPy copies any overlap right)
         moved = 0
         for x, part in zip(inputs, parts):
