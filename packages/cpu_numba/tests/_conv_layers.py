@@ -52,9 +52,5 @@ def _reference(inputs, attrs):
 
 
 def _at(threads, fn, inputs, shape):
-    was = getattr(config._local, "threads", None)
-    config._local.threads = threads
-    try:
+    with config.num_threads(threads):
         return fn(*inputs, out=np.full(shape, np.nan, np.float32))
-    finally:
-        config._local.threads = was

@@ -269,13 +269,8 @@ def _paired_call(conv, x_shape, y_shape, geom, code, p0, p1, lo, hi, has_z):
 def _one_budget(general, x, w, b, z, y):
     """``general`` (Conv.compute) into ``y`` at a budget of one thread: a one-thread session's call of the layer
     (rnpair.ALONE_SERIAL)."""
-    local = config._local
-    was = getattr(local, "threads", None)
-    local.threads = 1
-    try:
+    with config.num_threads(1):
         return general(x, w, b, z, out=y)
-    finally:
-        local.threads = was
 
 
 def _one_thread(conv, parallel: bool) -> bool:
