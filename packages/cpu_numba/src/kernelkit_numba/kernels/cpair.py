@@ -694,14 +694,10 @@ def _tail_rows(desc, parts, k_n: int, m_n: int, l_n: int, mr: int, nr: int):
     start, size, end = a * unit, step * unit, (a + claims * step) * unit
     if channels:
         parts = ((0, start, 0, l_n), (end, m_n - end, 0, l_n))
-        block, blocks, groups, kc = ftile.plan(KIND, size, k_n, l_n, 1)
-        pack = ftile.pack_rows(size, k_n, l_n)
-        scr = ftile.scratch_size(KIND, False, l_n, block, kc, pack)
+        block, blocks, groups, kc, pack, scr = _rows_plan(size, k_n, l_n)
     else:
         parts = ((0, m_n, 0, start), (0, m_n, end, l_n - end))
-        block, blocks, groups, kc = ftile.plan(KIND, m_n, k_n, size, 1)
-        pack = ftile.pack_rows(m_n, k_n, size)
-        scr = ftile.scratch_size(KIND, False, size, block, kc, pack)
+        block, blocks, groups, kc, pack, scr = _rows_plan(m_n, k_n, size)
     desc[T_N], desc[T_AXIS], desc[T_START], desc[T_STEP] = claims, T_CHANNELS if channels else T_PIXELS, start, size
     desc[T_BLOCK], desc[T_GROUPS], desc[T_KC], desc[T_PACK], desc[T_TOTAL] = block, groups, kc, int(pack), \
         blocks * groups
@@ -728,14 +724,20 @@ def _tail_cols(desc, m_n: int, l_n: int, panels: int) -> bool:
     return True
 
 
+def _rows_plan(mc: int, k_n: int, np_: int) -> tuple:
+    """A one-thread rows-tiles plan of ``mc`` channels by ``np_`` pixels (K ``k_n``): (block, blocks, groups, K
+    chunk, whether the pixels are packed, the scratch floats)."""
+    block, blocks, groups, kc = ftile.plan(KIND, mc, k_n, np_, 1)
+    pack = ftile.pack_rows(mc, k_n, np_)
+    return block, blocks, groups, kc, pack, ftile.scratch_size(KIND, False, np_, block, kc, pack)
+
+
 def _rows_sides(desc, parts, k_n: int) -> list:
     """The rows tiles' two sides in ``desc``: per side (first channel, channels, first pixel, pixels) in ``parts``,
     each side a one-thread plan of its part; the sides' scratch floats."""
     sizes = []
     for base, (c0, mc, p0, np_) in zip((SIDE0, SIDE0 + SIDE_N), parts):
-        block, blocks, groups, kc = ftile.plan(KIND, mc, k_n, np_, 1)
-        pack = ftile.pack_rows(mc, k_n, np_)
-        size = ftile.scratch_size(KIND, False, np_, block, kc, pack)
+        block, blocks, groups, kc, pack, size = _rows_plan(mc, k_n, np_)
         desc[base:base + SIDE_N][:10] = (c0, mc, p0, np_, block, groups, kc, int(pack), blocks * groups, size)
         sizes.append(size)
     return sizes
