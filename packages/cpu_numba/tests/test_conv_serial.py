@@ -539,10 +539,11 @@ def test_a_queued_background_job_does_not_hold_the_exit():
     assert done.returncode == 0 and done.stdout.strip() == "exit", done.stderr
 
 
-def _residual_block(rng, n_n, c_n, m_n, hw):
+def _residual_block(rng, n_n, c_n, m_n, hw, second=False):
     """x -> Relu -> 1x1 Conv (m_n) -> a; x -> 1x1 Conv (m_n) -> z; Relu(a' + z) with a' = 1x1 Conv(a) -> 1x1
     Conv -> y: fuse_residual moves the Add into the third Conv, whose residual z dies there; y after it keeps
-    that Conv's output in the arena (a graph output never is)."""
+    that Conv's output in the arena (a graph output never is). ``second``: z has a second reader after that Conv
+    (1x1 Conv -> y2, a second graph output), so it does not die there."""
     from kernelkit_converters.onnx import convert
     from onnx import TensorProto, helper, numpy_helper
 
@@ -563,6 +564,9 @@ def _residual_block(rng, n_n, c_n, m_n, hw):
              helper.make_node("Conv", ["e", "w4"], ["y"])]
     io = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n_n, c_n, hw, hw]),
           helper.make_tensor_value_info("y", TensorProto.FLOAT, [n_n, 24, hw, hw])]
+    if second:
+        nodes.append(helper.make_node("Conv", ["z", "w4"], ["y2"]))
+        io.append(helper.make_tensor_value_info("y2", TensorProto.FLOAT, [n_n, 24, hw, hw]))
     proto = helper.make_model(helper.make_graph(nodes, "block", io[:1], io[1:], inits),
                               opset_imports=[helper.make_opsetid("", 17)])
     return convert(proto), rng.standard_normal((n_n, c_n, hw, hw)).astype(np.float32)
@@ -628,3 +632,116 @@ def test_residual_in_place_calls(rng, monkeypatch, case):
         assert got is over
         np.testing.assert_array_equal(got, apart)
         assert_close(got, ref)
+
+
+@needs_avx512
+@pytest.mark.parametrize("n_n,c_n,m_n,hw,second", [
+    (1, 40, 136, 28, False), (2, 33, 100, 15, False), (1, 64, 72, 17, False), (1, 48, 128, 7, False),
+    (1, 40, 128, 14, False), (2, 64, 144, 7, False), (1, 40, 136, 28, True), (1, 48, 128, 7, True)])
+def test_residual_in_place_beyond(rng, monkeypatch, n_n, c_n, m_n, hw, second):
+    """conv_serial.RESIDUAL_PARALLEL and RESIDUAL_COLS (issue 11, session 16): with both on, the memory plan writes
+    the fused-residual 1x1 Conv's output over its residual at one and two threads, on the rows tiles (136, 100 and
+    72 channels at 28x28, 15x15, 17x17: 12- and 8-row panels, odd K, batch 2) and on the cols tiles (7x7 and
+    14x14, 7x7 at batch 2), one in-place step more than with both off, no call copying the residual first; the
+    output bit for bit the switches' off output, on the arena's second run too (the residual rewritten first), and
+    within the reference's tolerance. A residual with a second reader after the Conv (``second``) is never written
+    over: the steps the same as off."""
+    import kernelkit
+
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    model, x = _residual_block(rng, n_n, c_n, m_n, hw, second)
+    want = kernelkit.Session(model, vendors=["reference"]).run(None, {"x": x})
+    for threads in (1, 2):
+        got, steps = {}, {}
+        for on in (False, True):
+            monkeypatch.setattr(conv_serial, "RESIDUAL_PARALLEL", on)
+            monkeypatch.setattr(conv_serial, "RESIDUAL_COLS", on)
+            sess = kernelkit.Session(model, vendors=["numba", "reference"], threads=threads)
+            assert sess.passes_fired.get("fuse_residual") == 1
+            copies = conv_serial._copies[0]
+            got[on] = sess.run(None, {"x": x})
+            got[on, 2] = sess.run(None, {"x": x})  # the arena's second run: the residual rewritten first
+            assert conv_serial._copies[0] == copies, (threads, on)  # (a plan's residual the call copied first)
+            steps[on] = sess.memory({"x": x.shape})["inplace_steps"]
+            for a, b in zip(got[on], want):
+                assert_close(a, b)
+        assert steps[True] == steps[False] + (not second and (threads == 2 or hw <= 14)), (threads, steps)
+        for key in (True, (False, 2), (True, 2)):
+            for a, b in zip(got[key], got[False]):
+                np.testing.assert_array_equal(a, b)
+
+
+@needs_avx512
+@pytest.mark.parametrize("case", ["rows", "chunks", "cols", "cols chunks", "pool", "pair", "pair cols",
+                                  "batch pair", "general"])
+def test_residual_in_place_calls_parallel(rng, monkeypatch, quiet_server, case):
+    """A two-thread bound 1x1 call handed the fused residual as its own output (out = z, as the memory plan places
+    it under RESIDUAL_PARALLEL): the pair's halves (the caller running both: the helper never comes) by channels on
+    the rows tiles, on the cols tiles (7x7) and by images (batch 2), the pool's shards (rnpair.ON off), the
+    refused pair's call on the caller (rows, cols), in place; K in chunks on the rows tiles and the general path
+    (KERNELKIT_F32_GEMM=off) copy it first (the cols tiles' chunks keep their sums apart: in place). Each bit for
+    bit the call with its own output and within the reference's tolerance; residual_over's answer with both
+    switches on; the helper's half run by hand over the residual writes its part only, equal to it."""
+    from _conv_layers import _at
+    from kernelkit_numba import config
+    from kernelkit_numba.kernels import cpair, fpair, pairs, rnpair
+    from test_rnpair import _cpair_of
+
+    monkeypatch.setenv(ftile.ENV, "off" if case == "general" else "avx512")
+    monkeypatch.setattr(conv_serial, "RESIDUAL_PARALLEL", True)
+    monkeypatch.setattr(conv_serial, "RESIDUAL_COLS", True)
+    cols = "cols" in case
+    n_n = 2 if case == "batch pair" else 1
+    hw, m_n, k_n = (7, 144, 160) if cols else (15, 136, 70)
+    if "chunks" in case:
+        monkeypatch.setattr(ftile, "KC", 32)
+        monkeypatch.setattr(ftile, "COLS_KC", 32)
+    if case == "pool":
+        monkeypatch.setattr(rnpair, "ON", False)
+    x = rng.standard_normal((n_n, k_n, hw, hw)).astype(np.float32)
+    w = (rng.standard_normal((m_n, k_n, 1, 1)) / np.sqrt(k_n)).astype(np.float32)
+    b = rng.standard_normal(m_n).astype(np.float32)
+    z = rng.standard_normal((n_n, m_n, hw, hw)).astype(np.float32)
+    attrs = {"activation": "Relu"}
+    k = _kernel(x, w, b, z, attrs, threads=2)
+    specs = [TensorSpec(a.shape, "float32") for a in (x, w, b, z)]
+    assert (k.output_over_input(specs) == 3) == (case not in ("chunks", "general")), case
+    fn = conv_serial.bound_compute(k)
+    pair = _cpair_of(fn)
+    paired = case in ("pair", "pair cols", "batch pair")
+    if case != "general":
+        assert pair is not None and pair.desc[cpair.OP] == (cpair.COLS if cols else cpair.ROWS)
+    srv = quiet_server
+    inputs = [_ro(x), _ro(w), _ro(b), _ro(z)]
+    ref = run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
+    for _ in range(2):  # the first call binds the constants, the second reuses them
+        srv.ctl[pairs.AWAKE] = int(paired)  # (asleep: the pair refused, the caller's one-thread driver)
+        srv._misses = srv._recent = 0
+        alone = srv.stats["alone"]
+        apart = _at(2, fn, inputs[:3] + [inputs[3]], z.shape)
+        over = z.copy()
+        copies = conv_serial._copies[0]
+        with config.num_threads(2):
+            got = fn(inputs[0], inputs[1], inputs[2], _ro_view(over), out=over)
+        assert got is over
+        assert conv_serial._copies[0] - copies == (case == "chunks"), case  # (general: compute's own copy)
+        assert srv.stats["alone"] - alone == 2 * paired  # (both calls' halves on the caller)
+        np.testing.assert_array_equal(got, apart)
+        assert_close(got, ref)
+    if paired and n_n == 1:  # the helper's half by hand over a fresh residual: its part written, the rest z's
+        y = z.copy()
+        desc = pair.desc
+        desc[cpair.YA] = desc[cpair.ZA] = y.ctypes.data
+        srv.ctl[pairs.DESC] = desc.ctypes.data
+        srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
+        assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
+        mine = y != z
+        assert mine.any() and not mine.all()
+        np.testing.assert_array_equal(y[mine], apart[mine])
+
+
+def _ro_view(a):
+    """A read-only view of ``a`` (the residual as the session hands it: the same memory as the output)."""
+    v = a.view()
+    v.setflags(write=False)
+    return v

@@ -180,6 +180,8 @@ def _tail_call(conv, raw, kind, y_shape, k_n, l_n, lo, hi, has_z, general, buf, 
         y = _output(out, y_shape)
         if ftile.requested_raw() != raw or not held.usable(conv, x, w, b, z, y, m_n, (k_n, width)):
             return general(x, w, b, z, out=out)
+        if z is not None and _same_memory(z, y) and kc < k_n:  # (residual_over declines these; the cols tiles
+            z = _copied(z)  # and the rows panel of one K chunk read each residual element before they store over it)
         if kept[0] is not held.packed:
             kept[0], kept[1] = held.packed, readonly(ftile.pack_weights(
                 np.ascontiguousarray(w.reshape(m_n, k_n)[main:], np.float32), ftile.MR[kind]))
@@ -682,13 +684,31 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
 
 
+# Issue 11, session 16 (resid16): RESIDUAL_IN_PLACE beyond the one-thread serial rows driver, each behind its own
+# switch (read when a session makes its memory plan, residual_over, and at each call, the guard in _tiles_call).
+# RESIDUAL_PARALLEL: a several-thread session's fused-residual 1x1 layer on the rows tiles of one K chunk: its
+# bound call's every branch runs the driver over disjoint parts of the output, each element's residual read by the
+# tile that stores it (cpair's halves by channels, pixels or images, FOLLOW's and TAIL's parts too, their K chunks
+# checked in the pair's descriptor at each call; the refused pair's call on the caller; the pool's shards, pixel
+# blocks by panel groups; halves.py's shares). RESIDUAL_COLS: the cols tiles too (ResNet-50's 14x14 +Z layers at one
+# thread, 7x7 at one and two), whose earlier K chunks keep their partial sums in the scratch, not the output, and
+# whose last chunk loads each residual row (lane) before it stores the output's over it (ftile._cols_store_rows,
+# the lane-by-lane stores), at any K. A/B: kernels.conv_serial.RESIDUAL_PARALLEL=1, kernels.conv_serial.RESIDUAL_COLS=1
+RESIDUAL_PARALLEL = False
+RESIDUAL_COLS = False
+_copies = [0]  # residuals handed as the output that a call copied first (the tests; benchmarks/resid16_count.py)
+
+
 def residual_over(conv, specs) -> bool:
-    """Whether RESIDUAL_IN_PLACE lets the memory plan put ``conv``'s output over its fused residual: a
-    one-thread session's 1x1 stride-1 float32 Conv with the residual, static shapes, that _bind gives the serial
-    rows driver with its K in one chunk (the choices _bind and _tiles_call make, made again here: the plan is
-    made before the first call binds; a call whose bind went another way copies such a residual first). ``specs``:
-    the memory plan's specs of the inputs, the run's shapes (the kernel's own may still be symbolic)."""
-    if not RESIDUAL_IN_PLACE or conv.threads != 1:
+    """Whether RESIDUAL_IN_PLACE lets the memory plan put ``conv``'s output over its fused residual: a 1x1
+    stride-1 float32 Conv with the residual, static shapes, that _bind gives ftile's tiles where each element of
+    the residual is read before the output's is stored over it: a one-thread session's serial rows driver with its
+    K in one chunk, or (RESIDUAL_COLS) its cols tiles; (RESIDUAL_PARALLEL) a several-thread session's bound call of
+    those (``_two_over``). The choices _bind and _tiles_call make, made again here: the plan is made before the
+    first call binds; a call whose bind went another way copies such a residual first. ``specs``: the memory plan's
+    specs of the inputs, the run's shapes (the kernel's own may still be symbolic)."""
+    threads = conv.threads or config.default_threads()
+    if not RESIDUAL_IN_PLACE or not (threads == 1 or (RESIDUAL_PARALLEL and threads >= 2)):
         return False
     if len(specs) < 4 or any(s is None or not s.is_static or s.layout or s.dtype != "float32" for s in specs[:4]):
         return False
@@ -709,12 +729,47 @@ def residual_over(conv, specs) -> bool:
     from .conv import ftile_cols, ftile_wins
 
     l_n = oh_n * ow_n
-    if l_n == 1 or not (forced or ftile_wins(1, 1, 1, 1, m_n, c_n, l_n)) or ftile_cols(kind, m_n, l_n, c_n, True):
+    if l_n == 1 or not (forced or ftile_wins(1, 1, 1, 1, m_n, c_n, l_n)):
         return False
+    if threads >= 2:
+        return _two_over(kind, n_n, m_n, c_n, l_n)
     if cols_tail(kind, m_n, l_n, c_n, True):
         return False
+    if ftile_cols(kind, m_n, l_n, c_n, True):
+        return bool(RESIDUAL_COLS)
     kc = ftile.plan(ftile.rows_kind(kind, m_n, one_thread=True), m_n, c_n, l_n, 1)[3]
     return kc >= c_n
+
+
+def _two_over(kind, n_n: int, m_n: int, k_n: int, l_n: int) -> bool:
+    """residual_over at two threads: whether the bound parallel call of this 1x1 layer (_tiles_call: its pair's
+    halves, the refused pair's call on the caller, or the pool's shards, each part of the output written by one
+    driver call over its own tiles) runs on tiles that may write over the residual: the rows tiles of one K chunk
+    (every side's and shard's plan: its chunk depends on K alone), or the cols tiles under RESIDUAL_COLS."""
+    from .conv import ftile_cols
+
+    if ftile_cols(kind, m_n, l_n, k_n, n_n == 1 and rnpair.ON and rnpair.POINTWISE and l_n <= PAIR_COLS_MAX):
+        return bool(RESIDUAL_COLS)
+    return ftile.plan(ftile.rows_kind(kind, m_n), m_n, k_n, l_n, 1)[3] >= k_n
+
+
+def _pair_chunks_whole(pair, k_n: int) -> bool:
+    """Whether every rows-tiles part of ``pair``'s halves (cpair's descriptor as it stands: FOLLOW and TAIL may
+    have re-planned the sides) takes the whole K in one chunk (a rows tile then reads each residual element before
+    it stores the output's over it); True for no pair and for the cols tiles (any K chunk)."""
+    if pair is None:
+        return True
+    d = pair.desc
+    if d[cpair.OP] == cpair.COLS:
+        return True
+    s0, s1 = cpair.SIDE0, cpair.SIDE0 + cpair.SIDE_N
+    return min(d[s0 + cpair.S_KC], d[s1 + cpair.S_KC], d[cpair.T_KC] if d[cpair.T_N] > 0 else k_n) >= k_n
+
+
+def _copied(z):
+    """A copy of a residual that a call was handed as its own output, counted (``_copies``)."""
+    _copies[0] += 1
+    return z.copy()
 
 
 def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, parallel, step=None, sub=None, tail=0):
@@ -782,15 +837,18 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
     if cols and pair is not None and not _one_thread(conv, parallel):  # the call of a refused pair: its halves'
         driver, cols_kc = ftile.cols_driver_ahead(kind, pair.ahead), int(pair.desc[cpair.KC])  # (cpair.COLS_AHEAD)
     held_one = _held_one(conv, step, parallel, n_n)
-    # RESIDUAL_IN_PLACE: the serial rows driver of one K chunk reads each residual element before it writes the
-    # output element over it, so it may be handed out = z; every other branch below gets a copy of such a z
-    over_safe = not cols and kc >= k_n and _one_thread(conv, parallel)
+    # RESIDUAL_IN_PLACE: a rows tile of one K chunk reads each residual element before it stores the output
+    # element over it, and so does a cols tile at any K (its partial sums in the scratch); every branch below runs
+    # the driver over disjoint parts of the output (cpair's halves, the pool's shards, halves.py's shares), so it
+    # may be handed out = z; where K is in chunks on the rows tiles (the earlier chunks store partial sums into
+    # the output), it gets a copy of such a z. The switches (RESIDUAL_PARALLEL, RESIDUAL_COLS) decide the plan only.
+    one_chunk = cols or kc >= k_n
 
     def tiles(x, w, b=None, z=None, *, out=None):
         over = z is not None and out is not None and _same_memory(z, out)  # (RESIDUAL_IN_PLACE's plan)
         if held_one is not None and config.current_threads() == 1:  # (HELD_ONE_THREAD)
             if over:
-                z, over = z.copy(), False
+                z, over = _copied(z), False
             one = held_one(x, w, b, z, out)
             if one is not None:
                 return one(x, w, b, z, out=out)
@@ -798,8 +856,8 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         y = _output(out, y_shape)
         if ftile.requested_raw() != raw or not held.usable(conv, x, w, b, z, y, m_n, packing):
             return general(x, w, b, z, out=out)  # (compute copies such a z)
-        if over and not (over_safe and not parallel):  # only the serial driver below of one K chunk takes it
-            z, over = z.copy(), False
+        if over and not (one_chunk and _pair_chunks_whole(pair, k_n)):
+            z, over = _copied(z), False
         if sub is not None:
             np.copyto(buf, x[:, :, ::sh, ::sw])
             x = buf_ro
@@ -808,8 +866,8 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         if parallel and not _pair_now(pair, n_n):
             _sharded(x, y, z, held)
             return y
-        if pair is not None and not over and _paired(pair, parallel and n_n == 1, held.packed, held.bias, x, y,
-                                                     None if z is no_z else z):
+        if pair is not None and _paired(pair, parallel and n_n == 1, held.packed, held.bias, x, y,
+                                        None if z is no_z else z):
             return y
         one = held_one(x_in, w, b, z_in, y) if held_one is not None and not over else None
         if one is not None:  # the pair refused (HELD_ONE_THREAD): numba 1t's call
