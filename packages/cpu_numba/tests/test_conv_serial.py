@@ -673,12 +673,13 @@ def test_residual_in_place_beyond(rng, monkeypatch, n_n, c_n, m_n, hw, second):
 
 @needs_avx512
 @pytest.mark.parametrize("case", ["rows", "chunks", "cols", "cols chunks", "pool", "pair", "pair cols",
-                                  "batch pair", "general"])
+                                  "batch pair", "held", "general"])
 def test_residual_in_place_calls_parallel(rng, monkeypatch, quiet_server, case):
     """A two-thread bound 1x1 call handed the fused residual as its own output (out = z, as the memory plan places
     it under RESIDUAL_PARALLEL): the pair's halves (the caller running both: the helper never comes) by channels on
     the rows tiles, on the cols tiles (7x7) and by images (batch 2), the pool's shards (rnpair.ON off), the
-    refused pair's call on the caller (rows, cols), in place; K in chunks on the rows tiles and the general path
+    refused pair's call on the caller (rows, cols), at a budget of one thread (HELD_ONE_THREAD: the one-thread
+    call, once bound; the shards meanwhile), in place; K in chunks on the rows tiles and the general path
     (KERNELKIT_F32_GEMM=off) copy it first (the cols tiles' chunks keep their sums apart: in place). Each bit for
     bit the call with its own output and within the reference's tolerance; residual_over's answer with both
     switches on; the helper's half run by hand over the residual writes its part only, equal to it."""
@@ -698,6 +699,9 @@ def test_residual_in_place_calls_parallel(rng, monkeypatch, quiet_server, case):
         monkeypatch.setattr(ftile, "COLS_KC", 32)
     if case == "pool":
         monkeypatch.setattr(rnpair, "ON", False)
+    if case == "held":
+        monkeypatch.setattr(conv_serial, "HELD_ONE_THREAD", True)
+    budget = 1 if case == "held" else 2
     x = rng.standard_normal((n_n, k_n, hw, hw)).astype(np.float32)
     w = (rng.standard_normal((m_n, k_n, 1, 1)) / np.sqrt(k_n)).astype(np.float32)
     b = rng.standard_normal(m_n).astype(np.float32)
@@ -714,14 +718,14 @@ def test_residual_in_place_calls_parallel(rng, monkeypatch, quiet_server, case):
     srv = quiet_server
     inputs = [_ro(x), _ro(w), _ro(b), _ro(z)]
     ref = run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
-    for _ in range(2):  # the first call binds the constants, the second reuses them
+    for _ in range(3):  # the first call binds the constants (and the held call), the next reuse them
         srv.ctl[pairs.AWAKE] = int(paired)  # (asleep: the pair refused, the caller's one-thread driver)
         srv._misses = srv._recent = 0
         alone = srv.stats["alone"]
-        apart = _at(2, fn, inputs[:3] + [inputs[3]], z.shape)
+        apart = _at(budget, fn, inputs, z.shape)
         over = z.copy()
         copies = conv_serial._copies[0]
-        with config.num_threads(2):
+        with config.num_threads(budget):
             got = fn(inputs[0], inputs[1], inputs[2], _ro_view(over), out=over)
         assert got is over
         assert conv_serial._copies[0] - copies == (case == "chunks"), case  # (general: compute's own copy)

@@ -846,9 +846,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
 
     def tiles(x, w, b=None, z=None, *, out=None):
         over = z is not None and out is not None and _same_memory(z, out)  # (RESIDUAL_IN_PLACE's plan)
-        if held_one is not None and config.current_threads() == 1:  # (HELD_ONE_THREAD)
-            if over:
-                z, over = _copied(z), False
+        if held_one is not None and config.current_threads() == 1:  # (HELD_ONE_THREAD; its call guards z itself)
             one = held_one(x, w, b, z, out)
             if one is not None:
                 return one(x, w, b, z, out=out)
