@@ -728,7 +728,7 @@ def test_residual_in_place_calls_parallel(rng, monkeypatch, quiet_server, case):
         with config.num_threads(budget):
             got = fn(inputs[0], inputs[1], inputs[2], _ro_view(over), out=over)
         assert got is over
-        assert conv_serial._copies[0] - copies == (case == "chunks"), case  # (general: compute's own copy)
+        assert conv_serial._copies[0] - copies == (case in ("chunks", "general")), case
         assert srv.stats["alone"] - alone == 2 * paired  # (both calls' halves on the caller)
         np.testing.assert_array_equal(got, apart)
         assert_close(got, ref)
@@ -749,3 +749,109 @@ def _ro_view(a):
     v = a.view()
     v.setflags(write=False)
     return v
+
+
+def _wino_block(rng, n_n, c_n, hw):
+    """ResNet-18's basic block, small: x -> 3x3 Conv (c_n) -> Relu -> a; Relu(3x3 Conv(a) + x) -> 1x1 Conv -> y:
+    fuse_residual moves the Add into the second 3x3 Conv, whose residual (the block's input, a 1x1 Conv's output
+    here so that it is an arena value, not the graph input) dies there."""
+    from kernelkit_converters.onnx import convert
+    from onnx import TensorProto, helper, numpy_helper
+
+    def weight(name, m, c, k):
+        return numpy_helper.from_array((rng.standard_normal((m, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32),
+                                       name)
+
+    inits = [weight("w0", c_n, c_n, 1), weight("w1", c_n, c_n, 3), weight("w2", c_n, c_n, 3),
+             weight("w3", 16, c_n, 1), numpy_helper.from_array(rng.standard_normal(c_n).astype(np.float32), "b2")]
+    pads = {"pads": [1, 1, 1, 1]}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["z"]),
+             helper.make_node("Conv", ["z", "w1"], ["c"], **pads),
+             helper.make_node("Relu", ["c"], ["a"]),
+             helper.make_node("Conv", ["a", "w2", "b2"], ["d"], **pads),
+             helper.make_node("Add", ["d", "z"], ["e"]),
+             helper.make_node("Relu", ["e"], ["f"]),
+             helper.make_node("Conv", ["f", "w3"], ["y"])]
+    io = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n_n, c_n, hw, hw]),
+          helper.make_tensor_value_info("y", TensorProto.FLOAT, [n_n, 16, hw, hw])]
+    proto = helper.make_model(helper.make_graph(nodes, "block", io[:1], io[1:], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    return convert(proto), rng.standard_normal((n_n, c_n, hw, hw)).astype(np.float32)
+
+
+@needs_avx512
+@pytest.mark.parametrize("n_n,c_n,hw,wino", [(1, 64, 28, 4), (1, 64, 30, 4), (1, 128, 14, 2), (2, 32, 14, 4),
+                                              (1, 64, 7, 0)])
+def test_residual_in_place_wino(rng, monkeypatch, n_n, c_n, hw, wino):
+    """conv_serial.RESIDUAL_WINO (issue 11, session 16): the fused-residual 3x3 Conv of a basic block writes its
+    output over its residual at one and two threads (with RESIDUAL_PARALLEL: rnpair's Winograd pairs) on F(4x4)
+    (28x28, 30x30: partial tiles, batch 2) and F(2x2) (128 channels at 14x14): one in-place step more than with
+    the switches off, no residual copied first; the 7x7 layer (fdirect's direct convolution) keeps them apart. The
+    output bit for bit the switches' off output, on the arena's second run too, within the reference's tolerance."""
+    import kernelkit
+
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    model, x = _wino_block(rng, n_n, c_n, hw)
+    want = kernelkit.Session(model, vendors=["reference"]).run(None, {"x": x})[0]
+    for threads in (1, 2):
+        got, steps = {}, {}
+        for on in (False, True):
+            monkeypatch.setattr(conv_serial, "RESIDUAL_PARALLEL", on)
+            monkeypatch.setattr(conv_serial, "RESIDUAL_WINO", on)
+            sess = kernelkit.Session(model, vendors=["numba", "reference"], threads=threads)
+            assert sess.passes_fired.get("fuse_residual") == 1
+            copies = conv_serial._copies[0]
+            got[on] = sess.run(None, {"x": x})[0]
+            got[on, 2] = sess.run(None, {"x": x})[0]
+            assert conv_serial._copies[0] == copies, (threads, on)
+            steps[on] = sess.memory({"x": x.shape})["inplace_steps"]
+            assert_close(got[on], want)
+        assert steps[True] == steps[False] + bool(wino), (threads, steps)
+        for key in (True, (False, 2), (True, 2)):
+            np.testing.assert_array_equal(got[key], got[False])
+
+
+@needs_avx512
+@pytest.mark.parametrize("hw,c_n", [(28, 64), (14, 128), (7, 64)])
+def test_residual_in_place_wino_pair(rng, monkeypatch, quiet_server, hw, c_n):
+    """A two-thread bound 3x3 call handed the fused residual as its own output: rnpair's F(4x4) pair (28x28) and
+    F(2x2) pair (14x14), the caller running both halves (the helper never comes), in place; its direct pair
+    (7x7) and the general path (the pair refused: Conv.compute) copy it first where they are not Winograd. Each
+    bit for bit the call with its own output, within the reference's tolerance; wino_over's answer."""
+    from _conv_layers import _at
+    from kernelkit_numba import config
+    from kernelkit_numba.kernels import pairs, rnpair
+    from test_rnpair import _pair_of
+
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    monkeypatch.setattr(conv_serial, "RESIDUAL_PARALLEL", True)
+    monkeypatch.setattr(conv_serial, "RESIDUAL_WINO", True)
+    x = rng.standard_normal((1, c_n, hw, hw)).astype(np.float32)
+    w = (rng.standard_normal((c_n, c_n, 3, 3)) / np.sqrt(9 * c_n)).astype(np.float32)
+    b = rng.standard_normal(c_n).astype(np.float32)
+    z = rng.standard_normal((1, c_n, hw, hw)).astype(np.float32)
+    attrs = {"activation": "Relu", "pads": [1, 1, 1, 1]}
+    k = _kernel(x, w, b, z, attrs, threads=2)
+    specs = [TensorSpec(a.shape, "float32") for a in (x, w, b, z)]
+    assert (k.output_over_input(specs) == 3) == (hw != 7)
+    fn = conv_serial.bound_compute(k)
+    pair = _pair_of(fn)
+    assert pair is not None and pair.desc[rnpair.OP] == {28: rnpair.OP_WINO, 14: rnpair.OP_WINO2,
+                                                         7: rnpair.OP_DIRECT}[hw]
+    srv = quiet_server
+    inputs = [_ro(x), _ro(w), _ro(b), _ro(z)]
+    ref = run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
+    for awake in (1, 0, 1):  # the pair (the caller alone), refused (the helper asleep: Conv.compute), the pair
+        srv.ctl[pairs.AWAKE] = awake
+        srv._misses = srv._recent = 0
+        apart = _at(2, fn, inputs, z.shape)
+        over = z.copy()
+        v = over.view()
+        v.setflags(write=False)
+        copies = conv_serial._copies[0]
+        with config.num_threads(2):
+            got = fn(inputs[0], inputs[1], inputs[2], v, out=over)
+        assert got is over
+        assert conv_serial._copies[0] - copies == (hw == 7), awake
+        np.testing.assert_array_equal(got, apart)
+        assert_close(got, ref)

@@ -464,7 +464,8 @@ class Conv(NumbaKernel):
         from . import conv_serial
 
         try:
-            return 3 if conv_serial.residual_over(self, input_specs) else None
+            return 3 if conv_serial.residual_over(self, input_specs) or conv_serial.wino_over(self, input_specs) \
+                else None
         except KernelkitError:  # an attribute that disagrees with the weight: the call raises it, as before
             return None
 
@@ -472,10 +473,10 @@ class Conv(NumbaKernel):
         """y = act(conv(x, w) + b (+ z)); z: the residual the fuse_residual pass moved into the conv
         (shaped like y), added before the activation. ``out``: the array to write y into (the
         session's arena, C-contiguous; the residual's own memory where output_over_input let the plan
-        put it there: then z is copied first, this path's kernels not being checked for it)."""
-        if z is not None and out is not None and out.shape == z.shape and \
-                out.__array_interface__["data"][0] == z.__array_interface__["data"][0]:
-            z = z.copy()
+        put it there: then z is copied first but on Winograd, whose output transforms read each residual
+        element before they store the output's over it: conv_serial.RESIDUAL_WINO)."""
+        over = z is not None and out is not None and out.shape == z.shape and \
+            out.__array_interface__["data"][0] == z.__array_interface__["data"][0]
         key = (x.shape, w.shape)
         if key != self._geom_key:
             self._geom = self._geometry(x.shape, w.shape)
@@ -508,7 +509,16 @@ class Conv(NumbaKernel):
         # pass (inlining every activation into them cost seconds of compile time per kernel)
         inner = code if code in (NONE, CLIP) else NONE
         fused_z = True  # whether the path added z
-        if cg == 1 and group > 1:
+        depthwise = cg == 1 and group > 1
+        wino4 = not depthwise and winograd.usable4(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, n_n) and self._unbounded
+        wino2 = not (depthwise or wino4) and (
+            winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, self._wino_small(x4.dtype, c_n, m_n))
+            and not self._direct_small(x4.dtype, group, kh, kw, m_n, oh_n, ow_n))
+        if over and not (wino4 or wino2):  # (only Winograd's output transforms, of these paths, read each residual
+            from . import conv_serial  # element before they store the output's over it: the others a copy)
+
+            z = config.readonly(conv_serial._copied(z))
+        if depthwise:
             pads = self._geom_pads
             if sh == sw and dwtile.depthwise_fits(sh, kh, kw, (dh, dw), pads, x4.dtype) and dwtile.enabled():
                 lo, hi = (p0, p1) if inner == CLIP else (-np.inf, np.inf)  # dwtile.py: bias, z, clamp fused
@@ -524,12 +534,11 @@ class Conv(NumbaKernel):
                     fn = _conv_depthwise
                     args = (x4, w4, bias, y, sh, sw, dh, dw, ph, pw, inner, p0, p1, x4.dtype.type(0))
                 config.parallel_for(fn, n_n * m_n, args, 2.0 * y.size * kh * kw)
-        elif winograd.usable4(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, n_n) and self._unbounded:
+        elif wino4:
             u = self._transformed(w, w4, 4)
             packed = self._wino_packed(u, m_n, n_n * -(-oh_n // 4) * -(-ow_n // 4))
             winograd.conv3x3_f4(x4, u, bias, y, z, ph, pw, inner, p0, p1, self._wino_scratch, packed)
-        elif (winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, self._wino_small(x4.dtype, c_n, m_n))
-              and not self._direct_small(x4.dtype, group, kh, kw, m_n, oh_n, ow_n)):
+        elif wino2:
             u = self._transformed(w, w4, 2)
             packed = self._wino_packed(u, m_n, -(-oh_n // 2) * -(-ow_n // 2))
             winograd.conv3x3(x4, u, bias, y, ph, pw, inner, p0, p1, self._wino_scratch, z, packed)

@@ -252,7 +252,9 @@ def _paired_call(conv, x_shape, y_shape, geom, code, p0, p1, lo, hi, has_z):
         y = _output(out, y_shape)
         if (config.current_threads() != 2 or ftile.requested_raw() != raw or shards.POOL.workers_spinning()
                 or not held.usable(conv, x, w, b, z, y, m_n)):
-            return general(x, w, b, z, out=out)
+            return general(x, w, b, z, out=out)  # (compute copies a residual it may not write over)
+        if z is not None and pad is not None and _same_memory(z, y):  # (RESIDUAL_WINO: the direct pair's
+            z = _copied(z)  # stores are not checked for it; the Winograd pairs' output transforms are)
         x0 = readonly(x)[0]
         pad_input = None
         if pad is not None:  # the zero-padded input for both sides, on the caller (where the pair runs)
@@ -739,6 +741,47 @@ def residual_over(conv, specs) -> bool:
         return bool(RESIDUAL_COLS)
     kc = ftile.plan(ftile.rows_kind(kind, m_n, one_thread=True), m_n, c_n, l_n, 1)[3]
     return kc >= c_n
+
+
+# RESIDUAL_WINO (issue 11, session 16, resid16): a fused-residual 3x3 stride-1 Conv on Winograd (ResNet-18's second
+# 3x3 of each block: F(4x4) at 56x56 and 28x28, F(2x2) at 14x14; one and, with RESIDUAL_PARALLEL, two threads) writes
+# its output over its residual too: every output transform (winograd._output_tiles4, _output_transform4,
+# _output_transform, and rnpair's halves, which call them) reads each residual element just before it stores the
+# output's over it, and its parts (runs of tiles, planes, channel panels, a pair's sides) are disjoint; the
+# transformed input and the products live in scratch of their own. Conv.compute copies such a residual on its
+# other paths (im2col's product, fdirect's direct convolution, the depthwise ones), rnpair's direct pair too.
+# Read when a session makes its memory plan (wino_over). A/B: kernels.conv_serial.RESIDUAL_WINO=1
+RESIDUAL_WINO = False
+
+
+def wino_over(conv, specs) -> bool:
+    """Whether RESIDUAL_WINO lets the memory plan put ``conv``'s output over its fused residual: a 3x3 stride-1
+    float32 Conv with the residual, static shapes, whose call runs on Winograd: Conv.compute's F(4x4) or F(2x2)
+    choice, or at two threads (RESIDUAL_PARALLEL) rnpair's Winograd pairs (_paired_call's choice, made again),
+    not its direct pair."""
+    from .conv import direct_wins
+
+    threads = conv.threads or config.default_threads()
+    if not (RESIDUAL_IN_PLACE and RESIDUAL_WINO) or (threads >= 2 and not RESIDUAL_PARALLEL):
+        return False
+    if len(specs) < 4 or any(s is None or not s.is_static or s.layout or s.dtype != "float32" for s in specs[:4]):
+        return False
+    x_shape, w_shape = tuple(specs[0].shape), tuple(specs[1].shape)
+    if len(x_shape) != 4 or len(w_shape) != 4 or w_shape[2:] != (3, 3) or int(conv.attrs.get("group", 1)) != 1:
+        return False
+    (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = conv._geometry(x_shape, w_shape)
+    n_n, c_n, m_n = x_shape[0], x_shape[1], w_shape[0]
+    if (sh, sw, dh, dw) != (1, 1, 1, 1) or w_shape[1] != c_n or tuple(specs[3].shape) != (n_n, m_n, oh_n, ow_n):
+        return False
+    kind = ftile.choice()[0]
+    if threads >= 2 and n_n == 1 and rnpair.ON and conv.act[0] in (NONE, CLIP) and kind == rnpair.KIND:
+        l_n = oh_n * ow_n
+        if direct_wins(kind, 3, 3, 1, 1, 1, 1, m_n, ow_n, l_n, 9 * c_n):
+            return False  # (rnpair's direct pair)
+    if winograd.usable4(3, 3, 1, 1, 1, 1, 1, oh_n, ow_n, n_n) and conv._unbounded:
+        return True
+    return (winograd.usable(3, 3, 1, 1, 1, 1, 1, oh_n, ow_n, conv._wino_small(np.float32, c_n, m_n))
+            and not conv._direct_small(np.float32, 1, 3, 3, m_n, oh_n, ow_n))
 
 
 def _two_over(kind, n_n: int, m_n: int, k_n: int, l_n: int) -> bool:
