@@ -4,7 +4,7 @@ over the residual at two threads and on the cols tiles"): per session of MODEL a
 residuals a call copied first (conv_serial._copies: a plan the bound call did not take) over its second and third
 runs, and the output against the first session's at that thread count::
 
-    python benchmarks/resid16_count.py resnet50 1,2 off=kernels.conv_serial.RESIDUAL_PARALLEL=0 \\
+    python benchmarks/resid16_count.py resnet50,resnet18 1,2 off=kernels.conv_serial.RESIDUAL_PARALLEL=0 \\
         on=kernels.conv_serial.RESIDUAL_PARALLEL=1,kernels.conv_serial.RESIDUAL_COLS=1
 """
 from __future__ import annotations
@@ -17,13 +17,19 @@ os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 
 
 def main(argv: list[str]) -> int:
+    names = (argv[0] if argv else "resnet50").split(",")
+    threads = [int(t) for t in (argv[1] if len(argv) > 1 else "1,2").split(",")]
+    variants = [a.split("=", 1) for a in argv[2:]] or [["default", ""]]
+    for name in names:
+        _count(name, threads, variants)
+    return 0
+
+
+def _count(name: str, threads: list, variants: list) -> None:
     import numpy as np
     from kernelkit_numba.kernels import conv_serial
     from test_bench_numba import apply_bench_set, kernelkit_session, model_case
 
-    name = argv[0] if argv else "resnet50"
-    threads = [int(t) for t in (argv[1] if len(argv) > 1 else "1,2").split(",")]
-    variants = [a.split("=", 1) for a in argv[2:]] or [["default", ""]]
     _, model, feed, _ = model_case(name)
     shapes = {k: v.shape for k, v in feed.items()}
     first = {}
@@ -53,7 +59,6 @@ def main(argv: list[str]) -> int:
             finally:
                 for (obj, attr), value in saved.items():
                     setattr(obj, attr, value)
-    return 0
 
 
 if __name__ == "__main__":
