@@ -1138,10 +1138,13 @@ def conv_cols8(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc
 # ------------------------------------------------------------------------ Winograd's batched GEMMs
 def pack_batched(u: np.ndarray, width: int) -> np.ndarray:
     """(P, M, C) weights (Winograd's transformed U, one (M, C) matrix per position) packed per
-    position into panels of ``width`` rows: (P, panels * width * C), starting on PACK_ALIGN bytes."""
-    rows = [pack_weights(np.ascontiguousarray(u[i], np.float32), width) for i in range(u.shape[0])]
-    out = config.aligned_empty(len(rows) * rows[0].size, np.float32, PACK_ALIGN).reshape(len(rows), rows[0].size)
-    for i, row in enumerate(rows):
+    position into panels of ``width`` rows: (P, panels * width * C), starting on PACK_ALIGN bytes. Each position
+    is packed into its row of the result in turn: one position's temporary at a time, not a second copy of all."""
+    out = None
+    for i in range(u.shape[0]):
+        row = pack_weights(np.ascontiguousarray(u[i], np.float32), width)
+        if out is None:
+            out = config.aligned_empty(u.shape[0] * row.size, np.float32, PACK_ALIGN).reshape(u.shape[0], row.size)
         out[i] = row
     return out
 
