@@ -583,7 +583,7 @@ def tile_blocks(tiles: int, c_n: int, m_n: int, itemsize: int = 4, budget: int |
     return max(1, min(tiles, -(-tiles * 36 * (c_n + m_n) * itemsize // budget)))
 
 
-def _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, t0, t1, ahead: int = 0) -> None:
+def _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, ahead, t0, t1) -> None:
     """Tiles [t0, t1) of a one-image F(4x4, 3x3) layer on the calling thread: per block (TILE_BYTES),
     the input transform, the 36 products and the output transform, in the thread's
     own buffers (``out_tail``: ``_output_tiles4``'s arguments after y up to its tile range); ``ahead``:
@@ -617,10 +617,10 @@ def _by_tiles(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, threads, ahead: i
     c_n, m_n = x0.shape[0], y0.shape[0]
 
     def part(t0, t1):
-        return lambda: _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, t0, t1)
+        return lambda: _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, ahead, t0, t1)
 
     if threads <= 1:
-        _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, 0, nt, ahead)
+        part(0, nt)()
         return
     if threads == 2 and halves.usable(2):
         flops = 72.0 * m_n * c_n * nt
