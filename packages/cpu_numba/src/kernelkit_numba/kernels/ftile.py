@@ -1211,7 +1211,14 @@ def _batched_driver(kind: int, cols: int, ahead: int = 0):
     return _variant_jit(gemms_cols if cols else gemms_rows, name, kind)
 
 
-_batched = _built_once(_batched_driver)
+_batched_built = _built_once(_batched_driver)
+
+
+@functools.wraps(_batched_driver)
+def _batched(kind: int, cols: int, ahead: int = 0):
+    """_batched_driver(kind, cols, ahead) made once per (kind, cols, ahead), ``ahead`` 0 on the rows tiles (one key
+    a driver however it is asked for)."""
+    return _batched_built(kind, int(cols), int(ahead) if cols else 0)
 
 
 def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, scratch, s_lo, s_hi, ahead=0):
@@ -1230,8 +1237,8 @@ def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, scratch, s
     else:
         chunks = -(-c_n // KC)
         kc = -(-c_n // chunks)
-    _batched(kind, int(cols), int(ahead) if cols else 0)(wp, m_n, c_n, config.readonly(v), nt, mo, zeros, groups,
-                                                         False, 0, kc, scratch, s_lo, s_hi)
+    _batched(kind, cols, ahead)(wp, m_n, c_n, config.readonly(v), nt, mo, zeros, groups, False, 0, kc, scratch, s_lo,
+                                s_hi)
 
 
 def scratch_size(kind: int, cols: int, n_pix: int, block: int = 0, kc: int = 0, pack: bool = False) -> int:
