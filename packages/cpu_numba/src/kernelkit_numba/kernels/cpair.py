@@ -178,7 +178,9 @@ COLS_KC_ONE_THREAD = False
 # pixels into L1 at step k (ftile.rows_driver_ahead, as a one-thread session's with ftile.ROWS_X_AHEAD_ONE_THREAD);
 # the packed sides keep the plain driver. The rows tiles' weights need none: a panel's (8 rows x K) stays in L1 over
 # the block's tiles. Read when a layer binds (Pair.xahead; the half of both values: half_address(ahead, xahead)). The
-# same values either way. 0: off. A/B: kernels.cpair.ROWS_X_AHEAD=8
+# same values either way. 0: off. On the Xeon (benchmarks/wino16_round.sh, nodes_ab2t.py resnet50, two processes)
+# 256 -> 64 at 56x56 1.07-1.19x per kind (rnpair.WINO_AHEAD's session, which does not touch it: 0.90-0.94); whole
+# models with WINO_AHEAD above. A/B: kernels.cpair.ROWS_X_AHEAD=8
 ROWS_X_AHEAD = 0
 
 

@@ -188,7 +188,11 @@ DIRECT_AHEAD = 16
 # of 24-25 tiles, the 256@14 layers' channel halves: each side's panels from L3 or memory at their first tile)
 # prefetch their weights' row k + WINO_AHEAD into L1 at step k (ftile.batched_gemms' ``ahead``); the rows tiles (the
 # 64@56 layers) keep theirs. Read when a layer binds, as DIRECT_AHEAD: the half is the compiled half of both values
-# (half_address(ahead, wino)). The same values either way. 0: off. A/B: kernels.rnpair.WINO_AHEAD=16
+# (half_address(ahead, wino)). The same values either way. 0: off. Per kind on the Xeon (benchmarks/wino16_round.sh,
+# nodes_ab2t.py, three processes beside other jobs) the touched layers 1.08-1.25x faster (their two threads at
+# 0.52-0.61 of one thread's time against 0.58-0.76), the Conv sums 1.02-1.06; in turns (beside other jobs) default / it
+# with ROWS_X_AHEAD 1.03 (ResNet-50) and 1.00 (ResNet-18), loaded 1.01 and 0.91: off until a quiet run alone decides.
+# A/B: kernels.rnpair.WINO_AHEAD=16
 WINO_AHEAD = 0
 
 OP_WINO, OP_DIRECT, OP_WINO2 = 0, 1, 2

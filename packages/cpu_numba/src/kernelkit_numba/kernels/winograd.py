@@ -523,6 +523,9 @@ SERIAL_TILES = True
 # prefetch their weights' row k + AHEAD_ONE_THREAD into L1 at step k (ftile.batched_gemms' ``ahead``, as
 # conv.COLS_AHEAD_ONE_THREAD for the 1x1 layers). The rows tiles and BLAS keep theirs. Read by a Conv at its first
 # Winograd call (kept: nodes_ab.py can switch it). The prefetch changes no arithmetic: the same values either way.
+# Off: on the Xeon (benchmarks/wino16_round.sh, nodes_ab.py, eight jobs side by side) ResNet-18's 128@28 and 256@14
+# layers 1.13-1.22x per kind (ctl 1.00-1.06), ResNet-50's same shapes 1.00-1.03 (its variant session 0.92-0.98 on
+# the untouched 1x1 layers); in turns 1t / a16 1.10 (ResNet-18) and 0.89 (ResNet-50), within the rounds' spread.
 # A/B: kernels.winograd.AHEAD_ONE_THREAD=16
 AHEAD_ONE_THREAD = 0
 
