@@ -686,8 +686,9 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
 
 
-# Issue 11, session 16 (resid16): RESIDUAL_IN_PLACE beyond the one-thread serial rows driver, each behind its own
-# switch (read when a session makes its memory plan, residual_over, and at each call, the guard in _tiles_call).
+# Issue 11, session 16 (resid16; docs/numba.md, "The output over the residual at two threads, on the cols tiles and
+# on Winograd"): RESIDUAL_IN_PLACE beyond the one-thread serial rows driver, each behind its own switch, read when a
+# session makes its memory plan (residual_over; the calls' guard copies a residual only where its tiles need it).
 # RESIDUAL_PARALLEL: a several-thread session's fused-residual 1x1 layer on the rows tiles of one K chunk: its
 # bound call's every branch runs the driver over disjoint parts of the output, each element's residual read by the
 # tile that stores it (cpair's halves by channels, pixels or images, FOLLOW's and TAIL's parts too, their K chunks
@@ -695,7 +696,10 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
 # blocks by panel groups; halves.py's shares). RESIDUAL_COLS: the cols tiles too (ResNet-50's 14x14 +Z layers at one
 # thread, 7x7 at one and two), whose earlier K chunks keep their partial sums in the scratch, not the output, and
 # whose last chunk loads each residual row (lane) before it stores the output's over it (ftile._cols_store_rows,
-# the lane-by-lane stores), at any K. A/B: kernels.conv_serial.RESIDUAL_PARALLEL=1, kernels.conv_serial.RESIDUAL_COLS=1
+# the lane-by-lane stores), at any K. Off: on the Xeon (one call, every job beside five others) ResNet-50 at two threads
+# read 0.99-1.05 per +Z kind and default / all 1.03 (0.70-1.13) in turns, at one thread (cols) 1.02-1.03 on the 14x14
+# and 7x7 +Z kinds and 1t / one 1.05 (0.86-1.27): within that call's noise.
+# A/B: kernels.conv_serial.RESIDUAL_PARALLEL=1, kernels.conv_serial.RESIDUAL_COLS=1
 RESIDUAL_PARALLEL = False
 RESIDUAL_COLS = False
 _copies = [0]  # residuals handed as the output that a call copied first (the tests; benchmarks/resid16_count.py)
@@ -750,7 +754,8 @@ def residual_over(conv, specs) -> bool:
 # output's over it, and its parts (runs of tiles, planes, channel panels, a pair's sides) are disjoint; the
 # transformed input and the products live in scratch of their own. Conv.compute copies such a residual on its
 # other paths (im2col's product, fdirect's direct convolution, the depthwise ones), rnpair's direct pair too.
-# Read when a session makes its memory plan (wino_over). A/B: kernels.conv_serial.RESIDUAL_WINO=1
+# Read when a session makes its memory plan (wino_over). Off: on the Xeon ResNet-18's 64@56 +Z kind ran slower with it
+# (0.84 at one thread, 0.93 at two; the 28x28 and 14x14 kinds 0.97-1.04). A/B: kernels.conv_serial.RESIDUAL_WINO=1
 RESIDUAL_WINO = False
 
 
