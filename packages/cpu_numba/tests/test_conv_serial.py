@@ -855,3 +855,42 @@ def test_residual_in_place_wino_pair(rng, monkeypatch, quiet_server, hw, c_n):
         assert conv_serial._copies[0] - copies == (hw == 7), awake
         np.testing.assert_array_equal(got, apart)
         assert_close(got, ref)
+
+
+@needs_avx512
+@pytest.mark.parametrize("k,hw", [(1, 28), (1, 7), (3, 28)])
+def test_residual_in_place_graph_input(rng, monkeypatch, k, hw):
+    """With every residual switch on, a fused-residual Conv whose residual is the graph input (the caller's array)
+    and whose output is the graph output never writes over either: no in-place step, the caller's input unchanged
+    after two runs, the output bit for bit the switches' off output; at one and two threads, 1x1 (rows and cols
+    tiles) and 3x3 (Winograd)."""
+    import kernelkit
+    from kernelkit_converters.onnx import convert
+    from onnx import TensorProto, helper, numpy_helper
+
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    c_n = 128
+    w = numpy_helper.from_array((rng.standard_normal((c_n, c_n, k, k)) / np.sqrt(c_n * k * k)).astype(np.float32),
+                                "w")
+    pads = {"pads": [k // 2] * 4}
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Conv", ["r", "w"], ["c"], **pads),
+             helper.make_node("Add", ["c", "x"], ["d"]), helper.make_node("Relu", ["d"], ["y"])]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, c_n, hw, hw]) for n in ("x", "y")]
+    model = convert(helper.make_model(helper.make_graph(nodes, "g", io[:1], io[1:], [w]),
+                                      opset_imports=[helper.make_opsetid("", 17)]))
+    x = rng.standard_normal((1, c_n, hw, hw)).astype(np.float32)
+    kept = x.copy()
+    want = kernelkit.Session(model, vendors=["reference"]).run(None, {"x": x})[0]
+    for threads in (1, 2):
+        got = {}
+        for on in (False, True):
+            for name in ("RESIDUAL_PARALLEL", "RESIDUAL_COLS", "RESIDUAL_WINO"):
+                monkeypatch.setattr(conv_serial, name, on)
+            sess = kernelkit.Session(model, vendors=["numba", "reference"], threads=threads)
+            assert sess.passes_fired.get("fuse_residual") == 1
+            got[on] = [sess.run(None, {"x": x})[0] for _ in range(2)]
+            assert sess.memory({"x": x.shape})["inplace_steps"] == 0
+            np.testing.assert_array_equal(x, kept)
+            assert_close(got[on][0], want)
+        for a in got[True] + got[False][1:]:
+            np.testing.assert_array_equal(a, got[False][0])
