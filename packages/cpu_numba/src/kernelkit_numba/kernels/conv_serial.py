@@ -204,14 +204,14 @@ def _tail_call(conv, raw, kind, y_shape, k_n, l_n, lo, hi, has_z, general, buf, 
     return tiles
 
 
-def _paired(pair, parallel: bool, *args) -> bool:
-    """``pair(*args)`` (a cpair pair); in a bound parallel call its back-off backs the pool off too
+def _paired(pair, parallel: bool, *args, **kwargs) -> bool:
+    """``pair(*args, **kwargs)`` (a cpair pair); in a bound parallel call its back-off backs the pool off too
     (rnpair.follow)."""
     if not parallel:
-        return pair(*args)
+        return pair(*args, **kwargs)
     srv = cpair.server()
     before = srv.stats["backoffs"]
-    done = pair(*args)
+    done = pair(*args, **kwargs)
     rnpair.follow(srv, before)
     return done
 
@@ -776,6 +776,9 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         conv, step, cols, y_shape, k_n, l_n, lo, hi, has_z, split=parallel and n_n == 1)
     if parallel and n_n == 1 and pair is not None:
         pair.rule = rnpair.rule()  # ResNet-50's 1x1 layers (0.3-1.4 ms a half): as rnpair's
+    # (cpair.SUB_SPLIT: the pair's two sides subsample the raw input into buf, not the caller before the job)
+    sub_in_pair = sub is not None and parallel and n_n == 1 and cpair.sub_split(pair, conv.input_specs[0].shape, sh,
+                                                                                  sw, sub[2])
     if cols and pair is not None and not _one_thread(conv, parallel):  # the call of a refused pair: its halves'
         driver, cols_kc = ftile.cols_driver_ahead(kind, pair.ahead), int(pair.desc[cpair.KC])  # (cpair.COLS_AHEAD)
     held_one = _held_one(conv, step, parallel, n_n)
@@ -797,8 +800,12 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
             return general(x, w, b, z, out=out)  # (compute copies such a z)
         if over and not (over_safe and not parallel):  # only the serial driver below of one K chunk takes it
             z, over = z.copy(), False
+        x_raw = None
         if sub is not None:
-            np.copyto(buf, x[:, :, ::sh, ::sw])
+            if sub_in_pair and not over and x.flags.c_contiguous and _pair_now(pair, n_n):
+                x_raw = x  # (the pair's sides copy it into buf; where the pair refuses, the copy below)
+            else:
+                np.copyto(buf, x[:, :, ::sh, ::sw])
             x = buf_ro
         x = readonly(x)
         z = no_z if z is None else readonly(z)
@@ -806,8 +813,10 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
             _sharded(x, y, z, held)
             return y
         if pair is not None and not over and _paired(pair, parallel and n_n == 1, held.packed, held.bias, x, y,
-                                                     None if z is no_z else z):
+                                                     None if z is no_z else z, raw=x_raw):
             return y
+        if x_raw is not None:
+            np.copyto(buf, x_raw[:, :, ::sh, ::sw])
         one = held_one(x_in, w, b, z_in, y) if held_one is not None and not over else None
         if one is not None:  # the pair refused (HELD_ONE_THREAD): numba 1t's call
             return one(x_in, w, b, z_in, out=y)

@@ -85,7 +85,11 @@ SIDE0, SIDE_N = 36, 12
 (T_CLAIM, T_N, T_AXIS, T_START, T_STEP, T_BLOCK, T_GROUPS, T_KC, T_PACK, T_TOTAL, T_SCR) = range(SIDE0 + 2 * SIDE_N,
                                                                                                SIDE0 + 2 * SIDE_N + 11)
 T_CHANNELS, T_PIXELS, T_COLS = 0, 1, 2
-NDESC = SIDE0 + 2 * SIDE_N + 11
+# SUB_SPLIT (a one-image 1x1 strided layer's subsampled input filled by both sides), after the tail's: the claim word
+# and the units done (written per call), the units, the raw input's address (written per call: 0 where the caller
+# copied the input itself), its planes' rows and columns and the strides (the subsampled planes: OH, OW)
+U_CLAIM, U_DONE, U_N, U_X, U_H, U_W, U_SH, U_SW = range(SIDE0 + 2 * SIDE_N + 11, SIDE0 + 2 * SIDE_N + 19)
+NDESC = SIDE0 + 2 * SIDE_N + 19
 DW_FNS = ("r1", "r1z", "s2", "s2z", "p2", "p2z", "max1", "max2")  # DWFN: dwtile's plane drivers, in this order
 # (max1, max2: its MaxPool 3x3 planes, stride 1 and 2: maxpool_pair)
 
@@ -172,6 +176,38 @@ COLS_AHEAD = 16
 # bit. Read when a layer binds. False: COLS_KC. Off: on the Xeon (ahead15_round.sh) 0.92-1.08x per 7x7 kind, on top
 # of the prefetch 0.94-1.04x. A/B: kernels.cpair.COLS_KC_ONE_THREAD=1
 COLS_KC_ONE_THREAD = False
+# A one-image 1x1 strided layer's subsampled input filled by both sides (issue 11, session 16; docs/numba.md,
+# "ResNet-50's pairs per kind of layer"): conv_serial's SUBSAMPLE copies every sh-th row and sw-th column of the input
+# into a contiguous buffer that the tiles read (ResNet-50's three 1x1/2 shortcuts: 256 x 28 x 28 floats from a
+# 256 x 56 x 56 input); in a pair that copy was the caller's alone, in NumPy, before the job. With this on, the bound
+# parallel call's pair takes the raw input, and both sides copy it at the start of their halves in SUB_UNITS units of
+# input channels claimed from one word (the caller from the front, the helper from the back), then wait until every
+# unit is done (pairs.wait_count). The buffer holds the same floats whoever copies which channels, so the output is
+# the one-thread path's bit for bit. Read when a layer binds. False: the caller copies.
+SUB_SPLIT = False
+SUB_UNITS = 8
+
+
+@jit
+def subsample(x, buf, sh, sw, c0, c1):
+    """buf[c, i, j] = x[c, i * sh, j * sw] for the channels [c0, c1) (``x`` (C, H, W), ``buf`` (C, OH, OW)): the
+    1x1 strided layer's input (np.copyto(buf, x[:, ::sh, ::sw])'s floats)."""
+    oh_n, ow_n = buf.shape[1], buf.shape[2]
+    for c in range(c0, c1):
+        for i in range(oh_n):
+            for j in range(ow_n):
+                buf[c, i, j] = x[c, i * sh, j * sw]
+
+
+def sub_split(pair, x_shape, sh: int, sw: int, sub_shape) -> bool:
+    """SUB_SPLIT on a one-image 1x1 strided layer's ``pair`` (its input ``x_shape``, strides, the subsampled
+    ``sub_shape``): the descriptor's units and geometry; whether it took them."""
+    if pair is None or not SUB_SPLIT or x_shape[0] != 1:
+        return False
+    d = pair.desc
+    d[U_N], d[U_H], d[U_W], d[U_SH], d[U_SW] = max(1, min(int(SUB_UNITS), x_shape[1])), x_shape[2], x_shape[3], sh, sw
+    d[OH], d[OW] = sub_shape[2], sub_shape[3]
+    return True
 
 
 def cols_kc(l_n: int) -> int:
@@ -200,6 +236,7 @@ def _build(ahead: int = 0):
     implicit = ftile.implicit_driver(KIND)
     phases = ftile.phases_padded
     mx1, mx2 = dwtile._max_planes_s1, dwtile._max_planes_s2
+    sub = subsample
     f32 = np.float32
 
     def half(addr, side):
@@ -268,6 +305,17 @@ def _build(ahead: int = 0):
             return 0
         xs, ys = 4 * k_n * l_n, 4 * m_n * l_n
         scratch = numba.carray(_ptr(d[SCR0 + side]), (d[b + S_SCR_N],), f32)
+        if d[U_X] != 0:  # SUB_SPLIT: the subsampled input's channel units claimed by both sides, then all done
+            units = d[U_N]
+            xr = numba.carray(_ptr(d[U_X]), (k_n, d[U_H], d[U_W]), f32)
+            xb = numba.carray(_ptr(d[XA]), (k_n, d[OH], d[OW]), f32)
+            while True:
+                u = pairs.claim_ends(d, U_CLAIM, side)
+                if u < 0:
+                    break
+                sub(xr, xb, d[U_SH], d[U_SW], u * k_n // units, (u + 1) * k_n // units)
+                pairs.count_up(d, U_DONE)
+            pairs.wait_count(d, U_DONE, units)
         if op == COLS:
             wp = numba.carray(_ptr(d[WA]), (d[WA_N],), f32)
             bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
@@ -373,6 +421,9 @@ def pair_run(ctl, desc, x, y, z, s0, s1) -> int:
         desc[CLAIM] = desc[DYN] << 32  # every image unclaimed (stored before fpair publishes the job)
     if desc[T_N] > 0:
         desc[T_CLAIM] = desc[T_N] << 32  # TAIL: every middle unit unclaimed
+    if desc[U_X] != 0:
+        desc[U_CLAIM] = desc[U_N] << 32  # SUB_SPLIT: every unit of the copy unclaimed, none done
+        desc[U_DONE] = 0
     return fpair.pair_job(ctl, desc)
 
 
@@ -470,10 +521,12 @@ class Pair:
         self.rule = None  # else the stall rule, (strict, hiccup_s) of PairServer.result (rnpair.py's parallel
         # one-image ResNet layers: fpair's slack and the pool's two-stalls rule)
 
-    def __call__(self, w, bias, x, y, z) -> bool:
+    def __call__(self, w, bias, x, y, z, raw=None) -> bool:
         """The layer in two halves where the helper spins (else it is woken, and False: the caller's
         one-thread call); False too where another caller holds the slot. ``w``, ``bias``: the bound
-        call's constants (by identity: a new pair of them is written into the descriptor)."""
+        call's constants (by identity: a new pair of them is written into the descriptor). ``raw``: SUB_SPLIT's
+        raw input (C-contiguous), which both sides subsample into ``x`` first (where False comes back, ``x`` was
+        not written)."""
         if not self.desc[FN]:  # both sides compiled at the first call, not at bind (a tiered start's trial
             address = prepare(self.ahead)  # compiles them off the model's thread, as the node's kernels)
             if not address:
@@ -494,7 +547,10 @@ class Pair:
             self.bound = (w, bias)
         args = (srv.ctl, self.desc, x, y, x if z is None else z, config.thread_buffer("ftile", self.size0, np.float32),
                 scratch(self.size1))
+        if raw is not None:
+            self.desc[U_X] = raw.ctypes.data
         done = self.fn(*args)
+        self.desc[U_X] = 0
         if self.entry:  # from the next call on, the entry point of these argument types (qgemm._entry):
             # the serial call passes only these (a read-only C-contiguous 4-D input and residual, a
             # C-contiguous 4-D output, flat float32 scratch)
