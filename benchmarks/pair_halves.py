@@ -22,7 +22,14 @@ Per kind (nodes_ab's labels; the sums over the kind's nodes of each node's best 
 
 then per variant default / variant (above 1: the variant faster)::
 
-    taskset -c 0,1 python benchmarks/pair_halves.py resnet50 [runs=12] [LABEL=SPEC ...] [--no-backoff]
+    taskset -c 0,1 python benchmarks/pair_halves.py resnet50 [runs=12] [LABEL=SPEC ...] [--no-backoff] [--burst=K]
+
+``--burst=K``: each session's turn is K runs back to back, the last one timed. On the Xeon (session 16's call) eight
+sessions of one process ran the same code up to 1.2-1.4x apart on layers that no variant touched, both ways (the 7x7
+layers, 4-9 MB of weights each, faster in some sessions; the 56x56 ones slower in others). Eight sessions of
+ResNet-50 hold ~100 MB of weights each (more packed and transformed) against a 300 MB L3, so a session's best run
+likely depends on what the sessions before it left there (not shown). A burst puts its own back first, as in a
+process that runs one session; fewer sessions (no variants) should narrow it too.
 """
 from __future__ import annotations
 
@@ -92,10 +99,11 @@ def _calls(events, trace, rate: float) -> dict:
     return out
 
 
-def run_rounds(sessions: list, feed, runs: int, traced: set) -> tuple[list, list]:
+def run_rounds(sessions: list, feed, runs: int, traced: set, burst: int = 1) -> tuple[list, list]:
     """Each session run in turn once a round (the order rotated), after three warm-up runs: per session,
     node -> ms in each round; and per traced session (its index in ``traced``), node -> the pair calls' figures
-    of each round (``_calls``)."""
+    of each round (``_calls``). ``burst`` > 1: each turn is that many runs back to back, the last one timed (its
+    weights back in the caches after the other sessions' turns, as in a process that runs one session)."""
     from kernelkit_numba.kernels import pairs
 
     rate = pairs.cycle_rate()
@@ -110,6 +118,9 @@ def run_rounds(sessions: list, feed, runs: int, traced: set) -> tuple[list, list
     for r in range(runs):
         for k in range(n):
             i = (r + k) % n
+            for _ in range(burst - 1):
+                sessions[i].run(None, feed)
+            seen[i] = len(sessions[i].profile_events())
             pairs.TRACE = [] if i in traced else None
             sessions[i].run(None, feed)
             trace, pairs.TRACE = pairs.TRACE, None
@@ -146,6 +157,8 @@ def main(argv: list[str]) -> int:
         argv = [a for a in argv if a != "--no-backoff"]
         shards.POOL.backoff = False
         pairs.PairServer._back_off = lambda self, seconds=0.0: None
+    burst = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--burst=")), 1)
+    argv = [a for a in argv if not a.startswith("--burst=")]
     name = argv[0] if argv else "resnet50"
     runs = int(argv[1]) if len(argv) > 1 else 12
     variants = [a.split("=", 1) for a in argv[2:]]
@@ -156,7 +169,7 @@ def main(argv: list[str]) -> int:
     sessions = [kernelkit.Session(model, vendors=["numba", "reference"], threads=1, profile=True), _Woken(two),
                 _Held(kernelkit.Session(model, vendors=["numba", "reference"], threads=2, profile=True))]
     sessions += [_Woken(variant_session(model, feed, spec, 2)) for _, spec in variants]
-    per, halves = run_rounds(sessions, feed, runs, {1, 2})
+    per, halves = run_rounds(sessions, feed, runs, {1, 2}, burst)
     group = _group(kinds, two)
     rows: dict = {}
     for node, kind in group.items():
@@ -178,7 +191,8 @@ def main(argv: list[str]) -> int:
         s = (halves[2].get(node) or [None] * runs)[sbest]
         if s is not None:
             row["seq_own"] += s[0]
-    print(f"## {name}, best run of {runs} per node (ms), sessions in turn, order rotated")
+    print(f"## {name}, best run of {runs} per node (ms), sessions in turn, order rotated"
+          + (f", each turn the last of {burst} runs" if burst > 1 else ""))
     print("| kind | nodes | 1t | 2t | seq | 2t / 1t | seq / 1t | own | helper | start | wait | out | apart "
           "| (own + helper) / seq halves | paired / calls |")
     print("|---|---:|" + "---:|" * 13)
