@@ -84,6 +84,11 @@ KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 r
 # on transparent huge pages; read when a weight is packed; issue 11, session 13)
 PACK_ALIGN = 0
 HUGE_PAGE = 1 << 21
+# Gemm's one-thread bound call (the MLP's products) packs its B at a multiple of this many bytes (pack_b's align,
+# read when the weight is packed; 0: PACK_ALIGN): 64 puts every 64-byte vector of a panel in one cache line, where
+# NumPy's placement, 16 bytes past a line, splits each of the tile's two B loads a K step over two lines (issue 11,
+# session 16; ftile.PACK_ALIGN's 6-12 % on the rows tiles in session 15)
+PACK_ALIGN_ONE_THREAD = 0
 
 
 def aligned_empty(size: int, align: int) -> np.ndarray:
@@ -107,7 +112,8 @@ def aligned_empty(size: int, align: int) -> np.ndarray:
 def pack_b(b: np.ndarray, nr: int, align: int | None = None) -> np.ndarray:
     """(K, N) float32 (any strides: a transposed weight as a view) into panels of ``nr`` columns,
     [panel][k][j], zero-padded columns: flat, read-only, starting at a multiple of ``align`` bytes (None:
-    PACK_ALIGN; at least HUGE_PAGE: on huge pages where the panels fill one, else at a 4 KiB page)."""
+    PACK_ALIGN; below a page: NumPy's allocation on that many bytes; at least HUGE_PAGE: on huge pages where the
+    panels fill one, else at a 4 KiB page)."""
     k_n, n_n = b.shape
     panels = -(-n_n // nr)
     padded = np.zeros((k_n, panels * nr), np.float32)
@@ -118,7 +124,10 @@ def pack_b(b: np.ndarray, nr: int, align: int | None = None) -> np.ndarray:
     if align <= 1:
         out = np.ascontiguousarray(padded.reshape(k_n, panels, nr).transpose(1, 0, 2)).reshape(-1)
     else:
-        out = aligned_empty(panels * k_n * nr, align)
+        # below a page: NumPy's own allocation, ``align`` bytes more, its huge-page advice for large arrays kept
+        # (config.aligned_empty); from a page: a mapping of their own (aligned_empty above)
+        out = config.aligned_empty(panels * k_n * nr, np.float32, align) if align < 4096 else \
+            aligned_empty(panels * k_n * nr, align)
         out.reshape(panels, k_n, nr)[...] = padded.reshape(k_n, panels, nr).transpose(1, 0, 2)
     return config.readonly(out)
 
