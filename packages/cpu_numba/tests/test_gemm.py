@@ -255,8 +255,9 @@ def _mlp_model(r, m, sizes):
 def test_mlp_one_thread_products_at_each_setting(monkeypatch, m, sizes):
     """An MLP's Gemm chain at one thread (Gemm's bound serial call on fgemm's tiles, bias and Relu in the
     epilogue, the 10-column head on the NARROW tiles) at each setting of the one-thread switches
-    (fgemm.PACK_ALIGN_ONE_THREAD: B packed on a cache line, NumPy's placement or a huge page; KC: K in chunks;
-    MR: 8- or 12/8-row tiles; B_AHEAD_ONE_THREAD, PREFETCH_ONE_THREAD), M not a multiple of the tiles, K odd,
+    (fgemm.PACK_ALIGN_ONE_THREAD: B packed on a cache line, NumPy's placement or a huge page; WHOLE_ONE_THREAD:
+    whole row tiles on tiles without the last-row selects; KC: K in chunks; MR: 8- or 12/8-row tiles;
+    B_AHEAD_ONE_THREAD, PREFETCH_ONE_THREAD), M not a multiple of the tiles (a last partial row tile), K odd,
     against the reference kernels over several runs; the packed weights on the alignment asked for."""
     import kernelkit
     from kernelkit.testing import assert_close
@@ -265,10 +266,11 @@ def test_mlp_one_thread_products_at_each_setting(monkeypatch, m, sizes):
     r = np.random.default_rng(m + sizes[0])
     model = _mlp_model(r, m, sizes)
     ref = kernelkit.Session(model, vendors=["reference"], fallback=False)
-    settings = [(0, 1024, 8, 8, 8), (64, 1024, 8, 8, 8), (64, 128, 12, 16, 4), (fgemm.HUGE_PAGE, 200, 12, 0, 0),
-                (64, 1024, 12, 8, 8)]
-    for align, kc, mr, ahead, pf in settings:
+    settings = [(0, 1024, 8, 8, 8, False), (64, 1024, 8, 8, 8, True), (64, 128, 12, 16, 4, True),
+                (fgemm.HUGE_PAGE, 200, 12, 0, 0, False), (64, 1024, 12, 8, 8, True), (64, 256, 8, 8, 8, True)]
+    for align, kc, mr, ahead, pf, whole in settings:
         monkeypatch.setattr(fgemm, "PACK_ALIGN_ONE_THREAD", align)
+        monkeypatch.setattr(fgemm, "WHOLE_ONE_THREAD", whole)
         monkeypatch.setattr(fgemm, "KC", kc)
         monkeypatch.setitem(fgemm.MR, 2, mr)
         monkeypatch.setattr(fgemm, "B_AHEAD_ONE_THREAD", ahead)
@@ -277,7 +279,7 @@ def test_mlp_one_thread_products_at_each_setting(monkeypatch, m, sizes):
         for _ in range(3):
             feed = {"x": r.standard_normal((m, sizes[0])).astype(np.float32)}
             assert_close(sess.run(None, feed)[0], ref.run(None, feed)[0],
-                         err_msg=f"align {align} kc {kc} mr {mr} ahead {ahead} pf {pf}")
+                         err_msg=f"align {align} kc {kc} mr {mr} ahead {ahead} pf {pf} whole {whole}")
         if ftile.choice()[0] in (1, 2):  # the tiles (generic: the general path's BLAS for these shapes)
             gemms = [s.kernel for s in sess.plan.kernel_steps() if s.op == "Gemm"]
             packs = [g._const_b.packed for g, k, n in zip(gemms, sizes[:-1], sizes[1:])

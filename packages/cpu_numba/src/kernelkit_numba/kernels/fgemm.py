@@ -89,6 +89,11 @@ HUGE_PAGE = 1 << 21
 # NumPy's placement, 16 bytes past a line, splits each of the tile's two B loads a K step over two lines (issue 11,
 # session 16; ftile.PACK_ALIGN's 6-12 % on the rows tiles in session 15)
 PACK_ALIGN_ONE_THREAD = 0
+# Gemm's one-thread bound call runs its row tiles whose rows are all valid on tiles compiled for that (_driver's
+# ``whole``, cache names ``.w``; read when the call binds): row r of A at a constant r * lda, where the general
+# tile's select of the last valid row made each row's address a register of its own (the mixed 12/8-row
+# driver's K loop reloaded 14 of them from the stack a step: issue 11, session 16)
+WHOLE_ONE_THREAD = False
 
 
 def aligned_empty(size: int, align: int) -> np.ndarray:
@@ -153,7 +158,8 @@ def pack_a(a, m_n, k_n, mr, ap, tall, short, short_mr):
 
 
 # --------------------------------------------------------------------------------------------- IR
-def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool = False, ahead: int = 0):
+def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool = False, ahead: int = 0,
+                    whole: bool = False):
     """An intrinsic ``tile(a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo,
     lo, hi, m_valid, n_valid, pf, pfs)``: rows [0, m_valid) and columns [0, n_valid) of the mr x nr block of
     ``out`` at ``out[o_off:]`` (row stride ``ldo``) = clamp(alpha * (A at ``a[a_off + r * lda + k *
@@ -234,7 +240,9 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool 
                     loaded.append(vload(builder.gep(row, [ir.Constant(i64, lanes * j)]), j))
             return loaded
 
-        arows = [builder.gep(pa, [builder.mul(lda, row_of(r))]) for r in range(mr)]  # rows past M: the last
+        # rows past M read the last valid one; ``whole`` (the caller's promise that m_valid = mr): row r at r * lda,
+        # offsets LLVM forms from one another (a few registers) where the selects made each row a register of its own
+        arows = [builder.gep(pa, [builder.mul(lda, ir.Constant(i64, r) if whole else row_of(r))]) for r in range(mr)]
         k, accs, close = k_loop(builder, k_n, [zero_v] * (mr * nvec), "fgemm", (first, partial_sums))
         brow = builder.gep(pb, [builder.mul(k, ir.Constant(i64, nr))])
         bv = [builder.load(builder.bitcast(builder.gep(brow, [ir.Constant(i64, lanes * j)]), vf.as_pointer()),
@@ -327,14 +335,15 @@ RESID_PREFETCH = 1
 
 
 @functools.cache
-def _tiles(kind: int, mr: int, prefetch: bool = False, ahead: int = 0):
-    """(full, masked) tiles of variant ``kind`` with ``mr`` rows (generic: 4 only), with the prefetches."""
+def _tiles(kind: int, mr: int, prefetch: bool = False, ahead: int = 0, whole: bool = False):
+    """(full, masked) tiles of variant ``kind`` with ``mr`` rows (generic: 4 only), with the prefetches; ``whole``:
+    for row tiles of mr valid rows only (_tile_intrinsic's)."""
     if kind == 0:
         return _generic_tile, _generic_tile
     name = "avx512" if kind in (2, NARROW) else "avx2"
     nvec = 1 if kind == NARROW else 2
-    return (_tile_intrinsic(name, mr, nvec, False, prefetch, ahead),
-            _tile_intrinsic(name, mr, nvec, True, prefetch, ahead))
+    return (_tile_intrinsic(name, mr, nvec, False, prefetch, ahead, whole),
+            _tile_intrinsic(name, mr, nvec, True, prefetch, ahead, whole))
 
 
 MIXED_MR = 12  # an avx512 driver of this height also has 8-row tiles for the last rows (row_tiles)
@@ -357,15 +366,17 @@ def row_tiles(m_n: int, mr: int) -> tuple[int, int]:
     return best[1], best[2]
 
 
-def driver(kind: int, post: int, mr: int, prefetch: int | None = None, ahead: int = 0, resid: bool = False):
+def driver(kind: int, post: int, mr: int, prefetch: int | None = None, ahead: int = 0, resid: bool = False,
+           whole: bool = False):
     """_driver with PREFETCH (now) unless ``prefetch`` is given; ``ahead``: the tiles' B_AHEAD; ``resid``:
-    the first K chunk starts from ``out`` (a fused residual already there)."""
+    the first K chunk starts from ``out`` (a fused residual already there); ``whole``: row tiles of mr valid
+    rows on tiles without the last-row selects (WHOLE_ONE_THREAD)."""
     return _driver(kind, post, mr, int(PREFETCH if prefetch is None else prefetch), int(ahead),
-                   (2 if RESID_PREFETCH else 1) if resid else 0)
+                   (2 if RESID_PREFETCH else 1) if resid else 0, bool(whole) and kind != 0)
 
 
 @functools.cache
-def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid: int = 0):
+def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid: int = 0, whole: bool = False):
     """The compiled loops of variant ``kind`` with ``mr``-row tiles and the activation ``post`` (an
     epilogue code other than NONE/CLIP, applied over each finished tile; NONE: the tile's clamp is
     all) fixed.
@@ -380,12 +391,17 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid:
     K chunk, the first included, starts from the output's values (``out`` holds a residual r on entry:
     ``out = act(alpha * (r + A @ B) + bias)``, the residual added in the accumulators where the tile
     loads its output block anyway: MatMul's fused residual, alpha 1); with 2, each tile of the first
-    chunk prefetches the next tile's rows of r."""
+    chunk prefetches the next tile's rows of r. ``whole``: row tiles whose rows are all valid run tiles
+    compiled for that (row r's address a constant multiple of lda, where the selects of the last valid
+    row kept a register a row: the mixed 12/8-row driver spilled them in the K loop), a last partial
+    one the general tiles."""
     full, masked = _tiles(kind, mr, prefetch > 0, ahead)
+    fullw, maskedw = _tiles(kind, mr, prefetch > 0, ahead, True) if whole else (full, masked)
     start = 0 if resid else 1  # the first chunk's ``first``
     ahead_out = resid == 2  # and prefetch the next tile's residual (RESID_PREFETCH)
     mixed = kind == 2 and mr == MIXED_MR  # 12-row tiles, then 8-row ones (row_tiles)
     full8, masked8 = _tiles(kind, SHORT_MR, prefetch > 0, ahead) if mixed else (full, masked)
+    full8w, masked8w = _tiles(kind, SHORT_MR, prefetch > 0, ahead, True) if mixed and whole else (full8, masked8)
     pfs = max(1, prefetch)
     nr = NR[kind]
 
@@ -445,7 +461,21 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid:
                             a_off, a_ld, a_step = r0 * lda + k0, lda, 1
                         else:  # A packed (tiles of h rows, tile t at row r0: pack_a)
                             a_off, a_ld, a_step = r0 * k_n + k0 * h, 1, h
-                        if t >= tall:
+                        if whole and mv == h:  # (whole: a constant of the compiled driver)
+                            if t >= tall:
+                                if nv >= nr:
+                                    full8w(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo,
+                                           lo2, hi2, mv, nv, pf, pfs)
+                                else:
+                                    masked8w(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off,
+                                             ldo, lo2, hi2, mv, nv, pf, pfs)
+                            elif nv >= nr:
+                                fullw(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo, lo2,
+                                      hi2, mv, nv, pf, pfs)
+                            else:
+                                maskedw(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo,
+                                        lo2, hi2, mv, nv, pf, pfs)
+                        elif t >= tall:
                             if nv >= nr:
                                 full8(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo, lo2,
                                       hi2, mv, nv, pf, pfs)
@@ -466,7 +496,8 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid:
 
     # cached under the variant's name: the cells (intrinsics) pickle differently in every process
     setattr(gemm, CLOSURE_KEY, f"fgemm.gemm.{kind}.{mr}.{post}" + (f".pf{prefetch}" if prefetch else "") +
-            (f".a{ahead}" if ahead else "") + ((".zp" if ahead_out else ".z") if resid else ""))
+            (f".a{ahead}" if ahead else "") + ((".zp" if ahead_out else ".z") if resid else "") +
+            (".w" if whole else ""))
     return jit(gemm)
 
 
@@ -568,21 +599,22 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
 
 
 def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0, prefetch=None,
-           ahead=0, packed_a=False):
+           ahead=0, packed_a=False, whole=False):
     """``run(a2, out, threads=1, shards=1)``: gemm's product of ``m_n`` rows by ``packed`` with everything but A
     (C-contiguous (M, K)) and the output (C-contiguous (M, N)) fixed now (a plan's bound call: the
     general path's per-call decisions, ~10-40 us a node, left out). One thread: the driver over every
     shard; two: fpair's halves (the descriptor made at the first such call) where the helper spins,
     else (and at more threads) ``gemm`` in ``shards``. ``bias``: N values (copied) or None.
     ``prefetch``: the one-thread driver's PREFETCH (None: PREFETCH's value now); ``ahead``: its tiles'
-    B_AHEAD (0: none); ``packed_a``: the one-thread driver reads A packed into row tiles (pack_a), not A's rows."""
+    B_AHEAD (0: none); ``packed_a``: the one-thread driver reads A packed into row tiles (pack_a), not A's rows;
+    ``whole``: its whole row tiles on the tiles without the last-row selects (driver's ``whole``)."""
     k_n, n_n = packed.k_n, packed.n_n
     mr = MR[kind]
     block, blocks, groups, kc = plan(kind, m_n, k_n, n_n, 1)
     bb = _own_bias(packed, bias)
     f32 = np.float32
     lo, hi, post = _clamp(code, p0, p1)
-    fn, bp, zeros, total = driver(kind, post, mr, prefetch, ahead), packed.bp, packed.zeros, blocks * groups
+    fn, bp, zeros, total = driver(kind, post, mr, prefetch, ahead, whole=whole), packed.bp, packed.zeros, blocks * groups
     alpha, p0, p1 = f32(alpha), f32(p0), f32(p1)
     pairs = 2.0 * m_n * n_n * k_n >= PAIR_FLOPS
     made = []
