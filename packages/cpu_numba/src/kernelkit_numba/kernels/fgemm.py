@@ -614,7 +614,8 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
     bb = _own_bias(packed, bias)
     f32 = np.float32
     lo, hi, post = _clamp(code, p0, p1)
-    fn, bp, zeros, total = driver(kind, post, mr, prefetch, ahead, whole=whole), packed.bp, packed.zeros, blocks * groups
+    fn, bp, zeros = driver(kind, post, mr, prefetch, ahead, whole=whole), packed.bp, packed.zeros
+    total = blocks * groups
     alpha, p0, p1 = f32(alpha), f32(p0), f32(p1)
     pairs = 2.0 * m_n * n_n * k_n >= PAIR_FLOPS
     made = []
