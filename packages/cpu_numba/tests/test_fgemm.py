@@ -251,7 +251,8 @@ def test_one_thread_b_ahead_and_packed_a(name, m, mr, monkeypatch):
     want = _want(a, b, 1.0, bias, epilogue.CLIP, np.float32(0), np.float32(np.inf))
     for kc in (1024, 128):
         monkeypatch.setattr(fgemm, "KC", kc)
-        for ahead, pack, whole in ((8, False, False), (0, True, False), (16, True, True), (8, False, True)):
+        for ahead, pack, whole in ((8, False, 0), (0, True, 0), (16, True, 1), (8, False, 1), (8, False, 2),
+                                   (0, True, 2)):
             out = np.full((m, 90), np.nan, np.float32)
             fgemm.serial(kind, packed, m, 1.0, bias, epilogue.CLIP, 0.0, np.inf, 8, ahead, pack, whole)(a, out)
             assert_close(out, want, err_msg=f"kc {kc} ahead {ahead} packed A {pack} whole {whole}")
@@ -259,8 +260,9 @@ def test_one_thread_b_ahead_and_packed_a(name, m, mr, monkeypatch):
 
     d = fgemm.driver(kind, epilogue.NONE, fgemm.MR[kind], 8, 8)
     assert getattr(getattr(d, "py_func", d), CLOSURE_KEY).endswith(".pf8.a8")
-    d = fgemm.driver(kind, epilogue.NONE, fgemm.MR[kind], 8, 8, whole=True)
-    assert getattr(getattr(d, "py_func", d), CLOSURE_KEY).endswith(".pf8.a8" + (".w" if kind else ""))
+    for whole in (1, 2):
+        d = fgemm.driver(kind, epilogue.NONE, fgemm.MR[kind], 8, 8, whole=whole)
+        assert getattr(getattr(d, "py_func", d), CLOSURE_KEY).endswith(".pf8.a8" + (f".w{whole}" if kind else ""))
 
 
 def test_drivers_are_cached_under_their_variant():

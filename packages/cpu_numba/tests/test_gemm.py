@@ -256,7 +256,8 @@ def test_mlp_one_thread_products_at_each_setting(monkeypatch, m, sizes):
     """An MLP's Gemm chain at one thread (Gemm's bound serial call on fgemm's tiles, bias and Relu in the
     epilogue, the 10-column head on the NARROW tiles) at each setting of the one-thread switches
     (fgemm.PACK_ALIGN_ONE_THREAD: B packed on a cache line, NumPy's placement or a huge page; WHOLE_ONE_THREAD:
-    whole row tiles on tiles without the last-row selects; KC: K in chunks; MR: 8- or 12/8-row tiles;
+    whole row tiles on tiles without the last-row selects, inlined or each a function; KC: K in chunks;
+    MR_ONE_THREAD: 8- or 12/8-row tiles;
     B_AHEAD_ONE_THREAD, PREFETCH_ONE_THREAD), M not a multiple of the tiles (a last partial row tile), K odd,
     against the reference kernels over several runs; the packed weights on the alignment asked for."""
     import kernelkit
@@ -266,13 +267,18 @@ def test_mlp_one_thread_products_at_each_setting(monkeypatch, m, sizes):
     r = np.random.default_rng(m + sizes[0])
     model = _mlp_model(r, m, sizes)
     ref = kernelkit.Session(model, vendors=["reference"], fallback=False)
-    settings = [(0, 1024, 8, 8, 8, False), (64, 1024, 8, 8, 8, True), (64, 128, 12, 16, 4, True),
-                (fgemm.HUGE_PAGE, 200, 12, 0, 0, False), (64, 1024, 12, 8, 8, True), (64, 256, 8, 8, 8, True)]
+    settings = [(0, 1024, None, 8, 8, 0), (64, 1024, 8, 8, 8, 1), (64, 128, 12, 16, 4, 2),
+                (fgemm.HUGE_PAGE, 200, 12, 0, 0, 0), (64, 1024, 12, 8, 8, 2), (64, 256, None, 8, 8, 1),
+                (64, 1024, 12, 8, 8, 1)]
+    made, driver = [], fgemm.driver
+    monkeypatch.setattr(fgemm, "driver", lambda *args, **kw: made.append((args[2], kw.get("whole", 0))) or
+                        driver(*args, **kw))
     for align, kc, mr, ahead, pf, whole in settings:
+        made.clear()
         monkeypatch.setattr(fgemm, "PACK_ALIGN_ONE_THREAD", align)
         monkeypatch.setattr(fgemm, "WHOLE_ONE_THREAD", whole)
         monkeypatch.setattr(fgemm, "KC", kc)
-        monkeypatch.setitem(fgemm.MR, 2, mr)
+        monkeypatch.setattr(fgemm, "MR_ONE_THREAD", mr)
         monkeypatch.setattr(fgemm, "B_AHEAD_ONE_THREAD", ahead)
         monkeypatch.setattr(fgemm, "PREFETCH_ONE_THREAD", pf)
         sess = kernelkit.Session(model, vendors=["numba"], fallback=False, threads=1)
@@ -281,6 +287,8 @@ def test_mlp_one_thread_products_at_each_setting(monkeypatch, m, sizes):
             assert_close(sess.run(None, feed)[0], ref.run(None, feed)[0],
                          err_msg=f"align {align} kc {kc} mr {mr} ahead {ahead} pf {pf} whole {whole}")
         if ftile.choice()[0] in (1, 2):  # the tiles (generic: the general path's BLAS for these shapes)
+            rows = mr if mr and ftile.choice()[0] == 2 else fgemm.MR[ftile.choice()[0]]
+            assert (rows, whole) in made  # the bound calls' drivers: MR_ONE_THREAD's rows, WHOLE_ONE_THREAD
             gemms = [s.kernel for s in sess.plan.kernel_steps() if s.op == "Gemm"]
             packs = [g._const_b.packed for g, k, n in zip(gemms, sizes[:-1], sizes[1:])
                      if fgemm.kind_for(m, k, n, gemm.HEAD_NARROW) is not None]  # (a head of K < 256: np.matmul)

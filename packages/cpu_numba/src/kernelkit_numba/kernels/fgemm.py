@@ -93,7 +93,12 @@ PACK_ALIGN_ONE_THREAD = 0
 # ``whole``, cache names ``.w``; read when the call binds): row r of A at a constant r * lda, where the general
 # tile's select of the last valid row made each row's address a register of its own (the mixed 12/8-row
 # driver's K loop reloaded 14 of them from the stack a step: issue 11, session 16)
-WHOLE_ONE_THREAD = False
+WHOLE_ONE_THREAD = 0
+# Gemm's one-thread bound call's avx512 tiles have this many rows (None: MR's; 12: the 12-row tiles and 8-row ones
+# for the last rows, row_tiles: the MLP's 64 rows as 4 x 12 + 2 x 8, each column panel read 6 times from L2, not
+# 8; read when the call binds). Session 11 measured 12 slower (0.90x in turns): its K loop spilled the row
+# pointers, which WHOLE_ONE_THREAD's tiles do not (issue 11, session 16)
+MR_ONE_THREAD = None
 
 
 def aligned_empty(size: int, align: int) -> np.ndarray:
@@ -159,7 +164,7 @@ def pack_a(a, m_n, k_n, mr, ap, tall, short, short_mr):
 
 # --------------------------------------------------------------------------------------------- IR
 def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool = False, ahead: int = 0,
-                    whole: bool = False):
+                    whole: bool = False, apart: bool = False):
     """An intrinsic ``tile(a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo,
     lo, hi, m_valid, n_valid, pf, pfs)``: rows [0, m_valid) and columns [0, n_valid) of the mr x nr block of
     ``out`` at ``out[o_off:]`` (row stride ``ldo``) = clamp(alpha * (A at ``a[a_off + r * lda + k *
@@ -169,7 +174,9 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool 
     columns are read and stored. ``prefetch``: each step k also prefetches (into L2) the cache line
     holding ``b[pf + pfs * k]`` (a later panel of B: the driver's PREFETCH); without, pf and pfs unused.
     ``ahead`` (steps, 0: none): each step k also prefetches into L1 the panel's row k + ahead (its nvec
-    vectors: B_AHEAD), which the tile reads ``ahead`` steps later."""
+    vectors: B_AHEAD), which the tile reads ``ahead`` steps later. ``whole``: m_valid is mr (the caller's
+    promise). ``apart``: the tile is a function of its own in the module (internal, noinline), called with
+    the operands' pointers."""
     lanes = 8 if kind == "avx2" else 16
     nr = lanes * nvec
 
@@ -198,82 +205,106 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool 
                                                   "llvm.prefetch.p0")
         pbias = builder.gep(builder.bitcast(_data(context, builder, sig.args[9], bias), f32.as_pointer()), [c0])
         po = builder.gep(builder.bitcast(_data(context, builder, sig.args[11], out), f32.as_pointer()), [o_off])
-        zero_v = ir.Constant(vf, None)
-        splat0 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
 
-        def splat(value):
-            one = builder.insert_element(ir.Constant(vf, ir.Undefined), value, ir.Constant(i32, 0))
-            return builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined), splat0)
+        def emit(builder, pa, lda, a_step, pb, ppf, k_n, first, alpha, pbias, po, ldo, lo, hi, m_valid, n_valid, pfs):
+            zero_v = ir.Constant(vf, None)
+            splat0 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
 
-        masks = []
-        if masked:
-            vi64 = ir.VectorType(i64, lanes)
-            valid = builder.insert_element(ir.Constant(vi64, ir.Undefined), n_valid, ir.Constant(i32, 0))
-            valid = builder.shuffle_vector(valid, ir.Constant(vi64, ir.Undefined), splat0)
-            masks = [builder.icmp_signed("<", ir.Constant(vi64, [lanes * j + t for t in range(lanes)]), valid)
-                     for j in range(nvec)]
+            def splat(value):
+                one = builder.insert_element(ir.Constant(vf, ir.Undefined), value, ir.Constant(i32, 0))
+                return builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined), splat0)
 
-        def vload(ptr, j):
-            ptr = builder.bitcast(ptr, vf.as_pointer())
+            masks = []
             if masked:
-                return builder.call(mload, [ptr, ir.Constant(i32, 4), masks[j], zero_v])
-            return builder.load(ptr, align=4)
+                vi64 = ir.VectorType(i64, lanes)
+                valid = builder.insert_element(ir.Constant(vi64, ir.Undefined), n_valid, ir.Constant(i32, 0))
+                valid = builder.shuffle_vector(valid, ir.Constant(vi64, ir.Undefined), splat0)
+                masks = [builder.icmp_signed("<", ir.Constant(vi64, [lanes * j + t for t in range(lanes)]), valid)
+                         for j in range(nvec)]
 
-        def vstore(value, ptr, j):
-            ptr = builder.bitcast(ptr, vf.as_pointer())
-            if masked:
-                builder.call(mstore, [value, ptr, ir.Constant(i32, 4), masks[j]])
-            else:
-                builder.store(value, ptr, align=4)
+            def vload(ptr, j):
+                ptr = builder.bitcast(ptr, vf.as_pointer())
+                if masked:
+                    return builder.call(mload, [ptr, ir.Constant(i32, 4), masks[j], zero_v])
+                return builder.load(ptr, align=4)
 
-        last = builder.sub(m_valid, ir.Constant(i64, 1))
+            def vstore(value, ptr, j):
+                ptr = builder.bitcast(ptr, vf.as_pointer())
+                if masked:
+                    builder.call(mstore, [value, ptr, ir.Constant(i32, 4), masks[j]])
+                else:
+                    builder.store(value, ptr, align=4)
 
-        def row_of(r):  # rows past m_valid read the last valid one (their sums are never stored)
-            rr = ir.Constant(i64, r)
-            return builder.select(builder.icmp_signed("<", rr, m_valid), rr, last)
+            last = builder.sub(m_valid, ir.Constant(i64, 1))
 
-        def partial_sums():  # a later K chunk starts from the output block's partial sums
-            loaded = []
+            def row_of(r):  # rows past m_valid read the last valid one (their sums are never stored)
+                rr = ir.Constant(i64, r)
+                return builder.select(builder.icmp_signed("<", rr, m_valid), rr, last)
+
+            def partial_sums():  # a later K chunk starts from the output block's partial sums
+                loaded = []
+                for r in range(mr):
+                    row = builder.gep(po, [builder.mul(ldo, row_of(r))])
+                    for j in range(nvec):
+                        loaded.append(vload(builder.gep(row, [ir.Constant(i64, lanes * j)]), j))
+                return loaded
+
+            # rows past M read the last valid one; ``whole`` (the caller's promise that m_valid = mr): row r at
+            # r * lda, offsets LLVM forms from one another (a few registers) where the selects made each row a
+            # register of its own
+            arows = [builder.gep(pa, [builder.mul(lda, ir.Constant(i64, r) if whole else row_of(r))])
+                     for r in range(mr)]
+            k, accs, close = k_loop(builder, k_n, [zero_v] * (mr * nvec), "fgemm", (first, partial_sums))
+            brow = builder.gep(pb, [builder.mul(k, ir.Constant(i64, nr))])
+            bv = [builder.load(builder.bitcast(builder.gep(brow, [ir.Constant(i64, lanes * j)]), vf.as_pointer()),
+                               align=4) for j in range(nvec)]  # the packed panel: never past its end
+            ak = builder.mul(k, a_step)
+            if prefetch:
+                line = builder.bitcast(builder.gep(ppf, [builder.mul(k, pfs)]), i8p)
+                builder.call(prefetch_fn, [line, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])  # L2
+            if ahead:
+                later = builder.gep(brow, [ir.Constant(i64, ahead * nr)])
+                for j in range(nvec):
+                    line = builder.bitcast(builder.gep(later, [ir.Constant(i64, lanes * j)]), i8p)
+                    builder.call(prefetch_fn, [line, ir.Constant(i32, 0), ir.Constant(i32, 3),
+                                               ir.Constant(i32, 1)])  # L1
+            new = []
             for r in range(mr):
-                row = builder.gep(po, [builder.mul(ldo, row_of(r))])
+                av = splat(builder.load(builder.gep(arows[r], [ak]), align=4))
                 for j in range(nvec):
-                    loaded.append(vload(builder.gep(row, [ir.Constant(i64, lanes * j)]), j))
-            return loaded
+                    new.append(builder.call(fma, [av, bv[j], accs[r * nvec + j]]))
+            close(new)
+            lov, hiv, alv = splat(lo), splat(hi), splat(alpha)
+            biases = [builder.load(builder.bitcast(builder.gep(pbias, [ir.Constant(i64, lanes * j)]), vf.as_pointer()),
+                                   align=4) for j in range(nvec)]  # the bias is padded to whole panels
+            for r in range(mr):
+                with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, r), m_valid), likely=True):
+                    off = builder.mul(ldo, ir.Constant(i64, r))
+                    for j in range(nvec):
+                        at = builder.add(off, ir.Constant(i64, lanes * j))
+                        v = builder.call(fma, [accs[r * nvec + j], alv, biases[j]])
+                        v = builder.select(builder.fcmp_ordered("<", v, lov), lov, v)  # max(v, lo), NaN kept
+                        v = builder.select(builder.fcmp_ordered(">", v, hiv), hiv, v)  # min(v, hi)
+                        vstore(v, builder.gep(po, [at]), j)
 
-        # rows past M read the last valid one; ``whole`` (the caller's promise that m_valid = mr): row r at r * lda,
-        # offsets LLVM forms from one another (a few registers) where the selects made each row a register of its own
-        arows = [builder.gep(pa, [builder.mul(lda, ir.Constant(i64, r) if whole else row_of(r))]) for r in range(mr)]
-        k, accs, close = k_loop(builder, k_n, [zero_v] * (mr * nvec), "fgemm", (first, partial_sums))
-        brow = builder.gep(pb, [builder.mul(k, ir.Constant(i64, nr))])
-        bv = [builder.load(builder.bitcast(builder.gep(brow, [ir.Constant(i64, lanes * j)]), vf.as_pointer()),
-                           align=4) for j in range(nvec)]  # the packed panel: never past its end
-        ak = builder.mul(k, a_step)
-        if prefetch:
-            line = builder.bitcast(builder.gep(ppf, [builder.mul(k, pfs)]), i8p)
-            builder.call(prefetch_fn, [line, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])  # L2
-        if ahead:
-            later = builder.gep(brow, [ir.Constant(i64, ahead * nr)])
-            for j in range(nvec):
-                line = builder.bitcast(builder.gep(later, [ir.Constant(i64, lanes * j)]), i8p)
-                builder.call(prefetch_fn, [line, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])  # L1
-        new = []
-        for r in range(mr):
-            av = splat(builder.load(builder.gep(arows[r], [ak]), align=4))
-            for j in range(nvec):
-                new.append(builder.call(fma, [av, bv[j], accs[r * nvec + j]]))
-        close(new)
-        lov, hiv, alv = splat(lo), splat(hi), splat(alpha)
-        biases = [builder.load(builder.bitcast(builder.gep(pbias, [ir.Constant(i64, lanes * j)]), vf.as_pointer()),
-                               align=4) for j in range(nvec)]  # the bias is padded to whole panels
-        for r in range(mr):
-            with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, r), m_valid), likely=True):
-                off = builder.mul(ldo, ir.Constant(i64, r))
-                for j in range(nvec):
-                    at = builder.add(off, ir.Constant(i64, lanes * j))
-                    v = builder.call(fma, [accs[r * nvec + j], alv, biases[j]])
-                    v = builder.select(builder.fcmp_ordered("<", v, lov), lov, v)  # max(v, lo), NaN kept
-                    v = builder.select(builder.fcmp_ordered(">", v, hiv), hiv, v)  # min(v, hi)
-                    vstore(v, builder.gep(po, [at]), j)
+        values = (pa, lda, a_step, pb, ppf, k_n, first, alpha, pbias, po, ldo, lo, hi, m_valid, n_valid, pfs)
+        if not apart:
+            emit(builder, *values)
+            return context.get_dummy_value()
+        # the tile as a function of its own (internal, never inlined), called here: its K loop's registers are
+        # allocated alone, not beside every value the driver keeps across it
+        name = f"kk_fgemm_tile_{kind}_{mr}x{nvec}_{int(masked)}{int(prefetch)}_{ahead}_{int(whole)}"
+        fn = mod.globals.get(name)
+        if fn is None:
+            f32p = f32.as_pointer()
+            fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [f32p, i64, i64, f32p, f32p, i64, i64, f32, f32p,
+                                                                  f32p, i64, f32, f32, i64, i64, i64]), name)
+            fn.linkage = "internal"
+            fn.attributes.add("noinline")
+            inner = ir.IRBuilder(fn.append_basic_block("entry"))
+            emit(inner, *fn.args)
+            inner.ret_void()
+        builder.call(fn, values)
         return context.get_dummy_value()
 
     @intrinsic
@@ -335,15 +366,15 @@ RESID_PREFETCH = 1
 
 
 @functools.cache
-def _tiles(kind: int, mr: int, prefetch: bool = False, ahead: int = 0, whole: bool = False):
+def _tiles(kind: int, mr: int, prefetch: bool = False, ahead: int = 0, whole: bool = False, apart: bool = False):
     """(full, masked) tiles of variant ``kind`` with ``mr`` rows (generic: 4 only), with the prefetches; ``whole``:
-    for row tiles of mr valid rows only (_tile_intrinsic's)."""
+    for row tiles of mr valid rows only, ``apart``: functions of their own (_tile_intrinsic's)."""
     if kind == 0:
         return _generic_tile, _generic_tile
     name = "avx512" if kind in (2, NARROW) else "avx2"
     nvec = 1 if kind == NARROW else 2
-    return (_tile_intrinsic(name, mr, nvec, False, prefetch, ahead, whole),
-            _tile_intrinsic(name, mr, nvec, True, prefetch, ahead, whole))
+    return (_tile_intrinsic(name, mr, nvec, False, prefetch, ahead, whole, apart),
+            _tile_intrinsic(name, mr, nvec, True, prefetch, ahead, whole, apart))
 
 
 MIXED_MR = 12  # an avx512 driver of this height also has 8-row tiles for the last rows (row_tiles)
@@ -367,16 +398,17 @@ def row_tiles(m_n: int, mr: int) -> tuple[int, int]:
 
 
 def driver(kind: int, post: int, mr: int, prefetch: int | None = None, ahead: int = 0, resid: bool = False,
-           whole: bool = False):
+           whole: int = 0):
     """_driver with PREFETCH (now) unless ``prefetch`` is given; ``ahead``: the tiles' B_AHEAD; ``resid``:
-    the first K chunk starts from ``out`` (a fused residual already there); ``whole``: row tiles of mr valid
-    rows on tiles without the last-row selects (WHOLE_ONE_THREAD)."""
+    the first K chunk starts from ``out`` (a fused residual already there); ``whole`` (WHOLE_ONE_THREAD): 1,
+    row tiles of mr valid rows on tiles without the last-row selects; 2, those and every other tile of the
+    driver each a function of its own."""
     return _driver(kind, post, mr, int(PREFETCH if prefetch is None else prefetch), int(ahead),
-                   (2 if RESID_PREFETCH else 1) if resid else 0, bool(whole) and kind != 0)
+                   (2 if RESID_PREFETCH else 1) if resid else 0, int(whole) if kind != 0 else 0)
 
 
 @functools.cache
-def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid: int = 0, whole: bool = False):
+def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid: int = 0, whole: int = 0):
     """The compiled loops of variant ``kind`` with ``mr``-row tiles and the activation ``post`` (an
     epilogue code other than NONE/CLIP, applied over each finished tile; NONE: the tile's clamp is
     all) fixed.
@@ -391,17 +423,20 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid:
     K chunk, the first included, starts from the output's values (``out`` holds a residual r on entry:
     ``out = act(alpha * (r + A @ B) + bias)``, the residual added in the accumulators where the tile
     loads its output block anyway: MatMul's fused residual, alpha 1); with 2, each tile of the first
-    chunk prefetches the next tile's rows of r. ``whole``: row tiles whose rows are all valid run tiles
+    chunk prefetches the next tile's rows of r. ``whole`` (1): row tiles whose rows are all valid run tiles
     compiled for that (row r's address a constant multiple of lda, where the selects of the last valid
     row kept a register a row: the mixed 12/8-row driver spilled them in the K loop), a last partial
-    one the general tiles."""
-    full, masked = _tiles(kind, mr, prefetch > 0, ahead)
-    fullw, maskedw = _tiles(kind, mr, prefetch > 0, ahead, True) if whole else (full, masked)
+    one the general tiles; 2: the same, every tile a function of its own (its K loop's registers
+    allocated apart from the driver's loops)."""
+    apart = whole == 2
+    full, masked = _tiles(kind, mr, prefetch > 0, ahead, False, apart)
+    fullw, maskedw = _tiles(kind, mr, prefetch > 0, ahead, True, apart) if whole else (full, masked)
     start = 0 if resid else 1  # the first chunk's ``first``
     ahead_out = resid == 2  # and prefetch the next tile's residual (RESID_PREFETCH)
     mixed = kind == 2 and mr == MIXED_MR  # 12-row tiles, then 8-row ones (row_tiles)
-    full8, masked8 = _tiles(kind, SHORT_MR, prefetch > 0, ahead) if mixed else (full, masked)
-    full8w, masked8w = _tiles(kind, SHORT_MR, prefetch > 0, ahead, True) if mixed and whole else (full8, masked8)
+    full8, masked8 = _tiles(kind, SHORT_MR, prefetch > 0, ahead, False, apart) if mixed else (full, masked)
+    full8w, masked8w = _tiles(kind, SHORT_MR, prefetch > 0, ahead, True, apart) if mixed and whole else \
+        (full8, masked8)
     pfs = max(1, prefetch)
     nr = NR[kind]
 
@@ -497,16 +532,16 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid:
     # cached under the variant's name: the cells (intrinsics) pickle differently in every process
     setattr(gemm, CLOSURE_KEY, f"fgemm.gemm.{kind}.{mr}.{post}" + (f".pf{prefetch}" if prefetch else "") +
             (f".a{ahead}" if ahead else "") + ((".zp" if ahead_out else ".z") if resid else "") +
-            (".w" if whole else ""))
+            (f".w{whole}" if whole else ""))
     return jit(gemm)
 
 
-def plan(kind: int, m_n: int, k_n: int, n_n: int, shards: int) -> tuple[int, int, int, int]:
+def plan(kind: int, m_n: int, k_n: int, n_n: int, shards: int, mr: int | None = None) -> tuple[int, int, int, int]:
     """(block, blocks, groups, kc): row blocks of ``block`` row tiles (a K chunk of the block's rows
     of A within BLOCK_BYTES, so it stays in L2 while the column panels pass) and
     column-panel groups so that there are at least ``shards`` shards where the panels allow, K in
-    equal chunks of at most KC."""
-    mr, nr = MR[kind], NR[kind]
+    equal chunks of at most KC; ``mr``: the tiles' rows (None: MR's)."""
+    mr, nr = mr or MR[kind], NR[kind]
     chunks = -(-k_n // KC)
     kc = -(-k_n // chunks)
     tiles = sum(row_tiles(m_n, mr))
@@ -599,7 +634,7 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
 
 
 def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0, prefetch=None,
-           ahead=0, packed_a=False, whole=False):
+           ahead=0, packed_a=False, whole=0, mr=None):
     """``run(a2, out, threads=1, shards=1)``: gemm's product of ``m_n`` rows by ``packed`` with everything but A
     (C-contiguous (M, K)) and the output (C-contiguous (M, N)) fixed now (a plan's bound call: the
     general path's per-call decisions, ~10-40 us a node, left out). One thread: the driver over every
@@ -607,10 +642,10 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
     else (and at more threads) ``gemm`` in ``shards``. ``bias``: N values (copied) or None.
     ``prefetch``: the one-thread driver's PREFETCH (None: PREFETCH's value now); ``ahead``: its tiles'
     B_AHEAD (0: none); ``packed_a``: the one-thread driver reads A packed into row tiles (pack_a), not A's rows;
-    ``whole``: its whole row tiles on the tiles without the last-row selects (driver's ``whole``)."""
+    ``whole``: the driver's (WHOLE_ONE_THREAD); ``mr``: the avx512 tiles' rows (MR_ONE_THREAD; None: MR's)."""
     k_n, n_n = packed.k_n, packed.n_n
-    mr = MR[kind]
-    block, blocks, groups, kc = plan(kind, m_n, k_n, n_n, 1)
+    mr = int(mr) if mr and kind == 2 else MR[kind]
+    block, blocks, groups, kc = plan(kind, m_n, k_n, n_n, 1, mr)
     bb = _own_bias(packed, bias)
     f32 = np.float32
     lo, hi, post = _clamp(code, p0, p1)
@@ -873,7 +908,7 @@ def _pair_descriptor(kind, post, mr, packed, lda, m_n, k_n, ldo, fvals, bias, a_
     counter)."""
     n_n, nr = packed.n_n, NR[kind]
     panels = -(-n_n // nr)
-    block, _blocks, _groups, kc = plan(kind, m_n, k_n, n_n, 1)
+    block, _blocks, _groups, kc = plan(kind, m_n, k_n, n_n, 1, mr)
     mode = fpair.axis(m_n, k_n, n_n, lda)
     tiles = sum(row_tiles(m_n, mr))
     if mode == fpair.ROWS and tiles >= 2:

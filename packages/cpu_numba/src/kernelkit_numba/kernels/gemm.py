@@ -286,9 +286,9 @@ class Gemm(NumbaKernel):
                     bias = None if c is None or beta == 0 else np.asarray(c, np.float32).reshape(n) * beta
                     pf = fgemm.PREFETCH_ONE_THREAD if serial else None
                     ahead, pack = (fgemm.B_AHEAD_ONE_THREAD, fgemm.PACK_A_ONE_THREAD) if serial else (0, False)
-                    whole = serial and fgemm.WHOLE_ONE_THREAD
+                    whole, mr = (fgemm.WHOLE_ONE_THREAD, fgemm.MR_ONE_THREAD) if serial else (0, None)
                     bound.extend((b, c, fgemm.serial(kind, packed, m, alpha, bias, code, p0, p1, pf, ahead, pack,
-                                                     whole)))
+                                                     whole, mr)))
                     return call(a, b, c, out=out)  # the first call bound too: at two threads the general
                     # path's pool job (gemm_nt's few rows) would start a worker that spins through every run
             return general(a, b, c, out)
