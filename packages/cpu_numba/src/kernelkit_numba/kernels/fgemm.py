@@ -84,21 +84,25 @@ KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 r
 # on transparent huge pages; read when a weight is packed; issue 11, session 13)
 PACK_ALIGN = 0
 HUGE_PAGE = 1 << 21
-# Gemm's one-thread bound call (the MLP's products) packs its B at a multiple of this many bytes (pack_b's align,
-# read when the weight is packed; 0: PACK_ALIGN): 64 puts every 64-byte vector of a panel in one cache line, where
-# NumPy's placement, 16 bytes past a line, splits each of the tile's two B loads a K step over two lines (issue 11,
-# session 16; ftile.PACK_ALIGN's 6-12 % on the rows tiles in session 15)
-PACK_ALIGN_ONE_THREAD = 0
-# Gemm's one-thread bound call runs its row tiles whose rows are all valid on tiles compiled for that (_driver's
-# ``whole``, cache names ``.w``; read when the call binds): row r of A at a constant r * lda, where the general
-# tile's select of the last valid row made each row's address a register of its own (the mixed 12/8-row
-# driver's K loop reloaded 14 of them from the stack a step: issue 11, session 16)
-WHOLE_ONE_THREAD = 0
-# Gemm's one-thread bound call's avx512 tiles have this many rows (None: MR's; 12: the 12-row tiles and 8-row ones
-# for the last rows, row_tiles: the MLP's 64 rows as 4 x 12 + 2 x 8, each column panel read 6 times from L2, not
-# 8; read when the call binds). Session 11 measured 12 slower (0.90x in turns): its K loop spilled the row
-# pointers, which WHOLE_ONE_THREAD's tiles do not (issue 11, session 16)
-MR_ONE_THREAD = None
+# Gemm's one-thread bound call (the MLP's products) takes three switches, read when the call binds (issue 11,
+# session 16; docs/numba.md, "The MLP's products at one thread: whole 12-row tiles"). Together, on the Xeon in turns
+# alone (12 rounds, --probe): numba 1t / them 1.05 (1.05 over the 12 rounds at one host speed), reference / them
+# 1.50 against 1.38; call 1's 12-row whole tiles inlined 1.06 (1.01-1.10, faster in all 10 rounds). Off: the values
+# in brackets.
+# - PACK_ALIGN_ONE_THREAD: its B packed at a multiple of this many bytes (pack_b's align; 0: PACK_ALIGN): 64 puts each
+#   64-byte vector of a panel in one cache line, where NumPy's placement (16 bytes past a line) splits each of the
+#   tile's two B loads a K step over two lines. Alone 1.01 in turns; the 12-row whole tiles without it 0.97-1.01. [0]
+# - WHOLE_ONE_THREAD: 1, its row tiles whose rows are all valid run tiles compiled for that (_driver's ``whole``:
+#   row r of A at a constant r * lda, where the general tile's select of the last valid row made each row's address
+#   a register of its own; cache names ``.w1``); 2, the same with every tile of the driver a function of its own
+#   (``.w2``). Stack accesses a K step in the compiled loops (AMD box's asm), the mixed driver's 12-row / 8-row
+#   tiles: general 10-14 / 17-20, whole inlined 3 / 8, whole apart 0 / 1-1.5; the 8-row driver's: 1.5, 0, 1-1.5. [0]
+# - MR_ONE_THREAD: its avx512 tiles' rows (None: MR's). 12: 12-row tiles and 8-row ones for the last rows (row_tiles:
+#   the MLP's 64 rows as 4 x 12 + 2 x 8, each column panel read 6 times from L2, not 8, and 24 FMAs a step against 14
+#   loads); session 11 measured it 0.90x, its K loop spilling the row pointers, which the whole tiles do not. [None]
+PACK_ALIGN_ONE_THREAD = 64
+WHOLE_ONE_THREAD = 2
+MR_ONE_THREAD = 12
 
 
 def aligned_empty(size: int, align: int) -> np.ndarray:
