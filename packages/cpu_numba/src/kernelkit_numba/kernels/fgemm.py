@@ -85,13 +85,13 @@ KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 r
 PACK_ALIGN = 0
 HUGE_PAGE = 1 << 21
 # Gemm's one-thread bound call (the MLP's products) takes three switches, read when the call binds (issue 11,
-# session 16; docs/numba.md, "The MLP's products at one thread: whole 12-row tiles"). Together, on the Xeon in turns
-# alone (12 rounds, --probe): numba 1t / them 1.05 (1.05 over the 12 rounds at one host speed), reference / them
-# 1.50 against 1.38; call 1's 12-row whole tiles inlined 1.06 (1.01-1.10, faster in all 10 rounds). Off: the values
-# in brackets.
+# session 16; docs/numba.md, "The MLP's products at one thread: whole 12-row tiles"). The three on (WHOLE 1), the
+# Xeon in turns alone: numba 1t / them 1.06 (1.01-1.10, faster in 10 of 10 rounds; reference / them 1.44 against
+# 1.35) in the first call, 1.04 (0.65-1.27, 8 of 12) in the second; with WHOLE 2, 1.05 (0.66-1.54, 7 of 12;
+# reference / them 1.50 against 1.38). Off: the values in brackets.
 # - PACK_ALIGN_ONE_THREAD: its B packed at a multiple of this many bytes (pack_b's align; 0: PACK_ALIGN): 64 puts each
 #   64-byte vector of a panel in one cache line, where NumPy's placement (16 bytes past a line) splits each of the
-#   tile's two B loads a K step over two lines. Alone 1.01 in turns; the 12-row whole tiles without it 0.97-1.01. [0]
+#   tile's two B loads a K step over two lines. Alone 1.01 in turns; the 12-row tiles without it 0.97. [0]
 # - WHOLE_ONE_THREAD: 1, its row tiles whose rows are all valid run tiles compiled for that (_driver's ``whole``:
 #   row r of A at a constant r * lda, where the general tile's select of the last valid row made each row's address
 #   a register of its own; cache names ``.w1``); 2, the same with every tile of the driver a function of its own
@@ -101,7 +101,7 @@ HUGE_PAGE = 1 << 21
 #   the MLP's 64 rows as 4 x 12 + 2 x 8, each column panel read 6 times from L2, not 8, and 24 FMAs a step against 14
 #   loads); session 11 measured it 0.90x, its K loop spilling the row pointers, which the whole tiles do not. [None]
 PACK_ALIGN_ONE_THREAD = 64
-WHOLE_ONE_THREAD = 2
+WHOLE_ONE_THREAD = 1
 MR_ONE_THREAD = 12
 
 
