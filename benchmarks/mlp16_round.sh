@@ -4,6 +4,9 @@
 # cold, GFLOP/s, every setting in one process) on CPU 2 beside the transformer's turns on 4,5 (fgemm.PACK_ALIGN
 # 64 for its MatMul products at one and two threads), then the MLP's turns alone on CPUs 0,1 (--probe). ~130 s.
 #     OUT=/tmp/out bash benchmarks/mlp16_round.sh
+# (Run while fgemm's three one-thread switches were off: since, numba 1t is what the variants measured; add
+# --variant1 "old=kernels.fgemm.PACK_ALIGN_ONE_THREAD=0;kernels.fgemm.WHOLE_ONE_THREAD=0;kernels.fgemm.MR_ONE_THREAD=0"
+# through MLP_MORE for the old code.)
 # Settings (kernels.fgemm): al = PACK_ALIGN_ONE_THREAD 64 (Gemm's one-thread B on a cache line), alw = al +
 # WHOLE_ONE_THREAD (whole row tiles without the last-row selects), alw12 = alw + 12/8-row tiles (MR.2 12); mlp_parts
 # also al12, alk256 / alwk256 (K chunks of 256), hp (B on huge pages), ala16 (B_AHEAD_ONE_THREAD 16).

@@ -3,6 +3,9 @@
 # (--probe) with the one-thread candidates against the defaults, then mlp_parts.py (each product alone, B cold) on
 # CPU 2. ~100 s.
 #     OUT=/tmp/out bash benchmarks/mlp16_round2.sh
+# (Run while fgemm's three one-thread switches were off: since, numba 1t is what the variants measured; add
+# --variant1 "old=kernels.fgemm.PACK_ALIGN_ONE_THREAD=0;kernels.fgemm.WHOLE_ONE_THREAD=0;kernels.fgemm.MR_ONE_THREAD=0"
+# through MLP_MORE for the old code.)
 # Settings (kernels.fgemm): new = PACK_ALIGN_ONE_THREAD 64 + WHOLE_ONE_THREAD 2 (whole row tiles, each tile a function
 # of its own) + MR_ONE_THREAD 12; nal = new without the alignment; w1m12 = the whole tiles inlined (WHOLE 1), 12 rows
 # (call 1's alw12); w2 = new with the 8-row tiles; w1 = the 8-row tiles inlined, aligned.
