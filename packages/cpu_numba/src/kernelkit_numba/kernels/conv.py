@@ -527,12 +527,13 @@ class Conv(NumbaKernel):
         elif winograd.usable4(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, n_n) and self._unbounded:
             u = self._transformed(w, w4, 4)
             packed = self._wino_packed(u, m_n, n_n * -(-oh_n // 4) * -(-ow_n // 4))
-            winograd.conv3x3_f4(x4, u, bias, y, z, ph, pw, inner, p0, p1, self._wino_scratch, packed)
+            winograd.conv3x3_f4(x4, u, bias, y, z, ph, pw, inner, p0, p1, self._wino_scratch, packed,
+                                self._wino_ahead())
         elif (winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, self._wino_small(x4.dtype, c_n, m_n))
               and not self._direct_small(x4.dtype, group, kh, kw, m_n, oh_n, ow_n)):
             u = self._transformed(w, w4, 2)
             packed = self._wino_packed(u, m_n, -(-oh_n // 2) * -(-ow_n // 2))
-            winograd.conv3x3(x4, u, bias, y, ph, pw, inner, p0, p1, self._wino_scratch, z, packed)
+            winograd.conv3x3(x4, u, bias, y, ph, pw, inner, p0, p1, self._wino_scratch, z, packed, self._wino_ahead())
         else:
             self._w_in = w  # the constant the packed weights are kept for
             self._gemm(x4, w4, y, group, bias, z)
@@ -565,6 +566,14 @@ class Conv(NumbaKernel):
             fn = winograd.transform_weights4 if variant == 4 else winograd.transform_weights
             self._w_src, self._w_variant, self._w_wino = w, variant, config.readonly(fn(w4))
         return self._w_wino
+
+    def _wino_ahead(self) -> int:
+        """winograd.AHEAD_ONE_THREAD as this kernel's first Winograd call found it (kept, as the bound calls keep
+        their switches: a session built under a variant keeps its value)."""
+        hit = self.__dict__.get("_wino_ahead_kept")
+        if hit is None:
+            hit = self._wino_ahead_kept = int(winograd.AHEAD_ONE_THREAD)
+        return hit
 
     def _wino_small(self, dtype, c_n, m_n) -> bool:
         """Whether F(2x2, 3x3) also takes maps of 7x7 to 13x13 (``winograd.usable``'s ``small``): where

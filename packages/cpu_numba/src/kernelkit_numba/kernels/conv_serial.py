@@ -669,9 +669,12 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
 # residual where the residual dies there (Conv.output_over_input; kernelkit.memory's kernel opt-in): no second
 # stream of 3.2 MB at 56x56, no read for ownership of the output's lines. Dev box (docs/numba.md, "The writes
 # after the K loop"): ResNet-50's +Z layers at 56x56 1.14-1.20x, 28x28 1.06-1.08x in the model, the next nodes
-# level (a prototype over every +Z layer); the Xeon unmeasured: off. Read when a session makes its memory plan
-# (residual_over; nodes_ab.py can switch it).
-RESIDUAL_IN_PLACE = False
+# level (a prototype over every +Z layer). On since session 16: the lead's call L1 (benchmarks/out15_round.sh, the
+# Xeon, alone on CPUs 0,1) read numba / ip 1.05-1.13 on the +Z kinds in both orders of nodes_ab.py (64->256@56 +Z
+# 1.11-1.13, 128->512@28 +Z 1.05), the other kinds level, and the whole ResNet-50 at one thread 1t / ip 1.03
+# (0.69-1.19, 8 rounds; reference / ip 1.55 against reference / 1t 1.50). Read when a session makes its memory plan
+# (residual_over; nodes_ab.py can switch it). A/B: kernels.conv_serial.RESIDUAL_IN_PLACE=0
+RESIDUAL_IN_PLACE = True
 
 
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:

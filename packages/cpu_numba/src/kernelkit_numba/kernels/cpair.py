@@ -172,6 +172,16 @@ COLS_AHEAD = 16
 # bit. Read when a layer binds. False: COLS_KC. Off: on the Xeon (ahead15_round.sh) 0.92-1.08x per 7x7 kind, on top
 # of the prefetch 0.94-1.04x. A/B: kernels.cpair.COLS_KC_ONE_THREAD=1
 COLS_KC_ONE_THREAD = False
+# The rows halves' pixel prefetch (issue 11, session 16; docs/numba.md, "The weights' prefetch in the Winograd
+# products"): > 0, a rows-tiles side that reads its pixel rows in place (ftile.pack_rows false: fewer than 128 weight
+# rows a side, ResNet-50's 256 -> 64 and 64 -> 64 at 56x56, both sides of a pixel cut) prefetches row k + ROWS_X_AHEAD's
+# pixels into L1 at step k (ftile.rows_driver_ahead, as a one-thread session's with ftile.ROWS_X_AHEAD_ONE_THREAD);
+# the packed sides keep the plain driver. The rows tiles' weights need none: a panel's (8 rows x K) stays in L1 over
+# the block's tiles. Read when a layer binds (Pair.xahead; the half of both values: half_address(ahead, xahead)). The
+# same values either way. 0: off. On the Xeon (benchmarks/wino16_round.sh, nodes_ab2t.py resnet50, two processes)
+# 256 -> 64 at 56x56 1.07-1.19x per kind (rnpair.WINO_AHEAD's session, which does not touch it: 0.90-0.94); whole
+# models with WINO_AHEAD above. A/B: kernels.cpair.ROWS_X_AHEAD=8
+ROWS_X_AHEAD = 0
 
 
 def cols_kc(l_n: int) -> int:
@@ -183,20 +193,22 @@ def cols_kc(l_n: int) -> int:
     return ftile.COLS_KC
 
 
-def _drivers(ahead: int = 0):
-    """(rows, cols, the six depthwise plane drivers) of KIND; the cols tiles prefetching their weights ``ahead``
-    steps on (0: none)."""
+def _drivers(ahead: int = 0, xahead: int = 0):
+    """(rows, rows reading in place, cols, the six depthwise plane drivers) of KIND; the cols tiles prefetching
+    their weights ``ahead`` steps on, the in-place rows tiles their pixel rows ``xahead`` (0: none, the rows
+    driver itself)."""
     dw = (dwtile._planes_r1, dwtile._planes_r1z, dwtile._planes_s2, dwtile._planes_s2z, dwtile._planes_p2,
           dwtile._planes_p2z)
-    return ftile.rows_driver(KIND), ftile.cols_driver_ahead(KIND, ahead), dw
+    return ftile.rows_driver(KIND), ftile.rows_driver_ahead(KIND, xahead), ftile.cols_driver_ahead(KIND, ahead), dw
 
 
-def _build(ahead: int = 0):
+def _build(ahead: int = 0, xahead: int = 0):
     """The compiled ``half(desc_address, side) -> 0`` (side 0 the caller's, 1 the helper's), a closure
     over the drivers of KIND (the cols tiles' weights prefetched ``ahead`` steps on: COLS_AHEAD's value
-    where the pair was bound), keyed for the disk cache by name (cache.CLOSURE_KEY, as ftile's
-    drivers); fpair's helper reaches it by address (``half_address``)."""
-    rows, cols, (dw0, dw1, dw2, dw3, dw4, dw5) = _drivers(ahead)
+    where the pair was bound; the in-place rows sides' pixels ``xahead``: ROWS_X_AHEAD's), keyed for the disk
+    cache by name (cache.CLOSURE_KEY, as ftile's drivers); fpair's helper reaches it by address
+    (``half_address``)."""
+    rows, rowsx, cols, (dw0, dw1, dw2, dw3, dw4, dw5) = _drivers(ahead, xahead)
     implicit = ftile.implicit_driver(KIND)
     phases = ftile.phases_padded
     mx1, mx2 = dwtile._max_planes_s1, dwtile._max_planes_s2
@@ -312,9 +324,12 @@ def _build(ahead: int = 0):
             x = numba.carray(_ptr(d[XA] + n * xs), (k_n * l_n,), f32)
             y = numba.carray(_ptr(d[YA] + n * ys + 4 * c0 * l_n), (mc * l_n,), f32)
             z = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + n * ys + 4 * c0 * l_n), (mc * l_n,), f32)
-            if mc > 0 and d[b + S_NP] > 0:
+            if mc > 0 and d[b + S_NP] > 0 and d[b + S_PACK] != 0:
                 rows(wp, k_n, mc, x, p0, l_n, d[b + S_NP], bias, zeros, z, has_z, lo, hi, y, p0, l_n, d[b + S_BLOCK],
-                     d[b + S_GROUPS], d[b + S_KC], d[b + S_PACK] != 0, scratch, 0, d[b + S_TOTAL])
+                     d[b + S_GROUPS], d[b + S_KC], True, scratch, 0, d[b + S_TOTAL])
+            elif mc > 0 and d[b + S_NP] > 0:  # (ROWS_X_AHEAD: the rows read in place)
+                rowsx(wp, k_n, mc, x, p0, l_n, d[b + S_NP], bias, zeros, z, has_z, lo, hi, y, p0, l_n, d[b + S_BLOCK],
+                      d[b + S_GROUPS], d[b + S_KC], False, scratch, 0, d[b + S_TOTAL])
             n = _image(d, b, side, n)
         if d[T_N] > 0:  # TAIL: the middle's units, claimed one at a time (one image)
             x = numba.carray(_ptr(d[XA]), (k_n * l_n,), f32)
@@ -336,7 +351,8 @@ def _build(ahead: int = 0):
                      d[T_KC], d[T_PACK] != 0, scratch, 0, d[T_TOTAL])
         return 0
 
-    setattr(half, CLOSURE_KEY, f"cpair.half.kind{KIND}" + (f".a{ahead}" if ahead else ""))
+    key = f"cpair.half.kind{KIND}" + (f".a{ahead}" if ahead else "") + (f".x{xahead}" if xahead else "")
+    setattr(half, CLOSURE_KEY, key)
     return jit(half)
 
 
@@ -351,10 +367,10 @@ def _image(d, b, side, prev):
 
 
 @functools.cache
-def half_address(ahead: int = 0) -> int:
-    """The C address of the compiled half whose cols tiles prefetch ``ahead`` steps on (compiled or loaded
-    now; fpair.half_address's way), 0 where there is none."""
-    return pairs.function_address(_build(ahead))
+def half_address(ahead: int = 0, xahead: int = 0) -> int:
+    """The C address of the compiled half whose cols tiles prefetch ``ahead`` steps on and whose in-place rows
+    tiles ``xahead`` (compiled or loaded now; fpair.half_address's way), 0 where there is none."""
+    return pairs.function_address(_build(ahead, xahead))
 
 
 @jit
@@ -376,7 +392,7 @@ def pair_run(ctl, desc, x, y, z, s0, s1) -> int:
     return fpair.pair_job(ctl, desc)
 
 
-_ready: dict = {}  # COLS_AHEAD's value -> [the half's address] once made ready
+_ready: dict = {}  # (COLS_AHEAD's value, ROWS_X_AHEAD's) -> [the half's address] once made ready
 _ready_lock = threading.Lock()
 
 
@@ -400,13 +416,13 @@ def _warm() -> None:
     pair_run(held, np.zeros(NDESC, np.int64), x, np.zeros((1, 1, 1, 1), np.float32), x, s, s)
 
 
-def prepare(ahead: int = 0) -> int:
-    """Compile (or load) fpair's sides and this module's half (its cols tiles prefetching ``ahead`` steps on)
-    and caller on the calling thread (fpair.prepare_family): the half's address, 0 where there is no pair (no
-    cycle counter, no compiled code)."""
+def prepare(ahead: int = 0, xahead: int = 0) -> int:
+    """Compile (or load) fpair's sides and this module's half (its cols tiles prefetching ``ahead`` steps on, its
+    in-place rows tiles ``xahead``) and caller on the calling thread (fpair.prepare_family): the half's address, 0
+    where there is no pair (no cycle counter, no compiled code)."""
     with _ready_lock:
-        ready = _ready.setdefault(int(ahead), [])
-    return fpair.prepare_family(ready, _ready_lock, functools.partial(half_address, int(ahead)), _warm)
+        ready = _ready.setdefault((int(ahead), int(xahead)), [])
+    return fpair.prepare_family(ready, _ready_lock, functools.partial(half_address, int(ahead), int(xahead)), _warm)
 
 
 def _setting() -> str:
@@ -453,7 +469,7 @@ class Pair:
     per-call addresses written by pair_run), the arrays it points to, the two sides' scratch sizes."""
 
     __slots__ = ("desc", "keep", "bound", "size0", "size1", "fill", "fn", "entry", "strict", "whole", "rule",
-                 "follow", "ahead")
+                 "follow", "ahead", "xahead")
 
     def __init__(self, desc, size0: int, size1: int, fill, strict: bool = True):
         self.desc, self.size0, self.size1, self.fill = desc, size0, size1, fill
@@ -467,6 +483,7 @@ class Pair:
         # the setter (cut -> the sides' scratch floats)]
         self.ahead = int(COLS_AHEAD)  # the half's cols prefetch (COLS_AHEAD at bind: every pair of a process the
         # same half where the switch is not changed)
+        self.xahead = int(ROWS_X_AHEAD)  # its in-place rows tiles' pixel prefetch (ROWS_X_AHEAD at bind)
         self.rule = None  # else the stall rule, (strict, hiccup_s) of PairServer.result (rnpair.py's parallel
         # one-image ResNet layers: fpair's slack and the pool's two-stalls rule)
 
@@ -475,7 +492,7 @@ class Pair:
         one-thread call); False too where another caller holds the slot. ``w``, ``bias``: the bound
         call's constants (by identity: a new pair of them is written into the descriptor)."""
         if not self.desc[FN]:  # both sides compiled at the first call, not at bind (a tiered start's trial
-            address = prepare(self.ahead)  # compiles them off the model's thread, as the node's kernels)
+            address = prepare(self.ahead, self.xahead)  # compiles them off the model's thread, as the node's kernels)
             if not address:
                 return False
             self.desc[FN] = address

@@ -1089,6 +1089,18 @@ def cols8_driver():
                         narrow=_narrow("avx512", 3, 8))
 
 
+@_built_once
+def cols8_driver_ahead(ahead: int):
+    """cols8_driver() whose tiles (the narrow ones too) also prefetch into L1, at step k, their weights' row
+    k + ``ahead`` (as cols_driver_ahead's); 0: cols8_driver() itself. Winograd's batched products take it
+    (batched_gemms' ``ahead``)."""
+    if not ahead:
+        return cols8_driver()
+    narrow = tuple(_cols_intrinsic("avx512", n, 8, z, 48, ahead=ahead) for n in (1, 2) for z in (False, True))
+    return _cols_driver(COLS8_KIND, *(_cols_intrinsic("avx512", 3, 8, z, ahead=ahead) for z in (False, True)), mp=8,
+                        narrow=narrow, suffix=f"_a{ahead}")
+
+
 COLS_SHAPES = ((3, 7), (3, 8), (4, 6))  # (channel vectors, pixels) of cols_shape_driver's avx512 tiles
 
 
@@ -1138,22 +1150,34 @@ def conv_cols8(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc
 # ------------------------------------------------------------------------ Winograd's batched GEMMs
 def pack_batched(u: np.ndarray, width: int) -> np.ndarray:
     """(P, M, C) weights (Winograd's transformed U, one (M, C) matrix per position) packed per
-    position into panels of ``width`` rows: (P, panels * width * C), starting on PACK_ALIGN bytes."""
-    rows = [pack_weights(np.ascontiguousarray(u[i], np.float32), width) for i in range(u.shape[0])]
-    out = config.aligned_empty(len(rows) * rows[0].size, np.float32, PACK_ALIGN).reshape(len(rows), rows[0].size)
-    for i, row in enumerate(rows):
+    position into panels of ``width`` rows: (P, panels * width * C), starting on PACK_ALIGN bytes. Each position
+    is packed into its row of the result in turn: one position's temporary at a time, not a second copy of all."""
+    out = None
+    for i in range(u.shape[0]):
+        row = pack_weights(np.ascontiguousarray(u[i], np.float32), width)
+        if out is None:
+            out = config.aligned_empty(u.shape[0] * row.size, np.float32, PACK_ALIGN).reshape(u.shape[0], row.size)
         out[i] = row
     return out
 
 
-def _batched_driver(kind: int, cols: int):
+def _batched_driver(kind: int, cols: int, ahead: int = 0):
     """batched_gemms' loops for variant ``kind`` on the cols tiles (``cols`` 1, or 2: the 8-pixel
     ones) or the rows tiles (0): one
     closure each, so that a process compiles only the driver it calls. ``no`` (False), ``zero`` (0)
     and ``kc`` come as arguments: a constant passed to a jitted function is typed as a literal, and
-    the tiles' driver would be compiled again for it (conv.py passes them from Python: bool, int64)."""
+    the tiles' driver would be compiled again for it (conv.py passes them from Python: bool, int64).
+    ``ahead`` (cols tiles only; 0: none): the tiles prefetch their weights' row k + ahead into L1 at step
+    k (cols_driver_ahead, cols8_driver_ahead): a position's panel comes from L3 or memory at its first
+    tile (Winograd's transformed weights, 2.4-9.4 MB a layer)."""
     width = COLS_WIDTH[kind] if cols else MR[kind]
-    tiles = (cols8_driver() if cols == 2 else cols_driver(kind)) if cols else rows_driver(kind)
+    ahead = int(ahead) if cols else 0
+    if cols == 2:
+        tiles = cols8_driver_ahead(ahead)
+    elif cols:
+        tiles = cols_driver_ahead(kind, ahead)
+    else:
+        tiles = rows_driver(kind)
 
     def gemms_cols(wp, m_n, c_n, v, nt, mo, zeros, groups, no, zero, kc, scratch, s_lo, s_hi):
         panels = (m_n + width - 1) // width
@@ -1186,14 +1210,21 @@ def _batched_driver(kind: int, cols: int):
             tiles(wp[i], c_n, m_n, v[i, :c_n * nt], zero, nt, nt, zeros, zeros, zeros, no, -inf, inf,
                   mo[i, :m_n * nt], zero, nt, nt, panels, kc, no, scratch, q0, q1)
 
-    name = {0: "batched_rows", 1: "batched_cols", 2: "batched_cols8"}[cols]
+    name = {0: "batched_rows", 1: "batched_cols", 2: "batched_cols8"}[cols] + (f"_a{ahead}" if ahead else "")
     return _variant_jit(gemms_cols if cols else gemms_rows, name, kind)
 
 
-_batched = _built_once(_batched_driver)
+_batched_built = _built_once(_batched_driver)
 
 
-def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, scratch, s_lo, s_hi):
+@functools.wraps(_batched_driver)
+def _batched(kind: int, cols: int, ahead: int = 0):
+    """_batched_driver(kind, cols, ahead) made once per (kind, cols, ahead), ``ahead`` 0 on the rows tiles (one key
+    a driver however it is asked for)."""
+    return _batched_built(kind, int(cols), int(ahead) if cols else 0)
+
+
+def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, scratch, s_lo, s_hi, ahead=0):
     """Shards [s_lo, s_hi) of P products ``mo[i, :m_n * nt] = U[i] @ v[i, :c_n * nt]`` (row-major
     (M, nt) and (C, nt) blocks at the start of each row of ``v`` and ``mo``; ``wp`` pack_batched's
     panels): shard s is position s // groups, weight-panel group s % groups (``groups`` < 0: group
@@ -1202,14 +1233,15 @@ def batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups, scratch, s
     tiles (``cols`` 0: width MR, K in equal chunks of at most KC) without an epilogue; ``scratch`` at
     least scratch_size(kind, cols, nt) floats. Only the driver of (kind, cols) is compiled; ``v`` is
     passed read-only, so that its rows reach the tiles' driver with the types conv.py's calls give
-    it (one compiled driver serves both)."""
+    it (one compiled driver serves both). ``ahead``: the cols tiles' weight prefetch (_batched_driver's; the
+    same values either way)."""
     if cols:
         kc = COLS_KC
     else:
         chunks = -(-c_n // KC)
         kc = -(-c_n // chunks)
-    _batched(kind, int(cols))(wp, m_n, c_n, config.readonly(v), nt, mo, zeros, groups, False, 0, kc, scratch, s_lo,
-                              s_hi)
+    _batched(kind, cols, ahead)(wp, m_n, c_n, config.readonly(v), nt, mo, zeros, groups, False, 0, kc, scratch, s_lo,
+                                s_hi)
 
 
 def scratch_size(kind: int, cols: int, n_pix: int, block: int = 0, kc: int = 0, pack: bool = False) -> int:

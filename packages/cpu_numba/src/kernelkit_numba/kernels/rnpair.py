@@ -183,6 +183,17 @@ BY_M_TILES = 0
 # on CPUs 0,1, 8 rounds, docs/benchmarks.md "Round 15") default / both off 0.94 (0.82-1.02) on ResNet-50 and 0.95 on
 # ResNet-18. A/B: kernels.rnpair.DIRECT_AHEAD=0
 DIRECT_AHEAD = 16
+# The Winograd pairs' weight prefetch (issue 11, session 16; docs/numba.md, "The weights' prefetch in the Winograd
+# products"): > 0, the batched products of the F(4x4) and F(2x2) pairs on ftile's cols tiles (the 128@28 layers' sides
+# of 24-25 tiles, the 256@14 layers' channel halves: each side's panels from L3 or memory at their first tile)
+# prefetch their weights' row k + WINO_AHEAD into L1 at step k (ftile.batched_gemms' ``ahead``); the rows tiles (the
+# 64@56 layers) keep theirs. Read when a layer binds, as DIRECT_AHEAD: the half is the compiled half of both values
+# (half_address(ahead, wino)). The same values either way. 0: off. Per kind on the Xeon (benchmarks/wino16_round.sh,
+# nodes_ab2t.py, three processes beside other jobs) the touched layers 1.08-1.25x faster (their two threads at
+# 0.52-0.61 of one thread's time against 0.58-0.76), the Conv sums 1.02-1.06; in turns (beside other jobs) default / it
+# with ROWS_X_AHEAD 1.03 (ResNet-50) and 1.00 (ResNet-18), loaded 1.01 and 0.91: off until a quiet run alone decides.
+# A/B: kernels.rnpair.WINO_AHEAD=16
+WINO_AHEAD = 0
 
 OP_WINO, OP_DIRECT, OP_WINO2 = 0, 1, 2
 # desc: the half's address, the op, the per-call addresses (x, y, z), has_z, the float values (lo, hi,
@@ -202,12 +213,13 @@ T_CLAIM, T_N, T_START = SIDE0 + 2 * SIDE_N, SIDE0 + 2 * SIDE_N + 1, SIDE0 + 2 * 
 NDESC = SIDE0 + 2 * SIDE_N + 3
 
 
-def _build(ahead: int = 0):
+def _build(ahead: int = 0, wino: int = 0):
     """The compiled ``half(desc_address, side) -> 0`` (side 0 the caller's, 1 the helper's): a closure
-    over winograd's tile transforms, ftile's batched products (kind 2, rows and both cols tiles) and
+    over winograd's tile transforms, ftile's batched products (kind 2, rows and both cols tiles, the cols
+    tiles' weights prefetched ``wino`` steps on: WINO_AHEAD's value where the pair was bound) and
     fdirect's drivers (3 x 7 tiles, strides 1 and 2, their weights prefetched ``ahead`` steps on:
-    DIRECT_AHEAD's value where the pair was bound), cached on disk by name."""
-    bat0, bat1, bat2 = (ftile._batched(KIND, c) for c in (0, 1, 2))
+    DIRECT_AHEAD's value), cached on disk by name."""
+    bat0, bat1, bat2 = (ftile._batched(KIND, c, wino if c else 0) for c in (0, 1, 2))
     drv1, drv2 = (fdirect.driver_ahead(s, 3, fdirect.MP, ahead) for s in (1, 2))
     tin, tout = winograd._input_tiles4, winograd._output_tiles4
     tin2, tout2 = winograd._input_transform, winograd._output_transform
@@ -311,15 +323,16 @@ def _build(ahead: int = 0):
             tout(mo, y, bias, z, has_z, th_n, tw_n, d[CODE], fv[2], fv[3], b0, b1, 0, m_n)
         return 0
 
-    setattr(half, CLOSURE_KEY, f"rnpair.half.kind{KIND}" + (f".a{ahead}" if ahead else ""))
+    key = f"rnpair.half.kind{KIND}" + (f".a{ahead}" if ahead else "") + (f".w{wino}" if wino else "")
+    setattr(half, CLOSURE_KEY, key)
     return jit(half)
 
 
 @functools.cache
-def half_address(ahead: int = 0) -> int:
-    """The C address of the compiled half whose direct tiles prefetch ``ahead`` steps on (compiled or loaded
-    now), 0 where there is none."""
-    return pairs.function_address(_build(ahead))
+def half_address(ahead: int = 0, wino: int = 0) -> int:
+    """The C address of the compiled half whose direct tiles prefetch ``ahead`` steps on and whose Winograd
+    products' cols tiles ``wino`` (compiled or loaded now), 0 where there is none."""
+    return pairs.function_address(_build(ahead, wino))
 
 
 @jit
@@ -350,7 +363,7 @@ def pair_run(ctl, desc, x, y, z, v0, mo0, s0, v1, mo1, s1, alone) -> int:
     return fpair.pair_job(ctl, desc)
 
 
-_ready: dict = {}  # DIRECT_AHEAD's value -> [the half's address] once made ready
+_ready: dict = {}  # (DIRECT_AHEAD's value, WINO_AHEAD's) -> [the half's address] once made ready
 _ready_lock = threading.Lock()
 
 
@@ -362,12 +375,13 @@ def _warm() -> None:
     pair_run(held, np.zeros(NDESC, np.int64), s, s, s, s, s, s, s, s, s, False)
 
 
-def prepare(ahead: int = 0) -> int:
-    """Compile (or load) fpair's sides, this module's half (its direct tiles prefetching ``ahead`` steps on) and
-    its caller on the calling thread (fpair.prepare_family): the half's address, 0 where there is no pair."""
+def prepare(ahead: int = 0, wino: int = 0) -> int:
+    """Compile (or load) fpair's sides, this module's half (its direct tiles prefetching ``ahead`` steps on, its
+    Winograd products' cols tiles ``wino``) and its caller on the calling thread (fpair.prepare_family): the half's
+    address, 0 where there is no pair."""
     with _ready_lock:
-        ready = _ready.setdefault(int(ahead), [])
-    return fpair.prepare_family(ready, _ready_lock, functools.partial(half_address, int(ahead)), _warm)
+        ready = _ready.setdefault((int(ahead), int(wino)), [])
+    return fpair.prepare_family(ready, _ready_lock, functools.partial(half_address, int(ahead), int(wino)), _warm)
 
 
 def enabled() -> bool:
@@ -379,11 +393,12 @@ def enabled() -> bool:
 class Pair:
     """One bound layer's pair: its descriptor, the arrays it points to, the sides' buffer sizes."""
 
-    __slots__ = ("desc", "keep", "sizes", "prep", "bound", "balance", "direct", "ahead")
+    __slots__ = ("desc", "keep", "sizes", "prep", "bound", "balance", "direct", "ahead", "wino")
 
     def __init__(self, desc, sizes, prep):
         self.desc, self.sizes, self.prep = desc, sizes, prep
         self.ahead = int(DIRECT_AHEAD)  # the half's direct prefetch (DIRECT_AHEAD at bind)
+        self.wino = int(WINO_AHEAD)  # its Winograd products' (WINO_AHEAD at bind)
         self.keep: tuple = ()
         self.bound = None  # the weight the descriptor's packed panels come from
         # BALANCE (an F(4x4) layer's moving cut): [the smoothed cut, its least, its most, the tiles, C, M]
@@ -397,7 +412,7 @@ class Pair:
         False where nothing was done (no compiled half, the pool's worker spinning, another caller in
         the slot): the caller takes the general path. ``x``, ``y``, ``z``: one image (3-D)."""
         if not self.desc[FN]:
-            address = prepare(self.ahead)
+            address = prepare(self.ahead, self.wino)
             if not address:
                 return False
             self.desc[FN] = address

@@ -149,20 +149,22 @@ def usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, small: bool = False) -> bo
     return kh == kw == 3 and sh == sw == dh == dw == 1 and group == 1 and oh_n * ow_n >= (49 if small else 196)
 
 
-def gemms(v, mo, u, m_n, c_n, nt, packed) -> None:
+def gemms(v, mo, u, m_n, c_n, nt, packed, ahead: int = 0) -> None:
     """The P position products mo[i, :m_n * nt] = u[i] @ v[i, :c_n * nt] (P = 16 or 36), sharded
     over positions and output-channel blocks: on ftile's micro-kernels when ``packed`` is
-    (kind, cols, panels of u: ftile.pack_batched), else one BLAS call a shard."""
-    fn, count = _gemm_part(v, mo, u, m_n, c_n, nt, packed)
+    (kind, cols, panels of u: ftile.pack_batched), else one BLAS call a shard; ``ahead``: the cols
+    tiles' weight prefetch (ftile.batched_gemms', AHEAD_ONE_THREAD)."""
+    fn, count = _gemm_part(v, mo, u, m_n, c_n, nt, packed, ahead=ahead)
     if count <= 1:
         fn(0)
         return
     config.run_shards(fn, count)
 
 
-def _gemm_part(v, mo, u, m_n, c_n, nt, packed, guided: bool = False):
+def _gemm_part(v, mo, u, m_n, c_n, nt, packed, guided: bool = False, ahead: int = 0):
     """``gemms``' shards as ``(fn, count)`` (``fn(i)`` runs shard i; a phase of ``config.run_phases``);
-    ``guided``: large shards first and small last (config.guided) where the units allow it."""
+    ``guided``: large shards first and small last (config.guided) where the units allow it; ``ahead``:
+    gemms'."""
     positions = u.shape[0]
     threads = config.current_threads() if guided else 1
     gemm_work = 2.0 * positions * m_n * c_n * nt
@@ -179,7 +181,7 @@ def _gemm_part(v, mo, u, m_n, c_n, nt, packed, guided: bool = False):
 
         def batched(i):
             ftile.batched_gemms(kind, cols, wp, m_n, c_n, v, nt, mo, zeros, groups,
-                                config.thread_buffer("ftile", size, np.float32), bounds[i], bounds[i + 1])
+                                config.thread_buffer("ftile", size, np.float32), bounds[i], bounds[i + 1], ahead)
 
         return batched, len(bounds) - 1
     # BLAS: a shard is a run of positions (and, with fewer positions than shards, a block of output
@@ -265,10 +267,11 @@ def _gemms_out(v, mo, u, m_n, c_n, nt, packed, out_args) -> bool:
     return True
 
 
-def conv3x3(x, u, bias, y, ph, pw, code, p0, p1, scratch, z=None, packed=None) -> None:
+def conv3x3(x, u, bias, y, ph, pw, code, p0, p1, scratch, z=None, packed=None, ahead: int = 0) -> None:
     """y (N, M, OH, OW) = act(conv(x (N, C, H, W)) + bias (+ z)) with transformed weights u (16, M, C);
     z: the fused residual shaped like y, or None. ``scratch`` holds (v, mo) buffers reused between
-    calls (dict, filled here); ``packed``: see ``gemms``."""
+    calls (dict, filled here); ``packed``: see ``gemms``; ``ahead``: the products' weight prefetch at one
+    thread (AHEAD_ONE_THREAD's value, which the caller keeps)."""
     n_n, c_n = x.shape[:2]
     m_n, oh_n, ow_n = y.shape[1:]
     th_n, tw_n = (oh_n + 1) // 2, (ow_n + 1) // 2
@@ -298,7 +301,7 @@ def conv3x3(x, u, bias, y, ph, pw, code, p0, p1, scratch, z=None, packed=None) -
         config.parallel_for(_input_transform, c_n, in_args, _TRANSFORM_WORK * c_n * t_n)
         if packed is not None and _gemms_out(v, mo, u, m_n, c_n, t_n, packed, out_args):
             continue
-        gemms(v, mo, u, m_n, c_n, t_n, packed)
+        gemms(v, mo, u, m_n, c_n, t_n, packed, ahead if threads == 1 else 0)
         config.parallel_for(_output_transform, m_n, (mo, *out_args), _OUT_WORK * m_n * t_n)
 
 
@@ -459,10 +462,10 @@ def usable4(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, batch) -> bool:
     return batch * oh_n * ow_n >= F4_MIN_OUTPUTS
 
 
-def conv3x3_f4(x, u, bias, y, z, ph, pw, code, p0, p1, scratch, packed=None) -> None:
+def conv3x3_f4(x, u, bias, y, z, ph, pw, code, p0, p1, scratch, packed=None, ahead: int = 0) -> None:
     """y (N, M, OH, OW) = act(conv(x (N, C, H, W)) + bias (+ z)) with weights u (36, M, C) from
     ``transform_weights4``; z: the fused residual, shaped like y, or None. ``scratch`` holds the
-    (v, mo) buffers reused between calls; ``packed``: see ``gemms``."""
+    (v, mo) buffers reused between calls; ``packed``: see ``gemms``; ``ahead``: conv3x3's."""
     n_n, c_n = x.shape[:2]
     m_n, oh_n, ow_n = y.shape[1:]
     th_n, tw_n = (oh_n + 3) // 4, (ow_n + 3) // 4
@@ -477,9 +480,10 @@ def conv3x3_f4(x, u, bias, y, z, ph, pw, code, p0, p1, scratch, packed=None) -> 
     in_args = (x, v, ph, pw, th_n, tw_n)
     out_args = (mo, y, bias, config.readonly(zz), has_z, th_n, tw_n, code, p0, p1)
     threads = config.current_threads()
+    ahead = ahead if threads == 1 else 0
     if tiles_usable(n_n, threads, nt):  # one job, a run of tiles a thread (TILES)
         _by_tiles(x[0], u, y[0], (bias, config.readonly(zz[0]), has_z, th_n, tw_n, code, p0, p1), ph, pw,
-                  th_n, tw_n, packed, threads)
+                  th_n, tw_n, packed, threads, ahead)
         return
     if PHASED and threads > 1:  # one job of three phases (PHASED)
         config.run_phases([
@@ -490,7 +494,7 @@ def conv3x3_f4(x, u, bias, y, z, ph, pw, code, p0, p1, scratch, packed=None) -> 
                              config.phase_count(n_n * m_n, _OUT4_WORK * m_n * nt, threads))])
         return
     config.parallel_for(_input_transform4, n_n * c_n, in_args, _TRANSFORM4_WORK * c_n * nt)
-    gemms(v, mo, u, m_n, c_n, nt, packed)
+    gemms(v, mo, u, m_n, c_n, nt, packed, ahead)
     config.parallel_for(_output_transform4, n_n * m_n, out_args, _OUT4_WORK * m_n * nt)
 
 
@@ -513,6 +517,17 @@ TILES = True
 # 1.31, of 25: 1.54: narrower products), the 128@28 layer 0.97 against 1.03 (bench_wino_tiles.py --serial).
 TILE_BYTES = 2 << 20
 SERIAL_TILES = True
+# The products' weight prefetch at one thread (issue 11, session 16; docs/numba.md, "The weights' prefetch in the
+# Winograd products"): > 0, a one-thread call's batched products on ftile's cols tiles (ResNet's 128@28 F(4x4) and
+# 256@14 F(2x2) layers: 36 or 16 positions' panels, 2.4 and 4.2 MB, from L3 or memory at each panel's first tile)
+# prefetch their weights' row k + AHEAD_ONE_THREAD into L1 at step k (ftile.batched_gemms' ``ahead``, as
+# conv.COLS_AHEAD_ONE_THREAD for the 1x1 layers). The rows tiles and BLAS keep theirs. Read by a Conv at its first
+# Winograd call (kept: nodes_ab.py can switch it). The prefetch changes no arithmetic: the same values either way.
+# Off: on the Xeon (benchmarks/wino16_round.sh, nodes_ab.py, eight jobs side by side) ResNet-18's 128@28 and 256@14
+# layers 1.13-1.22x per kind (ctl 1.00-1.06), ResNet-50's same shapes 1.00-1.03 (its variant session 0.92-0.98 on
+# the untouched 1x1 layers); in turns 1t / a16 1.10 (ResNet-18) and 0.89 (ResNet-50), within the rounds' spread.
+# A/B: kernels.winograd.AHEAD_ONE_THREAD=16
+AHEAD_ONE_THREAD = 0
 
 
 @jit_ordered
@@ -571,10 +586,11 @@ def tile_blocks(tiles: int, c_n: int, m_n: int, itemsize: int = 4, budget: int |
     return max(1, min(tiles, -(-tiles * 36 * (c_n + m_n) * itemsize // budget)))
 
 
-def _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, t0, t1) -> None:
+def _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, ahead, t0, t1) -> None:
     """Tiles [t0, t1) of a one-image F(4x4, 3x3) layer on the calling thread: per block (TILE_BYTES),
     the input transform, the 36 products and the output transform, in the thread's
-    own buffers (``out_tail``: ``_output_tiles4``'s arguments after y up to its tile range)."""
+    own buffers (``out_tail``: ``_output_tiles4``'s arguments after y up to its tile range); ``ahead``:
+    the cols tiles' weight prefetch (gemms')."""
     c_n, m_n = x0.shape[0], y0.shape[0]
     blocks = tile_blocks(t1 - t0, c_n, m_n, x0.itemsize)
     for i in range(blocks):
@@ -590,11 +606,12 @@ def _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, t0, t1) -> None:
             kind, cols, wp, zeros = packed
             cols = ftile.cols_mode(kind, nl) if cols else 0  # the same panels (COLS_WIDTH) either way
             ftile.batched_gemms(kind, cols, wp, m_n, c_n, v, nl, mo, zeros, 1,
-                                config.thread_buffer("ftile", ftile.scratch_size(kind, cols, nl), np.float32), 0, 36)
+                                config.thread_buffer("ftile", ftile.scratch_size(kind, cols, nl), np.float32), 0, 36,
+                                ahead)
         _output_tiles4(config.readonly(mo), y0, *out_tail, b0, b1, 0, m_n)
 
 
-def _by_tiles(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, threads) -> None:
+def _by_tiles(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, threads, ahead: int = 0) -> None:
     """A one-image F(4x4, 3x3) layer as one job of a run of tiles a thread (TILES): at two threads
     the caller's run first, the worker's second (the caller's share a little larger:
     halves.caller_parts), and where the map has enough tiles a last run (TAIL_SHARE) for whichever
@@ -603,7 +620,7 @@ def _by_tiles(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, threads) -> None:
     c_n, m_n = x0.shape[0], y0.shape[0]
 
     def part(t0, t1):
-        return lambda: _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, t0, t1)
+        return lambda: _tiles_run(x0, u, y0, out_tail, ph, pw, th_n, tw_n, packed, ahead, t0, t1)
 
     if threads <= 1:
         part(0, nt)()
