@@ -94,6 +94,24 @@ DW_FNS = ("r1", "r1z", "s2", "s2z", "p2", "p2z", "max1", "max2")  # DWFN: dwtile
 # the end wait), MobileNetV2's smallest layers ~25 us.
 MIN_US = 12.0
 FLOPS_PER_US = 6.0e4
+# Even halves for the serial pairs' 1x1 layers (issue 11, session 16; docs/numba.md, "MobileNetV2's small layers at
+# two threads"). SPLIT_SERIAL: COLS_SPLIT's cut (the 48-channel cols panel at the middle split by pixels, whole tiles of
+# 7) for the one-image serial pairs too (MobileNetV2's 7x7 layers), where whole panels gave 160 channels (three panels
+# and one of 16) as 96 against 64 and 320 as 192 against 128. PIXEL_EVEN: a serial pair by pixels cuts at the tile
+# boundary nearest the middle pixel, where it took the first half of the tiles rounded up (196 pixels, six tiles of 32
+# and one of 4, as 128 against 68; 784 as 416 against 368). Each half is still one call of the one-thread driver
+# over its part: the output is the one-thread path's bit for bit. Read when a layer binds.
+SPLIT_SERIAL = False
+PIXEL_EVEN = False
+# The serial pairs' 1x1 layers on the cols tiles up to this many output pixels (issue 11, session 16, same section), as
+# a one-thread session runs them (conv.FTILE_COLS_MAX_ONE_THREAD: MobileNetV2's 14x14 projections, 576 -> 96, 384 -> 64,
+# 384 -> 96, 192 -> 64; the expansions' K of 64 and 96 stays below conv.FTILE_COLS_MIN_K), where the two-thread session
+# ran them on the rows tiles (conv.FTILE_COLS_MAX, 64): on the Xeon those pairs ran at 0.89-1.00 of the one-thread time
+# (nodes_ab2t.py, two calls), the layers that pair on the cols tiles at 7x7 at 0.59-0.78. Such a pair cuts as
+# SPLIT_SERIAL does (64 channels: a panel of 48 and one of 16). Each half is the one-thread driver over its part: the
+# output is the one-thread path's bit for bit. Read when a layer binds (conv_serial._bind). 0: FTILE_COLS_MAX's rule.
+# Off: not measured on the Xeon. A/B: kernels.cpair.SERIAL_COLS_MAX=196
+SERIAL_COLS_MAX = 0
 # the split of a 1x1 layer on the rows tiles: "auto" (an expansion, more output channels than input ones, by
 # channels, as the depthwise layer after it; a projection by pixels where it has at least PIXEL_TILES tiles
 # of pixels, else by channels where its panels split evenly, else by pixels), "channels", "pixels"
@@ -589,7 +607,7 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
         size = ftile.scratch_size(KIND, True, l_n)
         desc[KC] = cols_kc(l_n)
         desc[s0 + S_C0], desc[s0 + S_MC], desc[s1 + S_C0], desc[s1 + S_MC] = 0, cut, (0 if images else cut), panels
-        if split and COLS_SPLIT and not images and n_n == 1:
+        if (split or SPLIT_SERIAL or l_n > _cols_max()) and COLS_SPLIT and not images and n_n == 1:
             q, a = cols_split(m_n, l_n)
             cut = q + int(a > 0)  # (the channel cut below: the split panel counts as the caller's)
             desc[s0 + S_MC], desc[s1 + S_C0] = q, cut
@@ -621,6 +639,8 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
             channel_cut = c
         elif tiles >= 2:
             p = -(-tiles // 2) * nr
+            if PIXEL_EVEN and not split:  # the tile boundary nearest the middle pixel
+                p = min((tiles - 1) * nr, max(nr, int(round(l_n / (2 * nr))) * nr))
             parts = ((0, m_n, 0, p), (0, m_n, p, l_n - p))
             channel_cut = None
         else:
