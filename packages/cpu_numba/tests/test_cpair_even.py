@@ -1,11 +1,14 @@
 """Even halves for the serial pairs' 1x1 layers (issue 11, session 16; docs/numba.md, "MobileNetV2's small layers at
 two threads"): cpair.SPLIT_SERIAL (the cols panel at the middle split by pixels in a one-image serial pair, as
-COLS_SPLIT's in the bound parallel call) and cpair.PIXEL_EVEN (a cut by pixels at the tile boundary nearest the
-middle). Each half is one call of the one-thread driver over its part, so the caller alone (the helper 'spinning' but
-never coming) equals the one-thread path bit for bit and the helper's half run by hand equals the caller's copy
-(test_cpair's check), and the cut is the even one: odd panel counts (160 and 320 channels of 48-channel panels, 40
-channels of 8-row panels), maps whose last tile is short (196, 784 pixels), the residual and the clamp; the
-depthwise layer after a split expansion cuts its planes at the split panel's end."""
+COLS_SPLIT's in the bound parallel call), cpair.PIXEL_EVEN (a cut by pixels at the tile boundary nearest the middle)
+and cpair.SERIAL_COLS_MAX (the 14x14 layers' pairs on the cols tiles). Each half is one call of the one-thread driver
+over its part, so the caller alone (the helper 'spinning' but never coming) equals the one-thread path bit for bit and
+the helper's half run by hand equals the caller's copy (test_cpair's check), and the cut is the even one: odd panel
+counts (160 and 320 channels of 48-channel panels, 40 channels of 8-row panels), maps whose last tile is short (196,
+784 pixels), the residual and the clamp; the depthwise layer after a split expansion cuts its planes at the split
+panel's end. cpair.K_SPLIT (a projection's input channels cut between the sides, the caller adding the two sides' sums
+after the join) sums in another order: against the reference and the one-thread path within the fp32 tolerances, the
+helper's side against the caller's bit for bit."""
 from __future__ import annotations
 
 import os
@@ -228,6 +231,103 @@ def test_switches_through_a_two_thread_session(monkeypatch, session_pair_calls):
     for name, value in (("SPLIT_SERIAL", True), ("PIXEL_EVEN", True), ("SERIAL_COLS_MAX", 196)):
         monkeypatch.setattr(cpair, name, value)
     rng = np.random.default_rng(11)
+    model, feeds = _tail_model(rng)
+    want = Session(model, vendors=["reference"]).run(None, feeds)[0]
+    one = Session(model, vendors=["numba"], threads=1).run(None, feeds)[0]
+    sess = Session(model, vendors=["numba"], fallback=False, threads=2)
+    assert session_pair_calls(sess, feeds, want, one, 30)[0] >= 30
+
+
+# K_SPLIT's projections: 576 -> 96 and 384 -> 64 at 14x14 with the residual, 192 -> 32 at 28x28 with the residual, an
+# odd K (385) onto 36 channels (four 8-row panels and one of 4) with the clamp
+K_LAYERS = [
+    ((1, 576, 14, 14), (96, 576, 1, 1), {}, True, True),
+    ((1, 384, 14, 14), (64, 384, 1, 1), {}, False, True),
+    ((1, 192, 28, 28), (32, 192, 1, 1), {}, True, True),
+    ((1, 385, 14, 14), (36, 385, 1, 1), CLIP6, True, False),
+]
+
+
+def _part(desc, m_n: int, l_n: int) -> np.ndarray:
+    """K_SPLIT's buffer of side 1's partial sums, as an array over its memory."""
+    return np.ctypeslib.as_array((np.ctypeslib.ctypes.c_float * (m_n * l_n)).from_address(int(desc[cpair.KS_PART])))
+
+
+@pytest.mark.parametrize("case", K_LAYERS, ids=_ids)
+def test_k_split(case, quiet_server, monkeypatch):
+    """K_SPLIT 784: the caller alone (both sides, then the sums and the epilogue) equals the reference and the
+    one-thread path within the fp32 tolerances; the helper's side run by hand writes the same partial sums as the
+    caller's run of it, bit for bit, into the layer's buffer and nothing into the output; the cut is the middle
+    rounded to 16 where the input's writer is unknown."""
+    from kernelkit.testing import assert_close
+    from kernelkit_numba.kernels import fpair
+    from test_cpair import _reference
+
+    monkeypatch.setattr(cpair, "K_SPLIT", 784)
+    x, w, b, z, attrs = _layer(case)
+    shape = _out_shape(x.shape, w.shape, attrs)
+    f1, f2 = _calls(x, w, b, z, attrs)
+    want = _run(f1, x, w, b, z, shape)
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    alone = _run(f2, x, w, b, z, shape)
+    assert srv.stats["alone"] == 1 and srv.stats["paired"] == 0
+    assert_close(alone, _reference(x, w, b, z, attrs), np.float32)
+    assert_close(alone, want, np.float32)
+    desc = np.ctypeslib.as_array((np.ctypeslib.ctypes.c_int64 * cpair.NDESC).from_address(int(srv.ctl[pairs.DESC])))
+    k_n, m_n, l_n = w.shape[1], shape[1], shape[2] * shape[3]
+    assert desc[cpair.OP] == cpair.ROWS and desc[cpair.KS_CUT] == (k_n // 2 + 8) // 16 * 16
+    part = _part(desc, m_n, l_n)
+    mine = part.copy()
+    part[:] = np.nan
+    y = np.full(shape, np.nan, np.float32)
+    desc[cpair.YA] = y.ctypes.data
+    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
+    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0  # the helper's side, reached by address
+    assert srv.ctl[pairs.STATE] == 9 * 4 + pairs.DONE
+    np.testing.assert_array_equal(part, mine)
+    assert np.isnan(y).all()
+
+
+def test_k_split_off_and_small(quiet_server, monkeypatch):
+    """K_SPLIT 0 (the default), a map above K_SPLIT's pixels, an expansion and a K below K_SPLIT_MIN_K: no cut."""
+    for k_split, case in ((0, K_LAYERS[0]), (196, K_LAYERS[2]), (784, ((1, 96, 14, 14), (576, 96, 1, 1), CLIP6, True,
+                                                                       False)),
+                          (784, ((1, 96, 14, 14), (24, 96, 1, 1), {}, True, False))):
+        monkeypatch.setattr(cpair, "K_SPLIT", k_split)
+        x, w, b, z, attrs = _layer(case)
+        shape = _out_shape(x.shape, w.shape, attrs)
+        _f1, f2 = _calls(x, w, b, z, attrs)
+        assert _desc(f2, x, w, b, z, shape, quiet_server)[cpair.KS_CUT] == 0
+
+
+def test_k_split_cut_at_the_depthwise_cut(monkeypatch):
+    """A projection after a paired depthwise layer cuts its K where that layer cut its planes (_cuts by the
+    depthwise output's name)."""
+    from test_cpair import _kernel
+
+    monkeypatch.setattr(cpair, "K_SPLIT", 196)
+    monkeypatch.setattr(cpair, "_cuts", {("e", 576): 288})
+    dstep = type("Step", (), {"outputs": ("d",), "inputs": ("e",)})()
+    xd, wd, bd, zd, ad = _layer(((1, 576, 14, 14), (576, 1, 3, 3), _dw(576), True, False))
+    dk = _kernel(xd, wd, bd, zd, ad, 2)
+    assert cpair.depthwise_pair(dk, dstep, (1, 576, 14, 14), (1, 576, 14, 14), 1, 1, 1, 0.0, 6.0, False) is not None
+    assert cpair._cuts[("d", 576)] == 288
+    cpair._cuts[("d", 576)] = 304  # (as if the expansion had cut there)
+    pstep = type("Step", (), {"outputs": ("p",), "inputs": ("d",)})()
+    x, w, b, z, attrs = _layer(K_LAYERS[0])
+    pair = cpair.tiles_pair(_kernel(x, w, b, z, attrs, 2), pstep, False, (1, 96, 14, 14), 576, 196, -np.inf, np.inf,
+                            True)
+    assert pair is not None and pair.desc[cpair.KS_CUT] == 304
+
+
+def test_k_split_through_a_two_thread_session(monkeypatch, session_pair_calls):
+    """With K_SPLIT on, the 14x14 and 7x7 blocks in a two-thread session (the helper's thread running) pair, the
+    14x14 projection by its K, and equal the reference and the one-thread run within the fp32 tolerances."""
+    from kernelkit import Session
+
+    monkeypatch.setattr(cpair, "K_SPLIT", 196)
+    rng = np.random.default_rng(13)
     model, feeds = _tail_model(rng)
     want = Session(model, vendors=["reference"]).run(None, feeds)[0]
     one = Session(model, vendors=["numba"], threads=1).run(None, feeds)[0]
