@@ -128,6 +128,8 @@ def _bind(conv, parallel: bool, step=None):
             return None  # (the direct convolution: the general path, conv._gemm_direct)
         return _implicit_call(conv, raw, kind, x_shape, y_shape, (kh, kw, sh, ph, pw), lo, hi, has_z, parallel,
                               step)
+    # (a one-image serial call of a stride-1 1x1 layer, which cpair pairs at two threads: up to cpair.SERIAL_COLS_MAX)
+    one = one or (not parallel and n_n == 1 and l_n <= cpair.SERIAL_COLS_MAX)
     return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n, one), y_shape, k_n, l_n, lo, hi, has_z,
                        parallel, step, tail=cols_tail(kind, m_n, l_n, k_n, _one_thread(conv, parallel)))
 
