@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Session 16's final call (docs/benchmarks.md, "Round 16"): warm the Numba cache, then the five models quiet alone on
 # CPUs 0,1 with --probe (QR rounds; each ratio also over the rounds at one host speed), then loaded alone on CPUs 0,1
-# (LR rounds, turns.py's busy loop on one of them). VQ, if set, is one more two-thread runtime in both jobs
-# (LABEL=SPEC, turns.py --variant; its cache warmed too). Prints the tables last.
+# (LR rounds, turns.py's busy loop on one of them). VQ, if set, is more two-thread runtimes in both jobs
+# (space-separated LABEL=SPEC items, each a turns.py --variant; their caches warmed too); V1 the same for one-thread
+# runtimes in the quiet job (turns.py --variant1). Prints the tables last.
 #     OUT=/tmp/out bash benchmarks/final16_round.sh
 #     VQ="off=kernels.conv_serial.RESIDUAL_IN_PLACE=0" QR=7 OUT=/tmp/out bash benchmarks/final16_round.sh
 set -u
@@ -12,16 +13,23 @@ export KERNELKIT_NUMBA_START=eager PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
 M=${M:-resnet18,resnet50,mobilenetv2,transformer,mlp}
 VQ=${VQ:-}
 declare -a VARIANT=() WARM_V=()
-if [ -n "$VQ" ]; then
-  VARIANT=(--variant "$VQ")
-  spec=${VQ#*=}
+for v in $VQ; do
+  VARIANT+=(--variant "$v")
+  spec=${v#*=}
   for m in ${M//,/ }; do WARM_V+=("$m:numba2:${spec//;/,}"); done
-fi
+done
+declare -a VARIANT1=()
+for v in ${V1:-}; do
+  VARIANT1+=(--variant1 "$v")
+  spec=${v#*=}
+  for m in ${M//,/ }; do WARM_V+=("$m:numba1:${spec//;/,}"); done
+done
 declare -a WARM=()
 for m in ${M//,/ }; do WARM+=("$m:numba1" "$m:numba2"); done
 warm_cache "2,3 4,5 6,7 8,9 10,11 12,13 14,15" "${WARM_S:-100}" "${WARM[@]}" "${WARM_V[@]}"
 elapsed warm >> "$OUT/env.txt"
-timeout "${QS:-260}" taskset -c 0,1 python3 benchmarks/turns.py "$M" --rounds "${QR:-8}" --probe "${VARIANT[@]}" \
+timeout "${QS:-260}" taskset -c 0,1 python3 benchmarks/turns.py "$M" --rounds "${QR:-8}" --probe \
+  "${VARIANT[@]}" "${VARIANT1[@]}" \
   --json "$OUT/quiet.jsonl" > "$OUT/quiet.txt" 2>&1
 elapsed "quiet rc $?" >> "$OUT/env.txt"
 timeout "${LS:-120}" taskset -c 0,1 python3 benchmarks/turns.py "$M" --mode loaded --rounds "${LR:-3}" \

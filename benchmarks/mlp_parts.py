@@ -45,14 +45,22 @@ def settings(spec: str):
     for item in filter(None, spec.split(";")):
         key, _value = item.split("=")
         parts = key.split(".")
+        if len(parts) > 3 and parts[-2].isupper():  # an item of a dict constant (kernels.fgemm.MR.2=12)
+            table = getattr(importlib.import_module("kernelkit_numba." + ".".join(parts[:-2])), parts[-2])
+            item_key = int(parts[-1]) if parts[-1].isdigit() else parts[-1]
+            saved.append((table, item_key, table[item_key]))
+            continue
         mod = importlib.import_module("kernelkit_numba." + ".".join(parts[:-1]))
         saved.append((mod, parts[-1], getattr(mod, parts[-1])))
     apply_bench_set(",".join(filter(None, spec.split(";"))))
     try:
         yield
     finally:
-        for mod, name, was in saved:
-            setattr(mod, name, was)
+        for obj, name, was in reversed(saved):
+            if isinstance(obj, dict):
+                obj[name] = was
+            else:
+                setattr(obj, name, was)
 
 
 def bound_products(mats, rng):
@@ -63,9 +71,10 @@ def bound_products(mats, rng):
         n_n, k_n = w.shape
         last = i == len(mats) - 1
         pk = fgemm.kind_for(64, k_n, n_n, narrow=True)
-        packed = fgemm.Packed(w, np.ascontiguousarray(w).T, pk)
+        packed = fgemm.Packed(w, np.ascontiguousarray(w).T, pk, fgemm.PACK_ALIGN_ONE_THREAD or None)
         run = fgemm.serial(pk, packed, 64, 1.0, np.zeros(n_n, np.float32), epilogue.NONE if last else epilogue.CLIP,
-                           0.0, np.inf, fgemm.PREFETCH_ONE_THREAD, fgemm.B_AHEAD_ONE_THREAD, fgemm.PACK_A_ONE_THREAD)
+                           0.0, np.inf, fgemm.PREFETCH_ONE_THREAD, fgemm.B_AHEAD_ONE_THREAD, fgemm.PACK_A_ONE_THREAD,
+                           fgemm.WHOLE_ONE_THREAD, fgemm.MR_ONE_THREAD)
         x = rng.standard_normal((64, k_n)).astype(np.float32)
         made.append((f"{k_n}x{n_n}", 2.0 * 64 * k_n * n_n, run, x, np.empty((64, n_n), np.float32), w))
     return made
@@ -94,7 +103,7 @@ def main() -> None:
                 sess.run(None, feed)  # binds under SPEC
             made = bound_products(mats, rng)
         fns[f"{label} run"] = lambda sess=sess: sess.run(None, feed)
-        for name, _f, run, x, out, _w in made[:2]:
+        for name, _f, run, x, out, _w in made:
             fns[f"{name} {label} cold"] = (lambda run=run, x=x, out=out: run(x, out), True)
     for name, fl, run, x, out, w in bound_products(mats, rng):
         chain.append((run, np.empty_like(out)))

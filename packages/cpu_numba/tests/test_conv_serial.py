@@ -673,14 +673,15 @@ def test_residual_in_place_beyond(rng, monkeypatch, n_n, c_n, m_n, hw, second):
 
 @needs_avx512
 @pytest.mark.parametrize("case", ["rows", "chunks", "cols", "cols chunks", "pool", "pair", "pair cols",
-                                  "batch pair", "held", "general"])
+                                  "batch pair", "held", "k split", "general"])
 def test_residual_in_place_calls_parallel(rng, monkeypatch, quiet_server, case):
     """A two-thread bound 1x1 call handed the fused residual as its own output (out = z, as the memory plan places
     it under RESIDUAL_PARALLEL): the pair's halves (the caller running both: the helper never comes) by channels on
     the rows tiles, on the cols tiles (7x7) and by images (batch 2), the pool's shards (rnpair.ON off), the
     refused pair's call on the caller (rows, cols), at a budget of one thread (HELD_ONE_THREAD: the one-thread
-    call, once bound; the shards meanwhile), in place; K in chunks on the rows tiles and the general path
-    (KERNELKIT_F32_GEMM=off) copy it first (the cols tiles' chunks keep their sums apart: in place). Each bit for
+    call, once bound; the shards meanwhile), in place (the cols tiles with K in chunks too: their sums apart); K in
+    chunks on the rows tiles, a serial pair whose sides cut K (cpair.K_SPLIT: side 0's partial sums go into the
+    output before the residual is added) and the general path (KERNELKIT_F32_GEMM=off) copy it first. Each bit for
     bit the call with its own output and within the reference's tolerance; residual_over's answer with both
     switches on; the helper's half run by hand over the residual writes its part only, equal to it."""
     from _conv_layers import _at
@@ -701,6 +702,9 @@ def test_residual_in_place_calls_parallel(rng, monkeypatch, quiet_server, case):
         monkeypatch.setattr(rnpair, "ON", False)
     if case == "held":
         monkeypatch.setattr(conv_serial, "HELD_ONE_THREAD", True)
+    if case == "k split":  # (a projection: 256 -> 64 at 14x14, a serial call of a two-thread session)
+        monkeypatch.setattr(cpair, "K_SPLIT", 196)
+        hw, m_n, k_n = 14, 64, 256
     budget = 1 if case == "held" else 2
     x = rng.standard_normal((n_n, k_n, hw, hw)).astype(np.float32)
     w = (rng.standard_normal((m_n, k_n, 1, 1)) / np.sqrt(k_n)).astype(np.float32)
@@ -710,11 +714,12 @@ def test_residual_in_place_calls_parallel(rng, monkeypatch, quiet_server, case):
     k = _kernel(x, w, b, z, attrs, threads=2)
     specs = [TensorSpec(a.shape, "float32") for a in (x, w, b, z)]
     assert (k.output_over_input(specs) == 3) == (case not in ("chunks", "general")), case
-    fn = conv_serial.bound_compute(k)
+    fn = conv_serial.serial_call(k, None) if case == "k split" else conv_serial.bound_compute(k)
     pair = _cpair_of(fn)
-    paired = case in ("pair", "pair cols", "batch pair")
+    paired = case in ("pair", "pair cols", "batch pair", "k split")
     if case != "general":
         assert pair is not None and pair.desc[cpair.OP] == (cpair.COLS if cols else cpair.ROWS)
+        assert (pair.desc[cpair.KS_CUT] > 0) == (case == "k split")
     srv = quiet_server
     inputs = [_ro(x), _ro(w), _ro(b), _ro(z)]
     ref = run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
@@ -728,11 +733,12 @@ def test_residual_in_place_calls_parallel(rng, monkeypatch, quiet_server, case):
         with config.num_threads(budget):
             got = fn(inputs[0], inputs[1], inputs[2], _ro_view(over), out=over)
         assert got is over
-        assert conv_serial._copies[0] - copies == (case in ("chunks", "general")), case
+        assert conv_serial._copies[0] - copies == (case in ("chunks", "k split", "general")), case
         assert srv.stats["alone"] - alone == 2 * paired  # (both calls' halves on the caller)
         np.testing.assert_array_equal(got, apart)
         assert_close(got, ref)
-    if paired and n_n == 1:  # the helper's half by hand over a fresh residual: its part written, the rest z's
+    if paired and n_n == 1 and case != "k split":  # the helper's half by hand over a fresh residual: its part
+        # written, the rest z's
         y = z.copy()
         desc = pair.desc
         desc[cpair.YA] = desc[cpair.ZA] = y.ctypes.data

@@ -234,9 +234,10 @@ def test_prefetch_of_the_next_panel(name, threads, kc, pfs, monkeypatch):
 @pytest.mark.parametrize("m,mr", [(20, None), (64, 12)])
 def test_one_thread_b_ahead_and_packed_a(name, m, mr, monkeypatch):
     """The bound one-thread call's switches (B_AHEAD_ONE_THREAD: each tile prefetches its panel's row k + ahead
-    into L1; PACK_A_ONE_THREAD: A packed into row tiles) change no value: a masked last panel, K in chunks
-    and whole, 8-row and mixed 12/8-row tiles, against the float64 product; the L1 prefetch's driver is
-    cached under its own key."""
+    into L1; PACK_A_ONE_THREAD: A packed into row tiles; WHOLE_ONE_THREAD: whole row tiles on tiles without the
+    last-row selects, a last partial one on the general tile) change no value: a masked last panel, K in chunks
+    and whole, 8-row and mixed 12/8-row tiles, against the float64 product; the L1 prefetch's and the whole
+    tiles' drivers are cached under their own keys."""
     _need(name)
     kind = ftile.KIND[name]
     if mr is not None:
@@ -250,14 +251,18 @@ def test_one_thread_b_ahead_and_packed_a(name, m, mr, monkeypatch):
     want = _want(a, b, 1.0, bias, epilogue.CLIP, np.float32(0), np.float32(np.inf))
     for kc in (1024, 128):
         monkeypatch.setattr(fgemm, "KC", kc)
-        for ahead, pack in ((8, False), (0, True), (16, True)):
+        for ahead, pack, whole in ((8, False, 0), (0, True, 0), (16, True, 1), (8, False, 1), (8, False, 2),
+                                   (0, True, 2)):
             out = np.full((m, 90), np.nan, np.float32)
-            fgemm.serial(kind, packed, m, 1.0, bias, epilogue.CLIP, 0.0, np.inf, 8, ahead, pack)(a, out)
-            assert_close(out, want)
+            fgemm.serial(kind, packed, m, 1.0, bias, epilogue.CLIP, 0.0, np.inf, 8, ahead, pack, whole)(a, out)
+            assert_close(out, want, err_msg=f"kc {kc} ahead {ahead} packed A {pack} whole {whole}")
     from kernelkit_numba.cache import CLOSURE_KEY
 
     d = fgemm.driver(kind, epilogue.NONE, fgemm.MR[kind], 8, 8)
     assert getattr(getattr(d, "py_func", d), CLOSURE_KEY).endswith(".pf8.a8")
+    for whole in (1, 2):
+        d = fgemm.driver(kind, epilogue.NONE, fgemm.MR[kind], 8, 8, whole=whole)
+        assert getattr(getattr(d, "py_func", d), CLOSURE_KEY).endswith(".pf8.a8" + (f".w{whole}" if kind else ""))
 
 
 def test_drivers_are_cached_under_their_variant():

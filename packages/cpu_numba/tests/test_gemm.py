@@ -230,3 +230,72 @@ def test_matmul_blas_call_binding(check):
                           np.float32)
             assert call(a, b, out=out) is out
             np.testing.assert_allclose(out, kernel.execute(a, b), rtol=1e-5, atol=1e-6)
+
+
+def _mlp_model(r, m, sizes):
+    """Gemm (transB, bias) -> Relu layers and a last Gemm without activation: the MLP b64's chain at ``m`` rows."""
+    from kernelkit_converters.onnx import convert
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inits, x = [], [], "x"
+    for i, (fin, fout) in enumerate(zip(sizes[:-1], sizes[1:])):
+        inits += [numpy_helper.from_array((r.standard_normal((fout, fin)) / np.sqrt(fin)).astype(np.float32), f"w{i}"),
+                  numpy_helper.from_array(r.uniform(-0.1, 0.1, fout).astype(np.float32), f"b{i}")]
+        nodes.append(helper.make_node("Gemm", [x, f"w{i}", f"b{i}"], [f"g{i}"], transB=1))
+        x = f"g{i}"
+        if i < len(sizes) - 2:
+            nodes.append(helper.make_node("Relu", [x], [f"r{i}"]))
+            x = f"r{i}"
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, sizes[0]])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [m, sizes[-1]])], inits)
+    return convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+
+
+@pytest.mark.parametrize("m, sizes", [(64, (784, 96, 257, 10)), (37, (301, 130, 33, 10)), (9, (67, 40, 10))])
+def test_mlp_one_thread_products_at_each_setting(monkeypatch, m, sizes):
+    """An MLP's Gemm chain at one thread (Gemm's bound serial call on fgemm's tiles, bias and Relu in the
+    epilogue, the 10-column head on the NARROW tiles) at each setting of the one-thread switches
+    (fgemm.PACK_ALIGN_ONE_THREAD: B packed on a cache line, NumPy's placement or a huge page; WHOLE_ONE_THREAD:
+    whole row tiles on tiles without the last-row selects, inlined or each a function; KC: K in chunks;
+    MR_ONE_THREAD: 8- or 12/8-row tiles;
+    B_AHEAD_ONE_THREAD, PREFETCH_ONE_THREAD), M not a multiple of the tiles (a last partial row tile), K odd,
+    against the reference kernels over several runs; the packed weights on the alignment asked for."""
+    import kernelkit
+    from kernelkit.testing import assert_close
+    from kernelkit_numba.kernels import fgemm, ftile, gemm
+
+    r = np.random.default_rng(m + sizes[0])
+    model = _mlp_model(r, m, sizes)
+    ref = kernelkit.Session(model, vendors=["reference"], fallback=False)
+    settings = [(0, 1024, None, 8, 8, 0), (64, 1024, 8, 8, 8, 1), (64, 128, 12, 16, 4, 2),
+                (fgemm.HUGE_PAGE, 200, 12, 0, 0, 0), (64, 1024, 12, 8, 8, 2), (64, 256, None, 8, 8, 1),
+                (64, 1024, 12, 8, 8, 1)]
+    made, driver = [], fgemm.driver
+    monkeypatch.setattr(fgemm, "driver", lambda *args, **kw: made.append((args[2], kw.get("whole", 0))) or
+                        driver(*args, **kw))
+    for align, kc, mr, ahead, pf, whole in settings:
+        made.clear()
+        monkeypatch.setattr(fgemm, "PACK_ALIGN_ONE_THREAD", align)
+        monkeypatch.setattr(fgemm, "WHOLE_ONE_THREAD", whole)
+        monkeypatch.setattr(fgemm, "KC", kc)
+        monkeypatch.setattr(fgemm, "MR_ONE_THREAD", mr)
+        monkeypatch.setattr(fgemm, "B_AHEAD_ONE_THREAD", ahead)
+        monkeypatch.setattr(fgemm, "PREFETCH_ONE_THREAD", pf)
+        sess = kernelkit.Session(model, vendors=["numba"], fallback=False, threads=1)
+        for _ in range(3):
+            feed = {"x": r.standard_normal((m, sizes[0])).astype(np.float32)}
+            assert_close(sess.run(None, feed)[0], ref.run(None, feed)[0],
+                         err_msg=f"align {align} kc {kc} mr {mr} ahead {ahead} pf {pf} whole {whole}")
+        if ftile.choice()[0] in (1, 2):  # the tiles (generic: the general path's BLAS for these shapes)
+            rows = mr if mr and ftile.choice()[0] == 2 else fgemm.MR[ftile.choice()[0]]
+            assert (rows, whole) in made  # the bound calls' drivers: MR_ONE_THREAD's rows, WHOLE_ONE_THREAD
+            gemms = [s.kernel for s in sess.plan.kernel_steps() if s.op == "Gemm"]
+            packs = [g._const_b.packed for g, k, n in zip(gemms, sizes[:-1], sizes[1:])
+                     if fgemm.kind_for(m, k, n, gemm.HEAD_NARROW) is not None]  # (a head of K < 256: np.matmul)
+            assert len(packs) >= len(sizes) - 2 and all(p is not None for p in packs)
+            for p in packs:
+                at = p.bp.ctypes.data
+                if align == 64:
+                    assert at % 64 == 0
+                elif align >= fgemm.HUGE_PAGE:
+                    assert at % (align if p.bp.nbytes >= fgemm.HUGE_PAGE else 4096) == 0

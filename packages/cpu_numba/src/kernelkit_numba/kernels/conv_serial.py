@@ -128,6 +128,8 @@ def _bind(conv, parallel: bool, step=None):
             return None  # (the direct convolution: the general path, conv._gemm_direct)
         return _implicit_call(conv, raw, kind, x_shape, y_shape, (kh, kw, sh, ph, pw), lo, hi, has_z, parallel,
                               step)
+    # (a one-image serial call of a stride-1 1x1 layer, which cpair pairs at two threads: up to cpair.SERIAL_COLS_MAX)
+    one = one or (not parallel and n_n == 1 and l_n <= cpair.SERIAL_COLS_MAX)
     return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n, one), y_shape, k_n, l_n, lo, hi, has_z,
                        parallel, step, tail=cols_tail(kind, m_n, l_n, k_n, _one_thread(conv, parallel)))
 
@@ -206,14 +208,14 @@ def _tail_call(conv, raw, kind, y_shape, k_n, l_n, lo, hi, has_z, general, buf, 
     return tiles
 
 
-def _paired(pair, parallel: bool, *args) -> bool:
-    """``pair(*args)`` (a cpair pair); in a bound parallel call its back-off backs the pool off too
+def _paired(pair, parallel: bool, *args, **kwargs) -> bool:
+    """``pair(*args, **kwargs)`` (a cpair pair); in a bound parallel call its back-off backs the pool off too
     (rnpair.follow)."""
     if not parallel:
-        return pair(*args)
+        return pair(*args, **kwargs)
     srv = cpair.server()
     before = srv.stats["backoffs"]
-    done = pair(*args)
+    done = pair(*args, **kwargs)
     rnpair.follow(srv, before)
     return done
 
@@ -804,12 +806,15 @@ def _two_over(kind, n_n: int, m_n: int, k_n: int, l_n: int) -> bool:
 def _pair_chunks_whole(pair, k_n: int) -> bool:
     """Whether every rows-tiles part of ``pair``'s halves (cpair's descriptor as it stands: FOLLOW and TAIL may
     have re-planned the sides) takes the whole K in one chunk (a rows tile then reads each residual element before
-    it stores the output's over it); True for no pair and for the cols tiles (any K chunk)."""
+    it stores the output's over it), and the sides do not cut K (K_SPLIT); True for no pair and for the cols tiles
+    (any K chunk)."""
     if pair is None:
         return True
     d = pair.desc
     if d[cpair.OP] == cpair.COLS:
         return True
+    if d[cpair.KS_CUT] > 0:  # (cpair.K_SPLIT: side 0's partial sums go into the output before the residual is added)
+        return False
     s0, s1 = cpair.SIDE0, cpair.SIDE0 + cpair.SIDE_N
     return min(d[s0 + cpair.S_KC], d[s1 + cpair.S_KC], d[cpair.T_KC] if d[cpair.T_N] > 0 else k_n) >= k_n
 
@@ -882,6 +887,9 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         conv, step, cols, y_shape, k_n, l_n, lo, hi, has_z, split=parallel and n_n == 1)
     if parallel and n_n == 1 and pair is not None:
         pair.rule = rnpair.rule()  # ResNet-50's 1x1 layers (0.3-1.4 ms a half): as rnpair's
+    # (cpair.SUB_SPLIT: the pair's two sides subsample the raw input into buf, not the caller before the job)
+    sub_in_pair = sub is not None and parallel and n_n == 1 and cpair.sub_split(pair, conv.input_specs[0].shape, sh,
+                                                                                  sw, sub[2])
     if cols and pair is not None and not _one_thread(conv, parallel):  # the call of a refused pair: its halves'
         driver, cols_kc = ftile.cols_driver_ahead(kind, pair.ahead), int(pair.desc[cpair.KC])  # (cpair.COLS_AHEAD)
     held_one = _held_one(conv, step, parallel, n_n)
@@ -904,8 +912,12 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
             return general(x, w, b, z, out=out)  # (compute copies such a z)
         if over and not (one_chunk and _pair_chunks_whole(pair, k_n)):
             z, over = _copied(z), False
+        x_raw = None
         if sub is not None:
-            np.copyto(buf, x[:, :, ::sh, ::sw])
+            if sub_in_pair and not over and x.flags.c_contiguous and _pair_now(pair, n_n):
+                x_raw = x  # (the pair's sides copy it into buf; where the pair refuses, the copy below)
+            else:
+                np.copyto(buf, x[:, :, ::sh, ::sw])
             x = buf_ro
         x = readonly(x)
         z = no_z if z is None else readonly(z)
@@ -913,8 +925,10 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
             _sharded(x, y, z, held)
             return y
         if pair is not None and _paired(pair, parallel and n_n == 1, held.packed, held.bias, x, y,
-                                        None if z is no_z else z):
+                                        None if z is no_z else z, raw=x_raw):
             return y
+        if x_raw is not None:
+            np.copyto(buf, x_raw[:, :, ::sh, ::sw])
         one = held_one(x_in, w, b, z_in, y) if held_one is not None and not over else None
         if one is not None:  # the pair refused (HELD_ONE_THREAD): numba 1t's call
             return one(x_in, w, b, z_in, out=y)

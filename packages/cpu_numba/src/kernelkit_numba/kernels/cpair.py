@@ -85,7 +85,14 @@ SIDE0, SIDE_N = 36, 12
 (T_CLAIM, T_N, T_AXIS, T_START, T_STEP, T_BLOCK, T_GROUPS, T_KC, T_PACK, T_TOTAL, T_SCR) = range(SIDE0 + 2 * SIDE_N,
                                                                                                SIDE0 + 2 * SIDE_N + 11)
 T_CHANNELS, T_PIXELS, T_COLS = 0, 1, 2
-NDESC = SIDE0 + 2 * SIDE_N + 11
+# SUB_SPLIT (a one-image 1x1 strided layer's subsampled input filled by both sides), after the tail's: the claim word
+# and the units done (written per call), the units, the raw input's address (written per call: 0 where the caller
+# copied the input itself), its planes' rows and columns and the strides (the subsampled planes: OH, OW)
+U_CLAIM, U_DONE, U_N, U_X, U_H, U_W, U_SH, U_SW = range(SIDE0 + 2 * SIDE_N + 11, SIDE0 + 2 * SIDE_N + 19)
+# K_SPLIT (a one-image projection's K cut between the sides), after SUB_SPLIT's: the cut (0: none), side 1's packed
+# weights (side 0's at WA) and the layer's buffer of side 1's partial sums (bind only)
+KS_CUT, KS_W1, KS_PART = range(SIDE0 + 2 * SIDE_N + 19, SIDE0 + 2 * SIDE_N + 22)
+NDESC = SIDE0 + 2 * SIDE_N + 22
 DW_FNS = ("r1", "r1z", "s2", "s2z", "p2", "p2z", "max1", "max2")  # DWFN: dwtile's plane drivers, in this order
 # (max1, max2: its MaxPool 3x3 planes, stride 1 and 2: maxpool_pair)
 
@@ -94,6 +101,35 @@ DW_FNS = ("r1", "r1z", "s2", "s2z", "p2", "p2z", "max1", "max2")  # DWFN: dwtile
 # the end wait), MobileNetV2's smallest layers ~25 us.
 MIN_US = 12.0
 FLOPS_PER_US = 6.0e4
+# Even halves for the serial pairs' 1x1 layers (issue 11, session 16; docs/numba.md, "MobileNetV2's small layers at
+# two threads"). SPLIT_SERIAL: COLS_SPLIT's cut (the 48-channel cols panel at the middle split by pixels, whole tiles of
+# 7) for the one-image serial pairs too (MobileNetV2's 7x7 layers), where whole panels gave 160 channels (three panels
+# and one of 16) as 96 against 64 and 320 as 192 against 128. PIXEL_EVEN: a serial pair by pixels cuts at the tile
+# boundary nearest the middle pixel, where it took the first half of the tiles rounded up (196 pixels, six tiles of 32
+# and one of 4, as 128 against 68; 784 as 416 against 368). Each half is still one call of the one-thread driver
+# over its part: the output is the one-thread path's bit for bit. Read when a layer binds.
+SPLIT_SERIAL = False
+PIXEL_EVEN = False
+# The serial pairs' 1x1 layers on the cols tiles up to this many output pixels (issue 11, session 16, same section), as
+# a one-thread session runs them (conv.FTILE_COLS_MAX_ONE_THREAD: MobileNetV2's 14x14 projections, 576 -> 96, 384 -> 64,
+# 384 -> 96, 192 -> 64; the expansions' K of 64 and 96 stays below conv.FTILE_COLS_MIN_K), where the two-thread session
+# ran them on the rows tiles (conv.FTILE_COLS_MAX, 64): on the Xeon those pairs ran at 0.89-1.00 of the one-thread time
+# (nodes_ab2t.py, two calls), the layers that pair on the cols tiles at 7x7 at 0.59-0.78. Such a pair cuts as
+# SPLIT_SERIAL does (64 channels: a panel of 48 and one of 16). Each half is the one-thread driver over its part: the
+# output is the one-thread path's bit for bit. Read when a layer binds (conv_serial._bind). 0: FTILE_COLS_MAX's rule.
+# Off: not measured on the Xeon. A/B: kernels.cpair.SERIAL_COLS_MAX=196
+SERIAL_COLS_MAX = 0
+# A projection's K cut between the sides (issue 11, session 16, same section): a one-image serial pair of a 1x1 layer
+# on the rows tiles with fewer output than input channels, on maps of at most K_SPLIT pixels, runs every output on both
+# sides, each over its own half of the input channels, the input rows that the depthwise layer before wrote on its
+# core (its planes cut at the same channel as the expansion's, _cuts), with no epilogue: side 0 into the output, side
+# 1 into a buffer of the layer's; after the join the caller adds the two, the bias and the residual and clamps
+# (``_k_sum``). Each half read the whole input, half of it from the other core's L2 (576 -> 96 at 14x14: 225 KB of
+# 451), where the caller now reads the helper's partial sums (75 KB). The sums run in another order: the output is
+# within the fp32 tolerances of the one-thread path's, not its bits. Read when a layer binds. 0: off (not measured on
+# the Xeon). A/B: kernels.cpair.K_SPLIT=196 (MobileNetV2's 14x14 projections), 784 (and its 28x28 ones)
+K_SPLIT = 0
+K_SPLIT_MIN_K = 128  # input channels from which a projection cuts its K
 # the split of a 1x1 layer on the rows tiles: "auto" (an expansion, more output channels than input ones, by
 # channels, as the depthwise layer after it; a projection by pixels where it has at least PIXEL_TILES tiles
 # of pixels, else by channels where its panels split evenly, else by pixels), "channels", "pixels"
@@ -182,6 +218,38 @@ COLS_KC_ONE_THREAD = False
 # 256 -> 64 at 56x56 1.07-1.19x per kind (rnpair.WINO_AHEAD's session, which does not touch it: 0.90-0.94); whole
 # models with WINO_AHEAD above. A/B: kernels.cpair.ROWS_X_AHEAD=8
 ROWS_X_AHEAD = 0
+# A one-image 1x1 strided layer's subsampled input filled by both sides (issue 11, session 16; docs/numba.md,
+# "ResNet-50's pairs per kind of layer"): conv_serial's SUBSAMPLE copies every sh-th row and sw-th column of the input
+# into a contiguous buffer that the tiles read (ResNet-50's three 1x1/2 shortcuts: 256 x 28 x 28 floats from a
+# 256 x 56 x 56 input); in a pair that copy was the caller's alone, in NumPy, before the job. With this on, the bound
+# parallel call's pair takes the raw input, and both sides copy it at the start of their halves in SUB_UNITS units of
+# input channels claimed from one word (the caller from the front, the helper from the back), then wait until every
+# unit is done (pairs.wait_count). The buffer holds the same floats whoever copies which channels, so the output is
+# the one-thread path's bit for bit. Read when a layer binds. False: the caller copies.
+SUB_SPLIT = False
+SUB_UNITS = 8
+
+
+@jit
+def subsample(x, buf, sh, sw, c0, c1):
+    """buf[c, i, j] = x[c, i * sh, j * sw] for the channels [c0, c1) (``x`` (C, H, W), ``buf`` (C, OH, OW)): the
+    1x1 strided layer's input (np.copyto(buf, x[:, ::sh, ::sw])'s floats)."""
+    oh_n, ow_n = buf.shape[1], buf.shape[2]
+    for c in range(c0, c1):
+        for i in range(oh_n):
+            for j in range(ow_n):
+                buf[c, i, j] = x[c, i * sh, j * sw]
+
+
+def sub_split(pair, x_shape, sh: int, sw: int, sub_shape) -> bool:
+    """SUB_SPLIT on a one-image 1x1 strided layer's ``pair`` (its input ``x_shape``, strides, the subsampled
+    ``sub_shape``): the descriptor's units and geometry; whether it took them."""
+    if pair is None or not SUB_SPLIT or x_shape[0] != 1:
+        return False
+    d = pair.desc
+    d[U_N], d[U_H], d[U_W], d[U_SH], d[U_SW] = max(1, min(int(SUB_UNITS), x_shape[1])), x_shape[2], x_shape[3], sh, sw
+    d[OH], d[OW] = sub_shape[2], sub_shape[3]
+    return True
 
 
 def cols_kc(l_n: int) -> int:
@@ -212,6 +280,7 @@ def _build(ahead: int = 0, xahead: int = 0):
     implicit = ftile.implicit_driver(KIND)
     phases = ftile.phases_padded
     mx1, mx2 = dwtile._max_planes_s1, dwtile._max_planes_s2
+    sub = subsample
     f32 = np.float32
 
     def half(addr, side):
@@ -280,6 +349,17 @@ def _build(ahead: int = 0, xahead: int = 0):
             return 0
         xs, ys = 4 * k_n * l_n, 4 * m_n * l_n
         scratch = numba.carray(_ptr(d[SCR0 + side]), (d[b + S_SCR_N],), f32)
+        if d[U_X] != 0:  # SUB_SPLIT: the subsampled input's channel units claimed by both sides, then all done
+            units = d[U_N]
+            xr = numba.carray(_ptr(d[U_X]), (k_n, d[U_H], d[U_W]), f32)
+            xb = numba.carray(_ptr(d[XA]), (k_n, d[OH], d[OW]), f32)
+            while True:
+                u = pairs.claim_ends(d, U_CLAIM, side)
+                if u < 0:
+                    break
+                sub(xr, xb, d[U_SH], d[U_SW], u * k_n // units, (u + 1) * k_n // units)
+                pairs.count_up(d, U_DONE)
+            pairs.wait_count(d, U_DONE, units)
         if op == COLS:
             wp = numba.carray(_ptr(d[WA]), (d[WA_N],), f32)
             bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
@@ -313,6 +393,16 @@ def _build(ahead: int = 0, xahead: int = 0):
                     yq = numba.carray(_ptr(d[YA] + 4 * p0), (m_n * l_n - p0,), f32)
                     zq = numba.carray(_ptr((d[ZA] if has_z else d[YA]) + 4 * p0), (m_n * l_n - p0,), f32)
                     cols(wp, k_n, m_n, xq, l_n, np_, bias, zq, has_z, lo, hi, yq, l_n, d[KC], scratch, q, q + 1)
+            return 0
+        if d[KS_CUT] > 0:  # K_SPLIT: every output over the side's input channels, no epilogue (pair_run's _k_sum)
+            k0 = 0 if side == 0 else d[KS_CUT]
+            kk = d[KS_CUT] if side == 0 else k_n - d[KS_CUT]
+            wp = numba.carray(_ptr(d[WA] if side == 0 else d[KS_W1]), (d[WA_N] // k_n * kk,), f32)
+            zeros = numba.carray(_ptr(d[ZEROS]), (m_n,), f32)
+            x = numba.carray(_ptr(d[XA] + 4 * k0 * l_n), (kk * l_n,), f32)
+            y = numba.carray(_ptr(d[YA] if side == 0 else d[KS_PART]), (m_n * l_n,), f32)
+            rows(wp, kk, m_n, x, 0, l_n, l_n, zeros, zeros, y, False, _NEG, _POS, y, 0, l_n, d[b + S_BLOCK],
+                 d[b + S_GROUPS], d[b + S_KC], d[b + S_PACK] != 0, scratch, 0, d[b + S_TOTAL])
             return 0
         c0, mc = d[b + S_C0], d[b + S_MC]
         wp = numba.carray(_ptr(d[WA] + 4 * c0 * k_n), (mc * k_n,), f32)
@@ -389,7 +479,43 @@ def pair_run(ctl, desc, x, y, z, s0, s1) -> int:
         desc[CLAIM] = desc[DYN] << 32  # every image unclaimed (stored before fpair publishes the job)
     if desc[T_N] > 0:
         desc[T_CLAIM] = desc[T_N] << 32  # TAIL: every middle unit unclaimed
-    return fpair.pair_job(ctl, desc)
+    if desc[U_X] != 0:
+        desc[U_CLAIM] = desc[U_N] << 32  # SUB_SPLIT: every unit of the copy unclaimed, none done
+        desc[U_DONE] = 0
+    done = fpair.pair_job(ctl, desc)
+    if desc[KS_CUT] > 0 and done != 3:  # K_SPLIT: the sides' sums and the epilogue (the node's lock holds the buffer)
+        _k_sum(desc)
+    return done
+
+
+_NEG, _POS = np.float32(-np.inf), np.float32(np.inf)
+
+
+@jit
+def _k_sum(d) -> None:
+    """K_SPLIT's end, on the caller after the join: output = clamp(side 0's sums (in the output) + side 1's (the
+    layer's buffer) + bias (+ the residual)); a NaN stays."""
+    m_n, l_n = d[M], d[L]
+    y = numba.carray(_ptr(d[YA]), (m_n * l_n,), np.float32)
+    part = numba.carray(_ptr(d[KS_PART]), (m_n * l_n,), np.float32)
+    bias = numba.carray(_ptr(d[BIAS]), (m_n,), np.float32)
+    fv = numba.carray(_ptr(d[FV]), (2,), np.float32)
+    lo, hi = fv[0], fv[1]
+    has_z = d[HAS_Z] != 0
+    z = numba.carray(_ptr(d[ZA] if has_z else d[YA]), (m_n * l_n,), np.float32)
+    for c in range(m_n):  # (a row's slices and a loop each way of the residual: vectorized, 5x the scalar loop)
+        b = bias[c]
+        ys, ps, zs = y[c * l_n:(c + 1) * l_n], part[c * l_n:(c + 1) * l_n], z[c * l_n:(c + 1) * l_n]
+        if has_z:
+            for i in range(l_n):
+                v = ys[i] + ps[i] + b + zs[i]
+                v = lo if v < lo else v
+                ys[i] = hi if v > hi else v
+        else:
+            for i in range(l_n):
+                v = ys[i] + ps[i] + b
+                v = lo if v < lo else v
+                ys[i] = hi if v > hi else v
 
 
 _ready: dict = {}  # (COLS_AHEAD's value, ROWS_X_AHEAD's) -> [the half's address] once made ready
@@ -487,10 +613,12 @@ class Pair:
         self.rule = None  # else the stall rule, (strict, hiccup_s) of PairServer.result (rnpair.py's parallel
         # one-image ResNet layers: fpair's slack and the pool's two-stalls rule)
 
-    def __call__(self, w, bias, x, y, z) -> bool:
+    def __call__(self, w, bias, x, y, z, raw=None) -> bool:
         """The layer in two halves where the helper spins (else it is woken, and False: the caller's
         one-thread call); False too where another caller holds the slot. ``w``, ``bias``: the bound
-        call's constants (by identity: a new pair of them is written into the descriptor)."""
+        call's constants (by identity: a new pair of them is written into the descriptor). ``raw``: SUB_SPLIT's
+        raw input (C-contiguous), which both sides subsample into ``x`` first (where False comes back, ``x`` was
+        not written)."""
         if not self.desc[FN]:  # both sides compiled at the first call, not at bind (a tiered start's trial
             address = prepare(self.ahead, self.xahead)  # compiles them off the model's thread, as the node's kernels)
             if not address:
@@ -511,7 +639,10 @@ class Pair:
             self.bound = (w, bias)
         args = (srv.ctl, self.desc, x, y, x if z is None else z, config.thread_buffer("ftile", self.size0, np.float32),
                 scratch(self.size1))
+        if raw is not None:
+            self.desc[U_X] = raw.ctypes.data
         done = self.fn(*args)
+        self.desc[U_X] = 0
         if self.entry:  # from the next call on, the entry point of these argument types (qgemm._entry):
             # the serial call passes only these (a read-only C-contiguous 4-D input and residual, a
             # C-contiguous 4-D output, flat float32 scratch)
@@ -595,6 +726,7 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
     fv = _clamp(lo, hi)
     desc[OP], desc[HAS_Z], desc[FV], desc[K], desc[M], desc[L] = COLS if cols else ROWS, int(has_z), fv.ctypes.data, \
         k_n, m_n, l_n
+    kcut = 0  # K_SPLIT's cut of the input channels (rows tiles)
     s0 = SIDE0
     s1 = SIDE0 + SIDE_N
     if cols:
@@ -606,7 +738,7 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
         size = ftile.scratch_size(KIND, True, l_n)
         desc[KC] = cols_kc(l_n)
         desc[s0 + S_C0], desc[s0 + S_MC], desc[s1 + S_C0], desc[s1 + S_MC] = 0, cut, (0 if images else cut), panels
-        if split and COLS_SPLIT and not images and n_n == 1:
+        if (split or SPLIT_SERIAL or l_n > _cols_max()) and COLS_SPLIT and not images and n_n == 1:
             q, a = cols_split(m_n, l_n)
             cut = q + int(a > 0)  # (the channel cut below: the split panel counts as the caller's)
             desc[s0 + S_MC], desc[s1 + S_C0] = q, cut
@@ -629,7 +761,10 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
                 axis = "pixels"
             else:
                 axis = "channels" if panels % 2 == 0 or tiles < 2 else "pixels"
-        if images:
+        if K_SPLIT and not images and not split and n_n == 1 and m_n < k_n and k_n >= K_SPLIT_MIN_K and \
+                l_n <= K_SPLIT:
+            kcut = _k_cut(step, k_n)
+        if images or kcut:
             parts = ((0, m_n, 0, l_n), (0, m_n, 0, l_n))
             channel_cut = None
         elif axis == "channels" and panels >= 2:
@@ -638,6 +773,8 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
             channel_cut = c
         elif tiles >= 2:
             p = -(-tiles // 2) * nr
+            if PIXEL_EVEN and not split:  # the tile boundary nearest the middle pixel
+                p = min((tiles - 1) * nr, max(nr, int(round(l_n / (2 * nr))) * nr))
             parts = ((0, m_n, 0, p), (0, m_n, p, l_n - p))
             channel_cut = None
         else:
@@ -645,13 +782,21 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
         tail = split and TAIL and not images and n_n == 1 and _tail_rows(desc, parts, k_n, m_n, l_n, mr, nr)
         if tail:
             parts = tail
-        sizes = _rows_sides(desc, parts, k_n)
+        if kcut:  # each side every output over its part of K: a plan of its own K
+            sizes = []
+            for base, kk in ((SIDE0, kcut), (SIDE0 + SIDE_N, k_n - kcut)):
+                block, blocks, groups, kc, pack, size = _rows_plan(m_n, kk, l_n)
+                desc[base:base + SIDE_N][:10] = (0, m_n, 0, l_n, block, groups, kc, int(pack), blocks * groups, size)
+                sizes.append(size)
+            desc[KS_CUT] = kcut
+        else:
+            sizes = _rows_sides(desc, parts, k_n)
         if tail:
             sizes = [max(size, int(desc[T_SCR])) for size in sizes]  # (a unit's scratch floats)
             desc[SIDE0 + S_SCR_N], desc[SIDE0 + SIDE_N + S_SCR_N] = sizes
     _images(desc, n_n, images)
     follow = None
-    if n_n == 1 and not tail:
+    if n_n == 1 and not tail and not kcut:
         if cols:
             tiles = -(-l_n // ftile.COLS_MP[KIND])
             q0 = int(desc[s1 + S_C0]) - int(desc[s0 + S_NP] > 0)
@@ -667,12 +812,22 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
         _cuts[(out[0], m_n)] = channel_cut
     zeros = conv._zeros(m_n, np.float32)
     scratch(sizes[1])
+    part = config.aligned_empty(m_n * l_n, np.float32, config.BUFFER_ALIGN) if kcut else None
+    if kcut:
+        desc[KS_PART] = part.ctypes.data
 
     def fill(d, packed, bias):
         packed = np.ascontiguousarray(packed, np.float32)
         bias = np.ascontiguousarray(bias, np.float32)
         d[WA], d[WA_N], d[BIAS], d[ZEROS] = packed.ctypes.data, packed.size, bias.ctypes.data, zeros.ctypes.data
-        return packed, bias, zeros, fv
+        if not kcut:
+            return packed, bias, zeros, fv
+        # K_SPLIT: each side's panels of its input channels ([panel][k][r], packed's layout cut along k)
+        panels = packed.size // (k_n * ftile.MR[KIND])
+        p3 = packed.reshape(panels, k_n, ftile.MR[KIND])
+        w0, w1 = (_aligned(p3[:, k0:k1, :]) for k0, k1 in ((0, kcut), (kcut, k_n)))
+        d[WA], d[KS_W1] = w0.ctypes.data, w1.ctypes.data
+        return packed, bias, zeros, fv, w0, w1, part
 
     pair = Pair(desc, sizes[0], sizes[1], fill, strict=n_n == 1)
     pair.keep = (fv,)
@@ -681,6 +836,23 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
         span = FOLLOW_RANGE * nt
         pair.follow = [float(cut), max(1, int(round(cut - span))), min(nt - 1, int(round(cut + span))), nt, setter]
     return pair
+
+
+def _k_cut(step, k_n: int) -> int:
+    """K_SPLIT's cut of a projection's ``k_n`` input channels: where the layer that wrote its input cut its channels
+    (_cuts: the depthwise layer's planes), else the middle rounded to 16; 0 where that leaves a side none."""
+    ins = _names(step, "inputs")
+    cut = _cuts.get((ins[0], k_n)) if ins else None
+    if cut is None:
+        cut = max(16, (k_n // 2 + 8) // 16 * 16)
+    return cut if 0 < cut < k_n else 0
+
+
+def _aligned(a) -> np.ndarray:
+    """A flat float32 copy of ``a`` starting on ftile.PACK_ALIGN bytes (the packed weights' alignment)."""
+    out = config.aligned_empty(a.size, np.float32, ftile.PACK_ALIGN)
+    out.reshape(a.shape)[...] = a
+    return out
 
 
 def _tail_split(units: int) -> tuple[int, int, int] | None:
@@ -960,6 +1132,9 @@ def depthwise_pair(conv, step, y_shape, x_shape, stride: int, ph: int, pw: int, 
         d[WA], d[WA_N], d[BIAS] = w.ctypes.data, w.size, bias.ctypes.data
         return w, bias, fv
 
+    out = _names(step, "outputs")
+    if out and not images:  # (K_SPLIT: the projection after it cuts its input channels here)
+        _cuts[(out[0], m_n)] = cut
     pair = Pair(desc, 1, 1, fill, strict=n_n == 1)
     pair.keep = (fv,)
     return pair

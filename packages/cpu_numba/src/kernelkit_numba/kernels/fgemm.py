@@ -84,6 +84,25 @@ KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 r
 # on transparent huge pages; read when a weight is packed; issue 11, session 13)
 PACK_ALIGN = 0
 HUGE_PAGE = 1 << 21
+# Gemm's one-thread bound call (the MLP's products) takes three switches, read when the call binds (issue 11,
+# session 16; docs/numba.md, "The MLP's products at one thread: whole 12-row tiles"). The three on (WHOLE 1), the
+# Xeon in turns alone: numba 1t / them 1.06 (1.01-1.10, faster in 10 of 10 rounds; reference / them 1.44 against
+# 1.35) in the first call, 1.04 (0.65-1.27, 8 of 12) in the second; with WHOLE 2, 1.05 (0.66-1.54, 7 of 12;
+# reference / them 1.50 against 1.38). Off: the values in brackets.
+# - PACK_ALIGN_ONE_THREAD: its B packed at a multiple of this many bytes (pack_b's align; 0: PACK_ALIGN): 64 puts each
+#   64-byte vector of a panel in one cache line, where NumPy's placement (16 bytes past a line) splits each of the
+#   tile's two B loads a K step over two lines. Alone 1.01 in turns; the 12-row tiles without it 0.97. [0]
+# - WHOLE_ONE_THREAD: 1, its row tiles whose rows are all valid run tiles compiled for that (_driver's ``whole``:
+#   row r of A at a constant r * lda, where the general tile's select of the last valid row made each row's address
+#   a register of its own; cache names ``.w1``); 2, the same with every tile of the driver a function of its own
+#   (``.w2``). Stack accesses a K step in the compiled loops (AMD box's asm), the mixed driver's 12-row / 8-row
+#   tiles: general 10-14 / 17-20, whole inlined 3 / 8, whole apart 0 / 1-1.5; the 8-row driver's: 1.5, 0, 1-1.5. [0]
+# - MR_ONE_THREAD: its avx512 tiles' rows (None: MR's). 12: 12-row tiles and 8-row ones for the last rows (row_tiles:
+#   the MLP's 64 rows as 4 x 12 + 2 x 8, each column panel read 6 times from L2, not 8, and 24 FMAs a step against 14
+#   loads); session 11 measured it 0.90x, its K loop spilling the row pointers, which the whole tiles do not. [None]
+PACK_ALIGN_ONE_THREAD = 64
+WHOLE_ONE_THREAD = 1
+MR_ONE_THREAD = 12
 
 
 def aligned_empty(size: int, align: int) -> np.ndarray:
@@ -107,7 +126,8 @@ def aligned_empty(size: int, align: int) -> np.ndarray:
 def pack_b(b: np.ndarray, nr: int, align: int | None = None) -> np.ndarray:
     """(K, N) float32 (any strides: a transposed weight as a view) into panels of ``nr`` columns,
     [panel][k][j], zero-padded columns: flat, read-only, starting at a multiple of ``align`` bytes (None:
-    PACK_ALIGN; at least HUGE_PAGE: on huge pages where the panels fill one, else at a 4 KiB page)."""
+    PACK_ALIGN; below a page: NumPy's allocation on that many bytes; at least HUGE_PAGE: on huge pages where the
+    panels fill one, else at a 4 KiB page)."""
     k_n, n_n = b.shape
     panels = -(-n_n // nr)
     padded = np.zeros((k_n, panels * nr), np.float32)
@@ -118,7 +138,10 @@ def pack_b(b: np.ndarray, nr: int, align: int | None = None) -> np.ndarray:
     if align <= 1:
         out = np.ascontiguousarray(padded.reshape(k_n, panels, nr).transpose(1, 0, 2)).reshape(-1)
     else:
-        out = aligned_empty(panels * k_n * nr, align)
+        # below a page: NumPy's own allocation, ``align`` bytes more, its huge-page advice for large arrays kept
+        # (config.aligned_empty); from a page: a mapping of their own (aligned_empty above)
+        out = config.aligned_empty(panels * k_n * nr, np.float32, align) if align < 4096 else \
+            aligned_empty(panels * k_n * nr, align)
         out.reshape(panels, k_n, nr)[...] = padded.reshape(k_n, panels, nr).transpose(1, 0, 2)
     return config.readonly(out)
 
@@ -144,7 +167,8 @@ def pack_a(a, m_n, k_n, mr, ap, tall, short, short_mr):
 
 
 # --------------------------------------------------------------------------------------------- IR
-def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool = False, ahead: int = 0):
+def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool = False, ahead: int = 0,
+                    whole: bool = False, apart: bool = False):
     """An intrinsic ``tile(a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo,
     lo, hi, m_valid, n_valid, pf, pfs)``: rows [0, m_valid) and columns [0, n_valid) of the mr x nr block of
     ``out`` at ``out[o_off:]`` (row stride ``ldo``) = clamp(alpha * (A at ``a[a_off + r * lda + k *
@@ -154,7 +178,9 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool 
     columns are read and stored. ``prefetch``: each step k also prefetches (into L2) the cache line
     holding ``b[pf + pfs * k]`` (a later panel of B: the driver's PREFETCH); without, pf and pfs unused.
     ``ahead`` (steps, 0: none): each step k also prefetches into L1 the panel's row k + ahead (its nvec
-    vectors: B_AHEAD), which the tile reads ``ahead`` steps later."""
+    vectors: B_AHEAD), which the tile reads ``ahead`` steps later. ``whole``: m_valid is mr (the caller's
+    promise). ``apart``: the tile is a function of its own in the module (internal, noinline), called with
+    the operands' pointers."""
     lanes = 8 if kind == "avx2" else 16
     nr = lanes * nvec
 
@@ -183,80 +209,106 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool 
                                                   "llvm.prefetch.p0")
         pbias = builder.gep(builder.bitcast(_data(context, builder, sig.args[9], bias), f32.as_pointer()), [c0])
         po = builder.gep(builder.bitcast(_data(context, builder, sig.args[11], out), f32.as_pointer()), [o_off])
-        zero_v = ir.Constant(vf, None)
-        splat0 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
 
-        def splat(value):
-            one = builder.insert_element(ir.Constant(vf, ir.Undefined), value, ir.Constant(i32, 0))
-            return builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined), splat0)
+        def emit(builder, pa, lda, a_step, pb, ppf, k_n, first, alpha, pbias, po, ldo, lo, hi, m_valid, n_valid, pfs):
+            zero_v = ir.Constant(vf, None)
+            splat0 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
 
-        masks = []
-        if masked:
-            vi64 = ir.VectorType(i64, lanes)
-            valid = builder.insert_element(ir.Constant(vi64, ir.Undefined), n_valid, ir.Constant(i32, 0))
-            valid = builder.shuffle_vector(valid, ir.Constant(vi64, ir.Undefined), splat0)
-            masks = [builder.icmp_signed("<", ir.Constant(vi64, [lanes * j + t for t in range(lanes)]), valid)
-                     for j in range(nvec)]
+            def splat(value):
+                one = builder.insert_element(ir.Constant(vf, ir.Undefined), value, ir.Constant(i32, 0))
+                return builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined), splat0)
 
-        def vload(ptr, j):
-            ptr = builder.bitcast(ptr, vf.as_pointer())
+            masks = []
             if masked:
-                return builder.call(mload, [ptr, ir.Constant(i32, 4), masks[j], zero_v])
-            return builder.load(ptr, align=4)
+                vi64 = ir.VectorType(i64, lanes)
+                valid = builder.insert_element(ir.Constant(vi64, ir.Undefined), n_valid, ir.Constant(i32, 0))
+                valid = builder.shuffle_vector(valid, ir.Constant(vi64, ir.Undefined), splat0)
+                masks = [builder.icmp_signed("<", ir.Constant(vi64, [lanes * j + t for t in range(lanes)]), valid)
+                         for j in range(nvec)]
 
-        def vstore(value, ptr, j):
-            ptr = builder.bitcast(ptr, vf.as_pointer())
-            if masked:
-                builder.call(mstore, [value, ptr, ir.Constant(i32, 4), masks[j]])
-            else:
-                builder.store(value, ptr, align=4)
+            def vload(ptr, j):
+                ptr = builder.bitcast(ptr, vf.as_pointer())
+                if masked:
+                    return builder.call(mload, [ptr, ir.Constant(i32, 4), masks[j], zero_v])
+                return builder.load(ptr, align=4)
 
-        last = builder.sub(m_valid, ir.Constant(i64, 1))
+            def vstore(value, ptr, j):
+                ptr = builder.bitcast(ptr, vf.as_pointer())
+                if masked:
+                    builder.call(mstore, [value, ptr, ir.Constant(i32, 4), masks[j]])
+                else:
+                    builder.store(value, ptr, align=4)
 
-        def row_of(r):  # rows past m_valid read the last valid one (their sums are never stored)
-            rr = ir.Constant(i64, r)
-            return builder.select(builder.icmp_signed("<", rr, m_valid), rr, last)
+            last = builder.sub(m_valid, ir.Constant(i64, 1))
 
-        def partial_sums():  # a later K chunk starts from the output block's partial sums
-            loaded = []
+            def row_of(r):  # rows past m_valid read the last valid one (their sums are never stored)
+                rr = ir.Constant(i64, r)
+                return builder.select(builder.icmp_signed("<", rr, m_valid), rr, last)
+
+            def partial_sums():  # a later K chunk starts from the output block's partial sums
+                loaded = []
+                for r in range(mr):
+                    row = builder.gep(po, [builder.mul(ldo, row_of(r))])
+                    for j in range(nvec):
+                        loaded.append(vload(builder.gep(row, [ir.Constant(i64, lanes * j)]), j))
+                return loaded
+
+            # rows past M read the last valid one; ``whole`` (the caller's promise that m_valid = mr): row r at
+            # r * lda, offsets LLVM forms from one another (a few registers) where the selects made each row a
+            # register of its own
+            arows = [builder.gep(pa, [builder.mul(lda, ir.Constant(i64, r) if whole else row_of(r))])
+                     for r in range(mr)]
+            k, accs, close = k_loop(builder, k_n, [zero_v] * (mr * nvec), "fgemm", (first, partial_sums))
+            brow = builder.gep(pb, [builder.mul(k, ir.Constant(i64, nr))])
+            bv = [builder.load(builder.bitcast(builder.gep(brow, [ir.Constant(i64, lanes * j)]), vf.as_pointer()),
+                               align=4) for j in range(nvec)]  # the packed panel: never past its end
+            ak = builder.mul(k, a_step)
+            if prefetch:
+                line = builder.bitcast(builder.gep(ppf, [builder.mul(k, pfs)]), i8p)
+                builder.call(prefetch_fn, [line, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])  # L2
+            if ahead:
+                later = builder.gep(brow, [ir.Constant(i64, ahead * nr)])
+                for j in range(nvec):
+                    line = builder.bitcast(builder.gep(later, [ir.Constant(i64, lanes * j)]), i8p)
+                    builder.call(prefetch_fn, [line, ir.Constant(i32, 0), ir.Constant(i32, 3),
+                                               ir.Constant(i32, 1)])  # L1
+            new = []
             for r in range(mr):
-                row = builder.gep(po, [builder.mul(ldo, row_of(r))])
+                av = splat(builder.load(builder.gep(arows[r], [ak]), align=4))
                 for j in range(nvec):
-                    loaded.append(vload(builder.gep(row, [ir.Constant(i64, lanes * j)]), j))
-            return loaded
+                    new.append(builder.call(fma, [av, bv[j], accs[r * nvec + j]]))
+            close(new)
+            lov, hiv, alv = splat(lo), splat(hi), splat(alpha)
+            biases = [builder.load(builder.bitcast(builder.gep(pbias, [ir.Constant(i64, lanes * j)]), vf.as_pointer()),
+                                   align=4) for j in range(nvec)]  # the bias is padded to whole panels
+            for r in range(mr):
+                with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, r), m_valid), likely=True):
+                    off = builder.mul(ldo, ir.Constant(i64, r))
+                    for j in range(nvec):
+                        at = builder.add(off, ir.Constant(i64, lanes * j))
+                        v = builder.call(fma, [accs[r * nvec + j], alv, biases[j]])
+                        v = builder.select(builder.fcmp_ordered("<", v, lov), lov, v)  # max(v, lo), NaN kept
+                        v = builder.select(builder.fcmp_ordered(">", v, hiv), hiv, v)  # min(v, hi)
+                        vstore(v, builder.gep(po, [at]), j)
 
-        arows = [builder.gep(pa, [builder.mul(lda, row_of(r))]) for r in range(mr)]  # rows past M: the last
-        k, accs, close = k_loop(builder, k_n, [zero_v] * (mr * nvec), "fgemm", (first, partial_sums))
-        brow = builder.gep(pb, [builder.mul(k, ir.Constant(i64, nr))])
-        bv = [builder.load(builder.bitcast(builder.gep(brow, [ir.Constant(i64, lanes * j)]), vf.as_pointer()),
-                           align=4) for j in range(nvec)]  # the packed panel: never past its end
-        ak = builder.mul(k, a_step)
-        if prefetch:
-            line = builder.bitcast(builder.gep(ppf, [builder.mul(k, pfs)]), i8p)
-            builder.call(prefetch_fn, [line, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])  # L2
-        if ahead:
-            later = builder.gep(brow, [ir.Constant(i64, ahead * nr)])
-            for j in range(nvec):
-                line = builder.bitcast(builder.gep(later, [ir.Constant(i64, lanes * j)]), i8p)
-                builder.call(prefetch_fn, [line, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])  # L1
-        new = []
-        for r in range(mr):
-            av = splat(builder.load(builder.gep(arows[r], [ak]), align=4))
-            for j in range(nvec):
-                new.append(builder.call(fma, [av, bv[j], accs[r * nvec + j]]))
-        close(new)
-        lov, hiv, alv = splat(lo), splat(hi), splat(alpha)
-        biases = [builder.load(builder.bitcast(builder.gep(pbias, [ir.Constant(i64, lanes * j)]), vf.as_pointer()),
-                               align=4) for j in range(nvec)]  # the bias is padded to whole panels
-        for r in range(mr):
-            with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, r), m_valid), likely=True):
-                off = builder.mul(ldo, ir.Constant(i64, r))
-                for j in range(nvec):
-                    at = builder.add(off, ir.Constant(i64, lanes * j))
-                    v = builder.call(fma, [accs[r * nvec + j], alv, biases[j]])
-                    v = builder.select(builder.fcmp_ordered("<", v, lov), lov, v)  # max(v, lo), NaN kept
-                    v = builder.select(builder.fcmp_ordered(">", v, hiv), hiv, v)  # min(v, hi)
-                    vstore(v, builder.gep(po, [at]), j)
+        values = (pa, lda, a_step, pb, ppf, k_n, first, alpha, pbias, po, ldo, lo, hi, m_valid, n_valid, pfs)
+        if not apart:
+            emit(builder, *values)
+            return context.get_dummy_value()
+        # the tile as a function of its own (internal, never inlined), called here: its K loop's registers are
+        # allocated alone, not beside every value the driver keeps across it
+        name = f"kk_fgemm_tile_{kind}_{mr}x{nvec}_{int(masked)}{int(prefetch)}_{ahead}_{int(whole)}"
+        fn = mod.globals.get(name)
+        if fn is None:
+            f32p = f32.as_pointer()
+            fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [f32p, i64, i64, f32p, f32p, i64, i64, f32, f32p,
+                                                                  f32p, i64, f32, f32, i64, i64, i64]), name)
+            fn.linkage = "internal"
+            fn.attributes.add("noinline")
+            inner = ir.IRBuilder(fn.append_basic_block("entry"))
+            emit(inner, *fn.args)
+            inner.ret_void()
+        builder.call(fn, values)
         return context.get_dummy_value()
 
     @intrinsic
@@ -318,14 +370,15 @@ RESID_PREFETCH = 1
 
 
 @functools.cache
-def _tiles(kind: int, mr: int, prefetch: bool = False, ahead: int = 0):
-    """(full, masked) tiles of variant ``kind`` with ``mr`` rows (generic: 4 only), with the prefetches."""
+def _tiles(kind: int, mr: int, prefetch: bool = False, ahead: int = 0, whole: bool = False, apart: bool = False):
+    """(full, masked) tiles of variant ``kind`` with ``mr`` rows (generic: 4 only), with the prefetches; ``whole``:
+    for row tiles of mr valid rows only, ``apart``: functions of their own (_tile_intrinsic's)."""
     if kind == 0:
         return _generic_tile, _generic_tile
     name = "avx512" if kind in (2, NARROW) else "avx2"
     nvec = 1 if kind == NARROW else 2
-    return (_tile_intrinsic(name, mr, nvec, False, prefetch, ahead),
-            _tile_intrinsic(name, mr, nvec, True, prefetch, ahead))
+    return (_tile_intrinsic(name, mr, nvec, False, prefetch, ahead, whole, apart),
+            _tile_intrinsic(name, mr, nvec, True, prefetch, ahead, whole, apart))
 
 
 MIXED_MR = 12  # an avx512 driver of this height also has 8-row tiles for the last rows (row_tiles)
@@ -348,15 +401,18 @@ def row_tiles(m_n: int, mr: int) -> tuple[int, int]:
     return best[1], best[2]
 
 
-def driver(kind: int, post: int, mr: int, prefetch: int | None = None, ahead: int = 0, resid: bool = False):
+def driver(kind: int, post: int, mr: int, prefetch: int | None = None, ahead: int = 0, resid: bool = False,
+           whole: int = 0):
     """_driver with PREFETCH (now) unless ``prefetch`` is given; ``ahead``: the tiles' B_AHEAD; ``resid``:
-    the first K chunk starts from ``out`` (a fused residual already there)."""
+    the first K chunk starts from ``out`` (a fused residual already there); ``whole`` (WHOLE_ONE_THREAD): 1,
+    row tiles of mr valid rows on tiles without the last-row selects; 2, those and every other tile of the
+    driver each a function of its own."""
     return _driver(kind, post, mr, int(PREFETCH if prefetch is None else prefetch), int(ahead),
-                   (2 if RESID_PREFETCH else 1) if resid else 0)
+                   (2 if RESID_PREFETCH else 1) if resid else 0, int(whole) if kind != 0 else 0)
 
 
 @functools.cache
-def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid: int = 0):
+def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid: int = 0, whole: int = 0):
     """The compiled loops of variant ``kind`` with ``mr``-row tiles and the activation ``post`` (an
     epilogue code other than NONE/CLIP, applied over each finished tile; NONE: the tile's clamp is
     all) fixed.
@@ -371,12 +427,20 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid:
     K chunk, the first included, starts from the output's values (``out`` holds a residual r on entry:
     ``out = act(alpha * (r + A @ B) + bias)``, the residual added in the accumulators where the tile
     loads its output block anyway: MatMul's fused residual, alpha 1); with 2, each tile of the first
-    chunk prefetches the next tile's rows of r."""
-    full, masked = _tiles(kind, mr, prefetch > 0, ahead)
+    chunk prefetches the next tile's rows of r. ``whole`` (1): row tiles whose rows are all valid run tiles
+    compiled for that (row r's address a constant multiple of lda, where the selects of the last valid
+    row kept a register a row: the mixed 12/8-row driver spilled them in the K loop), a last partial
+    one the general tiles; 2: the same, every tile a function of its own (its K loop's registers
+    allocated apart from the driver's loops)."""
+    apart = whole == 2
+    full, masked = _tiles(kind, mr, prefetch > 0, ahead, False, apart)
+    fullw, maskedw = _tiles(kind, mr, prefetch > 0, ahead, True, apart) if whole else (full, masked)
     start = 0 if resid else 1  # the first chunk's ``first``
     ahead_out = resid == 2  # and prefetch the next tile's residual (RESID_PREFETCH)
     mixed = kind == 2 and mr == MIXED_MR  # 12-row tiles, then 8-row ones (row_tiles)
-    full8, masked8 = _tiles(kind, SHORT_MR, prefetch > 0, ahead) if mixed else (full, masked)
+    full8, masked8 = _tiles(kind, SHORT_MR, prefetch > 0, ahead, False, apart) if mixed else (full, masked)
+    full8w, masked8w = _tiles(kind, SHORT_MR, prefetch > 0, ahead, True, apart) if mixed and whole else \
+        (full8, masked8)
     pfs = max(1, prefetch)
     nr = NR[kind]
 
@@ -436,7 +500,21 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid:
                             a_off, a_ld, a_step = r0 * lda + k0, lda, 1
                         else:  # A packed (tiles of h rows, tile t at row r0: pack_a)
                             a_off, a_ld, a_step = r0 * k_n + k0 * h, 1, h
-                        if t >= tall:
+                        if whole and mv == h:  # (whole: a constant of the compiled driver)
+                            if t >= tall:
+                                if nv >= nr:
+                                    full8w(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo,
+                                           lo2, hi2, mv, nv, pf, pfs)
+                                else:
+                                    masked8w(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off,
+                                             ldo, lo2, hi2, mv, nv, pf, pfs)
+                            elif nv >= nr:
+                                fullw(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo, lo2,
+                                      hi2, mv, nv, pf, pfs)
+                            else:
+                                maskedw(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo,
+                                        lo2, hi2, mv, nv, pf, pfs)
+                        elif t >= tall:
                             if nv >= nr:
                                 full8(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo, lo2,
                                       hi2, mv, nv, pf, pfs)
@@ -457,16 +535,17 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid:
 
     # cached under the variant's name: the cells (intrinsics) pickle differently in every process
     setattr(gemm, CLOSURE_KEY, f"fgemm.gemm.{kind}.{mr}.{post}" + (f".pf{prefetch}" if prefetch else "") +
-            (f".a{ahead}" if ahead else "") + ((".zp" if ahead_out else ".z") if resid else ""))
+            (f".a{ahead}" if ahead else "") + ((".zp" if ahead_out else ".z") if resid else "") +
+            (f".w{whole}" if whole else ""))
     return jit(gemm)
 
 
-def plan(kind: int, m_n: int, k_n: int, n_n: int, shards: int) -> tuple[int, int, int, int]:
+def plan(kind: int, m_n: int, k_n: int, n_n: int, shards: int, mr: int | None = None) -> tuple[int, int, int, int]:
     """(block, blocks, groups, kc): row blocks of ``block`` row tiles (a K chunk of the block's rows
     of A within BLOCK_BYTES, so it stays in L2 while the column panels pass) and
     column-panel groups so that there are at least ``shards`` shards where the panels allow, K in
-    equal chunks of at most KC."""
-    mr, nr = MR[kind], NR[kind]
+    equal chunks of at most KC; ``mr``: the tiles' rows (None: MR's)."""
+    mr, nr = mr or MR[kind], NR[kind]
     chunks = -(-k_n // KC)
     kc = -(-k_n // chunks)
     tiles = sum(row_tiles(m_n, mr))
@@ -559,21 +638,23 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
 
 
 def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0, prefetch=None,
-           ahead=0, packed_a=False):
+           ahead=0, packed_a=False, whole=0, mr=None):
     """``run(a2, out, threads=1, shards=1)``: gemm's product of ``m_n`` rows by ``packed`` with everything but A
     (C-contiguous (M, K)) and the output (C-contiguous (M, N)) fixed now (a plan's bound call: the
     general path's per-call decisions, ~10-40 us a node, left out). One thread: the driver over every
     shard; two: fpair's halves (the descriptor made at the first such call) where the helper spins,
     else (and at more threads) ``gemm`` in ``shards``. ``bias``: N values (copied) or None.
     ``prefetch``: the one-thread driver's PREFETCH (None: PREFETCH's value now); ``ahead``: its tiles'
-    B_AHEAD (0: none); ``packed_a``: the one-thread driver reads A packed into row tiles (pack_a), not A's rows."""
+    B_AHEAD (0: none); ``packed_a``: the one-thread driver reads A packed into row tiles (pack_a), not A's rows;
+    ``whole``: the driver's (WHOLE_ONE_THREAD); ``mr``: the avx512 tiles' rows (MR_ONE_THREAD; None: MR's)."""
     k_n, n_n = packed.k_n, packed.n_n
-    mr = MR[kind]
-    block, blocks, groups, kc = plan(kind, m_n, k_n, n_n, 1)
+    mr = int(mr) if mr and kind == 2 else MR[kind]
+    block, blocks, groups, kc = plan(kind, m_n, k_n, n_n, 1, mr)
     bb = _own_bias(packed, bias)
     f32 = np.float32
     lo, hi, post = _clamp(code, p0, p1)
-    fn, bp, zeros, total = driver(kind, post, mr, prefetch, ahead), packed.bp, packed.zeros, blocks * groups
+    fn, bp, zeros = driver(kind, post, mr, prefetch, ahead, whole=whole), packed.bp, packed.zeros
+    total = blocks * groups
     alpha, p0, p1 = f32(alpha), f32(p0), f32(p1)
     pairs = 2.0 * m_n * n_n * k_n >= PAIR_FLOPS
     made = []
@@ -831,7 +912,7 @@ def _pair_descriptor(kind, post, mr, packed, lda, m_n, k_n, ldo, fvals, bias, a_
     counter)."""
     n_n, nr = packed.n_n, NR[kind]
     panels = -(-n_n // nr)
-    block, _blocks, _groups, kc = plan(kind, m_n, k_n, n_n, 1)
+    block, _blocks, _groups, kc = plan(kind, m_n, k_n, n_n, 1, mr)
     mode = fpair.axis(m_n, k_n, n_n, lda)
     tiles = sum(row_tiles(m_n, mr))
     if mode == fpair.ROWS and tiles >= 2:

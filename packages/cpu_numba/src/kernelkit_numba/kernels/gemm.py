@@ -280,12 +280,15 @@ class Gemm(NumbaKernel):
             if not bound and not b.flags.writeable and (c is None or not c.flags.writeable) and \
                     a.dtype == np.float32 and b.dtype == np.float32:
                 kind = self._const_b.kind(m, k, n, narrow)
-                packed = None if kind is None else self._const_b.get(b, b.T if trans_b else b, kind)
+                align = (fgemm.PACK_ALIGN_ONE_THREAD or None) if serial else None
+                packed = None if kind is None else self._const_b.get(b, b.T if trans_b else b, kind, align)
                 if packed is not None:
                     bias = None if c is None or beta == 0 else np.asarray(c, np.float32).reshape(n) * beta
                     pf = fgemm.PREFETCH_ONE_THREAD if serial else None
                     ahead, pack = (fgemm.B_AHEAD_ONE_THREAD, fgemm.PACK_A_ONE_THREAD) if serial else (0, False)
-                    bound.extend((b, c, fgemm.serial(kind, packed, m, alpha, bias, code, p0, p1, pf, ahead, pack)))
+                    whole, mr = (fgemm.WHOLE_ONE_THREAD, fgemm.MR_ONE_THREAD) if serial else (0, None)
+                    bound.extend((b, c, fgemm.serial(kind, packed, m, alpha, bias, code, p0, p1, pf, ahead, pack,
+                                                     whole, mr)))
                     return call(a, b, c, out=out)  # the first call bound too: at two threads the general
                     # path's pool job (gemm_nt's few rows) would start a worker that spins through every run
             return general(a, b, c, out)

@@ -176,6 +176,23 @@ def claim_ends(d, at, side) -> int:
             return hi - 1
 
 
+@jit
+def count_up(d, at) -> None:
+    """``d[at] += 1`` atomically (a CAS loop): a unit of a job's first phase done (``claim_units``)."""
+    while True:
+        word = _load(d, at)
+        if _cas(d, at, word, word + 1):
+            return
+
+
+@jit
+def wait_count(d, at, n) -> None:
+    """Spin until ``d[at]`` reaches ``n``: every unit of a job's first phase done by whichever side claimed it
+    (the other side runs at most the one unit it holds: a side that never came claimed none)."""
+    while _load(d, at) < n:
+        _pause()
+
+
 def function_address(dispatcher) -> int:
     """The address of the C wrapper of ``dispatcher`` (a jitted ``f(int64, int64) -> int64``), compiled
     (or loaded from the disk cache) for that signature now; 0 where there is none (NUMBA_DISABLE_JIT)."""

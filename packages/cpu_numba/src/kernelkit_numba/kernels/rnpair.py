@@ -41,7 +41,7 @@ from .. import config, shards
 from ..cache import CLOSURE_KEY
 from ..config import jit
 from . import cpair, fdirect, fpair, ftile, pairs, winograd
-from .pairs import SLOT, _call2, _cas, _ptr, claim_ends
+from .pairs import SLOT, _call2, _cas, _ptr, claim_ends, count_up, wait_count
 
 ON = True  # False: the ResNets' parallel convolutions go through the shard pool (Conv.compute) as before
 WINO = True  # the F(4x4, 3x3) layers pair (False: for A/B runs)
@@ -194,6 +194,22 @@ DIRECT_AHEAD = 16
 # with ROWS_X_AHEAD 1.03 (ResNet-50) and 1.00 (ResNet-18), loaded 1.01 and 0.91: off until a quiet run alone decides.
 # A/B: kernels.rnpair.WINO_AHEAD=16
 WINO_AHEAD = 0
+# fdirect's zero-padded input filled by both sides (issue 11, session 16; docs/numba.md, "ResNet-50's pairs per kind
+# of layer"): the direct pairs' pad (fdirect.pad_planes, ResNet-50's 3x3/2 layers: 1.6 MB at 128@56) was the caller's
+# alone before it published the job, the helper idle meanwhile. With this on, the pad is PAD_UNITS units of input
+# channels that both sides claim from one word at the start of their halves (pairs.claim_ends: the caller from the
+# front, the helper from the back), each side then waiting until every unit is done (pairs.wait_count: at most the
+# one unit the other side holds; a helper that never came claimed none). The padded input is the same whoever fills
+# which channels, so the output is the one-thread path's bit for bit. Read when a layer binds. False: the caller pads.
+PAD_SPLIT = False
+PAD_UNITS = 8
+# F(2x2)'s input transform done once for both sides (issue 11, session 16; same section): a wino2_pair's sides (by
+# output channels: ResNet-50's five 256@14 layers) each transformed every tile's input (v, 16 x C x tiles: 0.8 MB at
+# 256@14) before their weight panels. With this on, the sides transform PAD_UNITS units of input channels into the
+# caller's v, claimed from one word as PAD_SPLIT's pad, wait until every unit is done, then both run their panels'
+# products from that v. The transform's floats do not depend on who makes them, so the output is the two-sided
+# transform's bit for bit. Read when a layer binds. False: each side its own transform.
+WINO2_SHARED = False
 
 OP_WINO, OP_DIRECT, OP_WINO2 = 0, 1, 2
 # desc: the half's address, the op, the per-call addresses (x, y, z), has_z, the float values (lo, hi,
@@ -210,7 +226,11 @@ S_T0, S_T1, S_BLOCKS, S_V, S_MO, S_SCR, S_SCR_N = range(7)
 # TAIL_DIRECT (fdirect's middle shards claimed one at a time), after the sides: the claim word (written per call,
 # cpair's layout), the middle's shards (0: no tail) and its first shard
 T_CLAIM, T_N, T_START = SIDE0 + 2 * SIDE_N, SIDE0 + 2 * SIDE_N + 1, SIDE0 + 2 * SIDE_N + 2
-NDESC = SIDE0 + 2 * SIDE_N + 3
+# A first phase that both sides share, after the tail's (PAD_SPLIT: fdirect's padded input; WINO2_SHARED: F(2x2)'s
+# input transform): the claim word and the units done (written per call), the units (0: none), the padded planes'
+# rows and columns (PAD_SPLIT)
+P_CLAIM, P_DONE, P_N, P_HP, P_WP = range(SIDE0 + 2 * SIDE_N + 3, SIDE0 + 2 * SIDE_N + 8)
+NDESC = SIDE0 + 2 * SIDE_N + 8
 
 
 def _build(ahead: int = 0, wino: int = 0):
@@ -223,6 +243,7 @@ def _build(ahead: int = 0, wino: int = 0):
     drv1, drv2 = (fdirect.driver_ahead(s, 3, fdirect.MP, ahead) for s in (1, 2))
     tin, tout = winograd._input_tiles4, winograd._output_tiles4
     tin2, tout2 = winograd._input_transform, winograd._output_transform
+    pad = fdirect.pad_planes
     f32 = np.float32
 
     def half(addr, side):
@@ -243,6 +264,16 @@ def _build(ahead: int = 0, wino: int = 0):
             bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
             out = numba.carray(_ptr(d[YA]), (m_n * oh_n * ow_n,), f32)
             z = numba.carray(_ptr(d[ZA] if has_z else d[YA]), (m_n * oh_n * ow_n,), f32)
+            if d[P_N] > 0:  # PAD_SPLIT: the padded input's channel units claimed by both sides, then all done
+                c_n, units = d[C], d[P_N]
+                xu = numba.carray(_ptr(d[XA]), (c_n, d[H], d[W]), f32)
+                while True:
+                    u = claim_ends(d, P_CLAIM, side)
+                    if u < 0:
+                        break
+                    pad(xu, xp, d[PH], d[PW], d[P_HP], d[P_WP], u * c_n // units, (u + 1) * c_n // units)
+                    count_up(d, P_DONE)
+                wait_count(d, P_DONE, units)
             while True:  # the side's bulk [t0, t1), then (TAIL_DIRECT) the middle's shards claimed one at a time
                 if t1 > t0:
                     if d[STEP] == 1:
@@ -266,12 +297,23 @@ def _build(ahead: int = 0, wino: int = 0):
         lv, lm = d[LV], d[LM]
         zeros = numba.carray(_ptr(d[ZEROS]), (m_n,), f32)
         bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
-        if d[OP] == OP_WINO2:  # every tile's input transform (each side its own), then its weight panels
+        if d[OP] == OP_WINO2:  # every tile's input transform (each side its own; WINO2_SHARED: once), its panels
             nt = th_n * tw_n  # [t0, t1) at every position and their channels' output transform
-            v = numba.carray(_ptr(d[b + S_V]), (16, lv), f32)
             mo = numba.carray(_ptr(d[b + S_MO]), (16, lm), f32)
             wp = numba.carray(_ptr(d[WP]), (16, d[WP_N] // 16), f32)
-            tin2(x, v, d[PH], d[PW], th_n, tw_n, 0, c_n)
+            if d[P_N] > 0:  # WINO2_SHARED: the caller's v, its channel units transformed by both sides, then all done
+                v = numba.carray(_ptr(d[SIDE0 + S_V]), (16, lv), f32)
+                units = d[P_N]
+                while True:
+                    u = claim_ends(d, P_CLAIM, side)
+                    if u < 0:
+                        break
+                    tin2(x, v, d[PH], d[PW], th_n, tw_n, u * c_n // units, (u + 1) * c_n // units)
+                    count_up(d, P_DONE)
+                wait_count(d, P_DONE, units)
+            else:
+                v = numba.carray(_ptr(d[b + S_V]), (16, lv), f32)
+                tin2(x, v, d[PH], d[PW], th_n, tw_n, 0, c_n)
             groups = -d[PANELS]
             if d[COLS] == 0:
                 bat0(wp, m_n, c_n, v, nt, mo, zeros, groups, no, zero, d[KC], scratch, t0 * 16, t1 * 16)
@@ -355,6 +397,9 @@ def pair_run(ctl, desc, x, y, z, v0, mo0, s0, v1, mo1, s1, alone) -> int:
         desc[CLAIM] = desc[DYN] << 32  # every chunk unclaimed (stored before fpair publishes the job)
     if desc[T_N] > 0:
         desc[T_CLAIM] = desc[T_N] << 32  # TAIL_DIRECT: every middle shard unclaimed
+    if desc[P_N] > 0:
+        desc[P_CLAIM] = desc[P_N] << 32  # PAD_SPLIT: every unit of the pad unclaimed, none done
+        desc[P_DONE] = 0
     if alone:
         addr = np.int64(desc.ctypes.data)
         _call2(desc[FN], addr, 0)
@@ -689,7 +734,11 @@ def wino2_pair(conv, x_shape, y_shape, ph: int, pw: int, code: int, p0, p1, has_
     for side, (q0, q1) in enumerate(((0, cut), (cut, panels))):
         base = SIDE0 + side * SIDE_N
         desc[base + S_T0], desc[base + S_T1], desc[base + S_BLOCKS], desc[base + S_SCR_N] = q0, q1, 1, ssize
-    return _wino_pair(conv, desc, ((16 * lv, 16 * lm, ssize), (16 * lv, 16 * lm, ssize)), m_n, c_n, width, 2, p0, p1)
+    v1 = 16 * lv
+    if WINO2_SHARED:  # the input transform made once, in the caller's v (the helper's v then unused)
+        desc[P_N] = max(1, min(int(PAD_UNITS), c_n))
+        v1 = 1
+    return _wino_pair(conv, desc, ((16 * lv, 16 * lm, ssize), (v1, 16 * lm, ssize)), m_n, c_n, width, 2, p0, p1)
 
 
 def direct_cut(m_n: int, oh_n: int, rb: int, width: int) -> int:
@@ -761,12 +810,16 @@ def direct_pair(conv, x_shape, y_shape, kernel: tuple, stride: int, ph: int, pw:
         d[WP], d[WP_N] = wp.ctypes.data, wp.size
         return wp, fv, xp, koff
 
+    pair_pad = (xp, ph, pw, hp, wpad, c_n)
+    if PAD_SPLIT:  # both sides fill the padded input (the halves' first phase), not the caller before the job
+        desc[C], desc[H], desc[W], desc[PH], desc[PW] = c_n, x_shape[2], x_shape[3], ph, pw
+        desc[P_N], desc[P_HP], desc[P_WP] = max(1, min(int(PAD_UNITS), c_n)), hp, wpad
+        pair_pad = None
     pair = Pair(desc, ((1, 1, size), (1, 1, size)), prep)
     pair.keep = (fv, xp, koff)
     span = cpair.FOLLOW_RANGE * total
     if tail is None:
         pair.direct = [float(cut), max(1, int(round(cut - span))), min(total - 1, int(round(cut + span))), total]
-    pair_pad = (xp, ph, pw, hp, wpad, c_n)
     return pair, pair_pad
 
 

@@ -1,0 +1,215 @@
+"""A pair's first phase shared by its two halves (issue 11, session 16; docs/numba.md, "ResNet-50's pairs per kind of
+layer"): rnpair.PAD_SPLIT (fdirect's zero-padded input filled by both sides, by units of input channels claimed from
+one word, each side then waiting until every unit is done). The padded input is the same whoever fills which
+channels, so the pair equals the one-thread path bit for bit: the caller alone (the helper 'spinning' but never
+coming: it claims every unit), the helper's loop run by hand with the caller having claimed some units or none (the
+padded buffer then equal to the caller's own pad, the helper's output rows the one-thread path's); odd channel counts
+(units of unequal channels), the residual and Relu."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _conv_layers import _at, _kernel, _layer, _out_shape, _reference
+from kernelkit.testing import assert_close
+from kernelkit_numba.kernels import conv_serial, fdirect, ftile, pairs, rnpair
+from test_rnpair import _helper_half, _pair_of
+
+pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
+              pytest.mark.skipif(ftile.choice()[0] != rnpair.KIND or not rnpair.enabled(),
+                                 reason="the pairs run on the AVX-512 tiles")]
+
+RELU = {"activation": "Relu"}
+PADS = {"pads": [1, 1, 1, 1]}
+# fdirect's pairs: 3x3/2 of 33 -> 80 channels at 14x14 (33 input channels in 8 units: 4 or 5 each; K = 297) with the
+# residual, 3x3/2 of 64 -> 128 at 28x28, 3x3/1 of 64 -> 64 at 7x7 with the residual, and 3x3/2 of 33 -> 80 at 28x28
+# (PAD_UNITS 40 there: more units than channels, a unit a channel)
+DIRECT = [
+    ((1, 33, 14, 14), (80, 33, 3, 3), {**PADS, "strides": [2, 2], **RELU}, True, rnpair.OP_DIRECT),
+    ((1, 64, 28, 28), (128, 64, 3, 3), {**PADS, "strides": [2, 2], **RELU}, False, rnpair.OP_DIRECT),
+    ((1, 64, 7, 7), (64, 64, 3, 3), {**PADS, **RELU}, True, rnpair.OP_DIRECT),
+    ((1, 33, 28, 28), (80, 33, 3, 3), {**PADS, "strides": [2, 2]}, False, rnpair.OP_DIRECT),
+]
+
+
+def _padded(pair, x) -> np.ndarray:
+    """The pair's padded input buffer (a copy) and the caller's own pad of ``x`` into a fresh one."""
+    d = pair.desc
+    xp = next(a for a in pair.keep if isinstance(a, np.ndarray) and a.ctypes.data == d[rnpair.XP])
+    want = np.full_like(xp, np.nan)
+    fdirect.pad_planes(x[0], want, int(d[rnpair.PH]), int(d[rnpair.PW]), int(d[rnpair.P_HP]), int(d[rnpair.P_WP]),
+                       0, x.shape[1])
+    return xp, want
+
+
+@pytest.mark.parametrize("case", DIRECT, ids=lambda c: f"{c[0][1]}x{c[0][2]}-{c[1][0]}s{c[2].get('strides', [1])[0]}")
+def test_pad_split(case, quiet_server, monkeypatch):
+    """PAD_SPLIT: the caller alone fills every unit and equals the one-thread path and the caller-padded pair bit for
+    bit; the helper's loop by hand, the pad's units all unclaimed or the caller's first j claimed and done, fills the
+    rest (the buffer then the caller's own pad exactly) and writes its half's output, the one-thread path's."""
+    xs, ws, attrs, res, op = case
+    if xs[2] == 28 and xs[1] == 33:
+        monkeypatch.setattr(rnpair, "PAD_UNITS", 40)
+    inputs = _layer(case, 7)
+    shape = _out_shape(xs, ws, attrs)
+    want = _at(1, _kernel(xs, ws, attrs, 1, res).compute, inputs, shape)
+    assert_close(want, _reference(inputs, attrs), np.float32)
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    monkeypatch.setattr(rnpair, "PAD_SPLIT", False)
+    plain = _pair_of(conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res)))
+    assert plain is not None and plain.desc[rnpair.P_N] == 0
+    np.testing.assert_array_equal(_at(2, conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res)), inputs, shape),
+                                  want)
+    monkeypatch.setattr(rnpair, "PAD_SPLIT", True)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    pair = _pair_of(fn)
+    assert pair is not None and pair.desc[rnpair.OP] == op
+    units = int(pair.desc[rnpair.P_N])
+    assert units == min(rnpair.PAD_UNITS, xs[1])
+    alone = srv.stats["alone"]
+    got = _at(2, fn, inputs, shape)
+    assert srv.stats["alone"] == alone + 1 and srv.stats["paired"] == 0
+    np.testing.assert_array_equal(got, want)
+    d = pair.desc
+    assert d[rnpair.P_CLAIM] == (units << 32) | units and d[rnpair.P_DONE] == units  # the caller claimed them all
+    xp, pad = _padded(pair, inputs[0])
+    np.testing.assert_array_equal(xp, pad)
+    for j in (0, units // 2, units - 1):  # the caller's first j units claimed and done, the rest the helper's
+        c_j = j * xs[1] // units  # the channels the caller's units cover
+        plane = xp.size // xs[1]
+        xp[c_j * plane:] = np.nan
+        d[rnpair.P_CLAIM], d[rnpair.P_DONE] = (units << 32) | j, j
+        y = _helper_half(srv, d, rnpair.YA, shape)
+        assert d[rnpair.P_DONE] == units and d[rnpair.P_CLAIM] == (j << 32) | j  # the helper took the rest (the back)
+        np.testing.assert_array_equal(xp, pad)
+        written = ~np.isnan(y)
+        assert written.any() and not written.all()  # its shards' output only
+        np.testing.assert_array_equal(y[written], want[written])
+
+
+# cpair's 1x1 strided layers (conv_serial.SUBSAMPLE): 64 -> 128 at 28x28 / 2 (rows tiles by channels) with the residual
+# and Relu, 33 -> 80 at 29x29 / 2 (33 channels in 8 units; an odd map: 15 x 15), 256 -> 512 at 14x14 / 2 (the cols
+# tiles at 7x7) with the residual and Relu
+SUB = [
+    ((1, 64, 28, 28), (128, 64, 1, 1), {"strides": [2, 2], **RELU}, True, None),
+    ((1, 33, 29, 29), (80, 33, 1, 1), {"strides": [2, 2]}, False, None),
+    ((1, 256, 14, 14), (512, 256, 1, 1), {"strides": [2, 2], **RELU}, True, None),
+]
+
+
+def _cpair_and_buf(fn):
+    from test_rnpair import _cpair_of
+
+    cells = {}
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+        try:
+            cells[name] = cell.cell_contents
+        except ValueError:
+            pass
+    return _cpair_of(fn), cells["buf"], cells["sub_in_pair"]
+
+
+@pytest.mark.parametrize("case", SUB, ids=lambda c: f"{c[0][1]}x{c[0][2]}-{c[1][0]}")
+def test_sub_split(case, quiet_server, monkeypatch):
+    """cpair.SUB_SPLIT: the caller alone copies every unit and equals the pair whose caller copies before the job bit
+    for bit (and the one-thread path and the reference within the fp32 tolerances); the helper's loop by hand, the
+    copy's units all unclaimed or the caller's first j claimed and done, copies the rest (the buffer then the NumPy
+    copy exactly) and writes its half's output; a refused pair (the helper asleep) copies on the caller."""
+    from kernelkit_numba.kernels import cpair
+
+    xs, ws, attrs, res, _op = case
+    inputs = _layer(case, 8)
+    shape = _out_shape(xs, ws, attrs)
+    one = _at(1, _kernel(xs, ws, attrs, 1, res).compute, inputs, shape)
+    assert_close(one, _reference(inputs, attrs), np.float32)
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    monkeypatch.setattr(cpair, "SUB_SPLIT", False)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    pair, _buf, taken = _cpair_and_buf(fn)
+    assert pair is not None and not taken and pair.desc[cpair.U_N] == 0
+    want = _at(2, fn, inputs, shape)
+    assert_close(want, one, np.float32)
+    monkeypatch.setattr(cpair, "SUB_SPLIT", True)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    pair, buf, taken = _cpair_and_buf(fn)
+    d = pair.desc
+    units = int(d[cpair.U_N])
+    assert taken and units == min(cpair.SUB_UNITS, xs[1])
+    alone = srv.stats["alone"]
+    got = _at(2, fn, inputs, shape)
+    assert srv.stats["alone"] == alone + 1 and srv.stats["paired"] == 0
+    np.testing.assert_array_equal(got, want)
+    assert d[cpair.U_CLAIM] == (units << 32) | units and d[cpair.U_DONE] == units and d[cpair.U_X] == 0
+    x = inputs[0]
+    copy = np.ascontiguousarray(x[:, :, ::2, ::2])
+    np.testing.assert_array_equal(buf, copy)
+    for j in (0, units // 2, units - 1):  # the caller's first j units claimed and done, the rest the helper's
+        buf[:, j * xs[1] // units:] = np.nan
+        d[cpair.U_CLAIM], d[cpair.U_DONE], d[cpair.U_X] = (units << 32) | j, j, x.ctypes.data
+        y = _helper_half(srv, d, cpair.YA, shape)
+        d[cpair.U_X] = 0
+        assert d[cpair.U_DONE] == units and d[cpair.U_CLAIM] == (j << 32) | j
+        np.testing.assert_array_equal(buf, copy)
+        written = ~np.isnan(y)
+        assert written.any() and not written.all()
+        np.testing.assert_array_equal(y[written], want[written])
+    srv.ctl[pairs.AWAKE] = 0  # the helper asleep: the pair refuses, the caller copies and runs the layer alone
+    buf[:] = np.nan
+    paired = srv.stats["paired"]
+    got = _at(2, fn, inputs, shape)
+    assert srv.stats["paired"] == paired
+    np.testing.assert_array_equal(buf, copy)
+    assert_close(got, one, np.float32)
+
+
+# F(2x2)'s pairs by output channels: 128@14 on the cols-tile products (3 panels of 48), 64@14 on the rows tiles with the
+# residual and Relu, 36 -> 64 at 14x14 (36 input channels in 8 units of 4 or 5)
+WINO2 = [
+    ((1, 128, 14, 14), (128, 128, 3, 3), {**PADS, **RELU}, False, rnpair.OP_WINO2),
+    ((1, 64, 14, 14), (64, 64, 3, 3), {**PADS, **RELU}, True, rnpair.OP_WINO2),
+    ((1, 36, 14, 14), (64, 36, 3, 3), {**PADS}, False, rnpair.OP_WINO2),
+]
+
+
+@pytest.mark.parametrize("case", WINO2, ids=lambda c: f"{c[0][1]}x{c[0][2]}-{c[1][0]}")
+def test_wino2_shared(case, quiet_server, monkeypatch):
+    """WINO2_SHARED: the caller alone transforms every unit into its v and equals the pair whose sides each transform
+    the whole input bit for bit (and the one-thread path and the reference within the fp32 tolerances); the helper's
+    loop by hand, the transform's units all unclaimed or the caller's first j claimed and done, transforms the rest
+    into the caller's v and writes its panels' output, bit for bit."""
+    xs, ws, attrs, res, op = case
+    inputs = _layer(case, 9)
+    shape = _out_shape(xs, ws, attrs)
+    one = _at(1, _kernel(xs, ws, attrs, 1, res).compute, inputs, shape)
+    assert_close(one, _reference(inputs, attrs), np.float32)
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    monkeypatch.setattr(rnpair, "WINO2_SHARED", False)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    plain = _pair_of(fn)
+    assert plain is not None and plain.desc[rnpair.OP] == op and plain.desc[rnpair.P_N] == 0
+    want = _at(2, fn, inputs, shape)
+    assert_close(want, one, np.float32)
+    monkeypatch.setattr(rnpair, "WINO2_SHARED", True)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    pair = _pair_of(fn)
+    d = pair.desc
+    units = int(d[rnpair.P_N])
+    assert units == min(rnpair.PAD_UNITS, xs[1]) and pair.sizes[1][0] == 1  # (the helper's own v unused)
+    got = _at(2, fn, inputs, shape)
+    np.testing.assert_array_equal(got, want)
+    assert d[rnpair.P_CLAIM] == (units << 32) | units and d[rnpair.P_DONE] == units
+    nt = int(d[rnpair.TH] * d[rnpair.TW])
+    v = np.ctypeslib.as_array((np.ctypeslib.ctypes.c_float * int(16 * d[rnpair.LV])).from_address(
+        int(d[rnpair.SIDE0 + rnpair.S_V]))).reshape(16, -1)
+    full = v.copy()
+    for j in (0, units // 2, units - 1):  # the caller's first j units claimed and done, the rest the helper's
+        v[:, j * xs[1] // units * nt:xs[1] * nt] = np.nan
+        d[rnpair.P_CLAIM], d[rnpair.P_DONE] = (units << 32) | j, j
+        y = _helper_half(srv, d, rnpair.YA, shape)
+        assert d[rnpair.P_DONE] == units and d[rnpair.P_CLAIM] == (j << 32) | j
+        np.testing.assert_array_equal(v[:, :xs[1] * nt], full[:, :xs[1] * nt])
+        written = ~np.isnan(y)
+        assert written.any() and not written.all()
+        np.testing.assert_array_equal(y[written], want[written])
