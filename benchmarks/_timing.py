@@ -87,10 +87,14 @@ def best_node_ms_interleaved(sessions: list, feed, runs: int, rotate: bool = Fal
             for per in node_ms_rounds_interleaved(sessions, feed, runs, rotate)]
 
 
-def node_ms_rounds_interleaved(sessions: list, feed, runs: int, rotate: bool = False) -> list[dict]:
+def node_ms_rounds_interleaved(sessions: list, feed, runs: int, rotate: bool = False, burst: int = 1,
+                               timed=None) -> list[dict]:
     """``best_node_ms_interleaved``'s runs, every round kept: per session, node -> its ms in each round
     (a list of ``runs``, round r of every session in the same place; a node called more than once in a
-    run: its fastest call). ops_vs_reference.py reads the spread of a node's within-round ratio from it."""
+    run: its fastest call). ops_vs_reference.py reads the spread of a node's within-round ratio from it.
+    ``burst`` > 1: each turn is that many runs back to back, the last one timed (its weights back in the
+    caches after the other sessions' turns, as in a process that runs one session). ``timed(i, r, run)``:
+    called for each timed run instead of ``run()`` (session i, round r; pair_halves.py traces it)."""
     for sess in sessions:
         for _ in range(3):
             sess.run(None, feed)
@@ -101,7 +105,14 @@ def node_ms_rounds_interleaved(sessions: list, feed, runs: int, rotate: bool = F
     for r in range(runs):
         for k in range(n):
             i = (r + k) % n if rotate else k
-            sessions[i].run(None, feed)
+            if burst > 1:
+                for _ in range(burst - 1):
+                    sessions[i].run(None, feed)
+                seen[i] = len(sessions[i].profile_events())
+            if timed is None:
+                sessions[i].run(None, feed)
+            else:
+                timed(i, r, lambda i=i: sessions[i].run(None, feed))
             events = sessions[i].profile_events()
             run: dict = {}
             for node, _start, secs, _tid in events[seen[i]:]:

@@ -39,6 +39,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nodes_ab import kernelkit, load, refuse_built_once, variant_session  # noqa: E402, I001 (sets the environment)
 from nodes_ab2t import _Woken  # noqa: E402
+from _timing import node_ms_rounds_interleaved  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -100,41 +101,26 @@ def _calls(events, trace, rate: float) -> dict:
 
 
 def run_rounds(sessions: list, feed, runs: int, traced: set, burst: int = 1) -> tuple[list, list]:
-    """Each session run in turn once a round (the order rotated), after three warm-up runs: per session,
-    node -> ms in each round; and per traced session (its index in ``traced``), node -> the pair calls' figures
-    of each round (``_calls``). ``burst`` > 1: each turn is that many runs back to back, the last one timed (its
-    weights back in the caches after the other sessions' turns, as in a process that runs one session)."""
+    """_timing.node_ms_rounds_interleaved's rounds (the order rotated; ``burst``): per session, node -> ms in each
+    round; and per traced session (its index in ``traced``), node -> the pair calls' figures of each round
+    (``_calls``)."""
     from kernelkit_numba.kernels import pairs
 
     rate = pairs.cycle_rate()
-    for sess in sessions:
-        for _ in range(3):
-            sess.run(None, feed)
-        sess.reset_profile()
-    n = len(sessions)
-    seen = [0] * n
-    per: list = [{} for _ in sessions]
     halves: list = [{} for _ in sessions]
-    for r in range(runs):
-        for k in range(n):
-            i = (r + k) % n
-            for _ in range(burst - 1):
-                sessions[i].run(None, feed)
-            seen[i] = len(sessions[i].profile_events())
-            pairs.TRACE = [] if i in traced else None
-            sessions[i].run(None, feed)
-            trace, pairs.TRACE = pairs.TRACE, None
-            events = sessions[i].profile_events()[seen[i]:]
-            seen[i] += len(events)
-            run: dict = {}
-            for node, _start, secs, _tid in events:
-                run[node] = min(run.get(node, np.inf), secs * 1e3)
-            for node, ms in run.items():
-                per[i].setdefault(node, [np.inf] * runs)[r] = ms
-            if trace is not None:
-                for node, row in _calls(events, trace, rate).items():
-                    halves[i].setdefault(node, [None] * runs)[r] = row
-    return per, halves
+
+    def timed(i, r, run):
+        if i not in traced:
+            run()
+            return
+        seen = len(sessions[i].profile_events())
+        pairs.TRACE = []
+        run()
+        trace, pairs.TRACE = pairs.TRACE, None
+        for node, row in _calls(sessions[i].profile_events()[seen:], trace, rate).items():
+            halves[i].setdefault(node, [None] * runs)[r] = row
+
+    return node_ms_rounds_interleaved(sessions, feed, runs, True, burst, timed), halves
 
 
 def _group(kinds: dict, plan_session) -> dict:

@@ -1,13 +1,15 @@
-"""The layer set-up the pair tests share (test_rnpair.py, test_tail.py): a Conv kernel prepared for a layer's
-shapes at a thread budget, the layer's read-only inputs, the reference's output (the residual added, Relu where
-the attributes ask), and a call at a given budget into a NaN-filled output."""
+"""The layer set-up the pair tests share (test_rnpair.py, test_tail.py, test_pair_phases.py, test_wino_ahead.py): a
+Conv kernel prepared for a layer's shapes at a thread budget, the layer's read-only inputs, the reference's output (the
+residual added, Relu where the attributes ask), a call at a given budget into a NaN-filled output, the one-thread
+path's output, a bound call's pair, and the helper's half of a pair run by hand."""
 from __future__ import annotations
 
 import numpy as np
 from kernelkit.invoke import KernelContext
 from kernelkit.ir import Node, TensorSpec
-from kernelkit.testing import run_single_op
+from kernelkit.testing import assert_close, run_single_op
 from kernelkit_numba import config
+from kernelkit_numba.kernels import cpair, fpair, pairs, rnpair
 from kernelkit_numba.kernels.conv import Conv
 
 
@@ -54,3 +56,54 @@ def _reference(inputs, attrs):
 def _at(threads, fn, inputs, shape):
     with config.num_threads(threads):
         return fn(*inputs, out=np.full(shape, np.nan, np.float32))
+
+
+def _one_thread(case, seed):
+    """(inputs, output shape, the one-thread path's output) of the layer ``case`` (its inputs of ``seed``), that
+    output checked against the reference within the fp32 tolerances."""
+    xs, ws, attrs, res, _op = case
+    inputs = _layer(case, seed)
+    shape = _out_shape(xs, ws, attrs)
+    one = _at(1, _kernel(xs, ws, attrs, 1, res).compute, inputs, shape)
+    assert_close(one, _reference(inputs, attrs), np.float32)
+    return inputs, shape, one
+
+
+def _pair_of(fn):
+    """The rnpair.Pair a bound call closes over, or None."""
+    cells = [c.cell_contents for c in getattr(fn, "__closure__", None) or ()
+             if isinstance(c.cell_contents, rnpair.Pair)]
+    return cells[0] if cells else None
+
+
+def _cpair_of(fn):
+    """The cpair.Pair a bound call closes over, or None."""
+    cells = []
+    for c in getattr(fn, "__closure__", None) or ():
+        try:
+            cells.append(c.cell_contents)
+        except ValueError:  # (a cell not yet filled: a nested function defined after)
+            pass
+    pairs_ = [c for c in cells if isinstance(c, cpair.Pair)]
+    return pairs_[0] if pairs_ else None
+
+
+def _helper_half(srv, desc, ya, shape):
+    """The helper's half of ``desc``'s job, run by hand on this thread through fpair's loop into a fresh NaN
+    output (the descriptor's output slot ``ya``): published as job 9 with this descriptor, whatever the last
+    call published (a call the caller ran alone publishes none)."""
+    y = np.full(shape, np.nan, np.float32)
+    desc[ya] = y.ctypes.data
+    srv.ctl[pairs.DESC] = desc.ctypes.data
+    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
+    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
+    return y
+
+
+def _half_by_hand(srv, desc, ya, shape, want):
+    """_helper_half, which must write part of the output but not all of it (its half), equal to ``want`` there bit
+    for bit."""
+    y = _helper_half(srv, desc, ya, shape)
+    written = ~np.isnan(y)
+    assert written.any() and not written.all()
+    np.testing.assert_array_equal(y[written], want[written])

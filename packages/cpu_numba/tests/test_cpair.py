@@ -162,14 +162,28 @@ def test_batch_caller_alone_and_helper_half(case, quiet_server):
     _check_halves(case, quiet_server)
 
 
-def _check_halves(case, quiet_server):
-    x, w, b, z, attrs = _layer(case)
+def _last_desc(srv, call):
+    """The descriptor of the job the caller published last: an array over the words of ``call``'s pair, which keeps
+    ``call`` (and so those words) alive while it lives."""
+    words = (np.ctypeslib.ctypes.c_int64 * cpair.NDESC).from_address(int(srv.ctl[qpair.DESC]))
+    words.call = call
+    return np.ctypeslib.as_array(words)
+
+
+def _alone(case, srv):
+    """(the layer, its output shape, the one-thread path's output, the two-thread call's output with the caller
+    alone (the helper 'spinning' but never coming), that call's descriptor: _last_desc)."""
+    x, w, b, z, attrs = layer = _layer(case)
     shape = _out_shape(x.shape, w.shape, attrs)
     f1, f2 = _calls(x, w, b, z, attrs)
     want = _run(f1, x, w, b, z, shape)
-    srv = quiet_server
     srv.ctl[qpair.AWAKE] = 1
     alone = _run(f2, x, w, b, z, shape)
+    return layer, shape, want, alone, _last_desc(srv, f2)
+
+
+def _check_halves(case, srv):
+    (x, w, b, z, attrs), shape, want, alone, desc = _alone(case, srv)
     stem = w.shape[1] > 1 and w.shape[2] > 1  # an odd batch's stem: one hand-over an image
     jobs = x.shape[0] if stem and not (cpair.by_images(x.shape[0]) and cpair.IMPLICIT_IMAGES) else 1
     assert srv.stats["alone"] == jobs and srv.stats["paired"] == 0
@@ -181,7 +195,6 @@ def _check_halves(case, quiet_server):
     else:
         assert_close(alone, want, np.float32)
     # the helper's half: the job the caller published last, republished and served on this thread
-    desc = np.ctypeslib.as_array((np.ctypeslib.ctypes.c_int64 * cpair.NDESC).from_address(int(srv.ctl[qpair.DESC])))
     if desc[cpair.OP] == cpair.IMPLICIT and not desc[cpair.IMGS]:  # one image a hand-over: the last one
         shape, alone = (1,) + shape[1:], alone[-1:]
     y = np.full(shape, np.nan, np.float32)

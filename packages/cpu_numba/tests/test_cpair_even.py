@@ -19,7 +19,7 @@ import pytest
 from kernelkit_numba.kernels import cpair, dwtile, ftile, pairs
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (test_cpair's layers and helpers)
-from test_cpair import CLIP6, _calls, _check_halves, _dw, _layer, _out_shape, _run  # noqa: E402, I001
+from test_cpair import CLIP6, _alone, _calls, _check_halves, _dw, _last_desc, _layer, _out_shape, _run  # noqa: E402, I001
 
 pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
               pytest.mark.skipif(ftile.choice()[0] != cpair.KIND or not dwtile.enabled(),
@@ -58,11 +58,15 @@ def _ids(c):
     return f"{c[0][1]}x{c[0][2]}-{c[1][0]}" + ("+Z" if c[4] else "")
 
 
-def _desc(f2, x, w, b, z, shape, srv):
-    """The descriptor of the layer's pair, after one call (the caller alone: the helper never comes)."""
+def _desc(case, srv):
+    """(the descriptor of the layer's pair after one call of the caller alone (the helper never comes), the layer's
+    output shape)."""
+    x, w, b, z, attrs = _layer(case)
+    shape = _out_shape(x.shape, w.shape, attrs)
+    _f1, f2 = _calls(x, w, b, z, attrs)
     srv.ctl[pairs.AWAKE] = 1
     _run(f2, x, w, b, z, shape)
-    return np.ctypeslib.as_array((np.ctypeslib.ctypes.c_int64 * cpair.NDESC).from_address(int(srv.ctl[pairs.DESC])))
+    return _last_desc(srv, f2), shape
 
 
 def _share(desc, side: int, m_n: int, l_n: int, cols: bool) -> int:
@@ -79,21 +83,25 @@ def _share(desc, side: int, m_n: int, l_n: int, cols: bool) -> int:
     return int(desc[b + cpair.S_MC]) * int(desc[b + cpair.S_NP])
 
 
+def _even_cols(desc, shape) -> int:
+    """A cols pair: its sides compute every output once, within one 7-pixel tile of a panel of half each; the
+    layer's channel count."""
+    assert desc[cpair.OP] == cpair.COLS
+    m_n, l_n = shape[1], shape[2] * shape[3]
+    s0, s1 = _share(desc, 0, m_n, l_n, True), _share(desc, 1, m_n, l_n, True)
+    assert s0 + s1 == m_n * l_n
+    assert abs(s0 - s1) <= 2 * ftile.COLS_WIDTH[cpair.KIND] * ftile.COLS_MP[cpair.KIND]
+    return m_n
+
+
 @pytest.mark.parametrize("case", COLS, ids=_ids)
 def test_split_serial_cols(case, quiet_server, monkeypatch):
     """SPLIT_SERIAL: both halves equal the one-thread path bit for bit (test_cpair's check), and each side
     computes half of the outputs within one 7-pixel tile of a panel."""
     monkeypatch.setattr(cpair, "SPLIT_SERIAL", True)
     _check_halves(case, quiet_server)
-    x, w, b, z, attrs = _layer(case)
-    shape = _out_shape(x.shape, w.shape, attrs)
-    _f1, f2 = _calls(x, w, b, z, attrs)
-    desc = _desc(f2, x, w, b, z, shape, quiet_server)
-    assert desc[cpair.OP] == cpair.COLS
-    m_n, l_n = shape[1], shape[2] * shape[3]
-    s0, s1 = _share(desc, 0, m_n, l_n, True), _share(desc, 1, m_n, l_n, True)
-    assert s0 + s1 == m_n * l_n
-    assert abs(s0 - s1) <= 2 * ftile.COLS_WIDTH[cpair.KIND] * ftile.COLS_MP[cpair.KIND]
+    desc, shape = _desc(case, quiet_server)
+    m_n = _even_cols(desc, shape)
     if m_n % (2 * ftile.COLS_WIDTH[cpair.KIND]):  # an odd panel count: a panel split by pixels
         assert desc[cpair.SIDE0 + cpair.S_NP] > 0 and desc[cpair.SIDE0 + cpair.SIDE_N + cpair.S_NP] > 0
 
@@ -102,10 +110,7 @@ def test_split_serial_cols(case, quiet_server, monkeypatch):
 def test_whole_panels_without_the_switch(case, quiet_server, monkeypatch):
     """SPLIT_SERIAL off: the serial pair keeps whole panels (the caller the first half, rounded up)."""
     monkeypatch.setattr(cpair, "SPLIT_SERIAL", False)
-    x, w, b, z, attrs = _layer(case)
-    shape = _out_shape(x.shape, w.shape, attrs)
-    _f1, f2 = _calls(x, w, b, z, attrs)
-    desc = _desc(f2, x, w, b, z, shape, quiet_server)
+    desc, shape = _desc(case, quiet_server)
     assert desc[cpair.SIDE0 + cpair.S_NP] == 0
     panels = -(-shape[1] // ftile.COLS_WIDTH[cpair.KIND])
     assert desc[cpair.SIDE0 + cpair.S_MC] == -(-panels // 2)
@@ -118,18 +123,14 @@ def test_pixel_even(case, quiet_server, monkeypatch):
     monkeypatch.setattr(cpair, "PIXEL_TILES", 1)
     monkeypatch.setattr(cpair, "PIXEL_EVEN", True)
     _check_halves(case, quiet_server)
-    x, w, b, z, attrs = _layer(case)
-    shape = _out_shape(x.shape, w.shape, attrs)
-    _f1, f2 = _calls(x, w, b, z, attrs)
-    desc = _desc(f2, x, w, b, z, shape, quiet_server)
+    desc, shape = _desc(case, quiet_server)
     assert desc[cpair.OP] == cpair.ROWS
     nr, l_n = ftile.NR[cpair.KIND], shape[2] * shape[3]
     p = int(desc[cpair.SIDE0 + cpair.SIDE_N + cpair.S_P0])
     assert p % nr == 0 and abs(p - l_n / 2) <= nr / 2
     assert desc[cpair.SIDE0 + cpair.S_NP] == p and desc[cpair.SIDE0 + cpair.SIDE_N + cpair.S_NP] == l_n - p
     monkeypatch.setattr(cpair, "PIXEL_EVEN", False)  # the old cut: the first half of the tiles, rounded up
-    _f1, f2 = _calls(x, w, b, z, attrs)
-    desc = _desc(f2, x, w, b, z, shape, quiet_server)
+    desc, _shape = _desc(case, quiet_server)
     tiles = -(-l_n // nr)
     assert desc[cpair.SIDE0 + cpair.SIDE_N + cpair.S_P0] == -(-tiles // 2) * nr
 
@@ -174,29 +175,16 @@ def test_serial_cols_max(case, quiet_server, monkeypatch):
     monkeypatch.setattr(conv, "FTILE_COLS_MAX_ONE_THREAD", 196)  # (the one-thread path's own rule)
     monkeypatch.setattr(cpair, "SERIAL_COLS_MAX", 196)
     _check_halves(case, quiet_server)
-    x, w, b, z, attrs = _layer(case)
-    shape = _out_shape(x.shape, w.shape, attrs)
-    _f1, f2 = _calls(x, w, b, z, attrs)
-    desc = _desc(f2, x, w, b, z, shape, quiet_server)
-    assert desc[cpair.OP] == cpair.COLS
-    m_n, l_n = shape[1], shape[2] * shape[3]
-    s0, s1 = _share(desc, 0, m_n, l_n, True), _share(desc, 1, m_n, l_n, True)
-    assert s0 + s1 == m_n * l_n
-    assert abs(s0 - s1) <= 2 * ftile.COLS_WIDTH[cpair.KIND] * ftile.COLS_MP[cpair.KIND]
+    _even_cols(*_desc(case, quiet_server))
     monkeypatch.setattr(cpair, "SERIAL_COLS_MAX", 0)
-    _f1, f2 = _calls(x, w, b, z, attrs)
-    assert _desc(f2, x, w, b, z, shape, quiet_server)[cpair.OP] == cpair.ROWS
+    assert _desc(case, quiet_server)[0][cpair.OP] == cpair.ROWS
 
 
 def test_serial_cols_max_keeps_small_k_on_rows(quiet_server, monkeypatch):
     """An expansion of K 64 at 14x14 (MobileNetV2's 64 -> 384) stays on the rows tiles with SERIAL_COLS_MAX (K below
     conv.FTILE_COLS_MIN_K), paired by channels as before."""
     monkeypatch.setattr(cpair, "SERIAL_COLS_MAX", 196)
-    case = ((1, 64, 14, 14), (384, 64, 1, 1), CLIP6, True, False)
-    x, w, b, z, attrs = _layer(case)
-    shape = _out_shape(x.shape, w.shape, attrs)
-    _f1, f2 = _calls(x, w, b, z, attrs)
-    desc = _desc(f2, x, w, b, z, shape, quiet_server)
+    desc, _shape = _desc(((1, 64, 14, 14), (384, 64, 1, 1), CLIP6, True, False), quiet_server)
     assert desc[cpair.OP] == cpair.ROWS and desc[cpair.SIDE0 + cpair.SIDE_N + cpair.S_C0] == 192
 
 
@@ -223,19 +211,24 @@ def _tail_model(rng):
     return g.build(), {"x": rng.standard_normal((1, 96, 14, 14)).astype(np.float32)}
 
 
-def test_switches_through_a_two_thread_session(monkeypatch, session_pair_calls):
-    """With SPLIT_SERIAL, PIXEL_EVEN and SERIAL_COLS_MAX on, the 14x14 and 7x7 blocks in a two-thread session (the
-    helper's thread running) pair and equal the reference and the one-thread run within the fp32 tolerances."""
+def _tail_pairs(session_pair_calls, seed: int):
+    """_tail_model (its weights and input of ``seed``) in a two-thread session, the helper's thread running: 30 pair
+    calls taken, each run's output equal to the reference's and the one-thread run's within the fp32 tolerances."""
     from kernelkit import Session
 
-    for name, value in (("SPLIT_SERIAL", True), ("PIXEL_EVEN", True), ("SERIAL_COLS_MAX", 196)):
-        monkeypatch.setattr(cpair, name, value)
-    rng = np.random.default_rng(11)
-    model, feeds = _tail_model(rng)
+    model, feeds = _tail_model(np.random.default_rng(seed))
     want = Session(model, vendors=["reference"]).run(None, feeds)[0]
     one = Session(model, vendors=["numba"], threads=1).run(None, feeds)[0]
     sess = Session(model, vendors=["numba"], fallback=False, threads=2)
     assert session_pair_calls(sess, feeds, want, one, 30)[0] >= 30
+
+
+def test_switches_through_a_two_thread_session(monkeypatch, session_pair_calls):
+    """With SPLIT_SERIAL, PIXEL_EVEN and SERIAL_COLS_MAX on, the 14x14 and 7x7 blocks in a two-thread session (the
+    helper's thread running) pair and equal the reference and the one-thread run within the fp32 tolerances."""
+    for name, value in (("SPLIT_SERIAL", True), ("PIXEL_EVEN", True), ("SERIAL_COLS_MAX", 196)):
+        monkeypatch.setattr(cpair, name, value)
+    _tail_pairs(session_pair_calls, 11)
 
 
 # K_SPLIT's projections: 576 -> 96 and 384 -> 64 at 14x14 with the residual, 192 -> 32 at 28x28 with the residual, an
@@ -264,17 +257,11 @@ def test_k_split(case, quiet_server, monkeypatch):
     from test_cpair import _reference
 
     monkeypatch.setattr(cpair, "K_SPLIT", 784)
-    x, w, b, z, attrs = _layer(case)
-    shape = _out_shape(x.shape, w.shape, attrs)
-    f1, f2 = _calls(x, w, b, z, attrs)
-    want = _run(f1, x, w, b, z, shape)
     srv = quiet_server
-    srv.ctl[pairs.AWAKE] = 1
-    alone = _run(f2, x, w, b, z, shape)
+    (x, w, b, z, attrs), shape, want, alone, desc = _alone(case, srv)
     assert srv.stats["alone"] == 1 and srv.stats["paired"] == 0
     assert_close(alone, _reference(x, w, b, z, attrs), np.float32)
     assert_close(alone, want, np.float32)
-    desc = np.ctypeslib.as_array((np.ctypeslib.ctypes.c_int64 * cpair.NDESC).from_address(int(srv.ctl[pairs.DESC])))
     k_n, m_n, l_n = w.shape[1], shape[1], shape[2] * shape[3]
     assert desc[cpair.OP] == cpair.ROWS and desc[cpair.KS_CUT] == (k_n // 2 + 8) // 16 * 16
     part = _part(desc, m_n, l_n)
@@ -295,10 +282,7 @@ def test_k_split_off_and_small(quiet_server, monkeypatch):
                                                                        False)),
                           (784, ((1, 96, 14, 14), (24, 96, 1, 1), {}, True, False))):
         monkeypatch.setattr(cpair, "K_SPLIT", k_split)
-        x, w, b, z, attrs = _layer(case)
-        shape = _out_shape(x.shape, w.shape, attrs)
-        _f1, f2 = _calls(x, w, b, z, attrs)
-        assert _desc(f2, x, w, b, z, shape, quiet_server)[cpair.KS_CUT] == 0
+        assert _desc(case, quiet_server)[0][cpair.KS_CUT] == 0
 
 
 def test_k_split_cut_at_the_depthwise_cut(monkeypatch):
@@ -324,12 +308,5 @@ def test_k_split_cut_at_the_depthwise_cut(monkeypatch):
 def test_k_split_through_a_two_thread_session(monkeypatch, session_pair_calls):
     """With K_SPLIT on, the 14x14 and 7x7 blocks in a two-thread session (the helper's thread running) pair, the
     14x14 projection by its K, and equal the reference and the one-thread run within the fp32 tolerances."""
-    from kernelkit import Session
-
     monkeypatch.setattr(cpair, "K_SPLIT", 196)
-    rng = np.random.default_rng(13)
-    model, feeds = _tail_model(rng)
-    want = Session(model, vendors=["reference"]).run(None, feeds)[0]
-    one = Session(model, vendors=["numba"], threads=1).run(None, feeds)[0]
-    sess = Session(model, vendors=["numba"], fallback=False, threads=2)
-    assert session_pair_calls(sess, feeds, want, one, 30)[0] >= 30
+    _tail_pairs(session_pair_calls, 13)

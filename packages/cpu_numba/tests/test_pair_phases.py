@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _conv_layers import _at, _kernel, _layer, _out_shape, _reference
+from _conv_layers import _at, _cpair_of, _half_by_hand, _kernel, _one_thread, _pair_of
 from kernelkit.testing import assert_close
 from kernelkit_numba.kernels import conv_serial, fdirect, ftile, pairs, rnpair
-from test_rnpair import _helper_half, _pair_of
 
 pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
               pytest.mark.skipif(ftile.choice()[0] != rnpair.KIND or not rnpair.enabled(),
@@ -49,10 +48,7 @@ def test_pad_split(case, quiet_server, monkeypatch):
     xs, ws, attrs, res, op = case
     if xs[2] == 28 and xs[1] == 33:
         monkeypatch.setattr(rnpair, "PAD_UNITS", 40)
-    inputs = _layer(case, 7)
-    shape = _out_shape(xs, ws, attrs)
-    want = _at(1, _kernel(xs, ws, attrs, 1, res).compute, inputs, shape)
-    assert_close(want, _reference(inputs, attrs), np.float32)
+    inputs, shape, want = _one_thread(case, 7)
     srv = quiet_server
     srv.ctl[pairs.AWAKE] = 1
     monkeypatch.setattr(rnpair, "PAD_SPLIT", False)
@@ -79,12 +75,9 @@ def test_pad_split(case, quiet_server, monkeypatch):
         plane = xp.size // xs[1]
         xp[c_j * plane:] = np.nan
         d[rnpair.P_CLAIM], d[rnpair.P_DONE] = (units << 32) | j, j
-        y = _helper_half(srv, d, rnpair.YA, shape)
+        _half_by_hand(srv, d, rnpair.YA, shape, want)  # its shards' output only
         assert d[rnpair.P_DONE] == units and d[rnpair.P_CLAIM] == (j << 32) | j  # the helper took the rest (the back)
         np.testing.assert_array_equal(xp, pad)
-        written = ~np.isnan(y)
-        assert written.any() and not written.all()  # its shards' output only
-        np.testing.assert_array_equal(y[written], want[written])
 
 
 # cpair's 1x1 strided layers (conv_serial.SUBSAMPLE): 64 -> 128 at 28x28 / 2 (rows tiles by channels) with the residual
@@ -98,8 +91,6 @@ SUB = [
 
 
 def _cpair_and_buf(fn):
-    from test_rnpair import _cpair_of
-
     cells = {}
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
         try:
@@ -118,10 +109,7 @@ def test_sub_split(case, quiet_server, monkeypatch):
     from kernelkit_numba.kernels import cpair
 
     xs, ws, attrs, res, _op = case
-    inputs = _layer(case, 8)
-    shape = _out_shape(xs, ws, attrs)
-    one = _at(1, _kernel(xs, ws, attrs, 1, res).compute, inputs, shape)
-    assert_close(one, _reference(inputs, attrs), np.float32)
+    inputs, shape, one = _one_thread(case, 8)
     srv = quiet_server
     srv.ctl[pairs.AWAKE] = 1
     monkeypatch.setattr(cpair, "SUB_SPLIT", False)
@@ -147,13 +135,10 @@ def test_sub_split(case, quiet_server, monkeypatch):
     for j in (0, units // 2, units - 1):  # the caller's first j units claimed and done, the rest the helper's
         buf[:, j * xs[1] // units:] = np.nan
         d[cpair.U_CLAIM], d[cpair.U_DONE], d[cpair.U_X] = (units << 32) | j, j, x.ctypes.data
-        y = _helper_half(srv, d, cpair.YA, shape)
+        _half_by_hand(srv, d, cpair.YA, shape, want)
         d[cpair.U_X] = 0
         assert d[cpair.U_DONE] == units and d[cpair.U_CLAIM] == (j << 32) | j
         np.testing.assert_array_equal(buf, copy)
-        written = ~np.isnan(y)
-        assert written.any() and not written.all()
-        np.testing.assert_array_equal(y[written], want[written])
     srv.ctl[pairs.AWAKE] = 0  # the helper asleep: the pair refuses, the caller copies and runs the layer alone
     buf[:] = np.nan
     paired = srv.stats["paired"]
@@ -179,10 +164,7 @@ def test_wino2_shared(case, quiet_server, monkeypatch):
     loop by hand, the transform's units all unclaimed or the caller's first j claimed and done, transforms the rest
     into the caller's v and writes its panels' output, bit for bit."""
     xs, ws, attrs, res, op = case
-    inputs = _layer(case, 9)
-    shape = _out_shape(xs, ws, attrs)
-    one = _at(1, _kernel(xs, ws, attrs, 1, res).compute, inputs, shape)
-    assert_close(one, _reference(inputs, attrs), np.float32)
+    inputs, shape, one = _one_thread(case, 9)
     srv = quiet_server
     srv.ctl[pairs.AWAKE] = 1
     monkeypatch.setattr(rnpair, "WINO2_SHARED", False)
@@ -207,9 +189,6 @@ def test_wino2_shared(case, quiet_server, monkeypatch):
     for j in (0, units // 2, units - 1):  # the caller's first j units claimed and done, the rest the helper's
         v[:, j * xs[1] // units * nt:xs[1] * nt] = np.nan
         d[rnpair.P_CLAIM], d[rnpair.P_DONE] = (units << 32) | j, j
-        y = _helper_half(srv, d, rnpair.YA, shape)
+        _half_by_hand(srv, d, rnpair.YA, shape, want)
         assert d[rnpair.P_DONE] == units and d[rnpair.P_CLAIM] == (j << 32) | j
         np.testing.assert_array_equal(v[:, :xs[1] * nt], full[:, :xs[1] * nt])
-        written = ~np.isnan(y)
-        assert written.any() and not written.all()
-        np.testing.assert_array_equal(y[written], want[written])

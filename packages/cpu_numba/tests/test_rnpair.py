@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from _conv_layers import _at, _kernel, _layer, _out_shape, _reference, _ro
+from _conv_layers import _at, _cpair_of, _helper_half, _kernel, _layer, _out_shape, _pair_of, _reference, _ro
 from kernelkit import Session
 from kernelkit.builder import GraphBuilder
 from kernelkit.invoke import KernelContext
@@ -38,24 +38,6 @@ LAYERS = [
     ((1, 64, 28, 28), (128, 64, 3, 3), {**PADS, "strides": [2, 2], **RELU}, False, rnpair.OP_DIRECT),
     ((1, 64, 7, 7), (64, 64, 3, 3), {**PADS, **RELU}, True, rnpair.OP_DIRECT),
 ]
-
-
-def _helper_half(srv, desc, ya, shape):
-    """The helper's half of ``desc``'s job, run by hand on this thread through fpair's loop into a fresh NaN
-    output (the descriptor's output slot ``ya``): published as job 9 with this descriptor, whatever the last
-    call published (a call the caller ran alone publishes none)."""
-    y = np.full(shape, np.nan, np.float32)
-    desc[ya] = y.ctypes.data
-    srv.ctl[pairs.DESC] = desc.ctypes.data
-    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
-    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
-    return y
-
-
-def _pair_of(fn):
-    cells = [c.cell_contents for c in getattr(fn, "__closure__", None) or ()
-             if isinstance(c.cell_contents, rnpair.Pair)]
-    return cells[0] if cells else None
 
 
 @pytest.mark.parametrize("case", LAYERS, ids=lambda c: f"{c[0][1]}x{c[0][2]}-{c[1][0]}s{c[2].get('strides', [1])[0]}")
@@ -666,19 +648,6 @@ POINTWISE = [
     ((1, 256, 7, 7), (512, 256, 1, 1), RELU, False, None),
     ((1, 128, 14, 14), (256, 128, 1, 1), RELU, True, None),
 ]
-
-
-def _cpair_of(fn):
-    from kernelkit_numba.kernels import cpair
-
-    cells = []
-    for c in getattr(fn, "__closure__", None) or ():
-        try:
-            cells.append(c.cell_contents)
-        except ValueError:  # (a cell not yet filled: a nested function defined after)
-            pass
-    pairs_ = [c for c in cells if isinstance(c, cpair.Pair)]
-    return pairs_[0] if pairs_ else None
 
 
 @pytest.mark.parametrize("case", POINTWISE, ids=lambda c: f"{c[0][1]}x{c[0][2]}-{c[1][0]}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _conv_layers import _at, _kernel, _layer, _out_shape, _reference
+from _conv_layers import _at, _cpair_of, _half_by_hand, _kernel, _layer, _one_thread, _out_shape, _pair_of, _reference
 from kernelkit.testing import assert_close
 from kernelkit_numba import config
 from kernelkit_numba.kernels import conv_serial, cpair, ftile, pairs, rnpair, winograd
@@ -154,16 +154,14 @@ def test_wino_halves_prefetch(case, quiet_server, monkeypatch):
     bit for bit, and the reference and the one-thread path within the tolerances; each pair keeps its value and
     takes the half of both switches."""
     xs, ws, attrs, res, op = case
-    inputs = _layer(case, 9)
-    shape = _out_shape(xs, ws, attrs)
-    want = _at(1, _kernel(xs, ws, attrs, 1, res).compute, inputs, shape)
+    inputs, shape, want = _one_thread(case, 9)
     srv = quiet_server
     srv.ctl[pairs.AWAKE] = 1
     outs = []
     for wino in (0, 16):
         monkeypatch.setattr(rnpair, "WINO_AHEAD", wino)
         fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
-        pair = next(c.cell_contents for c in fn.__closure__ if isinstance(c.cell_contents, rnpair.Pair))
+        pair = _pair_of(fn)
         assert pair.desc[rnpair.OP] == op and pair.wino == wino
         outs.append(_at(2, fn, inputs, shape))
         assert pair.desc[rnpair.FN] == rnpair.prepare(rnpair.DIRECT_AHEAD, wino)
@@ -173,33 +171,7 @@ def test_wino_halves_prefetch(case, quiet_server, monkeypatch):
     np.testing.assert_array_equal(outs[1], outs[0])
     assert_close(outs[0], _reference(inputs, attrs), np.float32)
     assert_close(outs[0], want, np.float32)
-    y = _helper_half(srv, pair.desc, rnpair.YA, shape)  # the helper's half on the prefetching half
-    written = ~np.isnan(y)
-    assert written.any() and not written.all()
-    np.testing.assert_array_equal(y[written], outs[0][written])
-
-
-def _helper_half(srv, desc, ya, shape):
-    """test_rnpair's: the helper's half of ``desc`` run by hand through fpair's loop into a NaN output (the
-    descriptor's output slot ``ya``)."""
-    from kernelkit_numba.kernels import fpair
-
-    y = np.full(shape, np.nan, np.float32)
-    desc[ya] = y.ctypes.data
-    srv.ctl[pairs.DESC] = desc.ctypes.data
-    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
-    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0
-    return y
-
-
-def _cpair_of(fn):
-    for c in fn.__closure__ or ():
-        try:
-            if isinstance(c.cell_contents, cpair.Pair):
-                return c.cell_contents
-        except ValueError:  # (a cell not yet filled)
-            pass
-    return None
+    _half_by_hand(srv, pair.desc, rnpair.YA, shape, outs[0])  # the helper's half on the prefetching half
 
 
 # cpair's rows halves of one image: 64 -> 72 at 30x30 (8-row panels read in place, a masked last tile) with the
@@ -239,7 +211,4 @@ def test_rows_halves_pixel_prefetch(case, quiet_server, monkeypatch):
     assert_close(outs[0], _reference(inputs, attrs), np.float32)
     assert _built(ftile.rows_driver_order.__wrapped__, rnpair.KIND, ftile.ROWS_TILE_MAJOR,
                   bool(ftile.ROWS_PREFETCH) and not ftile.ROWS_TILE_MAJOR, 8)
-    y = _helper_half(srv, pair.desc, cpair.YA, shape)  # the helper's half on the prefetching half (3)
-    written = ~np.isnan(y)
-    assert written.any() and not written.all()
-    np.testing.assert_array_equal(y[written], outs[0][written])
+    _half_by_hand(srv, pair.desc, cpair.YA, shape, outs[0])  # the helper's half on the prefetching half (3)

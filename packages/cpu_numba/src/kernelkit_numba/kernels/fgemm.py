@@ -37,7 +37,7 @@ from ..cache import CLOSURE_KEY
 from ..config import jit
 from . import fpair, halves
 from .epilogue import CLIP, NONE, act
-from .ftile import _data, available, choice
+from .ftile import _data, _TileIR, _vector_intrinsics, available, choice
 from .qtile import k_loop
 
 U = np.uint64
@@ -187,19 +187,13 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool 
     def codegen(context, builder, sig, args):
         (a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo, lo, hi, m_valid,
          n_valid, pf, pfs) = args
-        i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
+        i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
         if not available(kind):  # compiled on every CPU, selected only where it runs
             trap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
             builder.call(trap, [])
             return context.get_dummy_value()
         mod = builder.module
-        vf = ir.VectorType(f32, lanes)
-        vmask = ir.VectorType(i1, lanes)
-        fma = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf, vf, vf]), f"llvm.fma.v{lanes}f32")
-        mload = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf.as_pointer(), i32, vmask, vf]),
-                                               f"llvm.masked.load.v{lanes}f32.p0")
-        mstore = cgutils.get_or_insert_function(mod, ir.FunctionType(ir.VoidType(), [vf, vf.as_pointer(), i32, vmask]),
-                                                f"llvm.masked.store.v{lanes}f32.p0")
+        vf, fma, mload, mstore = _vector_intrinsics(mod, lanes)
         pa = builder.gep(builder.bitcast(_data(context, builder, sig.args[0], a), f32.as_pointer()), [a_off])
         b_base = builder.bitcast(_data(context, builder, sig.args[4], b), f32.as_pointer())
         pb = builder.gep(b_base, [b_off])
@@ -211,54 +205,14 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool 
         po = builder.gep(builder.bitcast(_data(context, builder, sig.args[11], out), f32.as_pointer()), [o_off])
 
         def emit(builder, pa, lda, a_step, pb, ppf, k_n, first, alpha, pbias, po, ldo, lo, hi, m_valid, n_valid, pfs):
-            zero_v = ir.Constant(vf, None)
-            splat0 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
-
-            def splat(value):
-                one = builder.insert_element(ir.Constant(vf, ir.Undefined), value, ir.Constant(i32, 0))
-                return builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined), splat0)
-
-            masks = []
-            if masked:
-                vi64 = ir.VectorType(i64, lanes)
-                valid = builder.insert_element(ir.Constant(vi64, ir.Undefined), n_valid, ir.Constant(i32, 0))
-                valid = builder.shuffle_vector(valid, ir.Constant(vi64, ir.Undefined), splat0)
-                masks = [builder.icmp_signed("<", ir.Constant(vi64, [lanes * j + t for t in range(lanes)]), valid)
-                         for j in range(nvec)]
-
-            def vload(ptr, j):
-                ptr = builder.bitcast(ptr, vf.as_pointer())
-                if masked:
-                    return builder.call(mload, [ptr, ir.Constant(i32, 4), masks[j], zero_v])
-                return builder.load(ptr, align=4)
-
-            def vstore(value, ptr, j):
-                ptr = builder.bitcast(ptr, vf.as_pointer())
-                if masked:
-                    builder.call(mstore, [value, ptr, ir.Constant(i32, 4), masks[j]])
-                else:
-                    builder.store(value, ptr, align=4)
-
-            last = builder.sub(m_valid, ir.Constant(i64, 1))
-
-            def row_of(r):  # rows past m_valid read the last valid one (their sums are never stored)
-                rr = ir.Constant(i64, r)
-                return builder.select(builder.icmp_signed("<", rr, m_valid), rr, last)
-
-            def partial_sums():  # a later K chunk starts from the output block's partial sums
-                loaded = []
-                for r in range(mr):
-                    row = builder.gep(po, [builder.mul(ldo, row_of(r))])
-                    for j in range(nvec):
-                        loaded.append(vload(builder.gep(row, [ir.Constant(i64, lanes * j)]), j))
-                return loaded
-
+            tir = _TileIR(builder, lanes, nvec, mr, masked, mload, mstore, po, ldo, m_valid, n_valid)
+            splat, vstore, row_of = tir.splat, tir.vstore, tir.row_of
             # rows past M read the last valid one; ``whole`` (the caller's promise that m_valid = mr): row r at
             # r * lda, offsets LLVM forms from one another (a few registers) where the selects made each row a
             # register of its own
             arows = [builder.gep(pa, [builder.mul(lda, ir.Constant(i64, r) if whole else row_of(r))])
                      for r in range(mr)]
-            k, accs, close = k_loop(builder, k_n, [zero_v] * (mr * nvec), "fgemm", (first, partial_sums))
+            k, accs, close = k_loop(builder, k_n, [tir.zero_v] * (mr * nvec), "fgemm", (first, tir.partial_sums))
             brow = builder.gep(pb, [builder.mul(k, ir.Constant(i64, nr))])
             bv = [builder.load(builder.bitcast(builder.gep(brow, [ir.Constant(i64, lanes * j)]), vf.as_pointer()),
                                align=4) for j in range(nvec)]  # the packed panel: never past its end

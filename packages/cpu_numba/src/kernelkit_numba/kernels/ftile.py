@@ -141,6 +141,77 @@ def _data(context, builder, arrty, value):
     return cgutils.create_struct_proxy(arrty)(context, builder, value=value).data
 
 
+def _vector_intrinsics(mod, lanes: int):
+    """(vf, fma, mload, mstore): the float32 vector type of ``lanes`` lanes and its llvm.fma, llvm.masked.load
+    and llvm.masked.store, declared in ``mod``."""
+    i1, i32 = ir.IntType(1), ir.IntType(32)
+    vf = ir.VectorType(ir.FloatType(), lanes)
+    vmask = ir.VectorType(i1, lanes)
+    fma = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf, vf, vf]), f"llvm.fma.v{lanes}f32")
+    mload = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf.as_pointer(), i32, vmask, vf]),
+                                           f"llvm.masked.load.v{lanes}f32.p0")
+    mstore = cgutils.get_or_insert_function(mod, ir.FunctionType(ir.VoidType(), [vf, vf.as_pointer(), i32, vmask]),
+                                            f"llvm.masked.store.v{lanes}f32.p0")
+    return vf, fma, mload, mstore
+
+
+class _TileIR:
+    """The IR helpers of one tile of ``mr`` rows x ``nvec`` vectors of ``lanes`` float32 lanes over an output
+    block at ``po`` (row stride ``ldo``; rows [0, m_valid) valid), shared by the rows tiles here and fgemm's
+    tiles. ``masked``: only the first ``n_valid`` lanes of a row are read and stored (one mask a vector, made
+    here). The constructor emits the masks and ``last`` (m_valid - 1)."""
+
+    def __init__(self, builder, lanes: int, nvec: int, mr: int, masked: bool, mload, mstore, po, ldo, m_valid,
+                 n_valid):
+        self.b, self.lanes, self.nvec, self.mr, self.masked = builder, lanes, nvec, mr, masked
+        self.mload, self.mstore, self.po, self.ldo, self.m_valid = mload, mstore, po, ldo, m_valid
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        self.i32, self.i64 = i32, i64
+        self.vf = ir.VectorType(ir.FloatType(), lanes)
+        self.zero_v = ir.Constant(self.vf, None)
+        self.splat0 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
+        self.masks = []
+        if masked:
+            vi64 = ir.VectorType(i64, lanes)
+            valid = builder.insert_element(ir.Constant(vi64, ir.Undefined), n_valid, ir.Constant(i32, 0))
+            valid = builder.shuffle_vector(valid, ir.Constant(vi64, ir.Undefined), self.splat0)
+            self.masks = [builder.icmp_signed("<", ir.Constant(vi64, [lanes * j + t for t in range(lanes)]), valid)
+                          for j in range(nvec)]
+        self.last = builder.sub(m_valid, ir.Constant(i64, 1))
+
+    def splat(self, value):
+        one = self.b.insert_element(ir.Constant(self.vf, ir.Undefined), value, ir.Constant(self.i32, 0))
+        return self.b.shuffle_vector(one, ir.Constant(self.vf, ir.Undefined), self.splat0)
+
+    def vload(self, ptr, j):
+        """Vector j of a row at ``ptr`` (masked: the lanes past n_valid zero)."""
+        ptr = self.b.bitcast(ptr, self.vf.as_pointer())
+        if self.masked:
+            return self.b.call(self.mload, [ptr, ir.Constant(self.i32, 4), self.masks[j], self.zero_v])
+        return self.b.load(ptr, align=4)
+
+    def vstore(self, value, ptr, j):
+        ptr = self.b.bitcast(ptr, self.vf.as_pointer())
+        if self.masked:
+            self.b.call(self.mstore, [value, ptr, ir.Constant(self.i32, 4), self.masks[j]])
+        else:
+            self.b.store(value, ptr, align=4)
+
+    def row_of(self, r):
+        """Row r, or for rows past m_valid the last valid one (their sums are never stored)."""
+        rr = ir.Constant(self.i64, r)
+        return self.b.select(self.b.icmp_signed("<", rr, self.m_valid), rr, self.last)
+
+    def partial_sums(self):
+        """The output block's mr x nvec vectors: where a later K chunk starts from (k_loop's ``first``)."""
+        loaded = []
+        for r in range(self.mr):
+            row = self.b.gep(self.po, [self.b.mul(self.ldo, self.row_of(r))])
+            for j in range(self.nvec):
+                loaded.append(self.vload(self.b.gep(row, [ir.Constant(self.i64, self.lanes * j)]), j))
+        return loaded
+
+
 def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool, offs: bool = False, pf: bool = False,
                     xahead: int = 0, nt: bool = False):
     """An intrinsic ``tile(w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out,
@@ -165,67 +236,20 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool, o
 
     def codegen(context, builder, sig, args):
         (w, w_off, x, x_off, ldx, k_n, first, bias, r0, z, o_off, ldo, lo, hi, out, m_valid, n_valid) = args
-        i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
+        i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
         if not available(kind):  # compiled on every CPU, selected only where it runs
             trap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap")
             builder.call(trap, [])
             return context.get_dummy_value()
         mod = builder.module
-        vf = ir.VectorType(f32, lanes)
-        vmask = ir.VectorType(i1, lanes)
-        fma = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf, vf, vf]), f"llvm.fma.v{lanes}f32")
-        mload = cgutils.get_or_insert_function(mod, ir.FunctionType(vf, [vf.as_pointer(), i32, vmask, vf]),
-                                               f"llvm.masked.load.v{lanes}f32.p0")
-        mstore = cgutils.get_or_insert_function(mod, ir.FunctionType(ir.VoidType(), [vf, vf.as_pointer(), i32, vmask]),
-                                                f"llvm.masked.store.v{lanes}f32.p0")
+        vf, fma, mload, mstore = _vector_intrinsics(mod, lanes)
         pw = builder.gep(builder.bitcast(_data(context, builder, sig.args[0], w), f32.as_pointer()), [w_off])
         px = builder.gep(builder.bitcast(_data(context, builder, sig.args[2], x), f32.as_pointer()), [x_off])
         pb = builder.bitcast(_data(context, builder, sig.args[7], bias), f32.as_pointer())
         pz = builder.gep(builder.bitcast(_data(context, builder, sig.args[9], z), f32.as_pointer()), [o_off])
         po = builder.gep(builder.bitcast(_data(context, builder, sig.args[14], out), f32.as_pointer()), [o_off])
-        zero_v = ir.Constant(vf, None)
-        splat0 = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
-
-        def splat(value):
-            one = builder.insert_element(ir.Constant(vf, ir.Undefined), value, ir.Constant(i32, 0))
-            return builder.shuffle_vector(one, ir.Constant(vf, ir.Undefined), splat0)
-
-        masks = []
-        if masked:
-            valid = builder.insert_element(ir.Constant(ir.VectorType(i64, lanes), ir.Undefined), n_valid,
-                                           ir.Constant(i32, 0))
-            valid = builder.shuffle_vector(valid, ir.Constant(ir.VectorType(i64, lanes), ir.Undefined), splat0)
-            vi64 = ir.VectorType(i64, lanes)
-            masks = [builder.icmp_signed("<", ir.Constant(vi64, [lanes * j + t for t in range(lanes)]), valid)
-                     for j in range(nvec)]
-
-        def vload(ptr, j):
-            ptr = builder.bitcast(ptr, vf.as_pointer())
-            if masked:
-                return builder.call(mload, [ptr, ir.Constant(i32, 4), masks[j], zero_v])
-            return builder.load(ptr, align=4)
-
-        def vstore(value, ptr, j):
-            ptr = builder.bitcast(ptr, vf.as_pointer())
-            if masked:
-                builder.call(mstore, [value, ptr, ir.Constant(i32, 4), masks[j]])
-            else:
-                builder.store(value, ptr, align=4)
-
-        last = builder.sub(m_valid, ir.Constant(i64, 1))
-
-        def row_of(r):  # rows past m_valid read the last valid one (their sums are never stored)
-            rr = ir.Constant(i64, r)
-            return builder.select(builder.icmp_signed("<", rr, m_valid), rr, last)
-
-        def partial_sums():  # a later K chunk starts from the output block's partial sums
-            loaded = []
-            for r in range(mr):
-                row = builder.gep(po, [builder.mul(ldo, row_of(r))])
-                for j in range(nvec):
-                    loaded.append(vload(builder.gep(row, [ir.Constant(i64, lanes * j)]), j))
-            return loaded
-
+        tir = _TileIR(builder, lanes, nvec, mr, masked, mload, mstore, po, ldo, m_valid, n_valid)
+        splat, vload, vstore, row_of = tir.splat, tir.vload, tir.vstore, tir.row_of
         if pf:  # the next tile's output (and residual) rows into L2, a line each 16 floats
             i8p = ir.IntType(8).as_pointer()
             prefetch = cgutils.get_or_insert_function(mod, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
@@ -238,7 +262,7 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, with_z: bool, o
                         builder.call(prefetch, [line, ir.Constant(i32, rw), ir.Constant(i32, 2), ir.Constant(i32, 1)])
         if offs:
             pk = builder.bitcast(_data(context, builder, sig.args[4], ldx), i64.as_pointer())
-        k, accs, close = k_loop(builder, k_n, [zero_v] * (mr * nvec), "ftile", (first, partial_sums))
+        k, accs, close = k_loop(builder, k_n, [tir.zero_v] * (mr * nvec), "ftile", (first, tir.partial_sums))
         if offs:
             xrow = builder.gep(px, [builder.load(builder.gep(pk, [k]), align=8)])
         else:
