@@ -191,9 +191,12 @@ DIRECT_AHEAD = 16
 # (half_address(ahead, wino)). The same values either way. 0: off. Per kind on the Xeon (benchmarks/wino16_round.sh,
 # nodes_ab2t.py, three processes beside other jobs) the touched layers 1.08-1.25x faster (their two threads at
 # 0.52-0.61 of one thread's time against 0.58-0.76), the Conv sums 1.02-1.06; in turns (beside other jobs) default / it
-# with ROWS_X_AHEAD 1.03 (ResNet-50) and 1.00 (ResNet-18), loaded 1.01 and 0.91: off until a quiet run alone decides.
-# A/B: kernels.rnpair.WINO_AHEAD=16
-WINO_AHEAD = 0
+# with ROWS_X_AHEAD 1.03 (ResNet-50) and 1.00 (ResNet-18), loaded 1.01 and 0.91. On (16) since the lead's call L2
+# (docs/benchmarks.md, "Round 16"; alone on CPUs 0,1, 7 rounds): default / it ResNet-50 1.08 (0.79-1.26), ResNet-18
+# 1.01 (0.78-1.32), against ORT 2t 1.20 and 1.19 where the default read 1.26 and 1.31; the models it does not touch
+# 1.02 (MobileNetV2) and 1.06 (transformer); loaded (3 rounds) 1.36 and 1.11, MobileNetV2 1.00.
+# A/B: kernels.rnpair.WINO_AHEAD=0
+WINO_AHEAD = 16
 # fdirect's zero-padded input filled by both sides (issue 11, session 16; docs/numba.md, "ResNet-50's pairs per kind
 # of layer"): the direct pairs' pad (fdirect.pad_planes, ResNet-50's 3x3/2 layers: 1.6 MB at 128@56) was the caller's
 # alone before it published the job, the helper idle meanwhile. With this on, the pad is PAD_UNITS units of input
