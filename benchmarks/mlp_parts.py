@@ -74,7 +74,7 @@ def bound_products(mats, rng):
         packed = fgemm.Packed(w, np.ascontiguousarray(w).T, pk, fgemm.PACK_ALIGN_ONE_THREAD or None)
         run = fgemm.serial(pk, packed, 64, 1.0, np.zeros(n_n, np.float32), epilogue.NONE if last else epilogue.CLIP,
                            0.0, np.inf, fgemm.PREFETCH_ONE_THREAD, fgemm.B_AHEAD_ONE_THREAD, fgemm.PACK_A_ONE_THREAD,
-                           fgemm.WHOLE_ONE_THREAD, fgemm.MR_ONE_THREAD)
+                           fgemm.WHOLE_ONE_THREAD, fgemm.MR_ONE_THREAD, fgemm.PAD_A_ONE_THREAD)
         x = rng.standard_normal((64, k_n)).astype(np.float32)
         made.append((f"{k_n}x{n_n}", 2.0 * 64 * k_n * n_n, run, x, np.empty((64, n_n), np.float32), w))
     return made

@@ -265,6 +265,47 @@ def test_one_thread_b_ahead_and_packed_a(name, m, mr, monkeypatch):
         assert getattr(getattr(d, "py_func", d), CLOSURE_KEY).endswith(".pf8.a8" + (f".w{whole}" if kind else ""))
 
 
+@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("m,k,mr,every,copied", [(64, 1024, 12, 4096, True), (37, 1024, 12, 4096, True),
+                                                 (9, 512, None, 2048, True), (64, 512, 12, 4096, False),
+                                                 (37, 301, 12, 2048, False), (64, 784, 12, 4096, False)])
+def test_one_thread_padded_a(name, m, k, mr, every, copied, monkeypatch):
+    """The bound one-thread call's copy of A into rows K + pad apart (PAD_A_ONE_THREAD) where K * 4 is a multiple
+    of PAD_A_EVERY, and only there: the same values bit for bit as the call without it (the same tiles, the same
+    order), at the whole and general tiles, K whole and in chunks, bias and Relu, M not a multiple of the tiles;
+    against the float64 product."""
+    _need(name)
+    kind = ftile.KIND[name]
+    mr = mr if kind == 2 else None
+    rng = np.random.default_rng(m + k)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, 90)).astype(np.float32)
+    bias = rng.standard_normal(90).astype(np.float32)
+    packed = fgemm.Packed(b, b, kind)
+    want = _want(a, b, 1.0, bias, epilogue.CLIP, np.float32(0), np.float32(np.inf))
+    strides = []
+    copy = fgemm.copy_rows
+    monkeypatch.setattr(fgemm, "copy_rows", lambda a2, m_n, k_n, ap, ldp: strides.append(ldp) or
+                        copy(a2, m_n, k_n, ap, ldp))
+    monkeypatch.setattr(fgemm, "PAD_A_EVERY", every)
+    for kc in (1024, 200):
+        monkeypatch.setattr(fgemm, "KC", kc)
+        for whole in (0, 1, 2):
+            outs = []
+            for pad in (0, 16, 8):
+                strides.clear()
+                out = np.full((m, 90), np.nan, np.float32)
+                run = fgemm.serial(kind, packed, m, 1.0, bias, epilogue.CLIP, 0.0, np.inf, 8, 8, False, whole, mr, pad)
+                for _ in range(2):
+                    run(a, out)
+                assert strides == ([k + pad] * 2 if copied and pad else [])
+                assert_close(out, want, err_msg=f"kc {kc} whole {whole} pad {pad}")
+                outs.append(out)
+            for out in outs[1:]:
+                np.testing.assert_array_equal(out, outs[0])  # the copy changes no arithmetic
+    assert fgemm.padded_lda(1024, 16, 4096) == 1040 and fgemm.padded_lda(1024, 0, 4096) == 1024
+    assert fgemm.padded_lda(784, 16, 2048) == 784 and fgemm.padded_lda(512, 16, 2048) == 528
+
+
 def test_drivers_are_cached_under_their_variant():
     """The drivers close over LLVM IR intrinsics, which pickle differently in every process: each is
     cached under a key naming its variant, tile height and activation (cache.CLOSURE_KEY), so that the

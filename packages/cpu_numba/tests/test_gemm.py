@@ -251,6 +251,43 @@ def _mlp_model(r, m, sizes):
     return convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
 
 
+@pytest.mark.parametrize("m, sizes", [(64, (1024, 1024, 512, 10)), (37, (512, 1024, 10)), (9, (1024, 67, 10))])
+def test_mlp_one_thread_padded_a(monkeypatch, m, sizes):
+    """An MLP's Gemm chain at one thread with fgemm.PAD_A_ONE_THREAD: the bound calls whose K * 4 is a multiple of
+    PAD_A_EVERY (4096; 2048) broadcast from a copy of A with rows K + pad apart (the 10-column head's too), the
+    others from A itself; the outputs bit for bit those of the switch off and close to the reference's, bias and
+    Relu in the epilogue, M not a multiple of the tiles, over several runs."""
+    import kernelkit
+    from kernelkit.testing import assert_close
+    from kernelkit_numba.kernels import fgemm, ftile, gemm
+
+    r = np.random.default_rng(m + sizes[0] + 1)
+    model = _mlp_model(r, m, sizes)
+    ref = kernelkit.Session(model, vendors=["reference"], fallback=False)
+    feeds = [{"x": r.standard_normal((m, sizes[0])).astype(np.float32)} for _ in range(3)]
+    strides = []
+    copy = fgemm.copy_rows
+    monkeypatch.setattr(fgemm, "copy_rows", lambda a2, m_n, k_n, ap, ldp: strides.append(ldp) or
+                        copy(a2, m_n, k_n, ap, ldp))
+    got = {}
+    for pad, every in ((0, 4096), (16, 4096), (16, 2048)):
+        monkeypatch.setattr(fgemm, "PAD_A_ONE_THREAD", pad)
+        monkeypatch.setattr(fgemm, "PAD_A_EVERY", every)
+        strides.clear()
+        sess = kernelkit.Session(model, vendors=["numba"], fallback=False, threads=1)
+        got[pad, every] = [sess.run(None, feed)[0] for feed in feeds]
+        for y, feed in zip(got[pad, every], feeds):
+            assert_close(y, ref.run(None, feed)[0], err_msg=f"pad {pad} every {every}")
+        if ftile.choice()[0] in (1, 2):  # the tiles (generic: BLAS for these shapes)
+            ks = [k for k, n in zip(sizes[:-1], sizes[1:]) if fgemm.kind_for(m, k, n, gemm.HEAD_NARROW) is not None]
+            padded = [k + pad for k in ks if pad and (4 * k) % every == 0]
+            assert sorted(set(strides)) == sorted(set(padded))
+            assert len(strides) == len(padded) * len(feeds)
+    for key, ys in got.items():
+        for y, y0 in zip(ys, got[0, 4096]):
+            np.testing.assert_array_equal(y, y0, err_msg=f"pad, every {key}")  # the copy changes no arithmetic
+
+
 @pytest.mark.parametrize("m, sizes", [(64, (784, 96, 257, 10)), (37, (301, 130, 33, 10)), (9, (67, 40, 10))])
 def test_mlp_one_thread_products_at_each_setting(monkeypatch, m, sizes):
     """An MLP's Gemm chain at one thread (Gemm's bound serial call on fgemm's tiles, bias and Relu in the

@@ -103,6 +103,15 @@ HUGE_PAGE = 1 << 21
 PACK_ALIGN_ONE_THREAD = 64
 WHOLE_ONE_THREAD = 1
 MR_ONE_THREAD = 12
+# Gemm's one-thread bound call copies A (C-contiguous, rows lda = K floats apart) into a thread buffer whose rows are
+# K + PAD_A_ONE_THREAD floats apart, where K * 4 bytes is a multiple of PAD_A_EVERY, and its tiles broadcast from
+# the copy (0: off; read when the call binds). A's rows 4 KiB apart (the MLP's 64 x 1024 x 1024) put a 12-row
+# tile's 12 broadcast streams in one set of the L1 (the Xeon's 48 KiB 12-way, the AMD box's 32 KiB 8-way: 64 sets
+# of 64 bytes, a set every 4 KiB); 16 floats (a line) more a row spread them over 12 sets. The copy (M x K floats,
+# from L2: A is the previous product's output) changes no arithmetic (bit for bit the product without it). Issue
+# 11, session 16 (mlpa16; docs/numba.md "The MLP's 1024-deep product: A's rows off one L1 set"). [0]
+PAD_A_ONE_THREAD = 0
+PAD_A_EVERY = 4096
 
 
 def aligned_empty(size: int, align: int) -> np.ndarray:
@@ -591,8 +600,27 @@ def gemm(kind: int, packed: Packed, a2, out, alpha=1.0, bias=None, code=NONE, p0
     config.run_shards(lambda i: fn(*args, i, i + 1), total)
 
 
+@jit
+def copy_rows(a, m_n, k_n, ap, ldp):
+    """(M, K) float32 ``a`` (flat, C-contiguous) into ``ap`` (flat) with its rows ``ldp`` floats apart (the
+    floats between a row's K and the next row untouched)."""
+    for m in range(m_n):
+        src = m * k_n
+        dst = m * ldp
+        for k in range(k_n):
+            ap[U(dst + k)] = a[U(src + k)]
+
+
+def padded_lda(k_n: int, pad: int, every: int) -> int:
+    """The row stride (floats) of A's copy for the one-thread bound call (PAD_A_ONE_THREAD): k_n + pad where
+    ``pad`` > 0 and k_n * 4 bytes is a multiple of ``every`` bytes, else k_n (no copy)."""
+    if pad > 0 and every > 0 and k_n > 0 and (4 * k_n) % every == 0:
+        return k_n + pad
+    return k_n
+
+
 def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0.0, prefetch=None,
-           ahead=0, packed_a=False, whole=0, mr=None):
+           ahead=0, packed_a=False, whole=0, mr=None, pad_a=0, pad_every=None):
     """``run(a2, out, threads=1, shards=1)``: gemm's product of ``m_n`` rows by ``packed`` with everything but A
     (C-contiguous (M, K)) and the output (C-contiguous (M, N)) fixed now (a plan's bound call: the
     general path's per-call decisions, ~10-40 us a node, left out). One thread: the driver over every
@@ -600,7 +628,9 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
     else (and at more threads) ``gemm`` in ``shards``. ``bias``: N values (copied) or None.
     ``prefetch``: the one-thread driver's PREFETCH (None: PREFETCH's value now); ``ahead``: its tiles'
     B_AHEAD (0: none); ``packed_a``: the one-thread driver reads A packed into row tiles (pack_a), not A's rows;
-    ``whole``: the driver's (WHOLE_ONE_THREAD); ``mr``: the avx512 tiles' rows (MR_ONE_THREAD; None: MR's)."""
+    ``whole``: the driver's (WHOLE_ONE_THREAD); ``mr``: the avx512 tiles' rows (MR_ONE_THREAD; None: MR's);
+    ``pad_a``, ``pad_every``: the one-thread driver reads A from a copy with rows ``padded_lda`` apart
+    (PAD_A_ONE_THREAD, PAD_A_EVERY (None: its value now); no copy where that is K, or with ``packed_a``)."""
     k_n, n_n = packed.k_n, packed.n_n
     mr = int(mr) if mr and kind == 2 else MR[kind]
     block, blocks, groups, kc = plan(kind, m_n, k_n, n_n, 1, mr)
@@ -615,6 +645,8 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
     tall, short = row_tiles(m_n, mr)
     pack = bool(packed_a)
     a_len = (tall * mr + short * SHORT_MR) * k_n
+    ldp = padded_lda(k_n, int(pad_a), int(PAD_A_EVERY if pad_every is None else pad_every))
+    pad = ldp != k_n and not pack
 
     def run(a2, out, threads=1, shards=1):
         if threads == 2 and pairs and fpair.enabled():
@@ -635,6 +667,12 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
             pack_a(a2, m_n, k_n, mr, ap, tall, short, SHORT_MR)
             fn(ap, 0, bp, k_n, m_n, n_n, alpha, bb, zeros, out.reshape(-1), n_n, lo, hi, p0, p1, block, groups, kc, 0,
                total)
+            return
+        if pad:  # A's rows off one L1 set (PAD_A_ONE_THREAD)
+            ap = config.thread_buffer("fgemm_apad", m_n * ldp, np.float32)
+            copy_rows(a2.reshape(-1), m_n, k_n, ap, ldp)
+            fn(ap, ldp, bp, k_n, m_n, n_n, alpha, bb, zeros, out.reshape(-1), n_n, lo, hi, p0, p1, block, groups, kc,
+               0, total)
             return
         fn(a2.reshape(-1), k_n, bp, k_n, m_n, n_n, alpha, bb, zeros, out.reshape(-1), n_n, lo, hi, p0, p1, block,
            groups, kc, 0, total)

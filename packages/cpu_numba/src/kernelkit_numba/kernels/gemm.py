@@ -287,8 +287,9 @@ class Gemm(NumbaKernel):
                     pf = fgemm.PREFETCH_ONE_THREAD if serial else None
                     ahead, pack = (fgemm.B_AHEAD_ONE_THREAD, fgemm.PACK_A_ONE_THREAD) if serial else (0, False)
                     whole, mr = (fgemm.WHOLE_ONE_THREAD, fgemm.MR_ONE_THREAD) if serial else (0, None)
+                    pad = fgemm.PAD_A_ONE_THREAD if serial else 0
                     bound.extend((b, c, fgemm.serial(kind, packed, m, alpha, bias, code, p0, p1, pf, ahead, pack,
-                                                     whole, mr)))
+                                                     whole, mr, pad)))
                     return call(a, b, c, out=out)  # the first call bound too: at two threads the general
                     # path's pool job (gemm_nt's few rows) would start a worker that spins through every run
             return general(a, b, c, out)
