@@ -271,9 +271,9 @@ def test_one_thread_b_ahead_and_packed_a(name, m, mr, monkeypatch):
                                                  (37, 301, 12, 2048, False), (64, 784, 12, 4096, False)])
 def test_one_thread_padded_a(name, m, k, mr, every, copied, monkeypatch):
     """The bound one-thread call's copy of A into rows K + pad apart (PAD_A_ONE_THREAD) where K * 4 is a multiple
-    of PAD_A_EVERY, and only there: the same values bit for bit as the call without it (the same tiles, the same
-    order), at the whole and general tiles, K whole and in chunks, bias and Relu, M not a multiple of the tiles;
-    against the float64 product."""
+    of PAD_A_EVERY and N at least PAD_A_MIN_N, and only there: the same values bit for bit as the call without it
+    (the same tiles, the same order), at the whole and general tiles, K whole and in chunks, bias and Relu, M not a
+    multiple of the tiles; against the float64 product."""
     _need(name)
     kind = ftile.KIND[name]
     mr = mr if kind == 2 else None
@@ -287,6 +287,11 @@ def test_one_thread_padded_a(name, m, k, mr, every, copied, monkeypatch):
     monkeypatch.setattr(fgemm, "copy_rows", lambda a2, m_n, k_n, ap, ldp: strides.append(ldp) or
                         copy(a2, m_n, k_n, ap, ldp))
     monkeypatch.setattr(fgemm, "PAD_A_EVERY", every)
+    monkeypatch.setattr(fgemm, "PAD_A_MIN_N", 91)  # (90 columns: no copy)
+    fgemm.serial(kind, packed, m, 1.0, bias, epilogue.CLIP, 0.0, np.inf, 8, 8, False, 1, mr, 16)(a, np.empty((m, 90),
+                                                                                                     np.float32))
+    assert strides == []
+    monkeypatch.setattr(fgemm, "PAD_A_MIN_N", 90)
     for kc in (1024, 200):
         monkeypatch.setattr(fgemm, "KC", kc)
         for whole in (0, 1, 2):

@@ -251,12 +251,12 @@ def _mlp_model(r, m, sizes):
     return convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
 
 
-@pytest.mark.parametrize("m, sizes", [(64, (1024, 1024, 512, 10)), (37, (512, 1024, 10)), (9, (1024, 67, 10))])
+@pytest.mark.parametrize("m, sizes", [(64, (1024, 1024, 512, 10)), (37, (512, 1024, 10)), (9, (1024, 300, 10))])
 def test_mlp_one_thread_padded_a(monkeypatch, m, sizes):
     """An MLP's Gemm chain at one thread with fgemm.PAD_A_ONE_THREAD: the bound calls whose K * 4 is a multiple of
-    PAD_A_EVERY (4096; 2048) broadcast from a copy of A with rows K + pad apart (the 10-column head's too), the
-    others from A itself; the outputs bit for bit those of the switch off and close to the reference's, bias and
-    Relu in the epilogue, M not a multiple of the tiles, over several runs."""
+    PAD_A_EVERY (4096; 2048) and N at least PAD_A_MIN_N broadcast from a copy of A with rows K + pad apart, the
+    others (the 10-column heads) from A itself; the outputs bit for bit those of the switch off and close to the
+    reference's, bias and Relu in the epilogue, M not a multiple of the tiles, over several runs."""
     import kernelkit
     from kernelkit.testing import assert_close
     from kernelkit_numba.kernels import fgemm, ftile, gemm
@@ -279,8 +279,9 @@ def test_mlp_one_thread_padded_a(monkeypatch, m, sizes):
         for y, feed in zip(got[pad, every], feeds):
             assert_close(y, ref.run(None, feed)[0], err_msg=f"pad {pad} every {every}")
         if ftile.choice()[0] in (1, 2):  # the tiles (generic: BLAS for these shapes)
-            ks = [k for k, n in zip(sizes[:-1], sizes[1:]) if fgemm.kind_for(m, k, n, gemm.HEAD_NARROW) is not None]
-            padded = [k + pad for k in ks if pad and (4 * k) % every == 0]
+            ks = [(k, n) for k, n in zip(sizes[:-1], sizes[1:])
+                  if fgemm.kind_for(m, k, n, gemm.HEAD_NARROW) is not None]
+            padded = [k + pad for k, n in ks if pad and (4 * k) % every == 0 and n >= fgemm.PAD_A_MIN_N]
             assert sorted(set(strides)) == sorted(set(padded))
             assert len(strides) == len(padded) * len(feeds)
     for key, ys in got.items():

@@ -112,6 +112,10 @@ MR_ONE_THREAD = 12
 # 11, session 16 (mlpa16; docs/numba.md "The MLP's 1024-deep product: A's rows off one L1 set"). [0]
 PAD_A_ONE_THREAD = 0
 PAD_A_EVERY = 4096
+# ... and only where the product has at least this many columns (A's rows read once a column panel: the copy, M x K
+# floats read and written, pays where the tiles read A many times; AMD box, mlp_parts.py with A cold, the MLP's
+# 64 x 1024 x 10 head: 0.088 ms with the copy against 0.055 without)
+PAD_A_MIN_N = 256
 
 
 def aligned_empty(size: int, align: int) -> np.ndarray:
@@ -630,7 +634,8 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
     B_AHEAD (0: none); ``packed_a``: the one-thread driver reads A packed into row tiles (pack_a), not A's rows;
     ``whole``: the driver's (WHOLE_ONE_THREAD); ``mr``: the avx512 tiles' rows (MR_ONE_THREAD; None: MR's);
     ``pad_a``, ``pad_every``: the one-thread driver reads A from a copy with rows ``padded_lda`` apart
-    (PAD_A_ONE_THREAD, PAD_A_EVERY (None: its value now); no copy where that is K, or with ``packed_a``)."""
+    (PAD_A_ONE_THREAD, PAD_A_EVERY (None: its value now); no copy where that is K, with ``packed_a``, or where
+    N is below PAD_A_MIN_N now)."""
     k_n, n_n = packed.k_n, packed.n_n
     mr = int(mr) if mr and kind == 2 else MR[kind]
     block, blocks, groups, kc = plan(kind, m_n, k_n, n_n, 1, mr)
@@ -646,7 +651,7 @@ def serial(kind: int, packed: Packed, m_n: int, alpha=1.0, bias=None, code=NONE,
     pack = bool(packed_a)
     a_len = (tall * mr + short * SHORT_MR) * k_n
     ldp = padded_lda(k_n, int(pad_a), int(PAD_A_EVERY if pad_every is None else pad_every))
-    pad = ldp != k_n and not pack
+    pad = ldp != k_n and not pack and n_n >= PAD_A_MIN_N
 
     def run(a2, out, threads=1, shards=1):
         if threads == 2 and pairs and fpair.enabled():
