@@ -116,8 +116,8 @@ def test_direct_halves_prefetch(case, quiet_server, monkeypatch):
         pair = _pair_of(fn)
         assert pair is not None and pair.desc[rnpair.OP] == rnpair.OP_DIRECT and pair.ahead == ahead
         outs.append(_at(2, fn, inputs, shape))
-        assert pair.desc[rnpair.FN] == rnpair.prepare(ahead)
-    assert srv.stats["alone"] == 2 and rnpair.prepare(16) != rnpair.prepare(0)
+        assert pair.desc[rnpair.FN] == rnpair.prepare(ahead, pair.wino)  # (the half of both prefetches)
+    assert srv.stats["alone"] == 2 and rnpair.prepare(16, pair.wino) != rnpair.prepare(0, pair.wino)
     for got in outs:
         np.testing.assert_array_equal(got, want)
     y = _helper_half(srv, pair.desc, rnpair.YA, shape)  # the helper's half on the prefetching half
