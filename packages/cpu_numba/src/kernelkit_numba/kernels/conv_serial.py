@@ -707,6 +707,18 @@ RESIDUAL_COLS = False
 _copies = [0]  # residuals handed as the output that a call copied first (the tests; benchmarks/resid16_count.py)
 
 
+def _over_shapes(conv, specs, kernel: tuple) -> tuple | None:
+    """residual_over's and wino_over's first test: the input's and the weight's shapes where the memory plan's specs
+    of the Conv's four inputs are static, plain-layout float32, the input 4-D, the weight 4-D with a ``kernel`` window
+    and the Conv ungrouped; else None."""
+    if len(specs) < 4 or any(s is None or not s.is_static or s.layout or s.dtype != "float32" for s in specs[:4]):
+        return None
+    x_shape, w_shape = tuple(specs[0].shape), tuple(specs[1].shape)
+    if len(x_shape) != 4 or len(w_shape) != 4 or w_shape[2:] != kernel or int(conv.attrs.get("group", 1)) != 1:
+        return None
+    return x_shape, w_shape
+
+
 def residual_over(conv, specs) -> bool:
     """Whether RESIDUAL_IN_PLACE lets the memory plan put ``conv``'s output over its fused residual: a 1x1
     stride-1 float32 Conv with the residual, static shapes, that _bind gives ftile's tiles where each element of
@@ -718,11 +730,10 @@ def residual_over(conv, specs) -> bool:
     threads = conv.threads or config.default_threads()
     if not RESIDUAL_IN_PLACE or not (threads == 1 or (RESIDUAL_PARALLEL and threads >= 2)):
         return False
-    if len(specs) < 4 or any(s is None or not s.is_static or s.layout or s.dtype != "float32" for s in specs[:4]):
+    shapes = _over_shapes(conv, specs, (1, 1))
+    if shapes is None:
         return False
-    x_shape, w_shape = tuple(specs[0].shape), tuple(specs[1].shape)
-    if len(x_shape) != 4 or len(w_shape) != 4 or w_shape[2:] != (1, 1) or int(conv.attrs.get("group", 1)) != 1:
-        return False
+    x_shape, w_shape = shapes
     if conv.act[0] not in (NONE, CLIP):
         return False
     (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = conv._geometry(x_shape, w_shape)
@@ -771,11 +782,10 @@ def wino_over(conv, specs) -> bool:
     threads = conv.threads or config.default_threads()
     if not (RESIDUAL_IN_PLACE and RESIDUAL_WINO) or (threads >= 2 and not RESIDUAL_PARALLEL):
         return False
-    if len(specs) < 4 or any(s is None or not s.is_static or s.layout or s.dtype != "float32" for s in specs[:4]):
+    shapes = _over_shapes(conv, specs, (3, 3))
+    if shapes is None:
         return False
-    x_shape, w_shape = tuple(specs[0].shape), tuple(specs[1].shape)
-    if len(x_shape) != 4 or len(w_shape) != 4 or w_shape[2:] != (3, 3) or int(conv.attrs.get("group", 1)) != 1:
-        return False
+    x_shape, w_shape = shapes
     (sh, sw), (dh, dw), (ph, pw), (oh_n, ow_n) = conv._geometry(x_shape, w_shape)
     n_n, c_n, m_n = x_shape[0], x_shape[1], w_shape[0]
     if (sh, sw, dh, dw) != (1, 1, 1, 1) or w_shape[1] != c_n or tuple(specs[3].shape) != (n_n, m_n, oh_n, ow_n):
