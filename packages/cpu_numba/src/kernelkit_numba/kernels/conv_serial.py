@@ -684,8 +684,11 @@ RESIDUAL_IN_PLACE = True
 
 
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two arrays of one shape start at the same byte (the memory plan's in-place placement)."""
-    return a.shape == b.shape and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+    """Whether two arrays of one shape start at the same byte (the memory plan's in-place placement). Their bounds
+    overlapping first (np.may_share_memory, ~0.2 us): the two addresses cost ~2 us a call, paid by every call of a
+    layer with a residual (issue 11, session 16, out16)."""
+    return a.shape == b.shape and (a.size == 0 or np.may_share_memory(a, b)) and \
+        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
 
 
 # Issue 11, session 16 (resid16; docs/numba.md, "The output over the residual at two threads, on the cols tiles and
@@ -912,7 +915,8 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
 
     def tiles(x, w, b=None, z=None, *, out=None):
         over = z is not None and out is not None and _same_memory(z, out)  # (RESIDUAL_IN_PLACE's plan)
-        if held_one is not None and config.current_threads() == 1:  # (HELD_ONE_THREAD; its call guards z itself)
+        if held_one is not None and HELD_ONE_THREAD and config.current_threads() == 1:  # (its call guards z itself;
+            # the switch first: current_threads costs ~1.3 us, and with the switch off the call gives None)
             one = held_one(x, w, b, z, out)
             if one is not None:
                 return one(x, w, b, z, out=out)

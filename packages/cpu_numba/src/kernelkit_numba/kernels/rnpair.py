@@ -441,7 +441,7 @@ def enabled() -> bool:
 class Pair:
     """One bound layer's pair: its descriptor, the arrays it points to, the sides' buffer sizes."""
 
-    __slots__ = ("desc", "keep", "sizes", "prep", "bound", "balance", "direct", "ahead", "wino")
+    __slots__ = ("desc", "keep", "sizes", "prep", "bound", "balance", "direct", "ahead", "wino", "bias")
 
     def __init__(self, desc, sizes, prep):
         self.desc, self.sizes, self.prep = desc, sizes, prep
@@ -449,6 +449,7 @@ class Pair:
         self.wino = int(WINO_AHEAD)  # its Winograd products' (WINO_AHEAD at bind)
         self.keep: tuple = ()
         self.bound = None  # the weight the descriptor's packed panels come from
+        self.bias = None  # the bias whose address the descriptor holds (written when another comes: ~1 us a call)
         # BALANCE (an F(4x4) layer's moving cut): [the smoothed cut, its least, its most, the tiles, C, M]
         self.balance: list | None = None
         self.direct: list | None = None  # FOLLOW_DIRECT (fdirect's shards): [the cut (float), least, most, shards]
@@ -480,7 +481,9 @@ class Pair:
         if w is not self.bound:
             self.keep = self.prep(self.desc, w, bias)
             self.bound = w
-        self.desc[BIAS] = bias.ctypes.data
+        if bias is not self.bias:
+            self.desc[BIAS] = bias.ctypes.data
+            self.bias = bias
         (v0, m0, s0), (v1, m1, s1) = self.sizes
         args = (srv.ctl, self.desc, x, y, y if z is None else z, config.thread_buffer("wino_v", v0, np.float32),
                 config.thread_buffer("wino_mo", m0, np.float32), config.thread_buffer("ftile", s0, np.float32),
