@@ -1,7 +1,7 @@
 """Each node's time outside its compiled calls, at one and at two threads (issue 11, session 16; docs/numba.md,
-"ResNet-50's time outside the kernels at one and two threads"): a one-thread and a two-thread session of one model in one
-process, their runs interleaved round by round (``_timing.node_ms_rounds_interleaved``, the order rotated, the pairs'
-helper woken before each two-thread run as nodes_ab2t.py does), every compiled call a node's Python makes on the
+"ResNet-50's time outside the kernels at one and two threads"): a one-thread and a two-thread session of one model in
+one process, their runs interleaved round by round (``_timing.node_ms_rounds_interleaved``, the order rotated, the
+pairs' helper woken before each two-thread run as nodes_ab2t.py does), every compiled call a node's Python makes on the
 calling thread timed by a wrapper put in its place after the warm-up runs:
 
 - **compute**: the Numba-compiled calls (a dispatcher or its compiled entry point) the node's call path makes on the
