@@ -646,29 +646,41 @@ def test_residual_in_place_beyond(rng, monkeypatch, n_n, c_n, m_n, hw, second):
     output bit for bit the switches' off output, on the arena's second run too (the residual rewritten first), and
     within the reference's tolerance. A residual with a second reader after the Conv (``second``) is never written
     over: the steps the same as off."""
-    import kernelkit
-
     monkeypatch.setenv(ftile.ENV, "avx512")
     model, x = _residual_block(rng, n_n, c_n, m_n, hw, second)
+    steps = _in_place_ab(monkeypatch, model, x, ("RESIDUAL_PARALLEL", "RESIDUAL_COLS"))
+    for threads, (off, on) in steps.items():
+        assert on == off + (not second and (threads == 2 or hw <= 14)), (threads, steps)
+
+
+def _in_place_ab(monkeypatch, model, x, switches) -> dict:
+    """The residual switches' A/B for a model of one input ``x``: at one and two threads, a session with conv_serial's
+    ``switches`` off, then on, each run twice (the arena's second run: the residual rewritten first), each output
+    within the reference's tolerance, no call copying a residual the plan placed under its output, and every run bit
+    for bit the switches' off first run. Gives {threads: (in-place steps off, on)}."""
+    import kernelkit
+
     want = kernelkit.Session(model, vendors=["reference"]).run(None, {"x": x})
+    steps = {}
     for threads in (1, 2):
-        got, steps = {}, {}
+        got, placed = {}, {}
         for on in (False, True):
-            monkeypatch.setattr(conv_serial, "RESIDUAL_PARALLEL", on)
-            monkeypatch.setattr(conv_serial, "RESIDUAL_COLS", on)
+            for name in switches:
+                monkeypatch.setattr(conv_serial, name, on)
             sess = kernelkit.Session(model, vendors=["numba", "reference"], threads=threads)
             assert sess.passes_fired.get("fuse_residual") == 1
             copies = conv_serial._copies[0]
             got[on] = sess.run(None, {"x": x})
-            got[on, 2] = sess.run(None, {"x": x})  # the arena's second run: the residual rewritten first
+            got[on, 2] = sess.run(None, {"x": x})
             assert conv_serial._copies[0] == copies, (threads, on)  # (a plan's residual the call copied first)
-            steps[on] = sess.memory({"x": x.shape})["inplace_steps"]
+            placed[on] = sess.memory({"x": x.shape})["inplace_steps"]
             for a, b in zip(got[on], want):
                 assert_close(a, b)
-        assert steps[True] == steps[False] + (not second and (threads == 2 or hw <= 14)), (threads, steps)
         for key in (True, (False, 2), (True, 2)):
             for a, b in zip(got[key], got[False]):
                 np.testing.assert_array_equal(a, b)
+        steps[threads] = (placed[False], placed[True])
+    return steps
 
 
 @needs_avx512
@@ -794,27 +806,11 @@ def test_residual_in_place_wino(rng, monkeypatch, n_n, c_n, hw, wino):
     (28x28, 30x30: partial tiles, batch 2) and F(2x2) (128 channels at 14x14): one in-place step more than with
     the switches off, no residual copied first; the 7x7 layer (fdirect's direct convolution) keeps them apart. The
     output bit for bit the switches' off output, on the arena's second run too, within the reference's tolerance."""
-    import kernelkit
-
     monkeypatch.setenv(ftile.ENV, "avx512")
     model, x = _wino_block(rng, n_n, c_n, hw)
-    want = kernelkit.Session(model, vendors=["reference"]).run(None, {"x": x})[0]
-    for threads in (1, 2):
-        got, steps = {}, {}
-        for on in (False, True):
-            monkeypatch.setattr(conv_serial, "RESIDUAL_PARALLEL", on)
-            monkeypatch.setattr(conv_serial, "RESIDUAL_WINO", on)
-            sess = kernelkit.Session(model, vendors=["numba", "reference"], threads=threads)
-            assert sess.passes_fired.get("fuse_residual") == 1
-            copies = conv_serial._copies[0]
-            got[on] = sess.run(None, {"x": x})[0]
-            got[on, 2] = sess.run(None, {"x": x})[0]
-            assert conv_serial._copies[0] == copies, (threads, on)
-            steps[on] = sess.memory({"x": x.shape})["inplace_steps"]
-            assert_close(got[on], want)
-        assert steps[True] == steps[False] + bool(wino), (threads, steps)
-        for key in (True, (False, 2), (True, 2)):
-            np.testing.assert_array_equal(got[key], got[False])
+    steps = _in_place_ab(monkeypatch, model, x, ("RESIDUAL_PARALLEL", "RESIDUAL_WINO"))
+    for threads, (off, on) in steps.items():
+        assert on == off + bool(wino), (threads, steps)
 
 
 @needs_avx512
