@@ -211,14 +211,20 @@ def _tail_model(rng):
     return g.build(), {"x": rng.standard_normal((1, 96, 14, 14)).astype(np.float32)}
 
 
-def _tail_pairs(session_pair_calls, seed: int):
+def _tail_pairs(monkeypatch, session_pair_calls, seed: int):
     """_tail_model (its weights and input of ``seed``) in a two-thread session, the helper's thread running: 30 pair
-    calls taken, each run's output equal to the reference's and the one-thread run's within the fp32 tolerances."""
+    calls taken, each run's output equal to the reference's and the one-thread run's within the fp32 tolerances.
+    The shard pool's workers read as neither spinning nor asleep (as test_cpair's batch test): a worker another test
+    left spinning sends a one-image layer to the pool instead of its pair (conv_serial._pair_now), which on CI's two
+    busy cores took 11 of the 30 calls in 60 s."""
     from kernelkit import Session
+    from kernelkit_numba import shards
 
     model, feeds = _tail_model(np.random.default_rng(seed))
     want = Session(model, vendors=["reference"]).run(None, feeds)[0]
     one = Session(model, vendors=["numba"], threads=1).run(None, feeds)[0]
+    monkeypatch.setattr(shards.POOL, "workers_spinning", lambda: False)
+    monkeypatch.setattr(shards.POOL, "workers_asleep", lambda: False)
     sess = Session(model, vendors=["numba"], fallback=False, threads=2)
     assert session_pair_calls(sess, feeds, want, one, 30)[0] >= 30
 
@@ -228,7 +234,7 @@ def test_switches_through_a_two_thread_session(monkeypatch, session_pair_calls):
     helper's thread running) pair and equal the reference and the one-thread run within the fp32 tolerances."""
     for name, value in (("SPLIT_SERIAL", True), ("PIXEL_EVEN", True), ("SERIAL_COLS_MAX", 196)):
         monkeypatch.setattr(cpair, name, value)
-    _tail_pairs(session_pair_calls, 11)
+    _tail_pairs(monkeypatch, session_pair_calls, 11)
 
 
 # K_SPLIT's projections: 576 -> 96 and 384 -> 64 at 14x14 with the residual, 192 -> 32 at 28x28 with the residual, an
@@ -309,4 +315,4 @@ def test_k_split_through_a_two_thread_session(monkeypatch, session_pair_calls):
     """With K_SPLIT on, the 14x14 and 7x7 blocks in a two-thread session (the helper's thread running) pair, the
     14x14 projection by its K, and equal the reference and the one-thread run within the fp32 tolerances."""
     monkeypatch.setattr(cpair, "K_SPLIT", 196)
-    _tail_pairs(session_pair_calls, 13)
+    _tail_pairs(monkeypatch, session_pair_calls, 13)
