@@ -461,8 +461,6 @@ class Conv(NumbaKernel):
         run's shapes): 3 (the fused residual Z may be the output's own memory) where
         conv_serial.RESIDUAL_IN_PLACE is on and this node's bound call will be the serial rows driver of one
         K chunk (conv_serial.residual_over); else None."""
-        from . import conv_serial
-
         try:
             return 3 if conv_serial.residual_over(self, input_specs) or conv_serial.wino_over(self, input_specs) \
                 else None
@@ -475,8 +473,7 @@ class Conv(NumbaKernel):
         session's arena, C-contiguous; the residual's own memory where output_over_input let the plan
         put it there: then z is copied first but on Winograd, whose output transforms read each residual
         element before they store the output's over it: conv_serial.RESIDUAL_WINO)."""
-        over = z is not None and out is not None and out.shape == z.shape and \
-            out.__array_interface__["data"][0] == z.__array_interface__["data"][0]
+        over = z is not None and out is not None and conv_serial._same_memory(z, out)
         key = (x.shape, w.shape)
         if key != self._geom_key:
             self._geom = self._geometry(x.shape, w.shape)
@@ -515,8 +512,7 @@ class Conv(NumbaKernel):
             winograd.usable(kh, kw, sh, sw, dh, dw, group, oh_n, ow_n, self._wino_small(x4.dtype, c_n, m_n))
             and not self._direct_small(x4.dtype, group, kh, kw, m_n, oh_n, ow_n))
         if over and not (wino4 or wino2):  # (only Winograd's output transforms, of these paths, read each residual
-            from . import conv_serial  # element before they store the output's over it: the others a copy)
-
+            # element before they store the output's over it: the others a copy)
             z = config.readonly(conv_serial._copied(z))
         if depthwise:
             pads = self._geom_pads
