@@ -5,7 +5,9 @@
 # (space-separated LABEL=SPEC items, each a turns.py --variant; their caches warmed too); V1 the same for one-thread
 # runtimes in the quiet job (turns.py --variant1). RQ: the quiet job's runtimes (default: turns.py's five), RL the
 # loaded job's. FIRST=1 (session 17): also the start-up figures, bench_first_run.py resnet18 (tiered, an empty then a
-# warm cache) on CPUs 0,1 while the cache warms on the others (so a pessimistic first run). Prints the tables last.
+# warm cache) on CPUs 0,1 while the cache warms on the others (so a pessimistic first run); B8=1: a last job, batch 8
+# (ResNet-18, MobileNetV2, the transformer) alone on CPUs 0,1, BR rounds of numba1,ort1,numba,ort2. Prints the tables
+# last.
 #     OUT=/tmp/out bash benchmarks/final16_round.sh
 #     FIRST=1 QR=8 LR=5 OUT=/tmp/out bash benchmarks/final16_round.sh   (session 17's final call)
 #     VQ="off=kernels.conv_serial.RESIDUAL_IN_PLACE=0" QR=7 OUT=/tmp/out bash benchmarks/final16_round.sh
@@ -33,6 +35,7 @@ if [ "${FIRST:-0}" = 1 ]; then
   (timeout 90 taskset -c 0,1 python3 benchmarks/bench_first_run.py resnet18 /tmp/kk_first_run tiered \
      > "$OUT/first_run.txt" 2>&1) &
 fi
+[ "${B8:-0}" = 1 ] && for m in resnet18_b8 mobilenetv2_b8 transformer_b8; do WARM+=("$m:numba1" "$m:numba2"); done
 warm_cache "2,3 4,5 6,7 8,9 10,11 12,13 14,15" "${WARM_S:-100}" "${WARM[@]}" "${WARM_V[@]}"
 wait
 elapsed warm >> "$OUT/env.txt"
@@ -43,8 +46,15 @@ elapsed "quiet rc $?" >> "$OUT/env.txt"
 timeout "${LS:-120}" taskset -c 0,1 python3 benchmarks/turns.py "$M" --mode loaded --rounds "${LR:-3}" \
   --runtimes "${RL:-numba1,numba,ort2}" "${VARIANT[@]}" --json "$OUT/loaded.jsonl" > "$OUT/loaded.txt" 2>&1
 elapsed "loaded rc $?" >> "$OUT/env.txt"
+jobs="quiet loaded"
+if [ "${B8:-0}" = 1 ]; then
+  timeout "${BS:-80}" taskset -c 0,1 python3 benchmarks/turns.py resnet18_b8,mobilenetv2_b8,transformer_b8 \
+    --rounds "${BR:-3}" --runtimes numba1,ort1,numba,ort2 --json "$OUT/b8.jsonl" > "$OUT/b8.txt" 2>&1
+  elapsed "b8 rc $?" >> "$OUT/env.txt"
+  jobs="$jobs b8"
+fi
 rm -f "$OUT/warm.err"
-for f in quiet loaded; do
+for f in $jobs; do
   python3 benchmarks/turns.py --from-json "$OUT/$f.jsonl" 2>/dev/null | grep "^|" | grep -v "^|---" | cut -c1-330
 done
 grep -h "one host speed\|pool" "$OUT/quiet.txt" "$OUT/loaded.txt" | cut -c1-300
