@@ -1,7 +1,7 @@
 """The MLP b64's one-thread runtimes in blocks of back-to-back calls, all in ONE process (issue 11, session 17):
 turns.py's blocks (each runtime in a process of its own) and mlp_parts.py's single calls interleaved in one process
-put numba 1t against the reference at different ratios (the Xeon, session 17's call L1: 1.45 in turns, 2.04 in mlp_parts.py's
-medians). Here each round runs every session's block (``--settle`` untimed calls, then calls for ``--block-s``
+put numba 1t against the reference at different ratios (the Xeon, session 17's call L1: 1.45 in turns, 2.04 in
+mlp_parts.py's medians). Here each round runs every session's block (SETTLE untimed calls, then calls for BLOCK_S
 seconds) in a rotated order, a host probe (turns.py's: a 1 MiB float32 array scaled 20 times, best of 5) before
 each; per session the median of its block medians and the ratios within rounds, median (range).
 
