@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Issue 11, session 17 (mlp17; docs/numba.md, "The MLP's products on 8 x 48 tiles"): the Xeon call. The Numba cache
-# warmed side by side on CPUs 2-7, then every timed job alone on CPUs 0,1, one after another: mlp_parts.py (each
-# product's bound one-thread call alone, B cold, every setting in one process, random order) on CPU 0, then the MLP's
-# turns at one thread (--probe) with the WIDE tiles against the default. ~110 s (limits 25 + 30 + 20 + 60).
+# Issue 11, session 17 (mlp17; docs/numba.md, "The MLP's products on 8 x 48 tiles, and the ratio in blocks"): the Xeon
+# call (run once, 03:51 UTC; 83 s). The Numba cache warmed side by side on CPUs 2-7, then every timed job alone on CPUs
+# 0,1, one after another: mlp_parts.py (each product's bound one-thread call alone, B cold, every setting in one
+# process, random order) on CPU 0, mlp_blocks.py on CPU 0, then the MLP's turns at one thread (--probe) with the WIDE
+# tiles against the default. ~110 s (limits 25 + 30 + 20 + 60).
 #     OUT=/tmp/out bash benchmarks/mlp17_round.sh
 # Settings (kernels.fgemm; the default: 12 x 32 / 8 x 32 whole row tiles, PAD_A_ONE_THREAD 16): wide = WIDE_ONE_THREAD 1
 # (8 x 48 tiles); wpf16 = wide with PREFETCH_ONE_THREAD 16 (the next panel's L2 prefetch a line a K step over the

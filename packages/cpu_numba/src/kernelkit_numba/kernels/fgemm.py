@@ -125,7 +125,10 @@ PAD_A_EVERY = 4096
 PAD_A_MIN_N = 256
 # Gemm's one-thread bound call on the WIDE tiles (8 x 48: the MLP's 64 rows as 8 whole tiles, 11 loads a K step for
 # 24 FMAs against the 12 x 32 tiles' 14) where the avx512 tiles would run (one_thread_kind; read when the call binds;
-# MR_ONE_THREAD does not apply to them). Issue 11, session 17 (mlp17). 0: off
+# MR_ONE_THREAD does not apply to them). Off: issue 11, session 17 (mlp17; docs/numba.md, "The MLP's products on
+# 8 x 48 tiles, and the ratio in blocks"), Xeon: level with the 12 x 32 tiles, the products alone (B cold) 101 / 101
+# against 104 / 100 GFLOP/s at the median; the MLP in turns numba 1t / wide 1.02 (0.72-1.35, faster in 12 of 20
+# rounds) at the blocks' medians, 0.99 at their best calls (7 of 20); in one process's blocks 1.03 (0.67-1.25)
 WIDE_ONE_THREAD = 0
 
 
