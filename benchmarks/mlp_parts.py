@@ -70,7 +70,7 @@ def bound_products(mats, rng):
     for i, w in enumerate(mats):
         n_n, k_n = w.shape
         last = i == len(mats) - 1
-        pk = fgemm.kind_for(64, k_n, n_n, narrow=True)
+        pk = fgemm.one_thread_kind(fgemm.kind_for(64, k_n, n_n, narrow=True))
         packed = fgemm.Packed(w, np.ascontiguousarray(w).T, pk, fgemm.PACK_ALIGN_ONE_THREAD or None)
         run = fgemm.serial(pk, packed, 64, 1.0, np.zeros(n_n, np.float32), epilogue.NONE if last else epilogue.CLIP,
                            0.0, np.inf, fgemm.PREFETCH_ONE_THREAD, fgemm.B_AHEAD_ONE_THREAD, fgemm.PACK_A_ONE_THREAD,

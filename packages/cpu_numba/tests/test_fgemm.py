@@ -311,6 +311,49 @@ def test_one_thread_padded_a(name, m, k, mr, every, copied, monkeypatch):
     assert fgemm.padded_lda(784, 16, 2048) == 784 and fgemm.padded_lda(512, 16, 2048) == 528
 
 
+@pytest.mark.parametrize("m", [64, 37, 9])
+@pytest.mark.parametrize("n", [1024, 90, 80, 64, 48, 10])
+def test_one_thread_wide_tiles(m, n, monkeypatch):
+    """The one-thread call on the WIDE tiles (8 rows x 48 columns; the last panel of at most 16 or 32 columns on tiles
+    of one or two vectors over the 48-float rows, of 33-47 on the masked three-vector tile): the same values bit for
+    bit as the 8 x 32 tiles (the same FMAs in the same order), K whole and in chunks, whole and general row tiles
+    inlined and apart, the L1 prefetch, A packed and A's rows copied apart; against the float64 product; the
+    drivers cached under their own keys."""
+    _need("avx512")
+    from kernelkit_numba.cache import CLOSURE_KEY
+
+    wide = fgemm.WIDE
+    k = 1024 if n == 1024 else 300
+    rng = np.random.default_rng(m * n)
+    a, w = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    want = _want(a, w.T, 1.0, bias, epilogue.CLIP, np.float32(0), np.float32(np.inf))
+    narrow, packed = fgemm.Packed(w, w.T, 2, 64), fgemm.Packed(w, w.T, wide, 64)
+    assert packed.bp.size == -(-n // 48) * 48 * k and packed.bp.ctypes.data % 64 == 0
+    settings = ((8, False, 0, 0), (8, False, 1, 0), (8, False, 2, 0), (0, True, 1, 0), (8, False, 1, 16),
+                (16, False, 2, 16))
+    for kc in (1024, 128):
+        monkeypatch.setattr(fgemm, "KC", kc)
+        for ahead, pack, whole, pad in settings:
+            if kc == 128 and whole == 2:
+                continue
+            out, base = np.full((m, n), np.nan, np.float32), np.full((m, n), np.nan, np.float32)
+            args = (1.0, bias, epilogue.CLIP, 0.0, np.inf, 8, ahead, pack, whole)
+            fgemm.serial(wide, packed, m, *args, None, pad)(a, out)
+            fgemm.serial(2, narrow, m, *args, 8, pad)(a, base)
+            msg = f"kc {kc} ahead {ahead} packed A {pack} whole {whole} pad {pad}"
+            assert_close(out, want, err_msg=msg)
+            np.testing.assert_array_equal(out, base, err_msg=msg)
+    for whole in (0, 1, 2):
+        d = fgemm.driver(wide, epilogue.NONE, 8, 8, 8, whole=whole)
+        assert getattr(getattr(d, "py_func", d), CLOSURE_KEY) == "fgemm.gemm.4.8.0.pf8.a8" + (f".w{whole}" if whole
+                                                                                               else "")
+    monkeypatch.setattr(fgemm, "WIDE_ONE_THREAD", 0)
+    assert [fgemm.one_thread_kind(kd) for kd in (0, 1, 2, fgemm.NARROW)] == [0, 1, 2, fgemm.NARROW]
+    monkeypatch.setattr(fgemm, "WIDE_ONE_THREAD", 1)
+    assert [fgemm.one_thread_kind(kd) for kd in (0, 1, 2, fgemm.NARROW)] == [0, 1, wide, fgemm.NARROW]
+
+
 def test_drivers_are_cached_under_their_variant():
     """The drivers close over LLVM IR intrinsics, which pickle differently in every process: each is
     cached under a key naming its variant, tile height and activation (cache.CLOSURE_KEY), so that the

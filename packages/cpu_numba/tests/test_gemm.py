@@ -289,6 +289,41 @@ def test_mlp_one_thread_padded_a(monkeypatch, m, sizes):
             np.testing.assert_array_equal(y, y0, err_msg=f"pad, every {key}")  # the copy changes no arithmetic
 
 
+@pytest.mark.parametrize("m, sizes", [(64, (784, 1024, 1024, 10)), (37, (301, 130, 80, 10)), (9, (67, 40, 10))])
+def test_mlp_one_thread_wide_tiles(monkeypatch, m, sizes):
+    """An MLP's Gemm chain at one thread with fgemm.WIDE_ONE_THREAD: the bound calls that would run the avx512 tiles
+    run the WIDE ones (8 x 48, the packed B in 48-column panels), the 10-column heads the NARROW tiles as before;
+    the outputs bit for bit those of the 8-row avx512 tiles (MR_ONE_THREAD 8) and close to the reference's, bias and
+    Relu in the epilogue, M not a multiple of the tiles, with A's rows copied apart (PAD_A_ONE_THREAD) and without,
+    over several runs."""
+    import kernelkit
+    from kernelkit.testing import assert_close
+    from kernelkit_numba.kernels import fgemm, ftile
+
+    if ftile.choice()[0] != 2:
+        pytest.skip("the WIDE tiles: avx512 only")
+    r = np.random.default_rng(m + sizes[0] + 2)
+    model = _mlp_model(r, m, sizes)
+    ref = kernelkit.Session(model, vendors=["reference"], fallback=False)
+    feeds = [{"x": r.standard_normal((m, sizes[0])).astype(np.float32)} for _ in range(3)]
+    monkeypatch.setattr(fgemm, "MR_ONE_THREAD", 8)
+    got = {}
+    for wide, pad in ((0, 0), (1, 0), (1, 16)):
+        monkeypatch.setattr(fgemm, "WIDE_ONE_THREAD", wide)
+        monkeypatch.setattr(fgemm, "PAD_A_ONE_THREAD", pad)
+        sess = kernelkit.Session(model, vendors=["numba"], fallback=False, threads=1)
+        got[wide, pad] = [sess.run(None, feed)[0] for feed in feeds]
+        for y, feed in zip(got[wide, pad], feeds):
+            assert_close(y, ref.run(None, feed)[0], err_msg=f"wide {wide} pad {pad}")
+        gemms = [s.kernel for s in sess.plan.kernel_steps() if s.op == "Gemm"]
+        kinds = [g._const_b.packed.kind for g in gemms if g._const_b.packed is not None]
+        assert kinds[:len(sizes) - 2] == [fgemm.WIDE if wide else 2] * (len(sizes) - 2)
+        assert all(k == fgemm.NARROW for k in kinds[len(sizes) - 2:])
+    for key, ys in got.items():
+        for y, y0 in zip(ys, got[0, 0]):
+            np.testing.assert_array_equal(y, y0, err_msg=f"wide, pad {key}")  # the same FMAs in the same order
+
+
 @pytest.mark.parametrize("m, sizes", [(64, (784, 96, 257, 10)), (37, (301, 130, 33, 10)), (9, (67, 40, 10))])
 def test_mlp_one_thread_products_at_each_setting(monkeypatch, m, sizes):
     """An MLP's Gemm chain at one thread (Gemm's bound serial call on fgemm's tiles, bias and Relu in the

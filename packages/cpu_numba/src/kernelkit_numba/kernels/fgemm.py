@@ -46,8 +46,12 @@ U = np.uint64
 # apart in one L1 set; gemm_nt's dot products 18), the head's 0.109 ms on the Xeon against the
 # reference's 0.041 was the general path's per-call work (now Gemm's bound serial call)
 NARROW = 3
-MR = {0: 4, 1: 6, 2: 8, NARROW: 8}  # rows of A per tile (bench_fgemm.py also runs avx512 with 12: MR replaced)
-NR = {0: 16, 1: 16, 2: 32, NARROW: 16}  # columns of B per tile (a packed panel)
+# WIDE: avx512 tiles of 8 rows x 48 columns (three vectors: 24 zmm accumulators, 3 B loads + 8 broadcasts a K step,
+# the shape of ftile's 1x1 cols tiles), for Gemm's one-thread bound call where WIDE_ONE_THREAD is on; the last
+# panel of fewer than 48 columns runs tiles of one or two vectors over the same 48-float rows (_tail_tiles)
+WIDE = 4
+MR = {0: 4, 1: 6, 2: 8, NARROW: 8, WIDE: 8}  # rows of A per tile (bench_fgemm.py also runs avx512 with 12: MR replaced)
+NR = {0: 16, 1: 16, 2: 32, NARROW: 16, WIDE: 48}  # columns of B per tile (a packed panel)
 NARROW_ON = False
 # a K chunk of a row block's A rows (the column panels pass over it in L2): 1 MiB ran at or above
 # 256 KiB on every shape of bench_fgemm.py on both machines (Xeon: 128 x 768 x 3072 151 vs 118
@@ -109,13 +113,29 @@ MR_ONE_THREAD = 12
 # tile's 12 broadcast streams in one set of the L1 (the Xeon's 48 KiB 12-way, the AMD box's 32 KiB 8-way: 64 sets
 # of 64 bytes, a set every 4 KiB); 16 floats (a line) more a row spread them over 12 sets. The copy (M x K floats,
 # from L2: A is the previous product's output) changes no arithmetic (bit for bit the product without it). Issue
-# 11, session 16 (mlpa16; docs/numba.md "The MLP's 1024-deep product: A's rows off one L1 set"). [0]
-PAD_A_ONE_THREAD = 0
+# 11, session 16 (mlpa16; docs/numba.md "The MLP's 1024-deep product: A's rows off one L1 set"). On at 16 after the
+# lead's call L1 of session 17 (Xeon, mlpa16_round.sh): the MLP in turns numba 1t / pad16 1.05 (0.69-1.51; 10 of 12
+# rounds at one host speed), reference / pad16 1.50 (1.56 at one speed) against 1.45; the 64 x 1024 x 1024 product
+# alone 139 against 135 GFLOP/s (B cold); the transformer (MatMul, untouched) 0.98-0.996. [0]
+PAD_A_ONE_THREAD = 16
 PAD_A_EVERY = 4096
 # ... and only where the product has at least this many columns (A's rows read once a column panel: the copy, M x K
 # floats read and written, pays where the tiles read A many times; AMD box, mlp_parts.py with A cold, the MLP's
 # 64 x 1024 x 10 head: 0.088 ms with the copy against 0.055 without)
 PAD_A_MIN_N = 256
+# Gemm's one-thread bound call on the WIDE tiles (8 x 48: the MLP's 64 rows as 8 whole tiles, 11 loads a K step for
+# 24 FMAs against the 12 x 32 tiles' 14) where the avx512 tiles would run (one_thread_kind; read when the call binds;
+# MR_ONE_THREAD does not apply to them). Off: issue 11, session 17 (mlp17; docs/numba.md, "The MLP's products on
+# 8 x 48 tiles, and the ratio in blocks"), Xeon: level with the 12 x 32 tiles, the products alone (B cold) 101 / 101
+# against 104 / 100 GFLOP/s at the median; the MLP in turns numba 1t / wide 1.02 (0.72-1.35, faster in 12 of 20
+# rounds) at the blocks' medians, 0.99 at their best calls (7 of 20); in one process's blocks 1.03 (0.67-1.25)
+WIDE_ONE_THREAD = 0
+
+
+def one_thread_kind(kind):
+    """The variant of Gemm's one-thread bound call for ``kind`` (kind_for's): WIDE for avx512 where WIDE_ONE_THREAD
+    is on now, else ``kind``."""
+    return WIDE if kind == 2 and WIDE_ONE_THREAD else kind
 
 
 def aligned_empty(size: int, align: int) -> np.ndarray:
@@ -181,7 +201,7 @@ def pack_a(a, m_n, k_n, mr, ap, tall, short, short_mr):
 
 # --------------------------------------------------------------------------------------------- IR
 def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool = False, ahead: int = 0,
-                    whole: bool = False, apart: bool = False):
+                    whole: bool = False, apart: bool = False, bstride: int = 0):
     """An intrinsic ``tile(a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo,
     lo, hi, m_valid, n_valid, pf, pfs)``: rows [0, m_valid) and columns [0, n_valid) of the mr x nr block of
     ``out`` at ``out[o_off:]`` (row stride ``ldo``) = clamp(alpha * (A at ``a[a_off + r * lda + k *
@@ -193,9 +213,11 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool 
     ``ahead`` (steps, 0: none): each step k also prefetches into L1 the panel's row k + ahead (its nvec
     vectors: B_AHEAD), which the tile reads ``ahead`` steps later. ``whole``: m_valid is mr (the caller's
     promise). ``apart``: the tile is a function of its own in the module (internal, noinline), called with
-    the operands' pointers."""
+    the operands' pointers. ``bstride`` (floats, 0: nr): the panel's rows are this far apart, the tile reading
+    the first nr columns of each (a WIDE driver's last panel on tiles of fewer vectors)."""
     lanes = 8 if kind == "avx2" else 16
     nr = lanes * nvec
+    brs = int(bstride) or nr  # the packed panel's row stride
 
     def codegen(context, builder, sig, args):
         (a, a_off, lda, a_step, b, b_off, k_n, first, alpha, bias, c0, out, o_off, ldo, lo, hi, m_valid,
@@ -226,7 +248,7 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool 
             arows = [builder.gep(pa, [builder.mul(lda, ir.Constant(i64, r) if whole else row_of(r))])
                      for r in range(mr)]
             k, accs, close = k_loop(builder, k_n, [tir.zero_v] * (mr * nvec), "fgemm", (first, tir.partial_sums))
-            brow = builder.gep(pb, [builder.mul(k, ir.Constant(i64, nr))])
+            brow = builder.gep(pb, [builder.mul(k, ir.Constant(i64, brs))])
             bv = [builder.load(builder.bitcast(builder.gep(brow, [ir.Constant(i64, lanes * j)]), vf.as_pointer()),
                                align=4) for j in range(nvec)]  # the packed panel: never past its end
             ak = builder.mul(k, a_step)
@@ -234,7 +256,7 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool 
                 line = builder.bitcast(builder.gep(ppf, [builder.mul(k, pfs)]), i8p)
                 builder.call(prefetch_fn, [line, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])  # L2
             if ahead:
-                later = builder.gep(brow, [ir.Constant(i64, ahead * nr)])
+                later = builder.gep(brow, [ir.Constant(i64, ahead * brs)])
                 for j in range(nvec):
                     line = builder.bitcast(builder.gep(later, [ir.Constant(i64, lanes * j)]), i8p)
                     builder.call(prefetch_fn, [line, ir.Constant(i32, 0), ir.Constant(i32, 3),
@@ -264,7 +286,8 @@ def _tile_intrinsic(kind: str, mr: int, nvec: int, masked: bool, prefetch: bool 
             return context.get_dummy_value()
         # the tile as a function of its own (internal, never inlined), called here: its K loop's registers are
         # allocated alone, not beside every value the driver keeps across it
-        name = f"kk_fgemm_tile_{kind}_{mr}x{nvec}_{int(masked)}{int(prefetch)}_{ahead}_{int(whole)}"
+        name = f"kk_fgemm_tile_{kind}_{mr}x{nvec}_{int(masked)}{int(prefetch)}_{ahead}_{int(whole)}" + \
+            (f"_s{brs}" if brs != nr else "")
         fn = mod.globals.get(name)
         if fn is None:
             f32p = f32.as_pointer()
@@ -342,10 +365,19 @@ def _tiles(kind: int, mr: int, prefetch: bool = False, ahead: int = 0, whole: bo
     for row tiles of mr valid rows only, ``apart``: functions of their own (_tile_intrinsic's)."""
     if kind == 0:
         return _generic_tile, _generic_tile
-    name = "avx512" if kind in (2, NARROW) else "avx2"
-    nvec = 1 if kind == NARROW else 2
+    name = "avx512" if kind in (2, NARROW, WIDE) else "avx2"
+    nvec = 1 if kind == NARROW else 3 if kind == WIDE else 2
     return (_tile_intrinsic(name, mr, nvec, False, prefetch, ahead, whole, apart),
             _tile_intrinsic(name, mr, nvec, True, prefetch, ahead, whole, apart))
+
+
+@functools.cache
+def _tail_tiles(mr: int, prefetch: bool = False, ahead: int = 0, whole: bool = False, apart: bool = False):
+    """(one, two): masked avx512 tiles of one and two vectors of columns over a WIDE panel (rows NR[WIDE] floats
+    apart): a last panel of at most 16 or 32 columns without the third vector's FMAs."""
+    nr = NR[WIDE]
+    return (_tile_intrinsic("avx512", mr, 1, True, prefetch, ahead, whole, apart, nr),
+            _tile_intrinsic("avx512", mr, 2, True, prefetch, ahead, whole, apart, nr))
 
 
 MIXED_MR = 12  # an avx512 driver of this height also has 8-row tiles for the last rows (row_tiles)
@@ -408,6 +440,9 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid:
     full8, masked8 = _tiles(kind, SHORT_MR, prefetch > 0, ahead, False, apart) if mixed else (full, masked)
     full8w, masked8w = _tiles(kind, SHORT_MR, prefetch > 0, ahead, True, apart) if mixed and whole else \
         (full8, masked8)
+    wide = kind == WIDE  # a last panel of at most 32 columns on tiles of fewer vectors (_tail_tiles)
+    tail1, tail2 = _tail_tiles(mr, prefetch > 0, ahead, False, apart) if wide else (masked, masked)
+    tail1w, tail2w = _tail_tiles(mr, prefetch > 0, ahead, True, apart) if wide and whole else (tail1, tail2)
     pfs = max(1, prefetch)
     nr = NR[kind]
 
@@ -467,7 +502,21 @@ def _driver(kind: int, post: int, mr: int, prefetch: int, ahead: int = 0, resid:
                             a_off, a_ld, a_step = r0 * lda + k0, lda, 1
                         else:  # A packed (tiles of h rows, tile t at row r0: pack_a)
                             a_off, a_ld, a_step = r0 * k_n + k0 * h, 1, h
-                        if whole and mv == h:  # (whole: a constant of the compiled driver)
+                        if wide and nv <= 32:  # (wide: a constant of the compiled driver)
+                            if whole and mv == h:
+                                if nv <= 16:
+                                    tail1w(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo,
+                                           lo2, hi2, mv, nv, pf, pfs)
+                                else:
+                                    tail2w(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo,
+                                           lo2, hi2, mv, nv, pf, pfs)
+                            elif nv <= 16:
+                                tail1(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo, lo2,
+                                      hi2, mv, nv, pf, pfs)
+                            else:
+                                tail2(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo, lo2,
+                                      hi2, mv, nv, pf, pfs)
+                        elif whole and mv == h:  # (whole: a constant of the compiled driver)
                             if t >= tall:
                                 if nv >= nr:
                                     full8w(ap, a_off, a_ld, a_step, bp, b_off, kk, first, al, bb, c0, out, o_off, ldo,

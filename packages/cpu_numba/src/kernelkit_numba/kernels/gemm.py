@@ -280,6 +280,8 @@ class Gemm(NumbaKernel):
             if not bound and not b.flags.writeable and (c is None or not c.flags.writeable) and \
                     a.dtype == np.float32 and b.dtype == np.float32:
                 kind = self._const_b.kind(m, k, n, narrow)
+                if serial and kind is not None:
+                    kind = fgemm.one_thread_kind(kind)  # (WIDE_ONE_THREAD: the 8 x 48 tiles)
                 align = (fgemm.PACK_ALIGN_ONE_THREAD or None) if serial else None
                 packed = None if kind is None else self._const_b.get(b, b.T if trans_b else b, kind, align)
                 if packed is not None:
