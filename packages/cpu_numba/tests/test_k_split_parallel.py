@@ -106,3 +106,19 @@ def test_k_split_parallel_cut_at_the_writers_cut(monkeypatch):
     cpair._cuts[("e", 256)] = 144  # (as if the expansion had cut there)
     pair = cpair.tiles_pair(pk, pstep, False, (1, 64, 14, 14), 256, 196, -np.inf, np.inf, False, split=True)
     assert pair is not None and pair.desc[cpair.KS_CUT] == 144
+
+
+def test_k_split_parallel_with_tail_and_follow(quiet_server, monkeypatch):
+    """With TAIL and FOLLOW on as well, a projection that cuts K keeps no middle and no moving cut (their words are
+    the halves' channels or pixels), and its caller-alone call still equals the one-thread path within the fp32
+    tolerances."""
+    case = LAYERS[0]
+    xs, ws, attrs, res, _op = case
+    inputs, shape, one = _one_thread(case, 7)
+    quiet_server.ctl[pairs.AWAKE] = 1
+    for name, value in (("K_SPLIT_PARALLEL", 196), ("TAIL", True), ("FOLLOW", True)):
+        monkeypatch.setattr(cpair, name, value)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    pair = _cpair_of(fn)
+    assert pair.desc[cpair.KS_CUT] == 128 and pair.desc[cpair.T_N] == 0 and pair.follow is None
+    assert_close(_at(2, fn, inputs, shape), one, np.float32)

@@ -790,7 +790,8 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
             channel_cut = None
         else:
             return None
-        tail = split and TAIL and not images and n_n == 1 and _tail_rows(desc, parts, k_n, m_n, l_n, mr, nr)
+        tail = split and TAIL and not images and not kcut and n_n == 1 and \
+            _tail_rows(desc, parts, k_n, m_n, l_n, mr, nr)  # (K_SPLIT_PARALLEL's cut has no middle)
         if tail:
             parts = tail
         if kcut:  # each side every output over its part of K: a plan of its own K
