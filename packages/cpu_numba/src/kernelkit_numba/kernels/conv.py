@@ -893,10 +893,13 @@ class Conv(NumbaKernel):
         n_n, c_n = x4.shape[:2]
         m_n, k_n = w2.shape
         kh, kw = self._kernel_hw
-        cv, mp = fdirect.tile_shape(m_n, ow_n)
-        wp, _, zz, lo, hi = self._ftile_args(y, bias, z, 16 * cv, w2)
         threads = config.current_threads()
-        key = (c_n, kh, kw, sh, ph, pw, oh_n, ow_n, m_n, threads, cv)
+        shape = self.__dict__.get("_direct_shape")  # (fdirect.TILE_ONE_THREAD read when the layer is first planned)
+        if shape is None or shape[0] != (m_n, ow_n, threads):
+            shape = self._direct_shape = ((m_n, ow_n, threads), fdirect.tile_shape(m_n, ow_n, threads))
+        cv, mp = shape[1]
+        wp, _, zz, lo, hi = self._ftile_args(y, bias, z, 16 * cv, w2)
+        key = (c_n, kh, kw, sh, ph, pw, oh_n, ow_n, m_n, threads, cv, mp)
         hit = self.__dict__.get("_direct")
         if hit is None or hit[0] != key:
             hp, wpad, step, koff = fdirect.geometry(c_n, kh, kw, sh, oh_n, ow_n)

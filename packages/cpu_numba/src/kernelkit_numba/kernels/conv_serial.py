@@ -149,10 +149,15 @@ def _cols_driver(kind):
     """The 3 x 7 cols driver of a one-thread bound 1x1 call: its tiles prefetch their weights
     conv.COLS_AHEAD_ONE_THREAD steps ahead and its full tiles read their pixels at constant offsets
     (ftile.COLS_WHOLE_ONE_THREAD; ftile.cols_driver_ahead), or ftile.cols_driver where neither is on."""
+    ahead, whole = _cols_ahead_whole()
+    return ftile.cols_driver_ahead(kind, ahead, whole) if ahead or whole else ftile.cols_driver(kind)
+
+
+def _cols_ahead_whole() -> tuple[int, bool]:
+    """(conv.COLS_AHEAD_ONE_THREAD, ftile.COLS_WHOLE_ONE_THREAD): a one-thread bound 1x1 call's cols tiles'."""
     from .conv import COLS_AHEAD_ONE_THREAD
 
-    ahead, whole = int(COLS_AHEAD_ONE_THREAD), bool(ftile.COLS_WHOLE_ONE_THREAD)
-    return ftile.cols_driver_ahead(kind, ahead, whole) if ahead or whole else ftile.cols_driver(kind)
+    return int(COLS_AHEAD_ONE_THREAD), bool(ftile.COLS_WHOLE_ONE_THREAD)
 
 
 def _tail_call(conv, raw, kind, y_shape, k_n, l_n, lo, hi, has_z, general, buf, buf_ro, sh, sw, sub, tail):
@@ -875,9 +880,10 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         size = ftile.scratch_size(kind, True, l_n)
         one_thread = _one_thread(conv, parallel)
         shape = cols_shape_one_thread(kind, m_n, l_n) if one_thread else None
-        if shape is not None:  # another tile shape (conv.COLS_TILE_ONE_THREAD): its own panels, no pair
+        if shape is not None:  # another tile shape (conv.COLS_TILE_ONE_THREAD): its own panels, no pair; the
+            # weights' prefetch and the whole tiles as the 3 x 7 driver's (_cols_driver)
             width = 16 * shape[0]
-            driver = ftile.cols_shape_driver(*shape)
+            driver = ftile.cols_shape_driver(*shape, *_cols_ahead_whole())
             total = m_n // width
             size = ftile.cols_shape_scratch(*shape, l_n)
         if one_thread:  # (a two-thread call the pair refused takes its halves' driver and K chunk: below)
