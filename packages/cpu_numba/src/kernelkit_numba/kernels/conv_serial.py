@@ -119,6 +119,8 @@ def _bind(conv, parallel: bool, step=None):
             and (oh_n, ow_n) == (len(range(0, h_n, sh)), len(range(0, w_n, sw)))):
         # a 1x1 strided convolution (ResNet's and RegNetY's shortcuts): the pixels it reads
         # copied into a contiguous (C, oh, ow) buffer, then the 1x1 stride-1 tiles on it
+        if SUB_DIRECT_ONE_THREAD and sh == sw and _one_thread(conv, parallel) and sub_direct_fits(kind, m_n, ow_n):
+            return _sub_direct_call(conv, raw, x_shape, y_shape, sh, lo, hi, has_z)
         sub = (sh, sw, (n_n, c_n, oh_n, ow_n))
         return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n, one), y_shape, k_n, l_n, lo, hi, has_z,
                            parallel, step, sub, tail=cols_tail(kind, m_n, l_n, k_n, _one_thread(conv, parallel)))
@@ -498,6 +500,63 @@ PIXEL = True  # 1x1 convolutions of 1x1 maps bind conv._gemm_pixel's product (Fa
 # 1x1 strided unpadded convolutions subsample their input into a buffer and run the stride-1 tiles
 # (False: the general path, im2col's gather per column-matrix row and the tiles through conv._gemm)
 SUBSAMPLE = True
+
+
+# Issue 11, session 17 (r50one17): a one-thread session's 1x1 strided unpadded convolution (ResNet-50's three 1x1/2
+# shortcuts, ResNet-18's, RegNetY's) on fdirect's direct tiles reading the input in place (_sub_direct_call): each
+# output pixel's input value broadcast from where it lies (the stride a constant of the tiles' pixel offsets, the
+# channels a table of plane offsets), where SUBSAMPLE copies every second row and column into a buffer first and
+# then runs the 1x1 tiles on it (and the rows tiles copy that into tile order again). On the Xeon the copy alone was
+# 0.10-0.23 ms a layer at one thread in the model (the lead's call L1 of session 17, outside_time.py: 0.46 ms a
+# run over ResNet-50's three). The tiles: fdirect.tile_shape at one thread (TILE_ONE_THREAD's where it fits), its
+# plan's K chunks (KC) and weight prefetch (AHEAD). Read when the layer binds (nodes_ab.py can switch it).
+# A/B: kernels.conv_serial.SUB_DIRECT_ONE_THREAD=1
+SUB_DIRECT_ONE_THREAD = False
+
+
+def sub_direct_fits(kind, m_n: int, ow_n: int) -> bool:
+    """Whether fdirect's tiles take a 1x1 strided layer of ``m_n`` output channels and output rows of ``ow_n`` pixels
+    (fdirect.fits' channels and rows, and rows its tiles fill: conv.direct_unfilled)."""
+    from .conv import direct_unfilled
+
+    return kind == fdirect.KIND and m_n % 16 == 0 and m_n >= fdirect.MIN_M and ow_n >= fdirect.MP and \
+        not direct_unfilled(kind, m_n, ow_n)
+
+
+def _sub_direct_call(conv, raw, x_shape, y_shape, s, lo, hi, has_z):
+    """A one-thread 1x1 convolution of stride ``s`` both ways, no pads, on fdirect's driver over the input in place
+    (SUB_DIRECT_ONE_THREAD): output pixel (oh, ow) of tap (channel) c reads ``x[c, oh * s, ow * s]``, at the plane
+    offset ``koff[c]`` plus ``oh * s * W`` plus ``ow * s``; bias, the residual and the clamp in the tiles' last K
+    chunk. A residual that is the output's own memory is copied first (the overlapping last tile of a row that is
+    no whole number of tiles would read it after the tile before had stored over it)."""
+    general = _general(conv, False)
+    held = _Constants()
+    n_n, c_n, h_n, w_n = x_shape
+    m_n, oh_n, ow_n = y_shape[1:]
+    cv, mp = fdirect.tile_shape(m_n, ow_n, 1)
+    koff = readonly(np.arange(c_n, dtype=np.int64) * (h_n * w_n))
+    total, rb, kc = fdirect.plan(m_n, c_n, oh_n, 1, cv)
+    size = fdirect.scratch_size(c_n, kc, oh_n, ow_n, rb, cv, mp)
+    driver = fdirect.driver_ahead(s, cv, mp, int(fdirect.AHEAD))
+    no_z = readonly(np.zeros(1, np.float32))
+    packing = (c_n, 16 * cv)  # (_packed's K and tile width)
+
+    def direct(x, w, b=None, z=None, *, out=None):
+        y = _output(out, y_shape)
+        if ftile.requested_raw() != raw or not held.usable(conv, x, w, b, z, y, m_n, packing):
+            return general(x, w, b, z, out=out)
+        if z is not None and _same_memory(z, y):
+            z = _copied(z)
+        x = readonly(x)
+        z = no_z if z is None else readonly(z)
+        scratch = config.thread_buffer("ftile", size, np.float32)
+        for n in range(n_n):
+            zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
+            driver(held.packed, c_n, m_n, x[n].reshape(-1), koff, s * w_n, ow_n, oh_n, rb, held.bias, zn, has_z, lo,
+                   hi, y[n].reshape(-1), kc, scratch, 0, total)
+        return y
+
+    return direct
 
 
 def _pixel_call(conv, y_shape, code, p0, p1):
