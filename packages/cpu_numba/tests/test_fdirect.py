@@ -296,10 +296,10 @@ def test_direct_one_thread_tile(rng, monkeypatch, direct_calls, m_n, ow_n):
 def test_sub_direct_one_thread(rng, monkeypatch, tile, n_n, c_n, hw, m_n):
     """conv_serial.SUB_DIRECT_ONE_THREAD (issue 11, session 17): a one-thread session's 1x1/2 convolution on fdirect's
     tiles over the input in place (no subsampled copy): maps 28 -> 14, 56 -> 28, 14 -> 7 and 27 -> 14 (an odd map: its
-    last row and column read), 80 (48 + 32), 64, 96 and 112 (48 + 48 + 16) channels (panels of 32 on 2 x 14 where the rows are whole
-    tiles of 14), K = 300 in chunks of 96 (partial sums in the scratch), batch
-    2, with and without the residual, Relu, against the reference; the driver taken at one thread, and neither at two
-    threads nor with the switch off (the subsampled copy: the same values within the tolerance)."""
+    last row and column read), 80 (48 + 32), 64, 96 and 112 (48 + 48 + 16) channels (panels of 32 on 2 x 14 where the
+    rows are whole tiles of 14), K = 300 in chunks of 96 (partial sums in the scratch), batch 2, with and without the
+    residual, Relu, against the reference; the driver taken at one thread, and neither at two threads nor with the
+    switch off (the subsampled copy: the same values within the tolerance)."""
     from kernelkit_numba.kernels import conv_serial
 
     _need_avx512()
