@@ -509,8 +509,12 @@ SUBSAMPLE = True
 # then runs the 1x1 tiles on it (and the rows tiles copy that into tile order again). On the Xeon the copy alone was
 # 0.10-0.23 ms a layer at one thread in the model (the lead's call L1 of session 17, outside_time.py: 0.46 ms a
 # run over ResNet-50's three). The tiles: fdirect.tile_shape at one thread (TILE_ONE_THREAD's where it fits), its
-# plan's K chunks (KC) and weight prefetch (AHEAD). Read when the layer binds (nodes_ab.py can switch it).
-# A/B: kernels.conv_serial.SUB_DIRECT_ONE_THREAD=1
+# plan's K chunks (KC) and weight prefetch (AHEAD). Read when the layer binds (nodes_ab.py can switch it). Off: on the
+# AMD box 1.02-1.08x on ResNet-50's three, but on the Xeon (nodes_ab.py, two processes) 256 -> 512 from 56x56 0.572
+# and 0.580, 512 -> 1024 from 28x28 0.946 and 0.973, 1024 -> 2048 from 14x14 0.984 and 1.025: each of the layer's
+# panels streams every line of the strided input's rows again (3.2 MB at 56x56, half of each line used), where the
+# copy makes a compact quarter that stays in L2 for all of them. A row-block-major order (all panels over a block of
+# output rows whose input rows fit L2) is the untried fix. A/B: kernels.conv_serial.SUB_DIRECT_ONE_THREAD=1
 SUB_DIRECT_ONE_THREAD = False
 
 

@@ -174,7 +174,10 @@ WIDE_TILE = ""  # "CVxMP" of TILES in place of WIDE ("": WIDE), for A/B runs (th
 # and 7 for 21: the weights' stream from L2 (a 48-channel panel's chunk of KC steps is 144 KiB) halved per FMA, and
 # ResNet-50's 128-, 256- and 512-channel layers whole panels of 32 (3 x 7 runs their last panel of 32 or 16 channels on
 # its 2- or 1-vector tile). The rows of 28 and 14 pixels of ResNet-50's 3x3/2 layers to 28x28 and 14x14; rows of 7 keep
-# 3 x 7. conv.py's _gemm_direct reads it when it first plans a layer at one thread (as AHEAD).
+# 3 x 7. conv.py's _gemm_direct reads it when it first plans a layer at one thread (as AHEAD). Xeon (nodes_ab.py, two
+# processes, against the default in a session of its own): 3x3/2 128 -> 128 to 28x28 1.051 and 1.097 (ctl 1.014,
+# 1.072), 256 -> 256 to 14x14 1.102 and 1.032 (ctl 1.027, 0.996); all nodes 1.026, 1.008 (ctl 0.994, 1.012). Ahead per
+# layer, ~0.1 ms a run: off until a whole-model A/B. A/B: kernels.fdirect.TILE_ONE_THREAD=2x14
 TILE_ONE_THREAD = ""
 
 
