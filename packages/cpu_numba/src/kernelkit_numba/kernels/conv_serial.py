@@ -575,8 +575,10 @@ def _sub_direct_call(conv, raw, x_shape, y_shape, s, lo, hi, has_z):
 # packed weights' caches, the thread budget's and the shard counts' look-ups): on the Xeon the one-thread session's
 # 3x3 layers spent 90-125 us a node outside their compiled calls where the 1x1 layers' bound calls spend 15-25 (the
 # lead's call L1 of session 17, outside_time.py: 0.47 ms a run over the five 256@14 layers, 0.29 over the three 128@28,
-# 0.34 over the three 3x3/2, 0.19 over the two 512@7). Read when the layer binds. A/B: kernels.conv_serial.
-# BOUND_3X3_ONE_THREAD=1
+# 0.34 over the three 3x3/2, 0.19 over the two 512@7). AMD box (nodes_ab.py, two sessions with it against the default
+# in a session of its own): ResNet-50's 3x3 kinds 1.025-1.058x (ctl 0.997-1.015), all nodes 1.013 and 1.013 (ctl
+# 1.001); ResNet-18's 1.014-1.052x, all nodes 1.022 (ctl 1.003). Off until the Xeon's A/B. Read when the layer binds.
+# A/B: kernels.conv_serial.BOUND_3X3_ONE_THREAD=1
 BOUND_3X3_ONE_THREAD = False
 
 
