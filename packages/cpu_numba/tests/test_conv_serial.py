@@ -898,8 +898,8 @@ def test_residual_in_place_graph_input(rng, monkeypatch, k, hw):
             np.testing.assert_array_equal(a, got[False][0])
 
 
-# (x shape, weight shape, attrs, with bias, with z, the bound call): conv_serial.BOUND_3X3_ONE_THREAD's layers (issue 11,
-# session 17): F(4x4) by tiles on ftile's products (Relu) and on BLAS (16 input channels), F(2x2) (a 14x14 map; a
+# (x shape, weight shape, attrs, with bias, with z, the bound call): conv_serial.BOUND_3X3_ONE_THREAD's layers (issue
+# 11, session 17): F(4x4) by tiles on ftile's products (Relu) and on BLAS (16 input channels), F(2x2) (a 14x14 map; a
 # 28x28 one with a finite clamp, which F(4x4) leaves), fdirect's 3x3/2 (rows of 14) and its 3x3 on a 7x7 map
 WINO_DIRECT = [
     ((1, 48, 28, 28), (64, 48, 3, 3), {"pads": [1, 1, 1, 1], "activation": "Relu"}, True, True, "_wino_one"),
