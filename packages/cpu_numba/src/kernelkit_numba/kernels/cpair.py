@@ -219,6 +219,17 @@ COLS_AHEAD = 16
 # bit. Read when a layer binds. False: COLS_KC. Off: on the Xeon (ahead15_round.sh) 0.92-1.08x per 7x7 kind, on top
 # of the prefetch 0.94-1.04x. A/B: kernels.cpair.COLS_KC_ONE_THREAD=1
 COLS_KC_ONE_THREAD = False
+# The cols halves on a one-thread session's tiles (issue 11, session 17; docs/numba.md, "ResNet-50's 14x14 1x1 halves
+# on the one-thread tiles"): True, the cols tiles of this module's halves (and the refused pair's whole-layer call)
+# run every tile of COLS_MP valid pixels on the tile whose pixels sit at constant offsets from one pointer
+# (ftile.cols_driver_ahead's ``whole``, as a one-thread session's calls with ftile.COLS_WHOLE_ONE_THREAD), the last
+# partial tile and the narrow ones on the general tile. With conv_serial.PAIR_COLS_MAX=196 and COLS_KC_ONE_THREAD each
+# half of ResNet-50's 14x14 1x1 layers is then the one-thread call's code (3 x 7 whole tiles, K chunk 128, prefetch
+# 16) over its part, where the pairs' 14x14 halves ran the 8-row rows tiles (196 pixels as 208) at ~70 % of the one-
+# thread call's rate. Read when a layer binds (Pair.cwhole; the half of each value: half_address(ahead, xahead,
+# whole)). The same values either way (the tiles' sums in the same order). False: the general tile.
+# A/B: kernels.cpair.COLS_WHOLE=1 (with kernels.conv_serial.PAIR_COLS_MAX=196;kernels.cpair.COLS_KC_ONE_THREAD=1)
+COLS_WHOLE = False
 # The rows halves' pixel prefetch (issue 11, session 16; docs/numba.md, "The weights' prefetch in the Winograd
 # products"): > 0, a rows-tiles side that reads its pixel rows in place (ftile.pack_rows false: fewer than 128 weight
 # rows a side, ResNet-50's 256 -> 64 and 64 -> 64 at 56x56, both sides of a pixel cut) prefetches row k + ROWS_X_AHEAD's
@@ -272,22 +283,23 @@ def cols_kc(l_n: int) -> int:
     return ftile.COLS_KC
 
 
-def _drivers(ahead: int = 0, xahead: int = 0):
+def _drivers(ahead: int = 0, xahead: int = 0, whole: bool = False):
     """(rows, rows reading in place, cols, the six depthwise plane drivers) of KIND; the cols tiles prefetching
-    their weights ``ahead`` steps on, the in-place rows tiles their pixel rows ``xahead`` (0: none, the rows
-    driver itself)."""
+    their weights ``ahead`` steps on (and with ``whole``, their full tiles' pixels at constant offsets: COLS_WHOLE),
+    the in-place rows tiles their pixel rows ``xahead`` (0: none, the rows driver itself)."""
     dw = (dwtile._planes_r1, dwtile._planes_r1z, dwtile._planes_s2, dwtile._planes_s2z, dwtile._planes_p2,
           dwtile._planes_p2z)
-    return ftile.rows_driver(KIND), ftile.rows_driver_ahead(KIND, xahead), ftile.cols_driver_ahead(KIND, ahead), dw
+    return (ftile.rows_driver(KIND), ftile.rows_driver_ahead(KIND, xahead), ftile.cols_driver_ahead(KIND, ahead, whole),
+            dw)
 
 
-def _build(ahead: int = 0, xahead: int = 0):
+def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
     """The compiled ``half(desc_address, side) -> 0`` (side 0 the caller's, 1 the helper's), a closure
     over the drivers of KIND (the cols tiles' weights prefetched ``ahead`` steps on: COLS_AHEAD's value
-    where the pair was bound; the in-place rows sides' pixels ``xahead``: ROWS_X_AHEAD's), keyed for the disk
-    cache by name (cache.CLOSURE_KEY, as ftile's drivers); fpair's helper reaches it by address
+    where the pair was bound; ``whole``: COLS_WHOLE's; the in-place rows sides' pixels ``xahead``: ROWS_X_AHEAD's),
+    keyed for the disk cache by name (cache.CLOSURE_KEY, as ftile's drivers); fpair's helper reaches it by address
     (``half_address``)."""
-    rows, rowsx, cols, (dw0, dw1, dw2, dw3, dw4, dw5) = _drivers(ahead, xahead)
+    rows, rowsx, cols, (dw0, dw1, dw2, dw3, dw4, dw5) = _drivers(ahead, xahead, whole)
     implicit = ftile.implicit_driver(KIND)
     phases = ftile.phases_padded
     mx1, mx2 = dwtile._max_planes_s1, dwtile._max_planes_s2
@@ -452,7 +464,8 @@ def _build(ahead: int = 0, xahead: int = 0):
                      d[T_KC], d[T_PACK] != 0, scratch, 0, d[T_TOTAL])
         return 0
 
-    key = f"cpair.half.kind{KIND}" + (f".a{ahead}" if ahead else "") + (f".x{xahead}" if xahead else "")
+    key = f"cpair.half.kind{KIND}" + (f".a{ahead}" if ahead else "") + (f".x{xahead}" if xahead else "") + (
+        ".w" if whole else "")
     setattr(half, CLOSURE_KEY, key)
     return jit(half)
 
@@ -468,10 +481,11 @@ def _image(d, b, side, prev):
 
 
 @functools.cache
-def half_address(ahead: int = 0, xahead: int = 0) -> int:
-    """The C address of the compiled half whose cols tiles prefetch ``ahead`` steps on and whose in-place rows
-    tiles ``xahead`` (compiled or loaded now; fpair.half_address's way), 0 where there is none."""
-    return pairs.function_address(_build(ahead, xahead))
+def half_address(ahead: int = 0, xahead: int = 0, whole: bool = False) -> int:
+    """The C address of the compiled half whose cols tiles prefetch ``ahead`` steps on (their full tiles at
+    constant offsets with ``whole``) and whose in-place rows tiles ``xahead`` (compiled or loaded now;
+    fpair.half_address's way), 0 where there is none."""
+    return pairs.function_address(_build(ahead, xahead, whole))
 
 
 @jit
@@ -529,7 +543,7 @@ def _k_sum(d) -> None:
                 ys[i] = hi if v > hi else v
 
 
-_ready: dict = {}  # (COLS_AHEAD's value, ROWS_X_AHEAD's) -> [the half's address] once made ready
+_ready: dict = {}  # (COLS_AHEAD's value, ROWS_X_AHEAD's, COLS_WHOLE's) -> [the half's address] once made ready
 _ready_lock = threading.Lock()
 
 
@@ -553,13 +567,15 @@ def _warm() -> None:
     pair_run(held, np.zeros(NDESC, np.int64), x, np.zeros((1, 1, 1, 1), np.float32), x, s, s)
 
 
-def prepare(ahead: int = 0, xahead: int = 0) -> int:
-    """Compile (or load) fpair's sides and this module's half (its cols tiles prefetching ``ahead`` steps on, its
-    in-place rows tiles ``xahead``) and caller on the calling thread (fpair.prepare_family): the half's address, 0
-    where there is no pair (no cycle counter, no compiled code)."""
+def prepare(ahead: int = 0, xahead: int = 0, whole: bool = False) -> int:
+    """Compile (or load) fpair's sides and this module's half (its cols tiles prefetching ``ahead`` steps on, their
+    full tiles at constant offsets with ``whole``, its in-place rows tiles ``xahead``) and caller on the calling
+    thread (fpair.prepare_family): the half's address, 0 where there is no pair (no cycle counter, no compiled
+    code)."""
+    key = (int(ahead), int(xahead), bool(whole))
     with _ready_lock:
-        ready = _ready.setdefault((int(ahead), int(xahead)), [])
-    return fpair.prepare_family(ready, _ready_lock, functools.partial(half_address, int(ahead), int(xahead)), _warm)
+        ready = _ready.setdefault(key, [])
+    return fpair.prepare_family(ready, _ready_lock, functools.partial(half_address, *key), _warm)
 
 
 def _setting() -> str:
@@ -606,7 +622,7 @@ class Pair:
     per-call addresses written by pair_run), the arrays it points to, the two sides' scratch sizes."""
 
     __slots__ = ("desc", "keep", "bound", "size0", "size1", "fill", "fn", "entry", "strict", "whole", "rule",
-                 "follow", "ahead", "xahead")
+                 "follow", "ahead", "xahead", "cwhole")
 
     def __init__(self, desc, size0: int, size1: int, fill, strict: bool = True):
         self.desc, self.size0, self.size1, self.fill = desc, size0, size1, fill
@@ -621,6 +637,7 @@ class Pair:
         self.ahead = int(COLS_AHEAD)  # the half's cols prefetch (COLS_AHEAD at bind: every pair of a process the
         # same half where the switch is not changed)
         self.xahead = int(ROWS_X_AHEAD)  # its in-place rows tiles' pixel prefetch (ROWS_X_AHEAD at bind)
+        self.cwhole = bool(COLS_WHOLE)  # its cols tiles' full tiles at constant offsets (COLS_WHOLE at bind)
         self.rule = None  # else the stall rule, (strict, hiccup_s) of PairServer.result (rnpair.py's parallel
         # one-image ResNet layers: fpair's slack and the pool's two-stalls rule)
 
@@ -631,7 +648,8 @@ class Pair:
         raw input (C-contiguous), which both sides subsample into ``x`` first (where False comes back, ``x`` was
         not written)."""
         if not self.desc[FN]:  # both sides compiled at the first call, not at bind (a tiered start's trial
-            address = prepare(self.ahead, self.xahead)  # compiles them off the model's thread, as the node's kernels)
+            address = prepare(self.ahead, self.xahead, self.cwhole)  # compiles them off the model's thread, as the
+            # node's kernels)
             if not address:
                 return False
             self.desc[FN] = address
