@@ -17,7 +17,7 @@ from kernelkit_numba.kernels import conv_serial, cpair, ftile, pairs, rnpair
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _conv_layers import (  # noqa: E402, I001
-    _at, _cpair_of, _half_by_hand, _kernel, _layer, _out_shape, _reference)
+    _at, _cpair_of, _half_by_hand, _helper_half, _kernel, _layer, _out_shape, _reference)
 
 pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
               pytest.mark.skipif(ftile.choice()[0] != rnpair.KIND or not rnpair.enabled(),
@@ -103,3 +103,61 @@ def test_pair_cols_projections(projections, quiet_server, monkeypatch):
             np.testing.assert_array_equal(got, one)
         else:
             assert_close(got, one, np.float32)
+
+
+# COLS_K_SPLIT: ResNet-50's 14x14 projection (1024 -> 256: 6 panels, the last of 16), a quarter of it with the residual
+# (256 -> 64 +Z: a narrow panel of 16), an odd K onto a narrow last panel (385 -> 80 at 13x13, a partial last tile)
+K_CASES = [
+    ((1, 1024, 14, 14), (256, 1024, 1, 1), RELU, False, 196),
+    ((1, 256, 14, 14), (64, 256, 1, 1), RELU, True, 196),
+    ((1, 385, 13, 13), (80, 385, 1, 1), {}, False, 196),
+]
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["whole", "general"])
+@pytest.mark.parametrize("case", K_CASES, ids=lambda c: f"{c[0][1]}x{c[0][2]}-{c[1][0]}" + ("+Z" if c[3] else ""))
+def test_cols_k_split(case, whole, quiet_server, monkeypatch):
+    """cpair.COLS_K_SPLIT with K_SPLIT_PARALLEL 196 on a projection that pairs on the cols tiles: K cut at the middle
+    rounded to 16 (the writer unknown), every panel on both sides; the caller alone (both sides, the sums) equals the
+    reference and the one-thread path within the fp32 tolerances, and so does a call whose output is the residual's
+    memory (the residual copied); the helper's side by hand writes the caller's run of it into the layer's buffer bit
+    for bit and no output element. The helper asleep: the one-thread driver over the whole K, bit for bit the
+    one-thread path."""
+    xs, ws, attrs, res, most = case
+    inputs = _layer(case, 9)
+    shape = _out_shape(xs, ws, attrs)
+    kern = _kernel(xs, ws, attrs, 1, res)
+    one = _at(1, conv_serial.serial_call(kern, None), inputs, shape)
+    assert_close(one, _reference(inputs, attrs), np.float32)
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    for name, value in (("K_SPLIT_PARALLEL", 196), ("COLS_K_SPLIT", True), ("COLS_WHOLE", whole),
+                        ("COLS_KC_ONE_THREAD", 1)):
+        monkeypatch.setattr(cpair, name, value)
+    monkeypatch.setattr(conv_serial, "PAIR_COLS_MAX", most)
+    monkeypatch.setattr(cpair, "_cuts", {})
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    pair = _cpair_of(fn)
+    k_n, m_n, l_n = ws[1], ws[0], shape[2] * shape[3]
+    d = pair.desc
+    assert pair is not None and d[cpair.OP] == cpair.COLS and d[cpair.KS_CUT] == (k_n // 2 + 8) // 16 * 16
+    assert d[cpair.T_N] == 0 and pair.follow is None
+    alone = srv.stats["alone"]
+    got = _at(2, fn, inputs, shape)
+    assert srv.stats["alone"] == alone + 1 and srv.stats["paired"] == 0
+    assert_close(got, _reference(inputs, attrs), np.float32)
+    assert_close(got, one, np.float32)
+    part = np.ctypeslib.as_array((np.ctypeslib.ctypes.c_float * (m_n * l_n)).from_address(int(d[cpair.KS_PART])))
+    mine = part.copy()
+    part[:] = np.nan
+    y = _helper_half(srv, d, cpair.YA, shape)
+    np.testing.assert_array_equal(part, mine)
+    assert np.isnan(y).all()
+    if res:  # the output over the residual: the pair gets a copy of it (side 0's sums go into the output first)
+        z = inputs[3].copy()
+        with conv_serial.config.num_threads(2):
+            over = fn(*inputs[:3], z, out=z)
+        assert over is z
+        assert_close(z, one, np.float32)
+    srv.ctl[pairs.AWAKE] = 0  # the helper asleep: the caller's whole-layer call (the one-thread driver, whole K)
+    np.testing.assert_array_equal(_at(2, fn, inputs, shape), one)

@@ -835,10 +835,10 @@ def _pair_chunks_whole(pair, k_n: int) -> bool:
     if pair is None:
         return True
     d = pair.desc
+    if d[cpair.KS_CUT] > 0:  # (cpair.K_SPLIT: side 0's partial sums go into the output before the residual is added;
+        return False  # the cols tiles too, cpair.COLS_K_SPLIT)
     if d[cpair.OP] == cpair.COLS:
         return True
-    if d[cpair.KS_CUT] > 0:  # (cpair.K_SPLIT: side 0's partial sums go into the output before the residual is added)
-        return False
     s0, s1 = cpair.SIDE0, cpair.SIDE0 + cpair.SIDE_N
     return min(d[s0 + cpair.S_KC], d[s1 + cpair.S_KC], d[cpair.T_KC] if d[cpair.T_N] > 0 else k_n) >= k_n
 

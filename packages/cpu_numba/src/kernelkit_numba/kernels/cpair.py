@@ -230,6 +230,15 @@ COLS_KC_ONE_THREAD = False
 # whole)). The same values either way (the tiles' sums in the same order). False: the general tile.
 # A/B: kernels.cpair.COLS_WHOLE=1 (with kernels.conv_serial.PAIR_COLS_MAX=196;kernels.cpair.COLS_KC_ONE_THREAD=1)
 COLS_WHOLE = False
+# K_SPLIT_PARALLEL on the cols tiles (issue 11, session 17, same section): True, a one-image projection that the bound
+# parallel call pairs on the cols tiles (conv_serial.PAIR_COLS_MAX: ResNet-50's 1024 -> 256 and 1024 -> 512 at 14x14)
+# on maps of at most K_SPLIT_PARALLEL pixels cuts its K as the rows tiles' K_SPLIT_PARALLEL does: each side runs every
+# panel over the input channels that the layer before wrote on its core (_cuts), side 0 into the output, side 1 into
+# the layer's buffer, with no epilogue, and the caller adds the two, the bias (and the residual) after the join
+# (_k_sum). Each side's weights are its K range of the packed panels, copied once at bind. Within the fp32 tolerances
+# of the one-thread path, not its bits. Read when a layer binds. False: the cols halves cut the output channels.
+# A/B: kernels.cpair.COLS_K_SPLIT=1 (with K_SPLIT_PARALLEL=196 and conv_serial.PAIR_COLS_MAX=196)
+COLS_K_SPLIT = False
 # The rows halves' pixel prefetch (issue 11, session 16; docs/numba.md, "The weights' prefetch in the Winograd
 # products"): > 0, a rows-tiles side that reads its pixel rows in place (ftile.pack_rows false: fewer than 128 weight
 # rows a side, ResNet-50's 256 -> 64 and 64 -> 64 at 56x56, both sides of a pixel cut) prefetches row k + ROWS_X_AHEAD's
@@ -383,6 +392,15 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
                 sub(xr, xb, d[U_SH], d[U_SW], u * k_n // units, (u + 1) * k_n // units)
                 pairs.count_up(d, U_DONE)
             pairs.wait_count(d, U_DONE, units)
+        if op == COLS and d[KS_CUT] > 0:  # COLS_K_SPLIT: every panel over the side's input channels, no epilogue
+            k0 = 0 if side == 0 else d[KS_CUT]
+            kk = d[KS_CUT] if side == 0 else k_n - d[KS_CUT]
+            wk = numba.carray(_ptr(d[WA] if side == 0 else d[KS_W1]), (d[WA_N] // k_n * kk,), f32)
+            zeros = numba.carray(_ptr(d[ZEROS]), (m_n,), f32)
+            x = numba.carray(_ptr(d[XA] + 4 * k0 * l_n), (kk * l_n,), f32)
+            y = numba.carray(_ptr(d[YA] if side == 0 else d[KS_PART]), (m_n * l_n,), f32)
+            cols(wk, kk, m_n, x, l_n, l_n, zeros, y, False, _NEG, _POS, y, l_n, d[KC], scratch, 0, d[b + S_MC])
+            return 0
         if op == COLS:
             wp = numba.carray(_ptr(d[WA]), (d[WA_N],), f32)
             bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
@@ -774,10 +792,18 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
             if a:
                 desc[s0 + S_BLOCK], desc[s0 + S_P0], desc[s0 + S_NP] = q, 0, a
                 desc[s1 + S_BLOCK], desc[s1 + S_P0], desc[s1 + S_NP] = q, a, l_n - a
-        tail = split and TAIL and not images and n_n == 1 and _tail_cols(desc, m_n, l_n, panels)
+        if split and COLS_K_SPLIT and not images and n_n == 1 and m_n < k_n and k_n >= K_SPLIT_MIN_K and \
+                l_n <= K_SPLIT_PARALLEL:
+            kcut = _k_cut(step, k_n)
+        if kcut:  # each side every panel over its part of K
+            desc[s0 + S_C0], desc[s0 + S_MC], desc[s1 + S_C0], desc[s1 + S_MC] = 0, panels, 0, panels
+            desc[s0 + S_NP] = desc[s1 + S_NP] = 0
+            desc[KS_CUT] = kcut
+            cut = panels
+        tail = split and TAIL and not images and not kcut and n_n == 1 and _tail_cols(desc, m_n, l_n, panels)
         desc[s0 + S_SCR_N] = desc[s1 + S_SCR_N] = size
         sizes = (size, size)
-        channel_cut = None if images else min(m_n, cut * width)
+        channel_cut = None if images or kcut else min(m_n, cut * width)
     else:
         mr, nr = ftile.MR[KIND], ftile.NR[KIND]
         panels = -(-m_n // mr)
@@ -852,9 +878,11 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
         d[WA], d[WA_N], d[BIAS], d[ZEROS] = packed.ctypes.data, packed.size, bias.ctypes.data, zeros.ctypes.data
         if not kcut:
             return packed, bias, zeros, fv
-        # K_SPLIT: each side's panels of its input channels ([panel][k][r], packed's layout cut along k)
-        panels = packed.size // (k_n * ftile.MR[KIND])
-        p3 = packed.reshape(panels, k_n, ftile.MR[KIND])
+        # K_SPLIT: each side's panels of its input channels ([panel][k][r], packed's layout cut along k; the cols
+        # panels the same with COLS_WIDTH rows)
+        width_ = ftile.COLS_WIDTH[KIND] if cols else ftile.MR[KIND]
+        panels = packed.size // (k_n * width_)
+        p3 = packed.reshape(panels, k_n, width_)
         w0, w1 = (_aligned(p3[:, k0:k1, :]) for k0, k1 in ((0, kcut), (kcut, k_n)))
         d[WA], d[KS_W1] = w0.ctypes.data, w1.ctypes.data
         return packed, bias, zeros, fv, w0, w1, part
