@@ -474,7 +474,9 @@ def _one_pixel(geometry) -> bool:
 # AMD box 1.03-1.15x faster (their 256 and 1024 channels cut by cpair.COLS_SPLIT); Xeon 1.11-1.16x slower,
 # against 0.97-1.09x for an identical session (session 5 had the rows tiles ahead at 14x14 there, 127 against
 # 111 GFLOP/s): off. A/B: kernels.conv_serial.PAIR_COLS_MAX=196
-PAIR_COLS_MAX = 0
+# 196 since session 17's F1 with cpair.COLS_WHOLE (the halves on the one-thread call's whole tiles; see there): the
+# Xeon's loss above was the pairs' general cols tiles.
+PAIR_COLS_MAX = 196
 # With PAIR_COLS_MAX: False, only the expansions (more output than input channels: ResNet-50's 256 -> 1024 +Z at 14x14,
 # the 1x1/2 shortcut 512 -> 1024) take the cols tiles there, the projections (1024 -> 256, 1024 -> 512) keep the rows
 # tiles (and so cpair.K_SPLIT_PARALLEL's cut of their K). Issue 11, session 17 (docs/numba.md, "ResNet-50's 14x14 1x1

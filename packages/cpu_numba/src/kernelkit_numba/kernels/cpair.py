@@ -140,7 +140,8 @@ K_SPLIT_MIN_K = 128  # input channels from which a projection cuts its K
 # each side's rows tiles copy (pack) every input row they read: two copies of the input a layer, where the K cut packs
 # each half once on the core that wrote it. The sums run in another order: within the fp32 tolerances of the one-
 # thread path, not its bits. Read when a layer binds. 0: off. A/B: kernels.cpair.K_SPLIT_PARALLEL=196 (or 784)
-K_SPLIT_PARALLEL = 0
+# 196 since session 17's F1, with COLS_WHOLE (see there).
+K_SPLIT_PARALLEL = 196
 # the split of a 1x1 layer on the rows tiles: "auto" (an expansion, more output channels than input ones, by
 # channels, as the depthwise layer after it; a projection by pixels where it has at least PIXEL_TILES tiles
 # of pixels, else by channels where its panels split evenly, else by pixels), "channels", "pixels"
@@ -218,7 +219,8 @@ COLS_AHEAD = 16
 # The chunks' partial sums pass through the scratch unrounded (float32 stores), so the output is the same bit for
 # bit. Read when a layer binds. False: COLS_KC. Off: on the Xeon (ahead15_round.sh) 0.92-1.08x per 7x7 kind, on top
 # of the prefetch 0.94-1.04x. A/B: kernels.cpair.COLS_KC_ONE_THREAD=1
-COLS_KC_ONE_THREAD = False
+# On with COLS_WHOLE since session 17's F1 (below).
+COLS_KC_ONE_THREAD = True
 # The cols halves on a one-thread session's tiles (issue 11, session 17; docs/numba.md, "ResNet-50's 14x14 1x1 halves
 # on the one-thread tiles"): True, the cols tiles of this module's halves (and the refused pair's whole-layer call)
 # run every tile of COLS_MP valid pixels on the tile whose pixels sit at constant offsets from one pointer
@@ -229,7 +231,11 @@ COLS_KC_ONE_THREAD = False
 # thread call's rate. Read when a layer binds (Pair.cwhole; the half of each value: half_address(ahead, xahead,
 # whole)). The same values either way (the tiles' sums in the same order). False: the general tile.
 # A/B: kernels.cpair.COLS_WHOLE=1 (with kernels.conv_serial.PAIR_COLS_MAX=196;kernels.cpair.COLS_KC_ONE_THREAD=1)
-COLS_WHOLE = False
+# On since the lead's call F1 of session 17 (docs/benchmarks.md, "Round 17"; turns alone on CPUs 0,1, 7 rounds, with
+# PAIR_COLS_MAX 196, COLS_WHOLE, COLS_KC_ONE_THREAD, K_SPLIT_PARALLEL 196 and COLS_K_SPLIT together, `cwk`): ResNet-50
+# default / cwk 1.25 (0.61-1.49; 4 of 7 rounds; 1.12 by the blocks' best calls), ResNet-18 0.95 (0.86-1.08; its one
+# touched layer the 14x14 shortcut); per kind (r50c17's call) the 14x14 projections 1.27-1.33x, the nodes' sum 1.04.
+COLS_WHOLE = True
 # K_SPLIT_PARALLEL on the cols tiles (issue 11, session 17, same section): True, a one-image projection that the bound
 # parallel call pairs on the cols tiles (conv_serial.PAIR_COLS_MAX: ResNet-50's 1024 -> 256 and 1024 -> 512 at 14x14)
 # on maps of at most K_SPLIT_PARALLEL pixels cuts its K as the rows tiles' K_SPLIT_PARALLEL does: each side runs every
@@ -238,7 +244,8 @@ COLS_WHOLE = False
 # (_k_sum). Each side's weights are its K range of the packed panels, copied once at bind. Within the fp32 tolerances
 # of the one-thread path, not its bits. Read when a layer binds. False: the cols halves cut the output channels.
 # A/B: kernels.cpair.COLS_K_SPLIT=1 (with K_SPLIT_PARALLEL=196 and conv_serial.PAIR_COLS_MAX=196)
-COLS_K_SPLIT = False
+# On with COLS_WHOLE since session 17's F1 (above).
+COLS_K_SPLIT = True
 # The rows halves' pixel prefetch (issue 11, session 16; docs/numba.md, "The weights' prefetch in the Winograd
 # products"): > 0, a rows-tiles side that reads its pixel rows in place (ftile.pack_rows false: fewer than 128 weight
 # rows a side, ResNet-50's 256 -> 64 and 64 -> 64 at 56x56, both sides of a pixel cut) prefetches row k + ROWS_X_AHEAD's
