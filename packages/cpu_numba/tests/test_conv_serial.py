@@ -433,6 +433,9 @@ def test_a_tiered_held_layer_binds_in_the_background(rng, monkeypatch, quiet_ser
     from kernelkit_numba import tiered
     from kernelkit_numba.kernels import conv_serial, pairs
 
+    # the layer's own driver on the rows tiles (PAIR_COLS_MAX 0): 196, the default since session 17's F1, gives it the
+    # cols tiles of cpair.COLS_WHOLE, bit for bit the one-thread call, which this test could not tell apart
+    monkeypatch.setattr(conv_serial, "PAIR_COLS_MAX", 0)
     inputs, one, conv = _held_layer(rng)
     call = conv_serial.bound_compute(conv)
     monkeypatch.setattr(conv_serial, "HELD_ONE_THREAD", False)
@@ -685,7 +688,7 @@ def _in_place_ab(monkeypatch, model, x, switches) -> dict:
 
 @needs_avx512
 @pytest.mark.parametrize("case", ["rows", "chunks", "cols", "cols chunks", "pool", "pair", "pair cols",
-                                  "batch pair", "held", "k split", "general"])
+                                  "batch pair", "held", "k split", "cols k split", "general"])
 def test_residual_in_place_calls_parallel(rng, monkeypatch, quiet_server, case):
     """A two-thread bound 1x1 call handed the fused residual as its own output (out = z, as the memory plan places
     it under RESIDUAL_PARALLEL): the pair's halves (the caller running both: the helper never comes) by channels on
@@ -693,7 +696,9 @@ def test_residual_in_place_calls_parallel(rng, monkeypatch, quiet_server, case):
     refused pair's call on the caller (rows, cols), at a budget of one thread (HELD_ONE_THREAD: the one-thread
     call, once bound; the shards meanwhile), in place (the cols tiles with K in chunks too: their sums apart); K in
     chunks on the rows tiles, a serial pair whose sides cut K (cpair.K_SPLIT: side 0's partial sums go into the
-    output before the residual is added) and the general path (KERNELKIT_F32_GEMM=off) copy it first. Each bit for
+    output before the residual is added), the bound pair's cols halves cutting K (cpair.COLS_K_SPLIT, on by
+    default; off in the other cols cases, whose 160 -> 144 it would cut) and the general path
+    (KERNELKIT_F32_GEMM=off) copy it first. Each bit for
     bit the call with its own output and within the reference's tolerance; residual_over's answer with both
     switches on; the helper's half run by hand over the residual writes its part only, equal to it."""
     from _conv_layers import _at
@@ -717,6 +722,8 @@ def test_residual_in_place_calls_parallel(rng, monkeypatch, quiet_server, case):
     if case == "k split":  # (a projection: 256 -> 64 at 14x14, a serial call of a two-thread session)
         monkeypatch.setattr(cpair, "K_SPLIT", 196)
         hw, m_n, k_n = 14, 64, 256
+    if cols and case != "cols k split":  # (the cols halves' K cut off: 160 -> 144 at 7x7 is a projection)
+        monkeypatch.setattr(cpair, "COLS_K_SPLIT", False)
     budget = 1 if case == "held" else 2
     x = rng.standard_normal((n_n, k_n, hw, hw)).astype(np.float32)
     w = (rng.standard_normal((m_n, k_n, 1, 1)) / np.sqrt(k_n)).astype(np.float32)
@@ -728,10 +735,10 @@ def test_residual_in_place_calls_parallel(rng, monkeypatch, quiet_server, case):
     assert (k.output_over_input(specs) == 3) == (case not in ("chunks", "general")), case
     fn = conv_serial.serial_call(k, None) if case == "k split" else conv_serial.bound_compute(k)
     pair = _cpair_of(fn)
-    paired = case in ("pair", "pair cols", "batch pair", "k split")
+    paired = case in ("pair", "pair cols", "batch pair", "k split", "cols k split")
     if case != "general":
         assert pair is not None and pair.desc[cpair.OP] == (cpair.COLS if cols else cpair.ROWS)
-        assert (pair.desc[cpair.KS_CUT] > 0) == (case == "k split")
+        assert (pair.desc[cpair.KS_CUT] > 0) == case.endswith("k split")
     srv = quiet_server
     inputs = [_ro(x), _ro(w), _ro(b), _ro(z)]
     ref = run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
@@ -745,11 +752,11 @@ def test_residual_in_place_calls_parallel(rng, monkeypatch, quiet_server, case):
         with config.num_threads(budget):
             got = fn(inputs[0], inputs[1], inputs[2], _ro_view(over), out=over)
         assert got is over
-        assert conv_serial._copies[0] - copies == (case in ("chunks", "k split", "general")), case
+        assert conv_serial._copies[0] - copies == (case in ("chunks", "k split", "cols k split", "general")), case
         assert srv.stats["alone"] - alone == 2 * paired  # (both calls' halves on the caller)
         np.testing.assert_array_equal(got, apart)
         assert_close(got, ref)
-    if paired and n_n == 1 and case != "k split":  # the helper's half by hand over a fresh residual: its part
+    if paired and n_n == 1 and not case.endswith("k split"):  # the helper's half by hand over a fresh residual: its part
         # written, the rest z's
         y = z.copy()
         desc = pair.desc

@@ -32,6 +32,13 @@ def _part(desc, m_n: int, l_n: int) -> np.ndarray:
     return np.ctypeslib.as_array((np.ctypeslib.ctypes.c_float * (m_n * l_n)).from_address(int(desc[cpair.KS_PART])))
 
 
+def _rows_tiles(monkeypatch):
+    """These tests' pairs on the rows tiles: conv_serial.PAIR_COLS_MAX 0 (on, 196, by default since session 17's F1,
+    which pairs ResNet-50's 14x14 projections on the cols tiles, their K cut by cpair.COLS_K_SPLIT: test_pair_whole's
+    test_cols_k_split)."""
+    monkeypatch.setattr(conv_serial, "PAIR_COLS_MAX", 0)
+
+
 @pytest.mark.parametrize("case", LAYERS, ids=_ids)
 def test_k_split_parallel(case, quiet_server, monkeypatch):
     """K_SPLIT_PARALLEL 784: the bound parallel call's pair cuts K at the middle rounded to 16 (the input's writer
@@ -44,6 +51,7 @@ def test_k_split_parallel(case, quiet_server, monkeypatch):
     srv = quiet_server
     srv.ctl[pairs.AWAKE] = 1
     monkeypatch.setattr(cpair, "K_SPLIT_PARALLEL", 784)
+    _rows_tiles(monkeypatch)
     fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
     pair = _cpair_of(fn)
     k_n, m_n, l_n = ws[1], ws[0], shape[2] * shape[3]
@@ -70,9 +78,10 @@ def test_k_split_parallel(case, quiet_server, monkeypatch):
 
 
 def test_k_split_parallel_off_and_elsewhere(quiet_server, monkeypatch):
-    """No cut at 0 (the default), on a map above its pixels, on an expansion, below K_SPLIT_MIN_K input channels;
+    """No cut at 0 (196 the default since session 17), on a map above its pixels, on an expansion, below K_SPLIT_MIN_K input channels;
     the serial pairs' switch (K_SPLIT) does not cut the bound parallel call's pairs."""
     quiet_server.ctl[pairs.AWAKE] = 1
+    _rows_tiles(monkeypatch)
     expansion = ((1, 64, 14, 14), (256, 64, 1, 1), RELU, True, None)
     shallow = ((1, 96, 14, 14), (24, 96, 1, 1), {}, False, None)
     for name, value, case in (("K_SPLIT_PARALLEL", 0, LAYERS[0]), ("K_SPLIT_PARALLEL", 196, LAYERS[1]),
@@ -118,7 +127,8 @@ def test_k_split_parallel_with_tail_and_follow(quiet_server, monkeypatch):
     quiet_server.ctl[pairs.AWAKE] = 1
     for name, value in (("K_SPLIT_PARALLEL", 196), ("TAIL", True), ("FOLLOW", True)):
         monkeypatch.setattr(cpair, name, value)
+    _rows_tiles(monkeypatch)  # (TAIL and FOLLOW are the rows halves')
     fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
     pair = _cpair_of(fn)
-    assert pair.desc[cpair.KS_CUT] == 128 and pair.desc[cpair.T_N] == 0 and pair.follow is None
+    assert pair.desc[cpair.OP] == cpair.ROWS and pair.desc[cpair.KS_CUT] == 128 and pair.desc[cpair.T_N] == 0 and pair.follow is None
     assert_close(_at(2, fn, inputs, shape), one, np.float32)

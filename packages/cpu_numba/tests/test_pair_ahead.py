@@ -53,6 +53,12 @@ def _cols_pair(case, monkeypatch, ahead: int, kc_one: bool):
     monkeypatch.setattr(conv_serial, "PAIR_COLS_MAX", most)
     monkeypatch.setattr(cpair, "COLS_AHEAD", ahead)
     monkeypatch.setattr(cpair, "COLS_KC_ONE_THREAD", int(kc_one))
+    # COLS_WHOLE (another half: prepare(ahead, 0, True)) and the K cuts (sums in another order: 257 -> 80 is a
+    # projection) off, on by default since session 17's F1: this test is about the prefetch on the general tile
+    # (COLS_WHOLE's own: test_pair_whole)
+    monkeypatch.setattr(cpair, "COLS_WHOLE", False)
+    monkeypatch.setattr(cpair, "K_SPLIT_PARALLEL", 0)
+    monkeypatch.setattr(cpair, "COLS_K_SPLIT", False)
     fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
     pair = _cpair_of(fn)
     assert pair is not None and pair.desc[cpair.OP] == cpair.COLS and pair.ahead == ahead

@@ -42,6 +42,10 @@ def _pair(case, monkeypatch, whole: bool, split: bool = True):
     monkeypatch.setattr(cpair, "COLS_WHOLE", whole)
     monkeypatch.setattr(cpair, "COLS_KC_ONE_THREAD", 1)
     monkeypatch.setattr(cpair, "COLS_SPLIT", split)
+    # the K cuts off (on by default since session 17's F1): their sums run in another order, and this test is about
+    # the halves' tiles, bit for bit the one-thread path (the cut: test_cols_k_split)
+    monkeypatch.setattr(cpair, "K_SPLIT_PARALLEL", 0)
+    monkeypatch.setattr(cpair, "COLS_K_SPLIT", False)
     fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
     pair = _cpair_of(fn)
     assert pair is not None and pair.desc[cpair.OP] == cpair.COLS and pair.cwhole == whole
@@ -87,6 +91,9 @@ def test_pair_cols_projections(projections, quiet_server, monkeypatch):
     outputs the one-thread path's (the rows halves within the fp32 tolerances of it, equal to the reference's)."""
     monkeypatch.setattr(conv_serial, "PAIR_COLS_PROJECTIONS", projections)
     monkeypatch.setattr(conv_serial, "PAIR_COLS_MAX", 196)
+    # the cols halves' K cut off (on by default since session 17's F1: within the fp32 tolerances, test_cols_k_split),
+    # so that the cols halves stay bit for bit the one-thread path; the rows halves keep K_SPLIT_PARALLEL's default
+    monkeypatch.setattr(cpair, "COLS_K_SPLIT", False)
     srv = quiet_server
     srv.ctl[pairs.AWAKE] = 1
     for case, cols in ((CASES[0], True), (CASES[1], projections)):
