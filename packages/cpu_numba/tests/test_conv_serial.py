@@ -756,8 +756,8 @@ def test_residual_in_place_calls_parallel(rng, monkeypatch, quiet_server, case):
         assert srv.stats["alone"] - alone == 2 * paired  # (both calls' halves on the caller)
         np.testing.assert_array_equal(got, apart)
         assert_close(got, ref)
-    if paired and n_n == 1 and not case.endswith("k split"):  # the helper's half by hand over a fresh residual: its part
-        # written, the rest z's
+    if paired and n_n == 1 and not case.endswith("k split"):  # the helper's half by hand over a fresh residual:
+        # its part written, the rest z's
         y = z.copy()
         desc = pair.desc
         desc[cpair.YA] = desc[cpair.ZA] = y.ctypes.data

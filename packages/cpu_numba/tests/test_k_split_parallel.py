@@ -78,8 +78,8 @@ def test_k_split_parallel(case, quiet_server, monkeypatch):
 
 
 def test_k_split_parallel_off_and_elsewhere(quiet_server, monkeypatch):
-    """No cut at 0 (196 the default since session 17), on a map above its pixels, on an expansion, below K_SPLIT_MIN_K input channels;
-    the serial pairs' switch (K_SPLIT) does not cut the bound parallel call's pairs."""
+    """No cut at 0 (196 the default since session 17), on a map above its pixels, on an expansion, below
+    K_SPLIT_MIN_K input channels; the serial pairs' switch (K_SPLIT) does not cut the bound parallel call's pairs."""
     quiet_server.ctl[pairs.AWAKE] = 1
     _rows_tiles(monkeypatch)
     expansion = ((1, 64, 14, 14), (256, 64, 1, 1), RELU, True, None)
@@ -130,5 +130,6 @@ def test_k_split_parallel_with_tail_and_follow(quiet_server, monkeypatch):
     _rows_tiles(monkeypatch)  # (TAIL and FOLLOW are the rows halves')
     fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
     pair = _cpair_of(fn)
-    assert pair.desc[cpair.OP] == cpair.ROWS and pair.desc[cpair.KS_CUT] == 128 and pair.desc[cpair.T_N] == 0 and pair.follow is None
+    assert pair.desc[cpair.OP] == cpair.ROWS
+    assert pair.desc[cpair.KS_CUT] == 128 and pair.desc[cpair.T_N] == 0 and pair.follow is None
     assert_close(_at(2, fn, inputs, shape), one, np.float32)

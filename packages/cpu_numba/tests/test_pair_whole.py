@@ -168,3 +168,54 @@ def test_cols_k_split(case, whole, quiet_server, monkeypatch):
         assert_close(z, one, np.float32)
     srv.ctl[pairs.AWAKE] = 0  # the helper asleep: the caller's whole-layer call (the one-thread driver, whole K)
     np.testing.assert_array_equal(_at(2, fn, inputs, shape), one)
+
+
+def _r50_14x14_model(rng):
+    """ResNet-50's 14x14 bottleneck and the next stage's first 1x1 and their input: 1024 -> 256 (Relu), the 3x3 of
+    256, 256 -> 1024 with the block's input as the residual (fuse_residual's +Z) and Relu, then 1024 -> 512 (Relu)."""
+    from kernelkit.builder import GraphBuilder
+
+    g = GraphBuilder("r50_14x14")
+    x = g.input("x", (1, 1024, 14, 14))
+
+    def conv(t, m, c, k, **attrs):
+        w = g.constant((rng.standard_normal((m, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32))
+        b = g.constant(rng.standard_normal(m).astype(np.float32) * np.float32(0.1))
+        return g.op("Conv", t, w, b, **attrs)
+
+    a = g.op("Relu", conv(x, 256, 1024, 1))
+    c = g.op("Relu", conv(a, 256, 256, 3, pads=[1, 1, 1, 1]))
+    e = g.op("Relu", g.op("Add", conv(c, 1024, 256, 1), x))
+    g.output(g.op("Relu", conv(e, 512, 1024, 1)))
+    return g.build(), {"x": rng.standard_normal((1, 1024, 14, 14)).astype(np.float32)}
+
+
+def test_r50_14x14_default_through_a_two_thread_session(monkeypatch, session_pair_calls):
+    """The switches as they are by default (since session 17's F1: PAIR_COLS_MAX 196, COLS_WHOLE,
+    COLS_KC_ONE_THREAD, K_SPLIT_PARALLEL 196, COLS_K_SPLIT) in a two-thread session of ResNet-50's 14x14 1x1 shapes:
+    the projections (1024 -> 256, 1024 -> 512) pair on the cols tiles with their K cut, the expansion with the
+    residual (256 -> 1024 +Z) on the whole tiles, uncut; every run, paired or not, equals the reference and the
+    one-thread run within the fp32 tolerances."""
+    from kernelkit import Session
+
+    rng = np.random.default_rng(17)
+    model, feeds = _r50_14x14_model(rng)
+    want = Session(model, vendors=["reference"]).run(None, feeds)[0]
+    one = Session(model, vendors=["numba"], threads=1).run(None, feeds)[0]
+    bound = {}
+    tiles_pair = cpair.tiles_pair
+
+    def recorded(conv, step, cols, y_shape, k_n, l_n, *args, **kwargs):
+        pair = tiles_pair(conv, step, cols, y_shape, k_n, l_n, *args, **kwargs)
+        if pair is not None:
+            bound[(k_n, int(y_shape[1]))] = (int(pair.desc[cpair.OP]), int(pair.desc[cpair.KS_CUT]), pair.cwhole)
+        return pair
+
+    monkeypatch.setattr(cpair, "tiles_pair", recorded)
+    sess = Session(model, vendors=["numba"], fallback=False, threads=2)
+    assert session_pair_calls(sess, feeds, want, one, 30)[0] >= 30
+    assert sorted(bound) == [(256, 1024), (1024, 256), (1024, 512)], bound
+    assert bound[256, 1024] == (cpair.COLS, 0, True), bound
+    for layer in ((1024, 256), (1024, 512)):  # (K cut at the middle or the writer's cut: _cuts)
+        op, cut, whole = bound[layer]
+        assert op == cpair.COLS and whole and 0 < cut < 1024 and cut % 16 == 0, bound
