@@ -203,7 +203,8 @@ def test_rows_halves_pixel_prefetch(case, quiet_server, monkeypatch):
         for side in (cpair.SIDE0, cpair.SIDE0 + cpair.SIDE_N):
             assert bool(pair.desc[side + cpair.S_PACK]) == packed
         outs.append(_at(2, fn, inputs, shape))
-        assert pair.desc[cpair.FN] == cpair.prepare(cpair.COLS_AHEAD, xahead)
+        # (every pair's half is compiled for COLS_WHOLE as well, on by default since session 17's F1: its cols tiles)
+        assert pair.desc[cpair.FN] == cpair.prepare(cpair.COLS_AHEAD, xahead, cpair.COLS_WHOLE)
     assert srv.stats["alone"] == 3
     assert not np.isnan(outs[0]).any()
     for got in outs[1:]:
