@@ -640,6 +640,7 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
         conv, step, y_shape, k_n, xpp, koff, step_n, lo, hi, has_z, x_shape, (s, ph, pl, hp, qp))
     if parallel and n_n == 1 and pair is not None:
         pair.rule = rnpair.rule()  # a stem of ~1 ms a half: fpair's slack, one stall a hiccup
+    stem_split = cpair.stem_split(pair, x_shape, (s, ph, pl, hp, qp))  # (both sides fill the phases: cpair.py)
 
     def implicit(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)
@@ -658,11 +659,15 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
                 implicit_phases(x[n], xpp, s, ph, pl, hp, qp, (kind, held.packed, k_n, m_n, xpp_ro, koff, step_n, ow_n,
                                                               held.bias, zn, has_z, lo, hi, yn, l_n), oh_n, work)
             else:
-                ftile.phases_padded(x[n], xpp, s, ph, pl, hp, qp, 0, c_n)
+                raw_n = x[n] if stem_split and x[n].flags.c_contiguous else None  # (cpair.STEM_SPLIT)
+                if raw_n is None:
+                    ftile.phases_padded(x[n], xpp, s, ph, pl, hp, qp, 0, c_n)
                 zs = None if z is no_z else z[n:n + 1]
                 if pair is not None and not pair.whole and _paired(pair, parallel and n_n == 1, held.packed,
-                                                                   held.bias, x, y[n:n + 1], zs):
+                                                                   held.bias, x, y[n:n + 1], zs, raw=raw_n):
                     continue  # the image's output channels in two halves on two cores (cpair.py)
+                if raw_n is not None:  # the pair refused: the caller fills the phases
+                    ftile.phases_padded(x[n], xpp, s, ph, pl, hp, qp, 0, c_n)
                 driver(held.packed, k_n, m_n, xpp_ro, koff, step_n, ow_n, held.bias, zn, has_z, lo, hi, yn, l_n, 0,
                        oh_n)
         return y

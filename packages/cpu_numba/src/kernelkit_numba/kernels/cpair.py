@@ -87,7 +87,9 @@ SIDE0, SIDE_N = 36, 12
 T_CHANNELS, T_PIXELS, T_COLS = 0, 1, 2
 # SUB_SPLIT (a one-image 1x1 strided layer's subsampled input filled by both sides), after the tail's: the claim word
 # and the units done (written per call), the units, the raw input's address (written per call: 0 where the caller
-# copied the input itself), its planes' rows and columns and the strides (the subsampled planes: OH, OW)
+# copied the input itself), its planes' rows and columns and the strides (the subsampled planes: OH, OW); STEM_SPLIT
+# (a stem's phases filled by both sides) the same words, U_H the bands of padded rows a channel (its geometry: C, H,
+# W, STRIDE, PH, PL, HP, QP)
 U_CLAIM, U_DONE, U_N, U_X, U_H, U_W, U_SH, U_SW = range(SIDE0 + 2 * SIDE_N + 11, SIDE0 + 2 * SIDE_N + 19)
 # K_SPLIT (a one-image projection's K cut between the sides), after SUB_SPLIT's: the cut (0: none), side 1's packed
 # weights (side 0's at WA) and the layer's buffer of side 1's partial sums (bind only)
@@ -228,6 +230,16 @@ ROWS_X_AHEAD = 0
 # the one-thread path's bit for bit. Read when a layer binds. False: the caller copies.
 SUB_SPLIT = False
 SUB_UNITS = 8
+# The stem's padded phases filled by both sides (issue 11, session 17; docs/numba.md, "MobileNetV2's stem and layers
+# at two threads"): a one-image pair of a strided stem on the implicit GEMM (MobileNetV2's 3x3/2, 3 -> 32 at 224x224),
+# whose caller filled the whole input's zero-padded column phases (ftile.phases_padded) before the job (0.10 ms of the
+# stem's 0.33 at one thread on the AMD box, serial at two threads), takes the raw input instead; both sides fill its
+# phases at the start of their halves in about STEM_UNITS units (an input channel's band of padded rows) claimed from
+# one word (the caller from the front, the helper from the back: SUB_SPLIT's way), then wait until every unit is done
+# (pairs.wait_count). The phases hold the same floats whoever fills which unit, so the output is the one-thread
+# path's bit for bit. Read when a layer binds. False: the caller fills them. A/B: kernels.cpair.STEM_SPLIT=1
+STEM_SPLIT = False
+STEM_UNITS = 12
 
 
 @jit
@@ -239,6 +251,46 @@ def subsample(x, buf, sh, sw, c0, c1):
         for i in range(oh_n):
             for j in range(ow_n):
                 buf[c, i, j] = x[c, i * sh, j * sw]
+
+
+@jit
+def phases_part(x, xpp, s, ph, pl, hp, qp, c, r0, r1):
+    """ftile.phases_padded's floats for input channel ``c`` and padded rows [r0, r1) of every phase:
+    xpp[b, c, r, q] = x[c, r - ph, (q - pl) * s + b], 0 outside the input (STEM_SPLIT's unit)."""
+    c_n, h_n, w_n = x.shape
+    xf = x.reshape(x.size)
+    for b in range(s):
+        q_hi = min(qp, pl + (w_n - b + s - 1) // s)
+        q_lo = min(pl, q_hi)
+        for r in range(r0, r1):
+            d0 = ((b * c_n + c) * hp + r) * qp
+            h = r - ph
+            if h < 0 or h >= h_n:
+                for q in range(qp):
+                    xpp[d0 + q] = 0
+                continue
+            src = (c * h_n + h) * w_n + b - pl * s
+            for q in range(q_lo):
+                xpp[d0 + q] = 0
+            for q in range(q_lo, q_hi):
+                xpp[d0 + q] = xf[src + q * s]
+            for q in range(q_hi, qp):
+                xpp[d0 + q] = 0
+
+
+def stem_split(pair, x_shape, phases) -> bool:
+    """STEM_SPLIT on a one-image implicit ``pair`` (not a batch by images) of input ``x_shape`` and ``phases`` =
+    (stride, pad top, pad left, padded rows, columns a phase): the descriptor's units (U_N; U_H: the bands a channel)
+    and the input's geometry; whether it took them."""
+    if pair is None or not STEM_SPLIT or pair.whole or phases is None:
+        return False
+    d = pair.desc
+    c_n = int(x_shape[1])
+    bands = max(1, min(int(STEM_UNITS) // max(c_n, 1), int(phases[3])))
+    d[U_N], d[U_H] = c_n * bands, bands
+    d[C], d[H], d[W] = x_shape[1:]
+    d[STRIDE], d[PH], d[PL], d[HP], d[QP] = phases
+    return True
 
 
 def sub_split(pair, x_shape, sh: int, sw: int, sub_shape) -> bool:
@@ -281,6 +333,7 @@ def _build(ahead: int = 0, xahead: int = 0):
     phases = ftile.phases_padded
     mx1, mx2 = dwtile._max_planes_s1, dwtile._max_planes_s2
     sub = subsample
+    stem = phases_part
     f32 = np.float32
 
     def half(addr, side):
@@ -340,6 +393,19 @@ def _build(ahead: int = 0, xahead: int = 0):
         if op == IMPLICIT:  # output channels [c0, c0 + mc) of every output row (one image a call)
             c0, mc = d[b + S_C0], d[b + S_MC]
             xpp = numba.carray(_ptr(d[XPP]), (d[XPP_N],), f32)
+            if d[U_X] != 0:  # STEM_SPLIT: the phases' units (a channel's band of rows) claimed by both, then all done
+                units, bands, hp = d[U_N], d[U_H], d[HP]
+                xr = numba.carray(_ptr(d[U_X]), (d[C], d[H], d[W]), f32)
+                while True:
+                    u = pairs.claim_ends(d, U_CLAIM, side)
+                    if u < 0:
+                        break
+                    ch = u // bands
+                    band_i = u - ch * bands
+                    stem(xr, xpp, d[STRIDE], d[PH], d[PL], hp, d[QP], ch, band_i * hp // bands,
+                         (band_i + 1) * hp // bands)
+                    pairs.count_up(d, U_DONE)
+                pairs.wait_count(d, U_DONE, units)
             koff = numba.carray(_ptr(d[KOFF]), (k_n,), np.int64)
             wp = numba.carray(_ptr(d[WA] + 4 * c0 * k_n), (mc * k_n,), f32)
             bias = numba.carray(_ptr(d[BIAS] + 4 * c0), (mc,), f32)
