@@ -116,7 +116,7 @@ MR_ONE_THREAD = 12
 # 11, session 16 (mlpa16; docs/numba.md "The MLP's 1024-deep product: A's rows off one L1 set"). On at 16 after the
 # lead's call L1 of session 17 (Xeon, mlpa16_round.sh): the MLP in turns numba 1t / pad16 1.05 (0.69-1.51; 10 of 12
 # rounds at one host speed), reference / pad16 1.50 (1.56 at one speed) against 1.45; the 64 x 1024 x 1024 product
-# alone 139 against 135 GFLOP/s (B cold); the transformer (MatMul, untouched) 0.98-0.996. [0]
+# alone 139 against 135 GFLOP/s (B cold); the transformer (its 128 x 1024 x 256 products take the copy) 0.98-0.996. [0]
 PAD_A_ONE_THREAD = 16
 PAD_A_EVERY = 4096
 # ... and only where the product has at least this many columns (A's rows read once a column panel: the copy, M x K
