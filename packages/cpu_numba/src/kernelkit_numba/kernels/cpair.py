@@ -132,6 +132,17 @@ SERIAL_COLS_MAX = 0
 # the Xeon). A/B: kernels.cpair.K_SPLIT=196 (MobileNetV2's 14x14 projections), 784 (and its 28x28 ones)
 K_SPLIT = 0
 K_SPLIT_MIN_K = 128  # input channels from which a projection cuts its K
+# K_SPLIT for the bound parallel call's one-image pairs (issue 11, session 17; docs/numba.md, "ResNet-50's projections
+# cut by their input channels at two threads"): a 1x1 projection on the rows tiles (fewer output than input channels,
+# K >= K_SPLIT_MIN_K) on maps of at most this many pixels runs every output on both sides, each over the input channels
+# that the layer before wrote on its own core (the expansion's channel cut, _cuts), side 1 into the layer's buffer, the
+# caller adding the two, the bias (and the residual) after the join (``_k_sum``), as K_SPLIT does for the serial pairs.
+# ResNet-50's 1024 -> 256 and 1024 -> 512 at 14x14 (196), 512 -> 128 and 512 -> 256 at 28x28 (784) cut by channels or
+# pixels read the whole input on each side, half of it from the other core's L2 (400 KB of 800 at 1024 x 196), and
+# each side's rows tiles copy (pack) every input row they read: two copies of the input a layer, where the K cut packs
+# each half once on the core that wrote it. The sums run in another order: within the fp32 tolerances of the one-
+# thread path, not its bits. Read when a layer binds. 0: off. A/B: kernels.cpair.K_SPLIT_PARALLEL=196 (or 784)
+K_SPLIT_PARALLEL = 0
 # the split of a 1x1 layer on the rows tiles: "auto" (an expansion, more output channels than input ones, by
 # channels, as the depthwise layer after it; a projection by pixels where it has at least PIXEL_TILES tiles
 # of pixels, else by channels where its panels split evenly, else by pixels), "channels", "pixels"
@@ -827,8 +838,8 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
                 axis = "pixels"
             else:
                 axis = "channels" if panels % 2 == 0 or tiles < 2 else "pixels"
-        if K_SPLIT and not images and not split and n_n == 1 and m_n < k_n and k_n >= K_SPLIT_MIN_K and \
-                l_n <= K_SPLIT:
+        if not images and n_n == 1 and m_n < k_n and k_n >= K_SPLIT_MIN_K and l_n <= (K_SPLIT_PARALLEL if split
+                                                                                    else K_SPLIT):
             kcut = _k_cut(step, k_n)
         if images or kcut:
             parts = ((0, m_n, 0, l_n), (0, m_n, 0, l_n))
@@ -845,7 +856,8 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
             channel_cut = None
         else:
             return None
-        tail = split and TAIL and not images and n_n == 1 and _tail_rows(desc, parts, k_n, m_n, l_n, mr, nr)
+        tail = split and TAIL and not images and not kcut and n_n == 1 and \
+            _tail_rows(desc, parts, k_n, m_n, l_n, mr, nr)  # (K_SPLIT_PARALLEL's cut has no middle)
         if tail:
             parts = tail
         if kcut:  # each side every output over its part of K: a plan of its own K
