@@ -122,6 +122,7 @@ def test_pixel_even(case, quiet_server, monkeypatch):
     one-thread path bit for bit, and the cut is the tile boundary nearest the middle pixel."""
     monkeypatch.setattr(cpair, "PIXEL_TILES", 1)
     monkeypatch.setattr(cpair, "PIXEL_EVEN", True)
+    monkeypatch.setattr(cpair, "K_SPLIT", 0)  # (the projections' halves by pixels, not their K cut)
     _check_halves(case, quiet_server)
     desc, shape = _desc(case, quiet_server)
     assert desc[cpair.OP] == cpair.ROWS
@@ -282,8 +283,32 @@ def test_k_split(case, quiet_server, monkeypatch):
     assert np.isnan(y).all()
 
 
+@pytest.mark.parametrize("case", K_LAYERS[:2], ids=_ids)
+def test_k_solo(case, quiet_server, monkeypatch):
+    """K_SOLO (on, with K_SPLIT on by default): a K-cut pair refused (the helper asleep) runs both sides and the sums
+    on the caller, bit for bit the pair's output whether the helper came or not; K_SOLO off: the one-thread path's
+    call over the whole K instead (within the fp32 tolerances of the K cut's)."""
+    from kernelkit.testing import assert_close
+
+    assert cpair.K_SPLIT >= 196 and cpair.K_SOLO
+    srv = quiet_server
+    (x, w, b, z, attrs), shape, want, alone, desc = _alone(case, srv)
+    assert desc[cpair.KS_CUT] > 0 and srv.stats["alone"] == 1
+    f1, f2 = _calls(x, w, b, z, attrs)
+    srv.ctl[pairs.AWAKE] = 0  # asleep: the pair refuses (and wakes it), the caller runs the K cut alone
+    paired, alone_n = srv.stats["paired"], srv.stats["alone"]
+    solo = _run(f2, x, w, b, z, shape)
+    assert srv.stats["paired"] == paired and srv.stats["alone"] == alone_n
+    np.testing.assert_array_equal(solo, alone)
+    monkeypatch.setattr(cpair, "K_SOLO", False)
+    srv.ctl[pairs.AWAKE] = 0
+    one = _run(f2, x, w, b, z, shape)
+    np.testing.assert_array_equal(one, want)  # (the one-thread path's bits)
+    assert_close(one, solo, np.float32)
+
+
 def test_k_split_off_and_small(quiet_server, monkeypatch):
-    """K_SPLIT 0 (the default), a map above K_SPLIT's pixels, an expansion and a K below K_SPLIT_MIN_K: no cut."""
+    """K_SPLIT 0 (off), a map above K_SPLIT's pixels, an expansion and a K below K_SPLIT_MIN_K: no cut."""
     for k_split, case in ((0, K_LAYERS[0]), (196, K_LAYERS[2]), (784, ((1, 96, 14, 14), (576, 96, 1, 1), CLIP6, True,
                                                                        False)),
                           (784, ((1, 96, 14, 14), (24, 96, 1, 1), {}, True, False))):

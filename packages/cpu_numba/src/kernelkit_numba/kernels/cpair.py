@@ -128,10 +128,19 @@ SERIAL_COLS_MAX = 0
 # 1 into a buffer of the layer's; after the join the caller adds the two, the bias and the residual and clamps
 # (``_k_sum``). Each half read the whole input, half of it from the other core's L2 (576 -> 96 at 14x14: 225 KB of
 # 451), where the caller now reads the helper's partial sums (75 KB). The sums run in another order: the output is
-# within the fp32 tolerances of the one-thread path's, not its bits. Read when a layer binds. 0: off (not measured on
-# the Xeon). A/B: kernels.cpair.K_SPLIT=196 (MobileNetV2's 14x14 projections), 784 (and its 28x28 ones)
-K_SPLIT = 0
+# within the fp32 tolerances of the one-thread path's, not its bits. Read when a layer binds. 0: off. On at 784 (the
+# 14x14 and 28x28 projections) since session 17 (docs/numba.md, "MobileNetV2's projections cut by their input channels
+# at two threads"): on the Xeon (nodes_ab2t.py mobilenet_v2, two processes) those six kinds ran 1.17-1.32x faster
+# (576 -> 96 +Z 1.24-1.25, 384 -> 64 +Z 1.30-1.32, 192 -> 32 +Z 1.19-1.28), the kinds it does not touch 0.89-1.13,
+# the sum over the nodes 1.045 and 1.047; the whole model 1.08 (turns.py, 12 rounds). A/B: kernels.cpair.K_SPLIT=0
+K_SPLIT = 784
 K_SPLIT_MIN_K = 128  # input channels from which a projection cuts its K
+# A K-cut pair (K_SPLIT, K_SPLIT_PARALLEL) that is refused (the helper asleep or backed off, the pool's worker spinning,
+# another caller's job) runs both its sides and the sums on the caller (issue 11, session 17), not the one-thread
+# driver over the whole K: the layer's output is then the same bits whether the helper came or not (the K cut sums in
+# another order than the one-thread path), as the halves of the other pairs are. Both sides on one core cost
+# 1.01-1.02x the one-thread call at 14x14 (session 16, the AMD box). False: the one-thread call.
+K_SOLO = True
 # K_SPLIT for the bound parallel call's one-image pairs (issue 11, session 17; docs/numba.md, "ResNet-50's projections
 # cut by their input channels at two threads"): a 1x1 projection on the rows tiles (fewer output than input channels,
 # K >= K_SPLIT_MIN_K) on maps of at most this many pixels runs every output on both sides, each over the input channels
@@ -672,7 +681,7 @@ class Pair:
     per-call addresses written by pair_run), the arrays it points to, the two sides' scratch sizes."""
 
     __slots__ = ("desc", "keep", "bound", "size0", "size1", "fill", "fn", "entry", "strict", "whole", "rule",
-                 "follow", "ahead", "xahead")
+                 "follow", "ahead", "xahead", "solo")
 
     def __init__(self, desc, size0: int, size1: int, fill, strict: bool = True):
         self.desc, self.size0, self.size1, self.fill = desc, size0, size1, fill
@@ -689,8 +698,30 @@ class Pair:
         self.xahead = int(ROWS_X_AHEAD)  # its in-place rows tiles' pixel prefetch (ROWS_X_AHEAD at bind)
         self.rule = None  # else the stall rule, (strict, hiccup_s) of PairServer.result (rnpair.py's parallel
         # one-image ResNet layers: fpair's slack and the pool's two-stalls rule)
+        self.solo = None  # K_SOLO's control words (a job no helper sees), made at its first use
 
     def __call__(self, w, bias, x, y, z, raw=None) -> bool:
+        """_call; where it refuses a pair that cuts its K (K_SPLIT, K_SPLIT_PARALLEL) and K_SOLO is on, the caller
+        runs both sides and the sums itself (``_solo``), so that the output is the same whether the helper came."""
+        if self._call(w, bias, x, y, z, raw):
+            return True
+        if not (K_SOLO and self.desc[KS_CUT] > 0 and self.desc[FN]):
+            return False
+        return self._solo(w, bias, x, y, z)
+
+    def _solo(self, w, bias, x, y, z) -> bool:
+        """K_SOLO: both sides of a K-cut pair and its sums on the caller, as pair_run runs them where the helper
+        does not come, through control words of this pair's own (no helper reads them)."""
+        if self.solo is None:
+            self.solo = np.zeros(pairs.OWN + 1, np.int64)  # (no cycle stamps: shorter than FINISHED_AT)
+        if w is not self.bound[0] or bias is not self.bound[1]:
+            self.keep = self.fill(self.desc, w, bias)
+            self.bound = (w, bias)
+        pair_run(self.solo, self.desc, x, y, x if z is None else z,
+                 config.thread_buffer("ftile", self.size0, np.float32), scratch(self.size1))
+        return True
+
+    def _call(self, w, bias, x, y, z, raw=None) -> bool:
         """The layer in two halves where the helper spins (else it is woken, and False: the caller's
         one-thread call); False too where another caller holds the slot. ``w``, ``bias``: the bound
         call's constants (by identity: a new pair of them is written into the descriptor). ``raw``: SUB_SPLIT's
