@@ -295,11 +295,16 @@ def test_k_solo(case, quiet_server, monkeypatch):
     (x, w, b, z, attrs), shape, want, alone, desc = _alone(case, srv)
     assert desc[cpair.KS_CUT] > 0 and srv.stats["alone"] == 1
     f1, f2 = _calls(x, w, b, z, attrs)
-    srv.ctl[pairs.AWAKE] = 0  # asleep: the pair refuses (and wakes it), the caller runs the K cut alone
-    paired, alone_n = srv.stats["paired"], srv.stats["alone"]
-    solo = _run(f2, x, w, b, z, shape)
-    assert srv.stats["paired"] == paired and srv.stats["alone"] == alone_n
-    np.testing.assert_array_equal(solo, alone)
+    for first in (True, False):  # its first call refused (pair_run's dispatcher), then after a pair (its entry)
+        srv.ctl[pairs.AWAKE] = 0  # asleep: the pair refuses (and wakes it), the caller runs the K cut alone
+        paired, alone_n = srv.stats["paired"], srv.stats["alone"]
+        solo = _run(f2, x, w, b, z, shape)
+        assert srv.stats["paired"] == paired and srv.stats["alone"] == alone_n
+        np.testing.assert_array_equal(solo, alone)
+        if first:
+            srv.ctl[pairs.AWAKE] = 1
+            np.testing.assert_array_equal(_run(f2, x, w, b, z, shape), alone)
+            assert srv.stats["alone"] == alone_n + 1
     monkeypatch.setattr(cpair, "K_SOLO", False)
     srv.ctl[pairs.AWAKE] = 0
     one = _run(f2, x, w, b, z, shape)

@@ -717,8 +717,8 @@ class Pair:
         if w is not self.bound[0] or bias is not self.bound[1]:
             self.keep = self.fill(self.desc, w, bias)
             self.bound = (w, bias)
-        pair_run(self.solo, self.desc, x, y, x if z is None else z,
-                 config.thread_buffer("ftile", self.size0, np.float32), scratch(self.size1))
+        self.fn(self.solo, self.desc, x, y, x if z is None else z,  # (pair_run, or its compiled entry point)
+                config.thread_buffer("ftile", self.size0, np.float32), scratch(self.size1))
         return True
 
     def _call(self, w, bias, x, y, z, raw=None) -> bool:
