@@ -1,10 +1,11 @@
-"""The stem's padded phases filled by both sides of its pair (issue 11, session 17; docs/numba.md, "MobileNetV2's stem
-and layers at two threads"): cpair.STEM_SPLIT (a one-image implicit-GEMM stem's zero-padded column phases filled in
-units of an input channel's band of padded rows, claimed from one word by both sides, each side then waiting until
-every unit is done). The phases are the same whoever fills which unit, so the pair equals the one-thread path bit for
-bit: the caller alone (the helper never coming: it claims every unit), the helper's loop run by hand with the caller
-having claimed some units or none (the phases then ftile.phases_padded's exactly, the helper's output channels the
-one-thread path's), a refused pair (the caller fills them); odd channel counts and maps, the residual and Relu."""
+"""The stem's padded phases filled by both sides of its pair (issue 11, session 17; docs/numba.md, "MobileNetV2's
+projections cut by their input channels at two threads"): cpair.STEM_SPLIT (a one-image implicit-GEMM stem's
+zero-padded column phases filled in units of an input channel's band of padded rows, claimed from one word by both
+sides, each side then waiting until every unit is done). The phases are the same whoever fills which unit, so the
+pair equals the one-thread path bit for bit: the caller alone (the helper never coming: it claims every unit), the
+helper's loop run by hand with the caller having claimed some units or none (the phases then ftile.phases_padded's
+exactly, the helper's output channels the one-thread path's), a refused pair (the caller fills them); odd maps, the
+residual and Relu."""
 from __future__ import annotations
 
 import numpy as np

@@ -250,14 +250,16 @@ ROWS_X_AHEAD = 0
 # the one-thread path's bit for bit. Read when a layer binds. False: the caller copies.
 SUB_SPLIT = False
 SUB_UNITS = 8
-# The stem's padded phases filled by both sides (issue 11, session 17; docs/numba.md, "MobileNetV2's stem and layers
-# at two threads"): a one-image pair of a strided stem on the implicit GEMM (MobileNetV2's 3x3/2, 3 -> 32 at 224x224),
-# whose caller filled the whole input's zero-padded column phases (ftile.phases_padded) before the job (0.10 ms of the
-# stem's 0.33 at one thread on the AMD box, serial at two threads), takes the raw input instead; both sides fill its
-# phases at the start of their halves in about STEM_UNITS units (an input channel's band of padded rows) claimed from
-# one word (the caller from the front, the helper from the back: SUB_SPLIT's way), then wait until every unit is done
-# (pairs.wait_count). The phases hold the same floats whoever fills which unit, so the output is the one-thread
-# path's bit for bit. Read when a layer binds. False: the caller fills them. A/B: kernels.cpair.STEM_SPLIT=1
+# The stem's padded phases filled by both sides (issue 11, session 17; docs/numba.md, "MobileNetV2's projections cut
+# by their input channels at two threads"): a one-image pair of a strided stem on the implicit GEMM (MobileNetV2's
+# 3x3/2, 3 -> 32 at 224x224), whose caller filled the whole input's zero-padded column phases (ftile.phases_padded)
+# before the job (0.20 ms of the stem's 0.52 at one thread on the Xeon, serial at two threads), takes the raw input
+# instead; both sides fill its phases at the start of their halves in about STEM_UNITS units (an input channel's band
+# of padded rows) claimed from one word (the caller from the front, the helper from the back: SUB_SPLIT's way), then
+# wait until every unit is done (pairs.wait_count). The phases hold the same floats whoever fills which unit, so the
+# output is the one-thread path's bit for bit. Read when a layer binds. False: the caller fills them. Off: on the Xeon
+# the stem read 0.99, 1.11 and 1.16x faster in three processes, the whole model 1.03 (0.69-1.27) quiet and 0.99
+# loaded, within the spread. A/B: kernels.cpair.STEM_SPLIT=1
 STEM_SPLIT = False
 STEM_UNITS = 12
 
