@@ -9,6 +9,21 @@ import time
 import numpy as np
 
 
+def probe_ms(buf: np.ndarray) -> float:
+    """The host's speed now, in ms: a fixed workload (``buf``, a float32 array of ``PROBE_FLOATS``, scaled in place 20
+    times, best of 5), the same work in every process whatever it runs (turns.py --probe, mlp_blocks.py)."""
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(20):
+            np.multiply(buf, np.float32(1.0), out=buf)
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e3
+
+
+PROBE_FLOATS = 1 << 18  # 1 MiB
+
+
 def best_cpu_ms(fns: dict, reps: int, clock=time.process_time) -> dict:
     """Best CPU time (ms) of each callable in ``fns`` over ``reps`` rounds, the callables
     interleaved within each round. Warm the callables up before calling this. ``clock``: another

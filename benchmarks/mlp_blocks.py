@@ -21,22 +21,13 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 import kernelkit  # noqa: E402
 import numpy as np  # noqa: E402
+from _timing import PROBE_FLOATS, probe_ms  # noqa: E402
 from mlp_parts import settings  # noqa: E402
 from test_bench_numba import model_case, ort_session  # noqa: E402
 
 BLOCK_S = 0.2
 SETTLE = 3
-PROBE = np.ones(1 << 18, np.float32)
-
-
-def probe_ms() -> float:
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(20):
-            np.multiply(PROBE, np.float32(1.0), out=PROBE)
-        best = min(best, time.perf_counter() - t0)
-    return best * 1e3
+PROBE = np.ones(PROBE_FLOATS, np.float32)
 
 
 def main() -> None:
@@ -69,7 +60,7 @@ def main() -> None:
         if rnd % 2:
             order = order[::-1]
         for n in order:
-            probes[n].append(probe_ms())
+            probes[n].append(probe_ms(PROBE))
             for _ in range(SETTLE):
                 fns[n]()
             ms = []

@@ -109,19 +109,10 @@ tracer = None
 if os.environ.get("KERNELKIT_TURNS_TRACE") == "1":
     from turns_trace import BlockTrace, getcpu
     tracer = BlockTrace()
-# --probe: the host's speed at each block, a fixed workload timed just before its settling calls (a 1 MiB float32
-# array scaled 20 times, best of 5: the same work in every process, whatever the runtime)
-probe_buf = np.ones(1 << 18, np.float32) if os.environ.get("KERNELKIT_TURNS_PROBE") == "1" else None
-
-
-def probe_ms():
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(20):
-            np.multiply(probe_buf, np.float32(1.0), out=probe_buf)
-        best = min(best, time.perf_counter() - t0)
-    return best * 1e3
+# --probe: the host's speed at each block, _timing.probe_ms (the same work in every process, whatever the runtime)
+# timed just before its settling calls
+from _timing import PROBE_FLOATS, probe_ms
+probe_buf = np.ones(PROBE_FLOATS, np.float32) if os.environ.get("KERNELKIT_TURNS_PROBE") == "1" else None
 
 
 t0 = time.perf_counter()
@@ -133,7 +124,7 @@ for line in sys.stdin:
     if calls <= 0:
         break
     before = {**(dict(pool.stats) if pool else {}), **pairs()}
-    probe = probe_ms() if probe_buf is not None else None  # before the settling calls: they re-warm the caches
+    probe = probe_ms(probe_buf) if probe_buf is not None else None  # before the settling calls: they re-warm the caches
     for _ in range(settle):
         sess.run(None, feed)
     ms = []

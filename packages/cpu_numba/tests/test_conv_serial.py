@@ -896,3 +896,49 @@ def test_residual_in_place_graph_input(rng, monkeypatch, k, hw):
             assert_close(got[on][0], want)
         for a in got[True] + got[False][1:]:
             np.testing.assert_array_equal(a, got[False][0])
+
+
+# (x shape, weight shape, attrs, with bias, with z, the bound call): conv_serial.BOUND_3X3_ONE_THREAD's layers (issue
+# 11, session 17): F(4x4) by tiles on ftile's products (Relu) and on BLAS (16 input channels), F(2x2) (a 14x14 map; a
+# 28x28 one with a finite clamp, which F(4x4) leaves), fdirect's 3x3/2 (rows of 14) and its 3x3 on a 7x7 map
+WINO_DIRECT = [
+    ((1, 48, 28, 28), (64, 48, 3, 3), {"pads": [1, 1, 1, 1], "activation": "Relu"}, True, True, "_wino_one"),
+    ((1, 16, 28, 28), (32, 16, 3, 3), {"pads": [1, 1, 1, 1]}, False, False, "_wino_one"),
+    ((1, 64, 14, 14), (80, 64, 3, 3), {"pads": [1, 1, 1, 1], "activation": "Relu"}, False, True, "_wino_one"),
+    ((1, 40, 28, 28), (48, 40, 3, 3), {"pads": [1, 1, 1, 1], "activation": "Clip", "activation_params": [0.0, 6.0]},
+     True, False, "_wino_one"),
+    ((1, 40, 28, 28), (80, 40, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2], "activation": "Relu"}, True, True,
+     "_direct_one"),
+    ((1, 64, 7, 7), (64, 64, 3, 3), {"pads": [1, 1, 1, 1], "activation": "Relu"}, True, True, "_direct_one"),
+]
+
+
+@needs_avx512
+@pytest.mark.parametrize("xs, ws, attrs, with_b, with_z, path", WINO_DIRECT)
+def test_one_thread_3x3_bound_matches_the_general_path(rng, monkeypatch, xs, ws, attrs, with_b, with_z, path):
+    """conv_serial.BOUND_3X3_ONE_THREAD (issue 11, session 17): a one-thread session's Winograd and fdirect layers bind
+    their general path's compiled calls; the bound call's output is bit for bit the general path's (Conv.compute, run
+    first), twice (the constants bound, then reused), into an output and allocated, and within the tolerance of the
+    reference; the general path not called. Off: the general path's call."""
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    x, w, b, z = _case(rng, xs, ws, attrs, with_b, with_z)
+    inputs = _inputs(x, w, b, z)
+    k = _kernel(x, w, b, z, attrs)
+    assert "NumbaKernel.bind" in k.bind(None).__qualname__
+    monkeypatch.setattr(conv_serial, "BOUND_3X3_ONE_THREAD", True)
+    k = _kernel(x, w, b, z, attrs)
+    call = k.bind(None)
+    assert path in call.__qualname__
+    want = k.execute(*inputs)
+    ref = run_single_op("Conv", inputs, attrs, vendors=["reference"])[0]
+    assert_close(want, ref)
+    general = []
+    run = k.run
+    monkeypatch.setattr(k, "run", lambda inputs, out: general.append(1) or run(inputs, out))
+    for _ in range(2):
+        out = np.full(want.shape, np.nan, np.float32)
+        got = call(*inputs, out=out)
+        assert got is out
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(call(*inputs), want)
+    assert not general  # (the bound calls ran, not the general path)

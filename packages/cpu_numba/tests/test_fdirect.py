@@ -255,3 +255,77 @@ def test_direct_weights_ahead(rng, monkeypatch, direct_calls, ahead, m_n):
     assert_close(_run(x, w, b, None, plain, 1), want0)
     assert_close(_run(x, w, b, z, attrs, 1), want)
     assert direct_calls and set(built) == {ahead}
+
+
+@pytest.mark.parametrize("m_n, ow_n", [(64, 14), (96, 28), (128, 14), (80, 14)])
+def test_direct_one_thread_tile(rng, monkeypatch, direct_calls, m_n, ow_n):
+    """fdirect.TILE_ONE_THREAD "2x14" (issue 11, session 17): 3x3/2 pads 1 into rows of 14 and 28 pixels (one and two
+    tiles of 14; its store in two transposed groups of 7) on panels of 32 channels (64, 96, 128), K = 360 in chunks
+    of 96 (partial sums in the scratch), with and without the residual, Relu and a clamp, batch 2, against the
+    reference at one thread; the 2 x 14 driver taken at one thread only, and not where it does not fit (80
+    channels: not whole panels of 32; rows of 7 and the wide rows)."""
+    monkeypatch.setattr(fdirect, "KC", 96)
+    monkeypatch.setattr(fdirect, "TILE_ONE_THREAD", "2x14")
+    shapes = []
+    real = fdirect.driver_ahead
+    monkeypatch.setattr(fdirect, "driver_ahead", lambda *a: (shapes.append(a[1:3]), real(*a))[1])
+    h = 2 * ow_n  # (3x3/2 pads 1: ResNet's 56 -> 28, 28 -> 14)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((2, 40, h, h), (m_n, 40, 3, 3), (m_n,)))
+    plain = {"strides": [2, 2], "pads": [1, 1, 1, 1]}
+    attrs = {**plain, "activation": "Relu"}
+    clip = {**plain, "activation": "Clip", "activation_params": [-0.5, 2.0]}
+    want0 = run_single_op("Conv", [x, w, b], plain, vendors=["reference"])[0]
+    assert want0.shape[-1] == ow_n
+    z = rng.standard_normal(want0.shape).astype(np.float32)
+    want = run_single_op("Conv", [x, w, b, z], attrs, vendors=["reference"])[0]
+    want_c = run_single_op("Conv", [x, w, b, z], clip, vendors=["reference"])[0]
+    assert_close(_run(x, w, b, None, plain, 1), want0)
+    assert_close(_run(x, w, b, z, attrs, 1), want)
+    assert_close(_run(x, w, b, z, clip, 1), want_c)
+    fits = m_n % 32 == 0
+    assert direct_calls and set(shapes) == ({(2, 14)} if fits else {(3, fdirect.MP)})
+    shapes.clear()
+    assert_close(_run(x, w, b, z, attrs, 2), want)
+    assert (2, 14) not in shapes
+    assert fdirect.tile_shape(128, 7, 1) == (3, fdirect.MP) and fdirect.tile_shape(64, 112, 1) == fdirect.WIDE
+    assert fdirect.tile_shape(128, 28, 2) == (3, fdirect.MP) and fdirect.tile_shape(128, 28, 1) == (2, 14)
+
+
+@pytest.mark.parametrize("tile", ["", "2x14"])
+@pytest.mark.parametrize("n_n, c_n, hw, m_n", [(1, 40, 28, 80), (2, 300, 56, 64), (1, 120, 14, 96), (2, 136, 27, 112)])
+def test_sub_direct_one_thread(rng, monkeypatch, tile, n_n, c_n, hw, m_n):
+    """conv_serial.SUB_DIRECT_ONE_THREAD (issue 11, session 17): a one-thread session's 1x1/2 convolution on fdirect's
+    tiles over the input in place (no subsampled copy): maps 28 -> 14, 56 -> 28, 14 -> 7 and 27 -> 14 (an odd map: its
+    last row and column read), 80 (48 + 32), 64, 96 and 112 (48 + 48 + 16) channels (panels of 32 on 2 x 14 where the
+    rows are whole tiles of 14), K = 300 in chunks of 96 (partial sums in the scratch), batch 2, with and without the
+    residual, Relu, against the reference; the driver taken at one thread, and neither at two threads nor with the
+    switch off (the subsampled copy: the same values within the tolerance)."""
+    from kernelkit_numba.kernels import conv_serial
+
+    _need_avx512()
+    monkeypatch.setenv(ftile.ENV, "avx512")
+    monkeypatch.setattr(fdirect, "KC", 96)
+    monkeypatch.setattr(fdirect, "TILE_ONE_THREAD", tile)
+    monkeypatch.setattr(conv_serial, "SUB_DIRECT_ONE_THREAD", True)
+    shapes = []
+    real = fdirect.driver_ahead
+    monkeypatch.setattr(fdirect, "driver_ahead", lambda *a: (shapes.append(a[:3]), real(*a))[1])
+    out_hw = -(-hw // 2)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((n_n, c_n, hw, hw), (m_n, c_n, 1, 1), (m_n,)))
+    z = rng.standard_normal((n_n, m_n, out_hw, out_hw)).astype(np.float32)
+    cases = (([x, w, b, z], {"strides": [2, 2], "activation": "Relu"}), ([x, w, b], {"strides": [2, 2]}))
+    wants = [run_single_op("Conv", inputs, attrs, vendors=["reference"])[0] for inputs, attrs in cases]
+    for (inputs, attrs), want in zip(cases, wants):
+        got = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"], threads=1)[0]
+        assert_close(got, want)
+    wide = tile == "2x14" and out_hw % 14 == 0 and m_n % 32 == 0
+    assert set(shapes) == {(2, 2, 14) if wide else (2, 3, fdirect.MP)}, shapes
+    shapes.clear()
+    for threads in (2, 1):
+        if threads == 1:
+            monkeypatch.setattr(conv_serial, "SUB_DIRECT_ONE_THREAD", False)
+        for (inputs, attrs), want in zip(cases, wants):
+            got = run_single_op("Conv", inputs, attrs, constants=(1, 2), vendors=["numba", "reference"],
+                                threads=threads)[0]
+            assert_close(got, want)
+    assert not shapes

@@ -529,15 +529,17 @@ def test_one_thread_pointwise_cols_ahead(rng, monkeypatch, ahead, hw, stride, m_
     assert calls and set(calls) == {(ftile.COLS8_KIND, ahead, ftile.COLS_WHOLE_ONE_THREAD)}, calls
 
 
-@pytest.mark.parametrize("shape", ["4x6", "3x8", "3x7"])
+@pytest.mark.parametrize("shape", ["4x6", "3x8", "3x7", "2x14"])
 @pytest.mark.parametrize("hw,stride", [(14, 1), (7, 1), (14, 2)])
 @pytest.mark.parametrize("m_n", [128, 80])
 def test_one_thread_pointwise_cols_tile_shapes(rng, monkeypatch, shape, hw, stride, m_n):
     """conv.COLS_TILE_ONE_THREAD / COLS_TILE_SMALL_ONE_THREAD: a one-thread session's 1x1 layer on a 14x14
-    and a 7x7 map (and the 1x1/2 shortcut to 7x7) on the 4 x 6 and 3 x 8 cols tiles (ftile.cols_shape_driver),
-    K = 136 in uneven chunks (FTILE_COLS_KC_ONE_THREAD / FTILE_COLS_KC_SMALL_ONE_THREAD = 48), with and
-    without the residual, Relu, against the reference. 80 channels are no multiple of 64: 4 x 6 leaves
-    them on the 3 x 7 tile (3 x 8 runs its narrow last panel); "3x7" is the default tile through the switch."""
+    and a 7x7 map (and the 1x1/2 shortcut to 7x7) on the 4 x 6, 3 x 8 and 2 x 14 cols tiles
+    (ftile.cols_shape_driver, with the weights' prefetch and whole tiles of the defaults: a 7x7 map's last tile
+    of 7 pixels on 2 x 14 the general one), K = 136 in uneven chunks (FTILE_COLS_KC_ONE_THREAD /
+    FTILE_COLS_KC_SMALL_ONE_THREAD = 48), with and without the residual, Relu, against the reference. 80 channels
+    are no multiple of 64 or 32: 4 x 6 and 2 x 14 leave them on the 3 x 7 tile (3 x 8 runs its narrow last panel);
+    "3x7" is the default tile through the switch."""
     from kernelkit_numba.kernels import conv
 
     _need("avx512")

@@ -893,10 +893,13 @@ class Conv(NumbaKernel):
         n_n, c_n = x4.shape[:2]
         m_n, k_n = w2.shape
         kh, kw = self._kernel_hw
-        cv, mp = fdirect.tile_shape(m_n, ow_n)
-        wp, _, zz, lo, hi = self._ftile_args(y, bias, z, 16 * cv, w2)
         threads = config.current_threads()
-        key = (c_n, kh, kw, sh, ph, pw, oh_n, ow_n, m_n, threads, cv)
+        shape = self.__dict__.get("_direct_shape")  # (fdirect.TILE_ONE_THREAD read when the layer is first planned)
+        if shape is None or shape[0] != (m_n, ow_n, threads):
+            shape = self._direct_shape = ((m_n, ow_n, threads), fdirect.tile_shape(m_n, ow_n, threads))
+        cv, mp = shape[1]
+        wp, _, zz, lo, hi = self._ftile_args(y, bias, z, 16 * cv, w2)
+        key = (c_n, kh, kw, sh, ph, pw, oh_n, ow_n, m_n, threads, cv, mp)
         hit = self.__dict__.get("_direct")
         if hit is None or hit[0] != key:
             hp, wpad, step, koff = fdirect.geometry(c_n, kh, kw, sh, oh_n, ow_n)
@@ -1284,9 +1287,15 @@ COLS_TILE_ONE_THREAD = ""  # the cols tile of a one-thread bound 1x1 call on map
 # 14x14 ones), as "CVxMP" of ftile.COLS_SHAPES ("": 3 x 7, ftile.cols_driver): "4x6" (64 channels x 6 pixels: 4
 # weight vectors and 6 broadcasts per 24 FMAs, against 3 and 7 per 21; 198 pixel slots for 196) or "3x8" (200).
 # Channels a multiple of the tile's (cols_shape_one_thread). Issue 11, session 14: on the Xeon in ResNet-50 (two
-# processes) 4 x 6 0.95-1.03x per 14x14 kind and 3 x 8 0.95-1.06x, no gain: off.
+# processes) 4 x 6 0.95-1.03x per 14x14 kind and 3 x 8 0.95-1.06x, no gain: off. Session 17 (r50one17): "2x14" (32
+# channels x 14 pixels, 196 = 14 whole tiles; 2 weight vectors and 14 broadcasts per 28 FMAs, no narrow last panel
+# on 256 or 1024 channels; the shapes now take the 3 x 7 driver's weight prefetch and whole tiles): on the Xeon
+# (nodes_ab.py, two processes, against the default in a session of its own) 256 -> 1024 + Z 1.030 and 1.028 (ctl 0.995,
+# 1.015), 1024 -> 256 1.036 and 1.017 (0.984, 1.003), 1024 -> 512 1.004, 0.995; all nodes 1.011, 1.004 (ctl 0.994,
+# 1.012): ahead per kind, not resolved on the whole model. Off until a whole-model A/B (docs/numba.md, "ResNet-50's
+# one-thread layers against onnxruntime, again").
 COLS_TILE_SMALL_ONE_THREAD = ""  # the same on maps of at most FTILE_COLS_MAX pixels (7x7: 4 x 6 runs 54 slots for
-# 49; on the Xeon 0.82-0.97x per 7x7 kind: off)
+# 49; on the Xeon 0.82-0.97x per 7x7 kind: off; 2 x 14, 56 slots, 0.89-0.96x in session 17: off)
 
 
 def cols_shape_one_thread(kind: int, m_n: int, l_n: int) -> tuple[int, int] | None:

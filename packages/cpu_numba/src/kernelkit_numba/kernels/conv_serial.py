@@ -119,13 +119,19 @@ def _bind(conv, parallel: bool, step=None):
             and (oh_n, ow_n) == (len(range(0, h_n, sh)), len(range(0, w_n, sw)))):
         # a 1x1 strided convolution (ResNet's and RegNetY's shortcuts): the pixels it reads
         # copied into a contiguous (C, oh, ow) buffer, then the 1x1 stride-1 tiles on it
+        if SUB_DIRECT_ONE_THREAD and sh == sw and _one_thread(conv, parallel) and sub_direct_fits(kind, m_n, ow_n):
+            return _sub_direct_call(conv, raw, x_shape, y_shape, sh, lo, hi, has_z)
         sub = (sh, sw, (n_n, c_n, oh_n, ow_n))
         return _tiles_call(conv, raw, kind, ftile_cols(kind, m_n, l_n, k_n, one), y_shape, k_n, l_n, lo, hi, has_z,
                            parallel, step, sub, tail=cols_tail(kind, m_n, l_n, k_n, _one_thread(conv, parallel)))
     if not direct:  # the strided convolutions conv.py runs as its implicit GEMM (the stems)
         if not implicit_wins(kind, kh, kw, sh, sw, dh, dw, ow_n, k_n) or direct_wins(kind, kh, kw, sh, sw, dh, dw,
                                                                                     m_n, ow_n, l_n, k_n):
-            return None  # (the direct convolution: the general path, conv._gemm_direct)
+            # (the direct convolution and Winograd: the general path, or its compiled calls bound at one thread)
+            if BOUND_3X3_ONE_THREAD and not parallel and n_n == 1 and _one_thread(conv, parallel):
+                return _one_3x3_call(conv, x_shape, y_shape, (kh, kw, sh, sw, dh, dw, ph, pw), code, p0, p1, lo, hi,
+                                     has_z)
+            return None
         return _implicit_call(conv, raw, kind, x_shape, y_shape, (kh, kw, sh, ph, pw), lo, hi, has_z, parallel,
                               step)
     # (a one-image serial call of a stride-1 1x1 layer, which cpair pairs at two threads: up to cpair.SERIAL_COLS_MAX)
@@ -149,10 +155,15 @@ def _cols_driver(kind):
     """The 3 x 7 cols driver of a one-thread bound 1x1 call: its tiles prefetch their weights
     conv.COLS_AHEAD_ONE_THREAD steps ahead and its full tiles read their pixels at constant offsets
     (ftile.COLS_WHOLE_ONE_THREAD; ftile.cols_driver_ahead), or ftile.cols_driver where neither is on."""
+    ahead, whole = _cols_ahead_whole()
+    return ftile.cols_driver_ahead(kind, ahead, whole) if ahead or whole else ftile.cols_driver(kind)
+
+
+def _cols_ahead_whole() -> tuple[int, bool]:
+    """(conv.COLS_AHEAD_ONE_THREAD, ftile.COLS_WHOLE_ONE_THREAD): a one-thread bound 1x1 call's cols tiles'."""
     from .conv import COLS_AHEAD_ONE_THREAD
 
-    ahead, whole = int(COLS_AHEAD_ONE_THREAD), bool(ftile.COLS_WHOLE_ONE_THREAD)
-    return ftile.cols_driver_ahead(kind, ahead, whole) if ahead or whole else ftile.cols_driver(kind)
+    return int(COLS_AHEAD_ONE_THREAD), bool(ftile.COLS_WHOLE_ONE_THREAD)
 
 
 def _tail_call(conv, raw, kind, y_shape, k_n, l_n, lo, hi, has_z, general, buf, buf_ro, sh, sw, sub, tail):
@@ -493,6 +504,188 @@ PIXEL = True  # 1x1 convolutions of 1x1 maps bind conv._gemm_pixel's product (Fa
 # 1x1 strided unpadded convolutions subsample their input into a buffer and run the stride-1 tiles
 # (False: the general path, im2col's gather per column-matrix row and the tiles through conv._gemm)
 SUBSAMPLE = True
+
+
+# Issue 11, session 17 (r50one17): a one-thread session's 1x1 strided unpadded convolution (ResNet-50's three 1x1/2
+# shortcuts, ResNet-18's, RegNetY's) on fdirect's direct tiles reading the input in place (_sub_direct_call): each
+# output pixel's input value broadcast from where it lies (the stride a constant of the tiles' pixel offsets, the
+# channels a table of plane offsets), where SUBSAMPLE copies every second row and column into a buffer first and
+# then runs the 1x1 tiles on it (and the rows tiles copy that into tile order again). On the Xeon the copy alone was
+# 0.10-0.23 ms a layer at one thread in the model (the lead's call L1 of session 17, outside_time.py: 0.46 ms a
+# run over ResNet-50's three). The tiles: fdirect.tile_shape at one thread (TILE_ONE_THREAD's where it fits), its
+# plan's K chunks (KC) and weight prefetch (AHEAD). Read when the layer binds (nodes_ab.py can switch it). Off: on the
+# AMD box 1.02-1.08x on ResNet-50's three, but on the Xeon (nodes_ab.py, two processes) 256 -> 512 from 56x56 0.572
+# and 0.580, 512 -> 1024 from 28x28 0.946 and 0.973, 1024 -> 2048 from 14x14 0.984 and 1.025: each of the layer's
+# panels streams every line of the strided input's rows again (3.2 MB at 56x56, half of each line used), where the
+# copy makes a compact quarter that stays in L2 for all of them. A row-block-major order (all panels over a block of
+# output rows whose input rows fit L2) is the untried fix. A/B: kernels.conv_serial.SUB_DIRECT_ONE_THREAD=1
+SUB_DIRECT_ONE_THREAD = False
+
+
+def sub_direct_fits(kind, m_n: int, ow_n: int) -> bool:
+    """Whether fdirect's tiles take a 1x1 strided layer of ``m_n`` output channels and output rows of ``ow_n`` pixels
+    (fdirect.fits' channels and rows, and rows its tiles fill: conv.direct_unfilled)."""
+    from .conv import direct_unfilled
+
+    return kind == fdirect.KIND and m_n % 16 == 0 and m_n >= fdirect.MIN_M and ow_n >= fdirect.MP and \
+        not direct_unfilled(kind, m_n, ow_n)
+
+
+def _sub_direct_call(conv, raw, x_shape, y_shape, s, lo, hi, has_z):
+    """A one-thread 1x1 convolution of stride ``s`` both ways, no pads, on fdirect's driver over the input in place
+    (SUB_DIRECT_ONE_THREAD): output pixel (oh, ow) of tap (channel) c reads ``x[c, oh * s, ow * s]``, at the plane
+    offset ``koff[c]`` plus ``oh * s * W`` plus ``ow * s``; bias, the residual and the clamp in the tiles' last K
+    chunk. A residual that is the output's own memory is copied first (the overlapping last tile of a row that is
+    no whole number of tiles would read it after the tile before had stored over it)."""
+    general = _general(conv, False)
+    held = _Constants()
+    n_n, c_n, h_n, w_n = x_shape
+    m_n, oh_n, ow_n = y_shape[1:]
+    cv, mp = fdirect.tile_shape(m_n, ow_n, 1)
+    koff = readonly(np.arange(c_n, dtype=np.int64) * (h_n * w_n))
+    total, rb, kc = fdirect.plan(m_n, c_n, oh_n, 1, cv)
+    size = fdirect.scratch_size(c_n, kc, oh_n, ow_n, rb, cv, mp)
+    driver = fdirect.driver_ahead(s, cv, mp, int(fdirect.AHEAD))
+    no_z = readonly(np.zeros(1, np.float32))
+    packing = (c_n, 16 * cv)  # (_packed's K and tile width)
+
+    def direct(x, w, b=None, z=None, *, out=None):
+        y = _output(out, y_shape)
+        if ftile.requested_raw() != raw or not held.usable(conv, x, w, b, z, y, m_n, packing):
+            return general(x, w, b, z, out=out)
+        if z is not None and _same_memory(z, y):
+            z = _copied(z)
+        x = readonly(x)
+        z = no_z if z is None else readonly(z)
+        scratch = config.thread_buffer("ftile", size, np.float32)
+        for n in range(n_n):
+            zn = z.reshape(-1) if z is no_z else z[n].reshape(-1)
+            driver(held.packed, c_n, m_n, x[n].reshape(-1), koff, s * w_n, ow_n, oh_n, rb, held.bias, zn, has_z, lo,
+                   hi, y[n].reshape(-1), kc, scratch, 0, total)
+        return y
+
+    return direct
+
+
+# Issue 11, session 17 (r50one17): a one-thread session's Winograd and direct (fdirect) layers bind the compiled calls
+# their general path (Conv.compute) makes, with every argument that depends only on shapes and constants fixed
+# (_one_3x3_call): F(4x4)'s run of tiles (winograd._tiles_run), F(2x2)'s input transform, position products and output
+# transform, fdirect's pad and tiles. The same calls on the same arguments (bit for bit the general path's output);
+# what goes is compute's per-call Python (the geometry and dtype checks, the path decisions, the transformed and
+# packed weights' caches, the thread budget's and the shard counts' look-ups): on the Xeon the one-thread session's
+# 3x3 layers spent 90-125 us a node outside their compiled calls where the 1x1 layers' bound calls spend 15-25 (the
+# lead's call L1 of session 17, outside_time.py: 0.47 ms a run over the five 256@14 layers, 0.29 over the three 128@28,
+# 0.34 over the three 3x3/2, 0.19 over the two 512@7). AMD box (nodes_ab.py, two sessions with it against the default
+# in a session of its own): ResNet-50's 3x3 kinds 1.025-1.058x (ctl 0.997-1.015), all nodes 1.013 and 1.013 (ctl
+# 1.001); ResNet-18's 1.014-1.052x, all nodes 1.022 (ctl 1.003). Off until the Xeon's A/B. Read when the layer binds.
+# A/B: kernels.conv_serial.BOUND_3X3_ONE_THREAD=1
+BOUND_3X3_ONE_THREAD = False
+
+
+def _one_3x3_call(conv, x_shape, y_shape, geom, code, p0, p1, lo, hi, has_z):
+    """The one-thread bound call of a one-image Winograd (F(4x4) by tiles, F(2x2)) or fdirect layer: the general
+    path's decisions made once (conv.Conv.compute's and _gemm's, from the same predicates), or None where it takes
+    another path (the general path then runs, as before)."""
+    from .conv import direct_wins
+
+    kh, kw, sh, sw, dh, dw, ph, pw = geom
+    n_n, c_n, h_n, w_n = x_shape
+    m_n, oh_n, ow_n = y_shape[1:]
+    k_n, l_n = c_n * kh * kw, oh_n * ow_n
+    f32 = np.dtype(np.float32)
+    wino4 = winograd.usable4(kh, kw, sh, sw, dh, dw, 1, oh_n, ow_n, n_n) and conv._unbounded
+    wino2 = not wino4 and winograd.usable(kh, kw, sh, sw, dh, dw, 1, oh_n, ow_n, conv._wino_small(f32, c_n, m_n)) \
+        and not conv._direct_small(f32, 1, kh, kw, m_n, oh_n, ow_n)
+    if wino4:
+        th_n, tw_n = (oh_n + 3) // 4, (ow_n + 3) // 4
+        if not winograd.tiles_usable(1, 1, th_n * tw_n):
+            return None
+        return _wino_one(conv, 4, y_shape, c_n, ph, pw, th_n, tw_n, code, p0, p1, has_z)
+    if wino2:
+        return _wino_one(conv, 2, y_shape, c_n, ph, pw, (oh_n + 1) // 2, (ow_n + 1) // 2, code, p0, p1, has_z)
+    kind = conv._ftile_kind(1, code, kh, kw, sh, sw, m_n, k_n, l_n, f32)
+    if kind is None or not direct_wins(kind, kh, kw, sh, sw, dh, dw, m_n, ow_n, l_n, k_n):
+        return None
+    return _direct_one(conv, x_shape, y_shape, geom, lo, hi, has_z)
+
+
+def _wino_one(conv, variant, y_shape, c_n, ph, pw, th_n, tw_n, code, p0, p1, has_z):
+    """_one_3x3_call's Winograd call: F(4x4) (``variant`` 4) as winograd._by_tiles runs it at one thread (one run of
+    every tile), F(2x2) as winograd.conv3x3 at one thread (input transform, position products, output transform)."""
+    general = _general(conv, False)
+    held = _Constants()
+    m_n = y_shape[1]
+    nt = th_n * tw_n
+    kept = [None, None, None, 0]  # (the weight, its transformed u, packed panels or None (BLAS), ahead)
+    if variant == 2:
+        v = np.empty((16, winograd._spaced(c_n * nt)), np.float32)
+        mo = np.empty((16, winograd._spaced(m_n * nt)), np.float32)
+
+    def wino(x, w, b=None, z=None, *, out=None):
+        y = _output(out, y_shape)
+        if not held.usable(conv, x, w, b, z, y, m_n):
+            return general(x, w, b, z, out=out)
+        if kept[0] is not w:
+            u = conv._transformed(w, w, variant)
+            kept[:] = [w, u, conv._wino_packed(u, m_n, nt), conv._wino_ahead()]
+        u, packed, ahead = kept[1], kept[2], kept[3]
+        x = readonly(x)
+        local = config._local
+        was = getattr(local, "threads", None)
+        local.threads = 1  # (the helpers' shard counts: one shard, on this thread)
+        try:
+            if packed is None:
+                config.blas_single()
+            if variant == 4:  # (winograd.conv3x3_f4's residual stand-ins, as it passes them)
+                zz = readonly(z[0]) if z is not None else readonly(y[:1, :1, :1, :1][0])
+                winograd._tiles_run(x[0], u, y[0], (held.bias, zz, has_z, th_n, tw_n, code, p0, p1), ph, pw, th_n,
+                                    tw_n, packed, ahead, 0, nt)
+            else:  # (winograd.conv3x3's)
+                zz = readonly(z[0] if z is not None else y[0, :1])
+                winograd._input_transform(x[0], v, ph, pw, th_n, tw_n, 0, c_n)
+                winograd.gemms(v, mo, u, m_n, c_n, nt, packed, ahead)
+                winograd._output_transform(mo, y[0], held.bias, zz, has_z, th_n, tw_n, code, p0, p1, 0, m_n)
+        finally:
+            local.threads = was
+        return y
+
+    return wino
+
+
+def _direct_one(conv, x_shape, y_shape, geom, lo, hi, has_z):
+    """_one_3x3_call's fdirect call: conv._gemm_direct at one thread (the zero-padded input, then the tiles of
+    fdirect.tile_shape's at one thread, one shard)."""
+    general = _general(conv, False)
+    held = _Constants()
+    kh, kw, sh, sw, dh, dw, ph, pw = geom
+    c_n = x_shape[1]
+    m_n, oh_n, ow_n = y_shape[1:]
+    k_n = c_n * kh * kw
+    cv, mp = fdirect.tile_shape(m_n, ow_n, 1)
+    hp, wpad, step, koff = fdirect.geometry(c_n, kh, kw, sh, oh_n, ow_n)
+    koff = readonly(koff)
+    xp = np.empty(c_n * hp * wpad, np.float32)
+    xp_ro = readonly(xp)
+    total, rb, kc = fdirect.plan(m_n, k_n, oh_n, 1, cv)
+    size = fdirect.scratch_size(k_n, kc, oh_n, ow_n, rb, cv, mp)
+    ahead = int(fdirect.AHEAD)
+    no_z = readonly(np.zeros(1, np.float32))
+    packing = (k_n, 16 * cv)  # (_packed's K and tile width)
+
+    def direct(x, w, b=None, z=None, *, out=None):
+        y = _output(out, y_shape)
+        if not held.usable(conv, x, w, b, z, y, m_n, packing):
+            return general(x, w, b, z, out=out)
+        if z is not None and _same_memory(z, y):  # (as conv.compute: the tiles would read it after their stores)
+            z = _copied(z)
+        z = no_z if z is None else readonly(z)
+        fdirect.pad_planes(readonly(x[0]), xp, ph, pw, hp, wpad, 0, c_n)
+        fdirect.conv(sh, cv, mp, ahead, held.packed, k_n, m_n, xp_ro, koff, step, ow_n, oh_n, rb, held.bias,
+                     z.reshape(-1) if z is no_z else z[0].reshape(-1), has_z, lo, hi, y[0].reshape(-1), kc,
+                     config.thread_buffer("ftile", size, np.float32), 0, total)
+        return y
+
+    return direct
 
 
 def _pixel_call(conv, y_shape, code, p0, p1):
@@ -880,9 +1073,10 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
         size = ftile.scratch_size(kind, True, l_n)
         one_thread = _one_thread(conv, parallel)
         shape = cols_shape_one_thread(kind, m_n, l_n) if one_thread else None
-        if shape is not None:  # another tile shape (conv.COLS_TILE_ONE_THREAD): its own panels, no pair
+        if shape is not None:  # another tile shape (conv.COLS_TILE_ONE_THREAD): its own panels, no pair; the
+            # weights' prefetch and the whole tiles as the 3 x 7 driver's (_cols_driver)
             width = 16 * shape[0]
-            driver = ftile.cols_shape_driver(*shape)
+            driver = ftile.cols_shape_driver(*shape, *_cols_ahead_whole())
             total = m_n // width
             size = ftile.cols_shape_scratch(*shape, l_n)
         if one_thread:  # (a two-thread call the pair refused takes its halves' driver and K chunk: below)

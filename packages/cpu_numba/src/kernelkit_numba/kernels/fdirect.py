@@ -157,7 +157,7 @@ def driver_ahead(step: int, cv: int, mp: int, ahead: int):
     return _driver(step, cv, mp, tuple(tiles), ahead)
 
 
-TILES = ((3, 7), (3, 8), (4, 6))  # (channel vectors, pixels): 21, 24 or 24 accumulators
+TILES = ((3, 7), (3, 8), (4, 6), (2, 14))  # (channel vectors, pixels): 21, 24, 24 or 28 accumulators
 WIDE = (3, 8)  # the tiles of products with output rows of WIDE_MIN_OW+ pixels (None: 3 x 7)
 WIDE_MIN_OW = 56  # (the stem's 112-pixel rows: 14 tiles of 8 pixels, whose store transposes 8 pixel slots
 # where the 7-pixel tile's transposes 7 and a padding one)
@@ -168,10 +168,39 @@ WIDE_TILE = ""  # "CVxMP" of TILES in place of WIDE ("": WIDE), for A/B runs (th
 # session 14 (r18one14): not measured on the Xeon.
 
 
-def tile_shape(m_n: int, ow_n: int) -> tuple[int, int]:
+# Issue 11, session 17 (r50one17): a one-thread layer's tiles where its output rows are whole tiles of it and its
+# channels whole panels of it ("CVxMP" of TILES; "": tile_shape's choice at every thread count). "2x14": 32
+# channels x 14 pixels (28 accumulators), per step 2 weight vectors and 14 broadcasts for 28 FMAs where 3 x 7 loads 3
+# and 7 for 21: the weights' stream from L2 (a 48-channel panel's chunk of KC steps is 144 KiB) halved per FMA, and
+# ResNet-50's 128-, 256- and 512-channel layers whole panels of 32 (3 x 7 runs their last panel of 32 or 16 channels on
+# its 2- or 1-vector tile). The rows of 28 and 14 pixels of ResNet-50's 3x3/2 layers to 28x28 and 14x14; rows of 7 keep
+# 3 x 7. conv.py's _gemm_direct reads it when it first plans a layer at one thread (as AHEAD). Xeon (nodes_ab.py, two
+# processes, against the default in a session of its own): 3x3/2 128 -> 128 to 28x28 1.051 and 1.097 (ctl 1.014,
+# 1.072), 256 -> 256 to 14x14 1.102 and 1.032 (ctl 1.027, 0.996); all nodes 1.026, 1.008 (ctl 0.994, 1.012). Ahead per
+# layer, ~0.1 ms a run: off until a whole-model A/B. A/B: kernels.fdirect.TILE_ONE_THREAD=2x14
+TILE_ONE_THREAD = ""
+
+
+def one_thread_shape(m_n: int, ow_n: int) -> tuple[int, int] | None:
+    """TILE_ONE_THREAD's (cv, mp) for a one-thread layer of ``m_n`` channels and output rows of ``ow_n`` pixels, or
+    None where it is off or does not fit (rows not whole tiles of it, channels not whole panels, the wide rows)."""
+    if not TILE_ONE_THREAD:
+        return None
+    cv, mp = (int(v) for v in str(TILE_ONE_THREAD).split("x"))
+    if (cv, mp) not in TILES or ow_n % mp or m_n % (16 * cv) or ow_n >= WIDE_MIN_OW:
+        return None
+    return cv, mp
+
+
+def tile_shape(m_n: int, ow_n: int, threads: int = 0) -> tuple[int, int]:
     """(cv, mp) of the tiles a product of ``m_n`` channels and output rows of ``ow_n`` pixels runs on:
     WIDE (or WIDE_TILE) for wide rows (4 x 6 only where the channels are a multiple of 64), else 3 x 7 (the ResNets'
-    rows of 7, 14 and 28 pixels are whole 7-pixel tiles)."""
+    rows of 7, 14 and 28 pixels are whole 7-pixel tiles); at one thread (``threads`` 1) TILE_ONE_THREAD's where it
+    fits."""
+    if threads == 1:
+        one = one_thread_shape(m_n, ow_n)
+        if one is not None:
+            return one
     wide = tuple(int(v) for v in str(WIDE_TILE).split("x")) if WIDE_TILE else WIDE
     if wide is not None and ow_n >= WIDE_MIN_OW and (wide[0] != 4 or m_n % 64 == 0):
         return wide

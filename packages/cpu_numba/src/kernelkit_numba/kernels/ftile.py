@@ -887,6 +887,15 @@ def _cols_intrinsic(kind: str, cv: int, mp: int, with_z: bool, wstride: int | No
                 if lanes == 16 and mp <= 8:  # transposed in registers: one masked store per channel row
                     _cols_store_rows(builder, mod, accs, cv, mp, pb, r0, m_valid, lastv, pz if with_z else None, po,
                                      ldo, lo, hi, n_valid)
+                elif lanes == 16 and mp <= 16:  # (fdirect's 2 x 14 tile) the same, in groups of at most 8 pixels
+                    groups = -(-mp // 8)
+                    for g in range(groups):
+                        g0, g1 = g * mp // groups, (g + 1) * mp // groups
+                        at = ir.Constant(i64, g0)
+                        nv_g = builder.sub(n_valid, at)  # (p < n_valid - g0; negative: nothing stored)
+                        _cols_store_rows(builder, mod, accs[g0 * cv:g1 * cv], cv, g1 - g0, pb, r0, m_valid, lastv,
+                                         builder.gep(pz, [at]) if with_z else None, builder.gep(po, [at]), ldo, lo,
+                                         hi, nv_g)
                 else:
                     for j in range(cv):
                         jj = ir.Constant(i64, j * lanes)
@@ -1012,6 +1021,7 @@ def _cols_driver(kind: int, tile, tile_z, mp: int | None = None, narrow=None, cv
     driver += suffix
     one, one_z, two, two_z = (tile, tile_z, tile, tile_z) if narrow is None else narrow
     whole_on = whole is not None
+    cvn = width // lanes  # (panels of 2 vectors: a full one takes the whole tiles, not the 2-vector narrow one)
     all_, all_z = (tile, tile_z) if whole is None else whole
 
     def panels(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc, acc, s_lo, s_hi):
@@ -1035,7 +1045,7 @@ def _cols_driver(kind: int, tile, tile_z, mp: int | None = None, narrow=None, cv
                         else:
                             one(wp, w_off, x, xo, ldx, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
                                 m_valid, nv)
-                    elif cvs == 2:
+                    elif cvs == 2 and cvn != 2:
                         if has_z:
                             two_z(wp, w_off, x, xo, ldx, kk, first, final, acc, ao, bias, r0, z, oo, ldo, lo, hi, out,
                                   m_valid, nv)
@@ -1125,21 +1135,29 @@ def cols8_driver_ahead(ahead: int):
                         narrow=narrow, suffix=f"_a{ahead}")
 
 
-COLS_SHAPES = ((3, 7), (3, 8), (4, 6))  # (channel vectors, pixels) of cols_shape_driver's avx512 tiles
+COLS_SHAPES = ((3, 7), (3, 8), (4, 6), (2, 14))  # (channel vectors, pixels) of cols_shape_driver's avx512 tiles
 
 
 @_built_once
-def cols_shape_driver(cv: int, mp: int):
+def cols_shape_driver(cv: int, mp: int, ahead: int = 0, whole: bool = False):
     """conv_cols' loops on avx512 tiles of ``cv`` channel vectors x ``mp`` pixels (COLS_SHAPES), over
     panels of cv * 16 channels packed as pack_weights(W, cv * 16); the scratch holds
-    cols_shape_scratch(cv, mp, n_pix) floats. 3 x 7 is cols_driver(2) and 3 x 8 cols8_driver(); 4 x 6
-    (24 accumulators: 4 weight vectors and 6 broadcasts per 24 FMAs, against 3 and 7 per 21) has no
-    narrow tiles, so its products take channels in multiples of 64 (conv.cols_shape_one_thread)."""
+    cols_shape_scratch(cv, mp, n_pix) floats. 3 x 7 is cols_driver_ahead(2, ahead, whole) and 3 x 8 without
+    ``ahead`` or ``whole`` cols8_driver(); 4 x 6 (24 accumulators: 4 weight vectors and 6 broadcasts per 24 FMAs,
+    against 3 and 7 per 21) and 2 x 14 (28: 2 and 14 per 28; issue 11, session 17) have no narrow tiles, so their
+    products take channels in multiples of 64 and 32 (conv.cols_shape_one_thread). ``ahead``, ``whole``: as
+    cols_driver_ahead's (the weights' prefetch, the tiles of all their pixels valid at constant offsets)."""
     if (cv, mp) == (COLS_CV[COLS8_KIND], COLS_MP[COLS8_KIND]):
-        return cols_driver(COLS8_KIND)
-    if (cv, mp) == (COLS_CV[COLS8_KIND], 8):
+        return cols_driver_ahead(COLS8_KIND, ahead, whole)
+    if (cv, mp) == (COLS_CV[COLS8_KIND], 8) and not ahead and not whole:
         return cols8_driver()
-    return _cols_driver(COLS8_KIND, *(_cols_intrinsic("avx512", cv, mp, z) for z in (False, True)), mp=mp, cv=cv)
+    tiles = (_cols_intrinsic("avx512", cv, mp, z, ahead=ahead) for z in (False, True))
+    full = tuple(_cols_intrinsic("avx512", cv, mp, z, ahead=ahead, full=True) for z in (False, True)) if whole else None
+    narrow = _narrow("avx512", cv, mp) if cv == 3 and not ahead else None
+    if cv == 3 and ahead:
+        narrow = tuple(_cols_intrinsic("avx512", n, mp, z, 48, ahead=ahead) for n in (1, 2) for z in (False, True))
+    return _cols_driver(COLS8_KIND, *tiles, mp=mp, cv=cv, narrow=narrow, whole=full,
+                        suffix=(f"_a{ahead}" if ahead else "") + ("_w" if whole else ""))
 
 
 def cols_shape_scratch(cv: int, mp: int, n_pix: int) -> int:
