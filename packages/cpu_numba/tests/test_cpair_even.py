@@ -312,6 +312,60 @@ def test_k_solo(case, quiet_server, monkeypatch):
     assert_close(one, solo, np.float32)
 
 
+# K_SPLIT_COLS's projections on the cols tiles: MobileNetV2's 960 -> 160 +Z and 960 -> 320 at 7x7, an odd K (385) onto
+# 112 channels (two 48-channel panels and one of 16) with the clamp
+K_COLS = [
+    ((1, 960, 7, 7), (160, 960, 1, 1), {}, True, True),
+    ((1, 960, 7, 7), (320, 960, 1, 1), {}, True, False),
+    ((1, 385, 7, 7), (112, 385, 1, 1), CLIP6, True, False),
+]
+
+
+@pytest.mark.parametrize("case", K_COLS, ids=_ids)
+def test_k_split_cols(case, quiet_server, monkeypatch):
+    """K_SPLIT_COLS 49: the caller alone (every panel on both sides, then the sums and the epilogue) equals the
+    reference and the one-thread path within the fp32 tolerances; the helper's side run by hand writes the caller's
+    partial sums bit for bit into the layer's buffer and nothing into the output; a refused pair (K_SOLO) the caller
+    alone's bits; off, an expansion and a K below K_SPLIT_MIN_K: no cut."""
+    from kernelkit.testing import assert_close
+    from kernelkit_numba.kernels import fpair
+    from test_cpair import _reference
+
+    monkeypatch.setattr(cpair, "K_SPLIT_COLS", 0)
+    assert _desc(case, quiet_server)[0][cpair.KS_CUT] == 0
+    monkeypatch.setattr(cpair, "K_SPLIT_COLS", 49)
+    srv = quiet_server
+    (x, w, b, z, attrs), shape, want, alone, desc = _alone(case, srv)
+    assert_close(alone, _reference(x, w, b, z, attrs), np.float32)
+    assert_close(alone, want, np.float32)
+    k_n, m_n, l_n = w.shape[1], shape[1], shape[2] * shape[3]
+    panels = -(-m_n // ftile.COLS_WIDTH[cpair.KIND])
+    assert desc[cpair.OP] == cpair.COLS and desc[cpair.KS_CUT] == (k_n // 2 + 8) // 16 * 16
+    side1 = cpair.SIDE0 + cpair.SIDE_N
+    assert tuple(desc[cpair.SIDE0:cpair.SIDE0 + 4]) == tuple(desc[side1:side1 + 4]) == (0, panels, 0, 0)
+    part = _part(desc, m_n, l_n)
+    mine = part.copy()
+    part[:] = np.nan
+    y = np.full(shape, np.nan, np.float32)
+    desc[cpair.YA] = y.ctypes.data
+    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
+    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0  # the helper's side, reached by address
+    assert srv.ctl[pairs.STATE] == 9 * 4 + pairs.DONE
+    np.testing.assert_array_equal(part, mine)
+    assert np.isnan(y).all()
+    f1, f2 = _calls(x, w, b, z, attrs)
+    srv.ctl[pairs.AWAKE] = 0  # asleep: refused, the caller runs the K cut alone (K_SOLO)
+    np.testing.assert_array_equal(_run(f2, x, w, b, z, shape), alone)
+    srv.ctl[pairs.AWAKE] = 1
+    if z is not None:  # the output over its residual: the residual copied first (side 0's sums go into the output)
+        over = np.array(z, copy=True)
+        f2(x, w, b, over, out=over)
+        np.testing.assert_array_equal(over, alone)
+    for small in (((1, 160, 7, 7), (960, 160, 1, 1), CLIP6, True, False),
+                  ((1, 120, 7, 7), (96, 120, 1, 1), {}, True, False)):
+        assert _desc(small, srv)[0][cpair.KS_CUT] == 0
+
+
 def test_k_split_off_and_small(quiet_server, monkeypatch):
     """K_SPLIT 0 (off), a map above K_SPLIT's pixels, an expansion and a K below K_SPLIT_MIN_K: no cut."""
     for k_split, case in ((0, K_LAYERS[0]), (196, K_LAYERS[2]), (784, ((1, 96, 14, 14), (576, 96, 1, 1), CLIP6, True,

@@ -1017,15 +1017,15 @@ def _two_over(kind, n_n: int, m_n: int, k_n: int, l_n: int) -> bool:
 def _pair_chunks_whole(pair, k_n: int) -> bool:
     """Whether every rows-tiles part of ``pair``'s halves (cpair's descriptor as it stands: FOLLOW and TAIL may
     have re-planned the sides) takes the whole K in one chunk (a rows tile then reads each residual element before
-    it stores the output's over it), and the sides do not cut K (K_SPLIT); True for no pair and for the cols tiles
-    (any K chunk)."""
+    it stores the output's over it), and the sides do not cut K (K_SPLIT, K_SPLIT_COLS); True for no pair and for the
+    cols tiles that do not cut K (any K chunk)."""
     if pair is None:
         return True
     d = pair.desc
+    if d[cpair.KS_CUT] > 0:  # (cpair.K_SPLIT, K_SPLIT_COLS: side 0's sums go into the output before the residual's add)
+        return False
     if d[cpair.OP] == cpair.COLS:
         return True
-    if d[cpair.KS_CUT] > 0:  # (cpair.K_SPLIT: side 0's partial sums go into the output before the residual is added)
-        return False
     s0, s1 = cpair.SIDE0, cpair.SIDE0 + cpair.SIDE_N
     return min(d[s0 + cpair.S_KC], d[s1 + cpair.S_KC], d[cpair.T_KC] if d[cpair.T_N] > 0 else k_n) >= k_n
 

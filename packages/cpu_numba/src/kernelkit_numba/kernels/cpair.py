@@ -135,6 +135,15 @@ SERIAL_COLS_MAX = 0
 # the sum over the nodes 1.045 and 1.047; the whole model 1.08 (turns.py, 12 rounds). A/B: kernels.cpair.K_SPLIT=0
 K_SPLIT = 784
 K_SPLIT_MIN_K = 128  # input channels from which a projection cuts its K
+# K_SPLIT on the cols tiles (issue 11, session 17; docs/numba.md, "MobileNetV2's projections cut by their input channels
+# at two threads"): a one-image serial pair of a 1x1 layer on the cols tiles (maps of at most this many pixels) with
+# fewer output than input channels and K >= K_SPLIT_MIN_K runs every panel on both sides, each over its part of the
+# input channels (the cut at the writer's, _cuts), side 1 into the layer's buffer, no epilogue; the caller sums after
+# the join (_k_sum), as K_SPLIT does on the rows tiles. 49 takes MobileNetV2's 7x7 projections (960 -> 160 +Z, 960 ->
+# 320, 576 -> 160: 0.68-0.82 of one thread on the Xeon, each side reading the whole input, half of it from the other
+# core's L2). Not bit for bit the one-thread path (within the fp32 tolerances). Read when a layer binds. 0: off (not
+# measured on the Xeon). A/B: kernels.cpair.K_SPLIT_COLS=49
+K_SPLIT_COLS = 0
 # A K-cut pair (K_SPLIT, K_SPLIT_PARALLEL) that is refused (the helper asleep or backed off, the pool's worker spinning,
 # another caller's job) runs both its sides and the sums on the caller (issue 11, session 17), not the one-thread
 # driver over the whole K: the layer's output is then the same bits whether the helper came or not (the K cut sums in
@@ -449,6 +458,16 @@ def _build(ahead: int = 0, xahead: int = 0):
                 pairs.count_up(d, U_DONE)
             pairs.wait_count(d, U_DONE, units)
         if op == COLS:
+            if d[KS_CUT] > 0:  # K_SPLIT_COLS: every panel over the side's input channels, no epilogue (_k_sum)
+                k0 = 0 if side == 0 else d[KS_CUT]
+                kk = d[KS_CUT] if side == 0 else k_n - d[KS_CUT]
+                wk = numba.carray(_ptr(d[WA] if side == 0 else d[KS_W1]), (d[WA_N] // k_n * kk,), f32)
+                zeros = numba.carray(_ptr(d[ZEROS]), (m_n,), f32)
+                xk = numba.carray(_ptr(d[XA] + 4 * k0 * l_n), (kk * l_n,), f32)
+                yk = numba.carray(_ptr(d[YA] if side == 0 else d[KS_PART]), (m_n * l_n,), f32)
+                cols(wk, kk, m_n, xk, l_n, l_n, zeros, yk, False, _NEG, _POS, yk, l_n, d[KC], scratch, d[b + S_C0],
+                     d[b + S_MC])
+                return 0
             wp = numba.carray(_ptr(d[WA]), (d[WA_N],), f32)
             bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
             n = _image(d, b, side, -1)
@@ -836,7 +855,7 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
     fv = _clamp(lo, hi)
     desc[OP], desc[HAS_Z], desc[FV], desc[K], desc[M], desc[L] = COLS if cols else ROWS, int(has_z), fv.ctypes.data, \
         k_n, m_n, l_n
-    kcut = 0  # K_SPLIT's cut of the input channels (rows tiles)
+    kcut = 0  # K_SPLIT's (K_SPLIT_COLS') cut of the input channels
     s0 = SIDE0
     s1 = SIDE0 + SIDE_N
     if cols:
@@ -855,10 +874,17 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
             if a:
                 desc[s0 + S_BLOCK], desc[s0 + S_P0], desc[s0 + S_NP] = q, 0, a
                 desc[s1 + S_BLOCK], desc[s1 + S_P0], desc[s1 + S_NP] = q, a, l_n - a
+        if K_SPLIT_COLS and not images and not split and n_n == 1 and m_n < k_n and k_n >= K_SPLIT_MIN_K and \
+                l_n <= K_SPLIT_COLS:
+            kcut = _k_cut(step, k_n)
+        if kcut:  # each side every panel, every pixel, over its part of K
+            desc[s0:s0 + SIDE_N][:5] = desc[s1:s1 + SIDE_N][:5] = (0, panels, 0, 0, 0)
+            desc[KS_CUT] = kcut
+            cut = panels
         tail = split and TAIL and not images and n_n == 1 and _tail_cols(desc, m_n, l_n, panels)
         desc[s0 + S_SCR_N] = desc[s1 + S_SCR_N] = size
         sizes = (size, size)
-        channel_cut = None if images else min(m_n, cut * width)
+        channel_cut = None if images or kcut else min(m_n, cut * width)
     else:
         mr, nr = ftile.MR[KIND], ftile.NR[KIND]
         panels = -(-m_n // mr)
@@ -933,9 +959,11 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
         d[WA], d[WA_N], d[BIAS], d[ZEROS] = packed.ctypes.data, packed.size, bias.ctypes.data, zeros.ctypes.data
         if not kcut:
             return packed, bias, zeros, fv
-        # K_SPLIT: each side's panels of its input channels ([panel][k][r], packed's layout cut along k)
-        panels = packed.size // (k_n * ftile.MR[KIND])
-        p3 = packed.reshape(panels, k_n, ftile.MR[KIND])
+        # K_SPLIT: each side's panels of its input channels ([panel][k][r], packed's layout cut along k; the cols
+        # tiles' panels COLS_WIDTH wide)
+        unit = ftile.COLS_WIDTH[KIND] if cols else ftile.MR[KIND]
+        panels = packed.size // (k_n * unit)
+        p3 = packed.reshape(panels, k_n, unit)
         w0, w1 = (_aligned(p3[:, k0:k1, :]) for k0, k1 in ((0, kcut), (kcut, k_n)))
         d[WA], d[KS_W1] = w0.ctypes.data, w1.ctypes.data
         return packed, bias, zeros, fv, w0, w1, part
