@@ -366,6 +366,31 @@ def test_k_split_cols(case, quiet_server, monkeypatch):
         assert _desc(small, srv)[0][cpair.KS_CUT] == 0
 
 
+@pytest.mark.parametrize("case", [((1, 144, 56, 56), (144, 1, 3, 3), _dw(144), True, True),
+                                  ((1, 384, 14, 14), (384, 1, 3, 3), _dw(384), True, False),
+                                  ((1, 960, 7, 7), (960, 1, 3, 3), _dw(960), True, False),
+                                  ((1, 192, 28, 28), (192, 1, 3, 3), _dw(192, 2), True, False)], ids=_ids)
+def test_dw_solo(case, quiet_server, monkeypatch):
+    """DW_SOLO (on): a depthwise pair refused (the helper asleep) runs both halves on the caller, bit for bit the
+    pair's output with the caller alone, whatever bits dwtile's plane driver alone gives (stride 1: the last bits
+    otherwise); off, the serial plane driver's output, the one-thread path's; both within the tolerances."""
+    from kernelkit.testing import assert_close
+
+    assert cpair.DW_SOLO
+    srv = quiet_server
+    (x, w, b, z, attrs), shape, want, alone, desc = _alone(case, srv)
+    assert desc[cpair.OP] == cpair.DEPTHWISE
+    _f1, f2 = _calls(x, w, b, z, attrs)
+    srv.ctl[pairs.AWAKE] = 0
+    alone_n = srv.stats["alone"]
+    np.testing.assert_array_equal(_run(f2, x, w, b, z, shape), alone)
+    assert srv.stats["alone"] == alone_n and srv.stats["paired"] == 0
+    monkeypatch.setattr(cpair, "DW_SOLO", False)
+    one = _run(f2, x, w, b, z, shape)
+    np.testing.assert_array_equal(one, want)
+    assert_close(one, alone, np.float32)
+
+
 def test_k_split_off_and_small(quiet_server, monkeypatch):
     """K_SPLIT 0 (off), a map above K_SPLIT's pixels, an expansion and a K below K_SPLIT_MIN_K: no cut."""
     for k_split, case in ((0, K_LAYERS[0]), (196, K_LAYERS[2]), (784, ((1, 96, 14, 14), (576, 96, 1, 1), CLIP6, True,

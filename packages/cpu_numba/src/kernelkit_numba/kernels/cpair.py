@@ -150,6 +150,11 @@ K_SPLIT_COLS = 0
 # another order than the one-thread path), as the halves of the other pairs are. Both sides on one core cost
 # 1.01-1.02x the one-thread call at 14x14 (session 16, the AMD box). False: the one-thread call.
 K_SOLO = True
+# The same for a refused depthwise pair (issue 11, session 17, same section): its caller runs both halves through the
+# pair's own compiled half, not dwtile's plane driver called alone, whose stride-1 sums come out of LLVM otherwise in
+# the last bits (144@56, 384@14, 960@7), so that a two-thread run in which a depthwise pair was refused (the first run
+# after the helper slept, a back-off) gives the paired runs' bits. False: the serial plane driver.
+DW_SOLO = True
 # K_SPLIT for the bound parallel call's one-image pairs (issue 11, session 17; docs/numba.md, "ResNet-50's projections
 # cut by their input channels at two threads"): a 1x1 projection on the rows tiles (fewer output than input channels,
 # K >= K_SPLIT_MIN_K) on maps of at most this many pixels runs every output on both sides, each over the input channels
@@ -722,17 +727,19 @@ class Pair:
         self.solo = None  # K_SOLO's control words (a job no helper sees), made at its first use
 
     def __call__(self, w, bias, x, y, z, raw=None) -> bool:
-        """_call; where it refuses a pair that cuts its K (K_SPLIT, K_SPLIT_PARALLEL) and K_SOLO is on, the caller
-        runs both sides and the sums itself (``_solo``), so that the output is the same whether the helper came."""
+        """_call; where it refuses a pair that cuts its K (K_SPLIT, K_SPLIT_PARALLEL, K_SPLIT_COLS; K_SOLO) or a
+        depthwise pair (DW_SOLO), the caller runs both sides (and the sums) itself (``_solo``), so that the output
+        is the same whether the helper came."""
         if self._call(w, bias, x, y, z, raw):
             return True
-        if not (K_SOLO and self.desc[KS_CUT] > 0 and self.desc[FN]):
+        d = self.desc
+        if not d[FN] or not ((K_SOLO and d[KS_CUT] > 0) or (DW_SOLO and d[OP] == DEPTHWISE and d[DWFN] < 6)):
             return False
         return self._solo(w, bias, x, y, z)
 
     def _solo(self, w, bias, x, y, z) -> bool:
-        """K_SOLO: both sides of a K-cut pair and its sums on the caller, as pair_run runs them where the helper
-        does not come, through control words of this pair's own (no helper reads them)."""
+        """K_SOLO, DW_SOLO: both sides of the pair (and a K cut's sums) on the caller, as pair_run runs them where
+        the helper does not come, through control words of this pair's own (no helper reads them)."""
         if self.solo is None:
             self.solo = np.zeros(pairs.OWN + 1, np.int64)  # (no cycle stamps: shorter than FINISHED_AT)
         if w is not self.bound[0] or bias is not self.bound[1]:
