@@ -112,7 +112,7 @@ def _bind(conv, parallel: bool, step=None):
     k_n, l_n = c_n * kh * kw, oh_n * ow_n
     # (a one-image parallel call's pair takes the cols tiles up to PAIR_COLS_MAX pixels, as one thread does)
     one = _one_thread(conv, parallel) or (parallel and n_n == 1 and rnpair.ON and rnpair.POINTWISE
-                                          and l_n <= PAIR_COLS_MAX)
+                                          and _pair_cols(m_n, k_n, l_n))
     if not forced and not ftile_wins(kh, kw, sh, sw, m_n, k_n, l_n):
         return None
     if (SUBSAMPLE and kh == kw == 1 and ph == pw == 0 and not direct
@@ -475,6 +475,17 @@ def _one_pixel(geometry) -> bool:
 # against 0.97-1.09x for an identical session (session 5 had the rows tiles ahead at 14x14 there, 127 against
 # 111 GFLOP/s): off. A/B: kernels.conv_serial.PAIR_COLS_MAX=196
 PAIR_COLS_MAX = 0
+# With PAIR_COLS_MAX: False, only the expansions (more output than input channels: ResNet-50's 256 -> 1024 +Z at 14x14,
+# the 1x1/2 shortcut 512 -> 1024) take the cols tiles there, the projections (1024 -> 256, 1024 -> 512) keep the rows
+# tiles (and so cpair.K_SPLIT_PARALLEL's cut of their K). Issue 11, session 17 (docs/numba.md, "ResNet-50's 14x14 1x1
+# halves on the one-thread tiles"). Read when a layer binds. A/B: kernels.conv_serial.PAIR_COLS_PROJECTIONS=0
+PAIR_COLS_PROJECTIONS = True
+
+
+def _pair_cols(m_n: int, k_n: int, l_n: int) -> bool:
+    """Whether a one-image parallel call's 1x1 layer of ``k_n`` -> ``m_n`` channels on ``l_n`` pixels may take the
+    cols tiles as one thread does (PAIR_COLS_MAX, PAIR_COLS_PROJECTIONS)."""
+    return l_n <= PAIR_COLS_MAX and (PAIR_COLS_PROJECTIONS or m_n > k_n)
 # A one-thread session's 1x1 layer whose output channels are not a multiple of the cols tiles' lanes (RegNetY's
 # 440 -> 440 at 7x7: 27.5 vectors of 16) runs its first channels, down to a multiple of the lanes, on the cols
 # tiles and the rest (8 channels) on one rows panel (``cols_tail``), where the rows tiles ran the whole layer's 49
@@ -1009,7 +1020,7 @@ def _two_over(kind, n_n: int, m_n: int, k_n: int, l_n: int) -> bool:
     (every side's and shard's plan: its chunk depends on K alone), or the cols tiles under RESIDUAL_COLS."""
     from .conv import ftile_cols
 
-    if ftile_cols(kind, m_n, l_n, k_n, n_n == 1 and rnpair.ON and rnpair.POINTWISE and l_n <= PAIR_COLS_MAX):
+    if ftile_cols(kind, m_n, l_n, k_n, n_n == 1 and rnpair.ON and rnpair.POINTWISE and _pair_cols(m_n, k_n, l_n)):
         return bool(RESIDUAL_COLS)
     return ftile.plan(ftile.rows_kind(kind, m_n), m_n, k_n, l_n, 1)[3] >= k_n
 
@@ -1022,8 +1033,8 @@ def _pair_chunks_whole(pair, k_n: int) -> bool:
     if pair is None:
         return True
     d = pair.desc
-    if d[cpair.KS_CUT] > 0:  # (cpair.K_SPLIT, K_SPLIT_COLS: side 0's sums go into the output before the residual's add)
-        return False
+    if d[cpair.KS_CUT] > 0:  # (cpair.K_SPLIT: side 0's partial sums go into the output before the residual is added;
+        return False  # the cols tiles too, cpair.COLS_K_SPLIT and K_SPLIT_COLS)
     if d[cpair.OP] == cpair.COLS:
         return True
     s0, s1 = cpair.SIDE0, cpair.SIDE0 + cpair.SIDE_N
@@ -1103,7 +1114,8 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
     sub_in_pair = sub is not None and parallel and n_n == 1 and cpair.sub_split(pair, conv.input_specs[0].shape, sh,
                                                                                   sw, sub[2])
     if cols and pair is not None and not _one_thread(conv, parallel):  # the call of a refused pair: its halves'
-        driver, cols_kc = ftile.cols_driver_ahead(kind, pair.ahead), int(pair.desc[cpair.KC])  # (cpair.COLS_AHEAD)
+        driver, cols_kc = ftile.cols_driver_ahead(kind, pair.ahead, pair.cwhole), int(pair.desc[cpair.KC])  # (cpair.
+        # COLS_AHEAD, COLS_WHOLE)
     held_one = _held_one(conv, step, parallel, n_n)
     # RESIDUAL_IN_PLACE: a rows tile of one K chunk reads each residual element before it stores the output
     # element over it, and so does a cols tile at any K (its partial sums in the scratch); every branch below runs

@@ -141,8 +141,9 @@ K_SPLIT_MIN_K = 128  # input channels from which a projection cuts its K
 # input channels (the cut at the writer's, _cuts), side 1 into the layer's buffer, no epilogue; the caller sums after
 # the join (_k_sum), as K_SPLIT does on the rows tiles. 49 takes MobileNetV2's 7x7 projections (960 -> 160 +Z, 960 ->
 # 320, 576 -> 160: 0.68-0.82 of one thread on the Xeon, each side reading the whole input, half of it from the other
-# core's L2). Not bit for bit the one-thread path (within the fp32 tolerances). Read when a layer binds. 0: off (not
-# measured on the Xeon). A/B: kernels.cpair.K_SPLIT_COLS=49
+# core's L2). The serial pairs' side of COLS_K_SPLIT (the bound parallel call's, r50c17): the same halves. Not bit for
+# bit the one-thread path (within the fp32 tolerances). Read when a layer binds. 0: off (not measured on the Xeon).
+# A/B: kernels.cpair.K_SPLIT_COLS=49
 K_SPLIT_COLS = 0
 # A K-cut pair (K_SPLIT, K_SPLIT_PARALLEL) that is refused (the helper asleep or backed off, the pool's worker spinning,
 # another caller's job) runs both its sides and the sums on the caller (issue 11, session 17), not the one-thread
@@ -244,6 +245,26 @@ COLS_AHEAD = 16
 # bit. Read when a layer binds. False: COLS_KC. Off: on the Xeon (ahead15_round.sh) 0.92-1.08x per 7x7 kind, on top
 # of the prefetch 0.94-1.04x. A/B: kernels.cpair.COLS_KC_ONE_THREAD=1
 COLS_KC_ONE_THREAD = False
+# The cols halves on a one-thread session's tiles (issue 11, session 17; docs/numba.md, "ResNet-50's 14x14 1x1 halves
+# on the one-thread tiles"): True, the cols tiles of this module's halves (and the refused pair's whole-layer call)
+# run every tile of COLS_MP valid pixels on the tile whose pixels sit at constant offsets from one pointer
+# (ftile.cols_driver_ahead's ``whole``, as a one-thread session's calls with ftile.COLS_WHOLE_ONE_THREAD), the last
+# partial tile and the narrow ones on the general tile. With conv_serial.PAIR_COLS_MAX=196 and COLS_KC_ONE_THREAD each
+# half of ResNet-50's 14x14 1x1 layers is then the one-thread call's code (3 x 7 whole tiles, K chunk 128, prefetch
+# 16) over its part, where the pairs' 14x14 halves ran the 8-row rows tiles (196 pixels as 208) at ~70 % of the one-
+# thread call's rate. Read when a layer binds (Pair.cwhole; the half of each value: half_address(ahead, xahead,
+# whole)). The same values either way (the tiles' sums in the same order). False: the general tile.
+# A/B: kernels.cpair.COLS_WHOLE=1 (with kernels.conv_serial.PAIR_COLS_MAX=196;kernels.cpair.COLS_KC_ONE_THREAD=1)
+COLS_WHOLE = False
+# K_SPLIT_PARALLEL on the cols tiles (issue 11, session 17, same section): True, a one-image projection that the bound
+# parallel call pairs on the cols tiles (conv_serial.PAIR_COLS_MAX: ResNet-50's 1024 -> 256 and 1024 -> 512 at 14x14)
+# on maps of at most K_SPLIT_PARALLEL pixels cuts its K as the rows tiles' K_SPLIT_PARALLEL does: each side runs every
+# panel over the input channels that the layer before wrote on its core (_cuts), side 0 into the output, side 1 into
+# the layer's buffer, with no epilogue, and the caller adds the two, the bias (and the residual) after the join
+# (_k_sum). Each side's weights are its K range of the packed panels, copied once at bind. Within the fp32 tolerances
+# of the one-thread path, not its bits. Read when a layer binds. False: the cols halves cut the output channels.
+# A/B: kernels.cpair.COLS_K_SPLIT=1 (with K_SPLIT_PARALLEL=196 and conv_serial.PAIR_COLS_MAX=196)
+COLS_K_SPLIT = False
 # The rows halves' pixel prefetch (issue 11, session 16; docs/numba.md, "The weights' prefetch in the Winograd
 # products"): > 0, a rows-tiles side that reads its pixel rows in place (ftile.pack_rows false: fewer than 128 weight
 # rows a side, ResNet-50's 256 -> 64 and 64 -> 64 at 56x56, both sides of a pixel cut) prefetches row k + ROWS_X_AHEAD's
@@ -349,22 +370,23 @@ def cols_kc(l_n: int) -> int:
     return ftile.COLS_KC
 
 
-def _drivers(ahead: int = 0, xahead: int = 0):
+def _drivers(ahead: int = 0, xahead: int = 0, whole: bool = False):
     """(rows, rows reading in place, cols, the six depthwise plane drivers) of KIND; the cols tiles prefetching
-    their weights ``ahead`` steps on, the in-place rows tiles their pixel rows ``xahead`` (0: none, the rows
-    driver itself)."""
+    their weights ``ahead`` steps on (and with ``whole``, their full tiles' pixels at constant offsets: COLS_WHOLE),
+    the in-place rows tiles their pixel rows ``xahead`` (0: none, the rows driver itself)."""
     dw = (dwtile._planes_r1, dwtile._planes_r1z, dwtile._planes_s2, dwtile._planes_s2z, dwtile._planes_p2,
           dwtile._planes_p2z)
-    return ftile.rows_driver(KIND), ftile.rows_driver_ahead(KIND, xahead), ftile.cols_driver_ahead(KIND, ahead), dw
+    return (ftile.rows_driver(KIND), ftile.rows_driver_ahead(KIND, xahead), ftile.cols_driver_ahead(KIND, ahead, whole),
+            dw)
 
 
-def _build(ahead: int = 0, xahead: int = 0):
+def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
     """The compiled ``half(desc_address, side) -> 0`` (side 0 the caller's, 1 the helper's), a closure
     over the drivers of KIND (the cols tiles' weights prefetched ``ahead`` steps on: COLS_AHEAD's value
-    where the pair was bound; the in-place rows sides' pixels ``xahead``: ROWS_X_AHEAD's), keyed for the disk
-    cache by name (cache.CLOSURE_KEY, as ftile's drivers); fpair's helper reaches it by address
+    where the pair was bound; ``whole``: COLS_WHOLE's; the in-place rows sides' pixels ``xahead``: ROWS_X_AHEAD's),
+    keyed for the disk cache by name (cache.CLOSURE_KEY, as ftile's drivers); fpair's helper reaches it by address
     (``half_address``)."""
-    rows, rowsx, cols, (dw0, dw1, dw2, dw3, dw4, dw5) = _drivers(ahead, xahead)
+    rows, rowsx, cols, (dw0, dw1, dw2, dw3, dw4, dw5) = _drivers(ahead, xahead, whole)
     implicit = ftile.implicit_driver(KIND)
     phases = ftile.phases_padded
     mx1, mx2 = dwtile._max_planes_s1, dwtile._max_planes_s2
@@ -462,17 +484,17 @@ def _build(ahead: int = 0, xahead: int = 0):
                 sub(xr, xb, d[U_SH], d[U_SW], u * k_n // units, (u + 1) * k_n // units)
                 pairs.count_up(d, U_DONE)
             pairs.wait_count(d, U_DONE, units)
+        if op == COLS and d[KS_CUT] > 0:  # COLS_K_SPLIT, K_SPLIT_COLS: every panel over the side's input channels, no
+            # epilogue
+            k0 = 0 if side == 0 else d[KS_CUT]
+            kk = d[KS_CUT] if side == 0 else k_n - d[KS_CUT]
+            wk = numba.carray(_ptr(d[WA] if side == 0 else d[KS_W1]), (d[WA_N] // k_n * kk,), f32)
+            zeros = numba.carray(_ptr(d[ZEROS]), (m_n,), f32)
+            x = numba.carray(_ptr(d[XA] + 4 * k0 * l_n), (kk * l_n,), f32)
+            y = numba.carray(_ptr(d[YA] if side == 0 else d[KS_PART]), (m_n * l_n,), f32)
+            cols(wk, kk, m_n, x, l_n, l_n, zeros, y, False, _NEG, _POS, y, l_n, d[KC], scratch, 0, d[b + S_MC])
+            return 0
         if op == COLS:
-            if d[KS_CUT] > 0:  # K_SPLIT_COLS: every panel over the side's input channels, no epilogue (_k_sum)
-                k0 = 0 if side == 0 else d[KS_CUT]
-                kk = d[KS_CUT] if side == 0 else k_n - d[KS_CUT]
-                wk = numba.carray(_ptr(d[WA] if side == 0 else d[KS_W1]), (d[WA_N] // k_n * kk,), f32)
-                zeros = numba.carray(_ptr(d[ZEROS]), (m_n,), f32)
-                xk = numba.carray(_ptr(d[XA] + 4 * k0 * l_n), (kk * l_n,), f32)
-                yk = numba.carray(_ptr(d[YA] if side == 0 else d[KS_PART]), (m_n * l_n,), f32)
-                cols(wk, kk, m_n, xk, l_n, l_n, zeros, yk, False, _NEG, _POS, yk, l_n, d[KC], scratch, d[b + S_C0],
-                     d[b + S_MC])
-                return 0
             wp = numba.carray(_ptr(d[WA]), (d[WA_N],), f32)
             bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
             n = _image(d, b, side, -1)
@@ -553,7 +575,8 @@ def _build(ahead: int = 0, xahead: int = 0):
                      d[T_KC], d[T_PACK] != 0, scratch, 0, d[T_TOTAL])
         return 0
 
-    key = f"cpair.half.kind{KIND}" + (f".a{ahead}" if ahead else "") + (f".x{xahead}" if xahead else "")
+    key = f"cpair.half.kind{KIND}" + (f".a{ahead}" if ahead else "") + (f".x{xahead}" if xahead else "") + (
+        ".w" if whole else "")
     setattr(half, CLOSURE_KEY, key)
     return jit(half)
 
@@ -569,10 +592,11 @@ def _image(d, b, side, prev):
 
 
 @functools.cache
-def half_address(ahead: int = 0, xahead: int = 0) -> int:
-    """The C address of the compiled half whose cols tiles prefetch ``ahead`` steps on and whose in-place rows
-    tiles ``xahead`` (compiled or loaded now; fpair.half_address's way), 0 where there is none."""
-    return pairs.function_address(_build(ahead, xahead))
+def half_address(ahead: int = 0, xahead: int = 0, whole: bool = False) -> int:
+    """The C address of the compiled half whose cols tiles prefetch ``ahead`` steps on (their full tiles at
+    constant offsets with ``whole``) and whose in-place rows tiles ``xahead`` (compiled or loaded now;
+    fpair.half_address's way), 0 where there is none."""
+    return pairs.function_address(_build(ahead, xahead, whole))
 
 
 @jit
@@ -630,7 +654,7 @@ def _k_sum(d) -> None:
                 ys[i] = hi if v > hi else v
 
 
-_ready: dict = {}  # (COLS_AHEAD's value, ROWS_X_AHEAD's) -> [the half's address] once made ready
+_ready: dict = {}  # (COLS_AHEAD's value, ROWS_X_AHEAD's, COLS_WHOLE's) -> [the half's address] once made ready
 _ready_lock = threading.Lock()
 
 
@@ -654,13 +678,15 @@ def _warm() -> None:
     pair_run(held, np.zeros(NDESC, np.int64), x, np.zeros((1, 1, 1, 1), np.float32), x, s, s)
 
 
-def prepare(ahead: int = 0, xahead: int = 0) -> int:
-    """Compile (or load) fpair's sides and this module's half (its cols tiles prefetching ``ahead`` steps on, its
-    in-place rows tiles ``xahead``) and caller on the calling thread (fpair.prepare_family): the half's address, 0
-    where there is no pair (no cycle counter, no compiled code)."""
+def prepare(ahead: int = 0, xahead: int = 0, whole: bool = False) -> int:
+    """Compile (or load) fpair's sides and this module's half (its cols tiles prefetching ``ahead`` steps on, their
+    full tiles at constant offsets with ``whole``, its in-place rows tiles ``xahead``) and caller on the calling
+    thread (fpair.prepare_family): the half's address, 0 where there is no pair (no cycle counter, no compiled
+    code)."""
+    key = (int(ahead), int(xahead), bool(whole))
     with _ready_lock:
-        ready = _ready.setdefault((int(ahead), int(xahead)), [])
-    return fpair.prepare_family(ready, _ready_lock, functools.partial(half_address, int(ahead), int(xahead)), _warm)
+        ready = _ready.setdefault(key, [])
+    return fpair.prepare_family(ready, _ready_lock, functools.partial(half_address, *key), _warm)
 
 
 def _setting() -> str:
@@ -707,7 +733,7 @@ class Pair:
     per-call addresses written by pair_run), the arrays it points to, the two sides' scratch sizes."""
 
     __slots__ = ("desc", "keep", "bound", "size0", "size1", "fill", "fn", "entry", "strict", "whole", "rule",
-                 "follow", "ahead", "xahead", "solo")
+                 "follow", "ahead", "xahead", "cwhole", "solo")
 
     def __init__(self, desc, size0: int, size1: int, fill, strict: bool = True):
         self.desc, self.size0, self.size1, self.fill = desc, size0, size1, fill
@@ -722,6 +748,7 @@ class Pair:
         self.ahead = int(COLS_AHEAD)  # the half's cols prefetch (COLS_AHEAD at bind: every pair of a process the
         # same half where the switch is not changed)
         self.xahead = int(ROWS_X_AHEAD)  # its in-place rows tiles' pixel prefetch (ROWS_X_AHEAD at bind)
+        self.cwhole = bool(COLS_WHOLE)  # its cols tiles' full tiles at constant offsets (COLS_WHOLE at bind)
         self.rule = None  # else the stall rule, (strict, hiccup_s) of PairServer.result (rnpair.py's parallel
         # one-image ResNet layers: fpair's slack and the pool's two-stalls rule)
         self.solo = None  # K_SOLO's control words (a job no helper sees), made at its first use
@@ -756,7 +783,8 @@ class Pair:
         raw input (C-contiguous), which both sides subsample into ``x`` first (where False comes back, ``x`` was
         not written)."""
         if not self.desc[FN]:  # both sides compiled at the first call, not at bind (a tiered start's trial
-            address = prepare(self.ahead, self.xahead)  # compiles them off the model's thread, as the node's kernels)
+            address = prepare(self.ahead, self.xahead, self.cwhole)  # compiles them off the model's thread, as the
+            # node's kernels)
             if not address:
                 return False
             self.desc[FN] = address
@@ -881,14 +909,15 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
             if a:
                 desc[s0 + S_BLOCK], desc[s0 + S_P0], desc[s0 + S_NP] = q, 0, a
                 desc[s1 + S_BLOCK], desc[s1 + S_P0], desc[s1 + S_NP] = q, a, l_n - a
-        if K_SPLIT_COLS and not images and not split and n_n == 1 and m_n < k_n and k_n >= K_SPLIT_MIN_K and \
-                l_n <= K_SPLIT_COLS:
-            kcut = _k_cut(step, k_n)
-        if kcut:  # each side every panel, every pixel, over its part of K
-            desc[s0:s0 + SIDE_N][:5] = desc[s1:s1 + SIDE_N][:5] = (0, panels, 0, 0, 0)
+        if not images and n_n == 1 and m_n < k_n and k_n >= K_SPLIT_MIN_K and (
+                l_n <= K_SPLIT_PARALLEL if split and COLS_K_SPLIT else not split and l_n <= K_SPLIT_COLS):
+            kcut = _k_cut(step, k_n)  # (COLS_K_SPLIT: the bound parallel call's; K_SPLIT_COLS: the serial pairs')
+        if kcut:  # each side every panel over its part of K
+            desc[s0 + S_C0], desc[s0 + S_MC], desc[s1 + S_C0], desc[s1 + S_MC] = 0, panels, 0, panels
+            desc[s0 + S_NP] = desc[s1 + S_NP] = 0
             desc[KS_CUT] = kcut
             cut = panels
-        tail = split and TAIL and not images and n_n == 1 and _tail_cols(desc, m_n, l_n, panels)
+        tail = split and TAIL and not images and not kcut and n_n == 1 and _tail_cols(desc, m_n, l_n, panels)
         desc[s0 + S_SCR_N] = desc[s1 + S_SCR_N] = size
         sizes = (size, size)
         channel_cut = None if images or kcut else min(m_n, cut * width)
@@ -967,10 +996,10 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
         if not kcut:
             return packed, bias, zeros, fv
         # K_SPLIT: each side's panels of its input channels ([panel][k][r], packed's layout cut along k; the cols
-        # tiles' panels COLS_WIDTH wide)
-        unit = ftile.COLS_WIDTH[KIND] if cols else ftile.MR[KIND]
-        panels = packed.size // (k_n * unit)
-        p3 = packed.reshape(panels, k_n, unit)
+        # panels the same with COLS_WIDTH rows)
+        width_ = ftile.COLS_WIDTH[KIND] if cols else ftile.MR[KIND]
+        panels = packed.size // (k_n * width_)
+        p3 = packed.reshape(panels, k_n, width_)
         w0, w1 = (_aligned(p3[:, k0:k1, :]) for k0, k1 in ((0, kcut), (kcut, k_n)))
         d[WA], d[KS_W1] = w0.ctypes.data, w1.ctypes.data
         return packed, bias, zeros, fv, w0, w1, part
