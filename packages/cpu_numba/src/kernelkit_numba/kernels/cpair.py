@@ -23,7 +23,10 @@ upper ones, in every layer of an inverted-residual block:
   input that it has just written, from its own L2 (the cut of the layer that wrote the input is
   looked up by the input's name, ``_cuts``; else the same rule on the channel count);
 - the projection 1x1: output channels where its panels split evenly, else output pixels (a
-  projection of 24 channels is three 8-row panels); it reads both halves of its input once.
+  projection of 24 channels is three 8-row panels); it reads both halves of its input once. Where
+  ``K_SPLIT`` takes it (K >= 128 on at most 784 pixels: MobileNetV2's 14x14 and 28x28 ones, since
+  session 17), each side computes every output over the input channels its core wrote instead, and
+  the caller adds the two after the join.
 
 Each half is one call of the one-thread driver over its part (rows tiles: a one-thread plan of the
 part; cols tiles: a range of panels; depthwise: a range of planes), so a result is the one-thread
