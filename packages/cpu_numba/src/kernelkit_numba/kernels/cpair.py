@@ -29,8 +29,11 @@ upper ones, in every layer of an inverted-residual block:
   the caller adds the two after the join.
 
 Each half is one call of the one-thread driver over its part (rows tiles: a one-thread plan of the
-part; cols tiles: a range of panels; depthwise: a range of planes), so a result is the one-thread
-path's, bit for bit (each output's sum runs over K in the same order whatever the part).
+part; cols tiles: a range of panels; depthwise: a range of planes), so a 1x1 result is the one-thread
+path's, bit for bit (each output's sum runs over K in the same order whatever the part). Not so a K
+cut's (its sums in another order) nor, in the last bits, the stride-1 depthwise halves' (session 17):
+within the fp32 tolerances; a refused pair of either kind runs its own halves on the caller
+(``K_SOLO``, ``DW_SOLO``), so that a two-thread output does not depend on whether the helper came.
 
 Pairs are made only in a session of two threads or more, for layers above ``MIN_US`` of estimated
 one-thread time, on the AVX-512 variants (ftile's kind 2 with 8-row panels and dwtile's tiles);
