@@ -149,10 +149,12 @@ BATCH_LAYERS = [
 
 
 @pytest.mark.parametrize("case", LAYERS, ids=lambda c: f"{c[0][1]}x{c[0][2]}-{c[1][0]}x{c[1][1]}")
-def test_caller_alone_and_helper_half(case, quiet_server):
+def test_caller_alone_and_helper_half(case, quiet_server, monkeypatch):
     """With the helper 'spinning' but never coming the caller claims the second half itself; the
     helper's spin run by hand claims a published job's second half: both halves written, equal to
-    each other bit for bit, to the one-thread path bit for bit (1x1) and to the reference."""
+    each other bit for bit, to the one-thread path bit for bit (1x1) and to the reference (the halves of
+    output channels or pixels: K_SPLIT off; its cut: test_cpair_even.py)."""
+    monkeypatch.setattr(cpair, "K_SPLIT", 0)
     _check_halves(case, quiet_server)
 
 
@@ -288,7 +290,8 @@ def _contents(cell):
 
 def test_switches_and_sizes(monkeypatch):
     """No pair at one thread, for a batch at 3+ threads or with cpair.BATCH off, for layers below MIN_US,
-    under KERNELKIT_F32_PAIR=off or KERNELKIT_NUMBA_SPIN_US=0."""
+    under KERNELKIT_F32_PAIR=off or KERNELKIT_NUMBA_SPIN_US=0 (the halves' axes with K_SPLIT off)."""
+    monkeypatch.setattr(cpair, "K_SPLIT", 0)
     def pair_of(xs, ws, attrs, threads=2):
         x, w, b, z, attrs = _layer((xs, ws, attrs, True, False))
         k = _kernel(x, w, b, z, attrs, threads)

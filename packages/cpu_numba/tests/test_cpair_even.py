@@ -122,6 +122,7 @@ def test_pixel_even(case, quiet_server, monkeypatch):
     one-thread path bit for bit, and the cut is the tile boundary nearest the middle pixel."""
     monkeypatch.setattr(cpair, "PIXEL_TILES", 1)
     monkeypatch.setattr(cpair, "PIXEL_EVEN", True)
+    monkeypatch.setattr(cpair, "K_SPLIT", 0)  # (the projections' halves by pixels, not their K cut)
     _check_halves(case, quiet_server)
     desc, shape = _desc(case, quiet_server)
     assert desc[cpair.OP] == cpair.ROWS
@@ -282,8 +283,116 @@ def test_k_split(case, quiet_server, monkeypatch):
     assert np.isnan(y).all()
 
 
+@pytest.mark.parametrize("case", K_LAYERS[:2], ids=_ids)
+def test_k_solo(case, quiet_server, monkeypatch):
+    """K_SOLO (on, with K_SPLIT on by default): a K-cut pair refused (the helper asleep) runs both sides and the sums
+    on the caller, bit for bit the pair's output whether the helper came or not; K_SOLO off: the one-thread path's
+    call over the whole K instead (within the fp32 tolerances of the K cut's)."""
+    from kernelkit.testing import assert_close
+
+    assert cpair.K_SPLIT >= 196 and cpair.K_SOLO
+    srv = quiet_server
+    (x, w, b, z, attrs), shape, want, alone, desc = _alone(case, srv)
+    assert desc[cpair.KS_CUT] > 0 and srv.stats["alone"] == 1
+    f1, f2 = _calls(x, w, b, z, attrs)
+    for first in (True, False):  # its first call refused (pair_run's dispatcher), then after a pair (its entry)
+        srv.ctl[pairs.AWAKE] = 0  # asleep: the pair refuses (and wakes it), the caller runs the K cut alone
+        paired, alone_n = srv.stats["paired"], srv.stats["alone"]
+        solo = _run(f2, x, w, b, z, shape)
+        assert srv.stats["paired"] == paired and srv.stats["alone"] == alone_n
+        np.testing.assert_array_equal(solo, alone)
+        if first:
+            srv.ctl[pairs.AWAKE] = 1
+            np.testing.assert_array_equal(_run(f2, x, w, b, z, shape), alone)
+            assert srv.stats["alone"] == alone_n + 1
+    monkeypatch.setattr(cpair, "K_SOLO", False)
+    srv.ctl[pairs.AWAKE] = 0
+    one = _run(f2, x, w, b, z, shape)
+    np.testing.assert_array_equal(one, want)  # (the one-thread path's bits)
+    assert_close(one, solo, np.float32)
+
+
+# K_SPLIT_COLS's projections on the cols tiles: MobileNetV2's 960 -> 160 +Z and 960 -> 320 at 7x7, an odd K (385) onto
+# 112 channels (two 48-channel panels and one of 16) with the clamp
+K_COLS = [
+    ((1, 960, 7, 7), (160, 960, 1, 1), {}, True, True),
+    ((1, 960, 7, 7), (320, 960, 1, 1), {}, True, False),
+    ((1, 385, 7, 7), (112, 385, 1, 1), CLIP6, True, False),
+]
+
+
+@pytest.mark.parametrize("case", K_COLS, ids=_ids)
+def test_k_split_cols(case, quiet_server, monkeypatch):
+    """K_SPLIT_COLS 49: the caller alone (every panel on both sides, then the sums and the epilogue) equals the
+    reference and the one-thread path within the fp32 tolerances; the helper's side run by hand writes the caller's
+    partial sums bit for bit into the layer's buffer and nothing into the output; a refused pair (K_SOLO) the caller
+    alone's bits; off, an expansion and a K below K_SPLIT_MIN_K: no cut."""
+    from kernelkit.testing import assert_close
+    from kernelkit_numba.kernels import fpair
+    from test_cpair import _reference
+
+    monkeypatch.setattr(cpair, "K_SPLIT_COLS", 0)
+    assert _desc(case, quiet_server)[0][cpair.KS_CUT] == 0
+    monkeypatch.setattr(cpair, "K_SPLIT_COLS", 49)
+    srv = quiet_server
+    (x, w, b, z, attrs), shape, want, alone, desc = _alone(case, srv)
+    assert_close(alone, _reference(x, w, b, z, attrs), np.float32)
+    assert_close(alone, want, np.float32)
+    k_n, m_n, l_n = w.shape[1], shape[1], shape[2] * shape[3]
+    panels = -(-m_n // ftile.COLS_WIDTH[cpair.KIND])
+    assert desc[cpair.OP] == cpair.COLS and desc[cpair.KS_CUT] == (k_n // 2 + 8) // 16 * 16
+    side1 = cpair.SIDE0 + cpair.SIDE_N
+    assert tuple(desc[cpair.SIDE0:cpair.SIDE0 + 4]) == tuple(desc[side1:side1 + 4]) == (0, panels, 0, 0)
+    part = _part(desc, m_n, l_n)
+    mine = part.copy()
+    part[:] = np.nan
+    y = np.full(shape, np.nan, np.float32)
+    desc[cpair.YA] = y.ctypes.data
+    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
+    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0  # the helper's side, reached by address
+    assert srv.ctl[pairs.STATE] == 9 * 4 + pairs.DONE
+    np.testing.assert_array_equal(part, mine)
+    assert np.isnan(y).all()
+    f1, f2 = _calls(x, w, b, z, attrs)
+    srv.ctl[pairs.AWAKE] = 0  # asleep: refused, the caller runs the K cut alone (K_SOLO)
+    np.testing.assert_array_equal(_run(f2, x, w, b, z, shape), alone)
+    srv.ctl[pairs.AWAKE] = 1
+    if z is not None:  # the output over its residual: the residual copied first (side 0's sums go into the output)
+        over = np.array(z, copy=True)
+        f2(x, w, b, over, out=over)
+        np.testing.assert_array_equal(over, alone)
+    for small in (((1, 160, 7, 7), (960, 160, 1, 1), CLIP6, True, False),
+                  ((1, 120, 7, 7), (96, 120, 1, 1), {}, True, False)):
+        assert _desc(small, srv)[0][cpair.KS_CUT] == 0
+
+
+@pytest.mark.parametrize("case", [((1, 144, 56, 56), (144, 1, 3, 3), _dw(144), True, True),
+                                  ((1, 384, 14, 14), (384, 1, 3, 3), _dw(384), True, False),
+                                  ((1, 960, 7, 7), (960, 1, 3, 3), _dw(960), True, False),
+                                  ((1, 192, 28, 28), (192, 1, 3, 3), _dw(192, 2), True, False)], ids=_ids)
+def test_dw_solo(case, quiet_server, monkeypatch):
+    """DW_SOLO (on): a depthwise pair refused (the helper asleep) runs both halves on the caller, bit for bit the
+    pair's output with the caller alone, whatever bits dwtile's plane driver alone gives (stride 1: the last bits
+    otherwise); off, the serial plane driver's output, the one-thread path's; both within the tolerances."""
+    from kernelkit.testing import assert_close
+
+    assert cpair.DW_SOLO
+    srv = quiet_server
+    (x, w, b, z, attrs), shape, want, alone, desc = _alone(case, srv)
+    assert desc[cpair.OP] == cpair.DEPTHWISE
+    _f1, f2 = _calls(x, w, b, z, attrs)
+    srv.ctl[pairs.AWAKE] = 0
+    alone_n = srv.stats["alone"]
+    np.testing.assert_array_equal(_run(f2, x, w, b, z, shape), alone)
+    assert srv.stats["alone"] == alone_n and srv.stats["paired"] == 0
+    monkeypatch.setattr(cpair, "DW_SOLO", False)
+    one = _run(f2, x, w, b, z, shape)
+    np.testing.assert_array_equal(one, want)
+    assert_close(one, alone, np.float32)
+
+
 def test_k_split_off_and_small(quiet_server, monkeypatch):
-    """K_SPLIT 0 (the default), a map above K_SPLIT's pixels, an expansion and a K below K_SPLIT_MIN_K: no cut."""
+    """K_SPLIT 0 (off), a map above K_SPLIT's pixels, an expansion and a K below K_SPLIT_MIN_K: no cut."""
     for k_split, case in ((0, K_LAYERS[0]), (196, K_LAYERS[2]), (784, ((1, 96, 14, 14), (576, 96, 1, 1), CLIP6, True,
                                                                        False)),
                           (784, ((1, 96, 14, 14), (24, 96, 1, 1), {}, True, False))):

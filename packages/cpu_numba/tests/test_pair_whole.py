@@ -128,8 +128,8 @@ def test_cols_k_split(case, whole, quiet_server, monkeypatch):
     rounded to 16 (the writer unknown), every panel on both sides; the caller alone (both sides, the sums) equals the
     reference and the one-thread path within the fp32 tolerances, and so does a call whose output is the residual's
     memory (the residual copied); the helper's side by hand writes the caller's run of it into the layer's buffer bit
-    for bit and no output element. The helper asleep: the one-thread driver over the whole K, bit for bit the
-    one-thread path."""
+    for bit and no output element. The helper asleep: the K cut on the caller (K_SOLO), bit for bit the caller alone;
+    with K_SOLO off the one-thread driver over the whole K, bit for bit the one-thread path."""
     xs, ws, attrs, res, most = case
     inputs = _layer(case, 9)
     shape = _out_shape(xs, ws, attrs)
@@ -166,7 +166,9 @@ def test_cols_k_split(case, whole, quiet_server, monkeypatch):
             over = fn(*inputs[:3], z, out=z)
         assert over is z
         assert_close(z, one, np.float32)
-    srv.ctl[pairs.AWAKE] = 0  # the helper asleep: the caller's whole-layer call (the one-thread driver, whole K)
+    srv.ctl[pairs.AWAKE] = 0  # the helper asleep: both sides and the sums on the caller (cpair.K_SOLO), the pair's bits
+    np.testing.assert_array_equal(_at(2, fn, inputs, shape), got)
+    monkeypatch.setattr(cpair, "K_SOLO", False)  # off: the caller's whole-layer call (the one-thread driver, whole K)
     np.testing.assert_array_equal(_at(2, fn, inputs, shape), one)
 
 

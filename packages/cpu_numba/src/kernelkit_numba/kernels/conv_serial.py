@@ -846,6 +846,7 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
         conv, step, y_shape, k_n, xpp, koff, step_n, lo, hi, has_z, x_shape, (s, ph, pl, hp, qp))
     if parallel and n_n == 1 and pair is not None:
         pair.rule = rnpair.rule()  # a stem of ~1 ms a half: fpair's slack, one stall a hiccup
+    stem_split = cpair.stem_split(pair, x_shape, (s, ph, pl, hp, qp))  # (both sides fill the phases: cpair.py)
 
     def implicit(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)
@@ -864,11 +865,15 @@ def _implicit_call(conv, raw, kind, x_shape, y_shape, geom, lo, hi, has_z, paral
                 implicit_phases(x[n], xpp, s, ph, pl, hp, qp, (kind, held.packed, k_n, m_n, xpp_ro, koff, step_n, ow_n,
                                                               held.bias, zn, has_z, lo, hi, yn, l_n), oh_n, work)
             else:
-                ftile.phases_padded(x[n], xpp, s, ph, pl, hp, qp, 0, c_n)
+                raw_n = x[n] if stem_split and x[n].flags.c_contiguous else None  # (cpair.STEM_SPLIT)
+                if raw_n is None:
+                    ftile.phases_padded(x[n], xpp, s, ph, pl, hp, qp, 0, c_n)
                 zs = None if z is no_z else z[n:n + 1]
                 if pair is not None and not pair.whole and _paired(pair, parallel and n_n == 1, held.packed,
-                                                                   held.bias, x, y[n:n + 1], zs):
+                                                                   held.bias, x, y[n:n + 1], zs, raw=raw_n):
                     continue  # the image's output channels in two halves on two cores (cpair.py)
+                if raw_n is not None:  # the pair refused: the caller fills the phases
+                    ftile.phases_padded(x[n], xpp, s, ph, pl, hp, qp, 0, c_n)
                 driver(held.packed, k_n, m_n, xpp_ro, koff, step_n, ow_n, held.bias, zn, has_z, lo, hi, yn, l_n, 0,
                        oh_n)
         return y
@@ -1025,13 +1030,13 @@ def _two_over(kind, n_n: int, m_n: int, k_n: int, l_n: int) -> bool:
 def _pair_chunks_whole(pair, k_n: int) -> bool:
     """Whether every rows-tiles part of ``pair``'s halves (cpair's descriptor as it stands: FOLLOW and TAIL may
     have re-planned the sides) takes the whole K in one chunk (a rows tile then reads each residual element before
-    it stores the output's over it), and the sides do not cut K (K_SPLIT); True for no pair and for the cols tiles
-    (any K chunk)."""
+    it stores the output's over it), and the sides do not cut K (K_SPLIT, K_SPLIT_COLS); True for no pair and for the
+    cols tiles that do not cut K (any K chunk)."""
     if pair is None:
         return True
     d = pair.desc
     if d[cpair.KS_CUT] > 0:  # (cpair.K_SPLIT: side 0's partial sums go into the output before the residual is added;
-        return False  # the cols tiles too, cpair.COLS_K_SPLIT)
+        return False  # the cols tiles too, cpair.COLS_K_SPLIT and K_SPLIT_COLS)
     if d[cpair.OP] == cpair.COLS:
         return True
     s0, s1 = cpair.SIDE0, cpair.SIDE0 + cpair.SIDE_N

@@ -23,11 +23,17 @@ upper ones, in every layer of an inverted-residual block:
   input that it has just written, from its own L2 (the cut of the layer that wrote the input is
   looked up by the input's name, ``_cuts``; else the same rule on the channel count);
 - the projection 1x1: output channels where its panels split evenly, else output pixels (a
-  projection of 24 channels is three 8-row panels); it reads both halves of its input once.
+  projection of 24 channels is three 8-row panels); it reads both halves of its input once. Where
+  ``K_SPLIT`` takes it (K >= 128 on at most 784 pixels: MobileNetV2's 14x14 and 28x28 ones, since
+  session 17), each side computes every output over the input channels its core wrote instead, and
+  the caller adds the two after the join.
 
 Each half is one call of the one-thread driver over its part (rows tiles: a one-thread plan of the
-part; cols tiles: a range of panels; depthwise: a range of planes), so a result is the one-thread
-path's, bit for bit (each output's sum runs over K in the same order whatever the part).
+part; cols tiles: a range of panels; depthwise: a range of planes), so a 1x1 result is the one-thread
+path's, bit for bit (each output's sum runs over K in the same order whatever the part). Not so a K
+cut's (its sums in another order) nor, in the last bits, the stride-1 depthwise halves' (session 17):
+within the fp32 tolerances; a refused pair of either kind runs its own halves on the caller
+(``K_SOLO``, ``DW_SOLO``), so that a two-thread output does not depend on whether the helper came.
 
 Pairs are made only in a session of two threads or more, for layers above ``MIN_US`` of estimated
 one-thread time, on the AVX-512 variants (ftile's kind 2 with 8-row panels and dwtile's tiles);
@@ -87,7 +93,9 @@ SIDE0, SIDE_N = 36, 12
 T_CHANNELS, T_PIXELS, T_COLS = 0, 1, 2
 # SUB_SPLIT (a one-image 1x1 strided layer's subsampled input filled by both sides), after the tail's: the claim word
 # and the units done (written per call), the units, the raw input's address (written per call: 0 where the caller
-# copied the input itself), its planes' rows and columns and the strides (the subsampled planes: OH, OW)
+# copied the input itself), its planes' rows and columns and the strides (the subsampled planes: OH, OW); STEM_SPLIT
+# (a stem's phases filled by both sides) the same words, U_H the bands of padded rows a channel (its geometry: C, H,
+# W, STRIDE, PH, PL, HP, QP)
 U_CLAIM, U_DONE, U_N, U_X, U_H, U_W, U_SH, U_SW = range(SIDE0 + 2 * SIDE_N + 11, SIDE0 + 2 * SIDE_N + 19)
 # K_SPLIT (a one-image projection's K cut between the sides), after SUB_SPLIT's: the cut (0: none), side 1's packed
 # weights (side 0's at WA) and the layer's buffer of side 1's partial sums (bind only)
@@ -126,10 +134,34 @@ SERIAL_COLS_MAX = 0
 # 1 into a buffer of the layer's; after the join the caller adds the two, the bias and the residual and clamps
 # (``_k_sum``). Each half read the whole input, half of it from the other core's L2 (576 -> 96 at 14x14: 225 KB of
 # 451), where the caller now reads the helper's partial sums (75 KB). The sums run in another order: the output is
-# within the fp32 tolerances of the one-thread path's, not its bits. Read when a layer binds. 0: off (not measured on
-# the Xeon). A/B: kernels.cpair.K_SPLIT=196 (MobileNetV2's 14x14 projections), 784 (and its 28x28 ones)
-K_SPLIT = 0
+# within the fp32 tolerances of the one-thread path's, not its bits. Read when a layer binds. 0: off. On at 784 (the
+# 14x14 and 28x28 projections) since session 17 (docs/numba.md, "MobileNetV2's projections cut by their input channels
+# at two threads"): on the Xeon (nodes_ab2t.py mobilenet_v2, two processes) those six kinds ran 1.17-1.32x faster
+# (576 -> 96 +Z 1.24-1.25, 384 -> 64 +Z 1.30-1.32, 192 -> 32 +Z 1.19-1.28), the kinds it does not touch 0.89-1.13,
+# the sum over the nodes 1.045 and 1.047; the whole model 1.08 (turns.py, 12 rounds). A/B: kernels.cpair.K_SPLIT=0
+K_SPLIT = 784
 K_SPLIT_MIN_K = 128  # input channels from which a projection cuts its K
+# K_SPLIT on the cols tiles (issue 11, session 17; docs/numba.md, "MobileNetV2's projections cut by their input channels
+# at two threads"): a one-image serial pair of a 1x1 layer on the cols tiles (maps of at most this many pixels) with
+# fewer output than input channels and K >= K_SPLIT_MIN_K runs every panel on both sides, each over its part of the
+# input channels (the cut at the writer's, _cuts), side 1 into the layer's buffer, no epilogue; the caller sums after
+# the join (_k_sum), as K_SPLIT does on the rows tiles. 49 takes MobileNetV2's 7x7 projections (960 -> 160 +Z, 960 ->
+# 320, 576 -> 160: 0.68-0.82 of one thread on the Xeon, each side reading the whole input, half of it from the other
+# core's L2). The serial pairs' side of COLS_K_SPLIT (the bound parallel call's, r50c17): the same halves. Not bit for
+# bit the one-thread path (within the fp32 tolerances). Read when a layer binds. 0: off (not measured on the Xeon).
+# A/B: kernels.cpair.K_SPLIT_COLS=49
+K_SPLIT_COLS = 0
+# A K-cut pair (K_SPLIT, K_SPLIT_PARALLEL) that is refused (the helper asleep or backed off, the pool's worker spinning,
+# another caller's job) runs both its sides and the sums on the caller (issue 11, session 17), not the one-thread
+# driver over the whole K: the layer's output is then the same bits whether the helper came or not (the K cut sums in
+# another order than the one-thread path), as the halves of the other pairs are. Both sides on one core cost
+# 1.01-1.02x the one-thread call at 14x14 (session 16, the AMD box). False: the one-thread call.
+K_SOLO = True
+# The same for a refused depthwise pair (issue 11, session 17, same section): its caller runs both halves through the
+# pair's own compiled half, not dwtile's plane driver called alone, whose stride-1 sums come out of LLVM otherwise in
+# the last bits (144@56, 384@14, 960@7), so that a two-thread run in which a depthwise pair was refused (the first run
+# after the helper slept, a back-off) gives the paired runs' bits. False: the serial plane driver.
+DW_SOLO = True
 # K_SPLIT for the bound parallel call's one-image pairs (issue 11, session 17; docs/numba.md, "ResNet-50's projections
 # cut by their input channels at two threads"): a 1x1 projection on the rows tiles (fewer output than input channels,
 # K >= K_SPLIT_MIN_K) on maps of at most this many pixels runs every output on both sides, each over the input channels
@@ -266,6 +298,18 @@ ROWS_X_AHEAD = 0
 # the one-thread path's bit for bit. Read when a layer binds. False: the caller copies.
 SUB_SPLIT = False
 SUB_UNITS = 8
+# The stem's padded phases filled by both sides (issue 11, session 17; docs/numba.md, "MobileNetV2's projections cut
+# by their input channels at two threads"): a one-image pair of a strided stem on the implicit GEMM (MobileNetV2's
+# 3x3/2, 3 -> 32 at 224x224), whose caller filled the whole input's zero-padded column phases (ftile.phases_padded)
+# before the job (0.20 ms of the stem's 0.52 at one thread on the Xeon, serial at two threads), takes the raw input
+# instead; both sides fill its phases at the start of their halves in about STEM_UNITS units (an input channel's band
+# of padded rows) claimed from one word (the caller from the front, the helper from the back: SUB_SPLIT's way), then
+# wait until every unit is done (pairs.wait_count). The phases hold the same floats whoever fills which unit, so the
+# output is the one-thread path's bit for bit. Read when a layer binds. False: the caller fills them. Off: on the Xeon
+# the stem read 0.99, 1.11 and 1.16x faster in three processes, the whole model 1.03 (0.69-1.27) quiet and 0.99
+# loaded, within the spread. A/B: kernels.cpair.STEM_SPLIT=1
+STEM_SPLIT = False
+STEM_UNITS = 12
 
 
 @jit
@@ -277,6 +321,46 @@ def subsample(x, buf, sh, sw, c0, c1):
         for i in range(oh_n):
             for j in range(ow_n):
                 buf[c, i, j] = x[c, i * sh, j * sw]
+
+
+@jit
+def phases_part(x, xpp, s, ph, pl, hp, qp, c, r0, r1):
+    """ftile.phases_padded's floats for input channel ``c`` and padded rows [r0, r1) of every phase:
+    xpp[b, c, r, q] = x[c, r - ph, (q - pl) * s + b], 0 outside the input (STEM_SPLIT's unit)."""
+    c_n, h_n, w_n = x.shape
+    xf = x.reshape(x.size)
+    for b in range(s):
+        q_hi = min(qp, pl + (w_n - b + s - 1) // s)
+        q_lo = min(pl, q_hi)
+        for r in range(r0, r1):
+            d0 = ((b * c_n + c) * hp + r) * qp
+            h = r - ph
+            if h < 0 or h >= h_n:
+                for q in range(qp):
+                    xpp[d0 + q] = 0
+                continue
+            src = (c * h_n + h) * w_n + b - pl * s
+            for q in range(q_lo):
+                xpp[d0 + q] = 0
+            for q in range(q_lo, q_hi):
+                xpp[d0 + q] = xf[src + q * s]
+            for q in range(q_hi, qp):
+                xpp[d0 + q] = 0
+
+
+def stem_split(pair, x_shape, phases) -> bool:
+    """STEM_SPLIT on a one-image implicit ``pair`` (not a batch by images) of input ``x_shape`` and ``phases`` =
+    (stride, pad top, pad left, padded rows, columns a phase): the descriptor's units (U_N; U_H: the bands a channel)
+    and the input's geometry; whether it took them."""
+    if pair is None or not STEM_SPLIT or pair.whole or phases is None:
+        return False
+    d = pair.desc
+    c_n = int(x_shape[1])
+    bands = max(1, min(int(STEM_UNITS) // max(c_n, 1), int(phases[3])))
+    d[U_N], d[U_H] = c_n * bands, bands
+    d[C], d[H], d[W] = x_shape[1:]
+    d[STRIDE], d[PH], d[PL], d[HP], d[QP] = phases
+    return True
 
 
 def sub_split(pair, x_shape, sh: int, sw: int, sub_shape) -> bool:
@@ -320,6 +404,7 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
     phases = ftile.phases_padded
     mx1, mx2 = dwtile._max_planes_s1, dwtile._max_planes_s2
     sub = subsample
+    stem = phases_part
     f32 = np.float32
 
     def half(addr, side):
@@ -379,6 +464,19 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
         if op == IMPLICIT:  # output channels [c0, c0 + mc) of every output row (one image a call)
             c0, mc = d[b + S_C0], d[b + S_MC]
             xpp = numba.carray(_ptr(d[XPP]), (d[XPP_N],), f32)
+            if d[U_X] != 0:  # STEM_SPLIT: the phases' units (a channel's band of rows) claimed by both, then all done
+                units, bands, hp = d[U_N], d[U_H], d[HP]
+                xr = numba.carray(_ptr(d[U_X]), (d[C], d[H], d[W]), f32)
+                while True:
+                    u = pairs.claim_ends(d, U_CLAIM, side)
+                    if u < 0:
+                        break
+                    ch = u // bands
+                    band_i = u - ch * bands
+                    stem(xr, xpp, d[STRIDE], d[PH], d[PL], hp, d[QP], ch, band_i * hp // bands,
+                         (band_i + 1) * hp // bands)
+                    pairs.count_up(d, U_DONE)
+                pairs.wait_count(d, U_DONE, units)
             koff = numba.carray(_ptr(d[KOFF]), (k_n,), np.int64)
             wp = numba.carray(_ptr(d[WA] + 4 * c0 * k_n), (mc * k_n,), f32)
             bias = numba.carray(_ptr(d[BIAS] + 4 * c0), (mc,), f32)
@@ -399,7 +497,8 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
                 sub(xr, xb, d[U_SH], d[U_SW], u * k_n // units, (u + 1) * k_n // units)
                 pairs.count_up(d, U_DONE)
             pairs.wait_count(d, U_DONE, units)
-        if op == COLS and d[KS_CUT] > 0:  # COLS_K_SPLIT: every panel over the side's input channels, no epilogue
+        if op == COLS and d[KS_CUT] > 0:  # COLS_K_SPLIT, K_SPLIT_COLS: every panel over the side's input channels, no
+            # epilogue
             k0 = 0 if side == 0 else d[KS_CUT]
             kk = d[KS_CUT] if side == 0 else k_n - d[KS_CUT]
             wk = numba.carray(_ptr(d[WA] if side == 0 else d[KS_W1]), (d[WA_N] // k_n * kk,), f32)
@@ -647,7 +746,7 @@ class Pair:
     per-call addresses written by pair_run), the arrays it points to, the two sides' scratch sizes."""
 
     __slots__ = ("desc", "keep", "bound", "size0", "size1", "fill", "fn", "entry", "strict", "whole", "rule",
-                 "follow", "ahead", "xahead", "cwhole")
+                 "follow", "ahead", "xahead", "cwhole", "solo")
 
     def __init__(self, desc, size0: int, size1: int, fill, strict: bool = True):
         self.desc, self.size0, self.size1, self.fill = desc, size0, size1, fill
@@ -665,8 +764,32 @@ class Pair:
         self.cwhole = bool(COLS_WHOLE)  # its cols tiles' full tiles at constant offsets (COLS_WHOLE at bind)
         self.rule = None  # else the stall rule, (strict, hiccup_s) of PairServer.result (rnpair.py's parallel
         # one-image ResNet layers: fpair's slack and the pool's two-stalls rule)
+        self.solo = None  # K_SOLO's control words (a job no helper sees), made at its first use
 
     def __call__(self, w, bias, x, y, z, raw=None) -> bool:
+        """_call; where it refuses a pair that cuts its K (K_SPLIT, K_SPLIT_PARALLEL, K_SPLIT_COLS; K_SOLO) or a
+        depthwise pair (DW_SOLO), the caller runs both sides (and the sums) itself (``_solo``), so that the output
+        is the same whether the helper came."""
+        if self._call(w, bias, x, y, z, raw):
+            return True
+        d = self.desc
+        if not d[FN] or not ((K_SOLO and d[KS_CUT] > 0) or (DW_SOLO and d[OP] == DEPTHWISE and d[DWFN] < 6)):
+            return False
+        return self._solo(w, bias, x, y, z)
+
+    def _solo(self, w, bias, x, y, z) -> bool:
+        """K_SOLO, DW_SOLO: both sides of the pair (and a K cut's sums) on the caller, as pair_run runs them where
+        the helper does not come, through control words of this pair's own (no helper reads them)."""
+        if self.solo is None:
+            self.solo = np.zeros(pairs.OWN + 1, np.int64)  # (no cycle stamps: shorter than FINISHED_AT)
+        if w is not self.bound[0] or bias is not self.bound[1]:
+            self.keep = self.fill(self.desc, w, bias)
+            self.bound = (w, bias)
+        self.fn(self.solo, self.desc, x, y, x if z is None else z,  # (pair_run, or its compiled entry point)
+                config.thread_buffer("ftile", self.size0, np.float32), scratch(self.size1))
+        return True
+
+    def _call(self, w, bias, x, y, z, raw=None) -> bool:
         """The layer in two halves where the helper spins (else it is woken, and False: the caller's
         one-thread call); False too where another caller holds the slot. ``w``, ``bias``: the bound
         call's constants (by identity: a new pair of them is written into the descriptor). ``raw``: SUB_SPLIT's
@@ -780,7 +903,7 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
     fv = _clamp(lo, hi)
     desc[OP], desc[HAS_Z], desc[FV], desc[K], desc[M], desc[L] = COLS if cols else ROWS, int(has_z), fv.ctypes.data, \
         k_n, m_n, l_n
-    kcut = 0  # K_SPLIT's cut of the input channels (rows tiles)
+    kcut = 0  # K_SPLIT's (K_SPLIT_COLS') cut of the input channels
     s0 = SIDE0
     s1 = SIDE0 + SIDE_N
     if cols:
@@ -799,9 +922,9 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
             if a:
                 desc[s0 + S_BLOCK], desc[s0 + S_P0], desc[s0 + S_NP] = q, 0, a
                 desc[s1 + S_BLOCK], desc[s1 + S_P0], desc[s1 + S_NP] = q, a, l_n - a
-        if split and COLS_K_SPLIT and not images and n_n == 1 and m_n < k_n and k_n >= K_SPLIT_MIN_K and \
-                l_n <= K_SPLIT_PARALLEL:
-            kcut = _k_cut(step, k_n)
+        if not images and n_n == 1 and m_n < k_n and k_n >= K_SPLIT_MIN_K and (
+                l_n <= K_SPLIT_PARALLEL if split and COLS_K_SPLIT else not split and l_n <= K_SPLIT_COLS):
+            kcut = _k_cut(step, k_n)  # (COLS_K_SPLIT: the bound parallel call's; K_SPLIT_COLS: the serial pairs')
         if kcut:  # each side every panel over its part of K
             desc[s0 + S_C0], desc[s0 + S_MC], desc[s1 + S_C0], desc[s1 + S_MC] = 0, panels, 0, panels
             desc[s0 + S_NP] = desc[s1 + S_NP] = 0
