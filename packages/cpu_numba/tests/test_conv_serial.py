@@ -376,8 +376,11 @@ def test_a_held_layer_runs_the_one_thread_call(rng, monkeypatch, quiet_server, x
     at two with its pair refused (the helper asleep), runs the one-thread session's call of the layer: bit for bit
     its output, close to the reference; no job is published. Off, it runs its own driver, close to the reference."""
     from kernelkit_numba import config
-    from kernelkit_numba.kernels import conv_serial, pairs
+    from kernelkit_numba.kernels import conv_serial, cpair, pairs
 
+    # cpair.K_SOLO off: on (session 17), a refused pair that cuts its K (the 14x14 projection's, K_SPLIT_PARALLEL and
+    # COLS_K_SPLIT on since session 17's F1) runs its own halves on the caller, not the one-thread call
+    monkeypatch.setattr(cpair, "K_SOLO", False)
     x, w, b, z = _case(rng, xs, ws, attrs, with_b, with_z)
     inputs = _inputs(_ro(x), w, b, None if z is None else _ro(z))
     one = _kernel(x, w, b, z, attrs, threads=1).bind(None)(*inputs)
