@@ -100,6 +100,22 @@ def _helper_half(srv, desc, ya, shape):
     return y
 
 
+def _k_part(desc, m_n: int, l_n: int) -> np.ndarray:
+    """A K-cut pair's buffer of side 1's partial sums (the descriptor's ``KS_PART``), as an array over its memory."""
+    return np.ctypeslib.as_array((np.ctypeslib.ctypes.c_float * (m_n * l_n)).from_address(int(desc[cpair.KS_PART])))
+
+
+def _k_side_by_hand(srv, desc, shape, m_n: int, l_n: int):
+    """A K-cut pair's helper side run by hand (_helper_half) after a call the caller ran alone: it writes the partial
+    sums the caller's run of it wrote into the layer's buffer, bit for bit, and no output element."""
+    part = _k_part(desc, m_n, l_n)
+    mine = part.copy()
+    part[:] = np.nan
+    y = _helper_half(srv, desc, cpair.YA, shape)
+    np.testing.assert_array_equal(part, mine)
+    assert np.isnan(y).all()
+
+
 def _half_by_hand(srv, desc, ya, shape, want):
     """_helper_half, which must write part of the output but not all of it (its half), equal to ``want`` there bit
     for bit."""

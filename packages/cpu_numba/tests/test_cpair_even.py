@@ -19,6 +19,7 @@ import pytest
 from kernelkit_numba.kernels import cpair, dwtile, ftile, pairs
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (test_cpair's layers and helpers)
+from _conv_layers import _k_side_by_hand  # noqa: E402
 from test_cpair import CLIP6, _alone, _calls, _check_halves, _dw, _last_desc, _layer, _out_shape, _run  # noqa: E402, I001
 
 pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
@@ -248,11 +249,6 @@ K_LAYERS = [
 ]
 
 
-def _part(desc, m_n: int, l_n: int) -> np.ndarray:
-    """K_SPLIT's buffer of side 1's partial sums, as an array over its memory."""
-    return np.ctypeslib.as_array((np.ctypeslib.ctypes.c_float * (m_n * l_n)).from_address(int(desc[cpair.KS_PART])))
-
-
 @pytest.mark.parametrize("case", K_LAYERS, ids=_ids)
 def test_k_split(case, quiet_server, monkeypatch):
     """K_SPLIT 784: the caller alone (both sides, then the sums and the epilogue) equals the reference and the
@@ -260,7 +256,6 @@ def test_k_split(case, quiet_server, monkeypatch):
     caller's run of it, bit for bit, into the layer's buffer and nothing into the output; the cut is the middle
     rounded to 16 where the input's writer is unknown."""
     from kernelkit.testing import assert_close
-    from kernelkit_numba.kernels import fpair
     from test_cpair import _reference
 
     monkeypatch.setattr(cpair, "K_SPLIT", 784)
@@ -271,16 +266,7 @@ def test_k_split(case, quiet_server, monkeypatch):
     assert_close(alone, want, np.float32)
     k_n, m_n, l_n = w.shape[1], shape[1], shape[2] * shape[3]
     assert desc[cpair.OP] == cpair.ROWS and desc[cpair.KS_CUT] == (k_n // 2 + 8) // 16 * 16
-    part = _part(desc, m_n, l_n)
-    mine = part.copy()
-    part[:] = np.nan
-    y = np.full(shape, np.nan, np.float32)
-    desc[cpair.YA] = y.ctypes.data
-    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
-    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0  # the helper's side, reached by address
-    assert srv.ctl[pairs.STATE] == 9 * 4 + pairs.DONE
-    np.testing.assert_array_equal(part, mine)
-    assert np.isnan(y).all()
+    _k_side_by_hand(srv, desc, shape, m_n, l_n)
 
 
 @pytest.mark.parametrize("case", K_LAYERS[:2], ids=_ids)
@@ -328,7 +314,6 @@ def test_k_split_cols(case, quiet_server, monkeypatch):
     partial sums bit for bit into the layer's buffer and nothing into the output; a refused pair (K_SOLO) the caller
     alone's bits; off, an expansion and a K below K_SPLIT_MIN_K: no cut."""
     from kernelkit.testing import assert_close
-    from kernelkit_numba.kernels import fpair
     from test_cpair import _reference
 
     monkeypatch.setattr(cpair, "K_SPLIT_COLS", 0)
@@ -343,16 +328,7 @@ def test_k_split_cols(case, quiet_server, monkeypatch):
     assert desc[cpair.OP] == cpair.COLS and desc[cpair.KS_CUT] == (k_n // 2 + 8) // 16 * 16
     side1 = cpair.SIDE0 + cpair.SIDE_N
     assert tuple(desc[cpair.SIDE0:cpair.SIDE0 + 4]) == tuple(desc[side1:side1 + 4]) == (0, panels, 0, 0)
-    part = _part(desc, m_n, l_n)
-    mine = part.copy()
-    part[:] = np.nan
-    y = np.full(shape, np.nan, np.float32)
-    desc[cpair.YA] = y.ctypes.data
-    srv.ctl[pairs.STATE] = 9 * 4 + pairs.OPEN
-    assert fpair.pair_serve(srv.ctl, 1 << 22, 1 << 40) == 0  # the helper's side, reached by address
-    assert srv.ctl[pairs.STATE] == 9 * 4 + pairs.DONE
-    np.testing.assert_array_equal(part, mine)
-    assert np.isnan(y).all()
+    _k_side_by_hand(srv, desc, shape, m_n, l_n)
     f1, f2 = _calls(x, w, b, z, attrs)
     srv.ctl[pairs.AWAKE] = 0  # asleep: refused, the caller runs the K cut alone (K_SOLO)
     np.testing.assert_array_equal(_run(f2, x, w, b, z, shape), alone)

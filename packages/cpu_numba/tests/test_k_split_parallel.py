@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _conv_layers import _at, _cpair_of, _helper_half, _kernel, _one_thread, _reference
+from _conv_layers import _at, _cpair_of, _k_side_by_hand, _kernel, _one_thread, _reference
 from kernelkit.testing import assert_close
 from kernelkit_numba.kernels import conv_serial, cpair, pairs
 
@@ -25,11 +25,6 @@ LAYERS = [
 
 def _ids(case):
     return f"{case[0][1]}x{case[0][2]}-{case[1][0]}" + ("+Z" if case[3] else "")
-
-
-def _part(desc, m_n: int, l_n: int) -> np.ndarray:
-    """The layer's buffer of side 1's partial sums, as an array over its memory."""
-    return np.ctypeslib.as_array((np.ctypeslib.ctypes.c_float * (m_n * l_n)).from_address(int(desc[cpair.KS_PART])))
 
 
 def _rows_tiles(monkeypatch):
@@ -63,12 +58,7 @@ def test_k_split_parallel(case, quiet_server, monkeypatch):
     assert_close(got, _reference(inputs, attrs), np.float32)
     assert_close(got, one, np.float32)
     d = pair.desc
-    part = _part(d, m_n, l_n)
-    mine = part.copy()
-    part[:] = np.nan
-    y = _helper_half(srv, d, cpair.YA, shape)
-    np.testing.assert_array_equal(part, mine)
-    assert np.isnan(y).all()
+    _k_side_by_hand(srv, d, shape, m_n, l_n)
     if res:  # the output over the residual (RESIDUAL_IN_PLACE's plan): the pair gets a copy of it
         z = inputs[3].copy()
         with conv_serial.config.num_threads(2):
