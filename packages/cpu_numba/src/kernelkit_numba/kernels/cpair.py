@@ -785,8 +785,11 @@ class Pair:
         if w is not self.bound[0] or bias is not self.bound[1]:
             self.keep = self.fill(self.desc, w, bias)
             self.bound = (w, bias)
+        # side 1's scratch the caller's own, not the helper's (scratch()): a pair refused because another caller holds
+        # the slot may have the helper running that caller's side 1 in it now
         self.fn(self.solo, self.desc, x, y, x if z is None else z,  # (pair_run, or its compiled entry point)
-                config.thread_buffer("ftile", self.size0, np.float32), scratch(self.size1))
+                config.thread_buffer("ftile", self.size0, np.float32),
+                config.thread_buffer("cpair.solo", self.size1, np.float32))
         return True
 
     def _call(self, w, bias, x, y, z, raw=None) -> bool:
