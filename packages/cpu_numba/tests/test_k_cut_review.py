@@ -100,7 +100,8 @@ def test_k_cut_anywhere(case, quiet_server, monkeypatch):
 
 # the bound parallel call's one-image projections as the defaults pair them (conv_serial.PAIR_COLS_MAX 196,
 # cpair.COLS_K_SPLIT, K_SPLIT_PARALLEL 196): ResNet-50's 1024 -> 256 at 14x14 at half its channels with Relu, the same
-# with the residual, an odd K onto 112 channels (two 48-channel panels and one of 16) on an odd map; (layer, PAIR_COLS_MAX: 0 takes the rows tiles)
+# with the residual, an odd K onto 112 channels (two 48-channel panels and one of 16) on an odd map; the second item
+# PAIR_COLS_MAX (0: the rows tiles)
 PARALLEL = [
     (((1, 512, 14, 14), (128, 512, 1, 1), {"activation": "Relu"}, False, None), 196),
     (((1, 512, 14, 14), (128, 512, 1, 1), {"activation": "Relu"}, True, None), 196),
