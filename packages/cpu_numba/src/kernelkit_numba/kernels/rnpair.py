@@ -487,8 +487,7 @@ class Pair:
         (v0, m0, s0), (v1, m1, s1) = self.sizes
         args = (srv.ctl, self.desc, x, y, y if z is None else z, config.thread_buffer("wino_v", v0, np.float32),
                 config.thread_buffer("wino_mo", m0, np.float32), config.thread_buffer("ftile", s0, np.float32),
-                fpair.helper_buffer("rnpair.v", v1), fpair.helper_buffer("rnpair.mo", m1),
-                fpair.helper_buffer("rnpair.scratch", s1), alone)
+                *_side1_buffers(alone, v1, m1, s1), alone)
         done = pair_run(*args)
         if done == 3:
             return False
@@ -501,6 +500,18 @@ class Pair:
             elif done == 1 and FOLLOW_DIRECT and self.direct is not None:
                 follow_direct(self, srv.ctl)
         return True
+
+
+def _side1_buffers(alone: bool, v1: int, m1: int, s1: int) -> tuple:
+    """Side 1's buffers (v, mo, scratch): the helper's, or where the caller runs both sides without the slot
+    (``alone``: the helper not usable, which it may be while it still runs another caller's job in them) the
+    caller's own (review17)."""
+    if alone:
+        return (config.thread_buffer("rnpair.solo_v", v1, np.float32),
+                config.thread_buffer("rnpair.solo_mo", m1, np.float32),
+                config.thread_buffer("rnpair.solo_scratch", s1, np.float32))
+    return (fpair.helper_buffer("rnpair.v", v1), fpair.helper_buffer("rnpair.mo", m1),
+            fpair.helper_buffer("rnpair.scratch", s1))
 
 
 def follow_direct(pair: Pair, ctl) -> int:
