@@ -322,7 +322,9 @@ def _go(made: Made, *arrays) -> bool:
         if POOL_BACKOFF and srv.until > time.perf_counter():
             shards.POOL._back_off("the pairs are backed off (tpair.POOL_BACKOFF)")
         srv.asleep()
-    if made.size:
+    if made.size:  # side 1 in the helper's scratch even alone: pair_run runs alone only once it holds the slot,
+        # which the helper's last job released after its DONE (the caller of a job waits for it), so the helper runs
+        # nothing meanwhile (race17; rnpair's alone and cpair's K_SOLO run without the slot: their caller's buffers)
         scratch = (config.thread_buffer("tpair", made.size, np.float32),
                    fpair.helper_buffer("tpair.scratch", made.size))
     else:
