@@ -925,8 +925,8 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
             if a:
                 desc[s0 + S_BLOCK], desc[s0 + S_P0], desc[s0 + S_NP] = q, 0, a
                 desc[s1 + S_BLOCK], desc[s1 + S_P0], desc[s1 + S_NP] = q, a, l_n - a
-        if not images and n_n == 1 and m_n < k_n and k_n >= K_SPLIT_MIN_K and (
-                l_n <= K_SPLIT_PARALLEL if split and COLS_K_SPLIT else not split and l_n <= K_SPLIT_COLS):
+        if not images and _k_cuttable(n_n, m_n, k_n, l_n,
+                                      (K_SPLIT_PARALLEL if COLS_K_SPLIT else 0) if split else K_SPLIT_COLS):
             kcut = _k_cut(step, k_n)  # (COLS_K_SPLIT: the bound parallel call's; K_SPLIT_COLS: the serial pairs')
         if kcut:  # each side every panel over its part of K
             desc[s0 + S_C0], desc[s0 + S_MC], desc[s1 + S_C0], desc[s1 + S_MC] = 0, panels, 0, panels
@@ -949,8 +949,7 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
                 axis = "pixels"
             else:
                 axis = "channels" if panels % 2 == 0 or tiles < 2 else "pixels"
-        if not images and n_n == 1 and m_n < k_n and k_n >= K_SPLIT_MIN_K and l_n <= (K_SPLIT_PARALLEL if split
-                                                                                    else K_SPLIT):
+        if not images and _k_cuttable(n_n, m_n, k_n, l_n, K_SPLIT_PARALLEL if split else K_SPLIT):
             kcut = _k_cut(step, k_n)
         if images or kcut:
             parts = ((0, m_n, 0, l_n), (0, m_n, 0, l_n))
@@ -1027,6 +1026,13 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
         span = FOLLOW_RANGE * nt
         pair.follow = [float(cut), max(1, int(round(cut - span))), min(nt - 1, int(round(cut + span))), nt, setter]
     return pair
+
+
+def _k_cuttable(n_n: int, m_n: int, k_n: int, l_n: int, limit: int) -> bool:
+    """Whether a K cut may take a layer of ``n_n`` images, ``k_n`` -> ``m_n`` channels on ``l_n`` pixels: a one-image
+    projection (fewer output than input channels, K_SPLIT_MIN_K of them at least) on at most ``limit`` pixels (the
+    switch of its tiles and thread count: K_SPLIT, K_SPLIT_PARALLEL, K_SPLIT_COLS; 0: none)."""
+    return n_n == 1 and m_n < k_n and k_n >= K_SPLIT_MIN_K and l_n <= limit
 
 
 def _k_cut(step, k_n: int) -> int:
