@@ -544,6 +544,15 @@ def sub_direct_fits(kind, m_n: int, ow_n: int) -> bool:
         not direct_unfilled(kind, m_n, ow_n)
 
 
+def _fdirect_one_plan(m_n: int, k_n: int, oh_n: int, ow_n: int) -> tuple:
+    """fdirect's one-thread plan of a one-image layer of ``k_n`` taps, ``m_n`` output channels and an ``oh_n`` x
+    ``ow_n`` output: (cv, mp) its tile (fdirect.tile_shape at one thread), (total, rb, kc) its shards, row blocks and
+    K chunk (fdirect.plan), and its scratch's floats (fdirect.scratch_size)."""
+    cv, mp = fdirect.tile_shape(m_n, ow_n, 1)
+    total, rb, kc = fdirect.plan(m_n, k_n, oh_n, 1, cv)
+    return cv, mp, total, rb, kc, fdirect.scratch_size(k_n, kc, oh_n, ow_n, rb, cv, mp)
+
+
 def _sub_direct_call(conv, raw, x_shape, y_shape, s, lo, hi, has_z):
     """A one-thread 1x1 convolution of stride ``s`` both ways, no pads, on fdirect's driver over the input in place
     (SUB_DIRECT_ONE_THREAD): output pixel (oh, ow) of tap (channel) c reads ``x[c, oh * s, ow * s]``, at the plane
@@ -554,10 +563,8 @@ def _sub_direct_call(conv, raw, x_shape, y_shape, s, lo, hi, has_z):
     held = _Constants()
     n_n, c_n, h_n, w_n = x_shape
     m_n, oh_n, ow_n = y_shape[1:]
-    cv, mp = fdirect.tile_shape(m_n, ow_n, 1)
+    cv, mp, total, rb, kc, size = _fdirect_one_plan(m_n, c_n, oh_n, ow_n)
     koff = readonly(np.arange(c_n, dtype=np.int64) * (h_n * w_n))
-    total, rb, kc = fdirect.plan(m_n, c_n, oh_n, 1, cv)
-    size = fdirect.scratch_size(c_n, kc, oh_n, ow_n, rb, cv, mp)
     driver = fdirect.driver_ahead(s, cv, mp, int(fdirect.AHEAD))
     no_z = readonly(np.zeros(1, np.float32))
     packing = (c_n, 16 * cv)  # (_packed's K and tile width)
@@ -674,13 +681,11 @@ def _direct_one(conv, x_shape, y_shape, geom, lo, hi, has_z):
     c_n = x_shape[1]
     m_n, oh_n, ow_n = y_shape[1:]
     k_n = c_n * kh * kw
-    cv, mp = fdirect.tile_shape(m_n, ow_n, 1)
+    cv, mp, total, rb, kc, size = _fdirect_one_plan(m_n, k_n, oh_n, ow_n)
     hp, wpad, step, koff = fdirect.geometry(c_n, kh, kw, sh, oh_n, ow_n)
     koff = readonly(koff)
     xp = np.empty(c_n * hp * wpad, np.float32)
     xp_ro = readonly(xp)
-    total, rb, kc = fdirect.plan(m_n, k_n, oh_n, 1, cv)
-    size = fdirect.scratch_size(k_n, kc, oh_n, ow_n, rb, cv, mp)
     ahead = int(fdirect.AHEAD)
     no_z = readonly(np.zeros(1, np.float32))
     packing = (k_n, 16 * cv)  # (_packed's K and tile width)
