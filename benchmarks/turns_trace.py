@@ -46,12 +46,15 @@ class CpuTrace(list):
 
 def _stall_counts() -> tuple:
     """The pair helper's (stalls, the back-offs they fired: time-based and counted in calls, the stalls paid for:
-    rnpair.STALL_NET) now."""
+    rnpair.STALL_NET, the pair calls refused within a back-off or skip, the lone stalls' skips: pairs.LONE_SKIP, the
+    wakes, the reporting caller's rule: pairs.PairServer.family) now."""
     fpair = sys.modules.get("kernelkit_numba.kernels.fpair")
     if fpair is None or not fpair._server:
-        return (0, 0, 0)
-    st = fpair._server[0].stats
-    return (st.get("stalls", 0), st.get("stall_backoffs", 0) + st.get("skips", 0), st.get("paid", 0))
+        return (0, 0, 0, 0, 0, 0, "")
+    srv = fpair._server[0]
+    st = srv.stats
+    return (st.get("stalls", 0), st.get("stall_backoffs", 0) + st.get("skips", 0) + st.get("lone", 0),
+            st.get("paid", 0), st.get("refused", 0), st.get("lone", 0), st.get("wakes", 0), getattr(srv, "family", ""))
 
 
 def stall_records(trace, rate: float, t0: float) -> list:
@@ -59,7 +62,10 @@ def stall_records(trace, rate: float, t0: float) -> list:
     its wait, the helper's start, its half (us), the helper's half over the caller's, the median of that over the 8
     paired calls before (a helper on a slower core: high before too; a lost core: a spike), whether it fired a
     back-off, whether it was paid for (rnpair.STALL_NET), and the ms until the next pair call reported (a
-    back-off's length, as the run saw it)]."""
+    back-off's length, as the run saw it); issue 11, session 18: the caller's rule (pairs.PairServer.family: "f"
+    fpair's products, "h" a hiccup window, tpair's, "r" rnpair.rule(): the ResNets' layers), whether the fire was a
+    lone stall's skip (pairs.LONE_SKIP), then until the next paired call: the pair calls refused (a back-off or skip),
+    run alone on a miss, and that woke the helper, and the ms to it (-1: none in the block)]."""
     if not trace or rate <= 0:
         return []
     us = 1e6 / rate
@@ -72,9 +78,15 @@ def stall_records(trace, rate: float, t0: float) -> list:
         if stalled:
             prior = sorted(before[-8:])
             gap = (trace[i + 1][0] - t) * 1e3 if i + 1 < len(trace) else -1.0
+            j = next((k for k in range(i + 1, len(trace)) if trace[k][1] == 1), len(trace))
+            end = marks[j] if j < len(trace) else marks[-1]
+            missed = sum(1 for k in range(i + 1, j) if trace[k][1] == 2)
+            to_paired = (trace[j][0] - t) * 1e3 if j < len(trace) else -1.0
             out.append([round((t - t0) * 1e3, 2), round(o * us, 1), round(w * us, 1), round(s * us, 1),
                         round(h * us, 1), round(h / o, 2) if o > 0 else 0.0,
-                        round(prior[len(prior) // 2], 2) if prior else 0.0, fired, paid, round(gap, 2)])
+                        round(prior[len(prior) // 2], 2) if prior else 0.0, fired, paid, round(gap, 2),
+                        marks[i][6], marks[i + 1][4] > marks[i][4], end[3] - marks[i + 1][3], missed,
+                        end[5] - marks[i + 1][5], round(to_paired, 2)])
         if o > 0:
             before.append(h / o)
     return out
@@ -252,7 +264,8 @@ def stalls(path: str) -> str:
     """Each block's stalls (stall_records), one line a stall: when in the block, own / wait / the helper's start and
     half (us), the helper's half over the caller's and its median over the 8 calls before, fired, paid for, the gap
     after."""
-    lines = ["block | ms in block | own us | wait | hlp start | hlp half | hlp/own | before | fired | paid | gap ms"]
+    lines = ["block | ms in block | own us | wait | hlp start | hlp half | hlp/own | before | fired | paid | gap ms | "
+             "rule | lone | refused | missed | wakes | to paired ms"]
     for r in (json.loads(line) for line in open(path)):
         for rec in ((r.get("trace") or {}).get("pairs") or {}).get("stalls", []):
             lines.append(f"{r['model']} {r['load']} r{r['round']} {r['runtime']} | " + " | ".join(str(v) for v in rec))

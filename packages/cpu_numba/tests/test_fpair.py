@@ -354,3 +354,65 @@ def test_a_woken_helper_waits_for_its_first_job():
         helper.ctl[pairs.STOP] = 1
         helper._thread.join(5.0)
     assert not helper._thread.is_alive()
+
+
+def test_a_lone_stall_skips_a_few_calls_a_burst_backs_off(monkeypatch):
+    """pairs.LONE_SKIP (issue 11, session 18): fpair's rule fires a back-off at every stall; with LONE_SKIP a fire with
+    none within BURST_S before it is the next LONE_SKIP pair calls on the caller (the helper not woken, no back-off in
+    time), and the products then run right on the caller; a second fire within BURST_S (a burst) is the back-off in
+    time, doubling as before; one after a calm BURST_S is a skip again; the helper's misses still back off in time;
+    off (0), every stall backs off in time."""
+    kind = ftile.choice()[0]
+    monkeypatch.setattr(shards.POOL, "backoff", False)
+    monkeypatch.setattr(shards.POOL, "_serial_until", 0.0)
+    monkeypatch.setattr(pairs, "LONE_SKIP", 3)
+    monkeypatch.setattr(pairs, "BURST_S", 600.0)  # (the products between the stalls compile on a slow box)
+    srv = fpair.FPairServer(7)
+    assert srv.prepare()
+    srv.ctl[pairs.AWAKE] = 1  # "spinning", but no thread: a pair call runs both halves on the caller (alone)
+    monkeypatch.setattr(fpair, "_server", [srv])
+    wakes = []
+    monkeypatch.setattr(srv, "wake", lambda: wakes.append(1))
+    a, b, bias = _case(np.random.default_rng(5), 64, 256, 512)
+    packed = fgemm.Packed(b, b, kind)
+
+    def stall():
+        srv.ctl[fpair.OWN], srv.ctl[pairs.WAITED] = 1000, srv.stall + 501
+        srv.result(1, False, fpair.HICCUP_S)
+
+    def product():
+        out = np.full((64, 512), np.nan, np.float32)
+        with config.num_threads(2):
+            fgemm.gemm(kind, packed, a, out, 1.0, bias)
+        assert_close(out, _want(a, b, bias))
+
+    stall()
+    assert srv.stats["stalls"] == 1 and srv.stats["lone"] == 1 and srv.skip == 3
+    assert srv.until == 0.0 and srv.stats["backoffs"] == 0 and srv.stats["stall_backoffs"] == 0
+    for _ in range(3):  # skipped: on the caller, no job published, the helper not woken before the last
+        product()
+    assert srv.stats["refused"] == 3 and srv.stats["alone"] == 0 and srv.skip == 0 and wakes == [1]
+    product()  # the skip over: a pair call again (no thread: the caller takes the helper's half)
+    assert srv.stats["alone"] == 1 and srv.stats["refused"] == 3
+    stall()  # a second fire within BURST_S: the burst's back-off in time
+    assert srv.stats["lone"] == 1 and srv.stats["stall_backoffs"] == 1 and srv.skip == 0
+    assert srv.until > time.perf_counter() and srv._backoff == pairs.MIN_BACKOFF_S
+    product()
+    assert srv.stats["refused"] == 4 and srv.stats["alone"] == 1
+    stall()  # again soon: doubling, as before
+    assert srv.stats["stall_backoffs"] == 2 and srv._backoff == 2 * pairs.MIN_BACKOFF_S
+    srv._fired -= pairs.BURST_S + 1.0  # calm for BURST_S: a lone stall again
+    srv.until = 0.0
+    stall()
+    assert srv.stats["lone"] == 2 and srv.skip == 3 and srv.until == 0.0 and srv.stats["stall_backoffs"] == 2
+    srv.skip = 0
+    for _ in range(pairs.MISSES):  # the helper's misses: the back-off in time, as before
+        srv.result(2, False, fpair.HICCUP_S)
+    assert srv.stats["backoffs"] == 3 and srv.until > time.perf_counter() and srv.skip == 0
+    monkeypatch.setattr(pairs, "LONE_SKIP", 0)
+    off = fpair.FPairServer(8)
+    off.stall = srv.stall
+    off.ctl[fpair.OWN], off.ctl[pairs.WAITED] = 1000, off.stall + 501
+    off.result(1, False, fpair.HICCUP_S)
+    assert off.stats["stall_backoffs"] == 1 and off.stats["lone"] == 0 and off.skip == 0
+    assert off.until > time.perf_counter()

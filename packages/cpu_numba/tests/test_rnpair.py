@@ -507,6 +507,40 @@ def test_stall_back_off_counted_in_calls(quiet_server, monkeypatch):
     assert srv.until > time.perf_counter() and len(pool_calls) == 1
 
 
+def test_lone_stall_fire_is_a_skip_in_the_hiccup_rule(quiet_server, monkeypatch):
+    """pairs.LONE_SKIP with rnpair.rule() (issue 11, session 18): a stall alone fires nothing (the hiccup rule); the
+    first fire (two stalls within HICCUP_S) is a skip of LONE_SKIP pair calls, with no back-off in time and none of the
+    pool's (rnpair.follow); a fire within pairs.BURST_S of it is the back-off in time, the pool's with it; with
+    rnpair.STALL_SKIP the caller's own skip rule decides, as before."""
+    monkeypatch.setattr(pairs, "LONE_SKIP", 4)
+    monkeypatch.setattr(pairs, "BURST_S", 600.0)
+    pool_calls = []
+    monkeypatch.setattr(shards.POOL, "_back_off", lambda why, seconds=0.0: pool_calls.append(why))
+    srv = quiet_server
+    srv.ctl[pairs.WAITED] = srv.stall + 1
+    srv.ctl[fpair.OWN] = 0
+    srv.ctl[pairs.AWAKE] = 1
+
+    def stall():
+        before = srv.stats["backoffs"]
+        srv.result(1, *rnpair.rule())
+        rnpair.follow(srv, before)
+
+    stall()
+    assert srv.stats["stalls"] == 1 and srv.skip == 0 and srv.stats["lone"] == 0
+    stall()
+    assert srv.stats["lone"] == 1 and srv.skip == 4 and srv.until == 0.0 and pool_calls == []
+    assert sum(not srv.usable() for _ in range(6)) == 4 and srv.stats["refused"] == 4
+    stall()  # the one before within HICCUP_S, and a fire within BURST_S: the back-off in time
+    assert srv.stats["stall_backoffs"] == 1 and srv.until > time.perf_counter() and len(pool_calls) == 1
+    assert srv.stats["lone"] == 1 and not srv.usable() and srv.stats["refused"] == 5
+    monkeypatch.setattr(rnpair, "STALL_SKIP", 5)  # the caller's own skip rule
+    srv.until, srv._stalls = 0.0, []
+    stall()
+    stall()
+    assert srv.stats["skips"] == 1 and srv.skip == 5 and srv.stats["lone"] == 1
+
+
 def test_stalls_paid_for(quiet_server, monkeypatch):
     """rnpair.STALL_NET: a stall that the paired calls since the last one paid for (their own halves less their waits,
     it included, at 0 or above) is counted (stats["paid"]) but not toward the hiccup rule; one after calls that lost

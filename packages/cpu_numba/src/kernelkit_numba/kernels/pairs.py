@@ -23,7 +23,8 @@
   fixed length where it passes one (rnpair.HICCUPS, rnpair.HICCUP_BACKOFF_S; issue 11, session 13); where it passes
   them, a stall's slack is its own fraction of the caller's half, the back-off is a count of pair calls
   (``SKIP_CALM``), and a stall that the paired calls since the last one paid for is forgotten (rnpair.STALL_SLACK,
-  STALL_SKIP, STALL_NET; issue 11, session 15).
+  STALL_SKIP, STALL_NET; issue 11, session 15). With ``LONE_SKIP`` a stall back-off is as long as its evidence: a
+  lone stall's a short skip of pair calls, a burst's (a second within ``BURST_S``) the long one (issue 11, session 18).
 """
 from __future__ import annotations
 
@@ -89,6 +90,18 @@ SKIP_MAX = 64
 # this 0.99 (0.86-1.28; its blocks missed 8 jobs, never more), with shards.ShardPool.HOLD_S 0.97; quiet (with HOLD_S
 # and rnpair.ALONE_SERIAL) default / them 1.03 (ResNet-18), 1.00 (ResNet-50).
 MISS_WINDOW = 16
+# A stall back-off as long as the evidence (issue 11, session 18; docs/numba.md, "A stall back-off as long as its
+# evidence"). On the quiet Xeon a stall is mostly the host's hiccup, not a taken core: in session 17's call F3 the MLP's
+# products (fpair's rule: every stall backs off, 50 ms doubling while they come within CALM_S) ran 1.48x onnxruntime's
+# two threads with 7 stall back-offs in 6 blocks, 0.99-1.23 in the calls with few. LONE_SKIP > 0: a back-off that a
+# stall fires (any family's rule: fpair's, rnpair's and tpair's hiccup rules; a caller's own ``skip`` keeps its rule)
+# is, where no stall fired one within BURST_S before it (a lone stall), the next LONE_SKIP pair calls on the caller (the
+# helper left asleep; no back-off in time, so none of the shard pool's either: rnpair.follow and tpair see none); a
+# second within BURST_S (a burst, or a taken core that stalls call after call) fires the family's own back-off (in
+# time, doubling or fixed) as before. The helper's misses (MISSES, MISS_WINDOW: the sign of a taken core under load)
+# back off in time as before. 0: off, every fire is the family's back-off.
+LONE_SKIP = 0
+BURST_S = 0.1
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 
 
@@ -250,10 +263,13 @@ class PairServer:
         self._skip_len = 0  # the last such back-off's length in calls (0: none yet)
         self._since = 0  # pair calls asked for (usable) since it ended
         self._net = 0  # cycles the paired calls since the last stall saved (own halves less waits: result's net)
+        self._fired = -1e9  # perf_counter of the last stall fire (LONE_SKIP's burst window)
+        self.family = ""  # the last reporting caller's rule (traces): "f" fpair's, "h" a hiccup window, "r" rnpair's
         # (stall_backoffs: the back-offs that stalls fired, the rest are MISSES'; skips: the stall back-offs
-        # counted in calls, which are neither; paid: stalls that pairing had paid for, result's net)
+        # counted in calls, which are neither; paid: stalls that pairing had paid for, result's net; lone: the
+        # stall fires that LONE_SKIP made a short skip; refused: pair calls asked for within a back-off or skip)
         self.stats = {"paired": 0, "alone": 0, "stalls": 0, "backoffs": 0, "stall_backoffs": 0, "wakes": 0,
-                      "skips": 0, "paid": 0}
+                      "skips": 0, "paid": 0, "lone": 0, "refused": 0}
 
     def serve(self, ctl, idle: int, cap: int) -> int:
         raise NotImplementedError
@@ -321,6 +337,7 @@ class PairServer:
         stall counts toward a back-off only where the paired calls since the last stall, it included, lost time:
         the sum of the caller's own halves less its waits (what pairing saved against the caller alone, a half
         each) below 0; else it is ``paid``, and forgotten)."""
+        self.family = "r" if slack is not None else "h" if hiccup_s else "f"
         if done == 1 and stalled is None and slack is not None:
             stalled = bool(self.ctl[WAITED] > self.stall + int(slack * self.ctl[OWN]))
         if TRACE is not None:
@@ -364,7 +381,14 @@ class PairServer:
 
     def _stall_back_off(self, fixed_s: float, skip: int) -> None:
         """The back-off a stall fired: the next pair calls on the caller where ``skip`` > 0 (SKIP_CALM), else
-        ``_back_off(fixed_s)``."""
+        ``_back_off(fixed_s)``; with LONE_SKIP, a fire with none within BURST_S before it: LONE_SKIP calls skipped."""
+        if skip <= 0 and LONE_SKIP > 0:
+            now = time.perf_counter()
+            lone, self._fired = now - self._fired > BURST_S, now
+            if lone:
+                self.skip, self._misses = max(self.skip, int(LONE_SKIP)), 0
+                self.stats["lone"] += 1
+                return
         if skip <= 0:
             self.stats["stall_backoffs"] += 1
             self._back_off(fixed_s)
@@ -404,11 +428,13 @@ class PairServer:
         within a back-off counted in calls (``skip``) uses one of them up."""
         if self.skip > 0:
             self.skip -= 1
+            self.stats["refused"] += 1
             return False
         self._since += 1
-        if self.ctl[AWAKE] != 1:
+        if self.until and time.perf_counter() < self.until:
+            self.stats["refused"] += 1
             return False
-        return not (self.until and time.perf_counter() < self.until) and not shards.POOL.backed_off()
+        return self.ctl[AWAKE] == 1 and not shards.POOL.backed_off()
 
     def reset_after_fork(self) -> None:
         """In a forked child: the thread did not come along; a new one starts when asked."""
