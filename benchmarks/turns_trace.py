@@ -85,8 +85,8 @@ def stall_records(trace, rate: float, t0: float) -> list:
             out.append([round((t - t0) * 1e3, 2), round(o * us, 1), round(w * us, 1), round(s * us, 1),
                         round(h * us, 1), round(h / o, 2) if o > 0 else 0.0,
                         round(prior[len(prior) // 2], 2) if prior else 0.0, fired, paid, round(gap, 2),
-                        marks[i][6], marks[i + 1][4] > marks[i][4], end[3] - marks[i + 1][3], missed,
-                        end[5] - marks[i + 1][5], round(to_paired, 2)])
+                        marks[i][6], marks[i + 1][4] > marks[i][4], end[3] - marks[i][3], missed,
+                        end[5] - marks[i][5], round(to_paired, 2)])
         if o > 0:
             before.append(h / o)
     return out
