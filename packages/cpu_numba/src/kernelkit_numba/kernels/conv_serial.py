@@ -266,8 +266,9 @@ def _paired_call(conv, x_shape, y_shape, geom, code, p0, p1, lo, hi, has_z):
         if (config.current_threads() != 2 or ftile.requested_raw() != raw or shards.POOL.workers_spinning()
                 or not held.usable(conv, x, w, b, z, y, m_n)):
             return general(x, w, b, z, out=out)  # (compute copies a residual it may not write over)
-        if z is not None and pad is not None and _same_memory(z, y):  # (RESIDUAL_WINO: the direct pair's
-            z = _copied(z)  # stores are not checked for it; the Winograd pairs' output transforms are)
+        if z is not None and small and _same_memory(z, y):  # (RESIDUAL_WINO: the direct pair's stores are
+            z = _copied(z)  # not checked for it, whoever pads (PAD_SPLIT, DIRECT_ROWS: no caller's pad); the
+            # Winograd pairs' output transforms are)
         x0 = readonly(x)[0]
         pad_input = None
         if pad is not None:  # the zero-padded input for both sides, on the caller (where the pair runs)
