@@ -4,13 +4,15 @@ one word, each side then waiting until every unit is done). The padded input is 
 channels, so the pair equals the one-thread path bit for bit: the caller alone (the helper 'spinning' but never
 coming: it claims every unit), the helper's loop run by hand with the caller having claimed some units or none (the
 padded buffer then equal to the caller's own pad, the helper's output rows the one-thread path's); odd channel counts
-(units of unequal channels), the residual and Relu."""
+(units of unequal channels), the residual and Relu. rnpair.DIRECT_ROWS (issue 11, session 18): fdirect's pairs cut by
+rows, each side padding its own rows; a direct pair over its residual with either switch."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from _conv_layers import _at, _cpair_of, _half_by_hand, _helper_half, _kernel, _one_thread, _pair_of
 from kernelkit.testing import assert_close
+from kernelkit_numba import config
 from kernelkit_numba.kernels import conv_serial, fdirect, ftile, pairs, rnpair
 
 pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
@@ -255,3 +257,26 @@ def test_direct_rows_odd(quiet_server, monkeypatch):
     fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
     assert _pair_of(fn).desc[rnpair.R_KH] == 0
     np.testing.assert_array_equal(_at(2, fn, inputs, shape), want)
+
+
+@pytest.mark.parametrize("switch", ["DIRECT_ROWS", "PAD_SPLIT"])
+def test_direct_over_residual(switch, quiet_server, monkeypatch):
+    """A direct pair whose output is its residual's memory (3x3/2 of 33 -> 64 to 14 x 13: rows of 13 pixels, whose last
+    7-pixel tile overlaps the one before and reads the residual where that one has written) takes a copy of the
+    residual first with DIRECT_ROWS or PAD_SPLIT on (pairs with no caller's pad), as the panel cut does: the one-thread
+    path's output bit for bit (without the copy the overlapped pixels add the residual twice)."""
+    case = ((1, 33, 28, 26), (64, 33, 3, 3), {**PADS, "strides": [2, 2]}, True, rnpair.OP_DIRECT)
+    xs, ws, attrs, res, op = case
+    inputs, shape, want = _one_thread(case, 13)
+    quiet_server.ctl[pairs.AWAKE] = 1
+    monkeypatch.setattr(rnpair, switch, True)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    pair = _pair_of(fn)
+    assert pair is not None and pair.desc[rnpair.OP] == op
+    assert (pair.desc[rnpair.R_KH] > 0) == (switch == "DIRECT_ROWS") and (pair.desc[rnpair.P_N] > 0) == (
+        switch == "PAD_SPLIT")
+    z = inputs[3].copy()
+    with config.num_threads(2):
+        got = fn(*inputs[:3], z, out=z)
+    assert got is z or np.shares_memory(got, z)
+    np.testing.assert_array_equal(got, want)
