@@ -100,7 +100,10 @@ U_CLAIM, U_DONE, U_N, U_X, U_H, U_W, U_SH, U_SW = range(SIDE0 + 2 * SIDE_N + 11,
 # K_SPLIT (a one-image projection's K cut between the sides), after SUB_SPLIT's: the cut (0: none), side 1's packed
 # weights (side 0's at WA) and the layer's buffer of side 1's partial sums (bind only)
 KS_CUT, KS_W1, KS_PART = range(SIDE0 + 2 * SIDE_N + 19, SIDE0 + 2 * SIDE_N + 22)
-NDESC = SIDE0 + 2 * SIDE_N + 22
+# WARM (an expansion's halves pull their input (and residual) lines in one sequential pass first), after K_SPLIT's:
+# WARM's bits where the pair takes it (0: none; bind only)
+XW = SIDE0 + 2 * SIDE_N + 22
+NDESC = SIDE0 + 2 * SIDE_N + 23
 DW_FNS = ("r1", "r1z", "s2", "s2z", "p2", "p2z", "max1", "max2")  # DWFN: dwtile's plane drivers, in this order
 # (max1, max2: its MaxPool 3x3 planes, stride 1 and 2: maxpool_pair)
 
@@ -310,6 +313,21 @@ SUB_UNITS = 8
 # loaded, within the spread. A/B: kernels.cpair.STEM_SPLIT=1
 STEM_SPLIT = False
 STEM_UNITS = 12
+# An expansion's halves pull their lines in first (issue 11, session 18; docs/numba.md, "ResNet-50's expansions and
+# strided 1x1 layers at two threads"): the bound parallel call's one-image pair of a 1x1 layer with more output than
+# input channels (ResNet-50's +Z expansions, its 1x1/2 shortcuts) on maps of at most WARM_MAX pixels, not cut by K,
+# reads, at the start of each side's half, every cache line of what its tiles will read, in one sequential pass
+# (``warm_side``: a load a line, four sums kept, the total stored into the side's scratch so that the loads stay): bit 1
+# the whole input (each side reads all of it: at 14x14 256 x 196 floats, half of them written by the other core in the
+# 3x3 layer before, cut by channels, or copied by the caller for a 1x1/2 shortcut: all of it for the helper), bit 2
+# the residual's rows of the side's own output channels (the cols tiles load them channel row by channel row in the
+# last K chunk, 48 rows 784 bytes apart a tile, which the hardware's prefetchers do not follow). The tiles then find
+# them in their core's L2, where their strided first pass took each line from the other core's L2 or from L3 in
+# turn (r50c17: the 14x14 expansions' cols sides ran at 88-93 GFLOP/s side by side against 97 in turn, the halves'
+# input the part that no cut keeps on one core). Nothing in the arithmetic changes: the output is the pair's without
+# it, bit for bit. Read when a layer binds. 0: off. A/B: kernels.cpair.WARM=1 (or 3)
+WARM = 0
+WARM_MAX = 196
 
 
 @jit
@@ -497,6 +515,8 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
                 sub(xr, xb, d[U_SH], d[U_SW], u * k_n // units, (u + 1) * k_n // units)
                 pairs.count_up(d, U_DONE)
             pairs.wait_count(d, U_DONE, units)
+        if d[XW] != 0:  # WARM: the side's input (and residual) lines in one sequential pass first
+            warm_side(d, b, scratch)
         if op == COLS and d[KS_CUT] > 0:  # COLS_K_SPLIT, K_SPLIT_COLS: every panel over the side's input channels, no
             # epilogue
             k0 = 0 if side == 0 else d[KS_CUT]
@@ -602,6 +622,53 @@ def _image(d, b, side, prev):
         return pairs.claim_ends(d, CLAIM, side)
     n = d[b + S_N0] if prev < 0 else prev + 1
     return n if n < d[b + S_N1] else -1
+
+
+@jit
+def _lines(a, i0, i1) -> np.float32:
+    """The sum of ``a[i]`` for every 16th i in [i0, i1): a load from each cache line of ``a[i0:i1]`` (float32, the
+    lines 64 bytes), in order, four sums kept so that the loads do not wait on one another (WARM's pass)."""
+    s0 = s1 = s2 = s3 = np.float32(0.0)
+    i = i0
+    while i + 48 < i1:
+        s0 += a[i]
+        s1 += a[i + 16]
+        s2 += a[i + 32]
+        s3 += a[i + 48]
+        i += 64
+    while i < i1:
+        s0 += a[i]
+        i += 16
+    return (s0 + s1) + (s2 + s3)
+
+
+_CW = ftile.COLS_WIDTH[KIND]
+
+
+@jit
+def warm_side(d, b, scratch) -> None:
+    """WARM's pass at the start of a side's half (``b`` its first descriptor word): bit 1 every line of the input
+    (one image), bit 2 those of the residual's rows of the side's output channels (its channel part on the rows tiles,
+    its panels and the panel split at the cut on the cols tiles; none on a side cut by pixels); the sum stored into
+    the side's scratch (its first float, which its tiles write before they read)."""
+    flags, k_n, m_n, l_n = d[XW], d[K], d[M], d[L]
+    s = np.float32(0.0)
+    if flags & 1:
+        s += _lines(numba.carray(_ptr(d[XA]), (k_n * l_n,), np.float32), 0, k_n * l_n)
+    if flags & 2 and d[HAS_Z] != 0:
+        if d[OP] == COLS:
+            q0, q1 = d[b + S_C0], d[b + S_MC]
+            if d[b + S_NP] > 0:  # (the panel at the cut)
+                q0, q1 = min(q0, d[b + S_BLOCK]), max(q1, d[b + S_BLOCK] + 1)
+            c0, c1 = q0 * _CW, min(m_n, q1 * _CW)
+        elif d[b + S_NP] >= l_n:
+            c0, c1 = d[b + S_C0], d[b + S_C0] + d[b + S_MC]
+        else:
+            c0 = c1 = 0
+        if c1 > c0:
+            s += _lines(numba.carray(_ptr(d[ZA]), (m_n * l_n,), np.float32), c0 * l_n, c1 * l_n)
+    if scratch.size > 0:
+        scratch[0] = s
 
 
 @functools.cache
@@ -983,6 +1050,8 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
             sizes = [max(size, int(desc[T_SCR])) for size in sizes]  # (a unit's scratch floats)
             desc[SIDE0 + S_SCR_N], desc[SIDE0 + SIDE_N + S_SCR_N] = sizes
     _images(desc, n_n, images)
+    if split and WARM and n_n == 1 and not images and not kcut and m_n > k_n and l_n <= WARM_MAX:
+        desc[XW] = int(WARM)
     follow = None
     if n_n == 1 and not tail and not kcut:
         if cols:

@@ -1,0 +1,98 @@
+"""An expansion's halves pull their lines in first (issue 11, session 18; docs/numba.md, "ResNet-50's expansions and
+strided 1x1 layers at two threads"): cpair.WARM's pass reads every line of a side's input (bit 1) and of the residual's
+rows of its output channels (bit 2) before its tiles run. It changes no arithmetic, so every half equals the pair
+without it bit for bit: the caller alone, the helper's half run by hand and the helper asleep; ResNet-50's 14x14
+expansion on the cols tiles (the panel at the cut split by pixels), an expansion on the rows tiles cut by channels, the
+1x1/2 shortcut to 14x14 (the caller's subsampled copy), and where the switch takes no layer."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+from kernelkit.testing import assert_close
+from kernelkit_numba.kernels import conv_serial, cpair, ftile, pairs, rnpair
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _conv_layers import _at, _cpair_of, _half_by_hand, _kernel, _layer, _out_shape, _reference  # noqa: E402, I001
+
+pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
+              pytest.mark.skipif(ftile.choice()[0] != rnpair.KIND or not rnpair.enabled(),
+                                 reason="the pairs run on the AVX-512 tiles")]
+
+RELU = {"activation": "Relu"}
+# (x shape, weight shape, attrs, residual, PAIR_COLS_MAX, the pair's op): ResNet-50's 256 -> 1024 at 14x14 +Z on the
+# cols tiles; 64 -> 200 at 13x13 +Z on the rows tiles (25 panels of 8: the caller 13, a last tile of 9 pixels);
+# ResNet-50's 1x1/2 512 -> 1024 from 28x28 (its input subsampled by the caller), on the cols tiles without a residual;
+# 96 -> 192 at 12x12 on the rows tiles, no residual (bit 2 reads nothing)
+CASES = [
+    ((1, 256, 14, 14), (1024, 256, 1, 1), RELU, True, 196, cpair.COLS),
+    ((1, 64, 13, 13), (200, 64, 1, 1), RELU, True, 0, cpair.ROWS),
+    ((1, 512, 28, 28), (1024, 512, 1, 1), {"strides": [2, 2]}, False, 196, cpair.COLS),
+    ((1, 96, 12, 12), (192, 96, 1, 1), {}, False, 0, cpair.ROWS),
+]
+
+
+def _pair(case, monkeypatch, warm: int):
+    xs, ws, attrs, res, most, op = case
+    monkeypatch.setattr(conv_serial, "PAIR_COLS_MAX", most)
+    monkeypatch.setattr(cpair, "WARM", warm)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    pair = _cpair_of(fn)
+    assert pair is not None and pair.desc[cpair.OP] == op and pair.desc[cpair.KS_CUT] == 0
+    return fn, pair
+
+
+@pytest.mark.parametrize("warm", [1, 2, 3])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0][1]}x{c[0][2]}-{c[1][0]}" + ("+Z" if c[3] else ""))
+def test_warm_halves(case, warm, quiet_server, monkeypatch):
+    """WARM on: the descriptor holds its bits; the caller alone, the helper's half by hand and the call with the
+    helper asleep equal the pair without it bit for bit (and the one-thread path, the reference within the fp32
+    tolerances)."""
+    xs, ws, attrs, res, _most, _op = case
+    inputs = _layer(case[:5], 11)
+    shape = _out_shape(xs, ws, attrs)
+    one = _at(1, conv_serial.serial_call(_kernel(xs, ws, attrs, 1, res), None), inputs, shape)
+    assert_close(one, _reference(inputs, attrs), np.float32)
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    plain_fn, plain = _pair(case, monkeypatch, 0)
+    want = _at(2, plain_fn, inputs, shape)
+    assert plain.desc[cpair.XW] == 0
+    np.testing.assert_array_equal(want, one)
+    fn, pair = _pair(case, monkeypatch, warm)
+    assert pair.desc[cpair.XW] == warm
+    got = _at(2, fn, inputs, shape)
+    assert srv.stats["paired"] == 0 and srv.stats["alone"] >= 2  # (the caller ran both halves)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(_at(2, fn, inputs, shape), want)  # (the second call: the bound entry point)
+    if xs[2] == _out_shape(xs, ws, attrs)[2]:  # (a shortcut's helper half reads the caller's subsampled copy: the
+        # call before left it in the buffer, which the hand-run half reads through the descriptor)
+        _half_by_hand(srv, pair.desc, cpair.YA, shape, want)
+    srv.ctl[pairs.AWAKE] = 0  # the helper asleep: the caller's whole-layer call
+    np.testing.assert_array_equal(_at(2, fn, inputs, shape), want)
+
+
+def test_warm_takes(quiet_server, monkeypatch):
+    """WARM's bits go only into the bound parallel call's one-image expansions up to WARM_MAX pixels: not into a
+    projection (a K cut or not), not above WARM_MAX, not with the switch off."""
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    monkeypatch.setattr(conv_serial, "PAIR_COLS_MAX", 196)
+    monkeypatch.setattr(cpair, "WARM", 3)
+
+    def bits(xs, ws, res=False):
+        pair = _cpair_of(conv_serial.bound_compute(_kernel(xs, ws, {}, 2, res)))
+        assert pair is not None
+        return int(pair.desc[cpair.XW])
+
+    assert bits((1, 256, 14, 14), (1024, 256, 1, 1), True) == 3
+    assert bits((1, 1024, 14, 14), (256, 1024, 1, 1)) == 0  # a projection (K cut)
+    monkeypatch.setattr(cpair, "K_SPLIT_PARALLEL", 0)
+    assert bits((1, 1024, 14, 14), (256, 1024, 1, 1)) == 0  # a projection by channels
+    assert bits((1, 128, 28, 28), (512, 128, 1, 1), True) == 0  # 784 pixels, above WARM_MAX
+    monkeypatch.setattr(cpair, "WARM_MAX", 784)
+    assert bits((1, 128, 28, 28), (512, 128, 1, 1), True) == 3
+    monkeypatch.setattr(cpair, "WARM", 0)
+    assert bits((1, 256, 14, 14), (1024, 256, 1, 1), True) == 0
