@@ -96,3 +96,89 @@ def test_warm_takes(quiet_server, monkeypatch):
     assert bits((1, 128, 28, 28), (512, 128, 1, 1), True) == 3
     monkeypatch.setattr(cpair, "WARM", 0)
     assert bits((1, 256, 14, 14), (1024, 256, 1, 1), True) == 0
+
+
+# SUB_OWN: 1x1/2 shortcuts on the rows tiles (conv_serial.PAIR_COLS_MAX 0): ResNet-50's 256 -> 512 from 56x56 (784
+# output pixels, 25 tiles of 32: the cut at pixel 416, inside output row 14), 64 -> 128 from 28x28 with the residual
+# and Relu (196 pixels, 7 tiles: the cut at 128), 33 -> 80 from 29x29 (15 x 15 outputs)
+OWN = [
+    ((1, 256, 56, 56), (512, 256, 1, 1), {"strides": [2, 2]}, False, 0, cpair.ROWS),
+    ((1, 64, 28, 28), (128, 64, 1, 1), {"strides": [2, 2], **RELU}, True, 0, cpair.ROWS),
+    ((1, 33, 29, 29), (80, 33, 1, 1), {"strides": [2, 2]}, False, 0, cpair.ROWS),
+]
+
+
+def _own_pair(case, monkeypatch, own: bool):
+    xs, ws, attrs, res, most, _op = case
+    monkeypatch.setattr(conv_serial, "PAIR_COLS_MAX", most)
+    monkeypatch.setattr(cpair, "SUB_SPLIT", True)
+    monkeypatch.setattr(cpair, "SUB_OWN", own)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    cells = {}
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+        try:
+            cells[name] = cell.cell_contents
+        except ValueError:
+            pass
+    pair = _cpair_of(fn)
+    assert pair is not None and pair.desc[cpair.OP] == cpair.ROWS and cells["sub_in_pair"]
+    return fn, pair, cells["buf"]
+
+
+@pytest.mark.parametrize("case", OWN, ids=lambda c: f"{c[0][1]}x{c[0][2]}-{c[1][0]}")
+def test_sub_own(case, quiet_server, monkeypatch):
+    """cpair.SUB_OWN (with SUB_SPLIT): the layer cut by pixels, U_N the own-pixels mark; the caller alone copies
+    both sides' pixels and equals SUB_SPLIT's channel cut bit for bit (and the one-thread path and the reference within
+    the fp32 tolerances); the helper's half by hand over a buffer of NaN copies exactly its own pixels (the caller's
+    left NaN) and writes its part of the output, bit for bit; the helper asleep: the caller copies and runs alone."""
+    xs, ws, attrs, res, _most, _op = case
+    inputs = _layer(case[:5], 12)
+    shape = _out_shape(xs, ws, attrs)
+    one = _at(1, conv_serial.serial_call(_kernel(xs, ws, attrs, 1, res), None), inputs, shape)
+    assert_close(one, _reference(inputs, attrs), np.float32)
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    plain_fn, plain, _ = _own_pair(case, monkeypatch, False)
+    s0, s1 = cpair.SIDE0, cpair.SIDE0 + cpair.SIDE_N
+    assert plain.desc[cpair.U_N] > 0 and plain.desc[s1 + cpair.S_P0] == 0  # (the channel cut)
+    want = _at(2, plain_fn, inputs, shape)
+    assert_close(want, one, np.float32)
+    fn, pair, buf = _own_pair(case, monkeypatch, True)
+    d = pair.desc
+    cut = int(d[s1 + cpair.S_P0])
+    assert d[cpair.U_N] == cpair.OWN_PIXELS and cut > 0 and d[s0 + cpair.S_NP] == cut
+    assert d[s0 + cpair.S_MC] == d[s1 + cpair.S_MC] == ws[0]
+    got = _at(2, fn, inputs, shape)
+    assert srv.stats["paired"] == 0 and d[cpair.U_X] == 0
+    np.testing.assert_array_equal(got, want)
+    x = inputs[0]
+    copy = np.ascontiguousarray(x[0, :, ::2, ::2])
+    np.testing.assert_array_equal(buf[0], copy)
+    buf[:] = np.nan
+    d[cpair.U_X] = x.ctypes.data
+    _half_by_hand(srv, d, cpair.YA, shape, want)  # the helper's side: its own pixels copied, then its tiles
+    d[cpair.U_X] = 0
+    flat = buf[0].reshape(xs[1], -1)
+    assert np.isnan(flat[:, :cut]).all()
+    np.testing.assert_array_equal(flat[:, cut:], copy.reshape(xs[1], -1)[:, cut:])
+    srv.ctl[pairs.AWAKE] = 0  # the helper asleep: the pair refuses, the caller copies and runs the layer alone
+    buf[:] = np.nan
+    np.testing.assert_array_equal(_at(2, fn, inputs, shape), want)
+    np.testing.assert_array_equal(buf[0], copy)
+
+
+def test_sub_own_takes(quiet_server, monkeypatch):
+    """SUB_OWN needs SUB_SPLIT and the rows tiles: without SUB_SPLIT no own-pixels mark and the channel cut; on the cols
+    tiles (512 -> 1024 to 14x14 under PAIR_COLS_MAX 196) SUB_SPLIT's units."""
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    monkeypatch.setattr(cpair, "SUB_OWN", True)
+    monkeypatch.setattr(conv_serial, "PAIR_COLS_MAX", 0)
+    xs, ws = (1, 256, 56, 56), (512, 256, 1, 1)
+    pair = _cpair_of(conv_serial.bound_compute(_kernel(xs, ws, {"strides": [2, 2]}, 2, False)))
+    assert pair.desc[cpair.U_N] == 0 and pair.desc[cpair.SIDE0 + cpair.SIDE_N + cpair.S_P0] == 0
+    monkeypatch.setattr(cpair, "SUB_SPLIT", True)
+    monkeypatch.setattr(conv_serial, "PAIR_COLS_MAX", 196)
+    xs, ws = (1, 512, 28, 28), (1024, 512, 1, 1)
+    pair = _cpair_of(conv_serial.bound_compute(_kernel(xs, ws, {"strides": [2, 2]}, 2, False)))
+    assert pair.desc[cpair.OP] == cpair.COLS and pair.desc[cpair.U_N] == cpair.SUB_UNITS

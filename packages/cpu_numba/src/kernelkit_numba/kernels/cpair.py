@@ -301,6 +301,16 @@ ROWS_X_AHEAD = 0
 # the one-thread path's bit for bit. Read when a layer binds. False: the caller copies.
 SUB_SPLIT = False
 SUB_UNITS = 8
+# SUB_SPLIT with each side on its own pixels (issue 11, session 18; docs/numba.md, "ResNet-50's expansions and strided
+# 1x1 layers at two threads"): True, such a layer on the rows tiles (ResNet-50's 256 -> 512 from 56x56, 784 output
+# pixels) is cut by output pixels (whole tiles, the caller the first), and each side copies the subsampled input of
+# its own pixels (every input channel) at the start of its half and reads only those: no unit claimed from the other
+# side, no wait for it, and no line of the buffer from the other core's L2, where with the cut by channels each side
+# read the whole 800 KB buffer (the helper all of it from the caller's core where the caller copied it, half of it
+# with SUB_SPLIT). Each side then reads every weight row (512 KB). Needs SUB_SPLIT; not with a TAIL middle. The same
+# floats copied and the one-thread driver over each part: the output is the one-thread path's bit for bit. Read when a
+# layer binds. False: the channel cut. A/B: kernels.cpair.SUB_SPLIT=1;kernels.cpair.SUB_OWN=1
+SUB_OWN = False
 # The stem's padded phases filled by both sides (issue 11, session 17; docs/numba.md, "MobileNetV2's projections cut
 # by their input channels at two threads"): a one-image pair of a strided stem on the implicit GEMM (MobileNetV2's
 # 3x3/2, 3 -> 32 at 224x224), whose caller filled the whole input's zero-padded column phases (ftile.phases_padded)
@@ -339,6 +349,22 @@ def subsample(x, buf, sh, sw, c0, c1):
         for i in range(oh_n):
             for j in range(ow_n):
                 buf[c, i, j] = x[c, i * sh, j * sw]
+
+
+@jit
+def subsample_pixels(x, buf, sh, sw, p0, p1):
+    """subsample's floats for the output pixels [p0, p1) (flat, row-major) of every channel (``x`` (C, H, W), ``buf``
+    (C, OH, OW)): SUB_OWN's side."""
+    c_n, ow_n = buf.shape[0], buf.shape[2]
+    for c in range(c_n):
+        p = p0
+        while p < p1:
+            i = p // ow_n
+            j0 = p - i * ow_n
+            j1 = min(ow_n, j0 + p1 - p)
+            for j in range(j0, j1):
+                buf[c, i, j] = x[c, i * sh, j * sw]
+            p += j1 - j0
 
 
 @jit
@@ -389,7 +415,21 @@ def sub_split(pair, x_shape, sh: int, sw: int, sub_shape) -> bool:
     d = pair.desc
     d[U_N], d[U_H], d[U_W], d[U_SH], d[U_SW] = max(1, min(int(SUB_UNITS), x_shape[1])), x_shape[2], x_shape[3], sh, sw
     d[OH], d[OW] = sub_shape[2], sub_shape[3]
+    if sub_own(pair):
+        d[U_N] = OWN_PIXELS
     return True
+
+
+OWN_PIXELS = -1  # U_N of a SUB_OWN pair: each side copies its own pixels
+
+
+def sub_own(pair) -> bool:
+    """Whether SUB_OWN's copy fits ``pair`` (bound with ``sub``): the rows tiles cut by pixels, one image, no
+    middle."""
+    d = pair.desc
+    s1 = SIDE0 + SIDE_N
+    return bool(SUB_OWN) and d[OP] == ROWS and d[KS_CUT] == 0 and d[T_N] == 0 and d[DYN] == 0 and \
+        d[SIDE0 + S_MC] == d[s1 + S_MC] == d[M] and d[s1 + S_P0] > 0
 
 
 def cols_kc(l_n: int) -> int:
@@ -422,6 +462,7 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
     phases = ftile.phases_padded
     mx1, mx2 = dwtile._max_planes_s1, dwtile._max_planes_s2
     sub = subsample
+    sub_own_px = subsample_pixels
     stem = phases_part
     f32 = np.float32
 
@@ -504,7 +545,11 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
             return 0
         xs, ys = 4 * k_n * l_n, 4 * m_n * l_n
         scratch = numba.carray(_ptr(d[SCR0 + side]), (d[b + S_SCR_N],), f32)
-        if d[U_X] != 0:  # SUB_SPLIT: the subsampled input's channel units claimed by both sides, then all done
+        if d[U_X] != 0 and d[U_N] == OWN_PIXELS:  # SUB_OWN: the side's own pixels of the subsampled input
+            xr = numba.carray(_ptr(d[U_X]), (k_n, d[U_H], d[U_W]), f32)
+            xb = numba.carray(_ptr(d[XA]), (k_n, d[OH], d[OW]), f32)
+            sub_own_px(xr, xb, d[U_SH], d[U_SW], d[b + S_P0], d[b + S_P0] + d[b + S_NP])
+        elif d[U_X] != 0:  # SUB_SPLIT: the subsampled input's channel units claimed by both sides, then all done
             units = d[U_N]
             xr = numba.carray(_ptr(d[U_X]), (k_n, d[U_H], d[U_W]), f32)
             xb = numba.carray(_ptr(d[XA]), (k_n, d[OH], d[OW]), f32)
@@ -695,7 +740,7 @@ def pair_run(ctl, desc, x, y, z, s0, s1) -> int:
         desc[CLAIM] = desc[DYN] << 32  # every image unclaimed (stored before fpair publishes the job)
     if desc[T_N] > 0:
         desc[T_CLAIM] = desc[T_N] << 32  # TAIL: every middle unit unclaimed
-    if desc[U_X] != 0:
+    if desc[U_X] != 0 and desc[U_N] > 0:
         desc[U_CLAIM] = desc[U_N] << 32  # SUB_SPLIT: every unit of the copy unclaimed, none done
         desc[U_DONE] = 0
     done = fpair.pair_job(ctl, desc)
@@ -958,9 +1003,11 @@ def cols_split(m_n: int, l_n: int, mp: int | None = None) -> tuple[int, int]:
     return q, a
 
 
-def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_z: bool, split: bool = False):
+def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_z: bool, split: bool = False,
+               sub: bool = False):
     """The pair of a bound 1x1 stride-1 layer on ftile's rows (or cols) tiles of KIND, or None. ``split``: a
-    one-image layer's cols panels cut by COLS_SPLIT's rule (the bound parallel call's)."""
+    one-image layer's cols panels cut by COLS_SPLIT's rule (the bound parallel call's). ``sub``: the tiles read a 1x1
+    strided layer's subsampled input (SUB_OWN cuts such a one-image layer of the bound parallel call by pixels)."""
     n_n, m_n = y_shape[:2]
     if not PAIR_POINTWISE or 2.0 * n_n * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
         return None
@@ -1016,6 +1063,8 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
                 axis = "pixels"
             else:
                 axis = "channels" if panels % 2 == 0 or tiles < 2 else "pixels"
+        if sub and split and SUB_SPLIT and SUB_OWN and n_n == 1 and not TAIL:
+            axis = "pixels"  # (SUB_OWN: each side copies and reads its own pixels)
         if not images and _k_cuttable(n_n, m_n, k_n, l_n, K_SPLIT_PARALLEL if split else K_SPLIT):
             kcut = _k_cut(step, k_n)
         if images or kcut:
