@@ -182,3 +182,36 @@ def test_sub_own_takes(quiet_server, monkeypatch):
     xs, ws = (1, 512, 28, 28), (1024, 512, 1, 1)
     pair = _cpair_of(conv_serial.bound_compute(_kernel(xs, ws, {"strides": [2, 2]}, 2, False)))
     assert pair.desc[cpair.OP] == cpair.COLS and pair.desc[cpair.U_N] == cpair.SUB_UNITS
+
+
+@pytest.mark.parametrize("most", [3136, 784])
+def test_expand_pixels(most, quiet_server, monkeypatch):
+    """cpair.EXPAND_PIXELS: the bound parallel call's expansions on the rows tiles on maps of at least that many pixels
+    cut by pixels (the caller's part whole tiles, every channel on both sides), the smaller ones by channels; the caller
+    alone and the helper's half by hand equal the channel cut bit for bit; 64 -> 256 at 56x56 +Z, 128 -> 512 at 28x28
+    +Z."""
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    s0, s1 = cpair.SIDE0, cpair.SIDE0 + cpair.SIDE_N
+    for xs, ws in (((1, 64, 56, 56), (256, 64, 1, 1)), ((1, 128, 28, 28), (512, 128, 1, 1))):
+        case = (xs, ws, RELU, True, 196)
+        inputs = _layer(case, 13)
+        shape = _out_shape(xs, ws, RELU)
+        monkeypatch.setattr(cpair, "EXPAND_PIXELS", 0)
+        plain_fn = conv_serial.bound_compute(_kernel(xs, ws, RELU, 2, True))
+        plain = _cpair_of(plain_fn)
+        assert plain.desc[cpair.OP] == cpair.ROWS and plain.desc[s1 + cpair.S_C0] > 0  # (the channel cut)
+        want = _at(2, plain_fn, inputs, shape)
+        assert_close(want, _reference(inputs, RELU), np.float32)
+        monkeypatch.setattr(cpair, "EXPAND_PIXELS", most)
+        fn = conv_serial.bound_compute(_kernel(xs, ws, RELU, 2, True))
+        d = _cpair_of(fn).desc
+        l_n = xs[2] * xs[3]
+        if l_n < most:
+            assert d[s1 + cpair.S_C0] > 0 and d[s1 + cpair.S_P0] == 0
+            continue
+        cut = int(d[s1 + cpair.S_P0])
+        assert cut > 0 and cut % ftile.NR[cpair.KIND] == 0 and d[s0 + cpair.S_NP] == cut
+        assert d[s0 + cpair.S_MC] == d[s1 + cpair.S_MC] == ws[0]
+        np.testing.assert_array_equal(_at(2, fn, inputs, shape), want)
+        _half_by_hand(srv, d, cpair.YA, shape, want)

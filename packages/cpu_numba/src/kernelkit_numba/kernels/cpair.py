@@ -181,6 +181,17 @@ K_SPLIT_PARALLEL = 196
 # channels, as the depthwise layer after it; a projection by pixels where it has at least PIXEL_TILES tiles
 # of pixels, else by channels where its panels split evenly, else by pixels), "channels", "pixels"
 AXIS = "auto"
+# "auto" for the bound parallel call's one-image expansions on the rows tiles (issue 11, session 18; docs/numba.md,
+# "ResNet-50's expansions and strided 1x1 layers at two threads"): on maps of at least this many pixels by pixels (whole
+# tiles, the caller the first), not by channels. ResNet-50's 56x56 (and 28x28) blocks then keep each core on the same
+# pixels from layer to layer: the projection before is cut by pixels ("auto", 98 and 25 tiles), the F(4x4) 3x3 by runs
+# of tiles, the expansion by pixels too, so that each side reads the input and the residual (the block's input, the
+# previous expansion's output) that its own core wrote and packs only its pixels (64 -> 256 at 56x56: each side packed
+# the whole 800 KB input, half of it from the other core's L2, for its 128 channels), reading every weight row (64 KB;
+# 256 KB at 28x28). Each part is one call of the one-thread driver: bit for bit the channel cut. Read when a layer
+# binds. 0: off (the channel cut). Not measured on the Xeon. A/B: kernels.cpair.EXPAND_PIXELS=3136 (or 784; AXIS=pixels
+# cuts every rows-tile layer by pixels, the same layers under the other defaults)
+EXPAND_PIXELS = 0
 PIXEL_TILES = 16  # the Xeon (session 10): 192 -> 32 at 28x28 by channels 0.87-0.90x the one-thread time,
 # 144 -> 24 at 56x56 by pixels 1.85x; at 14x14 (7 tiles, 4 : 3) the channels (384 -> 64: 1.27-1.30x)
 PAIR_POINTWISE = True  # the 1x1 layers pair (False: for A/B runs)
@@ -1058,7 +1069,7 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
         axis = AXIS
         if axis == "auto":
             if m_n > k_n:
-                axis = "channels"
+                axis = "pixels" if split and n_n == 1 and EXPAND_PIXELS and l_n >= EXPAND_PIXELS else "channels"
             elif tiles >= PIXEL_TILES:
                 axis = "pixels"
             else:
