@@ -309,7 +309,8 @@ ROWS_X_AHEAD = 0
 # parallel call's pair takes the raw input, and both sides copy it at the start of their halves in SUB_UNITS units of
 # input channels claimed from one word (the caller from the front, the helper from the back), then wait until every
 # unit is done (pairs.wait_count). The buffer holds the same floats whoever copies which channels, so the output is
-# the one-thread path's bit for bit. Read when a layer binds. False: the caller copies.
+# the one-thread path's bit for bit. Read when a layer binds. False: the caller copies. Session 18 (exp18's call,
+# nodes_ab2t.py resnet50 12): the three 1x1/2 kinds 1.03-1.08, 1.049 together, against 1.001 on the untouched kinds.
 SUB_SPLIT = False
 SUB_UNITS = 8
 # SUB_SPLIT with each side on its own pixels (issue 11, session 18; docs/numba.md, "ResNet-50's expansions and strided
@@ -346,7 +347,11 @@ STEM_UNITS = 12
 # them in their core's L2, where their strided first pass took each line from the other core's L2 or from L3 in
 # turn (r50c17: the 14x14 expansions' cols sides ran at 88-93 GFLOP/s side by side against 97 in turn, the halves'
 # input the part that no cut keeps on one core). Nothing in the arithmetic changes: the output is the pair's without
-# it, bit for bit. Read when a layer binds. 0: off. A/B: kernels.cpair.WARM=1 (or 3)
+# it, bit for bit. Read when a layer binds. 0: off: on the Xeon (one call, nodes_ab2t.py resnet50 12 with WARM_MAX 3136)
+# the 14x14 +Z kind read 1.10 (bit 1), 1.07 (3) against 1.06 and 1.14 on that process's untouched 14x14 projections, the
+# 56x56 +Z kind 0.96 and 0.90 (the residual's pass 1.6 MB a side), the touched kinds together 1.02 and 1.01 against 1.00
+# and 1.02 untouched; in pair_rate14.py's chain the expansion's helper side 104 -> 117 GFLOP/s (its input all written by
+# the caller's _k_sum there). A/B: kernels.cpair.WARM=1 (or 3)
 WARM = 0
 WARM_MAX = 196
 
