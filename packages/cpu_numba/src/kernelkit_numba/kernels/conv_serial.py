@@ -1115,7 +1115,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
     packing = (k_n, width)  # (_packed's K and tile width)
     pair = None if (parallel and n_n == 1 and not rnpair.POINTWISE) or kind != cpair.KIND or (
         cols and width != ftile.COLS_WIDTH[kind]) or getattr(_forced, "on", False) else cpair.tiles_pair(
-        conv, step, cols, y_shape, k_n, l_n, lo, hi, has_z, split=parallel and n_n == 1)
+        conv, step, cols, y_shape, k_n, l_n, lo, hi, has_z, split=parallel and n_n == 1, sub=sub is not None)
     if parallel and n_n == 1 and pair is not None:
         pair.rule = rnpair.rule()  # ResNet-50's 1x1 layers (0.3-1.4 ms a half): as rnpair's
     # (cpair.SUB_SPLIT: the pair's two sides subsample the raw input into buf, not the caller before the job)

@@ -100,7 +100,10 @@ U_CLAIM, U_DONE, U_N, U_X, U_H, U_W, U_SH, U_SW = range(SIDE0 + 2 * SIDE_N + 11,
 # K_SPLIT (a one-image projection's K cut between the sides), after SUB_SPLIT's: the cut (0: none), side 1's packed
 # weights (side 0's at WA) and the layer's buffer of side 1's partial sums (bind only)
 KS_CUT, KS_W1, KS_PART = range(SIDE0 + 2 * SIDE_N + 19, SIDE0 + 2 * SIDE_N + 22)
-NDESC = SIDE0 + 2 * SIDE_N + 22
+# WARM (an expansion's halves pull their input (and residual) lines in one sequential pass first), after K_SPLIT's:
+# WARM's bits where the pair takes it (0: none; bind only)
+XW = SIDE0 + 2 * SIDE_N + 22
+NDESC = SIDE0 + 2 * SIDE_N + 23
 DW_FNS = ("r1", "r1z", "s2", "s2z", "p2", "p2z", "max1", "max2")  # DWFN: dwtile's plane drivers, in this order
 # (max1, max2: its MaxPool 3x3 planes, stride 1 and 2: maxpool_pair)
 
@@ -178,6 +181,17 @@ K_SPLIT_PARALLEL = 196
 # channels, as the depthwise layer after it; a projection by pixels where it has at least PIXEL_TILES tiles
 # of pixels, else by channels where its panels split evenly, else by pixels), "channels", "pixels"
 AXIS = "auto"
+# "auto" for the bound parallel call's one-image expansions on the rows tiles (issue 11, session 18; docs/numba.md,
+# "ResNet-50's expansions and strided 1x1 layers at two threads"): on maps of at least this many pixels by pixels (whole
+# tiles, the caller the first), not by channels. ResNet-50's 56x56 (and 28x28) blocks then keep each core on the same
+# pixels from layer to layer: the projection before is cut by pixels ("auto", 98 and 25 tiles), the F(4x4) 3x3 by runs
+# of tiles, the expansion by pixels too, so that each side reads the input and the residual (the block's input, the
+# previous expansion's output) that its own core wrote and packs only its pixels (64 -> 256 at 56x56: each side packed
+# the whole 800 KB input, half of it from the other core's L2, for its 128 channels), reading every weight row (64 KB;
+# 256 KB at 28x28). Each part is one call of the one-thread driver: bit for bit the channel cut. Read when a layer
+# binds. 0: off (the channel cut). Not measured on the Xeon. A/B: kernels.cpair.EXPAND_PIXELS=3136 (or 784; AXIS=pixels
+# cuts every rows-tile layer by pixels, the same layers under the other defaults)
+EXPAND_PIXELS = 0
 PIXEL_TILES = 16  # the Xeon (session 10): 192 -> 32 at 28x28 by channels 0.87-0.90x the one-thread time,
 # 144 -> 24 at 56x56 by pixels 1.85x; at 14x14 (7 tiles, 4 : 3) the channels (384 -> 64: 1.27-1.30x)
 PAIR_POINTWISE = True  # the 1x1 layers pair (False: for A/B runs)
@@ -295,9 +309,20 @@ ROWS_X_AHEAD = 0
 # parallel call's pair takes the raw input, and both sides copy it at the start of their halves in SUB_UNITS units of
 # input channels claimed from one word (the caller from the front, the helper from the back), then wait until every
 # unit is done (pairs.wait_count). The buffer holds the same floats whoever copies which channels, so the output is
-# the one-thread path's bit for bit. Read when a layer binds. False: the caller copies.
+# the one-thread path's bit for bit. Read when a layer binds. False: the caller copies. Session 18 (exp18's call,
+# nodes_ab2t.py resnet50 12): the three 1x1/2 kinds 1.03-1.08, 1.049 together, against 1.001 on the untouched kinds.
 SUB_SPLIT = False
 SUB_UNITS = 8
+# SUB_SPLIT with each side on its own pixels (issue 11, session 18; docs/numba.md, "ResNet-50's expansions and strided
+# 1x1 layers at two threads"): True, such a layer on the rows tiles (ResNet-50's 256 -> 512 from 56x56, 784 output
+# pixels) is cut by output pixels (whole tiles, the caller the first), and each side copies the subsampled input of
+# its own pixels (every input channel) at the start of its half and reads only those: no unit claimed from the other
+# side, no wait for it, and no line of the buffer from the other core's L2, where with the cut by channels each side
+# read the whole 800 KB buffer (the helper all of it from the caller's core where the caller copied it, half of it
+# with SUB_SPLIT). Each side then reads every weight row (512 KB). Needs SUB_SPLIT; not with a TAIL middle. The same
+# floats copied and the one-thread driver over each part: the output is the one-thread path's bit for bit. Read when a
+# layer binds. False: the channel cut. A/B: kernels.cpair.SUB_SPLIT=1;kernels.cpair.SUB_OWN=1
+SUB_OWN = False
 # The stem's padded phases filled by both sides (issue 11, session 17; docs/numba.md, "MobileNetV2's projections cut
 # by their input channels at two threads"): a one-image pair of a strided stem on the implicit GEMM (MobileNetV2's
 # 3x3/2, 3 -> 32 at 224x224), whose caller filled the whole input's zero-padded column phases (ftile.phases_padded)
@@ -310,6 +335,25 @@ SUB_UNITS = 8
 # loaded, within the spread. A/B: kernels.cpair.STEM_SPLIT=1
 STEM_SPLIT = False
 STEM_UNITS = 12
+# An expansion's halves pull their lines in first (issue 11, session 18; docs/numba.md, "ResNet-50's expansions and
+# strided 1x1 layers at two threads"): the bound parallel call's one-image pair of a 1x1 layer with more output than
+# input channels (ResNet-50's +Z expansions, its 1x1/2 shortcuts) on maps of at most WARM_MAX pixels, not cut by K,
+# reads, at the start of each side's half, every cache line of what its tiles will read, in one sequential pass
+# (``warm_side``: a load a line, four sums kept, the total stored into the side's scratch so that the loads stay): bit 1
+# the whole input (each side reads all of it: at 14x14 256 x 196 floats, half of them written by the other core in the
+# 3x3 layer before, cut by channels, or copied by the caller for a 1x1/2 shortcut: all of it for the helper), bit 2
+# the residual's rows of the side's own output channels (the cols tiles load them channel row by channel row in the
+# last K chunk, 48 rows 784 bytes apart a tile, which the hardware's prefetchers do not follow). The tiles then find
+# them in their core's L2, where their strided first pass took each line from the other core's L2 or from L3 in
+# turn (r50c17: the 14x14 expansions' cols sides ran at 88-93 GFLOP/s side by side against 97 in turn, the halves'
+# input the part that no cut keeps on one core). Nothing in the arithmetic changes: the output is the pair's without
+# it, bit for bit. Read when a layer binds. 0: off: on the Xeon (one call, nodes_ab2t.py resnet50 12 with WARM_MAX 3136)
+# the 14x14 +Z kind read 1.10 (bit 1), 1.07 (3) against 1.06 and 1.14 on that process's untouched 14x14 projections, the
+# 56x56 +Z kind 0.96 and 0.90 (the residual's pass 1.6 MB a side), the touched kinds together 1.02 and 1.01 against 1.00
+# and 1.02 untouched; in pair_rate14.py's chain the expansion's helper side 104 -> 117 GFLOP/s (its input all written by
+# the caller's _k_sum there). A/B: kernels.cpair.WARM=1 (or 3)
+WARM = 0
+WARM_MAX = 196
 
 
 @jit
@@ -321,6 +365,22 @@ def subsample(x, buf, sh, sw, c0, c1):
         for i in range(oh_n):
             for j in range(ow_n):
                 buf[c, i, j] = x[c, i * sh, j * sw]
+
+
+@jit
+def subsample_pixels(x, buf, sh, sw, p0, p1):
+    """subsample's floats for the output pixels [p0, p1) (flat, row-major) of every channel (``x`` (C, H, W), ``buf``
+    (C, OH, OW)): SUB_OWN's side."""
+    c_n, ow_n = buf.shape[0], buf.shape[2]
+    for c in range(c_n):
+        p = p0
+        while p < p1:
+            i = p // ow_n
+            j0 = p - i * ow_n
+            j1 = min(ow_n, j0 + p1 - p)
+            for j in range(j0, j1):
+                buf[c, i, j] = x[c, i * sh, j * sw]
+            p += j1 - j0
 
 
 @jit
@@ -371,7 +431,21 @@ def sub_split(pair, x_shape, sh: int, sw: int, sub_shape) -> bool:
     d = pair.desc
     d[U_N], d[U_H], d[U_W], d[U_SH], d[U_SW] = max(1, min(int(SUB_UNITS), x_shape[1])), x_shape[2], x_shape[3], sh, sw
     d[OH], d[OW] = sub_shape[2], sub_shape[3]
+    if sub_own(pair):
+        d[U_N] = OWN_PIXELS
     return True
+
+
+OWN_PIXELS = -1  # U_N of a SUB_OWN pair: each side copies its own pixels
+
+
+def sub_own(pair) -> bool:
+    """Whether SUB_OWN's copy fits ``pair`` (bound with ``sub``): the rows tiles cut by pixels, one image, no
+    middle."""
+    d = pair.desc
+    s1 = SIDE0 + SIDE_N
+    return bool(SUB_OWN) and d[OP] == ROWS and d[KS_CUT] == 0 and d[T_N] == 0 and d[DYN] == 0 and \
+        d[SIDE0 + S_MC] == d[s1 + S_MC] == d[M] and d[s1 + S_P0] > 0
 
 
 def cols_kc(l_n: int) -> int:
@@ -404,6 +478,7 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
     phases = ftile.phases_padded
     mx1, mx2 = dwtile._max_planes_s1, dwtile._max_planes_s2
     sub = subsample
+    sub_own_px = subsample_pixels
     stem = phases_part
     f32 = np.float32
 
@@ -486,7 +561,11 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
             return 0
         xs, ys = 4 * k_n * l_n, 4 * m_n * l_n
         scratch = numba.carray(_ptr(d[SCR0 + side]), (d[b + S_SCR_N],), f32)
-        if d[U_X] != 0:  # SUB_SPLIT: the subsampled input's channel units claimed by both sides, then all done
+        if d[U_X] != 0 and d[U_N] == OWN_PIXELS:  # SUB_OWN: the side's own pixels of the subsampled input
+            xr = numba.carray(_ptr(d[U_X]), (k_n, d[U_H], d[U_W]), f32)
+            xb = numba.carray(_ptr(d[XA]), (k_n, d[OH], d[OW]), f32)
+            sub_own_px(xr, xb, d[U_SH], d[U_SW], d[b + S_P0], d[b + S_P0] + d[b + S_NP])
+        elif d[U_X] != 0:  # SUB_SPLIT: the subsampled input's channel units claimed by both sides, then all done
             units = d[U_N]
             xr = numba.carray(_ptr(d[U_X]), (k_n, d[U_H], d[U_W]), f32)
             xb = numba.carray(_ptr(d[XA]), (k_n, d[OH], d[OW]), f32)
@@ -497,6 +576,8 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
                 sub(xr, xb, d[U_SH], d[U_SW], u * k_n // units, (u + 1) * k_n // units)
                 pairs.count_up(d, U_DONE)
             pairs.wait_count(d, U_DONE, units)
+        if d[XW] != 0:  # WARM: the side's input (and residual) lines in one sequential pass first
+            warm_side(d, b, scratch)
         if op == COLS and d[KS_CUT] > 0:  # COLS_K_SPLIT, K_SPLIT_COLS: every panel over the side's input channels, no
             # epilogue
             k0 = 0 if side == 0 else d[KS_CUT]
@@ -604,6 +685,53 @@ def _image(d, b, side, prev):
     return n if n < d[b + S_N1] else -1
 
 
+@jit
+def _lines(a, i0, i1) -> np.float32:
+    """The sum of ``a[i]`` for every 16th i in [i0, i1): a load from each cache line of ``a[i0:i1]`` (float32, the
+    lines 64 bytes), in order, four sums kept so that the loads do not wait on one another (WARM's pass)."""
+    s0 = s1 = s2 = s3 = np.float32(0.0)
+    i = i0
+    while i + 48 < i1:
+        s0 += a[i]
+        s1 += a[i + 16]
+        s2 += a[i + 32]
+        s3 += a[i + 48]
+        i += 64
+    while i < i1:
+        s0 += a[i]
+        i += 16
+    return (s0 + s1) + (s2 + s3)
+
+
+_CW = ftile.COLS_WIDTH[KIND]
+
+
+@jit
+def warm_side(d, b, scratch) -> None:
+    """WARM's pass at the start of a side's half (``b`` its first descriptor word): bit 1 every line of the input
+    (one image), bit 2 those of the residual's rows of the side's output channels (its channel part on the rows tiles,
+    its panels and the panel split at the cut on the cols tiles; none on a side cut by pixels); the sum stored into
+    the side's scratch (its first float, which its tiles write before they read)."""
+    flags, k_n, m_n, l_n = d[XW], d[K], d[M], d[L]
+    s = np.float32(0.0)
+    if flags & 1:
+        s += _lines(numba.carray(_ptr(d[XA]), (k_n * l_n,), np.float32), 0, k_n * l_n)
+    if flags & 2 and d[HAS_Z] != 0:
+        if d[OP] == COLS:
+            q0, q1 = d[b + S_C0], d[b + S_MC]
+            if d[b + S_NP] > 0:  # (the panel at the cut)
+                q0, q1 = min(q0, d[b + S_BLOCK]), max(q1, d[b + S_BLOCK] + 1)
+            c0, c1 = q0 * _CW, min(m_n, q1 * _CW)
+        elif d[b + S_NP] >= l_n:
+            c0, c1 = d[b + S_C0], d[b + S_C0] + d[b + S_MC]
+        else:
+            c0 = c1 = 0
+        if c1 > c0:
+            s += _lines(numba.carray(_ptr(d[ZA]), (m_n * l_n,), np.float32), c0 * l_n, c1 * l_n)
+    if scratch.size > 0:
+        scratch[0] = s
+
+
 @functools.cache
 def half_address(ahead: int = 0, xahead: int = 0, whole: bool = False) -> int:
     """The C address of the compiled half whose cols tiles prefetch ``ahead`` steps on (their full tiles at
@@ -628,7 +756,7 @@ def pair_run(ctl, desc, x, y, z, s0, s1) -> int:
         desc[CLAIM] = desc[DYN] << 32  # every image unclaimed (stored before fpair publishes the job)
     if desc[T_N] > 0:
         desc[T_CLAIM] = desc[T_N] << 32  # TAIL: every middle unit unclaimed
-    if desc[U_X] != 0:
+    if desc[U_X] != 0 and desc[U_N] > 0:
         desc[U_CLAIM] = desc[U_N] << 32  # SUB_SPLIT: every unit of the copy unclaimed, none done
         desc[U_DONE] = 0
     done = fpair.pair_job(ctl, desc)
@@ -891,9 +1019,11 @@ def cols_split(m_n: int, l_n: int, mp: int | None = None) -> tuple[int, int]:
     return q, a
 
 
-def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_z: bool, split: bool = False):
+def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_z: bool, split: bool = False,
+               sub: bool = False):
     """The pair of a bound 1x1 stride-1 layer on ftile's rows (or cols) tiles of KIND, or None. ``split``: a
-    one-image layer's cols panels cut by COLS_SPLIT's rule (the bound parallel call's)."""
+    one-image layer's cols panels cut by COLS_SPLIT's rule (the bound parallel call's). ``sub``: the tiles read a 1x1
+    strided layer's subsampled input (SUB_OWN cuts such a one-image layer of the bound parallel call by pixels)."""
     n_n, m_n = y_shape[:2]
     if not PAIR_POINTWISE or 2.0 * n_n * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
         return None
@@ -944,11 +1074,13 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
         axis = AXIS
         if axis == "auto":
             if m_n > k_n:
-                axis = "channels"
+                axis = "pixels" if split and n_n == 1 and EXPAND_PIXELS and l_n >= EXPAND_PIXELS else "channels"
             elif tiles >= PIXEL_TILES:
                 axis = "pixels"
             else:
                 axis = "channels" if panels % 2 == 0 or tiles < 2 else "pixels"
+        if sub and split and SUB_SPLIT and SUB_OWN and n_n == 1 and not TAIL:
+            axis = "pixels"  # (SUB_OWN: each side copies and reads its own pixels)
         if not images and _k_cuttable(n_n, m_n, k_n, l_n, K_SPLIT_PARALLEL if split else K_SPLIT):
             kcut = _k_cut(step, k_n)
         if images or kcut:
@@ -983,6 +1115,8 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
             sizes = [max(size, int(desc[T_SCR])) for size in sizes]  # (a unit's scratch floats)
             desc[SIDE0 + S_SCR_N], desc[SIDE0 + SIDE_N + S_SCR_N] = sizes
     _images(desc, n_n, images)
+    if split and WARM and n_n == 1 and not images and not kcut and m_n > k_n and l_n <= WARM_MAX:
+        desc[XW] = int(WARM)
     follow = None
     if n_n == 1 and not tail and not kcut:
         if cols:
