@@ -63,7 +63,8 @@ def test_k_sum_shared_by_hand(layer, quiet_server, monkeypatch):
     reference and the one-thread path within the tolerances). By hand, from side 0's partial sums: the caller's side
     with the job still open adds no unit; the helper's side with the caller's first j units claimed adds the others,
     those channels the caller alone's bits and the first j the partial sums; the caller's side with the helper claimed
-    (the state word) and its side counted done adds the units the helper left, the others its partial sums."""
+    (the state word) and its side counted done adds the units the helper left, the others its partial sums; with the
+    helper's side not done it gives up after its longest wait (KS_WAIT) and adds none."""
     case, _most = layer
     xs, ws, attrs, res, _op = case
     inputs, shape, one = _one_thread(case, 3)
@@ -119,6 +120,16 @@ def test_k_sum_shared_by_hand(layer, quiet_server, monkeypatch):
         assert d[cpair.KS_DONE] == 2 and d[cpair.KS_CLAIM] == (j << 32) | j
         np.testing.assert_array_equal(y[:, :c], off[:, :c])
         np.testing.assert_array_equal(y[:, c:], y0[:, c:])
+    # the caller's side, the helper having claimed side 1 but its partial sums not done: it waits K_SUM_WAIT_US at most,
+    # then leaves every unit to the helper (its wait then pair_job's, which the stall rule reads)
+    assert d[cpair.KS_WAIT] == int(cpair.K_SUM_WAIT_US * 1e-6 * pairs.cycle_rate()) > 0
+    d[cpair.KS_WAIT] = 20000
+    y = y0.copy()
+    d[cpair.YA] = y.ctypes.data
+    words(0, 0, units, pairs.CLAIMED)
+    _side(d[cpair.FN], d.ctypes.data, 0)
+    assert d[cpair.KS_DONE] == 1 and d[cpair.KS_CLAIM] == units << 32
+    np.testing.assert_array_equal(y, y0)
     srv.ctl[pairs.STATE] = 0
 
 

@@ -58,6 +58,7 @@ import numba
 import numpy as np
 
 from .. import config, shards
+from .._spin import _cycles
 from ..cache import CLOSURE_KEY
 from ..config import jit
 from . import dwtile, fpair, ftile, pairs
@@ -100,10 +101,11 @@ U_CLAIM, U_DONE, U_N, U_X, U_H, U_W, U_SH, U_SW = range(SIDE0 + 2 * SIDE_N + 11,
 # K_SPLIT (a one-image projection's K cut between the sides), after SUB_SPLIT's: the cut (0: none), side 1's packed
 # weights (side 0's at WA) and the layer's buffer of side 1's partial sums (bind only)
 KS_CUT, KS_W1, KS_PART = range(SIDE0 + 2 * SIDE_N + 19, SIDE0 + 2 * SIDE_N + 22)
-# K_SUM_UNITS (the K cut's sum shared by the sides), after K_SPLIT's: the units (0: the caller's _k_sum after the join;
-# bind only), the job's control words' address, the partial sums done and the units' claim word (written per call)
-KS_UNITS, KS_CTL, KS_DONE, KS_CLAIM = range(SIDE0 + 2 * SIDE_N + 22, SIDE0 + 2 * SIDE_N + 26)
-NDESC = SIDE0 + 2 * SIDE_N + 26
+# K_SUM_UNITS (the K cut's sum shared by the sides), after K_SPLIT's: the units (0: the caller's _k_sum after the join)
+# and the caller's longest wait for the helper's partial sums in cycles (bind only), the job's control words' address,
+# the partial sums done and the units' claim word (written per call)
+KS_UNITS, KS_WAIT, KS_CTL, KS_DONE, KS_CLAIM = range(SIDE0 + 2 * SIDE_N + 22, SIDE0 + 2 * SIDE_N + 27)
+NDESC = SIDE0 + 2 * SIDE_N + 27
 DW_FNS = ("r1", "r1z", "s2", "s2z", "p2", "p2z", "max1", "max2")  # DWFN: dwtile's plane drivers, in this order
 # (max1, max2: its MaxPool 3x3 planes, stride 1 and 2: maxpool_pair)
 
@@ -161,10 +163,14 @@ K_SPLIT_COLS = 0
 # (pairs.count_up, wait_count), where the caller ran the whole sum alone after the join. The helper's side always
 # waits for the caller's partial sums (the caller runs side 0 first in every job); the caller's side joins only where
 # the helper has claimed side 1 (the job's state word), else it returns and runs side 1 and then every unit itself
-# (pair_job's claim, a refused pair's K_SOLO). Each element is _k_sum's expression (the same jitted code): the output is
-# the caller's sum's bit for bit whoever adds which unit. Read when a layer binds. 0: off.
-# A/B: kernels.cpair.K_SUM_UNITS=16
+# (pair_job's claim, a refused pair's K_SOLO). The caller's side waits for the helper's partial sums K_SUM_WAIT_US at
+# most, then leaves the units to the helper: past that it waits in pair_job, where the wait counts toward the stall
+# rule (pairs.STALL_S: a helper that lost its core mid-layer) as before. Each element is _k_sum's expression (the same
+# jitted code): the output is the caller's sum's bit for bit whoever adds which unit. Read when a layer binds. 0: off.
+# Off: on the Xeon (session 18, kcut18's call) not resolved either way per kind; the sum it shares is 5-11 us a 14x14
+# projection alone on one core (the dev box). A/B: kernels.cpair.K_SUM_UNITS=16
 K_SUM_UNITS = 0
+K_SUM_WAIT_US = 50.0
 # A K-cut pair (K_SPLIT, K_SPLIT_PARALLEL) that is refused (the helper asleep or backed off, the pool's worker spinning,
 # another caller's job) runs both its sides and the sums on the caller (issue 11, session 17), not the one-thread
 # driver over the whole K: the layer's output is then the same bits whether the helper came or not (the K cut sums in
@@ -675,12 +681,18 @@ def _k_sum_shared(d, side) -> None:
     """K_SUM_UNITS: a K-cut side's end, its partial sums done: once both sides' are, the units of the sum (output
     channels) that this side claims (side 0 from the front, side 1 from the back). Side 0 (the caller, which runs it
     first in every job) waits for side 1's sums only where the helper has claimed side 1 (the job's state word no longer
-    open); else it returns, and side 1, which pair_job's claim then runs on the caller, adds every unit."""
+    open) and for K_SUM_WAIT_US at most; else it returns, and side 1 (pair_job's claim then runs it on the caller, or
+    the helper runs it) adds every unit left."""
     pairs.count_up(d, KS_DONE)
     if side == 0:
         ctl = numba.carray(_ptr(d[KS_CTL]), (pairs.STATE + 1,), np.int64)
         if (pairs._load(ctl, pairs.STATE) & 3) == pairs.OPEN:
             return
+        t0 = _cycles()
+        while pairs._load(d, KS_DONE) < 2:  # (K_SUM_WAIT_US at most: past it the wait is pair_job's, the stall rule's)
+            if _cycles() - t0 > d[KS_WAIT]:
+                return
+            pairs._pause()
     pairs.wait_count(d, KS_DONE, 2)
     units, m_n = d[KS_UNITS], d[M]
     while True:
@@ -1053,6 +1065,7 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
     if kcut:
         desc[KS_PART] = part.ctypes.data
         desc[KS_UNITS] = min(max(int(K_SUM_UNITS), 0), m_n)  # (K_SUM_UNITS: the sum's units, each a channel at least)
+        desc[KS_WAIT] = int(K_SUM_WAIT_US * 1e-6 * cycle_rate())
 
     def fill(d, packed, bias):
         packed = np.ascontiguousarray(packed, np.float32)
