@@ -58,6 +58,7 @@ import numba
 import numpy as np
 
 from .. import config, shards
+from .._spin import _cycles
 from ..cache import CLOSURE_KEY
 from ..config import jit
 from . import dwtile, fpair, ftile, pairs
@@ -103,7 +104,11 @@ KS_CUT, KS_W1, KS_PART = range(SIDE0 + 2 * SIDE_N + 19, SIDE0 + 2 * SIDE_N + 22)
 # WARM (an expansion's halves pull their input (and residual) lines in one sequential pass first), after K_SPLIT's:
 # WARM's bits where the pair takes it (0: none; bind only)
 XW = SIDE0 + 2 * SIDE_N + 22
-NDESC = SIDE0 + 2 * SIDE_N + 23
+# K_SUM_UNITS (the K cut's sum shared by the sides), after WARM's: the units (0: the caller's _k_sum after the join)
+# and the caller's longest wait for the helper's partial sums in cycles (bind only), the job's control words' address,
+# the partial sums done and the units' claim word (written per call)
+KS_UNITS, KS_WAIT, KS_CTL, KS_DONE, KS_CLAIM = range(SIDE0 + 2 * SIDE_N + 23, SIDE0 + 2 * SIDE_N + 28)
+NDESC = SIDE0 + 2 * SIDE_N + 28
 DW_FNS = ("r1", "r1z", "s2", "s2z", "p2", "p2z", "max1", "max2")  # DWFN: dwtile's plane drivers, in this order
 # (max1, max2: its MaxPool 3x3 planes, stride 1 and 2: maxpool_pair)
 
@@ -154,6 +159,21 @@ K_SPLIT_MIN_K = 128  # input channels from which a projection cuts its K
 # bit the one-thread path (within the fp32 tolerances). Read when a layer binds. 0: off (not measured on the Xeon).
 # A/B: kernels.cpair.K_SPLIT_COLS=49
 K_SPLIT_COLS = 0
+# A K cut's sum shared by the two sides (issue 11, session 18; docs/numba.md, "The K cuts' sum on both sides"): > 0, a
+# K-cut pair (K_SPLIT, K_SPLIT_PARALLEL, K_SPLIT_COLS) ends each side with the sum of its output (side 0's partial sums
+# + side 1's + the bias (+ the residual), clamped: ``_k_sum``'s) in this many units of output channels, claimed from
+# one word (pairs.claim_ends: side 0 from the front, side 1 from the back) once both sides' partial sums are done
+# (pairs.count_up, wait_count), where the caller ran the whole sum alone after the join. The helper's side always
+# waits for the caller's partial sums (the caller runs side 0 first in every job); the caller's side joins only where
+# the helper has claimed side 1 (the job's state word), else it returns and runs side 1 and then every unit itself
+# (pair_job's claim, a refused pair's K_SOLO). The caller's side waits for the helper's partial sums K_SUM_WAIT_US at
+# most, then leaves the units to the helper: past that it waits in pair_job, where the wait counts toward the stall
+# rule (pairs.STALL_S: a helper that lost its core mid-layer) as before. Each element is _k_sum's expression (the same
+# jitted code): the output is the caller's sum's bit for bit whoever adds which unit. Read when a layer binds. 0: off.
+# Off: on the Xeon (session 18, kcut18's call) not resolved either way per kind; the sum it shares is 5-11 us a 14x14
+# projection alone on one core (the dev box). A/B: kernels.cpair.K_SUM_UNITS=16
+K_SUM_UNITS = 0
+K_SUM_WAIT_US = 50.0
 # A K-cut pair (K_SPLIT, K_SPLIT_PARALLEL) that is refused (the helper asleep or backed off, the pool's worker spinning,
 # another caller's job) runs both its sides and the sums on the caller (issue 11, session 17), not the one-thread
 # driver over the whole K: the layer's output is then the same bits whether the helper came or not (the K cut sums in
@@ -480,6 +500,7 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
     sub = subsample
     sub_own_px = subsample_pixels
     stem = phases_part
+    ksum = _k_sum_shared
     f32 = np.float32
 
     def half(addr, side):
@@ -587,6 +608,8 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
             x = numba.carray(_ptr(d[XA] + 4 * k0 * l_n), (kk * l_n,), f32)
             y = numba.carray(_ptr(d[YA] if side == 0 else d[KS_PART]), (m_n * l_n,), f32)
             cols(wk, kk, m_n, x, l_n, l_n, zeros, y, False, _NEG, _POS, y, l_n, d[KC], scratch, 0, d[b + S_MC])
+            if d[KS_UNITS] > 0:
+                ksum(d, side)
             return 0
         if op == COLS:
             wp = numba.carray(_ptr(d[WA]), (d[WA_N],), f32)
@@ -631,6 +654,8 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
             y = numba.carray(_ptr(d[YA] if side == 0 else d[KS_PART]), (m_n * l_n,), f32)
             rows(wp, kk, m_n, x, 0, l_n, l_n, zeros, zeros, y, False, _NEG, _POS, y, 0, l_n, d[b + S_BLOCK],
                  d[b + S_GROUPS], d[b + S_KC], d[b + S_PACK] != 0, scratch, 0, d[b + S_TOTAL])
+            if d[KS_UNITS] > 0:
+                ksum(d, side)
             return 0
         c0, mc = d[b + S_C0], d[b + S_MC]
         wp = numba.carray(_ptr(d[WA] + 4 * c0 * k_n), (mc * k_n,), f32)
@@ -759,9 +784,13 @@ def pair_run(ctl, desc, x, y, z, s0, s1) -> int:
     if desc[U_X] != 0 and desc[U_N] > 0:
         desc[U_CLAIM] = desc[U_N] << 32  # SUB_SPLIT: every unit of the copy unclaimed, none done
         desc[U_DONE] = 0
+    if desc[KS_CUT] > 0 and desc[KS_UNITS] > 0:  # K_SUM_UNITS: no partial sums done, every unit of the sum unclaimed
+        desc[KS_CTL] = np.int64(ctl.ctypes.data)
+        desc[KS_DONE] = 0
+        desc[KS_CLAIM] = desc[KS_UNITS] << 32
     done = fpair.pair_job(ctl, desc)
-    if desc[KS_CUT] > 0 and done != 3:  # K_SPLIT: the sides' sums and the epilogue (the node's lock holds the buffer)
-        _k_sum(desc)
+    if desc[KS_CUT] > 0 and desc[KS_UNITS] == 0 and done != 3:  # K_SPLIT: the sides' sums and the epilogue (the
+        _k_sum(desc)  # node's lock holds the buffer)
     return done
 
 
@@ -772,6 +801,38 @@ _NEG, _POS = np.float32(-np.inf), np.float32(np.inf)
 def _k_sum(d) -> None:
     """K_SPLIT's end, on the caller after the join: output = clamp(side 0's sums (in the output) + side 1's (the
     layer's buffer) + bias (+ the residual)); a NaN stays."""
+    _k_sum_part(d, 0, d[M])
+
+
+@jit
+def _k_sum_shared(d, side) -> None:
+    """K_SUM_UNITS: a K-cut side's end, its partial sums done: once both sides' are, the units of the sum (output
+    channels) that this side claims (side 0 from the front, side 1 from the back). Side 0 (the caller, which runs it
+    first in every job) waits for side 1's sums only where the helper has claimed side 1 (the job's state word no longer
+    open) and for K_SUM_WAIT_US at most; else it returns, and side 1 (pair_job's claim then runs it on the caller, or
+    the helper runs it) adds every unit left."""
+    pairs.count_up(d, KS_DONE)
+    if side == 0:
+        ctl = numba.carray(_ptr(d[KS_CTL]), (pairs.STATE + 1,), np.int64)
+        if (pairs._load(ctl, pairs.STATE) & 3) == pairs.OPEN:
+            return
+        t0 = _cycles()
+        while pairs._load(d, KS_DONE) < 2:  # (K_SUM_WAIT_US at most: past it the wait is pair_job's, the stall rule's)
+            if _cycles() - t0 > d[KS_WAIT]:
+                return
+            pairs._pause()
+    pairs.wait_count(d, KS_DONE, 2)
+    units, m_n = d[KS_UNITS], d[M]
+    while True:
+        u = pairs.claim_ends(d, KS_CLAIM, side)
+        if u < 0:
+            return
+        _k_sum_part(d, u * m_n // units, (u + 1) * m_n // units)
+
+
+@jit
+def _k_sum_part(d, c0, c1) -> None:
+    """_k_sum over the output channels [c0, c1)."""
     m_n, l_n = d[M], d[L]
     y = numba.carray(_ptr(d[YA]), (m_n * l_n,), np.float32)
     part = numba.carray(_ptr(d[KS_PART]), (m_n * l_n,), np.float32)
@@ -780,7 +841,7 @@ def _k_sum(d) -> None:
     lo, hi = fv[0], fv[1]
     has_z = d[HAS_Z] != 0
     z = numba.carray(_ptr(d[ZA] if has_z else d[YA]), (m_n * l_n,), np.float32)
-    for c in range(m_n):  # (a row's slices and a loop each way of the residual: vectorized, 5x the scalar loop)
+    for c in range(c0, c1):  # (a row's slices and a loop each way of the residual: vectorized, 5x the scalar loop)
         b = bias[c]
         ys, ps, zs = y[c * l_n:(c + 1) * l_n], part[c * l_n:(c + 1) * l_n], z[c * l_n:(c + 1) * l_n]
         if has_z:
@@ -1137,6 +1198,8 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
     part = config.aligned_empty(m_n * l_n, np.float32, config.BUFFER_ALIGN) if kcut else None
     if kcut:
         desc[KS_PART] = part.ctypes.data
+        desc[KS_UNITS] = min(max(int(K_SUM_UNITS), 0), m_n)  # (K_SUM_UNITS: the sum's units, each a channel at least)
+        desc[KS_WAIT] = int(K_SUM_WAIT_US * 1e-6 * cycle_rate())
 
     def fill(d, packed, bias):
         packed = np.ascontiguousarray(packed, np.float32)
