@@ -49,6 +49,11 @@ HEAD_ROW_BYTES = 1 << 16
 # Xeon, weights from memory (bench_head_state.py, 4 panels at once): 1 x 512 x 1000 162 against 177 us,
 # 1 x 1280 x 1000 347 against 394; ResNet-18's head in the model 0.134 against 0.179 ms (nodes_ab.py)
 HEAD_ALIGN = 4096
+# A one-row head with Tanh (BERT's pooler, 1 x 768 x 768) on the same row tiles, the bias in the registers and
+# NumPy's SIMD tanh over the output after (the epilogue's tanh is libm's, one value at a time), where HEAD_ROW takes
+# the shape; read when the node binds (issue 11, session 18; False: np.matmul, the bias and np.tanh, as the
+# reference)
+HEAD_ROW_TANH = False
 
 
 def gemm_work(flops: float) -> float:
@@ -206,8 +211,9 @@ class Gemm(NumbaKernel):
 
         call.thread_safe = True  # no per-call state: the plan's settled call needs no lock
         kind = ftile.choice()[0]
-        if HEAD_ROW and m == 1 and not trans_a and code != TANH and kind in (1, 2) and 4 * k * n >= HEAD_ROW_BYTES:
-            call = self._row_head(call, kind, k, n, trans_b, alpha, beta)  # (issue 11, session 12)
+        if HEAD_ROW and m == 1 and not trans_a and (code != TANH or HEAD_ROW_TANH) and kind in (1, 2) and \
+                4 * k * n >= HEAD_ROW_BYTES:
+            call = self._row_head(call, kind, k, n, trans_b, alpha, beta)  # (issue 11, session 12; Tanh: 18)
         two = (self.threads or config.default_threads()) == 2
         if two and code == NONE and hpair.usable(m, k, n, trans_a):  # (issue 11, session 11; on the row tiles:
             row = HEAD_ROW and kind in (1, 2)  # session 12)
@@ -301,8 +307,11 @@ class Gemm(NumbaKernel):
     def _row_head(self, call, kind, k, n, trans_b, alpha, beta):
         """A one-row product on fgemm.row (the weights packed once at the first call, one pass over them
         on 1-row tiles of ``kind``) while B and C are the arrays of that first call (constants); ``call``
-        (np.matmul) for anything else."""
+        (np.matmul) for anything else. Tanh (HEAD_ROW_TANH) runs as np.tanh over the tiles' output."""
         code, p0, p1 = self.act
+        tanh = code == TANH
+        if tanh:
+            code = NONE
         bound = []
 
         def row(a, b, c=None, *, out=None):
@@ -318,6 +327,8 @@ class Gemm(NumbaKernel):
                     a.dtype == np.float32 and (out is None or out.flags.c_contiguous):
                 y = np.empty((1, n), np.float32) if out is None else out
                 bound[2](a, y)
+                if tanh:
+                    np.tanh(y, out=y)
                 return y
             return call(a, b, c, out=out)
 
