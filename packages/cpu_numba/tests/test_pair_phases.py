@@ -4,13 +4,15 @@ one word, each side then waiting until every unit is done). The padded input is 
 channels, so the pair equals the one-thread path bit for bit: the caller alone (the helper 'spinning' but never
 coming: it claims every unit), the helper's loop run by hand with the caller having claimed some units or none (the
 padded buffer then equal to the caller's own pad, the helper's output rows the one-thread path's); odd channel counts
-(units of unequal channels), the residual and Relu."""
+(units of unequal channels), the residual and Relu. rnpair.DIRECT_ROWS (issue 11, session 18): fdirect's pairs cut by
+rows, each side padding its own rows; a direct pair over its residual with either switch."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from _conv_layers import _at, _cpair_of, _half_by_hand, _kernel, _one_thread, _pair_of
+from _conv_layers import _at, _cpair_of, _half_by_hand, _helper_half, _kernel, _one_thread, _pair_of
 from kernelkit.testing import assert_close
+from kernelkit_numba import config
 from kernelkit_numba.kernels import conv_serial, fdirect, ftile, pairs, rnpair
 
 pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
@@ -192,3 +194,89 @@ def test_wino2_shared(case, quiet_server, monkeypatch):
         _half_by_hand(srv, d, rnpair.YA, shape, want)
         assert d[rnpair.P_DONE] == units and d[rnpair.P_CLAIM] == (j << 32) | j
         np.testing.assert_array_equal(v[:, :xs[1] * nt], full[:, :xs[1] * nt])
+
+
+# fdirect's pairs cut by output rows (DIRECT_ROWS): 3x3/2 of 64 -> 128 at 28x28 (3 panels: 48, 48, 32; 14 output
+# rows), of 33 -> 80 at 28x28 with the residual and Relu, of 32 -> 64 at 56x56 (28 rows); 3x3/1 of 64 -> 64 at 7x7
+# with the residual (7 rows: odd, keeps the panel-major cut)
+ROWS = [
+    ((1, 64, 28, 28), (128, 64, 3, 3), {**PADS, "strides": [2, 2], **RELU}, False, rnpair.OP_DIRECT),
+    ((1, 33, 28, 28), (80, 33, 3, 3), {**PADS, "strides": [2, 2], **RELU}, True, rnpair.OP_DIRECT),
+    ((1, 32, 56, 56), (64, 32, 3, 3), {**PADS, "strides": [2, 2]}, False, rnpair.OP_DIRECT),
+]
+
+
+@pytest.mark.parametrize("case", ROWS, ids=lambda c: f"{c[0][1]}x{c[0][2]}-{c[1][0]}{'z' if c[3] else ''}")
+def test_direct_rows(case, quiet_server, monkeypatch):
+    """DIRECT_ROWS: the pair in two blocks of output rows, each side every panel on its rows after padding the input
+    rows they read into its own buffer: both sides on the caller equal the one-thread path bit for bit; the helper's
+    half by hand (its buffer NaN'd first) writes exactly the second block's rows of every channel, bit for bit, and
+    pads exactly the padded rows they read (pad_planes' floats there, its buffer's other rows untouched)."""
+    xs, ws, attrs, res, op = case
+    inputs, shape, want = _one_thread(case, 11)
+    srv = quiet_server
+    srv.ctl[pairs.AWAKE] = 1
+    monkeypatch.setattr(rnpair, "DIRECT_ROWS", True)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    pair = _pair_of(fn)
+    assert pair is not None and pair.desc[rnpair.OP] == op
+    d = pair.desc
+    assert d[rnpair.R_KH] == 3 and d[rnpair.RB] == 2 and d[rnpair.P_N] == 0 and pair.direct is None
+    assert [(d[rnpair.SIDE0 + s * rnpair.SIDE_N + rnpair.S_T0], d[rnpair.SIDE0 + s * rnpair.SIDE_N + rnpair.S_T1])
+            for s in (0, 1)] == [(0, 1), (1, 2)]
+    got = _at(2, fn, inputs, shape)
+    np.testing.assert_array_equal(got, want)
+    hp, wp, oh = int(d[rnpair.P_HP]), int(d[rnpair.P_WP]), shape[2]
+    side1 = next(a for a in pair.keep if isinstance(a, np.ndarray)
+                 and a.ctypes.data == d[rnpair.SIDE0 + rnpair.SIDE_N + rnpair.S_XP]).reshape(xs[1], hp, wp)
+    pad = np.full(xs[1] * hp * wp, np.nan, np.float32)
+    fdirect.pad_planes(inputs[0][0], pad, 1, 1, hp, wp, 0, xs[1])
+    pad = pad.reshape(xs[1], hp, wp)
+    side1[:] = np.nan
+    y = _helper_half(srv, d, rnpair.YA, shape)
+    written = ~np.isnan(y)
+    assert written[:, :, oh // 2:].all() and not written[:, :, :oh // 2].any()
+    np.testing.assert_array_equal(y[written], want[written])
+    r0 = oh // 2 * 2  # the padded rows the second block reads: [r0, hp)
+    np.testing.assert_array_equal(side1[:, r0:], pad[:, r0:])
+    assert np.isnan(side1[:, :r0]).all()
+    monkeypatch.setattr(rnpair, "DIRECT_ROWS_MIN_OH", oh + 2)  # fewer rows: the panel-major cut
+    plain = _pair_of(conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res)))
+    assert plain.desc[rnpair.R_KH] == 0 and plain.direct is not None
+
+
+def test_direct_rows_odd(quiet_server, monkeypatch):
+    """DIRECT_ROWS keeps the panel-major cut on a map of an odd number of output rows (3x3/1 64@7 with the residual),
+    bit for bit the one-thread path."""
+    case = ((1, 64, 7, 7), (64, 64, 3, 3), {**PADS, **RELU}, True, rnpair.OP_DIRECT)
+    xs, ws, attrs, res, _op = case
+    inputs, shape, want = _one_thread(case, 12)
+    quiet_server.ctl[pairs.AWAKE] = 1
+    monkeypatch.setattr(rnpair, "DIRECT_ROWS", True)
+    monkeypatch.setattr(rnpair, "DIRECT_ROWS_MIN_OH", 2)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    assert _pair_of(fn).desc[rnpair.R_KH] == 0
+    np.testing.assert_array_equal(_at(2, fn, inputs, shape), want)
+
+
+@pytest.mark.parametrize("switch", ["DIRECT_ROWS", "PAD_SPLIT"])
+def test_direct_over_residual(switch, quiet_server, monkeypatch):
+    """A direct pair whose output is its residual's memory (3x3/2 of 33 -> 64 to 14 x 13: rows of 13 pixels, whose last
+    7-pixel tile overlaps the one before and reads the residual where that one has written) takes a copy of the
+    residual first with DIRECT_ROWS or PAD_SPLIT on (pairs with no caller's pad), as the panel cut does: the one-thread
+    path's output bit for bit (without the copy the overlapped pixels add the residual twice)."""
+    case = ((1, 33, 28, 26), (64, 33, 3, 3), {**PADS, "strides": [2, 2]}, True, rnpair.OP_DIRECT)
+    xs, ws, attrs, res, op = case
+    inputs, shape, want = _one_thread(case, 13)
+    quiet_server.ctl[pairs.AWAKE] = 1
+    monkeypatch.setattr(rnpair, switch, True)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    pair = _pair_of(fn)
+    assert pair is not None and pair.desc[rnpair.OP] == op
+    assert (pair.desc[rnpair.R_KH] > 0) == (switch == "DIRECT_ROWS") and (pair.desc[rnpair.P_N] > 0) == (
+        switch == "PAD_SPLIT")
+    z = inputs[3].copy()
+    with config.num_threads(2):
+        got = fn(*inputs[:3], z, out=z)
+    assert got is z or np.shares_memory(got, z)
+    np.testing.assert_array_equal(got, want)

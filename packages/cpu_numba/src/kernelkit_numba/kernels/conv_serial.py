@@ -266,8 +266,9 @@ def _paired_call(conv, x_shape, y_shape, geom, code, p0, p1, lo, hi, has_z):
         if (config.current_threads() != 2 or ftile.requested_raw() != raw or shards.POOL.workers_spinning()
                 or not held.usable(conv, x, w, b, z, y, m_n)):
             return general(x, w, b, z, out=out)  # (compute copies a residual it may not write over)
-        if z is not None and pad is not None and _same_memory(z, y):  # (RESIDUAL_WINO: the direct pair's
-            z = _copied(z)  # stores are not checked for it; the Winograd pairs' output transforms are)
+        if z is not None and small and _same_memory(z, y):  # (RESIDUAL_WINO: the direct pair's stores are
+            z = _copied(z)  # not checked for it, whoever pads (PAD_SPLIT, DIRECT_ROWS: no caller's pad); the
+            # Winograd pairs' output transforms are)
         x0 = readonly(x)[0]
         pad_input = None
         if pad is not None:  # the zero-padded input for both sides, on the caller (where the pair runs)
@@ -1114,7 +1115,7 @@ def _tiles_call(conv, raw, kind, cols, y_shape, k_n, l_n, lo, hi, has_z, paralle
     packing = (k_n, width)  # (_packed's K and tile width)
     pair = None if (parallel and n_n == 1 and not rnpair.POINTWISE) or kind != cpair.KIND or (
         cols and width != ftile.COLS_WIDTH[kind]) or getattr(_forced, "on", False) else cpair.tiles_pair(
-        conv, step, cols, y_shape, k_n, l_n, lo, hi, has_z, split=parallel and n_n == 1)
+        conv, step, cols, y_shape, k_n, l_n, lo, hi, has_z, split=parallel and n_n == 1, sub=sub is not None)
     if parallel and n_n == 1 and pair is not None:
         pair.rule = rnpair.rule()  # ResNet-50's 1x1 layers (0.3-1.4 ms a half): as rnpair's
     # (cpair.SUB_SPLIT: the pair's two sides subsample the raw input into buf, not the caller before the job)

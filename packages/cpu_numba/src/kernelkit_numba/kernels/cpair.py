@@ -58,6 +58,7 @@ import numba
 import numpy as np
 
 from .. import config, shards
+from .._spin import _cycles
 from ..cache import CLOSURE_KEY
 from ..config import jit
 from . import dwtile, fpair, ftile, pairs
@@ -100,7 +101,14 @@ U_CLAIM, U_DONE, U_N, U_X, U_H, U_W, U_SH, U_SW = range(SIDE0 + 2 * SIDE_N + 11,
 # K_SPLIT (a one-image projection's K cut between the sides), after SUB_SPLIT's: the cut (0: none), side 1's packed
 # weights (side 0's at WA) and the layer's buffer of side 1's partial sums (bind only)
 KS_CUT, KS_W1, KS_PART = range(SIDE0 + 2 * SIDE_N + 19, SIDE0 + 2 * SIDE_N + 22)
-NDESC = SIDE0 + 2 * SIDE_N + 22
+# WARM (an expansion's halves pull their input (and residual) lines in one sequential pass first), after K_SPLIT's:
+# WARM's bits where the pair takes it (0: none; bind only)
+XW = SIDE0 + 2 * SIDE_N + 22
+# K_SUM_UNITS (the K cut's sum shared by the sides), after WARM's: the units (0: the caller's _k_sum after the join)
+# and the caller's longest wait for the helper's partial sums in cycles (bind only), the job's control words' address,
+# the partial sums done and the units' claim word (written per call)
+KS_UNITS, KS_WAIT, KS_CTL, KS_DONE, KS_CLAIM = range(SIDE0 + 2 * SIDE_N + 23, SIDE0 + 2 * SIDE_N + 28)
+NDESC = SIDE0 + 2 * SIDE_N + 28
 DW_FNS = ("r1", "r1z", "s2", "s2z", "p2", "p2z", "max1", "max2")  # DWFN: dwtile's plane drivers, in this order
 # (max1, max2: its MaxPool 3x3 planes, stride 1 and 2: maxpool_pair)
 
@@ -151,6 +159,21 @@ K_SPLIT_MIN_K = 128  # input channels from which a projection cuts its K
 # bit the one-thread path (within the fp32 tolerances). Read when a layer binds. 0: off (not measured on the Xeon).
 # A/B: kernels.cpair.K_SPLIT_COLS=49
 K_SPLIT_COLS = 0
+# A K cut's sum shared by the two sides (issue 11, session 18; docs/numba.md, "The K cuts' sum on both sides"): > 0, a
+# K-cut pair (K_SPLIT, K_SPLIT_PARALLEL, K_SPLIT_COLS) ends each side with the sum of its output (side 0's partial sums
+# + side 1's + the bias (+ the residual), clamped: ``_k_sum``'s) in this many units of output channels, claimed from
+# one word (pairs.claim_ends: side 0 from the front, side 1 from the back) once both sides' partial sums are done
+# (pairs.count_up, wait_count), where the caller ran the whole sum alone after the join. The helper's side always
+# waits for the caller's partial sums (the caller runs side 0 first in every job); the caller's side joins only where
+# the helper has claimed side 1 (the job's state word), else it returns and runs side 1 and then every unit itself
+# (pair_job's claim, a refused pair's K_SOLO). The caller's side waits for the helper's partial sums K_SUM_WAIT_US at
+# most, then leaves the units to the helper: past that it waits in pair_job, where the wait counts toward the stall
+# rule (pairs.STALL_S: a helper that lost its core mid-layer) as before. Each element is _k_sum's expression (the same
+# jitted code): the output is the caller's sum's bit for bit whoever adds which unit. Read when a layer binds. 0: off.
+# Off: on the Xeon (session 18, kcut18's call) not resolved either way per kind; the sum it shares is 5-11 us a 14x14
+# projection alone on one core (the dev box). A/B: kernels.cpair.K_SUM_UNITS=16
+K_SUM_UNITS = 0
+K_SUM_WAIT_US = 50.0
 # A K-cut pair (K_SPLIT, K_SPLIT_PARALLEL) that is refused (the helper asleep or backed off, the pool's worker spinning,
 # another caller's job) runs both its sides and the sums on the caller (issue 11, session 17), not the one-thread
 # driver over the whole K: the layer's output is then the same bits whether the helper came or not (the K cut sums in
@@ -178,6 +201,17 @@ K_SPLIT_PARALLEL = 196
 # channels, as the depthwise layer after it; a projection by pixels where it has at least PIXEL_TILES tiles
 # of pixels, else by channels where its panels split evenly, else by pixels), "channels", "pixels"
 AXIS = "auto"
+# "auto" for the bound parallel call's one-image expansions on the rows tiles (issue 11, session 18; docs/numba.md,
+# "ResNet-50's expansions and strided 1x1 layers at two threads"): on maps of at least this many pixels by pixels (whole
+# tiles, the caller the first), not by channels. ResNet-50's 56x56 (and 28x28) blocks then keep each core on the same
+# pixels from layer to layer: the projection before is cut by pixels ("auto", 98 and 25 tiles), the F(4x4) 3x3 by runs
+# of tiles, the expansion by pixels too, so that each side reads the input and the residual (the block's input, the
+# previous expansion's output) that its own core wrote and packs only its pixels (64 -> 256 at 56x56: each side packed
+# the whole 800 KB input, half of it from the other core's L2, for its 128 channels), reading every weight row (64 KB;
+# 256 KB at 28x28). Each part is one call of the one-thread driver: bit for bit the channel cut. Read when a layer
+# binds. 0: off (the channel cut). Not measured on the Xeon. A/B: kernels.cpair.EXPAND_PIXELS=3136 (or 784; AXIS=pixels
+# cuts every rows-tile layer by pixels, the same layers under the other defaults)
+EXPAND_PIXELS = 0
 PIXEL_TILES = 16  # the Xeon (session 10): 192 -> 32 at 28x28 by channels 0.87-0.90x the one-thread time,
 # 144 -> 24 at 56x56 by pixels 1.85x; at 14x14 (7 tiles, 4 : 3) the channels (384 -> 64: 1.27-1.30x)
 PAIR_POINTWISE = True  # the 1x1 layers pair (False: for A/B runs)
@@ -295,9 +329,20 @@ ROWS_X_AHEAD = 0
 # parallel call's pair takes the raw input, and both sides copy it at the start of their halves in SUB_UNITS units of
 # input channels claimed from one word (the caller from the front, the helper from the back), then wait until every
 # unit is done (pairs.wait_count). The buffer holds the same floats whoever copies which channels, so the output is
-# the one-thread path's bit for bit. Read when a layer binds. False: the caller copies.
+# the one-thread path's bit for bit. Read when a layer binds. False: the caller copies. Session 18 (exp18's call,
+# nodes_ab2t.py resnet50 12): the three 1x1/2 kinds 1.03-1.08, 1.049 together, against 1.001 on the untouched kinds.
 SUB_SPLIT = False
 SUB_UNITS = 8
+# SUB_SPLIT with each side on its own pixels (issue 11, session 18; docs/numba.md, "ResNet-50's expansions and strided
+# 1x1 layers at two threads"): True, such a layer on the rows tiles (ResNet-50's 256 -> 512 from 56x56, 784 output
+# pixels) is cut by output pixels (whole tiles, the caller the first), and each side copies the subsampled input of
+# its own pixels (every input channel) at the start of its half and reads only those: no unit claimed from the other
+# side, no wait for it, and no line of the buffer from the other core's L2, where with the cut by channels each side
+# read the whole 800 KB buffer (the helper all of it from the caller's core where the caller copied it, half of it
+# with SUB_SPLIT). Each side then reads every weight row (512 KB). Needs SUB_SPLIT; not with a TAIL middle. The same
+# floats copied and the one-thread driver over each part: the output is the one-thread path's bit for bit. Read when a
+# layer binds. False: the channel cut. A/B: kernels.cpair.SUB_SPLIT=1;kernels.cpair.SUB_OWN=1
+SUB_OWN = False
 # The stem's padded phases filled by both sides (issue 11, session 17; docs/numba.md, "MobileNetV2's projections cut
 # by their input channels at two threads"): a one-image pair of a strided stem on the implicit GEMM (MobileNetV2's
 # 3x3/2, 3 -> 32 at 224x224), whose caller filled the whole input's zero-padded column phases (ftile.phases_padded)
@@ -310,6 +355,25 @@ SUB_UNITS = 8
 # loaded, within the spread. A/B: kernels.cpair.STEM_SPLIT=1
 STEM_SPLIT = False
 STEM_UNITS = 12
+# An expansion's halves pull their lines in first (issue 11, session 18; docs/numba.md, "ResNet-50's expansions and
+# strided 1x1 layers at two threads"): the bound parallel call's one-image pair of a 1x1 layer with more output than
+# input channels (ResNet-50's +Z expansions, its 1x1/2 shortcuts) on maps of at most WARM_MAX pixels, not cut by K,
+# reads, at the start of each side's half, every cache line of what its tiles will read, in one sequential pass
+# (``warm_side``: a load a line, four sums kept, the total stored into the side's scratch so that the loads stay): bit 1
+# the whole input (each side reads all of it: at 14x14 256 x 196 floats, half of them written by the other core in the
+# 3x3 layer before, cut by channels, or copied by the caller for a 1x1/2 shortcut: all of it for the helper), bit 2
+# the residual's rows of the side's own output channels (the cols tiles load them channel row by channel row in the
+# last K chunk, 48 rows 784 bytes apart a tile, which the hardware's prefetchers do not follow). The tiles then find
+# them in their core's L2, where their strided first pass took each line from the other core's L2 or from L3 in
+# turn (r50c17: the 14x14 expansions' cols sides ran at 88-93 GFLOP/s side by side against 97 in turn, the halves'
+# input the part that no cut keeps on one core). Nothing in the arithmetic changes: the output is the pair's without
+# it, bit for bit. Read when a layer binds. 0: off: on the Xeon (one call, nodes_ab2t.py resnet50 12 with WARM_MAX 3136)
+# the 14x14 +Z kind read 1.10 (bit 1), 1.07 (3) against 1.06 and 1.14 on that process's untouched 14x14 projections, the
+# 56x56 +Z kind 0.96 and 0.90 (the residual's pass 1.6 MB a side), the touched kinds together 1.02 and 1.01 against 1.00
+# and 1.02 untouched; in pair_rate14.py's chain the expansion's helper side 104 -> 117 GFLOP/s (its input all written by
+# the caller's _k_sum there). A/B: kernels.cpair.WARM=1 (or 3)
+WARM = 0
+WARM_MAX = 196
 
 
 @jit
@@ -321,6 +385,22 @@ def subsample(x, buf, sh, sw, c0, c1):
         for i in range(oh_n):
             for j in range(ow_n):
                 buf[c, i, j] = x[c, i * sh, j * sw]
+
+
+@jit
+def subsample_pixels(x, buf, sh, sw, p0, p1):
+    """subsample's floats for the output pixels [p0, p1) (flat, row-major) of every channel (``x`` (C, H, W), ``buf``
+    (C, OH, OW)): SUB_OWN's side."""
+    c_n, ow_n = buf.shape[0], buf.shape[2]
+    for c in range(c_n):
+        p = p0
+        while p < p1:
+            i = p // ow_n
+            j0 = p - i * ow_n
+            j1 = min(ow_n, j0 + p1 - p)
+            for j in range(j0, j1):
+                buf[c, i, j] = x[c, i * sh, j * sw]
+            p += j1 - j0
 
 
 @jit
@@ -371,7 +451,21 @@ def sub_split(pair, x_shape, sh: int, sw: int, sub_shape) -> bool:
     d = pair.desc
     d[U_N], d[U_H], d[U_W], d[U_SH], d[U_SW] = max(1, min(int(SUB_UNITS), x_shape[1])), x_shape[2], x_shape[3], sh, sw
     d[OH], d[OW] = sub_shape[2], sub_shape[3]
+    if sub_own(pair):
+        d[U_N] = OWN_PIXELS
     return True
+
+
+OWN_PIXELS = -1  # U_N of a SUB_OWN pair: each side copies its own pixels
+
+
+def sub_own(pair) -> bool:
+    """Whether SUB_OWN's copy fits ``pair`` (bound with ``sub``): the rows tiles cut by pixels, one image, no
+    middle."""
+    d = pair.desc
+    s1 = SIDE0 + SIDE_N
+    return bool(SUB_OWN) and d[OP] == ROWS and d[KS_CUT] == 0 and d[T_N] == 0 and d[DYN] == 0 and \
+        d[SIDE0 + S_MC] == d[s1 + S_MC] == d[M] and d[s1 + S_P0] > 0
 
 
 def cols_kc(l_n: int) -> int:
@@ -404,7 +498,9 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
     phases = ftile.phases_padded
     mx1, mx2 = dwtile._max_planes_s1, dwtile._max_planes_s2
     sub = subsample
+    sub_own_px = subsample_pixels
     stem = phases_part
+    ksum = _k_sum_shared
     f32 = np.float32
 
     def half(addr, side):
@@ -486,7 +582,11 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
             return 0
         xs, ys = 4 * k_n * l_n, 4 * m_n * l_n
         scratch = numba.carray(_ptr(d[SCR0 + side]), (d[b + S_SCR_N],), f32)
-        if d[U_X] != 0:  # SUB_SPLIT: the subsampled input's channel units claimed by both sides, then all done
+        if d[U_X] != 0 and d[U_N] == OWN_PIXELS:  # SUB_OWN: the side's own pixels of the subsampled input
+            xr = numba.carray(_ptr(d[U_X]), (k_n, d[U_H], d[U_W]), f32)
+            xb = numba.carray(_ptr(d[XA]), (k_n, d[OH], d[OW]), f32)
+            sub_own_px(xr, xb, d[U_SH], d[U_SW], d[b + S_P0], d[b + S_P0] + d[b + S_NP])
+        elif d[U_X] != 0:  # SUB_SPLIT: the subsampled input's channel units claimed by both sides, then all done
             units = d[U_N]
             xr = numba.carray(_ptr(d[U_X]), (k_n, d[U_H], d[U_W]), f32)
             xb = numba.carray(_ptr(d[XA]), (k_n, d[OH], d[OW]), f32)
@@ -497,6 +597,8 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
                 sub(xr, xb, d[U_SH], d[U_SW], u * k_n // units, (u + 1) * k_n // units)
                 pairs.count_up(d, U_DONE)
             pairs.wait_count(d, U_DONE, units)
+        if d[XW] != 0:  # WARM: the side's input (and residual) lines in one sequential pass first
+            warm_side(d, b, scratch)
         if op == COLS and d[KS_CUT] > 0:  # COLS_K_SPLIT, K_SPLIT_COLS: every panel over the side's input channels, no
             # epilogue
             k0 = 0 if side == 0 else d[KS_CUT]
@@ -506,6 +608,8 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
             x = numba.carray(_ptr(d[XA] + 4 * k0 * l_n), (kk * l_n,), f32)
             y = numba.carray(_ptr(d[YA] if side == 0 else d[KS_PART]), (m_n * l_n,), f32)
             cols(wk, kk, m_n, x, l_n, l_n, zeros, y, False, _NEG, _POS, y, l_n, d[KC], scratch, 0, d[b + S_MC])
+            if d[KS_UNITS] > 0:
+                ksum(d, side)
             return 0
         if op == COLS:
             wp = numba.carray(_ptr(d[WA]), (d[WA_N],), f32)
@@ -550,6 +654,8 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
             y = numba.carray(_ptr(d[YA] if side == 0 else d[KS_PART]), (m_n * l_n,), f32)
             rows(wp, kk, m_n, x, 0, l_n, l_n, zeros, zeros, y, False, _NEG, _POS, y, 0, l_n, d[b + S_BLOCK],
                  d[b + S_GROUPS], d[b + S_KC], d[b + S_PACK] != 0, scratch, 0, d[b + S_TOTAL])
+            if d[KS_UNITS] > 0:
+                ksum(d, side)
             return 0
         c0, mc = d[b + S_C0], d[b + S_MC]
         wp = numba.carray(_ptr(d[WA] + 4 * c0 * k_n), (mc * k_n,), f32)
@@ -604,6 +710,53 @@ def _image(d, b, side, prev):
     return n if n < d[b + S_N1] else -1
 
 
+@jit
+def _lines(a, i0, i1) -> np.float32:
+    """The sum of ``a[i]`` for every 16th i in [i0, i1): a load from each cache line of ``a[i0:i1]`` (float32, the
+    lines 64 bytes), in order, four sums kept so that the loads do not wait on one another (WARM's pass)."""
+    s0 = s1 = s2 = s3 = np.float32(0.0)
+    i = i0
+    while i + 48 < i1:
+        s0 += a[i]
+        s1 += a[i + 16]
+        s2 += a[i + 32]
+        s3 += a[i + 48]
+        i += 64
+    while i < i1:
+        s0 += a[i]
+        i += 16
+    return (s0 + s1) + (s2 + s3)
+
+
+_CW = ftile.COLS_WIDTH[KIND]
+
+
+@jit
+def warm_side(d, b, scratch) -> None:
+    """WARM's pass at the start of a side's half (``b`` its first descriptor word): bit 1 every line of the input
+    (one image), bit 2 those of the residual's rows of the side's output channels (its channel part on the rows tiles,
+    its panels and the panel split at the cut on the cols tiles; none on a side cut by pixels); the sum stored into
+    the side's scratch (its first float, which its tiles write before they read)."""
+    flags, k_n, m_n, l_n = d[XW], d[K], d[M], d[L]
+    s = np.float32(0.0)
+    if flags & 1:
+        s += _lines(numba.carray(_ptr(d[XA]), (k_n * l_n,), np.float32), 0, k_n * l_n)
+    if flags & 2 and d[HAS_Z] != 0:
+        if d[OP] == COLS:
+            q0, q1 = d[b + S_C0], d[b + S_MC]
+            if d[b + S_NP] > 0:  # (the panel at the cut)
+                q0, q1 = min(q0, d[b + S_BLOCK]), max(q1, d[b + S_BLOCK] + 1)
+            c0, c1 = q0 * _CW, min(m_n, q1 * _CW)
+        elif d[b + S_NP] >= l_n:
+            c0, c1 = d[b + S_C0], d[b + S_C0] + d[b + S_MC]
+        else:
+            c0 = c1 = 0
+        if c1 > c0:
+            s += _lines(numba.carray(_ptr(d[ZA]), (m_n * l_n,), np.float32), c0 * l_n, c1 * l_n)
+    if scratch.size > 0:
+        scratch[0] = s
+
+
 @functools.cache
 def half_address(ahead: int = 0, xahead: int = 0, whole: bool = False) -> int:
     """The C address of the compiled half whose cols tiles prefetch ``ahead`` steps on (their full tiles at
@@ -628,12 +781,16 @@ def pair_run(ctl, desc, x, y, z, s0, s1) -> int:
         desc[CLAIM] = desc[DYN] << 32  # every image unclaimed (stored before fpair publishes the job)
     if desc[T_N] > 0:
         desc[T_CLAIM] = desc[T_N] << 32  # TAIL: every middle unit unclaimed
-    if desc[U_X] != 0:
+    if desc[U_X] != 0 and desc[U_N] > 0:
         desc[U_CLAIM] = desc[U_N] << 32  # SUB_SPLIT: every unit of the copy unclaimed, none done
         desc[U_DONE] = 0
+    if desc[KS_CUT] > 0 and desc[KS_UNITS] > 0:  # K_SUM_UNITS: no partial sums done, every unit of the sum unclaimed
+        desc[KS_CTL] = np.int64(ctl.ctypes.data)
+        desc[KS_DONE] = 0
+        desc[KS_CLAIM] = desc[KS_UNITS] << 32
     done = fpair.pair_job(ctl, desc)
-    if desc[KS_CUT] > 0 and done != 3:  # K_SPLIT: the sides' sums and the epilogue (the node's lock holds the buffer)
-        _k_sum(desc)
+    if desc[KS_CUT] > 0 and desc[KS_UNITS] == 0 and done != 3:  # K_SPLIT: the sides' sums and the epilogue (the
+        _k_sum(desc)  # node's lock holds the buffer)
     return done
 
 
@@ -644,6 +801,38 @@ _NEG, _POS = np.float32(-np.inf), np.float32(np.inf)
 def _k_sum(d) -> None:
     """K_SPLIT's end, on the caller after the join: output = clamp(side 0's sums (in the output) + side 1's (the
     layer's buffer) + bias (+ the residual)); a NaN stays."""
+    _k_sum_part(d, 0, d[M])
+
+
+@jit
+def _k_sum_shared(d, side) -> None:
+    """K_SUM_UNITS: a K-cut side's end, its partial sums done: once both sides' are, the units of the sum (output
+    channels) that this side claims (side 0 from the front, side 1 from the back). Side 0 (the caller, which runs it
+    first in every job) waits for side 1's sums only where the helper has claimed side 1 (the job's state word no longer
+    open) and for K_SUM_WAIT_US at most; else it returns, and side 1 (pair_job's claim then runs it on the caller, or
+    the helper runs it) adds every unit left."""
+    pairs.count_up(d, KS_DONE)
+    if side == 0:
+        ctl = numba.carray(_ptr(d[KS_CTL]), (pairs.STATE + 1,), np.int64)
+        if (pairs._load(ctl, pairs.STATE) & 3) == pairs.OPEN:
+            return
+        t0 = _cycles()
+        while pairs._load(d, KS_DONE) < 2:  # (K_SUM_WAIT_US at most: past it the wait is pair_job's, the stall rule's)
+            if _cycles() - t0 > d[KS_WAIT]:
+                return
+            pairs._pause()
+    pairs.wait_count(d, KS_DONE, 2)
+    units, m_n = d[KS_UNITS], d[M]
+    while True:
+        u = pairs.claim_ends(d, KS_CLAIM, side)
+        if u < 0:
+            return
+        _k_sum_part(d, u * m_n // units, (u + 1) * m_n // units)
+
+
+@jit
+def _k_sum_part(d, c0, c1) -> None:
+    """_k_sum over the output channels [c0, c1)."""
     m_n, l_n = d[M], d[L]
     y = numba.carray(_ptr(d[YA]), (m_n * l_n,), np.float32)
     part = numba.carray(_ptr(d[KS_PART]), (m_n * l_n,), np.float32)
@@ -652,7 +841,7 @@ def _k_sum(d) -> None:
     lo, hi = fv[0], fv[1]
     has_z = d[HAS_Z] != 0
     z = numba.carray(_ptr(d[ZA] if has_z else d[YA]), (m_n * l_n,), np.float32)
-    for c in range(m_n):  # (a row's slices and a loop each way of the residual: vectorized, 5x the scalar loop)
+    for c in range(c0, c1):  # (a row's slices and a loop each way of the residual: vectorized, 5x the scalar loop)
         b = bias[c]
         ys, ps, zs = y[c * l_n:(c + 1) * l_n], part[c * l_n:(c + 1) * l_n], z[c * l_n:(c + 1) * l_n]
         if has_z:
@@ -891,9 +1080,11 @@ def cols_split(m_n: int, l_n: int, mp: int | None = None) -> tuple[int, int]:
     return q, a
 
 
-def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_z: bool, split: bool = False):
+def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_z: bool, split: bool = False,
+               sub: bool = False):
     """The pair of a bound 1x1 stride-1 layer on ftile's rows (or cols) tiles of KIND, or None. ``split``: a
-    one-image layer's cols panels cut by COLS_SPLIT's rule (the bound parallel call's)."""
+    one-image layer's cols panels cut by COLS_SPLIT's rule (the bound parallel call's). ``sub``: the tiles read a 1x1
+    strided layer's subsampled input (SUB_OWN cuts such a one-image layer of the bound parallel call by pixels)."""
     n_n, m_n = y_shape[:2]
     if not PAIR_POINTWISE or 2.0 * n_n * m_n * k_n * l_n < MIN_US * FLOPS_PER_US:
         return None
@@ -944,11 +1135,13 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
         axis = AXIS
         if axis == "auto":
             if m_n > k_n:
-                axis = "channels"
+                axis = "pixels" if split and n_n == 1 and EXPAND_PIXELS and l_n >= EXPAND_PIXELS else "channels"
             elif tiles >= PIXEL_TILES:
                 axis = "pixels"
             else:
                 axis = "channels" if panels % 2 == 0 or tiles < 2 else "pixels"
+        if sub and split and SUB_SPLIT and SUB_OWN and n_n == 1 and not TAIL:
+            axis = "pixels"  # (SUB_OWN: each side copies and reads its own pixels)
         if not images and _k_cuttable(n_n, m_n, k_n, l_n, K_SPLIT_PARALLEL if split else K_SPLIT):
             kcut = _k_cut(step, k_n)
         if images or kcut:
@@ -983,6 +1176,8 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
             sizes = [max(size, int(desc[T_SCR])) for size in sizes]  # (a unit's scratch floats)
             desc[SIDE0 + S_SCR_N], desc[SIDE0 + SIDE_N + S_SCR_N] = sizes
     _images(desc, n_n, images)
+    if split and WARM and n_n == 1 and not images and not kcut and m_n > k_n and l_n <= WARM_MAX:
+        desc[XW] = int(WARM)
     follow = None
     if n_n == 1 and not tail and not kcut:
         if cols:
@@ -1003,6 +1198,8 @@ def tiles_pair(conv, step, cols: bool, y_shape, k_n: int, l_n: int, lo, hi, has_
     part = config.aligned_empty(m_n * l_n, np.float32, config.BUFFER_ALIGN) if kcut else None
     if kcut:
         desc[KS_PART] = part.ctypes.data
+        desc[KS_UNITS] = min(max(int(K_SUM_UNITS), 0), m_n)  # (K_SUM_UNITS: the sum's units, each a channel at least)
+        desc[KS_WAIT] = int(K_SUM_WAIT_US * 1e-6 * cycle_rate())
 
     def fill(d, packed, bias):
         packed = np.ascontiguousarray(packed, np.float32)

@@ -213,6 +213,18 @@ PAD_UNITS = 8
 # products from that v. The transform's floats do not depend on who makes them, so the output is the two-sided
 # transform's bit for bit. Read when a layer binds. False: each side its own transform.
 WINO2_SHARED = False
+# fdirect's pairs cut by output rows (issue 11, session 18; docs/numba.md, "ResNet-50's strided 3x3 layers at two
+# threads cut by rows"): a direct pair (ResNet-50's 3x3/2 layers to 28x28 and 14x14, ResNet-18's) was cut panel-major
+# (direct_cut: one side the first panels, the other the rest, every output row on both), so each side read the whole
+# padded input, which the caller made alone before the job (pad_input: 1.66 MB at 128@56), the helper reading it from
+# the caller's cache. With this on, a layer of an even number of output rows, at least DIRECT_ROWS_MIN_OH, is cut into
+# two blocks of rows: each side runs every panel on its block (the one-thread driver's shards, one at a time), after
+# padding only the input rows its block reads (fdirect.pad_rows) into a padded buffer of its own: no pad before the
+# job, no barrier, no padded line read on the other core. Each shard is the one-thread driver's, so the output is the
+# one-thread path's bit for bit. Read when a layer binds; FOLLOW_DIRECT and TAIL_DIRECT then do not apply. False: the
+# panel-major cut. A/B: kernels.rnpair.DIRECT_ROWS=1
+DIRECT_ROWS = False
+DIRECT_ROWS_MIN_OH = 14
 
 OP_WINO, OP_DIRECT, OP_WINO2 = 0, 1, 2
 # desc: the half's address, the op, the per-call addresses (x, y, z), has_z, the float values (lo, hi,
@@ -225,7 +237,7 @@ OP_WINO, OP_DIRECT, OP_WINO2 = 0, 1, 2
 SIDE0, SIDE_N = 38, 8
 # a side: its first and end tile (shard), its blocks, its v, products and scratch buffers (per call), the
 # scratch's floats
-S_T0, S_T1, S_BLOCKS, S_V, S_MO, S_SCR, S_SCR_N = range(7)
+S_T0, S_T1, S_BLOCKS, S_V, S_MO, S_SCR, S_SCR_N, S_XP = range(8)  # S_XP: DIRECT_ROWS' padded buffer of the side
 # TAIL_DIRECT (fdirect's middle shards claimed one at a time), after the sides: the claim word (written per call,
 # cpair's layout), the middle's shards (0: no tail) and its first shard
 T_CLAIM, T_N, T_START = SIDE0 + 2 * SIDE_N, SIDE0 + 2 * SIDE_N + 1, SIDE0 + 2 * SIDE_N + 2
@@ -233,7 +245,9 @@ T_CLAIM, T_N, T_START = SIDE0 + 2 * SIDE_N, SIDE0 + 2 * SIDE_N + 1, SIDE0 + 2 * 
 # input transform): the claim word and the units done (written per call), the units (0: none), the padded planes'
 # rows and columns (PAD_SPLIT)
 P_CLAIM, P_DONE, P_N, P_HP, P_WP = range(SIDE0 + 2 * SIDE_N + 3, SIDE0 + 2 * SIDE_N + 8)
-NDESC = SIDE0 + 2 * SIDE_N + 8
+# DIRECT_ROWS: the kernel's rows (0: the panel-major cut; the sides' [T0, T1) then blocks of output rows, of RB)
+R_KH = SIDE0 + 2 * SIDE_N + 8
+NDESC = SIDE0 + 2 * SIDE_N + 9
 
 
 def _build(ahead: int = 0, wino: int = 0):
@@ -246,7 +260,7 @@ def _build(ahead: int = 0, wino: int = 0):
     drv1, drv2 = (fdirect.driver_ahead(s, 3, fdirect.MP, ahead) for s in (1, 2))
     tin, tout = winograd._input_tiles4, winograd._output_tiles4
     tin2, tout2 = winograd._input_transform, winograd._output_transform
-    pad = fdirect.pad_planes
+    pad, pad_rows = fdirect.pad_planes, fdirect.pad_rows
     f32 = np.float32
 
     def half(addr, side):
@@ -267,6 +281,23 @@ def _build(ahead: int = 0, wino: int = 0):
             bias = numba.carray(_ptr(d[BIAS]), (m_n,), f32)
             out = numba.carray(_ptr(d[YA]), (m_n * oh_n * ow_n,), f32)
             z = numba.carray(_ptr(d[ZA] if has_z else d[YA]), (m_n * oh_n * ow_n,), f32)
+            if d[R_KH] > 0:  # DIRECT_ROWS: the side's blocks of rows [t0, t1), every panel, its own padded rows
+                rb, st = d[RB], d[STEP]
+                h0, h1 = t0 * oh_n // rb, t1 * oh_n // rb
+                if h1 > h0:
+                    xs = numba.carray(_ptr(d[b + S_XP]), (d[XP_N],), f32)
+                    xu = numba.carray(_ptr(d[XA]), (d[C], d[H], d[W]), f32)
+                    pad_rows(xu, xs, d[PH], d[PW], d[P_HP], d[P_WP], h0 * st, (h1 - 1) * st + d[R_KH])
+                    for blk in range(t0, t1):
+                        for p in range(d[PANELS]):
+                            s = p * rb + blk
+                            if st == 1:
+                                drv1(wp, k_n, m_n, xs, koff, d[ROWSTEP], ow_n, oh_n, rb, bias, z, has_z, fv[0], fv[1],
+                                     out, d[KC], scratch, s, s + 1)
+                            else:
+                                drv2(wp, k_n, m_n, xs, koff, d[ROWSTEP], ow_n, oh_n, rb, bias, z, has_z, fv[0], fv[1],
+                                     out, d[KC], scratch, s, s + 1)
+                return 0
             if d[P_N] > 0:  # PAD_SPLIT: the padded input's channel units claimed by both sides, then all done
                 c_n, units = d[C], d[P_N]
                 xu = numba.carray(_ptr(d[XA]), (c_n, d[H], d[W]), f32)
@@ -801,6 +832,10 @@ def direct_pair(conv, x_shape, y_shape, kernel: tuple, stride: int, ph: int, pw:
         total = -(-m_n // (16 * cv)) * rb
     hp, wpad, step, koff = fdirect.geometry(c_n, kh, kw, stride, oh_n, ow_n)
     koff = np.ascontiguousarray(koff)
+    rows = DIRECT_ROWS and oh_n % 2 == 0 and oh_n >= max(2, int(DIRECT_ROWS_MIN_OH))
+    if rows:  # two blocks of rows, each side one, every panel
+        rb = 2
+        total = -(-m_n // (16 * cv)) * rb
     xp = np.zeros(c_n * hp * wpad, np.float32)
     size = fdirect.scratch_size(k_n, kc, oh_n, ow_n, rb, cv, mp)
     cut = direct_cut(m_n, oh_n, rb, 16 * cv)
@@ -811,7 +846,15 @@ def direct_pair(conv, x_shape, y_shape, kernel: tuple, stride: int, ph: int, pw:
     desc[XP], desc[XP_N], desc[KOFF], desc[K], desc[ROWSTEP], desc[RB], desc[KC], desc[STEP] = \
         xp.ctypes.data, xp.size, koff.ctypes.data, k_n, step, rb, kc, stride
     bulk = ((0, cut), (cut, total))
-    tail = direct_tail(total, cut) if TAIL_DIRECT else None
+    tail = direct_tail(total, cut) if TAIL_DIRECT and not rows else None
+    own = ()
+    if rows:  # each side's padded buffer (the rows it reads), the sides' blocks of rows
+        own = (np.zeros(c_n * hp * wpad, np.float32), np.zeros(c_n * hp * wpad, np.float32))
+        bulk = ((0, 1), (1, 2))
+        desc[C], desc[H], desc[W], desc[PH], desc[PW] = c_n, x_shape[2], x_shape[3], ph, pw
+        desc[P_HP], desc[P_WP], desc[PANELS], desc[R_KH] = hp, wpad, total // rb, kh
+        for side in range(2):
+            desc[SIDE0 + side * SIDE_N + S_XP] = own[side].ctypes.data
     if tail is not None:
         a, b = tail
         bulk = ((0, a), (b, total))
@@ -825,21 +868,21 @@ def direct_pair(conv, x_shape, y_shape, kernel: tuple, stride: int, ph: int, pw:
 
         wp = np.ascontiguousarray(_packed(conv, w, k_n, 16 * cv), np.float32)
         d[WP], d[WP_N] = wp.ctypes.data, wp.size
-        return wp, fv, xp, koff
+        return wp, fv, xp, koff, *own
 
-    pair_pad = (xp, ph, pw, hp, wpad, c_n)
-    if PAD_SPLIT:  # both sides fill the padded input (the halves' first phase), not the caller before the job
+    pair_pad = None if rows else (xp, ph, pw, hp, wpad, c_n)
+    if PAD_SPLIT and not rows:  # both sides fill the padded input (the halves' first phase), not the caller first
         desc[C], desc[H], desc[W], desc[PH], desc[PW] = c_n, x_shape[2], x_shape[3], ph, pw
         desc[P_N], desc[P_HP], desc[P_WP] = max(1, min(int(PAD_UNITS), c_n)), hp, wpad
         pair_pad = None
     pair = Pair(desc, ((1, 1, size), (1, 1, size)), prep)
-    pair.keep = (fv, xp, koff)
+    pair.keep = (fv, xp, koff, *own)
     span = cpair.FOLLOW_RANGE * total
-    if tail is None:
+    if tail is None and not rows:
         pair.direct = [float(cut), max(1, int(round(cut - span))), min(total - 1, int(round(cut + span))), total]
     return pair, pair_pad
 
 
-__all__ = ["ALONE_SERIAL", "BALANCE", "BY_M_TILES", "DYNAMIC", "FOLLOW", "ON", "Pair", "chunk_stall", "direct_pair",
-           "direct_tail", "dyn_chunks", "enabled", "follow", "follow_direct", "half_address", "pair_run", "prepare",
-           "rebalance", "rule", "set_cut", "wino2_pair", "wino_pair"]
+__all__ = ["ALONE_SERIAL", "BALANCE", "BY_M_TILES", "DIRECT_ROWS", "DYNAMIC", "FOLLOW", "ON", "Pair", "chunk_stall",
+           "direct_pair", "direct_tail", "dyn_chunks", "enabled", "follow", "follow_direct", "half_address", "pair_run",
+           "prepare", "rebalance", "rule", "set_cut", "wino2_pair", "wino_pair"]
