@@ -14,8 +14,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nodes_ab  # noqa: E402, I001  (first: sets the environment of ops_vs_reference.py, BLAS at one thread, before NumPy)
 import kernelkit  # noqa: E402
-import nodes_ab  # noqa: E402  (sets the environment of ops_vs_reference.py)
 import numpy as np  # noqa: E402
 from bench_head_state import flush  # noqa: E402
 

@@ -36,16 +36,18 @@ import collections
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "models"))
 os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")  # steady state: compile in the warm-up
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     # one thread for the reference's BLAS too (the numba kernels set their own per call): left alone,
-    # NumPy's matmul ran on both pinned cores and the reference's GEMMs looked twice as fast
+    # NumPy's matmul ran on both pinned cores and the reference's GEMMs looked twice as fast. Set before
+    # NumPy loads OpenBLAS, which reads it then: imported first, NumPy's BLAS kept both pinned cores until a
+    # numba kernel's config.blas_single() ran, which MobileNetV2's numba session never does, so its reference
+    # head (np.matmul, Add_581) ran on two threads (issue 11, session 18)
     os.environ.setdefault(_var, "1")
 import kernelkit  # noqa: E402
+import numpy as np  # noqa: E402
 import zoo  # noqa: E402
 from _timing import node_ms_rounds_interleaved  # noqa: E402
 from kernelkit_converters.onnx import convert  # noqa: E402
@@ -92,6 +94,16 @@ def absorbed(ref: dict, nb: dict) -> dict[str, list[str]]:
     return out
 
 
+def blas_threads() -> str:
+    """Each loaded BLAS library's thread count (threadpoolctl), e.g. ``openblas 1``: the reference's np.matmul
+    runs at NumPy's."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown (no threadpoolctl)"
+    return ", ".join(f"{i['internal_api']} {i['num_threads']}" for i in threadpool_info() if i["user_api"] == "blas")
+
+
 def compare(name: str, runs: int, batch: int, rotate: bool = False, nodes: tuple = ()) -> list[tuple]:
     proto = _builders()[name]()
     model = convert(proto.SerializeToString())
@@ -119,6 +131,7 @@ def compare(name: str, runs: int, batch: int, rotate: bool = False, nodes: tuple
     unmatched = (sum(row[1] for n, row in ref.items() if n not in nb and n not in taken),
                  sum(row[1] for n, row in nb.items() if n not in ref))
     print(f"\n## {name} (batch {batch}, 1 thread, best of {runs} per node, ms{', order rotated' if rotate else ''})")
+    print(f"  BLAS threads after the rounds: {blas_threads()}")
     print("| op | nodes | reference | numba | reference / numba |")
     print("|---|---:|---:|---:|---:|")
     for op, (count, r, n) in sorted(by_op.items(), key=lambda kv: -kv[1][1]):

@@ -438,6 +438,41 @@ def test_row_heads_streams_prefetch_and_alignment(name, k, n, monkeypatch):
     assert getattr(getattr(d, "py_func", d), CLOSURE_KEY) == f"fgemm.rows.{kind}.{epilogue.NONE}.s4.a16h2"
 
 
+@pytest.mark.parametrize("name", ["avx2", "avx512"])
+@pytest.mark.parametrize("k,n", [(1280, 1000), (512, 1000), (64, 31 * 32), (40, 130), (24, 7 * 16 + 5)])
+def test_row_heads_rest_in_groups_bit_for_bit(name, k, n, monkeypatch):
+    """ROW_STREAMS_REST: the whole panels left over after the groups of ROW_STREAMS run in groups of a half, then a
+    quarter, of the streams; every column's sum is the same chain of FMAs as on the single-panel tiles, so the
+    output is bit for bit the rest-off driver's (1000 columns: 31 whole panels on avx512, 8 streams leave 7 = 4 + 2 +
+    1), with the bias, alpha and Relu's clamp, at both alignments; against the float64 product; the driver is cached
+    under its own key."""
+    _need(name)
+    kind = ftile.KIND[name]
+    rng = np.random.default_rng(k * n)
+    a = rng.standard_normal((1, k)).astype(np.float32)
+    w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    f = np.float32
+    for align in (4096, fgemm.HUGE_PAGE):
+        packed = fgemm.Packed(w, w, kind, align)
+        for alpha, bb, code, p0, p1 in ((1.0, bias, epilogue.NONE, f(0), f(0)),
+                                        (0.5, None, epilogue.CLIP, f(0), f(6))):
+            want = _want(a, w, alpha, bb, code, p0, p1)
+            for streams in (2, 4, 8, 12):
+                outs = []
+                for rest in (False, True):
+                    monkeypatch.setattr(fgemm, "ROW_STREAMS_REST", rest)  # (read when the call binds)
+                    out = np.full((1, n), np.nan, np.float32)
+                    fgemm.row(kind, packed, alpha, bb, code, p0, p1, streams=streams)(a, out)
+                    outs.append(out)
+                assert_close(outs[1], want, err_msg=f"{name} streams {streams} align {align}")
+                np.testing.assert_array_equal(outs[1], outs[0], err_msg=f"{name} streams {streams} align {align}")
+    from kernelkit_numba.cache import CLOSURE_KEY
+
+    d = fgemm._rows_driver(kind, epilogue.NONE, 8, 0, 3, True)
+    assert getattr(getattr(d, "py_func", d), CLOSURE_KEY) == f"fgemm.rows.{kind}.{epilogue.NONE}.s8.r"
+
+
 def test_row_head_streams_keep_nan_and_inf():
     """The streams' tiles keep NaN and clamp +-inf as the other tiles do (Relu6's clamp in the registers)."""
     _need("avx512")

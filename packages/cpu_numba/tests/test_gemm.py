@@ -201,6 +201,42 @@ def test_model_heads_on_the_row_tiles_at_each_setting(monkeypatch, k, trans_b, w
     assert drivers == ([4, 4] if ftile.choice()[0] in (1, 2) else [])  # the row tiles: avx2 / avx512
 
 
+@pytest.mark.parametrize("trans_b, with_c", [(0, True), (1, True), (0, False)])
+def test_tanh_head_on_the_row_tiles(monkeypatch, trans_b, with_c):
+    """A one-row Gemm + Tanh by constant weights (BERT's pooler, 1 x 768 x 768) at one thread: with
+    gemm.HEAD_ROW_TANH on, fgemm.row's tiles with the bias in the registers and np.tanh over the output after;
+    off, np.matmul, the bias and np.tanh (no row tiles); both against the reference kernels over several runs."""
+    import kernelkit
+    from kernelkit.testing import assert_close
+    from kernelkit_converters.onnx import convert
+    from kernelkit_numba.kernels import fgemm, ftile, gemm
+    from onnx import TensorProto, helper, numpy_helper
+
+    k = n = 768
+    r = np.random.default_rng(11 + trans_b)
+    b = (r.standard_normal((n, k) if trans_b else (k, n)) / np.sqrt(k)).astype(np.float32)
+    inits = [numpy_helper.from_array(b, "b")]
+    if with_c:
+        inits.append(numpy_helper.from_array(r.uniform(-1, 1, n).astype(np.float32), "c"))
+    nodes = [helper.make_node("Gemm", ["a", "b"] + (["c"] if with_c else []), ["g"], transB=trans_b),
+             helper.make_node("Tanh", ["g"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], inits)
+    model = convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    ref = kernelkit.Session(model, vendors=["reference"], fallback=False)
+    rows, made = [], fgemm.row
+    monkeypatch.setattr(fgemm, "row", lambda *args, **kw: rows.append(args) or made(*args, **kw))
+    for on in (False, True):
+        monkeypatch.setattr(gemm, "HEAD_ROW_TANH", on)  # (read when the node binds)
+        sess = kernelkit.Session(model, vendors=["numba"], fallback=False, threads=1)
+        assert [s.kernel.act[0] for s in sess.plan.kernel_steps() if s.op == "Gemm"] == [gemm.TANH]  # (fused)
+        for _ in range(3):
+            a = {"a": r.uniform(-3, 3, (1, k)).astype(np.float32)}
+            assert_close(sess.run(None, a)[0], ref.run(None, a)[0], err_msg=f"HEAD_ROW_TANH {on}")
+        assert len(rows) == (int(on) if ftile.choice()[0] in (1, 2) else 0)
+    assert all(args[4] == gemm.NONE for args in rows)  # (the tiles' epilogue: the bias alone)
+
+
 def test_matmul_blas_call_binding(check):
     """Static MatMul on one thread: batched products (the attention's) and a 2-D B that fgemm does
     not take bind ``serial_call`` (one np.matmul + the activation), against the reference; a 2-D B

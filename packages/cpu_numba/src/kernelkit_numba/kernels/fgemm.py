@@ -145,8 +145,8 @@ def aligned_empty(size: int, align: int) -> np.ndarray:
     advised as transparent huge pages (one TLB entry a 2 MiB page)."""
     import mmap
 
-    if align >= HUGE_PAGE:
-        mem = mmap.mmap(-1, size * 4 + align, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if align >= HUGE_PAGE:  # (whole huge pages from the aligned start: the last one's tail too)
+        mem = mmap.mmap(-1, -(-size * 4 // HUGE_PAGE) * HUGE_PAGE + align, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         if hasattr(mmap, "MADV_HUGEPAGE"):
             mem.madvise(mmap.MADV_HUGEPAGE)
     else:
@@ -756,7 +756,8 @@ def row(kind: int, packed: Packed, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0
     bp, zeros, alpha, p0, p1 = packed.bp, packed.zeros, f32(alpha), f32(p0), f32(p1)
     if streams > 1 and kind != 0:
         ahead_s = int(ROW_STREAMS_AHEAD)
-        rows = _rows_driver(kind, post, streams, ahead_s, int(ROW_STREAMS_HINT) if ahead_s else 3)
+        rows = _rows_driver(kind, post, streams, ahead_s, int(ROW_STREAMS_HINT) if ahead_s else 3,
+                            bool(ROW_STREAMS_REST))
 
         def run_streams(a2, out):
             rows(a2.reshape(-1), bp, k_n, n_n, alpha, bb, zeros, out.reshape(-1), lo, hi, p0, p1)
@@ -789,6 +790,11 @@ ROW_STREAMS = 4
 # with 16 against 0.513 without, MobileNetV2 0.351 against 0.332). A/B: kernels.fgemm.ROW_STREAMS_AHEAD=16
 ROW_STREAMS_AHEAD = 0
 ROW_STREAMS_HINT = 3
+# The whole panels left over after the groups of ROW_STREAMS run in groups of half as many, then a quarter (down to
+# 2), before the single-panel tiles (1000 columns on avx512: 31 whole panels, 8 streams leave 7 of them, 22 % of the
+# weights, to one stream at a time; 4 streams leave 3). The same sums in the same order (each column's K steps in
+# turn): bit for bit. Read when the call binds (issue 11, session 18; False: the rest one panel at a time)
+ROW_STREAMS_REST = False
 
 
 def _streams_intrinsic(kind: str, streams: int, ahead: int = 0, hint: int = 3):
@@ -861,24 +867,38 @@ def _streams_intrinsic(kind: str, streams: int, ahead: int = 0, hint: int = 3):
 
 
 @functools.cache
-def _rows_driver(kind: int, post: int, streams: int, ahead: int = 0, hint: int = 3):
+def _rows_driver(kind: int, post: int, streams: int, ahead: int = 0, hint: int = 3, rest: bool = False):
     """``run(a, bp, k_n, n_n, alpha, bias, zeros, out, lo, hi, p0, p1)``: out (N, flat) = act(alpha * a (K,
     flat) @ B + bias) over B's packed panels, ``streams`` whole panels at once (_streams_intrinsic, its
     prefetch ``ahead`` steps ahead with locality ``hint``), the panels left over one at a time on the 1-row
-    tiles (the last one masked); ``post`` as in _driver."""
+    tiles (the last one masked); ``rest``: the whole panels left over first in groups of streams // 2, then
+    streams // 4 (groups of at least 2: ROW_STREAMS_REST); ``post`` as in _driver."""
     full, masked = _tiles(kind, 1)
-    multi = _streams_intrinsic("avx512" if kind in (2, NARROW) else "avx2", streams, ahead, hint)
+    isa = "avx512" if kind in (2, NARROW) else "avx2"
+    multi = _streams_intrinsic(isa, streams, ahead, hint)
+    s2 = streams // 2 if rest and streams // 2 >= 2 else 0
+    s4 = streams // 4 if rest and streams // 4 >= 2 else 0
+    multi2 = _streams_intrinsic(isa, s2, ahead, hint) if s2 else multi  # (not called where s2 is 0)
+    multi4 = _streams_intrinsic(isa, s4, ahead, hint) if s4 else multi
     nr = NR[kind]
 
     def rows(a, bp, k_n, n_n, alpha, bias, zeros, out, lo, hi, p0, p1):
         panels = (n_n + nr - 1) // nr
-        groups = (n_n // nr) // streams
+        whole = n_n // nr
+        groups = whole // streams
         pstride = k_n * nr
         for g in range(groups):
             q = g * streams
             multi(a, bp, q * pstride, pstride, k_n, alpha, bias, q * nr, out, lo, hi)
+        done = groups * streams
+        if s2 and whole - done >= s2:
+            multi2(a, bp, done * pstride, pstride, k_n, alpha, bias, done * nr, out, lo, hi)
+            done += s2
+        if s4 and whole - done >= s4:
+            multi4(a, bp, done * pstride, pstride, k_n, alpha, bias, done * nr, out, lo, hi)
+            done += s4
         one = np.int64(1)
-        for q in range(groups * streams, panels):
+        for q in range(done, panels):
             c0 = q * nr
             nv = min(nr, n_n - c0)
             if nv >= nr:
@@ -889,7 +909,8 @@ def _rows_driver(kind: int, post: int, streams: int, ahead: int = 0, hint: int =
             for j in range(n_n):
                 out[U(j)] = act(out[U(j)], post, p0, p1)
 
-    setattr(rows, CLOSURE_KEY, f"fgemm.rows.{kind}.{post}.s{streams}" + (f".a{ahead}h{hint}" if ahead else ""))
+    setattr(rows, CLOSURE_KEY, f"fgemm.rows.{kind}.{post}.s{streams}" + (f".a{ahead}h{hint}" if ahead else "") +
+            (".r" if rest else ""))
     return jit(rows)
 
 

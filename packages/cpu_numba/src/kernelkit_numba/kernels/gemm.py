@@ -45,10 +45,20 @@ HEAD_ROW = True
 HEAD_ROW_BYTES = 1 << 16
 # Those heads' weights packed at a multiple of this many bytes (fgemm.pack_b's align: 4096, at a page of their
 # own mapping, every vector of a panel in one cache line; 0: where NumPy puts them, 16 B into a page; from
-# fgemm.HUGE_PAGE: on transparent huge pages, not measured), read at the first call. Issue 11, session 13,
-# Xeon, weights from memory (bench_head_state.py, 4 panels at once): 1 x 512 x 1000 162 against 177 us,
-# 1 x 1280 x 1000 347 against 394; ResNet-18's head in the model 0.134 against 0.179 ms (nodes_ab.py)
-HEAD_ALIGN = 4096
+# fgemm.HUGE_PAGE: a private mapping advised as transparent huge pages, where the panels fill at least one),
+# read at the first call. Issue 11, session 13, Xeon, weights from memory (bench_head_state.py, 4 panels at
+# once): 4096 against NumPy's place, 1 x 512 x 1000 162 against 177 us, 1 x 1280 x 1000 347 against 394;
+# ResNet-18's head in the model 0.134 against 0.179 ms (nodes_ab.py). HUGE_PAGE since session 18 (head18; the
+# Xeon's THP is "madvise": the 5 MiB head on 3 huge pages): in the model, the default's 4096 / it per round,
+# MobileNetV2's head 1.07 (0.88-1.23, 9 rounds), EfficientNet-B0's 1.03 (0.72-1.20, 7); the AMD box 1.08-1.32 on
+# the four CNN heads. Off: kernels.gemm.HEAD_ALIGN=4096
+HEAD_ALIGN = 1 << 21
+# A one-row head with Tanh (BERT's pooler, 1 x 768 x 768) on the same row tiles, the bias in the registers and
+# NumPy's SIMD tanh over the output after (the epilogue's tanh is libm's, one value at a time), where HEAD_ROW takes
+# the shape; read when the node binds (issue 11, session 18, head18: Xeon, bert_l4's pooler in the model 0.170
+# against 0.238 ms, per round 1.35 (0.97-1.70, 5 rounds), the reference 0.216; off: np.matmul, the bias and
+# np.tanh, as the reference, kernels.gemm.HEAD_ROW_TANH=0)
+HEAD_ROW_TANH = True
 
 
 def gemm_work(flops: float) -> float:
@@ -206,8 +216,9 @@ class Gemm(NumbaKernel):
 
         call.thread_safe = True  # no per-call state: the plan's settled call needs no lock
         kind = ftile.choice()[0]
-        if HEAD_ROW and m == 1 and not trans_a and code != TANH and kind in (1, 2) and 4 * k * n >= HEAD_ROW_BYTES:
-            call = self._row_head(call, kind, k, n, trans_b, alpha, beta)  # (issue 11, session 12)
+        if HEAD_ROW and m == 1 and not trans_a and (code != TANH or HEAD_ROW_TANH) and kind in (1, 2) and \
+                4 * k * n >= HEAD_ROW_BYTES:
+            call = self._row_head(call, kind, k, n, trans_b, alpha, beta)  # (issue 11, session 12; Tanh: 18)
         two = (self.threads or config.default_threads()) == 2
         if two and code == NONE and hpair.usable(m, k, n, trans_a):  # (issue 11, session 11; on the row tiles:
             row = HEAD_ROW and kind in (1, 2)  # session 12)
@@ -301,8 +312,11 @@ class Gemm(NumbaKernel):
     def _row_head(self, call, kind, k, n, trans_b, alpha, beta):
         """A one-row product on fgemm.row (the weights packed once at the first call, one pass over them
         on 1-row tiles of ``kind``) while B and C are the arrays of that first call (constants); ``call``
-        (np.matmul) for anything else."""
+        (np.matmul) for anything else. Tanh (HEAD_ROW_TANH) runs as np.tanh over the tiles' output."""
         code, p0, p1 = self.act
+        tanh = code == TANH
+        if tanh:
+            code = NONE
         bound = []
 
         def row(a, b, c=None, *, out=None):
@@ -318,6 +332,8 @@ class Gemm(NumbaKernel):
                     a.dtype == np.float32 and (out is None or out.flags.c_contiguous):
                 y = np.empty((1, n), np.float32) if out is None else out
                 bound[2](a, y)
+                if tanh:
+                    np.tanh(y, out=y)
                 return y
             return call(a, b, c, out=out)
 
