@@ -23,4 +23,4 @@ done
 wait
 elapsed ops >> "$OUT/env.txt"
 grep "Model name" "$OUT/env.txt"
-for f in "$OUT"/ops_*.txt; do grep -E "^## |\*\*sum|nodes where|^  slower|verdict|Traceback|Error" "$f"; done
+for f in "$OUT"/ops_*.txt; do grep -E "^## |\*\*sum|nodes where|^of them|^  slower|Traceback|Error" "$f"; done
