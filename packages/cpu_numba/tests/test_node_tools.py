@@ -102,7 +102,8 @@ def test_ops_vs_reference_prints_named_nodes_slower_or_not(tools, monkeypatch):
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
         assert ops.compare("tiny", 3, 1, rotate=True, nodes=(*softmax, "no_such_node")) == []
-    lines = [line for line in text.getvalue().splitlines() if line.startswith("  ")]
+    lines = [line for line in text.getvalue().splitlines() if line.startswith(("  node", "  slower"))]
+    assert "  BLAS threads after the rounds: " in text.getvalue()  # (the reference's BLAS at one thread: session 18)
     pattern = (rf"  node: {softmax[0]} \(Softmax\) reference [\d.]+ ms, numba [\d.]+ ms; per round numba / reference "
                r"[\d.]+ \([\d.]+-[\d.]+\), slower in \d of 3$")
     assert len(lines) == 1 and re.match(pattern, lines[0])
