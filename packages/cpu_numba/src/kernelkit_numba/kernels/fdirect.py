@@ -45,15 +45,15 @@ def geometry(c_n: int, kh: int, kw: int, s: int, oh_n: int, ow_n: int):
 
 
 @jit
-def pad_planes(x, xp, ph, pw, hp, wp, c0, c1):
-    """xp[c, r, q] = x[c, r - ph, q - pw], 0 outside x (``x`` (C, H, W), ``xp`` flat C * hp * wp),
-    channels [c0, c1)."""
+def _pad_block(x, xp, ph, pw, hp, wp, c0, c1, r0, r1):
+    """xp[c, r, q] = x[c, r - ph, q - pw], 0 outside x (``x`` (C, H, W), ``xp`` flat C * hp * wp), for the channels
+    [c0, c1) and the padded rows [r0, r1)."""
     c_n, h_n, w_n = x.shape
     xf = x.reshape(x.size)
     q_lo = min(pw, wp)
     q_hi = max(q_lo, min(wp, w_n + pw))
     for c in range(c0, c1):
-        for r in range(hp):
+        for r in range(r0, r1):
             d0 = U((c * hp + r) * wp)
             h = r - ph
             if h < 0 or h >= h_n:
@@ -70,28 +70,17 @@ def pad_planes(x, xp, ph, pw, hp, wp, c0, c1):
 
 
 @jit
+def pad_planes(x, xp, ph, pw, hp, wp, c0, c1):
+    """xp[c, r, q] = x[c, r - ph, q - pw], 0 outside x (``x`` (C, H, W), ``xp`` flat C * hp * wp),
+    channels [c0, c1)."""
+    _pad_block(x, xp, ph, pw, hp, wp, c0, c1, 0, hp)
+
+
+@jit
 def pad_rows(x, xp, ph, pw, hp, wp, r0, r1):
     """``pad_planes``' floats for the padded rows [r0, r1) of every channel (``x`` (C, H, W), ``xp`` flat C * hp * wp):
     the rows a block of output rows reads (rnpair.DIRECT_ROWS: each side pads its own rows into its own buffer)."""
-    c_n, h_n, w_n = x.shape
-    xf = x.reshape(x.size)
-    q_lo = min(pw, wp)
-    q_hi = max(q_lo, min(wp, w_n + pw))
-    for c in range(c_n):
-        for r in range(r0, r1):
-            d0 = U((c * hp + r) * wp)
-            h = r - ph
-            if h < 0 or h >= h_n:
-                for q in range(wp):
-                    xp[d0 + U(q)] = 0
-                continue
-            src = (c * h_n + h) * w_n - pw  # signed: src + q >= 0 for q >= q_lo
-            for q in range(q_lo):
-                xp[d0 + U(q)] = 0
-            for q in range(q_lo, q_hi):
-                xp[d0 + U(q)] = xf[U(src + q)]
-            for q in range(q_hi, wp):
-                xp[d0 + U(q)] = 0
+    _pad_block(x, xp, ph, pw, hp, wp, 0, x.shape[0], r0, r1)
 
 
 def _driver(step: int, cv: int, mp: int, tiles, ahead: int = 0):
