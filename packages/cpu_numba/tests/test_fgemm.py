@@ -489,3 +489,38 @@ def test_row_head_streams_keep_nan_and_inf():
     b[3, 100:] = 1
     fgemm.row(2, fgemm.Packed(b, b, 2), 1.0, None, epilogue.CLIP, np.float32(0), np.float32(6), streams=4)(a, out)
     assert np.array_equal(out, np.full((1, n), 6, np.float32))
+
+
+@pytest.mark.parametrize("system", ["no_thp", "windows"])
+def test_huge_page_weights_where_the_system_has_none(system, monkeypatch):
+    """gemm.HEAD_ALIGN's default (fgemm.HUGE_PAGE) where the system has no transparent huge pages: a Linux kernel
+    built without them refuses MADV_HUGEPAGE (EINVAL, which Python's madvise raises), and Windows' mmap has no
+    MAP_* flags and takes no ``flags``. aligned_empty still gives the aligned array (the same values packed, on 4 KiB
+    pages), and pack_b the same panels as at 4096, read-only (issue 11, session 18's review: both raised before)."""
+    import errno
+    import mmap
+
+    real = mmap.mmap
+    if system == "no_thp":
+        class NoThp(real):
+            def madvise(self, *args):
+                raise OSError(errno.EINVAL, "Invalid argument")
+
+        monkeypatch.setattr(mmap, "mmap", NoThp)
+    else:
+        def windows(fileno, length, tagname=None, access=mmap.ACCESS_DEFAULT, offset=0):
+            return real(fileno, length)  # (Windows' signature: no flags; -1 an anonymous mapping)
+
+        monkeypatch.setattr(mmap, "mmap", windows)
+        for name in [n for n in dir(mmap) if n.startswith(("MAP_", "MADV_"))]:
+            monkeypatch.delattr(mmap, name)
+    out = fgemm.aligned_empty(1000, fgemm.HUGE_PAGE)
+    assert out.dtype == np.float32 and out.size == 1000 and out.ctypes.data % fgemm.HUGE_PAGE == 0
+    out[:] = np.arange(1000, dtype=np.float32)
+    np.testing.assert_array_equal(out, np.arange(1000, dtype=np.float32))
+    rng = np.random.default_rng(18)
+    w = rng.standard_normal((1280, 1000)).astype(np.float32)  # (5 MB packed: past HUGE_PAGE, MobileNetV2's head)
+    nr = fgemm.NR[2]
+    huge, page = fgemm.pack_b(w, nr, fgemm.HUGE_PAGE), fgemm.pack_b(w, nr, 4096)
+    assert huge.ctypes.data % fgemm.HUGE_PAGE == 0 and not huge.flags.writeable
+    np.testing.assert_array_equal(huge, page)

@@ -408,3 +408,41 @@ def test_mlp_one_thread_products_at_each_setting(monkeypatch, m, sizes):
                     assert at % 64 == 0
                 elif align >= fgemm.HUGE_PAGE:
                     assert at % (align if p.bp.nbytes >= fgemm.HUGE_PAGE else 4096) == 0
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("trans_b, alpha, beta, c_shape", [(1, 0.5, 2.0, (1, 768)), (0, 1.5, 1.0, (768,)),
+                                                          (1, 1.0, 0.0, (768,)), (0, 0.75, 1.0, None)])
+def test_tanh_head_alpha_beta_and_c_against_the_reference(threads, trans_b, alpha, beta, c_shape, monkeypatch):
+    """gemm.HEAD_ROW_TANH (on by default since session 18) with the Gemm's alpha and beta, C as (1, N) or (N,) or
+    absent, at one and two threads: the row tiles' alpha * A @ B + beta * C, then np.tanh over the node's output
+    buffer, against the reference kernels on the same session (issue 11, session 18's review)."""
+    import kernelkit
+    from kernelkit.testing import assert_close
+    from kernelkit_converters.onnx import convert
+    from kernelkit_numba.kernels import fgemm, ftile, gemm
+    from onnx import TensorProto, helper, numpy_helper
+
+    k = n = 768
+    r = np.random.default_rng(18 + trans_b)
+    b = (r.standard_normal((n, k) if trans_b else (k, n)) / np.sqrt(k)).astype(np.float32)
+    inits, ins = [numpy_helper.from_array(b, "b")], ["a", "b"]
+    if c_shape is not None:
+        inits.append(numpy_helper.from_array(r.uniform(-1, 1, c_shape).astype(np.float32), "c"))
+        ins.append("c")
+    nodes = [helper.make_node("Gemm", ins, ["g"], transB=trans_b, alpha=alpha, beta=beta),
+             helper.make_node("Tanh", ["g"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], inits)
+    model = convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    ref = kernelkit.Session(model, vendors=["reference"], fallback=False)
+    rows, made = [], fgemm.row
+    monkeypatch.setattr(fgemm, "row", lambda *args, **kw: rows.append(args) or made(*args, **kw))
+    monkeypatch.setattr(gemm, "HEAD_ROW_TANH", True)
+    sess = kernelkit.Session(model, vendors=["numba"], fallback=False, threads=threads)
+    for _ in range(3):
+        a = {"a": r.uniform(-3, 3, (1, k)).astype(np.float32)}
+        want = ref.run(None, a)[0]
+        assert_close(sess.run(None, a)[0], want, err_msg=f"threads {threads}")
+    if ftile.choice()[0] in (1, 2):
+        assert len(rows) == 1 and rows[0][2] == np.float32(alpha)  # (the row tiles ran: alpha in their call)

@@ -145,10 +145,14 @@ def aligned_empty(size: int, align: int) -> np.ndarray:
     advised as transparent huge pages (one TLB entry a 2 MiB page)."""
     import mmap
 
-    if align >= HUGE_PAGE:  # (whole huge pages from the aligned start: the last one's tail too)
+    if align >= HUGE_PAGE and hasattr(mmap, "MAP_PRIVATE"):  # (whole huge pages from the aligned start: the last
+        # one's tail too. Windows' mmap has no flags: the plain anonymous mapping below, aligned alike)
         mem = mmap.mmap(-1, -(-size * 4 // HUGE_PAGE) * HUGE_PAGE + align, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        if hasattr(mmap, "MADV_HUGEPAGE"):
-            mem.madvise(mmap.MADV_HUGEPAGE)
+        if hasattr(mmap, "MADV_HUGEPAGE"):  # (macOS has none)
+            try:
+                mem.madvise(mmap.MADV_HUGEPAGE)
+            except OSError:  # a kernel built without transparent huge pages refuses it (EINVAL): 4 KiB pages
+                pass
     else:
         mem = mmap.mmap(-1, size * 4 + align)
     raw = np.frombuffer(mem, np.uint8)
