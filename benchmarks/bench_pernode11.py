@@ -16,19 +16,18 @@ from __future__ import annotations
 import os
 import sys
 
-import numpy as np
-from onnx import TensorProto, helper, numpy_helper
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+    os.environ.setdefault(_var, "1")  # before NumPy loads OpenBLAS, which reads them once (session 18, head18)
 import kernelkit  # noqa: E402
+import numpy as np  # noqa: E402
 from _timing import best_cpu_ms, best_wall_ms  # noqa: E402
 from kernelkit_converters.onnx import convert  # noqa: E402
 from kernelkit_numba import config  # noqa: E402
 from kernelkit_numba.kernels import conv as nconv  # noqa: E402
 from kernelkit_numba.kernels import ftile  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 
 def conv_model(c, h, m, k, s, g, relu):
