@@ -76,15 +76,20 @@ def _pair_of(fn):
     return cells[0] if cells else None
 
 
+def _cells(fn) -> dict:
+    """A bound call's closure by name (its filled cells only: a nested function defined after has none yet)."""
+    cells, code = {}, getattr(fn, "__code__", None)
+    for name, c in zip(code.co_freevars if code else (), getattr(fn, "__closure__", None) or ()):
+        try:
+            cells[name] = c.cell_contents
+        except ValueError:
+            pass
+    return cells
+
+
 def _cpair_of(fn):
     """The cpair.Pair a bound call closes over, or None."""
-    cells = []
-    for c in getattr(fn, "__closure__", None) or ():
-        try:
-            cells.append(c.cell_contents)
-        except ValueError:  # (a cell not yet filled: a nested function defined after)
-            pass
-    pairs_ = [c for c in cells if isinstance(c, cpair.Pair)]
+    pairs_ = [c for c in _cells(fn).values() if isinstance(c, cpair.Pair)]
     return pairs_[0] if pairs_ else None
 
 

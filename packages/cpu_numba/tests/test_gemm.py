@@ -201,6 +201,22 @@ def test_model_heads_on_the_row_tiles_at_each_setting(monkeypatch, k, trans_b, w
     assert drivers == ([4, 4] if ftile.choice()[0] in (1, 2) else [])  # the row tiles: avx2 / avx512
 
 
+def _tanh_head(r, k: int, n: int, trans_b: int, c_shape, **gemm_attrs):
+    """A converted one-row Gemm (1 x k x n, B constant, C of ``c_shape`` or absent) + Tanh: BERT's pooler's shape."""
+    from kernelkit_converters.onnx import convert
+    from onnx import TensorProto, helper, numpy_helper
+
+    b = (r.standard_normal((n, k) if trans_b else (k, n)) / np.sqrt(k)).astype(np.float32)
+    inits, ins = [numpy_helper.from_array(b, "b")], ["a", "b"]
+    if c_shape is not None:
+        inits.append(numpy_helper.from_array(r.uniform(-1, 1, c_shape).astype(np.float32), "c"))
+        ins.append("c")
+    nodes = [helper.make_node("Gemm", ins, ["g"], transB=trans_b, **gemm_attrs), helper.make_node("Tanh", ["g"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], inits)
+    return convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+
+
 @pytest.mark.parametrize("trans_b, with_c", [(0, True), (1, True), (0, False)])
 def test_tanh_head_on_the_row_tiles(monkeypatch, trans_b, with_c):
     """A one-row Gemm + Tanh by constant weights (BERT's pooler, 1 x 768 x 768) at one thread: with
@@ -208,21 +224,11 @@ def test_tanh_head_on_the_row_tiles(monkeypatch, trans_b, with_c):
     off, np.matmul, the bias and np.tanh (no row tiles); both against the reference kernels over several runs."""
     import kernelkit
     from kernelkit.testing import assert_close
-    from kernelkit_converters.onnx import convert
     from kernelkit_numba.kernels import fgemm, ftile, gemm
-    from onnx import TensorProto, helper, numpy_helper
 
     k = n = 768
     r = np.random.default_rng(11 + trans_b)
-    b = (r.standard_normal((n, k) if trans_b else (k, n)) / np.sqrt(k)).astype(np.float32)
-    inits = [numpy_helper.from_array(b, "b")]
-    if with_c:
-        inits.append(numpy_helper.from_array(r.uniform(-1, 1, n).astype(np.float32), "c"))
-    nodes = [helper.make_node("Gemm", ["a", "b"] + (["c"] if with_c else []), ["g"], transB=trans_b),
-             helper.make_node("Tanh", ["g"], ["y"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, k])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], inits)
-    model = convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    model = _tanh_head(r, k, n, trans_b, (n,) if with_c else None)
     ref = kernelkit.Session(model, vendors=["reference"], fallback=False)
     rows, made = [], fgemm.row
     monkeypatch.setattr(fgemm, "row", lambda *args, **kw: rows.append(args) or made(*args, **kw))
@@ -419,22 +425,11 @@ def test_tanh_head_alpha_beta_and_c_against_the_reference(threads, trans_b, alph
     buffer, against the reference kernels on the same session (issue 11, session 18's review)."""
     import kernelkit
     from kernelkit.testing import assert_close
-    from kernelkit_converters.onnx import convert
     from kernelkit_numba.kernels import fgemm, ftile, gemm
-    from onnx import TensorProto, helper, numpy_helper
 
     k = n = 768
     r = np.random.default_rng(18 + trans_b)
-    b = (r.standard_normal((n, k) if trans_b else (k, n)) / np.sqrt(k)).astype(np.float32)
-    inits, ins = [numpy_helper.from_array(b, "b")], ["a", "b"]
-    if c_shape is not None:
-        inits.append(numpy_helper.from_array(r.uniform(-1, 1, c_shape).astype(np.float32), "c"))
-        ins.append("c")
-    nodes = [helper.make_node("Gemm", ins, ["g"], transB=trans_b, alpha=alpha, beta=beta),
-             helper.make_node("Tanh", ["g"], ["y"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, k])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], inits)
-    model = convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    model = _tanh_head(r, k, n, trans_b, c_shape, alpha=alpha, beta=beta)
     ref = kernelkit.Session(model, vendors=["reference"], fallback=False)
     rows, made = [], fgemm.row
     monkeypatch.setattr(fgemm, "row", lambda *args, **kw: rows.append(args) or made(*args, **kw))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _conv_layers import _at, _cpair_of, _half_by_hand, _helper_half, _kernel, _one_thread, _pair_of
+from _conv_layers import _at, _cells, _cpair_of, _half_by_hand, _helper_half, _kernel, _one_thread, _pair_of
 from kernelkit.testing import assert_close
 from kernelkit_numba import config
 from kernelkit_numba.kernels import conv_serial, fdirect, ftile, pairs, rnpair
@@ -93,12 +93,7 @@ SUB = [
 
 
 def _cpair_and_buf(fn):
-    cells = {}
-    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
-        try:
-            cells[name] = cell.cell_contents
-        except ValueError:
-            pass
+    cells = _cells(fn)
     return _cpair_of(fn), cells["buf"], cells["sub_in_pair"]
 
 

@@ -15,7 +15,7 @@ from kernelkit.testing import assert_close
 from kernelkit_numba.kernels import conv_serial, cpair, ftile, pairs, rnpair
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _conv_layers import _at, _cpair_of, _half_by_hand, _kernel, _layer, _out_shape, _reference  # noqa: E402, I001
+from _conv_layers import _at, _cells, _cpair_of, _half_by_hand, _kernel, _layer, _out_shape, _reference  # noqa: E402, I001
 
 pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
               pytest.mark.skipif(ftile.choice()[0] != rnpair.KIND or not rnpair.enabled(),
@@ -114,12 +114,7 @@ def _own_pair(case, monkeypatch, own: bool):
     monkeypatch.setattr(cpair, "SUB_SPLIT", True)
     monkeypatch.setattr(cpair, "SUB_OWN", own)
     fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
-    cells = {}
-    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
-        try:
-            cells[name] = cell.cell_contents
-        except ValueError:
-            pass
+    cells = _cells(fn)
     pair = _cpair_of(fn)
     assert pair is not None and pair.desc[cpair.OP] == cpair.ROWS and cells["sub_in_pair"]
     return fn, pair, cells["buf"]
