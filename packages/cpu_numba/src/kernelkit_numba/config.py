@@ -101,14 +101,26 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+# A back-off keeps the budget (issue 11, session 18; docs/numba.md, "The first run's bits at two threads"): while
+# the shard pool is backed off, ``current_threads()`` still says the call's budget, so that the kernels keep their
+# choices for it (tile shapes, K chunks, shard cuts, the pairs) and only the running changes: the pool runs every
+# shard on the caller (ShardPool.run's backed-off path) and a pair both halves (pairs.PairServer.usable is False
+# while backed off: Pair's ``alone``, cpair's K_SOLO). A two-thread session's output then no longer depends on
+# whether a back-off ran (ResNet-50 on the loaded two-core dev box: its first run paired until the pool backed
+# off mid-run, its later runs all held on the one-thread kernels, three sets of bits). False: 1 while backed off
+# (the one-thread session's kernels, as before). Off: under load it runs the two-thread cuts on one core (not
+# measured on the Xeon). A/B: config.KEEP_BUDGET=1.
+KEEP_BUDGET = False
+
+
 def current_threads() -> int:
     """The thread budget of this thread's current kernel call: 1 while the shard pool is backed off
     after a sign that a core is taken (``shards``), so that kernels cut their work for one thread
-    and BLAS and the kernels agree on one thread count."""
+    and BLAS and the kernels agree on one thread count (unless ``KEEP_BUDGET``)."""
     n = getattr(_local, "threads", None)
     if n is None:
         n = default_threads()
-    return 1 if n > 1 and _POOL.backed_off() else n
+    return 1 if n > 1 and not KEEP_BUDGET and _POOL.backed_off() else n
 
 
 def in_serial() -> bool:

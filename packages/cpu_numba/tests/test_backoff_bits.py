@@ -1,0 +1,68 @@
+"""A two-thread session's output across a back-off of the shard pool (config.KEEP_BUDGET; issue 11, session 18,
+docs/numba.md, "The first run's bits at two threads"): while the pool is backed off, ``current_threads()`` keeps the
+budget, so the layers keep their two-thread choices (the pairs' halves, the cuts) and run them on the caller. A run
+during a back-off then gives the bits of a run without one. Off (the default), a back-off puts every layer on the
+one-thread session's kernels, whose sums run in another order (the F(4x4) layers' BLAS products, the 1x1 layers'
+K chunks): the bits change with the back-off, within the fp32 tolerances."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kernelkit import Session
+from kernelkit.builder import GraphBuilder
+from kernelkit.testing import assert_close
+from kernelkit_numba import config, shards
+from kernelkit_numba.kernels import ftile, pairs, rnpair
+
+pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
+              pytest.mark.skipif(ftile.choice()[0] != rnpair.KIND or not rnpair.enabled(),
+                                 reason="the ResNet pairs run on the AVX-512 tiles")]
+
+
+def _bottleneck(rng):
+    """A ResNet-50 bottleneck at 56x56 (1x1 64 -> 64, 3x3 64 -> 64 on F(4x4) by tiles, 1x1 64 -> 256, the 1x1
+    projection of the input, the residual) and its input."""
+    g = GraphBuilder("bottleneck")
+    x = g.input("x", (1, 64, 56, 56))
+
+    def conv(t, m, c, k, **attrs):
+        w = g.constant((rng.standard_normal((m, c, k, k)) * (0.5 / np.sqrt(c * k * k))).astype(np.float32))
+        b = g.constant(rng.standard_normal(m).astype(np.float32) * np.float32(0.1))
+        return g.op("Conv", t, w, b, **attrs)
+
+    a = g.op("Relu", conv(x, 64, 64, 1))
+    a = g.op("Relu", conv(a, 64, 64, 3, pads=[1, 1, 1, 1]))
+    y = g.op("Relu", g.op("Add", conv(a, 256, 64, 1), conv(x, 256, 64, 1)))
+    g.output(y)
+    return g.build(), {"x": rng.standard_normal((1, 64, 56, 56)).astype(np.float32)}
+
+
+def test_a_back_off_keeps_the_bits(quiet_server, monkeypatch):
+    """KEEP_BUDGET: runs before, during and after a back-off of the pool equal each other bit for bit, and the
+    reference within the fp32 tolerances (fpair's helper never comes: every pair runs its halves on the caller)."""
+    monkeypatch.setattr(config, "KEEP_BUDGET", True)
+    model, feeds = _bottleneck(np.random.default_rng(18))
+    want = Session(model, vendors=["reference"]).run(None, feeds)[0]
+    sess = Session(model, vendors=["numba"], fallback=False, threads=2)
+    first = sess.run(None, feeds)[0]
+    assert_close(first, want, np.float32)
+    monkeypatch.setattr(shards.POOL, "backed_off", lambda: True)
+    during = [sess.run(None, feeds)[0] for _ in range(2)]
+    monkeypatch.setattr(shards.POOL, "backed_off", lambda: False)
+    after = sess.run(None, feeds)[0]
+    for got in (*during, after):
+        np.testing.assert_array_equal(got, first)
+
+
+def test_off_a_back_off_is_one_thread(monkeypatch):
+    """Off: ``current_threads()`` is 1 while the pool is backed off (the one-thread session's kernels), the budget
+    otherwise."""
+    monkeypatch.setattr(config, "KEEP_BUDGET", False)
+    with config.num_threads(2):
+        monkeypatch.setattr(shards.POOL, "backed_off", lambda: True)
+        assert config.current_threads() == 1
+        monkeypatch.setattr(config, "KEEP_BUDGET", True)
+        assert config.current_threads() == 2
+        monkeypatch.setattr(shards.POOL, "backed_off", lambda: False)
+        monkeypatch.setattr(config, "KEEP_BUDGET", False)
+        assert config.current_threads() == 2
