@@ -21,7 +21,7 @@ kernels: a ``prange`` left in one runs as a plain ``range``. The thread budget o
 is thread-local: ``NumbaKernel.execute`` sets it from ``Session(threads=n)`` (1 below
 ``SERIAL_WORK`` and inside ``serial()``); outside a session it is ``default_threads()``, the CPUs
 this process may run on. While the pool is backed off after a sign that a core is taken
-(``shards``), ``current_threads()`` is 1 whatever the budget. BLAS is called at one thread per
+(``shards``), ``current_threads()`` is 1 whatever the budget (unless ``KEEP_BUDGET``). BLAS is called at one thread per
 shard (``blas_threads(1)``, through threadpoolctl) so that BLAS and the kernels share one notion
 of how many threads run.
 """
