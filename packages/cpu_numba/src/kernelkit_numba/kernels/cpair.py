@@ -380,19 +380,15 @@ WARM_MAX = 196
 def subsample(x, buf, sh, sw, c0, c1):
     """buf[c, i, j] = x[c, i * sh, j * sw] for the channels [c0, c1) (``x`` (C, H, W), ``buf`` (C, OH, OW)): the
     1x1 strided layer's input (np.copyto(buf, x[:, ::sh, ::sw])'s floats)."""
-    oh_n, ow_n = buf.shape[1], buf.shape[2]
-    for c in range(c0, c1):
-        for i in range(oh_n):
-            for j in range(ow_n):
-                buf[c, i, j] = x[c, i * sh, j * sw]
+    subsample_block(x, buf, sh, sw, c0, c1, 0, buf.shape[1] * buf.shape[2])
 
 
 @jit
-def subsample_pixels(x, buf, sh, sw, p0, p1):
-    """subsample's floats for the output pixels [p0, p1) (flat, row-major) of every channel (``x`` (C, H, W), ``buf``
-    (C, OH, OW)): SUB_OWN's side."""
-    c_n, ow_n = buf.shape[0], buf.shape[2]
-    for c in range(c_n):
+def subsample_block(x, buf, sh, sw, c0, c1, p0, p1):
+    """subsample's floats for the channels [c0, c1) and the output pixels [p0, p1) (flat, row-major) of each
+    (SUB_OWN's side: every channel, its own pixels)."""
+    ow_n = buf.shape[2]
+    for c in range(c0, c1):
         p = p0
         while p < p1:
             i = p // ow_n
@@ -401,31 +397,6 @@ def subsample_pixels(x, buf, sh, sw, p0, p1):
             for j in range(j0, j1):
                 buf[c, i, j] = x[c, i * sh, j * sw]
             p += j1 - j0
-
-
-@jit
-def phases_part(x, xpp, s, ph, pl, hp, qp, c, r0, r1):
-    """ftile.phases_padded's floats for input channel ``c`` and padded rows [r0, r1) of every phase:
-    xpp[b, c, r, q] = x[c, r - ph, (q - pl) * s + b], 0 outside the input (STEM_SPLIT's unit)."""
-    c_n, h_n, w_n = x.shape
-    xf = x.reshape(x.size)
-    for b in range(s):
-        q_hi = min(qp, pl + (w_n - b + s - 1) // s)
-        q_lo = min(pl, q_hi)
-        for r in range(r0, r1):
-            d0 = ((b * c_n + c) * hp + r) * qp
-            h = r - ph
-            if h < 0 or h >= h_n:
-                for q in range(qp):
-                    xpp[d0 + q] = 0
-                continue
-            src = (c * h_n + h) * w_n + b - pl * s
-            for q in range(q_lo):
-                xpp[d0 + q] = 0
-            for q in range(q_lo, q_hi):
-                xpp[d0 + q] = xf[src + q * s]
-            for q in range(q_hi, qp):
-                xpp[d0 + q] = 0
 
 
 def stem_split(pair, x_shape, phases) -> bool:
@@ -498,8 +469,8 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
     phases = ftile.phases_padded
     mx1, mx2 = dwtile._max_planes_s1, dwtile._max_planes_s2
     sub = subsample
-    sub_own_px = subsample_pixels
-    stem = phases_part
+    sub_block = subsample_block
+    stem = ftile.phases_block
     ksum = _k_sum_shared
     f32 = np.float32
 
@@ -569,7 +540,7 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
                         break
                     ch = u // bands
                     band_i = u - ch * bands
-                    stem(xr, xpp, d[STRIDE], d[PH], d[PL], hp, d[QP], ch, band_i * hp // bands,
+                    stem(xr, xpp, d[STRIDE], d[PH], d[PL], hp, d[QP], ch, ch + 1, band_i * hp // bands,
                          (band_i + 1) * hp // bands)
                     pairs.count_up(d, U_DONE)
                 pairs.wait_count(d, U_DONE, units)
@@ -585,7 +556,7 @@ def _build(ahead: int = 0, xahead: int = 0, whole: bool = False):
         if d[U_X] != 0 and d[U_N] == OWN_PIXELS:  # SUB_OWN: the side's own pixels of the subsampled input
             xr = numba.carray(_ptr(d[U_X]), (k_n, d[U_H], d[U_W]), f32)
             xb = numba.carray(_ptr(d[XA]), (k_n, d[OH], d[OW]), f32)
-            sub_own_px(xr, xb, d[U_SH], d[U_SW], d[b + S_P0], d[b + S_P0] + d[b + S_NP])
+            sub_block(xr, xb, d[U_SH], d[U_SW], 0, k_n, d[b + S_P0], d[b + S_P0] + d[b + S_NP])
         elif d[U_X] != 0:  # SUB_SPLIT: the subsampled input's channel units claimed by both sides, then all done
             units = d[U_N]
             xr = numba.carray(_ptr(d[U_X]), (k_n, d[U_H], d[U_W]), f32)

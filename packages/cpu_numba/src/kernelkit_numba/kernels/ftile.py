@@ -771,13 +771,20 @@ def phases_padded(x, xpp, s, ph, pl, hp, qp, c0, c1):
     """xpp[b, c, r, q] = x[c, r - ph, (q - pl) * s + b], 0 outside the input (``x`` (C, H, W), ``xpp``
     flat (s * C * hp * qp)), channels [c0, c1). Flat unsigned indexing, the valid columns of a row
     computed once (a bounds test per element ran the 64@56 input's phases at 0.16 ms)."""
+    phases_block(x, xpp, s, ph, pl, hp, qp, c0, c1, 0, hp)
+
+
+@jit
+def phases_block(x, xpp, s, ph, pl, hp, qp, c0, c1, r0, r1):
+    """phases_padded's floats for the channels [c0, c1) and the padded rows [r0, r1) of every phase (cpair.STEM_SPLIT's
+    unit: one channel's band of rows)."""
     c_n, h_n, w_n = x.shape
     xf = x.reshape(x.size)
     for b in range(s):
         q_hi = min(qp, pl + (w_n - b + s - 1) // s)  # past the last q with (q - pl) * s + b < w_n
         q_lo = min(pl, q_hi)  # the first q with (q - pl) * s + b >= 0 is pl (b < s)
         for c in range(c0, c1):
-            for r in range(hp):
+            for r in range(r0, r1):
                 d0 = U(((b * c_n + c) * hp + r) * qp)
                 h = r - ph
                 if h < 0 or h >= h_n:
