@@ -9,7 +9,7 @@ from kernelkit.invoke import KernelContext
 from kernelkit.ir import Node, TensorSpec
 from kernelkit.testing import assert_close, run_single_op
 from kernelkit_numba import config
-from kernelkit_numba.kernels import cpair, fpair, pairs, rnpair
+from kernelkit_numba.kernels import conv_serial, cpair, fpair, pairs, rnpair
 from kernelkit_numba.kernels.conv import Conv
 
 
@@ -67,6 +67,23 @@ def _one_thread(case, seed):
     one = _at(1, _kernel(xs, ws, attrs, 1, res).compute, inputs, shape)
     assert_close(one, _reference(inputs, attrs), np.float32)
     return inputs, shape, one
+
+
+def _off_and_on(case, seed, srv, monkeypatch, module, switch: str, pair_of):
+    """A switch's A/B on the layer ``case`` (inputs of ``seed``), the helper ``srv`` awake: the layer's two-thread bound
+    call with ``module.switch`` off (its output checked against the one-thread path's within the fp32 tolerances) and
+    then on (monkeypatched): (inputs, output shape, the one-thread output, the off call's pair, its output, the on
+    call, its pair), the pairs by ``pair_of``."""
+    xs, ws, attrs, res = case[:4]
+    inputs, shape, one = _one_thread(case, seed)
+    srv.ctl[pairs.AWAKE] = 1
+    monkeypatch.setattr(module, switch, False)
+    off = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    want = _at(2, off, inputs, shape)
+    assert_close(want, one, np.float32)
+    monkeypatch.setattr(module, switch, True)
+    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
+    return inputs, shape, one, pair_of(off), want, fn, pair_of(fn)
 
 
 def _pair_of(fn):

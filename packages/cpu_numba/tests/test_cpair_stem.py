@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _conv_layers import _at, _cpair_of, _half_by_hand, _kernel, _one_thread
-from kernelkit.testing import assert_close
-from kernelkit_numba.kernels import conv_serial, cpair, ftile, pairs
+from _conv_layers import _at, _cpair_of, _half_by_hand, _off_and_on
+from kernelkit_numba.kernels import cpair, ftile, pairs
 
 pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
               pytest.mark.skipif(ftile.choice()[0] != cpair.KIND or not cpair.enabled(),
@@ -46,19 +45,10 @@ def test_stem_split(case, quiet_server, monkeypatch):
     bit for bit (and the one-thread path and the reference within the fp32 tolerances); the helper's loop by hand, the
     units all unclaimed or the caller's first j claimed and done, fills the rest (the phases then phases_padded's
     exactly) and writes its half's output; a refused pair (the helper asleep) fills them on the caller."""
-    xs, ws, attrs, res, _op = case
-    inputs, shape, one = _one_thread(case, 11)
+    xs = case[0]
     srv = quiet_server
-    srv.ctl[pairs.AWAKE] = 1
-    monkeypatch.setattr(cpair, "STEM_SPLIT", False)
-    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
-    plain = _cpair_of(fn)
+    inputs, shape, one, plain, want, fn, pair = _off_and_on(case, 11, srv, monkeypatch, cpair, "STEM_SPLIT", _cpair_of)
     assert plain is not None and plain.desc[cpair.OP] == cpair.IMPLICIT and plain.desc[cpair.U_N] == 0
-    want = _at(2, fn, inputs, shape)
-    assert_close(want, one, np.float32)
-    monkeypatch.setattr(cpair, "STEM_SPLIT", True)
-    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
-    pair = _cpair_of(fn)
     d = pair.desc
     units, bands = int(d[cpair.U_N]), int(d[cpair.U_H])
     assert units == xs[1] * bands and bands == max(1, cpair.STEM_UNITS // xs[1])

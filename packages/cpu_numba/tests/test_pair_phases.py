@@ -10,7 +10,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _conv_layers import _at, _cells, _cpair_of, _half_by_hand, _helper_half, _kernel, _one_thread, _pair_of
+from _conv_layers import (
+    _at,
+    _cells,
+    _cpair_of,
+    _half_by_hand,
+    _helper_half,
+    _kernel,
+    _off_and_on,
+    _one_thread,
+    _pair_of,
+)
 from kernelkit.testing import assert_close
 from kernelkit_numba import config
 from kernelkit_numba.kernels import conv_serial, fdirect, ftile, pairs, rnpair
@@ -160,19 +170,10 @@ def test_wino2_shared(case, quiet_server, monkeypatch):
     the whole input bit for bit (and the one-thread path and the reference within the fp32 tolerances); the helper's
     loop by hand, the transform's units all unclaimed or the caller's first j claimed and done, transforms the rest
     into the caller's v and writes its panels' output, bit for bit."""
-    xs, ws, attrs, res, op = case
-    inputs, shape, one = _one_thread(case, 9)
+    xs, op = case[0], case[4]
     srv = quiet_server
-    srv.ctl[pairs.AWAKE] = 1
-    monkeypatch.setattr(rnpair, "WINO2_SHARED", False)
-    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
-    plain = _pair_of(fn)
+    inputs, shape, one, plain, want, fn, pair = _off_and_on(case, 9, srv, monkeypatch, rnpair, "WINO2_SHARED", _pair_of)
     assert plain is not None and plain.desc[rnpair.OP] == op and plain.desc[rnpair.P_N] == 0
-    want = _at(2, fn, inputs, shape)
-    assert_close(want, one, np.float32)
-    monkeypatch.setattr(rnpair, "WINO2_SHARED", True)
-    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
-    pair = _pair_of(fn)
     d = pair.desc
     units = int(d[rnpair.P_N])
     assert units == min(rnpair.PAD_UNITS, xs[1]) and pair.sizes[1][0] == 1  # (the helper's own v unused)
