@@ -86,6 +86,17 @@ def _off_and_on(case, seed, srv, monkeypatch, module, switch: str, pair_of):
     return inputs, shape, one, pair_of(off), want, fn, pair_of(fn)
 
 
+def _alone_claims_all(srv, fn, inputs, shape, want, d, units: int) -> None:
+    """cpair's units claimed by both sides (SUB_SPLIT's copy, STEM_SPLIT's phases), the helper ``srv`` never coming:
+    the bound call ``fn`` runs alone, bit for bit ``want``, its caller having claimed and done every one of the
+    ``units`` (descriptor ``d``), the raw input's address cleared after the call."""
+    alone = srv.stats["alone"]
+    got = _at(2, fn, inputs, shape)
+    assert srv.stats["alone"] == alone + 1 and srv.stats["paired"] == 0
+    np.testing.assert_array_equal(got, want)
+    assert d[cpair.U_CLAIM] == (units << 32) | units and d[cpair.U_DONE] == units and d[cpair.U_X] == 0
+
+
 def _pair_of(fn):
     """The rnpair.Pair a bound call closes over, or None."""
     cells = [c.cell_contents for c in getattr(fn, "__closure__", None) or ()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _conv_layers import _at, _cpair_of, _half_by_hand, _off_and_on
+from _conv_layers import _alone_claims_all, _at, _cpair_of, _half_by_hand, _off_and_on
 from kernelkit_numba.kernels import cpair, ftile, pairs
 
 pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
@@ -52,11 +52,7 @@ def test_stem_split(case, quiet_server, monkeypatch):
     d = pair.desc
     units, bands = int(d[cpair.U_N]), int(d[cpair.U_H])
     assert units == xs[1] * bands and bands == max(1, cpair.STEM_UNITS // xs[1])
-    alone = srv.stats["alone"]
-    got = _at(2, fn, inputs, shape)
-    assert srv.stats["alone"] == alone + 1 and srv.stats["paired"] == 0
-    np.testing.assert_array_equal(got, want)
-    assert d[cpair.U_CLAIM] == (units << 32) | units and d[cpair.U_DONE] == units and d[cpair.U_X] == 0
+    _alone_claims_all(srv, fn, inputs, shape, want, d, units)
     x = inputs[0]
     xpp, phases = _phases(pair, x)
     np.testing.assert_array_equal(xpp, phases)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from _conv_layers import (
+    _alone_claims_all,
     _at,
     _cells,
     _cpair_of,
@@ -115,27 +116,15 @@ def test_sub_split(case, quiet_server, monkeypatch):
     copy exactly) and writes its half's output; a refused pair (the helper asleep) copies on the caller."""
     from kernelkit_numba.kernels import cpair
 
-    xs, ws, attrs, res, _op = case
-    inputs, shape, one = _one_thread(case, 8)
+    xs = case[0]
     srv = quiet_server
-    srv.ctl[pairs.AWAKE] = 1
-    monkeypatch.setattr(cpair, "SUB_SPLIT", False)
-    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
-    pair, _buf, taken = _cpair_and_buf(fn)
-    assert pair is not None and not taken and pair.desc[cpair.U_N] == 0
-    want = _at(2, fn, inputs, shape)
-    assert_close(want, one, np.float32)
-    monkeypatch.setattr(cpair, "SUB_SPLIT", True)
-    fn = conv_serial.bound_compute(_kernel(xs, ws, attrs, 2, res))
-    pair, buf, taken = _cpair_and_buf(fn)
+    inputs, shape, one, (plain, _buf, taken), want, fn, (pair, buf, taken_on) = _off_and_on(
+        case, 8, srv, monkeypatch, cpair, "SUB_SPLIT", _cpair_and_buf)
+    assert plain is not None and not taken and plain.desc[cpair.U_N] == 0
     d = pair.desc
     units = int(d[cpair.U_N])
-    assert taken and units == min(cpair.SUB_UNITS, xs[1])
-    alone = srv.stats["alone"]
-    got = _at(2, fn, inputs, shape)
-    assert srv.stats["alone"] == alone + 1 and srv.stats["paired"] == 0
-    np.testing.assert_array_equal(got, want)
-    assert d[cpair.U_CLAIM] == (units << 32) | units and d[cpair.U_DONE] == units and d[cpair.U_X] == 0
+    assert taken_on and units == min(cpair.SUB_UNITS, xs[1])
+    _alone_claims_all(srv, fn, inputs, shape, want, d, units)
     x = inputs[0]
     copy = np.ascontiguousarray(x[:, :, ::2, ::2])
     np.testing.assert_array_equal(buf, copy)
