@@ -97,6 +97,14 @@ def _alone_claims_all(srv, fn, inputs, shape, want, d, units: int) -> None:
     assert d[cpair.U_CLAIM] == (units << 32) | units and d[cpair.U_DONE] == units and d[cpair.U_X] == 0
 
 
+def _no_tail(monkeypatch) -> None:
+    """cpair.TAIL and rnpair.TAIL_DIRECT off (on by default since issue 11, session 19): for the tests of the cuts
+    that a claimed middle replaces (the halves as bound, COLS_SPLIT's, FOLLOW's, SUB_OWN's, EXPAND_PIXELS',
+    DIRECT_ROWS')."""
+    monkeypatch.setattr(cpair, "TAIL", False)
+    monkeypatch.setattr(rnpair, "TAIL_DIRECT", False)
+
+
 def _pair_of(fn):
     """The rnpair.Pair a bound call closes over, or None."""
     cells = [c.cell_contents for c in getattr(fn, "__closure__", None) or ()

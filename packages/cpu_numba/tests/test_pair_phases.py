@@ -18,6 +18,7 @@ from _conv_layers import (
     _half_by_hand,
     _helper_half,
     _kernel,
+    _no_tail,
     _off_and_on,
     _one_thread,
     _pair_of,
@@ -197,6 +198,7 @@ def test_direct_rows(case, quiet_server, monkeypatch):
     rows they read into its own buffer: both sides on the caller equal the one-thread path bit for bit; the helper's
     half by hand (its buffer NaN'd first) writes exactly the second block's rows of every channel, bit for bit, and
     pads exactly the padded rows they read (pad_planes' floats there, its buffer's other rows untouched)."""
+    _no_tail(monkeypatch)
     xs, ws, attrs, res, op = case
     inputs, shape, want = _one_thread(case, 11)
     srv = quiet_server

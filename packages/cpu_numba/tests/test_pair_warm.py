@@ -15,7 +15,7 @@ from kernelkit.testing import assert_close
 from kernelkit_numba.kernels import conv_serial, cpair, ftile, pairs, rnpair
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _conv_layers import _at, _cells, _cpair_of, _half_by_hand, _kernel, _layer, _out_shape, _reference  # noqa: E402, I001
+from _conv_layers import _at, _cells, _cpair_of, _half_by_hand, _kernel, _layer, _no_tail, _out_shape, _reference  # noqa: E402, I001
 
 pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
               pytest.mark.skipif(ftile.choice()[0] != rnpair.KIND or not rnpair.enabled(),
@@ -126,6 +126,7 @@ def test_sub_own(case, quiet_server, monkeypatch):
     both sides' pixels and equals SUB_SPLIT's channel cut bit for bit (and the one-thread path and the reference within
     the fp32 tolerances); the helper's half by hand over a buffer of NaN copies exactly its own pixels (the caller's
     left NaN) and writes its part of the output, bit for bit; the helper asleep: the caller copies and runs alone."""
+    _no_tail(monkeypatch)
     xs, ws, attrs, res, _most, _op = case
     inputs = _layer(case[:5], 12)
     shape = _out_shape(xs, ws, attrs)
@@ -185,6 +186,7 @@ def test_expand_pixels(most, quiet_server, monkeypatch):
     cut by pixels (the caller's part whole tiles, every channel on both sides), the smaller ones by channels; the caller
     alone and the helper's half by hand equal the channel cut bit for bit; 64 -> 256 at 56x56 +Z, 128 -> 512 at 28x28
     +Z."""
+    _no_tail(monkeypatch)
     srv = quiet_server
     srv.ctl[pairs.AWAKE] = 1
     s0, s1 = cpair.SIDE0, cpair.SIDE0 + cpair.SIDE_N

@@ -17,7 +17,7 @@ from kernelkit_numba.kernels import conv_serial, cpair, ftile, pairs, rnpair
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _conv_layers import (  # noqa: E402, I001
-    _at, _cpair_of, _half_by_hand, _helper_half, _kernel, _layer, _out_shape, _reference)
+    _at, _cpair_of, _half_by_hand, _helper_half, _kernel, _layer, _no_tail, _out_shape, _reference)
 
 pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
               pytest.mark.skipif(ftile.choice()[0] != rnpair.KIND or not rnpair.enabled(),
@@ -58,6 +58,7 @@ def test_cols_halves_whole(case, split, quiet_server, monkeypatch):
     """COLS_WHOLE on and off: the caller alone, the helper's half by hand and the caller's whole-layer call (the
     helper asleep: the refused pair's driver, whole too) equal a one-thread session's call bit for bit, and the
     reference; the whole half is its own compiled half."""
+    _no_tail(monkeypatch)
     xs, ws, attrs, res, _most = case
     inputs = _layer(case, 7)
     shape = _out_shape(xs, ws, attrs)

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from _conv_layers import _at, _cpair_of, _helper_half, _kernel, _layer, _out_shape, _pair_of, _reference, _ro
+from _conv_layers import _at, _cpair_of, _helper_half, _kernel, _layer, _no_tail, _out_shape, _pair_of, _reference, _ro
 from kernelkit import Session
 from kernelkit.builder import GraphBuilder
 from kernelkit.invoke import KernelContext
@@ -689,6 +689,7 @@ def test_cols_split_halves(case, quiet_server, monkeypatch):
     """A 1x1 layer's cols panels cut with the panel at the cut split by pixels (cpair.COLS_SPLIT): the
     caller alone and the helper's half run by hand equal the one-thread path (the same cols driver over
     parts of the output) bit for bit, and the reference; the helper writes its part only."""
+    _no_tail(monkeypatch)
     from kernelkit_numba.kernels import cpair
 
     monkeypatch.setattr(conv_serial, "PAIR_COLS_MAX", 196)  # (the 14x14 layer on the cols tiles)
@@ -745,6 +746,7 @@ def test_follow_cut_pointwise(case, quiet_server, monkeypatch):
     alone), and the helper's half run by hand at a moved cut writes its part only, equal to it; the cut moves
     toward the faster side by FOLLOW_GAIN of the units that even the ends, at most FOLLOW_STEP of them a call,
     not within one unit's time, never past FOLLOW_RANGE, and holds where the helper came after the caller's half."""
+    _no_tail(monkeypatch)
     from kernelkit_numba.kernels import cpair
 
     monkeypatch.setattr(cpair, "FOLLOW", True)
@@ -803,6 +805,7 @@ def test_follow_cut_pointwise(case, quiet_server, monkeypatch):
 def test_follow_cut_direct(case, quiet_server, monkeypatch):
     """rnpair.FOLLOW_DIRECT: fdirect's pair (3x3/2; 64@7 with the residual) equals the one-thread path bit for bit at
     every cut of its range, and its cut moves toward the faster side within the range (cpair.follow_step's rule)."""
+    _no_tail(monkeypatch)
     monkeypatch.setattr(rnpair, "FOLLOW_DIRECT", True)
     xs, ws, attrs, res, _op = case
     inputs = _layer(case, 4)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _conv_layers import _at, _kernel, _layer, _out_shape, _reference
+from _conv_layers import _at, _kernel, _layer, _no_tail, _out_shape, _reference
 from kernelkit.testing import assert_close
 from kernelkit_numba.kernels import conv_serial, cpair, ftile, pairs, rnpair
 
@@ -75,6 +75,7 @@ def test_tail_pointwise(case, quiet_server, monkeypatch, halves):
     bulk leaving it out; the layer through the pair (the helper not coming: the caller claims every unit) and at
     every split of the middle by hand equal the halves without the middle and the one-thread path bit for bit,
     within tolerance of the reference; and the helper's bulk alone writes its part only."""
+    _no_tail(monkeypatch)
     xs, ws, attrs, res, (op, axis) = case
     inputs = _layer(case, 3)
     shape = _out_shape(xs, ws, attrs)

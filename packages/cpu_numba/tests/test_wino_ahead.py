@@ -9,7 +9,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _conv_layers import _at, _cpair_of, _half_by_hand, _kernel, _layer, _one_thread, _out_shape, _pair_of, _reference
+from _conv_layers import (
+    _at,
+    _cpair_of,
+    _half_by_hand,
+    _kernel,
+    _layer,
+    _no_tail,
+    _one_thread,
+    _out_shape,
+    _pair_of,
+    _reference,
+)
 from kernelkit.testing import assert_close
 from kernelkit_numba import config
 from kernelkit_numba.kernels import conv_serial, cpair, ftile, pairs, rnpair, winograd
@@ -189,6 +200,7 @@ def test_rows_halves_pixel_prefetch(case, quiet_server, monkeypatch):
     """cpair.ROWS_X_AHEAD = 8 (and 3): a one-image rows pair (the caller alone, the helper's half by hand) equals the
     pair with 0 bit for bit, and the reference; the pair keeps its value and takes the half of both switches; a side
     that packs its pixels keeps the plain driver (the same values either way)."""
+    _no_tail(monkeypatch)
     xs, ws, attrs, res, packed = case
     inputs = _layer((xs, ws, attrs, res, None), 10)
     shape = _out_shape(xs, ws, attrs)

@@ -265,7 +265,10 @@ FOLLOW_RANGE = 0.15
 # (test_tail.py::test_tail_pointwise). Read when a layer binds; replaces COLS_SPLIT's and FOLLOW's cut there. Off: on
 # the Xeon (session 15's call, benchmarks/tail15_round.sh, 7 rounds quiet) the sides' ends came together (ResNet-50:
 # 2.3 ms a run apart against 7.0, with TAIL_DIRECT) but the blocks did not gain (default / tail 0.97, 0.78-1.15).
-TAIL = False
+# On since session 19 (docs/numba.md, "Uneven cores on the H200 host"): on the H200 machine's Xeon one side of a pair
+# often runs 10-25 % slower than the other for whole blocks; 16 rounds quiet, default / tail 1.19 (ResNet-50) and
+# 1.07 (ResNet-18) by the rounds' medians, level in the fast blocks.
+TAIL = True
 TAIL_SHARE = 0.25
 TAIL_UNITS = 8
 # The cols halves' weight prefetch (issue 11, session 15; docs/numba.md, "The weights' prefetch in the two-thread

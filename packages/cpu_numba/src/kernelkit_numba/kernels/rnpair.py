@@ -162,8 +162,9 @@ FOLLOW_DIRECT = False
 # word (the caller from the front after its bulk [0, a), the helper from the back after its [b, shards)), so that the
 # faster core takes more of them. Each shard is the one-thread driver's, so the output is the one-thread path's bit
 # for bit whoever claims which (test_tail.py::test_tail_direct). Read when a layer binds; FOLLOW_DIRECT then holds.
-# Off: with cpair.TAIL on the Xeon, default / tail 0.97 (ResNet-50) and 1.22 (ResNet-18), within the spread.
-TAIL_DIRECT = False
+# Off until session 19: with cpair.TAIL on the Xeon, default / tail 0.97 (ResNet-50) and 1.22 (ResNet-18), within the
+# spread; on with cpair.TAIL since (its comment).
+TAIL_DIRECT = True
 # F(4x4) layers of at most BY_M_TILES tiles pair by output channels (issue 11, session 13; docs/numba.md, "ResNet-18's
 # 3x3 layers at two threads"): each side transforms every tile's input itself and runs its whole weight panels (the
 # cut of wino2_pair: the sides' channels within one panel) at every position, so that each side reads half the
