@@ -161,8 +161,11 @@ class Child:
     def __init__(self, model: str, runtime: str, variant: str = "", threads: int | None = None):
         self.runtime = runtime
         extra = [str(threads)] if threads else []
+        # (a variant's environment variables in the process's own environment from its start too: those read before
+        # Python runs, such as GLIBC_TUNABLES)
+        env = dict(os.environ, **dict(i.split("=", 1) for i in variant.split(";") if i and "." not in i.split("=")[0]))
         self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, model, runtime, HERE, variant, *extra],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self.ready = self._reply()
 
     def _reply(self) -> dict:

@@ -109,6 +109,28 @@ def test_ops_vs_reference_prints_named_nodes_slower_or_not(tools, monkeypatch):
     assert len(lines) == 1 and re.match(pattern, lines[0])
 
 
+def test_turns_variant_environment_from_the_start(monkeypatch):
+    """turns.py's Child (session 19): a variant's environment variables (NAME=VALUE items, the name without a dot) are
+    in its process's environment from the start, where a variable that the C library reads before Python runs
+    (GLIBC_TUNABLES) takes effect; its constants (module.ATTR=VALUE) are not; the rest of the environment is kept."""
+    monkeypatch.syspath_prepend(BENCH)
+    import turns
+
+    seen = {}
+
+    class Proc:
+        def __init__(self, args, **kwargs):
+            seen.update(kwargs["env"])
+            self.stdout = io.StringIO('{"ready": 1}\n')
+
+    monkeypatch.setattr(turns.subprocess, "Popen", Proc)
+    monkeypatch.setenv("KK_KEPT", "1")
+    child = turns.Child("m", "numba", "GLIBC_TUNABLES=glibc.malloc.hugetlb=1;kernels.cpair.TAIL=0;KK_OTHER=a=b")
+    assert child.ready == {"ready": 1}
+    assert seen["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1" and seen["KK_OTHER"] == "a=b" and seen["KK_KEPT"] == "1"
+    assert not any(k.startswith("kernels.") for k in seen)
+
+
 def test_turns_probe_keeps_the_rounds_at_one_host_speed(monkeypatch):
     """turns.py --probe (session 15): summarise takes each ratio over the rounds whose two blocks' host probes agree
     within PROBE_MATCH, and the lines under the table give each runtime's probe and those ratios."""

@@ -210,11 +210,13 @@ def test_a_heartbeat_wakes_a_sleeping_worker_and_no_beat_while_backed_off():
     pool.reset()
 
 
-def test_stall_backs_off_and_current_threads_says_one():
+def test_stall_backs_off_and_current_threads_says_one(monkeypatch):
     """A worker that holds its shard far longer than the caller's whole share (a worker that lost
     its core) is a stall; a second one within STALL_PAIR_S backs the pool off: it then runs jobs on
-    the calling thread, and ``current_threads()`` is 1 for that time, so the kernels cut their work
+    the calling thread, and with ``config.KEEP_BUDGET`` off (on by default since issue 11, session 19:
+    test_backoff_bits.py) ``current_threads()`` is 1 for that time, so the kernels cut their work
     for one thread."""
+    monkeypatch.setattr(config, "KEEP_BUDGET", False)
     pool = shards.POOL
     pool.reset()
     pool.backoff = True  # off for the other tests of this package (conftest)

@@ -21,7 +21,8 @@ kernels: a ``prange`` left in one runs as a plain ``range``. The thread budget o
 is thread-local: ``NumbaKernel.execute`` sets it from ``Session(threads=n)`` (1 below
 ``SERIAL_WORK`` and inside ``serial()``); outside a session it is ``default_threads()``, the CPUs
 this process may run on. While the pool is backed off after a sign that a core is taken
-(``shards``), ``current_threads()`` is 1 whatever the budget (unless ``KEEP_BUDGET``). BLAS is called at one thread per
+(``shards``), the budget stands (``KEEP_BUDGET``, on): the kernels keep their two-thread cuts and
+run them on the caller, so a session's bits do not move with the host's load. BLAS is called at one thread per
 shard (``blas_threads(1)``, through threadpoolctl) so that BLAS and the kernels share one notion
 of how many threads run.
 """
@@ -108,15 +109,16 @@ def default_threads() -> int:
 # while backed off: Pair's ``alone``, cpair's K_SOLO). A two-thread session's output then no longer depends on
 # whether a back-off ran (ResNet-50 on the loaded two-core dev box: its first run paired until the pool backed
 # off mid-run, its later runs all held on the one-thread kernels, three sets of bits). False: 1 while backed off
-# (the one-thread session's kernels, as before). Off: under load it runs the two-thread cuts on one core (not
-# measured on the Xeon). A/B: config.KEEP_BUDGET=1.
-KEEP_BUDGET = False
+# (the one-thread session's kernels, as before). On since session 19 (docs/numba.md, "Uneven cores on the H200
+# host"): under load it runs the two-thread cuts on one core, and on the H200 machine's Xeon (5 rounds, a busy loop on
+# one of the two CPUs) default / KEEP_BUDGET read 1.00 (ResNet-18), 1.09 (ResNet-50), 1.01 (MobileNetV2, the
+# transformer), 1.02 (the MLP): level or better, and the bits no longer move with the host's load.
+KEEP_BUDGET = True
 
 
 def current_threads() -> int:
-    """The thread budget of this thread's current kernel call: 1 while the shard pool is backed off
-    after a sign that a core is taken (``shards``), so that kernels cut their work for one thread
-    and BLAS and the kernels agree on one thread count (unless ``KEEP_BUDGET``)."""
+    """The thread budget of this thread's current kernel call; with ``KEEP_BUDGET`` off, 1 while the shard pool is
+    backed off after a sign that a core is taken (``shards``), so that kernels cut their work for one thread."""
     n = getattr(_local, "threads", None)
     if n is None:
         n = default_threads()
