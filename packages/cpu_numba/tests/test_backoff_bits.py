@@ -1,9 +1,9 @@
 """A two-thread session's output across a back-off of the shard pool (config.KEEP_BUDGET; issue 11, session 18,
 docs/numba.md, "The first run's bits at two threads"): while the pool is backed off, ``current_threads()`` keeps the
 budget, so the layers keep their two-thread choices (the pairs' halves, the cuts) and run them on the caller. A run
-during a back-off then gives the bits of a run without one. Off (the default), a back-off puts every layer on the
-one-thread session's kernels, whose sums run in another order (the F(4x4) layers' BLAS products, the 1x1 layers'
-K chunks): the bits change with the back-off, within the fp32 tolerances."""
+during a back-off then gives the bits of a run without one (on by default since session 19). Off, a back-off puts
+every layer on the one-thread session's kernels, whose sums run in another order (the F(4x4) layers' BLAS products,
+the 1x1 layers' K chunks): the bits change with the back-off, within the fp32 tolerances."""
 from __future__ import annotations
 
 import numpy as np

@@ -280,15 +280,59 @@ _thread_buffers = threading.local()
 BUFFER_ALIGN = 64
 
 
+# Slabs on huge pages (issue 11, session 19; docs/numba.md, "Uneven cores on the H200 host"): > 0, aligned_empty's
+# arrays of under a quarter of HUGE_SLAB bytes (the packed weights of most layers, every thread buffer; fpair's helper
+# buffers too) are cut one after another from slabs of HUGE_SLAB bytes, each an anonymous mapping that starts on a
+# 2 MiB boundary and is advised as transparent huge pages. On a host whose huge pages are ``madvise`` only (the H200
+# machine's), NumPy advises only its arrays of 4 MiB and up, so the rest sit on 4 KiB pages whose placement, and so
+# their cache sets and TLB reach, is new in each process. A slab is freed when no array cut from it is left; the tail
+# of a slab that a request did not fit is not used. Read on each call. 0: NumPy's allocation (as before). Off: not
+# measured (benchmarks/thp19_round.sh's ``slab`` variant, 32 MiB).
+HUGE_SLAB = 0
+SLAB_PAGE = 1 << 21  # the slabs' start (the x86-64 huge page)
+_slab: list = [None, 0]  # the current slab (a uint8 array over its mapping) and the bytes of it handed out
+_slab_lock = threading.Lock()
+
+
+def _slab_bytes(nbytes: int, align: int) -> np.ndarray | None:
+    """``nbytes`` bytes on a multiple of ``align`` from the current slab (a new one where they do not fit), or None
+    where HUGE_SLAB is off, the request is a quarter of a slab or more, or the system maps no private anonymous
+    memory (Windows' mmap)."""
+    import mmap
+
+    slab = int(HUGE_SLAB)
+    if slab <= 0 or 4 * (nbytes + align) > slab or not hasattr(mmap, "MAP_PRIVATE"):
+        return None
+    with _slab_lock:
+        raw, used = _slab
+        at = -(-used // align) * align
+        if raw is None or at + nbytes > raw.size:
+            mem = mmap.mmap(-1, slab + SLAB_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            if hasattr(mmap, "MADV_HUGEPAGE"):
+                try:
+                    mem.madvise(mmap.MADV_HUGEPAGE)
+                except OSError:  # a kernel without transparent huge pages: 4 KiB pages, still one slab
+                    pass
+            whole = np.frombuffer(mem, np.uint8)
+            skip = -whole.ctypes.data % SLAB_PAGE
+            raw, at = whole[skip:skip + slab], 0
+        _slab[0], _slab[1] = raw, at + nbytes
+        return raw[at:at + nbytes]
+
+
 def aligned_empty(size: int, dtype, align: int) -> np.ndarray:
     """A flat uninitialised array of ``size`` elements starting on a multiple of ``align`` bytes (0 or 1:
-    np.empty's own)."""
+    np.empty's own); with HUGE_SLAB, a small one from a slab on huge pages."""
     dtype = np.dtype(dtype)
+    nbytes = size * dtype.itemsize
+    cut = _slab_bytes(nbytes, max(int(align), 64)) if HUGE_SLAB else None
+    if cut is not None:
+        return cut.view(dtype)
     if align <= 1:
         return np.empty(size, dtype)
-    raw = np.empty(size * dtype.itemsize + align, np.uint8)
+    raw = np.empty(nbytes + align, np.uint8)
     at = (-raw.ctypes.data) % align
-    return raw[at:at + size * dtype.itemsize].view(dtype)
+    return raw[at:at + nbytes].view(dtype)
 
 
 def thread_buffer(name: str, size: int, dtype) -> np.ndarray:

@@ -36,7 +36,7 @@ import threading
 import numba
 import numpy as np
 
-from .. import shards
+from .. import config, shards
 from .._spin import _cycles, _sched_yield
 from ..cache import CLOSURE_KEY
 from ..config import jit
@@ -230,7 +230,12 @@ def helper_buffer(name: str, size: int) -> np.ndarray:
     if buf is None or buf.size < size:
         if buf is not None:
             _helper_kept.append(buf)
-        buf = _helper_buffers[name] = np.zeros(max(size, 1), np.float32)
+        if config.HUGE_SLAB:  # (on the slabs' huge pages as the caller's thread buffers)
+            buf = config.aligned_empty(max(size, 1), np.float32, config.BUFFER_ALIGN)
+            buf[:] = 0
+            _helper_buffers[name] = buf
+        else:
+            buf = _helper_buffers[name] = np.zeros(max(size, 1), np.float32)
     return buf
 
 

@@ -124,14 +124,15 @@ def select() -> int | None:
 PACK_ALIGN = 64
 
 
-def pack_weights(w2: np.ndarray, mr: int) -> np.ndarray:
+def pack_weights(w2: np.ndarray, mr: int, out: np.ndarray | None = None) -> np.ndarray:
     """(M, K) float32 weights into panels of ``mr`` rows, [panel][k][r], zero-padded rows; the array
-    starts on PACK_ALIGN bytes."""
+    starts on PACK_ALIGN bytes (``out``: into that flat array of panels * mr * K floats instead)."""
     m_n, k_n = w2.shape
     panels = -(-m_n // mr)
     padded = np.zeros((panels * mr, k_n), np.float32)
     padded[:m_n] = w2
-    out = config.aligned_empty(panels * mr * k_n, np.float32, PACK_ALIGN)
+    if out is None:
+        out = config.aligned_empty(panels * mr * k_n, np.float32, PACK_ALIGN)
     out.reshape(panels, k_n, mr)[...] = padded.reshape(panels, mr, k_n).transpose(0, 2, 1)
     return out
 
@@ -1200,13 +1201,13 @@ def conv_cols8(wp, k_n, m_n, x, ldx, n_pix, bias, z, has_z, lo, hi, out, ldo, kc
 def pack_batched(u: np.ndarray, width: int) -> np.ndarray:
     """(P, M, C) weights (Winograd's transformed U, one (M, C) matrix per position) packed per
     position into panels of ``width`` rows: (P, panels * width * C), starting on PACK_ALIGN bytes. Each position
-    is packed into its row of the result in turn: one position's temporary at a time, not a second copy of all."""
-    out = None
-    for i in range(u.shape[0]):
-        row = pack_weights(np.ascontiguousarray(u[i], np.float32), width)
-        if out is None:
-            out = config.aligned_empty(u.shape[0] * row.size, np.float32, PACK_ALIGN).reshape(u.shape[0], row.size)
-        out[i] = row
+    is packed into its row of the result in turn, in place (no packed temporary: config.HUGE_SLAB's slabs would keep
+    one a position)."""
+    p_n, m_n, c_n = u.shape
+    size = -(-m_n // width) * width * c_n
+    out = config.aligned_empty(p_n * size, np.float32, PACK_ALIGN).reshape(p_n, size)
+    for i in range(p_n):
+        pack_weights(np.ascontiguousarray(u[i], np.float32), width, out[i])
     return out
 
 
