@@ -63,11 +63,10 @@ RATIOS = (("1t / ORT 1t", "numba1", "ort1"), ("default / ORT 2t", "numba", "ort2
 _CHILD = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[3])
-# a --variant: the default session with these settings (NAME=VALUE: an environment variable, set before
-# kernelkit is imported; module.ATTR=VALUE: a kernelkit_numba constant, test_bench_numba.apply_bench_set)
+# a --variant: the default session with these settings (NAME=VALUE: an environment variable, in this process's
+# environment from its start (Child); module.ATTR=VALUE: a kernelkit_numba constant, test_bench_numba.apply_bench_set)
 variant = sys.argv[4] if len(sys.argv) > 4 else ""
 env_items = [i for i in variant.split(";") if i and "." not in i.split("=")[0]]
-os.environ.update(dict(i.split("=", 1) for i in env_items))
 os.environ.setdefault("KERNELKIT_NUMBA_START", "eager")
 import numpy as np
 from test_bench_numba import apply_bench_set, kernelkit_session, model_case, ort_session

@@ -58,7 +58,7 @@ def test_slab_arrays(slabs):
     got = [config.aligned_empty(n, dt, al) for n, dt, al in sizes]
     first = slabs[0]
     lo = first.ctypes.data
-    assert lo % config.SLAB_PAGE == 0 and first.size == SLAB
+    assert lo % config.HUGE_PAGE == 0 and first.size == SLAB
     for a, (n, dt, al) in zip(got, sizes):
         assert a.size == n and a.dtype == dt and a.flags.writeable and a.ctypes.data % max(al, 64) == 0
         assert lo <= a.ctypes.data and _span(a)[1] <= lo + SLAB
@@ -69,7 +69,7 @@ def test_slab_arrays(slabs):
     big = config.aligned_empty(SLAB // 16, np.float32, 64)  # a quarter of a slab: NumPy's
     assert not (lo <= big.ctypes.data < lo + SLAB) and slabs[0] is first
     fill = [config.aligned_empty(200_000, np.float32, 64) for _ in range(6)]  # 4.8 MB: past the first slab
-    assert slabs[0] is not first and slabs[0].ctypes.data % config.SLAB_PAGE == 0
+    assert slabs[0] is not first and slabs[0].ctypes.data % config.HUGE_PAGE == 0
     assert any(not (lo <= a.ctypes.data < lo + SLAB) for a in fill)
     if os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"):
         assert _advised(lo) in (True, None)

@@ -289,9 +289,27 @@ BUFFER_ALIGN = 64
 # of a slab that a request did not fit is not used. Read on each call. 0: NumPy's allocation (as before). Off: not
 # measured (benchmarks/thp19_round.sh's ``slab`` variant, 32 MiB).
 HUGE_SLAB = 0
-SLAB_PAGE = 1 << 21  # the slabs' start (the x86-64 huge page)
+HUGE_PAGE = 1 << 21  # the x86-64 transparent huge page (the slabs' start; fgemm's heads)
 _slab: list = [None, 0]  # the current slab (a uint8 array over its mapping) and the bytes of it handed out
 _slab_lock = threading.Lock()
+
+
+def huge_pages(nbytes: int, align: int = HUGE_PAGE) -> np.ndarray:
+    """``nbytes`` bytes (uint8) starting at a multiple of ``align`` (at least HUGE_PAGE) in a private anonymous
+    mapping of whole huge pages from that start, advised as transparent huge pages where the system has them (a
+    kernel without them refuses the advice: 4 KiB pages; macOS has no such advice). Needs mmap.MAP_PRIVATE (not on
+    Windows)."""
+    import mmap
+
+    mem = mmap.mmap(-1, -(-nbytes // HUGE_PAGE) * HUGE_PAGE + align, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            mem.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:  # (EINVAL)
+            pass
+    raw = np.frombuffer(mem, np.uint8)
+    skip = -raw.ctypes.data % align
+    return raw[skip:skip + nbytes]
 
 
 def _slab_bytes(nbytes: int, align: int) -> np.ndarray | None:
@@ -307,15 +325,7 @@ def _slab_bytes(nbytes: int, align: int) -> np.ndarray | None:
         raw, used = _slab
         at = -(-used // align) * align
         if raw is None or at + nbytes > raw.size:
-            mem = mmap.mmap(-1, slab + SLAB_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            if hasattr(mmap, "MADV_HUGEPAGE"):
-                try:
-                    mem.madvise(mmap.MADV_HUGEPAGE)
-                except OSError:  # a kernel without transparent huge pages: 4 KiB pages, still one slab
-                    pass
-            whole = np.frombuffer(mem, np.uint8)
-            skip = -whole.ctypes.data % SLAB_PAGE
-            raw, at = whole[skip:skip + slab], 0
+            raw, at = huge_pages(slab), 0
         _slab[0], _slab[1] = raw, at + nbytes
         return raw[at:at + nbytes]
 

@@ -87,7 +87,7 @@ KC = 1024  # at most this much K per chunk (bench_fgemm.py: whole K up to 1024 r
 # into a page for large arrays, so that every 64-byte vector of a panel spans two cache lines; from HUGE_PAGE:
 # on transparent huge pages; read when a weight is packed; issue 11, session 13)
 PACK_ALIGN = 0
-HUGE_PAGE = 1 << 21
+HUGE_PAGE = config.HUGE_PAGE
 # Gemm's one-thread bound call (the MLP's products) takes three switches, read when the call binds (issue 11,
 # session 16; docs/numba.md, "The MLP's products at one thread: whole 12-row tiles"). The three on (WHOLE 1), the
 # Xeon in turns alone: numba 1t / them 1.06 (1.01-1.10, faster in 10 of 10 rounds; reference / them 1.44 against
@@ -145,17 +145,10 @@ def aligned_empty(size: int, align: int) -> np.ndarray:
     advised as transparent huge pages (one TLB entry a 2 MiB page)."""
     import mmap
 
-    if align >= HUGE_PAGE and hasattr(mmap, "MAP_PRIVATE"):  # (whole huge pages from the aligned start: the last
-        # one's tail too. Windows' mmap has no flags: the plain anonymous mapping below, aligned alike)
-        mem = mmap.mmap(-1, -(-size * 4 // HUGE_PAGE) * HUGE_PAGE + align, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        if hasattr(mmap, "MADV_HUGEPAGE"):  # (macOS has none)
-            try:
-                mem.madvise(mmap.MADV_HUGEPAGE)
-            except OSError:  # a kernel built without transparent huge pages refuses it (EINVAL): 4 KiB pages
-                pass
-    else:
-        mem = mmap.mmap(-1, size * 4 + align)
-    raw = np.frombuffer(mem, np.uint8)
+    if align >= HUGE_PAGE and hasattr(mmap, "MAP_PRIVATE"):  # (Windows' mmap has no flags: the plain anonymous
+        # mapping below, aligned alike)
+        return config.huge_pages(size * 4, align).view(np.float32)
+    raw = np.frombuffer(mmap.mmap(-1, size * 4 + align), np.uint8)
     skip = -raw.ctypes.data % align
     return raw[skip:skip + size * 4].view(np.float32)
 

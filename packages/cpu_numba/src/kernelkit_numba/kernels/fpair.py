@@ -230,12 +230,8 @@ def helper_buffer(name: str, size: int) -> np.ndarray:
     if buf is None or buf.size < size:
         if buf is not None:
             _helper_kept.append(buf)
-        if config.HUGE_SLAB:  # (on the slabs' huge pages as the caller's thread buffers)
-            buf = config.aligned_empty(max(size, 1), np.float32, config.BUFFER_ALIGN)
-            buf[:] = 0
-            _helper_buffers[name] = buf
-        else:
-            buf = _helper_buffers[name] = np.zeros(max(size, 1), np.float32)
+        buf = _helper_buffers[name] = config.aligned_empty(max(size, 1), np.float32, 0)  # (HUGE_SLAB: on the
+        buf[:] = 0  # slabs, as the caller's thread buffers)
     return buf
 
 
