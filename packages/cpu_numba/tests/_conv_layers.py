@@ -97,6 +97,15 @@ def _alone_claims_all(srv, fn, inputs, shape, want, d, units: int) -> None:
     assert d[cpair.U_CLAIM] == (units << 32) | units and d[cpair.U_DONE] == units and d[cpair.U_X] == 0
 
 
+def _graph_conv(g, rng, t, m: int, c: int, k: int, gain: float = 0.5, **attrs):
+    """A Conv of ``m`` output channels over ``c`` input channels a group, ``k`` x ``k``, in the GraphBuilder ``g``
+    on ``t``: weights of ``rng``'s normals times gain / sqrt(c k k), a bias of normals times 0.1 (the small models'
+    layers)."""
+    w = g.constant((rng.standard_normal((m, c, k, k)) * (gain / np.sqrt(c * k * k))).astype(np.float32))
+    b = g.constant(rng.standard_normal(m).astype(np.float32) * np.float32(0.1))
+    return g.op("Conv", t, w, b, **attrs)
+
+
 def _no_tail(monkeypatch) -> None:
     """cpair.TAIL and rnpair.TAIL_DIRECT off (on by default since issue 11, session 19): for the tests of the cuts
     that a claimed middle replaces (the halves as bound, COLS_SPLIT's, FOLLOW's, SUB_OWN's, EXPAND_PIXELS',

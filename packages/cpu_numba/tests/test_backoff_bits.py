@@ -6,8 +6,11 @@ every layer on the one-thread session's kernels, whose sums run in another order
 the 1x1 layers' K chunks): the bits change with the back-off, within the fp32 tolerances."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
+from _conv_layers import _graph_conv
 from kernelkit import Session
 from kernelkit.builder import GraphBuilder
 from kernelkit.testing import assert_close
@@ -25,10 +28,7 @@ def _bottleneck(rng):
     g = GraphBuilder("bottleneck")
     x = g.input("x", (1, 64, 56, 56))
 
-    def conv(t, m, c, k, **attrs):
-        w = g.constant((rng.standard_normal((m, c, k, k)) * (0.5 / np.sqrt(c * k * k))).astype(np.float32))
-        b = g.constant(rng.standard_normal(m).astype(np.float32) * np.float32(0.1))
-        return g.op("Conv", t, w, b, **attrs)
+    conv = functools.partial(_graph_conv, g, rng)
 
     a = g.op("Relu", conv(x, 64, 64, 1))
     a = g.op("Relu", conv(a, 64, 64, 3, pads=[1, 1, 1, 1]))

@@ -7,11 +7,13 @@ window's sum differently), so they are checked against the reference within the 
 and the caller's and the helper's copies of a half bit for bit against each other."""
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 
 import numpy as np
 import pytest
+from _conv_layers import _graph_conv
 from kernelkit import Session
 from kernelkit.builder import GraphBuilder
 from kernelkit.invoke import KernelContext
@@ -336,10 +338,7 @@ def _block_model(rng, batch=1):
     g = GraphBuilder("block")
     x = g.input("x", (batch, 24, 56, 56))
 
-    def conv(t, m, c, k, **attrs):
-        w = g.constant((rng.standard_normal((m, c, k, k)) * (0.5 / np.sqrt(c * k * k))).astype(np.float32))
-        b = g.constant(rng.standard_normal(m).astype(np.float32) * np.float32(0.1))
-        return g.op("Conv", t, w, b, **attrs)
+    conv = functools.partial(_graph_conv, g, rng)
 
     e = g.op("Clip", conv(x, 144, 24, 1), g.constant(np.float32(0)), g.constant(np.float32(6)))
     d = g.op("Clip", conv(e, 144, 1, 3, group=144, pads=[1, 1, 1, 1]), g.constant(np.float32(0)),
@@ -382,10 +381,7 @@ def _head_model(rng):
     g = GraphBuilder("tail")
     x = g.input("x", (1, 32, 14, 14))
 
-    def conv(t, m, c, k, **attrs):
-        w = g.constant((rng.standard_normal((m, c, k, k)) * (0.5 / np.sqrt(c * k * k))).astype(np.float32))
-        b = g.constant(rng.standard_normal(m).astype(np.float32) * np.float32(0.1))
-        return g.op("Conv", t, w, b, **attrs)
+    conv = functools.partial(_graph_conv, g, rng)
 
     def clip(t):
         return g.op("Clip", t, g.constant(np.float32(0)), g.constant(np.float32(6)))

@@ -19,7 +19,7 @@ import pytest
 from kernelkit_numba.kernels import cpair, dwtile, ftile, pairs
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (test_cpair's layers and helpers)
-from _conv_layers import _k_side_by_hand  # noqa: E402
+from _conv_layers import _graph_conv, _k_side_by_hand  # noqa: E402
 from test_cpair import CLIP6, _alone, _calls, _check_halves, _dw, _last_desc, _layer, _out_shape, _run  # noqa: E402, I001
 
 pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
@@ -199,9 +199,7 @@ def _tail_model(rng):
     x = g.input("x", (1, 96, 14, 14))
 
     def conv(t, m, c, k, clip=True, **attrs):
-        w = g.constant((rng.standard_normal((m, c, k, k)) * (0.5 / np.sqrt(c * k * k))).astype(np.float32))
-        b = g.constant(rng.standard_normal(m).astype(np.float32) * np.float32(0.1))
-        y = g.op("Conv", t, w, b, **attrs)
+        y = _graph_conv(g, rng, t, m, c, k, **attrs)
         return g.op("Clip", y, g.constant(np.float32(0)), g.constant(np.float32(6))) if clip else y
 
     e = conv(x, 576, 96, 1)

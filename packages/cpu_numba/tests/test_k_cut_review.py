@@ -8,6 +8,7 @@ sentinel in the helper's scratch, which the caller's solo run must leave as it w
 the caller alone's bits (the pair's) and within the fp32 tolerances of the reference."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -181,15 +182,13 @@ def _projections_model(rng, side: int, wide: int = 1024):
     """ResNet-50's 14x14 1x1 layers on a ``side`` x ``side`` map (test_pair_whole's model): a projection that reads the
     graph's input (no writer in _cuts), the 3x3, the expansion with the block's input as the residual, and a
     projection that reads a Relu of an Add (a writer that is no conv)."""
+    from _conv_layers import _graph_conv
     from kernelkit.builder import GraphBuilder
 
     g = GraphBuilder("projections")
     x = g.input("x", (1, wide, side, side))
 
-    def conv(t, m, c, k, **attrs):
-        w = g.constant((rng.standard_normal((m, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32))
-        b = g.constant(rng.standard_normal(m).astype(np.float32) * np.float32(0.1))
-        return g.op("Conv", t, w, b, **attrs)
+    conv = functools.partial(_graph_conv, g, rng, gain=1.0)
 
     a = g.op("Relu", conv(x, wide // 4, wide, 1))
     c = g.op("Relu", conv(a, wide // 4, wide // 4, 3, pads=[1, 1, 1, 1]))

@@ -7,6 +7,7 @@ asleep; ResNet-50's 14x14 expansion and projection (the panel at the cut split b
 partial (the general tile), a narrow last panel, the residual and Relu."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -17,7 +18,7 @@ from kernelkit_numba.kernels import conv_serial, cpair, ftile, pairs, rnpair
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _conv_layers import (  # noqa: E402, I001
-    _at, _cpair_of, _half_by_hand, _helper_half, _kernel, _layer, _no_tail, _out_shape, _reference)
+    _at, _cpair_of, _graph_conv, _half_by_hand, _helper_half, _kernel, _layer, _no_tail, _out_shape, _reference)
 
 pytestmark = [pytest.mark.skipif(not pairs.X86, reason="pairs need x86-64 (pause, the cycle counter)"),
               pytest.mark.skipif(ftile.choice()[0] != rnpair.KIND or not rnpair.enabled(),
@@ -181,10 +182,7 @@ def _r50_14x14_model(rng):
     g = GraphBuilder("r50_14x14")
     x = g.input("x", (1, 1024, 14, 14))
 
-    def conv(t, m, c, k, **attrs):
-        w = g.constant((rng.standard_normal((m, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32))
-        b = g.constant(rng.standard_normal(m).astype(np.float32) * np.float32(0.1))
-        return g.op("Conv", t, w, b, **attrs)
+    conv = functools.partial(_graph_conv, g, rng, gain=1.0)
 
     a = g.op("Relu", conv(x, 256, 1024, 1))
     c = g.op("Relu", conv(a, 256, 256, 3, pads=[1, 1, 1, 1]))
