@@ -66,3 +66,38 @@ def test_off_a_back_off_is_one_thread(monkeypatch):
         monkeypatch.setattr(shards.POOL, "backed_off", lambda: False)
         monkeypatch.setattr(config, "KEEP_BUDGET", False)
         assert config.current_threads() == 2
+
+
+def test_a_spinning_worker_keeps_the_bits(quiet_server, monkeypatch):
+    """rnpair.BESIDE_POOL: where the shard pool's worker spins (a model with pooled nodes), the ResNet pairs' layers
+    run their two halves as the pool's job's two shards, not the general path, so that runs whose calls find it
+    spinning and runs whose calls do not give the same bits (issue 11, session 20; the detection head's 3x3 layers gave
+    three outputs in 20 runs before); the pool ran jobs for them."""
+    model, feeds = _bottleneck(np.random.default_rng(20))
+    want = Session(model, vendors=["reference"]).run(None, feeds)[0]
+    sess = Session(model, vendors=["numba"], fallback=False, threads=2)
+    first = sess.run(None, feeds)[0]
+    assert_close(first, want, np.float32)
+    rng = np.random.default_rng(5)
+    monkeypatch.setattr(shards.POOL, "workers_spinning", lambda: bool(rng.random() < 0.5))
+    jobs = shards.POOL.stats["jobs"] + shards.POOL.stats["serial_jobs"]
+    for _ in range(4):
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], first)
+    assert shards.POOL.stats["jobs"] + shards.POOL.stats["serial_jobs"] > jobs
+    monkeypatch.setattr(shards.POOL, "workers_spinning", lambda: True)
+    np.testing.assert_array_equal(sess.run(None, feeds)[0], first)
+
+
+def test_off_a_spinning_worker_takes_the_general_path(quiet_server, monkeypatch):
+    """BESIDE_POOL off: a layer that finds the pool's worker spinning takes the general path (Conv.compute on the
+    pool's shards, its own order of sums), within the fp32 tolerances of the pair's output."""
+    monkeypatch.setattr(rnpair, "BESIDE_POOL", False)
+    model, feeds = _bottleneck(np.random.default_rng(20))
+    sess = Session(model, vendors=["numba"], fallback=False, threads=2)
+    first = sess.run(None, feeds)[0]
+    calls = []
+    monkeypatch.setattr(rnpair.Pair, "__call__", lambda self, *a, **k: calls.append(1) or False)
+    monkeypatch.setattr(shards.POOL, "workers_spinning", lambda: True)
+    got = sess.run(None, feeds)[0]
+    assert not calls
+    assert_close(got, first, np.float32)

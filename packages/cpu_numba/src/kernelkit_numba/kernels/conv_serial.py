@@ -263,7 +263,8 @@ def _paired_call(conv, x_shape, y_shape, geom, code, p0, p1, lo, hi, has_z):
 
     def paired(x, w, b=None, z=None, *, out=None):
         y = _output(out, y_shape)
-        if (config.current_threads() != 2 or ftile.requested_raw() != raw or shards.POOL.workers_spinning()
+        if (config.current_threads() != 2 or ftile.requested_raw() != raw
+                or (not rnpair.BESIDE_POOL and shards.POOL.workers_spinning())
                 or not held.usable(conv, x, w, b, z, y, m_n)):
             return general(x, w, b, z, out=out)  # (compute copies a residual it may not write over)
         if z is not None and small and _same_memory(z, y):  # (RESIDUAL_WINO: the direct pair's stores are

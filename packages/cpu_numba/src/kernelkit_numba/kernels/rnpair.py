@@ -114,6 +114,15 @@ POOL_BACKOFF = True
 # process under load has its pool backed off and its layers on the general path already, and hold / hold with it
 # was 55.70 / 53.48 ms in one call, 43.18 / 44.94 in the other; alone, default / it 1.07 (0.62-1.14).
 ALONE_SERIAL = False
+# A layer whose call finds the shard pool's worker spinning (a model with pooled nodes: its worker spins through the
+# run, and a pair's helper would be a third spinning thread on two cores) runs its two halves as that pool's job of
+# two shards (side_run: each side's code as the pair's, side 1 in the caller's own buffers), the caller claiming the
+# first and the worker the second, so that its output is the pair's bits whoever runs which half and whether the
+# worker spins or not (issue 11, session 20; docs/numba.md, "Pairs beside a spinning pool"). False: the general path
+# (Conv.compute on the pool's shards: its own order of sums), as before; a session's two-thread bits then moved with
+# the worker's state (the detection head's four 3x3 layers: three outputs in 20 runs once the worker had built its
+# spin loop, up to 2.1e-5 apart). Dev box, turns.py detection_head, 5 rounds: default / off 0.89 (0.61-1.28).
+BESIDE_POOL = True
 # Halves that cannot stall (issue 11, session 12): an F(4x4) layer's tiles in DYN_CHUNKS chunks (fewer where a
 # chunk would have under DYN_MIN_TILES tiles), claimed from one word as the sides go, the caller from the front
 # and the helper from the back (cpair.DYNAMIC's claim word), so that a helper that loses its core mid-layer holds
@@ -413,12 +422,8 @@ def half_address(ahead: int = 0, wino: int = 0) -> int:
 
 
 @jit
-def pair_run(ctl, desc, x, y, z, v0, mo0, s0, v1, mo1, s1, alone) -> int:
-    """One layer: the per-call addresses into ``desc``, then fpair's job (publish, side 0, claim side 1
-    or wait for the helper's) once it holds the callers' slot; ``alone``: both sides on the caller, no
-    job. 1 the helper ran the second half, 2 the caller ran both, 3 another caller holds the slot."""
-    if not alone and not _cas(ctl, SLOT, 0, 1):
-        return 3
+def _addresses(desc, x, y, z, v0, mo0, s0, v1, mo1, s1) -> None:
+    """The per-call addresses into ``desc`` and every claim word unclaimed (before a job is published)."""
     desc[XA] = np.int64(x.ctypes.data)
     desc[YA] = np.int64(y.ctypes.data)
     desc[ZA] = np.int64(z.ctypes.data)
@@ -435,12 +440,29 @@ def pair_run(ctl, desc, x, y, z, v0, mo0, s0, v1, mo1, s1, alone) -> int:
     if desc[P_N] > 0:
         desc[P_CLAIM] = desc[P_N] << 32  # PAD_SPLIT: every unit of the pad unclaimed, none done
         desc[P_DONE] = 0
+
+
+@jit
+def pair_run(ctl, desc, x, y, z, v0, mo0, s0, v1, mo1, s1, alone) -> int:
+    """One layer: the per-call addresses into ``desc``, then fpair's job (publish, side 0, claim side 1
+    or wait for the helper's) once it holds the callers' slot; ``alone``: both sides on the caller, no
+    job. 1 the helper ran the second half, 2 the caller ran both, 3 another caller holds the slot."""
+    if not alone and not _cas(ctl, SLOT, 0, 1):
+        return 3
+    _addresses(desc, x, y, z, v0, mo0, s0, v1, mo1, s1)
     if alone:
         addr = np.int64(desc.ctypes.data)
         _call2(desc[FN], addr, 0)
         _call2(desc[FN], addr, 1)
         return 2
     return fpair.pair_job(ctl, desc)
+
+
+@jit
+def side_run(desc, side) -> int:
+    """Side ``side`` of the layer whose addresses ``desc`` holds (``_addresses``): a shard of the pool's job
+    (BESIDE_POOL)."""
+    return _call2(desc[FN], np.int64(desc.ctypes.data), side)
 
 
 _ready: dict = {}  # (DIRECT_AHEAD's value, WINO_AHEAD's) -> [the half's address] once made ready
@@ -490,19 +512,21 @@ class Pair:
         """The layer in two halves (or both on the caller where the helper does not spin: it is woken; with
         ALONE_SERIAL, ``serial()`` instead where given: the one-thread session's call, writing ``y``; else
         ``pad_input()`` first where given: fdirect's padded input);
-        False where nothing was done (no compiled half, the pool's worker spinning, another caller in
-        the slot): the caller takes the general path. ``x``, ``y``, ``z``: one image (3-D)."""
+        where the pool's worker spins, the halves as its job's two shards (BESIDE_POOL); False where nothing was
+        done (no compiled half, another caller in the slot, the worker spinning with BESIDE_POOL off): the caller
+        takes the general path. ``x``, ``y``, ``z``: one image (3-D)."""
         if not self.desc[FN]:
             address = prepare(self.ahead, self.wino)
             if not address:
                 return False
             self.desc[FN] = address
-        if shards.POOL.workers_spinning():
+        pooled = shards.POOL.workers_spinning()
+        if pooled and not BESIDE_POOL:
             return False
-        srv = fpair.server()
-        if not srv.ready and not srv.prepare():
+        srv = None if pooled else fpair.server()
+        if srv is not None and not srv.ready and not srv.prepare():
             return False
-        alone = not srv.usable()
+        alone = srv is not None and not srv.usable()
         if alone:
             srv.asleep()
             if ALONE_SERIAL and serial is not None:
@@ -517,10 +541,16 @@ class Pair:
             self.desc[BIAS] = bias.ctypes.data
             self.bias = bias
         (v0, m0, s0), (v1, m1, s1) = self.sizes
-        args = (srv.ctl, self.desc, x, y, y if z is None else z, config.thread_buffer("wino_v", v0, np.float32),
-                config.thread_buffer("wino_mo", m0, np.float32), config.thread_buffer("ftile", s0, np.float32),
-                *_side1_buffers(alone, v1, m1, s1), alone)
-        done = pair_run(*args)
+        side0 = (config.thread_buffer("wino_v", v0, np.float32), config.thread_buffer("wino_mo", m0, np.float32),
+                 config.thread_buffer("ftile", s0, np.float32))
+        if pooled:  # the pool's worker spins (a model with pooled nodes): the halves as its job's two shards,
+            # side 1 in the caller's own buffers (the caller waits for the job); the pair's bits whoever runs them
+            desc = self.desc
+            _addresses(desc, x, y, y if z is None else z, *side0, *_side1_buffers(True, v1, m1, s1))
+            shards.POOL.run(functools.partial(side_run, desc), 2, 2)
+            return True
+        done = pair_run(srv.ctl, self.desc, x, y, y if z is None else z, *side0, *_side1_buffers(alone, v1, m1, s1),
+                        alone)
         if done == 3:
             return False
         if not alone:
