@@ -264,6 +264,27 @@ def test_workers_that_never_claim_back_off():
     assert not pool.backed_off()
 
 
+@pytest.mark.parametrize("spin_us", [0.0, 200.0])
+def test_a_stall_share_of_the_callers_time(spin_us):
+    """``run``'s stall_share (rnpair.POOL_STALL_SHARE's jobs of two halves): a wait at the end is a stall only past
+    that share of the caller's own time, so two waits of 0.7 of it back the pool off at the default share (0.5) and
+    not at 1.0; waits past the caller's time do at 1.0. A real job of two halves passes the share through."""
+    job = types.SimpleNamespace(claimed=1)
+    worked = 10 * shards.ShardPool.STALL_S
+    for share, waited, backs in ((0.5, 0.7, True), (1.0, 0.7, False), (1.0, 1.2, True)):
+        pool = shards.ShardPool(0.0)
+        pool._judge(job, waited * worked, worked, stall_share=share)
+        pool._judge(job, waited * worked, worked, stall_share=share)
+        assert pool.backed_off() == backs and pool.stats["stalls"] == (2 if backs else 0), (share, waited)
+    pool = shards.ShardPool(spin_us * 1e-6)
+    seen = []
+    pool._judge = lambda job, *a: seen.append(a[-1])
+    done = []
+    pool.run(done.append, 2, 2, stall_share=1.0)
+    pool.run(done.append, 2, 2)
+    assert sorted(done) == [0, 0, 1, 1] and seen == [1.0, 0.5]
+
+
 def test_back_off_grows_while_contention_repeats():
     """The back-off doubles while signs come within CALM_S of the last back-off's end, and starts
     again at MIN_BACKOFF_S after a calm spell; isolated stalls (further apart than STALL_PAIR_S)

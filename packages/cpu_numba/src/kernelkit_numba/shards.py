@@ -575,12 +575,15 @@ class ShardPool:
             self._slow = 0
 
     # -- callers ---------------------------------------------------------------------------------
-    def run(self, fn, count: int, threads: int, phases: tuple = ()) -> None:
+    def run(self, fn, count: int, threads: int, phases: tuple = (), stall_share: float = 0.5) -> None:
         """Call ``fn(i)`` for ``i`` in ``range(count)`` on the calling thread and up to
         ``threads - 1`` workers; returns when every shard has finished (re-raising the first error).
         ``phases``: the shard numbers (ascending, within ``(0, count)``) where a new phase starts; a
         phase's shards start once every shard of the phase before has finished (one job for what
-        were several calls in a row: a kernel's input transform, products and output transform)."""
+        were several calls in a row: a kernel's input transform, products and output transform).
+        ``stall_share``: a wait at the end counts as a stall (``_judge``) past ``STALL_S`` and past this
+        share of the caller's own time on its shards (1.0 for a job of two halves, rnpair.BESIDE_POOL: a
+        wait that made the job slower than the caller alone)."""
         helpers = min(threads, count) - 1
         if helpers <= 0 or self.backed_off():
             self._serial(fn, count)
@@ -611,7 +614,7 @@ class ShardPool:
             # the caller's time at the phases' barriers is waiting, not working; a stall is one long
             # wait (at a barrier or at the end), not several short ones summed
             self._judge(job, max(t2 - t1, job.held_max), t1 - t0 - job.held, c1 - c0 - job.held_cpu, asleep,
-                        job.first - t0 if job.first else None)
+                        job.first - t0 if job.first else None, stall_share)
             if job.trace is not None:  # the job itself: published at t0, the caller's shards done at t1, all at t2
                 job.trace.append((job.serial_id, -1, threading.current_thread().name, t0, t2, t1))
         finally:
@@ -633,13 +636,13 @@ class ShardPool:
             raise job.error
 
     def _judge(self, job: _Job, waited: float, worked: float, cpu: float | None = None, asleep: int = 0,
-               came: float | None = None) -> None:
+               came: float | None = None, stall_share: float = 0.5) -> None:
         """Count the contention signs of a finished job (``worked``: the caller's wall time on its
         shards, ``cpu``: its thread CPU time meanwhile, ``asleep``: workers asleep at publication,
         ``came``: seconds from publication to the first worker's arrival, None: none came); back
-        off after a stall, repeated misses (short ones too), workers late job after job or a
-        caller preempted job after job."""
-        if waited > self.STALL_S and waited > 0.5 * worked:
+        off after a stall (a wait past ``stall_share`` of ``worked``: ``run``), repeated misses (short ones
+        too), workers late job after job or a caller preempted job after job."""
+        if waited > self.STALL_S and waited > stall_share * worked:
             self.stats["stalls"] += 1
             now = time.perf_counter()
             if now - self._last_stall <= self.STALL_PAIR_S:

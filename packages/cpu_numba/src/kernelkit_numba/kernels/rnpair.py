@@ -123,6 +123,13 @@ ALONE_SERIAL = False
 # the worker's state (the detection head's four 3x3 layers: three outputs in 20 runs once the worker had built its
 # spin loop, up to 2.1e-5 apart). Dev box, turns.py detection_head, 5 rounds: default / off 0.89 (0.61-1.28).
 BESIDE_POOL = True
+# Such a job's stall (shards.ShardPool.run's stall_share): a wait for the worker's half past this share of the caller's
+# own half. 1.0: only a wait that made the layer slower than the caller alone (rnpair.STALL_SLACK's 1.0), so that a
+# worker on a slower core (the H200 host's uneven cores, 1.2-1.3x) backs nothing off; a worker that loses its core
+# mid-half (a time slice, ms) still does. 0.5: the pool's own rule for its many small shards. Xeon (session 20's
+# call D2, detection_head, 6 rounds): at 0.5 the default's blocks that paid the pool's stall back-offs (4 of 6; 1-4
+# back-offs, 17-28 jobs on the caller alone) ran 31-46 ms, those without 21.6-21.7 against the general path's 22-29.
+POOL_STALL_SHARE = 1.0
 # Halves that cannot stall (issue 11, session 12): an F(4x4) layer's tiles in DYN_CHUNKS chunks (fewer where a
 # chunk would have under DYN_MIN_TILES tiles), claimed from one word as the sides go, the caller from the front
 # and the helper from the back (cpair.DYNAMIC's claim word), so that a helper that loses its core mid-layer holds
@@ -547,7 +554,7 @@ class Pair:
             # side 1 in the caller's own buffers (the caller waits for the job); the pair's bits whoever runs them
             desc = self.desc
             _addresses(desc, x, y, y if z is None else z, *side0, *_side1_buffers(True, v1, m1, s1))
-            shards.POOL.run(functools.partial(side_run, desc), 2, 2)
+            shards.POOL.run(functools.partial(side_run, desc), 2, 2, stall_share=POOL_STALL_SHARE)
             return True
         done = pair_run(srv.ctl, self.desc, x, y, y if z is None else z, *side0, *_side1_buffers(alone, v1, m1, s1),
                         alone)
