@@ -776,8 +776,13 @@ def row(kind: int, packed: Packed, alpha=1.0, bias=None, code=NONE, p0=0.0, p1=0
 # 13, head_in_model.py: flushing them first costs 0-20 %), where one stream ran at 10.4 GB/s on a Xeon core,
 # 4 at 11.9, 8 at 12.9 (bench_head_state.py, 1 x 512 x 1000; 1280 and 2048 alike); with gemm.HEAD_ALIGN, the
 # Xeon's heads in the model 1.12-1.30x faster than one stream (head_in_model.py medians; docs/numba.md, "The
-# Gemm heads in the model": 8 streams are the next A/B)
-ROW_STREAMS = 4
+# Gemm heads in the model": 8 streams are the next A/B). 1 since session 20 (docs/numba.md, "The Gemm heads on the
+# H200 host"): on the H200 machine's Xeon (the same CPU part, its huge pages madvise only) ResNet-50's 1 x 2048 x
+# 1000 head ran 1.14x slower than the reference's sgemv at 4 streams (ops_vs_reference.py, 7 of 7 rounds;
+# reference / it 0.88 in head_in_model.py), and 1.10x faster at 1 (12 rounds, the models' heads in turn: reference
+# / it at 4 and 1 streams ResNet-50 0.88 / 1.10, ResNet-18 1.14 / 1.19, MobileNetV2 1.12 / 1.15, EfficientNet-B0 1.05
+# / 1.05, RegNetY 1.12 / 1.03; 8 streams 0.77 on ResNet-50)
+ROW_STREAMS = 1
 # The streams' tiles prefetch each panel's row k + ROW_STREAMS_AHEAD at step k (its nr floats: two cache lines on
 # avx512), into the cache ROW_STREAMS_HINT names (llvm.prefetch's locality: 3 L1, 2 L2); 0: no prefetch, the
 # hardware's streams alone. Read when the call binds. Off: issue 11, session 14 (regnet14), two Xeon calls. In the
