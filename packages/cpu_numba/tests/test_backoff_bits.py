@@ -107,3 +107,32 @@ def test_off_a_spinning_worker_takes_the_general_path(quiet_server, monkeypatch)
     got = sess.run(None, feeds)[0]
     assert not calls
     assert_close(got, first, np.float32)
+
+
+@pytest.mark.parametrize("beside", [True, False])
+def test_a_held_slot_keeps_the_bits(quiet_server, monkeypatch, beside):
+    """A layer whose pair finds the callers' slot held (fpair's helper serving another session's layer: pair_run's 3)
+    runs its halves as the pool's two shards with BESIDE_POOL, the bits of the call that held it; off, the general
+    path (within the fp32 tolerances)."""
+    monkeypatch.setattr(rnpair, "BESIDE_POOL", beside)
+    model, feeds = _bottleneck(np.random.default_rng(21))
+    sess = Session(model, vendors=["numba"], fallback=False, threads=2)
+    first = sess.run(None, feeds)[0]  # (quiet_server: the helper never spins, every pair's halves on the caller)
+    monkeypatch.setattr(quiet_server, "usable", lambda: True)
+    quiet_server.ctl[pairs.SLOT] = 1  # another caller's job holds the slot
+    shares, run = [], shards.POOL.run
+
+    def run_kept(fn, count, threads, phases=(), stall_share=0.5):
+        shares.append(stall_share)
+        return run(fn, count, threads, phases, stall_share)
+
+    monkeypatch.setattr(shards.POOL, "run", run_kept)
+    try:
+        got = sess.run(None, feeds)[0]
+    finally:
+        quiet_server.ctl[pairs.SLOT] = 0
+    assert (rnpair.POOL_STALL_SHARE in shares) == beside
+    if beside:
+        np.testing.assert_array_equal(got, first)
+    else:
+        assert_close(got, first, np.float32)

@@ -121,7 +121,10 @@ ALONE_SERIAL = False
 # worker spins or not (issue 11, session 20; docs/numba.md, "Pairs beside a spinning pool"). False: the general path
 # (Conv.compute on the pool's shards: its own order of sums), as before; a session's two-thread bits then moved with
 # the worker's state (the detection head's four 3x3 layers: three outputs in 20 runs once the worker had built its
-# spin loop, up to 2.1e-5 apart). Dev box, turns.py detection_head, 5 rounds: default / off 0.89 (0.61-1.28).
+# spin loop, up to 2.1e-5 apart). Dev box, turns.py detection_head, 5 rounds: default / off 0.89 (0.61-1.28); Xeon
+# (session 20's calls D3, D4, with POOL_STALL_SHARE) 0.97 and 0.95. The same for a layer that finds the pair's slot held
+# by another caller (fpair's one helper serving another session's layer at once; pair_run's 3), which took the
+# general path before too.
 BESIDE_POOL = True
 # Such a job's stall (shards.ShardPool.run's stall_share): a wait for the worker's half past this share of the caller's
 # own half. 1.0: only a wait that made the layer slower than the caller alone (rnpair.STALL_SLACK's 1.0), so that a
@@ -519,9 +522,9 @@ class Pair:
         """The layer in two halves (or both on the caller where the helper does not spin: it is woken; with
         ALONE_SERIAL, ``serial()`` instead where given: the one-thread session's call, writing ``y``; else
         ``pad_input()`` first where given: fdirect's padded input);
-        where the pool's worker spins, the halves as its job's two shards (BESIDE_POOL); False where nothing was
-        done (no compiled half, another caller in the slot, the worker spinning with BESIDE_POOL off): the caller
-        takes the general path. ``x``, ``y``, ``z``: one image (3-D)."""
+        where the pool's worker spins or another caller holds the slot, the halves as the pool's two shards
+        (BESIDE_POOL); False where nothing was done (no compiled half; with BESIDE_POOL off, the worker spinning or
+        another caller in the slot): the caller takes the general path. ``x``, ``y``, ``z``: one image (3-D)."""
         if not self.desc[FN]:
             address = prepare(self.ahead, self.wino)
             if not address:
@@ -550,24 +553,27 @@ class Pair:
         (v0, m0, s0), (v1, m1, s1) = self.sizes
         side0 = (config.thread_buffer("wino_v", v0, np.float32), config.thread_buffer("wino_mo", m0, np.float32),
                  config.thread_buffer("ftile", s0, np.float32))
-        if pooled:  # the pool's worker spins (a model with pooled nodes): the halves as its job's two shards,
-            # side 1 in the caller's own buffers (the caller waits for the job); the pair's bits whoever runs them
-            desc = self.desc
-            _addresses(desc, x, y, y if z is None else z, *side0, *_side1_buffers(True, v1, m1, s1))
-            shards.POOL.run(functools.partial(side_run, desc), 2, 2, stall_share=POOL_STALL_SHARE)
-            return True
-        done = pair_run(srv.ctl, self.desc, x, y, y if z is None else z, *side0, *_side1_buffers(alone, v1, m1, s1),
-                        alone)
-        if done == 3:
-            return False
-        if not alone:
-            before = srv.stats["backoffs"]
-            srv.result(done, *rule(chunk_stall(srv, self.desc) if done == 1 else None))
-            follow(srv, before)
-            if done == 1 and self.balance is not None:
-                rebalance(self, srv.ctl)
-            elif done == 1 and FOLLOW_DIRECT and self.direct is not None:
-                follow_direct(self, srv.ctl)
+        zz = y if z is None else z
+        if not pooled:
+            done = pair_run(srv.ctl, self.desc, x, y, zz, *side0, *_side1_buffers(alone, v1, m1, s1), alone)
+            if done != 3:
+                if not alone:
+                    before = srv.stats["backoffs"]
+                    srv.result(done, *rule(chunk_stall(srv, self.desc) if done == 1 else None))
+                    follow(srv, before)
+                    if done == 1 and self.balance is not None:
+                        rebalance(self, srv.ctl)
+                    elif done == 1 and FOLLOW_DIRECT and self.direct is not None:
+                        follow_direct(self, srv.ctl)
+                return True
+            if not BESIDE_POOL:
+                return False
+        # the pool's worker spins (a model with pooled nodes), or another caller (another session's layer: a step's
+        # own runs take its lock) holds the pair's slot: the halves as the pool's job of two shards, side 1 in the
+        # caller's own buffers (the caller waits for the job); the pair's bits whoever runs them (BESIDE_POOL)
+        desc = self.desc
+        _addresses(desc, x, y, zz, *side0, *_side1_buffers(True, v1, m1, s1))
+        shards.POOL.run(functools.partial(side_run, desc), 2, 2, stall_share=POOL_STALL_SHARE)
         return True
 
 
