@@ -37,6 +37,18 @@ def _bottleneck(rng):
     return g.build(), {"x": rng.standard_normal((1, 64, 56, 56)).astype(np.float32)}
 
 
+def _pool_shares(monkeypatch) -> list:
+    """The stall share of every job the shard pool runs from now on (ShardPool.run's ``stall_share``), in order."""
+    shares, run = [], shards.POOL.run
+
+    def run_kept(fn, count, threads, phases=(), stall_share=shards.ShardPool.STALL_SHARE):
+        shares.append(stall_share)
+        return run(fn, count, threads, phases, stall_share)
+
+    monkeypatch.setattr(shards.POOL, "run", run_kept)
+    return shares
+
+
 def test_a_back_off_keeps_the_bits(quiet_server, monkeypatch):
     """KEEP_BUDGET: runs before, during and after a back-off of the pool equal each other bit for bit, and the
     reference within the fp32 tolerances (fpair's helper never comes: every pair runs its halves on the caller)."""
@@ -80,13 +92,7 @@ def test_a_spinning_worker_keeps_the_bits(quiet_server, monkeypatch):
     assert_close(first, want, np.float32)
     rng = np.random.default_rng(5)
     monkeypatch.setattr(shards.POOL, "workers_spinning", lambda: bool(rng.random() < 0.5))
-    shares, run = [], shards.POOL.run
-
-    def run_kept(fn, count, threads, phases=(), stall_share=0.5):
-        shares.append(stall_share)
-        return run(fn, count, threads, phases, stall_share)
-
-    monkeypatch.setattr(shards.POOL, "run", run_kept)
+    shares = _pool_shares(monkeypatch)
     for _ in range(4):
         np.testing.assert_array_equal(sess.run(None, feeds)[0], first)
     assert rnpair.POOL_STALL_SHARE in shares  # (the halves' jobs; the 1x1 layers' general path: the pool's own)
@@ -120,13 +126,7 @@ def test_a_held_slot_keeps_the_bits(quiet_server, monkeypatch, beside):
     first = sess.run(None, feeds)[0]  # (quiet_server: the helper never spins, every pair's halves on the caller)
     monkeypatch.setattr(quiet_server, "usable", lambda: True)
     quiet_server.ctl[pairs.SLOT] = 1  # another caller's job holds the slot
-    shares, run = [], shards.POOL.run
-
-    def run_kept(fn, count, threads, phases=(), stall_share=0.5):
-        shares.append(stall_share)
-        return run(fn, count, threads, phases, stall_share)
-
-    monkeypatch.setattr(shards.POOL, "run", run_kept)
+    shares = _pool_shares(monkeypatch)
     try:
         got = sess.run(None, feeds)[0]
     finally:

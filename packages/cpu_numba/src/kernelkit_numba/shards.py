@@ -255,8 +255,10 @@ class ShardPool:
     """Persistent worker threads (started on first use, never more than asked for) that help the
     calling thread through a job's shards."""
 
-    # caller-side contention signs (module docstring)
+    # caller-side contention signs (module docstring); a wait at a job's end is a stall past STALL_S and past
+    # STALL_SHARE of the caller's own time on its shards (run's stall_share: a job's own share)
     STALL_S = 5e-4
+    STALL_SHARE = 0.5
     # a stall backs off when the one before came within STALL_PAIR_S (issue 11, session 8): on the
     # Xeon a quiet process saw 1-2 isolated stalls (a vCPU's hiccup), each of which backed the pool
     # off for 50 ms-2 s; under load they come in runs
@@ -575,7 +577,7 @@ class ShardPool:
             self._slow = 0
 
     # -- callers ---------------------------------------------------------------------------------
-    def run(self, fn, count: int, threads: int, phases: tuple = (), stall_share: float = 0.5) -> None:
+    def run(self, fn, count: int, threads: int, phases: tuple = (), stall_share: float = STALL_SHARE) -> None:
         """Call ``fn(i)`` for ``i`` in ``range(count)`` on the calling thread and up to
         ``threads - 1`` workers; returns when every shard has finished (re-raising the first error).
         ``phases``: the shard numbers (ascending, within ``(0, count)``) where a new phase starts; a
@@ -636,7 +638,7 @@ class ShardPool:
             raise job.error
 
     def _judge(self, job: _Job, waited: float, worked: float, cpu: float | None = None, asleep: int = 0,
-               came: float | None = None, stall_share: float = 0.5) -> None:
+               came: float | None = None, stall_share: float = STALL_SHARE) -> None:
         """Count the contention signs of a finished job (``worked``: the caller's wall time on its
         shards, ``cpu``: its thread CPU time meanwhile, ``asleep``: workers asleep at publication,
         ``came``: seconds from publication to the first worker's arrival, None: none came); back
